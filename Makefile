@@ -1,0 +1,30 @@
+# Two commands matter: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates .venv on first use; nothing else needs installing by hand.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: demo test bench diagrams lint soak
+demo: $(VENV)/.installed
+	$(PY) -m machines.demo $(ARGS)
+
+test: $(VENV)/.installed
+	bash scripts/system-deps.sh
+	$(PY) -m pytest -q $(ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+diagrams: $(VENV)/.installed
+	$(VENV)/bin/statecharts diagrams
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -r benchmarks/requirements.txt
+	$(PY) -m benchmarks.run $(ARGS)
