@@ -6,16 +6,22 @@ Define a machine with a config dict (XState v5 keys), run it with the pure
 
 from .actions import (assign, cancel, emit, enqueue_actions, forward_to, log, raise_, send_parent,
                       send_to, spawn_child, stop_child)
+from .actor import Actor, create_actor, wait_for
+from .clock import SimulatedClock, SystemClock
 from .errors import (ActorStoppedError, ContextError, EventError, ImplementationError,
                      InfiniteLoopError, MachineDefinitionError, SnapshotError, StatechartError,
                      SnapshotVersionError)
 from .frozen import FrozenDict, FrozenList, freeze, thaw
 from .guards import and_, not_, or_, state_in
+from .inspection import InspectionEvent, logging_inspector
 from .loading import load_machine
+from .logic import from_async, from_callable, from_callback
 from .machine import Machine, create_machine, setup
 from .snapshot import Snapshot, Timer, snapshot_to_json
 
 __all__ = [
+    "Actor", "InspectionEvent", "SimulatedClock", "SystemClock", "create_actor", "from_async",
+    "from_callable", "from_callback", "logging_inspector", "wait_for",
     "ActorStoppedError", "ContextError", "EventError", "FrozenDict", "FrozenList",
     "ImplementationError", "InfiniteLoopError", "Machine", "MachineDefinitionError", "Snapshot",
     "SnapshotError", "SnapshotVersionError", "StatechartError", "Timer", "and_", "assign",

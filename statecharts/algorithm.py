@@ -36,7 +36,7 @@ class Step:
 
     __slots__ = ("machine", "nodes", "context", "history", "timers", "children", "status",
                  "output", "error", "queue", "effects", "event", "now", "guards_used",
-                 "history_read", "microsteps", "timers_changed", "children_changed")
+                 "history_read", "microsteps", "trace", "timers_changed", "children_changed")
 
     def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
@@ -56,6 +56,7 @@ class Step:
         self.now = now
         self.guards_used = False
         self.history_read = False
+        self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
         self.microsteps = 0
         self.timers_changed = False
         self.children_changed = False
@@ -84,8 +85,11 @@ class Step:
             self.effects.append(fx.CancelTimer(timer_id))
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
-              invoked_by: str | None = None) -> None:
-        name, logic = self.machine.resolve_actor(src)
+              invoked_by: str | None = None, logic: Any = None) -> None:
+        if logic is None:
+            name, logic = self.machine.resolve_actor(src)
+        else:
+            name = src
         if actor_id is None:
             n = 0
             while f"{name}#{n}" in self.children:
@@ -275,6 +279,8 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     transitions = remove_conflicting_transitions(transitions, step.nodes, step.history)
     if any(t.has_history_target for t in transitions):
         step.history_read = True
+    if step.trace is not None:
+        step.trace.append((event, tuple(transitions)))
     before = (step.context, step.history, len(step.nodes))
     exited = exit_states(step, transitions, event)
     for transition in transitions:
@@ -356,8 +362,7 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     for invoke in node.invoke:
         actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
             invoke.input
-        step.spawn(invoke.id, invoke.logic if invoke.logic is not None else invoke.src,
-                   actor_input, invoke.system_id, node.id)
+        step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic)
     for timer_event, delay in node.after_timers:
         step.event = event
         step.schedule(timer_event, step.machine.event(timer_event), delay, None)

@@ -105,6 +105,14 @@ class Machine:
         step.status = "stopped"
         return self._snapshot_from(step, snapshot), tuple(step.effects)
 
+    def fail(self, snapshot: Snapshot, error: Any) -> Result:
+        """The snapshot with status ``error`` (a runtime calls this when an action raised)."""
+        step = self._step_from(snapshot, _fixed(None))
+        algorithm._stop_everything(step)
+        step.status = "error"
+        step.error = freeze(error, "error")
+        return self._snapshot_from(step, snapshot), tuple(step.effects)
+
     def start(self, input: Any, now: Callable[[], int]) -> Result:
         """``initial_transition`` with a clock function (for runtimes)."""
         frozen_input = freeze(input, "input")
@@ -116,12 +124,16 @@ class Machine:
         algorithm.settle(step, event)
         return self._snapshot_from(step, None), tuple(step.effects)
 
-    def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int]) -> Result:
-        """``transition`` with a normalized event and a clock function (for runtimes)."""
+    def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
+             trace: list[Any] | None = None) -> Result:
+        """``transition`` with a normalized event and a clock function (for runtimes).
+
+        With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
+        """
         if snapshot._status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
         configuration = snapshot._configuration
-        cached = self._fast.get((configuration, event["type"]))
+        cached = self._fast.get((configuration, event["type"])) if trace is None else None
         if cached is not None:
             if cached is configuration:
                 return snapshot, NO_EFFECTS
@@ -131,18 +143,21 @@ class Machine:
         if snapshot._machine is not self:
             self._check_owner(snapshot)
         step = self._step_from(snapshot, now)
+        step.trace = trace
         algorithm.macrostep(step, event)
         result = self._snapshot_from(step, snapshot)
         if self._is_plain_move(step, snapshot, result):
             self._remember(configuration, event["type"], result._configuration)
         return result, tuple(step.effects)
 
-    def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int]) -> Result:
+    def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int],
+                      trace: list[Any] | None = None) -> Result:
         """``fire_timer`` with a clock function (for runtimes)."""
         timer = next((t for t in snapshot._timers if t.id == timer_id), None)
         if timer is None or snapshot._status != "active":
             return snapshot, NO_EFFECTS
         step = self._step_from(snapshot, now)
+        step.trace = trace
         del step.timers[timer_id]
         step.timers_changed = True
         if timer.target is None:
