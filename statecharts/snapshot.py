@@ -53,12 +53,13 @@ class ChildRef:
     src: str
     system_id: str | None = None
     invoked_by: str | None = None
+    input: Any = None
     state: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """The child record as JSON types."""
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
-                "state": self.state}
+                "input": self.input, "state": self.state}
 
 
 class Snapshot:
@@ -380,6 +381,8 @@ def _children(data: Any) -> Mapping[str, ChildRef]:
             raise SnapshotError(f"children.{key}", "a child record with 'src'")
         children[key] = ChildRef(key, item["src"], item.get("system_id"),
                                  item.get("invoked_by"),
+                                 freeze(item.get("input"), f"children.{key}.input",
+                                        SnapshotError),
                                  freeze(item.get("state"), f"children.{key}.state",
                                         SnapshotError))
     return FrozenDict(children)
