@@ -283,9 +283,9 @@ class Actor:
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
-            child = FunctionChild(self, child_id, logic, input, key)
+            child = self._function_child(child_id, logic, input, key)
         elif callable(logic):
-            child = FunctionChild(self, child_id, from_callable(logic, src), input, key)
+            child = self._function_child(child_id, from_callable(logic, src), input, key)
         else:
             raise ImplementationError(f"actor {src!r}", TypeError(
                 f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
@@ -294,6 +294,10 @@ class Actor:
         if system_id:
             self.system.actors[system_id] = child
         child.start()
+
+    def _function_child(self, child_id: str, logic: Any, input: Any,
+                        key: str | None) -> FunctionChild:
+        return FunctionChild(self, child_id, logic, input, key)
 
     def child_done(self, child_id: str, output: Any) -> None:
         """A child finished with ``output`` (children call this)."""

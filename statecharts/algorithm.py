@@ -34,10 +34,29 @@ class Step:
     """The working state of one macrostep: what ``Snapshot`` holds, made mutable, plus the
     internal queue and the effects collected so far. Built-in actions act on it."""
 
-    __slots__ = ("machine", "nodes", "context", "history", "timers", "children", "status",
-                 "output", "error", "queue", "effects", "event", "now", "guards_used",
-                 "history_read", "microsteps", "trace",
-                 "retries", "skipped", "timers_changed", "children_changed")
+    __slots__ = (
+        "children",
+        "children_changed",
+        "context",
+        "effects",
+        "error",
+        "event",
+        "guards_used",
+        "history",
+        "history_read",
+        "machine",
+        "microsteps",
+        "nodes",
+        "now",
+        "output",
+        "queue",
+        "retries",
+        "skipped",
+        "status",
+        "timers",
+        "timers_changed",
+        "trace",
+    )
 
     def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],

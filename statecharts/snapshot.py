@@ -69,8 +69,19 @@ class Snapshot:
     ``active``, ``done``, ``error``, ``stopped``.
     """
 
-    __slots__ = ("_machine", "_configuration", "_context", "_status", "_output", "_error",
-                 "_history", "_timers", "_children", "_retries", "_skipped")
+    __slots__ = (
+        "_children",
+        "_configuration",
+        "_context",
+        "_error",
+        "_history",
+        "_machine",
+        "_output",
+        "_retries",
+        "_skipped",
+        "_status",
+        "_timers",
+    )
 
     _machine: Machine
     _configuration: Configuration
@@ -263,7 +274,7 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         error = freeze(data.get("error"), "error", SnapshotError)
     except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
         raise SnapshotError("context", str(exc)) from exc
-    if not isinstance(context, dict):
+    if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     return make_snapshot(machine, configuration, context, status, output, error,
                          _history(machine, data.get("history") or {}),

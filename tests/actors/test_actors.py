@@ -9,9 +9,24 @@ from typing import Any
 import orjson
 import pytest
 
-from statecharts import (ActorStoppedError, ImplementationError, SimulatedClock, assign, cancel,
-                         create_actor, create_machine, from_async, from_callable, from_callback,
-                         raise_, send_parent, send_to, spawn_child, stop_child, wait_for)
+from statecharts import (
+    ActorStoppedError,
+    ImplementationError,
+    SimulatedClock,
+    assign,
+    cancel,
+    create_actor,
+    create_machine,
+    from_async,
+    from_callable,
+    from_callback,
+    raise_,
+    send_parent,
+    send_to,
+    spawn_child,
+    stop_child,
+    wait_for,
+)
 
 
 def test_callable_actor_done_routes_output_to_on_done() -> None:
@@ -307,7 +322,7 @@ def test_bad_delays_are_clear_errors(bad: Any) -> None:
         return
     machine = create_machine({"initial": "a", "states": {"a": {"after": {"d": "a"}}}},
                              delays={"d": lambda c, e: bad})
-    with pytest.raises(ImplementationError, match="delay 'd'.*non-negative number"):
+    with pytest.raises(ImplementationError, match=r"delay 'd'.*non-negative number"):
         machine.initial_transition()
 
 

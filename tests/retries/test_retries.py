@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecharts import (MachineDefinitionError, SimulatedClock, create_actor, create_machine,
-                         from_callable)
+from statecharts import (
+    MachineDefinitionError,
+    SimulatedClock,
+    create_actor,
+    create_machine,
+    from_callable,
+)
 from statecharts.retry import RetriesExhausted, RetryPolicy, with_retry
 
 
@@ -73,7 +79,7 @@ def test_max_interval_caps_the_wait() -> None:
     _, times, _ = run_until_settled(
         {"max_attempts": 5, "initial_interval": 1000, "backoff": "exponential",
          "max_interval": 2500}, [Unavailable()] * 4)
-    assert [b - a for a, b in zip(times, times[1:])] == [1000, 2000, 2500, 2500]
+    assert [b - a for a, b in itertools.pairwise(times)] == [1000, 2000, 2500, 2500]
 
 
 def test_retry_after_overrides_the_wait() -> None:
