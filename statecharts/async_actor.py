@@ -83,7 +83,7 @@ class TaskChild(FunctionChild):
             work = self.logic.fn(argument, **kwargs)
         else:
             work = asyncio.to_thread(self.logic.fn, argument, **kwargs)
-        self.task = asyncio.get_running_loop().create_task(work)
+        self.task = asyncio.ensure_future(work)
         self.task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
