@@ -1,0 +1,40 @@
+"""The CRM follow-up machine: five workflows that share one database and nothing else.
+
+- ``followup_register`` (webhook), ``followup_evaluate`` (hourly, weekdays),
+  ``followup_report`` (morning list and Friday digest), ``followup_enrich`` (hourly at :30),
+  ``followup_alerts`` (the error workflow of the other four; see ``ERROR_WORKFLOW``).
+
+``MACHINES`` are wired to ``Services.from_env()`` (lazy: importing connects to nothing);
+``build_machines(services)`` wires them to anything else.
+"""
+
+from __future__ import annotations
+
+from machines.followup import alerts, enrich, evaluate, register, report
+from machines.followup.services import Services, Settings
+from statecharts import Machine
+
+ERROR_WORKFLOW = alerts.WORKFLOW
+SCHEDULES = {
+    "followup_evaluate": "hourly at :00, Monday to Friday",
+    "followup_report": "08:00 Monday to Friday (morning list); 16:00 Friday (digest)",
+    "followup_enrich": "hourly at :30",
+}
+
+
+def build_machines(services: Services) -> dict[str, Machine]:
+    """The five machines wired to ``services``, by machine id."""
+    machines = [register.build(services), evaluate.build(services), report.build(services),
+                enrich.build(services), alerts.build(services)]
+    return {m.id: m for m in machines}
+
+
+def error_workflow_of(name: str) -> str | None:
+    """The workflow started when a run of ``name`` fails (none for Alerts itself)."""
+    return None if name == ERROR_WORKFLOW else ERROR_WORKFLOW
+
+
+MACHINES: dict[str, Machine] = build_machines(Services.from_env())
+
+__all__ = ["ERROR_WORKFLOW", "MACHINES", "SCHEDULES", "Services", "Settings",
+           "build_machines", "error_workflow_of"]

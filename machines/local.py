@@ -1,0 +1,97 @@
+"""Running the example workflows in memory: each run on an actor, to its end, on a clock.
+
+``LocalRunner`` is the in-process stand-in for the durable runtime (``persistence``): it starts
+a run, lets simulated time pass through its retry waits, and starts the error workflow when a
+run fails, exactly once, never for the error workflow itself. Tests and the demo's in-memory
+mode use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from statecharts import Machine, SimulatedClock, Snapshot, create_actor, wait_for
+from statecharts.frozen import thaw
+
+Observer = Callable[[str, str, Snapshot], None]
+RETRY_STATE = "waiting_to_retry"
+
+
+@dataclass
+class Outcome:
+    """How one run ended, with the error workflow's run if it failed."""
+
+    name: str
+    key: str
+    snapshot: Snapshot
+    retries: int
+    alert: Outcome | None = None
+
+    @property
+    def status(self) -> str:
+        """``done``, ``partial`` (done with skipped items) or ``error``."""
+        if self.snapshot.status == "done" and self.skipped:
+            return "partial"
+        return self.snapshot.status
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The final context as plain JSON types."""
+        value = thaw(self.snapshot.context)
+        assert isinstance(value, dict)
+        return value
+
+    @property
+    def skipped(self) -> list[Any]:
+        """Items skipped after their retries ran out (the engine's record)."""
+        return [thaw(item) for item in self.snapshot.skipped]
+
+
+@dataclass
+class LocalRunner:
+    """Runs ``machines`` one at a time on ``clock``; ``error_workflow_of(name)`` names the
+    machine started when a run of ``name`` fails. ``observer(name, key, snapshot)`` sees every
+    snapshot (for timelines)."""
+
+    machines: Mapping[str, Machine]
+    clock: SimulatedClock
+    error_workflow_of: Callable[[str], str | None] = lambda name: None
+    observer: Observer | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def run(self, name: str, input: Mapping[str, Any], key: str) -> Outcome:
+        """Run ``name`` with ``input`` to its end (``key`` identifies the run in logs)."""
+        machine = self.machines[name]
+        retries = 0
+        seen: set[str] = set()
+
+        def watch(snapshot: Snapshot) -> None:
+            nonlocal retries
+            waiting = {leaf for leaf in snapshot.active_leaves() if leaf.endswith(RETRY_STATE)}
+            retries += len(waiting - seen)
+            seen.clear()
+            seen.update(waiting)
+            if self.observer is not None:
+                self.observer(name, key, snapshot)
+
+        actor = create_actor(machine, input=dict(input), clock=self.clock)
+        actor.subscribe(watch)
+        actor.start()
+        final = wait_for(actor, lambda s: s.status != "active")
+        outcome = Outcome(name, key, final, retries)
+        self.outcomes.append(outcome)
+        if final.status == "error":
+            outcome.alert = self._start_error_workflow(name, key, final, input)
+        return outcome
+
+    def _start_error_workflow(self, name: str, key: str, failed: Snapshot,
+                              input: Mapping[str, Any]) -> Outcome | None:
+        handler = self.error_workflow_of(name)
+        if handler is None:
+            return None
+        return self.run(handler, {
+            "workflow": name, "run_key": key, "state": ",".join(failed.active_leaves()),
+            "error": thaw(failed.error), "now": self.clock.now(),
+            "dry_run": bool(input.get("dry_run", False))}, key=f"{handler}:{key}")
