@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from statecharts import Machine, SimulatedClock, Snapshot, create_actor, wait_for
+from statecharts import Actor, Machine, SimulatedClock, Snapshot, wait_for
 from statecharts.frozen import thaw
 
 Observer = Callable[[str, str, Snapshot], None]
@@ -76,7 +76,8 @@ class LocalRunner:
             if self.observer is not None:
                 self.observer(name, key, snapshot)
 
-        actor = create_actor(machine, input=dict(input), clock=self.clock)
+        # the actor's id is the run key: invoked calls derive their idempotency keys from it
+        actor = Actor(machine, input=dict(input), clock=self.clock, id=key)
         actor.subscribe(watch)
         actor.start()
         final = wait_for(actor, lambda s: s.status != "active")
