@@ -37,7 +37,7 @@ class Settings:
     in_scope_stages: tuple[str, ...] = DEFAULT_STAGES
     cadence: str = "default"
     subject_type: str = "deal"
-    claim_stale_after_ms: int = HOUR // 2
+    claim_stale_after_ms: int = 2 * HOUR
     alert_dedupe_ms: int = 6 * HOUR
     summary_lookback_ms: int = 14 * 24 * HOUR
     sales_inbox: str = "sales@example.com"

@@ -87,7 +87,7 @@ def test_errors_roll_back_and_are_database_errors(any_db: Database) -> None:
 
 
 def test_bad_urls_are_refused_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="use sqlite:///path.db or postgresql://"):
+    with pytest.raises(ValueError, match=r"use sqlite:///path\.db or postgresql://"):
         Database("mysql://x/y")
     with pytest.raises(ValueError, match="schema must match"):
         Database("postgresql://localhost/test?schema=a;drop")
