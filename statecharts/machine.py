@@ -13,9 +13,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
-from .configuration import Configuration
+from .configuration import Configuration, nodes_from_value
 from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
@@ -46,6 +48,7 @@ class Machine:
         """Shortcuts for events that only move between configurations or only assign; they
         give the same results as the full algorithm (tests switch them off to compare)."""
         self._configurations: dict[frozenset[StateNode], Configuration] = {}
+        self._by_value: dict[bytes, Configuration] = {}
         self._events: dict[str, FrozenDict] = {}
         self._paths: dict[str, StateNode | None] = {}
 
@@ -278,6 +281,17 @@ class Machine:
         if not isinstance(frozen, FrozenDict):
             raise ImplementationError("context", TypeError("context must be a mapping"))
         return frozen
+
+    def _configuration_of_value(self, value: Any) -> Configuration:
+        """The configuration a persisted state value names (validated the first time each
+        distinct value is seen; the JSON text of the value is the cache key)."""
+        key = orjson.dumps(value)
+        found = self._by_value.get(key)
+        if found is None:
+            found = self._configuration_for(nodes_from_value(self.root, value))
+            if len(self._by_value) < 4096:
+                self._by_value[key] = found
+        return found
 
     def _configuration_for(self, nodes: frozenset[StateNode]) -> Configuration:
         found = self._configurations.get(nodes)
