@@ -59,6 +59,7 @@ class FakeWorld:
             conn.row_factory = sqlite3.Row
             if self.path != ":memory:":
                 conn.execute("pragma journal_mode=wal")
+                conn.execute("pragma synchronous=normal")  # a fake: speed over durability
             conn.executescript(_SCHEMA)
             self._conn = conn
         return self._conn

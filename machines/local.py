@@ -2,8 +2,9 @@
 
 ``LocalRunner`` is the in-process stand-in for the durable runtime (``persistence``): it starts
 a run, lets simulated time pass through its retry waits, and starts the error workflow when a
-run fails, exactly once, never for the error workflow itself. Tests and the demo's in-memory
-mode use it.
+run fails, exactly once, never for the error workflow itself. It keeps each unfinished run's
+last persisted snapshot, the way a store would, so a run whose process "died" can be resumed.
+Tests and the demo's in-memory mode use it.
 """
 
 from __future__ import annotations
@@ -60,10 +61,22 @@ class LocalRunner:
     error_workflow_of: Callable[[str], str | None] = lambda name: None
     observer: Observer | None = None
     outcomes: list[Outcome] = field(default_factory=list)
+    persisted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run(self, name: str, input: Mapping[str, Any], key: str) -> Outcome:
         """Run ``name`` with ``input`` to its end (``key`` identifies the run in logs)."""
-        machine = self.machines[name]
+        # the actor's id is the run key: invoked calls derive their idempotency keys from it
+        actor = Actor(self.machines[name], input=dict(input), clock=self.clock, id=key)
+        return self._drive(actor, name, key, input)
+
+    def resume(self, name: str, key: str, input: Mapping[str, Any]) -> Outcome:
+        """Resume run ``key`` from the last snapshot it persisted, as a new process would
+        after the one driving it died; a call that was in flight is made again."""
+        snapshot = self.persisted[key]
+        actor = Actor(self.machines[name], snapshot=snapshot, clock=self.clock, id=key)
+        return self._drive(actor, name, key, input)
+
+    def _drive(self, actor: Actor, name: str, key: str, input: Mapping[str, Any]) -> Outcome:
         retries = 0
         seen: set[str] = set()
 
@@ -73,16 +86,16 @@ class LocalRunner:
             retries += len(waiting - seen)
             seen.clear()
             seen.update(waiting)
+            self.persisted[key] = actor.get_persisted_snapshot()
             if self.observer is not None:
                 self.observer(name, key, snapshot)
 
-        # the actor's id is the run key: invoked calls derive their idempotency keys from it
-        actor = Actor(machine, input=dict(input), clock=self.clock, id=key)
         actor.subscribe(watch)
         actor.start()
         final = wait_for(actor, lambda s: s.status != "active")
         outcome = Outcome(name, key, final, retries)
         self.outcomes.append(outcome)
+        self.persisted.pop(key, None)
         if final.status == "error":
             outcome.alert = self._start_error_workflow(name, key, final, input)
         return outcome

@@ -109,6 +109,12 @@ class FakeCrm:
                        "conflict (id) do update set stage = excluded.stage, "
                        "name = excluded.name", (deal_id, name, stage, owner))
 
+    def rename_stage(self, old: str, new: str) -> None:
+        """Rename a pipeline stage (its deals move with it), as a CRM admin might."""
+        with self.world.transaction() as tx:
+            tx.execute("update stages set name = ? where name = ?", (new, old))
+            tx.execute("update deals set stage = ? where stage = ?", (new, old))
+
     def add_email(self, deal_id: str, sent_at: int, sender: str, subject: str,
                   body: str) -> None:
         """Record an e-mail about a deal."""

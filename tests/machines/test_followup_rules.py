@@ -9,6 +9,8 @@ import threading
 from datetime import date, timedelta
 from typing import Any
 
+import pytest
+
 from machines.fakes import FOREVER, FakeWorld
 from machines.followup import repository
 from machines.followup.adapters import FakeTaskTool
@@ -342,3 +344,38 @@ def test_enrich_summaries_show_in_tasks_and_reports_and_failures_skip(
     assert "1 recent e-mail(s), latest: Legal\nNext step: reply to eve@globex." in \
         bodies["Globex"]
     assert "Recent e-mails" not in bodies["Acme"] and "Recent e-mails" not in bodies["Initech"]
+
+
+# -- a run killed mid-way and resumed --------------------------------------------------------------
+
+class Killed(BaseException):
+    """Stops the in-memory worker dead, right after the task tool made a task."""
+
+
+class KillingTaskTool(FakeTaskTool):
+    def create_task(self, external_key: str, title: str, body: str, due_on: str) -> str:
+        super().create_task(external_key, title, body, due_on)
+        raise Killed()
+
+
+def test_a_run_killed_after_creating_a_task_resumes_without_a_duplicate(
+        services: Services, runner: LocalRunner, world: FakeWorld, db: Database) -> None:
+    deal(services, "D1", "Acme", "Proposal")
+    deal(services, "D2", "Globex", "Proposal")
+    register(runner, "D1", "Acme", "Proposal", MONDAY)
+    register(runner, "D2", "Globex", "Proposal", MONDAY)
+    real = services.tasks
+    services.tasks = KillingTaskTool(world)
+    runner.clock.set(epoch_ms(NEXT_MONDAY, 10))
+    input = {"run_key": "ev-1", "today": NEXT_MONDAY.isoformat(), "now": runner.clock.now()}
+    with pytest.raises(Killed):
+        runner.run("followup_evaluate", input, key="ev-1")
+    services.tasks = real
+    assert tasks_of(services) == ["Follow up: Acme (step 1 of 3)"]
+    assert ("Acme", 1, "pending", None) in step_rows(db), "the task id was never recorded"
+    resumed = runner.resume("followup_evaluate", "ev-1", input)
+    assert resumed.snapshot.value == "completed"
+    assert [c["task_id"] for c in resumed.context["created"]] == ["T-1", "T-2"]
+    assert tasks_of(services) == ["Follow up: Acme (step 1 of 3)",
+                                  "Follow up: Globex (step 1 of 3)"]
+    assert ("Acme", 1, "fired", "T-1") in step_rows(db)
