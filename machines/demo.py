@@ -34,8 +34,9 @@ from machines.followup.services import Services
 from machines.invoice import build as build_invoice
 from machines.invoice import fake_services as invoice_fakes
 from machines.invoice.adapters import FakeInvoiceApi, FakeLedger
-from machines.local import LocalRunner, Outcome
+from machines.local import LocalRunner
 from machines.mail import FakeMailer
+from machines.runs import Outcome
 from statecharts import SimulatedClock
 
 START = date(2026, 3, 2)  # a Monday

@@ -13,41 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from machines.runs import Outcome, error_workflow_input, retry_waits_entered
 from statecharts import Actor, Machine, SimulatedClock, Snapshot, wait_for
-from statecharts.frozen import thaw
 
 Observer = Callable[[str, str, Snapshot], None]
-RETRY_STATE = "waiting_to_retry"
-
-
-@dataclass
-class Outcome:
-    """How one run ended, with the error workflow's run if it failed."""
-
-    name: str
-    key: str
-    snapshot: Snapshot
-    retries: int
-    alert: Outcome | None = None
-
-    @property
-    def status(self) -> str:
-        """``done``, ``partial`` (done with skipped items) or ``error``."""
-        if self.snapshot.status == "done" and self.skipped:
-            return "partial"
-        return self.snapshot.status
-
-    @property
-    def context(self) -> dict[str, Any]:
-        """The final context as plain JSON types."""
-        value = thaw(self.snapshot.context)
-        assert isinstance(value, dict)
-        return value
-
-    @property
-    def skipped(self) -> list[Any]:
-        """Items skipped after their retries ran out (the engine's record)."""
-        return [thaw(item) for item in self.snapshot.skipped]
 
 
 @dataclass
@@ -78,14 +47,12 @@ class LocalRunner:
 
     def _drive(self, actor: Actor, name: str, key: str, input: Mapping[str, Any]) -> Outcome:
         retries = 0
-        seen: set[str] = set()
+        leaves: tuple[str, ...] = ()
 
         def watch(snapshot: Snapshot) -> None:
-            nonlocal retries
-            waiting = {leaf for leaf in snapshot.active_leaves() if leaf.endswith(RETRY_STATE)}
-            retries += len(waiting - seen)
-            seen.clear()
-            seen.update(waiting)
+            nonlocal retries, leaves
+            retries += retry_waits_entered(leaves, snapshot.active_leaves())
+            leaves = snapshot.active_leaves()
             self.persisted[key] = actor.get_persisted_snapshot()
             if self.observer is not None:
                 self.observer(name, key, snapshot)
@@ -105,7 +72,6 @@ class LocalRunner:
         handler = self.error_workflow_of(name)
         if handler is None:
             return None
-        return self.run(handler, {
-            "workflow": name, "run_key": key, "state": ",".join(failed.active_leaves()),
-            "error": thaw(failed.error), "now": self.clock.now(),
-            "dry_run": bool(input.get("dry_run", False))}, key=f"{handler}:{key}")
+        return self.run(handler, error_workflow_input(
+            name, key, failed, self.clock.now(), bool(input.get("dry_run", False))),
+            key=f"{handler}:{key}")

@@ -16,8 +16,9 @@ from machines.followup import repository
 from machines.followup.adapters import FakeTaskTool
 from machines.followup.db import Database
 from machines.followup.services import Services
-from machines.local import LocalRunner, Outcome
+from machines.local import LocalRunner
 from machines.mail import FakeMailer
+from machines.runs import Outcome
 from tests.machines.conftest import MONDAY, epoch_ms, make_runner, make_services
 
 NEXT_MONDAY = MONDAY + timedelta(days=7)

@@ -14,8 +14,9 @@ from machines.fakes import FOREVER, FakeWorld
 from machines.invoice import build, fake_services
 from machines.invoice.adapters import FakeInvoiceApi, FakeLedger
 from machines.invoice.workflow import InvoiceServices
-from machines.local import LocalRunner, Outcome
+from machines.local import LocalRunner
 from machines.mail import FakeMailer
+from machines.runs import Outcome
 from statecharts import SimulatedClock
 
 
