@@ -4,13 +4,16 @@ Fakes for the CRM, task tool, mail server, summarizer, invoice API and customer 
 their state in one SQLite database (a file, or memory for a single process), so a worker
 subprocess and the process that inspects the results see the same tasks, mails and invoices.
 Failures are injected per target on demand: ``world.fail("crm", times=2)`` makes the next two
-CRM calls raise, ``times=-1`` keeps it down until ``world.heal("crm")``.
+CRM calls raise, ``times=-1`` keeps it down until ``world.heal("crm")``. ``world.hold("tasks",
+after=2)`` makes the caller that completes the second task write block right after it, until
+``world.release("tasks")``: the moment to SIGKILL a worker mid-run.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +24,8 @@ _SCHEMA = """
 create table if not exists faults (
   target text primary key, remaining integer not null, message text not null);
 create table if not exists calls (target text primary key, count integer not null);
+create table if not exists holds (
+  target text primary key, after integer not null, reached integer not null default 0);
 create table if not exists deals (
   id text primary key, name text not null, stage text not null, owner text not null);
 create table if not exists stages (name text primary key, position integer not null);
@@ -116,6 +121,29 @@ class FakeWorld:
                 tx.execute("update faults set remaining = remaining - 1 where target = ?",
                            (target,))
             return str(row["message"])
+
+    def hold(self, target: str, after: int) -> None:
+        """Block the caller of ``checkpoint(target)`` once ``after`` writes have been made."""
+        with self.transaction() as tx:
+            tx.execute("insert into holds (target, after) values (?, ?) on conflict (target) "
+                       "do update set after = excluded.after, reached = 0", (target, after))
+
+    def release(self, target: str) -> None:
+        """Let held callers of ``target`` go on; stop holding."""
+        with self.transaction() as tx:
+            tx.execute("delete from holds where target = ?", (target,))
+
+    def holding(self, target: str) -> bool:
+        """True while a caller of ``target`` is blocked by ``hold``."""
+        found = self.rows("select after, reached from holds where target = ?", (target,))
+        return bool(found) and found[0]["reached"] >= found[0]["after"]
+
+    def checkpoint(self, target: str) -> None:
+        """Called by a fake after each write: blocks here while a ``hold`` says so."""
+        with self.transaction() as tx:
+            tx.execute("update holds set reached = reached + 1 where target = ?", (target,))
+        while self.holding(target):
+            time.sleep(0.02)
 
     def calls(self, target: str) -> int:
         """How many calls ``target`` received (failed ones included)."""

@@ -152,6 +152,7 @@ class FakeTaskTool:
             task_id = f"T-{count + 1}"
             tx.execute("insert into tasks (id, external_key, title, body, due_on) values "
                        "(?, ?, ?, ?, ?)", (task_id, external_key, title, body, due_on))
+        self.world.checkpoint(self.target)
         return task_id
 
     def tasks(self) -> list[dict[str, Any]]:
