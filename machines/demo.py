@@ -16,7 +16,11 @@ the fake outside world are SQLite files in ``--workdir`` either way.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from machines.durable import DurableRunner, wall_ms
 from machines.fakes import FOREVER, FakeWorld
 from machines.followup import build_machines, error_workflow_of
 from machines.followup import repository as repo
@@ -51,6 +56,7 @@ DEALS = [  # id, name, stage it enters on day 1, webhook delivered?
     ("D-106", "Stark Industries", "Lead", True),
 ]
 OWN_FILES = ("followup.db", "world.db", "runs.db")
+LEASE_MS = 1000
 
 
 class WorkerKilled(BaseException):
@@ -83,7 +89,8 @@ class Tally:
 class Demo:
     """The scenario, on the in-memory runner."""
 
-    def __init__(self, workdir: Path, days: int, out: Callable[[str], None]) -> None:
+    def __init__(self, workdir: Path, days: int, out: Callable[[str], None],
+                 store: str | None = None) -> None:
         self.workdir = workdir
         self.days = days
         self.out = out
@@ -97,10 +104,17 @@ class Demo:
         self.crm = FakeCrm(self.world)
         self.tasks = FakeTaskTool(self.world)
         self.mailer = FakeMailer(self.world)
-        self.clock = SimulatedClock(at(START, 7))
-        self.runner = LocalRunner(build_machines(self.services), self.clock, error_workflow_of)
+        self.now = at(START, 7)  # business time: what the workflows are told it is
+        followup = build_machines(self.services)
         invoice = build_invoice(invoice_fakes(self.world))
-        self.invoice_runner = LocalRunner({invoice.id: invoice}, self.clock)
+        self.store = store
+        self.runner: LocalRunner | DurableRunner
+        if store is None:
+            self.runner = LocalRunner({**followup, invoice.id: invoice},
+                                      SimulatedClock(self.now), error_workflow_of)
+        else:
+            self.runner = DurableRunner(store, [*followup.values(), invoice], error_workflow_of,
+                                        lease_ms=LEASE_MS)
         self.tally = Tally()
 
     # -- running -----------------------------------------------------------------------------
@@ -111,7 +125,9 @@ class Demo:
         return outcome
 
     def at_time(self, day: date, hour: int, minute: int = 0) -> str:
-        self.clock.set(max(self.clock.now(), at(day, hour, minute)))
+        self.now = max(self.now, at(day, hour, minute))
+        if isinstance(self.runner, LocalRunner):  # in memory, the actors' clock is business time
+            self.runner.clock.set(max(self.runner.clock.now(), self.now))
         return f"{hour:02d}:{minute:02d}"
 
     def line(self, time: str, workflow: str, text: str, status: str = "") -> None:
@@ -129,8 +145,9 @@ class Demo:
                          ("C-2", "Grace Hopper", "grace@example.com")):
             self.invoice_ledger.put_customer(*customer)
         self.out("statecharts demo: the CRM follow-up machine and the invoice workflow")
-        self.out("  runs:               in-memory actors on simulated time "
-                 "(durable store: see --store)")
+        where = "in-memory actors on simulated time (no --store)" if self.store is None else \
+            f"durable, in {self.store} (in-process worker; one worker subprocess is killed)"
+        self.out(f"  runs:               {where}")
         self.out(f"  follow-up database: {self.db.url}")
         self.out(f"  fake outside world: {self.world.path} (CRM, task tool, mail, "
                  "summarizer, invoice API)")
@@ -163,37 +180,84 @@ class Demo:
     def register(self, day: date, deal_id: str, name: str, stage: str) -> Outcome:
         return self.run("followup_register", {
             "deal_id": deal_id, "deal_name": name, "stage": stage,
-            "today": day.isoformat(), "now": self.clock.now()},
-            key=f"webhook:{deal_id}:{self.clock.now()}")
+            "today": day.isoformat(), "now": self.now},
+            key=f"webhook:{deal_id}:{self.now}")
 
     def enrich(self, day: date, hour: int) -> Outcome:
         self.at_time(day, hour, 30)
-        return self.run("followup_enrich", {"now": self.clock.now()},
+        return self.run("followup_enrich", {"now": self.now},
                         key=f"enrich:{day}T{hour:02d}:30")
 
     def evaluate(self, day: date, hour: int, crash_after: int | None = None) -> Outcome:
         time = self.at_time(day, hour)
         key = f"evaluate:{day}T{hour:02d}:00"
-        input = {"run_key": key, "today": day.isoformat(), "now": self.clock.now()}
+        input = {"run_key": key, "today": day.isoformat(), "now": self.now}
         if crash_after is None:
             return self.run("followup_evaluate", input, key)
-        real = self.services.tasks
-        self.services.tasks = _Killing(self.world, crash_after)
-        try:
-            self.runner.run("followup_evaluate", input, key)
-        except WorkerKilled:
-            state = self.runner.persisted[key]["value"]
-            self.line(time, "evaluate", f"worker KILLED after creating task "
-                      f"{self.tasks.tasks()[-1]['id']}, before recording it; last "
-                      f"persisted state: {_state_text(state)}", "killed")
-        finally:
-            self.services.tasks = real
-        time = self.at_time(day, hour, 2)
-        self.line(time, "evaluate", f"a new worker resumes {key} from that snapshot; calls in "
-                  "flight are made again (the task tool finds the task by its key)", "resumed")
-        outcome = self.runner.resume("followup_evaluate", key, input)
+        if isinstance(self.runner, LocalRunner):
+            outcome = self.kill_in_memory(self.runner, time, key, input, crash_after)
+        else:
+            outcome = self.kill_worker_process(self.runner, time, key, input, crash_after)
         self.tally.add(outcome)
         return outcome
+
+    def kill_in_memory(self, runner: LocalRunner, time: str, key: str, input: dict[str, Any],
+                       after: int) -> Outcome:
+        """Stop the in-memory worker dead inside the task tool call, resume from the last
+        persisted snapshot."""
+        real = self.services.tasks
+        self.services.tasks = _Killing(self.world, after)
+        try:
+            runner.run("followup_evaluate", input, key)
+        except WorkerKilled:
+            state = _state_text(runner.persisted[key]["value"])
+            self.line(time, "evaluate", f"worker KILLED after creating task "
+                      f"{self.tasks.tasks()[-1]['id']}, before recording it; last persisted "
+                      f"state: {state}", "killed")
+        finally:
+            self.services.tasks = real
+        self.line(time, "evaluate", f"a new worker resumes {key} from that snapshot; calls in "
+                  "flight are made again (the task tool finds the task by its key)", "resumed")
+        return runner.resume("followup_evaluate", key, input)
+
+    def kill_worker_process(self, runner: DurableRunner, time: str, key: str,
+                            input: dict[str, Any], after: int) -> Outcome:
+        """A worker subprocess takes the run; SIGKILL it right after its ``after``-th task;
+        the in-process worker takes the run over once the lease expires."""
+        run_id = runner.start("followup_evaluate", input, key)
+        self.world.hold("tasks", after=after)
+        env = {**os.environ, "FOLLOWUP_DATABASE": self.db.url,
+               "FOLLOWUP_FAKES": self.world.path, "INVOICE_FAKES": self.world.path,
+               "FOLLOWUP_STAGES": ",".join(self.services.settings.in_scope_stages)}
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "machines.durable", "--store", runner.url,
+             "--lease-ms", str(LEASE_MS)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = wall_ms() + 60_000
+            while not self.world.holding("tasks"):
+                if worker.poll() is not None or wall_ms() > deadline:
+                    error = worker.stderr.read().decode() if worker.stderr else ""
+                    raise RuntimeError(f"the worker subprocess never reached the kill point:\n"
+                                       f"{error}")
+                threading.Event().wait(0.02)
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait()
+        finally:
+            self.world.release("tasks")
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            if worker.stderr:
+                worker.stderr.close()
+        state = runner.runtime.get(run_id).state
+        self.line(time, "evaluate", f"worker process {worker.pid} KILLED (SIGKILL) after creating "
+                  f"task {self.tasks.tasks()[-1]['id']}, before recording it; the run's row "
+                  f"says: {state}", "killed")
+        self.line(time, "evaluate", f"after its {LEASE_MS} ms lease expires another worker "
+                  "takes the run over; the call in flight is made again with the same "
+                  "idempotency key (the task tool finds the task)", "resumed")
+        return runner.finish("followup_evaluate", key, run_id, input)
 
     def describe_evaluate(self, time: str, outcome: Outcome) -> None:
         context = outcome.context
@@ -341,12 +405,12 @@ class Demo:
                 self.world.fail("invoice_api", times=3)
             if failing == "mail":
                 self.world.fail("mail", times=1)
-            started = self.clock.now()
-            outcome = self.invoice_runner.run("invoice", {
+            started = self.runner.clock.now()
+            outcome = self.runner.run("invoice", {
                 "order_id": order_id, "customer_id": customer, "amount_cents": amount},
                 key=f"invoice:{order_id}")
             self.tally.add(outcome)
-            took = (self.clock.now() - started) / 1000
+            took = (self.runner.clock.now() - started) / 1000
             detail = f"{outcome.context['invoice_id']} mailed"
             if failing == "invoice_api":
                 detail += (f" after {outcome.retries} retries of the invoice API (waits 1s, "
@@ -433,13 +497,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where the SQLite files go (default: ./demo-output)")
     parser.add_argument("--days", type=int, default=15, help="business days to simulate")
     parser.add_argument("--store", default=None,
-                        help="durable run store URL (sqlite:///runs.db, postgresql://...); "
-                             "not wired yet: runs are in-memory")
+                        help="run durably on this store (sqlite:///demo-output/runs.db, "
+                             "postgresql://localhost/test); default: in-memory actors")
     args = parser.parse_args(argv)
-    if args.store is not None:
-        parser.error("--store needs the durable runtime (persistence), which is not on this "
-                     "branch yet")
-    demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True))
+    try:
+        demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), args.store)
+    except ImportError as exc:
+        parser.error(f"--store needs the durable runtime (the persistence package): {exc}")
     demo.setup()
     demo.follow_up_days()
     demo.invoices()

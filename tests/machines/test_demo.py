@@ -32,10 +32,3 @@ def test_the_demo_runs_and_creates_no_duplicates(tmp_path: Path,
     assert evaluate_row.split()[1] == "135", "hourly 09:00-17:00 on 15 business days"
     invoices = world.rows("select order_id from invoices")
     assert sorted(i["order_id"] for i in invoices) == ["O-1", "O-2", "O-3"]
-
-
-def test_store_is_refused_until_the_durable_runtime_is_wired(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        demo.main(["--workdir", str(tmp_path), "--store", "sqlite:///runs.db"])
-    assert "--store needs the durable runtime" in capsys.readouterr().err

@@ -1,0 +1,133 @@
+"""Running the example workflows durably: the same ``run(name, input, key) -> Outcome`` as
+``machines.local.LocalRunner``, on ``persistence.Runtime`` and a ``Worker`` over a store URL.
+
+Time: the runtime's clock is a ``SimulatedClock`` that starts at the wall clock and jumps to a
+run's next timer when the run waits (a retry's backoff), so three simulated weeks take seconds.
+It never falls behind the wall clock, because leases written by worker subprocesses (which use
+the wall clock) must expire on it. The error workflow of a failed run is started with the key
+``<error workflow>:<run key>``, so it starts once per failure even if this is repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from machines.runs import Outcome, error_workflow_input, retry_waits_entered
+from statecharts import Machine, SimulatedClock, Snapshot
+
+
+def wall_ms() -> int:
+    """The wall clock in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class DurableRunner:
+    """Runs ``machines`` on the store at ``url`` (migrated on open) with one in-process worker.
+
+    ``lease_ms`` is the lease the in-process worker takes, and how long a killed worker
+    subprocess's runs stay claimed (pass the same to ``statecharts worker --lease-ms``).
+    """
+
+    def __init__(self, url: str, machines: Sequence[Machine],
+                 error_workflow_of: Callable[[str], str | None] = lambda name: None,
+                 lease_ms: int = 1000) -> None:
+        from persistence.runtime import Runtime
+        from persistence.worker import Worker
+
+        from persistence import open_store
+
+        self.url = url
+        self.clock = SimulatedClock(wall_ms())
+        self.store = open_store(url, migrate=True)
+        self.runtime = Runtime(self.store, list(machines), clock=self.clock)
+        self.worker = Worker(self.runtime, lease_ms=lease_ms)
+        self.lease_ms = lease_ms
+        self.error_workflow_of = error_workflow_of
+        self.outcomes: list[Outcome] = []
+        self.run_ids: dict[str, str] = {}
+
+    def start(self, name: str, input: Mapping[str, Any], key: str) -> str:
+        """Start a run (idempotent by ``key`` while it is active); its id."""
+        run_id = self.runtime.start(name, dict(input), key=key)
+        self.run_ids[key] = run_id
+        return run_id
+
+    def run(self, name: str, input: Mapping[str, Any], key: str) -> Outcome:
+        """Start ``name`` and drive it to its end."""
+        return self.finish(name, key, self.start(name, input, key), input)
+
+    def finish(self, name: str, key: str, run_id: str, input: Mapping[str, Any]) -> Outcome:
+        """Drive the run to its end (jumping the clock to its timers), then start the error
+        workflow if it failed."""
+        self.clock.set(max(self.clock.now(), wall_ms()))
+        while True:
+            self.worker.run_until_idle()
+            record = self.runtime.get(run_id)
+            if record.terminal:
+                break
+            due = record.wake_at
+            if due is None or (record.lease_owner is not None and
+                               record.lease_expires_at is not None and
+                               record.lease_expires_at > self.clock.now()):
+                # leased by another (perhaps dead) worker: wait out its lease
+                due = max(due or 0, (record.lease_expires_at or self.clock.now()) + 1)
+            self.clock.set(max(self.clock.now(), due, wall_ms()))
+        snapshot = self._final_snapshot(run_id, record.status, record.last_error)
+        outcome = Outcome(name, key, snapshot, self.retries(run_id))
+        self.outcomes.append(outcome)
+        if snapshot.status == "error":
+            handler = self.error_workflow_of(name)
+            if handler is not None:
+                outcome.alert = self.run(handler, error_workflow_input(
+                    name, key, snapshot, self.clock.now(), bool(input.get("dry_run", False))),
+                    key=f"{handler}:{key}")
+        return outcome
+
+    def _final_snapshot(self, run_id: str, status: str, last_error: str | None) -> Snapshot:
+        snapshot = self.runtime.snapshot(run_id)
+        if status == "error" and snapshot.status != "error":
+            # the run failed outside the machine (an action raised): say so in the snapshot
+            snapshot, _ = snapshot.machine.fail(snapshot, {"name": "RunFailed",
+                                                           "message": last_error or ""})
+        return snapshot
+
+    def retries(self, run_id: str) -> int:
+        """Retry waits the run entered, from its journal."""
+        return sum(retry_waits_entered(e.state_before.split(","), e.state_after.split(","))
+                   for e in self.store.list_events(run_id))
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+
+def serve(url: str, lease_ms: int, poll_ms: int = 50) -> None:
+    """Be a worker process for the example workflows (``machines.followup`` and
+    ``machines.invoice``, wired from the environment) until SIGTERM."""
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+
+    from machines import followup, invoice
+    from persistence import open_store
+
+    machines = [*followup.MACHINES.values(), *invoice.MACHINES.values()]
+    runtime = Runtime(open_store(url), machines)
+    Worker(runtime, lease_ms=lease_ms, poll_ms=poll_ms).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m machines.durable --store URL [--lease-ms N]``: a worker process."""
+    parser = argparse.ArgumentParser(prog="python -m machines.durable", description=serve.__doc__)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--lease-ms", type=int, default=30_000)
+    args = parser.parse_args(argv)
+    serve(args.store, args.lease_ms)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
