@@ -224,7 +224,7 @@ class Demo:
                             input: dict[str, Any], after: int) -> Outcome:
         """A worker subprocess takes the run; SIGKILL it right after its ``after``-th task;
         the in-process worker takes the run over once the lease expires."""
-        run_id = runner.start("followup_evaluate", input, key)
+        run_id = runner.start("followup_evaluate", input, key, for_other_workers=True)
         self.world.hold("tasks", after=after)
         env = {**os.environ, "FOLLOWUP_DATABASE": self.db.url,
                "FOLLOWUP_FAKES": self.world.path, "INVOICE_FAKES": self.world.path,

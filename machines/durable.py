@@ -44,15 +44,21 @@ class DurableRunner:
         self.clock = SimulatedClock(wall_ms())
         self.store = open_store(url, migrate=True)
         self.runtime = Runtime(self.store, list(machines), clock=self.clock)
+        # runs handed to worker subprocesses (wall clock) are started on the wall clock, else
+        # they would not be due for them until the wall clock caught up with ours
+        self.wall_runtime = Runtime(self.store, list(machines))
         self.worker = Worker(self.runtime, lease_ms=lease_ms)
         self.lease_ms = lease_ms
         self.error_workflow_of = error_workflow_of
         self.outcomes: list[Outcome] = []
         self.run_ids: dict[str, str] = {}
 
-    def start(self, name: str, input: Mapping[str, Any], key: str) -> str:
-        """Start a run (idempotent by ``key`` while it is active); its id."""
-        run_id = self.runtime.start(name, dict(input), key=key)
+    def start(self, name: str, input: Mapping[str, Any], key: str,
+              for_other_workers: bool = False) -> str:
+        """Start a run (idempotent by ``key`` while it is active); its id.
+        ``for_other_workers``: due now on the wall clock, for worker processes."""
+        runtime = self.wall_runtime if for_other_workers else self.runtime
+        run_id = runtime.start(name, dict(input), key=key)
         self.run_ids[key] = run_id
         return run_id
 
