@@ -1,0 +1,1 @@
+"""Importers and exporters between statecharts and other workflow tools (n8n, ...)."""
