@@ -20,9 +20,9 @@ from typing import Any
 
 from . import effects as fx
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
-from .errors import ActorStoppedError, ImplementationError, StatechartError
+from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
 from .events import EventLike, done_actor_event_type, error_actor_event_type, normalize_event
-from .frozen import FrozenDict, thaw
+from .frozen import FrozenDict, freeze, thaw
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
@@ -236,7 +236,7 @@ class Actor:
                 self.clock.cancel(handle)
         elif isinstance(effect, fx.StartChild):
             self._start_child(effect.id, effect.src, effect.logic, effect.input,
-                              effect.system_id, None)
+                              effect.system_id, None, effect.key)
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
@@ -274,7 +274,7 @@ class Actor:
     # -- children ----------------------------------------------------------------------------
 
     def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
-                     system_id: str | None, restored: Any) -> None:
+                     system_id: str | None, restored: Any, key: str | None = None) -> None:
         if isinstance(logic, Machine):
             child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
                                inspect=self._inspect, id=child_id, parent=self,
@@ -283,9 +283,9 @@ class Actor:
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
-            child = FunctionChild(self, child_id, logic, input)
+            child = FunctionChild(self, child_id, logic, input, key)
         elif callable(logic):
-            child = FunctionChild(self, child_id, from_callable(logic, src), input)
+            child = FunctionChild(self, child_id, from_callable(logic, src), input, key)
         else:
             raise ImplementationError(f"actor {src!r}", TypeError(
                 f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
@@ -297,13 +297,18 @@ class Actor:
 
     def child_done(self, child_id: str, output: Any) -> None:
         """A child finished with ``output`` (children call this)."""
+        try:
+            frozen = freeze(output, f"output of child {child_id!r}")
+        except ContextError as exc:
+            self.child_failed(child_id, error_to_json(exc))
+            return
         self._deliver("child", (child_id, FrozenDict(type=done_actor_event_type(child_id),
-                                                     output=output)))
+                                                     output=frozen)))
 
     def child_failed(self, child_id: str, error: Any) -> None:
         """A child failed with ``error`` (JSON) (children call this)."""
         self._deliver("child", (child_id, FrozenDict(type=error_actor_event_type(child_id),
-                                                     error=error)))
+                                                     error=freeze(error, "error"))))
 
     def _finish(self) -> None:
         snapshot = self._snapshot
@@ -436,9 +441,10 @@ class FunctionChild:
     """A child running a function (``from_callable``) or coroutine (``from_async``) once."""
 
     def __init__(self, parent: Actor, child_id: str, logic: CallableLogic | AsyncLogic,
-                 input: Any) -> None:
+                 input: Any, key: str | None = None) -> None:
         self.parent = parent
         self.id = child_id
+        self.key = f"{parent.id}:{key or child_id}"
         self.logic = logic
         self.input = input
         self.running = False
@@ -447,8 +453,7 @@ class FunctionChild:
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
         self.running = True
-        kwargs = {"idempotency_key": f"{self.parent.id}:{self.id}"} if self.logic.wants_key \
-            else {}
+        kwargs = {"idempotency_key": self.key} if self.logic.wants_key else {}
         try:
             if isinstance(self.logic, AsyncLogic):
                 output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))

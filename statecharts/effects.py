@@ -81,7 +81,11 @@ class CancelTimer(Effect):
 
 @dataclass(frozen=True, slots=True)
 class StartChild(Effect):
-    """Start the actor ``src`` as child ``id`` with ``input``."""
+    """Start the actor ``src`` as child ``id`` with ``input``.
+
+    ``key`` is stable across the retries of one call site (``attempt`` counts them) so a
+    runtime can hand it to the invoked function as its idempotency key.
+    """
 
     kind: ClassVar[str] = "start_child"
     id: str
@@ -89,11 +93,14 @@ class StartChild(Effect):
     input: Any
     system_id: str | None = None
     invoked_by: str | None = None
+    key: str | None = None
+    attempt: int = 1
     logic: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,
-                "system_id": self.system_id, "invoked_by": self.invoked_by}
+                "system_id": self.system_id, "invoked_by": self.invoked_by, "key": self.key,
+                "attempt": self.attempt}
 
 
 @dataclass(frozen=True, slots=True)

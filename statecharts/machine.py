@@ -138,8 +138,8 @@ class Machine:
             if cached is configuration:
                 return snapshot, NO_EFFECTS
             return make_snapshot(self, cached, snapshot._context, "active", None, None,
-                                 snapshot._history, snapshot._timers,
-                                 snapshot._children), NO_EFFECTS
+                                 snapshot._history, snapshot._timers, snapshot._children,
+                                 snapshot._retries, snapshot._skipped), NO_EFFECTS
         if snapshot._machine is not self:
             self._check_owner(snapshot)
         step = self._step_from(snapshot, now)
@@ -195,10 +195,16 @@ class Machine:
             found = self._events[event_type] = FrozenDict(type=event_type)
         return found
 
-    def resolve_delay(self, delay: Any, context: Any, event: Any) -> int:
+    def resolve_delay(self, delay: Any, context: Any, event: Any,
+                      step: algorithm.Step | None = None) -> int:
         """Milliseconds for ``delay``: a number, a name from ``delays=``, or a function."""
         name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
         value = delay
+        retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
+        if retried is not None and step is not None:
+            record = step.retries[retried.id]
+            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
+                                               record["key"]))
         if isinstance(delay, str):
             if delay not in self.implementations.delays:
                 raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
@@ -259,7 +265,8 @@ class Machine:
 
     def _step_from(self, snapshot: Snapshot, now: Callable[[], int]) -> algorithm.Step:
         return algorithm.Step(self, snapshot._configuration.nodes, snapshot._context,
-                              snapshot._history, snapshot._timers, snapshot._children, now)
+                              snapshot._history, snapshot._timers, snapshot._children, now,
+                              snapshot._retries, snapshot._skipped)
 
     def _snapshot_from(self, step: algorithm.Step, before: Snapshot | None) -> Snapshot:
         configuration = self._configuration_for(frozenset(step.nodes))
@@ -272,14 +279,15 @@ class Machine:
         else:
             children = FrozenDict(step.children)
         return make_snapshot(self, configuration, step.context, step.status, step.output,
-                             step.error, step.history, timers, children)
+                             step.error, step.history, timers, children, step.retries,
+                             step.skipped)
 
     def _is_plain_move(self, step: algorithm.Step, before: Snapshot, after: Snapshot) -> bool:
         return (not step.effects and not step.guards_used and not step.history_read and
                 step.microsteps <= 1 and after._status == "active" and
                 after._context is before._context and after._history is before._history and
                 after._timers is before._timers and after._children is before._children and
-                not after._configuration.has_always)
+                after._retries is before._retries and not after._configuration.has_always)
 
     def _remember(self, configuration: Configuration, event_type: str,
                   result: Configuration) -> None:

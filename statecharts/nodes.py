@@ -75,7 +75,7 @@ class StateNode:
                  "history_default", "entry", "exit", "transitions", "always", "invoke", "tags",
                  "meta", "description", "output", "order", "depth", "ancestors", "config_path",
                  "after_timers", "history_children", "regions", "_candidates", "_by_event",
-                 "_wildcards", "machine_id")
+                 "_wildcards", "machine_id", "retry", "retry_invoke", "retry_attempt_of")
 
     def __init__(self, key: str, id: str, path: tuple[str, ...], parent: StateNode | None,
                  config_path: str) -> None:
@@ -109,6 +109,9 @@ class StateNode:
         self._by_event: dict[str, list[Transition]] = {}
         self._wildcards: list[tuple[str, list[Transition]]] = []
         self.machine_id = ""
+        self.retry: Any = None
+        self.retry_invoke: str | None = None
+        self.retry_attempt_of: StateNode | None = None
 
     @property
     def is_atomic(self) -> bool:
