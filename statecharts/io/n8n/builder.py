@@ -81,7 +81,7 @@ class MachineBuilder:
         self.events: set[str] = set()
         self.order = {n.name: n.index for n in graph.workflow.nodes}
 
-    # -- the machine ----------------------------------------------------------------------------
+    # -- the machine -----------------------------------------------------------------------------
 
     def build(self, entries: list[Entry], wait_for_trigger: bool,
               meta: dict[str, Any]) -> MachineImport:
@@ -130,7 +130,7 @@ class MachineBuilder:
                    f"entry point(s) is an event here: {triggers}")
         return key
 
-    # -- ids, keys and bookkeeping ------------------------------------------------------------------
+    # -- ids, keys and bookkeeping ---------------------------------------------------------------
 
     def _id(self, ref: _Ref) -> str:
         return "#" + ".".join((self.machine_id, *ref.scope.path, ref.key))
@@ -160,7 +160,7 @@ class MachineBuilder:
         self.events.add(event)
         return event
 
-    # -- where a wire leads ---------------------------------------------------------------------------
+    # -- where a wire leads ----------------------------------------------------------------------
 
     def _route(self, targets: list[str], scope: _Scope, origin: str) -> _Ref:
         """The state items go to next: the target's state, a fork over several targets, or the
@@ -218,7 +218,7 @@ class MachineBuilder:
             scope.arrivals[name] = _Ref(scope, key)
         return scope.arrivals[name]
 
-    # -- forks and joins -------------------------------------------------------------------------------
+    # -- forks and joins -------------------------------------------------------------------------
 
     def _fork(self, heads: list[str], scope: _Scope, origin: str) -> _Ref:
         stops, join = self._regions(heads, scope)
@@ -302,7 +302,7 @@ class MachineBuilder:
                 pending.extend(self.graph.successors(name))
         return expanded, hits
 
-    # -- one node ------------------------------------------------------------------------------------
+    # -- one node --------------------------------------------------------------------------------
 
     def _build_node(self, name: str) -> None:
         ref = self.placed[name]
@@ -458,9 +458,9 @@ class MachineBuilder:
         guard: Any
         if loop is not None and self.graph.workflow.has_node(loop) and \
                 self.graph.kinds[loop] is Kind.LOOP:
-            guard = {"type": self._need("guard", "batches_exhausted", None,
-                                        "true when a Loop Over Items has no batch left",
-                                        provided=True),
+            guard = {"type": self._need("guard", "no_items_left", None,
+                                        "true when the batch a Loop Over Items just handed "
+                                        "out was its last", provided=True),
                      "params": {"loop": self.keys[loop]}}
             how = f"choice: \"no items left in '{loop}'?\" reads the loop's batch pointer"
         else:

@@ -12,6 +12,8 @@ from .naming import event_name, snake, unique
 from .node_kinds import Kind
 from .workflow import parse_workflow
 
+KEY_LENGTH = 40  # longer node names are cut (at a word) for state keys and implementation names
+
 
 @dataclass(frozen=True)
 class N8nImport:
@@ -99,7 +101,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     machine_id = snake(name or workflow.name or "workflow", "workflow")
     keys: dict[str, str] = {}
     for node in workflow.nodes:
-        keys[node.name] = unique(snake(node.name), set(keys.values()))
+        keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), set(keys.values()))
     events: set[str] = set()
     error_entries = [Entry(None, tuple(_heads(graph, n)), (n,), n,
                            f"Error Trigger: machine {machine_id}_error starts when a watched "

@@ -15,11 +15,15 @@ _NOT_WORD = re.compile(r"[^a-z0-9]+")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def snake(text: str, fallback: str = "node") -> str:
+def snake(text: str, fallback: str = "node", max_length: int | None = None) -> str:
     """``"Any alerts?"`` -> ``"any_alerts"``; accents folded, never empty, never a leading
-    digit (state keys double as parts of Python names in the skeleton)."""
+    digit (state keys double as parts of Python names in the skeleton); cut at a word
+    boundary to ``max_length`` when given (diagram labels stay readable)."""
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
     key = _NOT_WORD.sub("_", folded.lower()).strip("_") or fallback
+    if max_length is not None and len(key) > max_length:
+        cut = key.rfind("_", 0, max_length + 1)
+        key = key[:cut if cut > 0 else max_length].rstrip("_")
     return f"n_{key}" if key[0].isdigit() else key
 
 

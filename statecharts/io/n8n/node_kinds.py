@@ -102,7 +102,7 @@ def is_known_type(node: Node) -> bool:
         kind_of(node) is not Kind.WORK
 
 
-# -- error handling and retries --------------------------------------------------------------
+# -- error handling and retries -----------------------------------------------------------------
 
 def error_mode(node: Node) -> str:
     """``stopWorkflow``, ``continueRegularOutput`` or ``continueErrorOutput``."""
@@ -122,7 +122,7 @@ def retry_policy(node: Node) -> dict[str, Any] | None:
             "backoff": "fixed", "jitter": "none"}
 
 
-# -- durations ---------------------------------------------------------------------------------
+# -- durations ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Duration:
@@ -158,7 +158,7 @@ def _until(node: Node, key: str, source: Mapping[str, Any], *prefix: str) -> Dur
     return Duration(None, when, f"until {when or '(no date set)'}")
 
 
-# -- Wait, Form and "send and wait" ---------------------------------------------------------------
+# -- Wait, Form and "send and wait" -------------------------------------------------------------
 
 @dataclass(frozen=True)
 class WaitSpec:
@@ -231,7 +231,7 @@ def _limit(node: Node, values: Mapping[str, Any], *prefix: str) -> Duration:
                          f"expected afterTimeInterval or atSpecifiedTime, got {kind!r}")
 
 
-# -- Loop Over Items -------------------------------------------------------------------------------
+# -- Loop Over Items ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class LoopSpec:
@@ -294,7 +294,7 @@ def _loop_name(value: Any) -> str | None:
     return (match.group("a") or match.group("b")) if match else None
 
 
-# -- Switch ------------------------------------------------------------------------------------------
+# -- Switch -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SwitchSpec:
@@ -365,7 +365,7 @@ def _fallback(node: Node, version: float, rule_count: int) -> int | None:
     return None if number < 0 else int(number)
 
 
-# -- Execute Workflow and Stop and Error -----------------------------------------------------------
+# -- Execute Workflow and Stop and Error --------------------------------------------------------
 
 @dataclass(frozen=True)
 class SubWorkflowSpec:

@@ -55,7 +55,7 @@ def _hidden_section(machine: MachineImport) -> list[str]:
     lines = ["", f"## Hidden states of `{machine.machine_id}`", ""]
     counts = machine.hidden_counts()
     if not counts:
-        return lines + ["None."]
+        return [*lines, "None."]
     lines += [", ".join(f"{HIDDEN_KINDS[kind]}: {count}" for kind, count in counts.items()),
               "", "| hidden state | kind | from node | why it exists |", "|---|---|---|---|"]
     for hidden in machine.hidden_states:

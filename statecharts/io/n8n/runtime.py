@@ -2,9 +2,11 @@
 the user should not have to write.
 
 - Loop Over Items keeps its not-yet-processed items inside the node in n8n. Here the batch
-  pointer lives in ``context["loops"][<loop>]`` as ``{"batch_size", "next", "total"}``:
-  ``take_next_batch`` (entry of the loop state) moves it, ``batches_exhausted`` tells the loop
-  to take its ``done`` way, ``reset_batches`` forgets the items so the loop can run again.
+  pointer lives in ``context["loops"][<loop>]`` as ``{"batch_size", "next", "total"}`` (the
+  batch handed out is items ``next`` to ``next + batch_size``): ``take_next_batch`` (entry of
+  the loop state) moves it, ``batches_exhausted`` tells the loop to take its ``done`` way (no
+  batch left to hand out), ``no_items_left`` answers n8n's ``noItemsLeft`` (the batch just
+  handed out was the last), ``reset_batches`` forgets the items so the loop can run again.
 - Stop and Error fails the run with its message (``stop_and_error``).
 
 ``PROVIDED`` holds them ready for ``create_machine``; the generated skeleton merges them in.
@@ -64,6 +66,17 @@ def no_batch_left(context: Any, event: Any, loop: str) -> bool:
     return total is not None and int(pointer["next"]) >= int(total)
 
 
+def no_items_left(context: Any, event: Any, loop: str) -> bool:
+    """n8n's ``$node["<loop>"].context["noItemsLeft"]``: true once the batch just handed out
+    was the last one (the v1/v2 way to end a loop is an If asking this)."""
+    pointer = _pointer(context, loop)
+    total = pointer.get("total")
+    if total is None:
+        return False
+    size = pointer.get("batch_size") or 1
+    return int(pointer["next"]) + int(size) >= int(total)
+
+
 def forget_batches(context: Any, event: Any, loop: str) -> dict[str, Any]:
     """The context update that resets loop ``loop`` (n8n resets a loop once it is done)."""
     pointer = _pointer(context, loop)
@@ -78,7 +91,7 @@ def stop_and_error(input: Any) -> NoReturn:
 
 
 PROVIDED: dict[str, dict[str, Any]] = {
-    "guards": {"batches_exhausted": no_batch_left},
+    "guards": {"batches_exhausted": no_batch_left, "no_items_left": no_items_left},
     "actions": {"take_next_batch": assign(next_batch), "reset_batches": assign(forget_batches)},
     "actors": {"stop_and_error": stop_and_error},
     "delays": {},

@@ -30,9 +30,12 @@ def build_machines(result: N8nImport) -> tuple[Machine, Machine | None]:
     """The primary machine and the error machine (or None), validated by the engine; raises
     ``MachineDefinitionError`` listing every problem."""
     impls = placeholder_implementations(result)
-    primary = create_machine(result.config, **impls)
-    error = create_machine(result.error_config, **impls) if result.error_config else None
-    return primary, error
+
+    def build(config: dict[str, Any]) -> Machine:
+        return create_machine(config, guards=impls["guards"], actions=impls["actions"],
+                              actors=impls["actors"], delays=impls["delays"])
+
+    return build(result.config), build(result.error_config) if result.error_config else None
 
 
 def _placeholder(kind: str, name: str) -> Callable[..., Any]:
