@@ -331,9 +331,17 @@ def switch_spec(node: Node) -> SwitchSpec:
         if not isinstance(rule, Mapping):
             raise N8nFormatError(node.param_path("rules", list_key, i), "expected a rule object")
         output = _rule_output(node, rule, i, version, list_key)
-        label = rule.get("outputKey") if isinstance(rule.get("outputKey"), str) else None
-        branches.append((label or f"rule_{i}", output))
+        branches.append((_rule_label(rule) or f"rule_{i}", output))
     return SwitchSpec(tuple(branches), _fallback(node, version, len(rules)), False)
+
+
+def _rule_label(rule: Mapping[str, Any]) -> str | None:
+    """A rule's output name (``outputKey``), else the plain value a v1/v2 rule compares with."""
+    for key in ("outputKey", "value2"):
+        value = rule.get(key)
+        if isinstance(value, str) and value.strip("= ") and not value.startswith("={{"):
+            return value.lstrip("=")
+    return None
 
 
 def _rule_output(node: Node, rule: Mapping[str, Any], index: int, version: float,
