@@ -129,7 +129,7 @@ def test_fork_and_branch_done_for_one_output_wired_to_two_nodes() -> None:
         parallel["states"]["branch_2"]["initial"]
     assert parallel["onDone"] == "#w.done"  # nothing joins them: the run ends after both
     ends = {h.state for h in _hidden(result, "branch_done")}
-    assert ends == {f"{fork[0].state}.branch_1.branch_done", f"{fork[0].state}.branch_2.branch_done"}
+    assert ends == {f"{fork[0].state}.{b}.branch_done" for b in ("branch_1", "branch_2")}
 
 
 def test_join_at_a_merge_waits_for_both_inputs() -> None:

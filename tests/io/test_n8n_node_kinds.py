@@ -11,7 +11,7 @@ def _names(impls: tuple) -> set[str]:  # type: ignore[type-arg]
     return {i.name for i in impls}
 
 
-# -- Wait ----------------------------------------------------------------------------------------
+# -- Wait -----------------------------------------------------------------------------------------
 
 def test_wait_time_interval_is_an_after_timer_in_ms() -> None:
     # 0230: Wait v1 {"unit": "seconds", "amount": 2}
@@ -80,7 +80,7 @@ def test_form_pages_wait_for_their_submission() -> None:
     assert list(state(result, "waiting_for_trigger")["on"]) == ["WAITLIST_FORM"]
 
 
-# -- Loop Over Items ---------------------------------------------------------------------------
+# -- Loop Over Items ------------------------------------------------------------------------------
 
 def test_loop_v3_done_and_loop_outputs_are_guarded_transitions() -> None:
     # Code_0182: 'Loop Over Items' v3: output 0 (done) -> Completed Notification,
@@ -179,7 +179,7 @@ def test_filter_drops_items_that_fail() -> None:
     assert dropped == {"target": "#w.done", "description": "Filter: dropped"}
 
 
-# -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -----------------------------------
+# -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -------------------------------
 
 def test_execute_workflow_that_waits_is_an_invoked_child() -> None:
     result = imported("zie619__Webhook_0619")
@@ -230,7 +230,7 @@ def test_stop_and_error_fails_the_run_with_its_message() -> None:
     assert "onError" not in stop["invoke"] and "onDone" not in stop["invoke"]
 
 
-# -- what has no state of its own ---------------------------------------------------------------
+# -- what has no state of its own -----------------------------------------------------------------
 
 def test_disabled_nodes_are_skipped_and_wired_through() -> None:
     # Wait_0716: the disabled 'Webhook' trigger starts nothing
@@ -271,7 +271,7 @@ def test_unknown_node_types_become_a_generic_doing_state() -> None:
     assert "check_disk_usage_ssh" in _names(result.actors)
 
 
-# -- what real exports contain ---------------------------------------------------------------------
+# -- what real exports contain --------------------------------------------------------------------
 
 def test_real_export_shapes_are_accepted() -> None:
     # Github_1149: nodes without "id"; only nodes + connections; no settings
