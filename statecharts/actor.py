@@ -283,9 +283,9 @@ class Actor:
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
-            child = FunctionChild(self, child_id, logic, input, key)
+            child = self._function_child(child_id, logic, input, key)
         elif callable(logic):
-            child = FunctionChild(self, child_id, from_callable(logic, src), input, key)
+            child = self._function_child(child_id, from_callable(logic, src), input, key)
         else:
             raise ImplementationError(f"actor {src!r}", TypeError(
                 f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
@@ -294,6 +294,10 @@ class Actor:
         if system_id:
             self.system.actors[system_id] = child
         child.start()
+
+    def _function_child(self, child_id: str, logic: Any, input: Any,
+                        key: str | None) -> FunctionChild:
+        return FunctionChild(self, child_id, logic, input, key)
 
     def child_done(self, child_id: str, output: Any) -> None:
         """A child finished with ``output`` (children call this)."""
@@ -352,10 +356,10 @@ class Actor:
         logic = self._logic_of(ref)
         state = ref.state if isinstance(ref.state, Mapping) else {}
         if isinstance(logic, Machine) and state.get("snapshot") is not None:
-            self._start_child(ref.id, ref.src, logic, state.get("input"), ref.system_id,
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
                               state["snapshot"])
         elif self.on_unpersistable == "restart":
-            self._start_child(ref.id, ref.src, logic, state.get("input"), ref.system_id, None)
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
             self._mailbox.append(("child", (ref.id, FrozenDict(
                 type=error_actor_event_type(ref.id),
@@ -389,8 +393,7 @@ class Actor:
 
     def persisted_state(self) -> dict[str, Any]:
         """What a parent records about this actor when persisting."""
-        return {"kind": "machine", "snapshot": self.get_persisted_snapshot(),
-                "input": thaw(self._input)}
+        return {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
 
     def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
                   error: Callable[[BaseException], Any] | None = None,
@@ -479,8 +482,7 @@ class FunctionChild:
 
     def persisted_state(self) -> dict[str, Any]:
         """Functions cannot be persisted mid-flight: recorded with their input."""
-        return {"kind": "function", "status": "running" if self.running else "idle",
-                "input": thaw(self.input)}
+        return {"kind": "function", "status": "running" if self.running else "idle"}
 
 
 async def _await(awaitable: Any) -> Any:
@@ -528,7 +530,7 @@ class CallbackChild:
 
     def persisted_state(self) -> dict[str, Any]:
         """Callbacks hold live resources: recorded with their input, restarted on resume."""
-        return {"kind": "callback", "status": "running", "input": thaw(self.input)}
+        return {"kind": "callback", "status": "running"}
 
 
 def create_actor(machine: Machine, *, input: Any = None,

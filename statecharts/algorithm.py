@@ -34,10 +34,29 @@ class Step:
     """The working state of one macrostep: what ``Snapshot`` holds, made mutable, plus the
     internal queue and the effects collected so far. Built-in actions act on it."""
 
-    __slots__ = ("machine", "nodes", "context", "history", "timers", "children", "status",
-                 "output", "error", "queue", "effects", "event", "now", "guards_used",
-                 "history_read", "microsteps", "trace",
-                 "retries", "skipped", "timers_changed", "children_changed")
+    __slots__ = (
+        "children",
+        "children_changed",
+        "context",
+        "effects",
+        "error",
+        "event",
+        "guards_used",
+        "history",
+        "history_read",
+        "machine",
+        "microsteps",
+        "nodes",
+        "now",
+        "output",
+        "queue",
+        "retries",
+        "skipped",
+        "status",
+        "timers",
+        "timers_changed",
+        "trace",
+    )
 
     def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
@@ -100,10 +119,11 @@ class Step:
             while f"{name}#{n}" in self.children:
                 n += 1
             actor_id = f"{name}#{n}"
-        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by)
+        frozen_input = freeze(input, "input")
+        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
         self.children_changed = True
-        self.effects.append(fx.StartChild(actor_id, name, freeze(input, "input"), system_id,
-                                          invoked_by, key, attempt, logic))
+        self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
+                                          key, attempt, logic))
 
     def stop_child(self, actor_id: str) -> None:
         if self.children.pop(actor_id, None) is not None:
@@ -310,6 +330,8 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     exited = exit_states(step, transitions, event)
     for transition in transitions:
         run_actions(step, transition.actions, event)
+    if step.retries and exited:
+        _close_retry_records(step)
     entered = enter_states(step, transitions, event)
     if step.status == "done":
         for node in sorted(step.nodes, key=_order, reverse=True):
@@ -327,14 +349,21 @@ def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) ->
     step.history = record_history(to_exit, step.nodes, step.history)
     for node in to_exit:
         run_actions(step, node.exit, event)
-        if node.retry is not None:
-            step.retries = FrozenDict({k: v for k, v in step.retries.items() if k != node.id})
         for timer_event, _ in node.after_timers:
             step.cancel(timer_event)
         for invoke in node.invoke:
             step.stop_child(invoke.id)
         step.nodes.discard(node)
     return True
+
+
+def _close_retry_records(step: Step) -> None:
+    """Forget the retry records of retried states just exited (after the transition's own
+    actions, which may still read them: ``recordSkip``)."""
+    by_id = step.machine.definition.by_id
+    kept = {k: v for k, v in step.retries.items() if by_id[k] in step.nodes}
+    if len(kept) != len(step.retries):
+        step.retries = FrozenDict(kept)
 
 
 def record_history(to_exit: list[StateNode], nodes: set[StateNode],

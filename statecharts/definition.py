@@ -19,8 +19,12 @@ import orjson
 
 from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
 from .errors import MachineDefinitionError
-from .events import after_event_type, done_actor_event_type, done_state_event_type, \
-    error_actor_event_type
+from .events import (
+    after_event_type,
+    done_actor_event_type,
+    done_state_event_type,
+    error_actor_event_type,
+)
 from .frozen import freeze
 from .guards import GuardSpec
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
@@ -643,9 +647,9 @@ class _Builder:
     def _check_descriptor(self, descriptor: Any, path: str) -> None:
         if not isinstance(descriptor, str) or not descriptor:
             self.problem(path, "an event descriptor is a non-empty string")
-        elif "*" in descriptor and descriptor != "*" and not descriptor.endswith(".*"):
-            self.problem(path, "a wildcard is '*' or the last token ('prefix.*')")
-        elif "*" in descriptor[:-1]:
+        elif "*" in descriptor[:-1] or (descriptor.endswith("*") and
+                                          descriptor not in ("*",) and
+                                          not descriptor.endswith(".*")):
             self.problem(path, "a wildcard is '*' or the last token ('prefix.*')")
 
     def _unknown_key(self, path: str, key: str, allowed: Iterable[str]) -> None:

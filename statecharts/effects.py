@@ -21,7 +21,8 @@ class Effect:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able record of this effect (for outbox tables and logs)."""
         data: dict[str, Any] = {"kind": self.kind}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        slots: tuple[str, ...] = self.__slots__  # type: ignore[attr-defined]
+        for name in slots:
             if name != "fn":
                 data[name] = getattr(self, name)
         return data

@@ -7,7 +7,7 @@ assigns. User guards are called ``fn(context, event, **params)`` and must be pur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,7 +44,8 @@ class GuardSpec:
             if callable(params):
                 params = params(context, event)
             try:
-                return bool(self.fn(context, event, **params) if params else self.fn(context, event))
+                result = self.fn(context, event, **params) if params else self.fn(context, event)
+                return bool(result)
             except Exception as exc:  # a user guard failed: say which one
                 raise ImplementationError(f"guard '{kind}'", exc) from exc
         if kind == "and":

@@ -16,8 +16,7 @@ from typing import Any
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
 from .configuration import Configuration
-from .definition import Definition, Implementations, build_definition, resolve_action, \
-    resolve_guard
+from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
 from .events import INIT, EventLike, normalize_event
@@ -253,7 +252,7 @@ class Machine:
         if context is None:
             return EMPTY
         frozen = freeze(context, "")
-        if not isinstance(frozen, dict):
+        if not isinstance(frozen, FrozenDict):
             raise ImplementationError("context", TypeError("context must be a mapping"))
         return frozen
 

@@ -109,7 +109,8 @@ class RetryPolicy:
         """The wait (ms) after failed attempt ``attempt``: ``retry_after`` if the error has
         one, else the backoff, with full jitter drawn deterministically from ``key``."""
         retry_after = error.get("retry_after") if error else None
-        if _is_number(retry_after) and retry_after >= 0:
+        if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and \
+                retry_after >= 0:
             return int(retry_after)
         wait = self.base_wait(attempt)
         if self.jitter == "full":

@@ -53,12 +53,13 @@ class ChildRef:
     src: str
     system_id: str | None = None
     invoked_by: str | None = None
+    input: Any = None
     state: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """The child record as JSON types."""
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
-                "state": self.state}
+                "input": self.input, "state": self.state}
 
 
 class Snapshot:
@@ -68,8 +69,19 @@ class Snapshot:
     ``active``, ``done``, ``error``, ``stopped``.
     """
 
-    __slots__ = ("_machine", "_configuration", "_context", "_status", "_output", "_error",
-                 "_history", "_timers", "_children", "_retries", "_skipped")
+    __slots__ = (
+        "_children",
+        "_configuration",
+        "_context",
+        "_error",
+        "_history",
+        "_machine",
+        "_output",
+        "_retries",
+        "_skipped",
+        "_status",
+        "_timers",
+    )
 
     _machine: Machine
     _configuration: Configuration
@@ -262,7 +274,7 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         error = freeze(data.get("error"), "error", SnapshotError)
     except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
         raise SnapshotError("context", str(exc)) from exc
-    if not isinstance(context, dict):
+    if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     return make_snapshot(machine, configuration, context, status, output, error,
                          _history(machine, data.get("history") or {}),
@@ -380,6 +392,8 @@ def _children(data: Any) -> Mapping[str, ChildRef]:
             raise SnapshotError(f"children.{key}", "a child record with 'src'")
         children[key] = ChildRef(key, item["src"], item.get("system_id"),
                                  item.get("invoked_by"),
+                                 freeze(item.get("input"), f"children.{key}.input",
+                                        SnapshotError),
                                  freeze(item.get("state"), f"children.{key}.state",
                                         SnapshotError))
     return FrozenDict(children)
