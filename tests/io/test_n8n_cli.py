@@ -119,6 +119,6 @@ def test_register_adds_the_n8n_command_to_a_parser(tmp_path: Path) -> None:
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["n8n", "import", "w.json", "-o", str(tmp_path)])
     assert args.workflow == Path("w.json") and args.output == tmp_path
-    assert callable(args.func)
+    assert callable(args.handler)
     args = parser.parse_args(["n8n", "summary", str(tmp_path)])
-    assert args.folder == tmp_path and callable(args.func)
+    assert args.folder == tmp_path and callable(args.handler)

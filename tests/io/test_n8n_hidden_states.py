@@ -83,7 +83,8 @@ def test_error_outcome_for_continue_error_output() -> None:
     assert invoke["onError"] == "#w.send_telegram_alert_failed"
     assert invoke["onDone"] == "#w.done"  # output 0 has nothing attached
     outcome = state(result, "send_telegram_alert_failed")
-    assert outcome["always"] == "#w.send_email_fallback"
+    assert outcome["always"] == {"target": "#w.send_email_fallback",
+                                 "description": "continue on its error output (output 1)"}
     [hidden] = _hidden(result, "error_outcome")
     assert hidden.node == "Send Telegram Alert" and "continueErrorOutput" in hidden.reason
 
@@ -93,12 +94,14 @@ def test_error_outcome_for_continue_regular_output_and_legacy_continue_on_fail()
     result = imported("zie619__Telegram_1185")
     path = mapped_state(result, "Qdrant Vector Store")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
-    assert state(result, outcome_path)["always"] == "#w." + mapped_state(result, "Wait")
+    assert state(result, outcome_path)["always"]["target"] == "#w." + mapped_state(result, "Wait")
     # Github_1149: 'GitHub' has the legacy continueOnFail: true -> regular output (Merge)
     result = imported("zie619__Github_1149")
     path = mapped_state(result, "GitHub")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
-    assert state(result, outcome_path)["always"] == state(result, path)["invoke"]["onDone"]
+    assert state(result, outcome_path)["always"] == {
+        "target": state(result, path)["invoke"]["onDone"],
+        "description": "continue on its regular output"}
     [hidden] = [h for h in _hidden(result, "error_outcome") if h.node == "GitHub"]
     assert hidden.reason.startswith("continueOnFail")
 

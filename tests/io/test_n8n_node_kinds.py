@@ -94,7 +94,7 @@ def test_loop_v3_done_and_loop_outputs_are_guarded_transitions() -> None:
     done, again = loop["always"]
     assert done["guard"] == {"type": "batches_exhausted", "params": {"loop": "loop_over_items"}}
     assert done["target"] == "#w.completed_notification"
-    assert again == {"target": "#w.execute_workflow", "description": "Loop Over Items: loop"}
+    assert again == {"target": "#w.execute_workflow", "description": "loop"}
 
 
 def test_loop_v3_batch_size_and_unconnected_done_output() -> None:
@@ -133,7 +133,7 @@ def test_if_is_a_guarded_choice_between_its_two_outputs() -> None:
     result = imported("enescingoz__devops")
     choice = state(result, "any_alerts")["always"]
     assert choice[0]["guard"] == "any_alerts" and choice[0]["target"] == "#w.send_telegram_alert"
-    assert choice[1] == {"target": "#w.done", "description": "Any alerts?: false"}
+    assert choice[1] == {"target": "#w.done", "description": "false"}
 
 
 def test_switch_v1_rules_name_their_output() -> None:
@@ -176,7 +176,7 @@ def test_filter_drops_items_that_fail() -> None:
     result = imported("zie619__Splitout_0560")
     kept, dropped = state(result, "filter")["always"]
     assert kept["guard"] == "filter" and kept["target"] == "#w.custom_function_2_p3"
-    assert dropped == {"target": "#w.done", "description": "Filter: dropped"}
+    assert dropped == {"target": "#w.done", "description": "dropped"}
 
 
 # -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -------------------------------

@@ -236,7 +236,9 @@ class MachineBuilder:
             head_ref = self._ref(head, region)
             if head_ref.scope is not region:
                 head_ref = self._hand_over(region, head, head_ref, origin)
-            regions[region_key] = {"description": f"branch {i}: from '{head}'",
+            start = "straight to" if head_ref.key.startswith("at_") and \
+                head_ref.scope.arrivals.get(head) == head_ref else "from"
+            regions[region_key] = {"description": f"branch {i}: {start} '{head}'",
                                    "initial": head_ref.key, "states": region.states}
             self.hidden.append(HiddenState(
                 "fork", ".".join(region.path), origin_node,
@@ -366,10 +368,10 @@ class MachineBuilder:
                 {"guard": self._need("guard", guard, name,
                                      f"true when '{name}' sends its items to output "
                                      f"{i} ({label})"),
-                 "target": self._next(name, i, ref), "description": f"{name}: {label}"}
+                 "target": self._next(name, i, ref), "description": label}
                 for i, (label, guard) in enumerate(regular[:-1])
             ] + [{"target": self._next(name, len(regular) - 1, ref),
-                  "description": f"{name}: {regular[-1][0]}"}]
+                  "description": regular[-1][0]}]
             how.append(f"routes to {len(regular)} outputs by guards")
         if mode == "stopWorkflow":
             # n8n stops the run: the error stays unhandled, so the engine fails the run
@@ -413,8 +415,8 @@ class MachineBuilder:
         where = "regular output" if output == 0 else f"error output (output {output})"
         target = self._next(name, output, ref)
         ref.scope.states[key].update({
-            "description": f"'{name}' failed; continue on its {where}",
-            "always": target,
+            "description": f"{name} failed",
+            "always": {"target": target, "description": f"continue on its {where}"},
         })
         self._hide("error_outcome", ref.scope, key, name,
                    f"{setting}: when '{name}' fails n8n does not stop the run but sends an "
@@ -468,13 +470,18 @@ class MachineBuilder:
                                f"true when the items pass the conditions of If '{name}'")
             how = f"choice: guard '{ref.key}' true -> output 0, else output 1"
         state["always"] = [
-            {"guard": guard, "target": self._next(name, 0, ref), "description": f"{name}: true"},
-            {"target": self._next(name, 1, ref), "description": f"{name}: false"},
+            {"guard": guard, "target": self._next(name, 0, ref), "description": "true"},
+            {"target": self._next(name, 1, ref), "description": "false"},
         ]
         return how
 
     def _switch(self, name: str, ref: _Ref, state: dict[str, Any]) -> str:
-        spec = nk.switch_spec(self.graph.node(name))
+        node = self.graph.node(name)
+        spec = nk.switch_spec(node)
+        options = node.parameters.get("options")
+        if isinstance(options, dict) and options.get("allMatchingOutputs") is True:
+            self.warnings.append(f"'{name}' sends items to every matching output; the "
+                                 "statechart takes the first matching rule only")
         branches = list(spec.branches)
         last: tuple[str, int] | None = None
         if spec.by_expression and branches:
@@ -488,18 +495,18 @@ class MachineBuilder:
                                                f"true when Switch '{name}' routes to "
                                                f"'{label}' (output {output})"),
                            "target": self._next(name, output, ref),
-                           "description": f"{name}: {label}"})
+                           "description": label})
         if last is not None:
             always.append({"target": self._next(name, last[1], ref),
-                           "description": f"{name}: {last[0]}"})
+                           "description": last[0]})
             fallback = "the last output when no other matches"
         elif spec.fallback is not None:
             always.append({"target": self._next(name, spec.fallback, ref),
-                           "description": f"{name}: fallback"})
+                           "description": "fallback"})
             fallback = f"fallback output {spec.fallback}"
         else:
             always.append({"target": self._id(self._branch_end(ref.scope)),
-                           "description": f"{name}: no rule matched (items dropped)"})
+                           "description": "no rule matched: items dropped"})
             fallback = "no fallback: unmatched items are dropped"
         state["always"] = always
         return f"choice over {len(spec.branches)} outputs by guards; {fallback}"
@@ -509,10 +516,10 @@ class MachineBuilder:
                            f"true when the items pass the conditions of Filter '{name}'")
         kept = self.graph.output_count(name) > 1
         state["always"] = [
-            {"guard": guard, "target": self._next(name, 0, ref), "description": f"{name}: kept"},
+            {"guard": guard, "target": self._next(name, 0, ref), "description": "kept"},
             {"target": self._next(name, 1, ref) if kept else
              self._id(self._branch_end(ref.scope)),
-             "description": f"{name}: discarded" if kept else f"{name}: dropped"},
+             "description": "discarded" if kept else "dropped"},
         ]
         return f"guard '{ref.key}'; " + ("discarded items go to output 1" if kept else
                                          "items that fail are dropped (the branch ends)")
@@ -557,8 +564,8 @@ class MachineBuilder:
             self._id(self._branch_end(ref.scope))
         state["always"] = [
             {"guard": exhausted, "target": done, "actions": [reset],
-             "description": f"{name}: done"},
-            {"target": self._next(name, spec.loop_output, ref), "description": f"{name}: loop"},
+             "description": "done"},
+            {"target": self._next(name, spec.loop_output, ref), "description": "loop"},
         ]
         return (f"loop: batch pointer in context.loops.{key} (batches of {spec.batch_size}); "
                 "guarded transition to " + ("the done output" if spec.done_output is not None

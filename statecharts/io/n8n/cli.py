@@ -42,13 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     importing.add_argument("-o", "--output", type=Path, required=True,
                            help="folder to write into (created if missing)")
     importing.add_argument("--name", help="machine and file name (default: the file name)")
-    importing.set_defaults(func=run_import)
+    importing.set_defaults(handler=run_import)
     summary = commands.add_parser(
         "summary", help="nodes vs states and hidden states per kind over a folder",
         description="Import every *.json workflow in a folder (nothing is written) and print "
                     "nodes against states and the hidden states of each kind.")
     summary.add_argument("folder", type=Path, help="folder of n8n workflow exports")
-    summary.set_defaults(func=run_summary)
+    summary.set_defaults(handler=run_summary)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -96,9 +96,14 @@ def import_file(workflow: Path, output: Path, name: str | None = None) -> list[P
         error_file = f"{result.name}_error.json"
         files[error_file] = _json(result.error_config)
     files[f"{result.name}_impl.py"] = write_skeleton(result, f"{result.name}.json", error_file)
-    diagram = _mermaid(primary)
+    render = _renderer()
+    diagram = str(render.to_mermaid(primary)) if render is not None else None
     if diagram is not None:
         files[f"{result.name}.mmd"] = diagram
+        try:
+            files[f"{result.name}.svg"] = str(render.to_svg(primary))
+        except render.GraphvizNotFound as exc:  # Mermaid is still written
+            print(f"note: no SVG diagram: {exc}", file=sys.stderr)
     files[f"{result.name}_report.md"] = write_report(result, diagram)
     written = []
     for file_name, text in files.items():
@@ -129,14 +134,15 @@ def _json(config: dict[str, Any]) -> str:
     return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
 
 
-def _mermaid(machine: Any) -> str | None:
-    """Mermaid source from the diagram renderer (``statecharts.render``), when installed."""
+def _renderer() -> Any:
+    """The diagram renderer (``statecharts.render``: ``to_mermaid``, ``to_svg``), or None when
+    this installation has none."""
     try:
-        render = importlib.import_module("statecharts.render")
-    except ImportError:
-        return None
-    to_mermaid = getattr(render, "to_mermaid", None)
-    return str(to_mermaid(machine)) if callable(to_mermaid) else None
+        return importlib.import_module("statecharts.render")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("statecharts.render",):
+            return None
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="statecharts")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    code: int = args.handler(args)
     return code
 
 
