@@ -328,8 +328,9 @@ class MachineBuilder:
 
     def _meta(self, name: str) -> dict[str, Any]:
         node = self.graph.node(name)
-        meta: dict[str, Any] = {"node": name, "type": node.type, "typeVersion": node.type_version}
-        settings = {key: value for key, value in (
+        meta: dict[str, Any] = {"node": name, "type": node.type,
+                                "typeVersion": _number(node.type_version)}
+        settings = {key: _number(value) for key, value in (
             ("retryOnFail", node.retry_on_fail), ("maxTries", node.max_tries),
             ("waitBetweenTries", node.wait_between_tries), ("onError", node.on_error),
             ("continueOnFail", node.continue_on_fail),
@@ -600,3 +601,8 @@ class MachineBuilder:
     def _no_op(self, name: str, ref: _Ref, state: dict[str, Any]) -> str:
         state["always"] = self._next(name, 0, ref)
         return "passes straight on"
+
+
+def _number(value: Any) -> Any:
+    """Whole floats as ints (the export's ``3`` reads back as ``3``, not ``3.0``)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
