@@ -138,7 +138,7 @@ def _duration(node: Node, amount_key: str, unit_key: str, amount_default: float,
               unit_default: str, source: Mapping[str, Any], *prefix: str) -> Duration:
     amount = source.get(amount_key, amount_default)
     unit = source.get(unit_key, unit_default)
-    if unit not in UNIT_MS:
+    if not isinstance(unit, str) or unit not in UNIT_MS:
         raise N8nFormatError(node.param_path(*prefix, unit_key),
                              f"expected one of {', '.join(UNIT_MS)}, got {unit!r}")
     if _is_expression(amount):

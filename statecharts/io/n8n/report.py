@@ -44,8 +44,11 @@ def write_report(result: N8nImport, diagram: str | None = None) -> str:
               f"{len(impls)} named implementations, stubbed in the `_impl.py` skeleton:", ""]
     for impl in impls:
         lines.append(f"- {impl.kind} `{impl.name}`: {impl.doc}")
+    lines += ["", "## Diagram", ""]
     if diagram is not None:
-        lines += ["", "## Diagram", "", "```mermaid", diagram.rstrip("\n"), "```"]
+        lines += ["```mermaid", diagram.rstrip("\n"), "```"]
+    else:
+        lines.append("Not drawn: this installation has no diagram renderer (statecharts.render).")
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in result.warnings]
     return "\n".join(lines) + "\n"
