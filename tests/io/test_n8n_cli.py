@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -122,3 +123,17 @@ def test_register_adds_the_n8n_command_to_a_parser(tmp_path: Path) -> None:
     assert callable(args.handler)
     args = parser.parse_args(["n8n", "summary", str(tmp_path)])
     assert args.folder == tmp_path and callable(args.handler)
+
+
+def test_diagrams_come_from_the_renderer_when_it_is_installed(tmp_path: Path) -> None:
+    done = _cli("import", corpus_path("zie619__Error_0518"), "-o", tmp_path, "--name", "flow")
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "flow_report.md").read_text()
+    if importlib.util.find_spec("statecharts.render") is None:
+        assert not list(tmp_path.glob("*.mmd"))
+        assert "Not drawn: this installation has no diagram renderer" in report
+        return
+    for stem in ("flow", "flow_error"):  # the primary and the error machine
+        assert "stateDiagram-v2" in (tmp_path / f"{stem}.mmd").read_text()
+    assert "```mermaid" in report
+    assert (tmp_path / "flow.mmd").read_text().rstrip("\n") in report

@@ -88,7 +88,7 @@ def run_summary(args: argparse.Namespace) -> int:
 def import_file(workflow: Path, output: Path, name: str | None = None) -> list[Path]:
     """Import ``workflow`` and write its files into ``output``; the written paths."""
     result = _import(workflow, name)
-    primary, _ = build_machines(result)
+    primary, error = build_machines(result)
     output.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {f"{result.name}.json": _json(result.config)}
     error_file = None
@@ -97,13 +97,16 @@ def import_file(workflow: Path, output: Path, name: str | None = None) -> list[P
         files[error_file] = _json(result.error_config)
     files[f"{result.name}_impl.py"] = write_skeleton(result, f"{result.name}.json", error_file)
     render = _renderer()
-    diagram = str(render.to_mermaid(primary)) if render is not None else None
-    if diagram is not None:
-        files[f"{result.name}.mmd"] = diagram
-        try:
-            files[f"{result.name}.svg"] = str(render.to_svg(primary))
-        except render.GraphvizNotFound as exc:  # Mermaid is still written
-            print(f"note: no SVG diagram: {exc}", file=sys.stderr)
+    diagram = None
+    if render is not None:
+        machines = [(result.name, primary)] + ([(f"{result.name}_error", error)] if error else [])
+        for stem, machine in machines:
+            files[f"{stem}.mmd"] = str(render.to_mermaid(machine))
+            try:
+                files[f"{stem}.svg"] = str(render.to_svg(machine))
+            except render.GraphvizNotFound as exc:  # the Mermaid diagram is still written
+                print(f"note: no SVG diagram: {exc}", file=sys.stderr)
+        diagram = files[f"{result.name}.mmd"]
     files[f"{result.name}_report.md"] = write_report(result, diagram)
     written = []
     for file_name, text in files.items():
