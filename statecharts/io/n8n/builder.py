@@ -65,7 +65,8 @@ class Entry:
 class MachineBuilder:
     """Builds one machine from ``graph``; ``node_keys`` gives every node its state key."""
 
-    def __init__(self, graph: Graph, machine_id: str, node_keys: dict[str, str]) -> None:
+    def __init__(self, graph: Graph, machine_id: str, node_keys: dict[str, str],
+                 events: set[str]) -> None:
         self.graph = graph
         self.machine_id = machine_id
         self.keys = node_keys
@@ -78,7 +79,7 @@ class MachineBuilder:
         self.impls: dict[tuple[str, str], Implementation] = {}
         self.loops: dict[str, dict[str, Any]] = {}
         self.warnings: list[str] = []
-        self.events: set[str] = set()
+        self.events = set(events)  # trigger events already taken
         self.order = {n.name: n.index for n in graph.workflow.nodes}
 
     # -- the machine -----------------------------------------------------------------------------
@@ -107,7 +108,7 @@ class MachineBuilder:
             config["context"] = {"loops": self.loops}
         config["states"] = self.root.states
         config["meta"] = meta
-        return MachineImport(self.machine_id, config, tuple(self.hidden),
+        return MachineImport(self.machine_id, config, _in_document_order(self.hidden, config),
                              tuple(self.mappings[n] for n in sorted(self.mappings,
                                                                     key=self.order.__getitem__)),
                              tuple(self.impls.values()), tuple(self.warnings))
@@ -606,3 +607,22 @@ class MachineBuilder:
 def _number(value: Any) -> Any:
     """Whole floats as ints (the export's ``3`` reads back as ``3``, not ``3.0``)."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _in_document_order(hidden: list[HiddenState],
+                       config: dict[str, Any]) -> tuple[HiddenState, ...]:
+    """The hidden states in the order their states appear in the config."""
+    order: dict[str, int] = {}
+
+    def walk(states: dict[str, Any], prefix: str) -> None:
+        for key, child in states.items():
+            path = f"{prefix}{key}"
+            order[path] = len(order)
+            invoke = child.get("invoke")
+            if isinstance(invoke, dict) and invoke.get("retry") is not None:
+                order[f"{path}.attempting"] = len(order)
+                order[f"{path}.waiting_to_retry"] = len(order)
+            walk(child.get("states") or {}, f"{path}.")
+
+    walk(config["states"], "")
+    return tuple(sorted(hidden, key=lambda h: order[h.state]))

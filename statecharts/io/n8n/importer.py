@@ -113,14 +113,15 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         meta["error_workflow"] = workflow.error_workflow
     error_machine = None
     if entries:
-        primary = MachineBuilder(graph, machine_id, keys).build(entries, True, {"n8n": meta})
+        primary = MachineBuilder(graph, machine_id, keys, events).build(
+            entries, True, {"n8n": meta})
         if error_entries:
-            error_machine = MachineBuilder(graph, f"{machine_id}_error", keys).build(
+            error_machine = MachineBuilder(graph, f"{machine_id}_error", keys, events).build(
                 error_entries, False, {"n8n": {**meta, "role": "error workflow"}})
     else:
         role = {"role": "error workflow"} if error_entries else {}
-        primary = MachineBuilder(graph, machine_id, keys).build(error_entries, False,
-                                                                {"n8n": {**meta, **role}})
+        primary = MachineBuilder(graph, machine_id, keys, events).build(
+            error_entries, False, {"n8n": {**meta, **role}})
     runnable = [n for n in workflow.nodes if not n.is_sticky_note]
     warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in
                                        m.warnings]
