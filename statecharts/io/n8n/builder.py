@@ -263,14 +263,14 @@ class MachineBuilder:
         return _Ref(region, key)
 
     def _regions(self, heads: list[str], scope: _Scope) -> tuple[list[set[str]], str | None]:
-        """Where each branch stops (a Merge, or a node several branches share) and which of
-        those is the join the fork continues at."""
-        barriers = {n for n in self.graph.kinds if self.graph.node(n).type == MERGE}
-        barriers |= set(self.placed)
+        """Where each branch stops (a Merge joining it with others, or a node several branches
+        share) and which of those is the join the fork continues at."""
+        barriers = set(self.placed)
         here: _Scope | None = scope
         while here is not None:
             barriers |= here.stops
             here = here.parent
+        barriers |= self._joining_merges(heads, barriers)
         reaches = [self._reach(h, barriers) for h in heads]
         seen = Counter(n for expanded, _ in reaches for n in expanded)
         common = {n for n, count in seen.items() if count > 1}
@@ -291,6 +291,20 @@ class MachineBuilder:
                                  "n8n runs it once per arriving branch, the statechart runs "
                                  "it once after all branches (a join)")
         return stops, join
+
+    def _joining_merges(self, heads: list[str], barriers: set[str]) -> set[str]:
+        """The Merge nodes the branches must stop at: those reached by several branches or fed
+        from outside the branch. A Merge whose inputs all come from inside one branch is that
+        branch's own business (a fork and join nested in it)."""
+        expanded = [self._reach(h, barriers)[0] for h in heads]
+        joining = set()
+        for name in set().union(*expanded):
+            if self.graph.node(name).type != MERGE:
+                continue
+            inside = [region for region in expanded if name in region]
+            if len(inside) > 1 or any(p not in inside[0] for p in self.graph.predecessors(name)):
+                joining.add(name)
+        return joining
 
     def _reach(self, head: str, barriers: set[str]) -> tuple[set[str], set[str]]:
         expanded: set[str] = set()

@@ -37,6 +37,11 @@ class Graph:
                 seen[target] = None
         return list(seen)
 
+    def predecessors(self, name: str) -> list[str]:
+        """Every node with a wire into ``name``."""
+        return [source for source, by_output in self.outputs.items()
+                if any(name in targets for targets in by_output)]
+
     def targets(self, name: str, output: int) -> list[str]:
         """The nodes output ``output`` of ``name`` feeds (empty when nothing is attached)."""
         outputs = self.outputs.get(name, [])
