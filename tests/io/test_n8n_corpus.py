@@ -3,7 +3,10 @@ every canvas node is mapped once and every hidden state is a real state of the m
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from statecharts.io.n8n.validation import build_machines
 
 FILES = corpus_files()
 pytestmark = pytest.mark.skipif(not FILES, reason=MISSING)
+NO_RENDERER = importlib.util.find_spec("statecharts.render") is None
 
 
 def test_the_corpus_holds_the_25_listed_exports() -> None:
@@ -59,3 +63,18 @@ def test_corpus_workflow_imports_and_passes_engine_validation(path: Path) -> Non
     # it starts: waiting for a trigger, or (an error workflow) already working
     snapshot, _ = primary.initial_transition()
     assert snapshot.status == "active"
+
+
+@pytest.mark.skipif(NO_RENDERER, reason="statecharts.render (the diagram renderer) is not here")
+@pytest.mark.parametrize("path", FILES, ids=[p.stem[:60] for p in FILES])
+def test_corpus_workflow_renders(path: Path) -> None:
+    render = importlib.import_module("statecharts.render")
+    result = from_n8n(json.loads(path.read_text(encoding="utf-8")), "w")
+    for machine in build_machines(result):
+        if machine is None:
+            continue
+        assert "stateDiagram-v2" in render.to_mermaid(machine)
+        dot = render.to_dot(machine)
+        assert dot.lstrip().startswith(("digraph", "strict digraph"))
+        if shutil.which("dot"):
+            assert "<svg" in render.to_svg(machine)

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from n8n_corpus import corpus_data, imported, mapped_state, state, state_in
 
-from statecharts.io.n8n import HIDDEN_KINDS, from_n8n
+from statecharts.io.n8n import HIDDEN_KINDS, HiddenState, N8nImport, from_n8n
 from statecharts.io.n8n.validation import build_machines
 
 
-def _hidden(result, kind):  # type: ignore[no-untyped-def]
+def _hidden(result: N8nImport, kind: str) -> list[HiddenState]:
     return [h for h in result.hidden_states if h.kind == kind]
 
 
@@ -59,14 +61,14 @@ def test_retry_follows_n8n_clamps_on_a_real_node() -> None:
     data = corpus_data("enescingoz__Other_Integrations")
     fetch = next(n for n in data["nodes"] if n["name"] == "Fetch API Records")
 
-    def retry_with(**settings: object) -> object:
+    def retry_with(**settings: object) -> Any:
         fetch.update(settings)
         return state(from_n8n(data, "w"), "fetch_api_records")["invoke"].get("retry")
 
-    assert retry_with(maxTries=10, waitBetweenTries=9000)["max_attempts"] == 5  # type: ignore[index]
-    assert retry_with()["initial_interval"] == 5000  # type: ignore[index]
-    assert retry_with(maxTries=1, waitBetweenTries=-5)["max_attempts"] == 2  # type: ignore[index]
-    assert retry_with()["initial_interval"] == 0  # type: ignore[index]
+    assert retry_with(maxTries=10, waitBetweenTries=9000)["max_attempts"] == 5
+    assert retry_with()["initial_interval"] == 5000
+    assert retry_with(maxTries=1, waitBetweenTries=-5)["max_attempts"] == 2
+    assert retry_with()["initial_interval"] == 0
     # a wait of 0 (and 0 tries) mean n8n's defaults, since n8n writes `value || default`
     assert retry_with(maxTries=0, waitBetweenTries=0) == {
         "max_attempts": 3, "initial_interval": 1000, "backoff": "fixed", "jitter": "none"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from n8n_corpus import corpus_data, imported, mapped_state, state
 
-from statecharts.io.n8n import from_n8n
+from statecharts.io.n8n import Implementation, from_n8n
 
 
-def _names(impls: tuple) -> set[str]:  # type: ignore[type-arg]
+def _names(impls: tuple[Implementation, ...]) -> set[str]:
     return {i.name for i in impls}
 
 
