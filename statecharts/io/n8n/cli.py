@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from statecharts.errors import MachineDefinitionError
+from statecharts.machine import Machine
 
 from .importer import N8nImport, from_n8n
 from .naming import snake
@@ -77,7 +78,7 @@ def run_summary(args: argparse.Namespace) -> int:
     results: list[tuple[str, N8nImport | str]] = []
     for file in files:
         try:
-            results.append((file.name, _import(file, None)))
+            results.append((file.name, _import(file, None)[0]))
         except ImportFailed as exc:
             results.append((file.name, str(exc)))
     rows = summary_rows(results)
@@ -87,9 +88,7 @@ def run_summary(args: argparse.Namespace) -> int:
 
 def import_file(workflow: Path, output: Path, name: str | None = None) -> list[Path]:
     """Import ``workflow`` and write its files into ``output``; the written paths."""
-    result = _import(workflow, name)
-    primary, error = build_machines(result)
-    output.mkdir(parents=True, exist_ok=True)
+    result, primary, error = _import(workflow, name)
     files: dict[str, str] = {f"{result.name}.json": _json(result.config)}
     error_file = None
     if result.error_config is not None:
@@ -109,14 +108,19 @@ def import_file(workflow: Path, output: Path, name: str | None = None) -> list[P
         diagram = files[f"{result.name}.mmd"]
     files[f"{result.name}_report.md"] = write_report(result, diagram)
     written = []
-    for file_name, text in files.items():
-        path = output / file_name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        for file_name, text in files.items():
+            path = output / file_name
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        raise ImportFailed(f"{output}: cannot write: {exc.strerror or exc}") from exc
     return written
 
 
-def _import(workflow: Path, name: str | None) -> N8nImport:
+def _import(workflow: Path, name: str | None) -> tuple[N8nImport, Machine, Machine | None]:
+    """Read, import and validate ``workflow`` (the machines built by the engine)."""
     try:
         data = json.loads(workflow.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -125,12 +129,12 @@ def _import(workflow: Path, name: str | None) -> N8nImport:
         raise ImportFailed(f"{workflow}: not valid JSON: {exc}") from exc
     try:
         result = from_n8n(data, name or snake(workflow.stem, "workflow"))
-        build_machines(result)
+        primary, error = build_machines(result)
     except N8nFormatError as exc:
         raise ImportFailed(f"{workflow}: {exc}") from exc
     except MachineDefinitionError as exc:  # a bug in the importer, said plainly
         raise ImportFailed(f"{workflow}: the generated config is invalid: {exc}") from exc
-    return result
+    return result, primary, error
 
 
 def _json(config: dict[str, Any]) -> str:
