@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .node_kinds import Kind, kind_of, looks_like_ai_subnode
 from .workflow import Node, Workflow
@@ -39,8 +40,16 @@ class Graph:
 
     def predecessors(self, name: str) -> list[str]:
         """Every node with a wire into ``name``."""
-        return [source for source, by_output in self.outputs.items()
-                if any(name in targets for targets in by_output)]
+        return self._predecessors.get(name, [])
+
+    @cached_property
+    def _predecessors(self) -> dict[str, list[str]]:
+        found: dict[str, dict[str, None]] = defaultdict(dict)
+        for source, by_output in self.outputs.items():
+            for targets in by_output:
+                for target in targets:
+                    found[target][source] = None
+        return {target: list(sources) for target, sources in found.items()}
 
     def targets(self, name: str, output: int) -> list[str]:
         """The nodes output ``output`` of ``name`` feeds (empty when nothing is attached)."""

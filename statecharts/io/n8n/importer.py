@@ -100,8 +100,10 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     graph = build_graph(workflow)
     machine_id = snake(name or workflow.name or "workflow", "workflow")
     keys: dict[str, str] = {}
+    taken: set[str] = set()
     for node in workflow.nodes:
-        keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), set(keys.values()))
+        keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), taken)
+        taken.add(keys[node.name])
     events: set[str] = set()
     error_entries = [Entry(None, tuple(_heads(graph, n)), (n,), n,
                            f"Error Trigger: machine {machine_id}_error starts when a watched "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .naming import json_path
@@ -91,12 +92,13 @@ class Workflow:
 
     def node(self, name: str) -> Node:
         """The node called ``name``."""
-        return self._by_name()[name]
+        return self._by_name[name]
 
     def has_node(self, name: str) -> bool:
         """True when a node is called ``name``."""
-        return name in self._by_name()
+        return name in self._by_name
 
+    @cached_property
     def _by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
