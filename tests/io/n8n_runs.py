@@ -7,6 +7,7 @@ from typing import Any
 
 from statecharts import Actor, SimulatedClock, create_actor, create_machine
 from statecharts.io.n8n import N8nImport
+from statecharts.io.n8n.runtime import PROVIDED
 from statecharts.io.n8n.validation import placeholder_implementations
 
 
@@ -21,7 +22,7 @@ class Run:
         impls = placeholder_implementations(result)
         outputs = outputs or {}
         failing = dict(failing or {})
-        for name in [n for n in impls["actors"] if n != "stop_and_error"]:
+        for name in [n for n in impls["actors"] if n not in PROVIDED["actors"]]:
             impls["actors"][name] = self._actor(name, outputs.get(name), failing)
         impls["guards"].update(guards or {})
         machine = create_machine(result.config, guards=impls["guards"],

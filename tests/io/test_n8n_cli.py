@@ -54,7 +54,7 @@ def test_import_writes_config_skeleton_and_report(tmp_path: Path) -> None:
                          cwd=out, timeout=120, check=False)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("rest_sync [")
-    assert "'fetch_api_records'" in ran.stdout and "'stop_and_error'" in ran.stdout
+    assert "'fetch_api_records'" in ran.stdout and "'n8n_stop_and_error'" in ran.stdout
     assert "stub: actor 'fetch_api_records'" in ran.stdout
 
 

@@ -82,3 +82,29 @@ def test_a_branch_that_ends_without_reaching_the_join() -> None:
         # got only one input too)
         assert run.names() == ["split", "a", "m", "after"]
         assert run.snapshot.status == "done"
+
+
+def test_node_names_never_shadow_the_provided_implementations() -> None:
+    # an If called "batches exhausted" next to a real loop, a Code node called
+    # "n8n stop and error" and a Stop and Error node: each keeps its own implementation
+    data = _workflow(
+        [("Start", "manualTrigger"), ("Loop", "splitInBatches"), ("batches exhausted", "if"),
+         ("n8n stop and error", "code"), ("Stop and Error", "stopAndError")],
+        [("Start", 0, "Loop", 0), ("Loop", 0, "batches exhausted", 0),
+         ("batches exhausted", 0, "n8n stop and error", 0),
+         ("batches exhausted", 1, "Stop and Error", 0), ("n8n stop and error", 0, "Loop", 0)])
+    for node in data["nodes"]:
+        if node["name"] == "Loop":
+            node["typeVersion"] = 3
+    result = from_n8n(data, "w")
+    own = {(i.kind, i.name) for i in result.implementations if not i.provided}
+    assert ("guard", "batches_exhausted_2") in own
+    assert ("actor", "n8n_stop_and_error_2") in own
+    provided = {(i.kind, i.name) for i in result.implementations if i.provided}
+    assert provided == {("guard", "batches_exhausted"), ("action", "take_next_batch"),
+                        ("action", "reset_batches"), ("actor", "n8n_stop_and_error")}
+    assert state(result, "stop_and_error")["invoke"]["src"] == "n8n_stop_and_error"
+    run = Run(result, guards={"batches_exhausted_2": lambda context, event: False})
+    run.actor.send("START")
+    assert run.snapshot.status == "error"  # the If said no: Stop and Error failed the run
+    assert "Stop and Error" in str(run.snapshot.error)

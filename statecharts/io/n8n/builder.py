@@ -18,7 +18,7 @@ Targets are written as ``#<machine>.<path>`` ids, so a state can live in any reg
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from .graph import Graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
 from .naming import event_name, snake, unique
 from .node_kinds import Kind
+from .runtime import RESERVED
 
 MERGE = nk.BASE + "merge"
 
@@ -155,6 +156,12 @@ class MachineBuilder:
               provided: bool = False) -> str:
         self.impls.setdefault((kind, name), Implementation(kind, name, node, doc, provided))
         return name
+
+    def _guard_name(self, base: str, pending: Iterable[str] = ()) -> str:
+        """A name for a node's own guard, clashing with no other guard: registered, provided,
+        or ``pending`` (chosen but not registered yet)."""
+        taken = {name for kind, name in self.impls if kind == "guard"} | RESERVED
+        return unique(base, taken | set(pending))
 
     def _event(self, base: str) -> str:
         event = unique(base, self.events)
@@ -415,11 +422,9 @@ class MachineBuilder:
             width = self.graph.output_count(name)
             count = width - 1 if mode == "continueErrorOutput" and width >= 2 else width
             labels = [f"output {i}" for i in range(max(1, count))]
-        taken: set[str] = set()
-        result = []
+        result: list[tuple[str, str]] = []
         for label in labels:
-            guard = unique(f"{key}_{snake(label, 'output')}", taken)
-            taken.add(guard)
+            guard = self._guard_name(f"{key}_{snake(label, 'output')}", (g for _, g in result))
             result.append((label, guard))
         return result
 
@@ -482,9 +487,9 @@ class MachineBuilder:
                      "params": {"loop": self.keys[loop]}}
             how = f"choice: \"no items left in '{loop}'?\" reads the loop's batch pointer"
         else:
-            guard = self._need("guard", ref.key, name,
+            guard = self._need("guard", self._guard_name(ref.key), name,
                                f"true when the items pass the conditions of If '{name}'")
-            how = f"choice: guard '{ref.key}' true -> output 0, else output 1"
+            how = f"choice: guard '{guard}' true -> output 0, else output 1"
         state["always"] = [
             {"guard": guard, "target": self._next(name, 0, ref), "description": "true"},
             {"target": self._next(name, 1, ref), "description": "false"},
@@ -502,11 +507,9 @@ class MachineBuilder:
         last: tuple[str, int] | None = None
         if spec.by_expression and branches:
             last = branches.pop()
-        taken: set[str] = set()
         always = []
         for label, output in branches:
-            guard = unique(f"{ref.key}_{snake(label, 'rule')}", taken)
-            taken.add(guard)
+            guard = self._guard_name(f"{ref.key}_{snake(label, 'rule')}")
             always.append({"guard": self._need("guard", guard, name,
                                                f"true when Switch '{name}' routes to "
                                                f"'{label}' (output {output})"),
@@ -528,7 +531,7 @@ class MachineBuilder:
         return f"choice over {len(spec.branches)} outputs by guards; {fallback}"
 
     def _filter(self, name: str, ref: _Ref, state: dict[str, Any]) -> str:
-        guard = self._need("guard", ref.key, name,
+        guard = self._need("guard", self._guard_name(ref.key), name,
                            f"true when the items pass the conditions of Filter '{name}'")
         kept = self.graph.output_count(name) > 1
         state["always"] = [
@@ -537,7 +540,7 @@ class MachineBuilder:
              self._id(self._branch_end(ref.scope)),
              "description": "discarded" if kept else "dropped"},
         ]
-        return f"guard '{ref.key}'; " + ("discarded items go to output 1" if kept else
+        return f"guard '{guard}'; " + ("discarded items go to output 1" if kept else
                                          "items that fail are dropped (the branch ends)")
 
     def _wait(self, name: str, ref: _Ref, state: dict[str, Any]) -> str:
@@ -606,7 +609,7 @@ class MachineBuilder:
         # A final state would end the run as *done*; n8n ends it as failed (and starts the error
         # workflow), so the state invokes an actor that raises and leaves the error unhandled.
         message = nk.stop_and_error_message(self.graph.node(name))
-        src = self._need("actor", "stop_and_error", None,
+        src = self._need("actor", "n8n_stop_and_error", None,
                          "raises the Stop and Error node's message", provided=True)
         state.update({"tags": ["failed"],
                       "invoke": {"id": ref.key, "src": src, "input": {"message": message},

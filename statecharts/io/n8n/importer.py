@@ -10,6 +10,7 @@ from .graph import Graph, build_graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
 from .naming import event_name, snake, unique
 from .node_kinds import Kind
+from .runtime import RESERVED
 from .workflow import parse_workflow
 
 KEY_LENGTH = 40  # longer node names are cut (at a word) for state keys and implementation names
@@ -100,7 +101,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     graph = build_graph(workflow)
     machine_id = snake(name or workflow.name or "workflow", "workflow")
     keys: dict[str, str] = {}
-    taken: set[str] = set()
+    taken = set(RESERVED)  # a node never takes the name of a provided implementation
     for node in workflow.nodes:
         keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), taken)
         taken.add(keys[node.name])

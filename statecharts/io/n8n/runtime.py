@@ -7,7 +7,7 @@ the user should not have to write.
   the loop state) moves it, ``batches_exhausted`` tells the loop to take its ``done`` way (no
   batch left to hand out), ``no_items_left`` answers n8n's ``noItemsLeft`` (the batch just
   handed out was the last), ``reset_batches`` forgets the items so the loop can run again.
-- Stop and Error fails the run with its message (``stop_and_error``).
+- Stop and Error fails the run with its message (``n8n_stop_and_error``).
 
 ``PROVIDED`` holds them ready for ``create_machine``; the generated skeleton merges them in.
 """
@@ -93,6 +93,8 @@ def stop_and_error(input: Any) -> NoReturn:
 PROVIDED: dict[str, dict[str, Any]] = {
     "guards": {"batches_exhausted": no_batch_left, "no_items_left": no_items_left},
     "actions": {"take_next_batch": assign(next_batch), "reset_batches": assign(forget_batches)},
-    "actors": {"stop_and_error": stop_and_error},
+    "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},
 }
+# Names the import never gives a node's own implementation, so nothing shadows these.
+RESERVED = frozenset(name for table in PROVIDED.values() for name in table)
