@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from n8n_corpus import imported
-from n8n_runs import Run
+from tests.io.n8n_corpus import imported
+from tests.io.n8n_runs import Run
 
 
 def test_v1_loop_with_wait_and_webhook_runs_each_batch_then_waits_for_approval() -> None:

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from n8n_corpus import CORPUS, corpus_files, corpus_path
 
 from statecharts.io.n8n.cli import register
+from tests.io.n8n_corpus import CORPUS, corpus_files, corpus_path
 
 
 def _cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

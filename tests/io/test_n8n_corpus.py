@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from n8n_corpus import CORPUS, MISSING, corpus_files
 
 from statecharts.io.n8n import HIDDEN_KINDS, from_n8n
 from statecharts.io.n8n.validation import build_machines
+from tests.io.n8n_corpus import CORPUS, MISSING, corpus_files
 
 FILES = corpus_files()
 pytestmark = pytest.mark.skipif(not FILES, reason=MISSING)

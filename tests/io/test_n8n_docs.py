@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from n8n_corpus import CORPUS, MISSING, corpus_data, corpus_files, imported
 
 from statecharts.io.n8n import from_n8n
+from tests.io.n8n_corpus import CORPUS, MISSING, corpus_data, corpus_files, imported
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "n8n.md"
 WALKTHROUGH = "enescingoz__Other_Integrations"

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from n8n_corpus import corpus_data, imported, mapped_state, state, state_in
-
 from statecharts.io.n8n import HIDDEN_KINDS, HiddenState, N8nImport, from_n8n
 from statecharts.io.n8n.validation import build_machines
+from tests.io.n8n_corpus import corpus_data, imported, mapped_state, state, state_in
 
 
 def _hidden(result: N8nImport, kind: str) -> list[HiddenState]:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from n8n_corpus import corpus_data
 
 from statecharts.io.n8n import N8nFormatError, from_n8n
+from tests.io.n8n_corpus import corpus_data
 
 
 def _node(data: Any, name: str) -> tuple[int, dict[str, Any]]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from n8n_corpus import corpus_data, imported, mapped_state, state
-
 from statecharts.io.n8n import Implementation, from_n8n
+from tests.io.n8n_corpus import corpus_data, imported, mapped_state, state
 
 
 def _names(impls: tuple[Implementation, ...]) -> set[str]:

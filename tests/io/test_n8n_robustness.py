@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from n8n_corpus import MISSING, corpus_data, corpus_files
 
 from statecharts.io.n8n import N8nFormatError, from_n8n
 from statecharts.io.n8n.validation import build_machines
+from tests.io.n8n_corpus import MISSING, corpus_data, corpus_files
 
 RUNS = int(os.environ.get("N8N_FUZZ_RUNS", "400"))
 ODD_VALUES: list[Any] = [None, 0, -1, 1.5, "", "x", "=", "={{ $json.x }}", [], {}, [None],

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from n8n_corpus import imported, state
-from n8n_runs import Run
-
 from statecharts.io.n8n import from_n8n
+from tests.io.n8n_corpus import imported, state
+from tests.io.n8n_runs import Run
 
 
 def _workflow(nodes: list[tuple[str, str]], wires: list[tuple[str, int, str, int]]) -> Any:
