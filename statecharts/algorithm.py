@@ -111,7 +111,7 @@ class Step:
 
     def check(self, guard: Any) -> bool:
         spec = self.machine.resolve_guard(guard)
-        return spec.evaluate(self.context, self.event, self.in_state)
+        return spec.evaluate(self.context, self.event, self.in_state, self)
 
     def run_actions(self, actions: list[Any]) -> None:
         run_actions(self, [self.machine.resolve_action(a) for a in actions], self.event)
@@ -220,7 +220,7 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
 
 def _passes(guard: Any, transition: Transition, step: Step, event: FrozenDict) -> bool:
     try:
-        return bool(guard.evaluate(step.context, event, step.in_state))
+        return bool(guard.evaluate(step.context, event, step.in_state, step))
     except ImplementationError as exc:
         raise ImplementationError(f"{exc.where} at {transition.config_path}", exc.cause) from exc
 

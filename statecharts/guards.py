@@ -30,23 +30,30 @@ class GuardSpec:
     fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     description: str | None = None
 
-    def evaluate(self, context: Any, event: Any, in_state: InState) -> bool:
-        """True when the guard passes for ``context`` and ``event``."""
+    def evaluate(self, context: Any, event: Any, in_state: InState, scope: Any = None) -> bool:
+        """True when the guard passes for ``context`` and ``event``.
+
+        A guard function marked ``takes_scope = True`` is also given the action scope
+        (``fn(context, event, scope, **params)``): interpreters of other chart languages use it
+        to test the configuration and to queue the error events their guards may raise.
+        """
         kind = self.type
         if self.fn is not None:
             params = self.params
             if callable(params):
                 params = params(context, event)
+            args = (context, event, scope) if getattr(self.fn, "takes_scope", False) else \
+                (context, event)
             try:
-                return bool(self.fn(context, event, **params) if params else self.fn(context, event))
+                return bool(self.fn(*args, **params) if params else self.fn(*args))
             except Exception as exc:  # a user guard failed: say which one
                 raise ImplementationError(f"guard '{kind}'", exc) from exc
         if kind == "and":
-            return all(child.evaluate(context, event, in_state) for child in self.children)
+            return all(child.evaluate(context, event, in_state, scope) for child in self.children)
         if kind == "or":
-            return any(child.evaluate(context, event, in_state) for child in self.children)
+            return any(child.evaluate(context, event, in_state, scope) for child in self.children)
         if kind == "not":
-            return not self.children[0].evaluate(context, event, in_state)
+            return not self.children[0].evaluate(context, event, in_state, scope)
         if kind == "stateIn":
             return in_state(self.params)
         raise ImplementationError(f"guard '{kind}'", LookupError("guard was never resolved"))
