@@ -286,9 +286,7 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     for transition in transitions:
         run_actions(step, transition.actions, event)
     entered = enter_states(step, transitions, event)
-    if step.status == "done":
-        for node in sorted(step.nodes, key=_order, reverse=True):
-            run_actions(step, node.exit, event)
+    _exit_when_done(step, event)
     return bool(exited or entered) or before != (step.context, step.history, len(step.nodes))
 
 
@@ -341,6 +339,15 @@ def enter_initial_states(step: Step, event: FrozenDict) -> None:
     to_enter = {root}
     add_descendants(root, step.history, set(), to_enter)
     enter(step, to_enter, event)
+    _exit_when_done(step, event)
+
+
+def _exit_when_done(step: Step, event: FrozenDict) -> None:
+    """A machine that reached its top-level final state runs every active state's exit
+    actions, innermost first (also when it finishes during its initial transition)."""
+    if step.status == "done":
+        for node in sorted(step.nodes, key=_order, reverse=True):
+            run_actions(step, node.exit, event)
 
 
 def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:

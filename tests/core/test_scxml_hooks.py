@@ -65,3 +65,14 @@ def test_plain_guards_are_still_called_with_context_and_event_only() -> None:
     snapshot, _ = machine.initial_transition()
     machine.transition(snapshot, "GO")
     assert len(calls) == 1 and len(calls[0]) == 2
+
+
+def test_a_machine_done_during_its_initial_transition_runs_exit_actions() -> None:
+    # found by W3C test 236: a child whose initial state is final sends from its onexit
+    machine = create_machine({
+        "id": "m", "initial": "done",
+        "states": {"done": {"type": "final", "exit": [{"type": "record"}]}},
+    }, actions={"record": lambda context, event: None})
+    snapshot, effects = machine.initial_transition()
+    assert snapshot.status == "done"
+    assert [e.type for e in effects if e.kind == "action"] == ["record"]
