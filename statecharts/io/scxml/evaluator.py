@@ -14,9 +14,10 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
-from xml.etree import ElementTree
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
+from xml.etree import ElementTree
 
 from .errors import ExpressionError, ExpressionRefused
 
@@ -127,11 +128,17 @@ def check_expression(text: str) -> None:
     Syntax errors pass: SCXML reports them as ``error.execution`` when the expression runs.
     """
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = _parse(text)
     except SyntaxError:
         return
     for node in ast.walk(tree):
         _check_node(node)
+
+
+def _parse(text: str) -> ast.Expression:
+    with warnings.catch_warnings():  # e.g. "invalid decimal literal": reported as an error
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(text.strip(), mode="eval")
 
 
 def _check_node(node: ast.AST) -> None:
@@ -161,7 +168,7 @@ class RestrictedEvaluator:
         tree = self._parsed.get(text)
         if tree is None:
             try:
-                tree = ast.parse(text.strip(), mode="eval")
+                tree = _parse(text)
             except SyntaxError as exc:
                 raise ExpressionError(f"syntax error in {text!r}: {exc.msg}") from None
             for node in ast.walk(tree):

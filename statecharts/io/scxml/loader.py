@@ -18,10 +18,10 @@ does the rest. Where SCXML and XState differ, the config says what SCXML means:
 from __future__ import annotations
 
 import uuid
-from xml.etree import ElementTree
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from ...effects import SendTo
 from ...frozen import FrozenDict
@@ -46,9 +46,9 @@ from .runtime import (
     Script,
     Send,
     Session,
+    is_scxml_type,
     literal,
     platform_error,
-    is_scxml_type,
     run_all,
 )
 
@@ -240,12 +240,12 @@ class Compiler:
         initial_el = element.child_elements("initial")
         body: tuple[Instruction, ...] = ()
         if initial_el:
-            transition = initial_el[0].child_elements("transition")
-            if not transition or not transition[0].get("target"):
+            initial_transitions = initial_el[0].child_elements("transition")
+            if not initial_transitions or not initial_transitions[0].get("target"):
                 raise self.error(initial_el[0], "<initial> needs a <transition> with a target")
-            targets = str(transition[0].get("target")).split()
-            body = self._instructions(transition[0])
-            where = transition[0]
+            targets = str(initial_transitions[0].get("target")).split()
+            body = self._instructions(initial_transitions[0])
+            where = initial_transitions[0]
         elif element.get("initial"):
             targets = str(element.get("initial")).split()
             where = element
@@ -378,7 +378,8 @@ class Compiler:
         return If(tuple((c, tuple(b)) for c, b in branches), el.line)
 
     def _send(self, el: Element) -> Send:
-        if el.get("event") is None and el.get("eventexpr") is None:
+        if el.get("event") is None and el.get("eventexpr") is None and \
+                (el.get("type") is None or is_scxml_type(el.get("type"))):
             raise self.error(el, "<send> needs 'event' or 'eventexpr'")
         payload = self._payload(el)
         if (payload.content_expr is not None or payload.has_content) and \

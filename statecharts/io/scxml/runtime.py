@@ -352,7 +352,6 @@ class Send(Instruction):
             raise ContentError(f"send type {kind!r} is not supported")
         if not isinstance(name, str) or not name:
             raise ContentError(f"the event name {name!r} is not a non-empty string")
-        meta = session.meta
         event: dict[str, Any] = {"type": name, "eventtype": "external", "data": data,
                                  "origin": f"#_scxml_{session.session_id}",
                                  "origintype": SCXML_PROCESSOR}
