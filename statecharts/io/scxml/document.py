@@ -18,6 +18,8 @@ from .errors import ScxmlError
 
 logger = logging.getLogger("statecharts.scxml")
 SCXML_NS = "http://www.w3.org/2005/07/scxml"
+STATECHARTS_NS = "urn:statecharts:scxml"
+"""Namespace of ``<sc:action type="name">``: a named action of this engine (``to_scxml``)."""
 
 _EXECUTABLE = frozenset({"raise", "send", "cancel", "assign", "log", "if", "elseif", "else",
                          "foreach", "script"})
@@ -73,6 +75,7 @@ CHILDREN: dict[str, frozenset[str]] = {
     "invoke": frozenset({"content", "param", "finalize"}),
     "send": frozenset({"content", "param"}),
 }
+_ACTION_PARENTS = frozenset({"transition", "onentry", "onexit", "finalize", "if", "foreach"})
 _FREE_CONTENT = frozenset({"content", "data", "assign"})  # their children are arbitrary XML
 
 
@@ -170,6 +173,14 @@ class _Builder:
 def check(element: Element, source: str) -> None:
     """Every element known and allowed where it is, every attribute known (recursively)."""
     where = f"{source}:{element.line}"
+    if element.namespace == STATECHARTS_NS and element.tag == "action":
+        if set(element.attrs) - {"type"} or not element.get("type"):
+            raise ScxmlError(f"{where}: <action> takes one attribute, 'type' (the action name)")
+        for child in element.children:
+            if child.tag != "param":
+                raise ScxmlError(f"{source}:{child.line}: <action> takes only <param>")
+            check(child, source)
+        return
     if element.namespace not in ("", SCXML_NS):
         raise ScxmlError(f"{where}: element <{element.tag}> of namespace {element.namespace} "
                          "is not supported")
@@ -185,6 +196,9 @@ def check(element: Element, source: str) -> None:
         return
     allowed = CHILDREN.get(element.tag, frozenset())
     for child in element.children:
+        if child.namespace == STATECHARTS_NS and element.tag not in _ACTION_PARENTS:
+            raise ScxmlError(f"{source}:{child.line}: <action> is executable content; it "
+                             f"is not allowed inside <{element.tag}>")
         if child.tag not in allowed and child.tag in ELEMENTS:
             raise ScxmlError(f"{source}:{child.line}: <{child.tag}> is not allowed inside "
                              f"<{element.tag}>")

@@ -122,8 +122,22 @@ _ALLOWED_NODES = (
 )
 
 
-def check_expression(text: str) -> None:
-    """Raise ``ExpressionRefused`` if ``text`` uses anything the restricted evaluator refuses.
+class Provided:
+    """A function the caller of ``load_scxml`` provided (a named guard): callable from
+    untrusted expressions, because the caller chose it."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def check_expression(text: str, functions: frozenset[str] = frozenset()) -> None:
+    """Raise ``ExpressionRefused`` if ``text`` uses anything the restricted evaluator refuses
+    (``functions``: names of provided functions it may call).
 
     Syntax errors pass: SCXML reports them as ``error.execution`` when the expression runs.
     """
@@ -132,7 +146,7 @@ def check_expression(text: str) -> None:
     except SyntaxError:
         return
     for node in ast.walk(tree):
-        _check_node(node)
+        _check_node(node, functions)
 
 
 def _parse(text: str) -> ast.Expression:
@@ -141,7 +155,7 @@ def _parse(text: str) -> ast.Expression:
         return ast.parse(text.strip(), mode="eval")
 
 
-def _check_node(node: ast.AST) -> None:
+def _check_node(node: ast.AST, functions: frozenset[str] = frozenset()) -> None:
     if not isinstance(node, _ALLOWED_NODES):
         raise ExpressionRefused(f"{type(node).__name__} is not allowed in an untrusted "
                                 "expression")
@@ -150,7 +164,8 @@ def _check_node(node: ast.AST) -> None:
     if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
         raise ExpressionRefused(f"the attribute {node.attr!r} is not allowed")
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id not in SAFE_FUNCTIONS and node.func.id != "In":
+            node.func.id not in SAFE_FUNCTIONS and node.func.id != "In" and \
+            node.func.id not in functions:
         raise ExpressionRefused(f"calling {node.func.id!r} is not allowed (allowed: "
                                 f"{', '.join(sorted([*SAFE_FUNCTIONS, 'In']))})")
 
@@ -160,7 +175,8 @@ class RestrictedEvaluator:
 
     trusted = False
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self.functions: Mapping[str, Callable[..., Any]] = dict(functions or {})
         self._parsed: dict[str, ast.Expression] = {}
 
     def evaluate(self, text: str, env: Mapping[str, Any]) -> Any:
@@ -172,7 +188,7 @@ class RestrictedEvaluator:
             except SyntaxError as exc:
                 raise ExpressionError(f"syntax error in {text!r}: {exc.msg}") from None
             for node in ast.walk(tree):
-                _check_node(node)
+                _check_node(node, frozenset(self.functions))
             self._parsed[text] = tree
         try:
             return _Walker(env).eval(tree.body)
@@ -302,7 +318,8 @@ def _attribute(obj: Any, name: str) -> Any:
 
 
 def _callable_allowed(fn: Any, env: Mapping[str, Any]) -> bool:
-    if any(fn is f for f in SAFE_FUNCTIONS.values()) or fn is env.get("In"):
+    if any(fn is f for f in SAFE_FUNCTIONS.values()) or fn is env.get("In") or \
+            isinstance(fn, Provided):
         return True
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
@@ -332,7 +349,8 @@ class TrustedEvaluator:
 
     trusted = True
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self.functions: Mapping[str, Callable[..., Any]] = dict(functions or {})
         self._code: dict[tuple[str, str], Any] = {}
 
     def _compiled(self, text: str, mode: str) -> Any:

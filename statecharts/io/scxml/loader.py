@@ -26,7 +26,7 @@ from xml.etree import ElementTree
 from ...effects import SendTo
 from ...frozen import FrozenDict
 from ...machine import Machine, create_machine
-from .document import Element, parse_document, read_source
+from .document import STATECHARTS_NS, Element, parse_document, read_source
 from .errors import ExpressionRefused, ScxmlError
 from .evaluator import XML_KEY, Evaluator, RestrictedEvaluator, TrustedEvaluator, check_expression
 from .runtime import (
@@ -41,6 +41,7 @@ from .runtime import (
     If,
     Instruction,
     LogValue,
+    NamedAction,
     Payload,
     RaiseEvent,
     Script,
@@ -72,7 +73,7 @@ def load_scxml(path_or_text: str | Path, *, trusted: bool = False,
     text, source = read_source(path_or_text)
     base = Path(source).parent if source != "<scxml>" else Path.cwd()
     root = parse_document(text, source)
-    evaluator: Evaluator = TrustedEvaluator() if trusted else RestrictedEvaluator()
+    evaluator: Evaluator = TrustedEvaluator(guards) if trusted else RestrictedEvaluator(guards)
     return Compiler(source, base, evaluator, dict(guards or {}), dict(actions or {})) \
         .machine(root)
 
@@ -127,6 +128,7 @@ class Compiler:
         return create_machine(config, actors=self.actors, actions=self.actions)
 
     def _collect(self, element: Element) -> None:
+        keys: set[str] = set()
         for child in element.children:
             if child.tag in STATE_TAGS:
                 state_id = child.get("id") or f"_{child.tag}{len(self.ids)}"
@@ -135,6 +137,7 @@ class Compiler:
                                      f"{self.ids[state_id].line})")
                 child.attrs["id"] = state_id
                 self.ids[state_id] = child
+                self.keys[id(child)] = _state_key(state_id, keys)
                 self._collect(child)
             elif child.tag == "datamodel":
                 for data in child.child_elements("data"):
@@ -149,7 +152,7 @@ class Compiler:
         for name, value in element.attrs.items():
             if name in EXPRESSION_ATTRS:
                 try:
-                    check_expression(value)
+                    check_expression(value, frozenset(self.guards))
                 except ExpressionRefused as exc:
                     raise self.error(element, f"<{element.tag} {name}={value!r}>: {exc}") \
                         from None
@@ -191,8 +194,7 @@ class Compiler:
         states[self._key(element)]["target"] = f"#{element.get('id')}._default"
 
     def _key(self, element: Element) -> str:
-        state_id = str(element.get("id"))
-        return state_id.replace(".", "_").lstrip("#") or "_"
+        return self.keys[id(element)]
 
     def _state(self, element: Element) -> dict[str, Any]:
         state_id = str(element.get("id"))
@@ -217,7 +219,7 @@ class Compiler:
         entry += [self._block(e, "onentry") for e in element.child_elements("onentry")]
         if element.tag == "final" and element.child_elements("donedata"):
             entry.append(self._donedata_hook(element.child_elements("donedata")[0], state_id))
-        exit_ = [self._block(e, "onexit") for e in element.child_elements("onexit")]
+        exit_: list[Any] = [self._block(e, "onexit") for e in element.child_elements("onexit")]
         invokes = element.child_elements("invoke")
         heads: list[Any] = []
         for n, invoke in enumerate(invokes):
@@ -335,6 +337,8 @@ class Compiler:
 
     def _instruction(self, el: Element) -> Instruction:
         tag, line = el.tag, el.line
+        if el.namespace == STATECHARTS_NS:
+            return self._named_action(el)
         if tag == "raise":
             if not el.get("event"):
                 raise self.error(el, "<raise> needs an 'event'")
@@ -363,6 +367,19 @@ class Compiler:
                                  "trusted=True))")
             return Script(el.text, line)
         raise self.error(el, f"<{tag}> is not executable content")
+
+    def _named_action(self, el: Element) -> NamedAction:
+        name = str(el.get("type"))
+        if name not in self.actions:
+            known = ", ".join(sorted(self.actions)) or "none were given"
+            raise self.error(el, f"no action {name!r} (load_scxml(..., actions={{...}}); "
+                             f"known: {known})")
+        params = []
+        for param in el.child_elements("param"):
+            if not param.get("name") or param.get("expr") is None:
+                raise self.error(param, "an action <param> needs 'name' and 'expr'")
+            params.append((str(param.get("name")), str(param.get("expr"))))
+        return NamedAction(name, tuple(params), el.line)
 
     def _if(self, el: Element) -> If:
         branches: list[tuple[str | None, list[Instruction]]] = [(el.get("cond"), [])]
@@ -553,6 +570,18 @@ class Compiler:
             return cache[src]
 
         return load
+
+
+def _state_key(state_id: str, taken: set[str]) -> str:
+    """The config key of a state: the last dotted part of its id (``m.a.b`` -> ``b``, so
+    exported machines load with the same state values), unless a sibling has it already."""
+    key = state_id.rsplit(".", 1)[-1].lstrip("#")
+    if not key or key in taken:
+        key = state_id.replace(".", "_").lstrip("#") or "_"
+    while key in taken:
+        key += "_"
+    taken.add(key)
+    return key
 
 
 def inline_value(element: Element) -> Any:

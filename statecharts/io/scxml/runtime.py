@@ -25,7 +25,7 @@ from ...effects import Log, SendParent, SendTo
 from ...errors import StatechartError
 from ...frozen import FrozenDict, freeze, thaw
 from .errors import ExpressionError
-from .evaluator import Evaluator, Record, records
+from .evaluator import Evaluator, Provided, Record, records
 
 META = "__scxml__"
 SCXML_PROCESSOR = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor"
@@ -150,6 +150,8 @@ class Session:
                                       "scxml": Record(location=location)}),
                 In=self.scope.in_state,
             )
+            for name, fn in self.evaluator.functions.items():
+                env[name] = Provided(_bind(fn, self.scope.context, self.event))
             self._env = env
         return self._env
 
@@ -234,6 +236,13 @@ class Session:
                 except (TypeError, StatechartError):
                     continue  # non-JSON values (objects, functions) live only in the script
         self._env = None
+
+
+def _bind(fn: Callable[..., Any], context: Any, event: Any) -> Callable[..., Any]:
+    def guard(**params: Any) -> Any:
+        return fn(context, event, **params)
+
+    return guard
 
 
 def _plain(value: Any) -> Any:
@@ -478,6 +487,20 @@ class Foreach(Instruction):
             if self.index is not None:
                 session.set(self.index, position)
             run_all(session, self.body)
+
+
+@dataclass
+class NamedAction(Instruction):
+    """``<sc:action type="name">``: one of the machine's named actions, with params."""
+
+    type: str
+    params: tuple[tuple[str, str], ...] = ()
+    line: int = 0
+
+    def run(self, session: Session) -> None:
+        params = {name: session.evaluate(expr) for name, expr in self.params}
+        spec = {"type": self.type, "params": params} if params else self.type
+        session.scope.run_actions([spec])
 
 
 @dataclass
