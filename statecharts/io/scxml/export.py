@@ -118,7 +118,7 @@ class _Writer:
         if transition.event is not None:
             event = transition.event
             if event.startswith(_DONE_STATE):
-                event = event[6:]  # SCXML names it done.state.<id>
+                event = event[len("xstate."):]  # SCXML names it done.state.<id>
                 # ids are dotted: the descriptor alone would also match done.state.<id>.<child>
                 conditions.append(f"_event.name == {event!r}")
             elif event.startswith("xstate."):
