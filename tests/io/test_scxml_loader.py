@@ -211,3 +211,32 @@ def test_unknown_attributes_are_ignored_with_a_warning(caplog: pytest.LogCapture
         machine = load_scxml(f"<scxml {NS}>\n<state id='a' intial='b'/></scxml>")
     assert "<scxml>:2: <state> has no attribute 'intial' (did you mean 'initial'?)" in caplog.text
     assert machine.initial_transition()[0].value == "a"
+
+
+def test_the_fingerprint_follows_the_executable_content() -> None:
+    def doc(expr: str) -> str:
+        return (f"<scxml {NS} initial='s'><datamodel><data id='x'/></datamodel><state id='s'>"
+                f"<onentry><assign location='x' expr='{expr}'/></onentry></state></scxml>")
+
+    assert load_scxml(doc("1")).fingerprint == load_scxml(doc("1")).fingerprint
+    assert load_scxml(doc("1")).fingerprint != load_scxml(doc("2")).fingerprint
+
+
+def test_a_persisted_snapshot_resumes() -> None:
+    text = f"""<scxml {NS} initial="a">
+      <datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a"><transition event="go" target="b"><assign location="n" expr="n + 1"/>
+        <send event="later" delay="1s"/></transition></state>
+      <state id="b"><transition event="later" target="c"/></state>
+      <state id="c"/>
+    </scxml>"""
+    actor = run(text, ("go",))
+    saved = actor.get_persisted_snapshot()
+    actor.stop()
+    resumed = create_actor(load_scxml(text), snapshot=saved, clock=SimulatedClock(0)).start()
+    assert resumed.get_snapshot().value == "b"
+    clock = resumed.clock
+    assert isinstance(clock, SimulatedClock)
+    clock.advance(1000)
+    assert resumed.get_snapshot().value == "c"
+    assert user_context(resumed) == {"n": 1}

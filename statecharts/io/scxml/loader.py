@@ -120,8 +120,11 @@ class Compiler:
         if scripts and not self.evaluator.trusted:
             raise self.error(root.child_elements("script")[0], "<script> needs a trusted "
                              "document (load_scxml(..., trusted=True))")
-        config["entry"] = [self._data_hook(data, None), *([Block(scripts, self.evaluator,
-                                                                 "script")] if scripts else [])]
+        entry: list[Any] = [self._data_hook(data, None)]
+        if scripts:
+            entry.append(Block(scripts, self.evaluator, "script",
+                               "".join(script.code for script in scripts)))
+        config["entry"] = entry
         config["context"] = _context_factory(name, list(self.variables))
         config["output"] = _done_output
         _prepend_to_atomic(config, [_DropCancelled(frozenset(self.invoke_ids))])
@@ -190,7 +193,7 @@ class Compiler:
         key = f"_default_{self._key(element)}"
         states[key] = {"id": f"{element.get('id')}._default", "always": [{
             "target": states[self._key(element)]["target"],
-            "actions": [Block(body, self.evaluator, "history default")]}]}
+            "actions": [Block(body, self.evaluator, "history default", element.xml())]}]}
         states[self._key(element)]["target"] = f"#{element.get('id')}._default"
 
     def _key(self, element: Element) -> str:
@@ -266,7 +269,7 @@ class Compiler:
             key += "_"
         transition: dict[str, Any] = {"target": [f"#{t}" for t in targets]}
         if body:
-            transition["actions"] = [Block(body, self.evaluator, "initial")]
+            transition["actions"] = [Block(body, self.evaluator, "initial", where.xml())]
         synthetic = {"id": f"{state_id}._initial", "always": [transition]}
         return {"initial": key, "states": {key: synthetic, **states}}
 
@@ -319,7 +322,8 @@ class Compiler:
                 item["guard"] = Condition(descriptors, cond, self.evaluator)
             body = self._instructions(transition)
             if body:
-                item["actions"] = [Block(body, self.evaluator, "transition")]
+                item["actions"] = [Block(body, self.evaluator, "transition",
+                                         transition.xml())]
             (on if descriptors is not None else always).append(item)
         if on:
             config["on"] = {"*": on}
@@ -329,7 +333,7 @@ class Compiler:
     # -- executable content ------------------------------------------------------------------
 
     def _block(self, element: Element, label: str) -> Block:
-        return Block(self._instructions(element), self.evaluator, label)
+        return Block(self._instructions(element), self.evaluator, label, element.xml())
 
     def _instructions(self, element: Element) -> tuple[Instruction, ...]:
         return tuple(self._instruction(child) for child in element.children
@@ -442,7 +446,7 @@ class Compiler:
                 except ContentError as exc:
                     session.scope.raise_internal(platform_error(exc.kind, str(exc)))
 
-        return Hook(initialize, evaluator, "datamodel")
+        return Hook(initialize, evaluator, "datamodel", "".join(d.xml() for d in data))
 
     def _donedata_hook(self, donedata: Element, state_id: str) -> Hook:
         payload = self._payload(donedata)
@@ -461,7 +465,7 @@ class Compiler:
                 done[state_id] = None
                 session.set_meta(donedata=done)
 
-        return Hook(evaluate, self.evaluator, "donedata")
+        return Hook(evaluate, self.evaluator, "donedata", donedata.xml())
 
     def _data_value(self, data: Element) -> Any:
         src = data.get("src")
@@ -526,8 +530,8 @@ class Compiler:
             heads.append(_Finalize(invoke_id, self._instructions(finalize[0]), self.evaluator))
         if el.get("autoforward") == "true":
             heads.append(_Autoforward(invoke_id))
-        return (Hook(start, self.evaluator, f"invoke {invoke_id}"),
-                Hook(stop, self.evaluator, f"cancel {invoke_id}"), heads)
+        return (Hook(start, self.evaluator, f"invoke {invoke_id}", el.xml()),
+                Hook(stop, self.evaluator, f"cancel {invoke_id}", el.xml()), heads)
 
     def _invoked_logic(self, el: Element) -> Machine | None:
         content = el.child_elements("content")

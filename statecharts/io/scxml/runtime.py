@@ -15,6 +15,7 @@ starting with ``__``, so documents never see it.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -524,6 +525,13 @@ def run_all(session: Session, body: Sequence[Instruction]) -> None:
         instruction.run(session)
 
 
+def _typed(label: str, source: str) -> str:
+    """The action's type name: it carries a digest of the SCXML it came from, so the machine
+    fingerprint changes when the document's executable content does."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return f"scxml:{label.replace(' ', '-')}:{digest}"
+
+
 class Block(BuiltinAction):
     """A block of executable content (one ``<onentry>``, ``<onexit>``, transition body...)
     as a built-in action. An error stops the block and raises ``error.execution``."""
@@ -531,10 +539,11 @@ class Block(BuiltinAction):
     type = "scxml"
 
     def __init__(self, body: Sequence[Instruction], evaluator: Evaluator,
-                 label: str = "scxml") -> None:
+                 label: str = "scxml", source: str = "") -> None:
         self.body = tuple(body)
         self.evaluator = evaluator
         self.label = label
+        self.type = _typed(label, source)
 
     def resolve(self, scope: Any, params: Mapping[str, Any]) -> None:
         session = Session(scope, self.evaluator)
@@ -553,10 +562,11 @@ class Hook(BuiltinAction):
     type = "scxml"
 
     def __init__(self, fn: Callable[[Session], None], evaluator: Evaluator,
-                 label: str) -> None:
+                 label: str, source: str = "") -> None:
         self.fn = fn
         self.evaluator = evaluator
         self.label = label
+        self.type = _typed(label, source)
 
     def resolve(self, scope: Any, params: Mapping[str, Any]) -> None:
         session = Session(scope, self.evaluator)
