@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from .errors import ExpressionError, ExpressionRefused
 MAX_SIZE = 1_000_000
 """The longest string, list or range an untrusted expression may build."""
 MAX_EXPONENT = 10_000
+MAX_BITS = 1_000_000
+MAX_FORMAT_WIDTH = 1000
 
 SYSTEM_NAMES = frozenset({"_event", "_sessionid", "_name", "_ioprocessors", "_x"})
 
@@ -88,7 +91,7 @@ SAFE_CONSTANTS: Mapping[str, Any] = {"true": True, "false": False, "null": None}
 
 SAFE_METHODS: Mapping[type, frozenset[str]] = {
     str: frozenset({"startswith", "endswith", "upper", "lower", "strip", "lstrip", "rstrip",
-                    "split", "join", "find", "rfind", "count", "index", "replace", "isdigit",
+                    "split", "find", "rfind", "count", "index", "isdigit",
                     "isalpha", "isalnum", "isspace", "title", "capitalize"}),
     dict: frozenset({"get", "keys", "values", "items"}),
     list: frozenset({"count", "index"}),
@@ -97,7 +100,8 @@ SAFE_METHODS: Mapping[type, frozenset[str]] = {
                                     "tag", "text", "tail", "attrib"}),
 }
 """Attributes an untrusted expression may read: these methods only (never ``format``, whose
-format strings can walk attributes)."""
+format strings can walk attributes, nor ``join``/``replace``, whose results can grow far beyond
+their inputs)."""
 
 _BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -301,6 +305,7 @@ class _Walker:
         elif node.conversion == ord("s"):
             value = str(value)
         spec = self.eval(node.format_spec) if node.format_spec is not None else ""
+        _check_format_spec(spec)
         return format(value, spec)
 
 
@@ -327,14 +332,30 @@ def _callable_allowed(fn: Any, env: Mapping[str, Any]) -> bool:
 
 
 def _check_size(op: ast.operator, left: Any, right: Any) -> None:
-    if isinstance(op, ast.Pow) and isinstance(right, int) and abs(right) > MAX_EXPONENT and \
-            isinstance(left, int) and abs(left) > 1:
-        raise ExpressionRefused(f"exponent {right} is over the limit of {MAX_EXPONENT}")
-    if isinstance(op, ast.Mult | ast.LShift):
-        size = _repeat_size(left, right) if isinstance(op, ast.Mult) else \
-            (right if isinstance(right, int) else 0)
-        if size > MAX_SIZE * (64 if isinstance(op, ast.LShift) else 1):
-            raise ExpressionRefused(f"a result of size {size} is over the limit")
+    """Refuse operations whose result would exhaust memory or time before building it."""
+    if isinstance(op, ast.Pow) and _is_int(left) and _is_int(right) and abs(left) > 1:
+        if abs(right) > MAX_EXPONENT or left.bit_length() * abs(right) > MAX_BITS:
+            raise ExpressionRefused(f"** {right} is over the size limit")
+    elif isinstance(op, ast.LShift) and _is_int(left) and _is_int(right):
+        if left.bit_length() + right > MAX_BITS:
+            raise ExpressionRefused(f"<< {right} is over the size limit")
+    elif isinstance(op, ast.Mult):
+        size = _repeat_size(left, right)
+        if size > MAX_SIZE:
+            raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
+    elif isinstance(op, ast.Mod) and isinstance(left, str | bytes):
+        raise ExpressionRefused("printf-style '%' formatting is not allowed (use an f-string)")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_format_spec(spec: str) -> None:
+    for width in re.findall(r"\d+", spec):
+        if int(width) > MAX_FORMAT_WIDTH:
+            raise ExpressionRefused(f"format width {width} is over the limit of "
+                                    f"{MAX_FORMAT_WIDTH}")
 
 
 def _repeat_size(left: Any, right: Any) -> int:
