@@ -91,9 +91,10 @@ def test_system_variables_are_read_only() -> None:
     assert machine.initial_transition()[0].value == "refused"
 
 
-def test_syntax_errors_are_expression_errors_not_crashes() -> None:
+@pytest.mark.parametrize("text", ["1 = 1", "(" * 100_000 + "1" + ")" * 100_000, "1\x00"])
+def test_syntax_errors_are_expression_errors_not_crashes(text: str) -> None:
     with pytest.raises(ExpressionError, match="syntax error"):
-        RestrictedEvaluator().evaluate("1 = 1", ENV)
+        RestrictedEvaluator().evaluate(text, ENV)
 
 
 def test_the_trusted_evaluator_is_plain_python() -> None:

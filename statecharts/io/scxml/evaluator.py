@@ -154,9 +154,14 @@ def check_expression(text: str, functions: frozenset[str] = frozenset()) -> None
 
 
 def _parse(text: str) -> ast.Expression:
+    """Parse an expression; anything the parser cannot take (too deeply nested, NUL bytes) is
+    a ``SyntaxError`` like any other bad expression."""
     with warnings.catch_warnings():  # e.g. "invalid decimal literal": reported as an error
         warnings.simplefilter("ignore", SyntaxWarning)
-        return ast.parse(text.strip(), mode="eval")
+        try:
+            return ast.parse(text.strip(), mode="eval")
+        except (RecursionError, MemoryError, ValueError) as exc:
+            raise SyntaxError(f"cannot parse: {type(exc).__name__}") from None
 
 
 def _check_node(node: ast.AST, functions: frozenset[str] = frozenset()) -> None:
