@@ -76,3 +76,23 @@ def test_a_machine_done_during_its_initial_transition_runs_exit_actions() -> Non
     snapshot, effects = machine.initial_transition()
     assert snapshot.status == "done"
     assert [e.type for e in effects if e.kind == "action"] == ["record"]
+
+
+def test_events_a_child_sends_while_the_parent_starts_wait_for_the_start_to_finish() -> None:
+    # found with W3C test 236: an invoked child that answers at once had its event processed
+    # in the middle of the parent's initial effects (run-to-completion broken)
+    from statecharts import create_actor
+    from statecharts.actions import send_parent
+
+    calls: list[str] = []
+    child = create_machine({"id": "child", "initial": "c",
+                            "states": {"c": {"entry": [send_parent("PING")]}}})
+    parent = create_machine({
+        "id": "parent", "initial": "a",
+        "invoke": {"id": "kid", "src": "child"},
+        "states": {"a": {"entry": ["enteredA"], "on": {"PING": {"actions": "ping"}}}},
+    }, actors={"child": child},
+        actions={"enteredA": lambda c, e: calls.append("entered a"),
+                 "ping": lambda c, e: calls.append("ping")})
+    create_actor(parent).start()
+    assert calls == ["entered a", "ping"]
