@@ -6,10 +6,6 @@ from __future__ import annotations
 
 EXPECTED_FAILURES: dict[str, str] = {
     # -- mandatory -----------------------------------------------------------------------------
-    "mandatory/test236": (
-        "done.invoke must still arrive after the invoking state was exited: the child finishes "
-        "while the parent is still taking childToParent out of s0, and the actor runtime drops "
-        "results of children that are no longer in the snapshot (XState's rule)"),
     "mandatory/test240": (
         "the test's second child document targets 'subFinal1', which only the first child "
         "defines; this reader rejects a transition to an unknown state at load time, naming "

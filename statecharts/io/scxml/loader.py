@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from ...effects import SendTo
+from ...effects import SendParent, SendTo, StartChild
 from ...frozen import FrozenDict
 from ...machine import Machine, create_machine
 from .document import STATECHARTS_NS, Element, parse_document, read_source
@@ -125,6 +125,7 @@ class Compiler:
             entry.append(Block(scripts, self.evaluator, "script",
                                "".join(script.code for script in scripts)))
         config["entry"] = entry
+        config["exit"] = [Hook(_announce_done, self.evaluator, "done.invoke")]
         config["context"] = _context_factory(name, list(self.variables))
         config["output"] = _done_output
         _prepend_to_atomic(config, [_DropCancelled(frozenset(self.invoke_ids))])
@@ -232,6 +233,7 @@ class Compiler:
             heads += head
         if entry:
             config["entry"] = entry
+        config["exit"] = [Hook(_announce_done, self.evaluator, "done.invoke")]
         if exit_:
             config["exit"] = exit_
         self._transitions(element, config)
@@ -503,6 +505,9 @@ class Compiler:
         loader = self._runtime_loader(el)
 
         def start(session: Session) -> None:
+            if invoke_id in (session.meta.get("stillborn") or ()):
+                session.set_meta(stillborn=[i for i in session.meta["stillborn"]
+                                            if i != invoke_id])
             if idlocation is not None:
                 session.assign(idlocation, invoke_id)
             invoke_type = session.evaluate(typeexpr) if typeexpr is not None else kind
@@ -522,6 +527,12 @@ class Compiler:
                 session.scope.spawn(invoke_id, src_name, child_input, None)
 
         def stop(session: Session) -> None:
+            # SCXML starts invocations at the end of a macrostep, for states still active;
+            # one started and cancelled within a macrostep never existed: its events go
+            if any(isinstance(e, StartChild) and e.id == invoke_id
+                   for e in getattr(session.scope, "effects", ())):
+                stillborn = list(session.meta.get("stillborn") or ())
+                session.set_meta(stillborn=[*stillborn, invoke_id])
             session.scope.stop_child(invoke_id)
 
         heads: list[Any] = []
@@ -678,8 +689,10 @@ class _Finalize:
 
 
 class _DropCancelled:
-    """Events from an invocation that was cancelled (its state exited, possibly in the very
-    macrostep that started it) are discarded, as SCXML requires."""
+    """Events from an invocation that was started and cancelled within one macrostep are
+    discarded (SCXML would never have started it); the engine's own ``xstate.done.actor``
+    events are swallowed too, since SCXML children send ``done.invoke`` themselves, in order
+    after their last events."""
 
     takes_scope = True
     name = "scxml:from-cancelled-invocation"
@@ -688,10 +701,21 @@ class _DropCancelled:
         self.invoke_ids = invoke_ids
 
     def __call__(self, context: Any, event: Any, scope: Any) -> bool:
+        kind = str(event.get("type", ""))
+        if kind.startswith("xstate.done.actor."):
+            return kind[len("xstate.done.actor."):] in self.invoke_ids
         invoke_id = event.get("invokeid")
         return invoke_id in self.invoke_ids and \
-            not str(event.get("type", "")).startswith("xstate.") and \
-            invoke_id not in getattr(scope, "children", {invoke_id: None})
+            invoke_id in ((context.get(META) or {}).get("stillborn") or ())
+
+
+def _announce_done(session: Session) -> None:
+    """An invoked session that reached its top-level final state tells its parent."""
+    invoke_id = session.meta.get("invokeid")
+    if invoke_id is not None and getattr(session.scope, "status", None) == "done":
+        session.scope.effect(SendParent(FrozenDict(
+            type=f"done.invoke.{invoke_id}", eventtype="external", invokeid=invoke_id,
+            data=getattr(session.scope, "output", None))))
 
 
 class _Autoforward:
