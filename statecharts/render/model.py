@@ -1,0 +1,220 @@
+"""The diagram of a machine, independent of the output format: boxes with readable titles and
+detail lines, arrows with readable labels and a kind (normal, error, retry), and which states a
+snapshot has active. ``graphviz.py`` and ``mermaid.py`` only lay this out in their syntax, so
+both formats always say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..machine import Machine
+from ..nodes import FINAL, HISTORY, StateNode, Transition
+from ..snapshot import Snapshot
+from . import labels
+from .retries import final_failure_phrase, retry_phrase
+
+NORMAL, ERROR, RETRY = "normal", "error", "retry"
+# A final state whose name or tags say so is a failure outcome and drawn as an error path.
+_FAILURE_WORDS = ("fail", "error", "abort")
+_FAILURE_TAGS = frozenset({"error", "failed", "failure"})
+
+
+@dataclass(frozen=True)
+class Box:
+    """A state as drawn: title, detail lines (invoked work, entry/exit actions), and flags."""
+
+    node: StateNode
+    title: str
+    details: tuple[str, ...]
+    failed: bool
+    active: bool
+    region: bool  # a region of a parallel state: drawn side by side in a dashed box
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """One arrow: ``source`` -> ``target`` with label lines; ``raw`` is the event as written."""
+
+    source: StateNode
+    target: StateNode
+    lines: tuple[str, ...]
+    kind: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """Everything a renderer needs, in document order."""
+
+    machine_id: str
+    title: str
+    root: StateNode
+    boxes: Mapping[StateNode, Box]
+    arrows: tuple[Arrow, ...]
+    highlighted: bool
+
+    def box(self, node: StateNode) -> Box:
+        """The box of ``node``."""
+        return self.boxes[node]
+
+    def kinds(self) -> frozenset[str]:
+        """The arrow kinds present (the legend shows only what the diagram uses)."""
+        return frozenset(a.kind for a in self.arrows)
+
+
+def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram:
+    """The diagram of ``machine``, with ``snapshot``'s active states marked."""
+    active = _active_ids(machine, snapshot)
+    nodes = machine.definition.nodes
+    failed = _failed_finals(nodes)
+    descriptions = _invoke_descriptions(machine)
+    boxes = {node: Box(node, labels.state_title(node), _details(machine, node, descriptions),
+                       node in failed, node.id in active,
+                       node.parent is not None and node.parent.type == "parallel")
+             for node in nodes}
+    arrows: list[Arrow] = []
+    for node in nodes:
+        invokes = {i.id: labels.invoke_phrase(i, descriptions.get(i.config_path))
+                   for i in node.invoke}
+        guarded: set[str | None] = set()  # events with a guarded branch seen so far
+        for transition in (*node.transitions, *node.always):
+            otherwise = transition.guard is None and transition.event in guarded
+            if transition.guard is not None:
+                guarded.add(transition.event)
+            arrows.extend(_arrows(machine, transition, invokes, failed, otherwise))
+        for default in node.history_default:
+            arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
+        for invoke in node.invoke:
+            if invoke.retry is not None:
+                arrows.append(Arrow(node, node, tuple(retry_phrase(invoke.retry)), RETRY,
+                                    f"retry {invoke.src}"))
+    title = labels.sentence(labels.humanize(machine.id))
+    return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None)
+
+
+def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
+    if snapshot is None:
+        return frozenset()
+    if snapshot.machine.fingerprint != machine.fingerprint:
+        raise ValueError(f"the snapshot belongs to machine {snapshot.machine.id!r} "
+                         f"({snapshot.machine.fingerprint}), not to {machine.id!r} "
+                         f"({machine.fingerprint})")
+    return snapshot.configuration.ids
+
+
+def _failed_finals(nodes: tuple[StateNode, ...]) -> frozenset[StateNode]:
+    """Final states that are failure outcomes: named or tagged so, or only reached by errors."""
+    reached_by: dict[StateNode, list[bool]] = {}
+    for node in nodes:
+        for transition in (*node.transitions, *node.always):
+            for target in transition.targets:
+                reached_by.setdefault(target, []).append(labels.is_error_event(transition.event))
+    failed = set()
+    for node in nodes:
+        if node.type != FINAL:
+            continue
+        named = any(word in node.key.lower() for word in _FAILURE_WORDS)
+        sources = reached_by.get(node, [])
+        if named or node.tags & _FAILURE_TAGS or (sources and all(sources)):
+            failed.add(node)
+    return frozenset(failed)
+
+
+def _invoke_descriptions(machine: Machine) -> dict[str, str]:
+    """Invoke ``description``s by config path (the state-node tree does not keep them)."""
+    found: dict[str, str] = {}
+    for node in machine.definition.nodes:
+        for invoke in node.invoke:
+            item = _config_at(machine.config, invoke.config_path)
+            if isinstance(item, Mapping) and isinstance(item.get("description"), str):
+                found[invoke.config_path] = item["description"]
+    return found
+
+
+def _config_at(config: Any, path: str) -> Any:
+    """The config item at a definition path such as ``states.a.invoke[1]``."""
+    item = config
+    for part in path.split("."):
+        index = None
+        if part.endswith("]") and "[" in part:
+            part, _, rest = part.partition("[")
+            index = int(rest[:-1])
+        item = item.get(part) if isinstance(item, Mapping) else None
+        if index is not None:
+            item = item[index] if isinstance(item, list) and index < len(item) else None
+    return item
+
+
+def _details(machine: Machine, node: StateNode,
+             descriptions: Mapping[str, str]) -> tuple[str, ...]:
+    """The lines under a state's title: invoked work, entry/exit actions, and the events it
+    handles without leaving (drawn inside the box, since a loop would suggest re-entering)."""
+    if node.type == HISTORY:
+        return ()
+    lines = []
+    invokes = {}
+    for invoke in node.invoke:
+        invokes[invoke.id] = labels.invoke_phrase(invoke, descriptions.get(invoke.config_path))
+        lines.append(f"doing: {invokes[invoke.id]}")
+        failure = final_failure_phrase(invoke.on_final_failure)
+        if failure:
+            lines.append(failure)
+    entry = labels.actions_phrase(node.entry)
+    if entry:
+        lines.append(f"on entry: {entry}")
+    exit_ = labels.actions_phrase(node.exit)
+    if exit_:
+        lines.append(f"on exit: {exit_}")
+    for transition in (*node.transitions, *node.always):
+        then = labels.actions_phrase(transition.actions)
+        if not transition.targets and then:
+            condition = f", {labels.guard_phrase(transition.guard)}" if transition.guard else ""
+            lines.append(f"on {_trigger(machine, transition, invokes)}{condition}: {then}")
+    return tuple(lines)
+
+
+def _arrows(machine: Machine, transition: Transition, invokes: Mapping[str, str],
+            failed: frozenset[StateNode], otherwise: bool) -> list[Arrow]:
+    if not transition.targets:
+        return []  # stays in its state: listed inside the state's box, if it does anything
+    lines = _transition_lines(machine, transition, invokes, otherwise)
+    targets = transition.targets or (transition.source,)
+    kind = ERROR if labels.is_error_event(transition.event) else NORMAL
+    raw = _raw(transition)
+    return [Arrow(transition.source, target, lines,
+                  ERROR if target in failed else kind, raw) for target in targets]
+
+
+def _transition_lines(machine: Machine, transition: Transition, invokes: Mapping[str, str],
+                      otherwise: bool) -> tuple[str, ...]:
+    lines = [_trigger(machine, transition, invokes)]
+    if transition.guard is not None:
+        lines.append(labels.guard_phrase(transition.guard))
+    elif otherwise:
+        lines.append("otherwise")
+    then = labels.actions_phrase(transition.actions)
+    if then:
+        lines.append(f"then: {then}")
+    return tuple(lines)
+
+
+def _trigger(machine: Machine, transition: Transition, invokes: Mapping[str, str]) -> str:
+    if transition.description:
+        return transition.description
+    if transition.event is None:
+        return "automatically"
+    if transition.delay is not None:
+        return labels.delay_phrase(transition.delay, machine.implementations.delays)
+    done = labels.done_phrase(transition.event, transition.source, invokes)
+    return done if done is not None else labels.event_phrase(transition.event)
+
+
+def _raw(transition: Transition) -> str:
+    event = "always" if transition.event is None else transition.event
+    guard = ""
+    if transition.guard is not None:
+        guard = f" [{', '.join(transition.guard.names()) or transition.guard.type}]"
+    return event + guard
