@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import re
 
-from ..nodes import COMPOUND, FINAL, PARALLEL, StateNode
+from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 from .model import Arrow, Diagram
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+# Mermaid syntax characters in labels, swapped for characters that look the same to a reader.
+_LOOKALIKES = str.maketrans({'"': "'", ";": ",", "{": "(", "}": ")", "<": "\u2039",
+                             ">": "\u203a"})
 _CLASSES = (
     "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
     "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
@@ -29,9 +32,15 @@ def mermaid_source(diagram: Diagram) -> str:
     out = ["---", f"title: {_text(diagram.title)}", "---", "stateDiagram-v2"]
     if diagram.highlighted:
         out.append("    %% highlighted: where this run is now")
-    if placed.get(diagram.root) and any(a.source is diagram.root for a in diagram.arrows):
+    if any(a.source is diagram.root for a in diagram.arrows):
         out.append(f'    state "from any state" as {ids[diagram.root]}')
-    _block(diagram, diagram.root, ids, placed, out, "    ")
+    if diagram.root.type == PARALLEL:
+        # Mermaid allows "--" region separators only inside a composite state.
+        out.append(f'    state "{_text(diagram.title)}" as s_root {{')
+        _block(diagram, diagram.root, ids, placed, out, "        ")
+        out.append("    }")
+    else:
+        _block(diagram, diagram.root, ids, placed, out, "    ")
     out.extend(_CLASSES)
     for name, members in (("active", [b.node for b in diagram.boxes.values()
                                       if b.active and b.node.type not in (COMPOUND, PARALLEL)]),
@@ -62,18 +71,21 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
            indent: str) -> None:
     if parent.type == COMPOUND and parent.initial is not None:
         out.append(f"{indent}[*] --> {ids[parent.initial]}")
-    regions = [c for c in parent.children]
-    for i, child in enumerate(regions):
-        if parent.type == PARALLEL and i > 0:
+    # History circles first: in a parallel block, "--" separates regions and they are none.
+    children = (*parent.history_children, *parent.regions)
+    for i, child in enumerate(children):
+        if parent.type == PARALLEL and i > len(parent.history_children):
             out.append(f"{indent}--")
         box = diagram.box(child)
         if child.type in (COMPOUND, PARALLEL):
-            out.append(f'{indent}state "{_text(box.title)}" as {ids[child]} {{')
+            # A composite state takes no description lines: they join its title.
+            title = "<br/>".join(_text(line) for line in (box.title, *box.details))
+            out.append(f'{indent}state "{title}" as {ids[child]} {{')
             _block(diagram, child, ids, placed, out, indent + "    ")
             out.append(f"{indent}}}")
         else:
             out.append(f'{indent}state "{_text(box.title)}" as {ids[child]}')
-        out.extend(f"{indent}{ids[child]} : {_text(detail)}" for detail in box.details)
+            out.extend(f"{indent}{ids[child]} : {_text(detail)}" for detail in box.details)
         if child.type == FINAL:
             out.append(f"{indent}{ids[child]} --> [*]")
     for source, target, arrow in placed.get(parent, []):
@@ -120,13 +132,14 @@ def _lines(diagram: Diagram, source: StateNode, target: StateNode,
     lines = list(arrow.lines)
     if source is not arrow.source and arrow.source.parent is not None:
         lines.append(f"from: {diagram.box(arrow.source).title}")
-    if target is not arrow.target:
+    if target is not arrow.target and arrow.target.type == HISTORY:
+        lines.append("back to where it left off")
+    elif target is not arrow.target:
         lines.append(f"into: {diagram.box(arrow.target).title}")
     return lines
 
 
 def _text(text: str) -> str:
     """Text Mermaid shows as written (its syntax characters swapped for look-alikes)."""
-    return (text.replace('"', "'").replace(";", ",").replace("#", "no. ").replace("\n", " ")
-            .replace("{", "(").replace("}", ")").replace("<", "‹").replace(">", "›")
-            .replace("-->", "→"))
+    text = text.replace("-->", "\u2192").replace("\n", " ").replace("#", "no. ")
+    return text.translate(_LOOKALIKES)
