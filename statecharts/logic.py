@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .retry import error_json
+
 
 @dataclass(frozen=True)
 class CallableLogic:
@@ -70,8 +72,4 @@ def from_callback(fn: Callable[..., Any], name: str | None = None) -> CallbackLo
 
 def error_to_json(error: BaseException) -> dict[str, Any]:
     """An exception as the JSON an ``xstate.error.actor`` event carries."""
-    data: dict[str, Any] = {"name": type(error).__name__, "message": str(error)}
-    retry_after = getattr(error, "retry_after", None)
-    if isinstance(retry_after, int | float) and not isinstance(retry_after, bool):
-        data["retry_after"] = retry_after
-    return data
+    return error_json(error)
