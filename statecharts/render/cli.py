@@ -9,7 +9,7 @@ for every machine under ``machines/`` (see ``diagrams.py`` for the discovery con
 with ``--check`` lists the stale files and exits 1.
 
 The lead's ``statecharts/cli.py`` calls ``register(subparsers)``; each command stores its
-handler as ``func`` (``args.func(args)`` returns the exit code). ``python -m
+handler as ``handler`` (``args.handler(args)`` returns the exit code). ``python -m
 statecharts.render.cli`` runs the two commands on their own.
 """
 
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     render.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     render.add_argument("--snapshot", type=Path,
                         help="a persisted snapshot (JSON) whose active states are highlighted")
-    render.set_defaults(func=_render)
+    render.set_defaults(handler=_render)
     diagrams = subparsers.add_parser(
         "diagrams", help="regenerate diagrams/ for every machine under machines/",
         description="Write an SVG and a Mermaid file per machine, and an index README.md.")
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                           help="the machines package folder (default: machines)")
     diagrams.add_argument("--out", type=Path, default=Path("diagrams"),
                           help="the diagrams folder (default: diagrams)")
-    diagrams.set_defaults(func=_diagrams)
+    diagrams.set_defaults(handler=_diagrams)
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m statecharts.render.cli")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    result: int = args.handler(args)
     return result
 
 

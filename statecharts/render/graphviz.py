@@ -91,6 +91,25 @@ def _children(diagram: Diagram, parent: StateNode, out: list[str], indent: str) 
         else:
             out.append(f"{indent}{_quote(child.id)} {_node_attrs(diagram.box(child))};")
     _top_row(parent, out, indent)
+    if _is_cluster(parent) and any(a.source is parent for a in diagram.arrows):
+        _exit_point(parent, out, indent)
+
+
+def _exit_point(node: StateNode, out: list[str], indent: str) -> None:
+    """An invisible point below everything in the cluster, where arrows leaving the state
+    start: their labels then sit outside the box, next to the visible part of the arrow."""
+    name = _quote(_exit(node))
+    out.append(f"{indent}{name} [shape=point, style=invis, width=0.01];")
+    for inner in _leaves(node):
+        out.append(f"{indent}{_quote(inner)} -> {name} [style=invis];")
+
+
+def _leaves(node: StateNode) -> list[str]:
+    """The DOT nodes drawn directly for ``node``'s descendants (not history circles)."""
+    names = []
+    for child in node.regions:
+        names.extend(_leaves(child) if _is_cluster(child) else [child.id])
+    return names
 
 
 def _top_row(parent: StateNode, out: list[str], indent: str) -> None:
@@ -225,7 +244,11 @@ def _tail(node: StateNode) -> str:
     """The DOT node an arrow out of ``node`` starts at ("from any state" for the root)."""
     if node.parent is None:
         return f"{node.id}::any"
-    return _anchor(node) if _is_cluster(node) else node.id
+    return _exit(node) if _is_cluster(node) else node.id
+
+
+def _exit(node: StateNode) -> str:
+    return f"{node.id}::exit"
 
 
 def _quote(text: str) -> str:

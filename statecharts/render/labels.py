@@ -70,21 +70,23 @@ def event_phrase(event: str) -> str:
 
 def duration(ms: int | float, *, short: bool = False) -> str:
     """Milliseconds in words, at most two units: 300000 -> "5 minutes", 90000 -> "1 minute 30
-    seconds"; ``short`` gives "5 min", "1.5 s" (for lists of retry waits)."""
+    seconds"; ``short`` gives "5 min", "1.5 s" with a no-break space, so a list of retry
+    waits never wraps between number and unit."""
     if ms < 1000:
-        return f"{_number(ms)} ms" if short else _plural(_number(ms), "millisecond")
+        return f"{_number(ms)}\u00a0ms" if short else _plural(_number(ms), "millisecond")
     units = (("day", "d", 86_400_000), ("hour", "h", 3_600_000), ("minute", "min", 60_000))
     parts: list[str] = []
     remaining = int(ms)
     for long_name, short_name, size in units:
         count, remaining = divmod(remaining, size)
         if count:
-            parts.append(f"{count} {short_name}" if short else _plural(str(count), long_name))
+            parts.append(f"{count}\u00a0{short_name}" if short else
+                         _plural(str(count), long_name))
         if len(parts) == 2:
             return " ".join(parts)
     if remaining or not parts:
         seconds = _number(remaining / 1000)
-        parts.append(f"{seconds} s" if short else _plural(seconds, "second"))
+        parts.append(f"{seconds}\u00a0s" if short else _plural(seconds, "second"))
     return " ".join(parts[:2])
 
 
@@ -167,7 +169,7 @@ def invoke_phrase(invoke: InvokeDef, description: str | None = None) -> str:
 def done_phrase(event: str, source: StateNode, invokes: Mapping[str, str]) -> str | None:
     """Words for the engine's own completion and error events, or None for other events.
 
-    ``invokes`` maps invoke ids of ``source`` to their phrases.
+    ``invokes`` maps invoke ids to their phrases.
     """
     if event.startswith(_ERROR_EVENT):
         work = invokes.get(event[len(_ERROR_EVENT):], "the work")
@@ -189,7 +191,9 @@ def wrap(text: str, width: int = 30) -> list[str]:
     """``text`` broken into lines of about ``width`` characters at spaces."""
     lines: list[str] = []
     current = ""
-    for word in text.split():
+    for word in text.split(" "):  # not split(): no-break spaces must hold
+        if not word:
+            continue
         if current and len(current) + 1 + len(word) > width:
             lines.append(current)
             current = word

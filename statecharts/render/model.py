@@ -10,13 +10,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..definition import RETRY_DELAY_PREFIX
 from ..machine import Machine
 from ..nodes import FINAL, HISTORY, StateNode, Transition
 from ..snapshot import Snapshot
 from . import labels
-from .retries import final_failure_phrase, retry_phrase
+from .retries import retry_phrase
 
 NORMAL, ERROR, RETRY = "normal", "error", "retry"
+RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
+RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
 _FAILURE_WORDS = ("fail", "error", "abort")
 _FAILURE_TAGS = frozenset({"error", "failed", "failure"})
@@ -70,27 +73,21 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
     active = _active_ids(machine, snapshot)
     nodes = machine.definition.nodes
     failed = _failed_finals(nodes)
-    descriptions = _invoke_descriptions(machine)
-    boxes = {node: Box(node, labels.state_title(node), _details(machine, node, descriptions),
+    work = _work_phrases(machine)
+    boxes = {node: Box(node, labels.state_title(node), _details(machine, node, work),
                        node in failed, node.id in active,
                        node.parent is not None and node.parent.type == "parallel")
              for node in nodes}
     arrows: list[Arrow] = []
     for node in nodes:
-        invokes = {i.id: labels.invoke_phrase(i, descriptions.get(i.config_path))
-                   for i in node.invoke}
         guarded: set[str | None] = set()  # events with a guarded branch seen so far
         for transition in (*node.transitions, *node.always):
             otherwise = transition.guard is None and transition.event in guarded
             if transition.guard is not None:
                 guarded.add(transition.event)
-            arrows.extend(_arrows(machine, transition, invokes, failed, otherwise))
+            arrows.extend(_arrows(machine, transition, work, failed, otherwise))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
-        for invoke in node.invoke:
-            if invoke.retry is not None:
-                arrows.append(Arrow(node, node, tuple(retry_phrase(invoke.retry)), RETRY,
-                                    f"retry {invoke.src}"))
     title = labels.sentence(labels.humanize(machine.id))
     return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None)
 
@@ -123,21 +120,34 @@ def _failed_finals(nodes: tuple[StateNode, ...]) -> frozenset[StateNode]:
     return frozenset(failed)
 
 
-def _invoke_descriptions(machine: Machine) -> dict[str, str]:
-    """Invoke ``description``s by config path (the state-node tree does not keep them)."""
+def _work_phrases(machine: Machine) -> dict[str, str]:
+    """What each invoke does, by invoke id: its ``description`` (read from the config, as the
+    state-node tree does not keep it), else its humanized ``src``."""
     found: dict[str, str] = {}
     for node in machine.definition.nodes:
         for invoke in node.invoke:
             item = _config_at(machine.config, invoke.config_path)
-            if isinstance(item, Mapping) and isinstance(item.get("description"), str):
-                found[invoke.config_path] = item["description"]
+            if node.retry_attempt_of is not None:  # expanded from the retried state's invoke
+                item = _retried_invoke(_config_at(machine.config,
+                                                  node.retry_attempt_of.config_path))
+            description = item.get("description") if isinstance(item, Mapping) else None
+            found[invoke.id] = labels.invoke_phrase(
+                invoke, description if isinstance(description, str) else None)
     return found
+
+
+def _retried_invoke(state_config: Any) -> Any:
+    """The invoke config with ``retry`` in a state's config."""
+    invokes = state_config.get("invoke") if isinstance(state_config, Mapping) else None
+    items = invokes if isinstance(invokes, list) else [invokes]
+    return next((i for i in items if isinstance(i, Mapping) and i.get("retry") is not None),
+                None)
 
 
 def _config_at(config: Any, path: str) -> Any:
     """The config item at a definition path such as ``states.a.invoke[1]``."""
     item = config
-    for part in path.split("."):
+    for part in path.split(".") if path else ():
         index = None
         if part.endswith("]") and "[" in part:
             part, _, rest = part.partition("[")
@@ -148,20 +158,14 @@ def _config_at(config: Any, path: str) -> Any:
     return item
 
 
-def _details(machine: Machine, node: StateNode,
-             descriptions: Mapping[str, str]) -> tuple[str, ...]:
+def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tuple[str, ...]:
     """The lines under a state's title: invoked work, entry/exit actions, and the events it
     handles without leaving (drawn inside the box, since a loop would suggest re-entering)."""
     if node.type == HISTORY:
         return ()
-    lines = []
-    invokes = {}
-    for invoke in node.invoke:
-        invokes[invoke.id] = labels.invoke_phrase(invoke, descriptions.get(invoke.config_path))
-        lines.append(f"doing: {invokes[invoke.id]}")
-        failure = final_failure_phrase(invoke.on_final_failure)
-        if failure:
-            lines.append(failure)
+    lines = [f"doing: {work[invoke.id]}" for invoke in node.invoke]
+    if node.retry is not None and not any(_is_final_failure(t) for t in node.transitions):
+        lines.append("if it still fails: the run fails")  # the error is not handled
     entry = labels.actions_phrase(node.entry)
     if entry:
         lines.append(f"on entry: {entry}")
@@ -172,28 +176,48 @@ def _details(machine: Machine, node: StateNode,
         then = labels.actions_phrase(transition.actions)
         if not transition.targets and then:
             condition = f", {labels.guard_phrase(transition.guard)}" if transition.guard else ""
-            lines.append(f"on {_trigger(machine, transition, invokes)}{condition}: {then}")
+            lines.append(f"on {_trigger(machine, transition, work)}{condition}: {then}")
     return tuple(lines)
 
 
-def _arrows(machine: Machine, transition: Transition, invokes: Mapping[str, str],
+def _is_retry(transition: Transition) -> bool:
+    """The expanded retry's "failed, but another attempt is allowed" transition."""
+    return transition.guard is not None and transition.guard.type == RETRY_ALLOWED
+
+
+def _is_final_failure(transition: Transition) -> bool:
+    """A retried state's transition for a failure after the last allowed attempt."""
+    return (transition.source.retry is not None and labels.is_error_event(transition.event)
+            and not _is_retry(transition))
+
+
+def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
             failed: frozenset[StateNode], otherwise: bool) -> list[Arrow]:
+    source = transition.source
+    raw = _raw(transition)
+    if _is_retry(transition):  # drawn as the loop attempting -> waiting to retry -> attempting
+        attempting, waiting = (source.initial, *transition.targets)
+        assert attempting is not None and source.retry is not None
+        return [Arrow(attempting, waiting, tuple(retry_phrase(source.retry)), RETRY, raw)]
+    if isinstance(transition.delay, str) and transition.delay.startswith(RETRY_DELAY_PREFIX):
+        return [Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
+                for target in transition.targets]
     if not transition.targets:
         return []  # stays in its state: listed inside the state's box, if it does anything
-    lines = _transition_lines(machine, transition, invokes, otherwise)
-    targets = transition.targets or (transition.source,)
+    lines = _transition_lines(machine, transition, work, otherwise)
     kind = ERROR if labels.is_error_event(transition.event) else NORMAL
-    raw = _raw(transition)
-    return [Arrow(transition.source, target, lines,
-                  ERROR if target in failed else kind, raw) for target in targets]
+    return [Arrow(source, target, lines, ERROR if target in failed else kind, raw)
+            for target in transition.targets]
 
 
-def _transition_lines(machine: Machine, transition: Transition, invokes: Mapping[str, str],
+def _transition_lines(machine: Machine, transition: Transition, work: Mapping[str, str],
                       otherwise: bool) -> tuple[str, ...]:
-    lines = [_trigger(machine, transition, invokes)]
+    lines = [_trigger(machine, transition, work)]
+    if _is_final_failure(transition) and any(a.type == RECORD_SKIP for a in transition.actions):
+        lines.append("skip this item")
     if transition.guard is not None:
         lines.append(labels.guard_phrase(transition.guard))
-    elif otherwise:
+    elif otherwise and not _is_final_failure(transition):  # "still fails" says it already
         lines.append("otherwise")
     then = labels.actions_phrase(transition.actions)
     if then:
@@ -201,14 +225,16 @@ def _transition_lines(machine: Machine, transition: Transition, invokes: Mapping
     return tuple(lines)
 
 
-def _trigger(machine: Machine, transition: Transition, invokes: Mapping[str, str]) -> str:
+def _trigger(machine: Machine, transition: Transition, work: Mapping[str, str]) -> str:
     if transition.description:
         return transition.description
     if transition.event is None:
         return "automatically"
     if transition.delay is not None:
         return labels.delay_phrase(transition.delay, machine.implementations.delays)
-    done = labels.done_phrase(transition.event, transition.source, invokes)
+    done = labels.done_phrase(transition.event, transition.source, work)
+    if done is not None and _is_final_failure(transition):
+        return done.replace(" fails", " still fails")
     return done if done is not None else labels.event_phrase(transition.event)
 
 

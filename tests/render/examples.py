@@ -61,7 +61,9 @@ def invoice() -> Machine:
                 },
                 "sending_invoice": {
                     "invoke": {"src": "send_email", "description": "email the invoice",
-                               "onDone": "done", "onError": "invoice_failed"},
+                               "retry": {"max_attempts": 10, "initial_interval": 2000,
+                                         "backoff": "linear", "max_interval": 10000},
+                               "onFinalFailure": "fail_run", "onDone": "done"},
                 },
                 "payment_rejected": {"always": [{"target": "waiting_for_payment",
                                                  "guard": "can_retry_payment"},
@@ -96,7 +98,7 @@ def constructs() -> Machine:
                         "review": {"on": {"BACK": "draft",
                                           "APPROVE": {"target": "#order_fulfilment.fulfilling",
                                                       "description": "Manager approves"}}},
-                        "resume": {"type": "history"},
+                        "resume": {"type": "history", "target": "draft"},
                     },
                     "on": {"UPDATE_ADDRESS": {"actions": ["save_address"]}},
                 },
@@ -122,8 +124,8 @@ def constructs() -> Machine:
                                                   "total_timeout": 600000},
                                         "onFinalFailure": "skip",
                                         "onDone": "charged",
-                                        "onError": "charge_failed",
                                     },
+                                    "on": {"CARD_DECLINED": "charge_failed"},
                                 },
                                 "charged": {"type": "final"},
                                 "charge_failed": {"type": "final", "tags": ["error"]},
@@ -165,6 +167,7 @@ def parallel_root() -> Machine:
         {
             "id": "light_and_fan",
             "type": "parallel",
+            "on": {"RESET": {"target": [".light.off", ".fan.stopped"]}},
             "states": {
                 "light": {"initial": "off", "states": {"off": {"on": {"TOGGLE": "on"}},
                                                        "on": {"on": {"TOGGLE": "off"}}}},
