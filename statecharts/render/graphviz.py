@@ -90,8 +90,18 @@ def _children(diagram: Diagram, parent: StateNode, out: list[str], indent: str) 
             _cluster_block(diagram, child, out, indent)
         else:
             out.append(f"{indent}{_quote(child.id)} {_node_attrs(diagram.box(child))};")
-    _top_row(parent, out, indent)
-    if _is_cluster(parent) and any(a.source is parent for a in diagram.arrows):
+    inner = _is_cluster(parent) and any(a.source is parent and _stays_inside(a)
+                                        for a in diagram.arrows)
+    if inner:
+        out.append(f"{indent}{_quote(_inner_tail(parent))} [shape=box, "
+                   f"style=\"rounded,dashed\", color=\"#999999\", fontcolor=\"#555555\", "
+                   f"fontsize=10, label=\"from any step here\", tooltip={_quote(parent.id)}];")
+    anywhere = _inner_tail(parent) if inner else None
+    if parent.parent is None and any(a.source is parent for a in diagram.arrows):
+        anywhere = _tail(parent)
+    _top_row(parent, out, indent, anywhere)
+    if _is_cluster(parent) and any(a.source is parent and not _stays_inside(a)
+                                   for a in diagram.arrows):
         _exit_point(parent, out, indent)
 
 
@@ -101,7 +111,7 @@ def _exit_point(node: StateNode, out: list[str], indent: str) -> None:
     name = _quote(_exit(node))
     out.append(f"{indent}{name} [shape=point, style=invis, width=0.01];")
     for inner in _leaves(node):
-        out.append(f"{indent}{_quote(inner)} -> {name} [style=invis];")
+        out.append(f"{indent}{_quote(inner)} -> {name} [style=invis, weight=0];")
 
 
 def _leaves(node: StateNode) -> list[str]:
@@ -112,11 +122,13 @@ def _leaves(node: StateNode) -> list[str]:
     return names
 
 
-def _top_row(parent: StateNode, out: list[str], indent: str) -> None:
-    """Keep the top of a state in one row: its anchor, its history circles, and (parallel)
-    the tops of its regions, so the regions sit side by side (newrank allows rank=same across
-    clusters)."""
+def _top_row(parent: StateNode, out: list[str], indent: str, anywhere: str | None) -> None:
+    """Keep the top of a state in one row: its anchor, its history circles, its "from any
+    step here" box, and (parallel) the tops of its regions, so the regions sit side by side
+    (newrank allows rank=same across clusters)."""
     row = [child.id for child in parent.history_children]
+    if anywhere is not None:
+        row.append(anywhere)
     if parent.type == PARALLEL:
         row += [_entry(region) for region in parent.regions]
     if parent.parent is not None or parent.type == COMPOUND:
@@ -178,6 +190,8 @@ def _edge(diagram: Diagram, arrow: Arrow) -> str:
         attrs += [f"color={_quote(RETRY_INK)}", f"fontcolor={_quote(RETRY_INK)}",
                   "style=dashed", "penwidth=1.6"]
     tail, head = _tail(source), _entry(target)
+    if _is_cluster(source) and _stays_inside(arrow):
+        tail = _inner_tail(source)
     if _is_cluster(source) and not target.is_descendant_of(source) and target is not source:
         attrs.append(f"ltail={_cluster(source)}")
     if _is_cluster(target) and not source.is_descendant_of(target) and target is not source:
@@ -245,6 +259,15 @@ def _tail(node: StateNode) -> str:
     if node.parent is None:
         return f"{node.id}::any"
     return _exit(node) if _is_cluster(node) else node.id
+
+
+def _stays_inside(arrow: Arrow) -> bool:
+    """An arrow of a cluster's own that leads back into it (a restart, or to an inner step)."""
+    return arrow.target is arrow.source or arrow.target.is_descendant_of(arrow.source)
+
+
+def _inner_tail(node: StateNode) -> str:
+    return f"{node.id}::any"
 
 
 def _exit(node: StateNode) -> str:

@@ -179,7 +179,33 @@ def parallel_root() -> Machine:
     )
 
 
+def restarts() -> Machine:
+    """A compound state's own arrows that lead back inside it (restart, jump to an inner
+    step), and arrows from an inner step to the whole state."""
+    return create_machine(
+        {
+            "id": "form_wizard",
+            "initial": "wizard",
+            "states": {
+                "wizard": {
+                    "initial": "name",
+                    "states": {
+                        "name": {"on": {"NEXT": "address"}},
+                        "address": {"on": {"NEXT": "confirm", "START_OVER": "#form_wizard.wizard"}},
+                        "confirm": {"type": "final"},
+                    },
+                    "on": {"RESET": {"target": "wizard", "reenter": True},
+                           "EDIT_ADDRESS": ".address"},
+                    "onDone": "submitted",
+                },
+                "submitted": {"type": "final"},
+            },
+        },
+    )
+
+
 EXAMPLES: dict[str, Callable[[], Machine]] = {
+    "restarts": restarts,
     "invoice": invoice,
     "constructs": constructs,
     "parallel_root": parallel_root,
