@@ -171,13 +171,16 @@ def _node_attrs(box: Box) -> str:
 
 
 def _box_label(box: Box, size: int, title_width: int = 24, align: str = "CENTER") -> str:
-    """Bold title, then the detail lines in small grey italics (left-aligned in clusters)."""
+    """Bold title, then the detail lines in small grey italics (left-aligned in clusters),
+    then a highlighted run's progress in gold."""
     br = "<BR/>" if align == "CENTER" else f'<BR ALIGN="{align}"/>'
     title = br.join(_html(line) for line in wrap(box.title, title_width))
     text = f'<FONT POINT-SIZE="{size}"><B>{title}</B></FONT>'
-    for detail in box.details:
-        lines = br.join(_html(line) for line in wrap(detail, 32))
-        text += f'{br}<FONT POINT-SIZE="10" COLOR="#555555"><I>{lines}</I></FONT>'
+    detail_width = max(32, title_width)
+    for detail, color in [(d, "#555555") for d in box.details] + \
+            [(n, ACTIVE_INK) for n in box.now]:
+        lines = br.join(_html(line) for line in wrap(detail, detail_width))
+        text += f'{br}<FONT POINT-SIZE="10" COLOR="{color}"><I>{lines}</I></FONT>'
     return f"<{text}{br if align != 'CENTER' else ''}>"
 
 

@@ -79,13 +79,14 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
         box = diagram.box(child)
         if child.type in (COMPOUND, PARALLEL):
             # A composite state takes no description lines: they join its title.
-            title = "<br/>".join(_text(line) for line in (box.title, *box.details))
+            title = "<br/>".join(_text(line) for line in (box.title, *box.details, *box.now))
             out.append(f'{indent}state "{title}" as {ids[child]} {{')
             _block(diagram, child, ids, placed, out, indent + "    ")
             out.append(f"{indent}}}")
         else:
             out.append(f'{indent}state "{_text(box.title)}" as {ids[child]}')
-            out.extend(f"{indent}{ids[child]} : {_text(detail)}" for detail in box.details)
+            out.extend(f"{indent}{ids[child]} : {_text(detail)}"
+                       for detail in (*box.details, *box.now))
         if child.type == FINAL:
             out.append(f"{indent}{ids[child]} --> [*]")
     for source, target, arrow in placed.get(parent, []):

@@ -32,6 +32,7 @@ class Box:
     node: StateNode
     title: str
     details: tuple[str, ...]
+    now: tuple[str, ...]  # a highlighted run's progress here ("now: 1 of 4 tries failed")
     failed: bool
     active: bool
     region: bool  # a region of a parallel state: drawn side by side in a dashed box
@@ -74,8 +75,9 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
     nodes = machine.definition.nodes
     failed = _failed_finals(nodes)
     work = _work_phrases(machine)
+    progress = _retry_progress(snapshot)
     boxes = {node: Box(node, labels.state_title(node), _details(machine, node, work),
-                       node in failed, node.id in active,
+                       progress.get(node.id, ()), node in failed, node.id in active,
                        node.parent is not None and node.parent.type == "parallel")
              for node in nodes}
     arrows: list[Arrow] = []
@@ -100,6 +102,22 @@ def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
                          f"({snapshot.machine.fingerprint}), not to {machine.id!r} "
                          f"({machine.fingerprint})")
     return snapshot.configuration.ids
+
+
+def _retry_progress(snapshot: Snapshot | None) -> dict[str, tuple[str, ...]]:
+    """For a highlighted run, how its retried calls are doing: "now: 1 of 4 tries failed
+    (Timeout)", by retried state id."""
+    if snapshot is None:
+        return {}
+    found: dict[str, tuple[str, ...]] = {}
+    for state_id, record in snapshot.retries.items():
+        node = snapshot.machine.get_state_node(state_id)
+        error = record.get("last_error")
+        name = error.get("name") or error.get("message") if isinstance(error, Mapping) else None
+        limit = f" of {node.retry.max_attempts}" if node.retry is not None else ""
+        reason = f" ({str(name)[:40]})" if name else ""
+        found[state_id] = (f"now: {record['attempt']}{limit} tries failed{reason}",)
+    return found
 
 
 def _failed_finals(nodes: tuple[StateNode, ...]) -> frozenset[StateNode]:

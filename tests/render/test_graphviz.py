@@ -124,3 +124,19 @@ def test_without_dot_a_clear_message_and_dot_mermaid_still_work(
         to_png(machine)
     assert to_dot(machine).startswith('digraph "invoice_workflow"')
     assert "stateDiagram-v2" in to_mermaid(machine)
+
+
+def test_highlight_of_a_run_waiting_to_retry_says_how_it_is_going() -> None:
+    machine = invoice()
+    snapshot, _ = machine.initial_transition()
+    snapshot, _ = machine.transition(snapshot, "PAYMENT_RECEIVED")
+    snapshot, _ = machine.transition(snapshot, {"type": "xstate.error.actor.create",
+                                                "error": {"name": "Timeout"}})
+    assert snapshot.active_leaves() == ("creating_invoice.waiting_to_retry",)
+    dot = to_dot(machine, snapshot)
+    waiting = next(line for line in dot.splitlines() if line.strip().startswith(
+        '"invoice_workflow.creating_invoice.waiting_to_retry"'))
+    assert 'fillcolor="#ffe08a"' in waiting
+    assert '<FONT POINT-SIZE="10" COLOR="#b8860b"><I>now: 1 of 4 tries failed (Timeout)' in dot
+    assert "now: 1 of 4 tries failed (Timeout)" in to_mermaid(machine, snapshot)
+    assert "now:" not in to_dot(machine)
