@@ -269,7 +269,7 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
     try:
-        context = freeze(data.get("context") or {}, "context", SnapshotError)
+        context = freeze(data.get("context", {}), "context", SnapshotError)
         output = freeze(data.get("output"), "output", SnapshotError)
         error = freeze(data.get("error"), "error", SnapshotError)
     except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
@@ -277,11 +277,11 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
     if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     return make_snapshot(machine, configuration, context, status, output, error,
-                         _history(machine, data.get("history") or {}),
-                         _timers(data.get("timers") or []),
-                         _children(data.get("children") or {}),
-                         _retries(machine, data.get("retries") or {}),
-                         _skipped(data.get("skipped") or []))
+                         _history(machine, data.get("history", {})),
+                         _timers(data.get("timers", [])),
+                         _children(data.get("children", {})),
+                         _retries(machine, data.get("retries", {})),
+                         _skipped(data.get("skipped", [])))
 
 
 def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
