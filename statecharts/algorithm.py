@@ -35,6 +35,7 @@ class Step:
     internal queue and the effects collected so far. Built-in actions act on it."""
 
     __slots__ = (
+        "builtins_run",
         "children",
         "children_changed",
         "context",
@@ -76,6 +77,7 @@ class Step:
         self.event: FrozenDict = EMPTY
         self.now = now
         self.guards_used = False
+        self.builtins_run = False  # a built-in's outcome may depend on context or timers
         self.history_read = False
         self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
         self.retries = retries
@@ -654,6 +656,7 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
         if callable(params):
             params = freeze(params(step.context, event), f"action '{action.type}' params")
         if isinstance(impl, BuiltinAction):
+            step.builtins_run = True
             step.event = event
             try:
                 impl.resolve(step, params or EMPTY)
