@@ -8,8 +8,9 @@ runs go in lockstep:
 * ``plain``: one machine, snapshots passed along in memory;
 * ``persisted``: a second machine instance (as after a process restart) that gets every
   snapshot back from ``snapshot_to_json`` bytes via ``machine.restore(bytes)``;
-* ``uncached``: a third instance with the fast-path cache disabled
-  (``machine._remember = lambda *a: None``).
+* ``uncached``: a third instance with the engine's shortcuts off: the per-configuration move
+  cache never filled (``machine._remember = lambda *a: None``) and ``machine.fast_paths =
+  False`` (which also turns off the context-only shortcut).
 
 After every step the persisted form (value, context, status, output, history, timers, ...) and
 the JSON of the effects must be identical across the three.
@@ -195,6 +196,7 @@ def make(name: str, cached: bool = True) -> Machine:
     machine = create_machine(MACHINES[name][0], **IMPLEMENTATIONS)
     if not cached:
         machine._remember = lambda *a: None  # type: ignore[method-assign]
+        machine.fast_paths = False
     return machine
 
 
@@ -309,9 +311,13 @@ def test_the_cache_is_actually_exercised() -> None:
     """Without hits the cache comparison above would prove nothing."""
     machine = make("counter")
     snapshot, _ = machine.initial_transition()
-    for event in ["TOGGLE", "TOGGLE", "TOGGLE", "START", "STOP", "START"]:
+    for event in ["TOGGLE", "TOGGLE", "TOGGLE", "TOGGLE", "START", "STOP", "START"]:
         snapshot, _ = machine.transition(snapshot, event)
-    assert len(machine._fast) >= 3
+    assert snapshot.value == "running"
+    remembered = [c.moves for c in machine._configurations.values() if c.moves]
+    assert sum(len(moves) for moves in remembered) >= 3
+    context_only = snapshot.configuration.context_only("ADD")
+    assert context_only is not None  # "running" takes ADD through the context-only shortcut
     check_lockstep("counter", ["TOGGLE"] * 4 + ["START", "STOP"] * 3)
 
 
