@@ -341,7 +341,9 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         step.history_read = True
     if step.trace is not None:
         step.trace.append((event, tuple(transitions)))
-    before = (step.context, step.history, len(step.nodes), step.retries)
+    # identity, not equality: an assign always makes a new context, and XState re-selects
+    # eventless transitions after any assign even when the values are equal
+    before = (step.context, step.history, step.retries)
     exited = exit_states(step, transitions, event)
     for transition in transitions:
         run_actions(step, transition.actions, event)
@@ -352,7 +354,7 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         for node in sorted(step.nodes, key=_order, reverse=True):
             run_actions(step, node.exit, event)
     return bool(exited or entered) or \
-        before != (step.context, step.history, len(step.nodes), step.retries)
+        any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
