@@ -12,12 +12,15 @@ runs go in lockstep:
   cache never filled (``machine._remember = lambda *a: None``) and ``machine.fast_paths =
   False`` (which also turns off the context-only shortcut).
 
+``STATECHARTS_PROPERTY_EXAMPLES`` raises the number of sequences per machine (default 60).
+
 After every step the persisted form (value, context, status, output, history, timers, ...) and
 the JSON of the effects must be identical across the three.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -251,7 +254,9 @@ def event_lists(name: str) -> st.SearchStrategy[list[Any]]:
     return st.lists(st.sampled_from(alphabet), max_size=30)
 
 
-SETTINGS = settings(max_examples=60, deadline=None,
+# STATECHARTS_PROPERTY_EXAMPLES=2000 for a longer, opt-in soak
+EXAMPLES = int(os.environ.get("STATECHARTS_PROPERTY_EXAMPLES", "60"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -642,3 +642,47 @@ GUARDS = [
 def test_guards(case: Case, mode: str) -> None:
     case.guards = {**GUARD_IMPLS, **case.guards}
     _check(case, mode)
+
+
+# -- starting: what the initial transition does -------------------------------------------------
+
+START = [
+    Case("initial-final-child-raises-done-at-start",
+         {"id": "m", "initial": "p", "states": {
+             "p": {"initial": "f", "onDone": {"target": "q", "actions": ["p_done"]},
+                   "states": {"f": {"type": "final"}}},
+             "q": {}}},
+         [], "q", ["+(root)", "+p", "+p.f", "-p.f", "-p", "p_done", "+q"], given=None),
+    Case("initial-top-level-final-is-done-at-start",
+         {"id": "m", "initial": "f", "output": {"at": "start"},
+          "states": {"f": {"type": "final"}}},
+         [], "f", ["+(root)", "+f", "-f", "-(root)"], given=None, status="done",
+         output={"at": "start"}),
+    Case("parallel-root-done-when-every-region-is-final",
+         {"id": "m", "type": "parallel", "output": lambda c, e: e["type"], "states": {
+             "r1": {"initial": "a", "states": {"a": {"on": {"A": "f"}}, "f": {"type": "final"}}},
+             "r2": {"initial": "g", "states": {"g": {"type": "final"}}}}},
+         ["A"], {"r1": "f", "r2": "g"}, status="done", output="xstate.done.state.m"),
+    Case("history-as-initial-child-uses-default-then-memory",
+         {"id": "m", "initial": "p", "states": {
+             "p": {"initial": "h", "on": {"OUT": "out"}, "states": {
+                 "h": {"type": "history", "target": "b"},
+                 "a": {}, "b": {"on": {"NEXT": "a"}}}},
+             "out": {"on": {"BACK": "p"}}}},
+         ["NEXT", "OUT", "BACK"], {"p": "a"},
+         ["-p.b", "+p.a", "-p.a", "-p", "+out", "-out", "+p", "+p.a"], given=[]),
+    Case("deep-initial-chain-enters-outside-in",
+         {"id": "m", "initial": "a", "states": {"a": {"initial": "b", "states": {
+             "b": {"type": "parallel", "states": {
+                 "x": {"initial": "x1", "states": {"x1": {}}},
+                 "y": {"initial": "y1", "states": {"y1": {"initial": "z", "states": {
+                     "z": {}}}}}}}}}}},
+         [], {"a": {"b": {"x": "x1", "y": {"y1": "z"}}}},
+         ["+(root)", "+a", "+a.b", "+a.b.x", "+a.b.x.x1", "+a.b.y", "+a.b.y.y1",
+          "+a.b.y.y1.z"], given=None),
+]
+
+
+@table(START)
+def test_start(case: Case, mode: str) -> None:
+    _check(case, mode)
