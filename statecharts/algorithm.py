@@ -350,9 +350,7 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     if step.retries and exited:
         _close_retry_records(step)
     entered = enter_states(step, transitions, event)
-    if step.status == "done":
-        for node in sorted(step.nodes, key=_order, reverse=True):
-            run_actions(step, node.exit, event)
+    _exit_all_if_done(step, event)
     return bool(exited or entered) or \
         any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
 
@@ -434,6 +432,14 @@ def enter_initial_states(step: Step, event: FrozenDict) -> None:
     to_enter = {root}
     add_descendants(root, step.history, set(), to_enter)
     enter(step, to_enter, event)
+    _exit_all_if_done(step, event)
+
+
+def _exit_all_if_done(step: Step, event: FrozenDict) -> None:
+    """A machine that reached its top-level final state exits every state (XState)."""
+    if step.status == "done":
+        for node in sorted(step.nodes, key=_order, reverse=True):
+            run_actions(step, node.exit, event)
 
 
 def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
