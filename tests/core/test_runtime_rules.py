@@ -127,3 +127,30 @@ def test_failing_guard_names_itself_and_the_transition() -> None:
     assert "guard 'boom'" in str(info.value)
     assert "states.a.on.E[1]" in str(info.value)
     assert "kaput" in str(info.value)
+
+
+def test_entry_and_exit_effects_follow_xstate_order() -> None:
+    # XState appends an `after` state's delayed raise to its entry actions and the cancel to
+    # its exit actions; invocations start after the entry actions and stop after the exit ones
+    machine = create_machine({"id": "m", "initial": "idle", "states": {
+        "idle": {"on": {"GO": "busy"}},
+        "busy": {"entry": "hello", "exit": "bye", "after": {"100": "idle"},
+                 "invoke": {"id": "worker", "src": "work"}, "on": {"STOP": "idle"}}}},
+        actions={"hello": lambda c, e: None, "bye": lambda c, e: None},
+        actors={"work": lambda input: None})
+    snapshot, _ = machine.initial_transition(now=0)
+    snapshot, effects = machine.transition(snapshot, "GO", now=0)
+    assert [e.kind for e in effects] == ["action", "start_timer", "start_child"]
+    _, effects = machine.transition(snapshot, "STOP", now=10)
+    assert [e.kind for e in effects] == ["action", "cancel_timer", "stop_child"]
+
+
+def test_initial_entry_actions_see_the_init_event_with_input() -> None:
+    seen: list[Any] = []
+    machine = create_machine({"id": "m", "initial": "a", "context": lambda input: {"x": input},
+                              "states": {"a": {"entry": "look"}}},
+                             actions={"look": lambda c, e: seen.append((dict(c), dict(e)))})
+    create_actor(machine, input=5).start()
+    create_actor(machine).start()
+    assert seen == [({"x": 5}, {"type": "xstate.init", "input": 5}),
+                    ({"x": None}, {"type": "xstate.init"})]
