@@ -252,6 +252,7 @@ LEAVING_R1 = parallel_config({"E": {"target": "#m.out", "actions": ["t1"]}},
                              {"E": {"target": "b2", "actions": ["t2"]}})
 LEAVING_R2 = parallel_config({"E": {"target": "a2", "actions": ["t1"]}},
                              {"E": {"target": "#m.out", "actions": ["t2"]}})
+MIXED = parallel_config({"E": {"actions": ["t1"]}}, {"E": {"target": "b2", "actions": ["t2"]}})
 CROSS = parallel_config({"X": {"target": "#m.P.r2.b2", "actions": ["t"]}}, {})
 GUARDS_BEFORE_ASSIGN = parallel_config(
     {"E": {"target": "a2", "actions": [assign({"n": 1}), "t1"]}},
@@ -279,6 +280,8 @@ PARALLEL = [
          ["-P.r2.b1", "-P.r2", "-P.r1.a1", "-P.r1", "-P", "t1", "+out"]),
     Case("conflict-earlier-region-local-wins", LEAVING_R2, ["E"],
          {"P": {"r1": "a2", "r2": "b1"}}, ["-P.r1.a1", "t1", "+P.r1.a2"]),
+    Case("targetless-in-one-region-move-in-the-other", MIXED, ["E"],
+         {"P": {"r1": "a1", "r2": "b2"}}, ["-P.r2.b1", "t1", "t2", "+P.r2.b2"]),
     # XState: the domain of a cross-region transition is the parallel state itself, which is
     # neither exited nor entered (SCXML would exit and re-enter P): see docs/semantics.md
     Case("cross-region-transition-keeps-the-parallel-state", CROSS, ["X"],
@@ -415,6 +418,15 @@ ALWAYS = [
                    "states": {"a": {"on": {"INC": {"actions": assign({"n": 1})}}}}},
              "q": {}}},
          ["INC"], "q", ["-p.a", "-p", "+q"], guards={"positive": lambda c, e: c["n"] > 0}),
+    Case("shared-ancestor-always-taken-once-for-all-regions",
+         {"id": "m", "initial": "P", "context": {"n": 0}, "states": {"P": {
+             "type": "parallel",
+             "always": {"guard": "zero", "actions": [assign({"n": 1}), "t"]},
+             "states": {"r1": {"initial": "a", "states": {"a": {}}},
+                        "r2": {"initial": "b", "states": {"b": {}}}}}}},
+         [], {"P": {"r1": "a", "r2": "b"}},
+         ["+(root)", "+P", "+P.r1", "+P.r1.a", "+P.r2", "+P.r2.b", "t"], given=None,
+         context={"n": 1}, guards={"zero": lambda c, e: c["n"] == 0}),
     Case("eventless-before-internal-queue",
          {"id": "m", "initial": "a", "states": {
              "a": {"on": {"E": {"target": "b", "actions": [raise_("I")]}}},
