@@ -457,17 +457,18 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 
 
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
-    """Entry actions, then invoked actors, then ``after`` timers (XState's order)."""
+    """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
+    ``after`` timers are entry actions, invocations start after them)."""
     key, attempt = _count_attempt(step, node)
     run_actions(step, node.entry, event)
+    for timer_event, delay in node.after_timers:
+        step.event = event
+        step.schedule(timer_event, step.machine.event(timer_event), delay, None)
     for invoke in node.invoke:
         actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
             invoke.input
         step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
                    key, attempt)
-    for timer_event, delay in node.after_timers:
-        step.event = event
-        step.schedule(timer_event, step.machine.event(timer_event), delay, None)
 
 
 def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:

@@ -129,10 +129,6 @@ def test_failing_guard_names_itself_and_the_transition() -> None:
     assert "kaput" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine starts invocations before arming after-timers; the fix (swap the two loops in "
-    "algorithm.enter_state) also changes tests/actors/test_actors.py::"
-    "test_pure_core_returns_timer_and_child_effects_with_due_times, owned elsewhere"))
 def test_entry_and_exit_effects_follow_xstate_order() -> None:
     # XState appends an `after` state's delayed raise to its entry actions and the cancel to
     # its exit actions; invocations start after the entry actions and stop after the exit ones
