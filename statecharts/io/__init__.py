@@ -1,1 +1,2 @@
-"""Importers and exporters between statecharts and other workflow tools (n8n, ...)."""
+"""Readers and writers of other chart and workflow formats, each in its own subpackage
+(``scxml``, ``n8n``)."""
