@@ -3,13 +3,16 @@ and its corpus totals match the summary."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 from statecharts.io.n8n import from_n8n
-from tests.io.n8n_corpus import CORPUS, MISSING, corpus_data, corpus_files, imported
+from statecharts.io.n8n.validation import build_machines
+from tests.io.n8n_corpus import CORPUS, MISSING, corpus_data, corpus_files, corpus_path, imported
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "n8n.md"
 WALKTHROUGH = "enescingoz__Other_Integrations"
@@ -56,3 +59,16 @@ def test_corpus_totals_in_the_doc_match_the_corpus() -> None:
     assert int(numbers[2]) == sum(r.state_count for r in results)
     assert int(numbers[3]) == sum(len(r.hidden_states) for r in results)
     assert f"and {sum(r.error_machine is not None for r in results)} error machines" in kinds
+
+
+@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
+                    reason="statecharts.render (the diagram renderer) is not here")
+def test_the_after_diagram_is_the_renderers_current_output() -> None:
+    render = importlib.import_module("statecharts.render")
+    result = from_n8n(corpus_data(WALKTHROUGH), "resilient_rest_api_sync")
+    machine, _ = build_machines(result)
+    after = _section("### After: the statechart")
+    shown = after[after.index("```mermaid\n") + 11:after.index("```\n\nThe config")]
+    assert shown == render.to_mermaid(machine).rstrip("\n") + "\n", (
+        "docs/n8n.md shows an old diagram: paste the .mmd written by `statecharts n8n "
+        f"import {corpus_path(WALKTHROUGH)} -o OUT --name resilient_rest_api_sync`")
