@@ -596,6 +596,7 @@ class MachineBuilder:
         call = {"workflow_id": spec.workflow, "mode": spec.mode}
         if spec.waits:
             how = self._work(name, ref, state, extra_input=call)
+            state["invoke"]["description"] = f"run sub-workflow {spec.workflow or '(unset)'}"
             return f"invoked child: waits for sub-workflow {spec.workflow or '(unset)'}; {how}"
         action = self._need("action", f"start_{ref.key}", name,
                             f"starts sub-workflow {spec.workflow or '(unset)'} for '{name}' "
@@ -613,6 +614,7 @@ class MachineBuilder:
                          "raises the Stop and Error node's message", provided=True)
         state.update({"tags": ["failed"],
                       "invoke": {"id": ref.key, "src": src, "input": {"message": message},
+                                 "description": f"fail the run: {message or 'Stop and Error'}",
                                  "onFinalFailure": "fail_run"}})
         return f"failed end: the run fails with {message!r} (engine status error)"
 
