@@ -188,7 +188,9 @@ class StepCommit:
 
     With `release=True` the lease is given up and `wake_at` becomes the run's next due time;
     otherwise the lease is kept and `wake_at` stays at the lease expiry, so a crash hands the run
-    to another worker once the lease runs out.
+    to another worker once the lease runs out. `attempt_count`, `last_error` and
+    `workflow_version` (set when a migration moved the run to a new definition) are left as
+    they are when None.
     """
 
     run_id: str
@@ -201,6 +203,7 @@ class StepCommit:
     release: bool = True
     attempt_count: int | None = None
     last_error: str | None = None
+    workflow_version: str | None = None
     new_effects: Sequence[NewEffect] = ()
     effect_outcomes: Sequence[EffectOutcome] = ()
     consumed_inbox: Sequence[int] = ()
@@ -214,6 +217,8 @@ class VersionCount:
     workflow_name: str
     workflow_version: str
     runs: int
+    label: str | None = None
+    """The `version` label inside the runs' snapshots (what a migration is keyed by)."""
 
 
 @dataclass(frozen=True, slots=True)

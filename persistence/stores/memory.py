@@ -308,6 +308,7 @@ class MemoryStore:
                 attempt_count=(r.attempt_count if commit.attempt_count is None
                                else commit.attempt_count),
                 last_error=commit.last_error if commit.last_error is not None else r.last_error,
+                workflow_version=commit.workflow_version or r.workflow_version,
                 updated_at=now, completed_at=r.completed_at or completed_at,
                 failed_at=r.failed_at or failed_at, version=new_version, **lease,
             )  # fmt: skip
@@ -358,12 +359,18 @@ class MemoryStore:
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
         """Active runs of versions not in `known`."""
         with self._lock:
-            counts: dict[tuple[str, str], int] = {}
+            wanted = set(known)
+            counts: dict[tuple[str, str, str], int] = {}
             for r in self._runs.values():
-                pair = (r.workflow_name, r.workflow_version)
-                if r.status == ACTIVE and pair not in set(known):
-                    counts[pair] = counts.get(pair, 0) + 1
-            return [VersionCount(n, v, c) for (n, v), c in sorted(counts.items())]
+                label = r.snapshot.get("version")
+                group = (
+                    r.workflow_name,
+                    r.workflow_version,
+                    label if isinstance(label, str) else "",
+                )
+                if r.status == ACTIVE and group[:2] not in wanted:
+                    counts[group] = counts.get(group, 0) + 1
+            return [VersionCount(n, v, c, lb or None) for (n, v, lb), c in sorted(counts.items())]
 
     # -- helper tables ----------------------------------------------------------------------
     def try_claim(

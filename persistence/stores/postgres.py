@@ -407,7 +407,8 @@ class PostgresStore:
             "id": _uuid(commit.run_id), "expected": commit.expected_version,
             "owner": commit.owner, "state": commit.state, "snapshot": _json(commit.snapshot),
             "status": commit.status, "attempts": commit.attempt_count,
-            "last_error": commit.last_error, "now": to_ts(now), "completed": to_ts(completed_at),
+            "last_error": commit.last_error,
+            "wv": commit.workflow_version, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "version": new_version, "wake": to_ts(commit.wake_at),
             "outcome_keys": [o.idempotency_key for o in commit.effect_outcomes],
             "outcomes": _json([
@@ -462,12 +463,11 @@ class PostgresStore:
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
         """Active runs grouped by versions not in `known`."""
         rows = self._rows(
-            "SELECT workflow_name, workflow_version, count(*) FROM workflow_runs "
-            "WHERE status = 'active' GROUP BY workflow_name, workflow_version "
-            "ORDER BY workflow_name, workflow_version"
+            "SELECT workflow_name, workflow_version, count(*), snapshot->>'version' "
+            "FROM workflow_runs WHERE status = 'active' GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"
         )
         wanted = set(known)
-        return [VersionCount(n, v, int(c)) for n, v, c in rows if (n, v) not in wanted]
+        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows if (n, v) not in wanted]
 
     # -- helper tables ----------------------------------------------------------------------
     def try_claim(
@@ -608,6 +608,7 @@ WITH run AS (
     UPDATE workflow_runs SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
         attempt_count = coalesce(%(attempts)s, attempt_count),
         last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s,
+        workflow_version = coalesce(%(wv)s, workflow_version),
         completed_at = coalesce(completed_at, %(completed)s),
         failed_at = coalesce(failed_at, %(failed)s), version = %(version)s {lease}
     WHERE id = %(id)s AND version = %(expected)s AND lease_owner = %(owner)s

@@ -372,6 +372,7 @@ class SQLiteStore:
             cursor = conn.execute(
                 "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
                 "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
+                " workflow_version = coalesce(?, workflow_version),"
                 " updated_at = ?, completed_at = coalesce(completed_at, ?), "
                 f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
                 "WHERE id = ? AND version = ? AND lease_owner = ?",
@@ -381,6 +382,7 @@ class SQLiteStore:
                     commit.status,
                     commit.attempt_count,
                     commit.last_error,
+                    commit.workflow_version,
                     now,
                     completed_at,
                     failed_at,
@@ -469,12 +471,11 @@ class SQLiteStore:
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
         """Active runs grouped by versions not in `known`."""
         rows = self._read(
-            "SELECT workflow_name, workflow_version, count(*) FROM workflow_runs "
-            "WHERE status = 'active' GROUP BY workflow_name, workflow_version "
-            "ORDER BY workflow_name, workflow_version"
+            "SELECT workflow_name, workflow_version, count(*), json_extract(snapshot, '$.version')"
+            " FROM workflow_runs WHERE status = 'active' GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"
         )
         wanted = set(known)
-        return [VersionCount(n, v, int(c)) for n, v, c in rows if (n, v) not in wanted]
+        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows if (n, v) not in wanted]
 
     # -- helper tables ----------------------------------------------------------------------
     def try_claim(

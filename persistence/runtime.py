@@ -1,0 +1,203 @@
+"""`Runtime`: start runs, send them events, read and cancel them; the API over a store.
+
+The runtime never executes effects itself: `start` commits the initial snapshot with its effects
+in one transaction and workers (`persistence.worker.Worker`) do the rest. Any process holding a
+`Runtime` over the same database may start runs or send events while workers run elsewhere.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from persistence.outbox import Listener, log_effects, to_outbox
+from persistence.stores import NewRun, RunRecord, Store, VersionCount
+from statecharts import Machine, Snapshot
+from statecharts.events import EventLike, normalize_event
+from statecharts.frozen import thaw
+
+
+class Clock(Protocol):
+    """Anything with `now()` in epoch milliseconds (statecharts' SystemClock/SimulatedClock)."""
+
+    def now(self) -> int:
+        """Current time, epoch milliseconds."""
+        ...
+
+
+class WallClock:
+    """The system clock in epoch milliseconds."""
+
+    def now(self) -> int:
+        """Current time, epoch milliseconds."""
+        return time.time_ns() // 1_000_000
+
+
+class UnknownWorkflowError(LookupError):
+    """`start` named a workflow this runtime was not given."""
+
+
+def state_text(snapshot: Snapshot) -> str:
+    """The `state` column: active leaf paths, comma separated."""
+    return ",".join(snapshot.active_leaves())
+
+
+def run_status(snapshot: Snapshot) -> str:
+    """The run status for a snapshot status (the engine's `stopped` is a cancelled run)."""
+    return "cancelled" if snapshot.status == "stopped" else snapshot.status
+
+
+def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
+    """When the run next needs a worker: now if effects wait, else its next timer."""
+    if has_pending_effects:
+        return now
+    return snapshot.next_due() if snapshot.status == "active" else None
+
+
+class Runtime:
+    """Durable runs of `machines` in `store`.
+
+    Several definitions of one machine id may be given (for example the old one while its runs
+    drain during a deploy); `start` uses the last one. Runs are pinned to the definition
+    fingerprint they started with (`workflow_version`); a definition also steps runs of older
+    versions it has a migration for (`migrations=` on the machine).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        machines: Sequence[Machine],
+        *,
+        clock: Clock | None = None,
+        journal: bool = True,
+        check_schema: bool = True,
+    ) -> None:
+        if not machines:
+            raise ValueError("Runtime needs at least one machine")
+        self.store = store
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.journal = journal
+        self._latest: dict[str, Machine] = {}
+        self._exact: dict[tuple[str, str], Machine] = {}
+        self._by_label: dict[tuple[str, str], Machine] = {}
+        self.listeners: dict[str, list[Listener]] = {}
+        for machine in machines:
+            self._latest[machine.id] = machine
+            self._exact[(machine.id, machine.fingerprint)] = machine
+            for label in machine.migrations:
+                self._by_label[(machine.id, label)] = machine
+        if check_schema:
+            store.check_schema()
+
+    # -- definitions ------------------------------------------------------------------------
+    @property
+    def machines(self) -> Mapping[str, Machine]:
+        """The definition `start` uses, by machine id."""
+        return dict(self._latest)
+
+    def machine_for(self, run: RunRecord) -> Machine | None:
+        """The definition that can step `run`: its exact version, or one with a migration from
+        the version label stored in its snapshot. None if this runtime has neither."""
+        exact = self._exact.get((run.workflow_name, run.workflow_version))
+        if exact is not None:
+            return exact
+        label = run.snapshot.get("version")
+        return self._by_label.get((run.workflow_name, label)) if isinstance(label, str) else None
+
+    def steppable_versions(self) -> set[tuple[str, str]]:
+        """(name, version) pairs of active runs this runtime can step (exact or migratable)."""
+        pairs = set(self._exact)
+        for unknown in self.store.unknown_versions(pairs):
+            if (
+                unknown.label is not None
+                and (unknown.workflow_name, unknown.label) in self._by_label
+            ):
+                pairs.add((unknown.workflow_name, unknown.workflow_version))
+        return pairs
+
+    def unknown_versions(self) -> list[VersionCount]:
+        """Active runs no definition here can step (reported by workers and the CLI)."""
+        steppable = self.steppable_versions()
+        return [v for v in self.store.unknown_versions(steppable)]
+
+    # -- the API ----------------------------------------------------------------------------
+    def start(self, name: str, input: Any = None, key: str | None = None) -> str:
+        """Start a run of workflow `name`; return its id.
+
+        With `key`, starting is idempotent: while a run of `name` with that key is active, its
+        id is returned and nothing new is started.
+        """
+        machine = self._latest.get(name)
+        if machine is None:
+            known = ", ".join(sorted(self._latest)) or "none"
+            raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
+        if key is not None:
+            existing = self.store.find_run(name, key)
+            if existing is not None:
+                return existing.id
+        now = self.clock.now()
+        snapshot, effects = machine.initial_transition(input, now)
+        outbox = to_outbox(effects)
+        run = NewRun(
+            id=str(uuid.uuid4()),
+            workflow_name=name,
+            workflow_version=machine.fingerprint,
+            key=key,
+            state=state_text(snapshot),
+            snapshot=machine.persist(snapshot),
+            status=run_status(snapshot),
+            wake_at=wake_time(snapshot, bool(outbox), now),
+        )
+        record, created = self.store.create_run(run, outbox, now)
+        if created:
+            log_effects(effects, record.id)
+        return record.id
+
+    def send(self, run_id: str, event: EventLike) -> int:
+        """Queue `event` ("TYPE" or {"type": ...}) for the run; a worker applies it. Returns the
+        inbox id. Raises `RunFinishedError` if the run has ended."""
+        frozen = normalize_event(event)
+        return self.store.send_event(run_id, thaw(frozen), self.clock.now())
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""
+        return self.store.get_run(run_id)
+
+    def snapshot(self, run_id: str) -> Snapshot:
+        """The run's snapshot restored with its definition (for `.matches`, `.context`, ...)."""
+        run = self.store.get_run(run_id)
+        machine = self.machine_for(run)
+        if machine is None:
+            raise LookupError(
+                f"run {run_id} is {run.workflow_name} version {run.workflow_version}, which this "
+                "runtime has no definition or migration for"
+            )
+        return machine.restore(run.snapshot)
+
+    def list(
+        self, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> builtins.list[RunRecord]:
+        """Runs newest first, optionally filtered by status and workflow name."""
+        return self.store.list_runs(status=status, workflow_name=name, limit=limit, offset=offset)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> str:
+        """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
+        at its next step) or "finished" (it had already ended)."""
+        return self.store.cancel_run(run_id, self.clock.now(), reason)
+
+    def stuck(self, older_than_ms: int = 3_600_000, limit: int = 100) -> builtins.list[RunRecord]:
+        """Active runs whose row nobody touched for `older_than_ms` (default one hour)."""
+        return self.store.stuck_runs(self.clock.now(), older_than_ms, limit)
+
+    def on(self, event_type: str, fn: Callable[[Mapping[str, Any]], None]) -> None:
+        """Call `fn(event)` when a run emits `event_type` ("*" for all), after the step that
+        emitted it commits (at least once: a crash may repeat it)."""
+        self.listeners.setdefault(event_type, []).append(fn)
+
+
+def machines_from(objects: Iterable[Any]) -> list[Machine]:
+    """The `Machine` objects among `objects` (e.g. a module's globals), in order."""
+    return [o for o in objects if isinstance(o, Machine)]
