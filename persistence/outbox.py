@@ -119,6 +119,20 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
     return payload
 
 
+def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> Any:
+    """The logic of a recorded `start_child`: from the invoking state's definition when it was
+    invoked (the recorded `src` may be a function's name, not its name in `actors=`), else by
+    name from `actors=` (spawned children)."""
+    invoked_by = payload.get("invoked_by")
+    if isinstance(invoked_by, str):
+        node = machine.get_state_node(invoked_by)
+        for invoke in node.invoke:
+            if invoke.id == payload.get("id"):
+                return invoke.logic if invoke.logic is not None else \
+                    machine.resolve_actor(invoke.src)[1]  # fmt: skip
+    return machine.resolve_actor(str(payload.get("src")))[1]
+
+
 def _actor_callable(logic: Any) -> Callable[..., Any] | None:
     """The function behind invoked actor logic that a worker can run to completion."""
     if isinstance(logic, Machine):
@@ -169,7 +183,7 @@ class Executor:
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            _, logic = machine.resolve_actor(src)
+            logic = _actor_logic(machine, payload)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         fn = _actor_callable(logic)

@@ -1,0 +1,310 @@
+"""Runtime + Worker against every store: runs, effects, timers, events, cancel, faults."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence.outbox import current_idempotency_key
+from persistence.runtime import Runtime, UnknownWorkflowError
+from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
+from persistence.worker import Worker
+from statecharts import create_machine
+from tests.persistence import workflows
+from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
+
+StoreFactory = Callable[[], Store]
+DAY = 86_400_000
+
+
+class ManualClock:
+    """A clock tests move by hand (epoch ms)."""
+
+    def __init__(self, now: int = 1_700_000_000_000) -> None:
+        self.t = now
+
+    def now(self) -> int:
+        return self.t
+
+    def advance(self, ms: int) -> None:
+        self.t += ms
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
+    path = str(tmp_path / "ledger.db")
+    init_ledger(path)
+    monkeypatch.setenv(LEDGER_ENV, path)
+    db = sqlite3.connect(path)
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def drain(worker: Worker, clock: ManualClock, step_ms: int = 50, rounds: int = 20) -> None:
+    """Run until idle, moving the clock so short timers come due."""
+    for _ in range(rounds):
+        worker.run_until_idle()
+        clock.advance(step_ms)
+
+
+def test_a_multi_step_workflow_runs_each_side_effect_once(
+    store: Store, ledger: sqlite3.Connection, clock: ManualClock
+) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    emitted: list[Any] = []
+    runtime.on("order.shipped", emitted.append)
+    ids = [runtime.start("order", {"amount": n}) for n in (5, 7)]
+    assert [runtime.get(i).state for i in ids] == ["charging", "charging"]
+    drain(Worker(runtime, lease_ms=5000), clock)
+    for run_id, amount in zip(ids, (5, 7)):
+        run = runtime.get(run_id)
+        assert (run.status, run.state, run.lease_owner, run.wake_at) == ("done", "shipped", None,
+                                                                         None)  # fmt: skip
+        assert run.completed_at is not None
+        snap = runtime.snapshot(run_id)
+        assert snap.context["receipt"] == f"{run_id}:1:0" and snap.context["amount"] == amount
+        effects = store.list_effects(run_id)
+        assert [(e.kind, e.status) for e in effects] == [
+            ("start_child", "done"), ("start_child", "done"), ("action", "done"),
+            ("start_child", "done"), ("emit", "done"),
+        ]  # fmt: skip
+        journal = [e.event["type"] for e in store.list_events(run_id)]
+        assert journal == ["xstate.done.actor.charge", "xstate.done.actor.reserve",
+                           "xstate.after.30.order.cooling", "xstate.done.actor.ship"]  # fmt: skip
+    calls = ledger.execute("SELECT name, key FROM calls ORDER BY rowid").fetchall()
+    assert len(calls) == 8 and len({k for _, k in calls}) == 8
+    assert sorted(a for (a,) in ledger.execute("SELECT amount FROM charges")) == [5, 7]
+    assert sorted(e["amount"] for e in emitted) == [5, 7]
+
+
+def test_idempotent_start_and_unknown_workflow(store: Store, clock: ManualClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    first = runtime.start("approval", key="invoice-42")
+    assert runtime.start("approval", key="invoice-42") == first
+    assert runtime.start("approval", key="invoice-43") != first
+    assert len(runtime.list(name="approval")) == 2
+    with pytest.raises(UnknownWorkflowError, match="no workflow named 'aproval'"):
+        runtime.start("aproval")
+
+
+def test_durable_timer_fires_when_due_even_after_a_restart(
+    store_factory: StoreFactory, clock: ManualClock
+) -> None:
+    runtime = Runtime(store_factory(), [approval], clock=clock)
+    run_id = runtime.start("approval")
+    assert runtime.get(run_id).wake_at == clock.now() + DAY
+    worker = Worker(runtime)
+    assert worker.run_until_idle() == 0
+    clock.advance(DAY - 1)
+    assert worker.run_until_idle() == 0
+    # a new process: new store connection, new runtime, new worker
+    clock.advance(1)
+    restarted = Runtime(store_factory(), [approval], clock=clock)
+    assert Worker(restarted).run_until_idle() == 1
+    run = restarted.get(run_id)
+    assert (run.status, run.state, run.wake_at) == ("done", "expired", None)
+
+
+def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
+    store: Store, clock: ManualClock
+) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
+    runtime.send(run_id, "REJECT")  # arrives after the run ended: ignored, recorded
+    assert Worker(runtime).run_until_idle() == 1
+    run = runtime.get(run_id)
+    assert (run.status, run.state, run.snapshot["context"]) == ("done", "approved",
+                                                                {"approved_by": "ann"})  # fmt: skip
+    assert [(e.event["type"], e.state_after) for e in store.list_events(run_id)] == [
+        ("APPROVE", "approved"), ("REJECT", "approved"),
+    ]  # fmt: skip
+    with pytest.raises(RunFinishedError):
+        runtime.send(run_id, "APPROVE")
+
+
+def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
+    store: Store, clock: ManualClock, ledger: sqlite3.Connection
+) -> None:
+    runtime = Runtime(store, [approval, order], clock=clock)
+    idle = runtime.start("approval")
+    assert runtime.cancel(idle, "not needed") == "cancelled"
+    assert (runtime.get(idle).status, runtime.get(idle).last_error) == ("cancelled", "not needed")
+    assert runtime.cancel(idle) == "finished"
+
+    busy = runtime.start("order")
+    claimed = store.claim_runs("someone", clock.now(), 10_000, 10)
+    assert [r.id for r in claimed] == [busy]
+    assert runtime.cancel(busy, "customer left") == "requested"
+    store.release(busy, "someone", clock.now())  # the holder lets go without stepping
+    assert Worker(runtime).run_until_idle() >= 1
+    run = runtime.get(busy)
+    assert (run.status, run.last_error) == ("cancelled", "customer left")
+    assert run.snapshot["status"] == "stopped"
+
+
+def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: ManualClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    bad, good = runtime.start("approval"), runtime.start("approval")
+    version = store.claim_runs("tamper", clock.now() + DAY, 1000, 1)[0].version
+    broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
+    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
+                                 state="?", snapshot=broken, status="active",
+                                 wake_at=clock.now()), clock.now())  # fmt: skip
+    runtime.send(good, "APPROVE")
+    Worker(runtime).run_until_idle()
+    failed = runtime.get(bad)
+    assert failed.status == "error" and failed.failed_at is not None
+    assert "snapshot does not restore" in (failed.last_error or "")
+    assert "no_such_state" in (failed.last_error or "")
+    assert failed.snapshot == broken  # kept for inspection
+    assert runtime.get(good).status == "done"
+
+
+def test_a_raising_action_fails_the_run_with_the_reason(store: Store, clock: ManualClock) -> None:
+    def explode(context: Any, event: Any) -> None:
+        raise RuntimeError("mail server down")
+
+    machine = create_machine(
+        {"id": "mailer", "initial": "a", "states": {"a": {"entry": "send_mail"}}},
+        actions={"send_mail": explode},
+    )
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("mailer")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "error"
+    assert run.last_error == "action 'send_mail' raised RuntimeError: mail server down"
+    assert [(e.status, e.error) for e in store.list_effects(run_id)] == [("failed",
+                                                                         run.last_error)]
+
+
+def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
+    store: Store, clock: ManualClock
+) -> None:
+    seen: list[tuple[Any, str | None]] = []
+
+    def flaky(input: Any) -> Any:
+        seen.append((input, current_idempotency_key()))
+        raise ConnectionError("timeout talking to bank")
+
+    machine = create_machine(
+        {
+            "id": "payer", "initial": "paying",
+            "states": {
+                "paying": {"invoke": {"id": "pay", "src": "pay", "input": 12,
+                                      "onError": {"target": "failed"}}},
+                "failed": {"type": "final"},
+            },
+        },
+        actors={"pay": flaky},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("payer")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).state == "failed"
+    assert seen == [(12, f"{run_id}:1:0")]
+    event = store.list_events(run_id)[0].event
+    assert event["type"] == "xstate.error.actor.pay"
+    assert event["error"] == {"type": "ConnectionError", "message": "timeout talking to bank"}
+
+
+def test_runs_are_pinned_to_their_definition_version(store: Store, clock: ManualClock) -> None:
+    old_runtime = Runtime(store, [approval], clock=clock)
+    old_run = old_runtime.start("approval")
+    changed = dict(approval.config)
+    changed["states"] = {**approval.config["states"], "approved": {"type": "final",
+                                                                   "tags": ["ok"]}}
+    v2 = create_machine(changed)
+    assert v2.fingerprint != approval.fingerprint
+    new_runtime = Runtime(store, [v2], clock=clock)
+    new_runtime.send(old_run, "APPROVE")
+    assert Worker(new_runtime).run_until_idle() == 0  # not its version: left alone
+    assert [(u.workflow_version, u.runs) for u in new_runtime.unknown_versions()] == [
+        (approval.fingerprint, 1)
+    ]
+    assert Worker(old_runtime).run_until_idle() == 1  # a worker with the old definition can
+    assert old_runtime.get(old_run).state == "approved"
+
+
+def test_a_definition_with_a_migration_takes_over_old_runs(store: Store, clock: ManualClock) -> None:
+    config_v1 = {**approval.config, "version": "1"}
+    v1 = create_machine(config_v1)
+    runtime_v1 = Runtime(store, [v1], clock=clock)
+    run_id = runtime_v1.start("approval")
+    config_v2 = {**config_v1, "version": "2",
+                 "context": {"approved_by": None, "channel": None}}  # fmt: skip
+
+    def from_v1(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "context": {**data["context"], "channel": "email"}}
+
+    v2 = create_machine(config_v2, migrations={"1": from_v1})
+    runtime_v2 = Runtime(store, [v2], clock=clock)
+    assert runtime_v2.unknown_versions() == []
+    runtime_v2.send(run_id, {"type": "APPROVE", "by": "bob"})
+    assert Worker(runtime_v2).run_until_idle() == 1
+    run = runtime_v2.get(run_id)
+    assert run.workflow_version == v2.fingerprint
+    assert run.snapshot["context"] == {"approved_by": "bob", "channel": "email"}
+    assert run.snapshot["version"] == "2"
+
+
+def test_stuck_runs_are_reported(store: Store, clock: ManualClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    clock.advance(2 * 3_600_000)
+    assert [r.id for r in runtime.stuck(3_600_000)] == [run_id]
+    assert runtime.stuck(3 * 3_600_000) == []
+
+
+def test_worker_thread_serves_until_stopped_and_releases_its_leases(
+    store: Store, ledger: sqlite3.Connection
+) -> None:
+    runtime = Runtime(store, [order, approval])
+    ids = [runtime.start("order", {"amount": n}) for n in range(6)]
+    waiting = runtime.start("approval")
+    worker = Worker(runtime, concurrency=3, lease_ms=2000, poll_ms=20)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        from tests.persistence.conftest import wait_for
+
+        wait_for(lambda: all(runtime.get(i).status == "done" for i in ids))
+        runtime.send(waiting, "APPROVE")
+        wait_for(lambda: runtime.get(waiting).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert all(r.lease_owner is None for r in runtime.list())
+    assert ledger.execute("SELECT count(*) FROM charges").fetchone() == (6,)
+
+
+def test_stale_driver_cannot_overwrite_a_run_taken_over(store: Store, clock: ManualClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, "APPROVE")
+    stale = store.claim_runs("stale-worker", clock.now(), 1000, 1)[0]
+    clock.advance(1001)  # its lease expired without a heartbeat
+    assert Worker(runtime).run_until_idle() == 1
+    with pytest.raises(ConflictError):
+        store.commit_step(StepCommit(run_id=run_id, owner="stale-worker",
+                                     expected_version=stale.version, state="rejected",
+                                     snapshot={}, status="done"), clock.now())  # fmt: skip
+    assert runtime.get(run_id).state == "approved"
+
+
+def test_workflows_module_exposes_machines() -> None:
+    from persistence.runtime import machines_from
+
+    assert {m.id for m in machines_from(vars(workflows).values())} == {"order", "approval"}
