@@ -185,8 +185,7 @@ def test_a_raising_action_fails_the_run_with_the_reason(store: Store, clock: Man
     run = runtime.get(run_id)
     assert run.status == "error"
     assert run.last_error == "action 'send_mail' raised RuntimeError: mail server down"
-    assert [(e.status, e.error) for e in store.list_effects(run_id)] == [("failed",
-                                                                         run.last_error)]
+    assert [(e.status, e.error) for e in store.list_effects(run_id)] == [("failed", run.last_error)]
 
 
 def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
@@ -223,8 +222,7 @@ def test_runs_are_pinned_to_their_definition_version(store: Store, clock: Manual
     old_runtime = Runtime(store, [approval], clock=clock)
     old_run = old_runtime.start("approval")
     changed = dict(approval.config)
-    changed["states"] = {**approval.config["states"], "approved": {"type": "final",
-                                                                   "tags": ["ok"]}}
+    changed["states"] = {**approval.config["states"], "approved": {"type": "final", "tags": ["ok"]}}
     v2 = create_machine(changed)
     assert v2.fingerprint != approval.fingerprint
     new_runtime = Runtime(store, [v2], clock=clock)
@@ -237,7 +235,9 @@ def test_runs_are_pinned_to_their_definition_version(store: Store, clock: Manual
     assert old_runtime.get(old_run).state == "approved"
 
 
-def test_a_definition_with_a_migration_takes_over_old_runs(store: Store, clock: ManualClock) -> None:
+def test_a_definition_with_a_migration_takes_over_old_runs(
+    store: Store, clock: ManualClock
+) -> None:
     config_v1 = {**approval.config, "version": "1"}
     v1 = create_machine(config_v1)
     runtime_v1 = Runtime(store, [v1], clock=clock)
