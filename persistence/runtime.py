@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from persistence.outbox import Listener, log_effects, to_outbox
-from persistence.stores import NewRun, RunRecord, Store, VersionCount
+from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
 from statecharts import Machine, Snapshot
+from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
 from statecharts.frozen import thaw
 
@@ -130,15 +131,26 @@ class Runtime:
         With `key`, starting is idempotent: while a run of `name` with that key is active, its
         id is returned and nothing new is started.
         """
-        machine = self._latest.get(name)
-        if machine is None:
-            known = ", ".join(sorted(self._latest)) or "none"
-            raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         if key is not None:
             existing = self.store.find_run(name, key)
             if existing is not None:
                 return existing.id
         now = self.clock.now()
+        run, outbox, effects = self.prepare_run(name, input, key, now)
+        record, created = self.store.create_run(run, outbox, now)
+        if created:
+            log_effects(effects, record.id)
+        return record.id
+
+    def prepare_run(
+        self, name: str, input: Any, key: str | None, now: int
+    ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
+        """The initial transition of `name` as a row to insert, its outbox records and all its
+        effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
+        machine = self._latest.get(name)
+        if machine is None:
+            known = ", ".join(sorted(self._latest)) or "none"
+            raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
         outbox = to_outbox(effects)
         run = NewRun(
@@ -151,10 +163,7 @@ class Runtime:
             status=run_status(snapshot),
             wake_at=wake_time(snapshot, bool(outbox), now),
         )
-        record, created = self.store.create_run(run, outbox, now)
-        if created:
-            log_effects(effects, record.id)
-        return record.id
+        return run, outbox, effects
 
     def send(self, run_id: str, event: EventLike) -> int:
         """Queue `event` ("TYPE" or {"type": ...}) for the run; a worker applies it. Returns the

@@ -17,10 +17,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from types import FrameType
 
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
+from persistence.scheduling import ScheduledStart
 from persistence.stores import RunRecord, StoreError, StoreUnavailableError
 
 log = logging.getLogger("statecharts.worker")
@@ -31,7 +33,8 @@ class Worker:
 
     `lease_ms`: how long a claim lasts without a heartbeat (a SIGKILLed worker's runs are taken
     over after at most this long). `poll_ms`: sleep when there is no work. `report_every_s`:
-    how often stuck runs and runs of unknown definitions are logged.
+    how often stuck runs and runs of unknown definitions are logged. `schedules`: scheduled
+    starts this worker ticks (every worker may tick the same ones; each slot fires once).
     """
 
     def __init__(
@@ -44,12 +47,14 @@ class Worker:
         stuck_after_ms: int = 3_600_000,
         report_every_s: float = 60.0,
         worker_id: str | None = None,
+        schedules: Sequence[ScheduledStart] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if lease_ms < 100:
             raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
         self.runtime = runtime
+        self.schedules = tuple(schedules)
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.poll_s = poll_ms / 1000
@@ -91,6 +96,7 @@ class Worker:
             t.start()
         last_report = 0.0
         while not self._stop.wait(0.2):
+            self._tick_schedules()
             if time.monotonic() - last_report >= self.report_every_s:
                 last_report = time.monotonic()
                 self._report()
@@ -108,6 +114,7 @@ class Worker:
         owner = f"{self.id}/idle"
         driver = RunDriver(self.runtime, owner, self.lease_ms)
         before = self.steps
+        self._tick_schedules()
         for _ in range(max_rounds):
             claimed = self._claim(owner, 16)
             if not claimed:
@@ -186,6 +193,17 @@ class Worker:
                     continue
                 for lost in ids - kept:
                     log.warning("run %s: lease lost by %s", lost, owner)
+
+    def _tick_schedules(self) -> None:
+        """Fire due scheduled starts (each slot starts one run across all workers)."""
+        for schedule in self.schedules:
+            try:
+                started = schedule.tick()
+            except StoreError as exc:
+                log.warning("schedule %s: tick failed: %s", schedule.name, exc)
+                continue
+            if started is not None:
+                log.info("schedule %s started run %s", schedule.name, started)
 
     def _report(self) -> None:
         """Log stuck runs and runs no definition here can step: never left in silence."""
