@@ -120,6 +120,7 @@ class RunDriver:
                 status=status, release=release,
                 wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
                 last_error=step.error, workflow_version=machine.fingerprint,
+                lease_until=now + self.lease_ms,
                 new_effects=step.new_effects, effect_outcomes=step.outcomes,
                 consumed_inbox=step.consumed,
                 journal=step.journal if self.runtime.journal else (),

@@ -111,6 +111,8 @@ class Runtime:
     def steppable_versions(self) -> set[tuple[str, str]]:
         """(name, version) pairs of active runs this runtime can step (exact or migratable)."""
         pairs = set(self._exact)
+        if not self._by_label:
+            return pairs  # no migrations: nothing else to look up
         for unknown in self.store.unknown_versions(pairs):
             if (
                 unknown.label is not None

@@ -187,10 +187,10 @@ class StepCommit:
     `expected_version + 1` and is the step number of `new_effects`.
 
     With `release=True` the lease is given up and `wake_at` becomes the run's next due time;
-    otherwise the lease is kept and `wake_at` stays at the lease expiry, so a crash hands the run
-    to another worker once the lease runs out. `attempt_count`, `last_error` and
-    `workflow_version` (set when a migration moved the run to a new definition) are left as
-    they are when None.
+    otherwise the lease is kept (renewed to `lease_until` when given) and `wake_at` stays at the
+    lease expiry, so a crash hands the run to another worker once the lease runs out.
+    `attempt_count`, `last_error` and `workflow_version` (set when a migration moved the run to
+    a new definition) are left as they are when None.
     """
 
     run_id: str
@@ -204,6 +204,7 @@ class StepCommit:
     attempt_count: int | None = None
     last_error: str | None = None
     workflow_version: str | None = None
+    lease_until: int | None = None
     new_effects: Sequence[NewEffect] = ()
     effect_outcomes: Sequence[EffectOutcome] = ()
     consumed_inbox: Sequence[int] = ()

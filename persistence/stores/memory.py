@@ -298,11 +298,11 @@ class MemoryStore:
                 if key in self._effects:
                     raise ConflictError(f"effect {key} already recorded")
             completed_at, failed_at = completion_times(commit.status, now)
-            lease: dict[str, Any] = (
-                {"lease_owner": None, "lease_expires_at": None, "wake_at": commit.wake_at}
-                if commit.release
-                else {}
-            )
+            lease: dict[str, Any] = {}
+            if commit.release:
+                lease = {"lease_owner": None, "lease_expires_at": None, "wake_at": commit.wake_at}
+            elif commit.lease_until is not None:
+                lease = {"lease_expires_at": commit.lease_until, "wake_at": commit.lease_until}
             self._runs[commit.run_id] = replace(
                 r, state=commit.state, snapshot=_copy(commit.snapshot), status=commit.status,
                 attempt_count=(r.attempt_count if commit.attempt_count is None

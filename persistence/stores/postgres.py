@@ -398,17 +398,19 @@ class PostgresStore:
         check_status(commit.status)
         completed_at, failed_at = completion_times(commit.status, now)
         new_version = commit.expected_version + 1
-        lease_sql = (
-            ", lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
-            if commit.release
-            else ""
-        )
+        if commit.release:
+            lease_sql = ", lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
+        elif commit.lease_until is not None:
+            lease_sql = ", lease_expires_at = %(lease)s, wake_at = %(lease)s"
+        else:
+            lease_sql = ""
         params = {
             "id": _uuid(commit.run_id), "expected": commit.expected_version,
             "owner": commit.owner, "state": commit.state, "snapshot": _json(commit.snapshot),
             "status": commit.status, "attempts": commit.attempt_count,
             "last_error": commit.last_error,
-            "wv": commit.workflow_version, "now": to_ts(now), "completed": to_ts(completed_at),
+            "wv": commit.workflow_version,
+            "lease": to_ts(commit.lease_until), "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "version": new_version, "wake": to_ts(commit.wake_at),
             "outcome_keys": [o.idempotency_key for o in commit.effect_outcomes],
             "outcomes": _json([

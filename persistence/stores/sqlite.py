@@ -363,11 +363,7 @@ class SQLiteStore:
         check_status(commit.status)
         completed_at, failed_at = completion_times(commit.status, now)
         new_version = commit.expected_version + 1
-        lease_sql, lease_params = (
-            (", lease_owner = NULL, lease_expires_at = NULL, wake_at = ?", (commit.wake_at,))
-            if commit.release
-            else ("", ())
-        )
+        lease_sql, lease_params = _lease_update(commit)
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
@@ -622,6 +618,15 @@ class SQLiteStore:
 
 class _ScheduleMoved(Exception):
     """Internal: the schedule's version moved; roll the transaction back."""
+
+
+def _lease_update(commit: StepCommit) -> tuple[str, tuple[Any, ...]]:
+    """SQL (and parameters) for the lease columns after a step."""
+    if commit.release:
+        return ", lease_owner = NULL, lease_expires_at = NULL, wake_at = ?", (commit.wake_at,)
+    if commit.lease_until is not None:
+        return ", lease_expires_at = ?, wake_at = ?", (commit.lease_until, commit.lease_until)
+    return "", ()
 
 
 def _filters(status: str | None, workflow_name: str | None) -> tuple[str, tuple[Any, ...]]:

@@ -492,3 +492,14 @@ def test_scheduled_start_fires_once_per_slot_across_racing_stores(
     assert len(stores[0].list_runs()) == 1 and len(stores[0].list_effects(started[0])) == 1
     assert stores[0].fire_schedule("nightly", 0, T0 + 1, new_run(), (), T0) is None
     assert stores[0].fire_schedule("nightly", 1, T0 + 1, new_run(), (), T0) is not None
+
+
+def test_a_kept_lease_is_renewed_by_each_step(store: Store) -> None:
+    run, _ = store.create_run(new_run(), (), T0)
+    version = claim_one(store, run.id)
+    step(store, run.id, "w1", version, release=False, lease_until=T0 + 90_000)
+    kept = store.get_run(run.id)
+    assert (kept.lease_owner, kept.lease_expires_at, kept.wake_at) == ("w1", T0 + 90_000,
+                                                                       T0 + 90_000)  # fmt: skip
+    assert store.claim_runs("w2", T0 + 60_000, 30_000, 10) == []
+    assert [r.id for r in store.claim_runs("w2", T0 + 90_000, 30_000, 10)] == [run.id]
