@@ -63,7 +63,7 @@ def test_sigkilled_workers_lose_nothing_and_never_double_step(
     rng = random.Random(int(os.environ.get("STATECHARTS_CRASH_SEED", "4")))
     ledger_path = str(tmp_path / "ledger.db")
     init_ledger(ledger_path)
-    env = {**os.environ, LEDGER_ENV: ledger_path, SLOW_ENV: "3", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, LEDGER_ENV: ledger_path, SLOW_ENV: "15", "PYTHONPATH": str(ROOT)}
     store = open_store(crash_url, migrate=True)
     runtime = Runtime(store, [order])
     ids = [runtime.start("order", {"amount": n}) for n in range(RUNS)]
@@ -72,11 +72,11 @@ def test_sigkilled_workers_lose_nothing_and_never_double_step(
     workers = [_spawn(crash_url, env, log) for _ in range(WORKERS)]
     kills, started = 0, time.monotonic()
     try:
-        # Kill a random worker every 0.3-1.2 s while work remains (at most 25 kills), replacing
+        # Kill a random worker every 0.15-0.5 s while work remains (at most 12 kills), replacing
         # it at once; then let the survivors finish.
         while not _all_done(store) and time.monotonic() - started < DEADLINE_S:
-            time.sleep(rng.uniform(0.3, 1.2))
-            if kills < 25 and not _all_done(store):
+            time.sleep(rng.uniform(0.15, 0.5))
+            if kills < 12 and not _all_done(store):
                 victim = rng.randrange(len(workers))
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait()
