@@ -119,6 +119,22 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
     return payload
 
 
+def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
+    """A user action by its recorded name: from `actions=`, else an inline function in the
+    definition (whose name is its `__name__`)."""
+    named = machine.implementations.actions.get(name)
+    if callable(named):
+        return named
+    for node in machine.definition.nodes:
+        specs = [*node.entry, *node.exit]
+        for transition in (*node.transitions, *node.always):
+            specs.extend(transition.actions)
+        for spec in specs:
+            if spec.type == name and callable(spec.impl) and not spec.is_builtin:
+                return spec.impl
+    return None
+
+
 def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> Any:
     """The logic of a recorded `start_child`: from the invoking state's definition when it was
     invoked (the recorded `src` may be a function's name, not its name in `actors=`), else by
@@ -167,8 +183,8 @@ class Executor:
 
     def _action(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         name = str(payload.get("type"))
-        fn = machine.implementations.actions.get(name)
-        if not callable(fn):
+        fn = _find_action(machine, name)
+        if fn is None:
             message = f"action {name!r} is not a named action of machine {machine.id!r}"
             return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
         params = payload.get("params") or {}

@@ -308,3 +308,22 @@ def test_workflows_module_exposes_machines() -> None:
     from persistence.runtime import machines_from
 
     assert {m.id for m in machines_from(vars(workflows).values())} == {"order", "approval"}
+
+
+def test_inline_actions_run_from_their_outbox_record_with_the_key(
+    store: Store, clock: ManualClock
+) -> None:
+    calls: list[tuple[Any, str]] = []
+
+    def greet(context: Any, event: Any, idempotency_key: str) -> None:
+        calls.append((dict(context), idempotency_key))
+
+    machine = create_machine(
+        {"id": "greeter", "initial": "a", "context": {"who": "ann"},
+         "states": {"a": {"entry": [greet], "on": {"GO": "b"}}, "b": {"type": "final"}}},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("greeter")
+    Worker(runtime).run_until_idle()
+    assert calls == [({"who": "ann"}, f"{run_id}:1:0")]
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
