@@ -94,9 +94,8 @@ class RunDriver:
             snapshot = machine.restore(run.snapshot)
         except Exception as exc:
             return self._fail_unrestorable(run, exc, now)
-        pending = [(e.idempotency_key, e.kind, e.payload)
-                   for e in store.list_effects(run.id, "pending")]  # fmt: skip
-        inbox = store.pending_events(run.id)
+        waiting, inbox = store.pending_work(run.id)
+        pending = [(e.idempotency_key, e.kind, e.payload) for e in waiting]
         inbox_checked = time.monotonic()
         version, steps = run.version, 0
         while True:

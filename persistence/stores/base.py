@@ -362,6 +362,11 @@ class Store(Protocol):
         """The run's journal, oldest first."""
         ...
 
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """The run's pending effects and queued events (what a worker reads after a claim),
+        in one round trip where the database allows."""
+        ...
+
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs whose row was not updated for `older_than_ms`."""

@@ -345,6 +345,11 @@ class MemoryStore:
         with self._lock:
             return _copy([e for e in self._events if e.run_id == run_id])
 
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """Pending effects and queued events of a run."""
+        with self._lock:
+            return self.list_effects(run_id, "pending"), self.pending_events(run_id)
+
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs untouched for `older_than_ms`."""

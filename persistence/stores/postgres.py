@@ -452,6 +452,26 @@ class PostgresStore:
         )
         return [EventRecord(i, r, s, e, b, a, to_ms(c) or 0) for i, r, s, e, b, a, c in rows]
 
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """Pending effects and queued events, both queries pipelined in one round trip."""
+        params = {"id": _uuid(run_id)}
+        with self._conn() as conn:
+            with conn.pipeline():
+                effects = conn.execute(
+                    f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = %(id)s "
+                    "AND status = 'pending' ORDER BY step, effect_index",
+                    params,
+                )
+                inbox = conn.execute(
+                    "SELECT id, run_id::text, event, created_at FROM workflow_inbox "
+                    "WHERE run_id = %(id)s ORDER BY id",
+                    params,
+                )
+            effect_rows, inbox_rows = effects.fetchall(), inbox.fetchall()
+        return [_effect(r) for r in effect_rows], [
+            InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in inbox_rows
+        ]
+
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs untouched for `older_than_ms`."""

@@ -454,6 +454,11 @@ class SQLiteStore:
         )
         return [EventRecord(i, r, s, orjson.loads(e), b, a, c) for i, r, s, e, b, a, c in rows]
 
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """Pending effects and queued events of a run."""
+        with self._lock:
+            return self.list_effects(run_id, "pending"), self.pending_events(run_id)
+
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs untouched for `older_than_ms`."""

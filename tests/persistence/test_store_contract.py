@@ -503,3 +503,15 @@ def test_a_kept_lease_is_renewed_by_each_step(store: Store) -> None:
                                                                        T0 + 90_000)  # fmt: skip
     assert store.claim_runs("w2", T0 + 60_000, 30_000, 10) == []
     assert [r.id for r in store.claim_runs("w2", T0 + 90_000, 30_000, 10)] == [run.id]
+
+
+def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None:
+    run, _ = store.create_run(new_run(), effects(2), T0)
+    version = claim_one(store, run.id)
+    first = store.list_effects(run.id)[0].idempotency_key
+    step(store, run.id, "w1", version, release=False,
+         effect_outcomes=[EffectOutcome(first, "done", None)])  # fmt: skip
+    inbox_id = store.send_event(run.id, {"type": "GO"}, T0)
+    effects_left, events = store.pending_work(run.id)
+    assert [e.effect_index for e in effects_left] == [1]
+    assert [(e.id, e.event) for e in events] == [(inbox_id, {"type": "GO"})]
