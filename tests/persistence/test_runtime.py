@@ -327,3 +327,38 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
     Worker(runtime).run_until_idle()
     assert calls == [({"who": "ann"}, f"{run_id}:1:0")]
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) -> None:
+    import time
+
+    def slow(input: Any) -> str:
+        time.sleep(1.2)  # four lease periods
+        return "ok"
+
+    machine = create_machine(
+        {"id": "slow", "initial": "a",
+         "states": {"a": {"invoke": {"id": "s", "src": "slow", "onDone": "b"}},
+                    "b": {"type": "final"}}},
+        actors={"slow": slow},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine])
+    run_id = runtime.start("slow")
+    worker = Worker(runtime, lease_ms=300, poll_ms=10)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    stolen: list[str] = []
+    try:
+        from tests.persistence.conftest import wait_for
+
+        wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # a rival keeps trying to take the run
+            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), 300, 5)]
+            time.sleep(0.05)
+        wait_for(lambda: runtime.get(run_id).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert stolen == []
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
