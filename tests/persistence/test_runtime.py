@@ -14,7 +14,7 @@ from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
 from persistence.worker import Worker
-from statecharts import create_machine
+from statecharts import assign, create_machine
 from tests.persistence import workflows
 from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
 
@@ -425,3 +425,38 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: ManualClo
     run = runtime.get(run_id)
     assert run.status == "done_partial", (run.status, run.snapshot)
     assert run.snapshot["skipped"] and run.completed_at is not None
+
+
+def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: ManualClock) -> None:
+    from statecharts import from_async, from_callable, from_callback
+
+    async def fetch(input: Any) -> Any:
+        return {"fetched": input}
+
+    def stream(send_back: Any, receive: Any, input: Any) -> None:
+        return None
+
+    machine = create_machine(
+        {"id": "kinds", "initial": "one", "context": {},
+         "states": {
+             "one": {"invoke": {"id": "c", "src": "double", "input": 21, "onDone": {
+                 "target": "two", "actions": "keep"}}},
+             "two": {"invoke": {"id": "a", "src": "fetch", "input": "x", "onDone": {
+                 "target": "three", "actions": "keep"}}},
+             "three": {"invoke": {"id": "cb", "src": "stream", "onError": {
+                 "target": "four", "actions": "keep_error"}}},
+             "four": {"type": "final"}}},
+        actors={"double": from_callable(lambda n: n * 2, name="double"),
+                "fetch": from_async(fetch), "stream": from_callback(stream)},
+        actions={"keep": assign(lambda c, e: {**c, e["type"]: e["output"]}),
+                 "keep_error": assign(lambda c, e: {**c, "error": e["error"]["message"]})},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("kinds")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.state == "four"
+    context = run.snapshot["context"]
+    assert context["xstate.done.actor.c"] == 42
+    assert context["xstate.done.actor.a"] == {"fetched": "x"}
+    assert context["error"] == "actor 'stream' cannot run in a durable worker"
