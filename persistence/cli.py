@@ -20,7 +20,7 @@ import orjson
 from persistence.runtime import Runtime, machines_from
 from persistence.stores import RunRecord, Store, StoreError, open_store
 from persistence.worker import Worker
-from statecharts import Machine
+from statecharts import Machine, SystemClock
 
 STORE_ENV = "STATECHARTS_STORE"
 
@@ -140,9 +140,7 @@ def _row(run: RunRecord) -> dict[str, Any]:
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args)
     if args.stuck_after_ms is not None:
-        from persistence.runtime import WallClock
-
-        runs = store.stuck_runs(WallClock().now(), args.stuck_after_ms, args.limit)
+        runs = store.stuck_runs(SystemClock().now(), args.stuck_after_ms, args.limit)
     else:
         runs = store.list_runs(status=args.status, workflow_name=args.name, limit=args.limit)
     if args.json:
@@ -171,11 +169,9 @@ def _runs_show(args: argparse.Namespace) -> int:
 
 
 def _runs_cancel(args: argparse.Namespace) -> int:
-    from persistence.runtime import WallClock
-
     store = _store(args)
     try:
-        outcome = store.cancel_run(args.run_id, WallClock().now(), args.reason)
+        outcome = store.cancel_run(args.run_id, SystemClock().now(), args.reason)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{args.run_id}: {outcome}")

@@ -8,33 +8,25 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
-from statecharts import Machine, Snapshot
+from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
 from statecharts.frozen import thaw
 
 
 class Clock(Protocol):
-    """Anything with `now()` in epoch milliseconds (statecharts' SystemClock/SimulatedClock)."""
+    """Anything with `now()` in epoch milliseconds: statecharts' `SystemClock` (the default) or
+    `SimulatedClock` for tests. Workers only read the time; they never schedule on the clock."""
 
     def now(self) -> int:
         """Current time, epoch milliseconds."""
         ...
-
-
-class WallClock:
-    """The system clock in epoch milliseconds."""
-
-    def now(self) -> int:
-        """Current time, epoch milliseconds."""
-        return time.time_ns() // 1_000_000
 
 
 class UnknownWorkflowError(LookupError):
@@ -99,7 +91,7 @@ class Runtime:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
         self.store = store
-        self.clock: Clock = clock if clock is not None else WallClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.journal = journal
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
