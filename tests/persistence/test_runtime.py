@@ -451,3 +451,26 @@ def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedCloc
     assert context["xstate.done.actor.c"] == 42
     assert context["xstate.done.actor.a"] == {"fetched": "x"}
     assert context["error"] == "actor 'stream' cannot run in a durable worker"
+
+
+def test_worker_reports_stuck_runs_and_runs_it_cannot_step(
+    store: Store, clock: SimulatedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    waiting = Runtime(store, [approval], clock=clock).start("approval")
+    runtime = Runtime(store, [order], clock=clock)  # no definition for approval here
+    clock.advance(2 * 3_600_000)
+    worker = Worker(runtime, poll_ms=10, stuck_after_ms=3_600_000, report_every_s=0.05)
+    thread = threading.Thread(target=worker.run)
+    with caplog.at_level(logging.WARNING, logger="statecharts.worker"):
+        thread.start()
+        try:
+            from tests.persistence.conftest import wait_for
+
+            wait_for(lambda: "no definition" in caplog.text)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+    assert f"stuck run {waiting} (approval, state waiting)" in caplog.text
+    assert f"1 active run(s) of approval version {approval.fingerprint}" in caplog.text
