@@ -1,6 +1,6 @@
 """Durable runs for statecharts: stores (SQLite, PostgreSQL, memory), a runtime and workers.
 
-    from persistence import Runtime, Worker, open_store
+from persistence import Runtime, Worker, open_store
 """
 
 from persistence.runtime import Runtime

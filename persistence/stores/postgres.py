@@ -428,13 +428,23 @@ class PostgresStore:
         present = {"outcomes": commit.effect_outcomes, "effects": commit.new_effects,
                    "inbox": commit.consumed_inbox, "journal": commit.journal}  # fmt: skip
         parts = tuple(name for name, items in present.items() if items)
+        conflict = ConflictError(
+            f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
+            f"{commit.owner!r}, or an effect outcome is not pending; step not written"
+        )
         with self._conn() as conn:
-            row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
-        if row is None or not row[0]:
-            raise ConflictError(
-                f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
-                f"{commit.owner!r}, or an effect outcome is not pending; step not written"
-            )
+            if not commit.start_runs:  # the hot path: one statement, one round trip
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict
+                return new_version
+            with conn.transaction():
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict  # rolls the transaction back
+                for run, run_effects in commit.start_runs:
+                    check_status(run.status)
+                    self._create_in(conn, run, run_effects, now)
         return new_version
 
     # -- effects and journal ----------------------------------------------------------------
