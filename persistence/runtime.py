@@ -55,12 +55,16 @@ def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
     if not records:
         return None, None
     record = max(records, key=lambda r: int(r.get("attempt") or 0))
-    error = record.get("last_error")
-    if isinstance(error, Mapping):
-        text: str | None = f"{error.get('name', 'Error')}: {error.get('message', '')}"
-    else:
-        text = None if error is None else str(error)
-    return int(record.get("attempt") or 0), text
+    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
+
+
+def error_text(error: Any) -> str | None:
+    """An engine error (the JSON of an exception, or any value) as one line of text."""
+    if error is None:
+        return None
+    if isinstance(error, Mapping) and "message" in error:
+        return f"{error.get('name', 'Error')}: {error['message']}"
+    return str(thaw(error))
 
 
 def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
@@ -74,7 +78,11 @@ class Runtime:
     """Durable runs of `machines` in `store`.
 
     Several definitions of one machine id may be given (for example the old one while its runs
-    drain during a deploy); `start` uses the last one. Runs are pinned to the definition
+    drain during a deploy); `start` uses the last one. A machine names an error workflow with
+    `meta={"error_workflow": "name"}` at its root (or `error_workflows={"invoice":
+    "invoice_failed"}` here): each time one of its runs fails, that workflow is started exactly
+    once, in the transaction that records the failure, with input `{"run_id", "workflow",
+    "state", "error"}`. Runs are pinned to the definition
     fingerprint they started with (`workflow_version`); a definition also steps runs of older
     versions it has a migration for (`migrations=` on the machine).
     """
@@ -87,6 +95,7 @@ class Runtime:
         clock: Clock | None = None,
         journal: bool = True,
         check_schema: bool = True,
+        error_workflows: Mapping[str, str] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -102,8 +111,39 @@ class Runtime:
             self._exact[(machine.id, machine.fingerprint)] = machine
             for label in machine.migrations:
                 self._by_label[(machine.id, label)] = machine
+        self.error_workflows = self._error_workflows(error_workflows or {})
         if check_schema:
             store.check_schema()
+
+    def _error_workflows(self, given: Mapping[str, str]) -> dict[str, str]:
+        """Workflow -> its error workflow: from each machine's `meta.error_workflow`, overridden
+        by `error_workflows=`; every target must be one of this runtime's machines."""
+        found = {
+            m.id: str(m.root.meta["error_workflow"])
+            for m in self._latest.values()
+            if isinstance(m.root.meta, Mapping) and m.root.meta.get("error_workflow")
+        }
+        found.update(given)
+        for workflow, target in found.items():
+            if target not in self._latest:
+                raise ValueError(
+                    f"error workflow of {workflow!r} is {target!r}, which is not among the "
+                    f"runtime's machines ({', '.join(sorted(self._latest))})"
+                )
+        return found
+
+    def error_run(
+        self, run: RunRecord, state: str, error: str | None, now: int
+    ) -> tuple[NewRun, builtins.list[NewEffect]] | None:
+        """The error-workflow run to start, in the same transaction, when `run` fails; None if
+        its workflow names none. Runs of an error workflow never start one (no loops)."""
+        target = self.error_workflows.get(run.workflow_name)
+        if target is None or run.workflow_name in self.error_workflows.values():
+            return None
+        failure = {"run_id": run.id, "workflow": run.workflow_name, "state": state,
+                   "error": error}  # fmt: skip
+        new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
+        return new, outbox
 
     # -- definitions ------------------------------------------------------------------------
     @property

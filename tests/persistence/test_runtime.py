@@ -474,3 +474,39 @@ def test_worker_reports_stuck_runs_and_runs_it_cannot_step(
             thread.join(timeout=30)
     assert f"stuck run {waiting} (approval, state waiting)" in caplog.text
     assert f"1 active run(s) of approval version {approval.fingerprint}" in caplog.text
+
+
+def test_a_failed_run_starts_its_error_workflow_exactly_once(
+    store: Store, clock: SimulatedClock
+) -> None:
+    def charge(amount: Any) -> Any:
+        raise PermissionError("card declined")
+
+    failing = create_machine(
+        {"id": "billing", "initial": "charging", "meta": {"error_workflow": "on_failure"},
+         "states": {"charging": {"invoke": {"id": "charge", "src": "charge"}}}},
+        actors={"charge": charge},
+    )  # fmt: skip
+    handler = create_machine(
+        {"id": "on_failure", "initial": "alerting", "context": lambda input: {"failure": input},
+         "meta": {"error_workflow": "on_failure"},  # would loop: must not trigger itself
+         "states": {"alerting": {"entry": "page"}}},
+        actions={"page": lambda c, e: (_ for _ in ()).throw(RuntimeError("pager down"))},
+    )  # fmt: skip
+    runtime = Runtime(store, [failing, handler], clock=clock)
+    run_id = runtime.start("billing")
+    Worker(runtime).run_until_idle()
+    failed = runtime.get(run_id)
+    assert (failed.status, failed.last_error) == ("error", "PermissionError: card declined")
+    handlers = runtime.list(name="on_failure")
+    assert len(handlers) == 1
+    assert handlers[0].key == f"error-of:{run_id}"
+    failure = handlers[0].snapshot["context"]["failure"]
+    assert (failure["run_id"], failure["workflow"], failure["state"]) == (
+        run_id, "billing", "charging",
+    )  # fmt: skip
+    assert failure["error"] == "PermissionError: card declined"
+    assert handlers[0].status == "error"  # the handler failed too, and started nothing more
+    assert len(runtime.list()) == 2
+    with pytest.raises(ValueError, match="not among the runtime's machines"):
+        Runtime(store, [failing], clock=clock)
