@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
 from statecharts import Machine, Snapshot, SystemClock
@@ -78,13 +79,15 @@ class Runtime:
     """Durable runs of `machines` in `store`.
 
     Several definitions of one machine id may be given (for example the old one while its runs
-    drain during a deploy); `start` uses the last one. A machine names an error workflow with
-    `meta={"error_workflow": "name"}` at its root (or `error_workflows={"invoice":
-    "invoice_failed"}` here): each time one of its runs fails, that workflow is started exactly
-    once, in the transaction that records the failure, with input `{"run_id", "workflow",
-    "state", "error"}`. Runs are pinned to the definition
+    drain during a deploy); `start` uses the last one. Runs are pinned to the definition
     fingerprint they started with (`workflow_version`); a definition also steps runs of older
     versions it has a migration for (`migrations=` on the machine).
+
+    A machine names an error workflow with `meta={"error_workflow": "name"}` at its root (or
+    `error_workflows={"invoice": "invoice_failed"}` here): each time one of its runs fails, that
+    workflow is started exactly once, in the transaction that records the failure, with input
+    `{"run_id", "workflow", "state", "error"}`. Invokes that name a `breaker` go through a
+    circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class Runtime:
         journal: bool = True,
         check_schema: bool = True,
         error_workflows: Mapping[str, str] | None = None,
+        breakers: Mapping[str, BreakerPolicy] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -112,6 +116,7 @@ class Runtime:
             for label in machine.migrations:
                 self._by_label[(machine.id, label)] = machine
         self.error_workflows = self._error_workflows(error_workflows or {})
+        self.breaker_policies = dict(breakers or {})
         if check_schema:
             store.check_schema()
 
@@ -131,6 +136,11 @@ class Runtime:
                     f"runtime's machines ({', '.join(sorted(self._latest))})"
                 )
         return found
+
+    def breaker(self, name: str) -> SharedBreaker:
+        """The shared circuit breaker of downstream `name` (default policy unless given in
+        `breakers=`)."""
+        return SharedBreaker(self.store, name, self.breaker_policies.get(name, BreakerPolicy()))
 
     def error_run(
         self, run: RunRecord, state: str, error: str | None, now: int
