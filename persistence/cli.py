@@ -50,12 +50,12 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
     return found
 
 
-def _store(args: argparse.Namespace, *, check: bool = True) -> Store:
+def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4) -> Store:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")
     try:
-        return open_store(url, check=check)
+        return open_store(url, check=check, max_connections=connections)
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
 
@@ -124,7 +124,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    runtime = Runtime(_store(args), load_machines(args.machines))
+    store = _store(args, connections=args.concurrency + 2)
+    runtime = Runtime(store, load_machines(args.machines))
     Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
            stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
     runtime.store.close()
