@@ -30,7 +30,7 @@ from typing import Any
 
 from machines.durable import DurableRunner, wall_ms
 from machines.fakes import FOREVER, FakeWorld
-from machines.followup import build_machines, error_workflow_of
+from machines.followup import build_machines
 from machines.followup import repository as repo
 from machines.followup.adapters import FakeCrm, FakeTaskTool
 from machines.followup.db import Database
@@ -57,6 +57,7 @@ DEALS = [  # id, name, stage it enters on day 1, webhook delivered?
 ]
 OWN_FILES = ("followup.db", "world.db", "runs.db")
 LEASE_MS = 1000
+DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
 
 
 class WorkerKilled(BaseException):
@@ -90,7 +91,7 @@ class Demo:
     """The scenario, on the in-memory runner."""
 
     def __init__(self, workdir: Path, days: int, out: Callable[[str], None],
-                 store: str | None = None) -> None:
+                 store: str | None = None, followup_db: str | None = None) -> None:
         self.workdir = workdir
         self.days = days
         self.out = out
@@ -98,7 +99,7 @@ class Demo:
         for name in OWN_FILES:
             for suffix in ("", "-wal", "-shm"):
                 (workdir / f"{name}{suffix}").unlink(missing_ok=True)
-        self.db = Database(f"sqlite:///{workdir / 'followup.db'}")
+        self.db = Database(followup_db or f"sqlite:///{workdir / 'followup.db'}")
         self.world = FakeWorld(str(workdir / "world.db"))
         self.services = Services.fakes(self.db, self.world)
         self.crm = FakeCrm(self.world)
@@ -111,10 +112,9 @@ class Demo:
         self.runner: LocalRunner | DurableRunner
         if store is None:
             self.runner = LocalRunner({**followup, invoice.id: invoice},
-                                      SimulatedClock(self.now), error_workflow_of)
+                                      SimulatedClock(self.now))
         else:
-            self.runner = DurableRunner(store, [*followup.values(), invoice], error_workflow_of,
-                                        lease_ms=LEASE_MS)
+            self.runner = DurableRunner(store, [*followup.values(), invoice], lease_ms=LEASE_MS)
         self.tally = Tally()
 
     # -- running -----------------------------------------------------------------------------
@@ -138,6 +138,8 @@ class Demo:
     def setup(self) -> None:
         self.db.migrate()
         with self.db.transaction() as tx:
+            for table in ("watch_steps", "watches", "run_log", "holidays"):  # a fresh start
+                tx.execute(f"delete from {table}")
             repo.add_holiday(tx, *HOLIDAY)
         self.crm.set_stages(STAGES)
         self.invoice_ledger = FakeLedger(self.world)
@@ -419,17 +421,16 @@ class Demo:
                 detail += f" after {outcome.retries} SMTP retry"
             self.line("", "invoice", f"{order_id}: {detail}", str(outcome.snapshot.value))
 
-    def diagrams(self) -> None:
+    def diagrams(self, out_dir: Path) -> None:
+        """Bring the diagrams of every machine under ``machines/`` up to date in ``out_dir``."""
+        from statecharts.render.diagrams import discover, regenerate
+
+        machines_dir = Path(__file__).resolve().parent
+        changed = regenerate(machines_dir, out_dir)
+        count = len(discover(machines_dir))
         self.out("")
-        try:
-            from statecharts.render.diagrams import regenerate  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            self.out("Diagrams: the renderer (statecharts.render) is not installed yet; "
-                     "skipped")
-            return
-        root = Path(__file__).resolve().parent
-        changed = regenerate(root, root.parent / "diagrams")
-        self.out(f"Diagrams: {root.parent / 'diagrams'} ({len(changed)} file(s) updated)")
+        self.out(f"Diagrams: {count} machines drawn in {out_dir}/ ({len(changed)} file(s) "
+                 "changed; index: README.md)")
 
     def summary(self) -> None:
         self.out("")
@@ -496,18 +497,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("demo-output"),
                         help="where the SQLite files go (default: ./demo-output)")
     parser.add_argument("--days", type=int, default=15, help="business days to simulate")
+    parser.add_argument("--diagrams", type=Path, default=DIAGRAMS,
+                        help=f"where the diagrams go (default: {DIAGRAMS})")
+    parser.add_argument("--followup-db", default=None,
+                        help="the follow-up database URL (default: a SQLite file in --workdir)")
     parser.add_argument("--store", default=None,
                         help="run durably on this store (sqlite:///demo-output/runs.db, "
                              "postgresql://localhost/test); default: in-memory actors")
     args = parser.parse_args(argv)
     try:
-        demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), args.store)
+        demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), args.store,
+                    args.followup_db)
     except ImportError as exc:
         parser.error(f"--store needs the durable runtime (the persistence package): {exc}")
     demo.setup()
     demo.follow_up_days()
     demo.invoices()
-    demo.diagrams()
+    demo.diagrams(args.diagrams)
     demo.summary()
     return 1 if demo.tasks.duplicates() or FakeInvoiceApi(demo.world).duplicates() else 0
 

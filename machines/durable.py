@@ -4,8 +4,8 @@
 Time: the runtime's clock is a ``SimulatedClock`` that starts at the wall clock and jumps to a
 run's next timer when the run waits (a retry's backoff), so three simulated weeks take seconds.
 It never falls behind the wall clock, because leases written by worker subprocesses (which use
-the wall clock) must expire on it. The error workflow of a failed run is started with the key
-``<error workflow>:<run key>``, so it starts once per failure even if this is repeated.
+the wall clock) must expire on it. Error workflows are the runtime's: started in the failing
+step's transaction (key ``error-of:<run id>``); ``finish`` drives that run too.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from machines.runs import Outcome, error_workflow_input, retry_waits_entered
+from machines.runs import Outcome, retry_waits_entered
 from statecharts import Machine, SimulatedClock, Snapshot
 
 
@@ -32,13 +32,10 @@ class DurableRunner:
     subprocess's runs stay claimed (pass the same to ``statecharts worker --lease-ms``).
     """
 
-    def __init__(self, url: str, machines: Sequence[Machine],
-                 error_workflow_of: Callable[[str], str | None] = lambda name: None,
-                 lease_ms: int = 1000) -> None:
+    def __init__(self, url: str, machines: Sequence[Machine], lease_ms: int = 1000) -> None:
+        from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
-
-        from persistence import open_store
 
         self.url = url
         self.clock = SimulatedClock(wall_ms())
@@ -49,7 +46,6 @@ class DurableRunner:
         self.wall_runtime = Runtime(self.store, list(machines))
         self.worker = Worker(self.runtime, lease_ms=lease_ms)
         self.lease_ms = lease_ms
-        self.error_workflow_of = error_workflow_of
         self.outcomes: list[Outcome] = []
         self.run_ids: dict[str, str] = {}
 
@@ -86,12 +82,22 @@ class DurableRunner:
         outcome = Outcome(name, key, snapshot, self.retries(run_id))
         self.outcomes.append(outcome)
         if snapshot.status == "error":
-            handler = self.error_workflow_of(name)
-            if handler is not None:
-                outcome.alert = self.run(handler, error_workflow_input(
-                    name, key, snapshot, self.clock.now(), bool(input.get("dry_run", False))),
-                    key=f"{handler}:{key}")
+            outcome.alert = self._error_run(name, run_id, input)
         return outcome
+
+    def _error_run(self, name: str, run_id: str, input: Mapping[str, Any]) -> Outcome | None:
+        """The error workflow run the runtime started for failed run ``run_id`` (key
+        ``error-of:<run id>``), driven to its end."""
+        handler = self.runtime.error_workflows.get(name)
+        if handler is None or name in self.runtime.error_workflows.values():
+            return None
+        key = f"error-of:{run_id}"
+        found = next((r for r in self.store.list_runs(workflow_name=handler, limit=50)
+                      if r.key == key), None)
+        if found is None:
+            raise LookupError(f"run {run_id} of {name} failed but no {handler} run has key "
+                              f"{key!r}")
+        return self.finish(handler, key, found.id, input)
 
     def _final_snapshot(self, run_id: str, status: str, last_error: str | None) -> Snapshot:
         snapshot = self.runtime.snapshot(run_id)
@@ -114,11 +120,10 @@ class DurableRunner:
 def serve(url: str, lease_ms: int, poll_ms: int = 50) -> None:
     """Be a worker process for the example workflows (``machines.followup`` and
     ``machines.invoice``, wired from the environment) until SIGTERM."""
-    from persistence.runtime import Runtime
-    from persistence.worker import Worker
-
     from machines import followup, invoice
     from persistence import open_store
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
 
     machines = [*followup.MACHINES.values(), *invoice.MACHINES.values()]
     runtime = Runtime(open_store(url), machines)

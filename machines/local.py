@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from machines.runs import Outcome, error_workflow_input, retry_waits_entered
+from machines.runs import Outcome, error_workflow_input, error_workflow_of, retry_waits_entered
 from statecharts import Actor, Machine, SimulatedClock, Snapshot, wait_for
 
 Observer = Callable[[str, str, Snapshot], None]
@@ -21,13 +21,12 @@ Observer = Callable[[str, str, Snapshot], None]
 
 @dataclass
 class LocalRunner:
-    """Runs ``machines`` one at a time on ``clock``; ``error_workflow_of(name)`` names the
-    machine started when a run of ``name`` fails. ``observer(name, key, snapshot)`` sees every
-    snapshot (for timelines)."""
+    """Runs ``machines`` one at a time on ``clock``. When a run fails, the error workflow its
+    machine names (``meta.error_workflow``) is started, once, never for an error workflow
+    itself. ``observer(name, key, snapshot)`` sees every snapshot (for timelines)."""
 
     machines: Mapping[str, Machine]
     clock: SimulatedClock
-    error_workflow_of: Callable[[str], str | None] = lambda name: None
     observer: Observer | None = None
     outcomes: list[Outcome] = field(default_factory=list)
     persisted: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -69,8 +68,9 @@ class LocalRunner:
 
     def _start_error_workflow(self, name: str, key: str, failed: Snapshot,
                               input: Mapping[str, Any]) -> Outcome | None:
-        handler = self.error_workflow_of(name)
-        if handler is None:
+        handler = error_workflow_of(self.machines[name])
+        handlers = {error_workflow_of(m) for m in self.machines.values()}
+        if handler is None or name in handlers:
             return None
         return self.run(handler, error_workflow_input(
             name, key, failed, self.clock.now(), bool(input.get("dry_run", False))),

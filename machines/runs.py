@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from statecharts import Snapshot
+from statecharts import Machine, Snapshot
 from statecharts.frozen import thaw
 
 RETRY_STATE = "waiting_to_retry"
@@ -49,8 +49,17 @@ class Outcome:
         return [thaw(item) for item in self.snapshot.skipped]
 
 
+def error_workflow_of(machine: Machine) -> str | None:
+    """The error workflow a machine names (``"meta": {"error_workflow": ...}`` at its root)."""
+    meta = machine.root.meta
+    target = meta.get("error_workflow") if isinstance(meta, Mapping) else None
+    return str(target) if target else None
+
+
 def error_workflow_input(name: str, key: str, failed: Snapshot, now: int,
                          dry_run: bool) -> dict[str, Any]:
-    """The input an error workflow gets about a failed run of ``name``."""
-    return {"workflow": name, "run_key": key, "state": ",".join(failed.active_leaves()),
-            "error": thaw(failed.error), "now": now, "dry_run": dry_run}
+    """The input an error workflow gets about a failed run of ``name``: what the durable
+    runtime gives (``run_id``, ``workflow``, ``state``, ``error``), plus the run's key, the
+    time and whether it was a dry run."""
+    return {"run_id": key, "workflow": name, "state": ",".join(failed.active_leaves()),
+            "error": thaw(failed.error), "run_key": key, "now": now, "dry_run": dry_run}

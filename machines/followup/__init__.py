@@ -2,7 +2,7 @@
 
 - ``followup_register`` (webhook), ``followup_evaluate`` (hourly, weekdays),
   ``followup_report`` (morning list and Friday digest), ``followup_enrich`` (hourly at :30),
-  ``followup_alerts`` (the error workflow of the other four; see ``ERROR_WORKFLOW``).
+  ``followup_alerts`` (the error workflow the other four name in their ``meta``).
 
 ``MACHINES`` are wired to ``Services.from_env()`` (lazy: importing connects to nothing);
 ``build_machines(services)`` wires them to anything else.
@@ -29,12 +29,7 @@ def build_machines(services: Services) -> dict[str, Machine]:
     return {m.id: m for m in machines}
 
 
-def error_workflow_of(name: str) -> str | None:
-    """The workflow started when a run of ``name`` fails (none for Alerts itself)."""
-    return None if name == ERROR_WORKFLOW else ERROR_WORKFLOW
-
-
 MACHINES: dict[str, Machine] = build_machines(Services.from_env())
 
 __all__ = ["ERROR_WORKFLOW", "MACHINES", "SCHEDULES", "Services", "Settings",
-           "build_machines", "error_workflow_of"]
+           "build_machines"]

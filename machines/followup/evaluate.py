@@ -3,8 +3,11 @@ that are due; tell sales; release the claim. Config: ``evaluate.json``.
 
 Failure classes: the database fails the run (no retry: the next run would act on a false
 picture); the CRM or the task tool skip that item (retried first) and the run ends partial;
-mail fails the run, which starts the Alerts workflow. Dry-run blocks task creation and e-mail
-only: the database is written as usual, with ``dry-run`` in place of a task id.
+mail fails the run, which starts the Alerts workflow. A mail failure or a stage filter that
+matches nothing first releases the claim (``releasing_after_failure``), then fails the run.
+Dry-run blocks task creation and e-mail only: the database is written as usual, with
+``dry-run`` in place of a task id (the durable runtime's own dry-run of ``external`` invokes
+returns the same).
 """
 
 from __future__ import annotations
@@ -44,6 +47,19 @@ def notification_text(created: list[Mapping[str, Any]], today: str) -> tuple[str
     """Subject and body of the mail telling sales which tasks were created."""
     lines = [f"- {c['subject_name']}: step {c['step']} (task {c['task_id']})" for c in created]
     return f"{len(created)} follow-up task(s) created on {today}", "\n".join(lines)
+
+
+def fail_run(input: dict[str, Any]) -> None:
+    """Raise the failure recorded in ``input["failure"]`` again, under its own name, so the run
+    fails with the error that caused it (after the claim was released)."""
+    failure = input["failure"] or {}
+    name = str(failure.get("name", "WorkflowFailure"))
+    kind = type(name if name.isidentifier() else "WorkflowFailure", (WorkflowFailure,), {})
+    raise kind(str(failure.get("message", "")))
+
+
+class WorkflowFailure(Exception):
+    """Base of the errors ``fail_run`` raises again."""
 
 
 def build(services: Services) -> Machine:
@@ -114,6 +130,12 @@ def build(services: Services) -> Machine:
         return services.mail.send(settings.sales_inbox, subject, body,
                                   key=f"{WORKFLOW}:{input['run_key']}")
 
+    def release_failed_run(input: dict[str, Any]) -> bool:
+        with db.transaction() as tx:
+            repository.finish_run(tx, WORKFLOW, str(input["run_key"]), "failed",
+                                  {"error": input["failure"]}, int(input["now"]))
+        return True
+
     def finish_run(input: dict[str, Any]) -> str:
         status = "partial" if input["skipped"] else "ok"
         detail = {"created": len(input["created"]), "skipped": input["skipped"],
@@ -156,9 +178,11 @@ def build(services: Services) -> Machine:
             "rememberReconciled": assign(lambda c, e: {"reconciled": e["output"]}),
             "noteTask": assign(note_task),
             "noteCreated": assign(note_created),
+            "rememberFailure": assign(lambda c, e: {"failure": thaw(e.get("error"))}),
         },
         actors={name: from_callable(fn, name) for name, fn in {
             "claimRun": claim_run, "fetchDeals": fetch_deals,
             "checkStageFilter": check_stage_filter, "reconcileWatches": reconcile_watches,
             "planSteps": plan_steps, "ensureTask": ensure_task, "recordStep": record_step,
-            "sendNotification": send_notification, "finishRun": finish_run}.items()})
+            "sendNotification": send_notification, "finishRun": finish_run,
+            "releaseFailedRun": release_failed_run, "failRun": fail_run}.items()})

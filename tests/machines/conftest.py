@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from machines.fakes import FakeWorld
-from machines.followup import build_machines, error_workflow_of
+from machines.followup import build_machines
 from machines.followup.db import Database
 from machines.followup.services import Services, Settings
 from machines.local import LocalRunner
@@ -78,8 +78,7 @@ def services(db: Database, world: FakeWorld) -> Services:
 
 def make_runner(services: Services, start: int | None = None) -> LocalRunner:
     """A runner for the five follow-up machines on simulated time."""
-    return LocalRunner(build_machines(services), SimulatedClock(start or epoch_ms(MONDAY)),
-                       error_workflow_of)
+    return LocalRunner(build_machines(services), SimulatedClock(start or epoch_ms(MONDAY)))
 
 
 @pytest.fixture
