@@ -1,6 +1,6 @@
-"""The main job: the CRM follow-up machine and the invoice workflow, three weeks in a few seconds.
+"""The main job: the CRM follow-up machine and the invoice workflow, three weeks in seconds.
 
-    python -m machines.demo [--workdir DIR] [--days N] [--store URL]
+    python -m machines.demo [--store URL | --in-memory] [--workdir DIR] [--days N]
 
 Deals are registered by webhooks (some "lost" on the way), Evaluate runs hourly across simulated
 business days with injected CRM, task tool, summarizer and mail failures, a run is killed in the
@@ -9,8 +9,10 @@ loudly), and three invoices go out with retries. A timeline is printed as it goe
 are written; a summary table ends it, with the duplicates counted from the fake task tool and
 invoice API themselves.
 
-Without ``--store`` the runs are in-memory actors on simulated time; the follow-up database and
-the fake outside world are SQLite files in ``--workdir`` either way.
+Runs are durable, on the embedded SQLite store in ``--workdir`` unless ``--store`` names another
+(``postgresql://...``); ``--in-memory`` runs them on in-memory actors instead. The follow-up
+database and the fake outside world are SQLite files in ``--workdir`` (``--followup-db`` moves
+the database).
 """
 
 from __future__ import annotations
@@ -501,15 +503,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"where the diagrams go (default: {DIAGRAMS})")
     parser.add_argument("--followup-db", default=None,
                         help="the follow-up database URL (default: a SQLite file in --workdir)")
-    parser.add_argument("--store", default=None,
-                        help="run durably on this store (sqlite:///demo-output/runs.db, "
-                             "postgresql://localhost/test); default: in-memory actors")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--store", default=None,
+                       help="the durable run store (default: sqlite:///<workdir>/runs.db; "
+                            "e.g. postgresql://localhost/test?schema=demo)")
+    where.add_argument("--in-memory", action="store_true",
+                       help="run on in-memory actors instead of a durable store")
     args = parser.parse_args(argv)
-    try:
-        demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), args.store,
-                    args.followup_db)
-    except ImportError as exc:
-        parser.error(f"--store needs the durable runtime (the persistence package): {exc}")
+    store = None if args.in_memory else \
+        args.store or f"sqlite:///{args.workdir / 'runs.db'}"
+    demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), store,
+                args.followup_db)
     demo.setup()
     demo.follow_up_days()
     demo.invoices()

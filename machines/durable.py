@@ -30,9 +30,11 @@ class DurableRunner:
 
     ``lease_ms`` is the lease the in-process worker takes, and how long a killed worker
     subprocess's runs stay claimed (pass the same to ``statecharts worker --lease-ms``).
+    ``dry_run``: the runtime's dry-run (invokes marked ``external`` are not executed).
     """
 
-    def __init__(self, url: str, machines: Sequence[Machine], lease_ms: int = 1000) -> None:
+    def __init__(self, url: str, machines: Sequence[Machine], lease_ms: int = 1000,
+                 dry_run: bool = False) -> None:
         from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
@@ -40,10 +42,10 @@ class DurableRunner:
         self.url = url
         self.clock = SimulatedClock(wall_ms())
         self.store = open_store(url, migrate=True)
-        self.runtime = Runtime(self.store, list(machines), clock=self.clock)
+        self.runtime = Runtime(self.store, list(machines), clock=self.clock, dry_run=dry_run)
         # runs handed to worker subprocesses (wall clock) are started on the wall clock, else
         # they would not be due for them until the wall clock caught up with ours
-        self.wall_runtime = Runtime(self.store, list(machines))
+        self.wall_runtime = Runtime(self.store, list(machines), dry_run=dry_run)
         self.worker = Worker(self.runtime, lease_ms=lease_ms)
         self.lease_ms = lease_ms
         self.outcomes: list[Outcome] = []

@@ -26,9 +26,9 @@ def tasks_in(tmp_path: Path) -> list[str]:
     return [t["external_key"] for t in world.rows("select external_key from tasks")]
 
 
-def test_the_demo_runs_and_creates_no_duplicates(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_demo(tmp_path, capsys)
+def test_the_demo_runs_in_memory_and_creates_no_duplicates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_demo(tmp_path, capsys, "--in-memory")
     tasks = tasks_in(tmp_path)
     assert len(tasks) == len(set(tasks)) == 8
     assert "duplicates: 0" in out
@@ -54,11 +54,10 @@ def test_the_demo_runs_and_creates_no_duplicates(tmp_path: Path,
         "followup.followup_report.svg", "invoice.svg"]
 
 
-def test_the_demo_runs_durably_on_sqlite_with_a_worker_killed(
+def test_the_demo_runs_durably_on_sqlite_by_default_with_a_worker_killed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store = f"sqlite:///{tmp_path / 'work' / 'runs.db'}"
-    out = run_demo(tmp_path, capsys, "--days", "6", "--store", store)
-    assert f"durable, in {store}" in out
+    out = run_demo(tmp_path, capsys, "--days", "6")
+    assert f"durable, in sqlite:///{tmp_path / 'work' / 'runs.db'}" in out
     assert "KILLED (SIGKILL) after creating task T-2" in out
     assert "the run's row says: processing.creating_task.attempting" in out
     assert "5 task(s): T-1 Acme Corp #1, T-2 Initech #1, T-3 Hooli #1, T-4 Globex #1, " \
