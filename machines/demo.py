@@ -172,10 +172,10 @@ class Demo:
             what = {"registered": "watch opened", "closed": "watch closed",
                     "ignored": "nothing to do"}
             result = str(outcome.snapshot.value)
-            note = "" if result != "closed" or outcome.context["closed"] else \
-                " (no open watch; out of scope)"
-            self.line(time, "webhook", f"{name} -> {stage}: {what.get(result, result)}{note}",
-                      outcome.status)
+            text = what.get(result, result)
+            if result == "closed" and not outcome.context["closed"]:
+                text = "out of scope, not watched: nothing to do"
+            self.line(time, "webhook", f"{name} -> {stage}: {text}", outcome.status)
         time = self.at_time(day, 8, 20)
         again = self.register(day, "D-103", "Initech", "Proposal")
         self.line(time, "webhook", "Initech -> Proposal again (CRM retried the webhook): "
@@ -460,6 +460,10 @@ class Demo:
                  f"(watch closed): {steps.get('skipped', 0)}")
         self.out(f"  invoices: {len(invoices.invoices())}   mails sent: {len(mails)} "
                  f"(alerts to ops: {alerts})")
+        if isinstance(self.runner, DurableRunner):
+            stored = self.runner.store.count_runs()
+            self.out(f"  runs in the store: {sum(stored.values())} ("
+                     + ", ".join(f"{n} {status}" for status, n in sorted(stored.items())) + ")")
         self.out(f"  duplicates: {duplicates}")
 
 
