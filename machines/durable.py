@@ -133,12 +133,15 @@ def serve(url: str, lease_ms: int, poll_ms: int = 50) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m machines.durable --store URL [--lease-ms N]``: a worker process."""
+    """``python -m machines.durable --store URL [--lease-ms N] [--schedules TZ]``: a worker
+    process."""
     parser = argparse.ArgumentParser(prog="python -m machines.durable", description=serve.__doc__)
     parser.add_argument("--store", required=True)
     parser.add_argument("--lease-ms", type=int, default=30_000)
+    parser.add_argument("--schedules", metavar="TZ", default=None,
+                        help="also fire the follow-up schedules, in time zone TZ")
     args = parser.parse_args(argv)
-    serve(args.store, args.lease_ms)
+    serve(args.store, args.lease_ms, tz=args.schedules)
     return 0
 
 

@@ -5,7 +5,8 @@
   ``followup_alerts`` (the error workflow the other four name in their ``meta``).
 
 ``MACHINES`` are wired to ``Services.from_env()`` (lazy: importing connects to nothing);
-``build_machines(services)`` wires them to anything else.
+``build_machines(services)`` wires them to anything else. Their cron schedules are in
+``machines.followup.schedules``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,6 @@ from machines.followup.services import Services, Settings
 from statecharts import Machine
 
 ERROR_WORKFLOW = alerts.WORKFLOW
-SCHEDULES = {
-    "followup_evaluate": "hourly at :00, Monday to Friday",
-    "followup_report": "08:00 Monday to Friday (morning list); 16:00 Friday (digest)",
-    "followup_enrich": "hourly at :30",
-}
 
 
 def build_machines(services: Services) -> dict[str, Machine]:
@@ -31,5 +27,4 @@ def build_machines(services: Services) -> dict[str, Machine]:
 
 MACHINES: dict[str, Machine] = build_machines(Services.from_env())
 
-__all__ = ["ERROR_WORKFLOW", "MACHINES", "SCHEDULES", "Services", "Settings",
-           "build_machines"]
+__all__ = ["ERROR_WORKFLOW", "MACHINES", "Services", "Settings", "build_machines"]
