@@ -119,17 +119,20 @@ class DurableRunner:
         self.store.close()
 
 
-def serve(url: str, lease_ms: int, poll_ms: int = 50) -> None:
+def serve(url: str, lease_ms: int, poll_ms: int = 50, tz: str | None = None) -> None:
     """Be a worker process for the example workflows (``machines.followup`` and
-    ``machines.invoice``, wired from the environment) until SIGTERM."""
+    ``machines.invoice``, wired from the environment) until SIGTERM; with ``tz``, also fire
+    the follow-up schedules in that time zone."""
     from machines import followup, invoice
+    from machines.followup.schedules import schedules
     from persistence import open_store
     from persistence.runtime import Runtime
     from persistence.worker import Worker
 
     machines = [*followup.MACHINES.values(), *invoice.MACHINES.values()]
     runtime = Runtime(open_store(url), machines)
-    Worker(runtime, lease_ms=lease_ms, poll_ms=poll_ms).run()
+    Worker(runtime, lease_ms=lease_ms, poll_ms=poll_ms,
+           schedules=schedules(runtime, tz) if tz else ()).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
