@@ -82,6 +82,7 @@ class Tally:
     skipped: Counter[str] = field(default_factory=Counter)
 
     def add(self, outcome: Outcome) -> None:
+        """Count a run (and its error workflow's run)."""
         self.runs[(outcome.name, outcome.status)] += 1
         self.retries[outcome.name] += outcome.retries
         self.skipped[outcome.name] += len(outcome.skipped)
@@ -90,7 +91,7 @@ class Tally:
 
 
 class Demo:
-    """The scenario, on the in-memory runner."""
+    """The scenario, on the in-memory runner or the durable runtime."""
 
     def __init__(self, workdir: Path, days: int, out: Callable[[str], None],
                  store: str | None = None, followup_db: str | None = None) -> None:
@@ -122,22 +123,26 @@ class Demo:
     # -- running -----------------------------------------------------------------------------
 
     def run(self, name: str, input: dict[str, Any], key: str) -> Outcome:
+        """Run a workflow to its end and count it."""
         outcome = self.runner.run(name, input, key)
         self.tally.add(outcome)
         return outcome
 
     def at_time(self, day: date, hour: int, minute: int = 0) -> str:
+        """Move business time forward to ``day`` ``hour``:``minute``; the time as text."""
         self.now = max(self.now, at(day, hour, minute))
         if isinstance(self.runner, LocalRunner):  # in memory, the actors' clock is business time
             self.runner.clock.set(max(self.runner.clock.now(), self.now))
         return f"{hour:02d}:{minute:02d}"
 
     def line(self, time: str, workflow: str, text: str, status: str = "") -> None:
+        """One timeline line."""
         self.out(f"  {time}  {workflow:<9} {text:<62} {status}".rstrip())
 
     # -- the scenario ------------------------------------------------------------------------
 
     def setup(self) -> None:
+        """Migrate the database, set up the fakes, print the header."""
         self.db.migrate()
         with self.db.transaction() as tx:
             for table in ("watch_steps", "watches", "run_log", "holidays"):  # a fresh start
@@ -161,6 +166,7 @@ class Demo:
         self.out("")
 
     def webhooks(self, day: date) -> None:
+        """Day 1: the deals enter their stages; some webhooks are lost."""
         for n, (deal_id, name, stage, delivered) in enumerate(DEALS):
             time = self.at_time(day, 8, 5 + n)
             self.crm.put_deal(deal_id, name, stage)
@@ -182,17 +188,21 @@ class Demo:
                   f"same watch {again.context['watch_id']}, cadence kept", again.status)
 
     def register(self, day: date, deal_id: str, name: str, stage: str) -> Outcome:
+        """A delivered webhook: a Register run."""
         return self.run("followup_register", {
             "deal_id": deal_id, "deal_name": name, "stage": stage,
             "today": day.isoformat(), "now": self.now},
             key=f"webhook:{deal_id}:{self.now}")
 
     def enrich(self, day: date, hour: int) -> Outcome:
+        """An Enrich run at ``hour``:30."""
         self.at_time(day, hour, 30)
         return self.run("followup_enrich", {"now": self.now},
                         key=f"enrich:{day}T{hour:02d}:30")
 
     def evaluate(self, day: date, hour: int, crash_after: int | None = None) -> Outcome:
+        """An Evaluate run at ``hour``:00; with ``crash_after``, its worker is killed after
+        that many tasks and the run resumed."""
         time = self.at_time(day, hour)
         key = f"evaluate:{day}T{hour:02d}:00"
         input = {"run_key": key, "today": day.isoformat(), "now": self.now}
@@ -264,6 +274,7 @@ class Demo:
         return runner.finish("followup_evaluate", key, run_id, input)
 
     def describe_evaluate(self, time: str, outcome: Outcome) -> None:
+        """The timeline line of a noteworthy Evaluate run."""
         context = outcome.context
         parts = []
         reconciled = context.get("reconciled") or {}
@@ -287,6 +298,7 @@ class Demo:
         self.describe_alert(time, outcome)
 
     def describe_alert(self, time: str, outcome: Outcome) -> None:
+        """The timeline line of the Alerts run a failure started, if any."""
         if outcome.alert is not None:
             alert = outcome.alert
             verdict = {"alerted": "alert mailed to ops", "suppressed":
@@ -295,6 +307,7 @@ class Demo:
             self.line(time, "alerts", verdict, alert.status)
 
     def business_days(self) -> list[date]:
+        """The simulated business days."""
         days: list[date] = []
         day = START
         while len(days) < self.days:
@@ -354,6 +367,7 @@ class Demo:
             self.line("08:29", "inject", "summarizer down for the next 2 calls")
 
     def follow_up_days(self) -> None:
+        """The business days, hour by hour."""
         days = self.business_days()
         for n, day in enumerate(days, 1):
             self.out(f"[day {n}/{len(days)}] {long_date(day)}")
@@ -389,6 +403,7 @@ class Demo:
                           digest.status)
 
     def emails(self, day: date, n: int) -> None:
+        """E-mails about deals arrive (for Enrich to summarise)."""
         notes = {2: ("D-101", "cfo@acme.example", "Budget", "Budget approved for Q2, "
                      "waiting on procurement."),
                  4: ("D-102", "ops@globex.example", "Pilot", "Pilot went well; they want "
@@ -399,6 +414,7 @@ class Demo:
         self.crm.add_email(deal_id, at(day, 7, 45), sender, subject, body)
 
     def invoices(self) -> None:
+        """Three invoice runs: healthy, invoice API flaky, mail flaky."""
         self.out("")
         self.out("Invoices (pending -> fetching customer -> creating invoice -> recording -> "
                  "sending e-mail)")
@@ -435,6 +451,7 @@ class Demo:
                  "changed; index: README.md)")
 
     def summary(self) -> None:
+        """The summary table, counted from the runs and from the fakes themselves."""
         self.out("")
         self.out("Summary")
         names = sorted({name for name, _ in self.tally.runs})
@@ -475,6 +492,7 @@ class _Killing(FakeTaskTool):
         self.left = after
 
     def create_task(self, external_key: str, title: str, body: str, due_on: str) -> str:
+        """Create the task; die after the ``after``-th."""
         task_id = super().create_task(external_key, title, body, due_on)
         self.left -= 1
         if self.left == 0:
