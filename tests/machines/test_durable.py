@@ -115,6 +115,13 @@ def test_the_runtimes_dry_run_blocks_task_creation_and_mail(db: Database, world:
     with db.transaction() as tx:
         step = tx.one("select status, task_id from watch_steps where step = 1")
     assert step == {"status": "fired", "task_id": "dry-run"}
+    services.crm.add_email("D1", epoch_ms(NEXT_MONDAY, 9), "bob@acme", "Terms",  # type: ignore[attr-defined]
+                           "Legal approved the terms.")
+    enrich = dry.run("followup_enrich", {"now": epoch_ms(NEXT_MONDAY, 10)}, key="enrich-dry")
+    assert enrich.context["summarized"] == ["Acme"], "Enrich is not blocked by dry-run"
+    with db.transaction() as tx:
+        assert tx.one("select summary from watches") == {
+            "summary": "1 recent e-mail(s), latest: Terms\nNext step: reply to bob@acme."}
     dry.close()
 
 

@@ -100,6 +100,19 @@ def test_evaluating_twice_equals_evaluating_once(services: Services, runner: Loc
     assert len(after_once[1]) == 2 and len(after_once[2]) == 1
 
 
+def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: LocalRunner,
+                                                   db: Database) -> None:
+    deal(services, "D1", "Acme", "Proposal")
+    register(runner, "D1", "Acme", "Proposal", MONDAY)
+    deal(services, "D1", "Acme", "Won")
+    won = register(runner, "D1", "Acme", "Won", MONDAY + timedelta(days=2))
+    assert won.snapshot.value == "closed" and won.context["closed"] is True
+    assert {status for _, _, status, _ in step_rows(db)} == {"skipped"}
+    assert evaluate(runner, NEXT_MONDAY, "ev-1").context["created"] == []
+    ignored = register(runner, "D9", "Nobody", "", MONDAY)
+    assert ignored.snapshot.value == "ignored"
+
+
 # -- one run at a time ---------------------------------------------------------------------------
 
 class HeldTaskTool(FakeTaskTool):
