@@ -63,3 +63,15 @@ def test_a_missing_context_field_is_named_when_the_call_starts(tmp_path: Path) -
     machine = create_machine(load_config(path), actors={"f": from_callable(lambda i: i)})
     with pytest.raises(Exception, match="context has no field"):
         create_actor(machine, clock=SimulatedClock()).start()
+
+
+def test_the_migrate_command_creates_then_reports_up_to_date(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    command = [sys.executable, "-m", "machines.followup", "migrate", "--database", url]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert first.stdout.strip() == f"{url}: applied migration(s) [1]"
+    assert second.stdout.strip() == f"{url}: already up to date"
+    bad = subprocess.run([*command[:-1], "mysql://x"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 1 and "use sqlite:///path.db or postgresql://" in bad.stderr
