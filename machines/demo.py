@@ -447,8 +447,8 @@ class Demo:
         changed = regenerate(machines_dir, out_dir)
         count = len(discover(machines_dir))
         self.out("")
-        self.out(f"Diagrams: {count} machines drawn in {out_dir}/ ({len(changed)} file(s) "
-                 "changed; index: README.md)")
+        self.out(f"Diagrams: {count} machines drawn in {os.path.relpath(out_dir)}/ "
+                 f"({len(changed)} file(s) changed; index: README.md)")
 
     def summary(self) -> None:
         """The summary table, counted from the runs and from the fakes themselves."""
