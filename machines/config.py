@@ -10,7 +10,6 @@ The configs are data; two conventions connect them to the run:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,22 +31,7 @@ def load_config(path: Path) -> dict[str, Any]:
         raise MachineDefinitionError([f"{path}: context: a mapping of default values"])
     config["context"] = _context_from_input(defaults)
     _resolve_inputs(config, str(path))
-    _intern_state_types(config)
     return config
-
-
-def _intern_state_types(node: Any) -> None:
-    # Workaround: the engine's StateNode.is_atomic compares state types with `is`, which only
-    # holds for interned strings; a "final" read from JSON is a fresh string object.
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "type" and isinstance(value, str):
-                node[key] = sys.intern(value)
-            else:
-                _intern_state_types(value)
-    elif isinstance(node, list):
-        for item in node:
-            _intern_state_types(item)
 
 
 def _context_from_input(defaults: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:

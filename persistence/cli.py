@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -41,7 +41,8 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
             value = getattr(module, attribute)
             machines = machines_from(value if isinstance(value, list | tuple) else [value])
         elif hasattr(module, "MACHINES"):
-            machines = machines_from(module.MACHINES)
+            listed = module.MACHINES
+            machines = machines_from(listed.values() if isinstance(listed, Mapping) else listed)
         else:
             machines = machines_from(vars(module).values())
         if not machines:

@@ -157,8 +157,8 @@ class Runtime:
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
             return None
-        failure = {"run_id": run.id, "workflow": run.workflow_name, "state": state,
-                   "error": error}  # fmt: skip
+        failure = {"run_id": run.id, "workflow": run.workflow_name, "key": run.key,
+                   "state": state, "error": error}  # fmt: skip
         new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
         return new, outbox
 

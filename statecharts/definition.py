@@ -248,7 +248,7 @@ class _Builder:
         if kind == COMPOUND and not has_children:
             self.problem(_join(path, "states"), "a compound state needs child states")
             return ATOMIC
-        return str(kind)
+        return STATE_TYPES[STATE_TYPES.index(kind)]  # the module's constant, not the config's
 
     # -- pass 2: everything that refers to other nodes or implementations -------------------
 

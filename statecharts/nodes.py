@@ -173,7 +173,7 @@ class StateNode:
     @property
     def is_atomic(self) -> bool:
         """Atomic and final states have no active children."""
-        return self.type is ATOMIC or self.type is FINAL
+        return self.type == ATOMIC or self.type == FINAL
 
     def is_descendant_of(self, other: StateNode) -> bool:
         """True when ``other`` is a proper ancestor of this node."""
