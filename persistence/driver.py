@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
-from persistence.runtime import Runtime, run_status, state_text, wake_time
+from persistence.runtime import Runtime, retry_columns, run_status, state_text, wake_time
 from persistence.stores import (
     ConflictError,
     InboxEvent,
@@ -108,6 +108,7 @@ class RunDriver:
                 store.release(run.id, self.owner, wake_time(step.snapshot, False, now))
                 return steps
             status = step.status or run_status(step.snapshot)
+            attempts, retry_error = retry_columns(step.snapshot)
             due = step.snapshot.next_due()
             more_now = status == "active" and due is not None and due <= now
             release = (
@@ -118,7 +119,8 @@ class RunDriver:
                 state=state_text(step.snapshot), snapshot=machine.persist(step.snapshot),
                 status=status, release=release,
                 wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
-                last_error=step.error, workflow_version=machine.fingerprint,
+                attempt_count=attempts, last_error=step.error or retry_error,
+                workflow_version=machine.fingerprint,
                 lease_until=now + self.lease_ms,
                 new_effects=step.new_effects, effect_outcomes=step.outcomes,
                 consumed_inbox=step.consumed,

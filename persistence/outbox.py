@@ -27,6 +27,7 @@ from statecharts import Machine
 from statecharts.effects import Effect, Log
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import freeze, thaw
+from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json
 
 log = logging.getLogger("statecharts.runs")
 
@@ -111,12 +112,15 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _error_payload(exc: BaseException) -> dict[str, Any]:
-    payload: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
-    retry_after = getattr(exc, "retry_after", None)
-    if isinstance(retry_after, int | float) and not isinstance(retry_after, bool):
-        payload["retry_after"] = retry_after
-    return payload
+def _actor_callable(logic: Any) -> Callable[..., Any] | None:
+    """The function behind invoked actor logic that a worker can run to completion: plain
+    functions, `from_callable` and `from_async`. Child machines and callback actors are not run
+    durably (yet)."""
+    if isinstance(logic, CallableLogic | AsyncLogic):
+        return logic.fn
+    if isinstance(logic, Machine | CallbackLogic) or not callable(logic):
+        return None
+    return logic  # type: ignore[no-any-return]
 
 
 def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
@@ -147,17 +151,6 @@ def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> Any:
                 return invoke.logic if invoke.logic is not None else \
                     machine.resolve_actor(invoke.src)[1]  # fmt: skip
     return machine.resolve_actor(str(payload.get("src")))[1]
-
-
-def _actor_callable(logic: Any) -> Callable[..., Any] | None:
-    """The function behind invoked actor logic that a worker can run to completion."""
-    if isinstance(logic, Machine):
-        return None  # child machines are not run durably yet (see docs/persistence.md)
-    for attribute in ("fn", "func", "function"):
-        inner = getattr(logic, attribute, None)
-        if callable(inner):
-            return inner  # type: ignore[no-any-return]
-    return logic if callable(logic) else None
 
 
 class Executor:
@@ -207,17 +200,19 @@ class Executor:
             return self._child_failed(
                 child_id, key, TypeError(f"actor {src!r} cannot run in a durable worker")
             )
+        # A retried call site has a key stable across its attempts; else the outbox key.
+        call_key = f"{key.split(':', 1)[0]}:{payload['key']}" if payload.get("key") else key
         try:
-            output = thaw(freeze(_call(fn, (payload.get("input"),), {}, key), "output"))
+            output = thaw(freeze(_call(fn, (payload.get("input"),), {}, call_key), "output"))
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         event = {"type": done_actor_event_type(child_id), "output": output}
         return Executed(EffectOutcome(key, "done", output), event)
 
     def _child_failed(self, child_id: str, key: str, exc: BaseException) -> Executed:
-        error = _error_payload(exc)
+        error = error_to_json(exc)
         return Executed(
-            EffectOutcome(key, "failed", None, f"{error['type']}: {error['message']}"),
+            EffectOutcome(key, "failed", None, f"{error['name']}: {error['message']}"),
             {"type": error_actor_event_type(child_id), "error": error},
         )
 

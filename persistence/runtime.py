@@ -47,8 +47,28 @@ def state_text(snapshot: Snapshot) -> str:
 
 
 def run_status(snapshot: Snapshot) -> str:
-    """The run status for a snapshot status (the engine's `stopped` is a cancelled run)."""
-    return "cancelled" if snapshot.status == "stopped" else snapshot.status
+    """The run status for a snapshot: the engine's `stopped` is a cancelled run, and a run done
+    with skipped calls (failure class "skip") is `done_partial`."""
+    if snapshot.status == "stopped":
+        return "cancelled"
+    if snapshot.status == "done" and snapshot.skipped:
+        return "done_partial"
+    return snapshot.status
+
+
+def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
+    """(attempt_count, last_error) of the retried call in progress, from the snapshot's retry
+    records; (None, None) when no retried call is active (the row keeps its last values)."""
+    records = list(snapshot.retries.values())
+    if not records:
+        return None, None
+    record = max(records, key=lambda r: int(r.get("attempt") or 0))
+    error = record.get("last_error")
+    if isinstance(error, Mapping):
+        text: str | None = f"{error.get('name', 'Error')}: {error.get('message', '')}"
+    else:
+        text = None if error is None else str(error)
+    return int(record.get("attempt") or 0), text
 
 
 def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:

@@ -6,11 +6,12 @@ is atomic exactly like a transaction in the SQL stores.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from typing import Any, TypeVar
+
+import orjson
 
 from persistence import schema
 from persistence.stores.base import (
@@ -36,11 +37,23 @@ from persistence.stores.base import (
 )
 
 T = TypeVar("T")
+_JSON_FIELDS = frozenset({"snapshot", "payload", "result", "event", "data"})
 
 
 def _copy(value: T) -> T:
-    # Stored JSON must not change when the caller mutates what it passed in or got back.
-    return copy.deepcopy(value)
+    """A detached copy: JSON values are copied through JSON (as a database would), records
+    get copies of their JSON fields, lists are copied item by item."""
+    if isinstance(value, list):
+        return [_copy(item) for item in value]  # type: ignore[return-value]
+    if is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _copy_json(getattr(value, f.name)) for f in fields(value)
+                   if f.name in _JSON_FIELDS}  # fmt: skip
+        return replace(value, **changes)
+    return _copy_json(value)  # type: ignore[no-any-return]
+
+
+def _copy_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
 
 
 class MemoryStore:

@@ -215,7 +215,9 @@ def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
     assert seen == [(12, f"{run_id}:1:0")]
     event = store.list_events(run_id)[0].event
     assert event["type"] == "xstate.error.actor.pay"
-    assert event["error"] == {"type": "ConnectionError", "message": "timeout talking to bank"}
+    assert event["error"]["name"] == "ConnectionError"
+    assert event["error"]["message"] == "timeout talking to bank"
+    assert "OSError" in event["error"]["types"]
 
 
 def test_runs_are_pinned_to_their_definition_version(store: Store, clock: ManualClock) -> None:
@@ -362,3 +364,64 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
         thread.join(timeout=30)
     assert stolen == []
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_restarts(
+    store_factory: StoreFactory, clock: ManualClock
+) -> None:
+    keys: list[str] = []
+
+    def pay(amount: int, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        if len(keys) < 3:
+            raise ConnectionError(f"bank timeout #{len(keys)}")
+        return "paid"
+
+    config = {
+        "id": "payment", "initial": "paying",
+        "states": {
+            "paying": {"invoke": {"id": "pay", "src": "pay", "input": 5, "onDone": "paid",
+                                  "retry": {"max_attempts": 5, "initial_interval": 60_000,
+                                            "backoff": "fixed"}}},
+            "paid": {"type": "final"},
+        },
+    }  # fmt: skip
+    machine = create_machine(config, actors={"pay": pay})
+    runtime = Runtime(store_factory(), [machine], clock=clock)
+    run_id = runtime.start("payment")
+    Worker(runtime).run_until_idle()
+    waiting = runtime.get(run_id)
+    assert waiting.state == "paying.waiting_to_retry"
+    assert (waiting.attempt_count, waiting.last_error) == (1, "ConnectionError: bank timeout #1")
+    assert waiting.wake_at == clock.now() + 60_000
+    clock.advance(59_999)
+    assert Worker(runtime).run_until_idle() == 0  # not due yet
+    clock.advance(1)
+    restarted = Runtime(store_factory(), [machine], clock=clock)  # as after a crash
+    Worker(restarted).run_until_idle()
+    assert restarted.get(run_id).attempt_count == 2
+    clock.advance(60_000)
+    Worker(restarted).run_until_idle()
+    done = restarted.get(run_id)
+    assert (done.status, done.state, done.attempt_count) == ("done", "paid", 3)
+    assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(f"{run_id}:")
+
+
+def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: ManualClock) -> None:
+    def enrich(item: Any) -> Any:
+        raise ValueError("no such company")
+
+    machine = create_machine(
+        {"id": "crm", "initial": "enriching",
+         "states": {
+             "enriching": {"invoke": {"id": "enrich", "src": "enrich", "onDone": "done",
+                                      "retry": {"max_attempts": 1}, "onFinalFailure": "skip"}},
+             "done": {"type": "final"}}},
+        actors={"enrich": enrich},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("crm")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "done_partial", (run.status, run.snapshot)
+    assert run.snapshot["skipped"] and run.completed_at is not None
