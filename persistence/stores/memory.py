@@ -27,10 +27,12 @@ from persistence.stores.base import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     VersionCount,
+    check_group_column,
     check_status,
     completion_times,
     idempotency_key,
@@ -179,6 +181,35 @@ class MemoryStore:
             for r in self._runs.values():
                 counts[r.status] = counts.get(r.status, 0) + 1
             return counts
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if query.matches(r)]
+            runs.sort(key=lambda r: (-r.created_at, r.id))
+            return _copy(runs[offset : offset + limit])
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for r in self._runs.values():
+                if query.matches(r):
+                    counts[r.status] = counts.get(r.status, 0) + 1
+            return counts
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for r in self._runs.values():
+                if workflow_name is None or r.workflow_name == workflow_name:
+                    group = (str(getattr(r, column)), r.status)
+                    counts[group] = counts.get(group, 0) + 1
+        return [(value, status, n) for (value, status), n in sorted(counts.items())]
 
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel now, or ask the lease holder."""

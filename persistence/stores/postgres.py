@@ -31,14 +31,17 @@ from persistence.stores.base import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     StoreError,
     StoreUnavailableError,
     VersionCount,
+    check_group_column,
     check_status,
     completion_times,
+    run_query_sql,
 )
 
 RUN_COLUMNS = (
@@ -270,6 +273,36 @@ class PostgresStore:
         """Runs per status."""
         rows = self._rows("SELECT status, count(*) FROM workflow_runs GROUP BY status")
         return {status: int(n) for status, n in rows}
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        where, params = run_query_sql(query, "%s", to_ts)
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
+            (*params, limit, offset),
+        )
+        return [_run(r) for r in rows]
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        where, params = run_query_sql(query, "%s", to_ts)
+        rows = self._rows(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY status",
+                          params)  # fmt: skip
+        return {status: int(n) for status, n in rows}
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        where, params = run_query_sql(RunQuery(workflow_name=workflow_name), "%s", to_ts)
+        rows = self._rows(
+            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
+            f"GROUP BY {column}, status ORDER BY {column}, status",
+            params,
+        )
+        return [(value, status, int(n)) for value, status, n in rows]
 
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel directly if no live lease, else queue a cancel event for the holder."""

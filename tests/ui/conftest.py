@@ -1,0 +1,12 @@
+"""Fixtures for the operator UI tests: the persistence tests' real stores (SQLite files, a
+PostgreSQL server), plus headless Chromium (see `browser.py`)."""
+
+from __future__ import annotations
+
+from tests.persistence.conftest import (  # noqa: F401  (fixtures, used by name)
+    pg_dsn,
+    pg_schema,
+    store,
+    store_factory,
+    store_kind,
+)
