@@ -334,7 +334,13 @@ def run_query_sql(
 
 
 CANCEL_EVENT = "statecharts.cancel"
-"""Inbox event type the store uses to ask the lease holder to cancel a leased run."""
+"""Inbox event type the store uses to ask the lease holder to cancel a leased run (and the
+journal's record of a cancel)."""
+
+
+def cancel_event(reason: str | None) -> JSONDict:
+    """The cancel request queued for a lease holder, or journaled when the store cancels."""
+    return {"type": CANCEL_EVENT, "reason": reason}
 
 
 @runtime_checkable

@@ -16,7 +16,6 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -32,6 +31,7 @@ from persistence.stores.base import (
     ScheduleRecord,
     StepCommit,
     VersionCount,
+    cancel_event,
     check_group_column,
     check_status,
     completion_times,
@@ -218,7 +218,7 @@ class MemoryStore:
             if run.status != ACTIVE:
                 return "finished"
             if run.lease_owner is not None and (run.lease_expires_at or 0) > now:
-                self._queue(run_id, {"type": CANCEL_EVENT, "reason": reason}, now)
+                self._queue(run_id, cancel_event(reason), now)
                 return "requested"
             self._runs[run_id] = replace(
                 run, status="cancelled", completed_at=now, updated_at=now,
@@ -231,6 +231,8 @@ class MemoryStore:
                                                  updated_at=now)  # fmt: skip
             for i in [i for i, ev in self._inbox.items() if ev.run_id == run_id]:
                 del self._inbox[i]
+            self._events.append(EventRecord(self._new_id(), run_id, run.version + 1,
+                                            cancel_event(reason), run.state, run.state, now))
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from persistence import schema
 from persistence.stores.base import (
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -38,6 +37,7 @@ from persistence.stores.base import (
     StoreError,
     StoreUnavailableError,
     VersionCount,
+    cancel_event,
     check_group_column,
     check_status,
     completion_times,
@@ -309,19 +309,19 @@ class PostgresStore:
         ts = to_ts(now)
         with self._conn() as conn, conn.transaction():
             row = conn.execute(
-                "SELECT status, lease_owner, lease_expires_at FROM workflow_runs WHERE id = %s "
-                "FOR UPDATE",
+                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
+                "WHERE id = %s FOR UPDATE",
                 (_uuid(run_id),),
             ).fetchone()
             if row is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
-            status, owner, expires = row
+            status, owner, expires, state, version = row
             if status != "active":
                 return "finished"
             if owner is not None and expires is not None and expires > ts:
                 conn.execute(
                     "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (%s, %s, %s)",
-                    (run_id, _json({"type": CANCEL_EVENT, "reason": reason}), ts),
+                    (run_id, _json(cancel_event(reason)), ts),
                 )
                 return "requested"
             conn.execute(
@@ -337,6 +337,11 @@ class PostgresStore:
                 (_json("cancelled"), ts, run_id),
             )
             conn.execute("DELETE FROM workflow_inbox WHERE run_id = %s", (run_id,))
+            conn.execute(
+                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                (run_id, version + 1, _json(cancel_event(reason)), state, state, ts),
+            )
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

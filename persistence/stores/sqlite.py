@@ -19,7 +19,6 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -37,6 +36,7 @@ from persistence.stores.base import (
     StoreError,
     StoreUnavailableError,
     VersionCount,
+    cancel_event,
     check_group_column,
     check_status,
     completion_times,
@@ -279,18 +279,19 @@ class SQLiteStore:
         """Cancel directly if no live lease, else queue a cancel event for the holder."""
         with self._write() as conn:
             rows = conn.execute(
-                "SELECT status, lease_owner, lease_expires_at FROM workflow_runs WHERE id = ?",
+                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
+                "WHERE id = ?",
                 (run_id,),
             ).fetchall()
             if not rows:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
-            status, owner, expires = rows[0]
+            status, owner, expires, state, version = rows[0]
             if status != ACTIVE:
                 return "finished"
             if owner is not None and expires is not None and expires > now:
                 conn.execute(
                     "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
-                    (run_id, _dumps({"type": CANCEL_EVENT, "reason": reason}), now),
+                    (run_id, _dumps(cancel_event(reason)), now),
                 )
                 return "requested"
             conn.execute(
@@ -305,6 +306,11 @@ class SQLiteStore:
                 (_dumps("cancelled"), now, run_id),
             )
             conn.execute("DELETE FROM workflow_inbox WHERE run_id = ?", (run_id,))
+            conn.execute(
+                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, version + 1, _dumps(cancel_event(reason)), state, state, now),
+            )
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

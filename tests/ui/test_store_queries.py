@@ -100,3 +100,13 @@ def test_run_groups_refuses_a_column_it_cannot_group_by(store: Store) -> None:
 def test_in_state_is_what_the_sql_computes() -> None:
     assert in_state("a.b,c", "a") and in_state("a.b,c", "c") and in_state("a.b,c", "a.b")
     assert not in_state("a.b,c", "a.b.c") and not in_state("ab", "a")
+
+
+def test_a_cancel_the_store_does_itself_is_in_the_journal(store: Store) -> None:
+    run_id = add(store, "order", "paying.waiting")
+    assert store.cancel_run(run_id, T0 + 10, "from the operator UI") == "cancelled"
+    [entry] = store.list_events(run_id)
+    assert entry.event == {"type": "statecharts.cancel", "reason": "from the operator UI"}
+    assert (entry.state_before, entry.state_after, entry.created_at) == (
+        "paying.waiting", "paying.waiting", T0 + 10)  # fmt: skip
+    assert entry.step == store.get_run(run_id).version
