@@ -266,7 +266,9 @@ class RunQuery:
 
     `state` is a state path relative to the root (as in the `state` column): a run matches when
     one of its active leaves is that state or inside it. `created_after`/`created_before` bound
-    the start time; `stuck_before` keeps only active runs not updated since that time.
+    the start time. `stuck_before` keeps only stuck runs: active, not updated since that time,
+    and not waiting for anything due later than it (a run whose timer or lease runs into the
+    future is waiting, not stuck; one whose wake-up time passed long ago has no worker).
     """
 
     workflow_name: str | None = None
@@ -287,7 +289,11 @@ class RunQuery:
             and (self.created_before is None or run.created_at < self.created_before)
             and (
                 self.stuck_before is None
-                or (run.status == ACTIVE and run.updated_at < self.stuck_before)
+                or (
+                    run.status == ACTIVE
+                    and run.updated_at < self.stuck_before
+                    and (run.wake_at is None or run.wake_at < self.stuck_before)
+                )
             )
             and (self.state is None or in_state(run.state, self.state))
         )
@@ -320,8 +326,10 @@ def run_query_sql(
         clauses.append(f"created_at < {mark}")
         params.append(time_param(query.created_before))
     if query.stuck_before is not None:
-        clauses.append(f"status = 'active' AND updated_at < {mark}")
-        params.append(time_param(query.stuck_before))
+        clauses.append(
+            f"status = 'active' AND updated_at < {mark} AND (wake_at IS NULL OR wake_at < {mark})"
+        )
+        params += [time_param(query.stuck_before)] * 2
     if query.state is not None:
         # The column holds leaves joined by commas: match a whole leaf or a leaf below `state`.
         pattern = query.state.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

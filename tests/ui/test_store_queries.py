@@ -72,6 +72,20 @@ def test_stuck_filter_keeps_active_runs_not_updated_since(
     assert ids(store, RunQuery(stuck_before=T0 + 500, workflow_name="order")) == [f["a"]]
 
 
+def test_a_run_waiting_for_a_later_timer_is_not_stuck_but_one_long_overdue_is(
+    store: Store,
+) -> None:
+    waiting = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1",
+                     key=None, state="retry.wait", snapshot={}, wake_at=T0 + 10_000)  # fmt: skip
+    overdue = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1",
+                     key=None, state="retry.wait", snapshot={}, wake_at=T0 + 10)  # fmt: skip
+    store.create_run(waiting, [], T0)
+    store.create_run(overdue, [], T0)
+    assert ids(store, RunQuery(stuck_before=T0 + 5000)) == [overdue.id]
+    assert sorted(ids(store, RunQuery(stuck_before=T0 + 20_000))) == sorted(
+        [waiting.id, overdue.id])  # fmt: skip
+
+
 def test_counts_per_status_follow_the_filters(store: Store, filled: dict[str, str]) -> None:
     assert store.count_matching(RunQuery()) == {"active": 4, "done": 1, "error": 1}
     assert store.count_matching(RunQuery(workflow_name="invoice")) == {"active": 1, "error": 1}
