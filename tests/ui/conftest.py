@@ -10,3 +10,4 @@ from tests.persistence.conftest import (  # noqa: F401  (fixtures, used by name)
     store_factory,
     store_kind,
 )
+from tests.ui.browser import browser, page  # noqa: F401  (fixtures, used by name)
