@@ -283,14 +283,16 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     def login(request: Request, token: Annotated[str, Form()],
               csrf_token: Annotated[str, Form()] = "",
               next_path: Annotated[str, Form(alias="next")] = "/") -> Response:  # fmt: skip
+        # Only a path on this server: never an open redirect to another site.
+        safe = next_path.startswith("/") and not next_path.startswith(("//", "/\\"))
+        target = next_path if safe else "/"
         if not ui.token:
             return RedirectResponse("/", status_code=303)
         if not csrf_ok(request, csrf_token):
-            return page(request, "login.html", {"next": "/", "failed": True}, 403)
+            return page(request, "login.html", {"next": target, "failed": True}, 403)
         if not same_token(token, ui.token):
             log.warning("ui: failed login from %s", request.client.host if request.client else "?")
-            return page(request, "login.html", {"next": "/", "failed": True}, 401)
-        target = next_path if next_path.startswith("/") and not next_path.startswith("//") else "/"
+            return page(request, "login.html", {"next": target, "failed": True}, 401)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(SESSION_COOKIE, session_value(ui.token), httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")  # fmt: skip

@@ -15,9 +15,14 @@ from typing import Any
 import pytest
 
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
-]  # fmt: skip
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 INSTALL_HINT = (
     "apt-get install chromium (Debian/Ubuntu; scripts/system-deps.sh does it) and pip install "
     "playwright (never `playwright install`: the system browser is used)"
@@ -33,8 +38,11 @@ def _skip_or_fail(reason: str) -> None:
 
 def chromium_path() -> str:
     """The system Chromium's path (or skip/fail)."""
-    path = os.environ.get("STATECHARTS_CHROMIUM") or shutil.which("chromium") or (
-        "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)  # fmt: skip
+    path = (
+        os.environ.get("STATECHARTS_CHROMIUM")
+        or shutil.which("chromium")
+        or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    )
     if not path:
         _skip_or_fail("Chromium is not installed")
     return str(path)

@@ -10,4 +10,5 @@ from tests.persistence.conftest import (  # noqa: F401  (fixtures, used by name)
     store_factory,
     store_kind,
 )
+from tests.render.conftest import dot_installed  # noqa: F401  (fixture, used by name)
 from tests.ui.browser import browser, page  # noqa: F401  (fixtures, used by name)

@@ -128,8 +128,9 @@ def fill(url: str, extra_orders: int = 0) -> Demo:
     runtime = Runtime(store, MACHINES, clock=clock)
     worker = Worker(runtime, worker_id="demo-filler")
 
-    def order(customer: str, amount: int, *, pay: str | None, key: str | None = None,
-              **context: Any) -> str:  # fmt: skip
+    def order(
+        customer: str, amount: int, *, pay: str | None, key: str | None = None, **context: Any
+    ) -> str:
         run_id = runtime.start("order", {"customer": customer, "amount": amount, **context}, key)
         if pay is not None:
             runtime.send(run_id, {"type": "PAY", "card": pay})
@@ -152,11 +153,16 @@ def fill(url: str, extra_orders: int = 0) -> Demo:
     runtime.send(onboarding[1], "DOCS_RECEIVED")
     worker.run_until_idle()
     clock.set(now - 12 * MINUTE)
-    waiting = [order(f"Customer {i}", 20 + i, pay="ok", key=f"order-{1100 + i}")
-               for i in range(6)]  # fmt: skip
+    waiting = [order(f"Customer {i}", 20 + i, pay="ok", key=f"order-{1100 + i}") for i in range(6)]
     waiting.append(order("Linus T.", 12, pay=None, key="order-1200"))
-    scripted = order("<script>alert('owned')</script>", 1, pay="ok", key="order-1300",
-                     note="<img src=x onerror=alert(1)>", api_token="s3cr3t-value")  # fmt: skip
+    scripted = order(
+        "<script>alert('owned')</script>",
+        1,
+        pay="ok",
+        key="order-1300",
+        note="<img src=x onerror=alert(1)>",
+        api_token="s3cr3t-value",
+    )
     for i in range(extra_orders):
         order(f"Bulk {i}", i, pay=None)
     store.close()

@@ -58,18 +58,32 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def ui_server(store_url: str, workdir: Path, *args: str, token: str | None = None,
-              host: str = "127.0.0.1") -> Iterator[Served]:  # fmt: skip
+def ui_server(
+    store_url: str, workdir: Path, *args: str, token: str | None = None, host: str = "127.0.0.1"
+) -> Iterator[Served]:
     """`statecharts ui` on a free port; yields once it answers HTTP."""
     port = free_port()
     log = workdir / f"ui-{port}.log"
-    command = [sys.executable, "-m", "persistence.ui.cli", "ui", "--store", store_url,
-               "--host", host, "--port", str(port), "--machines", MACHINES,
-               "--stuck-after-ms", "3600000", *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "persistence.ui.cli",
+        "ui",
+        "--store",
+        store_url,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--machines",
+        MACHINES,
+        "--stuck-after-ms",
+        "3600000",
+        *args,
+    ]
     with log.open("wb") as out:
         env = _env({"STATECHARTS_UI_TOKEN": token} if token else None)
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env)  # fmt: skip
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
     served = Served(f"http://127.0.0.1:{port}", process, log)
     try:
         _wait_until_up(served)
@@ -82,8 +96,9 @@ def _wait_until_up(served: Served, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if served.process.poll() is not None:
-            raise RuntimeError(f"the UI server exited ({served.process.returncode}):\n"
-                               f"{served.output()}")  # fmt: skip
+            raise RuntimeError(
+                f"the UI server exited ({served.process.returncode}):\n{served.output()}"
+            )
         try:
             with urllib.request.urlopen(served.url + "/static/ui.css", timeout=2) as response:
                 if response.status == 200:
@@ -97,11 +112,23 @@ def _wait_until_up(served: Served, timeout_s: float = 30.0) -> None:
 def worker(store_url: str, workdir: Path, extra: Sequence[str] = ()) -> Iterator[Path]:
     """A worker process stepping runs of the demo workflows; yields its log's path."""
     log = workdir / "worker.log"
-    command = [sys.executable, "-m", "persistence.cli", "worker", "--store", store_url,
-               "--machines", MACHINES, "--poll-ms", "50", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "persistence.cli",
+        "worker",
+        "--store",
+        store_url,
+        "--machines",
+        MACHINES,
+        "--poll-ms",
+        "50",
+        *extra,
+    ]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                   env=_env(None))  # fmt: skip
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=_env(None)
+        )
     try:
         yield log
     finally:

@@ -13,10 +13,25 @@ from persistence.stores.base import in_state
 T0 = 1_700_000_000_000
 
 
-def add(store: Store, name: str, state: str, *, status: str = "active", key: str | None = None,
-        at: int = T0, version: str = "v1") -> str:  # fmt: skip
-    run = NewRun(id=str(uuid.uuid4()), workflow_name=name, workflow_version=version, key=key,
-                 state=state, snapshot={"value": state}, status=status)  # fmt: skip
+def add(
+    store: Store,
+    name: str,
+    state: str,
+    *,
+    status: str = "active",
+    key: str | None = None,
+    at: int = T0,
+    version: str = "v1",
+) -> str:
+    run = NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name=name,
+        workflow_version=version,
+        key=key,
+        state=state,
+        snapshot={"value": state},
+        status=status,
+    )
     return store.create_run(run, [], at)[0].id
 
 
@@ -44,7 +59,9 @@ def test_search_filters_combine_and_order_newest_first(
     assert ids(store, RunQuery(workflow_name="order", status="active")) == [f["c"], f["b"], f["a"]]
     assert ids(store, RunQuery(key="k-1")) == [f["a"]]
     assert ids(store, RunQuery(created_after=T0 + 1000, created_before=T0 + 3000)) == [
-        f["c"], f["b"]]  # fmt: skip
+        f["c"],
+        f["b"],
+    ]
     assert ids(store, RunQuery(), limit=2, offset=1) == [f["e"], f["d"]]
 
 
@@ -75,15 +92,30 @@ def test_stuck_filter_keeps_active_runs_not_updated_since(
 def test_a_run_waiting_for_a_later_timer_is_not_stuck_but_one_long_overdue_is(
     store: Store,
 ) -> None:
-    waiting = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1",
-                     key=None, state="retry.wait", snapshot={}, wake_at=T0 + 10_000)  # fmt: skip
-    overdue = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1",
-                     key=None, state="retry.wait", snapshot={}, wake_at=T0 + 10)  # fmt: skip
+    waiting = NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name="order",
+        workflow_version="v1",
+        key=None,
+        state="retry.wait",
+        snapshot={},
+        wake_at=T0 + 10_000,
+    )
+    overdue = NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name="order",
+        workflow_version="v1",
+        key=None,
+        state="retry.wait",
+        snapshot={},
+        wake_at=T0 + 10,
+    )
     store.create_run(waiting, [], T0)
     store.create_run(overdue, [], T0)
     assert ids(store, RunQuery(stuck_before=T0 + 5000)) == [overdue.id]
     assert sorted(ids(store, RunQuery(stuck_before=T0 + 20_000))) == sorted(
-        [waiting.id, overdue.id])  # fmt: skip
+        [waiting.id, overdue.id]
+    )
 
 
 def test_counts_per_status_follow_the_filters(store: Store, filled: dict[str, str]) -> None:
@@ -99,11 +131,13 @@ def test_run_groups_by_state_version_and_workflow(store: Store, filled: dict[str
         ("paying_later", "active", 1),
         ("shipping.packing,billing.sent", "active", 1),
     ]
-    assert store.run_groups("workflow_version", "order") == [
-        ("v1", "active", 3), ("v2", "done", 1)]  # fmt: skip
+    assert store.run_groups("workflow_version", "order") == [("v1", "active", 3), ("v2", "done", 1)]
     assert store.run_groups("workflow_name") == [
-        ("invoice", "active", 1), ("invoice", "error", 1), ("order", "active", 3),
-        ("order", "done", 1)]  # fmt: skip
+        ("invoice", "active", 1),
+        ("invoice", "error", 1),
+        ("order", "active", 3),
+        ("order", "done", 1),
+    ]
 
 
 def test_run_groups_refuses_a_column_it_cannot_group_by(store: Store) -> None:
@@ -122,5 +156,8 @@ def test_a_cancel_the_store_does_itself_is_in_the_journal(store: Store) -> None:
     [entry] = store.list_events(run_id)
     assert entry.event == {"type": "statecharts.cancel", "reason": "from the operator UI"}
     assert (entry.state_before, entry.state_after, entry.created_at) == (
-        "paying.waiting", "paying.waiting", T0 + 10)  # fmt: skip
+        "paying.waiting",
+        "paying.waiting",
+        T0 + 10,
+    )
     assert entry.step == store.get_run(run_id).version
