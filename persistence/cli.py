@@ -20,7 +20,7 @@ import orjson
 from persistence.runtime import Runtime, machines_from
 from persistence.stores import RunRecord, Store, StoreError, open_store
 from persistence.worker import Worker
-from statecharts import Machine
+from statecharts import Machine, SystemClock
 
 STORE_ENV = "STATECHARTS_STORE"
 
@@ -50,12 +50,12 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
     return found
 
 
-def _store(args: argparse.Namespace, *, check: bool = True) -> Store:
+def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4) -> Store:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")
     try:
-        return open_store(url, check=check)
+        return open_store(url, check=check, max_connections=connections)
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
 
@@ -124,7 +124,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    runtime = Runtime(_store(args), load_machines(args.machines))
+    store = _store(args, connections=args.concurrency + 2)
+    runtime = Runtime(store, load_machines(args.machines))
     Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
            stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
     runtime.store.close()
@@ -140,9 +141,7 @@ def _row(run: RunRecord) -> dict[str, Any]:
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args)
     if args.stuck_after_ms is not None:
-        from persistence.runtime import WallClock
-
-        runs = store.stuck_runs(WallClock().now(), args.stuck_after_ms, args.limit)
+        runs = store.stuck_runs(SystemClock().now(), args.stuck_after_ms, args.limit)
     else:
         runs = store.list_runs(status=args.status, workflow_name=args.name, limit=args.limit)
     if args.json:
@@ -171,11 +170,9 @@ def _runs_show(args: argparse.Namespace) -> int:
 
 
 def _runs_cancel(args: argparse.Namespace) -> int:
-    from persistence.runtime import WallClock
-
     store = _store(args)
     try:
-        outcome = store.cancel_run(args.run_id, WallClock().now(), args.reason)
+        outcome = store.cancel_run(args.run_id, SystemClock().now(), args.reason)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{args.run_id}: {outcome}")

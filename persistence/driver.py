@@ -17,12 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
-from persistence.runtime import Runtime, retry_columns, run_status, state_text, wake_time
+from persistence.runtime import (
+    Runtime,
+    error_text,
+    retry_columns,
+    run_status,
+    state_text,
+    wake_time,
+)
 from persistence.stores import (
     ConflictError,
     InboxEvent,
     JournalEntry,
     NewEffect,
+    NewRun,
     RunRecord,
     StepCommit,
 )
@@ -80,7 +88,7 @@ class RunDriver:
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
-        self.executor = Executor(runtime.listeners)
+        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now)
 
     def drive(self, run: RunRecord, should_stop: Callable[[], bool]) -> int:
         """Step the leased `run`; return the number of steps committed. The lease is released
@@ -97,7 +105,7 @@ class RunDriver:
         waiting, inbox = store.pending_work(run.id)
         pending = [(e.idempotency_key, e.kind, e.payload) for e in waiting]
         inbox_checked = time.monotonic()
-        version, steps = run.version, 0
+        version, steps, prior_status = run.version, 0, run.status
         while True:
             now = self.runtime.clock.now()
             step = _Step(snapshot)
@@ -109,6 +117,9 @@ class RunDriver:
                 return steps
             status = step.status or run_status(step.snapshot)
             attempts, retry_error = retry_columns(step.snapshot)
+            failure = step.error or (
+                error_text(step.snapshot.error) if step.snapshot.status == "error" else None
+            )
             due = step.snapshot.next_due()
             more_now = status == "active" and due is not None and due <= now
             release = (
@@ -119,19 +130,22 @@ class RunDriver:
                 state=state_text(step.snapshot), snapshot=machine.persist(step.snapshot),
                 status=status, release=release,
                 wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
-                attempt_count=attempts, last_error=step.error or retry_error,
+                attempt_count=attempts, last_error=failure or retry_error,
                 workflow_version=machine.fingerprint,
                 lease_until=now + self.lease_ms,
                 new_effects=step.new_effects, effect_outcomes=step.outcomes,
                 consumed_inbox=step.consumed,
                 journal=step.journal if self.runtime.journal else (),
+                start_runs=self._error_runs(run, prior_status, status,
+                                            state_text(step.snapshot), failure or retry_error,
+                                            now),
             )  # fmt: skip
             try:
                 version = self.runtime.store.commit_step(commit, now)
             except ConflictError as exc:
                 log.warning("run %s: lost the lease (%s); another worker has it", run.id, exc)
                 return steps
-            steps += 1
+            steps, prior_status = steps + 1, status
             log_effects(step.logged, run.id)
             if release:
                 return steps
@@ -178,6 +192,15 @@ class RunDriver:
         step.error = str(reason) if reason is not None else None
         step.journal.append(JournalEntry(request.event, before, state_text(step.snapshot)))
 
+    def _error_runs(
+        self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int
+    ) -> list[tuple[NewRun, list[NewEffect]]]:
+        """The error workflow to start with the step that makes an active run fail."""
+        if status != "error" or before != "active":
+            return []
+        found = self.runtime.error_run(run, state, error, now)
+        return [] if found is None else [found]
+
     def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
         """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot."""
         reason = f"snapshot does not restore: {exc}"
@@ -186,6 +209,7 @@ class RunDriver:
             run_id=run.id, owner=self.owner, expected_version=run.version, state=run.state,
             snapshot=run.snapshot, status="error", release=True, wake_at=None,
             last_error=reason,
+            start_runs=self._error_runs(run, run.status, "error", run.state, reason, now),
         )  # fmt: skip
         try:
             self.runtime.store.commit_step(commit, now)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
 from statecharts import Machine
 from statecharts.effects import Effect, Log
@@ -139,25 +140,33 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     return None
 
 
-def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> Any:
-    """The logic of a recorded `start_child`: from the invoking state's definition when it was
-    invoked (the recorded `src` may be a function's name, not its name in `actors=`), else by
-    name from `actors=` (spawned children)."""
+def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """(logic, breaker name) of a recorded `start_child`: from the invoking state's definition
+    when it was invoked, else by name from `actors=` (spawned children)."""
     invoked_by = payload.get("invoked_by")
     if isinstance(invoked_by, str):
         node = machine.get_state_node(invoked_by)
         for invoke in node.invoke:
             if invoke.id == payload.get("id"):
-                return invoke.logic if invoke.logic is not None else \
+                logic = invoke.logic if invoke.logic is not None else \
                     machine.resolve_actor(invoke.src)[1]  # fmt: skip
-    return machine.resolve_actor(str(payload.get("src")))[1]
+                return logic, invoke.breaker
+    return machine.resolve_actor(str(payload.get("src")))[1], None
 
 
 class Executor:
-    """Runs recorded effects for one machine definition."""
+    """Runs recorded effects. `breaker(name)` gives the shared breaker of a downstream (invokes
+    that name one go through it); `now()` is the runtime's clock."""
 
-    def __init__(self, listeners: Mapping[str, list[Listener]]) -> None:
+    def __init__(
+        self,
+        listeners: Mapping[str, list[Listener]],
+        breaker: Callable[[str], SharedBreaker],
+        now: Callable[[], int],
+    ) -> None:
         self._listeners = listeners
+        self._breaker = breaker
+        self._now = now
 
     def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
                 key: str) -> Executed:  # fmt: skip
@@ -192,7 +201,7 @@ class Executor:
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic = _actor_logic(machine, payload)
+            logic, breaker_name = _actor_logic(machine, payload)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         fn = _actor_callable(logic)
@@ -202,8 +211,18 @@ class Executor:
             )
         # A retried call site has a key stable across its attempts; else the outbox key.
         call_key = f"{key.split(':', 1)[0]}:{payload['key']}" if payload.get("key") else key
+        breaker = self._breaker(breaker_name) if breaker_name else None
         try:
-            output = thaw(freeze(_call(fn, (payload.get("input"),), {}, call_key), "output"))
+            if breaker is not None:
+                breaker.before_call(self._now())  # an open breaker fails fast, same error path
+            try:
+                output = thaw(freeze(_call(fn, (payload.get("input"),), {}, call_key), "output"))
+            except Exception:
+                if breaker is not None:
+                    breaker.record(False, self._now())
+                raise
+            if breaker is not None:
+                breaker.record(True, self._now())
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         event = {"type": done_actor_event_type(child_id), "output": output}

@@ -8,33 +8,26 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
-from statecharts import Machine, Snapshot
+from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
 from statecharts.frozen import thaw
 
 
 class Clock(Protocol):
-    """Anything with `now()` in epoch milliseconds (statecharts' SystemClock/SimulatedClock)."""
+    """Anything with `now()` in epoch milliseconds: statecharts' `SystemClock` (the default) or
+    `SimulatedClock` for tests. Workers only read the time; they never schedule on the clock."""
 
     def now(self) -> int:
         """Current time, epoch milliseconds."""
         ...
-
-
-class WallClock:
-    """The system clock in epoch milliseconds."""
-
-    def now(self) -> int:
-        """Current time, epoch milliseconds."""
-        return time.time_ns() // 1_000_000
 
 
 class UnknownWorkflowError(LookupError):
@@ -63,12 +56,16 @@ def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
     if not records:
         return None, None
     record = max(records, key=lambda r: int(r.get("attempt") or 0))
-    error = record.get("last_error")
-    if isinstance(error, Mapping):
-        text: str | None = f"{error.get('name', 'Error')}: {error.get('message', '')}"
-    else:
-        text = None if error is None else str(error)
-    return int(record.get("attempt") or 0), text
+    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
+
+
+def error_text(error: Any) -> str | None:
+    """An engine error (the JSON of an exception, or any value) as one line of text."""
+    if error is None:
+        return None
+    if isinstance(error, Mapping) and "message" in error:
+        return f"{error.get('name', 'Error')}: {error['message']}"
+    return str(thaw(error))
 
 
 def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
@@ -85,6 +82,12 @@ class Runtime:
     drain during a deploy); `start` uses the last one. Runs are pinned to the definition
     fingerprint they started with (`workflow_version`); a definition also steps runs of older
     versions it has a migration for (`migrations=` on the machine).
+
+    A machine names an error workflow with `meta={"error_workflow": "name"}` at its root (or
+    `error_workflows={"invoice": "invoice_failed"}` here): each time one of its runs fails, that
+    workflow is started exactly once, in the transaction that records the failure, with input
+    `{"run_id", "workflow", "state", "error"}`. Invokes that name a `breaker` go through a
+    circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
     """
 
     def __init__(
@@ -95,11 +98,13 @@ class Runtime:
         clock: Clock | None = None,
         journal: bool = True,
         check_schema: bool = True,
+        error_workflows: Mapping[str, str] | None = None,
+        breakers: Mapping[str, BreakerPolicy] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
         self.store = store
-        self.clock: Clock = clock if clock is not None else WallClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.journal = journal
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
@@ -110,8 +115,45 @@ class Runtime:
             self._exact[(machine.id, machine.fingerprint)] = machine
             for label in machine.migrations:
                 self._by_label[(machine.id, label)] = machine
+        self.error_workflows = self._error_workflows(error_workflows or {})
+        self.breaker_policies = dict(breakers or {})
         if check_schema:
             store.check_schema()
+
+    def _error_workflows(self, given: Mapping[str, str]) -> dict[str, str]:
+        """Workflow -> its error workflow: from each machine's `meta.error_workflow`, overridden
+        by `error_workflows=`; every target must be one of this runtime's machines."""
+        found = {
+            m.id: str(m.root.meta["error_workflow"])
+            for m in self._latest.values()
+            if isinstance(m.root.meta, Mapping) and m.root.meta.get("error_workflow")
+        }
+        found.update(given)
+        for workflow, target in found.items():
+            if target not in self._latest:
+                raise ValueError(
+                    f"error workflow of {workflow!r} is {target!r}, which is not among the "
+                    f"runtime's machines ({', '.join(sorted(self._latest))})"
+                )
+        return found
+
+    def breaker(self, name: str) -> SharedBreaker:
+        """The shared circuit breaker of downstream `name` (default policy unless given in
+        `breakers=`)."""
+        return SharedBreaker(self.store, name, self.breaker_policies.get(name, BreakerPolicy()))
+
+    def error_run(
+        self, run: RunRecord, state: str, error: str | None, now: int
+    ) -> tuple[NewRun, builtins.list[NewEffect]] | None:
+        """The error-workflow run to start, in the same transaction, when `run` fails; None if
+        its workflow names none. Runs of an error workflow never start one (no loops)."""
+        target = self.error_workflows.get(run.workflow_name)
+        if target is None or run.workflow_name in self.error_workflows.values():
+            return None
+        failure = {"run_id": run.id, "workflow": run.workflow_name, "state": state,
+                   "error": error}  # fmt: skip
+        new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
+        return new, outbox
 
     # -- definitions ------------------------------------------------------------------------
     @property

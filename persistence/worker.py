@@ -213,9 +213,16 @@ class Worker:
         except StoreError as exc:
             log.warning("worker %s: report failed: %s", self.id, exc)
             return
+        now = self.runtime.clock.now()
         for run in stuck:
-            log.warning("stuck run %s (%s, state %s): not updated for over %d ms", run.id,
-                        run.workflow_name, run.state, self.stuck_after_ms)  # fmt: skip
+            if run.wake_at is not None and run.wake_at <= now:
+                why = f"due since {now - run.wake_at} ms and no worker took it"
+            elif run.wake_at is not None:
+                why = f"next due in {run.wake_at - now} ms"
+            else:
+                why = "waiting for an event"
+            log.warning("stuck run %s (%s, state %s): not updated for over %d ms, %s", run.id,
+                        run.workflow_name, run.state, self.stuck_after_ms, why)  # fmt: skip
         for v in unknown:
             log.warning("%d active run(s) of %s version %s (label %s): no definition or "
                         "migration here", v.runs, v.workflow_name, v.workflow_version,

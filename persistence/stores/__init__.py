@@ -60,7 +60,9 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, migrate: bool = False, check: bool = True) -> Store:
+def open_store(
+    url: str, *, migrate: bool = False, check: bool = True, max_connections: int = 8
+) -> Store:
     """Open the store a URL names.
 
     - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` (optional `?synchronous=normal`)
@@ -69,9 +71,10 @@ def open_store(url: str, *, migrate: bool = False, check: bool = True) -> Store:
     - `memory://` (tests only; nothing survives the process)
 
     With `migrate=True` missing migrations are applied; with `check=True` (default) a schema that
-    is older or newer than this code raises `SchemaVersionError`.
+    is older or newer than this code raises `SchemaVersionError`. `max_connections` sizes the
+    PostgreSQL pool (a worker needs its concurrency plus one).
     """
-    store = _open(url)
+    store = _open(url, max_connections)
     try:
         if migrate:
             store.migrate()
@@ -83,7 +86,7 @@ def open_store(url: str, *, migrate: bool = False, check: bool = True) -> Store:
     return store
 
 
-def _open(url: str) -> Store:
+def _open(url: str, max_connections: int) -> Store:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
@@ -106,7 +109,7 @@ def _open(url: str) -> Store:
         rest = "&".join(f"{k}={v}" for k, values in query.items() for v in values)
         dsn = parts._replace(query=rest).geturl()
         try:
-            return PostgresStore(dsn, schema=schema)
+            return PostgresStore(dsn, schema=schema, max_size=max_connections)
         except ValueError as exc:
             raise StoreURLError(f"{exc} (in {redact(url)})") from exc
     if scheme == "memory":

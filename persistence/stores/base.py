@@ -190,7 +190,9 @@ class StepCommit:
     otherwise the lease is kept (renewed to `lease_until` when given) and `wake_at` stays at the
     lease expiry, so a crash hands the run to another worker once the lease runs out.
     `attempt_count`, `last_error` and `workflow_version` (set when a migration moved the run to
-    a new definition) are left as they are when None.
+    a new definition) are left as they are when None. `start_runs` are created (idempotent by
+    key, as `create_run`) in the same transaction, e.g. an error workflow started exactly once
+    for the failure this step records.
     """
 
     run_id: str
@@ -209,6 +211,7 @@ class StepCommit:
     effect_outcomes: Sequence[EffectOutcome] = ()
     consumed_inbox: Sequence[int] = ()
     journal: Sequence[JournalEntry] = ()
+    start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
 
 
 @dataclass(frozen=True, slots=True)

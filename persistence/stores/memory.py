@@ -343,6 +343,8 @@ class MemoryStore:
                         for e in commit.new_effects):  # fmt: skip
                 if key in self._effects:
                     raise ConflictError(f"effect {key} already recorded")
+            for run, _ in commit.start_runs:
+                check_status(run.status)
             completed_at, failed_at = completion_times(commit.status, now)
             lease: dict[str, Any] = {}
             if commit.release:
@@ -368,6 +370,8 @@ class MemoryStore:
                 ev = self._inbox.get(inbox_id)
                 if ev is not None and ev.run_id == commit.run_id:
                     del self._inbox[inbox_id]
+            for run, run_effects in commit.start_runs:
+                self.create_run(run, run_effects, now)
             for j in commit.journal:
                 self._events.append(EventRecord(
                     self._new_id(), commit.run_id, new_version, _copy(j.event), j.state_before,

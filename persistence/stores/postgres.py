@@ -11,6 +11,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -462,13 +463,26 @@ class PostgresStore:
                 for j in commit.journal
             ]),
         }  # fmt: skip
+        present = {"outcomes": commit.effect_outcomes, "effects": commit.new_effects,
+                   "inbox": commit.consumed_inbox, "journal": commit.journal}  # fmt: skip
+        parts = tuple(name for name, items in present.items() if items)
+        conflict = ConflictError(
+            f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
+            f"{commit.owner!r}, or an effect outcome is not pending; step not written"
+        )
         with self._conn() as conn:
-            row = conn.execute(_COMMIT_STEP.replace("{lease}", lease_sql), params).fetchone()
-        if row is None or not row[0]:
-            raise ConflictError(
-                f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
-                f"{commit.owner!r}, or an effect outcome is not pending; step not written"
-            )
+            if not commit.start_runs:  # the hot path: one statement, one round trip
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict
+                return new_version
+            with conn.transaction():
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict  # rolls the transaction back
+                for run, run_effects in commit.start_runs:
+                    check_status(run.status)
+                    self._create_in(conn, run, run_effects, now)
         return new_version
 
     # -- effects and journal ----------------------------------------------------------------
@@ -663,7 +677,7 @@ WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
   AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
-_COMMIT_STEP = """
+_STEP_RUN = """
 WITH run AS (
     UPDATE workflow_runs SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
         attempt_count = coalesce(%(attempts)s, attempt_count),
@@ -671,32 +685,46 @@ WITH run AS (
         workflow_version = coalesce(%(wv)s, workflow_version),
         completed_at = coalesce(completed_at, %(completed)s),
         failed_at = coalesce(failed_at, %(failed)s), version = %(version)s {lease}
-    WHERE id = %(id)s AND version = %(expected)s AND lease_owner = %(owner)s
+    WHERE id = %(id)s AND version = %(expected)s AND lease_owner = %(owner)s {outcome_check}
+    RETURNING id
+)"""
+_STEP_OUTCOME_CHECK = """
       AND (SELECT count(*) FROM workflow_effects
            WHERE run_id = %(id)s AND status = 'pending'
              AND idempotency_key = ANY(%(outcome_keys)s::text[]))
-          = cardinality(%(outcome_keys)s::text[])
-    RETURNING id
-), outcomes AS (
+          = cardinality(%(outcome_keys)s::text[])"""
+_STEP_PARTS = {
+    "outcomes": """, outcomes AS (
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
     FROM run, jsonb_to_recordset(%(outcomes)s) AS o(k text, s text, r jsonb, e text)
     WHERE e.idempotency_key = o.k AND e.run_id = run.id
-), effects AS (
+)""",
+    "effects": """, effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
     SELECT run.id::text || ':' || %(version)s || ':' || n.i, run.id, %(version)s, n.i, n.kind,
            n.payload, 'pending', %(now)s, %(now)s
     FROM run, jsonb_to_recordset(%(effects)s) AS n(i integer, kind text, payload jsonb)
-), consumed AS (
+)""",
+    "inbox": """, consumed AS (
     DELETE FROM workflow_inbox i USING run
     WHERE i.run_id = run.id AND i.id = ANY(%(inbox)s::bigint[])
-), journal AS (
+)""",
+    "journal": """, journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
     SELECT run.id, %(version)s, j.event, j.before, j.after, %(now)s
     FROM run, jsonb_to_recordset(%(journal)s) AS j(event jsonb, before text, after text)
-)
-SELECT count(*) FROM run
-"""
+)""",
+}
+
+
+@lru_cache(maxsize=128)
+def _step_sql(lease: str, parts: tuple[str, ...]) -> str:
+    """The one statement that commits a step, with only the parts this step needs (fewer
+    sub-statements to plan and run on the hot path)."""
+    check = _STEP_OUTCOME_CHECK if "outcomes" in parts else ""
+    head = _STEP_RUN.replace("{lease}", lease).replace("{outcome_check}", check)
+    return head + "".join(_STEP_PARTS[p] for p in parts) + "\nSELECT count(*) FROM run"
 
 
 def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:

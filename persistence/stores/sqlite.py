@@ -457,6 +457,8 @@ class SQLiteStore:
                     f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
                     (commit.run_id, *commit.consumed_inbox),
                 )
+            for run, run_effects in commit.start_runs:
+                self._create_in(conn, run, run_effects, now)
             conn.executemany(
                 "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?)",

@@ -14,25 +14,12 @@ from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
 from persistence.worker import Worker
-from statecharts import create_machine
+from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows
 from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
 
 StoreFactory = Callable[[], Store]
 DAY = 86_400_000
-
-
-class ManualClock:
-    """A clock tests move by hand (epoch ms)."""
-
-    def __init__(self, now: int = 1_700_000_000_000) -> None:
-        self.t = now
-
-    def now(self) -> int:
-        return self.t
-
-    def advance(self, ms: int) -> None:
-        self.t += ms
 
 
 @pytest.fixture
@@ -46,11 +33,11 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> SimulatedClock:
+    return SimulatedClock(1_700_000_000_000)
 
 
-def drain(worker: Worker, clock: ManualClock, step_ms: int = 50, rounds: int = 20) -> None:
+def drain(worker: Worker, clock: SimulatedClock, step_ms: int = 50, rounds: int = 20) -> None:
     """Run until idle, moving the clock so short timers come due."""
     for _ in range(rounds):
         worker.run_until_idle()
@@ -58,7 +45,7 @@ def drain(worker: Worker, clock: ManualClock, step_ms: int = 50, rounds: int = 2
 
 
 def test_a_multi_step_workflow_runs_each_side_effect_once(
-    store: Store, ledger: sqlite3.Connection, clock: ManualClock
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock
 ) -> None:
     runtime = Runtime(store, [order], clock=clock)
     emitted: list[Any] = []
@@ -87,7 +74,7 @@ def test_a_multi_step_workflow_runs_each_side_effect_once(
     assert sorted(e["amount"] for e in emitted) == [5, 7]
 
 
-def test_idempotent_start_and_unknown_workflow(store: Store, clock: ManualClock) -> None:
+def test_idempotent_start_and_unknown_workflow(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     first = runtime.start("approval", key="invoice-42")
     assert runtime.start("approval", key="invoice-42") == first
@@ -98,7 +85,7 @@ def test_idempotent_start_and_unknown_workflow(store: Store, clock: ManualClock)
 
 
 def test_durable_timer_fires_when_due_even_after_a_restart(
-    store_factory: StoreFactory, clock: ManualClock
+    store_factory: StoreFactory, clock: SimulatedClock
 ) -> None:
     runtime = Runtime(store_factory(), [approval], clock=clock)
     run_id = runtime.start("approval")
@@ -116,7 +103,7 @@ def test_durable_timer_fires_when_due_even_after_a_restart(
 
 
 def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
-    store: Store, clock: ManualClock
+    store: Store, clock: SimulatedClock
 ) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
@@ -134,7 +121,7 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
 
 
 def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
-    store: Store, clock: ManualClock, ledger: sqlite3.Connection
+    store: Store, clock: SimulatedClock, ledger: sqlite3.Connection
 ) -> None:
     runtime = Runtime(store, [approval, order], clock=clock)
     idle = runtime.start("approval")
@@ -153,7 +140,7 @@ def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
     assert run.snapshot["status"] == "stopped"
 
 
-def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: ManualClock) -> None:
+def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     bad, good = runtime.start("approval"), runtime.start("approval")
     version = store.claim_runs("tamper", clock.now() + DAY, 1000, 1)[0].version
@@ -171,7 +158,9 @@ def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: ManualCl
     assert runtime.get(good).status == "done"
 
 
-def test_a_raising_action_fails_the_run_with_the_reason(store: Store, clock: ManualClock) -> None:
+def test_a_raising_action_fails_the_run_with_the_reason(
+    store: Store, clock: SimulatedClock
+) -> None:
     def explode(context: Any, event: Any) -> None:
         raise RuntimeError("mail server down")
 
@@ -189,7 +178,7 @@ def test_a_raising_action_fails_the_run_with_the_reason(store: Store, clock: Man
 
 
 def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
-    store: Store, clock: ManualClock
+    store: Store, clock: SimulatedClock
 ) -> None:
     seen: list[tuple[Any, str | None]] = []
 
@@ -220,7 +209,7 @@ def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
     assert "OSError" in event["error"]["types"]
 
 
-def test_runs_are_pinned_to_their_definition_version(store: Store, clock: ManualClock) -> None:
+def test_runs_are_pinned_to_their_definition_version(store: Store, clock: SimulatedClock) -> None:
     old_runtime = Runtime(store, [approval], clock=clock)
     old_run = old_runtime.start("approval")
     changed = dict(approval.config)
@@ -238,7 +227,7 @@ def test_runs_are_pinned_to_their_definition_version(store: Store, clock: Manual
 
 
 def test_a_definition_with_a_migration_takes_over_old_runs(
-    store: Store, clock: ManualClock
+    store: Store, clock: SimulatedClock
 ) -> None:
     config_v1 = {**approval.config, "version": "1"}
     v1 = create_machine(config_v1)
@@ -261,7 +250,7 @@ def test_a_definition_with_a_migration_takes_over_old_runs(
     assert run.snapshot["version"] == "2"
 
 
-def test_stuck_runs_are_reported(store: Store, clock: ManualClock) -> None:
+def test_stuck_runs_are_reported(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
     clock.advance(2 * 3_600_000)
@@ -292,7 +281,9 @@ def test_worker_thread_serves_until_stopped_and_releases_its_leases(
     assert ledger.execute("SELECT count(*) FROM charges").fetchone() == (6,)
 
 
-def test_stale_driver_cannot_overwrite_a_run_taken_over(store: Store, clock: ManualClock) -> None:
+def test_stale_driver_cannot_overwrite_a_run_taken_over(
+    store: Store, clock: SimulatedClock
+) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
     runtime.send(run_id, "APPROVE")
@@ -313,7 +304,7 @@ def test_workflows_module_exposes_machines() -> None:
 
 
 def test_inline_actions_run_from_their_outbox_record_with_the_key(
-    store: Store, clock: ManualClock
+    store: Store, clock: SimulatedClock
 ) -> None:
     calls: list[tuple[Any, str]] = []
 
@@ -367,7 +358,7 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
 
 
 def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_restarts(
-    store_factory: StoreFactory, clock: ManualClock
+    store_factory: StoreFactory, clock: SimulatedClock
 ) -> None:
     keys: list[str] = []
 
@@ -407,7 +398,7 @@ def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_rest
     assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(f"{run_id}:")
 
 
-def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: ManualClock) -> None:
+def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock) -> None:
     def enrich(item: Any) -> Any:
         raise ValueError("no such company")
 
@@ -425,3 +416,97 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: ManualClo
     run = runtime.get(run_id)
     assert run.status == "done_partial", (run.status, run.snapshot)
     assert run.snapshot["skipped"] and run.completed_at is not None
+
+
+def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedClock) -> None:
+    from statecharts import from_async, from_callable, from_callback
+
+    async def fetch(input: Any) -> Any:
+        return {"fetched": input}
+
+    def stream(send_back: Any, receive: Any, input: Any) -> None:
+        return None
+
+    machine = create_machine(
+        {"id": "kinds", "initial": "one", "context": {},
+         "states": {
+             "one": {"invoke": {"id": "c", "src": "double", "input": 21, "onDone": {
+                 "target": "two", "actions": "keep"}}},
+             "two": {"invoke": {"id": "a", "src": "fetch", "input": "x", "onDone": {
+                 "target": "three", "actions": "keep"}}},
+             "three": {"invoke": {"id": "cb", "src": "stream", "onError": {
+                 "target": "four", "actions": "keep_error"}}},
+             "four": {"type": "final"}}},
+        actors={"double": from_callable(lambda n: n * 2, name="double"),
+                "fetch": from_async(fetch), "stream": from_callback(stream)},
+        actions={"keep": assign(lambda c, e: {**c, e["type"]: e["output"]}),
+                 "keep_error": assign(lambda c, e: {**c, "error": e["error"]["message"]})},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("kinds")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.state == "four"
+    context = run.snapshot["context"]
+    assert context["xstate.done.actor.c"] == 42
+    assert context["xstate.done.actor.a"] == {"fetched": "x"}
+    assert context["error"] == "actor 'stream' cannot run in a durable worker"
+
+
+def test_worker_reports_stuck_runs_and_runs_it_cannot_step(
+    store: Store, clock: SimulatedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    waiting = Runtime(store, [approval], clock=clock).start("approval")
+    runtime = Runtime(store, [order], clock=clock)  # no definition for approval here
+    clock.advance(2 * 3_600_000)
+    worker = Worker(runtime, poll_ms=10, stuck_after_ms=3_600_000, report_every_s=0.05)
+    thread = threading.Thread(target=worker.run)
+    with caplog.at_level(logging.WARNING, logger="statecharts.worker"):
+        thread.start()
+        try:
+            from tests.persistence.conftest import wait_for
+
+            wait_for(lambda: "no definition" in caplog.text)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+    assert f"stuck run {waiting} (approval, state waiting)" in caplog.text
+    assert f"1 active run(s) of approval version {approval.fingerprint}" in caplog.text
+
+
+def test_a_failed_run_starts_its_error_workflow_exactly_once(
+    store: Store, clock: SimulatedClock
+) -> None:
+    def charge(amount: Any) -> Any:
+        raise PermissionError("card declined")
+
+    failing = create_machine(
+        {"id": "billing", "initial": "charging", "meta": {"error_workflow": "on_failure"},
+         "states": {"charging": {"invoke": {"id": "charge", "src": "charge"}}}},
+        actors={"charge": charge},
+    )  # fmt: skip
+    handler = create_machine(
+        {"id": "on_failure", "initial": "alerting", "context": lambda input: {"failure": input},
+         "meta": {"error_workflow": "on_failure"},  # would loop: must not trigger itself
+         "states": {"alerting": {"entry": "page"}}},
+        actions={"page": lambda c, e: (_ for _ in ()).throw(RuntimeError("pager down"))},
+    )  # fmt: skip
+    runtime = Runtime(store, [failing, handler], clock=clock)
+    run_id = runtime.start("billing")
+    Worker(runtime).run_until_idle()
+    failed = runtime.get(run_id)
+    assert (failed.status, failed.last_error) == ("error", "PermissionError: card declined")
+    handlers = runtime.list(name="on_failure")
+    assert len(handlers) == 1
+    assert handlers[0].key == f"error-of:{run_id}"
+    failure = handlers[0].snapshot["context"]["failure"]
+    assert (failure["run_id"], failure["workflow"], failure["state"]) == (
+        run_id, "billing", "charging",
+    )  # fmt: skip
+    assert failure["error"] == "PermissionError: card declined"
+    assert handlers[0].status == "error"  # the handler failed too, and started nothing more
+    assert len(runtime.list()) == 2
+    with pytest.raises(ValueError, match="not among the runtime's machines"):
+        Runtime(store, [failing], clock=clock)

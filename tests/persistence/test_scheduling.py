@@ -12,6 +12,7 @@ from persistence.runtime import Runtime
 from persistence.scheduling import Cron, CronError, ScheduledStart, start_exclusive
 from persistence.stores import Store
 from persistence.worker import Worker
+from statecharts import SimulatedClock
 from tests.persistence.workflows import approval
 
 StoreFactory = Callable[[], Store]
@@ -19,14 +20,6 @@ StoreFactory = Callable[[], Store]
 
 def ms(text: str) -> int:
     return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
-
-
-class ManualClock:
-    def __init__(self, now: int) -> None:
-        self.t = now
-
-    def now(self) -> int:
-        return self.t
 
 
 @pytest.mark.parametrize(
@@ -71,11 +64,11 @@ def test_bad_cron_is_refused_naming_the_field(expression: str, message: str) -> 
 def test_each_slot_starts_exactly_one_run_across_racing_workers(
     store_factory: StoreFactory,
 ) -> None:
-    clock = ManualClock(ms("2026-11-30T08:59:30"))
+    clock = SimulatedClock(ms("2026-11-30T08:59:30"))
     runtimes = [Runtime(store_factory(), [approval], clock=clock) for _ in range(3)]
     schedules = [ScheduledStart(r, "morning", "approval", "0 9 * * *") for r in runtimes]
     assert [s.tick() for s in schedules] == [None, None, None]
-    clock.t = ms("2026-11-30T09:00:10")
+    clock.set(ms("2026-11-30T09:00:10"))
     started: list[str | None] = []
     threads = [threading.Thread(target=lambda s=s: started.append(s.tick())) for s in schedules]
     for t in threads:
@@ -88,7 +81,7 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
     assert run.key == f"morning@{ms('2026-11-30T09:00:00')}"
     assert [s.tick() for s in schedules] == [None, None, None]
     # three days without any worker: only the latest missed slot fires, once
-    clock.t = ms("2026-12-03T12:00:00")
+    clock.set(ms("2026-12-03T12:00:00"))
     assert schedules[1].tick() is not None
     assert schedules[2].tick() is None
     keys = sorted(r.key or "" for r in runtimes[0].list())
@@ -96,14 +89,14 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
 
 
 def test_first_tick_fires_only_a_slot_within_the_grace_period(store: Store) -> None:
-    clock = ManualClock(ms("2026-11-30T09:05:00"))
+    clock = SimulatedClock(ms("2026-11-30T09:05:00"))
     runtime = Runtime(store, [approval], clock=clock)
     assert ScheduledStart(runtime, "late", "approval", "0 9 * * *").tick() is None
     assert ScheduledStart(runtime, "late", "approval", "0 9 * * *", grace_ms=600_000).tick()
 
 
 def test_worker_ticks_schedules(store: Store) -> None:
-    clock = ManualClock(ms("2026-11-30T09:00:00"))
+    clock = SimulatedClock(ms("2026-11-30T09:00:00"))
     runtime = Runtime(store, [approval], clock=clock)
     schedule = ScheduledStart(runtime, "s", "approval", "* * * * *", input={"x": 1})
     Worker(runtime, schedules=[schedule]).run_until_idle()
@@ -111,7 +104,7 @@ def test_worker_ticks_schedules(store: Store) -> None:
 
 
 def test_one_run_at_a_time_with_a_staleness_window(store: Store) -> None:
-    clock = ManualClock(ms("2026-11-30T09:00:00"))
+    clock = SimulatedClock(ms("2026-11-30T09:00:00"))
     runtime = Runtime(store, [approval], clock=clock)
     first = start_exclusive(runtime, "approval", "nightly", stale_after_ms=60_000)
     assert first is not None
@@ -121,9 +114,9 @@ def test_one_run_at_a_time_with_a_staleness_window(store: Store) -> None:
     assert runtime.get(first).status == "done"
     second = start_exclusive(runtime, "approval", "nightly", stale_after_ms=60_000)
     assert second is not None and second != first  # the holder ended: the claim is free
-    clock.t += 59_999
+    clock.advance(59_999)
     assert start_exclusive(runtime, "approval", "nightly", stale_after_ms=60_000) is None
-    clock.t += 1  # the second run is stuck past the window: a new one may start
+    clock.advance(1)  # the second run is stuck past the window: a new one may start
     third = start_exclusive(runtime, "approval", "nightly", stale_after_ms=60_000)
     assert third is not None and third not in (first, second)
     claim = store.get_claim("nightly")

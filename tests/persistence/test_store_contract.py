@@ -515,3 +515,20 @@ def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None
     effects_left, events = store.pending_work(run.id)
     assert [e.effect_index for e in effects_left] == [1]
     assert [(e.id, e.event) for e in events] == [(inbox_id, {"type": "GO"})]
+
+
+def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
+    failed, _ = store.create_run(new_run(), (), T0)
+    version = claim_one(store, failed.id)
+    handler = new_run(key=f"error-of:{failed.id}", name="on_error")
+    with pytest.raises(ConflictError):
+        step(store, failed.id, "w1", version + 5, status="error",
+             start_runs=[(handler, effects(1))])  # fmt: skip
+    assert store.find_run("on_error", f"error-of:{failed.id}") is None
+    step(store, failed.id, "w1", version, status="error", start_runs=[(handler, effects(1))])
+    started = store.get_run(handler.id)
+    assert (started.workflow_name, started.key, started.version) == (
+        "on_error", f"error-of:{failed.id}", 1,
+    )  # fmt: skip
+    assert [e.idempotency_key for e in store.list_effects(handler.id)] == [f"{handler.id}:1:0"]
+    assert store.get_run(failed.id).status == "error"
