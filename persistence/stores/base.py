@@ -302,6 +302,14 @@ class RunQuery:
         )
 
 
+def known_status(query: RunQuery) -> str | None:
+    """The one status every run matching `query` has, if the query fixes it (then a count
+    needs no grouping, and can be answered from a partial index)."""
+    if query.stuck_before is not None:
+        return ACTIVE if query.status in (None, ACTIVE) else query.status
+    return query.status
+
+
 def in_state(state_column: str, path: str) -> bool:
     """True when one of the comma-separated active leaves is `path` or inside it."""
     return any(leaf == path or leaf.startswith(path + ".") for leaf in state_column.split(","))
@@ -336,8 +344,9 @@ def run_query_sql(
     if query.state is not None:
         # The column holds leaves joined by commas: match a whole leaf or a leaf below `state`.
         pattern = query.state.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # `state >= ''` is always true; it lets the planner answer from an index on the state.
         clauses.append(
-            f"((',' || state || ',') LIKE {mark} ESCAPE '\\' "
+            f"state >= '' AND ((',' || state || ',') LIKE {mark} ESCAPE '\\' "
             f"OR (',' || state) LIKE {mark} ESCAPE '\\')"
         )
         params += [f"%,{pattern},%", f"%,{pattern}.%"]

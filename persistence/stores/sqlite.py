@@ -41,6 +41,7 @@ from persistence.stores.base import (
     check_status,
     completion_times,
     idempotency_key,
+    known_status,
     run_query_sql,
 )
 
@@ -248,9 +249,11 @@ class SQLiteStore:
     def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
         """Runs matching `query`, newest first."""
         where, params = run_query_sql(query, "?", int)
+        # Page through rowids first (from an index alone), then read only the page's rows.
+        order = "ORDER BY created_at DESC, rowid DESC"
         rows = self._read(
-            f"SELECT {RUN_COLUMNS} FROM workflow_runs {where} "
-            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE rowid IN (SELECT rowid FROM "
+            f"workflow_runs {where} {order} LIMIT ? OFFSET ?) {order}",
             (*params, limit, offset),
         )
         return [_run(r) for r in rows]
@@ -258,7 +261,14 @@ class SQLiteStore:
     def count_matching(self, query: RunQuery) -> dict[str, int]:
         """Runs matching `query`, per status."""
         where, params = run_query_sql(query, "?", int)
-        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY status",
+        status = known_status(query)
+        if status is not None:
+            n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
+            return {status: n} if n else {}
+        # With a state filter, `+status` keeps SQLite on the state index (group after filtering)
+        # instead of walking the listing index in status order and reading every row.
+        group = "+status" if query.state is not None else "status"
+        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
                           params)  # fmt: skip
         return {status: int(n) for status, n in rows}
 
