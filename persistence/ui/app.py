@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
-from persistence.runtime import Clock, Runtime, WallClock
+from persistence.runtime import Clock, Runtime
 from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord, Store, StoreError
 from persistence.ui import api, views
 from persistence.ui.diagrams import (
@@ -42,7 +42,7 @@ from persistence.ui.security import (
     same_token,
     session_value,
 )
-from statecharts import Machine, Snapshot
+from statecharts import Machine, Snapshot, SystemClock
 
 log = logging.getLogger("statecharts.ui")
 HERE = Path(__file__).parent
@@ -109,7 +109,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     """The web app over `store`. `machines` are the definitions to draw diagrams with and to
     act through (without them, pages show no diagrams and offer no actions). With `token`,
     every request must carry it (see `persistence.ui.security`)."""
-    ui = UI(store, machines, read_only, token, clock or WallClock(), stuck_after_ms, page_size)
+    ui = UI(store, machines, read_only, token, clock or SystemClock(), stuck_after_ms, page_size)
     # Autoescape everything: run data (contexts, events, errors) is shown as text, never HTML.
     autoescape = select_autoescape(default=True, default_for_string=True)
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=autoescape)

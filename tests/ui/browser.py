@@ -48,9 +48,11 @@ def chromium_path() -> str:
     return str(path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole session."""
+    """One headless Chromium per test module. Not per session: Playwright's sync API keeps an
+    asyncio loop running in this thread while it is open, which would break `asyncio.run` in
+    tests that come later (the worker runs async actors with it)."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:

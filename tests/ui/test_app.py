@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 with warnings.catch_warnings():  # starlette's note that it prefers httpx2 to httpx; both work
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from fastapi.testclient import TestClient
 
 from persistence.runtime import Runtime
