@@ -239,3 +239,30 @@ def test_read_only_hides_actions_and_refuses_them(demo: tuple[str, Demo, Path], 
             runs.waiting[2],
         )
         assert status == 403
+
+
+def test_the_same_pages_on_a_postgresql_store(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, page: Any
+) -> None:
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    runs = fill(url)
+    with worker(url, tmp_path), ui_server(url, tmp_path) as server:
+        page.goto(server.url + "/?workflow=order&status=error")
+        assert page.locator("table.runs tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.run)"
+        ) == [runs.failed]
+        page.goto(f"{server.url}/runs/{runs.waiting[0]}")
+        assert state_fill(page, "order.awaiting_approval") == ACTIVE_FILL
+        page.fill("#event-type", "REJECT")
+        page.click("#send")
+        page.locator("#run-state", has_text="rejected").wait_for(timeout=20_000)
+        assert state_fill(page, "order.rejected") == ACTIVE_FILL
+        page.goto(server.url + "/workflows/order")
+        badge = page.locator("svg.diagram g[data-state='awaiting_approval']")
+        store = open_store(url)
+        try:
+            active = store.list_runs(status="active", workflow_name="order", limit=1000)
+        finally:
+            store.close()
+        waiting = sum(1 for r in active if r.state == "awaiting_approval")
+        assert waiting > 0 and badge.get_attribute("data-runs") == str(waiting)
