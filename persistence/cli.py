@@ -81,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--poll-ms", type=int, default=200)
     worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)
     worker.add_argument("--log-level", default="INFO")
+    worker.add_argument("--dry-run", action="store_true",
+                        help="record external effects as skipped ('dry-run') instead of "
+                             "running them; every store write happens as in production")
     worker.set_defaults(handler=_worker)
 
     runs = subparsers.add_parser("runs", help="inspect and cancel runs")
@@ -125,7 +128,7 @@ def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     store = _store(args, connections=args.concurrency + 2)
-    runtime = Runtime(store, load_machines(args.machines))
+    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
     Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
            stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
     runtime.store.close()
