@@ -204,7 +204,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
             "active_total": sum(active.values())})  # fmt: skip
 
     # -- actions ----------------------------------------------------------------------------
-    def _act(request: Request, run_id: str, csrf: str) -> Runtime | Response:
+    def _act(request: Request, csrf: str) -> Runtime | Response:
         """The runtime to act through, or the refusal to send back."""
         if not csrf_ok(request, csrf):
             return page(request, "error.html", {"title": "Refused", "message":
@@ -222,7 +222,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     def send_event(request: Request, run_id: str, event_type: Annotated[str, Form()],
                    csrf_token: Annotated[str, Form()] = "",
                    payload: Annotated[str, Form()] = "") -> Response:  # fmt: skip
-        runtime = _act(request, run_id, csrf_token)
+        runtime = _act(request, csrf_token)
         if isinstance(runtime, Response):
             return runtime
         try:
@@ -241,7 +241,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     @app.post("/runs/{run_id}/retry", include_in_schema=False)
     def retry_now(request: Request, run_id: str, timer_id: Annotated[str, Form()],
                   csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
-        runtime = _act(request, run_id, csrf_token)
+        runtime = _act(request, csrf_token)
         if isinstance(runtime, Response):
             return runtime
         try:
@@ -264,7 +264,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     @app.post("/runs/{run_id}/cancel", include_in_schema=False)
     def cancel_run(request: Request, run_id: str, csrf_token: Annotated[str, Form()] = "",
                    reason: Annotated[str, Form()] = "") -> Response:  # fmt: skip
-        runtime = _act(request, run_id, csrf_token)
+        runtime = _act(request, csrf_token)
         if isinstance(runtime, Response):
             return runtime
         try:

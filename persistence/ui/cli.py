@@ -16,10 +16,25 @@ from collections.abc import Sequence
 
 from persistence.cli import STORE_ENV, load_machines
 from persistence.stores import StoreError, open_store
-from persistence.ui.security import TOKEN_ENV, check_bind
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
+TOKEN_ENV = "STATECHARTS_UI_TOKEN"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class TokenRequired(SystemExit):
+    """Refusal to serve on a non-loopback address without a token."""
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without an access token."""
+    if host not in LOOPBACK_HOSTS and not token:
+        raise TokenRequired(
+            f"--host {host}: listening beyond 127.0.0.1 needs an access token; set "
+            f"{TOKEN_ENV} (for example to the output of `python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'`)"
+        )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -24,7 +24,6 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-TOKEN_ENV = "STATECHARTS_UI_TOKEN"
 SESSION_COOKIE = "statecharts_ui_session"
 CSRF_COOKIE = "statecharts_csrf"
 CSRF_FIELD = "csrf_token"
@@ -36,23 +35,8 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class TokenRequired(SystemExit):
-    """Refusal to serve on a non-loopback address without a token."""
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without an access token."""
-    if host not in LOOPBACK_HOSTS and not token:
-        raise TokenRequired(
-            f"--host {host}: listening beyond 127.0.0.1 needs an access token; set "
-            f"{TOKEN_ENV} (for example to the output of `python -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))'`)"
-        )
 
 
 def session_value(token: str) -> str:

@@ -227,3 +227,29 @@ def test_the_ui_command_refuses_a_public_address_without_a_token(tmp_path: Path)
 def test_the_ui_command_needs_a_store(tmp_path: Path) -> None:
     result = run_cli()
     assert result.returncode != 0 and "give --store URL or set STATECHARTS_STORE" in result.stderr
+
+
+def test_the_command_registers_without_the_ui_extra_and_says_what_to_install(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "import sys, argparse\n"
+        "for name in ('fastapi', 'uvicorn', 'jinja2', 'starlette'):\n"
+        "    sys.modules[name] = None  # as if the 'ui' extra were not installed\n"
+        "from persistence.ui.cli import register\n"
+        "parser = argparse.ArgumentParser()\n"
+        "register(parser.add_subparsers(dest='command'))\n"
+        f"args = parser.parse_args(['ui', '--store', 'sqlite:///{tmp_path / 'x.db'}'])\n"
+        "args.handler(args)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode != 0
+    assert "the web UI needs the 'ui' extra" in result.stderr
+    assert "pip install 'statecharts[ui]'" in result.stderr
