@@ -132,7 +132,8 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
             return Response('{"detail":"missing or wrong access token"}', 401,
                             media_type="application/json",
                             headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-        return page(request, "login.html", {"next": request.url.path, "failed": False}, 401)
+        return page(request, "login.html", {"next": request.url.path, "failed": False,
+                                           "plain": True}, 401)  # fmt: skip
 
     app.add_middleware(Guard, token=token, unauthorized=unauthorized)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
@@ -277,7 +278,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     # -- login ------------------------------------------------------------------------------
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_form(request: Request) -> Response:
-        return page(request, "login.html", {"next": "/", "failed": False})
+        return page(request, "login.html", {"next": "/", "failed": False, "plain": True})
 
     @app.post("/login", include_in_schema=False)
     def login(request: Request, token: Annotated[str, Form()],
@@ -289,10 +290,10 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
         if not ui.token:
             return RedirectResponse("/", status_code=303)
         if not csrf_ok(request, csrf_token):
-            return page(request, "login.html", {"next": target, "failed": True}, 403)
+            return page(request, "login.html", {"next": target, "failed": True, "plain": True}, 403)
         if not same_token(token, ui.token):
             log.warning("ui: failed login from %s", request.client.host if request.client else "?")
-            return page(request, "login.html", {"next": target, "failed": True}, 401)
+            return page(request, "login.html", {"next": target, "failed": True, "plain": True}, 401)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(SESSION_COOKIE, session_value(ui.token), httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")  # fmt: skip

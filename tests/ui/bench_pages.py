@@ -11,6 +11,7 @@ through the app in process, and prints the database's plan for the list queries.
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -169,6 +170,7 @@ def main(argv: list[str]) -> int:
             )
             print(f"  plan {query}: {[row[-1] for row in plan]}")
     store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     if target != "sqlite":
         import psycopg
 
