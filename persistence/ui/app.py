@@ -171,7 +171,9 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
         return page(request, "run.html", {"d": detail, "run": detail.run, "diagram": diagram,
                                           "diagram_note": diagram_note, "accepts": accepts,
                                           "message": message, "error": error,
-                                          "stuck": stuck}, status)  # fmt: skip
+                                          "stuck": stuck,
+                                          "latest": ui.latest(detail.run.workflow_name)},
+                    status)  # fmt: skip
 
     @app.get("/workflows", response_class=HTMLResponse, include_in_schema=False)
     def workflows_page(request: Request) -> Response:
@@ -338,7 +340,28 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
         return page(request, "error.html", {"title": "Store unavailable", "message":
                     "The run store could not answer; try again shortly."}, 503)  # fmt: skip
 
+    if token:
+        _document_token(app)
     return app
+
+
+def _document_token(app: FastAPI) -> None:
+    """Say in the OpenAPI schema that every call needs the access token."""
+    make_schema = app.openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = make_schema()
+            document.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "the server's STATECHARTS_UI_TOKEN"},
+                "header": {"type": "apiKey", "in": "header", "name": "X-Statecharts-Token"},
+            }  # fmt: skip
+            document["security"] = [{"bearer": []}, {"header": []}]
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = schema  # type: ignore[method-assign]
 
 
 def _event(event_type: str, payload: str) -> dict[str, Any]:

@@ -253,3 +253,35 @@ def test_the_command_registers_without_the_ui_extra_and_says_what_to_install(
     assert result.returncode != 0
     assert "the web UI needs the 'ui' extra" in result.stderr
     assert "pip install 'statecharts[ui]'" in result.stderr
+
+
+def test_with_a_token_the_schema_says_calls_need_it(demo_db: tuple[str, Demo]) -> None:
+    store = open_store(demo_db[0])
+    token = "k" * 32
+    with TestClient(create_app(store, MACHINES, token=token)) as c:
+        assert c.get("/openapi.json").status_code == 401
+        schema = c.get("/openapi.json", headers={"Authorization": f"Bearer {token}"}).json()
+        assert {"bearer", "header"} <= set(schema["components"]["securitySchemes"])
+        assert schema["security"] == [{"bearer": []}, {"header": []}]
+        runs = c.get("/api/runs", headers={"X-Statecharts-Token": token}).json()
+        assert runs["total"] > 0
+    store.close()
+
+
+def test_a_run_of_an_older_definition_says_so(store: Store) -> None:
+    from persistence.stores import NewRun
+
+    old = NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name="order",
+        workflow_version="0ld" * 10,
+        key=None,
+        state="awaiting_payment",
+        snapshot={"context": {}},
+    )
+    store.create_run(old, [], T0)
+    with TestClient(create_app(store, MACHINES)) as c:
+        html = c.get(f"/runs/{old.id}").text
+        versions = c.get("/workflows/order").text
+    assert "older definition" in html and "No loaded definition of order matches" in html
+    assert "0ld0ld0ld0ld" in versions and "<svg" in versions  # listed, diagram of the newest
