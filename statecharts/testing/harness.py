@@ -201,9 +201,9 @@ def replay(machine: Machine, events: Sequence[FrozenDict], input: Any = None
 
 def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[_Invariant],
              input: Any = None) -> list[FrozenDict]:
-    """A 1-minimal sub-list of ``events`` after which the same invariant still fails (delta
-    debugging by replay: drop chunks, halving their size, until no single event can go).
-    Hypothesis shrinks the run too; this makes the reported list minimal whatever it finds."""
+    """A sub-list of ``events`` after which the same invariant still fails and from which no
+    contiguous run of events can be dropped (found by replaying the pure core). Hypothesis
+    shrinks the run too; this makes the reported list minimal whatever it found."""
     current = list(events)
     final = replay(machine, current, input)
     target = _failing(final, declared) if final is not None else None
@@ -218,9 +218,8 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
         return snapshot is not None and _failing(snapshot, declared) == target
 
     chunk = max(1, len(current) // 2)
-    while chunk >= 1:
-        start = 0
-        shrunk = False
+    while chunk >= 1:  # cheap first pass: drop halves, quarters, ...
+        start, shrunk = 0, False
         while start < len(current):
             candidate = current[:start] + current[start + chunk:]
             if still_fails(candidate):
@@ -229,6 +228,18 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
                 start += chunk
         if not shrunk:
             chunk //= 2
+    # then every contiguous run, longest first (events often only matter together)
+    changed = True
+    while changed:
+        changed = False
+        for size in range(len(current), 0, -1):
+            for start in range(len(current) - size + 1):
+                candidate = current[:start] + current[start + size:]
+                if still_fails(candidate):
+                    current, changed = candidate, True
+                    break
+            if changed:
+                break
     return current
 
 

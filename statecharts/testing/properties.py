@@ -76,6 +76,22 @@ def machine_persist(snapshot: Snapshot) -> dict[str, Any]:
     return snapshot.machine.persist(snapshot)
 
 
+def deterministic_on(machine: Machine, sequence: Sequence[EventLike], input: Any = None,
+                     twin: Machine | None = None) -> None:
+    """Raise ``PropertyViolation`` unless ``sequence`` gives the same snapshots and effects on
+    ``machine`` and on a separately built twin running with the fast path off."""
+    twin = twin or Machine(machine.config, machine.implementations, machine.version,
+                           machine.migrations)
+    first, first_effects = machine.initial_transition(input)
+    second, second_effects = twin.initial_transition(input)
+    _same("determinism", first, first_effects, second, second_effects, [])
+    for index, item in enumerate(sequence):
+        first, first_effects = machine.transition(first, item)
+        second, second_effects = twin.step(second, normalize_event(item), lambda: 0, [])
+        _same("determinism", first, first_effects, second, second_effects,
+              sequence[:index + 1])
+
+
 def assert_deterministic(machine: Machine, *, payloads: Mapping[str, Any] | None = None,
                          max_steps: int = 20, max_examples: int = 100, input: Any = None
                          ) -> None:
@@ -84,18 +100,8 @@ def assert_deterministic(machine: Machine, *, payloads: Mapping[str, Any] | None
     assigns or context factories that read clocks, randomness or global state."""
     twin = Machine(machine.config, machine.implementations, machine.version,
                    machine.migrations)
-
-    def check(sequence: list[Any]) -> None:
-        first, first_effects = machine.initial_transition(input)
-        second, second_effects = twin.initial_transition(input)
-        _same("determinism", first, first_effects, second, second_effects, [])
-        for index, item in enumerate(sequence):
-            first, first_effects = machine.transition(first, item)
-            second, second_effects = twin.step(second, normalize_event(item), lambda: 0, [])
-            _same("determinism", first, first_effects, second, second_effects,
-                  sequence[:index + 1])
-
-    _run_sequences(check, machine, payloads, max_steps, max_examples)
+    _run_sequences(lambda sequence: deterministic_on(machine, sequence, input, twin), machine,
+                   payloads, max_steps, max_examples)
 
 
 def _same(prop: str, a: Snapshot, a_effects: Sequence[Any], b: Snapshot,
@@ -108,24 +114,37 @@ def _same(prop: str, a: Snapshot, a_effects: Sequence[Any], b: Snapshot,
                                 f"    {right[0 if what == 'snapshots' else 1]}", sequence)
 
 
+def persistence_invisible_on(machine: Machine, sequence: Sequence[EventLike],
+                             input: Any = None) -> None:
+    """Raise ``PropertyViolation`` unless persisting to JSON bytes and restoring before every
+    event of ``sequence`` leaves the snapshots and effects unchanged."""
+    def roundtrip(snapshot: Snapshot, done: Sequence[Any]) -> Snapshot:
+        try:
+            return machine.restore(snapshot_to_json(snapshot))
+        except Exception as exc:  # orjson or restore: either way the snapshot did not survive
+            raise PropertyViolation("persistence", f"persisting failed: {exc!r}",
+                                    done) from exc
+
+    straight, _ = machine.initial_transition(input)
+    stored = roundtrip(straight, [])
+    _same("persistence", straight, (), stored, (), [])
+    for index, item in enumerate(sequence):
+        straight, straight_effects = machine.transition(straight, item)
+        stored = roundtrip(stored, sequence[:index])
+        stored, stored_effects = machine.transition(stored, item)
+        _same("persistence", straight, straight_effects, stored, stored_effects,
+              sequence[:index + 1])
+    roundtrip(stored, sequence)
+
+
 def assert_persistence_invisible(machine: Machine, *,
                                  payloads: Mapping[str, Any] | None = None,
                                  max_steps: int = 20, max_examples: int = 100,
                                  input: Any = None) -> None:
     """Persisting a snapshot to JSON bytes and restoring it, before every event, changes
     neither the snapshots nor the effects."""
-    def check(sequence: list[Any]) -> None:
-        straight, _ = machine.initial_transition(input)
-        stored = machine.restore(snapshot_to_json(straight))
-        _same("persistence", straight, (), stored, (), [])
-        for index, item in enumerate(sequence):
-            straight, straight_effects = machine.transition(straight, item)
-            stored = machine.restore(snapshot_to_json(stored))
-            stored, stored_effects = machine.transition(stored, item)
-            _same("persistence", straight, straight_effects, stored, stored_effects,
-                  sequence[:index + 1])
-
-    _run_sequences(check, machine, payloads, max_steps, max_examples)
+    _run_sequences(lambda sequence: persistence_invisible_on(machine, sequence, input),
+                   machine, payloads, max_steps, max_examples)
 
 
 def _explored(machine: Machine, events: EventSource, options: Mapping[str, Any]) -> Graph:
@@ -214,4 +233,5 @@ def assert_properties(machine: Machine, *names: str, events: Sequence[EventLike]
 
 __all__ = ["PROPERTIES", "PropertyViolation", "assert_all_states_reachable",
            "assert_deterministic", "assert_final_always_reachable", "assert_no_deadlock",
-           "assert_persistence_invisible", "assert_properties"]
+           "assert_persistence_invisible", "assert_properties", "deterministic_on",
+           "persistence_invisible_on"]

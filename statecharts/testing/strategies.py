@@ -257,12 +257,16 @@ def _draw_behaviour(draw: st.DrawFn, node: _Node, nodes: list[_Node],
         if later:
             transition = _draw_transition(draw, node, later, options, targetless=False)
             config["always"] = [transition]
-    if node.kind == "compound" and node.parent is not None and \
-            any(c.kind == "final" for c in node.children) and draw(st.booleans()):
-        config["onDone"] = _draw_transition(draw, node, targets, options)
-    if node.kind == "parallel" and draw(st.booleans()) and all(
-            any(c.kind == "final" for c in r.children) for r in node.children):
-        config["onDone"] = _draw_transition(draw, node, targets, options)
+    can_finish = any(c.kind == "final" for c in node.children) if node.kind == "compound" \
+        else node.kind == "parallel" and all(any(c.kind == "final" for c in r.children)
+                                             for r in node.children)
+    if can_finish and node.parent is not None and draw(st.booleans()):
+        # done events only lead forward too (after this subtree, no shared parallel state)
+        end = max(order[n.key] for n in node.walk())
+        after = [n for n in targets if order[n.key] > end and n.kind != "history" and
+                 not _share_parallel(node, n)]
+        config["onDone"] = _draw_transition(draw, node, after, options) if after else \
+            _draw_transition(draw, node, [], options)
     if options.actions and node.parent is not None:
         for key in ("entry", "exit"):
             names = draw(st.lists(st.sampled_from(sorted(ACTIONS)), max_size=1))
@@ -282,7 +286,7 @@ def _share_parallel(a: _Node, b: _Node) -> bool:
 def _draw_transition(draw: st.DrawFn, node: _Node, targets: list[_Node], options: _Options,
                      targetless: bool = True) -> dict[str, Any]:
     transition: dict[str, Any] = {}
-    choices: list[_Node | None] = [*targets, None] if targetless else list(targets)
+    choices: list[_Node | None] = [None, *targets] if targetless else list(targets)
     target = draw(st.sampled_from(choices))
     if target is not None:
         transition["target"] = "#" + ".".join(["m", *target.path()])

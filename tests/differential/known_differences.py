@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statecharts import algorithm
-from statecharts.nodes import COMPOUND, PARALLEL, StateNode, Transition
+from statecharts.nodes import PARALLEL, StateNode, Transition
 from statecharts.snapshot import Snapshot
 
 
@@ -92,16 +92,21 @@ DIFFERENCES = {d.name: d for d in [
         "state; SCXML uses the least common *compound* ancestor, so it also exits and "
         "re-enters the parallel state (and any parallel ancestors below that compound one). "
         "Same configuration afterwards; the oracle leaves those states out of that step's "
-        "entry/exit comparison, and when one of them has entry/exit actions or a history child "
-        "(the context or recorded history then differ) skips that step's context comparison "
-        "and stops the run."),
+        "entry/exit comparison. When one of them has entry/exit actions or a history child, "
+        "the context or the recorded history differ from there on (and guards in the same "
+        "macrostep may then choose differently), so the run stops before that step."),
     KnownDifference(
-        "ancestor_targetless_with_parallel", "excluded", "XState vs SCXML",
-        "XState tries a state's transitions only when none of its active descendants took the "
-        "event; SCXML selects per atomic state, so a region without a transition for the "
-        "event reaches an ancestor's targetless transition, which conflicts with nothing and "
-        "runs too. The oracle stops the run at an event for which an active ancestor of an "
-        "active parallel state has a targetless transition."),
+        "parallel_selection_targetless", "excluded", "XState vs SCXML",
+        "XState selects per region, innermost first, and tries a state's own transitions "
+        "only when none of its active descendants took the event, so once one region takes "
+        "the event no ancestor of the parallel state is tried. SCXML selects per atomic "
+        "state, so a region without a transition reaches the ancestor's transition too. Both "
+        "then drop conflicting transitions the same way, so the results differ only when one "
+        "of the two transitions exits nothing (targetless, or a reenter:false self-transition "
+        "of an atomic state): it conflicts with nothing and runs too in SCXML. The oracle "
+        "stops the run at an event for which, with a parallel state active, some active "
+        "state has such a transition and an ancestor-or-self of an active parallel state has "
+        "a transition."),
     KnownDifference(
         "history_resolving_to_source", "excluded", "XState",
         "A transition (reenter: false) to a history state whose recorded or default states "
@@ -136,17 +141,24 @@ def parallel_gap(transitions: Iterable[Transition], histories: Iterable[Any]
     return gap
 
 
-def ancestor_targetless_with_parallel(snapshot: Snapshot, event_type: str) -> bool:
-    """Rule ``ancestor_targetless_with_parallel`` applies to ``event_type`` in ``snapshot``."""
+def _exits_nothing(transition: Transition) -> bool:
+    """Targetless, or a reenter:false self-transition of an atomic state (XState exits and
+    enters nothing for it, so it is targetless in SCXML terms)."""
+    if not transition.targets:
+        return True
+    source = transition.source
+    return not transition.reenter and transition.targets == (source,) and source.is_atomic
+
+
+def parallel_selection_targetless(snapshot: Snapshot, event_type: str) -> bool:
+    """Rule ``parallel_selection_targetless`` applies to ``event_type`` in ``snapshot``."""
     active = snapshot.configuration.node_set
-    for node in active:
-        if node.type not in (COMPOUND, PARALLEL) or node.is_atomic:
-            continue
-        has_parallel_below = any(n.type == PARALLEL and node in n.ancestors for n in active) \
-            or node.type == PARALLEL
-        if has_parallel_below and any(not t.targets for t in node.candidates(event_type)):
-            return True
-    return False
+    parallels = [n for n in active if n.type == PARALLEL]
+    if not parallels:
+        return False
+    targetless = any(_exits_nothing(t) for n in active for t in n.candidates(event_type))
+    above = {a for p in parallels for a in (p, *p.ancestors)}
+    return targetless and any(n.candidates(event_type) for n in above)
 
 
 def history_resolving_to_source(transitions: Iterable[Transition], histories: Iterable[Any]
