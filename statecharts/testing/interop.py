@@ -104,8 +104,11 @@ def _adapter(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def from_python_statemachine(cls: type[Any], machine_id: str | None = None) -> ImportedMachine:
-    """Import ``cls`` (a python-statemachine ``StateChart`` subclass); see module docs."""
+def from_python_statemachine(cls: type[Any], machine_id: str | None = None,
+                             context: Mapping[str, Any] | None = None) -> ImportedMachine:
+    """Import ``cls`` (a python-statemachine ``StateChart`` subclass); see module docs.
+    python-statemachine keeps data on its model, so give the engine's initial ``context``
+    (JSON values) here when the callbacks need one."""
     states = list(getattr(cls, "states", []) or [])
     if not states:
         raise ValueError(f"{getattr(cls, '__name__', cls)!r} is not a python-statemachine "
@@ -113,6 +116,8 @@ def from_python_statemachine(cls: type[Any], machine_id: str | None = None) -> I
     mid = machine_id or cls.__name__
     importer = _Importer(mid, cls)
     config: dict[str, Any] = {"id": mid}
+    if context is not None:
+        config["context"] = dict(context)
     importer.fill_children(config, states, None, "")
     return ImportedMachine(config, importer.callbacks)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statecharts import algorithm
-from statecharts.nodes import PARALLEL, StateNode, Transition
+from statecharts.nodes import HISTORY, PARALLEL, StateNode, Transition
 from statecharts.snapshot import Snapshot
 
 
@@ -117,6 +117,13 @@ DIFFERENCES = {d.name: d for d in [
         "The engine follows XState here; tests/differential/test_regressions.py keeps an "
         "xfail(strict) test for it. The run stops at that step."),
     KnownDifference(
+        "psm_history_default_repeats_actions", "excluded", "python-statemachine",
+        "python-statemachine 3.2.2 puts the triggering transition itself into a history "
+        "state's default content (default_history_content[parent] = [info]), so when a "
+        "transition targets a history state its actions can run a second time as the "
+        "history's parent is entered. SCXML runs only the history's default transition "
+        "content. The oracle stops the run at a step taking such a transition with actions."),
+    KnownDifference(
         "eventless_loop", "excluded", "XState vs SCXML",
         "A machine whose eventless transitions or done events never settle: the engine raises "
         "InfiniteLoopError, SCXML interpreters loop forever. The run stops there."),
@@ -173,3 +180,9 @@ def history_resolving_to_source(transitions: Iterable[Transition], histories: It
             if all(t is source or source in t.ancestors for t in targets):
                 return True
     return False
+
+
+def history_default_with_actions(transitions: Iterable[Transition]) -> bool:
+    """Rule ``psm_history_default_repeats_actions`` applies: a transition with actions
+    targets a history state."""
+    return any(t.actions and t.has_history_target for t in transitions)

@@ -20,6 +20,7 @@ from statecharts.testing.strategies import GeneratedMachine
 
 from .known_differences import (
     DIFFERENCES,
+    history_default_with_actions,
     history_resolving_to_source,
     parallel_gap,
     parallel_selection_targetless,
@@ -129,6 +130,8 @@ def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
         histories = (snapshot._history, after._history)
         if history_resolving_to_source(taken, histories):
             return DIFFERENCES["history_resolving_to_source"].name
+        if history_default_with_actions(taken):
+            return DIFFERENCES["psm_history_default_repeats_actions"].name
         gap = parallel_gap(taken, histories)
         mine = engine_log(effects)
         if after.status == "done":
