@@ -183,6 +183,10 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
     return graph
 
 
+def _at(moment: int) -> Callable[[], int]:
+    return lambda: moment
+
+
 def _due(snapshot: Snapshot, timer_id: str) -> int:
     return next(t.due_at for t in snapshot.timers if t.id == timer_id)
 
@@ -199,7 +203,7 @@ def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSou
     if fire_timers and snapshot.timers:
         timer = snapshot.timers[0]  # only the earliest can fire first
         trace = []
-        after, _ = machine.deliver_timer(snapshot, timer.id, lambda: timer.due_at, trace)
+        after, _ = machine.deliver_timer(snapshot, timer.id, _at(timer.due_at), trace)
         yield Segment(timer.event, after, timer.id), trace
 
 
@@ -261,8 +265,8 @@ def coverage(machine: Machine, paths: Iterable[Path] = (), *,
         for item, timer in replay:
             trace: list[Any] = []
             if timer is not None:
-                due = _due(snapshot, timer)
-                snapshot, _ = machine.deliver_timer(snapshot, timer, lambda d=due: d, trace)
+                snapshot, _ = machine.deliver_timer(snapshot, timer, _at(_due(snapshot, timer)),
+                                                    trace)
             else:
                 snapshot, _ = machine.step(snapshot, item, lambda: 0, trace)
             recorder.snapshot(snapshot)

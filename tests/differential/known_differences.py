@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statecharts import algorithm
-from statecharts.nodes import HISTORY, PARALLEL, StateNode, Transition
+from statecharts.nodes import PARALLEL, StateNode, Transition
 from statecharts.snapshot import Snapshot
 
 

@@ -15,8 +15,12 @@ from statecharts.events import normalize_event
 from statecharts.testing.interop import from_python_statemachine
 from statecharts.testing.strategies import ACTIONS, EVENTS, GUARDS, GeneratedMachine, machines
 
-from .known_differences import (history_default_with_actions, history_resolving_to_source,
-                                parallel_gap, parallel_selection_targetless)
+from .known_differences import (
+    history_default_with_actions,
+    history_resolving_to_source,
+    parallel_gap,
+    parallel_selection_targetless,
+)
 from .psm_adapter import PsmRun, build_class
 
 LOGGING = ("on_enter_state", "on_exit_state")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from statecharts.testing.coverage import all_transitions
-from statecharts.testing.graph import (coverage, explore, paths_from_events, shortest_paths,
-                                       simple_paths)
+from statecharts.testing.graph import (
+    coverage,
+    explore,
+    paths_from_events,
+    shortest_paths,
+    simple_paths,
+)
 
 from .example_machines import counter_machine, door_machine, player_machine
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from statecharts import create_machine
-from statecharts.testing.harness import (InvariantViolation, collect_invariants, machine_test,
-                                         run_machine_test)
+from statecharts.testing.harness import (
+    InvariantViolation,
+    collect_invariants,
+    machine_test,
+    run_machine_test,
+)
 
 from .example_machines import CHECKS, door_machine, vending_machine
 

@@ -13,20 +13,20 @@ from statecharts.testing.properties import assert_properties
 
 
 class Order(StateChart):  # type: ignore[misc]
-    class shopping(State.Compound):  # noqa: N801
+    class shopping(State.Compound):
         browsing = State(initial=True)
         cart = State()
         h = HistoryState(type="deep")
         add = browsing.to(cart, cond="in_stock", on="add_item")
         back = cart.to(browsing)
 
-    class fulfilment(State.Parallel):  # noqa: N801
-        class payment(State.Compound):  # noqa: N801
+    class fulfilment(State.Parallel):
+        class payment(State.Compound):
             pending = State(initial=True)
             paid = State(final=True)
             pay = pending.to(paid, unless="fraud")
 
-        class shipping(State.Compound):  # noqa: N801
+        class shipping(State.Compound):
             packing = State(initial=True)
             shipped = State(final=True)
             ship = packing.to(shipped)

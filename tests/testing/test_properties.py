@@ -9,14 +9,23 @@ from typing import Any
 import pytest
 
 from statecharts import assign, create_machine
-from statecharts.testing.properties import (PropertyViolation, assert_all_states_reachable,
-                                            assert_deterministic,
-                                            assert_final_always_reachable,
-                                            assert_no_deadlock,
-                                            assert_persistence_invisible, assert_properties)
+from statecharts.testing.properties import (
+    PropertyViolation,
+    assert_all_states_reachable,
+    assert_deterministic,
+    assert_final_always_reachable,
+    assert_no_deadlock,
+    assert_persistence_invisible,
+    assert_properties,
+)
 
-from .example_machines import (counter_machine, door_machine, jam_machine, player_machine,
-                               vending_machine)
+from .example_machines import (
+    counter_machine,
+    door_machine,
+    jam_machine,
+    player_machine,
+    vending_machine,
+)
 
 
 def test_good_machines_have_all_properties() -> None:

@@ -12,8 +12,13 @@ from hypothesis import strategies as st
 
 from statecharts.testing.graph import explore
 from statecharts.testing.properties import deterministic_on, persistence_invisible_on
-from statecharts.testing.strategies import (EVENTS, GeneratedMachine, events, machines,
-                                            reachable_snapshots)
+from statecharts.testing.strategies import (
+    EVENTS,
+    GeneratedMachine,
+    events,
+    machines,
+    reachable_snapshots,
+)
 
 from .example_machines import door_machine, vending_machine
 
