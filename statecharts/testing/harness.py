@@ -11,8 +11,9 @@ state path::
     invariants={"paying": lambda ctx: ctx["credit"] >= 0, "": always_checked}
 
 A check takes the context and returns a bool; it applies while its state is active (the key
-``""`` applies always). When one fails, Hypothesis shrinks the run and the final error,
-``InvariantViolation``, shows the shortest event list found and carries it as ``events``.
+``""`` applies always). When one fails, the error,
+``InvariantViolation``, shows a minimal event list (the failing run replayed on the pure core
+with every removable run of events removed) and carries it as ``events``.
 
     TestTurnstile = machine_test(turnstile, invariants=...).TestCase   # a pytest test
     run_machine_test(turnstile, invariants=...)                         # or run it now
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -244,8 +245,11 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:
+    # no shrink phase: ``minimize`` replays the failing run on the pure core and reports a
+    # minimal event list itself, faster than shrinking the whole stateful run
     return settings(max_examples=max_examples, stateful_step_count=max_steps,
                     deadline=None, derandomize=True, database=None,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate],
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
 

@@ -31,12 +31,17 @@ def test_the_fixed_machine_passes() -> None:
 
 
 def test_invariants_by_state_path_and_always() -> None:
-    machine = vending_machine(seeded_bug=True)
+    machine = vending_machine(seeded_bug=False)
     with pytest.raises(InvariantViolation) as caught:
         run_machine_test(machine, checks=CHECKS,
                          invariants={"": lambda ctx: ctx["credit"] <= 3})
-    # credit caps at 5: four coins break the "always" invariant before any vend is needed
-    assert caught.value.event_types in (["COIN", "COIN", "COIN", "COIN"], ["COIN", "SELECT"])
+    assert caught.value.event_types == ["COIN", "COIN", "COIN", "COIN"]
+    assert "(always) failed" in str(caught.value)
+    with pytest.raises(InvariantViolation) as caught:
+        run_machine_test(machine, checks=CHECKS,
+                         invariants={"paying": [lambda ctx: ctx["credit"] < 2]})
+    assert caught.value.event_types == ["COIN", "COIN"]
+    assert "(in state 'paying') failed" in str(caught.value)
 
 
 def test_payload_events_and_timers_are_driven() -> None:
