@@ -20,9 +20,9 @@ from typing import Any
 
 from . import effects as fx
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
-from .errors import ActorStoppedError, ImplementationError, StatechartError
+from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
 from .events import EventLike, done_actor_event_type, error_actor_event_type, normalize_event
-from .frozen import FrozenDict, thaw
+from .frozen import FrozenDict, freeze, thaw
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
@@ -107,13 +107,18 @@ class Actor:
             if self.system_id:
                 self.system.actors[self.system_id] = self
             self._report("@xstate.actor")
-            if self._restore_from is not None:
-                self._resume(self._restore_from)
-            else:
-                trace: list[Any] | None = [] if self._inspect else None
-                snapshot, effects = self.machine.start(self._input, self.clock.now)
-                self._trace(trace)
-                self._apply(snapshot, effects)
+            # events that children send while the initial effects run wait in the mailbox
+            self._processing = True
+            try:
+                if self._restore_from is not None:
+                    self._resume(self._restore_from)
+                else:
+                    trace: list[Any] | None = [] if self._inspect else None
+                    snapshot, effects = self.machine.start(self._input, self.clock.now)
+                    self._trace(trace)
+                    self._apply(snapshot, effects)
+            finally:
+                self._processing = False
             self._drain()
         return self
 
@@ -151,11 +156,21 @@ class Actor:
         """Send an event. Events sent while one is processed wait their turn."""
         normalized = normalize_event(event)
         with self._lock:
-            if self._status == "stopped":
-                raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
-                                        f"{normalized['type']!r}")
-            self._mailbox.append(("event", normalized))
-            if self._status == "running":
+            if self._status != "running" or self._processing or self._mailbox:
+                if self._status == "stopped":
+                    raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
+                                            f"{normalized['type']!r}")
+                self._mailbox.append(("event", normalized))
+                if self._status == "running":
+                    self._drain()
+                return
+            # at rest: process this event now, then whatever it caused to be queued
+            self._processing = True
+            try:
+                self._process("event", normalized)
+            finally:
+                self._processing = False
+            if self._mailbox:
                 self._drain()
 
     def _deliver(self, kind: str, payload: Any) -> None:
@@ -180,7 +195,7 @@ class Actor:
     def _process(self, kind: str, payload: Any) -> None:
         snapshot = self._snapshot
         assert snapshot is not None
-        trace: list[Any] | None = [] if self._inspect else None
+        trace: list[Any] | None = [] if self._inspect is not None else None
         try:
             if kind == "timer":
                 self._timers.pop(payload, None)
@@ -194,13 +209,16 @@ class Actor:
         except StatechartError as exc:
             self._fail(exc)
             raise
-        self._trace(trace)
+        if trace:
+            self._trace(trace)
         self._apply(*result)
 
     # -- effects -----------------------------------------------------------------------------
 
     def _apply(self, snapshot: Snapshot, effects: tuple[fx.Effect, ...]) -> None:
         previous = self._snapshot
+        if snapshot is previous and not effects:
+            return
         self._snapshot = snapshot
         try:
             self._run_effects(effects)
@@ -236,7 +254,7 @@ class Actor:
                 self.clock.cancel(handle)
         elif isinstance(effect, fx.StartChild):
             self._start_child(effect.id, effect.src, effect.logic, effect.input,
-                              effect.system_id, None)
+                              effect.system_id, None, effect.key)
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
@@ -274,7 +292,7 @@ class Actor:
     # -- children ----------------------------------------------------------------------------
 
     def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
-                     system_id: str | None, restored: Any) -> None:
+                     system_id: str | None, restored: Any, key: str | None = None) -> None:
         if isinstance(logic, Machine):
             child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
                                inspect=self._inspect, id=child_id, parent=self,
@@ -283,9 +301,9 @@ class Actor:
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
-            child = FunctionChild(self, child_id, logic, input)
+            child = self._function_child(child_id, logic, input, key)
         elif callable(logic):
-            child = FunctionChild(self, child_id, from_callable(logic, src), input)
+            child = self._function_child(child_id, from_callable(logic, src), input, key)
         else:
             raise ImplementationError(f"actor {src!r}", TypeError(
                 f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
@@ -295,15 +313,24 @@ class Actor:
             self.system.actors[system_id] = child
         child.start()
 
+    def _function_child(self, child_id: str, logic: Any, input: Any,
+                        key: str | None) -> FunctionChild:
+        return FunctionChild(self, child_id, logic, input, key)
+
     def child_done(self, child_id: str, output: Any) -> None:
         """A child finished with ``output`` (children call this)."""
+        try:
+            frozen = freeze(output, f"output of child {child_id!r}")
+        except ContextError as exc:
+            self.child_failed(child_id, error_to_json(exc))
+            return
         self._deliver("child", (child_id, FrozenDict(type=done_actor_event_type(child_id),
-                                                     output=output)))
+                                                     output=frozen)))
 
     def child_failed(self, child_id: str, error: Any) -> None:
         """A child failed with ``error`` (JSON) (children call this)."""
         self._deliver("child", (child_id, FrozenDict(type=error_actor_event_type(child_id),
-                                                     error=error)))
+                                                     error=freeze(error, "error"))))
 
     def _finish(self) -> None:
         snapshot = self._snapshot
@@ -347,10 +374,10 @@ class Actor:
         logic = self._logic_of(ref)
         state = ref.state if isinstance(ref.state, Mapping) else {}
         if isinstance(logic, Machine) and state.get("snapshot") is not None:
-            self._start_child(ref.id, ref.src, logic, state.get("input"), ref.system_id,
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
                               state["snapshot"])
         elif self.on_unpersistable == "restart":
-            self._start_child(ref.id, ref.src, logic, state.get("input"), ref.system_id, None)
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
             self._mailbox.append(("child", (ref.id, FrozenDict(
                 type=error_actor_event_type(ref.id),
@@ -384,8 +411,7 @@ class Actor:
 
     def persisted_state(self) -> dict[str, Any]:
         """What a parent records about this actor when persisting."""
-        return {"kind": "machine", "snapshot": self.get_persisted_snapshot(),
-                "input": thaw(self._input)}
+        return {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
 
     def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
                   error: Callable[[BaseException], Any] | None = None,
@@ -436,9 +462,10 @@ class FunctionChild:
     """A child running a function (``from_callable``) or coroutine (``from_async``) once."""
 
     def __init__(self, parent: Actor, child_id: str, logic: CallableLogic | AsyncLogic,
-                 input: Any) -> None:
+                 input: Any, key: str | None = None) -> None:
         self.parent = parent
         self.id = child_id
+        self.key = f"{parent.id}:{key or child_id}"
         self.logic = logic
         self.input = input
         self.running = False
@@ -447,8 +474,7 @@ class FunctionChild:
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
         self.running = True
-        kwargs = {"idempotency_key": f"{self.parent.id}:{self.id}"} if self.logic.wants_key \
-            else {}
+        kwargs = {"idempotency_key": self.key} if self.logic.wants_key else {}
         try:
             if isinstance(self.logic, AsyncLogic):
                 output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))
@@ -474,8 +500,7 @@ class FunctionChild:
 
     def persisted_state(self) -> dict[str, Any]:
         """Functions cannot be persisted mid-flight: recorded with their input."""
-        return {"kind": "function", "status": "running" if self.running else "idle",
-                "input": thaw(self.input)}
+        return {"kind": "function", "status": "running" if self.running else "idle"}
 
 
 async def _await(awaitable: Any) -> Any:
@@ -523,7 +548,7 @@ class CallbackChild:
 
     def persisted_state(self) -> dict[str, Any]:
         """Callbacks hold live resources: recorded with their input, restarted on resume."""
-        return {"kind": "callback", "status": "running", "input": thaw(self.input)}
+        return {"kind": "callback", "status": "running"}
 
 
 def create_actor(machine: Machine, *, input: Any = None,

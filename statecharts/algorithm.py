@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from . import effects as fx
 from .actions import ActionSpec, BuiltinAction
-from .configuration import in_final_state
+from .configuration import Configuration, in_final_state
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
@@ -34,15 +35,42 @@ class Step:
     """The working state of one macrostep: what ``Snapshot`` holds, made mutable, plus the
     internal queue and the effects collected so far. Built-in actions act on it."""
 
-    __slots__ = ("machine", "nodes", "context", "history", "timers", "children", "status",
-                 "output", "error", "queue", "effects", "event", "now", "guards_used",
-                 "history_read", "microsteps", "trace", "timers_changed", "children_changed")
+    __slots__ = (
+        "builtins_run",
+        "children",
+        "children_changed",
+        "configuration",
+        "context",
+        "effects",
+        "error",
+        "event",
+        "guards_used",
+        "history",
+        "history_read",
+        "machine",
+        "microsteps",
+        "nodes",
+        "now",
+        "output",
+        "queue",
+        "retries",
+        "skipped",
+        "status",
+        "timers",
+        "timers_changed",
+        "trace",
+    )
 
-    def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
+    def __init__(self, machine: Machine, nodes: Configuration | None, context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
-                 children: Mapping[str, ChildRef], now: Callable[[], int]) -> None:
+                 children: Mapping[str, ChildRef], now: Callable[[], int],
+                 retries: FrozenDict = EMPTY, skipped: tuple[Any, ...] = ()) -> None:
         self.machine = machine
-        self.nodes: set[StateNode] = set(nodes)
+        # the configuration the step started in, until the first exit or entry changes it;
+        # ``nodes`` is its frozen node set until then (copied to a set on first change)
+        self.configuration = nodes
+        self.nodes: set[StateNode] | frozenset[StateNode] = \
+            nodes.node_set if nodes is not None else set()
         self.context = context
         self.history = history
         self.timers: dict[str, Timer] = {t.id: t for t in timers}
@@ -55,8 +83,11 @@ class Step:
         self.event: FrozenDict = EMPTY
         self.now = now
         self.guards_used = False
+        self.builtins_run = False  # a built-in's outcome may depend on context or timers
         self.history_read = False
         self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
+        self.retries = retries
+        self.skipped = skipped
         self.microsteps = 0
         self.timers_changed = False
         self.children_changed = False
@@ -73,7 +104,7 @@ class Step:
         self.queue.append(event)
 
     def schedule(self, timer_id: str, event: FrozenDict, delay: Any, target: str | None) -> None:
-        ms = self.machine.resolve_delay(delay, self.context, self.event)
+        ms = self.machine.resolve_delay(delay, self.context, self.event, self)
         due_at = self.now() + ms
         self.timers[timer_id] = Timer(timer_id, event, due_at, target)
         self.timers_changed = True
@@ -85,7 +116,8 @@ class Step:
             self.effects.append(fx.CancelTimer(timer_id))
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
-              invoked_by: str | None = None, logic: Any = None) -> None:
+              invoked_by: str | None = None, logic: Any = None, key: str | None = None,
+              attempt: int = 1) -> None:
         if logic is None:
             name, logic = self.machine.resolve_actor(src)
         else:
@@ -95,10 +127,11 @@ class Step:
             while f"{name}#{n}" in self.children:
                 n += 1
             actor_id = f"{name}#{n}"
-        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by)
+        frozen_input = freeze(input, "input")
+        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
         self.children_changed = True
-        self.effects.append(fx.StartChild(actor_id, name, freeze(input, "input"), system_id,
-                                          invoked_by, logic))
+        self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
+                                          key, attempt, logic))
 
     def stop_child(self, actor_id: str) -> None:
         if self.children.pop(actor_id, None) is not None:
@@ -111,7 +144,27 @@ class Step:
 
     def check(self, guard: Any) -> bool:
         spec = self.machine.resolve_guard(guard)
-        return spec.evaluate(self.context, self.event, self.in_state)
+        return spec.evaluate(self.context, self.event, self)
+
+    def retry_allowed(self, state_id: str, event: FrozenDict) -> bool:
+        record = self.retries[state_id]
+        policy = self.machine.definition.by_id[state_id].retry
+        return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
+                                  self.now(), record["key"]))
+
+    def record_failure(self, state_id: str) -> None:
+        self._update_retry(state_id, last_error=self.event.get("error"))
+
+    def record_skip(self, state_id: str) -> None:
+        record = self.retries.get(state_id, {})
+        node = self.machine.definition.by_id[state_id]
+        self.skipped = (*self.skipped, FrozenDict(
+            state=state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
+            error=self.event.get("error")))
+
+    def _update_retry(self, state_id: str, **changes: Any) -> None:
+        self.retries = FrozenDict({**self.retries,
+                                   state_id: FrozenDict({**self.retries[state_id], **changes})})
 
     def run_actions(self, actions: list[Any]) -> None:
         run_actions(self, [self.machine.resolve_action(a) for a in actions], self.event)
@@ -178,6 +231,10 @@ def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
     """XState's selection: walk the active tree; the innermost enabled transition wins, and a
     state's own transitions are tried only when none of its active descendants took the
     event. In a parallel state every region contributes."""
+    configuration = step.configuration
+    if configuration is not None and configuration.chain is not None:
+        chosen = first_enabled(configuration.chain_candidates(event["type"]), step, event)
+        return [chosen] if chosen is not None else []
     found: list[Transition] = []
     _select_in(step.machine.root, step, event, event["type"], found)
     return found
@@ -220,7 +277,7 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
 
 def _passes(guard: Any, transition: Transition, step: Step, event: FrozenDict) -> bool:
     try:
-        return bool(guard.evaluate(step.context, event, step.in_state))
+        return bool(guard.evaluate(step.context, event, step))
     except ImplementationError as exc:
         raise ImplementationError(f"{exc.where} at {transition.config_path}", exc.cause) from exc
 
@@ -243,7 +300,7 @@ def select_eventless_transitions(step: Step, event: FrozenDict) -> list[Transiti
     return remove_conflicting_transitions(enabled, step.nodes, step.history)
 
 
-def remove_conflicting_transitions(transitions: list[Transition], nodes: set[StateNode],
+def remove_conflicting_transitions(transitions: list[Transition], nodes: AbstractSet[StateNode],
                                    history: Mapping[str, tuple[StateNode, ...]]
                                    ) -> list[Transition]:
     """SCXML's conflict rule: of two transitions that would exit a common state, the one from
@@ -276,20 +333,44 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     if not transitions:
         return False
     step.microsteps += 1
+    if len(transitions) == 1 and not transitions[0].targets:
+        return _targetless_microstep(step, transitions[0], event)
     transitions = remove_conflicting_transitions(transitions, step.nodes, step.history)
+    _own_nodes(step)
     if any(t.has_history_target for t in transitions):
         step.history_read = True
     if step.trace is not None:
         step.trace.append((event, tuple(transitions)))
-    before = (step.context, step.history, len(step.nodes))
+    # identity, not equality: an assign always makes a new context, and XState re-selects
+    # eventless transitions after any assign even when the values are equal
+    before = (step.context, step.history, step.retries)
     exited = exit_states(step, transitions, event)
     for transition in transitions:
         run_actions(step, transition.actions, event)
+    if step.retries and exited:
+        _close_retry_records(step)
     entered = enter_states(step, transitions, event)
-    if step.status == "done":
-        for node in sorted(step.nodes, key=_order, reverse=True):
-            run_actions(step, node.exit, event)
-    return bool(exited or entered) or before != (step.context, step.history, len(step.nodes))
+    _exit_all_if_done(step, event)
+    return bool(exited or entered) or \
+        any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
+
+
+def _own_nodes(step: Step) -> set[StateNode]:
+    """The step's active-node set, made mutable (the configuration is about to change)."""
+    nodes = step.nodes
+    if not isinstance(nodes, set):
+        nodes = step.nodes = set(nodes)
+        step.configuration = None
+    return nodes
+
+
+def _targetless_microstep(step: Step, transition: Transition, event: FrozenDict) -> bool:
+    """A transition without target exits and enters nothing: only its actions run."""
+    if step.trace is not None:
+        step.trace.append((event, (transition,)))
+    context = step.context
+    run_actions(step, transition.actions, event)
+    return step.context is not context
 
 
 def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
@@ -299,17 +380,27 @@ def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) ->
     if not to_exit:
         return False
     step.history = record_history(to_exit, step.nodes, step.history)
+    nodes = _own_nodes(step)
     for node in to_exit:
         run_actions(step, node.exit, event)
         for timer_event, _ in node.after_timers:
             step.cancel(timer_event)
         for invoke in node.invoke:
             step.stop_child(invoke.id)
-        step.nodes.discard(node)
+        nodes.discard(node)
     return True
 
 
-def record_history(to_exit: list[StateNode], nodes: set[StateNode],
+def _close_retry_records(step: Step) -> None:
+    """Forget the retry records of retried states just exited (after the transition's own
+    actions, which may still read them: ``recordSkip``)."""
+    by_id = step.machine.definition.by_id
+    kept = {k: v for k, v in step.retries.items() if by_id[k] in step.nodes}
+    if len(kept) != len(step.retries):
+        step.retries = FrozenDict(kept)
+
+
+def record_history(to_exit: list[StateNode], nodes: AbstractSet[StateNode],
                    history: Mapping[str, tuple[StateNode, ...]]
                    ) -> Mapping[str, tuple[StateNode, ...]]:
     """History values after exiting ``to_exit``: deep history remembers atomic descendants,
@@ -341,6 +432,14 @@ def enter_initial_states(step: Step, event: FrozenDict) -> None:
     to_enter = {root}
     add_descendants(root, step.history, set(), to_enter)
     enter(step, to_enter, event)
+    _exit_all_if_done(step, event)
+
+
+def _exit_all_if_done(step: Step, event: FrozenDict) -> None:
+    """A machine that reached its top-level final state exits every state (XState)."""
+    if step.status == "done":
+        for node in sorted(step.nodes, key=_order, reverse=True):
+            run_actions(step, node.exit, event)
 
 
 def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
@@ -348,8 +447,9 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
     if not to_enter:
         return False
     completed: set[StateNode] = set()
+    nodes = _own_nodes(step)
     for node in sorted(to_enter, key=_order):
-        step.nodes.add(node)
+        nodes.add(node)
         enter_state(step, node, event)
         if node.type == FINAL:
             _complete(step, node, event, completed)
@@ -357,15 +457,34 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 
 
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
-    """Entry actions, then invoked actors, then ``after`` timers (XState's order)."""
+    """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
+    ``after`` timers are entry actions, invocations start after them)."""
+    key, attempt = _count_attempt(step, node)
     run_actions(step, node.entry, event)
-    for invoke in node.invoke:
-        actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
-            invoke.input
-        step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic)
     for timer_event, delay in node.after_timers:
         step.event = event
         step.schedule(timer_event, step.machine.event(timer_event), delay, None)
+    for invoke in node.invoke:
+        actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
+            invoke.input
+        step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
+                   key, attempt)
+
+
+def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
+    """Retry bookkeeping: entering a retried state opens its record (key stable across its
+    attempts); entering its ``attempting`` child counts an attempt."""
+    if node.retry is not None:
+        now = step.now()
+        step.retries = FrozenDict({**step.retries, node.id: FrozenDict(
+            attempt=0, last_error=None, started_at=now, key=f"{node.id}@{now}")})
+    owner = node.retry_attempt_of
+    if owner is None:
+        return None, 1
+    record = step.retries[owner.id]
+    attempt = record["attempt"] + 1
+    step._update_retry(owner.id, attempt=attempt)
+    return str(record["key"]), attempt
 
 
 def _complete(step: Step, final: StateNode, event: FrozenDict,
@@ -416,7 +535,7 @@ def _resolve_output(spec: Any, step: Step, event: FrozenDict) -> Any:
 
 # -- exit and entry sets ---------------------------------------------------------------------
 
-def compute_exit_set(transitions: Iterable[Transition], nodes: set[StateNode],
+def compute_exit_set(transitions: Iterable[Transition], nodes: AbstractSet[StateNode],
                      history: Mapping[str, tuple[StateNode, ...]]) -> list[StateNode]:
     """The active states that ``transitions`` exit (targetless transitions exit nothing)."""
     to_exit: dict[StateNode, None] = {}
@@ -582,6 +701,7 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
         if callable(params):
             params = freeze(params(step.context, event), f"action '{action.type}' params")
         if isinstance(impl, BuiltinAction):
+            step.builtins_run = True
             step.event = event
             try:
                 impl.resolve(step, params or EMPTY)

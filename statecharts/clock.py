@@ -18,7 +18,7 @@ from typing import Protocol
 class TimerHandle:
     """A scheduled callback; ``cancelled`` once cancelled or fired."""
 
-    __slots__ = ("due_at", "seq", "callback", "cancelled")
+    __slots__ = ("callback", "cancelled", "due_at", "seq")
 
     def __init__(self, due_at: int, seq: int, callback: Callable[[], None]) -> None:
         self.due_at = due_at

@@ -10,7 +10,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from .retry import error_json
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,24 @@ def from_callback(fn: Callable[..., Any], name: str | None = None) -> CallbackLo
     return CallbackLogic(fn, name or fn.__name__)
 
 
+_EXTERNAL = "__statecharts_external__"
+T = TypeVar("T")
+
+
+def external(fn: T) -> T:
+    """Mark an action implementation or actor function as reaching the outside world (an
+    email, a payment, a task in another tool): a dry run records it as skipped instead of
+    running it. Invokes can also say ``"external": true``."""
+    target = getattr(fn, "fn", fn)
+    setattr(target, _EXTERNAL, True)
+    return fn
+
+
+def is_external(fn: Any) -> bool:
+    """True for implementations marked with ``external``."""
+    return bool(getattr(getattr(fn, "fn", fn), _EXTERNAL, False))
+
+
 def error_to_json(error: BaseException) -> dict[str, Any]:
     """An exception as the JSON an ``xstate.error.actor`` event carries."""
-    data: dict[str, Any] = {"name": type(error).__name__, "message": str(error)}
-    retry_after = getattr(error, "retry_after", None)
-    if isinstance(retry_after, int | float) and not isinstance(retry_after, bool):
-        data["retry_after"] = retry_after
-    return data
+    return error_json(error)

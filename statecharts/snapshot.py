@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .configuration import Configuration, nodes_from_value
+from .configuration import Configuration
 from .errors import SnapshotError, SnapshotVersionError
 from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
@@ -53,12 +53,13 @@ class ChildRef:
     src: str
     system_id: str | None = None
     invoked_by: str | None = None
+    input: Any = None
     state: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """The child record as JSON types."""
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
-                "state": self.state}
+                "input": self.input, "state": self.state}
 
 
 class Snapshot:
@@ -68,8 +69,19 @@ class Snapshot:
     ``active``, ``done``, ``error``, ``stopped``.
     """
 
-    __slots__ = ("_machine", "_configuration", "_context", "_status", "_output", "_error",
-                 "_history", "_timers", "_children")
+    __slots__ = (
+        "_children",
+        "_configuration",
+        "_context",
+        "_error",
+        "_history",
+        "_machine",
+        "_output",
+        "_retries",
+        "_skipped",
+        "_status",
+        "_timers",
+    )
 
     _machine: Machine
     _configuration: Configuration
@@ -80,6 +92,8 @@ class Snapshot:
     _history: Mapping[str, tuple[StateNode, ...]]
     _timers: tuple[Timer, ...]
     _children: Mapping[str, ChildRef]
+    _retries: FrozenDict
+    _skipped: tuple[FrozenDict, ...]
 
     def __init__(self) -> None:
         raise TypeError("snapshots come from machine.initial_transition(), transition() or "
@@ -131,6 +145,18 @@ class Snapshot:
         return self._children
 
     @property
+    def retries(self) -> Mapping[str, Any]:
+        """Retried call sites in progress: state id -> ``{attempt, last_error, started_at,
+        key}``."""
+        return self._retries
+
+    @property
+    def skipped(self) -> tuple[Any, ...]:
+        """Calls that failed for good with ``onFinalFailure: "skip"``: state, invoke,
+        attempts, error."""
+        return self._skipped
+
+    @property
     def history(self) -> Mapping[str, tuple[str, ...]]:
         """Recorded history: history state id -> ids of the states it remembers."""
         return {key: tuple(n.id for n in nodes) for key, nodes in self._history.items()}
@@ -168,7 +194,8 @@ class Snapshot:
                 self._context == other._context and self._status == other._status and
                 self._output == other._output and self._error == other._error and
                 self.history == other.history and self._timers == other._timers and
-                self._children == other._children)
+                self._children == other._children and self._retries == other._retries and
+                self._skipped == other._skipped)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -181,7 +208,8 @@ def make_snapshot(machine: Machine, configuration: Configuration, context: Froze
                   status: str = "active", output: Any = None, error: Any = None,
                   history: Mapping[str, tuple[StateNode, ...]] = EMPTY,
                   timers: tuple[Timer, ...] = (),
-                  children: Mapping[str, ChildRef] = EMPTY) -> Snapshot:
+                  children: Mapping[str, ChildRef] = EMPTY, retries: FrozenDict = EMPTY,
+                  skipped: tuple[FrozenDict, ...] = ()) -> Snapshot:
     """Build a snapshot without validation (the engine's own constructor)."""
     snapshot = object.__new__(Snapshot)
     snapshot._machine = machine
@@ -193,25 +221,30 @@ def make_snapshot(machine: Machine, configuration: Configuration, context: Froze
     snapshot._history = history
     snapshot._timers = timers
     snapshot._children = children
+    snapshot._retries = retries
+    snapshot._skipped = skipped
     return snapshot
 
 
 def persist(snapshot: Snapshot) -> dict[str, Any]:
-    """The snapshot as JSON types only."""
+    """The snapshot as JSON types only (nested values are the snapshot's own immutable
+    dicts and lists; ``thaw`` the result for a mutable copy)."""
     machine = snapshot._machine
     return {
         "format": FORMAT,
         "machine": machine.id,
         "version": machine.version,
         "fingerprint": machine.fingerprint,
-        "value": thaw(snapshot.value),
-        "context": thaw(snapshot._context),
+        "value": snapshot._configuration.value,
+        "context": snapshot._context,
         "status": snapshot._status,
-        "output": thaw(snapshot._output),
-        "error": thaw(snapshot._error),
+        "output": snapshot._output,
+        "error": snapshot._error,
         "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
-        "timers": [thaw(t.to_json()) for t in snapshot._timers],
-        "children": {key: thaw(c.to_json()) for key, c in snapshot._children.items()},
+        "timers": [t.to_json() for t in snapshot._timers],
+        "children": {key: c.to_json() for key, c in snapshot._children.items()},
+        "retries": snapshot._retries,
+        "skipped": list(snapshot._skipped),
     }
 
 
@@ -231,23 +264,34 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         raise SnapshotError("<root>", f"a persisted snapshot is a mapping, not "
                             f"{type(data).__name__}")
     data = _check_identity(machine, data)
-    configuration = machine._configuration_for(nodes_from_value(machine.root,
-                                                                _required(data, "value")))
+    configuration = machine._configuration_of_value(_required(data, "value"))
     status = _required(data, "status")
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
-    try:
-        context = freeze(data.get("context") or {}, "context", SnapshotError)
-        output = freeze(data.get("output"), "output", SnapshotError)
-        error = freeze(data.get("error"), "error", SnapshotError)
-    except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
-        raise SnapshotError("context", str(exc)) from exc
-    if not isinstance(context, dict):
+    raw_context = data.get("context")
+    context = EMPTY if _skippable(raw_context, Mapping) else \
+        freeze(raw_context, "context", SnapshotError)
+    if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
-    return make_snapshot(machine, configuration, context, status, output, error,
-                         _history(machine, data.get("history") or {}),
-                         _timers(data.get("timers") or []),
-                         _children(data.get("children") or {}))
+    output, error = data.get("output"), data.get("error")
+    # the optional parts are usually empty: skip their checks then
+    history, timers, children = data.get("history"), data.get("timers"), data.get("children")
+    retries, skipped = data.get("retries"), data.get("skipped")
+    return make_snapshot(
+        machine, configuration, context, status,
+        None if output is None else freeze(output, "output", SnapshotError),
+        None if error is None else freeze(error, "error", SnapshotError),
+        EMPTY if _skippable(history, Mapping) else _history(machine, history),
+        () if _skippable(timers, list) else _timers(timers),
+        EMPTY if _skippable(children, Mapping) else _children(children),
+        EMPTY if _skippable(retries, Mapping) else _retries(machine, retries),
+        () if _skippable(skipped, list) else _skipped(skipped))
+
+
+def _skippable(value: Any, kind: type) -> bool:
+    """An absent or empty optional part; a falsy value of the wrong type ({} for a list, [] for
+    a mapping) is corrupt, not empty, and goes on to be rejected."""
+    return value is None or (not value and isinstance(value, kind))
 
 
 def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -328,6 +372,27 @@ def _timers(data: Any) -> tuple[Timer, ...]:
     return tuple(sorted(timers, key=lambda t: (t.due_at, t.id)))
 
 
+def _retries(machine: Machine, data: Any) -> FrozenDict:
+    if not isinstance(data, Mapping):
+        raise SnapshotError("retries", "a mapping of state id -> retry record")
+    for key, record in data.items():
+        node = machine.definition.by_id.get(key)
+        if node is None or node.retry is None:
+            raise SnapshotError(f"retries.{key}", "no retried state with this id")
+        if not isinstance(record, Mapping) or not isinstance(record.get("attempt"), int) or \
+                not isinstance(record.get("started_at"), int) or \
+                not isinstance(record.get("key"), str):
+            raise SnapshotError(f"retries.{key}", "a record with attempt, started_at, key")
+    frozen: FrozenDict = freeze(data, "retries", SnapshotError)
+    return frozen
+
+
+def _skipped(data: Any) -> tuple[FrozenDict, ...]:
+    if not isinstance(data, list) or not all(isinstance(item, Mapping) for item in data):
+        raise SnapshotError("skipped", "a list of skipped-call records")
+    return tuple(freeze(item, f"skipped[{i}]", SnapshotError) for i, item in enumerate(data))
+
+
 def _children(data: Any) -> Mapping[str, ChildRef]:
     if not isinstance(data, Mapping):
         raise SnapshotError("children", "a mapping of child id -> child record")
@@ -337,6 +402,8 @@ def _children(data: Any) -> Mapping[str, ChildRef]:
             raise SnapshotError(f"children.{key}", "a child record with 'src'")
         children[key] = ChildRef(key, item["src"], item.get("system_id"),
                                  item.get("invoked_by"),
+                                 freeze(item.get("input"), f"children.{key}.input",
+                                        SnapshotError),
                                  freeze(item.get("state"), f"children.{key}.state",
                                         SnapshotError))
     return FrozenDict(children)

@@ -1,0 +1,2 @@
+"""Readers and writers of other chart and workflow formats, each in its own subpackage
+(``scxml``, ``n8n``)."""
