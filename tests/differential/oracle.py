@@ -85,7 +85,7 @@ def start_traced(machine: Machine, trace: list[Any]) -> tuple[Snapshot, tuple[An
     """``machine.initial_transition()`` that also records its microsteps in ``trace`` (what
     ``Machine.start`` does, with the step's trace switched on)."""
     event = machine.event(INIT)
-    step = algorithm.Step(machine, (), machine._initial_context(None), EMPTY, (), EMPTY,
+    step = algorithm.Step(machine, None, machine._initial_context(None), EMPTY, (), EMPTY,
                           lambda: 0)
     step.trace = trace
     algorithm.enter_initial_states(step, event)
