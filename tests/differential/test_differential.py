@@ -2,7 +2,8 @@
 
 Default: 500 machines, derandomized (same machines every run). Longer, opt-in:
 ``STATECHARTS_DIFFERENTIAL_EXAMPLES=5000 pytest tests/differential``; a different but
-reproducible set: ``STATECHARTS_DIFFERENTIAL_SEED=<int>``.
+reproducible set: ``STATECHARTS_DIFFERENTIAL_SEED=<int>``; bigger machines:
+``STATECHARTS_DIFFERENTIAL_MAX_STATES=20`` (default 10).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .oracle import COMPLETE, compare
 
 EXAMPLES = int(os.environ.get("STATECHARTS_DIFFERENTIAL_EXAMPLES", "500"))
 SEED = os.environ.get("STATECHARTS_DIFFERENTIAL_SEED")
+MAX_STATES = int(os.environ.get("STATECHARTS_DIFFERENTIAL_MAX_STATES", "10"))
 
 
 def test_engine_agrees_with_python_statemachine() -> None:
@@ -27,7 +29,8 @@ def test_engine_agrees_with_python_statemachine() -> None:
 
     @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(generated=machines(), events=st.lists(st.sampled_from(EVENTS), max_size=12))
+    @given(generated=machines(max_states=MAX_STATES, max_depth=max(3, MAX_STATES // 4)),
+           events=st.lists(st.sampled_from(EVENTS), max_size=12))
     def run(generated: GeneratedMachine, events: list[str]) -> None:
         outcomes[compare(generated, events)] += 1
 
