@@ -16,11 +16,13 @@ Nothing else is tolerated: any other mismatch fails the test.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from statecharts import algorithm
-from statecharts.nodes import PARALLEL, StateNode, Transition
+from statecharts.frozen import FrozenDict
+from statecharts.nodes import COMPOUND, PARALLEL, StateNode, Transition
 from statecharts.snapshot import Snapshot
 
 
@@ -96,17 +98,16 @@ DIFFERENCES = {d.name: d for d in [
         "the context or the recorded history differ from there on (and guards in the same "
         "macrostep may then choose differently), so the run stops before that step."),
     KnownDifference(
-        "parallel_selection_targetless", "excluded", "XState vs SCXML",
+        "parallel_selection", "excluded", "XState vs SCXML",
         "XState selects per region, innermost first, and tries a state's own transitions "
         "only when none of its active descendants took the event, so once one region takes "
-        "the event no ancestor of the parallel state is tried. SCXML selects per atomic "
-        "state, so a region without a transition reaches the ancestor's transition too. Both "
-        "then drop conflicting transitions the same way, so the results differ only when one "
-        "of the two transitions exits nothing (targetless, or a reenter:false self-transition "
-        "of an atomic state): it conflicts with nothing and runs too in SCXML. The oracle "
-        "stops the run at an event for which, with a parallel state active, some active "
-        "state has such a transition and an ancestor-or-self of an active parallel state has "
-        "a transition."),
+        "the event no ancestor of the parallel state is tried, even if that region's "
+        "transition is then dropped by conflict resolution. SCXML selects per atomic state, "
+        "so a region without a transition reaches the ancestor's transition; it may survive "
+        "conflict resolution (a targetless one always does). The oracle computes SCXML's "
+        "selection for the event (per atomic state in document order, guards on the same "
+        "context, conflicts removed with SCXML's exit sets) and stops the run at an event "
+        "where it differs from the engine's."),
     KnownDifference(
         "history_resolving_to_source", "excluded", "XState",
         "A transition (reenter: false) to a history state whose recorded or default states "
@@ -148,24 +149,75 @@ def parallel_gap(transitions: Iterable[Transition], histories: Iterable[Any]
     return gap
 
 
-def _exits_nothing(transition: Transition) -> bool:
-    """Targetless, or a reenter:false self-transition of an atomic state (XState exits and
-    enters nothing for it, so it is targetless in SCXML terms)."""
-    if not transition.targets:
+class _Scope:
+    """What a guard may ask (``in_state``), for evaluating guards outside a step."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def in_state(self, state_id: str) -> bool:
+        node = self.snapshot.machine.definition.by_id.get(state_id)
+        return node is not None and node in self.snapshot.configuration.node_set
+
+    def retry_allowed(self, state_id: str, event: Any) -> bool:
         return True
+
+
+def _scxml_exit_set(transition: Transition, nodes: AbstractSet[StateNode],
+                    history: Any) -> set[StateNode]:
+    """SCXML's exit set, with the XState transition written as psm_adapter translates it."""
+    if not transition.targets:
+        return set()
     source = transition.source
-    return not transition.reenter and transition.targets == (source,) and source.is_atomic
+    targets = algorithm.effective_targets(transition, history)
+    inside = all(t is not source and source in t.ancestors for t in targets)
+    if not transition.reenter and targets == [source] and source.is_atomic:
+        return set()  # translated to a targetless transition
+    if not transition.reenter and source.type == COMPOUND and (inside or targets == [source]):
+        domain: StateNode | None = source  # SCXML internal transition
+    else:
+        domain = next((a for a in source.ancestors if a.type == COMPOUND and
+                       all(a in t.ancestors for t in targets)), None)
+    return {n for n in nodes if domain is None or domain in n.ancestors}
 
 
-def parallel_selection_targetless(snapshot: Snapshot, event_type: str) -> bool:
-    """Rule ``parallel_selection_targetless`` applies to ``event_type`` in ``snapshot``."""
-    active = snapshot.configuration.node_set
-    parallels = [n for n in active if n.type == PARALLEL]
-    if not parallels:
-        return False
-    targetless = any(_exits_nothing(t) for n in active for t in n.candidates(event_type))
-    above = {a for p in parallels for a in (p, *p.ancestors)}
-    return targetless and any(n.candidates(event_type) for n in above)
+def scxml_selection(snapshot: Snapshot, event: FrozenDict) -> list[Transition]:
+    """The transitions SCXML's selectTransitions takes for ``event`` in ``snapshot``."""
+    nodes = snapshot.configuration.node_set
+    scope = _Scope(snapshot)
+    enabled: list[Transition] = []
+    for atomic in sorted((n for n in nodes if n.is_atomic), key=lambda n: n.order):
+        for state in (atomic, *atomic.ancestors):
+            found = next((t for t in state.candidates(event["type"]) if t.guard is None or
+                          t.guard.evaluate(snapshot.context, event, scope)), None)
+            if found is not None:
+                if found not in enabled:
+                    enabled.append(found)
+                break
+    kept: list[Transition] = []
+    for t1 in enabled:
+        exits1 = _scxml_exit_set(t1, nodes, snapshot._history)
+        beaten = []
+        preempted = False
+        for t2 in kept:
+            if exits1 & _scxml_exit_set(t2, nodes, snapshot._history):
+                if t2.source in t1.source.ancestors:  # t1 is the more specific one
+                    beaten.append(t2)
+                else:
+                    preempted = True
+                    break
+        if not preempted:
+            kept = [t for t in kept if t not in beaten]
+            kept.append(t1)
+    return kept
+
+
+def selection_differs(snapshot: Snapshot, event: FrozenDict,
+                      trace: list[tuple[FrozenDict, tuple[Transition, ...]]]) -> bool:
+    """Rule ``parallel_selection``: the engine's transitions for the external ``event`` (the
+    first microstep in ``trace``, if it is that event's) are not SCXML's."""
+    engine = list(trace[0][1]) if trace and trace[0][0] is event else []
+    return set(engine) != set(scxml_selection(snapshot, event))
 
 
 def history_resolving_to_source(transitions: Iterable[Transition], histories: Iterable[Any]

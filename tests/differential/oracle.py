@@ -23,7 +23,7 @@ from .known_differences import (
     history_default_with_actions,
     history_resolving_to_source,
     parallel_gap,
-    parallel_selection_targetless,
+    selection_differs,
 )
 from .psm_adapter import ROOT, PsmRun
 
@@ -119,13 +119,18 @@ def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
         where = f"after events {list(events[:index + 1])}"
         if snapshot.status != "active":
             break
-        if parallel_selection_targetless(snapshot, event):
-            return DIFFERENCES["parallel_selection_targetless"].name
-        trace: list[Any] = []
+        trace = []
+        normalized = normalize_event(event)
         try:
-            after, effects = machine.step(snapshot, normalize_event(event), lambda: 0, trace)
+            after, effects = machine.step(snapshot, normalized, lambda: 0, trace)
         except InfiniteLoopError:
             return DIFFERENCES["eventless_loop"].name
+        if selection_differs(snapshot, normalized, trace):
+            # without a parallel state both select by walking up from the one atomic state
+            if not any(n.type == "parallel" for n in snapshot.configuration.nodes):
+                raise Disagreement(f"{where}: the engine selected {trace[:1]} where SCXML "
+                                   "selects differently, with no parallel state active")
+            return DIFFERENCES["parallel_selection"].name
         taken = [t for _, ts in trace for t in ts]
         histories = (snapshot._history, after._history)
         if history_resolving_to_source(taken, histories):
