@@ -22,7 +22,7 @@ from typing import Any
 
 from statecharts import algorithm
 from statecharts.frozen import FrozenDict
-from statecharts.nodes import COMPOUND, PARALLEL, StateNode, Transition
+from statecharts.nodes import COMPOUND, HISTORY, PARALLEL, StateNode, Transition
 from statecharts.snapshot import Snapshot
 
 
@@ -109,14 +109,18 @@ DIFFERENCES = {d.name: d for d in [
         "context, conflicts removed with SCXML's exit sets) and stops the run at an event "
         "where it differs from the engine's."),
     KnownDifference(
-        "history_resolving_to_source", "excluded", "XState",
-        "A transition (reenter: false) to a history state whose recorded or default states "
-        "are the transition's own source or inside it: XState v5 (getTransitionDomain on the "
-        "effective targets) takes the source as the domain, so it does not exit the source, "
-        "but its entry set still adds the history's states, so the source is entered again "
-        "while active (entry actions run with no exit). SCXML exits and re-enters the source. "
-        "The engine follows XState here; tests/differential/test_regressions.py keeps an "
-        "xfail(strict) test for it. The run stops at that step."),
+        "history_reenters_active_state", "excluded", "XState",
+        "A transition to a history state can make XState v5 enter a state that is still "
+        "active, with no exit: the history's states are added with their ancestors up to the "
+        "history's parent, while the transition's domain (computed on the history's resolved "
+        "states) may keep some of those ancestors active. Two shapes seen: the history "
+        "resolves to the transition's own source (domain = source, the source is entered "
+        "again), and a deep history resolves to a state beside the source in a common "
+        "ancestor below the history's parent. python-statemachine exits and re-enters instead "
+        "(its deep history also records compound states). The engine follows XState; "
+        "tests/differential/test_regressions.py keeps xfail(strict) tests for both shapes. "
+        "The oracle detects the symptom (the engine's log enters an active state) and stops "
+        "the run there if a history target was taken, and fails otherwise."),
     KnownDifference(
         "psm_history_default_repeats_actions", "excluded", "python-statemachine",
         "python-statemachine 3.2.2 puts the triggering transition itself into a history "
@@ -220,17 +224,37 @@ def selection_differs(snapshot: Snapshot, event: FrozenDict,
     return set(engine) != set(scxml_selection(snapshot, event))
 
 
-def history_resolving_to_source(transitions: Iterable[Transition], histories: Iterable[Any]
-                                ) -> bool:
-    """Rule ``history_resolving_to_source`` applies to one of ``transitions``."""
+def entered_while_active(active: set[str], log: Iterable[tuple[str, str]]) -> str | None:
+    """The first state the log enters while it is active (``active``: keys before the step),
+    or None."""
+    current = set(active)
+    for kind, key in log:
+        if kind == "enter":
+            if key in current:
+                return key
+            current.add(key)
+        else:
+            current.discard(key)
+    return None
+
+
+def history_reenters(transitions: Iterable[Transition], nodes: AbstractSet[StateNode],
+                     history: Any) -> bool:
+    """Rule ``history_reenters_active_state`` predicted from the definition: a history target
+    whose restored states, or their ancestors below the history's parent, are active and not
+    in the transition's exit set (``nodes``/``history`` as before the step)."""
     for transition in transitions:
-        if transition.reenter or not transition.has_history_target:
-            continue
-        source = transition.source
-        for history in histories:
-            targets = algorithm.effective_targets(transition, history)
-            if all(t is source or source in t.ancestors for t in targets):
-                return True
+        exits: set[StateNode] | None = None
+        for target in transition.targets:
+            if target.type != HISTORY:
+                continue
+            if exits is None:
+                exits = set(algorithm.compute_exit_set([transition], nodes, history))
+            restored = history.get(target.id) or algorithm.history_default(target)
+            for state in restored:
+                chain = [state, *algorithm.proper_ancestors(state, target.parent)]
+                if any(n in nodes and n not in exits for n in chain):
+                    return True
     return False
 
 

@@ -17,7 +17,7 @@ from statecharts.testing.strategies import ACTIONS, EVENTS, GUARDS, GeneratedMac
 
 from .known_differences import (
     history_default_with_actions,
-    history_resolving_to_source,
+    history_reenters,
     parallel_gap,
     selection_differs,
 )
@@ -73,7 +73,7 @@ def test_imported_class_behaves_like_the_class(generated: GeneratedMachine,
             return
         taken = [t for _, ts in trace for t in ts]
         histories = (snapshot._history, after._history)
-        if history_resolving_to_source(taken, histories) or \
+        if history_reenters(taken, snapshot.configuration.node_set, snapshot._history) or \
                 history_default_with_actions(taken) or \
                 _diverges(parallel_gap(taken, histories)):
             return

@@ -48,11 +48,22 @@ def test_self_transition_inside_a_parallel_state_enters_nothing() -> None:
     assert after.value == {"p": {"r1": "a", "r2": {}}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "XState v5 semantics, kept on purpose for now (lead to decide): a reenter:false "
-    "transition to a history state that resolves to the transition's own source takes the "
-    "source as its domain (no exit) yet enters the source again. SCXML exits and re-enters. "
-    "See rule history_resolving_to_source in known_differences.py."))
+def _assert_never_entered_while_active(log: list[tuple[str, str]], active: set[str]) -> None:
+    for kind, state in log:
+        if kind == "enter":
+            assert state not in active, f"{state} entered while active: {log}"
+            active.add(state)
+        else:
+            active.discard(state)
+
+
+REENTRY = ("XState v5 semantics, kept on purpose for now (lead to decide): the history's "
+           "states are entered with their ancestors up to the history's parent, while the "
+           "transition's domain may keep one of those ancestors active, so it is entered again "
+           "with no exit. See rule history_reenters_active_state in known_differences.py.")
+
+
+@pytest.mark.xfail(strict=True, reason=REENTRY)
 def test_history_target_resolving_to_the_source_never_enters_an_active_state() -> None:
     machine = create_machine(_traced({
         "id": "m", "initial": "s1",
@@ -64,11 +75,26 @@ def test_history_target_resolving_to_the_source_never_enters_an_active_state() -
     }), actions={"enter": _noop, "exit": _noop})
     snapshot, _ = machine.initial_transition()
     _, effects = machine.transition(snapshot, "GO")
-    log = _log(effects)
-    active = {"m", "s1", "s2", "a"}
-    for kind, state in log:
-        if kind == "enter":
-            assert state not in active, f"{state} entered while active: {log}"
-            active.add(state)
-        else:
-            active.discard(state)
+    _assert_never_entered_while_active(_log(effects), {"m", "s1", "s2", "a"})
+
+
+@pytest.mark.xfail(strict=True, reason=REENTRY)
+def test_deep_history_beside_the_source_never_enters_an_active_state() -> None:
+    # found with bigger random machines: s6 -> deep history s8 of s2, which remembers s5;
+    # the domain is s3 (common to s5 and s6), yet s3 is entered again
+    machine = create_machine(_traced({
+        "id": "m", "initial": "s2",
+        "states": {"s2": {"initial": "s3", "states": {
+            "s3": {"initial": "s5", "states": {
+                "s5": {"on": {"GO": "s6"}},
+                "s6": {"on": {"BACK": {"target": "#m.s2.s8", "reenter": True}}},
+            }},
+            "s8": {"type": "history", "history": "deep"},
+        }, "on": {"LEAVE": "out"}}, "out": {"on": {"RETURN": "#m.s2.s8"}}},
+    }), actions={"enter": _noop, "exit": _noop})
+    snapshot, _ = machine.initial_transition()
+    for event in ("LEAVE", "RETURN", "GO"):
+        snapshot, _ = machine.transition(snapshot, event)
+    assert snapshot.value == {"s2": {"s3": "s6"}}
+    _, effects = machine.transition(snapshot, "BACK")
+    _assert_never_entered_while_active(_log(effects), {"m", "s2", "s3", "s6"})
