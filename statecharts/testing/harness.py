@@ -203,8 +203,8 @@ def replay(machine: Machine, events: Sequence[FrozenDict], input: Any = None
 def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[_Invariant],
              input: Any = None) -> list[FrozenDict]:
     """A sub-list of ``events`` after which the same invariant still fails and from which no
-    contiguous run of events can be dropped (found by replaying the pure core). Hypothesis
-    shrinks the run too; this makes the reported list minimal whatever it found."""
+    contiguous run of events can be dropped (found by replaying the pure core; this takes the
+    place of Hypothesis's shrink phase, which the harness turns off)."""
     current = list(events)
     final = replay(machine, current, input)
     target = _failing(final, declared) if final is not None else None
