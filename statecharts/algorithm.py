@@ -631,8 +631,11 @@ def compute_entry_set(transitions: Iterable[Transition],
 
 
 def proper_ancestors(node: StateNode, up_to: StateNode | None) -> list[StateNode]:
-    """Ancestors of ``node`` below ``up_to`` (all of them when ``up_to`` is None)."""
-    result = []
+    """Ancestors of ``node`` below ``up_to`` (all of them when ``up_to`` is None; none when
+    ``node`` is ``up_to``, as in XState's getProperAncestors)."""
+    result: list[StateNode] = []
+    if node is up_to:
+        return result
     for ancestor in node.ancestors:
         if ancestor is up_to:
             break
