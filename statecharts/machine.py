@@ -153,9 +153,12 @@ class Machine:
         candidates = configuration.chain_only(event["type"]) if self.fast_paths else None
         if candidates is not None and trace is None:
             chosen = algorithm.first_enabled(candidates, step, event)
-            if chosen is None or only_assigns(chosen):
+            # a guard given the scope (SCXML's) may have queued events or started timers
+            pristine = not (step.queue or step.timers_changed or step.children_changed or
+                            step.status != "active")
+            if pristine and (chosen is None or only_assigns(chosen)):
                 return self._context_only_step(snapshot, step, chosen, event)
-            selected = [chosen]
+            selected = [] if chosen is None else [chosen]
         algorithm.macrostep(step, event, selected)
         result = self._snapshot_from(step, snapshot)
         if self._is_plain_move(step, snapshot, result):
@@ -167,9 +170,8 @@ class Machine:
         """The chosen transition (or none) is targetless and only assigns or runs user
         actions, in a configuration without eventless transitions: the macrostep cannot
         change the configuration or raise anything, so it is just these actions."""
-        if chosen is None or not chosen.actions:
-            return snapshot, NO_EFFECTS
-        algorithm.run_actions(step, chosen.actions, event)
+        if chosen is not None and chosen.actions:
+            algorithm.run_actions(step, chosen.actions, event)
         if step.context is snapshot._context and not step.effects:
             return snapshot, NO_EFFECTS
         return make_snapshot(self, snapshot._configuration, step.context, "active", None, None,
