@@ -204,7 +204,8 @@ class Actor:
                 if kind == "child" and payload[0] not in snapshot.children:
                     return  # a result from a child that was stopped meanwhile
                 event = payload[1] if kind == "child" else payload
-                self._report("@xstate.event", event=event)
+                if trace is not None:
+                    self._report("@xstate.event", event=event)
                 result = self.machine.step(snapshot, event, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
