@@ -21,6 +21,7 @@ from persistence.runtime import Runtime, machines_from
 from persistence.stores import RunRecord, Store, StoreError, open_store
 from persistence.worker import Worker
 from statecharts import Machine, SystemClock
+from statecharts.cli import run_one_tool
 
 STORE_ENV = "STATECHARTS_STORE"
 
@@ -208,10 +209,7 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m persistence.cli ...`"""
-    parser = argparse.ArgumentParser(prog="statecharts", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.handler(args))
+    return run_one_tool(register, argv, __doc__)
 
 
 if __name__ == "__main__":

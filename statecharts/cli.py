@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import MachineDefinitionError
 from .loading import load_machine
@@ -53,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(commands)
     return parser
+
+
+def run_one_tool(register: Callable[[Any], None], argv: Sequence[str] | None,
+                 doc: str | None = None) -> int:
+    """Run a single tool's subcommands on their own (``python -m <tool module>``)."""
+    parser = argparse.ArgumentParser(prog="statecharts", description=doc)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.handler(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

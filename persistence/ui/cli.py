@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from persistence.cli import STORE_ENV, load_machines
 from persistence.stores import StoreError, open_store
+from statecharts.cli import run_one_tool
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -98,10 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m persistence.ui.cli ...` (the `ui` command on its own)."""
-    parser = argparse.ArgumentParser(prog="statecharts", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.handler(args))
+    return run_one_tool(register, argv, __doc__)
 
 
 if __name__ == "__main__":

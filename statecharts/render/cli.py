@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from statecharts.cli import run_one_tool
+
 from ..errors import MachineDefinitionError, SnapshotError
 from . import GraphvizNotFound, to_dot, to_mermaid, to_png, to_svg
 from .diagrams import DiscoveryError, regenerate, stale_files
@@ -106,11 +108,7 @@ def _diagrams(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``render`` or ``diagrams`` without the main ``statecharts`` command."""
-    parser = argparse.ArgumentParser(prog="python -m statecharts.render.cli")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.handler(args)
-    return result
+    return run_one_tool(register, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from statecharts.cli import run_one_tool
 from statecharts.errors import MachineDefinitionError
 from statecharts.machine import Machine
 
@@ -154,11 +155,7 @@ def _renderer() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``n8n`` command on its own."""
-    parser = argparse.ArgumentParser(prog="statecharts")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code: int = args.handler(args)
-    return code
+    return run_one_tool(register, argv, __doc__)
 
 
 if __name__ == "__main__":
