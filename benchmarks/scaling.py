@@ -1,0 +1,144 @@
+"""Scaling benchmark: cost per event as the chart grows, for events touching the same states.
+
+Each generated chart has ``states`` states (root not counted) and a chain of compound states
+``l1 > l2 > ...`` down to two atomic leaves ``a <-> b`` at depth ``depth``; the event ``tick``
+toggles the leaves, so every event exits one state and enters one, whatever the chart's size.
+The remaining states are atomic fillers spread over the chain's levels, each with a transition
+on its own event name, so the chart's transition table grows with it. Cost should stay flat
+across sizes when an event costs in proportion to the active states, not to the chart.
+Run: ``python -m benchmarks.scaling [--n 100000] [--repeat 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from benchmarks.engine import ours_label
+from benchmarks.timing import Case, Result, fmt_rate, measure, skipped
+
+BENCHMARK = "scaling"
+SIZES = (10, 100, 1_000)
+DEPTHS = (2, 4, 8)
+
+
+def scaled_chart(states: int, depth: int) -> dict[str, Any]:
+    """An XState config with ``states`` states whose leaves ``a``/``b`` sit at ``depth``."""
+    chain = depth + 1  # l1..l{depth-1} plus a and b
+    if depth < 2 or states < chain:
+        raise ValueError(f"{states} states cannot hold a chain of depth {depth}")
+    # levels[k] is the `states` mapping of the node at depth k (0 = root)
+    root: dict[str, Any] = {"id": "scale", "initial": "l1", "states": {}}
+    levels = [root]
+    node = root
+    for k in range(1, depth):
+        child_initial = f"l{k + 1}" if k < depth - 1 else "a"
+        child: dict[str, Any] = {"initial": child_initial, "states": {}}
+        node["states"][f"l{k}"] = child
+        node = child
+        levels.append(node)
+    node["states"]["a"] = {"on": {"tick": "b"}}
+    node["states"]["b"] = {"on": {"tick": "a"}}
+    for i in range(states - chain):
+        level = i % depth
+        target = f"l{level + 1}" if level < depth - 1 else "a"
+        levels[level]["states"][f"f{i}"] = {"on": {f"e{i}": target}}
+    return root
+
+
+def expected_value(depth: int, n: int) -> Any:
+    """The state value after ``n`` ticks: ``{"l1": {"l2": ... "a" or "b"}}``."""
+    value: Any = "a" if n % 2 == 0 else "b"
+    for k in range(depth - 1, 0, -1):
+        value = {f"l{k}": value}
+    return value
+
+
+def count_states(config: dict[str, Any]) -> int:
+    """States below the root of an XState config (to check the generator)."""
+    children = config.get("states", {})
+    return len(children) + sum(count_states(child) for child in children.values())
+
+
+def scaling_case(states: int, depth: int, pure: bool) -> Case:
+    """``case(n)``: ``n`` ticks on the generated chart via an actor or the pure transition."""
+    from statecharts import create_actor, create_machine
+
+    machine = create_machine(scaled_chart(states, depth))
+
+    def run(n: int) -> float:
+        events = ["tick"] * n
+        if pure:
+            snapshot, _ = machine.initial_transition()
+            transition = machine.transition
+            t0 = time.perf_counter()
+            for event in events:
+                snapshot, _ = transition(snapshot, event)
+            seconds = time.perf_counter() - t0
+        else:
+            actor = create_actor(machine)
+            actor.start()
+            send = actor.send
+            t0 = time.perf_counter()
+            for event in events:
+                send(event)
+            seconds = time.perf_counter() - t0
+            snapshot = actor.get_snapshot()
+            actor.stop()
+        assert snapshot.value == expected_value(depth, n), (states, depth, snapshot.value)
+        return seconds
+
+    return run
+
+
+def run(n: int = 100_000, repeat: int = 5) -> list[Result]:
+    """Every (size, depth) pair, through an actor and through the pure transition."""
+    label = ours_label()
+    results = []
+    for pure in (False, True):
+        subject = f"{label} ({'pure transition' if pure else 'actor send'})"
+        for depth in DEPTHS:
+            for states in SIZES:
+                case = f"{states} states, depth {depth}"
+                try:
+                    fn = scaling_case(states, depth, pure)
+                except ImportError as exc:
+                    results.append(skipped(BENCHMARK, case, subject, f"engine: {exc}"))
+                    continue
+                results.append(measure(BENCHMARK, case, subject, fn, n, repeat))
+    return results
+
+
+def scaling_table(results: list[Result]) -> str:
+    """One row per chart: ev/s and µs/event, and cost relative to the 10-state chart."""
+    lines = [
+        "| subject | chart | median ev/s | µs/event | cost ÷ 10-state chart, same depth |",
+        "|---|---|---:|---:|---:|",
+    ]
+    base: dict[tuple[str, str], float] = {}
+    for r in results:
+        depth = r.case.split("depth ")[1]
+        if not r.ok:
+            lines.append(f"| {r.subject} | {r.case} | — | — | — ({r.note}) |")
+            continue
+        cost = 1e6 / r.median
+        key = (r.subject, depth)
+        base.setdefault(key, cost)
+        rel = cost / base[key]
+        lines.append(f"| {r.subject} | {r.case} | {fmt_rate(r.median)} | {cost:.2f} | "
+                     f"{rel:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run the scaling benchmark and print its table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    print(scaling_table(run(args.n, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()
