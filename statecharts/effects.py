@@ -1,0 +1,124 @@
+"""Effects: what a runtime must do after a transition, as plain immutable data.
+
+The pure core (``Machine.transition``) never performs I/O or runs user actions; it returns these
+records in execution order. A runtime executes them (the in-memory actor at once, a durable worker
+after committing them in the same transaction as the new snapshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """Base class of every effect. ``kind`` names it in JSON records."""
+
+    kind: ClassVar[str] = "effect"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able record of this effect (for outbox tables and logs)."""
+        data: dict[str, Any] = {"kind": self.kind}
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            if name != "fn":
+                data[name] = getattr(self, name)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunAction(Effect):
+    """Run the user action ``type`` as ``fn(context, event, **params)``."""
+
+    kind: ClassVar[str] = "action"
+    type: str
+    params: Any
+    context: Any
+    event: Any
+    fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Emit(Effect):
+    """Deliver ``event`` to the actor's listeners (``actor.on(type, fn)``)."""
+
+    kind: ClassVar[str] = "emit"
+    event: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Log(Effect):
+    """Write ``value`` to the log under ``label``."""
+
+    kind: ClassVar[str] = "log"
+    label: str | None
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer(Effect):
+    """Deliver ``event`` after ``delay`` ms (due at epoch ms ``due_at``) to ``target``.
+
+    ``target`` is None for the actor itself, else a child actor id or ``"#parent"``.
+    """
+
+    kind: ClassVar[str] = "start_timer"
+    id: str
+    event: Any
+    delay: int
+    due_at: int
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer(Effect):
+    """Cancel the pending timer ``id``."""
+
+    kind: ClassVar[str] = "cancel_timer"
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartChild(Effect):
+    """Start the actor ``src`` as child ``id`` with ``input``."""
+
+    kind: ClassVar[str] = "start_child"
+    id: str
+    src: str
+    input: Any
+    system_id: str | None = None
+    invoked_by: str | None = None
+    logic: Any = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,
+                "system_id": self.system_id, "invoked_by": self.invoked_by}
+
+
+@dataclass(frozen=True, slots=True)
+class StopChild(Effect):
+    """Stop child actor ``id``."""
+
+    kind: ClassVar[str] = "stop_child"
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo(Effect):
+    """Send ``event`` to the actor ``target`` (a child id or a system id)."""
+
+    kind: ClassVar[str] = "send_to"
+    target: str
+    event: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SendParent(Effect):
+    """Send ``event`` to the parent actor."""
+
+    kind: ClassVar[str] = "send_parent"
+    event: Any
+
+
+NO_EFFECTS: tuple[Effect, ...] = ()

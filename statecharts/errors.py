@@ -1,0 +1,64 @@
+"""The errors the engine raises. Each names the offending path, key or field."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StatechartError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class MachineDefinitionError(StatechartError, ValueError):
+    """A machine config is invalid. ``problems`` lists every problem as ``path: message``."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        count = len(self.problems)
+        header = f"invalid machine definition ({count} problem{'s' if count != 1 else ''}):"
+        super().__init__("\n  ".join([header, *self.problems]))
+
+
+class SnapshotError(StatechartError, ValueError):
+    """A persisted snapshot is corrupt, foreign or does not fit the machine.
+
+    ``field`` names the offending field of the persisted data (e.g. ``machine`` or
+    ``context.items[2]``).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"snapshot field '{field}': {message}")
+
+
+class SnapshotVersionError(SnapshotError):
+    """A persisted snapshot was made by another version of the machine definition."""
+
+
+class ContextError(StatechartError, TypeError):
+    """A context value is not JSON-serializable; ``path`` names the key."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"context '{path}': {message}")
+
+
+class EventError(StatechartError, ValueError):
+    """An event is malformed (no ``type``, a reserved type, not JSON)."""
+
+
+class ImplementationError(StatechartError):
+    """A user guard, action, delay or actor raised; names the implementation and state."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        self.where = where
+        self.cause = cause
+        super().__init__(f"{where}: {type(cause).__name__}: {cause}")
+
+
+class InfiniteLoopError(StatechartError, RuntimeError):
+    """Eventless transitions or raised events kept the machine from settling."""
+
+
+class ActorStoppedError(StatechartError, RuntimeError):
+    """An event was sent to an actor that has stopped."""

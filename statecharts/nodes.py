@@ -1,0 +1,157 @@
+"""The state-node tree: the normalized, validated form of a machine config.
+
+Built once by ``definition.py`` and never changed afterwards. Every lookup the algorithm needs
+(children in document order, ancestors, candidate transitions per event type) is precomputed
+or memoized here so an event costs in proportion to the active states, not the chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .actions import ActionSpec
+from .events import WILDCARD
+from .guards import GuardSpec
+
+ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY = "atomic", "compound", "parallel", "final", "history"
+
+
+class Transition:
+    """One transition: ``source`` --event [guard] / actions--> ``targets``."""
+
+    __slots__ = ("source", "event", "targets", "guard", "actions", "reenter", "delay",
+                 "description", "meta", "order", "config_path", "has_history_target")
+
+    def __init__(self, source: StateNode, event: str | None, targets: tuple[StateNode, ...],
+                 guard: GuardSpec | None, actions: tuple[ActionSpec, ...], reenter: bool,
+                 *, delay: int | str | None = None, description: str | None = None,
+                 meta: Mapping[str, Any] | None = None, config_path: str = "") -> None:
+        self.source = source
+        self.event = event
+        self.targets = targets
+        self.guard = guard
+        self.actions = actions
+        self.reenter = reenter
+        self.delay = delay
+        self.description = description
+        self.meta = meta
+        self.order = 0
+        self.config_path = config_path
+        self.has_history_target = any(t.type == HISTORY for t in targets)
+
+    @property
+    def is_forbidden(self) -> bool:
+        """A transition with no target and no actions swallows its event."""
+        return not self.targets and not self.actions
+
+    def __repr__(self) -> str:
+        targets = ",".join(t.id for t in self.targets) or "-"
+        return f"<Transition {self.source.id} --{self.event or 'always'}--> {targets}>"
+
+
+class InvokeDef:
+    """An actor invoked while its state is active: started on entry, stopped on exit."""
+
+    __slots__ = ("id", "src", "input", "system_id", "retry", "on_final_failure", "config_path",
+                 "logic")
+
+    def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
+                 on_final_failure: str | None, config_path: str, logic: Any) -> None:
+        self.id = id
+        self.src = src
+        self.input = input
+        self.system_id = system_id
+        self.retry = retry
+        self.on_final_failure = on_final_failure
+        self.config_path = config_path
+        self.logic = logic
+
+
+class StateNode:
+    """A state in the tree. ``type`` is atomic, compound, parallel, final or history."""
+
+    __slots__ = ("key", "id", "path", "type", "parent", "children", "initial", "history",
+                 "history_default", "entry", "exit", "transitions", "always", "invoke", "tags",
+                 "meta", "description", "output", "order", "depth", "ancestors", "config_path",
+                 "after_timers", "history_children", "regions", "_candidates", "_by_event",
+                 "_wildcards", "machine_id")
+
+    def __init__(self, key: str, id: str, path: tuple[str, ...], parent: StateNode | None,
+                 config_path: str) -> None:
+        self.key = key
+        self.id = id
+        self.path = path
+        self.parent = parent
+        self.config_path = config_path
+        self.type = ATOMIC
+        self.children: tuple[StateNode, ...] = ()
+        self.initial: StateNode | None = None
+        self.history: str | None = None
+        self.history_default: tuple[StateNode, ...] = ()
+        self.entry: tuple[ActionSpec, ...] = ()
+        self.exit: tuple[ActionSpec, ...] = ()
+        self.transitions: tuple[Transition, ...] = ()
+        self.always: tuple[Transition, ...] = ()
+        self.invoke: tuple[InvokeDef, ...] = ()
+        self.tags: frozenset[str] = frozenset()
+        self.meta: Mapping[str, Any] | None = None
+        self.description: str | None = None
+        self.output: Any = None
+        self.order = 0
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.ancestors: tuple[StateNode, ...] = () if parent is None else (parent,
+                                                                            *parent.ancestors)
+        self.after_timers: tuple[tuple[str, int | str], ...] = ()
+        self.history_children: tuple[StateNode, ...] = ()
+        self.regions: tuple[StateNode, ...] = ()
+        self._candidates: dict[str, tuple[Transition, ...]] = {}
+        self._by_event: dict[str, list[Transition]] = {}
+        self._wildcards: list[tuple[str, list[Transition]]] = []
+        self.machine_id = ""
+
+    @property
+    def is_atomic(self) -> bool:
+        """Atomic and final states have no active children."""
+        return self.type is ATOMIC or self.type is FINAL
+
+    def is_descendant_of(self, other: StateNode) -> bool:
+        """True when ``other`` is a proper ancestor of this node."""
+        return other in self.ancestors
+
+    def candidates(self, event_type: str) -> tuple[Transition, ...]:
+        """Transitions of this node that ``event_type`` may take, in priority order.
+
+        Exact descriptors first, then ``prefix.*`` descriptors longest first, then ``*``; within
+        each, document order. (XState stops at the exact match even when its guards fail; here
+        the wildcards still get their turn: see docs/semantics.md.)
+        """
+        found = self._candidates.get(event_type)
+        if found is None:
+            exact = self._by_event.get(event_type, [])
+            partial: list[Transition] = []
+            for descriptor, transitions in self._wildcards:
+                if descriptor == WILDCARD or event_type == descriptor[:-2] or \
+                        event_type.startswith(descriptor[:-1]):
+                    partial.extend(transitions)
+            found = tuple(exact) + tuple(partial)
+            if len(self._candidates) < 4096:
+                self._candidates[event_type] = found
+        return found
+
+    def index_transitions(self) -> None:
+        """Build the per-event lookup used by ``candidates``."""
+        by_event: dict[str, list[Transition]] = {}
+        for transition in self.transitions:
+            assert transition.event is not None
+            by_event.setdefault(transition.event, []).append(transition)
+        self._wildcards = sorted(
+            ((d, ts) for d, ts in by_event.items() if d == WILDCARD or d.endswith(".*")),
+            key=lambda item: -len(item[0]) if item[0] != WILDCARD else 1,
+        )
+        self._by_event = {d: ts for d, ts in by_event.items()
+                          if not (d == WILDCARD or d.endswith(".*"))}
+        self._candidates = {}
+
+    def __repr__(self) -> str:
+        return f"<StateNode {self.id} ({self.type})>"

@@ -1,0 +1,342 @@
+"""Snapshots: the frozen state of a machine between events, and its exact JSON form.
+
+``persist`` turns a snapshot into JSON types only; ``restore`` checks every field against the
+machine (its id, the fingerprint of its definition, the state value, context, timers, history)
+and raises a ``SnapshotError`` naming the field instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .configuration import Configuration, nodes_from_value
+from .errors import SnapshotError, SnapshotVersionError
+from .events import EventLike
+from .frozen import EMPTY, FrozenDict, freeze, thaw
+from .nodes import HISTORY, StateNode
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+FORMAT = 1
+STATUSES = ("active", "done", "error", "stopped")
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A pending delayed event: ``event`` is delivered to ``target`` (None: this machine) at
+    ``due_at`` (absolute UTC epoch milliseconds)."""
+
+    id: str
+    event: Any
+    due_at: int
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The timer as JSON types."""
+        return {"id": self.id, "event": self.event, "due_at": self.due_at, "target": self.target}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRef:
+    """A child actor the machine started (invoked by ``invoked_by`` or spawned).
+
+    ``state`` holds what a runtime recorded about it when persisting: the child's own persisted
+    snapshot for a child machine, or a marker for logic that cannot be persisted.
+    """
+
+    id: str
+    src: str
+    system_id: str | None = None
+    invoked_by: str | None = None
+    state: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The child record as JSON types."""
+        return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
+                "state": self.state}
+
+
+class Snapshot:
+    """The state of a machine at rest. Immutable: every change makes a new snapshot.
+
+    ``value`` is XState's state value, ``context`` a frozen mapping, ``status`` one of
+    ``active``, ``done``, ``error``, ``stopped``.
+    """
+
+    __slots__ = ("_machine", "_configuration", "_context", "_status", "_output", "_error",
+                 "_history", "_timers", "_children")
+
+    _machine: Machine
+    _configuration: Configuration
+    _context: FrozenDict
+    _status: str
+    _output: Any
+    _error: Any
+    _history: Mapping[str, tuple[StateNode, ...]]
+    _timers: tuple[Timer, ...]
+    _children: Mapping[str, ChildRef]
+
+    def __init__(self) -> None:
+        raise TypeError("snapshots come from machine.initial_transition(), transition() or "
+                        "restore()")
+
+    @property
+    def machine(self) -> Machine:
+        """The machine this snapshot belongs to."""
+        return self._machine
+
+    @property
+    def value(self) -> Any:
+        """The state value, e.g. ``"idle"`` or ``{"p": {"r1": "a", "r2": "c"}}``."""
+        return self._configuration.value
+
+    @property
+    def context(self) -> FrozenDict:
+        """The context: a frozen mapping of JSON values."""
+        return self._context
+
+    @property
+    def status(self) -> str:
+        """``active``, ``done``, ``error`` or ``stopped``."""
+        return self._status
+
+    @property
+    def output(self) -> Any:
+        """The machine's output once it is done."""
+        return self._output
+
+    @property
+    def error(self) -> Any:
+        """The error that stopped the machine (status ``error``)."""
+        return self._error
+
+    @property
+    def tags(self) -> frozenset[str]:
+        """The tags of every active state."""
+        return self._configuration.tags
+
+    @property
+    def timers(self) -> tuple[Timer, ...]:
+        """Pending delayed events, in due order."""
+        return self._timers
+
+    @property
+    def children(self) -> Mapping[str, ChildRef]:
+        """Child actors by id."""
+        return self._children
+
+    @property
+    def history(self) -> Mapping[str, tuple[str, ...]]:
+        """Recorded history: history state id -> ids of the states it remembers."""
+        return {key: tuple(n.id for n in nodes) for key, nodes in self._history.items()}
+
+    @property
+    def configuration(self) -> Configuration:
+        """The active state nodes."""
+        return self._configuration
+
+    def active_leaves(self) -> tuple[str, ...]:
+        """Dotted paths of the active atomic states, e.g. ``("creating.waiting",)``."""
+        return self._configuration.leaves
+
+    def matches(self, value: str | Mapping[str, Any]) -> bool:
+        """True when the machine is in ``value`` (a dotted path or a state value mapping)."""
+        return self._machine._matches(self._configuration, value)
+
+    def has_tag(self, tag: str) -> bool:
+        """True when an active state has ``tag``."""
+        return tag in self._configuration.tags
+
+    def can(self, event: EventLike) -> bool:
+        """True when ``event`` would take a transition that does something."""
+        return self._machine.can(self, event)
+
+    def next_due(self) -> int | None:
+        """The due time of the earliest pending timer, if any."""
+        return self._timers[0].due_at if self._timers else None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (self._machine is other._machine and
+                self._configuration is other._configuration and
+                self._context == other._context and self._status == other._status and
+                self._output == other._output and self._error == other._error and
+                self.history == other.history and self._timers == other._timers and
+                self._children == other._children)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Snapshot(value={thaw(self.value)!r}, status={self._status!r}, "
+                f"context={thaw(self._context)!r})")
+
+
+def make_snapshot(machine: Machine, configuration: Configuration, context: FrozenDict,
+                  status: str = "active", output: Any = None, error: Any = None,
+                  history: Mapping[str, tuple[StateNode, ...]] = EMPTY,
+                  timers: tuple[Timer, ...] = (),
+                  children: Mapping[str, ChildRef] = EMPTY) -> Snapshot:
+    """Build a snapshot without validation (the engine's own constructor)."""
+    snapshot = object.__new__(Snapshot)
+    snapshot._machine = machine
+    snapshot._configuration = configuration
+    snapshot._context = context
+    snapshot._status = status
+    snapshot._output = output
+    snapshot._error = error
+    snapshot._history = history
+    snapshot._timers = timers
+    snapshot._children = children
+    return snapshot
+
+
+def persist(snapshot: Snapshot) -> dict[str, Any]:
+    """The snapshot as JSON types only."""
+    machine = snapshot._machine
+    return {
+        "format": FORMAT,
+        "machine": machine.id,
+        "version": machine.version,
+        "fingerprint": machine.fingerprint,
+        "value": thaw(snapshot.value),
+        "context": thaw(snapshot._context),
+        "status": snapshot._status,
+        "output": thaw(snapshot._output),
+        "error": thaw(snapshot._error),
+        "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
+        "timers": [thaw(t.to_json()) for t in snapshot._timers],
+        "children": {key: thaw(c.to_json()) for key, c in snapshot._children.items()},
+    }
+
+
+def snapshot_to_json(snapshot: Snapshot) -> bytes:
+    """The persisted snapshot as orjson bytes."""
+    return orjson.dumps(snapshot._machine.persist(snapshot))
+
+
+def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot:
+    """Rebuild a snapshot from ``persist`` output (a dict or JSON bytes), checking each field."""
+    if isinstance(data, bytes | bytearray | memoryview | str):
+        try:
+            data = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise SnapshotError("<json>", f"not valid JSON: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise SnapshotError("<root>", f"a persisted snapshot is a mapping, not "
+                            f"{type(data).__name__}")
+    data = _check_identity(machine, data)
+    configuration = machine._configuration_for(nodes_from_value(machine.root,
+                                                                _required(data, "value")))
+    status = _required(data, "status")
+    if status not in STATUSES:
+        raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
+    try:
+        context = freeze(data.get("context") or {}, "context", SnapshotError)
+        output = freeze(data.get("output"), "output", SnapshotError)
+        error = freeze(data.get("error"), "error", SnapshotError)
+    except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
+        raise SnapshotError("context", str(exc)) from exc
+    if not isinstance(context, dict):
+        raise SnapshotError("context", "the context is a mapping")
+    return make_snapshot(machine, configuration, context, status, output, error,
+                         _history(machine, data.get("history") or {}),
+                         _timers(data.get("timers") or []),
+                         _children(data.get("children") or {}))
+
+
+def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        raise SnapshotVersionError("format", f"format {fmt!r} is not supported (expected "
+                                   f"{FORMAT})")
+    machine_id = data.get("machine")
+    if machine_id != machine.id:
+        raise SnapshotError("machine", f"this is a snapshot of machine {machine_id!r}, not of "
+                            f"{machine.id!r}")
+    version = data.get("version")
+    if version != machine.version:
+        migrate = machine.migrations.get(version) if isinstance(version, str) else None
+        if migrate is None:
+            raise SnapshotVersionError("version", f"made by version {version!r} of "
+                                       f"{machine.id!r}; this is version {machine.version!r} "
+                                       "and has no migration from it")
+        migrated = migrate(thaw(data))
+        if not isinstance(migrated, Mapping):
+            raise SnapshotVersionError("version", f"the migration from {version!r} returned "
+                                       f"{type(migrated).__name__}, not a mapping")
+        return {**migrated, "version": machine.version, "fingerprint": machine.fingerprint}
+    if data.get("fingerprint") != machine.fingerprint:
+        raise SnapshotVersionError("fingerprint", f"the definition of {machine.id!r} changed "
+                                   "since this snapshot was made (fingerprint "
+                                   f"{data.get('fingerprint')!r}, now {machine.fingerprint!r}); "
+                                   "bump version= and give a migration")
+    return data
+
+
+def _required(data: Mapping[str, Any], key: str) -> Any:
+    if key not in data:
+        raise SnapshotError(key, "missing")
+    return data[key]
+
+
+def _history(machine: Machine, data: Any) -> Mapping[str, tuple[StateNode, ...]]:
+    if not isinstance(data, Mapping):
+        raise SnapshotError("history", "history is a mapping of history state id -> state ids")
+    result = {}
+    for key, ids in data.items():
+        node = machine.definition.by_id.get(key)
+        if node is None or node.type != HISTORY:
+            raise SnapshotError(f"history.{key}", "no such history state")
+        if not isinstance(ids, list):
+            raise SnapshotError(f"history.{key}", "a list of state ids")
+        nodes = []
+        for i, state_id in enumerate(ids):
+            state = machine.definition.by_id.get(state_id) if isinstance(state_id, str) else None
+            if state is None:
+                raise SnapshotError(f"history.{key}[{i}]", f"no state {state_id!r}")
+            nodes.append(state)
+        result[key] = tuple(nodes)
+    return FrozenDict(result)
+
+
+def _timers(data: Any) -> tuple[Timer, ...]:
+    if not isinstance(data, list):
+        raise SnapshotError("timers", "a list of pending timers")
+    timers = []
+    for i, item in enumerate(data):
+        where = f"timers[{i}]"
+        if not isinstance(item, Mapping):
+            raise SnapshotError(where, "a timer is a mapping")
+        timer_id, due = item.get("id"), item.get("due_at")
+        event, target = item.get("event"), item.get("target")
+        if not isinstance(timer_id, str):
+            raise SnapshotError(f"{where}.id", "a string")
+        if not isinstance(due, int) or isinstance(due, bool):
+            raise SnapshotError(f"{where}.due_at", "epoch milliseconds (an integer)")
+        if not isinstance(event, Mapping) or not isinstance(event.get("type"), str):
+            raise SnapshotError(f"{where}.event", "an event mapping with 'type'")
+        if target is not None and not isinstance(target, str):
+            raise SnapshotError(f"{where}.target", "null or an actor id")
+        timers.append(Timer(timer_id, freeze(event, f"{where}.event", SnapshotError), due,
+                            target))
+    return tuple(sorted(timers, key=lambda t: (t.due_at, t.id)))
+
+
+def _children(data: Any) -> Mapping[str, ChildRef]:
+    if not isinstance(data, Mapping):
+        raise SnapshotError("children", "a mapping of child id -> child record")
+    children = {}
+    for key, item in data.items():
+        if not isinstance(item, Mapping) or not isinstance(item.get("src"), str):
+            raise SnapshotError(f"children.{key}", "a child record with 'src'")
+        children[key] = ChildRef(key, item["src"], item.get("system_id"),
+                                 item.get("invoked_by"),
+                                 freeze(item.get("state"), f"children.{key}.state",
+                                        SnapshotError))
+    return FrozenDict(children)
