@@ -74,13 +74,13 @@ def run(n: int = 50_000, peer_n: int = 5_000, repeat: int = 5) -> list[Result]:
     """This engine (pure and actor) and every Python peer on the rehydrate case."""
     label = ours_label()
     results: list[Result] = []
-    try:
-        ours = {"pure transition": pure_rehydrate(), "actor": actor_rehydrate()}
-    except ImportError as exc:
-        results.append(skipped(BENCHMARK, CASE, label, f"engine not importable ({exc})"))
-    else:
-        for how, fn in ours.items():
-            results.append(measure(BENCHMARK, CASE, f"{label} ({how})", fn, n, repeat))
+    for how, make in (("pure transition", pure_rehydrate), ("actor", actor_rehydrate)):
+        try:
+            fn = make()
+        except ImportError as exc:
+            results.append(skipped(BENCHMARK, CASE, f"{label} ({how})", f"engine: {exc}"))
+            continue
+        results.append(measure(BENCHMARK, CASE, f"{label} ({how})", fn, n, repeat))
     peers, missing = load_peers()
     for peer in peers:
         results.append(measure(BENCHMARK, CASE, peer.name, peer.rehydrate(), peer_n, repeat))

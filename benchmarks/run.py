@@ -32,7 +32,7 @@ class Sizes:
     peer_n: int = 20_000
     rehydrate_n: int = 50_000
     rehydrate_peer_n: int = 5_000
-    scaling_n: int = 100_000
+    scaling_n: int = 50_000
     memory_k: int = 1_000
     durable_n: int = 600
     raw_n: int = 3_000

@@ -6,7 +6,9 @@ toggles the leaves, so every event exits one state and enters one, whatever the 
 The remaining states are atomic fillers spread over the chain's levels, each with a transition
 on its own event name, so the chart's transition table grows with it. Cost should stay flat
 across sizes when an event costs in proportion to the active states, not to the chart.
-Run: ``python -m benchmarks.scaling [--n 100000] [--repeat 5]``.
+Each chart is measured with a plain ``tick`` and with a guarded one (the guard always passes,
+so no cache of guard-free transitions applies), through an actor and through the pure call.
+Run: ``python -m benchmarks.scaling [--n 50000] [--repeat 5]``.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ SIZES = (10, 100, 1_000)
 DEPTHS = (2, 4, 8)
 
 
-def scaled_chart(states: int, depth: int) -> dict[str, Any]:
-    """An XState config with ``states`` states whose leaves ``a``/``b`` sit at ``depth``."""
+def scaled_chart(states: int, depth: int, guarded: bool = False) -> dict[str, Any]:
+    """An XState config with ``states`` states whose leaves ``a``/``b`` sit at ``depth``.
+
+    ``guarded``: the ``tick`` transitions carry a guard (always true), so an engine cannot serve
+    them from a cache of guard-free transition plans and runs its full selection each event.
+    """
     chain = depth + 1  # l1..l{depth-1} plus a and b
     if depth < 2 or states < chain:
         raise ValueError(f"{states} states cannot hold a chain of depth {depth}")
@@ -38,13 +44,17 @@ def scaled_chart(states: int, depth: int) -> dict[str, Any]:
         node["states"][f"l{k}"] = child
         node = child
         levels.append(node)
-    node["states"]["a"] = {"on": {"tick": "b"}}
-    node["states"]["b"] = {"on": {"tick": "a"}}
+    node["states"]["a"] = {"on": {"tick": _tick("b", guarded)}}
+    node["states"]["b"] = {"on": {"tick": _tick("a", guarded)}}
     for i in range(states - chain):
         level = i % depth
         target = f"l{level + 1}" if level < depth - 1 else "a"
         levels[level]["states"][f"f{i}"] = {"on": {f"e{i}": target}}
     return root
+
+
+def _tick(target: str, guarded: bool) -> Any:
+    return {"target": target, "guard": "ok"} if guarded else target
 
 
 def expected_value(depth: int, n: int) -> Any:
@@ -61,11 +71,14 @@ def count_states(config: dict[str, Any]) -> int:
     return len(children) + sum(count_states(child) for child in children.values())
 
 
-def scaling_case(states: int, depth: int, pure: bool) -> Case:
+def scaling_case(states: int, depth: int, pure: bool, guarded: bool = False) -> Case:
     """``case(n)``: ``n`` ticks on the generated chart via an actor or the pure transition."""
-    from statecharts import create_actor, create_machine
+    from statecharts import create_machine
 
-    machine = create_machine(scaled_chart(states, depth))
+    if not pure:
+        from statecharts import create_actor
+    machine = create_machine(scaled_chart(states, depth, guarded),
+                             guards={"ok": lambda context, event: True} if guarded else None)
 
     def run(n: int) -> float:
         events = ["tick"] * n
@@ -92,21 +105,23 @@ def scaling_case(states: int, depth: int, pure: bool) -> Case:
     return run
 
 
-def run(n: int = 100_000, repeat: int = 5) -> list[Result]:
-    """Every (size, depth) pair, through an actor and through the pure transition."""
+def run(n: int = 50_000, repeat: int = 5) -> list[Result]:
+    """Every (size, depth) pair: plain and guarded ticks, through an actor and the pure call."""
     label = ours_label()
     results = []
-    for pure in (False, True):
-        subject = f"{label} ({'pure transition' if pure else 'actor send'})"
-        for depth in DEPTHS:
-            for states in SIZES:
-                case = f"{states} states, depth {depth}"
-                try:
-                    fn = scaling_case(states, depth, pure)
-                except ImportError as exc:
-                    results.append(skipped(BENCHMARK, case, subject, f"engine: {exc}"))
-                    continue
-                results.append(measure(BENCHMARK, case, subject, fn, n, repeat))
+    for guarded in (False, True):
+        for pure in (False, True):
+            how = "pure transition" if pure else "actor send"
+            subject = f"{label} ({how}, {'guarded' if guarded else 'plain'} tick)"
+            for depth in DEPTHS:
+                for states in SIZES:
+                    case = f"{states} states, depth {depth}"
+                    try:
+                        fn = scaling_case(states, depth, pure, guarded)
+                    except ImportError as exc:
+                        results.append(skipped(BENCHMARK, case, subject, f"engine: {exc}"))
+                        continue
+                    results.append(measure(BENCHMARK, case, subject, fn, n, repeat))
     return results
 
 
@@ -134,7 +149,7 @@ def scaling_table(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Command line: run the scaling benchmark and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--n", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     print(scaling_table(run(args.n, args.repeat)))

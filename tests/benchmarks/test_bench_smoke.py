@@ -1,0 +1,89 @@
+"""Smoke test of the benchmarks' own cases for this engine: tiny counts, final states checked.
+
+No timing is asserted: the point is that each benchmark case of this project still runs and
+lands where it must, so ``python -m benchmarks.run`` cannot quietly measure a broken path.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+import statecharts  # noqa: E402
+from benchmarks import engine, memory, rehydrate, scaling  # noqa: E402
+
+COUNTS = (0, 1, 2, 3, 6)
+needs_actors = pytest.mark.skipif(not hasattr(statecharts, "create_actor"),
+                                  reason="statecharts.create_actor not on this branch yet")
+
+
+@pytest.mark.parametrize("case", engine.PURE_CASES)
+def test_pure_cases_reach_their_final_state(case: str) -> None:
+    run = engine.engine_case(case)
+    for n in COUNTS:
+        assert run(n) >= 0.0
+
+
+@needs_actors
+@pytest.mark.parametrize("case", engine.ACTOR_CASES)
+def test_actor_cases_reach_their_final_state(case: str) -> None:
+    run = engine.engine_case(case)
+    for n in COUNTS:
+        assert run(n) >= 0.0
+
+
+@pytest.mark.parametrize("case", ["flat", "hier", "reenter", "counter"])
+def test_final_state_check_rejects_a_run_that_lost_an_event(case: str) -> None:
+    machine = engine.build_machine(case)
+    snapshot, _ = machine.initial_transition()
+    sent = 5
+    for event in engine.event_list(case, sent):
+        snapshot, _ = machine.transition(snapshot, event)
+    engine.check_snapshot(case, snapshot, sent)
+    with pytest.raises(AssertionError):
+        engine.check_snapshot(case, snapshot, sent + 1)
+
+
+def test_pure_rehydrate_round_trips_through_json_bytes() -> None:
+    run = rehydrate.pure_rehydrate()
+    for n in COUNTS:
+        run(n)
+
+
+@needs_actors
+def test_actor_rehydrate_round_trips_through_json_bytes() -> None:
+    run = rehydrate.actor_rehydrate()
+    for n in COUNTS:
+        run(n)
+
+
+@pytest.mark.parametrize(("states", "depth"), [(10, 2), (10, 8), (100, 4), (1_000, 8)])
+def test_scaling_charts_have_their_size_and_reach_their_final_state(states: int,
+                                                                     depth: int) -> None:
+    for guarded in (False, True):
+        assert scaling.count_states(scaling.scaled_chart(states, depth, guarded)) == states
+        run = scaling.scaling_case(states, depth, pure=True, guarded=guarded)
+        for n in COUNTS:
+            run(n)
+        if hasattr(statecharts, "create_actor"):
+            scaling.scaling_case(states, depth, pure=False, guarded=guarded)(3)
+
+
+def test_scaling_chart_rejects_a_size_too_small_for_its_depth() -> None:
+    with pytest.raises(ValueError, match="cannot hold a chain of depth 8"):
+        scaling.scaled_chart(5, 8)
+
+
+def test_memory_rows_measure_snapshot_sizes() -> None:
+    machine = engine.build_machine("hier")
+    rows = memory.ours_rows({"bench hier": machine}, k=5)
+    [row] = rows
+    stored = statecharts.snapshot_to_json(machine.initial_transition()[0])
+    assert row.snapshot_json == len(stored)
+    assert row.per_restored is not None and row.per_restored > 0
