@@ -15,7 +15,17 @@ from typing import Any
 
 from benchmarks.charts import CONFIGS, COUNTER_LIMIT, EVENTS, event_list, expected_value
 from benchmarks.peers import load_peers
-from benchmarks.timing import OURS, Case, Result, measure, skipped, table
+from benchmarks.timing import (
+    OURS,
+    Case,
+    Result,
+    Round,
+    RoundResult,
+    case_round,
+    interleave,
+    skipped,
+    table,
+)
 from benchmarks.xstate_node import XStateUnavailable, ensure_xstate, node_version, run_xstate
 
 BENCHMARK = "engine"
@@ -100,37 +110,37 @@ def engine_case(case: str) -> Case:
     return pure_case(case) if case.startswith("pure ") else actor_case(case)
 
 
-def measure_ours(n: int, repeat: int) -> list[Result]:
-    """This engine on every case (a case whose API cannot be imported is a skipped row)."""
+ALL_CASES = (*ACTOR_CASES, *PURE_CASES)
+
+
+def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """This engine's cases as rounds (a case whose API cannot be imported is a skipped row)."""
     label = ours_label()
-    results = []
-    for case in (*ACTOR_CASES, *PURE_CASES):
+    rounds, skips = [], []
+    for case in ALL_CASES:
         try:
             fn = engine_case(case)
         except ImportError as exc:
-            results.append(skipped(BENCHMARK, case, label, f"engine: {exc}"))
+            skips.append(skipped(BENCHMARK, case, label, f"engine: {exc}"))
             continue
-        results.append(measure(BENCHMARK, case, label, fn, n, repeat))
-    return results
+        rounds.append(case_round(case, label, fn, n))
+    return rounds, skips
 
 
-def measure_python_peers(n: int, repeat: int) -> list[Result]:
-    """python-statemachine, transitions and sismic on the actor cases."""
+def python_peer_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """python-statemachine, transitions and sismic on the actor cases, as rounds."""
     peers, missing = load_peers()
-    results = []
-    for peer in peers:
-        for case, fn in peer.cases().items():
-            results.append(measure(BENCHMARK, case, peer.name, fn, n, repeat))
-    for label, why in missing.items():
-        results.extend(skipped(BENCHMARK, case, label, why) for case in ACTOR_CASES)
-    return results
+    rounds = [case_round(case, peer.name, fn, n)
+              for peer in peers for case, fn in peer.cases().items()]
+    skips = [skipped(BENCHMARK, case, label, why)
+             for label, why in missing.items() for case in ACTOR_CASES]
+    return rounds, skips
 
 
-def xstate_cases(n: int) -> list[dict[str, Any]]:
+def xstate_cases(n: int, warmup: int) -> list[dict[str, Any]]:
     """The case list handed to ``xstate_bench.mjs`` (same configs, events, counts, checks)."""
-    warmup = min(n, 2_000)
     cases = []
-    for name in (*ACTOR_CASES, *PURE_CASES):
+    for name in ALL_CASES:
         base = name.removeprefix("pure ")
         cases.append({
             "name": name,
@@ -143,23 +153,40 @@ def xstate_cases(n: int) -> list[dict[str, Any]]:
     return cases
 
 
-def measure_xstate(n: int, repeat: int) -> list[Result]:
-    """XState v5 on Node.js on every case (skipped rows when Node.js is unavailable)."""
-    names = (*ACTOR_CASES, *PURE_CASES)
+def xstate_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """XState v5 on Node.js: one round = one Node process running every case once, after an
+    untimed warm-up run of the same ``n`` events (V8 must tier up its JIT in every new process;
+    CPython has nothing comparable, so the Python subjects warm up on 2,000 events). Skipped
+    rows when Node.js or XState is unavailable."""
     try:
         label = f"xstate {ensure_xstate()} (Node.js {node_version()})"
-        rows = run_xstate(xstate_cases(n), repeat, warmup=min(n, 2_000))
     except XStateUnavailable as exc:
-        return [skipped(BENCHMARK, case, "xstate (Node.js)", str(exc)) for case in names]
-    return [Result(BENCHMARK, case, label, n, tuple(rows[case]["rates"])) for case in names]
+        return [], [skipped(BENCHMARK, case, "xstate (Node.js)", str(exc)) for case in ALL_CASES]
+    cases = xstate_cases(n, warmup=n)
+
+    def once() -> RoundResult:
+        rows = run_xstate(cases, repeat=1, warmup=n)
+        return {(case, label): (n, rows[case]["rates"][0]) for case in ALL_CASES}
+
+    return [once], []
 
 
 def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]:
-    """Every subject on every case, ordered by case for the tables."""
-    results = measure_ours(n, repeat) + measure_xstate(n, repeat)
-    results += measure_python_peers(peer_n, repeat)
-    order = {case: i for i, case in enumerate((*ACTOR_CASES, *PURE_CASES))}
-    return sorted(results, key=lambda r: order[r.case])  # stable: ours, xstate, peers
+    """Every subject on every case, runs interleaved; ordered by case for the tables."""
+    rounds: list[Round] = []
+    skips: list[Result] = []
+    for more_rounds, more_skips in (ours_rounds(n), xstate_rounds(n), python_peer_rounds(peer_n)):
+        rounds += more_rounds
+        skips += more_skips
+    results = interleave(BENCHMARK, rounds, repeat) + skips
+    order = {case: i for i, case in enumerate(ALL_CASES)}
+    subjects = [ours_label(), "xstate", "python-statemachine", "transitions", "sismic"]
+    rank = {name: i for i, name in enumerate(subjects)}
+
+    def key(r: Result) -> tuple[int, int]:
+        return order[r.case], next((i for p, i in rank.items() if r.subject.startswith(p)), 99)
+
+    return sorted(results, key=key)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ import sys
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
         per_actor = bytes_per(started, k) if create_actor else None
         rows.append(MemoryRow(
             label, name, per_actor, len(stored),
-            bytes_per(lambda m=machine, s=stored: m.restore(s), k),
+            bytes_per(partial(machine.restore, stored), k),
             note="" if create_actor else no_actor,
         ))
     return rows
@@ -103,7 +104,7 @@ def example_machines() -> tuple[dict[str, Any], dict[str, str]]:
 def peer_rows(k: int) -> list[MemoryRow]:
     """Each Python peer: bytes per started machine on the shared charts."""
     peers, missing = load_peers()
-    rows = [MemoryRow(p.name, f"bench {case}", bytes_per(lambda p=p, c=case: p.instance(c), k))
+    rows = [MemoryRow(p.name, f"bench {case}", bytes_per(partial(p.instance, case), k))
             for p in peers for case in CHARTS]
     rows += [MemoryRow(name, "-", None, note=f"skipped: {why}") for name, why in missing.items()]
     return rows

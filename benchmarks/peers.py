@@ -49,12 +49,12 @@ class PythonStatemachine(Peer):
         self.name = f"python-statemachine {version('python-statemachine')} (StateChart)"
         self._ordered_set = OrderedSet
 
-        class Toggle(StateChart):  # type: ignore[misc]
+        class Toggle(StateChart):  # type: ignore[misc,type-arg]
             off = State(initial=True)
             on = State()
             toggle = off.to(on) | on.to(off)
 
-        class Hier(StateChart):  # type: ignore[misc]
+        class Hier(StateChart):  # type: ignore[misc,type-arg]
             class work(State.Compound):  # type: ignore[misc]
                 class p(State.Parallel):  # type: ignore[misc]
                     class r1(State.Compound):  # type: ignore[misc]
@@ -71,12 +71,12 @@ class PythonStatemachine(Peer):
             leave = work.to(idle)
             enter = idle.to(work)
 
-        class Counter(StateChart):  # type: ignore[misc]
+        class Counter(StateChart):  # type: ignore[misc,type-arg]
             counting = State(initial=True)
             done = State(final=True)
-            INC = counting.to.itself(internal=True, cond="not_too_many", on="inc") | counting.to(
-                done
-            )
+            INC = counting.to.itself(  # type: ignore[no-untyped-call]
+                internal=True, cond="not_too_many", on="inc"
+            ) | counting.to(done)
 
             def __init__(self) -> None:
                 self.count = 0
@@ -336,8 +336,8 @@ class Sismic(Peer):
     """sismic's ``Interpreter`` on YAML-defined charts (its documented way to define them)."""
 
     def __init__(self) -> None:
-        from sismic.interpreter import Interpreter
-        from sismic.io import import_from_yaml
+        from sismic.interpreter import Interpreter  # type: ignore[import-untyped]
+        from sismic.io import import_from_yaml  # type: ignore[import-untyped]
 
         self.name = f"sismic {version('sismic')}"
         self._interpreter = Interpreter

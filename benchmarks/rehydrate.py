@@ -19,7 +19,7 @@ import orjson
 from benchmarks.charts import event_list
 from benchmarks.engine import build_machine, check_snapshot, ours_label
 from benchmarks.peers import load_peers
-from benchmarks.timing import Case, Result, measure, skipped, table
+from benchmarks.timing import Case, Result, Round, case_round, interleave, skipped, table
 
 BENCHMARK = "rehydrate"
 CASE = "rehydrate (hier)"
@@ -71,21 +71,19 @@ def actor_rehydrate() -> Case:
 
 
 def run(n: int = 50_000, peer_n: int = 5_000, repeat: int = 5) -> list[Result]:
-    """This engine (pure and actor) and every Python peer on the rehydrate case."""
+    """This engine (pure and actor) and every Python peer, runs interleaved."""
     label = ours_label()
-    results: list[Result] = []
+    rounds: list[Round] = []
+    skips: list[Result] = []
     for how, make in (("pure transition", pure_rehydrate), ("actor", actor_rehydrate)):
         try:
-            fn = make()
+            rounds.append(case_round(CASE, f"{label} ({how})", make(), n))
         except ImportError as exc:
-            results.append(skipped(BENCHMARK, CASE, f"{label} ({how})", f"engine: {exc}"))
-            continue
-        results.append(measure(BENCHMARK, CASE, f"{label} ({how})", fn, n, repeat))
+            skips.append(skipped(BENCHMARK, CASE, f"{label} ({how})", f"engine: {exc}"))
     peers, missing = load_peers()
-    for peer in peers:
-        results.append(measure(BENCHMARK, CASE, peer.name, peer.rehydrate(), peer_n, repeat))
-    results.extend(skipped(BENCHMARK, CASE, name, why) for name, why in missing.items())
-    return results
+    rounds += [case_round(CASE, peer.name, peer.rehydrate(), peer_n) for peer in peers]
+    skips += [skipped(BENCHMARK, CASE, name, why) for name, why in missing.items()]
+    return interleave(BENCHMARK, rounds, repeat) + skips
 
 
 def main(argv: list[str] | None = None) -> None:

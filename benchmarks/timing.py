@@ -3,8 +3,10 @@
 One method everywhere: a *case* is a callable ``case(n) -> seconds`` that builds a fresh
 instance (not timed), sends ``n`` events (timed with ``time.perf_counter`` around the event loop
 only), checks the final state (so a silently ignored event fails the run) and returns the timed
-seconds. ``measure`` warms the case up once, then runs it ``repeat`` times and keeps every rate;
-tables report the median and the ratio of this project's median to each peer's.
+seconds. Each case is warmed up once, then run ``repeat`` times and every rate is kept; where
+subjects are compared, ``interleave`` alternates them run by run so that load from other
+processes on a shared machine falls on all of them alike. Tables report the median and the
+ratio of this project's median to each peer's.
 """
 
 from __future__ import annotations
@@ -71,6 +73,37 @@ def time_runs(case: Case, n: int, repeat: int, warmup: int | None = None) -> tup
         seconds = case(n)
         rates.append(n / seconds)
     return tuple(rates)
+
+
+#: (case, subject) -> (n, events per second) for one run.
+RoundResult = dict[tuple[str, str], tuple[int, float]]
+Round = Callable[[], RoundResult]
+
+
+def case_round(case_name: str, subject: str, case: Case, n: int) -> Round:
+    """Warm ``case`` up now; return a round that runs it once and reports its rate."""
+    case(min(n, 2_000))
+
+    def once() -> RoundResult:
+        gc.collect()
+        return {(case_name, subject): (n, n / case(n))}
+
+    return once
+
+
+def interleave(benchmark: str, rounds: Sequence[Round], repeat: int,
+               unit: str = "ev/s") -> list[Result]:
+    """Run every round once, ``repeat`` times over: subjects alternate, so a burst of load from
+    another process hits all of them alike instead of one subject's whole series."""
+    rates: dict[tuple[str, str], list[float]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for _ in range(repeat):
+        for one in rounds:
+            for key, (n, rate) in one().items():
+                rates.setdefault(key, []).append(rate)
+                sizes[key] = n
+    return [Result(benchmark, case, subject, sizes[(case, subject)], tuple(r), unit)
+            for (case, subject), r in rates.items()]
 
 
 def measure(

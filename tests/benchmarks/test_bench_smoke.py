@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not a
 
 import statecharts  # noqa: E402
 from benchmarks import engine, memory, rehydrate, scaling  # noqa: E402
+from benchmarks.charts import event_list  # noqa: E402
 
 COUNTS = (0, 1, 2, 3, 6)
 needs_actors = pytest.mark.skipif(not hasattr(statecharts, "create_actor"),
@@ -43,7 +44,7 @@ def test_final_state_check_rejects_a_run_that_lost_an_event(case: str) -> None:
     machine = engine.build_machine(case)
     snapshot, _ = machine.initial_transition()
     sent = 5
-    for event in engine.event_list(case, sent):
+    for event in event_list(case, sent):
         snapshot, _ = machine.transition(snapshot, event)
     engine.check_snapshot(case, snapshot, sent)
     with pytest.raises(AssertionError):
