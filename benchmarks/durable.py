@@ -136,9 +136,9 @@ def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
     rates = tuple(per_client * clients / in_threads(clients, client) for _ in range(repeat))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {RAW_TABLE}")
-    version = _pg_server_version(dsn)
-    return DurableRow(f"PostgreSQL {version}", clients, "raw single-row jsonb UPDATE (psycopg 3)",
-                      "commits/s", 1, per_client * clients, rates)
+    return DurableRow(f"PostgreSQL {_pg_server_version(dsn)}", clients,
+                      "raw single-row jsonb UPDATE (psycopg 3)", "commits/s", 1,
+                      per_client * clients, rates)
 
 
 def _warm_pg(dsn: str, sql: str, c: int) -> None:
@@ -254,38 +254,61 @@ def _find(rows: list[DurableRow], backend: str, clients: int, prefix: str) -> Du
                  and r.subject.startswith(prefix) and r.ok), None)
 
 
+def interleaved(measurements: list[Callable[[], DurableRow]], repeat: int) -> list[DurableRow]:
+    """Call each one-run measurement in turn, ``repeat`` times over; merge each subject's runs.
+
+    Subjects alternate run by run so that load from other processes falls on all of them alike.
+    """
+    merged: dict[tuple[str, int, str], DurableRow] = {}
+    for _ in range(repeat):
+        for one in measurements:
+            row = one()
+            key = (row.backend, row.clients, row.subject)
+            seen = merged.get(key)
+            merged[key] = row if seen is None else replace(
+                seen, rates=seen.rates + row.rates, note=seen.note or row.note)
+    return list(merged.values())
+
+
 def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
-    """Every durable measurement, PostgreSQL first, then SQLite."""
+    """Every durable measurement, PostgreSQL first, then SQLite; subjects interleaved."""
     from benchmarks import durable_runtime
 
     dsn = bench_dsn()
     rows: list[DurableRow] = []
-    pg_backend = ""
-    for clients in CLIENTS:
-        try:
-            raw = raw_postgres(dsn, clients, raw_n, repeat)
-        except Exception as exc:  # PostgreSQL missing or down: say so, go on with SQLite
-            rows.append(DurableRow("PostgreSQL", clients, "raw single-row jsonb UPDATE",
-                                   "commits/s", 1, raw_n, (), note=f"skipped: {exc}"))
-            continue
-        pg_backend = raw.backend
-        rows.append(raw)
+    try:
+        pg = f"PostgreSQL {_pg_server_version(dsn)}"
+    except Exception as exc:  # PostgreSQL missing or down: say so, go on with SQLite
+        pg = ""
+        rows.append(DurableRow("PostgreSQL", 1, "raw single-row jsonb UPDATE", "commits/s", 1,
+                               raw_n, (), note=f"skipped: {str(exc).strip()[:200]}"))
+    if pg:
         reset_database(dsn, DBOS_DATABASE)
-        rows.append(dbos(dbos_url_for(dsn, DBOS_DATABASE), pg_backend, clients, n, repeat))
-        rows.append(durable_runtime.measure_postgres(dsn, pg_backend, clients, n, repeat))
+        url = dbos_url_for(dsn, DBOS_DATABASE)
+        for clients in CLIENTS:
+            rows += interleaved([
+                lambda c=clients: raw_postgres(dsn, c, raw_n, 1),
+                lambda c=clients: dbos(url, pg, c, n, 1),
+                lambda c=clients: durable_runtime.measure_postgres(dsn, pg, c, n, 1),
+            ], repeat)
+        reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
         directory = Path(tmp)
+        lite = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
         for clients in CLIENTS:
-            full = raw_sqlite(directory, clients, raw_n, repeat, "FULL")
-            rows.append(full)
-            rows.append(raw_sqlite(directory, clients, raw_n, repeat, "NORMAL"))
-            url = f"sqlite:///{directory / f'dbos-{clients}.sqlite'}"
-            peer = dbos(url, full.backend, clients, n, repeat)
-            rows.append(replace(peer, note=peer.note or "DBOS's own SQLite settings"))
-            rows.append(durable_runtime.measure_sqlite(directory, full.backend, clients, n, repeat))
-    if pg_backend:
-        reset_database(dsn, DBOS_DATABASE)
+            sqlite_url = f"sqlite:///{directory / f'dbos-{clients}.sqlite'}"
+            rows += interleaved([
+                lambda c=clients: raw_sqlite(directory, c, raw_n, 1, "FULL"),
+                lambda c=clients: raw_sqlite(directory, c, raw_n, 1, "NORMAL"),
+                lambda c=clients, u=sqlite_url: _dbos_sqlite(u, lite, c, n),
+                lambda c=clients: durable_runtime.measure_sqlite(directory, lite, c, n, 1),
+            ], repeat)
     return rows
+
+
+def _dbos_sqlite(url: str, backend: str, clients: int, n: int) -> DurableRow:
+    peer = dbos(url, backend, clients, n, 1)
+    return replace(peer, note=peer.note or "DBOS's own SQLite settings")
 
 
 def main(argv: list[str] | None = None) -> None:
