@@ -34,13 +34,34 @@ class Step:
     """The working state of one macrostep: what ``Snapshot`` holds, made mutable, plus the
     internal queue and the effects collected so far. Built-in actions act on it."""
 
-    __slots__ = ("machine", "nodes", "context", "history", "timers", "children", "status",
-                 "output", "error", "queue", "effects", "event", "now", "guards_used",
-                 "history_read", "microsteps", "timers_changed", "children_changed")
+    __slots__ = (
+        "children",
+        "children_changed",
+        "context",
+        "effects",
+        "error",
+        "event",
+        "guards_used",
+        "history",
+        "history_read",
+        "machine",
+        "microsteps",
+        "nodes",
+        "now",
+        "output",
+        "queue",
+        "retries",
+        "skipped",
+        "status",
+        "timers",
+        "timers_changed",
+        "trace",
+    )
 
     def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
-                 children: Mapping[str, ChildRef], now: Callable[[], int]) -> None:
+                 children: Mapping[str, ChildRef], now: Callable[[], int],
+                 retries: FrozenDict = EMPTY, skipped: tuple[Any, ...] = ()) -> None:
         self.machine = machine
         self.nodes: set[StateNode] = set(nodes)
         self.context = context
@@ -56,6 +77,9 @@ class Step:
         self.now = now
         self.guards_used = False
         self.history_read = False
+        self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
+        self.retries = retries
+        self.skipped = skipped
         self.microsteps = 0
         self.timers_changed = False
         self.children_changed = False
@@ -72,7 +96,7 @@ class Step:
         self.queue.append(event)
 
     def schedule(self, timer_id: str, event: FrozenDict, delay: Any, target: str | None) -> None:
-        ms = self.machine.resolve_delay(delay, self.context, self.event)
+        ms = self.machine.resolve_delay(delay, self.context, self.event, self)
         due_at = self.now() + ms
         self.timers[timer_id] = Timer(timer_id, event, due_at, target)
         self.timers_changed = True
@@ -84,17 +108,22 @@ class Step:
             self.effects.append(fx.CancelTimer(timer_id))
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
-              invoked_by: str | None = None) -> None:
-        name, logic = self.machine.resolve_actor(src)
+              invoked_by: str | None = None, logic: Any = None, key: str | None = None,
+              attempt: int = 1) -> None:
+        if logic is None:
+            name, logic = self.machine.resolve_actor(src)
+        else:
+            name = src
         if actor_id is None:
             n = 0
             while f"{name}#{n}" in self.children:
                 n += 1
             actor_id = f"{name}#{n}"
-        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by)
+        frozen_input = freeze(input, "input")
+        self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
         self.children_changed = True
-        self.effects.append(fx.StartChild(actor_id, name, freeze(input, "input"), system_id,
-                                          invoked_by, logic))
+        self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
+                                          key, attempt, logic))
 
     def stop_child(self, actor_id: str) -> None:
         if self.children.pop(actor_id, None) is not None:
@@ -107,7 +136,27 @@ class Step:
 
     def check(self, guard: Any) -> bool:
         spec = self.machine.resolve_guard(guard)
-        return spec.evaluate(self.context, self.event, self.in_state)
+        return spec.evaluate(self.context, self.event, self)
+
+    def retry_allowed(self, state_id: str, event: FrozenDict) -> bool:
+        record = self.retries[state_id]
+        policy = self.machine.definition.by_id[state_id].retry
+        return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
+                                  self.now(), record["key"]))
+
+    def record_failure(self, state_id: str) -> None:
+        self._update_retry(state_id, last_error=self.event.get("error"))
+
+    def record_skip(self, state_id: str) -> None:
+        record = self.retries.get(state_id, {})
+        node = self.machine.definition.by_id[state_id]
+        self.skipped = (*self.skipped, FrozenDict(
+            state=state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
+            error=self.event.get("error")))
+
+    def _update_retry(self, state_id: str, **changes: Any) -> None:
+        self.retries = FrozenDict({**self.retries,
+                                   state_id: FrozenDict({**self.retries[state_id], **changes})})
 
     def run_actions(self, actions: list[Any]) -> None:
         run_actions(self, [self.machine.resolve_action(a) for a in actions], self.event)
@@ -216,7 +265,7 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
 
 def _passes(guard: Any, transition: Transition, step: Step, event: FrozenDict) -> bool:
     try:
-        return bool(guard.evaluate(step.context, event, step.in_state))
+        return bool(guard.evaluate(step.context, event, step))
     except ImplementationError as exc:
         raise ImplementationError(f"{exc.where} at {transition.config_path}", exc.cause) from exc
 
@@ -275,15 +324,20 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     transitions = remove_conflicting_transitions(transitions, step.nodes, step.history)
     if any(t.has_history_target for t in transitions):
         step.history_read = True
-    before = (step.context, step.history, len(step.nodes))
+    if step.trace is not None:
+        step.trace.append((event, tuple(transitions)))
+    before = (step.context, step.history, len(step.nodes), step.retries)
     exited = exit_states(step, transitions, event)
     for transition in transitions:
         run_actions(step, transition.actions, event)
+    if step.retries and exited:
+        _close_retry_records(step)
     entered = enter_states(step, transitions, event)
     if step.status == "done":
         for node in sorted(step.nodes, key=_order, reverse=True):
             run_actions(step, node.exit, event)
-    return bool(exited or entered) or before != (step.context, step.history, len(step.nodes))
+    return bool(exited or entered) or \
+        before != (step.context, step.history, len(step.nodes), step.retries)
 
 
 def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
@@ -301,6 +355,15 @@ def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) ->
             step.stop_child(invoke.id)
         step.nodes.discard(node)
     return True
+
+
+def _close_retry_records(step: Step) -> None:
+    """Forget the retry records of retried states just exited (after the transition's own
+    actions, which may still read them: ``recordSkip``)."""
+    by_id = step.machine.definition.by_id
+    kept = {k: v for k, v in step.retries.items() if by_id[k] in step.nodes}
+    if len(kept) != len(step.retries):
+        step.retries = FrozenDict(kept)
 
 
 def record_history(to_exit: list[StateNode], nodes: set[StateNode],
@@ -352,15 +415,32 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     """Entry actions, then invoked actors, then ``after`` timers (XState's order)."""
+    key, attempt = _count_attempt(step, node)
     run_actions(step, node.entry, event)
     for invoke in node.invoke:
         actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
             invoke.input
-        step.spawn(invoke.id, invoke.logic if invoke.logic is not None else invoke.src,
-                   actor_input, invoke.system_id, node.id)
+        step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
+                   key, attempt)
     for timer_event, delay in node.after_timers:
         step.event = event
         step.schedule(timer_event, step.machine.event(timer_event), delay, None)
+
+
+def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
+    """Retry bookkeeping: entering a retried state opens its record (key stable across its
+    attempts); entering its ``attempting`` child counts an attempt."""
+    if node.retry is not None:
+        now = step.now()
+        step.retries = FrozenDict({**step.retries, node.id: FrozenDict(
+            attempt=0, last_error=None, started_at=now, key=f"{node.id}@{now}")})
+    owner = node.retry_attempt_of
+    if owner is None:
+        return None, 1
+    record = step.retries[owner.id]
+    attempt = record["attempt"] + 1
+    step._update_retry(owner.id, attempt=attempt)
+    return str(record["key"]), attempt
 
 
 def _complete(step: Step, final: StateNode, event: FrozenDict,

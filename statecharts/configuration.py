@@ -18,8 +18,18 @@ from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 class Configuration:
     """An immutable, interned set of active state nodes."""
 
-    __slots__ = ("key", "nodes", "node_set", "atomic", "value", "tags", "has_always",
-                 "ids", "leaves", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "atomic",
+        "has_always",
+        "ids",
+        "key",
+        "leaves",
+        "node_set",
+        "nodes",
+        "tags",
+        "value",
+    )
 
     def __init__(self, root: StateNode, node_set: frozenset[StateNode]) -> None:
         self.key = node_set

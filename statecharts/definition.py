@@ -17,13 +17,18 @@ from typing import Any
 
 import orjson
 
-from .actions import ActionSpec, BuiltinAction
+from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
 from .errors import MachineDefinitionError
-from .events import after_event_type, done_actor_event_type, done_state_event_type, \
-    error_actor_event_type
+from .events import (
+    after_event_type,
+    done_actor_event_type,
+    done_state_event_type,
+    error_actor_event_type,
+)
 from .frozen import freeze
 from .guards import GuardSpec
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
+from .retry import RetryPolicy, as_policy
 
 NODE_KEYS = frozenset({
     "id", "initial", "type", "history", "target", "states", "on", "always", "after", "entry",
@@ -32,7 +37,9 @@ NODE_KEYS = frozenset({
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "systemId", "retry",
-                         "onFinalFailure", "description", "meta"})
+                         "onFinalFailure", "breaker", "external", "description", "meta"})
+RETRY_DELAY_PREFIX = "retry:"
+ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
 FAILURE_CLASSES = ("fail_run", "skip")
 
@@ -66,6 +73,7 @@ class Definition:
     context: Any
     version: str | None
     fingerprint: str
+    retry_delays: Mapping[str, StateNode] = field(default_factory=dict)
 
 
 def build_definition(config: Any, impl: Implementations) -> Definition:
@@ -80,6 +88,7 @@ class _Builder:
         self.nodes: list[StateNode] = []
         self.configs: dict[StateNode, Mapping[str, Any]] = {}
         self.by_id: dict[str, StateNode] = {}
+        self.retried: dict[StateNode, tuple[RetryPolicy, str]] = {}
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path or '<root>'}: {message}")
@@ -104,8 +113,9 @@ class _Builder:
             self.problem("version", "the version must be a string")
         if self.problems:
             raise MachineDefinitionError(self.problems)
+        retry_delays = {f"{RETRY_DELAY_PREFIX}{n.id}": n for n in self.retried}
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
-                          version, _fingerprint(root, self.nodes))
+                          version, _fingerprint(root, self.nodes), retry_delays)
 
     # -- pass 1: the tree ------------------------------------------------------------------
 
@@ -130,6 +140,8 @@ class _Builder:
             if node.id in self.by_id:
                 self.problem(_join(path, "id"), f"duplicate state id '{node.id}'")
             self.by_id[node.id] = node
+        config = self._expand_retry(node, config, path)
+        self.configs[node] = config
         states = config.get("states") or {}
         if not isinstance(states, Mapping):
             self.problem(_join(path, "states"), "'states' must be a mapping of name -> state")
@@ -148,6 +160,78 @@ class _Builder:
         node.children = tuple(children)
         node.regions = tuple(c for c in children if c.type != HISTORY)
         node.history_children = tuple(c for c in children if c.type == HISTORY)
+
+    def _expand_retry(self, node: StateNode, config: Mapping[str, Any],
+                      path: str) -> Mapping[str, Any]:
+        """An invoke with ``retry`` becomes visible states: ``attempting`` (the invoke) and
+        ``waiting_to_retry`` (a durable timer), with the invoke's onDone/onError on the
+        state itself so their targets resolve as written."""
+        invokes = config.get("invoke")
+        items = invokes if isinstance(invokes, list) else [invokes]
+        retried = [(i, inv) for i, inv in enumerate(items)
+                   if isinstance(inv, Mapping) and inv.get("retry") is not None]
+        if not retried:
+            return config
+        index, invoke = retried[0]
+        invoke_path = f"{path}.invoke[{index}]" if isinstance(invokes, list) else \
+            _join(path, "invoke")
+        if len(retried) > 1 or config.get("states"):
+            self.problem(invoke_path, "a retried invoke needs a state of its own (no child "
+                         "states, no other retried invoke)")
+            return config
+        try:
+            policy = as_policy(invoke["retry"])
+        except (TypeError, ValueError) as exc:
+            self.problem(_join(invoke_path, "retry"), str(exc))
+            return config
+        invoke_id = invoke.get("id") or f"{node.id}:invocation[{index}]"
+        self.retried[node] = (policy, str(invoke_id))
+        attempt = {k: v for k, v in invoke.items()
+                   if k not in ("onDone", "onError", "retry", "onFinalFailure")}
+        attempt["id"] = invoke_id
+        on = dict(config.get("on") or {})
+        done = invoke.get("onDone")
+        if done is not None:
+            on[done_actor_event_type(str(invoke_id))] = done
+        on[error_actor_event_type(str(invoke_id))] = [
+            {"guard": GuardSpec("retryAllowed", params=node.id), "target": f".{WAITING}",
+             "actions": [RecordFailure(node.id)]},
+            *self._final_failure(node, invoke, invoke_path),
+        ]
+        rest = [inv for i, inv in enumerate(items) if i != index]
+        expanded = {k: v for k, v in config.items() if k not in ("invoke", "on")}
+        if rest:
+            expanded["invoke"] = rest
+        expanded["on"] = on
+        expanded["initial"] = ATTEMPTING
+        expanded["states"] = {
+            ATTEMPTING: {"invoke": attempt},
+            WAITING: {"after": {f"{RETRY_DELAY_PREFIX}{node.id}": ATTEMPTING},
+                      "tags": ["retrying"]},
+        }
+        return expanded
+
+    def _final_failure(self, node: StateNode, invoke: Mapping[str, Any],
+                       path: str) -> list[Any]:
+        if invoke.get("onError") is not None:
+            error = invoke["onError"]
+            return list(error) if isinstance(error, list) else [error]
+        if invoke.get("onFinalFailure") != "skip":
+            return []  # unhandled: the machine (the run) fails
+        done = invoke.get("onDone")
+        if done is None:
+            self.problem(_join(path, "onFinalFailure"), "'skip' goes on along onDone; add "
+                         "onDone")
+            return []
+        skipped = []
+        for item in done if isinstance(done, list) else [done]:
+            item = {"target": item} if isinstance(item, str) else dict(item)
+            actions = item.get("actions") or []
+            item["actions"] = [RecordSkip(node.id),
+                               *(actions if isinstance(actions, list) else [actions])]
+            item.pop("guard", None)
+            skipped.append(item)
+        return skipped[:1]
 
     def _type(self, config: Mapping[str, Any], has_children: bool, path: str) -> str:
         kind = config.get("type")
@@ -168,6 +252,10 @@ class _Builder:
 
     def _fill(self, node: StateNode, config: Mapping[str, Any]) -> None:
         path = node.config_path
+        if node in self.retried:
+            node.retry, node.retry_invoke = self.retried[node]
+        if node.parent is not None and node.parent in self.retried and node.key == ATTEMPTING:
+            node.retry_attempt_of = node.parent
         self._initial(node, config, path)
         if node.type == HISTORY:
             self._history(node, config, path)
@@ -334,6 +422,8 @@ class _Builder:
             if value.type == "stateIn":
                 node = self._state_in(value.params, path)
                 return GuardSpec("stateIn", params=node.id if node else None)
+            if value.type == "retryAllowed":
+                return value
             return self._named_guard(value.type, value.params, path)
         if isinstance(value, str):
             return self._named_guard(value, None, path)
@@ -476,9 +566,7 @@ class _Builder:
         if failure is not None and failure not in FAILURE_CLASSES:
             self.problem(_join(path, "onFinalFailure"),
                          f"one of {', '.join(FAILURE_CLASSES)}, not {failure!r}")
-        retry = item.get("retry")
-        if retry is not None and not (isinstance(retry, Mapping) or hasattr(retry, "delay_for")):
-            self.problem(_join(path, "retry"), "a retry policy is a mapping or a RetryPolicy")
+        retry = node.retry_attempt_of.retry if node.retry_attempt_of is not None else None
         input_value = item.get("input")
         if input_value is not None and not callable(input_value):
             input_value = self._params({"input": input_value}, _join(path, "input"))
@@ -513,6 +601,8 @@ class _Builder:
         elif isinstance(key, str) and _is_number(key):
             number = float(key)
         elif isinstance(key, str):
+            if key.startswith(RETRY_DELAY_PREFIX):
+                return key
             if key not in self.impl.delays:
                 self.problem(path, f"no delay '{key}'{_hint(key, self.impl.delays)} (a delay "
                              "is milliseconds or a name from delays=)")
@@ -557,9 +647,9 @@ class _Builder:
     def _check_descriptor(self, descriptor: Any, path: str) -> None:
         if not isinstance(descriptor, str) or not descriptor:
             self.problem(path, "an event descriptor is a non-empty string")
-        elif "*" in descriptor and descriptor != "*" and not descriptor.endswith(".*"):
-            self.problem(path, "a wildcard is '*' or the last token ('prefix.*')")
-        elif "*" in descriptor[:-1]:
+        elif "*" in descriptor[:-1] or (descriptor.endswith("*") and
+                                          descriptor not in ("*",) and
+                                          not descriptor.endswith(".*")):
             self.problem(path, "a wildcard is '*' or the last token ('prefix.*')")
 
     def _unknown_key(self, path: str, key: str, allowed: Iterable[str]) -> None:

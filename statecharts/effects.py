@@ -21,7 +21,8 @@ class Effect:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able record of this effect (for outbox tables and logs)."""
         data: dict[str, Any] = {"kind": self.kind}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        slots: tuple[str, ...] = self.__slots__  # type: ignore[attr-defined]
+        for name in slots:
             if name != "fn":
                 data[name] = getattr(self, name)
         return data
@@ -81,7 +82,11 @@ class CancelTimer(Effect):
 
 @dataclass(frozen=True, slots=True)
 class StartChild(Effect):
-    """Start the actor ``src`` as child ``id`` with ``input``."""
+    """Start the actor ``src`` as child ``id`` with ``input``.
+
+    ``key`` is stable across the retries of one call site (``attempt`` counts them) so a
+    runtime can hand it to the invoked function as its idempotency key.
+    """
 
     kind: ClassVar[str] = "start_child"
     id: str
@@ -89,11 +94,14 @@ class StartChild(Effect):
     input: Any
     system_id: str | None = None
     invoked_by: str | None = None
+    key: str | None = None
+    attempt: int = 1
     logic: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,
-                "system_id": self.system_id, "invoked_by": self.invoked_by}
+                "system_id": self.system_id, "invoked_by": self.invoked_by, "key": self.key,
+                "attempt": self.attempt}
 
 
 @dataclass(frozen=True, slots=True)

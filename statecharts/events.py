@@ -49,7 +49,7 @@ def _event_error(path: str, message: str) -> EventError:
 
 def descriptor_matches(descriptor: str, event_type: str) -> bool:
     """XState event descriptors: exact, ``*``, or a ``prefix.*`` matching whole tokens."""
-    if descriptor == event_type or descriptor == WILDCARD:
+    if descriptor in (event_type, WILDCARD):
         return True
     if descriptor.endswith(".*"):
         prefix = descriptor[:-1]  # keeps the dot: "a.*" matches "a.b" but not "ab"

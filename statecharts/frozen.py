@@ -76,7 +76,8 @@ EMPTY = FrozenDict()
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def freeze(value: Any, path: str = "", error: Callable[[str, str], Exception] = ContextError) -> Any:
+def freeze(value: Any, path: str = "",
+           error: Callable[[str, str], Exception] = ContextError) -> Any:
     """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``."""
     if isinstance(value, FrozenDict | FrozenList):
         return value
@@ -93,7 +94,8 @@ def freeze(value: Any, path: str = "", error: Callable[[str, str], Exception] = 
         return FrozenDict(items)
     if isinstance(value, list | tuple):
         return FrozenList(freeze(item, f"{path}[{i}]", error) for i, item in enumerate(value))
-    raise error(path or "<root>", f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
+    raise error(path or "<root>",
+                f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
 
 
 def thaw(value: Any) -> Any:

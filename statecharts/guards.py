@@ -7,14 +7,20 @@ assigns. User guards are called ``fn(context, event, **params)`` and must be pur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ImplementationError
 
 GuardLike = Any  # a name, {"type", "params"}, a callable or a GuardSpec
-InState = Callable[[str], bool]
+
+
+class GuardScope(Protocol):
+    """What a guard may ask beyond context and event (the algorithm's ``Step``)."""
+
+    def in_state(self, state_id: str) -> bool: ...
+    def retry_allowed(self, state_id: str, event: Any) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class GuardSpec:
     fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     description: str | None = None
 
-    def evaluate(self, context: Any, event: Any, in_state: InState) -> bool:
+    def evaluate(self, context: Any, event: Any, scope: GuardScope) -> bool:
         """True when the guard passes for ``context`` and ``event``."""
         kind = self.type
         if self.fn is not None:
@@ -38,24 +44,27 @@ class GuardSpec:
             if callable(params):
                 params = params(context, event)
             try:
-                return bool(self.fn(context, event, **params) if params else self.fn(context, event))
+                result = self.fn(context, event, **params) if params else self.fn(context, event)
+                return bool(result)
             except Exception as exc:  # a user guard failed: say which one
                 raise ImplementationError(f"guard '{kind}'", exc) from exc
         if kind == "and":
-            return all(child.evaluate(context, event, in_state) for child in self.children)
+            return all(child.evaluate(context, event, scope) for child in self.children)
         if kind == "or":
-            return any(child.evaluate(context, event, in_state) for child in self.children)
+            return any(child.evaluate(context, event, scope) for child in self.children)
         if kind == "not":
-            return not self.children[0].evaluate(context, event, in_state)
+            return not self.children[0].evaluate(context, event, scope)
         if kind == "stateIn":
-            return in_state(self.params)
+            return scope.in_state(self.params)
+        if kind == "retryAllowed":
+            return scope.retry_allowed(self.params, event)
         raise ImplementationError(f"guard '{kind}'", LookupError("guard was never resolved"))
 
     def names(self) -> list[str]:
         """The names of the user guards this guard uses (for validation and skeletons)."""
         if self.type in ("and", "or", "not"):
             return [name for child in self.children for name in child.names()]
-        return [] if self.type == "stateIn" else [self.type]
+        return [] if self.type in ("stateIn", "retryAllowed") else [self.type]
 
 
 def and_(*guards: GuardLike) -> GuardSpec:

@@ -16,8 +16,7 @@ from typing import Any
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
 from .configuration import Configuration
-from .definition import Definition, Implementations, build_definition, resolve_action, \
-    resolve_guard
+from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
 from .events import INIT, EventLike, normalize_event
@@ -105,6 +104,14 @@ class Machine:
         step.status = "stopped"
         return self._snapshot_from(step, snapshot), tuple(step.effects)
 
+    def fail(self, snapshot: Snapshot, error: Any) -> Result:
+        """The snapshot with status ``error`` (a runtime calls this when an action raised)."""
+        step = self._step_from(snapshot, _fixed(None))
+        algorithm._stop_everything(step)
+        step.status = "error"
+        step.error = freeze(error, "error")
+        return self._snapshot_from(step, snapshot), tuple(step.effects)
+
     def start(self, input: Any, now: Callable[[], int]) -> Result:
         """``initial_transition`` with a clock function (for runtimes)."""
         frozen_input = freeze(input, "input")
@@ -116,33 +123,40 @@ class Machine:
         algorithm.settle(step, event)
         return self._snapshot_from(step, None), tuple(step.effects)
 
-    def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int]) -> Result:
-        """``transition`` with a normalized event and a clock function (for runtimes)."""
+    def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
+             trace: list[Any] | None = None) -> Result:
+        """``transition`` with a normalized event and a clock function (for runtimes).
+
+        With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
+        """
         if snapshot._status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
         configuration = snapshot._configuration
-        cached = self._fast.get((configuration, event["type"]))
+        cached = self._fast.get((configuration, event["type"])) if trace is None else None
         if cached is not None:
             if cached is configuration:
                 return snapshot, NO_EFFECTS
             return make_snapshot(self, cached, snapshot._context, "active", None, None,
-                                 snapshot._history, snapshot._timers,
-                                 snapshot._children), NO_EFFECTS
+                                 snapshot._history, snapshot._timers, snapshot._children,
+                                 snapshot._retries, snapshot._skipped), NO_EFFECTS
         if snapshot._machine is not self:
             self._check_owner(snapshot)
         step = self._step_from(snapshot, now)
+        step.trace = trace
         algorithm.macrostep(step, event)
         result = self._snapshot_from(step, snapshot)
         if self._is_plain_move(step, snapshot, result):
             self._remember(configuration, event["type"], result._configuration)
         return result, tuple(step.effects)
 
-    def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int]) -> Result:
+    def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int],
+                      trace: list[Any] | None = None) -> Result:
         """``fire_timer`` with a clock function (for runtimes)."""
         timer = next((t for t in snapshot._timers if t.id == timer_id), None)
         if timer is None or snapshot._status != "active":
             return snapshot, NO_EFFECTS
         step = self._step_from(snapshot, now)
+        step.trace = trace
         del step.timers[timer_id]
         step.timers_changed = True
         if timer.target is None:
@@ -180,10 +194,16 @@ class Machine:
             found = self._events[event_type] = FrozenDict(type=event_type)
         return found
 
-    def resolve_delay(self, delay: Any, context: Any, event: Any) -> int:
+    def resolve_delay(self, delay: Any, context: Any, event: Any,
+                      step: algorithm.Step | None = None) -> int:
         """Milliseconds for ``delay``: a number, a name from ``delays=``, or a function."""
         name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
         value = delay
+        retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
+        if retried is not None and step is not None:
+            record = step.retries[retried.id]
+            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
+                                               record["key"]))
         if isinstance(delay, str):
             if delay not in self.implementations.delays:
                 raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
@@ -232,7 +252,7 @@ class Machine:
         if context is None:
             return EMPTY
         frozen = freeze(context, "")
-        if not isinstance(frozen, dict):
+        if not isinstance(frozen, FrozenDict):
             raise ImplementationError("context", TypeError("context must be a mapping"))
         return frozen
 
@@ -244,7 +264,8 @@ class Machine:
 
     def _step_from(self, snapshot: Snapshot, now: Callable[[], int]) -> algorithm.Step:
         return algorithm.Step(self, snapshot._configuration.nodes, snapshot._context,
-                              snapshot._history, snapshot._timers, snapshot._children, now)
+                              snapshot._history, snapshot._timers, snapshot._children, now,
+                              snapshot._retries, snapshot._skipped)
 
     def _snapshot_from(self, step: algorithm.Step, before: Snapshot | None) -> Snapshot:
         configuration = self._configuration_for(frozenset(step.nodes))
@@ -257,14 +278,15 @@ class Machine:
         else:
             children = FrozenDict(step.children)
         return make_snapshot(self, configuration, step.context, step.status, step.output,
-                             step.error, step.history, timers, children)
+                             step.error, step.history, timers, children, step.retries,
+                             step.skipped)
 
     def _is_plain_move(self, step: algorithm.Step, before: Snapshot, after: Snapshot) -> bool:
         return (not step.effects and not step.guards_used and not step.history_read and
                 step.microsteps <= 1 and after._status == "active" and
                 after._context is before._context and after._history is before._history and
                 after._timers is before._timers and after._children is before._children and
-                not after._configuration.has_always)
+                after._retries is before._retries and not after._configuration.has_always)
 
     def _remember(self, configuration: Configuration, event_type: str,
                   result: Configuration) -> None:

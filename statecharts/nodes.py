@@ -20,8 +20,20 @@ ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY = "atomic", "compound", "parallel", "
 class Transition:
     """One transition: ``source`` --event [guard] / actions--> ``targets``."""
 
-    __slots__ = ("source", "event", "targets", "guard", "actions", "reenter", "delay",
-                 "description", "meta", "order", "config_path", "has_history_target")
+    __slots__ = (
+        "actions",
+        "config_path",
+        "delay",
+        "description",
+        "event",
+        "guard",
+        "has_history_target",
+        "meta",
+        "order",
+        "reenter",
+        "source",
+        "targets",
+    )
 
     def __init__(self, source: StateNode, event: str | None, targets: tuple[StateNode, ...],
                  guard: GuardSpec | None, actions: tuple[ActionSpec, ...], reenter: bool,
@@ -53,8 +65,16 @@ class Transition:
 class InvokeDef:
     """An actor invoked while its state is active: started on entry, stopped on exit."""
 
-    __slots__ = ("id", "src", "input", "system_id", "retry", "on_final_failure", "config_path",
-                 "logic")
+    __slots__ = (
+        "config_path",
+        "id",
+        "input",
+        "logic",
+        "on_final_failure",
+        "retry",
+        "src",
+        "system_id",
+    )
 
     def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
                  on_final_failure: str | None, config_path: str, logic: Any) -> None:
@@ -71,11 +91,40 @@ class InvokeDef:
 class StateNode:
     """A state in the tree. ``type`` is atomic, compound, parallel, final or history."""
 
-    __slots__ = ("key", "id", "path", "type", "parent", "children", "initial", "history",
-                 "history_default", "entry", "exit", "transitions", "always", "invoke", "tags",
-                 "meta", "description", "output", "order", "depth", "ancestors", "config_path",
-                 "after_timers", "history_children", "regions", "_candidates", "_by_event",
-                 "_wildcards", "machine_id")
+    __slots__ = (
+        "_by_event",
+        "_candidates",
+        "_wildcards",
+        "after_timers",
+        "always",
+        "ancestors",
+        "children",
+        "config_path",
+        "depth",
+        "description",
+        "entry",
+        "exit",
+        "history",
+        "history_children",
+        "history_default",
+        "id",
+        "initial",
+        "invoke",
+        "key",
+        "machine_id",
+        "meta",
+        "order",
+        "output",
+        "parent",
+        "path",
+        "regions",
+        "retry",
+        "retry_attempt_of",
+        "retry_invoke",
+        "tags",
+        "transitions",
+        "type",
+    )
 
     def __init__(self, key: str, id: str, path: tuple[str, ...], parent: StateNode | None,
                  config_path: str) -> None:
@@ -99,7 +148,7 @@ class StateNode:
         self.description: str | None = None
         self.output: Any = None
         self.order = 0
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.ancestors: tuple[StateNode, ...] = () if parent is None else (parent,
                                                                             *parent.ancestors)
         self.after_timers: tuple[tuple[str, int | str], ...] = ()
@@ -109,6 +158,9 @@ class StateNode:
         self._by_event: dict[str, list[Transition]] = {}
         self._wildcards: list[tuple[str, list[Transition]]] = []
         self.machine_id = ""
+        self.retry: Any = None
+        self.retry_invoke: str | None = None
+        self.retry_attempt_of: StateNode | None = None
 
     @property
     def is_atomic(self) -> bool:

@@ -53,12 +53,13 @@ class ChildRef:
     src: str
     system_id: str | None = None
     invoked_by: str | None = None
+    input: Any = None
     state: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """The child record as JSON types."""
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
-                "state": self.state}
+                "input": self.input, "state": self.state}
 
 
 class Snapshot:
@@ -68,8 +69,19 @@ class Snapshot:
     ``active``, ``done``, ``error``, ``stopped``.
     """
 
-    __slots__ = ("_machine", "_configuration", "_context", "_status", "_output", "_error",
-                 "_history", "_timers", "_children")
+    __slots__ = (
+        "_children",
+        "_configuration",
+        "_context",
+        "_error",
+        "_history",
+        "_machine",
+        "_output",
+        "_retries",
+        "_skipped",
+        "_status",
+        "_timers",
+    )
 
     _machine: Machine
     _configuration: Configuration
@@ -80,6 +92,8 @@ class Snapshot:
     _history: Mapping[str, tuple[StateNode, ...]]
     _timers: tuple[Timer, ...]
     _children: Mapping[str, ChildRef]
+    _retries: FrozenDict
+    _skipped: tuple[FrozenDict, ...]
 
     def __init__(self) -> None:
         raise TypeError("snapshots come from machine.initial_transition(), transition() or "
@@ -131,6 +145,18 @@ class Snapshot:
         return self._children
 
     @property
+    def retries(self) -> Mapping[str, Any]:
+        """Retried call sites in progress: state id -> ``{attempt, last_error, started_at,
+        key}``."""
+        return self._retries
+
+    @property
+    def skipped(self) -> tuple[Any, ...]:
+        """Calls that failed for good with ``onFinalFailure: "skip"``: state, invoke,
+        attempts, error."""
+        return self._skipped
+
+    @property
     def history(self) -> Mapping[str, tuple[str, ...]]:
         """Recorded history: history state id -> ids of the states it remembers."""
         return {key: tuple(n.id for n in nodes) for key, nodes in self._history.items()}
@@ -168,7 +194,8 @@ class Snapshot:
                 self._context == other._context and self._status == other._status and
                 self._output == other._output and self._error == other._error and
                 self.history == other.history and self._timers == other._timers and
-                self._children == other._children)
+                self._children == other._children and self._retries == other._retries and
+                self._skipped == other._skipped)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -181,7 +208,8 @@ def make_snapshot(machine: Machine, configuration: Configuration, context: Froze
                   status: str = "active", output: Any = None, error: Any = None,
                   history: Mapping[str, tuple[StateNode, ...]] = EMPTY,
                   timers: tuple[Timer, ...] = (),
-                  children: Mapping[str, ChildRef] = EMPTY) -> Snapshot:
+                  children: Mapping[str, ChildRef] = EMPTY, retries: FrozenDict = EMPTY,
+                  skipped: tuple[FrozenDict, ...] = ()) -> Snapshot:
     """Build a snapshot without validation (the engine's own constructor)."""
     snapshot = object.__new__(Snapshot)
     snapshot._machine = machine
@@ -193,6 +221,8 @@ def make_snapshot(machine: Machine, configuration: Configuration, context: Froze
     snapshot._history = history
     snapshot._timers = timers
     snapshot._children = children
+    snapshot._retries = retries
+    snapshot._skipped = skipped
     return snapshot
 
 
@@ -212,6 +242,8 @@ def persist(snapshot: Snapshot) -> dict[str, Any]:
         "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
         "timers": [thaw(t.to_json()) for t in snapshot._timers],
         "children": {key: thaw(c.to_json()) for key, c in snapshot._children.items()},
+        "retries": thaw(snapshot._retries),
+        "skipped": thaw(list(snapshot._skipped)),
     }
 
 
@@ -242,12 +274,14 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         error = freeze(data.get("error"), "error", SnapshotError)
     except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
         raise SnapshotError("context", str(exc)) from exc
-    if not isinstance(context, dict):
+    if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     return make_snapshot(machine, configuration, context, status, output, error,
                          _history(machine, data.get("history") or {}),
                          _timers(data.get("timers") or []),
-                         _children(data.get("children") or {}))
+                         _children(data.get("children") or {}),
+                         _retries(machine, data.get("retries") or {}),
+                         _skipped(data.get("skipped") or []))
 
 
 def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -328,6 +362,27 @@ def _timers(data: Any) -> tuple[Timer, ...]:
     return tuple(sorted(timers, key=lambda t: (t.due_at, t.id)))
 
 
+def _retries(machine: Machine, data: Any) -> FrozenDict:
+    if not isinstance(data, Mapping):
+        raise SnapshotError("retries", "a mapping of state id -> retry record")
+    for key, record in data.items():
+        node = machine.definition.by_id.get(key)
+        if node is None or node.retry is None:
+            raise SnapshotError(f"retries.{key}", "no retried state with this id")
+        if not isinstance(record, Mapping) or not isinstance(record.get("attempt"), int) or \
+                not isinstance(record.get("started_at"), int) or \
+                not isinstance(record.get("key"), str):
+            raise SnapshotError(f"retries.{key}", "a record with attempt, started_at, key")
+    frozen: FrozenDict = freeze(data, "retries", SnapshotError)
+    return frozen
+
+
+def _skipped(data: Any) -> tuple[FrozenDict, ...]:
+    if not isinstance(data, list) or not all(isinstance(item, Mapping) for item in data):
+        raise SnapshotError("skipped", "a list of skipped-call records")
+    return tuple(freeze(item, f"skipped[{i}]", SnapshotError) for i, item in enumerate(data))
+
+
 def _children(data: Any) -> Mapping[str, ChildRef]:
     if not isinstance(data, Mapping):
         raise SnapshotError("children", "a mapping of child id -> child record")
@@ -337,6 +392,8 @@ def _children(data: Any) -> Mapping[str, ChildRef]:
             raise SnapshotError(f"children.{key}", "a child record with 'src'")
         children[key] = ChildRef(key, item["src"], item.get("system_id"),
                                  item.get("invoked_by"),
+                                 freeze(item.get("input"), f"children.{key}.input",
+                                        SnapshotError),
                                  freeze(item.get("state"), f"children.{key}.state",
                                         SnapshotError))
     return FrozenDict(children)

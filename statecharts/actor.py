@@ -1,0 +1,600 @@
+"""The in-memory actor runtime: it runs what the pure core decides.
+
+An ``Actor`` holds the current snapshot, feeds events to ``machine.step`` one at a time
+(run-to-completion; events sent while one is processed wait in the mailbox), and executes the
+returned effects: user actions in order, timers on its clock, child actors, sends and emits.
+
+Thread safety: ``send``, ``stop`` and timer callbacks take the actor's lock, so an actor may be
+fed from several threads (``SystemClock`` fires timers on its own thread); snapshots are
+immutable and safe to share. Observers and actions run on whichever thread is processing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import effects as fx
+from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
+from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
+from .events import EventLike, done_actor_event_type, error_actor_event_type, normalize_event
+from .frozen import FrozenDict, freeze, thaw
+from .inspection import InspectionEvent, Inspector
+from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
+from .machine import Machine
+from .snapshot import ChildRef, Snapshot
+
+logger = logging.getLogger("statecharts")
+UNPERSISTABLE_RULES = ("restart", "fail")
+_default_clock: SystemClock | None = None
+
+
+def default_clock() -> SystemClock:
+    """The process-wide wall clock actors use unless given one."""
+    global _default_clock
+    if _default_clock is None:
+        _default_clock = SystemClock()
+    return _default_clock
+
+
+class Subscription:
+    """Returned by ``subscribe``; ``unsubscribe()`` stops the notifications."""
+
+    def __init__(self, observers: list[Any], observer: Any) -> None:
+        self._observers = observers
+        self._observer = observer
+
+    def unsubscribe(self) -> None:
+        """Stop notifying this observer."""
+        if self._observer in self._observers:
+            self._observers.remove(self._observer)
+
+
+class ActorSystem:
+    """The actors of one tree, by ``systemId``."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, Any] = {}
+
+    def get(self, system_id: str) -> Any:
+        """The actor registered as ``system_id``, or None."""
+        return self.actors.get(system_id)
+
+
+class Actor:
+    """A running machine. Create with ``create_actor``; call ``start()`` before sending."""
+
+    def __init__(self, machine: Machine, *, input: Any = None,
+                 snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
+                 clock: Clock | None = None, inspect: Inspector | None = None,
+                 id: str | None = None, parent: Any = None, system: ActorSystem | None = None,
+                 system_id: str | None = None, on_unpersistable: str = "restart") -> None:
+        if on_unpersistable not in UNPERSISTABLE_RULES:
+            raise ValueError(f"on_unpersistable is one of {UNPERSISTABLE_RULES}")
+        self.machine = machine
+        self.id = id or machine.id
+        self.clock: Clock = clock or default_clock()
+        self.system = system or ActorSystem()
+        self.system_id = system_id
+        self.parent = parent
+        self.on_unpersistable = on_unpersistable
+        self._inspect = inspect
+        self._input = input
+        self._restore_from = snapshot
+        self._snapshot: Snapshot | None = None
+        self._status = "idle"
+        self._mailbox: deque[tuple[str, Any]] = deque()
+        self._processing = False
+        self._lock = threading.RLock()
+        self._observers: list[tuple[Callable[..., Any] | None, Callable[..., Any] | None,
+                                    Callable[..., Any] | None]] = []
+        self._listeners: dict[str, list[Callable[[Any], None]]] = {}
+        self._timers: dict[str, TimerHandle] = {}
+        self._children: dict[str, Any] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Actor:
+        """Start (or resume from the given snapshot); returns the actor."""
+        with self._lock:
+            if self._status != "idle":
+                return self
+            self._status = "running"
+            if self.system_id:
+                self.system.actors[self.system_id] = self
+            self._report("@xstate.actor")
+            if self._restore_from is not None:
+                self._resume(self._restore_from)
+            else:
+                trace: list[Any] | None = [] if self._inspect else None
+                snapshot, effects = self.machine.start(self._input, self.clock.now)
+                self._trace(trace)
+                self._apply(snapshot, effects)
+            self._drain()
+        return self
+
+    def stop(self) -> None:
+        """Stop: children stopped, timers cancelled, status ``stopped``. Idempotent."""
+        with self._lock:
+            if self._status == "stopped":
+                return
+            if self._snapshot is not None and self._snapshot.status == "active":
+                snapshot, effects = self.machine.stop(self._snapshot)
+                self._snapshot = snapshot
+                self._run_effects(effects)
+            self._shutdown()
+            self._notify()
+
+    def _shutdown(self) -> None:
+        self._status = "stopped"
+        for handle in self._timers.values():
+            self.clock.cancel(handle)
+        self._timers.clear()
+        for child in list(self._children.values()):
+            child.stop()
+        self._children.clear()
+        self._mailbox.clear()
+        if self.system_id and self.system.actors.get(self.system_id) is self:
+            del self.system.actors[self.system_id]
+        self._report("@xstate.stopped")
+        for _, _, complete in list(self._observers):
+            if complete is not None:
+                complete()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def send(self, event: EventLike) -> None:
+        """Send an event. Events sent while one is processed wait their turn."""
+        normalized = normalize_event(event)
+        with self._lock:
+            if self._status == "stopped":
+                raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
+                                        f"{normalized['type']!r}")
+            self._mailbox.append(("event", normalized))
+            if self._status == "running":
+                self._drain()
+
+    def _deliver(self, kind: str, payload: Any) -> None:
+        """Queue an internal delivery (timer, child result) unless stopped."""
+        with self._lock:
+            if self._status != "running":
+                return
+            self._mailbox.append((kind, payload))
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._processing:
+            return
+        self._processing = True
+        try:
+            while self._mailbox and self._status == "running":
+                kind, payload = self._mailbox.popleft()
+                self._process(kind, payload)
+        finally:
+            self._processing = False
+
+    def _process(self, kind: str, payload: Any) -> None:
+        snapshot = self._snapshot
+        assert snapshot is not None
+        trace: list[Any] | None = [] if self._inspect else None
+        try:
+            if kind == "timer":
+                self._timers.pop(payload, None)
+                result = self.machine.deliver_timer(snapshot, payload, self.clock.now, trace)
+            else:
+                if kind == "child" and payload[0] not in snapshot.children:
+                    return  # a result from a child that was stopped meanwhile
+                event = payload[1] if kind == "child" else payload
+                self._report("@xstate.event", event=event)
+                result = self.machine.step(snapshot, event, self.clock.now, trace)
+        except StatechartError as exc:
+            self._fail(exc)
+            raise
+        self._trace(trace)
+        self._apply(*result)
+
+    # -- effects -----------------------------------------------------------------------------
+
+    def _apply(self, snapshot: Snapshot, effects: tuple[fx.Effect, ...]) -> None:
+        previous = self._snapshot
+        self._snapshot = snapshot
+        try:
+            self._run_effects(effects)
+        except ImplementationError as exc:
+            self._fail(exc)
+            raise
+        if self._snapshot is not previous:
+            self._report("@xstate.snapshot", snapshot=self._snapshot)
+            self._notify()
+        if self._snapshot.status in ("done", "error"):
+            self._finish()
+
+    def _run_effects(self, effects: tuple[fx.Effect, ...]) -> None:
+        for effect in effects:
+            if self._inspect is not None:
+                self._report("@xstate.action", action=effect)
+            self._run_effect(effect)
+
+    def _run_effect(self, effect: fx.Effect) -> None:
+        if isinstance(effect, fx.RunAction):
+            fn = effect.fn if effect.fn is not None else \
+                self.machine.implementations.actions.get(effect.type)
+            if callable(fn):
+                try:
+                    fn(effect.context, effect.event, **effect.params)
+                except Exception as exc:
+                    raise ImplementationError(f"action '{effect.type}'", exc) from exc
+        elif isinstance(effect, fx.StartTimer):
+            self._arm(effect.id, effect.due_at)
+        elif isinstance(effect, fx.CancelTimer):
+            handle = self._timers.pop(effect.id, None)
+            if handle is not None:
+                self.clock.cancel(handle)
+        elif isinstance(effect, fx.StartChild):
+            self._start_child(effect.id, effect.src, effect.logic, effect.input,
+                              effect.system_id, None, effect.key)
+        elif isinstance(effect, fx.StopChild):
+            child = self._children.pop(effect.id, None)
+            if child is not None:
+                child.stop()
+        elif isinstance(effect, fx.SendTo):
+            self._send_to(effect.target, effect.event)
+        elif isinstance(effect, fx.SendParent):
+            if self.parent is None:
+                logger.warning("actor %r has no parent to send %r to", self.id,
+                               effect.event["type"])
+            else:
+                self.parent._deliver("event", effect.event)
+        elif isinstance(effect, fx.Emit):
+            for listener in (*self._listeners.get(effect.event["type"], ()),
+                             *self._listeners.get("*", ())):
+                listener(effect.event)
+        elif isinstance(effect, fx.Log):
+            logger.info("%s%s", f"{effect.label}: " if effect.label else "", thaw(effect.value))
+
+    def _arm(self, timer_id: str, due_at: int) -> None:
+        old = self._timers.pop(timer_id, None)
+        if old is not None:
+            self.clock.cancel(old)
+        self._timers[timer_id] = self.clock.schedule(
+            due_at, lambda: self._deliver("timer", timer_id))
+
+    def _send_to(self, target: str, event: FrozenDict) -> None:
+        actor = self._children.get(target) or self.system.get(target)
+        if actor is None:
+            logger.warning("actor %r: no child or system actor %r to send %r to (dropped)",
+                           self.id, target, event["type"])
+            return
+        actor._deliver("event", event) if isinstance(actor, Actor) else actor.send(event)
+
+    # -- children ----------------------------------------------------------------------------
+
+    def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
+                     system_id: str | None, restored: Any, key: str | None = None) -> None:
+        if isinstance(logic, Machine):
+            child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
+                               inspect=self._inspect, id=child_id, parent=self,
+                               system=self.system, system_id=system_id,
+                               on_unpersistable=self.on_unpersistable)
+        elif isinstance(logic, CallbackLogic):
+            child = CallbackChild(self, child_id, logic, input)
+        elif isinstance(logic, CallableLogic | AsyncLogic):
+            child = self._function_child(child_id, logic, input, key)
+        elif callable(logic):
+            child = self._function_child(child_id, from_callable(logic, src), input, key)
+        else:
+            raise ImplementationError(f"actor {src!r}", TypeError(
+                f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
+                "from_callback)"))
+        self._children[child_id] = child
+        if system_id:
+            self.system.actors[system_id] = child
+        child.start()
+
+    def _function_child(self, child_id: str, logic: Any, input: Any,
+                        key: str | None) -> FunctionChild:
+        return FunctionChild(self, child_id, logic, input, key)
+
+    def child_done(self, child_id: str, output: Any) -> None:
+        """A child finished with ``output`` (children call this)."""
+        try:
+            frozen = freeze(output, f"output of child {child_id!r}")
+        except ContextError as exc:
+            self.child_failed(child_id, error_to_json(exc))
+            return
+        self._deliver("child", (child_id, FrozenDict(type=done_actor_event_type(child_id),
+                                                     output=frozen)))
+
+    def child_failed(self, child_id: str, error: Any) -> None:
+        """A child failed with ``error`` (JSON) (children call this)."""
+        self._deliver("child", (child_id, FrozenDict(type=error_actor_event_type(child_id),
+                                                     error=freeze(error, "error"))))
+
+    def _finish(self) -> None:
+        snapshot = self._snapshot
+        assert snapshot is not None
+        if self.parent is not None:
+            if snapshot.status == "done":
+                self.parent.child_done(self.id, snapshot.output)
+            else:
+                self.parent.child_failed(self.id, snapshot.error)
+        self._shutdown()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._snapshot is None or self._snapshot.status != "active":
+            return
+        snapshot, effects = self.machine.fail(self._snapshot, error_to_json(exc))
+        self._snapshot = snapshot
+        try:
+            self._run_effects(effects)
+        finally:
+            for _, error, _ in list(self._observers):
+                if error is not None:
+                    error(exc)
+            self._notify()
+            self._finish()
+
+    # -- resuming ----------------------------------------------------------------------------
+
+    def _resume(self, data: Snapshot | Mapping[str, Any] | bytes) -> None:
+        snapshot = data if isinstance(data, Snapshot) else self.machine.restore(data)
+        self._snapshot = snapshot
+        for ref in snapshot.children.values():
+            self._resume_child(ref)
+        now = self.clock.now()
+        for timer in snapshot.timers:  # due order; overdue ones fire at once, in order
+            if timer.due_at <= now:
+                self._mailbox.append(("timer", timer.id))
+            else:
+                self._arm(timer.id, timer.due_at)
+
+    def _resume_child(self, ref: ChildRef) -> None:
+        logic = self._logic_of(ref)
+        state = ref.state if isinstance(ref.state, Mapping) else {}
+        if isinstance(logic, Machine) and state.get("snapshot") is not None:
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
+                              state["snapshot"])
+        elif self.on_unpersistable == "restart":
+            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
+        else:
+            self._mailbox.append(("child", (ref.id, FrozenDict(
+                type=error_actor_event_type(ref.id),
+                error={"name": "ActorLost", "message": f"child {ref.id!r} was running when "
+                       "the snapshot was taken and cannot be resumed"}))))
+
+    def _logic_of(self, ref: ChildRef) -> Any:
+        if ref.invoked_by is not None:
+            node = self.machine.definition.by_id.get(ref.invoked_by)
+            for invoke in node.invoke if node is not None else ():
+                if invoke.id == ref.id and invoke.logic is not None:
+                    return invoke.logic
+        return self.machine.resolve_actor(ref.src)[1]
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def get_snapshot(self) -> Snapshot:
+        """The current snapshot."""
+        if self._snapshot is None:
+            raise ActorStoppedError(f"actor {self.id!r} has not started")
+        return self._snapshot
+
+    def get_persisted_snapshot(self) -> dict[str, Any]:
+        """The snapshot as JSON types, children included (recursively)."""
+        data = self.machine.persist(self.get_snapshot())
+        for child_id, record in data["children"].items():
+            child = self._children.get(child_id)
+            if child is not None:
+                record["state"] = child.persisted_state()
+        return data
+
+    def persisted_state(self) -> dict[str, Any]:
+        """What a parent records about this actor when persisting."""
+        return {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
+
+    def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
+                  error: Callable[[BaseException], Any] | None = None,
+                  complete: Callable[[], Any] | None = None) -> Subscription:
+        """Call ``observer(snapshot)`` on each change, ``error(exc)`` on failure and
+        ``complete()`` when the actor stops."""
+        entry = (observer, error, complete)
+        self._observers.append(entry)
+        return Subscription(self._observers, entry)
+
+    def on(self, event_type: str, listener: Callable[[Any], None]) -> Subscription:
+        """Listen to events the machine ``emit``s (``*`` for all)."""
+        listeners = self._listeners.setdefault(event_type, [])
+        listeners.append(listener)
+        return Subscription(listeners, listener)
+
+    @property
+    def status(self) -> str:
+        """``idle`` (not started), ``running`` or ``stopped``."""
+        return self._status
+
+    @property
+    def children(self) -> Mapping[str, Any]:
+        """Running child actors by id."""
+        return dict(self._children)
+
+    def _notify(self) -> None:
+        snapshot = self._snapshot
+        for observer, _, _ in list(self._observers):
+            if observer is not None:
+                observer(snapshot)
+
+    def _report(self, kind: str, **fields: Any) -> None:
+        if self._inspect is not None:
+            self._inspect(InspectionEvent(kind, self.id, **fields))
+
+    def _trace(self, trace: list[Any] | None) -> None:
+        if trace and self._inspect is not None:
+            for event, transitions in trace:
+                self._report("@xstate.microstep", event=event, transitions=tuple(
+                    (t.source.id, tuple(n.id for n in t.targets)) for t in transitions))
+
+    def __repr__(self) -> str:
+        return f"<Actor {self.id!r} {self._status}>"
+
+
+class FunctionChild:
+    """A child running a function (``from_callable``) or coroutine (``from_async``) once."""
+
+    def __init__(self, parent: Actor, child_id: str, logic: CallableLogic | AsyncLogic,
+                 input: Any, key: str | None = None) -> None:
+        self.parent = parent
+        self.id = child_id
+        self.key = f"{parent.id}:{key or child_id}"
+        self.logic = logic
+        self.input = input
+        self.running = False
+        self.stopped = False
+
+    def start(self) -> None:
+        """Run the function to completion now and report its result to the parent."""
+        self.running = True
+        kwargs = {"idempotency_key": self.key} if self.logic.wants_key else {}
+        try:
+            if isinstance(self.logic, AsyncLogic):
+                output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))
+            else:
+                output = self.logic.fn(thaw(self.input), **kwargs)
+        except Exception as exc:
+            self.running = False
+            if not self.stopped:
+                self.parent.child_failed(self.id, error_to_json(exc))
+            return
+        self.running = False
+        if not self.stopped:
+            self.parent.child_done(self.id, output)
+
+    def send(self, event: Any) -> None:
+        """Functions take no events; dropped with a warning."""
+        logger.warning("child %r runs a function and takes no events (%r dropped)", self.id,
+                       event)
+
+    def stop(self) -> None:
+        """Forget the result if it has not arrived."""
+        self.stopped = True
+
+    def persisted_state(self) -> dict[str, Any]:
+        """Functions cannot be persisted mid-flight: recorded with their input."""
+        return {"kind": "function", "status": "running" if self.running else "idle"}
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class CallbackChild:
+    """A child running ``fn(send_back, receive, input)`` until stopped."""
+
+    def __init__(self, parent: Actor, child_id: str, logic: CallbackLogic, input: Any) -> None:
+        self.parent = parent
+        self.id = child_id
+        self.logic = logic
+        self.input = input
+        self.handlers: list[Callable[[Any], None]] = []
+        self.cleanup: Callable[[], Any] | None = None
+        self.stopped = False
+
+    def start(self) -> None:
+        """Call the callback function; keep its cleanup."""
+        def send_back(event: EventLike) -> None:
+            if not self.stopped:
+                self.parent._deliver("event", normalize_event(event))
+
+        try:
+            result = self.logic.fn(send_back, self.handlers.append, thaw(self.input))
+        except Exception as exc:
+            self.parent.child_failed(self.id, error_to_json(exc))
+            return
+        self.cleanup = result if callable(result) else None
+
+    def send(self, event: Any) -> None:
+        """Pass ``event`` to the handlers registered through ``receive``."""
+        for handler in list(self.handlers):
+            handler(event)
+
+    _deliver = None  # callbacks are not Actors; _send_to uses send()
+
+    def stop(self) -> None:
+        """Run the cleanup once."""
+        if not self.stopped:
+            self.stopped = True
+            if self.cleanup is not None:
+                self.cleanup()
+
+    def persisted_state(self) -> dict[str, Any]:
+        """Callbacks hold live resources: recorded with their input, restarted on resume."""
+        return {"kind": "callback", "status": "running"}
+
+
+def create_actor(machine: Machine, *, input: Any = None,
+                 snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
+                 clock: Clock | None = None, inspect: Inspector | None = None,
+                 on_unpersistable: str = "restart", system_id: str | None = None) -> Actor:
+    """An actor for ``machine``; pass ``snapshot`` to resume a persisted one.
+
+    ``on_unpersistable`` says what happens on resume to a child that was running and could not
+    be persisted (a function in flight, a callback): ``restart`` it with its input, or ``fail``
+    it (the parent receives ``xstate.error.actor.<id>`` with ``ActorLost``).
+    """
+    return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
+                 on_unpersistable=on_unpersistable, system_id=system_id)
+
+
+def wait_for(actor: Actor, predicate: Callable[[Snapshot], bool],
+             timeout: int | None = None) -> Snapshot:
+    """Wait until ``predicate(snapshot)`` holds; ``timeout`` in ms.
+
+    With a ``SimulatedClock`` this advances simulated time timer by timer (never sleeping);
+    with the system clock it blocks the calling thread. Raises ``TimeoutError``, or
+    ``ActorStoppedError`` if the actor ends first without the predicate holding.
+    """
+    snapshot = actor.get_snapshot()
+    if predicate(snapshot):
+        return snapshot
+    if isinstance(actor.clock, SimulatedClock):
+        return _wait_simulated(actor, actor.clock, predicate, timeout)
+    done = threading.Event()
+    found: list[Snapshot] = []
+
+    def check(snap: Snapshot) -> None:
+        if predicate(snap):
+            found.append(snap)
+            done.set()
+
+    subscription = actor.subscribe(check, complete=done.set)
+    try:
+        check(actor.get_snapshot())
+        if not done.wait(None if timeout is None else timeout / 1000):
+            raise TimeoutError(f"actor {actor.id!r}: condition not met within {timeout} ms")
+    finally:
+        subscription.unsubscribe()
+    if found:
+        return found[0]
+    raise ActorStoppedError(f"actor {actor.id!r} stopped before the condition held")
+
+
+def _wait_simulated(actor: Actor, clock: SimulatedClock, predicate: Callable[[Snapshot], bool],
+                    timeout: int | None) -> Snapshot:
+    deadline = None if timeout is None else clock.now() + timeout
+    while True:
+        snapshot = actor.get_snapshot()
+        if predicate(snapshot):
+            return snapshot
+        if actor.status == "stopped":
+            raise ActorStoppedError(f"actor {actor.id!r} stopped before the condition held")
+        next_due = min((h.due_at for h in clock._heap if not h.cancelled), default=None)
+        if next_due is None or (deadline is not None and next_due > deadline):
+            if deadline is not None:
+                clock.set(max(deadline, clock.now()))
+                if predicate(actor.get_snapshot()):
+                    return actor.get_snapshot()
+            raise TimeoutError(f"actor {actor.id!r}: condition not met within {timeout} ms "
+                               "of simulated time")
+        clock.set(max(next_due, clock.now()))

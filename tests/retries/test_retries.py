@@ -1,0 +1,191 @@
+"""Retries as visible, durable states (issue 5, engine side)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecharts import (
+    MachineDefinitionError,
+    SimulatedClock,
+    create_actor,
+    create_machine,
+    from_callable,
+)
+from statecharts.retry import RetriesExhausted, RetryPolicy, with_retry
+
+
+class Unavailable(Exception):
+    """A retryable downstream failure."""
+
+
+class Declined(Exception):
+    """A business error: never retried."""
+
+
+class SlowDown(Exception):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("slow down")
+        self.retry_after = retry_after
+
+
+def run_until_settled(retry: dict[str, Any], failures: list[Exception],
+                      on_error: bool = True) -> tuple[Any, list[int], list[str]]:
+    """Run an invoice-like machine whose call fails with ``failures`` in turn, then succeeds;
+    return the final snapshot, the times of each attempt and the idempotency keys seen."""
+    clock = SimulatedClock()
+    times: list[int] = []
+    keys: list[str] = []
+
+    def call(input: Any, idempotency_key: str) -> str:
+        times.append(clock.now())
+        keys.append(idempotency_key)
+        if len(times) <= len(failures):
+            raise failures[len(times) - 1]
+        return "INV-1"
+
+    invoke: dict[str, Any] = {"src": "create_invoice", "retry": retry, "onDone": "sent"}
+    if on_error:
+        invoke["onError"] = "failed"
+    machine = create_machine(
+        {"id": "invoice", "initial": "creating",
+         "states": {"creating": {"invoke": invoke}, "sent": {"type": "final"},
+                    "failed": {"type": "final"}}},
+        actors={"create_invoice": from_callable(call)})
+    actor = create_actor(machine, clock=clock).start()
+    clock.advance(10 * 60 * 1000)
+    return actor.get_snapshot(), times, keys
+
+
+@pytest.mark.parametrize(("backoff", "expected_times"), [
+    ("fixed", [0, 1000, 2000, 3000]),
+    ("linear", [0, 1000, 3000, 6000]),
+    ("exponential", [0, 1000, 3000, 7000]),
+])
+def test_exact_wait_sequences(backoff: str, expected_times: list[int]) -> None:
+    snapshot, times, keys = run_until_settled(
+        {"max_attempts": 4, "initial_interval": 1000, "backoff": backoff},
+        [Unavailable()] * 3)
+    assert snapshot.value == "sent"
+    assert times == expected_times
+    assert len(set(keys)) == 1, "one idempotency key for every retry of the call"
+
+
+def test_max_interval_caps_the_wait() -> None:
+    _, times, _ = run_until_settled(
+        {"max_attempts": 5, "initial_interval": 1000, "backoff": "exponential",
+         "max_interval": 2500}, [Unavailable()] * 4)
+    assert [b - a for a, b in itertools.pairwise(times)] == [1000, 2000, 2500, 2500]
+
+
+def test_retry_after_overrides_the_wait() -> None:
+    _, times, _ = run_until_settled({"max_attempts": 3, "initial_interval": 1000},
+                                    [SlowDown(retry_after=7000)])
+    assert times == [0, 7000]
+
+
+def test_non_retryable_error_goes_straight_to_the_error_path() -> None:
+    snapshot, times, _ = run_until_settled(
+        {"max_attempts": 5, "non_retryable": ["Declined"]}, [Declined("card declined")])
+    assert snapshot.value == "failed"
+    assert times == [0]
+
+
+def test_retry_on_limits_retries_to_named_errors() -> None:
+    snapshot, times, _ = run_until_settled(
+        {"max_attempts": 5, "retry_on": ["Unavailable"]}, [KeyError("x")])
+    assert snapshot.value == "failed" and times == [0]
+
+
+def test_max_attempts_reached_goes_to_on_error() -> None:
+    snapshot, times, _ = run_until_settled(
+        {"max_attempts": 3, "initial_interval": 10, "backoff": "fixed"}, [Unavailable()] * 9)
+    assert snapshot.value == "failed"
+    assert times == [0, 10, 20]
+
+
+def test_max_attempts_reached_without_on_error_fails_the_machine() -> None:
+    snapshot, _, _ = run_until_settled(
+        {"max_attempts": 2, "initial_interval": 10}, [Unavailable("down")] * 9, on_error=False)
+    assert snapshot.status == "error"
+    assert snapshot.error["name"] == "Unavailable"
+
+
+def test_attempts_and_last_error_live_in_the_snapshot_while_waiting() -> None:
+    clock = SimulatedClock()
+    machine = create_machine(
+        {"id": "m", "initial": "calling", "states": {
+            "calling": {"invoke": {"src": "f", "retry": {"max_attempts": 3,
+                                                          "initial_interval": 500},
+                                   "onDone": "ok", "onError": "ko"}},
+            "ok": {}, "ko": {}}},
+        actors={"f": from_callable(lambda i: (_ for _ in ()).throw(Unavailable("503")))})
+    actor = create_actor(machine, clock=clock).start()
+    snapshot = actor.get_snapshot()
+    assert snapshot.value == {"calling": "waiting_to_retry"}
+    record = snapshot.retries["m.calling"]
+    assert record["attempt"] == 1
+    assert record["last_error"]["message"] == "503"
+    assert snapshot.has_tag("retrying")
+    assert snapshot.timers[0].due_at == 500
+
+
+def test_skip_goes_on_and_records_the_skipped_item() -> None:
+    clock = SimulatedClock()
+    machine = create_machine(
+        {"id": "batch", "initial": "task", "states": {
+            "task": {"invoke": {"src": "crm", "retry": {"max_attempts": 2,
+                                                         "initial_interval": 100},
+                                "onFinalFailure": "skip", "onDone": "next"}},
+            "next": {"type": "final"}}},
+        actors={"crm": from_callable(lambda i: (_ for _ in ()).throw(Unavailable("crm")))})
+    actor = create_actor(machine, clock=clock).start()
+    clock.advance(1000)
+    snapshot = actor.get_snapshot()
+    assert snapshot.status == "done"
+    assert [dict(item) | {"error": item["error"]["name"]} for item in snapshot.skipped] == [
+        {"state": "batch.task", "invoke": "batch.task:invocation[0]", "attempts": 2,
+         "error": "Unavailable"}]
+
+
+def test_invalid_retry_policy_is_a_definition_error_with_its_path() -> None:
+    with pytest.raises(MachineDefinitionError,
+                       match=r"states\.a\.invoke\.retry: .*backoff: one of"):
+        create_machine({"initial": "a", "states": {"a": {"invoke": {
+            "src": "f", "retry": {"backoff": "sometimes"}}}}},
+            actors={"f": from_callable(lambda i: 1)})
+
+
+@given(attempt=st.integers(1, 20), initial=st.integers(0, 10_000), key=st.text(max_size=8))
+def test_full_jitter_stays_within_zero_and_the_capped_backoff(attempt: int, initial: int,
+                                                              key: str) -> None:
+    policy = RetryPolicy(max_attempts=30, initial_interval=initial, backoff="exponential",
+                         max_interval=60_000, jitter="full")
+    wait = policy.delay_for(attempt, None, key)
+    assert 0 <= wait <= policy.base_wait(attempt) <= 60_000
+    assert wait == policy.delay_for(attempt, None, key), "deterministic for the same call"
+
+
+def test_with_retry_shares_the_policy_for_plain_calls() -> None:
+    slept: list[float] = []
+    attempts: list[int] = []
+
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise Unavailable()
+        return "ok"
+
+    policy = RetryPolicy(max_attempts=3, initial_interval=200, backoff="linear")
+    assert with_retry(flaky, policy, sleep=slept.append, now=lambda: 0) == "ok"
+    assert slept == [0.2, 0.4]
+    with pytest.raises(RetriesExhausted):
+        with_retry(lambda: (_ for _ in ()).throw(Unavailable()), policy, sleep=slept.append,
+                   now=lambda: 0)
+    with pytest.raises(Declined):
+        with_retry(lambda: (_ for _ in ()).throw(Declined()),
+                   RetryPolicy(non_retryable=("Declined",)), sleep=slept.append, now=lambda: 0)
