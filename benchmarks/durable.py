@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -287,9 +288,9 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
         url = dbos_url_for(dsn, DBOS_DATABASE)
         for clients in CLIENTS:
             rows += interleaved([
-                lambda c=clients: raw_postgres(dsn, c, raw_n, 1),
-                lambda c=clients: dbos(url, pg, c, n, 1),
-                lambda c=clients: durable_runtime.measure_postgres(dsn, pg, c, n, 1),
+                partial(raw_postgres, dsn, clients, raw_n, 1),
+                partial(dbos, url, pg, clients, n, 1),
+                partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
             ], repeat)
         reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
@@ -298,10 +299,10 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
         for clients in CLIENTS:
             sqlite_url = f"sqlite:///{directory / f'dbos-{clients}.sqlite'}"
             rows += interleaved([
-                lambda c=clients: raw_sqlite(directory, c, raw_n, 1, "FULL"),
-                lambda c=clients: raw_sqlite(directory, c, raw_n, 1, "NORMAL"),
-                lambda c=clients, u=sqlite_url: _dbos_sqlite(u, lite, c, n),
-                lambda c=clients: durable_runtime.measure_sqlite(directory, lite, c, n, 1),
+                partial(raw_sqlite, directory, clients, raw_n, 1, "FULL"),
+                partial(raw_sqlite, directory, clients, raw_n, 1, "NORMAL"),
+                partial(_dbos_sqlite, sqlite_url, lite, clients, n),
+                partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
             ], repeat)
     return rows
 

@@ -57,12 +57,8 @@ def bytes_per(make: Callable[[], object], k: int) -> float:
 
 def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
     """This engine: per started actor, per persisted snapshot, per restored snapshot."""
-    from statecharts import snapshot_to_json
+    from statecharts import create_actor, snapshot_to_json
 
-    try:
-        from statecharts import create_actor
-    except ImportError as exc:
-        create_actor, no_actor = None, f"no actors yet: {exc}"
     label = ours_label()
     rows = []
     for name, machine in machines.items():
@@ -73,12 +69,8 @@ def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
             return actor
 
         stored = snapshot_to_json(machine.initial_transition()[0])
-        per_actor = bytes_per(started, k) if create_actor else None
-        rows.append(MemoryRow(
-            label, name, per_actor, len(stored),
-            bytes_per(partial(machine.restore, stored), k),
-            note="" if create_actor else no_actor,
-        ))
+        rows.append(MemoryRow(label, name, bytes_per(started, k), len(stored),
+                              bytes_per(partial(machine.restore, stored), k)))
     return rows
 
 

@@ -6,18 +6,11 @@ lands where it must, so ``python -m benchmarks.run`` cannot quietly measure a br
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
-    sys.path.insert(0, str(ROOT))
-
-import statecharts  # noqa: E402
-from benchmarks import engine, memory, rehydrate, scaling  # noqa: E402
-from benchmarks.charts import event_list  # noqa: E402
+import statecharts
+from benchmarks import engine, memory, rehydrate, scaling
+from benchmarks.charts import event_list
 
 COUNTS = (0, 1, 2, 3, 6)
 needs_actors = pytest.mark.skipif(not hasattr(statecharts, "create_actor"),
