@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import durable, engine, goals, memory, rehydrate, scaling
+from benchmarks import durable, engine, goals, hotspots, memory, rehydrate, scaling
 from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
-ALL = ("engine", "rehydrate", "scaling", "memory", "durable")
+ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "hotspots")
+PROFILED = ("flat", "counter", "rehydrate")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "scaling": lambda: _scaling(sizes),
         "memory": lambda: (memory.markdown(memory.run(sizes.memory_k)), []),
         "durable": lambda: _durable(sizes),
+        "hotspots": lambda: ("\n".join(hotspots.markdown(case, hotspots.profile(case, 20_000, 10))
+                                       for case in PROFILED), []),
     }
     for name in only:
         started = time.perf_counter()
@@ -92,6 +95,7 @@ TITLES = {
     "scaling": "Scaling with chart size (`python -m benchmarks.scaling`)",
     "memory": "Memory (`python -m benchmarks.memory`)",
     "durable": "Durable runs (`python -m benchmarks.durable`)",
+    "hotspots": "Where the time goes (`python -m benchmarks.hotspots CASE`)",
 }
 
 INTRO = {
@@ -121,6 +125,11 @@ INTRO = {
         "DBOS Transact running a 3-step workflow, and this project's runtime on the same "
         "workflow, on the same PostgreSQL and on SQLite files. Steps/s = 3 x workflows/s; "
         "'÷ raw' compares steps/s with the raw commits/s at the same client count."
+    ),
+    "hotspots": (
+        "The functions with the most own time under cProfile while this engine runs 20,000 "
+        "events of a case (cProfile slows every call alike: read shares, not times). For a "
+        "sampling profile: `py-spy record -- python -m benchmarks.hotspots counter`."
     ),
 }
 
