@@ -1,19 +1,22 @@
 """This project's durable runtime on the 3-step workflow (the durable benchmark's own subject).
 
-HOOK: the ``persistence`` package (``Runtime(store, machines=[...])``, ``start(name, input,
-key)``, ``Worker(runtime, concurrency=N).run_until_idle()``) is built on another branch. Until it
-is importable, ``measure_postgres`` / ``measure_sqlite`` return rows marked "skipped" with the
-import error, and the durable table shows raw and DBOS only.
-
 The workflow: three invoked steps (``add_one``, ``double``, ``minus_three``), each step's result
 assigned into the context and so persisted with the run, then a final state whose output is the
-last result; the same computation as ``benchmarks.dbos_workflow``. Per run of the benchmark:
-``n`` workflows are started and the workers run until idle; the time covers both, as DBOS's
-covers its workflow start, and every run's output is checked.
+last result: the computation of ``benchmarks.dbos_workflow``. One measured run: ``n`` workflows
+are started with ``Runtime.start`` and a ``Worker(runtime, concurrency=N)`` drives them until all
+are terminal; the time covers both (DBOS's covers its workflow start too), and every run's status
+and output are checked. Stores: PostgreSQL in a schema of its own (dropped first) and SQLite
+files; both through ``persistence.open_store``.
+
+If the ``persistence`` package is not importable (it is built on another branch), the rows are
+marked "skipped" with the import error.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,51 +24,125 @@ from benchmarks.durable import STEPS, DurableRow
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"
+PG_SCHEMA = "statecharts_bench"
+STEP_NAMES = ("add_one", "double", "minus_three")
 
 
-def three_steps_config() -> dict[str, Any]:
-    """The 3-step workflow as an XState config (one state per invoked step)."""
-    steps = ("add_one", "double", "minus_three")
+def add_one(x: int) -> int:
+    """Step 1."""
+    return x + 1
+
+
+def double(x: int) -> int:
+    """Step 2."""
+    return x * 2
+
+
+def minus_three(x: int) -> int:
+    """Step 3."""
+    return x - 3
+
+
+def expected(x: int) -> int:
+    """The workflow's output for input ``{"x": x}``."""
+    return minus_three(double(add_one(x)))
+
+
+def three_steps_machine() -> Any:
+    """The 3-step workflow as a machine: one state per invoked step, results in the context."""
+    from statecharts import assign, create_machine
+
     states: dict[str, Any] = {}
-    for i, step in enumerate(steps):
-        following = steps[i + 1] if i + 1 < len(steps) else "finished"
+    for i, step in enumerate(STEP_NAMES):
+        following = STEP_NAMES[i + 1] if i + 1 < len(STEP_NAMES) else "finished"
         states[step] = {
             "invoke": {
                 "id": step,
                 "src": step,
-                "input": {"step": step},
+                "input": lambda context, event: context["x"],
                 "onDone": {"target": following, "actions": "keep_result"},
             }
         }
     states["finished"] = {"type": "final"}
-    return {"id": WORKFLOW, "initial": steps[0], "context": {"x": 0}, "states": states,
-            "output": {"from_context": "x"}}
+    return create_machine(
+        {
+            "id": WORKFLOW,
+            "initial": STEP_NAMES[0],
+            "context": lambda input: {"x": input["x"]},
+            "states": states,
+            "output": lambda context, event: context["x"],
+        },
+        actors={"add_one": add_one, "double": double, "minus_three": minus_three},
+        actions={"keep_result": assign({"x": lambda context, event: event["output"]})},
+    )
 
 
 def measure_postgres(dsn: str, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
-    """The 3-step workflow on PostgreSQL with ``workers`` concurrent workers."""
-    return _measure(f"postgresql:{dsn}", backend, workers, n, repeat)
+    """The 3-step workflow on PostgreSQL (schema ``statecharts_bench``, recreated per call)."""
+    def fresh_url() -> str:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+        return f"{dsn}{'&' if '?' in dsn else '?'}schema={PG_SCHEMA}"
+
+    return _measure(fresh_url, backend, workers, n, repeat)
 
 
 def measure_sqlite(directory: Path, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
-    """The 3-step workflow on a SQLite file with ``workers`` concurrent workers."""
-    return _measure(f"sqlite:{directory / f'runs-{workers}.db'}", backend, workers, n, repeat)
+    """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per call."""
+    return _measure(lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
+                    backend, workers, n, repeat)
 
 
-def _measure(where: str, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
+def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
     label = f"{ours_label()} durable runtime"
     try:
-        import persistence
-
-        runtime_cls = persistence.Runtime  # type: ignore[attr-defined]
-        worker_cls = persistence.Worker  # type: ignore[attr-defined]
-    except (ImportError, AttributeError) as exc:
+        from persistence import open_store
+        from persistence.runtime import Runtime
+        from persistence.worker import Worker
+    except ImportError as exc:
         return DurableRow(backend, workers, label, "workflows/s", STEPS, n, (),
-                          note=f"skipped: persistence runtime not available yet ({exc})")
-    rates = tuple(_timed(runtime_cls, worker_cls, where, workers, n) for _ in range(repeat))
-    return DurableRow(backend, workers, label, "workflows/s", STEPS, n, rates)
+                          note=f"skipped: persistence runtime not available ({exc})")
+    machine = three_steps_machine()
+    rates = []
+    for _ in range(repeat):
+        store = open_store(make_url(), migrate=True)
+        try:
+            runtime = Runtime(store, machines=[machine])
+            _drive(runtime, Worker, workers, 5, offset=10**6)  # warm-up: connections, caches
+            rates.append(_drive(runtime, Worker, workers, n, offset=0))
+        finally:
+            store.close()
+    return DurableRow(backend, workers, label, "workflows/s", STEPS, n, tuple(rates))
 
 
-def _timed(runtime_cls: Any, worker_cls: Any, where: str, workers: int, n: int) -> float:
-    # HOOK: wired once `git merge main` brings the persistence package (see module docstring).
-    raise NotImplementedError(where)
+def _drive(runtime: Any, worker_cls: Any, workers: int, n: int, offset: int) -> float:
+    """Start ``n`` runs, let a worker with ``workers`` threads finish them; workflows/s."""
+    t0 = time.perf_counter()
+    ids = [runtime.start(WORKFLOW, input={"x": offset + i}) for i in range(n)]
+    if workers == 1:
+        worker_cls(runtime, concurrency=1).run_until_idle()
+    else:
+        _run_threads_until_done(runtime, worker_cls(runtime, concurrency=workers, poll_ms=5),
+                                ids)
+    seconds = time.perf_counter() - t0
+    for i, run_id in enumerate(ids):
+        record = runtime.get(run_id)
+        want = expected(offset + i)
+        got = record.snapshot.get("output")
+        assert record.status == "done" and got == want, (run_id, record.status, got, want)
+    return n / seconds
+
+
+def _run_threads_until_done(runtime: Any, worker: Any, ids: list[str]) -> None:
+    """``worker.run()`` on its own thread until the last of ``ids`` is terminal, then stop."""
+    thread = threading.Thread(target=worker.run, name="bench-worker")
+    thread.start()
+    try:
+        for run_id in reversed(ids):  # started last, most likely to finish last
+            while runtime.get(run_id).status == "active":
+                time.sleep(0.005)
+    finally:
+        worker.stop()
+        thread.join()
