@@ -196,18 +196,18 @@ def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 # ----------------------------------------------------------------------------- DBOS Transact
-def dbos_url_for(dsn: str, database: str) -> str:
-    """``dsn`` with its database name replaced (DBOS wants a URL for its system database)."""
+def with_database(dsn: str, database: str) -> str:
+    """``dsn`` (a URL) with its database name replaced."""
     parts = urlsplit(dsn)
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
 
 
 def reset_database(dsn: str, database: str) -> None:
-    """Drop ``database`` on the server of ``dsn`` so each DBOS run starts from empty tables."""
+    """Drop ``database`` on the server of ``dsn`` (bench databases start empty every run)."""
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(dbos_url_for(dsn, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(database)))
 
@@ -285,7 +285,7 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                                raw_n, (), note=f"skipped: {str(exc).strip()[:200]}"))
     if pg:
         reset_database(dsn, DBOS_DATABASE)
-        url = dbos_url_for(dsn, DBOS_DATABASE)
+        url = with_database(dsn, DBOS_DATABASE)
         for clients in CLIENTS:
             rows += interleaved([
                 partial(raw_postgres, dsn, clients, raw_n, 1),

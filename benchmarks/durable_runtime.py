@@ -98,9 +98,10 @@ def measure_sqlite(directory: Path, backend: str, workers: int, n: int, repeat: 
 def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
     label = f"{ours_label()} durable runtime"
     try:
-        from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
+
+        from persistence import open_store
     except ImportError as exc:
         return DurableRow(backend, workers, label, "workflows/s", STEPS, n, (),
                           note=f"skipped: persistence runtime not available ({exc})")

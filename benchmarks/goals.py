@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.durable import DurableRow
+from benchmarks.durable_scaling import ScaleReport
 from benchmarks.timing import Result
 
 #: Cost at 1,000 states over cost at 10 states (same depth) still counted as flat.
@@ -126,6 +127,20 @@ def durable_goals(rows: Sequence[DurableRow]) -> list[Goal]:
         else:
             goals.append(Goal(name, target, "—", None))
     return goals
+
+
+def durable_scaling_goals(report: ScaleReport) -> list[Goal]:
+    """Durable cost flat from 10k to 1M rows, and no sequential scan of ``workflow_runs``."""
+    target = (f"cost(1M rows) <= {FLAT_SCALING_LIMIT}x cost(10k rows); "
+              "no sequential scan of workflow_runs")
+    if len(report.rows) < 2 or not all(r.steps for r in report.rows):
+        return [Goal("durable scaling 10k -> 1M rows", target, "—", None)]
+    small, large = report.rows[0], report.rows[-1]
+    growth = small.steps / large.steps
+    seq = sum(r.seq_scans for r in report.rows)
+    measured = f"{growth:.2f}x cost; {seq} sequential scans"
+    return [Goal("durable scaling 10k -> 1M rows", target, measured,
+                 growth <= FLAT_SCALING_LIMIT and seq == 0)]
 
 
 def markdown(goals: Sequence[Goal]) -> str:
