@@ -151,11 +151,21 @@ class Actor:
         """Send an event. Events sent while one is processed wait their turn."""
         normalized = normalize_event(event)
         with self._lock:
-            if self._status == "stopped":
-                raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
-                                        f"{normalized['type']!r}")
-            self._mailbox.append(("event", normalized))
-            if self._status == "running":
+            if self._status != "running" or self._processing or self._mailbox:
+                if self._status == "stopped":
+                    raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
+                                            f"{normalized['type']!r}")
+                self._mailbox.append(("event", normalized))
+                if self._status == "running":
+                    self._drain()
+                return
+            # at rest: process this event now, then whatever it caused to be queued
+            self._processing = True
+            try:
+                self._process("event", normalized)
+            finally:
+                self._processing = False
+            if self._mailbox:
                 self._drain()
 
     def _deliver(self, kind: str, payload: Any) -> None:
@@ -180,7 +190,7 @@ class Actor:
     def _process(self, kind: str, payload: Any) -> None:
         snapshot = self._snapshot
         assert snapshot is not None
-        trace: list[Any] | None = [] if self._inspect else None
+        trace: list[Any] | None = [] if self._inspect is not None else None
         try:
             if kind == "timer":
                 self._timers.pop(payload, None)
@@ -194,13 +204,16 @@ class Actor:
         except StatechartError as exc:
             self._fail(exc)
             raise
-        self._trace(trace)
+        if trace:
+            self._trace(trace)
         self._apply(*result)
 
     # -- effects -----------------------------------------------------------------------------
 
     def _apply(self, snapshot: Snapshot, effects: tuple[fx.Effect, ...]) -> None:
         previous = self._snapshot
+        if snapshot is previous and not effects:
+            return
         self._snapshot = snapshot
         try:
             self._run_effects(effects)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from . import effects as fx
 from .actions import ActionSpec, BuiltinAction
-from .configuration import in_final_state
+from .configuration import Configuration, in_final_state
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
@@ -37,6 +38,7 @@ class Step:
     __slots__ = (
         "children",
         "children_changed",
+        "configuration",
         "context",
         "effects",
         "error",
@@ -58,12 +60,16 @@ class Step:
         "trace",
     )
 
-    def __init__(self, machine: Machine, nodes: Iterable[StateNode], context: FrozenDict,
+    def __init__(self, machine: Machine, nodes: Configuration | None, context: FrozenDict,
                  history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
                  children: Mapping[str, ChildRef], now: Callable[[], int],
                  retries: FrozenDict = EMPTY, skipped: tuple[Any, ...] = ()) -> None:
         self.machine = machine
-        self.nodes: set[StateNode] = set(nodes)
+        # the configuration the step started in, until the first exit or entry changes it;
+        # ``nodes`` is its frozen node set until then (copied to a set on first change)
+        self.configuration = nodes
+        self.nodes: set[StateNode] | frozenset[StateNode] = \
+            nodes.node_set if nodes is not None else set()
         self.context = context
         self.history = history
         self.timers: dict[str, Timer] = {t.id: t for t in timers}
@@ -223,6 +229,10 @@ def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
     """XState's selection: walk the active tree; the innermost enabled transition wins, and a
     state's own transitions are tried only when none of its active descendants took the
     event. In a parallel state every region contributes."""
+    configuration = step.configuration
+    if configuration is not None and configuration.chain is not None:
+        chosen = first_enabled(configuration.chain_candidates(event["type"]), step, event)
+        return [chosen] if chosen is not None else []
     found: list[Transition] = []
     _select_in(step.machine.root, step, event, event["type"], found)
     return found
@@ -288,7 +298,7 @@ def select_eventless_transitions(step: Step, event: FrozenDict) -> list[Transiti
     return remove_conflicting_transitions(enabled, step.nodes, step.history)
 
 
-def remove_conflicting_transitions(transitions: list[Transition], nodes: set[StateNode],
+def remove_conflicting_transitions(transitions: list[Transition], nodes: AbstractSet[StateNode],
                                    history: Mapping[str, tuple[StateNode, ...]]
                                    ) -> list[Transition]:
     """SCXML's conflict rule: of two transitions that would exit a common state, the one from
@@ -321,7 +331,10 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     if not transitions:
         return False
     step.microsteps += 1
+    if len(transitions) == 1 and not transitions[0].targets:
+        return _targetless_microstep(step, transitions[0], event)
     transitions = remove_conflicting_transitions(transitions, step.nodes, step.history)
+    _own_nodes(step)
     if any(t.has_history_target for t in transitions):
         step.history_read = True
     if step.trace is not None:
@@ -340,6 +353,24 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         before != (step.context, step.history, len(step.nodes), step.retries)
 
 
+def _own_nodes(step: Step) -> set[StateNode]:
+    """The step's active-node set, made mutable (the configuration is about to change)."""
+    nodes = step.nodes
+    if not isinstance(nodes, set):
+        nodes = step.nodes = set(nodes)
+        step.configuration = None
+    return nodes
+
+
+def _targetless_microstep(step: Step, transition: Transition, event: FrozenDict) -> bool:
+    """A transition without target exits and enters nothing: only its actions run."""
+    if step.trace is not None:
+        step.trace.append((event, (transition,)))
+    context = step.context
+    run_actions(step, transition.actions, event)
+    return step.context is not context
+
+
 def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
     """Exit the states ``transitions`` leave, innermost first, recording history first."""
     to_exit = sorted(compute_exit_set(transitions, step.nodes, step.history), key=_order,
@@ -347,13 +378,14 @@ def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) ->
     if not to_exit:
         return False
     step.history = record_history(to_exit, step.nodes, step.history)
+    nodes = _own_nodes(step)
     for node in to_exit:
         run_actions(step, node.exit, event)
         for timer_event, _ in node.after_timers:
             step.cancel(timer_event)
         for invoke in node.invoke:
             step.stop_child(invoke.id)
-        step.nodes.discard(node)
+        nodes.discard(node)
     return True
 
 
@@ -366,7 +398,7 @@ def _close_retry_records(step: Step) -> None:
         step.retries = FrozenDict(kept)
 
 
-def record_history(to_exit: list[StateNode], nodes: set[StateNode],
+def record_history(to_exit: list[StateNode], nodes: AbstractSet[StateNode],
                    history: Mapping[str, tuple[StateNode, ...]]
                    ) -> Mapping[str, tuple[StateNode, ...]]:
     """History values after exiting ``to_exit``: deep history remembers atomic descendants,
@@ -405,8 +437,9 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
     if not to_enter:
         return False
     completed: set[StateNode] = set()
+    nodes = _own_nodes(step)
     for node in sorted(to_enter, key=_order):
-        step.nodes.add(node)
+        nodes.add(node)
         enter_state(step, node, event)
         if node.type == FINAL:
             _complete(step, node, event, completed)
@@ -491,7 +524,7 @@ def _resolve_output(spec: Any, step: Step, event: FrozenDict) -> Any:
 
 # -- exit and entry sets ---------------------------------------------------------------------
 
-def compute_exit_set(transitions: Iterable[Transition], nodes: set[StateNode],
+def compute_exit_set(transitions: Iterable[Transition], nodes: AbstractSet[StateNode],
                      history: Mapping[str, tuple[StateNode, ...]]) -> list[StateNode]:
     """The active states that ``transitions`` exit (targetless transitions exit nothing)."""
     to_exit: dict[StateNode, None] = {}

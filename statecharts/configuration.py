@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .actions import Assign, BuiltinAction
 from .errors import SnapshotError
 from .frozen import FrozenDict
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
@@ -20,11 +21,15 @@ class Configuration:
 
     __slots__ = (
         "__weakref__",
+        "_chain_candidates",
+        "_context_only",
         "atomic",
+        "chain",
         "has_always",
         "ids",
         "key",
         "leaves",
+        "moves",
         "node_set",
         "nodes",
         "tags",
@@ -44,9 +49,54 @@ class Configuration:
         self.has_always = any(n.always for n in self.nodes)
         self.ids = frozenset(n.id for n in self.nodes)
         self.leaves = tuple(".".join(n.path) for n in self.atomic)
+        # event type -> next configuration, for events that only move between
+        # configurations (filled by Machine.step; see machine.py)
+        self.moves: dict[str, Configuration] = {}
+        # without parallel states the active states form one chain, leaf to root, and
+        # selection is "the first enabled candidate along the chain"
+        self.chain: tuple[StateNode, ...] | None = None
+        if len(self.atomic) == 1 and not any(n.type == PARALLEL for n in self.nodes):
+            leaf = self.atomic[0]
+            self.chain = (leaf, *leaf.ancestors)
+        self._chain_candidates: dict[str, tuple[Any, ...]] = {}
+        self._context_only: dict[str, tuple[Any, ...] | None] = {}
+
+    def chain_candidates(self, event_type: str) -> tuple[Any, ...]:
+        """For a single-chain configuration: every candidate transition for ``event_type``,
+        innermost state first, each state's in its own priority order."""
+        found = self._chain_candidates.get(event_type)
+        if found is None:
+            assert self.chain is not None
+            found = tuple(t for node in self.chain for t in node.candidates(event_type))
+            if len(self._chain_candidates) < 1024:
+                self._chain_candidates[event_type] = found
+        return found
 
     def __repr__(self) -> str:
         return f"<Configuration {sorted(self.ids)}>"
+
+
+    def context_only(self, event_type: str) -> tuple[Any, ...] | None:
+        """The candidates for ``event_type`` when taking any of them can only change the
+        context (all targetless, only ``assign`` or user actions, no eventless transitions
+        here, not one of the engine's own events); None otherwise."""
+        found = self._context_only.get(event_type, False)
+        if found is False:
+            found = None
+            if self.chain is not None and not self.has_always and \
+                    not event_type.startswith("xstate."):
+                candidates = self.chain_candidates(event_type)
+                if candidates and all(_only_assigns(t) for t in candidates):
+                    found = candidates
+            if len(self._context_only) < 1024:
+                self._context_only[event_type] = found
+        return found  # type: ignore[return-value]
+
+
+def _only_assigns(transition: Any) -> bool:
+    return not transition.targets and all(
+        isinstance(a.impl, Assign) or not isinstance(a.impl, BuiltinAction)
+        for a in transition.actions)
 
 
 def _order(node: StateNode) -> int:

@@ -13,9 +13,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
-from .configuration import Configuration
+from .configuration import Configuration, nodes_from_value
 from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
@@ -27,7 +29,7 @@ from .snapshot import Snapshot, make_snapshot, persist, restore
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
-_FAST_CACHE_LIMIT = 65_536
+_MOVES_PER_CONFIGURATION = 1024
 
 
 class Machine:
@@ -42,8 +44,11 @@ class Machine:
         self.version: str | None = version if version is not None else self.definition.version
         self.migrations: Mapping[str, Migration] = dict(migrations or {})
         self.has_always = any(n.always for n in self.definition.nodes)
+        self.fast_paths = True
+        """Shortcuts for events that only move between configurations or only assign; they
+        give the same results as the full algorithm (tests switch them off to compare)."""
         self._configurations: dict[frozenset[StateNode], Configuration] = {}
-        self._fast: dict[tuple[Configuration, str], Configuration] = {}
+        self._by_value: dict[bytes, Configuration] = {}
         self._events: dict[str, FrozenDict] = {}
         self._paths: dict[str, StateNode | None] = {}
 
@@ -117,7 +122,7 @@ class Machine:
         frozen_input = freeze(input, "input")
         event = FrozenDict(type=INIT, input=frozen_input) if input is not None else \
             self.event(INIT)
-        step = algorithm.Step(self, (), self._initial_context(frozen_input), EMPTY, (), EMPTY,
+        step = algorithm.Step(self, None, self._initial_context(frozen_input), EMPTY, (), EMPTY,
                               now)
         algorithm.enter_initial_states(step, event)
         algorithm.settle(step, event)
@@ -131,16 +136,20 @@ class Machine:
         """
         if snapshot._status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
-        configuration = snapshot._configuration
-        cached = self._fast.get((configuration, event["type"])) if trace is None else None
-        if cached is not None:
-            if cached is configuration:
-                return snapshot, NO_EFFECTS
-            return make_snapshot(self, cached, snapshot._context, "active", None, None,
-                                 snapshot._history, snapshot._timers, snapshot._children,
-                                 snapshot._retries, snapshot._skipped), NO_EFFECTS
         if snapshot._machine is not self:
             self._check_owner(snapshot)
+        configuration = snapshot._configuration
+        if trace is None and self.fast_paths:
+            moved = configuration.moves.get(event["type"])
+            if moved is not None:
+                if moved is configuration:
+                    return snapshot, NO_EFFECTS
+                return make_snapshot(self, moved, snapshot._context, "active", None, None,
+                                     snapshot._history, snapshot._timers, snapshot._children,
+                                     snapshot._retries, snapshot._skipped), NO_EFFECTS
+            candidates = configuration.context_only(event["type"])
+            if candidates is not None:
+                return self._context_only_step(snapshot, event, candidates, now)
         step = self._step_from(snapshot, now)
         step.trace = trace
         algorithm.macrostep(step, event)
@@ -148,6 +157,23 @@ class Machine:
         if self._is_plain_move(step, snapshot, result):
             self._remember(configuration, event["type"], result._configuration)
         return result, tuple(step.effects)
+
+    def _context_only_step(self, snapshot: Snapshot, event: FrozenDict,
+                           candidates: tuple[Any, ...], now: Callable[[], int]) -> Result:
+        """An event whose every candidate is targetless and only assigns or runs user
+        actions, in a configuration without eventless transitions: it cannot change the
+        configuration or raise anything, so the macrostep is one choice plus its actions."""
+        step = algorithm.Step(self, snapshot._configuration, snapshot._context,
+                              snapshot._history, (), EMPTY, now, snapshot._retries)
+        chosen = algorithm.first_enabled(candidates, step, event)
+        if chosen is None or not chosen.actions:
+            return snapshot, NO_EFFECTS
+        algorithm.run_actions(step, chosen.actions, event)
+        if step.context is snapshot._context and not step.effects:
+            return snapshot, NO_EFFECTS
+        return make_snapshot(self, snapshot._configuration, step.context, "active", None, None,
+                             snapshot._history, snapshot._timers, snapshot._children,
+                             snapshot._retries, snapshot._skipped), tuple(step.effects)
 
     def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int],
                       trace: list[Any] | None = None) -> Result:
@@ -256,6 +282,17 @@ class Machine:
             raise ImplementationError("context", TypeError("context must be a mapping"))
         return frozen
 
+    def _configuration_of_value(self, value: Any) -> Configuration:
+        """The configuration a persisted state value names (validated the first time each
+        distinct value is seen; the JSON text of the value is the cache key)."""
+        key = orjson.dumps(value)
+        found = self._by_value.get(key)
+        if found is None:
+            found = self._configuration_for(nodes_from_value(self.root, value))
+            if len(self._by_value) < 4096:
+                self._by_value[key] = found
+        return found
+
     def _configuration_for(self, nodes: frozenset[StateNode]) -> Configuration:
         found = self._configurations.get(nodes)
         if found is None:
@@ -263,12 +300,12 @@ class Machine:
         return found
 
     def _step_from(self, snapshot: Snapshot, now: Callable[[], int]) -> algorithm.Step:
-        return algorithm.Step(self, snapshot._configuration.nodes, snapshot._context,
+        return algorithm.Step(self, snapshot._configuration, snapshot._context,
                               snapshot._history, snapshot._timers, snapshot._children, now,
                               snapshot._retries, snapshot._skipped)
 
     def _snapshot_from(self, step: algorithm.Step, before: Snapshot | None) -> Snapshot:
-        configuration = self._configuration_for(frozenset(step.nodes))
+        configuration = step.configuration or self._configuration_for(frozenset(step.nodes))
         if before is not None and not step.timers_changed:
             timers = before._timers
         else:
@@ -290,8 +327,8 @@ class Machine:
 
     def _remember(self, configuration: Configuration, event_type: str,
                   result: Configuration) -> None:
-        if len(self._fast) < _FAST_CACHE_LIMIT:
-            self._fast[(configuration, event_type)] = result
+        if len(configuration.moves) < _MOVES_PER_CONFIGURATION:
+            configuration.moves[event_type] = result
 
     def _check_owner(self, snapshot: Snapshot) -> None:
         other = snapshot._machine

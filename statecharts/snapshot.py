@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .configuration import Configuration, nodes_from_value
+from .configuration import Configuration
 from .errors import SnapshotError, SnapshotVersionError
 from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
@@ -227,23 +227,24 @@ def make_snapshot(machine: Machine, configuration: Configuration, context: Froze
 
 
 def persist(snapshot: Snapshot) -> dict[str, Any]:
-    """The snapshot as JSON types only."""
+    """The snapshot as JSON types only (nested values are the snapshot's own immutable
+    dicts and lists; ``thaw`` the result for a mutable copy)."""
     machine = snapshot._machine
     return {
         "format": FORMAT,
         "machine": machine.id,
         "version": machine.version,
         "fingerprint": machine.fingerprint,
-        "value": thaw(snapshot.value),
-        "context": thaw(snapshot._context),
+        "value": snapshot._configuration.value,
+        "context": snapshot._context,
         "status": snapshot._status,
-        "output": thaw(snapshot._output),
-        "error": thaw(snapshot._error),
+        "output": snapshot._output,
+        "error": snapshot._error,
         "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
-        "timers": [thaw(t.to_json()) for t in snapshot._timers],
-        "children": {key: thaw(c.to_json()) for key, c in snapshot._children.items()},
-        "retries": thaw(snapshot._retries),
-        "skipped": thaw(list(snapshot._skipped)),
+        "timers": [t.to_json() for t in snapshot._timers],
+        "children": {key: c.to_json() for key, c in snapshot._children.items()},
+        "retries": snapshot._retries,
+        "skipped": list(snapshot._skipped),
     }
 
 
@@ -263,25 +264,26 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         raise SnapshotError("<root>", f"a persisted snapshot is a mapping, not "
                             f"{type(data).__name__}")
     data = _check_identity(machine, data)
-    configuration = machine._configuration_for(nodes_from_value(machine.root,
-                                                                _required(data, "value")))
+    configuration = machine._configuration_of_value(_required(data, "value"))
     status = _required(data, "status")
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
-    try:
-        context = freeze(data.get("context") or {}, "context", SnapshotError)
-        output = freeze(data.get("output"), "output", SnapshotError)
-        error = freeze(data.get("error"), "error", SnapshotError)
-    except TypeError as exc:  # pragma: no cover - freeze raises SnapshotError here
-        raise SnapshotError("context", str(exc)) from exc
+    context = freeze(data.get("context") or EMPTY, "context", SnapshotError)
     if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
-    return make_snapshot(machine, configuration, context, status, output, error,
-                         _history(machine, data.get("history") or {}),
-                         _timers(data.get("timers") or []),
-                         _children(data.get("children") or {}),
-                         _retries(machine, data.get("retries") or {}),
-                         _skipped(data.get("skipped") or []))
+    output, error = data.get("output"), data.get("error")
+    # the optional parts are usually empty: skip their checks then
+    history, timers, children = data.get("history"), data.get("timers"), data.get("children")
+    retries, skipped = data.get("retries"), data.get("skipped")
+    return make_snapshot(
+        machine, configuration, context, status,
+        None if output is None else freeze(output, "output", SnapshotError),
+        None if error is None else freeze(error, "error", SnapshotError),
+        _history(machine, history) if history else EMPTY,
+        _timers(timers) if timers else (),
+        _children(children) if children else EMPTY,
+        _retries(machine, retries) if retries else EMPTY,
+        _skipped(skipped) if skipped else ())
 
 
 def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
