@@ -6,6 +6,8 @@ lands where it must, so ``python -m benchmarks.run`` cannot quietly measure a br
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import statecharts
@@ -81,3 +83,30 @@ def test_memory_rows_measure_snapshot_sizes() -> None:
     stored = statecharts.snapshot_to_json(machine.initial_transition()[0])
     assert row.snapshot_json == len(stored)
     assert row.per_restored is not None and row.per_restored > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(tmp_path: Path,
+                                                                workers: int) -> None:
+    pytest.importorskip("persistence.runtime", reason="persistence runtime not on this branch")
+    from benchmarks import durable_runtime
+
+    row = durable_runtime.measure_sqlite(tmp_path, "sqlite", workers, n=4, repeat=1)
+    assert row.note == "" and len(row.rates) == 1 and row.rates[0] > 0
+
+
+def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
+    from benchmarks.durable_scaling import distinct_plans
+
+    def entry(pid: int, run_id: str) -> str:
+        plan = ('{"Query Text": "SELECT * FROM workflow_runs WHERE id = $1", "Plan": '
+                '{"Node Type": "Index Scan", "Index Name": "workflow_runs_pkey", '
+                '"Relation Name": "workflow_runs", "Index Cond": "(id = \'' + run_id + '\')"}}')
+        return (f"2026-11-30 00:31:47.566 UTC [{pid}] root@bench LOG:  duration: 0.1 ms  plan:\n"
+                + "\n".join("\t" + line for line in plan.splitlines()) + "\n")
+
+    log = entry(1, "a") + entry(2, "b") + (
+        "2026-11-30 00:31:48.000 UTC [3] root@bench LOG:  could not receive data\n")
+    [plan] = distinct_plans(log)
+    assert "Index Scan using workflow_runs_pkey on workflow_runs" in plan
+    assert plan.startswith("SELECT * FROM workflow_runs WHERE id = $1")
