@@ -25,12 +25,14 @@ from benchmarks import (
     memory,
     rehydrate,
     scaling,
+    takeover,
 )
 from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
-ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "hotspots")
+ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "takeover",
+       "hotspots")
 PROFILED = ("flat", "counter", "rehydrate")
 
 
@@ -67,6 +69,7 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "memory": lambda: (memory.markdown(memory.run(sizes.memory_k)), []),
         "durable": lambda: _durable(sizes),
         "durable_scaling": lambda: _durable_scaling(sizes),
+        "takeover": lambda: (takeover.markdown(takeover.run()), []),
         "hotspots": lambda: ("\n".join(hotspots.markdown(case, hotspots.profile(case, 20_000, 10))
                                        for case in PROFILED), []),
     }
@@ -113,6 +116,7 @@ TITLES = {
     "memory": "Memory (`python -m benchmarks.memory`)",
     "durable": "Durable runs (`python -m benchmarks.durable`)",
     "durable_scaling": "Durable scaling: 10k vs 1M rows (`python -m benchmarks.durable_scaling`)",
+    "takeover": "Takeover after SIGKILL (`python -m benchmarks.takeover`)",
     "hotspots": "Where the time goes (`python -m benchmarks.hotspots CASE`)",
 }
 
@@ -149,6 +153,11 @@ INTRO = {
         "and then 1,000,000 other runs (99% finished, 1% waiting on a timer a day away). The "
         "scan counters cover the measured runs; the plans are PostgreSQL's own (auto_explain) "
         "for every statement the store ran on `workflow_runs` at 1M rows."
+    ),
+    "takeover": (
+        "A worker subprocess holding leases on 4 runs (their step hangs in it) is SIGKILLed; "
+        "another worker, already polling, finishes them once the leases expire. The time is "
+        "bounded by the lease (2 s here; heartbeats renew it every third of that)."
     ),
     "hotspots": (
         "The functions with the most own time under cProfile while this engine runs 20,000 "
