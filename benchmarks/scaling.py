@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from benchmarks.engine import ours_label
-from benchmarks.timing import Case, Result, fmt_rate, measure, skipped
+from benchmarks.timing import Case, Result, Round, case_round, interleave, skipped
 
 BENCHMARK = "scaling"
 SIZES = (10, 100, 1_000)
@@ -106,9 +106,12 @@ def scaling_case(states: int, depth: int, pure: bool, guarded: bool = False) -> 
 
 
 def run(n: int = 50_000, repeat: int = 5) -> list[Result]:
-    """Every (size, depth) pair: plain and guarded ticks, through an actor and the pure call."""
+    """Every (size, depth) pair: plain and guarded ticks, through an actor and the pure call.
+
+    Runs are interleaved across all charts, so load from other processes spreads evenly."""
     label = ours_label()
-    results = []
+    rounds: list[Round] = []
+    skips: list[Result] = []
     for guarded in (False, True):
         for pure in (False, True):
             how = "pure transition" if pure else "actor send"
@@ -119,31 +122,28 @@ def run(n: int = 50_000, repeat: int = 5) -> list[Result]:
                     try:
                         fn = scaling_case(states, depth, pure, guarded)
                     except ImportError as exc:
-                        results.append(skipped(BENCHMARK, case, subject, f"engine: {exc}"))
+                        skips.append(skipped(BENCHMARK, case, subject, f"engine: {exc}"))
                         continue
-                    results.append(measure(BENCHMARK, case, subject, fn, n, repeat))
-    return results
+                    rounds.append(case_round(case, subject, fn, n))
+    return interleave(BENCHMARK, rounds, repeat) + skips
 
 
 def scaling_table(results: list[Result]) -> str:
-    """One row per chart: ev/s and µs/event, and cost relative to the 10-state chart."""
-    lines = [
-        "| subject | chart | median ev/s | µs/event | cost ÷ 10-state chart, same depth |",
-        "|---|---|---:|---:|---:|",
-    ]
-    base: dict[tuple[str, str], float] = {}
-    for r in results:
-        depth = r.case.split("depth ")[1]
-        if not r.ok:
-            lines.append(f"| {r.subject} | {r.case} | — | — | — ({r.note}) |")
-            continue
-        cost = 1e6 / r.median
-        key = (r.subject, depth)
-        base.setdefault(key, cost)
-        rel = cost / base[key]
-        lines.append(f"| {r.subject} | {r.case} | {fmt_rate(r.median)} | {cost:.2f} | "
-                     f"{rel:.2f} |")
-    return "\n".join(lines) + "\n"
+    """One row per subject and depth: µs/event (median) at each chart size, and the growth."""
+    sizes = " | ".join(f"µs/event, {size:,} states" for size in SIZES)
+    lines = [f"| subject | depth | {sizes} | {SIZES[-1]:,} ÷ {SIZES[0]:,} states |",
+             "|---|---:|" + "---:|" * (len(SIZES) + 1)]
+    by_case = {(r.subject, r.case): r for r in results}
+    for subject in dict.fromkeys(r.subject for r in results):
+        for depth in DEPTHS:
+            row = [by_case.get((subject, f"{size} states, depth {depth}")) for size in SIZES]
+            costs = [1e6 / r.median if r is not None and r.ok else None for r in row]
+            cells = " | ".join("—" if c is None else f"{c:.2f}" for c in costs)
+            first, last = costs[0], costs[-1]
+            growth = f"{last / first:.2f}x" if first and last else "—"
+            lines.append(f"| {subject} | {depth} | {cells} | {growth} |")
+    notes = {r.note for r in results if r.note}
+    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in sorted(notes))
 
 
 def main(argv: list[str] | None = None) -> None:
