@@ -107,13 +107,18 @@ class Actor:
             if self.system_id:
                 self.system.actors[self.system_id] = self
             self._report("@xstate.actor")
-            if self._restore_from is not None:
-                self._resume(self._restore_from)
-            else:
-                trace: list[Any] | None = [] if self._inspect else None
-                snapshot, effects = self.machine.start(self._input, self.clock.now)
-                self._trace(trace)
-                self._apply(snapshot, effects)
+            # events that children send while the initial effects run wait in the mailbox
+            self._processing = True
+            try:
+                if self._restore_from is not None:
+                    self._resume(self._restore_from)
+                else:
+                    trace: list[Any] | None = [] if self._inspect else None
+                    snapshot, effects = self.machine.start(self._input, self.clock.now)
+                    self._trace(trace)
+                    self._apply(snapshot, effects)
+            finally:
+                self._processing = False
             self._drain()
         return self
 

@@ -36,6 +36,7 @@ class Step:
     internal queue and the effects collected so far. Built-in actions act on it."""
 
     __slots__ = (
+        "builtins_run",
         "children",
         "children_changed",
         "configuration",
@@ -82,6 +83,7 @@ class Step:
         self.event: FrozenDict = EMPTY
         self.now = now
         self.guards_used = False
+        self.builtins_run = False  # a built-in's outcome may depend on context or timers
         self.history_read = False
         self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
         self.retries = retries
@@ -339,18 +341,18 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         step.history_read = True
     if step.trace is not None:
         step.trace.append((event, tuple(transitions)))
-    before = (step.context, step.history, len(step.nodes), step.retries)
+    # identity, not equality: an assign always makes a new context, and XState re-selects
+    # eventless transitions after any assign even when the values are equal
+    before = (step.context, step.history, step.retries)
     exited = exit_states(step, transitions, event)
     for transition in transitions:
         run_actions(step, transition.actions, event)
     if step.retries and exited:
         _close_retry_records(step)
     entered = enter_states(step, transitions, event)
-    if step.status == "done":
-        for node in sorted(step.nodes, key=_order, reverse=True):
-            run_actions(step, node.exit, event)
+    _exit_all_if_done(step, event)
     return bool(exited or entered) or \
-        before != (step.context, step.history, len(step.nodes), step.retries)
+        any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
@@ -430,6 +432,14 @@ def enter_initial_states(step: Step, event: FrozenDict) -> None:
     to_enter = {root}
     add_descendants(root, step.history, set(), to_enter)
     enter(step, to_enter, event)
+    _exit_all_if_done(step, event)
+
+
+def _exit_all_if_done(step: Step, event: FrozenDict) -> None:
+    """A machine that reached its top-level final state exits every state (XState)."""
+    if step.status == "done":
+        for node in sorted(step.nodes, key=_order, reverse=True):
+            run_actions(step, node.exit, event)
 
 
 def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
@@ -447,17 +457,18 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 
 
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
-    """Entry actions, then invoked actors, then ``after`` timers (XState's order)."""
+    """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
+    ``after`` timers are entry actions, invocations start after them)."""
     key, attempt = _count_attempt(step, node)
     run_actions(step, node.entry, event)
+    for timer_event, delay in node.after_timers:
+        step.event = event
+        step.schedule(timer_event, step.machine.event(timer_event), delay, None)
     for invoke in node.invoke:
         actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
             invoke.input
         step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
                    key, attempt)
-    for timer_event, delay in node.after_timers:
-        step.event = event
-        step.schedule(timer_event, step.machine.event(timer_event), delay, None)
 
 
 def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
@@ -687,6 +698,7 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
         if callable(params):
             params = freeze(params(step.context, event), f"action '{action.type}' params")
         if isinstance(impl, BuiltinAction):
+            step.builtins_run = True
             step.event = event
             try:
                 impl.resolve(step, params or EMPTY)

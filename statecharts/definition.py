@@ -8,6 +8,7 @@ mean 'payed'?)``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import math
@@ -414,6 +415,13 @@ class _Builder:
         return node
 
     def _guard(self, value: Any, path: str) -> GuardSpec | None:
+        spec = self._resolve_guard(value, path)
+        description = getattr(value, "description", None)
+        if spec is not None and description and spec.description != description:
+            return dataclasses.replace(spec, description=description)
+        return spec
+
+    def _resolve_guard(self, value: Any, path: str) -> GuardSpec | None:
         if isinstance(value, GuardSpec):
             if value.type in ("and", "or", "not"):
                 children = [self._guard(child, f"{path}.{value.type}[{i}]")
@@ -571,8 +579,9 @@ class _Builder:
         if input_value is not None and not callable(input_value):
             input_value = self._params({"input": input_value}, _join(path, "input"))
             input_value = input_value["input"] if input_value is not None else None
+        description = self._description(item.get("description"), _join(path, "description"))
         return InvokeDef(actor_id, str(src), input_value, item.get("systemId"), retry, failure,
-                         path, logic)
+                         path, logic, description, item.get("breaker"))
 
     def _after(self, node: StateNode, value: Any, path: str) -> list[Transition]:
         if value is None:

@@ -37,14 +37,21 @@ class GuardSpec:
     description: str | None = None
 
     def evaluate(self, context: Any, event: Any, scope: GuardScope) -> bool:
-        """True when the guard passes for ``context`` and ``event``."""
+        """True when the guard passes for ``context`` and ``event``.
+
+        A guard function marked ``takes_scope = True`` is also given the scope
+        (``fn(context, event, scope, **params)``): interpreters of other chart languages use it
+        to test the configuration and to queue the error events their guards may raise.
+        """
         kind = self.type
         if self.fn is not None:
             params = self.params
             if callable(params):
                 params = params(context, event)
+            args = (context, event, scope) if getattr(self.fn, "takes_scope", False) else \
+                (context, event)
             try:
-                result = self.fn(context, event, **params) if params else self.fn(context, event)
+                result = self.fn(*args, **params) if params else self.fn(*args)
                 return bool(result)
             except Exception as exc:  # a user guard failed: say which one
                 raise ImplementationError(f"guard '{kind}'", exc) from exc

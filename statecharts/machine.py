@@ -319,7 +319,8 @@ class Machine:
                              step.skipped)
 
     def _is_plain_move(self, step: algorithm.Step, before: Snapshot, after: Snapshot) -> bool:
-        return (not step.effects and not step.guards_used and not step.history_read and
+        return (not step.effects and not step.guards_used and not step.builtins_run and
+                not step.history_read and
                 step.microsteps <= 1 and after._status == "active" and
                 after._context is before._context and after._history is before._history and
                 after._timers is before._timers and after._children is before._children and

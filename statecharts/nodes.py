@@ -66,7 +66,9 @@ class InvokeDef:
     """An actor invoked while its state is active: started on entry, stopped on exit."""
 
     __slots__ = (
+        "breaker",
         "config_path",
+        "description",
         "id",
         "input",
         "logic",
@@ -77,8 +79,11 @@ class InvokeDef:
     )
 
     def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
-                 on_final_failure: str | None, config_path: str, logic: Any) -> None:
+                 on_final_failure: str | None, config_path: str, logic: Any,
+                 description: str | None = None, breaker: str | None = None) -> None:
         self.id = id
+        self.description = description
+        self.breaker = breaker
         self.src = src
         self.input = input
         self.system_id = system_id

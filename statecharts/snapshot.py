@@ -268,7 +268,9 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
     status = _required(data, "status")
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
-    context = freeze(data.get("context") or EMPTY, "context", SnapshotError)
+    raw_context = data.get("context")
+    context = EMPTY if _skippable(raw_context, Mapping) else \
+        freeze(raw_context, "context", SnapshotError)
     if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     output, error = data.get("output"), data.get("error")
@@ -279,11 +281,17 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         machine, configuration, context, status,
         None if output is None else freeze(output, "output", SnapshotError),
         None if error is None else freeze(error, "error", SnapshotError),
-        _history(machine, history) if history else EMPTY,
-        _timers(timers) if timers else (),
-        _children(children) if children else EMPTY,
-        _retries(machine, retries) if retries else EMPTY,
-        _skipped(skipped) if skipped else ())
+        EMPTY if _skippable(history, Mapping) else _history(machine, history),
+        () if _skippable(timers, list) else _timers(timers),
+        EMPTY if _skippable(children, Mapping) else _children(children),
+        EMPTY if _skippable(retries, Mapping) else _retries(machine, retries),
+        () if _skippable(skipped, list) else _skipped(skipped))
+
+
+def _skippable(value: Any, kind: type) -> bool:
+    """An absent or empty optional part; a falsy value of the wrong type ({} for a list, [] for
+    a mapping) is corrupt, not empty, and goes on to be rejected."""
+    return value is None or (not value and isinstance(value, kind))
 
 
 def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:

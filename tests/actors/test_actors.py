@@ -369,8 +369,8 @@ def test_pure_core_returns_timer_and_child_effects_with_due_times() -> None:
         actors={"job": from_callable(lambda i: 1)})
     snapshot, effects = machine.initial_transition(now=10_000)
     kinds = [e.kind for e in effects]
-    assert kinds == ["start_child", "start_timer"]
-    assert effects[1].to_json()["due_at"] == 11_500
+    assert kinds == ["start_timer", "start_child"]
+    assert effects[0].to_json()["due_at"] == 11_500
     assert snapshot.timers[0].due_at == 11_500
     fired, effects = machine.fire_timer(snapshot, snapshot.timers[0].id, now=11_500)
     assert fired.value == "b"

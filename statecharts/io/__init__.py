@@ -1,0 +1,1 @@
+"""Readers and writers of other chart formats (each in its own subpackage)."""

@@ -1,0 +1,146 @@
+"""Mermaid ``stateDiagram-v2`` output, so diagrams render inside GitHub and GitLab Markdown.
+
+Same titles and labels as the Graphviz output (both come from ``model.py``). Mermaid cannot draw
+an arrow between states inside two different composite states, so such an arrow is drawn
+between the outermost states that differ, and its label names the real ends ("into: ...",
+"from: ..."). Active states are marked with the ``active`` class, failure outcomes with
+``failed``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
+from .model import Arrow, Diagram
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+# Mermaid syntax characters in labels, swapped for characters that look the same to a reader.
+_LOOKALIKES = str.maketrans({'"': "'", ";": ",", "{": "(", "}": ")", "<": "\u2039",
+                             ">": "\u203a"})
+_CLASSES = (
+    "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
+    "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
+    "    classDef anywhere fill:#ffffff,stroke:#999999,stroke-dasharray:4 3,color:#555555",
+)
+
+
+def mermaid_source(diagram: Diagram) -> str:
+    """The Mermaid text of ``diagram``: the same diagram always gives the same text."""
+    ids = _ids(diagram)
+    placed = _place_arrows(diagram)
+    out = ["---", f"title: {_text(diagram.title)}", "---", "stateDiagram-v2"]
+    if diagram.highlighted:
+        out.append("    %% highlighted: where this run is now")
+    if any(a.source is diagram.root for a in diagram.arrows):
+        out.append(f'    state "from any state" as {ids[diagram.root]}')
+    if diagram.root.type == PARALLEL:
+        # Mermaid allows "--" region separators only inside a composite state.
+        out.append(f'    state "{_text(diagram.title)}" as s_root {{')
+        _block(diagram, diagram.root, ids, placed, out, "        ")
+        out.append("    }")
+    else:
+        _block(diagram, diagram.root, ids, placed, out, "    ")
+    out.extend(_CLASSES)
+    for name, members in (("active", [b.node for b in diagram.boxes.values()
+                                      if b.active and b.node.type not in (COMPOUND, PARALLEL)]),
+                          ("failed", [b.node for b in diagram.boxes.values() if b.failed])):
+        if members:
+            out.append(f"    class {','.join(ids[n] for n in members)} {name}")
+    if any(a.source is diagram.root for a in diagram.arrows):
+        out.append(f"    class {ids[diagram.root]} anywhere")
+    return "\n".join(out) + "\n"
+
+
+def _ids(diagram: Diagram) -> dict[StateNode, str]:
+    """Mermaid ids: ``s_`` + the state's path, made unique."""
+    ids: dict[StateNode, str] = {}
+    used: set[str] = set()
+    for node in diagram.boxes:
+        name = "s_" + "__".join(_UNSAFE.sub("_", key) for key in node.path) if node.path \
+            else "s_any_state"
+        if name in used:
+            name = f"{name}_{node.order}"
+        used.add(name)
+        ids[node] = name
+    return ids
+
+
+def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
+           placed: dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]], out: list[str],
+           indent: str) -> None:
+    if parent.type == COMPOUND and parent.initial is not None:
+        out.append(f"{indent}[*] --> {ids[parent.initial]}")
+    # History circles first: in a parallel block, "--" separates regions and they are none.
+    children = (*parent.history_children, *parent.regions)
+    for i, child in enumerate(children):
+        if parent.type == PARALLEL and i > len(parent.history_children):
+            out.append(f"{indent}--")
+        box = diagram.box(child)
+        if child.type in (COMPOUND, PARALLEL):
+            # A composite state takes no description lines: they join its title.
+            title = "<br/>".join(_text(line) for line in (box.title, *box.details, *box.now))
+            out.append(f'{indent}state "{title}" as {ids[child]} {{')
+            _block(diagram, child, ids, placed, out, indent + "    ")
+            out.append(f"{indent}}}")
+        else:
+            out.append(f'{indent}state "{_text(box.title)}" as {ids[child]}')
+            out.extend(f"{indent}{ids[child]} : {_text(detail)}"
+                       for detail in (*box.details, *box.now))
+        if child.type == FINAL:
+            out.append(f"{indent}{ids[child]} --> [*]")
+    for source, target, arrow in placed.get(parent, []):
+        label = "<br/>".join(_text(line) for line in _lines(diagram, source, target, arrow))
+        out.append(f"{indent}{ids[source]} --> {ids[target]} : {label}")
+
+
+def _place_arrows(diagram: Diagram) -> dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]]:
+    """Each arrow in the block of the deepest state holding both ends, with its ends moved up
+    to that block's direct children."""
+    placed: dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]] = {}
+    for arrow in diagram.arrows:
+        if arrow.source.parent is None:
+            target = _child_towards(diagram.root, arrow.target)
+            placed.setdefault(diagram.root, []).append((diagram.root, target, arrow))
+            continue
+        holder = _common_parent(arrow.source, arrow.target)
+        placed.setdefault(holder, []).append((_child_towards(holder, arrow.source),
+                                              _child_towards(holder, arrow.target), arrow))
+    return placed
+
+
+def _common_parent(a: StateNode, b: StateNode) -> StateNode:
+    """The deepest proper ancestor of ``a`` that is an ancestor-or-self of ``b``'s parent."""
+    b_line = {b, *b.ancestors}
+    for ancestor in a.ancestors:
+        if ancestor in b_line and ancestor is not b:
+            return ancestor
+    return a.ancestors[-1]
+
+
+def _child_towards(holder: StateNode, node: StateNode) -> StateNode:
+    """The child of ``holder`` that is ``node`` or contains it (``holder`` for the root)."""
+    if node is holder:
+        return holder
+    for candidate in (node, *node.ancestors):
+        if candidate.parent is holder:
+            return candidate
+    return node
+
+
+def _lines(diagram: Diagram, source: StateNode, target: StateNode,
+           arrow: Arrow) -> list[str]:
+    lines = list(arrow.lines)
+    if source is not arrow.source and arrow.source.parent is not None:
+        lines.append(f"from: {diagram.box(arrow.source).title}")
+    if target is not arrow.target and arrow.target.type == HISTORY:
+        lines.append("back to where it left off")
+    elif target is not arrow.target:
+        lines.append(f"into: {diagram.box(arrow.target).title}")
+    return lines
+
+
+def _text(text: str) -> str:
+    """Text Mermaid shows as written (its syntax characters swapped for look-alikes)."""
+    text = text.replace("-->", "\u2192").replace("\n", " ").replace("#", "no. ")
+    return text.translate(_LOOKALIKES)

@@ -1,0 +1,264 @@
+"""The diagram of a machine, independent of the output format: boxes with readable titles and
+detail lines, arrows with readable labels and a kind (normal, error, retry), and which states a
+snapshot has active. ``graphviz.py`` and ``mermaid.py`` only lay this out in their syntax, so
+both formats always say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..definition import RETRY_DELAY_PREFIX
+from ..machine import Machine
+from ..nodes import FINAL, HISTORY, StateNode, Transition
+from ..snapshot import Snapshot
+from . import labels
+from .retries import retry_phrase
+
+NORMAL, ERROR, RETRY = "normal", "error", "retry"
+RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
+RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
+# A final state whose name or tags say so is a failure outcome and drawn as an error path.
+_FAILURE_WORDS = ("fail", "error", "abort")
+_FAILURE_TAGS = frozenset({"error", "failed", "failure"})
+
+
+@dataclass(frozen=True)
+class Box:
+    """A state as drawn: title, detail lines (invoked work, entry/exit actions), and flags."""
+
+    node: StateNode
+    title: str
+    details: tuple[str, ...]
+    now: tuple[str, ...]  # a highlighted run's progress here ("now: 1 of 4 tries failed")
+    failed: bool
+    active: bool
+    region: bool  # a region of a parallel state: drawn side by side in a dashed box
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """One arrow: ``source`` -> ``target`` with label lines; ``raw`` is the event as written."""
+
+    source: StateNode
+    target: StateNode
+    lines: tuple[str, ...]
+    kind: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """Everything a renderer needs, in document order."""
+
+    machine_id: str
+    title: str
+    root: StateNode
+    boxes: Mapping[StateNode, Box]
+    arrows: tuple[Arrow, ...]
+    highlighted: bool
+
+    def box(self, node: StateNode) -> Box:
+        """The box of ``node``."""
+        return self.boxes[node]
+
+    def kinds(self) -> frozenset[str]:
+        """The arrow kinds present (the legend shows only what the diagram uses)."""
+        return frozenset(a.kind for a in self.arrows)
+
+
+def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram:
+    """The diagram of ``machine``, with ``snapshot``'s active states marked."""
+    active = _active_ids(machine, snapshot)
+    nodes = machine.definition.nodes
+    failed = _failed_finals(nodes)
+    work = _work_phrases(machine)
+    progress = _retry_progress(snapshot)
+    boxes = {node: Box(node, labels.state_title(node), _details(machine, node, work),
+                       progress.get(node.id, ()), node in failed, node.id in active,
+                       node.parent is not None and node.parent.type == "parallel")
+             for node in nodes}
+    arrows: list[Arrow] = []
+    for node in nodes:
+        guarded: set[str | None] = set()  # events with a guarded branch seen so far
+        for transition in (*node.transitions, *node.always):
+            otherwise = transition.guard is None and transition.event in guarded
+            if transition.guard is not None:
+                guarded.add(transition.event)
+            arrows.extend(_arrows(machine, transition, work, failed, otherwise))
+        for default in node.history_default:
+            arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
+    title = labels.sentence(labels.humanize(machine.id))
+    return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None)
+
+
+def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
+    if snapshot is None:
+        return frozenset()
+    if snapshot.machine.fingerprint != machine.fingerprint:
+        raise ValueError(f"the snapshot belongs to machine {snapshot.machine.id!r} "
+                         f"({snapshot.machine.fingerprint}), not to {machine.id!r} "
+                         f"({machine.fingerprint})")
+    return snapshot.configuration.ids
+
+
+def _retry_progress(snapshot: Snapshot | None) -> dict[str, tuple[str, ...]]:
+    """For a highlighted run, how its retried calls are doing: "now: 1 of 4 tries failed
+    (Timeout)", by retried state id."""
+    if snapshot is None:
+        return {}
+    found: dict[str, tuple[str, ...]] = {}
+    for state_id, record in snapshot.retries.items():
+        node = snapshot.machine.get_state_node(state_id)
+        error = record.get("last_error")
+        name = error.get("name") or error.get("message") if isinstance(error, Mapping) else None
+        limit = f" of {node.retry.max_attempts}" if node.retry is not None else ""
+        reason = f" ({str(name)[:40]})" if name else ""
+        found[state_id] = (f"now: {record['attempt']}{limit} tries failed{reason}",)
+    return found
+
+
+def _failed_finals(nodes: tuple[StateNode, ...]) -> frozenset[StateNode]:
+    """Final states that are failure outcomes: named or tagged so, or only reached by errors."""
+    reached_by: dict[StateNode, list[bool]] = {}
+    for node in nodes:
+        for transition in (*node.transitions, *node.always):
+            for target in transition.targets:
+                reached_by.setdefault(target, []).append(labels.is_error_event(transition.event))
+    failed = set()
+    for node in nodes:
+        if node.type != FINAL:
+            continue
+        named = any(word in node.key.lower() for word in _FAILURE_WORDS)
+        sources = reached_by.get(node, [])
+        if named or node.tags & _FAILURE_TAGS or (sources and all(sources)):
+            failed.add(node)
+    return frozenset(failed)
+
+
+def _work_phrases(machine: Machine) -> dict[str, str]:
+    """What each invoke does, by invoke id: its ``description`` (read from the config, as the
+    state-node tree does not keep it), else its humanized ``src``."""
+    found: dict[str, str] = {}
+    for node in machine.definition.nodes:
+        for invoke in node.invoke:
+            item = _config_at(machine.config, invoke.config_path)
+            if node.retry_attempt_of is not None:  # expanded from the retried state's invoke
+                item = _retried_invoke(_config_at(machine.config,
+                                                  node.retry_attempt_of.config_path))
+            description = item.get("description") if isinstance(item, Mapping) else None
+            found[invoke.id] = labels.invoke_phrase(
+                invoke, description if isinstance(description, str) else None)
+    return found
+
+
+def _retried_invoke(state_config: Any) -> Any:
+    """The invoke config with ``retry`` in a state's config."""
+    invokes = state_config.get("invoke") if isinstance(state_config, Mapping) else None
+    items = invokes if isinstance(invokes, list) else [invokes]
+    return next((i for i in items if isinstance(i, Mapping) and i.get("retry") is not None),
+                None)
+
+
+def _config_at(config: Any, path: str) -> Any:
+    """The config item at a definition path such as ``states.a.invoke[1]``."""
+    item = config
+    for part in path.split(".") if path else ():
+        index = None
+        if part.endswith("]") and "[" in part:
+            part, _, rest = part.partition("[")
+            index = int(rest[:-1])
+        item = item.get(part) if isinstance(item, Mapping) else None
+        if index is not None:
+            item = item[index] if isinstance(item, list) and index < len(item) else None
+    return item
+
+
+def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tuple[str, ...]:
+    """The lines under a state's title: invoked work, entry/exit actions, and the events it
+    handles without leaving (drawn inside the box, since a loop would suggest re-entering)."""
+    if node.type == HISTORY:
+        return ()
+    lines = [f"doing: {work[invoke.id]}" for invoke in node.invoke]
+    if node.retry is not None and not any(_is_final_failure(t) for t in node.transitions):
+        lines.append("if it still fails: the run fails")  # the error is not handled
+    entry = labels.actions_phrase(node.entry)
+    if entry:
+        lines.append(f"on entry: {entry}")
+    exit_ = labels.actions_phrase(node.exit)
+    if exit_:
+        lines.append(f"on exit: {exit_}")
+    for transition in (*node.transitions, *node.always):
+        then = labels.actions_phrase(transition.actions)
+        if not transition.targets and then:
+            condition = f", {labels.guard_phrase(transition.guard)}" if transition.guard else ""
+            lines.append(f"on {_trigger(machine, transition, work)}{condition}: {then}")
+    return tuple(lines)
+
+
+def _is_retry(transition: Transition) -> bool:
+    """The expanded retry's "failed, but another attempt is allowed" transition."""
+    return transition.guard is not None and transition.guard.type == RETRY_ALLOWED
+
+
+def _is_final_failure(transition: Transition) -> bool:
+    """A retried state's transition for a failure after the last allowed attempt."""
+    return (transition.source.retry is not None and labels.is_error_event(transition.event)
+            and not _is_retry(transition))
+
+
+def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
+            failed: frozenset[StateNode], otherwise: bool) -> list[Arrow]:
+    source = transition.source
+    raw = _raw(transition)
+    if _is_retry(transition):  # drawn as the loop attempting -> waiting to retry -> attempting
+        attempting, waiting = (source.initial, *transition.targets)
+        assert attempting is not None and source.retry is not None
+        return [Arrow(attempting, waiting, tuple(retry_phrase(source.retry)), RETRY, raw)]
+    if isinstance(transition.delay, str) and transition.delay.startswith(RETRY_DELAY_PREFIX):
+        return [Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
+                for target in transition.targets]
+    if not transition.targets:
+        return []  # stays in its state: listed inside the state's box, if it does anything
+    lines = _transition_lines(machine, transition, work, otherwise)
+    kind = ERROR if labels.is_error_event(transition.event) else NORMAL
+    return [Arrow(source, target, lines, ERROR if target in failed else kind, raw)
+            for target in transition.targets]
+
+
+def _transition_lines(machine: Machine, transition: Transition, work: Mapping[str, str],
+                      otherwise: bool) -> tuple[str, ...]:
+    lines = [_trigger(machine, transition, work)]
+    if _is_final_failure(transition) and any(a.type == RECORD_SKIP for a in transition.actions):
+        lines.append("skip this item")
+    if transition.guard is not None:
+        lines.append(labels.guard_phrase(transition.guard))
+    elif otherwise and not _is_final_failure(transition):  # "still fails" says it already
+        lines.append("otherwise")
+    then = labels.actions_phrase(transition.actions)
+    if then:
+        lines.append(f"then: {then}")
+    return tuple(lines)
+
+
+def _trigger(machine: Machine, transition: Transition, work: Mapping[str, str]) -> str:
+    if transition.description:
+        return transition.description
+    if transition.event is None:
+        return "automatically"
+    if transition.delay is not None:
+        return labels.delay_phrase(transition.delay, machine.implementations.delays)
+    done = labels.done_phrase(transition.event, transition.source, work)
+    if done is not None and _is_final_failure(transition):
+        return done.replace(" fails", " still fails")
+    return done if done is not None else labels.event_phrase(transition.event)
+
+
+def _raw(transition: Transition) -> str:
+    event = "always" if transition.event is None else transition.event
+    guard = ""
+    if transition.guard is not None:
+        guard = f" [{', '.join(transition.guard.names()) or transition.guard.type}]"
+    return event + guard
