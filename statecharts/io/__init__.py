@@ -1,1 +1,2 @@
-"""Readers and writers of other chart formats (each in its own subpackage)."""
+"""Readers and writers of other chart and workflow formats, each in its own subpackage
+(``scxml``, ``n8n``)."""

@@ -1,0 +1,214 @@
+"""Command line for durable runs: `worker`, `runs list|show|cancel|versions`, `db upgrade`.
+
+`register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
+runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from persistence.runtime import Runtime, machines_from
+from persistence.stores import RunRecord, Store, StoreError, open_store
+from persistence.worker import Worker
+from statecharts import Machine, SystemClock
+
+STORE_ENV = "STATECHARTS_STORE"
+
+
+def load_machines(specs: Sequence[str]) -> list[Machine]:
+    """Machines from `module` (every Machine at module level, or its MACHINES list) or
+    `module:attribute` (one machine or a list)."""
+    found: list[Machine] = []
+    for spec in specs:
+        module_name, _, attribute = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise SystemExit(f"--machines {spec}: cannot import {module_name!r}: {exc}") from exc
+        if attribute:
+            if not hasattr(module, attribute):
+                raise SystemExit(f"--machines {spec}: {module_name} has no {attribute!r}")
+            value = getattr(module, attribute)
+            machines = machines_from(value if isinstance(value, list | tuple) else [value])
+        elif hasattr(module, "MACHINES"):
+            machines = machines_from(module.MACHINES)
+        else:
+            machines = machines_from(vars(module).values())
+        if not machines:
+            raise SystemExit(f"--machines {spec}: no statecharts Machine found there")
+        found.extend(machines)
+    return found
+
+
+def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4) -> Store:
+    url = args.store or os.environ.get(STORE_ENV)
+    if not url:
+        raise SystemExit(f"give --store URL or set {STORE_ENV}")
+    try:
+        return open_store(url, check=check, max_connections=connections)
+    except StoreError as exc:
+        raise SystemExit(f"store: {exc}") from exc
+
+
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help=f"store URL (default: ${STORE_ENV}), e.g. "
+                        "sqlite:///runs.db or postgresql://host/db")  # fmt: skip
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `worker`, `runs` and `db` to a CLI's subcommands."""
+    worker = subparsers.add_parser("worker", help="run durable workflows until SIGTERM")
+    _add_store(worker)
+    worker.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
+    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--lease-ms", type=int, default=30_000)
+    worker.add_argument("--poll-ms", type=int, default=200)
+    worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)
+    worker.add_argument("--log-level", default="INFO")
+    worker.set_defaults(handler=_worker)
+
+    runs = subparsers.add_parser("runs", help="inspect and cancel runs")
+    actions = runs.add_subparsers(dest="runs_command", required=True)
+    listing = actions.add_parser("list", help="runs, newest first")
+    _add_store(listing)
+    listing.add_argument("--status")
+    listing.add_argument("--name")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--stuck-after-ms",
+        type=int,
+        default=None,
+        help="only active runs not updated for this long",
+    )
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_runs_list)
+    show = actions.add_parser("show", help="one run with its effects and journal")
+    _add_store(show)
+    show.add_argument("run_id")
+    show.set_defaults(handler=_runs_show)
+    cancel = actions.add_parser("cancel", help="cancel a run")
+    _add_store(cancel)
+    cancel.add_argument("run_id")
+    cancel.add_argument("--reason")
+    cancel.set_defaults(handler=_runs_cancel)
+    versions = actions.add_parser(
+        "versions", help="active runs that the given machines cannot step (definition changed)"
+    )
+    _add_store(versions)
+    versions.add_argument("--machines", action="append", required=True, metavar="MODULE")
+    versions.set_defaults(handler=_runs_versions)
+
+    db = subparsers.add_parser("db", help="database schema")
+    db_actions = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_actions.add_parser("upgrade", help="apply missing schema migrations")
+    _add_store(upgrade)
+    upgrade.set_defaults(handler=_db_upgrade)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    store = _store(args, connections=args.concurrency + 2)
+    runtime = Runtime(store, load_machines(args.machines))
+    Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
+           stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+    runtime.store.close()
+    return 0
+
+
+def _row(run: RunRecord) -> dict[str, Any]:
+    data = asdict(run)
+    del data["snapshot"]
+    return data
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if args.stuck_after_ms is not None:
+        runs = store.stuck_runs(SystemClock().now(), args.stuck_after_ms, args.limit)
+    else:
+        runs = store.list_runs(status=args.status, workflow_name=args.name, limit=args.limit)
+    if args.json:
+        sys.stdout.write(orjson.dumps([_row(r) for r in runs]).decode() + "\n")
+        return 0
+    for r in runs:
+        print(f"{r.id}  {r.workflow_name:<20} {r.status:<10} v{r.version:<4} {r.state}"
+              + (f"  last_error={r.last_error}" if r.last_error else ""))  # fmt: skip
+    return 0
+
+
+def _runs_show(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        run = store.get_run(args.run_id)
+    except StoreError as exc:
+        raise SystemExit(str(exc)) from exc
+    data = {
+        **asdict(run),
+        "effects": [asdict(e) for e in store.list_effects(run.id)],
+        "events": [asdict(e) for e in store.list_events(run.id)],
+        "inbox": [asdict(e) for e in store.pending_events(run.id)],
+    }
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def _runs_cancel(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        outcome = store.cancel_run(args.run_id, SystemClock().now(), args.reason)
+    except StoreError as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{args.run_id}: {outcome}")
+    return 0
+
+
+def _runs_versions(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    unknown = runtime.unknown_versions()
+    for v in unknown:
+        print(f"{v.workflow_name}  version {v.workflow_version}  label {v.label}  {v.runs} "
+              "active run(s): no definition or migration in the given machines")  # fmt: skip
+    if not unknown:
+        print("every active run has a definition or a migration here")
+    return 1 if unknown else 0
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    store = _store(args, check=False)
+    try:
+        applied = store.migrate()
+    except StoreError as exc:
+        raise SystemExit(f"db upgrade: {exc}") from exc
+    version = store.schema_version()
+    print(f"applied migrations {applied}; schema at version {version}" if applied
+          else f"schema already at version {version}")  # fmt: skip
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m persistence.cli ...`"""
+    parser = argparse.ArgumentParser(prog="statecharts", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Driving one leased run: execute its pending effects, apply what came back, commit, repeat.
+
+Each loop is one step (one version of the run): the outcomes of the effects just executed, the
+events they sent back, due timers and queued inbox events are applied to the snapshot in that
+order, and the new snapshot, the new effects, the outcomes, the consumed inbox rows and the
+journal are committed in one transaction. Effects execute only after the commit that recorded
+them. The lease is kept while effects are pending, so the common chain "effect, result,
+next effect" costs one commit per step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from persistence.outbox import Executed, Executor, log_effects, to_outbox
+from persistence.runtime import (
+    Runtime,
+    error_text,
+    retry_columns,
+    run_status,
+    state_text,
+    wake_time,
+)
+from persistence.stores import (
+    ConflictError,
+    InboxEvent,
+    JournalEntry,
+    NewEffect,
+    NewRun,
+    RunRecord,
+    StepCommit,
+)
+from persistence.stores.base import CANCEL_EVENT, idempotency_key
+from statecharts import Machine, Snapshot
+from statecharts.effects import Effect
+
+log = logging.getLogger("statecharts.runs")
+
+INBOX_RECHECK_S = 1.0
+"""While a worker keeps a run, it looks for newly sent events at most this often."""
+
+
+@dataclass(slots=True)
+class _Step:
+    """What one step changes, built up before the commit."""
+
+    snapshot: Snapshot
+    outcomes: list[Any] = field(default_factory=list)
+    journal: list[JournalEntry] = field(default_factory=list)
+    new_effects: list[NewEffect] = field(default_factory=list)
+    logged: list[Effect] = field(default_factory=list)
+    consumed: list[int] = field(default_factory=list)
+    status: str | None = None
+    error: str | None = None
+
+    def apply(self, machine: Machine, event: dict[str, Any], now: int,
+              timer_id: str | None = None) -> None:  # fmt: skip
+        """Apply one event (or fire one timer); a raising guard or action fails the run."""
+        before = state_text(self.snapshot)
+        try:
+            if timer_id is None:
+                after, effects = machine.transition(self.snapshot, event, now)
+            else:
+                after, effects = machine.fire_timer(self.snapshot, timer_id, now)
+        except Exception as exc:
+            self.status, self.error = "error", f"event {event.get('type')!r}: {exc}"
+            self.journal.append(JournalEntry(event, before, before))
+            return
+        self.snapshot = after
+        self.new_effects.extend(to_outbox(effects, len(self.new_effects)))
+        self.logged.extend(effects)
+        self.journal.append(JournalEntry(event, before, state_text(after)))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.outcomes or self.journal or self.status)
+
+
+class RunDriver:
+    """Steps runs leased by `owner` until they wait, end, or the worker stops."""
+
+    def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.max_steps = max_steps
+        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now)
+
+    def drive(self, run: RunRecord, should_stop: Callable[[], bool]) -> int:
+        """Step the leased `run`; return the number of steps committed. The lease is released
+        (or lost to a `ConflictError`, logged) when this returns."""
+        store, now = self.runtime.store, self.runtime.clock.now()
+        machine = self.runtime.machine_for(run)
+        if machine is None:  # its version vanished from our set between claim and now
+            store.release(run.id, self.owner, now + self.lease_ms)
+            return 0
+        try:
+            snapshot = machine.restore(run.snapshot)
+        except Exception as exc:
+            return self._fail_unrestorable(run, exc, now)
+        waiting, inbox = store.pending_work(run.id)
+        pending = [(e.idempotency_key, e.kind, e.payload) for e in waiting]
+        inbox_checked = time.monotonic()
+        version, steps, prior_status = run.version, 0, run.status
+        while True:
+            now = self.runtime.clock.now()
+            step = _Step(snapshot)
+            executed = [self.executor.execute(machine, kind, payload, key)
+                        for key, kind, payload in pending]  # fmt: skip
+            self._apply(machine, step, executed, inbox, now)
+            if not step.changed:
+                store.release(run.id, self.owner, wake_time(step.snapshot, False, now))
+                return steps
+            status = step.status or run_status(step.snapshot)
+            attempts, retry_error = retry_columns(step.snapshot)
+            failure = step.error or (
+                error_text(step.snapshot.error) if step.snapshot.status == "error" else None
+            )
+            due = step.snapshot.next_due()
+            more_now = status == "active" and due is not None and due <= now
+            release = (
+                should_stop() or steps + 1 >= self.max_steps or not (step.new_effects or more_now)
+            )
+            commit = StepCommit(
+                run_id=run.id, owner=self.owner, expected_version=version,
+                state=state_text(step.snapshot), snapshot=machine.persist(step.snapshot),
+                status=status, release=release,
+                wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
+                attempt_count=attempts, last_error=failure or retry_error,
+                workflow_version=machine.fingerprint,
+                lease_until=now + self.lease_ms,
+                new_effects=step.new_effects, effect_outcomes=step.outcomes,
+                consumed_inbox=step.consumed,
+                journal=step.journal if self.runtime.journal else (),
+                start_runs=self._error_runs(run, prior_status, status,
+                                            state_text(step.snapshot), failure or retry_error,
+                                            now),
+            )  # fmt: skip
+            try:
+                version = self.runtime.store.commit_step(commit, now)
+            except ConflictError as exc:
+                log.warning("run %s: lost the lease (%s); another worker has it", run.id, exc)
+                return steps
+            steps, prior_status = steps + 1, status
+            log_effects(step.logged, run.id)
+            if release:
+                return steps
+            snapshot = step.snapshot
+            pending = [(idempotency_key(run.id, version, e.index), e.kind, e.payload)
+                       for e in step.new_effects]  # fmt: skip
+            inbox = []
+            if time.monotonic() - inbox_checked > INBOX_RECHECK_S:
+                inbox, inbox_checked = store.pending_events(run.id), time.monotonic()
+
+    def _apply(self, machine: Machine, step: _Step, executed: list[Executed],
+               inbox: list[InboxEvent], now: int) -> None:  # fmt: skip
+        """Outcomes and their events first, then due timers, then inbox events, in order."""
+        step.outcomes = [x.outcome for x in executed]
+        failure = next((x.fails_run for x in executed if x.fails_run), None)
+        if failure is not None:
+            step.status, step.error = "error", failure
+            return
+        cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
+        if cancel is not None:
+            step.consumed = [e.id for e in inbox]
+            self._cancel(machine, step, cancel)
+            return
+        for x in executed:
+            if x.event is not None and step.status is None:
+                step.apply(machine, x.event, now)
+        while step.status is None and step.snapshot.status == "active":
+            timer = next((t for t in step.snapshot.timers if t.due_at <= now), None)
+            if timer is None:
+                break
+            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
+        for item in inbox:
+            step.consumed.append(item.id)
+            if step.status is None:
+                step.apply(machine, item.event, now)
+
+    def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
+        before = state_text(step.snapshot)
+        if step.snapshot.status == "active":
+            step.snapshot, effects = machine.stop(step.snapshot)
+            step.logged.extend(effects)
+        step.status = "cancelled"
+        reason = request.event.get("reason")
+        step.error = str(reason) if reason is not None else None
+        step.journal.append(JournalEntry(request.event, before, state_text(step.snapshot)))
+
+    def _error_runs(
+        self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int
+    ) -> list[tuple[NewRun, list[NewEffect]]]:
+        """The error workflow to start with the step that makes an active run fail."""
+        if status != "error" or before != "active":
+            return []
+        found = self.runtime.error_run(run, state, error, now)
+        return [] if found is None else [found]
+
+    def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
+        """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot."""
+        reason = f"snapshot does not restore: {exc}"
+        log.error("run %s: %s", run.id, reason)
+        commit = StepCommit(
+            run_id=run.id, owner=self.owner, expected_version=run.version, state=run.state,
+            snapshot=run.snapshot, status="error", release=True, wake_at=None,
+            last_error=reason,
+            start_runs=self._error_runs(run, run.status, "error", run.state, reason, now),
+        )  # fmt: skip
+        try:
+            self.runtime.store.commit_step(commit, now)
+        except ConflictError:
+            return 0
+        return 1

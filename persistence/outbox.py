@@ -1,0 +1,256 @@
+"""The outbox: which effects are recorded with a step, and how a worker executes them.
+
+Effects that reach the outside world (user actions, invoked actors, emitted events, messages to
+other actors) are written to `workflow_effects` in the step's transaction and executed after the
+commit, from their stored JSON record, so an effect recovered after a crash runs exactly like a
+fresh one. Timers live in the snapshot (and the run's `wake_at`); log lines and stops of
+synchronous children have nothing to redo, so they are not recorded.
+
+An invoked actor's result comes back as an event (`xstate.done.actor.<id>` with `output`, or
+`xstate.error.actor.<id>` with `error`), applied in the next step together with the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from persistence.breakers import SharedBreaker
+from persistence.stores import EffectOutcome, NewEffect
+from statecharts import Machine
+from statecharts.effects import Effect, Log
+from statecharts.events import done_actor_event_type, error_actor_event_type
+from statecharts.frozen import freeze, thaw
+from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json
+
+log = logging.getLogger("statecharts.runs")
+
+RECORDED_KINDS = frozenset({"action", "start_child", "emit", "send_to", "send_parent"})
+"""Effect kinds written to the outbox; the others are applied in memory (see module doc)."""
+
+_current_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "statecharts_idempotency_key", default=None
+)
+
+Listener = Callable[[Mapping[str, Any]], None]
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the effect being executed (None outside an effect).
+
+    Functions that cannot take an `idempotency_key=` argument read it here, e.g. to pass it to
+    a payment API. The key is the same when a crash makes the effect run again.
+    """
+    return _current_key.get()
+
+
+@contextmanager
+def _effect_key(key: str) -> Iterator[None]:
+    token = _current_key.set(key)
+    try:
+        yield
+    finally:
+        _current_key.reset(token)
+
+
+def to_outbox(effects: Iterable[Effect], start_index: int = 0) -> list[NewEffect]:
+    """The effects to record for a step, as JSON payloads, indexed from `start_index`."""
+    recorded = [e for e in effects if e.kind in RECORDED_KINDS]
+    return [NewEffect(start_index + i, e.kind, thaw(e.to_json())) for i, e in enumerate(recorded)]
+
+
+def log_effects(effects: Iterable[Effect], run_id: str) -> None:
+    """Write the step's `log` effects (not recorded in the outbox)."""
+    for e in effects:
+        if isinstance(e, Log):
+            log.info("run %s: %s %s", run_id, e.label or "log", thaw(e.value))
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """An executed effect: its outcome, the event it sends back (if any), and whether the run
+    must fail because of it (an action that raised)."""
+
+    outcome: EffectOutcome
+    event: dict[str, Any] | None = None
+    fails_run: str | None = None
+
+
+class ActionFailed(Exception):
+    """Raised inside `execute` bookkeeping; carries the user action's error text."""
+
+
+@lru_cache(maxsize=1024)
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "idempotency_key" for p in params
+    )
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], key: str) -> Any:
+    """Call user code with the idempotency key (as a keyword if it takes one)."""
+    if _accepts_key(fn):
+        kwargs = {**kwargs, "idempotency_key": key}
+    with _effect_key(key):
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _actor_callable(logic: Any) -> Callable[..., Any] | None:
+    """The function behind invoked actor logic that a worker can run to completion: plain
+    functions, `from_callable` and `from_async`. Child machines and callback actors are not run
+    durably (yet)."""
+    if isinstance(logic, CallableLogic | AsyncLogic):
+        return logic.fn
+    if isinstance(logic, Machine | CallbackLogic) or not callable(logic):
+        return None
+    return logic  # type: ignore[no-any-return]
+
+
+def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
+    """A user action by its recorded name: from `actions=`, else an inline function in the
+    definition (whose name is its `__name__`)."""
+    named = machine.implementations.actions.get(name)
+    if callable(named):
+        return named
+    for node in machine.definition.nodes:
+        specs = [*node.entry, *node.exit]
+        for transition in (*node.transitions, *node.always):
+            specs.extend(transition.actions)
+        for spec in specs:
+            if spec.type == name and callable(spec.impl) and not spec.is_builtin:
+                return spec.impl
+    return None
+
+
+def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """(logic, breaker name) of a recorded `start_child`: from the invoking state's definition
+    when it was invoked, else by name from `actors=` (spawned children)."""
+    invoked_by = payload.get("invoked_by")
+    if isinstance(invoked_by, str):
+        node = machine.get_state_node(invoked_by)
+        for invoke in node.invoke:
+            if invoke.id == payload.get("id"):
+                logic = invoke.logic if invoke.logic is not None else \
+                    machine.resolve_actor(invoke.src)[1]  # fmt: skip
+                return logic, invoke.breaker
+    return machine.resolve_actor(str(payload.get("src")))[1], None
+
+
+class Executor:
+    """Runs recorded effects. `breaker(name)` gives the shared breaker of a downstream (invokes
+    that name one go through it); `now()` is the runtime's clock."""
+
+    def __init__(
+        self,
+        listeners: Mapping[str, list[Listener]],
+        breaker: Callable[[str], SharedBreaker],
+        now: Callable[[], int],
+    ) -> None:
+        self._listeners = listeners
+        self._breaker = breaker
+        self._now = now
+
+    def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
+                key: str) -> Executed:  # fmt: skip
+        """Execute one recorded effect and report how it ended (never raises for user errors)."""
+        if kind == "action":
+            return self._action(machine, payload, key)
+        if kind == "start_child":
+            return self._child(machine, payload, key)
+        if kind == "emit":
+            return self._emit(payload, key)
+        # send_to / send_parent: durable runs have no live actors to deliver to yet.
+        target = payload.get("target", "#parent")
+        return Executed(
+            EffectOutcome(key, "skipped", None, f"no durable actor {target!r} to deliver to")
+        )
+
+    def _action(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
+        name = str(payload.get("type"))
+        fn = _find_action(machine, name)
+        if fn is None:
+            message = f"action {name!r} is not a named action of machine {machine.id!r}"
+            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
+        params = payload.get("params") or {}
+        context, event = freeze(payload.get("context") or {}), freeze(payload.get("event") or {})
+        try:
+            result = _call(fn, (context, event), dict(params), key)
+        except Exception as exc:
+            message = f"action {name!r} raised {type(exc).__name__}: {exc}"
+            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
+        return Executed(EffectOutcome(key, "done", _json_or_none(result)))
+
+    def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
+        child_id, src = str(payload.get("id")), str(payload.get("src"))
+        try:
+            logic, breaker_name = _actor_logic(machine, payload)
+        except Exception as exc:
+            return self._child_failed(child_id, key, exc)
+        fn = _actor_callable(logic)
+        if fn is None:
+            return self._child_failed(
+                child_id, key, TypeError(f"actor {src!r} cannot run in a durable worker")
+            )
+        # A retried call site has a key stable across its attempts; else the outbox key.
+        call_key = f"{key.split(':', 1)[0]}:{payload['key']}" if payload.get("key") else key
+        breaker = self._breaker(breaker_name) if breaker_name else None
+        try:
+            if breaker is not None:
+                breaker.before_call(self._now())  # an open breaker fails fast, same error path
+            try:
+                output = thaw(freeze(_call(fn, (payload.get("input"),), {}, call_key), "output"))
+            except Exception:
+                if breaker is not None:
+                    breaker.record(False, self._now())
+                raise
+            if breaker is not None:
+                breaker.record(True, self._now())
+        except Exception as exc:
+            return self._child_failed(child_id, key, exc)
+        event = {"type": done_actor_event_type(child_id), "output": output}
+        return Executed(EffectOutcome(key, "done", output), event)
+
+    def _child_failed(self, child_id: str, key: str, exc: BaseException) -> Executed:
+        error = error_to_json(exc)
+        return Executed(
+            EffectOutcome(key, "failed", None, f"{error['name']}: {error['message']}"),
+            {"type": error_actor_event_type(child_id), "error": error},
+        )
+
+    def _emit(self, payload: Mapping[str, Any], key: str) -> Executed:
+        event = payload.get("event") or {}
+        errors = []
+        for fn in [*self._listeners.get(str(event.get("type")), []), *self._listeners.get("*", [])]:
+            try:
+                _call(fn, (event,), {}, key)
+            except Exception as exc:  # a listener's failure must not fail the run
+                errors.append(f"{type(exc).__name__}: {exc}")
+                log.warning("listener for %s raised %s", event.get("type"), exc)
+        if errors:
+            return Executed(EffectOutcome(key, "failed", None, "; ".join(errors)))
+        return Executed(EffectOutcome(key, "done"))
+
+
+def _json_or_none(value: Any) -> Any:
+    try:
+        return thaw(freeze(value, "result"))
+    except Exception:
+        return None  # an action's return value is informational only

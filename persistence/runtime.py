@@ -1,0 +1,276 @@
+"""`Runtime`: start runs, send them events, read and cancel them; the API over a store.
+
+The runtime never executes effects itself: `start` commits the initial snapshot with its effects
+in one transaction and workers (`persistence.worker.Worker`) do the rest. Any process holding a
+`Runtime` over the same database may start runs or send events while workers run elsewhere.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from persistence.breakers import BreakerPolicy, SharedBreaker
+from persistence.outbox import Listener, log_effects, to_outbox
+from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
+from statecharts import Machine, Snapshot, SystemClock
+from statecharts.effects import Effect
+from statecharts.events import EventLike, normalize_event
+from statecharts.frozen import thaw
+
+
+class Clock(Protocol):
+    """Anything with `now()` in epoch milliseconds: statecharts' `SystemClock` (the default) or
+    `SimulatedClock` for tests. Workers only read the time; they never schedule on the clock."""
+
+    def now(self) -> int:
+        """Current time, epoch milliseconds."""
+        ...
+
+
+class UnknownWorkflowError(LookupError):
+    """`start` named a workflow this runtime was not given."""
+
+
+def state_text(snapshot: Snapshot) -> str:
+    """The `state` column: active leaf paths, comma separated."""
+    return ",".join(snapshot.active_leaves())
+
+
+def run_status(snapshot: Snapshot) -> str:
+    """The run status for a snapshot: the engine's `stopped` is a cancelled run, and a run done
+    with skipped calls (failure class "skip") is `done_partial`."""
+    if snapshot.status == "stopped":
+        return "cancelled"
+    if snapshot.status == "done" and snapshot.skipped:
+        return "done_partial"
+    return snapshot.status
+
+
+def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
+    """(attempt_count, last_error) of the retried call in progress, from the snapshot's retry
+    records; (None, None) when no retried call is active (the row keeps its last values)."""
+    records = list(snapshot.retries.values())
+    if not records:
+        return None, None
+    record = max(records, key=lambda r: int(r.get("attempt") or 0))
+    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
+
+
+def error_text(error: Any) -> str | None:
+    """An engine error (the JSON of an exception, or any value) as one line of text."""
+    if error is None:
+        return None
+    if isinstance(error, Mapping) and "message" in error:
+        return f"{error.get('name', 'Error')}: {error['message']}"
+    return str(thaw(error))
+
+
+def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
+    """When the run next needs a worker: now if effects wait, else its next timer."""
+    if has_pending_effects:
+        return now
+    return snapshot.next_due() if snapshot.status == "active" else None
+
+
+class Runtime:
+    """Durable runs of `machines` in `store`.
+
+    Several definitions of one machine id may be given (for example the old one while its runs
+    drain during a deploy); `start` uses the last one. Runs are pinned to the definition
+    fingerprint they started with (`workflow_version`); a definition also steps runs of older
+    versions it has a migration for (`migrations=` on the machine).
+
+    A machine names an error workflow with `meta={"error_workflow": "name"}` at its root (or
+    `error_workflows={"invoice": "invoice_failed"}` here): each time one of its runs fails, that
+    workflow is started exactly once, in the transaction that records the failure, with input
+    `{"run_id", "workflow", "state", "error"}`. Invokes that name a `breaker` go through a
+    circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        machines: Sequence[Machine],
+        *,
+        clock: Clock | None = None,
+        journal: bool = True,
+        check_schema: bool = True,
+        error_workflows: Mapping[str, str] | None = None,
+        breakers: Mapping[str, BreakerPolicy] | None = None,
+    ) -> None:
+        if not machines:
+            raise ValueError("Runtime needs at least one machine")
+        self.store = store
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.journal = journal
+        self._latest: dict[str, Machine] = {}
+        self._exact: dict[tuple[str, str], Machine] = {}
+        self._by_label: dict[tuple[str, str], Machine] = {}
+        self.listeners: dict[str, list[Listener]] = {}
+        for machine in machines:
+            self._latest[machine.id] = machine
+            self._exact[(machine.id, machine.fingerprint)] = machine
+            for label in machine.migrations:
+                self._by_label[(machine.id, label)] = machine
+        self.error_workflows = self._error_workflows(error_workflows or {})
+        self.breaker_policies = dict(breakers or {})
+        if check_schema:
+            store.check_schema()
+
+    def _error_workflows(self, given: Mapping[str, str]) -> dict[str, str]:
+        """Workflow -> its error workflow: from each machine's `meta.error_workflow`, overridden
+        by `error_workflows=`; every target must be one of this runtime's machines."""
+        found = {
+            m.id: str(m.root.meta["error_workflow"])
+            for m in self._latest.values()
+            if isinstance(m.root.meta, Mapping) and m.root.meta.get("error_workflow")
+        }
+        found.update(given)
+        for workflow, target in found.items():
+            if target not in self._latest:
+                raise ValueError(
+                    f"error workflow of {workflow!r} is {target!r}, which is not among the "
+                    f"runtime's machines ({', '.join(sorted(self._latest))})"
+                )
+        return found
+
+    def breaker(self, name: str) -> SharedBreaker:
+        """The shared circuit breaker of downstream `name` (default policy unless given in
+        `breakers=`)."""
+        return SharedBreaker(self.store, name, self.breaker_policies.get(name, BreakerPolicy()))
+
+    def error_run(
+        self, run: RunRecord, state: str, error: str | None, now: int
+    ) -> tuple[NewRun, builtins.list[NewEffect]] | None:
+        """The error-workflow run to start, in the same transaction, when `run` fails; None if
+        its workflow names none. Runs of an error workflow never start one (no loops)."""
+        target = self.error_workflows.get(run.workflow_name)
+        if target is None or run.workflow_name in self.error_workflows.values():
+            return None
+        failure = {"run_id": run.id, "workflow": run.workflow_name, "state": state,
+                   "error": error}  # fmt: skip
+        new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
+        return new, outbox
+
+    # -- definitions ------------------------------------------------------------------------
+    @property
+    def machines(self) -> Mapping[str, Machine]:
+        """The definition `start` uses, by machine id."""
+        return dict(self._latest)
+
+    def machine_for(self, run: RunRecord) -> Machine | None:
+        """The definition that can step `run`: its exact version, or one with a migration from
+        the version label stored in its snapshot. None if this runtime has neither."""
+        exact = self._exact.get((run.workflow_name, run.workflow_version))
+        if exact is not None:
+            return exact
+        label = run.snapshot.get("version")
+        return self._by_label.get((run.workflow_name, label)) if isinstance(label, str) else None
+
+    def steppable_versions(self) -> set[tuple[str, str]]:
+        """(name, version) pairs of active runs this runtime can step (exact or migratable)."""
+        pairs = set(self._exact)
+        if not self._by_label:
+            return pairs  # no migrations: nothing else to look up
+        for unknown in self.store.unknown_versions(pairs):
+            if (
+                unknown.label is not None
+                and (unknown.workflow_name, unknown.label) in self._by_label
+            ):
+                pairs.add((unknown.workflow_name, unknown.workflow_version))
+        return pairs
+
+    def unknown_versions(self) -> list[VersionCount]:
+        """Active runs no definition here can step (reported by workers and the CLI)."""
+        steppable = self.steppable_versions()
+        return [v for v in self.store.unknown_versions(steppable)]
+
+    # -- the API ----------------------------------------------------------------------------
+    def start(self, name: str, input: Any = None, key: str | None = None) -> str:
+        """Start a run of workflow `name`; return its id.
+
+        With `key`, starting is idempotent: while a run of `name` with that key is active, its
+        id is returned and nothing new is started.
+        """
+        if key is not None:
+            existing = self.store.find_run(name, key)
+            if existing is not None:
+                return existing.id
+        now = self.clock.now()
+        run, outbox, effects = self.prepare_run(name, input, key, now)
+        record, created = self.store.create_run(run, outbox, now)
+        if created:
+            log_effects(effects, record.id)
+        return record.id
+
+    def prepare_run(
+        self, name: str, input: Any, key: str | None, now: int
+    ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
+        """The initial transition of `name` as a row to insert, its outbox records and all its
+        effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
+        machine = self._latest.get(name)
+        if machine is None:
+            known = ", ".join(sorted(self._latest)) or "none"
+            raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
+        snapshot, effects = machine.initial_transition(input, now)
+        outbox = to_outbox(effects)
+        run = NewRun(
+            id=str(uuid.uuid4()),
+            workflow_name=name,
+            workflow_version=machine.fingerprint,
+            key=key,
+            state=state_text(snapshot),
+            snapshot=machine.persist(snapshot),
+            status=run_status(snapshot),
+            wake_at=wake_time(snapshot, bool(outbox), now),
+        )
+        return run, outbox, effects
+
+    def send(self, run_id: str, event: EventLike) -> int:
+        """Queue `event` ("TYPE" or {"type": ...}) for the run; a worker applies it. Returns the
+        inbox id. Raises `RunFinishedError` if the run has ended."""
+        frozen = normalize_event(event)
+        return self.store.send_event(run_id, thaw(frozen), self.clock.now())
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""
+        return self.store.get_run(run_id)
+
+    def snapshot(self, run_id: str) -> Snapshot:
+        """The run's snapshot restored with its definition (for `.matches`, `.context`, ...)."""
+        run = self.store.get_run(run_id)
+        machine = self.machine_for(run)
+        if machine is None:
+            raise LookupError(
+                f"run {run_id} is {run.workflow_name} version {run.workflow_version}, which this "
+                "runtime has no definition or migration for"
+            )
+        return machine.restore(run.snapshot)
+
+    def list(
+        self, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> builtins.list[RunRecord]:
+        """Runs newest first, optionally filtered by status and workflow name."""
+        return self.store.list_runs(status=status, workflow_name=name, limit=limit, offset=offset)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> str:
+        """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
+        at its next step) or "finished" (it had already ended)."""
+        return self.store.cancel_run(run_id, self.clock.now(), reason)
+
+    def stuck(self, older_than_ms: int = 3_600_000, limit: int = 100) -> builtins.list[RunRecord]:
+        """Active runs whose row nobody touched for `older_than_ms` (default one hour)."""
+        return self.store.stuck_runs(self.clock.now(), older_than_ms, limit)
+
+    def on(self, event_type: str, fn: Callable[[Mapping[str, Any]], None]) -> None:
+        """Call `fn(event)` when a run emits `event_type` ("*" for all), after the step that
+        emitted it commits (at least once: a crash may repeat it)."""
+        self.listeners.setdefault(event_type, []).append(fn)
+
+
+def machines_from(objects: Iterable[Any]) -> list[Machine]:
+    """The `Machine` objects among `objects` (e.g. a module's globals), in order."""
+    return [o for o in objects if isinstance(o, Machine)]

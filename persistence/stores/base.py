@@ -1,0 +1,443 @@
+"""The store contract: record types, errors and the `Store` protocol every backend implements.
+
+A store keeps one row per workflow run plus its outbox (`workflow_effects`), its inbox of events
+sent from outside (`workflow_inbox`), an optional journal (`workflow_events`) and small shared
+tables used by helpers (circuit breakers, "one run at a time" claims, schedules).
+
+Times are integers: milliseconds since the Unix epoch, as the engine uses. Callers pass `now`
+explicitly so a simulated clock drives timers and leases in tests exactly as in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+JSONDict = dict[str, Any]
+
+ACTIVE = "active"
+"""The only non-terminal run status; every other status ends the run."""
+
+TERMINAL_STATUSES = frozenset({"done", "done_partial", "error", "cancelled"})
+"""Statuses a run can end in. `error` also sets `failed_at`; all of them set `completed_at`."""
+
+RUN_STATUSES = frozenset({ACTIVE}) | TERMINAL_STATUSES
+
+EFFECT_STATUSES = frozenset({"pending", "done", "skipped", "failed"})
+
+
+class StoreError(Exception):
+    """Base class of every error raised by a store."""
+
+
+class ConflictError(StoreError):
+    """A write lost a race: the run's version or lease owner is not what the writer expected.
+
+    The writer's view is stale; nothing was written. Reload the run and decide again.
+    """
+
+
+class RunNotFoundError(StoreError, LookupError):
+    """No run has the given id."""
+
+
+class RunFinishedError(StoreError):
+    """The run is terminal and cannot accept the requested change (for example a new event)."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is older or newer than the code expects."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached right now (connection lost, server down, file locked).
+
+    Workers treat this as transient: back off, reconnect, try again. Nothing was committed by the
+    call that raised it unless the store says otherwise.
+    """
+
+
+class StoreURLError(StoreError, ValueError):
+    """A store URL that `open_store` cannot understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One row of `workflow_runs` as read from the store."""
+
+    id: str
+    workflow_name: str
+    workflow_version: str
+    key: str | None
+    state: str
+    snapshot: JSONDict
+    status: str
+    attempt_count: int
+    created_at: int
+    updated_at: int
+    completed_at: int | None
+    failed_at: int | None
+    last_error: str | None
+    wake_at: int | None
+    lease_owner: str | None
+    lease_expires_at: int | None
+    version: int
+
+    @property
+    def terminal(self) -> bool:
+        """True when the run has ended (any status but `active`)."""
+        return self.status != ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """What the runtime hands the store to create a run (the initial step already applied)."""
+
+    id: str
+    workflow_name: str
+    workflow_version: str
+    key: str | None
+    state: str
+    snapshot: JSONDict
+    status: str = ACTIVE
+    wake_at: int | None = None
+    attempt_count: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEffect:
+    """An effect to record in the outbox, in execution order within its step."""
+
+    index: int
+    kind: str
+    payload: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """One row of `workflow_effects` (the outbox)."""
+
+    idempotency_key: str
+    run_id: str
+    step: int
+    effect_index: int
+    kind: str
+    payload: JSONDict
+    status: str
+    result: Any
+    error: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """How an executed effect ended; recorded in the same transaction as the step it fed."""
+
+    idempotency_key: str
+    status: str
+    result: Any = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in EFFECT_STATUSES - {"pending"}:
+            raise ValueError(f"effect outcome status must be done/skipped/failed: {self.status!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEvent:
+    """An event sent to a run from outside, waiting for a worker to apply it."""
+
+    id: int
+    run_id: str
+    event: JSONDict
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """An entry to append to the run's journal: the event and the state before and after."""
+
+    event: JSONDict
+    state_before: str
+    state_after: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One row of `workflow_events` (append-only journal)."""
+
+    id: int
+    run_id: str
+    step: int
+    event: JSONDict
+    state_before: str
+    state_after: str
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepCommit:
+    """Everything one step of a run writes, committed in one transaction.
+
+    The write succeeds only while `owner` holds the run's lease and the run is still at
+    `expected_version`; otherwise `ConflictError` and nothing is written. The new version is
+    `expected_version + 1` and is the step number of `new_effects`.
+
+    With `release=True` the lease is given up and `wake_at` becomes the run's next due time;
+    otherwise the lease is kept (renewed to `lease_until` when given) and `wake_at` stays at the
+    lease expiry, so a crash hands the run to another worker once the lease runs out.
+    `attempt_count`, `last_error` and `workflow_version` (set when a migration moved the run to
+    a new definition) are left as they are when None. `start_runs` are created (idempotent by
+    key, as `create_run`) in the same transaction, e.g. an error workflow started exactly once
+    for the failure this step records.
+    """
+
+    run_id: str
+    owner: str
+    expected_version: int
+    state: str
+    snapshot: JSONDict
+    status: str
+    wake_at: int | None = None
+    release: bool = True
+    attempt_count: int | None = None
+    last_error: str | None = None
+    workflow_version: str | None = None
+    lease_until: int | None = None
+    new_effects: Sequence[NewEffect] = ()
+    effect_outcomes: Sequence[EffectOutcome] = ()
+    consumed_inbox: Sequence[int] = ()
+    journal: Sequence[JournalEntry] = ()
+    start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCount:
+    """Active runs of one workflow version that the asking worker cannot step."""
+
+    workflow_name: str
+    workflow_version: str
+    runs: int
+    label: str | None = None
+    """The `version` label inside the runs' snapshots (what a migration is keyed by)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerRecord:
+    """Shared circuit-breaker state for one downstream name (semantics belong to the caller)."""
+
+    name: str
+    state: str
+    failure_count: int = 0
+    opened_at: int | None = None
+    data: JSONDict = field(default_factory=dict)
+    updated_at: int = 0
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """A "one run at a time" claim: who holds `name`, since when, until when it is stale."""
+
+    name: str
+    owner: str
+    run_id: str | None
+    claimed_at: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """The last fire time of a scheduled start, advanced atomically with the run it starts."""
+
+    name: str
+    last_fire_at: int | None
+    version: int
+
+
+CANCEL_EVENT = "statecharts.cancel"
+"""Inbox event type the store uses to ask the lease holder to cancel a leased run."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The storage contract shared by the SQLite, PostgreSQL and in-memory stores."""
+
+    url: str
+
+    # -- schema -----------------------------------------------------------------------------
+    def migrate(self) -> list[int]:
+        """Apply missing schema migrations; return the versions applied (empty if current)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The schema version the database is at (0 for an empty database)."""
+        ...
+
+    def check_schema(self) -> None:
+        """Raise `SchemaVersionError` unless the schema is exactly the version this code knows."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
+        ...
+
+    # -- runs -------------------------------------------------------------------------------
+    def create_run(
+        self, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """Insert a run (version 1) with its initial effects (step 1) in one transaction.
+
+        If `run.key` is set and an active run of the same workflow already has that key, nothing
+        is written and that run is returned with `False`.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run with this id, or `RunNotFoundError`."""
+        ...
+
+    def find_run(self, workflow_name: str, key: str) -> RunRecord | None:
+        """The active run of `workflow_name` with idempotency key `key`, if any."""
+        ...
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        workflow_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status and workflow name."""
+        ...
+
+    def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
+        """Cancel a run: `"cancelled"` if done now, `"requested"` if a worker holds its lease (a
+        cancel event is queued for it), `"finished"` if the run had already ended."""
+        ...
+
+    # -- inbox ------------------------------------------------------------------------------
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+        """Queue an event for an active run; return its inbox id. `RunFinishedError` if the run
+        has ended, `RunNotFoundError` if it does not exist."""
+        ...
+
+    def pending_events(self, run_id: str) -> list[InboxEvent]:
+        """Events queued for the run, oldest first."""
+        ...
+
+    # -- leases and steps -------------------------------------------------------------------
+    def claim_runs(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None = None,
+    ) -> list[RunRecord]:
+        """Lease up to `limit` runs that need work: due (`wake_at <= now`, which includes expired
+        leases) or with queued events and no live lease. `versions` restricts to
+        `(workflow_name, workflow_version)` pairs the caller can step (None: any)."""
+        ...
+
+    def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
+        """Extend the leases `owner` still holds among `run_ids`; return those ids."""
+        ...
+
+    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
+        """Give up a lease without stepping; `wake_at` is when the run next needs a worker.
+        False if `owner` no longer held it."""
+        ...
+
+    def commit_step(self, commit: StepCommit, now: int) -> int:
+        """Write one step atomically (see `StepCommit`); return the run's new version."""
+        ...
+
+    # -- effects and journal ----------------------------------------------------------------
+    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
+        """The run's outbox records in (step, index) order, optionally only one status."""
+        ...
+
+    def list_events(self, run_id: str) -> list[EventRecord]:
+        """The run's journal, oldest first."""
+        ...
+
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """The run's pending effects and queued events (what a worker reads after a claim),
+        in one round trip where the database allows."""
+        ...
+
+    # -- reports ----------------------------------------------------------------------------
+    def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
+        """Active runs whose row was not updated for `older_than_ms`."""
+        ...
+
+    def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
+        """Active runs grouped by (name, version) for versions not in `known`."""
+        ...
+
+    def count_runs(self) -> dict[str, int]:
+        """Number of runs per status."""
+        ...
+
+    # -- shared helper tables ---------------------------------------------------------------
+    def try_claim(
+        self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
+    ) -> bool:
+        """Take the "one at a time" claim `name` if free, stale, or already ours (refreshes it)."""
+        ...
+
+    def release_claim(self, name: str, owner: str) -> bool:
+        """Drop the claim if `owner` holds it."""
+        ...
+
+    def get_claim(self, name: str) -> ClaimRecord | None:
+        """The current holder of claim `name`, if any (it may be stale)."""
+        ...
+
+    def get_breaker(self, name: str) -> BreakerRecord | None:
+        """Circuit-breaker state for `name`, if recorded."""
+        ...
+
+    def put_breaker(self, record: BreakerRecord, expected_version: int, now: int) -> bool:
+        """Compare-and-set breaker state: write `record` at `expected_version + 1` if the stored
+        version is `expected_version` (0 = must not exist yet). False if someone else won."""
+        ...
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """The scheduled start `name`, if it ever fired."""
+        ...
+
+    def fire_schedule(
+        self,
+        name: str,
+        expected_version: int,
+        fire_at: int,
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+    ) -> RunRecord | None:
+        """Advance schedule `name` to `fire_at` and create `run`, in one transaction. None (and
+        nothing written) if the schedule is no longer at `expected_version` (0 = never fired)."""
+        ...
+
+
+def idempotency_key(run_id: str, step: int, index: int) -> str:
+    """The outbox key of effect `index` produced by step `step` of run `run_id`."""
+    return f"{run_id}:{step}:{index}"
+
+
+def completion_times(status: str, now: int) -> tuple[int | None, int | None]:
+    """(completed_at, failed_at) to set when a run enters `status`."""
+    if status == ACTIVE:
+        return None, None
+    return now, (now if status == "error" else None)
+
+
+def check_status(status: str) -> None:
+    """Reject an unknown run status with a clear error."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")

@@ -1,0 +1,714 @@
+"""PostgreSQL store: psycopg 3 with a psycopg-pool connection pool, `jsonb` snapshots.
+
+Hot paths are single SQL statements (data-modifying CTEs) run in autocommit mode, so one step of
+a run costs one round trip and one commit. Claims use `FOR UPDATE SKIP LOCKED`, so many workers
+on many machines share the table without blocking each other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import psycopg
+import psycopg_pool
+from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
+
+from persistence import schema
+from persistence.stores.base import (
+    CANCEL_EVENT,
+    BreakerRecord,
+    ClaimRecord,
+    ConflictError,
+    EffectRecord,
+    EventRecord,
+    InboxEvent,
+    NewEffect,
+    NewRun,
+    RunFinishedError,
+    RunNotFoundError,
+    RunRecord,
+    ScheduleRecord,
+    StepCommit,
+    StoreError,
+    StoreUnavailableError,
+    VersionCount,
+    check_status,
+    completion_times,
+)
+
+RUN_COLUMNS = (
+    "id::text, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
+    "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
+    "lease_expires_at, version"
+)
+_RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
+EFFECT_COLUMNS = (
+    "idempotency_key, run_id::text, step, effect_index, kind, payload, status, result, error, "
+    "created_at, updated_at"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def to_ts(ms: int | None) -> datetime | None:
+    """Epoch milliseconds to an aware datetime (exact)."""
+    return None if ms is None else _EPOCH + ms * _MS
+
+
+def to_ms(ts: datetime | None) -> int | None:
+    """An aware datetime to epoch milliseconds (exact to the millisecond)."""
+    return None if ts is None else (ts - _EPOCH) // _MS
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    values = list(row)
+    for i in _RUN_TIME_FIELDS:
+        values[i] = to_ms(values[i])
+    return RunRecord(*values)
+
+
+def _effect(row: Sequence[Any]) -> EffectRecord:
+    values = list(row)
+    values[9], values[10] = to_ms(values[9]), to_ms(values[10])
+    return EffectRecord(*values)
+
+
+def _json(value: Any) -> Jsonb:
+    return Jsonb(value)
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    set_json_dumps(_dumps, conn)
+    set_json_loads(orjson.loads, conn)
+
+
+class PostgresStore:
+    """Durable-run store in PostgreSQL.
+
+    `dsn` is a libpq connection string or URL; pass `pool` instead to share an existing
+    `psycopg_pool.ConnectionPool` (its connections must be in autocommit mode). `schema` puts the
+    tables in that schema (created if missing) via `search_path`, e.g. to isolate tests.
+    """
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: psycopg_pool.ConnectionPool[Any] | None = None,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        if (dsn is None) == (pool is None):
+            raise ValueError("PostgresStore needs exactly one of dsn= or pool=")
+        if schema is not None and not _SCHEMA_NAME.match(schema):
+            raise ValueError(f"schema name must match {_SCHEMA_NAME.pattern}: {schema!r}")
+        self.schema = schema
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if schema is not None:
+            kwargs["options"] = f"-c search_path={schema}"
+        if pool is None:
+            assert dsn is not None
+            self.url = redact(dsn)
+            if schema is not None:
+                _create_schema(dsn, schema)
+            self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+                dsn,
+                kwargs=kwargs,
+                configure=_configure,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=connect_timeout_s,
+                open=True,
+            )
+            self._owns_pool = True
+        else:
+            self.url = "postgresql://(pool)"
+            self._pool = pool
+            self._owns_pool = False
+
+    # -- plumbing ---------------------------------------------------------------------------
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; connection trouble becomes `StoreUnavailableError`."""
+        try:
+            with self._pool.connection() as conn:
+                if not self._owns_pool:
+                    _configure(conn)
+                yield conn
+        except psycopg.errors.UniqueViolation as exc:
+            raise ConflictError(f"duplicate record: {exc.diag.message_detail or exc}") from exc
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    def _rows(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        """Close the pool if this store created it."""
+        if self._owns_pool:
+            self._pool.close()
+
+    # -- schema -----------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The applied schema version (0 if the database is empty)."""
+        rows = self._rows("SELECT to_regclass(%s) IS NOT NULL", (schema.VERSION_TABLE,))
+        if not rows[0][0]:
+            return 0
+        rows = self._rows(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}")
+        return int(rows[0][0])
+
+    def migrate(self) -> list[int]:
+        """Apply missing migrations in one transaction, serialized by an advisory lock."""
+        applied: list[int] = []
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('statecharts_schema'))")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {schema.VERSION_TABLE} (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            row = conn.execute(
+                f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}"
+            ).fetchone()
+            for migration in schema.pending(self.dialect, int(row[0] if row else 0)):
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    f"INSERT INTO {schema.VERSION_TABLE} (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                applied.append(migration.version)
+        return applied
+
+    def check_schema(self) -> None:
+        """Raise `SchemaVersionError` unless the schema is current."""
+        schema.check_current(self.dialect, self.schema_version(), self.url)
+
+    # -- runs -------------------------------------------------------------------------------
+    def create_run(
+        self, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """Insert a run and its initial effects, or return the active run with the same key."""
+        check_status(run.status)
+        with self._conn() as conn:
+            return self._create_in(conn, run, effects, now)
+
+    def _create_in(
+        self,
+        conn: psycopg.Connection[Any],
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+    ) -> tuple[RunRecord, bool]:
+        completed_at, failed_at = completion_times(run.status, now)
+        params = {
+            "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
+            "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
+            "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
+            "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
+            "effects": _json(_effect_rows(effects)),
+        }  # fmt: skip
+        # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
+        # see the winner; the second attempt sees it.
+        for _ in range(3):
+            row = conn.execute(_CREATE_RUN, params).fetchone()
+            if row is not None:
+                return _run(row[:-1]), bool(row[-1])
+        raise ConflictError(f"could not insert or find run with key {run.key!r}")
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run with this id."""
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s", (_uuid(run_id),)
+        )
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return _run(rows[0])
+
+    def find_run(self, workflow_name: str, key: str) -> RunRecord | None:
+        """The active run with this start key."""
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = %s AND key = %s "
+            "AND status = 'active'",
+            (workflow_name, key),
+        )
+        return _run(rows[0]) if rows else None
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        workflow_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs newest first, filtered."""
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs "
+            "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
+            "AND (%(name)s::text IS NULL OR workflow_name = %(name)s) "
+            "ORDER BY created_at DESC, id LIMIT %(limit)s OFFSET %(offset)s",
+            {"status": status, "name": workflow_name, "limit": limit, "offset": offset},
+        )
+        return [_run(r) for r in rows]
+
+    def count_runs(self) -> dict[str, int]:
+        """Runs per status."""
+        rows = self._rows("SELECT status, count(*) FROM workflow_runs GROUP BY status")
+        return {status: int(n) for status, n in rows}
+
+    def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
+        """Cancel directly if no live lease, else queue a cancel event for the holder."""
+        ts = to_ts(now)
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute(
+                "SELECT status, lease_owner, lease_expires_at FROM workflow_runs WHERE id = %s "
+                "FOR UPDATE",
+                (_uuid(run_id),),
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            status, owner, expires = row
+            if status != "active":
+                return "finished"
+            if owner is not None and expires is not None and expires > ts:
+                conn.execute(
+                    "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (%s, %s, %s)",
+                    (run_id, _json({"type": CANCEL_EVENT, "reason": reason}), ts),
+                )
+                return "requested"
+            conn.execute(
+                "UPDATE workflow_runs SET status = 'cancelled', completed_at = %(now)s, "
+                "updated_at = %(now)s, last_error = coalesce(%(reason)s, last_error), "
+                "wake_at = NULL, lease_owner = NULL, lease_expires_at = NULL, "
+                "version = version + 1 WHERE id = %(id)s",
+                {"now": ts, "reason": reason, "id": run_id},
+            )
+            conn.execute(
+                "UPDATE workflow_effects SET status = 'skipped', result = %s, updated_at = %s "
+                "WHERE run_id = %s AND status = 'pending'",
+                (_json("cancelled"), ts, run_id),
+            )
+            conn.execute("DELETE FROM workflow_inbox WHERE run_id = %s", (run_id,))
+            return "cancelled"
+
+    # -- inbox ------------------------------------------------------------------------------
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+        """Queue an event for an active run."""
+        row = self._rows(
+            "WITH target AS (SELECT id, status FROM workflow_runs WHERE id = %(id)s), "
+            "ins AS (INSERT INTO workflow_inbox (run_id, event, created_at) "
+            "SELECT id, %(event)s, %(now)s FROM target WHERE status = 'active' RETURNING id) "
+            "SELECT (SELECT status FROM target), (SELECT id FROM ins)",
+            {"id": _uuid(run_id), "event": _json(dict(event)), "now": to_ts(now)},
+        )[0]
+        status, inbox_id = row
+        if status is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        if inbox_id is None:
+            raise RunFinishedError(f"run {run_id} has ended ({status})")
+        return int(inbox_id)
+
+    def pending_events(self, run_id: str) -> list[InboxEvent]:
+        """Queued events, oldest first."""
+        rows = self._rows(
+            "SELECT id, run_id::text, event, created_at FROM workflow_inbox WHERE run_id = %s "
+            "ORDER BY id",
+            (_uuid(run_id),),
+        )
+        return [InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in rows]
+
+    # -- leases and steps -------------------------------------------------------------------
+    def claim_runs(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None = None,
+    ) -> list[RunRecord]:
+        """Lease due runs and runs with queued events, skipping rows other workers lock."""
+        if versions is not None and not versions:
+            return []
+        pairs = sorted(set(versions)) if versions is not None else []
+        version_sql = (
+            "AND (workflow_name, workflow_version) IN "
+            "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
+            if versions is not None
+            else ""
+        )
+        free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
+        sql = (
+            f"WITH due AS (SELECT id FROM workflow_runs WHERE wake_at <= %(now)s AND {free} "
+            f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            "asked AS (SELECT id FROM workflow_runs WHERE id IN (SELECT run_id FROM "
+            f"workflow_inbox) AND {free} {version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            "picked AS (SELECT id FROM due UNION SELECT id FROM asked LIMIT %(limit)s) "
+            "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
+            f"wake_at = %(exp)s FROM picked WHERE r.id = picked.id RETURNING "
+            + RUN_COLUMNS.replace("id::text", "r.id::text")
+        )
+        rows = self._rows(
+            sql,
+            {
+                "now": to_ts(now), "exp": to_ts(now + lease_ms), "limit": limit, "owner": owner,
+                "names": [n for n, _ in pairs], "versions": [v for _, v in pairs],
+            },
+        )  # fmt: skip
+        return [_run(r) for r in rows]
+
+    def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
+        """Extend the caller's leases."""
+        if not run_ids:
+            return set()
+        rows = self._rows(
+            "UPDATE workflow_runs SET lease_expires_at = %(exp)s, wake_at = %(exp)s "
+            "WHERE lease_owner = %(owner)s AND id = ANY(%(ids)s::uuid[]) RETURNING id::text",
+            {"exp": to_ts(now + lease_ms), "owner": owner, "ids": [_uuid(i) for i in run_ids]},
+        )
+        return {r[0] for r in rows}
+
+    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
+        """Give up a lease without stepping."""
+        rows = self._rows(
+            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
+            "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects e "
+            "WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN %(wake)s END "
+            "WHERE id = %(id)s AND lease_owner = %(owner)s RETURNING 1",
+            {"wake": to_ts(wake_at), "id": _uuid(run_id), "owner": owner},
+        )
+        return bool(rows)
+
+    def commit_step(self, commit: StepCommit, now: int) -> int:
+        """Write one step in one statement; `ConflictError` if the lease or version moved."""
+        check_status(commit.status)
+        completed_at, failed_at = completion_times(commit.status, now)
+        new_version = commit.expected_version + 1
+        if commit.release:
+            lease_sql = ", lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
+        elif commit.lease_until is not None:
+            lease_sql = ", lease_expires_at = %(lease)s, wake_at = %(lease)s"
+        else:
+            lease_sql = ""
+        params = {
+            "id": _uuid(commit.run_id), "expected": commit.expected_version,
+            "owner": commit.owner, "state": commit.state, "snapshot": _json(commit.snapshot),
+            "status": commit.status, "attempts": commit.attempt_count,
+            "last_error": commit.last_error,
+            "wv": commit.workflow_version,
+            "lease": to_ts(commit.lease_until), "now": to_ts(now), "completed": to_ts(completed_at),
+            "failed": to_ts(failed_at), "version": new_version, "wake": to_ts(commit.wake_at),
+            "outcome_keys": [o.idempotency_key for o in commit.effect_outcomes],
+            "outcomes": _json([
+                {"k": o.idempotency_key, "s": o.status, "r": o.result, "e": o.error}
+                for o in commit.effect_outcomes
+            ]),
+            "effects": _json(_effect_rows(commit.new_effects)),
+            "inbox": list(commit.consumed_inbox),
+            "journal": _json([
+                {"event": j.event, "before": j.state_before, "after": j.state_after}
+                for j in commit.journal
+            ]),
+        }  # fmt: skip
+        present = {"outcomes": commit.effect_outcomes, "effects": commit.new_effects,
+                   "inbox": commit.consumed_inbox, "journal": commit.journal}  # fmt: skip
+        parts = tuple(name for name, items in present.items() if items)
+        conflict = ConflictError(
+            f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
+            f"{commit.owner!r}, or an effect outcome is not pending; step not written"
+        )
+        with self._conn() as conn:
+            if not commit.start_runs:  # the hot path: one statement, one round trip
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict
+                return new_version
+            with conn.transaction():
+                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
+                if row is None or not row[0]:
+                    raise conflict  # rolls the transaction back
+                for run, run_effects in commit.start_runs:
+                    check_status(run.status)
+                    self._create_in(conn, run, run_effects, now)
+        return new_version
+
+    # -- effects and journal ----------------------------------------------------------------
+    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
+        """Outbox rows of a run in (step, index) order."""
+        rows = self._rows(
+            f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = %(id)s "
+            "AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY step, effect_index",
+            {"id": _uuid(run_id), "status": status},
+        )
+        return [_effect(r) for r in rows]
+
+    def list_events(self, run_id: str) -> list[EventRecord]:
+        """Journal rows of a run, oldest first."""
+        rows = self._rows(
+            "SELECT id, run_id::text, step, event, state_before, state_after, created_at "
+            "FROM workflow_events WHERE run_id = %s ORDER BY id",
+            (_uuid(run_id),),
+        )
+        return [EventRecord(i, r, s, e, b, a, to_ms(c) or 0) for i, r, s, e, b, a, c in rows]
+
+    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
+        """Pending effects and queued events, both queries pipelined in one round trip."""
+        params = {"id": _uuid(run_id)}
+        with self._conn() as conn:
+            with conn.pipeline():
+                effects = conn.execute(
+                    f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = %(id)s "
+                    "AND status = 'pending' ORDER BY step, effect_index",
+                    params,
+                )
+                inbox = conn.execute(
+                    "SELECT id, run_id::text, event, created_at FROM workflow_inbox "
+                    "WHERE run_id = %(id)s ORDER BY id",
+                    params,
+                )
+            effect_rows, inbox_rows = effects.fetchall(), inbox.fetchall()
+        return [_effect(r) for r in effect_rows], [
+            InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in inbox_rows
+        ]
+
+    # -- reports ----------------------------------------------------------------------------
+    def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
+        """Active runs untouched for `older_than_ms`."""
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE status = 'active' "
+            "AND updated_at < %s ORDER BY updated_at LIMIT %s",
+            (to_ts(now - older_than_ms), limit),
+        )
+        return [_run(r) for r in rows]
+
+    def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
+        """Active runs grouped by versions not in `known`."""
+        rows = self._rows(
+            "SELECT workflow_name, workflow_version, count(*), snapshot->>'version' "
+            "FROM workflow_runs WHERE status = 'active' GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"
+        )
+        wanted = set(known)
+        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows if (n, v) not in wanted]
+
+    # -- helper tables ----------------------------------------------------------------------
+    def try_claim(
+        self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
+    ) -> bool:
+        """Take or refresh the claim `name`."""
+        rows = self._rows(
+            "INSERT INTO workflow_claims (name, owner, run_id, claimed_at, expires_at) "
+            "VALUES (%(name)s, %(owner)s, %(run)s, %(now)s, %(exp)s) ON CONFLICT (name) DO UPDATE "
+            "SET owner = excluded.owner, run_id = excluded.run_id, "
+            "claimed_at = excluded.claimed_at, expires_at = excluded.expires_at "
+            "WHERE workflow_claims.owner = excluded.owner OR workflow_claims.expires_at <= %(now)s"
+            " RETURNING name",
+            {
+                "name": name, "owner": owner, "run": None if run_id is None else _uuid(run_id),
+                "now": to_ts(now), "exp": to_ts(now + stale_after_ms),
+            },
+        )  # fmt: skip
+        return bool(rows)
+
+    def release_claim(self, name: str, owner: str) -> bool:
+        """Drop our claim."""
+        rows = self._rows(
+            "DELETE FROM workflow_claims WHERE name = %s AND owner = %s RETURNING 1", (name, owner)
+        )
+        return bool(rows)
+
+    def get_claim(self, name: str) -> ClaimRecord | None:
+        """The current claim record."""
+        rows = self._rows(
+            "SELECT name, owner, run_id::text, claimed_at, expires_at FROM workflow_claims "
+            "WHERE name = %s",
+            (name,),
+        )
+        if not rows:
+            return None
+        n, o, r, c, e = rows[0]
+        return ClaimRecord(n, o, r, to_ms(c) or 0, to_ms(e) or 0)
+
+    def get_breaker(self, name: str) -> BreakerRecord | None:
+        """Stored breaker state."""
+        rows = self._rows(
+            "SELECT name, state, failure_count, opened_at, data, updated_at, version "
+            "FROM workflow_breakers WHERE name = %s",
+            (name,),
+        )
+        if not rows:
+            return None
+        n, s, f, o, d, u, v = rows[0]
+        return BreakerRecord(n, s, f, to_ms(o), d, to_ms(u) or 0, v)
+
+    def put_breaker(self, record: BreakerRecord, expected_version: int, now: int) -> bool:
+        """Compare-and-set breaker state."""
+        params = {
+            "name": record.name, "state": record.state, "failures": record.failure_count,
+            "opened": to_ts(record.opened_at), "data": _json(record.data), "now": to_ts(now),
+            "expected": expected_version,
+        }  # fmt: skip
+        if expected_version == 0:
+            sql = (
+                "INSERT INTO workflow_breakers (name, state, failure_count, opened_at, data, "
+                "updated_at, version) VALUES (%(name)s, %(state)s, %(failures)s, %(opened)s, "
+                "%(data)s, %(now)s, 1) ON CONFLICT (name) DO NOTHING RETURNING 1"
+            )
+        else:
+            sql = (
+                "UPDATE workflow_breakers SET state = %(state)s, failure_count = %(failures)s, "
+                "opened_at = %(opened)s, data = %(data)s, updated_at = %(now)s, "
+                "version = version + 1 WHERE name = %(name)s AND version = %(expected)s RETURNING 1"
+            )
+        return bool(self._rows(sql, params))
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """Stored schedule state."""
+        rows = self._rows(
+            "SELECT name, last_fire_at, version FROM workflow_schedules WHERE name = %s", (name,)
+        )
+        if not rows:
+            return None
+        n, last, v = rows[0]
+        return ScheduleRecord(n, to_ms(last), v)
+
+    def fire_schedule(
+        self,
+        name: str,
+        expected_version: int,
+        fire_at: int,
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+    ) -> RunRecord | None:
+        """Advance the schedule and create its run, in one transaction."""
+        check_status(run.status)
+        params = {"name": name, "fire": to_ts(fire_at), "expected": expected_version}
+        with self._conn() as conn, conn.transaction():
+            if expected_version == 0:
+                moved = conn.execute(
+                    "INSERT INTO workflow_schedules (name, last_fire_at, version) "
+                    "VALUES (%(name)s, %(fire)s, 1) ON CONFLICT (name) DO NOTHING RETURNING 1",
+                    params,
+                ).fetchone()
+            else:
+                moved = conn.execute(
+                    "UPDATE workflow_schedules SET last_fire_at = %(fire)s, version = version + 1"
+                    " WHERE name = %(name)s AND version = %(expected)s RETURNING 1",
+                    params,
+                ).fetchone()
+            if moved is None:
+                return None
+            record, _ = self._create_in(conn, run, effects, now)
+            return record
+
+
+_CREATE_RUN = f"""
+WITH ins AS (
+    INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
+    VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
+            %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
+            NULL, NULL, 1)
+    ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
+    RETURNING *
+), effects AS (
+    INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
+                                  status, created_at, updated_at)
+    SELECT ins.id::text || ':1:' || n.i, ins.id, 1, n.i, n.kind, n.payload, 'pending',
+           %(now)s, %(now)s
+    FROM ins, jsonb_to_recordset(%(effects)s) AS n(i integer, kind text, payload jsonb)
+)
+SELECT {RUN_COLUMNS}, true FROM ins
+UNION ALL
+SELECT {RUN_COLUMNS}, false FROM workflow_runs
+WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
+  AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+_STEP_RUN = """
+WITH run AS (
+    UPDATE workflow_runs SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
+        attempt_count = coalesce(%(attempts)s, attempt_count),
+        last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s,
+        workflow_version = coalesce(%(wv)s, workflow_version),
+        completed_at = coalesce(completed_at, %(completed)s),
+        failed_at = coalesce(failed_at, %(failed)s), version = %(version)s {lease}
+    WHERE id = %(id)s AND version = %(expected)s AND lease_owner = %(owner)s {outcome_check}
+    RETURNING id
+)"""
+_STEP_OUTCOME_CHECK = """
+      AND (SELECT count(*) FROM workflow_effects
+           WHERE run_id = %(id)s AND status = 'pending'
+             AND idempotency_key = ANY(%(outcome_keys)s::text[]))
+          = cardinality(%(outcome_keys)s::text[])"""
+_STEP_PARTS = {
+    "outcomes": """, outcomes AS (
+    UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
+    FROM run, jsonb_to_recordset(%(outcomes)s) AS o(k text, s text, r jsonb, e text)
+    WHERE e.idempotency_key = o.k AND e.run_id = run.id
+)""",
+    "effects": """, effects AS (
+    INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
+                                  status, created_at, updated_at)
+    SELECT run.id::text || ':' || %(version)s || ':' || n.i, run.id, %(version)s, n.i, n.kind,
+           n.payload, 'pending', %(now)s, %(now)s
+    FROM run, jsonb_to_recordset(%(effects)s) AS n(i integer, kind text, payload jsonb)
+)""",
+    "inbox": """, consumed AS (
+    DELETE FROM workflow_inbox i USING run
+    WHERE i.run_id = run.id AND i.id = ANY(%(inbox)s::bigint[])
+)""",
+    "journal": """, journal AS (
+    INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
+    SELECT run.id, %(version)s, j.event, j.before, j.after, %(now)s
+    FROM run, jsonb_to_recordset(%(journal)s) AS j(event jsonb, before text, after text)
+)""",
+}
+
+
+@lru_cache(maxsize=128)
+def _step_sql(lease: str, parts: tuple[str, ...]) -> str:
+    """The one statement that commits a step, with only the parts this step needs (fewer
+    sub-statements to plan and run on the hot path)."""
+    check = _STEP_OUTCOME_CHECK if "outcomes" in parts else ""
+    head = _STEP_RUN.replace("{lease}", lease).replace("{outcome_check}", check)
+    return head + "".join(_STEP_PARTS[p] for p in parts) + "\nSELECT count(*) FROM run"
+
+
+def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:
+    return [{"i": e.index, "kind": e.kind, "payload": e.payload} for e in effects]
+
+
+def _uuid(run_id: str) -> str:
+    """Validate a run id before it reaches a uuid column (a clear error, not a SQL one)."""
+    if not re.fullmatch(r"[0-9a-fA-F-]{32,36}", run_id):
+        raise RunNotFoundError(f"no run with id {run_id!r} (not a uuid)")
+    return run_id
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password replaced by `***`, safe to log and show in errors."""
+    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)
+
+
+def _create_schema(dsn: str, name: str) -> None:
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc

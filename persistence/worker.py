@@ -1,0 +1,229 @@
+"""`Worker`: threads that claim runs under a lease, step them, and survive database outages.
+
+Each of the `concurrency` threads has its own lease owner id (`<worker id>/<n>`), claims one run
+at a time and drives it (see `persistence.driver`). A heartbeat thread extends the leases of the
+runs being driven. Recovery is continuous: a lease that was not renewed expires and the run is
+due again, so any worker's next claim takes it back (the claim re-checks the row under lock).
+Database errors make the thread back off exponentially and try again; a step that did not commit
+is recomputed from the stored state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from types import FrameType
+
+from persistence.driver import RunDriver
+from persistence.runtime import Runtime
+from persistence.scheduling import ScheduledStart
+from persistence.stores import RunRecord, StoreError, StoreUnavailableError
+
+log = logging.getLogger("statecharts.worker")
+
+
+class Worker:
+    """Runs workflows from `runtime.store` with `concurrency` threads.
+
+    `lease_ms`: how long a claim lasts without a heartbeat (a SIGKILLed worker's runs are taken
+    over after at most this long). `poll_ms`: sleep when there is no work. `report_every_s`:
+    how often stuck runs and runs of unknown definitions are logged. `schedules`: scheduled
+    starts this worker ticks (every worker may tick the same ones; each slot fires once).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        concurrency: int = 1,
+        *,
+        lease_ms: int = 30_000,
+        poll_ms: int = 200,
+        stuck_after_ms: int = 3_600_000,
+        report_every_s: float = 60.0,
+        worker_id: str | None = None,
+        schedules: Sequence[ScheduledStart] = (),
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if lease_ms < 100:
+            raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
+        self.runtime = runtime
+        self.schedules = tuple(schedules)
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.poll_s = poll_ms / 1000
+        self.stuck_after_ms = stuck_after_ms
+        self.report_every_s = report_every_s
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._held: dict[str, set[str]] = {}  # owner -> run ids being driven
+        self._held_lock = threading.Lock()
+        self._versions: set[tuple[str, str]] = set()
+        self._versions_at = 0.0
+        self.steps = 0
+        self._steps_lock = threading.Lock()
+
+    # -- control ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask every thread to finish its current step, release its lease and exit."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once `stop()` was called (or SIGTERM/SIGINT received under `run()`)."""
+        return self._stop.is_set()
+
+    def run(self) -> None:
+        """Work until SIGTERM/SIGINT (or `stop()`), then finish the steps in progress."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        log.info("worker %s: %d thread(s), store %s", self.id, self.concurrency,
+                 self.runtime.store.url)  # fmt: skip
+        threads = [
+            threading.Thread(target=self._loop, args=(f"{self.id}/{n}",), name=f"worker-{n}")
+            for n in range(self.concurrency)
+        ]
+        beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
+        beat.start()
+        for t in threads:
+            t.start()
+        last_report = 0.0
+        while not self._stop.wait(0.2):
+            self._tick_schedules()
+            if time.monotonic() - last_report >= self.report_every_s:
+                last_report = time.monotonic()
+                self._report()
+        for t in threads:
+            t.join()
+        log.info("worker %s stopped after %d steps", self.id, self.steps)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        log.info("worker %s: signal %d, finishing current steps", self.id, signum)
+        self.stop()
+
+    def run_until_idle(self, max_rounds: int = 1_000_000) -> int:
+        """Drive every run that has work due now (at the runtime clock's time) until none has;
+        return the number of steps committed. Single-threaded; for tests and demos."""
+        owner = f"{self.id}/idle"
+        driver = RunDriver(self.runtime, owner, self.lease_ms)
+        before = self.steps
+        self._tick_schedules()
+        for _ in range(max_rounds):
+            claimed = self._claim(owner, 16)
+            if not claimed:
+                break
+            for run in claimed:
+                self._add_steps(driver.drive(run, lambda: False))
+        return self.steps - before
+
+    # -- threads ----------------------------------------------------------------------------
+    def _loop(self, owner: str) -> None:
+        driver = RunDriver(self.runtime, owner, self.lease_ms)
+        backoff = 0.0
+        orphans: set[str] = set()  # runs we still lease but stopped driving (store outage)
+        while not self._stop.is_set():
+            try:
+                for run_id in sorted(orphans):
+                    self.runtime.store.release(run_id, owner, self.runtime.clock.now())
+                    orphans.discard(run_id)
+                claimed = self._claim(owner, 1)
+                if not claimed:
+                    self._stop.wait(self.poll_s)
+                for run in claimed:
+                    self._hold(owner, run.id, True)
+                    orphans.add(run.id)
+                    try:
+                        self._add_steps(driver.drive(run, self._stop.is_set))
+                    finally:
+                        self._hold(owner, run.id, False)
+                    orphans.discard(run.id)
+                backoff = 0.0
+            except StoreUnavailableError as exc:
+                backoff = min(max(backoff * 2, 0.1), 5.0)
+                log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,
+                            backoff)  # fmt: skip
+                self._stop.wait(backoff)
+            except StoreError as exc:  # a bug or a constraint we did not expect: keep serving
+                log.exception("worker %s: store error: %s", owner, exc)
+                self._stop.wait(1.0)
+
+    def _claim(self, owner: str, limit: int) -> list[RunRecord]:
+        versions = self._steppable()
+        now = self.runtime.clock.now()
+        return self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+
+    def _steppable(self) -> set[tuple[str, str]]:
+        """Versions to claim, refreshed every few seconds (migratable ones appear over time)."""
+        if time.monotonic() - self._versions_at > 5.0 or not self._versions:
+            self._versions = self.runtime.steppable_versions()
+            self._versions_at = time.monotonic()
+        return self._versions
+
+    def _hold(self, owner: str, run_id: str, held: bool) -> None:
+        with self._held_lock:
+            runs = self._held.setdefault(owner, set())
+            if held:
+                runs.add(run_id)
+            else:
+                runs.discard(run_id)
+
+    def _add_steps(self, n: int) -> None:
+        with self._steps_lock:
+            self.steps += n
+
+    def _heartbeats(self) -> None:
+        """Extend the leases of runs being driven, every third of the lease."""
+        while not self._stop.wait(self.lease_ms / 3000):
+            with self._held_lock:
+                held = {owner: set(ids) for owner, ids in self._held.items() if ids}
+            for owner, ids in held.items():
+                try:
+                    kept = self.runtime.store.heartbeat(
+                        owner, ids, self.runtime.clock.now(), self.lease_ms
+                    )
+                except StoreError as exc:
+                    log.warning("worker %s: heartbeat failed: %s", owner, exc)
+                    continue
+                for lost in ids - kept:
+                    log.warning("run %s: lease lost by %s", lost, owner)
+
+    def _tick_schedules(self) -> None:
+        """Fire due scheduled starts (each slot starts one run across all workers)."""
+        for schedule in self.schedules:
+            try:
+                started = schedule.tick()
+            except StoreError as exc:
+                log.warning("schedule %s: tick failed: %s", schedule.name, exc)
+                continue
+            if started is not None:
+                log.info("schedule %s started run %s", schedule.name, started)
+
+    def _report(self) -> None:
+        """Log stuck runs and runs no definition here can step: never left in silence."""
+        try:
+            stuck = self.runtime.stuck(self.stuck_after_ms, limit=20)
+            unknown = self.runtime.unknown_versions()
+        except StoreError as exc:
+            log.warning("worker %s: report failed: %s", self.id, exc)
+            return
+        now = self.runtime.clock.now()
+        for run in stuck:
+            if run.wake_at is not None and run.wake_at <= now:
+                why = f"due since {now - run.wake_at} ms and no worker took it"
+            elif run.wake_at is not None:
+                why = f"next due in {run.wake_at - now} ms"
+            else:
+                why = "waiting for an event"
+            log.warning("stuck run %s (%s, state %s): not updated for over %d ms, %s", run.id,
+                        run.workflow_name, run.state, self.stuck_after_ms, why)  # fmt: skip
+        for v in unknown:
+            log.warning("%d active run(s) of %s version %s (label %s): no definition or "
+                        "migration here", v.runs, v.workflow_name, v.workflow_version,
+                        v.label)  # fmt: skip

@@ -1,0 +1,139 @@
+"""``statecharts n8n import`` and ``statecharts n8n summary``, run as real subprocesses."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statecharts.io.n8n.cli import register
+from tests.io.n8n_corpus import CORPUS, corpus_files, corpus_path
+
+
+def _cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n",
+                           *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=120, check=False)
+
+
+def test_import_writes_config_skeleton_and_report(tmp_path: Path) -> None:
+    source = corpus_path("enescingoz__Other_Integrations")
+    done = _cli("import", source, "-o", tmp_path / "out", "--name", "rest_sync")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert {Path(line).name for line in done.stdout.split()} >= {
+        "rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md"}
+    config = json.loads((out / "rest_sync.json").read_text())
+    assert config["id"] == "rest_sync"
+
+    report = (out / "rest_sync_report.md").read_text()
+    assert "**7 nodes** on the canvas (plus 6 sticky notes" in report
+    assert re.search(r"\*\*12 states\*\* in machine `rest_sync`, of which \*\*6 hidden", report)
+    for state in ("fetch_api_records.attempting", "fetch_api_records.waiting_to_retry",
+                  "fetch_api_records_failed", "waiting_for_trigger"):
+        assert f"| `{state}` |" in report
+    assert "| Fetch API Records |" in report
+
+    # the skeleton imports, builds its machine, and its stubs say what is missing
+    check = (
+        "import rest_sync_impl as impl\n"
+        "machine = impl.machine()\n"
+        "print(machine.id, sorted(impl.ACTORS))\n"
+        "try:\n"
+        "    impl.ACTORS['fetch_api_records']({})\n"
+        "except NotImplementedError as exc:\n"
+        "    print('stub:', exc)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                         cwd=out, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("rest_sync [")
+    assert "'fetch_api_records'" in ran.stdout and "'n8n_stop_and_error'" in ran.stdout
+    assert "stub: actor 'fetch_api_records'" in ran.stdout
+
+
+def test_import_with_an_error_trigger_writes_the_error_machine_too(tmp_path: Path) -> None:
+    done = _cli("import", corpus_path("zie619__Error_0518"), "-o", tmp_path)
+    assert done.returncode == 0, done.stderr
+    [error_file] = tmp_path.glob("*_error.json")
+    assert json.loads(error_file.read_text())["initial"] == "gmail"
+    module = next(tmp_path.glob("*_impl.py")).stem
+    ran = subprocess.run([sys.executable, "-c", f"import {module} as m; "
+                          "print(m.error_machine().id)"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip().endswith("_error")
+
+
+def test_import_of_a_malformed_workflow_names_the_path(tmp_path: Path) -> None:
+    data = json.loads(corpus_path("enescingoz__devops").read_text())
+    data["nodes"][4]["onError"] = "shrug"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    done = _cli("import", bad, "-o", tmp_path / "out")
+    assert done.returncode == 2
+    assert "nodes[4].onError: expected one of" in done.stderr
+    assert not (tmp_path / "out").exists()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"nodes\": [")
+    done = _cli("import", broken, "-o", tmp_path / "out")
+    assert done.returncode == 2 and "not valid JSON" in done.stderr
+
+
+@pytest.mark.skipif(not corpus_files(), reason=f"no n8n corpus at {CORPUS}")
+def test_summary_over_the_corpus_counts_nodes_states_and_hidden_kinds() -> None:
+    done = _cli("summary", CORPUS)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["workflow", "nodes", "states", "hidden"]
+    assert "retry" in header and "join" in header
+    rows = [line.split() for line in lines[1:26]]
+    assert sorted(r[0] for r in rows) == sorted(p.name for p in corpus_files())
+    watchdog = next(r for r in rows if r[0] == "enescingoz__devops_disk-space-watchdog.json")
+    assert watchdog[1:4] == ["6", "8", "3"]  # 6 nodes -> 8 states, 3 of them hidden
+    total = lines[26].split()
+    assert total[0] == "TOTAL"
+    assert int(total[1]) == sum(int(r[1]) for r in rows)
+    assert int(total[2]) == sum(int(r[2]) for r in rows) > int(total[1])
+    assert "25 workflows imported" in done.stdout
+
+
+def test_summary_reports_a_workflow_that_fails_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "good.json").write_text(corpus_path("enescingoz__devops").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({"nodes": [{"type": "x"}]}))
+    done = _cli("summary", tmp_path)
+    assert done.returncode == 1
+    assert "ERROR:" in done.stdout and "nodes[0].name: missing" in done.stdout
+    assert "1 workflows imported, 1 failed" in done.stdout
+    assert _cli("summary", tmp_path / "nowhere").returncode == 2
+
+
+def test_register_adds_the_n8n_command_to_a_parser(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser(prog="statecharts")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["n8n", "import", "w.json", "-o", str(tmp_path)])
+    assert args.workflow == Path("w.json") and args.output == tmp_path
+    assert callable(args.handler)
+    args = parser.parse_args(["n8n", "summary", str(tmp_path)])
+    assert args.folder == tmp_path and callable(args.handler)
+
+
+def test_diagrams_come_from_the_renderer_when_it_is_installed(tmp_path: Path) -> None:
+    done = _cli("import", corpus_path("zie619__Error_0518"), "-o", tmp_path, "--name", "flow")
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "flow_report.md").read_text()
+    if importlib.util.find_spec("statecharts.render") is None:
+        assert not list(tmp_path.glob("*.mmd"))
+        assert "Not drawn: this installation has no diagram renderer" in report
+        return
+    for stem in ("flow", "flow_error"):  # the primary and the error machine
+        assert "stateDiagram-v2" in (tmp_path / f"{stem}.mmd").read_text()
+    assert "```mermaid" in report
+    assert (tmp_path / "flow.mmd").read_text().rstrip("\n") in report

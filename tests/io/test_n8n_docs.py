@@ -1,0 +1,74 @@
+"""docs/n8n.md stays true: its walkthrough matches what the import makes of the corpus file,
+and its corpus totals match the summary."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from statecharts.io.n8n import from_n8n
+from statecharts.io.n8n.validation import build_machines
+from tests.io.n8n_corpus import CORPUS, MISSING, corpus_data, corpus_files, corpus_path, imported
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "n8n.md"
+WALKTHROUGH = "enescingoz__Other_Integrations"
+
+
+def _section(title: str) -> str:
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(title)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def _column(table_text: str, column: int) -> list[str]:
+    rows = [line for line in table_text.splitlines() if line.startswith("| ")]
+    return [row.split(" | ")[column].strip("| `") for row in rows[1:]]
+
+
+def test_before_lists_the_workflows_nodes() -> None:
+    before = _section("### Before: the canvas")
+    table = before[before.index("| # |"):before.index("\n\nWires")]
+    nodes = [n["name"] for n in corpus_data(WALKTHROUGH)["nodes"]
+             if n["type"] != "n8n-nodes-base.stickyNote"]
+    assert _column(table, 1) == nodes
+
+
+def test_walkthrough_hidden_states_and_counts_match_the_import() -> None:
+    result = imported(WALKTHROUGH)
+    walk = _section("### The walk")
+    assert f"become **{result.state_count} states, {len(result.hidden_states)} of them " \
+        "hidden**" in walk
+    table = walk[walk.index("| hidden state |"):]
+    assert _column(table, 0) == [h.state for h in result.hidden_states]
+    assert _column(table, 1) == [h.kind for h in result.hidden_states]
+
+
+@pytest.mark.skipif(not corpus_files(), reason=MISSING)
+def test_corpus_totals_in_the_doc_match_the_corpus() -> None:
+    results = [from_n8n(corpus_data(p.name[:-5]), "w") for p in corpus_files()]
+    kinds = _section("## Hidden-state kinds")
+    numbers = re.search(r"counts (\d+) nodes becoming\s+(\d+) states, (\d+) of them hidden",
+                        kinds)
+    assert numbers is not None, f"no totals sentence in {DOC} (corpus at {CORPUS})"
+    assert int(numbers[1]) == sum(r.node_count for r in results)
+    assert int(numbers[2]) == sum(r.state_count for r in results)
+    assert int(numbers[3]) == sum(len(r.hidden_states) for r in results)
+    assert f"and {sum(r.error_machine is not None for r in results)} error machines" in kinds
+
+
+@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
+                    reason="statecharts.render (the diagram renderer) is not here")
+def test_the_after_diagram_is_the_renderers_current_output() -> None:
+    render = importlib.import_module("statecharts.render")
+    result = from_n8n(corpus_data(WALKTHROUGH), "resilient_rest_api_sync")
+    machine, _ = build_machines(result)
+    after = _section("### After: the statechart")
+    shown = after[after.index("```mermaid\n") + 11:after.index("```\n\nThe config")]
+    assert shown == render.to_mermaid(machine).rstrip("\n") + "\n", (
+        "docs/n8n.md shows an old diagram: paste the .mmd written by `statecharts n8n "
+        f"import {corpus_path(WALKTHROUGH)} -o OUT --name resilient_rest_api_sync`")

@@ -1,0 +1,292 @@
+"""How each kind of n8n node is mapped, checked on real corpus workflows."""
+
+from __future__ import annotations
+
+from statecharts.io.n8n import Implementation, from_n8n
+from tests.io.n8n_corpus import corpus_data, imported, mapped_state, state
+
+
+def _names(impls: tuple[Implementation, ...]) -> set[str]:
+    return {i.name for i in impls}
+
+
+# -- Wait -----------------------------------------------------------------------------------------
+
+def test_wait_time_interval_is_an_after_timer_in_ms() -> None:
+    # 0230: Wait v1 {"unit": "seconds", "amount": 2}
+    result = imported("zie619__N8ntrainingcustomermessenger_0230")
+    after = state(result, "wait_for_time_interval")["after"]
+    assert after == {"2000": "#w." + mapped_state(
+        result, "Customer Messenger - Send message to client")}
+    # Wait_0716: v1.1 {"amount": 2}: the unit defaults to seconds from v1.1 on
+    result = imported("zie619__Wait_0716")
+    assert list(state(result, mapped_state(result, "Simulate some Consumed Service Time"))
+                ["after"]) == ["2000"]
+    # Wait_0498: v1.1 {"amount": 600} -> ten minutes
+    assert list(state(imported("zie619__Wait_0498"), "wait2")["after"]) == ["600000"]
+    # Telegram_1185: v1.1 with no parameters -> n8n's default of 5 seconds
+    result = imported("zie619__Telegram_1185")
+    assert list(state(result, mapped_state(result, "Wait"))["after"]) == ["5000"]
+
+
+def test_wait_v1_defaults_to_one_hour() -> None:
+    data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
+    wait = next(n for n in data["nodes"] if n["name"] == "Wait for time interval")
+    wait["parameters"] = {}
+    assert list(state(from_n8n(data, "w"), "wait_for_time_interval")["after"]) == ["3600000"]
+
+
+def test_wait_amount_given_as_an_expression_becomes_a_named_delay() -> None:
+    # Stopanderror_0743: "amount": "={{ $json[\"waitTime\"] }}"
+    result = imported("zie619__Stopanderror_0743")
+    after = state(result, mapped_state(result, "Wait"))["after"]
+    assert list(after) == ["wait_delay"]
+    [delay] = result.delays
+    assert delay.name == "wait_delay" and "waitTime" in delay.doc
+
+
+def test_wait_specific_time_is_a_timer_with_a_named_delay() -> None:
+    # Wait_0092: resume specificTime, dateTime from an expression
+    result = imported("zie619__Wait_0092")
+    path = mapped_state(result, "Wait")
+    assert list(state(result, path)["after"]) == ["wait_until"]
+    assert "feedback_time" in next(d.doc for d in result.delays if d.name == "wait_until")
+
+
+def test_wait_for_webhook_waits_for_an_event() -> None:
+    result = imported("zie619__N8ntrainingcustomermessenger_0230")
+    waiting = state(result, "wait_for_external_approval")
+    assert waiting["on"] == {
+        "WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED": "#w.rest_of_the_workflow_placeholder"}
+    assert "after" not in waiting  # no limitWaitTime: waits without limit, as in n8n
+
+
+def test_wait_limit_wait_time_is_a_timeout_to_the_same_next_node() -> None:
+    data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
+    wait = next(n for n in data["nodes"] if n["name"] == "Wait for external approval")
+    wait["parameters"].update(limitWaitTime=True, resumeAmount=30, resumeUnit="minutes")
+    waiting = state(from_n8n(data, "w"), "wait_for_external_approval")
+    assert waiting["after"] == {"1800000": "#w.rest_of_the_workflow_placeholder"}
+
+
+def test_form_pages_wait_for_their_submission() -> None:
+    # Form_0633: three Form pages (n8n-nodes-base.form) after the Form Trigger
+    result = imported("zie619__Form_0633")
+    for name in ("Validate with Verification Code", "Additional Data for the Sheet",
+                 "Let the User Reenter Code"):
+        events = list(state(result, mapped_state(result, name))["on"])
+        assert len(events) == 1 and events[0].endswith("_FORM_SUBMITTED")
+    assert list(state(result, "waiting_for_trigger")["on"]) == ["WAITLIST_FORM"]
+
+
+# -- Loop Over Items ------------------------------------------------------------------------------
+
+def test_loop_v3_done_and_loop_outputs_are_guarded_transitions() -> None:
+    # Code_0182: 'Loop Over Items' v3: output 0 (done) -> Completed Notification,
+    # output 1 (loop) -> Execute Workflow
+    result = imported("zie619__Code_0182")
+    loop = state(result, "loop_over_items")
+    assert result.config["context"]["loops"]["loop_over_items"] == {
+        "batch_size": 1, "next": 0, "total": None}
+    assert loop["entry"] == [{"type": "take_next_batch",
+                              "params": {"loop": "loop_over_items", "batch_size": 1}}]
+    done, again = loop["always"]
+    assert done["guard"] == {"type": "batches_exhausted", "params": {"loop": "loop_over_items"}}
+    assert done["target"] == "#w.completed_notification"
+    assert again == {"target": "#w.execute_workflow", "description": "loop"}
+
+
+def test_loop_v3_batch_size_and_unconnected_done_output() -> None:
+    # Wait_0498: batchSize 250, done output is null in the JSON -> the run ends when done
+    loop = state(imported("zie619__Wait_0498"), "loop_over_items2")
+    assert loop["entry"][0]["params"]["batch_size"] == 250
+    assert loop["always"][0]["target"] == "#w.done"
+
+
+def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
+    # 0230: SplitInBatches v1 (one output), ended by "If - Are we Finished?" asking
+    # $node["SplitInBatches"].context["noItemsLeft"]
+    result = imported("zie619__N8ntrainingcustomermessenger_0230")
+    loop = state(result, "splitinbatches")
+    assert loop["always"][1]["target"] == "#w.wait_for_time_interval"
+    finished = state(result, "if_are_we_finished")["always"]
+    assert finished[0]["guard"] == {"type": "no_items_left",
+                                    "params": {"loop": "splitinbatches"}}
+    assert finished[0]["target"] == "#w.create_approval_url"
+    assert finished[1]["target"] == "#w.splitinbatches"
+    assert "no_items_left" not in {g.name for g in result.guards if not g.provided}
+
+
+def test_loop_v2_has_batches_of_its_batch_size() -> None:
+    # Stopanderror_0427: 'loop' v2 with batchSize 1; v1/v2 default is 10
+    result = imported("zie619__Stopanderror_0427")
+    assert state(result, "loop")["entry"][0]["params"]["batch_size"] == 1
+    data = corpus_data("zie619__Stopanderror_0427")
+    next(n for n in data["nodes"] if n["name"] == "loop")["parameters"].pop("batchSize")
+    assert state(from_n8n(data, "w"), "loop")["entry"][0]["params"]["batch_size"] == 10
+
+
+# -- If, Switch, Filter ---------------------------------------------------------------------------
+
+def test_if_is_a_guarded_choice_between_its_two_outputs() -> None:
+    result = imported("enescingoz__devops")
+    choice = state(result, "any_alerts")["always"]
+    assert choice[0]["guard"] == "any_alerts" and choice[0]["target"] == "#w.send_telegram_alert"
+    assert choice[1] == {"target": "#w.done", "description": "false"}
+
+
+def test_switch_v1_rules_name_their_output() -> None:
+    # Code_0182 'Check Status' v1: rules same / different (output 1) / new (output 2)
+    result = imported("zie619__Code_0182")
+    always = state(result, "check_status")["always"]
+    assert [(t.get("guard"), t["target"]) for t in always] == [
+        ("check_status_same", "#w.same_file_do_nothing"),
+        ("check_status_different", "#w.file_is_different"),
+        ("check_status_new", "#w.file_is_new"),
+        (None, "#w.done"),  # v1 fallbackOutput defaults to none: unmatched items dropped
+    ]
+
+
+def test_switch_v3_fallback_extra_is_one_more_output() -> None:
+    # Splitout_0560 'Route to Requested Function': 5 rules, fallbackOutput "extra" -> output 5
+    result = imported("zie619__Splitout_0560")
+    always = state(result, "route_to_requested_function")["always"]
+    assert len(always) == 6 and all("guard" in t for t in always[:5])
+    assert always[5]["target"] == "#w." + mapped_state(result, "Oops. How was this reached?")
+    assert always[0]["guard"] == "route_to_requested_function_volume_up"  # "=volume_up" key
+
+
+def test_switch_v3_fallback_none_drops_unmatched_items() -> None:
+    result = imported("zie619__Webhook_0619")
+    always = state(result, "route_message")["always"]
+    assert len(always) == 4
+    assert always[3]["target"] == "#w.done" and "guard" not in always[3]
+
+
+def test_switch_fallback_given_as_an_output_index() -> None:
+    data = corpus_data("zie619__Webhook_0619")
+    node = next(n for n in data["nodes"] if n["name"] == "Route Message")
+    node["parameters"]["options"]["fallbackOutput"] = 1
+    always = state(from_n8n(data, "w"), "route_message")["always"]
+    assert always[3]["target"] == always[1]["target"]
+
+
+def test_filter_drops_items_that_fail() -> None:
+    result = imported("zie619__Splitout_0560")
+    kept, dropped = state(result, "filter")["always"]
+    assert kept["guard"] == "filter" and kept["target"] == "#w.custom_function_2_p3"
+    assert dropped == {"target": "#w.done", "description": "dropped"}
+
+
+# -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -------------------------------
+
+def test_execute_workflow_that_waits_is_an_invoked_child() -> None:
+    result = imported("zie619__Webhook_0619")
+    invoke = state(result, "qualys_create_report")["invoke"]
+    assert invoke["input"] == {"workflow_id": "icSLX102kSS9zNdK", "mode": "once"}
+    assert invoke["src"] == "qualys_create_report" and invoke["onDone"] == "#w.done"
+
+
+def test_execute_workflow_without_waiting_is_fire_and_forget() -> None:
+    # Splitout_0816 'Moderation Subworkflow': options.waitForSubWorkflow false
+    result = imported("zie619__Splitout_0816")
+    moderation = state(result, "moderation_subworkflow")
+    assert "invoke" not in moderation
+    assert moderation["entry"][0]["type"] == "start_moderation_subworkflow"
+    assert moderation["always"] == "#w.for_each_user"
+    assert "start_moderation_subworkflow" in _names(result.actions)
+
+
+def test_error_trigger_next_to_other_triggers_is_a_separate_error_machine() -> None:
+    # Error_0518: Error Trigger -> Gmail, and a schedule-triggered main part
+    result = imported("zie619__Error_0518")
+    assert result.error_config is not None
+    assert result.error_config["id"] == "w_error"
+    assert result.error_config["initial"] == "gmail"  # started on failure: no trigger wait
+    assert "gmail" not in result.config["states"]
+    assert list(state(result, "waiting_for_trigger")["on"]) == ["SCHEDULE_TRIGGER"]
+
+
+def test_a_workflow_with_only_an_error_trigger_is_itself_the_error_machine() -> None:
+    result = imported("zie619__Error_0447")
+    assert result.error_config is None
+    assert result.config["initial"] == "set_message"
+    assert result.config["meta"]["n8n"]["role"] == "error workflow"
+
+
+def test_settings_error_workflow_is_named_in_the_config() -> None:
+    result = imported("zie619__Http_0350")
+    assert result.config["meta"]["n8n"]["error_workflow"] == "2"
+    assert result.error_workflow_id == "2"
+
+
+def test_stop_and_error_fails_the_run_with_its_message() -> None:
+    result = imported("zie619__Stopanderror_0427")
+    stop = state(result, "stop_and_error")
+    assert stop["tags"] == ["failed"]
+    assert stop["invoke"]["input"] == {
+        "message": "You have reached the Google Indexing API limit (200/day by default)"}
+    assert "onError" not in stop["invoke"] and "onDone" not in stop["invoke"]
+
+
+# -- what has no state of its own -----------------------------------------------------------------
+
+def test_disabled_nodes_are_skipped_and_wired_through() -> None:
+    # Wait_0716: the disabled 'Webhook' trigger starts nothing
+    result = imported("zie619__Wait_0716")
+    assert "WEBHOOK" not in state(result, "waiting_for_trigger")["on"]
+    webhook = next(m for m in result.nodes if m.node == "Webhook")
+    assert webhook.state is None and webhook.how.startswith("disabled")
+    # a disabled node in the middle of a chain passes its items on to its first output
+    data = corpus_data("enescingoz__devops")
+    next(n for n in data["nodes"] if n["name"] == "Parse & Evaluate")["disabled"] = True
+    rewired = from_n8n(data, "w")
+    assert state(rewired, "check_disk_usage_ssh")["invoke"]["onDone"] == "#w.any_alerts"
+    assert "parse_evaluate" not in rewired.config["states"]
+
+
+def test_ai_sub_nodes_are_attributes_not_states() -> None:
+    result = imported("zie619__Splitout_0816")
+    model = next(m for m in result.nodes if m.node == "Model")
+    assert model.state is None and "'Spam Detection' (ai_languageModel)" in model.how
+    meta = state(result, "spam_detection")["meta"]["n8n"]
+    assert meta["sub_nodes"] == {"ai_languageModel": ["Model"]}
+    # the classifier's two outputs become guarded onDone branches named after its categories
+    on_done = state(result, "spam_detection")["invoke"]["onDone"]
+    assert on_done[0]["guard"] == "spam_detection_is_spam"
+    assert on_done[1]["target"] == "#w.flag_as_not_spam"
+    result = imported("zie619__Telegram_1185")
+    agent = state(result, mapped_state(result, "AI Agent"))["meta"]["n8n"]["sub_nodes"]
+    assert agent == {"ai_memory": ["Window Buffer Memory"],
+                     "ai_tool": ["Qdrant Vector Store Tool"],
+                     "ai_languageModel": ["Google Gemini Chat Model1"]}
+
+
+def test_unknown_node_types_become_a_generic_doing_state() -> None:
+    result = imported("enescingoz__devops")
+    ssh = next(m for m in result.nodes if m.node == "Check Disk Usage (SSH)")
+    assert ssh.how.startswith('unknown node type: generic "doing Check Disk Usage (SSH)" state')
+    assert state(result, "check_disk_usage_ssh")["invoke"]["src"] == "check_disk_usage_ssh"
+    assert "check_disk_usage_ssh" in _names(result.actors)
+
+
+# -- what real exports contain --------------------------------------------------------------------
+
+def test_real_export_shapes_are_accepted() -> None:
+    # Github_1149: nodes without "id"; only nodes + connections; no settings
+    data = corpus_data("zie619__Github_1149")
+    assert set(data) == {"nodes", "connections"} and all("id" not in n for n in data["nodes"])
+    result = from_n8n(data, "w")
+    assert result.config["meta"]["n8n"]["execution_order"] == "legacy"
+    # Wait_0498: an output slot that is null
+    data = corpus_data("zie619__Wait_0498")
+    assert data["connections"]["Loop Over Items2"]["main"][0] is None
+    assert from_n8n(data, "w").state_count > 0
+
+
+def test_a_connection_from_a_missing_node_is_ignored_with_a_warning() -> None:
+    # Splitout_0560 wires from 'MQTT Trigger - Ikea Remote Switch', a node that is not there
+    result = imported("zie619__Splitout_0560")
+    assert any("MQTT Trigger - Ikea Remote Switch" in w for w in result.warnings)
+    # so 'Globals' has no incoming wire: n8n only runs it by hand, an explicit RUN_ event
+    assert "RUN_GLOBALS" in state(result, "waiting_for_trigger")["on"]

@@ -1,0 +1,150 @@
+"""Crash test: real worker processes SIGKILLed at random moments while runs proceed.
+
+Default: 150 runs of the four-effect `order` workflow; STATECHARTS_SOAK=1 runs 1,000 (and
+STATECHARTS_CRASH_RUNS=N any count). Afterwards every run must be done, every outbox key recorded
+once, every charge made once (the payments API dedups on the idempotency key), no effect executed
+with a key the database does not know (which a double step would produce), and no two processes
+inside one run's effects at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence.runtime import Runtime
+from persistence.stores import Store, open_store
+from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
+
+ROOT = Path(__file__).resolve().parents[2]
+SOAK = os.environ.get("STATECHARTS_SOAK", "") not in ("", "0")
+RUNS = int(os.environ.get("STATECHARTS_CRASH_RUNS", "1000" if SOAK else "150"))
+WORKERS = 3
+LEASE_MS = 1500
+DEADLINE_S = 900 if SOAK else 240
+
+
+def _spawn(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "persistence.cli", "worker", "--store", url,
+         "--machines", "tests.persistence.workflows", "--concurrency", "2",
+         "--lease-ms", str(LEASE_MS), "--poll-ms", "20", "--log-level", "WARNING"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"),
+    )  # fmt: skip
+
+
+def _all_done(store: Store) -> bool:
+    counts = store.count_runs()
+    return counts.get("active", 0) == 0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
+    dsn = request.getfixturevalue("pg_dsn")
+    schema = request.getfixturevalue("pg_schema")
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
+def test_sigkilled_workers_lose_nothing_and_never_double_step(
+    crash_url: str, tmp_path: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("STATECHARTS_CRASH_SEED", "4")))
+    ledger_path = str(tmp_path / "ledger.db")
+    init_ledger(ledger_path)
+    env = {**os.environ, LEDGER_ENV: ledger_path, SLOW_ENV: "15", "PYTHONPATH": str(ROOT)}
+    store = open_store(crash_url, migrate=True)
+    runtime = Runtime(store, [order])
+    ids = [runtime.start("order", {"amount": n}) for n in range(RUNS)]
+
+    log = tmp_path / "workers.log"
+    workers = [_spawn(crash_url, env, log) for _ in range(WORKERS)]
+    kills, started = 0, time.monotonic()
+    try:
+        # Kill a random worker every 0.15-0.5 s while work remains (at most 12 kills), replacing
+        # it at once; then let the survivors finish.
+        while not _all_done(store) and time.monotonic() - started < DEADLINE_S:
+            time.sleep(rng.uniform(0.15, 0.5))
+            if kills < 12 and not _all_done(store):
+                victim = rng.randrange(len(workers))
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait()
+                kills += 1
+                workers[victim] = _spawn(crash_url, env, log)
+        assert _all_done(store), f"runs still active after {DEADLINE_S}s: {store.count_runs()}"
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                w.kill()
+    assert kills >= 3, "the test must actually kill workers"
+    assert all(w.returncode == 0 for w in workers), log.read_text()[-3000:]
+    _check(store, ids, ledger_path, kills)
+    store.close()
+
+
+def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
+    runs = [store.get_run(i) for i in ids]
+    assert store.count_runs() == {"done": len(ids)}, "every run done, none lost or failed"
+    assert all(r.state == "shipped" and r.lease_owner is None for r in runs)
+
+    db_keys: dict[str, str] = {}
+    called_keys: set[str] = set()  # keys of effects that call user code (all but emit)
+    for r in runs:
+        effects = store.list_effects(r.id)
+        kinds = [(e.kind, e.payload.get("id") or e.payload.get("type")) for e in effects]
+        assert kinds == [("start_child", "charge"), ("start_child", "reserve"),
+                         ("action", "notify"), ("start_child", "ship"),
+                         ("emit", None)], f"run {r.id} effects {kinds}"  # fmt: skip
+        assert all(e.status == "done" for e in effects), f"run {r.id}: {effects}"
+        for e in effects:
+            assert e.idempotency_key not in db_keys  # recorded exactly once
+            db_keys[e.idempotency_key] = r.id
+            if e.kind != "emit":
+                called_keys.add(e.idempotency_key)
+        assert r.snapshot["context"]["receipt"] == effects[0].idempotency_key
+
+    with sqlite3.connect(ledger_path) as ledger:
+        charges = dict(ledger.execute("SELECT key, amount FROM charges").fetchall())
+        calls = ledger.execute("SELECT name, key, pid, started, ended FROM calls").fetchall()
+    charge_keys = {e for e, r in db_keys.items() if e.endswith(":1:0")}
+    assert set(charges) == charge_keys, "one charge per run, under its recorded key"
+
+    per_key: dict[str, int] = defaultdict(int)
+    for _, key, *_ in calls:
+        assert key in db_keys, f"effect executed with key {key} the database never recorded"
+        per_key[key] += 1
+    assert set(per_key) == called_keys, "every recorded effect ran"
+    repeats = sum(n - 1 for n in per_key.values())
+    assert repeats <= kills * 2 * 2, "repeats only for effects in flight when a worker died"
+
+    by_run: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for _, key, pid, began, ended in calls:
+        if ended is not None:
+            by_run[db_keys[key]].append((began, ended, pid))
+    overlapping = [
+        run_id
+        for run_id, spans in by_run.items()
+        for (a0, a1, p), (b0, b1, q) in _pairs(sorted(spans))
+        if p != q and b0 < a1
+    ]
+    assert overlapping == [], "two processes inside one run's effects at once"
+    print(f"\ncrash test: {len(ids)} runs, {kills} kills, {repeats} effect calls repeated")
+
+
+def _pairs(items: list[Any]) -> list[tuple[Any, Any]]:
+    return [(items[i], items[j]) for i in range(len(items)) for j in range(i + 1, len(items))]

@@ -1,0 +1,512 @@
+"""Runtime + Worker against every store: runs, effects, timers, events, cancel, faults."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence.outbox import current_idempotency_key
+from persistence.runtime import Runtime, UnknownWorkflowError
+from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
+from persistence.worker import Worker
+from statecharts import SimulatedClock, assign, create_machine
+from tests.persistence import workflows
+from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
+
+StoreFactory = Callable[[], Store]
+DAY = 86_400_000
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
+    path = str(tmp_path / "ledger.db")
+    init_ledger(path)
+    monkeypatch.setenv(LEDGER_ENV, path)
+    db = sqlite3.connect(path)
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def clock() -> SimulatedClock:
+    return SimulatedClock(1_700_000_000_000)
+
+
+def drain(worker: Worker, clock: SimulatedClock, step_ms: int = 50, rounds: int = 20) -> None:
+    """Run until idle, moving the clock so short timers come due."""
+    for _ in range(rounds):
+        worker.run_until_idle()
+        clock.advance(step_ms)
+
+
+def test_a_multi_step_workflow_runs_each_side_effect_once(
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    emitted: list[Any] = []
+    runtime.on("order.shipped", emitted.append)
+    ids = [runtime.start("order", {"amount": n}) for n in (5, 7)]
+    assert [runtime.get(i).state for i in ids] == ["charging", "charging"]
+    drain(Worker(runtime, lease_ms=5000), clock)
+    for run_id, amount in zip(ids, (5, 7)):
+        run = runtime.get(run_id)
+        assert (run.status, run.state, run.lease_owner, run.wake_at) == ("done", "shipped", None,
+                                                                         None)  # fmt: skip
+        assert run.completed_at is not None
+        snap = runtime.snapshot(run_id)
+        assert snap.context["receipt"] == f"{run_id}:1:0" and snap.context["amount"] == amount
+        effects = store.list_effects(run_id)
+        assert [(e.kind, e.status) for e in effects] == [
+            ("start_child", "done"), ("start_child", "done"), ("action", "done"),
+            ("start_child", "done"), ("emit", "done"),
+        ]  # fmt: skip
+        journal = [e.event["type"] for e in store.list_events(run_id)]
+        assert journal == ["xstate.done.actor.charge", "xstate.done.actor.reserve",
+                           "xstate.after.30.order.cooling", "xstate.done.actor.ship"]  # fmt: skip
+    calls = ledger.execute("SELECT name, key FROM calls ORDER BY rowid").fetchall()
+    assert len(calls) == 8 and len({k for _, k in calls}) == 8
+    assert sorted(a for (a,) in ledger.execute("SELECT amount FROM charges")) == [5, 7]
+    assert sorted(e["amount"] for e in emitted) == [5, 7]
+
+
+def test_idempotent_start_and_unknown_workflow(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    first = runtime.start("approval", key="invoice-42")
+    assert runtime.start("approval", key="invoice-42") == first
+    assert runtime.start("approval", key="invoice-43") != first
+    assert len(runtime.list(name="approval")) == 2
+    with pytest.raises(UnknownWorkflowError, match="no workflow named 'aproval'"):
+        runtime.start("aproval")
+
+
+def test_durable_timer_fires_when_due_even_after_a_restart(
+    store_factory: StoreFactory, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store_factory(), [approval], clock=clock)
+    run_id = runtime.start("approval")
+    assert runtime.get(run_id).wake_at == clock.now() + DAY
+    worker = Worker(runtime)
+    assert worker.run_until_idle() == 0
+    clock.advance(DAY - 1)
+    assert worker.run_until_idle() == 0
+    # a new process: new store connection, new runtime, new worker
+    clock.advance(1)
+    restarted = Runtime(store_factory(), [approval], clock=clock)
+    assert Worker(restarted).run_until_idle() == 1
+    run = restarted.get(run_id)
+    assert (run.status, run.state, run.wake_at) == ("done", "expired", None)
+
+
+def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
+    runtime.send(run_id, "REJECT")  # arrives after the run ended: ignored, recorded
+    assert Worker(runtime).run_until_idle() == 1
+    run = runtime.get(run_id)
+    assert (run.status, run.state, run.snapshot["context"]) == ("done", "approved",
+                                                                {"approved_by": "ann"})  # fmt: skip
+    assert [(e.event["type"], e.state_after) for e in store.list_events(run_id)] == [
+        ("APPROVE", "approved"), ("REJECT", "approved"),
+    ]  # fmt: skip
+    with pytest.raises(RunFinishedError):
+        runtime.send(run_id, "APPROVE")
+
+
+def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
+    store: Store, clock: SimulatedClock, ledger: sqlite3.Connection
+) -> None:
+    runtime = Runtime(store, [approval, order], clock=clock)
+    idle = runtime.start("approval")
+    assert runtime.cancel(idle, "not needed") == "cancelled"
+    assert (runtime.get(idle).status, runtime.get(idle).last_error) == ("cancelled", "not needed")
+    assert runtime.cancel(idle) == "finished"
+
+    busy = runtime.start("order")
+    claimed = store.claim_runs("someone", clock.now(), 10_000, 10)
+    assert [r.id for r in claimed] == [busy]
+    assert runtime.cancel(busy, "customer left") == "requested"
+    store.release(busy, "someone", clock.now())  # the holder lets go without stepping
+    assert Worker(runtime).run_until_idle() >= 1
+    run = runtime.get(busy)
+    assert (run.status, run.last_error) == ("cancelled", "customer left")
+    assert run.snapshot["status"] == "stopped"
+
+
+def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    bad, good = runtime.start("approval"), runtime.start("approval")
+    version = store.claim_runs("tamper", clock.now() + DAY, 1000, 1)[0].version
+    broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
+    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
+                                 state="?", snapshot=broken, status="active",
+                                 wake_at=clock.now()), clock.now())  # fmt: skip
+    runtime.send(good, "APPROVE")
+    Worker(runtime).run_until_idle()
+    failed = runtime.get(bad)
+    assert failed.status == "error" and failed.failed_at is not None
+    assert "snapshot does not restore" in (failed.last_error or "")
+    assert "no_such_state" in (failed.last_error or "")
+    assert failed.snapshot == broken  # kept for inspection
+    assert runtime.get(good).status == "done"
+
+
+def test_a_raising_action_fails_the_run_with_the_reason(
+    store: Store, clock: SimulatedClock
+) -> None:
+    def explode(context: Any, event: Any) -> None:
+        raise RuntimeError("mail server down")
+
+    machine = create_machine(
+        {"id": "mailer", "initial": "a", "states": {"a": {"entry": "send_mail"}}},
+        actions={"send_mail": explode},
+    )
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("mailer")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "error"
+    assert run.last_error == "action 'send_mail' raised RuntimeError: mail server down"
+    assert [(e.status, e.error) for e in store.list_effects(run_id)] == [("failed", run.last_error)]
+
+
+def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
+    store: Store, clock: SimulatedClock
+) -> None:
+    seen: list[tuple[Any, str | None]] = []
+
+    def flaky(input: Any) -> Any:
+        seen.append((input, current_idempotency_key()))
+        raise ConnectionError("timeout talking to bank")
+
+    machine = create_machine(
+        {
+            "id": "payer", "initial": "paying",
+            "states": {
+                "paying": {"invoke": {"id": "pay", "src": "pay", "input": 12,
+                                      "onError": {"target": "failed"}}},
+                "failed": {"type": "final"},
+            },
+        },
+        actors={"pay": flaky},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("payer")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).state == "failed"
+    assert seen == [(12, f"{run_id}:1:0")]
+    event = store.list_events(run_id)[0].event
+    assert event["type"] == "xstate.error.actor.pay"
+    assert event["error"]["name"] == "ConnectionError"
+    assert event["error"]["message"] == "timeout talking to bank"
+    assert "OSError" in event["error"]["types"]
+
+
+def test_runs_are_pinned_to_their_definition_version(store: Store, clock: SimulatedClock) -> None:
+    old_runtime = Runtime(store, [approval], clock=clock)
+    old_run = old_runtime.start("approval")
+    changed = dict(approval.config)
+    changed["states"] = {**approval.config["states"], "approved": {"type": "final", "tags": ["ok"]}}
+    v2 = create_machine(changed)
+    assert v2.fingerprint != approval.fingerprint
+    new_runtime = Runtime(store, [v2], clock=clock)
+    new_runtime.send(old_run, "APPROVE")
+    assert Worker(new_runtime).run_until_idle() == 0  # not its version: left alone
+    assert [(u.workflow_version, u.runs) for u in new_runtime.unknown_versions()] == [
+        (approval.fingerprint, 1)
+    ]
+    assert Worker(old_runtime).run_until_idle() == 1  # a worker with the old definition can
+    assert old_runtime.get(old_run).state == "approved"
+
+
+def test_a_definition_with_a_migration_takes_over_old_runs(
+    store: Store, clock: SimulatedClock
+) -> None:
+    config_v1 = {**approval.config, "version": "1"}
+    v1 = create_machine(config_v1)
+    runtime_v1 = Runtime(store, [v1], clock=clock)
+    run_id = runtime_v1.start("approval")
+    config_v2 = {**config_v1, "version": "2",
+                 "context": {"approved_by": None, "channel": None}}  # fmt: skip
+
+    def from_v1(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "context": {**data["context"], "channel": "email"}}
+
+    v2 = create_machine(config_v2, migrations={"1": from_v1})
+    runtime_v2 = Runtime(store, [v2], clock=clock)
+    assert runtime_v2.unknown_versions() == []
+    runtime_v2.send(run_id, {"type": "APPROVE", "by": "bob"})
+    assert Worker(runtime_v2).run_until_idle() == 1
+    run = runtime_v2.get(run_id)
+    assert run.workflow_version == v2.fingerprint
+    assert run.snapshot["context"] == {"approved_by": "bob", "channel": "email"}
+    assert run.snapshot["version"] == "2"
+
+
+def test_stuck_runs_are_reported(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    clock.advance(2 * 3_600_000)
+    assert [r.id for r in runtime.stuck(3_600_000)] == [run_id]
+    assert runtime.stuck(3 * 3_600_000) == []
+
+
+def test_worker_thread_serves_until_stopped_and_releases_its_leases(
+    store: Store, ledger: sqlite3.Connection
+) -> None:
+    runtime = Runtime(store, [order, approval])
+    ids = [runtime.start("order", {"amount": n}) for n in range(6)]
+    waiting = runtime.start("approval")
+    worker = Worker(runtime, concurrency=3, lease_ms=2000, poll_ms=20)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        from tests.persistence.conftest import wait_for
+
+        wait_for(lambda: all(runtime.get(i).status == "done" for i in ids))
+        runtime.send(waiting, "APPROVE")
+        wait_for(lambda: runtime.get(waiting).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert all(r.lease_owner is None for r in runtime.list())
+    assert ledger.execute("SELECT count(*) FROM charges").fetchone() == (6,)
+
+
+def test_stale_driver_cannot_overwrite_a_run_taken_over(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, "APPROVE")
+    stale = store.claim_runs("stale-worker", clock.now(), 1000, 1)[0]
+    clock.advance(1001)  # its lease expired without a heartbeat
+    assert Worker(runtime).run_until_idle() == 1
+    with pytest.raises(ConflictError):
+        store.commit_step(StepCommit(run_id=run_id, owner="stale-worker",
+                                     expected_version=stale.version, state="rejected",
+                                     snapshot={}, status="done"), clock.now())  # fmt: skip
+    assert runtime.get(run_id).state == "approved"
+
+
+def test_workflows_module_exposes_machines() -> None:
+    from persistence.runtime import machines_from
+
+    assert {m.id for m in machines_from(vars(workflows).values())} == {"order", "approval"}
+
+
+def test_inline_actions_run_from_their_outbox_record_with_the_key(
+    store: Store, clock: SimulatedClock
+) -> None:
+    calls: list[tuple[Any, str]] = []
+
+    def greet(context: Any, event: Any, idempotency_key: str) -> None:
+        calls.append((dict(context), idempotency_key))
+
+    machine = create_machine(
+        {"id": "greeter", "initial": "a", "context": {"who": "ann"},
+         "states": {"a": {"entry": [greet], "on": {"GO": "b"}}, "b": {"type": "final"}}},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("greeter")
+    Worker(runtime).run_until_idle()
+    assert calls == [({"who": "ann"}, f"{run_id}:1:0")]
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) -> None:
+    import time
+
+    def slow(input: Any) -> str:
+        time.sleep(1.2)  # four lease periods
+        return "ok"
+
+    machine = create_machine(
+        {"id": "slow", "initial": "a",
+         "states": {"a": {"invoke": {"id": "s", "src": "slow", "onDone": "b"}},
+                    "b": {"type": "final"}}},
+        actors={"slow": slow},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine])
+    run_id = runtime.start("slow")
+    worker = Worker(runtime, lease_ms=300, poll_ms=10)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    stolen: list[str] = []
+    try:
+        from tests.persistence.conftest import wait_for
+
+        wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # a rival keeps trying to take the run
+            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), 300, 5)]
+            time.sleep(0.05)
+        wait_for(lambda: runtime.get(run_id).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert stolen == []
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_restarts(
+    store_factory: StoreFactory, clock: SimulatedClock
+) -> None:
+    keys: list[str] = []
+
+    def pay(amount: int, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        if len(keys) < 3:
+            raise ConnectionError(f"bank timeout #{len(keys)}")
+        return "paid"
+
+    config = {
+        "id": "payment", "initial": "paying",
+        "states": {
+            "paying": {"invoke": {"id": "pay", "src": "pay", "input": 5, "onDone": "paid",
+                                  "retry": {"max_attempts": 5, "initial_interval": 60_000,
+                                            "backoff": "fixed"}}},
+            "paid": {"type": "final"},
+        },
+    }  # fmt: skip
+    machine = create_machine(config, actors={"pay": pay})
+    runtime = Runtime(store_factory(), [machine], clock=clock)
+    run_id = runtime.start("payment")
+    Worker(runtime).run_until_idle()
+    waiting = runtime.get(run_id)
+    assert waiting.state == "paying.waiting_to_retry"
+    assert (waiting.attempt_count, waiting.last_error) == (1, "ConnectionError: bank timeout #1")
+    assert waiting.wake_at == clock.now() + 60_000
+    clock.advance(59_999)
+    assert Worker(runtime).run_until_idle() == 0  # not due yet
+    clock.advance(1)
+    restarted = Runtime(store_factory(), [machine], clock=clock)  # as after a crash
+    Worker(restarted).run_until_idle()
+    assert restarted.get(run_id).attempt_count == 2
+    clock.advance(60_000)
+    Worker(restarted).run_until_idle()
+    done = restarted.get(run_id)
+    assert (done.status, done.state, done.attempt_count) == ("done", "paid", 3)
+    assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(f"{run_id}:")
+
+
+def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock) -> None:
+    def enrich(item: Any) -> Any:
+        raise ValueError("no such company")
+
+    machine = create_machine(
+        {"id": "crm", "initial": "enriching",
+         "states": {
+             "enriching": {"invoke": {"id": "enrich", "src": "enrich", "onDone": "done",
+                                      "retry": {"max_attempts": 1}, "onFinalFailure": "skip"}},
+             "done": {"type": "final"}}},
+        actors={"enrich": enrich},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("crm")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "done_partial", (run.status, run.snapshot)
+    assert run.snapshot["skipped"] and run.completed_at is not None
+
+
+def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedClock) -> None:
+    from statecharts import from_async, from_callable, from_callback
+
+    async def fetch(input: Any) -> Any:
+        return {"fetched": input}
+
+    def stream(send_back: Any, receive: Any, input: Any) -> None:
+        return None
+
+    machine = create_machine(
+        {"id": "kinds", "initial": "one", "context": {},
+         "states": {
+             "one": {"invoke": {"id": "c", "src": "double", "input": 21, "onDone": {
+                 "target": "two", "actions": "keep"}}},
+             "two": {"invoke": {"id": "a", "src": "fetch", "input": "x", "onDone": {
+                 "target": "three", "actions": "keep"}}},
+             "three": {"invoke": {"id": "cb", "src": "stream", "onError": {
+                 "target": "four", "actions": "keep_error"}}},
+             "four": {"type": "final"}}},
+        actors={"double": from_callable(lambda n: n * 2, name="double"),
+                "fetch": from_async(fetch), "stream": from_callback(stream)},
+        actions={"keep": assign(lambda c, e: {**c, e["type"]: e["output"]}),
+                 "keep_error": assign(lambda c, e: {**c, "error": e["error"]["message"]})},
+    )  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("kinds")
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert run.state == "four"
+    context = run.snapshot["context"]
+    assert context["xstate.done.actor.c"] == 42
+    assert context["xstate.done.actor.a"] == {"fetched": "x"}
+    assert context["error"] == "actor 'stream' cannot run in a durable worker"
+
+
+def test_worker_reports_stuck_runs_and_runs_it_cannot_step(
+    store: Store, clock: SimulatedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    waiting = Runtime(store, [approval], clock=clock).start("approval")
+    runtime = Runtime(store, [order], clock=clock)  # no definition for approval here
+    clock.advance(2 * 3_600_000)
+    worker = Worker(runtime, poll_ms=10, stuck_after_ms=3_600_000, report_every_s=0.05)
+    thread = threading.Thread(target=worker.run)
+    with caplog.at_level(logging.WARNING, logger="statecharts.worker"):
+        thread.start()
+        try:
+            from tests.persistence.conftest import wait_for
+
+            wait_for(lambda: "no definition" in caplog.text)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+    assert f"stuck run {waiting} (approval, state waiting)" in caplog.text
+    assert f"1 active run(s) of approval version {approval.fingerprint}" in caplog.text
+
+
+def test_a_failed_run_starts_its_error_workflow_exactly_once(
+    store: Store, clock: SimulatedClock
+) -> None:
+    def charge(amount: Any) -> Any:
+        raise PermissionError("card declined")
+
+    failing = create_machine(
+        {"id": "billing", "initial": "charging", "meta": {"error_workflow": "on_failure"},
+         "states": {"charging": {"invoke": {"id": "charge", "src": "charge"}}}},
+        actors={"charge": charge},
+    )  # fmt: skip
+    handler = create_machine(
+        {"id": "on_failure", "initial": "alerting", "context": lambda input: {"failure": input},
+         "meta": {"error_workflow": "on_failure"},  # would loop: must not trigger itself
+         "states": {"alerting": {"entry": "page"}}},
+        actions={"page": lambda c, e: (_ for _ in ()).throw(RuntimeError("pager down"))},
+    )  # fmt: skip
+    runtime = Runtime(store, [failing, handler], clock=clock)
+    run_id = runtime.start("billing")
+    Worker(runtime).run_until_idle()
+    failed = runtime.get(run_id)
+    assert (failed.status, failed.last_error) == ("error", "PermissionError: card declined")
+    handlers = runtime.list(name="on_failure")
+    assert len(handlers) == 1
+    assert handlers[0].key == f"error-of:{run_id}"
+    failure = handlers[0].snapshot["context"]["failure"]
+    assert (failure["run_id"], failure["workflow"], failure["state"]) == (
+        run_id, "billing", "charging",
+    )  # fmt: skip
+    assert failure["error"] == "PermissionError: card declined"
+    assert handlers[0].status == "error"  # the handler failed too, and started nothing more
+    assert len(runtime.list()) == 2
+    with pytest.raises(ValueError, match="not among the runtime's machines"):
+        Runtime(store, [failing], clock=clock)

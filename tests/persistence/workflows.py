@@ -1,0 +1,143 @@
+"""Workflows used by the persistence tests, importable by worker subprocesses
+(`--machines tests.persistence.workflows`).
+
+Every side effect is written to a ledger (an SQLite file named by STATECHARTS_TEST_LEDGER) so a
+test can check from outside what really ran: each call with its idempotency key and process id,
+and a "payments API" that, like a real one, charges once per idempotency key.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any
+
+from statecharts import assign, create_machine, emit
+
+LEDGER_ENV = "STATECHARTS_TEST_LEDGER"
+SLOW_ENV = "STATECHARTS_TEST_EFFECT_MS"  # make each effect take this long (widens crash windows)
+
+
+def init_ledger(path: str) -> None:
+    """Create the ledger tables."""
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS calls (name text, key text, pid integer, "
+            "started real, ended real)"
+        )
+        db.execute("CREATE TABLE IF NOT EXISTS charges (key text PRIMARY KEY, amount integer)")
+
+
+def _ledger() -> sqlite3.Connection:
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        raise RuntimeError(f"{LEDGER_ENV} is not set")
+    return sqlite3.connect(path, timeout=60, isolation_level=None)
+
+
+def _call(name: str, key: str, work: Any = None) -> None:
+    """Record a call's start and end around `work()`; sleep per SLOW_ENV inside it."""
+    db = _ledger()
+    try:
+        cursor = db.execute(
+            "INSERT INTO calls (name, key, pid, started) VALUES (?, ?, ?, ?)",
+            (name, key, os.getpid(), time.time()),
+        )
+        row = cursor.lastrowid
+        delay_ms = int(os.environ.get(SLOW_ENV, "0"))
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
+        if work is not None:
+            work(db)
+        db.execute("UPDATE calls SET ended = ? WHERE rowid = ?", (time.time(), row))
+    finally:
+        db.close()
+
+
+def charge(amount: int, idempotency_key: str) -> dict[str, Any]:
+    """A payment: charged at most once per idempotency key, like a real payments API."""
+    _call(
+        "charge",
+        idempotency_key,
+        lambda db: db.execute(
+            "INSERT OR IGNORE INTO charges (key, amount) VALUES (?, ?)", (idempotency_key, amount)
+        ),
+    )
+    return {"receipt": idempotency_key, "amount": amount}
+
+
+def reserve(order: Any, idempotency_key: str) -> str:
+    """Reserve stock (records the call)."""
+    _call("reserve", idempotency_key)
+    return "reserved"
+
+
+def ship(order: Any, idempotency_key: str) -> str:
+    """Ship (records the call)."""
+    _call("ship", idempotency_key)
+    return "shipped"
+
+
+def notify(context: Any, event: Any, idempotency_key: str) -> None:
+    """A plain action with a side effect."""
+    _call("notify", idempotency_key)
+
+
+order = create_machine(
+    {
+        "id": "order",
+        "initial": "charging",
+        "context": lambda input: {"amount": (input or {}).get("amount", 1), "receipt": None},
+        "states": {
+            "charging": {
+                "invoke": {
+                    "id": "charge",
+                    "src": "charge",
+                    "input": lambda c, e: c["amount"],
+                    "onDone": {"target": "reserving", "actions": "save_receipt"},
+                }
+            },
+            "reserving": {"invoke": {"id": "reserve", "src": "reserve", "onDone": "cooling"}},
+            "cooling": {"after": {"30": "shipping"}},
+            "shipping": {
+                "entry": ["notify"],
+                "invoke": {"id": "ship", "src": "ship", "onDone": "shipped"},
+            },
+            "shipped": {"type": "final", "entry": ["announce"]},
+        },
+    },
+    actors={"charge": charge, "reserve": reserve, "ship": ship},
+    actions={
+        "save_receipt": assign({"receipt": lambda c, e: e["output"]["receipt"]}),
+        "notify": notify,
+        "announce": emit(lambda c, e: {"type": "order.shipped", "amount": c["amount"]}),
+    },
+)
+"""charge -> reserve -> wait 30 ms -> notify + ship -> done: four side effects per run."""
+
+
+approval = create_machine(
+    {
+        "id": "approval",
+        "initial": "waiting",
+        "context": {"approved_by": None},
+        "states": {
+            "waiting": {
+                "on": {
+                    "APPROVE": {
+                        "target": "approved",
+                        "actions": assign({"approved_by": lambda c, e: e.get("by")}),
+                    },
+                    "REJECT": "rejected",
+                },
+                "after": {"86400000": "expired"},
+            },
+            "approved": {"type": "final"},
+            "rejected": {"type": "final"},
+            "expired": {"type": "final"},
+        },
+    }
+)
+"""Waits for an outside event, or expires after a day (a durable timer)."""
