@@ -4,20 +4,21 @@ For each machine: bytes one started actor holds (``k`` actors kept alive, traced
 divided by ``k``, after one warm-up instance so machine-level caches are not counted), the size
 of its persisted snapshot as JSON bytes, and the bytes one restored ``Snapshot`` holds in
 memory. The Python peers' started machines are measured the same way on the charts they share.
-Machines: the benchmark charts plus every example machine under ``machines/`` that loads
-without implementations. Run: ``python -m benchmarks.memory [--k 1000]``.
+Machines: the benchmark charts plus the project's example workflows (each ``machines.<pkg>``
+package's ``MACHINES``). Run: ``python -m benchmarks.memory [--k 1000]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
+import pkgutil
 import sys
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from benchmarks.engine import build_machine, ours_label
@@ -25,7 +26,6 @@ from benchmarks.peers import load_peers
 
 BENCHMARK = "memory"
 CHARTS = ("flat", "hier", "counter")
-MACHINES_DIR = Path(__file__).resolve().parent.parent / "machines"
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,16 @@ def bytes_per(make: Callable[[], object], k: int) -> float:
     return used / k
 
 
+#: Effects whose execution reaches outside the actor (user code, services, other actors).
+OUTSIDE = frozenset({"action", "start_child", "emit", "send_to", "send_parent"})
+
+
 def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
-    """This engine: per started actor, per persisted snapshot, per restored snapshot."""
+    """This engine: per started actor, per persisted snapshot, per restored snapshot.
+
+    An actor is started only when its machine's initial transition reaches nothing outside
+    (starting an example workflow would call its services); otherwise that column is empty.
+    """
     from statecharts import create_actor, snapshot_to_json
 
     label = ours_label()
@@ -68,28 +76,35 @@ def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
             actor.start()
             return actor
 
-        stored = snapshot_to_json(machine.initial_transition()[0])
-        rows.append(MemoryRow(label, name, bytes_per(started, k), len(stored),
-                              bytes_per(partial(machine.restore, stored), k)))
+        initial, effects = machine.initial_transition()
+        stored = snapshot_to_json(initial)
+        outside = sorted({e.kind for e in effects} & OUTSIDE)
+        per_actor = None if outside else bytes_per(started, k)
+        note = f"actor not started: its start runs {', '.join(outside)}" if outside else ""
+        rows.append(MemoryRow(label, name, per_actor, len(stored),
+                              bytes_per(partial(machine.restore, stored), k), note))
     return rows
 
 
 def example_machines() -> tuple[dict[str, Any], dict[str, str]]:
-    """Machines from ``machines/**/*.json|yaml`` that load as they are; reasons for the rest."""
-    from statecharts import load_machine
-
+    """Every ``MACHINES`` mapping of the packages under ``machines/`` (the project's examples);
+    reasons for packages that do not import."""
     loaded: dict[str, Any] = {}
     failed: dict[str, str] = {}
-    if not MACHINES_DIR.is_dir():
+    try:
+        import machines  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
         return loaded, failed
-    for path in sorted(MACHINES_DIR.rglob("*")):
-        if path.suffix not in {".json", ".yaml", ".yml"}:
+    for info in pkgutil.iter_modules(machines.__path__, "machines."):
+        if not info.ispkg:
             continue
-        name = str(path.relative_to(MACHINES_DIR.parent))
         try:
-            loaded[name] = load_machine(path)
-        except Exception as exc:  # a definition needing implementations is reported, not fatal
-            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            module = importlib.import_module(info.name)
+        except Exception as exc:  # an example that cannot load here is reported, not fatal
+            failed[info.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            continue
+        for machine_id, machine in getattr(module, "MACHINES", {}).items():
+            loaded[f"{info.name}: {machine_id}"] = machine
     return loaded, failed
 
 
@@ -113,7 +128,7 @@ def run(k: int = 1_000) -> list[MemoryRow]:
     else:
         machines.update(examples)
         rows += ours_rows(machines, k)
-        rows += [MemoryRow(ours_label(), name, None, note=f"not loadable alone: {why}")
+        rows += [MemoryRow(ours_label(), name, None, note=f"did not import: {why}")
                  for name, why in failed.items()]
     return rows + peer_rows(k)
 
