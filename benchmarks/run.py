@@ -176,11 +176,15 @@ def document(sections: list[str], checked: list[goals.Goal], info: dict[str, str
                "only.\n" if quick else "")
     return f"""# Performance
 
-Written by `python -m benchmarks.run` (`make bench`) on {when} in {seconds:.0f} s. Every table
-compares this project with its peers measured in the same run on the same machine: medians
-over {sizes.repeat} timed runs ({sizes.durable_repeat} for durable), after a warm-up. Ratios are
-this project's median divided by the peer's (above 1 = this project is faster). Numbers depend
-on the machine: read them as ratios. The peers come from `benchmarks/requirements.txt`.
+Written by `python -m benchmarks.run` (`make bench`) on {when} in {seconds:.0f} s.
+
+Every table compares this project with its peers measured in the same run on the same machine:
+medians over {sizes.repeat} timed runs ({sizes.durable_repeat} for the durable benchmarks), each
+after a warm-up, with the subjects' runs interleaved so that load from other processes falls on
+all of them alike. Ratios are this project's median divided by the peer's (above 1: this project
+is faster). Absolute numbers depend on the machine and on what else it was doing (see the load
+averages below): read them as ratios. The peers are installed from
+`benchmarks/requirements.txt`; XState is npm-installed into `benchmarks/.cache/` (not committed).
 {warning}
 ## Machine
 
