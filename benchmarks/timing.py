@@ -64,17 +64,6 @@ def skipped(benchmark: str, case: str, subject: str, why: str, unit: str = "ev/s
     return Result(benchmark, case, subject, 0, (), unit, note=f"skipped: {why}")
 
 
-def time_runs(case: Case, n: int, repeat: int, warmup: int | None = None) -> tuple[float, ...]:
-    """Warm ``case`` up once, then run it ``repeat`` times; return events per second per run."""
-    case(min(n, 2_000) if warmup is None else warmup)
-    rates = []
-    for _ in range(repeat):
-        gc.collect()  # start every run from the same heap state; GC stays enabled while timed
-        seconds = case(n)
-        rates.append(n / seconds)
-    return tuple(rates)
-
-
 #: (case, subject) -> (n, events per second) for one run.
 RoundResult = dict[tuple[str, str], tuple[int, float]]
 Round = Callable[[], RoundResult]
@@ -104,14 +93,6 @@ def interleave(benchmark: str, rounds: Sequence[Round], repeat: int,
                 sizes[key] = n
     return [Result(benchmark, case, subject, sizes[(case, subject)], tuple(r), unit)
             for (case, subject), r in rates.items()]
-
-
-def measure(
-    benchmark: str, case_name: str, subject: str, case: Case, n: int, repeat: int,
-    unit: str = "ev/s",
-) -> Result:
-    """Time ``case`` and wrap the rates in a ``Result``."""
-    return Result(benchmark, case_name, subject, n, time_runs(case, n, repeat), unit)
 
 
 def ratio(ours: Result, peer: Result) -> float | None:
