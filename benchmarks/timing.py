@@ -17,7 +17,7 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 #: The subject name this project's rows carry; ratios are computed against it.
 OURS = "statecharts"
@@ -36,7 +36,6 @@ class Result:
     rates: tuple[float, ...]
     unit: str = "ev/s"
     note: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
