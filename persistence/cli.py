@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -41,7 +41,8 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
             value = getattr(module, attribute)
             machines = machines_from(value if isinstance(value, list | tuple) else [value])
         elif hasattr(module, "MACHINES"):
-            machines = machines_from(module.MACHINES)
+            listed = module.MACHINES
+            machines = machines_from(listed.values() if isinstance(listed, Mapping) else listed)
         else:
             machines = machines_from(vars(module).values())
         if not machines:
@@ -81,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--poll-ms", type=int, default=200)
     worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)
     worker.add_argument("--log-level", default="INFO")
+    worker.add_argument("--dry-run", action="store_true",
+                        help="record external effects as skipped ('dry-run') instead of "
+                             "running them; every store write happens as in production")
     worker.set_defaults(handler=_worker)
 
     runs = subparsers.add_parser("runs", help="inspect and cancel runs")
@@ -125,7 +129,7 @@ def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     store = _store(args, connections=args.concurrency + 2)
-    runtime = Runtime(store, load_machines(args.machines))
+    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
     Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
            stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
     runtime.store.close()

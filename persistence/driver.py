@@ -88,7 +88,8 @@ class RunDriver:
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
-        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now)
+        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
+                                 runtime.dry_run)
 
     def drive(self, run: RunRecord, should_stop: Callable[[], bool]) -> int:
         """Step the leased `run`; return the number of steps committed. The lease is released

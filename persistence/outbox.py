@@ -28,9 +28,13 @@ from statecharts import Machine
 from statecharts.effects import Effect, Log
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import freeze, thaw
-from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json
+from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
 
 log = logging.getLogger("statecharts.runs")
+
+DRY_RUN = "dry-run"
+"""The result recorded for an external effect a dry run did not execute (and the output an
+external invoke returns to the machine in a dry run)."""
 
 RECORDED_KINDS = frozenset({"action", "start_child", "emit", "send_to", "send_parent"})
 """Effect kinds written to the outbox; the others are applied in memory (see module doc)."""
@@ -140,9 +144,10 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     return None
 
 
-def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """(logic, breaker name) of a recorded `start_child`: from the invoking state's definition
-    when it was invoked, else by name from `actors=` (spawned children)."""
+def _actor_logic(machine: Machine,
+                 payload: Mapping[str, Any]) -> tuple[Any, str | None, bool]:  # fmt: skip
+    """(logic, breaker name, external) of a recorded `start_child`: from the invoking state's
+    definition when it was invoked, else by name from `actors=` (spawned children)."""
     invoked_by = payload.get("invoked_by")
     if isinstance(invoked_by, str):
         node = machine.get_state_node(invoked_by)
@@ -150,8 +155,9 @@ def _actor_logic(machine: Machine, payload: Mapping[str, Any]) -> tuple[Any, str
             if invoke.id == payload.get("id"):
                 logic = invoke.logic if invoke.logic is not None else \
                     machine.resolve_actor(invoke.src)[1]  # fmt: skip
-                return logic, invoke.breaker
-    return machine.resolve_actor(str(payload.get("src")))[1], None
+                return logic, invoke.breaker, invoke.external
+    logic = machine.resolve_actor(str(payload.get("src")))[1]
+    return logic, None, is_external(logic)
 
 
 class Executor:
@@ -163,10 +169,12 @@ class Executor:
         listeners: Mapping[str, list[Listener]],
         breaker: Callable[[str], SharedBreaker],
         now: Callable[[], int],
+        dry_run: bool = False,
     ) -> None:
         self._listeners = listeners
         self._breaker = breaker
         self._now = now
+        self._dry_run = dry_run
 
     def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
                 key: str) -> Executed:  # fmt: skip
@@ -189,6 +197,8 @@ class Executor:
         if fn is None:
             message = f"action {name!r} is not a named action of machine {machine.id!r}"
             return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
+        if self._dry_run and is_external(fn):
+            return Executed(EffectOutcome(key, "skipped", DRY_RUN))
         params = payload.get("params") or {}
         context, event = freeze(payload.get("context") or {}), freeze(payload.get("event") or {})
         try:
@@ -201,9 +211,12 @@ class Executor:
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic, breaker_name = _actor_logic(machine, payload)
+            logic, breaker_name, reaches_out = _actor_logic(machine, payload)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
+        if self._dry_run and reaches_out:
+            event = {"type": done_actor_event_type(child_id), "output": DRY_RUN}
+            return Executed(EffectOutcome(key, "skipped", DRY_RUN), event)
         fn = _actor_callable(logic)
         if fn is None:
             return self._child_failed(

@@ -88,6 +88,11 @@ class Runtime:
     workflow is started exactly once, in the transaction that records the failure, with input
     `{"run_id", "workflow", "state", "error"}`. Invokes that name a `breaker` go through a
     circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
+
+    With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
+    marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
+    result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
+    write (runs, state, outbox, journal) happens exactly as in production.
     """
 
     def __init__(
@@ -97,6 +102,7 @@ class Runtime:
         *,
         clock: Clock | None = None,
         journal: bool = True,
+        dry_run: bool = False,
         check_schema: bool = True,
         error_workflows: Mapping[str, str] | None = None,
         breakers: Mapping[str, BreakerPolicy] | None = None,
@@ -106,6 +112,7 @@ class Runtime:
         self.store = store
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.journal = journal
+        self.dry_run = dry_run
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
         self._by_label: dict[tuple[str, str], Machine] = {}
@@ -150,8 +157,8 @@ class Runtime:
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
             return None
-        failure = {"run_id": run.id, "workflow": run.workflow_name, "state": state,
-                   "error": error}  # fmt: skip
+        failure = {"run_id": run.id, "workflow": run.workflow_name, "key": run.key,
+                   "state": state, "error": error}  # fmt: skip
         new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
         return new, outbox
 

@@ -22,7 +22,7 @@ from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import ChildRef, Timer
+from .snapshot import VISITS, ChildRef, Timer
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -395,7 +395,7 @@ def _close_retry_records(step: Step) -> None:
     """Forget the retry records of retried states just exited (after the transition's own
     actions, which may still read them: ``recordSkip``)."""
     by_id = step.machine.definition.by_id
-    kept = {k: v for k, v in step.retries.items() if by_id[k] in step.nodes}
+    kept = {k: v for k, v in step.retries.items() if k == VISITS or by_id[k] in step.nodes}
     if len(kept) != len(step.retries):
         step.retries = FrozenDict(kept)
 
@@ -476,8 +476,12 @@ def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
     attempts); entering its ``attempting`` child counts an attempt."""
     if node.retry is not None:
         now = step.now()
-        step.retries = FrozenDict({**step.retries, node.id: FrozenDict(
-            attempt=0, last_error=None, started_at=now, key=f"{node.id}@{now}")})
+        visits = step.retries.get(VISITS, EMPTY)
+        visit = visits.get(node.id, 0) + 1
+        step.retries = FrozenDict({
+            **step.retries, VISITS: FrozenDict({**visits, node.id: visit}),
+            node.id: FrozenDict(attempt=0, last_error=None, started_at=now,
+                                key=f"{node.id}@{now}#{visit}")})
     owner = node.retry_attempt_of
     if owner is None:
         return None, 1
@@ -631,8 +635,11 @@ def compute_entry_set(transitions: Iterable[Transition],
 
 
 def proper_ancestors(node: StateNode, up_to: StateNode | None) -> list[StateNode]:
-    """Ancestors of ``node`` below ``up_to`` (all of them when ``up_to`` is None)."""
-    result = []
+    """Ancestors of ``node`` below ``up_to`` (all of them when ``up_to`` is None; none when
+    ``node`` is ``up_to``, as in XState's getProperAncestors)."""
+    result: list[StateNode] = []
+    if node is up_to:
+        return result
     for ancestor in node.ancestors:
         if ancestor is up_to:
             break

@@ -15,7 +15,7 @@ COMMAND_MODULES = (
     "statecharts.render.cli",
     "statecharts.io.n8n.cli",
     "persistence.cli",
-    "statecharts.ui.cli",
+    "persistence.ui.cli",
 )
 
 

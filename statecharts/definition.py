@@ -28,6 +28,7 @@ from .events import (
 )
 from .frozen import freeze
 from .guards import GuardSpec
+from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from .retry import RetryPolicy, as_policy
 
@@ -247,7 +248,7 @@ class _Builder:
         if kind == COMPOUND and not has_children:
             self.problem(_join(path, "states"), "a compound state needs child states")
             return ATOMIC
-        return str(kind)
+        return STATE_TYPES[STATE_TYPES.index(kind)]  # the module's constant, not the config's
 
     # -- pass 2: everything that refers to other nodes or implementations -------------------
 
@@ -580,8 +581,17 @@ class _Builder:
             input_value = self._params({"input": input_value}, _join(path, "input"))
             input_value = input_value["input"] if input_value is not None else None
         description = self._description(item.get("description"), _join(path, "description"))
+        external = item.get("external", False)
+        if not isinstance(external, bool):
+            self.problem(_join(path, "external"), "'external' is true or false")
+            external = False
+        breaker = item.get("breaker")
+        if breaker is not None and not isinstance(breaker, str):
+            self.problem(_join(path, "breaker"), "'breaker' names a downstream (a string)")
+            breaker = None
         return InvokeDef(actor_id, str(src), input_value, item.get("systemId"), retry, failure,
-                         path, logic, description, item.get("breaker"))
+                         path, logic, description, breaker,
+                         external or is_external(logic))
 
     def _after(self, node: StateNode, value: Any, path: str) -> list[Transition]:
         if value is None:

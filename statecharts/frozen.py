@@ -44,8 +44,8 @@ class FrozenDict(dict[str, Any]):
     def __deepcopy__(self, memo: object) -> FrozenDict:
         return self
 
-    def __repr__(self) -> str:
-        return f"FrozenDict({dict.__repr__(self)})"
+    # printed like the plain dict it equals; type(value) tells it is frozen
+    __repr__ = dict.__repr__
 
 
 class FrozenList(list[Any]):
@@ -68,8 +68,7 @@ class FrozenList(list[Any]):
     def __deepcopy__(self, memo: object) -> FrozenList:
         return self
 
-    def __repr__(self) -> str:
-        return f"FrozenList({list.__repr__(self)})"
+    __repr__ = list.__repr__
 
 
 EMPTY = FrozenDict()

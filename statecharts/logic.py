@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .retry import error_json
 
@@ -68,6 +68,24 @@ def from_async(fn: Callable[..., Awaitable[Any]], name: str | None = None) -> As
 def from_callback(fn: Callable[..., Any], name: str | None = None) -> CallbackLogic:
     """Actor logic from ``fn(send_back, receive, input) -> cleanup | None``."""
     return CallbackLogic(fn, name or fn.__name__)
+
+
+_EXTERNAL = "__statecharts_external__"
+T = TypeVar("T")
+
+
+def external(fn: T) -> T:
+    """Mark an action implementation or actor function as reaching the outside world (an
+    email, a payment, a task in another tool): a dry run records it as skipped instead of
+    running it. Invokes can also say ``"external": true``."""
+    target = getattr(fn, "fn", fn)
+    setattr(target, _EXTERNAL, True)
+    return fn
+
+
+def is_external(fn: Any) -> bool:
+    """True for implementations marked with ``external``."""
+    return bool(getattr(getattr(fn, "fn", fn), _EXTERNAL, False))
 
 
 def error_to_json(error: BaseException) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class InvokeDef:
         "breaker",
         "config_path",
         "description",
+        "external",
         "id",
         "input",
         "logic",
@@ -80,8 +81,10 @@ class InvokeDef:
 
     def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
                  on_final_failure: str | None, config_path: str, logic: Any,
-                 description: str | None = None, breaker: str | None = None) -> None:
+                 description: str | None = None, breaker: str | None = None,
+                 external: bool = False) -> None:
         self.id = id
+        self.external = external
         self.description = description
         self.breaker = breaker
         self.src = src
@@ -170,7 +173,7 @@ class StateNode:
     @property
     def is_atomic(self) -> bool:
         """Atomic and final states have no active children."""
-        return self.type is ATOMIC or self.type is FINAL
+        return self.type == ATOMIC or self.type == FINAL
 
     def is_descendant_of(self, other: StateNode) -> bool:
         """True when ``other`` is a proper ancestor of this node."""

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from .machine import Machine
 
 FORMAT = 1
+VISITS = "#visits"
+"""Where the engine counts entries of each retried state, inside the retry records (persisted
+as ``retry_visits``), so each visit gets a new idempotency key."""
 STATUSES = ("active", "done", "error", "stopped")
 
 
@@ -148,7 +151,7 @@ class Snapshot:
     def retries(self) -> Mapping[str, Any]:
         """Retried call sites in progress: state id -> ``{attempt, last_error, started_at,
         key}``."""
-        return self._retries
+        return {k: v for k, v in self._retries.items() if k != VISITS}
 
     @property
     def skipped(self) -> tuple[Any, ...]:
@@ -243,7 +246,8 @@ def persist(snapshot: Snapshot) -> dict[str, Any]:
         "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
         "timers": [t.to_json() for t in snapshot._timers],
         "children": {key: c.to_json() for key, c in snapshot._children.items()},
-        "retries": snapshot._retries,
+        "retries": {k: v for k, v in snapshot._retries.items() if k != VISITS},
+        "retry_visits": snapshot._retries.get(VISITS, EMPTY),
         "skipped": list(snapshot._skipped),
     }
 
@@ -277,6 +281,9 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
     # the optional parts are usually empty: skip their checks then
     history, timers, children = data.get("history"), data.get("timers"), data.get("children")
     retries, skipped = data.get("retries"), data.get("skipped")
+    visits = data.get("retry_visits")
+    if visits and (retries is None or isinstance(retries, Mapping)):
+        retries = {**(retries or {}), VISITS: visits}
     return make_snapshot(
         machine, configuration, context, status,
         None if output is None else freeze(output, "output", SnapshotError),
@@ -376,6 +383,11 @@ def _retries(machine: Machine, data: Any) -> FrozenDict:
     if not isinstance(data, Mapping):
         raise SnapshotError("retries", "a mapping of state id -> retry record")
     for key, record in data.items():
+        if key == VISITS:
+            if not isinstance(record, Mapping) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in record.values()):
+                raise SnapshotError("retry_visits", "a mapping of state id -> visit count")
+            continue
         node = machine.definition.by_id.get(key)
         if node is None or node.retry is None:
             raise SnapshotError(f"retries.{key}", "no retried state with this id")

@@ -10,7 +10,7 @@ explicitly so a simulated clock drives timers and leases in tests exactly as in 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -258,8 +258,109 @@ class ScheduleRecord:
     version: int
 
 
+GROUP_COLUMNS = frozenset({"workflow_name", "workflow_version", "state"})
+"""Columns `Store.run_groups` may group runs by."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters for the operator's runs list (`search_runs`, `count_matching`); all optional,
+    combined with AND.
+
+    `state` is a state path relative to the root (as in the `state` column): a run matches when
+    one of its active leaves is that state or inside it. `created_after`/`created_before` bound
+    the start time. `stuck_before` keeps only stuck runs: active, not updated since that time,
+    and not waiting for anything due later than it (a run whose timer or lease runs into the
+    future is waiting, not stuck; one whose wake-up time passed long ago has no worker).
+    """
+
+    workflow_name: str | None = None
+    status: str | None = None
+    state: str | None = None
+    key: str | None = None
+    created_after: int | None = None
+    created_before: int | None = None
+    stuck_before: int | None = None
+
+    def matches(self, run: RunRecord) -> bool:
+        """True when `run` passes every filter (what the SQL stores compute in the database)."""
+        return (
+            (self.workflow_name is None or run.workflow_name == self.workflow_name)
+            and (self.status is None or run.status == self.status)
+            and (self.key is None or run.key == self.key)
+            and (self.created_after is None or run.created_at >= self.created_after)
+            and (self.created_before is None or run.created_at < self.created_before)
+            and (
+                self.stuck_before is None
+                or (
+                    run.status == ACTIVE
+                    and run.updated_at < self.stuck_before
+                    and (run.wake_at is None or run.wake_at < self.stuck_before)
+                )
+            )
+            and (self.state is None or in_state(run.state, self.state))
+        )
+
+
+def known_status(query: RunQuery) -> str | None:
+    """The one status every run matching `query` has, if the query fixes it (then a count
+    needs no grouping, and can be answered from a partial index)."""
+    if query.stuck_before is not None:
+        return ACTIVE if query.status in (None, ACTIVE) else query.status
+    return query.status
+
+
+def in_state(state_column: str, path: str) -> bool:
+    """True when one of the comma-separated active leaves is `path` or inside it."""
+    return any(leaf == path or leaf.startswith(path + ".") for leaf in state_column.split(","))
+
+
+def run_query_sql(
+    query: RunQuery, mark: str, time_param: Callable[[int], Any]
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (or "") and its parameters for `query`, for SQL stores whose parameter
+    marker is `mark` ("?" or "%s"); `time_param` converts epoch ms to the column's type."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("workflow_name", query.workflow_name),
+        ("status", query.status),
+        ("key", query.key),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = {mark}")
+            params.append(value)
+    if query.created_after is not None:
+        clauses.append(f"created_at >= {mark}")
+        params.append(time_param(query.created_after))
+    if query.created_before is not None:
+        clauses.append(f"created_at < {mark}")
+        params.append(time_param(query.created_before))
+    if query.stuck_before is not None:
+        clauses.append(
+            f"status = 'active' AND updated_at < {mark} AND (wake_at IS NULL OR wake_at < {mark})"
+        )
+        params += [time_param(query.stuck_before)] * 2
+    if query.state is not None:
+        # The column holds leaves joined by commas: match a whole leaf or a leaf below `state`.
+        pattern = query.state.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # `state >= ''` is always true; it lets the planner answer from an index on the state.
+        clauses.append(
+            f"state >= '' AND ((',' || state || ',') LIKE {mark} ESCAPE '\\' "
+            f"OR (',' || state) LIKE {mark} ESCAPE '\\')"
+        )
+        params += [f"%,{pattern},%", f"%,{pattern}.%"]
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
 CANCEL_EVENT = "statecharts.cancel"
-"""Inbox event type the store uses to ask the lease holder to cancel a leased run."""
+"""Inbox event type the store uses to ask the lease holder to cancel a leased run (and the
+journal's record of a cancel)."""
+
+
+def cancel_event(reason: str | None) -> JSONDict:
+    """The cancel request queued for a lease holder, or journaled when the store cancels."""
+    return {"type": CANCEL_EVENT, "reason": reason}
 
 
 @runtime_checkable
@@ -383,6 +484,21 @@ class Store(Protocol):
         """Number of runs per status."""
         ...
 
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first (the operator's runs list)."""
+        ...
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Number of runs matching `query`, per status."""
+        ...
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value of `column`, status, number of runs) for every group of runs, optionally of
+        one workflow; `column` is one of `GROUP_COLUMNS`."""
+        ...
+
     # -- shared helper tables ---------------------------------------------------------------
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
@@ -441,3 +557,10 @@ def check_status(status: str) -> None:
     """Reject an unknown run status with a clear error."""
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
+
+
+def check_group_column(column: str) -> None:
+    """Reject a column `run_groups` cannot group by (it is put into SQL, so never trust it)."""
+    if column not in GROUP_COLUMNS:
+        expected = sorted(GROUP_COLUMNS)
+        raise ValueError(f"cannot group runs by {column!r}; expected one of {expected}")

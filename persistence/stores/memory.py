@@ -16,7 +16,6 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -27,10 +26,13 @@ from persistence.stores.base import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     VersionCount,
+    cancel_event,
+    check_group_column,
     check_status,
     completion_times,
     idempotency_key,
@@ -180,6 +182,35 @@ class MemoryStore:
                 counts[r.status] = counts.get(r.status, 0) + 1
             return counts
 
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if query.matches(r)]
+            runs.sort(key=lambda r: (-r.created_at, r.id))
+            return _copy(runs[offset : offset + limit])
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for r in self._runs.values():
+                if query.matches(r):
+                    counts[r.status] = counts.get(r.status, 0) + 1
+            return counts
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for r in self._runs.values():
+                if workflow_name is None or r.workflow_name == workflow_name:
+                    group = (str(getattr(r, column)), r.status)
+                    counts[group] = counts.get(group, 0) + 1
+        return [(value, status, n) for (value, status), n in sorted(counts.items())]
+
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel now, or ask the lease holder."""
         with self._lock:
@@ -187,7 +218,7 @@ class MemoryStore:
             if run.status != ACTIVE:
                 return "finished"
             if run.lease_owner is not None and (run.lease_expires_at or 0) > now:
-                self._queue(run_id, {"type": CANCEL_EVENT, "reason": reason}, now)
+                self._queue(run_id, cancel_event(reason), now)
                 return "requested"
             self._runs[run_id] = replace(
                 run, status="cancelled", completed_at=now, updated_at=now,
@@ -200,6 +231,8 @@ class MemoryStore:
                                                  updated_at=now)  # fmt: skip
             for i in [i for i, ev in self._inbox.items() if ev.run_id == run_id]:
                 del self._inbox[i]
+            self._events.append(EventRecord(self._new_id(), run_id, run.version + 1,
+                                            cancel_event(reason), run.state, run.state, now))
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

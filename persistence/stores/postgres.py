@@ -21,7 +21,6 @@ from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from persistence import schema
 from persistence.stores.base import (
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -32,14 +31,19 @@ from persistence.stores.base import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     StoreError,
     StoreUnavailableError,
     VersionCount,
+    cancel_event,
+    check_group_column,
     check_status,
     completion_times,
+    known_status,
+    run_query_sql,
 )
 
 RUN_COLUMNS = (
@@ -272,24 +276,58 @@ class PostgresStore:
         rows = self._rows("SELECT status, count(*) FROM workflow_runs GROUP BY status")
         return {status: int(n) for status, n in rows}
 
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        where, params = run_query_sql(query, "%s", to_ts)
+        rows = self._rows(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
+            (*params, limit, offset),
+        )
+        return [_run(r) for r in rows]
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        where, params = run_query_sql(query, "%s", to_ts)
+        status = known_status(query)
+        if status is not None:
+            n = int(self._rows(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
+            return {status: n} if n else {}
+        rows = self._rows(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY status",
+                          params)  # fmt: skip
+        return {status: int(n) for status, n in rows}
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        where, params = run_query_sql(RunQuery(workflow_name=workflow_name), "%s", to_ts)
+        rows = self._rows(
+            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
+            f"GROUP BY {column}, status ORDER BY {column}, status",
+            params,
+        )
+        return [(value, status, int(n)) for value, status, n in rows]
+
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel directly if no live lease, else queue a cancel event for the holder."""
         ts = to_ts(now)
         with self._conn() as conn, conn.transaction():
             row = conn.execute(
-                "SELECT status, lease_owner, lease_expires_at FROM workflow_runs WHERE id = %s "
-                "FOR UPDATE",
+                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
+                "WHERE id = %s FOR UPDATE",
                 (_uuid(run_id),),
             ).fetchone()
             if row is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
-            status, owner, expires = row
+            status, owner, expires, state, version = row
             if status != "active":
                 return "finished"
             if owner is not None and expires is not None and expires > ts:
                 conn.execute(
                     "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (%s, %s, %s)",
-                    (run_id, _json({"type": CANCEL_EVENT, "reason": reason}), ts),
+                    (run_id, _json(cancel_event(reason)), ts),
                 )
                 return "requested"
             conn.execute(
@@ -305,6 +343,11 @@ class PostgresStore:
                 (_json("cancelled"), ts, run_id),
             )
             conn.execute("DELETE FROM workflow_inbox WHERE run_id = %s", (run_id,))
+            conn.execute(
+                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                (run_id, version + 1, _json(cancel_event(reason)), state, state, ts),
+            )
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

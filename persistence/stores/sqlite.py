@@ -19,7 +19,6 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
-    CANCEL_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -30,15 +29,20 @@ from persistence.stores.base import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     StoreError,
     StoreUnavailableError,
     VersionCount,
+    cancel_event,
+    check_group_column,
     check_status,
     completion_times,
     idempotency_key,
+    known_status,
+    run_query_sql,
 )
 
 RUN_COLUMNS = (
@@ -242,22 +246,62 @@ class SQLiteStore:
         rows = self._read("SELECT status, count(*) FROM workflow_runs GROUP BY status")
         return {status: int(n) for status, n in rows}
 
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        where, params = run_query_sql(query, "?", int)
+        # Page through rowids first (from an index alone), then read only the page's rows.
+        order = "ORDER BY created_at DESC, rowid DESC"
+        rows = self._read(
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE rowid IN (SELECT rowid FROM "
+            f"workflow_runs {where} {order} LIMIT ? OFFSET ?) {order}",
+            (*params, limit, offset),
+        )
+        return [_run(r) for r in rows]
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        where, params = run_query_sql(query, "?", int)
+        status = known_status(query)
+        if status is not None:
+            n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
+            return {status: n} if n else {}
+        # With a state filter, `+status` keeps SQLite on the state index (group after filtering)
+        # instead of walking the listing index in status order and reading every row.
+        group = "+status" if query.state is not None else "status"
+        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
+                          params)  # fmt: skip
+        return {status: int(n) for status, n in rows}
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        where, params = run_query_sql(RunQuery(workflow_name=workflow_name), "?", int)
+        rows = self._read(
+            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
+            f"GROUP BY {column}, status ORDER BY {column}, status",
+            params,
+        )
+        return [(value, status, int(n)) for value, status, n in rows]
+
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel directly if no live lease, else queue a cancel event for the holder."""
         with self._write() as conn:
             rows = conn.execute(
-                "SELECT status, lease_owner, lease_expires_at FROM workflow_runs WHERE id = ?",
+                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
+                "WHERE id = ?",
                 (run_id,),
             ).fetchall()
             if not rows:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
-            status, owner, expires = rows[0]
+            status, owner, expires, state, version = rows[0]
             if status != ACTIVE:
                 return "finished"
             if owner is not None and expires is not None and expires > now:
                 conn.execute(
                     "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
-                    (run_id, _dumps({"type": CANCEL_EVENT, "reason": reason}), now),
+                    (run_id, _dumps(cancel_event(reason)), now),
                 )
                 return "requested"
             conn.execute(
@@ -272,6 +316,11 @@ class SQLiteStore:
                 (_dumps("cancelled"), now, run_id),
             )
             conn.execute("DELETE FROM workflow_inbox WHERE run_id = ?", (run_id,))
+            conn.execute(
+                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, version + 1, _dumps(cancel_event(reason)), state, state, now),
+            )
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------

@@ -141,3 +141,16 @@ def test_an_xstate_json_config_loads_unchanged(tmp_path: Path) -> None:
     snapshot, _ = machine.fire_timer(snapshot, timer.id, now=1005)
     assert snapshot.value == "red"
     assert machine.get_state_node("light.red").meta == {"color": "#f00"}
+
+
+def test_json_loaded_state_types_behave_like_literal_ones() -> None:
+    """State types read from JSON are fresh strings, not the engine's constants."""
+    import orjson
+
+    from statecharts import create_machine
+
+    text = b'{"id":"t","initial":"a","states":{"a":{"always":"b"},"b":{"type":"final"}}}'
+    snapshot, _ = create_machine(orjson.loads(text)).initial_transition()
+    assert snapshot.value == "b"
+    assert snapshot.status == "done"
+    assert snapshot.active_leaves() == ("b",)

@@ -141,3 +141,48 @@ approval = create_machine(
     }
 )
 """Waits for an outside event, or expires after a day (a durable timer)."""
+
+
+class Unavailable(Exception):
+    """The payments API is down (retryable)."""
+
+
+def flaky_charge(amount: int, idempotency_key: str) -> dict[str, Any]:
+    """Fails on the first call for a key, then charges once per key."""
+    db = _ledger()
+    try:
+        seen = db.execute("SELECT count(*) FROM calls WHERE key = ?",
+                          (idempotency_key,)).fetchone()[0]
+    finally:
+        db.close()
+    if seen == 0:
+        _call("flaky_charge", idempotency_key)
+        raise Unavailable("payments API unavailable")
+    return charge(amount, idempotency_key)
+
+
+RETRY_WAIT_MS = 3000
+
+retrying = create_machine(
+    {
+        "id": "retrying",
+        "initial": "charging",
+        "context": {"receipt": None},
+        "states": {
+            "charging": {
+                "invoke": {
+                    "id": "charge",
+                    "src": "flaky_charge",
+                    "input": 5,
+                    "retry": {"max_attempts": 3, "initial_interval": RETRY_WAIT_MS,
+                              "backoff": "fixed"},
+                    "onDone": {"target": "paid", "actions": "save_receipt"},
+                }
+            },
+            "paid": {"type": "final"},
+        },
+    },
+    actors={"flaky_charge": flaky_charge},
+    actions={"save_receipt": assign({"receipt": lambda c, e: e["output"]["receipt"]})},
+)
+"""One call that fails once and is retried after a durable 3 s wait."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from statecharts import (
     MachineDefinitionError,
     SimulatedClock,
+    assign,
     create_actor,
     create_machine,
     from_callable,
@@ -189,3 +190,30 @@ def test_with_retry_shares_the_policy_for_plain_calls() -> None:
     with pytest.raises(Declined):
         with_retry(lambda: (_ for _ in ()).throw(Declined()),
                    RetryPolicy(non_retryable=("Declined",)), sleep=slept.append, now=lambda: 0)
+
+
+def test_each_visit_of_a_retried_state_gets_its_own_key_even_in_the_same_millisecond() -> None:
+    """A loop over items enters the same retried call site again at the same instant: a
+    payments API must see two calls, not a retry of one."""
+    keys: list[str] = []
+
+    def charge(input: Any, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        return "ok"
+
+    machine = create_machine(
+        {"id": "loop", "initial": "charging", "context": {"left": 2},
+         "states": {
+             "charging": {"invoke": {"src": "charge", "retry": {"max_attempts": 2},
+                                     "onDone": {"target": "next", "actions": assign(
+                                         {"left": lambda c, e: c["left"] - 1})}}},
+             "next": {"always": [{"guard": lambda c, e: c["left"] > 0, "target": "charging"},
+                                 {"target": "done"}]},
+             "done": {"type": "final"}}},
+        actors={"charge": from_callable(charge)})
+    actor = create_actor(machine, clock=SimulatedClock()).start()
+    assert actor.get_snapshot().status == "done"
+    assert len(keys) == 2 and keys[0] != keys[1]
+    data = actor.get_persisted_snapshot()
+    assert data["retry_visits"] == {"loop.charging": 2}
+    assert machine.restore(data).retries == {}

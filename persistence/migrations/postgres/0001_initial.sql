@@ -25,13 +25,21 @@ CREATE TABLE workflow_runs (
 
 -- Resumable runs: everything a worker may have to pick up, in due order.
 CREATE INDEX workflow_runs_resumable ON workflow_runs (wake_at) WHERE wake_at IS NOT NULL;
--- Stuck runs: active runs by last touch.
-CREATE INDEX workflow_runs_stuck ON workflow_runs (updated_at) WHERE status = 'active';
+-- Stuck runs: active runs by last touch; the wake-up time is part of the test (waiting for a
+-- later timer is not stuck), so it is in the index too.
+CREATE INDEX workflow_runs_stuck ON workflow_runs (updated_at, wake_at) WHERE status = 'active';
 -- Idempotent start: one active run per (workflow, key).
 CREATE UNIQUE INDEX workflow_runs_active_key ON workflow_runs (workflow_name, key)
     WHERE status = 'active' AND key IS NOT NULL;
 CREATE INDEX workflow_runs_listing ON workflow_runs (workflow_name, status, created_at);
 CREATE INDEX workflow_runs_created ON workflow_runs (created_at);
+-- For listing and counting runs the way the operator UI (persistence/ui) does, with many runs:
+-- runs per state of a workflow (heat map, state filter), definition versions in use, runs by
+-- start key in any status, one status across all workflows newest first.
+CREATE INDEX workflow_runs_states ON workflow_runs (workflow_name, state, status, created_at);
+CREATE INDEX workflow_runs_versions ON workflow_runs (workflow_name, workflow_version, status);
+CREATE INDEX workflow_runs_key ON workflow_runs (key) WHERE key IS NOT NULL;
+CREATE INDEX workflow_runs_status ON workflow_runs (status, created_at);
 
 -- Outbox: effects written with the step that produced them, executed after commit.
 CREATE TABLE workflow_effects (

@@ -1,0 +1,374 @@
+"""What the operator pages show, assembled from the store: list filters, a run's details, a
+workflow's versions and states. Plain data, no HTML; the templates and the JSON API share it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from persistence.stores import (
+    TERMINAL_STATUSES,
+    EffectRecord,
+    EventRecord,
+    InboxEvent,
+    RunQuery,
+    RunRecord,
+    Store,
+)
+from statecharts.definition import RETRY_DELAY_PREFIX, WAITING
+
+STATUSES = ("active", "error", "done", "done_partial", "cancelled")
+"""Run statuses in the order the pages list them (failures before successes)."""
+
+STUCK = "stuck"
+"""The pseudo-status of active runs nobody updated for `stuck_after_ms`."""
+
+HOUR_MS = 3_600_000
+AGES: dict[str, tuple[str, int, bool]] = {
+    "1h": ("started in the last hour", HOUR_MS, True),
+    "24h": ("started in the last 24 hours", 24 * HOUR_MS, True),
+    "7d": ("started in the last 7 days", 7 * 24 * HOUR_MS, True),
+    "older-1h": ("started over an hour ago", HOUR_MS, False),
+    "older-24h": ("started over 24 hours ago", 24 * HOUR_MS, False),
+    "older-7d": ("started over 7 days ago", 7 * 24 * HOUR_MS, False),
+}
+"""Age filter values: (label, milliseconds, True for "newer than")."""
+
+TIMELINE_LIMIT = 500
+"""At most this many journal entries on a run page (the newest ones)."""
+
+_SECRET_KEY = re.compile(
+    r"pass(word|wd|phrase)?|secret|token|api[_-]?key|authorization|credential|private[_-]?key"
+    r"|cookie|session",
+    re.IGNORECASE,
+)
+HIDDEN = "[hidden]"
+
+
+class FilterError(ValueError):
+    """A list filter the pages cannot use; the message names the parameter."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The runs list's filters as given in the URL (empty string: not set)."""
+
+    workflow: str = ""
+    status: str = ""
+    state: str = ""
+    key: str = ""
+    age: str = ""
+
+    def check(self) -> None:
+        """Raise `FilterError` naming the parameter for a value the list cannot use."""
+        if self.status and self.status not in (*STATUSES, STUCK):
+            raise FilterError(f"status: unknown run status {self.status!r}; expected one of "
+                              f"{', '.join((*STATUSES, STUCK))}")  # fmt: skip
+        if self.age and self.age not in AGES:
+            raise FilterError(f"age: unknown age {self.age!r}; expected one of {', '.join(AGES)}")
+
+    def query(self, now: int, stuck_after_ms: int, *, with_status: bool = True) -> RunQuery:
+        """The store query for these filters (`with_status=False`: all statuses, for counts)."""
+        self.check()
+        status = self.status if with_status else ""
+        created_after = created_before = None
+        if self.age:
+            _, span, newer = AGES[self.age]
+            created_after, created_before = (now - span, None) if newer else (None, now - span)
+        return RunQuery(
+            workflow_name=self.workflow or None,
+            status=(status or None) if status != STUCK else None,
+            state=self.state or None,
+            key=self.key or None,
+            created_after=created_after,
+            created_before=created_before,
+            stuck_before=now - stuck_after_ms if status == STUCK else None,
+        )
+
+    def params(self, **changes: str) -> dict[str, str]:
+        """The non-empty filters as URL parameters, with `changes` applied."""
+        values = {"workflow": self.workflow, "status": self.status, "state": self.state,
+                  "key": self.key, "age": self.age, **changes}  # fmt: skip
+        return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
+class RunList:
+    """One page of the runs list with its counts and the runs that need attention."""
+
+    filters: Filters
+    runs: list[RunRecord]
+    total: int
+    counts: dict[str, int]
+    stuck: int
+    page: int
+    page_size: int
+    attention_stuck: list[RunRecord] = field(default_factory=list)
+    attention_failed: list[RunRecord] = field(default_factory=list)
+
+    @property
+    def pages(self) -> int:
+        """Number of pages (at least 1)."""
+        return max(1, -(-self.total // self.page_size))
+
+
+def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int,
+             stuck_after_ms: int, attention: int = 5) -> RunList:  # fmt: skip
+    """The runs list: counts per status (for every status under the other filters), the
+    stuck and failed runs first, then the page of runs matching all filters, newest first."""
+    page = max(1, page)
+    query = filters.query(now, stuck_after_ms)
+    everything = filters.query(now, stuck_after_ms, with_status=False)
+    counts = store.count_matching(everything)
+    stuck_query = Filters(filters.workflow, STUCK, filters.state, filters.key, filters.age)
+    stuck = sum(store.count_matching(stuck_query.query(now, stuck_after_ms)).values())
+    if filters.status == STUCK:
+        total = stuck
+    elif filters.status:
+        total = counts.get(filters.status, 0)
+    else:
+        total = sum(counts.values())
+    runs = store.search_runs(query, page_size, (page - 1) * page_size)
+    attention_stuck: list[RunRecord] = []
+    attention_failed: list[RunRecord] = []
+    if not filters.status and page == 1:
+        if stuck:
+            attention_stuck = store.search_runs(stuck_query.query(now, stuck_after_ms), attention)
+        if counts.get("error"):
+            failed = Filters(filters.workflow, "error", filters.state, filters.key, filters.age)
+            attention_failed = store.search_runs(failed.query(now, stuck_after_ms), attention)
+    return RunList(filters, runs, total, counts, stuck, page, page_size, attention_stuck,
+                   attention_failed)  # fmt: skip
+
+
+def is_stuck(run: RunRecord, now: int, stuck_after_ms: int) -> bool:
+    """The list's notion of stuck for one run (the same rule the store query applies)."""
+    return RunQuery(stuck_before=now - stuck_after_ms).matches(run)
+
+
+def run_error(run: RunRecord) -> str | None:
+    """The run's last error, or the error its snapshot ended with."""
+    return run.last_error or error_text(run.snapshot.get("error"))
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimerView:
+    """A pending timer: what it sends, when, and whether it is a retry wait."""
+
+    id: str
+    event_type: str
+    due_at: int
+    retry_of: str | None  # the retried state's id for a "waiting to retry" timer
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """A retried call of the run: how many tries failed and the last error."""
+
+    state_id: str
+    attempt: int
+    last_error: str | None
+    started_at: int | None
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """Everything the run page shows."""
+
+    run: RunRecord
+    context: Any
+    error: str | None  # the run's last error, or the error its snapshot ended with
+    timers: list[TimerView]
+    attempts: list[AttemptView]
+    journal: list[EventRecord]
+    journal_total: int
+    effects: list[EffectRecord]
+    inbox: list[InboxEvent]
+
+    @property
+    def active(self) -> bool:
+        """True while the run can still take events."""
+        return self.run.status not in TERMINAL_STATUSES
+
+
+def run_detail(store: Store, run_id: str) -> RunDetail:
+    """The run page's data (`RunNotFoundError` for an unknown id)."""
+    run = store.get_run(run_id)
+    snapshot = run.snapshot
+    journal = store.list_events(run_id)
+    return RunDetail(
+        run=run,
+        context=snapshot.get("context"),
+        error=run_error(run),
+        timers=timers_of(snapshot),
+        attempts=attempts_of(snapshot),
+        journal=journal[-TIMELINE_LIMIT:][::-1],
+        journal_total=len(journal),
+        effects=store.list_effects(run_id)[-50:][::-1],
+        inbox=store.pending_events(run_id),
+    )
+
+
+def timers_of(snapshot: Mapping[str, Any]) -> list[TimerView]:
+    """The snapshot's pending timers, soonest first."""
+    found = []
+    for timer in snapshot.get("timers") or ():
+        event = timer.get("event") or {}
+        event_type = str(event.get("type", ""))
+        found.append(TimerView(str(timer.get("id")), event_type, int(timer.get("due_at", 0)),
+                               retry_state(event_type), dict(event)))  # fmt: skip
+    return sorted(found, key=lambda t: (t.due_at, t.id))
+
+
+def retry_state(event_type: str) -> str | None:
+    """The retried state's id if `event_type` is the timer of a "waiting to retry" state."""
+    # xstate.after.retry:<retried id>.<retried id>.waiting_to_retry (delay name, then state id)
+    prefix, suffix = f"xstate.after.{RETRY_DELAY_PREFIX}", f".{WAITING}"
+    if not (event_type.startswith(prefix) and event_type.endswith(suffix)):
+        return None
+    doubled = event_type[len(prefix) : -len(suffix)]
+    retried = doubled[: (len(doubled) - 1) // 2]
+    return retried if doubled == f"{retried}.{retried}" else None
+
+
+def attempts_of(snapshot: Mapping[str, Any]) -> list[AttemptView]:
+    """The run's retried calls (from the snapshot's retry records)."""
+    found = []
+    for state_id, record in sorted((snapshot.get("retries") or {}).items()):
+        error = record.get("last_error")
+        found.append(AttemptView(state_id, int(record.get("attempt", 0)), error_text(error),
+                                 record.get("started_at")))  # fmt: skip
+    return found
+
+
+def error_text(error: Any) -> str | None:
+    """A one-line description of a stored error (`{"name", "message"}` or any JSON)."""
+    if error is None:
+        return None
+    if isinstance(error, Mapping):
+        name, message = error.get("name"), error.get("message")
+        if name or message:
+            return ": ".join(str(p) for p in (name, message) if p)
+    return json_text(error, indent=False)
+
+
+# -- a workflow ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """A definition version in use: its runs per status."""
+
+    version: str
+    counts: dict[str, int]
+    loaded: bool
+    label: str | None
+
+    @property
+    def total(self) -> int:
+        """Runs of this version."""
+        return sum(self.counts.values())
+
+
+def versions_of(store: Store, workflow: str, loaded: Mapping[str, str | None]) -> list[VersionRow]:
+    """Definition versions (fingerprints) that runs of `workflow` use; `loaded` maps the
+    fingerprints this UI has definitions for to their version labels."""
+    rows: dict[str, dict[str, int]] = {}
+    for version, status, n in store.run_groups("workflow_version", workflow):
+        rows.setdefault(version, {})[status] = n
+    return sorted(
+        (VersionRow(v, c, v in loaded, loaded.get(v)) for v, c in rows.items()),
+        key=lambda r: (-r.counts.get("active", 0), -r.total, r.version),
+    )
+
+
+def state_counts(store: Store, workflow: str) -> dict[str, dict[str, int]]:
+    """Runs per active leaf path, per status (a parallel run counts in each of its leaves)."""
+    counts: dict[str, dict[str, int]] = {}
+    for state, status, n in store.run_groups("state", workflow):
+        for leaf in state.split(","):
+            if leaf:
+                per_status = counts.setdefault(leaf, {})
+                per_status[status] = per_status.get(status, 0) + n
+    return counts
+
+
+def workflow_counts(store: Store) -> dict[str, dict[str, int]]:
+    """Runs per workflow name, per status."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, status, n in store.run_groups("workflow_name"):
+        counts.setdefault(name, {})[status] = n
+    return counts
+
+
+# -- formatting ------------------------------------------------------------------------------
+
+
+def redact(value: Any) -> Any:
+    """`value` with the values of secret-looking keys (password, token, api_key, ...) hidden,
+    so they never reach a page or the API."""
+    if isinstance(value, Mapping):
+        return {k: HIDDEN if _SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
+def json_text(value: Any, indent: bool = True) -> str:
+    """Readable JSON of `value` with secrets hidden (escaped later by the templates)."""
+    option = orjson.OPT_SORT_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(redact(value), option=option, default=str).decode()
+
+
+def iso_time(ms: int | None) -> str:
+    """Epoch milliseconds as "2026-11-30 00:44:12 UTC" ("" for None)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative_time(ms: int | None, now: int) -> str:
+    """ "3 min ago" / "in 20 s" for `ms` seen at `now`."""
+    if ms is None:
+        return ""
+    delta = (ms - now) // 1000
+    amount = abs(delta)
+    if amount < 60:
+        text = f"{amount} s"
+    elif amount < 3600:
+        text = f"{amount // 60} min"
+    elif amount < 86400:
+        text = f"{amount // 3600} h {amount % 3600 // 60} min"
+    else:
+        text = f"{amount // 86400} d {amount % 86400 // 3600} h"
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def short_version(version: str) -> str:
+    """The first 12 characters of a definition fingerprint."""
+    return version[:12]
+
+
+def event_type(event: Mapping[str, Any]) -> str:
+    """An event's type ("" if it has none)."""
+    return str(event.get("type", ""))
+
+
+def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
+    """An event's fields other than its type."""
+    return {k: v for k, v in event.items() if k != "type"}
+
+
+def leaves(state: str) -> Sequence[str]:
+    """The active leaf paths of a `state` column."""
+    return [leaf for leaf in state.split(",") if leaf]

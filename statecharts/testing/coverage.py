@@ -1,0 +1,107 @@
+"""Coverage of a machine: which states were active and which transitions were taken.
+
+A ``CoverageRecorder`` is fed snapshots and microstep traces (by the graph explorer, the
+harness or the pytest plugin); ``report()`` compares what it saw with everything the machine
+defines. States are named by dotted path from the root (``"payment.retrying"``), transitions by
+their config path (``"states.payment.on.PAY[0]"``), so a report points at the line to look at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..machine import Machine
+from ..nodes import HISTORY, StateNode, Transition
+from ..snapshot import Snapshot
+
+
+def state_name(node: StateNode) -> str:
+    """A state's dotted path from the root (``"(root)"`` for the root itself)."""
+    return ".".join(node.path) or "(root)"
+
+
+def transition_name(transition: Transition) -> str:
+    """A transition's config path, e.g. ``states.idle.on.GO[0]`` (``always`` ones included)."""
+    return transition.config_path
+
+
+def all_states(machine: Machine) -> tuple[str, ...]:
+    """Every state a configuration can contain, root and history states excluded."""
+    return tuple(state_name(n) for n in machine.definition.nodes
+                 if n.parent is not None and n.type != HISTORY)
+
+
+def all_transitions(machine: Machine) -> tuple[str, ...]:
+    """Every transition the machine defines, in document order."""
+    return tuple(transition_name(t) for n in machine.definition.nodes
+                 for t in (*n.transitions, *n.always))
+
+
+@dataclass
+class CoverageReport:
+    """What was reached against what exists, for one machine."""
+
+    machine_id: str
+    states: tuple[str, ...]
+    transitions: tuple[str, ...]
+    states_reached: frozenset[str]
+    transitions_taken: frozenset[str]
+
+    @property
+    def unreached_states(self) -> tuple[str, ...]:
+        """States never active, in document order."""
+        return tuple(s for s in self.states if s not in self.states_reached)
+
+    @property
+    def untaken_transitions(self) -> tuple[str, ...]:
+        """Transitions never taken, in document order."""
+        return tuple(t for t in self.transitions if t not in self.transitions_taken)
+
+    @property
+    def complete(self) -> bool:
+        """True when every state was active and every transition taken."""
+        return not self.unreached_states and not self.untaken_transitions
+
+    def format(self) -> str:
+        """A short human-readable report."""
+        reached = len(self.states) - len(self.unreached_states)
+        taken = len(self.transitions) - len(self.untaken_transitions)
+        lines = [f"machine {self.machine_id!r}: states {reached}/{len(self.states)}, "
+                 f"transitions {taken}/{len(self.transitions)}"]
+        lines += [f"  never active: {s}" for s in self.unreached_states]
+        lines += [f"  never taken:  {t}" for t in self.untaken_transitions]
+        return "\n".join(lines)
+
+
+@dataclass
+class CoverageRecorder:
+    """Accumulates coverage for one machine (identified by its fingerprint)."""
+
+    machine: Machine
+    states_reached: set[str] = field(default_factory=set)
+    transitions_taken: set[str] = field(default_factory=set)
+
+    def snapshot(self, snapshot: Snapshot) -> None:
+        """Record the states active in ``snapshot``."""
+        for node in snapshot.configuration.nodes:
+            if node.parent is not None:
+                self.states_reached.add(state_name(node))
+
+    def trace(self, trace: Iterable[tuple[Any, Iterable[Transition]]]) -> None:
+        """Record the transitions of a microstep trace (``machine.step(..., trace=[])``)."""
+        for _, transitions in trace:
+            for transition in transitions:
+                self.transitions_taken.add(transition_name(transition))
+
+    def merge(self, other: CoverageRecorder) -> None:
+        """Add what ``other`` recorded."""
+        self.states_reached |= other.states_reached
+        self.transitions_taken |= other.transitions_taken
+
+    def report(self) -> CoverageReport:
+        """The report of what was recorded so far."""
+        return CoverageReport(self.machine.id, all_states(self.machine),
+                              all_transitions(self.machine), frozenset(self.states_reached),
+                              frozenset(self.transitions_taken))

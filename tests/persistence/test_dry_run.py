@@ -1,0 +1,70 @@
+"""Dry-run: external effects are not executed but recorded as skipped with the result
+'dry-run'; every store write happens exactly as in a real run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persistence.runtime import Runtime
+from persistence.stores import Store
+from persistence.worker import Worker
+from statecharts import SimulatedClock, assign, create_machine, external
+from tests.persistence.conftest import StoreFactory
+
+calls: list[str] = []
+
+
+@external
+def send_email(context: Any, event: Any) -> None:
+    calls.append("email")
+
+
+def create_task(input: Any) -> str:
+    calls.append("task")
+    return "TASK-1"
+
+
+def load_deal(input: Any) -> dict[str, Any]:
+    calls.append("db")
+    return {"deal": input}
+
+
+followup = create_machine(
+    {"id": "followup", "initial": "loading", "context": {},
+     "states": {
+         "loading": {"invoke": {"src": "load_deal", "input": 7, "onDone": "creating"}},
+         "creating": {"invoke": {"src": "create_task", "external": True, "onDone": {
+             "target": "mailing", "actions": assign({"task_id": lambda c, e: e["output"]})}}},
+         "mailing": {"entry": "send_email", "always": "done"},
+         "done": {"type": "final"}}},
+    actors={"load_deal": load_deal, "create_task": create_task},
+    actions={"send_email": send_email})
+
+
+def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[str, str, Any]], list[str]]:
+    calls.clear()
+    runtime = Runtime(store, [followup], clock=SimulatedClock(1_000), dry_run=dry_run)
+    run_id = runtime.start("followup", key="deal-7")
+    Worker(runtime).run_until_idle()
+    run = store.get_run(run_id)
+    effects = [(e.kind, e.status, e.result) for e in store.list_effects(run_id)]
+    return run, effects, list(calls)
+
+
+def test_dry_run_skips_only_external_effects_and_writes_the_same_rows(
+    store_factory: StoreFactory,
+) -> None:
+    real_run, real_effects, real_calls = _run(store_factory(), dry_run=False)
+    dry_run, dry_effects, dry_calls = _run(store_factory(), dry_run=True)
+
+    assert real_calls == ["db", "task", "email"]
+    assert dry_calls == ["db"], "database work proceeds; task creation and email are blocked"
+    assert dry_run.status == real_run.status == "done"
+    assert dry_run.snapshot["context"] == {"task_id": "dry-run"}
+    assert real_run.snapshot["context"] == {"task_id": "TASK-1"}
+    # the same rows, in the same order; only the external ones differ, as skipped 'dry-run'
+    assert [k for k, _, _ in dry_effects] == [k for k, _, _ in real_effects]
+    assert [s for _, s, _ in real_effects] == ["done", "done", "done"]
+    assert dry_effects[1:] == [("start_child", "skipped", "dry-run"),
+                               ("action", "skipped", "dry-run")]
+    assert dry_effects[0][:2] == ("start_child", "done")

@@ -1,0 +1,80 @@
+"""The pytest plugin: its fixtures here, and in a separate pytest run (a real subprocess) the
+``--statecharts-coverage`` report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from statecharts import SimulatedClock
+
+from .example_machines import door_machine
+
+SUITE = textwrap.dedent('''
+    from statecharts import create_machine
+
+    DOOR = {
+        "id": "door", "initial": "closed",
+        "states": {
+            "closed": {"on": {"OPEN": "opened", "LOCK": "locked"}},
+            "opened": {"after": {"5000": "closed"}, "on": {"CLOSE": "closed"}},
+            "locked": {"on": {"UNLOCK": "closed"}},
+            "broken": {"on": {"REPAIR": "closed"}},
+        },
+    }
+
+    def test_auto_close(start_actor, sim_clock):
+        actor = start_actor(create_machine(DOOR))
+        actor.send("OPEN")
+        sim_clock.advance(5000)
+        assert actor.get_snapshot().value == "closed"
+
+    def test_pure_lock():
+        machine = create_machine(DOOR)
+        snapshot, _ = machine.initial_transition()
+        snapshot, _ = machine.transition(snapshot, "LOCK")
+        assert snapshot.value == "locked"
+''')
+
+
+def _run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_door.py").write_text(SUITE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "statecharts.testing.plugin",
+         "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_coverage_option_reports_what_the_suite_never_reached(tmp_path: Path) -> None:
+    result = _run_pytest(tmp_path, "--statecharts-coverage")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "statecharts coverage" in out
+    report = out[out.index("statecharts coverage"):].splitlines()
+    assert "machine 'door': states 3/4, transitions 3/6" in report
+    assert "  never active: broken" in report
+    assert "  never taken:  states.closed.on.LOCK[0]" not in report  # test_pure_lock took it
+    assert "  never taken:  states.opened.on.CLOSE[0]" in report
+    assert "  never taken:  states.locked.on.UNLOCK[0]" in report
+    assert "  never taken:  states.broken.on.REPAIR[0]" in report
+
+
+def test_without_the_option_there_is_no_report(tmp_path: Path) -> None:
+    result = _run_pytest(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "statecharts coverage" not in result.stdout
+
+
+def test_fixtures_give_actors_on_a_simulated_clock(start_actor: Any,
+                                                  sim_clock: SimulatedClock) -> None:
+    actor = start_actor(door_machine())
+    actor.send("OPEN")
+    sim_clock.advance(4999)
+    assert actor.get_snapshot().value == "opened"
+    sim_clock.advance(1)
+    assert actor.get_snapshot().value == "closed"
+    assert sim_clock.pending() == 0
