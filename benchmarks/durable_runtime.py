@@ -5,8 +5,9 @@ assigned into the context and so persisted with the run, then a final state whos
 last result: the computation of ``benchmarks.dbos_workflow``. One measured run: ``n`` workflows
 are started with ``Runtime.start`` and a ``Worker(runtime, concurrency=N)`` drives them until all
 are terminal; the time covers both (DBOS's covers its workflow start too), and every run's status
-and output are checked. Stores: PostgreSQL in a schema of its own (dropped first) and SQLite
-files; both through ``persistence.open_store``.
+and output are checked afterwards. Stores: PostgreSQL in a database of its own (recreated for
+each run, so its transaction counter shows what one workflow costs) and SQLite files; both
+through ``persistence.open_store``.
 
 If the ``persistence`` package is not importable (it is built on another branch), the rows are
 marked "skipped" with the import error.
@@ -14,9 +15,12 @@ marked "skipped" with the import error.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from benchmarks.durable import STEPS, DurableRow
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"
-PG_SCHEMA = "statecharts_bench"
+PG_DATABASE = "statecharts_bench_durable"
 STEP_NAMES = ("add_one", "double", "minus_three")
 
 
@@ -78,47 +82,81 @@ def three_steps_machine() -> Any:
 
 
 def measure_postgres(dsn: str, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
-    """The 3-step workflow on PostgreSQL (schema ``statecharts_bench``, recreated per call)."""
+    """The 3-step workflow on PostgreSQL, in a database of its own (recreated per run), with
+    the database's transaction count per workflow (every autocommit statement counts)."""
+    from benchmarks.durable import reset_database, with_database
+
     def fresh_url() -> str:
         import psycopg
 
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
-        return f"{dsn}{'&' if '?' in dsn else '?'}schema={PG_SCHEMA}"
+        reset_database(dsn, PG_DATABASE)
+        with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {PG_DATABASE}")
+        return with_database(dsn, PG_DATABASE)
 
-    return _measure(fresh_url, backend, workers, n, repeat)
+    try:
+        return _measure(fresh_url, backend, workers, n, repeat, _transactions)
+    finally:
+        reset_database(dsn, PG_DATABASE)
+
+
+def _transactions(url: str) -> int:
+    """Transactions committed so far in the database of ``url`` (pg_stat_database)."""
+    import psycopg
+
+    time.sleep(0.6)  # closed sessions report their counts when they exit
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database "
+                           "WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
 
 
 def measure_sqlite(directory: Path, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
-    """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per call."""
+    """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per run."""
     return _measure(lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
                     backend, workers, n, repeat)
 
 
-def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int) -> DurableRow:
+def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
+             transactions: Any = None) -> DurableRow:
     label = f"{ours_label()} durable runtime"
     try:
+        from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
-
-        from persistence import open_store
     except ImportError as exc:
         return DurableRow(backend, workers, label, "workflows/s", STEPS, n, (),
                           note=f"skipped: persistence runtime not available ({exc})")
     machine = three_steps_machine()
-    rates = []
+    rates, per_workflow = [], []
     for _ in range(repeat):
-        store = open_store(make_url(), migrate=True)
-        try:
-            runtime = Runtime(store, machines=[machine])
-            _drive(runtime, Worker, workers, 5, offset=10**6)  # warm-up: connections, caches
-            rates.append(_drive(runtime, Worker, workers, n, offset=0))
-        finally:
-            store.close()
-    return DurableRow(backend, workers, label, "workflows/s", STEPS, n, tuple(rates))
+        url = make_url()
+        with _runtime(open_store(url, migrate=True), Runtime, machine) as runtime:
+            ids = drive(runtime, Worker, workers, 5, offset=10**6)[1]  # warm-up
+            check_outputs(runtime, ids, offset=10**6)
+        before = transactions(url) if transactions else 0
+        with _runtime(open_store(url), Runtime, machine) as runtime:
+            rate, ids = drive(runtime, Worker, workers, n, offset=0)
+        if transactions:
+            per_workflow.append((transactions(url) - before) / n)
+        with _runtime(open_store(url), Runtime, machine) as runtime:
+            check_outputs(runtime, ids, offset=0)
+        rates.append(rate)
+    note = (f"{statistics.median(per_workflow):.1f} database transactions per workflow"
+            if per_workflow else "")
+    return DurableRow(backend, workers, label, "workflows/s", STEPS, n, tuple(rates), note)
 
 
-def _drive(runtime: Any, worker_cls: Any, workers: int, n: int, offset: int) -> float:
+@contextmanager
+def _runtime(store: Any, runtime_cls: Any, machine: Any) -> Iterator[Any]:
+    try:
+        yield runtime_cls(store, machines=[machine])
+    finally:
+        store.close()
+
+
+def drive(runtime: Any, worker_cls: Any, workers: int, n: int,
+           offset: int) -> tuple[float, list[str]]:
     """Start ``n`` runs, let a worker with ``workers`` threads finish them; workflows/s."""
     t0 = time.perf_counter()
     ids = [runtime.start(WORKFLOW, input={"x": offset + i}) for i in range(n)]
@@ -127,13 +165,16 @@ def _drive(runtime: Any, worker_cls: Any, workers: int, n: int, offset: int) -> 
     else:
         _run_threads_until_done(runtime, worker_cls(runtime, concurrency=workers, poll_ms=5),
                                 ids)
-    seconds = time.perf_counter() - t0
+    return n / (time.perf_counter() - t0), ids
+
+
+def check_outputs(runtime: Any, ids: list[str], offset: int) -> None:
+    """Every run finished with the workflow's output for its input."""
     for i, run_id in enumerate(ids):
         record = runtime.get(run_id)
         want = expected(offset + i)
         got = record.snapshot.get("output")
         assert record.status == "done" and got == want, (run_id, record.status, got, want)
-    return n / seconds
 
 
 def _run_threads_until_done(runtime: Any, worker: Any, ids: list[str]) -> None:

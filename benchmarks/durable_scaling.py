@@ -93,13 +93,12 @@ def scans(dsn: str) -> tuple[int, int]:
 
 def measure(dsn: str, n: int, repeat: int) -> ScaleRow | str:
     """The workflow's rate at the current table size (or why it could not run)."""
-    from benchmarks.durable_runtime import _drive
+    from benchmarks.durable_runtime import check_outputs, drive
 
     try:
+        from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
-
-        from persistence import open_store
     except ImportError as exc:
         return f"persistence runtime not available ({exc})"
     rates = []
@@ -108,7 +107,9 @@ def measure(dsn: str, n: int, repeat: int) -> ScaleRow | str:
         store = open_store(dsn)
         try:
             runtime = Runtime(store, machines=[three_steps_machine()])
-            rates.append(_drive(runtime, Worker, 1, n, offset=r * n))
+            rate, ids = drive(runtime, Worker, 1, n, offset=r * n)
+            check_outputs(runtime, ids, offset=r * n)
+            rates.append(rate)
         finally:
             store.close()
     time.sleep(1.0)  # backends report their table statistics at most once a second
@@ -118,11 +119,10 @@ def measure(dsn: str, n: int, repeat: int) -> ScaleRow | str:
 
 def capture_plans(dsn: str, n: int) -> tuple[list[str], str]:
     """Run ``n`` workflows with auto_explain in their sessions; the distinct plans logged."""
+    from benchmarks.durable_runtime import drive
+    from persistence import open_store
     from persistence.runtime import Runtime
     from persistence.worker import Worker
-
-    from benchmarks.durable_runtime import _drive
-    from persistence import open_store
 
     log = _server_log()
     if log is None:
@@ -132,7 +132,7 @@ def capture_plans(dsn: str, n: int) -> tuple[list[str], str]:
     try:
         store = open_store(dsn)
         try:
-            _drive(Runtime(store, machines=[three_steps_machine()]), Worker, 1, n, offset=10**7)
+            drive(Runtime(store, machines=[three_steps_machine()]), Worker, 1, n, offset=10**7)
         finally:
             store.close()
     finally:
