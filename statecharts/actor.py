@@ -220,14 +220,17 @@ class Actor:
         if snapshot is previous and not effects:
             return
         self._snapshot = snapshot
-        try:
-            self._run_effects(effects)
-        except ImplementationError as exc:
-            self._fail(exc)
-            raise
+        if effects:
+            try:
+                self._run_effects(effects)
+            except ImplementationError as exc:
+                self._fail(exc)
+                raise
         if self._snapshot is not previous:
-            self._report("@xstate.snapshot", snapshot=self._snapshot)
-            self._notify()
+            if self._inspect is not None:
+                self._report("@xstate.snapshot", snapshot=self._snapshot)
+            if self._observers:
+                self._notify()
         if self._snapshot.status in ("done", "error"):
             self._finish()
 

@@ -10,7 +10,6 @@ actions become effects instead of being called.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
@@ -73,12 +72,12 @@ class Step:
             nodes.node_set if nodes is not None else set()
         self.context = context
         self.history = history
-        self.timers: dict[str, Timer] = {t.id: t for t in timers}
-        self.children: dict[str, ChildRef] = dict(children)
+        self.timers: dict[str, Timer] = {t.id: t for t in timers} if timers else {}
+        self.children: dict[str, ChildRef] = dict(children) if children else {}
         self.status = "active"
         self.output: Any = None
         self.error: Any = None
-        self.queue: deque[FrozenDict] = deque()
+        self.queue: list[FrozenDict] = []  # short: a list beats a deque here
         self.effects: list[fx.Effect] = []
         self.event: FrozenDict = EMPTY
         self.now = now
@@ -172,11 +171,12 @@ class Step:
 
 # -- the macrostep ---------------------------------------------------------------------------
 
-def macrostep(step: Step, event: FrozenDict) -> None:
+def macrostep(step: Step, event: FrozenDict, selected: list[Transition] | None = None) -> None:
     """Process one external event to completion: its microstep, then eventless transitions and
-    internal events until the machine is at rest."""
+    internal events until the machine is at rest. ``selected``: the transitions already
+    chosen for ``event`` (by a caller that had to evaluate the guards anyway)."""
     _forget_finished_child(step, event)
-    transitions = select_transitions(step, event)
+    transitions = select_transitions(step, event) if selected is None else selected
     if not transitions and is_error_actor_event(event):
         step.status = "error"  # an unhandled actor error fails the machine, as in XState
         step.error = event.get("error")
@@ -195,7 +195,7 @@ def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None
         if not transitions:
             if not step.queue:
                 break
-            event = step.queue.popleft()
+            event = step.queue.pop(0)
             _forget_finished_child(step, event)
             transitions = select_transitions(step, event)
         changed = microstep(step, transitions, event)
@@ -270,16 +270,13 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
         if guard is None:
             return transition
         step.guards_used = True
-        if _passes(guard, transition, step, event):
-            return transition
+        try:
+            if guard.evaluate(step.context, event, step):
+                return transition
+        except ImplementationError as exc:
+            raise ImplementationError(f"{exc.where} at {transition.config_path}",
+                                      exc.cause) from exc
     return None
-
-
-def _passes(guard: Any, transition: Transition, step: Step, event: FrozenDict) -> bool:
-    try:
-        return bool(guard.evaluate(step.context, event, step))
-    except ImplementationError as exc:
-        raise ImplementationError(f"{exc.where} at {transition.config_path}", exc.cause) from exc
 
 
 def select_eventless_transitions(step: Step, event: FrozenDict) -> list[Transition]:

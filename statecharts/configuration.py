@@ -22,7 +22,6 @@ class Configuration:
     __slots__ = (
         "__weakref__",
         "_chain_candidates",
-        "_context_only",
         "atomic",
         "chain",
         "has_always",
@@ -59,7 +58,6 @@ class Configuration:
             leaf = self.atomic[0]
             self.chain = (leaf, *leaf.ancestors)
         self._chain_candidates: dict[str, tuple[Any, ...]] = {}
-        self._context_only: dict[str, tuple[Any, ...] | None] = {}
 
     def chain_candidates(self, event_type: str) -> tuple[Any, ...]:
         """For a single-chain configuration: every candidate transition for ``event_type``,
@@ -76,27 +74,24 @@ class Configuration:
         return f"<Configuration {sorted(self.ids)}>"
 
 
-    def context_only(self, event_type: str) -> tuple[Any, ...] | None:
-        """The candidates for ``event_type`` when taking any of them can only change the
-        context (all targetless, only ``assign`` or user actions, no eventless transitions
-        here, not one of the engine's own events); None otherwise."""
-        found = self._context_only.get(event_type, False)
-        if found is False:
-            found = None
-            if self.chain is not None and not self.has_always and \
-                    not event_type.startswith("xstate."):
-                candidates = self.chain_candidates(event_type)
-                if candidates and all(_only_assigns(t) for t in candidates):
-                    found = candidates
-            if len(self._context_only) < 1024:
-                self._context_only[event_type] = found
-        return found  # type: ignore[return-value]
+    def chain_only(self, event_type: str) -> tuple[Any, ...] | None:
+        """The chain candidates for ``event_type`` when the macrostep cannot go beyond the
+        chosen transition (no eventless transitions here, not one of the engine's own
+        events); None otherwise."""
+        if self.chain is None or self.has_always or event_type.startswith("xstate."):
+            return None
+        found = self._chain_candidates.get(event_type)
+        return found if found is not None else self.chain_candidates(event_type)
 
 
-def _only_assigns(transition: Any) -> bool:
-    return not transition.targets and all(
-        isinstance(a.impl, Assign) or not isinstance(a.impl, BuiltinAction)
-        for a in transition.actions)
+def only_assigns(transition: Any) -> bool:
+    """A targetless transition whose actions only assign or are user actions."""
+    found: bool | None = transition.only_assigns
+    if found is None:
+        found = transition.only_assigns = not transition.targets and all(
+            isinstance(a.impl, Assign) or not isinstance(a.impl, BuiltinAction)
+            for a in transition.actions)
+    return found
 
 
 def _order(node: StateNode) -> int:

@@ -110,9 +110,13 @@ def frozen_update(base: FrozenDict, changes: Mapping[str, Any], path: str = "") 
     """Return ``base`` with ``changes`` applied; only the changed values are frozen anew."""
     merged = dict(base)
     for key, item in changes.items():
-        if not isinstance(key, str):
+        if type(key) is not str:
             raise ContextError(repr(key), "context keys must be strings")
-        merged[key] = freeze(item, _join(path, key))
+        kind = type(item)
+        if kind is int or kind is str or kind is bool or item is None:
+            merged[key] = item  # the common case, already immutable
+        else:
+            merged[key] = freeze(item, _join(path, key))
     return FrozenDict(merged)
 
 

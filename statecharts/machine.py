@@ -17,7 +17,7 @@ import orjson
 
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
-from .configuration import Configuration, nodes_from_value
+from .configuration import Configuration, nodes_from_value, only_assigns
 from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
@@ -147,28 +147,31 @@ class Machine:
                 return make_snapshot(self, moved, snapshot._context, "active", None, None,
                                      snapshot._history, snapshot._timers, snapshot._children,
                                      snapshot._retries, snapshot._skipped), NO_EFFECTS
-            candidates = configuration.context_only(event["type"])
-            if candidates is not None:
-                return self._context_only_step(snapshot, event, candidates, now)
         step = self._step_from(snapshot, now)
         step.trace = trace
-        algorithm.macrostep(step, event)
+        selected: list[Any] | None = None
+        candidates = configuration.chain_only(event["type"]) if self.fast_paths else None
+        if candidates is not None and trace is None:
+            chosen = algorithm.first_enabled(candidates, step, event)
+            # a guard given the scope (SCXML's) may have queued events or started timers
+            pristine = not (step.queue or step.timers_changed or step.children_changed or
+                            step.status != "active")
+            if pristine and (chosen is None or only_assigns(chosen)):
+                return self._context_only_step(snapshot, step, chosen, event)
+            selected = [] if chosen is None else [chosen]
+        algorithm.macrostep(step, event, selected)
         result = self._snapshot_from(step, snapshot)
         if self._is_plain_move(step, snapshot, result):
             self._remember(configuration, event["type"], result._configuration)
         return result, tuple(step.effects)
 
-    def _context_only_step(self, snapshot: Snapshot, event: FrozenDict,
-                           candidates: tuple[Any, ...], now: Callable[[], int]) -> Result:
-        """An event whose every candidate is targetless and only assigns or runs user
-        actions, in a configuration without eventless transitions: it cannot change the
-        configuration or raise anything, so the macrostep is one choice plus its actions."""
-        step = algorithm.Step(self, snapshot._configuration, snapshot._context,
-                              snapshot._history, (), EMPTY, now, snapshot._retries)
-        chosen = algorithm.first_enabled(candidates, step, event)
-        if chosen is None or not chosen.actions:
-            return snapshot, NO_EFFECTS
-        algorithm.run_actions(step, chosen.actions, event)
+    def _context_only_step(self, snapshot: Snapshot, step: algorithm.Step, chosen: Any,
+                           event: FrozenDict) -> Result:
+        """The chosen transition (or none) is targetless and only assigns or runs user
+        actions, in a configuration without eventless transitions: the macrostep cannot
+        change the configuration or raise anything, so it is just these actions."""
+        if chosen is not None and chosen.actions:
+            algorithm.run_actions(step, chosen.actions, event)
         if step.context is snapshot._context and not step.effects:
             return snapshot, NO_EFFECTS
         return make_snapshot(self, snapshot._configuration, step.context, "active", None, None,

@@ -29,6 +29,7 @@ class Transition:
         "guard",
         "has_history_target",
         "meta",
+        "only_assigns",
         "order",
         "reenter",
         "source",
@@ -51,6 +52,7 @@ class Transition:
         self.order = 0
         self.config_path = config_path
         self.has_history_target = any(t.type == HISTORY for t in targets)
+        self.only_assigns: bool | None = None  # memo of configuration.only_assigns
 
     @property
     def is_forbidden(self) -> bool:

@@ -324,8 +324,8 @@ def test_the_cache_is_actually_exercised() -> None:
     assert snapshot.value == "running"
     remembered = [c.moves for c in machine._configurations.values() if c.moves]
     assert sum(len(moves) for moves in remembered) >= 3
-    context_only = snapshot.configuration.context_only("ADD")
-    assert context_only is not None  # "running" takes ADD through the context-only shortcut
+    candidates = snapshot.configuration.chain_only("ADD")
+    assert candidates is not None  # "running" takes ADD through the context-only shortcut
     check_lockstep("counter", ["TOGGLE"] * 4 + ["START", "STOP"] * 3)
 
 
