@@ -1,0 +1,326 @@
+"""Durable benchmark: what the database can do, DBOS Transact, and this project's runtime.
+
+In one run, on the same local PostgreSQL (``STATECHARTS_BENCH_DSN``, else
+``STATECHARTS_TEST_DSN``, else ``postgresql://localhost/test``) and on SQLite files:
+
+* raw: single-row ``jsonb`` UPDATE transactions (autocommit, psycopg 3), each client updating its
+  own row with a snapshot-sized document: commits/s with 1 and 4 clients (threads, one
+  connection each). The same on SQLite (WAL, one connection per client, ``synchronous=FULL``,
+  which is the project's SQLiteStore default, and ``NORMAL`` for reference).
+* DBOS Transact: a 3-step workflow (each step's result checkpointed) with 1 and 4 clients, run
+  in a subprocess (``benchmarks.dbos_workflow``) against a fresh database on the same server,
+  and on a SQLite file: workflows/s and steps/s.
+* this project: the same 3-step workflow (three invoked steps, each result persisted) through
+  ``persistence.Runtime`` and ``Worker(runtime, concurrency=N).run_until_idle()`` with 1 and 4
+  workers (see ``durable_runtime.py``).
+
+Run: ``python -m benchmarks.durable [--n 600] [--raw-n 3000] [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from benchmarks.timing import fmt_rate
+
+BENCHMARK = "durable"
+STEPS = 3
+CLIENTS = (1, 4)
+RAW_TABLE = "bench_raw_update"
+DBOS_DATABASE = "statecharts_bench_dbos"
+
+
+def bench_dsn() -> str:
+    """The PostgreSQL the durable benchmark uses."""
+    return (os.environ.get("STATECHARTS_BENCH_DSN") or os.environ.get("STATECHARTS_TEST_DSN")
+            or "postgresql://localhost/test")
+
+
+@dataclass(frozen=True)
+class DurableRow:
+    """One subject on one backend with a number of clients or workers."""
+
+    backend: str
+    clients: int
+    subject: str
+    unit: str  # "commits/s" (raw) or "workflows/s"
+    steps_per_unit: int  # 1 for raw commits, STEPS for workflows
+    n: int
+    rates: tuple[float, ...]
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when measured."""
+        return bool(self.rates)
+
+    @property
+    def median(self) -> float:
+        """Median rate in ``unit``."""
+        return statistics.median(self.rates) if self.rates else 0.0
+
+    @property
+    def steps(self) -> float:
+        """Median in single-row commits (raw) or workflow steps per second."""
+        return self.median * self.steps_per_unit
+
+
+def snapshot_document(i: int) -> dict[str, Any]:
+    """A JSON document shaped and sized like a persisted 3-step-workflow snapshot."""
+    return {
+        "format": 1, "machine": "three_steps", "version": None,
+        "fingerprint": "9f2c" * 16, "value": "double",
+        "context": {"x": i, "results": {"add_one": i + 1}},
+        "status": "active", "output": None, "error": None, "history": {}, "timers": [],
+        "children": {"double": {"src": "double", "input": {"x": i + 1}, "status": "active"}},
+    }
+
+
+def in_threads(clients: int, work: Callable[[int], None]) -> float:
+    """Run ``work(client_index)`` on ``clients`` threads at once; return wall seconds."""
+    errors: list[BaseException] = []
+
+    def guarded(c: int) -> None:
+        try:
+            work(c)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return seconds
+
+
+# ----------------------------------------------------------------------------- raw PostgreSQL
+def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
+    """Single-row jsonb UPDATE commits/s, ``n`` per run split over ``clients`` connections."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+        conn.execute(f"CREATE TABLE {RAW_TABLE} (id int PRIMARY KEY, doc jsonb NOT NULL)")
+        conn.execute(f"INSERT INTO {RAW_TABLE} SELECT g, '{{}}' FROM generate_series(0, %s) g",
+                     (clients - 1,))
+    per_client = n // clients
+    sql = f"UPDATE {RAW_TABLE} SET doc = %s WHERE id = %s"
+
+    def client(c: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for i in range(per_client):
+                cur = conn.execute(sql, (Jsonb(snapshot_document(i)), c))
+                assert cur.rowcount == 1, "raw UPDATE matched no row"
+
+    in_threads(clients, lambda c: _warm_pg(dsn, sql, c))
+    rates = tuple(per_client * clients / in_threads(clients, client) for _ in range(repeat))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {RAW_TABLE}")
+    return DurableRow(f"PostgreSQL {_pg_server_version(dsn)}", clients,
+                      "raw single-row jsonb UPDATE (psycopg 3)", "commits/s", 1,
+                      per_client * clients, rates)
+
+
+def _warm_pg(dsn: str, sql: str, c: int) -> None:
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(50):
+            conn.execute(sql, (Jsonb(snapshot_document(i)), c))
+
+
+def _pg_server_version(dsn: str) -> str:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]).split()[0] if row else "?"
+
+
+# ----------------------------------------------------------------------------- raw SQLite
+def raw_sqlite(directory: Path, clients: int, n: int, repeat: int, synchronous: str) -> DurableRow:
+    """Single-row JSON UPDATE commits/s on a WAL SQLite file, one connection per client."""
+    import orjson
+
+    path = directory / f"raw-{synchronous.lower()}-{clients}.db"
+    setup = _sqlite_connect(path, synchronous)
+    setup.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
+    setup.executemany("INSERT OR REPLACE INTO raw VALUES (?, '{}')", [(c,) for c in range(clients)])
+    setup.close()
+    per_client = n // clients
+
+    def client(c: int) -> None:
+        conn = _sqlite_connect(path, synchronous)
+        try:
+            for i in range(per_client):
+                cur = conn.execute("UPDATE raw SET doc = ? WHERE id = ?",
+                                   (orjson.dumps(snapshot_document(i)).decode(), c))
+                assert cur.rowcount == 1, "raw UPDATE matched no row"
+        finally:
+            conn.close()
+
+    rates = tuple(per_client * clients / in_threads(clients, client) for _ in range(repeat))
+    return DurableRow(f"SQLite {sqlite3.sqlite_version} (WAL, synchronous={synchronous})",
+                      clients, "raw single-row JSON UPDATE (sqlite3)", "commits/s", 1,
+                      per_client * clients, rates)
+
+
+def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    # autocommit (isolation_level=None): every UPDATE is its own committed transaction
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    return conn
+
+
+# ----------------------------------------------------------------------------- DBOS Transact
+def with_database(dsn: str, database: str) -> str:
+    """``dsn`` (a URL) with its database name replaced."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
+
+
+def reset_database(dsn: str, database: str) -> None:
+    """Drop ``database`` on the server of ``dsn`` (bench databases start empty every run)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(database)))
+
+
+def dbos(url: str, backend: str, clients: int, n: int, repeat: int) -> DurableRow:
+    """DBOS's 3-step workflow in a subprocess; workflows/s per run."""
+    argv = [sys.executable, "-m", "benchmarks.dbos_workflow", "--url", url, "--n", str(n),
+            "--clients", str(clients), "--repeat", str(repeat)]
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=1200,
+                          check=False)
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return DurableRow(backend, clients, "DBOS Transact", "workflows/s", STEPS, n, (),
+                          note=f"failed: {why[0][:200]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return DurableRow(backend, clients, f"DBOS Transact {result['version']}", "workflows/s",
+                      STEPS, n, tuple(result["rates"]))
+
+
+# ----------------------------------------------------------------------------- the table
+def markdown(rows: list[DurableRow]) -> str:
+    """One table: per backend and client count, raw, DBOS and this project side by side."""
+    lines = [
+        "| backend | clients / workers | subject | n per run | median | steps or commits/s | "
+        "÷ raw commits/s | statecharts ÷ subject (workflows/s) | note |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        raw = _find(rows, r.backend, r.clients, "raw")
+        ours = _find(rows, r.backend, r.clients, "statecharts")
+        vs_raw = f"{r.steps / raw.steps:.0%}" if raw and r.ok and r.unit != "commits/s" else ""
+        vs_ours = ""
+        if ours and r.ok and r.unit == "workflows/s" and not r.subject.startswith("statecharts"):
+            vs_ours = f"{ours.median / r.median:.2f}x"
+        median = f"{fmt_rate(r.median)} {r.unit}" if r.ok else "—"
+        steps = fmt_rate(r.steps) if r.ok else "—"
+        lines.append(f"| {r.backend} | {r.clients} | {r.subject} | {r.n:,} | {median} | {steps} | "
+                     f"{vs_raw} | {vs_ours} | {r.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def _find(rows: list[DurableRow], backend: str, clients: int, prefix: str) -> DurableRow | None:
+    return next((r for r in rows if r.backend == backend and r.clients == clients
+                 and r.subject.startswith(prefix) and r.ok), None)
+
+
+def interleaved(measurements: list[Callable[[], DurableRow]], repeat: int) -> list[DurableRow]:
+    """Call each one-run measurement in turn, ``repeat`` times over; merge each subject's runs.
+
+    Subjects alternate run by run so that load from other processes falls on all of them alike.
+    """
+    merged: dict[tuple[str, int, str], DurableRow] = {}
+    for _ in range(repeat):
+        for one in measurements:
+            row = one()
+            key = (row.backend, row.clients, row.subject)
+            seen = merged.get(key)
+            merged[key] = row if seen is None else replace(
+                seen, rates=seen.rates + row.rates, note=seen.note or row.note)
+    return list(merged.values())
+
+
+def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
+    """Every durable measurement, PostgreSQL first, then SQLite; subjects interleaved."""
+    from benchmarks import durable_runtime
+
+    dsn = bench_dsn()
+    rows: list[DurableRow] = []
+    try:
+        pg = f"PostgreSQL {_pg_server_version(dsn)}"
+    except Exception as exc:  # PostgreSQL missing or down: say so, go on with SQLite
+        pg = ""
+        rows.append(DurableRow("PostgreSQL", 1, "raw single-row jsonb UPDATE", "commits/s", 1,
+                               raw_n, (), note=f"skipped: {str(exc).strip()[:200]}"))
+    if pg:
+        reset_database(dsn, DBOS_DATABASE)
+        url = with_database(dsn, DBOS_DATABASE)
+        for clients in CLIENTS:
+            rows += interleaved([
+                partial(raw_postgres, dsn, clients, raw_n, 1),
+                partial(dbos, url, pg, clients, n, 1),
+                partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
+            ], repeat)
+        reset_database(dsn, DBOS_DATABASE)
+    with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
+        directory = Path(tmp)
+        lite = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
+        for clients in CLIENTS:
+            sqlite_url = f"sqlite:///{directory / f'dbos-{clients}.sqlite'}"
+            rows += interleaved([
+                partial(raw_sqlite, directory, clients, raw_n, 1, "FULL"),
+                partial(raw_sqlite, directory, clients, raw_n, 1, "NORMAL"),
+                partial(_dbos_sqlite, sqlite_url, lite, clients, n),
+                partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
+            ], repeat)
+    return rows
+
+
+def _dbos_sqlite(url: str, backend: str, clients: int, n: int) -> DurableRow:
+    peer = dbos(url, backend, clients, n, 1)
+    return replace(peer, note=peer.note or "DBOS's own SQLite settings")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run the durable benchmark and print its table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=600, help="workflows per run")
+    ap.add_argument("--raw-n", type=int, default=3_000, help="raw UPDATE commits per run")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    print(markdown(run(args.n, args.raw_n, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()

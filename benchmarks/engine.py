@@ -1,0 +1,203 @@
+"""In-memory engine benchmark: this engine beside python-statemachine, transitions, sismic, XState.
+
+Cases (machines in ``benchmarks.charts``): flat, hier, reenter, counter (guarded, targetless,
+``assign``) through an actor's ``send``, and the pure ``machine.transition()`` call on the flat,
+hier and counter charts ("pure flat", ...), which only XState also offers. Every run checks the
+final state. Run: ``python -m benchmarks.engine [--n 200000] [--peer-n 20000] [--repeat 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from benchmarks.charts import CONFIGS, COUNTER_LIMIT, EVENTS, event_list, expected_value
+from benchmarks.peers import load_peers
+from benchmarks.timing import (
+    OURS,
+    Case,
+    Result,
+    Round,
+    RoundResult,
+    case_round,
+    interleave,
+    skipped,
+    table,
+)
+from benchmarks.xstate_node import XStateUnavailable, ensure_xstate, node_version, run_xstate
+
+BENCHMARK = "engine"
+ACTOR_CASES = ("flat", "hier", "reenter", "counter")
+PURE_CASES = ("pure flat", "pure hier", "pure counter")
+
+
+def ours_label() -> str:
+    """This project's subject name with its installed version."""
+    try:
+        return f"{OURS} {version('statecharts')}"
+    except PackageNotFoundError:
+        return OURS
+
+
+def build_machine(case: str) -> Any:
+    """This engine's machine for ``case`` (the counter gets its guard and assign)."""
+    from statecharts import assign, create_machine
+
+    config = CONFIGS[case.removeprefix("pure ")]
+    if config["id"] != "counter":
+        return create_machine(config)
+    return create_machine(
+        config,
+        guards={"notTooMany": lambda context, event: context["count"] < COUNTER_LIMIT},
+        actions={"inc": assign({"count": lambda context, event: context["count"] + 1})},
+    )
+
+
+def check_snapshot(case: str, snapshot: Any, n: int) -> None:
+    """Fail unless ``snapshot`` is where ``n`` events of ``case`` must lead."""
+    base = case.removeprefix("pure ")
+    expected = expected_value(base, n)
+    assert snapshot.value == expected, f"{case}: after {n} events {snapshot.value!r}"
+    if base == "counter":
+        assert snapshot.context["count"] == n, f"counter: count {snapshot.context['count']}"
+
+
+def actor_case(case: str) -> Case:
+    """``case(n)``: a fresh started actor, ``n`` sends timed, final snapshot checked."""
+    from statecharts import create_actor
+
+    machine = build_machine(case)
+
+    def run(n: int) -> float:
+        actor = create_actor(machine)
+        actor.start()
+        send = actor.send
+        events = event_list(case, n)
+        t0 = time.perf_counter()
+        for event in events:
+            send(event)
+        seconds = time.perf_counter() - t0
+        check_snapshot(case, actor.get_snapshot(), n)
+        actor.stop()
+        return seconds
+
+    return run
+
+
+def pure_case(case: str) -> Case:
+    """``case(n)``: ``n`` calls of ``machine.transition(snapshot, event)`` from the initial one."""
+    machine = build_machine(case)
+    transition = machine.transition
+    base = case.removeprefix("pure ")
+
+    def run(n: int) -> float:
+        snapshot, _ = machine.initial_transition()
+        events = event_list(base, n)
+        t0 = time.perf_counter()
+        for event in events:
+            snapshot, _ = transition(snapshot, event)
+        seconds = time.perf_counter() - t0
+        check_snapshot(case, snapshot, n)
+        return seconds
+
+    return run
+
+
+def engine_case(case: str) -> Case:
+    """This engine's case by name (actor cases, or "pure ..." for the pure transition)."""
+    return pure_case(case) if case.startswith("pure ") else actor_case(case)
+
+
+ALL_CASES = (*ACTOR_CASES, *PURE_CASES)
+
+
+def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """This engine's cases as rounds (a case whose API cannot be imported is a skipped row)."""
+    label = ours_label()
+    rounds, skips = [], []
+    for case in ALL_CASES:
+        try:
+            fn = engine_case(case)
+        except ImportError as exc:
+            skips.append(skipped(BENCHMARK, case, label, f"engine: {exc}"))
+            continue
+        rounds.append(case_round(case, label, fn, n))
+    return rounds, skips
+
+
+def python_peer_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """python-statemachine, transitions and sismic on the actor cases, as rounds."""
+    peers, missing = load_peers()
+    rounds = [case_round(case, peer.name, fn, n)
+              for peer in peers for case, fn in peer.cases().items()]
+    skips = [skipped(BENCHMARK, case, label, why)
+             for label, why in missing.items() for case in ACTOR_CASES]
+    return rounds, skips
+
+
+def xstate_cases(n: int, warmup: int) -> list[dict[str, Any]]:
+    """The case list handed to ``xstate_bench.mjs`` (same configs, events, counts, checks)."""
+    cases = []
+    for name in ALL_CASES:
+        base = name.removeprefix("pure ")
+        cases.append({
+            "name": name,
+            "kind": "pure" if name.startswith("pure ") else "actor",
+            "config": CONFIGS[base],
+            "events": list(EVENTS[base]),
+            "n": n,
+            "expect": {"n": expected_value(base, n), "warmup": expected_value(base, warmup)},
+        })
+    return cases
+
+
+def xstate_rounds(n: int) -> tuple[list[Round], list[Result]]:
+    """XState v5 on Node.js: one round = one Node process running every case once, after an
+    untimed warm-up run of the same ``n`` events (V8 must tier up its JIT in every new process;
+    CPython has nothing comparable, so the Python subjects warm up on 2,000 events). Skipped
+    rows when Node.js or XState is unavailable."""
+    try:
+        label = f"xstate {ensure_xstate()} (Node.js {node_version()})"
+    except XStateUnavailable as exc:
+        return [], [skipped(BENCHMARK, case, "xstate (Node.js)", str(exc)) for case in ALL_CASES]
+    cases = xstate_cases(n, warmup=n)
+
+    def once() -> RoundResult:
+        rows = run_xstate(cases, repeat=1, warmup=n)
+        return {(case, label): (n, rows[case]["rates"][0]) for case in ALL_CASES}
+
+    return [once], []
+
+
+def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]:
+    """Every subject on every case, runs interleaved; ordered by case for the tables."""
+    rounds: list[Round] = []
+    skips: list[Result] = []
+    for more_rounds, more_skips in (ours_rounds(n), xstate_rounds(n), python_peer_rounds(peer_n)):
+        rounds += more_rounds
+        skips += more_skips
+    results = interleave(BENCHMARK, rounds, repeat) + skips
+    order = {case: i for i, case in enumerate(ALL_CASES)}
+    subjects = [ours_label(), "xstate", "python-statemachine", "transitions", "sismic"]
+    rank = {name: i for i, name in enumerate(subjects)}
+
+    def key(r: Result) -> tuple[int, int]:
+        return order[r.case], next((i for p, i in rank.items() if r.subject.startswith(p)), 99)
+
+    return sorted(results, key=key)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run the engine benchmark and print its tables."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200_000, help="events per run, this engine/XState")
+    ap.add_argument("--peer-n", type=int, default=20_000, help="events per run, Python peers")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per case (median kept)")
+    args = ap.parse_args(argv)
+    print(table(run(args.n, args.peer_n, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The performance goals of issue 11 (and issue 2's engine goal), checked against one run.
+
+Each goal compares this project's median with a peer's median measured in the same run; a goal
+whose inputs were not measured (a peer or the engine skipped) is reported as "not measured",
+never as met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks.durable import DurableRow
+from benchmarks.durable_scaling import ScaleReport
+from benchmarks.timing import Result
+
+#: Cost at 1,000 states over cost at 10 states (same depth) still counted as flat.
+FLAT_SCALING_LIMIT = 1.25
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: what was wanted, what was measured, and whether it was met."""
+
+    name: str
+    target: str
+    measured: str
+    met: bool | None  # None: not measured
+
+    @property
+    def verdict(self) -> str:
+        """``met``, ``shortfall: ...`` or ``not measured``."""
+        if self.met is None:
+            return "not measured"
+        return "met" if self.met else "shortfall"
+
+
+def _pick(results: Sequence[Result], case: str, prefix: str) -> Result | None:
+    return next((r for r in results if r.case == case and r.subject.startswith(prefix)
+                 and r.ok), None)
+
+
+def _ratio_goal(name: str, ours: Result | None, peer: Result | None, factor: float) -> Goal:
+    target = f">= {factor:g}x {peer.subject if peer else 'peer'}"
+    if ours is None or peer is None:
+        return Goal(name, target, "—", None)
+    got = ours.median / peer.median
+    measured = f"{got:.2f}x ({ours.median:,.0f} vs {peer.median:,.0f} {ours.unit})"
+    return Goal(name, target, measured, got >= factor)
+
+
+def engine_goals(results: Sequence[Result]) -> list[Goal]:
+    """XState ratios per case, and 2x the fastest Python peer (issue 2)."""
+    goals = []
+    for case, factor in (("flat", 2.0), ("hier", 2.0), ("reenter", 2.0), ("counter", 1.0),
+                         ("pure flat", 10.0), ("pure hier", 10.0), ("pure counter", 10.0)):
+        goals.append(_ratio_goal(f"engine {case} vs XState", _pick(results, case, "statecharts"),
+                                 _pick(results, case, "xstate"), factor))
+    for case in ("flat", "hier", "reenter"):
+        python_peers = [r for r in results if r.case == case and r.ok
+                        and not r.subject.startswith(("statecharts", "xstate"))]
+        best = max(python_peers, key=lambda r: r.median, default=None)
+        goals.append(_ratio_goal(f"engine {case} vs fastest Python peer",
+                                 _pick(results, case, "statecharts"), best, 2.0))
+    return goals
+
+
+def rehydrate_goals(results: Sequence[Result]) -> list[Goal]:
+    """Rehydrate: 10x the best peer."""
+    peers = [r for r in results if r.ok and not r.subject.startswith("statecharts")]
+    best = max(peers, key=lambda r: r.median, default=None)
+    ours = next((r for r in results if r.ok and r.subject.startswith("statecharts")), None)
+    return [_ratio_goal("rehydrate vs best Python peer", ours, best, 10.0)]
+
+
+def scaling_goals(results: Sequence[Result]) -> list[Goal]:
+    """Flat cost: 1,000-state chart within FLAT_SCALING_LIMIT of the 10-state one, per depth."""
+    goals = []
+    subjects = dict.fromkeys(r.subject for r in results)
+    for subject in subjects:
+        worst: tuple[float, str] | None = None
+        for r in results:
+            if r.subject != subject or not r.ok or not r.case.startswith("1000 states"):
+                continue
+            depth = r.case.split("depth ")[1]
+            small = next((s for s in results if s.subject == subject and s.ok
+                          and s.case == f"10 states, depth {depth}"), None)
+            if small is None:
+                continue
+            growth = small.median / r.median  # cost ratio = inverse rate ratio
+            if worst is None or growth > worst[0]:
+                worst = (growth, f"depth {depth}")
+        target = f"cost(1,000 states) <= {FLAT_SCALING_LIMIT}x cost(10 states), each depth"
+        if worst is None:
+            goals.append(Goal(f"scaling flat ({subject})", target, "—", None))
+        else:
+            goals.append(Goal(f"scaling flat ({subject})", target,
+                              f"worst {worst[0]:.2f}x at {worst[1]}",
+                              worst[0] <= FLAT_SCALING_LIMIT))
+    return goals
+
+
+def durable_goals(rows: Sequence[DurableRow]) -> list[Goal]:
+    """Durable: 70% of raw UPDATE at 1 worker; 4x DBOS workflows/s (PostgreSQL)."""
+    def find(clients: int, prefix: str) -> DurableRow | None:
+        return next((r for r in rows if r.backend.startswith("PostgreSQL") and r.ok
+                     and r.clients == clients and r.subject.startswith(prefix)), None)
+
+    goals = []
+    ours, raw = find(1, "statecharts"), find(1, "raw")
+    target = ">= 70% of raw single-row UPDATE commits/s, 1 worker (PostgreSQL)"
+    if ours and raw:
+        share = ours.steps / raw.steps
+        goals.append(Goal("durable steps/s vs raw UPDATE", target,
+                          f"{share:.0%} ({ours.steps:,.0f} steps/s vs {raw.steps:,.0f} commits/s)",
+                          share >= 0.7))
+    else:
+        goals.append(Goal("durable steps/s vs raw UPDATE", target, "—", None))
+    for clients in (1, 4):
+        ours, peer = find(clients, "statecharts"), find(clients, "DBOS")
+        target = f">= 4x DBOS workflows/s, {clients} worker(s) (PostgreSQL)"
+        name = f"durable workflows/s vs DBOS, {clients} worker(s)"
+        if ours and peer:
+            got = ours.median / peer.median
+            goals.append(Goal(name, target, f"{got:.2f}x ({ours.median:,.0f} vs "
+                              f"{peer.median:,.0f} workflows/s)", got >= 4.0))
+        else:
+            goals.append(Goal(name, target, "—", None))
+    return goals
+
+
+def durable_scaling_goals(report: ScaleReport) -> list[Goal]:
+    """Durable cost flat from 10k to 1M rows, and no sequential scan of ``workflow_runs``."""
+    target = (f"cost(1M rows) <= {FLAT_SCALING_LIMIT}x cost(10k rows); "
+              "no sequential scan of workflow_runs")
+    if len(report.rows) < 2 or not all(r.steps for r in report.rows):
+        return [Goal("durable scaling 10k -> 1M rows", target, "—", None)]
+    small, large = report.rows[0], report.rows[-1]
+    growth = small.steps / large.steps
+    seq = sum(r.seq_scans for r in report.rows)
+    measured = f"{growth:.2f}x cost; {seq} sequential scans"
+    return [Goal("durable scaling 10k -> 1M rows", target, measured,
+                 growth <= FLAT_SCALING_LIMIT and seq == 0)]
+
+
+def markdown(goals: Sequence[Goal]) -> str:
+    """The goals table."""
+    lines = ["| goal | target | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| {g.name} | {g.target} | {g.measured} | {g.verdict} |" for g in goals]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,112 @@
+"""Smoke test of the benchmarks' own cases for this engine: tiny counts, final states checked.
+
+No timing is asserted: the point is that each benchmark case of this project still runs and
+lands where it must, so ``python -m benchmarks.run`` cannot quietly measure a broken path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import statecharts
+from benchmarks import engine, memory, rehydrate, scaling
+from benchmarks.charts import event_list
+
+COUNTS = (0, 1, 2, 3, 6)
+needs_actors = pytest.mark.skipif(not hasattr(statecharts, "create_actor"),
+                                  reason="statecharts.create_actor not on this branch yet")
+
+
+@pytest.mark.parametrize("case", engine.PURE_CASES)
+def test_pure_cases_reach_their_final_state(case: str) -> None:
+    run = engine.engine_case(case)
+    for n in COUNTS:
+        assert run(n) >= 0.0
+
+
+@needs_actors
+@pytest.mark.parametrize("case", engine.ACTOR_CASES)
+def test_actor_cases_reach_their_final_state(case: str) -> None:
+    run = engine.engine_case(case)
+    for n in COUNTS:
+        assert run(n) >= 0.0
+
+
+@pytest.mark.parametrize("case", ["flat", "hier", "reenter", "counter"])
+def test_final_state_check_rejects_a_run_that_lost_an_event(case: str) -> None:
+    machine = engine.build_machine(case)
+    snapshot, _ = machine.initial_transition()
+    sent = 5
+    for event in event_list(case, sent):
+        snapshot, _ = machine.transition(snapshot, event)
+    engine.check_snapshot(case, snapshot, sent)
+    with pytest.raises(AssertionError):
+        engine.check_snapshot(case, snapshot, sent + 1)
+
+
+def test_pure_rehydrate_round_trips_through_json_bytes() -> None:
+    run = rehydrate.pure_rehydrate()
+    for n in COUNTS:
+        run(n)
+
+
+@needs_actors
+def test_actor_rehydrate_round_trips_through_json_bytes() -> None:
+    run = rehydrate.actor_rehydrate()
+    for n in COUNTS:
+        run(n)
+
+
+@pytest.mark.parametrize(("states", "depth"), [(10, 2), (10, 8), (100, 4), (1_000, 8)])
+def test_scaling_charts_have_their_size_and_reach_their_final_state(states: int,
+                                                                     depth: int) -> None:
+    for guarded in (False, True):
+        assert scaling.count_states(scaling.scaled_chart(states, depth, guarded)) == states
+        run = scaling.scaling_case(states, depth, pure=True, guarded=guarded)
+        for n in COUNTS:
+            run(n)
+        if hasattr(statecharts, "create_actor"):
+            scaling.scaling_case(states, depth, pure=False, guarded=guarded)(3)
+
+
+def test_scaling_chart_rejects_a_size_too_small_for_its_depth() -> None:
+    with pytest.raises(ValueError, match="cannot hold a chain of depth 8"):
+        scaling.scaled_chart(5, 8)
+
+
+def test_memory_rows_measure_snapshot_sizes() -> None:
+    machine = engine.build_machine("hier")
+    rows = memory.ours_rows({"bench hier": machine}, k=5)
+    [row] = rows
+    stored = statecharts.snapshot_to_json(machine.initial_transition()[0])
+    assert row.snapshot_json == len(stored)
+    assert row.per_restored is not None and row.per_restored > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(tmp_path: Path,
+                                                                workers: int) -> None:
+    pytest.importorskip("persistence.runtime", reason="persistence runtime not on this branch")
+    from benchmarks import durable_runtime
+
+    row = durable_runtime.measure_sqlite(tmp_path, "sqlite", workers, n=4, repeat=1)
+    assert row.note == "" and len(row.rates) == 1 and row.rates[0] > 0
+
+
+def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
+    from benchmarks.durable_scaling import distinct_plans
+
+    def entry(pid: int, run_id: str) -> str:
+        plan = ('{"Query Text": "SELECT * FROM workflow_runs WHERE id = $1", "Plan": '
+                '{"Node Type": "Index Scan", "Index Name": "workflow_runs_pkey", '
+                '"Relation Name": "workflow_runs", "Index Cond": "(id = \'' + run_id + '\')"}}')
+        return (f"2026-11-30 00:31:47.566 UTC [{pid}] root@bench LOG:  duration: 0.1 ms  plan:\n"
+                + "\n".join("\t" + line for line in plan.splitlines()) + "\n")
+
+    log = entry(1, "a") + entry(2, "b") + (
+        "2026-11-30 00:31:48.000 UTC [3] root@bench LOG:  could not receive data\n")
+    [plan] = distinct_plans(log)
+    assert "Index Scan using workflow_runs_pkey on workflow_runs" in plan
+    assert plan.startswith("SELECT * FROM workflow_runs WHERE id = $1")
