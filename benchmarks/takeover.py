@@ -66,10 +66,9 @@ def machine() -> Any:
 
 def worker_main(store_url: str, concurrency: int, lease_ms: int) -> None:
     """The worker subprocess: serve until killed or SIGTERM."""
+    from persistence import open_store
     from persistence.runtime import Runtime
     from persistence.worker import Worker
-
-    from persistence import open_store
 
     store = open_store(store_url)
     Worker(Runtime(store, machines=[machine()]), concurrency=concurrency, lease_ms=lease_ms,
@@ -99,9 +98,8 @@ def _wait(what: str, done: Any, timeout: float) -> None:
 def measure(store_url: str, runs: int = 4, lease_ms: int = 2_000) -> Takeover:
     """One takeover on ``store_url`` (a fresh store: it must be empty of other active runs)."""
     try:
-        from persistence.runtime import Runtime
-
         from persistence import open_store
+        from persistence.runtime import Runtime
     except ImportError as exc:
         return Takeover(store_url, runs, lease_ms, None, f"skipped: persistence ({exc})")
     store = open_store(store_url, migrate=True)
