@@ -167,6 +167,31 @@ INTRO = {
 }
 
 
+SHORTFALLS = """
+### Where goals fall short, and why
+
+- **Guarded counter with `assign`** (through an actor, and the pure `transition()` against
+  XState's): no cache can skip this event. Each one evaluates a user guard, runs an `assign`
+  that builds a new frozen context (the immutable-context guarantee is kept on purpose) and
+  makes a new snapshot. In CPython that is a chain of Python calls; the profile
+  (`python -m benchmarks.hotspots counter`) spreads the time over `machine.step`,
+  `actions.resolve`, `run_actions`, `frozen_update` and `guards.evaluate` with no single
+  hotspot. Closing the gap would take compiling each transition into one specialised closure,
+  or a C extension.
+- **Durable steps against the raw UPDATE rate**: a 3-step workflow costs about five
+  transactions at one worker (start, claim, three step commits) where the raw benchmark commits
+  one single-row UPDATE per transaction, and each step commit writes more: the run row (with its
+  resumable, stuck, key and UI-filter indexes, so not a HOT update), an outbox row and a journal
+  row. The worker waits on PostgreSQL for about 85% of its wall time (cProfile: psycopg's
+  `wait`); Python is under 15%. Closing it would take folding the claim into the previous
+  commit and batching several runs' steps per transaction (`Runtime(journal=False)` already
+  drops the journal row).
+- **Against DBOS**: the same transaction count explains most of it at one worker; at four
+  workers the claims contend (about eight transactions per workflow) and the two cores are
+  shared by the workers, PostgreSQL and DBOS's own process.
+"""
+
+
 def document(sections: list[str], checked: list[goals.Goal], info: dict[str, str],
              sizes: Sizes, quick: bool, seconds: float) -> str:
     """The whole ``docs/performance.md``."""
@@ -193,6 +218,7 @@ averages below): read them as ratios. The peers are installed from
 ## Goals (issue 11)
 
 {goals.markdown(checked)}
+{SHORTFALLS}
 {chr(10).join(sections)}"""
 
 
