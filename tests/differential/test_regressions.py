@@ -57,7 +57,7 @@ def _assert_never_entered_while_active(log: list[tuple[str, str]], active: set[s
             active.discard(state)
 
 
-REENTRY = ("XState v5 semantics, kept on purpose for now (lead to decide): the history's "
+REENTRY = ("XState v5 semantics, followed on purpose (docs/semantics.md): the history's "
            "states are entered with their ancestors up to the history's parent, while the "
            "transition's domain may keep one of those ancestors active, so it is entered again "
            "with no exit. See rule history_reenters_active_state in known_differences.py.")
