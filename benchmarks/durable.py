@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from benchmarks.timing import fmt_rate
+from benchmarks.timing import Rates, fmt_rate
 
 BENCHMARK = "durable"
 STEPS = 3
@@ -52,7 +51,7 @@ def bench_dsn() -> str:
 
 
 @dataclass(frozen=True)
-class DurableRow:
+class DurableRow(Rates):
     """One subject on one backend with a number of clients or workers."""
 
     backend: str
@@ -63,16 +62,6 @@ class DurableRow:
     n: int
     rates: tuple[float, ...]
     note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """True when measured."""
-        return bool(self.rates)
-
-    @property
-    def median(self) -> float:
-        """Median rate in ``unit``."""
-        return statistics.median(self.rates) if self.rates else 0.0
 
     @property
     def steps(self) -> float:

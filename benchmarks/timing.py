@@ -25,17 +25,10 @@ OURS = "statecharts"
 Case = Callable[[int], float]
 
 
-@dataclass(frozen=True)
-class Result:
-    """Rates of one subject on one case (empty ``rates`` means skipped, ``note`` says why)."""
+class Rates:
+    """What every measured row knows from its ``rates`` (empty when skipped)."""
 
-    benchmark: str
-    case: str
-    subject: str
-    n: int
     rates: tuple[float, ...]
-    unit: str = "ev/s"
-    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -46,6 +39,19 @@ class Result:
     def median(self) -> float:
         """Median rate over the runs (0.0 when skipped)."""
         return statistics.median(self.rates) if self.rates else 0.0
+
+
+@dataclass(frozen=True)
+class Result(Rates):
+    """Rates of one subject on one case (empty ``rates`` means skipped, ``note`` says why)."""
+
+    benchmark: str
+    case: str
+    subject: str
+    n: int
+    rates: tuple[float, ...]
+    unit: str = "ev/s"
+    note: str = ""
 
     @property
     def best(self) -> float:
