@@ -107,7 +107,7 @@ def measure(dsn: str, n: int, repeat: int) -> ScaleRow | str:
         store = open_store(dsn)
         try:
             runtime = Runtime(store, machines=[three_steps_machine()])
-            rate, ids = drive(runtime, Worker, 1, n, offset=r * n)
+            rate, _, ids = drive(runtime, Worker, 1, n, offset=r * n)
             check_outputs(runtime, ids, offset=r * n)
             rates.append(rate)
         finally:

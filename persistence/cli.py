@@ -79,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="module (or module:attr) defining the machines; repeatable",
     )
     worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--batch", type=int, default=16,
+                        help="runs each thread steps together, committing their steps in one "
+                             "transaction per round (default 16; 1 for workflows with slow calls)")
     worker.add_argument("--lease-ms", type=int, default=30_000)
     worker.add_argument("--poll-ms", type=int, default=200)
     worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)
@@ -131,8 +134,8 @@ def _worker(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     store = _store(args, connections=args.concurrency + 2)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
-    Worker(runtime, args.concurrency, lease_ms=args.lease_ms, poll_ms=args.poll_ms,
-           stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+    Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
+           poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
     runtime.store.close()
     return 0
 

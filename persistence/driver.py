@@ -1,18 +1,19 @@
-"""Driving one leased run: execute its pending effects, apply what came back, commit, repeat.
+"""Driving leased runs: execute their pending effects, apply what came back, commit, repeat.
 
-Each loop is one step (one version of the run): the outcomes of the effects just executed, the
-events they sent back, due timers and queued inbox events are applied to the snapshot in that
-order, and the new snapshot, the new effects, the outcomes, the consumed inbox rows and the
-journal are committed in one transaction. Effects execute only after the commit that recorded
-them. The lease is kept while effects are pending, so the common chain "effect, result,
-next effect" costs one commit per step.
+Each round steps every run the thread holds once (one version of each run): the outcomes of the
+effects just executed, the events they sent back, due timers and queued inbox events are applied
+to the snapshot in that order. Then the new snapshots, new effects, outcomes, consumed inbox
+rows and journal rows of all those runs are committed in one transaction, each run's step only
+under its own lease and version. Effects execute only after the commit that recorded them. The
+lease is kept while effects are pending, so the common chain "effect, result, next effect" costs
+one round per step, and a round costs one commit however many runs it steps.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,21 @@ class _Step:
         return bool(self.outcomes or self.journal or self.status)
 
 
+@dataclass(slots=True)
+class _Leased:
+    """A run whose lease this driver holds, between two of its steps."""
+
+    run: RunRecord
+    machine: Machine
+    snapshot: Snapshot
+    pending: list[tuple[str, str, Any]]  # (idempotency key, kind, payload) to execute next
+    inbox: list[InboxEvent]
+    inbox_checked: float
+    version: int
+    status: str
+    steps: int = 0
+
+
 class RunDriver:
     """Steps runs leased by `owner` until they wait, end, or the worker stops."""
 
@@ -91,71 +107,99 @@ class RunDriver:
         self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
                                  runtime.dry_run)
 
-    def drive(self, run: RunRecord, should_stop: Callable[[], bool]) -> int:
-        """Step the leased `run`; return the number of steps committed. The lease is released
-        (or lost to a `ConflictError`, logged) when this returns."""
+    def drive(self, runs: Sequence[RunRecord], should_stop: Callable[[], bool]) -> int:
+        """Step the leased `runs` in rounds until each waits, ends or the worker stops; return
+        the number of steps committed. A round executes every run's pending effects and
+        commits all their steps in one transaction (one commit to disk for the batch). Every
+        lease is released (or lost to a `ConflictError`, logged) when this returns."""
+        leased, steps = self._take(runs)
+        while leased:
+            staged = [s for s in (self._stage(x, should_stop) for x in leased) if s is not None]
+            if not staged:
+                break
+            commits = [commit for _, _, commit in staged]
+            versions = self.runtime.store.commit_steps(commits, self.runtime.clock.now())
+            leased = []
+            for (x, step, commit), version in zip(staged, versions, strict=True):
+                if version is None:
+                    log.warning("run %s: lost the lease (not at version %d under %s); another "
+                                "worker has it", x.run.id, x.version, self.owner)  # fmt: skip
+                    continue
+                steps += 1
+                log_effects(step.logged, x.run.id)
+                if not commit.release:
+                    self._advance(x, step, commit, version)
+                    leased.append(x)
+        return steps
+
+    def _take(self, runs: Sequence[RunRecord]) -> tuple[list[_Leased], int]:
+        """Restore the claimed runs with their pending work; a run whose definition vanished is
+        released, one whose snapshot does not restore is failed (a step, counted)."""
         store, now = self.runtime.store, self.runtime.clock.now()
-        machine = self.runtime.machine_for(run)
-        if machine is None:  # its version vanished from our set between claim and now
-            store.release(run.id, self.owner, now + self.lease_ms)
-            return 0
-        try:
-            snapshot = machine.restore(run.snapshot)
-        except Exception as exc:
-            return self._fail_unrestorable(run, exc, now)
-        waiting, inbox = store.pending_work(run.id)
-        pending = [(e.idempotency_key, e.kind, e.payload) for e in waiting]
-        inbox_checked = time.monotonic()
-        version, steps, prior_status = run.version, 0, run.status
-        while True:
-            now = self.runtime.clock.now()
-            step = _Step(snapshot)
-            executed = [self.executor.execute(machine, kind, payload, key)
-                        for key, kind, payload in pending]  # fmt: skip
-            self._apply(machine, step, executed, inbox, now)
-            if not step.changed:
-                store.release(run.id, self.owner, wake_time(step.snapshot, False, now))
-                return steps
-            status = step.status or run_status(step.snapshot)
-            attempts, retry_error = retry_columns(step.snapshot)
-            failure = step.error or (
-                error_text(step.snapshot.error) if step.snapshot.status == "error" else None
-            )
-            due = step.snapshot.next_due()
-            more_now = status == "active" and due is not None and due <= now
-            release = (
-                should_stop() or steps + 1 >= self.max_steps or not (step.new_effects or more_now)
-            )
-            commit = StepCommit(
-                run_id=run.id, owner=self.owner, expected_version=version,
-                state=state_text(step.snapshot), snapshot=machine.persist(step.snapshot),
-                status=status, release=release,
-                wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
-                attempt_count=attempts, last_error=failure or retry_error,
-                workflow_version=machine.fingerprint,
-                lease_until=now + self.lease_ms,
-                new_effects=step.new_effects, effect_outcomes=step.outcomes,
-                consumed_inbox=step.consumed,
-                journal=step.journal if self.runtime.journal else (),
-                start_runs=self._error_runs(run, prior_status, status,
-                                            state_text(step.snapshot), failure or retry_error,
-                                            now),
-            )  # fmt: skip
+        work = store.pending_work([run.id for run in runs]) if runs else {}
+        leased, failed = [], 0
+        for run in runs:
+            machine = self.runtime.machine_for(run)
+            if machine is None:  # its version vanished from our set between claim and now
+                store.release(run.id, self.owner, now + self.lease_ms)
+                continue
             try:
-                version = self.runtime.store.commit_step(commit, now)
-            except ConflictError as exc:
-                log.warning("run %s: lost the lease (%s); another worker has it", run.id, exc)
-                return steps
-            steps, prior_status = steps + 1, status
-            log_effects(step.logged, run.id)
-            if release:
-                return steps
-            snapshot = step.snapshot
-            pending = [(idempotency_key(run.id, version, e.index), e.kind, e.payload)
-                       for e in step.new_effects]  # fmt: skip
-            inbox = []
-            if time.monotonic() - inbox_checked > INBOX_RECHECK_S:
-                inbox, inbox_checked = store.pending_events(run.id), time.monotonic()
+                snapshot = machine.restore(run.snapshot)
+            except Exception as exc:
+                failed += self._fail_unrestorable(run, exc, now)
+                continue
+            pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
+            leased.append(_Leased(run, machine, snapshot, pending, work[run.id].inbox,
+                                  time.monotonic(), run.version, run.status))  # fmt: skip
+        return leased, failed
+
+    def _stage(self, x: _Leased, should_stop: Callable[[], bool]
+               ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+        """Execute `x`'s pending effects and apply what came back: the step to commit, or
+        None (the lease released) when nothing changed."""
+        now, machine = self.runtime.clock.now(), x.machine
+        step = _Step(x.snapshot)
+        executed = [self.executor.execute(machine, kind, payload, key)
+                    for key, kind, payload in x.pending]  # fmt: skip
+        self._apply(machine, step, executed, x.inbox, now)
+        if not step.changed:
+            self.runtime.store.release(x.run.id, self.owner, wake_time(step.snapshot, False, now))
+            return None
+        status = step.status or run_status(step.snapshot)
+        attempts, retry_error = retry_columns(step.snapshot)
+        failure = step.error or (
+            error_text(step.snapshot.error) if step.snapshot.status == "error" else None
+        )
+        due = step.snapshot.next_due()
+        more_now = status == "active" and due is not None and due <= now
+        release = (
+            should_stop() or x.steps + 1 >= self.max_steps or not (step.new_effects or more_now)
+        )
+        state = state_text(step.snapshot)
+        commit = StepCommit(
+            run_id=x.run.id, owner=self.owner, expected_version=x.version, state=state,
+            snapshot=machine.persist(step.snapshot), status=status, release=release,
+            wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
+            attempt_count=attempts, last_error=failure or retry_error,
+            workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
+            new_effects=step.new_effects, effect_outcomes=step.outcomes,
+            consumed_inbox=step.consumed,
+            journal=step.journal if self.runtime.journal else (),
+            start_runs=self._error_runs(x.run, x.status, status, state, failure or retry_error,
+                                        now),
+        )  # fmt: skip
+        return x, step, commit
+
+    def _advance(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
+        """`x` after its step committed at `version`: the effects it recorded are next."""
+        x.snapshot, x.version, x.status, x.steps = step.snapshot, version, commit.status, \
+            x.steps + 1
+        x.pending = [(idempotency_key(x.run.id, version, e.index), e.kind, e.payload)
+                     for e in step.new_effects]  # fmt: skip
+        x.inbox = []
+        if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
+            x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), \
+                time.monotonic()
 
     def _apply(self, machine: Machine, step: _Step, executed: list[Executed],
                inbox: list[InboxEvent], now: int) -> None:  # fmt: skip

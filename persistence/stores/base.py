@@ -157,6 +157,14 @@ class InboxEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingWork:
+    """What a claimed run has waiting: outbox rows not yet done and queued inbox events."""
+
+    effects: list[EffectRecord]
+    inbox: list[InboxEvent]
+
+
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     """An entry to append to the run's journal: the event and the state before and after."""
 
@@ -457,6 +465,12 @@ class Store(Protocol):
         """Write one step atomically (see `StepCommit`); return the run's new version."""
         ...
 
+    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+        """Write the steps of several runs in one transaction (one commit to disk), each under
+        its own lease and version check: per commit, the run's new version, or None where that
+        step was not written (nothing of it is; the others are). One commit per run."""
+        ...
+
     # -- effects and journal ----------------------------------------------------------------
     def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
         """The run's outbox records in (step, index) order, optionally only one status."""
@@ -466,9 +480,9 @@ class Store(Protocol):
         """The run's journal, oldest first."""
         ...
 
-    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
-        """The run's pending effects and queued events (what a worker reads after a claim),
-        in one round trip where the database allows."""
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run (what a worker reads after a claim),
+        in one round trip where the database allows; every id is a key of the result."""
         ...
 
     # -- reports ----------------------------------------------------------------------------
@@ -539,6 +553,23 @@ class Store(Protocol):
         """Advance schedule `name` to `fire_at` and create `run`, in one transaction. None (and
         nothing written) if the schedule is no longer at `expected_version` (0 = never fired)."""
         ...
+
+
+def only_version(versions: Sequence[int | None], commit: StepCommit) -> int:
+    """The new version `commit_steps` gave the one `commit`; `ConflictError` if not written."""
+    (version,) = versions
+    if version is None:
+        raise ConflictError(
+            f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
+            f"{commit.owner!r}, or an effect outcome is not pending; step not written"
+        )
+    return version
+
+
+def check_distinct_runs(commits: Sequence[StepCommit]) -> None:
+    """One commit per run in a batch (a second would be checked against a stale version)."""
+    if len({c.run_id for c in commits}) != len(commits):
+        raise ValueError("commit_steps takes at most one commit per run")
 
 
 def idempotency_key(run_id: str, step: int, index: int) -> str:

@@ -24,6 +24,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PendingWork,
     RunFinishedError,
     RunNotFoundError,
     RunQuery,
@@ -32,10 +33,12 @@ from persistence.stores.base import (
     StepCommit,
     VersionCount,
     cancel_event,
+    check_distinct_runs,
     check_group_column,
     check_status,
     completion_times,
     idempotency_key,
+    only_version,
 )
 
 T = TypeVar("T")
@@ -323,61 +326,67 @@ class MemoryStore:
             return True
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
-        """Write a step atomically."""
-        check_status(commit.status)
-        with self._lock:
-            r = self._runs.get(commit.run_id)
-            if r is None or r.version != commit.expected_version or r.lease_owner != commit.owner:
-                raise ConflictError(
-                    f"run {commit.run_id}: not at version {commit.expected_version} under lease "
-                    f"of {commit.owner!r}; step not written"
-                )
-            for outcome in commit.effect_outcomes:
-                e = self._effects.get(outcome.idempotency_key)
-                if e is None or e.run_id != commit.run_id or e.status != "pending":
-                    raise ConflictError(
-                        f"effect {outcome.idempotency_key} is not pending; step not written"
-                    )
-            new_version = commit.expected_version + 1
-            for key in (idempotency_key(commit.run_id, new_version, e.index)
-                        for e in commit.new_effects):  # fmt: skip
-                if key in self._effects:
-                    raise ConflictError(f"effect {key} already recorded")
+        """Write a step atomically; `ConflictError` if the lease or version moved."""
+        return only_version(self.commit_steps([commit], now), commit)
+
+    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+        """Write several runs' steps, each atomically: new versions, None where not written."""
+        check_distinct_runs(commits)
+        for commit in commits:
+            check_status(commit.status)
             for run, _ in commit.start_runs:
                 check_status(run.status)
-            completed_at, failed_at = completion_times(commit.status, now)
-            lease: dict[str, Any] = {}
-            if commit.release:
-                lease = {"lease_owner": None, "lease_expires_at": None, "wake_at": commit.wake_at}
-            elif commit.lease_until is not None:
-                lease = {"lease_expires_at": commit.lease_until, "wake_at": commit.lease_until}
-            self._runs[commit.run_id] = replace(
-                r, state=commit.state, snapshot=_copy(commit.snapshot), status=commit.status,
-                attempt_count=(r.attempt_count if commit.attempt_count is None
-                               else commit.attempt_count),
-                last_error=commit.last_error if commit.last_error is not None else r.last_error,
-                workflow_version=commit.workflow_version or r.workflow_version,
-                updated_at=now, completed_at=r.completed_at or completed_at,
-                failed_at=r.failed_at or failed_at, version=new_version, **lease,
+        with self._lock:
+            return [self._commit(c, now) if self._writable(c) else None for c in commits]
+
+    def _writable(self, commit: StepCommit) -> bool:
+        """The lease, the version and every outcome's pending effect are as `commit` expects."""
+        r = self._runs.get(commit.run_id)
+        if r is None or r.version != commit.expected_version or r.lease_owner != commit.owner:
+            return False
+        effects = (self._effects.get(o.idempotency_key) for o in commit.effect_outcomes)
+        if any(e is None or e.run_id != commit.run_id or e.status != "pending" for e in effects):
+            return False
+        new_version = commit.expected_version + 1
+        keys = (idempotency_key(commit.run_id, new_version, e.index) for e in commit.new_effects)
+        return not any(key in self._effects for key in keys)
+
+    def _commit(self, commit: StepCommit, now: int) -> int:
+        r = self._runs[commit.run_id]
+        new_version = commit.expected_version + 1
+        completed_at, failed_at = completion_times(commit.status, now)
+        lease: dict[str, Any] = {}
+        if commit.release:
+            lease = {"lease_owner": None, "lease_expires_at": None, "wake_at": commit.wake_at}
+        elif commit.lease_until is not None:
+            lease = {"lease_expires_at": commit.lease_until, "wake_at": commit.lease_until}
+        self._runs[commit.run_id] = replace(
+            r, state=commit.state, snapshot=_copy(commit.snapshot), status=commit.status,
+            attempt_count=(r.attempt_count if commit.attempt_count is None
+                           else commit.attempt_count),
+            last_error=commit.last_error if commit.last_error is not None else r.last_error,
+            workflow_version=commit.workflow_version or r.workflow_version,
+            updated_at=now, completed_at=r.completed_at or completed_at,
+            failed_at=r.failed_at or failed_at, version=new_version, **lease,
+        )  # fmt: skip
+        for outcome in commit.effect_outcomes:
+            self._effects[outcome.idempotency_key] = replace(
+                self._effects[outcome.idempotency_key], status=outcome.status,
+                result=_copy(outcome.result), error=outcome.error, updated_at=now,
             )  # fmt: skip
-            for outcome in commit.effect_outcomes:
-                self._effects[outcome.idempotency_key] = replace(
-                    self._effects[outcome.idempotency_key], status=outcome.status,
-                    result=_copy(outcome.result), error=outcome.error, updated_at=now,
-                )  # fmt: skip
-            self._add_effects(commit.run_id, new_version, commit.new_effects, now)
-            for inbox_id in commit.consumed_inbox:
-                ev = self._inbox.get(inbox_id)
-                if ev is not None and ev.run_id == commit.run_id:
-                    del self._inbox[inbox_id]
-            for run, run_effects in commit.start_runs:
-                self.create_run(run, run_effects, now)
-            for j in commit.journal:
-                self._events.append(EventRecord(
-                    self._new_id(), commit.run_id, new_version, _copy(j.event), j.state_before,
-                    j.state_after, now,
-                ))  # fmt: skip
-            return new_version
+        self._add_effects(commit.run_id, new_version, commit.new_effects, now)
+        for inbox_id in commit.consumed_inbox:
+            ev = self._inbox.get(inbox_id)
+            if ev is not None and ev.run_id == commit.run_id:
+                del self._inbox[inbox_id]
+        for run, run_effects in commit.start_runs:
+            self.create_run(run, run_effects, now)
+        for j in commit.journal:
+            self._events.append(EventRecord(
+                self._new_id(), commit.run_id, new_version, _copy(j.event), j.state_before,
+                j.state_after, now,
+            ))  # fmt: skip
+        return new_version
 
     # -- effects and journal ----------------------------------------------------------------
     def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
@@ -395,10 +404,11 @@ class MemoryStore:
         with self._lock:
             return _copy([e for e in self._events if e.run_id == run_id])
 
-    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
-        """Pending effects and queued events of a run."""
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run."""
         with self._lock:
-            return self.list_effects(run_id, "pending"), self.pending_events(run_id)
+            return {i: PendingWork(self.list_effects(i, "pending"), self.pending_events(i))
+                    for i in run_ids}  # fmt: skip
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:

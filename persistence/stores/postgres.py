@@ -1,13 +1,15 @@
 """PostgreSQL store: psycopg 3 with a psycopg-pool connection pool, `jsonb` snapshots.
 
-Hot paths are single SQL statements (data-modifying CTEs) run in autocommit mode, so one step of
-a run costs one round trip and one commit. Claims use `FOR UPDATE SKIP LOCKED`, so many workers
-on many machines share the table without blocking each other.
+Hot paths are single SQL statements (data-modifying CTEs) run in autocommit mode, so a worker's
+round of steps, one step of each run it holds, costs one round trip and one commit. Claims use
+`FOR UPDATE SKIP LOCKED`, so many workers on many machines share the table without blocking each
+other.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -29,6 +31,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PendingWork,
     RunFinishedError,
     RunNotFoundError,
     RunQuery,
@@ -39,10 +42,12 @@ from persistence.stores.base import (
     StoreUnavailableError,
     VersionCount,
     cancel_event,
+    check_distinct_runs,
     check_group_column,
     check_status,
     completion_times,
     known_status,
+    only_version,
     run_query_sql,
 )
 
@@ -438,57 +443,36 @@ class PostgresStore:
         return bool(rows)
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
-        """Write one step in one statement; `ConflictError` if the lease or version moved."""
-        check_status(commit.status)
-        completed_at, failed_at = completion_times(commit.status, now)
-        new_version = commit.expected_version + 1
-        if commit.release:
-            lease_sql = ", lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
-        elif commit.lease_until is not None:
-            lease_sql = ", lease_expires_at = %(lease)s, wake_at = %(lease)s"
-        else:
-            lease_sql = ""
-        params = {
-            "id": _uuid(commit.run_id), "expected": commit.expected_version,
-            "owner": commit.owner, "state": commit.state, "snapshot": _json(commit.snapshot),
-            "status": commit.status, "attempts": commit.attempt_count,
-            "last_error": commit.last_error,
-            "wv": commit.workflow_version,
-            "lease": to_ts(commit.lease_until), "now": to_ts(now), "completed": to_ts(completed_at),
-            "failed": to_ts(failed_at), "version": new_version, "wake": to_ts(commit.wake_at),
-            "outcome_keys": [o.idempotency_key for o in commit.effect_outcomes],
-            "outcomes": _json([
-                {"k": o.idempotency_key, "s": o.status, "r": o.result, "e": o.error}
-                for o in commit.effect_outcomes
-            ]),
-            "effects": _json(_effect_rows(commit.new_effects)),
-            "inbox": list(commit.consumed_inbox),
-            "journal": _json([
-                {"event": j.event, "before": j.state_before, "after": j.state_after}
-                for j in commit.journal
-            ]),
-        }  # fmt: skip
-        present = {"outcomes": commit.effect_outcomes, "effects": commit.new_effects,
-                   "inbox": commit.consumed_inbox, "journal": commit.journal}  # fmt: skip
-        parts = tuple(name for name, items in present.items() if items)
-        conflict = ConflictError(
-            f"run {commit.run_id}: not at version {commit.expected_version} under lease of "
-            f"{commit.owner!r}, or an effect outcome is not pending; step not written"
-        )
+        """Write one step atomically; `ConflictError` if the lease or version moved."""
+        return only_version(self.commit_steps([commit], now), commit)
+
+    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+        """Write several runs' steps in one statement (one round trip, one commit): each row is
+        written only under its lease and version, and its outbox, inbox and journal rows only
+        with it, so a step that lost its run writes nothing (None) and the others are kept."""
+        check_distinct_runs(commits)
+        for commit in commits:
+            check_status(commit.status)
+            _uuid(commit.run_id)
+        if not commits:
+            return []
+        params = _steps_params(commits, now)
+        present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
+                   "inbox": params["inbox"].obj, "journal": params["journal"].obj}  # fmt: skip
+        sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
+        starts = [c for c in commits if c.start_runs]
         with self._conn() as conn:
-            if not commit.start_runs:  # the hot path: one statement, one round trip
-                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
-                if row is None or not row[0]:
-                    raise conflict
-                return new_version
-            with conn.transaction():
-                row = conn.execute(_step_sql(lease_sql, parts), params).fetchone()
-                if row is None or not row[0]:
-                    raise conflict  # rolls the transaction back
-                for run, run_effects in commit.start_runs:
-                    check_status(run.status)
-                    self._create_in(conn, run, run_effects, now)
-        return new_version
+            if not starts:  # the hot path: one statement, autocommit
+                written = dict(conn.execute(sql, params).fetchall())
+            else:
+                with conn.transaction():
+                    written = dict(conn.execute(sql, params).fetchall())
+                    for commit in starts:
+                        if _uuid(commit.run_id) in written:
+                            for run, run_effects in commit.start_runs:
+                                check_status(run.status)
+                                self._create_in(conn, run, run_effects, now)
+        return [written.get(_uuid(c.run_id)) for c in commits]
 
     # -- effects and journal ----------------------------------------------------------------
     def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
@@ -509,25 +493,29 @@ class PostgresStore:
         )
         return [EventRecord(i, r, s, e, b, a, to_ms(c) or 0) for i, r, s, e, b, a, c in rows]
 
-    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
-        """Pending effects and queued events, both queries pipelined in one round trip."""
-        params = {"id": _uuid(run_id)}
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run, both queries in one round trip."""
+        ids = {_uuid(i): i for i in run_ids}
+        params = {"ids": list(ids)}
         with self._conn() as conn:
             with conn.pipeline():
                 effects = conn.execute(
-                    f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = %(id)s "
-                    "AND status = 'pending' ORDER BY step, effect_index",
+                    f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = ANY(%(ids)s"
+                    "::uuid[]) AND status = 'pending' ORDER BY run_id, step, effect_index",
                     params,
                 )
                 inbox = conn.execute(
                     "SELECT id, run_id::text, event, created_at FROM workflow_inbox "
-                    "WHERE run_id = %(id)s ORDER BY id",
+                    "WHERE run_id = ANY(%(ids)s::uuid[]) ORDER BY id",
                     params,
                 )
             effect_rows, inbox_rows = effects.fetchall(), inbox.fetchall()
-        return [_effect(r) for r in effect_rows], [
-            InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in inbox_rows
-        ]
+        work = {canonical: PendingWork([], []) for canonical in ids}
+        for row in effect_rows:
+            work[row[1]].effects.append(_effect(row))
+        for i, r, e, c in inbox_rows:
+            work[r].inbox.append(InboxEvent(i, r, e, to_ms(c) or 0))
+        return {given: work[canonical] for canonical, given in ids.items()}
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
@@ -682,54 +670,100 @@ WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
   AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
-_STEP_RUN = """
-WITH run AS (
-    UPDATE workflow_runs SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
-        attempt_count = coalesce(%(attempts)s, attempt_count),
-        last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s,
-        workflow_version = coalesce(%(wv)s, workflow_version),
-        completed_at = coalesce(completed_at, %(completed)s),
-        failed_at = coalesce(failed_at, %(failed)s), version = %(version)s {lease}
-    WHERE id = %(id)s AND version = %(expected)s AND lease_owner = %(owner)s {outcome_check}
-    RETURNING id
+def _ts(column: str) -> str:
+    """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
+    return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+
+
+_STEPS_RUNS = f"""
+WITH b AS (
+    SELECT * FROM jsonb_to_recordset(%(steps)s) AS b(
+        id uuid, expected bigint, owner text, state text, snapshot jsonb, status text,
+        attempts integer, last_error text, wv text, completed bigint, failed bigint,
+        release boolean, lease bigint, wake bigint, outcome_keys text[])
+), run AS (
+    UPDATE workflow_runs r SET state = b.state, snapshot = b.snapshot, status = b.status,
+        attempt_count = coalesce(b.attempts, r.attempt_count),
+        last_error = coalesce(b.last_error, r.last_error), updated_at = %(now)s,
+        workflow_version = coalesce(b.wv, r.workflow_version),
+        completed_at = coalesce(r.completed_at, {_ts("b.completed")}),
+        failed_at = coalesce(r.failed_at, {_ts("b.failed")}), version = b.expected + 1,
+        lease_owner = CASE WHEN b.release THEN NULL ELSE r.lease_owner END,
+        lease_expires_at = CASE WHEN b.release THEN NULL
+                                ELSE coalesce({_ts("b.lease")}, r.lease_expires_at) END,
+        wake_at = CASE WHEN b.release THEN {_ts("b.wake")}
+                       ELSE coalesce({_ts("b.lease")}, r.wake_at) END
+    FROM b
+    WHERE r.id = b.id AND r.version = b.expected AND r.lease_owner = b.owner
+      AND (cardinality(b.outcome_keys) = 0
+           OR (SELECT count(*) FROM workflow_effects e
+               WHERE e.run_id = b.id AND e.status = 'pending'
+                 AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
+    RETURNING r.id, r.version
 )"""
-_STEP_OUTCOME_CHECK = """
-      AND (SELECT count(*) FROM workflow_effects
-           WHERE run_id = %(id)s AND status = 'pending'
-             AND idempotency_key = ANY(%(outcome_keys)s::text[]))
-          = cardinality(%(outcome_keys)s::text[])"""
-_STEP_PARTS = {
+_STEPS_PARTS = {
     "outcomes": """, outcomes AS (
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
-    FROM run, jsonb_to_recordset(%(outcomes)s) AS o(k text, s text, r jsonb, e text)
+    FROM run JOIN jsonb_to_recordset(%(outcomes)s) AS o(run uuid, k text, s text, r jsonb, e text)
+        ON o.run = run.id
     WHERE e.idempotency_key = o.k AND e.run_id = run.id
 )""",
     "effects": """, effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
-    SELECT run.id::text || ':' || %(version)s || ':' || n.i, run.id, %(version)s, n.i, n.kind,
+    SELECT run.id::text || ':' || run.version || ':' || n.i, run.id, run.version, n.i, n.kind,
            n.payload, 'pending', %(now)s, %(now)s
-    FROM run, jsonb_to_recordset(%(effects)s) AS n(i integer, kind text, payload jsonb)
+    FROM run JOIN jsonb_to_recordset(%(effects)s) AS n(run uuid, i integer, kind text,
+                                                        payload jsonb) ON n.run = run.id
 )""",
     "inbox": """, consumed AS (
-    DELETE FROM workflow_inbox i USING run
-    WHERE i.run_id = run.id AND i.id = ANY(%(inbox)s::bigint[])
+    DELETE FROM workflow_inbox i USING run, jsonb_to_recordset(%(inbox)s) AS c(run uuid, id bigint)
+    WHERE c.run = run.id AND i.run_id = run.id AND i.id = c.id
 )""",
     "journal": """, journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
-    SELECT run.id, %(version)s, j.event, j.before, j.after, %(now)s
-    FROM run, jsonb_to_recordset(%(journal)s) AS j(event jsonb, before text, after text)
+    SELECT run.id, run.version, j.event, j.before, j.after, %(now)s
+    FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
+                                                        before text, after text) ON j.run = run.id
+    ORDER BY j.n
 )""",
 }
 
 
-@lru_cache(maxsize=128)
-def _step_sql(lease: str, parts: tuple[str, ...]) -> str:
-    """The one statement that commits a step, with only the parts this step needs (fewer
+@lru_cache(maxsize=32)
+def _steps_sql(parts: tuple[str, ...]) -> str:
+    """The one statement that commits a batch of steps, with only the parts it needs (fewer
     sub-statements to plan and run on the hot path)."""
-    check = _STEP_OUTCOME_CHECK if "outcomes" in parts else ""
-    head = _STEP_RUN.replace("{lease}", lease).replace("{outcome_check}", check)
-    return head + "".join(_STEP_PARTS[p] for p in parts) + "\nSELECT count(*) FROM run"
+    return (_STEPS_RUNS + "".join(_STEPS_PARTS[p] for p in parts)
+            + "\nSELECT id::text, version FROM run")
+
+
+def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
+    """The batch as JSON row sets, one per table the statement writes."""
+    steps: list[dict[str, Any]] = []
+    outcomes: list[dict[str, Any]] = []
+    effects: list[dict[str, Any]] = []
+    inbox: list[dict[str, Any]] = []
+    journal: list[dict[str, Any]] = []
+    for c in commits:
+        completed_at, failed_at = completion_times(c.status, now)
+        steps.append({
+            "id": c.run_id, "expected": c.expected_version, "owner": c.owner, "state": c.state,
+            "snapshot": c.snapshot, "status": c.status, "attempts": c.attempt_count,
+            "last_error": c.last_error, "wv": c.workflow_version, "completed": completed_at,
+            "failed": failed_at, "release": c.release, "lease": c.lease_until, "wake": c.wake_at,
+            "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
+        })  # fmt: skip
+        outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
+                      "e": o.error} for o in c.effect_outcomes]  # fmt: skip
+        effects += [{"run": c.run_id, "i": e.index, "kind": e.kind, "payload": e.payload}
+                    for e in c.new_effects]  # fmt: skip
+        inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
+        journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
+                     "before": j.state_before, "after": j.state_after}
+                    for n, j in enumerate(c.journal)]  # fmt: skip
+    return {"steps": _json(steps), "outcomes": _json(outcomes), "effects": _json(effects),
+            "inbox": _json(inbox), "journal": _json(journal), "now": to_ts(now)}  # fmt: skip
 
 
 def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:
@@ -737,10 +771,12 @@ def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:
 
 
 def _uuid(run_id: str) -> str:
-    """Validate a run id before it reaches a uuid column (a clear error, not a SQL one)."""
-    if not re.fullmatch(r"[0-9a-fA-F-]{32,36}", run_id):
-        raise RunNotFoundError(f"no run with id {run_id!r} (not a uuid)")
-    return run_id
+    """A run id as PostgreSQL prints it, validated before it reaches a uuid column (a clear
+    error, not a SQL one)."""
+    try:
+        return str(uuid.UUID(run_id))
+    except (ValueError, TypeError, AttributeError):
+        raise RunNotFoundError(f"no run with id {run_id!r} (not a uuid)") from None
 
 
 def redact(dsn: str) -> str:

@@ -27,6 +27,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PendingWork,
     RunFinishedError,
     RunNotFoundError,
     RunQuery,
@@ -37,11 +38,13 @@ from persistence.stores.base import (
     StoreUnavailableError,
     VersionCount,
     cancel_event,
+    check_distinct_runs,
     check_group_column,
     check_status,
     completion_times,
     idempotency_key,
     known_status,
+    only_version,
     run_query_sql,
 )
 
@@ -409,81 +412,101 @@ class SQLiteStore:
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
         """Write one step atomically; `ConflictError` if the lease or version moved."""
-        check_status(commit.status)
+        return only_version(self.commit_steps([commit], now), commit)
+
+    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+        """Write several runs' steps in one transaction; each under a savepoint, so a step
+        whose lease or version moved writes nothing (None) and the others are kept."""
+        check_distinct_runs(commits)
+        for commit in commits:
+            check_status(commit.status)
+        versions: list[int | None] = []
+        with self._write() as conn:
+            for commit in commits:
+                conn.execute("SAVEPOINT step")
+                try:
+                    versions.append(self._commit_in(conn, commit, now))
+                except (ConflictError, sqlite3.IntegrityError):
+                    conn.execute("ROLLBACK TO step")
+                    versions.append(None)
+                conn.execute("RELEASE step")
+        return versions
+
+    def _commit_in(self, conn: sqlite3.Connection, commit: StepCommit, now: int) -> int:
+        """Write `commit` in the open transaction; `ConflictError` if it must not be."""
         completed_at, failed_at = completion_times(commit.status, now)
         new_version = commit.expected_version + 1
         lease_sql, lease_params = _lease_update(commit)
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
-                "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
-                " workflow_version = coalesce(?, workflow_version),"
-                " updated_at = ?, completed_at = coalesce(completed_at, ?), "
-                f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
-                "WHERE id = ? AND version = ? AND lease_owner = ?",
+        cursor = conn.execute(
+            "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
+            "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
+            " workflow_version = coalesce(?, workflow_version),"
+            " updated_at = ?, completed_at = coalesce(completed_at, ?), "
+            f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
+            "WHERE id = ? AND version = ? AND lease_owner = ?",
+            (
+                commit.state,
+                _dumps(commit.snapshot),
+                commit.status,
+                commit.attempt_count,
+                commit.last_error,
+                commit.workflow_version,
+                now,
+                completed_at,
+                failed_at,
+                new_version,
+                *lease_params,
+                commit.run_id,
+                commit.expected_version,
+                commit.owner,
+            ),
+        )
+        if cursor.rowcount != 1:
+            raise ConflictError(
+                f"run {commit.run_id}: not at version {commit.expected_version} under lease "
+                f"of {commit.owner!r}; step not written"
+            )
+        for outcome in commit.effect_outcomes:
+            done = conn.execute(
+                "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
+                "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
                 (
-                    commit.state,
-                    _dumps(commit.snapshot),
-                    commit.status,
-                    commit.attempt_count,
-                    commit.last_error,
-                    commit.workflow_version,
+                    outcome.status,
+                    _dumps(outcome.result),
+                    outcome.error,
                     now,
-                    completed_at,
-                    failed_at,
-                    new_version,
-                    *lease_params,
+                    outcome.idempotency_key,
                     commit.run_id,
-                    commit.expected_version,
-                    commit.owner,
                 ),
             )
-            if cursor.rowcount != 1:
+            if done.rowcount != 1:
                 raise ConflictError(
-                    f"run {commit.run_id}: not at version {commit.expected_version} under lease "
-                    f"of {commit.owner!r}; step not written"
+                    f"effect {outcome.idempotency_key} is not pending; step not written"
                 )
-            for outcome in commit.effect_outcomes:
-                done = conn.execute(
-                    "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
-                    "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
-                    (
-                        outcome.status,
-                        _dumps(outcome.result),
-                        outcome.error,
-                        now,
-                        outcome.idempotency_key,
-                        commit.run_id,
-                    ),
-                )
-                if done.rowcount != 1:
-                    raise ConflictError(
-                        f"effect {outcome.idempotency_key} is not pending; step not written"
-                    )
-            self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
-            if commit.consumed_inbox:
-                marks = ",".join("?" * len(commit.consumed_inbox))
-                conn.execute(
-                    f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
-                    (commit.run_id, *commit.consumed_inbox),
-                )
-            for run, run_effects in commit.start_runs:
-                self._create_in(conn, run, run_effects, now)
-            conn.executemany(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        commit.run_id,
-                        new_version,
-                        _dumps(j.event),
-                        j.state_before,
-                        j.state_after,
-                        now,
-                    )
-                    for j in commit.journal
-                ],
+        self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
+        if commit.consumed_inbox:
+            marks = ",".join("?" * len(commit.consumed_inbox))
+            conn.execute(
+                f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
+                (commit.run_id, *commit.consumed_inbox),
             )
+        for run, run_effects in commit.start_runs:
+            self._create_in(conn, run, run_effects, now)
+        conn.executemany(
+            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    commit.run_id,
+                    new_version,
+                    _dumps(j.event),
+                    j.state_before,
+                    j.state_after,
+                    now,
+                )
+                for j in commit.journal
+            ],
+        )
         return new_version
 
     # -- effects and journal ----------------------------------------------------------------
@@ -505,10 +528,11 @@ class SQLiteStore:
         )
         return [EventRecord(i, r, s, orjson.loads(e), b, a, c) for i, r, s, e, b, a, c in rows]
 
-    def pending_work(self, run_id: str) -> tuple[list[EffectRecord], list[InboxEvent]]:
-        """Pending effects and queued events of a run."""
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run."""
         with self._lock:
-            return self.list_effects(run_id, "pending"), self.pending_events(run_id)
+            return {i: PendingWork(self.list_effects(i, "pending"), self.pending_events(i))
+                    for i in run_ids}  # fmt: skip
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:

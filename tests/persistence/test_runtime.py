@@ -511,3 +511,32 @@ def test_a_failed_run_starts_its_error_workflow_exactly_once(
     assert len(runtime.list()) == 2
     with pytest.raises(ValueError, match="not among the runtime's machines"):
         Runtime(store, [failing], clock=clock)
+
+
+def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock
+) -> None:
+    from persistence.driver import RunDriver
+
+    runtime = Runtime(store, [order], clock=clock)
+    ids = [runtime.start("order", {"amount": n}) for n in (1, 2, 3)]
+    claimed = store.claim_runs("slow", clock.now(), 1000, 3)
+    assert {r.id for r in claimed} == set(ids)
+    clock.advance(1001)  # the slow worker's leases expire; another worker takes one run over
+    (taken,) = store.claim_runs("fast", clock.now(), 60_000, 1)
+    RunDriver(runtime, "slow", 1000).drive(claimed, lambda: False)
+    for other in (i for i in ids if i != taken.id):  # stepped until their cooling timer
+        assert (runtime.get(other).state, runtime.get(other).lease_owner) == ("cooling", None)
+        assert [e.status for e in store.list_effects(other)] == ["done", "done"]
+    assert store.get_run(taken.id) == taken  # the slow driver's step for it wrote nothing
+    assert [e.status for e in store.list_effects(taken.id)] == ["pending"]
+    clock.advance(60_001)
+    drain(Worker(runtime), clock)
+    assert [runtime.get(i).state for i in ids] == ["shipped"] * 3
+    charges = dict(ledger.execute("SELECT key, amount FROM charges").fetchall())
+    assert charges == {f"{i}:1:0": n for i, n in zip(ids, (1, 2, 3))}
+
+
+def test_worker_batch_must_be_positive(store: Store) -> None:
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        Worker(Runtime(store, [order]), batch=0)

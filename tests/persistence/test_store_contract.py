@@ -512,9 +512,12 @@ def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None
     step(store, run.id, "w1", version, release=False,
          effect_outcomes=[EffectOutcome(first, "done", None)])  # fmt: skip
     inbox_id = store.send_event(run.id, {"type": "GO"}, T0)
-    effects_left, events = store.pending_work(run.id)
-    assert [e.effect_index for e in effects_left] == [1]
-    assert [(e.id, e.event) for e in events] == [(inbox_id, {"type": "GO"})]
+    idle, _ = store.create_run(new_run(), (), T0)
+    work = store.pending_work([run.id, idle.id])
+    assert set(work) == {run.id, idle.id}
+    assert [e.effect_index for e in work[run.id].effects] == [1]
+    assert [(e.id, e.event) for e in work[run.id].inbox] == [(inbox_id, {"type": "GO"})]
+    assert (work[idle.id].effects, work[idle.id].inbox) == ([], [])
 
 
 def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
@@ -532,3 +535,76 @@ def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
     )  # fmt: skip
     assert [e.idempotency_key for e in store.list_effects(handler.id)] == [f"{handler.id}:1:0"]
     assert store.get_run(failed.id).status == "error"
+
+
+# -- batches of steps -----------------------------------------------------------------------
+
+
+def commit(run_id: str, version: int, owner: str = "w1", **kw: Any) -> StepCommit:
+    return StepCommit(
+        run_id=run_id, owner=owner, expected_version=version, state=kw.pop("state", "next"),
+        snapshot=kw.pop("snapshot", {"value": "next"}), status=kw.pop("status", "active"), **kw,
+    )  # fmt: skip
+
+
+def test_a_batch_writes_each_step_with_its_own_rows(store: Store) -> None:
+    runs = [store.create_run(new_run(), effects(1), T0)[0] for _ in range(3)]
+    store.claim_runs("w1", T0, 30_000, 10)
+    keys = {r.id: store.list_effects(r.id)[0].idempotency_key for r in runs}
+    inbox_id = store.send_event(runs[2].id, {"type": "GO"}, T0)
+    batch = [
+        commit(runs[0].id, 1, state="a", release=False, lease_until=T0 + 40_000,
+               effect_outcomes=[EffectOutcome(keys[runs[0].id], "done", {"n": 0})],
+               new_effects=effects(2), journal=[JournalEntry({"type": "A"}, "s", "a")]),
+        commit(runs[1].id, 1, state="b", status="done",
+               effect_outcomes=[EffectOutcome(keys[runs[1].id], "failed", None, "boom")],
+               journal=[JournalEntry({"type": "B1"}, "s", "m"),
+                        JournalEntry({"type": "B2"}, "m", "b")]),
+        commit(runs[2].id, 1, state="c", wake_at=T0 + 5_000, consumed_inbox=[inbox_id]),
+    ]  # fmt: skip
+    assert store.commit_steps(batch, T0 + 20) == [2, 2, 2]
+    first, second, third = (store.get_run(r.id) for r in runs)
+    assert (first.state, first.lease_owner, first.lease_expires_at, first.wake_at) == (
+        "a", "w1", T0 + 40_000, T0 + 40_000)  # fmt: skip
+    assert (second.state, second.status, second.completed_at, second.lease_owner) == (
+        "b", "done", T0 + 20, None)  # fmt: skip
+    assert (third.state, third.wake_at, third.lease_owner) == ("c", T0 + 5_000, None)
+    assert [(e.step, e.effect_index, e.status) for e in store.list_effects(runs[0].id)] == [
+        (1, 0, "done"), (2, 0, "pending"), (2, 1, "pending")]  # fmt: skip
+    assert [(e.status, e.error) for e in store.list_effects(runs[1].id)] == [("failed", "boom")]
+    assert [j.event["type"] for j in store.list_events(runs[1].id)] == ["B1", "B2"]
+    assert [j.event["type"] for j in store.list_events(runs[0].id)] == ["A"]
+    assert store.pending_events(runs[2].id) == []
+
+
+def test_a_stale_step_in_a_batch_writes_nothing_and_the_others_commit(store: Store) -> None:
+    ok, _ = store.create_run(new_run(), effects(1), T0)
+    stale, _ = store.create_run(new_run(), effects(1), T0)
+    taken, _ = store.create_run(new_run(), effects(1), T0)
+    store.claim_runs("w1", T0, 30_000, 10)
+    store.claim_runs("w2", T0 + 60_000, 30_000, 10)  # w1's leases expired: w2 holds all three
+    store.claim_runs("w1", T0 + 120_000, 30_000, 10)  # and w1 takes them back
+    store.release(taken.id, "w1", T0)
+    store.claim_runs("w3", T0 + 120_001, 30_000, 10)  # `taken` now belongs to w3
+    before = store.get_run(stale.id)
+    key = {r.id: store.list_effects(r.id)[0].idempotency_key for r in (ok, stale, taken)}
+    batch = [commit(r.id, store.get_run(r.id).version + (5 if r is stale else 0),
+                    effect_outcomes=[EffectOutcome(key[r.id], "done", 1)],
+                    new_effects=effects(1), journal=[JournalEntry({"type": "X"}, "a", "b")])
+             for r in (ok, stale, taken)]  # fmt: skip
+    versions = store.commit_steps(batch, T0 + 120_010)
+    assert versions[0] == store.get_run(ok.id).version and versions[1:] == [None, None]
+    assert store.get_run(stale.id) == before
+    for lost in (stale, taken):
+        assert [e.status for e in store.list_effects(lost.id)] == ["pending"]
+        assert store.list_events(lost.id) == []
+    assert [e.status for e in store.list_effects(ok.id)] == ["done", "pending"]
+
+
+def test_a_batch_takes_one_commit_per_run(store: Store) -> None:
+    run, _ = store.create_run(new_run(), (), T0)
+    version = claim_one(store, run.id)
+    with pytest.raises(ValueError, match="one commit per run"):
+        store.commit_steps([commit(run.id, version), commit(run.id, version + 1)], T0 + 1)
+    assert store.get_run(run.id).version == version
+    assert store.commit_steps([], T0) == []
