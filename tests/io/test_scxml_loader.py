@@ -4,6 +4,7 @@ at load time with the line."""
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,38 @@ def test_taking_an_invoked_documents_transition_to_an_unknown_state_is_error_exe
     assert user_context(actor)["why"] == (
         "<scxml>:5: <transition target='end elsewhere'>: no state with id 'elsewhere' in "
         "this invoked document")
+
+
+@pytest.mark.parametrize("attribute", ['src="file:child.scxml"',
+                                       "srcexpr=\"'file:child.scxml'\""])
+def test_an_invoked_file_is_named_in_its_warnings(tmp_path: Path, attribute: str) -> None:
+    # with src it is compiled at load time, with srcexpr when it is invoked
+    (tmp_path / "parent.scxml").write_text(f"""<scxml {NS} initial="s">
+      <state id="s"><invoke {attribute}/><transition event="passed" target="pass"/></state>
+      <final id="pass"/></scxml>""")
+    child = tmp_path / "child.scxml"
+    child.write_text(f"""<scxml {NS} initial="c">
+
+      <state id="c"><transition cond="True" target="end">
+        <send target="#_parent" event="passed"/></transition>
+        <transition target="elsewhere"/></state>
+      <final id="end"/></scxml>""")
+    where = re.escape(str(child))
+    with pytest.warns(ScxmlWarning, match=rf"^{where}:5: <transition target='elsewhere'>"):
+        actor = create_actor(load_scxml(tmp_path / "parent.scxml"),
+                             clock=SimulatedClock()).start()
+    wait_for(actor, lambda s: s.status == "done", timeout=1000)
+    assert actor.get_snapshot().value == "pass"
+
+
+def test_an_invoked_files_load_errors_name_that_file(tmp_path: Path) -> None:
+    (tmp_path / "parent.scxml").write_text(
+        f'<scxml {NS}><state id="s"><invoke src="file:child.scxml"/></state></scxml>')
+    child = tmp_path / "child.scxml"
+    child.write_text(f"<scxml {NS}>\n<state id='c'><onentry><raise/></onentry></state></scxml>")
+    where = re.escape(str(child))
+    with pytest.raises(ScxmlError, match=rf"^{where}:2: <raise> needs an 'event'$"):
+        load_scxml(tmp_path / "parent.scxml")
 
 
 def test_script_runs_only_when_trusted() -> None:

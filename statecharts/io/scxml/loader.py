@@ -585,21 +585,25 @@ class Compiler:
         content = el.child_elements("content")
         documents = content[0].child_elements("scxml") if content else []
         if documents:
-            return self._child(documents[0], self.base)
+            return self._child(documents[0], self.source, self.base)
         if content and content[0].get("expr") is not None:
             return None
         src = el.get("src")
         if src is not None:
-            path = self._read_file(src, el)
-            return self._child(parse_document(path.read_text(encoding="utf-8"), str(path)),
-                               path.parent)
+            return self._child_file(self._read_file(src, el))
         if el.get("srcexpr") is None:
             raise self.error(el, "<invoke> needs 'src', 'srcexpr' or a <content> document")
         return None
 
-    def _child(self, root: Element, base: Path) -> Machine:
-        return Compiler(self.source, base, self.evaluator, self.guards, self.actions,
+    def _child(self, root: Element, source: str, base: Path) -> Machine:
+        """An invoked document; ``source`` names it in errors (the file it is in)."""
+        return Compiler(source, base, self.evaluator, self.guards, self.actions,
                         invoked=True).machine(root)
+
+    def _child_file(self, path: Path) -> Machine:
+        """An invoked document read from ``path`` (its errors name that file)."""
+        return self._child(parse_document(path.read_text(encoding="utf-8"), str(path)),
+                           str(path), path.parent)
 
     def _runtime_loader(self, el: Element) -> Callable[[Any], Machine]:
         cache: dict[str, Machine] = {}
@@ -612,11 +616,10 @@ class Compiler:
             if src not in cache:
                 try:
                     if src.lstrip().startswith("<"):
-                        cache[src] = self._child(parse_document(src, self.source), self.base)
+                        cache[src] = self._child(parse_document(src, self.source),
+                                                 self.source, self.base)
                     else:
-                        path = self._read_file(src, el)
-                        cache[src] = self._child(parse_document(
-                            path.read_text(encoding="utf-8"), str(path)), path.parent)
+                        cache[src] = self._child_file(self._read_file(src, el))
                 except ScxmlError as exc:
                     raise ContentError(str(exc), "error.execution") from None
             return cache[src]
