@@ -33,6 +33,8 @@ def suite() -> Path:
         pytest.skip(f"W3C SCXML SUITE NOT AVAILABLE, CONFORMANCE NOT CHECKED: {exc}")
 
 
+# test240's second child document targets a state it does not have: it loads with a warning
+@pytest.mark.filterwarnings("ignore::statecharts.io.scxml.ScxmlWarning")
 def test_every_mandatory_test_passes_except_the_listed_ones(suite: Path) -> None:
     results = run_suite(suite, ("mandatory",))
     assert len(results) == 160

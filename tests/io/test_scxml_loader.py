@@ -4,6 +4,8 @@ at load time with the line."""
 from __future__ import annotations
 
 import logging
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 
 from statecharts.actor import Actor, create_actor, wait_for
 from statecharts.clock import SimulatedClock
-from statecharts.io.scxml import ScxmlError, load_scxml
+from statecharts.io.scxml import ScxmlError, ScxmlWarning, load_scxml
 
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"'
 
@@ -168,6 +170,115 @@ def test_invoke_a_child_document_and_hear_from_it() -> None:
     </scxml>""")
     wait_for(actor, lambda s: s.status == "done", timeout=1000)
     assert user_context(actor)["who"] == ["kid", "hi"]  # the param reached the child
+
+
+def invoking(child_state: str, parent_transitions: str = "") -> str:
+    """A document invoking a child whose state ``c`` (line 5) is ``child_state``; the child
+    tells its parent ``passed``, ``went`` or ``child.failed`` (with the error's data)."""
+    return f"""<scxml {NS} initial="s">
+      <datamodel><data id="why"/></datamodel>
+      <state id="s">
+        <invoke id="kid"><content><scxml initial="c" version="1.0">
+          {child_state}
+          <final id="end"/>
+        </scxml></content></invoke>
+        <transition event="passed" target="pass"/>
+        <transition event="went" target="fail"/>
+        <transition event="child.failed" target="failed">
+          <assign location="why" expr="_event.data.why"/></transition>
+        <transition event="poke"><send target="#_kid" event="go"/></transition>
+        {parent_transitions}
+      </state>
+      <final id="pass"/><final id="fail"/><final id="failed"/>
+    </scxml>"""
+
+
+def test_a_top_level_transition_to_an_unknown_state_still_fails_to_load() -> None:
+    text = invoking('<state id="c"/>',
+                    '<transition event="x" target="elsewhere"/>')  # line 13, the parent's
+    with pytest.raises(ScxmlError, match=r"^<scxml>:13: no state with id 'elsewhere'$"):
+        load_scxml(text)
+
+
+@pytest.mark.parametrize(("child_state", "message"), [
+    ('<state id="c"><initial><transition target="nowhere"/></initial><state id="d"/></state>',
+     r"^<scxml>:5: no state with id 'nowhere'$"),
+    ('<state id="c"><transition target="nowhere"><raise/></transition></state>',
+     r"^<scxml>:5: <raise> needs an 'event'$"),  # the lenient transition's content too
+])
+def test_an_invoked_document_is_otherwise_still_checked_at_load_time(
+        child_state: str, message: str) -> None:
+    with pytest.raises(ScxmlError, match=message), \
+            warnings.catch_warnings(action="ignore", category=ScxmlWarning):
+        load_scxml(invoking(child_state))
+
+
+def test_an_invoked_documents_unknown_target_loads_with_a_warning_and_runs() -> None:
+    # W3C test 240: the child's second transition names a state only another document has;
+    # it is never taken, and the child runs to completion
+    text = invoking('<state id="c"><transition cond="True" target="end">'
+                    '<send target="#_parent" event="passed"/></transition>'
+                    '<transition target="elsewhere"><send target="#_parent" event="went"/>'
+                    '</transition></state>')
+    with pytest.warns(ScxmlWarning) as caught:
+        machine = load_scxml(text)
+    assert [str(w.message) for w in caught] == [
+        "<scxml>:5: <transition target='elsewhere'>: no state with id 'elsewhere' in this "
+        "invoked document; the transition raises error.execution if taken"]
+    actor = create_actor(machine, clock=SimulatedClock()).start()
+    wait_for(actor, lambda s: s.status == "done", timeout=1000)
+    assert actor.get_snapshot().value == "pass"
+
+
+def test_taking_an_invoked_documents_transition_to_an_unknown_state_is_error_execution() -> None:
+    text = invoking('<state id="c"><transition event="go" target="end elsewhere">'
+                    '<send target="#_parent" event="went"/></transition>'
+                    '<transition event="error.execution" target="end">'
+                    '<send target="#_parent" event="child.failed">'
+                    '<param name="why" expr="_event.data"/></send></transition></state>')
+    with pytest.warns(ScxmlWarning, match="no state with id 'elsewhere'"):
+        machine = load_scxml(text)
+    actor = create_actor(machine, clock=SimulatedClock()).start()
+    actor.send("poke")  # the parent sends "go" to the child
+    wait_for(actor, lambda s: s.status == "done", timeout=1000)
+    # neither the transition's content ran ("went") nor its target was taken: the child
+    # got error.execution, naming the line and the id
+    assert actor.get_snapshot().value == "failed"
+    assert user_context(actor)["why"] == (
+        "<scxml>:5: <transition target='end elsewhere'>: no state with id 'elsewhere' in "
+        "this invoked document")
+
+
+@pytest.mark.parametrize("attribute", ['src="file:child.scxml"',
+                                       "srcexpr=\"'file:child.scxml'\""])
+def test_an_invoked_file_is_named_in_its_warnings(tmp_path: Path, attribute: str) -> None:
+    # with src it is compiled at load time, with srcexpr when it is invoked
+    (tmp_path / "parent.scxml").write_text(f"""<scxml {NS} initial="s">
+      <state id="s"><invoke {attribute}/><transition event="passed" target="pass"/></state>
+      <final id="pass"/></scxml>""")
+    child = tmp_path / "child.scxml"
+    child.write_text(f"""<scxml {NS} initial="c">
+
+      <state id="c"><transition cond="True" target="end">
+        <send target="#_parent" event="passed"/></transition>
+        <transition target="elsewhere"/></state>
+      <final id="end"/></scxml>""")
+    where = re.escape(str(child))
+    with pytest.warns(ScxmlWarning, match=rf"^{where}:5: <transition target='elsewhere'>"):
+        actor = create_actor(load_scxml(tmp_path / "parent.scxml"),
+                             clock=SimulatedClock()).start()
+    wait_for(actor, lambda s: s.status == "done", timeout=1000)
+    assert actor.get_snapshot().value == "pass"
+
+
+def test_an_invoked_files_load_errors_name_that_file(tmp_path: Path) -> None:
+    (tmp_path / "parent.scxml").write_text(
+        f'<scxml {NS}><state id="s"><invoke src="file:child.scxml"/></state></scxml>')
+    child = tmp_path / "child.scxml"
+    child.write_text(f"<scxml {NS}>\n<state id='c'><onentry><raise/></onentry></state></scxml>")
+    where = re.escape(str(child))
+    with pytest.raises(ScxmlError, match=rf"^{where}:2: <raise> needs an 'event'$"):
+        load_scxml(tmp_path / "parent.scxml")
 
 
 def test_script_runs_only_when_trusted() -> None:

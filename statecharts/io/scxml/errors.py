@@ -10,6 +10,12 @@ class ScxmlError(StatechartError):
     bad reference. The message names the source and line."""
 
 
+class ScxmlWarning(UserWarning):
+    """A document that loads, but with a problem the reader worked around (e.g. an invoked
+    document's transition to a state it does not have). The message names the source and
+    line."""
+
+
 class ExpressionError(Exception):
     """An expression failed while the machine ran; SCXML turns it into ``error.execution``."""
 

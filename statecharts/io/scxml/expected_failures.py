@@ -5,11 +5,7 @@ so the list stays exact)."""
 from __future__ import annotations
 
 EXPECTED_FAILURES: dict[str, str] = {
-    # -- mandatory -----------------------------------------------------------------------------
-    "mandatory/test240": (
-        "the test's second child document targets 'subFinal1', which only the first child "
-        "defines; this reader rejects a transition to an unknown state at load time, naming "
-        "the line"),
+    # -- mandatory: none ------------------------------------------------------------------------
     # -- optional ------------------------------------------------------------------------------
     "optional/test201": "needs the Basic HTTP Event I/O Processor (not supported)",
     "optional/test446": ("ECMAScript test ('instanceof Array'): not a Python expression"),

@@ -18,6 +18,7 @@ does the rest. Where SCXML and XState differ, the config says what SCXML means:
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from ...effects import SendParent, SendTo, StartChild
 from ...frozen import FrozenDict
 from ...machine import Machine, create_machine
 from .document import STATECHARTS_NS, Element, parse_document, read_source
-from .errors import ExpressionRefused, ScxmlError
+from .errors import ExpressionRefused, ScxmlError, ScxmlWarning
 from .evaluator import XML_KEY, Evaluator, RestrictedEvaluator, TrustedEvaluator, check_expression
 from .runtime import (
     META,
@@ -36,6 +37,7 @@ from .runtime import (
     CancelSend,
     Condition,
     ContentError,
+    Fail,
     Foreach,
     Hook,
     If,
@@ -68,7 +70,9 @@ def load_scxml(path_or_text: str | Path, *, trusted: bool = False,
     Python's ``eval``/``exec``. ``guards``/``actions`` bind the named implementations that
     ``to_scxml`` exports as ``cond="name()"`` and ``<sc:action>``. Raises ``ScxmlError``
     naming the line for malformed XML, unknown elements or attributes, bad targets and
-    refused expressions.
+    refused expressions. One exception: an invoked document's transition to a state it does
+    not have warns (``ScxmlWarning``, naming the line) and raises ``error.execution`` in the
+    child if taken.
     """
     text, source = read_source(path_or_text)
     base = Path(source).parent if source != "<scxml>" else Path.cwd()
@@ -79,12 +83,18 @@ def load_scxml(path_or_text: str | Path, *, trusted: bool = False,
 
 
 class Compiler:
-    """Compiles one ``<scxml>`` element (and, recursively, the documents it invokes)."""
+    """Compiles one ``<scxml>`` element (and, recursively, the documents it invokes).
+
+    ``invoked`` is true for an invoked child document: it is a separate session, created
+    when it is invoked, so a transition of it to a state it does not have loads with an
+    ``ScxmlWarning`` and raises ``error.execution`` in the child if taken (a top-level
+    document with such a transition fails to load)."""
 
     def __init__(self, source: str, base: Path, evaluator: Evaluator,
                  guards: dict[str, Callable[..., Any]],
-                 actions: dict[str, Callable[..., Any]]) -> None:
+                 actions: dict[str, Callable[..., Any]], *, invoked: bool = False) -> None:
         self.source = source
+        self.invoked = invoked
         self.base = base
         self.evaluator = evaluator
         self.guards = guards
@@ -308,29 +318,56 @@ class Compiler:
             descriptors = tuple(events.split()) if events and events.strip() else None
             cond = transition.get("cond")
             cond = cond if cond is not None and cond.strip() else None
-            item: dict[str, Any] = {}
-            if transition.get("target"):
-                targets = str(transition.get("target")).split()
-                for target in targets:
-                    self._resolve(target, transition)
-                item["target"] = [f"#{t}" for t in targets]
             kind = transition.get("type", "external")
             if kind not in ("external", "internal"):
                 raise self.error(transition, "transition type is 'external' or 'internal'")
-            inside = all(self._is_descendant(self.ids[t], element) for t in
-                         str(transition.get("target") or "").split())
-            item["reenter"] = kind == "external" or element.tag == "parallel" or not inside
+            unknown = self._unknown_targets(transition)
+            item = self._failing_transition(transition, unknown) if unknown else \
+                self._transition(transition, element, kind)
             if descriptors is not None or cond is not None:
                 item["guard"] = Condition(descriptors, cond, self.evaluator)
-            body = self._instructions(transition)
-            if body:
-                item["actions"] = [Block(body, self.evaluator, "transition",
-                                         transition.xml())]
             (on if descriptors is not None else always).append(item)
         if on:
             config["on"] = {"*": on}
         if always:
             config["always"] = always
+
+    def _transition(self, transition: Element, source: Element, kind: str) -> dict[str, Any]:
+        """A transition's target, ``reenter`` and content (its guard is added by the caller)."""
+        item: dict[str, Any] = {}
+        targets = _targets(transition)
+        if targets:
+            item["target"] = [f"#{t}" for t in targets]
+        inside = all(self._is_descendant(self.ids[t], source) for t in targets)
+        item["reenter"] = kind == "external" or source.tag == "parallel" or not inside
+        body = self._instructions(transition)
+        if body:
+            item["actions"] = [Block(body, self.evaluator, "transition", transition.xml())]
+        return item
+
+    def _unknown_targets(self, transition: Element) -> list[str]:
+        """The targets of ``transition`` that name no state of this document. A top-level
+        document may have none: it fails to load, naming the line."""
+        targets = _targets(transition)
+        if not self.invoked:
+            for target in targets:
+                self._resolve(target, transition)
+        return [t for t in targets if t not in self.ids]
+
+    def _failing_transition(self, transition: Element, unknown: list[str]) -> dict[str, Any]:
+        """An invoked document's transition to states it does not have (an invalid document,
+        which SCXML leaves undefined; W3C test 240 has one on a path it never takes). The child
+        is a separate session, so it must not fail its parent's load: it loads with an
+        ``ScxmlWarning``, and the transition, if ever taken, raises ``error.execution`` in the
+        child instead of running its content and taking its target."""
+        problem = (f"{self.source}:{transition.line}: <transition target="
+                   f"{transition.get('target')!r}>: no state with id "
+                   f"{', '.join(repr(t) for t in unknown)} in this invoked document")
+        warnings.warn(f"{problem}; the transition raises error.execution if taken",
+                      ScxmlWarning, stacklevel=1)  # the message names the line
+        self._instructions(transition)  # its content is checked as strictly, never run
+        return {"actions": [Block((Fail(problem, transition.line),), self.evaluator,
+                                  "transition", transition.xml())]}
 
     # -- executable content ------------------------------------------------------------------
 
@@ -548,21 +585,25 @@ class Compiler:
         content = el.child_elements("content")
         documents = content[0].child_elements("scxml") if content else []
         if documents:
-            return self._child(documents[0], self.base)
+            return self._child(documents[0], self.source, self.base)
         if content and content[0].get("expr") is not None:
             return None
         src = el.get("src")
         if src is not None:
-            path = self._read_file(src, el)
-            return self._child(parse_document(path.read_text(encoding="utf-8"), str(path)),
-                               path.parent)
+            return self._child_file(self._read_file(src, el))
         if el.get("srcexpr") is None:
             raise self.error(el, "<invoke> needs 'src', 'srcexpr' or a <content> document")
         return None
 
-    def _child(self, root: Element, base: Path) -> Machine:
-        return Compiler(self.source, base, self.evaluator, self.guards, self.actions) \
-            .machine(root)
+    def _child(self, root: Element, source: str, base: Path) -> Machine:
+        """An invoked document; ``source`` names it in errors (the file it is in)."""
+        return Compiler(source, base, self.evaluator, self.guards, self.actions,
+                        invoked=True).machine(root)
+
+    def _child_file(self, path: Path) -> Machine:
+        """An invoked document read from ``path`` (its errors name that file)."""
+        return self._child(parse_document(path.read_text(encoding="utf-8"), str(path)),
+                           str(path), path.parent)
 
     def _runtime_loader(self, el: Element) -> Callable[[Any], Machine]:
         cache: dict[str, Machine] = {}
@@ -575,16 +616,20 @@ class Compiler:
             if src not in cache:
                 try:
                     if src.lstrip().startswith("<"):
-                        cache[src] = self._child(parse_document(src, self.source), self.base)
+                        cache[src] = self._child(parse_document(src, self.source),
+                                                 self.source, self.base)
                     else:
-                        path = self._read_file(src, el)
-                        cache[src] = self._child(parse_document(
-                            path.read_text(encoding="utf-8"), str(path)), path.parent)
+                        cache[src] = self._child_file(self._read_file(src, el))
                 except ScxmlError as exc:
                     raise ContentError(str(exc), "error.execution") from None
             return cache[src]
 
         return load
+
+
+def _targets(transition: Element) -> list[str]:
+    """The state ids a ``<transition>`` names in ``target`` (none for a targetless one)."""
+    return str(transition.get("target") or "").split()
 
 
 def _state_key(state_id: str, taken: set[str]) -> str:

@@ -515,6 +515,19 @@ class Script(Instruction):
         session.run_script(self.code)
 
 
+@dataclass
+class Fail(Instruction):
+    """Content that always fails with ``message``: it stands in for content the loader could
+    not compile but must not reject at load time (an invoked document's transition to a state
+    it does not have)."""
+
+    message: str
+    line: int = 0
+
+    def run(self, session: Session) -> None:
+        raise ContentError(self.message)
+
+
 def _truth(session: Session, cond: str) -> bool:
     return bool(session.evaluate(cond))
 
