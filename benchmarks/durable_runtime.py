@@ -3,11 +3,14 @@
 The workflow: three invoked steps (``add_one``, ``double``, ``minus_three``), each step's result
 assigned into the context and so persisted with the run, then a final state whose output is the
 last result: the computation of ``benchmarks.dbos_workflow``. One measured run: ``n`` workflows
-are started with ``Runtime.start`` and a ``Worker(runtime, concurrency=N)`` drives them until all
-are terminal; the time covers both (DBOS's covers its workflow start too), and every run's status
-and output are checked afterwards. Stores: PostgreSQL in a database of its own (recreated for
-each run, so its transaction counter shows what one workflow costs) and SQLite files; both
-through ``persistence.open_store``.
+are started with ``Runtime.start`` from as many client threads as there are worker threads (as
+DBOS's clients start theirs), then a ``Worker(runtime, concurrency=N)`` with default settings
+drives them until all are terminal, and every run's status and output are checked afterwards.
+Two rates come from each run: over starts and steps together (DBOS's time covers its workflow
+start too), and over the worker's part alone (the durable transitions per second of the
+workers). Stores: PostgreSQL in a database of its own (recreated for each run, so its
+transaction counter shows what one workflow costs) and SQLite files; both through
+``persistence.open_store``.
 
 If the ``persistence`` package is not importable (it is built on another branch), the rows are
 marked "skipped" with the import error.
@@ -170,10 +173,11 @@ def _runtime(store: Any, runtime_cls: Any, machine: Any) -> Iterator[Any]:
 
 def drive(runtime: Any, worker_cls: Any, workers: int, n: int,
           offset: int) -> tuple[float, float, list[str]]:
-    """Start ``n`` runs, then let a worker with ``workers`` threads (default settings) finish
-    them: workflows/s over both, workflows/s over the worker's part, and the run ids."""
+    """Start ``n`` runs from ``workers`` client threads, then let a worker with ``workers``
+    threads (default settings) finish them: workflows/s over both, workflows/s over the
+    worker's part, and the run ids."""
     t0 = time.perf_counter()
-    ids = [runtime.start(WORKFLOW, input={"x": offset + i}) for i in range(n)]
+    ids = start_all(runtime, n, workers, offset)
     t1 = time.perf_counter()
     if workers == 1:
         worker_cls(runtime, concurrency=1).run_until_idle()
@@ -182,6 +186,25 @@ def drive(runtime: Any, worker_cls: Any, workers: int, n: int,
                                 ids)
     t2 = time.perf_counter()
     return n / (t2 - t0), n / (t2 - t1), ids
+
+
+def start_all(runtime: Any, n: int, clients: int, offset: int) -> list[str]:
+    """Start ``n`` runs from ``clients`` threads at once (as DBOS's clients start theirs);
+    the run ids in input order."""
+    ids: list[str] = [""] * n
+
+    def client(c: int) -> None:
+        for i in range(c, n, clients):
+            ids[i] = runtime.start(WORKFLOW, input={"x": offset + i})
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not all(ids):
+        raise RuntimeError("a client thread failed to start its runs (see the error above)")
+    return ids
 
 
 def check_outputs(runtime: Any, ids: list[str], offset: int) -> None:
