@@ -91,8 +91,19 @@ class ActionFailed(Exception):
     """Raised inside `execute` bookkeeping; carries the user action's error text."""
 
 
-@lru_cache(maxsize=1024)
 def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return _takes_key_cached(fn)
+    except TypeError:  # an unhashable callable: not cached
+        return _takes_key(fn)
+
+
+@lru_cache(maxsize=1024)  # inspect.signature costs more than most steps' own work
+def _takes_key_cached(fn: Callable[..., Any]) -> bool:
+    return _takes_key(fn)
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

@@ -451,9 +451,9 @@ class PostgresStore:
         written only under its lease and version, and its outbox, inbox and journal rows only
         with it, so a step that lost its run writes nothing (None) and the others are kept."""
         check_distinct_runs(commits)
+        ids = [_uuid(commit.run_id) for commit in commits]
         for commit in commits:
             check_status(commit.status)
-            _uuid(commit.run_id)
         if not commits:
             return []
         params = _steps_params(commits, now)
@@ -468,11 +468,11 @@ class PostgresStore:
                 with conn.transaction():
                     written = dict(conn.execute(sql, params).fetchall())
                     for commit in starts:
-                        if _uuid(commit.run_id) in written:
+                        if _uuid(commit.run_id) in written:  # (rare: a run failed)
                             for run, run_effects in commit.start_runs:
                                 check_status(run.status)
                                 self._create_in(conn, run, run_effects, now)
-        return [written.get(_uuid(c.run_id)) for c in commits]
+        return [written.get(run_id) for run_id in ids]
 
     # -- effects and journal ----------------------------------------------------------------
     def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:

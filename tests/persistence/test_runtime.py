@@ -540,3 +540,26 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
 def test_worker_batch_must_be_positive(store: Store) -> None:
     with pytest.raises(ValueError, match="batch must be at least 1"):
         Worker(Runtime(store, [order]), batch=0)
+
+
+def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
+    store: Store, clock: SimulatedClock
+) -> None:
+    class Recorder:  # defines __eq__ without __hash__: instances are unhashable
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        def __call__(self, context: Any, event: Any, idempotency_key: str) -> None:
+            self.keys.append(idempotency_key)
+
+    record = Recorder()
+    machine = create_machine({"id": "noted", "initial": "a", "states": {
+        "a": {"entry": "note", "on": {"GO": "b"}}, "b": {"type": "final"}}},
+        actions={"note": record})  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    run_id = runtime.start("noted")
+    drain(Worker(runtime), clock, rounds=2)
+    assert record.keys == [f"{run_id}:1:0"]
