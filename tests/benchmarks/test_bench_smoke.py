@@ -112,3 +112,14 @@ def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
     [plan] = distinct_plans(log)
     assert "Index Scan using workflow_runs_pkey on workflow_runs" in plan
     assert plan.startswith("SELECT * FROM workflow_runs WHERE id = $1")
+
+
+def test_shortfalls_are_explained_only_for_goals_that_fell_short() -> None:
+    from benchmarks.goals import Goal
+    from benchmarks.run import why_short
+
+    met = Goal("durable steps/s vs raw UPDATE", ">= 70%", "145%", True)
+    short = Goal("engine pure counter vs XState", ">= 10x", "4.0x", False)
+    assert why_short([met]) == ""
+    text = why_short([met, short])
+    assert "Guarded counter" in text and "raw UPDATE rate" not in text
