@@ -472,12 +472,19 @@ class Store(Protocol):
         ...
 
     # -- effects and journal ----------------------------------------------------------------
-    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
-        """The run's outbox records in (step, index) order, optionally only one status."""
+    def list_effects(
+        self, run_id: str, status: str | None = None, *, last: int | None = None
+    ) -> list[EffectRecord]:
+        """The run's outbox records in (step, index) order, optionally only one status; with
+        `last`, only the newest `last` of them (still in order)."""
         ...
 
-    def list_events(self, run_id: str) -> list[EventRecord]:
-        """The run's journal, oldest first."""
+    def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
+        """The run's journal, oldest first; with `last`, only its newest `last` entries."""
+        ...
+
+    def count_events(self, run_id: str) -> int:
+        """How many entries the run's journal has."""
         ...
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
@@ -564,6 +571,12 @@ def only_version(versions: Sequence[int | None], commit: StepCommit) -> int:
             f"{commit.owner!r}, or an effect outcome is not pending; step not written"
         )
     return version
+
+
+def check_last(last: int | None) -> None:
+    """`last` of a listing is None (everything) or a count of at least 0."""
+    if last is not None and last < 0:
+        raise ValueError(f"last must be at least 0, got {last}")
 
 
 def check_distinct_runs(commits: Sequence[StepCommit]) -> None:

@@ -35,6 +35,7 @@ from persistence.stores.base import (
     cancel_event,
     check_distinct_runs,
     check_group_column,
+    check_last,
     check_status,
     completion_times,
     idempotency_key,
@@ -43,6 +44,10 @@ from persistence.stores.base import (
 
 T = TypeVar("T")
 _JSON_FIELDS = frozenset({"snapshot", "payload", "result", "event", "data"})
+
+
+def _newest(rows: list[T], last: int | None) -> list[T]:
+    return rows if last is None else rows[max(len(rows) - last, 0):]
 
 
 def _copy(value: T) -> T:
@@ -389,20 +394,29 @@ class MemoryStore:
         return new_version
 
     # -- effects and journal ----------------------------------------------------------------
-    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
-        """Outbox rows in (step, index) order."""
+    def list_effects(
+        self, run_id: str, status: str | None = None, *, last: int | None = None
+    ) -> list[EffectRecord]:
+        """Outbox rows in (step, index) order (the newest `last` of them)."""
+        check_last(last)
         with self._lock:
             rows = [
                 e
                 for e in self._effects.values()
                 if e.run_id == run_id and (status is None or e.status == status)
             ]
-            return _copy(sorted(rows, key=lambda e: (e.step, e.effect_index)))
+            return _copy(_newest(sorted(rows, key=lambda e: (e.step, e.effect_index)), last))
 
-    def list_events(self, run_id: str) -> list[EventRecord]:
-        """Journal rows, oldest first."""
+    def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
+        """Journal rows, oldest first (the newest `last` of them)."""
+        check_last(last)
         with self._lock:
-            return _copy([e for e in self._events if e.run_id == run_id])
+            return _copy(_newest([e for e in self._events if e.run_id == run_id], last))
+
+    def count_events(self, run_id: str) -> int:
+        """Journal rows of the run."""
+        with self._lock:
+            return sum(1 for e in self._events if e.run_id == run_id)
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
         """Pending effects and queued events of each run."""

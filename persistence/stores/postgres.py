@@ -44,6 +44,7 @@ from persistence.stores.base import (
     cancel_event,
     check_distinct_runs,
     check_group_column,
+    check_last,
     check_status,
     completion_times,
     known_status,
@@ -478,23 +479,35 @@ class PostgresStore:
         return [written.get(run_id) for run_id in ids]
 
     # -- effects and journal ----------------------------------------------------------------
-    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
-        """Outbox rows of a run in (step, index) order."""
+    def list_effects(
+        self, run_id: str, status: str | None = None, *, last: int | None = None
+    ) -> list[EffectRecord]:
+        """Outbox rows of a run in (step, index) order (the newest `last` of them)."""
+        check_last(last)
         rows = self._rows(
             f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = %(id)s "
-            "AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY step, effect_index",
-            {"id": _uuid(run_id), "status": status},
+            "AND (%(status)s::text IS NULL OR status = %(status)s) "
+            "ORDER BY step DESC, effect_index DESC LIMIT %(last)s",
+            {"id": _uuid(run_id), "status": status, "last": last},
         )
-        return [_effect(r) for r in rows]
+        return [_effect(r) for r in reversed(rows)]
 
-    def list_events(self, run_id: str) -> list[EventRecord]:
-        """Journal rows of a run, oldest first."""
+    def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
+        """Journal rows of a run, oldest first (the newest `last` of them)."""
+        check_last(last)
         rows = self._rows(
             "SELECT id, run_id::text, step, event, state_before, state_after, created_at "
-            "FROM workflow_events WHERE run_id = %s ORDER BY id",
-            (_uuid(run_id),),
+            "FROM workflow_events WHERE run_id = %s ORDER BY id DESC LIMIT %s",
+            (_uuid(run_id), last),
         )
-        return [EventRecord(i, r, s, e, b, a, to_ms(c) or 0) for i, r, s, e, b, a, c in rows]
+        return [EventRecord(i, r, s, e, b, a, to_ms(c) or 0)
+                for i, r, s, e, b, a, c in reversed(rows)]  # fmt: skip
+
+    def count_events(self, run_id: str) -> int:
+        """Journal rows of a run."""
+        rows = self._rows("SELECT count(*) FROM workflow_events WHERE run_id = %s",
+                          (_uuid(run_id),))  # fmt: skip
+        return int(rows[0][0])
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
         """Pending effects and queued events of each run, both queries in one round trip."""

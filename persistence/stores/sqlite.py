@@ -40,6 +40,7 @@ from persistence.stores.base import (
     cancel_event,
     check_distinct_runs,
     check_group_column,
+    check_last,
     check_status,
     completion_times,
     idempotency_key,
@@ -510,23 +511,35 @@ class SQLiteStore:
         return new_version
 
     # -- effects and journal ----------------------------------------------------------------
-    def list_effects(self, run_id: str, status: str | None = None) -> list[EffectRecord]:
-        """Outbox rows of a run in (step, index) order."""
+    def list_effects(
+        self, run_id: str, status: str | None = None, *, last: int | None = None
+    ) -> list[EffectRecord]:
+        """Outbox rows of a run in (step, index) order (the newest `last` of them)."""
+        check_last(last)
         sql = f"SELECT {EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = ?"
         params: tuple[Any, ...] = (run_id,)
         if status is not None:
             sql += " AND status = ?"
             params += (status,)
-        return [_effect(r) for r in self._read(sql + " ORDER BY step, effect_index", params)]
+        sql += " ORDER BY step DESC, effect_index DESC LIMIT ?"
+        rows = self._read(sql, (*params, -1 if last is None else last))
+        return [_effect(r) for r in reversed(rows)]
 
-    def list_events(self, run_id: str) -> list[EventRecord]:
-        """Journal rows of a run, oldest first."""
+    def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
+        """Journal rows of a run, oldest first (the newest `last` of them)."""
+        check_last(last)
         rows = self._read(
             "SELECT id, run_id, step, event, state_before, state_after, created_at "
-            "FROM workflow_events WHERE run_id = ? ORDER BY id",
-            (run_id,),
+            "FROM workflow_events WHERE run_id = ? ORDER BY id DESC LIMIT ?",
+            (run_id, -1 if last is None else last),
         )
-        return [EventRecord(i, r, s, orjson.loads(e), b, a, c) for i, r, s, e, b, a, c in rows]
+        return [EventRecord(i, r, s, orjson.loads(e), b, a, c)
+                for i, r, s, e, b, a, c in reversed(rows)]  # fmt: skip
+
+    def count_events(self, run_id: str) -> int:
+        """Journal rows of a run."""
+        return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
+                              (run_id,))[0][0])  # fmt: skip
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
         """Pending effects and queued events of each run."""

@@ -205,16 +205,15 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
     """The run page's data (`RunNotFoundError` for an unknown id)."""
     run = store.get_run(run_id)
     snapshot = run.snapshot
-    journal = store.list_events(run_id)
     return RunDetail(
         run=run,
         context=snapshot.get("context"),
         error=run_error(run),
         timers=timers_of(snapshot),
         attempts=attempts_of(snapshot),
-        journal=journal[-TIMELINE_LIMIT:][::-1],
-        journal_total=len(journal),
-        effects=store.list_effects(run_id)[-50:][::-1],
+        journal=store.list_events(run_id, last=TIMELINE_LIMIT)[::-1],
+        journal_total=store.count_events(run_id),
+        effects=store.list_effects(run_id, last=50)[::-1],
         inbox=store.pending_events(run_id),
     )
 

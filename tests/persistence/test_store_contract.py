@@ -608,3 +608,22 @@ def test_a_batch_takes_one_commit_per_run(store: Store) -> None:
         store.commit_steps([commit(run.id, version), commit(run.id, version + 1)], T0 + 1)
     assert store.get_run(run.id).version == version
     assert store.commit_steps([], T0) == []
+
+
+def test_journal_and_outbox_listings_can_take_only_the_newest(store: Store) -> None:
+    run, _ = store.create_run(new_run(), (), T0)
+    version = claim_one(store, run.id)
+    for n in range(5):
+        version = step(store, run.id, "w1", version, release=False, new_effects=effects(2),
+                       journal=[JournalEntry({"type": f"E{n}"}, "a", "b")])  # fmt: skip
+    assert store.count_events(run.id) == 5
+    assert [j.event["type"] for j in store.list_events(run.id, last=2)] == ["E3", "E4"]
+    assert [j.event["type"] for j in store.list_events(run.id, last=9)] == [
+        f"E{n}" for n in range(5)]  # fmt: skip
+    assert store.list_events(run.id, last=0) == []
+    newest = store.list_effects(run.id, last=3)
+    assert [(e.step, e.effect_index) for e in newest] == [
+        (version - 1, 1), (version, 0), (version, 1)]  # fmt: skip
+    assert newest == store.list_effects(run.id)[-3:]
+    with pytest.raises(ValueError, match="last must be at least 0"):
+        store.list_events(run.id, last=-1)

@@ -285,3 +285,28 @@ def test_a_run_of_an_older_definition_says_so(store: Store) -> None:
         versions = c.get("/workflows/order").text
     assert "older definition" in html and "No loaded definition of order matches" in html
     assert "0ld0ld0ld0ld" in versions and "<svg" in versions  # listed, diagram of the newest
+
+
+def test_a_long_journal_shows_its_newest_entries_and_the_total(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from persistence.stores import JournalEntry, NewRun, StepCommit
+    from persistence.ui import views
+
+    monkeypatch.setattr(views, "TIMELINE_LIMIT", 3)
+    run = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v", key=None,
+                 state="awaiting_payment", snapshot={"context": {}}, wake_at=T0)  # fmt: skip
+    store.create_run(run, [], T0)
+    version = store.claim_runs("w", T0, 60_000, 10)[0].version
+    for n in range(7):
+        version = store.commit_step(StepCommit(
+            run_id=run.id, owner="w", expected_version=version, state="awaiting_payment",
+            snapshot={"context": {}}, status="active", release=False,
+            journal=[JournalEntry({"type": f"NOTE{n}"}, "awaiting_payment", "awaiting_payment")],
+        ), T0 + n)  # fmt: skip
+    with TestClient(create_app(store, MACHINES)) as c:
+        detail = c.get(f"/api/runs/{run.id}").json()
+        html = c.get(f"/runs/{run.id}").text
+    assert [j["event"]["type"] for j in detail["journal"]] == ["NOTE6", "NOTE5", "NOTE4"]
+    assert detail["journal_total"] == 7
+    assert "last 3 of 7" in html
