@@ -80,8 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     worker.add_argument("--concurrency", type=int, default=1)
     worker.add_argument("--batch", type=int, default=16,
-                        help="runs each thread steps together, committing their steps in one "
-                             "transaction per round (default 16; 1 for workflows with slow calls)")
+                        help="runs each thread steps together: their calls run at once and their "
+                             "steps commit in one transaction per round (default 16)")
     worker.add_argument("--lease-ms", type=int, default=30_000)
     worker.add_argument("--poll-ms", type=int, default=200)
     worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)

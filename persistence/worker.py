@@ -31,9 +31,10 @@ log = logging.getLogger("statecharts.worker")
 class Worker:
     """Runs workflows from `runtime.store` with `concurrency` threads.
 
-    `batch`: how many runs each thread claims and steps together; their steps are committed in
-    one transaction per round (fewer commits to disk, more steps per second), and a slow effect
-    delays its batch-mates' next step, so keep it small for workflows with slow calls.
+    `batch`: how many runs each thread claims and steps together. A round executes their pending
+    effects at once (one helper thread per run, each run's own effects in order), then commits
+    all their steps in one transaction: fewer commits to disk, and calls of different runs wait
+    on the network together rather than one after another.
     `lease_ms`: how long a claim lasts without a heartbeat (a SIGKILLed worker's runs are taken
     over after at most this long). `poll_ms`: sleep when there is no work. `report_every_s`:
     how often stuck runs and runs of unknown definitions are logged. `schedules`: scheduled
@@ -119,19 +120,31 @@ class Worker:
         """Drive every run that has work due now (at the runtime clock's time) until none has;
         return the number of steps committed. Single-threaded; for tests and demos."""
         owner = f"{self.id}/idle"
-        driver = RunDriver(self.runtime, owner, self.lease_ms)
+        driver = self._driver(owner)
         before = self.steps
         self._tick_schedules()
-        for _ in range(max_rounds):
-            claimed = self._claim(owner, self.batch)
-            if not claimed:
-                break
-            self._add_steps(driver.drive(claimed, lambda: False))
+        try:
+            for _ in range(max_rounds):
+                claimed = self._claim(owner, self.batch)
+                if not claimed:
+                    break
+                self._add_steps(driver.drive(claimed, lambda: False))
+        finally:
+            driver.close()
         return self.steps - before
 
     # -- threads ----------------------------------------------------------------------------
+    def _driver(self, owner: str) -> RunDriver:
+        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch)
+
     def _loop(self, owner: str) -> None:
-        driver = RunDriver(self.runtime, owner, self.lease_ms)
+        driver = self._driver(owner)
+        try:
+            self._serve(owner, driver)
+        finally:
+            driver.close()
+
+    def _serve(self, owner: str, driver: RunDriver) -> None:
         backoff = 0.0
         orphans: set[str] = set()  # runs we still lease but stopped driving (store outage)
         while not self._stop.is_set():

@@ -563,3 +563,23 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
     run_id = runtime.start("noted")
     drain(Worker(runtime), clock, rounds=2)
     assert record.keys == [f"{run_id}:1:0"]
+
+
+def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
+    store: Store, clock: SimulatedClock
+) -> None:
+    together = threading.Barrier(4, timeout=10)  # passes only if four calls wait at once
+
+    def rendezvous(n: int) -> int:
+        together.wait()
+        return n
+
+    machine = create_machine({"id": "meet", "initial": "calling", "states": {
+        "calling": {"invoke": {"src": "rendezvous", "input": lambda context, event: 1,
+                               "onDone": "met", "onError": "missed"}},
+        "met": {"type": "final"}, "missed": {"type": "final"}}},
+        actors={"rendezvous": rendezvous})  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    ids = [runtime.start("meet") for _ in range(4)]
+    Worker(runtime, batch=4).run_until_idle()
+    assert [runtime.get(i).state for i in ids] == ["met"] * 4
