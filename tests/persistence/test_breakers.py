@@ -89,7 +89,7 @@ def test_an_open_breaker_fails_runs_fast_across_workers(store_factory: StoreFact
     workers[0].run_until_idle()
     third = runtime.start("pay", 3)
     workers[1].run_until_idle()  # the other worker sees the open breaker
-    assert calls == [1, 2]
+    assert sorted(calls) == [1, 2]  # one round: the two calls ran at once
     assert [runtime.get(i).state for i in (*first, third)] == ["failed"] * 3
     error = runtime.store.list_events(third)[0].event["error"]
     assert error["name"] == "CircuitOpenError" and error["retry_after"] == 60_000
@@ -97,6 +97,6 @@ def test_an_open_breaker_fails_runs_fast_across_workers(store_factory: StoreFact
     healthy["now"] = True
     fourth = runtime.start("pay", 4)
     workers[1].run_until_idle()
-    assert calls == [1, 2, 4] and runtime.get(fourth).state == "paid"
+    assert sorted(calls) == [1, 2, 4] and runtime.get(fourth).state == "paid"
     record = runtime.store.get_breaker("bank")
     assert record is not None and record.state == "closed"
