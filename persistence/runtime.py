@@ -269,7 +269,8 @@ class Runtime:
         return self.store.cancel_run(run_id, self.clock.now(), reason)
 
     def stuck(self, older_than_ms: int = 3_600_000, limit: int = 100) -> builtins.list[RunRecord]:
-        """Active runs whose row nobody touched for `older_than_ms` (default one hour)."""
+        """Active runs whose row nobody touched for `older_than_ms` (default one hour) and that
+        wait for no timer due within that time (asleep until a later timer is not stuck)."""
         return self.store.stuck_runs(self.clock.now(), older_than_ms, limit)
 
     def on(self, event_type: str, fn: Callable[[Mapping[str, Any]], None]) -> None:

@@ -234,10 +234,8 @@ class Worker:
             return
         now = self.runtime.clock.now()
         for run in stuck:
-            if run.wake_at is not None and run.wake_at <= now:
+            if run.wake_at is not None:
                 why = f"due since {now - run.wake_at} ms and no worker took it"
-            elif run.wake_at is not None:
-                why = f"next due in {run.wake_at - now} ms"
             else:
                 why = "waiting for an event"
             log.warning("stuck run %s (%s, state %s): not updated for over %d ms, %s", run.id,

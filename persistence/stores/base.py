@@ -494,7 +494,9 @@ class Store(Protocol):
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
-        """Active runs whose row was not updated for `older_than_ms`."""
+        """Active runs whose row was not updated for `older_than_ms` and that wait for no
+        timer due within that time (a run asleep until a later timer is waiting, not stuck;
+        the same rule as `RunQuery.stuck_before`)."""
         ...
 
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:

@@ -426,13 +426,10 @@ class MemoryStore:
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
-        """Active runs untouched for `older_than_ms`."""
+        """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
+        stuck = RunQuery(stuck_before=now - older_than_ms)
         with self._lock:
-            rows = [
-                r
-                for r in self._runs.values()
-                if r.status == ACTIVE and r.updated_at < now - older_than_ms
-            ]
+            rows = [r for r in self._runs.values() if stuck.matches(r)]
             return _copy(sorted(rows, key=lambda r: r.updated_at)[:limit])
 
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:

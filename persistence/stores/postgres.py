@@ -535,11 +535,12 @@ class PostgresStore:
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
-        """Active runs untouched for `older_than_ms`."""
+        """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
         rows = self._rows(
             f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE status = 'active' "
-            "AND updated_at < %s ORDER BY updated_at LIMIT %s",
-            (to_ts(now - older_than_ms), limit),
+            "AND updated_at < %(cutoff)s AND (wake_at IS NULL OR wake_at < %(cutoff)s) "
+            "ORDER BY updated_at LIMIT %(limit)s",
+            {"cutoff": to_ts(now - older_than_ms), "limit": limit},
         )
         return [_run(r) for r in rows]
 

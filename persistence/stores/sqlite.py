@@ -549,11 +549,11 @@ class SQLiteStore:
 
     # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
-        """Active runs untouched for `older_than_ms`."""
+        """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
         rows = self._read(
             f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE status = 'active' AND updated_at < ? "
-            "ORDER BY updated_at LIMIT ?",
-            (now - older_than_ms, limit),
+            "AND (wake_at IS NULL OR wake_at < ?) ORDER BY updated_at LIMIT ?",
+            (now - older_than_ms, now - older_than_ms, limit),
         )
         return [_run(r) for r in rows]
 

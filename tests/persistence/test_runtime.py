@@ -253,9 +253,11 @@ def test_a_definition_with_a_migration_takes_over_old_runs(
 def test_stuck_runs_are_reported(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
-    clock.advance(2 * 3_600_000)
+    clock.advance(2 * 3_600_000)  # untouched, but asleep until its one-day expiry: waiting
+    assert runtime.stuck(3_600_000) == []
+    clock.advance(DAY)  # the expiry is overdue by an hour and no worker stepped the run
     assert [r.id for r in runtime.stuck(3_600_000)] == [run_id]
-    assert runtime.stuck(3 * 3_600_000) == []
+    assert runtime.stuck(2 * DAY) == []
 
 
 def test_worker_thread_serves_until_stopped_and_releases_its_leases(
@@ -461,7 +463,7 @@ def test_worker_reports_stuck_runs_and_runs_it_cannot_step(
 
     waiting = Runtime(store, [approval], clock=clock).start("approval")
     runtime = Runtime(store, [order], clock=clock)  # no definition for approval here
-    clock.advance(2 * 3_600_000)
+    clock.advance(DAY + 2 * 3_600_000)  # its expiry timer overdue: nobody here can step it
     worker = Worker(runtime, poll_ms=10, stuck_after_ms=3_600_000, report_every_s=0.05)
     thread = threading.Thread(target=worker.run)
     with caplog.at_level(logging.WARNING, logger="statecharts.worker"):

@@ -436,6 +436,15 @@ def test_stuck_runs_are_active_runs_untouched_past_the_threshold(store: Store) -
     assert {r.id for r in store.stuck_runs(T0 + 100_000, 30_000)} == {old.id, fresh.id}
 
 
+def test_a_run_asleep_until_a_later_timer_is_not_stuck_until_the_timer_is_overdue(
+    store: Store,
+) -> None:
+    asleep, _ = store.create_run(new_run(wake_at=T0 + 86_400_000), (), T0)
+    assert store.stuck_runs(T0 + 3_600_000, 60_000) == []
+    overdue = T0 + 86_400_000 + 60_001  # nobody woke it when the timer came due
+    assert [r.id for r in store.stuck_runs(overdue, 60_000)] == [asleep.id]
+
+
 def test_one_at_a_time_claim_with_staleness_window(store_factory: StoreFactory) -> None:
     a, b = store_factory(), store_factory()
     assert a.try_claim("nightly", "A", T0, 10_000)
