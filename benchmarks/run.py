@@ -178,6 +178,11 @@ WHY_SHORT: dict[str, str] = {
   `actions.resolve`, `run_actions`, `frozen_update` and `guards.evaluate` with no single
   hotspot. Closing the gap would take compiling each transition into one specialised closure,
   or a C extension.""",
+    "scaling flat": """\
+- **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one
+  row can pass the limit in one run and not in the next (the row that does moves from run to
+  run). A real growth with chart size shows at every depth and in every run; rerun
+  `python -m benchmarks.scaling` to tell the two apart.""",
     "durable steps/s vs raw": """\
 - **Durable steps against the raw UPDATE rate**: a worker thread commits one round of steps
   (one step of each of up to 16 runs) per transaction, so commits to disk are shared; what is
