@@ -109,6 +109,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show = actions.add_parser("show", help="one run with its effects and journal")
     _add_store(show)
     show.add_argument("run_id")
+    show.add_argument("--last", type=int, default=None, metavar="N",
+                      help="only the newest N journal entries and outbox records "
+                           "(events_total says how many the journal has)")
     show.set_defaults(handler=_runs_show)
     cancel = actions.add_parser("cancel", help="cancel a run")
     _add_store(cancel)
@@ -167,10 +170,13 @@ def _runs_show(args: argparse.Namespace) -> int:
         run = store.get_run(args.run_id)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
+    if args.last is not None and args.last < 0:
+        raise SystemExit(f"--last must be at least 0, got {args.last}")
     data = {
         **asdict(run),
-        "effects": [asdict(e) for e in store.list_effects(run.id)],
-        "events": [asdict(e) for e in store.list_events(run.id)],
+        "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
+        "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
+        "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
     }
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -11,6 +11,7 @@ import orjson
 
 from persistence.runtime import Runtime
 from persistence.stores import open_store
+from persistence.worker import Worker
 from tests.persistence.workflows import approval
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,14 @@ def test_db_upgrade_then_runs_list_show_cancel(tmp_path: Path) -> None:
     ]
     shown = orjson.loads(cli("runs", "show", "--store", url, run_id).stdout)
     assert shown["snapshot"]["value"] == "waiting" and shown["effects"] == []
+    for note in ("a", "b", "c"):
+        runtime.send(run_id, {"type": "NOTE", "text": note})  # no transition: journaled only
+    Worker(runtime).run_until_idle()
+    newest = orjson.loads(cli("runs", "show", "--store", url, run_id, "--last", "2").stdout)
+    assert [e["event"]["text"] for e in newest["events"]] == ["b", "c"]
+    assert newest["events_total"] == 3
+    bad = cli("runs", "show", "--store", url, run_id, "--last", "-1")
+    assert bad.returncode != 0 and "--last must be at least 0" in bad.stderr
     cancelled = cli("runs", "cancel", "--store", url, run_id, "--reason", "duplicate")
     assert cancelled.stdout.strip() == f"{run_id}: cancelled"
     assert runtime.get(run_id).status == "cancelled"
