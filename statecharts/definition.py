@@ -617,7 +617,7 @@ class _Builder:
     def _delay_key(self, key: Any, path: str) -> int | str | None:
         if isinstance(key, int | float) and not isinstance(key, bool):
             number: float = key
-        elif isinstance(key, str) and _is_number(key):
+        elif isinstance(key, str) and is_number_text(key):
             number = float(key)
         elif isinstance(key, str):
             if key.startswith(RETRY_DELAY_PREFIX):
@@ -685,7 +685,8 @@ def _hint(word: Any, options: Iterable[Any]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _is_number(text: str) -> bool:
+def is_number_text(text: str) -> bool:
+    """True for a key written as a number (an `after` key in milliseconds, not a delay name)."""
     try:
         float(text)
     except ValueError:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..definition import is_number_text
 from ..errors import MachineDefinitionError
 from ..loading import read_config
 from ..machine import Machine, create_machine
@@ -100,7 +101,7 @@ class _Names:
             elif key == "src" and isinstance(item, str):
                 self.actors.add(item)
             elif key == "after" and isinstance(item, Mapping):
-                self.delays.update(k for k in item if isinstance(k, str) and not _is_number(k))
+                self.delays.update(k for k in item if isinstance(k, str) and not is_number_text(k))
             self.collect(item)
 
 
@@ -111,11 +112,3 @@ def _type_names(value: Any) -> Iterator[str]:
             yield item
         elif isinstance(item, Mapping) and isinstance(item.get("type"), str):
             yield item["type"]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
