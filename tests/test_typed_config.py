@@ -39,17 +39,23 @@ DECIDED_NODE_KEYS = {"failure"}
 DECIDED_INVOKE_KEYS = {"transient"}
 
 
-def mypy_strict(path: Path, cwd: Path,
-                python: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``mypy --strict path`` run from ``cwd`` (against ``python``'s packages if given)."""
+def mypy_strict(source: Path, cwd: Path,
+                python: Path | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``mypy --strict`` on a copy of ``source`` in ``cwd`` (outside the checkout, so mypy
+    finds ``statecharts`` only as installed), against ``python``'s packages if given; the
+    result and the copy's path."""
     mypy = shutil.which("mypy", path=str(Path(sys.executable).parent))
     assert mypy is not None, "mypy is not installed (pip install -e '.[dev]')"
+    copy = cwd / source.name
+    if copy != source:
+        shutil.copyfile(source, copy)
     args = [mypy, "--strict", "--no-error-summary", "--hide-error-context",
             "--cache-dir", str(ROOT / ".mypy_cache" / "typed-config")]
     if python is not None:
         args += ["--python-executable", str(python)]
-    return subprocess.run([*args, str(path)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    result = subprocess.run([*args, copy.name], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    return result, copy
 
 
 def marked_mistakes(path: Path) -> dict[int, list[str]]:
@@ -64,7 +70,7 @@ def marked_mistakes(path: Path) -> dict[int, list[str]]:
 def errors_by_line(output: str, path: Path) -> dict[int, str]:
     """Line number -> mypy's error messages for that line of ``path``."""
     found: dict[int, str] = {}
-    for match in re.finditer(rf"^{re.escape(str(path))}:(\d+): error: (.*)$", output, re.M):
+    for match in re.finditer(rf"^{re.escape(path.name)}:(\d+): error: (.*)$", output, re.M):
         found[int(match.group(1))] = found.get(int(match.group(1)), "") + match.group(2)
     return found
 
@@ -81,14 +87,13 @@ def assert_names_each_mistake(result: subprocess.CompletedProcess[str], path: Pa
 
 
 def test_mypy_strict_accepts_a_correct_typed_machine(tmp_path: Path) -> None:
-    result = mypy_strict(FIXTURES / "machine_ok.py", cwd=tmp_path)
+    result, _ = mypy_strict(FIXTURES / "machine_ok.py", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_strict_names_each_mistake_in_a_typed_machine(tmp_path: Path) -> None:
-    path = FIXTURES / "machine_typos.py"
-    result = mypy_strict(path, cwd=tmp_path)
-    assert_names_each_mistake(result, path)
+    result, copy = mypy_strict(FIXTURES / "machine_typos.py", cwd=tmp_path)
+    assert_names_each_mistake(result, copy)
     assert 'Extra key "intial" for TypedDict "MachineConfig"' in result.stdout
     assert 'Extra key "entri" for TypedDict "StateNodeConfig"' in result.stdout
 
@@ -114,11 +119,11 @@ def test_the_quickstart_example_is_typed_and_its_documented_mypy_error_is_real(
         tmp_path: Path) -> None:
     good = tmp_path / "order.py"
     good.write_text(_quickstart_code())
-    result = mypy_strict(good, cwd=tmp_path)
+    result, _ = mypy_strict(good, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "config: MachineConfig" in good.read_text()
     good.write_text(_quickstart_code().replace('"initial": "cart"', '"intial": "cart"', 1))
-    result = mypy_strict(good, cwd=tmp_path)
+    result, _ = mypy_strict(good, cwd=tmp_path)
     documented = re.search(r"```console\n\$ mypy --strict order.py\n(.*?)\n```",
                            QUICKSTART.read_text(), flags=re.DOTALL)
     assert documented is not None
