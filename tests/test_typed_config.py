@@ -88,6 +88,9 @@ def assert_names_each_mistake(result: subprocess.CompletedProcess[str], path: Pa
 
 def test_mypy_strict_accepts_a_correct_typed_machine(tmp_path: Path) -> None:
     result, _ = mypy_strict(FIXTURES / "machine_ok.py", cwd=tmp_path)
+    assert "Cannot find implementation or library stub" not in result.stdout, (
+        "mypy cannot see the installed statecharts: install it as `make` does (editable_mode="
+        "compat); the default editable mode is an import hook static tools do not follow")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
