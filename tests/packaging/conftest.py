@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,10 +46,10 @@ class Dists:
     wheel: Path
 
 
-def run(args: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
+def run(args: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run a command, bounded in time; fail the test with its output if it fails."""
     result = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                            timeout=STEP_TIMEOUT_S, **kwargs)  # type: ignore[call-overload]
+                            timeout=STEP_TIMEOUT_S, **kwargs)
     if result.returncode != 0:
         pytest.fail(f"{' '.join(map(str, args))} exited {result.returncode}:\n"
                     f"{result.stdout}\n{result.stderr}")

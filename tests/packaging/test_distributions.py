@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tarfile
 import zipfile
+from collections.abc import Callable
 from email.message import Message
 from email.parser import Parser
 from pathlib import PurePosixPath
@@ -71,9 +72,8 @@ def test_the_sdist_builds_that_wheel_from_the_library_alone(dists: Dists) -> Non
 
 
 @pytest.mark.parametrize("read", [wheel_metadata, sdist_metadata], ids=["wheel", "sdist"])
-def test_the_metadata_is_complete(dists: Dists, read: object) -> None:
-    assert callable(read)
-    meta: Message = read(dists)
+def test_the_metadata_is_complete(dists: Dists, read: Callable[[Dists], Message]) -> None:
+    meta = read(dists)
     assert meta["Name"] == "statecharts"
     assert meta["License-Expression"] == "MIT"
     assert meta["License-File"] == "LICENSE"
