@@ -267,6 +267,16 @@ def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSou
         yield Segment(timer.event, after, timer.id), trace
 
 
+def explored_coverage(machine: Machine, inputs: Iterable[Any] = (None,),
+                      **options: Any) -> CoverageReport:
+    """The coverage of ``explore`` from each of ``inputs`` together (a workflow whose first
+    step routes on its input needs one input per route)."""
+    recorder = CoverageRecorder(machine)
+    for given in inputs:
+        recorder.merge(explore(machine, input=given, **options).recorder)
+    return recorder.report()
+
+
 def shortest_paths(machine: Machine, events: EventSource = None, **options: Any) -> list[Path]:
     """The shortest path to every reachable state (within the bounds; see ``explore``)."""
     graph = explore(machine, events, **options)

@@ -11,7 +11,8 @@ Outputs are given per actor name (the invoke's ``src``): ``outputs={"fetchCustom
 [{"name": "Ada"}]}`` (lists of examples for exploration; strategies or lists for the
 Hypothesis tools). A call with none gets ``DEFAULT_OUTPUT`` (``None``, what a function that
 returns nothing gives) and the tool warns once, naming the invoke: a story built on a
-placeholder may be cut short by a guard that needed a real value.
+placeholder may be cut short by a guard that needed a real value. An empty list says the call
+never completes, it only fails (a step whose job is to fail the run).
 
 The error names of a call: ``"Error"`` (any failure), then the names its retry policy declares
 (``non_retryable``, ``retry_on``), its ``transient`` list, and those given in
@@ -127,9 +128,10 @@ def is_possible(machine: Machine, snapshot: Snapshot, event: Mapping[str, Any]) 
 
 
 def outputs_for(call: Call, outputs: Mapping[str, Sequence[Any]] | None) -> list[Any]:
-    """The example outputs of ``call`` (``[DEFAULT_OUTPUT]`` when none are given)."""
+    """The example outputs of ``call`` (``[DEFAULT_OUTPUT]`` when none are given; none at
+    all when an empty list is: the call only fails)."""
     given = (outputs or {}).get(call.src)
-    return list(given) if given else [DEFAULT_OUTPUT]
+    return [DEFAULT_OUTPUT] if given is None else list(given)
 
 
 def check_outputs(machine: Machine, outputs: Mapping[str, Any] | None,

@@ -224,12 +224,15 @@ def _bound(graph: Graph) -> str:
 def assert_final_always_reachable(machine: Machine, events: EventSource = None, *,
                                   ends: Sequence[str] = ("done",),
                                   **explore_options: Any) -> None:
-    """From every reachable state some path leads to a final (``done``) snapshot: no run can
-    get stuck. ``ends=("done", "error")`` also accepts a run that fails. States beyond the
-    exploration bounds count as possibly reaching one."""
+    """From every reachable state some path leads to a final state: a ``done`` snapshot, or a
+    final state declared a failure (which ends the run as an ``error``). No run can get
+    stuck, and none can only end by an unhandled error. ``ends=("done", "error")`` accepts
+    any failure too. States beyond the exploration bounds count as possibly reaching one."""
     graph = _explored(machine, events, explore_options)
     outgoing = graph.outgoing()
-    good: set[StateKey] = {k for k, s in graph.states.items() if s.status in ends}
+    failures = _failure_finals(machine)
+    good: set[StateKey] = {k for k, s in graph.states.items() if s.status in ends or
+                           (s.status == "error" and any(s.matches(p) for p in failures))}
     # beyond the bounds nothing is known: count unexplored successors as good
     good |= {k for k, edges in outgoing.items() if any(e.target not in graph.states
                                                        for e in edges)}
@@ -306,8 +309,8 @@ def _gives_up(machine: Machine, graph: Graph, edge: Any, node: Any) -> bool:
     before = graph.states[edge.source]
     if not node.retry.is_retryable(event["error"]):
         return False
-    name = state_name(node)
-    return before.matches(name) and not edge.segment.state.matches(name)
+    name, after = state_name(node), edge.segment.state
+    return before.matches(name) and (after.status != "active" or not after.matches(name))
 
 
 def _failure_finals(machine: Machine) -> dict[str, Any]:

@@ -99,17 +99,17 @@ def run_events(machine: Machine, sequence: Sequence[EventLike], input: Any = Non
     return snapshot
 
 
-def output_strategy(call: Call, outputs: OutputStrategies | None) -> st.SearchStrategy[Any]:
-    """The outputs ``call`` may complete with (``DEFAULT_OUTPUT`` when none are given)."""
+def output_strategy(call: Call, outputs: OutputStrategies | None
+                    ) -> st.SearchStrategy[Any] | None:
+    """The outputs ``call`` may complete with (``DEFAULT_OUTPUT`` when none are given; None
+    when an empty list is: the call only fails)."""
     given = (outputs or {}).get(call.src)
     if given is None:
         return st.just(DEFAULT_OUTPUT)
     if isinstance(given, st.SearchStrategy):
         return given
     examples = list(given)
-    if not examples:
-        raise ValueError(f"outputs[{call.src!r}] is empty")
-    return st.sampled_from(examples)
+    return st.sampled_from(examples) if examples else None
 
 
 def outcome_strategy(machine: Machine, call: Call, outputs: OutputStrategies | None = None,
@@ -117,10 +117,12 @@ def outcome_strategy(machine: Machine, call: Call, outputs: OutputStrategies | N
                      ) -> st.SearchStrategy[FrozenDict]:
     """One outcome of ``call``: done with an output, or failed with one of its error names
     (shrinks towards success)."""
-    done = output_strategy(call, outputs).map(lambda output: done_event(call.id, output))
     failed = st.sampled_from(error_names(machine, call, errors)).map(
         lambda name: error_event(call.id, name))
-    return st.one_of(done, failed)
+    done = output_strategy(call, outputs)
+    if done is None:
+        return failed
+    return st.one_of(done.map(lambda output: done_event(call.id, output)), failed)
 
 
 @dataclass(frozen=True)
