@@ -32,7 +32,7 @@ from ..frozen import thaw
 from ..machine import Machine, Result
 from ..nodes import FINAL
 from ..snapshot import Snapshot, snapshot_to_json
-from .coverage import state_name
+from .coverage import CoverageRecorder, state_name
 from .graph import EventSource, Graph, StateKey, explore
 from .harness import Check, collect_invariants
 from .outcomes import outcome_call
@@ -180,45 +180,61 @@ def assert_persistence_invisible(machine: Machine, *,
                  machine, payloads, max_steps, max_examples, input, outputs, errors)
 
 
-def _explored(machine: Machine, events: EventSource, options: Mapping[str, Any]) -> Graph:
-    graph = options.get("graph")
-    if isinstance(graph, Graph):
-        return graph
-    return explore(machine, events, **{k: v for k, v in options.items() if k != "graph"})
+def _explored(machine: Machine, events: EventSource, options: Mapping[str, Any]
+              ) -> list[Graph]:
+    """The explorations a property looks at: ``graphs=`` (or ``graph=``) as given, else one
+    per input of ``inputs=`` (or one from ``input=``), with the other ``explore`` options."""
+    if options.get("graphs") is not None:
+        return list(options["graphs"])
+    if isinstance(options.get("graph"), Graph):
+        return [options["graph"]]
+    rest = {k: v for k, v in options.items() if k not in ("graph", "graphs", "inputs")}
+    if "inputs" in options:
+        rest.pop("input", None)
+        return [explore(machine, events, input=given, **rest) for given in options["inputs"]]
+    return [explore(machine, events, **rest)]
 
 
 def assert_no_deadlock(machine: Machine, events: EventSource = None, **explore_options: Any
                        ) -> None:
     """No reachable active (non-final) state is a trap: some event, call outcome or pending
     timer leads to a different state. ``events`` and the options are those of
-    ``graph.explore`` (``input``, ``outputs``, ``errors``, bounds); ``graph=`` reuses one."""
-    graph = _explored(machine, events, explore_options)
-    outgoing = graph.outgoing()
-    for key, snapshot in graph.states.items():
-        if snapshot.status != "active":
-            continue
-        exits = [e for e in outgoing.get(key, []) if e.target != key]
-        if not exits and key in graph.expanded:
-            path = graph.path_to(key)
-            raise PropertyViolation("no deadlock", f"state {thaw(snapshot.value)!r} with "
-                                    f"context {thaw(snapshot.context)!r} is not final and "
-                                    "nothing leaves it", path.events)
+    ``graph.explore`` (``input``, ``outputs``, ``errors``, bounds); ``inputs=[...]`` explores
+    from each; ``graph=``/``graphs=`` reuse explorations."""
+    for graph in _explored(machine, events, explore_options):
+        outgoing = graph.outgoing()
+        for key, snapshot in graph.states.items():
+            if snapshot.status != "active":
+                continue
+            exits = [e for e in outgoing.get(key, []) if e.target != key]
+            if not exits and key in graph.expanded:
+                path = graph.path_to(key)
+                raise PropertyViolation("no deadlock", f"state {thaw(snapshot.value)!r} with "
+                                        f"context {thaw(snapshot.context)!r} is not final and "
+                                        "nothing leaves it", path.events)
+
+
+def _coverage(machine: Machine, graphs: Sequence[Graph]) -> Any:
+    recorder = CoverageRecorder(machine)
+    for graph in graphs:
+        recorder.merge(graph.recorder)
+    return recorder.report()
+
+
+def _bound(graphs: Sequence[Graph]) -> str:
+    return " (exploration hit its bounds; raise max_states/max_depth)" \
+        if any(g.truncated for g in graphs) else ""
 
 
 def assert_all_states_reachable(machine: Machine, events: EventSource = None,
                                 **explore_options: Any) -> None:
     """Every state of the machine is active in some reachable snapshot (states entered and
-    left within one macrostep count)."""
-    graph = _explored(machine, events, explore_options)
-    missing = graph.coverage().unreached_states
+    left within one macrostep count), from one of the inputs."""
+    graphs = _explored(machine, events, explore_options)
+    missing = _coverage(machine, graphs).unreached_states
     if missing:
         raise PropertyViolation("every state reachable",
-                                f"never active: {', '.join(missing)}{_bound(graph)}")
-
-
-def _bound(graph: Graph) -> str:
-    return " (exploration hit its bounds; raise max_states/max_depth)" \
-        if graph.truncated else ""
+                                f"never active: {', '.join(missing)}{_bound(graphs)}")
 
 
 def assert_final_always_reachable(machine: Machine, events: EventSource = None, *,
@@ -228,9 +244,14 @@ def assert_final_always_reachable(machine: Machine, events: EventSource = None, 
     final state declared a failure (which ends the run as an ``error``). No run can get
     stuck, and none can only end by an unhandled error. ``ends=("done", "error")`` accepts
     any failure too. States beyond the exploration bounds count as possibly reaching one."""
-    graph = _explored(machine, events, explore_options)
-    outgoing = graph.outgoing()
     failures = _failure_finals(machine)
+    for graph in _explored(machine, events, explore_options):
+        _final_reachable_in(graph, ends, failures)
+
+
+def _final_reachable_in(graph: Graph, ends: Sequence[str], failures: Mapping[str, Any]
+                        ) -> None:
+    outgoing = graph.outgoing()
     good: set[StateKey] = {k for k, s in graph.states.items() if s.status in ends or
                            (s.status == "error" and any(s.matches(p) for p in failures))}
     # beyond the bounds nothing is known: count unexplored successors as good
@@ -259,13 +280,12 @@ def assert_error_paths_reachable(machine: Machine, events: EventSource = None,
     """Every declared error path is taken somewhere: each transition on an invoke's error
     (``onError``, a retry's wait, its exhaustion) is taken in some explored story. An
     error path nothing can reach is untested code that a reviewer believes protects the run."""
-    graph = _explored(machine, events, explore_options)
-    report = graph.coverage()
-    missing = [t for t in report.untaken_transitions if ".xstate.error.actor." in t or
-               ".onError[" in t]
+    graphs = _explored(machine, events, explore_options)
+    missing = [t for t in _coverage(machine, graphs).untaken_transitions
+               if ".xstate.error.actor." in t or ".onError[" in t]
     if missing:
         raise PropertyViolation("every error path reachable",
-                                f"never taken: {', '.join(missing)}{_bound(graph)}")
+                                f"never taken: {', '.join(missing)}{_bound(graphs)}")
 
 
 def assert_retries_bounded(machine: Machine, events: EventSource = None,
@@ -273,42 +293,49 @@ def assert_retries_bounded(machine: Machine, events: EventSource = None,
     """Every retry policy's attempt count is reached and never exceeded: some story makes
     ``max_attempts`` attempts (unless a ``total_timeout`` ends it sooner), none makes more, and
     after the last one a retryable failure leaves the retried state instead of waiting."""
-    graph = _explored(machine, events, explore_options)
-    retried = [n for n in machine.definition.nodes if n.retry is not None]
-    for node in retried:
+    graphs = _explored(machine, events, explore_options)
+    for node in (n for n in machine.definition.nodes if n.retry is not None):
         name, limit = state_name(node), node.retry.max_attempts
-        most = 0
-        for key, snapshot in graph.states.items():
-            record = snapshot.retries.get(node.id)
-            if record is None:
-                continue
-            attempt = int(record["attempt"])
-            most = max(most, attempt)
-            waiting = snapshot.matches(f"{name}.waiting_to_retry")
-            if attempt > limit or (waiting and attempt >= limit):
-                raise PropertyViolation(
-                    "retries bounded", f"state {name!r}: attempt {attempt} of at most {limit}"
-                    f"{' and still waiting to retry' if waiting else ''}",
-                    graph.path_to(key).events)
+        most, exhausted = 0, False
+        for graph in graphs:
+            most = max(most, _most_attempts(graph, node, name, limit))
+            exhausted = exhausted or any(_gives_up(graph, e, node) for e in graph.edges)
         if most < limit and node.retry.total_timeout is None:
             raise PropertyViolation("retries bounded", f"state {name!r}: its policy allows "
                                     f"{limit} attempts but no story made more than {most}"
-                                    f"{_bound(graph)}")
-        exhausted = [e for e in graph.edges if _gives_up(machine, graph, e, node)]
+                                    f"{_bound(graphs)}")
         if not exhausted:
             raise PropertyViolation("retries bounded", f"state {name!r}: no story exhausts "
                                     f"its retries (a retryable failure of the last attempt "
-                                    f"leading out of it){_bound(graph)}")
+                                    f"leading out of it){_bound(graphs)}")
 
 
-def _gives_up(machine: Machine, graph: Graph, edge: Any, node: Any) -> bool:
+def _most_attempts(graph: Graph, node: Any, name: str, limit: int) -> int:
+    """The most attempts any explored snapshot records (raising when beyond ``limit``)."""
+    most = 0
+    for key, snapshot in graph.states.items():
+        record = snapshot.retries.get(node.id)
+        if record is None:
+            continue
+        attempt = int(record["attempt"])
+        most = max(most, attempt)
+        waiting = snapshot.matches(f"{name}.waiting_to_retry")
+        if attempt > limit or (waiting and attempt >= limit):
+            raise PropertyViolation(
+                "retries bounded", f"state {name!r}: attempt {attempt} of at most {limit}"
+                f"{' and still waiting to retry' if waiting else ''}",
+                graph.path_to(key).events)
+    return most
+
+
+def _gives_up(graph: Graph, edge: Any, node: Any) -> bool:
     """An edge where a retryable failure of ``node``'s call ends its retries."""
     event = edge.segment.event
     if outcome_call(event) != node.retry_invoke or "error" not in event:
         return False
-    before = graph.states[edge.source]
     if not node.retry.is_retryable(event["error"]):
         return False
+    before = graph.states[edge.source]
     name, after = state_name(node), edge.segment.state
     return before.matches(name) and (after.status != "active" or not after.matches(name))
 
@@ -333,16 +360,17 @@ def assert_no_done_through_failure(machine: Machine, events: EventSource = None,
                                    **explore_options: Any) -> None:
     """No run ends ``done`` through a final state declared a failure: reaching one must end
     the run as an error (status ``error``), so its error workflow starts and the UI shows it
-    red. Also fails when a top-level failure final is reached with any status but ``error``."""
+    red."""
     failures = _failure_finals(machine)
     if not failures:
         return
-    graph = _explored(machine, events, explore_options)
-    for key, snapshot in graph.states.items():
-        reached = [p for p in failures if snapshot.matches(p)]
-        if snapshot.status == "done" and reached:
-            raise PropertyViolation("no done through a failure", f"the run ended done in "
-                                    f"failure state {reached[0]!r}", graph.path_to(key).events)
+    for graph in _explored(machine, events, explore_options):
+        for key, snapshot in graph.states.items():
+            reached = [p for p in failures if snapshot.matches(p)]
+            if snapshot.status == "done" and reached:
+                raise PropertyViolation("no done through a failure", f"the run ended done "
+                                        f"in failure state {reached[0]!r}",
+                                        graph.path_to(key).events)
 
 
 def assert_context_invariants(machine: Machine, events: EventSource = None, *,
@@ -355,17 +383,18 @@ def assert_context_invariants(machine: Machine, events: EventSource = None, *,
     declared = collect_invariants(machine, invariants, checks)
     if not declared:
         return
-    graph = _explored(machine, events, explore_options)
-    for key, snapshot in graph.states.items():
-        for item in declared:
-            if item.state and not snapshot.matches(item.state):
-                continue
-            if not item.check(snapshot.context):
-                where = f"in state {item.state!r}" if item.state else "always"
-                raise PropertyViolation("context invariants", f"invariant {item.name!r} "
-                                        f"({where}) failed: value {thaw(snapshot.value)!r}, "
-                                        f"context {thaw(snapshot.context)!r}",
-                                        graph.path_to(key).events)
+    for graph in _explored(machine, events, explore_options):
+        for key, snapshot in graph.states.items():
+            for item in declared:
+                if item.state and not snapshot.matches(item.state):
+                    continue
+                if not item.check(snapshot.context):
+                    where = f"in state {item.state!r}" if item.state else "always"
+                    raise PropertyViolation("context invariants", f"invariant {item.name!r} "
+                                            f"({where}) failed: value "
+                                            f"{thaw(snapshot.value)!r}, context "
+                                            f"{thaw(snapshot.context)!r}",
+                                            graph.path_to(key).events)
 
 
 PROPERTIES: dict[str, Callable[..., None]] = {
@@ -385,6 +414,7 @@ WORKFLOW_PROPERTIES = tuple(PROPERTIES)
 
 def assert_properties(machine: Machine, *names: str, events: Sequence[EventLike] | None = None,
                       payloads: Mapping[str, Any] | None = None, input: Any = None,
+                      inputs: Sequence[Any] | None = None,
                       outputs: Mapping[str, Any] | None = None,
                       errors: Mapping[str, Sequence[str]] | None = None,
                       invariants: Mapping[str, Check | Sequence[Check]] | None = None,
@@ -393,26 +423,29 @@ def assert_properties(machine: Machine, *names: str, events: Sequence[EventLike]
     """Check the named properties (all of ``PROPERTIES`` when no name is given), plus the
     context invariants when ``invariants``/``checks`` are given. ``events`` is the list
     exploration sends, ``payloads`` the per-event payload strategies for the sampled ones;
-    ``input``, ``outputs`` and ``errors`` as in ``graph.explore`` (exploration takes the
-    examples of ``outputs``; the sampled properties also take strategies). The explored
-    properties share one exploration."""
+    ``input`` (or several: ``inputs``, for a workflow that routes on its input: reachability
+    then counts over all of them), ``outputs`` and ``errors`` as in ``graph.explore``
+    (exploration takes the examples of ``outputs``; the sampled properties also take
+    strategies). The explored properties share one exploration per input."""
     unknown = [n for n in names if n not in PROPERTIES]
     if unknown:
         raise ValueError(f"unknown properties {unknown}; known: {sorted(PROPERTIES)}")
     chosen = names or tuple(PROPERTIES)
-    explored = [n for n in chosen if n not in _SAMPLED]
-    graph: Graph | None = None
-    if explored or invariants or checks:
-        graph = explore(machine, events, input=input, outputs=_examples(outputs),
-                        errors=errors, **explore_options)
+    given = list(inputs) if inputs is not None else [input]
+    graphs: list[Graph] = []
+    if any(n not in _SAMPLED for n in chosen) or invariants or checks:
+        graphs = [explore(machine, events, input=one, outputs=_examples(outputs),
+                          errors=errors, **explore_options) for one in given]
     for name in chosen:
         if name in _SAMPLED:
-            PROPERTIES[name](machine, payloads=payloads, input=input, outputs=outputs,
-                             errors=errors, max_examples=max_examples)
+            for one in given:
+                PROPERTIES[name](machine, payloads=payloads, input=one, outputs=outputs,
+                                 errors=errors, max_examples=max_examples)
         else:
-            PROPERTIES[name](machine, graph=graph)
+            PROPERTIES[name](machine, graphs=graphs)
     if invariants or checks:
-        assert_context_invariants(machine, invariants=invariants, checks=checks, graph=graph)
+        assert_context_invariants(machine, invariants=invariants, checks=checks,
+                                  graphs=graphs)
 
 
 def _examples(outputs: Mapping[str, Any] | None) -> dict[str, list[Any]] | None:
