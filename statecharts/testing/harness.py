@@ -182,6 +182,11 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
                 lambda: machine.deliver_timer(before, timer.id, lambda: self.now, trace)[0])
             self._record(before, self.snapshot, trace)
 
+        @precondition(lambda self: self.snapshot.status != "active")
+        @rule()
+        def run_ended(self) -> None:
+            """Nothing can happen once the run ended (a rule, so the story may stop here)."""
+
         @invariant()
         def declared_invariants_hold(self) -> None:
             failed = _failing(self.snapshot, declared)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import done_actor_event_type, error_actor_event_type
@@ -56,7 +56,7 @@ class Call:
     id: str
     src: str
     invoked_by: str | None
-    invoke: InvokeDef | None
+    invoke: InvokeDef | None = field(default=None, repr=False)
 
     def describe(self) -> str:
         """``invoke 'fetch_customer' (src 'fetchCustomer') in state 'invoice.fetching'``."""
