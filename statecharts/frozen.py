@@ -141,6 +141,14 @@ def freeze(value: Any, path: str = "",
                 f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
 
 
+def storable_text(text: str) -> str:
+    """`text` with what no store holds (NUL, lone surrogates) written as escapes, for error
+    messages and other text that must be recorded whatever it contains."""
+    if text_problem(text) is None:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def thaw(value: Any) -> Any:
     """Return a plain, mutable deep copy of a frozen value."""
     if isinstance(value, dict):

@@ -108,14 +108,18 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
-    runtime.send(run_id, "REJECT")  # arrives after the run ended: ignored, recorded
+    runtime.send(run_id, "REJECT")  # comes after the event that ends the run: a dead letter
     assert Worker(runtime).run_until_idle() == 1
     run = runtime.get(run_id)
     assert (run.status, run.state, run.snapshot["context"]) == ("done", "approved",
                                                                 {"approved_by": "ann"})  # fmt: skip
     assert [(e.event["type"], e.state_after) for e in store.list_events(run_id)] == [
-        ("APPROVE", "approved"), ("REJECT", "approved"),
+        ("APPROVE", "approved"),
     ]  # fmt: skip
+    assert [(d.event["type"], d.reason) for d in runtime.dead_letters(run_id)] == [
+        ("REJECT", "the run ended (done) before this event was applied"),
+    ]
+    assert store.pending_events(run_id) == []
     with pytest.raises(RunFinishedError):
         runtime.send(run_id, "APPROVE")
 
