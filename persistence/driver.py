@@ -308,6 +308,9 @@ class RunDriver:
             except Exception as exc:
                 failed += self._fail_unrestorable(run, exc, now)
                 continue
+            if run.terminal and not work[run.id].effects:  # nothing left to do: never again
+                store.release(run.id, self.owner, None)
+                continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(_Leased(run, machine, snapshot, pending, work[run.id].inbox,
                                   time.monotonic(), run.version, run.status,
@@ -320,7 +323,13 @@ class RunDriver:
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
         step = _Step(x.snapshot)
-        self._apply(machine, step, executed, x.inbox, now)
+        if x.status == ACTIVE:
+            self._apply(machine, step, executed, x.inbox, now)
+        else:  # an ended run finishing its last effects: record them, move nothing
+            step.outcomes = [e.outcome for e in executed]
+            failure = next((e.fails_run for e in executed if e.fails_run), None)
+            if failure is not None:
+                step.status, step.error = "error", failure
         if not step.changed:
             self.runtime.store.release(x.run.id, self.owner, wake_time(step.snapshot, False, now))
             return None
@@ -339,7 +348,8 @@ class RunDriver:
         commit = StepCommit(
             run_id=x.run.id, owner=self.owner, expected_version=x.version, state=state,
             snapshot=machine.persist(step.snapshot), status=status, release=release,
-            wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
+            wake_at=wake_time(step.snapshot, bool(step.new_effects), now)
+            if status == ACTIVE or step.new_effects else None,  # an ended run sleeps for ever
             attempt_count=attempts, last_error=failure or retry_error,
             workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
             new_effects=step.new_effects, effect_outcomes=step.outcomes,
