@@ -130,7 +130,7 @@ class RunDriver:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed]]:
+    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)

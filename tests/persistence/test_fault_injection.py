@@ -505,3 +505,74 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
             assert (run.status, run.claim_count, faulty.calls("record", run_id)) == \
                 ("done", 1, 1)  # fmt: skip
     assert bad.claim_count == 1
+
+
+# -- upgrading a database that has the hot loop's rows ----------------------------------------
+
+def test_upgrading_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
+    tmp_path: Path,
+) -> None:
+    """A database written by schema 1 code, with an ended run that still has a queued event
+    (what made it claimable ~150 times a second), upgrades without losing anything."""
+    from persistence import schema
+    from persistence.stores.sqlite import _statements
+
+    first = schema.migrations("sqlite")[0]
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        for statement in _statements(first.sql):
+            db.execute(statement)
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, ?, '')", (first.name,))
+        for run_id, status in (("ended", "error"), ("live", "active")):
+            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                       "snapshot, status, created_at, updated_at) VALUES (?, 'parked', 'x', "
+                       "'waiting', '{}', ?, 1, 1)", (run_id, status))  # fmt: skip
+            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(?, '{\"type\": \"GO\"}', 1)", (run_id,))  # fmt: skip
+    store = open_store(f"sqlite:///{path}", migrate=True)
+    try:
+        assert store.schema_version() == 2
+        (letter,) = store.dead_letters("ended")
+        assert letter.reason == "the run had ended (error) before this event was applied"
+        assert store.pending_events("ended") == [] and len(store.pending_events("live")) == 1
+        assert store.get_run("ended").claim_count == 0
+        claimed = store.claim_runs("w", 10, 1000, 10)
+        assert [r.id for r in claimed] == ["live"] and claimed[0].claim_count == 1
+    finally:
+        store.close()
+
+
+def test_upgrading_postgres_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    from persistence import schema
+
+    first = schema.migrations("postgres")[0]
+    run_ids = {"error": "00000000-0000-4000-8000-000000000001",
+               "active": "00000000-0000-4000-8000-000000000002"}  # fmt: skip
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{pg_schema}"')
+        db.execute(f'SET search_path = "{pg_schema}"')
+        db.execute(first.sql.encode())
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, %s, now())", (first.name,))
+        for status, run_id in run_ids.items():
+            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                       "snapshot, status, created_at, updated_at) VALUES (%s, 'parked', 'x', "
+                       "'waiting', '{}', %s, now(), now())", (run_id, status))  # fmt: skip
+            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(%s, '{\"type\": \"GO\"}', now())", (run_id,))  # fmt: skip
+    sep = "&" if "?" in pg_dsn else "?"
+    store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
+    try:
+        assert store.schema_version() == 2
+        (letter,) = store.dead_letters(run_ids["error"])
+        assert letter.reason == "the run had ended (error) before this event was applied"
+        assert store.pending_events(run_ids["error"]) == []
+        claimed = store.claim_runs("w", int(time.time() * 1000), 1000, 10)
+        assert [r.id for r in claimed] == [run_ids["active"]] and claimed[0].claim_count == 1
+    finally:
+        store.close()
