@@ -32,6 +32,7 @@ from persistence.runtime import (
 )
 from persistence.stores import (
     ACTIVE,
+    ConflictError,
     EffectOutcome,
     InboxEvent,
     JournalEntry,
@@ -41,7 +42,7 @@ from persistence.stores import (
     StepCommit,
     StoreUnavailableError,
 )
-from persistence.stores.base import CANCEL_EVENT, idempotency_key
+from persistence.stores.base import CANCEL_EVENT, ended_reason, idempotency_key
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect
 from statecharts.frozen import storable_text
@@ -179,6 +180,8 @@ class RunDriver:
                 steps += 1
                 log_effects(step.logged, x.run.id)
                 self._report_step(x, commit)
+                if commit.status != ACTIVE:
+                    self._report_dead_letters(x, commit)
                 if not commit.release:
                     self._advance(x, step, commit, version)
                     leased.append(x)
@@ -230,6 +233,9 @@ class RunDriver:
             (version,) = store.commit_steps([commit], now)
         except StoreUnavailableError:
             raise
+        except ConflictError:  # another writer won (a duplicate record): not this run's fault
+            self._lost(x)
+            return None
         except Exception as exc:
             self._fail(x, f"the store refused its step: {exc}", None, step.outcomes)
             return None
@@ -244,12 +250,13 @@ class RunDriver:
     def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
               outcomes: Sequence[EffectOutcome] = ()) -> None:  # fmt: skip
         """End `x` as `error` with `reason` without writing a new snapshot: the effects it
-        executed are recorded (never run again; results dropped, they may be what the store
+        executed are recorded `failed` (never run again by a worker; a `resume` runs them
+        again, as the step they fed was lost; results dropped, they may be what the store
         refused), its queued events become dead letters, its error workflow starts."""
         reason = storable_text(reason)
         done = list(outcomes) or [e.outcome for e in executed or ()]
-        recorded = [EffectOutcome(o.idempotency_key, o.status, None,
-                                  storable_text(o.error) if o.error else None) for o in done]
+        recorded = [EffectOutcome(o.idempotency_key, "failed", None,
+                                  storable_text(o.error or reason)) for o in done]
         now = self.runtime.clock.now()
         state = state_text(x.snapshot)
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
@@ -275,6 +282,15 @@ class RunDriver:
             log.info("run %s (%s, key %s, state %s): %s; step rolled back, retry in %d ms",
                      x.run.id, x.run.workflow_name, x.run.key, state_text(x.snapshot), text,
                      wait)  # fmt: skip
+
+    def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
+        """The events this driver read but did not apply because the run ended: the store made
+        them dead letters with the step."""
+        for item in x.inbox:
+            if item.id not in commit.consumed_inbox:
+                log.warning("run %s (%s, key %s, state %s): event %r dead-lettered: %s",
+                            x.run.id, x.run.workflow_name, x.run.key, commit.state,
+                            item.event.get("type"), ended_reason(commit.status))  # fmt: skip
 
     def _report_step(self, x: _Leased, commit: StepCommit) -> None:
         """Operator log lines for what this committed step did: a failure, a retry."""

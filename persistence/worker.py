@@ -249,7 +249,12 @@ class Worker:
             log.warning("worker %s: report failed: %s", self.id, exc)
             return
         for letter in dead:
-            log.warning("run %s: event %r dead-lettered: %s", letter.run_id,
+            try:
+                run = self.runtime.store.get_run(letter.run_id)
+                where = f"{run.workflow_name}, key {run.key}, state {run.state}"
+            except StoreError:
+                where = "?"
+            log.warning("run %s (%s): event %r dead-lettered: %s", letter.run_id, where,
                         letter.event.get("type"), letter.reason)  # fmt: skip
         now = self.runtime.clock.now()
         for run in stuck:

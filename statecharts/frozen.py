@@ -118,6 +118,19 @@ def text_problem(text: str) -> str | None:
 def freeze(value: Any, path: str = "",
            error: Callable[[str, str], Exception] = ContextError) -> Any:
     """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``."""
+    kind = type(value)
+    # the common exact types first, each with the cheapest test that proves it storable
+    if kind is str:
+        if "\x00" not in value and value.isascii():
+            return value
+    elif kind is int:
+        if INT_MIN <= value <= INT_MAX:
+            return value
+    elif kind is float:
+        if math.isfinite(value):
+            return value
+    elif kind is bool or value is None or kind is FrozenDict or kind is FrozenList:
+        return value
     if isinstance(value, FrozenDict | FrozenList):
         return value
     if isinstance(value, _SCALARS):
@@ -128,11 +141,12 @@ def freeze(value: Any, path: str = "",
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str and not isinstance(key, str):
                 raise error(_join(path, repr(key)), "keys must be strings in JSON")
-            key_problem = text_problem(key)
-            if key_problem is not None:
-                raise error(_join(path, repr(key)), f"key: {key_problem}")
+            if "\x00" in key or not key.isascii():
+                key_problem = text_problem(key)
+                if key_problem is not None:
+                    raise error(_join(path, repr(key)), f"key: {key_problem}")
             items[key] = freeze(item, _join(path, key), error)
         return FrozenDict(items)
     if isinstance(value, list | tuple):
@@ -164,16 +178,19 @@ def frozen_update(base: FrozenDict, changes: Mapping[str, Any], path: str = "") 
     for key, item in changes.items():
         if type(key) is not str:
             raise ContextError(repr(key), "context keys must be strings")
-        key_problem = text_problem(key)
-        if key_problem is not None:
-            raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
+        if "\x00" in key or not key.isascii():
+            key_problem = text_problem(key)
+            if key_problem is not None:
+                raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
         kind = type(item)
         if kind is bool or item is None:
             merged[key] = item  # the common case, already immutable
         elif kind is int or kind is str:
-            problem = scalar_problem(item)
-            if problem is not None:
-                raise ContextError(_join(path, key), problem)
+            if (kind is int and not INT_MIN <= item <= INT_MAX) or (
+                    kind is str and ("\x00" in item or not item.isascii())):
+                problem = scalar_problem(item)
+                if problem is not None:
+                    raise ContextError(_join(path, key), problem)
             merged[key] = item
         else:
             merged[key] = freeze(item, _join(path, key))
