@@ -376,11 +376,7 @@ class PostgresStore:
                 (_json("cancelled"), ts, run_id),
             )
             _dead_letter(conn, run_id, "cancelled", ts)
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                (run_id, version + 1, _json(cancel_event(reason)), state, state, ts),
-            )
+            _journal_one(conn, run_id, version + 1, cancel_event(reason), state, ts)
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
@@ -511,12 +507,7 @@ class PostgresStore:
                     (o.status, o.error, ts, o.idempotency_key, _uuid(run_id)),
                 )
             _dead_letter(conn, run_id, "error", ts)
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                (_uuid(run_id), version, _json({"type": FAILED_EVENT, "reason": reason}), state,
-                 state, ts),
-            )  # fmt: skip
+            _journal_one(conn, run_id, version, {"type": FAILED_EVENT, "reason": reason}, state, ts)
             for run, run_effects in start_runs:
                 check_status(run.status)
                 self._create_in(conn, run, run_effects, now)
@@ -547,11 +538,7 @@ class PostgresStore:
                 "AND status = 'failed')",
                 {"now": ts, "id": rid},
             )
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                (rid, run.version, _json({"type": RESUME_EVENT}), state, state, ts),
-            )
+            _journal_one(conn, run_id, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
 
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
@@ -924,6 +911,16 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
     return {"steps": _json(steps), "outcomes": _json(outcomes), "effects": _json(effects),
             "inbox": _json(inbox), "journal": _json(journal), "dead": _json(dead),
             "now": to_ts(now)}  # fmt: skip
+
+
+def _journal_one(conn: psycopg.Connection[Any], run_id: str, step: int,
+                 event: Mapping[str, Any], state: str, ts: Any) -> None:
+    """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
+    conn.execute(
+        "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+        "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+        (_uuid(run_id), step, _json(dict(event)), state, state, ts),
+    )
 
 
 def _dead_letter(conn: psycopg.Connection[Any], run_id: str, status: str, ts: Any) -> None:

@@ -332,11 +332,7 @@ class SQLiteStore:
                 (_dumps("cancelled"), now, run_id),
             )
             _dead_letter(conn, run_id, "cancelled", now)
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, version + 1, _dumps(cancel_event(reason)), state, state, now),
-            )
+            _journal_one(conn, run_id, version + 1, cancel_event(reason), state, now)
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
@@ -460,12 +456,8 @@ class SQLiteStore:
             [(o.status, o.error, now, o.idempotency_key, run_id) for o in outcomes],
         )
         _dead_letter(conn, run_id, "error", now)
-        conn.execute(
-            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, version, _dumps({"type": FAILED_EVENT, "reason": reason}), str(state),
-             str(state), now),
-        )  # fmt: skip
+        _journal_one(conn, run_id, version, {"type": FAILED_EVENT, "reason": reason}, str(state),
+                     now)  # fmt: skip
         for run, run_effects in start_runs:
             self._create_in(conn, run, run_effects, now)
         return True
@@ -492,11 +484,7 @@ class SQLiteStore:
                 "max(step) FROM workflow_effects WHERE run_id = ? AND status = 'failed')",
                 (now, run_id, run_id),
             )
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, run.version, _dumps({"type": RESUME_EVENT}), state, state, now),
-            )
+            _journal_one(conn, run_id, run.version, {"type": RESUME_EVENT}, state, now)
             return run
 
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
@@ -824,6 +812,16 @@ class SQLiteStore:
 
 class _ScheduleMoved(Exception):
     """Internal: the schedule's version moved; roll the transaction back."""
+
+
+def _journal_one(conn: sqlite3.Connection, run_id: str, step: int, event: Mapping[str, Any],
+                 state: str, now: int) -> None:
+    """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
+    conn.execute(
+        "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, step, _dumps(dict(event)), state, state, now),
+    )
 
 
 def _dead_letter(conn: sqlite3.Connection, run_id: str, status: str, now: int) -> None:

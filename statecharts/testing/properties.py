@@ -20,6 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
+from ..errors import ContextError
 from ..events import EventLike, normalize_event
 from ..frozen import thaw
 from ..machine import Machine
@@ -129,7 +130,11 @@ def persistence_invisible_on(machine: Machine, sequence: Sequence[EventLike],
     stored = roundtrip(straight, [])
     _same("persistence", straight, (), stored, (), [])
     for index, item in enumerate(sequence):
-        straight, straight_effects = machine.transition(straight, item)
+        try:
+            straight, straight_effects = machine.transition(straight, item)
+        except ContextError as exc:  # a value no store holds, refused where it entered
+            raise PropertyViolation("persistence", f"persisting failed: {exc!r}",
+                                    sequence[:index + 1]) from exc
         stored = roundtrip(stored, sequence[:index])
         stored, stored_effects = machine.transition(stored, item)
         _same("persistence", straight, straight_effects, stored, stored_effects,
