@@ -19,7 +19,7 @@ from persistence.stores import DeadLetter, NewEffect, NewRun, RunRecord, Store, 
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
-from statecharts.frozen import thaw
+from statecharts.frozen import storable_text, text_problem, thaw
 
 
 class Clock(Protocol):
@@ -243,6 +243,9 @@ class Runtime:
         id is returned and nothing new is started.
         """
         if key is not None:
+            problem = text_problem(key) if isinstance(key, str) else "it is not a string"
+            if problem is not None:
+                raise ValueError(f"key: {problem}")
             existing = self.store.find_run(name, key)
             if existing is not None:
                 return existing.id
@@ -306,7 +309,8 @@ class Runtime:
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
         at its next step) or "finished" (it had already ended)."""
-        return self.store.cancel_run(run_id, self.clock.now(), reason)
+        return self.store.cancel_run(run_id, self.clock.now(),
+                                     None if reason is None else storable_text(reason))
 
     def resume(self, run_id: str) -> RunRecord:
         """Resume a failed run from the state it failed in (like DBOS's `resume_workflow`):
