@@ -189,7 +189,7 @@ def test_poison_in_sent_events_and_inputs_is_refused_before_anything_is_stored(e
             runtime.send(run_id, {"type": "GO", "payload": bad})
         with pytest.raises(Exception, match="input"):
             runtime.start("poison", {"kind": "fine", "extra": bad})
-    with pytest.raises(ValueError, match="key: .*NUL"):
+    with pytest.raises(ValueError, match=r"key: .*NUL"):
         runtime.start("parked", key="order\x00-1")  # SQLite would keep it, PostgreSQL not
     assert e.store.pending_events(run_id) == [] and e.store.count_runs() == before
 
