@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -41,6 +41,7 @@ from persistence.stores.base import (
     check_status,
     completion_times,
     ended_reason,
+    idempotency_key,
 )
 from persistence.stores.sql import RUN_NAMES, SQLStore
 
@@ -255,7 +256,8 @@ class PostgresStore(SQLStore):
             "state": run.state, "snapshot": Jsonb(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
-            "effects": Jsonb(_effect_rows(effects)),
+            "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
+                               "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
@@ -265,22 +267,13 @@ class PostgresStore(SQLStore):
                 return self._run(row[:-1]), bool(row[-1])
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 
-    def claim_runs(
-        self,
-        owner: str,
-        now: int,
-        lease_ms: int,
-        limit: int,
-        versions: Collection[tuple[str, str]] | None = None,
-    ) -> list[RunRecord]:
-        """Lease due runs and runs with queued events, skipping rows other workers lock."""
-        if versions is not None and not versions:
-            return []
-        pairs = sorted(set(versions)) if versions is not None else []
+    def _lease(self, owner: str, now: int, expires: int, limit: int,
+               pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
+        """Find and lease in one statement, skipping rows other workers lock."""
         version_sql = (
             "AND (workflow_name, workflow_version) IN "
             "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
-            if versions is not None
+            if pairs is not None
             else ""
         )
         free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
@@ -305,15 +298,11 @@ class PostgresStore(SQLStore):
         rows = self._rows(
             sql,
             {
-                "now": to_ts(now), "exp": to_ts(now + lease_ms), "limit": limit, "owner": owner,
-                "names": [n for n, _ in pairs], "versions": [v for _, v in pairs],
+                "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
+                "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
             },
         )  # fmt: skip
-        claimed = [self._run(r[:-1], r[-1]) for r in rows]
-        for run in claimed:
-            if run.problem is not None:  # never stepped, never claimed again
-                self.fail_run(run.id, owner, run.problem, now)
-        return [run for run in claimed if run.problem is None]
+        return [self._run(r[:-1], r[-1]) for r in rows]
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
         """Write several runs' steps in one statement (one round trip, one commit): each row is
@@ -356,9 +345,9 @@ WITH ins AS (
 ), effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
-    SELECT ins.id::text || ':1:' || n.i, ins.id, 1, n.i, n.kind, n.payload, 'pending',
+    SELECT n.k, ins.id, 1, n.i, n.kind, n.payload, 'pending',
            %(now)s, %(now)s
-    FROM ins, jsonb_to_recordset(%(effects)s) AS n(i integer, kind text, payload jsonb)
+    FROM ins, jsonb_to_recordset(%(effects)s) AS n(k text, i integer, kind text, payload jsonb)
 )
 SELECT {RUN_COLUMNS}, true FROM ins
 UNION ALL
@@ -409,9 +398,9 @@ _STEPS_PARTS = {
     "effects": """, effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
-    SELECT run.id::text || ':' || run.version || ':' || n.i, run.id, run.version, n.i, n.kind,
+    SELECT n.k, run.id, run.version, n.i, n.kind,
            n.payload, 'pending', %(now)s, %(now)s
-    FROM run JOIN jsonb_to_recordset(%(effects)s) AS n(run uuid, i integer, kind text,
+    FROM run JOIN jsonb_to_recordset(%(effects)s) AS n(run uuid, k text, i integer, kind text,
                                                         payload jsonb) ON n.run = run.id
 )""",
     "inbox": """, consumed AS (
@@ -461,7 +450,9 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
         })  # fmt: skip
         outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
                       "e": o.error} for o in c.effect_outcomes]  # fmt: skip
-        effects += [{"run": c.run_id, "i": e.index, "kind": e.kind, "payload": e.payload}
+        step = c.expected_version + 1
+        effects += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
+                     "i": e.index, "kind": e.kind, "payload": e.payload}
                     for e in c.new_effects]  # fmt: skip
         inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
         if c.status != ACTIVE:  # its still-queued events become dead letters
@@ -475,8 +466,13 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
             "now": to_ts(now)}  # fmt: skip
 
 
-def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:
-    return [{"i": e.index, "kind": e.kind, "payload": e.payload} for e in effects]
+def _canonical(run_id: str) -> str:
+    """A new run's id as PostgreSQL will print it (left as given when it is no uuid: the insert
+    then refuses it)."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return run_id
 
 
 def _uuid(run_id: str) -> str:

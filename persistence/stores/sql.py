@@ -81,8 +81,8 @@ class ScheduleMoved(Exception):
     """Internal: the schedule's version moved; roll the transaction back."""
 
 
-class SQLStore:
-    """Every store method over the shared schema; subclasses are the dialects."""
+class SQLDialect:
+    """The hooks a dialect fills in, and decoding of rows through them."""
 
     dialect: str
     url: str
@@ -99,12 +99,13 @@ class SQLStore:
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
 
+    _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
         cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
 
-    # -- dialect hooks ----------------------------------------------------------------------
     def _write(self) -> AbstractContextManager[Any]:
         """A connection inside one write transaction, committed on exit, rolled back on error."""
         raise NotImplementedError
@@ -156,7 +157,12 @@ class SQLStore:
         with self._write() as conn:
             return list(self._exec(conn, sql, params).fetchall())
 
-    # -- decoding ---------------------------------------------------------------------------
+    def _create_in(
+        self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
+        raise NotImplementedError
+
     def _run(self, row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
         values = list(row)
         for i in RUN_TIME_FIELDS:
@@ -178,16 +184,10 @@ class SQLStore:
         i, r, e, c, d, why = row
         return DeadLetter(i, r, self._load(e), self._ms(c), self._ms(d), why)
 
-    # -- schema -----------------------------------------------------------------------------
-    def schema_version(self) -> int:
-        """The applied schema version (0 if the database is empty)."""
-        raise NotImplementedError
 
-    def check_schema(self) -> None:
-        """Raise `SchemaVersionError` unless the schema is current."""
-        schema.check_current(self.dialect, self.schema_version(), self.url)
+class SQLRuns(SQLDialect):
+    """`RunStore` in SQL: runs and steps."""
 
-    # -- runs -------------------------------------------------------------------------------
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int
     ) -> tuple[RunRecord, bool]:
@@ -254,66 +254,6 @@ class SQLStore:
         )
         return self._run(rows[0]) if rows else None
 
-    def list_runs(
-        self,
-        status: str | None = None,
-        workflow_name: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[RunRecord]:
-        """Runs newest first, filtered."""
-        where, params = self._where(RunQuery(status=status, workflow_name=workflow_name))
-        rows = self._read(
-            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
-            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-            (*params, limit, offset),
-        )
-        return [self._run(r) for r in rows]
-
-    def _where(self, query: RunQuery) -> tuple[str, list[Any]]:
-        return run_query_sql(query, "?", self._t)
-
-    def count_runs(self) -> dict[str, int]:
-        """Runs per status."""
-        rows = self._read("SELECT status, count(*) FROM workflow_runs GROUP BY status")
-        return {status: int(n) for status, n in rows}
-
-    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
-        """Runs matching `query`, newest first."""
-        where, params = self._where(query)
-        rows = self._read(self._page_sql(where), (*params, limit, offset))
-        return [self._run(r) for r in rows]
-
-    def _page_sql(self, where: str) -> str:
-        """One page of the runs matching `where`, newest first (LIMIT and OFFSET last)."""
-        return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
-                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?")  # fmt: skip
-
-    def count_matching(self, query: RunQuery) -> dict[str, int]:
-        """Runs matching `query`, per status."""
-        where, params = self._where(query)
-        status = known_status(query)
-        if status is not None:
-            n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
-            return {status: n} if n else {}
-        group = self._STATUS_GROUP if query.state is not None else "status"
-        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
-                          params)  # fmt: skip
-        return {status: int(n) for status, n in rows}
-
-    def run_groups(
-        self, column: str, workflow_name: str | None = None
-    ) -> list[tuple[str, str, int]]:
-        """(value, status, runs) per group of runs."""
-        check_group_column(column)
-        where, params = self._where(RunQuery(workflow_name=workflow_name))
-        rows = self._read(
-            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
-            f"GROUP BY {column}, status ORDER BY {column}, status",
-            params,
-        )
-        return [(value, status, int(n)) for value, status, n in rows]
-
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel directly if no live lease, else queue a cancel event for the holder."""
         rid, ts = self._id(run_id), self._t(now)
@@ -369,7 +309,6 @@ class SQLStore:
             (ts, ended_reason(status), run_id),
         )
 
-    # -- inbox ------------------------------------------------------------------------------
     def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
         """Queue an event for an active run."""
         rid = self._id(run_id)
@@ -397,7 +336,6 @@ class SQLStore:
         )
         return [self._inbox(r) for r in rows]
 
-    # -- leases and steps -------------------------------------------------------------------
     def claim_runs(
         self,
         owner: str,
@@ -406,15 +344,26 @@ class SQLStore:
         limit: int,
         versions: Collection[tuple[str, str]] | None = None,
     ) -> list[RunRecord]:
-        """Lease runs that are due or have queued events (found, then leased, in one write
-        transaction: the dialect's lock keeps two claimers from taking the same run)."""
+        """Lease runs that are due or have queued events (`CLAIMABLE`, `CLAIMABLE_BY_EVENT`);
+        a claimed row that does not parse is failed at once, never stepped or claimed again."""
         if versions is not None and not versions:
             return []
-        version_sql, version_params = _version_filter(versions)
+        pairs = None if versions is None else sorted(set(versions))
+        claimed = self._lease(owner, now, now + lease_ms, limit, pairs)
+        for run in claimed:
+            if run.problem is not None:
+                self.fail_run(run.id, owner, run.problem, now)
+        return [run for run in claimed if run.problem is None]
+
+    def _lease(self, owner: str, now: int, expires: int, limit: int,
+               pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
+        """Find and lease the claimable runs (each record knows its previous owner): found, then
+        leased, in one write transaction, whose lock keeps two claimers from one run."""
+        version_sql, version_params = _version_filter(pairs)
         free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
         due = CLAIMABLE.format(now="?", free=free)
         asked = CLAIMABLE_BY_EVENT.format(free=free)
-        ts, expires = self._t(now), self._t(now + lease_ms)
+        ts = self._t(now)
         with self._write() as conn:
             found = self._exec(
                 conn,
@@ -433,13 +382,9 @@ class SQLStore:
                 conn,
                 "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
                 f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {self.RUN_COLUMNS}",
-                (owner, expires, expires, *previous),
+                (owner, self._t(expires), self._t(expires), *previous),
             ).fetchall()
-            claimed = [self._run(r, previous.get(r[0])) for r in rows]
-            for run in claimed:
-                if run.problem is not None:  # never stepped, never claimed again
-                    self._fail_in(conn, run.id, owner, run.problem, now, (), ())
-        return [run for run in claimed if run.problem is None]
+        return [self._run(r, previous.get(r[0])) for r in rows]
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""
@@ -530,15 +475,6 @@ class SQLStore:
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
 
-    def dead_letters(self, run_id: str) -> list[DeadLetter]:
-        """Events of the run that can no longer be applied, oldest first."""
-        rows = self._read(
-            f"SELECT {_DEAD.format(t=self._TEXT_ID)} FROM workflow_inbox "
-            "WHERE run_id = ? AND dead_at IS NOT NULL ORDER BY id",
-            (self._id(run_id),),
-        )
-        return [self._dead(r) for r in rows]
-
     def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
         """Live events of ended runs become dead letters."""
         rows = self._write_one(
@@ -554,8 +490,6 @@ class SQLStore:
     def commit_step(self, commit: StepCommit, now: int) -> int:
         """Write one step atomically; `ConflictError` if the lease or version moved."""
         return only_version(self.commit_steps([commit], now), commit)
-
-    _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
         """Write several runs' steps in one transaction; each under a savepoint, so a step
@@ -632,7 +566,90 @@ class SQLStore:
         )  # fmt: skip
         return new_version
 
-    # -- effects and journal ----------------------------------------------------------------
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run (two reads, one round trip where the
+        dialect pipelines them)."""
+        ids = {self._id(i): i for i in run_ids}
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        effect_rows, inbox_rows = self._read_all([
+            (f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
+             "AND status = 'pending' ORDER BY run_id, step, effect_index", list(ids)),
+            (f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
+             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", list(ids)),
+        ])  # fmt: skip
+        work = {canonical: PendingWork([], []) for canonical in ids}
+        for row in effect_rows:
+            work[row[1]].effects.append(self._effect(row))
+        for row in inbox_rows:
+            work[row[1]].inbox.append(self._inbox(row))
+        return {given: work[canonical] for canonical, given in ids.items()}
+
+
+class SQLQueries(SQLDialect):
+    """`RunQueries` in SQL: the operator's listings, counts and reports."""
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        workflow_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs newest first, filtered."""
+        where, params = self._where(RunQuery(status=status, workflow_name=workflow_name))
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [self._run(r) for r in rows]
+
+    def _where(self, query: RunQuery) -> tuple[str, list[Any]]:
+        return run_query_sql(query, "?", self._t)
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        where, params = self._where(query)
+        rows = self._read(self._page_sql(where), (*params, limit, offset))
+        return [self._run(r) for r in rows]
+
+    def _page_sql(self, where: str) -> str:
+        """One page of the runs matching `where`, newest first (LIMIT and OFFSET last)."""
+        return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?")  # fmt: skip
+
+    def count_runs(self) -> dict[str, int]:
+        """Runs per status."""
+        rows = self._read("SELECT status, count(*) FROM workflow_runs GROUP BY status")
+        return {status: int(n) for status, n in rows}
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        where, params = self._where(query)
+        status = known_status(query)
+        if status is not None:
+            n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
+            return {status: n} if n else {}
+        group = self._STATUS_GROUP if query.state is not None else "status"
+        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
+                          params)  # fmt: skip
+        return {status: int(n) for status, n in rows}
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        where, params = self._where(RunQuery(workflow_name=workflow_name))
+        rows = self._read(
+            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
+            f"GROUP BY {column}, status ORDER BY {column}, status",
+            params,
+        )
+        return [(value, status, int(n)) for value, status, n in rows]
+
     def list_effects(
         self, run_id: str, status: str | None = None, *, last: int | None = None
     ) -> list[EffectRecord]:
@@ -666,27 +683,15 @@ class SQLStore:
         return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
                               (self._id(run_id),))[0][0])  # fmt: skip
 
-    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
-        """Pending effects and queued events of each run (two reads, one round trip where the
-        dialect pipelines them)."""
-        ids = {self._id(i): i for i in run_ids}
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        effect_rows, inbox_rows = self._read_all([
-            (f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
-             "AND status = 'pending' ORDER BY run_id, step, effect_index", list(ids)),
-            (f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
-             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", list(ids)),
-        ])  # fmt: skip
-        work = {canonical: PendingWork([], []) for canonical in ids}
-        for row in effect_rows:
-            work[row[1]].effects.append(self._effect(row))
-        for row in inbox_rows:
-            work[row[1]].inbox.append(self._inbox(row))
-        return {given: work[canonical] for canonical, given in ids.items()}
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events of the run that can no longer be applied, oldest first."""
+        rows = self._read(
+            f"SELECT {_DEAD.format(t=self._TEXT_ID)} FROM workflow_inbox "
+            "WHERE run_id = ? AND dead_at IS NOT NULL ORDER BY id",
+            (self._id(run_id),),
+        )
+        return [self._dead(r) for r in rows]
 
-    # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
         where, params = self._where(RunQuery(stuck_before=now - older_than_ms))
@@ -705,7 +710,10 @@ class SQLStore:
         wanted = set(known)
         return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows if (n, v) not in wanted]
 
-    # -- coordination: claims, breakers, schedules ------------------------------------------
+
+class SQLCoordination(SQLDialect):
+    """`Coordination` in SQL: claims, breakers, schedules."""
+
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
     ) -> bool:
@@ -813,6 +821,18 @@ class SQLStore:
             return None
 
 
+class SQLStore(SQLRuns, SQLQueries, SQLCoordination):
+    """The whole `Store` in SQL; subclasses are the dialects."""
+
+    def schema_version(self) -> int:
+        """The applied schema version (0 if the database is empty)."""
+        raise NotImplementedError
+
+    def check_schema(self) -> None:
+        """Raise `SchemaVersionError` unless the schema is current."""
+        schema.check_current(self.dialect, self.schema_version(), self.url)
+
+
 def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
     """SQL (and parameters) for the lease columns after a step."""
     if commit.release:
@@ -823,10 +843,9 @@ def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
     return "", ()
 
 
-def _version_filter(versions: Collection[tuple[str, str]] | None) -> tuple[str, tuple[str, ...]]:
-    if versions is None:
+def _version_filter(pairs: list[tuple[str, str]] | None) -> tuple[str, tuple[str, ...]]:
+    if pairs is None:
         return "", ()
-    pairs = sorted(set(versions))
     marks = ",".join("(?, ?)" for _ in pairs)
     return (
         f"AND (workflow_name, workflow_version) IN (VALUES {marks})",
