@@ -2,8 +2,9 @@
 non-engineer would say them.
 
 ``is_payment_valid`` becomes "if the payment is valid", ``creating_invoice`` "Creating invoice",
-``PAYMENT_RECEIVED`` "payment received", a 300000 ms delay "after 5 minutes". A ``description``
-written by the author always wins over a humanized name.
+``PAYMENT_RECEIVED`` "payment received", a 300000 ms delay "after 5 minutes". A state keeps its
+name as its title (its ``description`` goes below it); for transitions, guards and invokes a
+``description`` written by the author wins over the humanized name.
 """
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ def sentence(text: str) -> str:
 
 
 def state_title(node: StateNode) -> str:
-    """The title of a state box: its description, else its humanized key."""
-    if node.description:
-        return node.description
+    """The title of a state box: its key as words ("fetching_customer" -> "Fetching
+    customer"); the description, if any, is shown below it."""
     if node.type == "history":
         return "H*" if node.history == "deep" else "H"
     return sentence(humanize(node.key))
