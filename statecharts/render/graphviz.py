@@ -202,10 +202,11 @@ def _node_attrs(box: Box) -> str:
         return (f"[shape=circle, style=filled, fixedsize=true, width=0.38, fontsize=11, {common}, "
                 f"label={_quote(box.title)}, tooltip={_quote(f'{node.id} ({meaning})')}]")
     shape = "box, style=\"rounded,filled\", margin=\"0.18,0.08\""
-    if node.type == FINAL:  # a double circle; with a description, a double-bordered box
-        shape = "doublecircle, style=filled, margin=0.04" if not box.description else \
+    circle = node.type == FINAL and not (box.description or box.details)
+    if node.type == FINAL:  # a double circle; with more to say, a double-bordered box
+        shape = "doublecircle, style=filled, margin=0.04" if circle else \
             "box, style=\"rounded,filled\", peripheries=2, margin=\"0.18,0.08\""
-    title_width = 12 if node.type == FINAL and not box.description else 24  # small circles
+    title_width = 12 if circle else 24  # keeps the circles small
     return (f"[shape={shape}, {common}, label={_box_label(box, 12, title_width)}, "
             f"tooltip={_quote(node.id)}]")
 
