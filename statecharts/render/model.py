@@ -140,68 +140,52 @@ def _columns(root: StateNode, arrows: list[Arrow]) -> dict[StateNode, int]:
     """For a deep chart, the column of each top-level state, so that the chart wraps into
     columns of at most about ``_COLUMN_ROWS`` rows instead of one tall strip; empty when one
     column is enough. A state's row is the longest path of rows above it from the start."""
+    if root.type == PARALLEL or root.initial is None:
+        return {}
     following: dict[StateNode, list[StateNode]] = {}
     for arrow in arrows:
         source, target = _top(arrow.source), _top(arrow.target)
         if arrow.source is not root and source is not target:
             following.setdefault(source, []).append(target)
-    starts = [root.initial] if root.initial is not None else list(root.regions)
-    rows = _start_rows(following, starts)
-    total = max((row + _height(node) for node, row in rows.items()), default=0)
-    if root.type == PARALLEL or total <= _COLUMN_ROWS:
+    heights: dict[StateNode, int] = {}
+    rows = _start_rows(following, root.initial, heights)
+    total = max(row + _height(node, heights) for node, row in rows.items())
+    if total <= _COLUMN_ROWS:
         return {}
     count = -(-total // _COLUMN_ROWS)
     # by the middle row of each state, so a tall state goes where most of it would be
-    return {node: min(count - 1, int((rows.get(node, 0) + _height(node) / 2) * count / total))
+    return {node: min(count - 1, int((rows.get(node, 0) + _height(node, heights) / 2)
+                                     * count / total))
             for node in root.regions}
 
 
-def _start_rows(following: Mapping[StateNode, list[StateNode]],
-                starts: list[StateNode]) -> dict[StateNode, int]:
-    """The row each state reached from ``starts`` begins at: the most rows on a path to it
+def _start_rows(following: Mapping[StateNode, list[StateNode]], start: StateNode,
+                heights: dict[StateNode, int]) -> dict[StateNode, int]:
+    """The row each state reached from ``start`` begins at: the most rows on a path to it
     (back edges, found by depth-first search, left out)."""
     order: list[StateNode] = []  # post-order: each node after everything it leads to
-    seen: set[StateNode] = set()
+    done: set[StateNode] = set()
     on_path: set[StateNode] = set()
     forward: dict[StateNode, list[StateNode]] = {}
 
     def visit(node: StateNode) -> None:
-        seen.add(node)
         on_path.add(node)
         for target in following.get(node, []):
             if target in on_path:
                 continue  # a loop back: does not push its target down
             forward.setdefault(node, []).append(target)
-            if target not in seen:
+            if target not in done:
                 visit(target)
         on_path.discard(node)
+        done.add(node)
         order.append(node)
 
-    for start in starts:
-        if start not in seen:
-            visit(start)
+    visit(start)
     rows = dict.fromkeys(order, 0)
     for node in reversed(order):
         for target in forward.get(node, []):
-            rows[target] = max(rows[target], rows[node] + _height(node))
+            rows[target] = max(rows[target], rows[node] + _height(node, heights))
     return rows
-
-
-def _chain(following: Mapping[StateNode, list[StateNode]], starts: list[StateNode]) -> int:
-    """The most rows on a path through ``following`` from ``starts`` (cycles cut)."""
-    memo: dict[StateNode, int] = {}
-    on_path: set[StateNode] = set()
-
-    def visit(node: StateNode) -> int:
-        if node in memo:
-            return memo[node]
-        on_path.add(node)
-        below = [visit(n) for n in following.get(node, []) if n not in on_path]
-        on_path.discard(node)
-        memo[node] = _height(node) + max(below, default=0)
-        return memo[node]
-
-    return max((visit(n) for n in starts), default=0)
 
 
 def _top(node: StateNode) -> StateNode:
@@ -209,19 +193,25 @@ def _top(node: StateNode) -> StateNode:
     return node.ancestors[-2] if len(node.ancestors) >= 2 else node
 
 
-def _height(node: StateNode) -> int:
-    """Rows a top-level state takes: 1, or for a nested state its start row plus the longest
-    chain inside it (regions side by side: the tallest)."""
+def _height(node: StateNode, heights: dict[StateNode, int]) -> int:
+    """Rows a state takes (memoized in ``heights``): 1, or for a nested state its start row
+    plus the longest path of rows inside it (regions side by side: the tallest)."""
+    if node in heights:
+        return heights[node]
     if not node.children:
-        return 1
-    if node.type == PARALLEL:
-        return max(_height(region) for region in node.regions)
-    inner: dict[StateNode, list[StateNode]] = {}
-    for child in node.regions:
-        for transition in (*child.transitions, *child.always):
-            inner.setdefault(child, []).extend(
-                t for t in transition.targets if t.parent is node and t is not child)
-    return 1 + _chain(inner, [node.initial or node.regions[0]])
+        height = 1
+    elif node.type == PARALLEL:
+        height = max(_height(region, heights) for region in node.regions)
+    else:
+        inner: dict[StateNode, list[StateNode]] = {}
+        for child in node.regions:
+            for transition in (*child.transitions, *child.always):
+                inner.setdefault(child, []).extend(
+                    t for t in transition.targets if t.parent is node and t is not child)
+        rows = _start_rows(inner, node.initial or node.regions[0], heights)
+        height = 1 + max(row + _height(child, heights) for child, row in rows.items())
+    heights[node] = height
+    return height
 
 
 def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
