@@ -52,10 +52,25 @@ def sentence(text: str) -> str:
 
 def state_title(node: StateNode) -> str:
     """The title of a state box: its key as words ("fetching_customer" -> "Fetching
-    customer"); the description, if any, is shown below it."""
+    customer"); the description, if any, is shown below it. A description that is only the
+    name in the author's spelling ("Fetch API Records" for ``fetch_api_records``, as the n8n
+    import writes) is the title instead, so the name is not shown twice."""
     if node.type == "history":
         return "H*" if node.history == "deep" else "H"
+    if node.description and _same_words(node.description, node.key):
+        return node.description
     return sentence(humanize(node.key))
+
+
+def state_description(node: StateNode) -> str | None:
+    """The description shown below a state's title (None when it is the title)."""
+    if node.description and not _same_words(node.description, node.key):
+        return node.description
+    return None
+
+
+def _same_words(a: str, b: str) -> bool:
+    return [w.lower() for w in words(a)] == [w.lower() for w in words(b)]
 
 
 def event_phrase(event: str) -> str:

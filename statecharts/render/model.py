@@ -109,7 +109,7 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
     failed |= run_fails
     work = _work_phrases(machine)
     progress = _retry_progress(snapshot)
-    boxes = {node: Box(node, labels.state_title(node), node.description,
+    boxes = {node: Box(node, labels.state_title(node), labels.state_description(node),
                        _details(machine, node, work), progress.get(node.id, ()),
                        node in failed, node in run_fails, node.id in active,
                        node.parent is not None and node.parent.type == "parallel")

@@ -54,8 +54,9 @@ def test_every_state_of_the_committed_diagrams_is_there_by_name(entry: object) -
         name = "H*" if node.history == "deep" else "H" if node.type == "history" else \
             sentence(humanize(node.key))
         assert node.id in drawn, f"{stem}: no box for {node.id}"
-        assert drawn[node.id].startswith(name), f"{stem}: {node.id} is titled {drawn[node.id]!r}"
-        assert re.search(rf'state "{re.escape(name)}(<br/>[^"]*)?" as ', mermaid), \
+        assert drawn[node.id].lower().startswith(name.lower()), \
+            f"{stem}: {node.id} is titled {drawn[node.id]!r}"
+        assert re.search(rf'state "{re.escape(name)}(<br/>[^"]*)?" as ', mermaid, re.I), \
             f"{stem}.mmd: no state titled {name!r}"
         if node.description:  # below the name, in the box
             first_words = node.description.split()[0]
@@ -75,6 +76,18 @@ def test_invoice_shows_how_each_call_is_protected() -> None:
     assert by_key["fetching_customer"].details == ("doing: fetch customer",)
     for text in (to_dot(entry.machine), to_mermaid(entry.machine)):
         assert "never retried: InvoiceRejected" in text and "circuit breaker" in text
+
+
+def test_a_description_that_only_spells_the_name_is_the_title_not_a_second_line() -> None:
+    from statecharts import create_machine
+
+    machine = create_machine({"id": "m", "initial": "fetch_api_records", "states": {
+        "fetch_api_records": {"description": "Fetch API Records", "on": {"GO": "done"}},
+        "done": {"type": "final", "description": "the run is done"}}})
+    boxes = {node.key: box for node, box in build_diagram(machine).boxes.items()}
+    assert (boxes["fetch_api_records"].title, boxes["fetch_api_records"].description) == (
+        "Fetch API Records", None)
+    assert (boxes["done"].title, boxes["done"].description) == ("Done", "the run is done")
 
 
 def test_the_error_workflow_a_failure_starts_is_named() -> None:
