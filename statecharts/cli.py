@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -82,14 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
 def run_one_tool(register: Callable[[Any], None], argv: Sequence[str] | None,
                  doc: str | None = None) -> int:
     """Run a single tool's subcommands on their own (``python -m <tool module>``)."""
+    _importable_from_here()
     parser = argparse.ArgumentParser(prog="statecharts", description=doc)
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.handler(args) or 0)
 
 
+def _importable_from_here() -> None:
+    """Let ``--machines myapp`` and ``render myapp:machine`` import modules from the current
+    folder, as ``python -m`` would (an installed console script does not put it on the
+    path)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    _importable_from_here()
     args = build_parser().parse_args(argv)
     return int(args.handler(args) or 0)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,6 +64,37 @@ def test_every_python_block_runs_and_prints_what_the_page_shows(
             assert out.getvalue() == expected, f"block {number} printed:\n{out.getvalue()}"
     assert (tmp_path / "signup.db").is_file()  # the durable part really wrote the store
     monkeypatch.delitem(sys.modules, "signup", raising=False)
+    _the_page_commands_work(tmp_path, str(namespace["run_id"]))
+
+
+def _statecharts(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``statecharts`` console script (not ``python -m``, which would put the
+    folder on the import path by itself), run in ``folder``."""
+    script = Path(sys.executable).parent / "statecharts"
+    command = [str(script)] if script.exists() else [shutil.which("statecharts") or "statecharts"]
+    return subprocess.run([*command, *args], cwd=folder, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _the_page_commands_work(folder: Path, run_id: str) -> None:
+    """The page's shell commands, on the folder the Python blocks left behind."""
+    text = TUTORIAL.read_text(encoding="utf-8")
+    commands = [line for language, code in blocks(text) if language == "sh"
+                for line in code.splitlines() if line.startswith("statecharts ")]
+    assert "statecharts render signup:machine -o signup.svg" in commands
+    drawn = _statecharts(folder, "render", "signup:machine", "--format", "mermaid")
+    assert drawn.returncode == 0, drawn.stderr
+    assert 'state "Waiting for confirmation" as' in drawn.stdout
+    assert "idempotency key: the same on every try" in drawn.stdout
+    shown = _statecharts(folder, "runs", "show", run_id, "--store", "sqlite:///signup.db")
+    assert shown.returncode == 0, shown.stderr
+    assert "CONFIRMED" in shown.stdout and "active" in shown.stdout
+    for command in commands:  # the long-running ones: their options at least parse
+        if command.startswith(("statecharts worker", "statecharts ui")):
+            parsed = _statecharts(folder, *command.split()[1:2], "--help")
+            assert parsed.returncode == 0
+            for option in re.findall(r"--[a-z-]+", command):
+                assert option in parsed.stdout, (command, option)
 
 
 def test_the_saved_module_is_what_the_commands_load(
