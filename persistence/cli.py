@@ -141,11 +141,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
     cancel.set_defaults(handler=_runs_cancel)
     resume = actions.add_parser(
-        "resume", help="resume a failed run from the state it failed in (journaled)"
+        "resume", help="resume a failed run from the state it failed in (journaled)",
+        description="Make a failed run (status error) active again in the state it failed "
+                    "in: the failed calls of its last step run again, with their idempotency "
+                    "keys, at a worker's next round. The resume is journaled."
     )
     _add_store(resume)
-    resume.add_argument("run_id")
-    resume.add_argument("--machines", action="append", required=True, metavar="MODULE")
+    resume.add_argument("run_id", help="the failed run's id")
+    resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                        help="module (or module:attr) defining the machines; repeatable")
     resume.set_defaults(handler=_runs_resume)
     versions = actions.add_parser(
         "versions", help="active runs that the given machines cannot step (definition changed)",
