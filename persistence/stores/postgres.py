@@ -102,6 +102,7 @@ class PostgresStore(SQLStore):
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
     _JSON_VERSION = "snapshot->>'version'"
+    _CREATE_IS_ONE_STATEMENT = True
 
     def __init__(
         self,
@@ -176,9 +177,8 @@ class PostgresStore(SQLStore):
         if rows:
             conn.cursor().executemany(_pg(sql), rows)
 
-    def _write_one(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        # one statement: autocommit, no BEGIN/COMMIT round trips
-        return self._rows(_pg(sql), params)
+    def _statement_write(self) -> Any:
+        return self._connection()
 
     def _rows(self, sql: str, params: Any = ()) -> list[Any]:
         """psycopg-style SQL (`%s` markers) as one autocommitted statement."""

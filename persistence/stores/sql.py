@@ -100,6 +100,9 @@ class SQLDialect:
     EFFECT_COLUMNS: str
 
     _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
+    _CREATE_IS_ONE_STATEMENT = False
+    """True where `_create_in` is one statement (PostgreSQL's CTE), so a lone create needs no
+    transaction of its own."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -152,9 +155,14 @@ class SQLDialect:
         with self._connection() as conn:
             return [list(self._exec(conn, sql, params).fetchall()) for sql, params in queries]
 
+    def _statement_write(self) -> AbstractContextManager[Any]:
+        """A connection for a write this dialect does in one statement (PostgreSQL: autocommit,
+        no BEGIN/COMMIT round trips; SQLite: its write transaction)."""
+        return self._write()
+
     def _write_one(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """One statement as its own transaction; its rows."""
-        with self._write() as conn:
+        with self._statement_write() as conn:
             return list(self._exec(conn, sql, params).fetchall())
 
     def _create_in(
@@ -192,7 +200,7 @@ class SQLRuns(SQLDialect):
         self, run: NewRun, effects: Sequence[NewEffect], now: int
     ) -> tuple[RunRecord, bool]:
         """Insert a run and its initial effects, or return the active run with the same key."""
-        with self._write() as conn:
+        with self._statement_write() if self._CREATE_IS_ONE_STATEMENT else self._write() as conn:
             return self._create_in(conn, run, effects, now)
 
     def _create_in(
@@ -310,22 +318,20 @@ class SQLRuns(SQLDialect):
         )
 
     def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
-        """Queue an event for an active run."""
+        """Queue an event for an active run (one statement; the status is read only to say why
+        nothing was queued)."""
         rid = self._id(run_id)
-        with self._write() as conn:
-            rows = self._exec(conn, "SELECT status FROM workflow_runs WHERE id = ?",
-                              (rid,)).fetchall()  # fmt: skip
-            if not rows:
-                raise RunNotFoundError(f"no run with id {run_id!r}")
-            if rows[0][0] != ACTIVE:
-                raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
-            inserted = self._exec(
-                conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?) "
-                "RETURNING id",
-                (rid, self._j(dict(event)), self._t(now)),
-            ).fetchall()
+        inserted = self._write_one(
+            "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? "
+            "FROM workflow_runs WHERE id = ? AND status = 'active' RETURNING id",
+            (self._j(dict(event)), self._t(now), rid),
+        )
+        if inserted:
             return int(inserted[0][0])
+        rows = self._read("SELECT status FROM workflow_runs WHERE id = ?", (rid,))
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
