@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from ..events import EventLike, normalize_event
 from ..frozen import thaw
 from ..machine import Machine
-from ..snapshot import Snapshot, snapshot_to_json
+from ..snapshot import Snapshot, persist, snapshot_to_json
 from .graph import EventSource, Graph, StateKey, explore
 from .strategies import events as event_lists
 
@@ -73,7 +73,7 @@ def _fingerprint(snapshot: Snapshot, effects: Sequence[Any]) -> tuple[Any, Any]:
 
 def machine_persist(snapshot: Snapshot) -> dict[str, Any]:
     """The persisted form of ``snapshot`` (what the properties compare)."""
-    return snapshot.machine.persist(snapshot)
+    return persist(snapshot)
 
 
 def deterministic_on(machine: Machine, sequence: Sequence[EventLike], input: Any = None,
