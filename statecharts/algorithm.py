@@ -376,8 +376,8 @@ def quiet_plan(configurations: Configurations, configuration: Configuration,
     configuration: no guard decides the selection, no action, exit or entry work runs, no
     history is recorded, and no eventless transition can follow. None otherwise. Kept on the
     configuration (these are facts of the definition), so such an event costs a lookup."""
-    found = configuration.quiet.get(kind, _UNKNOWN)
-    if found is _UNKNOWN:
+    found = configuration.quiet.get(kind, UNKNOWN)
+    if found is UNKNOWN:
         found = _quiet_plan(configurations, configuration, kind)
         if len(configuration.quiet) < PLANS_PER_CONFIGURATION:
             configuration.quiet[kind] = found
@@ -399,7 +399,8 @@ def _quiet_plan(configurations: Configurations, configuration: Configuration,
     return plan if quiet else None
 
 
-_UNKNOWN = object()
+UNKNOWN: Any = object()
+"""What ``configuration.quiet`` holds for an event type not looked at yet."""
 
 
 def first_enabled(candidates: Iterable[Transition], step: Step,
@@ -474,7 +475,10 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
     if not transitions:
         return False
     step.microsteps += 1
-    plan = plan_for(step, transitions)
+    plan = step.configuration.plans.get(  # type: ignore[union-attr]
+        transitions[0] if len(transitions) == 1 else tuple(transitions)) if step.plans else None
+    if plan is None:
+        plan = plan_for(step, transitions)
     if step.trace is not None:
         step.trace.append((event, plan.transitions))
     # identity, not equality: an assign always makes a new context, and XState re-selects
@@ -967,20 +971,28 @@ def compile_action(action: ActionSpec) -> Op:
             step.effects.append(fx.RunAction(kind, fixed, step.context, event, impl))
         return run_user
     assert isinstance(impl, Assign) and isinstance(impl.assignment, Mapping)
-    items = tuple(impl.assignment.items())
+    items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
+    if not all(type(key) is str for key, _, _ in items):
+        return lambda step, event: run_actions(step, (action,), event)
 
     def run_assign(step: Step, event: FrozenDict) -> None:
         step.event = event
         context = step.context
-        try:
-            changes = {key: value(context, event) if callable(value) else value
-                       for key, value in items}
-        except StatechartError:
-            raise
-        except Exception as exc:
-            raise ImplementationError(f"action '{kind}'", exc) from exc
-        step.context = frozen_update(context, changes)
+        merged = dict(context)
+        for key, value, computed in items:
+            if computed:
+                try:
+                    value = value(context, event)
+                except StatechartError:
+                    raise
+                except Exception as exc:
+                    raise ImplementationError(f"action '{kind}'", exc) from exc
+            merged[key] = value if type(value) in _IMMUTABLE else freeze(value, key)
+        step.context = FrozenDict(merged)
     return run_assign
+
+
+_IMMUTABLE = frozenset((int, str, bool, type(None)))  # as frozen_update keeps them
 
 
 def _order(node: StateNode) -> int:

@@ -141,8 +141,10 @@ class Machine:
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            plan = algorithm.quiet_plan(self.configurations, snapshot.configuration,
-                                        event["type"])
+            plan = snapshot.configuration.quiet.get(event["type"], algorithm.UNKNOWN)
+            if plan is algorithm.UNKNOWN:
+                plan = algorithm.quiet_plan(self.configurations, snapshot.configuration,
+                                            event["type"])
             if plan is not None and not (plan.exits and snapshot.retry_records):
                 if trace is not None and plan.transitions:
                     trace.append((event, plan.transitions))
