@@ -220,9 +220,8 @@ class Actor:
         """One event through the machine (the hot path of ``send``)."""
         snapshot = self._snapshot
         assert snapshot is not None
-        if self._inspect is None:
-            trace = None
-        else:
+        trace: list[Any] | None = None
+        if self._inspect is not None:
             trace = []
             self._report("@xstate.event", event=event)
         try:
