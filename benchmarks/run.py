@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
 ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "takeover",
        "hotspots")
-PROFILED = ("flat", "counter", "rehydrate")
+PROFILED = ("flat", "counter", "shop", "rehydrate")
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,16 @@ TITLES = {
 
 INTRO = {
     "engine": (
-        "Events per second through a started actor's `send` (flat, hier, reenter, counter) and "
-        "through the pure `machine.transition()` (pure ...), which only XState also has. "
-        "Machines: `benchmarks/charts.py` (the same configs are handed to XState). Each run "
-        "checks the final state. The slower Python peers get fewer events per run (`n`); "
-        "rates are per event."
+        "Events per second through a started actor's `send` (flat, hier, reenter, counter, the "
+        "entry/exit toggle, the shop, the invoice event mix) and through the pure "
+        "`machine.transition()` (pure ...), which only XState also has: its pure rows are "
+        "XState's `transition()` and, the fair comparison, XState's actor on the same chart "
+        "(the same measurement as that chart's actor table). \"plans off\" is this engine "
+        "with `machine.plans = False`: every microstep planned afresh by the reference "
+        "algorithm. Machines and their guards and actions: `benchmarks/charts.py` (the same "
+        "configs, and the same functions written in JavaScript, are handed to XState). Each "
+        "run checks the final state and context on both sides. The slower Python peers get "
+        "fewer events per run (`n`) and run only the first four charts; rates are per event."
     ),
     "rehydrate": (
         "Per event: restore from JSON bytes, send one event (hier chart, t1/t2), persist back "
@@ -228,7 +233,7 @@ averages below): read them as ratios. The peers are installed from
 
 {machine}
 
-## Goals (issue 11)
+## Goals (issues 11 and 19)
 
 {goals.markdown(checked)}
 {why_short(checked)}

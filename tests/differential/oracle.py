@@ -87,12 +87,14 @@ def start_traced(machine: Machine, trace: list[Any]) -> tuple[Snapshot, tuple[An
     return machine.start(None, lambda: 0, trace)
 
 
-def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
+def compare(generated: GeneratedMachine, events: Sequence[str], plans: bool = True) -> str:
     """Run both engines; raise ``Disagreement`` or return ``"complete"`` or the name of the
-    known difference that stopped the comparison."""
+    known difference that stopped the comparison. ``plans=False``: this engine computes
+    every microstep's plan afresh instead of reusing kept ones."""
     machine: Machine = GeneratedMachine(instrument(generated.config), generated.event_types,
                                         generated.guards, generated.actions
                                         ).build(TRACE_ACTIONS)
+    machine.plans = plans
     trace: list[Any] = []
     try:
         snapshot, effects = start_traced(machine, trace)
