@@ -79,9 +79,11 @@ def machine_persist(snapshot: Snapshot) -> dict[str, Any]:
 def deterministic_on(machine: Machine, sequence: Sequence[EventLike], input: Any = None,
                      twin: Machine | None = None) -> None:
     """Raise ``PropertyViolation`` unless ``sequence`` gives the same snapshots and effects on
-    ``machine`` and on a separately built twin running with the fast path off."""
-    twin = twin or Machine(machine.config, machine.implementations, machine.version,
-                           machine.migrations)
+    ``machine`` and on a separately built twin computing every transition plan afresh."""
+    if twin is None:
+        twin = Machine(machine.config, machine.implementations, machine.version,
+                       machine.migrations)
+        twin.plans = False
     first, first_effects = machine.initial_transition(input)
     second, second_effects = twin.initial_transition(input)
     _same("determinism", first, first_effects, second, second_effects, [])
@@ -96,10 +98,12 @@ def assert_deterministic(machine: Machine, *, payloads: Mapping[str, Any] | None
                          max_steps: int = 20, max_examples: int = 100, input: Any = None
                          ) -> None:
     """The same events give the same snapshots and effects: on a second, separately built
-    machine and with the engine's fast path off (it traces every step). Catches guards,
-    assigns or context factories that read clocks, randomness or global state."""
+    machine that computes every transition plan afresh instead of reusing kept ones (and
+    traces every step). Catches guards, assigns or context factories that read clocks,
+    randomness or global state."""
     twin = Machine(machine.config, machine.implementations, machine.version,
                    machine.migrations)
+    twin.plans = False
     _run_sequences(lambda sequence: deterministic_on(machine, sequence, input, twin), machine,
                    payloads, max_steps, max_examples)
 
