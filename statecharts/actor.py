@@ -265,8 +265,10 @@ class Actor:
             fn = effect.fn if effect.fn is not None else \
                 self.machine.implementations.actions.get(effect.type)
             if callable(fn):
+                params = effect.params
                 try:
-                    fn(effect.context, effect.event, **effect.params)
+                    fn(effect.context, effect.event, **params) if params else \
+                        fn(effect.context, effect.event)
                 except Exception as exc:
                     raise ImplementationError(f"action '{effect.type}'", exc) from exc
         elif isinstance(effect, fx.StartTimer):

@@ -280,7 +280,8 @@ def _action_spec(definition: Definition, implementations: Implementations,
 def macrostep(step: Step, event: FrozenDict) -> None:
     """Process one external event to completion: its microstep, then eventless transitions and
     internal events until the machine is at rest."""
-    _forget_finished_child(step, event)
+    if event["type"].startswith(_ACTOR_RESULTS):
+        _forget_finished_child(step, event)
     transitions = select_transitions(step, event)
     if not transitions and is_error_actor_event(event):
         step.status = "error"  # an unhandled actor error fails the machine, as in XState
@@ -315,6 +316,9 @@ def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None
                                     f"in: {active})")
     if step.status != "active":
         _stop_everything(step)
+
+
+_ACTOR_RESULTS = ("xstate.done.actor.", "xstate.error.actor.")
 
 
 def _forget_finished_child(step: Step, event: FrozenDict) -> None:
@@ -483,13 +487,14 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         step.trace.append((event, plan.transitions))
     # identity, not equality: an assign always makes a new context, and XState re-selects
     # eventless transitions after any assign even when the values are equal
-    before = (step.context, step.history, step.retries)
+    context, history, retries = step.context, step.history, step.retries
     run_plan(step, plan, event)
     if plan.targetless:
-        return step.context is not before[0]
-    _exit_all_if_done(step, event)
-    return bool(plan.exits or plan.entries) or \
-        any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
+        return step.context is not context
+    if step.status == "done":
+        _exit_all_if_done(step, event)
+    return bool(plan.exits or plan.entries) or step.context is not context or \
+        step.history is not history or step.retries is not retries
 
 
 class Plan:
