@@ -129,9 +129,10 @@ def engine_case(case: str) -> Case:
 ALL_CASES = (*ACTOR_CASES, *PURE_CASES)
 
 
-def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
-    """This engine's cases as rounds, and the actor cases again with the plans off (a case
-    whose API cannot be imported is a skipped row)."""
+def ours_rounds(n: int, plans_off_n: int) -> tuple[list[Round], list[Result]]:
+    """This engine's cases as rounds, and the actor cases again with the plans off (fewer
+    events, ``plans_off_n``: it is several times slower); a case whose API cannot be imported
+    is a skipped row."""
     label = ours_label()
     rounds, skips = [], []
     for case in ALL_CASES:
@@ -143,7 +144,7 @@ def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
         rounds.append(case_round(case, label, fn, n))
     for case in ACTOR_CASES:
         rounds.append(case_round(case, f"{label}, {PLANS_OFF}", actor_case(case, plans=False),
-                                 n))
+                                 plans_off_n))
     return rounds, skips
 
 
@@ -203,7 +204,8 @@ def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]
     """Every subject on every case, runs interleaved; ordered by case for the tables."""
     rounds: list[Round] = []
     skips: list[Result] = []
-    for more_rounds, more_skips in (ours_rounds(n), xstate_rounds(n), python_peer_rounds(peer_n)):
+    for more_rounds, more_skips in (ours_rounds(n, peer_n), xstate_rounds(n),
+                                    python_peer_rounds(peer_n)):
         rounds += more_rounds
         skips += more_skips
     results = interleave(BENCHMARK, rounds, repeat) + skips
