@@ -374,37 +374,109 @@ def _select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
     return False
 
 
-def quiet_plan(configurations: Configurations, configuration: Configuration,
-               kind: str) -> Plan | None:
-    """The plan of an event of type ``kind`` when taking it is nothing but a change of
-    configuration: no guard decides the selection, no action, exit or entry work runs, no
-    history is recorded, and no eventless transition can follow. None otherwise. Kept on the
-    configuration (these are facts of the definition), so such an event costs a lookup."""
-    found = configuration.quiet.get(kind, UNKNOWN)
+class Route:
+    """How events of one type are taken in one configuration, compiled: the candidate
+    transitions in priority order, each with its guard (a user function called directly, or
+    none) and its plan when that plan is nothing but compiled actions and a change of
+    configuration (None: take the full step). Exists only where selection is this simple:
+    a single-chain configuration whose guards are all plain user functions, or any
+    configuration where no guard decides; not for the engine's own events, nor where an
+    eventless transition could follow."""
+
+    __slots__ = ("choices",)
+
+    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...]) -> None:
+        self.choices = choices
+
+
+def route_for(configurations: Configurations, configuration: Configuration,
+              kind: str) -> Route | None:
+    """The compiled route of ``kind`` in ``configuration`` (kept on it: these are facts of
+    the definition), or None where events of this type take the full step."""
+    found = configuration.routes.get(kind, UNKNOWN)
     if found is UNKNOWN:
-        found = _quiet_plan(configurations, configuration, kind)
-        if len(configuration.quiet) < PLANS_PER_CONFIGURATION:
-            configuration.quiet[kind] = found
+        found = _compile_route(configurations, configuration, kind)
+        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
+            configuration.routes[kind] = found
     return found  # type: ignore[no-any-return]
 
 
-def _quiet_plan(configurations: Configurations, configuration: Configuration,
-                kind: str) -> Plan | None:
-    if kind.startswith("xstate.") or configuration.has_always or any(
-            t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
+def _compile_route(configurations: Configurations, configuration: Configuration,
+                   kind: str) -> Route | None:
+    if kind.startswith("xstate.") or configuration.has_always:
+        return None
+    if configuration.chain is not None:
+        choices: list[tuple[Transition | None, Any, Plan | None]] = []
+        for transition in configuration.chain_candidates(kind):
+            if transition.guard is not None and transition.guard_fn is None:
+                return None  # a guard that needs the step (combinators, stateIn, params)
+            choices.append((transition, transition.guard_fn,
+                            _direct_plan(configurations, configuration, [transition])))
+            if transition.guard is None:
+                break  # the candidates after an unguarded one are never taken
+        return Route(tuple(choices))
+    if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
         return None
     selected: list[Transition] = []
     _select_in(configurations.root, configuration.node_set, kind,
                lambda candidates: candidates[0] if candidates else None, selected)
-    if any(t.has_history_target for t in selected):
+    if not selected:
+        return Route(())
+    return Route(((None, None, _direct_plan(configurations, configuration, selected)),))
+
+
+def _direct_plan(configurations: Configurations, configuration: Configuration,
+                 transitions: list[Transition]) -> Plan | None:
+    """The plan of ``transitions`` when it can run without a ``Step``: only compiled actions,
+    no history recorded or read, no eventless transition after it."""
+    if any(t.has_history_target for t in transitions):
         return None
-    plan = compute_plan(configurations, configuration, selected, EMPTY)
-    quiet = plan.ops == () and not plan.recorded and not plan.target.has_always
-    return plan if quiet else None
+    key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
+    plan = configuration.plans.get(key)
+    if plan is None:
+        plan = compute_plan(configurations, configuration, transitions, EMPTY)
+        if plan.reads_history:
+            return None
+        configuration.plans[key] = plan
+    direct = plan.ops is not None and not plan.recorded and not plan.target.has_always
+    return plan if direct else None
+
+
+def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
+               trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None
+               ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
+    """Take ``event`` along ``route``: the first candidate whose guard passes, its compiled
+    actions, the new snapshot. None when the transition chosen needs the full step."""
+    context = snapshot.context
+    for transition, test, plan in route.choices:
+        if test is not None:
+            try:
+                if not test(context, event):
+                    continue
+            except Exception as exc:
+                assert transition is not None and transition.guard is not None
+                raise ImplementationError(f"guard '{transition.guard.type}' at "
+                                          f"{transition.config_path}", exc) from exc
+        if plan is None or (plan.exits and snapshot.retry_records):
+            return None
+        if trace is not None:
+            trace.append((event, plan.transitions))
+        ops = plan.ops
+        if not ops:  # a change of configuration only, or nothing
+            if plan.target is snapshot.configuration:
+                return snapshot, ()
+            return replace(snapshot, configuration=plan.target), ()
+        effects: list[fx.Effect] = []
+        for op in ops:
+            context = op(context, event, effects)
+        if plan.target is snapshot.configuration and context is snapshot.context:
+            return snapshot, tuple(effects)
+        return replace(snapshot, configuration=plan.target, context=context), tuple(effects)
+    return snapshot, ()
 
 
 UNKNOWN: Any = object()
-"""What ``configuration.quiet`` holds for an event type not looked at yet."""
+"""What ``configuration.routes`` holds for an event type not looked at yet."""
 
 
 def first_enabled(candidates: Iterable[Transition], step: Step,
@@ -504,11 +576,11 @@ class Plan:
 
     None of it depends on context or event data, so a plan is computed once by the functions
     below (SCXML's exit and entry sets) and kept on its configuration; guards and action
-    bodies still run every time. Transitions to history states are planned afresh each time
-    (where they lead depends on what the history holds)."""
+    bodies still run every time. Plans that go through a history state are computed afresh
+    each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("entries", "exits", "observes_nodes", "ops", "recorded", "remaining",
-                 "target", "targetless", "transitions")
+    __slots__ = ("entries", "exits", "observes_nodes", "ops", "reads_history", "recorded",
+                 "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
                  recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
@@ -520,18 +592,23 @@ class Plan:
         self.remaining = remaining  # the active states between the exits and the entries
         self.target = target
         self.targetless = len(transitions) == 1 and not transitions[0].targets
+        # where a history state leads depends on what it holds: a target, or the initial
+        # state of a state entered, that is a history state makes the plan good only once
+        self.reads_history = any(t.has_history_target for t in transitions) or any(
+            n.initial is not None and n.initial.type == HISTORY for n in entries)
         # entering a final state, and some built-ins (``enqueue_actions``' check, SCXML's
         # In()), look at the active states while the microstep runs: keep them exact then
         self.observes_nodes = any(n.type == FINAL for n in entries) or any(
             _reads_configuration(a) for a in _plan_actions(exits, transitions, entries))
         # the whole microstep as one list of compiled actions, when the states exited and
-        # entered bring nothing but actions (no timers, invocations or retried calls)
+        # entered bring nothing but actions (no timers, invocations or retried calls) and
+        # every action compiles (user actions, assigns of a mapping)
         plain = not self.observes_nodes and not any(
             n.after_timers or n.invoke or n.retry is not None or n.retry_attempt_of is not None
             for n in (*exits, *entries))
-        self.ops: tuple[Op, ...] | None = tuple(
-            compile_action(a) for a in _plan_actions(exits, transitions, entries)) \
-            if plain else None
+        ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
+            if plain else [None]
+        self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
 
 
 PLANS_PER_CONFIGURATION = 1024
@@ -546,7 +623,7 @@ def plan_for(step: Step, transitions: list[Transition]) -> Plan:
     plan = configuration.plans.get(key) if step.plans else None
     if plan is None:
         plan = compute_plan(step.configurations, configuration, transitions, step.history)
-        if step.plans and not any(t.has_history_target for t in plan.transitions) and \
+        if step.plans and not plan.reads_history and \
                 len(configuration.plans) < PLANS_PER_CONFIGURATION:
             configuration.plans[key] = plan
     return plan
@@ -576,8 +653,10 @@ def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
         step.history = FrozenDict({**step.history, **plan.recorded})
     ops = plan.ops
     if ops is not None and not (step.retries and plan.exits):
+        context, effects = step.context, step.effects
         for op in ops:
-            op(step, event)
+            context = op(context, event, effects)
+        step.context = context
     else:
         nodes = _own_nodes(step) if plan.observes_nodes else None
         for node in plan.exits:
@@ -957,32 +1036,34 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
                                              impl))
 
 
-Op = Callable[[Step, FrozenDict], None]
+Op = Callable[[FrozenDict, FrozenDict, list[fx.Effect]], FrozenDict]
+"""A compiled action: ``op(context, event, effects) -> context``."""
 
 
-def compile_action(action: ActionSpec) -> Op:
-    """``action`` as one call doing what ``run_actions`` does with it, specialised for the
-    common kinds (a user action without computed params; an ``assign`` of a mapping)."""
+def compile_action(action: ActionSpec) -> Op | None:
+    """``action`` as one call doing what ``run_actions`` does with it, for the common kinds
+    (a user action without computed params; an ``assign`` of a mapping with string keys);
+    None for the others, which need the ``Step``."""
     impl, params = action.impl, action.params
-    if callable(params) or (isinstance(impl, BuiltinAction) and (
-            params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping))):
-        single = (action,)
-        return lambda step, event: run_actions(step, single, event)
     kind = action.type
+    if callable(params):
+        return None
     if not isinstance(impl, BuiltinAction):
         fixed = params or EMPTY
 
-        def run_user(step: Step, event: FrozenDict) -> None:
-            step.effects.append(fx.RunAction(kind, fixed, step.context, event, impl))
+        def run_user(context: FrozenDict, event: FrozenDict,
+                     effects: list[fx.Effect]) -> FrozenDict:
+            effects.append(fx.RunAction(kind, fixed, context, event, impl))
+            return context
         return run_user
-    assert isinstance(impl, Assign) and isinstance(impl.assignment, Mapping)
+    if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
+        return None
     items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
     if not all(type(key) is str for key, _, _ in items):
-        return lambda step, event: run_actions(step, (action,), event)
+        return None
 
-    def run_assign(step: Step, event: FrozenDict) -> None:
-        step.event = event
-        context = step.context
+    def run_assign(context: FrozenDict, event: FrozenDict,
+                   effects: list[fx.Effect]) -> FrozenDict:
         merged = dict(context)
         for key, value, computed in items:
             if computed:
@@ -993,7 +1074,7 @@ def compile_action(action: ActionSpec) -> Op:
                 except Exception as exc:
                     raise ImplementationError(f"action '{kind}'", exc) from exc
             merged[key] = value if type(value) in _IMMUTABLE else freeze(value, key)
-        step.context = FrozenDict(merged)
+        return FrozenDict(merged)
     return run_assign
 
 

@@ -33,7 +33,7 @@ class Configuration:
         "node_set",
         "nodes",
         "plans",
-        "quiet",
+        "routes",
         "tags",
         "value",
     )
@@ -54,9 +54,8 @@ class Configuration:
         # transition (or tuple of transitions) -> the plan of taking it from here
         # (filled by algorithm.plan_for)
         self.plans: dict[Any, Any] = {}
-        # event type -> its plan when taking it only changes the configuration, or None
-        # (filled by algorithm.quiet_plan)
-        self.quiet: dict[str, Any] = {}
+        # event type -> its compiled route here, or None (filled by algorithm.route_for)
+        self.routes: dict[str, Any] = {}
         # without parallel states the active states form one chain, leaf to root, and
         # selection is "the first enabled candidate along the chain"
         self.chain: tuple[StateNode, ...] | None = None

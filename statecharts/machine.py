@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from msgspec.structs import replace
-
 from . import algorithm
 from .actions import ActionSpec
 from .configuration import Configuration, Configurations
@@ -141,16 +139,14 @@ class Machine:
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            plan = snapshot.configuration.quiet.get(event["type"], algorithm.UNKNOWN)
-            if plan is algorithm.UNKNOWN:
-                plan = algorithm.quiet_plan(self.configurations, snapshot.configuration,
+            route = snapshot.configuration.routes.get(event["type"], algorithm.UNKNOWN)
+            if route is algorithm.UNKNOWN:
+                route = algorithm.route_for(self.configurations, snapshot.configuration,
                                             event["type"])
-            if plan is not None and not (plan.exits and snapshot.retry_records):
-                if trace is not None and plan.transitions:
-                    trace.append((event, plan.transitions))
-                if plan.target is snapshot.configuration:
-                    return snapshot, NO_EFFECTS
-                return replace(snapshot, configuration=plan.target), NO_EFFECTS
+            if route is not None:
+                taken = algorithm.take_route(route, snapshot, event, trace)
+                if taken is not None:
+                    return taken
         step = algorithm.Step(self.definition, self.implementations, self.configurations,
                               snapshot, now, EMPTY, trace, self.plans)
         algorithm.macrostep(step, event)

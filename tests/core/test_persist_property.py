@@ -318,12 +318,12 @@ def test_kept_plans_are_actually_reused() -> None:
         for event in ["TOGGLE", "TOGGLE", "TOGGLE", "TOGGLE", "START", "INC", "STOP", "START"]:
             snapshot, _ = machine.transition(snapshot, event)
         assert snapshot.value == "running"
-    kept = {c.value: (len(c.plans), sorted(kind for kind, plan in c.quiet.items() if plan))
-            for c in planned.configurations if c.plans or c.quiet}
-    # events that only move (TOGGLE, START, STOP) are quiet plans; the guarded INC a plan
-    assert kept == {"idle": (0, ["START", "TOGGLE"]), "off": (0, ["TOGGLE"]),
-                    "running": (1, ["STOP"])}
-    assert not any(c.plans or c.quiet for c in unplanned.configurations)
+    kept = {c.value: (len(c.plans), sorted(kind for kind, route in c.routes.items() if route))
+            for c in planned.configurations if c.plans or c.routes}
+    # every event here is planned and compiled into a route (both of INC's candidates)
+    assert kept == {"idle": (2, ["START", "TOGGLE"]), "off": (1, ["TOGGLE"]),
+                    "running": (3, ["INC", "STOP"])}
+    assert not any(c.plans or c.routes for c in unplanned.configurations)
     check_lockstep("counter", ["TOGGLE"] * 4 + ["START", "STOP"] * 3)
 
 

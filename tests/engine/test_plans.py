@@ -65,6 +65,15 @@ HIER: dict[str, Any] = {
 HIER_EVENTS = ["t1", "t2", "leave", "enter", "back", "inc", "dec", "note", "nothing", "reset",
                "finish"]
 
+# a history state as a compound's initial state: entering the compound reads the history
+# although no transition targets the history state
+HISTORY_INITIAL: dict[str, Any] = {
+    "id": "m", "initial": "p", "states": {
+        "p": {"initial": "h", "on": {"OUT": "out"}, "states": {
+            "h": {"type": "history", "target": "b"},
+            "a": {"on": {"NEXT": "b"}}, "b": {"on": {"NEXT": "a"}}}},
+        "out": {"on": {"BACK": "p"}}}}
+
 
 def build(name: str, plans: bool) -> Machine:
     if name == "hier":
@@ -72,6 +81,8 @@ def build(name: str, plans: bool) -> Machine:
             HIER, guards={"small": lambda c, e: c["n"] < 3},
             actions={"inc": assign({"n": lambda c, e: c["n"] + 1}),
                      "note": lambda c, e: None})
+    elif name == "history as initial":
+        machine = create_machine(HISTORY_INITIAL)
     else:
         machine = create_machine(CONFIGS[name], **implementations())
     machine.plans = plans
@@ -84,6 +95,7 @@ ALPHABETS: dict[str, list[Any]] = {
     "invoice": [*EVENTS["invoice"], {"type": "ORDER", "amount": 0}, "NOPE"],
     "entry/exit toggle": ["toggle", "NOPE"],
     "counter": ["INC", "NOPE"],
+    "history as initial": ["NEXT", "OUT", "BACK"],
 }
 
 
@@ -120,8 +132,8 @@ def test_plans_are_invisible(name: str) -> None:
 
 
 def test_plans_are_kept_and_reused() -> None:
-    """The comparison above proves something only if plans are really kept: every shop
-    transition runs actions, so each is a kept plan and none a quiet one."""
+    """The comparison above proves something only if plans are really kept and taken: every
+    shop event has a compiled route here (plain guards, user actions and assigns)."""
     machine = build("shop", True)
     snapshot, _ = machine.initial_transition()
     for event in [*EVENTS["shop"], {"type": "ADD", "price": 1}, "CHECKOUT", "BACK"]:
@@ -130,12 +142,15 @@ def test_plans_are_kept_and_reused() -> None:
     kept = {c.value: sorted(t.event for t in c.plans) for c in machine.configurations}
     assert kept == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
                     "paid": ["CONTINUE"]}
-    assert not any(plan for c in machine.configurations for plan in c.quiet.values())
+    routes = {c.value: sorted(kind for kind, route in c.routes.items() if route)
+              for c in machine.configurations}
+    assert routes == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
+                      "paid": ["CONTINUE"]}
     reference = build("shop", False)
     snapshot, _ = reference.initial_transition()
     for event in EVENTS["shop"]:
         snapshot, _ = reference.transition(snapshot, event)
-    assert not any(c.plans or c.quiet for c in reference.configurations)
+    assert not any(c.plans or c.routes for c in reference.configurations)
 
 
 def test_history_transitions_are_planned_afresh() -> None:
@@ -150,6 +165,15 @@ def test_history_transitions_are_planned_afresh() -> None:
     history_plans = [t for c in machine.configurations for t in c.plans
                      if not isinstance(t, tuple) and t.has_history_target]
     assert history_plans == []
+
+
+def test_a_compound_entered_through_its_initial_history_is_never_a_kept_plan() -> None:
+    machine = build("history as initial", True)
+    snapshot, _ = machine.initial_transition()
+    for remembered in ("a", "b", "a"):
+        for event in ["NEXT", "OUT", "BACK"]:
+            snapshot, _ = machine.transition(snapshot, event)
+        assert snapshot.value == {"p": remembered}
 
 
 def test_an_actor_with_plans_off_runs_the_same_actions() -> None:
