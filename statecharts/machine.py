@@ -118,7 +118,8 @@ class Machine:
 
     def start(self, input: Any, now: Callable[[], int],
               trace: list[Any] | None = None) -> Result:
-        """``initial_transition`` with a clock function (for runtimes)."""
+        """``initial_transition`` with a clock function (for runtimes). With a ``trace`` list,
+        the microsteps after the initial entry are traced as in ``step``."""
         frozen_input = freeze(input, "input")
         event = FrozenDict(type=INIT, input=frozen_input) if input is not None else \
             normalize_event(INIT)
