@@ -203,29 +203,25 @@ class Actor:
             self._process_timer(payload)
 
     def _process_timer(self, timer_id: str) -> None:
-        snapshot = self._snapshot
-        assert snapshot is not None
-        trace: list[Any] | None = [] if self._inspect is not None else None
         self._timers.pop(timer_id, None)
-        try:
-            result = self.machine.deliver_timer(snapshot, timer_id, self.clock.now, trace)
-        except StatechartError as exc:
-            self._fail(exc)
-            raise
-        if trace:
-            self._trace(trace)
-        self._apply(*result)
+        self._step(self.machine.deliver_timer, timer_id,
+                   [] if self._inspect is not None else None)
 
     def _process_event(self, event: FrozenDict) -> None:
         """One event through the machine (the hot path of ``send``)."""
-        snapshot = self._snapshot
-        assert snapshot is not None
         trace: list[Any] | None = None
         if self._inspect is not None:
             trace = []
             self._report("@xstate.event", event=event)
+        self._step(self.machine.step, event, trace)
+
+    def _step(self, step: Callable[..., Any], item: Any, trace: list[Any] | None) -> None:
+        """``machine.step`` or ``machine.deliver_timer`` on the current snapshot, then its
+        result applied (a failing implementation fails the actor)."""
+        snapshot = self._snapshot
+        assert snapshot is not None
         try:
-            result = self.machine.step(snapshot, event, self.clock.now, trace)
+            result = step(snapshot, item, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
             raise

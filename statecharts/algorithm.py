@@ -1061,8 +1061,6 @@ def compile_action(action: ActionSpec) -> Op | None:
     items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
     if not all(type(key) is str for key, _, _ in items):
         return None
-    if len(items) == 1 and items[0][2]:
-        return _compile_one_assign(kind, items[0][0], items[0][1])
 
     def run_assign(context: FrozenDict, event: FrozenDict,
                    effects: list[fx.Effect]) -> FrozenDict:
@@ -1078,22 +1076,6 @@ def compile_action(action: ActionSpec) -> Op | None:
             merged[key] = value if type(value) in _IMMUTABLE else freeze(value, key)
         return FrozenDict(merged)
     return run_assign
-
-
-def _compile_one_assign(kind: str, key: str, fn: Callable[..., Any]) -> Op:
-    """The most common assign, one key from one function, without the loop."""
-    def run_one_assign(context: FrozenDict, event: FrozenDict,
-                       effects: list[fx.Effect]) -> FrozenDict:
-        try:
-            value = fn(context, event)
-        except StatechartError:
-            raise
-        except Exception as exc:
-            raise ImplementationError(f"action '{kind}'", exc) from exc
-        merged = dict(context)
-        merged[key] = value if type(value) in _IMMUTABLE else freeze(value, key)
-        return FrozenDict(merged)
-    return run_one_assign
 
 
 _IMMUTABLE = frozenset((int, str, bool, type(None)))  # as frozen_update keeps them
