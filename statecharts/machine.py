@@ -19,6 +19,7 @@ from .definition import (
     Definition,
     Implementations,
     build_definition,
+    fingerprint_with,
     resolve_actor,
     resolve_guard,
 )
@@ -45,6 +46,10 @@ class Machine:
         self.definition: Definition = build_definition(config, implementations)
         self.version: str | None = version if version is not None else self.definition.version
         self.migrations: Mapping[str, Migration] = dict(migrations or {})
+        self._fingerprint = self.definition.fingerprint if self.version == \
+            self.definition.version else fingerprint_with(
+                self.definition.legacy_fingerprint, self.definition.nodes, self.version,
+                self.definition.context)
         self.plans = True
         """Keep each microstep's plan on its configuration and reuse it (False: compute every
         plan afresh, the reference the property tests compare with)."""
@@ -65,8 +70,8 @@ class Machine:
 
     @property
     def fingerprint(self) -> str:
-        """A hash of everything in the definition that changes behaviour."""
-        return self.definition.fingerprint
+        """A hash of everything in the definition that changes behaviour (its version too)."""
+        return self._fingerprint
 
     def get_state_node(self, state_id: str) -> StateNode:
         """The state node with full id ``state_id`` (``#`` optional)."""
