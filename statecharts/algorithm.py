@@ -1067,7 +1067,7 @@ def compile_action(action: ActionSpec) -> Op | None:
 
     def run_assign(context: FrozenDict, event: FrozenDict,
                    effects: list[fx.Effect]) -> FrozenDict:
-        merged = dict(context)
+        changes = {}
         for key, value, computed in items:
             if computed:
                 try:
@@ -1076,12 +1076,9 @@ def compile_action(action: ActionSpec) -> Op | None:
                     raise
                 except Exception as exc:
                     raise ImplementationError(f"action '{kind}'", exc) from exc
-            merged[key] = value if type(value) in _IMMUTABLE else freeze(value, key)
-        return FrozenDict(merged)
+            changes[key] = value
+        return frozen_update(context, changes)  # the one place context values are checked
     return run_assign
-
-
-_IMMUTABLE = frozenset((int, str, bool, type(None)))  # as frozen_update keeps them
 
 
 def _order(node: StateNode) -> int:
