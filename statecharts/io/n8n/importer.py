@@ -106,7 +106,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), taken)
         taken.add(keys[node.name])
     events: set[str] = set()
-    error_entries = [Entry(None, tuple(_heads(graph, n)), (n,), n,
+    error_entries = [Entry(None, _wires(graph, n), (n,), n,
                            f"Error Trigger: machine {machine_id}_error starts when a watched "
                            "workflow's run fails")
                      for n in _in_order(graph, Kind.ERROR_TRIGGER)]
@@ -138,12 +138,8 @@ def _in_order(graph: Graph, kind: Kind) -> list[str]:
             if graph.kinds[n.name] is kind and n.name not in graph.disabled]
 
 
-def _heads(graph: Graph, name: str) -> list[str]:
-    heads: dict[str, None] = {}
-    for output in range(graph.output_count(name)):
-        for target in graph.targets(name, output):
-            heads[target] = None
-    return list(heads)
+def _wires(graph: Graph, name: str) -> tuple[tuple[int, str, int], ...]:
+    return tuple(graph.wires.get(name, ()))
 
 
 def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry]:
@@ -153,18 +149,18 @@ def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry
     for name in _in_order(graph, Kind.TRIGGER):
         event = unique(event_name(keys[name]), events)
         events.add(event)
-        entries.append(Entry(event, tuple(_heads(graph, name)), (name,), name,
+        entries.append(Entry(event, _wires(graph, name), (name,), name,
                              f"trigger: event {event} starts a run"))
     roots = [n.name for n in graph.workflow.nodes if graph.runs(n.name)
              and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
-             and graph.incoming.get(n.name, 0) == 0]
+             and graph.incoming.get(n.name, 0) == 0 and n.name not in graph.disabled]
     if roots and not entries:
         events.add("RUN")
-        return [Entry("RUN", tuple(roots), (), "run", "")]
+        return [Entry("RUN", tuple((0, root, 0) for root in roots), (), "run", "")]
     for root in roots:
         event = unique(f"RUN_{event_name(keys[root])}", events)
         events.add(event)
-        entries.append(Entry(event, (root,), (), root, ""))
+        entries.append(Entry(event, ((0, root, 0),), (), root, ""))
         graph.warnings.append(f"'{root}' has no incoming connection and no trigger leads to "
                               f"it; n8n runs it only when started by hand: event {event}")
     return entries
@@ -198,6 +194,16 @@ def _all_mappings(graph: Graph, primary: MachineImport,
                                       "disabled: skipped (n8n passes its items straight "
                                       "through to its first output)"))
         else:
-            result.append(NodeMapping(node.name, node.type, None,
-                                      "not reached from any trigger: no state"))
+            result.append(NodeMapping(node.name, node.type, None, _unreached(graph, node.name)))
     return tuple(result)
+
+
+def _unreached(graph: Graph, name: str) -> str:
+    """Why a node got no state: only what the graph shows (a disabled trigger, no wire)."""
+    feeders = [n for n in graph.predecessors(name)]
+    if graph.kinds[name] in (Kind.TRIGGER, Kind.ERROR_TRIGGER):
+        return "a disabled trigger: no entry, no state"
+    if not feeders:
+        return "no wire leads here and nothing starts here: no state"
+    return ("reached only from nodes no enabled trigger or start node leads to ("
+            + ", ".join(f"'{n}'" for n in feeders[:3]) + "): no state")

@@ -10,8 +10,8 @@ parts visible exactly as n8n runs them:
 - ``onError`` wins over the legacy ``continueOnFail`` (which means ``continueRegularOutput``).
 - Wait: v1 defaults to 1 hour, v1.1+ to 5 seconds; webhook and form modes wait without limit
   unless ``limitWaitTime`` (default limit: 1 hour).
-- Loop Over Items (``splitInBatches``): v1/v2 have one output and a default batch of 10; v3 has
-  outputs ``done`` (0) and ``loop`` (1) and a default batch of 1.
+- Loop Over Items (``splitInBatches``): v1 has one output (loop), v2 ``loop`` (0) and ``done``
+  (1), both a default batch of 10; v3 has ``done`` (0) and ``loop`` (1) and a batch of 1.
 - Switch: v1 rules name their output (default 0), v2+ rule *i* feeds output *i*; the fallback
   is none (items dropped), ``extra`` (one more output) or an output index.
 - Execute Workflow waits for the sub-workflow unless ``options.waitForSubWorkflow`` is false.
@@ -244,17 +244,19 @@ class LoopSpec:
 
 
 def loop_spec(node: Node) -> LoopSpec:
-    """v3: output 0 = done, 1 = loop, batch 1; v1/v2: one output, batch 10, no done output."""
-    v3 = node.type_version >= 3
-    default = 1 if v3 else 10
+    """n8n's SplitInBatches outputs: v3 ``['done', 'loop']`` (batch 1), v2 ``['loop',
+    'done']`` (batch 10), v1 only ``loop`` (batch 10)."""
+    version = node.type_version
+    default = 1 if version >= 3 else 10
+    done, loop = (0, 1) if version >= 3 else (1, 0) if version >= 2 else (None, 0)
     size = node.parameters.get("batchSize", default)
     if _is_expression(size):
-        return LoopSpec(default, str(size), 0 if v3 else None, 1 if v3 else 0)
+        return LoopSpec(default, str(size), done, loop)
     number = _number(size)
     if number is None or number < 1:
         raise N8nFormatError(node.param_path("batchSize"),
                              f"expected a batch size of at least 1, got {size!r}")
-    return LoopSpec(int(number), None, 0 if v3 else None, 1 if v3 else 0)
+    return LoopSpec(int(number), None, done, loop)
 
 
 _NO_ITEMS_LEFT = re.compile(
