@@ -60,3 +60,16 @@ def mapped_state(result: N8nImport, node: str) -> str:
             assert mapping.state is not None, f"{node!r} has no state: {mapping.how}"
             return mapping.state
     raise AssertionError(f"no node {node!r} in the import")
+
+
+def targets(transitions: Any) -> list[str]:
+    """The target keys of a transition list (``#w.`` dropped), in order, without repeats."""
+    items = transitions if isinstance(transitions, list) else [transitions]
+    found = [t if isinstance(t, str) else t["target"] for t in items]
+    return list(dict.fromkeys(t.split(".", 1)[1] for t in found))
+
+
+def guarded_targets(transitions: Any) -> list[str]:
+    """Only the targets a guard picks (the last, unguarded fallback left out)."""
+    items = transitions if isinstance(transitions, list) else [transitions]
+    return targets([t for t in items if isinstance(t, dict) and "guard" in t])

@@ -411,33 +411,26 @@ def _count(call: Call) -> str:
 
 def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None,
                                                           list[str] | None]]:
-    """(event, trigger node, start nodes) for every way the primary machine starts."""
+    """(event, trigger node, start nodes) for every way the primary machine starts; which
+    nodes a run started by hand begins at is read from the machine's start transition."""
     config = result.config
     initial = config["states"][config["initial"]]
     found: list[tuple[str | None, str | None, list[str] | None]] = []
     triggers = {m.how.split("event ")[1].split(" ")[0]: m.node for m in result.nodes
                 if m.how.startswith("trigger: event ")}
-    for event in (initial.get("on") or {}):
+    for event, leave in (initial.get("on") or {}).items():
         if event in triggers:
             found.append((event, triggers[event], None))
         else:
-            roots = _roots_for(result, graph, event)
-            found.append((event, None, roots))
-    if not found and config["initial"] != "done":
+            found.append((event, None, _start_nodes(leave[-1]["actions"][0])))
+    if not found and "entry" in initial:
         error_triggers = [m.node for m in result.nodes if m.how.startswith("Error Trigger")]
         if error_triggers:
             found.append((None, error_triggers[0], None))
         else:
-            found.append((None, None, _roots_for(result, graph, None)))
+            found.append((None, None, _start_nodes(initial["entry"][0])))
     return found
 
 
-def _roots_for(result: N8nImport, graph: Any, event: str | None) -> list[str]:
-    roots = [n.name for n in graph.workflow.nodes if graph.runs(n.name)
-             and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
-             and graph.incoming.get(n.name, 0) == 0 and n.name not in graph.disabled]
-    if event in (None, "RUN"):
-        return roots
-    key = event.removeprefix("RUN_").lower()
-    return [r for r in roots if result.nodes and any(
-        m.node == r and m.state == key for m in result.nodes)] or roots[:1]
+def _start_nodes(route: dict[str, Any]) -> list[str]:
+    return [child[1] for child in route["params"]["children"]]

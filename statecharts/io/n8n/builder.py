@@ -236,8 +236,12 @@ class MachineBuilder:
 
     def _leave(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Transitions out of ``name`` taken *before* its route: one guarded transition per
-        node that can run next, each running the route, then the next waiting branch."""
-        targets = list(dict.fromkeys(child[1] for child in params["children"]))
+        node that can run next (top-most first, as n8n runs them; the error output only
+        leads on from ``<node>_failed``), each running the route, then the next waiting
+        branch."""
+        error = params.get("error_output")
+        targets = list(dict.fromkeys(child[1] for child in reversed(params["children"])
+                                     if child[0] != error or params["how"] == "failed"))
         route = self._route(params)
         labels = self._labels(name, params["children"])
         leave: list[dict[str, Any]] = [
@@ -255,7 +259,7 @@ class MachineBuilder:
             {"guard": {"type": "n8n_resumes", "params": {"node": target}},
              "target": self._id(target),
              "description": (labels or {}).get(target, f"to '{target}'")}
-            for target in dict.fromkeys(targets)]
+            for target in dict.fromkeys(reversed(targets))]
         resume.append({"target": self._fallback(), "description": "no items for a next node "
                        "here"})
         return resume

@@ -153,7 +153,7 @@ def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry
                              f"trigger: event {event} starts a run"))
     roots = [n.name for n in graph.workflow.nodes if graph.runs(n.name)
              and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
-             and graph.incoming.get(n.name, 0) == 0 and n.name not in graph.disabled]
+             and n.name not in graph.disabled and not _fed(graph, n.name)]
     if roots and not entries:
         events.add("RUN")
         return [Entry("RUN", tuple((0, root, 0) for root in roots), (), "run", "")]
@@ -196,6 +196,13 @@ def _all_mappings(graph: Graph, primary: MachineImport,
         else:
             result.append(NodeMapping(node.name, node.type, None, _unreached(graph, node.name)))
     return tuple(result)
+
+
+def _fed(graph: Graph, name: str) -> bool:
+    """True when a wire from a node that can run leads into ``name`` (a disabled trigger
+    starts nothing, so its wires do not count)."""
+    return any(not (p in graph.disabled and graph.kinds[p] is Kind.TRIGGER)
+               for p in graph.predecessors(name))
 
 
 def _unreached(graph: Graph, name: str) -> str:
