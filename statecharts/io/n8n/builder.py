@@ -113,8 +113,12 @@ class MachineBuilder:
         with several wires out, and nodes with several inputs (released once they are
         complete, or when nothing else is left)."""
         wires = self.graph.wires.get(name, [])
-        if len(wires) > 1:
-            self.resumable.update(target for _, target, _ in wires)
+        error = len(self._output_names(name)) - 1 if self.graph.runs(name) and \
+            nk.error_mode(self.graph.node(name)) == "continueErrorOutput" else None
+        # a failure sends items down the error output only, success never does
+        for group in ([w for w in wires if w[0] != error], [w for w in wires if w[0] == error]):
+            if len(group) > 1:
+                self.resumable.update(target for _, target, _ in group)
         if self._slots(name) > 1:
             self.resumable.add(name)
 
@@ -305,8 +309,8 @@ class MachineBuilder:
             except N8nFormatError as exc:  # degrade: a generic state, the rest imports
                 state.clear()
                 state["description"] = name
-                self.warnings.append(f"'{name}': {exc}; imported as a generic node (an actor "
-                                     "stub) instead")
+                self.warnings.append(f"{exc} (node '{name}' imported as a generic node, an "
+                                     "actor stub, instead)")
                 how = "malformed settings: generic node; " + self._work(name, state)
         state["meta"] = {"n8n": self._meta(name)}
         self._map(name, key, how)
