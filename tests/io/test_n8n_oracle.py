@@ -205,3 +205,18 @@ def test_random_workflows_run_as_n8n_runs_them(data: Any, seed: int) -> None:
 
 def test_the_corpus_folder_is_read_from_shared_not_copied() -> None:
     assert not list(Path(__file__).parent.glob("*.json"))
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_the_bulk_command_counts_imported_refused_and_disagreeing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.io.n8n_bulk import main
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "good.json").write_text(FILES[0].read_text(encoding="utf-8"))
+    (tmp_path / "broken.json").write_text('{"nodes": [')
+    assert main([str(tmp_path), "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "broken.json: " in out
+    assert out.rstrip().endswith("2 exports: 1 imported, 1 refused, 0 disagreeing (0 silent) "
+                                 "over 1 seed(s) each")

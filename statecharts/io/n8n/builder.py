@@ -30,7 +30,7 @@ from .graph import Graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
 from .naming import event_name, unique
 from .node_kinds import Kind
-from .outputs import input_count, regular_outputs, required_inputs
+from .outputs import Outputs, input_count, regular_outputs, required_inputs
 from .workflow import N8nFormatError
 
 MERGE = nk.BASE + "merge"
@@ -280,12 +280,15 @@ class MachineBuilder:
                 found[target].append(label)
         return {target: ", ".join(labels) for target, labels in found.items()}
 
-    def _output_names(self, name: str) -> tuple[str, ...]:
+    def _regular(self, name: str) -> Outputs:
         node = self.graph.node(name)
         width = self.graph.output_count(name)
         error = nk.error_mode(node) == "continueErrorOutput"
-        regular = regular_outputs(node, width - 1 if error and width >= 2 else width).names
-        return regular + (("error",) if error else ())
+        return regular_outputs(node, width - 1 if error and width >= 2 else width)
+
+    def _output_names(self, name: str) -> tuple[str, ...]:
+        error = nk.error_mode(self.graph.node(name)) == "continueErrorOutput"
+        return self._regular(name).names + (("error",) if error else ())
 
     # -- one node --------------------------------------------------------------------------------
 
@@ -394,7 +397,7 @@ class MachineBuilder:
             self.decisions.append(f"'{name}' retries {retry['max_attempts']} times "
                                   f"{retry['initial_interval']} ms apart: n8n sleeps in memory, "
                                   "here the wait is a durable timer")
-        if not regular_outputs(node, self.graph.output_count(name)).known:
+        if not self._regular(name).known:
             self.decisions.append(f"'{name}' ({node.type}): its outputs are not in the table "
                                   f"of node outputs; taken from its wires ({len(regular)})")
         how.append({"stopWorkflow": "a failure fails the run (engine status error)",

@@ -34,6 +34,12 @@ class N8nImport:
     sticky_notes: int
     nodes: tuple[NodeMapping, ...]
     warnings: tuple[str, ...]
+    expression_nodes: tuple[str, ...] = ()
+
+    @property
+    def decisions(self) -> tuple[str, ...]:
+        """What the engineer must decide or know, per node, for every machine."""
+        return tuple(dict.fromkeys(d for m in self.machines for d in m.decisions))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -126,11 +132,18 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         primary = MachineBuilder(graph, machine_id, keys, events).build(
             error_entries, False, {"n8n": {**meta, **role}})
     runnable = [n for n in workflow.nodes if not n.is_sticky_note]
+    if workflow.execution_order != "v1":
+        graph.warnings.append("settings.executionOrder is the legacy order (v0): n8n runs "
+                              "such a workflow breadth first and runs a Merge's parents "
+                              "itself; the machine runs n8n's v1 order (depth first, "
+                              "top-left first), the order n8n uses for new workflows; set "
+                              "executionOrder to v1 in n8n to compare runs")
     warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in
                                        m.warnings]
     return N8nImport(machine_id, primary, error_machine, workflow.error_workflow, len(runnable),
                      len(workflow.nodes) - len(runnable),
-                     _all_mappings(graph, primary, error_machine), tuple(warnings))
+                     _all_mappings(graph, primary, error_machine), tuple(warnings),
+                     tuple(n.name for n in runnable if _has_expression(n.parameters)))
 
 
 def _in_order(graph: Graph, kind: Kind) -> list[str]:
@@ -214,3 +227,14 @@ def _unreached(graph: Graph, name: str) -> str:
         return "no wire leads here and nothing starts here: no state"
     return ("reached only from nodes no enabled trigger or start node leads to ("
             + ", ".join(f"'{n}'" for n in feeders[:3]) + "): no state")
+
+
+def _has_expression(value: Any) -> bool:
+    """True when an n8n expression (``"={{ ... }}"``) is anywhere in ``value``."""
+    if isinstance(value, str):
+        return value.startswith("=")
+    if isinstance(value, dict):
+        return any(_has_expression(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_expression(v) for v in value)
+    return False
