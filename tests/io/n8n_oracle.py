@@ -424,7 +424,8 @@ def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None,
         else:
             found.append((event, None, _start_nodes(leave[-1]["actions"][0])))
     if not found and "entry" in initial:
-        error_triggers = [m.node for m in result.nodes if m.how.startswith("Error Trigger")]
+        error_triggers = [m.node for m in result.nodes if m.how.startswith(
+            ("Error Trigger", "sub-workflow trigger"))]
         if error_triggers:
             found.append((None, error_triggers[0], None))
         else:

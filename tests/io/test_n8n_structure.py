@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from statecharts import SimulatedClock, create_actor, create_machine
 from statecharts.io.n8n import from_n8n
+from statecharts.io.n8n.runtime import machine_config
+from statecharts.io.n8n.validation import placeholder_implementations
 from tests.io.n8n_corpus import imported, state
 from tests.io.n8n_runs import Run, items, to_output
 
@@ -134,3 +137,32 @@ def test_node_names_never_shadow_the_provided_implementations() -> None:
     run.actor.send("START")
     assert run.snapshot.status == "error"  # the If said no: Stop and Error failed the run
     assert "Stop and Error" in str(run.snapshot.error)
+
+
+def test_execute_workflow_invokes_the_imported_sub_workflow_as_a_child_machine() -> None:
+    # in memory: the child workflow's machine is the actor of the Execute Workflow node; it
+    # starts with the caller's items and hands back its last node's items, as n8n does
+    child = _workflow([("Called", "executeWorkflowTrigger"), ("Double", "code"),
+                       ("Tail", "set")],
+                      [("Called", 0, "Double", 0), ("Double", 0, "Tail", 0)])
+    parent = _workflow([("Start", "manualTrigger"), ("Load", "set"),
+                        ("Call", "executeWorkflow"), ("After", "set")],
+                       [("Start", 0, "Load", 0), ("Load", 0, "Call", 0),
+                        ("Call", 0, "After", 0)])
+    child_import = from_n8n(child, "child")
+    assert child_import.config["initial"] == "starting"  # no trigger wait: called directly
+    impls = placeholder_implementations(child_import)
+    impls["actors"]["double"] = lambda got: got + got
+    impls["actors"]["tail"] = lambda got: got[-1:]
+    child_machine = create_machine(machine_config(child_import.config), **impls)
+    parent_import = from_n8n(parent, "parent")
+    impls = placeholder_implementations(parent_import)
+    recorded: list[Any] = []
+    impls["actors"].update(load=lambda got: items({"n": 1}, {"n": 2}), call=child_machine,
+                           after=lambda got: recorded.append(got) or got)
+    actor = create_actor(create_machine(machine_config(parent_import.config), **impls),
+                         clock=SimulatedClock()).start()
+    actor.send("START")
+    assert recorded == [items({"n": 2})]  # Double made 4 items, Tail kept the last
+    assert actor.get_snapshot().status == "done"
+    assert actor.get_snapshot().output == items({"n": 2})

@@ -101,7 +101,9 @@ class MachineBuilder:
         config: dict[str, Any] = {"id": self.machine_id, "initial": initial,
                                   "context": {"n8n": {"stack": [], "waiting": [],
                                                       "current": None, "loops": {}}},
-                                  "states": self.states, "meta": meta}
+                                  "states": self.states,
+                                  # as an n8n sub-workflow returns: the last node's items
+                                  "output": {"$n8n": "output"}, "meta": meta}
         return MachineImport(self.machine_id, config, _in_document_order(self.hidden, config),
                              tuple(self.mappings[n] for n in sorted(self.mappings,
                                                                     key=self.order.__getitem__)),

@@ -199,6 +199,8 @@ def _advance(context: Any, event: Any, params: Mapping[str, Any]) -> dict[str, A
         state = _state({})
     outputs = (_loop_outputs(state, params) if params.get("how") == "loop"
                else _outputs(context, event, params))
+    if params.get("how") != "start":
+        state["last"] = outputs[0] if outputs else []
     _schedule(state, outputs, params.get("children", ()))
     return _pop(state)
 
@@ -233,6 +235,12 @@ def resumes(context: Any, event: Any, node: str) -> bool:
     """True when ``node`` is the one to run now (after a ``route``)."""
     entry = current(context)
     return entry is not None and entry[0] == node
+
+
+def last_items(context: Any, event: Any) -> Items:
+    """The machine's output: the items the last node that ran sent on its first output (what
+    an n8n sub-workflow hands back to the Execute Workflow node that called it)."""
+    return list(_state(context).get("last") or [])
 
 
 def finished(context: Any, event: Any) -> bool:
@@ -277,6 +285,7 @@ def _no_items_left(context: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     items = list(entry[1][0]) if entry and entry[1] else []
     memory = state["loops"].get(params["loop"]) or {}
     outputs: list[Items] = [items, []] if memory.get("no_items_left") else [[], items]
+    state["last"] = outputs[0]
     _schedule(state, outputs, params.get("children", ()))
     return _pop(state)
 
@@ -286,12 +295,15 @@ INPUT_MARK = "$n8n"
 
 def with_inputs(config: Any) -> Any:
     """``config`` with every invoke ``input`` written ``{"$n8n": "items"}`` (or ``"inputs"``)
-    replaced by the function reading the current node's items: a JSON config cannot hold
-    the function, so loading the machine puts it in."""
+    replaced by the function reading the current node's items, and the machine ``output``
+    ``{"$n8n": "output"}`` by ``last_items``: a JSON config cannot hold the functions, so
+    loading the machine puts them in."""
     if isinstance(config, Mapping):
         mark = config.get(INPUT_MARK)
         if len(config) == 1 and mark in ("items", "inputs"):
             return node_input(mark)
+        if len(config) == 1 and mark == "output":
+            return last_items
         return {key: with_inputs(value) for key, value in config.items()}
     if isinstance(config, list):
         return [with_inputs(value) for value in config]

@@ -13,6 +13,7 @@ from .node_kinds import Kind
 from .runtime import RESERVED
 from .workflow import parse_workflow
 
+SUB_WORKFLOW_TRIGGER = "n8n-nodes-base.executeWorkflowTrigger"
 KEY_LENGTH = 40  # longer node names are cut (at a word) for state keys and implementation names
 
 
@@ -123,7 +124,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     error_machine = None
     if entries:
         primary = MachineBuilder(graph, machine_id, keys, events).build(
-            entries, True, {"n8n": meta})
+            entries, entries[0].event is not None, {"n8n": meta})
         if error_entries:
             error_machine = MachineBuilder(graph, f"{machine_id}_error", keys, events).build(
                 error_entries, False, {"n8n": {**meta, "role": "error workflow"}})
@@ -159,7 +160,13 @@ def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry
     """One entry per enabled trigger; nodes nothing leads to start runs by hand (``RUN``, or
     ``RUN_<NODE>`` next to triggers, since n8n then only runs them when asked to)."""
     entries = []
-    for name in _in_order(graph, Kind.TRIGGER):
+    triggers = _in_order(graph, Kind.TRIGGER)
+    if triggers and all(graph.node(t).type == SUB_WORKFLOW_TRIGGER for t in triggers):
+        return [Entry(None, _wires(graph, name), (name,), name,
+                      "sub-workflow trigger: the machine starts at once with the caller's "
+                      "items (its input) and its output is the last node's items")
+                for name in triggers]
+    for name in triggers:
         event = unique(event_name(keys[name]), events)
         events.add(event)
         entries.append(Entry(event, _wires(graph, name), (name,), name,
