@@ -31,14 +31,6 @@ class Graph:
     warnings: list[str] = field(default_factory=list)
     wires: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
 
-    def successors(self, name: str) -> list[str]:
-        """Every node any output of ``name`` feeds, in output order, without repeats."""
-        seen: dict[str, None] = {}
-        for targets in self.outputs.get(name, []):
-            for target in targets:
-                seen[target] = None
-        return list(seen)
-
     def predecessors(self, name: str) -> list[str]:
         """Every node with a wire into ``name``."""
         return self._predecessors.get(name, [])
@@ -51,11 +43,6 @@ class Graph:
                 for target in targets:
                     found[target][source] = None
         return {target: list(sources) for target, sources in found.items()}
-
-    def targets(self, name: str, output: int) -> list[str]:
-        """The nodes output ``output`` of ``name`` feeds (empty when nothing is attached)."""
-        outputs = self.outputs.get(name, [])
-        return list(outputs[output]) if output < len(outputs) else []
 
     def output_count(self, name: str) -> int:
         """How many outputs of ``name`` have wires slots in the export."""
@@ -108,8 +95,7 @@ def build_graph(workflow: Workflow) -> Graph:
         for kind, target in wires:
             sub_nodes[target][kind].append(source)
             attached[source].append((kind, target))
-    order = {n.name: n.index for n in workflow.nodes}
-    return Graph(workflow, kinds, _sorted_targets(outputs, workflow, order), dict(incoming),
+    return Graph(workflow, kinds, outputs, dict(incoming),
                  {k: dict(v) for k, v in sub_nodes.items()}, dict(attached), disabled,
                  list(workflow.warnings), dict(main_wires))
 
@@ -120,18 +106,3 @@ def _kind(node: Node, plugs_into_others: bool, on_main_wires: bool) -> Kind:
                                                     looks_like_ai_subnode(node)):
         return Kind.AI_SUBNODE
     return kind
-
-
-def _sorted_targets(outputs: dict[str, list[list[str]]], workflow: Workflow,
-                    order: dict[str, int]) -> dict[str, list[list[str]]]:
-    """n8n v1 runs the branches of one output top to bottom, then left to right; the legacy
-    order keeps the order of the wires."""
-    if workflow.execution_order != "v1":
-        return outputs
-    position = {n.name: n.position for n in workflow.nodes}
-
-    def key(name: str) -> tuple[float, float, int]:
-        x, y = position[name]
-        return (y, x, order[name])
-
-    return {name: [sorted(t, key=key) for t in by_output] for name, by_output in outputs.items()}
