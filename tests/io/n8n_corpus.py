@@ -73,3 +73,9 @@ def guarded_targets(transitions: Any) -> list[str]:
     """Only the targets a guard picks (the last, unguarded fallback left out)."""
     items = transitions if isinstance(transitions, list) else [transitions]
     return targets([t for t in items if isinstance(t, dict) and "guard" in t])
+
+
+def route(result: N8nImport, action: dict[str, Any]) -> dict[str, Any]:
+    """The static part of an ``n8n_route`` action: its entry in ``context.n8n.graph``."""
+    assert action["type"] == "n8n_route", action
+    return dict(result.config["context"]["n8n"]["graph"][action["params"]["route"]])

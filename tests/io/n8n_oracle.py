@@ -422,16 +422,17 @@ def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None,
         if event in triggers:
             found.append((event, triggers[event], None))
         else:
-            found.append((event, None, _start_nodes(leave[-1]["actions"][0])))
+            found.append((event, None, _start_nodes(config, leave[-1]["actions"][0])))
     if not found and "entry" in initial:
         error_triggers = [m.node for m in result.nodes if m.how.startswith(
             ("Error Trigger", "sub-workflow trigger"))]
         if error_triggers:
             found.append((None, error_triggers[0], None))
         else:
-            found.append((None, None, _start_nodes(initial["entry"][0])))
+            found.append((None, None, _start_nodes(config, initial["entry"][0])))
     return found
 
 
-def _start_nodes(route: dict[str, Any]) -> list[str]:
-    return [child[1] for child in route["params"]["children"]]
+def _start_nodes(config: dict[str, Any], route: dict[str, Any]) -> list[str]:
+    graph = config["context"]["n8n"]["graph"]
+    return [child[1] for child in graph[route["params"]["route"]]["children"]]

@@ -7,7 +7,15 @@ from typing import Any
 
 from statecharts.io.n8n import HIDDEN_KINDS, HiddenState, N8nImport, from_n8n
 from statecharts.io.n8n.validation import build_machines
-from tests.io.n8n_corpus import corpus_data, guarded_targets, imported, mapped_state, state, targets
+from tests.io.n8n_corpus import (
+    corpus_data,
+    guarded_targets,
+    imported,
+    mapped_state,
+    route,
+    state,
+    targets,
+)
 
 
 def _hidden(result: N8nImport, kind: str) -> list[HiddenState]:
@@ -85,9 +93,12 @@ def test_error_outcome_for_continue_error_output() -> None:
     assert invoke["onError"] == "#w.send_telegram_alert_failed"
     assert targets(invoke["onDone"]) == ["done"]  # output 0 has nothing attached
     outcome = state(result, "send_telegram_alert_failed")
-    assert outcome["entry"][0]["params"]["error_output"] == 1
+    assert outcome["entry"] == [{"type": "n8n_route",
+                                 "params": {"route": "Send Telegram Alert:failed"}}]
+    assert result.config["context"]["n8n"]["graph"]["Send Telegram Alert:failed"][
+        "error_output"] == 1
     assert outcome["always"][0] == {
-        "guard": {"type": "n8n_resumes", "params": {"node": "Send Email Fallback"}},
+        "guard": {"type": "current_node_is", "params": {"node": "Send Email Fallback"}},
         "target": "#w.send_email_fallback",
         "description": "continue on its error output (output 1)"}
     [hidden] = _hidden(result, "error_outcome")
@@ -106,7 +117,7 @@ def test_error_outcome_for_continue_regular_output_and_legacy_continue_on_fail()
     path = mapped_state(result, "GitHub")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
     outcome = state(result, outcome_path)
-    assert outcome["entry"][0]["params"]["error_output"] == 0
+    assert route(result, outcome["entry"][0])["error_output"] == 0
     assert guarded_targets(outcome["always"]) == guarded_targets(
         state(result, path)["invoke"]["onDone"])
     assert outcome["always"][0]["description"] == "continue on its regular output"

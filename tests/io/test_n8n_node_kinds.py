@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from statecharts.io.n8n import Implementation, from_n8n
-from tests.io.n8n_corpus import corpus_data, guarded_targets, imported, mapped_state, state, targets
+from tests.io.n8n_corpus import (
+    corpus_data,
+    guarded_targets,
+    imported,
+    mapped_state,
+    route,
+    state,
+    targets,
+)
 
 
 def _names(impls: tuple[Implementation, ...]) -> set[str]:
@@ -89,9 +97,8 @@ def test_loop_v3_done_and_loop_outputs_come_from_the_loops_memory() -> None:
     # output 1 (loop) -> Execute Workflow
     result = imported("zie619__Code_0182")
     loop = state(result, "loop_over_items")
-    [route] = loop["entry"]
-    assert route["type"] == "n8n_route"
-    params = route["params"]
+    [action] = loop["entry"]
+    params = route(result, action)
     assert (params["how"], params["batch_size"], params["loop_output"],
             params["done_output"]) == ("loop", 1, 1, 0)
     assert set(guarded_targets(loop["always"])) == {"completed_notification",
@@ -107,7 +114,7 @@ def test_loop_v2_outputs_are_loop_then_done() -> None:
     data = next(p for p in __import__("tests.io.n8n_corpus", fromlist=["x"]).CORPUS.parent
                 .glob("n8n-corpus-more/zie619__Readbinaryfiles_2036*.json"))
     result = from_n8n(__import__("json").loads(data.read_text()), "w")
-    params = state(result, "split_in_batches")["entry"][0]["params"]
+    params = route(result, state(result, "split_in_batches")["entry"][0])
     assert (params["loop_output"], params["done_output"], params["batch_size"]) == (0, 1, 1)
     labels = {t["target"]: t["description"] for t in state(result, "split_in_batches")["always"]}
     assert labels["#w.read_csv"] == "loop" and labels["#w.remove_duplicates"] == "done"
@@ -115,8 +122,9 @@ def test_loop_v2_outputs_are_loop_then_done() -> None:
 
 def test_loop_v3_batch_size_and_unconnected_done_output() -> None:
     # Wait_0498: batchSize 250, done output is null in the JSON -> the run ends when done
-    loop = state(imported("zie619__Wait_0498"), "loop_over_items2")
-    assert loop["entry"][0]["params"]["batch_size"] == 250
+    result = imported("zie619__Wait_0498")
+    loop = state(result, "loop_over_items2")
+    assert route(result, loop["entry"][0])["batch_size"] == 250
     assert targets(loop["always"])[-1] in ("done", "next_branch")
 
 
@@ -128,8 +136,8 @@ def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
     assert guarded_targets(loop["always"]) == ["wait_for_time_interval"]
     finished = state(result, "if_are_we_finished")
     assert "invoke" not in finished  # n8n's own bookkeeping: no actor to write
-    assert finished["entry"][0]["params"]["how"] == "no_items_left"
-    assert finished["entry"][0]["params"]["loop"] == "SplitInBatches"
+    assert route(result, finished["entry"][0])["how"] == "no_items_left"
+    assert route(result, finished["entry"][0])["loop"] == "SplitInBatches"
     assert set(guarded_targets(finished["always"])) == {"create_approval_url",
                                                         "splitinbatches"}
 
@@ -137,10 +145,11 @@ def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
 def test_loop_v2_has_batches_of_its_batch_size() -> None:
     # Stopanderror_0427: 'loop' v2 with batchSize 1; v1/v2 default is 10
     result = imported("zie619__Stopanderror_0427")
-    assert state(result, "loop")["entry"][0]["params"]["batch_size"] == 1
+    assert route(result, state(result, "loop")["entry"][0])["batch_size"] == 1
     data = corpus_data("zie619__Stopanderror_0427")
     next(n for n in data["nodes"] if n["name"] == "loop")["parameters"].pop("batchSize")
-    assert state(from_n8n(data, "w"), "loop")["entry"][0]["params"]["batch_size"] == 10
+    result = from_n8n(data, "w")
+    assert route(result, state(result, "loop")["entry"][0])["batch_size"] == 10
 
 
 # -- If, Switch, Filter ---------------------------------------------------------------------------
@@ -179,7 +188,7 @@ def test_switch_v3_fallback_extra_is_one_more_output() -> None:
 
 def test_switch_v3_without_fallback_has_one_output_per_rule() -> None:
     result = imported("zie619__Webhook_0619")
-    params = state(result, "route_message")["invoke"]["onDone"][0]["actions"][0]["params"]
+    params = route(result, state(result, "route_message")["invoke"]["onDone"][0]["actions"][0])
     assert params["outputs"] == 3
 
 
@@ -209,7 +218,7 @@ def test_noop_with_continue_error_output_keeps_its_error_branch() -> None:
         {"node": "Guard", "type": "main", "index": 0})
     result = from_n8n(data, "w")
     guard = state(result, "guard")
-    assert guard["entry"][0]["params"]["outputs"] == 2  # main + error
+    assert route(result, guard["entry"][0])["outputs"] == 2  # main + error
     assert "send_email_fallback" in guarded_targets(guard["always"])
 
 
@@ -231,7 +240,7 @@ def test_execute_workflow_without_waiting_is_fire_and_forget() -> None:
     moderation = state(result, "moderation_subworkflow")
     assert "invoke" not in moderation
     assert moderation["entry"][0]["type"] == "start_moderation_subworkflow"
-    assert moderation["entry"][1]["params"]["how"] == "pass"  # its items go on unchanged
+    assert route(result, moderation["entry"][1])["how"] == "pass"  # its items go on unchanged
     assert guarded_targets(moderation["always"]) == ["for_each_user"]
     assert "start_moderation_subworkflow" in _names(result.actions)
 
@@ -283,7 +292,7 @@ def test_disabled_nodes_pass_their_items_on() -> None:
     next(n for n in data["nodes"] if n["name"] == "Parse & Evaluate")["disabled"] = True
     result = from_n8n(data, "w")
     parse = state(result, "parse_evaluate")
-    assert "invoke" not in parse and parse["entry"][0]["params"]["how"] == "pass"
+    assert "invoke" not in parse and route(result, parse["entry"][0])["how"] == "pass"
     assert guarded_targets(parse["always"]) == ["any_alerts"]
     assert "parse_evaluate" not in {i.name for i in result.actors}
 

@@ -71,6 +71,7 @@ class MachineBuilder:
         self.events = set(events)  # trigger events already taken
         self.order = {n.name: n.index for n in graph.workflow.nodes}
         self.resumable: set[str] = set()
+        self.routes: dict[str, dict[str, Any]] = {}
         self.done_key = unique("done", self.all_keys)
         self.next_key = unique("next_branch", self.all_keys | {self.done_key})
         self.all_keys |= {self.done_key, self.next_key}
@@ -99,8 +100,9 @@ class MachineBuilder:
             self._build_node(self.queue.popleft())
         self._end_states()
         config: dict[str, Any] = {"id": self.machine_id, "initial": initial,
-                                  "context": {"n8n": {"stack": [], "waiting": [],
-                                                      "current": None, "loops": {}}},
+                                  "context": {"n8n": {"graph": self.routes, "stack": [],
+                                                      "waiting": [], "current": None,
+                                                      "loops": {}}},
                                   "states": self.states,
                                   # as an n8n sub-workflow returns: the last node's items
                                   "output": {"$n8n": "output"}, "meta": meta}
@@ -130,7 +132,8 @@ class MachineBuilder:
         on: dict[str, Any] = {}
         for entry in entries:
             assert entry.event is not None
-            on[entry.event] = self._leave(entry.origin, {"how": "start",
+            on[entry.event] = self._leave(entry.origin, {"node": f"start:{entry.origin}",
+                                                         "how": "start",
                                                          "children": self._ordered(
                                                              list(entry.children))})
             for name in entry.nodes:
@@ -146,7 +149,7 @@ class MachineBuilder:
         key = unique("starting", self.all_keys)
         self.all_keys.add(key)
         children = [c for entry in entries for c in entry.children]
-        params = {"how": "start", "children": self._ordered(children)}
+        params = {"node": "start:", "how": "start", "children": self._ordered(children)}
         self.states[key] = {"description": "the run starts at once",
                             "entry": [self._route(params)],
                             "always": self._resume([t for _, t, _ in children])}
@@ -161,7 +164,7 @@ class MachineBuilder:
     def _end_states(self) -> None:
         if self.resumable:
             always: list[Any] = [
-                {"guard": {"type": "n8n_resumes", "params": {"node": name}},
+                {"guard": {"type": "current_node_is", "params": {"node": name}},
                  "target": self._id(name), "description": f"resume '{name}'"}
                 for name in sorted(self.resumable & self.placed, key=self.order.__getitem__)]
             always.append({"target": self._ref(self.done_key), "description": "nothing left"})
@@ -238,7 +241,11 @@ class MachineBuilder:
         return self._ordered(list(self.graph.wires.get(name, [])))
 
     def _route(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"type": ROUTE, "params": params}
+        """The route action; its static part (the node's wires in n8n's order, its outputs)
+        goes once into ``context.n8n.graph`` under the route's name."""
+        name = params["node"] if params["how"] != "failed" else f"{params['node']}:failed"
+        self.routes[name] = params
+        return {"type": ROUTE, "params": {"route": name}}
 
     def _leave(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Transitions out of ``name`` taken *before* its route: one guarded transition per
@@ -251,30 +258,36 @@ class MachineBuilder:
         route = self._route(params)
         labels = self._labels(name, params["children"])
         leave: list[dict[str, Any]] = [
-            {"guard": {"type": "n8n_goes_to", "params": {"next": target, **params}},
+            {"guard": {"type": "next_node_is", "params": {"node": target, **(
+                {"start": params["node"][6:]} if params["how"] == "start" else {})}},
              "target": self._id(target), "actions": [route], "description": labels[target]}
             for target in targets]
         leave.append({"target": self._fallback(), "actions": [route],
-                      "description": "no items for a next node here"})
+                      "description": self._fallback_label()})
         return leave
 
     def _resume(self, targets: list[str], labels: dict[str, str] | None = None
                 ) -> list[dict[str, Any]]:
         """Transitions taken *after* a route: to whichever node is current."""
         resume: list[dict[str, Any]] = [
-            {"guard": {"type": "n8n_resumes", "params": {"node": target}},
+            {"guard": {"type": "current_node_is", "params": {"node": target}},
              "target": self._id(target),
              "description": (labels or {}).get(target, f"to '{target}'")}
             for target in dict.fromkeys(reversed(targets))]
-        resume.append({"target": self._fallback(), "description": "no items for a next node "
-                       "here"})
+        resume.append({"target": self._fallback(), "description": self._fallback_label()})
         return resume
+
+    def _fallback_label(self) -> str:
+        return "no items go on: the next waiting branch" if self.resumable else \
+            "no items go on: the run ends"
 
     def _labels(self, name: str, children: list[list[Any]]) -> dict[str, str]:
         names = self._output_names(name) if self.graph.workflow.has_node(name) else ()
         found: dict[str, list[str]] = {}
         for output, target, index, slots, *_ in children:
             label = names[output] if output < len(names) else f"output {output}"
+            if names[:1] == ("output 0",) and output == 0:
+                label = "its items"
             if slots > 1:
                 label += f" (input {index + 1})"
             found.setdefault(target, [])

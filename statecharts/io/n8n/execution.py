@@ -196,7 +196,7 @@ def _satisfied(required: Any, arrived: list[int]) -> bool:
 def _advance(context: Any, event: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     state = _state(context)
     if params.get("how") == "start":
-        state = _state({})
+        state = _state({KEY: {"graph": state.get("graph", {})}})
     outputs = (_loop_outputs(state, params) if params.get("how") == "loop"
                else _outputs(context, event, params))
     if params.get("how") != "start":
@@ -212,23 +212,33 @@ def _pop(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def route(context: Any, event: Any, **params: Any) -> dict[str, Any]:
+def route(context: Any, event: Any, route: str) -> dict[str, Any]:
     """The context update after a node ran: its outputs scheduled, the next entry current.
 
-    ``how`` says where the outputs come from: ``actor`` (the done event's output),
+    ``route`` names the node's static part in ``context.n8n.graph`` (written by the import):
+    ``node``, ``children`` (its wires, see ``_schedule``), ``outputs`` (how many), and ``how``, which
+    says where the outputs come from: ``actor`` (the done event's output),
     ``failed`` (an error item on ``error_output``), ``pass`` (the node's first input, as Wait
     and No Operation do), ``start`` (a trigger: the event's ``items``, else one empty item),
     ``loop`` (Loop Over Items, see ``_loop_outputs``), ``no_items_left`` (an If asking a loop
     whether it is done)."""
-    if params.get("how") == "no_items_left":
+    params = _state(context)["graph"][route]
+    if params["how"] == "no_items_left":
         return {KEY: _no_items_left(context, params)}
     return {KEY: _advance(context, event, params)}
 
 
-def goes_to(context: Any, event: Any, next: str, **params: Any) -> bool:
-    """True when, once ``route`` with ``params`` has run, node ``next`` runs next."""
-    entry = route(context, event, **params)[KEY]["current"]
-    return bool(entry) and entry[0] == next
+def goes_to(context: Any, event: Any, node: str, start: str | None = None) -> bool:
+    """True when ``node`` runs next once the node running now (or, ``start`` given, the
+    trigger ``start``) has been routed: the guard of a transition whose action is that
+    route."""
+    if start is not None:
+        name = f"start:{start}"
+    else:
+        entry = current(context)
+        name = entry[0] if entry else ""
+    entry = route(context, event, name)[KEY]["current"]
+    return bool(entry) and entry[0] == node
 
 
 def resumes(context: Any, event: Any, node: str) -> bool:

@@ -1,7 +1,7 @@
 """The implementations an imported n8n workflow gets for free: n8n's own bookkeeping, which
 the user should not have to write.
 
-- ``n8n_route`` (an ``assign``) and the guards ``n8n_goes_to`` / ``n8n_resumes`` run n8n's
+- ``n8n_route`` (an ``assign``) and the guards ``next_node_is`` / ``current_node_is`` run n8n's
   execution stack in ``context["n8n"]`` (see ``execution``): which node runs next, with
   which items, a Merge once its inputs are there, Loop Over Items' memory.
 - Stop and Error fails the run with its message (``n8n_stop_and_error``).
@@ -37,7 +37,7 @@ def machine_config(config: Any) -> Any:
 
 
 PROVIDED: dict[str, dict[str, Any]] = {
-    "guards": {"n8n_goes_to": goes_to, "n8n_resumes": resumes},
+    "guards": {"next_node_is": goes_to, "current_node_is": resumes},
     "actions": {"n8n_route": assign(route)},
     "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},
