@@ -216,8 +216,8 @@ def route(context: Any, event: Any, route: str) -> dict[str, Any]:
     """The context update after a node ran: its outputs scheduled, the next entry current.
 
     ``route`` names the node's static part in ``context.n8n.graph`` (written by the import):
-    ``node``, ``children`` (its wires, see ``_schedule``), ``outputs`` (how many), and ``how``, which
-    says where the outputs come from: ``actor`` (the done event's output),
+    ``node``, ``children`` (its wires, see ``_schedule``), ``outputs`` (how many), and
+    ``how``, which says where the outputs come from: ``actor`` (the done event's output),
     ``failed`` (an error item on ``error_output``), ``pass`` (the node's first input, as Wait
     and No Operation do), ``start`` (a trigger: the event's ``items``, else one empty item),
     ``loop`` (Loop Over Items, see ``_loop_outputs``), ``no_items_left`` (an If asking a loop
