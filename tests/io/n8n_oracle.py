@@ -310,10 +310,9 @@ def _v8_sort(items: list[Any], position: Callable[[Any], tuple[float, float]]) -
 
 # -- the imported machine on the engine ----------------------------------------------------------
 
-def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
-                widths: dict[str, int]) -> Trace:
-    """Run the imported primary machine: send ``event`` (None: it starts at once), fire its
-    timers and answer its waits, with every node actor calling ``stubs``."""
+def stub_machine(result: N8nImport, stubs: Stubs, widths: dict[str, int]) -> Any:
+    """The imported primary machine with every node actor (and fire-and-forget action)
+    calling ``stubs``; ``widths`` is each node's number of regular outputs."""
     impls = placeholder_implementations(result)
     actors = {i.name: i for i in result.implementations if i.kind == "actor" and not i.provided}
     node_of = {m.state: m.node for m in result.nodes if m.state}
@@ -325,9 +324,22 @@ def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
             impls["actions"][impl.name] = _recording_action(stubs, impl.node or impl.name)
         if impl.kind == "delay":
             impls["delays"][impl.name] = lambda context, event: 1000
-    machine = create_machine(machine_config(result.config), guards=impls["guards"],
-                             actions=impls["actions"], actors=impls["actors"],
-                             delays=impls["delays"])
+    return create_machine(machine_config(result.config), guards=impls["guards"],
+                          actions=impls["actions"], actors=impls["actors"],
+                          delays=impls["delays"])
+
+
+def widths_of(data: Any) -> dict[str, int]:
+    """Each node's number of regular outputs (what its stub returns)."""
+    graph = build_graph(parse_workflow(data))
+    return {n.name: _regular_count(n, graph.wires.get(n.name, [])) for n in graph.workflow.nodes}
+
+
+def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
+                widths: dict[str, int]) -> Trace:
+    """Run the imported primary machine: send ``event`` (None: it starts at once), fire its
+    timers and answer its waits, with every node actor calling ``stubs``."""
+    machine = stub_machine(result, stubs, widths)
     clock = SimulatedClock()
     actor = create_actor(machine, clock=clock).start()
     if event is not None:
@@ -377,9 +389,8 @@ def _waiting_event(config: dict[str, Any], value: Any) -> str | None:
 def compare(data: Any, result: N8nImport, seed: int) -> list[str]:
     """Run every entry of ``result`` against the oracle with stubs from ``seed``; the list of
     differences (empty: the machine did what n8n does)."""
-    workflow = parse_workflow(data)
-    graph = build_graph(workflow)
-    widths = {n.name: _regular_count(n, graph.wires.get(n.name, [])) for n in workflow.nodes}
+    graph = build_graph(parse_workflow(data))
+    widths = widths_of(data)
     problems = []
     for event, trigger, roots in entries(result, graph):
         expected = n8n_run(data, trigger, Stubs(seed), roots)
