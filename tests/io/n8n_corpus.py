@@ -79,3 +79,14 @@ def route(result: N8nImport, action: dict[str, Any]) -> dict[str, Any]:
     """The static part of an ``n8n_route`` action: its entry in ``context.n8n.graph``."""
     assert action["type"] == "n8n_route", action
     return dict(result.config["context"]["n8n"]["graph"][action["params"]["route"]])
+
+
+def connections(wires: list[tuple[str, int, str, int]]) -> dict[str, Any]:
+    """An export's ``connections`` for ``wires`` as (from, output, to, input)."""
+    found: dict[str, Any] = {}
+    for source, output, target, index in wires:
+        outputs = found.setdefault(source, {"main": []})["main"]
+        while len(outputs) <= output:
+            outputs.append([])
+        outputs[output].append({"node": target, "type": "main", "index": index})
+    return found

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statecharts.io.n8n import N8nFormatError, from_n8n
-from tests.io.n8n_corpus import CORPUS, MISSING
+from tests.io.n8n_corpus import CORPUS, MISSING, connections
 from tests.io.n8n_oracle import Stubs, compare, machine_run, n8n_run
 
 MORE = CORPUS.parent / "n8n-corpus-more"
@@ -54,17 +54,11 @@ def test_every_corpus_workflow_runs_as_n8n_runs_it() -> None:
 
 def _export(nodes: list[tuple[str, str, tuple[float, float]]],
             wires: list[tuple[str, int, str, int]], **node_settings: dict[str, Any]) -> Any:
-    connections: dict[str, Any] = {}
-    for source, output, target, index in wires:
-        outputs = connections.setdefault(source, {"main": []})["main"]
-        while len(outputs) <= output:
-            outputs.append([])
-        outputs[output].append({"node": target, "type": "main", "index": index})
     return {"nodes": [{"name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 2,
                        "position": list(position), "parameters": {},
                        **node_settings.get(name, {})}
                       for name, kind, position in nodes],
-            "connections": connections, "settings": {"executionOrder": "v1"}}
+            "connections": connections(wires), "settings": {"executionOrder": "v1"}}
 
 
 class Echo(Stubs):
@@ -188,13 +182,8 @@ def workflows(draw: st.DrawFn) -> Any:
         if kind == "splitInBatches" and i > 1 and draw(st.booleans()):
             body = nodes[draw(st.integers(1, i))]["name"]
             wires.append((node["name"], draw(st.integers(0, 1)), body, 0))
-    connections: dict[str, Any] = {}
-    for source, output, target, index in wires:
-        outputs = connections.setdefault(source, {"main": []})["main"]
-        while len(outputs) <= output:
-            outputs.append([])
-        outputs[output].append({"node": target, "type": "main", "index": index})
-    return {"nodes": nodes, "connections": connections, "settings": {"executionOrder": "v1"}}
+    return {"nodes": nodes, "connections": connections(wires),
+            "settings": {"executionOrder": "v1"}}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

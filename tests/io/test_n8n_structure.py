@@ -9,23 +9,17 @@ from statecharts import SimulatedClock, create_actor, create_machine
 from statecharts.io.n8n import from_n8n
 from statecharts.io.n8n.runtime import machine_config
 from statecharts.io.n8n.validation import placeholder_implementations
-from tests.io.n8n_corpus import imported, state
+from tests.io.n8n_corpus import connections, imported, state
 from tests.io.n8n_runs import Run, items, to_output
 
 
 def _workflow(nodes: list[tuple[str, str]], wires: list[tuple[str, int, str, int]]) -> Any:
     """An export with ``nodes`` as (name, type) and ``wires`` as (from, output, to, input)."""
-    connections: dict[str, Any] = {}
-    for source, output, target, index in wires:
-        outputs = connections.setdefault(source, {"main": []})["main"]
-        while len(outputs) <= output:
-            outputs.append([])
-        outputs[output].append({"node": target, "type": "main", "index": index})
     return {
         "nodes": [{"name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 1,
                    "position": [i * 200, 0], "parameters": {}}
                   for i, (name, kind) in enumerate(nodes)],
-        "connections": connections,
+        "connections": connections(wires),
         "settings": {"executionOrder": "v1"},
     }
 
@@ -85,13 +79,18 @@ def test_branches_that_meet_at_a_plain_node_run_it_once_per_branch() -> None:
     assert len(paths) == 1  # one state, reached from each branch
 
 
-def test_a_branch_that_ends_without_reaching_the_merge() -> None:
+def _if_into_merge() -> Any:
     # Start -> Split -> [A, M(1)]; A -> If; If true -> M(0), false -> nothing
-    data = _workflow(
+    return _workflow(
         [("Start", "manualTrigger"), ("Split", "set"), ("A", "set"), ("If", "if"),
          ("M", "merge"), ("After", "set")],
         [("Start", 0, "Split", 0), ("Split", 0, "A", 0), ("Split", 0, "M", 1),
          ("A", 0, "If", 0), ("If", 0, "M", 0), ("M", 0, "After", 0)])
+
+
+def test_a_branch_that_ends_without_reaching_the_merge() -> None:
+    # Start -> Split -> [A, M(1)]; A -> If; If true -> M(0), false -> nothing
+    data = _if_into_merge()
     result = from_n8n(data, "w")
     for output in (0, 1):
         run = Run(result, outputs={"if": to_output(output)})
@@ -105,11 +104,7 @@ def test_a_branch_that_ends_without_reaching_the_merge() -> None:
 
 
 def test_choose_branch_merge_never_runs_with_one_input() -> None:
-    data = _workflow(
-        [("Start", "manualTrigger"), ("Split", "set"), ("A", "set"), ("If", "if"),
-         ("M", "merge"), ("After", "set")],
-        [("Start", 0, "Split", 0), ("Split", 0, "A", 0), ("Split", 0, "M", 1),
-         ("A", 0, "If", 0), ("If", 0, "M", 0), ("M", 0, "After", 0)])
+    data = _if_into_merge()
     merge = next(n for n in data["nodes"] if n["name"] == "M")
     merge.update(typeVersion=3, parameters={"mode": "chooseBranch"})
     run = Run(from_n8n(data, "w"), outputs={"if": to_output(1)})
