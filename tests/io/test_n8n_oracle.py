@@ -209,3 +209,41 @@ def test_the_bulk_command_counts_imported_refused_and_disagreeing(
     assert "broken.json: " in out
     assert out.rstrip().endswith("2 exports: 1 imported, 1 refused, 0 disagreeing (0 silent) "
                                  "over 1 seed(s) each")
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_every_node_a_trigger_reaches_has_a_state_and_the_report_says_why_others_do_not(
+) -> None:
+    # the issue: 86 nodes reachable from a trigger had no state, and the report said "not
+    # reached from any trigger"
+    for path in FILES:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            result = from_n8n(data, "w")
+        except N8nFormatError:
+            continue
+        wires: dict[str, set[str]] = {}
+        for source, kinds in (data.get("connections") or {}).items():
+            for output in (kinds or {}).get("main") or []:
+                for wire in output or []:
+                    wires.setdefault(source, set()).add(wire["node"])
+        mapped = {m.node: m for m in result.nodes}
+        starts = [m.node for m in result.nodes if m.state is None and m.how.startswith(
+            ("trigger:", "Error Trigger", "(machine", "sub-workflow trigger"))]
+        starts += [m.node for m in result.nodes if m.state and not any(
+            m.node in targets for targets in wires.values())]
+        seen, pending = set(), list(starts)
+        while pending:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                pending.extend(wires.get(name, ()))
+        for name in seen:
+            mapping = mapped.get(name)
+            if mapping is None or mapping.how.startswith(("AI sub-node", "trigger:", "Error",
+                                                          "(machine", "sub-workflow")):
+                continue
+            assert mapping.state is not None, f"{path.name}: {name!r}: {mapping.how}"
+        for mapping in result.nodes:
+            if mapping.how.startswith("reached only from"):
+                assert mapping.node not in seen, f"{path.name}: {mapping.node!r}"
