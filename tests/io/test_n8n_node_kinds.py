@@ -342,3 +342,16 @@ def test_a_connection_from_a_missing_node_is_ignored_with_a_warning() -> None:
     assert any("MQTT Trigger - Ikea Remote Switch" in w for w in result.warnings)
     # so 'Globals' has no incoming wire: n8n only runs it by hand, an explicit RUN_ event
     assert "RUN_GLOBALS" in state(result, "waiting_for_trigger")["on"]
+
+
+def test_retry_on_fail_on_if_and_filter_is_kept_and_on_a_loop_is_warned() -> None:
+    # the issue: retryOnFail on If/Filter/Loop nodes was dropped without a word
+    data = corpus_data("zie619__Code_0182")
+    for node in data["nodes"]:
+        if node["name"] in ("If file too large", "Loop Over Items"):
+            node.update(retryOnFail=True, maxTries=2)
+    result = from_n8n(data, "w")
+    assert state(result, mapped_state(result, "If file too large"))["invoke"]["retry"][
+        "max_attempts"] == 2
+    [warning] = [w for w in result.warnings if "Loop Over Items" in w]
+    assert "Retry on Fail" in warning and "dropped" in warning
