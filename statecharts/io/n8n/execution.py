@@ -253,11 +253,6 @@ def last_items(context: Any, event: Any) -> Items:
     return list(_state(context).get("last") or [])
 
 
-def finished(context: Any, event: Any) -> bool:
-    """True when nothing is left to run: n8n ends the run."""
-    return current(context) is None
-
-
 # -- Loop Over Items (splitInBatches) and "no items left?" --------------------------------------
 
 def _loop_outputs(state: dict[str, Any], params: Mapping[str, Any]) -> list[Items]:

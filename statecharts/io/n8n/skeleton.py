@@ -19,7 +19,7 @@ KINDS = (
     ("action", "ACTIONS", "actions", "context: Any, event: Any, **params: Any", "None",
      "Actions run after the transition, as effects."),
     ("actor", "ACTORS", "actors", "data: Any", "Any",
-     "Actors do the node's work: return its output, raise to fail."),
+     "Actors do the node's work: the items in, the items out; raise to fail."),
     ("delay", "DELAYS", "delays", "context: Any, event: Any", "int",
      "Delays return milliseconds."),
 )
