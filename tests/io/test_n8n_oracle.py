@@ -132,7 +132,7 @@ KINDS = ("set", "httpRequest", "code", "if", "switch", "filter", "merge", "noOp"
 def workflows(draw: st.DrawFn) -> Any:
     """Random DAGs (plus Loop Over Items back-edges) of the node kinds the importer knows,
     with random positions, error settings, disabled nodes and Merge modes."""
-    count = draw(st.integers(2, 9))
+    count = draw(st.integers(2, 12))
     nodes: list[dict[str, Any]] = [{"name": "Go", "type": "n8n-nodes-base.manualTrigger",
                                     "typeVersion": 1, "position": [0, 0], "parameters": {}}]
     wires: list[tuple[str, int, str, int]] = []
@@ -176,14 +176,24 @@ def workflows(draw: st.DrawFn) -> Any:
         nodes.append(node)
         sources = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=2, unique=True))
         for j, source in enumerate(sources):
-            output = draw(st.integers(0, 3))
+            output = draw(st.integers(0, _outputs(nodes[source]) - 1))
             index = j if kind == "merge" else 0
             wires.append((nodes[source]["name"], output, node["name"], index))
         if kind == "splitInBatches" and i > 1 and draw(st.booleans()):
             body = nodes[draw(st.integers(1, i))]["name"]
-            wires.append((node["name"], draw(st.integers(0, 1)), body, 0))
+            wires.append((node["name"], draw(st.integers(0, _outputs(node) - 1)), body, 0))
     return {"nodes": nodes, "connections": connections(wires),
             "settings": {"executionOrder": "v1"}}
+
+
+def _outputs(node: dict[str, Any]) -> int:
+    """How many outputs a generated node has (its error output included)."""
+    from statecharts.io.n8n.outputs import regular_outputs
+    from statecharts.io.n8n.workflow import parse_workflow
+
+    [parsed] = parse_workflow({"nodes": [node]}).nodes
+    error = 1 if node.get("onError") == "continueErrorOutput" else 0
+    return len(regular_outputs(parsed, 1).names) + error
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
