@@ -179,6 +179,9 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
         try:
             outputs = _execute(node, graph.kinds[name], inputs, slots.get(name, 1), stubs,
                                memory, by_source.get(name, []))
+            if node.always_output_data and not outputs[0]:
+                # WorkflowExecute: `if (!nodeSuccessData?.[0]?.[0])`, output 0 only
+                outputs = [[{"json": {}}], *outputs[1:]]
         except OutOfBudget:
             return Trace(stubs.calls, "budget")
         except Exception as exc:  # the node failed: n8n's onError decides
@@ -191,8 +194,6 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
                 outputs = [error] + [[] for _ in range(width - 1)]
             else:
                 outputs = [[] for _ in range(width)] + [error]
-        if node.always_output_data and not any(outputs):
-            outputs = [[{"json": {}}], *outputs[1:]]
         add(by_source.get(name, []), outputs)
 
 

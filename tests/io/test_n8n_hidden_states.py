@@ -100,7 +100,7 @@ def test_error_outcome_for_continue_error_output() -> None:
     assert outcome["always"][0] == {
         "guard": {"type": "current_node_is", "params": {"node": "Send Email Fallback"}},
         "target": "#w.send_email_fallback",
-        "description": "continue on its error output (output 1)"}
+        "description": "continue on its error output (output 1)", "reenter": True}
     [hidden] = _hidden(result, "error_outcome")
     assert hidden.node == "Send Telegram Alert" and "continueErrorOutput" in hidden.reason
 

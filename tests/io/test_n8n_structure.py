@@ -161,3 +161,15 @@ def test_execute_workflow_invokes_the_imported_sub_workflow_as_a_child_machine()
     assert recorded == [items({"n": 2})]  # Double made 4 items, Tail kept the last
     assert actor.get_snapshot().status == "done"
     assert actor.get_snapshot().output == items({"n": 2})
+
+
+def test_always_output_data_fills_output_0_even_when_another_output_has_items() -> None:
+    # n8n's WorkflowExecute: `if (!nodeSuccessData?.[0]?.[0])` -> output 0 gets {json: {}}
+    data = _workflow([("Start", "manualTrigger"), ("Check", "if"), ("Yes", "set"),
+                      ("No", "set")],
+                     [("Start", 0, "Check", 0), ("Check", 0, "Yes", 0), ("Check", 1, "No", 0)])
+    next(n for n in data["nodes"] if n["name"] == "Check")["alwaysOutputData"] = True
+    run = Run(from_n8n(data, "w"), outputs={"check": to_output(1)})
+    run.actor.send("START")
+    assert run.names() == ["check", "yes", "no"]
+    assert run.inputs["yes"] == [[{"json": {}}]]

@@ -260,7 +260,8 @@ class MachineBuilder:
         leave: list[dict[str, Any]] = [
             {"guard": {"type": "next_node_is", "params": {"node": target, **(
                 {"start": params["node"][6:]} if params["how"] == "start" else {})}},
-             "target": self._id(target), "actions": [route], "description": labels[target]}
+             "target": self._id(target), "actions": [route], "description": labels[target],
+             "reenter": True}  # a node wired to itself runs again (entry, invoke)
             for target in targets]
         leave.append({"target": self._fallback(), "actions": [route],
                       "description": self._fallback_label()})
@@ -272,7 +273,7 @@ class MachineBuilder:
         resume: list[dict[str, Any]] = [
             {"guard": {"type": "current_node_is", "params": {"node": target}},
              "target": self._id(target),
-             "description": (labels or {}).get(target, f"to '{target}'")}
+             "description": (labels or {}).get(target, f"to '{target}'"), "reenter": True}
             for target in dict.fromkeys(reversed(targets))]
         resume.append({"target": self._fallback(), "description": self._fallback_label()})
         return resume
@@ -336,8 +337,8 @@ class MachineBuilder:
             self.mappings[name] = NodeMapping(
                 name, node.type, key, f"unknown node type: generic \"doing {name}\" state; {how}")
         if node.always_output_data:
-            self.decisions.append(f"'{name}' has alwaysOutputData: when it returns no items "
-                                  "the machine sends one empty item on, as n8n does")
+            self.decisions.append(f"'{name}' has alwaysOutputData: when its output 0 gets no "
+                                  "items the machine sends one empty item there, as n8n does")
 
     def _meta(self, name: str) -> dict[str, Any]:
         node = self.graph.node(name)

@@ -125,8 +125,15 @@ def _outputs(context: Any, event: Any, params: Mapping[str, Any]) -> list[Items]
         outputs = outputs_of(thaw(output), count - (1 if params.get("error_output") else 0))
         if params.get("error_output") is not None:
             outputs.append([])
-    if params.get("always_output") and not any(outputs):
-        outputs[0] = [dict(EMPTY_ITEM)]  # alwaysOutputData: one empty item on output 0
+    return outputs
+
+
+def _always_output(outputs: list[Items], params: Mapping[str, Any]) -> list[Items]:
+    """n8n's ``alwaysOutputData``: when a node that ran (not one that failed) has nothing on
+    output 0, output 0 gets one empty item, whatever its other outputs hold."""
+    if params.get("always_output") and params.get("how") not in ("failed", "start") \
+            and outputs and not outputs[0]:
+        outputs = [[dict(EMPTY_ITEM)], *outputs[1:]]
     return outputs
 
 
@@ -197,8 +204,8 @@ def _advance(context: Any, event: Any, params: Mapping[str, Any]) -> dict[str, A
     state = _state(context)
     if params.get("how") == "start":
         state = _state({KEY: {"graph": state.get("graph", {})}})
-    outputs = (_loop_outputs(state, params) if params.get("how") == "loop"
-               else _outputs(context, event, params))
+    outputs = _always_output(_loop_outputs(state, params) if params.get("how") == "loop"
+                             else _outputs(context, event, params), params)
     if params.get("how") != "start":
         state["last"] = outputs[0] if outputs else []
     _schedule(state, outputs, params.get("children", ()))
@@ -266,7 +273,9 @@ def _loop_outputs(state: dict[str, Any], params: Mapping[str, Any]) -> list[Item
     entry = state["current"]
     items = list(entry[1][0]) if entry and entry[1] else []
     memory = state["loops"].get(node)
-    if memory is None or (memory.get("done") and items):
+    # v2/v3 start again when new items arrive after they were done (a loop inside a loop);
+    # v1 only on its first visit
+    if memory is None or (done_output is not None and memory.get("done") and items):
         batch, rest = items[:size], items[size:]
         memory = {"items": rest, "processed": []}
     else:
@@ -289,7 +298,8 @@ def _no_items_left(context: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     entry = state["current"]
     items = list(entry[1][0]) if entry and entry[1] else []
     memory = state["loops"].get(params["loop"]) or {}
-    outputs: list[Items] = [items, []] if memory.get("no_items_left") else [[], items]
+    outputs = _always_output([items, []] if memory.get("no_items_left") else [[], items],
+                             params)
     state["last"] = outputs[0]
     _schedule(state, outputs, params.get("children", ()))
     return _pop(state)
