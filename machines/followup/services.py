@@ -38,6 +38,7 @@ class Settings:
     cadence: str = "default"
     subject_type: str = "deal"
     claim_stale_after_ms: int = 2 * HOUR
+    claim_alert_after_ms: int = HOUR
     alert_dedupe_ms: int = 6 * HOUR
     summary_lookback_ms: int = 14 * 24 * HOUR
     sales_inbox: str = "sales@example.com"
