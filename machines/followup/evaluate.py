@@ -117,8 +117,10 @@ def build(services: Services) -> Machine:
     def reconcile_watches(input: dict[str, Any]) -> dict[str, Any]:
         today, now = date.fromisoformat(input["today"]), int(input["now"])
         with db.transaction() as tx:
-            plan = reconcile(input["crm"]["deals"],
-                             repository.open_subject_ids(tx, settings.subject_type))
+            watched = repository.open_subject_ids(tx, settings.subject_type)
+            done = repository.exhausted_subject_ids(tx, settings.subject_type)
+        plan = reconcile([d for d in input["crm"]["deals"] if str(d["id"]) not in done],
+                         watched)
         reasons = {subject_id: gone_or_left(subject_id) for subject_id in plan.to_close}
         with db.transaction() as tx:
             registered = []

@@ -81,6 +81,15 @@ def open_subject_ids(tx: Transaction, subject_type: str) -> set[str]:
         (subject_type,))}
 
 
+def exhausted_subject_ids(tx: Transaction, subject_type: str) -> set[str]:
+    """Subjects whose latest watch ran its whole cadence: reconciliation leaves them be (a
+    webhook that brings the deal back into scope opens a new watch)."""
+    return {str(r["subject_id"]) for r in tx.rows(
+        "select w.subject_id from watches w where w.subject_type = ? and w.closed_reason = "
+        "'exhausted' and w.id = (select max(v.id) from watches v where v.subject_type = "
+        "w.subject_type and v.subject_id = w.subject_id)", (subject_type,))}
+
+
 def open_watches(tx: Transaction) -> list[dict[str, Any]]:
     """Every open watch (id, subject, summary)."""
     return tx.rows("select id, subject_type, subject_id, subject_name, summary from watches "
