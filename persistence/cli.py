@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from persistence.runtime import Runtime, machines_from
+from persistence.scheduling import ScheduledStart
 from persistence.stores import RunRecord, Store, StoreError, open_store
 from persistence.worker import Worker
 from statecharts import Machine, SystemClock
@@ -52,6 +53,29 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
     return found
 
 
+def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStart]:
+    """Scheduled starts from `module[:name]` (default name `schedules`): a function called
+    with the runtime that returns `ScheduledStart`s, or a list of them."""
+    found: list[ScheduledStart] = []
+    for spec in specs:
+        module_name, _, attribute = spec.partition(":")
+        attribute = attribute or "schedules"
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise SystemExit(f"--schedules {spec}: cannot import {module_name!r}: {exc}") from exc
+        value = getattr(module, attribute, None)
+        if value is None:
+            raise SystemExit(f"--schedules {spec}: {module_name} has no {attribute!r}")
+        made = value(runtime) if callable(value) else value
+        starts = list(made) if isinstance(made, list | tuple) else []
+        if not starts or not all(isinstance(s, ScheduledStart) for s in starts):
+            raise SystemExit(f"--schedules {spec}: expected ScheduledStart objects (or a "
+                             "function of the runtime returning them)")
+        found.extend(starts)
+    return found
+
+
 def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4) -> Store:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
@@ -77,6 +101,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         required=True,
         metavar="MODULE",
         help="module (or module:attr) defining the machines; repeatable",
+    )
+    worker.add_argument(
+        "--schedules",
+        action="append",
+        default=[],
+        metavar="MODULE[:NAME]",
+        help="also fire the cron schedules of MODULE's NAME (default 'schedules': a function "
+             "of the runtime returning ScheduledStarts); repeatable",
     )
     worker.add_argument("--concurrency", type=int, default=1)
     worker.add_argument("--batch", type=int, default=16,
@@ -138,7 +170,8 @@ def _worker(args: argparse.Namespace) -> int:
     store = _store(args, connections=args.concurrency + 2)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
     Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
-           poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+           poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms,
+           schedules=load_schedules(args.schedules, runtime)).run()  # fmt: skip
     runtime.store.close()
     return 0
 
