@@ -77,21 +77,20 @@ class WorkflowFailure(Exception):
 
 def build(services: Services) -> Machine:
     """The Evaluate machine wired to ``services``."""
-    settings = services.settings
     db = services.db
 
     def claim_run(input: dict[str, Any]) -> dict[str, Any]:
         now = int(input["now"])
         with db.transaction() as tx:
             claim = repository.claim_run(tx, WORKFLOW, str(input["run_key"]), now,
-                                         settings.claim_stale_after_ms)
+                                         services.settings.claim_stale_after_ms)
         holder = claim["holder"]
         claim["held_ms"] = now - int(holder["started_at"]) if holder else 0
         return claim
 
     def fetch_deals(input: Any) -> dict[str, Any]:
         stages = services.crm.stage_names()
-        deals = services.crm.deals_in_stages(list(settings.in_scope_stages))
+        deals = services.crm.deals_in_stages(list(services.settings.in_scope_stages))
         open_deals = services.crm.count_deals_in_stages(
             [s for s in stages if s not in CLOSING_STAGES])
         return {"stages": stages, "deals": deals, "open_deals": open_deals}
@@ -109,7 +108,7 @@ def build(services: Services) -> Machine:
         return True
 
     def check_stage_filter(input: dict[str, Any]) -> bool:
-        problem = stage_filter_problem(settings.in_scope_stages, input["crm"]["stages"])
+        problem = stage_filter_problem(services.settings.in_scope_stages, input["crm"]["stages"])
         if problem is not None:
             raise StageFilterMatchesNothing(problem)
         return True
@@ -117,8 +116,8 @@ def build(services: Services) -> Machine:
     def reconcile_watches(input: dict[str, Any]) -> dict[str, Any]:
         today, now = date.fromisoformat(input["today"]), int(input["now"])
         with db.transaction() as tx:
-            watched = repository.open_subject_ids(tx, settings.subject_type)
-            done = repository.exhausted_subject_ids(tx, settings.subject_type)
+            watched = repository.open_subject_ids(tx, services.settings.subject_type)
+            done = repository.exhausted_subject_ids(tx, services.settings.subject_type)
         plan = reconcile([d for d in input["crm"]["deals"] if str(d["id"]) not in done],
                          watched)
         reasons = {subject_id: gone_or_left(subject_id) for subject_id in plan.to_close}
@@ -126,14 +125,14 @@ def build(services: Services) -> Machine:
             registered = []
             for deal in plan.to_register:
                 _, created = repository.register_watch(
-                    tx, settings.subject_type, str(deal["id"]), str(deal["name"]),
-                    settings.cadence, today, now)
+                    tx, services.settings.subject_type, str(deal["id"]), str(deal["name"]),
+                    services.settings.cadence, today, now)
                 if created:
                     registered.append(str(deal["name"]))
             closed = []
             for subject_id, reason in reasons.items():
                 if reason is not None and repository.close_watch(
-                        tx, settings.subject_type, subject_id, reason, now):
+                        tx, services.settings.subject_type, subject_id, reason, now):
                     closed.append(subject_id)
         return {"registered": registered, "closed": closed}
 
@@ -172,7 +171,7 @@ def build(services: Services) -> Machine:
         if input["dry_run"]:
             return repository.DRY_RUN_TASK
         subject, body = notification_text(input["created"], input["today"])
-        return services.mail.send(settings.sales_inbox, subject, body,
+        return services.mail.send(services.settings.sales_inbox, subject, body,
                                   key=f"{WORKFLOW}:{input['run_key']}")
 
     def release_failed_run(input: dict[str, Any]) -> bool:
@@ -228,7 +227,7 @@ def build(services: Services) -> Machine:
             **batch.GUARDS,
             "claimGranted": lambda c, e: bool(e["output"]["granted"]),
             "claimHeldTooLong": lambda c, e: int(e["output"]["held_ms"]) >
-            settings.claim_alert_after_ms,
+            services.settings.claim_alert_after_ms,
             "crmAnswered": lambda c, e: c["crm"] is not None,
             "taskReady": lambda c, e: c["task_id"] is not None,
             "createdSome": lambda c, e: len(c["created"]) > 0,

@@ -34,32 +34,32 @@ def run_key_of(input: Mapping[str, Any]) -> str:
 
 def build(services: Services) -> Machine:
     """The Register machine wired to ``services``."""
-    settings = services.settings
 
     def route_is(context: Mapping[str, Any], event: Any, action: str) -> bool:
-        return route_stage_change(context["stage"], settings.in_scope_stages).action == action
+        route = route_stage_change(context["stage"], services.settings.in_scope_stages)
+        return route.action == action
 
     def register_watch(input: dict[str, Any]) -> dict[str, Any]:
         with services.db.transaction() as tx:
             watch_id, created = repository.register_watch(
-                tx, settings.subject_type, str(input["deal_id"]), str(input["deal_name"]),
-                settings.cadence, date.fromisoformat(input["today"]), int(input["now"]))
+                tx, services.settings.subject_type, str(input["deal_id"]), str(input["deal_name"]),
+                services.settings.cadence, date.fromisoformat(input["today"]), int(input["now"]))
             repository.record_run(tx, WORKFLOW, run_key_of(input), "ok", {
                 "deal_id": input["deal_id"], "registered": created}, int(input["now"]))
         return {"watch_id": watch_id, "created": created}
 
     def check_stage(input: dict[str, Any]) -> bool:
-        problem = unknown_stage_problem(input["stage"], settings.in_scope_stages,
+        problem = unknown_stage_problem(input["stage"], services.settings.in_scope_stages,
                                         services.crm.stage_names())
         if problem is not None:
             raise UnknownStage(problem)
         return True
 
     def close_watch(input: dict[str, Any]) -> bool:
-        reason = route_stage_change(input["stage"], settings.in_scope_stages).reason
+        reason = route_stage_change(input["stage"], services.settings.in_scope_stages).reason
         with services.db.transaction() as tx:
-            closed = repository.close_watch(tx, settings.subject_type, str(input["deal_id"]),
-                                            reason, int(input["now"]))
+            closed = repository.close_watch(tx, services.settings.subject_type,
+                                            str(input["deal_id"]), reason, int(input["now"]))
             repository.record_run(tx, WORKFLOW, run_key_of(input), "ok", {
                 "deal_id": input["deal_id"], "closed": closed, "reason": reason},
                 int(input["now"]))
