@@ -276,7 +276,7 @@ def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeW
 
 
 def test_a_failing_alerts_run_does_not_alert_itself(
-        services: Services, runner: Runner, world: FakeWorld) -> None:
+        services: Services, runner: Runner, world: FakeWorld, db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("mail", times=FOREVER)
@@ -284,6 +284,10 @@ def test_a_failing_alerts_run_does_not_alert_itself(
     assert run.alert is not None and run.alert.status == "error"
     assert run.alert.alert is None
     assert [o.name for o in runner.outcomes].count("followup_alerts") == 1
+    with db.transaction() as tx:
+        claim = repository.run_log(tx, "followup_evaluate")
+    assert [(r["run_key"], r["status"]) for r in claim] == [("ev-1", "failed")], \
+        "the claim was released before the alert mail was tried"
 
 
 # -- dry-run blocks only external writes ---------------------------------------------------------
