@@ -27,16 +27,22 @@ from statecharts.cli import run_one_tool
 STORE_ENV = "STATECHARTS_STORE"
 
 
+def _imported(option: str, spec: str) -> tuple[Any, str]:
+    """(module, attribute or "") named by `module[:attribute]`, or exit naming the option."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        return importlib.import_module(module_name), attribute
+    except ImportError as exc:
+        raise SystemExit(f"{option} {spec}: cannot import {module_name!r}: {exc}") from exc
+
+
 def load_machines(specs: Sequence[str]) -> list[Machine]:
     """Machines from `module` (every Machine at module level, or its MACHINES list) or
     `module:attribute` (one machine or a list)."""
     found: list[Machine] = []
     for spec in specs:
-        module_name, _, attribute = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise SystemExit(f"--machines {spec}: cannot import {module_name!r}: {exc}") from exc
+        module, attribute = _imported("--machines", spec)
+        module_name = module.__name__
         if attribute:
             if not hasattr(module, attribute):
                 raise SystemExit(f"--machines {spec}: {module_name} has no {attribute!r}")
@@ -58,15 +64,11 @@ def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStar
     with the runtime that returns `ScheduledStart`s, or a list of them."""
     found: list[ScheduledStart] = []
     for spec in specs:
-        module_name, _, attribute = spec.partition(":")
+        module, attribute = _imported("--schedules", spec)
         attribute = attribute or "schedules"
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise SystemExit(f"--schedules {spec}: cannot import {module_name!r}: {exc}") from exc
         value = getattr(module, attribute, None)
         if value is None:
-            raise SystemExit(f"--schedules {spec}: {module_name} has no {attribute!r}")
+            raise SystemExit(f"--schedules {spec}: {module.__name__} has no {attribute!r}")
         made = value(runtime) if callable(value) else value
         starts = list(made) if isinstance(made, list | tuple) else []
         if not starts or not all(isinstance(s, ScheduledStart) for s in starts):
