@@ -38,7 +38,6 @@ from statecharts.frozen import thaw
 
 CONFIG = Path(__file__).with_name("evaluate.json")
 WORKFLOW = "followup_evaluate"
-HEALTH_HISTORY_MS = 7 * 24 * 3_600_000
 
 
 def task_key(item: Mapping[str, Any]) -> str:
@@ -96,9 +95,9 @@ def build(services: Services) -> Machine:
         return {"stages": stages, "deals": deals, "open_deals": open_deals}
 
     def check_scope_health(input: dict[str, Any]) -> bool:
-        scope, now = input["scope"], int(input["now"])
+        scope = input["scope"]
         with db.transaction() as tx:
-            history = repository.recent_scope_counts(tx, WORKFLOW, now - HEALTH_HISTORY_MS)
+            history = repository.scope_history(tx, WORKFLOW)
             days_off = repository.holidays(tx)
         problem = scope_health_problem(history, int(scope["in_scope"]),
                                        int(scope["open_deals"]),

@@ -200,21 +200,29 @@ def record_run(tx: Transaction, workflow: str, run_key: str, status: str,
                (workflow, run_key, status, now, now, json.dumps(dict(detail), sort_keys=True)))
 
 
-def recent_scope_counts(tx: Transaction, workflow: str, since: int) -> list[dict[str, Any]]:
-    """``{"started_at", "in_scope", "open_deals"}`` of the runs since ``since`` that counted
-    the CRM's deals (their run_log detail), oldest first: the health rule's history."""
-    found = []
-    for row in tx.rows("select started_at, detail from run_log where workflow = ? and "
-                       "started_at >= ? and detail is not null order by started_at, id",
-                       (workflow, since)):
-        try:
-            detail = json.loads(str(row["detail"]))
-        except ValueError:
-            continue  # a failure's text, not a count
-        scope = detail.get("scope") if isinstance(detail, dict) else None
-        if isinstance(scope, dict):
-            found.append({"started_at": int(row["started_at"]), **scope})
-    return found
+def scope_history(tx: Transaction, workflow: str, page: int = 500) -> list[dict[str, Any]]:
+    """The health rule's history: ``{"started_at", "today", "in_scope", "open_deals"}`` of the
+    runs that counted the CRM's deals (their run_log detail), oldest first, going back to the
+    latest run that found deals in scope (all of them if none did)."""
+    found: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        rows = tx.rows("select started_at, detail from run_log where workflow = ? and detail "
+                       "is not null order by started_at desc, id desc limit ? offset ?",
+                       (workflow, page, offset))
+        for row in rows:
+            try:
+                detail = json.loads(str(row["detail"]))
+            except ValueError:
+                continue  # a failure's text, not a count
+            scope = detail.get("scope") if isinstance(detail, dict) else None
+            if isinstance(scope, dict):
+                found.append({"started_at": int(row["started_at"]), **scope})
+                if int(scope.get("in_scope") or 0) > 0:
+                    return found[::-1]
+        if len(rows) < page:
+            return found[::-1]
+        offset += page
 
 
 def finish_run(tx: Transaction, workflow: str, run_key: str, status: str,
@@ -227,11 +235,13 @@ def finish_run(tx: Transaction, workflow: str, run_key: str, status: str,
 
 def log_failure(tx: Transaction, workflow: str, run_key: str, error: str, alert_key: str,
                 now: int) -> None:
-    """Record a failed run (releasing its claim if it held one)."""
+    """Record a failed run (releasing its claim if it held one). A detail the run wrote when it
+    released its claim itself (its error and scope counts) is kept."""
     tx.execute("insert into run_log (workflow, run_key, status, started_at, finished_at, "
                "detail, alert_key) values (?, ?, 'failed', ?, ?, ?, ?) on conflict "
                "(workflow, run_key) do update set status = 'failed', finished_at = "
-               "excluded.finished_at, detail = excluded.detail, alert_key = excluded.alert_key",
+               "coalesce(run_log.finished_at, excluded.finished_at), detail = "
+               "coalesce(run_log.detail, excluded.detail), alert_key = excluded.alert_key",
                (workflow, run_key, now, now, error, alert_key))
 
 

@@ -115,6 +115,14 @@ def test_in_scope_dropping_to_zero_with_known_stages_is_caught(
     assert dropped.status == "error" and dropped.snapshot.error["name"] == "NothingInScope"
     assert "1 were in scope on 2026-03-02" in dropped.snapshot.error["message"]
     assert watch(db, "D1") == {"status": "open", "closed_reason": None}
+    with db.transaction() as tx:  # the failed run's counts survive Alerts' logging
+        counts = repository.scope_history(tx, "followup_evaluate")
+    assert [(c["in_scope"], c["open_deals"]) for c in counts] == [(1, 1), (0, 1)]
+    runner.clock.set(epoch_ms(MONDAY + timedelta(days=9), 9))
+    later = evaluate_at(runner, MONDAY + timedelta(days=9), 10)
+    assert later.status == "error" and later.snapshot.error["name"] == "NothingInScope", \
+        "days later, with no run in between, the drop is still remembered"
+    assert watch(db, "D1") == {"status": "open", "closed_reason": None}
 
 
 def test_a_webhook_with_an_unknown_stage_alerts_and_leaves_the_watch(
