@@ -97,3 +97,12 @@ def test_the_worker_command_refuses_a_bad_schedules_module(tmp_path: Path) -> No
     assert result.returncode != 0
     assert "--schedules machines.followup.schedules:nothing: machines.followup.schedules " \
         "has no 'nothing'" in result.stderr
+
+
+def test_the_example_calendar_file_loads(db: Database) -> None:
+    path = Path(__file__).resolve().parents[2] / "machines/followup/calendar.example.toml"
+    assert main(["holidays", "load", str(path), "--database", db.url]) == 0
+    assert main(["cadences", "load", str(path), "--database", db.url]) == 0
+    with db.transaction() as tx:
+        assert date(2026, 4, 3) in repository.holidays(tx)
+        assert repository.cadence_offsets(tx, "default") == [5, 12, 21]

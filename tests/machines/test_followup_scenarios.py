@@ -225,3 +225,30 @@ def test_the_error_workflow_input_is_the_same_on_every_runner(
                      "key": f"followup_evaluate@{epoch_ms(NEXT_MONDAY, 10)}",
                      "state": "failing", "dry_run": False,
                      "error": {"name": "MailUnavailable", "message": "smtp: unavailable"}}
+
+
+def test_enrich_skips_a_watch_closed_while_it_runs(
+        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
+    deal(services, "D1", "Acme", "Proposal")
+    deal(services, "D2", "Globex", "Proposal")
+    evaluate_at(runner, MONDAY, 9)
+    crm = services.crm
+    assert isinstance(crm, FakeCrm)
+    now = epoch_ms(MONDAY, 11)
+    for deal_id in ("D1", "D2"):
+        crm.add_email(deal_id, now - 60_000, "x@example.com", "Hi", "Hello")
+    real = services.summarizer
+
+    class ClosingGlobex:
+        """Answers for Acme, and meanwhile Globex is won (its watch closes)."""
+
+        def complete(self, prompt: str) -> str:
+            with db.transaction() as tx:
+                repository.close_watch(tx, "deal", "D2", "won", now)
+            return real.complete(prompt)
+
+    services.summarizer = ClosingGlobex()
+    runner.clock.set(now)
+    enrich = runner.run("followup_enrich", {"now": now}, key="enrich-1")
+    assert enrich.context["summarized"] == ["Acme"]
+    assert world.calls("summarizer") == 1, "no model call for the closed watch"
