@@ -68,7 +68,7 @@ def test_evaluate_reaches_an_end_from_everywhere_counting_its_designed_failure()
     given = evaluate.inputs[0]
     assert_final_always_reachable(evaluate.machine, input=given, outputs=evaluate.outputs,
                                   ends=("done", "error"))
-    with pytest.raises(AssertionError, match="from state '(releasing_after_failure|failing)'"):
+    with pytest.raises(AssertionError, match=r"from state '(releasing_after_failure|failing)'"):
         assert_final_always_reachable(evaluate.machine, input=given, outputs=evaluate.outputs)
 
 
