@@ -145,13 +145,42 @@ def test_a_non_retryable_api_error_goes_straight_to_failed(
     assert run.context["error"]["name"] == "InvoiceRejected"
 
 
-def test_a_database_failure_fails_the_run(runner: InvoiceRunner, world: FakeWorld,
-                                          api: RecordingApi) -> None:
-    world.fail("ledger", times=1)
+def test_a_transient_invoice_database_failure_completes(
+        runner: InvoiceRunner, world: FakeWorld, api: RecordingApi) -> None:
+    """Durably, a ledger failure rolls the step back and a worker picks the run up again; in
+    memory, where there is no transaction to roll back, it fails the run (issue 16's rule)."""
+    world.fail("ledger", times=2)  # the customer lookup, then its first retry
+    started = runner.clock.now()
     run = order(runner, "O1")
-    assert run.status == "error" and run.snapshot.value == "fetching_customer"
-    assert run.snapshot.error["name"] == "LedgerError"
+    if isinstance(runner, LocalRunner):
+        assert run.status == "error" and run.snapshot.value == "fetching_customer"
+        assert run.snapshot.error["name"] == "LedgerError"
+        assert api.calls == []
+        return
+    assert run.snapshot.value == "completed" and run.context["invoice_id"] == "INV-0001"
+    assert world.calls("ledger") == 4, "two failed lookups, the lookup, the recording"
+    assert runner.clock.now() - started >= 500 + 1000, "the backoff was durable timers"
+    assert len(api.calls) == 1 and FakeInvoiceApi(world).duplicates() == 0
+    record = runner.runtime.get(runner.run_ids["order-O1"])
+    assert record.status == "done"
+    world.fail("ledger", times=1)  # now the recording fails once, after the invoice exists
+    again = order(runner, "O2")
+    assert again.snapshot.value == "completed"
+    assert len(api.calls) == 2, "the invoice call was not made again"
+    assert world.rows("select * from invoice_records order by order_id") == [
+        {"order_id": "O1", "invoice_id": "INV-0001"},
+        {"order_id": "O2", "invoice_id": "INV-0002"}]
+
+
+def test_a_ledger_that_stays_down_fails_the_durable_run_after_bounded_attempts(
+        runner: InvoiceRunner, world: FakeWorld, api: RecordingApi) -> None:
+    world.fail("ledger", times=FOREVER)
+    run = order(runner, "O1")
+    assert run.status == "error" and run.snapshot.error["name"] in {"LedgerError", "RunFailed"}
+    assert "ledger database: unavailable" in str(run.snapshot.error["message"])
     assert api.calls == []
+    if isinstance(runner, DurableRunner):
+        assert world.calls("ledger") == 11, "the call, then the default 10 transient retries"
 
 
 def test_an_unknown_customer_fails_the_run(runner: InvoiceRunner) -> None:
