@@ -7,7 +7,7 @@ both formats always say the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..definition import RETRY_DELAY_PREFIX
@@ -18,6 +18,8 @@ from . import labels
 from .retries import retry_phrase
 
 NORMAL, ERROR, RETRY = "normal", "error", "retry"
+# Change marks, set by a machine diff (``statecharts.diff``) on the new machine's diagram.
+ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
 RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
@@ -36,6 +38,8 @@ class Box:
     failed: bool
     active: bool
     region: bool  # a region of a parallel state: drawn side by side in a dashed box
+    mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
+    changes: tuple[str, ...] = ()  # what changed here, "old → new" (drawn in the mark's colour)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class Arrow:
     lines: tuple[str, ...]
     kind: str
     raw: str
+    mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
+    changes: tuple[str, ...] = ()  # what changed on this arrow, "old → new"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class Diagram:
     boxes: Mapping[StateNode, Box]
     arrows: tuple[Arrow, ...]
     highlighted: bool
+    # A diff's diagram: boxes that are not in the drawn machine (removed states, a note of
+    # workflow-wide changes), by the state they are drawn in; their boxes are in ``boxes``.
+    extra: Mapping[StateNode, tuple[StateNode, ...]] = field(default_factory=dict)
 
     def box(self, node: StateNode) -> Box:
         """The box of ``node``."""
@@ -67,6 +76,11 @@ class Diagram:
     def kinds(self) -> frozenset[str]:
         """The arrow kinds present (the legend shows only what the diagram uses)."""
         return frozenset(a.kind for a in self.arrows)
+
+    def marks(self) -> frozenset[str]:
+        """The change marks present (on a diff's diagram)."""
+        return frozenset(item.mark for item in (*self.boxes.values(), *self.arrows)
+                         if item.mark is not None)
 
 
 def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram:
