@@ -507,7 +507,7 @@ def _guard_shape(transition: Transition) -> Any:
 
 
 def _same_guard(old: Transition, new: Transition) -> bool:
-    return _guard_shape(old) == _guard_shape(new)
+    return bool(_guard_shape(old) == _guard_shape(new))
 
 
 def _any(old: Transition, new: Transition) -> bool:

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from ..nodes import FINAL, StateNode, Transition
 from ..render import graphviz, labels
 from ..render.mermaid import mermaid_source
-from ..render.model import _raw, build_diagram
-from ..render.model import Arrow, Box, Diagram, RETRY
-from .changes import ADDED, CHANGED, REMOVED, RETRY as RETRY_CHANGE, STATE, Change, MachineDiff
-from .changes import state_path
+from ..render.model import RETRY, Arrow, Box, Diagram, _raw, build_diagram
+from .changes import ADDED, CHANGED, REMOVED, STATE, TARGET, Change, MachineDiff, state_path
+from .changes import RETRY as RETRY_CHANGE
 
 __all__ = ["diff_diagram", "diff_dot", "diff_mermaid", "diff_png", "diff_svg"]
 
@@ -66,7 +65,7 @@ class _Marking:
         for change in changes:
             if change.kind == STATE and change.mark == REMOVED:
                 assert change.old_node is not None
-                self._ghost(change.old_node, change.text)
+                self._ghost(change.old_node)
         for change in changes:
             self._place(change)
         self._mark_arrows_of_added_states()
@@ -83,7 +82,7 @@ class _Marking:
 
     # -- boxes -------------------------------------------------------------------------------
 
-    def _ghost(self, old: StateNode, text: str) -> None:
+    def _ghost(self, old: StateNode) -> None:
         """A removed state drawn back in, inside the nearest state the new machine still has
         (a removed state's removed children are part of its box)."""
         if any(state_path(a) in self.ghosts for a in old.ancestors):
@@ -93,8 +92,10 @@ class _Marking:
         ghost.type = FINAL if old.type == FINAL else "atomic"
         inside = sum(1 for n in self.diff.old.definition.nodes if n.is_descendant_of(old))
         details = (f"with {inside} steps inside",) if inside else ()
+        moved = self.diff.migrated_to.get(state_path(old))
+        note = (f"its runs move to {moved} (migration)",) if moved else ()
         self.boxes[ghost] = Box(ghost, labels.state_title(old), details, (), False, False,
-                                False, REMOVED, (text,))
+                                False, REMOVED, note)
         self.extra.setdefault(parent, []).append(ghost)
         self.ghosts[state_path(old)] = ghost
 
@@ -160,6 +161,8 @@ class _Marking:
             return
         transition = change.new_transition
         assert transition is not None
+        if change.kind == TARGET and change.old_transition is not None:
+            self._removed_arrow(change.old_transition, change.text)  # where it used to go
         line = None if change.mark == ADDED else change.drawn
         found = False
         for index, arrow in enumerate(self.arrows):
@@ -203,7 +206,7 @@ def _marked(arrow: Arrow, mark: str, line: str | None) -> Arrow:
 def marked_counts(diagram: Diagram) -> Mapping[str, int]:
     """How many boxes and arrows carry each mark (for tests and summaries)."""
     found = {ADDED: 0, REMOVED: 0, CHANGED: 0}
-    for item in (*diagram.boxes.values(), *diagram.arrows):
-        if item.mark is not None:
-            found[item.mark] += 1
+    for mark in (*(b.mark for b in diagram.boxes.values()), *(a.mark for a in diagram.arrows)):
+        if mark is not None:
+            found[mark] += 1
     return found

@@ -204,15 +204,16 @@ def _box_label(box: Box, size: int, title_width: int = 24, align: str = "CENTER"
 def _edge(diagram: Diagram, arrow: Arrow) -> str:
     source, target = arrow.source, arrow.target
     attrs = [f"label={_edge_label(arrow)}", f"tooltip={_quote(arrow.raw)}"]
-    if arrow.kind == ERROR:
+    if arrow.mark is not None:  # a diff's mark replaces the kind's colour
+        ink = MARK_COLOURS[arrow.mark][0]
+        attrs += [f"color={_quote(ink)}", f"fontcolor={_quote(ink)}", "penwidth=2"]
+        attrs += ["style=dashed"] if REMOVED in (arrow.mark, arrow.kind) or \
+            arrow.kind == RETRY else []
+    elif arrow.kind == ERROR:
         attrs += [f"color={_quote(ERROR_INK)}", f"fontcolor={_quote(ERROR_INK)}", "penwidth=1.6"]
     elif arrow.kind == RETRY:
         attrs += [f"color={_quote(RETRY_INK)}", f"fontcolor={_quote(RETRY_INK)}",
                   "style=dashed", "penwidth=1.6"]
-    if arrow.mark is not None:
-        ink = MARK_COLOURS[arrow.mark][0]
-        attrs += [f"color={_quote(ink)}", f"fontcolor={_quote(ink)}", "penwidth=2"]
-        attrs += ["style=dashed"] if arrow.mark == REMOVED else []
     tail, head = _tail(source), _entry(target)
     if _is_cluster(source) and _stays_inside(arrow):
         tail = _inner_tail(source)

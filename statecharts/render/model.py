@@ -79,8 +79,8 @@ class Diagram:
 
     def marks(self) -> frozenset[str]:
         """The change marks present (on a diff's diagram)."""
-        return frozenset(item.mark for item in (*self.boxes.values(), *self.arrows)
-                         if item.mark is not None)
+        boxes = (b.mark for b in self.boxes.values())
+        return frozenset(m for m in (*boxes, *(a.mark for a in self.arrows)) if m is not None)
 
 
 def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram:

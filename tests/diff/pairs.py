@@ -63,3 +63,17 @@ def edited(edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     config = copy.deepcopy(BASE)
     edit(config)
     return config
+
+
+def reviewed_change(config: dict[str, Any]) -> None:
+    """The change drawn in docs/diagrams.md ("reviewing a change"): more card retries, a
+    longer payment window, a new hold step, labelling dropped from shipping, an error
+    workflow."""
+    states = config["states"]
+    config["meta"] = {"error_workflow": "order_alerts"}
+    states["charging"]["invoke"]["retry"]["max_attempts"] = 5
+    states["waiting_for_payment"]["after"] = {"900000": "cancelled"}
+    states["waiting_for_payment"]["on"]["HOLD"] = "on_hold"
+    states["on_hold"] = {"on": {"RESUME": "waiting_for_payment"}}
+    del states["shipping"]["states"]["labelling"]
+    states["shipping"]["states"]["packing"]["on"]["PACKED"] = "done"
