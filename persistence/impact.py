@@ -87,7 +87,7 @@ def store_impact(store: Store, diff: MachineDiff) -> Impact:
             landed = state_text(new.restore(run.snapshot))
         except Exception as exc:  # a migration is user code: whatever it raises, no run moves
             outcome = STRANDED if change == REMOVED_STATE else PINNED
-            reason = str(exc).split(";")[0][:160]
+            reason = str(exc)[:200]
             group.reasons[reason] = group.reasons.get(reason, 0) + 1
             if outcome == STRANDED and len(group.examples) < 3:
                 group.examples.append(run.id)
