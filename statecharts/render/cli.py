@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                           help="the machines package folder (default: machines)")
     diagrams.add_argument("--out", type=Path, default=Path("diagrams"),
                           help="the diagrams folder (default: diagrams)")
+    diagrams.add_argument("--diff-base", metavar="REV",
+                          help="also print the diff of every machine that differs from its "
+                               "definition at git revision REV (e.g. origin/main)")
+    diagrams.add_argument("--diff-out", type=Path, metavar="DIR",
+                          help="with --diff-base: write <machine>.md and <machine>.svg there")
     diagrams.set_defaults(handler=_diagrams)
 
 
@@ -86,6 +91,15 @@ def _diagrams(args: argparse.Namespace) -> int:
     if not args.machines.is_dir():
         print(f"statecharts diagrams: {args.machines}: no such folder", file=sys.stderr)
         return 2
+    if args.diff_base:
+        from ..diff.review import review
+
+        try:
+            for line in review(args.machines, args.diff_base, args.diff_out):
+                print(line)
+        except (DiscoveryError, SourceError) as exc:
+            print(f"statecharts diagrams: --diff-base: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.check:
             stale = stale_files(args.machines, args.out)

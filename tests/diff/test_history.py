@@ -104,3 +104,34 @@ def test_a_revision_or_path_git_does_not_know_is_named() -> None:
         load_machine_for_diff(f"git:{COMMIT}:machines/invoice/workflow.py")
     with pytest.raises(SourceError, match="write git:REV:PATH"):
         load_machine_for_diff("git:HEAD")
+
+
+def test_diagrams_check_emits_the_diff_of_each_machine_changed_since_a_revision(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`diagrams --check --diff-base REV`: the check as before, plus the diff of every machine
+    that differs from REV. Against the parent of e069121 that is the retry policy of the
+    invoice, Evaluate's new failure states and the error workflow of four machines (their
+    contexts are functions of the input, compared only as such)."""
+    status = main(["diagrams", "--check", "--diff-base", f"{COMMIT}^", "--diff-out",
+                   str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0  # the committed diagrams are current
+    assert "invoice: 0 added, 0 removed, 1 changed" in out
+    assert "  ~ sending_email: never retries CircuitOpen → retries every error" in out
+    assert "  + releasing_after_failure: new state “Releasing after failure”" in out
+    assert out.count('error workflow none → "followup_alerts"') == 4
+    assert "followup_alerts: " not in out  # the Alerts workflow itself did not change
+    assert sorted(p.name for p in tmp_path.glob("*.md")) == [
+        "followup.followup_enrich.md", "followup.followup_evaluate.md",
+        "followup.followup_register.md", "followup.followup_report.md", "invoice.md"]
+    invoice = (tmp_path / "invoice.md").read_text(encoding="utf-8")
+    assert "| 🟠 changed | `sending_email` | never retries CircuitOpen → retries every error |" \
+        in invoice
+    assert "```mermaid" in invoice and "(changed)<br/>retries up to 2 times" in invoice
+    assert status == main(["diagrams", "--check"])
+
+
+def test_a_base_revision_git_does_not_know_is_an_error(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert main(["diagrams", "--check", "--diff-base", "no-such-rev"]) == 2
+    assert "no-such-rev" in capsys.readouterr().err
