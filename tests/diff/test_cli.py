@@ -62,9 +62,9 @@ def test_module_and_file_sources_compare_by_names(capsys: pytest.CaptureFixture[
     context from the input, and the diff says so."""
     monkeypatch.chdir(ROOT)
     assert main(["diff", "machines/invoice/invoice.json", "machines.invoice:invoice"]) == 0
-    assert capsys.readouterr().out == (
-        "invoice: 0 added, 0 removed, 1 changed (fingerprint ed4536bfb327 → ed4536bfb327)\n"
-        "  ~ (workflow): initial context given → computed from the input\n")
+    headline, *changes = capsys.readouterr().out.splitlines()
+    assert headline.startswith("invoice: 0 added, 0 removed, 1 changed")
+    assert changes == ["  ~ (workflow): initial context given → computed from the input"]
 
 
 def test_bad_sources_exit_2_and_name_them(pair: tuple[str, str],
