@@ -249,6 +249,8 @@ class _Comparison:
                 mark = _mark(old_policy, new_policy)
                 add(RETRY, retry_change(old_policy, new_policy), mark)
             for key, kind, words in _CALL_FIELDS:
+                if callable(was.get(key)) != callable(config.get(key)):
+                    continue  # data on one side, code on the other: nothing to compare
                 if _field(was, key) != _field(config, key):
                     add(kind, f"{words}: {value_text(_field(was, key))}{ARROW}"
                               f"{value_text(_field(config, key))}",
@@ -312,7 +314,8 @@ class _Comparison:
 _CALL_FIELDS = (("breaker", BREAKER, "circuit breaker"),
                 ("onFinalFailure", FAILURE, "when it still fails"),
                 ("transient", FAILURE, "transient failures"),
-                ("external", INVOKE, "external (skipped in a dry run)"))
+                ("external", INVOKE, "external (skipped in a dry run)"),
+                ("input", INVOKE, "input"))
 
 
 def _by_path(machine: Machine) -> dict[str, StateNode]:

@@ -12,7 +12,7 @@ from ..render.retries import retry_phrase
 from ..retry import RetryPolicy
 
 ARROW = " → "
-_LONGEST_VALUE = 40
+_LONGEST_VALUE = 100
 
 
 def value_text(value: Any) -> str:

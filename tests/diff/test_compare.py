@@ -240,16 +240,13 @@ def test_invoke_added_and_its_work_changed() -> None:
     assert ("added", "invoke", "delivered", "now does: send mail") in found
 
 
-def test_transient_and_failure_finals_when_the_definition_knows_them() -> None:
-    """The "nothing stalls" issue adds ``transient`` (invoke) and ``failure`` (final state);
-    the diff reads them from the config, so it shows them once the engine accepts them."""
+def test_transient_call_sites_and_failure_finals() -> None:
+    """``transient`` (a call site's failure class) and ``failure`` (a final state that ends the
+    run as failed), the "nothing stalls" issue's keys."""
     def edit(c: dict[str, Any]) -> None:
         states(c)["charging"]["invoke"]["transient"] = ["DatabaseError"]
         states(c)["failed"]["failure"] = "card declined"
-    try:
-        diff = diff_of(edit)
-    except Exception as exc:  # the keys have not landed on this branch's engine yet
-        pytest.skip(f"the engine does not accept 'transient'/'failure' yet: {exc}")
+    diff = diff_of(edit)
     assert ("added", "failure class", "charging",
             "transient failures: none → [\"DatabaseError\"]") in changes(diff)
     assert ("changed", "failure class", "failed",
@@ -270,3 +267,10 @@ def test_the_order_of_changes_is_fixed() -> None:
     first = changes(diff_of(edit))
     assert first == changes(diff_of(edit))
     assert [m for m, *_ in first][-1] == "removed"  # removed states come last
+
+
+def test_call_input_changed() -> None:
+    def edit(c: dict[str, Any]) -> None:
+        states(c)["charging"]["invoke"]["input"] = {"$context": ["amount"]}
+    assert changes(diff_of(edit)) == [
+        ("added", "invoke", "charging", "input: none → {\"$context\":[\"amount\"]}")]

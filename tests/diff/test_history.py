@@ -36,6 +36,13 @@ def in_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
 
 
+def fingerprints(path: str) -> str:
+    """"old → new" fingerprints of the file before and in COMMIT (the engine's fingerprint
+    function may change; the diff only reports it)."""
+    old = load_machine_for_diff(f"git:{COMMIT}^:{path}").fingerprint[:12]
+    return f"{old} → {load_machine_for_diff(f'git:{COMMIT}:{path}').fingerprint[:12]}"
+
+
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     status = main(["diff", *args])
     return status, capsys.readouterr().out
@@ -46,8 +53,8 @@ def test_the_commit_that_added_the_failure_states_to_evaluate(
     status, out = run(capsys, f"git:{COMMIT}^:{EVALUATE}", f"git:{COMMIT}:{EVALUATE}")
     assert status == 0
     assert out == (
-        "followup_evaluate: 6 added, 1 removed, 0 changed (fingerprint 1b503c4b0b8d → "
-        "393ff0762fca)\n"
+        f"followup_evaluate: 6 added, 1 removed, 0 changed (fingerprint "
+        f"{fingerprints(EVALUATE)})\n"
         "  + (workflow): error workflow none → \"followup_alerts\"\n"
         "  + (workflow): context key failure added (starts as null)\n"
         "  + reconciling.checking_stage_filter: new: if check stage filter fails → "
@@ -62,8 +69,8 @@ def test_the_commit_that_changed_the_invoice_retry_policy(
         capsys: pytest.CaptureFixture[str]) -> None:
     status, out = run(capsys, f"git:{COMMIT}^:{INVOICE}", f"git:{COMMIT}:{INVOICE}")
     assert status == 0
-    assert out == ("invoice: 0 added, 0 removed, 1 changed (fingerprint df03b16b7532 → "
-                   "ed4536bfb327)\n"
+    assert out == (f"invoice: 0 added, 0 removed, 1 changed (fingerprint "
+                   f"{fingerprints(INVOICE)})\n"
                    "  ~ sending_email: never retries CircuitOpen → retries every error\n")
 
 
@@ -110,8 +117,9 @@ def test_diagrams_check_emits_the_diff_of_each_machine_changed_since_a_revision(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """`diagrams --check --diff-base REV`: the check as before, plus the diff of every machine
     that differs from REV. Against the parent of e069121 that is the retry policy of the
-    invoice, Evaluate's new failure states and the error workflow of four machines (their
-    contexts are functions of the input, compared only as such)."""
+    invoice, Evaluate's new failure states, the error workflow of four machines (their
+    contexts are functions of the input, compared only as such) and the run id in Alerts'
+    call inputs."""
     status = main(["diagrams", "--check", "--diff-base", f"{COMMIT}^", "--diff-out",
                    str(tmp_path)])
     out = capsys.readouterr().out
@@ -120,9 +128,11 @@ def test_diagrams_check_emits_the_diff_of_each_machine_changed_since_a_revision(
     assert "  ~ sending_email: never retries CircuitOpen → retries every error" in out
     assert "  + releasing_after_failure: new state “Releasing after failure”" in out
     assert out.count('error workflow none → "followup_alerts"') == 4
-    assert "followup_alerts: " not in out  # the Alerts workflow itself did not change
+    assert ('  ~ marking: input: "pick(workflow, run_key, now)" → '
+            '"pick(workflow, run_id, run_key, now)"') in out  # Alerts passes the run id on
     assert sorted(p.name for p in tmp_path.glob("*.md")) == [
-        "followup.followup_enrich.md", "followup.followup_evaluate.md",
+        "followup.followup_alerts.md", "followup.followup_enrich.md",
+        "followup.followup_evaluate.md",
         "followup.followup_register.md", "followup.followup_report.md", "invoice.md"]
     invoice = (tmp_path / "invoice.md").read_text(encoding="utf-8")
     assert "| 🟠 changed | `sending_email` | never retries CircuitOpen → retries every error |" \
