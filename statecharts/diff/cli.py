@@ -22,6 +22,7 @@ from statecharts.cli import run_one_tool
 
 from ..errors import MachineDefinitionError
 from ..render import GraphvizNotFound
+from ..render.cli import write_output
 from ..render.source import SourceError
 from .changes import MachineDiff
 from .compare import diff_machines
@@ -85,12 +86,7 @@ def _diff(args: argparse.Namespace) -> int:
         else:
             sys.stderr.write(report)
         status = 1 if impact.stranded else 0
-    payload = data if isinstance(data, bytes) else data.encode()
-    if args.output is None:
-        sys.stdout.buffer.write(payload)
-        sys.stdout.flush()
-    else:
-        args.output.write_bytes(payload)
+    write_output(data, args.output)
     return status
 
 

@@ -72,13 +72,18 @@ def _render(args: argparse.Namespace) -> int:
             OSError, ValueError) as exc:
         print(f"statecharts render: {exc}", file=sys.stderr)
         return 2
+    write_output(data, args.output)
+    return 0
+
+
+def write_output(data: str | bytes, output: Path | None) -> None:
+    """Write a command's result to ``output``, or to standard output without one."""
     payload = data if isinstance(data, bytes) else data.encode()
-    if args.output is None:
+    if output is None:
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()
     else:
-        args.output.write_bytes(payload)
-    return 0
+        output.write_bytes(payload)
 
 
 def _draw(fmt: str) -> Callable[..., str | bytes]:
