@@ -72,8 +72,9 @@ class _Marking:
         workflow = [c.text for c in changes if not c.where]
         if workflow:
             note = StateNode(_NOTE_KEY, "::workflow changes", (_NOTE_KEY,), self.base.root, "")
-            self.boxes[note] = Box(note, "The whole workflow", (), (), False, False, False,
-                                   CHANGED, tuple(workflow))
+            self.boxes[note] = Box(note, "The whole workflow", None, (), (), failed=False,
+                                   run_fails=False, active=False, region=False, mark=CHANGED,
+                                   changes=tuple(workflow))
             self.extra.setdefault(self.base.root, []).insert(0, note)
         title = f"{self.base.title}: what changed"
         return dataclasses.replace(self.base, title=title, boxes=self.boxes,
@@ -94,8 +95,9 @@ class _Marking:
         details = (f"with {inside} steps inside",) if inside else ()
         moved = self.diff.migrated_to.get(state_path(old))
         note = (f"its runs move to {moved} (migration)",) if moved else ()
-        self.boxes[ghost] = Box(ghost, labels.state_title(old), details, (), False, False,
-                                False, REMOVED, note)
+        self.boxes[ghost] = Box(ghost, labels.state_title(old), labels.state_description(old),
+                                details, (), failed=False, run_fails=False, active=False,
+                                region=False, mark=REMOVED, changes=note)
         self.extra.setdefault(parent, []).append(ghost)
         self.ghosts[state_path(old)] = ghost
 

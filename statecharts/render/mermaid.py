@@ -4,7 +4,8 @@ Same titles and labels as the Graphviz output (both come from ``model.py``). Mer
 an arrow between states inside two different composite states, so such an arrow is drawn
 between the outermost states that differ, and its label names the real ends ("into: ...",
 "from: ..."). Active states are marked with the ``active`` class, failure outcomes with
-``failed``.
+``failed``. The error workflow and the key are boxes of their own, as Mermaid has no legend;
+Mermaid lays a deep chart out by itself (it cannot be told to wrap into columns).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _CLASSES = (
     "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
     "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
     "    classDef anywhere fill:#ffffff,stroke:#999999,stroke-dasharray:4 3,color:#555555",
+    "    classDef note fill:#ffffff,stroke:#bbbbbb,color:#333333,font-size:12px",
 )
 # A diff's change marks: box styles, and the word that opens a marked arrow's label (Mermaid
 # cannot colour one arrow of a state diagram).
@@ -31,6 +33,12 @@ _MARK_CLASSES = {
     CHANGED: "    classDef changed fill:#fdf2e0,stroke:#b9770e,stroke-width:3px",
 }
 _MARK_WORDS = {ADDED: "(new)", REMOVED: "(removed)", CHANGED: "(changed)"}
+_LEGEND = {"start": "● where it starts", "final": "◉ finished", "history": "H: resumes where "
+           "it left off (H*: nested too)", "parallel": "-- separates parts that run at the same "
+           "time", "error": "red: error path", "run_fails": "red end: the run fails",
+           "retry": "attempting ⇄ waiting to retry: automatic retry",
+           "active": "gold: where the run is now", ADDED: "green, (new): added",
+           REMOVED: "red dashed, (removed): removed", CHANGED: "amber, (changed): old → new"}
 
 
 def mermaid_source(diagram: Diagram) -> str:
@@ -49,6 +57,7 @@ def mermaid_source(diagram: Diagram) -> str:
         out.append("    }")
     else:
         _block(diagram, diagram.root, ids, placed, out, "    ")
+    _notes(diagram, out)
     out.extend(_CLASSES)
     marks = diagram.marks()
     out.extend(line for mark, line in _MARK_CLASSES.items() if mark in marks)
@@ -62,7 +71,26 @@ def mermaid_source(diagram: Diagram) -> str:
             out.append(f"    class {','.join(ids[n] for n in members)} {name}")
     if any(a.source is diagram.root for a in diagram.arrows):
         out.append(f"    class {ids[diagram.root]} anywhere")
+    out.append("    class s_key" + (",s_error_workflow" if diagram.error_workflow else "")
+               + " note")
     return "\n".join(out) + "\n"
+
+
+def _notes(diagram: Diagram, out: list[str]) -> None:
+    """The error workflow (if any) and the key, as free-standing boxes."""
+    if diagram.error_workflow is not None:
+        out.append('    state "If a run fails" as s_error_workflow')
+        out.append(f"    s_error_workflow : it starts the error workflow "
+                   f"“{_text(diagram.error_workflow)}”")
+    out.append('    state "Key" as s_key')
+    out.extend(f"    s_key : {_text(_LEGEND[kind])}" for kind, _ in diagram.legend())
+
+
+def _box_lines(box: Box) -> tuple[str, ...]:
+    """The lines under a state's title: its description, details, a run's progress, and on a
+    diff's diagram what changed."""
+    return (*((box.description,) if box.description else ()), *box.details, *box.now,
+            *_mark_lines(box))
 
 
 def _ids(diagram: Diagram) -> dict[StateNode, str]:
@@ -92,8 +120,7 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
         box = diagram.box(child)
         if child.type in (COMPOUND, PARALLEL):
             # A composite state takes no description lines: they join its title.
-            title = "<br/>".join(_text(line) for line in (box.title, *box.details, *box.now,
-                                                          *_mark_lines(box)))
+            title = "<br/>".join(_text(line) for line in (box.title, *_box_lines(box)))
             out.append(f'{indent}state "{title}" as {ids[child]} {{')
             _block(diagram, child, ids, placed, out, indent + "    ")
             out.append(f"{indent}}}")
@@ -110,8 +137,7 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
 
 def _simple_state(box: Box, name: str, out: list[str], indent: str) -> None:
     out.append(f'{indent}state "{_text(box.title)}" as {name}')
-    out.extend(f"{indent}{name} : {_text(detail)}"
-               for detail in (*box.details, *box.now, *_mark_lines(box)))
+    out.extend(f"{indent}{name} : {_text(detail)}" for detail in _box_lines(box))
 
 
 def _mark_lines(box: Box) -> tuple[str, ...]:

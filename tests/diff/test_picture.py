@@ -47,6 +47,20 @@ def test_each_change_is_marked_where_it_happened() -> None:
         assert f'<TD ALIGN="LEFT">{words}</TD>' in dot  # the key explains the marks
 
 
+def test_the_one_key_lists_the_marks_next_to_the_chart_symbols() -> None:
+    diagram = diff_diagram(reviewed())
+    kinds = [kind for kind, _ in diagram.legend()]
+    assert kinds[-3:] == ["added", "removed", "changed"]  # after issue 27's symbols
+    assert "start" in kinds and "retry" in kinds
+    assert diagram.error_workflow == "Order alerts"  # the new machine's facts stay drawn
+    plain = [kind for kind, _ in diff_diagram(diff_machines(machine(BASE),
+                                                            machine(BASE))).legend()]
+    assert not {"added", "removed", "changed"} & set(plain)
+    key = [line for line in diff_mermaid(reviewed()).splitlines() if "s_key :" in line]
+    assert any("green" in line and "added" in line for line in key)
+    assert any("old → new" in line for line in key)
+
+
 def test_the_removed_state_is_drawn_inside_the_state_that_held_it() -> None:
     diagram = diff_diagram(reviewed())
     [(parent, extra)] = [(p, e) for p, e in diagram.extra.items() if p.parent is not None]
