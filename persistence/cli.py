@@ -1,4 +1,5 @@
-"""Command line for durable runs: `worker`, `runs list|show|cancel|versions`, `db upgrade`.
+"""Command line for durable runs: `worker`, `runs list|show|cancel|resume|versions`,
+`db upgrade`.
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -17,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from persistence.runtime import Runtime, machines_from
+from persistence.runtime import NotResumableError, Runtime, machines_from
 from persistence.stores import RunRecord, Store, StoreError, open_store
-from persistence.worker import Worker
+from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.cli import run_one_tool
 
@@ -118,6 +119,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cancel.add_argument("run_id")
     cancel.add_argument("--reason")
     cancel.set_defaults(handler=_runs_cancel)
+    resume = actions.add_parser(
+        "resume", help="resume a failed run from the state it failed in (journaled)"
+    )
+    _add_store(resume)
+    resume.add_argument("run_id")
+    resume.add_argument("--machines", action="append", required=True, metavar="MODULE")
+    resume.set_defaults(handler=_runs_resume)
     versions = actions.add_parser(
         "versions", help="active runs that the given machines cannot step (definition changed)"
     )
@@ -137,15 +145,20 @@ def _worker(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     store = _store(args, connections=args.concurrency + 2)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
-    Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
-           poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
-    runtime.store.close()
+    try:
+        Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
+               poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+    except WorkerCrashed as exc:
+        logging.getLogger("statecharts.worker").critical("%s; exiting with status 70", exc)
+        return 70  # EX_SOFTWARE: a supervisor restarts the worker
+    finally:
+        runtime.store.close()
     return 0
 
 
 def _row(run: RunRecord) -> dict[str, Any]:
     data = asdict(run)
-    del data["snapshot"]
+    del data["snapshot"], data["previous_owner"]
     return data
 
 
@@ -160,7 +173,8 @@ def _runs_list(args: argparse.Namespace) -> int:
         return 0
     for r in runs:
         print(f"{r.id}  {r.workflow_name:<20} {r.status:<10} v{r.version:<4} {r.state}"
-              + (f"  last_error={r.last_error}" if r.last_error else ""))  # fmt: skip
+              + (f"  last_error={r.last_error}" if r.last_error else "")
+              + (f"  problem={r.problem}" if r.problem else ""))  # fmt: skip
     return 0
 
 
@@ -173,11 +187,13 @@ def _runs_show(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 0:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
     data = {
-        **asdict(run),
+        **_row(run),
+        "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
+        "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
     }
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
@@ -190,6 +206,16 @@ def _runs_cancel(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{args.run_id}: {outcome}")
+    return 0
+
+
+def _runs_resume(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    try:
+        run = runtime.resume(args.run_id)
+    except (StoreError, NotResumableError) as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{run.id}: resumed in state {run.state} (step {run.version})")
     return 0
 
 
