@@ -190,7 +190,10 @@ class Worker:
     def _claim(self, owner: str, limit: int) -> list[RunRecord]:
         versions = self._steppable()
         now = self.runtime.clock.now()
-        return self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+        claimed = self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+        if claimed:
+            self.runtime.telemetry.claimed(claimed, now)
+        return claimed
 
     def _steppable(self) -> set[tuple[str, str]]:
         """Versions to claim, refreshed every few seconds (migratable ones appear over time)."""

@@ -107,13 +107,15 @@ class Telemetry:
             yield stored
 
     # -- steps and effects ------------------------------------------------------------------
-    def begin_step(self, run: RunRecord, owner: str, batch: int, attempt: int,
+    def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
                    inbox: Sequence[InboxEvent]) -> None:  # fmt: skip
-        """A step of `run` begins (its pending effects are about to execute)."""
+        """A step of `run` (in `state`) begins: its pending effects are about to execute.
+        `first`: the first step since the claim (a takeover shows there); `batch`: how many runs
+        the round steps; `inbox`: the queued events it will apply."""
         if self.metrics is not None:
             self._steps[run.id] = time.perf_counter()
         if self.spans is not None:
-            self.spans.begin_step(run, owner, batch, attempt, inbox)
+            self.spans.begin_step(run, state, first, batch, attempt, inbox)
 
     @contextmanager
     def effect(self, run: RunRecord, kind: str, payload: Any,

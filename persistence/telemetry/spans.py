@@ -75,18 +75,18 @@ class RunSpans:
         ) as span:  # fmt: skip
             yield t.traceparent_of(span) or traceparent
 
-    def begin_step(self, run: RunRecord, owner: str, batch: int, attempt: int,
+    def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
                    inbox: Sequence[InboxEvent]) -> None:  # fmt: skip
         """Open the step span of `run` (child of its stored trace context)."""
         links = [link for e in inbox for link in t.link_to(e.traceparent, **{
             t.EVENT_TYPE: str(e.event.get("type"))})]  # fmt: skip
-        takeover = run.previous_owner is not None and run.previous_owner != owner
+        takeover = first and run.previous_owner is not None
         span = self.tracer.start_span(
             t.step_span_name(run.workflow_name), context=t.context_of(run.traceparent),
             kind=self._kinds.CONSUMER, links=links,
             attributes=t.attributes(**{
                 t.WORKFLOW: run.workflow_name, t.WORKFLOW_VERSION: run.workflow_version,
-                t.RUN_ID: run.id, t.RUN_KEY: run.key, t.STATE_BEFORE: run.state,
+                t.RUN_ID: run.id, t.RUN_KEY: run.key, t.STATE_BEFORE: state,
                 t.ATTEMPT: attempt, t.BATCH_SIZE: batch, t.TAKEOVER: takeover,
                 t.PREVIOUS_OWNER: run.previous_owner if takeover else None}),
         )  # fmt: skip
@@ -104,8 +104,9 @@ class RunSpans:
         parent = None if step is None else _in(step)
         with self.tracer.start_as_current_span(
             t.effect_span_name(kind, name), context=parent,
-            attributes=t.attributes(**{t.EFFECT_KIND: kind, t.EFFECT_NAME: name,
-                                       t.EFFECT_KEY: key, t.EFFECT_ATTEMPT: attempt}),
+            attributes=t.attributes(**{t.RUN_ID: run_id, t.EFFECT_KIND: kind,
+                                       t.EFFECT_NAME: name, t.EFFECT_KEY: key,
+                                       t.EFFECT_ATTEMPT: attempt}),
             record_exception=False, set_status_on_exception=True,
         ) as span:  # fmt: skip
 

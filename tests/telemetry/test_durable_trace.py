@@ -76,7 +76,8 @@ def _webhook(runtime: Runtime, tracer: trace.Tracer) -> ThreadingHTTPServer:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            parent = TraceContextTextMapPropagator().extract(dict(self.headers))
+            parent = TraceContextTextMapPropagator().extract(
+                {k.lower(): v for k, v in self.headers.items()})
             with tracer.start_as_current_span("POST /signup", context=parent,
                                               kind=trace.SpanKind.SERVER):  # fmt: skip
                 user = self.path.split("user=", 1)[1]
@@ -129,8 +130,9 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
             processes.append(a)
             _until("worker A inside send_welcome",
                    lambda: f"send_welcome {run_id}" in _text(calls))
-            # A committed v2 (register's result) and v3 (the timer fired): both exported
-            _until("A's two committed steps exported", lambda: len(steps_from("A")) >= 2)
+            # A committed every step up to the timer's (into welcoming): all exported
+            _until("A's steps exported", lambda: any(
+                s.attributes.get(tracing.STATE_AFTER) == "welcoming" for s in steps_from("A")))
             a.kill()
             a.wait(timeout=10)
             b = _worker(url, "B", collector.endpoint, calls, tmp_path / "b.log", block=False)
@@ -143,9 +145,14 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
             _until("the run ended", lambda: store.get_run(run_id).status == "done" and
                    not store.list_effects(run_id, "pending"))  # fmt: skip
             final = store.get_run(run_id)
-            _until("B exported every step", lambda: {
-                s.attributes.get(tracing.RUN_VERSION) for s in steps_from("B")} >= set(
-                range(4, final.version + 1)))  # fmt: skip
+            def b_versions() -> set[int]:
+                return {s.attributes.get(tracing.RUN_VERSION) for s in steps_from("B")}
+
+            first_b = min(s.attributes[tracing.RUN_VERSION] for s in steps_from("B"))
+            wanted = set(range(first_b, final.version + 1))
+            _until(f"B exported every step {sorted(wanted)}: "
+                   f"{[(s.name, dict(s.attributes), s.resource) for s in spans_of_run()]}",
+                   lambda: b_versions() >= wanted)  # fmt: skip
             b.send_signal(signal.SIGTERM)
             b.wait(timeout=20)
             received = spans_of_run()
@@ -162,7 +169,7 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     assert webhook.parent.span_id == client.context.span_id
     assert start.parent.span_id == webhook.context.span_id
     assert start.attributes[tracing.RUN_ID] == run_id
-    assert final.traceparent == f"00-{trace_id}-{start_id}-01"
+    assert (final.traceparent or "").startswith(f"00-{trace_id}-{start_id}-")
 
     steps = sorted((s for s in received if s.name == "step signup"),
                    key=lambda s: s.attributes[tracing.RUN_VERSION])  # fmt: skip
@@ -172,17 +179,20 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     assert {s.parent_id for s in steps} == {start_id}
     assert all(s.attributes["statecharts.step.committed"] for s in steps)
     by_version = {s.attributes[tracing.RUN_VERSION]: s for s in steps}
-    assert [by_version[v].resource["worker"] for v in (2, 3)] == ["A", "A"]
-    assert {by_version[v].resource["worker"] for v in range(4, final.version + 1)} == {"B"}
+    assert {by_version[v].resource["worker"] for v in range(2, first_b)} == {"A"}
+    assert {by_version[v].resource["worker"] for v in range(first_b, final.version + 1)} == {"B"}
     assert (by_version[2].attributes[tracing.STATE_BEFORE],
             by_version[2].attributes[tracing.STATE_AFTER]) == ("registering", "cooling_off")
-    timer_step = by_version[3]
+    (timer_step,) = [s for s in steps if s.attributes.get(tracing.STATE_AFTER) == "welcoming"]
     assert timer_step.attributes[tracing.EVENTS][0].startswith("xstate.after")
     assert timer_step.start_ns - by_version[2].end_ns >= workflows.TIMER_MS * 1_000_000 * 0.9
-    takeover = by_version[4]  # B's first step: the lease of A expired
+    assert timer_step.resource["worker"] == "A"
+    takeover = by_version[first_b]  # B's first step: the lease of A expired
     assert takeover.attributes[tracing.TAKEOVER] is True
     assert f":{a.pid}:" in takeover.attributes[tracing.PREVIOUS_OWNER]
-    assert not any(by_version[v].attributes.get(tracing.TAKEOVER) for v in (2, 3))
+    assert takeover.attributes[tracing.STATE_BEFORE] == "welcoming"
+    assert not any(by_version[v].attributes.get(tracing.TAKEOVER)
+                   for v in by_version if v != first_b)  # fmt: skip
     # the step that applied CONFIRM links to the send span of the second request's trace
     (applied,) = [s for s in steps if "CONFIRM" in s.attributes.get(tracing.EVENTS, [])]
     assert applied.links == ((f"{confirm.context.trace_id:032x}", f"{send.context.span_id:016x}"),)
@@ -198,7 +208,8 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
         span = effects[record.idempotency_key]
         assert span.parent_id in step_ids, record
         assert span.attributes[tracing.EFFECT_OUTCOME] == "done"
-        assert span.attributes[tracing.EFFECT_NAME] in {"register", "send_welcome", "archive"}
+        assert span.attributes[tracing.EFFECT_NAME] in {"register", "keep_account",
+                                                        "send_welcome", "archive"}
     welcome = next(s for s in effects.values() if s.attributes[tracing.EFFECT_NAME] ==
                    "send_welcome")  # fmt: skip
     assert step_ids[welcome.parent_id] is takeover

@@ -46,15 +46,15 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def _value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+def _value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str,
            **labels: str) -> float:  # fmt: skip
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    return samples.get((metric, tuple(sorted(labels.items()))), 0.0)
 
 
-def _sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+def _sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str,
          **labels: str) -> float:  # fmt: skip
     return sum(v for (n, ls), v in samples.items()
-               if n == name and set(labels.items()) <= set(ls))  # fmt: skip
+               if n == metric and set(labels.items()) <= set(ls))  # fmt: skip
 
 
 @pytest.fixture
