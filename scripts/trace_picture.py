@@ -69,11 +69,14 @@ def collect() -> list[Any]:
 def _label(span: Any) -> str:
     a = span.attributes or {}
     if span.name.startswith("step "):
-        text = f"{a.get('statecharts.state.before')} → {a.get('statecharts.state.after')}"
-        events = a.get("statecharts.events") or ()
-        if events:
-            text += f"  on {', '.join(events)}"
-        return text
+        def short(state: Any) -> str:
+            return ".".join(str(state).split(".")[-2:]).replace("creating_invoice.", "")
+
+        text = f"{short(a.get('statecharts.state.before'))} → " \
+            f"{short(a.get('statecharts.state.after'))}"
+        events = [str(e).split(":")[0].replace("xstate.", "") for e in
+                  a.get("statecharts.events") or ()]
+        return text + (f"  ({', '.join(events)})" if events else "")
     if "statecharts.effect.outcome" in a:
         attempt = a.get("statecharts.effect.attempt")
         return str(a["statecharts.effect.outcome"]) + (f", attempt {attempt}" if attempt else "")
@@ -105,7 +108,7 @@ def svg(spans: list[Any]) -> str:
     rows = _ordered(spans)
     t0 = min(s.start_time for s in spans)
     t1 = max(s.end_time for s in spans)
-    left, width, row_h, top = 430, 640, 22, 46
+    left, width, row_h, top = 250, 820, 22, 46
     scale = width / max(t1 - t0, 1)
     height = top + row_h * len(rows) + 40
     parts = [
@@ -141,9 +144,12 @@ def svg(spans: list[Any]) -> str:
         parts.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
                      f'rx="2" fill="{colour}"/>')
         label = escape(_label(span))
-        if label:
-            parts.append(f'<text x="{min(x + w + 4, left + width - 150):.1f}" y="{y + 14}" '
-                         f'fill="#333" font-size="11">{label}</text>')
+        if label and x > left + width * 0.5:  # late spans: the label on the bar's left
+            parts.append(f'<text x="{x - 4:.1f}" y="{y + 14}" text-anchor="end" fill="#333" '
+                         f'font-size="11">{label}</text>')
+        elif label:
+            parts.append(f'<text x="{x + w + 4:.1f}" y="{y + 14}" fill="#333" '
+                         f'font-size="11">{label}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
