@@ -50,8 +50,8 @@ from persistence.stores.base import (
 )
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
-from statecharts.effects import Effect
 from statecharts.definition import WAITING
+from statecharts.effects import Effect
 from statecharts.errors import ContextError
 from statecharts.frozen import storable_text
 
