@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,16 +58,6 @@ def _worker(url: str, name: str, endpoint: str, calls: Path, log: Path,
          "--otlp", "--log-level", "INFO"],
         env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
 
 
 def _webhook(runtime: Runtime, tracer: trace.Tracer) -> ThreadingHTTPServer:

@@ -10,11 +10,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from persistence import open_store
@@ -57,16 +55,6 @@ def _sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: 
                if n == metric and set(labels.items()) <= set(ls))  # fmt: skip
 
 
-@pytest.fixture
-def worker_process() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-
-
 def _settled(store: Store, ids: list[str]) -> bool:
     runs = [store.get_run(i) for i in ids]
     return all(r.terminal or r.state == "on_hold" for r in runs) and not any(
@@ -74,7 +62,7 @@ def _settled(store: Store, ids: list[str]) -> bool:
 
 
 def test_scraped_metrics_match_the_store(tmp_path: Path,
-                                         worker_process: list[subprocess.Popen[bytes]]) -> None:
+                                         processes: list[subprocess.Popen[bytes]]) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = open_store(url, migrate=True)
     runtime = Runtime(store, [workflows.billing], telemetry=Telemetry.off())
@@ -91,7 +79,7 @@ def test_scraped_metrics_match_the_store(tmp_path: Path,
          "--log-format", "json"],
         env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "worker.log").open("wb"),
     )  # fmt: skip
-    worker_process.append(worker)
+    processes.append(worker)
     deadline = time.monotonic() + 60
     while not _settled(store, ids):
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
