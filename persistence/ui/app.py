@@ -43,6 +43,8 @@ from persistence.ui.security import (
     session_value,
 )
 from statecharts import Machine, Snapshot, SystemClock
+from statecharts.render.graphviz import ACTIVE_FILL
+from statecharts.render.timeline import engine_event_phrase
 
 log = logging.getLogger("statecharts.ui")
 HERE = Path(__file__).parent
@@ -169,8 +171,11 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                         404)  # fmt: skip
         diagram, diagram_note, accepts = _run_diagram(ui, detail.run)
         stuck = views.is_stuck(detail.run, ui.clock.now(), ui.stuck_after_ms)
+        machine = ui.machine_for(detail.run)
         return page(request, "run.html", {"d": detail, "run": detail.run, "diagram": diagram,
                                           "diagram_note": diagram_note, "accepts": accepts,
+                                          "event_words": lambda t: engine_event_phrase(t, machine),
+                                          "active_fill": ACTIVE_FILL,
                                           "message": message, "error": error,
                                           "stuck": stuck,
                                           "latest": ui.latest(detail.run.workflow_name)},
