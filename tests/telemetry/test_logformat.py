@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -14,6 +15,23 @@ from persistence.telemetry.events import DEAD_LETTER, RUN_FAILED
 from persistence.telemetry.logformat import JsonFormatter, TextFormatter, formatter
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture(autouse=True)
+def _loggers_enabled() -> Iterator[None]:
+    """Other tests configure logging (levels, disabled loggers): start from a known state."""
+    names = ("statecharts", "statecharts.runs", "statecharts.worker")
+    saved = [(logging.getLogger(n).level, logging.getLogger(n).disabled,
+              logging.getLogger(n).propagate) for n in names]  # fmt: skip
+    for n in names:
+        logger = logging.getLogger(n)
+        logger.setLevel(logging.INFO if n == "statecharts" else logging.NOTSET)
+        logger.disabled, logger.propagate = False, True
+    yield
+    for n, (level, disabled, propagate) in zip(names, saved, strict=True):
+        logger = logging.getLogger(n)
+        logger.setLevel(level)
+        logger.disabled, logger.propagate = disabled, propagate
 
 
 def _capture(fmt: logging.Formatter) -> tuple[io.StringIO, logging.Handler]:
