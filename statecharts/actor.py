@@ -26,7 +26,7 @@ from .frozen import FrozenDict, freeze, thaw
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
-from .snapshot import ChildRef, Snapshot
+from .snapshot import ChildRef, Snapshot, finished_child
 
 logger = logging.getLogger("statecharts")
 UNPERSISTABLE_RULES = ("restart", "fail")
@@ -72,7 +72,8 @@ class Actor:
                  snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
                  clock: Clock | None = None, inspect: Inspector | None = None,
                  id: str | None = None, parent: Any = None, system: ActorSystem | None = None,
-                 system_id: str | None = None, on_unpersistable: str = "restart") -> None:
+                 system_id: str | None = None, on_unpersistable: str = "restart",
+                 strict: bool = False) -> None:
         if on_unpersistable not in UNPERSISTABLE_RULES:
             raise ValueError(f"on_unpersistable is one of {UNPERSISTABLE_RULES}")
         self.machine = machine
@@ -82,6 +83,9 @@ class Actor:
         self.system_id = system_id
         self.parent = parent
         self.on_unpersistable = on_unpersistable
+        self.strict = strict
+        """Raise ``ActorStoppedError`` for an event sent once the actor has ended, instead of
+        dropping it with a warning and a ``@statecharts.dropped`` inspection record."""
         self._inspect = inspect
         self._input = input
         self._restore_from = snapshot
@@ -95,6 +99,9 @@ class Actor:
         self._listeners: dict[str, list[Callable[[Any], None]]] = {}
         self._timers: dict[str, TimerHandle] = {}
         self._children: dict[str, Any] = {}
+        # sends from this step's actions to a child that a later effect of the step starts
+        # (XState delivers them once the child has started)
+        self._held: dict[str, list[FrozenDict]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,10 +124,23 @@ class Actor:
                     snapshot, effects = self.machine.start(self._input, self.clock.now)
                     self._trace(trace)
                     self._apply(snapshot, effects)
+            except StatechartError as exc:
+                if self.parent is None:
+                    raise
+                self._fail_to_parent(exc)
             finally:
                 self._processing = False
             self._drain()
         return self
+
+    def _fail_to_parent(self, exc: StatechartError) -> None:
+        """A child that fails while starting reports it to its parent (which may take
+        ``onError``), as XState does, instead of breaking the parent's own step."""
+        if self._snapshot is not None:
+            self._fail(exc)
+        if self._status != "stopped":  # failed before it had a snapshot
+            self.parent.child_failed(self.id, error_to_json(exc))
+            self._shutdown()
 
     def stop(self) -> None:
         """Stop: children stopped, timers cancelled, status ``stopped``. Idempotent."""
@@ -153,13 +173,18 @@ class Actor:
     # -- events ------------------------------------------------------------------------------
 
     def send(self, event: EventLike) -> None:
-        """Send an event. Events sent while one is processed wait their turn."""
+        """Send an event. Events sent while one is processed wait their turn.
+
+        An event sent once the actor has ended (done, failed or stopped) is dropped, as in
+        XState: a warning is logged and inspection gets ``@statecharts.dropped``. With
+        ``strict=True`` it raises ``ActorStoppedError`` instead.
+        """
         normalized = normalize_event(event)
         with self._lock:
             if self._status != "running" or self._processing or self._mailbox:
                 if self._status == "stopped":
-                    raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
-                                            f"{normalized['type']!r}")
+                    self._drop(normalized)
+                    return
                 self._mailbox.append(("event", normalized))
                 if self._status == "running":
                     self._drain()
@@ -172,6 +197,14 @@ class Actor:
                 self._processing = False
             if self._mailbox:
                 self._drain()
+
+    def _drop(self, event: FrozenDict) -> None:
+        ended = self._snapshot.status if self._snapshot is not None else "stopped"
+        message = f"actor {self.id!r} has ended ({ended}); it cannot receive {event['type']!r}"
+        if self.strict:
+            raise ActorStoppedError(message)
+        logger.warning("%s (dropped)", message)
+        self._report("@statecharts.dropped", event=event)
 
     def _deliver(self, kind: str, payload: Any) -> None:
         """Queue an internal delivery (timer, child result) unless stopped."""
@@ -201,7 +234,7 @@ class Actor:
                 self._timers.pop(payload, None)
                 result = self.machine.deliver_timer(snapshot, payload, self.clock.now, trace)
             else:
-                if kind == "child" and payload[0] not in snapshot.children:
+                if kind == "child" and not _running(snapshot.children.get(payload[0])):
                     return  # a result from a child that was stopped meanwhile
                 event = payload[1] if kind == "child" else payload
                 if trace is not None:
@@ -209,7 +242,9 @@ class Actor:
                 result = self.machine.step(snapshot, event, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
-            raise
+            if self.parent is None:
+                raise
+            return  # a child's failure goes to its parent as an event, not to the sender
         if trace:
             self._trace(trace)
         self._apply(*result)
@@ -225,8 +260,13 @@ class Actor:
             try:
                 self._run_effects(effects)
             except ImplementationError as exc:
+                # XState's errored snapshot keeps the state the failed step started from
+                if previous is not None:
+                    self._snapshot = previous
                 self._fail(exc)
-                raise
+                if self.parent is None:
+                    raise
+                return
         if self._snapshot is not previous:
             if self._inspect is not None:
                 self._report("@xstate.snapshot", snapshot=self._snapshot)
@@ -236,10 +276,28 @@ class Actor:
             self._finish()
 
     def _run_effects(self, effects: tuple[fx.Effect, ...]) -> None:
-        for effect in effects:
+        for index, effect in enumerate(effects):
             if self._inspect is not None:
                 self._report("@xstate.action", action=effect)
+            if isinstance(effect, fx.SendTo) and self._hold(effect, effects, index):
+                continue
             self._run_effect(effect)
+            if self._held and isinstance(effect, fx.StartChild):
+                for name in (effect.id, effect.system_id):
+                    for event in self._held.pop(name or "", ()):
+                        self._send_to(effect.id, event)
+
+    def _hold(self, send: fx.SendTo, effects: tuple[fx.Effect, ...], index: int) -> bool:
+        """Hold a send to a child this step starts later (an entry action sending to the
+        state's own invocation): XState delivers it once the child has started."""
+        target = send.target
+        if target in self._children or self.system.get(target) is not None:
+            return False
+        if not any(isinstance(e, fx.StartChild) and target in (e.id, e.system_id)
+                   for e in effects[index + 1:]):
+            return False
+        self._held.setdefault(target, []).append(send.event)
+        return True
 
     def _run_effect(self, effect: fx.Effect) -> None:
         if isinstance(effect, fx.RunAction):
@@ -366,7 +424,8 @@ class Actor:
         snapshot = data if isinstance(data, Snapshot) else self.machine.restore(data)
         self._snapshot = snapshot
         for ref in snapshot.children.values():
-            self._resume_child(ref)
+            if _running(ref):
+                self._resume_child(ref)
         now = self.clock.now()
         for timer in snapshot.timers:  # due order; overdue ones fire at once, in order
             if timer.due_at <= now:
@@ -409,7 +468,7 @@ class Actor:
         data = self.machine.persist(self.get_snapshot())
         for child_id, record in data["children"].items():
             child = self._children.get(child_id)
-            if child is not None:
+            if child is not None and _running(self.get_snapshot().children.get(child_id)):
                 record["state"] = child.persisted_state()
         return data
 
@@ -439,7 +498,7 @@ class Actor:
 
     @property
     def children(self) -> Mapping[str, Any]:
-        """Running child actors by id."""
+        """Child actors by id (a finished child stays until its state is exited)."""
         return dict(self._children)
 
     def _notify(self) -> None:
@@ -558,15 +617,23 @@ class CallbackChild:
 def create_actor(machine: Machine, *, input: Any = None,
                  snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
                  clock: Clock | None = None, inspect: Inspector | None = None,
-                 on_unpersistable: str = "restart", system_id: str | None = None) -> Actor:
+                 on_unpersistable: str = "restart", system_id: str | None = None,
+                 strict: bool = False) -> Actor:
     """An actor for ``machine``; pass ``snapshot`` to resume a persisted one.
 
     ``on_unpersistable`` says what happens on resume to a child that was running and could not
     be persisted (a function in flight, a callback): ``restart`` it with its input, or ``fail``
     it (the parent receives ``xstate.error.actor.<id>`` with ``ActorLost``).
+    ``strict=True`` makes ``send`` to an actor that has ended raise ``ActorStoppedError``
+    (by default the event is dropped with a warning, as in XState).
     """
     return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
-                 on_unpersistable=on_unpersistable, system_id=system_id)
+                 on_unpersistable=on_unpersistable, system_id=system_id, strict=strict)
+
+
+def _running(ref: ChildRef | None) -> bool:
+    """A child record of a child that has not finished (see ``finished_child``)."""
+    return ref is not None and not finished_child(ref)
 
 
 def wait_for(actor: Actor, predicate: Callable[[Snapshot], bool],

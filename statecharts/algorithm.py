@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import effects as fx
@@ -21,7 +22,7 @@ from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import VISITS, ChildRef, Timer
+from .snapshot import FINISHED, VISITS, ChildRef, Timer, finished_child
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -135,6 +136,12 @@ class Step:
     def stop_child(self, actor_id: str) -> None:
         if self.children.pop(actor_id, None) is not None:
             self.children_changed = True
+            for index, effect in enumerate(self.effects):
+                if isinstance(effect, fx.StartChild) and effect.id == actor_id:
+                    # started and left in the same macrostep: XState starts invocations at
+                    # the end of the macrostep, so this one never starts
+                    del self.effects[index]
+                    return
             self.effects.append(fx.StopChild(actor_id))
 
     def in_state(self, state_id: str) -> bool:
@@ -212,10 +219,16 @@ def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None
 
 
 def _forget_finished_child(step: Step, event: FrozenDict) -> None:
+    """Mark the child a done/error event comes from as finished; XState keeps it in
+    ``snapshot.children`` until its invoking state is exited (or it is stopped)."""
     kind = event["type"]
-    if kind.startswith(("xstate.done.actor.", "xstate.error.actor.")) and \
-            step.children.pop(kind.split(".", 3)[3], None) is not None:
-        step.children_changed = True
+    if kind.startswith(("xstate.done.actor.", "xstate.error.actor.")):
+        child_id = kind.split(".", 3)[3]
+        ref = step.children.get(child_id)
+        if ref is not None and finished_child(ref) is None:
+            outcome = "done" if kind.startswith("xstate.done.") else "error"
+            step.children[child_id] = replace(ref, state=FrozenDict({FINISHED: outcome}))
+            step.children_changed = True
 
 
 def _stop_everything(step: Step) -> None:

@@ -64,6 +64,22 @@ class ChildRef:
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
                 "input": self.input, "state": self.state}
 
+    @property
+    def status(self) -> str:
+        """``active``, or ``done`` / ``error`` for a child that has finished: XState keeps a
+        finished child in ``snapshot.children`` until its state is exited or it is stopped."""
+        return finished_child(self) or "active"
+
+
+FINISHED = "finished"
+"""The key of ``ChildRef.state`` that marks a finished child (``done`` or ``error``)."""
+
+
+def finished_child(ref: ChildRef) -> str | None:
+    """``done`` or ``error`` when the child has finished, else None."""
+    state = ref.state
+    return state.get(FINISHED) if isinstance(state, Mapping) else None
+
 
 class Snapshot:
     """The state of a machine at rest. Immutable: every change makes a new snapshot.

@@ -297,11 +297,11 @@ def test_unpersistable_child_restarts_or_fails_by_rule() -> None:
     assert calls == [1]
 
 
-def test_sending_to_a_stopped_actor_is_a_clear_error() -> None:
+def test_sending_to_a_stopped_actor_raises_in_strict_mode() -> None:
     machine = create_machine({"initial": "a", "states": {"a": {}}})
-    actor = create_actor(machine, clock=SimulatedClock()).start()
+    actor = create_actor(machine, clock=SimulatedClock(), strict=True).start()
     actor.stop()
-    with pytest.raises(ActorStoppedError, match="stopped"):
+    with pytest.raises(ActorStoppedError, match=r"'machine' has ended \(stopped\).*'ANY'"):
         actor.send("ANY")
 
 
