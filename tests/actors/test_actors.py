@@ -4,6 +4,7 @@ cancel, and time that survives persistence (issue 3)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -330,7 +331,8 @@ def test_event_for_a_child_without_handler_is_dropped_with_warning(caplog: Any) 
     machine = create_machine({"initial": "a", "states": {"a": {"on": {
         "SEND": {"actions": send_to("nobody", "HI")}}}}})
     actor = create_actor(machine, clock=SimulatedClock()).start()
-    actor.send("SEND")
+    with caplog.at_level(logging.WARNING, logger="statecharts"):
+        actor.send("SEND")
     assert "no child or system actor 'nobody'" in caplog.text
     assert actor.get_snapshot().status == "active"
 
