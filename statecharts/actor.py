@@ -21,7 +21,13 @@ from typing import Any
 from . import effects as fx
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
 from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
-from .events import EventLike, done_actor_event_type, error_actor_event_type, normalize_event
+from .events import (
+    EventLike,
+    done_actor_event_type,
+    error_actor_event_type,
+    normalize_event,
+    snapshot_actor_event_type,
+)
 from .frozen import FrozenDict, freeze, thaw
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
@@ -84,6 +90,8 @@ class Actor:
         self.parent = parent
         self.on_unpersistable = on_unpersistable
         self.strict = strict
+        self.sync_snapshot = False  # this child reports each snapshot to its parent
+        self._handled: dict[str, bool] = {}
         """Raise ``ActorStoppedError`` for an event sent once the actor has ended, instead of
         dropping it with a warning and a ``@statecharts.dropped`` inspection record."""
         self._inspect = inspect
@@ -316,7 +324,9 @@ class Actor:
                 self.clock.cancel(handle)
         elif isinstance(effect, fx.StartChild):
             self._start_child(effect.id, effect.src, effect.logic, effect.input,
-                              effect.system_id, None, effect.key)
+                              effect.system_id, None, effect.key,
+                              effect.sync_snapshot or self._wants_snapshots(effect.invoked_by,
+                                                                            effect.id))
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
@@ -354,12 +364,17 @@ class Actor:
     # -- children ----------------------------------------------------------------------------
 
     def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
-                     system_id: str | None, restored: Any, key: str | None = None) -> None:
+                     system_id: str | None, restored: Any, key: str | None = None,
+                     sync_snapshot: bool = False) -> None:
         if isinstance(logic, Machine):
             child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
                                inspect=self._inspect, id=child_id, parent=self,
                                system=self.system, system_id=system_id,
                                on_unpersistable=self.on_unpersistable)
+            if sync_snapshot:
+                child.sync_snapshot = True
+                child.subscribe(lambda snap: self._deliver("child", (
+                    child_id, _snapshot_event(child_id, snap))))
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
@@ -374,6 +389,19 @@ class Actor:
         if system_id:
             self.system.actors[system_id] = child
         child.start()
+
+    def _wants_snapshots(self, invoked_by: str | None, child_id: str) -> bool:
+        """An invoked child reports its snapshots when the machine handles them (its invoke
+        has ``onSnapshot``); a spawned one only with ``sync_snapshot=True``."""
+        if invoked_by is None:
+            return False
+        event_type = snapshot_actor_event_type(child_id)
+        found = self._handled.get(event_type)
+        if found is None:
+            found = self._handled[event_type] = any(
+                t.event == event_type for n in self.machine.definition.nodes
+                for t in n.transitions)
+        return found
 
     def _function_child(self, child_id: str, logic: Any, input: Any,
                         key: str | None) -> FunctionChild:
@@ -438,7 +466,8 @@ class Actor:
         state = ref.state if isinstance(ref.state, Mapping) else {}
         if isinstance(logic, Machine) and state.get("snapshot") is not None:
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
-                              state["snapshot"])
+                              state["snapshot"], None, state.get("sync_snapshot") is True or
+                              self._wants_snapshots(ref.invoked_by, ref.id))
         elif self.on_unpersistable == "restart":
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
@@ -474,7 +503,10 @@ class Actor:
 
     def persisted_state(self) -> dict[str, Any]:
         """What a parent records about this actor when persisting."""
-        return {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
+        state: dict[str, Any] = {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
+        if self.sync_snapshot:
+            state["sync_snapshot"] = True
+        return state
 
     def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
                   error: Callable[[BaseException], Any] | None = None,
@@ -629,6 +661,13 @@ def create_actor(machine: Machine, *, input: Any = None,
     """
     return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
                  on_unpersistable=on_unpersistable, system_id=system_id, strict=strict)
+
+
+def _snapshot_event(child_id: str, snapshot: Snapshot) -> FrozenDict:
+    """``xstate.snapshot.<id>`` with the child's value, context, status, output and error."""
+    return FrozenDict(type=snapshot_actor_event_type(child_id), snapshot=FrozenDict(
+        value=snapshot.value, context=snapshot.context, status=snapshot.status,
+        output=snapshot.output, error=snapshot.error))
 
 
 def _running(ref: ChildRef | None) -> bool:

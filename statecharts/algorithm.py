@@ -117,7 +117,7 @@ class Step:
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
               invoked_by: str | None = None, logic: Any = None, key: str | None = None,
-              attempt: int = 1) -> None:
+              attempt: int = 1, *, sync_snapshot: bool = False) -> None:
         if logic is None:
             name, logic = self.machine.resolve_actor(src)
         else:
@@ -131,7 +131,7 @@ class Step:
         self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
         self.children_changed = True
         self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
-                                          key, attempt, logic))
+                                          key, attempt, logic, sync_snapshot))
 
     def stop_child(self, actor_id: str) -> None:
         if self.children.pop(actor_id, None) is not None:

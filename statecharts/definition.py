@@ -25,6 +25,7 @@ from .events import (
     done_actor_event_type,
     done_state_event_type,
     error_actor_event_type,
+    snapshot_actor_event_type,
 )
 from .frozen import freeze
 from .guards import GuardSpec
@@ -39,8 +40,9 @@ NODE_KEYS = frozenset({
 })
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
-INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "systemId", "retry",
-                         "onFinalFailure", "breaker", "external", "description", "meta"})
+INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
+                         "retry", "onFinalFailure", "breaker", "external", "description",
+                         "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
@@ -561,6 +563,10 @@ class _Builder:
                 transitions += self._transitions(node, item["onError"],
                                                  _join(item_path, "onError"),
                                                  error_actor_event_type(invoke.id))
+            if "onSnapshot" in item:
+                transitions += self._transitions(node, item["onSnapshot"],
+                                                 _join(item_path, "onSnapshot"),
+                                                 snapshot_actor_event_type(invoke.id))
         return tuple(invokes)
 
     def _invoke(self, node: StateNode, item: Mapping[str, Any], path: str,

@@ -97,6 +97,7 @@ class StartChild(Effect):
     key: str | None = None
     attempt: int = 1
     logic: Any = field(default=None, compare=False, repr=False)
+    sync_snapshot: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,

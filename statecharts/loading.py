@@ -43,7 +43,10 @@ def read_yaml(text: str | bytes, source: str = "<yaml>") -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MachineDefinitionError([f"{source}: reading YAML needs PyYAML "
                                       "(pip install 'statecharts[yaml]')"]) from exc
-    loader = _loader_class(yaml)(text)
+    try:
+        loader = _loader_class(yaml)(text)
+    except yaml.YAMLError as exc:  # e.g. a NUL byte, refused by the reader at once
+        raise MachineDefinitionError([f"{source}: not valid YAML: {exc}"]) from exc
     try:
         node = loader.get_single_node()
         if node is None:

@@ -125,6 +125,8 @@ def read_source(path_or_text: str | Path) -> tuple[str, str]:
         return path.read_text(encoding="utf-8"), str(path)
     except OSError as exc:
         raise ScxmlError(f"{path_or_text}: cannot read the document ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # a NUL in the name, a file not UTF-8
+        raise ScxmlError(f"{path_or_text!r}: cannot read the document ({exc})") from None
 
 
 def parse_document(text: str, source: str) -> Element:
