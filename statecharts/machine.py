@@ -30,6 +30,9 @@ from .snapshot import Snapshot, make_snapshot, persist, restore
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
 _MOVES_PER_CONFIGURATION = 1024
+MAX_DELAY = 2 ** 53 - 1
+"""The longest delay in ms (about 285,000 years): the largest integer every JSON reader keeps
+exactly, so a timer's due time always persists."""
 
 
 class Machine:
@@ -246,6 +249,9 @@ class Machine:
                 not math.isfinite(value) or value < 0:
             raise ImplementationError(f"delay {name!r}", ValueError(
                 f"a delay is a non-negative number of milliseconds, not {value!r}"))
+        if value > MAX_DELAY:  # its due time must still persist as a JSON integer
+            raise ImplementationError(f"delay {name!r}", ValueError(
+                f"a delay is at most {MAX_DELAY} ms, not {value!r}"))
         return int(value)
 
     def resolve_actor(self, src: Any) -> tuple[str, Any]:

@@ -182,18 +182,22 @@ def run_briefly(machine: Any, events: list[str]) -> None:
         pass
 
 
-@FUZZ
-@given(data=st.data())
-def test_fuzzed_machine_configs_give_a_machine_or_a_definition_error_with_paths(
-        data: Any) -> None:
-    config = mutate(BASE, data, CONFIG_VALUES)
+def check_config(config: Any, events: list[str]) -> None:
+    """A machine (run briefly) or a definition error whose every problem names its path."""
     with bounded():
         try:
             machine = create_machine(config, **implementations())
         except MachineDefinitionError as exc:
             expect_definition_error(exc)
             return
-        run_briefly(machine, data.draw(EVENTS))
+        run_briefly(machine, events)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_machine_configs_give_a_machine_or_a_definition_error_with_paths(
+        data: Any) -> None:
+    check_config(mutate(BASE, data, CONFIG_VALUES), data.draw(EVENTS))
 
 
 @FUZZ
@@ -205,13 +209,7 @@ def test_fuzzed_machine_configs_give_a_machine_or_a_definition_error_with_paths(
     events=EVENTS)
 def test_random_machine_configs_give_a_machine_or_a_definition_error_with_paths(
         config: Any, events: list[str]) -> None:
-    with bounded():
-        try:
-            machine = create_machine(config, **implementations())
-        except MachineDefinitionError as exc:
-            expect_definition_error(exc)
-            return
-        run_briefly(machine, events)
+    check_config(config, events)
 
 
 # -- persisted snapshots --------------------------------------------------------------------

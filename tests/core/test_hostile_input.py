@@ -200,3 +200,20 @@ def test_yaml_nested_too_deeply_is_a_definition_error() -> None:
 def test_yaml_python_tags_are_refused() -> None:
     with pytest.raises(MachineDefinitionError, match="could not determine a constructor"):
         read_yaml("!!python/object/apply:os.system ['true']", "m.yaml")
+
+
+@pytest.mark.parametrize("delay", [2 ** 70, 1e300])
+def test_a_delay_too_long_to_persist_is_an_implementation_error(delay: Any) -> None:
+    from statecharts import ImplementationError
+    machine = create_machine({"initial": "a", "states": {"a": {"after": {"d": "a"}}}},
+                             delays={"d": lambda c, e: delay})
+    with pytest.raises(ImplementationError, match=r"delay 'd'.*at most 9007199254740991 ms"):
+        machine.initial_transition()
+
+
+def test_scxml_send_with_a_delay_too_long_to_persist_still_persists() -> None:
+    from statecharts import SimulatedClock, create_actor
+    machine = load_scxml(SCXML.format('<state id="s"><onentry><send event="E" '
+                                      'delay="99999999999999999999s"/></onentry></state>'))
+    actor = create_actor(machine, clock=SimulatedClock()).start()
+    assert actor.get_persisted_snapshot()["timers"] == []
