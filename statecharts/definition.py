@@ -29,7 +29,7 @@ from .events import (
 )
 from .frozen import freeze
 from .guards import GuardSpec
-from .limits import MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
+from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from .retry import RetryPolicy, as_policy
@@ -647,6 +647,9 @@ class _Builder:
             return None
         if not math.isfinite(number) or number < 0:
             self.problem(path, f"a delay must be a non-negative number of ms, not {key!r}")
+            return None
+        if number > MAX_DELAY:
+            self.problem(path, f"a delay is at most {MAX_DELAY} ms, not {key!r}")
             return None
         return int(number)
 

@@ -10,6 +10,10 @@ from typing import Any
 MAX_STATE_DEPTH = 100
 """States nest at most this deep below the root."""
 
+MAX_DELAY = 2 ** 53 - 1
+"""The longest delay in ms (about 285,000 years): the largest integer every JSON reader keeps
+exactly, so a timer's due time always persists."""
+
 MAX_NESTING = 250
 """Mappings and lists nest at most this deep in a machine config or a JSON value (within what
 orjson writes, 254, and well within Python's recursion limit)."""

@@ -24,15 +24,13 @@ from .errors import ImplementationError, SnapshotError
 from .events import INIT, EventLike, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
+from .limits import MAX_DELAY
 from .nodes import StateNode
 from .snapshot import Snapshot, make_snapshot, persist, restore
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
 _MOVES_PER_CONFIGURATION = 1024
-MAX_DELAY = 2 ** 53 - 1
-"""The longest delay in ms (about 285,000 years): the largest integer every JSON reader keeps
-exactly, so a timer's due time always persists."""
 
 
 class Machine:

@@ -217,3 +217,9 @@ def test_scxml_send_with_a_delay_too_long_to_persist_still_persists() -> None:
                                       'delay="99999999999999999999s"/></onentry></state>'))
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert actor.get_persisted_snapshot()["timers"] == []
+
+
+def test_a_literal_after_delay_too_long_to_persist_is_a_definition_error() -> None:
+    with pytest.raises(MachineDefinitionError, match=r"states\.a\.after\.1e20: a delay is at "
+                                                     r"most 9007199254740991 ms"):
+        create_machine({"initial": "a", "states": {"a": {"after": {"1e20": "a"}}}})

@@ -25,7 +25,7 @@ from ...actions import BuiltinAction
 from ...effects import Log, SendParent, SendTo
 from ...errors import StatechartError
 from ...frozen import FrozenDict, freeze, thaw
-from ...machine import MAX_DELAY
+from ...limits import MAX_DELAY
 from .errors import ExpressionError
 from .evaluator import Evaluator, Provided, Record, records
 
