@@ -42,6 +42,7 @@ from statecharts.loading import load_machine
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import event as outcome  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 EXAMPLES = int(os.environ.get("STATECHARTS_FUZZ_EXAMPLES", "60"))
@@ -188,8 +189,10 @@ def check_config(config: Any, events: list[str]) -> None:
         try:
             machine = create_machine(config, **implementations())
         except MachineDefinitionError as exc:
+            outcome("definition error")
             expect_definition_error(exc)
             return
+        outcome("machine built")
         run_briefly(machine, events)
 
 
@@ -246,8 +249,10 @@ def test_fuzzed_persisted_snapshots_restore_or_name_the_bad_field(data: Any) -> 
         try:
             snapshot = MACHINE.restore(raw)
         except SnapshotError as exc:
+            outcome(f"SnapshotError at {exc.field.split('.')[0].split('[')[0]}")
             assert SNAPSHOT_FIELD.match(str(exc)), str(exc)
             return
+        outcome("restored")
         try:
             actor = create_actor(MACHINE, clock=SimulatedClock(), snapshot=snapshot).start()
             for event in data.draw(EVENTS):
@@ -318,8 +323,10 @@ def test_fuzzed_scxml_documents_load_or_name_the_line(states: list[str], prefix:
         try:
             machine = load_scxml(document)
         except ScxmlError as exc:
+            outcome("ScxmlError")
             assert SCXML_WHERE.match(str(exc)), str(exc)
             return
+        outcome("loaded")
         run_briefly(machine, ["E", "F", "error.x"])
 
 
@@ -348,6 +355,8 @@ def test_fuzzed_yaml_machine_files_load_or_name_the_file(data: Any, tmp_path: Pa
             lines = str(exc).splitlines()[1:]
             assert lines and (lines[0].startswith(f"  {file}:") or PROBLEM.match(lines[0])), \
                 str(exc)
+            outcome("file error" if lines[0].startswith(f"  {file}:") else "definition error")
             return
+        outcome("machine built")
         run_briefly(machine, data.draw(EVENTS))
 
