@@ -72,34 +72,61 @@ def _bounded_range(*args: int) -> range:
     return result
 
 
-def deep_size(value: Any, limit: int = MAX_SIZE) -> int:
+def deep_size(value: Any, limit: int = MAX_SIZE, printed: bool = False) -> int:
     """Characters plus items of ``value``, counted through nested lists, tuples, sets and
-    dicts; counting stops once it passes ``limit`` (so the walk itself stays bounded, however
-    often one list is repeated inside another)."""
-    total = 0
-    stack = [value]
+    dicts as if every shared part were copied out (``[[0] * 1000] * 1000`` is a million). Each
+    distinct container is walked once (its size remembered), so this costs the size of the
+    value as it sits in memory, not as it would print; sizes are capped just past ``limit``.
+
+    ``printed``: instead, a lower bound on the characters ``str``/``repr`` would write (each
+    item at least one character, two for brackets and for each separator), so a value whose
+    text is over the limit is refused before the text is built."""
+    if not isinstance(value, _CONTAINERS):
+        return _scalar_size(value)
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
-        item = stack.pop()
-        if isinstance(item, str | bytes):
-            total += len(item)
-        elif isinstance(item, Mapping):
-            total += 1
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple | set | frozenset):
-            total += 1
-            stack.extend(item)
-        else:
-            total += 1
-        if total > limit:
-            return total
-    return total
+        item, ready = stack.pop()
+        key = id(item)
+        if key in sizes:
+            continue
+        parts = _parts(item)
+        if not ready:
+            visiting.add(key)
+            stack.append((item, True))
+            for part in parts:
+                if isinstance(part, _CONTAINERS) and id(part) not in sizes:
+                    if id(part) in visiting:
+                        return limit + 1  # a cycle: endless when printed
+                    stack.append((part, False))
+            continue
+        total = 2 + 2 * max(len(parts) - 1, 0) if printed else 1
+        for part in parts:
+            total += sizes[id(part)] if isinstance(part, _CONTAINERS) else _scalar_size(part)
+        sizes[key] = min(total, limit + 1)
+        visiting.discard(key)
+    return sizes[id(value)]
+
+
+_CONTAINERS = (list, tuple, set, frozenset, Mapping)
+
+
+def _parts(item: Any) -> list[Any]:
+    if isinstance(item, Mapping):
+        return [*item.keys(), *item.values()]
+    return list(item)
+
+
+def _scalar_size(item: Any) -> int:
+    return len(item) if isinstance(item, str | bytes) else 1
 
 
 def _refuse_large(value: Any, what: str) -> None:
-    size = deep_size(value)
-    if size > MAX_SIZE:
-        raise ExpressionRefused(f"{what} of a value of over {MAX_SIZE} items is over the limit")
+    """Refuse to print a value whose text would be over the limit, before printing it."""
+    if deep_size(value, printed=True) > MAX_SIZE:
+        raise ExpressionRefused(f"{what} of this value would give over {MAX_SIZE} characters, "
+                                "over the limit")
 
 
 def _bounded_str(*args: Any, **kwargs: Any) -> str:
@@ -123,11 +150,24 @@ def _bounded_text(text: str, what: str) -> str:
 
 
 def _bounded_sum(items: Any, start: Any = 0) -> Any:
-    total = start
+    """``sum``, with lists joined in linear time and the result held to the size limit."""
+    if not isinstance(start, list | tuple):
+        total = start
+        for item in items:
+            _check_size(ast.Add(), total, item)
+            total = total + item
+        return total
+    size = deep_size(start)
+    joined = list(start)
     for item in items:
-        _check_size(ast.Add(), total, item)
-        total = total + item
-    return total
+        if type(item) is not type(start):
+            raise ExpressionError(f"sum: cannot add {type(item).__name__} to "
+                                  f"{type(start).__name__}")
+        size += deep_size(item)
+        if size > MAX_SIZE:
+            raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
+        joined.extend(item)
+    return joined if isinstance(start, list) else tuple(joined)
 
 
 def _safe_hasattr(obj: Any, name: str) -> bool:
