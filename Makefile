@@ -1,5 +1,7 @@
 # Two commands matter: `make demo` (the main job) and `make test` (the whole suite).
-# Each creates .venv on first use; nothing else needs installing by hand.
+# Each creates .venv on first use; nothing else needs installing by hand. The editable install
+# is setuptools' "compat" mode (a .pth with the checkout's path) so mypy and IDEs can follow
+# it; see "Packaging" in docs/architecture.md.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,7 +9,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
 .PHONY: demo test bench diagrams lint soak

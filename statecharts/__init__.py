@@ -19,6 +19,14 @@ from .actions import (
 )
 from .actor import Actor, create_actor, wait_for
 from .clock import SimulatedClock, SystemClock
+from .config import (
+    InvokeConfig,
+    MachineConfig,
+    ParameterizedObject,
+    RetryConfig,
+    StateNodeConfig,
+    TransitionConfig,
+)
 from .errors import (
     ActorStoppedError,
     ContextError,
@@ -49,16 +57,22 @@ __all__ = [
     "ImplementationError",
     "InfiniteLoopError",
     "InspectionEvent",
+    "InvokeConfig",
     "Machine",
+    "MachineConfig",
     "MachineDefinitionError",
+    "ParameterizedObject",
+    "RetryConfig",
     "RetryPolicy",
     "SimulatedClock",
     "Snapshot",
     "SnapshotError",
     "SnapshotVersionError",
+    "StateNodeConfig",
     "StatechartError",
     "SystemClock",
     "Timer",
+    "TransitionConfig",
     "and_",
     "assign",
     "cancel",

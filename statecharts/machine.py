@@ -118,13 +118,16 @@ class Machine:
         step.error = freeze(error, "error")
         return self._snapshot_from(step, snapshot), tuple(step.effects)
 
-    def start(self, input: Any, now: Callable[[], int]) -> Result:
-        """``initial_transition`` with a clock function (for runtimes)."""
+    def start(self, input: Any, now: Callable[[], int], trace: list[Any] | None = None
+              ) -> Result:
+        """``initial_transition`` with a clock function (for runtimes). With a ``trace`` list,
+        the microsteps after the initial entry are traced as in ``step``."""
         frozen_input = freeze(input, "input")
         event = FrozenDict(type=INIT, input=frozen_input) if input is not None else \
             self.event(INIT)
         step = algorithm.Step(self, None, self._initial_context(frozen_input), EMPTY, (), EMPTY,
                               now)
+        step.trace = trace
         algorithm.enter_initial_states(step, event)
         algorithm.settle(step, event)
         return self._snapshot_from(step, None), tuple(step.effects)

@@ -10,15 +10,21 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_example_runs_as_written() -> None:
-    text = README.read_text()
-    code = re.search(r"## A machine in a few lines\n\n```python\n(.*?)```", text, re.S)
+def readme_example() -> tuple[str, list[str]]:
+    """The code of "A machine in a few lines" and the lines its comments say it prints."""
+    code = re.search(r"## A machine in a few lines\n\n```python\n(.*?)```", README.read_text(),
+                     re.S)
     assert code is not None
     expected = [line.split("# ", 1)[1].strip() for line in code.group(1).splitlines()
                 if line.startswith("print(")]
+    return code.group(1), expected
+
+
+def test_readme_example_runs_as_written() -> None:
+    code, expected = readme_example()
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code.group(1), str(README), "exec"), {})
+        exec(compile(code, str(README), "exec"), {})
     assert out.getvalue().splitlines() == expected
 
 

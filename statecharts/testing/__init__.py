@@ -1,14 +1,25 @@
 """Test kit for statecharts: Hypothesis strategies (``strategies``), a rule-based harness with
 per-state invariants (``harness``), graph tools and coverage (``graph``, ``coverage``),
-ready-made properties (``properties``), a pytest plugin (``plugin``) and an importer for
+ready-made properties (``properties``), invoked work in the alphabet (``outcomes``), the
+durable model-based check (``durable``), a pytest plugin (``plugin``) and an importer for
 python-statemachine classes (``interop``). See docs/testing.md.
 
-Only ``graph`` and ``coverage`` work without Hypothesis; the other modules need the
-``testing`` extra (``pip install statecharts[testing]``). The engine never imports this package.
+Only ``graph``, ``coverage`` and ``outcomes`` work without Hypothesis; the other modules need
+the ``testing`` extra (``pip install statecharts[testing]``). The engine never imports this
+package; only ``durable`` imports ``persistence``, and only when a check runs.
 """
 
 from .coverage import CoverageRecorder, CoverageReport
-from .graph import Path, explore, paths_from_events, shortest_paths, simple_paths
+from .graph import (
+    Path,
+    explore,
+    explored_coverage,
+    paths_from_events,
+    shortest_paths,
+    simple_paths,
+)
+from .outcomes import ExplorationCutOff, ExplorationWarning
 
-__all__ = ["CoverageRecorder", "CoverageReport", "Path", "explore", "paths_from_events",
-           "shortest_paths", "simple_paths"]
+__all__ = ["CoverageRecorder", "CoverageReport", "ExplorationCutOff", "ExplorationWarning",
+           "Path", "explore", "explored_coverage", "paths_from_events", "shortest_paths",
+           "simple_paths"]

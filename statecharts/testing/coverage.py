@@ -4,6 +4,10 @@ A ``CoverageRecorder`` is fed snapshots and microstep traces (by the graph explo
 harness or the pytest plugin); ``report()`` compares what it saw with everything the machine
 defines. States are named by dotted path from the root (``"payment.retrying"``), transitions by
 their config path (``"states.payment.on.PAY[0]"``), so a report points at the line to look at.
+
+A state entered and left within one macrostep (an eventless pass-through such as a validation
+state with only ``always`` transitions) counts as visited: ``macrostep`` replays the traced
+microsteps with the engine's own entry/exit-set functions to see every state they entered.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..algorithm import add_descendants, compute_entry_set, compute_exit_set, record_history
 from ..machine import Machine
 from ..nodes import HISTORY, StateNode, Transition
 from ..snapshot import Snapshot
+
+Trace = Iterable[tuple[Any, Iterable[Transition]]]
 
 
 def state_name(node: StateNode) -> str:
@@ -89,11 +96,21 @@ class CoverageRecorder:
             if node.parent is not None:
                 self.states_reached.add(state_name(node))
 
-    def trace(self, trace: Iterable[tuple[Any, Iterable[Transition]]]) -> None:
+    def trace(self, trace: Trace) -> None:
         """Record the transitions of a microstep trace (``machine.step(..., trace=[])``)."""
         for _, transitions in trace:
             for transition in transitions:
                 self.transitions_taken.add(transition_name(transition))
+
+    def macrostep(self, before: Snapshot | None, trace: Trace, after: Snapshot) -> None:
+        """Record one macrostep: from ``before`` (None: the machine's start) through the traced
+        microsteps to ``after``, counting the states entered and left on the way."""
+        steps = [(e, tuple(ts)) for e, ts in trace]
+        self.trace(steps)
+        for node in entered_states(self.machine, before, steps):
+            if node.parent is not None and node.type != HISTORY:
+                self.states_reached.add(state_name(node))
+        self.snapshot(after)
 
     def merge(self, other: CoverageRecorder) -> None:
         """Add what ``other`` recorded."""
@@ -105,3 +122,31 @@ class CoverageRecorder:
         return CoverageReport(self.machine.id, all_states(self.machine),
                               all_transitions(self.machine), frozenset(self.states_reached),
                               frozenset(self.transitions_taken))
+
+
+def entered_states(machine: Machine, before: Snapshot | None,
+                   trace: Iterable[tuple[Any, tuple[Transition, ...]]]) -> set[StateNode]:
+    """Every state a macrostep entered (even if it left it again before settling): the
+    initial entry when ``before`` is None, then each traced microstep's entry set, computed
+    by the algorithm's own functions against the configuration and history as they evolve."""
+    entered: set[StateNode] = set()
+    if before is None:
+        nodes = {machine.root}
+        add_descendants(machine.root, {}, set(), nodes)
+        entered |= nodes
+        history: Any = {}
+    else:
+        nodes = set(before.configuration.nodes)
+        history = before._history  # the nodes, not the ids the public property gives
+    for _, transitions in trace:
+        if not any(t.targets for t in transitions):
+            continue  # targetless: enters and exits nothing
+        exiting = sorted(compute_exit_set(transitions, nodes, history),
+                         key=lambda n: n.order, reverse=True)
+        history = record_history(exiting, nodes, history)
+        nodes -= set(exiting)
+        to_enter: set[StateNode] = set()
+        compute_entry_set(transitions, history, set(), to_enter)
+        nodes |= to_enter
+        entered |= to_enter
+    return entered

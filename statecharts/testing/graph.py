@@ -15,7 +15,7 @@ actions are not run, assigns are.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,15 @@ from ..frozen import FrozenDict, thaw
 from ..machine import Machine
 from ..snapshot import Snapshot
 from .coverage import CoverageRecorder, CoverageReport, transition_name
+from .outcomes import (
+    CutOffs,
+    check_outputs,
+    done_event,
+    error_event,
+    error_names,
+    outputs_for,
+    running_calls,
+)
 
 EventSource = Sequence[EventLike] | Callable[[Snapshot], Iterable[EventLike]] | None
 StateKey = Hashable
@@ -89,6 +98,8 @@ class Graph:
     recorder: CoverageRecorder
     times: dict[StateKey, int] = field(default_factory=dict)
     expanded: set[StateKey] = field(default_factory=set)
+    cutoffs: list[str] = field(default_factory=list)
+    """Where exploration stopped short (bounds hit, calls completed with a placeholder)."""
 
     def path_to(self, key: StateKey) -> Path:
         """The shortest path (fewest steps) to the state with identity ``key``."""
@@ -115,16 +126,22 @@ class Graph:
 
 
 def state_key(snapshot: Snapshot, now: int = 0) -> StateKey:
-    """The identity of a snapshot for exploration: value, context, status, history and pending
-    timers (as time left from ``now``)."""
+    """The identity of a snapshot for exploration: value, context, status, history, pending
+    timers (as time left from ``now``), running calls and retry records (attempt, last error,
+    time since the first attempt), so a third attempt is not the first one again."""
     history = tuple(sorted(snapshot.history.items()))
     timers = tuple((t.id, t.due_at - now, t.target) for t in snapshot.timers)
-    return (snapshot.value, snapshot.context, snapshot.status, history, timers)
+    calls = tuple(snapshot._children)
+    retries = tuple((state, r["attempt"], r["last_error"], now - r["started_at"])
+                    for state, r in sorted(snapshot.retries.items()))
+    return (snapshot.value, snapshot.context, snapshot.status, history, timers, calls,
+            retries)
 
 
 def event_alphabet(machine: Machine) -> list[FrozenDict]:
     """The events a machine names in ``on`` (engine events and wildcards left out), in
-    document order; these are what exploration sends unless told otherwise."""
+    document order; these are what exploration sends unless told otherwise. Invoke outcomes
+    and timers are not in it: they depend on the snapshot (see ``outcomes``)."""
     seen: dict[str, None] = {}
     for node in machine.definition.nodes:
         for transition in node.transitions:
@@ -135,19 +152,41 @@ def event_alphabet(machine: Machine) -> list[FrozenDict]:
     return [normalize_event(kind) for kind in seen]
 
 
+@dataclass(frozen=True)
+class Moves:
+    """What exploration tries in each state besides the sent events: invoke outcomes (with
+    these outputs and error names) and the earliest pending timer."""
+
+    outputs: Mapping[str, Sequence[Any]] | None = None
+    errors: Mapping[str, Sequence[str]] | None = None
+    invokes: bool = True
+    fire_timers: bool = True
+
+
 def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
             max_states: int = 5000, max_depth: int | None = None, fire_timers: bool = True,
-            key: Callable[[Snapshot], StateKey] | None = None) -> Graph:
-    """Breadth-first exploration from the initial snapshot.
+            key: Callable[[Snapshot], StateKey] | None = None,
+            outputs: Mapping[str, Sequence[Any]] | None = None,
+            errors: Mapping[str, Sequence[str]] | None = None, invokes: bool = True,
+            on_cutoff: str = "warn") -> Graph:
+    """Breadth-first exploration from the initial snapshot (started with ``input``).
 
     ``events``: the events to try in every state (default: ``event_alphabet(machine)``), or a
     function of the snapshot returning them (for payloads that depend on the state).
+    ``invokes``: also complete each running call with each of its ``outputs`` (per actor
+    name; default ``[None]``) and fail it with each of its error names (see ``outcomes``).
     ``fire_timers``: also try firing the earliest pending timer (time jumps to its due time).
     ``key``: a custom state identity (default ``state_key``).
+    ``on_cutoff``: when a bound is hit or a call has no outputs given, ``"warn"`` (an
+    ``ExplorationWarning`` naming where), ``"error"`` (``ExplorationCutOff``) or ``"ignore"``.
     """
+    check_outputs(machine, outputs, errors)
+    moves = Moves(outputs, errors, invokes, fire_timers)
+    cutoffs = CutOffs(f"exploration of machine {machine.id!r}", on_cutoff)
     recorder = CoverageRecorder(machine)
-    initial, _ = machine.start(input, lambda: 0)
-    recorder.snapshot(initial)
+    trace: list[Any] = []
+    initial, _ = machine.start(input, lambda: 0, trace)
+    recorder.macrostep(None, trace, initial)
     start_key = key(initial) if key else state_key(initial, 0)
     graph = Graph(machine, start_key, {start_key: initial}, [], {start_key: None}, False,
                   recorder, {start_key: 0})
@@ -160,12 +199,13 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
             continue
         if max_depth is not None and depth[current] >= max_depth:
             graph.truncated = True
+            cutoffs.add(f"max_depth={max_depth} reached in state {thaw(snapshot.value)!r} "
+                        f"after {graph.path_to(current).describe()}")
             continue
         now = graph.times[current]
         graph.expanded.add(current)
-        for segment, trace in _successors(machine, snapshot, now, events, fire_timers):
-            recorder.snapshot(segment.state)
-            recorder.trace(trace)
+        for segment, trace in _successors(machine, snapshot, now, events, moves, cutoffs):
+            recorder.macrostep(snapshot, trace, segment.state)
             after = now if segment.timer is None else _due(snapshot, segment.timer)
             target = key(segment.state) if key else state_key(segment.state, after)
             graph.edges.append(Edge(current, segment, target,
@@ -174,12 +214,18 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
                 continue
             if len(graph.states) >= max_states:
                 graph.truncated = True
+                cutoffs.add(f"max_states={max_states} reached: state "
+                            f"{thaw(segment.state.value)!r} after "
+                            f"{graph.path_to(current).describe()} -> {segment.describe()} "
+                            "not explored")
                 continue
             graph.states[target] = segment.state
             graph.parents[target] = (current, segment)
             graph.times[target] = after
             depth[target] = depth[current] + 1
             queue.append(target)
+    graph.cutoffs = list(cutoffs.notes or {})
+    cutoffs.report()
     return graph
 
 
@@ -191,20 +237,44 @@ def _due(snapshot: Snapshot, timer_id: str) -> int:
     return next(t.due_at for t in snapshot.timers if t.id == timer_id)
 
 
+def outcome_events(machine: Machine, snapshot: Snapshot, moves: Moves,
+                   cutoffs: CutOffs | None = None) -> list[FrozenDict]:
+    """The outcome events of every call running in ``snapshot``: done with each example
+    output, then failed with each error name."""
+    found: list[FrozenDict] = []
+    for call in running_calls(machine, snapshot):
+        if cutoffs is not None and call.src not in (moves.outputs or {}):
+            cutoffs.placeholder(call)
+        found += [done_event(call.id, o) for o in outputs_for(call, moves.outputs)]
+        found += [error_event(call.id, n) for n in error_names(machine, call, moves.errors)]
+    return found
+
+
 def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSource,
-                fire_timers: bool) -> Iterable[tuple[Segment, list[Any]]]:
+                moves: Moves, cutoffs: CutOffs) -> Iterable[tuple[Segment, list[Any]]]:
     candidates = event_alphabet(machine) if events is None else \
         (events(snapshot) if callable(events) else events)
-    for item in candidates:
+    outcomes = outcome_events(machine, snapshot, moves, cutoffs) if moves.invokes else []
+    for item in [*candidates, *outcomes]:
         normalized = normalize_event(item)
         trace: list[Any] = []
         after, _ = machine.step(snapshot, normalized, lambda: now, trace)
         yield Segment(normalized, after), trace
-    if fire_timers and snapshot.timers:
+    if moves.fire_timers and snapshot.timers:
         timer = snapshot.timers[0]  # only the earliest can fire first
         trace = []
         after, _ = machine.deliver_timer(snapshot, timer.id, _at(timer.due_at), trace)
         yield Segment(timer.event, after, timer.id), trace
+
+
+def explored_coverage(machine: Machine, inputs: Iterable[Any] = (None,),
+                      **options: Any) -> CoverageReport:
+    """The coverage of ``explore`` from each of ``inputs`` together (a workflow whose first
+    step routes on its input needs one input per route)."""
+    recorder = CoverageRecorder(machine)
+    for given in inputs:
+        recorder.merge(explore(machine, input=given, **options).recorder)
+    return recorder.report()
 
 
 def shortest_paths(machine: Machine, events: EventSource = None, **options: Any) -> list[Path]:
@@ -260,15 +330,17 @@ def coverage(machine: Machine, paths: Iterable[Path] = (), *,
         [(s.event, s.timer) for s in p.steps] for p in paths]
     replays += [[(normalize_event(e), None) for e in sequence] for sequence in event_lists]
     for replay in replays:
-        snapshot, _ = machine.start(input, lambda: 0)
-        recorder.snapshot(snapshot)
+        trace: list[Any] = []
+        snapshot, _ = machine.start(input, lambda: 0, trace)
+        recorder.macrostep(None, trace, snapshot)
+        now = 0
         for item, timer in replay:
-            trace: list[Any] = []
+            trace = []
+            before = snapshot
             if timer is not None:
-                snapshot, _ = machine.deliver_timer(snapshot, timer, _at(_due(snapshot, timer)),
-                                                    trace)
+                now = max(now, _due(snapshot, timer))
+                snapshot, _ = machine.deliver_timer(snapshot, timer, _at(now), trace)
             else:
-                snapshot, _ = machine.step(snapshot, item, lambda: 0, trace)
-            recorder.snapshot(snapshot)
-            recorder.trace(trace)
+                snapshot, _ = machine.step(snapshot, item, _at(now), trace)
+            recorder.macrostep(before, trace, snapshot)
     return recorder.report()

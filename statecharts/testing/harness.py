@@ -1,5 +1,11 @@
 """A rule-based test harness (``hypothesis.stateful``) that drives a user's machine with
-random events (and timer firings) and checks invariants after every macrostep.
+random events, invoke outcomes and timer firings, and checks invariants after every macrostep.
+
+The harness plays the outside world: it sends the events the machine names in ``on``,
+completes or fails each running call (``outputs=`` per actor name: a strategy or a list of
+examples; ``errors=`` adds error names; see ``outcomes``) and fires pending timers on a
+simulated clock (``after``, retry waits). The events it chose, timers included, are the run's
+complete story: ``replay`` plays it again on the pure core.
 
 Invariants are declared per state, either in the config::
 
@@ -41,7 +47,9 @@ from ..machine import Machine
 from ..nodes import HISTORY
 from ..snapshot import Snapshot
 from .coverage import CoverageRecorder, state_name
-from .strategies import event as event_strategy
+from .graph import event_alphabet
+from .outcomes import Call, CutOffs, check_outputs, is_possible, running_calls
+from .strategies import OutputStrategies, event_strategy, outcome_strategy
 
 Check = Callable[[Any], bool]
 
@@ -105,20 +113,25 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
                  | None = None, checks: Mapping[str, Check] | None = None,
                  payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
                  input: Any = None, fire_timers: bool = True, max_steps: int = 50,
-                 max_examples: int = 200,
+                 max_examples: int = 200, outputs: OutputStrategies | None = None,
+                 errors: Mapping[str, Sequence[str]] | None = None,
                  recorder: CoverageRecorder | None = None) -> type[RuleBasedStateMachine]:
     """A ``RuleBasedStateMachine`` class driving ``machine`` (see module docs); its
     ``TestCase`` attribute is a unittest/pytest test. ``recorder`` collects coverage."""
     declared = collect_invariants(machine, invariants, checks)
-    events = event_strategy(machine, payloads)
+    check_outputs(machine, outputs, errors)
+    alphabet = event_alphabet(machine)
+    cutoffs = CutOffs(f"machine_test of {machine.id!r}")
 
     class MachineTest(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.events: list[FrozenDict] = []
             self.now = 0
-            self.snapshot = self._guard(lambda: machine.initial_transition(input, self.now)[0])
-            self._record(self.snapshot, [])
+            trace: list[Any] = []
+            self.snapshot = self._guard(
+                lambda: machine.start(input, lambda: self.now, trace)[0])
+            self._record(None, self.snapshot, trace)
 
         def _guard(self, step: Callable[[], Snapshot]) -> Snapshot:
             try:
@@ -127,19 +140,34 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
                 raise InvariantViolation(f"machine {machine.id!r} raised {exc!r}",
                                          self.events) from exc
 
-        def _record(self, snapshot: Snapshot, trace: list[Any]) -> None:
+        def _record(self, before: Snapshot | None, snapshot: Snapshot,
+                    trace: list[Any]) -> None:
             if recorder is not None:
-                recorder.snapshot(snapshot)
-                recorder.trace(trace)
+                recorder.macrostep(before, trace, snapshot)
 
-        @precondition(lambda self: self.snapshot.status == "active")
-        @rule(event=events)
-        def send(self, event: FrozenDict) -> None:
+        def _deliver(self, event: FrozenDict) -> None:
             self.events.append(event)
             trace: list[Any] = []
+            before = self.snapshot
             self.snapshot = self._guard(
-                lambda: machine.step(self.snapshot, event, lambda: self.now, trace)[0])
-            self._record(self.snapshot, trace)
+                lambda: machine.step(before, event, lambda: self.now, trace)[0])
+            self._record(before, self.snapshot, trace)
+
+        if alphabet:
+            @precondition(lambda self: self.snapshot.status == "active")
+            @rule(event=event_strategy(machine, payloads))
+            def send(self, event: FrozenDict) -> None:
+                self._deliver(event)
+
+        @precondition(lambda self: bool(running_calls(machine, self.snapshot)))
+        @rule(data=st.data())
+        def finish_call(self, data: st.DataObject) -> None:
+            calls = running_calls(machine, self.snapshot)
+            call: Call = data.draw(st.sampled_from(calls), label="call")
+            if call.src not in (outputs or {}):
+                cutoffs.placeholder(call)
+            self._deliver(data.draw(outcome_strategy(machine, call, outputs, errors),
+                                    label="outcome"))
 
         @precondition(lambda self: fire_timers and self.snapshot.status == "active" and
                       bool(self.snapshot.timers))
@@ -149,10 +177,15 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
             self.now = max(self.now, timer.due_at)
             self.events.append(FrozenDict({**timer.event, "timer": timer.id}))
             trace: list[Any] = []
+            before = self.snapshot
             self.snapshot = self._guard(
-                lambda: machine.deliver_timer(self.snapshot, timer.id, lambda: self.now,
-                                              trace)[0])
-            self._record(self.snapshot, trace)
+                lambda: machine.deliver_timer(before, timer.id, lambda: self.now, trace)[0])
+            self._record(before, self.snapshot, trace)
+
+        @precondition(lambda self: self.snapshot.status != "active")
+        @rule()
+        def run_ended(self) -> None:
+            """Nothing can happen once the run ended (a rule, so the story may stop here)."""
 
         @invariant()
         def declared_invariants_hold(self) -> None:
@@ -162,6 +195,9 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
                 final = replay(machine, events, input)
                 assert final is not None
                 raise InvariantViolation(_message(failed, final), events)
+
+        def teardown(self) -> None:
+            cutoffs.report()
 
     MachineTest.__name__ = MachineTest.__qualname__ = f"MachineTest_{machine.id}"
     MachineTest.TestCase.settings = _settings(max_examples, max_steps)
@@ -183,10 +219,11 @@ def _message(item: _Invariant, snapshot: Snapshot) -> str:
             f"context {thaw(snapshot.context)!r}")
 
 
-def replay(machine: Machine, events: Sequence[FrozenDict], input: Any = None
+def replay(machine: Machine, events: Sequence[Mapping[str, Any]], input: Any = None
            ) -> Snapshot | None:
-    """The snapshot after ``events`` (timer firings marked with a ``timer`` key), or None when
-    a marked timer is not the next one due at that point."""
+    """The snapshot after the story ``events`` (timer firings marked with a ``timer`` key),
+    or None when the story cannot happen: a marked timer is not the next one due at that
+    point, or an invoke outcome is for a call that is not running."""
     now = 0
     snapshot, _ = machine.initial_transition(input, now)
     for item in events:
@@ -195,6 +232,8 @@ def replay(machine: Machine, events: Sequence[FrozenDict], input: Any = None
                 return None
             now = max(now, snapshot.timers[0].due_at)
             snapshot, _ = machine.fire_timer(snapshot, item["timer"], now)
+        elif not is_possible(machine, snapshot, item):
+            return None
         elif snapshot.status == "active":
             snapshot, _ = machine.transition(snapshot, item, now)
     return snapshot

@@ -39,23 +39,25 @@ class CoverageWatch:
         original_step = Machine.step
         original_deliver = Machine.deliver_timer
 
-        def start(machine: Machine, input: Any, now: Callable[[], int]) -> Any:
-            result = original_start(machine, input, now)
-            self._recorder(machine).snapshot(result[0])
+        def start(machine: Machine, input: Any, now: Callable[[], int],
+                  trace: list[Any] | None = None) -> Any:
+            own = [] if trace is None else trace
+            result = original_start(machine, input, now, own)
+            self._record(machine, None, result[0], own)
             return result
 
         def step(machine: Machine, snapshot: Any, event: Any, now: Callable[[], int],
                  trace: list[Any] | None = None) -> Any:
             own = [] if trace is None else trace
             result = original_step(machine, snapshot, event, now, own)
-            self._record(machine, result[0], own)
+            self._record(machine, snapshot, result[0], own)
             return result
 
         def deliver_timer(machine: Machine, snapshot: Any, timer_id: str,
                           now: Callable[[], int], trace: list[Any] | None = None) -> Any:
             own = [] if trace is None else trace
             result = original_deliver(machine, snapshot, timer_id, now, own)
-            self._record(machine, result[0], own)
+            self._record(machine, snapshot, result[0], own)
             return result
 
         self._patch.setattr(Machine, "start", start)
@@ -69,10 +71,8 @@ class CoverageWatch:
             found = self.recorders[key] = CoverageRecorder(machine)
         return found
 
-    def _record(self, machine: Machine, snapshot: Any, trace: list[Any]) -> None:
-        recorder = self._recorder(machine)
-        recorder.snapshot(snapshot)
-        recorder.trace(trace)
+    def _record(self, machine: Machine, before: Any, snapshot: Any, trace: list[Any]) -> None:
+        self._recorder(machine).macrostep(before, trace, snapshot)
 
     def close(self) -> None:
         """Restore the engine's methods."""

@@ -3,7 +3,10 @@ valid statecharts for testing the engine itself.
 
 ``events(machine)`` draws lists of events from the machine's alphabet (the event types its
 ``on`` transitions name), with a payload strategy per event type if given.
-``reachable_snapshots(machine)`` draws a snapshot by sending such a list from the initial one.
+``stories(machine)`` draws complete stories of a run: at each step one of the alphabet's
+events, an outcome of a running call (done with an output drawn per actor name, or each
+declared error) or the firing of the next timer, so workflows are explored past their first
+invoke. ``reachable_snapshots(machine)`` draws the snapshot a story ends in.
 ``machines()`` draws ``GeneratedMachine``s: JSON configs using compound, parallel, history and
 final states, eventless transitions, guards on the context and assigns, with the matching
 implementations. Every draw shrinks: fewer states, fewer transitions, simpler kinds.
@@ -24,6 +27,19 @@ from ..frozen import FrozenDict
 from ..machine import Machine, create_machine
 from ..snapshot import Snapshot
 from .graph import event_alphabet
+from .outcomes import (
+    DEFAULT_OUTPUT,
+    Call,
+    check_outputs,
+    done_event,
+    error_event,
+    error_names,
+    is_possible,
+    running_calls,
+)
+
+OutputStrategies = Mapping[str, st.SearchStrategy[Any] | Sequence[Any]]
+"""Outputs per actor name: a strategy, or a list of examples to sample from."""
 
 # -- events ----------------------------------------------------------------------------------
 
@@ -52,6 +68,9 @@ def event(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[str
     return st.one_of([one(kind) for kind in alphabet])
 
 
+event_strategy = event
+
+
 def events(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]]
            | None = None, *, types: Sequence[str] | None = None, min_size: int = 0,
            max_size: int = 20) -> st.SearchStrategy[list[FrozenDict]]:
@@ -63,20 +82,134 @@ def events(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[st
 
 def run_events(machine: Machine, sequence: Sequence[EventLike], input: Any = None
                ) -> Snapshot:
-    """The snapshot after sending ``sequence`` from the initial one (pure; time stays 0)."""
-    snapshot, _ = machine.initial_transition(input)
+    """The snapshot after the story ``sequence`` from the initial one (pure). Timer firings
+    are events with a ``timer`` key (time jumps to their due time); an outcome of a call that
+    is not running is skipped."""
+    now = 0
+    snapshot, _ = machine.initial_transition(input, now)
     for item in sequence:
-        snapshot, _ = machine.transition(snapshot, item)
+        event = normalize_event(item)
+        if "timer" in event:
+            due = next((t.due_at for t in snapshot.timers if t.id == event["timer"]), None)
+            if due is not None:
+                now = max(now, due)
+                snapshot, _ = machine.fire_timer(snapshot, event["timer"], now)
+        elif is_possible(machine, snapshot, event):
+            snapshot, _ = machine.transition(snapshot, event, now)
     return snapshot
+
+
+def output_strategy(call: Call, outputs: OutputStrategies | None
+                    ) -> st.SearchStrategy[Any] | None:
+    """The outputs ``call`` may complete with (``DEFAULT_OUTPUT`` when none are given; None
+    when an empty list is: the call only fails)."""
+    given = (outputs or {}).get(call.src)
+    if given is None:
+        return st.just(DEFAULT_OUTPUT)
+    if isinstance(given, st.SearchStrategy):
+        return given
+    examples = list(given)
+    return st.sampled_from(examples) if examples else None
+
+
+def outcome_strategy(machine: Machine, call: Call, outputs: OutputStrategies | None = None,
+                     errors: Mapping[str, Sequence[str]] | None = None
+                     ) -> st.SearchStrategy[FrozenDict]:
+    """One outcome of ``call``: done with an output, or failed with one of its error names
+    (shrinks towards success)."""
+    failed = st.sampled_from(error_names(machine, call, errors)).map(
+        lambda name: error_event(call.id, name))
+    done = output_strategy(call, outputs)
+    if done is None:
+        return failed
+    return st.one_of(done.map(lambda output: done_event(call.id, output)), failed)
+
+
+@dataclass(frozen=True)
+class Story:
+    """A drawn story: its steps (timer firings carry a ``timer`` key) and the snapshots after
+    the start and after each step (``times[i]`` is the clock at ``snapshots[i]``)."""
+
+    events: tuple[FrozenDict, ...]
+    snapshots: tuple[Snapshot, ...]
+    times: tuple[int, ...]
+
+    @property
+    def final(self) -> Snapshot:
+        """The snapshot the story ends in."""
+        return self.snapshots[-1]
+
+
+def stories(machine: Machine,
+            payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None, *,
+            input: Any = None, outputs: OutputStrategies | None = None,
+            errors: Mapping[str, Sequence[str]] | None = None, max_steps: int = 20,
+            fire_timers: bool = True, calls_first: bool = False) -> st.SearchStrategy[Story]:
+    """Stories of a run of ``machine`` started with ``input``: up to ``max_steps`` steps,
+    each an event of the alphabet, an outcome of a running call or the next timer.
+    ``calls_first``: while a call runs, its outcome (the earliest started call's) comes
+    next, as on a runtime that executes calls as soon as they start (the durable one)."""
+    check_outputs(machine, outputs, errors)
+    alphabet = [e["type"] for e in event_alphabet(machine)]
+    sent = event(machine, payloads) if alphabet else None
+
+    @st.composite
+    def draw_story(draw: st.DrawFn) -> Story:
+        now = 0
+        snapshot, _ = machine.initial_transition(input, now)
+        events_: list[FrozenDict] = []
+        snapshots, times = [snapshot], [now]
+        length = draw(st.integers(0, max_steps))  # shrinks towards shorter stories
+        for _ in range(length):
+            if snapshot.status != "active":
+                break
+            calls = running_calls(machine, snapshot)
+            kinds = []
+            if calls:
+                kinds.append("call")
+            if not (calls_first and calls):
+                if sent is not None:
+                    kinds.append("event")
+                if fire_timers and snapshot.timers:
+                    kinds.append("timer")
+            if not kinds:
+                break
+            kind = draw(st.sampled_from(kinds))
+            if kind == "timer":
+                timer = snapshot.timers[0]
+                now = max(now, timer.due_at)
+                item = FrozenDict({**timer.event, "timer": timer.id})
+                snapshot, _ = machine.fire_timer(snapshot, timer.id, now)
+            else:
+                if kind == "call":
+                    call = calls[0] if calls_first else draw(st.sampled_from(calls))
+                    item = draw(outcome_strategy(machine, call, outputs, errors))
+                else:
+                    assert sent is not None
+                    item = draw(sent)
+                snapshot, _ = machine.transition(snapshot, item, now)
+            events_.append(item)
+            snapshots.append(snapshot)
+            times.append(now)
+        return Story(tuple(events_), tuple(snapshots), tuple(times))
+
+    return draw_story()
 
 
 def reachable_snapshots(machine: Machine,
                         payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]]
                         | None = None, *, max_steps: int = 20, input: Any = None,
-                        types: Sequence[str] | None = None) -> st.SearchStrategy[Snapshot]:
-    """Snapshots reached by up to ``max_steps`` events from the initial snapshot."""
-    return events(machine, payloads, types=types, max_size=max_steps).map(
-        lambda sequence: run_events(machine, sequence, input))
+                        types: Sequence[str] | None = None,
+                        outputs: OutputStrategies | None = None,
+                        errors: Mapping[str, Sequence[str]] | None = None
+                        ) -> st.SearchStrategy[Snapshot]:
+    """Snapshots reached by stories of up to ``max_steps`` steps from the initial snapshot
+    (with ``types``: by lists of those events only, as before stories existed)."""
+    if types is not None:
+        return events(machine, payloads, types=types, max_size=max_steps).map(
+            lambda sequence: run_events(machine, sequence, input))
+    return stories(machine, payloads, input=input, outputs=outputs, errors=errors,
+                   max_steps=max_steps).map(lambda story: story.final)
 
 
 # -- random machines -------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statecharts import assign, create_machine
+from statecharts import assign, create_machine, from_callable
 from statecharts.machine import Machine
 
 PRICE = 2
@@ -126,3 +126,40 @@ def player_machine() -> Machine:
             "ejected": {"type": "final"},
         },
     })
+
+
+def subscription_machine(bug: str | None = None) -> Machine:
+    """A three-call workflow: fetch the account, charge the card (retried), e-mail a receipt.
+
+    ``bug="lost_receipt"``: the second call's ``onDone`` goes to a state that does nothing (the
+    receipt step was never wired), so the run hangs after charging. ``bug="charge_again"``: it
+    goes back to charging, so the card is charged again and again. Both sit past the first
+    invoke, where a kit that never completes calls cannot see."""
+    after_charge = {None: "emailing", "lost_receipt": "awaiting_receipt",
+                    "charge_again": {"target": "charging", "reenter": True}}[bug]
+    return create_machine({
+        "id": "subscription",
+        "context": {"charges": 0},
+        "initial": "fetching_account",
+        "states": {
+            "fetching_account": {"invoke": {"id": "fetch_account", "src": "fetchAccount",
+                                            "onDone": "charging", "onError": "failed"}},
+            "charging": {
+                "entry": "countCharge",
+                "invoke": {"id": "charge", "src": "chargeCard",
+                           "retry": {"max_attempts": 2, "initial_interval": 1000,
+                                     "non_retryable": ["CardDeclined"]},
+                           "onDone": after_charge, "onError": "failed"}},
+            **({"awaiting_receipt": {}} if bug == "lost_receipt" else {}),
+            "emailing": {"invoke": {"id": "email", "src": "sendReceipt",
+                                    "onDone": "subscribed", "onError": "subscribed"}},
+            "subscribed": {"type": "final"},
+            "failed": {"type": "final"},
+        },
+    }, actions={"countCharge": assign({"charges": lambda ctx, ev: ctx["charges"] + 1})},
+        actors={name: from_callable(_unused, name)
+                for name in ("fetchAccount", "chargeCard", "sendReceipt")})
+
+
+def _unused(input: Any) -> Any:
+    raise AssertionError("the test kit plays the calls' outcomes; nothing calls this")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
+
 from statecharts.testing.coverage import all_transitions
 from statecharts.testing.graph import (
     coverage,
@@ -10,6 +14,7 @@ from statecharts.testing.graph import (
     shortest_paths,
     simple_paths,
 )
+from statecharts.testing.outcomes import ExplorationCutOff, ExplorationWarning
 
 from .example_machines import counter_machine, door_machine, player_machine
 
@@ -50,10 +55,24 @@ def test_timers_are_fired_as_steps() -> None:
 
 
 def test_bounds_are_reported() -> None:
-    graph = explore(counter_machine(limit=50), max_states=10)
+    with pytest.warns(ExplorationWarning, match=r"max_states=10 reached: state 'counting' "
+                      r"after \(initial\)( -> INC){9} -> INC not explored"):
+        graph = explore(counter_machine(limit=50), max_states=10)
     assert graph.truncated
     assert len(graph.states) == 10
+    assert graph.cutoffs and graph.cutoffs[0].startswith("max_states=10 reached")
     assert not explore(counter_machine(limit=3)).truncated
+
+
+def test_a_cut_off_can_fail_instead_of_warning() -> None:
+    with pytest.raises(ExplorationCutOff, match=r"max_depth=2 reached in state 'counting' "
+                       r"after \(initial\) -> INC -> INC"):
+        explore(counter_machine(limit=50), max_depth=2, on_cutoff="error")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        explore(counter_machine(limit=50), max_depth=2, on_cutoff="ignore")
+    with pytest.raises(ValueError, match="on_cutoff='loud'"):
+        explore(counter_machine(), on_cutoff="loud")
 
 
 def test_simple_paths_never_repeat_a_state() -> None:

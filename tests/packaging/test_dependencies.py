@@ -1,0 +1,77 @@
+"""Every dependency pyproject.toml declares has a user: the code or tool that needs it and the
+test that runs that code. A dependency nobody uses (as ``graphviz`` once was: rendering runs
+the ``dot`` program itself) fails here, and so does a new one added without its user."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from .conftest import PYPROJECT, ROOT
+
+USERS: dict[str, list[tuple[str, str]]] = {
+    # requirement: [(file, text in it that uses the requirement), ...] -- all must hold
+    "orjson": [("statecharts/machine.py", "import orjson"),
+               ("tests/packaging/test_clean_venv.py", '{"statecharts", "orjson"}')],
+    "PyYAML": [("statecharts/loading.py", "import yaml"),
+               ("tests/packaging/test_clean_venv.py", "def test_yaml_extra")],
+    "psycopg": [("persistence/stores/postgres.py", "import psycopg"),
+                ("tests/packaging/test_clean_venv.py", "psycopg.pq.__impl__")],
+    "psycopg-pool": [("persistence/stores/postgres.py", "import psycopg_pool"),
+                     ("tests/packaging/test_clean_venv.py", "def test_postgres_extra")],
+    "hypothesis": [("statecharts/testing/properties.py", "from hypothesis import"),
+                   ("tests/packaging/test_clean_venv.py", "def test_testing_extra")],
+    "python-statemachine": [("tests/testing/test_interop.py", "from statemachine import"),
+                            ("tests/packaging/in_venv/interop_machine.py",
+                             "from statemachine import")],
+    "fastapi": [("persistence/ui/app.py", "from fastapi import"),
+                ("tests/packaging/test_clean_venv.py", "def test_ui_extra")],
+    "uvicorn": [("persistence/ui/cli.py", "import uvicorn"),
+                ("tests/packaging/test_clean_venv.py", '"statecharts")), "ui"')],
+    "jinja2": [("persistence/ui/app.py", "from jinja2 import"),
+               ("tests/packaging/test_clean_venv.py", '"GET", f"/runs/{run_id}"')],
+    "python-multipart": [("persistence/ui/app.py", "Form()"),
+                         ("tests/packaging/test_clean_venv.py", "application/x-www-form")],
+    # dev: the checkout's own tools, installed by `make` and used by the suite itself
+    "playwright": [("tests/ui/browser.py", "from playwright.sync_api import")],
+    "httpx": [("tests/ui/test_app.py", "from fastapi.testclient import TestClient")],
+    "pytest": [("tests/test_quality.py", "import pytest")],
+    "pytest-timeout": [("pyproject.toml", "\ntimeout = "),
+                       ("tests/packaging/test_clean_venv.py", "pytest.mark.timeout(")],
+    "ruff": [("tests/test_quality.py", '_tool("ruff")')],
+    "mypy": [("tests/test_quality.py", '_tool("mypy")'),
+             ("tests/test_typed_config.py", '"--strict"')],
+    "types-PyYAML": [("statecharts/loading.py", "import yaml")],  # mypy reads the stubs
+    "build": [("tests/packaging/conftest.py", '"-m", "build"')],
+}
+
+
+def _name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert match is not None
+    return match.group(0)
+
+
+def declared() -> set[str]:
+    names = {_name(r) for r in PYPROJECT["dependencies"]}
+    for requirements in PYPROJECT["optional-dependencies"].values():
+        names |= {_name(r) for r in requirements if not r.startswith("statecharts[")}
+    return names
+
+
+def test_every_declared_dependency_has_a_user_listed() -> None:
+    assert set(USERS) == declared()
+
+
+@pytest.mark.parametrize("requirement", sorted(USERS))
+def test_the_listed_user_uses_it(requirement: str) -> None:
+    for path, text in USERS[requirement]:
+        assert text in (ROOT / path).read_text(), f"{requirement}: {path} no longer has {text!r}"
+
+
+def test_mypy_reads_the_yaml_stubs_instead_of_ignoring_yaml() -> None:
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    ignored = {m for o in overrides if o.get("ignore_missing_imports") for m in o["module"]}
+    assert not {"yaml", "yaml.*"} & ignored

@@ -1,0 +1,67 @@
+"""The durable model-based check: it passes on a correct runtime and machine, and fails, with
+the story, when the durable run and the pure engine disagree."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence import outbox
+from statecharts import create_machine, from_callable
+from statecharts.testing.durable import DurableMismatch, assert_durable_matches
+
+from .example_machines import subscription_machine
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUTS = {"fetchAccount": [1], "chargeCard": [{"charge_id": "ch-1"}], "sendReceipt": ["m"]}
+
+
+def test_a_correct_workflow_matches_across_crashes() -> None:
+    assert_durable_matches(subscription_machine(), outputs=OUTPUTS, max_examples=15)
+
+
+def test_a_guard_reading_global_state_is_caught() -> None:
+    # a guard with a hidden counter: the model and the worker each evaluate it once, and see
+    # different values (as a guard reading a clock, a file or a module global would)
+    counter = itertools.count()
+    machine = create_machine({
+        "id": "flaky", "initial": "checking",
+        "states": {"checking": {"invoke": {"id": "check", "src": "check", "onDone": [
+            {"guard": "firstTime", "target": "approved"}, {"target": "denied"}]}},
+            "approved": {"type": "final"}, "denied": {"type": "final"}}},
+        guards={"firstTime": lambda ctx, ev: next(counter) % 2 == 0},
+        actors={"check": from_callable(lambda input: True, "check")})
+    with pytest.raises(DurableMismatch) as caught:
+        assert_durable_matches(machine, outputs={"check": [True]}, crashes=False)
+    assert "durable state 'denied', pure 'approved'" in str(caught.value)
+    assert "story: xstate.done.actor.check {'output': True}" in str(caught.value)
+
+
+def test_a_runtime_that_runs_a_call_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = outbox._call
+
+    def twice(fn: Any, args: Any, kwargs: Any, key: str) -> Any:
+        if getattr(fn, "__name__", "") == "chargeCard":
+            with contextlib.suppress(Exception):  # the second run is what we check
+                real(fn, args, kwargs, key)
+        return real(fn, args, kwargs, key)
+
+    monkeypatch.setattr(outbox, "_call", twice)
+    with pytest.raises(DurableMismatch, match=r"calls executed .*'chargeCard'.*'chargeCard'"):
+        assert_durable_matches(subscription_machine(), outputs=OUTPUTS)
+
+
+def test_the_pure_kit_never_imports_persistence() -> None:
+    code = ("import sys; import statecharts.testing, statecharts.testing.graph, "
+            "statecharts.testing.harness, statecharts.testing.properties, "
+            "statecharts.testing.strategies, statecharts.testing.durable; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'persistence'))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
