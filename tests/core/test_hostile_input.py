@@ -224,3 +224,4 @@ def test_a_literal_after_delay_too_long_to_persist_is_a_definition_error() -> No
                                                      r"most 9007199254740991 ms"):
         create_machine({"initial": "a", "states": {"a": {"after": {"1e20": "a"}}}})
 
+

@@ -157,15 +157,20 @@ def _bounded_sum(items: Any, start: Any = 0) -> Any:
             _check_size(ast.Add(), total, item)
             total = total + item
         return total
+    parts = list(items)
     size = deep_size(start)
-    joined = list(start)
-    for item in items:
+    known: dict[int, int] = {}  # the same list summed again is not walked again
+    for item in parts:
         if type(item) is not type(start):
             raise ExpressionError(f"sum: cannot add {type(item).__name__} to "
                                   f"{type(start).__name__}")
-        size += deep_size(item)
-        if size > MAX_SIZE:
+        if id(item) not in known:
+            known[id(item)] = deep_size(item)
+        size += known[id(item)]
+        if size > MAX_SIZE:  # refused before anything is joined
             raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
+    joined = list(start)
+    for item in parts:
         joined.extend(item)
     return joined if isinstance(start, list) else tuple(joined)
 
