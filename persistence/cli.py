@@ -1,4 +1,5 @@
-"""Command line for durable runs: `worker`, `runs list|show|cancel|versions`, `db upgrade`.
+"""Command line for durable runs: `worker`, `runs list|show|cancel|resume|versions`,
+`db upgrade`.
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -17,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from persistence.runtime import Runtime, machines_from
+from persistence.runtime import NotResumableError, Runtime, machines_from
 from persistence.stores import RunRecord, Store, StoreError, open_store
-from persistence.worker import Worker
+from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.cli import run_one_tool
 
@@ -69,7 +70,12 @@ def _add_store(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `worker`, `runs` and `db` to a CLI's subcommands."""
-    worker = subparsers.add_parser("worker", help="run durable workflows until SIGTERM")
+    worker = subparsers.add_parser(
+        "worker", help="run durable workflows until SIGTERM",
+        description="Step the runs of the given machines: claim runs with work due, call the "
+                    "invoked functions, fire durable timers, apply retry policies and circuit "
+                    "breakers, start error workflows. Run as many workers as you like against "
+                    "one store; SIGTERM or Ctrl-C finishes the steps in progress and exits.")
     _add_store(worker)
     worker.add_argument(
         "--machines",
@@ -78,56 +84,89 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODULE",
         help="module (or module:attr) defining the machines; repeatable",
     )
-    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--concurrency", type=int, default=1,
+                        help="threads stepping runs at once (default 1)")
     worker.add_argument("--batch", type=int, default=16,
                         help="runs each thread steps together: their calls run at once and their "
                              "steps commit in one transaction per round (default 16)")
-    worker.add_argument("--lease-ms", type=int, default=30_000)
-    worker.add_argument("--poll-ms", type=int, default=200)
-    worker.add_argument("--stuck-after-ms", type=int, default=3_600_000)
-    worker.add_argument("--log-level", default="INFO")
+    worker.add_argument("--lease-ms", type=int, default=30_000,
+                        help="how long a claimed run stays this worker's without a heartbeat; "
+                             "after a crash another worker takes it over then (default 30000)")
+    worker.add_argument("--poll-ms", type=int, default=200,
+                        help="how often an idle worker looks for due work (default 200)")
+    worker.add_argument("--stuck-after-ms", type=int, default=3_600_000,
+                        help="log active runs that have not changed for this long and have "
+                             "nothing due (default 3600000, one hour)")
+    worker.add_argument("--log-level", default="INFO",
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
     worker.set_defaults(handler=_worker)
 
-    runs = subparsers.add_parser("runs", help="inspect and cancel runs")
+    runs = subparsers.add_parser("runs", help="inspect and cancel runs",
+                                 description="List runs, show one run with its journal and "
+                                             "effects, cancel a run, or find runs the loaded "
+                                             "definitions can no longer step.")
     actions = runs.add_subparsers(dest="runs_command", required=True)
-    listing = actions.add_parser("list", help="runs, newest first")
+    listing = actions.add_parser("list", help="runs, newest first",
+                                 description="Runs, newest first, with their state and status.")
     _add_store(listing)
-    listing.add_argument("--status")
-    listing.add_argument("--name")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--status", help="only runs with this status (active, done, "
+                                          "done_partial, error, cancelled)")
+    listing.add_argument("--name", help="only runs of this workflow (machine id)")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument(
         "--stuck-after-ms",
         type=int,
         default=None,
         help="only active runs not updated for this long",
     )
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
     listing.set_defaults(handler=_runs_list)
-    show = actions.add_parser("show", help="one run with its effects and journal")
+    show = actions.add_parser("show", help="one run with its effects and journal",
+                              description="One run: status, state, context, pending timers, "
+                                          "its effects (outbox) and its journal of events.")
     _add_store(show)
-    show.add_argument("run_id")
+    show.add_argument("run_id", help="the run's id (as printed by runs list)")
     show.add_argument("--last", type=int, default=None, metavar="N",
                       help="only the newest N journal entries and outbox records "
                            "(events_total says how many the journal has)")
     show.set_defaults(handler=_runs_show)
-    cancel = actions.add_parser("cancel", help="cancel a run")
+    cancel = actions.add_parser("cancel", help="cancel a run",
+                                description="Cancel a run: at once if no worker holds it, "
+                                            "else at the worker's next step.")
     _add_store(cancel)
-    cancel.add_argument("run_id")
-    cancel.add_argument("--reason")
+    cancel.add_argument("run_id", help="the run's id")
+    cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
     cancel.set_defaults(handler=_runs_cancel)
+    resume = actions.add_parser(
+        "resume", help="resume a failed run from the state it failed in (journaled)",
+        description="Make a failed run (status error) active again in the state it failed "
+                    "in: the failed calls of its last step run again, with their idempotency "
+                    "keys, at a worker's next round. The resume is journaled."
+    )
+    _add_store(resume)
+    resume.add_argument("run_id", help="the failed run's id")
+    resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                        help="module (or module:attr) defining the machines; repeatable")
+    resume.set_defaults(handler=_runs_resume)
     versions = actions.add_parser(
-        "versions", help="active runs that the given machines cannot step (definition changed)"
+        "versions", help="active runs that the given machines cannot step (definition changed)",
+        description="Active runs whose definition fingerprint none of the given machines has: "
+                    "a worker with these machines would leave them alone."
     )
     _add_store(versions)
-    versions.add_argument("--machines", action="append", required=True, metavar="MODULE")
+    versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                          help="module (or module:attr) defining the machines; repeatable")
     versions.set_defaults(handler=_runs_versions)
 
-    db = subparsers.add_parser("db", help="database schema")
+    db = subparsers.add_parser("db", help="database schema",
+                               description="Manage the run store's schema.")
     db_actions = db.add_subparsers(dest="db_command", required=True)
-    upgrade = db_actions.add_parser("upgrade", help="apply missing schema migrations")
+    upgrade = db_actions.add_parser("upgrade", help="apply missing schema migrations",
+                                    description="Apply the schema migrations the store does "
+                                                "not have yet (safe to run again).")
     _add_store(upgrade)
     upgrade.set_defaults(handler=_db_upgrade)
 
@@ -137,15 +176,20 @@ def _worker(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     store = _store(args, connections=args.concurrency + 2)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
-    Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
-           poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
-    runtime.store.close()
+    try:
+        Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
+               poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+    except WorkerCrashed as exc:
+        logging.getLogger("statecharts.worker").critical("%s; exiting with status 70", exc)
+        return 70  # EX_SOFTWARE: a supervisor restarts the worker
+    finally:
+        runtime.store.close()
     return 0
 
 
 def _row(run: RunRecord) -> dict[str, Any]:
     data = asdict(run)
-    del data["snapshot"]
+    del data["snapshot"], data["previous_owner"]
     return data
 
 
@@ -160,7 +204,8 @@ def _runs_list(args: argparse.Namespace) -> int:
         return 0
     for r in runs:
         print(f"{r.id}  {r.workflow_name:<20} {r.status:<10} v{r.version:<4} {r.state}"
-              + (f"  last_error={r.last_error}" if r.last_error else ""))  # fmt: skip
+              + (f"  last_error={r.last_error}" if r.last_error else "")
+              + (f"  problem={r.problem}" if r.problem else ""))  # fmt: skip
     return 0
 
 
@@ -173,11 +218,13 @@ def _runs_show(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 0:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
     data = {
-        **asdict(run),
+        **_row(run),
+        "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
+        "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
     }
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
@@ -190,6 +237,16 @@ def _runs_cancel(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{args.run_id}: {outcome}")
+    return 0
+
+
+def _runs_resume(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    try:
+        run = runtime.resume(args.run_id)
+    except (StoreError, NotResumableError) as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{run.id}: resumed in state {run.state} (step {run.version})")
     return 0
 
 

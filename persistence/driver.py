@@ -22,6 +22,7 @@ from typing import Any
 
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
 from persistence.runtime import (
+    TRANSIENT_PREFIX,
     Runtime,
     error_text,
     retry_columns,
@@ -30,19 +31,29 @@ from persistence.runtime import (
     wake_time,
 )
 from persistence.stores import (
+    ACTIVE,
     ConflictError,
+    EffectOutcome,
     InboxEvent,
     JournalEntry,
     NewEffect,
     NewRun,
     RunRecord,
     StepCommit,
+    StoreUnavailableError,
 )
-from persistence.stores.base import CANCEL_EVENT, idempotency_key
+from persistence.stores.base import CANCEL_EVENT, ended_reason, idempotency_key
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect
+from statecharts.frozen import storable_text
 
 log = logging.getLogger("statecharts.runs")
+
+
+def log_failed(run: RunRecord, state: str, reason: str) -> None:
+    """The one WARNING line per failed run an operator acts on."""
+    log.warning("run %s failed (workflow %s, key %s, state %s): %s", run.id, run.workflow_name,
+                run.key, state, reason)
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
@@ -97,6 +108,7 @@ class _Leased:
     version: int
     status: str
     steps: int = 0
+    attempt: int = 0
 
 
 class RunDriver:
@@ -119,7 +131,7 @@ class RunDriver:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed]]:
+    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -129,37 +141,168 @@ class RunDriver:
             self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
         return list(self._pool.map(self._execute, leased))
 
-    def _execute(self, x: _Leased) -> list[Executed]:
-        return [self.executor.execute(x.machine, kind, payload, key)
-                for key, kind, payload in x.pending]  # fmt: skip
+    def _execute(self, x: _Leased) -> list[Executed] | Exception:
+        """`x`'s pending effects in order, up to the first transient failure (the rest wait
+        for the retry); an unexpected exception is returned, to fail this run only."""
+        done: list[Executed] = []
+        try:
+            for key, kind, payload in x.pending:
+                done.append(self.executor.execute(x.machine, kind, payload, key))
+                if done[-1].transient is not None:
+                    break
+        except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
+            return exc
+        return done
 
     def drive(self, runs: Sequence[RunRecord], should_stop: Callable[[], bool]) -> int:
         """Step the leased `runs` in rounds until each waits, ends or the worker stops; return
         the number of steps committed. A round executes every run's pending effects and
         commits all their steps in one transaction (one commit to disk for the batch). Every
-        lease is released (or lost to a `ConflictError`, logged) when this returns."""
+        lease is released (or lost to a `ConflictError`, logged) when this returns. Anything
+        that goes wrong with one run (an exception, a value the store refuses) fails or
+        releases that run only; its batch-mates still commit. Only a store outage
+        (`StoreUnavailableError`) leaves this method."""
         leased, steps = self._take(runs)
         while leased:
             executed = self._execute_round(leased)
-            staged = [s for s in (self._stage(x, done, should_stop)
-                                  for x, done in zip(leased, executed, strict=True))
-                      if s is not None]  # fmt: skip
+            staged = []
+            for x, done in zip(leased, executed, strict=True):
+                found = self._stage_safely(x, done, should_stop)
+                if found is not None:
+                    staged.append(found)
             if not staged:
                 break
-            commits = [commit for _, _, commit in staged]
-            versions = self.runtime.store.commit_steps(commits, self.runtime.clock.now())
+            versions = self._commit(staged)
             leased = []
             for (x, step, commit), version in zip(staged, versions, strict=True):
                 if version is None:
-                    log.warning("run %s: lost the lease (not at version %d under %s); another "
-                                "worker has it", x.run.id, x.version, self.owner)  # fmt: skip
                     continue
                 steps += 1
                 log_effects(step.logged, x.run.id)
+                self._report_step(x, commit)
+                if commit.status != ACTIVE:
+                    self._report_dead_letters(x, commit)
                 if not commit.release:
                     self._advance(x, step, commit, version)
                     leased.append(x)
         return steps
+
+    def _stage_safely(self, x: _Leased, done: list[Executed] | Exception,
+                      should_stop: Callable[[], bool]
+                      ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+        """`_stage`, except that a transient failure releases the run with its backoff and any
+        exception fails the run (never the thread, never its batch-mates)."""
+        if isinstance(done, Exception):
+            self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [])
+            return None
+        transient = next((d for d in done if d.transient is not None), None)
+        if transient is not None:
+            self._back_off(x, transient)
+            return None
+        try:
+            return self._stage(x, done, should_stop)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            self._fail(x, f"stepping raised {type(exc).__name__}: {exc}", done)
+            return None
+
+    def _commit(self, staged: list[tuple[_Leased, _Step, StepCommit]]) -> list[int | None]:
+        """Commit the round in one transaction; if the store refuses it for a reason other
+        than an outage (a value it cannot hold), commit step by step so that only the
+        offending runs fail."""
+        store, now = self.runtime.store, self.runtime.clock.now()
+        try:
+            versions = store.commit_steps([c for _, _, c in staged], now)
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            if len(staged) == 1:
+                versions = [self._commit_alone(*staged[0])]
+            else:
+                versions = [self._commit_alone(*one) for one in staged]
+        else:
+            for (x, _, _), version in zip(staged, versions, strict=True):
+                if version is None:
+                    self._lost(x)
+        return versions
+
+    def _commit_alone(self, x: _Leased, step: _Step, commit: StepCommit) -> int | None:
+        store, now = self.runtime.store, self.runtime.clock.now()
+        try:
+            (version,) = store.commit_steps([commit], now)
+        except StoreUnavailableError:
+            raise
+        except ConflictError:  # another writer won (a duplicate record): not this run's fault
+            self._lost(x)
+            return None
+        except Exception as exc:
+            self._fail(x, f"the store refused its step: {exc}", None, step.outcomes)
+            return None
+        if version is None:
+            self._lost(x)
+        return version
+
+    def _lost(self, x: _Leased) -> None:
+        log.warning("run %s (%s): lost the lease (not at version %d under %s); another worker "
+                    "has it", x.run.id, x.run.workflow_name, x.version, self.owner)  # fmt: skip
+
+    def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
+              outcomes: Sequence[EffectOutcome] = ()) -> None:  # fmt: skip
+        """End `x` as `error` with `reason` without writing a new snapshot: the effects it
+        executed are recorded `failed` (never run again by a worker; a `resume` runs them
+        again, as the step they fed was lost; results dropped, they may be what the store
+        refused), its queued events become dead letters, its error workflow starts."""
+        reason = storable_text(reason)
+        done = list(outcomes) or [e.outcome for e in executed or ()]
+        recorded = [EffectOutcome(o.idempotency_key, "failed", None,
+                                  storable_text(o.error or reason)) for o in done]
+        now = self.runtime.clock.now()
+        state = state_text(x.snapshot)
+        starts = self._error_runs(x.run, x.status, "error", state, reason, now)
+        if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
+                                       start_runs=starts):  # fmt: skip
+            log_failed(x.run, state, reason)
+
+    def _back_off(self, x: _Leased, transient: Executed) -> None:
+        """A transient failure: nothing of the step is committed; the run is released, due
+        again after the backoff, with the attempt and error on its row (or failed once the
+        attempts are used up)."""
+        policy, now = self.runtime.transient, self.runtime.clock.now()
+        attempt = policy.attempt_after(x.run) if x.steps == 0 else 1
+        error = storable_text(transient.transient or "error")
+        if attempt > policy.max_attempts:
+            self._fail(x, f"{TRANSIENT_PREFIX} persisted after {policy.max_attempts} attempts: "
+                       f"{error}", [])  # fmt: skip
+            return
+        wait = policy.wait_ms(attempt)
+        text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"
+        if self.runtime.store.release(x.run.id, self.owner, now + wait, attempt_count=attempt,
+                                      last_error=text):  # fmt: skip
+            log.info("run %s (%s, key %s, state %s): %s; step rolled back, retry in %d ms",
+                     x.run.id, x.run.workflow_name, x.run.key, state_text(x.snapshot), text,
+                     wait)  # fmt: skip
+
+    def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
+        """The events this driver read but did not apply because the run ended: the store made
+        them dead letters with the step."""
+        for item in x.inbox:
+            if item.id not in commit.consumed_inbox:
+                log.warning("run %s (%s, key %s, state %s): event %r dead-lettered: %s",
+                            x.run.id, x.run.workflow_name, x.run.key, commit.state,
+                            item.event.get("type"), ended_reason(commit.status))  # fmt: skip
+
+    def _report_step(self, x: _Leased, commit: StepCommit) -> None:
+        """Operator log lines for what this committed step did: a failure, a retry."""
+        if commit.status == "error" and x.status == ACTIVE:
+            log_failed(x.run, commit.state, commit.last_error or "failed")
+        elif commit.attempt_count and commit.status == ACTIVE and \
+                commit.attempt_count != x.attempt and commit.last_error:
+            log.info("run %s (%s, key %s, state %s): attempt %d failed (%s); retry scheduled",
+                     x.run.id, x.run.workflow_name, x.run.key, commit.state,
+                     commit.attempt_count, commit.last_error)  # fmt: skip
+        if commit.attempt_count is not None:
+            x.attempt = commit.attempt_count
 
     def _take(self, runs: Sequence[RunRecord]) -> tuple[list[_Leased], int]:
         """Restore the claimed runs with their pending work; a run whose definition vanished is
@@ -168,6 +311,10 @@ class RunDriver:
         work = store.pending_work([run.id for run in runs]) if runs else {}
         leased, failed = [], 0
         for run in runs:
+            if run.previous_owner is not None and run.previous_owner != self.owner:
+                log.warning("run %s (%s, key %s, state %s): lease of %s expired; taken over by "
+                            "%s", run.id, run.workflow_name, run.key, run.state,
+                            run.previous_owner, self.owner)  # fmt: skip
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
                 store.release(run.id, self.owner, now + self.lease_ms)
@@ -177,9 +324,13 @@ class RunDriver:
             except Exception as exc:
                 failed += self._fail_unrestorable(run, exc, now)
                 continue
+            if run.terminal and not work[run.id].effects:  # nothing left to do: never again
+                store.release(run.id, self.owner, None)
+                continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(_Leased(run, machine, snapshot, pending, work[run.id].inbox,
-                                  time.monotonic(), run.version, run.status))  # fmt: skip
+                                  time.monotonic(), run.version, run.status,
+                                  attempt=run.attempt_count))  # fmt: skip
         return leased, failed
 
     def _stage(self, x: _Leased, executed: list[Executed], should_stop: Callable[[], bool]
@@ -188,7 +339,13 @@ class RunDriver:
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
         step = _Step(x.snapshot)
-        self._apply(machine, step, executed, x.inbox, now)
+        if x.status == ACTIVE:
+            self._apply(machine, step, executed, x.inbox, now)
+        else:  # an ended run finishing its last effects: record them, move nothing
+            step.outcomes = [e.outcome for e in executed]
+            failure = next((e.fails_run for e in executed if e.fails_run), None)
+            if failure is not None:
+                step.status, step.error = "error", failure
         if not step.changed:
             self.runtime.store.release(x.run.id, self.owner, wake_time(step.snapshot, False, now))
             return None
@@ -197,6 +354,7 @@ class RunDriver:
         failure = step.error or (
             error_text(step.snapshot.error) if step.snapshot.status == "error" else None
         )
+        failure = None if failure is None else storable_text(failure)
         due = step.snapshot.next_due()
         more_now = status == "active" and due is not None and due <= now
         release = (
@@ -206,7 +364,8 @@ class RunDriver:
         commit = StepCommit(
             run_id=x.run.id, owner=self.owner, expected_version=x.version, state=state,
             snapshot=machine.persist(step.snapshot), status=status, release=release,
-            wake_at=wake_time(step.snapshot, bool(step.new_effects), now),
+            wake_at=wake_time(step.snapshot, bool(step.new_effects), now)
+            if status == ACTIVE or step.new_effects else None,  # an ended run sleeps for ever
             attempt_count=attempts, last_error=failure or retry_error,
             workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
             new_effects=step.new_effects, effect_outcomes=step.outcomes,
@@ -237,8 +396,8 @@ class RunDriver:
             step.status, step.error = "error", failure
             return
         cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
-        if cancel is not None:
-            step.consumed = [e.id for e in inbox]
+        if cancel is not None:  # the other queued events become dead letters (run cancelled)
+            step.consumed = [cancel.id]
             self._cancel(machine, step, cancel)
             return
         for x in executed:
@@ -249,10 +408,11 @@ class RunDriver:
             if timer is None:
                 break
             step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
-        for item in inbox:
+        for item in inbox:  # events left when the run ends become dead letters (the store)
+            if step.status is not None or step.snapshot.status != "active":
+                break
             step.consumed.append(item.id)
-            if step.status is None:
-                step.apply(machine, item.event, now)
+            step.apply(machine, item.event, now)
 
     def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
         before = state_text(step.snapshot)
@@ -274,17 +434,11 @@ class RunDriver:
         return [] if found is None else [found]
 
     def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
-        """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot."""
-        reason = f"snapshot does not restore: {exc}"
-        log.error("run %s: %s", run.id, reason)
-        commit = StepCommit(
-            run_id=run.id, owner=self.owner, expected_version=run.version, state=run.state,
-            snapshot=run.snapshot, status="error", release=True, wake_at=None,
-            last_error=reason,
-            start_runs=self._error_runs(run, run.status, "error", run.state, reason, now),
-        )  # fmt: skip
-        try:
-            self.runtime.store.commit_step(commit, now)
-        except ConflictError:
+        """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot as it
+        is (never rewritten: it is the evidence)."""
+        reason = storable_text(f"snapshot does not restore: {exc}")
+        starts = self._error_runs(run, run.status, "error", run.state, reason, now)
+        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts):
             return 0
+        log_failed(run, run.state, reason)
         return 1

@@ -26,9 +26,11 @@ from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
 from statecharts import Machine
 from statecharts.effects import Effect, Log
+from statecharts.errors import ContextError
 from statecharts.events import done_actor_event_type, error_actor_event_type
-from statecharts.frozen import freeze, thaw
+from statecharts.frozen import freeze, storable_text, thaw
 from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
+from statecharts.retry import error_names
 
 log = logging.getLogger("statecharts.runs")
 
@@ -85,6 +87,9 @@ class Executed:
     outcome: EffectOutcome
     event: dict[str, Any] | None = None
     fails_run: str | None = None
+    transient: str | None = None
+    """A failure the call site declared transient: the step is not committed, the run is
+    released with a backoff and this effect runs again (same key)."""
 
 
 class ActionFailed(Exception):
@@ -155,10 +160,11 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     return None
 
 
-def _actor_logic(machine: Machine,
-                 payload: Mapping[str, Any]) -> tuple[Any, str | None, bool]:  # fmt: skip
-    """(logic, breaker name, external) of a recorded `start_child`: from the invoking state's
-    definition when it was invoked, else by name from `actors=` (spawned children)."""
+def _actor_logic(machine: Machine, payload: Mapping[str, Any]
+                 ) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:  # fmt: skip
+    """(logic, breaker name, external, transient) of a recorded `start_child`: from the
+    invoking state's definition when it was invoked, else by name from `actors=` (spawned
+    children)."""
     invoked_by = payload.get("invoked_by")
     if isinstance(invoked_by, str):
         node = machine.get_state_node(invoked_by)
@@ -166,9 +172,17 @@ def _actor_logic(machine: Machine,
             if invoke.id == payload.get("id"):
                 logic = invoke.logic if invoke.logic is not None else \
                     machine.resolve_actor(invoke.src)[1]  # fmt: skip
-                return logic, invoke.breaker, invoke.external
+                return logic, invoke.breaker, invoke.external, invoke.transient
     logic = machine.resolve_actor(str(payload.get("src")))[1]
-    return logic, None, is_external(logic)
+    return logic, None, is_external(logic), False
+
+
+def is_transient(declared: bool | tuple[str, ...], error: Mapping[str, Any]) -> bool:
+    """Whether a call site's `transient` declaration covers `error` (its JSON): every error, or
+    one whose class or a base class is named (as `retry.non_retryable` matches)."""
+    if isinstance(declared, bool):
+        return declared
+    return bool(set(error_names(error)) & set(declared))
 
 
 class Executor:
@@ -215,14 +229,14 @@ class Executor:
         try:
             result = _call(fn, (context, event), dict(params), key)
         except Exception as exc:
-            message = f"action {name!r} raised {type(exc).__name__}: {exc}"
+            message = storable_text(f"action {name!r} raised {type(exc).__name__}: {exc}")
             return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
         return Executed(EffectOutcome(key, "done", _json_or_none(result)))
 
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic, breaker_name, reaches_out = _actor_logic(machine, payload)
+            logic, breaker_name, reaches_out, transient = _actor_logic(machine, payload)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         if self._dry_run and reaches_out:
@@ -240,7 +254,7 @@ class Executor:
             if breaker is not None:
                 breaker.before_call(self._now())  # an open breaker fails fast, same error path
             try:
-                output = thaw(freeze(_call(fn, (payload.get("input"),), {}, call_key), "output"))
+                result = _call(fn, (payload.get("input"),), {}, call_key)
             except Exception:
                 if breaker is not None:
                     breaker.record(False, self._now())
@@ -248,12 +262,20 @@ class Executor:
             if breaker is not None:
                 breaker.record(True, self._now())
         except Exception as exc:
-            return self._child_failed(child_id, key, exc)
+            failed = self._child_failed(child_id, key, exc)
+            if failed.event is not None and is_transient(transient, failed.event["error"]):
+                return Executed(failed.outcome, None, transient=failed.outcome.error)
+            return failed
+        try:
+            output = thaw(freeze(result, "output"))
+        except ContextError as exc:  # a value no store holds exactly: the run fails here
+            message = f"invoke {child_id!r} returned a value that cannot be stored: {exc}"
+            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
         event = {"type": done_actor_event_type(child_id), "output": output}
         return Executed(EffectOutcome(key, "done", output), event)
 
     def _child_failed(self, child_id: str, key: str, exc: BaseException) -> Executed:
-        error = error_to_json(exc)
+        error = error_to_json(exc)  # (its message made storable)
         return Executed(
             EffectOutcome(key, "failed", None, f"{error['name']}: {error['message']}"),
             {"type": error_actor_event_type(child_id), "error": error},

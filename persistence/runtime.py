@@ -10,15 +10,16 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.outbox import Listener, log_effects, to_outbox
-from persistence.stores import NewEffect, NewRun, RunRecord, Store, VersionCount
+from persistence.stores import DeadLetter, NewEffect, NewRun, RunRecord, Store, VersionCount
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
-from statecharts.frozen import thaw
+from statecharts.frozen import storable_text, text_problem, thaw
 
 
 class Clock(Protocol):
@@ -32,6 +33,34 @@ class Clock(Protocol):
 
 class UnknownWorkflowError(LookupError):
     """`start` named a workflow this runtime was not given."""
+
+
+class NotResumableError(ValueError):
+    """`resume` was asked for a run that has not failed, or whose snapshot does not restore."""
+
+
+TRANSIENT_PREFIX = "transient failure"
+"""How `last_error` starts while a run waits out the backoff of a transient failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransientBackoff:
+    """How a run whose call site failed transiently (`"transient"` on the invoke) is released:
+    due again after `first_ms`, doubling up to `max_ms`; after `max_attempts` transient
+    failures in a row the run fails with the last error (an operator can `resume` it)."""
+
+    first_ms: int = 500
+    max_ms: int = 60_000
+    max_attempts: int = 10
+
+    def wait_ms(self, attempt: int) -> int:
+        """The wait after transient failure number `attempt` (1-based)."""
+        return int(min(self.first_ms * 2 ** min(attempt - 1, 40), self.max_ms))
+
+    def attempt_after(self, run: RunRecord) -> int:
+        """The number of this transient failure, from the row (attempt and error columns)."""
+        previous = run.last_error or ""
+        return run.attempt_count + 1 if previous.startswith(TRANSIENT_PREFIX) else 1
 
 
 def state_text(snapshot: Snapshot) -> str:
@@ -106,6 +135,7 @@ class Runtime:
         check_schema: bool = True,
         error_workflows: Mapping[str, str] | None = None,
         breakers: Mapping[str, BreakerPolicy] | None = None,
+        transient: TransientBackoff | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -113,13 +143,18 @@ class Runtime:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.journal = journal
         self.dry_run = dry_run
+        self.transient = transient or TransientBackoff()
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
         self._by_label: dict[tuple[str, str], Machine] = {}
         self.listeners: dict[str, list[Listener]] = {}
+        self._legacy: dict[tuple[str, str], Machine] = {}
         for machine in machines:
             self._latest[machine.id] = machine
             self._exact[(machine.id, machine.fingerprint)] = machine
+            legacy = machine.definition.legacy_fingerprint
+            if legacy and legacy != machine.fingerprint:
+                self._legacy[(machine.id, legacy)] = machine
             for label in machine.migrations:
                 self._by_label[(machine.id, label)] = machine
         self.error_workflows = self._error_workflows(error_workflows or {})
@@ -175,19 +210,24 @@ class Runtime:
         if exact is not None:
             return exact
         label = run.snapshot.get("version")
+        legacy = self._legacy.get((run.workflow_name, run.workflow_version))
+        if legacy is not None and label == legacy.version:  # pinned before version counted
+            return legacy
         return self._by_label.get((run.workflow_name, label)) if isinstance(label, str) else None
 
     def steppable_versions(self) -> set[tuple[str, str]]:
         """(name, version) pairs of active runs this runtime can step (exact or migratable)."""
         pairs = set(self._exact)
-        if not self._by_label:
-            return pairs  # no migrations: nothing else to look up
+        if not self._by_label and not self._legacy:
+            return pairs  # no migrations, no older fingerprints: nothing else to look up
         for unknown in self.store.unknown_versions(pairs):
-            if (
+            pair = (unknown.workflow_name, unknown.workflow_version)
+            legacy = self._legacy.get(pair)
+            if (legacy is not None and unknown.label == legacy.version) or (
                 unknown.label is not None
                 and (unknown.workflow_name, unknown.label) in self._by_label
             ):
-                pairs.add((unknown.workflow_name, unknown.workflow_version))
+                pairs.add(pair)
         return pairs
 
     def unknown_versions(self) -> list[VersionCount]:
@@ -203,6 +243,9 @@ class Runtime:
         id is returned and nothing new is started.
         """
         if key is not None:
+            problem = text_problem(key) if isinstance(key, str) else "it is not a string"
+            if problem is not None:
+                raise ValueError(f"key: {problem}")
             existing = self.store.find_run(name, key)
             if existing is not None:
                 return existing.id
@@ -266,7 +309,37 @@ class Runtime:
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
         at its next step) or "finished" (it had already ended)."""
-        return self.store.cancel_run(run_id, self.clock.now(), reason)
+        return self.store.cancel_run(run_id, self.clock.now(),
+                                     None if reason is None else storable_text(reason))
+
+    def resume(self, run_id: str) -> RunRecord:
+        """Resume a failed run from the state it failed in (like DBOS's `resume_workflow`):
+        the run is active again and due now, the failed effects of its last failing step run
+        again (with their idempotency keys), and the resume is journaled. Raises
+        `NotResumableError` unless the run's status is `error` and its snapshot restores with
+        a definition this runtime has."""
+        run = self.store.get_run(run_id)
+        if run.status != "error":
+            raise NotResumableError(f"run {run_id} is {run.status}; only failed runs resume")
+        machine = self.machine_for(run)
+        if run.problem is not None:
+            raise NotResumableError(f"run {run_id}: {run.problem}")
+        if machine is None:
+            raise NotResumableError(f"run {run_id}: no definition or migration here for "
+                                    f"version {run.workflow_version}")
+        data = run.snapshot
+        if data.get("status") == "error":  # the machine itself failed: back to where it was
+            data = {**data, "status": "active", "error": None}
+        try:
+            snapshot = machine.restore(data)
+        except Exception as exc:
+            raise NotResumableError(f"run {run_id}: snapshot does not restore: {exc}") from exc
+        return self.store.resume_run(run_id, run.version, machine.persist(snapshot),
+                                     state_text(snapshot), self.clock.now())
+
+    def dead_letters(self, run_id: str) -> builtins.list[DeadLetter]:
+        """Events queued for the run that can no longer be applied, with the reason."""
+        return self.store.dead_letters(run_id)
 
     def stuck(self, older_than_ms: int = 3_600_000, limit: int = 100) -> builtins.list[RunRecord]:
         """Active runs whose row nobody touched for `older_than_ms` (default one hour) and that

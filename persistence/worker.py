@@ -28,6 +28,11 @@ from persistence.stores import RunRecord, StoreError, StoreUnavailableError
 log = logging.getLogger("statecharts.worker")
 
 
+class WorkerCrashed(RuntimeError):
+    """A worker thread died (a bug past every per-run guard): `Worker.run` stops the others and
+    raises this, so the process exits non-zero and a supervisor restarts it."""
+
+
 class Worker:
     """Runs workflows from `runtime.store` with `concurrency` threads.
 
@@ -103,7 +108,14 @@ class Worker:
         for t in threads:
             t.start()
         last_report = 0.0
+        dead: list[str] = []
         while not self._stop.wait(0.2):
+            dead = [t.name for t in (*threads, beat) if not t.is_alive()]
+            if dead:  # never serve on with fewer threads in silence
+                log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
+                             "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
+                self.stop()
+                break
             self._tick_schedules()
             if time.monotonic() - last_report >= self.report_every_s:
                 last_report = time.monotonic()
@@ -111,6 +123,8 @@ class Worker:
         for t in threads:
             t.join()
         log.info("worker %s stopped after %d steps", self.id, self.steps)
+        if dead:
+            raise WorkerCrashed(f"worker {self.id}: thread(s) {', '.join(dead)} died")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info("worker %s: signal %d, finishing current steps", self.id, signum)
@@ -169,8 +183,8 @@ class Worker:
                 log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,
                             backoff)  # fmt: skip
                 self._stop.wait(backoff)
-            except StoreError as exc:  # a bug or a constraint we did not expect: keep serving
-                log.exception("worker %s: store error: %s", owner, exc)
+            except Exception as exc:  # a bug or a constraint we did not expect: keep serving
+                log.exception("worker %s: %s: %s", owner, type(exc).__name__, exc)
                 self._stop.wait(1.0)
 
     def _claim(self, owner: str, limit: int) -> list[RunRecord]:
@@ -225,13 +239,23 @@ class Worker:
                 log.info("schedule %s started run %s", schedule.name, started)
 
     def _report(self) -> None:
-        """Log stuck runs and runs no definition here can step: never left in silence."""
+        """Log stuck runs and runs no definition here can step, and turn events left queued
+        for ended runs into dead letters: never left in silence."""
         try:
             stuck = self.runtime.stuck(self.stuck_after_ms, limit=20)
             unknown = self.runtime.unknown_versions()
+            dead = self.runtime.store.sweep_dead_letters(self.runtime.clock.now())
         except StoreError as exc:
             log.warning("worker %s: report failed: %s", self.id, exc)
             return
+        for letter in dead:
+            try:
+                run = self.runtime.store.get_run(letter.run_id)
+                where = f"{run.workflow_name}, key {run.key}, state {run.state}"
+            except StoreError:
+                where = "?"
+            log.warning("run %s (%s): event %r dead-lettered: %s", letter.run_id, where,
+                        letter.event.get("type"), letter.reason)  # fmt: skip
         now = self.runtime.clock.now()
         for run in stuck:
             if run.wake_at is not None:

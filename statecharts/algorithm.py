@@ -503,6 +503,9 @@ def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
 
 def _complete(step: Step, final: StateNode, event: FrozenDict,
               completed: set[StateNode]) -> None:
+    if final.failure is not None:  # a failure final (extension): the machine fails here
+        step.status, step.error = "error", final.failure
+        return
     parent = final.parent
     assert parent is not None
     marker = parent if parent.type == PARALLEL else parent.parent

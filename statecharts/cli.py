@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,13 +38,36 @@ def _validate(args: argparse.Namespace) -> int:
     return status
 
 
+DESCRIPTION = """\
+XState-style statecharts for Python: check and draw workflow definitions, run them durably
+with workers on SQLite or PostgreSQL, inspect and act on runs, serve the operator UI, and
+import n8n workflows. `statecharts COMMAND --help` explains each command."""
+
+EXAMPLES = """\
+examples:
+  statecharts validate workflows/order.json
+  statecharts render myapp.workflows:order -o order.svg
+  statecharts worker --store sqlite:///runs.db --machines myapp.workflows
+  statecharts runs list --store sqlite:///runs.db --status error
+  statecharts ui --store sqlite:///runs.db --machines myapp.workflows
+
+The store URL can also come from $STATECHARTS_STORE."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="statecharts", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    validate = commands.add_parser("validate", help="check machine files (JSON/YAML) and "
-                                                    "list every problem with its path")
-    validate.add_argument("files", nargs="+")
+    parser = argparse.ArgumentParser(prog="statecharts", description=DESCRIPTION,
+                                     epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     title="commands")
+    validate = commands.add_parser(
+        "validate", help="check machine files (JSON/YAML) and list every problem with its path",
+        description="Load each machine file as the runtime would and report every problem "
+                    "with its path in the file (for example states.cart.on.CHECKOUT.traget); "
+                    "exit 1 if any file has one.")
+    validate.add_argument("files", nargs="+", metavar="FILE",
+                          help="a machine definition, .json or .yaml")
     validate.set_defaults(handler=_validate)
     for name in COMMAND_MODULES:
         try:
@@ -59,14 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
 def run_one_tool(register: Callable[[Any], None], argv: Sequence[str] | None,
                  doc: str | None = None) -> int:
     """Run a single tool's subcommands on their own (``python -m <tool module>``)."""
+    _importable_from_here()
     parser = argparse.ArgumentParser(prog="statecharts", description=doc)
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.handler(args) or 0)
 
 
+def _importable_from_here() -> None:
+    """Let ``--machines myapp`` and ``render myapp:machine`` import modules from the current
+    folder, as ``python -m`` would (an installed console script does not put it on the
+    path)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    _importable_from_here()
     args = build_parser().parse_args(argv)
     return int(args.handler(args) or 0)
 

@@ -36,12 +36,13 @@ from .retry import RetryPolicy, as_policy
 
 NODE_KEYS = frozenset({
     "id", "initial", "type", "history", "target", "states", "on", "always", "after", "entry",
-    "exit", "invoke", "onDone", "output", "tags", "meta", "description",
+    "exit", "invoke", "onDone", "output", "tags", "meta", "description", "failure",
 })
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
-                         "retry", "onFinalFailure", "breaker", "external", "description",
+                         "retry", "onFinalFailure", "breaker", "external", "transient",
+                         "description",
                          "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
@@ -79,6 +80,9 @@ class Definition:
     version: str | None
     fingerprint: str
     retry_delays: Mapping[str, StateNode] = field(default_factory=dict)
+    legacy_fingerprint: str = ""
+    """The fingerprint as computed before it covered the version, the initial context and the
+    call-site keys: runs persisted then are accepted when their version label matches."""
 
 
 def build_definition(config: Any, impl: Implementations) -> Definition:
@@ -123,8 +127,10 @@ class _Builder:
         if self.problems:
             raise MachineDefinitionError(self.problems)
         retry_delays = {f"{RETRY_DELAY_PREFIX}{n.id}": n for n in self.retried}
+        legacy = _fingerprint(root, self.nodes)
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
-                          version, _fingerprint(root, self.nodes), retry_delays)
+                          version, fingerprint_with(legacy, self.nodes, version, context),
+                          retry_delays, legacy)
 
     # -- pass 1: the tree ------------------------------------------------------------------
 
@@ -284,6 +290,7 @@ class _Builder:
         node.meta = config.get("meta")
         node.description = self._description(config.get("description"),
                                              _join(path, "description"))
+        node.failure = self._failure(node, config.get("failure"), _join(path, "failure"))
         node.output = config.get("output")
         if node.output is not None and node.type != FINAL and node.parent is not None:
             self.problem(_join(path, "output"), "'output' belongs on final states or the root")
@@ -606,7 +613,33 @@ class _Builder:
             breaker = None
         return InvokeDef(actor_id, str(src), input_value, item.get("systemId"), retry, failure,
                          path, logic, description, breaker,
-                         external or is_external(logic))
+                         external or is_external(logic),
+                         self._transient(item.get("transient", False), _join(path, "transient")))
+
+    def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
+        """``transient``: true (every error) or a list of error class names."""
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, list | tuple) and value and \
+                all(isinstance(n, str) and n for n in value):
+            return tuple(value)
+        self.problem(path, "'transient' is true, false or a non-empty list of error class "
+                     "names (e.g. [\"DatabaseError\"])")
+        return False
+
+    def _failure(self, node: StateNode, value: Any, path: str) -> str | None:
+        """``failure`` on a final state: true (the reason is the state id) or the reason."""
+        if value is None or value is False:
+            return None
+        if node.type != FINAL:
+            self.problem(path, "'failure' belongs on final states")
+            return None
+        if value is True:
+            return node.id
+        if isinstance(value, str) and value:
+            return value
+        self.problem(path, "'failure' is true or the failure's reason (a non-empty string)")
+        return None
 
     def _after(self, node: StateNode, value: Any, path: str) -> list[Transition]:
         if value is None:
@@ -730,6 +763,22 @@ def _fingerprint(root: StateNode, nodes: list[StateNode]) -> str:
     """sha256 of the behaviour-relevant shape (descriptions and meta excluded)."""
     shape = [_node_shape(node) for node in nodes]
     digest = hashlib.sha256(orjson.dumps(shape, default=_shape_default,
+                                         option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()[:32]
+
+
+def fingerprint_with(legacy: str, nodes: Iterable[StateNode], version: str | None,
+                     context: Any) -> str:
+    """The fingerprint: the node shapes' hash (`legacy`) with the version label, the initial
+    context and the keys that change what a durable run does (failure finals, and per call
+    site its input, transient classes, breaker and external flag)."""
+    extra = {
+        "version": version, "context": _shape_default(context),
+        "failure": {n.id: n.failure for n in nodes if n.failure is not None},
+        "invoke": {n.id: [[_shape_default(i.input), _shape_default(i.transient), i.breaker,
+                           i.external] for i in n.invoke] for n in nodes if n.invoke},
+    }
+    digest = hashlib.sha256(orjson.dumps([legacy, extra], default=_shape_default,
                                          option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:32]
 

@@ -1,7 +1,11 @@
 """Immutable JSON values: the only kind of data context, events and outputs may hold.
 
 ``freeze`` checks that a value is made of JSON types (dict with str keys, list/tuple, str, int,
-float, bool, None) and returns a deeply immutable copy; mutation raises ``TypeError``.
+float, bool, None) that every store holds exactly, and returns a deeply immutable copy; mutation
+raises ``TypeError``. "Exactly" is one rule for every store (so a machine tested on SQLite
+behaves the same on PostgreSQL): integers within signed 64 bits, finite floats, and strings (and
+keys) of valid Unicode without NUL characters (``jsonb`` refuses ``\u0000``, UTF-8 has no lone
+surrogates).
 ``FrozenDict`` and ``FrozenList`` subclass ``dict`` and ``list`` so they compare equal to plain
 values and serialize with orjson without conversion.
 """
@@ -73,28 +77,90 @@ class FrozenList(list[Any]):
 
 EMPTY = FrozenDict()
 _SCALARS = (str, int, float, bool, type(None))
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""The integers every store holds exactly (signed 64 bits: SQLite's integer, orjson's limit)."""
+
+
+def scalar_problem(value: Any) -> str | None:
+    """Why a JSON scalar cannot be stored exactly, or None when it can."""
+    kind = type(value)
+    if kind is str:
+        return text_problem(value)
+    if kind is int:
+        if INT_MIN <= value <= INT_MAX:
+            return None
+        shown = value if value.bit_length() < 256 else f"of {value.bit_length()} bits"
+        return f"integer {shown} is outside the signed 64-bit range every store holds"
+    if kind is float:
+        return None if math.isfinite(value) else f"{value!r} is not a JSON number"
+    if isinstance(value, str):
+        return text_problem(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return scalar_problem(int(value))
+    if isinstance(value, float):
+        return scalar_problem(float(value))
+    return None
+
+
+def text_problem(text: str) -> str | None:
+    """Why a string cannot be stored exactly (a NUL character, a lone surrogate), or None."""
+    if "\x00" in text:
+        return f"string {text[:40]!r} contains a NUL character, which PostgreSQL cannot store"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (f"string {text[:40]!r} contains a lone surrogate "
+                    f"({text[exc.start]!r}), which is not valid Unicode")
+    return None
 
 
 def freeze(value: Any, path: str = "",
            error: Callable[[str, str], Exception] = ContextError) -> Any:
     """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``."""
+    kind = type(value)
+    # the common exact types first, each with the cheapest test that proves it storable
+    if kind is str:
+        if "\x00" not in value and value.isascii():
+            return value
+    elif kind is int:
+        if INT_MIN <= value <= INT_MAX:
+            return value
+    elif kind is float:
+        if math.isfinite(value):
+            return value
+    elif kind is bool or value is None or kind is FrozenDict or kind is FrozenList:
+        return value
     if isinstance(value, FrozenDict | FrozenList):
         return value
     if isinstance(value, _SCALARS):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise error(path or "<root>", f"{value!r} is not a JSON number")
+        problem = scalar_problem(value)
+        if problem is not None:
+            raise error(path or "<root>", problem)
         return value
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str and not isinstance(key, str):
                 raise error(_join(path, repr(key)), "keys must be strings in JSON")
+            if "\x00" in key or not key.isascii():
+                key_problem = text_problem(key)
+                if key_problem is not None:
+                    raise error(_join(path, repr(key)), f"key: {key_problem}")
             items[key] = freeze(item, _join(path, key), error)
         return FrozenDict(items)
     if isinstance(value, list | tuple):
         return FrozenList(freeze(item, f"{path}[{i}]", error) for i, item in enumerate(value))
     raise error(path or "<root>",
                 f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
+
+
+def storable_text(text: str) -> str:
+    """`text` with what no store holds (NUL, lone surrogates) written as escapes, for error
+    messages and other text that must be recorded whatever it contains."""
+    if text_problem(text) is None:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def thaw(value: Any) -> Any:
@@ -112,9 +178,20 @@ def frozen_update(base: FrozenDict, changes: Mapping[str, Any], path: str = "") 
     for key, item in changes.items():
         if type(key) is not str:
             raise ContextError(repr(key), "context keys must be strings")
+        if "\x00" in key or not key.isascii():
+            key_problem = text_problem(key)
+            if key_problem is not None:
+                raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
         kind = type(item)
-        if kind is int or kind is str or kind is bool or item is None:
+        if kind is bool or item is None:
             merged[key] = item  # the common case, already immutable
+        elif kind is int or kind is str:
+            if (kind is int and not INT_MIN <= item <= INT_MAX) or (
+                    kind is str and ("\x00" in item or not item.isascii())):
+                problem = scalar_problem(item)
+                if problem is not None:
+                    raise ContextError(_join(path, key), problem)
+            merged[key] = item
         else:
             merged[key] = freeze(item, _join(path, key))
     return FrozenDict(merged)

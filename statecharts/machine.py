@@ -18,7 +18,14 @@ import orjson
 from . import algorithm
 from .actions import ActionSpec, BuiltinAction
 from .configuration import Configuration, nodes_from_value, only_assigns
-from .definition import Definition, Implementations, build_definition, resolve_action, resolve_guard
+from .definition import (
+    Definition,
+    Implementations,
+    build_definition,
+    fingerprint_with,
+    resolve_action,
+    resolve_guard,
+)
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
 from .events import INIT, EventLike, normalize_event
@@ -44,6 +51,10 @@ class Machine:
         self.definition: Definition = build_definition(config, implementations)
         self.version: str | None = version if version is not None else self.definition.version
         self.migrations: Mapping[str, Migration] = dict(migrations or {})
+        self._fingerprint = self.definition.fingerprint if self.version == \
+            self.definition.version else fingerprint_with(
+                self.definition.legacy_fingerprint, self.definition.nodes, self.version,
+                self.definition.context)
         self.has_always = any(n.always for n in self.definition.nodes)
         self.fast_paths = True
         """Shortcuts for events that only move between configurations or only assign; they
@@ -67,8 +78,8 @@ class Machine:
 
     @property
     def fingerprint(self) -> str:
-        """A hash of everything in the definition that changes behaviour."""
-        return self.definition.fingerprint
+        """A hash of everything in the definition that changes behaviour (its version too)."""
+        return self._fingerprint
 
     def get_state_node(self, state_id: str) -> StateNode:
         """The state node with full id ``state_id`` (``#`` optional)."""

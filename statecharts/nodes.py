@@ -79,13 +79,17 @@ class InvokeDef:
         "retry",
         "src",
         "system_id",
+        "transient",
     )
 
     def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
                  on_final_failure: str | None, config_path: str, logic: Any,
                  description: str | None = None, breaker: str | None = None,
-                 external: bool = False) -> None:
+                 external: bool = False, transient: bool | tuple[str, ...] = False) -> None:
         self.id = id
+        self.transient = transient
+        """The config's ``transient``: failures that roll the durable step back (True: every
+        error; a tuple: errors with one of these class names) instead of reaching onError."""
         self.external = external
         self.description = description
         self.breaker = breaker
@@ -114,6 +118,7 @@ class StateNode:
         "description",
         "entry",
         "exit",
+        "failure",
         "history",
         "history_children",
         "history_default",
@@ -157,6 +162,8 @@ class StateNode:
         self.meta: Mapping[str, Any] | None = None
         self.description: str | None = None
         self.output: Any = None
+        self.failure: str | None = None
+        """For a final state declared ``failure``: the reason reaching it fails the machine."""
         self.order = 0
         self.depth: int = 0 if parent is None else parent.depth + 1
         self.ancestors: tuple[StateNode, ...] = () if parent is None else (parent,

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .frozen import storable_text
+
 BACKOFFS = ("fixed", "linear", "exponential")
 JITTERS = ("none", "full")
 T = TypeVar("T")
@@ -193,7 +195,7 @@ def with_retry(fn: Callable[[], T], policy: RetryPolicy | Mapping[str, Any], *,
 def error_json(error: BaseException) -> dict[str, Any]:
     """An exception as JSON: name, message, base class names, and ``retry_after`` (ms)."""
     data: dict[str, Any] = {
-        "name": type(error).__name__, "message": str(error),
+        "name": type(error).__name__, "message": storable_text(str(error)),
         "types": [c.__name__ for c in type(error).__mro__[1:] if c not in (object,
                                                                            BaseException)],
     }

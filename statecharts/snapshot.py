@@ -362,7 +362,9 @@ def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, A
             raise SnapshotVersionError("version", f"the migration from {version!r} returned "
                                        f"{type(migrated).__name__}, not a mapping")
         return {**migrated, "version": machine.version, "fingerprint": machine.fingerprint}
-    if data.get("fingerprint") != machine.fingerprint:
+    # a snapshot made before the fingerprint covered the version label (and the same label)
+    if data.get("fingerprint") not in (machine.fingerprint,
+                                       machine.definition.legacy_fingerprint):
         raise SnapshotVersionError("fingerprint", f"the definition of {machine.id!r} changed "
                                    "since this snapshot was made (fingerprint "
                                    f"{data.get('fingerprint')!r}, now {machine.fingerprint!r}); "

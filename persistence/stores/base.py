@@ -58,6 +58,11 @@ class StoreUnavailableError(StoreError):
     """
 
 
+class StoreEncodingError(StoreError):
+    """A value the database cannot hold (an integer too large, a NUL in a string, invalid
+    Unicode): a fault of the data, never an outage. The run it belongs to is failed."""
+
+
 class StoreURLError(StoreError, ValueError):
     """A store URL that `open_store` cannot understand."""
 
@@ -83,6 +88,13 @@ class RunRecord:
     lease_owner: str | None
     lease_expires_at: int | None
     version: int
+    claim_count: int = 0
+    """How many times a worker claimed the run."""
+    problem: str | None = None
+    """Why the row does not parse (its snapshot or a column), when it does not: such a row is
+    listed with this text and failed at its next claim, never stepped."""
+    previous_owner: str | None = field(default=None, compare=False)
+    """On a claimed run: the lease owner it was taken over from (its lease had expired)."""
 
     @property
     def terminal(self) -> bool:
@@ -154,6 +166,18 @@ class InboxEvent:
     run_id: str
     event: JSONDict
     created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event that was queued for a run and can no longer be applied, with the reason."""
+
+    id: int
+    run_id: str
+    event: JSONDict
+    created_at: int
+    dead_at: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +385,64 @@ def run_query_sql(
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
+CLAIMABLE = "wake_at <= {now} AND {free}"
+"""Which runs a claim takes, once for every store (`{now}`/`{free}` filled in): due ones. A run
+has a wake-up time only while it is active or has outbox effects left to run, so terminal runs
+are never claimed for their queued events; queued events make only *active* runs claimable."""
+
+CLAIMABLE_BY_EVENT = "status = 'active' AND {free}"
+"""Runs a queued (live) inbox event makes claimable: active ones only."""
+
+
+def ended_reason(status: str) -> str:
+    """The dead-letter reason of an event left queued when its run ended in `status`."""
+    return f"the run ended ({status}) before this event was applied"
+
+
+def broken_reason(problems: Sequence[str]) -> str:
+    """The `last_error` of a row that does not parse."""
+    return "row does not parse: " + "; ".join(problems)
+
+
+_RUN_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("id", str), ("workflow_name", str), ("workflow_version", str), ("key", (str, type(None))),
+    ("state", str), ("snapshot", dict), ("status", str), ("attempt_count", int),
+    ("created_at", int), ("updated_at", int), ("completed_at", (int, type(None))),
+    ("failed_at", (int, type(None))), ("last_error", (str, type(None))),
+    ("wake_at", (int, type(None))), ("lease_owner", (str, type(None))),
+    ("lease_expires_at", (int, type(None))), ("version", int), ("claim_count", int),
+)
+_EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
+
+
+def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
+              previous_owner: str | None = None) -> RunRecord:
+    """A `RunRecord` from a row's values in `RunRecord` field order (the snapshot as text when
+    `loads` is given). A row that does not parse is never an exception: the record carries
+    the `problem` (and harmless empty values), so listings show it and claims fail it."""
+    problems: list[str] = []
+    if loads is not None and isinstance(values[5], str | bytes):
+        try:
+            values[5] = loads(values[5])
+        except ValueError as exc:
+            problems.append(f"snapshot is not JSON ({exc})")
+            values[5] = {}
+    for i, (name, kind) in enumerate(_RUN_FIELDS):
+        value = values[i]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            problems.append(f"{name} holds {type(value).__name__} {value!r:.40}")
+            values[i] = None if isinstance(kind, tuple) else _EMPTY_OF[kind]
+    if problems:
+        return RunRecord(*values, problem=broken_reason(problems),  # type: ignore[misc]
+                         previous_owner=previous_owner)
+    return RunRecord(*values, previous_owner=previous_owner)  # type: ignore[misc]
+
+
+FAILED_EVENT = "statecharts.failed"
+"""Journal record of a run failed by the worker outside the engine (`Store.fail_run`)."""
+RESUME_EVENT = "statecharts.resume"
+"""Journal record of an operator's resume (`Store.resume_run`)."""
+
 CANCEL_EVENT = "statecharts.cancel"
 """Inbox event type the store uses to ask the lease holder to cancel a leased run (and the
 journal's record of a cancel)."""
@@ -456,9 +538,36 @@ class Store(Protocol):
         """Extend the leases `owner` still holds among `run_ids`; return those ids."""
         ...
 
-    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
-        """Give up a lease without stepping; `wake_at` is when the run next needs a worker.
+    def release(self, run_id: str, owner: str, wake_at: int | None, *,
+                attempt_count: int | None = None, last_error: str | None = None) -> bool:
+        """Give up a lease without stepping; `wake_at` is when the run next needs a worker
+        (a transient failure: its backoff, with the attempt and error shown on the row).
         False if `owner` no longer held it."""
+        ...
+
+    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                 outcomes: Sequence[EffectOutcome] = (),
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+        """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
+        (which may be what cannot be stored or read): record `outcomes` (so those effects never
+        run again), dead-letter its queued events, journal the failure and create `start_runs`
+        (its error workflow), in one transaction. False if `owner` no longer held it."""
+        ...
+
+    def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
+                   now: int) -> RunRecord:
+        """Make a failed run active again from `snapshot` (the state it failed in): its failed
+        effects of the last step that had any are pending again, it is due now, and the resume
+        is journaled. `RunFinishedError` unless the run is `error` at `expected_version`."""
+        ...
+
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events queued for the run that can no longer be applied, oldest first."""
+        ...
+
+    def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
+        """Turn live events of ended runs (sent while the run was ending) into dead letters;
+        return them."""
         ...
 
     def commit_step(self, commit: StepCommit, now: int) -> int:

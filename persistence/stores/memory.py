@@ -16,9 +16,13 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
+    FAILED_EVENT,
+    RESUME_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
+    DeadLetter,
+    EffectOutcome,
     EffectRecord,
     EventRecord,
     InboxEvent,
@@ -38,6 +42,7 @@ from persistence.stores.base import (
     check_last,
     check_status,
     completion_times,
+    ended_reason,
     idempotency_key,
     only_version,
 )
@@ -78,6 +83,7 @@ class MemoryStore:
         self._runs: dict[str, RunRecord] = {}
         self._effects: dict[str, EffectRecord] = {}
         self._inbox: dict[int, InboxEvent] = {}
+        self._dead: dict[int, DeadLetter] = {}
         self._events: list[EventRecord] = []
         self._claims: dict[str, ClaimRecord] = {}
         self._breakers: dict[str, BreakerRecord] = {}
@@ -237,11 +243,81 @@ class MemoryStore:
                 if e.run_id == run_id and e.status == "pending":
                     self._effects[key] = replace(e, status="skipped", result="cancelled",
                                                  updated_at=now)  # fmt: skip
-            for i in [i for i, ev in self._inbox.items() if ev.run_id == run_id]:
-                del self._inbox[i]
+            self._dead_letter(run_id, "cancelled", now)
             self._events.append(EventRecord(self._new_id(), run_id, run.version + 1,
                                             cancel_event(reason), run.state, run.state, now))
             return "cancelled"
+
+    def _dead_letter(self, run_id: str, status: str, now: int) -> None:
+        for i in [i for i, ev in self._inbox.items() if ev.run_id == run_id]:
+            ev = self._inbox.pop(i)
+            self._dead[i] = DeadLetter(i, run_id, ev.event, ev.created_at, now,
+                                       ended_reason(status))
+
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events of the run that can no longer be applied, oldest first."""
+        with self._lock:
+            return _copy(sorted((d for d in self._dead.values() if d.run_id == run_id),
+                                key=lambda d: d.id))  # fmt: skip
+
+    def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
+        """Live events of ended runs become dead letters."""
+        with self._lock:
+            ended = {ev.run_id for ev in self._inbox.values()
+                     if self._runs[ev.run_id].status != ACTIVE}  # fmt: skip
+            before = set(self._dead)
+            for run_id in ended:
+                self._dead_letter(run_id, self._runs[run_id].status, now)
+            return [self._dead[i] for i in sorted(set(self._dead) - before)]
+
+    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                 outcomes: Sequence[EffectOutcome] = (),
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+        """End a leased run as `error` without rewriting its snapshot."""
+        with self._lock:
+            r = self._runs.get(run_id)
+            if r is None or r.lease_owner != owner:
+                return False
+            self._runs[run_id] = replace(
+                r, status="error", last_error=reason, updated_at=now, completed_at=now,
+                failed_at=now, wake_at=None, lease_owner=None, lease_expires_at=None,
+                version=r.version + 1)  # fmt: skip
+            for o in outcomes:
+                e = self._effects.get(o.idempotency_key)
+                if e is not None and e.run_id == run_id and e.status == "pending":
+                    self._effects[o.idempotency_key] = replace(e, status=o.status, result=None,
+                                                               error=o.error, updated_at=now)
+            self._dead_letter(run_id, "error", now)
+            self._events.append(EventRecord(self._new_id(), run_id, r.version + 1,
+                                            {"type": FAILED_EVENT, "reason": reason}, r.state,
+                                            r.state, now))  # fmt: skip
+            for run, run_effects in start_runs:
+                self.create_run(run, run_effects, now)
+            return True
+
+    def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
+                   state: str, now: int) -> RunRecord:
+        """Make a failed run active again (see `Store.resume_run`)."""
+        with self._lock:
+            r = self.get_run(run_id)
+            if r.status != "error" or r.version != expected_version:
+                raise RunFinishedError(f"run {run_id} is not failed at version "
+                                       f"{expected_version}; not resumed")  # fmt: skip
+            record = replace(
+                r, status=ACTIVE, snapshot=_copy(dict(snapshot)), state=state, updated_at=now,
+                completed_at=None, failed_at=None, wake_at=now, lease_owner=None,
+                lease_expires_at=None, attempt_count=0, version=r.version + 1)  # fmt: skip
+            self._runs[run_id] = record
+            failed = [e for e in self._effects.values()
+                      if e.run_id == run_id and e.status == "failed"]  # fmt: skip
+            last = max((e.step for e in failed), default=None)
+            for e in failed:
+                if e.step == last:
+                    self._effects[e.idempotency_key] = replace(e, status="pending", result=None,
+                                                               error=None, updated_at=now)
+            self._events.append(EventRecord(self._new_id(), run_id, record.version,
+                                            {"type": RESUME_EVENT}, state, state, now))
+            return _copy(record)
 
     # -- inbox ------------------------------------------------------------------------------
     def _queue(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
@@ -281,6 +357,9 @@ class MemoryStore:
                 known = wanted is None or (r.workflow_name, r.workflow_version) in wanted
                 return free and known
 
+            def asked(r: RunRecord) -> bool:
+                return r.status == ACTIVE and eligible(r)
+
             due = sorted(
                 (r for r in self._runs.values()
                  if r.wake_at is not None and r.wake_at <= now and eligible(r)),
@@ -291,17 +370,18 @@ class MemoryStore:
             for run_id in sorted(with_events):
                 if len(ids) >= limit:
                     break
-                if run_id not in ids and eligible(self._runs[run_id]):
+                if run_id not in ids and asked(self._runs[run_id]):
                     ids.append(run_id)
             expires = now + lease_ms
             claimed = []
             for run_id in ids:
+                before = self._runs[run_id]
                 record = replace(
-                    self._runs[run_id], lease_owner=owner, lease_expires_at=expires,
-                    wake_at=expires,
+                    before, lease_owner=owner, lease_expires_at=expires, wake_at=expires,
+                    claim_count=before.claim_count + 1,
                 )  # fmt: skip
                 self._runs[run_id] = record
-                claimed.append(_copy(record))
+                claimed.append(_copy(replace(record, previous_owner=before.lease_owner)))
             return claimed
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
@@ -317,7 +397,8 @@ class MemoryStore:
                     held.add(run_id)
             return held
 
-    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
+    def release(self, run_id: str, owner: str, wake_at: int | None, *,
+                attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease."""
         with self._lock:
             r = self._runs.get(run_id)
@@ -327,7 +408,10 @@ class MemoryStore:
                 e.run_id == run_id and e.status == "pending" for e in self._effects.values()
             )
             wake = wake_at if (r.status == ACTIVE or pending) else None
-            self._runs[run_id] = replace(r, lease_owner=None, lease_expires_at=None, wake_at=wake)
+            self._runs[run_id] = replace(
+                r, lease_owner=None, lease_expires_at=None, wake_at=wake,
+                attempt_count=r.attempt_count if attempt_count is None else attempt_count,
+                last_error=r.last_error if last_error is None else last_error)  # fmt: skip
             return True
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
@@ -384,6 +468,8 @@ class MemoryStore:
             ev = self._inbox.get(inbox_id)
             if ev is not None and ev.run_id == commit.run_id:
                 del self._inbox[inbox_id]
+        if commit.status != ACTIVE:
+            self._dead_letter(commit.run_id, commit.status, now)
         for run, run_effects in commit.start_runs:
             self.create_run(run, run_effects, now)
         for j in commit.journal:

@@ -8,6 +8,7 @@ other.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -23,9 +24,16 @@ from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from persistence import schema
 from persistence.stores.base import (
+    ACTIVE,
+    CLAIMABLE,
+    CLAIMABLE_BY_EVENT,
+    FAILED_EVENT,
+    RESUME_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
+    DeadLetter,
+    EffectOutcome,
     EffectRecord,
     EventRecord,
     InboxEvent,
@@ -38,6 +46,7 @@ from persistence.stores.base import (
     RunRecord,
     ScheduleRecord,
     StepCommit,
+    StoreEncodingError,
     StoreError,
     StoreUnavailableError,
     VersionCount,
@@ -47,15 +56,17 @@ from persistence.stores.base import (
     check_last,
     check_status,
     completion_times,
+    ended_reason,
     known_status,
     only_version,
+    parse_run,
     run_query_sql,
 )
 
 RUN_COLUMNS = (
     "id::text, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version"
+    "lease_expires_at, version, claim_count"
 )
 _RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 EFFECT_COLUMNS = (
@@ -77,11 +88,11 @@ def to_ms(ts: datetime | None) -> int | None:
     return None if ts is None else (ts - _EPOCH) // _MS
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
+def _run(row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
     values = list(row)
     for i in _RUN_TIME_FIELDS:
         values[i] = to_ms(values[i])
-    return RunRecord(*values)
+    return parse_run(values, None, previous_owner)
 
 
 def _effect(row: Sequence[Any]) -> EffectRecord:
@@ -95,12 +106,24 @@ def _json(value: Any) -> Jsonb:
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:  # orjson.JSONEncodeError: a value no store holds exactly
+        raise StoreEncodingError(f"cannot store value: {exc}") from exc
+
+
+def _loads(data: bytes | str) -> Any:
+    """orjson, or the standard parser for what orjson refuses (integers beyond 64 bits put
+    there by hand): a row must always read, so that it can be listed and failed."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     set_json_dumps(_dumps, conn)
-    set_json_loads(orjson.loads, conn)
+    set_json_loads(_loads, conn)
 
 
 class PostgresStore:
@@ -162,6 +185,10 @@ class PostgresStore:
                 yield conn
         except psycopg.errors.UniqueViolation as exc:
             raise ConflictError(f"duplicate record: {exc.diag.message_detail or exc}") from exc
+        except psycopg.DataError as exc:  # NUL in text, bad Unicode, number out of range
+            raise StoreEncodingError(f"PostgreSQL cannot store a value: {exc}") from exc
+        except (UnicodeEncodeError, OverflowError) as exc:
+            raise StoreEncodingError(f"cannot store value: {exc}") from exc
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
         except psycopg.Error as exc:
@@ -348,12 +375,8 @@ class PostgresStore:
                 "WHERE run_id = %s AND status = 'pending'",
                 (_json("cancelled"), ts, run_id),
             )
-            conn.execute("DELETE FROM workflow_inbox WHERE run_id = %s", (run_id,))
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                (run_id, version + 1, _json(cancel_event(reason)), state, state, ts),
-            )
+            _dead_letter(conn, run_id, "cancelled", ts)
+            _journal_one(conn, run_id, version + 1, cancel_event(reason), state, ts)
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
@@ -377,7 +400,7 @@ class PostgresStore:
         """Queued events, oldest first."""
         rows = self._rows(
             "SELECT id, run_id::text, event, created_at FROM workflow_inbox WHERE run_id = %s "
-            "ORDER BY id",
+            "AND dead_at IS NULL ORDER BY id",
             (_uuid(run_id),),
         )
         return [InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in rows]
@@ -402,18 +425,23 @@ class PostgresStore:
             else ""
         )
         free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
+        due = CLAIMABLE.format(now="%(now)s", free=free)
+        asked = CLAIMABLE_BY_EVENT.format(free=free)
         sql = (
-            f"WITH due AS (SELECT id FROM workflow_runs WHERE wake_at <= %(now)s AND {free} "
+            f"WITH due AS (SELECT id, lease_owner FROM workflow_runs WHERE {due} "
             f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             # the inbox's run ids as one array: an index probe per id, whatever the planner
             # guesses of the (often empty, never analysed) inbox
-            "asked AS (SELECT id FROM workflow_runs WHERE id = ANY(ARRAY(SELECT DISTINCT run_id "
-            f"FROM workflow_inbox)) AND {free} {version_sql} LIMIT %(limit)s "
-            "FOR UPDATE SKIP LOCKED), "
-            "picked AS (SELECT id FROM due UNION SELECT id FROM asked LIMIT %(limit)s) "
+            "asked AS (SELECT id, lease_owner FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
+            f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
+            f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            "picked AS (SELECT id, lease_owner FROM due UNION SELECT id, lease_owner FROM asked "
+            "LIMIT %(limit)s) "
             "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
-            f"wake_at = %(exp)s FROM picked WHERE r.id = picked.id RETURNING "
-            + RUN_COLUMNS.replace("id::text", "r.id::text")
+            "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
+            "WHERE r.id = picked.id RETURNING "
+            + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
+            + ", picked.lease_owner"
         )
         rows = self._rows(
             sql,
@@ -422,7 +450,11 @@ class PostgresStore:
                 "names": [n for n, _ in pairs], "versions": [v for _, v in pairs],
             },
         )  # fmt: skip
-        return [_run(r) for r in rows]
+        claimed = [_run(r[:-1], r[-1]) for r in rows]
+        for run in claimed:
+            if run.problem is not None:  # never stepped, never claimed again
+                self.fail_run(run.id, owner, run.problem, now)
+        return [run for run in claimed if run.problem is None]
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""
@@ -435,16 +467,101 @@ class PostgresStore:
         )
         return {r[0] for r in rows}
 
-    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
+    def release(self, run_id: str, owner: str, wake_at: int | None, *,
+                attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease without stepping."""
         rows = self._rows(
             "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
             "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects e "
-            "WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN %(wake)s END "
+            "WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN %(wake)s END, "
+            "attempt_count = coalesce(%(attempts)s, attempt_count), "
+            "last_error = coalesce(%(error)s, last_error) "
             "WHERE id = %(id)s AND lease_owner = %(owner)s RETURNING 1",
-            {"wake": to_ts(wake_at), "id": _uuid(run_id), "owner": owner},
-        )
+            {"wake": to_ts(wake_at), "id": _uuid(run_id), "owner": owner,
+             "attempts": attempt_count, "error": last_error},
+        )  # fmt: skip
         return bool(rows)
+
+    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                 outcomes: Sequence[EffectOutcome] = (),
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+        """End a leased run as `error` without rewriting its snapshot."""
+        ts = to_ts(now)
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute(
+                "UPDATE workflow_runs SET status = 'error', last_error = %(reason)s, "
+                "updated_at = %(now)s, completed_at = %(now)s, failed_at = %(now)s, "
+                "wake_at = NULL, lease_owner = NULL, lease_expires_at = NULL, "
+                "version = version + 1 WHERE id = %(id)s AND lease_owner = %(owner)s "
+                "RETURNING version, state",
+                {"reason": reason, "now": ts, "id": _uuid(run_id), "owner": owner},
+            ).fetchone()
+            if row is None:
+                return False
+            version, state = row
+            for o in outcomes:
+                conn.execute(
+                    "UPDATE workflow_effects SET status = %s, result = NULL, error = %s, "
+                    "updated_at = %s WHERE idempotency_key = %s AND run_id = %s "
+                    "AND status = 'pending'",
+                    (o.status, o.error, ts, o.idempotency_key, _uuid(run_id)),
+                )
+            _dead_letter(conn, run_id, "error", ts)
+            _journal_one(conn, run_id, version, {"type": FAILED_EVENT, "reason": reason}, state, ts)
+            for run, run_effects in start_runs:
+                check_status(run.status)
+                self._create_in(conn, run, run_effects, now)
+            return True
+
+    def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
+                   state: str, now: int) -> RunRecord:
+        """Make a failed run active again (see `Store.resume_run`)."""
+        ts, rid = to_ts(now), _uuid(run_id)
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute(
+                "UPDATE workflow_runs SET status = 'active', snapshot = %(snapshot)s, "
+                "state = %(state)s, updated_at = %(now)s, completed_at = NULL, failed_at = NULL,"
+                " wake_at = %(now)s, lease_owner = NULL, lease_expires_at = NULL, "
+                "attempt_count = 0, version = version + 1 WHERE id = %(id)s AND status = 'error'"
+                f" AND version = %(expected)s RETURNING {RUN_COLUMNS}",
+                {"snapshot": _json(dict(snapshot)), "state": state, "now": ts, "id": rid,
+                 "expected": expected_version},
+            ).fetchone()  # fmt: skip
+            if row is None:
+                raise RunFinishedError(f"run {run_id} is not failed at version "
+                                       f"{expected_version}; not resumed")  # fmt: skip
+            run = _run(row)
+            conn.execute(
+                "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
+                "updated_at = %(now)s WHERE run_id = %(id)s AND status = 'failed' AND step = "
+                "(SELECT max(step) FROM workflow_effects WHERE run_id = %(id)s "
+                "AND status = 'failed')",
+                {"now": ts, "id": rid},
+            )
+            _journal_one(conn, run_id, run.version, {"type": RESUME_EVENT}, state, ts)
+            return run
+
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events of the run that can no longer be applied, oldest first."""
+        rows = self._rows(
+            "SELECT id, run_id::text, event, created_at, dead_at, dead_reason FROM workflow_inbox"
+            " WHERE run_id = %s AND dead_at IS NOT NULL ORDER BY id",
+            (_uuid(run_id),),
+        )
+        return [DeadLetter(i, r, e, to_ms(c) or 0, to_ms(d) or 0, why)
+                for i, r, e, c, d, why in rows]  # fmt: skip
+
+    def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
+        """Live events of ended runs become dead letters."""
+        rows = self._rows(
+            "UPDATE workflow_inbox i SET dead_at = %s, dead_reason = 'the run ended (' || "
+            "r.status || ') before this event was applied' FROM workflow_runs r "
+            "WHERE r.id = i.run_id AND r.status <> 'active' AND i.dead_at IS NULL "
+            "RETURNING i.id, i.run_id::text, i.event, i.created_at, i.dead_at, i.dead_reason",
+            (to_ts(now),),
+        )
+        return [DeadLetter(i, r, e, to_ms(c) or 0, to_ms(d) or 0, why)
+                for i, r, e, c, d, why in rows]  # fmt: skip
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
         """Write one step atomically; `ConflictError` if the lease or version moved."""
@@ -462,7 +579,8 @@ class PostgresStore:
             return []
         params = {**_steps_params(commits, now), "ids": ids}
         present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
-                   "inbox": params["inbox"].obj, "journal": params["journal"].obj}  # fmt: skip
+                   "inbox": params["inbox"].obj, "journal": params["journal"].obj,
+                   "dead": params["dead"].obj}  # fmt: skip
         sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
         starts = [c for c in commits if c.start_runs]
         with self._conn() as conn:
@@ -522,7 +640,7 @@ class PostgresStore:
                 )
                 inbox = conn.execute(
                     "SELECT id, run_id::text, event, created_at FROM workflow_inbox "
-                    "WHERE run_id = ANY(%(ids)s::uuid[]) ORDER BY id",
+                    "WHERE run_id = ANY(%(ids)s::uuid[]) AND dead_at IS NULL ORDER BY id",
                     params,
                 )
             effect_rows, inbox_rows = effects.fetchall(), inbox.fetchall()
@@ -670,7 +788,7 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            NULL, NULL, 1)
+            NULL, NULL, 1, 0)
     ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
     RETURNING *
 ), effects AS (
@@ -738,6 +856,12 @@ _STEPS_PARTS = {
     DELETE FROM workflow_inbox i USING run, jsonb_to_recordset(%(inbox)s) AS c(run uuid, id bigint)
     WHERE c.run = run.id AND i.run_id = run.id AND i.id = c.id
 )""",
+    "dead": """, dead AS (
+    UPDATE workflow_inbox i SET dead_at = %(now)s, dead_reason = d.reason
+    FROM run JOIN jsonb_to_recordset(%(dead)s) AS d(run uuid, reason text, keep bigint[])
+        ON d.run = run.id
+    WHERE i.run_id = run.id AND i.dead_at IS NULL AND NOT (i.id = ANY(d.keep))
+)""",
     "journal": """, journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
     SELECT run.id, run.version, j.event, j.before, j.after, %(now)s
@@ -763,6 +887,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
     effects: list[dict[str, Any]] = []
     inbox: list[dict[str, Any]] = []
     journal: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
     for c in commits:
         completed_at, failed_at = completion_times(c.status, now)
         steps.append({
@@ -777,11 +902,34 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
         effects += [{"run": c.run_id, "i": e.index, "kind": e.kind, "payload": e.payload}
                     for e in c.new_effects]  # fmt: skip
         inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
+        if c.status != ACTIVE:  # its still-queued events become dead letters
+            dead.append({"run": c.run_id, "reason": ended_reason(c.status),
+                         "keep": list(c.consumed_inbox)})
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
                      "before": j.state_before, "after": j.state_after}
                     for n, j in enumerate(c.journal)]  # fmt: skip
     return {"steps": _json(steps), "outcomes": _json(outcomes), "effects": _json(effects),
-            "inbox": _json(inbox), "journal": _json(journal), "now": to_ts(now)}  # fmt: skip
+            "inbox": _json(inbox), "journal": _json(journal), "dead": _json(dead),
+            "now": to_ts(now)}  # fmt: skip
+
+
+def _journal_one(conn: psycopg.Connection[Any], run_id: str, step: int,
+                 event: Mapping[str, Any], state: str, ts: Any) -> None:
+    """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
+    conn.execute(
+        "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+        "created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+        (_uuid(run_id), step, _json(dict(event)), state, state, ts),
+    )
+
+
+def _dead_letter(conn: psycopg.Connection[Any], run_id: str, status: str, ts: Any) -> None:
+    """The run's still-queued events become dead letters: it ended in `status`."""
+    conn.execute(
+        "UPDATE workflow_inbox SET dead_at = %s, dead_reason = %s "
+        "WHERE run_id = %s AND dead_at IS NULL",
+        (ts, ended_reason(status), _uuid(run_id)),
+    )
 
 
 def _effect_rows(effects: Sequence[NewEffect]) -> list[dict[str, Any]]:

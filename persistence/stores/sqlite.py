@@ -19,9 +19,15 @@ import orjson
 from persistence import schema
 from persistence.stores.base import (
     ACTIVE,
+    CLAIMABLE,
+    CLAIMABLE_BY_EVENT,
+    FAILED_EVENT,
+    RESUME_EVENT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
+    DeadLetter,
+    EffectOutcome,
     EffectRecord,
     EventRecord,
     InboxEvent,
@@ -34,6 +40,7 @@ from persistence.stores.base import (
     RunRecord,
     ScheduleRecord,
     StepCommit,
+    StoreEncodingError,
     StoreError,
     StoreUnavailableError,
     VersionCount,
@@ -43,16 +50,18 @@ from persistence.stores.base import (
     check_last,
     check_status,
     completion_times,
+    ended_reason,
     idempotency_key,
     known_status,
     only_version,
+    parse_run,
     run_query_sql,
 )
 
 RUN_COLUMNS = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version"
+    "lease_expires_at, version, claim_count"
 )
 EFFECT_COLUMNS = (
     "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
@@ -63,13 +72,14 @@ _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
 def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:  # orjson.JSONEncodeError: a value no store holds exactly
+        raise StoreEncodingError(f"cannot store value: {exc}") from exc
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
-    values = list(row)
-    values[5] = orjson.loads(values[5])
-    return RunRecord(*values)
+def _run(row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
+    return parse_run(list(row), orjson.loads, previous_owner)
 
 
 def _effect(row: Sequence[Any]) -> EffectRecord:
@@ -130,6 +140,8 @@ class SQLiteStore:
                 self._conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise _translate(exc) from exc
+                if isinstance(exc, UnicodeEncodeError | OverflowError):
+                    raise StoreEncodingError(f"cannot store value: {exc}") from exc
                 raise
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -319,12 +331,8 @@ class SQLiteStore:
                 "WHERE run_id = ? AND status = 'pending'",
                 (_dumps("cancelled"), now, run_id),
             )
-            conn.execute("DELETE FROM workflow_inbox WHERE run_id = ?", (run_id,))
-            conn.execute(
-                "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, version + 1, _dumps(cancel_event(reason)), state, state, now),
-            )
+            _dead_letter(conn, run_id, "cancelled", now)
+            _journal_one(conn, run_id, version + 1, cancel_event(reason), state, now)
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
@@ -347,7 +355,8 @@ class SQLiteStore:
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
         rows = self._read(
-            "SELECT id, run_id, event, created_at FROM workflow_inbox WHERE run_id = ? ORDER BY id",
+            "SELECT id, run_id, event, created_at FROM workflow_inbox WHERE run_id = ? "
+            "AND dead_at IS NULL ORDER BY id",
             (run_id,),
         )
         return [InboxEvent(i, r, orjson.loads(e), c) for i, r, e, c in rows]
@@ -366,24 +375,32 @@ class SQLiteStore:
             return []
         version_sql, version_params = _version_filter(versions)
         free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
+        due = CLAIMABLE.format(now="?", free=free)
+        asked = CLAIMABLE_BY_EVENT.format(free=free)
         expires = now + lease_ms
         with self._write() as conn:
-            ids = conn.execute(
-                f"SELECT id FROM (SELECT id FROM workflow_runs WHERE wake_at <= ? AND {free} "
-                f"{version_sql} ORDER BY wake_at LIMIT ?) UNION "
-                f"SELECT id FROM (SELECT id FROM workflow_runs WHERE id IN "
-                f"(SELECT run_id FROM workflow_inbox) AND {free} {version_sql} LIMIT ?) LIMIT ?",
+            found = conn.execute(
+                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE "
+                f"{due} {version_sql} ORDER BY wake_at LIMIT ?) UNION "
+                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE id "
+                f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
+                f"{version_sql} LIMIT ?) LIMIT ?",
                 (now, now, *version_params, limit, now, *version_params, limit, limit),
             ).fetchall()
-            if not ids:
+            if not found:
                 return []
-            marks = ",".join("?" * len(ids))
+            previous = dict(found)
+            marks = ",".join("?" * len(found))
             rows = conn.execute(
-                "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ? "
-                f"WHERE id IN ({marks}) RETURNING {RUN_COLUMNS}",
-                (owner, expires, expires, *(i for (i,) in ids)),
+                "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
+                f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {RUN_COLUMNS}",
+                (owner, expires, expires, *previous),
             ).fetchall()
-        return [_run(r) for r in rows]
+            claimed = [_run(r, previous.get(r[0])) for r in rows]
+            for run in claimed:
+                if run.problem is not None:  # never stepped, never claimed again
+                    self._fail_in(conn, run.id, owner, run.problem, now, (), ())
+        return [run for run in claimed if run.problem is None]
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""
@@ -399,17 +416,98 @@ class SQLiteStore:
             ).fetchall()
         return {r[0] for r in rows}
 
-    def release(self, run_id: str, owner: str, wake_at: int | None) -> bool:
+    def release(self, run_id: str, owner: str, wake_at: int | None, *,
+                attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease without stepping."""
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
                 "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects "
-                "e WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN ? END "
-                "WHERE id = ? AND lease_owner = ?",
-                (wake_at, run_id, owner),
+                "e WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN ? END, "
+                "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error)"
+                " WHERE id = ? AND lease_owner = ?",
+                (wake_at, attempt_count, last_error, run_id, owner),
             )
             return cursor.rowcount == 1
+
+    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                 outcomes: Sequence[EffectOutcome] = (),
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+        """End a leased run as `error` without rewriting its snapshot."""
+        with self._write() as conn:
+            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs)
+
+    def _fail_in(self, conn: sqlite3.Connection, run_id: str, owner: str, reason: str, now: int,
+                 outcomes: Sequence[EffectOutcome],
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]]) -> bool:  # fmt: skip
+        rows = conn.execute(
+            "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
+            "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
+            "lease_expires_at = NULL, version = CAST(version AS integer) + 1 "
+            "WHERE id = ? AND lease_owner = ? RETURNING version, state",
+            (reason, now, now, now, run_id, owner),
+        ).fetchall()
+        if not rows:
+            return False
+        version, state = rows[0]
+        conn.executemany(
+            "UPDATE workflow_effects SET status = ?, result = NULL, error = ?, updated_at = ? "
+            "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
+            [(o.status, o.error, now, o.idempotency_key, run_id) for o in outcomes],
+        )
+        _dead_letter(conn, run_id, "error", now)
+        _journal_one(conn, run_id, version, {"type": FAILED_EVENT, "reason": reason}, str(state),
+                     now)  # fmt: skip
+        for run, run_effects in start_runs:
+            self._create_in(conn, run, run_effects, now)
+        return True
+
+    def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
+                   state: str, now: int) -> RunRecord:
+        """Make a failed run active again (see `Store.resume_run`)."""
+        with self._write() as conn:
+            rows = conn.execute(
+                "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
+                "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
+                "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
+                f"RETURNING {RUN_COLUMNS}",
+                (_dumps(dict(snapshot)), state, now, now, run_id, expected_version),
+            ).fetchall()
+            if not rows:
+                raise RunFinishedError(f"run {run_id} is not failed at version "
+                                       f"{expected_version}; not resumed")  # fmt: skip
+            run = _run(rows[0])
+            conn.execute(
+                "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
+                "updated_at = ? WHERE run_id = ? AND status = 'failed' AND step = (SELECT "
+                "max(step) FROM workflow_effects WHERE run_id = ? AND status = 'failed')",
+                (now, run_id, run_id),
+            )
+            _journal_one(conn, run_id, run.version, {"type": RESUME_EVENT}, state, now)
+            return run
+
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events of the run that can no longer be applied, oldest first."""
+        rows = self._read(
+            "SELECT id, run_id, event, created_at, dead_at, dead_reason FROM workflow_inbox "
+            "WHERE run_id = ? AND dead_at IS NOT NULL ORDER BY id",
+            (run_id,),
+        )
+        return [DeadLetter(i, r, orjson.loads(e), c, d, why) for i, r, e, c, d, why in rows]
+
+    def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
+        """Live events of ended runs become dead letters."""
+        with self._write() as conn:
+            rows = conn.execute(
+                "UPDATE workflow_inbox SET dead_at = ?, dead_reason = 'the run ended (' || "
+                "(SELECT status FROM workflow_runs r WHERE r.id = workflow_inbox.run_id) || "
+                "') before this event was applied' WHERE dead_at IS NULL AND run_id IN "
+                "(SELECT id FROM workflow_runs WHERE status <> 'active') "
+                "RETURNING id, run_id, event, created_at, dead_at, dead_reason",
+                (now,),
+            ).fetchall()
+        return [DeadLetter(i, r, orjson.loads(e), c, d, why) for i, r, e, c, d, why in rows]
 
     def commit_step(self, commit: StepCommit, now: int) -> int:
         """Write one step atomically; `ConflictError` if the lease or version moved."""
@@ -491,6 +589,8 @@ class SQLiteStore:
                 f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
                 (commit.run_id, *commit.consumed_inbox),
             )
+        if commit.status != ACTIVE:
+            _dead_letter(conn, commit.run_id, commit.status, now)
         for run, run_effects in commit.start_runs:
             self._create_in(conn, run, run_effects, now)
         conn.executemany(
@@ -560,7 +660,8 @@ class SQLiteStore:
     def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
         """Active runs grouped by versions not in `known`."""
         rows = self._read(
-            "SELECT workflow_name, workflow_version, count(*), json_extract(snapshot, '$.version')"
+            "SELECT workflow_name, workflow_version, count(*), CASE WHEN json_valid(snapshot) THEN "
+            "json_extract(snapshot, '$.version') END"
             " FROM workflow_runs WHERE status = 'active' GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"
         )
         wanted = set(known)
@@ -678,7 +779,7 @@ class SQLiteStore:
         completed_at, failed_at = completion_times(run.status, now)
         rows = conn.execute(
             f"INSERT INTO workflow_runs ({RUN_COLUMNS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0) "
             "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL "
             f"DO NOTHING RETURNING {RUN_COLUMNS}",
             (
@@ -711,6 +812,25 @@ class SQLiteStore:
 
 class _ScheduleMoved(Exception):
     """Internal: the schedule's version moved; roll the transaction back."""
+
+
+def _journal_one(conn: sqlite3.Connection, run_id: str, step: int, event: Mapping[str, Any],
+                 state: str, now: int) -> None:
+    """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
+    conn.execute(
+        "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, step, _dumps(dict(event)), state, state, now),
+    )
+
+
+def _dead_letter(conn: sqlite3.Connection, run_id: str, status: str, now: int) -> None:
+    """The run's still-queued events become dead letters: it ended in `status`."""
+    conn.execute(
+        "UPDATE workflow_inbox SET dead_at = ?, dead_reason = ? "
+        "WHERE run_id = ? AND dead_at IS NULL",
+        (now, ended_reason(status), run_id),
+    )
 
 
 def _lease_update(commit: StepCommit) -> tuple[str, tuple[Any, ...]]:

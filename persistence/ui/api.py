@@ -28,6 +28,8 @@ class RunSummary(BaseModel):
     completed_at: int | None
     wake_at: int | None = Field(description="when a worker next needs to look at the run")
     version: int = Field(description="step number; changes whenever the run moves")
+    claim_count: int = Field(0, description="how many times a worker claimed the run")
+    problem: str | None = Field(None, description="why the stored row does not parse, if so")
 
 
 class RunPage(BaseModel):
@@ -78,6 +80,15 @@ class EffectOut(BaseModel):
     updated_at: int
 
 
+class DeadLetterOut(BaseModel):
+    """An event that was queued for the run and can no longer be applied."""
+
+    event: dict[str, Any]
+    created_at: int
+    dead_at: int
+    reason: str
+
+
 class RunDetailOut(RunSummary):
     """One run with its context, timers, retries, recent effects and journal (newest first)."""
 
@@ -85,6 +96,8 @@ class RunDetailOut(RunSummary):
     timers: list[TimerOut]
     attempts: list[AttemptOut]
     queued_events: list[dict[str, Any]] = Field(description="sent, not yet applied by a worker")
+    dead_letters: list[DeadLetterOut] = Field(
+        default_factory=list, description="sent, never applied: the run had ended")
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
@@ -97,6 +110,7 @@ def summary(run: RunRecord) -> RunSummary:
         key=run.key, state=run.state, status=run.status, attempt_count=run.attempt_count,
         last_error=run.last_error, created_at=run.created_at, updated_at=run.updated_at,
         completed_at=run.completed_at, wake_at=run.wake_at, version=run.version,
+        claim_count=run.claim_count, problem=run.problem,
     )  # fmt: skip
 
 
@@ -128,6 +142,9 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         attempts=[AttemptOut(state_id=a.state_id, attempt=a.attempt, last_error=a.last_error)
                   for a in detail.attempts],
         queued_events=[redact(e.event) for e in detail.inbox],
+        dead_letters=[DeadLetterOut(event=redact(d.event), created_at=d.created_at,
+                                    dead_at=d.dead_at, reason=d.reason)
+                      for d in detail.dead_letters],
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
         journal_total=detail.journal_total,

@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
-from persistence.runtime import Clock, Runtime
+from persistence.runtime import Clock, NotResumableError, Runtime
 from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord, Store, StoreError
 from persistence.ui import api, views
 from persistence.ui.diagrams import (
@@ -43,6 +43,8 @@ from persistence.ui.security import (
     session_value,
 )
 from statecharts import Machine, Snapshot, SystemClock
+from statecharts.render.graphviz import ACTIVE_FILL
+from statecharts.render.timeline import engine_event_phrase
 
 log = logging.getLogger("statecharts.ui")
 HERE = Path(__file__).parent
@@ -57,6 +59,7 @@ DONE_MESSAGES = {
     "cancelled": "Run cancelled.",
     "requested": "Cancel requested: the worker holding the run cancels it at its next step.",
     "finished": "The run had already ended; nothing was changed.",
+    "resumed": "Run resumed from the state it failed in: a worker picks it up now.",
 }  # fmt: skip
 
 
@@ -142,13 +145,13 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def runs_page(request: Request, workflow: str = "", status: str = "", state: str = "",
                   key: str = "", age: str = "", page_number: Annotated[int, Query(
-                      alias="page", ge=1)] = 1) -> Response:  # fmt: skip
+                      alias="page", ge=1, le=views.MAX_PAGE)] = 1) -> Response:  # fmt: skip
         filters = views.Filters(workflow, status, state, key, age)
         try:
             listing = views.run_list(ui.store, filters, page_number, ui.page_size,
                                      ui.clock.now(), ui.stuck_after_ms)  # fmt: skip
         except views.FilterError as exc:
-            return page(request, "error.html", {"title": "Bad filter", "message": str(exc)}, 400)
+            return page(request, "error.html", {"title": "Bad filter", "message": str(exc)}, 422)
         states = _state_choices(ui.latest(workflow)) if workflow else []
         return page(request, "runs.html", {
             "listing": listing, "f": filters, "workflows": ui.workflow_names(), "states": states,
@@ -168,8 +171,11 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                         404)  # fmt: skip
         diagram, diagram_note, accepts = _run_diagram(ui, detail.run)
         stuck = views.is_stuck(detail.run, ui.clock.now(), ui.stuck_after_ms)
+        machine = ui.machine_for(detail.run)
         return page(request, "run.html", {"d": detail, "run": detail.run, "diagram": diagram,
                                           "diagram_note": diagram_note, "accepts": accepts,
+                                          "event_words": lambda t: engine_event_phrase(t, machine),
+                                          "active_fill": ACTIVE_FILL,
                                           "message": message, "error": error,
                                           "stuck": stuck,
                                           "latest": ui.latest(detail.run.workflow_name)},
@@ -277,6 +283,21 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
         log.info("ui: cancel of run %s: %s", run_id, outcome)
         return _done(run_id, outcome)
 
+    @app.post("/runs/{run_id}/resume", include_in_schema=False)
+    def resume_run(request: Request, run_id: str,
+                   csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
+        runtime = _act(request, csrf_token)
+        if isinstance(runtime, Response):
+            return runtime
+        try:
+            runtime.resume(run_id)
+        except RunNotFoundError:
+            raise HTTPException(404, "no such run") from None
+        except (NotResumableError, RunFinishedError) as exc:
+            return _run_view(request, run_id, error=f"Not resumed: {exc}", status=409)
+        log.info("ui: resume of run %s", run_id)
+        return _done(run_id, "resumed")
+
     # -- login ------------------------------------------------------------------------------
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_form(request: Request) -> Response:
@@ -311,7 +332,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     # -- JSON API ---------------------------------------------------------------------------
     @app.get("/api/runs", response_model=api.RunPage, tags=["runs"])
     def api_runs(workflow: str = "", status: str = "", state: str = "", key: str = "",
-                 age: str = "", page: Annotated[int, Query(ge=1)] = 1,
+                 age: str = "", page: Annotated[int, Query(ge=1, le=views.MAX_PAGE)] = 1,
                  page_size: Annotated[int, Query(ge=1, le=500)] = 50) -> api.RunPage:  # fmt: skip
         """Runs matching the filters (as on the runs page), newest first, with counts per
         status. `status` may also be `stuck`; `age` one of 1h, 24h, 7d, older-1h, older-24h,
@@ -321,7 +342,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                                      page, page_size, ui.clock.now(), ui.stuck_after_ms,
                                      attention=0)  # fmt: skip
         except views.FilterError as exc:
-            raise HTTPException(400, str(exc)) from None
+            raise HTTPException(422, str(exc)) from None
         return api.page_out(listing)
 
     @app.get("/api/runs/{run_id}", response_model=api.RunDetailOut, tags=["runs"],

@@ -49,14 +49,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ui.add_argument("--host", default=DEFAULT_HOST,
                     help=f"address to listen on (default {DEFAULT_HOST}; others need "
                     f"{TOKEN_ENV})")  # fmt: skip
-    ui.add_argument("--port", type=int, default=DEFAULT_PORT)
+    ui.add_argument("--port", type=int, default=DEFAULT_PORT,
+                    help=f"port to listen on (default {DEFAULT_PORT})")
     ui.add_argument("--read-only", action="store_true", help="show runs, offer no actions")
     ui.add_argument("--machines", action="append", default=[], metavar="MODULE",
                     help="module (or module:attr) defining the workflows, for diagrams and "
                     "actions; repeatable")  # fmt: skip
     ui.add_argument("--stuck-after-ms", type=int, default=3_600_000,
                     help="an active run not updated for this long is shown as stuck")  # fmt: skip
-    ui.add_argument("--log-level", default="INFO")
+    ui.add_argument("--log-level", default="INFO",
+                    help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     ui.set_defaults(handler=_serve)
 
 

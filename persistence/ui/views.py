@@ -14,6 +14,7 @@ import orjson
 
 from persistence.stores import (
     TERMINAL_STATUSES,
+    DeadLetter,
     EffectRecord,
     EventRecord,
     InboxEvent,
@@ -22,6 +23,7 @@ from persistence.stores import (
     Store,
 )
 from statecharts.definition import RETRY_DELAY_PREFIX, WAITING
+from statecharts.frozen import text_problem
 
 STATUSES = ("active", "error", "done", "done_partial", "cancelled")
 """Run statuses in the order the pages list them (failures before successes)."""
@@ -51,6 +53,12 @@ _SECRET_KEY = re.compile(
 HIDDEN = "[hidden]"
 
 
+MAX_FILTER_LENGTH = 500
+"""Longest filter value the runs list accepts (a state path or key is far shorter)."""
+MAX_PAGE = 1_000_000
+"""Highest page number the runs list accepts (a query parameter is bounded, never trusted)."""
+
+
 class FilterError(ValueError):
     """A list filter the pages cannot use; the message names the parameter."""
 
@@ -67,6 +75,13 @@ class Filters:
 
     def check(self) -> None:
         """Raise `FilterError` naming the parameter for a value the list cannot use."""
+        for name in ("workflow", "status", "state", "key", "age"):
+            value = getattr(self, name)
+            if len(value) > MAX_FILTER_LENGTH:
+                raise FilterError(f"{name}: at most {MAX_FILTER_LENGTH} characters")
+            problem = text_problem(value)
+            if problem is not None:
+                raise FilterError(f"{name}: {problem}")
         if self.status and self.status not in (*STATUSES, STUCK):
             raise FilterError(f"status: unknown run status {self.status!r}; expected one of "
                               f"{', '.join((*STATUSES, STUCK))}")  # fmt: skip
@@ -154,7 +169,7 @@ def is_stuck(run: RunRecord, now: int, stuck_after_ms: int) -> bool:
 
 def run_error(run: RunRecord) -> str | None:
     """The run's last error, or the error its snapshot ended with."""
-    return run.last_error or error_text(run.snapshot.get("error"))
+    return run.last_error or run.problem or error_text(run.snapshot.get("error"))
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -194,6 +209,7 @@ class RunDetail:
     journal_total: int
     effects: list[EffectRecord]
     inbox: list[InboxEvent]
+    dead_letters: list[DeadLetter] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -215,6 +231,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         journal_total=store.count_events(run_id),
         effects=store.list_effects(run_id, last=50)[::-1],
         inbox=store.pending_events(run_id),
+        dead_letters=store.dead_letters(run_id),
     )
 
 

@@ -64,6 +64,9 @@ def dot_source(diagram: Diagram) -> str:
 
 def _title_label(diagram: Diagram) -> str:
     text = f"<B>{_html(diagram.title)}</B>"
+    if diagram.error_workflow is not None:
+        text += (f'<BR/><FONT POINT-SIZE="11" COLOR="{ERROR_INK}">if a run fails, it starts '
+                 f"the error workflow “{_html(diagram.error_workflow)}”</FONT>")
     if diagram.highlighted:
         text += (f'<BR/><FONT POINT-SIZE="11" COLOR="{ACTIVE_INK}">highlighted: where this run '
                  "is now</FONT>")
@@ -80,16 +83,21 @@ def _children(diagram: Diagram, parent: StateNode, out: list[str], indent: str) 
                    + (f" [lhead={_cluster(parent.initial)}];" if _is_cluster(parent.initial)
                       else ";"))
     elif parent.type == PARALLEL and parent.parent is not None:
-        out.append(f"{indent}{_quote(_anchor(parent))} [shape=point, style=invis, width=0.01];")
+        # ordering=out: the invisible edges below put the regions in definition order
+        out.append(f"{indent}{_quote(_anchor(parent))} [shape=point, style=invis, width=0.01, "
+                   f"ordering=out];")
+        for region in parent.regions:
+            out.append(f"{indent}{_quote(_anchor(parent))} -> {_quote(_entry(region))} "
+                       f"[style=invis];")
     if parent.parent is None and any(a.source is parent for a in diagram.arrows):
         out.append(f"{indent}{_quote(_tail(parent))} [shape=box, style=\"rounded,dashed\", "
                    f"color=\"#999999\", fontcolor=\"#555555\", fontsize=11, "
                    f"label=\"from any state\", tooltip={_quote(parent.id)}];")
-    for child in parent.children:
-        if _is_cluster(child):
-            _cluster_block(diagram, child, out, indent)
-        else:
-            out.append(f"{indent}{_quote(child.id)} {_node_attrs(diagram.box(child))};")
+    if parent.parent is None and diagram.columns:
+        _columns(diagram, parent, out, indent)
+    else:
+        for child in parent.children:
+            _child(diagram, child, out, indent)
     inner = _is_cluster(parent) and any(a.source is parent and _stays_inside(a)
                                         for a in diagram.arrows)
     if inner:
@@ -103,6 +111,35 @@ def _children(diagram: Diagram, parent: StateNode, out: list[str], indent: str) 
     if _is_cluster(parent) and any(a.source is parent and not _stays_inside(a)
                                    for a in diagram.arrows):
         _exit_point(parent, out, indent)
+
+
+def _child(diagram: Diagram, child: StateNode, out: list[str], indent: str) -> None:
+    if _is_cluster(child):
+        _cluster_block(diagram, child, out, indent)
+    else:
+        out.append(f"{indent}{_quote(child.id)} {_node_attrs(diagram.box(child))};")
+
+
+def _columns(diagram: Diagram, root: StateNode, out: list[str], indent: str) -> None:
+    """A deep chart's top-level states in invisible column clusters, left to right (an
+    invisible point with ordering=out hangs the columns' tops from it in order); arrows
+    between columns do not push their targets down (see ``_edge``)."""
+    count = max(diagram.columns.values()) + 1
+    out.append(f'{indent}"::columns" [shape=point, style=invis, width=0.01, ordering=out];')
+    for column in range(count):
+        top = _quote(f"::column{column}")
+        out.append(f'{indent}"::columns" -> {top} [style=invis];')
+        out.append(f"{indent}subgraph cluster_column{column} {{")
+        out.append(f'{indent}  graph [style=invis, label=""];')
+        out.append(f"{indent}  {top} [shape=point, style=invis, width=0.01];")
+        members = [c for c in root.children if diagram.columns.get(c, 0) == column]
+        for child in members:
+            _child(diagram, child, out, indent + "  ")
+        if column and members:
+            first = members[0]
+            lhead = f", lhead={_cluster(first)}" if _is_cluster(first) else ""
+            out.append(f"{indent}  {top} -> {_quote(_entry(first))} [style=invis{lhead}];")
+        out.append(f"{indent}}}")
 
 
 def _exit_point(node: StateNode, out: list[str], indent: str) -> None:
@@ -124,12 +161,13 @@ def _leaves(node: StateNode) -> list[str]:
 
 def _top_row(parent: StateNode, out: list[str], indent: str, anywhere: str | None) -> None:
     """Keep the top of a state in one row: its anchor, its history circles, its "from any
-    step here" box, and (parallel) the tops of its regions, so the regions sit side by side
-    (newrank allows rank=same across clusters)."""
+    step here" box, and (a parallel root) the tops of its regions, so the regions sit side by
+    side (newrank allows rank=same across clusters). A nested parallel state's regions hang
+    from its anchor instead, in definition order."""
     row = [child.id for child in parent.history_children]
     if anywhere is not None:
         row.append(anywhere)
-    if parent.type == PARALLEL:
+    if parent.type == PARALLEL and parent.parent is None:  # inner ones: ordered from the anchor
         row += [_entry(region) for region in parent.regions]
     if parent.parent is not None or parent.type == COMPOUND:
         row.insert(0, _anchor(parent))
@@ -163,9 +201,12 @@ def _node_attrs(box: Box) -> str:
                    if node.history == "deep" else "history: resumes the last active state")
         return (f"[shape=circle, style=filled, fixedsize=true, width=0.38, fontsize=11, {common}, "
                 f"label={_quote(box.title)}, tooltip={_quote(f'{node.id} ({meaning})')}]")
-    shape = "doublecircle, style=filled, margin=0.04" if node.type == FINAL else \
-        "box, style=\"rounded,filled\", margin=\"0.18,0.08\""
-    title_width = 12 if node.type == FINAL else 24  # keeps the circles small
+    shape = "box, style=\"rounded,filled\", margin=\"0.18,0.08\""
+    circle = node.type == FINAL and not (box.description or box.details)
+    if node.type == FINAL:  # a double circle; with more to say, a double-bordered box
+        shape = "doublecircle, style=filled, margin=0.04" if circle else \
+            "box, style=\"rounded,filled\", peripheries=2, margin=\"0.18,0.08\""
+    title_width = 12 if circle else 24  # keeps the circles small
     return (f"[shape={shape}, {common}, label={_box_label(box, 12, title_width)}, "
             f"tooltip={_quote(node.id)}]")
 
@@ -177,6 +218,9 @@ def _box_label(box: Box, size: int, title_width: int = 24, align: str = "CENTER"
     title = br.join(_html(line) for line in wrap(box.title, title_width))
     text = f'<FONT POINT-SIZE="{size}"><B>{title}</B></FONT>'
     detail_width = max(32, title_width)
+    if box.description:
+        lines = br.join(_html(line) for line in wrap(box.description, detail_width + 4))
+        text += f'{br}<FONT POINT-SIZE="10" COLOR="{INK}">{lines}</FONT>'
     for detail, color in [(d, "#555555") for d in box.details] + \
             [(n, ACTIVE_INK) for n in box.now]:
         lines = br.join(_html(line) for line in wrap(detail, detail_width))
@@ -192,6 +236,8 @@ def _edge(diagram: Diagram, arrow: Arrow) -> str:
     elif arrow.kind == RETRY:
         attrs += [f"color={_quote(RETRY_INK)}", f"fontcolor={_quote(RETRY_INK)}",
                   "style=dashed", "penwidth=1.6"]
+    if diagram.columns and _column(diagram, source) != _column(diagram, target):
+        attrs.append("constraint=false")  # the chart wraps here: the target heads a column
     tail, head = _tail(source), _entry(target)
     if _is_cluster(source) and _stays_inside(arrow):
         tail = _inner_tail(source)
@@ -210,30 +256,27 @@ def _edge_label(arrow: Arrow) -> str:
 
 
 
+_LEGEND_SYMBOLS = {"start": ("●", INK), "final": ("◎", INK), "history": ("H", INK),
+                   "parallel": ("┆ ┆", "#888888"), "error": ("⟶", ERROR_INK),
+                   "run_fails": ("◎", ERROR_INK), "retry": ("↻", RETRY_INK),
+                   "active": ("■", ACTIVE_INK)}
+
+
 def _legend(diagram: Diagram) -> str:
     """A small key, listing only the symbols this diagram uses."""
-    nodes = diagram.boxes.keys()
-    rows = []
-    if any(n.type == COMPOUND for n in nodes):
-        rows.append(("●", INK, "where it starts"))
-    if any(n.type == FINAL for n in nodes):
-        rows.append(("◎", INK, "finished"))
-    if any(n.type == HISTORY for n in nodes):
-        rows.append(("H", INK, "resumes where it left off (H*: nested too)"))
-    if any(n.type == PARALLEL for n in nodes):
-        rows.append(("┆ ┆", "#888888", "dashed boxes run at the same time"))
-    if ERROR in diagram.kinds() or any(b.failed for b in diagram.boxes.values()):
-        rows.append(("⟶", ERROR_INK, "error path"))
-    if RETRY in diagram.kinds():
-        rows.append(("↻", RETRY_INK, "automatic retry"))
-    if diagram.highlighted:
-        rows.append(("■", ACTIVE_INK, "where the run is now"))
     cells = "".join(f'<TR><TD ALIGN="CENTER"><FONT COLOR="{color}">{_html(symbol)}</FONT></TD>'
-                    f'<TD ALIGN="LEFT">{_html(text)}</TD></TR>' for symbol, color, text in rows)
+                    f'<TD ALIGN="LEFT">{_html(text)}</TD></TR>'
+                    for kind, text in diagram.legend()
+                    for symbol, color in [_LEGEND_SYMBOLS[kind]])
     table = (f'<TABLE BORDER="1" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2" COLOR="#bbbbbb">'
              f'<TR><TD COLSPAN="2" ALIGN="LEFT"><B>Key</B></TD></TR>{cells}</TABLE>')
     return (f'  subgraph cluster_legend {{ graph [style=invis, label=""]; '
             f'"::legend" [shape=plaintext, fontsize=10, label=<{table}>, tooltip="legend"]; }}')
+
+
+def _column(diagram: Diagram, node: StateNode) -> int:
+    top = node.ancestors[-2] if len(node.ancestors) >= 2 else node
+    return diagram.columns.get(top, 0)
 
 
 def _is_cluster(node: StateNode) -> bool:

@@ -2,8 +2,9 @@
 non-engineer would say them.
 
 ``is_payment_valid`` becomes "if the payment is valid", ``creating_invoice`` "Creating invoice",
-``PAYMENT_RECEIVED`` "payment received", a 300000 ms delay "after 5 minutes". A ``description``
-written by the author always wins over a humanized name.
+``PAYMENT_RECEIVED`` "payment received", a 300000 ms delay "after 5 minutes". A state keeps its
+name as its title (its ``description`` goes below it); for transitions, guards and invokes a
+``description`` written by the author wins over the humanized name.
 """
 
 from __future__ import annotations
@@ -50,12 +51,26 @@ def sentence(text: str) -> str:
 
 
 def state_title(node: StateNode) -> str:
-    """The title of a state box: its description, else its humanized key."""
-    if node.description:
-        return node.description
+    """The title of a state box: its key as words ("fetching_customer" -> "Fetching
+    customer"); the description, if any, is shown below it. A description that is only the
+    name in the author's spelling ("Fetch API Records" for ``fetch_api_records``, as the n8n
+    import writes) is the title instead, so the name is not shown twice."""
     if node.type == "history":
         return "H*" if node.history == "deep" else "H"
+    if node.description and _same_words(node.description, node.key):
+        return node.description
     return sentence(humanize(node.key))
+
+
+def state_description(node: StateNode) -> str | None:
+    """The description shown below a state's title (None when it is the title)."""
+    if node.description and not _same_words(node.description, node.key):
+        return node.description
+    return None
+
+
+def _same_words(a: str, b: str) -> bool:
+    return [w.lower() for w in words(a)] == [w.lower() for w in words(b)]
 
 
 def event_phrase(event: str) -> str:

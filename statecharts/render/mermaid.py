@@ -4,7 +4,8 @@ Same titles and labels as the Graphviz output (both come from ``model.py``). Mer
 an arrow between states inside two different composite states, so such an arrow is drawn
 between the outermost states that differ, and its label names the real ends ("into: ...",
 "from: ..."). Active states are marked with the ``active`` class, failure outcomes with
-``failed``.
+``failed``. The error workflow and the key are boxes of their own, as Mermaid has no legend;
+Mermaid lays a deep chart out by itself (it cannot be told to wrap into columns).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
-from .model import Arrow, Diagram
+from .model import Arrow, Box, Diagram
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 # Mermaid syntax characters in labels, swapped for characters that look the same to a reader.
@@ -22,7 +23,13 @@ _CLASSES = (
     "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
     "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
     "    classDef anywhere fill:#ffffff,stroke:#999999,stroke-dasharray:4 3,color:#555555",
+    "    classDef note fill:#ffffff,stroke:#bbbbbb,color:#333333,font-size:12px",
 )
+_LEGEND = {"start": "● where it starts", "final": "◉ finished", "history": "H: resumes where "
+           "it left off (H*: nested too)", "parallel": "-- separates parts that run at the same "
+           "time", "error": "red: error path", "run_fails": "red end: the run fails",
+           "retry": "attempting ⇄ waiting to retry: automatic retry",
+           "active": "gold: where the run is now"}
 
 
 def mermaid_source(diagram: Diagram) -> str:
@@ -41,6 +48,7 @@ def mermaid_source(diagram: Diagram) -> str:
         out.append("    }")
     else:
         _block(diagram, diagram.root, ids, placed, out, "    ")
+    _notes(diagram, out)
     out.extend(_CLASSES)
     for name, members in (("active", [b.node for b in diagram.boxes.values()
                                       if b.active and b.node.type not in (COMPOUND, PARALLEL)]),
@@ -49,7 +57,24 @@ def mermaid_source(diagram: Diagram) -> str:
             out.append(f"    class {','.join(ids[n] for n in members)} {name}")
     if any(a.source is diagram.root for a in diagram.arrows):
         out.append(f"    class {ids[diagram.root]} anywhere")
+    out.append("    class s_key" + (",s_error_workflow" if diagram.error_workflow else "")
+               + " note")
     return "\n".join(out) + "\n"
+
+
+def _notes(diagram: Diagram, out: list[str]) -> None:
+    """The error workflow (if any) and the key, as free-standing boxes."""
+    if diagram.error_workflow is not None:
+        out.append('    state "If a run fails" as s_error_workflow')
+        out.append(f"    s_error_workflow : it starts the error workflow "
+                   f"“{_text(diagram.error_workflow)}”")
+    out.append('    state "Key" as s_key')
+    out.extend(f"    s_key : {_text(_LEGEND[kind])}" for kind, _ in diagram.legend())
+
+
+def _box_lines(box: Box) -> tuple[str, ...]:
+    """The lines under a state's title: its description, details, a run's progress."""
+    return (*((box.description,) if box.description else ()), *box.details, *box.now)
 
 
 def _ids(diagram: Diagram) -> dict[StateNode, str]:
@@ -79,14 +104,13 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
         box = diagram.box(child)
         if child.type in (COMPOUND, PARALLEL):
             # A composite state takes no description lines: they join its title.
-            title = "<br/>".join(_text(line) for line in (box.title, *box.details, *box.now))
+            title = "<br/>".join(_text(line) for line in (box.title, *_box_lines(box)))
             out.append(f'{indent}state "{title}" as {ids[child]} {{')
             _block(diagram, child, ids, placed, out, indent + "    ")
             out.append(f"{indent}}}")
         else:
             out.append(f'{indent}state "{_text(box.title)}" as {ids[child]}')
-            out.extend(f"{indent}{ids[child]} : {_text(detail)}"
-                       for detail in (*box.details, *box.now))
+            out.extend(f"{indent}{ids[child]} : {_text(detail)}" for detail in _box_lines(box))
         if child.type == FINAL:
             out.append(f"{indent}{ids[child]} --> [*]")
     for source, target, arrow in placed.get(parent, []):

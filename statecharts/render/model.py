@@ -1,7 +1,8 @@
-"""The diagram of a machine, independent of the output format: boxes with readable titles and
-detail lines, arrows with readable labels and a kind (normal, error, retry), and which states a
-snapshot has active. ``graphviz.py`` and ``mermaid.py`` only lay this out in their syntax, so
-both formats always say the same thing.
+"""The diagram of a machine, independent of the output format: boxes with readable titles,
+descriptions and detail lines, arrows with readable labels and a kind (normal, error, retry),
+which states a snapshot has active, the columns a deep chart wraps into and the legend it needs.
+``graphviz.py`` and ``mermaid.py`` only lay this out in their syntax, so both formats always
+say the same thing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from ..definition import RETRY_DELAY_PREFIX
 from ..machine import Machine
-from ..nodes import FINAL, HISTORY, StateNode, Transition
+from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from ..snapshot import Snapshot
 from . import labels
 from .retries import retry_phrase
@@ -23,17 +24,22 @@ RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
 _FAILURE_WORDS = ("fail", "error", "abort")
 _FAILURE_TAGS = frozenset({"error", "failed", "failure"})
+# A chart whose longest path takes more rows than this wraps into columns side by side.
+_COLUMN_ROWS = 11
 
 
 @dataclass(frozen=True)
 class Box:
-    """A state as drawn: title, detail lines (invoked work, entry/exit actions), and flags."""
+    """A state as drawn: its name as words, the author's description (smaller, below it),
+    detail lines (invoked work, how the call is protected, entry/exit actions), and flags."""
 
     node: StateNode
     title: str
+    description: str | None
     details: tuple[str, ...]
     now: tuple[str, ...]  # a highlighted run's progress here ("now: 1 of 4 tries failed")
-    failed: bool
+    failed: bool  # drawn red: a failure outcome
+    run_fails: bool  # a failure final: reaching it ends the run as failed
     active: bool
     region: bool  # a region of a parallel state: drawn side by side in a dashed box
 
@@ -59,6 +65,8 @@ class Diagram:
     boxes: Mapping[StateNode, Box]
     arrows: tuple[Arrow, ...]
     highlighted: bool
+    columns: Mapping[StateNode, int]  # a deep chart's top-level states by column (0, 1, ..)
+    error_workflow: str | None  # what a failed run starts, as words
 
     def box(self, node: StateNode) -> Box:
         """The box of ``node``."""
@@ -68,16 +76,42 @@ class Diagram:
         """The arrow kinds present (the legend shows only what the diagram uses)."""
         return frozenset(a.kind for a in self.arrows)
 
+    def legend(self) -> tuple[tuple[str, str], ...]:
+        """The key: (symbol kind, meaning) for each symbol this diagram uses, and only those.
+        Kinds: start, final, history, parallel, error, run_fails, retry, active."""
+        nodes = self.boxes.keys()
+        rows = []
+        if any(n.type == COMPOUND for n in nodes):
+            rows.append(("start", "where it starts"))
+        if any(n.type == FINAL for n in nodes):
+            rows.append(("final", "finished"))
+        if any(n.type == HISTORY for n in nodes):
+            rows.append(("history", "resumes where it left off (H*: nested too)"))
+        if any(n.type == PARALLEL for n in nodes):
+            rows.append(("parallel", "dashed boxes run at the same time"))
+        if ERROR in self.kinds() or any(b.failed for b in self.boxes.values()):
+            rows.append(("error", "error path"))
+        if any(b.run_fails for b in self.boxes.values()):
+            rows.append(("run_fails", "red end: the run fails"))
+        if RETRY in self.kinds():
+            rows.append(("retry", "automatic retry"))
+        if self.highlighted:
+            rows.append(("active", "where the run is now"))
+        return tuple(rows)
+
 
 def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram:
     """The diagram of ``machine``, with ``snapshot``'s active states marked."""
     active = _active_ids(machine, snapshot)
     nodes = machine.definition.nodes
     failed = _failed_finals(nodes)
+    run_fails = frozenset(n for n in nodes if _failure_reason(machine, n) is not None)
+    failed |= run_fails
     work = _work_phrases(machine)
     progress = _retry_progress(snapshot)
-    boxes = {node: Box(node, labels.state_title(node), _details(machine, node, work),
-                       progress.get(node.id, ()), node in failed, node.id in active,
+    boxes = {node: Box(node, labels.state_title(node), labels.state_description(node),
+                       _details(machine, node, work), progress.get(node.id, ()),
+                       node in failed, node in run_fails, node.id in active,
                        node.parent is not None and node.parent.type == "parallel")
              for node in nodes}
     arrows: list[Arrow] = []
@@ -91,7 +125,93 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
     title = labels.sentence(labels.humanize(machine.id))
-    return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None)
+    return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
+                   _columns(machine.root, arrows), _error_workflow(machine))
+
+
+def _error_workflow(machine: Machine) -> str | None:
+    """The error workflow a failed run starts (``meta.error_workflow`` at the root)."""
+    meta = machine.root.meta
+    name = meta.get("error_workflow") if isinstance(meta, Mapping) else None
+    return labels.sentence(labels.humanize(name)) if isinstance(name, str) and name else None
+
+
+def _columns(root: StateNode, arrows: list[Arrow]) -> dict[StateNode, int]:
+    """For a deep chart, the column of each top-level state, so that the chart wraps into
+    columns of at most about ``_COLUMN_ROWS`` rows instead of one tall strip; empty when one
+    column is enough. A state's row is the longest path of rows above it from the start."""
+    if root.type == PARALLEL or root.initial is None:
+        return {}
+    following: dict[StateNode, list[StateNode]] = {}
+    for arrow in arrows:
+        source, target = _top(arrow.source), _top(arrow.target)
+        if arrow.source is not root and source is not target:
+            following.setdefault(source, []).append(target)
+    heights: dict[StateNode, int] = {}
+    rows = _start_rows(following, root.initial, heights)
+    total = max(row + _height(node, heights) for node, row in rows.items())
+    if total <= _COLUMN_ROWS:
+        return {}
+    count = -(-total // _COLUMN_ROWS)
+    # by the middle row of each state, so a tall state goes where most of it would be
+    return {node: min(count - 1, int((rows.get(node, 0) + _height(node, heights) / 2)
+                                     * count / total))
+            for node in root.regions}
+
+
+def _start_rows(following: Mapping[StateNode, list[StateNode]], start: StateNode,
+                heights: dict[StateNode, int]) -> dict[StateNode, int]:
+    """The row each state reached from ``start`` begins at: the most rows on a path to it
+    (back edges, found by depth-first search, left out)."""
+    order: list[StateNode] = []  # post-order: each node after everything it leads to
+    done: set[StateNode] = set()
+    on_path: set[StateNode] = set()
+    forward: dict[StateNode, list[StateNode]] = {}
+
+    def visit(node: StateNode) -> None:
+        on_path.add(node)
+        for target in following.get(node, []):
+            if target in on_path:
+                continue  # a loop back: does not push its target down
+            forward.setdefault(node, []).append(target)
+            if target not in done:
+                visit(target)
+        on_path.discard(node)
+        done.add(node)
+        order.append(node)
+
+    visit(start)
+    rows = dict.fromkeys(order, 0)
+    for node in reversed(order):
+        for target in forward.get(node, []):
+            rows[target] = max(rows[target], rows[node] + _height(node, heights))
+    return rows
+
+
+def _top(node: StateNode) -> StateNode:
+    """The top-level state holding ``node`` (or ``node`` itself, for the root)."""
+    return node.ancestors[-2] if len(node.ancestors) >= 2 else node
+
+
+def _height(node: StateNode, heights: dict[StateNode, int]) -> int:
+    """Rows a state takes (memoized in ``heights``): 1, or for a nested state its start row
+    plus the longest path of rows inside it (regions side by side: the tallest)."""
+    if node in heights:
+        return heights[node]
+    if not node.children:
+        height = 1
+    elif node.type == PARALLEL:
+        height = max(_height(region, heights) for region in node.regions)
+    else:
+        inner: dict[StateNode, list[StateNode]] = {}
+        for child in node.regions:
+            for transition in (*child.transitions, *child.always):
+                inner.setdefault(child, []).extend(
+                    t for t in transition.targets if t.parent is node and t is not child)
+        rows = _start_rows(inner, node.initial or node.regions[0], heights)
+        height = 1 + max(row + _height(child, heights) for child, row in rows.items())
+    heights[node] = height
+    return height
 
 
 def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
@@ -144,14 +264,66 @@ def _work_phrases(machine: Machine) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in machine.definition.nodes:
         for invoke in node.invoke:
-            item = _config_at(machine.config, invoke.config_path)
-            if node.retry_attempt_of is not None:  # expanded from the retried state's invoke
-                item = _retried_invoke(_config_at(machine.config,
-                                                  node.retry_attempt_of.config_path))
-            description = item.get("description") if isinstance(item, Mapping) else None
+            description = _invoke_config(machine, node, invoke).get("description")
             found[invoke.id] = labels.invoke_phrase(
                 invoke, description if isinstance(description, str) else None)
     return found
+
+
+def _invoke_config(machine: Machine, node: StateNode, invoke: InvokeDef) -> Mapping[str, Any]:
+    """The config an invoke was written as (for an expanded retry's ``attempting`` state:
+    the retried state's invoke)."""
+    item = _config_at(machine.config, invoke.config_path)
+    if node.retry_attempt_of is not None:
+        item = _retried_invoke(_config_at(machine.config, node.retry_attempt_of.config_path))
+    return item if isinstance(item, Mapping) else {}
+
+
+def _failure_reason(machine: Machine, node: StateNode) -> str | None:
+    """For a failure final (``"failure": true`` or ``"failure": "reason"``), what the diagram
+    says: "the run fails" with the reason; None for other states."""
+    if node.type != FINAL:
+        return None
+    config = _config_at(machine.config, node.config_path)
+    failure = config.get("failure") if isinstance(config, Mapping) else None
+    if failure is True:
+        return "the run fails"
+    if isinstance(failure, str) and failure:
+        return f"the run fails: {failure}"
+    return None
+
+
+def _call_facts(machine: Machine, node: StateNode) -> list[str]:
+    """How the calls made here are protected, one line per fact: errors never retried (or
+    the only ones retried), the circuit breaker, the idempotency key, and the errors that
+    roll the step back to be tried again later. A retried state shows its call's facts (its
+    ``attempting`` state only shows what it does)."""
+    if node.retry_attempt_of is not None:
+        return []
+    calls = list(node.invoke)
+    policy = node.retry
+    attempting: StateNode | None = None
+    if policy is not None:
+        attempting = next((c for c in node.children if c.retry_attempt_of is node), None)
+        calls = list(attempting.invoke) if attempting is not None else []
+    owner = node if attempting is None else attempting
+    lines = []
+    if policy is not None and policy.non_retryable:
+        lines.append(f"never retried: {', '.join(policy.non_retryable)}")
+    if policy is not None and policy.retry_on:
+        lines.append(f"retried only on: {', '.join(policy.retry_on)}")
+    for invoke in calls:
+        if invoke.breaker:
+            lines.append(f"circuit breaker “{invoke.breaker}”: fails fast while open")
+        if getattr(invoke.logic, "wants_key", False):
+            lines.append("idempotency key: the same on every try" if policy is not None
+                         else "idempotency key: the same if the step runs again")
+        transient = _invoke_config(machine, owner, invoke).get("transient")
+        if transient is True:
+            lines.append("on any error: rolled back, tried again later")
+        elif isinstance(transient, list | tuple) and transient:
+            lines.append(f"on {', '.join(map(str, transient))}: rolled back, tried again later")
+    return lines
 
 
 def _retried_invoke(state_config: Any) -> Any:
@@ -182,8 +354,12 @@ def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tupl
     if node.type == HISTORY:
         return ()
     lines = [f"doing: {work[invoke.id]}" for invoke in node.invoke]
+    lines += _call_facts(machine, node)
     if node.retry is not None and not any(_is_final_failure(t) for t in node.transitions):
         lines.append("if it still fails: the run fails")  # the error is not handled
+    reason = _failure_reason(machine, node)
+    if reason is not None:
+        lines.append(reason)
     entry = labels.actions_phrase(node.entry)
     if entry:
         lines.append(f"on entry: {entry}")

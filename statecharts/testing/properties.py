@@ -27,6 +27,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
+from ..errors import ContextError
 from ..events import EventLike, normalize_event
 from ..frozen import thaw
 from ..machine import Machine, Result
@@ -160,7 +161,11 @@ def persistence_invisible_on(machine: Machine, sequence: Sequence[EventLike],
     _same("persistence", straight, (), stored, (), [])
     now = 0
     for index, item in enumerate(sequence):
-        (straight, straight_effects), after = apply(machine, straight, item, now)
+        try:
+            (straight, straight_effects), after = apply(machine, straight, item, now)
+        except ContextError as exc:  # a value no store holds, refused where it entered
+            raise PropertyViolation("persistence", f"persisting failed: {exc!r}",
+                                    sequence[:index + 1]) from exc
         stored = roundtrip(stored, sequence[:index])
         (stored, stored_effects), _ = apply(machine, stored, item, now)
         now = after

@@ -45,6 +45,11 @@ USERS: dict[str, list[tuple[str, str]]] = {
              ("tests/test_typed_config.py", '"--strict"')],
     "types-PyYAML": [("statecharts/loading.py", "import yaml")],  # mypy reads the stubs
     "build": [("tests/packaging/conftest.py", '"-m", "build"')],
+    "mkdocs": [("tests/docs/test_site.py", '"build", "--strict"')],
+    "mkdocs-material": [("mkdocs.yml", "name: material"),
+                        ("tests/docs/test_site.py", 'importlib.import_module("material")')],
+    "mkdocstrings": [("mkdocs.yml", "- mkdocstrings:"),
+                     ("tests/docs/test_site.py", "mkdocstrings_handlers.python")],
 }
 
 

@@ -108,14 +108,18 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
     runtime = Runtime(store, [approval], clock=clock)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
-    runtime.send(run_id, "REJECT")  # arrives after the run ended: ignored, recorded
+    runtime.send(run_id, "REJECT")  # comes after the event that ends the run: a dead letter
     assert Worker(runtime).run_until_idle() == 1
     run = runtime.get(run_id)
     assert (run.status, run.state, run.snapshot["context"]) == ("done", "approved",
                                                                 {"approved_by": "ann"})  # fmt: skip
     assert [(e.event["type"], e.state_after) for e in store.list_events(run_id)] == [
-        ("APPROVE", "approved"), ("REJECT", "approved"),
+        ("APPROVE", "approved"),
     ]  # fmt: skip
+    assert [(d.event["type"], d.reason) for d in runtime.dead_letters(run_id)] == [
+        ("REJECT", "the run ended (done) before this event was applied"),
+    ]
+    assert store.pending_events(run_id) == []
     with pytest.raises(RunFinishedError):
         runtime.send(run_id, "APPROVE")
 
@@ -585,3 +589,28 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
     ids = [runtime.start("meet") for _ in range(4)]
     Worker(runtime, batch=4).run_until_idle()
     assert [runtime.get(i).state for i in ids] == ["met"] * 4
+
+
+def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from persistence.driver import RunDriver
+
+    runtime = Runtime(store, [workflows.retrying], clock=clock)
+    run_id = runtime.start("retrying", key="order-7")
+    store.claim_runs("crashed", clock.now(), 1000, 1)  # a worker that then died
+    clock.advance(1001)
+    (claimed,) = store.claim_runs("rescuer", clock.now(), 60_000, 1)
+    assert (claimed.previous_owner, claimed.claim_count) == ("crashed", 2)
+    with caplog.at_level("INFO", logger="statecharts.runs"):
+        RunDriver(runtime, "rescuer", 60_000).drive([claimed], lambda: False)
+    lines = [r for r in caplog.records if run_id in r.getMessage()]
+    takeover = [r for r in lines if "taken over" in r.getMessage()]
+    assert len(takeover) == 1 and takeover[0].levelname == "WARNING"
+    assert "lease of crashed expired; taken over by rescuer" in takeover[0].getMessage()
+    assert "retrying" in takeover[0].getMessage() and "key order-7" in takeover[0].getMessage()
+    retry = [r for r in lines if "retry scheduled" in r.getMessage()]
+    assert len(retry) == 1 and retry[0].levelname == "INFO"
+    assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
+    assert "state charging.waiting_to_retry" in retry[0].getMessage()

@@ -91,17 +91,21 @@ def test_retry_phrases(policy: RetryPolicy, expected: list[str]) -> None:
     assert [line.replace(NBSP, " ") for line in retry_phrase(policy)] == expected
 
 
-def test_descriptions_win_over_humanized_names() -> None:
+def test_states_keep_their_names_and_descriptions_go_below() -> None:
     machine = create_machine({
         "id": "m", "initial": "a",
         "states": {"a": {"description": "Waiting for the customer",
                          "on": {"GO": {"target": "b", "description": "Customer says go"}}},
                    "b": {"invoke": {"src": "do_thing", "description": "ask the bank"}}}},
         actors={"do_thing": lambda: None})
-    for text in (to_dot(machine), to_mermaid(machine)):
-        assert "Waiting for the customer" in text and "Customer says go" in text
-        assert "doing: ask the bank" in text
-        assert "do thing" not in text
+    mermaid = to_mermaid(machine)
+    assert 'state "A" as s_a\n    s_a : Waiting for the customer\n' in mermaid
+    dot = to_dot(machine)
+    assert ('<FONT POINT-SIZE="12"><B>A</B></FONT><BR/><FONT POINT-SIZE="10" COLOR="#333333">'
+            "Waiting for the customer</FONT>") in dot  # the name bold, the description smaller
+    for text in (dot, mermaid):
+        assert "Customer says go" in text
+        assert "doing: ask the bank" in text and "do thing" not in text
 
 
 def test_raw_names_never_appear_as_labels() -> None:

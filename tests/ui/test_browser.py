@@ -138,6 +138,119 @@ def test_retry_a_waiting_call_now(served: Served, demo: tuple[str, Demo, Path], 
         store.close()
 
 
+def test_the_timeline_names_engine_events_and_keeps_the_raw_name_on_hover(
+    served: Served, demo: tuple[str, Demo, Path], page: Any
+) -> None:
+    _, runs, _ = demo
+    page.goto(f"{served.url}/runs/{runs.retrying}")
+    if page.locator("b.event.engine", has_text="retry wait over").count() == 0:
+        page.click("button.retry")  # this test may run alone: wait out one retry now
+        page.locator("b.event.engine", has_text="retry wait over").first.wait_for(
+            timeout=20_000
+        )
+    timeline = page.locator("table.timeline")
+    text = timeline.inner_text()
+    assert "retry wait over: Charging card" in text
+    assert "charge card failed" in text  # the call's failure, in the diagram's words
+    assert "xstate." not in text  # no engine name is shown as such
+    assert "PAY" in text  # an event sent from outside keeps its name
+    wait_over = timeline.locator("b.event.engine", has_text="retry wait over").first
+    assert wait_over.get_attribute("title") == (
+        "xstate.after.retry:order.charging_card.order.charging_card.waiting_to_retry"
+    )
+    failed = timeline.locator("b.event.engine", has_text="charge card failed").first
+    assert failed.get_attribute("title") == "xstate.error.actor.order.charging_card:invocation[0]"
+    wait_over.hover()  # the raw name is the native tooltip
+    assert page.evaluate("() => document.querySelector('b.event.engine:hover').title").startswith(
+        "xstate.after.retry:"
+    )
+
+
+def _zoom(page: Any) -> dict[str, float]:
+    return dict(
+        page.evaluate(
+            """() => {
+            const box = document.querySelector('[data-zoom]');
+            const view = box.querySelector('.zoom-view');
+            const svg = view.querySelector('svg');
+            return {scale: parseFloat(box.dataset.scale), width: svg.getBoundingClientRect().width,
+                    height: svg.getBoundingClientRect().height, left: view.scrollLeft,
+                    top: view.scrollTop, viewWidth: view.clientWidth,
+                    viewHeight: view.clientHeight};
+        }"""
+        )
+    )
+
+
+def _title_height(page: Any, state_id: str) -> float:
+    """The on-screen height (px) of the first line of a state's title."""
+    return float(
+        page.evaluate(
+            """(id) => {
+            for (const g of document.querySelectorAll('svg.diagram g.node')) {
+                if (g.querySelector('title').textContent === id) {
+                    return g.querySelector('text').getBoundingClientRect().height;
+                }
+            }
+            return 0;
+        }""",
+            state_id,
+        )
+    )
+
+
+def test_the_run_diagram_is_readable_at_1400_px_and_zooms_and_pans(
+    served: Served, demo: tuple[str, Demo, Path], page: Any
+) -> None:
+    _, runs, _ = demo
+    url = f"{served.url}/runs/{runs.waiting[3]}"
+    page.goto(url)
+    start = _zoom(page)
+    assert start["viewWidth"] > 1300  # the diagram has the page's width, not a side panel
+    assert start["scale"] >= 0.75
+    assert _title_height(page, "order.awaiting_approval") >= 11  # readable as it opens
+
+    page.click(".zoom-in")
+    bigger = _zoom(page)
+    assert bigger["scale"] == pytest.approx(start["scale"] * 1.25, rel=0.01)
+    assert bigger["width"] == pytest.approx(start["width"] * 1.25, rel=0.02)
+    assert page.locator(".zoom-level").inner_text() == f"{round(bigger['scale'] * 100)}%"
+
+    page.evaluate("() => { document.querySelector('.zoom-view').scrollTop = 0; }")
+    bigger = _zoom(page)
+    view = page.locator(".zoom-view").bounding_box()
+    x, y = view["x"] + view["width"] / 2, view["y"] + view["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x - 150, y - 200, steps=8)
+    page.mouse.up()
+    moved = _zoom(page)
+    assert moved["top"] == pytest.approx(bigger["top"] + 200, abs=3)  # moved with the pointer
+    assert page.url == url  # a drag over a state's link does not follow it
+
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -120)
+    page.keyboard.up("Control")
+    page.wait_for_function(
+        "(s) => parseFloat(document.querySelector('[data-zoom]').dataset.scale) > s",
+        arg=moved["scale"],
+    )
+
+    page.click(".zoom-fit")
+    fitted = _zoom(page)
+    assert fitted["width"] <= fitted["viewWidth"] + 1 and fitted["height"] <= (
+        fitted["viewHeight"] + 1
+    )
+    page.click(".zoom-real")
+    assert _zoom(page)["scale"] == 1
+
+    page.reload()  # the run page reloads itself when the run moves: the zoom is kept
+    assert _zoom(page)["scale"] == 1
+
+    page.locator("svg.diagram g[data-state='shipped'] a").click()  # a plain click still links
+    page.wait_for_url(re.compile(r"state=shipped"))
+
+
 def test_cancel_a_run(served: Served, demo: tuple[str, Demo, Path], page: Any) -> None:
     url, runs, _ = demo
     run_id = runs.waiting[1]
@@ -146,7 +259,8 @@ def test_cancel_a_run(served: Served, demo: tuple[str, Demo, Path], page: Any) -
     page.click("#cancel")
     page.locator(".facts .status.s-cancelled").wait_for(timeout=20_000)
     assert page.locator("#send").count() == 0  # an ended run offers no actions
-    assert "statecharts.cancel" in page.locator("table.timeline").inner_text()
+    cancelled = page.locator("table.timeline b.event.engine", has_text="cancelled")
+    assert cancelled.first.get_attribute("title") == "statecharts.cancel"  # raw name on hover
     store = open_store(url)
     try:
         run = store.get_run(run_id)

@@ -1,0 +1,580 @@
+"""Fault injection: bad values, rows, versions and events fed to real worker subprocesses on
+SQLite and PostgreSQL. Each test counts how many times each side effect ran (the ledger, written
+by the side effects themselves) and how many times each run was claimed (`claim_count`, counted
+by the store in the claim statement), and checks that the other runs still finish.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from persistence.runtime import Runtime
+from persistence.stores import RunRecord, Store, open_store
+from persistence.ui.app import create_app
+from tests.persistence import faulty
+from tests.persistence.workflows import LEDGER_ENV, init_ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE_MS = 4000
+TIMEOUT_S = 60.0
+
+
+@dataclass
+class Env:
+    """One database (SQLite file or PostgreSQL schema), its ledger, and a store on it."""
+
+    url: str
+    kind: str
+    ledger: str
+    store: Store
+    tmp: Path
+
+    def runtime(self, machines: list[Any] | None = None) -> Runtime:
+        return Runtime(self.store, machines or faulty.MACHINES)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> None:
+        """Corrupt a row behind the store's back, as a bad deploy or a hand edit would."""
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.url.split("///", 1)[1]) as db:
+                db.execute(statement, params)
+            return
+        dsn, schema = self.url.rsplit("schema=", 1)
+        with psycopg.connect(dsn.rstrip("?&"), autocommit=True,
+                             options=f"-c search_path={schema}") as db:  # fmt: skip
+            db.execute(statement.replace("?", "%s"), params)
+
+    def cli(self, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "persistence.cli", *args], cwd=ROOT, capture_output=True,
+            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                         LEDGER_ENV: self.ledger, **(env or {})},
+        )  # fmt: skip
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def e(request: pytest.FixtureRequest, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:  # fmt: skip
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={request.getfixturevalue('pg_schema')}"
+    ledger = str(tmp_path / "ledger.db")
+    init_ledger(ledger)
+    monkeypatch.setenv(LEDGER_ENV, ledger)
+    store = open_store(url, migrate=True)
+    yield Env(url, request.param, ledger, store, tmp_path)
+    store.close()
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | None = None,
+            log_level: str = "INFO") -> Iterator[list[Worker]]:  # fmt: skip
+    """`count` worker processes with `threads` threads each; SIGTERMed (then killed) after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: e.ledger, **(extra or {})}
+    started = []
+    for n in range(count):
+        log = e.tmp / f"worker-{len(list(e.tmp.glob('worker-*.log')))}-{n}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "persistence.cli", "worker", "--store", e.url,
+             "--machines", "tests.persistence.faulty", "--concurrency", str(threads),
+             "--batch", "4", "--lease-ms", str(LEASE_MS), "--poll-ms", "20",
+             "--log-level", log_level],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        )  # fmt: skip
+        started.append(Worker(process, log))
+    try:
+        yield started
+    finally:
+        for w in started:
+            if w.process.poll() is None:
+                w.process.send_signal(signal.SIGTERM)
+        for w in started:
+            try:
+                w.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                w.process.kill()
+                w.process.wait(timeout=10)
+
+
+def stop_cleanly(fleet: list[Worker]) -> None:
+    """SIGTERM every worker; each must exit 0 (it was alive and healthy until then)."""
+    for w in fleet:
+        assert w.process.poll() is None, f"worker died early:\n{w.text()[-3000:]}"
+        w.process.send_signal(signal.SIGTERM)
+    for w in fleet:
+        assert w.process.wait(timeout=30) == 0, w.text()[-3000:]
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s}s: {what}")
+        time.sleep(0.05)
+
+
+def ended(store: Store, ids: list[str]) -> Callable[[], bool]:
+    return lambda: all(store.get_run(i).status != "active" for i in ids)
+
+
+def logs(fleet: list[Worker]) -> str:
+    return "\n".join(w.text() for w in fleet)
+
+
+# -- values -----------------------------------------------------------------------------------
+
+def test_poison_values_fail_only_their_run_once_and_every_other_run_finishes(e: Env) -> None:
+    runtime = e.runtime()
+    kinds = [*faulty.POISONS, "assign"]
+    poisoned = {kind: runtime.start("poison", {"kind": kind}) for kind in kinds}
+    fine = [runtime.start("poison", {"kind": "fine"}) for _ in range(12)]
+    with workers(e) as fleet:
+        wait_until(ended(e.store, [*poisoned.values(), *fine]), "every run ended")
+        time.sleep(1.0)  # long enough for a hot loop to show in the claim counts
+        for kind, run_id in poisoned.items():
+            run = e.store.get_run(run_id)
+            assert run.status == "error", (kind, run)
+            path = "context 'value'" if kind == "assign" else "context 'output"
+            assert path in (run.last_error or ""), (kind, run.last_error)
+            assert faulty.calls("produce", run_id) == 1, kind  # its effect never ran again
+            assert faulty.calls("record", run_id) == 0, kind
+            assert run.claim_count == 1, (kind, run.claim_count)
+            assert e.store.list_effects(run_id, "pending") == []
+        for run_id in fine:
+            run = e.store.get_run(run_id)
+            assert (run.status, run.claim_count) == ("done", 1)
+            assert faulty.calls("produce", run_id) == faulty.calls("record", run_id) == 1
+        stop_cleanly(fleet)
+    text = logs(fleet)
+    assert "Exception in thread" not in text and "Traceback" not in text
+    for run_id in poisoned.values():  # one operator line per failed run, naming it
+        lines = [line for line in text.splitlines() if f"run {run_id} failed" in line]
+        assert len(lines) == 1 and "WARNING" in lines[0] and "workflow poison" in lines[0]
+        assert "state producing" in lines[0] or "state recording" in lines[0]
+
+
+def test_poison_in_sent_events_and_inputs_is_refused_before_anything_is_stored(e: Env) -> None:
+    runtime = e.runtime()
+    run_id = runtime.start("parked")
+    before = e.store.count_runs()
+    for bad in (2**64, "\ud800", "a\x00b", float("inf")):
+        with pytest.raises(Exception, match="payload"):
+            runtime.send(run_id, {"type": "GO", "payload": bad})
+        with pytest.raises(Exception, match="input"):
+            runtime.start("poison", {"kind": "fine", "extra": bad})
+    with pytest.raises(ValueError, match=r"key: .*NUL"):
+        runtime.start("parked", key="order\x00-1")  # SQLite would keep it, PostgreSQL not
+    assert e.store.pending_events(run_id) == [] and e.store.count_runs() == before
+
+
+# -- rows -------------------------------------------------------------------------------------
+
+def _garbage(e: Env, run_id: str) -> None:
+    if e.kind == "sqlite":
+        e.sql("UPDATE workflow_runs SET snapshot = '{not json', created_at = 'yesterday' "
+              "WHERE id = ?", (run_id,))  # fmt: skip
+    else:  # jsonb always parses; a snapshot that is not an object does not
+        e.sql("UPDATE workflow_runs SET snapshot = '\"garbage\"'::jsonb WHERE id = ?", (run_id,))
+
+
+def _unknown_state(e: Env, run: RunRecord) -> None:
+    snapshot = orjson.dumps({**run.snapshot, "value": "nowhere"}).decode()
+    cast = "" if e.kind == "sqlite" else "::jsonb"
+    e.sql(f"UPDATE workflow_runs SET snapshot = ?{cast} WHERE id = ?", (snapshot, run.id))
+
+
+def test_broken_rows_are_failed_once_listed_with_their_reason_and_isolated(e: Env) -> None:
+    runtime = e.runtime()
+    garbage, unknown = runtime.start("parked"), runtime.start("parked")
+    healthy = [runtime.start("parked") for _ in range(6)]
+    for run_id in (garbage, unknown, *healthy):
+        runtime.send(run_id, "GO")  # queued events make every one of them claimable
+    _garbage(e, garbage)
+    _unknown_state(e, e.store.get_run(unknown))
+    listed = {r.id: r for r in runtime.list()}  # lists, never fails, says what is wrong
+    assert listed[garbage].problem is not None and "snapshot" in listed[garbage].problem
+    with workers(e) as fleet:
+        wait_until(ended(e.store, [garbage, unknown, *healthy]), "every run ended")
+        time.sleep(1.0)
+        g, u = e.store.get_run(garbage), e.store.get_run(unknown)
+        assert (g.status, u.status) == ("error", "error")
+        assert (g.last_error or "").startswith("row does not parse: snapshot")
+        assert "snapshot does not restore" in (u.last_error or "") and "nowhere" in u.last_error
+        assert (g.claim_count, u.claim_count) == (1, 1)  # failed at the claim, never again
+        for broken in (g, u):
+            assert faulty.calls("record", broken.id) == 0
+            (letter,) = e.store.dead_letters(broken.id)  # the GO they never applied
+            assert letter.event["type"] == "GO" and "ended (error)" in letter.reason
+        for run_id in healthy:
+            run = e.store.get_run(run_id)
+            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == ("done", 1, 1)
+        stop_cleanly(fleet)
+    listing = e.cli("runs", "list", "--store", e.url)
+    assert listing.returncode == 0 and garbage in listing.stdout and "row does not parse" in \
+        listing.stdout  # fmt: skip
+    shown = e.cli("runs", "show", garbage, "--store", e.url)
+    assert shown.returncode == 0, shown.stderr
+    data = orjson.loads(shown.stdout)
+    assert data["status"] == "error" and data["claim_count"] == 1
+    assert [d["event"]["type"] for d in data["dead_letters"]] == ["GO"]
+    client = TestClient(create_app(e.store, faulty.MACHINES))
+    for path in ("/", "/api/runs", f"/runs/{garbage}", f"/api/runs/{garbage}",
+                 f"/runs/{unknown}"):  # fmt: skip
+        assert client.get(path).status_code == 200, path
+    api = client.get(f"/api/runs/{garbage}").json()
+    assert api["dead_letters"][0]["reason"].startswith("the run ended (error)")
+    assert "row does not parse" in client.get(f"/runs/{garbage}").text
+
+
+def test_events_for_ended_runs_are_dead_letters_and_never_make_them_claimable(e: Env) -> None:
+    runtime = e.runtime()
+    done_run, cancelled = runtime.start("parked"), runtime.start("parked")
+    runtime.send(done_run, "GO")
+    runtime.send(cancelled, "GO")
+    assert runtime.cancel(cancelled, "no longer needed") == "cancelled"
+    (letter,) = e.store.dead_letters(cancelled)  # the GO it will never apply: kept, visible
+    assert letter.reason == "the run ended (cancelled) before this event was applied"
+    with workers(e, count=1) as fleet:
+        wait_until(ended(e.store, [done_run]), "the run ended")
+        time.sleep(1.0)
+        stop_cleanly(fleet)
+    run = e.store.get_run(done_run)
+    assert (run.status, run.claim_count, faulty.calls("record", done_run)) == ("done", 1, 1)
+    assert e.store.get_run(cancelled).claim_count == 0
+    assert faulty.calls("record", cancelled) == 0
+    # an event that slipped in as the run ended (inserted behind the store's back, as a send
+    # racing the final step can on PostgreSQL): the worker's report sweeps it
+    cast = "" if e.kind == "sqlite" else "::jsonb"
+    now = "1" if e.kind == "sqlite" else "now()"
+    e.sql(f"INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?{cast}, {now})",
+          (done_run, '{"type": "LATE"}'))  # fmt: skip
+    with workers(e, count=1) as fleet:
+        wait_until(lambda: len(e.store.dead_letters(done_run)) == 1, "the late event swept")
+        time.sleep(0.5)
+        stop_cleanly(fleet)
+    assert e.store.get_run(done_run).claim_count == 1  # never claimed for it
+    assert "event 'LATE' dead-lettered" in logs(fleet)
+    assert e.store.pending_events(done_run) == []
+    shown = orjson.loads(e.cli("runs", "show", done_run, "--store", e.url).stdout)
+    assert [d["event"]["type"] for d in shown["dead_letters"]] == ["LATE"]
+
+
+# -- versions -----------------------------------------------------------------------------------
+
+def test_a_version_without_migration_is_reported_and_never_claimed(e: Env) -> None:
+    runtime = e.runtime()  # this process has version "1"
+    old = [runtime.start("versioned") for _ in range(3)]
+    for run_id in old:
+        runtime.send(run_id, "GO")
+    v3 = {faulty.VERSION_ENV: "3"}
+    report = e.cli("runs", "versions", "--store", e.url, "--machines",
+                   "tests.persistence.faulty", env=v3)  # fmt: skip
+    assert report.returncode == 1 and "versioned" in report.stdout and "3 active" in report.stdout
+    with workers(e, count=1, extra=v3, log_level="WARNING") as fleet:
+        wait_until(lambda: "no definition or migration here" in logs(fleet), "reported")
+        time.sleep(1.5)
+        for run_id in old:  # not claimed, not failed, not looped on
+            run = e.store.get_run(run_id)
+            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == \
+                ("active", 0, 0)  # fmt: skip
+        stop_cleanly(fleet)
+    assert logs(fleet).count("no definition or migration here") == 1  # reported, not looped
+    with workers(e, count=1) as fleet:  # a worker with version "1" drains them
+        wait_until(ended(e.store, old), "old runs drained")
+        stop_cleanly(fleet)
+    for run_id in old:
+        run = e.store.get_run(run_id)
+        assert (run.status, run.claim_count, faulty.calls("record", run_id)) == ("done", 1, 1)
+
+
+# -- transient versus fatal -----------------------------------------------------------------
+
+def test_a_transient_database_failure_rolls_back_and_is_picked_up_again(e: Env) -> None:
+    runtime = e.runtime()
+    run_id = runtime.start("transient", {"fails": 2})
+    other = runtime.start("poison", {"kind": "fine"})
+    seen: set[tuple[int, str]] = set()
+    with workers(e) as fleet:
+        def watch() -> bool:
+            run = e.store.get_run(run_id)
+            if run.status == "active" and run.last_error:
+                seen.add((run.attempt_count, run.last_error.split(":")[0]))
+            return run.status != "active"
+
+        wait_until(watch, "the transient run ended")
+        wait_until(ended(e.store, [other]), "the other run ended")
+        stop_cleanly(fleet)
+    run = e.store.get_run(run_id)
+    assert (run.status, run.state) == ("done", "rejected")  # bad_write: onError, for real
+    assert faulty.calls("db_write", run_id) == 3  # failed twice (rolled back), then wrote
+    assert faulty.calls("bad_write", run_id) == 1  # not transient: its error path, once
+    assert run.claim_count == 3  # the first claim and one per backoff
+    assert (1, "transient failure (attempt 1)") in seen  # the attempt, visible on the row
+    (writes,) = [x for x in e.store.list_effects(run_id) if "db_write" in str(x.payload)]
+    assert writes.status == "done"  # one outbox record for the three attempts: same key
+    text = logs(fleet)
+    assert "transient failure (attempt 2)" in text and "retry in" in text
+    assert e.store.get_run(other).status == "done"
+
+
+def test_transient_failures_that_persist_end_the_run_after_the_bounded_attempts(
+    e: Env,
+) -> None:
+    from persistence.runtime import TransientBackoff
+    from persistence.worker import Worker as InProcess
+
+    runtime = Runtime(e.store, faulty.MACHINES, transient=TransientBackoff(1, 1, 3))
+    run_id = runtime.start("transient", {"fails": 100})
+    deadline = time.monotonic() + TIMEOUT_S
+    while e.store.get_run(run_id).status == "active" and time.monotonic() < deadline:
+        InProcess(runtime, lease_ms=LEASE_MS).run_until_idle()
+        time.sleep(0.01)
+    run = e.store.get_run(run_id)
+    assert run.status == "error" and "persisted after 3 attempts" in (run.last_error or "")
+    assert faulty.calls("db_write", run_id) == 4 and run.claim_count == 4
+
+
+# -- resume ----------------------------------------------------------------------------------
+
+def test_failed_runs_resume_from_the_state_they_failed_in(e: Env) -> None:
+    runtime = e.runtime()
+    faulty.set_switch("broken", True)
+    run_id = runtime.start("resumable")
+    with workers(e, count=1) as fleet:
+        wait_until(ended(e.store, [run_id]), "the call failed")
+        stop_cleanly(fleet)
+    run = e.store.get_run(run_id)
+    assert run.status == "error" and "downstream is broken" in (run.last_error or "")
+    assert faulty.calls("fragile", run_id) == 1 and run.claim_count == 1
+    faulty.set_switch("broken", False)  # the operator repairs the downstream, then resumes
+    resumed = e.cli("runs", "resume", run_id, "--store", e.url, "--machines",
+                    "tests.persistence.faulty")  # fmt: skip
+    assert resumed.returncode == 0 and "resumed in state calling" in resumed.stdout, resumed
+    again = e.cli("runs", "resume", run_id, "--store", e.url, "--machines",
+                  "tests.persistence.faulty")  # fmt: skip
+    assert again.returncode != 0 and "only failed runs resume" in again.stderr
+    with workers(e, count=1) as fleet:
+        wait_until(ended(e.store, [run_id]), "the resumed run ended")
+        stop_cleanly(fleet)
+    run = e.store.get_run(run_id)
+    assert (run.status, run.claim_count) == ("done", 2)
+    assert faulty.calls("fragile", run_id) == 2  # the failed call, made once more
+    assert faulty.calls("fragile_action", run_id) == 1
+    journal = [j.event["type"] for j in e.store.list_events(run_id)]
+    assert journal.count("statecharts.resume") == 1
+
+
+def test_a_failed_action_resumes_from_the_ui_button(e: Env) -> None:
+    runtime = e.runtime()
+    faulty.set_switch("action_broken", True)
+    run_id = runtime.start("resumable")
+    with workers(e, count=1) as fleet:
+        wait_until(ended(e.store, [run_id]), "the action failed")
+        stop_cleanly(fleet)
+    run = e.store.get_run(run_id)
+    assert run.status == "error", run
+    assert "action 'fragile_action' raised Broken" in (run.last_error or "")
+    faulty.set_switch("action_broken", False)
+    client = TestClient(create_app(e.store, faulty.MACHINES))
+    page = client.get(f"/runs/{run_id}").text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert 'id="resume"' in page and token is not None
+    answer = client.post(f"/runs/{run_id}/resume", data={"csrf_token": token.group(1)},
+                         follow_redirects=False)  # fmt: skip
+    assert answer.status_code == 303
+    with workers(e, count=1) as fleet:
+        wait_until(ended(e.store, [run_id]), "the resumed run ended")
+        stop_cleanly(fleet)
+    run = e.store.get_run(run_id)
+    assert (run.status, run.claim_count) == ("done", 2)
+    assert faulty.calls("fragile_action", run_id) == 2 and faulty.calls("fragile", run_id) == 1
+    assert [j.event["type"] for j in e.store.list_events(run_id)].count("statecharts.resume") == 1
+
+
+# -- failure finals ---------------------------------------------------------------------------
+
+def test_a_failure_final_ends_the_run_error_and_starts_its_error_workflow_once(e: Env) -> None:
+    runtime = e.runtime()
+    ids = [runtime.start("refund") for _ in range(3)]
+    with workers(e) as fleet:
+        wait_until(ended(e.store, ids), "the refunds ended")
+        wait_until(lambda: e.store.count_runs().get("active", 0) == 0, "error workflows ended")
+        time.sleep(0.5)
+        stop_cleanly(fleet)
+    for run_id in ids:
+        run = e.store.get_run(run_id)
+        assert (run.status, run.state, run.last_error) == ("error", "declined", "card declined")
+        assert run.failed_at is not None and run.claim_count == 1
+        assert faulty.calls("charge_card", run_id) == 1
+        followers = [r for r in e.store.list_runs(workflow_name="refund_failed")
+                     if r.key == f"error-of:{run_id}"]  # fmt: skip
+        assert len(followers) == 1 and followers[0].status == "done"
+        assert followers[0].claim_count == 1
+        assert faulty.calls("page_oncall", followers[0].id) == 1
+    assert len(e.store.list_runs(workflow_name="refund_failed")) == 3
+    client = TestClient(create_app(e.store, faulty.MACHINES))
+    assert client.get("/api/runs", params={"status": "error"}).json()["total"] == 3
+
+
+# -- a thread that dies -------------------------------------------------------------------------
+
+def test_a_worker_whose_thread_dies_exits_non_zero(e: Env) -> None:
+    runtime = e.runtime()
+    healthy = runtime.start("poison", {"kind": "fine"})
+    with workers(e, count=1, threads=1) as fleet:
+        wait_until(ended(e.store, [healthy]), "a healthy run first")
+        runtime.start("killer")
+        (w,) = fleet
+        try:
+            code = w.process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the worker kept running with a dead thread")
+    assert code == 70, w.text()[-2000:]
+    assert "died" in w.text() and "CRITICAL" in w.text()
+
+
+# -- a value the store refuses, past the checks ---------------------------------------------------
+
+def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
+    e: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from persistence import driver as driver_module
+    from persistence.stores import StoreUnavailableError
+    from persistence.worker import Worker as InProcess
+
+    runtime = e.runtime()
+    ids = [runtime.start("poison", {"kind": "fine"}) for _ in range(4)]
+    victim = ids[1]
+    unstorable: Any = {"bad": 2**70} if e.kind == "sqlite" else {"bad": "a\x00b"}
+    original = driver_module.RunDriver._stage
+
+    def stage(self: Any, x: Any, executed: Any, should_stop: Any) -> Any:
+        staged = original(self, x, executed, should_stop)
+        if staged is not None and x.run.id == victim:  # a value that slipped past every check
+            run, step, commit = staged
+            staged = run, step, replace(commit, snapshot={**commit.snapshot, **unstorable})
+        return staged
+
+    monkeypatch.setattr(driver_module.RunDriver, "_stage", stage)
+    outages = []
+    original_commit = e.store.commit_steps
+
+    def commit_steps(commits: Any, now: int) -> Any:
+        try:
+            return original_commit(commits, now)
+        except StoreUnavailableError as exc:  # pragma: no cover - the failure this rules out
+            outages.append(exc)
+            raise
+
+    monkeypatch.setattr(e.store, "commit_steps", commit_steps)
+    InProcess(runtime, batch=4, lease_ms=LEASE_MS).run_until_idle()
+    assert not outages  # an encoding error is never taken for an outage
+    bad = e.store.get_run(victim)
+    assert bad.status == "error" and "the store refused its step" in (bad.last_error or "")
+    assert e.store.list_effects(victim, "pending") == []  # its executed effect: recorded
+    assert faulty.calls("produce", victim) == 1 and faulty.calls("record", victim) == 0
+    assert bad.snapshot.get("bad") is None  # the stored snapshot is the last good one
+    for run_id in ids:
+        if run_id != victim:
+            run = e.store.get_run(run_id)
+            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == \
+                ("done", 1, 1)  # fmt: skip
+    assert bad.claim_count == 1
+
+
+# -- upgrading a database that has the hot loop's rows ----------------------------------------
+
+def test_upgrading_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
+    tmp_path: Path,
+) -> None:
+    """A database written by schema 1 code, with an ended run that still has a queued event
+    (what made it claimable ~150 times a second), upgrades without losing anything."""
+    from persistence import schema
+    from persistence.stores.sqlite import _statements
+
+    first = schema.migrations("sqlite")[0]
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        for statement in _statements(first.sql):
+            db.execute(statement)
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, ?, '')", (first.name,))
+        for run_id, status in (("ended", "error"), ("live", "active")):
+            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                       "snapshot, status, created_at, updated_at) VALUES (?, 'parked', 'x', "
+                       "'waiting', '{}', ?, 1, 1)", (run_id, status))  # fmt: skip
+            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(?, '{\"type\": \"GO\"}', 1)", (run_id,))  # fmt: skip
+    store = open_store(f"sqlite:///{path}", migrate=True)
+    try:
+        assert store.schema_version() == 2
+        (letter,) = store.dead_letters("ended")
+        assert letter.reason == "the run had ended (error) before this event was applied"
+        assert store.pending_events("ended") == [] and len(store.pending_events("live")) == 1
+        assert store.get_run("ended").claim_count == 0
+        claimed = store.claim_runs("w", 10, 1000, 10)
+        assert [r.id for r in claimed] == ["live"] and claimed[0].claim_count == 1
+    finally:
+        store.close()
+
+
+def test_upgrading_postgres_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    from persistence import schema
+
+    first = schema.migrations("postgres")[0]
+    run_ids = {"error": "00000000-0000-4000-8000-000000000001",
+               "active": "00000000-0000-4000-8000-000000000002"}  # fmt: skip
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{pg_schema}"')
+        db.execute(f'SET search_path = "{pg_schema}"')
+        db.execute(first.sql.encode())
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, %s, now())", (first.name,))
+        for status, run_id in run_ids.items():
+            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                       "snapshot, status, created_at, updated_at) VALUES (%s, 'parked', 'x', "
+                       "'waiting', '{}', %s, now(), now())", (run_id, status))  # fmt: skip
+            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(%s, '{\"type\": \"GO\"}', now())", (run_id,))  # fmt: skip
+    sep = "&" if "?" in pg_dsn else "?"
+    store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
+    try:
+        assert store.schema_version() == 2
+        (letter,) = store.dead_letters(run_ids["error"])
+        assert letter.reason == "the run had ended (error) before this event was applied"
+        assert store.pending_events(run_ids["error"]) == []
+        claimed = store.claim_runs("w", int(time.time() * 1000), 1000, 10)
+        assert [r.id for r in claimed] == [run_ids["active"]] and claimed[0].claim_count == 1
+    finally:
+        store.close()
