@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
-from .errors import MachineDefinitionError
+from .errors import ContextError, MachineDefinitionError
 from .events import (
     after_event_type,
     done_actor_event_type,
@@ -716,11 +716,11 @@ class _Builder:
         try:
             frozen = freeze(value, path)
             orjson.dumps(frozen)
+        except ContextError as exc:  # names the path inside the value (64-bit ints too)
+            self.problem(path, str(exc))
+            return None
         except orjson.JSONEncodeError as exc:
             self.problem(path, f"not a JSON value that persists ({exc})")
-            return None
-        except TypeError as exc:  # ContextError names the path inside the value
-            self.problem(path, str(exc))
             return None
         return frozen
 

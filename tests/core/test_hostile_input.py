@@ -137,8 +137,8 @@ def test_root_of_a_kind_it_cannot_be_is_a_definition_error(kind: str) -> None:
 ])
 def test_integers_beyond_64_bits_in_a_config_are_a_definition_error(config: Any,
                                                                     path: str) -> None:
-    with pytest.raises(MachineDefinitionError, match=rf"{path}: not a JSON value that "
-                                                     r"persists \(Integer exceeds 64-bit"):
+    with pytest.raises(MachineDefinitionError, match=rf"{path}: context '{path}.*integer "
+                                                     r"-?\d+ is outside the signed 64-bit range"):
         create_machine(config, actions={"x": lambda c, e, **p: None})
 
 
