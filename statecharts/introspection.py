@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .events import EventLike, normalize_event
+from .machine import Machine
 from .nodes import Transition
 from .snapshot import Snapshot
 
@@ -49,6 +50,7 @@ def microsteps(snapshot: Snapshot, event: EventLike,
     microsteps it took along with the resulting snapshot (effects are not run)."""
     trace: list[Any] = []
     machine = snapshot.machine
+    assert isinstance(machine, Machine)  # the owner of every snapshot the engine makes
     moment = 0 if now is None else int(now)
     result, _ = machine.step(snapshot, normalize_event(event), lambda: moment, trace)
     steps = tuple(Microstep(ev, tuple((t.source.id, tuple(n.id for n in t.targets))

@@ -75,7 +75,7 @@ def running_calls(machine: Machine, snapshot: Snapshot) -> list[Call]:
         return []
     defs = invoke_defs(machine)
     return [Call(ref.id, ref.src, ref.invoked_by, defs.get(ref.id))
-            for ref in snapshot._children.values()]
+            for ref in snapshot.children.values()]
 
 
 def error_names(machine: Machine, call: Call,
@@ -92,6 +92,13 @@ def error_names(machine: Machine, call: Call,
             names += [str(n) for n in transient]
     names += list((errors or {}).get(call.src, ()))
     return tuple(dict.fromkeys(names))
+
+
+def is_transient(call: Call, name: str) -> bool:
+    """Whether the durable runtime rolls a failure ``name`` of ``call`` back and runs the call
+    again (``"transient"`` on the invoke): not an outcome a durable run ever sees."""
+    transient = getattr(call.invoke, "transient", None) if call.invoke is not None else None
+    return transient is True or (isinstance(transient, list | tuple) and name in transient)
 
 
 def error_exception(name: str) -> Exception:
@@ -124,7 +131,7 @@ def is_possible(machine: Machine, snapshot: Snapshot, event: Mapping[str, Any]) 
     """False for an outcome event of a call that is not running (a story a runtime cannot
     produce: replaying a shortened story must skip those)."""
     call = outcome_call(event)
-    return call is None or (snapshot.status == "active" and call in snapshot._children)
+    return call is None or (snapshot.status == "active" and call in snapshot.children)
 
 
 def outputs_for(call: Call, outputs: Mapping[str, Sequence[Any]] | None) -> list[Any]:
@@ -185,5 +192,5 @@ class CutOffs:
 
 __all__ = ["DEFAULT_OUTPUT", "GENERIC_ERROR", "Call", "CutOffs", "ExplorationCutOff",
            "ExplorationWarning", "check_outputs", "done_event", "error_event",
-           "error_exception", "error_names", "invoke_defs", "is_possible", "outcome_call",
-           "outputs_for", "running_calls"]
+           "error_exception", "error_names", "invoke_defs", "is_possible", "is_transient",
+           "outcome_call", "outputs_for", "running_calls"]
