@@ -43,7 +43,7 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
 )
-from persistence.stores.sql import RUN_NAMES, SQLStore
+from persistence.stores.sql import PICKED_NAMES, RUN_NAMES, SQLStore
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -256,6 +256,7 @@ class PostgresStore(SQLStore):
             "state": run.state, "snapshot": Jsonb(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
+            "traceparent": run.traceparent,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -280,20 +281,21 @@ class PostgresStore(SQLStore):
         due = CLAIMABLE.format(now="%(now)s", free=free)
         asked = CLAIMABLE_BY_EVENT.format(free=free)
         sql = (
-            f"WITH due AS (SELECT id, lease_owner FROM workflow_runs WHERE {due} "
+            f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
             f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             # the inbox's run ids as one array: an index probe per id, whatever the planner
             # guesses of the (often empty, never analysed) inbox
-            "asked AS (SELECT id, lease_owner FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
+            f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
             f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
             f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            "picked AS (SELECT id, lease_owner FROM due UNION SELECT id, lease_owner FROM asked "
+            f"picked AS (SELECT {PICKED_NAMES} FROM due UNION SELECT {PICKED_NAMES} FROM asked "
             "LIMIT %(limit)s) "
             "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
             "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
             "WHERE r.id = picked.id RETURNING "
             + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
-            + ", picked.lease_owner"
+            .replace("wake_at", "r.wake_at")
+            + ", picked.lease_owner, picked.wake_at"
         )
         rows = self._rows(
             sql,
@@ -302,7 +304,7 @@ class PostgresStore(SQLStore):
                 "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
             },
         )  # fmt: skip
-        return [self._run(r[:-1], r[-1]) for r in rows]
+        return [self._run(r[:-2], r[-2], r[-1]) for r in rows]
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
         """Write several runs' steps in one statement (one round trip, one commit): each row is
@@ -339,7 +341,7 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            NULL, NULL, 1, 0)
+            NULL, NULL, 1, 0, %(traceparent)s)
     ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
     RETURNING *
 ), effects AS (

@@ -64,7 +64,7 @@ from persistence.stores.base import (
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version, claim_count"
+    "lease_expires_at, version, claim_count, traceparent"
 )
 EFFECT_NAMES = (
     "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
@@ -72,7 +72,9 @@ EFFECT_NAMES = (
 )
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
-_INBOX = "id, run_id{t}, event, created_at"
+_INBOX = "id, run_id{t}, event, created_at, traceparent"
+PICKED_NAMES = "id, lease_owner, wake_at"
+"""What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
 _REASON_BEFORE, _REASON_AFTER = ended_reason("\x00").split("\x00")
 
@@ -171,11 +173,14 @@ class SQLDialect:
         """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
         raise NotImplementedError
 
-    def _run(self, row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
+    def _run(self, row: Sequence[Any], previous_owner: str | None = None,
+             due_at: Any = None) -> RunRecord:  # fmt: skip
+        """A run row (`RUN_COLUMNS`) as a record; on a claim, with the lease owner it was taken
+        from and when it was due (`due_at` as the column's value, before the claim)."""
         values = list(row)
         for i in RUN_TIME_FIELDS:
             values[i] = self._ms(values[i])
-        return parse_run(values, self._load, previous_owner)
+        return parse_run(values, self._load, previous_owner, self._ms(due_at))
 
     def _effect(self, row: Sequence[Any]) -> EffectRecord:
         values = list(row)
@@ -185,8 +190,8 @@ class SQLDialect:
         return EffectRecord(*values)
 
     def _inbox(self, row: Sequence[Any]) -> InboxEvent:
-        i, r, e, c = row
-        return InboxEvent(i, r, self._load(e), self._ms(c))
+        i, r, e, c, tp = row
+        return InboxEvent(i, r, self._load(e), self._ms(c), tp)
 
     def _dead(self, row: Sequence[Any]) -> DeadLetter:
         i, r, e, c, d, why = row
@@ -211,14 +216,14 @@ class SQLRuns(SQLDialect):
         rows = self._exec(
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0, ?) "
             "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL "
             f"DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
                 self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
-                self._t(run.wake_at),
+                self._t(run.wake_at), run.traceparent,
             ),
         ).fetchall()  # fmt: skip
         if rows:
@@ -317,14 +322,16 @@ class SQLRuns(SQLDialect):
             (ts, ended_reason(status), run_id),
         )
 
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
-        """Queue an event for an active run (one statement; the status is read only to say why
-        nothing was queued)."""
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
+        """Queue an event for an active run, with the sender's `traceparent` (one statement;
+        the status is read only to say why nothing was queued)."""
         rid = self._id(run_id)
         inserted = self._write_one(
-            "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? "
-            "FROM workflow_runs WHERE id = ? AND status = 'active' RETURNING id",
-            (self._j(dict(event)), self._t(now), rid),
+            "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+            "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+            "RETURNING id",
+            (self._j(dict(event)), self._t(now), traceparent, rid),
         )
         if inserted:
             return int(inserted[0][0])
@@ -363,8 +370,9 @@ class SQLRuns(SQLDialect):
 
     def _lease(self, owner: str, now: int, expires: int, limit: int,
                pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
-        """Find and lease the claimable runs (each record knows its previous owner): found, then
-        leased, in one write transaction, whose lock keeps two claimers from one run."""
+        """Find and lease the claimable runs (each record knows its previous owner and when it
+        was due): found, then leased, in one write transaction, whose lock keeps two claimers
+        from one run."""
         version_sql, version_params = _version_filter(pairs)
         free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
         due = CLAIMABLE.format(now="?", free=free)
@@ -373,16 +381,16 @@ class SQLRuns(SQLDialect):
         with self._write() as conn:
             found = self._exec(
                 conn,
-                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE "
+                f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE "
                 f"{due} {version_sql} ORDER BY wake_at LIMIT ?) AS due UNION "
-                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE id "
+                f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id "
                 f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
                 f"{version_sql} LIMIT ?) AS asked LIMIT ?",
                 (ts, ts, *version_params, limit, ts, *version_params, limit, limit),
             ).fetchall()
             if not found:
                 return []
-            previous = dict(found)
+            previous = {run_id: (owner, due_at) for run_id, owner, due_at in found}
             marks = ",".join("?" * len(found))
             rows = self._exec(
                 conn,
@@ -390,7 +398,7 @@ class SQLRuns(SQLDialect):
                 f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {self.RUN_COLUMNS}",
                 (owner, self._t(expires), self._t(expires), *previous),
             ).fetchall()
-        return [self._run(r, previous.get(r[0])) for r in rows]
+        return [self._run(r, *previous[r[0]]) for r in rows]
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""
