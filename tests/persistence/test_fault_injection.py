@@ -358,7 +358,8 @@ def test_transient_failures_that_persist_end_the_run_after_the_bounded_attempts(
         time.sleep(0.01)
     run = e.store.get_run(run_id)
     assert run.status == "error" and "persisted after 3 attempts" in (run.last_error or "")
-    assert faulty.calls("db_write", run_id) == 4 and run.claim_count == 4
+    assert faulty.calls("db_write", run_id) == 3 and run.claim_count == 3
+    assert run.attempt_count == 3, "the row, the message and the calls agree"
 
 
 # -- resume ----------------------------------------------------------------------------------
