@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypedDict
 from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import DeadLetter, NewEffect, NewRun, RunRecord, Store, VersionCount
+from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
@@ -187,6 +188,7 @@ class Runtime:
         error_workflows: Mapping[str, str] | None = None,
         breakers: Mapping[str, BreakerPolicy] | None = None,
         transient: TransientBackoff | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -195,6 +197,7 @@ class Runtime:
         self.journal = journal
         self.dry_run = dry_run
         self.transient = transient or TransientBackoff()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
         self._by_label: dict[tuple[str, str], Machine] = {}
@@ -245,7 +248,11 @@ class Runtime:
             return None
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
-        new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
+        # a new trace, linked to the failed run's: one run, one trace
+        with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
+            new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+                                              traceparent=begun.traceparent)  # fmt: skip
+            begun.run(new.id, True)
         return new, outbox
 
     # -- definitions ------------------------------------------------------------------------
@@ -287,28 +294,39 @@ class Runtime:
         return [v for v in self.store.unknown_versions(steppable)]
 
     # -- the API ----------------------------------------------------------------------------
-    def start(self, name: str, input: Any = None, key: str | None = None) -> str:
+    def start(self, name: str, input: Any = None, key: str | None = None, *,
+              traceparent: str | None = None) -> str:  # fmt: skip
         """Start a run of workflow `name`; return its id.
 
         With `key`, starting is idempotent: while a run of `name` with that key is active, its
-        id is returned and nothing new is started.
+        id is returned and nothing new is started. The run joins the trace of the span current
+        here (e.g. the webhook's request), or of `traceparent` (a W3C `traceparent` header
+        value) when given: its steps' spans are children of this start's span, whichever worker
+        runs them and however late (docs/observability.md).
         """
         if key is not None:
             problem = text_problem(key) if isinstance(key, str) else "it is not a string"
             if problem is not None:
                 raise ValueError(f"key: {problem}")
-            existing = self.store.find_run(name, key)
-            if existing is not None:
-                return existing.id
-        now = self.clock.now()
-        run, outbox, effects = self.prepare_run(name, input, key, now)
-        record, created = self.store.create_run(run, outbox, now)
+        with self.telemetry.starting(name, key, traceparent) as begun:
+            if key is not None:
+                existing = self.store.find_run(name, key)
+                if existing is not None:
+                    begun.run(existing.id, False)
+                    return existing.id
+            now = self.clock.now()
+            run, outbox, effects = self.prepare_run(name, input, key, now,
+                                                    traceparent=begun.traceparent)  # fmt: skip
+            record, created = self.store.create_run(run, outbox, now)
+            begun.run(record.id, created)
         if created:
+            self.telemetry.run_started(name)
             log_effects(effects, record.id)
         return record.id
 
     def prepare_run(
-        self, name: str, input: Any, key: str | None, now: int
+        self, name: str, input: Any, key: str | None, now: int, *,
+        traceparent: str | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
@@ -327,14 +345,19 @@ class Runtime:
             snapshot=machine.persist(snapshot),
             status=run_status(snapshot),
             wake_at=wake_time(snapshot, bool(outbox), now),
+            traceparent=traceparent,
         )
         return run, outbox, effects
 
-    def send(self, run_id: str, event: EventLike) -> int:
+    def send(self, run_id: str, event: EventLike, *, traceparent: str | None = None) -> int:
         """Queue `event` ("TYPE" or {"type": ...}) for the run; a worker applies it. Returns the
-        inbox id. Raises `RunFinishedError` if the run has ended."""
+        inbox id. Raises `RunFinishedError` if the run has ended. The send's span (in the trace
+        current here, or of `traceparent`) is stored with the event; the step that applies it
+        links to it."""
         frozen = normalize_event(event)
-        return self.store.send_event(run_id, thaw(frozen), self.clock.now())
+        with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
+            return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
+                                         traceparent=stored)  # fmt: skip
 
     def get(self, run_id: str) -> RunRecord:
         """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""
