@@ -273,7 +273,8 @@ class MemoryStore:
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         with self._lock:
             r = self._runs.get(run_id)
@@ -282,7 +283,8 @@ class MemoryStore:
             self._runs[run_id] = replace(
                 r, status="error", last_error=reason, updated_at=now, completed_at=now,
                 failed_at=now, wake_at=None, lease_owner=None, lease_expires_at=None,
-                version=r.version + 1)  # fmt: skip
+                version=r.version + 1, attempt_count=r.attempt_count if attempt_count is None
+                else attempt_count)  # fmt: skip
             for o in outcomes:
                 e = self._effects.get(o.idempotency_key)
                 if e is not None and e.run_id == run_id and e.status == "pending":

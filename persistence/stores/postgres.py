@@ -489,7 +489,8 @@ class PostgresStore:
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         ts = to_ts(now)
         with self._conn() as conn, conn.transaction():
@@ -497,9 +498,10 @@ class PostgresStore:
                 "UPDATE workflow_runs SET status = 'error', last_error = %(reason)s, "
                 "updated_at = %(now)s, completed_at = %(now)s, failed_at = %(now)s, "
                 "wake_at = NULL, lease_owner = NULL, lease_expires_at = NULL, "
-                "version = version + 1 WHERE id = %(id)s AND lease_owner = %(owner)s "
-                "RETURNING version, state",
-                {"reason": reason, "now": ts, "id": _uuid(run_id), "owner": owner},
+                "version = version + 1, attempt_count = coalesce(%(attempts)s, attempt_count) "
+                "WHERE id = %(id)s AND lease_owner = %(owner)s RETURNING version, state",
+                {"reason": reason, "now": ts, "id": _uuid(run_id), "owner": owner,
+                 "attempts": attempt_count},
             ).fetchone()
             if row is None:
                 return False

@@ -436,20 +436,24 @@ class SQLiteStore:
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         with self._write() as conn:
-            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs)
+            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
+                                 attempt_count)
 
     def _fail_in(self, conn: sqlite3.Connection, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]]) -> bool:  # fmt: skip
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                 attempt_count: int | None = None) -> bool:  # fmt: skip
         rows = conn.execute(
             "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
-            "lease_expires_at = NULL, version = CAST(version AS integer) + 1 "
+            "lease_expires_at = NULL, version = CAST(version AS integer) + 1, "
+            "attempt_count = coalesce(?, attempt_count) "
             "WHERE id = ? AND lease_owner = ? RETURNING version, state",
-            (reason, now, now, now, run_id, owner),
+            (reason, now, now, now, attempt_count, run_id, owner),
         ).fetchall()
         if not rows:
             return False
