@@ -284,7 +284,8 @@ class RunDriver:
 
     def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
               outcomes: Sequence[EffectOutcome] = (),
-              poisoned: str | None = None) -> None:  # fmt: skip
+              poisoned: str | None = None, attempt_count: int | None = None
+              ) -> None:  # fmt: skip
         """End `x` as `error` with `reason` without writing a new snapshot: the effects it
         executed are recorded `failed` (never run again by a worker; a `resume` runs them
         again, as the step they fed was lost; results dropped, they may be what the store
@@ -297,7 +298,7 @@ class RunDriver:
         state = state_text(x.snapshot)
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
         if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
-                                       start_runs=starts):  # fmt: skip
+                                       start_runs=starts, attempt_count=attempt_count):  # fmt: skip
             self._failed(x.run, state, reason, poisoned)
 
     def _back_off(self, x: _Leased, transient: Executed) -> None:
@@ -307,9 +308,9 @@ class RunDriver:
         policy, now = self.runtime.transient, self.runtime.clock.now()
         attempt = policy.attempt_after(x.run) if x.steps == 0 else 1
         error = storable_text(transient.transient or "error")
-        if attempt > policy.max_attempts:
-            self._fail(x, f"{TRANSIENT_PREFIX} persisted after {policy.max_attempts} attempts: "
-                       f"{error}", [])  # fmt: skip
+        if attempt >= policy.max_attempts:
+            self._fail(x, f"{TRANSIENT_PREFIX} persisted after {attempt} attempts: {error}", [],
+                       attempt_count=attempt)  # fmt: skip
             return
         wait = policy.wait_ms(attempt)
         text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"

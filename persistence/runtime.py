@@ -48,8 +48,9 @@ TRANSIENT_PREFIX = "transient failure"
 @dataclass(frozen=True, slots=True)
 class TransientBackoff:
     """How a run whose call site failed transiently (`"transient"` on the invoke) is released:
-    due again after `first_ms`, doubling up to `max_ms`; after `max_attempts` transient
-    failures in a row the run fails with the last error (an operator can `resume` it)."""
+    due again after `first_ms`, doubling up to `max_ms`. `max_attempts` counts every call, the
+    first included (as a retry policy's `max_attempts`): when the call has failed transiently
+    that many times in a row the run fails with the last error (an operator can `resume` it)."""
 
     first_ms: int = 500
     max_ms: int = 60_000

@@ -525,11 +525,13 @@ class RunStore(Protocol):
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
-        (its error workflow), in one transaction. False if `owner` no longer held it."""
+        (its error workflow), in one transaction; `attempt_count`, when given, is shown on the row
+        (the call made that many attempts). False if `owner` no longer held it."""
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,

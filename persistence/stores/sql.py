@@ -428,22 +428,26 @@ class SQLRuns(SQLDialect):
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()) -> bool:
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         with self._write() as conn:
-            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs)
+            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
+                                 attempt_count)
 
     def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]]) -> bool:  # fmt: skip
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                 attempt_count: int | None = None) -> bool:  # fmt: skip
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
             "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
-            "lease_expires_at = NULL, version = CAST(version AS bigint) + 1 "
+            "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
+            "attempt_count = coalesce(?, attempt_count) "
             "WHERE id = ? AND lease_owner = ? RETURNING version, state",
-            (reason, ts, ts, ts, rid, owner),
+            (reason, ts, ts, ts, attempt_count, rid, owner),
         ).fetchall()
         if not rows:
             return False

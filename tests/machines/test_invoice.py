@@ -180,7 +180,10 @@ def test_a_ledger_that_stays_down_fails_the_durable_run_after_bounded_attempts(
     assert "ledger database: unavailable" in str(run.snapshot.error["message"])
     assert api.calls == []
     if isinstance(runner, DurableRunner):
-        assert world.calls("ledger") == 11, "the call, then the default 10 transient retries"
+        assert world.calls("ledger") == 10, "the default 10 attempts, the first call included"
+        record = runner.runtime.get(runner.run_ids["order-O1"])
+        assert record.attempt_count == 10
+        assert "persisted after 10 attempts" in (record.last_error or "")
 
 
 def test_an_unknown_customer_fails_the_run(runner: InvoiceRunner) -> None:

@@ -84,13 +84,25 @@ def e(request: pytest.FixtureRequest, tmp_path: Path,
     store.close()
 
 
+SERVING_LINE = " thread(s), store "
+"""What a worker logs at INFO once its SIGTERM handler is installed (`Worker.run`)."""
+
+
 @dataclass
 class Worker:
     process: subprocess.Popen[bytes]
     log: Path
+    log_level: str = "INFO"
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def started(self) -> bool:
+        """Whether it is past its start (serving, or exited). SIGTERM kills a worker that is
+        still importing (-15), and under load a start takes seconds. Without INFO lines, the
+        test has already waited for a line only a serving worker logs."""
+        return (self.process.poll() is not None or self.log_level not in ("DEBUG", "INFO")
+                or SERVING_LINE in self.text())  # fmt: skip
 
 
 @contextmanager
@@ -108,7 +120,7 @@ def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | No
              "--log-level", log_level],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
         )  # fmt: skip
-        started.append(Worker(process, log))
+        started.append(Worker(process, log, log_level))
     try:
         yield started
     finally:
@@ -124,8 +136,10 @@ def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | No
 
 
 def stop_cleanly(fleet: list[Worker]) -> None:
-    """SIGTERM every worker; each must exit 0 (it was alive and healthy until then)."""
+    """SIGTERM every worker; each must exit 0 (it was alive and healthy until then). A worker
+    that had nothing to do may still be starting: wait until it serves (it can still die)."""
     for w in fleet:
+        wait_until(w.started, "the worker started")
         assert w.process.poll() is None, f"worker died early:\n{w.text()[-3000:]}"
         w.process.send_signal(signal.SIGTERM)
     for w in fleet:
@@ -358,7 +372,8 @@ def test_transient_failures_that_persist_end_the_run_after_the_bounded_attempts(
         time.sleep(0.01)
     run = e.store.get_run(run_id)
     assert run.status == "error" and "persisted after 3 attempts" in (run.last_error or "")
-    assert faulty.calls("db_write", run_id) == 4 and run.claim_count == 4
+    assert faulty.calls("db_write", run_id) == 3 and run.claim_count == 3
+    assert run.attempt_count == 3, "the row, the message and the calls agree"
 
 
 # -- resume ----------------------------------------------------------------------------------

@@ -332,8 +332,15 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
 def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) -> None:
     import time
 
+    # The heartbeat renews every lease/3. On a loaded 2-core machine a heartbeat was seen
+    # landing 350 ms after the previous one, so a 300 ms lease expired under a live worker;
+    # 1.2 s leaves 800 ms for the heartbeat thread to be late.
+    lease_ms = 1200
+    returned = threading.Event()
+
     def slow(input: Any) -> str:
-        time.sleep(1.2)  # four lease periods
+        time.sleep(2.5 * lease_ms / 1000)  # two and a half lease periods
+        returned.set()
         return "ok"
 
     machine = create_machine(
@@ -344,7 +351,7 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
     )  # fmt: skip
     runtime = Runtime(store, [machine])
     run_id = runtime.start("slow")
-    worker = Worker(runtime, lease_ms=300, poll_ms=10)
+    worker = Worker(runtime, lease_ms=lease_ms, poll_ms=10)
     thread = threading.Thread(target=worker.run)
     thread.start()
     stolen: list[str] = []
@@ -352,15 +359,16 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
         from tests.persistence.conftest import wait_for
 
         wait_for(lambda: runtime.get(run_id).lease_owner is not None)
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # a rival keeps trying to take the run
-            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), 300, 5)]
+        deadline = time.monotonic() + 60
+        # a rival keeps trying to take the run for as long as the effect runs
+        while not returned.is_set() and time.monotonic() < deadline:
+            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), lease_ms, 5)]
             time.sleep(0.05)
         wait_for(lambda: runtime.get(run_id).status == "done")
     finally:
         worker.stop()
         thread.join(timeout=30)
-    assert stolen == []
+    assert returned.is_set() and stolen == []
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 

@@ -127,9 +127,13 @@ def test_retry_a_waiting_call_now(served: Served, demo: tuple[str, Demo, Path], 
     page.goto(f"{served.url}/runs/{runs.retrying}")
     assert "1 try failed" in page.locator(".attempt").inner_text()
     page.click("button.retry")
-    # the call runs again at once (and times out again): 2 tries failed, waiting again
-    page.locator(".attempt", has_text="2 tries failed").wait_for(timeout=20_000)
+    # the call runs again at once (and times out again): 2 tries failed, waiting again. The
+    # worker commits the retry (state `attempting`, the call pending) before the call's
+    # failure, and the page may show that step first: wait until it reloads to the wait.
+    page.locator(".attempt", has_text="2 tries failed").wait_for(timeout=60_000)
+    page.locator("#run-state", has_text="waiting_to_retry").wait_for(timeout=60_000)
     assert page.locator("#run-state").inner_text() == "charging_card.waiting_to_retry"
+    assert "2 tries failed" in page.locator(".attempt").inner_text()
     store = open_store(url)
     try:
         types = [e.event["type"] for e in store.list_events(runs.retrying)]
