@@ -41,7 +41,17 @@ MAX_BODY = 1_048_576
 RESERVED_PREFIXES = ("xstate.", "statecharts.")
 """Event types only the engine sends; refused from outside."""
 
+OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+"""Served without the token: the API's description, no run data."""
+
 T = TypeVar("T")
+
+
+def _inside(request: Request) -> str:
+    """The request's path inside this app (without the prefix it is mounted under)."""
+    path: str = request.scope["path"]
+    root: str = request.scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +132,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        if token and not has_token(request, token) and request.url.path.startswith("/api/"):
+        if token and _inside(request) not in OPEN_PATHS and not has_token(request, token):
             return JSONResponse({"detail": "missing or wrong token"}, 401,
                                 headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
         response: Response = await call_next(request)

@@ -160,6 +160,20 @@ def test_the_bearer_token_is_required_when_set(runtime: Runtime, serve: Serve) -
     assert httpx.get(f"{base}/api/workflows/approval/runs/a", headers=good).status_code == 200
 
 
+def test_mounted_in_an_app_of_ones_own_the_token_still_guards_every_route(
+    runtime: Runtime, serve: Serve
+) -> None:
+    outer = FastAPI()
+    outer.mount("/hooks", create_api(runtime, token="s3cret-token"))
+    base = serve(outer) + "/hooks"
+    url = f"{base}/api/workflows/approval/runs"
+    assert httpx.post(url, json={"key": "m"}).status_code == 401
+    assert httpx.get(f"{base}/api/runs/x").status_code == 401
+    good = {"Authorization": "Bearer s3cret-token"}
+    assert httpx.post(url, json={"key": "m"}, headers=good).status_code == 201
+    assert httpx.get(f"{base}/openapi.json").status_code == 200
+
+
 def test_signed_workflows_accept_only_the_right_signature_of_the_raw_body(
     runtime: Runtime, serve: Serve
 ) -> None:
