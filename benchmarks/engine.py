@@ -1,9 +1,12 @@
 """In-memory engine benchmark: this engine beside python-statemachine, transitions, sismic, XState.
 
 Cases (machines in ``benchmarks.charts``): flat, hier, reenter, counter (guarded, targetless,
-``assign``) through an actor's ``send``, and the pure ``machine.transition()`` call on the flat,
-hier and counter charts ("pure flat", ...), which only XState also offers. Every run checks the
-final state. Run: ``python -m benchmarks.engine [--n 200000] [--peer-n 20000] [--repeat 5]``.
+``assign``), the entry/exit toggle, the shop and the invoice event mix through an actor's
+``send``, and the pure ``machine.transition()`` call on the same charts ("pure flat", ...), which
+only XState also offers; XState's pure rows are its ``transition()`` and, for the same chart,
+its actor. This engine also runs the actor cases with ``machine.plans = False`` (every
+microstep planned afresh by the reference algorithm). Every run checks the final state and
+context. Run: ``python -m benchmarks.engine [--n 200000] [--peer-n 20000] [--repeat 5]``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from benchmarks.charts import CONFIGS, COUNTER_LIMIT, EVENTS, event_list, expected_value
+from benchmarks.charts import (
+    CONFIGS,
+    EVENTS,
+    event_list,
+    expected_context,
+    expected_value,
+    implementations,
+)
 from benchmarks.peers import load_peers
 from benchmarks.timing import (
     OURS,
@@ -29,8 +39,10 @@ from benchmarks.timing import (
 from benchmarks.xstate_node import XStateUnavailable, ensure_xstate, node_version, run_xstate
 
 BENCHMARK = "engine"
-ACTOR_CASES = ("flat", "hier", "reenter", "counter")
-PURE_CASES = ("pure flat", "pure hier", "pure counter")
+ACTOR_CASES = ("flat", "hier", "reenter", "counter", "entry/exit toggle", "shop", "invoice")
+PURE_CASES = tuple(f"pure {case}" for case in ACTOR_CASES if case != "reenter")
+PEER_CASES = ("flat", "hier", "reenter", "counter")  # what the Python peers implement
+PLANS_OFF = "plans off"
 
 
 def ours_label() -> str:
@@ -41,18 +53,13 @@ def ours_label() -> str:
         return OURS
 
 
-def build_machine(case: str) -> Any:
-    """This engine's machine for ``case`` (the counter gets its guard and assign)."""
-    from statecharts import assign, create_machine
+def build_machine(case: str, plans: bool = True) -> Any:
+    """This engine's machine for ``case``, with the charts' guards and actions."""
+    from statecharts import create_machine
 
-    config = CONFIGS[case.removeprefix("pure ")]
-    if config["id"] != "counter":
-        return create_machine(config)
-    return create_machine(
-        config,
-        guards={"notTooMany": lambda context, event: context["count"] < COUNTER_LIMIT},
-        actions={"inc": assign({"count": lambda context, event: context["count"] + 1})},
-    )
+    machine = create_machine(CONFIGS[case.removeprefix("pure ")], **implementations())
+    machine.plans = plans
+    return machine
 
 
 def check_snapshot(case: str, snapshot: Any, n: int) -> None:
@@ -60,21 +67,30 @@ def check_snapshot(case: str, snapshot: Any, n: int) -> None:
     base = case.removeprefix("pure ")
     expected = expected_value(base, n)
     assert snapshot.value == expected, f"{case}: after {n} events {snapshot.value!r}"
-    if base == "counter":
-        assert snapshot.context["count"] == n, f"counter: count {snapshot.context['count']}"
+    context = expected_context(base, n)
+    if context is not None:
+        assert snapshot.context == context, f"{case}: context {dict(snapshot.context)}"
 
 
-def actor_case(case: str) -> Case:
+def events_of(case: str, n: int) -> list[Any]:
+    """The events of a run, those with data frozen beforehand (XState is handed objects
+    built before its timer starts too)."""
+    from statecharts.events import normalize_event
+
+    return [e if isinstance(e, str) else normalize_event(e) for e in event_list(case, n)]
+
+
+def actor_case(case: str, plans: bool = True) -> Case:
     """``case(n)``: a fresh started actor, ``n`` sends timed, final snapshot checked."""
     from statecharts import create_actor
 
-    machine = build_machine(case)
+    machine = build_machine(case, plans)
 
     def run(n: int) -> float:
         actor = create_actor(machine)
         actor.start()
         send = actor.send
-        events = event_list(case, n)
+        events = events_of(case, n)
         t0 = time.perf_counter()
         for event in events:
             send(event)
@@ -94,7 +110,7 @@ def pure_case(case: str) -> Case:
 
     def run(n: int) -> float:
         snapshot, _ = machine.initial_transition()
-        events = event_list(base, n)
+        events = events_of(base, n)
         t0 = time.perf_counter()
         for event in events:
             snapshot, _ = transition(snapshot, event)
@@ -113,8 +129,10 @@ def engine_case(case: str) -> Case:
 ALL_CASES = (*ACTOR_CASES, *PURE_CASES)
 
 
-def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
-    """This engine's cases as rounds (a case whose API cannot be imported is a skipped row)."""
+def ours_rounds(n: int, plans_off_n: int) -> tuple[list[Round], list[Result]]:
+    """This engine's cases as rounds, and the actor cases again with the plans off (fewer
+    events, ``plans_off_n``: it is several times slower); a case whose API cannot be imported
+    is a skipped row."""
     label = ours_label()
     rounds, skips = [], []
     for case in ALL_CASES:
@@ -124,6 +142,9 @@ def ours_rounds(n: int) -> tuple[list[Round], list[Result]]:
             skips.append(skipped(BENCHMARK, case, label, f"engine: {exc}"))
             continue
         rounds.append(case_round(case, label, fn, n))
+    for case in ACTOR_CASES:
+        rounds.append(case_round(case, f"{label}, {PLANS_OFF}", actor_case(case, plans=False),
+                                 plans_off_n))
     return rounds, skips
 
 
@@ -133,7 +154,7 @@ def python_peer_rounds(n: int) -> tuple[list[Round], list[Result]]:
     rounds = [case_round(case, peer.name, fn, n)
               for peer in peers for case, fn in peer.cases().items()]
     skips = [skipped(BENCHMARK, case, label, why)
-             for label, why in missing.items() for case in ACTOR_CASES]
+             for label, why in missing.items() for case in PEER_CASES]
     return rounds, skips
 
 
@@ -148,7 +169,9 @@ def xstate_cases(n: int, warmup: int) -> list[dict[str, Any]]:
             "config": CONFIGS[base],
             "events": list(EVENTS[base]),
             "n": n,
-            "expect": {"n": expected_value(base, n), "warmup": expected_value(base, warmup)},
+            "expect": {"n": expected_value(base, n), "warmup": expected_value(base, warmup),
+                       "context": expected_context(base, n),
+                       "warmupContext": expected_context(base, warmup)},
         })
     return cases
 
@@ -166,16 +189,23 @@ def xstate_rounds(n: int) -> tuple[list[Round], list[Result]]:
 
     def once() -> RoundResult:
         rows = run_xstate(cases, repeat=1, warmup=n)
-        return {(case, label): (n, rows[case]["rates"][0]) for case in ALL_CASES}
+        found = {(case, label): (n, rows[case]["rates"][0]) for case in ALL_CASES}
+        for case in PURE_CASES:  # the fair comparison for the pure API: XState's actor
+            found[(case, f"{label} {XSTATE_ACTOR}")] = found[(case.removeprefix("pure "), label)]
+        return found
 
     return [once], []
+
+
+XSTATE_ACTOR = "actor (same chart)"
 
 
 def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]:
     """Every subject on every case, runs interleaved; ordered by case for the tables."""
     rounds: list[Round] = []
     skips: list[Result] = []
-    for more_rounds, more_skips in (ours_rounds(n), xstate_rounds(n), python_peer_rounds(peer_n)):
+    for more_rounds, more_skips in (ours_rounds(n, peer_n), xstate_rounds(n),
+                                    python_peer_rounds(peer_n)):
         rounds += more_rounds
         skips += more_skips
     results = interleave(BENCHMARK, rounds, repeat) + skips
@@ -183,8 +213,10 @@ def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]
     subjects = [ours_label(), "xstate", "python-statemachine", "transitions", "sismic"]
     rank = {name: i for i, name in enumerate(subjects)}
 
-    def key(r: Result) -> tuple[int, int]:
-        return order[r.case], next((i for p, i in rank.items() if r.subject.startswith(p)), 99)
+    def key(r: Result) -> tuple[int, int, bool, bool]:
+        prefix = next((i for p, i in rank.items() if r.subject.startswith(p)), 99)
+        return (order[r.case], prefix, r.subject.endswith(PLANS_OFF),
+                r.subject.endswith(XSTATE_ACTOR))
 
     return sorted(results, key=key)
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from benchmarks.charts import COUNTER_LIMIT
+from benchmarks.charts import COUNTER_LIMIT, INVOICE_ATTEMPTS, SHOP_LIMIT
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache" / "node"
@@ -53,7 +53,8 @@ def run_xstate(cases: list[dict[str, Any]], repeat: int, warmup: int) -> dict[st
     ensure_xstate()
     script = CACHE / SCRIPT.name
     shutil.copyfile(SCRIPT, script)
-    spec = {"repeat": repeat, "warmup": warmup, "counterLimit": COUNTER_LIMIT, "cases": cases}
+    spec = {"repeat": repeat, "warmup": warmup, "cases": cases,
+            "limits": {"counter": COUNTER_LIMIT, "shop": SHOP_LIMIT, "invoice": INVOICE_ATTEMPTS}}
     done = subprocess.run(["node", str(script)], input=json.dumps(spec), capture_output=True,
                           text=True, cwd=CACHE, timeout=1800, check=False)
     if done.returncode != 0:

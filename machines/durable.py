@@ -105,8 +105,10 @@ class DurableRunner:
         snapshot = self.runtime.snapshot(run_id)
         if status == "error" and snapshot.status != "error":
             # the run failed outside the machine (an action raised): say so in the snapshot
-            snapshot, _ = snapshot.machine.fail(snapshot, {"name": "RunFailed",
-                                                           "message": last_error or ""})
+            machine = snapshot.machine
+            assert isinstance(machine, Machine)
+            snapshot, _ = machine.fail(snapshot, {"name": "RunFailed",
+                                                  "message": last_error or ""})
         return snapshot
 
     def retries(self, run_id: str) -> int:

@@ -167,7 +167,7 @@ class Actor:
             # at rest: process this event now, then whatever it caused to be queued
             self._processing = True
             try:
-                self._process("event", normalized)
+                self._process_event(normalized)
             finally:
                 self._processing = False
             if self._mailbox:
@@ -193,20 +193,35 @@ class Actor:
             self._processing = False
 
     def _process(self, kind: str, payload: Any) -> None:
+        if kind == "event":
+            self._process_event(payload)
+        elif kind == "child":
+            assert self._snapshot is not None
+            if payload[0] in self._snapshot.children:  # else stopped meanwhile: dropped
+                self._process_event(payload[1])
+        else:
+            self._process_timer(payload)
+
+    def _process_timer(self, timer_id: str) -> None:
+        self._timers.pop(timer_id, None)
+        self._step(self.machine.deliver_timer, timer_id,
+                   [] if self._inspect is not None else None)
+
+    def _process_event(self, event: FrozenDict) -> None:
+        """One event through the machine (the hot path of ``send``)."""
+        trace: list[Any] | None = None
+        if self._inspect is not None:
+            trace = []
+            self._report("@xstate.event", event=event)
+        self._step(self.machine.step, event, trace)
+
+    def _step(self, step: Callable[..., Any], item: Any, trace: list[Any] | None) -> None:
+        """``machine.step`` or ``machine.deliver_timer`` on the current snapshot, then its
+        result applied (a failing implementation fails the actor)."""
         snapshot = self._snapshot
         assert snapshot is not None
-        trace: list[Any] | None = [] if self._inspect is not None else None
         try:
-            if kind == "timer":
-                self._timers.pop(payload, None)
-                result = self.machine.deliver_timer(snapshot, payload, self.clock.now, trace)
-            else:
-                if kind == "child" and payload[0] not in snapshot.children:
-                    return  # a result from a child that was stopped meanwhile
-                event = payload[1] if kind == "child" else payload
-                if trace is not None:
-                    self._report("@xstate.event", event=event)
-                result = self.machine.step(snapshot, event, self.clock.now, trace)
+            result = step(snapshot, item, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
             raise
@@ -246,8 +261,10 @@ class Actor:
             fn = effect.fn if effect.fn is not None else \
                 self.machine.implementations.actions.get(effect.type)
             if callable(fn):
+                params = effect.params
                 try:
-                    fn(effect.context, effect.event, **effect.params)
+                    fn(effect.context, effect.event, **params) if params else \
+                        fn(effect.context, effect.event)
                 except Exception as exc:
                     raise ImplementationError(f"action '{effect.type}'", exc) from exc
         elif isinstance(effect, fx.StartTimer):

@@ -10,21 +10,37 @@ actions become effects instead of being called.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from msgspec.structs import replace
 
 from . import effects as fx
-from .actions import ActionSpec, BuiltinAction
-from .configuration import Configuration, in_final_state
+from .actions import (
+    ActionSpec,
+    Assign,
+    BuiltinAction,
+    Cancel,
+    EmitAction,
+    ForwardTo,
+    LogAction,
+    Raise,
+    RecordFailure,
+    RecordSkip,
+    SendParentAction,
+    SendToAction,
+    SpawnChild,
+    StopChild,
+)
+from .configuration import Configuration, Configurations, in_final_state
+from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
-from .events import done_state_event_type, is_error_actor_event
+from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import VISITS, ChildRef, Timer
-
-if TYPE_CHECKING:
-    from .machine import Machine
+from .snapshot import VISITS, ChildRef, Snapshot, SnapshotOwner, Timer
 
 MAX_MICROSTEPS = 10_000
 """A macrostep that has not settled after this many microsteps is an eventless loop."""
@@ -35,61 +51,119 @@ class Step:
     internal queue and the effects collected so far. Built-in actions act on it."""
 
     __slots__ = (
-        "builtins_run",
-        "children",
-        "children_changed",
+        "_children",
+        "_timers",
+        "base",
         "configuration",
+        "configurations",
         "context",
+        "definition",
         "effects",
         "error",
         "event",
-        "guards_used",
         "history",
-        "history_read",
-        "machine",
+        "implementations",
         "microsteps",
         "nodes",
         "now",
         "output",
+        "plans",
         "queue",
         "retries",
         "skipped",
         "status",
-        "timers",
-        "timers_changed",
         "trace",
     )
 
-    def __init__(self, machine: Machine, nodes: Configuration | None, context: FrozenDict,
-                 history: Mapping[str, tuple[StateNode, ...]], timers: Iterable[Timer],
-                 children: Mapping[str, ChildRef], now: Callable[[], int],
-                 retries: FrozenDict = EMPTY, skipped: tuple[Any, ...] = ()) -> None:
-        self.machine = machine
-        # the configuration the step started in, until the first exit or entry changes it;
-        # ``nodes`` is its frozen node set until then (copied to a set on first change)
-        self.configuration = nodes
-        self.nodes: set[StateNode] | frozenset[StateNode] = \
-            nodes.node_set if nodes is not None else set()
-        self.context = context
-        self.history = history
-        self.timers: dict[str, Timer] = {t.id: t for t in timers} if timers else {}
-        self.children: dict[str, ChildRef] = dict(children) if children else {}
+    def __init__(self, definition: Definition, implementations: Implementations,
+                 configurations: Configurations, base: Snapshot | None,
+                 now: Callable[[], int], context: FrozenDict = EMPTY,
+                 trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None,
+                 plans: bool = True) -> None:
+        self.definition = definition
+        self.implementations = implementations
+        self.configurations = configurations
+        self.base = base  # the snapshot this step starts from (None: the machine starts)
+        self.now = now
+        self.trace = trace
+        self.plans = plans  # False: compute every microstep's plan afresh (the reference)
+        self.effects: list[fx.Effect] = []
+        self.queue: list[FrozenDict] = []  # short: a list beats a deque here
+        self.event: FrozenDict = EMPTY
         self.status = "active"
         self.output: Any = None
         self.error: Any = None
-        self.queue: list[FrozenDict] = []  # short: a list beats a deque here
-        self.effects: list[fx.Effect] = []
-        self.event: FrozenDict = EMPTY
-        self.now = now
-        self.guards_used = False
-        self.builtins_run = False  # a built-in's outcome may depend on context or timers
-        self.history_read = False
-        self.trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None
-        self.retries = retries
-        self.skipped = skipped
         self.microsteps = 0
-        self.timers_changed = False
-        self.children_changed = False
+        # the timers and children are copied from the snapshot when first changed
+        self._timers: dict[str, Timer] | None = None
+        self._children: dict[str, ChildRef] | None = None
+        if base is None:
+            self.configuration: Configuration | None = None
+            self.nodes: set[StateNode] | frozenset[StateNode] = set()
+            self.context = context
+            self.history: Mapping[str, tuple[StateNode, ...]] = EMPTY
+            self.retries: FrozenDict = EMPTY
+            self.skipped: tuple[Any, ...] = ()
+        else:
+            # between microsteps ``configuration`` is the interned configuration and
+            # ``nodes`` its node set; inside one that observes it, a copy being changed
+            self.configuration = base.configuration
+            self.nodes = base.configuration.node_set
+            self.context = base.context
+            self.history = base.history_nodes
+            self.retries = base.retry_records
+            self.skipped = base.skipped
+
+    @property
+    def timers(self) -> dict[str, Timer]:
+        """The pending timers, made changeable (the snapshot's stay as they were)."""
+        timers = self._timers
+        if timers is None:
+            timers = self._timers = {t.id: t for t in self.base.timers} \
+                if self.base is not None else {}
+        return timers
+
+    @property
+    def children(self) -> dict[str, ChildRef]:
+        """The child actors, made changeable (the snapshot's stay as they were)."""
+        children = self._children
+        if children is None:
+            children = self._children = dict(self.base.children) \
+                if self.base is not None else {}
+        return children
+
+    def has_timers(self) -> bool:
+        return bool(self._timers) if self._timers is not None else \
+            self.base is not None and bool(self.base.timers)
+
+    def has_children(self) -> bool:
+        return bool(self._children) if self._children is not None else \
+            self.base is not None and bool(self.base.children)
+
+    def result(self, machine: SnapshotOwner) -> Snapshot:
+        """The snapshot this step ends in (parts it did not change shared with the one it
+        started from)."""
+        configuration = self.configuration
+        assert configuration is not None
+        base = self.base
+        if base is None:
+            return Snapshot(machine=machine, configuration=configuration, context=self.context,
+                            status=self.status, output=self.output, error=self.error,
+                            history_nodes=self.history, timers=_due_order(self._timers),
+                            children=FrozenDict(self._children or {}),
+                            retry_records=self.retries, skipped=self.skipped)
+        if self._timers is None and self._children is None and self.status == "active" and \
+                self.history is base.history_nodes and self.retries is base.retry_records and \
+                self.skipped is base.skipped:
+            if configuration is base.configuration and self.context is base.context:
+                return base
+            return replace(base, configuration=configuration, context=self.context)
+        return replace(
+            base, configuration=configuration, context=self.context, status=self.status,
+            output=self.output, error=self.error, history_nodes=self.history,
+            timers=base.timers if self._timers is None else _due_order(self._timers),
+            children=base.children if self._children is None else FrozenDict(self._children),
+            retry_records=self.retries, skipped=self.skipped)
 
     # -- what built-in actions may do (statecharts.actions.ActionScope) ---------------------
 
@@ -103,22 +177,20 @@ class Step:
         self.queue.append(event)
 
     def schedule(self, timer_id: str, event: FrozenDict, delay: Any, target: str | None) -> None:
-        ms = self.machine.resolve_delay(delay, self.context, self.event, self)
+        ms = self.delay_ms(delay)
         due_at = self.now() + ms
         self.timers[timer_id] = Timer(timer_id, event, due_at, target)
-        self.timers_changed = True
         self.effects.append(fx.StartTimer(timer_id, event, ms, due_at, target))
 
     def cancel(self, timer_id: str) -> None:
-        if self.timers.pop(timer_id, None) is not None:
-            self.timers_changed = True
+        if self.has_timers() and self.timers.pop(timer_id, None) is not None:
             self.effects.append(fx.CancelTimer(timer_id))
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
               invoked_by: str | None = None, logic: Any = None, key: str | None = None,
               attempt: int = 1) -> None:
         if logic is None:
-            name, logic = self.machine.resolve_actor(src)
+            name, logic = resolve_actor(self.implementations, src)
         else:
             name = src
         if actor_id is None:
@@ -128,26 +200,24 @@ class Step:
             actor_id = f"{name}#{n}"
         frozen_input = freeze(input, "input")
         self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
-        self.children_changed = True
         self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
                                           key, attempt, logic))
 
     def stop_child(self, actor_id: str) -> None:
-        if self.children.pop(actor_id, None) is not None:
-            self.children_changed = True
+        if self.has_children() and self.children.pop(actor_id, None) is not None:
             self.effects.append(fx.StopChild(actor_id))
 
     def in_state(self, state_id: str) -> bool:
-        node = self.machine.definition.by_id.get(state_id)
+        node = self.definition.by_id.get(state_id)
         return node is not None and node in self.nodes
 
     def check(self, guard: Any) -> bool:
-        spec = self.machine.resolve_guard(guard)
+        spec = resolve_guard(self.definition, self.implementations, guard)
         return spec.evaluate(self.context, self.event, self)
 
     def retry_allowed(self, state_id: str, event: FrozenDict) -> bool:
         record = self.retries[state_id]
-        policy = self.machine.definition.by_id[state_id].retry
+        policy = self.definition.by_id[state_id].retry
         return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
                                   self.now(), record["key"]))
 
@@ -156,7 +226,7 @@ class Step:
 
     def record_skip(self, state_id: str) -> None:
         record = self.retries.get(state_id, {})
-        node = self.machine.definition.by_id[state_id]
+        node = self.definition.by_id[state_id]
         self.skipped = (*self.skipped, FrozenDict(
             state=state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
             error=self.event.get("error")))
@@ -166,24 +236,61 @@ class Step:
                                    state_id: FrozenDict({**self.retries[state_id], **changes})})
 
     def run_actions(self, actions: list[Any]) -> None:
-        run_actions(self, [self.machine.resolve_action(a) for a in actions], self.event)
+        run_actions(self, [_action_spec(self.definition, self.implementations, a)
+                           for a in actions], self.event)
+
+    def delay_ms(self, delay: Any) -> int:
+        """Milliseconds for ``delay``: a number, a name from ``delays=``, a function, or a
+        retried call's next wait."""
+        name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
+        value = delay
+        retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
+        if retried is not None:
+            record = self.retries[retried.id]
+            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
+                                               record["key"]))
+        if isinstance(delay, str):
+            if delay not in self.implementations.delays:
+                raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
+            value = self.implementations.delays[delay]
+        if callable(value):
+            try:
+                value = value(self.context, self.event)
+            except Exception as exc:
+                raise ImplementationError(f"delay {name!r}", exc) from exc
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not math.isfinite(value) or value < 0:
+            raise ImplementationError(f"delay {name!r}", ValueError(
+                f"a delay is a non-negative number of milliseconds, not {value!r}"))
+        return int(value)
+
+
+def _action_spec(definition: Definition, implementations: Implementations,
+                 action: Any) -> ActionSpec:
+    """An action given at run time (``enqueue`` in ``enqueue_actions``), resolved."""
+    if isinstance(action, ActionSpec):
+        return action
+    if isinstance(action, BuiltinAction):
+        return ActionSpec(action.type, None, action)
+    return resolve_action(definition, implementations, action)
 
 
 # -- the macrostep ---------------------------------------------------------------------------
 
-def macrostep(step: Step, event: FrozenDict, selected: list[Transition] | None = None) -> None:
+def macrostep(step: Step, event: FrozenDict) -> None:
     """Process one external event to completion: its microstep, then eventless transitions and
-    internal events until the machine is at rest. ``selected``: the transitions already
-    chosen for ``event`` (by a caller that had to evaluate the guards anyway)."""
-    _forget_finished_child(step, event)
-    transitions = select_transitions(step, event) if selected is None else selected
+    internal events until the machine is at rest."""
+    if event["type"].startswith(_ACTOR_RESULTS):
+        _forget_finished_child(step, event)
+    transitions = select_transitions(step, event)
     if not transitions and is_error_actor_event(event):
         step.status = "error"  # an unhandled actor error fails the machine, as in XState
         step.error = event.get("error")
         _stop_everything(step)
         return
     microstep(step, transitions, event)
-    settle(step, event)
+    if step.queue or step.status != "active" or step.configuration.has_always:  # type: ignore[union-attr]
+        settle(step, event)
 
 
 def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None:
@@ -211,18 +318,22 @@ def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None
         _stop_everything(step)
 
 
+_ACTOR_RESULTS = ("xstate.done.actor.", "xstate.error.actor.")
+
+
 def _forget_finished_child(step: Step, event: FrozenDict) -> None:
     kind = event["type"]
-    if kind.startswith(("xstate.done.actor.", "xstate.error.actor.")) and \
-            step.children.pop(kind.split(".", 3)[3], None) is not None:
-        step.children_changed = True
+    if kind.startswith(("xstate.done.actor.", "xstate.error.actor.")) and step.has_children():
+        step.children.pop(kind.split(".", 3)[3], None)
 
 
 def _stop_everything(step: Step) -> None:
-    for actor_id in list(step.children):
-        step.stop_child(actor_id)
-    for timer_id in list(step.timers):
-        step.cancel(timer_id)
+    if step.has_children():
+        for actor_id in list(step.children):
+            step.stop_child(actor_id)
+    if step.has_timers():
+        for timer_id in list(step.timers):
+            step.cancel(timer_id)
 
 
 # -- selecting transitions -------------------------------------------------------------------
@@ -236,30 +347,136 @@ def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
         chosen = first_enabled(configuration.chain_candidates(event["type"]), step, event)
         return [chosen] if chosen is not None else []
     found: list[Transition] = []
-    _select_in(step.machine.root, step, event, event["type"], found)
+    _select_in(step.definition.root, step.nodes, event["type"],
+               lambda candidates: first_enabled(candidates, step, event), found)
     return found
 
 
-def _select_in(node: StateNode, step: Step, event: FrozenDict, kind: str,
+def _select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
+               choose: Callable[[tuple[Transition, ...]], Transition | None],
                found: list[Transition]) -> bool:
-    nodes = step.nodes
     took = False
     if node.type == PARALLEL:
         for region in node.regions:
-            if region in nodes and _select_in(region, step, event, kind, found):
+            if region in nodes and _select_in(region, nodes, kind, choose, found):
                 took = True
     elif node.type == COMPOUND:
         for child in node.children:
             if child in nodes:
-                took = _select_in(child, step, event, kind, found)
+                took = _select_in(child, nodes, kind, choose, found)
                 break
     if took:
         return True
-    transition = first_enabled(node.candidates(kind), step, event)
+    transition = choose(node.candidates(kind))
     if transition is not None:
         found.append(transition)
         return True
     return False
+
+
+class Route:
+    """How events of one type are taken in one configuration, compiled: the candidate
+    transitions in priority order, each with its guard (a user function called directly, or
+    none) and its plan when that plan is nothing but compiled actions and a change of
+    configuration (None: take the full step). Exists only where selection is this simple:
+    a single-chain configuration whose guards are all plain user functions, or any
+    configuration where no guard decides; not for the engine's own events, nor where an
+    eventless transition could follow."""
+
+    __slots__ = ("choices",)
+
+    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...]) -> None:
+        self.choices = choices
+
+
+def route_for(configurations: Configurations, configuration: Configuration,
+              kind: str) -> Route | None:
+    """The compiled route of ``kind`` in ``configuration`` (kept on it: these are facts of
+    the definition), or None where events of this type take the full step."""
+    found = configuration.routes.get(kind, UNKNOWN)
+    if found is UNKNOWN:
+        found = _compile_route(configurations, configuration, kind)
+        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
+            configuration.routes[kind] = found
+    return found  # type: ignore[no-any-return]
+
+
+def _compile_route(configurations: Configurations, configuration: Configuration,
+                   kind: str) -> Route | None:
+    if kind.startswith("xstate.") or configuration.has_always:
+        return None
+    if configuration.chain is not None:
+        choices: list[tuple[Transition | None, Any, Plan | None]] = []
+        for transition in configuration.chain_candidates(kind):
+            if transition.guard is not None and transition.guard_fn is None:
+                return None  # a guard that needs the step (combinators, stateIn, params)
+            choices.append((transition, transition.guard_fn,
+                            _direct_plan(configurations, configuration, [transition])))
+            if transition.guard is None:
+                break  # the candidates after an unguarded one are never taken
+        return Route(tuple(choices))
+    if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
+        return None
+    selected: list[Transition] = []
+    _select_in(configurations.root, configuration.node_set, kind,
+               lambda candidates: candidates[0] if candidates else None, selected)
+    if not selected:
+        return Route(())
+    return Route(((None, None, _direct_plan(configurations, configuration, selected)),))
+
+
+def _direct_plan(configurations: Configurations, configuration: Configuration,
+                 transitions: list[Transition]) -> Plan | None:
+    """The plan of ``transitions`` when it can run without a ``Step``: only compiled actions,
+    no history recorded or read, no eventless transition after it."""
+    if any(t.has_history_target for t in transitions):
+        return None
+    key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
+    plan = configuration.plans.get(key)
+    if plan is None:
+        plan = compute_plan(configurations, configuration, transitions, EMPTY)
+        if plan.reads_history:
+            return None
+        configuration.plans[key] = plan
+    direct = plan.ops is not None and not plan.recorded and not plan.target.has_always
+    return plan if direct else None
+
+
+def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
+               trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None
+               ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
+    """Take ``event`` along ``route``: the first candidate whose guard passes, its compiled
+    actions, the new snapshot. None when the transition chosen needs the full step."""
+    context = snapshot.context
+    for transition, test, plan in route.choices:
+        if test is not None:
+            try:
+                if not test(context, event):
+                    continue
+            except Exception as exc:
+                assert transition is not None and transition.guard is not None
+                raise ImplementationError(f"guard '{transition.guard.type}' at "
+                                          f"{transition.config_path}", exc) from exc
+        if plan is None or (plan.exits and snapshot.retry_records):
+            return None
+        if trace is not None:
+            trace.append((event, plan.transitions))
+        ops = plan.ops
+        if not ops:  # a change of configuration only, or nothing
+            if plan.target is snapshot.configuration:
+                return snapshot, ()
+            return replace(snapshot, configuration=plan.target), ()
+        effects: list[fx.Effect] = []
+        for op in ops:
+            context = op(context, event, effects)
+        if plan.target is snapshot.configuration and context is snapshot.context:
+            return snapshot, tuple(effects)
+        return replace(snapshot, configuration=plan.target, context=context), tuple(effects)
+    return snapshot, ()
+
+
+UNKNOWN: Any = object()
+"""What ``configuration.routes`` holds for an event type not looked at yet."""
 
 
 def first_enabled(candidates: Iterable[Transition], step: Step,
@@ -269,20 +486,24 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
         guard = transition.guard
         if guard is None:
             return transition
-        step.guards_used = True
         try:
-            if guard.evaluate(step.context, event, step):
+            test = transition.guard_fn
+            if test(step.context, event) if test is not None else \
+                    guard.evaluate(step.context, event, step):
                 return transition
         except ImplementationError as exc:
             raise ImplementationError(f"{exc.where} at {transition.config_path}",
                                       exc.cause) from exc
+        except Exception as exc:  # a user guard called directly failed
+            raise ImplementationError(f"guard '{guard.type}' at {transition.config_path}",
+                                      exc) from exc
     return None
 
 
 def select_eventless_transitions(step: Step, event: FrozenDict) -> list[Transition]:
     """For each atomic state (document order), the first enabled ``always`` transition of it
     or its nearest ancestor that has one; conflicts removed."""
-    if not step.machine.has_always:
+    if step.configuration is not None and not step.configuration.has_always:
         return []
     enabled: list[Transition] = []
     for atomic in sorted((n for n in step.nodes if n.is_atomic), key=_order):
@@ -325,31 +546,156 @@ def remove_conflicting_transitions(transitions: list[Transition], nodes: Abstrac
 # -- the microstep ---------------------------------------------------------------------------
 
 def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
-    """Take ``transitions`` together: exit, transition actions, enter. Returns whether the
-    configuration, context or history changed."""
+    """Take ``transitions`` together: exit, transition actions, enter, as their plan says.
+    Returns whether the configuration, context or history changed."""
     if not transitions:
         return False
     step.microsteps += 1
-    if len(transitions) == 1 and not transitions[0].targets:
-        return _targetless_microstep(step, transitions[0], event)
-    transitions = remove_conflicting_transitions(transitions, step.nodes, step.history)
-    _own_nodes(step)
-    if any(t.has_history_target for t in transitions):
-        step.history_read = True
+    plan = step.configuration.plans.get(  # type: ignore[union-attr]
+        transitions[0] if len(transitions) == 1 else tuple(transitions)) if step.plans else None
+    if plan is None:
+        plan = plan_for(step, transitions)
     if step.trace is not None:
-        step.trace.append((event, tuple(transitions)))
+        step.trace.append((event, plan.transitions))
     # identity, not equality: an assign always makes a new context, and XState re-selects
     # eventless transitions after any assign even when the values are equal
-    before = (step.context, step.history, step.retries)
-    exited = exit_states(step, transitions, event)
+    context, history, retries = step.context, step.history, step.retries
+    run_plan(step, plan, event)
+    if plan.targetless:
+        return step.context is not context
+    if step.status == "done":
+        _exit_all_if_done(step, event)
+    return bool(plan.exits or plan.entries) or step.context is not context or \
+        step.history is not history or step.retries is not retries
+
+
+class Plan:
+    """What a microstep does, given the configuration and the transitions it takes: the
+    transitions left after conflicts, the states exited (innermost first) and the history
+    they record, the states entered (document order), and the configuration reached.
+
+    None of it depends on context or event data, so a plan is computed once by the functions
+    below (SCXML's exit and entry sets) and kept on its configuration; guards and action
+    bodies still run every time. Plans that go through a history state are computed afresh
+    each time (where they lead depends on what the history holds)."""
+
+    __slots__ = ("entries", "exits", "observes_nodes", "ops", "reads_history", "recorded",
+                 "remaining", "target", "targetless", "transitions")
+
+    def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
+                 recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
+                 remaining: frozenset[StateNode], target: Configuration) -> None:
+        self.transitions = transitions
+        self.exits = exits
+        self.recorded = recorded
+        self.entries = entries
+        self.remaining = remaining  # the active states between the exits and the entries
+        self.target = target
+        self.targetless = len(transitions) == 1 and not transitions[0].targets
+        # where a history state leads depends on what it holds: a target, or the initial
+        # state of a state entered, that is a history state makes the plan good only once
+        self.reads_history = any(t.has_history_target for t in transitions) or any(
+            n.initial is not None and n.initial.type == HISTORY for n in entries)
+        # entering a final state, and some built-ins (``enqueue_actions``' check, SCXML's
+        # In()), look at the active states while the microstep runs: keep them exact then
+        self.observes_nodes = any(n.type == FINAL for n in entries) or any(
+            _reads_configuration(a) for a in _plan_actions(exits, transitions, entries))
+        # the whole microstep as one list of compiled actions, when the states exited and
+        # entered bring nothing but actions (no timers, invocations or retried calls) and
+        # every action compiles (user actions, assigns of a mapping)
+        plain = not self.observes_nodes and not any(
+            n.after_timers or n.invoke or n.retry is not None or n.retry_attempt_of is not None
+            for n in (*exits, *entries))
+        ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
+            if plain else [None]
+        self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
+
+
+PLANS_PER_CONFIGURATION = 1024
+
+
+def plan_for(step: Step, transitions: list[Transition]) -> Plan:
+    """The plan of ``transitions`` in the step's configuration: the one kept on the
+    configuration, else computed now (and kept, unless it reads history)."""
+    configuration = step.configuration
+    assert configuration is not None
+    key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
+    plan = configuration.plans.get(key) if step.plans else None
+    if plan is None:
+        plan = compute_plan(step.configurations, configuration, transitions, step.history)
+        if step.plans and not plan.reads_history and \
+                len(configuration.plans) < PLANS_PER_CONFIGURATION:
+            configuration.plans[key] = plan
+    return plan
+
+
+def compute_plan(configurations: Configurations, configuration: Configuration,
+                 transitions: list[Transition], history: Mapping[str, tuple[StateNode, ...]]
+                 ) -> Plan:
+    """SCXML's microstep, computed without running anything: conflicts removed, the exit
+    set (recording history), the entry set with the history just recorded."""
+    nodes = configuration.node_set
+    kept = remove_conflicting_transitions(transitions, nodes, history)
+    exits = tuple(sorted(compute_exit_set(kept, nodes, history), key=_order, reverse=True))
+    recorded = record_history(exits, nodes, EMPTY)
+    to_enter: set[StateNode] = set()
+    compute_entry_set(kept, {**history, **recorded} if recorded else history, set(), to_enter)
+    remaining = nodes.difference(exits)
+    target = configurations.of_nodes(remaining | to_enter) if exits or to_enter else \
+        configuration
+    return Plan(tuple(kept), exits, recorded, tuple(sorted(to_enter, key=_order)), remaining,
+                target)
+
+
+def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
+    """Exit, run the transitions' actions, enter, as ``plan`` says, ending in its target."""
+    if plan.recorded:
+        step.history = FrozenDict({**step.history, **plan.recorded})
+    ops = plan.ops
+    if ops is not None and not (step.retries and plan.exits):
+        context, effects = step.context, step.effects
+        for op in ops:
+            context = op(context, event, effects)
+        step.context = context
+    else:
+        nodes = _own_nodes(step) if plan.observes_nodes else None
+        for node in plan.exits:
+            exit_state(step, node, event)
+            if nodes is not None:
+                nodes.discard(node)
+        for transition in plan.transitions:
+            run_actions(step, transition.actions, event)
+        if step.retries and plan.exits:
+            _close_retry_records(step, plan.remaining)
+        completed: set[StateNode] = set()
+        for node in plan.entries:
+            if nodes is not None:
+                nodes.add(node)
+            enter_state(step, node, event)
+            if node.type == FINAL:
+                _complete(step, node, event, completed)
+    step.configuration = plan.target
+    step.nodes = plan.target.node_set
+
+
+def _plan_actions(exits: Iterable[StateNode], transitions: Iterable[Transition],
+                  entries: Iterable[StateNode]) -> Iterable[ActionSpec]:
+    for node in exits:
+        yield from node.exit
     for transition in transitions:
-        run_actions(step, transition.actions, event)
-    if step.retries and exited:
-        _close_retry_records(step)
-    entered = enter_states(step, transitions, event)
-    _exit_all_if_done(step, event)
-    return bool(exited or entered) or \
-        any(a is not b for a, b in zip(before, (step.context, step.history, step.retries)))
+        yield from transition.actions
+    for node in entries:
+        yield from node.entry
+
+
+def _reads_configuration(action: ActionSpec) -> bool:
+    """True for built-ins that may look at the active states while they run."""
+    impl = action.impl
+    return isinstance(impl, BuiltinAction) and not isinstance(impl, _BLIND_BUILTINS)
+
+
+_BLIND_BUILTINS = (Assign, Raise, EmitAction, LogAction, SendToAction, SendParentAction,
+                   ForwardTo, Cancel, SpawnChild, StopChild, RecordFailure, RecordSkip)
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
@@ -361,43 +707,25 @@ def _own_nodes(step: Step) -> set[StateNode]:
     return nodes
 
 
-def _targetless_microstep(step: Step, transition: Transition, event: FrozenDict) -> bool:
-    """A transition without target exits and enters nothing: only its actions run."""
-    if step.trace is not None:
-        step.trace.append((event, (transition,)))
-    context = step.context
-    run_actions(step, transition.actions, event)
-    return step.context is not context
+def exit_state(step: Step, node: StateNode, event: FrozenDict) -> None:
+    """Exit actions, then the state's timers cancelled and its invoked actors stopped."""
+    run_actions(step, node.exit, event)
+    for timer_event, _ in node.after_timers:
+        step.cancel(timer_event)
+    for invoke in node.invoke:
+        step.stop_child(invoke.id)
 
 
-def exit_states(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
-    """Exit the states ``transitions`` leave, innermost first, recording history first."""
-    to_exit = sorted(compute_exit_set(transitions, step.nodes, step.history), key=_order,
-                     reverse=True)
-    if not to_exit:
-        return False
-    step.history = record_history(to_exit, step.nodes, step.history)
-    nodes = _own_nodes(step)
-    for node in to_exit:
-        run_actions(step, node.exit, event)
-        for timer_event, _ in node.after_timers:
-            step.cancel(timer_event)
-        for invoke in node.invoke:
-            step.stop_child(invoke.id)
-        nodes.discard(node)
-    return True
-
-
-def _close_retry_records(step: Step) -> None:
+def _close_retry_records(step: Step, remaining: AbstractSet[StateNode]) -> None:
     """Forget the retry records of retried states just exited (after the transition's own
     actions, which may still read them: ``recordSkip``)."""
-    by_id = step.machine.definition.by_id
-    kept = {k: v for k, v in step.retries.items() if k == VISITS or by_id[k] in step.nodes}
+    by_id = step.definition.by_id
+    kept = {k: v for k, v in step.retries.items() if k == VISITS or by_id[k] in remaining}
     if len(kept) != len(step.retries):
         step.retries = FrozenDict(kept)
 
 
-def record_history(to_exit: list[StateNode], nodes: AbstractSet[StateNode],
+def record_history(to_exit: Iterable[StateNode], nodes: AbstractSet[StateNode],
                    history: Mapping[str, tuple[StateNode, ...]]
                    ) -> Mapping[str, tuple[StateNode, ...]]:
     """History values after exiting ``to_exit``: deep history remembers atomic descendants,
@@ -415,20 +743,14 @@ def record_history(to_exit: list[StateNode], nodes: AbstractSet[StateNode],
     return history if changed is None else FrozenDict(changed)
 
 
-def enter_states(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
-    """Enter the states ``transitions`` lead to, outermost first, raising done events."""
-    to_enter: set[StateNode] = set()
-    default_entry: set[StateNode] = set()
-    compute_entry_set(transitions, step.history, default_entry, to_enter)
-    return enter(step, to_enter, event)
-
-
 def enter_initial_states(step: Step, event: FrozenDict) -> None:
     """Start the machine: enter the root and its initial descendants."""
-    root = step.machine.root
+    root = step.definition.root
     to_enter = {root}
     add_descendants(root, step.history, set(), to_enter)
     enter(step, to_enter, event)
+    step.nodes = frozenset(step.nodes)
+    step.configuration = step.configurations.of_nodes(step.nodes)
     _exit_all_if_done(step, event)
 
 
@@ -460,7 +782,7 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     run_actions(step, node.entry, event)
     for timer_event, delay in node.after_timers:
         step.event = event
-        step.schedule(timer_event, step.machine.event(timer_event), delay, None)
+        step.schedule(timer_event, normalize_event(timer_event), delay, None)
     for invoke in node.invoke:
         actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
             invoke.input
@@ -509,7 +831,7 @@ def _complete(step: Step, final: StateNode, event: FrozenDict,
     if marker is not None:
         return
     step.status = "done"
-    root = step.machine.root
+    root = step.definition.root
     if root.output is not None:
         completion_output = _resolve_output(root_completion.output, step, event) \
             if root_completion.parent is not None else None
@@ -705,7 +1027,6 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
         if callable(params):
             params = freeze(params(step.context, event), f"action '{action.type}' params")
         if isinstance(impl, BuiltinAction):
-            step.builtins_run = True
             step.event = event
             try:
                 impl.resolve(step, params or EMPTY)
@@ -718,5 +1039,51 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
                                              impl))
 
 
+Op = Callable[[FrozenDict, FrozenDict, list[fx.Effect]], FrozenDict]
+"""A compiled action: ``op(context, event, effects) -> context``."""
+
+
+def compile_action(action: ActionSpec) -> Op | None:
+    """``action`` as one call doing what ``run_actions`` does with it, for the common kinds
+    (a user action without computed params; an ``assign`` of a mapping with string keys);
+    None for the others, which need the ``Step``."""
+    impl, params = action.impl, action.params
+    kind = action.type
+    if callable(params):
+        return None
+    if not isinstance(impl, BuiltinAction):
+        fixed = params or EMPTY
+
+        def run_user(context: FrozenDict, event: FrozenDict,
+                     effects: list[fx.Effect]) -> FrozenDict:
+            effects.append(fx.RunAction(kind, fixed, context, event, impl))
+            return context
+        return run_user
+    if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
+        return None
+    items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
+    if not all(type(key) is str for key, _, _ in items):
+        return None
+
+    def run_assign(context: FrozenDict, event: FrozenDict,
+                   effects: list[fx.Effect]) -> FrozenDict:
+        changes = {}
+        for key, value, computed in items:
+            if computed:
+                try:
+                    value = value(context, event)
+                except StatechartError:
+                    raise
+                except Exception as exc:
+                    raise ImplementationError(f"action '{kind}'", exc) from exc
+            changes[key] = value
+        return frozen_update(context, changes)  # the one place context values are checked
+    return run_assign
+
+
 def _order(node: StateNode) -> int:
     return node.order
+
+
+def _due_order(timers: dict[str, Timer] | None) -> tuple[Timer, ...]:
+    return tuple(sorted(timers.values(), key=lambda t: (t.due_at, t.id))) if timers else ()

@@ -1,7 +1,8 @@
 """Configurations: sets of active state nodes, interned per machine.
 
 A configuration knows everything about itself that does not depend on context: its state value,
-tags, atomic states and whether any active state has eventless transitions. Interning makes a
+tags, atomic states, whether any active state has eventless transitions, and the plans of the
+microsteps taken from it (``algorithm.Plan``). Interning (``Configurations``) makes a
 configuration usable as a cache key by identity.
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .actions import Assign, BuiltinAction
+import orjson
+
 from .errors import SnapshotError
 from .frozen import FrozenDict
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
@@ -28,9 +30,10 @@ class Configuration:
         "ids",
         "key",
         "leaves",
-        "moves",
         "node_set",
         "nodes",
+        "plans",
+        "routes",
         "tags",
         "value",
     )
@@ -48,9 +51,11 @@ class Configuration:
         self.has_always = any(n.always for n in self.nodes)
         self.ids = frozenset(n.id for n in self.nodes)
         self.leaves = tuple(".".join(n.path) for n in self.atomic)
-        # event type -> next configuration, for events that only move between
-        # configurations (filled by Machine.step; see machine.py)
-        self.moves: dict[str, Configuration] = {}
+        # transition (or tuple of transitions) -> the plan of taking it from here
+        # (filled by algorithm.plan_for)
+        self.plans: dict[Any, Any] = {}
+        # event type -> its compiled route here, or None (filled by algorithm.route_for)
+        self.routes: dict[str, Any] = {}
         # without parallel states the active states form one chain, leaf to root, and
         # selection is "the first enabled candidate along the chain"
         self.chain: tuple[StateNode, ...] | None = None
@@ -74,24 +79,36 @@ class Configuration:
         return f"<Configuration {sorted(self.ids)}>"
 
 
-    def chain_only(self, event_type: str) -> tuple[Any, ...] | None:
-        """The chain candidates for ``event_type`` when the macrostep cannot go beyond the
-        chosen transition (no eventless transitions here, not one of the engine's own
-        events); None otherwise."""
-        if self.chain is None or self.has_always or event_type.startswith("xstate."):
-            return None
-        found = self._chain_candidates.get(event_type)
-        return found if found is not None else self.chain_candidates(event_type)
+class Configurations:
+    """The interned configurations of one machine, by node set and by persisted state value."""
 
+    MAX_VALUES = 4096
 
-def only_assigns(transition: Any) -> bool:
-    """A targetless transition whose actions only assign or are user actions."""
-    found: bool | None = transition.only_assigns
-    if found is None:
-        found = transition.only_assigns = not transition.targets and all(
-            isinstance(a.impl, Assign) or not isinstance(a.impl, BuiltinAction)
-            for a in transition.actions)
-    return found
+    def __init__(self, root: StateNode) -> None:
+        self.root = root
+        self._by_nodes: dict[frozenset[StateNode], Configuration] = {}
+        self._by_value: dict[bytes, Configuration] = {}
+
+    def of_nodes(self, nodes: frozenset[StateNode]) -> Configuration:
+        """The configuration of exactly these active nodes."""
+        found = self._by_nodes.get(nodes)
+        if found is None:
+            found = self._by_nodes[nodes] = Configuration(self.root, nodes)
+        return found
+
+    def of_value(self, value: Any) -> Configuration:
+        """The configuration a persisted state value names (validated the first time each
+        distinct value is seen; the JSON text of the value is the cache key)."""
+        key = orjson.dumps(value)
+        found = self._by_value.get(key)
+        if found is None:
+            found = self.of_nodes(nodes_from_value(self.root, value))
+            if len(self._by_value) < self.MAX_VALUES:
+                self._by_value[key] = found
+        return found
+
+    def __iter__(self) -> Any:
+        return iter(self._by_nodes.values())
 
 
 def _order(node: StateNode) -> int:

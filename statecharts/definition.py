@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
-from .errors import MachineDefinitionError
+from .errors import ImplementationError, MachineDefinitionError
 from .events import (
     after_event_type,
     done_actor_event_type,
@@ -819,3 +819,15 @@ def resolve_action(definition: Definition, impl: Implementations, action: Any) -
     if builder.problems or spec is None:
         raise MachineDefinitionError(builder.problems or ["enqueue: not an action"])
     return spec
+
+
+def resolve_actor(impl: Implementations, src: Any) -> tuple[str, Any]:
+    """(name, logic) for a ``src``: a name from ``actors=`` or actor logic itself."""
+    if isinstance(src, str):
+        logic = impl.actors.get(src)
+        if logic is None:
+            raise ImplementationError(f"actor {src!r}", LookupError(
+                f"no actor named {src!r} in actors= (known: "
+                f"{', '.join(sorted(impl.actors)) or 'none'})"))
+        return src, logic
+    return str(getattr(src, "name", None) or getattr(src, "__name__", "actor")), src

@@ -1,29 +1,26 @@
 """The machine: a validated definition plus its implementations, and the pure
 ``initial_transition`` / ``transition`` functions over snapshots.
 
-``transition`` keeps a cache of transitions that only move between configurations (no guard
-consulted, no action, no context change, no timers, no history): for those an event costs one
-dictionary lookup. Every other event runs the full algorithm. The cache is invisible: results
-are identical either way (the property tests check this).
+Every microstep runs through a plan (``algorithm.Plan``: exits, actions, entries, target
+configuration) that the algorithm computes once per configuration and transition set and keeps
+on the configuration. ``machine.plans = False`` computes every plan afresh instead; results are
+identical either way (the property tests check this).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from . import algorithm
-from .actions import ActionSpec, BuiltinAction
-from .configuration import Configuration, nodes_from_value, only_assigns
+from .actions import ActionSpec
+from .configuration import Configuration, Configurations
 from .definition import (
     Definition,
     Implementations,
     build_definition,
     fingerprint_with,
-    resolve_action,
+    resolve_actor,
     resolve_guard,
 )
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
@@ -32,11 +29,10 @@ from .events import INIT, EventLike, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode
-from .snapshot import Snapshot, make_snapshot, persist, restore
+from .snapshot import Snapshot, persist, restore
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
-_MOVES_PER_CONFIGURATION = 1024
 
 
 class Machine:
@@ -54,13 +50,10 @@ class Machine:
             self.definition.version else fingerprint_with(
                 self.definition.legacy_fingerprint, self.definition.nodes, self.version,
                 self.definition.context)
-        self.has_always = any(n.always for n in self.definition.nodes)
-        self.fast_paths = True
-        """Shortcuts for events that only move between configurations or only assign; they
-        give the same results as the full algorithm (tests switch them off to compare)."""
-        self._configurations: dict[frozenset[StateNode], Configuration] = {}
-        self._by_value: dict[bytes, Configuration] = {}
-        self._events: dict[str, FrozenDict] = {}
+        self.plans = True
+        """Keep each microstep's plan on its configuration and reuse it (False: compute every
+        plan afresh, the reference the property tests compare with)."""
+        self.configurations = Configurations(self.definition.root)
         self._paths: dict[str, StateNode | None] = {}
 
     # -- identity ----------------------------------------------------------------------------
@@ -115,32 +108,31 @@ class Machine:
 
     def stop(self, snapshot: Snapshot) -> Result:
         """The snapshot with status ``stopped``: children stopped, timers cancelled."""
-        step = self._step_from(snapshot, _fixed(None))
+        step = self._step_from(snapshot, _ZERO)
         algorithm._stop_everything(step)
         step.status = "stopped"
-        return self._snapshot_from(step, snapshot), tuple(step.effects)
+        return step.result(self), tuple(step.effects)
 
     def fail(self, snapshot: Snapshot, error: Any) -> Result:
         """The snapshot with status ``error`` (a runtime calls this when an action raised)."""
-        step = self._step_from(snapshot, _fixed(None))
+        step = self._step_from(snapshot, _ZERO)
         algorithm._stop_everything(step)
         step.status = "error"
         step.error = freeze(error, "error")
-        return self._snapshot_from(step, snapshot), tuple(step.effects)
+        return step.result(self), tuple(step.effects)
 
-    def start(self, input: Any, now: Callable[[], int], trace: list[Any] | None = None
-              ) -> Result:
+    def start(self, input: Any, now: Callable[[], int],
+              trace: list[Any] | None = None) -> Result:
         """``initial_transition`` with a clock function (for runtimes). With a ``trace`` list,
         the microsteps after the initial entry are traced as in ``step``."""
         frozen_input = freeze(input, "input")
         event = FrozenDict(type=INIT, input=frozen_input) if input is not None else \
-            self.event(INIT)
-        step = algorithm.Step(self, None, self._initial_context(frozen_input), EMPTY, (), EMPTY,
-                              now)
-        step.trace = trace
+            normalize_event(INIT)
+        step = algorithm.Step(self.definition, self.implementations, self.configurations,
+                              None, now, self._initial_context(frozen_input), trace, self.plans)
         algorithm.enter_initial_states(step, event)
         algorithm.settle(step, event)
-        return self._snapshot_from(step, None), tuple(step.effects)
+        return step.result(self), tuple(step.effects)
 
     def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
              trace: list[Any] | None = None) -> Result:
@@ -148,73 +140,46 @@ class Machine:
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
         """
-        if snapshot._status != "active":
+        if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
-        if snapshot._machine is not self:
+        if snapshot.machine is not self:
             self._check_owner(snapshot)
-        configuration = snapshot._configuration
-        if trace is None and self.fast_paths:
-            moved = configuration.moves.get(event["type"])
-            if moved is not None:
-                if moved is configuration:
-                    return snapshot, NO_EFFECTS
-                return make_snapshot(self, moved, snapshot._context, "active", None, None,
-                                     snapshot._history, snapshot._timers, snapshot._children,
-                                     snapshot._retries, snapshot._skipped), NO_EFFECTS
-        step = self._step_from(snapshot, now)
-        step.trace = trace
-        selected: list[Any] | None = None
-        candidates = configuration.chain_only(event["type"]) if self.fast_paths else None
-        if candidates is not None and trace is None:
-            chosen = algorithm.first_enabled(candidates, step, event)
-            # a guard given the scope (SCXML's) may have queued events or started timers
-            pristine = not (step.queue or step.timers_changed or step.children_changed or
-                            step.status != "active")
-            if pristine and (chosen is None or only_assigns(chosen)):
-                return self._context_only_step(snapshot, step, chosen, event)
-            selected = [] if chosen is None else [chosen]
-        algorithm.macrostep(step, event, selected)
-        result = self._snapshot_from(step, snapshot)
-        if self._is_plain_move(step, snapshot, result):
-            self._remember(configuration, event["type"], result._configuration)
-        return result, tuple(step.effects)
-
-    def _context_only_step(self, snapshot: Snapshot, step: algorithm.Step, chosen: Any,
-                           event: FrozenDict) -> Result:
-        """The chosen transition (or none) is targetless and only assigns or runs user
-        actions, in a configuration without eventless transitions: the macrostep cannot
-        change the configuration or raise anything, so it is just these actions."""
-        if chosen is not None and chosen.actions:
-            algorithm.run_actions(step, chosen.actions, event)
-        if step.context is snapshot._context and not step.effects:
-            return snapshot, NO_EFFECTS
-        return make_snapshot(self, snapshot._configuration, step.context, "active", None, None,
-                             snapshot._history, snapshot._timers, snapshot._children,
-                             snapshot._retries, snapshot._skipped), tuple(step.effects)
+        if self.plans:
+            route = snapshot.configuration.routes.get(event["type"], algorithm.UNKNOWN)
+            if route is algorithm.UNKNOWN:
+                route = algorithm.route_for(self.configurations, snapshot.configuration,
+                                            event["type"])
+            if route is not None:
+                taken = algorithm.take_route(route, snapshot, event, trace)
+                if taken is not None:
+                    return taken
+        step = algorithm.Step(self.definition, self.implementations, self.configurations,
+                              snapshot, now, EMPTY, trace, self.plans)
+        algorithm.macrostep(step, event)
+        effects = step.effects
+        return step.result(self), tuple(effects) if effects else NO_EFFECTS
 
     def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int],
                       trace: list[Any] | None = None) -> Result:
         """``fire_timer`` with a clock function (for runtimes)."""
-        timer = next((t for t in snapshot._timers if t.id == timer_id), None)
-        if timer is None or snapshot._status != "active":
+        timer = next((t for t in snapshot.timers if t.id == timer_id), None)
+        if timer is None or snapshot.status != "active":
             return snapshot, NO_EFFECTS
-        step = self._step_from(snapshot, now)
-        step.trace = trace
+        step = self._step_from(snapshot, now, trace)
         del step.timers[timer_id]
-        step.timers_changed = True
         if timer.target is None:
             algorithm.macrostep(step, timer.event)
         elif timer.target == "#parent":
             step.effects.append(SendParent(timer.event))
         else:
             step.effects.append(SendTo(timer.target, timer.event))
-        return self._snapshot_from(step, snapshot), tuple(step.effects)
+        return step.result(self), tuple(step.effects)
 
     def can(self, snapshot: Snapshot, event: EventLike) -> bool:
         """True when ``event`` would take a transition with a target or actions."""
-        if snapshot._status != "active":
+        if snapshot.status != "active":
             return False
-        step = self._step_from(snapshot, _fixed(None))
+        step = self._step_from(snapshot, _ZERO)
         transitions = algorithm.select_transitions(step, normalize_event(event))
         return any(t.targets or t.actions for t in transitions)
 
@@ -232,46 +197,11 @@ class Machine:
 
     def event(self, event_type: str) -> FrozenDict:
         """A cached frozen ``{"type": event_type}``."""
-        found = self._events.get(event_type)
-        if found is None:
-            found = self._events[event_type] = FrozenDict(type=event_type)
-        return found
-
-    def resolve_delay(self, delay: Any, context: Any, event: Any,
-                      step: algorithm.Step | None = None) -> int:
-        """Milliseconds for ``delay``: a number, a name from ``delays=``, or a function."""
-        name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
-        value = delay
-        retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
-        if retried is not None and step is not None:
-            record = step.retries[retried.id]
-            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
-                                               record["key"]))
-        if isinstance(delay, str):
-            if delay not in self.implementations.delays:
-                raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
-            value = self.implementations.delays[delay]
-        if callable(value):
-            try:
-                value = value(context, event)
-            except Exception as exc:
-                raise ImplementationError(f"delay {name!r}", exc) from exc
-        if isinstance(value, bool) or not isinstance(value, int | float) or \
-                not math.isfinite(value) or value < 0:
-            raise ImplementationError(f"delay {name!r}", ValueError(
-                f"a delay is a non-negative number of milliseconds, not {value!r}"))
-        return int(value)
+        return normalize_event(event_type)
 
     def resolve_actor(self, src: Any) -> tuple[str, Any]:
         """(name, logic) for a ``src``: a name from ``actors=`` or actor logic itself."""
-        if isinstance(src, str):
-            logic = self.implementations.actors.get(src)
-            if logic is None:
-                raise ImplementationError(f"actor {src!r}", LookupError(
-                    f"no actor named {src!r} in actors= (known: "
-                    f"{', '.join(sorted(self.implementations.actors)) or 'none'})"))
-            return src, logic
-        return str(getattr(src, "name", None) or getattr(src, "__name__", "actor")), src
+        return resolve_actor(self.implementations, src)
 
     def resolve_guard(self, guard: Any) -> GuardSpec:
         """A guard given at run time (``check`` in ``enqueue_actions``), resolved."""
@@ -279,11 +209,7 @@ class Machine:
 
     def resolve_action(self, action: Any) -> ActionSpec:
         """An action given at run time (``enqueue`` in ``enqueue_actions``), resolved."""
-        if isinstance(action, ActionSpec):
-            return action
-        if isinstance(action, BuiltinAction):
-            return ActionSpec(action.type, None, action)
-        return resolve_action(self.definition, self.implementations, action)
+        return algorithm._action_spec(self.definition, self.implementations, action)
 
     def _initial_context(self, input: Any) -> FrozenDict:
         context = self.definition.context
@@ -299,62 +225,23 @@ class Machine:
             raise ImplementationError("context", TypeError("context must be a mapping"))
         return frozen
 
-    def _configuration_of_value(self, value: Any) -> Configuration:
-        """The configuration a persisted state value names (validated the first time each
-        distinct value is seen; the JSON text of the value is the cache key)."""
-        key = orjson.dumps(value)
-        found = self._by_value.get(key)
-        if found is None:
-            found = self._configuration_for(nodes_from_value(self.root, value))
-            if len(self._by_value) < 4096:
-                self._by_value[key] = found
-        return found
+    def configuration_of_value(self, value: Any) -> Configuration:
+        """The configuration a persisted state value names (``SnapshotError`` if none)."""
+        return self.configurations.of_value(value)
 
-    def _configuration_for(self, nodes: frozenset[StateNode]) -> Configuration:
-        found = self._configurations.get(nodes)
-        if found is None:
-            found = self._configurations[nodes] = Configuration(self.root, nodes)
-        return found
-
-    def _step_from(self, snapshot: Snapshot, now: Callable[[], int]) -> algorithm.Step:
-        return algorithm.Step(self, snapshot._configuration, snapshot._context,
-                              snapshot._history, snapshot._timers, snapshot._children, now,
-                              snapshot._retries, snapshot._skipped)
-
-    def _snapshot_from(self, step: algorithm.Step, before: Snapshot | None) -> Snapshot:
-        configuration = step.configuration or self._configuration_for(frozenset(step.nodes))
-        if before is not None and not step.timers_changed:
-            timers = before._timers
-        else:
-            timers = tuple(sorted(step.timers.values(), key=lambda t: (t.due_at, t.id)))
-        if before is not None and not step.children_changed:
-            children = before._children
-        else:
-            children = FrozenDict(step.children)
-        return make_snapshot(self, configuration, step.context, step.status, step.output,
-                             step.error, step.history, timers, children, step.retries,
-                             step.skipped)
-
-    def _is_plain_move(self, step: algorithm.Step, before: Snapshot, after: Snapshot) -> bool:
-        return (not step.effects and not step.guards_used and not step.builtins_run and
-                not step.history_read and
-                step.microsteps <= 1 and after._status == "active" and
-                after._context is before._context and after._history is before._history and
-                after._timers is before._timers and after._children is before._children and
-                after._retries is before._retries and not after._configuration.has_always)
-
-    def _remember(self, configuration: Configuration, event_type: str,
-                  result: Configuration) -> None:
-        if len(configuration.moves) < _MOVES_PER_CONFIGURATION:
-            configuration.moves[event_type] = result
+    def _step_from(self, snapshot: Snapshot, now: Callable[[], int],
+                   trace: list[Any] | None = None) -> algorithm.Step:
+        return algorithm.Step(self.definition, self.implementations, self.configurations,
+                              snapshot, now, EMPTY, trace, self.plans)
 
     def _check_owner(self, snapshot: Snapshot) -> None:
-        other = snapshot._machine
+        other = snapshot.machine
         if other.definition is not self.definition and other.fingerprint != self.fingerprint:
             raise SnapshotError("machine", f"this snapshot belongs to machine {other.id!r} "
                                 f"(fingerprint {other.fingerprint}), not {self.id!r}")
 
-    def _matches(self, configuration: Configuration, value: Any) -> bool:
+    def matches(self, configuration: Configuration, value: Any) -> bool:
+        """True when ``configuration`` is in ``value`` (a dotted path or a state value)."""
         paths = [value] if isinstance(value, str) else _paths_of(value, "")
         for path in paths:
             node = self._paths.get(path)
@@ -368,8 +255,14 @@ class Machine:
         return f"<Machine {self.id!r} ({len(self.definition.nodes)} states)>"
 
 
+def _ZERO() -> int:
+    return 0
+
+
 def _fixed(now: int | None) -> Callable[[], int]:
-    moment = 0 if now is None else int(now)
+    if now is None:
+        return _ZERO
+    moment = int(now)
     return lambda: moment
 
 

@@ -27,9 +27,9 @@ class Transition:
         "description",
         "event",
         "guard",
+        "guard_fn",
         "has_history_target",
         "meta",
-        "only_assigns",
         "order",
         "reenter",
         "source",
@@ -52,7 +52,9 @@ class Transition:
         self.order = 0
         self.config_path = config_path
         self.has_history_target = any(t.type == HISTORY for t in targets)
-        self.only_assigns: bool | None = None  # memo of configuration.only_assigns
+        # a named or inline user guard without params is called directly: fn(context, event)
+        self.guard_fn = guard.fn if guard is not None and guard.fn is not None and \
+            not guard.params and not getattr(guard.fn, "takes_scope", False) else None
 
     @property
     def is_forbidden(self) -> bool:

@@ -7,10 +7,11 @@ and raises a ``SnapshotError`` naming the field instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import orjson
 
 from .configuration import Configuration
@@ -20,7 +21,7 @@ from .frozen import EMPTY, FrozenDict, freeze, thaw
 from .nodes import HISTORY, StateNode
 
 if TYPE_CHECKING:
-    from .machine import Machine
+    from .definition import Definition
 
 FORMAT = 1
 VISITS = "#visits"
@@ -65,199 +66,146 @@ class ChildRef:
                 "input": self.input, "state": self.state}
 
 
-class Snapshot:
-    """The state of a machine at rest. Immutable: every change makes a new snapshot.
-
-    ``value`` is XState's state value, ``context`` a frozen mapping, ``status`` one of
-    ``active``, ``done``, ``error``, ``stopped``.
-    """
-
-    __slots__ = (
-        "_children",
-        "_configuration",
-        "_context",
-        "_error",
-        "_history",
-        "_machine",
-        "_output",
-        "_retries",
-        "_skipped",
-        "_status",
-        "_timers",
-    )
-
-    _machine: Machine
-    _configuration: Configuration
-    _context: FrozenDict
-    _status: str
-    _output: Any
-    _error: Any
-    _history: Mapping[str, tuple[StateNode, ...]]
-    _timers: tuple[Timer, ...]
-    _children: Mapping[str, ChildRef]
-    _retries: FrozenDict
-    _skipped: tuple[FrozenDict, ...]
-
-    def __init__(self) -> None:
-        raise TypeError("snapshots come from machine.initial_transition(), transition() or "
-                        "restore()")
+class SnapshotOwner(Protocol):
+    """What a snapshot needs from the machine it belongs to (``Machine`` is one); declared
+    here so that this module depends on nothing above it."""
 
     @property
-    def machine(self) -> Machine:
-        """The machine this snapshot belongs to."""
-        return self._machine
+    def id(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def definition(self) -> Definition: ...
+    version: str | None
+    migrations: Mapping[str, Callable[[dict[str, Any]], Mapping[str, Any]]]
+
+    def configuration_of_value(self, value: Any) -> Configuration: ...
+    def matches(self, configuration: Configuration, value: Any) -> bool: ...
+    def can(self, snapshot: Snapshot, event: EventLike) -> bool: ...
+
+
+class Snapshot(msgspec.Struct, frozen=True, eq=False):
+    """The state of a machine at rest. Immutable: every change makes a new snapshot.
+
+    These fields are the one definition of what a snapshot holds: the engine builds snapshots
+    from them (``msgspec.structs.replace`` for "the same, but"), ``persist`` writes them and
+    ``restore`` reads them back, validated. ``value`` is XState's state value, ``context`` a
+    frozen mapping, ``status`` one of ``active``, ``done``, ``error``, ``stopped``.
+    """
+
+    machine: SnapshotOwner
+    """The machine this snapshot belongs to."""
+    configuration: Configuration
+    """The active state nodes."""
+    context: FrozenDict = EMPTY
+    """The context: a frozen mapping of JSON values."""
+    status: str = "active"
+    """``active``, ``done``, ``error`` or ``stopped``."""
+    output: Any = None
+    """The machine's output once it is done."""
+    error: Any = None
+    """The error that stopped the machine (status ``error``)."""
+    history_nodes: Mapping[str, tuple[StateNode, ...]] = EMPTY
+    """Recorded history: history state id -> the nodes it remembers (``history``: their ids)."""
+    timers: tuple[Timer, ...] = ()
+    """Pending delayed events, in due order."""
+    children: Mapping[str, ChildRef] = EMPTY
+    """Child actors by id."""
+    retry_records: FrozenDict = EMPTY
+    """Retried call sites in progress, plus the visit counts under ``VISITS``."""
+    skipped: tuple[FrozenDict, ...] = ()
+    """Calls that failed for good with ``onFinalFailure: "skip"``: state, invoke, attempts,
+    error."""
 
     @property
     def value(self) -> Any:
         """The state value, e.g. ``"idle"`` or ``{"p": {"r1": "a", "r2": "c"}}``."""
-        return self._configuration.value
-
-    @property
-    def context(self) -> FrozenDict:
-        """The context: a frozen mapping of JSON values."""
-        return self._context
-
-    @property
-    def status(self) -> str:
-        """``active``, ``done``, ``error`` or ``stopped``."""
-        return self._status
-
-    @property
-    def output(self) -> Any:
-        """The machine's output once it is done."""
-        return self._output
-
-    @property
-    def error(self) -> Any:
-        """The error that stopped the machine (status ``error``)."""
-        return self._error
+        return self.configuration.value
 
     @property
     def tags(self) -> frozenset[str]:
         """The tags of every active state."""
-        return self._configuration.tags
-
-    @property
-    def timers(self) -> tuple[Timer, ...]:
-        """Pending delayed events, in due order."""
-        return self._timers
-
-    @property
-    def children(self) -> Mapping[str, ChildRef]:
-        """Child actors by id."""
-        return self._children
+        return self.configuration.tags
 
     @property
     def retries(self) -> Mapping[str, Any]:
         """Retried call sites in progress: state id -> ``{attempt, last_error, started_at,
         key}``."""
-        return {k: v for k, v in self._retries.items() if k != VISITS}
-
-    @property
-    def skipped(self) -> tuple[Any, ...]:
-        """Calls that failed for good with ``onFinalFailure: "skip"``: state, invoke,
-        attempts, error."""
-        return self._skipped
+        return {k: v for k, v in self.retry_records.items() if k != VISITS}
 
     @property
     def history(self) -> Mapping[str, tuple[str, ...]]:
         """Recorded history: history state id -> ids of the states it remembers."""
-        return {key: tuple(n.id for n in nodes) for key, nodes in self._history.items()}
-
-    @property
-    def configuration(self) -> Configuration:
-        """The active state nodes."""
-        return self._configuration
+        return {key: tuple(n.id for n in nodes) for key, nodes in self.history_nodes.items()}
 
     def active_leaves(self) -> tuple[str, ...]:
         """Dotted paths of the active atomic states, e.g. ``("creating.waiting",)``."""
-        return self._configuration.leaves
+        return self.configuration.leaves
 
     def matches(self, value: str | Mapping[str, Any]) -> bool:
         """True when the machine is in ``value`` (a dotted path or a state value mapping)."""
-        return self._machine._matches(self._configuration, value)
+        return self.machine.matches(self.configuration, value)
 
     def has_tag(self, tag: str) -> bool:
         """True when an active state has ``tag``."""
-        return tag in self._configuration.tags
+        return tag in self.configuration.tags
 
     def can(self, event: EventLike) -> bool:
         """True when ``event`` would take a transition that does something."""
-        return self._machine.can(self, event)
+        return self.machine.can(self, event)
 
     def next_due(self) -> int | None:
         """The due time of the earliest pending timer, if any."""
-        return self._timers[0].due_at if self._timers else None
+        return self.timers[0].due_at if self.timers else None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):
             return NotImplemented
-        return (self._machine is other._machine and
-                self._configuration is other._configuration and
-                self._context == other._context and self._status == other._status and
-                self._output == other._output and self._error == other._error and
-                self.history == other.history and self._timers == other._timers and
-                self._children == other._children and self._retries == other._retries and
-                self._skipped == other._skipped)
+        return self.machine is other.machine and self.configuration is other.configuration \
+            and self.history == other.history and all(
+                getattr(self, name) == getattr(other, name) for name in _COMPARED)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (f"Snapshot(value={thaw(self.value)!r}, status={self._status!r}, "
-                f"context={thaw(self._context)!r})")
+        return (f"Snapshot(value={thaw(self.value)!r}, status={self.status!r}, "
+                f"context={thaw(self.context)!r})")
 
 
-def make_snapshot(machine: Machine, configuration: Configuration, context: FrozenDict,
-                  status: str = "active", output: Any = None, error: Any = None,
-                  history: Mapping[str, tuple[StateNode, ...]] = EMPTY,
-                  timers: tuple[Timer, ...] = (),
-                  children: Mapping[str, ChildRef] = EMPTY, retries: FrozenDict = EMPTY,
-                  skipped: tuple[FrozenDict, ...] = ()) -> Snapshot:
-    """Build a snapshot without validation (the engine's own constructor)."""
-    snapshot = object.__new__(Snapshot)
-    snapshot._machine = machine
-    snapshot._configuration = configuration
-    snapshot._context = context
-    snapshot._status = status
-    snapshot._output = output
-    snapshot._error = error
-    snapshot._history = history
-    snapshot._timers = timers
-    snapshot._children = children
-    snapshot._retries = retries
-    snapshot._skipped = skipped
-    return snapshot
+# compared by value in __eq__ (machine and configuration by identity, history by ids)
+_COMPARED = tuple(name for name in Snapshot.__struct_fields__
+                  if name not in ("machine", "configuration", "history_nodes"))
 
 
 def persist(snapshot: Snapshot) -> dict[str, Any]:
     """The snapshot as JSON types only (nested values are the snapshot's own immutable
     dicts and lists; ``thaw`` the result for a mutable copy)."""
-    machine = snapshot._machine
+    machine = snapshot.machine
     return {
         "format": FORMAT,
         "machine": machine.id,
         "version": machine.version,
         "fingerprint": machine.fingerprint,
-        "value": snapshot._configuration.value,
-        "context": snapshot._context,
-        "status": snapshot._status,
-        "output": snapshot._output,
-        "error": snapshot._error,
-        "history": {key: [n.id for n in nodes] for key, nodes in snapshot._history.items()},
-        "timers": [t.to_json() for t in snapshot._timers],
-        "children": {key: c.to_json() for key, c in snapshot._children.items()},
-        "retries": {k: v for k, v in snapshot._retries.items() if k != VISITS},
-        "retry_visits": snapshot._retries.get(VISITS, EMPTY),
-        "skipped": list(snapshot._skipped),
+        "value": snapshot.configuration.value,
+        "context": snapshot.context,
+        "status": snapshot.status,
+        "output": snapshot.output,
+        "error": snapshot.error,
+        "history": {key: [n.id for n in nodes] for key, nodes in snapshot.history_nodes.items()},
+        "timers": [t.to_json() for t in snapshot.timers],
+        "children": {key: c.to_json() for key, c in snapshot.children.items()},
+        "retries": snapshot.retries,
+        "retry_visits": snapshot.retry_records.get(VISITS, EMPTY),
+        "skipped": list(snapshot.skipped),
     }
 
 
 def snapshot_to_json(snapshot: Snapshot) -> bytes:
     """The persisted snapshot as orjson bytes."""
-    return orjson.dumps(snapshot._machine.persist(snapshot))
+    return orjson.dumps(persist(snapshot))
 
 
-def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot:
+def restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> Snapshot:
     """Rebuild a snapshot from ``persist`` output (a dict or JSON bytes), checking each field."""
     if isinstance(data, bytes | bytearray | memoryview | str):
         try:
@@ -268,7 +216,7 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
         raise SnapshotError("<root>", f"a persisted snapshot is a mapping, not "
                             f"{type(data).__name__}")
     data = _check_identity(machine, data)
-    configuration = machine._configuration_of_value(_required(data, "value"))
+    configuration = machine.configuration_of_value(_required(data, "value"))
     status = _required(data, "status")
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
@@ -284,15 +232,15 @@ def restore(machine: Machine, data: Mapping[str, Any] | bytes | str) -> Snapshot
     visits = data.get("retry_visits")
     if visits and (retries is None or isinstance(retries, Mapping)):
         retries = {**(retries or {}), VISITS: visits}
-    return make_snapshot(
-        machine, configuration, context, status,
-        None if output is None else freeze(output, "output", SnapshotError),
-        None if error is None else freeze(error, "error", SnapshotError),
-        EMPTY if _skippable(history, Mapping) else _history(machine, history),
-        () if _skippable(timers, list) else _timers(timers),
-        EMPTY if _skippable(children, Mapping) else _children(children),
-        EMPTY if _skippable(retries, Mapping) else _retries(machine, retries),
-        () if _skippable(skipped, list) else _skipped(skipped))
+    return Snapshot(
+        machine=machine, configuration=configuration, context=context, status=status,
+        output=None if output is None else freeze(output, "output", SnapshotError),
+        error=None if error is None else freeze(error, "error", SnapshotError),
+        history_nodes=EMPTY if _skippable(history, Mapping) else _history(machine, history),
+        timers=() if _skippable(timers, list) else _timers(timers),
+        children=EMPTY if _skippable(children, Mapping) else _children(children),
+        retry_records=EMPTY if _skippable(retries, Mapping) else _retries(machine, retries),
+        skipped=() if _skippable(skipped, list) else _skipped(skipped))
 
 
 def _skippable(value: Any, kind: type) -> bool:
@@ -301,7 +249,7 @@ def _skippable(value: Any, kind: type) -> bool:
     return value is None or (not value and isinstance(value, kind))
 
 
-def _check_identity(machine: Machine, data: Mapping[str, Any]) -> Mapping[str, Any]:
+def _check_identity(machine: SnapshotOwner, data: Mapping[str, Any]) -> Mapping[str, Any]:
     fmt = data.get("format")
     if fmt != FORMAT:
         raise SnapshotVersionError("format", f"format {fmt!r} is not supported (expected "
@@ -338,7 +286,7 @@ def _required(data: Mapping[str, Any], key: str) -> Any:
     return data[key]
 
 
-def _history(machine: Machine, data: Any) -> Mapping[str, tuple[StateNode, ...]]:
+def _history(machine: SnapshotOwner, data: Any) -> Mapping[str, tuple[StateNode, ...]]:
     if not isinstance(data, Mapping):
         raise SnapshotError("history", "history is a mapping of history state id -> state ids")
     result = {}
@@ -381,7 +329,7 @@ def _timers(data: Any) -> tuple[Timer, ...]:
     return tuple(sorted(timers, key=lambda t: (t.due_at, t.id)))
 
 
-def _retries(machine: Machine, data: Any) -> FrozenDict:
+def _retries(machine: SnapshotOwner, data: Any) -> FrozenDict:
     if not isinstance(data, Mapping):
         raise SnapshotError("retries", "a mapping of state id -> retry record")
     for key, record in data.items():

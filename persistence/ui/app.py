@@ -430,7 +430,7 @@ def _accepted_events(snapshot: Snapshot) -> list[str]:
     """Event types of the transitions out of the active states (engine-internal ones left out)."""
     found: list[str] = []
     for state_id in sorted(snapshot.configuration.ids):
-        node = snapshot.machine.get_state_node(state_id)
+        node = snapshot.machine.definition.by_id[state_id]
         for transition in node.transitions:
             event = transition.event
             if event and not event.startswith(RESERVED_PREFIXES) and event != "*" \

@@ -231,7 +231,7 @@ def _retry_progress(snapshot: Snapshot | None) -> dict[str, tuple[str, ...]]:
         return {}
     found: dict[str, tuple[str, ...]] = {}
     for state_id, record in snapshot.retries.items():
-        node = snapshot.machine.get_state_node(state_id)
+        node = snapshot.machine.definition.by_id[state_id]
         error = record.get("last_error")
         name = error.get("name") or error.get("message") if isinstance(error, Mapping) else None
         limit = f" of {node.retry.max_attempts}" if node.retry is not None else ""

@@ -137,7 +137,7 @@ def entered_states(machine: Machine, before: Snapshot | None,
         history: Any = {}
     else:
         nodes = set(before.configuration.nodes)
-        history = before._history  # the nodes, not the ids the public property gives
+        history = before.history_nodes  # the nodes, not the ids the public property gives
     for _, transitions in trace:
         if not any(t.targets for t in transitions):
             continue  # targetless: enters and exits nothing

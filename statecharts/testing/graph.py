@@ -131,7 +131,7 @@ def state_key(snapshot: Snapshot, now: int = 0) -> StateKey:
     time since the first attempt), so a third attempt is not the first one again."""
     history = tuple(sorted(snapshot.history.items()))
     timers = tuple((t.id, t.due_at - now, t.target) for t in snapshot.timers)
-    calls = tuple(snapshot._children)
+    calls = tuple(snapshot.children)
     retries = tuple((state, r["attempt"], r["last_error"], now - r["started_at"])
                     for state, r in sorted(snapshot.retries.items()))
     return (snapshot.value, snapshot.context, snapshot.status, history, timers, calls,

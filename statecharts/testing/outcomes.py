@@ -75,7 +75,7 @@ def running_calls(machine: Machine, snapshot: Snapshot) -> list[Call]:
         return []
     defs = invoke_defs(machine)
     return [Call(ref.id, ref.src, ref.invoked_by, defs.get(ref.id))
-            for ref in snapshot._children.values()]
+            for ref in snapshot.children.values()]
 
 
 def error_names(machine: Machine, call: Call,
@@ -124,7 +124,7 @@ def is_possible(machine: Machine, snapshot: Snapshot, event: Mapping[str, Any]) 
     """False for an outcome event of a call that is not running (a story a runtime cannot
     produce: replaying a shortened story must skip those)."""
     call = outcome_call(event)
-    return call is None or (snapshot.status == "active" and call in snapshot._children)
+    return call is None or (snapshot.status == "active" and call in snapshot.children)
 
 
 def outputs_for(call: Call, outputs: Mapping[str, Sequence[Any]] | None) -> list[Any]:

@@ -32,7 +32,7 @@ from ..events import EventLike, normalize_event
 from ..frozen import thaw
 from ..machine import Machine, Result
 from ..nodes import FINAL
-from ..snapshot import Snapshot, snapshot_to_json
+from ..snapshot import Snapshot, persist, snapshot_to_json
 from .coverage import CoverageRecorder, state_name
 from .graph import EventSource, Graph, StateKey, explore
 from .harness import Check, collect_invariants
@@ -101,16 +101,17 @@ def _fingerprint(snapshot: Snapshot, effects: Sequence[Any]) -> tuple[Any, Any]:
 
 def machine_persist(snapshot: Snapshot) -> dict[str, Any]:
     """The persisted form of ``snapshot`` (what the properties compare)."""
-    return snapshot.machine.persist(snapshot)
+    return persist(snapshot)
 
 
 def deterministic_on(machine: Machine, sequence: Sequence[EventLike], input: Any = None,
                      twin: Machine | None = None) -> None:
     """Raise ``PropertyViolation`` unless the story ``sequence`` gives the same snapshots and
-    effects on ``machine`` and on a separately built twin running with the fast path off."""
+    effects on ``machine`` and on a separately built twin computing every transition plan
+    afresh."""
     twin = twin or Machine(machine.config, machine.implementations, machine.version,
                            machine.migrations)
-    twin.fast_paths = False
+    twin.plans = False
     first, first_effects = machine.initial_transition(input)
     second, second_effects = twin.initial_transition(input)
     _same("determinism", first, first_effects, second, second_effects, [])
@@ -127,7 +128,7 @@ def assert_deterministic(machine: Machine, *, payloads: Mapping[str, Any] | None
                          outputs: OutputStrategies | None = None,
                          errors: Mapping[str, Sequence[str]] | None = None) -> None:
     """The same story gives the same snapshots and effects: on a second, separately built
-    machine and with the engine's fast path off. Catches guards, assigns or context
+    machine that computes every transition plan afresh. Catches guards, assigns or context
     factories that read clocks, randomness or global state."""
     twin = Machine(machine.config, machine.implementations, machine.version,
                    machine.migrations)

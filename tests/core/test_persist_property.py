@@ -8,10 +8,9 @@ runs go in lockstep:
 * ``plain``: one machine, snapshots passed along in memory;
 * ``persisted``: a second machine instance (as after a process restart) that gets every
   snapshot back from ``snapshot_to_json`` bytes via ``machine.restore(bytes)``;
-* ``uncached``: a third instance whose per-configuration move cache is never filled
-  (``machine._remember = lambda *a: None``);
-* ``no shortcuts``: a fourth with ``machine.fast_paths = False`` as well, which also turns off
-  the context-only shortcut.
+* ``unplanned``: a third instance with ``machine.plans = False``, which computes every
+  microstep's plan afresh with the reference algorithm instead of reusing the plans kept on
+  the configurations.
 
 ``STATECHARTS_PROPERTY_EXAMPLES`` raises the number of sequences per machine (default 60).
 
@@ -196,11 +195,9 @@ MACHINES = {
 }
 
 
-def make(name: str, cached: bool = True, shortcuts: bool = True) -> Machine:
+def make(name: str, plans: bool = True) -> Machine:
     machine = create_machine(MACHINES[name][0], **IMPLEMENTATIONS)
-    if not cached:
-        machine._remember = lambda *a: None  # type: ignore[method-assign]
-    machine.fast_paths = shortcuts
+    machine.plans = plans
     return machine
 
 
@@ -240,16 +237,14 @@ class Run:
 
 def check_lockstep(name: str, events: list[Any]) -> None:
     runs = [Run(make(name), persist=False), Run(make(name), persist=True),
-            Run(make(name, cached=False), persist=False),
-            Run(make(name, cached=False, shortcuts=False), persist=False)]
+            Run(make(name, plans=False), persist=False)]
     assert len({run.observed() for run in runs}) == 1
     for index, event in enumerate(events):
         for run in runs:
             run.step(event)
-        plain, persisted, uncached, direct = (run.observed() for run in runs)
+        plain, persisted, unplanned = (run.observed() for run in runs)
         assert persisted == plain, f"step {index} ({event!r}) differs after persist/restore"
-        assert uncached == plain, f"step {index} ({event!r}) differs without the cache"
-        assert direct == plain, f"step {index} ({event!r}) differs without any shortcut"
+        assert unplanned == plain, f"step {index} ({event!r}) differs without kept plans"
 
 
 def event_lists(name: str) -> st.SearchStrategy[list[Any]]:
@@ -315,17 +310,20 @@ def test_cache_regressions(name: str, events: list[Any]) -> None:
     check_lockstep(name, events)
 
 
-def test_the_cache_is_actually_exercised() -> None:
-    """Without hits the cache comparison above would prove nothing."""
-    machine = make("counter")
-    snapshot, _ = machine.initial_transition()
-    for event in ["TOGGLE", "TOGGLE", "TOGGLE", "TOGGLE", "START", "STOP", "START"]:
-        snapshot, _ = machine.transition(snapshot, event)
-    assert snapshot.value == "running"
-    remembered = [c.moves for c in machine._configurations.values() if c.moves]
-    assert sum(len(moves) for moves in remembered) >= 3
-    candidates = snapshot.configuration.chain_only("ADD")
-    assert candidates is not None  # "running" takes ADD through the context-only shortcut
+def test_kept_plans_are_actually_reused() -> None:
+    """Without reuse the comparison above would prove nothing; without plans none are kept."""
+    planned, unplanned = make("counter"), make("counter", plans=False)
+    for machine in (planned, unplanned):
+        snapshot, _ = machine.initial_transition()
+        for event in ["TOGGLE", "TOGGLE", "TOGGLE", "TOGGLE", "START", "INC", "STOP", "START"]:
+            snapshot, _ = machine.transition(snapshot, event)
+        assert snapshot.value == "running"
+    kept = {c.value: (len(c.plans), sorted(kind for kind, route in c.routes.items() if route))
+            for c in planned.configurations if c.plans or c.routes}
+    # every event here is planned and compiled into a route (both of INC's candidates)
+    assert kept == {"idle": (2, ["START", "TOGGLE"]), "off": (1, ["TOGGLE"]),
+                    "running": (3, ["INC", "STOP"])}
+    assert not any(c.plans or c.routes for c in unplanned.configurations)
     check_lockstep("counter", ["TOGGLE"] * 4 + ["START", "STOP"] * 3)
 
 

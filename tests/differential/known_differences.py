@@ -200,11 +200,11 @@ def scxml_selection(snapshot: Snapshot, event: FrozenDict) -> list[Transition]:
                 break
     kept: list[Transition] = []
     for t1 in enabled:
-        exits1 = _scxml_exit_set(t1, nodes, snapshot._history)
+        exits1 = _scxml_exit_set(t1, nodes, snapshot.history_nodes)
         beaten = []
         preempted = False
         for t2 in kept:
-            if exits1 & _scxml_exit_set(t2, nodes, snapshot._history):
+            if exits1 & _scxml_exit_set(t2, nodes, snapshot.history_nodes):
                 if t2.source in t1.source.ancestors:  # t1 is the more specific one
                     beaten.append(t2)
                 else:

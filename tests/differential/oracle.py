@@ -9,9 +9,9 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from statecharts import InfiniteLoopError, algorithm
+from statecharts import InfiniteLoopError
 from statecharts.effects import RunAction
-from statecharts.events import INIT, normalize_event
+from statecharts.events import normalize_event
 from statecharts.frozen import EMPTY
 from statecharts.machine import Machine
 from statecharts.nodes import StateNode
@@ -84,21 +84,17 @@ def _strip_final_exits(snapshot: Snapshot, log: Log, where: str) -> Log:
 def start_traced(machine: Machine, trace: list[Any]) -> tuple[Snapshot, tuple[Any, ...]]:
     """``machine.initial_transition()`` that also records its microsteps in ``trace`` (what
     ``Machine.start`` does, with the step's trace switched on)."""
-    event = machine.event(INIT)
-    step = algorithm.Step(machine, None, machine._initial_context(None), EMPTY, (), EMPTY,
-                          lambda: 0)
-    step.trace = trace
-    algorithm.enter_initial_states(step, event)
-    algorithm.settle(step, event)
-    return machine._snapshot_from(step, None), tuple(step.effects)
+    return machine.start(None, lambda: 0, trace)
 
 
-def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
+def compare(generated: GeneratedMachine, events: Sequence[str], plans: bool = True) -> str:
     """Run both engines; raise ``Disagreement`` or return ``"complete"`` or the name of the
-    known difference that stopped the comparison."""
+    known difference that stopped the comparison. ``plans=False``: this engine computes
+    every microstep's plan afresh instead of reusing kept ones."""
     machine: Machine = GeneratedMachine(instrument(generated.config), generated.event_types,
                                         generated.guards, generated.actions
                                         ).build(TRACE_ACTIONS)
+    machine.plans = plans
     trace: list[Any] = []
     try:
         snapshot, effects = start_traced(machine, trace)
@@ -109,7 +105,7 @@ def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
     mine = engine_log(effects)
     if snapshot.status == "done":
         mine = _strip_final_exits(snapshot, mine, "start")
-    gap = parallel_gap(taken, (EMPTY, snapshot._history))
+    gap = parallel_gap(taken, (EMPTY, snapshot.history_nodes))
     if _gap_diverges(gap):
         return DIFFERENCES["parallel_transition_domain"].name
     _check("start", snapshot, mine, other, other.initial_log, gap)
@@ -130,7 +126,7 @@ def compare(generated: GeneratedMachine, events: Sequence[str]) -> str:
                                    "selects differently, with no parallel state active")
             return DIFFERENCES["parallel_selection"].name
         taken = [t for _, ts in trace for t in ts]
-        histories = (snapshot._history, after._history)
+        histories = (snapshot.history_nodes, after.history_nodes)
         if history_default_with_actions(taken):
             return DIFFERENCES["psm_history_default_repeats_actions"].name
         gap = parallel_gap(taken, histories)

@@ -1,6 +1,7 @@
 """Differential test: random machines on this engine and on python-statemachine 3.2.2.
 
-Default: 500 machines, derandomized (same machines every run). Longer, opt-in:
+Default: 500 machines, derandomized (same machines every run), once with the engine reusing
+its kept transition plans and once computing every plan afresh. Longer, opt-in:
 ``STATECHARTS_DIFFERENTIAL_EXAMPLES=5000 pytest tests/differential``; a different but
 reproducible set: ``STATECHARTS_DIFFERENTIAL_SEED=<int>``; bigger machines:
 ``STATECHARTS_DIFFERENTIAL_MAX_STATES=20`` (default 10).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,8 @@ SEED = os.environ.get("STATECHARTS_DIFFERENTIAL_SEED")
 MAX_STATES = int(os.environ.get("STATECHARTS_DIFFERENTIAL_MAX_STATES", "10"))
 
 
-def test_engine_agrees_with_python_statemachine() -> None:
+@pytest.mark.parametrize("plans", [True, False], ids=["plans kept", "plans afresh"])
+def test_engine_agrees_with_python_statemachine(plans: bool) -> None:
     outcomes: Counter[str] = Counter()
 
     @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
@@ -32,7 +35,7 @@ def test_engine_agrees_with_python_statemachine() -> None:
     @given(generated=machines(max_states=MAX_STATES, max_depth=max(3, MAX_STATES // 4)),
            events=st.lists(st.sampled_from(EVENTS), max_size=12))
     def run(generated: GeneratedMachine, events: list[str]) -> None:
-        outcomes[compare(generated, events)] += 1
+        outcomes[compare(generated, events, plans)] += 1
 
     if SEED is not None:
         run = seed(int(SEED))(run)

@@ -72,8 +72,8 @@ def test_imported_class_behaves_like_the_class(generated: GeneratedMachine,
         if selection_differs(snapshot, normalized, trace):
             return
         taken = [t for _, ts in trace for t in ts]
-        histories = (snapshot._history, after._history)
-        if history_reenters(taken, snapshot.configuration.node_set, snapshot._history) or \
+        histories = (snapshot.history_nodes, after.history_nodes)
+        if history_reenters(taken, snapshot.configuration.node_set, snapshot.history_nodes) or \
                 history_default_with_actions(taken) or \
                 _diverges(parallel_gap(taken, histories)):
             return

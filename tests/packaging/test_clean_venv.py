@@ -30,11 +30,11 @@ def core(fresh_venv: MakeVenv) -> Venv:
     return fresh_venv("")
 
 
-def test_the_core_installs_with_orjson_alone(core: Venv) -> None:
-    assert core.distributions() == {"statecharts", "orjson"}
+def test_the_core_installs_with_orjson_and_msgspec_alone(core: Venv) -> None:
+    assert core.distributions() == {"statecharts", "orjson", "msgspec"}
     shown = core.pip("show", "statecharts")
     assert "License-Expression: MIT" in shown
-    assert "Requires: orjson" in shown
+    assert "Requires: msgspec, orjson" in shown
     missing = core.python_code("import machines")
     assert "ModuleNotFoundError: No module named 'machines'" in missing.stderr
 
@@ -92,7 +92,7 @@ def test_mypy_follows_the_wheel_and_names_the_typo(core: Venv) -> None:
 
 def test_yaml_extra(fresh_venv: MakeVenv) -> None:
     env = fresh_venv("yaml")
-    assert env.distributions() == {"statecharts", "orjson", "pyyaml"}
+    assert env.distributions() == {"statecharts", "orjson", "msgspec", "pyyaml"}
     machine = env.workdir / "order.yaml"
     machine.write_text("id: order\ninitial: cart\ncontext: {items: 0}\nstates:\n"
                        "  cart:\n    on:\n      ADD:\n        actions: count\n"

@@ -13,8 +13,10 @@ from .conftest import PYPROJECT, ROOT
 
 USERS: dict[str, list[tuple[str, str]]] = {
     # requirement: [(file, text in it that uses the requirement), ...] -- all must hold
-    "orjson": [("statecharts/machine.py", "import orjson"),
-               ("tests/packaging/test_clean_venv.py", '{"statecharts", "orjson"}')],
+    "orjson": [("statecharts/snapshot.py", "import orjson"),
+               ("tests/packaging/test_clean_venv.py", '{"statecharts", "orjson", "msgspec"}')],
+    "msgspec": [("statecharts/snapshot.py", "class Snapshot(msgspec.Struct"),
+                ("tests/packaging/test_clean_venv.py", '{"statecharts", "orjson", "msgspec"}')],
     "PyYAML": [("statecharts/loading.py", "import yaml"),
                ("tests/packaging/test_clean_venv.py", "def test_yaml_extra")],
     "psycopg": [("persistence/stores/postgres.py", "import psycopg"),

@@ -1,0 +1,194 @@
+"""Transition plans must be invisible: the same events give the same snapshots (through JSON
+bytes) and the same effects with the plans kept and reused (the default), with every plan
+computed afresh by the reference algorithm (``machine.plans = False``), and after a
+persist/restore between every two events.
+
+``STATECHARTS_PLAN_EXAMPLES`` raises the number of event sequences per chart (default 100),
+e.g. ``STATECHARTS_PLAN_EXAMPLES=5000 pytest tests/engine`` for a longer, opt-in run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.charts import CONFIGS, EVENTS, implementations
+from statecharts import (
+    assign,
+    create_actor,
+    create_machine,
+    enqueue_actions,
+    raise_,
+    snapshot_to_json,
+    state_in,
+)
+from statecharts.clock import SimulatedClock
+from statecharts.machine import Machine
+
+EXAMPLES = int(os.environ.get("STATECHARTS_PLAN_EXAMPLES", "100"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _note_if_small(context: Any, event: Any, enqueue: Any, check: Any) -> None:
+    if check(state_in("#h.idle")):  # looks at the active states while it runs
+        enqueue("note")
+
+
+HIER: dict[str, Any] = {
+    "id": "h", "initial": "work", "context": {"n": 0},
+    "states": {
+        "work": {"initial": "p", "entry": "note", "exit": "note",
+                 "on": {"leave": "idle", "inc": {"guard": "small", "actions": "inc"}},
+                 "states": {"p": {"type": "parallel", "states": {
+                     "r1": {"initial": "a", "states": {"a": {"on": {"t1": "b"}},
+                                                       "b": {"on": {"t1": "a", "t2": "#h.idle"}}}},
+                     "r2": {"initial": "c", "states": {"c": {"on": {"t2": "d"}},
+                                                       "d": {"on": {"t2": "c"}},
+                                                       "hist": {"type": "history"}}}}}}},
+        "idle": {"entry": enqueue_actions(_note_if_small), "on": {
+            "enter": "work",
+            "back": "work.p.r2.hist",
+            "inc": [{"guard": "small", "actions": "inc"}, {"actions": "note"}],
+            "dec": {"guard": state_in("#h.idle"),
+                    "actions": assign({"n": lambda c, e: c["n"] - 1})},
+            "note": {"actions": "note"},
+            "reset": {"actions": [assign({"n": 0}), raise_("note")]},
+            "finish": "end"}},
+        "end": {"type": "final"},
+    },
+}
+HIER_EVENTS = ["t1", "t2", "leave", "enter", "back", "inc", "dec", "note", "nothing", "reset",
+               "finish"]
+
+# a history state as a compound's initial state: entering the compound reads the history
+# although no transition targets the history state
+HISTORY_INITIAL: dict[str, Any] = {
+    "id": "m", "initial": "p", "states": {
+        "p": {"initial": "h", "on": {"OUT": "out"}, "states": {
+            "h": {"type": "history", "target": "b"},
+            "a": {"on": {"NEXT": "b"}}, "b": {"on": {"NEXT": "a"}}}},
+        "out": {"on": {"BACK": "p"}}}}
+
+
+def build(name: str, plans: bool) -> Machine:
+    if name == "hier":
+        machine = create_machine(
+            HIER, guards={"small": lambda c, e: c["n"] < 3},
+            actions={"inc": assign({"n": lambda c, e: c["n"] + 1}),
+                     "note": lambda c, e: None})
+    elif name == "history as initial":
+        machine = create_machine(HISTORY_INITIAL)
+    else:
+        machine = create_machine(CONFIGS[name], **implementations())
+    machine.plans = plans
+    return machine
+
+
+ALPHABETS: dict[str, list[Any]] = {
+    "hier": HIER_EVENTS,
+    "shop": [*EVENTS["shop"], "BACK", "NOPE"],
+    "invoice": [*EVENTS["invoice"], {"type": "ORDER", "amount": 0}, "NOPE"],
+    "entry/exit toggle": ["toggle", "NOPE"],
+    "counter": ["INC", "NOPE"],
+    "history as initial": ["NEXT", "OUT", "BACK"],
+}
+
+
+def effects(found: tuple[Any, ...]) -> list[Any]:
+    return [e.to_json() for e in found]
+
+
+def check_invisible(name: str, events: list[Any]) -> None:
+    planned, reference, restored = (build(name, True), build(name, False),
+                                    build(name, True))
+    a, fa = planned.initial_transition()
+    b, fb = reference.initial_transition()
+    c, _ = restored.initial_transition()
+    assert effects(fa) == effects(fb)
+    for index, event in enumerate(events):
+        where = f"event {index} ({event!r})"
+        a, fa = planned.transition(a, event)
+        b, fb = reference.transition(b, event)
+        c, fc = restored.transition(restored.restore(snapshot_to_json(c)), event)
+        assert snapshot_to_json(a) == snapshot_to_json(b), f"{where}: plans change the state"
+        assert effects(fa) == effects(fb), f"{where}: plans change the effects"
+        assert snapshot_to_json(c) == snapshot_to_json(a), f"{where}: restore changes it"
+        assert effects(fc) == effects(fa), f"{where}: restore changes the effects"
+
+
+@pytest.mark.parametrize("name", sorted(ALPHABETS))
+def test_plans_are_invisible(name: str) -> None:
+    @SETTINGS
+    @given(st.lists(st.sampled_from(ALPHABETS[name]), max_size=40))
+    def run(events: list[Any]) -> None:
+        check_invisible(name, events)
+
+    run()
+
+
+def test_plans_are_kept_and_reused() -> None:
+    """The comparison above proves something only if plans are really kept and taken: every
+    shop event has a compiled route here (plain guards, user actions and assigns)."""
+    machine = build("shop", True)
+    snapshot, _ = machine.initial_transition()
+    for event in [*EVENTS["shop"], {"type": "ADD", "price": 1}, "CHECKOUT", "BACK"]:
+        snapshot, _ = machine.transition(snapshot, event)
+    assert snapshot.value == "browsing"
+    kept = {c.value: sorted(t.event for t in c.plans) for c in machine.configurations}
+    assert kept == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
+                    "paid": ["CONTINUE"]}
+    routes = {c.value: sorted(kind for kind, route in c.routes.items() if route)
+              for c in machine.configurations}
+    assert routes == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
+                      "paid": ["CONTINUE"]}
+    reference = build("shop", False)
+    snapshot, _ = reference.initial_transition()
+    for event in EVENTS["shop"]:
+        snapshot, _ = reference.transition(snapshot, event)
+    assert not any(c.plans or c.routes for c in reference.configurations)
+
+
+def test_history_transitions_are_planned_afresh() -> None:
+    """Where a history state leads depends on what it holds: never a kept plan."""
+    machine = build("hier", True)
+    snapshot, _ = machine.initial_transition()
+    # t2 in r1.b leaves for idle (r2's history records its state); back restores it
+    for remembered in ("d", "c"):
+        for event in ["t2", "t1", "t2", "back"]:
+            snapshot, _ = machine.transition(snapshot, event)
+        assert snapshot.value == {"work": {"p": {"r1": "a", "r2": remembered}}}
+    history_plans = [t for c in machine.configurations for t in c.plans
+                     if not isinstance(t, tuple) and t.has_history_target]
+    assert history_plans == []
+
+
+def test_a_compound_entered_through_its_initial_history_is_never_a_kept_plan() -> None:
+    machine = build("history as initial", True)
+    snapshot, _ = machine.initial_transition()
+    for remembered in ("a", "b", "a"):
+        for event in ["NEXT", "OUT", "BACK"]:
+            snapshot, _ = machine.transition(snapshot, event)
+        assert snapshot.value == {"p": remembered}
+
+
+def test_an_actor_with_plans_off_runs_the_same_actions() -> None:
+    """Through an actor: the user actions are called with the same arguments either way."""
+    calls: dict[bool, list[tuple[str, Any, Any]]] = {True: [], False: []}
+    for plans in (True, False):
+        impl = implementations()
+        for name in ("startCall", "endCall"):
+            impl["actions"][name] = (lambda n, p: lambda c, e: calls[p].append(
+                (n, dict(c), dict(e))))(name, plans)
+        machine = create_machine(CONFIGS["invoice"], **impl)
+        machine.plans = plans
+        actor = create_actor(machine, clock=SimulatedClock()).start()
+        for event in EVENTS["invoice"] * 3:
+            actor.send(event)
+        assert actor.get_snapshot().value == "pending"
+    assert calls[True] == calls[False]
+    assert len(calls[True]) == 3 * 8
