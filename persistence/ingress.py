@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord
 from persistence.ui.api import RunSummary, summary
+from persistence.ui.app import document_token
 from persistence.ui.security import has_token
 from statecharts.errors import ContextError
 from statecharts.frozen import freeze, thaw
@@ -226,22 +227,6 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         return summary(await call(lambda: runtime.get_by_key(name, key)))
 
     if token:
-        app.openapi_schema = None
-        _document_bearer(app)
+        document_token(app, "STATECHARTS_API_TOKEN")
     return app
 
-
-def _document_bearer(app: FastAPI) -> None:
-    """Say in the OpenAPI document that every call needs the bearer token."""
-    make = app.openapi
-
-    def schema() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            document = make()
-            document.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer"}}
-            document["security"] = [{"bearer": []}]
-            app.openapi_schema = document
-        return app.openapi_schema
-
-    app.openapi = schema  # type: ignore[method-assign]

@@ -213,4 +213,5 @@ def test_the_openapi_document_lists_every_route_with_examples(
     example = start["requestBody"]["content"]["application/json"]["examples"]["webhook"]
     assert example["value"]["key"] == "deal-42"
     assert {"200", "201", "404", "422"} <= set(start["responses"])
-    assert document["security"] == [{"bearer": []}]
+    assert document["security"] == [{"bearer": []}, {"header": []}]
+    assert "STATECHARTS_API_TOKEN" in str(document["components"]["securitySchemes"])
