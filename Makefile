@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
-.PHONY: demo test bench diagrams lint soak
+.PHONY: demo test bench diagrams lint soak n8n-faithful
 demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
@@ -30,3 +30,9 @@ diagrams: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(PY) -m benchmarks.run $(ARGS)
+
+# Opt-in: the n8n import against the n8n execution model over whole collections of exports
+# kept outside the repository: make n8n-faithful DIRS="path/to/n8n-workflows ..."
+DIRS ?= ../shared/n8n-corpus ../shared/n8n-corpus-more
+n8n-faithful: $(VENV)/.installed
+	$(PY) -m tests.io.n8n_bulk $(DIRS) $(ARGS)

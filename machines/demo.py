@@ -5,9 +5,10 @@
 Deals are registered by webhooks (some "lost" on the way), Evaluate runs hourly across simulated
 business days with injected CRM, task tool, summarizer and mail failures, a run is killed in the
 middle and resumed, a CRM admin renames a stage (the filter that then matches nothing fails
-loudly), and three invoices go out with retries. A timeline is printed as it goes; the diagrams
-are written; a summary table ends it, with the duplicates counted from the fake task tool and
-invoice API themselves.
+loudly), a deploy sets the filter to a stage that exists but is the wrong one (the scope health
+rule catches it: no deal in scope while the CRM has open ones), and three invoices go out with
+retries. A timeline is printed as it goes; the diagrams are written; a summary table ends it,
+with the duplicates counted from the fake task tool and invoice API themselves.
 
 Runs are durable, on the embedded SQLite store in ``--workdir`` unless ``--store`` names another
 (``postgresql://...``); ``--in-memory`` runs them on in-memory actors instead. The follow-up
@@ -25,7 +26,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from machines.followup import repository as repo
 from machines.followup.adapters import FakeCrm, FakeTaskTool
 from machines.followup.db import Database
 from machines.followup.digest import long_date
+from machines.followup.routing import DEFAULT_STAGES
 from machines.followup.services import Services
 from machines.invoice import build as build_invoice
 from machines.invoice import fake_services as invoice_fakes
@@ -57,6 +59,7 @@ DEALS = [  # id, name, stage it enters on day 1, webhook delivered?
     ("D-105", "Hooli", "Negotiation", True),
     ("D-106", "Stark Industries", "Lead", True),
 ]
+WRONG_STAGES = ("Qualified",)  # exists in the CRM, holds no deal: every run would be idle
 OWN_FILES = ("followup.db", "world.db", "runs.db")
 LEASE_MS = 1000
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
@@ -294,6 +297,8 @@ class Demo:
         if outcome.snapshot.status == "error":
             error = outcome.snapshot.error
             parts.append(f"FAILED: {error['name']}: {str(error['message']).split(';')[0]}")
+            if error["name"] == "NothingInScope":
+                parts.append("caught by the scope health rule; no watch closed")
         self.line(time, "evaluate", "; ".join(parts) or "nothing to do", outcome.status)
         self.describe_alert(time, outcome)
 
@@ -336,6 +341,15 @@ class Demo:
         if n == 11 and hour == 13:
             self.crm.rename_stage("Proposal Sent", "Proposal")
             return "the rename is reverted after the alert"
+        if n == 12 and hour == 9:
+            self.services.settings = replace(self.services.settings,
+                                             in_scope_stages=WRONG_STAGES)
+            return (f"a deploy sets the stage filter to {list(WRONG_STAGES)}: a real stage, "
+                    "the wrong one (no deal is in it)")
+        if n == 12 and hour == 12:
+            self.services.settings = replace(self.services.settings,
+                                             in_scope_stages=DEFAULT_STAGES)
+            return f"the stage filter is fixed: {list(DEFAULT_STAGES)}"
         if n == 13 and hour == 9:
             self.world.fail("tasks", times=3)
             return "task tool flaky: the next 3 calls fail"

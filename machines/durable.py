@@ -31,16 +31,20 @@ class DurableRunner:
     ``lease_ms`` is the lease the in-process worker takes, and how long a killed worker
     subprocess's runs stay claimed (pass the same to ``statecharts worker --lease-ms``).
     ``dry_run``: the runtime's dry-run (invokes marked ``external`` are not executed).
+    ``start``: the simulated clock's first instant; given, the clock no longer keeps up with
+    the wall clock (only the in-process worker may then run the runs), so tests can replay
+    the days of a scenario on the durable runtime.
     """
 
     def __init__(self, url: str, machines: Sequence[Machine], lease_ms: int = 1000,
-                 dry_run: bool = False) -> None:
+                 dry_run: bool = False, start: int | None = None) -> None:
         from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
 
         self.url = url
-        self.clock = SimulatedClock(wall_ms())
+        self.follows_wall_clock = start is None
+        self.clock = SimulatedClock(wall_ms() if start is None else start)
         self.store = open_store(url, migrate=True)
         self.runtime = Runtime(self.store, list(machines), clock=self.clock, dry_run=dry_run)
         # runs handed to worker subprocesses (wall clock) are started on the wall clock, else
@@ -67,7 +71,7 @@ class DurableRunner:
     def finish(self, name: str, key: str, run_id: str, input: Mapping[str, Any]) -> Outcome:
         """Drive the run to its end (jumping the clock to its timers), then start the error
         workflow if it failed."""
-        self.clock.set(max(self.clock.now(), wall_ms()))
+        self._catch_up()
         while True:
             self.worker.run_until_idle()
             record = self.runtime.get(run_id)
@@ -79,13 +83,26 @@ class DurableRunner:
                                record.lease_expires_at > self.clock.now()):
                 # leased by another (perhaps dead) worker: wait out its lease
                 due = max(due or 0, (record.lease_expires_at or self.clock.now()) + 1)
-            self.clock.set(max(self.clock.now(), due, wall_ms()))
+            self.clock.set(max(self.clock.now(), due))
+            self._catch_up()
         snapshot = self._final_snapshot(run_id, record.status, record.last_error)
         outcome = Outcome(name, key, snapshot, self.retries(run_id))
         self.outcomes.append(outcome)
         if snapshot.status == "error":
             outcome.alert = self._error_run(name, run_id, input)
         return outcome
+
+    def _catch_up(self) -> None:
+        if self.follows_wall_clock:
+            self.clock.set(max(self.clock.now(), wall_ms()))
+
+    def resume(self, name: str, key: str, input: Mapping[str, Any]) -> Outcome:
+        """Drive run ``key`` to its end with a fresh worker, as a new process would after the
+        worker driving it died (its lease runs out first)."""
+        from persistence.worker import Worker
+
+        self.worker = Worker(self.runtime, lease_ms=self.lease_ms)
+        return self.finish(name, key, self.run_ids[key], input)
 
     def _error_run(self, name: str, run_id: str, input: Mapping[str, Any]) -> Outcome | None:
         """The error workflow run the runtime started for failed run ``run_id`` (key

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from persistence.runtime import ErrorWorkflowInput
+from persistence.runtime import error_workflow_input as contract
 from statecharts import Machine, Snapshot
 from statecharts.frozen import thaw
 
@@ -57,9 +59,9 @@ def error_workflow_of(machine: Machine) -> str | None:
 
 
 def error_workflow_input(name: str, key: str, failed: Snapshot, now: int,
-                         dry_run: bool) -> dict[str, Any]:
-    """The input an error workflow gets about a failed run of ``name``: what the durable
-    runtime gives (``run_id``, ``workflow``, ``state``, ``error``), plus the run's key, the
-    time and whether it was a dry run."""
-    return {"run_id": key, "workflow": name, "state": ",".join(failed.active_leaves()),
-            "error": thaw(failed.error), "run_key": key, "now": now, "dry_run": dry_run}
+                         dry_run: bool) -> ErrorWorkflowInput:
+    """The input an error workflow gets about a failed in-memory run of ``name``: the durable
+    runtime's contract (``persistence.runtime.ErrorWorkflowInput``), the run's key standing in
+    for its id (in memory a run has no other)."""
+    return contract(key, name, key, ",".join(failed.active_leaves()), failed.error, now,
+                    dry_run)

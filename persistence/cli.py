@@ -29,6 +29,7 @@ from persistence.runtime import (
     UnknownWorkflowError,
     machines_from,
 )
+from persistence.scheduling import ScheduledStart
 from persistence.stores import RunQuery, RunRecord, Store, StoreError, open_store
 from persistence.ui.views import relative_time
 from persistence.worker import Worker, WorkerCrashed
@@ -58,19 +59,25 @@ def missing_extra(exc: ModuleNotFoundError, needed_for: str) -> SystemExit | Non
                       f"pip install 'statecharts[{extra}]'")  # fmt: skip
 
 
+def _imported(option: str, spec: str) -> tuple[Any, str]:
+    """(module, attribute or "") named by `module[:attribute]`, or exit naming the option."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        return importlib.import_module(module_name), attribute
+    except ModuleNotFoundError as exc:
+        raise (missing_extra(exc, f"{option} {spec}") or SystemExit(
+            f"{option} {spec}: cannot import {module_name!r}: {exc}")) from exc
+    except ImportError as exc:
+        raise SystemExit(f"{option} {spec}: cannot import {module_name!r}: {exc}") from exc
+
+
 def load_machines(specs: Sequence[str]) -> list[Machine]:
     """Machines from `module` (every Machine at module level, or its MACHINES list) or
     `module:attribute` (one machine or a list)."""
     found: list[Machine] = []
     for spec in specs:
-        module_name, _, attribute = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            raise (missing_extra(exc, f"--machines {spec}") or SystemExit(
-                f"--machines {spec}: cannot import {module_name!r}: {exc}")) from exc
-        except ImportError as exc:
-            raise SystemExit(f"--machines {spec}: cannot import {module_name!r}: {exc}") from exc
+        module, attribute = _imported("--machines", spec)
+        module_name = module.__name__
         if attribute:
             if not hasattr(module, attribute):
                 raise SystemExit(f"--machines {spec}: {module_name} has no {attribute!r}")
@@ -84,6 +91,25 @@ def load_machines(specs: Sequence[str]) -> list[Machine]:
         if not machines:
             raise SystemExit(f"--machines {spec}: no statecharts Machine found there")
         found.extend(machines)
+    return found
+
+
+def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStart]:
+    """Scheduled starts from `module[:name]` (default name `schedules`): a function called
+    with the runtime that returns `ScheduledStart`s, or a list of them."""
+    found: list[ScheduledStart] = []
+    for spec in specs:
+        module, attribute = _imported("--schedules", spec)
+        attribute = attribute or "schedules"
+        value = getattr(module, attribute, None)
+        if value is None:
+            raise SystemExit(f"--schedules {spec}: {module.__name__} has no {attribute!r}")
+        made = value(runtime) if callable(value) else value
+        starts = list(made) if isinstance(made, list | tuple) else []
+        if not starts or not all(isinstance(s, ScheduledStart) for s in starts):
+            raise SystemExit(f"--schedules {spec}: expected ScheduledStart objects (or a "
+                             "function of the runtime returning them)")
+        found.extend(starts)
     return found
 
 
@@ -173,6 +199,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         required=True,
         metavar="MODULE",
         help="module (or module:attr) defining the machines; repeatable",
+    )
+    worker.add_argument(
+        "--schedules",
+        action="append",
+        default=[],
+        metavar="MODULE[:NAME]",
+        help="also fire the cron schedules of MODULE's NAME (default 'schedules': a function "
+             "of the runtime returning ScheduledStarts); repeatable",
     )
     worker.add_argument("--concurrency", type=int, default=1,
                         help="threads stepping runs at once (default 1)")
@@ -323,7 +357,8 @@ def _worker(args: argparse.Namespace) -> int:
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
     try:
         Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
-               poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms).run()  # fmt: skip
+               poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms,
+               schedules=load_schedules(args.schedules, runtime)).run()  # fmt: skip
     except WorkerCrashed as exc:
         logging.getLogger("statecharts.worker").critical("%s; exiting with status 70", exc)
         return 70  # EX_SOFTWARE: a supervisor restarts the worker

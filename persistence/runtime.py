@@ -11,7 +11,7 @@ import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.outbox import Listener, log_effects, to_outbox
@@ -128,6 +128,55 @@ def error_text(error: Any) -> str | None:
     return str(thaw(error))
 
 
+class ErrorDetail(TypedDict):
+    """A failed run's error: the exception's class name and its message."""
+
+    name: str
+    message: str
+
+
+class ErrorWorkflowInput(TypedDict):
+    """The input an error workflow is started with, the same from every runner (the durable
+    runtime here, `machines.local.LocalRunner` in memory); documented in docs/persistence.md.
+
+    `run_id`: the failed run's id; `workflow`: its workflow name; `key`: the key it was started
+    with (None if none); `state`: its active leaf paths, comma separated; `error`: what failed
+    it; `failed_at`: when (epoch ms, the runtime's clock); `dry_run`: whether the runtime that
+    ran it was in dry-run.
+    """
+
+    run_id: str
+    workflow: str
+    key: str | None
+    state: str
+    error: ErrorDetail
+    failed_at: int
+    dry_run: bool
+
+
+def error_detail(error: Any) -> ErrorDetail:
+    """`error` (an engine error's JSON, or the one-line text `Name: message` stored in a run's
+    `last_error`) as an `ErrorDetail`."""
+    if isinstance(error, Mapping):
+        return {"name": str(error.get("name") or "Error"),
+                "message": str(error.get("message") or "")}  # fmt: skip
+    text = "" if error is None else str(error)
+    name, sep, message = text.partition(": ")
+    if sep and name.isidentifier():
+        return {"name": name, "message": message}
+    return {"name": "Error", "message": text}
+
+
+def error_workflow_input(
+    run_id: str, workflow: str, key: str | None, state: str, error: Any, failed_at: int,
+    dry_run: bool,
+) -> ErrorWorkflowInput:
+    """The `ErrorWorkflowInput` about a failed run (every runner builds it here)."""
+    return {"run_id": run_id, "workflow": workflow, "key": key, "state": state,
+            "error": error_detail(thaw(error)), "failed_at": failed_at,
+            "dry_run": dry_run}  # fmt: skip
+
+
 def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
     """When the run next needs a worker: now if effects wait, else its next timer."""
     if has_pending_effects:
@@ -145,8 +194,9 @@ class Runtime:
 
     A machine names an error workflow with `meta={"error_workflow": "name"}` at its root (or
     `error_workflows={"invoice": "invoice_failed"}` here): each time one of its runs fails, that
-    workflow is started exactly once, in the transaction that records the failure, with input
-    `{"run_id", "workflow", "state", "error"}`. Invokes that name a `breaker` go through a
+    workflow is started exactly once, in the transaction that records the failure, with an
+    `ErrorWorkflowInput` (`run_id`, `workflow`, `key`, `state`, `error`, `failed_at`,
+    `dry_run`). Invokes that name a `breaker` go through a
     circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
 
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
@@ -223,8 +273,8 @@ class Runtime:
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
             return None
-        failure = {"run_id": run.id, "workflow": run.workflow_name, "key": run.key,
-                   "state": state, "error": error}  # fmt: skip
+        failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
+                                       self.dry_run)
         new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
         return new, outbox
 

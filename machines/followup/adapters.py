@@ -37,6 +37,14 @@ class Crm(Protocol):
         """Deals (``id``, ``name``, ``stage``, ``owner``) currently in one of ``stages``."""
         ...
 
+    def count_deals_in_stages(self, stages: Sequence[str]) -> int:
+        """How many deals are in one of ``stages`` (the health rule's open deals)."""
+        ...
+
+    def get_deal(self, deal_id: str) -> dict[str, Any] | None:
+        """The deal (``id``, ``name``, ``stage``, ``owner``), or None if the CRM deleted it."""
+        ...
+
     def recent_emails(self, deal_id: str, since: int) -> list[dict[str, Any]]:
         """E-mails about the deal sent at or after ``since`` (epoch ms)."""
         ...
@@ -87,6 +95,20 @@ class FakeCrm:
         return self.world.rows(f"select id, name, stage, owner from deals where stage in "
                                f"({marks}) order by id", list(stages))
 
+    def count_deals_in_stages(self, stages: Sequence[str]) -> int:
+        """Deals in one of ``stages``."""
+        self._check()
+        marks = ", ".join("?" for _ in stages) or "null"
+        return int(self.world.rows(f"select count(*) as n from deals where stage in ({marks})",
+                                   list(stages))[0]["n"])
+
+    def get_deal(self, deal_id: str) -> dict[str, Any] | None:
+        """The deal by id."""
+        self._check()
+        found = self.world.rows("select id, name, stage, owner from deals where id = ?",
+                                (deal_id,))
+        return found[0] if found else None
+
     def recent_emails(self, deal_id: str, since: int) -> list[dict[str, Any]]:
         """The deal's e-mails since ``since``."""
         self._check()
@@ -108,6 +130,11 @@ class FakeCrm:
             tx.execute("insert into deals (id, name, stage, owner) values (?, ?, ?, ?) on "
                        "conflict (id) do update set stage = excluded.stage, "
                        "name = excluded.name", (deal_id, name, stage, owner))
+
+    def delete_deal(self, deal_id: str) -> None:
+        """Delete a deal, as a CRM user might."""
+        with self.world.transaction() as tx:
+            tx.execute("delete from deals where id = ?", (deal_id,))
 
     def rename_stage(self, old: str, new: str) -> None:
         """Rename a pipeline stage (its deals move with it), as a CRM admin might."""

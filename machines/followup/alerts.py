@@ -16,6 +16,7 @@ from typing import Any
 from machines.config import load_config
 from machines.followup import repository
 from machines.followup.services import Services
+from persistence.runtime import error_detail
 from statecharts import Machine, assign, create_machine, from_callable
 
 CONFIG = Path(__file__).with_name("alerts.json")
@@ -23,13 +24,9 @@ WORKFLOW = "followup_alerts"
 
 
 def error_parts(error: Any) -> tuple[str, str]:
-    """(name, message) of a failed run's error: the engine's JSON (in memory) or the durable
-    runtime's one-line text ``Name: message``."""
-    if isinstance(error, Mapping):
-        return str(error.get("name", "Error")), str(error.get("message", ""))
-    text = str(error or "Error")
-    name, sep, message = text.partition(": ")
-    return (name, message) if sep and name.isidentifier() else ("Error", text)
+    """(name, message) of a failed run's error (the contract's ``{"name", "message"}``)."""
+    detail = error_detail(error)
+    return detail["name"], detail["message"]
 
 
 def alert_key(workflow: str, error: Any) -> str:
@@ -46,14 +43,20 @@ def alert_text(workflow: str, run_key: str, state: str | None,
 
 
 def run_key_of(input: Mapping[str, Any]) -> str:
-    """The failed run's key: ours when we started it, else the durable runtime's run id."""
-    return str(input.get("run_key") or input.get("run_id"))
+    """The failed run's key (Evaluate's claim key: the schedules start it with its slot as
+    both), else its run id."""
+    return str(input.get("key") or input.get("run_id"))
 
 
-def now_of(input: Mapping[str, Any]) -> int:
-    """The time of the failure: given by the starter, else the wall clock (the durable
-    runtime's error-workflow input carries no time)."""
-    given = input.get("now")
+def own_key(input: Mapping[str, Any]) -> str:
+    """This Alerts run's own run_log key."""
+    return f"error-of:{input['run_id']}"
+
+
+def failed_at(input: Mapping[str, Any]) -> int:
+    """When the run failed (the contract's ``failed_at``; the wall clock if a caller left it
+    out)."""
+    given = input.get("failed_at")
     return int(given) if given is not None else time.time_ns() // 1_000_000
 
 
@@ -61,7 +64,7 @@ def build(services: Services) -> Machine:
     """The Alerts machine wired to ``services``."""
     def log_failure(input: dict[str, Any]) -> dict[str, Any]:
         key = alert_key(input["workflow"], input["error"])
-        now = now_of(input)
+        now = failed_at(input)
         _, body = alert_text(input["workflow"], run_key_of(input), input["state"],
                              input["error"])
         with services.db.transaction() as tx:
@@ -80,7 +83,15 @@ def build(services: Services) -> Machine:
 
     def mark_alerted(input: dict[str, Any]) -> bool:
         with services.db.transaction() as tx:
-            repository.mark_alerted(tx, input["workflow"], run_key_of(input), now_of(input))
+            repository.mark_alerted(tx, input["workflow"], run_key_of(input), failed_at(input))
+            repository.record_run(tx, WORKFLOW, own_key(input), "ok",
+                                  {"alerted": input["alert_key"]}, failed_at(input))
+        return True
+
+    def note_suppressed(input: dict[str, Any]) -> bool:
+        with services.db.transaction() as tx:
+            repository.record_run(tx, WORKFLOW, own_key(input), "ok",
+                                  {"suppressed": input["alert_key"]}, failed_at(input))
         return True
 
     return create_machine(
@@ -90,4 +101,5 @@ def build(services: Services) -> Machine:
             "duplicate": e["output"]["duplicate"], "alert_key": e["output"]["alert_key"]})},
         actors={"logFailure": from_callable(log_failure, "logFailure"),
                 "sendAlert": from_callable(send_alert, "sendAlert"),
-                "markAlerted": from_callable(mark_alerted, "markAlerted")})
+                "markAlerted": from_callable(mark_alerted, "markAlerted"),
+                "noteSuppressed": from_callable(note_suppressed, "noteSuppressed")})

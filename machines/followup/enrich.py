@@ -17,6 +17,7 @@ from statecharts import Machine, assign, create_machine, from_callable
 from statecharts.frozen import thaw
 
 CONFIG = Path(__file__).with_name("enrich.json")
+WORKFLOW = "followup_enrich"
 
 
 def build(services: Services) -> Machine:
@@ -27,6 +28,9 @@ def build(services: Services) -> Machine:
 
     def summarize_deal(input: dict[str, Any]) -> str | None:
         watch = input["current"]
+        with services.db.transaction() as tx:
+            if not repository.watch_is_open(tx, int(watch["id"])):
+                return None  # closed since the run loaded it: not worth a model call
         since = int(input["now"]) - services.settings.summary_lookback_ms
         emails = services.crm.recent_emails(str(watch["subject_id"]), since)
         if not emails:
@@ -36,9 +40,17 @@ def build(services: Services) -> Machine:
 
     def store_summary(input: dict[str, Any]) -> bool:
         with services.db.transaction() as tx:
-            repository.store_summary(tx, int(input["current"]["id"]), str(input["summary"]),
-                                     int(input["now"]))
-        return True
+            return repository.store_summary(tx, int(input["current"]["id"]),
+                                            str(input["summary"]), int(input["now"]))
+
+    def finish_run(input: dict[str, Any]) -> str:
+        status = "partial" if input["skipped"] else "ok"
+        key = str(input["run_key"] or f"{WORKFLOW}@{input['now']}")
+        with services.db.transaction() as tx:
+            repository.record_run(tx, WORKFLOW, key, status, {
+                "summarized": input["summarized"], "skipped": input["skipped"]},
+                int(input["now"]))
+        return status
 
     def note_summary(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
         if batch.failed(event):
@@ -54,4 +66,5 @@ def build(services: Services) -> Machine:
                      *thaw(c["summarized"]), c["current"]["subject_name"]]})},
         actors={"loadWatches": from_callable(load_watches, "loadWatches"),
                 "summarizeDeal": from_callable(summarize_deal, "summarizeDeal"),
-                "storeSummary": from_callable(store_summary, "storeSummary")})
+                "storeSummary": from_callable(store_summary, "storeSummary"),
+                "finishRun": from_callable(finish_run, "finishRun")})

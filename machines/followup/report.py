@@ -73,6 +73,13 @@ def build(services: Services) -> Machine:
                                   f"{title}, {long_date(today)}", str(input["report"]),
                                   key=f"{WORKFLOW}:{input['kind']}:{input['today']}")
 
+    def log_run(input: dict[str, Any]) -> bool:
+        key = str(input["run_key"] or f"{WORKFLOW}:{input['kind']}@{input['today']}")
+        with services.db.transaction() as tx:
+            repository.record_run(tx, WORKFLOW, key, "ok", {
+                "kind": input["kind"], "message_id": input["message_id"]}, int(input["now"]))
+        return True
+
     return create_machine(
         load_config(CONFIG),
         guards={"isDigest": lambda c, e: c["kind"] == "digest"},
@@ -80,4 +87,5 @@ def build(services: Services) -> Machine:
                  "rememberMessage": assign(lambda c, e: {"message_id": e["output"]})},
         actors={"composeMorningList": from_callable(compose_morning_list, "composeMorningList"),
                 "composeDigest": from_callable(compose_digest, "composeDigest"),
-                "sendReport": from_callable(send_report, "sendReport")})
+                "sendReport": from_callable(send_report, "sendReport"),
+                "logRun": from_callable(log_run, "logRun")})

@@ -81,16 +81,31 @@ def open_subject_ids(tx: Transaction, subject_type: str) -> set[str]:
         (subject_type,))}
 
 
+def exhausted_subject_ids(tx: Transaction, subject_type: str) -> set[str]:
+    """Subjects whose latest watch ran its whole cadence: reconciliation leaves them be (a
+    webhook that brings the deal back into scope opens a new watch)."""
+    return {str(r["subject_id"]) for r in tx.rows(
+        "select w.subject_id from watches w where w.subject_type = ? and w.closed_reason = "
+        "'exhausted' and w.id = (select max(v.id) from watches v where v.subject_type = "
+        "w.subject_type and v.subject_id = w.subject_id)", (subject_type,))}
+
+
 def open_watches(tx: Transaction) -> list[dict[str, Any]]:
     """Every open watch (id, subject, summary)."""
     return tx.rows("select id, subject_type, subject_id, subject_name, summary from watches "
                    "where status = 'open' order by id")
 
 
-def store_summary(tx: Transaction, watch_id: int, summary: str, now: int) -> None:
-    """Keep a watch's latest two-line summary."""
-    tx.execute("update watches set summary = ?, summarized_at = ? where id = ?",
-               (summary, now, watch_id))
+def store_summary(tx: Transaction, watch_id: int, summary: str, now: int) -> bool:
+    """Keep an open watch's latest two-line summary; False if the watch closed meanwhile."""
+    return tx.execute("update watches set summary = ?, summarized_at = ? where id = ? and "
+                      "status = 'open'", (summary, now, watch_id)) == 1
+
+
+def watch_is_open(tx: Transaction, watch_id: int) -> bool:
+    """Whether the watch is still open (Enrich asks before it pays the summarizer)."""
+    return tx.one("select 1 as x from watches where id = ? and status = 'open'",
+                  (watch_id,)) is not None
 
 
 # -- steps -------------------------------------------------------------------------------------
@@ -134,31 +149,80 @@ def watches_closed_between(tx: Transaction, start: int, end: int) -> list[dict[s
 
 
 def mark_step_fired(tx: Transaction, watch_id: int, step: int, task_id: str, today: date,
-                    now: int) -> bool:
-    """Record the task made for a step. Only a pending step changes, so doing it again (a
-    retried step after a crash) changes nothing. False if it was not pending."""
-    return tx.execute("update watch_steps set status = 'fired', task_id = ?, fired_on = ?, "
-                      "fired_at = ? where watch_id = ? and step = ? and status = 'pending'",
-                      (task_id, today.isoformat(), now, watch_id, step)) == 1
+                    now: int) -> dict[str, bool]:
+    """Record the task made for a step; after the last step the watch closes ``exhausted``.
+    Only a pending step changes, so doing it again (a retried step after a crash) changes
+    nothing. Returns ``{"fired", "exhausted"}``."""
+    fired = tx.execute("update watch_steps set status = 'fired', task_id = ?, fired_on = ?, "
+                       "fired_at = ? where watch_id = ? and step = ? and status = 'pending'",
+                       (task_id, today.isoformat(), now, watch_id, step)) == 1
+    exhausted = fired and tx.one("select 1 as x from watch_steps where watch_id = ? and "
+                                 "status = 'pending'", (watch_id,)) is None
+    if exhausted:
+        tx.execute("update watches set status = 'closed', closed_reason = 'exhausted', "
+                   "closed_at = ? where id = ? and status = 'open'", (now, watch_id))
+    return {"fired": fired, "exhausted": exhausted}
 
 
 # -- runs: the one-at-a-time claim and the failure log -----------------------------------------
 
 def claim_run(tx: Transaction, workflow: str, run_key: str, now: int,
-              stale_after_ms: int) -> bool:
-    """Claim the right to run ``workflow`` now: True if this run holds the claim.
+              stale_after_ms: int) -> dict[str, Any]:
+    """Claim the right to run ``workflow`` now.
 
-    A claim older than ``stale_after_ms`` is abandoned (its run died without releasing it).
+    Returns ``{"granted", "holder", "abandoned"}``: whether this run holds the claim; if not,
+    the claim that blocks it (``run_key``, ``started_at``); and the keys of claims taken over
+    as ``abandoned`` (older than ``stale_after_ms``: their run died without releasing them).
     Claiming again with the same ``run_key`` is recognised (a step retried after a crash).
     """
-    tx.execute("update run_log set status = 'abandoned', finished_at = ? where workflow = ? "
-               "and status = 'running' and started_at < ? and run_key <> ?",
-               (now, workflow, now - stale_after_ms, run_key))
+    abandoned = [str(r["run_key"]) for r in tx.rows(
+        "update run_log set status = 'abandoned', finished_at = ? where workflow = ? and "
+        "status = 'running' and started_at < ? and run_key <> ? returning run_key",
+        (now, workflow, now - stale_after_ms, run_key))]
     tx.execute("insert into run_log (workflow, run_key, status, started_at) values "
                "(?, ?, 'running', ?) on conflict do nothing", (workflow, run_key, now))
     mine = tx.one("select status from run_log where workflow = ? and run_key = ?",
                   (workflow, run_key))
-    return mine is not None and mine["status"] == "running"
+    granted = mine is not None and mine["status"] == "running"
+    holder = None if granted else tx.one(
+        "select run_key, started_at from run_log where workflow = ? and status = 'running'",
+        (workflow,))
+    return {"granted": granted, "holder": holder, "abandoned": abandoned}
+
+
+def record_run(tx: Transaction, workflow: str, run_key: str, status: str,
+               detail: Mapping[str, Any], now: int) -> None:
+    """Log a finished run of a workflow that takes no claim (doing it again updates it)."""
+    tx.execute("insert into run_log (workflow, run_key, status, started_at, finished_at, "
+               "detail) values (?, ?, ?, ?, ?, ?) on conflict (workflow, run_key) do update "
+               "set status = excluded.status, finished_at = excluded.finished_at, "
+               "detail = excluded.detail",
+               (workflow, run_key, status, now, now, json.dumps(dict(detail), sort_keys=True)))
+
+
+def scope_history(tx: Transaction, workflow: str, page: int = 500) -> list[dict[str, Any]]:
+    """The health rule's history: ``{"started_at", "today", "in_scope", "open_deals"}`` of the
+    runs that counted the CRM's deals (their run_log detail), oldest first, going back to the
+    latest run that found deals in scope (all of them if none did)."""
+    found: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        rows = tx.rows("select started_at, detail from run_log where workflow = ? and detail "
+                       "is not null order by started_at desc, id desc limit ? offset ?",
+                       (workflow, page, offset))
+        for row in rows:
+            try:
+                detail = json.loads(str(row["detail"]))
+            except ValueError:
+                continue  # a failure's text, not a count
+            scope = detail.get("scope") if isinstance(detail, dict) else None
+            if isinstance(scope, dict):
+                found.append({"started_at": int(row["started_at"]), **scope})
+                if int(scope.get("in_scope") or 0) > 0:
+                    return found[::-1]
+        if len(rows) < page:
+            return found[::-1]
+        offset += page
 
 
 def finish_run(tx: Transaction, workflow: str, run_key: str, status: str,
@@ -171,11 +235,13 @@ def finish_run(tx: Transaction, workflow: str, run_key: str, status: str,
 
 def log_failure(tx: Transaction, workflow: str, run_key: str, error: str, alert_key: str,
                 now: int) -> None:
-    """Record a failed run (releasing its claim if it held one)."""
+    """Record a failed run (releasing its claim if it held one). A detail the run wrote when it
+    released its claim itself (its error and scope counts) is kept."""
     tx.execute("insert into run_log (workflow, run_key, status, started_at, finished_at, "
                "detail, alert_key) values (?, ?, 'failed', ?, ?, ?, ?) on conflict "
                "(workflow, run_key) do update set status = 'failed', finished_at = "
-               "excluded.finished_at, detail = excluded.detail, alert_key = excluded.alert_key",
+               "coalesce(run_log.finished_at, excluded.finished_at), detail = "
+               "coalesce(run_log.detail, excluded.detail), alert_key = excluded.alert_key",
                (workflow, run_key, now, now, error, alert_key))
 
 

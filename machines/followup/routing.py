@@ -3,6 +3,10 @@
 - ``route_stage_change``: what a CRM webhook about a deal's stage means for its watch.
 - ``stage_filter_problem``: the loud check that the configured stage names exist in the CRM
   (the original system's filter matched nothing for five days while every run "succeeded").
+- ``scope_health_problem``: the "succeeds but does nothing" rule: a filter naming stages that
+  exist but hold no deal (``Qualified`` for ``Proposal``) leaves every run green and idle.
+- ``unknown_stage_problem``: a webhook whose stage the CRM or the filter does not know (a stage
+  rename) must not close a watch silently.
 - ``reconcile``: which in-scope deals lack a watch, and which watches lost their deal.
 """
 
@@ -11,7 +15,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
+
+from machines.followup.business_days import business_days_between
 
 DEFAULT_STAGES = ("Proposal", "Negotiation")
 CLOSING_STAGES: Mapping[str, str] = {"Won": "won", "Lost": "lost"}
@@ -59,6 +66,53 @@ def stage_filter_problem(in_scope: Sequence[str], crm_stages: Collection[str]) -
         "has stage names the CRM does not know"
     return (f"stage filter {list(in_scope)} {scope}: {', '.join(hints)}; the CRM's stages are "
             f"{sorted(crm_stages)}")
+
+
+class NothingInScope(Exception):
+    """The health rule: the CRM has open deals but none is in scope (for a business day, or
+    suddenly after some were)."""
+
+
+def scope_health_problem(history: Sequence[Mapping[str, Any]], in_scope: int,
+                         open_deals: int, today: date,
+                         holidays: Collection[date] = ()) -> str | None:
+    """Why a run that finds ``in_scope`` deals (of ``open_deals`` open ones) is unhealthy, or
+    None. ``history``: earlier runs' ``{"today", "in_scope", "open_deals"}``, oldest first.
+
+    Unhealthy while nothing is in scope but the CRM has open deals, and either some deals were
+    in scope before (the count dropped to zero) or the zero count has lasted a business day.
+    """
+    if in_scope > 0 or open_deals == 0:
+        return None
+    counted = [h for h in history if h.get("in_scope") is not None and h.get("today")]
+    last_seen = next((h for h in reversed(counted) if int(h["in_scope"]) > 0), None)
+    if last_seen is not None:
+        return (f"no deal is in scope but the CRM has {open_deals} open deal(s); "
+                f"{last_seen['in_scope']} were in scope on {last_seen['today']}: did the "
+                "stage filter or a stage name change?")
+    first_zero = date.fromisoformat(str(counted[0]["today"])) if counted else today
+    days = business_days_between(first_zero, today, holidays)
+    if days >= 1:
+        return (f"no deal has been in scope for {days} business day(s) (since {first_zero}) "
+                f"while the CRM has {open_deals} open deal(s): is the stage filter the right "
+                "one?")
+    return None
+
+
+class UnknownStage(Exception):
+    """A webhook names a stage that the CRM does not have, or the stage filter names stages the
+    CRM no longer has (a rename): closing the watch would be silent and wrong."""
+
+
+def unknown_stage_problem(stage: str | None, in_scope: Sequence[str],
+                          crm_stages: Collection[str]) -> str | None:
+    """Why a webhook that would close a watch (``stage`` out of scope) cannot be trusted, or
+    None when both the stage and every filter name are known to the CRM."""
+    if not stage:
+        return "the webhook names no stage"
+    if stage not in crm_stages:
+        return f"the webhook's stage {stage!r} is not a CRM stage ({sorted(crm_stages)})"
+    return stage_filter_problem(in_scope, crm_stages)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,14 @@ weekdays and the digest at 17:30 on Fridays, in the team's time zone. Holidays a
 workflows' business (the cadence skips them), not the scheduler's. Each run is told its slot's
 date and instant, and Evaluate's claim key is the slot, so a slot is one run wherever it fires.
 Register has no schedule: the CRM's webhook starts it.
+
+``statecharts worker --machines machines.followup --schedules machines.followup.schedules``
+fires them (time zone: ``$FOLLOWUP_TZ``, default UTC).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -36,8 +40,10 @@ def slot_input(name: str, extra: dict[str, Any], tz: str) -> Callable[[int], dic
     return input
 
 
-def schedules(runtime: Runtime, tz: str = "UTC") -> list[ScheduledStart]:
-    """The four schedules, for ``Worker(runtime, schedules=...)``."""
+def schedules(runtime: Runtime, tz: str | None = None) -> list[ScheduledStart]:
+    """The four schedules, for ``Worker(runtime, schedules=...)`` and ``statecharts worker
+    --schedules machines.followup.schedules``; ``tz`` defaults to ``$FOLLOWUP_TZ`` or UTC."""
+    tz = tz or os.environ.get("FOLLOWUP_TZ") or "UTC"
     return [ScheduledStart(runtime, name, workflow, cron, input=slot_input(name, extra, tz),
                            tz=tz)
             for name, (workflow, cron, extra) in CRONS.items()]

@@ -1,7 +1,9 @@
 """The invoice workflow's downstream systems behind small interfaces, and their fakes.
 
-- ``Ledger``: our own database (customers, invoices recorded against orders). No retry: a
-  failure fails the run.
+- ``Ledger``: our own database (customers, invoices recorded against orders). Its failures
+  (``LedgerError``) are transient on the durable runtime: the step rolls back and a worker
+  picks the run up again after a backoff (in memory, where nothing rolls back, they fail the
+  run).
 - ``InvoiceApi``: the payment provider's invoice endpoint, idempotent by key like Stripe's.
 - Mail: ``machines.mail``.
 
@@ -16,7 +18,7 @@ from machines.fakes import FakeWorld
 
 
 class LedgerError(Exception):
-    """Our database failed: the run fails."""
+    """Our database failed (transient: the durable step rolls back and is tried again)."""
 
 
 class CustomerNotFound(LookupError):

@@ -253,7 +253,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         @rule(data=st.data())
         def finish_call(self, data: st.DataObject) -> None:
             call = running_calls(machine, self.snapshot)[0]  # the runtime's order
-            outcome = data.draw(outcome_strategy(machine, call, outputs, errors),
+            outcome = data.draw(outcome_strategy(machine, call, outputs, errors, durable=True),
                                 label=f"outcome of {call.id}")
             now = self.clock.now()
             self.script.outcomes.setdefault(call.src, deque()).append(outcome)

@@ -94,6 +94,13 @@ def error_names(machine: Machine, call: Call,
     return tuple(dict.fromkeys(names))
 
 
+def is_transient(call: Call, name: str) -> bool:
+    """Whether the durable runtime rolls a failure ``name`` of ``call`` back and runs the call
+    again (``"transient"`` on the invoke): not an outcome a durable run ever sees."""
+    transient = getattr(call.invoke, "transient", None) if call.invoke is not None else None
+    return transient is True or (isinstance(transient, list | tuple) and name in transient)
+
+
 def error_exception(name: str) -> Exception:
     """An exception of class ``name`` (for scripted actors on a real runtime)."""
     kind: type[Exception] = type(name, (Exception,), {})
@@ -185,5 +192,5 @@ class CutOffs:
 
 __all__ = ["DEFAULT_OUTPUT", "GENERIC_ERROR", "Call", "CutOffs", "ExplorationCutOff",
            "ExplorationWarning", "check_outputs", "done_event", "error_event",
-           "error_exception", "error_names", "invoke_defs", "is_possible", "outcome_call",
-           "outputs_for", "running_calls"]
+           "error_exception", "error_names", "invoke_defs", "is_possible", "is_transient",
+           "outcome_call", "outputs_for", "running_calls"]

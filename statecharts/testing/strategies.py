@@ -36,6 +36,7 @@ from .outcomes import (
     error_event,
     error_names,
     is_possible,
+    is_transient,
     running_calls,
 )
 
@@ -114,16 +115,20 @@ def output_strategy(call: Call, outputs: OutputStrategies | None
 
 
 def outcome_strategy(machine: Machine, call: Call, outputs: OutputStrategies | None = None,
-                     errors: Mapping[str, Sequence[str]] | None = None
-                     ) -> st.SearchStrategy[FrozenDict]:
+                     errors: Mapping[str, Sequence[str]] | None = None, *,
+                     durable: bool = False) -> st.SearchStrategy[FrozenDict]:
     """One outcome of ``call``: done with an output, or failed with one of its error names
-    (shrinks towards success)."""
-    failed = st.sampled_from(error_names(machine, call, errors)).map(
-        lambda name: error_event(call.id, name))
+    (shrinks towards success). ``durable``: without the failures the durable runtime rolls
+    back and retries (the call site's ``transient`` names), which no run sees as an outcome."""
+    names = [n for n in error_names(machine, call, errors)
+             if not (durable and is_transient(call, n))]
+    failed = st.sampled_from(names).map(lambda name: error_event(call.id, name)) \
+        if names else None
     done = output_strategy(call, outputs)
     if done is None:
-        return failed
-    return st.one_of(done.map(lambda output: done_event(call.id, output)), failed)
+        return failed if failed is not None else st.just(done_event(call.id, None))
+    succeeded = done.map(lambda output: done_event(call.id, output))
+    return succeeded if failed is None else st.one_of(succeeded, failed)
 
 
 @dataclass(frozen=True)

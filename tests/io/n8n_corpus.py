@@ -60,3 +60,33 @@ def mapped_state(result: N8nImport, node: str) -> str:
             assert mapping.state is not None, f"{node!r} has no state: {mapping.how}"
             return mapping.state
     raise AssertionError(f"no node {node!r} in the import")
+
+
+def targets(transitions: Any) -> list[str]:
+    """The target keys of a transition list (``#w.`` dropped), in order, without repeats."""
+    items = transitions if isinstance(transitions, list) else [transitions]
+    found = [t if isinstance(t, str) else t["target"] for t in items]
+    return list(dict.fromkeys(t.split(".", 1)[1] for t in found))
+
+
+def guarded_targets(transitions: Any) -> list[str]:
+    """Only the targets a guard picks (the last, unguarded fallback left out)."""
+    items = transitions if isinstance(transitions, list) else [transitions]
+    return targets([t for t in items if isinstance(t, dict) and "guard" in t])
+
+
+def route(result: N8nImport, action: dict[str, Any]) -> dict[str, Any]:
+    """The static part of an ``n8n_route`` action: its entry in ``context.n8n.graph``."""
+    assert action["type"] == "n8n_route", action
+    return dict(result.config["context"]["n8n"]["graph"][action["params"]["route"]])
+
+
+def connections(wires: list[tuple[str, int, str, int]]) -> dict[str, Any]:
+    """An export's ``connections`` for ``wires`` as (from, output, to, input)."""
+    found: dict[str, Any] = {}
+    for source, output, target, index in wires:
+        outputs = found.setdefault(source, {"main": []})["main"]
+        while len(outputs) <= output:
+            outputs.append([])
+        outputs[output].append({"node": target, "type": "main", "index": index})
+    return found

@@ -3,25 +3,26 @@ functions), a simulated clock, and the calls each node's actor receives recorded
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.io.n8n_corpus import imported
-from tests.io.n8n_runs import Run
+from tests.io.n8n_runs import Run, items, to_output
 
 
 def test_v1_loop_with_wait_and_webhook_runs_each_batch_then_waits_for_approval() -> None:
     result = imported("zie619__N8ntrainingcustomermessenger_0230")
-    run = Run(result, outputs={"customer_datastore": [{"name": "a"}, {"name": "b"},
-                                                      {"name": "c"}]})
+    run = Run(result, outputs={"customer_datastore": items({"name": "a"}, {"name": "b"},
+                                                           {"name": "c"})})
     send = "customer_messenger_send_message_to"
     run.actor.send("ON_CLICKING_EXECUTE")
     assert run.names() == ["customer_datastore"]
     for _ in range(3):
         run.clock.advance(2000)  # 'Wait for time interval': 2 seconds per batch
-    # three batches of one, 2 s apart; then the If sees no items left and asks for approval
+    # three batches of one, 2 s apart, each batch handed to the send; then the If sees no
+    # items left and asks for approval
     assert run.calls == [("customer_datastore", 0), (send, 2000), (send, 4000), (send, 6000),
                          ("create_approval_url", 6000),
                          ("customer_messenger_send_url_to_merchant", 6000)]
+    assert run.inputs[send] == [items({"name": "a"}), items({"name": "b"}),
+                                items({"name": "c"})]
     assert run.snapshot.value == "wait_for_external_approval"
     run.clock.advance(10 * 24 * 3600 * 1000)  # no time limit: still waiting days later
     assert run.snapshot.value == "wait_for_external_approval"
@@ -33,7 +34,7 @@ def test_v3_loop_runs_the_body_per_item_and_takes_done_when_exhausted() -> None:
     # Code_0182: Loop Over Items (v3) -> Execute Workflow per item (continueErrorOutput to
     # 'Failed Flows', which loops back), done -> Completed Notification
     result = imported("zie619__Code_0182")
-    run = Run(result, outputs={"n8n": [{"id": 1}, {"id": 2}, {"id": 3}]},
+    run = Run(result, outputs={"n8n": items({"id": 1}, {"id": 2}, {"id": 3})},
               failing={"execute_workflow": 1})
     run.actor.send("SCHEDULE_TRIGGER")
     assert run.names() == ["starting_message", "n8n", "execute_workflow", "failed_flows",
@@ -43,10 +44,13 @@ def test_v3_loop_runs_the_body_per_item_and_takes_done_when_exhausted() -> None:
 
 def test_error_output_continues_and_default_stop_fails_the_run() -> None:
     result = imported("enescingoz__devops")
-    ok = Run(result, failing={"send_telegram_alert": -1}, guards={"any_alerts": _yes})
+    ok = Run(result, failing={"send_telegram_alert": -1})
     ok.actor.send("SCHEDULE_TRIGGER")
-    assert ok.names() == ["check_disk_usage_ssh", "parse_evaluate", "send_telegram_alert",
-                          "send_email_fallback"]
+    assert ok.names() == ["check_disk_usage_ssh", "parse_evaluate", "any_alerts",
+                          "send_telegram_alert", "send_email_fallback"]
+    # the error output carries n8n's error item
+    assert ok.inputs["send_email_fallback"] == [
+        [{"json": {"error": "send_telegram_alert is down"}}]]
     assert ok.snapshot.status == "done"
     stopped = Run(result, failing={"parse_evaluate": -1})
     stopped.actor.send("SCHEDULE_TRIGGER")
@@ -85,22 +89,22 @@ def test_stop_and_error_fails_the_run_with_the_nodes_message() -> None:
     # Stopanderror_0427: index_check false -> Stop and Error
     result = imported("zie619__Stopanderror_0427")
     # the loop hands out the items of the node before it ('url_set')
-    run = Run(result, outputs={"url_set": [{"url": "https://example.org"}]},
-              guards={"index_check": _no})
+    run = Run(result, outputs={"url_set": items({"url": "https://example.org"}),
+                               "index_check": to_output(1)})
     run.actor.send("SCHEDULE_TRIGGER")
-    assert run.names()[-1] == "url_index"
+    assert run.names()[-2:] == ["url_index", "index_check"]
     assert run.snapshot.status == "error"
     assert "Google Indexing API limit" in str(run.snapshot.error)
 
 
-def test_fork_runs_both_branches_and_the_merge_joins_them_once() -> None:
+def test_two_start_nodes_run_one_after_the_other_and_the_merge_joins_them_once() -> None:
     result = imported("zie619__Process_0009")
     run = Run(result)
     run.actor.send("RUN")
     names = run.names()
-    assert sorted(names[:4]) == ["convert_data_1", "convert_data_2", "data_1", "data_2"]
-    assert names.index("data_1") < names.index("convert_data_1")
-    assert names[4:] == ["merge"]
+    # n8n v1 runs the first start node's branch to the Merge, then the second one
+    assert names == ["data_1", "convert_data_1", "data_2", "convert_data_2", "merge"]
+    assert len(run.inputs["merge"][0]) == 2  # one list of items per input
     assert run.snapshot.status == "done"
 
 
@@ -111,10 +115,3 @@ def test_several_triggers_start_the_same_run() -> None:
         run.actor.send(event)
         assert run.names()[0] == "sitemap_set"
 
-
-def _yes(context: Any, event: Any) -> bool:
-    return True
-
-
-def _no(context: Any, event: Any) -> bool:
-    return False

@@ -62,7 +62,7 @@ def test_import_with_an_error_trigger_writes_the_error_machine_too(tmp_path: Pat
     done = _cli("import", corpus_path("zie619__Error_0518"), "-o", tmp_path)
     assert done.returncode == 0, done.stderr
     [error_file] = tmp_path.glob("*_error.json")
-    assert json.loads(error_file.read_text())["initial"] == "gmail"
+    assert json.loads(error_file.read_text())["initial"] == "starting"
     module = next(tmp_path.glob("*_impl.py")).stem
     ran = subprocess.run([sys.executable, "-c", f"import {module} as m; "
                           "print(m.error_machine().id)"], capture_output=True, text=True,
@@ -73,12 +73,12 @@ def test_import_with_an_error_trigger_writes_the_error_machine_too(tmp_path: Pat
 
 def test_import_of_a_malformed_workflow_names_the_path(tmp_path: Path) -> None:
     data = json.loads(corpus_path("enescingoz__devops").read_text())
-    data["nodes"][4]["onError"] = "shrug"
+    data["nodes"][4]["name"] = ""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
     done = _cli("import", bad, "-o", tmp_path / "out")
     assert done.returncode == 2
-    assert "nodes[4].onError: expected one of" in done.stderr
+    assert "nodes[4].name: expected a non-empty string" in done.stderr
     assert not (tmp_path / "out").exists()
     broken = tmp_path / "broken.json"
     broken.write_text("{\"nodes\": [")
@@ -93,7 +93,7 @@ def test_summary_over_the_corpus_counts_nodes_states_and_hidden_kinds() -> None:
     lines = done.stdout.splitlines()
     header = lines[0].split()
     assert header[:4] == ["workflow", "nodes", "states", "hidden"]
-    assert "retry" in header and "join" in header
+    assert "retry" in header and "next_branch" in header
     rows = [line.split() for line in lines[1:26]]
     assert sorted(r[0] for r in rows) == sorted(p.name for p in corpus_files())
     watchdog = next(r for r in rows if r[0] == "enescingoz__devops_disk-space-watchdog.json")

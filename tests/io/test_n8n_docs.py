@@ -72,3 +72,20 @@ def test_the_after_diagram_is_the_renderers_current_output() -> None:
     assert shown == render.to_mermaid(machine).rstrip("\n") + "\n", (
         "docs/n8n.md shows an old diagram: paste the .mmd written by `statecharts n8n "
         f"import {corpus_path(WALKTHROUGH)} -o OUT --name resilient_rest_api_sync`")
+
+
+def test_the_node_output_table_is_the_importers_table() -> None:
+    from statecharts.io.n8n.outputs import OUTPUT_TABLE
+
+    section = _section("### Node outputs")
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["| " + " | ".join(row) + " |" for row in OUTPUT_TABLE]
+
+
+def test_the_docs_warning_example_is_what_the_import_says() -> None:
+    data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
+    index = next(i for i, n in enumerate(data["nodes"]) if n["name"] == "Wait for time interval")
+    data["nodes"][index]["parameters"]["amount"] = "soon"
+    [warning] = [w for w in from_n8n(data, "w").warnings if "soon" in w]
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    assert warning.replace(f"nodes[{index}]", "nodes[9]") in text

@@ -7,7 +7,15 @@ from typing import Any
 
 from statecharts.io.n8n import HIDDEN_KINDS, HiddenState, N8nImport, from_n8n
 from statecharts.io.n8n.validation import build_machines
-from tests.io.n8n_corpus import corpus_data, imported, mapped_state, state, state_in
+from tests.io.n8n_corpus import (
+    corpus_data,
+    guarded_targets,
+    imported,
+    mapped_state,
+    route,
+    state,
+    targets,
+)
 
 
 def _hidden(result: N8nImport, kind: str) -> list[HiddenState]:
@@ -22,8 +30,9 @@ def test_trigger_wait_has_one_entry_event_per_trigger() -> None:
     on = state(result, "waiting_for_trigger")["on"]
     assert sorted(on) == ["EXECUTE_WORKFLOW_TRIGGER", "ON_CLICKING_EXECUTE", "SCHEDULE_TRIGGER"]
     # both the manual and the schedule trigger feed 'Starting Message' in the JSON
-    assert on["ON_CLICKING_EXECUTE"] == on["SCHEDULE_TRIGGER"] == "#w.starting_message"
-    assert on["EXECUTE_WORKFLOW_TRIGGER"] == "#w.config"
+    assert guarded_targets(on["ON_CLICKING_EXECUTE"]) == ["starting_message"]
+    assert guarded_targets(on["SCHEDULE_TRIGGER"]) == ["starting_message"]
+    assert guarded_targets(on["EXECUTE_WORKFLOW_TRIGGER"]) == ["config"]
     for trigger in ("On clicking 'execute'", "Schedule Trigger", "Execute Workflow Trigger"):
         mapping = next(m for m in result.nodes if m.node == trigger)
         assert mapping.state is None and "starts a run" in mapping.how
@@ -82,10 +91,16 @@ def test_error_outcome_for_continue_error_output() -> None:
     result = imported("enescingoz__devops")
     invoke = state(result, "send_telegram_alert")["invoke"]
     assert invoke["onError"] == "#w.send_telegram_alert_failed"
-    assert invoke["onDone"] == "#w.done"  # output 0 has nothing attached
+    assert targets(invoke["onDone"]) == ["done"]  # output 0 has nothing attached
     outcome = state(result, "send_telegram_alert_failed")
-    assert outcome["always"] == {"target": "#w.send_email_fallback",
-                                 "description": "continue on its error output (output 1)"}
+    assert outcome["entry"] == [{"type": "n8n_route",
+                                 "params": {"route": "Send Telegram Alert:failed"}}]
+    assert result.config["context"]["n8n"]["graph"]["Send Telegram Alert:failed"][
+        "error_output"] == 1
+    assert outcome["always"][0] == {
+        "guard": {"type": "current_node_is", "params": {"node": "Send Email Fallback"}},
+        "target": "#w.send_email_fallback",
+        "description": "continue on its error output (output 1)", "reenter": True}
     [hidden] = _hidden(result, "error_outcome")
     assert hidden.node == "Send Telegram Alert" and "continueErrorOutput" in hidden.reason
 
@@ -95,14 +110,17 @@ def test_error_outcome_for_continue_regular_output_and_legacy_continue_on_fail()
     result = imported("zie619__Telegram_1185")
     path = mapped_state(result, "Qdrant Vector Store")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
-    assert state(result, outcome_path)["always"]["target"] == "#w." + mapped_state(result, "Wait")
+    assert guarded_targets(state(result, outcome_path)["always"]) == [mapped_state(result,
+                                                                                   "Wait")]
     # Github_1149: 'GitHub' has the legacy continueOnFail: true -> regular output (Merge)
     result = imported("zie619__Github_1149")
     path = mapped_state(result, "GitHub")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
-    assert state(result, outcome_path)["always"] == {
-        "target": state(result, path)["invoke"]["onDone"],
-        "description": "continue on its regular output"}
+    outcome = state(result, outcome_path)
+    assert route(result, outcome["entry"][0])["error_output"] == 0
+    assert guarded_targets(outcome["always"]) == guarded_targets(
+        state(result, path)["invoke"]["onDone"])
+    assert outcome["always"][0]["description"] == "continue on its regular output"
     [hidden] = [h for h in _hidden(result, "error_outcome") if h.node == "GitHub"]
     assert hidden.reason.startswith("continueOnFail")
 
@@ -114,40 +132,34 @@ def test_stop_on_error_leaves_the_failure_unhandled_so_the_run_fails() -> None:
     assert "onError" not in invoke and invoke["onFinalFailure"] == "fail_run"
 
 
-def test_fork_and_branch_done_for_one_output_wired_to_two_nodes() -> None:
+def test_next_branch_when_one_output_feeds_two_nodes() -> None:
     # Google Drive: 'Generate Description ...' output 0 -> two 'Read Video' nodes, no Merge
     result = imported("enescingoz__Google_Drive")
-    fork = [h for h in _hidden(result, "fork") if "." not in h.state]
-    assert len(fork) == 1
-    parallel = state(result, fork[0].state)
-    assert parallel["type"] == "parallel"
-    assert sorted(parallel["states"]) == ["branch_1", "branch_2"]
-    # executionOrder v1: n8n runs the upper branch first, so it is branch 1
+    [hidden] = _hidden(result, "next_branch")
     data = corpus_data("enescingoz__Google_Drive")
     y = {n["name"]: n["position"][1] for n in data["nodes"]}
     upper, lower = sorted(["Read Video from Google Drive", "Read Video from Google Drive2"],
                           key=y.__getitem__)
-    assert mapped_state(result, upper) == f"{fork[0].state}.branch_1." + \
-        parallel["states"]["branch_1"]["initial"]
-    assert mapped_state(result, lower) == f"{fork[0].state}.branch_2." + \
-        parallel["states"]["branch_2"]["initial"]
-    assert parallel["onDone"] == "#w.done"  # nothing joins them: the run ends after both
-    ends = {h.state for h in _hidden(result, "branch_done")}
-    assert ends == {f"{fork[0].state}.{b}.branch_done" for b in ("branch_1", "branch_2")}
+    source = mapped_state(result, "Generate Description for Videos in Tiktok and Instagram")
+    # both are reachable straight from the node; n8n v1 runs the upper one first, and the
+    # lower one is taken off the stack once the upper branch has ended
+    assert set(guarded_targets(state(result, source)["invoke"]["onDone"])) == {
+        mapped_state(result, upper), mapped_state(result, lower)}
+    resumed = guarded_targets(state(result, hidden.state)["always"])
+    assert mapped_state(result, lower) in resumed
+    assert targets(state(result, hidden.state)["always"])[-1] == "done"
 
 
-def test_join_at_a_merge_waits_for_both_inputs() -> None:
+def test_a_merge_is_one_state_and_waits_in_the_execution_stack() -> None:
     # Form_0633: 'Generate Random Verification Code' -> 'Add to Waitlist Sheet' -> Merge(0)
     # and straight into Merge(1)
     result = imported("zie619__Form_0633")
-    joins = _hidden(result, "join")
-    assert {h.node for h in joins} == {"Merge"}
-    assert len(joins) == 2
-    fork = state(result, "generate_random_verification_code_fork")
-    assert fork["onDone"] == "#w.merge"
-    assert fork["states"]["branch_1"]["initial"] == "add_to_waitlist_sheet"
-    assert fork["states"]["branch_2"]["initial"] == "at_merge"  # input 1 arrives at once
-    assert state_in(fork, "branch_1.at_merge")["type"] == "final"
+    merge = state(result, "merge")
+    assert merge["invoke"]["input"] == {"$n8n": "inputs"}  # one list of items per input
+    code = state(result, "generate_random_verification_code")["invoke"]["onDone"]
+    assert guarded_targets(code) == ["add_to_waitlist_sheet", "merge"]
+    assert "merge" in guarded_targets(state(result, "add_to_waitlist_sheet")["invoke"]["onDone"])
+    assert not [m for m in result.nodes if m.state and "." in m.state]  # no regions
 
 
 def test_reply_wait_for_send_and_wait_with_its_time_limit() -> None:
@@ -158,17 +170,17 @@ def test_reply_wait_for_send_and_wait_with_its_time_limit() -> None:
     waiting = state(result, hidden.state)
     assert list(waiting["on"]) == ["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"]
     assert waiting["after"] == {"900000": waiting["on"]["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"]}
-    assert waiting["after"]["900000"] == "#w." + mapped_state(result, "If")
+    assert guarded_targets(waiting["after"]["900000"]) == [mapped_state(result, "If")]
 
 
 def test_run_done_is_the_final_state_of_a_finished_run() -> None:
     result = imported("zie619__Mailjet_1956")
     [hidden] = _hidden(result, "run_done")
     assert state(result, hidden.state)["type"] == "final"
-    assert state(result, "mailjet")["invoke"]["onDone"] == "#w.done"
+    assert targets(state(result, "mailjet")["invoke"]["onDone"]) == ["done"]
 
 
 def test_every_hidden_kind_occurs_in_the_corpus_tests_above() -> None:
-    covered = {"trigger_wait", "retry", "error_outcome", "fork", "branch_done", "join",
+    covered = {"trigger_wait", "retry", "error_outcome", "next_branch", "run_start",
                "reply_wait", "run_done"}
     assert covered == set(HIDDEN_KINDS)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from statecharts.io.n8n import Implementation, from_n8n
-from tests.io.n8n_corpus import corpus_data, imported, mapped_state, state
+from tests.io.n8n_corpus import (
+    corpus_data,
+    guarded_targets,
+    imported,
+    mapped_state,
+    route,
+    state,
+    targets,
+)
 
 
 def _names(impls: tuple[Implementation, ...]) -> set[str]:
@@ -16,8 +24,9 @@ def test_wait_time_interval_is_an_after_timer_in_ms() -> None:
     # 0230: Wait v1 {"unit": "seconds", "amount": 2}
     result = imported("zie619__N8ntrainingcustomermessenger_0230")
     after = state(result, "wait_for_time_interval")["after"]
-    assert after == {"2000": "#w." + mapped_state(
-        result, "Customer Messenger - Send message to client")}
+    assert list(after) == ["2000"]
+    assert guarded_targets(after["2000"]) == [mapped_state(
+        result, "Customer Messenger - Send message to client")]
     # Wait_0716: v1.1 {"amount": 2}: the unit defaults to seconds from v1.1 on
     result = imported("zie619__Wait_0716")
     assert list(state(result, mapped_state(result, "Simulate some Consumed Service Time"))
@@ -56,8 +65,9 @@ def test_wait_specific_time_is_a_timer_with_a_named_delay() -> None:
 def test_wait_for_webhook_waits_for_an_event() -> None:
     result = imported("zie619__N8ntrainingcustomermessenger_0230")
     waiting = state(result, "wait_for_external_approval")
-    assert waiting["on"] == {
-        "WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED": "#w.rest_of_the_workflow_placeholder"}
+    assert list(waiting["on"]) == ["WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED"]
+    assert guarded_targets(waiting["on"]["WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED"]) == [
+        "rest_of_the_workflow_placeholder"]
     assert "after" not in waiting  # no limitWaitTime: waits without limit, as in n8n
 
 
@@ -66,7 +76,8 @@ def test_wait_limit_wait_time_is_a_timeout_to_the_same_next_node() -> None:
     wait = next(n for n in data["nodes"] if n["name"] == "Wait for external approval")
     wait["parameters"].update(limitWaitTime=True, resumeAmount=30, resumeUnit="minutes")
     waiting = state(from_n8n(data, "w"), "wait_for_external_approval")
-    assert waiting["after"] == {"1800000": "#w.rest_of_the_workflow_placeholder"}
+    assert list(waiting["after"]) == ["1800000"]
+    assert guarded_targets(waiting["after"]["1800000"]) == ["rest_of_the_workflow_placeholder"]
 
 
 def test_form_pages_wait_for_their_submission() -> None:
@@ -81,26 +92,40 @@ def test_form_pages_wait_for_their_submission() -> None:
 
 # -- Loop Over Items ------------------------------------------------------------------------------
 
-def test_loop_v3_done_and_loop_outputs_are_guarded_transitions() -> None:
+def test_loop_v3_done_and_loop_outputs_come_from_the_loops_memory() -> None:
     # Code_0182: 'Loop Over Items' v3: output 0 (done) -> Completed Notification,
     # output 1 (loop) -> Execute Workflow
     result = imported("zie619__Code_0182")
     loop = state(result, "loop_over_items")
-    assert result.config["context"]["loops"]["loop_over_items"] == {
-        "batch_size": 1, "next": 0, "total": None}
-    assert loop["entry"] == [{"type": "take_next_batch",
-                              "params": {"loop": "loop_over_items", "batch_size": 1}}]
-    done, again = loop["always"]
-    assert done["guard"] == {"type": "batches_exhausted", "params": {"loop": "loop_over_items"}}
-    assert done["target"] == "#w.completed_notification"
-    assert again == {"target": "#w.execute_workflow", "description": "loop"}
+    [action] = loop["entry"]
+    params = route(result, action)
+    assert (params["how"], params["batch_size"], params["loop_output"],
+            params["done_output"]) == ("loop", 1, 1, 0)
+    assert set(guarded_targets(loop["always"])) == {"completed_notification",
+                                                    "execute_workflow"}
+    labels = {t["target"]: t["description"] for t in loop["always"]}
+    assert labels["#w.completed_notification"] == "done"
+    assert labels["#w.execute_workflow"] == "loop"
+
+
+def test_loop_v2_outputs_are_loop_then_done() -> None:
+    # Readbinaryfiles_2036: Split In Batches v2: output 0 (loop) -> Read CSV,
+    # output 1 (done) -> Remove duplicates (the issue's "done branch never runs")
+    data = next(p for p in __import__("tests.io.n8n_corpus", fromlist=["x"]).CORPUS.parent
+                .glob("n8n-corpus-more/zie619__Readbinaryfiles_2036*.json"))
+    result = from_n8n(__import__("json").loads(data.read_text()), "w")
+    params = route(result, state(result, "split_in_batches")["entry"][0])
+    assert (params["loop_output"], params["done_output"], params["batch_size"]) == (0, 1, 1)
+    labels = {t["target"]: t["description"] for t in state(result, "split_in_batches")["always"]}
+    assert labels["#w.read_csv"] == "loop" and labels["#w.remove_duplicates"] == "done"
 
 
 def test_loop_v3_batch_size_and_unconnected_done_output() -> None:
     # Wait_0498: batchSize 250, done output is null in the JSON -> the run ends when done
-    loop = state(imported("zie619__Wait_0498"), "loop_over_items2")
-    assert loop["entry"][0]["params"]["batch_size"] == 250
-    assert loop["always"][0]["target"] == "#w.done"
+    result = imported("zie619__Wait_0498")
+    loop = state(result, "loop_over_items2")
+    assert route(result, loop["entry"][0])["batch_size"] == 250
+    assert targets(loop["always"])[-1] in ("done", "next_branch")
 
 
 def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
@@ -108,74 +133,93 @@ def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
     # $node["SplitInBatches"].context["noItemsLeft"]
     result = imported("zie619__N8ntrainingcustomermessenger_0230")
     loop = state(result, "splitinbatches")
-    assert loop["always"][1]["target"] == "#w.wait_for_time_interval"
-    finished = state(result, "if_are_we_finished")["always"]
-    assert finished[0]["guard"] == {"type": "no_items_left",
-                                    "params": {"loop": "splitinbatches"}}
-    assert finished[0]["target"] == "#w.create_approval_url"
-    assert finished[1]["target"] == "#w.splitinbatches"
-    assert "no_items_left" not in {g.name for g in result.guards if not g.provided}
+    assert guarded_targets(loop["always"]) == ["wait_for_time_interval"]
+    finished = state(result, "if_are_we_finished")
+    assert "invoke" not in finished  # n8n's own bookkeeping: no actor to write
+    assert route(result, finished["entry"][0])["how"] == "no_items_left"
+    assert route(result, finished["entry"][0])["loop"] == "SplitInBatches"
+    assert set(guarded_targets(finished["always"])) == {"create_approval_url",
+                                                        "splitinbatches"}
 
 
 def test_loop_v2_has_batches_of_its_batch_size() -> None:
     # Stopanderror_0427: 'loop' v2 with batchSize 1; v1/v2 default is 10
     result = imported("zie619__Stopanderror_0427")
-    assert state(result, "loop")["entry"][0]["params"]["batch_size"] == 1
+    assert route(result, state(result, "loop")["entry"][0])["batch_size"] == 1
     data = corpus_data("zie619__Stopanderror_0427")
     next(n for n in data["nodes"] if n["name"] == "loop")["parameters"].pop("batchSize")
-    assert state(from_n8n(data, "w"), "loop")["entry"][0]["params"]["batch_size"] == 10
+    result = from_n8n(data, "w")
+    assert route(result, state(result, "loop")["entry"][0])["batch_size"] == 10
 
 
 # -- If, Switch, Filter ---------------------------------------------------------------------------
 
-def test_if_is_a_guarded_choice_between_its_two_outputs() -> None:
+def _actor_doc(result: object, name: str) -> str:
+    return next(i.doc for i in result.actors if i.name == name)  # type: ignore[attr-defined]
+
+
+def test_if_routes_per_item_through_its_actor() -> None:
     result = imported("enescingoz__devops")
-    choice = state(result, "any_alerts")["always"]
-    assert choice[0]["guard"] == "any_alerts" and choice[0]["target"] == "#w.send_telegram_alert"
-    assert choice[1] == {"target": "#w.done", "description": "false"}
+    invoke = state(result, "any_alerts")["invoke"]
+    assert invoke["src"] == "any_alerts" and invoke["input"] == {"$n8n": "items"}
+    assert guarded_targets(invoke["onDone"]) == ["send_telegram_alert"]  # false: no wire
+    assert "0: true, 1: false" in _actor_doc(result, "any_alerts")
+    labels = {t["target"]: t["description"] for t in invoke["onDone"]}
+    assert labels["#w.send_telegram_alert"] == "true"
 
 
-def test_switch_v1_rules_name_their_output() -> None:
-    # Code_0182 'Check Status' v1: rules same / different (output 1) / new (output 2)
+def test_switch_v1_has_four_outputs_and_its_actor_routes() -> None:
+    # Code_0182 'Check Status' v1: four outputs (a rule names its output)
     result = imported("zie619__Code_0182")
-    always = state(result, "check_status")["always"]
-    assert [(t.get("guard"), t["target"]) for t in always] == [
-        ("check_status_same", "#w.same_file_do_nothing"),
-        ("check_status_different", "#w.file_is_different"),
-        ("check_status_new", "#w.file_is_new"),
-        (None, "#w.done"),  # v1 fallbackOutput defaults to none: unmatched items dropped
-    ]
+    onDone = state(result, "check_status")["invoke"]["onDone"]
+    assert set(guarded_targets(onDone)) == {"same_file_do_nothing", "file_is_different",
+                                            "file_is_new"}
+    assert "0: 0, 1: 1, 2: 2, 3: 3" in _actor_doc(result, "check_status")
 
 
 def test_switch_v3_fallback_extra_is_one_more_output() -> None:
     # Splitout_0560 'Route to Requested Function': 5 rules, fallbackOutput "extra" -> output 5
     result = imported("zie619__Splitout_0560")
-    always = state(result, "route_to_requested_function")["always"]
-    assert len(always) == 6 and all("guard" in t for t in always[:5])
-    assert always[5]["target"] == "#w." + mapped_state(result, "Oops. How was this reached?")
-    assert always[0]["guard"] == "route_to_requested_function_volume_up"  # "=volume_up" key
+    doc = _actor_doc(result, "route_to_requested_function")
+    assert "5: Fallback" in doc and "0: =volume_up" not in doc
+    onDone = state(result, "route_to_requested_function")["invoke"]["onDone"]
+    assert mapped_state(result, "Oops. How was this reached?") in guarded_targets(onDone)
 
 
-def test_switch_v3_fallback_none_drops_unmatched_items() -> None:
+def test_switch_v3_without_fallback_has_one_output_per_rule() -> None:
     result = imported("zie619__Webhook_0619")
-    always = state(result, "route_message")["always"]
-    assert len(always) == 4
-    assert always[3]["target"] == "#w.done" and "guard" not in always[3]
+    params = route(result, state(result, "route_message")["invoke"]["onDone"][0]["actions"][0])
+    assert params["outputs"] == 3
 
 
-def test_switch_fallback_given_as_an_output_index() -> None:
-    data = corpus_data("zie619__Webhook_0619")
-    node = next(n for n in data["nodes"] if n["name"] == "Route Message")
-    node["parameters"]["options"]["fallbackOutput"] = 1
-    always = state(from_n8n(data, "w"), "route_message")["always"]
-    assert always[3]["target"] == always[1]["target"]
+def test_text_classifier_fallback_other_is_an_output() -> None:
+    # the issue: 16 of 57 classifiers lost their "other" output
+    data = corpus_data("zie619__Splitout_0816")
+    node = next(n for n in data["nodes"] if n["name"] == "Spam Detection")
+    node["parameters"].setdefault("options", {})["fallback"] = "other"
+    result = from_n8n(data, "w")
+    assert _actor_doc(result, "spam_detection").endswith("2: other")
 
 
-def test_filter_drops_items_that_fail() -> None:
+def test_filter_keeps_or_drops_items() -> None:
     result = imported("zie619__Splitout_0560")
-    kept, dropped = state(result, "filter")["always"]
-    assert kept["guard"] == "filter" and kept["target"] == "#w.custom_function_2_p3"
-    assert dropped == {"target": "#w.done", "description": "dropped"}
+    invoke = state(result, "filter")["invoke"]
+    assert guarded_targets(invoke["onDone"]) == ["custom_function_2_p3"]
+    assert "returns the items of its output" in _actor_doc(result, "filter")
+
+
+def test_noop_with_continue_error_output_keeps_its_error_branch() -> None:
+    data = corpus_data("enescingoz__devops")
+    data["nodes"].append({"name": "Guard", "type": "n8n-nodes-base.noOp", "typeVersion": 1,
+                          "position": [0, 0], "onError": "continueErrorOutput"})
+    data["connections"]["Guard"] = {"main": [[], [{"node": "Send Email Fallback",
+                                                   "type": "main", "index": 0}]]}
+    data["connections"]["Check Disk Usage (SSH)"]["main"][0].append(
+        {"node": "Guard", "type": "main", "index": 0})
+    result = from_n8n(data, "w")
+    guard = state(result, "guard")
+    assert route(result, guard["entry"][0])["outputs"] == 2  # main + error
+    assert "send_email_fallback" in guarded_targets(guard["always"])
 
 
 # -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -------------------------------
@@ -183,8 +227,11 @@ def test_filter_drops_items_that_fail() -> None:
 def test_execute_workflow_that_waits_is_an_invoked_child() -> None:
     result = imported("zie619__Webhook_0619")
     invoke = state(result, "qualys_create_report")["invoke"]
-    assert invoke["input"] == {"workflow_id": "icSLX102kSS9zNdK", "mode": "once"}
-    assert invoke["src"] == "qualys_create_report" and invoke["onDone"] == "#w.done"
+    assert invoke["input"] == {"$n8n": "items"}
+    assert invoke["description"] == "run sub-workflow icSLX102kSS9zNdK"
+    assert invoke["src"] == "qualys_create_report"
+    assert targets(invoke["onDone"])[-1] in ("done", "next_branch")
+    assert any("icSLX102kSS9zNdK" in d and "child" in d for d in result.primary.decisions)
 
 
 def test_execute_workflow_without_waiting_is_fire_and_forget() -> None:
@@ -193,7 +240,8 @@ def test_execute_workflow_without_waiting_is_fire_and_forget() -> None:
     moderation = state(result, "moderation_subworkflow")
     assert "invoke" not in moderation
     assert moderation["entry"][0]["type"] == "start_moderation_subworkflow"
-    assert moderation["always"] == "#w.for_each_user"
+    assert route(result, moderation["entry"][1])["how"] == "pass"  # its items go on unchanged
+    assert guarded_targets(moderation["always"]) == ["for_each_user"]
     assert "start_moderation_subworkflow" in _names(result.actions)
 
 
@@ -202,7 +250,8 @@ def test_error_trigger_next_to_other_triggers_is_a_separate_error_machine() -> N
     result = imported("zie619__Error_0518")
     assert result.error_config is not None
     assert result.error_config["id"] == "w_error"
-    assert result.error_config["initial"] == "gmail"  # started on failure: no trigger wait
+    assert result.error_config["initial"] == "starting"  # started on failure: no trigger wait
+    assert guarded_targets(result.error_config["states"]["starting"]["always"]) == ["gmail"]
     assert "gmail" not in result.config["states"]
     assert list(state(result, "waiting_for_trigger")["on"]) == ["SCHEDULE_TRIGGER"]
 
@@ -210,7 +259,8 @@ def test_error_trigger_next_to_other_triggers_is_a_separate_error_machine() -> N
 def test_a_workflow_with_only_an_error_trigger_is_itself_the_error_machine() -> None:
     result = imported("zie619__Error_0447")
     assert result.error_config is None
-    assert result.config["initial"] == "set_message"
+    assert result.config["initial"] == "starting"
+    assert guarded_targets(state(result, "starting")["always"]) == ["set_message"]
     assert result.config["meta"]["n8n"]["role"] == "error workflow"
 
 
@@ -231,7 +281,7 @@ def test_stop_and_error_fails_the_run_with_its_message() -> None:
 
 # -- what has no state of its own -----------------------------------------------------------------
 
-def test_disabled_nodes_are_skipped_and_wired_through() -> None:
+def test_disabled_nodes_pass_their_items_on() -> None:
     # Wait_0716: the disabled 'Webhook' trigger starts nothing
     result = imported("zie619__Wait_0716")
     assert "WEBHOOK" not in state(result, "waiting_for_trigger")["on"]
@@ -240,9 +290,11 @@ def test_disabled_nodes_are_skipped_and_wired_through() -> None:
     # a disabled node in the middle of a chain passes its items on to its first output
     data = corpus_data("enescingoz__devops")
     next(n for n in data["nodes"] if n["name"] == "Parse & Evaluate")["disabled"] = True
-    rewired = from_n8n(data, "w")
-    assert state(rewired, "check_disk_usage_ssh")["invoke"]["onDone"] == "#w.any_alerts"
-    assert "parse_evaluate" not in rewired.config["states"]
+    result = from_n8n(data, "w")
+    parse = state(result, "parse_evaluate")
+    assert "invoke" not in parse and route(result, parse["entry"][0])["how"] == "pass"
+    assert guarded_targets(parse["always"]) == ["any_alerts"]
+    assert "parse_evaluate" not in {i.name for i in result.actors}
 
 
 def test_ai_sub_nodes_are_attributes_not_states() -> None:
@@ -251,10 +303,10 @@ def test_ai_sub_nodes_are_attributes_not_states() -> None:
     assert model.state is None and "'Spam Detection' (ai_languageModel)" in model.how
     meta = state(result, "spam_detection")["meta"]["n8n"]
     assert meta["sub_nodes"] == {"ai_languageModel": ["Model"]}
-    # the classifier's two outputs become guarded onDone branches named after its categories
+    # the classifier's outputs are named after its categories
     on_done = state(result, "spam_detection")["invoke"]["onDone"]
-    assert on_done[0]["guard"] == "spam_detection_is_spam"
-    assert on_done[1]["target"] == "#w.flag_as_not_spam"
+    labels = {t["target"]: t["description"] for t in on_done}
+    assert labels["#w.flag_as_not_spam"] == "is_not_spam"
     result = imported("zie619__Telegram_1185")
     agent = state(result, mapped_state(result, "AI Agent"))["meta"]["n8n"]["sub_nodes"]
     assert agent == {"ai_memory": ["Window Buffer Memory"],
@@ -290,3 +342,16 @@ def test_a_connection_from_a_missing_node_is_ignored_with_a_warning() -> None:
     assert any("MQTT Trigger - Ikea Remote Switch" in w for w in result.warnings)
     # so 'Globals' has no incoming wire: n8n only runs it by hand, an explicit RUN_ event
     assert "RUN_GLOBALS" in state(result, "waiting_for_trigger")["on"]
+
+
+def test_retry_on_fail_on_if_and_filter_is_kept_and_on_a_loop_is_warned() -> None:
+    # the issue: retryOnFail on If/Filter/Loop nodes was dropped without a word
+    data = corpus_data("zie619__Code_0182")
+    for node in data["nodes"]:
+        if node["name"] in ("If file too large", "Loop Over Items"):
+            node.update(retryOnFail=True, maxTries=2)
+    result = from_n8n(data, "w")
+    assert state(result, mapped_state(result, "If file too large"))["invoke"]["retry"][
+        "max_attempts"] == 2
+    [warning] = [w for w in result.warnings if "Loop Over Items" in w]
+    assert "Retry on Fail" in warning and "dropped" in warning

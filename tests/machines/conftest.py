@@ -1,16 +1,22 @@
 """Fixtures for the example workflows: a real follow-up database (a SQLite file, or a fresh
-PostgreSQL schema), a fake world in a SQLite file, and an in-memory runner on simulated time."""
+PostgreSQL schema), a fake world in a SQLite file, and the runners on simulated time.
+
+``runner`` and ``new_runner`` are parametrized over the in-memory ``LocalRunner`` and the
+durable runtime (``DurableRunner``: a run store in a SQLite file, and in a PostgreSQL schema
+where a server answers), each driven by one in-process worker: every rule test runs on both,
+so the two can never diverge again."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 
+from machines.durable import DurableRunner
 from machines.fakes import FakeWorld
 from machines.followup import build_machines
 from machines.followup.db import Database
@@ -76,12 +82,55 @@ def services(db: Database, world: FakeWorld) -> Services:
     return make_services(db, world)
 
 
+Runner = LocalRunner | DurableRunner
+NewRunner = Callable[..., Runner]
+RUNNERS = ["local", "durable-sqlite", pytest.param("durable-postgresql",
+                                                   marks=pytest.mark.postgres)]
+
+
 def make_runner(services: Services, start: int | None = None) -> LocalRunner:
-    """A runner for the five follow-up machines on simulated time."""
+    """An in-memory runner for the five follow-up machines on simulated time."""
     return LocalRunner(build_machines(services), SimulatedClock(start or epoch_ms(MONDAY)))
 
 
+def drop_schema(url: str) -> None:
+    """Drop the PostgreSQL schema named in ``url`` (a test's own)."""
+    cleanup = Database(url)
+    with cleanup.transaction() as tx:
+        tx.execute(f'drop schema if exists "{cleanup.schema}" cascade')
+    cleanup.close()
+
+
+@pytest.fixture(params=RUNNERS)
+def new_runner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NewRunner]:
+    """``new_runner(services, start=None)``: the follow-up machines on a fresh runner of this
+    parameter's kind (each durable one on its own run store) on simulated time."""
+    made: list[DurableRunner] = []
+    schemas: list[str] = []
+
+    def new(services: Services, start: int | None = None) -> Runner:
+        begin = start or epoch_ms(MONDAY)
+        if request.param == "local":
+            return make_runner(services, begin)
+        if request.param == "durable-sqlite":
+            url = f"sqlite:///{tmp_path / f'runs-{len(made)}.db'}"
+        else:
+            url = f"{DSN}?schema=runs_{uuid.uuid4().hex[:10]}"
+            schemas.append(url)
+        durable = DurableRunner(url, list(build_machines(services).values()), start=begin,
+                                lease_ms=60_000)
+        made.append(durable)
+        return durable
+
+    yield new
+    for durable in made:
+        durable.close()
+    for url in schemas:
+        drop_schema(url)
+
+
 @pytest.fixture
-def runner(services: Services) -> LocalRunner:
-    """The follow-up machines on simulated time, starting Monday 2 March 2026 09:00 UTC."""
-    return make_runner(services)
+def runner(services: Services, new_runner: NewRunner) -> Runner:
+    """The follow-up machines on simulated time, starting Monday 2 March 2026 09:00 UTC, on
+    each runner."""
+    return new_runner(services)

@@ -39,6 +39,10 @@ def test_the_demo_runs_in_memory_and_creates_no_duplicates(
         "T-5 Umbrella #1" in out, "the resumed run found T-2 instead of making it again"
     assert "FAILED: StageFilterMatchesNothing" in out
     assert "same alert sent recently: suppressed" in out
+    assert "a deploy sets the stage filter to ['Qualified']: a real stage, the wrong one" in out
+    assert "09:00  evaluate  FAILED: NothingInScope: no deal is in scope but the CRM has 4 " \
+        "open deal(s); caught by the scope health rule; no watch closed" in out, \
+        "the wrong-but-existing filter is caught at its first run"
     assert "skipped Acme Corp step 2 (TaskToolUnavailable)" in out
     assert "after 3 retries of the invoice API" in out
     evaluate_row = next(line for line in out.splitlines()

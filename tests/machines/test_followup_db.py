@@ -63,17 +63,23 @@ def test_one_open_watch_per_subject(any_db: Database) -> None:
 
 def test_claim_is_held_by_one_run_until_released_or_stale(any_db: Database) -> None:
     stale = 30 * MINUTE
+
+    def granted(workflow: str, key: str, now: int) -> bool:
+        return bool(repository.claim_run(tx, workflow, key, now, stale)["granted"])
+
     with any_db.transaction() as tx:
-        assert repository.claim_run(tx, "evaluate", "run-a", 0, stale)
-        assert repository.claim_run(tx, "evaluate", "run-a", MINUTE, stale), "same run again"
-        assert not repository.claim_run(tx, "evaluate", "run-b", 10 * MINUTE, stale)
-        assert repository.claim_run(tx, "other workflow", "run-b", 10 * MINUTE, stale)
+        assert granted("evaluate", "run-a", 0)
+        assert granted("evaluate", "run-a", MINUTE), "same run again"
+        blocked = repository.claim_run(tx, "evaluate", "run-b", 10 * MINUTE, stale)
+        assert blocked == {"granted": False, "holder": {"run_key": "run-a", "started_at": 0},
+                           "abandoned": []}
+        assert granted("other workflow", "run-b", 10 * MINUTE)
     with any_db.transaction() as tx:
         repository.finish_run(tx, "evaluate", "run-a", "ok", {"created": 0}, 11 * MINUTE)
-        assert repository.claim_run(tx, "evaluate", "run-c", 12 * MINUTE, stale)
-        assert not repository.claim_run(tx, "evaluate", "run-a", 13 * MINUTE, stale), \
-            "a finished run cannot claim again"
-        assert repository.claim_run(tx, "evaluate", "run-d", 12 * MINUTE + stale + 1, stale)
+        assert granted("evaluate", "run-c", 12 * MINUTE)
+        assert not granted("evaluate", "run-a", 13 * MINUTE), "a finished run cannot claim again"
+        took_over = repository.claim_run(tx, "evaluate", "run-d", 12 * MINUTE + stale + 1, stale)
+        assert took_over["granted"] and took_over["abandoned"] == ["run-c"]
         log = {r["run_key"]: r["status"] for r in repository.run_log(tx, "evaluate")}
     assert log == {"run-a": "ok", "run-c": "abandoned", "run-d": "running"}
 

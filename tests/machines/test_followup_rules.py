@@ -16,15 +16,14 @@ from machines.followup import repository
 from machines.followup.adapters import FakeTaskTool
 from machines.followup.db import Database
 from machines.followup.services import Services
-from machines.local import LocalRunner
 from machines.mail import FakeMailer
 from machines.runs import Outcome
-from tests.machines.conftest import MONDAY, epoch_ms, make_runner, make_services
+from tests.machines.conftest import MONDAY, NewRunner, Runner, epoch_ms, make_services
 
 NEXT_MONDAY = MONDAY + timedelta(days=7)
 
 
-def register(runner: LocalRunner, deal_id: str, name: str, stage: str, day: date) -> Outcome:
+def register(runner: Runner, deal_id: str, name: str, stage: str, day: date) -> Outcome:
     """A webhook: deal ``deal_id`` entered ``stage`` on ``day``."""
     runner.clock.set(max(runner.clock.now(), epoch_ms(day, 8)))
     return runner.run("followup_register", {
@@ -32,7 +31,7 @@ def register(runner: LocalRunner, deal_id: str, name: str, stage: str, day: date
         "now": runner.clock.now()}, key=f"webhook:{deal_id}:{runner.clock.now()}")
 
 
-def evaluate(runner: LocalRunner, day: date, key: str, dry_run: bool = False) -> Outcome:
+def evaluate(runner: Runner, day: date, key: str, dry_run: bool = False) -> Outcome:
     """An Evaluate run on ``day`` (at 10:00 or later)."""
     runner.clock.set(max(runner.clock.now(), epoch_ms(day, 10)))
     return runner.run("followup_evaluate", {
@@ -72,7 +71,7 @@ def mails_of(services: Services) -> list[dict[str, str]]:
 
 # -- running twice equals running once -----------------------------------------------------------
 
-def test_a_retried_webhook_does_not_reset_the_cadence(services: Services, runner: LocalRunner,
+def test_a_retried_webhook_does_not_reset_the_cadence(services: Services, runner: Runner,
                                                       db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     first = register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -84,7 +83,7 @@ def test_a_retried_webhook_does_not_reset_the_cadence(services: Services, runner
     assert tables(db) == once
 
 
-def test_evaluating_twice_equals_evaluating_once(services: Services, runner: LocalRunner,
+def test_evaluating_twice_equals_evaluating_once(services: Services, runner: Runner,
                                                 db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Negotiation")
@@ -100,7 +99,7 @@ def test_evaluating_twice_equals_evaluating_once(services: Services, runner: Loc
     assert len(after_once[1]) == 2 and len(after_once[2]) == 1
 
 
-def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: LocalRunner,
+def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: Runner,
                                                    db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -109,8 +108,8 @@ def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: L
     assert won.snapshot.value == "closed" and won.context["closed"] is True
     assert {status for _, _, status, _ in step_rows(db)} == {"skipped"}
     assert evaluate(runner, NEXT_MONDAY, "ev-1").context["created"] == []
-    ignored = register(runner, "D9", "Nobody", "", MONDAY)
-    assert ignored.snapshot.value == "ignored"
+    no_stage = register(runner, "D9", "Nobody", "", MONDAY)
+    assert no_stage.status == "error" and no_stage.snapshot.error["name"] == "UnknownStage"
 
 
 # -- one run at a time ---------------------------------------------------------------------------
@@ -130,19 +129,20 @@ class HeldTaskTool(FakeTaskTool):
         return super().create_task(external_key, title, body, due_on)
 
 
-def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWorld) -> None:
+def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWorld,
+                                                     new_runner: NewRunner) -> None:
     services = make_services(db, world)
     held = HeldTaskTool(world)
     services.tasks = held
     deal(services, "D1", "Acme", "Proposal")
-    register(make_runner(services), "D1", "Acme", "Proposal", MONDAY)
-    slow_runner = make_runner(services, epoch_ms(NEXT_MONDAY, 10))
+    register(new_runner(services), "D1", "Acme", "Proposal", MONDAY)
+    slow_runner = new_runner(services, epoch_ms(NEXT_MONDAY, 10))
     outcomes: dict[str, Outcome] = {}
     slow = threading.Thread(target=lambda: outcomes.setdefault(
         "slow", evaluate(slow_runner, NEXT_MONDAY, "ev-10:00")))
     slow.start()
     assert held.entered.wait(10)
-    overlapping = evaluate(make_runner(services, epoch_ms(NEXT_MONDAY, 10) + 600_000),
+    overlapping = evaluate(new_runner(services, epoch_ms(NEXT_MONDAY, 10) + 600_000),
                            NEXT_MONDAY, "ev-10:10")
     held.release.set()
     slow.join(10)
@@ -153,27 +153,35 @@ def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWo
     assert held.duplicates() == 0
 
 
-def test_a_stale_claim_is_taken_over(services: Services, runner: LocalRunner,
-                                     db: Database) -> None:
+def test_a_claim_held_past_the_schedule_alerts_and_a_stale_one_is_taken_over(
+        services: Services, runner: Runner, db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     died_at = epoch_ms(NEXT_MONDAY, 10)
     with db.transaction() as tx:  # a run that died holding the claim
-        assert repository.claim_run(tx, "followup_evaluate", "ev-10:00", died_at, 1)
-    within = services.settings.claim_stale_after_ms - 60_000
-    runner.clock.set(died_at + within)
-    assert evaluate(runner, NEXT_MONDAY, "ev-soon").snapshot.value == "overlapping"
+        assert repository.claim_run(tx, "followup_evaluate", "ev-10:00", died_at, 1)["granted"]
+    runner.clock.set(died_at + 10 * 60_000)
+    assert evaluate(runner, NEXT_MONDAY, "ev-10:10").snapshot.value == "overlapping"
+    runner.clock.set(died_at + services.settings.claim_alert_after_ms + 60_000)
+    blocked = evaluate(runner, NEXT_MONDAY, "ev-11:01")
+    assert blocked.status == "error" and blocked.snapshot.error["name"] == "ClaimHeldTooLong"
+    assert "run ev-10:00 has held the followup_evaluate claim for 1.0 h" in \
+        blocked.snapshot.error["message"]
+    assert blocked.alert is not None and blocked.alert.snapshot.value == "alerted"
+    assert [m["subject"] for m in mails_of(services)] == [
+        "[followup] followup_evaluate failed: ClaimHeldTooLong"]
     runner.clock.set(died_at + services.settings.claim_stale_after_ms + 1)
-    assert evaluate(runner, NEXT_MONDAY, "ev-later").snapshot.value == "completed"
+    later = evaluate(runner, NEXT_MONDAY, "ev-later")
+    assert later.snapshot.value == "completed" and later.context["abandoned"] == ["ev-10:00"]
     with db.transaction() as tx:
-        log = {r["run_key"]: r["status"] for r in repository.run_log(tx)}
-    assert log == {"ev-10:00": "abandoned", "ev-later": "ok"}
+        log = {r["run_key"]: r["status"] for r in repository.run_log(tx, "followup_evaluate")}
+    assert log == {"ev-10:00": "abandoned", "ev-11:01": "failed", "ev-later": "ok"}
     assert tasks_of(services) == ["Follow up: Acme (step 1 of 3)"]
 
 
 # -- a lost webhook repaired by reconciliation ---------------------------------------------------
 
-def test_reconciliation_repairs_lost_webhooks(services: Services, runner: LocalRunner,
+def test_reconciliation_repairs_lost_webhooks(services: Services, runner: Runner,
                                               db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Negotiation")  # its webhook was lost
@@ -195,7 +203,7 @@ def test_reconciliation_repairs_lost_webhooks(services: Services, runner: LocalR
 # -- database failure fatal, third-party failure skippable ---------------------------------------
 
 def test_a_task_tool_failure_skips_the_item_and_the_run_ends_partial(
-        services: Services, runner: LocalRunner, db: Database, world: FakeWorld) -> None:
+        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex")):
         deal(services, deal_id, name, "Proposal")
         register(runner, deal_id, name, "Proposal", MONDAY)
@@ -207,14 +215,14 @@ def test_a_task_tool_failure_skips_the_item_and_the_run_ends_partial(
     assert [c["subject_name"] for c in run.context["created"]] == ["Globex"]
     assert ("Acme", 1, "pending", None) in step_rows(db)
     with db.transaction() as tx:
-        assert repository.run_log(tx)[0]["status"] == "partial"
+        assert repository.run_log(tx, "followup_evaluate")[0]["status"] == "partial"
     retry = evaluate(runner, NEXT_MONDAY, "ev-2")
     assert retry.status == "done"
     assert [c["subject_name"] for c in retry.context["created"]] == ["Acme"]
 
 
 def test_a_crm_outage_skips_reconciliation_but_not_the_due_tasks(
-        services: Services, runner: LocalRunner, world: FakeWorld) -> None:
+        services: Services, runner: Runner, world: FakeWorld) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     deal(services, "D2", "Globex", "Proposal")
@@ -227,7 +235,7 @@ def test_a_crm_outage_skips_reconciliation_but_not_the_due_tasks(
 
 
 def test_a_database_failure_fails_the_run_and_alerts(
-        services: Services, runner: LocalRunner, db: Database) -> None:
+        services: Services, runner: Runner, db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     with db.transaction() as tx:  # the database loses a table under the workflow's feet
@@ -242,13 +250,14 @@ def test_a_database_failure_fails_the_run_and_alerts(
     assert alert["recipient"] == services.settings.ops_inbox
     assert "followup_evaluate failed: DatabaseError" in alert["subject"]
     with db.transaction() as tx:
-        assert [r["status"] for r in repository.run_log(tx)] == ["failed"], \
+        assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["failed"], \
             "the claim was released by logging the failure"
 
 
-def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeWorld) -> None:
+def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeWorld,
+                                                      new_runner: NewRunner) -> None:
     services = make_services(db, world, alert_dedupe_ms=48 * 3_600_000)
-    runner = make_runner(services)
+    runner = new_runner(services)
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex")):
         deal(services, deal_id, name, "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -267,7 +276,7 @@ def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeW
 
 
 def test_a_failing_alerts_run_does_not_alert_itself(
-        services: Services, runner: LocalRunner, world: FakeWorld) -> None:
+        services: Services, runner: Runner, world: FakeWorld, db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("mail", times=FOREVER)
@@ -275,12 +284,16 @@ def test_a_failing_alerts_run_does_not_alert_itself(
     assert run.alert is not None and run.alert.status == "error"
     assert run.alert.alert is None
     assert [o.name for o in runner.outcomes].count("followup_alerts") == 1
+    with db.transaction() as tx:
+        claim = repository.run_log(tx, "followup_evaluate")
+    assert [(r["run_key"], r["status"]) for r in claim] == [("ev-1", "failed")], \
+        "the claim was released before the alert mail was tried"
 
 
 # -- dry-run blocks only external writes ---------------------------------------------------------
 
 def test_dry_run_blocks_tasks_and_mail_but_writes_the_database(
-        services: Services, runner: LocalRunner, db: Database, world: FakeWorld) -> None:
+        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")  # registered by the dry run's reconciliation
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -291,7 +304,7 @@ def test_dry_run_blocks_tasks_and_mail_but_writes_the_database(
     assert run.context["reconciled"]["registered"] == ["Globex"]
     assert ("Acme", 1, "fired", "dry-run") in step_rows(db)
     with db.transaction() as tx:
-        assert [r["status"] for r in repository.run_log(tx)] == ["ok"]
+        assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["ok"]
     report = runner.run("followup_report", {"kind": "morning", "today": NEXT_MONDAY.isoformat(),
                                             "dry_run": True}, key="report-dry")
     assert report.context["message_id"] == "dry-run" and mails_of(services) == []
@@ -299,9 +312,10 @@ def test_dry_run_blocks_tasks_and_mail_but_writes_the_database(
 
 # -- a stage filter that matches nothing is reported loudly -------------------------------------
 
-def test_a_stage_filter_matching_nothing_fails_loudly(db: Database, world: FakeWorld) -> None:
+def test_a_stage_filter_matching_nothing_fails_loudly(db: Database, world: FakeWorld,
+                                                     new_runner: NewRunner) -> None:
     services = make_services(db, world, in_scope_stages=("Proposal Made", "In Negotiation"))
-    runner = make_runner(services)
+    runner = new_runner(services)
     deal(services, "D1", "Acme", "Proposal")
     run = evaluate(runner, MONDAY, "ev-1")
     assert run.status == "error"
@@ -311,14 +325,14 @@ def test_a_stage_filter_matching_nothing_fails_loudly(db: Database, world: FakeW
     assert "StageFilterMatchesNothing" in alert["subject"]
     assert "matches no CRM stage" in alert["body"]
     with db.transaction() as tx:
-        assert [r["status"] for r in repository.run_log(tx)] == ["failed"]
+        assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["failed"]
         assert tx.rows("select * from watches") == []
 
 
 # -- Report, Enrich ------------------------------------------------------------------------------
 
 def test_reports_read_well_while_the_crm_is_down(
-        services: Services, runner: LocalRunner, world: FakeWorld) -> None:
+        services: Services, runner: Runner, world: FakeWorld) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("crm", times=FOREVER)
@@ -337,7 +351,7 @@ def test_reports_read_well_while_the_crm_is_down(
 
 
 def test_enrich_summaries_show_in_tasks_and_reports_and_failures_skip(
-        services: Services, runner: LocalRunner, world: FakeWorld) -> None:
+        services: Services, runner: Runner, world: FakeWorld) -> None:
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex"), ("D3", "Initech")):
         deal(services, deal_id, name, "Proposal")
         register(runner, deal_id, name, "Proposal", MONDAY)
@@ -373,7 +387,7 @@ class KillingTaskTool(FakeTaskTool):
 
 
 def test_a_run_killed_after_creating_a_task_resumes_without_a_duplicate(
-        services: Services, runner: LocalRunner, world: FakeWorld, db: Database) -> None:
+        services: Services, runner: Runner, world: FakeWorld, db: Database) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)

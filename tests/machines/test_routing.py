@@ -63,3 +63,21 @@ def test_reconcile_registers_unwatched_deals_and_closes_departed_watches() -> No
     assert [d["id"] for d in plan.to_register] == ["D1"]
     assert plan.to_close == ("D9",)
     assert reconcile(deals, {"D1", "D2"}).to_register == ()
+
+
+def test_the_scope_health_rule() -> None:
+    from datetime import date
+
+    from machines.followup.routing import scope_health_problem
+
+    monday, tuesday = date(2026, 3, 2), date(2026, 3, 3)
+    zero = {"today": "2026-03-02", "in_scope": 0, "open_deals": 3}
+    assert scope_health_problem([], 0, 3, monday) is None, "a first quiet run may be a quiet day"
+    assert scope_health_problem([zero], 0, 3, monday) is None
+    assert "for 1 business day(s) (since 2026-03-02)" in str(
+        scope_health_problem([zero], 0, 3, tuesday))
+    assert scope_health_problem([zero], 0, 3, tuesday, holidays={tuesday}) is None
+    assert scope_health_problem([zero], 0, 0, tuesday) is None, "no open deal: nothing missed"
+    assert scope_health_problem([zero], 2, 3, tuesday) is None
+    dropped = scope_health_problem([{**zero, "in_scope": 4}], 0, 3, monday)
+    assert dropped is not None and "4 were in scope on 2026-03-02" in dropped

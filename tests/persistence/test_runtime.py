@@ -512,7 +512,8 @@ def test_a_failed_run_starts_its_error_workflow_exactly_once(
     assert (failure["run_id"], failure["workflow"], failure["state"]) == (
         run_id, "billing", "charging",
     )  # fmt: skip
-    assert failure["error"] == "PermissionError: card declined"
+    assert failure["error"] == {"name": "PermissionError", "message": "card declined"}
+    assert (failure["key"], failure["failed_at"], failure["dry_run"]) == (None, clock.now(), False)
     assert handlers[0].status == "error"  # the handler failed too, and started nothing more
     assert len(runtime.list()) == 2
     with pytest.raises(ValueError, match="not among the runtime's machines"):

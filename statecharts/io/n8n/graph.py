@@ -1,9 +1,9 @@
 """The executable graph of a workflow: which nodes run, which wires carry items, and which
 nodes merely plug into others (AI sub-nodes).
 
-n8n skips a disabled node by passing its input straight to its first output, so the graph
-rewires around it; sticky notes are dropped; wires of a non-``main`` kind (``ai_languageModel``,
-``ai_tool``, ...) become attributes of the node they plug into.
+A disabled node stays in the graph: n8n still schedules it and passes the items of its first
+input straight to its first output. Sticky notes are dropped; wires of a non-``main`` kind
+(``ai_languageModel``, ``ai_tool``, ...) become attributes of the node they plug into.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from .workflow import Node, Workflow
 
 @dataclass
 class Graph:
-    """Main-wire successors per node and output, after removing sticky notes, disabled nodes
-    and AI sub-nodes; plus what was removed and why."""
+    """Main-wire successors per node and output, after removing sticky notes and AI
+    sub-nodes; ``wires`` keeps each main wire as (output, target, target input)."""
 
     workflow: Workflow
     kinds: dict[str, Kind]
@@ -29,14 +29,7 @@ class Graph:
     attached_to: dict[str, list[tuple[str, str]]]
     disabled: list[str]
     warnings: list[str] = field(default_factory=list)
-
-    def successors(self, name: str) -> list[str]:
-        """Every node any output of ``name`` feeds, in output order, without repeats."""
-        seen: dict[str, None] = {}
-        for targets in self.outputs.get(name, []):
-            for target in targets:
-                seen[target] = None
-        return list(seen)
+    wires: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
 
     def predecessors(self, name: str) -> list[str]:
         """Every node with a wire into ``name``."""
@@ -51,19 +44,13 @@ class Graph:
                     found[target][source] = None
         return {target: list(sources) for target, sources in found.items()}
 
-    def targets(self, name: str, output: int) -> list[str]:
-        """The nodes output ``output`` of ``name`` feeds (empty when nothing is attached)."""
-        outputs = self.outputs.get(name, [])
-        return list(outputs[output]) if output < len(outputs) else []
-
     def output_count(self, name: str) -> int:
         """How many outputs of ``name`` have wires slots in the export."""
         return len(self.outputs.get(name, []))
 
     def runs(self, name: str) -> bool:
         """True for nodes that become part of the statechart."""
-        return self.kinds[name] not in (Kind.STICKY_NOTE, Kind.AI_SUBNODE) and \
-            name not in self.disabled
+        return self.kinds[name] not in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)
 
     def node(self, name: str) -> Node:
         """The workflow node called ``name``."""
@@ -85,13 +72,17 @@ def build_graph(workflow: Workflow) -> Graph:
     kinds = {name: _kind(node, name in ai_out, name in has_main) for name, node in nodes.items()}
     disabled = [n.name for n in workflow.nodes if n.disabled and kinds[n.name] not in
                 (Kind.STICKY_NOTE, Kind.AI_SUBNODE)]
-    skip = set(disabled) | {n for n, k in kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
+    skip = {n for n, k in kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
     outputs: dict[str, list[list[str]]] = {}
+    main_wires: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
+    for wire in workflow.connections:
+        if wire.kind == "main" and wire.source not in skip and wire.target not in skip:
+            main_wires[wire.source].append((wire.output, wire.target, wire.input))
     for name in nodes:
         if name in skip or name not in main:
             continue
         width = max(main[name]) + 1
-        outputs[name] = [_through_disabled(main[name].get(i, []), main, set(disabled), skip)
+        outputs[name] = [list(dict.fromkeys(t for t in main[name].get(i, []) if t not in skip))
                          for i in range(width)]
     incoming: dict[str, int] = defaultdict(int)
     for targets_by_output in outputs.values():
@@ -104,11 +95,9 @@ def build_graph(workflow: Workflow) -> Graph:
         for kind, target in wires:
             sub_nodes[target][kind].append(source)
             attached[source].append((kind, target))
-    order = {n.name: n.index for n in workflow.nodes}
-    graph = Graph(workflow, kinds, _sorted_targets(outputs, workflow, order), dict(incoming),
-                  {k: dict(v) for k, v in sub_nodes.items()}, dict(attached), disabled,
-                  list(workflow.warnings))
-    return graph
+    return Graph(workflow, kinds, outputs, dict(incoming),
+                 {k: dict(v) for k, v in sub_nodes.items()}, dict(attached), disabled,
+                 list(workflow.warnings), dict(main_wires))
 
 
 def _kind(node: Node, plugs_into_others: bool, on_main_wires: bool) -> Kind:
@@ -117,37 +106,3 @@ def _kind(node: Node, plugs_into_others: bool, on_main_wires: bool) -> Kind:
                                                     looks_like_ai_subnode(node)):
         return Kind.AI_SUBNODE
     return kind
-
-
-def _through_disabled(targets: list[str], main: dict[str, dict[int, list[str]]],
-                      disabled: set[str], skip: set[str]) -> list[str]:
-    """Replace each disabled target by whatever its first output feeds (n8n passes the items
-    of a disabled node through to output 0)."""
-    result: dict[str, None] = {}
-    pending = list(targets)
-    seen: set[str] = set()
-    while pending:
-        target = pending.pop(0)
-        if target in seen:
-            continue
-        seen.add(target)
-        if target in disabled:
-            pending.extend(main.get(target, {}).get(0, []))
-        elif target not in skip:
-            result[target] = None
-    return list(result)
-
-
-def _sorted_targets(outputs: dict[str, list[list[str]]], workflow: Workflow,
-                    order: dict[str, int]) -> dict[str, list[list[str]]]:
-    """n8n v1 runs the branches of one output top to bottom, then left to right; the legacy
-    order keeps the order of the wires."""
-    if workflow.execution_order != "v1":
-        return outputs
-    position = {n.name: n.position for n in workflow.nodes}
-
-    def key(name: str) -> tuple[float, float, int]:
-        x, y = position[name]
-        return (y, x, order[name])
-
-    return {name: [sorted(t, key=key) for t in by_output] for name, by_output in outputs.items()}

@@ -13,6 +13,7 @@ from .node_kinds import Kind
 from .runtime import RESERVED
 from .workflow import parse_workflow
 
+SUB_WORKFLOW_TRIGGER = "n8n-nodes-base.executeWorkflowTrigger"
 KEY_LENGTH = 40  # longer node names are cut (at a word) for state keys and implementation names
 
 
@@ -34,6 +35,12 @@ class N8nImport:
     sticky_notes: int
     nodes: tuple[NodeMapping, ...]
     warnings: tuple[str, ...]
+    expression_nodes: tuple[str, ...] = ()
+
+    @property
+    def decisions(self) -> tuple[str, ...]:
+        """What the engineer must decide or know, per node, for every machine."""
+        return tuple(dict.fromkeys(d for m in self.machines for d in m.decisions))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -106,7 +113,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), taken)
         taken.add(keys[node.name])
     events: set[str] = set()
-    error_entries = [Entry(None, tuple(_heads(graph, n)), (n,), n,
+    error_entries = [Entry(None, _wires(graph, n), (n,), n,
                            f"Error Trigger: machine {machine_id}_error starts when a watched "
                            "workflow's run fails")
                      for n in _in_order(graph, Kind.ERROR_TRIGGER)]
@@ -117,7 +124,7 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     error_machine = None
     if entries:
         primary = MachineBuilder(graph, machine_id, keys, events).build(
-            entries, True, {"n8n": meta})
+            entries, entries[0].event is not None, {"n8n": meta})
         if error_entries:
             error_machine = MachineBuilder(graph, f"{machine_id}_error", keys, events).build(
                 error_entries, False, {"n8n": {**meta, "role": "error workflow"}})
@@ -126,11 +133,18 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         primary = MachineBuilder(graph, machine_id, keys, events).build(
             error_entries, False, {"n8n": {**meta, **role}})
     runnable = [n for n in workflow.nodes if not n.is_sticky_note]
+    if workflow.execution_order != "v1":
+        graph.warnings.append("settings.executionOrder is the legacy order (v0): n8n runs "
+                              "such a workflow breadth first and runs a Merge's parents "
+                              "itself; the machine runs n8n's v1 order (depth first, "
+                              "top-left first), the order n8n uses for new workflows; set "
+                              "executionOrder to v1 in n8n to compare runs")
     warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in
                                        m.warnings]
     return N8nImport(machine_id, primary, error_machine, workflow.error_workflow, len(runnable),
                      len(workflow.nodes) - len(runnable),
-                     _all_mappings(graph, primary, error_machine), tuple(warnings))
+                     _all_mappings(graph, primary, error_machine), tuple(warnings),
+                     tuple(n.name for n in runnable if _has_expression(n.parameters)))
 
 
 def _in_order(graph: Graph, kind: Kind) -> list[str]:
@@ -138,33 +152,35 @@ def _in_order(graph: Graph, kind: Kind) -> list[str]:
             if graph.kinds[n.name] is kind and n.name not in graph.disabled]
 
 
-def _heads(graph: Graph, name: str) -> list[str]:
-    heads: dict[str, None] = {}
-    for output in range(graph.output_count(name)):
-        for target in graph.targets(name, output):
-            heads[target] = None
-    return list(heads)
+def _wires(graph: Graph, name: str) -> tuple[tuple[int, str, int], ...]:
+    return tuple(graph.wires.get(name, ()))
 
 
 def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry]:
     """One entry per enabled trigger; nodes nothing leads to start runs by hand (``RUN``, or
     ``RUN_<NODE>`` next to triggers, since n8n then only runs them when asked to)."""
     entries = []
-    for name in _in_order(graph, Kind.TRIGGER):
+    triggers = _in_order(graph, Kind.TRIGGER)
+    if triggers and all(graph.node(t).type == SUB_WORKFLOW_TRIGGER for t in triggers):
+        return [Entry(None, _wires(graph, name), (name,), name,
+                      "sub-workflow trigger: the machine starts at once with the caller's "
+                      "items (its input) and its output is the last node's items")
+                for name in triggers]
+    for name in triggers:
         event = unique(event_name(keys[name]), events)
         events.add(event)
-        entries.append(Entry(event, tuple(_heads(graph, name)), (name,), name,
+        entries.append(Entry(event, _wires(graph, name), (name,), name,
                              f"trigger: event {event} starts a run"))
     roots = [n.name for n in graph.workflow.nodes if graph.runs(n.name)
              and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
-             and graph.incoming.get(n.name, 0) == 0]
+             and n.name not in graph.disabled and not _fed(graph, n.name)]
     if roots and not entries:
         events.add("RUN")
-        return [Entry("RUN", tuple(roots), (), "run", "")]
+        return [Entry("RUN", tuple((0, root, 0) for root in roots), (), "run", "")]
     for root in roots:
         event = unique(f"RUN_{event_name(keys[root])}", events)
         events.add(event)
-        entries.append(Entry(event, (root,), (), root, ""))
+        entries.append(Entry(event, ((0, root, 0),), (), root, ""))
         graph.warnings.append(f"'{root}' has no incoming connection and no trigger leads to "
                               f"it; n8n runs it only when started by hand: event {event}")
     return entries
@@ -198,6 +214,34 @@ def _all_mappings(graph: Graph, primary: MachineImport,
                                       "disabled: skipped (n8n passes its items straight "
                                       "through to its first output)"))
         else:
-            result.append(NodeMapping(node.name, node.type, None,
-                                      "not reached from any trigger: no state"))
+            result.append(NodeMapping(node.name, node.type, None, _unreached(graph, node.name)))
     return tuple(result)
+
+
+def _fed(graph: Graph, name: str) -> bool:
+    """True when a wire from a node that can run leads into ``name`` (a disabled trigger
+    starts nothing, so its wires do not count)."""
+    return any(not (p in graph.disabled and graph.kinds[p] is Kind.TRIGGER)
+               for p in graph.predecessors(name))
+
+
+def _unreached(graph: Graph, name: str) -> str:
+    """Why a node got no state: only what the graph shows (a disabled trigger, no wire)."""
+    feeders = [n for n in graph.predecessors(name)]
+    if graph.kinds[name] in (Kind.TRIGGER, Kind.ERROR_TRIGGER):
+        return "a disabled trigger: no entry, no state"
+    if not feeders:
+        return "no wire leads here and nothing starts here: no state"
+    return ("reached only from nodes no enabled trigger or start node leads to ("
+            + ", ".join(f"'{n}'" for n in feeders[:3]) + "): no state")
+
+
+def _has_expression(value: Any) -> bool:
+    """True when an n8n expression (``"={{ ... }}"``) is anywhere in ``value``."""
+    if isinstance(value, str):
+        return value.startswith("=")
+    if isinstance(value, dict):
+        return any(_has_expression(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_expression(v) for v in value)
+    return False

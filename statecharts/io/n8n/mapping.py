@@ -11,9 +11,8 @@ HIDDEN_KINDS: dict[str, str] = {
     "retry": "retry on fail (attempting / waiting to retry)",
     "error_outcome": "error outcome branch (continue on error)",
     "run_done": "run finished",
-    "fork": "parallel branches of one output",
-    "join": "join: waiting for the other inputs",
-    "branch_done": "branch finished",
+    "run_start": "the run starts at once",
+    "next_branch": "the next waiting branch (n8n's execution stack)",
     "reply_wait": "waiting for a reply (send and wait)",
 }
 
@@ -43,13 +42,15 @@ class NodeMapping:
 @dataclass(frozen=True)
 class Implementation:
     """A named guard, action, actor or delay the config refers to. ``provided`` ones come
-    with ``statecharts.io.n8n.runtime`` (n8n's own bookkeeping, such as batch pointers)."""
+    with ``statecharts.io.n8n.runtime`` (n8n's own bookkeeping, such as its execution stack).
+    ``signature`` (actors) is ``"<parameter>|<return type>"`` for the skeleton."""
 
     kind: str
     name: str
     node: str | None
     doc: str
     provided: bool = False
+    signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class MachineImport:
     nodes: tuple[NodeMapping, ...]
     implementations: tuple[Implementation, ...]
     warnings: tuple[str, ...] = field(default=())
+    decisions: tuple[str, ...] = field(default=())
 
     @property
     def state_count(self) -> int:

@@ -10,10 +10,9 @@ parts visible exactly as n8n runs them:
 - ``onError`` wins over the legacy ``continueOnFail`` (which means ``continueRegularOutput``).
 - Wait: v1 defaults to 1 hour, v1.1+ to 5 seconds; webhook and form modes wait without limit
   unless ``limitWaitTime`` (default limit: 1 hour).
-- Loop Over Items (``splitInBatches``): v1/v2 have one output and a default batch of 10; v3 has
-  outputs ``done`` (0) and ``loop`` (1) and a default batch of 1.
-- Switch: v1 rules name their output (default 0), v2+ rule *i* feeds output *i*; the fallback
-  is none (items dropped), ``extra`` (one more output) or an output index.
+- Loop Over Items (``splitInBatches``): v1 has one output (loop), v2 ``loop`` (0) and ``done``
+  (1), both a default batch of 10; v3 has ``done`` (0) and ``loop`` (1) and a batch of 1.
+- Outputs per node type and version are in ``outputs``.
 - Execute Workflow waits for the sub-workflow unless ``options.waitForSubWorkflow`` is false.
 """
 
@@ -244,17 +243,19 @@ class LoopSpec:
 
 
 def loop_spec(node: Node) -> LoopSpec:
-    """v3: output 0 = done, 1 = loop, batch 1; v1/v2: one output, batch 10, no done output."""
-    v3 = node.type_version >= 3
-    default = 1 if v3 else 10
+    """n8n's SplitInBatches outputs: v3 ``['done', 'loop']`` (batch 1), v2 ``['loop',
+    'done']`` (batch 10), v1 only ``loop`` (batch 10)."""
+    version = node.type_version
+    default = 1 if version >= 3 else 10
+    done, loop = (0, 1) if version >= 3 else (1, 0) if version >= 2 else (None, 0)
     size = node.parameters.get("batchSize", default)
     if _is_expression(size):
-        return LoopSpec(default, str(size), 0 if v3 else None, 1 if v3 else 0)
+        return LoopSpec(default, str(size), done, loop)
     number = _number(size)
     if number is None or number < 1:
         raise N8nFormatError(node.param_path("batchSize"),
                              f"expected a batch size of at least 1, got {size!r}")
-    return LoopSpec(int(number), None, 0 if v3 else None, 1 if v3 else 0)
+    return LoopSpec(int(number), None, done, loop)
 
 
 _NO_ITEMS_LEFT = re.compile(
@@ -294,85 +295,6 @@ def _loop_name(value: Any) -> str | None:
     return (match.group("a") or match.group("b")) if match else None
 
 
-# -- Switch -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SwitchSpec:
-    """Routing of a Switch node: ``branches`` as (label, output) in the order n8n tests them,
-    ``fallback`` the output for items no rule matched (None: those items are dropped)."""
-
-    branches: tuple[tuple[str, int], ...]
-    fallback: int | None
-    by_expression: bool
-
-
-def switch_spec(node: Node) -> SwitchSpec:
-    """Read a Switch node of any version (1, 2, 3.x)."""
-    params = node.parameters
-    mode = params.get("mode", "rules")
-    version = node.type_version
-    if mode == "expression":
-        key = "numberOutputs" if version >= 3 else "outputsAmount"
-        count = _number(params.get(key, 4)) if version >= 2 else 4.0
-        if count is None or count < 1:
-            raise N8nFormatError(node.param_path(key), "expected a number of outputs")
-        outputs = tuple((f"output_{i}", i) for i in range(int(count)))
-        return SwitchSpec(outputs, None, True)
-    if mode != "rules":
-        raise N8nFormatError(node.param_path("mode"), f"expected rules or expression, got "
-                             f"{mode!r}")
-    list_key = "values" if version >= 3 else "rules"
-    rules_box = params.get("rules", {})
-    rules = rules_box.get(list_key, []) if isinstance(rules_box, Mapping) else None
-    if not isinstance(rules, list):
-        raise N8nFormatError(node.param_path("rules", list_key), "expected a list of rules")
-    branches = []
-    for i, rule in enumerate(rules):
-        if not isinstance(rule, Mapping):
-            raise N8nFormatError(node.param_path("rules", list_key, i), "expected a rule object")
-        output = _rule_output(node, rule, i, version, list_key)
-        branches.append((_rule_label(rule) or f"rule_{i}", output))
-    return SwitchSpec(tuple(branches), _fallback(node, version, len(rules)), False)
-
-
-def _rule_label(rule: Mapping[str, Any]) -> str | None:
-    """A rule's output name (``outputKey``), else the plain value a v1/v2 rule compares with."""
-    for key in ("outputKey", "value2"):
-        value = rule.get(key)
-        if isinstance(value, str) and value.strip("= ") and not value.startswith("={{"):
-            return value.lstrip("=")
-    return None
-
-
-def _rule_output(node: Node, rule: Mapping[str, Any], index: int, version: float,
-                 list_key: str) -> int:
-    if version >= 2:
-        return index
-    output = _number(rule.get("output", 0))
-    if output is None or output < 0:
-        raise N8nFormatError(node.param_path("rules", list_key, index, "output"),
-                             "expected an output index")
-    return int(output)
-
-
-def _fallback(node: Node, version: float, rule_count: int) -> int | None:
-    if version >= 3:
-        options = node.parameters.get("options") or {}
-        value = options.get("fallbackOutput", "none") if isinstance(options, Mapping) else "none"
-        path = node.param_path("options", "fallbackOutput")
-    else:
-        value = node.parameters.get("fallbackOutput", -1)
-        path = node.param_path("fallbackOutput")
-    if value == "none":
-        return None
-    if value == "extra":
-        return rule_count
-    number = _number(value)
-    if number is None:
-        raise N8nFormatError(path, f"expected none, extra or an output index, got {value!r}")
-    return None if number < 0 else int(number)
-
-
 # -- Execute Workflow and Stop and Error --------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -410,16 +332,6 @@ def stop_and_error_message(node: Node) -> str:
     else:
         value = params.get("errorMessage", "")
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def classifier_categories(node: Node) -> list[str]:
-    """The category names of an AI Text Classifier (one output each), else []."""
-    box = node.parameters.get("categories")
-    items = box.get("categories") if isinstance(box, Mapping) else None
-    if not isinstance(items, list):
-        return []
-    return [c["category"] for c in items if isinstance(c, Mapping)
-            and isinstance(c.get("category"), str)]
 
 
 def describe_type(node: Node) -> str:

@@ -39,6 +39,19 @@ def write_report(result: N8nImport, diagram: str | None = None) -> str:
         state = f"`{mapping.state}`" if mapping.state else "-"
         lines.append(f"| {_cell(mapping.node)} | `{mapping.type}` | {state} | "
                      f"{_cell(mapping.how)} |")
+    lines += ["", "## What you must decide", "",
+              "The machine runs the nodes in n8n's order and hands each the items n8n would; "
+              "an output with no items stops its branch, as in n8n. These are the places "
+              "where the statechart and n8n can still differ, or where n8n's behaviour is "
+              "now yours to choose:", ""]
+    expressions = _expression_nodes(result)
+    if expressions:
+        lines.append(f"- n8n expressions are copied verbatim, not evaluated, in "
+                     f"{len(expressions)} node(s) ({', '.join(expressions[:8])}"
+                     + (", ..." if len(expressions) > 8 else "") + "): the stubs compute them")
+    lines += [f"- {_cell(d)}" for d in result.decisions]
+    if not expressions and not result.decisions:
+        lines.append("- nothing beyond writing the stubs")
     impls = [i for i in result.implementations if not i.provided]
     lines += ["", "## To implement", "",
               f"{len(impls)} named implementations, stubbed in the `_impl.py` skeleton:", ""]
@@ -52,6 +65,12 @@ def write_report(result: N8nImport, diagram: str | None = None) -> str:
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in result.warnings]
     return "\n".join(lines) + "\n"
+
+
+def _expression_nodes(result: N8nImport) -> list[str]:
+    """Nodes whose state meta names a node with ``={{ ... }}`` parameters (from the report's
+    mapping: the parameters themselves are never copied)."""
+    return [m.node for m in result.nodes if m.node in result.expression_nodes]
 
 
 def _hidden_section(machine: MachineImport) -> list[str]:

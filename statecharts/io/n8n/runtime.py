@@ -1,15 +1,13 @@
 """The implementations an imported n8n workflow gets for free: n8n's own bookkeeping, which
 the user should not have to write.
 
-- Loop Over Items keeps its not-yet-processed items inside the node in n8n. Here the batch
-  pointer lives in ``context["loops"][<loop>]`` as ``{"batch_size", "next", "total"}`` (the
-  batch handed out is items ``next`` to ``next + batch_size``): ``take_next_batch`` (entry of
-  the loop state) moves it, ``batches_exhausted`` tells the loop to take its ``done`` way (no
-  batch left to hand out), ``no_items_left`` answers n8n's ``noItemsLeft`` (the batch just
-  handed out was the last), ``reset_batches`` forgets the items so the loop can run again.
+- ``n8n_route`` (an ``assign``) and the guards ``next_node_is`` / ``current_node_is`` run n8n's
+  execution stack in ``context["n8n"]`` (see ``execution``): which node runs next, with
+  which items, a Merge once its inputs are there, Loop Over Items' memory.
 - Stop and Error fails the run with its message (``n8n_stop_and_error``).
 
-``PROVIDED`` holds them ready for ``create_machine``; the generated skeleton merges them in.
+``PROVIDED`` holds them ready for ``create_machine``; the generated skeleton merges them in,
+and ``machine_config`` puts the item-reading invoke inputs into a loaded config.
 """
 
 from __future__ import annotations
@@ -19,69 +17,11 @@ from typing import Any, NoReturn
 
 from statecharts.actions import assign
 
+from .execution import goes_to, resumes, route, with_inputs
+
 
 class StopAndError(Exception):
     """The error a Stop and Error node raises; it fails the run."""
-
-
-def _pointer(context: Any, loop: str) -> dict[str, Any]:
-    loops = context.get("loops") if isinstance(context, Mapping) else None
-    found = loops.get(loop) if isinstance(loops, Mapping) else None
-    return dict(found) if isinstance(found, Mapping) else {"next": 0, "total": None}
-
-
-def _with_pointer(context: Any, loop: str, pointer: dict[str, Any]) -> dict[str, Any]:
-    loops = context.get("loops") if isinstance(context, Mapping) else None
-    updated = dict(loops) if isinstance(loops, Mapping) else {}
-    updated[loop] = pointer
-    return {"loops": updated}
-
-
-def _item_count(event: Any) -> int:
-    """How many items entered the loop: the ``output`` (else ``items``) of the event that led
-    into it, as n8n hands a node the previous node's items."""
-    items = None
-    if isinstance(event, Mapping):
-        items = event.get("output", event.get("items"))
-    if items is None:
-        return 0
-    return len(items) if isinstance(items, list | tuple) else 1
-
-
-def next_batch(context: Any, event: Any, loop: str, batch_size: int) -> dict[str, Any]:
-    """The context update for entering loop ``loop``: the first batch when the loop starts
-    (``total`` unknown), else the batch after the current one."""
-    pointer = _pointer(context, loop)
-    if pointer.get("total") is None:
-        pointer = {"batch_size": batch_size, "next": 0, "total": _item_count(event)}
-    else:
-        pointer["next"] = int(pointer["next"]) + batch_size
-    return _with_pointer(context, loop, pointer)
-
-
-def no_batch_left(context: Any, event: Any, loop: str) -> bool:
-    """True when loop ``loop`` has handed out all its items (n8n: the ``done`` output)."""
-    pointer = _pointer(context, loop)
-    total = pointer.get("total")
-    return total is not None and int(pointer["next"]) >= int(total)
-
-
-def no_items_left(context: Any, event: Any, loop: str) -> bool:
-    """n8n's ``$node["<loop>"].context["noItemsLeft"]``: true once the batch just handed out
-    was the last one (the v1/v2 way to end a loop is an If asking this)."""
-    pointer = _pointer(context, loop)
-    total = pointer.get("total")
-    if total is None:
-        return False
-    size = pointer.get("batch_size") or 1
-    return int(pointer["next"]) + int(size) >= int(total)
-
-
-def forget_batches(context: Any, event: Any, loop: str) -> dict[str, Any]:
-    """The context update that resets loop ``loop`` (n8n resets a loop once it is done)."""
-    pointer = _pointer(context, loop)
-    return _with_pointer(context, loop, {"batch_size": pointer.get("batch_size"), "next": 0,
-                                         "total": None})
 
 
 def stop_and_error(input: Any) -> NoReturn:
@@ -90,9 +30,15 @@ def stop_and_error(input: Any) -> NoReturn:
     raise StopAndError(message or "Stop and Error")
 
 
+def machine_config(config: Any) -> Any:
+    """An imported config ready for ``create_machine``: each node's invoke reads the items
+    n8n would hand it (a JSON file can only mark where)."""
+    return with_inputs(config)
+
+
 PROVIDED: dict[str, dict[str, Any]] = {
-    "guards": {"batches_exhausted": no_batch_left, "no_items_left": no_items_left},
-    "actions": {"take_next_batch": assign(next_batch), "reset_batches": assign(forget_batches)},
+    "guards": {"next_node_is": goes_to, "current_node_is": resumes},
+    "actions": {"n8n_route": assign(route)},
     "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},
 }

@@ -13,7 +13,7 @@ from typing import Any
 from statecharts.machine import Machine, create_machine
 
 from .importer import N8nImport
-from .runtime import PROVIDED
+from .runtime import PROVIDED, machine_config
 
 
 def placeholder_implementations(result: N8nImport) -> dict[str, dict[str, Any]]:
@@ -32,7 +32,8 @@ def build_machines(result: N8nImport) -> tuple[Machine, Machine | None]:
     impls = placeholder_implementations(result)
 
     def build(config: dict[str, Any]) -> Machine:
-        return create_machine(config, guards=impls["guards"], actions=impls["actions"],
+        return create_machine(machine_config(config), guards=impls["guards"],
+                              actions=impls["actions"],
                               actors=impls["actors"], delays=impls["delays"])
 
     return build(result.config), build(result.error_config) if result.error_config else None

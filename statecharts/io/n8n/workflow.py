@@ -3,13 +3,14 @@
 Real exports vary: template copies hold only ``nodes`` and ``connections``, old exports have
 nodes without ``id`` (connections always refer to node *names*), an output slot may be
 ``null``, ``settings.executionOrder`` may be missing (legacy order). All of that is accepted.
-What cannot be understood raises ``N8nFormatError`` naming the JSON path, e.g.
-``nodes[3].parameters.amount: expected a number or an n8n expression, got 'soon'``.
+What cannot be understood raises ``N8nFormatError`` naming the JSON path (a node without a
+name, wires that are not lists); a malformed node setting is a warning naming its path, and
+the setting takes n8n's default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -113,9 +114,9 @@ def parse_workflow(data: Any) -> Workflow:
     raw_nodes = data["nodes"]
     if not isinstance(raw_nodes, list):
         raise N8nFormatError("nodes", f"expected a list of nodes, got {_type_name(raw_nodes)}")
-    nodes = tuple(_node(raw, i) for i, raw in enumerate(raw_nodes))
-    _check_unique_names(nodes)
     warnings: list[str] = []
+    nodes = tuple(_node(raw, i, warnings) for i, raw in enumerate(raw_nodes))
+    _check_unique_names(nodes)
     connections = _connections(data.get("connections", {}), {n.name for n in nodes}, warnings)
     settings = data.get("settings")
     if settings is None:
@@ -136,37 +137,55 @@ def parse_workflow(data: Any) -> Workflow:
                     error_workflow or None, tuple(warnings))
 
 
-def _node(raw: Any, index: int) -> Node:
+def _node(raw: Any, index: int, warnings: list[str]) -> Node:
+    """One node. Its name and type identify it (wires name nodes), so they must be sound;
+    a malformed setting is reported in ``warnings`` and read as n8n's default, so one bad
+    node does not refuse the workflow."""
     path = f"nodes[{index}]"
     if not isinstance(raw, Mapping):
         raise N8nFormatError(path, f"expected a node object, got {_type_name(raw)}")
     name = _required_string(raw, "name", path)
     node_type = _required_string(raw, "type", path)
+
+    def setting(read: Callable[[], Any], default: Any) -> Any:
+        try:
+            return read()
+        except N8nFormatError as exc:
+            warnings.append(f"{exc} (node {name!r}: n8n's default used)")
+            return default
+
     version = raw.get("typeVersion", 1)
     if not _is_number(version):
-        raise N8nFormatError(json_path(path, "typeVersion"), f"expected a number, got {version!r}")
+        warnings.append(f"{json_path(path, 'typeVersion')}: expected a number, got "
+                        f"{version!r} (node {name!r}: version 1 used)")
+        version = 1
     parameters = raw.get("parameters")
     if parameters is None:
         parameters = {}
     if not isinstance(parameters, Mapping):
-        raise N8nFormatError(json_path(path, "parameters"),
-                             f"expected an object, got {_type_name(parameters)}")
+        warnings.append(f"{json_path(path, 'parameters')}: expected an object, got "
+                        f"{_type_name(parameters)} (node {name!r}: no parameters used)")
+        parameters = {}
     on_error = raw.get("onError")
     if on_error is not None and on_error not in ON_ERROR_VALUES:
-        raise N8nFormatError(json_path(path, "onError"),
-                             f"expected one of {', '.join(ON_ERROR_VALUES)}, got {on_error!r}")
+        warnings.append(f"{json_path(path, 'onError')}: expected one of "
+                        f"{', '.join(ON_ERROR_VALUES)}, got {on_error!r} (node {name!r}: "
+                        "stopWorkflow used)")
+        on_error = None
     return Node(
         index=index, name=name, type=node_type, type_version=float(version),
         parameters=parameters, path=path,
-        disabled=_flag(raw, "disabled", path),
-        position=_position(raw.get("position"), json_path(path, "position")),
-        retry_on_fail=_flag(raw, "retryOnFail", path),
-        max_tries=_optional_number(raw, "maxTries", path),
-        wait_between_tries=_optional_number(raw, "waitBetweenTries", path),
+        disabled=setting(lambda: _flag(raw, "disabled", path), False),
+        position=setting(lambda: _position(raw.get("position"), json_path(path, "position")),
+                         (0.0, 0.0)),
+        retry_on_fail=setting(lambda: _flag(raw, "retryOnFail", path), False),
+        max_tries=setting(lambda: _optional_number(raw, "maxTries", path), None),
+        wait_between_tries=setting(lambda: _optional_number(raw, "waitBetweenTries", path),
+                                   None),
         on_error=on_error,
-        continue_on_fail=_flag(raw, "continueOnFail", path),
-        always_output_data=_flag(raw, "alwaysOutputData", path),
-        execute_once=_flag(raw, "executeOnce", path),
+        continue_on_fail=setting(lambda: _flag(raw, "continueOnFail", path), False),
+        always_output_data=setting(lambda: _flag(raw, "alwaysOutputData", path), False),
+        execute_once=setting(lambda: _flag(raw, "executeOnce", path), False),
     )
 
 

@@ -1,0 +1,450 @@
+"""An n8n execution model, the oracle the imported machines are checked against.
+
+``n8n_run`` interprets an export the way n8n's ``WorkflowExecute`` does with execution order
+v1, written here from n8n's code independently of the importer's builder: one node at a
+time from a stack; after a node, the targets of every output that produced items are sorted
+with n8n's comparator (bottom-most first, as V8 sorts) and each is put on the front of the
+stack (depth first, top-left first); a node with several wired inputs waits until each has
+items; when the stack runs dry, the first waiting node whose ``requiredInputs`` arrived runs
+with ``[]`` for the rest; disabled nodes pass their first input on; No Operation and Wait
+pass their items on; Loop Over Items keeps its items between visits (v1/v2/v3 outputs); an If
+asking ``noItemsLeft`` reads that memory; a failure stops the run, or continues with an error
+item on the regular or the error output; Retry on Fail calls again; ``alwaysOutputData`` sends
+one empty item when a node returned none.
+
+Every other node is a ``Stubs`` call: it records the node and the items it got, and returns
+items chosen from a seed (or fails). ``machine_run`` runs the imported statechart on the
+engine with the same stubs; the two traces must be equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from statecharts import SimulatedClock, create_actor, create_machine
+from statecharts.io.n8n import N8nImport
+from statecharts.io.n8n import node_kinds as nk
+from statecharts.io.n8n.graph import build_graph
+from statecharts.io.n8n.node_kinds import Kind
+from statecharts.io.n8n.outputs import input_count, regular_outputs, required_inputs
+from statecharts.io.n8n.runtime import machine_config
+from statecharts.io.n8n.validation import placeholder_implementations
+from statecharts.io.n8n.workflow import parse_workflow
+
+Items = list[dict[str, Any]]
+Call = tuple[str, list[Items]]
+BUDGET = 150  # node runs per trace; workflows that loop longer are compared on this prefix
+
+
+class OutOfBudget(Exception):
+    """The trace is long enough; both sides stop calling here."""
+
+
+class StubFailure(Exception):
+    """A stub node failing on purpose."""
+
+
+@dataclass
+class Stubs:
+    """Stand-ins for the nodes' work: call *n* of node *X* returns what ``seed`` decides,
+    the same on both sides. ``fail_rate`` and ``empty_rate`` are per thousand."""
+
+    seed: int
+    fail_rate: int = 80
+    empty_rate: int = 150
+    calls: list[Call] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def _roll(self, *parts: Any) -> int:
+        digest = hashlib.sha256(repr((self.seed, *parts)).encode()).digest()
+        return int.from_bytes(digest[:4], "big") % 1000
+
+    def call(self, node: str, inputs: list[Items], outputs: int) -> list[Items]:
+        """Record the call and return one item list per output (raises ``StubFailure``)."""
+        if len(self.calls) >= BUDGET:
+            raise OutOfBudget(node)
+        n = self.counts.get(node, 0)
+        self.counts[node] = n + 1
+        self.calls.append((node, [list(items) for items in inputs]))
+        if outputs and self._roll(node, n, "fail") < self.fail_rate:
+            raise StubFailure(f"{node} call {n} fails")
+        got = sum(len(items) for items in inputs)
+        result: list[Items] = []
+        for output in range(outputs):
+            if outputs == 1:
+                empty = self._roll(node, n, "empty") < self.empty_rate
+            else:
+                empty = self._roll(node, n, output) < 500
+            count = 1 + self._roll(node, n, output, "count") % 3
+            result.append([] if empty else
+                          [{"json": {"node": node, "call": n, "output": output, "got": got,
+                                     "i": i}} for i in range(count)])
+        return result
+
+
+@dataclass
+class Trace:
+    """What a run did: the stub calls in order and how it ended (``done``, ``error`` or
+    ``budget`` when it was cut at ``BUDGET`` calls)."""
+
+    calls: list[Call]
+    status: str
+
+
+# -- the oracle ---------------------------------------------------------------------------------
+
+_NO_ITEMS_LEFT = re.compile(r"""\$(?:node\[\s*["']([^"']+)["']\s*\]|\(\s*["']([^"']+)["']\s*\))"""
+                            r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)""")
+
+
+def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] | None = None
+            ) -> Trace:
+    """Run export ``data`` from trigger ``start`` (or, ``start`` None, from ``start_nodes``
+    with one empty item each) as n8n v1 would."""
+    workflow = parse_workflow(data)
+    graph = build_graph(workflow)  # node kinds and AI sub-nodes only; wires are read below
+    nodes = {n.name: n for n in workflow.nodes}
+    skip = {n for n, k in graph.kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
+    by_source: dict[str, list[tuple[int, str, int]]] = {}
+    slots: dict[str, int] = {}
+    for wire in workflow.connections:
+        if wire.kind != "main" or wire.source in skip or wire.target in skip:
+            continue
+        by_source.setdefault(wire.source, []).append((wire.output, wire.target, wire.input))
+        slots[wire.target] = max(slots.get(wire.target, 1), wire.input + 1)
+    stack: list[tuple[str, list[Items]]] = []
+    waiting: dict[str, list[list[Items | None]]] = {}
+    memory: dict[str, dict[str, Any]] = {}
+
+    def add(children: list[tuple[int, str, int]], outputs: list[Items]) -> None:
+        chosen = [c for c in children if c[0] < len(outputs) and outputs[c[0]]]
+        for output, target, index in _v8_sort(chosen, lambda c: nodes[c[1]].position):
+            items = outputs[output]
+            if slots.get(target, 1) <= 1:
+                stack.insert(0, (target, [items]))
+                continue
+            entries = waiting.setdefault(target, [])
+            entry = next((e for e in entries if e[index] is None), None)
+            if entry is None:
+                entry = [None] * slots[target]
+                entries.append(entry)
+            entry[index] = items
+            if all(e is not None for e in entry):
+                entries.remove(entry)
+                if not entries:
+                    del waiting[target]
+                stack.insert(0, (target, [e for e in entry if e is not None]))
+
+    def release() -> None:
+        names = list(waiting)
+        i = 0
+        while i < len(names):
+            name = names[i]
+            entry = waiting[name][0]
+            have = [k for k, e in enumerate(entry) if e is not None]
+            required = required_inputs(nodes[name])
+            if (isinstance(required, list) and not all(k in have for k in required)) or \
+                    (isinstance(required, int) and len(have) < required):
+                i += 1
+                continue
+            main = [e if e is not None else [] for e in entry]
+            main += [[] for _ in range(input_count(nodes[name], slots[name]) - len(main))]
+            waiting[name].pop(0)
+            if not waiting[name]:
+                del waiting[name]
+            if any(main):
+                stack.append((name, main))
+                return
+            names, i = list(waiting), 0
+
+    if start is not None:
+        add(by_source.get(start, []), [[{"json": {}}]])
+    else:
+        add([(0, name, 0) for name in start_nodes or []], [[{"json": {}}]])
+    runs = 0
+    while True:
+        if not stack:
+            release()
+            if not stack:
+                return Trace(stubs.calls, "done")
+        name, inputs = stack.pop(0)
+        runs += 1
+        if runs > 4 * BUDGET:
+            return Trace(stubs.calls, "budget")
+        node = nodes[name]
+        try:
+            outputs = _execute(node, graph.kinds[name], inputs, slots.get(name, 1), stubs,
+                               memory, by_source.get(name, []))
+            if node.always_output_data and not outputs[0]:
+                # WorkflowExecute: `if (!nodeSuccessData?.[0]?.[0])`, output 0 only
+                outputs = [[{"json": {}}], *outputs[1:]]
+        except OutOfBudget:
+            return Trace(stubs.calls, "budget")
+        except Exception as exc:  # the node failed: n8n's onError decides
+            mode = nk.error_mode(node)
+            if mode == "stopWorkflow":
+                return Trace(stubs.calls, "error")
+            width = _regular_count(node, by_source.get(name, []))
+            error = [{"json": {"error": str(exc)}}]
+            if mode == "continueRegularOutput":
+                outputs = [error] + [[] for _ in range(width - 1)]
+            else:
+                outputs = [[] for _ in range(width)] + [error]
+        add(by_source.get(name, []), outputs)
+
+
+def _regular_count(node: Any, wires: list[tuple[int, str, int]]) -> int:
+    width = max((o + 1 for o, _, _ in wires), default=1)
+    error = nk.error_mode(node) == "continueErrorOutput"
+    return len(regular_outputs(node, width - 1 if error and width >= 2 else width).names)
+
+
+def _execute(node: Any, kind: Kind, inputs: list[Items], slots: int, stubs: Stubs,
+             memory: dict[str, dict[str, Any]], wires: list[tuple[int, str, int]]
+             ) -> list[Items]:
+    first = list(inputs[0]) if inputs else []
+    width = _regular_count(node, wires)
+    error_slot: list[Items] = [[]] if nk.error_mode(node) == "continueErrorOutput" else []
+    if node.disabled or kind in (Kind.NO_OP, Kind.WAIT, Kind.FORM_PAGE):
+        return [first] + [[] for _ in range(width - 1)] + error_slot
+    if kind is Kind.EXECUTE_WORKFLOW and not nk.sub_workflow_spec(node).waits:
+        stubs.call(node.name, [first], 0)
+        return [first, *error_slot]
+    if kind is Kind.STOP_AND_ERROR:
+        raise RuntimeError(nk.stop_and_error_message(node) or "Stop and Error")
+    if kind is Kind.LOOP:
+        return _split_in_batches(node, first, memory) + error_slot
+    if kind is Kind.IF:
+        loop = _asks_no_items_left(node)
+        if loop is not None:
+            left = memory.get(loop, {}).get("noItemsLeft", False)
+            return ([first, []] if left else [[], first]) + error_slot
+    attempts = (nk.retry_policy(node) or {}).get("max_attempts", 1)
+    for attempt in range(attempts):
+        try:
+            got = inputs if slots > 1 else [first]
+            return stubs.call(node.name, got, width) + error_slot
+        except StubFailure:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _asks_no_items_left(node: Any) -> str | None:
+    conditions = node.parameters.get("conditions")
+    text = repr(conditions)
+    match = _NO_ITEMS_LEFT.search(text)
+    if match is None or text.count("noItemsLeft") != 1:
+        return None
+    loop = nk.no_items_left_loop(node)  # the same single-condition shape n8n users write
+    return loop
+
+
+def _split_in_batches(node: Any, items: Items, memory: dict[str, dict[str, Any]]
+                      ) -> list[Items]:
+    """n8n's SplitInBatches V1/V2/V3 ``execute``."""
+    version = node.type_version
+    spec = nk.loop_spec(node)
+    size = spec.batch_size
+    context = memory.setdefault(node.name, {})
+    if "items" not in context or (version >= 2 and context.get("done") and items):
+        batch, context["items"] = items[:size], items[size:]
+        context["processed"] = []
+    else:
+        batch, context["items"] = context["items"][:size], context["items"][size:]
+        if version >= 2:
+            context["processed"] = context["processed"] + items
+    context["noItemsLeft"] = not context["items"]
+    if version < 2:
+        return [batch]
+    context["done"] = not batch
+    loop, done = (batch, []) if batch else ([], context["processed"])
+    return [loop, done] if version < 3 else [done, loop]
+
+
+def _v8_sort(items: list[Any], position: Callable[[Any], tuple[float, float]]) -> list[Any]:
+    """``Array.prototype.sort`` of V8 (TimSort: first run, then binary insertion) with n8n's
+    comparator from ``WorkflowExecute`` ("top-left first")."""
+
+    def cmp(a: Any, b: Any) -> int:
+        pa, pb = position(a), position(b)
+        if pa[1] < pb[1]:
+            return 1
+        if pa[1] > pb[1]:
+            return -1
+        if pa[0] > pb[0]:
+            return -1
+        return 0
+
+    a = list(items)
+    n = len(a)
+    if n < 2:
+        return a
+    run = 2
+    desc = cmp(a[1], a[0]) < 0
+    prev = a[1]
+    for i in range(2, n):
+        order = cmp(a[i], prev)
+        if (desc and order >= 0) or (not desc and order < 0):
+            break
+        prev = a[i]
+        run += 1
+    if desc:
+        a[:run] = list(reversed(a[:run]))
+    for start in range(run, n):
+        pivot = a[start]
+        left, right = 0, start
+        while left < right:
+            mid = left + ((right - left) >> 1)
+            if cmp(pivot, a[mid]) < 0:
+                right = mid
+            else:
+                left = mid + 1
+        a[left + 1:start + 1] = a[left:start]
+        a[left] = pivot
+    return a
+
+
+# -- the imported machine on the engine ----------------------------------------------------------
+
+def stub_machine(result: N8nImport, stubs: Stubs, widths: dict[str, int]) -> Any:
+    """The imported primary machine with every node actor (and fire-and-forget action)
+    calling ``stubs``; ``widths`` is each node's number of regular outputs."""
+    impls = placeholder_implementations(result)
+    actors = {i.name: i for i in result.implementations if i.kind == "actor" and not i.provided}
+    node_of = {m.state: m.node for m in result.nodes if m.state}
+    for name, impl in actors.items():
+        multi = (impl.signature or "").startswith("inputs:")
+        impls["actors"][name] = _actor(stubs, node_of[name], widths[node_of[name]], multi)
+    for impl in result.implementations:
+        if impl.kind == "action" and not impl.provided:
+            impls["actions"][impl.name] = _recording_action(stubs, impl.node or impl.name)
+        if impl.kind == "delay":
+            impls["delays"][impl.name] = lambda context, event: 1000
+    return create_machine(machine_config(result.config), guards=impls["guards"],
+                          actions=impls["actions"], actors=impls["actors"],
+                          delays=impls["delays"])
+
+
+def widths_of(data: Any) -> dict[str, int]:
+    """Each node's number of regular outputs (what its stub returns)."""
+    graph = build_graph(parse_workflow(data))
+    return {n.name: _regular_count(n, graph.wires.get(n.name, [])) for n in graph.workflow.nodes}
+
+
+def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
+                widths: dict[str, int]) -> Trace:
+    """Run the imported primary machine: send ``event`` (None: it starts at once), fire its
+    timers and answer its waits, with every node actor calling ``stubs``."""
+    machine = stub_machine(result, stubs, widths)
+    clock = SimulatedClock()
+    actor = create_actor(machine, clock=clock).start()
+    if event is not None:
+        actor.send(event)
+    for _ in range(20 * BUDGET):
+        snapshot = actor.get_snapshot()
+        if snapshot.status != "active" or len(stubs.calls) >= BUDGET:
+            break
+        waiting = _waiting_event(result.config, snapshot.value)
+        if waiting is not None:
+            actor.send(waiting)
+        else:
+            clock.advance(3_600_000)
+    snapshot = actor.get_snapshot()
+    if len(stubs.calls) >= BUDGET:
+        return Trace(stubs.calls[:BUDGET], "budget")
+    return Trace(stubs.calls, "done" if snapshot.status == "done" else snapshot.status)
+
+
+def _actor(stubs: Stubs, node: str, outputs: int, multi: bool) -> Callable[[Any], Any]:
+    def work(data: Any) -> Any:
+        inputs = [list(x) for x in data] if multi else [list(data or [])]
+        result = stubs.call(node, inputs, outputs)
+        return result if outputs > 1 else result[0]
+
+    return work
+
+
+def _recording_action(stubs: Stubs, node: str) -> Callable[..., None]:
+    def record(context: Any, event: Any, **params: Any) -> None:
+        from statecharts.io.n8n.execution import current
+        entry = current(context)
+        stubs.call(node, [list(entry[1][0]) if entry and entry[1] else []], 0)
+
+    return record
+
+
+def _waiting_event(config: dict[str, Any], value: Any) -> str | None:
+    key = value if isinstance(value, str) else None
+    if key is None:
+        return None
+    state = config["states"].get(key, {})
+    events = list((state.get("on") or {}).keys())
+    return events[0] if events and not state.get("after") else None
+
+
+def compare(data: Any, result: N8nImport, seed: int) -> list[str]:
+    """Run every entry of ``result`` against the oracle with stubs from ``seed``; the list of
+    differences (empty: the machine did what n8n does)."""
+    graph = build_graph(parse_workflow(data))
+    widths = widths_of(data)
+    problems = []
+    for event, trigger, roots in entries(result, graph):
+        expected = n8n_run(data, trigger, Stubs(seed), roots)
+        actual = machine_run(result, event, Stubs(seed), widths)
+        difference = _difference(expected, actual)
+        if difference:
+            problems.append(f"{event or 'start'}: {difference}")
+    return problems
+
+
+def _difference(expected: Trace, actual: Trace) -> str | None:
+    for i, (want, got) in enumerate(zip(expected.calls, actual.calls, strict=False)):
+        if want != got:
+            return (f"call {i}: n8n runs {want[0]!r} with {_count(want)} items, the machine "
+                    f"{got[0]!r} with {_count(got)}")
+    if len(expected.calls) != len(actual.calls):
+        extra = (expected.calls if len(expected.calls) > len(actual.calls) else
+                 actual.calls)[min(len(expected.calls), len(actual.calls))]
+        return (f"n8n makes {len(expected.calls)} calls ({expected.status}), the machine "
+                f"{len(actual.calls)} ({actual.status}); first extra: {extra[0]!r}")
+    if expected.status != actual.status and "budget" not in (expected.status, actual.status):
+        return f"n8n ends {expected.status}, the machine {actual.status}"
+    return None
+
+
+def _count(call: Call) -> str:
+    return "+".join(str(len(items)) for items in call[1])
+
+
+def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None,
+                                                          list[str] | None]]:
+    """(event, trigger node, start nodes) for every way the primary machine starts; which
+    nodes a run started by hand begins at is read from the machine's start transition."""
+    config = result.config
+    initial = config["states"][config["initial"]]
+    found: list[tuple[str | None, str | None, list[str] | None]] = []
+    triggers = {m.how.split("event ")[1].split(" ")[0]: m.node for m in result.nodes
+                if m.how.startswith("trigger: event ")}
+    for event, leave in (initial.get("on") or {}).items():
+        if event in triggers:
+            found.append((event, triggers[event], None))
+        else:
+            found.append((event, None, _start_nodes(config, leave[-1]["actions"][0])))
+    if not found and "entry" in initial:
+        error_triggers = [m.node for m in result.nodes if m.how.startswith(
+            ("Error Trigger", "sub-workflow trigger"))]
+        if error_triggers:
+            found.append((None, error_triggers[0], None))
+        else:
+            found.append((None, None, _start_nodes(config, initial["entry"][0])))
+    return found
+
+
+def _start_nodes(config: dict[str, Any], route: dict[str, Any]) -> list[str]:
+    graph = config["context"]["n8n"]["graph"]
+    return [child[1] for child in graph[route["params"]["route"]]["children"]]

@@ -1,0 +1,259 @@
+"""The imported machine does what n8n does: for every export of the shared corpora and for
+random workflows, the machine run on the engine calls the same nodes, in n8n's v1 order,
+with the same items, as the n8n execution model in ``n8n_oracle`` (stubs from a seed decide
+what each node returns, which outputs get items and which calls fail)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statecharts.io.n8n import N8nFormatError, from_n8n
+from tests.io.n8n_corpus import CORPUS, MISSING, connections
+from tests.io.n8n_oracle import Stubs, compare, machine_run, n8n_run
+
+MORE = CORPUS.parent / "n8n-corpus-more"
+FILES = sorted(CORPUS.glob("*.json")) + sorted(MORE.glob("*.json")) if CORPUS.is_dir() else []
+SEEDS = (0, 1)
+
+
+def _check(data: Any, seeds: tuple[int, ...] = SEEDS) -> list[str]:
+    result = from_n8n(data, "w")
+    return [f"seed {seed}: {p}" for seed in seeds for p in compare(data, result, seed)]
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_both_corpora_are_there() -> None:
+    assert len(list(CORPUS.glob("*.json"))) == 25
+    assert len(list(MORE.glob("*.json"))) == 280, f"{MORE} should hold 280 exports"
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_every_corpus_workflow_runs_as_n8n_runs_it() -> None:
+    refused, disagreeing = [], {}
+    for path in FILES:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            problems = _check(data)
+        except N8nFormatError as exc:
+            refused.append(f"{path.name}: {exc}")
+            continue
+        if problems:
+            disagreeing[path.name] = problems[0]
+    assert disagreeing == {}
+    # the one refusal: two nodes with the same name (wires name nodes, so they are ambiguous)
+    assert len(refused) == 1 and "duplicate node name" in refused[0]
+
+
+# -- the issue's minimal repros ------------------------------------------------------------------
+
+def _export(nodes: list[tuple[str, str, tuple[float, float]]],
+            wires: list[tuple[str, int, str, int]], **node_settings: dict[str, Any]) -> Any:
+    return {"nodes": [{"name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 2,
+                       "position": list(position), "parameters": {},
+                       **node_settings.get(name, {})}
+                      for name, kind, position in nodes],
+            "connections": connections(wires), "settings": {"executionOrder": "v1"}}
+
+
+class Echo(Stubs):
+    """Stubs that never fail and send every input item on (routers: to output ``route``)."""
+
+    def __init__(self, route: dict[str, int] | None = None) -> None:
+        super().__init__(0)
+        self.route = route or {}
+
+    def call(self, node: str, inputs: list[list[dict[str, Any]]], outputs: int
+             ) -> list[list[dict[str, Any]]]:
+        self.calls.append((node, [list(i) for i in inputs]))
+        items = [{"json": {"by": node}}]
+        result: list[list[dict[str, Any]]] = [[] for _ in range(max(outputs, 1))]
+        result[self.route.get(node, 0)] = items
+        return result[:outputs] if outputs else []
+
+
+def _names(data: Any, route: dict[str, int] | None = None) -> tuple[list[str], str]:
+    result = from_n8n(data, "w")
+    widths = {n["name"]: 2 if n["type"].endswith(".if") else 1 for n in data["nodes"]}
+    trace = machine_run(result, "GO", Echo(route), widths)
+    oracle = n8n_run(data, "Go", Echo(route))
+    assert trace.calls == oracle.calls
+    return [name for name, _ in trace.calls], trace.status
+
+
+def test_repro_1_one_fork_feeding_two_merges_runs_both_merges() -> None:
+    # Go -> A, B, C, D; A -> M1[0], B -> M1[1]; C -> M2[0], D -> M2[1]; M2 -> After
+    data = _export(
+        [("Go", "manualTrigger", (0, 0)), ("A", "set", (200, 0)), ("B", "set", (200, 100)),
+         ("C", "set", (200, 200)), ("D", "set", (200, 300)), ("M1", "merge", (400, 50)),
+         ("M2", "merge", (400, 250)), ("After", "set", (600, 250))],
+        [("Go", 0, "A", 0), ("Go", 0, "B", 0), ("Go", 0, "C", 0), ("Go", 0, "D", 0),
+         ("A", 0, "M1", 0), ("B", 0, "M1", 1), ("C", 0, "M2", 0), ("D", 0, "M2", 1),
+         ("M2", 0, "After", 0)])
+    names, status = _names(data)
+    # depth first, top to bottom: each Merge runs as soon as its second input arrives
+    assert names == ["A", "B", "M1", "C", "D", "M2", "After"]
+    assert status == "done"
+    result = from_n8n(data, "w")
+    assert {m.node: m.state for m in result.nodes}["After"] == "after"
+
+
+def test_repro_2_a_node_reached_from_both_sides_of_an_if_runs_only_for_its_side() -> None:
+    # Go -> If; out 0 -> T and Join[1]; out 1 -> F and Shared; T -> Join[0]; Join -> Shared
+    data = _export(
+        [("Go", "manualTrigger", (0, 0)), ("If", "if", (200, 0)), ("T", "set", (400, 0)),
+         ("F", "set", (400, 200)), ("Join", "merge", (600, 0)),
+         ("Shared", "set", (800, 100))],
+        [("Go", 0, "If", 0), ("If", 0, "T", 0), ("If", 0, "Join", 1), ("If", 1, "F", 0),
+         ("If", 1, "Shared", 0), ("T", 0, "Join", 0), ("Join", 0, "Shared", 0)])
+    names, status = _names(data, {"If": 0})  # the guard is true
+    assert names == ["If", "T", "Join", "Shared"]  # F never runs
+    assert status == "done"
+    names, _ = _names(data, {"If": 1})  # false: Shared (higher on the canvas), then F; no Join
+    assert names == ["If", "Shared", "F"]
+    result = from_n8n(data, "w")
+    states = {m.node: m.state for m in result.nodes}
+    assert states["Shared"] == "shared"  # one state, reached from both sides
+    assert "parallel" not in json.dumps(result.config)
+
+
+# -- random workflows ----------------------------------------------------------------------------
+
+KINDS = ("set", "httpRequest", "code", "if", "switch", "filter", "merge", "noOp", "wait",
+         "splitInBatches", "textClassifier")
+
+
+@st.composite
+def workflows(draw: st.DrawFn) -> Any:
+    """Random DAGs (plus Loop Over Items back-edges) of the node kinds the importer knows,
+    with random positions, error settings, disabled nodes and Merge modes."""
+    count = draw(st.integers(2, 12))
+    nodes: list[dict[str, Any]] = [{"name": "Go", "type": "n8n-nodes-base.manualTrigger",
+                                    "typeVersion": 1, "position": [0, 0], "parameters": {}}]
+    wires: list[tuple[str, int, str, int]] = []
+    for i in range(1, count + 1):
+        kind = draw(st.sampled_from(KINDS))
+        node: dict[str, Any] = {
+            "name": f"N{i}", "typeVersion": 1,
+            "type": ("@n8n/n8n-nodes-langchain." if kind == "textClassifier"
+                     else "n8n-nodes-base.") + kind,
+            "position": [i * 200, draw(st.integers(-2, 2)) * 100], "parameters": {}}
+        if kind == "merge":
+            node["typeVersion"] = draw(st.sampled_from([1, 2.1, 3]))
+            node["parameters"] = {"mode": draw(st.sampled_from(["append", "chooseBranch",
+                                                                "combine"]))}
+        elif kind == "switch":
+            node["typeVersion"] = 3
+            node["parameters"] = {"rules": {"values": [{}, {}]},
+                                  "options": {"fallbackOutput": draw(st.sampled_from(
+                                      ["none", "extra"]))}}
+        elif kind == "splitInBatches":
+            node["typeVersion"] = draw(st.sampled_from([1, 2, 3]))
+            node["parameters"] = {"batchSize": draw(st.integers(1, 3))}
+        elif kind == "textClassifier":
+            node["parameters"] = {"categories": {"categories": [{"category": "a"},
+                                                                {"category": "b"}]},
+                                  "options": {"fallback": draw(st.sampled_from(
+                                      ["discard", "other"]))}}
+        elif kind == "wait":
+            node["typeVersion"] = 1.1
+            node["parameters"] = {"amount": 1}
+        if draw(st.integers(0, 9)) == 0:
+            node["disabled"] = True
+        if draw(st.integers(0, 4)) == 0:
+            node["onError"] = draw(st.sampled_from(["continueRegularOutput",
+                                                    "continueErrorOutput"]))
+        if draw(st.integers(0, 9)) == 0:
+            node["alwaysOutputData"] = True
+        if draw(st.integers(0, 6)) == 0 and kind not in ("wait", "splitInBatches", "noOp"):
+            node["retryOnFail"] = True
+            node["maxTries"] = 2
+        nodes.append(node)
+        sources = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=2, unique=True))
+        for j, source in enumerate(sources):
+            output = draw(st.integers(0, _outputs(nodes[source]) - 1))
+            index = j if kind == "merge" else 0
+            wires.append((nodes[source]["name"], output, node["name"], index))
+        if kind == "splitInBatches" and i > 1 and draw(st.booleans()):
+            body = nodes[draw(st.integers(1, i))]["name"]
+            wires.append((node["name"], draw(st.integers(0, _outputs(node) - 1)), body, 0))
+    return {"nodes": nodes, "connections": connections(wires),
+            "settings": {"executionOrder": "v1"}}
+
+
+def _outputs(node: dict[str, Any]) -> int:
+    """How many outputs a generated node has (its error output included)."""
+    from statecharts.io.n8n.outputs import regular_outputs
+    from statecharts.io.n8n.workflow import parse_workflow
+
+    [parsed] = parse_workflow({"nodes": [node]}).nodes
+    error = 1 if node.get("onError") == "continueErrorOutput" else 0
+    return len(regular_outputs(parsed, 1).names) + error
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workflows(), st.integers(0, 2**16))
+def test_random_workflows_run_as_n8n_runs_them(data: Any, seed: int) -> None:
+    assert _check(data, (seed,)) == []
+
+
+def test_the_corpus_folder_is_read_from_shared_not_copied() -> None:
+    assert not list(Path(__file__).parent.glob("*.json"))
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_the_bulk_command_counts_imported_refused_and_disagreeing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.io.n8n_bulk import main
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "good.json").write_text(FILES[0].read_text(encoding="utf-8"))
+    (tmp_path / "broken.json").write_text('{"nodes": [')
+    assert main([str(tmp_path), "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "broken.json: " in out
+    assert out.rstrip().endswith("2 exports: 1 imported, 1 refused, 0 disagreeing (0 silent) "
+                                 "over 1 seed(s) each")
+
+
+@pytest.mark.skipif(not FILES, reason=MISSING)
+def test_every_node_a_trigger_reaches_has_a_state_and_the_report_says_why_others_do_not(
+) -> None:
+    # the issue: 86 nodes reachable from a trigger had no state, and the report said "not
+    # reached from any trigger"
+    for path in FILES:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            result = from_n8n(data, "w")
+        except N8nFormatError:
+            continue
+        wires: dict[str, set[str]] = {}
+        for source, kinds in (data.get("connections") or {}).items():
+            for output in (kinds or {}).get("main") or []:
+                for wire in output or []:
+                    wires.setdefault(source, set()).add(wire["node"])
+        mapped = {m.node: m for m in result.nodes}
+        starts = [m.node for m in result.nodes if m.state is None and m.how.startswith(
+            ("trigger:", "Error Trigger", "(machine", "sub-workflow trigger"))]
+        starts += [m.node for m in result.nodes if m.state and not any(
+            m.node in targets for targets in wires.values())]
+        seen, pending = set(), list(starts)
+        while pending:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                pending.extend(wires.get(name, ()))
+        for name in seen:
+            mapping = mapped.get(name)
+            if mapping is None or mapping.how.startswith(("AI sub-node", "trigger:", "Error",
+                                                          "(machine", "sub-workflow")):
+                continue
+            assert mapping.state is not None, f"{path.name}: {name!r}: {mapping.how}"
+        for mapping in result.nodes:
+            if mapping.how.startswith("reached only from"):
+                assert mapping.node not in seen, f"{path.name}: {mapping.node!r}"
