@@ -15,6 +15,7 @@ from .loading import load_machine
 
 COMMAND_MODULES = (
     "statecharts.render.cli",
+    "statecharts.diff.cli",
     "statecharts.io.n8n.cli",
     "persistence.cli",
     "persistence.ui.cli",

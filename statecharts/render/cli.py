@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                           help="the machines package folder (default: machines)")
     diagrams.add_argument("--out", type=Path, default=Path("diagrams"),
                           help="the diagrams folder (default: diagrams)")
+    diagrams.add_argument("--diff-base", metavar="REV",
+                          help="also print the diff of every machine that differs from its "
+                               "definition at git revision REV (e.g. origin/main)")
+    diagrams.add_argument("--diff-out", type=Path, metavar="DIR",
+                          help="with --diff-base: write <machine>.md and <machine>.svg there")
     diagrams.set_defaults(handler=_diagrams)
 
 
@@ -67,13 +72,18 @@ def _render(args: argparse.Namespace) -> int:
             OSError, ValueError) as exc:
         print(f"statecharts render: {exc}", file=sys.stderr)
         return 2
+    write_output(data, args.output)
+    return 0
+
+
+def write_output(data: str | bytes, output: Path | None) -> None:
+    """Write a command's result to ``output``, or to standard output without one."""
     payload = data if isinstance(data, bytes) else data.encode()
-    if args.output is None:
+    if output is None:
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()
     else:
-        args.output.write_bytes(payload)
-    return 0
+        output.write_bytes(payload)
 
 
 def _draw(fmt: str) -> Callable[..., str | bytes]:
@@ -86,6 +96,15 @@ def _diagrams(args: argparse.Namespace) -> int:
     if not args.machines.is_dir():
         print(f"statecharts diagrams: {args.machines}: no such folder", file=sys.stderr)
         return 2
+    if args.diff_base:
+        from ..diff.review import review
+
+        try:
+            for line in review(args.machines, args.diff_base, args.diff_out):
+                print(line)
+        except (DiscoveryError, SourceError) as exc:
+            print(f"statecharts diagrams: --diff-base: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.check:
             stale = stale_files(args.machines, args.out)

@@ -19,7 +19,7 @@ import subprocess
 
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 from .labels import wrap
-from .model import ERROR, RETRY, Arrow, Box, Diagram
+from .model import ADDED, CHANGED, ERROR, REMOVED, RETRY, Arrow, Box, Diagram
 
 FONT = "Helvetica"
 INK = "#333333"
@@ -29,6 +29,9 @@ ACTIVE_FILL = "#ffe08a"
 ACTIVE_INK = "#b8860b"
 FAILED_FILL = "#fdecea"
 CLUSTER_FILLS = ("#f4f7fb", "#ffffff")  # alternate by depth so nesting stands out
+# A diff's change marks: (ink, fill) of added, removed (also dashed) and changed parts.
+MARK_COLOURS = {ADDED: ("#1e8449", "#e9f7ef"), REMOVED: (ERROR_INK, "#ffffff"),
+                CHANGED: ("#b9770e", "#fdf2e0")}
 INSTALL_HINT = ("Graphviz's 'dot' program is needed for SVG and PNG output (DOT and Mermaid "
                 "work without it). Install Graphviz: 'apt-get install graphviz' (Debian/Ubuntu), "
                 "'brew install graphviz' (macOS), or see https://graphviz.org/download/.")
@@ -98,6 +101,8 @@ def _children(diagram: Diagram, parent: StateNode, out: list[str], indent: str) 
     else:
         for child in parent.children:
             _child(diagram, child, out, indent)
+    for extra in diagram.extra.get(parent, ()):  # a diff's removed states, drawn as plain boxes
+        out.append(f"{indent}{_quote(extra.id)} {_node_attrs(diagram.box(extra))};")
     inner = _is_cluster(parent) and any(a.source is parent and _stays_inside(a)
                                         for a in diagram.arrows)
     if inner:
@@ -180,9 +185,13 @@ def _cluster_block(diagram: Diagram, node: StateNode, out: list[str], indent: st
     style = "dashed,rounded,filled" if box.region else "rounded,filled"
     color = ACTIVE_INK if box.active else ("#888888" if box.region else INK)
     width = 2.5 if box.active else 1.3
+    fill = CLUSTER_FILLS[node.depth % 2]
+    if box.mark is not None:
+        color, fill = MARK_COLOURS[box.mark]
+        width = 2.2
     out.append(f"{indent}subgraph {_cluster(node)} {{")
     out.append(f"{indent}  graph [style={_quote(style)}, color={_quote(color)}, penwidth={width}, "
-               f"fillcolor={_quote(CLUSTER_FILLS[node.depth % 2])}, labeljust=l, margin=12, "
+               f"fillcolor={_quote(fill)}, labeljust=l, margin=12, "
                f"tooltip={_quote(node.id)}, label={_box_label(box, 13, 40, 'LEFT')}];")
     _children(diagram, node, out, indent + "  ")
     out.append(f"{indent}}}")
@@ -194,6 +203,12 @@ def _node_attrs(box: Box) -> str:
     ink = ERROR_INK if box.failed else INK
     border = ACTIVE_INK if box.active else ink
     width = 2.5 if box.active else 1.3
+    dashed = ""
+    if box.mark is not None:
+        border, fill = MARK_COLOURS[box.mark]
+        ink = border if box.mark == REMOVED else ink
+        width = 2.2
+        dashed = ",dashed" if box.mark == REMOVED else ""
     common = (f"fillcolor={_quote(fill)}, color={_quote(border)}, "
               f"fontcolor={_quote(ink)}, penwidth={width}")
     if node.type == HISTORY:
@@ -201,11 +216,13 @@ def _node_attrs(box: Box) -> str:
                    if node.history == "deep" else "history: resumes the last active state")
         return (f"[shape=circle, style=filled, fixedsize=true, width=0.38, fontsize=11, {common}, "
                 f"label={_quote(box.title)}, tooltip={_quote(f'{node.id} ({meaning})')}]")
-    shape = "box, style=\"rounded,filled\", margin=\"0.18,0.08\""
-    circle = node.type == FINAL and not (box.description or box.details)
+    rounded = f"\"rounded,filled{dashed}\""
+    shape = f"box, style={rounded}, margin=\"0.18,0.08\""
+    circle = node.type == FINAL and not (box.description or box.details or box.changes)
     if node.type == FINAL:  # a double circle; with more to say, a double-bordered box
-        shape = "doublecircle, style=filled, margin=0.04" if circle else \
-            "box, style=\"rounded,filled\", peripheries=2, margin=\"0.18,0.08\""
+        filled = f"\"filled{dashed}\"" if dashed else "filled"
+        shape = f"doublecircle, style={filled}, margin=0.04" if circle else \
+            f"box, style={rounded}, peripheries=2, margin=\"0.18,0.08\""
     title_width = 12 if circle else 24  # keeps the circles small
     return (f"[shape={shape}, {common}, label={_box_label(box, 12, title_width)}, "
             f"tooltip={_quote(node.id)}]")
@@ -221,8 +238,9 @@ def _box_label(box: Box, size: int, title_width: int = 24, align: str = "CENTER"
     if box.description:
         lines = br.join(_html(line) for line in wrap(box.description, detail_width + 4))
         text += f'{br}<FONT POINT-SIZE="10" COLOR="{INK}">{lines}</FONT>'
+    marked = [(c, MARK_COLOURS[box.mark or CHANGED][0]) for c in box.changes]
     for detail, color in [(d, "#555555") for d in box.details] + \
-            [(n, ACTIVE_INK) for n in box.now]:
+            [(n, ACTIVE_INK) for n in box.now] + marked:
         lines = br.join(_html(line) for line in wrap(detail, detail_width))
         text += f'{br}<FONT POINT-SIZE="10" COLOR="{color}"><I>{lines}</I></FONT>'
     return f"<{text}{br if align != 'CENTER' else ''}>"
@@ -231,7 +249,12 @@ def _box_label(box: Box, size: int, title_width: int = 24, align: str = "CENTER"
 def _edge(diagram: Diagram, arrow: Arrow) -> str:
     source, target = arrow.source, arrow.target
     attrs = [f"label={_edge_label(arrow)}", f"tooltip={_quote(arrow.raw)}"]
-    if arrow.kind == ERROR:
+    if arrow.mark is not None:  # a diff's mark replaces the kind's colour
+        ink = MARK_COLOURS[arrow.mark][0]
+        attrs += [f"color={_quote(ink)}", f"fontcolor={_quote(ink)}", "penwidth=2"]
+        attrs += ["style=dashed"] if REMOVED in (arrow.mark, arrow.kind) or \
+            arrow.kind == RETRY else []
+    elif arrow.kind == ERROR:
         attrs += [f"color={_quote(ERROR_INK)}", f"fontcolor={_quote(ERROR_INK)}", "penwidth=1.6"]
     elif arrow.kind == RETRY:
         attrs += [f"color={_quote(RETRY_INK)}", f"fontcolor={_quote(RETRY_INK)}",
@@ -252,6 +275,10 @@ def _edge_label(arrow: Arrow) -> str:
     """The arrow's lines in a borderless cell, whose padding keeps text off the line."""
     width = 26 if arrow.kind == RETRY else 30
     lines = "<BR/>".join(_html(part) for line in arrow.lines for part in wrap(line, width))
+    if arrow.changes:  # a diff's "old → new" lines, in the mark's colour
+        ink = MARK_COLOURS[arrow.mark or CHANGED][0]
+        changed = "<BR/>".join(_html(part) for line in arrow.changes for part in wrap(line, width))
+        lines += f'<BR/><FONT COLOR="{ink}">{changed}</FONT>'
     return f'<<TABLE BORDER="0" CELLPADDING="3" CELLSPACING="0"><TR><TD>{lines}</TD></TR></TABLE>>'
 
 
@@ -259,7 +286,9 @@ def _edge_label(arrow: Arrow) -> str:
 _LEGEND_SYMBOLS = {"start": ("●", INK), "final": ("◎", INK), "history": ("H", INK),
                    "parallel": ("┆ ┆", "#888888"), "error": ("⟶", ERROR_INK),
                    "run_fails": ("◎", ERROR_INK), "retry": ("↻", RETRY_INK),
-                   "active": ("■", ACTIVE_INK)}
+                   "active": ("■", ACTIVE_INK), ADDED: ("■", MARK_COLOURS[ADDED][0]),
+                   REMOVED: ("┅", MARK_COLOURS[REMOVED][0]),
+                   CHANGED: ("■", MARK_COLOURS[CHANGED][0])}
 
 
 def _legend(diagram: Diagram) -> str:

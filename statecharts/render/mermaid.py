@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
-from .model import Arrow, Box, Diagram
+from .model import ADDED, CHANGED, REMOVED, Arrow, Box, Diagram
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 # Mermaid syntax characters in labels, swapped for characters that look the same to a reader.
@@ -25,11 +25,20 @@ _CLASSES = (
     "    classDef anywhere fill:#ffffff,stroke:#999999,stroke-dasharray:4 3,color:#555555",
     "    classDef note fill:#ffffff,stroke:#bbbbbb,color:#333333,font-size:12px",
 )
+# A diff's change marks: box styles, and the word that opens a marked arrow's label (Mermaid
+# cannot colour one arrow of a state diagram).
+_MARK_CLASSES = {
+    ADDED: "    classDef added fill:#e9f7ef,stroke:#1e8449,stroke-width:3px",
+    REMOVED: "    classDef removed fill:#ffffff,stroke:#c0392b,stroke-dasharray:5 4,color:#c0392b",
+    CHANGED: "    classDef changed fill:#fdf2e0,stroke:#b9770e,stroke-width:3px",
+}
+_MARK_WORDS = {ADDED: "(new)", REMOVED: "(removed)", CHANGED: "(changed)"}
 _LEGEND = {"start": "● where it starts", "final": "◉ finished", "history": "H: resumes where "
            "it left off (H*: nested too)", "parallel": "-- separates parts that run at the same "
            "time", "error": "red: error path", "run_fails": "red end: the run fails",
            "retry": "attempting ⇄ waiting to retry: automatic retry",
-           "active": "gold: where the run is now"}
+           "active": "gold: where the run is now", ADDED: "green, (new): added",
+           REMOVED: "red dashed, (removed): removed", CHANGED: "amber, (changed): old → new"}
 
 
 def mermaid_source(diagram: Diagram) -> str:
@@ -50,9 +59,14 @@ def mermaid_source(diagram: Diagram) -> str:
         _block(diagram, diagram.root, ids, placed, out, "    ")
     _notes(diagram, out)
     out.extend(_CLASSES)
+    marks = diagram.marks()
+    out.extend(line for mark, line in _MARK_CLASSES.items() if mark in marks)
     for name, members in (("active", [b.node for b in diagram.boxes.values()
                                       if b.active and b.node.type not in (COMPOUND, PARALLEL)]),
-                          ("failed", [b.node for b in diagram.boxes.values() if b.failed])):
+                          ("failed", [b.node for b in diagram.boxes.values() if b.failed]),
+                          *((mark, [b.node for b in diagram.boxes.values() if b.mark == mark
+                                    and b.node.type not in (COMPOUND, PARALLEL)])
+                            for mark in _MARK_CLASSES)):
         if members:
             out.append(f"    class {','.join(ids[n] for n in members)} {name}")
     if any(a.source is diagram.root for a in diagram.arrows):
@@ -73,8 +87,10 @@ def _notes(diagram: Diagram, out: list[str]) -> None:
 
 
 def _box_lines(box: Box) -> tuple[str, ...]:
-    """The lines under a state's title: its description, details, a run's progress."""
-    return (*((box.description,) if box.description else ()), *box.details, *box.now)
+    """The lines under a state's title: its description, details, a run's progress, and on a
+    diff's diagram what changed."""
+    return (*((box.description,) if box.description else ()), *box.details, *box.now,
+            *_mark_lines(box))
 
 
 def _ids(diagram: Diagram) -> dict[StateNode, str]:
@@ -109,13 +125,26 @@ def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
             _block(diagram, child, ids, placed, out, indent + "    ")
             out.append(f"{indent}}}")
         else:
-            out.append(f'{indent}state "{_text(box.title)}" as {ids[child]}')
-            out.extend(f"{indent}{ids[child]} : {_text(detail)}" for detail in _box_lines(box))
+            _simple_state(box, ids[child], out, indent)
         if child.type == FINAL:
             out.append(f"{indent}{ids[child]} --> [*]")
+    for extra in diagram.extra.get(parent, ()):  # a diff's removed states
+        _simple_state(diagram.box(extra), ids[extra], out, indent)
     for source, target, arrow in placed.get(parent, []):
         label = "<br/>".join(_text(line) for line in _lines(diagram, source, target, arrow))
         out.append(f"{indent}{ids[source]} --> {ids[target]} : {label}")
+
+
+def _simple_state(box: Box, name: str, out: list[str], indent: str) -> None:
+    out.append(f'{indent}state "{_text(box.title)}" as {name}')
+    out.extend(f"{indent}{name} : {_text(detail)}" for detail in _box_lines(box))
+
+
+def _mark_lines(box: Box) -> tuple[str, ...]:
+    """A marked box's change lines, opened by its mark word ("(changed)")."""
+    if box.mark is None:
+        return ()
+    return (_MARK_WORDS[box.mark], *box.changes)
 
 
 def _place_arrows(diagram: Diagram) -> dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]]:
@@ -155,6 +184,8 @@ def _child_towards(holder: StateNode, node: StateNode) -> StateNode:
 def _lines(diagram: Diagram, source: StateNode, target: StateNode,
            arrow: Arrow) -> list[str]:
     lines = list(arrow.lines)
+    if arrow.mark is not None:
+        lines = [_MARK_WORDS[arrow.mark], *lines, *arrow.changes]
     if source is not arrow.source and arrow.source.parent is not None:
         lines.append(f"from: {diagram.box(arrow.source).title}")
     if target is not arrow.target and arrow.target.type == HISTORY:

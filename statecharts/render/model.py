@@ -8,7 +8,7 @@ say the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..definition import RETRY_DELAY_PREFIX
@@ -19,6 +19,9 @@ from . import labels
 from .retries import retry_phrase
 
 NORMAL, ERROR, RETRY = "normal", "error", "retry"
+# Change marks, set by a machine diff (``statecharts.diff``) on the new machine's diagram.
+ADDED, REMOVED, CHANGED = "added", "removed", "changed"
+_MARK_MEANINGS = ((ADDED, "added"), (REMOVED, "removed (dashed)"), (CHANGED, "changed: old → new"))
 RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
 RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
@@ -42,6 +45,8 @@ class Box:
     run_fails: bool  # a failure final: reaching it ends the run as failed
     active: bool
     region: bool  # a region of a parallel state: drawn side by side in a dashed box
+    mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
+    changes: tuple[str, ...] = ()  # what changed here, "old → new" (drawn in the mark's colour)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class Arrow:
     lines: tuple[str, ...]
     kind: str
     raw: str
+    mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
+    changes: tuple[str, ...] = ()  # what changed on this arrow, "old → new"
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,9 @@ class Diagram:
     highlighted: bool
     columns: Mapping[StateNode, int]  # a deep chart's top-level states by column (0, 1, ..)
     error_workflow: str | None  # what a failed run starts, as words
+    # A diff's diagram: boxes that are not in the drawn machine (removed states, a note of
+    # workflow-wide changes), by the state they are drawn in; their boxes are in ``boxes``.
+    extra: Mapping[StateNode, tuple[StateNode, ...]] = field(default_factory=dict)
 
     def box(self, node: StateNode) -> Box:
         """The box of ``node``."""
@@ -76,9 +86,15 @@ class Diagram:
         """The arrow kinds present (the legend shows only what the diagram uses)."""
         return frozenset(a.kind for a in self.arrows)
 
+    def marks(self) -> frozenset[str]:
+        """The change marks present (on a diff's diagram)."""
+        boxes = (b.mark for b in self.boxes.values())
+        return frozenset(m for m in (*boxes, *(a.mark for a in self.arrows)) if m is not None)
+
     def legend(self) -> tuple[tuple[str, str], ...]:
         """The key: (symbol kind, meaning) for each symbol this diagram uses, and only those.
-        Kinds: start, final, history, parallel, error, run_fails, retry, active."""
+        Kinds: start, final, history, parallel, error, run_fails, retry, active, and a diff's
+        change marks ADDED, REMOVED, CHANGED."""
         nodes = self.boxes.keys()
         rows = []
         if any(n.type == COMPOUND for n in nodes):
@@ -97,6 +113,8 @@ class Diagram:
             rows.append(("retry", "automatic retry"))
         if self.highlighted:
             rows.append(("active", "where the run is now"))
+        marks = self.marks()
+        rows += [(mark, text) for mark, text in _MARK_MEANINGS if mark in marks]
         return tuple(rows)
 
 

@@ -39,9 +39,14 @@ def load_machine_for_drawing(spec: str) -> Machine:
 def _from_file(path: Path) -> Machine:
     if not path.is_file():
         raise SourceError(f"{path}: no such machine file")
-    config = read_config(path)
+    return machine_from_config(read_config(path), str(path))
+
+
+def machine_from_config(config: Any, where: str) -> Machine:
+    """A machine from a config that names its implementations, each given a placeholder
+    (``where`` names the config's origin in errors)."""
     if not isinstance(config, Mapping):
-        raise MachineDefinitionError([f"{path}: a machine config is a mapping"])
+        raise MachineDefinitionError([f"{where}: a machine config is a mapping"])
     names = _Names()
     names.collect(config)
     return create_machine(
