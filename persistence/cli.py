@@ -387,7 +387,7 @@ def _runs_list(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps([_row(r) for r in runs]).decode() + "\n")
         return 0
     table = [("ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED")] + [
-        (r.id[:8], r.workflow_name, r.key or "", r.status, r.state,
+        (r.id, r.workflow_name, r.key or "", r.status, r.state,
          relative_time(r.created_at, now), relative_time(r.updated_at, now))
         for r in runs
     ]  # fmt: skip

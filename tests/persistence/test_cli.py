@@ -128,7 +128,7 @@ def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> Non
     listed = console("runs", "list", "--store", url, "--key", "inv-7", cwd=tmp_path)
     header, row = listed.stdout.splitlines()
     assert header.split() == ["ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED"]
-    assert row.split()[:5] == [run_id[:8], "approval", "inv-7", "done", "approved"]
+    assert row.split()[:5] == [run_id, "approval", "inv-7", "done", "approved"]
     assert row.endswith("ago")
     as_json = orjson.loads(console("runs", "list", "--store", url, "--key", "inv-8", "--json",
                                    cwd=tmp_path).stdout)  # fmt: skip
