@@ -26,13 +26,14 @@ from benchmarks import (
     rehydrate,
     scaling,
     takeover,
+    telemetry,
 )
 from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
 ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "takeover",
-       "hotspots")
+       "telemetry", "hotspots")
 PROFILED = ("flat", "counter", "shop", "rehydrate")
 
 
@@ -51,11 +52,12 @@ class Sizes:
     raw_n: int = 3_000
     repeat: int = 5
     durable_repeat: int = 3
+    telemetry_n: int = 300
 
 
 QUICK = Sizes(n=5_000, peer_n=1_000, rehydrate_n=2_000, rehydrate_peer_n=300, scaling_n=3_000,
               memory_k=100, durable_n=40, durable_scaling_n=20, raw_n=200, repeat=2,
-              durable_repeat=1)
+              durable_repeat=1, telemetry_n=30)
 
 
 def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.Goal]]:
@@ -70,6 +72,8 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "durable": lambda: _durable(sizes),
         "durable_scaling": lambda: _durable_scaling(sizes),
         "takeover": lambda: (takeover.markdown(takeover.run()), []),
+        "telemetry": lambda: (telemetry.markdown(telemetry.run(sizes.telemetry_n,
+                                                               sizes.durable_repeat)), []),
         "hotspots": lambda: ("\n".join(hotspots.markdown(case, hotspots.profile(case, 20_000, 10))
                                        for case in PROFILED), []),
     }
@@ -117,6 +121,7 @@ TITLES = {
     "durable": "Durable runs (`python -m benchmarks.durable`)",
     "durable_scaling": "Durable scaling: 10k vs 1M rows (`python -m benchmarks.durable_scaling`)",
     "takeover": "Takeover after SIGKILL (`python -m benchmarks.takeover`)",
+    "telemetry": "Cost of tracing and metrics (`python -m benchmarks.telemetry`)",
     "hotspots": "Where the time goes (`python -m benchmarks.hotspots CASE`)",
 }
 
@@ -163,6 +168,14 @@ INTRO = {
         "A worker subprocess holding leases on 4 runs (their step hangs in it) is SIGKILLed; "
         "another worker, already polling, finishes them once the leases expire. The time is "
         "bounded by the lease (2 s here; heartbeats renew it every third of that)."
+    ),
+    "telemetry": (
+        "The 3-step workflow started and driven to the end by one worker thread, the same runs "
+        "on the same store in every row; only the runtime's `Telemetry` differs: off (no spans, "
+        "no metrics; the baseline of the ratios), OpenTelemetry's API without an SDK (the "
+        "default: no-op spans), the SDK recording every span into a batch processor whose "
+        "exporter drops them, and that plus Prometheus counters and histograms. Subjects "
+        "alternate run by run."
     ),
     "hotspots": (
         "The functions with the most own time under cProfile while this engine runs 20,000 "

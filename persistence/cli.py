@@ -31,6 +31,8 @@ from persistence.runtime import (
 )
 from persistence.scheduling import ScheduledStart
 from persistence.stores import RunQuery, RunRecord, Store, StoreError, open_store
+from persistence.telemetry import Telemetry, logformat, otlp
+from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
 from persistence.ui.views import relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
@@ -223,6 +225,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "nothing due (default 3600000, one hour)")
     worker.add_argument("--log-level", default="INFO",
                         help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    worker.add_argument("--log-format", choices=logformat.FORMATS, default="text",
+                        help="text (default) or json: one JSON object per line, operator events "
+                             "with run_id, workflow, key, state and trace_id fields")
+    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics "
+                             "(needs prometheus-client: the `metrics` extra)")
+    worker.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics server listens on (default 127.0.0.1)")
+    worker.add_argument("--metrics-refresh-s", type=float, default=15.0,
+                        help="read the store's gauges (runs by status, stuck runs, breakers) "
+                             "at most this often (default 15)")
+    worker.add_argument("--otlp", action="store_true",
+                        help="export traces and metrics over OTLP/HTTP as the standard "
+                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
+                             "opentelemetry-exporter-otlp-proto-http)")
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
@@ -351,10 +368,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    store = _store(args, connections=args.concurrency + 2)
+    logformat.configure(args.log_level, args.log_format)
+    shutdown_otlp = otlp.configure() if args.otlp else None
+    store = _store(args, connections=args.concurrency + 3)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
+    server = _serve_metrics(args, runtime)
     try:
         Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
                poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms,
@@ -363,13 +381,39 @@ def _worker(args: argparse.Namespace) -> int:
         logging.getLogger("statecharts.worker").critical("%s; exiting with status 70", exc)
         return 70  # EX_SOFTWARE: a supervisor restarts the worker
     finally:
+        if server is not None:
+            server.shutdown()
+        if shutdown_otlp is not None:
+            shutdown_otlp()  # flush the spans and metrics still queued
         runtime.store.close()
     return 0
 
 
+def _serve_metrics(args: argparse.Namespace, runtime: Runtime) -> Any:
+    """The runtime's telemetry with the metrics asked for; the Prometheus server, if any."""
+    sinks: list[Any] = []
+    gauges = StoreGauges(runtime, every_s=args.metrics_refresh_s,
+                         stuck_after_ms=args.stuck_after_ms)  # fmt: skip
+    server = None
+    if args.metrics_port is not None:
+        try:
+            prometheus = PrometheusMetrics(gauges=gauges)
+        except ImportError as exc:
+            raise SystemExit(f"--metrics-port: {exc}") from exc
+        server, _ = prometheus.serve(args.metrics_port, args.metrics_host)
+        logging.getLogger("statecharts.worker").info(
+            "metrics on http://%s:%d/metrics", args.metrics_host, server.server_port)
+        sinks.append(prometheus)
+    if args.otlp:
+        sinks.append(OtelMetrics(gauges=gauges))
+    if sinks:
+        runtime.telemetry = Telemetry(metrics=sinks)
+    return server
+
+
 def _row(run: RunRecord) -> dict[str, Any]:
     data = asdict(run)
-    del data["snapshot"], data["previous_owner"]
+    del data["snapshot"], data["previous_owner"], data["due_at"]
     return data
 
 

@@ -42,18 +42,20 @@ from persistence.stores import (
     StepCommit,
     StoreUnavailableError,
 )
-from persistence.stores.base import CANCEL_EVENT, ended_reason, idempotency_key
+from persistence.stores.base import (
+    CANCEL_EVENT,
+    StoreEncodingError,
+    ended_reason,
+    idempotency_key,
+)
+from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
+from statecharts.definition import WAITING
 from statecharts.effects import Effect
+from statecharts.errors import ContextError
 from statecharts.frozen import storable_text
 
 log = logging.getLogger("statecharts.runs")
-
-
-def log_failed(run: RunRecord, state: str, reason: str) -> None:
-    """The one WARNING line per failed run an operator acts on."""
-    log.warning("run %s failed (workflow %s, key %s, state %s): %s", run.id, run.workflow_name,
-                run.key, state, reason)
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
@@ -71,6 +73,7 @@ class _Step:
     consumed: list[int] = field(default_factory=list)
     status: str | None = None
     error: str | None = None
+    poisoned: str | None = None  # a value no store holds exactly, refused where it entered
 
     def apply(self, machine: Machine, event: dict[str, Any], now: int,
               timer_id: str | None = None) -> None:  # fmt: skip
@@ -83,6 +86,8 @@ class _Step:
                 after, effects = machine.fire_timer(self.snapshot, timer_id, now)
         except Exception as exc:
             self.status, self.error = "error", f"event {event.get('type')!r}: {exc}"
+            if isinstance(exc, ContextError):
+                self.poisoned = str(exc)
             self.journal.append(JournalEntry(event, before, before))
             return
         self.snapshot = after
@@ -111,6 +116,11 @@ class _Leased:
     attempt: int = 0
 
 
+def _waits_to_retry(state: str) -> set[str]:
+    """The retried call sites waiting for their next attempt among the active leaves."""
+    return {leaf for leaf in state.split(",") if leaf.rsplit(".", 1)[-1] == WAITING}
+
+
 class RunDriver:
     """Steps runs leased by `owner` until they wait, end, or the worker stops."""
 
@@ -123,6 +133,7 @@ class RunDriver:
         self.parallel = parallel
         self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
                                  runtime.dry_run)
+        self.telemetry = runtime.telemetry
         self._pool: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -147,7 +158,9 @@ class RunDriver:
         done: list[Executed] = []
         try:
             for key, kind, payload in x.pending:
-                done.append(self.executor.execute(x.machine, kind, payload, key))
+                with self.telemetry.effect(x.run, kind, payload, key) as outcome:
+                    done.append(self.executor.execute(x.machine, kind, payload, key))
+                    outcome(done[-1].outcome.status, done[-1].outcome.error)
                 if done[-1].transient is not None:
                     break
         except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
@@ -164,27 +177,37 @@ class RunDriver:
         (`StoreUnavailableError`) leaves this method."""
         leased, steps = self._take(runs)
         while leased:
-            executed = self._execute_round(leased)
-            staged = []
-            for x, done in zip(leased, executed, strict=True):
-                found = self._stage_safely(x, done, should_stop)
-                if found is not None:
-                    staged.append(found)
-            if not staged:
-                break
-            versions = self._commit(staged)
-            leased = []
-            for (x, step, commit), version in zip(staged, versions, strict=True):
-                if version is None:
-                    continue
-                steps += 1
-                log_effects(step.logged, x.run.id)
-                self._report_step(x, commit)
-                if commit.status != ACTIVE:
-                    self._report_dead_letters(x, commit)
-                if not commit.release:
-                    self._advance(x, step, commit, version)
-                    leased.append(x)
+            this_round, leased, ended = leased, [], set()
+            for x in this_round:
+                self.telemetry.begin_step(x.run, state_text(x.snapshot), x.steps == 0,
+                                          len(this_round), x.attempt, x.inbox)  # fmt: skip
+            try:
+                executed = self._execute_round(this_round)
+                staged = []
+                for x, done in zip(this_round, executed, strict=True):
+                    found = self._stage_safely(x, done, should_stop)
+                    if found is not None:
+                        staged.append(found)
+                if not staged:
+                    break
+                versions = self._commit(staged)
+                for (x, step, commit), version in zip(staged, versions, strict=True):
+                    if version is None:
+                        continue
+                    steps += 1
+                    log_effects(step.logged, x.run.id)
+                    self._report_step(x, step, commit)
+                    if commit.status != ACTIVE:
+                        self._report_dead_letters(x, commit)
+                    self.telemetry.end_step(x.run, x.status, commit, version)
+                    ended.add(x.run.id)
+                    if not commit.release:
+                        self._advance(x, step, commit, version)
+                        leased.append(x)
+            finally:  # every step span ends, committed or not (an outage leaves this method)
+                for x in this_round:
+                    if x.run.id not in ended:
+                        self.telemetry.end_step(x.run, x.status, None, None)
         return steps
 
     def _stage_safely(self, x: _Leased, done: list[Executed] | Exception,
@@ -237,18 +260,38 @@ class RunDriver:
             self._lost(x)
             return None
         except Exception as exc:
-            self._fail(x, f"the store refused its step: {exc}", None, step.outcomes)
+            self._fail(x, f"the store refused its step: {exc}", None, step.outcomes,
+                       poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None)
             return None
         if version is None:
             self._lost(x)
         return version
 
+    def _report(self, kind: str, run: RunRecord, state: str, message: str,
+                level: int = logging.WARNING, **fields: Any) -> None:  # fmt: skip
+        """Report an operator event about `run` (its log line, metric and span event)."""
+        self.telemetry.report(RunEvent(kind, run.id, run.workflow_name, run.key, state, message,
+                                       level, run.traceparent, fields))  # fmt: skip
+
+    def _failed(self, run: RunRecord, state: str, reason: str, poisoned: str | None) -> None:
+        """The one WARNING line per failed run (after the refused value's, if that was why)."""
+        if poisoned is not None:
+            self._report(events.POISONED_VALUE, run, state, f"run {run.id} ({run.workflow_name}, "
+                         f"key {run.key}, state {state}): value refused: {poisoned}",
+                         reason=poisoned)  # fmt: skip
+        self._report(events.RUN_FAILED, run, state, f"run {run.id} failed (workflow "
+                     f"{run.workflow_name}, key {run.key}, state {state}): {reason}",
+                     reason=reason)  # fmt: skip
+
     def _lost(self, x: _Leased) -> None:
-        log.warning("run %s (%s): lost the lease (not at version %d under %s); another worker "
-                    "has it", x.run.id, x.run.workflow_name, x.version, self.owner)  # fmt: skip
+        self._report(events.LEASE_LOST, x.run, state_text(x.snapshot),
+                     f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
+                     f"{x.version} under {self.owner}); another worker has it",
+                     owner=self.owner)  # fmt: skip
 
     def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
-              outcomes: Sequence[EffectOutcome] = ()) -> None:  # fmt: skip
+              outcomes: Sequence[EffectOutcome] = (),
+              poisoned: str | None = None) -> None:  # fmt: skip
         """End `x` as `error` with `reason` without writing a new snapshot: the effects it
         executed are recorded `failed` (never run again by a worker; a `resume` runs them
         again, as the step they fed was lost; results dropped, they may be what the store
@@ -262,7 +305,7 @@ class RunDriver:
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
         if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
                                        start_runs=starts):  # fmt: skip
-            log_failed(x.run, state, reason)
+            self._failed(x.run, state, reason, poisoned)
 
     def _back_off(self, x: _Leased, transient: Executed) -> None:
         """A transient failure: nothing of the step is committed; the run is released, due
@@ -279,28 +322,35 @@ class RunDriver:
         text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"
         if self.runtime.store.release(x.run.id, self.owner, now + wait, attempt_count=attempt,
                                       last_error=text):  # fmt: skip
-            log.info("run %s (%s, key %s, state %s): %s; step rolled back, retry in %d ms",
-                     x.run.id, x.run.workflow_name, x.run.key, state_text(x.snapshot), text,
-                     wait)  # fmt: skip
+            state = state_text(x.snapshot)
+            self._report(events.RETRY_SCHEDULED, x.run, state,
+                         f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                         f"{state}): {text}; step rolled back, retry in {wait} ms", logging.INFO,
+                         attempt=attempt, error=error, transient=True, wait_ms=wait)  # fmt: skip
 
     def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
         """The events this driver read but did not apply because the run ended: the store made
         them dead letters with the step."""
         for item in x.inbox:
             if item.id not in commit.consumed_inbox:
-                log.warning("run %s (%s, key %s, state %s): event %r dead-lettered: %s",
-                            x.run.id, x.run.workflow_name, x.run.key, commit.state,
-                            item.event.get("type"), ended_reason(commit.status))  # fmt: skip
+                event_type, reason = item.event.get("type"), ended_reason(commit.status)
+                self._report(events.DEAD_LETTER, x.run, commit.state,
+                             f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                             f"{commit.state}): event {event_type!r} dead-lettered: {reason}",
+                             event_type=event_type, reason=reason)  # fmt: skip
 
-    def _report_step(self, x: _Leased, commit: StepCommit) -> None:
+    def _report_step(self, x: _Leased, step: _Step, commit: StepCommit) -> None:
         """Operator log lines for what this committed step did: a failure, a retry."""
         if commit.status == "error" and x.status == ACTIVE:
-            log_failed(x.run, commit.state, commit.last_error or "failed")
-        elif commit.attempt_count and commit.status == ACTIVE and \
-                commit.attempt_count != x.attempt and commit.last_error:
-            log.info("run %s (%s, key %s, state %s): attempt %d failed (%s); retry scheduled",
-                     x.run.id, x.run.workflow_name, x.run.key, commit.state,
-                     commit.attempt_count, commit.last_error)  # fmt: skip
+            self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
+        elif commit.status == ACTIVE and _waits_to_retry(commit.state) - \
+                _waits_to_retry(state_text(x.snapshot)):  # a retried call's attempt failed
+            self._report(events.RETRY_SCHEDULED, x.run, commit.state,
+                         f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                         f"{commit.state}): attempt {commit.attempt_count} failed "
+                         f"({commit.last_error}); retry scheduled", logging.INFO,
+                         attempt=commit.attempt_count, error=commit.last_error,
+                         transient=False)  # fmt: skip
         if commit.attempt_count is not None:
             x.attempt = commit.attempt_count
 
@@ -312,9 +362,11 @@ class RunDriver:
         leased, failed = [], 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:
-                log.warning("run %s (%s, key %s, state %s): lease of %s expired; taken over by "
-                            "%s", run.id, run.workflow_name, run.key, run.state,
-                            run.previous_owner, self.owner)  # fmt: skip
+                self._report(events.TAKEOVER, run, run.state,
+                             f"run {run.id} ({run.workflow_name}, key {run.key}, state "
+                             f"{run.state}): lease of {run.previous_owner} expired; taken over "
+                             f"by {self.owner}", previous_owner=run.previous_owner,
+                             owner=self.owner)  # fmt: skip
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
                 store.release(run.id, self.owner, now + self.lease_ms)
@@ -391,9 +443,9 @@ class RunDriver:
                inbox: list[InboxEvent], now: int) -> None:  # fmt: skip
         """Outcomes and their events first, then due timers, then inbox events, in order."""
         step.outcomes = [x.outcome for x in executed]
-        failure = next((x.fails_run for x in executed if x.fails_run), None)
-        if failure is not None:
-            step.status, step.error = "error", failure
+        failing = next((x for x in executed if x.fails_run), None)
+        if failing is not None:
+            step.status, step.error, step.poisoned = "error", failing.fails_run, failing.poisoned
             return
         cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
         if cancel is not None:  # the other queued events become dead letters (run cancelled)
@@ -440,5 +492,5 @@ class RunDriver:
         starts = self._error_runs(run, run.status, "error", run.state, reason, now)
         if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts):
             return 0
-        log_failed(run, run.state, reason)
+        self._failed(run, run.state, reason, None)
         return 1

@@ -88,6 +88,8 @@ class Executed:
     event: dict[str, Any] | None = None
     fails_run: str | None = None
     transient: str | None = None
+    poisoned: str | None = None
+    """Why a value it returned was refused (no store holds it exactly); the run fails."""
     """A failure the call site declared transient: the step is not committed, the run is
     released with a backoff and this effect runs again (same key)."""
 
@@ -270,7 +272,8 @@ class Executor:
             output = thaw(freeze(result, "output"))
         except ContextError as exc:  # a value no store holds exactly: the run fails here
             message = f"invoke {child_id!r} returned a value that cannot be stored: {exc}"
-            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
+            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message,
+                            poisoned=str(exc))
         event = {"type": done_actor_event_type(child_id), "output": output}
         return Executed(EffectOutcome(key, "done", output), event)
 

@@ -25,6 +25,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
+from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
 from statecharts.events import EventLike, normalize_event
@@ -217,6 +218,7 @@ class Runtime:
         error_workflows: Mapping[str, str] | None = None,
         breakers: Mapping[str, BreakerPolicy] | None = None,
         transient: TransientBackoff | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -225,6 +227,7 @@ class Runtime:
         self.journal = journal
         self.dry_run = dry_run
         self.transient = transient or TransientBackoff()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
         self._by_label: dict[tuple[str, str], Machine] = {}
@@ -275,7 +278,11 @@ class Runtime:
             return None
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
-        new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now)
+        # a new trace, linked to the failed run's: one run, one trace
+        with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
+            new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+                                              traceparent=begun.traceparent)  # fmt: skip
+            begun.run(new.id, True)
         return new, outbox
 
     # -- definitions ------------------------------------------------------------------------
@@ -318,17 +325,22 @@ class Runtime:
 
     # -- the API ----------------------------------------------------------------------------
     def start(self, name: str, input: Any = None, key: str | None = None, *,
-              reuse: KeyReuse = "use_existing") -> str:
+              reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
         With `key`, the key is the run's handle: by default an existing run of `name` with
         that key (active or ended) is returned and nothing new is started; `reuse` chooses
-        otherwise (see `KeyReuse`). Concurrent starts with one key start one run.
+        otherwise (see `KeyReuse`). Concurrent starts with one key start one run. The run
+        joins the trace of the span current here (e.g. the webhook's request), or of
+        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
+        children of this start's span, whichever worker runs them and however late
+        (docs/observability.md).
         """
-        return self.start_run(name, input, key, reuse=reuse)[0].id
+        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent)[0].id
 
     def start_run(self, name: str, input: Any = None, key: str | None = None, *,
-                  reuse: KeyReuse = "use_existing") -> tuple[RunRecord, bool]:
+                  reuse: KeyReuse = "use_existing",
+                  traceparent: str | None = None) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it."""
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
@@ -336,22 +348,29 @@ class Runtime:
             problem = text_problem(key) if isinstance(key, str) else "it is not a string"
             if problem is not None:
                 raise ValueError(f"key: {problem}")
-            existing = self.find_by_key(name, key)
-            if existing is not None and (reuse == "use_existing" or not existing.terminal):
-                if reuse == "reject_active":
-                    raise RunActiveError(existing)
-                return existing, False
-        now = self.clock.now()
-        run, outbox, effects = self.prepare_run(name, input, key, now)
-        record, created = self.store.create_run(run, outbox, now)
+        with self.telemetry.starting(name, key, traceparent) as begun:
+            if key is not None:
+                existing = self.find_by_key(name, key)
+                if existing is not None and (reuse == "use_existing" or not existing.terminal):
+                    if reuse == "reject_active":
+                        raise RunActiveError(existing)
+                    begun.run(existing.id, False)
+                    return existing, False
+            now = self.clock.now()
+            run, outbox, effects = self.prepare_run(name, input, key, now,
+                                                    traceparent=begun.traceparent)  # fmt: skip
+            record, created = self.store.create_run(run, outbox, now)
+            begun.run(record.id, created)
         if created:
+            self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
             raise RunActiveError(record)
         return record, created
 
     def prepare_run(
-        self, name: str, input: Any, key: str | None, now: int
+        self, name: str, input: Any, key: str | None, now: int, *,
+        traceparent: str | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
@@ -370,17 +389,20 @@ class Runtime:
             snapshot=machine.persist(snapshot),
             status=run_status(snapshot),
             wake_at=wake_time(snapshot, bool(outbox), now),
+            traceparent=traceparent,
         )
         return run, outbox, effects
 
     def send(self, target: str | EventLike, event: EventLike | None = None, *,
-             workflow: str | None = None, key: str | None = None) -> int:
+             workflow: str | None = None, key: str | None = None,
+             traceparent: str | None = None) -> int:
         """Queue an event for a run; a worker applies it. Returns the inbox id.
 
         `send(run_id, event)` addresses the run by id; `send(event, workflow=..., key=...)` by
         its key (the newest run of `workflow` started with `key`). The event is "TYPE" or
         {"type": ...}. Raises `RunNotFoundError` for an unknown run or key and
-        `RunFinishedError` if the run has ended.
+        `RunFinishedError` if the run has ended. The send's span (in the trace current here,
+        or of `traceparent`) is stored with the event; the step that applies it links to it.
         """
         if workflow is not None or key is not None:
             if workflow is None or key is None or event is not None:
@@ -391,7 +413,9 @@ class Runtime:
         else:
             run_id = target
         frozen = normalize_event(event)
-        return self.store.send_event(run_id, thaw(frozen), self.clock.now())
+        with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
+            return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
+                                         traceparent=stored)  # fmt: skip
 
     def get(self, run_id: str) -> RunRecord:
         """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""

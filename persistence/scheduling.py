@@ -206,6 +206,13 @@ class ScheduledStart:
             return None
         version, slot = due
         value = self.input(slot) if callable(self.input) else self.input
-        run, outbox, _ = self.runtime.prepare_run(self.workflow, value, f"{self.name}@{slot}", now)
-        record = self.runtime.store.fire_schedule(self.name, version, slot, run, outbox, now)
-        return record.id if record is not None else None
+        key = f"{self.name}@{slot}"
+        with self.runtime.telemetry.starting(self.workflow, key) as begun:  # a trace of its own
+            run, outbox, _ = self.runtime.prepare_run(self.workflow, value, key, now,
+                                                      traceparent=begun.traceparent)  # fmt: skip
+            record = self.runtime.store.fire_schedule(self.name, version, slot, run, outbox, now)
+            if record is None:
+                return None
+            begun.run(record.id, True)
+        self.runtime.telemetry.run_started(self.workflow)
+        return record.id

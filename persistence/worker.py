@@ -24,6 +24,7 @@ from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
 from persistence.stores import RunRecord, StoreError, StoreUnavailableError
+from persistence.telemetry import RunEvent, events
 
 log = logging.getLogger("statecharts.worker")
 
@@ -190,7 +191,10 @@ class Worker:
     def _claim(self, owner: str, limit: int) -> list[RunRecord]:
         versions = self._steppable()
         now = self.runtime.clock.now()
-        return self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+        claimed = self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+        if claimed:
+            self.runtime.telemetry.claimed(claimed, now)
+        return claimed
 
     def _steppable(self) -> set[tuple[str, str]]:
         """Versions to claim, refreshed every few seconds (migratable ones appear over time)."""
@@ -249,13 +253,18 @@ class Worker:
             log.warning("worker %s: report failed: %s", self.id, exc)
             return
         for letter in dead:
+            event_type = letter.event.get("type")
             try:
                 run = self.runtime.store.get_run(letter.run_id)
-                where = f"{run.workflow_name}, key {run.key}, state {run.state}"
             except StoreError:
-                where = "?"
-            log.warning("run %s (%s): event %r dead-lettered: %s", letter.run_id, where,
-                        letter.event.get("type"), letter.reason)  # fmt: skip
+                log.warning("run %s (?): event %r dead-lettered: %s", letter.run_id, event_type,
+                            letter.reason)  # fmt: skip
+                continue
+            self.runtime.telemetry.report(RunEvent(
+                events.DEAD_LETTER, run.id, run.workflow_name, run.key, run.state,
+                f"run {run.id} ({run.workflow_name}, key {run.key}, state {run.state}): event "
+                f"{event_type!r} dead-lettered: {letter.reason}", traceparent=run.traceparent,
+                fields={"event_type": event_type, "reason": letter.reason}))  # fmt: skip
         now = self.runtime.clock.now()
         for run in stuck:
             if run.wake_at is not None:

@@ -29,7 +29,8 @@ class ActionScope(Protocol):
     def raise_internal(self, event: Any) -> None: ...
     def schedule(self, timer_id: str, event: Any, delay: Any, target: str | None) -> None: ...
     def cancel(self, timer_id: str) -> None: ...
-    def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None) -> None: ...
+    def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
+              *, sync_snapshot: bool = False) -> None: ...
     def stop_child(self, actor_id: str) -> None: ...
     def in_state(self, state: str) -> bool: ...
     def run_actions(self, actions: list[Any]) -> None: ...
@@ -221,9 +222,11 @@ class SpawnChild(BuiltinAction):
     input: Any = None
     system_id: str | None = None
     type: str = "spawnChild"
+    sync_snapshot: bool = False
 
     def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
-        scope.spawn(self.id, self.src, _value(self.input, scope, params), self.system_id)
+        scope.spawn(self.id, self.src, _value(self.input, scope, params), self.system_id,
+                    sync_snapshot=self.sync_snapshot)
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,9 +317,11 @@ def cancel(id: str | Callable[..., Any]) -> Cancel:
 
 
 def spawn_child(src: Any, *, id: str | None = None, input: Any = None,
-                system_id: str | None = None) -> SpawnChild:
-    """Spawn the actor ``src`` as a child of this machine."""
-    return SpawnChild(src, id, input, system_id)
+                system_id: str | None = None, sync_snapshot: bool = False) -> SpawnChild:
+    """Spawn the actor ``src`` as a child of this machine. With ``sync_snapshot=True`` (a
+    child machine) the parent receives ``xstate.snapshot.<id>`` each time its snapshot
+    changes, as XState's ``syncSnapshot``."""
+    return SpawnChild(src, id, input, system_id, sync_snapshot=sync_snapshot)
 
 
 def stop_child(id: str | Callable[..., Any]) -> StopChild:

@@ -21,12 +21,18 @@ from typing import Any
 from . import effects as fx
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
 from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
-from .events import EventLike, done_actor_event_type, error_actor_event_type, normalize_event
+from .events import (
+    EventLike,
+    done_actor_event_type,
+    error_actor_event_type,
+    normalize_event,
+    snapshot_actor_event_type,
+)
 from .frozen import FrozenDict, freeze, thaw
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
-from .snapshot import ChildRef, Snapshot
+from .snapshot import ChildRef, Snapshot, finished_child
 
 logger = logging.getLogger("statecharts")
 UNPERSISTABLE_RULES = ("restart", "fail")
@@ -72,7 +78,8 @@ class Actor:
                  snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
                  clock: Clock | None = None, inspect: Inspector | None = None,
                  id: str | None = None, parent: Any = None, system: ActorSystem | None = None,
-                 system_id: str | None = None, on_unpersistable: str = "restart") -> None:
+                 system_id: str | None = None, on_unpersistable: str = "restart",
+                 strict: bool = False) -> None:
         if on_unpersistable not in UNPERSISTABLE_RULES:
             raise ValueError(f"on_unpersistable is one of {UNPERSISTABLE_RULES}")
         self.machine = machine
@@ -82,6 +89,11 @@ class Actor:
         self.system_id = system_id
         self.parent = parent
         self.on_unpersistable = on_unpersistable
+        self.strict = strict
+        self.sync_snapshot = False  # this child reports each snapshot to its parent
+        self._handled: dict[str, bool] = {}
+        """Raise ``ActorStoppedError`` for an event sent once the actor has ended, instead of
+        dropping it with a warning and a ``@statecharts.dropped`` inspection record."""
         self._inspect = inspect
         self._input = input
         self._restore_from = snapshot
@@ -95,6 +107,9 @@ class Actor:
         self._listeners: dict[str, list[Callable[[Any], None]]] = {}
         self._timers: dict[str, TimerHandle] = {}
         self._children: dict[str, Any] = {}
+        # sends from this step's actions to a child that a later effect of the step starts
+        # (XState delivers them once the child has started)
+        self._held: dict[str, list[FrozenDict]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,10 +132,23 @@ class Actor:
                     snapshot, effects = self.machine.start(self._input, self.clock.now)
                     self._trace(trace)
                     self._apply(snapshot, effects)
+            except StatechartError as exc:
+                if self.parent is None:
+                    raise
+                self._fail_to_parent(exc)
             finally:
                 self._processing = False
             self._drain()
         return self
+
+    def _fail_to_parent(self, exc: StatechartError) -> None:
+        """A child that fails while starting reports it to its parent (which may take
+        ``onError``), as XState does, instead of breaking the parent's own step."""
+        if self._snapshot is not None:
+            self._fail(exc)
+        if self._status != "stopped":  # failed before it had a snapshot
+            self.parent.child_failed(self.id, error_to_json(exc))
+            self._shutdown()
 
     def stop(self) -> None:
         """Stop: children stopped, timers cancelled, status ``stopped``. Idempotent."""
@@ -153,13 +181,18 @@ class Actor:
     # -- events ------------------------------------------------------------------------------
 
     def send(self, event: EventLike) -> None:
-        """Send an event. Events sent while one is processed wait their turn."""
+        """Send an event. Events sent while one is processed wait their turn.
+
+        An event sent once the actor has ended (done, failed or stopped) is dropped, as in
+        XState: a warning is logged and inspection gets ``@statecharts.dropped``. With
+        ``strict=True`` it raises ``ActorStoppedError`` instead.
+        """
         normalized = normalize_event(event)
         with self._lock:
             if self._status != "running" or self._processing or self._mailbox:
                 if self._status == "stopped":
-                    raise ActorStoppedError(f"actor {self.id!r} is stopped; it cannot receive "
-                                            f"{normalized['type']!r}")
+                    self._drop(normalized)
+                    return
                 self._mailbox.append(("event", normalized))
                 if self._status == "running":
                     self._drain()
@@ -172,6 +205,14 @@ class Actor:
                 self._processing = False
             if self._mailbox:
                 self._drain()
+
+    def _drop(self, event: FrozenDict) -> None:
+        ended = self._snapshot.status if self._snapshot is not None else "stopped"
+        message = f"actor {self.id!r} has ended ({ended}); it cannot receive {event['type']!r}"
+        if self.strict:
+            raise ActorStoppedError(message)
+        logger.warning("%s (dropped)", message)
+        self._report("@statecharts.dropped", event=event)
 
     def _deliver(self, kind: str, payload: Any) -> None:
         """Queue an internal delivery (timer, child result) unless stopped."""
@@ -197,7 +238,7 @@ class Actor:
             self._process_event(payload)
         elif kind == "child":
             assert self._snapshot is not None
-            if payload[0] in self._snapshot.children:  # else stopped meanwhile: dropped
+            if _running(self._snapshot.children.get(payload[0])):  # else stopped or finished
                 self._process_event(payload[1])
         else:
             self._process_timer(payload)
@@ -224,7 +265,9 @@ class Actor:
             result = step(snapshot, item, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
-            raise
+            if self.parent is None:
+                raise
+            return  # a child's failure goes to its parent as an event, not to the sender
         if trace:
             self._trace(trace)
         self._apply(*result)
@@ -240,8 +283,13 @@ class Actor:
             try:
                 self._run_effects(effects)
             except ImplementationError as exc:
+                # XState's errored snapshot keeps the state the failed step started from
+                if previous is not None:
+                    self._snapshot = previous
                 self._fail(exc)
-                raise
+                if self.parent is None:
+                    raise
+                return
         if self._snapshot is not previous:
             if self._inspect is not None:
                 self._report("@xstate.snapshot", snapshot=self._snapshot)
@@ -251,10 +299,28 @@ class Actor:
             self._finish()
 
     def _run_effects(self, effects: tuple[fx.Effect, ...]) -> None:
-        for effect in effects:
+        for index, effect in enumerate(effects):
             if self._inspect is not None:
                 self._report("@xstate.action", action=effect)
+            if isinstance(effect, fx.SendTo) and self._hold(effect, effects, index):
+                continue
             self._run_effect(effect)
+            if self._held and isinstance(effect, fx.StartChild):
+                for name in (effect.id, effect.system_id):
+                    for event in self._held.pop(name or "", ()):
+                        self._send_to(effect.id, event)
+
+    def _hold(self, send: fx.SendTo, effects: tuple[fx.Effect, ...], index: int) -> bool:
+        """Hold a send to a child this step starts later (an entry action sending to the
+        state's own invocation): XState delivers it once the child has started."""
+        target = send.target
+        if target in self._children or self.system.get(target) is not None:
+            return False
+        if not any(isinstance(e, fx.StartChild) and target in (e.id, e.system_id)
+                   for e in effects[index + 1:]):
+            return False
+        self._held.setdefault(target, []).append(send.event)
+        return True
 
     def _run_effect(self, effect: fx.Effect) -> None:
         if isinstance(effect, fx.RunAction):
@@ -275,7 +341,9 @@ class Actor:
                 self.clock.cancel(handle)
         elif isinstance(effect, fx.StartChild):
             self._start_child(effect.id, effect.src, effect.logic, effect.input,
-                              effect.system_id, None, effect.key)
+                              effect.system_id, None, effect.key,
+                              effect.sync_snapshot or self._wants_snapshots(effect.invoked_by,
+                                                                            effect.id))
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
@@ -313,12 +381,17 @@ class Actor:
     # -- children ----------------------------------------------------------------------------
 
     def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
-                     system_id: str | None, restored: Any, key: str | None = None) -> None:
+                     system_id: str | None, restored: Any, key: str | None = None,
+                     sync_snapshot: bool = False) -> None:
         if isinstance(logic, Machine):
             child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
                                inspect=self._inspect, id=child_id, parent=self,
                                system=self.system, system_id=system_id,
                                on_unpersistable=self.on_unpersistable)
+            if sync_snapshot:
+                child.sync_snapshot = True
+                child.subscribe(lambda snap: self._deliver("child", (
+                    child_id, _snapshot_event(child_id, snap))))
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
@@ -333,6 +406,19 @@ class Actor:
         if system_id:
             self.system.actors[system_id] = child
         child.start()
+
+    def _wants_snapshots(self, invoked_by: str | None, child_id: str) -> bool:
+        """An invoked child reports its snapshots when the machine handles them (its invoke
+        has ``onSnapshot``); a spawned one only with ``sync_snapshot=True``."""
+        if invoked_by is None:
+            return False
+        event_type = snapshot_actor_event_type(child_id)
+        found = self._handled.get(event_type)
+        if found is None:
+            found = self._handled[event_type] = any(
+                t.event == event_type for n in self.machine.definition.nodes
+                for t in n.transitions)
+        return found
 
     def _function_child(self, child_id: str, logic: Any, input: Any,
                         key: str | None) -> FunctionChild:
@@ -383,7 +469,8 @@ class Actor:
         snapshot = data if isinstance(data, Snapshot) else self.machine.restore(data)
         self._snapshot = snapshot
         for ref in snapshot.children.values():
-            self._resume_child(ref)
+            if _running(ref):
+                self._resume_child(ref)
         now = self.clock.now()
         for timer in snapshot.timers:  # due order; overdue ones fire at once, in order
             if timer.due_at <= now:
@@ -396,7 +483,8 @@ class Actor:
         state = ref.state if isinstance(ref.state, Mapping) else {}
         if isinstance(logic, Machine) and state.get("snapshot") is not None:
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
-                              state["snapshot"])
+                              state["snapshot"], None, state.get("sync_snapshot") is True or
+                              self._wants_snapshots(ref.invoked_by, ref.id))
         elif self.on_unpersistable == "restart":
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
@@ -426,13 +514,16 @@ class Actor:
         data = self.machine.persist(self.get_snapshot())
         for child_id, record in data["children"].items():
             child = self._children.get(child_id)
-            if child is not None:
+            if child is not None and _running(self.get_snapshot().children.get(child_id)):
                 record["state"] = child.persisted_state()
         return data
 
     def persisted_state(self) -> dict[str, Any]:
         """What a parent records about this actor when persisting."""
-        return {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
+        state: dict[str, Any] = {"kind": "machine", "snapshot": self.get_persisted_snapshot()}
+        if self.sync_snapshot:
+            state["sync_snapshot"] = True
+        return state
 
     def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
                   error: Callable[[BaseException], Any] | None = None,
@@ -456,7 +547,7 @@ class Actor:
 
     @property
     def children(self) -> Mapping[str, Any]:
-        """Running child actors by id."""
+        """Child actors by id (a finished child stays until its state is exited)."""
         return dict(self._children)
 
     def _notify(self) -> None:
@@ -575,15 +666,30 @@ class CallbackChild:
 def create_actor(machine: Machine, *, input: Any = None,
                  snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
                  clock: Clock | None = None, inspect: Inspector | None = None,
-                 on_unpersistable: str = "restart", system_id: str | None = None) -> Actor:
+                 on_unpersistable: str = "restart", system_id: str | None = None,
+                 strict: bool = False) -> Actor:
     """An actor for ``machine``; pass ``snapshot`` to resume a persisted one.
 
     ``on_unpersistable`` says what happens on resume to a child that was running and could not
     be persisted (a function in flight, a callback): ``restart`` it with its input, or ``fail``
     it (the parent receives ``xstate.error.actor.<id>`` with ``ActorLost``).
+    ``strict=True`` makes ``send`` to an actor that has ended raise ``ActorStoppedError``
+    (by default the event is dropped with a warning, as in XState).
     """
     return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
-                 on_unpersistable=on_unpersistable, system_id=system_id)
+                 on_unpersistable=on_unpersistable, system_id=system_id, strict=strict)
+
+
+def _snapshot_event(child_id: str, snapshot: Snapshot) -> FrozenDict:
+    """``xstate.snapshot.<id>`` with the child's value, context, status, output and error."""
+    return FrozenDict(type=snapshot_actor_event_type(child_id), snapshot=FrozenDict(
+        value=snapshot.value, context=snapshot.context, status=snapshot.status,
+        output=snapshot.output, error=snapshot.error))
+
+
+def _running(ref: ChildRef | None) -> bool:
+    """A child record of a child that has not finished (see ``finished_child``)."""
+    return ref is not None and not finished_child(ref)
 
 
 def wait_for(actor: Actor, predicate: Callable[[Snapshot], bool],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import replace as replace_dataclass
 from typing import Any
 
 from msgspec.structs import replace
@@ -39,8 +40,9 @@ from .definition import Definition, Implementations, resolve_action, resolve_act
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
+from .limits import MAX_DELAY
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import VISITS, ChildRef, Snapshot, SnapshotOwner, Timer
+from .snapshot import FINISHED, VISITS, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
 
 MAX_MICROSTEPS = 10_000
 """A macrostep that has not settled after this many microsteps is an eventless loop."""
@@ -188,7 +190,7 @@ class Step:
 
     def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
               invoked_by: str | None = None, logic: Any = None, key: str | None = None,
-              attempt: int = 1) -> None:
+              attempt: int = 1, *, sync_snapshot: bool = False) -> None:
         if logic is None:
             name, logic = resolve_actor(self.implementations, src)
         else:
@@ -201,10 +203,16 @@ class Step:
         frozen_input = freeze(input, "input")
         self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
         self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
-                                          key, attempt, logic))
+                                          key, attempt, logic, sync_snapshot))
 
     def stop_child(self, actor_id: str) -> None:
         if self.has_children() and self.children.pop(actor_id, None) is not None:
+            for index, effect in enumerate(self.effects):
+                if isinstance(effect, fx.StartChild) and effect.id == actor_id:
+                    # started and left in the same macrostep: XState starts invocations at
+                    # the end of the macrostep, so this one never starts
+                    del self.effects[index]
+                    return
             self.effects.append(fx.StopChild(actor_id))
 
     def in_state(self, state_id: str) -> bool:
@@ -262,6 +270,9 @@ class Step:
                 not math.isfinite(value) or value < 0:
             raise ImplementationError(f"delay {name!r}", ValueError(
                 f"a delay is a non-negative number of milliseconds, not {value!r}"))
+        if value > MAX_DELAY:  # its due time must still persist as a JSON integer
+            raise ImplementationError(f"delay {name!r}", ValueError(
+                f"a delay is at most {MAX_DELAY} ms, not {value!r}"))
         return int(value)
 
 
@@ -322,9 +333,16 @@ _ACTOR_RESULTS = ("xstate.done.actor.", "xstate.error.actor.")
 
 
 def _forget_finished_child(step: Step, event: FrozenDict) -> None:
+    """Mark the child a done/error event comes from as finished; XState keeps it in
+    ``snapshot.children`` until its invoking state is exited (or it is stopped)."""
     kind = event["type"]
-    if kind.startswith(("xstate.done.actor.", "xstate.error.actor.")) and step.has_children():
-        step.children.pop(kind.split(".", 3)[3], None)
+    if kind.startswith(_ACTOR_RESULTS) and step.has_children():
+        child_id = kind.split(".", 3)[3]
+        ref = step.children.get(child_id)
+        if ref is not None and finished_child(ref) is None:
+            outcome = "done" if kind.startswith("xstate.done.") else "error"
+            step.children[child_id] = replace_dataclass(
+                ref, state=FrozenDict({FINISHED: outcome}))
 
 
 def _stop_everything(step: Step) -> None:

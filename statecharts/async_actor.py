@@ -106,10 +106,10 @@ class TaskChild(FunctionChild):
 def create_async_actor(machine: Machine, *, input: Any = None,
                        snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
                        clock: Clock | None = None, inspect: Inspector | None = None,
-                       on_unpersistable: str = "restart") -> AsyncActor:
+                       on_unpersistable: str = "restart", strict: bool = False) -> AsyncActor:
     """An asyncio actor (see ``create_actor`` for the arguments)."""
     return AsyncActor(machine, input=input, snapshot=snapshot, clock=clock or AsyncioClock(),
-                      inspect=inspect, on_unpersistable=on_unpersistable)
+                      inspect=inspect, on_unpersistable=on_unpersistable, strict=strict)
 
 
 async def wait_for_async(actor: Actor, predicate: Callable[[Snapshot], bool],

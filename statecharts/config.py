@@ -109,6 +109,7 @@ class InvokeConfig(TypedDict, total=False):
     systemId: str
     onDone: Transitions
     onError: Transitions
+    onSnapshot: Transitions
     description: str
     meta: Mapping[str, Any]
     # the project's extensions (durable runs)

@@ -19,15 +19,17 @@ from typing import Any
 import orjson
 
 from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
-from .errors import ImplementationError, MachineDefinitionError
+from .errors import ContextError, ImplementationError, MachineDefinitionError
 from .events import (
     after_event_type,
     done_actor_event_type,
     done_state_event_type,
     error_actor_event_type,
+    snapshot_actor_event_type,
 )
 from .frozen import freeze
 from .guards import GuardSpec
+from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from .retry import RetryPolicy, as_policy
@@ -38,8 +40,9 @@ NODE_KEYS = frozenset({
 })
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
-INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "systemId", "retry",
-                         "onFinalFailure", "breaker", "external", "transient", "description",
+INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
+                         "retry", "onFinalFailure", "breaker", "external", "transient",
+                         "description",
                          "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
@@ -103,6 +106,10 @@ class _Builder:
         if not isinstance(config, Mapping):
             raise MachineDefinitionError([f"<root>: a machine config is a mapping, not "
                                           f"{type(config).__name__}"])
+        deep = too_deep(config)
+        if deep is not None:
+            raise MachineDefinitionError([f"{shorten(deep)}: the config nests deeper than "
+                                          f"{MAX_NESTING} mappings and lists"])
         machine_id = config.get("id", "machine")
         if not isinstance(machine_id, str) or not machine_id:
             self.problem("id", "the machine id must be a non-empty string")
@@ -155,6 +162,12 @@ class _Builder:
             self.problem(_join(path, "states"), "'states' must be a mapping of name -> state")
             states = {}
         node.type = self._type(config, bool(states), path)
+        if node.parent is None and node.type in (FINAL, HISTORY):
+            self.problem("type", f"the root is a compound or parallel state, not {node.type}")
+            node.type = COMPOUND if states else ATOMIC
+        if states and len(node.path) >= MAX_STATE_DEPTH:
+            self.problem(_join(path, "states"), f"states nest at most {MAX_STATE_DEPTH} deep")
+            states = {}
         children = []
         for key, child_config in states.items():
             child_path = _join(path, f"states.{key}")
@@ -281,6 +294,8 @@ class _Builder:
         node.output = config.get("output")
         if node.output is not None and node.type != FINAL and node.parent is not None:
             self.problem(_join(path, "output"), "'output' belongs on final states or the root")
+        if node.output is not None and not callable(node.output):
+            node.output = self._json_value(node.output, _join(path, "output"))
         transitions: list[Transition] = []
         on = config.get("on") or {}
         if not isinstance(on, Mapping):
@@ -485,11 +500,7 @@ class _Builder:
         if not isinstance(params, Mapping):
             self.problem(path, "params must be a mapping (or a function of context, event)")
             return None
-        try:
-            return freeze(params, path)
-        except TypeError as exc:
-            self.problem(path, str(exc))
-            return None
+        return self._json_value(params, path)
 
     def _actions(self, value: Any, path: str) -> tuple[ActionSpec, ...]:
         if value is None:
@@ -559,6 +570,10 @@ class _Builder:
                 transitions += self._transitions(node, item["onError"],
                                                  _join(item_path, "onError"),
                                                  error_actor_event_type(invoke.id))
+            if "onSnapshot" in item:
+                transitions += self._transitions(node, item["onSnapshot"],
+                                                 _join(item_path, "onSnapshot"),
+                                                 snapshot_actor_event_type(invoke.id))
         return tuple(invokes)
 
     def _invoke(self, node: StateNode, item: Mapping[str, Any], path: str,
@@ -666,6 +681,9 @@ class _Builder:
         if not math.isfinite(number) or number < 0:
             self.problem(path, f"a delay must be a non-negative number of ms, not {key!r}")
             return None
+        if number > MAX_DELAY:
+            self.problem(path, f"a delay is at most {MAX_DELAY} ms, not {key!r}")
+            return None
         return int(number)
 
     def _tags(self, value: Any, path: str) -> frozenset[str]:
@@ -690,11 +708,21 @@ class _Builder:
         if not isinstance(context, Mapping):
             self.problem("context", "context is a mapping (or a function of input)")
             return None
+        return self._json_value(context, "context")
+
+    def _json_value(self, value: Any, path: str) -> Any:
+        """``value`` frozen, if it is JSON that persists (orjson refuses integers beyond 64
+        bits); else a problem naming the path."""
         try:
-            return freeze(context, "context")
-        except TypeError as exc:
-            self.problem("context", str(exc))
+            frozen = freeze(value, path)
+            orjson.dumps(frozen)
+        except ContextError as exc:  # names the path inside the value (64-bit ints too)
+            self.problem(path, str(exc))
             return None
+        except orjson.JSONEncodeError as exc:
+            self.problem(path, f"not a JSON value that persists ({exc})")
+            return None
+        return frozen
 
     def _check_descriptor(self, descriptor: Any, path: str) -> None:
         if not isinstance(descriptor, str) or not descriptor:

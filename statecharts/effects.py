@@ -91,6 +91,7 @@ class StartChild(Effect, frozen=True):
     key: str | None = None
     attempt: int = 1
     logic: Any = None
+    sync_snapshot: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,

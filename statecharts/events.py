@@ -62,6 +62,12 @@ def done_state_event_type(state_id: str) -> str:
     return f"xstate.done.state.{state_id}"
 
 
+def snapshot_actor_event_type(actor_id: str) -> str:
+    """The event a parent receives each time a child machine's snapshot changes, when it
+    asked for them (``onSnapshot`` on the invoke, ``spawn_child(..., sync_snapshot=True)``)."""
+    return f"xstate.snapshot.{actor_id}"
+
+
 def done_actor_event_type(actor_id: str) -> str:
     """The event a parent receives when an invoked or spawned actor completes."""
     return f"xstate.done.actor.{actor_id}"

@@ -2,7 +2,8 @@
 
 Event types follow XState's: ``@xstate.actor`` (started), ``@xstate.event`` (received),
 ``@xstate.microstep`` (transitions taken), ``@xstate.action`` (executed), ``@xstate.snapshot``
-(changed) and ``@xstate.stopped``.
+(changed) and ``@xstate.stopped``, plus ``@statecharts.dropped`` (an event sent after the
+actor ended).
 """
 
 from __future__ import annotations

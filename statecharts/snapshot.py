@@ -18,6 +18,7 @@ from .configuration import Configuration
 from .errors import SnapshotError, SnapshotVersionError
 from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
+from .limits import MAX_NESTING, shorten, too_deep
 from .nodes import HISTORY, StateNode
 
 if TYPE_CHECKING:
@@ -64,6 +65,22 @@ class ChildRef:
         """The child record as JSON types."""
         return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
                 "input": self.input, "state": self.state}
+
+    @property
+    def status(self) -> str:
+        """``active``, or ``done`` / ``error`` for a child that has finished: XState keeps a
+        finished child in ``snapshot.children`` until its state is exited or it is stopped."""
+        return finished_child(self) or "active"
+
+
+FINISHED = "finished"
+"""The key of ``ChildRef.state`` that marks a finished child (``done`` or ``error``)."""
+
+
+def finished_child(ref: ChildRef) -> str | None:
+    """``done`` or ``error`` when the child has finished, else None."""
+    state = ref.state
+    return state.get(FINISHED) if isinstance(state, Mapping) else None
 
 
 class SnapshotOwner(Protocol):
@@ -207,6 +224,29 @@ def snapshot_to_json(snapshot: Snapshot) -> bytes:
 
 def restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> Snapshot:
     """Rebuild a snapshot from ``persist`` output (a dict or JSON bytes), checking each field."""
+    try:
+        return _restore(machine, data)
+    except (RecursionError, orjson.JSONEncodeError) as exc:
+        # nesting too deep to walk, or an integer beyond 64 bits: name the field it is in
+        raise SnapshotError(_unwritable_field(data), "not a JSON value that persists "
+                            f"({'nested too deeply' if isinstance(exc, RecursionError) else exc})"
+                            ) from None
+
+
+def _unwritable_field(data: Any) -> str:
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            deep = too_deep(value, MAX_NESTING, str(key))
+            if deep is not None:
+                return shorten(deep)
+            try:
+                orjson.dumps(value)
+            except orjson.JSONEncodeError:
+                return str(key)
+    return "<root>"
+
+
+def _restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> Snapshot:
     if isinstance(data, bytes | bytearray | memoryview | str):
         try:
             data = orjson.loads(data)

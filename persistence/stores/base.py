@@ -90,11 +90,15 @@ class RunRecord:
     version: int
     claim_count: int = 0
     """How many times a worker claimed the run."""
+    traceparent: str | None = None
+    """The W3C traceparent of the run's start span: its steps' spans are its children."""
     problem: str | None = None
     """Why the row does not parse (its snapshot or a column), when it does not: such a row is
     listed with this text and failed at its next claim, never stepped."""
     previous_owner: str | None = field(default=None, compare=False)
     """On a claimed run: the lease owner it was taken over from (its lease had expired)."""
+    due_at: int | None = field(default=None, compare=False)
+    """On a claimed run: when it was due (its `wake_at` before the claim), for the claim lag."""
 
     @property
     def terminal(self) -> bool:
@@ -116,6 +120,7 @@ class NewRun:
     wake_at: int | None = None
     attempt_count: int = 0
     last_error: str | None = None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +171,8 @@ class InboxEvent:
     run_id: str
     event: JSONDict
     created_at: int
+    traceparent: str | None = None
+    """The traceparent of the `send` that queued it (the applying step links to it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,12 +429,13 @@ _RUN_FIELDS: tuple[tuple[str, Any], ...] = (
     ("failed_at", (int, type(None))), ("last_error", (str, type(None))),
     ("wake_at", (int, type(None))), ("lease_owner", (str, type(None))),
     ("lease_expires_at", (int, type(None))), ("version", int), ("claim_count", int),
+    ("traceparent", (str, type(None))),
 )
 _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
 
 def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
-              previous_owner: str | None = None) -> RunRecord:
+              previous_owner: str | None = None, due_at: int | None = None) -> RunRecord:
     """A `RunRecord` from a row's values in `RunRecord` field order (the snapshot as text when
     `loads` is given). A row that does not parse is never an exception: the record carries
     the `problem` (and harmless empty values), so listings show it and claims fail it."""
@@ -445,8 +453,8 @@ def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
             values[i] = None if isinstance(kind, tuple) else _EMPTY_OF[kind]
     if problems:
         return RunRecord(*values, problem=broken_reason(problems),  # type: ignore[misc]
-                         previous_owner=previous_owner)
-    return RunRecord(*values, previous_owner=previous_owner)  # type: ignore[misc]
+                         previous_owner=previous_owner, due_at=due_at)
+    return RunRecord(*values, previous_owner=previous_owner, due_at=due_at)  # type: ignore[misc]
 
 
 FAILED_EVENT = "statecharts.failed"
@@ -522,9 +530,11 @@ class Store(Protocol):
         ...
 
     # -- inbox ------------------------------------------------------------------------------
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
-        """Queue an event for an active run; return its inbox id. `RunFinishedError` if the run
-        has ended, `RunNotFoundError` if it does not exist."""
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
+        """Queue an event for an active run (with the sender's `traceparent`); return its
+        inbox id. `RunFinishedError` if the run has ended, `RunNotFoundError` if it does not
+        exist."""
         ...
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:

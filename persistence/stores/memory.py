@@ -131,6 +131,7 @@ class MemoryStore:
                 run.id, run.workflow_name, run.workflow_version, run.key, run.state,
                 _copy(run.snapshot), run.status, run.attempt_count, now, now, completed_at,
                 failed_at, run.last_error, run.wake_at, None, None, 1,
+                traceparent=run.traceparent,
             )  # fmt: skip
             self._runs[run.id] = record
             self._add_effects(run.id, 1, effects, now)
@@ -320,18 +321,21 @@ class MemoryStore:
             return _copy(record)
 
     # -- inbox ------------------------------------------------------------------------------
-    def _queue(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+    def _queue(self, run_id: str, event: Mapping[str, Any], now: int,
+               traceparent: str | None = None) -> int:  # fmt: skip
         inbox_id = self._new_id()
-        self._inbox[inbox_id] = InboxEvent(inbox_id, run_id, _copy(dict(event)), now)
+        self._inbox[inbox_id] = InboxEvent(inbox_id, run_id, _copy(dict(event)), now,
+                                           traceparent)  # fmt: skip
         return inbox_id
 
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
         """Queue an event for an active run."""
         with self._lock:
             run = self.get_run(run_id)
             if run.status != ACTIVE:
                 raise RunFinishedError(f"run {run_id} has ended ({run.status})")
-            return self._queue(run_id, event, now)
+            return self._queue(run_id, event, now, traceparent)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -381,7 +385,8 @@ class MemoryStore:
                     claim_count=before.claim_count + 1,
                 )  # fmt: skip
                 self._runs[run_id] = record
-                claimed.append(_copy(replace(record, previous_owner=before.lease_owner)))
+                claimed.append(_copy(replace(record, previous_owner=before.lease_owner,
+                                             due_at=before.wake_at)))
             return claimed
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:

@@ -66,7 +66,7 @@ from persistence.stores.base import (
 RUN_COLUMNS = (
     "id::text, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version, claim_count"
+    "lease_expires_at, version, claim_count, traceparent"
 )
 _RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 EFFECT_COLUMNS = (
@@ -88,11 +88,12 @@ def to_ms(ts: datetime | None) -> int | None:
     return None if ts is None else (ts - _EPOCH) // _MS
 
 
-def _run(row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
+def _run(row: Sequence[Any], previous_owner: str | None = None,
+         due_at: int | None = None) -> RunRecord:  # fmt: skip
     values = list(row)
     for i in _RUN_TIME_FIELDS:
         values[i] = to_ms(values[i])
-    return parse_run(values, None, previous_owner)
+    return parse_run(values, None, previous_owner, due_at)
 
 
 def _effect(row: Sequence[Any]) -> EffectRecord:
@@ -259,7 +260,7 @@ class PostgresStore:
             "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
-            "effects": _json(_effect_rows(effects)),
+            "effects": _json(_effect_rows(effects)), "traceparent": run.traceparent,
         }  # fmt: skip
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
@@ -380,14 +381,16 @@ class PostgresStore:
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
         """Queue an event for an active run."""
         row = self._rows(
             "WITH target AS (SELECT id, status FROM workflow_runs WHERE id = %(id)s), "
-            "ins AS (INSERT INTO workflow_inbox (run_id, event, created_at) "
-            "SELECT id, %(event)s, %(now)s FROM target WHERE status = 'active' RETURNING id) "
-            "SELECT (SELECT status FROM target), (SELECT id FROM ins)",
-            {"id": _uuid(run_id), "event": _json(dict(event)), "now": to_ts(now)},
+            "ins AS (INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+            "SELECT id, %(event)s, %(now)s, %(tp)s FROM target WHERE status = 'active' "
+            "RETURNING id) SELECT (SELECT status FROM target), (SELECT id FROM ins)",
+            {"id": _uuid(run_id), "event": _json(dict(event)), "now": to_ts(now),
+             "tp": traceparent},
         )[0]
         status, inbox_id = row
         if status is None:
@@ -399,11 +402,11 @@ class PostgresStore:
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
         rows = self._rows(
-            "SELECT id, run_id::text, event, created_at FROM workflow_inbox WHERE run_id = %s "
-            "AND dead_at IS NULL ORDER BY id",
+            "SELECT id, run_id::text, event, created_at, traceparent FROM workflow_inbox "
+            "WHERE run_id = %s AND dead_at IS NULL ORDER BY id",
             (_uuid(run_id),),
         )
-        return [InboxEvent(i, r, e, to_ms(c) or 0) for i, r, e, c in rows]
+        return [InboxEvent(i, r, e, to_ms(c) or 0, t) for i, r, e, c, t in rows]
 
     # -- leases and steps -------------------------------------------------------------------
     def claim_runs(
@@ -428,20 +431,22 @@ class PostgresStore:
         due = CLAIMABLE.format(now="%(now)s", free=free)
         asked = CLAIMABLE_BY_EVENT.format(free=free)
         sql = (
-            f"WITH due AS (SELECT id, lease_owner FROM workflow_runs WHERE {due} "
+            f"WITH due AS (SELECT id, lease_owner, wake_at FROM workflow_runs WHERE {due} "
             f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             # the inbox's run ids as one array: an index probe per id, whatever the planner
             # guesses of the (often empty, never analysed) inbox
-            "asked AS (SELECT id, lease_owner FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
+            "asked AS (SELECT id, lease_owner, wake_at FROM workflow_runs WHERE id = "
+            "ANY(ARRAY(SELECT "
             f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
             f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            "picked AS (SELECT id, lease_owner FROM due UNION SELECT id, lease_owner FROM asked "
-            "LIMIT %(limit)s) "
+            "picked AS (SELECT id, lease_owner, wake_at FROM due UNION SELECT id, lease_owner, "
+            "wake_at FROM asked LIMIT %(limit)s) "
             "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
             "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
             "WHERE r.id = picked.id RETURNING "
             + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
-            + ", picked.lease_owner"
+            .replace("wake_at", "r.wake_at")
+            + ", picked.lease_owner, picked.wake_at"
         )
         rows = self._rows(
             sql,
@@ -450,7 +455,7 @@ class PostgresStore:
                 "names": [n for n, _ in pairs], "versions": [v for _, v in pairs],
             },
         )  # fmt: skip
-        claimed = [_run(r[:-1], r[-1]) for r in rows]
+        claimed = [_run(r[:-2], r[-2], to_ms(r[-1])) for r in rows]
         for run in claimed:
             if run.problem is not None:  # never stepped, never claimed again
                 self.fail_run(run.id, owner, run.problem, now)
@@ -639,7 +644,7 @@ class PostgresStore:
                     params,
                 )
                 inbox = conn.execute(
-                    "SELECT id, run_id::text, event, created_at FROM workflow_inbox "
+                    "SELECT id, run_id::text, event, created_at, traceparent FROM workflow_inbox "
                     "WHERE run_id = ANY(%(ids)s::uuid[]) AND dead_at IS NULL ORDER BY id",
                     params,
                 )
@@ -647,8 +652,8 @@ class PostgresStore:
         work = {canonical: PendingWork([], []) for canonical in ids}
         for row in effect_rows:
             work[row[1]].effects.append(_effect(row))
-        for i, r, e, c in inbox_rows:
-            work[r].inbox.append(InboxEvent(i, r, e, to_ms(c) or 0))
+        for i, r, e, c, t in inbox_rows:
+            work[r].inbox.append(InboxEvent(i, r, e, to_ms(c) or 0, t))
         return {given: work[canonical] for canonical, given in ids.items()}
 
     # -- reports ----------------------------------------------------------------------------
@@ -788,7 +793,7 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            NULL, NULL, 1, 0)
+            NULL, NULL, 1, 0, %(traceparent)s)
     ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
     RETURNING *
 ), effects AS (

@@ -61,7 +61,7 @@ from persistence.stores.base import (
 RUN_COLUMNS = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version, claim_count"
+    "lease_expires_at, version, claim_count, traceparent"
 )
 EFFECT_COLUMNS = (
     "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
@@ -78,8 +78,9 @@ def _dumps(value: Any) -> str:
         raise StoreEncodingError(f"cannot store value: {exc}") from exc
 
 
-def _run(row: Sequence[Any], previous_owner: str | None = None) -> RunRecord:
-    return parse_run(list(row), orjson.loads, previous_owner)
+def _run(row: Sequence[Any], previous_owner: str | None = None,
+         due_at: int | None = None) -> RunRecord:  # fmt: skip
+    return parse_run(list(row), orjson.loads, previous_owner, due_at)
 
 
 def _effect(row: Sequence[Any]) -> EffectRecord:
@@ -336,7 +337,8 @@ class SQLiteStore:
             return "cancelled"
 
     # -- inbox ------------------------------------------------------------------------------
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int) -> int:
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
         """Queue an event for an active run."""
         with self._write() as conn:
             rows = conn.execute(
@@ -347,19 +349,20 @@ class SQLiteStore:
             if rows[0][0] != ACTIVE:
                 raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
             cursor = conn.execute(
-                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
-                (run_id, _dumps(dict(event)), now),
+                "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+                "VALUES (?, ?, ?, ?)",
+                (run_id, _dumps(dict(event)), now, traceparent),
             )
             return int(cursor.lastrowid or 0)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
         rows = self._read(
-            "SELECT id, run_id, event, created_at FROM workflow_inbox WHERE run_id = ? "
-            "AND dead_at IS NULL ORDER BY id",
+            "SELECT id, run_id, event, created_at, traceparent FROM workflow_inbox "
+            "WHERE run_id = ? AND dead_at IS NULL ORDER BY id",
             (run_id,),
         )
-        return [InboxEvent(i, r, orjson.loads(e), c) for i, r, e, c in rows]
+        return [InboxEvent(i, r, orjson.loads(e), c, t) for i, r, e, c, t in rows]
 
     # -- leases and steps -------------------------------------------------------------------
     def claim_runs(
@@ -380,23 +383,24 @@ class SQLiteStore:
         expires = now + lease_ms
         with self._write() as conn:
             found = conn.execute(
-                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE "
-                f"{due} {version_sql} ORDER BY wake_at LIMIT ?) UNION "
-                f"SELECT id, lease_owner FROM (SELECT id, lease_owner FROM workflow_runs WHERE id "
+                f"SELECT id, lease_owner, wake_at FROM (SELECT id, lease_owner, wake_at FROM "
+                f"workflow_runs WHERE {due} {version_sql} ORDER BY wake_at LIMIT ?) UNION "
+                f"SELECT id, lease_owner, wake_at FROM (SELECT id, lease_owner, wake_at FROM "
+                f"workflow_runs WHERE id "
                 f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
                 f"{version_sql} LIMIT ?) LIMIT ?",
                 (now, now, *version_params, limit, now, *version_params, limit, limit),
             ).fetchall()
             if not found:
                 return []
-            previous = dict(found)
+            previous = {run_id: (owner, wake) for run_id, owner, wake in found}
             marks = ",".join("?" * len(found))
             rows = conn.execute(
                 "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
                 f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {RUN_COLUMNS}",
                 (owner, expires, expires, *previous),
             ).fetchall()
-            claimed = [_run(r, previous.get(r[0])) for r in rows]
+            claimed = [_run(r, *previous[r[0]]) for r in rows]
             for run in claimed:
                 if run.problem is not None:  # never stepped, never claimed again
                     self._fail_in(conn, run.id, owner, run.problem, now, (), ())
@@ -779,7 +783,7 @@ class SQLiteStore:
         completed_at, failed_at = completion_times(run.status, now)
         rows = conn.execute(
             f"INSERT INTO workflow_runs ({RUN_COLUMNS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0, ?) "
             "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL "
             f"DO NOTHING RETURNING {RUN_COLUMNS}",
             (
@@ -797,6 +801,7 @@ class SQLiteStore:
                 failed_at,
                 run.last_error,
                 run.wake_at,
+                run.traceparent,
             ),
         ).fetchall()
         if rows:

@@ -4,6 +4,7 @@ cancel, and time that survives persistence (issue 3)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -297,11 +298,11 @@ def test_unpersistable_child_restarts_or_fails_by_rule() -> None:
     assert calls == [1]
 
 
-def test_sending_to_a_stopped_actor_is_a_clear_error() -> None:
+def test_sending_to_a_stopped_actor_raises_in_strict_mode() -> None:
     machine = create_machine({"initial": "a", "states": {"a": {}}})
-    actor = create_actor(machine, clock=SimulatedClock()).start()
+    actor = create_actor(machine, clock=SimulatedClock(), strict=True).start()
     actor.stop()
-    with pytest.raises(ActorStoppedError, match="stopped"):
+    with pytest.raises(ActorStoppedError, match=r"'machine' has ended \(stopped\).*'ANY'"):
         actor.send("ANY")
 
 
@@ -330,7 +331,8 @@ def test_event_for_a_child_without_handler_is_dropped_with_warning(caplog: Any) 
     machine = create_machine({"initial": "a", "states": {"a": {"on": {
         "SEND": {"actions": send_to("nobody", "HI")}}}}})
     actor = create_actor(machine, clock=SimulatedClock()).start()
-    actor.send("SEND")
+    with caplog.at_level(logging.WARNING, logger="statecharts"):
+        actor.send("SEND")
     assert "no child or system actor 'nobody'" in caplog.text
     assert actor.get_snapshot().status == "active"
 

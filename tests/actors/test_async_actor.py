@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from statecharts import assign, create_machine, from_async, from_callable
+import pytest
+
+from statecharts import ActorStoppedError, assign, create_machine, from_async, from_callable
 from statecharts.async_actor import create_async_actor, wait_for_async
 
 
@@ -53,3 +55,14 @@ def test_after_timer_on_the_asyncio_clock() -> None:
         return str(snapshot.value)
 
     assert asyncio.run(main()) == "b"
+
+
+def test_async_actor_drops_a_late_event_and_raises_in_strict_mode() -> None:
+    machine = create_machine({"initial": "z", "states": {"z": {"type": "final"}}})
+
+    async def main() -> None:
+        create_async_actor(machine).start().send("LATE")  # dropped, as in XState
+        with pytest.raises(ActorStoppedError, match=r"has ended \(done\)"):
+            create_async_actor(machine, strict=True).start().send("LATE")
+
+    asyncio.run(main())

@@ -133,3 +133,12 @@ def test_shortfalls_are_explained_only_for_goals_that_fell_short() -> None:
     assert why_short([met]) == ""
     text = why_short([met, short])
     assert "Charts that do work" in text and "raw UPDATE rate" not in text
+
+
+def test_the_telemetry_overhead_rows_run_every_subject() -> None:
+    from benchmarks import telemetry
+
+    rows = telemetry.run(n=5, repeat=1, stores=("memory",))
+    assert [r.subject for r in rows] == list(telemetry.SUBJECTS)
+    assert all(r.median > 0 for r in rows)
+    assert "| memory | off |" in telemetry.markdown(rows)

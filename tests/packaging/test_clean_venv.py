@@ -192,9 +192,40 @@ def test_ui_extra(fresh_venv: MakeVenv) -> None:
             server.communicate()
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_otel_extra(fresh_venv: MakeVenv) -> None:
+    env = fresh_venv("otel")
+    assert "opentelemetry-api" in env.distributions()
+    result = json.loads(env.run("otel_run.py", env.workdir / "runs.db", TRACEPARENT))
+    # the API alone: spans are no-ops, the caller's trace context is still stored with the run
+    assert result == {"available": True, "imported": True, "status": "done",
+                      "traceparent": TRACEPARENT}
+
+
+def test_without_otel_nothing_imports_it(core: Venv) -> None:
+    result = json.loads(core.run("otel_run.py", core.workdir / "runs.db", TRACEPARENT))
+    assert result == {"available": False, "imported": False, "status": "done",
+                      "traceparent": TRACEPARENT}
+
+
+def test_metrics_extra(fresh_venv: MakeVenv) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    env = fresh_venv("metrics")
+    assert "prometheus-client" in env.distributions()
+    text = env.run("metrics_text.py", env.workdir / "runs.db")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    assert samples[("statecharts_runs_finished_total",
+                    (("outcome", "done"), ("workflow", "hello")))] == 1  # fmt: skip
+    assert samples[("statecharts_runs", (("status", "done"), ("workflow", "hello")))] == 1
+
+
 EXTRA_TESTS = {"yaml": test_yaml_extra, "postgres": test_postgres_extra,
                "testing": test_testing_extra, "interop": test_interop_extra,
-               "ui": test_ui_extra}
+               "ui": test_ui_extra, "otel": test_otel_extra, "metrics": test_metrics_extra}
 
 
 def test_every_extra_has_its_test() -> None:

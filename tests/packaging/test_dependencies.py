@@ -36,6 +36,15 @@ USERS: dict[str, list[tuple[str, str]]] = {
                ("tests/packaging/test_clean_venv.py", '"GET", f"/runs/{run_id}"')],
     "python-multipart": [("persistence/ui/app.py", "Form()"),
                          ("tests/packaging/test_clean_venv.py", "application/x-www-form")],
+    "opentelemetry-api": [("statecharts/tracing.py", "from opentelemetry import trace as"),
+                          ("tests/telemetry/test_inspector.py", "tracing_inspector(provider")],
+    "prometheus-client": [("persistence/telemetry/metrics.py", "import prometheus_client"),
+                          ("tests/telemetry/test_metrics_scrape.py", "text_string_to_metric")],
+    "opentelemetry-sdk": [("persistence/telemetry/otlp.py", "from opentelemetry.sdk.trace"),
+                          ("tests/telemetry/test_durable_trace.py", "InMemorySpanExporter")],
+    "opentelemetry-exporter-otlp-proto-http": [
+        ("persistence/telemetry/otlp.py", "from opentelemetry.exporter.otlp.proto.http"),
+        ("tests/telemetry/test_durable_trace.py", '"--otlp"')],
     # dev: the checkout's own tools, installed by `make` and used by the suite itself
     "playwright": [("tests/ui/browser.py", "from playwright.sync_api import")],
     "httpx": [("tests/ui/test_app.py", "from fastapi.testclient import TestClient")],

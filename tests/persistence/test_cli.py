@@ -32,8 +32,8 @@ def test_db_upgrade_then_runs_list_show_cancel(tmp_path: Path) -> None:
     refused = cli("runs", "list", "--store", url)
     assert refused.returncode != 0 and "statecharts db upgrade --store" in refused.stderr
     upgraded = cli("db", "upgrade", "--store", url)
-    assert upgraded.returncode == 0 and "schema at version 2" in upgraded.stdout
-    assert "already at version 2" in cli("db", "upgrade", "--store", url).stdout
+    assert upgraded.returncode == 0 and "schema at version 3" in upgraded.stdout
+    assert "already at version 3" in cli("db", "upgrade", "--store", url).stdout
 
     store = open_store(url)
     runtime = Runtime(store, [approval])

@@ -535,13 +535,14 @@ def test_upgrading_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
                        "(?, '{\"type\": \"GO\"}', 1)", (run_id,))  # fmt: skip
     store = open_store(f"sqlite:///{path}", migrate=True)
     try:
-        assert store.schema_version() == 2
+        assert store.schema_version() == schema.latest_version("sqlite")  # 2, then 3 (traces)
         (letter,) = store.dead_letters("ended")
         assert letter.reason == "the run had ended (error) before this event was applied"
         assert store.pending_events("ended") == [] and len(store.pending_events("live")) == 1
         assert store.get_run("ended").claim_count == 0
         claimed = store.claim_runs("w", 10, 1000, 10)
         assert [r.id for r in claimed] == ["live"] and claimed[0].claim_count == 1
+        assert claimed[0].traceparent is None  # started before trace context was stored
     finally:
         store.close()
 
@@ -570,7 +571,7 @@ def test_upgrading_postgres_to_schema_2_turns_events_of_ended_runs_into_dead_let
     sep = "&" if "?" in pg_dsn else "?"
     store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
     try:
-        assert store.schema_version() == 2
+        assert store.schema_version() == schema.latest_version("postgres")
         (letter,) = store.dead_letters(run_ids["error"])
         assert letter.reason == "the run had ended (error) before this event was applied"
         assert store.pending_events(run_ids["error"]) == []

@@ -75,6 +75,9 @@ CHILDREN: dict[str, frozenset[str]] = {
     "invoke": frozenset({"content", "param", "finalize"}),
     "send": frozenset({"content", "param"}),
 }
+MAX_DEPTH = 100
+"""Elements nested deeper than this are refused (a document this deep is hostile or broken;
+refusing it keeps every recursive walk over the document and the machine bounded)."""
 _ACTION_PARENTS = frozenset({"transition", "onentry", "onexit", "finalize", "if", "foreach"})
 _FREE_CONTENT = frozenset({"content", "data", "assign"})  # their children are arbitrary XML
 
@@ -89,6 +92,7 @@ class Element:
     namespace: str = ""
     children: list[Element] = field(default_factory=list)
     text: str = ""
+    chunks: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Attribute ``name`` or ``default``."""
@@ -121,6 +125,8 @@ def read_source(path_or_text: str | Path) -> tuple[str, str]:
         return path.read_text(encoding="utf-8"), str(path)
     except OSError as exc:
         raise ScxmlError(f"{path_or_text}: cannot read the document ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # a NUL in the name, a file not UTF-8
+        raise ScxmlError(f"{path_or_text!r}: cannot read the document ({exc})") from None
 
 
 def parse_document(text: str, source: str) -> Element:
@@ -131,6 +137,10 @@ def parse_document(text: str, source: str) -> Element:
     parser.StartElementHandler = builder.start
     parser.EndElementHandler = builder.end
     parser.CharacterDataHandler = builder.data
+    # no entity declarations at all: they are how "billion laughs" documents expand, SCXML
+    # needs none, and external ones would read files or URLs
+    parser.EntityDeclHandler = builder.entity
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     try:
         parser.Parse(text, True)
     except expat.ExpatError as exc:
@@ -154,8 +164,13 @@ class _Builder:
     def start(self, name: str, attrs: dict[str, str]) -> None:
         namespace, _, tag = name.rpartition(" ")
         assert self.parser is not None
-        element = Element(tag, {k.rpartition(" ")[2]: v for k, v in attrs.items()},
-                          self.parser.CurrentLineNumber, namespace)
+        line = self.parser.CurrentLineNumber
+        if len(self.stack) >= MAX_DEPTH:
+            path = "/".join(e.tag for e in self.stack[:3])
+            raise ScxmlError(f"{self.source}:{line}: <{tag}> is nested {len(self.stack) + 1} "
+                             f"deep ({path}/...); documents nest at most {MAX_DEPTH} elements")
+        element = Element(tag, {k.rpartition(" ")[2]: v for k, v in attrs.items()}, line,
+                          namespace)
         if self.stack:
             self.stack[-1].children.append(element)
         else:
@@ -163,11 +178,19 @@ class _Builder:
         self.stack.append(element)
 
     def end(self, name: str) -> None:
-        self.stack.pop()
+        element = self.stack.pop()
+        if element.chunks:  # joined once: appending to a str chunk by chunk is quadratic
+            element.text = "".join(element.chunks)
+            element.chunks.clear()
 
     def data(self, text: str) -> None:
         if self.stack:
-            self.stack[-1].text += text
+            self.stack[-1].chunks.append(text)
+
+    def entity(self, name: str, *args: object) -> None:
+        assert self.parser is not None
+        raise ScxmlError(f"{self.source}:{self.parser.CurrentLineNumber}: the document declares "
+                         f"the entity {name!r}; SCXML documents may not declare entities")
 
 
 def check(element: Element, source: str) -> None:

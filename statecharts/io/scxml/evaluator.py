@@ -23,7 +23,10 @@ from xml.etree import ElementTree
 from .errors import ExpressionError, ExpressionRefused
 
 MAX_SIZE = 1_000_000
-"""The longest string, list or range an untrusted expression may build."""
+"""The most items an untrusted expression may build: the characters of a string, the items of a
+range, or everything inside a list, tuple or dict counted deeply (``[[0] * 1000] * 1000`` holds
+a million items even though its length is 1000). Every route that grows a value is checked:
+``*``, ``+``, ``sum``, ``str``/``repr`` and f-strings."""
 MAX_EXPONENT = 10_000
 MAX_BITS = 1_000_000
 MAX_FORMAT_WIDTH = 1000
@@ -69,6 +72,109 @@ def _bounded_range(*args: int) -> range:
     return result
 
 
+def deep_size(value: Any, limit: int = MAX_SIZE, printed: bool = False) -> int:
+    """Characters plus items of ``value``, counted through nested lists, tuples, sets and
+    dicts as if every shared part were copied out (``[[0] * 1000] * 1000`` is a million). Each
+    distinct container is walked once (its size remembered), so this costs the size of the
+    value as it sits in memory, not as it would print; sizes are capped just past ``limit``.
+
+    ``printed``: instead, a lower bound on the characters ``str``/``repr`` would write (each
+    item at least one character, two for brackets and for each separator), so a value whose
+    text is over the limit is refused before the text is built."""
+    if not isinstance(value, _CONTAINERS):
+        return _scalar_size(value)
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, ready = stack.pop()
+        key = id(item)
+        if key in sizes:
+            continue
+        parts = _parts(item)
+        if not ready:
+            visiting.add(key)
+            stack.append((item, True))
+            for part in parts:
+                if isinstance(part, _CONTAINERS) and id(part) not in sizes:
+                    if id(part) in visiting:
+                        return limit + 1  # a cycle: endless when printed
+                    stack.append((part, False))
+            continue
+        total = 2 + 2 * max(len(parts) - 1, 0) if printed else 1
+        for part in parts:
+            total += sizes[id(part)] if isinstance(part, _CONTAINERS) else _scalar_size(part)
+        sizes[key] = min(total, limit + 1)
+        visiting.discard(key)
+    return sizes[id(value)]
+
+
+_CONTAINERS = (list, tuple, set, frozenset, Mapping)
+
+
+def _parts(item: Any) -> list[Any]:
+    if isinstance(item, Mapping):
+        return [*item.keys(), *item.values()]
+    return list(item)
+
+
+def _scalar_size(item: Any) -> int:
+    return len(item) if isinstance(item, str | bytes) else 1
+
+
+def _refuse_large(value: Any, what: str) -> None:
+    """Refuse to print a value whose text would be over the limit, before printing it."""
+    if deep_size(value, printed=True) > MAX_SIZE:
+        raise ExpressionRefused(f"{what} of this value would give over {MAX_SIZE} characters, "
+                                "over the limit")
+
+
+def _bounded_str(*args: Any, **kwargs: Any) -> str:
+    if args:
+        _refuse_large(args[0], "str()")
+    return _bounded_text(str(*args, **kwargs), "str()")
+
+
+def _bounded_repr(value: Any) -> str:
+    _refuse_large(value, "repr()")
+    return _bounded_text(repr(value), "repr()")
+
+
+def _bounded_text(text: str, what: str) -> str:
+    """The text of a value within the limit (a value of under a million items may still print
+    as several million characters)."""
+    if len(text) > MAX_SIZE:
+        raise ExpressionRefused(f"{what} gives {len(text)} characters, over the limit of "
+                                f"{MAX_SIZE}")
+    return text
+
+
+def _bounded_sum(items: Any, start: Any = 0) -> Any:
+    """``sum``, with lists joined in linear time and the result held to the size limit."""
+    if not isinstance(start, list | tuple):
+        total = start
+        for item in items:
+            _check_size(ast.Add(), total, item)
+            total = total + item
+        return total
+    parts = list(items)
+    size = deep_size(start)
+    known: dict[int, int] = {}  # the same list summed again is not walked again
+    for item in parts:
+        if type(item) is not type(start):
+            raise ExpressionError(f"sum: cannot add {type(item).__name__} to "
+                                  f"{type(start).__name__}")
+        if id(item) not in known:
+            known[id(item)] = deep_size(item)
+        size += known[id(item)]
+        if size > MAX_SIZE:  # refused before anything is joined
+            raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
+    joined = list(start)
+    for item in parts:
+        joined.extend(item)
+    return joined if isinstance(start, list) else tuple(joined)
+
+
 def _safe_hasattr(obj: Any, name: str) -> bool:
     try:
         _attribute(obj, name)
@@ -78,10 +184,11 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
 
 
 SAFE_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
-    "len": len, "str": str, "int": int, "float": float, "bool": bool, "abs": abs, "min": min,
-    "max": max, "sum": sum, "round": round, "sorted": sorted, "list": list, "tuple": tuple,
-    "dict": dict, "set": set, "any": any, "all": all, "range": _bounded_range,
-    "enumerate": enumerate, "zip": zip, "reversed": reversed, "repr": repr,
+    "len": len, "str": _bounded_str, "int": int, "float": float, "bool": bool, "abs": abs,
+    "min": min, "max": max, "sum": _bounded_sum, "round": round, "sorted": sorted,
+    "list": list, "tuple": tuple, "dict": dict, "set": set, "any": any, "all": all,
+    "range": _bounded_range,
+    "enumerate": enumerate, "zip": zip, "reversed": reversed, "repr": _bounded_repr,
     "hasattr": _safe_hasattr,
 }
 """The only functions an untrusted expression may call (besides ``In`` and the methods in
@@ -301,17 +408,20 @@ class _Walker:
                 if k is not None}
 
     def _JoinedStr(self, node: ast.JoinedStr) -> str:
-        return "".join(str(self.eval(v)) for v in node.values)
+        text = "".join(str(self.eval(v)) for v in node.values)
+        _refuse_large(text, "an f-string")
+        return text
 
     def _FormattedValue(self, node: ast.FormattedValue) -> str:
         value = self.eval(node.value)
+        _refuse_large(value, "formatting")
         if node.conversion == ord("r"):
             value = repr(value)
         elif node.conversion == ord("s"):
             value = str(value)
         spec = self.eval(node.format_spec) if node.format_spec is not None else ""
         _check_format_spec(spec)
-        return format(value, spec)
+        return _bounded_text(format(value, spec), "formatting")
 
 
 def _attribute(obj: Any, name: str) -> Any:
@@ -348,6 +458,11 @@ def _check_size(op: ast.operator, left: Any, right: Any) -> None:
         size = _repeat_size(left, right)
         if size > MAX_SIZE:
             raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
+    elif isinstance(op, ast.Add) and isinstance(left, str | bytes | list | tuple) and \
+            isinstance(right, str | bytes | list | tuple):
+        size = deep_size(left) + deep_size(right)
+        if size > MAX_SIZE:
+            raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
     elif isinstance(op, ast.Mod) and isinstance(left, str | bytes):
         raise ExpressionRefused("printf-style '%' formatting is not allowed (use an f-string)")
 
@@ -366,7 +481,7 @@ def _check_format_spec(spec: str) -> None:
 def _repeat_size(left: Any, right: Any) -> int:
     for seq, count in ((left, right), (right, left)):
         if isinstance(seq, str | list | tuple | bytes) and isinstance(count, int):
-            return len(seq) * count
+            return deep_size(seq) * count if count > 0 else 0
     return 0
 
 

@@ -25,6 +25,7 @@ from ...actions import BuiltinAction
 from ...effects import Log, SendParent, SendTo
 from ...errors import StatechartError
 from ...frozen import FrozenDict, freeze, thaw
+from ...limits import MAX_DELAY
 from .errors import ExpressionError
 from .evaluator import Evaluator, Provided, Record, records
 
@@ -255,11 +256,15 @@ def _plain(value: Any) -> Any:
 def parse_duration(value: Any) -> int:
     """Milliseconds for an SCXML delay (``'1s'``, ``'.5s'``, ``'200ms'``, a number of ms)."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return int(value)
-    match = _DURATION.match(str(value))
-    if match is None:
-        raise ContentError(f"invalid delay {value!r} (e.g. '1s', '500ms')")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+        ms = value
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ContentError(f"invalid delay {value!r} (e.g. '1s', '500ms')")
+        ms = float(match.group(1)) * _UNITS[match.group(2)]
+    if not ms <= MAX_DELAY:  # NaN and infinity too: an error.execution, like any bad delay
+        raise ContentError(f"invalid delay {value!r} (at most {MAX_DELAY} ms)")
+    return int(ms)
 
 
 def literal(text: str) -> Any:

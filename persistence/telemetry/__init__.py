@@ -1,0 +1,178 @@
+"""Telemetry of durable runs: spans, metrics and the operator's log lines, from one set of hooks.
+
+The runtime, its workers' drivers and the CLI call a `Telemetry` at the points that matter (a
+run started, an event sent, a step begun and committed, an effect executed, a run claimed, an
+operator event reported). Each hook feeds whatever is configured: OpenTelemetry spans (on by
+default when the API is installed; exported only when the application configures an SDK),
+metrics sinks (Prometheus, OpenTelemetry), the log line. `Telemetry.off()` turns everything
+but the log lines off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from persistence.telemetry import events, metrics
+from persistence.telemetry.events import RunEvent
+from persistence.telemetry.metrics import MetricsSink, fan_out
+from persistence.telemetry.spans import RunSpans, Started
+from statecharts.tracing import check_traceparent, effect_name, get_tracer
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from persistence.stores import InboxEvent, RunRecord, StepCommit
+
+__all__ = ["RunEvent", "Telemetry"]
+
+_EVENT_COUNTERS = {
+    events.RETRY_SCHEDULED: metrics.RETRIES_SCHEDULED,
+    events.TAKEOVER: metrics.LEASE_TAKEOVERS,
+    events.DEAD_LETTER: metrics.DEAD_LETTERS,
+    events.POISONED_VALUE: metrics.POISONED_VALUES,
+    events.LEASE_LOST: metrics.LEASES_LOST,
+}
+
+
+def _no_outcome(status: str, error: str | None) -> None:
+    del status, error
+
+
+class Telemetry:
+    """Where a runtime reports what its runs do.
+
+    `tracing`: emit spans through OpenTelemetry's API (from `tracer_provider`, default the
+    global one) when it is installed. `metrics`: sinks for counters and histograms, e.g.
+    `PrometheusMetrics()` or `OtelMetrics()`.
+    """
+
+    def __init__(self, *, tracing: bool = True, tracer_provider: TracerProvider | None = None,
+                 metrics: Sequence[MetricsSink] = ()) -> None:  # fmt: skip
+        tracer = get_tracer(tracer_provider) if tracing else None
+        self.spans = RunSpans(tracer) if tracer is not None else None
+        self.metrics = fan_out(metrics)
+        self._steps: dict[str, float] = {}  # run id -> when its open step began
+
+    @classmethod
+    def off(cls) -> Telemetry:
+        """No spans, no metrics (the operator's log lines are still written)."""
+        return cls(tracing=False)
+
+    # -- operator events --------------------------------------------------------------------
+    def report(self, event: RunEvent) -> None:
+        """An operator event: its log line, its counter, a span event on the run's step."""
+        events.write(event)
+        if self.metrics is not None:
+            if event.kind == events.RUN_FAILED:
+                self.metrics.add(metrics.RUNS_FINISHED, 1, (event.workflow, "error"))
+            elif event.kind == events.RETRY_SCHEDULED:
+                self.metrics.add(metrics.RETRIES_SCHEDULED, 1, (event.workflow, event.state))
+            else:
+                self.metrics.add(_EVENT_COUNTERS[event.kind], 1, (event.workflow,))
+        if self.spans is not None:
+            self.spans.annotate(event)
+
+    # -- starts and sends -------------------------------------------------------------------
+    @contextmanager
+    def starting(self, workflow: str, key: str | None, traceparent: str | None = None,
+                 link: str | None = None) -> Iterator[Started]:  # fmt: skip
+        """Around starting a run: yields the traceparent to store with it (the start span's, or
+        `traceparent` itself without tracing). `link`: a trace this new one comes from."""
+        if traceparent is not None:
+            check_traceparent(traceparent)
+        if self.spans is None:
+            yield Started(traceparent)
+            return
+        with self.spans.start(workflow, key, traceparent, link) as started:
+            yield started
+
+    def run_started(self, workflow: str) -> None:
+        """Count a run that was created."""
+        if self.metrics is not None:
+            self.metrics.add(metrics.RUNS_STARTED, 1, (workflow,))
+
+    @contextmanager
+    def sending(self, run_id: str, event_type: str,
+                traceparent: str | None = None) -> Iterator[str | None]:  # fmt: skip
+        """Around queueing an event: yields the traceparent to store with it."""
+        if traceparent is not None:
+            check_traceparent(traceparent)
+        if self.spans is None:
+            yield traceparent
+            return
+        with self.spans.send(run_id, event_type, traceparent) as stored:
+            yield stored
+
+    # -- steps and effects ------------------------------------------------------------------
+    def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
+                   inbox: Sequence[InboxEvent]) -> None:  # fmt: skip
+        """A step of `run` (in `state`) begins: its pending effects are about to execute.
+        `first`: the first step since the claim (a takeover shows there); `batch`: how many runs
+        the round steps; `inbox`: the queued events it will apply."""
+        if self.metrics is not None:
+            self._steps[run.id] = time.perf_counter()
+        if self.spans is not None:
+            self.spans.begin_step(run, state, first, batch, attempt, inbox)
+
+    @contextmanager
+    def effect(self, run: RunRecord, kind: str, payload: Any,
+               key: str) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+        """Around executing one effect of `run`'s open step; the block reports the outcome
+        ("done", "failed", "skipped") and error through the yielded function."""
+        if self.spans is None and self.metrics is None:
+            yield _no_outcome
+            return
+        name = effect_name(kind, payload)
+        attempt = payload.get("attempt") if kind == "start_child" else None
+        began = time.perf_counter()
+        status: list[str] = []
+
+        def outcome(value: str, error: str | None) -> None:
+            status.append(value)
+            if span_outcome is not None:
+                span_outcome(value, error)
+
+        span_outcome: Callable[[str, str | None], None] | None = None
+        try:
+            if self.spans is None:
+                yield outcome
+            else:
+                with self.spans.effect(run.id, kind, name, key, attempt) as span_outcome:
+                    yield outcome
+        finally:
+            if self.metrics is not None:
+                labels = (run.workflow_name, kind, name)
+                self.metrics.record(metrics.EFFECT_DURATION, time.perf_counter() - began, labels)
+                if not status or status[0] == "failed":  # raised, or reported failed
+                    self.metrics.add(metrics.EFFECT_FAILURES, 1, labels)
+
+    def end_step(self, run: RunRecord, before: str, commit: StepCommit | None,
+                 version: int | None) -> None:  # fmt: skip
+        """`run`'s step ended: committed at `version` (with `commit`), or not (None). `before`
+        is the run's status before the step."""
+        began = self._steps.pop(run.id, None)
+        committed = commit is not None and version is not None
+        if self.metrics is not None and committed and commit is not None:
+            workflow = run.workflow_name
+            self.metrics.add(metrics.STEPS, 1, (workflow,))
+            if began is not None:
+                self.metrics.record(metrics.STEP_DURATION, time.perf_counter() - began,
+                                    (workflow,))  # fmt: skip
+            if before == "active" and commit.status not in ("active", "error"):
+                self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, commit.status))
+            for new, _ in commit.start_runs:
+                self.metrics.add(metrics.RUNS_STARTED, 1, (new.workflow_name,))
+        if self.spans is not None:
+            self.spans.end_step(run.id, commit, version)
+
+    def claimed(self, runs: Sequence[RunRecord], now: int) -> None:
+        """Runs were claimed at `now`: how late each was (from the time it was due)."""
+        if self.metrics is None:
+            return
+        for run in runs:
+            if run.due_at is not None and run.due_at <= now:
+                self.metrics.record(metrics.CLAIM_LAG, (now - run.due_at) / 1000,
+                                    (run.workflow_name,))  # fmt: skip
