@@ -2,13 +2,15 @@
 
     python -m machines.demo [--store URL | --in-memory] [--workdir DIR] [--days N]
 
-Deals are registered by webhooks (some "lost" on the way), Evaluate runs hourly across simulated
-business days with injected CRM, task tool, summarizer and mail failures, a run is killed in the
-middle and resumed, a CRM admin renames a stage (the filter that then matches nothing fails
-loudly), a deploy sets the filter to a stage that exists but is the wrong one (the scope health
-rule catches it: no deal in scope while the CRM has open ones), and three invoices go out with
-retries. A timeline is printed as it goes; the diagrams are written; a summary table ends it,
-with the duplicates counted from the fake task tool and invoice API themselves.
+Deals are registered by webhooks (some "lost" on the way; on the durable runtime the fake CRM
+posts them, signed, to the webhook ingress on loopback, and retries one), Evaluate runs hourly
+across simulated business days with injected CRM, task tool, summarizer and mail failures, a
+run is killed in the middle and resumed, a CRM admin renames a stage (the filter that then
+matches nothing fails loudly), a deploy sets the filter to a stage that exists but is the wrong
+one (the scope health rule catches it: no deal in scope while the CRM has open ones), and three
+invoices go out with retries. A timeline is printed as it goes; the diagrams are written; a
+summary table ends it, with the duplicates counted from the fake task tool and invoice API
+themselves.
 
 Runs are durable, on the embedded SQLite store in ``--workdir`` unless ``--store`` names another
 (``postgresql://...``); ``--in-memory`` runs them on in-memory actors instead. The follow-up
@@ -31,6 +33,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from machines.durable import DurableRunner, wall_ms
 from machines.fakes import FOREVER, FakeWorld
 from machines.followup import build_machines
@@ -46,6 +50,7 @@ from machines.invoice.adapters import FakeInvoiceApi, FakeLedger
 from machines.local import LocalRunner
 from machines.mail import FakeMailer
 from machines.runs import Outcome
+from machines.webhooks import LoopbackIngress
 from statecharts import SimulatedClock
 
 START = date(2026, 3, 2)  # a Monday
@@ -62,6 +67,7 @@ DEALS = [  # id, name, stage it enters on day 1, webhook delivered?
 WRONG_STAGES = ("Qualified",)  # exists in the CRM, holds no deal: every run would be idle
 OWN_FILES = ("followup.db", "world.db", "runs.db")
 LEASE_MS = 1000
+REGISTER_PATH = "/api/workflows/followup_register/runs"
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
 
 
@@ -121,7 +127,15 @@ class Demo:
                                       SimulatedClock(self.now))
         else:
             self.runner = DurableRunner(store, [*followup.values(), invoice], lease_ms=LEASE_MS)
+        self.ingress: LoopbackIngress | None = None
+        self.deliveries: dict[str, bytes] = {}  # deal id -> the body of its first webhook
         self.tally = Tally()
+        self.via = ""  # how the last webhook arrived, for the timeline
+
+    def close(self) -> None:
+        """Stop the webhook ingress, if it was started."""
+        if self.ingress is not None:
+            self.ingress.close()
 
     # -- running -----------------------------------------------------------------------------
 
@@ -163,6 +177,11 @@ class Demo:
         self.out(f"  follow-up database: {self.db.url}")
         self.out(f"  fake outside world: {self.world.path} (CRM, task tool, mail, "
                  "summarizer, invoice API)")
+        if isinstance(self.runner, DurableRunner):
+            self.ingress = LoopbackIngress(self.runner.runtime, "crm-webhook-secret",
+                                           ("followup_register",))
+            self.out(f"  webhook ingress:    {self.ingress.url}/api (persistence.ingress; the "
+                     "CRM signs each body, X-CRM-Signature)")
         self.out(f"  calendar:           {self.days} business days from {long_date(START)}; "
                  f"holiday {HOLIDAY[0]:%a %d %b} ({HOLIDAY[1]}); cadence 5, 12, 21 "
                  "business days")
@@ -184,18 +203,53 @@ class Demo:
             text = what.get(result, result)
             if result == "closed" and not outcome.context["closed"]:
                 text = "out of scope, not watched: nothing to do"
-            self.line(time, "webhook", f"{name} -> {stage}: {text}", outcome.status)
+            self.line(time, "webhook", f"{name} -> {stage}: {text}{self.via}", outcome.status)
         time = self.at_time(day, 8, 20)
-        again = self.register(day, "D-103", "Initech", "Proposal")
+        if self.ingress is None:
+            again = self.register(day, "D-103", "Initech", "Proposal")
+            self.line(time, "webhook", "Initech -> Proposal again (CRM retried the webhook): "
+                      f"same watch {again.context['watch_id']}, cadence kept", again.status)
+            return
+        again = self.redeliver("D-103")
         self.line(time, "webhook", "Initech -> Proposal again (CRM retried the webhook): "
-                  f"same watch {again.context['watch_id']}, cadence kept", again.status)
+                  f"same run, watch {again.context['watch_id']}{self.via}", again.status)
+        forged = orjson.dumps({"key": "webhook:D-999:forged", "input": {"deal_id": "D-999"}})
+        code, _ = self.ingress.post(REGISTER_PATH, forged, signed=False)
+        self.line(time, "webhook", f"a webhook without the CRM's signature: refused, nothing "
+                  f"started (HTTP {code})", "refused" if code == 401 else f"HTTP {code}!")
 
     def register(self, day: date, deal_id: str, name: str, stage: str) -> Outcome:
-        """A delivered webhook: a Register run."""
-        return self.run("followup_register", {
-            "deal_id": deal_id, "deal_name": name, "stage": stage,
-            "today": day.isoformat(), "now": self.now},
-            key=f"webhook:{deal_id}:{self.now}")
+        """A delivered webhook: a Register run (posted over HTTP on the durable runtime)."""
+        input = {"deal_id": deal_id, "deal_name": name, "stage": stage,
+                 "today": day.isoformat(), "now": self.now}  # fmt: skip
+        key = f"webhook:{deal_id}:{self.now}"
+        if self.ingress is None:
+            self.via = ""
+            return self.run("followup_register", input, key=key)
+        body = orjson.dumps({"key": key, "input": input})
+        self.deliveries.setdefault(deal_id, body)
+        return self.deliver(body)
+
+    def redeliver(self, deal_id: str) -> Outcome:
+        """The CRM sends the first webhook of `deal_id` again, byte for byte."""
+        return self.deliver(self.deliveries[deal_id])
+
+    def deliver(self, body: bytes) -> Outcome:
+        """POST a webhook to the ingress, then drive the run it names to its end. Only a run
+        the request created is counted (a redelivery answers 200 with the existing run)."""
+        assert self.ingress is not None
+        code, answer = self.ingress.post(REGISTER_PATH, body)
+        if code not in (200, 201):
+            raise RuntimeError(f"the ingress refused a CRM webhook: HTTP {code} {answer}")
+        self.via = f" (HTTP {code})"
+        sent = orjson.loads(body)
+        assert isinstance(self.runner, DurableRunner)
+        self.runner.run_ids[sent["key"]] = answer["id"]
+        outcome = self.runner.finish("followup_register", sent["key"], answer["id"],
+                                     sent["input"])  # fmt: skip
+        if code == 201:
+            self.tally.add(outcome)
+        return outcome
 
     def enrich(self, day: date, hour: int) -> Outcome:
         """An Enrich run at ``hour``:30."""
@@ -332,7 +386,7 @@ class Demo:
         if n == 8 and hour == 9:
             self.crm.put_deal("D-105", "Hooli", "Won")
             hooli = self.register(day, "D-105", "Hooli", "Won")
-            self.line("09:00", "webhook", "Hooli -> Won: watch closed", hooli.status)
+            self.line("09:00", "webhook", f"Hooli -> Won: watch closed{self.via}", hooli.status)
             self.crm.put_deal("D-103", "Initech", "Lost")
             return "Initech -> Lost: webhook LOST (reconciliation will close the watch)"
         if n == 11 and hour == 10:
@@ -550,11 +604,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.store or f"sqlite:///{args.workdir / 'runs.db'}"
     demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), store,
                 args.followup_db)
-    demo.setup()
-    demo.follow_up_days()
-    demo.invoices()
-    demo.diagrams(args.diagrams)
-    demo.summary()
+    try:
+        demo.setup()
+        demo.follow_up_days()
+        demo.invoices()
+        demo.diagrams(args.diagrams)
+        demo.summary()
+    finally:
+        demo.close()
     return 1 if demo.tasks.duplicates() or FakeInvoiceApi(demo.world).duplicates() else 0
 
 

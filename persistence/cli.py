@@ -1,5 +1,5 @@
-"""Command line for durable runs: `worker`, `runs list|show|cancel|resume|versions`,
-`db upgrade`.
+"""Command line for durable runs: `worker`, `runs start|send|list|show|cancel|resume|versions`,
+`db upgrade`, and `api` (the webhook ingress).
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -11,23 +11,54 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
-from persistence.runtime import NotResumableError, Runtime, machines_from
+from persistence.runtime import (
+    KeyReuse,
+    NotResumableError,
+    RunActiveError,
+    Runtime,
+    UnknownWorkflowError,
+    machines_from,
+)
 from persistence.scheduling import ScheduledStart
-from persistence.stores import RunRecord, Store, StoreError, open_store
+from persistence.stores import RunQuery, RunRecord, Store, StoreError, open_store
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
+from persistence.ui.views import relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.cli import run_one_tool
+from statecharts.errors import ContextError
+from statecharts.events import normalize_event
+from statecharts.frozen import thaw
 
 STORE_ENV = "STATECHARTS_STORE"
+API_TOKEN_ENV = "STATECHARTS_API_TOKEN"
+DEFAULT_API_PORT = 8322
+EXTRAS = {"psycopg": "postgres", "psycopg_pool": "postgres", "hypothesis": "testing",
+          "fastapi": "ui", "starlette": "ui", "uvicorn": "ui", "jinja2": "ui",
+          "multipart": "ui", "pydantic": "ui", "yaml": "yaml"}  # fmt: skip
+"""Top-level modules of the optional dependencies, and the extra that installs each."""
+
+
+def missing_extra(exc: ModuleNotFoundError, needed_for: str) -> SystemExit | None:
+    """The one-line error for a missing optional dependency (with the `pip install` line that
+    adds it), or None when the missing module is not one of the extras'."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return SystemExit(f"{needed_for} needs the '{extra}' extra ({top} is not installed): "
+                      f"pip install 'statecharts[{extra}]'")  # fmt: skip
 
 
 def _imported(option: str, spec: str) -> tuple[Any, str]:
@@ -35,6 +66,9 @@ def _imported(option: str, spec: str) -> tuple[Any, str]:
     module_name, _, attribute = spec.partition(":")
     try:
         return importlib.import_module(module_name), attribute
+    except ModuleNotFoundError as exc:
+        raise (missing_extra(exc, f"{option} {spec}") or SystemExit(
+            f"{option} {spec}: cannot import {module_name!r}: {exc}")) from exc
     except ImportError as exc:
         raise SystemExit(f"{option} {spec}: cannot import {module_name!r}: {exc}") from exc
 
@@ -81,14 +115,70 @@ def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStar
     return found
 
 
-def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4) -> Store:
+def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4,
+           create: bool = False) -> Store:
+    """The store of `--store`/$STATECHARTS_STORE. Unless `create`, a SQLite file that does not
+    exist is an error (reading never creates a database); an unreachable PostgreSQL is one
+    line with the cause, after at most a few seconds."""
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "sqlite" and not create:
+        path = url.split("://", 1)[1].split("?", 1)[0]
+        path = path[1:] if path.startswith("/") else path
+        if path and not Path(path).exists():
+            raise SystemExit(f"store: no database at {path}; create it with "
+                             f"`statecharts db upgrade --store {url}`")  # fmt: skip
     try:
+        if scheme in ("postgresql", "postgres"):
+            _reach_postgres(url)
         return open_store(url, check=check, max_connections=connections)
+    except ModuleNotFoundError as exc:
+        raise (missing_extra(exc, "a PostgreSQL store") or exc) from exc
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
+
+
+def _reach_postgres(url: str, timeout_s: int = 5) -> None:
+    """Connect once, directly, so that an unreachable server is reported with its cause at
+    once (a connection pool would retry quietly until its timeout)."""
+    import psycopg
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+    dsn = parts._replace(query=urlencode(query)).geturl()
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout_s).close()
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split())
+        where = parts.hostname or "localhost"
+        raise SystemExit(f"store: cannot reach PostgreSQL at {where}:{parts.port or 5432}: "
+                         f"{cause}") from None  # fmt: skip
+
+
+def resolve_run(store: Store, given: str) -> RunRecord:
+    """The run whose id is `given` or starts with it (a unique prefix, as git takes)."""
+    try:
+        return store.get_run(given)
+    except StoreError:
+        pass
+    if not re.fullmatch(r"[0-9a-fA-F-]{4,}", given):
+        raise SystemExit(f"no run with id {given!r} (a prefix needs at least 4 hex digits)")
+    found = store.search_runs(RunQuery(id_prefix=given.lower()), limit=2)
+    if not found:
+        raise SystemExit(f"no run with id {given!r} or an id starting with it")
+    if len(found) > 1:
+        raise SystemExit(f"run id prefix {given!r} is ambiguous ({found[0].id}, {found[1].id}, "
+                         "...): give more of it")  # fmt: skip
+    return found[0]
+
+
+def _json_arg(option: str, text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SystemExit(f"{option}: not JSON ({exc}): {text[:60]!r}") from exc
 
 
 def _add_store(parser: argparse.ArgumentParser) -> None:
@@ -160,12 +250,42 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                              "effects, cancel a run, or find runs the loaded "
                                              "definitions can no longer step.")
     actions = runs.add_subparsers(dest="runs_command", required=True)
+    start = actions.add_parser(
+        "start", help="start a run (idempotent by --key)",
+        description="Start a run of workflow NAME. With --key the key is the run's handle: if a "
+                    "run of NAME with that key exists (active or ended) it is printed and "
+                    "nothing is started, unless --reuse says otherwise.")
+    _add_store(start)
+    start.add_argument("name", metavar="NAME", help="the workflow (machine id)")
+    start.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                       help="module (or module:attr) defining the machines; repeatable")
+    start.add_argument("--key", help="the run's business key (order id, charge id, ...)")
+    start.add_argument("--input", default=None, metavar="JSON", help="the run's input, as JSON")
+    start.add_argument("--reuse", default="use_existing",
+                       choices=("use_existing", "allow_duplicate", "reject_active"),
+                       help="when the key's run exists: return it (default), start anew once it "
+                            "has ended (allow_duplicate), or refuse while it is active "
+                            "(reject_active)")
+    start.set_defaults(handler=_runs_start)
+    send = actions.add_parser(
+        "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
+        description="Queue an event for a run; a worker applies it. Address the run by its id "
+                    "(a unique prefix will do) or by --workflow and --key.")
+    _add_store(send)
+    send.add_argument("run_id", nargs="?", metavar="RUN", help="the run's id or a unique prefix")
+    send.add_argument("--workflow", metavar="NAME", help="with --key: the run's workflow")
+    send.add_argument("--key", help="with --workflow: the run's key")
+    send.add_argument("--event", required=True, metavar="JSON",
+                      help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE')
+    send.set_defaults(handler=_runs_send)
     listing = actions.add_parser("list", help="runs, newest first",
                                  description="Runs, newest first, with their state and status.")
     _add_store(listing)
     listing.add_argument("--status", help="only runs with this status (active, done, "
                                           "done_partial, error, cancelled)")
-    listing.add_argument("--name", help="only runs of this workflow (machine id)")
+    listing.add_argument("--name", "--workflow", dest="name",
+                         help="only runs of this workflow (machine id)")
+    listing.add_argument("--key", help="only runs started with this key")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument(
         "--stuck-after-ms",
@@ -173,13 +293,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="only active runs not updated for this long",
     )
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument("--json", action="store_true", help="the runs as one JSON array")
     listing.set_defaults(handler=_runs_list)
     show = actions.add_parser("show", help="one run with its effects and journal",
                               description="One run: status, state, context, pending timers, "
                                           "its effects (outbox) and its journal of events.")
     _add_store(show)
-    show.add_argument("run_id", help="the run's id (as printed by runs list)")
+    show.add_argument("run_id", help="the run's id or a unique prefix (as runs list prints)")
     show.add_argument("--last", type=int, default=None, metavar="N",
                       help="only the newest N journal entries and outbox records "
                            "(events_total says how many the journal has)")
@@ -188,7 +308,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                 description="Cancel a run: at once if no worker holds it, "
                                             "else at the worker's next step.")
     _add_store(cancel)
-    cancel.add_argument("run_id", help="the run's id")
+    cancel.add_argument("run_id", help="the run's id or a unique prefix")
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
     cancel.set_defaults(handler=_runs_cancel)
     resume = actions.add_parser(
@@ -198,7 +318,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "keys, at a worker's next round. The resume is journaled."
     )
     _add_store(resume)
-    resume.add_argument("run_id", help="the failed run's id")
+    resume.add_argument("run_id", help="the failed run's id or a unique prefix")
     resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
                         help="module (or module:attr) defining the machines; repeatable")
     resume.set_defaults(handler=_runs_resume)
@@ -220,6 +340,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                                 "not have yet (safe to run again).")
     _add_store(upgrade)
     upgrade.set_defaults(handler=_db_upgrade)
+
+    api = subparsers.add_parser(
+        "api", help="serve the webhook ingress: start runs and send events over HTTP",
+        description="Serve the webhook ingress (persistence.ingress): POST starts runs "
+                    "idempotently by key and queues events by key or run id; workers apply "
+                    f"them. Beyond 127.0.0.1 set {API_TOKEN_ENV}; every request must then "
+                    "carry it as a bearer token. OpenAPI document at /docs and /openapi.json.")
+    _add_store(api)
+    api.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                     help="module (or module:attr) defining the workflows; repeatable")
+    api.add_argument("--host", default="127.0.0.1",
+                     help=f"address to listen on (default 127.0.0.1; others need "
+                          f"{API_TOKEN_ENV})")  # fmt: skip
+    api.add_argument("--port", type=int, default=DEFAULT_API_PORT,
+                     help=f"port to listen on (default {DEFAULT_API_PORT})")
+    api.add_argument("--signature", action="append", default=[],
+                     metavar="WORKFLOW=ENV_VAR[@HEADER]",
+                     help="require WORKFLOW's requests to carry sha256=<hex HMAC of the body> "
+                          "under the secret in ENV_VAR, in HEADER (default X-Signature-256); "
+                          "repeatable")  # fmt: skip
+    api.add_argument("--max-body", type=int, default=1_048_576,
+                     help="largest request body in bytes (default 1048576)")
+    api.add_argument("--log-level", default="INFO",
+                     help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    api.set_defaults(handler=_api)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -274,26 +419,71 @@ def _row(run: RunRecord) -> dict[str, Any]:
 
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args)
+    now = SystemClock().now()
     if args.stuck_after_ms is not None:
-        runs = store.stuck_runs(SystemClock().now(), args.stuck_after_ms, args.limit)
+        runs = store.stuck_runs(now, args.stuck_after_ms, args.limit)
+    elif args.key is not None:
+        query = RunQuery(workflow_name=args.name, status=args.status, key=args.key)
+        runs = store.search_runs(query, limit=args.limit)
     else:
         runs = store.list_runs(status=args.status, workflow_name=args.name, limit=args.limit)
     if args.json:
         sys.stdout.write(orjson.dumps([_row(r) for r in runs]).decode() + "\n")
         return 0
-    for r in runs:
-        print(f"{r.id}  {r.workflow_name:<20} {r.status:<10} v{r.version:<4} {r.state}"
-              + (f"  last_error={r.last_error}" if r.last_error else "")
-              + (f"  problem={r.problem}" if r.problem else ""))  # fmt: skip
+    table = [("ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED")] + [
+        (r.id, r.workflow_name, r.key or "", r.status, r.state,
+         relative_time(r.created_at, now), relative_time(r.updated_at, now))
+        for r in runs
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row, run in zip(table, [None, *runs], strict=True):
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        notes = "" if run is None else ((f"  last_error={run.last_error}" if run.last_error
+                                         else "") + (f"  problem={run.problem}" if run.problem
+                                                     else ""))  # fmt: skip
+        print(f"{line}  {row[-1]}{notes}")
+    if not runs:
+        print("(no runs)", file=sys.stderr)
+    return 0
+
+
+def _runs_start(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    given = None if args.input is None else _json_arg("--input", args.input)
+    reuse: KeyReuse = args.reuse
+    try:
+        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse)
+    except (UnknownWorkflowError, RunActiveError, ContextError, ValueError) as exc:
+        raise SystemExit(str(exc).strip('"')) from exc
+    print(f"{run.id}  {'started' if created else 'existing'}  {run.status}  {run.state}")
+    return 0
+
+
+def _runs_send(args: argparse.Namespace) -> int:
+    by_key = args.workflow is not None or args.key is not None
+    if by_key == (args.run_id is not None) or (by_key and None in (args.workflow, args.key)):
+        raise SystemExit("runs send: give RUN, or both --workflow NAME and --key K")
+    text = args.event.strip()
+    given = text if re.fullmatch(r"[A-Za-z_][\w.-]*", text) else _json_arg("--event", text)
+    store = _store(args)
+    if by_key:
+        found = store.search_runs(RunQuery(workflow_name=args.workflow, key=args.key), limit=1)
+        if not found:
+            raise SystemExit(f"no run of {args.workflow!r} with key {args.key!r}")
+        run = found[0]
+    else:
+        run = resolve_run(store, args.run_id)
+    try:
+        inbox_id = store.send_event(run.id, thaw(normalize_event(given)), SystemClock().now())
+    except (StoreError, ContextError, TypeError, ValueError) as exc:
+        raise SystemExit(f"{run.id}: {exc}") from exc
+    print(f"{run.id}  queued (inbox {inbox_id})")
     return 0
 
 
 def _runs_show(args: argparse.Namespace) -> int:
     store = _store(args)
-    try:
-        run = store.get_run(args.run_id)
-    except StoreError as exc:
-        raise SystemExit(str(exc)) from exc
+    run = resolve_run(store, args.run_id)
     if args.last is not None and args.last < 0:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
     data = {
@@ -311,18 +501,19 @@ def _runs_show(args: argparse.Namespace) -> int:
 
 def _runs_cancel(args: argparse.Namespace) -> int:
     store = _store(args)
+    run_id = resolve_run(store, args.run_id).id
     try:
-        outcome = store.cancel_run(args.run_id, SystemClock().now(), args.reason)
+        outcome = store.cancel_run(run_id, SystemClock().now(), args.reason)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
-    print(f"{args.run_id}: {outcome}")
+    print(f"{run_id}: {outcome}")
     return 0
 
 
 def _runs_resume(args: argparse.Namespace) -> int:
     runtime = Runtime(_store(args), load_machines(args.machines))
     try:
-        run = runtime.resume(args.run_id)
+        run = runtime.resume(resolve_run(runtime.store, args.run_id).id)
     except (StoreError, NotResumableError) as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{run.id}: resumed in state {run.state} (step {run.version})")
@@ -341,7 +532,7 @@ def _runs_versions(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    store = _store(args, check=False)
+    store = _store(args, check=False, create=True)
     try:
         applied = store.migrate()
     except StoreError as exc:
@@ -349,6 +540,45 @@ def _db_upgrade(args: argparse.Namespace) -> int:
     version = store.schema_version()
     print(f"applied migrations {applied}; schema at version {version}" if applied
           else f"schema already at version {version}")  # fmt: skip
+    return 0
+
+
+def _api(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from persistence.ingress import Signature, create_api
+    except ModuleNotFoundError as exc:
+        raise (missing_extra(exc, "statecharts api") or exc) from exc
+    from persistence.ui.cli import check_bind
+
+    token = os.environ.get(API_TOKEN_ENV) or None
+    check_bind(args.host, token, API_TOKEN_ENV)
+    signatures: dict[str, Signature] = {}
+    for spec in args.signature:
+        workflow, _, rest = spec.partition("=")
+        variable, _, header = rest.partition("@")
+        if not workflow or not variable:
+            raise SystemExit(f"--signature {spec}: expected WORKFLOW=ENV_VAR[@HEADER]")
+        secret = os.environ.get(variable)
+        if not secret:
+            raise SystemExit(f"--signature {spec}: ${variable} is not set")
+        signatures[workflow] = Signature(secret, header or "X-Signature-256")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    unknown = sorted(set(signatures) - set(runtime.machines))
+    if unknown:
+        raise SystemExit(f"--signature names workflows not among --machines: {unknown}")
+    app = create_api(runtime, token=token, signatures=signatures, max_body=args.max_body)
+    logging.getLogger("statecharts.api").info(
+        "serving http://%s:%d/api (%s%s)", args.host, args.port, ", ".join(runtime.machines),
+        ", token required" if token else "")  # fmt: skip
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                    server_header=False)  # fmt: skip
+    finally:
+        runtime.store.close()
     return 0
 
 

@@ -11,12 +11,21 @@ import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Listener, log_effects, to_outbox
-from persistence.stores import DeadLetter, NewEffect, NewRun, RunRecord, Store, VersionCount
+from persistence.stores import (
+    DeadLetter,
+    NewEffect,
+    NewRun,
+    RunNotFoundError,
+    RunQuery,
+    RunRecord,
+    Store,
+    VersionCount,
+)
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect
@@ -39,6 +48,28 @@ class UnknownWorkflowError(LookupError):
 
 class NotResumableError(ValueError):
     """`resume` was asked for a run that has not failed, or whose snapshot does not restore."""
+
+
+class RunActiveError(ValueError):
+    """`start(key=..., reuse="reject_active")` while a run of that workflow with that key is
+    active. `run` is that run's row."""
+
+    def __init__(self, run: RunRecord) -> None:
+        self.run = run
+        super().__init__(f"run {run.id} of {run.workflow_name!r} with key {run.key!r} is "
+                         "active; not started again")  # fmt: skip
+
+
+KeyReuse = Literal["use_existing", "allow_duplicate", "reject_active"]
+"""What `start(name, key=K)` does when a run of `name` with key K already exists:
+
+- `"use_existing"` (the default): return that run, whether active or ended; the key is the
+  run's handle for ever (DBOS's workflow id, Temporal's "reject duplicate" + "use existing").
+- `"allow_duplicate"`: return the active run while there is one; once the previous run has
+  ended, start a new one (Temporal's "allow duplicate").
+- `"reject_active"`: raise `RunActiveError` while a run with the key is active; once it has
+  ended, start a new one (Temporal's "allow duplicate" with conflict policy "fail").
+"""
 
 
 TRANSIENT_PREFIX = "transient failure"
@@ -255,25 +286,37 @@ class Runtime:
 
     # -- the API ----------------------------------------------------------------------------
     def start(self, name: str, input: Any = None, key: str | None = None, *,
-              traceparent: str | None = None) -> str:  # fmt: skip
+              reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
-        With `key`, starting is idempotent: while a run of `name` with that key is active, its
-        id is returned and nothing new is started. The run joins the trace of the span current
-        here (e.g. the webhook's request), or of `traceparent` (a W3C `traceparent` header
-        value) when given: its steps' spans are children of this start's span, whichever worker
-        runs them and however late (docs/observability.md).
+        With `key`, the key is the run's handle: by default an existing run of `name` with
+        that key (active or ended) is returned and nothing new is started; `reuse` chooses
+        otherwise (see `KeyReuse`). Concurrent starts with one key start one run. The run
+        joins the trace of the span current here (e.g. the webhook's request), or of
+        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
+        children of this start's span, whichever worker runs them and however late
+        (docs/observability.md).
         """
+        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent)[0].id
+
+    def start_run(self, name: str, input: Any = None, key: str | None = None, *,
+                  reuse: KeyReuse = "use_existing",
+                  traceparent: str | None = None) -> tuple[RunRecord, bool]:
+        """`start`, returning the run's row and whether this call created it."""
+        if reuse not in get_args(KeyReuse):
+            raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
             problem = text_problem(key) if isinstance(key, str) else "it is not a string"
             if problem is not None:
                 raise ValueError(f"key: {problem}")
         with self.telemetry.starting(name, key, traceparent) as begun:
             if key is not None:
-                existing = self.store.find_run(name, key)
-                if existing is not None:
+                existing = self.find_by_key(name, key)
+                if existing is not None and (reuse == "use_existing" or not existing.terminal):
+                    if reuse == "reject_active":
+                        raise RunActiveError(existing)
                     begun.run(existing.id, False)
-                    return existing.id
+                    return existing, False
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
                                                     traceparent=begun.traceparent)  # fmt: skip
@@ -282,7 +325,9 @@ class Runtime:
         if created:
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
-        return record.id
+        elif reuse == "reject_active":
+            raise RunActiveError(record)
+        return record, created
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
@@ -310,11 +355,25 @@ class Runtime:
         )
         return run, outbox, effects
 
-    def send(self, run_id: str, event: EventLike, *, traceparent: str | None = None) -> int:
-        """Queue `event` ("TYPE" or {"type": ...}) for the run; a worker applies it. Returns the
-        inbox id. Raises `RunFinishedError` if the run has ended. The send's span (in the trace
-        current here, or of `traceparent`) is stored with the event; the step that applies it
-        links to it."""
+    def send(self, target: str | EventLike, event: EventLike | None = None, *,
+             workflow: str | None = None, key: str | None = None,
+             traceparent: str | None = None) -> int:
+        """Queue an event for a run; a worker applies it. Returns the inbox id.
+
+        `send(run_id, event)` addresses the run by id; `send(event, workflow=..., key=...)` by
+        its key (the newest run of `workflow` started with `key`). The event is "TYPE" or
+        {"type": ...}. Raises `RunNotFoundError` for an unknown run or key and
+        `RunFinishedError` if the run has ended. The send's span (in the trace current here,
+        or of `traceparent`) is stored with the event; the step that applies it links to it.
+        """
+        if workflow is not None or key is not None:
+            if workflow is None or key is None or event is not None:
+                raise TypeError("send by key takes the event and both workflow= and key=")
+            run_id, event = self.get_by_key(workflow, key).id, target
+        elif event is None or not isinstance(target, str):
+            raise TypeError("send takes (run_id, event) or (event, workflow=..., key=...)")
+        else:
+            run_id = target
         frozen = normalize_event(event)
         with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
             return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
@@ -323,6 +382,19 @@ class Runtime:
     def get(self, run_id: str) -> RunRecord:
         """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""
         return self.store.get_run(run_id)
+
+    def find_by_key(self, workflow: str, key: str) -> RunRecord | None:
+        """The newest run of `workflow` started with `key` (any status), or None."""
+        found = self.store.search_runs(RunQuery(workflow_name=workflow, key=key), limit=1)
+        return found[0] if found else None
+
+    def get_by_key(self, workflow: str, key: str) -> RunRecord:
+        """The newest run of `workflow` started with `key` (any status); `RunNotFoundError` if
+        there is none."""
+        found = self.find_by_key(workflow, key)
+        if found is None:
+            raise RunNotFoundError(f"no run of {workflow!r} with key {key!r}")
+        return found
 
     def snapshot(self, run_id: str) -> Snapshot:
         """The run's snapshot restored with its definition (for `.matches`, `.context`, ...)."""
@@ -336,10 +408,15 @@ class Runtime:
         return machine.restore(run.snapshot)
 
     def list(
-        self, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self, status: str | None = None, name: str | None = None, limit: int = 100,
+        offset: int = 0, *, key: str | None = None,
     ) -> builtins.list[RunRecord]:
-        """Runs newest first, optionally filtered by status and workflow name."""
-        return self.store.list_runs(status=status, workflow_name=name, limit=limit, offset=offset)
+        """Runs newest first, optionally filtered by status, workflow name and start key."""
+        if key is None:
+            return self.store.list_runs(status=status, workflow_name=name, limit=limit,
+                                        offset=offset)  # fmt: skip
+        query = RunQuery(workflow_name=name, status=status, key=key)
+        return self.store.search_runs(query, limit=limit, offset=offset)
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it

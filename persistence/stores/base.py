@@ -308,7 +308,8 @@ class RunQuery:
 
     `state` is a state path relative to the root (as in the `state` column): a run matches when
     one of its active leaves is that state or inside it. `created_after`/`created_before` bound
-    the start time. `stuck_before` keeps only stuck runs: active, not updated since that time,
+    the start time. `id_prefix` keeps runs whose id starts with it (the CLI's short ids).
+    `stuck_before` keeps only stuck runs: active, not updated since that time,
     and not waiting for anything due later than it (a run whose timer or lease runs into the
     future is waiting, not stuck; one whose wake-up time passed long ago has no worker).
     """
@@ -320,6 +321,7 @@ class RunQuery:
     created_after: int | None = None
     created_before: int | None = None
     stuck_before: int | None = None
+    id_prefix: str | None = None
 
     def matches(self, run: RunRecord) -> bool:
         """True when `run` passes every filter (what the SQL stores compute in the database)."""
@@ -338,6 +340,7 @@ class RunQuery:
                 )
             )
             and (self.state is None or in_state(run.state, self.state))
+            and (self.id_prefix is None or run.id.startswith(self.id_prefix))
         )
 
 
@@ -382,14 +385,22 @@ def run_query_sql(
         params += [time_param(query.stuck_before)] * 2
     if query.state is not None:
         # The column holds leaves joined by commas: match a whole leaf or a leaf below `state`.
-        pattern = query.state.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = _like_escaped(query.state)
         # `state >= ''` is always true; it lets the planner answer from an index on the state.
         clauses.append(
             f"state >= '' AND ((',' || state || ',') LIKE {mark} ESCAPE '\\' "
             f"OR (',' || state) LIKE {mark} ESCAPE '\\')"
         )
         params += [f"%,{pattern},%", f"%,{pattern}.%"]
+    if query.id_prefix is not None:
+        clauses.append(f"CAST(id AS TEXT) LIKE {mark} ESCAPE '\\'")  # PostgreSQL: a uuid
+        params.append(_like_escaped(query.id_prefix) + "%")
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _like_escaped(text: str) -> str:
+    """`text` as a LIKE pattern matching only itself (escape character backslash)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 CLAIMABLE = "wake_at <= {now} AND {free}"

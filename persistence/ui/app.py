@@ -362,12 +362,13 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                     "The run store could not answer; try again shortly."}, 503)  # fmt: skip
 
     if token:
-        _document_token(app)
+        document_token(app, "STATECHARTS_UI_TOKEN")
     return app
 
 
-def _document_token(app: FastAPI) -> None:
-    """Say in the OpenAPI schema that every call needs the access token."""
+def document_token(app: FastAPI, variable: str) -> None:
+    """Say in the OpenAPI schema that every call needs the access token (the server's
+    `variable`), as a bearer token or in the X-Statecharts-Token header."""
     make_schema = app.openapi
 
     def schema() -> dict[str, Any]:
@@ -375,7 +376,7 @@ def _document_token(app: FastAPI) -> None:
             document = make_schema()
             document.setdefault("components", {})["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer",
-                           "description": "the server's STATECHARTS_UI_TOKEN"},
+                           "description": f"the server's {variable}"},
                 "header": {"type": "apiKey", "in": "header", "name": "X-Statecharts-Token"},
             }  # fmt: skip
             document["security"] = [{"bearer": []}, {"header": []}]

@@ -28,12 +28,12 @@ class TokenRequired(SystemExit):
     """Refusal to serve on a non-loopback address without a token."""
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without an access token."""
+def check_bind(host: str, token: str | None, variable: str = TOKEN_ENV) -> None:
+    """Refuse to listen beyond this machine without an access token (in `variable`)."""
     if host not in LOOPBACK_HOSTS and not token:
         raise TokenRequired(
             f"--host {host}: listening beyond 127.0.0.1 needs an access token; set "
-            f"{TOKEN_ENV} (for example to the output of `python -c 'import secrets; "
+            f"{variable} (for example to the output of `python -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'`)"
         )
 

@@ -69,6 +69,22 @@ def test_the_demo_runs_durably_on_sqlite_by_default_with_a_worker_killed(
     assert "duplicates: 0" in out
     tasks = tasks_in(tmp_path)
     assert len(tasks) == len(set(tasks)) == 5
+    assert_webhooks_arrived_over_http(out)
+
+
+def assert_webhooks_arrived_over_http(out: str) -> None:
+    """The CRM's webhooks went through the ingress on loopback: created (201), the retried
+    delivery answered with the same run (200) and counted once, an unsigned one refused."""
+    assert "webhook ingress:    http://127.0.0.1:" in out
+    assert "Acme Corp -> Proposal: watch opened (HTTP 201)" in out
+    assert "Initech -> Proposal again (CRM retried the webhook): same run, watch 2 " \
+        "(HTTP 200)" in out
+    assert "without the CRM's signature: refused, nothing started (HTTP 401)" in out
+    register_row = next(line for line in out.splitlines()
+                        if line.strip().startswith("followup_register"))
+    assert register_row.split()[1] == "4", "four deliveries, the redelivery starts no run"
+    total = next(line for line in out.splitlines() if line.strip().startswith("all"))
+    assert f"runs in the store: {total.split()[1]} " in out
 
 
 @pytest.mark.postgres
@@ -80,6 +96,7 @@ def test_the_demo_runs_durably_on_postgresql(tmp_path: Path,
                        "--followup-db", f"{DSN}?schema={schema}_followup")
         assert "KILLED (SIGKILL)" in out and "duplicates: 0" in out
         assert len(tasks_in(tmp_path)) == 5
+        assert_webhooks_arrived_over_http(out)
     finally:
         db = Database(f"{DSN}?schema={schema}_followup")
         with db.transaction() as tx:

@@ -28,7 +28,7 @@ def register(runner: Runner, deal_id: str, name: str, stage: str, day: date) -> 
     runner.clock.set(max(runner.clock.now(), epoch_ms(day, 8)))
     return runner.run("followup_register", {
         "deal_id": deal_id, "deal_name": name, "stage": stage, "today": day.isoformat(),
-        "now": runner.clock.now()}, key=f"webhook:{deal_id}:{runner.clock.now()}")
+        "now": runner.clock.now()}, key=f"webhook:{deal_id}:{stage}:{runner.clock.now()}")
 
 
 def evaluate(runner: Runner, day: date, key: str, dry_run: bool = False) -> Outcome:

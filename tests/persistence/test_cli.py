@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import orjson
 
+from persistence.ingress import Signature
 from persistence.runtime import Runtime
 from persistence.stores import open_store
 from persistence.worker import Worker
@@ -83,3 +87,150 @@ def test_runs_versions_reports_runs_no_definition_can_step(tmp_path: Path) -> No
     bad = cli("worker", "--store", url, "--machines", "no.such.module")
     assert bad.returncode != 0 and "cannot import 'no.such.module'" in bad.stderr
     store.close()
+
+
+STATECHARTS = Path(sys.executable).parent / "statecharts"
+
+
+def console(*args: str, cwd: Path, extra_path: str = "") -> subprocess.CompletedProcess[str]:
+    """The installed `statecharts` command run in `cwd` (so `--machines` imports from there)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (extra_path, str(ROOT)) if p)}
+    return subprocess.run([str(STATECHARTS), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text("from tests.persistence.workflows import approval\n")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
+    start = ("runs", "start", "approval", "--store", url, "--machines", "mine", "--key", "inv-7")
+    first = console(*start, "--input", '{"amount": 7}', cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_id, outcome, status, state = first.stdout.split()
+    assert (outcome, status, state) == ("started", "active", "waiting")
+    again = console(*start, cwd=tmp_path)
+    assert again.stdout.split()[:2] == [run_id, "existing"]
+    bad_input = console(*start[:-1], "inv-8", "--input", "{amount: 7}", cwd=tmp_path)
+    assert bad_input.returncode != 0 and "--input: not JSON" in bad_input.stderr
+    other = console(*start[:-1], "inv-8", cwd=tmp_path).stdout.split()[0]
+
+    sent = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "inv-7",
+                   "--event", '{"type": "APPROVE", "by": "ann"}', cwd=tmp_path)  # fmt: skip
+    assert sent.returncode == 0 and sent.stdout.startswith(f"{run_id}  queued")
+    by_prefix = console("runs", "send", other[:6], "--store", url, "--event", "REJECT",
+                        cwd=tmp_path)  # fmt: skip
+    assert by_prefix.returncode == 0 and by_prefix.stdout.startswith(f"{other}  queued")
+    store = open_store(url)
+    Worker(Runtime(store, [approval])).run_until_idle()
+    assert store.get_run(run_id).snapshot["context"]["approved_by"] == "ann"
+    assert store.get_run(other).state == "rejected"
+
+    listed = console("runs", "list", "--store", url, "--key", "inv-7", cwd=tmp_path)
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED"]
+    assert row.split()[:5] == [run_id, "approval", "inv-7", "done", "approved"]
+    assert row.endswith("ago")
+    as_json = orjson.loads(console("runs", "list", "--store", url, "--key", "inv-8", "--json",
+                                   cwd=tmp_path).stdout)  # fmt: skip
+    assert [(r["id"], r["status"]) for r in as_json] == [(other, "done")]
+    shown = console("runs", "show", run_id[:8], "--store", url, cwd=tmp_path)
+    assert orjson.loads(shown.stdout)["id"] == run_id
+    ended = console("runs", "send", run_id[:8], "--store", url, "--event", "REJECT",
+                    cwd=tmp_path)  # fmt: skip
+    assert ended.returncode != 0 and "ended" in ended.stderr
+    unknown = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "x",
+                      "--event", "REJECT", cwd=tmp_path)  # fmt: skip
+    assert unknown.returncode != 0 and "no run of 'approval' with key 'x'" in unknown.stderr
+    nothing = console("runs", "show", "ffff", "--store", url, cwd=tmp_path)
+    assert "no run with id 'ffff' or an id starting with it" in nothing.stderr
+    store.close()
+
+
+def test_read_only_commands_never_create_a_database_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    for args in (("runs", "list"), ("runs", "show", "abcd"), ("runs", "cancel", "abcd"),
+                 ("runs", "send", "abcd", "--event", "GO")):
+        result = console(*args, "--store", url, cwd=tmp_path)
+        assert result.returncode != 0 and "no database at" in result.stderr
+        assert "statecharts db upgrade --store" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_postgresql_is_one_line_with_the_cause(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = console("runs", "list", "--store", f"postgresql://127.0.0.1:{port}/test",
+                     cwd=tmp_path)  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"cannot reach PostgreSQL at 127.0.0.1:{port}" in result.stderr
+    assert "refused" in result.stderr.lower()
+
+
+def _without(tmp_path: Path, module: str) -> str:
+    """A folder to put first on the path where importing `module` fails as if not installed."""
+    blocked = tmp_path / "blocked"
+    (blocked / module).mkdir(parents=True)
+    (blocked / module / "__init__.py").write_text(
+        f"raise ModuleNotFoundError({f'No module named {module!r}'!r}, name={module!r})\n")
+    return str(blocked)
+
+
+def test_a_missing_extra_is_reported_with_its_pip_install_line(tmp_path: Path) -> None:
+    no_psycopg = _without(tmp_path, "psycopg")
+    pg = console("runs", "list", "--store", "postgresql://localhost/test", cwd=tmp_path,
+                 extra_path=no_psycopg)  # fmt: skip
+    assert pg.returncode != 0 and "Traceback" not in pg.stderr
+    assert "pip install 'statecharts[postgres]'" in pg.stderr
+    no_fastapi = _without(tmp_path / "f", "fastapi")
+    api = console("api", "--store", "sqlite:///x.db", "--machines", "tests.persistence.workflows",
+                  cwd=tmp_path, extra_path=no_fastapi)  # fmt: skip
+    assert api.returncode != 0 and "Traceback" not in api.stderr
+    assert "pip install 'statecharts[ui]'" in api.stderr
+    (tmp_path / "props.py").write_text("import hypothesis\n")
+    no_hypothesis = _without(tmp_path / "h", "hypothesis")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
+    testing = console("runs", "start", "x", "--store", url, "--machines", "props", cwd=tmp_path,
+                      extra_path=no_hypothesis)  # fmt: skip
+    assert "pip install 'statecharts[testing]'" in testing.stderr
+    assert "Traceback" not in testing.stderr
+
+
+def test_statecharts_api_serves_the_ingress_and_refuses_other_hosts_without_a_token(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
+    command = ("api", "--store", url, "--machines", "tests.persistence.workflows")
+    exposed = console(*command, "--host", "0.0.0.0", cwd=tmp_path)
+    assert exposed.returncode != 0 and "STATECHARTS_API_TOKEN" in exposed.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CRM_SECRET": "whsec-1"}
+    server = subprocess.Popen(
+        [str(STATECHARTS), *command, "--port", str(port), "--signature",
+         "approval=CRM_SECRET@X-CRM-Signature"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/openapi.json", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "api did not start"
+                time.sleep(0.1)
+        body = orjson.dumps({"key": "deal-1", "input": {"amount": 1}})
+        unsigned = httpx.post(f"{base}/api/workflows/approval/runs", content=body)
+        assert unsigned.status_code == 401
+        signature = Signature("whsec-1").sign(body)
+        signed = httpx.post(f"{base}/api/workflows/approval/runs", content=body,
+                            headers={"X-CRM-Signature": signature})  # fmt: skip
+        assert signed.status_code == 201 and signed.json()["key"] == "deal-1"
+    finally:
+        server.terminate()
+        server.wait(10)

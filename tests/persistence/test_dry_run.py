@@ -44,7 +44,8 @@ followup = create_machine(
 def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[str, str, Any]], list[str]]:
     calls.clear()
     runtime = Runtime(store, [followup], clock=SimulatedClock(1_000), dry_run=dry_run)
-    run_id = runtime.start("followup", key="deal-7")
+    # one database for both runs: a key names one run for ever, so each run has its own
+    run_id = runtime.start("followup", key=f"deal-7{'-dry' if dry_run else ''}")
     Worker(runtime).run_until_idle()
     run = store.get_run(run_id)
     effects = [(e.kind, e.status, e.result) for e in store.list_effects(run_id)]

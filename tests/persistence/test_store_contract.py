@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from persistence.stores import (
     NewRun,
     RunFinishedError,
     RunNotFoundError,
+    RunQuery,
     SchemaVersionError,
     StepCommit,
     Store,
@@ -197,6 +199,22 @@ def test_list_runs_filters_and_orders_newest_first(store: Store) -> None:
     assert [r.id for r in store.list_runs(status="active", workflow_name="a")] == [a.id]
     assert [r.id for r in store.list_runs(limit=1, offset=1)] == [b.id]
     assert store.count_runs() == {"active": 2, "done": 1}
+
+
+def test_runs_are_found_by_key_in_any_status_and_by_id_prefix(store: Store) -> None:
+    tail = "-0000-4000-8000-000000000000"
+    old, _ = store.create_run(replace(new_run(key="k1"), id="abc12345" + tail), (), T0)
+    step(store, old.id, "w1", claim_one(store, old.id), status="done")
+    new, _ = store.create_run(replace(new_run(key="k1"), id="abc12399" + tail), (), T0 + 1)
+    other, _ = store.create_run(replace(new_run(key="k1", name="b"), id="a0c12399" + tail), (),
+                                T0 + 2)  # fmt: skip
+    by_key = store.search_runs(RunQuery(workflow_name="order", key="k1"))
+    assert [(r.id, r.status) for r in by_key] == [(new.id, "active"), (old.id, "done")]
+    assert [r.id for r in store.search_runs(RunQuery(id_prefix="abc123"))] == [new.id, old.id]
+    assert [r.id for r in store.search_runs(RunQuery(id_prefix="abc1234"))] == [old.id]
+    assert [r.id for r in store.search_runs(RunQuery(id_prefix="a0c"))] == [other.id]
+    assert store.search_runs(RunQuery(id_prefix="a_c")) == []  # "_" is no LIKE wildcard
+    assert store.search_runs(RunQuery(id_prefix="abd")) == []
 
 
 # -- claims, leases, steps ------------------------------------------------------------------
