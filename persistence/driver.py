@@ -20,16 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
-from persistence.runtime import (
-    TRANSIENT_PREFIX,
-    Runtime,
-    error_text,
-    retry_columns,
-    run_status,
-    state_text,
-    wake_time,
-)
+from persistence.runtime import TRANSIENT_PREFIX, Runtime
 from persistence.stores import (
     ACTIVE,
     ConflictError,
@@ -400,31 +393,25 @@ class RunDriver:
             if failure is not None:
                 step.status, step.error = "error", failure
         if not step.changed:
-            self.runtime.store.release(x.run.id, self.owner, wake_time(step.snapshot, False, now))
+            unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
+            self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
             return None
-        status = step.status or run_status(step.snapshot)
-        attempts, retry_error = retry_columns(step.snapshot)
-        failure = step.error or (
-            error_text(step.snapshot.error) if step.snapshot.status == "error" else None
-        )
-        failure = None if failure is None else storable_text(failure)
+        row = run_columns(step.snapshot, pending_effects=bool(step.new_effects), now=now,
+                          status=step.status, failure=step.error)  # fmt: skip
         due = step.snapshot.next_due()
-        more_now = status == "active" and due is not None and due <= now
+        more_now = row.status == ACTIVE and due is not None and due <= now
         release = (
             should_stop() or x.steps + 1 >= self.max_steps or not (step.new_effects or more_now)
         )
-        state = state_text(step.snapshot)
         commit = StepCommit(
-            run_id=x.run.id, owner=self.owner, expected_version=x.version, state=state,
-            snapshot=machine.persist(step.snapshot), status=status, release=release,
-            wake_at=wake_time(step.snapshot, bool(step.new_effects), now)
-            if status == ACTIVE or step.new_effects else None,  # an ended run sleeps for ever
-            attempt_count=attempts, last_error=failure or retry_error,
+            run_id=x.run.id, owner=self.owner, expected_version=x.version, state=row.state,
+            snapshot=machine.persist(step.snapshot), status=row.status, release=release,
+            wake_at=row.wake_at, attempt_count=row.attempt_count, last_error=row.last_error,
             workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
             new_effects=step.new_effects, effect_outcomes=step.outcomes,
             consumed_inbox=step.consumed,
             journal=step.journal if self.runtime.journal else (),
-            start_runs=self._error_runs(x.run, x.status, status, state, failure or retry_error,
+            start_runs=self._error_runs(x.run, x.status, row.status, row.state, row.last_error,
                                         now),
         )  # fmt: skip
         return x, step, commit

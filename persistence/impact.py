@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from persistence.runtime import state_text
+from persistence.columns import state_text
 from persistence.stores import RunQuery, RunRecord, Store
 from statecharts.diff.changes import MachineDiff
 

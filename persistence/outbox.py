@@ -152,14 +152,7 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     named = machine.implementations.actions.get(name)
     if callable(named):
         return named
-    for node in machine.definition.nodes:
-        specs = [*node.entry, *node.exit]
-        for transition in (*node.transitions, *node.always):
-            specs.extend(transition.actions)
-        for spec in specs:
-            if spec.type == name and callable(spec.impl) and not spec.is_builtin:
-                return spec.impl
-    return None
+    return machine.definition.inline_actions.get(name)
 
 
 def _actor_logic(machine: Machine, payload: Mapping[str, Any]

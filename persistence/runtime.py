@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
+from persistence.columns import run_columns, state_text
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import (
     DeadLetter,
@@ -96,40 +97,6 @@ class TransientBackoff:
         return run.attempt_count + 1 if previous.startswith(TRANSIENT_PREFIX) else 1
 
 
-def state_text(snapshot: Snapshot) -> str:
-    """The `state` column: active leaf paths, comma separated."""
-    return ",".join(snapshot.active_leaves())
-
-
-def run_status(snapshot: Snapshot) -> str:
-    """The run status for a snapshot: the engine's `stopped` is a cancelled run, and a run done
-    with skipped calls (failure class "skip") is `done_partial`."""
-    if snapshot.status == "stopped":
-        return "cancelled"
-    if snapshot.status == "done" and snapshot.skipped:
-        return "done_partial"
-    return snapshot.status
-
-
-def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
-    """(attempt_count, last_error) of the retried call in progress, from the snapshot's retry
-    records; (None, None) when no retried call is active (the row keeps its last values)."""
-    records = list(snapshot.retries.values())
-    if not records:
-        return None, None
-    record = max(records, key=lambda r: int(r.get("attempt") or 0))
-    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
-
-
-def error_text(error: Any) -> str | None:
-    """An engine error (the JSON of an exception, or any value) as one line of text."""
-    if error is None:
-        return None
-    if isinstance(error, Mapping) and "message" in error:
-        return f"{error.get('name', 'Error')}: {error['message']}"
-    return str(thaw(error))
-
-
 class ErrorDetail(TypedDict):
     """A failed run's error: the exception's class name and its message."""
 
@@ -177,13 +144,6 @@ def error_workflow_input(
     return {"run_id": run_id, "workflow": workflow, "key": key, "state": state,
             "error": error_detail(thaw(error)), "failed_at": failed_at,
             "dry_run": dry_run}  # fmt: skip
-
-
-def wake_time(snapshot: Snapshot, has_pending_effects: bool, now: int) -> int | None:
-    """When the run next needs a worker: now if effects wait, else its next timer."""
-    if has_pending_effects:
-        return now
-    return snapshot.next_due() if snapshot.status == "active" else None
 
 
 class Runtime:
@@ -381,15 +341,16 @@ class Runtime:
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
         outbox = to_outbox(effects)
+        columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
         run = NewRun(
             id=str(uuid.uuid4()),
             workflow_name=name,
             workflow_version=machine.fingerprint,
             key=key,
-            state=state_text(snapshot),
+            state=columns.state,
             snapshot=machine.persist(snapshot),
-            status=run_status(snapshot),
-            wake_at=wake_time(snapshot, bool(outbox), now),
+            status=columns.status,
+            wake_at=columns.wake_at,
             traceparent=traceparent,
         )
         return run, outbox, effects

@@ -83,6 +83,9 @@ class Definition:
     legacy_fingerprint: str = ""
     """The fingerprint as computed before it covered the version, the initial context and the
     call-site keys: runs persisted then are accepted when their version label matches."""
+    inline_actions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    """User actions given as functions in the config (not by name in ``actions=``), by their
+    recorded name: how a runtime finds the function of a stored effect."""
 
 
 def build_definition(config: Any, impl: Implementations) -> Definition:
@@ -130,7 +133,7 @@ class _Builder:
         legacy = _fingerprint(root, self.nodes)
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
                           version, fingerprint_with(legacy, self.nodes, version, context),
-                          retry_delays, legacy)
+                          retry_delays, legacy, _inline_actions(self.nodes))
 
     # -- pass 1: the tree ------------------------------------------------------------------
 
@@ -734,6 +737,17 @@ class _Builder:
 
     def _unknown_key(self, path: str, key: str, allowed: Iterable[str]) -> None:
         self.problem(path, f"unknown key '{key}'{_hint(key, allowed)}")
+
+
+def _inline_actions(nodes: Iterable[StateNode]) -> dict[str, Callable[..., Any]]:
+    """Functions given inline as user actions, by name (the first in document order wins)."""
+    found: dict[str, Callable[..., Any]] = {}
+    for node in nodes:
+        transitions = (*node.transitions, *node.always)
+        for spec in (*node.entry, *node.exit, *(a for t in transitions for a in t.actions)):
+            if callable(spec.impl) and not spec.is_builtin:
+                found.setdefault(spec.type, spec.impl)
+    return found
 
 
 def _join(path: str, key: str) -> str:

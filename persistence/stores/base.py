@@ -473,29 +473,9 @@ def cancel_event(reason: str | None) -> JSONDict:
 
 
 @runtime_checkable
-class Store(Protocol):
-    """The storage contract shared by the SQLite, PostgreSQL and in-memory stores."""
+class RunStore(Protocol):
+    """Runs and steps: what the runtime and its workers write and read to move runs on."""
 
-    url: str
-
-    # -- schema -----------------------------------------------------------------------------
-    def migrate(self) -> list[int]:
-        """Apply missing schema migrations; return the versions applied (empty if current)."""
-        ...
-
-    def schema_version(self) -> int:
-        """The schema version the database is at (0 for an empty database)."""
-        ...
-
-    def check_schema(self) -> None:
-        """Raise `SchemaVersionError` unless the schema is exactly the version this code knows."""
-        ...
-
-    def close(self) -> None:
-        """Release connections. The store is unusable afterwards."""
-        ...
-
-    # -- runs -------------------------------------------------------------------------------
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int
     ) -> tuple[RunRecord, bool]:
@@ -514,22 +494,11 @@ class Store(Protocol):
         """The active run of `workflow_name` with idempotency key `key`, if any."""
         ...
 
-    def list_runs(
-        self,
-        status: str | None = None,
-        workflow_name: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status and workflow name."""
-        ...
-
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
         """Cancel a run: `"cancelled"` if done now, `"requested"` if a worker holds its lease (a
         cancel event is queued for it), `"finished"` if the run had already ended."""
         ...
 
-    # -- inbox ------------------------------------------------------------------------------
     def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
                    traceparent: str | None = None) -> int:
         """Queue an event for an active run (with the sender's `traceparent`); return its
@@ -541,7 +510,6 @@ class Store(Protocol):
         """Events queued for the run, oldest first."""
         ...
 
-    # -- leases and steps -------------------------------------------------------------------
     def claim_runs(
         self,
         owner: str,
@@ -584,10 +552,6 @@ class Store(Protocol):
         is journaled. `RunFinishedError` unless the run is `error` at `expected_version`."""
         ...
 
-    def dead_letters(self, run_id: str) -> list[DeadLetter]:
-        """Events queued for the run that can no longer be applied, oldest first."""
-        ...
-
     def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
         """Turn live events of ended runs (sent while the run was ending) into dead letters;
         return them."""
@@ -603,7 +567,45 @@ class Store(Protocol):
         step was not written (nothing of it is; the others are). One commit per run."""
         ...
 
-    # -- effects and journal ----------------------------------------------------------------
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run (what a worker reads after a claim),
+        in one round trip where the database allows; every id is a key of the result."""
+        ...
+
+
+@runtime_checkable
+class RunQueries(Protocol):
+    """Operator queries: listing, searching, counting and showing runs, and the reports."""
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        workflow_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status and workflow name."""
+        ...
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first (the operator's runs list)."""
+        ...
+
+    def count_runs(self) -> dict[str, int]:
+        """Number of runs per status."""
+        ...
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Number of runs matching `query`, per status."""
+        ...
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value of `column`, status, number of runs) for every group of runs, optionally of
+        one workflow; `column` is one of `GROUP_COLUMNS`."""
+        ...
+
     def list_effects(
         self, run_id: str, status: str | None = None, *, last: int | None = None
     ) -> list[EffectRecord]:
@@ -619,12 +621,10 @@ class Store(Protocol):
         """How many entries the run's journal has."""
         ...
 
-    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
-        """Pending effects and queued events of each run (what a worker reads after a claim),
-        in one round trip where the database allows; every id is a key of the result."""
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events queued for the run that can no longer be applied, oldest first."""
         ...
 
-    # -- reports ----------------------------------------------------------------------------
     def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
         """Active runs whose row was not updated for `older_than_ms` and that wait for no
         timer due within that time (a run asleep until a later timer is waiting, not stuck;
@@ -635,26 +635,11 @@ class Store(Protocol):
         """Active runs grouped by (name, version) for versions not in `known`."""
         ...
 
-    def count_runs(self) -> dict[str, int]:
-        """Number of runs per status."""
-        ...
 
-    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
-        """Runs matching `query`, newest first (the operator's runs list)."""
-        ...
+@runtime_checkable
+class Coordination(Protocol):
+    """Coordination between workers: one-at-a-time claims, circuit breakers, schedules."""
 
-    def count_matching(self, query: RunQuery) -> dict[str, int]:
-        """Number of runs matching `query`, per status."""
-        ...
-
-    def run_groups(
-        self, column: str, workflow_name: str | None = None
-    ) -> list[tuple[str, str, int]]:
-        """(value of `column`, status, number of runs) for every group of runs, optionally of
-        one workflow; `column` is one of `GROUP_COLUMNS`."""
-        ...
-
-    # -- shared helper tables ---------------------------------------------------------------
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
     ) -> bool:
@@ -693,6 +678,30 @@ class Store(Protocol):
     ) -> RunRecord | None:
         """Advance schedule `name` to `fire_at` and create `run`, in one transaction. None (and
         nothing written) if the schedule is no longer at `expected_version` (0 = never fired)."""
+        ...
+
+
+@runtime_checkable
+class Store(RunStore, RunQueries, Coordination, Protocol):
+    """The whole storage contract (the three concerns plus the schema), implemented once in
+    SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
+
+    url: str
+
+    def migrate(self) -> list[int]:
+        """Apply missing schema migrations; return the versions applied (empty if current)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The schema version the database is at (0 for an empty database)."""
+        ...
+
+    def check_schema(self) -> None:
+        """Raise `SchemaVersionError` unless the schema is exactly the version this code knows."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
         ...
 
 

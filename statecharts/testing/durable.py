@@ -209,7 +209,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             raise DurableMismatch(f"machine {machine.id!r}: {message}", self.story)
 
         def _compare(self) -> None:
-            from persistence.runtime import run_status
+            from persistence.columns import run_status
 
             record = self.durable.runtime.get(self.durable.run_id)
             stored = self.durable.runtime.snapshot(self.durable.run_id)

@@ -1,0 +1,872 @@
+"""The SQL store, written once: every `Store` method as SQL text shared by SQLite and PostgreSQL.
+
+A dialect (`SQLiteStore`, `PostgresStore`) supplies only what differs between the databases:
+
+- plumbing: how to open a connection, run a write transaction (`BEGIN IMMEDIATE` versus a
+  pooled connection's transaction), translate driver errors, apply migrations;
+- the parameter marker (SQL here is written with `?`; a dialect's `_exec` rewrites it);
+- how values are passed and read back (`_t`/`_ms` for times: epoch milliseconds in SQLite's
+  integer columns, `timestamptz` in PostgreSQL; `_j`/`_load` for JSON: text versus `jsonb`;
+  `_id` checks a run id before it reaches a `uuid` column);
+- small SQL fragments (`_TEXT_ID`, `_FOR_UPDATE`, `_JSON_VERSION`, `_STATUS_GROUP`);
+- the hot paths a dialect does in fewer round trips (`claim_runs` with `SKIP LOCKED`,
+  PostgreSQL's one-statement `commit_steps` and `_create_in`, `_read_all` pipelined).
+
+The rules (which runs are claimable, dead-letter reasons, the key format, "stuck", completion
+times) live in `base.py`, above every dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from persistence import schema
+from persistence.stores.base import (
+    ACTIVE,
+    CLAIMABLE,
+    CLAIMABLE_BY_EVENT,
+    FAILED_EVENT,
+    RESUME_EVENT,
+    BreakerRecord,
+    ClaimRecord,
+    ConflictError,
+    DeadLetter,
+    EffectOutcome,
+    EffectRecord,
+    EventRecord,
+    InboxEvent,
+    NewEffect,
+    NewRun,
+    PendingWork,
+    RunFinishedError,
+    RunNotFoundError,
+    RunQuery,
+    RunRecord,
+    ScheduleRecord,
+    StepCommit,
+    VersionCount,
+    cancel_event,
+    check_distinct_runs,
+    check_group_column,
+    check_last,
+    check_status,
+    completion_times,
+    ended_reason,
+    idempotency_key,
+    known_status,
+    only_version,
+    parse_run,
+    run_query_sql,
+)
+
+RUN_NAMES = (
+    "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
+    "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
+    "lease_expires_at, version, claim_count, traceparent"
+)
+EFFECT_NAMES = (
+    "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
+    "created_at, updated_at"
+)
+RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
+"""Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
+_INBOX = "id, run_id{t}, event, created_at, traceparent"
+PICKED_NAMES = "id, lease_owner, wake_at"
+"""What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
+_DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
+_REASON_BEFORE, _REASON_AFTER = ended_reason("\x00").split("\x00")
+
+
+class ScheduleMoved(Exception):
+    """Internal: the schedule's version moved; roll the transaction back."""
+
+
+class SQLDialect:
+    """The hooks a dialect fills in, and decoding of rows through them."""
+
+    dialect: str
+    url: str
+    _TEXT_ID = ""
+    """SQL appended to a run-id column to read it as text (PostgreSQL: `::text` of a uuid)."""
+    _FOR_UPDATE = ""
+    """Row lock of a read-then-write inside a transaction (SQLite's write lock covers it)."""
+    _JSON_VERSION = ""
+    """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
+    _STATUS_GROUP = "status"
+    """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
+    the state index)."""
+
+    RUN_COLUMNS: str
+    EFFECT_COLUMNS: str
+
+    _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
+    _CREATE_IS_ONE_STATEMENT = False
+    """True where `_create_in` is one statement (PostgreSQL's CTE), so a lone create needs no
+    transaction of its own."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
+        cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
+
+    def _write(self) -> AbstractContextManager[Any]:
+        """A connection inside one write transaction, committed on exit, rolled back on error."""
+        raise NotImplementedError
+
+    def _connection(self) -> AbstractContextManager[Any]:
+        """A connection for reads (no transaction of its own)."""
+        raise NotImplementedError
+
+    def _exec(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run `sql` (written with `?` markers) on `conn`; the driver's cursor."""
+        return conn.execute(sql, params)
+
+    def _many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run `sql` once per parameter row."""
+        if rows:
+            conn.cursor().executemany(sql, rows)
+
+    def _t(self, ms: int | None) -> Any:
+        """A time parameter (epoch ms in, the column's type out)."""
+        return ms
+
+    def _ms(self, value: Any) -> Any:
+        """A time column read back as epoch ms."""
+        return value
+
+    def _j(self, value: Any) -> Any:
+        """A JSON parameter."""
+        raise NotImplementedError
+
+    def _load(self, value: Any) -> Any:
+        """A JSON column read back as a value."""
+        return value
+
+    def _id(self, run_id: str) -> str:
+        """A run id as a parameter (dialects with typed ids validate it here)."""
+        return run_id
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._connection() as conn:
+            return list(self._exec(conn, sql, params).fetchall())
+
+    def _read_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """Several reads on one connection (PostgreSQL pipelines them into one round trip)."""
+        with self._connection() as conn:
+            return [list(self._exec(conn, sql, params).fetchall()) for sql, params in queries]
+
+    def _statement_write(self) -> AbstractContextManager[Any]:
+        """A connection for a write this dialect does in one statement (PostgreSQL: autocommit,
+        no BEGIN/COMMIT round trips; SQLite: its write transaction)."""
+        return self._write()
+
+    def _write_one(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """One statement as its own transaction; its rows."""
+        with self._statement_write() as conn:
+            return list(self._exec(conn, sql, params).fetchall())
+
+    def _create_in(
+        self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
+        raise NotImplementedError
+
+    def _run(self, row: Sequence[Any], previous_owner: str | None = None,
+             due_at: Any = None) -> RunRecord:  # fmt: skip
+        """A run row (`RUN_COLUMNS`) as a record; on a claim, with the lease owner it was taken
+        from and when it was due (`due_at` as the column's value, before the claim)."""
+        values = list(row)
+        for i in RUN_TIME_FIELDS:
+            values[i] = self._ms(values[i])
+        return parse_run(values, self._load, previous_owner, self._ms(due_at))
+
+    def _effect(self, row: Sequence[Any]) -> EffectRecord:
+        values = list(row)
+        values[5] = self._load(values[5])
+        values[7] = None if values[7] is None else self._load(values[7])
+        values[9], values[10] = self._ms(values[9]), self._ms(values[10])
+        return EffectRecord(*values)
+
+    def _inbox(self, row: Sequence[Any]) -> InboxEvent:
+        i, r, e, c, tp = row
+        return InboxEvent(i, r, self._load(e), self._ms(c), tp)
+
+    def _dead(self, row: Sequence[Any]) -> DeadLetter:
+        i, r, e, c, d, why = row
+        return DeadLetter(i, r, self._load(e), self._ms(c), self._ms(d), why)
+
+
+class SQLRuns(SQLDialect):
+    """`RunStore` in SQL: runs and steps."""
+
+    def create_run(
+        self, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """Insert a run and its initial effects, or return the active run with the same key."""
+        with self._statement_write() if self._CREATE_IS_ONE_STATEMENT else self._write() as conn:
+            return self._create_in(conn, run, effects, now)
+
+    def _create_in(
+        self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        check_status(run.status)
+        completed_at, failed_at = completion_times(run.status, now)
+        rows = self._exec(
+            conn,
+            f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0, ?) "
+            "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL "
+            f"DO NOTHING RETURNING {self.RUN_COLUMNS}",
+            (
+                self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
+                self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
+                self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
+                self._t(run.wake_at), run.traceparent,
+            ),
+        ).fetchall()  # fmt: skip
+        if rows:
+            self._insert_effects(conn, run.id, 1, effects, now)
+            return self._run(rows[0]), True
+        existing = self._exec(
+            conn,
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
+            "AND status = 'active'",
+            (run.workflow_name, run.key),
+        ).fetchall()
+        if not existing:
+            raise ConflictError(f"could not insert or find run with key {run.key!r}")
+        return self._run(existing[0]), False
+
+    def _insert_effects(
+        self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect], now: int
+    ) -> None:
+        self._many(
+            conn,
+            f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
+            [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
+              self._j(e.payload), self._t(now), self._t(now)) for e in effects],
+        )  # fmt: skip
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run with this id."""
+        rows = self._read(f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id = ?",
+                          (self._id(run_id),))  # fmt: skip
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return self._run(rows[0])
+
+    def find_run(self, workflow_name: str, key: str) -> RunRecord | None:
+        """The active run with this start key."""
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
+            "AND status = 'active'",
+            (workflow_name, key),
+        )
+        return self._run(rows[0]) if rows else None
+
+    def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
+        """Cancel directly if no live lease, else queue a cancel event for the holder."""
+        rid, ts = self._id(run_id), self._t(now)
+        with self._write() as conn:
+            rows = self._exec(
+                conn,
+                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
+                f"WHERE id = ?{self._FOR_UPDATE}",
+                (rid,),
+            ).fetchall()
+            if not rows:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            status, owner, expires, state, version = rows[0]
+            if status != ACTIVE:
+                return "finished"
+            if owner is not None and expires is not None and self._ms(expires) > now:
+                self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
+                           "VALUES (?, ?, ?)", (rid, self._j(cancel_event(reason)), ts))
+                return "requested"
+            self._exec(
+                conn,
+                "UPDATE workflow_runs SET status = 'cancelled', completed_at = ?, updated_at = ?, "
+                "last_error = coalesce(?, last_error), wake_at = NULL, lease_owner = NULL, "
+                "lease_expires_at = NULL, version = version + 1 WHERE id = ?",
+                (ts, ts, reason, rid),
+            )
+            self._exec(
+                conn,
+                "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
+                "WHERE run_id = ? AND status = 'pending'",
+                (self._j("cancelled"), ts, rid),
+            )
+            self._dead_letter(conn, rid, "cancelled", ts)
+            self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
+            return "cancelled"
+
+    def _journal_one(self, conn: Any, run_id: str, step: int, event: Mapping[str, Any],
+                     state: str, ts: Any) -> None:  # fmt: skip
+        """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
+        self._exec(
+            conn,
+            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, step, self._j(dict(event)), state, state, ts),
+        )
+
+    def _dead_letter(self, conn: Any, run_id: str, status: str, ts: Any) -> None:
+        """The run's still-queued events become dead letters: it ended in `status`."""
+        self._exec(
+            conn,
+            "UPDATE workflow_inbox SET dead_at = ?, dead_reason = ? "
+            "WHERE run_id = ? AND dead_at IS NULL",
+            (ts, ended_reason(status), run_id),
+        )
+
+    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
+                   traceparent: str | None = None) -> int:
+        """Queue an event for an active run, with the sender's `traceparent` (one statement;
+        the status is read only to say why nothing was queued)."""
+        rid = self._id(run_id)
+        inserted = self._write_one(
+            "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+            "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+            "RETURNING id",
+            (self._j(dict(event)), self._t(now), traceparent, rid),
+        )
+        if inserted:
+            return int(inserted[0][0])
+        rows = self._read("SELECT status FROM workflow_runs WHERE id = ?", (rid,))
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
+
+    def pending_events(self, run_id: str) -> list[InboxEvent]:
+        """Queued events, oldest first."""
+        rows = self._read(
+            f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox WHERE run_id = ? "
+            "AND dead_at IS NULL ORDER BY id",
+            (self._id(run_id),),
+        )
+        return [self._inbox(r) for r in rows]
+
+    def claim_runs(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None = None,
+    ) -> list[RunRecord]:
+        """Lease runs that are due or have queued events (`CLAIMABLE`, `CLAIMABLE_BY_EVENT`);
+        a claimed row that does not parse is failed at once, never stepped or claimed again."""
+        if versions is not None and not versions:
+            return []
+        pairs = None if versions is None else sorted(set(versions))
+        claimed = self._lease(owner, now, now + lease_ms, limit, pairs)
+        for run in claimed:
+            if run.problem is not None:
+                self.fail_run(run.id, owner, run.problem, now)
+        return [run for run in claimed if run.problem is None]
+
+    def _lease(self, owner: str, now: int, expires: int, limit: int,
+               pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
+        """Find and lease the claimable runs (each record knows its previous owner and when it
+        was due): found, then leased, in one write transaction, whose lock keeps two claimers
+        from one run."""
+        version_sql, version_params = _version_filter(pairs)
+        free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
+        due = CLAIMABLE.format(now="?", free=free)
+        asked = CLAIMABLE_BY_EVENT.format(free=free)
+        ts = self._t(now)
+        with self._write() as conn:
+            found = self._exec(
+                conn,
+                f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE "
+                f"{due} {version_sql} ORDER BY wake_at LIMIT ?) AS due UNION "
+                f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id "
+                f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
+                f"{version_sql} LIMIT ?) AS asked LIMIT ?",
+                (ts, ts, *version_params, limit, ts, *version_params, limit, limit),
+            ).fetchall()
+            if not found:
+                return []
+            previous = {run_id: (owner, due_at) for run_id, owner, due_at in found}
+            marks = ",".join("?" * len(found))
+            rows = self._exec(
+                conn,
+                "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
+                f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {self.RUN_COLUMNS}",
+                (owner, self._t(expires), self._t(expires), *previous),
+            ).fetchall()
+        return [self._run(r, *previous[r[0]]) for r in rows]
+
+    def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
+        """Extend the caller's leases."""
+        if not run_ids:
+            return set()
+        ids = [self._id(i) for i in run_ids]
+        expires = self._t(now + lease_ms)
+        rows = self._write_one(
+            "UPDATE workflow_runs SET lease_expires_at = ?, wake_at = ? "
+            f"WHERE lease_owner = ? AND id IN ({','.join('?' * len(ids))}) "
+            f"RETURNING id{self._TEXT_ID}",
+            (expires, expires, owner, *ids),
+        )
+        return {r[0] for r in rows}
+
+    def release(self, run_id: str, owner: str, wake_at: int | None, *,
+                attempt_count: int | None = None, last_error: str | None = None) -> bool:
+        """Give up a lease without stepping."""
+        return bool(self._write_one(
+            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
+            "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects "
+            "e WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN ? END, "
+            "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error)"
+            " WHERE id = ? AND lease_owner = ? RETURNING 1",
+            (self._t(wake_at), attempt_count, last_error, self._id(run_id), owner),
+        ))  # fmt: skip
+
+    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                 outcomes: Sequence[EffectOutcome] = (),
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                 attempt_count: int | None = None) -> bool:
+        """End a leased run as `error` without rewriting its snapshot."""
+        with self._write() as conn:
+            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
+                                 attempt_count)
+
+    def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
+                 outcomes: Sequence[EffectOutcome],
+                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                 attempt_count: int | None = None) -> bool:  # fmt: skip
+        rid, ts = self._id(run_id), self._t(now)
+        rows = self._exec(
+            conn,
+            "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
+            "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
+            "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
+            "attempt_count = coalesce(?, attempt_count) "
+            "WHERE id = ? AND lease_owner = ? RETURNING version, state",
+            (reason, ts, ts, ts, attempt_count, rid, owner),
+        ).fetchall()
+        if not rows:
+            return False
+        version, state = rows[0]
+        self._many(
+            conn,
+            "UPDATE workflow_effects SET status = ?, result = NULL, error = ?, updated_at = ? "
+            "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
+            [(o.status, o.error, ts, o.idempotency_key, rid) for o in outcomes],
+        )
+        self._dead_letter(conn, rid, "error", ts)
+        self._journal_one(conn, rid, version, {"type": FAILED_EVENT, "reason": reason},
+                          str(state), ts)  # fmt: skip
+        for run, run_effects in start_runs:
+            self._create_in(conn, run, run_effects, now)
+        return True
+
+    def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
+                   state: str, now: int) -> RunRecord:
+        """Make a failed run active again (see `Store.resume_run`)."""
+        rid, ts = self._id(run_id), self._t(now)
+        with self._write() as conn:
+            rows = self._exec(
+                conn,
+                "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
+                "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
+                "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
+                f"RETURNING {self.RUN_COLUMNS}",
+                (self._j(dict(snapshot)), state, ts, ts, rid, expected_version),
+            ).fetchall()
+            if not rows:
+                raise RunFinishedError(f"run {run_id} is not failed at version "
+                                       f"{expected_version}; not resumed")  # fmt: skip
+            run = self._run(rows[0])
+            self._exec(
+                conn,
+                "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
+                "updated_at = ? WHERE run_id = ? AND status = 'failed' AND step = (SELECT "
+                "max(step) FROM workflow_effects WHERE run_id = ? AND status = 'failed')",
+                (ts, rid, rid),
+            )
+            self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
+            return run
+
+    def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
+        """Live events of ended runs become dead letters."""
+        rows = self._write_one(
+            "UPDATE workflow_inbox SET dead_at = ?, dead_reason = ? || "
+            "(SELECT status FROM workflow_runs r WHERE r.id = workflow_inbox.run_id) || ? "
+            "WHERE dead_at IS NULL AND run_id IN "
+            "(SELECT id FROM workflow_runs WHERE status <> 'active') "
+            f"RETURNING {_DEAD.format(t=self._TEXT_ID)}",
+            (self._t(now), _REASON_BEFORE, _REASON_AFTER),
+        )
+        return [self._dead(r) for r in rows]
+
+    def commit_step(self, commit: StepCommit, now: int) -> int:
+        """Write one step atomically; `ConflictError` if the lease or version moved."""
+        return only_version(self.commit_steps([commit], now), commit)
+
+    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+        """Write several runs' steps in one transaction; each under a savepoint, so a step
+        whose lease or version moved writes nothing (None) and the others are kept."""
+        check_distinct_runs(commits)
+        for commit in commits:
+            check_status(commit.status)
+        versions: list[int | None] = []
+        refused: tuple[type[Exception], ...] = (ConflictError, *self._INTEGRITY_ERRORS)
+        with self._write() as conn:
+            for commit in commits:
+                self._exec(conn, "SAVEPOINT step")
+                try:
+                    versions.append(self._commit_in(conn, commit, now))
+                except refused:
+                    self._exec(conn, "ROLLBACK TO SAVEPOINT step")
+                    versions.append(None)
+                self._exec(conn, "RELEASE SAVEPOINT step")
+        return versions
+
+    def _commit_in(self, conn: Any, commit: StepCommit, now: int) -> int:
+        """Write `commit` in the open transaction; `ConflictError` if it must not be."""
+        completed_at, failed_at = completion_times(commit.status, now)
+        new_version = commit.expected_version + 1
+        rid, ts = self._id(commit.run_id), self._t(now)
+        lease_sql, lease_params = _lease_update(commit, self._t)
+        cursor = self._exec(
+            conn,
+            "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
+            "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
+            " workflow_version = coalesce(?, workflow_version),"
+            " updated_at = ?, completed_at = coalesce(completed_at, ?), "
+            f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
+            "WHERE id = ? AND version = ? AND lease_owner = ?",
+            (
+                commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
+                commit.last_error, commit.workflow_version, ts, self._t(completed_at),
+                self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
+                commit.owner,
+            ),
+        )  # fmt: skip
+        if cursor.rowcount != 1:
+            raise ConflictError(
+                f"run {commit.run_id}: not at version {commit.expected_version} under lease "
+                f"of {commit.owner!r}; step not written"
+            )
+        for outcome in commit.effect_outcomes:
+            done = self._exec(
+                conn,
+                "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
+                "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
+                (outcome.status, self._j(outcome.result), outcome.error, ts,
+                 outcome.idempotency_key, rid),
+            )  # fmt: skip
+            if done.rowcount != 1:
+                raise ConflictError(
+                    f"effect {outcome.idempotency_key} is not pending; step not written"
+                )
+        self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
+        if commit.consumed_inbox:
+            marks = ",".join("?" * len(commit.consumed_inbox))
+            self._exec(conn, f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
+                       (rid, *commit.consumed_inbox))  # fmt: skip
+        if commit.status != ACTIVE:
+            self._dead_letter(conn, rid, commit.status, ts)
+        for run, run_effects in commit.start_runs:
+            self._create_in(conn, run, run_effects, now)
+        self._many(
+            conn,
+            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [(rid, new_version, self._j(j.event), j.state_before, j.state_after, ts)
+             for j in commit.journal],
+        )  # fmt: skip
+        return new_version
+
+    def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
+        """Pending effects and queued events of each run (two reads, one round trip where the
+        dialect pipelines them)."""
+        ids = {self._id(i): i for i in run_ids}
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        effect_rows, inbox_rows = self._read_all([
+            (f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
+             "AND status = 'pending' ORDER BY run_id, step, effect_index", list(ids)),
+            (f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
+             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", list(ids)),
+        ])  # fmt: skip
+        work = {canonical: PendingWork([], []) for canonical in ids}
+        for row in effect_rows:
+            work[row[1]].effects.append(self._effect(row))
+        for row in inbox_rows:
+            work[row[1]].inbox.append(self._inbox(row))
+        return {given: work[canonical] for canonical, given in ids.items()}
+
+
+class SQLQueries(SQLDialect):
+    """`RunQueries` in SQL: the operator's listings, counts and reports."""
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        workflow_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs newest first, filtered."""
+        where, params = self._where(RunQuery(status=status, workflow_name=workflow_name))
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [self._run(r) for r in rows]
+
+    def _where(self, query: RunQuery) -> tuple[str, list[Any]]:
+        return run_query_sql(query, "?", self._t)
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """Runs matching `query`, newest first."""
+        where, params = self._where(query)
+        rows = self._read(self._page_sql(where), (*params, limit, offset))
+        return [self._run(r) for r in rows]
+
+    def _page_sql(self, where: str) -> str:
+        """One page of the runs matching `where`, newest first (LIMIT and OFFSET last)."""
+        return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?")  # fmt: skip
+
+    def count_runs(self) -> dict[str, int]:
+        """Runs per status."""
+        rows = self._read("SELECT status, count(*) FROM workflow_runs GROUP BY status")
+        return {status: int(n) for status, n in rows}
+
+    def count_matching(self, query: RunQuery) -> dict[str, int]:
+        """Runs matching `query`, per status."""
+        where, params = self._where(query)
+        status = known_status(query)
+        if status is not None:
+            n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
+            return {status: n} if n else {}
+        group = self._STATUS_GROUP if query.state is not None else "status"
+        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
+                          params)  # fmt: skip
+        return {status: int(n) for status, n in rows}
+
+    def run_groups(
+        self, column: str, workflow_name: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(value, status, runs) per group of runs."""
+        check_group_column(column)
+        where, params = self._where(RunQuery(workflow_name=workflow_name))
+        rows = self._read(
+            f"SELECT {column}, status, count(*) FROM workflow_runs {where} "
+            f"GROUP BY {column}, status ORDER BY {column}, status",
+            params,
+        )
+        return [(value, status, int(n)) for value, status, n in rows]
+
+    def list_effects(
+        self, run_id: str, status: str | None = None, *, last: int | None = None
+    ) -> list[EffectRecord]:
+        """Outbox rows of a run in (step, index) order (the newest `last` of them)."""
+        check_last(last)
+        sql = f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id = ?"
+        params: tuple[Any, ...] = (self._id(run_id),)
+        if status is not None:
+            sql += " AND status = ?"
+            params += (status,)
+        sql += " ORDER BY step DESC, effect_index DESC"
+        if last is not None:
+            sql += " LIMIT ?"
+            params += (last,)
+        return [self._effect(r) for r in reversed(self._read(sql, params))]
+
+    def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
+        """Journal rows of a run, oldest first (the newest `last` of them)."""
+        check_last(last)
+        sql = (f"SELECT id, run_id{self._TEXT_ID}, step, event, state_before, state_after, "
+               "created_at FROM workflow_events WHERE run_id = ? ORDER BY id DESC")  # fmt: skip
+        params: tuple[Any, ...] = (self._id(run_id),)
+        if last is not None:
+            sql += " LIMIT ?"
+            params += (last,)
+        return [EventRecord(i, r, s, self._load(e), b, a, self._ms(c))
+                for i, r, s, e, b, a, c in reversed(self._read(sql, params))]  # fmt: skip
+
+    def count_events(self, run_id: str) -> int:
+        """Journal rows of a run."""
+        return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
+                              (self._id(run_id),))[0][0])  # fmt: skip
+
+    def dead_letters(self, run_id: str) -> list[DeadLetter]:
+        """Events of the run that can no longer be applied, oldest first."""
+        rows = self._read(
+            f"SELECT {_DEAD.format(t=self._TEXT_ID)} FROM workflow_inbox "
+            "WHERE run_id = ? AND dead_at IS NOT NULL ORDER BY id",
+            (self._id(run_id),),
+        )
+        return [self._dead(r) for r in rows]
+
+    def stuck_runs(self, now: int, older_than_ms: int, limit: int = 100) -> list[RunRecord]:
+        """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
+        where, params = self._where(RunQuery(stuck_before=now - older_than_ms))
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} ORDER BY updated_at LIMIT ?",
+            (*params, limit),
+        )
+        return [self._run(r) for r in rows]
+
+    def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
+        """Active runs grouped by versions not in `known`."""
+        rows = self._read(
+            f"SELECT workflow_name, workflow_version, count(*), {self._JSON_VERSION}"
+            " FROM workflow_runs WHERE status = 'active' GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"
+        )
+        wanted = set(known)
+        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows if (n, v) not in wanted]
+
+
+class SQLCoordination(SQLDialect):
+    """`Coordination` in SQL: claims, breakers, schedules."""
+
+    def try_claim(
+        self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
+    ) -> bool:
+        """Take or refresh the claim `name`."""
+        return bool(self._write_one(
+            "INSERT INTO workflow_claims (name, owner, run_id, claimed_at, expires_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+            "run_id = excluded.run_id, claimed_at = excluded.claimed_at, "
+            "expires_at = excluded.expires_at "
+            "WHERE workflow_claims.owner = excluded.owner OR workflow_claims.expires_at <= ? "
+            "RETURNING name",
+            (name, owner, None if run_id is None else self._id(run_id), self._t(now),
+             self._t(now + stale_after_ms), self._t(now)),
+        ))  # fmt: skip
+
+    def release_claim(self, name: str, owner: str) -> bool:
+        """Drop our claim."""
+        return bool(self._write_one(
+            "DELETE FROM workflow_claims WHERE name = ? AND owner = ? RETURNING 1", (name, owner)
+        ))  # fmt: skip
+
+    def get_claim(self, name: str) -> ClaimRecord | None:
+        """The current claim record."""
+        rows = self._read(
+            f"SELECT name, owner, run_id{self._TEXT_ID}, claimed_at, expires_at "
+            "FROM workflow_claims WHERE name = ?",
+            (name,),
+        )
+        if not rows:
+            return None
+        n, o, r, c, e = rows[0]
+        return ClaimRecord(n, o, r, self._ms(c), self._ms(e))
+
+    def get_breaker(self, name: str) -> BreakerRecord | None:
+        """Stored breaker state."""
+        rows = self._read(
+            "SELECT name, state, failure_count, opened_at, data, updated_at, version "
+            "FROM workflow_breakers WHERE name = ?",
+            (name,),
+        )
+        if not rows:
+            return None
+        n, s, f, o, d, u, v = rows[0]
+        return BreakerRecord(n, s, f, self._ms(o), self._load(d), self._ms(u), v)
+
+    def put_breaker(self, record: BreakerRecord, expected_version: int, now: int) -> bool:
+        """Compare-and-set breaker state."""
+        values = (record.state, record.failure_count, self._t(record.opened_at),
+                  self._j(record.data), self._t(now), record.name)  # fmt: skip
+        if expected_version == 0:
+            return bool(self._write_one(
+                "INSERT INTO workflow_breakers (state, failure_count, opened_at, data, "
+                "updated_at, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
+                "ON CONFLICT (name) DO NOTHING RETURNING 1",
+                values,
+            ))  # fmt: skip
+        return bool(self._write_one(
+            "UPDATE workflow_breakers SET state = ?, failure_count = ?, opened_at = ?, "
+            "data = ?, updated_at = ?, version = version + 1 "
+            "WHERE name = ? AND version = ? RETURNING 1",
+            (*values, expected_version),
+        ))  # fmt: skip
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """Stored schedule state."""
+        rows = self._read(
+            "SELECT name, last_fire_at, version FROM workflow_schedules WHERE name = ?", (name,)
+        )
+        if not rows:
+            return None
+        n, last, v = rows[0]
+        return ScheduleRecord(n, self._ms(last), v)
+
+    def fire_schedule(
+        self,
+        name: str,
+        expected_version: int,
+        fire_at: int,
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+    ) -> RunRecord | None:
+        """Advance the schedule and create its run together."""
+        try:
+            with self._write() as conn:
+                if expected_version == 0:
+                    moved = self._exec(
+                        conn,
+                        "INSERT INTO workflow_schedules (name, last_fire_at, version) "
+                        "VALUES (?, ?, 1) ON CONFLICT (name) DO NOTHING RETURNING 1",
+                        (name, self._t(fire_at)),
+                    ).fetchall()
+                else:
+                    moved = self._exec(
+                        conn,
+                        "UPDATE workflow_schedules SET last_fire_at = ?, version = version + 1"
+                        " WHERE name = ? AND version = ? RETURNING 1",
+                        (self._t(fire_at), name, expected_version),
+                    ).fetchall()
+                if not moved:
+                    raise ScheduleMoved
+                record, _ = self._create_in(conn, run, effects, now)
+                return record
+        except ScheduleMoved:
+            return None
+
+
+class SQLStore(SQLRuns, SQLQueries, SQLCoordination):
+    """The whole `Store` in SQL; subclasses are the dialects."""
+
+    def schema_version(self) -> int:
+        """The applied schema version (0 if the database is empty)."""
+        raise NotImplementedError
+
+    def check_schema(self) -> None:
+        """Raise `SchemaVersionError` unless the schema is current."""
+        schema.check_current(self.dialect, self.schema_version(), self.url)
+
+
+def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
+    """SQL (and parameters) for the lease columns after a step."""
+    if commit.release:
+        return ", lease_owner = NULL, lease_expires_at = NULL, wake_at = ?", (t(commit.wake_at),)
+    if commit.lease_until is not None:
+        lease = t(commit.lease_until)
+        return ", lease_expires_at = ?, wake_at = ?", (lease, lease)
+    return "", ()
+
+
+def _version_filter(pairs: list[tuple[str, str]] | None) -> tuple[str, tuple[str, ...]]:
+    if pairs is None:
+        return "", ()
+    marks = ",".join("(?, ?)" for _ in pairs)
+    return (
+        f"AND (workflow_name, workflow_version) IN (VALUES {marks})",
+        tuple(x for pair in pairs for x in pair),
+    )
+
