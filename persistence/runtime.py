@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
+from persistence.capacity import Limit, LoadControl, check_priority
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import (
@@ -161,6 +162,13 @@ class Runtime:
     `dry_run`). Invokes that name a `breaker` go through a
     circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
 
+    Invokes that name a `limit` go through that limit, shared by all workers
+    (`limits={"crm": Limit(max_in_flight=4)}`; `workflow_limits={"backfill": "crm"}` limits
+    how many runs of a workflow are stepped at once); a run that must wait is released and
+    queued, "waiting for capacity: crm" on its row (persistence/capacity.py). `priorities=`
+    gives workflows a default priority (0-1000, higher claimed first, with aging; see
+    `start`).
+
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
     result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
@@ -180,6 +188,9 @@ class Runtime:
         breakers: Mapping[str, BreakerPolicy] | None = None,
         transient: TransientBackoff | None = None,
         telemetry: Telemetry | None = None,
+        limits: Mapping[str, Limit] | None = None,
+        workflow_limits: Mapping[str, str] | None = None,
+        priorities: Mapping[str, int] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -204,6 +215,9 @@ class Runtime:
                 self._by_label[(machine.id, label)] = machine
         self.error_workflows = self._error_workflows(error_workflows or {})
         self.breaker_policies = dict(breakers or {})
+        self.load = LoadControl(store, machines, limits or {}, workflow_limits or {})
+        self.priorities = {name: check_priority(p, f"priorities[{name!r}]")
+                           for name, p in (priorities or {}).items()}  # fmt: skip
         if check_schema:
             store.check_schema()
 
@@ -286,7 +300,8 @@ class Runtime:
 
     # -- the API ----------------------------------------------------------------------------
     def start(self, name: str, input: Any = None, key: str | None = None, *,
-              reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> str:
+              reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+              priority: int | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
         With `key`, the key is the run's handle: by default an existing run of `name` with
@@ -295,14 +310,19 @@ class Runtime:
         joins the trace of the span current here (e.g. the webhook's request), or of
         `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
         children of this start's span, whichever worker runs them and however late
-        (docs/observability.md).
+        (docs/observability.md). `priority` (0-1000, default the workflow's in
+        `priorities=`, else 0): higher is claimed first, a run of priority p as if it had been
+        due p minutes earlier, so a long-due run of lower priority is never starved.
         """
-        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent)[0].id
+        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
+                              priority=priority)[0].id
 
     def start_run(self, name: str, input: Any = None, key: str | None = None, *,
-                  reuse: KeyReuse = "use_existing",
-                  traceparent: str | None = None) -> tuple[RunRecord, bool]:
+                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+                  priority: int | None = None) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it."""
+        if priority is not None:
+            check_priority(priority, "priority")
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
@@ -319,7 +339,8 @@ class Runtime:
                     return existing, False
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
-                                                    traceparent=begun.traceparent)  # fmt: skip
+                                                    traceparent=begun.traceparent,
+                                                    priority=priority)  # fmt: skip
             record, created = self.store.create_run(run, outbox, now)
             begun.run(record.id, created)
         if created:
@@ -331,10 +352,11 @@ class Runtime:
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
-        traceparent: str | None = None,
+        traceparent: str | None = None, priority: int | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
-        effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
+        effects (for helpers that insert the run their own way, e.g. scheduled starts); the
+        run's `priority` defaults to the workflow's."""
         machine = self._latest.get(name)
         if machine is None:
             known = ", ".join(sorted(self._latest)) or "none"
@@ -352,6 +374,7 @@ class Runtime:
             status=columns.status,
             wake_at=columns.wake_at,
             traceparent=traceparent,
+            priority=self.priorities.get(name, 0) if priority is None else priority,
         )
         return run, outbox, effects
 

@@ -102,6 +102,7 @@ class PostgresStore(SQLStore):
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
     _JSON_VERSION = "snapshot->>'version'"
+    _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0004
     _CREATE_IS_ONE_STATEMENT = True
 
     def __init__(
@@ -256,7 +257,7 @@ class PostgresStore(SQLStore):
             "state": run.state, "snapshot": Jsonb(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
-            "traceparent": run.traceparent,
+            "traceparent": run.traceparent, "priority": run.priority,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -282,7 +283,9 @@ class PostgresStore(SQLStore):
         asked = CLAIMABLE_BY_EVENT.format(free=free)
         sql = (
             f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
-            f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            # priorities (issue 30): never negative, so a due run's order is at most now
+            f"AND {self._CLAIM_ORDER} <= %(now)s {version_sql} ORDER BY {self._CLAIM_ORDER} "
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             # the inbox's run ids as one array: an index probe per id, whatever the planner
             # guesses of the (often empty, never analysed) inbox
             f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
@@ -341,7 +344,7 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            NULL, NULL, 1, 0, %(traceparent)s)
+            NULL, NULL, 1, 0, %(traceparent)s, %(priority)s, NULL)
     ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
     RETURNING *
 ), effects AS (
