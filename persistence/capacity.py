@@ -34,13 +34,15 @@ from statecharts import Machine
 class Limit:
     """What a named limit allows: at most `max_in_flight` calls at once, at most `calls` calls
     started in any `per_ms` window, or both. `recheck_ms`: how long a queued run sleeps before
-    it looks again on its own (a freed slot wakes it sooner; this only covers slots freed by an
-    expired lease)."""
+    it looks again on its own. A freed slot is handed over and its run woken at once, and a
+    dead holder's slot comes back when its run is claimed again, so this is only a safety net
+    (say, a run the slot was handed to was cancelled before it came); kept long, because every
+    queued run looks again that often."""
 
     max_in_flight: int | None = None
     calls: int | None = None
     per_ms: int = 1000
-    recheck_ms: int = 30_000
+    recheck_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight is None and self.calls is None:

@@ -67,8 +67,10 @@ class SQLCapacity(SQLDialect):
                     "state = 'held', owner = excluded.owner, expires_at = NULL",
                     (name, holder, rid, owner, self._t(now)),
                 )
+            # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
+            # of every waiting run, which stale statistics say is empty, instead of one row)
             self._exec(conn, "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
-                       "waiting_for IS NOT NULL", (rid,))  # fmt: skip
+                       "coalesce(waiting_for, '') <> ''", (rid,))  # fmt: skip
             return Grant(True)
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
@@ -136,16 +138,19 @@ class SQLCapacity(SQLDialect):
         ts = self._t(now)
         # slots of holders whose lease ended, and reservations nobody came for, queue again
         # (at their old place: first in line)
+        # (the states are named, so only that part of the queue index is read: never the
+        # waiting runs, however many there are)
         self._exec(
             conn,
             "UPDATE workflow_capacity SET state = 'waiting', owner = NULL, expires_at = NULL "
-            "WHERE name = ? AND ((state = 'reserved' AND expires_at <= ?) OR "
-            f"(state = 'held' AND NOT {_LIVE_HOLD}))",
+            "WHERE name = ? AND state IN ('held', 'reserved') AND CASE WHEN state = 'reserved' "
+            f"THEN expires_at <= ? ELSE NOT {_LIVE_HOLD} END",
             (name, ts, ts),
         )
         taken = self._exec(
             conn,
-            "SELECT holder FROM workflow_capacity WHERE name = ? AND state <> 'waiting'",
+            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', "
+            "'reserved')",
             (name,),
         ).fetchall()
         if holder is not None and (holder,) in taken:
@@ -153,25 +158,44 @@ class SQLCapacity(SQLDialect):
         free = max_in_flight - len(taken)
         if free <= 0:
             return False
-        heads = [str(h) for (h, r) in self._exec(
-            conn,
-            f"SELECT c.holder, c.run_id{self._TEXT_ID} FROM workflow_capacity c JOIN "
-            "workflow_runs r ON r.id = c.run_id WHERE c.name = ? AND c.state = 'waiting' AND "
-            "r.status = 'active' ORDER BY c.queued_at, c.holder LIMIT ?",
-            (name, free),
-        ).fetchall()]  # fmt: skip
+        heads = self._heads(conn, name, free)
         granted = holder is not None and (holder in heads or len(heads) < free)
-        others = [h for h in heads if h != holder]
+        others = {h: r for h, r in heads.items() if h != holder}
         if others:
             marks = ",".join("?" * len(others))
             self._exec(conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? "
                        f"WHERE name = ? AND holder IN ({marks})",
                        (self._t(now + lease_ms), name, *others))  # fmt: skip
-            self._exec(conn, "UPDATE workflow_runs SET wake_at = ? WHERE id IN (SELECT run_id "
-                       f"FROM workflow_capacity WHERE name = ? AND holder IN ({marks})) "
+            self._exec(conn, f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({marks}) "
                        "AND lease_owner IS NULL AND status = 'active'",
-                       (ts, name, *others))  # fmt: skip
+                       (ts, *others.values()))  # fmt: skip
         return granted
+
+    def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
+        """The first `count` holders in the queue whose runs are still active; places of runs
+        that ended meanwhile (cancelled while waiting) are dropped on the way. Read from the
+        queue's index, then the runs by id: never a plan that reads every waiting run. Holder
+        -> run id (as a parameter)."""
+        heads: dict[str, Any] = {}
+        while len(heads) < count:
+            rows = self._exec(
+                conn,
+                f"SELECT holder, run_id{self._TEXT_ID} FROM workflow_capacity WHERE name = ? "
+                "AND state = 'waiting' ORDER BY queued_at, holder LIMIT ?",
+                (name, count - len(heads)),
+            ).fetchall()
+            if not rows:
+                break
+            marks = ",".join("?" * len(rows))
+            active = {str(r) for (r,) in self._exec(
+                conn, f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE id IN ({marks}) AND "
+                "status = 'active'", [self._id(str(r)) for _, r in rows]).fetchall()}  # fmt: skip
+            gone = [str(h) for h, r in rows if str(r) not in active]
+            if gone:
+                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
+                           f"({','.join('?' * len(gone))})", (name, *gone))  # fmt: skip
+            heads.update((str(h), self._id(str(r))) for h, r in rows if str(r) in active)
+        return heads
 
     def _queue(self, conn: Any, name: str, holder: str, run_id: str, now: int) -> None:
         """Put `holder` in the queue of `name`, keeping its place if it had one."""
