@@ -12,6 +12,9 @@ runs stepped at once). Before a worker makes a limited call it asks the store fo
 - **pause**: a failed call whose error carries `retry_after` (ms; `Retry-After` mapped by the
   HTTP edge) pauses the limit for every run until then, not only for the run that was told.
 
+A call site naming a limit the runtime was not given is not capped (an INFO line names it) but
+still paused by a Retry-After, so naming the downstream is useful on its own.
+
 A run that gets no place does not block a thread: it is released at once, with "waiting for
 capacity: crm" (or "rate limited: crm", "paused by Retry-After: crm") on its row, and queued in
 arrival order; a freed slot is handed to the first run in the queue, which is woken. Nothing of
@@ -20,6 +23,7 @@ the step is lost or repeated: the call had not started.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +32,8 @@ from persistence.outbox import Executed, invoke_of
 from persistence.stores import RunRecord, Store
 from persistence.stores.base import MAX_PRIORITY, Grant
 from statecharts import Machine
+
+log = logging.getLogger("statecharts.capacity")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,18 @@ class Limit:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or value < 1):  # fmt: skip
                 raise ValueError(f"Limit.{name} must be an integer >= 1, not {value!r}")
+
+
+class _PausesOnly:
+    """A limit named by a call site but not configured: no cap, only Retry-After pauses."""
+
+    max_in_flight: int | None = None
+    calls: int | None = None
+    per_ms = 1000
+    recheck_ms = 300_000
+
+
+_PAUSES_ONLY = _PausesOnly()
 
 
 def check_priority(priority: Any, where: str) -> int:
@@ -79,12 +97,16 @@ class LoadControl:
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits[{name!r}] must be a Limit, not {type(limit).__name__}")
         known = ", ".join(sorted(self.limits)) or "none"
+        self.named = set(self.limits)
         for machine in machines:
             for invoke in (i for n in machine.definition.nodes for i in n.invoke):
                 if invoke.limit is not None and invoke.limit not in self.limits:
-                    raise ValueError(f"machine {machine.id!r}: {invoke.config_path}.limit: no "
-                                     f"limit {invoke.limit!r} in Runtime(limits=...) "
-                                     f"(known: {known})")  # fmt: skip
+                    log.info("machine %r: %s.limit: no limit %r in Runtime(limits=...) "
+                                "(known: %s): its calls are not capped, only paused by a "
+                                "Retry-After", machine.id, invoke.config_path, invoke.limit,
+                                known)  # fmt: skip
+                if invoke.limit is not None:
+                    self.named.add(invoke.limit)
         ids = {m.id for m in machines}
         for workflow, name in self.workflow_limits.items():
             if workflow not in ids:
@@ -95,7 +117,7 @@ class LoadControl:
 
     def places(self, machine: Machine, pending: Sequence[tuple[str, str, Any]]) -> list[Place]:
         """The limited calls among a run's pending effects (key, kind, payload)."""
-        if not self.limits:
+        if not self.named:
             return []
         found = []
         for key, kind, payload in pending:
@@ -116,7 +138,7 @@ class LoadControl:
         released by the store) waits for what the refusal says."""
         taken: list[Place] = []
         for name, holder in places:
-            limit = self.limits[name]
+            limit = self.limits.get(name, _PAUSES_ONLY)
             grant = self.store.acquire_capacity(
                 name, holder, run.id, owner, now, max_in_flight=limit.max_in_flight,
                 calls=limit.calls, per_ms=limit.per_ms, recheck_ms=limit.recheck_ms,
@@ -130,9 +152,11 @@ class LoadControl:
     def leave(self, places: Sequence[Place], now: int, lease_ms: int) -> None:
         """Give the slots back (the next queued runs are woken)."""
         for name, holder in places:
-            self.store.release_capacity(name, [holder], now,
-                                        max_in_flight=self.limits[name].max_in_flight,
-                                        lease_ms=lease_ms)  # fmt: skip
+            limit = self.limits.get(name, _PAUSES_ONLY)
+            if limit.max_in_flight is not None:
+                self.store.release_capacity(name, [holder], now,
+                                            max_in_flight=limit.max_in_flight,
+                                            lease_ms=lease_ms)  # fmt: skip
 
     def pause_after(self, places: Sequence[Place], done: Sequence[Executed], now: int) -> None:
         """A limited call that failed with a `retry_after` pauses its limit for everyone."""

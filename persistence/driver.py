@@ -119,8 +119,11 @@ class RunDriver:
     """Steps runs leased by `owner` until they wait, end, or the worker stops."""
 
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
-                 parallel: int = 1) -> None:  # fmt: skip
+                 parallel: int = 1,
+                 waits: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.runtime = runtime
+        self.waits = waits
+        """Told the id of each run released to wait for a limit (no longer this driver's)."""
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
@@ -232,6 +235,8 @@ class RunDriver:
         log.debug("run %s (%s): %s, looks again at %s", run.id, run.workflow_name,
                   grant.reason, grant.retry_at)  # fmt: skip
         self.telemetry.waiting(run, grant.reason or "")
+        if self.waits is not None:
+            self.waits(run.id)
 
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place

@@ -233,10 +233,14 @@ def test_a_bad_limit_key_names_its_path() -> None:
         _limited_machine(4)
 
 
-def test_an_unknown_limit_names_the_call_site(store: Store) -> None:
+def test_an_unconfigured_limit_names_the_call_site(store: Store,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
     machine = _limited_machine("crm")
-    with pytest.raises(ValueError, match=r"'m': states\.a\.invoke\.limit: no limit 'crm'"):
-        Runtime(store, [machine], limits={"other": Limit(max_in_flight=1)})
+    caplog.set_level("INFO", "statecharts.capacity")
+    Runtime(store, [machine], limits={"other": Limit(max_in_flight=1)})
+    assert "'m': states.a.invoke.limit: no limit 'crm' in Runtime(limits=...)" in caplog.text
+    with pytest.raises(ValueError, match=r"workflow_limits\['m'\]: no limit 'nope'"):
+        Runtime(store, [machine], limits={"crm": Limit(2)}, workflow_limits={"m": "nope"})
     with pytest.raises(ValueError, match="priority is an integer from 0 to 1000"):
         Runtime(store, [machine], limits={"crm": Limit(2)}, priorities={"m": 1001})
     with pytest.raises(ValueError, match=r"Limit\.max_in_flight must be an integer >= 1"):
@@ -288,3 +292,43 @@ def _at_schema_3(run: Callable[[str], object], dialect: str, stamp: str) -> None
     for migration in schema.migrations(dialect)[:3]:
         run(f"INSERT INTO {schema.VERSION_TABLE} VALUES ({migration.version}, "
             f"'{migration.name}', {stamp})")
+
+
+# -- where people look: the UI, the diagram, the metrics ----------------------------------------
+
+def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
+    from fastapi.testclient import TestClient
+
+    from persistence.telemetry.metrics import LIMIT_IN_FLIGHT, RUNS_WAITING, StoreGauges
+    from persistence.ui.app import create_app
+
+    machine = _limited_machine("crm")
+    rt = Runtime(store, [machine], limits={"crm": Limit(max_in_flight=1)})
+    first, second = rt.start("m"), rt.start("m", priority=7)
+    now = rt.clock.now()
+    leased = {r.id: r.lease_owner for r in store.claim_runs("w", now, 60_000, 10)}
+    args = {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 60_000,
+            "lease_ms": 60_000}  # fmt: skip
+    assert store.acquire_capacity("crm", "a", second, str(leased[second]), now, **args).granted
+    assert not store.acquire_capacity("crm", "b", first, str(leased[first]), now, **args).granted
+    client = TestClient(create_app(store, [machine]))
+    listing = client.get("/").text
+    assert f"{CAPACITY}: crm" in listing
+    page = client.get(f"/runs/{first}").text
+    assert 'id="waiting-for"' in page and "Waiting for capacity: crm" in page
+    assert "priority 7" in client.get(f"/runs/{second}").text
+    limits = client.get("/limits").text
+    assert 'data-limit="crm"' in limits and "m: m.a" in limits and "1 waiting for capacity" \
+        in limits  # fmt: skip
+    assert client.get(f"/api/runs/{first}").json()["waiting_for"] == f"{CAPACITY}: crm"
+    readings = {(m.name, labels): v for m, labels, v in StoreGauges(rt).readings()}
+    assert readings[(LIMIT_IN_FLIGHT.name, ("crm",))] == 1
+    assert readings[(RUNS_WAITING.name, ("crm", CAPACITY))] == 1
+
+
+def test_the_diagram_says_where_a_call_is_limited() -> None:
+    from statecharts.render import to_dot, to_mermaid
+
+    machine = _limited_machine("crm")
+    assert "limited by “crm”: waits for capacity" in to_mermaid(machine)
+    assert "limited by “crm”: waits for" in to_dot(machine)  # (wrapped there)
