@@ -333,6 +333,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cached_markdown(path: Path = RESULTS) -> str:
+    """The section from the last run's results (`make load` writes them), or how to get them."""
+    if not path.exists():
+        return "No results yet: run `make load` (about 15 minutes), then `make bench`.\n"
+    return markdown(json.loads(path.read_text(encoding="utf-8")))
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The section of docs/performance.md, from a report (`load_results.json`)."""
     machine = report["machine"]

@@ -40,15 +40,15 @@ log = logging.getLogger("statecharts.capacity")
 class Limit:
     """What a named limit allows: at most `max_in_flight` calls at once, at most `calls` calls
     started in any `per_ms` window, or both. `recheck_ms`: how long a queued run sleeps before
-    it looks again on its own. A freed slot is handed over and its run woken at once, and a
-    dead holder's slot comes back when its run is claimed again, so this is only a safety net
-    (say, a run the slot was handed to was cancelled before it came); kept long, because every
-    queued run looks again that often."""
+    it looks again on its own. A freed slot is handed over and its run woken at once, a dead
+    holder's slot comes back when its run is claimed again, and every worker hands over slots
+    freed by expired leases now and then (`LoadControl.sweep`), so this is only the last safety
+    net; kept long, because every queued run looks again that often (a herd of its own)."""
 
     max_in_flight: int | None = None
     calls: int | None = None
     per_ms: int = 1000
-    recheck_ms: int = 300_000
+    recheck_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight is None and self.calls is None:
@@ -66,7 +66,7 @@ class _PausesOnly:
     max_in_flight: int | None = None
     calls: int | None = None
     per_ms = 1000
-    recheck_ms = 300_000
+    recheck_ms = 3_600_000
 
 
 _PAUSES_ONLY = _PausesOnly()
@@ -156,6 +156,14 @@ class LoadControl:
             if limit.max_in_flight is not None:
                 self.store.release_capacity(name, [holder], now,
                                             max_in_flight=limit.max_in_flight,
+                                            lease_ms=lease_ms)  # fmt: skip
+
+    def sweep(self, now: int, lease_ms: int) -> None:
+        """Hand slots freed by expired leases (and reservations nobody came for) to the queues'
+        heads: what a release would have done had the holder lived to make it."""
+        for name, limit in sorted(self.limits.items()):
+            if limit.max_in_flight is not None:
+                self.store.release_capacity(name, [], now, max_in_flight=limit.max_in_flight,
                                             lease_ms=lease_ms)  # fmt: skip
 
     def pause_after(self, places: Sequence[Place], done: Sequence[Executed], now: int) -> None:

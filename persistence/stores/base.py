@@ -735,8 +735,9 @@ class Capacity(Protocol):
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
                          max_in_flight: int | None, lease_ms: int) -> None:
-        """Give back `holders`' slots of `name` and hand the freed ones to the first runs
-        in the queue (reserved for them for `lease_ms`, and woken)."""
+        """Give back `holders`' slots of `name` and hand the freed ones (and those of holders
+        whose lease expired) to the first runs in the queue (reserved for them for `lease_ms`,
+        and woken to be claimed before any other run)."""
         ...
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:

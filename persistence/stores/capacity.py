@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from persistence.stores.base import Grant, LimitUsage
+from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS, Grant, LimitUsage
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -75,14 +75,16 @@ class SQLCapacity(SQLDialect):
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
                          max_in_flight: int | None, lease_ms: int) -> None:  # fmt: skip
-        """Free `holders`' slots and hand them to the head of the queue."""
-        if not holders or max_in_flight is None:
+        """Free `holders`' slots and hand them to the head of the queue (with no holders: only
+        hand over the slots freed by expired leases, as workers do now and then)."""
+        if max_in_flight is None:
             return
         with self._write() as conn:
             self._lock_limit(conn, name, now)
-            marks = ",".join("?" * len(holders))
-            self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
-                       f"({marks})", (name, *holders))  # fmt: skip
+            if holders:
+                marks = ",".join("?" * len(holders))
+                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
+                           f"({marks})", (name, *holders))  # fmt: skip
             self._place(conn, name, None, None, now, max_in_flight, lease_ms)
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:
@@ -166,9 +168,12 @@ class SQLCapacity(SQLDialect):
             self._exec(conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? "
                        f"WHERE name = ? AND holder IN ({marks})",
                        (self._t(now + lease_ms), name, *others))  # fmt: skip
+            # a reserved slot is capacity standing idle: its run is claimed before any other
+            # (as if due long ago, at the top priority)
+            first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
             self._exec(conn, f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({marks}) "
                        "AND lease_owner IS NULL AND status = 'active'",
-                       (ts, *others.values()))  # fmt: skip
+                       (first, *others.values()))  # fmt: skip
         return granted
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
