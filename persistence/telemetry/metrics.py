@@ -95,9 +95,9 @@ LIMIT_IN_FLIGHT = Metric("statecharts_limit_in_flight", "gauge",
                          ("limit",))  # fmt: skip
 RUNS_WAITING = Metric("statecharts_runs_waiting", "gauge",
                       "Active runs waiting for a named limit, by reason", ("limit", "reason"))
-LIMIT_PAUSED = Metric("statecharts_limit_paused_seconds", "gauge",
+LIMIT_PAUSED = Metric("statecharts_limit_pause_left", "gauge",
                       "Seconds left of a Retry-After pause of a named limit (0: not paused)",
-                      ("limit",), "s")  # fmt: skip
+                      ("limit",))  # fmt: skip
 
 INSTRUMENTS = (RUNS_STARTED, RUNS_FINISHED, STEPS, STEP_DURATION, EFFECT_DURATION,
                EFFECT_FAILURES, RETRIES_SCHEDULED, LEASE_TAKEOVERS, LEASES_LOST, CLAIM_LAG,
