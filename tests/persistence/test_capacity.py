@@ -333,3 +333,25 @@ def test_the_diagram_says_where_a_call_is_limited() -> None:
     machine = _limited_machine("crm")
     assert "limited by “crm”: waits for capacity" in to_mermaid(machine)
     assert "limited by “crm”: waits for" in to_dot(machine)  # (wrapped there)
+
+
+def test_a_limited_workflow_has_at_most_n_runs_stepped_at_once(store: Store) -> None:
+    from persistence.worker import Worker
+
+    seen: list[set[str | None]] = []
+    ids: list[str] = []
+
+    def probe(value: object) -> str:  # runs inside the step of one of the two runs
+        seen.append({store.get_run(i).waiting_for for i in ids})
+        return "ok"
+
+    machine = create_machine({"id": "backfill", "initial": "a", "states": {
+        "a": {"invoke": {"src": "probe", "onDone": "b"}}, "b": {"type": "final"}}},
+        actors={"probe": probe})  # fmt: skip
+    rt = Runtime(store, [machine], limits={"nightly": Limit(max_in_flight=1)},
+                 workflow_limits={"backfill": "nightly"})  # fmt: skip
+    ids += [rt.start("backfill"), rt.start("backfill")]
+    Worker(rt, batch=4).run_until_idle()
+    assert all(store.get_run(i).status == "done" for i in ids)
+    assert len(seen) == 2 and f"{CAPACITY}: nightly" in seen[0]  # the other one waited
+    assert store.capacity_usage(rt.clock.now())[0].in_flight == 0
