@@ -463,7 +463,10 @@ def _runs_list(args: argparse.Namespace) -> int:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
         notes = "" if run is None else ((f"  last_error={run.last_error}" if run.last_error
                                          else "") + (f"  problem={run.problem}" if run.problem
-                                                     else ""))  # fmt: skip
+                                                     else "")
+                                        + (f"  waiting_for={run.waiting_for}"
+                                           if run.waiting_for and not run.terminal
+                                           else ""))  # fmt: skip
         print(f"{line}  {row[-1]}{notes}")
     if not runs:
         print("(no runs)", file=sys.stderr)
