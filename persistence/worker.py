@@ -44,7 +44,8 @@ class Worker:
     on the network together rather than one after another.
     A thread that finds no work waits for a wake-up (a start or a sent event, in this process
     or, on PostgreSQL, from any process by NOTIFY: `persistence.wakeup`) or `poll_ms`, which
-    is still how timers coming due and expired leases are found.
+    is still how timers coming due and expired leases are found; so does a thread whose last
+    claim took fewer than `batch` runs, once it has stepped them.
     `lease_ms`: how long a claim lasts without a heartbeat (a SIGKILLed worker's runs are taken
     over after at most this long). `poll_ms`: sleep when there is no work. `report_every_s`:
     how often stuck runs and runs of unknown definitions are logged. `schedules`: scheduled
@@ -178,8 +179,6 @@ class Worker:
                     orphans.discard(run_id)
                 seen = wakeup.seen()  # before the claim: a start in between still wakes us
                 claimed = self._claim(owner, self.batch)
-                if not claimed and not self._stop.is_set():
-                    wakeup.wait(seen, self.poll_s)
                 ids = {run.id for run in claimed}
                 self._hold(owner, ids, True)
                 orphans |= ids
@@ -189,6 +188,10 @@ class Worker:
                     self._hold(owner, ids, False)
                 orphans -= ids
                 backoff = 0.0
+                # A short claim took all that was due then; what came since woke us (`seen`
+                # is older than the claim), so claim again at once only after a full one.
+                if len(claimed) < self.batch and not self._stop.is_set():
+                    wakeup.wait(seen, self.poll_s)
             except StoreUnavailableError as exc:
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,
