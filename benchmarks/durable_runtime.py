@@ -23,10 +23,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import STEPS, DurableRow
+from benchmarks.durable import STEPS, DurableRow, in_threads, reset_database, with_database
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"
@@ -93,20 +94,22 @@ def measure_postgres(dsn: str, backend: str, workers: int, n: int,
                      repeat: int) -> list[DurableRow]:
     """The 3-step workflow on PostgreSQL, in a database of its own (recreated per run), with
     the database's transaction count per workflow (every autocommit statement counts)."""
-    from benchmarks.durable import reset_database, with_database
-
-    def fresh_url() -> str:
-        import psycopg
-
-        reset_database(dsn, PG_DATABASE)
-        with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {PG_DATABASE}")
-        return with_database(dsn, PG_DATABASE)
-
     try:
-        return _measure(fresh_url, backend, workers, n, repeat, _transactions)
+        return _measure(partial(_fresh_database, dsn), backend, workers, n, repeat,
+                        _transactions)
     finally:
         reset_database(dsn, PG_DATABASE)
+
+
+def _fresh_database(dsn: str) -> str:
+    """The URL of `PG_DATABASE` on the server of `dsn`, dropped and created empty (so its
+    transaction counter shows what the measured runs cost)."""
+    import psycopg
+
+    reset_database(dsn, PG_DATABASE)
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {PG_DATABASE}")
+    return with_database(dsn, PG_DATABASE)
 
 
 def _transactions(url: str) -> int:
@@ -132,18 +135,8 @@ def inline_postgres(dsn: str, backend: str, clients: int, n: int) -> list[Durabl
     workflows one at a time in the caller (`Inline.run`, as DBOS runs them), and (one client)
     a client starting runs one at a time for an idle worker to pick up; with transactions per
     workflow from pg_stat_database."""
-    from benchmarks.durable import reset_database, with_database
-
-    def fresh_url() -> str:
-        import psycopg
-
-        reset_database(dsn, PG_DATABASE)
-        with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {PG_DATABASE}")
-        return with_database(dsn, PG_DATABASE)
-
     try:
-        return _in_flight(fresh_url, backend, clients, n, _transactions)
+        return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions)
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -218,8 +211,6 @@ def _inline_clients(inline: Any, clients: int, n: int, offset: int) -> float:
         for x in range(offset + c * per_client, offset + (c + 1) * per_client):
             got = inline.run(WORKFLOW, {"x": x})
             assert got.status == "done" and got.output == expected(x), (got, expected(x))
-
-    from benchmarks.durable import in_threads
 
     return in_threads(clients, client)
 
