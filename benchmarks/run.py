@@ -234,11 +234,16 @@ WHY_SHORT: dict[str, str] = {
   About two commits would need the claim folded into the step's commit (an optimistic step
   checked by version alone, leasing only when the step leaves effects to run): not done here.""",
     "vs DBOS": """\
-- **Against DBOS**: at equal concurrency both sides are bound by their commits (DBOS: about
-  18 transactions per workflow; this project: 4); the batched worker on a backlog is bound by
-  Python per step (the engine's transition, the snapshot's JSON, the effect call), not by the
-  database (`python -m benchmarks.hotspots`), and at four clients the threads share one
-  process's GIL and the two cores with PostgreSQL and DBOS's process.""",
+- **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
+  step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and
+  status (about 18 transactions per workflow counted the same way, 5 of them writing). Where
+  commits are cheap the per-statement work decides and the ratio is about 4x; where the disk is
+  busy (other processes fsyncing: see the load averages) every fsync costs more on both sides
+  and the ratio falls toward the ratio of durable commits. Issue 20's lane measured, interleaved
+  with DBOS: 4.2x at load about 1, 3.7x at load 5-12, 2.0-2.4x at load 7-8. The batched worker
+  on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect
+  call), not by the database; at four clients the threads share one process's GIL and the two
+  cores with PostgreSQL and DBOS's process.""",
 }
 
 
