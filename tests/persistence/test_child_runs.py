@@ -19,6 +19,7 @@ from statecharts import (
     SimulatedClock,
     assign,
     create_machine,
+    from_callable,
     send_parent,
     send_to,
     spawn_child,
@@ -263,12 +264,15 @@ def test_spawn_child_lives_until_stopped_or_the_parent_ends(
     assert [c.status for c in runtime.children(second)] == ["cancelled"]
 
 
+def _always_fails(input: Any) -> Any:
+    raise TimeoutError("the bank did not answer")
+
+
 flaky_child = create_machine({
     "id": "flaky_child", "initial": "working",
-    "context": lambda input: {"attempt": (input or {}).get("attempt")},
-    "states": {"working": {"always": [{"guard": "last", "target": "ok"}, {"target": "bad"}]},
-               "ok": {"type": "final"}, "bad": {"type": "final", "failure": "flaky"}},
-}, guards={"last": lambda ctx, ev: False})  # fmt: skip
+    "states": {"working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
+               "ok": {"type": "final"}},
+}, actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
 
 
 def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
@@ -278,7 +282,8 @@ def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
         "id": "retrying", "initial": "calling",
         "states": {
             "calling": {"invoke": {"id": "sub", "src": "flaky_child",
-                                   "retry": {"max_attempts": 3, "delay_ms": 1000},
+                                   "retry": {"max_attempts": 3, "initial_interval": 1000,
+                                             "backoff": "fixed"},
                                    "onDone": "ok", "onError": "gave_up"}},
             "ok": {"type": "final"}, "gave_up": {"type": "final"}},
     }, actors={"flaky_child": flaky_child})  # fmt: skip
