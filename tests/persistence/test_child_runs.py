@@ -297,3 +297,79 @@ def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
     keys = sorted(c.key or "" for c in runtime.children(run_id))
     assert keys == ["r/sub", "r/sub#2", "r/sub#3"]
     assert all(c.status == "error" for c in runtime.children(run_id))
+
+
+# -- upgrading to schema 4 --------------------------------------------------------------------
+
+def _upgrade_keeps_runs_and_keys(store: Store, old_id: str, clock: SimulatedClock) -> None:
+    """After the upgrade: the old run reads with no parent, its key still starts it once, and
+    its tree of child runs starts and completes."""
+    from persistence import schema
+
+    assert store.schema_version() == schema.latest_version(store.dialect)  # type: ignore[attr-defined]
+    old = store.get_run(old_id)
+    assert (old.parent_run_id, old.parent_invoke_id, old.key) == (None, None, "order-1")
+    runtime = Runtime(store, [order], clock=clock)
+    run, effects, _ = runtime.prepare_run("order", {"card": "ok"}, "order-1", clock.now())
+    again, created = store.create_run(run, effects, clock.now())  # the unique index decides
+    assert (again.id, created) == (old_id, False)  # the active key still names one run
+    new = runtime.start("order", {"order_id": 2, "card": "ok", "amount": 1}, key="order-2")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(new).status == "done" and len(runtime.children(new)) == 1
+
+
+def test_upgrading_sqlite_to_schema_4_adds_the_parent_columns(
+    tmp_path: Any, clock: SimulatedClock
+) -> None:
+    import sqlite3
+
+    from persistence import schema
+    from persistence.stores import open_store
+    from persistence.stores.sqlite import _statements
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        for migration in schema.migrations("sqlite")[:3]:
+            for statement in _statements(migration.sql):
+                db.execute(statement)
+            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (?, ?, '')",
+                       (migration.version, migration.name))  # fmt: skip
+        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+                   "snapshot, status, created_at, updated_at) VALUES ('old', 'order', 'x', "
+                   "'order-1', 'paying', '{}', 'active', 1, 1)")  # fmt: skip
+    store = open_store(f"sqlite:///{path}", migrate=True)
+    try:
+        _upgrade_keeps_runs_and_keys(store, "old", clock)
+    finally:
+        store.close()
+
+
+def test_upgrading_postgres_to_schema_4_adds_the_parent_columns(
+    pg_dsn: str, pg_schema: str, clock: SimulatedClock
+) -> None:
+    import psycopg
+
+    from persistence import schema
+    from persistence.stores import open_store
+
+    old_id = "00000000-0000-4000-8000-000000000018"
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{pg_schema}"')
+        db.execute(f'SET search_path = "{pg_schema}"')
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        for migration in schema.migrations("postgres")[:3]:
+            db.execute(migration.sql.encode())
+            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (%s, %s, now())",
+                       (migration.version, migration.name))  # fmt: skip
+        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+                   "snapshot, status, created_at, updated_at) VALUES (%s, 'order', 'x', "
+                   "'order-1', 'paying', '{}', 'active', now(), now())", (old_id,))  # fmt: skip
+    sep = "&" if "?" in pg_dsn else "?"
+    store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
+    try:
+        _upgrade_keeps_runs_and_keys(store, old_id, clock)
+    finally:
+        store.close()
