@@ -18,8 +18,9 @@ the child's last step), so a crash at any point delivers it exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from persistence.outbox import actor_logic, starts_child_run
 from persistence.stores import Delivery
@@ -27,6 +28,9 @@ from persistence.stores.base import ACTIVE, child_ended_event
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, SendParent, SendTo, StartChild, StopChild
 from statecharts.frozen import thaw
+
+if TYPE_CHECKING:  # the runtime imports this module
+    from persistence.runtime import Runtime
 
 
 def nested_machines(machines: Iterable[Machine]) -> list[Machine]:
@@ -123,3 +127,24 @@ def ended_delivery(parent_run_id: str | None, invoke_id: str | None, status: str
     error = thaw(snapshot.error) if snapshot.status == "error" else None
     event = child_ended_event(invoke_id, status, thaw(snapshot.output), error, failure)
     return Delivery(event, parent=parent_run_id, completes=True)
+
+
+def detached_start(runtime: Runtime, workflow: str,
+                   input: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None
+                   ) -> Callable[..., str]:  # fmt: skip
+    """A user action that starts a *detached* run of `workflow`: no child of the run that
+    executes it (nothing waits for it, it outlives its starter, n8n's Execute Workflow with
+    "wait for sub-workflow completion" off). Its input is `input(context, event)` (default: the
+    context). It starts once per action effect however often a crash makes the action run
+    again: the run's key is `detached:<the action's idempotency key>`. Returns the run's id.
+
+        actions={"start_report": detached_start(runtime, "report")}
+    """
+
+    def start_detached(context: Mapping[str, Any], event: Mapping[str, Any], *,
+                       idempotency_key: str, **params: Any) -> str:  # fmt: skip
+        value = thaw(context) if input is None else input(context, event)
+        return runtime.start(workflow, value, key=f"detached:{idempotency_key}")
+
+    start_detached.__name__ = f"start_{workflow}"
+    return start_detached

@@ -373,3 +373,30 @@ def test_upgrading_postgres_to_schema_4_adds_the_parent_columns(
         _upgrade_keeps_runs_and_keys(store, old_id, clock)
     finally:
         store.close()
+
+
+def test_a_detached_start_runs_once_per_action_and_belongs_to_no_one(
+    store: Store, clock: SimulatedClock
+) -> None:
+    from persistence.children import detached_start
+
+    report = create_machine({"id": "report", "initial": "waiting",
+                             "states": {"waiting": {"on": {"GO": "sent"}},
+                                        "sent": {"type": "final"}}})  # fmt: skip
+    runtime = Runtime(store, [report], clock=clock)  # (the starter is added below)
+    start = detached_start(runtime, "report", lambda ctx, ev: {"for": ctx["who"]})
+    starter = create_machine({"id": "starter", "initial": "go", "context": {"who": "ann"},
+                              "states": {"go": {"entry": "start_report", "always": "done"},
+                                         "done": {"type": "final"}}},
+                             actions={"start_report": start})  # fmt: skip
+    runtime = Runtime(store, [starter, report], clock=clock)
+    run_id = runtime.start("starter")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).status == "done"
+    (effect,) = store.list_effects(run_id)
+    (detached,) = runtime.list(name="report")
+    assert detached.key == f"detached:{effect.idempotency_key}" and detached.status == "active"
+    assert detached.parent_run_id is None and runtime.children(run_id) == []
+    # the action running again (a crash after it ran) starts nothing new
+    assert start({"who": "ann"}, {}, idempotency_key=effect.idempotency_key) == detached.id
+    assert len(runtime.list(name="report")) == 1
