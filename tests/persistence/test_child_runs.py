@@ -8,6 +8,7 @@ takes its `onError`, cancelling the order cancels both descendants.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -400,3 +401,52 @@ def test_a_detached_start_runs_once_per_action_and_belongs_to_no_one(
     # the action running again (a crash after it ran) starts nothing new
     assert start({"who": "ann"}, {}, idempotency_key=effect.idempotency_key) == detached.id
     assert len(runtime.list(name="report")) == 1
+
+
+# -- the n8n importer's Execute Workflow ------------------------------------------------------
+
+def _n8n_node(name: str, kind: str, x: int, params: dict[str, Any] | None = None
+              ) -> dict[str, Any]:  # fmt: skip
+    return {"id": name, "name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 1,
+            "position": [x, 0], "parameters": params or {}}  # fmt: skip
+
+
+def _n8n_chain(name: str, *nodes: dict[str, Any]) -> dict[str, Any]:
+    links = {a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]}
+             for a, b in itertools.pairwise(nodes)}  # fmt: skip
+    return {"name": name, "nodes": list(nodes), "connections": links,
+            "settings": {"executionOrder": "v1"}}  # fmt: skip
+
+
+def _imported(data: dict[str, Any], name: str, **actors: Any) -> Any:
+    from statecharts.io.n8n import from_n8n
+    from statecharts.io.n8n.runtime import machine_config
+    from statecharts.io.n8n.validation import placeholder_implementations
+
+    result = from_n8n(data, name)
+    impls = placeholder_implementations(result)
+    impls["actors"].update(actors)
+    return create_machine(machine_config(result.config), guards=impls["guards"],
+                          actions=impls["actions"], actors=impls["actors"],
+                          delays=impls["delays"])  # fmt: skip
+
+
+def test_an_imported_execute_workflow_that_waits_runs_the_sub_workflow_as_a_child_run(
+    store: Store, clock: SimulatedClock
+) -> None:
+    sub = _imported(_n8n_chain("Sub", _n8n_node("When called", "executeWorkflowTrigger", 0),
+                               _n8n_node("Work", "noOp", 200)), "sub")  # fmt: skip
+    parent = _imported(_n8n_chain(
+        "Parent", _n8n_node("Start", "manualTrigger", 0),
+        _n8n_node("Run Sub", "executeWorkflow", 200, {"workflowId": "sub", "options": {}}),
+        _n8n_node("After", "noOp", 400)), "parent", run_sub=sub)  # fmt: skip
+    runtime = Runtime(store, [parent], clock=clock)
+    run_id = runtime.start("parent", key="n8n-1")
+    runtime.send(run_id, "START")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).status == "done"
+    (child,) = runtime.children(run_id)
+    assert (child.workflow_name, child.parent_invoke_id, child.key, child.status) == \
+        ("sub", "run_sub", "n8n-1/run_sub", "done")  # fmt: skip
+    applied = [e.event["type"] for e in store.list_events(run_id)]
+    assert applied.count("xstate.done.actor.run_sub") == 1
