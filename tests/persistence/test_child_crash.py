@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from machines.orders import MACHINES
 from persistence.runtime import Runtime
 from persistence.stores import RunQuery, RunRecord, Store, open_store
+from tests.persistence.conftest import kill_and_replace, stop_workers
 from tests.persistence.workflows import SLOW_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,15 +46,6 @@ def _spawn(url: str, log: Path) -> subprocess.Popen[bytes]:
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), SLOW_ENV: "15"},
         stdout=subprocess.DEVNULL, stderr=log.open("ab"),
     )  # fmt: skip
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
-    dsn = request.getfixturevalue("pg_dsn")
-    schema = request.getfixturevalue("pg_schema")
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
 
 
 def _all(store: Store, query: RunQuery) -> list[RunRecord]:
@@ -91,24 +80,16 @@ def test_sigkilled_workers_deliver_each_child_result_once_and_orphan_nothing(
         while store.count_runs().get("active", 0) and time.monotonic() - started < DEADLINE_S:
             time.sleep(rng.uniform(0.1, 0.4))
             if kills < 12 and store.count_runs().get("active", 0):
-                victim = rng.randrange(len(workers))
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait()
+                kill_and_replace(workers, rng.randrange(len(workers)),
+                                 lambda: _spawn(crash_url, log))
                 kills += 1
-                workers[victim] = _spawn(crash_url, log)
                 if kills % 4 == 0:
                     orphans += _orphans(store)
         assert not store.count_runs().get("active", 0), \
             f"runs still active after {DEADLINE_S}s: {store.count_runs()}"  # fmt: skip
     finally:
         time.sleep(2.0)  # a worker spawned just now handles SIGTERM once it has started
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_workers(workers)
     assert kills >= 3, "the test must actually kill workers"
     assert all(w.returncode == 0 for w in workers), log.read_text()[-3000:]
     assert orphans == [] and _orphans(store) == []
