@@ -342,3 +342,6 @@ def test_the_run_page_links_parent_and_children_and_draws_the_childs_state(
         assert f'href="/runs/{run_id}"' in middle and "child <b class=\"mono\">payment" in middle
         assert 'data-child-run-state="fraud_check: awaiting_review"' in middle
         assert f'href="/runs/{fraud.id}"' in middle
+        api = c.get(f"/api/runs/{payment.id}").json()
+        assert (api["parent_run_id"], api["parent_invoke_id"]) == (run_id, "payment")
+        assert [child["id"] for child in api["children"]] == [fraud.id]
