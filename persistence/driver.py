@@ -491,8 +491,7 @@ class RunDriver:
         """The error workflow to start with the step that makes an active run fail."""
         if status != "error" or before != "active":
             return []
-        found = self.runtime.error_run(run, state, error, now)
-        return [] if found is None else [found]
+        return self.runtime.error_run(run, state, error, now)
 
     def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
         """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot as it

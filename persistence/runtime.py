@@ -234,20 +234,21 @@ class Runtime:
 
     def error_run(
         self, run: RunRecord, state: str, error: str | None, now: int
-    ) -> tuple[NewRun, builtins.list[NewEffect]] | None:
-        """The error-workflow run to start, in the same transaction, when `run` fails; None if
-        its workflow names none. Runs of an error workflow never start one (no loops)."""
+    ) -> builtins.list[tuple[NewRun, builtins.list[NewEffect]]]:
+        """The error-workflow run to start, in the same transaction, when `run` fails, followed
+        by the child runs its first step starts; empty if its workflow names none. Runs of an
+        error workflow never start one (no loops)."""
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
-            return None
+            return []
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
         # a new trace, linked to the failed run's: one run, one trace
         with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
-            new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now,
-                                              traceparent=begun.traceparent)  # fmt: skip
+            new, outbox, effects = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+                                                    traceparent=begun.traceparent)  # fmt: skip
             begun.run(new.id, True)
-        return new, outbox
+        return [(new, outbox), *self.child_runs(new.id, new.key, effects, now, new.traceparent)]
 
     def child_runs(self, parent_id: str, parent_key: str | None, starts: Iterable[Effect],
                    now: int, traceparent: str | None = None

@@ -731,9 +731,12 @@ class Coordination(Protocol):
         run: NewRun,
         effects: Sequence[NewEffect],
         now: int,
+        *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> RunRecord | None:
-        """Advance schedule `name` to `fire_at` and create `run`, in one transaction. None (and
-        nothing written) if the schedule is no longer at `expected_version` (0 = never fired)."""
+        """Advance schedule `name` to `fire_at` and create `run` (and the child runs its first
+        step starts), in one transaction. None (and nothing written) if the schedule is no
+        longer at `expected_version` (0 = never fired)."""
         ...
 
 

@@ -181,6 +181,58 @@ class SQLDialect:
         """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
         raise NotImplementedError
 
+    def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                       runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                       now: int) -> None:  # fmt: skip
+        """Create `runs` (after `created`, already inserted), then queue the events the first
+        steps of all of them send, now that every one of them exists."""
+        for run, run_effects in runs:
+            self._create_in(conn, run, run_effects, now)
+        for run, _ in [*created, *runs]:
+            for delivery in run.deliveries:
+                self._deliver_in(conn, self._id(run.id), delivery, now)
+
+    def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
+        """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
+        ts, event = self._t(now), self._j(delivery.event)
+        if delivery.child is not None:
+            queued = self._exec(
+                conn,
+                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
+                "workflow_runs WHERE parent_run_id = ? AND parent_invoke_id = ? AND "
+                "status = 'active' RETURNING id",
+                (event, ts, run_id, delivery.child),
+            ).fetchall()
+            if not queued:
+                self._undeliverable_in(conn, run_id, delivery,
+                                       f"no active child run {delivery.child!r}", now)
+            return
+        if delivery.parent is None:
+            self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
+            return
+        sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
+               "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
+               "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
+               "FROM workflow_runs WHERE id = ?")  # fmt: skip
+        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, self._id(delivery.parent)]
+        if delivery.completes:  # unless the parent stopped this child (it waits no more)
+            sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
+                    "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
+            params.append(self._id(run_id))
+        self._exec(conn, sql, params)
+
+    def _undeliverable_in(self, conn: Any, run_id: str, delivery: Delivery, why: str,
+                          now: int) -> None:  # fmt: skip
+        """An event a run sent that has no one to go to: logged, and a dead letter of the
+        sender (listed with its run's dead letters)."""
+        reason = f"not delivered: {why}"
+        log.warning("run %s: event %r dead-lettered: %s", run_id, delivery.event.get("type"),
+                    reason)  # fmt: skip
+        ts = self._t(now)
+        self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
+                   "dead_reason) VALUES (?, ?, ?, ?, ?)",
+                   (self._id(run_id), self._j(delivery.event), ts, ts, reason))  # fmt: skip
+
     def _run(self, row: Sequence[Any], previous_owner: str | None = None,
              due_at: Any = None) -> RunRecord:  # fmt: skip
         """A run row (`RUN_COLUMNS`) as a record; on a claim, with the lease owner it was taken
@@ -221,17 +273,6 @@ class SQLRuns(SQLDialect):
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
             return record, created
-
-    def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                       runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                       now: int) -> None:  # fmt: skip
-        """Create `runs` (after `created`, already inserted), then queue the events the first
-        steps of all of them send, now that every one of them exists."""
-        for run, run_effects in runs:
-            self._create_in(conn, run, run_effects, now)
-        for run, _ in [*created, *runs]:
-            for delivery in run.deliveries:
-                self._deliver_in(conn, self._id(run.id), delivery, now)
 
     def _create_in(
         self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
@@ -361,47 +402,6 @@ class SQLRuns(SQLDialect):
         for (child,) in self._exec(conn, sql, params).fetchall():
             self._cancel_in(conn, str(child), now, f"stopped by its parent run {run_id}",
                             by_parent=True)  # fmt: skip
-
-    def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
-        """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
-        ts, event = self._t(now), self._j(delivery.event)
-        if delivery.child is not None:
-            queued = self._exec(
-                conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
-                "workflow_runs WHERE parent_run_id = ? AND parent_invoke_id = ? AND "
-                "status = 'active' RETURNING id",
-                (event, ts, run_id, delivery.child),
-            ).fetchall()
-            if not queued:
-                self._undeliverable_in(conn, run_id, delivery,
-                                       f"no active child run {delivery.child!r}", now)
-            return
-        if delivery.parent is None:
-            self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
-            return
-        sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
-               "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
-               "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
-               "FROM workflow_runs WHERE id = ?")  # fmt: skip
-        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, self._id(delivery.parent)]
-        if delivery.completes:  # unless the parent stopped this child (it waits no more)
-            sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
-                    "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
-            params.append(self._id(run_id))
-        self._exec(conn, sql, params)
-
-    def _undeliverable_in(self, conn: Any, run_id: str, delivery: Delivery, why: str,
-                          now: int) -> None:  # fmt: skip
-        """An event a run sent that has no one to go to: logged, and a dead letter of the
-        sender (listed with its run's dead letters)."""
-        reason = f"not delivered: {why}"
-        log.warning("run %s: event %r dead-lettered: %s", run_id, delivery.event.get("type"),
-                    reason)  # fmt: skip
-        ts = self._t(now)
-        self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
-                   "dead_reason) VALUES (?, ?, ?, ?, ?)",
-                   (self._id(run_id), self._j(delivery.event), ts, ts, reason))  # fmt: skip
 
     def _step_extras_in(self, conn: Any, commit: StepCommit, now: int) -> None:
         """What a committed step does to other runs, in its transaction, in this order: the
@@ -572,8 +572,7 @@ class SQLRuns(SQLDialect):
         self._dead_letter(conn, rid, "error", ts)
         self._journal_one(conn, rid, version, {"type": FAILED_EVENT, "reason": reason},
                           str(state), ts)  # fmt: skip
-        for run, run_effects in start_runs:
-            self._create_in(conn, run, run_effects, now)
+        self._create_all_in(conn, (), start_runs, now)
         self._ended_in(conn, rid, parent, invoke, now,
                        child_ended_event(invoke or "", "error", reason=reason))
         return True
@@ -925,8 +924,10 @@ class SQLCoordination(SQLDialect):
         run: NewRun,
         effects: Sequence[NewEffect],
         now: int,
+        *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> RunRecord | None:
-        """Advance the schedule and create its run together."""
+        """Advance the schedule and create its run (with its child runs) together."""
         try:
             with self._write() as conn:
                 if expected_version == 0:
@@ -945,7 +946,9 @@ class SQLCoordination(SQLDialect):
                     ).fetchall()
                 if not moved:
                     raise ScheduleMoved
-                record, _ = self._create_in(conn, run, effects, now)
+                record, created = self._create_in(conn, run, effects, now)
+                if created:
+                    self._create_all_in(conn, [(run, ())], children, now)
                 return record
         except ScheduleMoved:
             return None

@@ -450,3 +450,36 @@ def test_an_imported_execute_workflow_that_waits_runs_the_sub_workflow_as_a_chil
         ("sub", "run_sub", "n8n-1/run_sub", "done")  # fmt: skip
     applied = [e.event["type"] for e in store.list_events(run_id)]
     assert applied.count("xstate.done.actor.run_sub") == 1
+
+
+def test_an_error_workflow_and_a_scheduled_start_start_their_first_states_children(
+    store: Store, clock: SimulatedClock
+) -> None:
+    from persistence.scheduling import ScheduledStart
+
+    pager = create_machine({"id": "pager", "initial": "ringing",
+                            "states": {"ringing": {"on": {"ACK": "acked"}},
+                                       "acked": {"type": "final"}}})  # fmt: skip
+    alert = create_machine({"id": "alert", "initial": "paging", "states": {
+        "paging": {"invoke": {"id": "pager", "src": "pager", "onDone": "done"}},
+        "done": {"type": "final"}}}, actors={"pager": pager})  # fmt: skip
+    failing = create_machine({"id": "failing", "initial": "calling",
+                              "meta": {"error_workflow": "alert"}, "states": {
+                                  "calling": {"invoke": {"src": "call_bank"}}}},
+                             actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
+    runtime = Runtime(store, [failing, alert], clock=clock)
+    run_id = runtime.start("failing")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    assert runtime.get(run_id).status == "error"
+    alert_run = runtime.get_by_key("alert", f"error-of:{run_id}")
+    (paged,) = runtime.children(alert_run.id)
+    assert (paged.workflow_name, paged.key, paged.status) == \
+        ("pager", f"error-of:{run_id}/pager", "active")  # fmt: skip
+    schedule = ScheduledStart(runtime, "nightly", "alert", "* * * * *")
+    started = schedule.tick()
+    assert started is not None
+    (scheduled_pager,) = runtime.children(started)
+    runtime.send(scheduled_pager.id, "ACK")
+    worker.run_until_idle()
+    assert runtime.get(started).status == "done"
