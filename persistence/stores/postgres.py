@@ -46,7 +46,7 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
 )
-from persistence.stores.sql import PICKED_NAMES, RUN_NAMES, SQLStore
+from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
 log = logging.getLogger("statecharts.store")
@@ -292,7 +292,8 @@ class PostgresStore(SQLStore):
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": to_ts(run.wake_at if run.lease_owner else None),
-            "claims": int(bool(run.lease_owner)),
+            "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
+            "invoke": run.parent_invoke_id,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -363,18 +364,18 @@ class PostgresStore(SQLStore):
                    "inbox": params["inbox"].obj, "journal": params["journal"].obj,
                    "dead": params["dead"].obj}  # fmt: skip
         sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
-        starts = [c for c in commits if c.start_runs]
+        starts = [c for c in commits if c.start_runs or c.stop_children or c.deliveries]
         with self._conn() as conn:
             if not starts:  # the hot path: one statement, autocommit
                 written = dict(conn.execute(sql, params).fetchall())
             else:
                 with conn.transaction():
                     written = dict(conn.execute(sql, params).fetchall())
-                    for commit in starts:
-                        if _uuid(commit.run_id) in written:  # (rare: a run failed)
-                            for run, run_effects in commit.start_runs:
+                    for commit in starts:  # (rare: a run failed, or has child runs)
+                        if _uuid(commit.run_id) in written:
+                            for run, _ in commit.start_runs:
                                 check_status(run.status)
-                                self._create_in(conn, run, run_effects, now)
+                            self._step_extras_in(conn, commit, now)
         return [written.get(run_id) for run_id in ids]
 
 
@@ -383,8 +384,8 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s)
-    ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
+            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s)
+    {ACTIVE_KEY_CONFLICT} DO NOTHING
     RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= %(now)s THEN {_WAKE_CALL} END
 ), effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
@@ -397,7 +398,7 @@ SELECT {RUN_COLUMNS}, true FROM ins
 UNION ALL
 SELECT {RUN_COLUMNS}, false FROM workflow_runs
 WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
-  AND NOT EXISTS (SELECT 1 FROM ins)
+  AND parent_run_id IS NULL AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
 class _Listener:
