@@ -257,3 +257,16 @@ def test_a_notify_wakes_an_idle_worker_in_another_process(
         worker.wait(timeout=30)
         store.close()
     assert worker.returncode == 0, log.read_text()
+
+
+def test_a_run_started_in_the_caller_starts_its_child_runs_for_the_workers(store: Store) -> None:
+    from machines.orders import order
+
+    runtime = Runtime(store, [order], clock=SimulatedClock(1_700_000_000_000))
+    result = Inline(runtime).run("order", {"order_id": 7, "card": "ok", "amount": 30}, key="o-7")
+    assert result.status == "active"  # waiting for its child run, created with it
+    (payment,) = runtime.children(result.run_id)
+    assert (payment.parent_run_id, payment.key) == (result.run_id, "o-7/payment")
+    Worker(runtime).run_until_idle()
+    done = runtime.get(result.run_id)
+    assert done.status == "done" and done.snapshot["output"]["receipt"] is not None
