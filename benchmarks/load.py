@@ -333,6 +333,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _unfinished(s: dict[str, Any]) -> str:
+    """The drain cell of a scenario stopped at the 30-minute cap."""
+    return f"not in 30 min: {s['runs'] - s['not_done']:,} of {s['runs']:,} done"
+
+
 def cached_markdown(path: Path = RESULTS) -> str:
     """The section from the last run's results (`make load` writes them), or how to get them."""
     if not path.exists():
@@ -350,7 +355,7 @@ def markdown(report: dict[str, Any]) -> str:
         lag, claim = s["fire_lag_s"], s["claim_lag_s"]
         rows.append(
             f"| {s['name']} | {s['runs']:,} | {s['workers']} x {s['threads']} (batch "
-            f"{s['batch']}) | {drain if drain is not None else 'not drained'} | {rate} | "
+            f"{s['batch']}) | {drain if drain is not None else _unfinished(s)} | {rate} | "
             f"{lag.get('p50', '—')} / {lag.get('p95', '—')} / {lag.get('p99', '—')} / "
             f"{lag.get('max', '—')} | {claim.get('p50', '—')} / {claim.get('p99', '—')} | "
             f"{s['fired_early']} / {s['fired_twice']} / {s['never_fired']} | "

@@ -33,6 +33,9 @@ class RunSummary(BaseModel):
     priority: int = Field(0, description="0-1000, higher claimed first (with aging)")
     waiting_for: str | None = Field(None, description="what the run waits for, e.g. 'waiting "
                                     "for capacity: crm' (a named limit)")
+    parent_run_id: str | None = Field(None, description="the run that started this child run")
+    parent_invoke_id: str | None = Field(
+        None, description="this child run's invoke id in its parent (None once stopped)")
 
 
 class RunPage(BaseModel):
@@ -104,6 +107,8 @@ class RunDetailOut(RunSummary):
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
+    children: list[RunSummary] = Field(default_factory=list,
+                                       description="the child runs it started, newest first")
 
 
 def summary(run: RunRecord) -> RunSummary:
@@ -114,7 +119,8 @@ def summary(run: RunRecord) -> RunSummary:
         last_error=run.last_error, created_at=run.created_at, updated_at=run.updated_at,
         completed_at=run.completed_at, wake_at=run.wake_at, version=run.version,
         claim_count=run.claim_count, problem=run.problem, priority=run.priority,
-        waiting_for=run.waiting_for,
+        waiting_for=run.waiting_for, parent_run_id=run.parent_run_id,
+        parent_invoke_id=run.parent_invoke_id,
     )  # fmt: skip
 
 
@@ -151,5 +157,6 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
                       for d in detail.dead_letters],
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
+        children=[summary(c) for c in detail.children],
         journal_total=detail.journal_total,
     )  # fmt: skip

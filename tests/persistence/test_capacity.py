@@ -250,23 +250,23 @@ def test_an_unconfigured_limit_names_the_call_site(store: Store,
 
 # -- upgrading -----------------------------------------------------------------------------------
 
-def test_upgrading_to_schema_4_keeps_runs_claimable(tmp_path: Path, pg_dsn: str,
+def test_upgrading_to_load_control_keeps_runs_claimable(tmp_path: Path, pg_dsn: str,
                                                     pg_schema: str) -> None:  # fmt: skip
-    """Databases at schema 3 (SQLite and PostgreSQL) with a due run upgrade: the run has
-    priority 0, waits for nothing, and is claimed."""
+    """Databases at the schema before load control (SQLite and PostgreSQL) with a due run
+    upgrade: the run has priority 0, waits for nothing, and is claimed."""
     from persistence.stores.sqlite import _statements
 
     run_id = "00000000-0000-4000-8000-000000000001"
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as db:
-        _at_schema_3(lambda sql: [db.execute(s) for s in _statements(sql)], "sqlite", "''")
+        _before_load_control(lambda sql: [db.execute(s) for s in _statements(sql)], "sqlite", "''")
         db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
                    "snapshot, status, created_at, updated_at, wake_at) VALUES (?, 'w', 'x', "
                    "'s', '{}', 'active', 1, 1, 5)", (run_id,))  # fmt: skip
     with psycopg.connect(pg_dsn, autocommit=True) as pg:
         pg.execute(f'CREATE SCHEMA "{pg_schema}"')
         pg.execute(f'SET search_path = "{pg_schema}"')
-        _at_schema_3(lambda sql: pg.execute(sql.encode()), "postgres", "now()")
+        _before_load_control(lambda sql: pg.execute(sql.encode()), "postgres", "now()")
         pg.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
                    "snapshot, status, created_at, updated_at, wake_at) VALUES (%s, 'w', 'x', "
                    "'s', '{}', 'active', now(), now(), now() - interval '1 minute')",
@@ -275,7 +275,7 @@ def test_upgrading_to_schema_4_keeps_runs_claimable(tmp_path: Path, pg_dsn: str,
     for url in (f"sqlite:///{path}", f"{pg_dsn}{sep}schema={pg_schema}"):
         store = open_store(url, migrate=True)
         try:
-            assert store.schema_version() == 4
+            assert store.schema_version() == schema.latest_version(store.dialect)  # type: ignore[attr-defined]
             run = store.get_run(run_id)
             assert (run.priority, run.waiting_for) == (0, None)
             claimed = store.claim_runs("w", int(time.time() * 1000), 1000, 10)
@@ -284,13 +284,14 @@ def test_upgrading_to_schema_4_keeps_runs_claimable(tmp_path: Path, pg_dsn: str,
             store.close()
 
 
-def _at_schema_3(run: Callable[[str], object], dialect: str, stamp: str) -> None:
-    """Bring an empty database to schema 3, as the code before this issue did."""
-    for migration in schema.migrations(dialect)[:3]:
+def _before_load_control(run: Callable[[str], object], dialect: str, stamp: str) -> None:
+    """Bring an empty database to the schema before load control, as older code did."""
+    before = [m for m in schema.migrations(dialect) if m.name != "load_control"]
+    for migration in before:
         run(migration.sql)
     run(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
         f"name text NOT NULL, applied_at {'text' if dialect == 'sqlite' else 'timestamptz'})")
-    for migration in schema.migrations(dialect)[:3]:
+    for migration in before:
         run(f"INSERT INTO {schema.VERSION_TABLE} VALUES ({migration.version}, "
             f"'{migration.name}', {stamp})")
 
