@@ -64,7 +64,7 @@ def snapshot_invokes(machine: Machine) -> list[str]:
         for invoke in node.invoke:
             logic = invoke.logic or machine.implementations.actors.get(invoke.src)
             if isinstance(logic, Machine) and snapshot_actor_event_type(invoke.id) in handled:
-                found.append(f"{invoke.config_path}.onSnapshot")
+                found.append(f"{machine.id}: {invoke.config_path}.onSnapshot")
     return found
 
 

@@ -18,8 +18,9 @@ from prometheus_client import generate_latest
 
 from machines.orders import MACHINES, order
 from persistence import Runtime, Worker
+from persistence.cli import main as cli_main
 from persistence.runtime import NotResumableError
-from persistence.stores import Store
+from persistence.stores import Store, open_store
 from persistence.telemetry import Telemetry
 from persistence.telemetry.metrics import PrometheusMetrics
 from persistence.ui.app import create_app
@@ -567,6 +568,23 @@ def test_a_child_resumed_while_its_parent_waits_reports_one_result(
     assert store.dead_letters(run_id) == []
 
 
+def test_a_child_is_not_resumed_while_a_worker_holds_its_waiting_parent(
+    store: Store, clock: SimulatedClock
+) -> None:
+    _bank["up"] = False
+    runtime = Runtime(store, [bank_parent], clock=clock)
+    run_id = runtime.start("bank_parent")
+    Worker(Runtime(store, [bank_child], clock=clock)).run_until_idle()
+    (child,) = runtime.children(run_id)
+    (held,) = store.claim_runs("holder", clock.now(), 30_000, 10)  # it may be applying the error
+    assert held.id == run_id
+    with pytest.raises(NotResumableError, match=f"parent run {run_id} is being stepped by "
+                                                "holder; try again"):
+        runtime.resume(child.id)
+    assert runtime.get(child.id).status == "error"
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["xstate.error.actor.bank"]
+
+
 def test_resuming_a_child_of_an_ended_parent_is_refused(
     store: Store, clock: SimulatedClock
 ) -> None:
@@ -626,7 +644,8 @@ def test_on_snapshot_of_a_child_machine_is_refused_when_the_runtime_is_built(
         "states": {"watching": {"invoke": {"id": "echo", "src": "echo_child",
                                            "onSnapshot": {"actions": []}}}},
     }, actors={"echo_child": echo_child})  # fmt: skip
-    with pytest.raises(ValueError, match=r"watching.*onSnapshot.*not supported in durable"):
+    with pytest.raises(ValueError, match=r"watcher: states.watching.invoke.onSnapshot: .*not "
+                                         "supported in durable"):
         Runtime(store, [watcher])
 
 
@@ -640,3 +659,22 @@ def test_cancelling_a_run_no_worker_holds_counts_it_as_finished(
     assert runtime.cancel(run_id) == "finished"  # counted once
     text = generate_latest(prometheus.registry).decode()
     assert 'statecharts_runs_finished_total{outcome="cancelled",workflow="talker"} 1.0' in text
+
+
+def test_runs_resume_on_the_command_line_refuses_the_same_child(
+    crash_url: str, clock: SimulatedClock
+) -> None:
+    _bank["up"] = False
+    store = open_store(crash_url, migrate=True)
+    try:
+        runtime = Runtime(store, [bank_parent], clock=clock)
+        run_id = runtime.start("bank_parent")
+        Worker(runtime).run_until_idle()
+        (child,) = runtime.children(run_id)
+        _bank["up"] = True
+        with pytest.raises(SystemExit, match=f"child run of {run_id}.*second one"):
+            cli_main(["runs", "resume", child.id, "--store", crash_url, "--machines",
+                      "tests.persistence.test_child_runs:bank_parent"])  # fmt: skip
+        assert store.get_run(child.id).status == "error"
+    finally:
+        store.close()
