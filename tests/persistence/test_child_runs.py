@@ -548,15 +548,23 @@ def test_resuming_a_child_whose_parent_took_its_error_is_refused_naming_the_pare
         (1, 0)  # fmt: skip
 
 
-def test_a_child_resumed_while_its_parent_waits_reports_one_result(
-    store: Store, clock: SimulatedClock
-) -> None:
+def _child_failed_before_its_parent_stepped(store: Store, clock: SimulatedClock
+                                            ) -> tuple[Runtime, str, Any]:  # fmt: skip
+    """A bank_parent run whose child failed (its error queued, not yet applied): the runtime,
+    the parent's id and the child's row."""
     _bank["up"] = False
     runtime = Runtime(store, [bank_parent], clock=clock)
     run_id = runtime.start("bank_parent")
     children_only = Runtime(store, [bank_child], clock=clock)  # its workers step the child only
     Worker(children_only).run_until_idle()
     (child,) = runtime.children(run_id)
+    return runtime, run_id, child
+
+
+def test_a_child_resumed_while_its_parent_waits_reports_one_result(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
     assert child.status == "error" and runtime.get(run_id).state == "paying"  # error queued
     _bank["up"] = True
     assert runtime.resume(child.id).status == "active"  # takes the queued error back
@@ -571,11 +579,7 @@ def test_a_child_resumed_while_its_parent_waits_reports_one_result(
 def test_a_child_is_not_resumed_while_a_worker_holds_its_waiting_parent(
     store: Store, clock: SimulatedClock
 ) -> None:
-    _bank["up"] = False
-    runtime = Runtime(store, [bank_parent], clock=clock)
-    run_id = runtime.start("bank_parent")
-    Worker(Runtime(store, [bank_child], clock=clock)).run_until_idle()
-    (child,) = runtime.children(run_id)
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
     (held,) = store.claim_runs("holder", clock.now(), 30_000, 10)  # it may be applying the error
     assert held.id == run_id
     with pytest.raises(NotResumableError, match=f"parent run {run_id} is being stepped by "
@@ -588,11 +592,7 @@ def test_a_child_is_not_resumed_while_a_worker_holds_its_waiting_parent(
 def test_resuming_a_child_of_an_ended_parent_is_refused(
     store: Store, clock: SimulatedClock
 ) -> None:
-    _bank["up"] = False
-    runtime = Runtime(store, [bank_parent], clock=clock)
-    run_id = runtime.start("bank_parent")
-    Worker(Runtime(store, [bank_child], clock=clock)).run_until_idle()
-    (child,) = runtime.children(run_id)
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
     assert runtime.cancel(run_id) == "cancelled"
     with pytest.raises(NotResumableError, match=f"{run_id}, which has ended \\(cancelled\\)"):
         runtime.resume(child.id)
