@@ -108,6 +108,7 @@ class _Leased:
     status: str
     steps: int = 0
     attempt: int = 0
+    released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
 
 
 def _waits_to_retry(state: str) -> set[str]:
@@ -170,6 +171,27 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method."""
         leased, steps = self._take(runs)
+        return steps + self._rounds(leased, should_stop)
+
+    def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
+                      should_stop: Callable[[], bool]) -> tuple[str, Snapshot] | None:  # fmt: skip
+        """Step `run`, which its starter created already leased to this driver's owner
+        (`NewRun.lease_owner`) with its first `effects`, as `drive` steps a claimed run, but
+        with no claim and no read of its pending work. Returns the run's status and snapshot
+        when its last step committed and released it; None when it left otherwise (failed
+        outside a step, lost its lease, released unchanged: the row tells)."""
+        machine = self.runtime.machine_for(run)
+        if machine is None:  # started with a definition this runtime has: cannot happen
+            raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
+        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects]
+        x = _Leased(run, machine, machine.restore(run.snapshot), pending, [], time.monotonic(),
+                    run.version, run.status, attempt=run.attempt_count)  # fmt: skip
+        self._rounds([x], should_stop)
+        return x.released
+
+    def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool]) -> int:
+        """Step the `leased` runs round by round until none is left; the steps committed."""
+        steps = 0
         while leased:
             this_round, leased, ended = leased, [], set()
             for x in this_round:
@@ -195,7 +217,9 @@ class RunDriver:
                         self._report_dead_letters(x, commit)
                     self.telemetry.end_step(x.run, x.status, commit, version)
                     ended.add(x.run.id)
-                    if not commit.release:
+                    if commit.release:
+                        x.released = (commit.status, step.snapshot)
+                    else:
                         self._advance(x, step, commit, version)
                         leased.append(x)
             finally:  # every step span ends, committed or not (an outage leaves this method)

@@ -11,7 +11,7 @@ import builtins
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
@@ -356,6 +356,19 @@ class Runtime:
                   reuse: KeyReuse = "use_existing",
                   traceparent: str | None = None) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it."""
+        record, created, _ = self.begin_run(name, input, key, reuse=reuse,
+                                            traceparent=traceparent)  # fmt: skip
+        return record, created
+
+    def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
+                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+                  lease: tuple[str, int] | None = None,
+                  ) -> tuple[RunRecord, bool, builtins.list[NewEffect]]:  # fmt: skip
+        """`start_run`, also returning the effects the new run's first step recorded. With
+        `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
+        leased to `owner` for `lease_ms` (its claim, in the insert's transaction): the caller
+        steps it itself (`persistence.inline`); if the caller dies, the lease runs out and any
+        worker takes the run over."""
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
@@ -369,10 +382,12 @@ class Runtime:
                     if reuse == "reject_active":
                         raise RunActiveError(existing)
                     begun.run(existing.id, False)
-                    return existing, False
+                    return existing, False, []
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
                                                     traceparent=begun.traceparent)  # fmt: skip
+            if lease is not None and run.wake_at is not None and run.wake_at <= now:
+                run = replace(run, lease_owner=lease[0], wake_at=now + lease[1])
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
             record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
@@ -381,7 +396,7 @@ class Runtime:
             log_effects(effects, record.id)
         elif reuse == "reject_active":
             raise RunActiveError(record)
-        return record, created
+        return record, created, outbox if created else []
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
@@ -459,11 +474,15 @@ class Runtime:
 
     def snapshot(self, run_id: str) -> Snapshot:
         """The run's snapshot restored with its definition (for `.matches`, `.context`, ...)."""
-        run = self.store.get_run(run_id)
+        return self.restore(self.store.get_run(run_id))
+
+    def restore(self, run: RunRecord) -> Snapshot:
+        """`run`'s stored snapshot restored with its definition; `LookupError` if this runtime
+        has no definition or migration for its version."""
         machine = self.machine_for(run)
         if machine is None:
             raise LookupError(
-                f"run {run_id} is {run.workflow_name} version {run.workflow_version}, which this "
+                f"run {run.id} is {run.workflow_name} version {run.workflow_version}, which this "
                 "runtime has no definition or migration for"
             )
         return machine.restore(run.snapshot)

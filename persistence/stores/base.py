@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from persistence.wakeup import Wakeup
 from statecharts.events import done_actor_event_type, error_actor_event_type
 
 JSONDict = dict[str, Any]
@@ -142,6 +143,9 @@ class NewRun:
     attempt_count: int = 0
     last_error: str | None = None
     traceparent: str | None = None
+    lease_owner: str | None = None
+    """Inserted already leased to this owner (until `wake_at`, which is then the lease's
+    expiry): the starter drives the run itself, with no claim (`persistence.inline`)."""
     parent_run_id: str | None = None
     parent_invoke_id: str | None = None
     deliveries: tuple[Delivery, ...] = ()
@@ -697,7 +701,14 @@ class RunQueries(Protocol):
 
 @runtime_checkable
 class Coordination(Protocol):
-    """Coordination between workers: one-at-a-time claims, circuit breakers, schedules."""
+    """Coordination between workers: one-at-a-time claims, circuit breakers, schedules, and
+    the wake-up of idle workers."""
+
+    def wakeup(self) -> Wakeup:
+        """The signal that work arrived, which idle workers wait on: notified by every start of
+        a run due at once and every sent event through a store on this database in this
+        process, and on PostgreSQL from other processes too (`NOTIFY`)."""
+        ...
 
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None

@@ -63,6 +63,7 @@ from persistence.stores.base import (
     parse_run,
     run_query_sql,
 )
+from persistence.wakeup import Wakeup, shared_wakeup
 
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
@@ -109,6 +110,12 @@ class SQLDialect:
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
 
+    _NOTIFY = ""
+    """SQL appended to a `RETURNING` list to wake idle workers in other processes when the
+    statement commits (PostgreSQL: `pg_notify`; SQLite has no other process to tell)."""
+    _own_wakeup: Wakeup | None = None
+    """A `Wakeup` of this store object alone (an in-memory database is not shared)."""
+
     _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
     _CREATE_IS_ONE_STATEMENT = False
     """True where `_create_in` is one statement (PostgreSQL's CTE), so a lone create needs no
@@ -118,6 +125,10 @@ class SQLDialect:
         super().__init_subclass__(**kwargs)
         cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
         cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
+
+    def wakeup(self) -> Wakeup:
+        """The signal idle workers of this database wait on (`persistence.wakeup`)."""
+        return self._own_wakeup or shared_wakeup(self.url)
 
     def _write(self) -> AbstractContextManager[Any]:
         """A connection inside one write transaction, committed on exit, rolled back on error."""
@@ -272,7 +283,10 @@ class SQLRuns(SQLDialect):
             record, created = self._create_in(conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
-            return record, created
+        due = run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
+        if created and (due or children):
+            self.wakeup().notify()
+        return record, created
 
     def _create_in(
         self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
@@ -282,13 +296,15 @@ class SQLRuns(SQLDialect):
         rows = self._exec(
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0, ?, ?, ?) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) "
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
                 self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
-                self._t(run.wake_at), run.traceparent, run.parent_run_id, run.parent_invoke_id,
+                self._t(run.wake_at), run.lease_owner,
+                self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
+                run.traceparent, run.parent_run_id, run.parent_invoke_id,
             ),
         ).fetchall()  # fmt: skip
         if rows:
@@ -440,10 +456,11 @@ class SQLRuns(SQLDialect):
         inserted = self._write_one(
             "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
             "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
-            "RETURNING id",
+            f"RETURNING id{self._NOTIFY}",
             (self._j(dict(event)), self._t(now), traceparent, rid),
         )
         if inserted:
+            self.wakeup().notify()
             return int(inserted[0][0])
         rows = self._read("SELECT status FROM workflow_runs WHERE id = ?", (rid,))
         if not rows:
