@@ -115,6 +115,7 @@ class PostgresStore(SQLStore):
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
     _JSON_VERSION = "snapshot->>'version'"
+    _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", {_WAKE_CALL}"
 
@@ -293,7 +294,7 @@ class PostgresStore(SQLStore):
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": to_ts(run.wake_at if run.lease_owner else None),
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
-            "invoke": run.parent_invoke_id,
+            "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -319,7 +320,9 @@ class PostgresStore(SQLStore):
         asked = CLAIMABLE_BY_EVENT.format(free=free)
         sql = (
             f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
-            f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            # priorities (issue 30): never negative, so a due run's order is at most now
+            f"AND {self._CLAIM_ORDER} <= %(now)s {version_sql} ORDER BY {self._CLAIM_ORDER} "
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             # the inbox's run ids as one array: an index probe per id, whatever the planner
             # guesses of the (often empty, never analysed) inbox
             f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
@@ -384,7 +387,8 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s)
+            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s,
+            %(priority)s, NULL)
     {ACTIVE_KEY_CONFLICT} DO NOTHING
     RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= %(now)s THEN {_WAKE_CALL} END
 ), effects AS (
