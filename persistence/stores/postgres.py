@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -40,6 +40,7 @@ from persistence.stores.base import (
     StoreEncodingError,
     StoreError,
     StoreUnavailableError,
+    VersionCount,
     check_distinct_runs,
     check_status,
     completion_times,
@@ -227,6 +228,15 @@ class PostgresStore(SQLStore):
 
     def _id(self, run_id: str) -> str:
         return _uuid(run_id)
+
+    def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
+        """Active runs grouped by versions not in `known`. Workers ask every few seconds, so
+        the versions are found by a loose scan of the versions index (one probe per version
+        with active runs), and only the runs of unknown versions are read: never every
+        active run (a herd of 100,000 made this the table's one sequential scan)."""
+        pairs = sorted(set(known))
+        rows = self._read(_UNKNOWN_VERSIONS, ([n for n, _ in pairs], [v for _, v in pairs]))
+        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows]
 
     def wakeup(self) -> Wakeup:
         """The wake-up of this database and schema; the first call starts the thread that
@@ -444,6 +454,25 @@ class _Listener:
 def _ts(column: str) -> str:
     """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
     return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+
+
+_UNKNOWN_VERSIONS = f"""
+WITH RECURSIVE pairs(n, v) AS (
+    (SELECT workflow_name, workflow_version FROM workflow_runs
+     ORDER BY workflow_name, workflow_version LIMIT 1)
+    UNION ALL
+    SELECT x.n, x.v FROM pairs p CROSS JOIN LATERAL (
+        SELECT workflow_name AS n, workflow_version AS v FROM workflow_runs
+        WHERE (workflow_name, workflow_version) > (p.n, p.v)
+        ORDER BY workflow_name, workflow_version LIMIT 1) AS x
+)
+SELECT r.workflow_name, r.workflow_version, count(*), r.snapshot->>'version'
+FROM pairs p JOIN workflow_runs r ON r.workflow_name = p.n AND r.workflow_version = p.v
+    AND r.status = '{ACTIVE}'
+WHERE (p.n, p.v) NOT IN (SELECT * FROM unnest(?::text[], ?::text[]))
+GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"""
+"""`unknown_versions`: every (name, version) pair by a loose scan of `workflow_runs_versions`
+(one probe per pair, whatever its runs' statuses), then the active runs of unknown pairs."""
 
 
 _STEPS_RUNS = f"""
