@@ -234,9 +234,15 @@ class PostgresStore(SQLStore):
         the versions are found by a loose scan of the versions index (one probe per version
         with active runs), and only the runs of unknown versions are read: never every
         active run (a herd of 100,000 made this the table's one sequential scan)."""
-        pairs = sorted(set(known))
-        rows = self._read(_UNKNOWN_VERSIONS, ([n for n, _ in pairs], [v for _, v in pairs]))
-        return [VersionCount(n, v, int(c), lb) for n, v, c, lb in rows]
+        wanted = set(known)
+        found: list[VersionCount] = []
+        for name, version in self._read(_VERSION_PAIRS):
+            if (name, version) not in wanted:
+                found += [VersionCount(name, version, int(c), lb) for c, lb in self._read(
+                    "SELECT count(*), snapshot->>'version' FROM workflow_runs WHERE "
+                    "workflow_name = ? AND workflow_version = ? AND status = ? GROUP BY 2 "
+                    "ORDER BY 2", (name, version, ACTIVE))]  # fmt: skip
+        return found
 
     def wakeup(self) -> Wakeup:
         """The wake-up of this database and schema; the first call starts the thread that
@@ -456,7 +462,7 @@ def _ts(column: str) -> str:
     return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
 
 
-_UNKNOWN_VERSIONS = f"""
+_VERSION_PAIRS = """
 WITH RECURSIVE pairs(n, v) AS (
     (SELECT workflow_name, workflow_version FROM workflow_runs
      ORDER BY workflow_name, workflow_version LIMIT 1)
@@ -466,13 +472,9 @@ WITH RECURSIVE pairs(n, v) AS (
         WHERE (workflow_name, workflow_version) > (p.n, p.v)
         ORDER BY workflow_name, workflow_version LIMIT 1) AS x
 )
-SELECT r.workflow_name, r.workflow_version, count(*), r.snapshot->>'version'
-FROM pairs p JOIN workflow_runs r ON r.workflow_name = p.n AND r.workflow_version = p.v
-    AND r.status = '{ACTIVE}'
-WHERE (p.n, p.v) NOT IN (SELECT * FROM unnest(?::text[], ?::text[]))
-GROUP BY 1, 2, 4 ORDER BY 1, 2, 4"""
-"""`unknown_versions`: every (name, version) pair by a loose scan of `workflow_runs_versions`
-(one probe per pair, whatever its runs' statuses), then the active runs of unknown pairs."""
+SELECT n, v FROM pairs"""
+"""Every (name, version) pair of `workflow_runs`, whatever its runs' statuses: a loose scan of
+`workflow_runs_versions`, one probe per pair."""
 
 
 _STEPS_RUNS = f"""
