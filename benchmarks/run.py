@@ -229,7 +229,7 @@ WHY_SHORT: dict[str, str] = {
     "durable step latency": """\
 - **Step latency with an idle worker**: the wake-up is immediate (in process; NOTIFY across
   processes); after the `send`'s commit the step takes two round trips: the claim, which
-  returns the run's pending work in the same statement (no fsync: a lease is not a record),
+  returns the run's pending work in the same round trip (no fsync: a lease is not a record),
   and the step's commit. The two fsyncs (the `send`'s and the step's) are most of it: on a
   quiet machine `send` 0.5 ms, claim 0.5 ms, commit 1.1 ms; with other lanes fsyncing (load
   3-4) one raw single-row commit took 4 ms and the step 4-10 ms, before and after the claim

@@ -312,8 +312,8 @@ class PostgresStore(SQLStore):
                pairs: list[tuple[str, str]] | None, with_work: bool
                ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
         """Find and lease in one statement, skipping rows other workers lock; asked
-        `with_work`, the same statement reads the leased runs' pending effects and queued events
-        (under its own snapshot: no second round trip between the claim and the step)."""
+        `with_work`, a second statement in the same round trip reads the leased runs' pending
+        effects and queued events."""
         params = {
             "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
             "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
@@ -322,18 +322,24 @@ class PostgresStore(SQLStore):
         # only leaves the run claimable again, every step's commit checks the lease (so
         # nothing is written under a lost one), and that synchronous commit flushes the
         # claim's WAL with its own. So the claim waits for no fsync (one round trip).
+        # The work is read by a statement of its own, after the lease: the claim's snapshot
+        # predates a step that a stale holder committed while the claim waited for the row
+        # (the row is re-read under its lock, other tables are not), so reading the work in
+        # the claim's statement could return events that step consumed.
         with self._connection() as conn:
             with conn.pipeline(), conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit = off")
-                cursor = conn.execute(_lease_sql(pairs is not None, with_work), params)
+                cursor = conn.execute(_lease_sql(pairs is not None), params)
+                found = conn.execute(_LEASED_WORK, params) if with_work else None
             rows = cursor.fetchall()
-        width = len(RUN_NAMES.split(","))
-        runs = [self._run(r[:width], r[width], r[width + 1]) for r in rows]
-        if not with_work:
+            work_rows = found.fetchall() if found is not None else []
+        runs = [self._run(r[:-2], r[-2], r[-1]) for r in rows]
+        if found is None:
             return runs, {}
-        return runs, {run.id: PendingWork([self._pending_effect(run.id, e) for e in r[-2]],
-                                          [self._pending_event(run.id, i) for i in r[-1]])
-                      for run, r in zip(runs, rows, strict=True)}  # fmt: skip
+        items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
+        return runs, {run.id: PendingWork([self._pending_effect(run.id, e) for e in effects],
+                                          [self._pending_event(run.id, i) for i in inbox])
+                      for run in runs for effects, inbox in [items[run.id]]}  # fmt: skip
 
     def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
@@ -387,21 +393,21 @@ _EFFECT_ITEM = (
 )
 _INBOX_ITEM = f"jsonb_build_array(i.id, i.event, {_epoch_ms('i.created_at')}, i.traceparent)"
 _LEASED_WORK = (
-    f"SELECT leased.*, (SELECT coalesce(jsonb_agg({_EFFECT_ITEM} ORDER BY e.step, "
-    "e.effect_index), '[]'::jsonb) FROM workflow_effects e WHERE e.run_id = leased.uid AND "
+    f"SELECT r.id::text, (SELECT coalesce(jsonb_agg({_EFFECT_ITEM} ORDER BY e.step, "
+    "e.effect_index), '[]'::jsonb) FROM workflow_effects e WHERE e.run_id = r.id AND "
     f"e.status = 'pending'), (SELECT coalesce(jsonb_agg({_INBOX_ITEM} ORDER BY i.id), "
-    "'[]'::jsonb) FROM workflow_inbox i WHERE i.run_id = leased.uid AND i.dead_at IS NULL) "
-    "FROM leased"
+    "'[]'::jsonb) FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL) "
+    "FROM workflow_runs r WHERE r.wake_at = %(exp)s AND r.lease_owner = %(owner)s"
 )
-"""With a claim: each leased run's pending effects and live inbox events, as JSON arrays (the
-rows `pending_work` reads, in its order)."""
+"""After a claim, in its transaction: the pending effects and live inbox events of the runs it
+leased (found by the lease it set, through the due-time index), as JSON arrays (the rows
+`pending_work` reads, in its order)."""
 
 
-@lru_cache(maxsize=4)
-def _lease_sql(filtered: bool, with_work: bool) -> str:
+@lru_cache(maxsize=2)
+def _lease_sql(filtered: bool) -> str:
     """The claim statement: find the claimable runs (restricted to the given versions when
-    `filtered`), lease them, return them with their previous owner and due time (and, with
-    work, their pending work)."""
+    `filtered`), lease them, return them with their previous owner and due time."""
     version_sql = (
         "AND (workflow_name, workflow_version) IN "
         "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
@@ -411,14 +417,6 @@ def _lease_sql(filtered: bool, with_work: bool) -> str:
     free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
     due = CLAIMABLE.format(now="%(now)s", free=free)
     asked = CLAIMABLE_BY_EVENT.format(free=free)
-    update = (
-        "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
-        "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
-        "WHERE r.id = picked.id RETURNING "
-        + RUN_COLUMNS.replace("id::text", "r.id::text AS id")
-        .replace("lease_owner", "r.lease_owner").replace("wake_at", "r.wake_at")
-        + ", picked.lease_owner AS previous_owner, picked.wake_at AS due_at, r.id AS uid"
-    )
     return (
         f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
         f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
@@ -428,8 +426,13 @@ def _lease_sql(filtered: bool, with_work: bool) -> str:
         f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
         f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
         f"picked AS (SELECT {PICKED_NAMES} FROM due UNION SELECT {PICKED_NAMES} FROM asked "
-        "LIMIT %(limit)s)"
-        + (f", leased AS ({update}) {_LEASED_WORK}" if with_work else f" {update}")
+        "LIMIT %(limit)s) "
+        "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
+        "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
+        "WHERE r.id = picked.id RETURNING "
+        + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
+        .replace("wake_at", "r.wake_at")
+        + ", picked.lease_owner, picked.wake_at"
     )
 
 

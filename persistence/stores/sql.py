@@ -10,7 +10,7 @@ A dialect (`SQLiteStore`, `PostgresStore`) supplies only what differs between th
   `_id` checks a run id before it reaches a `uuid` column);
 - small SQL fragments (`_TEXT_ID`, `_FOR_UPDATE`, `_JSON_VERSION`, `_STATUS_GROUP`);
 - the hot paths a dialect does in fewer round trips (`claim_runs` with `SKIP LOCKED` and
-  `claim_work` reading the pending work in the claim's statement,
+  `claim_work` reading the pending work in the claim's round trip,
   PostgreSQL's one-statement `commit_steps` and `_create_in`, `_read_all` pipelined).
 
 The rules (which runs are claimable, dead-letter reasons, the key format, "stuck", completion
@@ -492,7 +492,7 @@ class SQLRuns(SQLDialect):
     def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
                    versions: Collection[tuple[str, str]] | None = None
                    ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
-        """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one statement)."""
+        """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one round trip)."""
         claimed, work = self._claim(owner, now, lease_ms, limit, versions, with_work=True)
         missing = [run.id for run in claimed if run.id not in work]
         if missing:

@@ -548,7 +548,7 @@ def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None
 
 
 def test_a_claim_with_work_reads_what_pending_work_reads(store: Store) -> None:
-    """`claim_work` (one statement on PostgreSQL) leases as `claim_runs` does and returns each
+    """`claim_work` (one round trip on PostgreSQL) leases as `claim_runs` does and returns each
     run's pending effects and live events exactly as `pending_work` reads them afterwards."""
     busy, _ = store.create_run(new_run(), effects(3), T0)
     store.send_event(busy.id, {"type": "GO", "n": [1, {"x": None}]}, T0 + 1, traceparent="tp")
