@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
-.PHONY: demo test bench diagrams lint soak n8n-faithful
+.PHONY: demo test bench diagrams lint soak n8n-faithful load
 demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
@@ -30,6 +30,12 @@ diagrams: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(PY) -m benchmarks.run $(ARGS)
+
+# Opt-in: 100,000 runs due at one instant on PostgreSQL, 4 worker processes, with and without a
+# limit of 4 in flight (benchmarks/load.py; about 15 minutes). Writes benchmarks/load_results.json,
+# which `make bench` puts into docs/performance.md. Needs PostgreSQL at $STATECHARTS_TEST_DSN.
+load: $(VENV)/.installed
+	$(PY) -m benchmarks.load $(ARGS)
 
 # Opt-in: the n8n import against the n8n execution model over whole collections of exports
 # kept outside the repository: make n8n-faithful DIRS="path/to/n8n-workflows ..."

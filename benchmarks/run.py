@@ -22,6 +22,7 @@ from benchmarks import (
     engine,
     goals,
     hotspots,
+    load,
     memory,
     rehydrate,
     scaling,
@@ -33,7 +34,7 @@ from benchmarks.timing import machine_info, table
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
 ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "takeover",
-       "telemetry", "hotspots")
+       "telemetry", "load", "hotspots")
 PROFILED = ("flat", "counter", "shop", "rehydrate")
 
 
@@ -74,6 +75,7 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "takeover": lambda: (takeover.markdown(takeover.run()), []),
         "telemetry": lambda: (telemetry.markdown(telemetry.run(sizes.telemetry_n,
                                                                sizes.durable_repeat)), []),
+        "load": lambda: (load.cached_markdown(), []),
         "hotspots": lambda: ("\n".join(hotspots.markdown(case, hotspots.profile(case, 20_000, 10))
                                        for case in PROFILED), []),
     }
@@ -122,6 +124,7 @@ TITLES = {
     "durable_scaling": "Durable scaling: 10k vs 1M rows (`python -m benchmarks.durable_scaling`)",
     "takeover": "Takeover after SIGKILL (`python -m benchmarks.takeover`)",
     "telemetry": "Cost of tracing and metrics (`python -m benchmarks.telemetry`)",
+    "load": "Thundering herd: 100,000 runs due at one instant (`python -m benchmarks.load`)",
     "hotspots": "Where the time goes (`python -m benchmarks.hotspots CASE`)",
 }
 
@@ -185,6 +188,13 @@ INTRO = {
         "default: no-op spans), the SDK recording every span into a batch processor whose "
         "exporter drops them, and that plus Prometheus counters and histograms. Subjects "
         "alternate run by run."
+    ),
+    "load": (
+        "100,000 runs on PostgreSQL, each asleep on a durable timer due at the same instant, "
+        "then one call of a fake downstream; 4 worker processes drain them. Then the same with "
+        "the call behind `limit: \"downstream\"`, `Limit(max_in_flight=4)`. The load test takes "
+        "minutes, so it is opt-in (`make load`): this section shows its last run, from "
+        "`benchmarks/load_results.json`, with that run's date, machine and load."
     ),
     "hotspots": (
         "The functions with the most own time under cProfile while this engine runs 20,000 "

@@ -115,6 +115,24 @@ def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStar
     return found
 
 
+def load_limits(spec: str | None) -> dict[str, Any]:
+    """The load-control settings of module `spec` as `Runtime` keywords: its `LIMITS` (limit
+    name -> `Limit`), and optionally `WORKFLOW_LIMITS` (workflow -> limit name) and
+    `PRIORITIES` (workflow -> default priority)."""
+    if spec is None:
+        return {}
+    module, _ = _imported("--limits", spec)
+    if not isinstance(getattr(module, "LIMITS", None), Mapping):
+        raise SystemExit(f"--limits {spec}: {module.__name__} has no LIMITS mapping "
+                         "(limit name -> Limit)")  # fmt: skip
+    found = {"limits": module.LIMITS}
+    for attribute, keyword in (("WORKFLOW_LIMITS", "workflow_limits"),
+                               ("PRIORITIES", "priorities")):  # fmt: skip
+        if hasattr(module, attribute):
+            found[keyword] = getattr(module, attribute)
+    return found
+
+
 def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4,
            create: bool = False) -> Store:
     """The store of `--store`/$STATECHARTS_STORE. Unless `create`, a SQLite file that does not
@@ -210,6 +228,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also fire the cron schedules of MODULE's NAME (default 'schedules': a function "
              "of the runtime returning ScheduledStarts); repeatable",
     )
+    worker.add_argument("--limits", default=None, metavar="MODULE",
+                        help="named limits of the invokes' `limit` keys: MODULE's LIMITS "
+                             "(name -> Limit), and its WORKFLOW_LIMITS and PRIORITIES if "
+                             "present; every worker of a fleet should load the same")
     worker.add_argument("--concurrency", type=int, default=1,
                         help="threads stepping runs at once (default 1)")
     worker.add_argument("--batch", type=int, default=16,
@@ -371,7 +393,8 @@ def _worker(args: argparse.Namespace) -> int:
     logformat.configure(args.log_level, args.log_format)
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
-    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run)
+    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
+                      **load_limits(args.limits))
     server = _serve_metrics(args, runtime)
     try:
         Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
@@ -440,7 +463,10 @@ def _runs_list(args: argparse.Namespace) -> int:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
         notes = "" if run is None else ((f"  last_error={run.last_error}" if run.last_error
                                          else "") + (f"  problem={run.problem}" if run.problem
-                                                     else ""))  # fmt: skip
+                                                     else "")
+                                        + (f"  waiting_for={run.waiting_for}"
+                                           if run.waiting_for and not run.terminal
+                                           else ""))  # fmt: skip
         print(f"{line}  {row[-1]}{notes}")
     if not runs:
         print("(no runs)", file=sys.stderr)

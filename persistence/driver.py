@@ -28,6 +28,7 @@ from persistence.stores import (
     ACTIVE,
     ConflictError,
     EffectOutcome,
+    Grant,
     InboxEvent,
     JournalEntry,
     NewEffect,
@@ -121,8 +122,11 @@ class RunDriver:
     """Steps runs leased by `owner` until they wait, end, or the worker stops."""
 
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
-                 parallel: int = 1) -> None:  # fmt: skip
+                 parallel: int = 1,
+                 waits: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.runtime = runtime
+        self.waits = waits
+        """Told the id of each run released to wait for a limit (no longer this driver's)."""
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
@@ -138,7 +142,8 @@ class RunDriver:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception]:
+    def _execute_round(self, leased: list[_Leased]
+                       ) -> list[list[Executed] | Exception | Grant]:  # fmt: skip
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -148,17 +153,31 @@ class RunDriver:
             self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
         return list(self._pool.map(self._execute, leased))
 
-    def _execute(self, x: _Leased) -> list[Executed] | Exception:
+    def _execute(self, x: _Leased) -> list[Executed] | Exception | Grant:
         """`x`'s pending effects in order, up to the first transient failure (the rest wait
-        for the retry); an unexpected exception is returned, to fail this run only."""
+        for the retry); an unexpected exception is returned, to fail this run only. Limited
+        calls first take their places (persistence/capacity.py), given back whatever happens;
+        a refusal is returned (the store released the run, which waits for capacity)."""
         done: list[Executed] = []
+        load, now = self.runtime.load, self.runtime.clock.now()
         try:
-            for key, kind, payload in x.pending:
-                with self.telemetry.effect(x.run, kind, payload, key) as outcome:
-                    done.append(self.executor.execute(x.machine, kind, payload, key))
-                    outcome(done[-1].outcome.status, done[-1].outcome.error)
-                if done[-1].transient is not None:
-                    break
+            places = load.places(x.machine, x.pending)
+            if places:
+                grant = load.enter(x.run, self.owner, places, now, self.lease_ms)
+                if not grant.granted:
+                    return grant
+            try:
+                for key, kind, payload in x.pending:
+                    with self.telemetry.effect(x.run, kind, payload, key) as outcome:
+                        done.append(self.executor.execute(x.machine, kind, payload, key))
+                        outcome(done[-1].outcome.status, done[-1].outcome.error)
+                    if done[-1].transient is not None:
+                        break
+            finally:
+                if places:
+                    now = self.runtime.clock.now()
+                    load.leave(places, now, self.lease_ms)
+                    load.pause_after(places, done, now)
         except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
             return exc
         return done
@@ -174,7 +193,10 @@ class RunDriver:
         (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
         claim read it (`RunStore.claim_work`); read here when not given."""
         leased, steps = self._take(runs, work)
-        return steps + self._rounds(leased, should_stop)
+        try:
+            return steps + self._rounds(leased, should_stop)
+        finally:  # a limited workflow's runs give their places back (their leases ended)
+            self._leave_workflows([x.run for x in leased])
 
     def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
                       should_stop: Callable[[], bool]) -> tuple[str, Snapshot] | None:  # fmt: skip
@@ -231,11 +253,39 @@ class RunDriver:
                         self.telemetry.end_step(x.run, x.status, None, None)
         return steps
 
-    def _stage_safely(self, x: _Leased, done: list[Executed] | Exception,
+    def _waiting(self, run: RunRecord, grant: Grant) -> None:
+        """A run released to wait for a limit (the store wrote why on its row)."""
+        log.debug("run %s (%s): %s, looks again at %s", run.id, run.workflow_name,
+                  grant.reason, grant.retry_at)  # fmt: skip
+        self.telemetry.waiting(run, grant.reason or "")
+        if self.waits is not None:
+            self.waits(run.id)
+
+    def _enter_workflow(self, run: RunRecord, now: int) -> bool:
+        """Whether a claimed run may be stepped: a limited workflow's run takes a place
+        (else it was released to wait)."""
+        place = self.runtime.load.workflow_place(run)
+        if place is None or run.terminal:
+            return True
+        grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
+        if not grant.granted:
+            self._waiting(run, grant)
+        return grant.granted
+
+    def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
+        places = [p for p in map(self.runtime.load.workflow_place, runs) if p is not None]
+        if places:
+            self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
+
+    def _stage_safely(self, x: _Leased, done: list[Executed] | Exception | Grant,
                       should_stop: Callable[[], bool]
                       ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
         """`_stage`, except that a transient failure releases the run with its backoff and any
-        exception fails the run (never the thread, never its batch-mates)."""
+        exception fails the run (never the thread, never its batch-mates); a run waiting for
+        capacity was released by the store and is dropped."""
+        if isinstance(done, Grant):
+            self._waiting(x.run, done)
+            return None
         if isinstance(done, Exception):
             self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [])
             return None
@@ -402,6 +452,8 @@ class RunDriver:
                 continue
             if run.terminal and not work[run.id].effects:  # nothing left to do: never again
                 store.release(run.id, self.owner, None)
+                continue
+            if not self._enter_workflow(run, now):
                 continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(_Leased(run, machine, snapshot, pending, work[run.id].inbox,

@@ -30,6 +30,7 @@ from statecharts.errors import ContextError
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import freeze, storable_text, thaw
 from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
+from statecharts.nodes import InvokeDef
 from statecharts.retry import error_names
 
 log = logging.getLogger("statecharts.runs")
@@ -163,19 +164,26 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     return machine.definition.inline_actions.get(name)
 
 
+def invoke_of(machine: Machine, payload: Mapping[str, Any]) -> InvokeDef | None:
+    """The call site (invoke) a recorded `start_child` came from; None for a spawned child."""
+    invoked_by = payload.get("invoked_by")
+    if isinstance(invoked_by, str):
+        for invoke in machine.get_state_node(invoked_by).invoke:
+            if invoke.id == payload.get("id"):
+                return invoke
+    return None
+
+
 def actor_logic(machine: Machine, payload: Mapping[str, Any]
                 ) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:  # fmt: skip
     """(logic, breaker name, external, transient) of a recorded `start_child`: from the
     invoking state's definition when it was invoked, else by name from `actors=` (spawned
     children)."""
-    invoked_by = payload.get("invoked_by")
-    if isinstance(invoked_by, str):
-        node = machine.get_state_node(invoked_by)
-        for invoke in node.invoke:
-            if invoke.id == payload.get("id"):
-                logic = invoke.logic if invoke.logic is not None else \
-                    machine.resolve_actor(invoke.src)[1]  # fmt: skip
-                return logic, invoke.breaker, invoke.external, invoke.transient
+    invoke = invoke_of(machine, payload)
+    if invoke is not None:
+        logic = invoke.logic if invoke.logic is not None else \
+            machine.resolve_actor(invoke.src)[1]  # fmt: skip
+        return logic, invoke.breaker, invoke.external, invoke.transient
     logic = machine.resolve_actor(str(payload.get("src")))[1]
     return logic, None, is_external(logic), False
 
@@ -265,7 +273,8 @@ class Executor:
         except Exception as exc:
             failed = self._child_failed(child_id, key, exc)
             if failed.event is not None and is_transient(transient, failed.event["error"]):
-                return Executed(failed.outcome, None, transient=failed.outcome.error)
+                # the event is not applied (the step rolls back); kept for its retry_after
+                return Executed(failed.outcome, failed.event, transient=failed.outcome.error)
             return failed
         try:
             output = thaw(freeze(result, "output"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
+from persistence.capacity import Limit, LoadControl, check_priority
 from persistence.children import (
     child_key,
     child_work,
@@ -174,6 +175,13 @@ class Runtime:
     `dry_run`). Invokes that name a `breaker` go through a
     circuit breaker shared by all workers (`breakers={"payments": BreakerPolicy(...)}`).
 
+    Invokes that name a `limit` go through that limit, shared by all workers
+    (`limits={"crm": Limit(max_in_flight=4)}`; `workflow_limits={"backfill": "crm"}` limits
+    how many runs of a workflow are stepped at once); a run that must wait is released and
+    queued, "waiting for capacity: crm" on its row (persistence/capacity.py). `priorities=`
+    gives workflows a default priority (0-1000, higher claimed first, with aging; see
+    `start`).
+
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
     result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
@@ -193,6 +201,9 @@ class Runtime:
         breakers: Mapping[str, BreakerPolicy] | None = None,
         transient: TransientBackoff | None = None,
         telemetry: Telemetry | None = None,
+        limits: Mapping[str, Limit] | None = None,
+        workflow_limits: Mapping[str, str] | None = None,
+        priorities: Mapping[str, int] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -223,6 +234,9 @@ class Runtime:
                              "supported in durable runs (docs/persistence.md, Child runs)")
         self.error_workflows = self._error_workflows(error_workflows or {})
         self.breaker_policies = dict(breakers or {})
+        self.load = LoadControl(store, machines, limits or {}, workflow_limits or {})
+        self.priorities = {name: check_priority(p, f"priorities[{name!r}]")
+                           for name, p in (priorities or {}).items()}  # fmt: skip
         if check_schema:
             store.check_schema()
 
@@ -339,7 +353,8 @@ class Runtime:
 
     # -- the API ----------------------------------------------------------------------------
     def start(self, name: str, input: Any = None, key: str | None = None, *,
-              reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> str:
+              reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+              priority: int | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
         With `key`, the key is the run's handle: by default an existing run of `name` with
@@ -348,21 +363,26 @@ class Runtime:
         joins the trace of the span current here (e.g. the webhook's request), or of
         `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
         children of this start's span, whichever worker runs them and however late
-        (docs/observability.md).
+        (docs/observability.md). `priority` (0-1000, default the workflow's in
+        `priorities=`, else 0): higher is claimed first, a run of priority p as if it had been
+        due p minutes earlier, so a long-due run of lower priority is never starved.
         """
-        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent)[0].id
+        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
+                              priority=priority)[0].id
 
     def start_run(self, name: str, input: Any = None, key: str | None = None, *,
-                  reuse: KeyReuse = "use_existing",
-                  traceparent: str | None = None) -> tuple[RunRecord, bool]:
+                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+                  priority: int | None = None) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it."""
+        if priority is not None:
+            check_priority(priority, "priority")
         record, created, _ = self.begin_run(name, input, key, reuse=reuse,
-                                            traceparent=traceparent)  # fmt: skip
+                                            traceparent=traceparent, priority=priority)  # fmt: skip
         return record, created
 
     def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
                   reuse: KeyReuse = "use_existing", traceparent: str | None = None,
-                  lease: tuple[str, int] | None = None,
+                  lease: tuple[str, int] | None = None, priority: int | None = None,
                   ) -> tuple[RunRecord, bool, builtins.list[NewEffect]]:  # fmt: skip
         """`start_run`, also returning the effects the new run's first step recorded. With
         `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
@@ -385,7 +405,8 @@ class Runtime:
                     return existing, False, []
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
-                                                    traceparent=begun.traceparent)  # fmt: skip
+                                                    traceparent=begun.traceparent,
+                                                    priority=priority)  # fmt: skip
             if lease is not None and run.wake_at is not None and run.wake_at <= now:
                 run = replace(run, lease_owner=lease[0], wake_at=now + lease[1])
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
@@ -400,10 +421,11 @@ class Runtime:
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
-        traceparent: str | None = None,
+        traceparent: str | None = None, priority: int | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
-        effects (for helpers that insert the run their own way, e.g. scheduled starts)."""
+        effects (for helpers that insert the run their own way, e.g. scheduled starts); the
+        run's `priority` defaults to the workflow's."""
         machine = self._latest.get(name)
         if machine is None:
             known = ", ".join(sorted(self._latest)) or "none"
@@ -422,6 +444,7 @@ class Runtime:
             status=columns.status,
             wake_at=columns.wake_at,
             traceparent=traceparent,
+            priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
         )
         return run, outbox, effects

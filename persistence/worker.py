@@ -159,7 +159,8 @@ class Worker:
 
     # -- threads ----------------------------------------------------------------------------
     def _driver(self, owner: str) -> RunDriver:
-        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch)
+        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
+                         waits=lambda run_id: self._hold(owner, {run_id}, False))
 
     def _loop(self, owner: str) -> None:
         driver = self._driver(owner)
@@ -258,9 +259,11 @@ class Worker:
                 log.info("schedule %s started run %s", schedule.name, started)
 
     def _report(self) -> None:
-        """Log stuck runs and runs no definition here can step, and turn events left queued
-        for ended runs into dead letters: never left in silence."""
+        """Log stuck runs and runs no definition here can step, turn events left queued for
+        ended runs into dead letters (never left in silence), and hand over limits' slots
+        freed by expired leases."""
         try:
+            self.runtime.load.sweep(self.runtime.clock.now(), self.lease_ms)
             stuck = self.runtime.stuck(self.stuck_after_ms, limit=20)
             unknown = self.runtime.unknown_versions()
             dead = self.runtime.store.sweep_dead_letters(self.runtime.clock.now())

@@ -15,8 +15,8 @@ configs read from JSON)::
 The names follow XState v5's ``types.ts`` (``MachineConfig``, ``StateNodeConfig``,
 ``TransitionConfig``, ``InvokeConfig``, ``ParameterizedObject``); the project's extensions are
 typed too: an invoke's ``retry`` (``RetryConfig``, the fields of ``RetryPolicy``),
-``onFinalFailure``, ``breaker``, ``external`` and ``transient``, and ``failure`` on a final
-state. ``definition.py`` still validates every config at run time; these types say the same
+``onFinalFailure``, ``breaker``, ``limit``, ``external`` and ``transient``, and ``failure`` on a
+final state. ``definition.py`` still validates every config at run time; these types say the same
 thing earlier (``tests/test_typed_config.py`` keeps the two key sets equal).
 """
 
@@ -116,6 +116,7 @@ class InvokeConfig(TypedDict, total=False):
     retry: RetryConfig | RetryPolicy
     onFinalFailure: FinalFailure
     breaker: str
+    limit: str
     external: bool
     transient: bool | Sequence[str]
 

@@ -41,8 +41,8 @@ NODE_KEYS = frozenset({
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
-                         "retry", "onFinalFailure", "breaker", "external", "transient",
-                         "description",
+                         "retry", "onFinalFailure", "breaker", "limit", "external",
+                         "transient", "description",
                          "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
@@ -614,10 +614,16 @@ class _Builder:
         if breaker is not None and not isinstance(breaker, str):
             self.problem(_join(path, "breaker"), "'breaker' names a downstream (a string)")
             breaker = None
+        limit = item.get("limit")
+        if limit is not None and not (isinstance(limit, str) and limit.strip()):
+            self.problem(_join(path, "limit"), "'limit' names a shared limit (a non-empty "
+                         "string, e.g. \"crm\")")
+            limit = None
         return InvokeDef(actor_id, str(src), input_value, item.get("systemId"), retry, failure,
                          path, logic, description, breaker,
                          external or is_external(logic),
-                         self._transient(item.get("transient", False), _join(path, "transient")))
+                         self._transient(item.get("transient", False), _join(path, "transient")),
+                         limit)
 
     def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
         """``transient``: true (every error) or a list of error class names."""

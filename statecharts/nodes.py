@@ -76,6 +76,7 @@ class InvokeDef:
         "external",
         "id",
         "input",
+        "limit",
         "logic",
         "on_final_failure",
         "retry",
@@ -87,8 +88,12 @@ class InvokeDef:
     def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
                  on_final_failure: str | None, config_path: str, logic: Any,
                  description: str | None = None, breaker: str | None = None,
-                 external: bool = False, transient: bool | tuple[str, ...] = False) -> None:
+                 external: bool = False, transient: bool | tuple[str, ...] = False,
+                 limit: str | None = None) -> None:
         self.id = id
+        self.limit = limit
+        """The config's ``limit``: the shared limit (concurrency, rate) calls from here go
+        through on the durable runtime; scheduling only, so not part of the fingerprint."""
         self.transient = transient
         """The config's ``transient``: failures that roll the durable step back (True: every
         error; a tuple: errors with one of these class names) instead of reaching onError."""

@@ -99,6 +99,10 @@ class RunRecord:
     """The run that started this one as a child (its invoke or `spawn_child`), else None."""
     parent_invoke_id: str | None = None
     """This run's child id in its parent (the invoke id); None once the parent stopped it."""
+    priority: int = 0
+    """Claims take higher priorities first, with aging (`CLAIM_ORDER`)."""
+    waiting_for: str | None = None
+    """Why the active run is not moving, e.g. "waiting for capacity: crm" (a named limit)."""
     problem: str | None = None
     """Why the row does not parse (its snapshot or a column), when it does not: such a row is
     listed with this text and failed at its next claim, never stepped."""
@@ -151,6 +155,7 @@ class NewRun:
     deliveries: tuple[Delivery, ...] = ()
     """Events its first step sends (to the children started with it, or its parent), queued
     once every run created with it exists."""
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +336,27 @@ class ScheduleRecord:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A store's answer to a call asking for a named limit's capacity (`Capacity`)."""
+
+    granted: bool
+    retry_at: int | None = None
+    """Not granted: when the run looks again (a freed slot wakes a queued run sooner)."""
+    reason: str | None = None
+    """Not granted: what the run waits for, as shown on its row ("waiting for capacity: crm")."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """One named limit now: calls in flight, runs waiting for it (by reason), its pause."""
+
+    name: str
+    in_flight: int = 0
+    waiting: Mapping[str, int] = field(default_factory=dict)
+    paused_until: int | None = None
+
+
 GROUP_COLUMNS = frozenset({"workflow_name", "workflow_version", "state"})
 """Columns `Store.run_groups` may group runs by."""
 
@@ -446,6 +472,14 @@ CLAIMABLE = "wake_at <= {now} AND {free}"
 has a wake-up time only while it is active or has outbox effects left to run, so terminal runs
 are never claimed for their queued events; queued events make only *active* runs claimable."""
 
+PRIORITY_AGING_MS = 60_000
+"""The aging rule of priorities: a run of priority p is claimed as if it had been due p times
+this much earlier, so a priority-0 run due for 5 minutes goes before a priority-4 run due now,
+and a long-due run is never starved by a stream of higher priorities."""
+
+MAX_PRIORITY = 1000
+"""Priorities are integers 0 (the default) to this; higher is claimed first."""
+
 CLAIMABLE_BY_EVENT = "status = 'active' AND {free}"
 """Runs a queued (live) inbox event makes claimable: active ones only."""
 
@@ -468,7 +502,8 @@ _RUN_FIELDS: tuple[tuple[str, Any], ...] = (
     ("wake_at", (int, type(None))), ("lease_owner", (str, type(None))),
     ("lease_expires_at", (int, type(None))), ("version", int), ("claim_count", int),
     ("traceparent", (str, type(None))), ("parent_run_id", (str, type(None))),
-    ("parent_invoke_id", (str, type(None))),
+    ("parent_invoke_id", (str, type(None))), ("priority", int),
+    ("waiting_for", (str, type(None))),
 )
 _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
@@ -762,7 +797,42 @@ class Coordination(Protocol):
 
 
 @runtime_checkable
-class Store(RunStore, RunQueries, Coordination, Protocol):
+class Capacity(Protocol):
+    """Named limits shared by every worker (persistence/capacity.py): concurrency slots with a
+    queue that keeps each waiting run's place, a sliding rate window, and Retry-After pauses.
+
+    A held slot lives as long as the lease of the run that holds it (a SIGKILLed holder's slot
+    comes back when its lease expires); a run that must wait is released in the same
+    transaction, with the reason on its row and its wake-up time set."""
+
+    def acquire_capacity(self, name: str, holder: str, run_id: str, owner: str, now: int, *,
+                         max_in_flight: int | None, calls: int | None, per_ms: int,
+                         recheck_ms: int, lease_ms: int) -> Grant:
+        """Take a place in limit `name` for `holder` (a call's key, or a run) of `run_id`,
+        leased by `owner`: granted (a slot held, a call counted in the rate window), or not
+        (the run is queued for a slot in arrival order, its lease released, `waiting_for`
+        set and its wake-up time `retry_at`)."""
+        ...
+
+    def release_capacity(self, name: str, holders: Collection[str], now: int, *,
+                         max_in_flight: int | None, lease_ms: int) -> None:
+        """Give back `holders`' slots of `name` and hand the freed ones (and those of holders
+        whose lease expired) to the first runs in the queue (reserved for them for `lease_ms`,
+        and woken to be claimed before any other run)."""
+        ...
+
+    def pause_capacity(self, name: str, until: int, now: int) -> None:
+        """No call through limit `name` before `until` (a downstream's Retry-After), for every
+        run; a later pause extends it, an earlier one changes nothing."""
+        ...
+
+    def capacity_usage(self, now: int) -> list[LimitUsage]:
+        """Every limit in use: calls in flight, runs waiting per reason, pause."""
+        ...
+
+
+@runtime_checkable
+class Store(RunStore, RunQueries, Coordination, Capacity, Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

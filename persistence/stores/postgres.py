@@ -118,6 +118,7 @@ class PostgresStore(SQLStore):
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
     _JSON_VERSION = "snapshot->>'version'"
+    _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", {_WAKE_CALL}"
 
@@ -296,7 +297,7 @@ class PostgresStore(SQLStore):
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": to_ts(run.wake_at if run.lease_owner else None),
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
-            "invoke": run.parent_invoke_id,
+            "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -329,7 +330,7 @@ class PostgresStore(SQLStore):
         with self._connection() as conn:
             with conn.pipeline(), conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit = off")
-                cursor = conn.execute(_lease_sql(pairs is not None), params)
+                cursor = conn.execute(_lease_sql(pairs is not None, self._CLAIM_ORDER), params)
                 found = conn.execute(_LEASED_WORK, params) if with_work else None
             rows = cursor.fetchall()
             work_rows = found.fetchall() if found is not None else []
@@ -404,10 +405,11 @@ leased (found by the lease it set, through the due-time index), as JSON arrays (
 `pending_work` reads, in its order)."""
 
 
-@lru_cache(maxsize=2)
-def _lease_sql(filtered: bool) -> str:
+@lru_cache(maxsize=4)
+def _lease_sql(filtered: bool, order: str) -> str:
     """The claim statement: find the claimable runs (restricted to the given versions when
-    `filtered`), lease them, return them with their previous owner and due time."""
+    `filtered`) in `order` (the due time aged by priority), lease them, return them with
+    their previous owner and due time."""
     version_sql = (
         "AND (workflow_name, workflow_version) IN "
         "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
@@ -419,7 +421,9 @@ def _lease_sql(filtered: bool) -> str:
     asked = CLAIMABLE_BY_EVENT.format(free=free)
     return (
         f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
-        f"{version_sql} ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+        # priorities (issue 30): never negative, so a due run's order is at most now
+        f"AND {order} <= %(now)s {version_sql} ORDER BY {order} "
+        "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
         # the inbox's run ids as one array: an index probe per id, whatever the planner
         # guesses of the (often empty, never analysed) inbox
         f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
@@ -441,7 +445,8 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s)
+            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s,
+            %(priority)s, NULL)
     {ACTIVE_KEY_CONFLICT} DO NOTHING
     RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= %(now)s THEN {_WAKE_CALL} END
 ), effects AS (

@@ -30,6 +30,7 @@ from persistence.stores.base import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
     FAILED_EVENT,
+    PRIORITY_AGING_MS,
     RESUME_EVENT,
     BreakerRecord,
     ClaimRecord,
@@ -64,12 +65,14 @@ from persistence.stores.base import (
     parse_run,
     run_query_sql,
 )
+from persistence.stores.capacity import SQLCapacity
 from persistence.wakeup import Wakeup, shared_wakeup
 
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version, claim_count, traceparent, parent_run_id, parent_invoke_id"
+    "lease_expires_at, version, claim_count, traceparent, parent_run_id, parent_invoke_id, "
+    "priority, waiting_for"
 )
 EFFECT_NAMES = (
     "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
@@ -104,6 +107,8 @@ class SQLDialect:
     """Row lock of a read-then-write inside a transaction (SQLite's write lock covers it)."""
     _JSON_VERSION = ""
     """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
+    _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
+    """The claim order of due runs (`PRIORITY_AGING_MS`), as the claim index spells it."""
     _STATUS_GROUP = "status"
     """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
     the state index)."""
@@ -297,7 +302,7 @@ class SQLRuns(SQLDialect):
         rows = self._exec(
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NULL) "
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
@@ -305,7 +310,7 @@ class SQLRuns(SQLDialect):
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
                 self._t(run.wake_at), run.lease_owner,
                 self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
-                run.traceparent, run.parent_run_id, run.parent_invoke_id,
+                run.traceparent, run.parent_run_id, run.parent_invoke_id, run.priority,
             ),
         ).fetchall()  # fmt: skip
         if rows:
@@ -529,11 +534,14 @@ class SQLRuns(SQLDialect):
             found = self._exec(
                 conn,
                 f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE "
-                f"{due} {version_sql} ORDER BY wake_at LIMIT ?) AS due UNION "
+                # priorities (issue 30): never negative, so a due run's order is at most now
+                f"{due} AND {self._CLAIM_ORDER} <= ? {version_sql} "
+                f"ORDER BY {self._CLAIM_ORDER} LIMIT ?) AS due UNION "
                 f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id "
                 f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
                 f"{version_sql} LIMIT ?) AS asked LIMIT ?",
-                (ts, ts, *version_params, limit, ts, *version_params, limit, limit),
+                (ts, ts, ts, *version_params, limit, ts, *version_params,
+                 limit, limit),
             ).fetchall()
             if not found:
                 return [], {}
@@ -1013,7 +1021,7 @@ class SQLCoordination(SQLDialect):
             return None
 
 
-class SQLStore(SQLRuns, SQLQueries, SQLCoordination):
+class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:

@@ -173,6 +173,13 @@ class Telemetry:
         if self.spans is not None:
             self.spans.end_step(run.id, commit, version)
 
+    def waiting(self, run: RunRecord, reason: str) -> None:
+        """`run` was released to wait for a named limit (`reason`: "waiting for capacity: crm",
+        "rate limited: crm" or "paused by Retry-After: crm")."""
+        if self.metrics is not None:
+            why, _, limit = reason.rpartition(": ")
+            self.metrics.add(metrics.CAPACITY_WAITS, 1, (run.workflow_name, limit, why))
+
     def claimed(self, runs: Sequence[RunRecord], now: int) -> None:
         """Runs were claimed at `now`: how late each was (from the time it was due)."""
         if self.metrics is None:

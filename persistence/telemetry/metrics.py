@@ -2,8 +2,9 @@
 
 Counters and histograms are updated by the process that does the work (a worker counts the steps
 it commits, the effects it executes, the takeovers it makes). Gauges describe the whole store
-(runs by status, stuck runs, breaker states) and are read from it at a low rate by
-`StoreGauges`, whatever the scrape rate, so any one worker (or all of them) can expose them.
+(runs by status, stuck runs, breaker states, named limits in use) and are read from it at a low
+rate by `StoreGauges`, whatever the scrape rate, so any one worker (or all of them) can expose
+them.
 
 `PrometheusMetrics` needs `prometheus-client` (the `metrics` extra); `OtelMetrics` needs
 OpenTelemetry's API (the `otel` extra) and a configured `MeterProvider` to export anything.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.breakers import CLOSED, HALF_OPEN, OPEN
-from persistence.stores import RunQuery, StoreError
+from persistence.stores import LimitUsage, RunQuery, StoreError
 from persistence.stores.base import RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -86,12 +87,24 @@ BREAKER_STATE = Metric("statecharts_breaker_state", "gauge",
                        "1 for the circuit breaker's current state, 0 for the others",
                        ("breaker", "state"))  # fmt: skip
 
+CAPACITY_WAITS = Metric("statecharts_capacity_waits", "counter",
+                        "Times a run was released to wait for a named limit (capacity, rate, "
+                        "Retry-After pause)", ("workflow", "limit", "reason"))  # fmt: skip
+LIMIT_IN_FLIGHT = Metric("statecharts_limit_in_flight", "gauge",
+                         "Calls (or runs) holding a slot of a named concurrency limit",
+                         ("limit",))  # fmt: skip
+RUNS_WAITING = Metric("statecharts_runs_waiting", "gauge",
+                      "Active runs waiting for a named limit, by reason", ("limit", "reason"))
+LIMIT_PAUSED = Metric("statecharts_limit_pause_left", "gauge",
+                      "Seconds left of a Retry-After pause of a named limit (0: not paused)",
+                      ("limit",))  # fmt: skip
+
 INSTRUMENTS = (RUNS_STARTED, RUNS_FINISHED, STEPS, STEP_DURATION, EFFECT_DURATION,
                EFFECT_FAILURES, RETRIES_SCHEDULED, LEASE_TAKEOVERS, LEASES_LOST, CLAIM_LAG,
-               DEAD_LETTERS, POISONED_VALUES)  # fmt: skip
+               DEAD_LETTERS, POISONED_VALUES, CAPACITY_WAITS)  # fmt: skip
 """Updated by the process doing the work."""
 
-GAUGES = (RUNS, STUCK_RUNS, BREAKER_STATE)
+GAUGES = (RUNS, STUCK_RUNS, BREAKER_STATE, LIMIT_IN_FLIGHT, RUNS_WAITING, LIMIT_PAUSED)
 """Read from the store by `StoreGauges`."""
 
 _BUCKETS = {CLAIM_LAG.name: LAG_BUCKETS}
@@ -155,6 +168,15 @@ class StoreGauges:
             state = CLOSED if record is None else record.state
             found += [(BREAKER_STATE, (name, s), float(s == state))
                       for s in (CLOSED, OPEN, HALF_OPEN)]  # fmt: skip
+        now = self.runtime.clock.now()
+        usage = {u.name: u for u in store.capacity_usage(now)}
+        for name in sorted(set(self.runtime.load.limits) | set(usage)):
+            used = usage.get(name, LimitUsage(name))
+            found.append((LIMIT_IN_FLIGHT, (name,), float(used.in_flight)))
+            found += [(RUNS_WAITING, (name, reason), float(n))
+                      for reason, n in sorted(used.waiting.items())]  # fmt: skip
+            paused = 0.0 if used.paused_until is None else (used.paused_until - now) / 1000
+            found.append((LIMIT_PAUSED, (name,), paused))
         return found
 
 

@@ -30,6 +30,9 @@ class RunSummary(BaseModel):
     version: int = Field(description="step number; changes whenever the run moves")
     claim_count: int = Field(0, description="how many times a worker claimed the run")
     problem: str | None = Field(None, description="why the stored row does not parse, if so")
+    priority: int = Field(0, description="0-1000, higher claimed first (with aging)")
+    waiting_for: str | None = Field(None, description="what the run waits for, e.g. 'waiting "
+                                    "for capacity: crm' (a named limit)")
     parent_run_id: str | None = Field(None, description="the run that started this child run")
     parent_invoke_id: str | None = Field(
         None, description="this child run's invoke id in its parent (None once stopped)")
@@ -115,7 +118,8 @@ def summary(run: RunRecord) -> RunSummary:
         key=run.key, state=run.state, status=run.status, attempt_count=run.attempt_count,
         last_error=run.last_error, created_at=run.created_at, updated_at=run.updated_at,
         completed_at=run.completed_at, wake_at=run.wake_at, version=run.version,
-        claim_count=run.claim_count, problem=run.problem, parent_run_id=run.parent_run_id,
+        claim_count=run.claim_count, problem=run.problem, priority=run.priority,
+        waiting_for=run.waiting_for, parent_run_id=run.parent_run_id,
         parent_invoke_id=run.parent_invoke_id,
     )  # fmt: skip
 

@@ -187,6 +187,11 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
         rows = [(name, counts.get(name, {}), ui.latest(name)) for name in ui.workflow_names()]
         return page(request, "workflows.html", {"rows": rows, "statuses": views.STATUSES})
 
+    @app.get("/limits", response_class=HTMLResponse, include_in_schema=False)
+    def limits_page(request: Request) -> Response:
+        rows = views.limit_rows(ui.store, ui.machines, ui.clock.now())
+        return page(request, "limits.html", {"rows": rows})
+
     @app.get("/workflows/{name}", response_class=HTMLResponse, include_in_schema=False)
     def workflow_page(request: Request, name: str) -> Response:
         states = views.state_counts(ui.store, name)

@@ -22,7 +22,7 @@ from persistence.stores import (
     RunRecord,
     Store,
 )
-from statecharts import Snapshot
+from statecharts import Machine, Snapshot
 from statecharts.definition import RETRY_DELAY_PREFIX, WAITING
 from statecharts.frozen import text_problem
 
@@ -414,3 +414,33 @@ def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
 def leaves(state: str) -> Sequence[str]:
     """The active leaf paths of a `state` column."""
     return [leaf for leaf in state.split(",") if leaf]
+
+
+# -- named limits ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LimitRow:
+    """One named limit on the limits page."""
+
+    name: str
+    sites: list[str]  # "workflow: state path" of every loaded call site naming it
+    in_flight: int
+    waiting: list[tuple[str, int]]  # (reason, runs)
+    paused_until: int | None
+
+
+def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[LimitRow]:
+    """The limits the store knows and the loaded call sites name, with their use now."""
+    sites: dict[str, list[str]] = {}
+    for machine in machines:
+        for node in machine.definition.nodes:
+            for invoke in node.invoke:
+                if invoke.limit:
+                    sites.setdefault(invoke.limit, []).append(f"{machine.id}: {node.id}")
+    usage = {u.name: u for u in store.capacity_usage(now)}
+    return [LimitRow(name, sorted(set(sites.get(name, []))),
+                     usage[name].in_flight if name in usage else 0,
+                     sorted(usage[name].waiting.items()) if name in usage else [],
+                     usage[name].paused_until if name in usage else None)
+            for name in sorted(set(sites) | set(usage))]  # fmt: skip

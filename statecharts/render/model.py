@@ -313,9 +313,9 @@ def _failure_reason(machine: Machine, node: StateNode) -> str | None:
 
 def _call_facts(machine: Machine, node: StateNode) -> list[str]:
     """How the calls made here are protected, one line per fact: errors never retried (or
-    the only ones retried), the circuit breaker, the idempotency key, and the errors that
-    roll the step back to be tried again later. A retried state shows its call's facts (its
-    ``attempting`` state only shows what it does)."""
+    the only ones retried), the circuit breaker, the shared limit, the idempotency key, and the
+    errors that roll the step back to be tried again later. A retried state shows its call's
+    facts (its ``attempting`` state only shows what it does)."""
     if node.retry_attempt_of is not None:
         return []
     calls = list(node.invoke)
@@ -336,6 +336,8 @@ def _call_facts(machine: Machine, node: StateNode) -> list[str]:
             lines.append(f"sub-workflow “{child}”: a run of its own when durable")
         if invoke.breaker:
             lines.append(f"circuit breaker “{invoke.breaker}”: fails fast while open")
+        if invoke.limit:
+            lines.append(f"limited by “{invoke.limit}”: waits for capacity")
         if getattr(invoke.logic, "wants_key", False):
             lines.append("idempotency key: the same on every try" if policy is not None
                          else "idempotency key: the same if the step runs again")

@@ -107,17 +107,19 @@ class Worker:
 
 @contextmanager
 def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | None = None,
-            log_level: str = "INFO") -> Iterator[list[Worker]]:  # fmt: skip
-    """`count` worker processes with `threads` threads each; SIGTERMed (then killed) after."""
+            log_level: str = "INFO", machines: str = "tests.persistence.faulty",
+            options: tuple[str, ...] = ()) -> Iterator[list[Worker]]:  # fmt: skip
+    """`count` worker processes with `threads` threads each (on `machines`, with more command
+    line `options`); SIGTERMed (then killed) after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: e.ledger, **(extra or {})}
     started = []
     for n in range(count):
         log = e.tmp / f"worker-{len(list(e.tmp.glob('worker-*.log')))}-{n}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "persistence.cli", "worker", "--store", e.url,
-             "--machines", "tests.persistence.faulty", "--concurrency", str(threads),
+             "--machines", machines, "--concurrency", str(threads),
              "--batch", "4", "--lease-ms", str(LEASE_MS), "--poll-ms", "20",
-             "--log-level", log_level],
+             "--log-level", log_level, *options],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
         )  # fmt: skip
         started.append(Worker(process, log, log_level))

@@ -1,0 +1,223 @@
+"""Named limits in SQL (the `Capacity` part of the store), written once for both dialects.
+
+Every grant of a limit happens under the lock of its `workflow_limits` row (an upsert, which
+locks the row in PostgreSQL; SQLite's write transaction serializes anyway), so two workers can
+never both take the last slot. A slot (`workflow_capacity`, state `held`) counts while the run
+holding it keeps its lease: a SIGKILLed holder's slot is revived as the head of the queue once
+its lease expires, never lost and never counted twice. Runs that must wait are queued
+(`waiting`, in `queued_at` order, kept across waits and crashes); a freed slot is `reserved` for
+the first of them and that run is woken, so a newcomer cannot take a waiting run's place.
+Costs per grant: a handful of statements over at most `max_in_flight` slot rows plus the queue's
+head, never the whole queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS, Grant, LimitUsage
+
+if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
+    from persistence.stores.sql import SQLDialect
+else:
+    SQLDialect = object
+
+CAPACITY = "waiting for capacity"
+RATE = "rate limited"
+PAUSED = "paused by Retry-After"
+"""The reasons a run waits for a limit, shown as "<reason>: <limit name>" on its row."""
+
+_LIVE_HOLD = (
+    "EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = workflow_capacity.run_id AND "
+    "r.lease_owner = workflow_capacity.owner AND r.lease_expires_at > ?)"
+)
+
+
+class SQLCapacity(SQLDialect):
+    """`Capacity` in SQL: slots, the queue, the rate window and pauses of named limits."""
+
+    def acquire_capacity(self, name: str, holder: str, run_id: str, owner: str, now: int, *,
+                         max_in_flight: int | None, calls: int | None, per_ms: int,
+                         recheck_ms: int, lease_ms: int) -> Grant:  # fmt: skip
+        """Grant a place in limit `name`, or queue the run and release it (see `Capacity`)."""
+        rid = self._id(run_id)
+        with self._write() as conn:
+            paused, recent = self._lock_limit(conn, name, now)
+            if paused is not None and paused > now:
+                return self._wait(conn, rid, owner, f"{PAUSED}: {name}", paused)
+            if max_in_flight is not None and not self._place(conn, name, holder, rid, now,
+                                                             max_in_flight, lease_ms):
+                self._queue(conn, name, holder, rid, now)
+                return self._wait(conn, rid, owner, f"{CAPACITY}: {name}", now + recheck_ms)
+            if calls is not None:
+                window = [t for t in recent if t > now - per_ms]
+                if len(window) >= calls:
+                    if max_in_flight is not None:  # keeps its place for the next window
+                        self._queue(conn, name, holder, rid, now)
+                    return self._wait(conn, rid, owner, f"{RATE}: {name}",
+                                      window[-calls] + per_ms)  # fmt: skip
+                self._exec(conn, "UPDATE workflow_limits SET recent = ? WHERE name = ?",
+                           (self._j([*window, now]), name))  # fmt: skip
+            if max_in_flight is not None:
+                self._exec(
+                    conn,
+                    "INSERT INTO workflow_capacity (name, holder, run_id, state, owner, queued_at)"
+                    " VALUES (?, ?, ?, 'held', ?, ?) ON CONFLICT (name, holder) DO UPDATE SET "
+                    "state = 'held', owner = excluded.owner, expires_at = NULL",
+                    (name, holder, rid, owner, self._t(now)),
+                )
+            # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
+            # of every waiting run, which stale statistics say is empty, instead of one row)
+            self._exec(conn, "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
+                       "coalesce(waiting_for, '') <> ''", (rid,))  # fmt: skip
+            return Grant(True)
+
+    def release_capacity(self, name: str, holders: Collection[str], now: int, *,
+                         max_in_flight: int | None, lease_ms: int) -> None:  # fmt: skip
+        """Free `holders`' slots and hand them to the head of the queue (with no holders: only
+        hand over the slots freed by expired leases, as workers do now and then)."""
+        if max_in_flight is None:
+            return
+        with self._write() as conn:
+            self._lock_limit(conn, name, now)
+            if holders:
+                marks = ",".join("?" * len(holders))
+                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
+                           f"({marks})", (name, *holders))  # fmt: skip
+            self._place(conn, name, None, None, now, max_in_flight, lease_ms)
+
+    def pause_capacity(self, name: str, until: int, now: int) -> None:
+        """Pause limit `name` until `until` (extending, never shortening, a pause)."""
+        self._write_one(
+            "INSERT INTO workflow_limits (name, paused_until, recent, updated_at) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+            "paused_until = CASE WHEN workflow_limits.paused_until IS NULL OR "
+            "workflow_limits.paused_until < excluded.paused_until THEN excluded.paused_until "
+            "ELSE workflow_limits.paused_until END, updated_at = excluded.updated_at "
+            "RETURNING 1",
+            (name, self._t(until), self._j([]), self._t(now)),
+        )
+
+    def capacity_usage(self, now: int) -> list[LimitUsage]:
+        """Calls in flight, waiting runs per reason and the pause of every limit."""
+        ts = self._t(now)
+        limits, held, waiting = self._read_all([
+            ("SELECT name, paused_until FROM workflow_limits ORDER BY name", ()),
+            ("SELECT name, count(*) FROM workflow_capacity WHERE state = 'held' AND "
+             f"{_LIVE_HOLD} GROUP BY name", (ts,)),
+            ("SELECT waiting_for, count(*) FROM workflow_runs WHERE waiting_for IS NOT NULL "
+             "AND status = 'active' GROUP BY waiting_for", ()),
+        ])  # fmt: skip
+        in_flight = {str(n): int(c) for n, c in held}
+        waits: dict[str, dict[str, int]] = {}
+        for text, count in waiting:
+            reason, _, limit = str(text).rpartition(": ")
+            waits.setdefault(limit, {})[reason] = int(count)
+        paused = {str(n): self._ms(p) for n, p in limits}
+        names = sorted(set(paused) | set(in_flight) | set(waits))
+        return [LimitUsage(n, in_flight.get(n, 0), waits.get(n, {}),
+                           p if (p := paused.get(n)) is not None and p > now else None)
+                for n in names]  # fmt: skip
+
+    # -- the steps of a grant, inside its transaction -------------------------------------------
+    def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
+        """Lock the limit's row (creating it), returning its pause and its rate window."""
+        row = self._exec(
+            conn,
+            "INSERT INTO workflow_limits (name, recent, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at "
+            "RETURNING paused_until, recent",
+            (name, self._j([]), self._t(now)),
+        ).fetchone()
+        recent = self._load(row[1])
+        return self._ms(row[0]), [int(t) for t in recent] if isinstance(recent, list) else []
+
+    def _place(self, conn: Any, name: str, holder: str | None, run_id: str | None, now: int,
+               max_in_flight: int, lease_ms: int) -> bool:  # fmt: skip
+        """Whether `holder` may take a slot now; the other free slots are reserved for the
+        head of the queue (those runs are woken). With `holder` None, only hands slots over."""
+        ts = self._t(now)
+        # slots of holders whose lease ended, and reservations nobody came for, queue again
+        # (at their old place: first in line)
+        # (the states are named, so only that part of the queue index is read: never the
+        # waiting runs, however many there are)
+        self._exec(
+            conn,
+            "UPDATE workflow_capacity SET state = 'waiting', owner = NULL, expires_at = NULL "
+            "WHERE name = ? AND state IN ('held', 'reserved') AND CASE WHEN state = 'reserved' "
+            f"THEN expires_at <= ? ELSE NOT {_LIVE_HOLD} END",
+            (name, ts, ts),
+        )
+        taken = self._exec(
+            conn,
+            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', "
+            "'reserved')",
+            (name,),
+        ).fetchall()
+        if holder is not None and (holder,) in taken:
+            return True  # reserved for it (or already its own)
+        free = max_in_flight - len(taken)
+        if free <= 0:
+            return False
+        heads = self._heads(conn, name, free)
+        granted = holder is not None and (holder in heads or len(heads) < free)
+        others = {h: r for h, r in heads.items() if h != holder}
+        if others:
+            marks = ",".join("?" * len(others))
+            self._exec(conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? "
+                       f"WHERE name = ? AND holder IN ({marks})",
+                       (self._t(now + lease_ms), name, *others))  # fmt: skip
+            # a reserved slot is capacity standing idle: its run is claimed before any other
+            # (as if due long ago, at the top priority)
+            first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
+            self._exec(conn, f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({marks}) "
+                       "AND lease_owner IS NULL AND status = 'active'",
+                       (first, *others.values()))  # fmt: skip
+        return granted
+
+    def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
+        """The first `count` holders in the queue whose runs are still active; places of runs
+        that ended meanwhile (cancelled while waiting) are dropped on the way. Read from the
+        queue's index, then the runs by id: never a plan that reads every waiting run. Holder
+        -> run id (as a parameter)."""
+        heads: dict[str, Any] = {}
+        while len(heads) < count:
+            rows = self._exec(
+                conn,
+                f"SELECT holder, run_id{self._TEXT_ID} FROM workflow_capacity WHERE name = ? "
+                "AND state = 'waiting' ORDER BY queued_at, holder LIMIT ?",
+                (name, count - len(heads)),
+            ).fetchall()
+            if not rows:
+                break
+            marks = ",".join("?" * len(rows))
+            active = {str(r) for (r,) in self._exec(
+                conn, f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE id IN ({marks}) AND "
+                "status = 'active'", [self._id(str(r)) for _, r in rows]).fetchall()}  # fmt: skip
+            gone = [str(h) for h, r in rows if str(r) not in active]
+            if gone:
+                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
+                           f"({','.join('?' * len(gone))})", (name, *gone))  # fmt: skip
+            heads.update((str(h), self._id(str(r))) for h, r in rows if str(r) in active)
+        return heads
+
+    def _queue(self, conn: Any, name: str, holder: str, run_id: str, now: int) -> None:
+        """Put `holder` in the queue of `name`, keeping its place if it had one."""
+        self._exec(
+            conn,
+            "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
+            "VALUES (?, ?, ?, 'waiting', ?) ON CONFLICT (name, holder) DO UPDATE SET "
+            "state = 'waiting', owner = NULL, expires_at = NULL",
+            (name, holder, run_id, self._t(now)),
+        )
+
+    def _wait(self, conn: Any, run_id: str, owner: str, reason: str, retry_at: int) -> Grant:
+        """Release the run (it waits durably, not in a thread) with `reason` on its row."""
+        self._exec(
+            conn,
+            "UPDATE workflow_runs SET waiting_for = ?, lease_owner = NULL, "
+            "lease_expires_at = NULL, wake_at = ? WHERE id = ? AND lease_owner = ?",
+            (reason, self._t(retry_at), run_id, owner),
+        )
+        return Grant(False, retry_at, reason)
