@@ -243,11 +243,12 @@ WHY_SHORT: dict[str, str] = {
   and the step's commit. The two fsyncs (the `send`'s and the step's) are most of it: on a
   quiet machine `send` 0.5 ms, claim 0.5 ms, commit 1.1 ms; with other lanes fsyncing (load
   3-4) one raw single-row commit took 4 ms and the step 4-10 ms, before and after the claim
-  lost its separate read (issue 20b: the claim and read 1.9-2.1 ms before, 1.4-1.6 ms after,
-  interleaved; the end-to-end change stays inside the disk's noise). Under about two commits
-  needs the claim folded into the step's commit (an optimistic step checked by version
-  alone, leasing only when the step leaves effects to run): not done; the claim it would
-  save is a write without fsync, now about a third of the step on a quiet machine.""",
+  lost its separate read (issue 20b, paired in one process at load 3-4: the claim and read
+  1.8-3.2 ms before, 1.3-2.4 ms after, 17-25% less; the end-to-end step stays inside the
+  disk's noise). Under about two commits needs the claim folded into the step's commit (an
+  optimistic step checked by version alone, leasing only when the step leaves effects to
+  run): not done; the claim it would save is a write without fsync, about a quarter of the
+  step on a quiet machine (0.5 of 2.1 ms).""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and
