@@ -514,19 +514,29 @@ def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
     effects: list[fx.Effect] = []
     first = True
     while True:
-        plan = _first_enabled_plan(route, context, event)
-        if plan is None:
-            break  # nothing enabled: at rest
+        for choice in route.choices:  # the first whose guard passes
+            transition, test, plan = choice
+            if test is not None:
+                try:
+                    if not test(context, event):
+                        continue
+                except Exception as exc:
+                    assert transition is not None and transition.guard is not None
+                    raise ImplementationError(f"guard '{transition.guard.type}' at "
+                                              f"{transition.config_path}", exc) from exc
+            break
+        else:
+            break  # none: at rest
         if first:
-            if plan is NEEDS_STEP or (snapshot.retry_records and (
+            if plan is None or (snapshot.retry_records and (
                     plan.exits or plan.target.has_always)):
                 return None
             first = False
         if trace is not None:
-            trace.append((event, plan.transitions))
+            trace.append((event, plan.transitions))  # type: ignore[union-attr]
         for op in plan.ops:  # type: ignore[union-attr]
             context = op(context, event, effects)
-        configuration = plan.target
+        configuration = plan.target  # type: ignore[union-attr]
         if not configuration.has_always:
             break
         route = configuration.eventless  # compiled with the plan that led here
@@ -536,24 +546,6 @@ def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
         tuple(effects) if effects else fx.NO_EFFECTS
 
 
-def _first_enabled_plan(route: Route, context: FrozenDict, event: FrozenDict) -> Any:
-    """The plan of the first candidate of ``route`` whose guard passes (``NEEDS_STEP`` when
-    it has none that runs without the step), or None when no guard passes."""
-    for transition, test, plan in route.choices:
-        if test is not None:
-            try:
-                if not test(context, event):
-                    continue
-            except Exception as exc:
-                assert transition is not None and transition.guard is not None
-                raise ImplementationError(f"guard '{transition.guard.type}' at "
-                                          f"{transition.config_path}", exc) from exc
-        return NEEDS_STEP if plan is None else plan
-    return None
-
-
-NEEDS_STEP: Any = object()
-"""A route's chosen transition that takes the full step."""
 
 UNKNOWN: Any = NOT_COMPILED
 """What ``configuration.routes`` holds for an event type not looked at yet (and
