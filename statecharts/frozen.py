@@ -189,6 +189,8 @@ def frozen_merge(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -
     ``assign`` of a mapping checks its keys once, when its machine is built)."""
     fresh: dict[str, Any] | None = None
     for key, item in changes.items():
+        if type(item) is int and INT_MIN <= item <= INT_MAX:
+            continue  # the commonest case, tested before the call to ``as_is``
         if not as_is(item):
             if fresh is None:
                 fresh = dict(changes)
@@ -199,7 +201,7 @@ def frozen_merge(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -
 
 def frozen_set(base: FrozenDict, key: str, item: Any, path: str = "") -> FrozenDict:
     """``frozen_merge`` of the one change ``key: item`` (the commonest ``assign``)."""
-    if not as_is(item):
+    if not (type(item) is int and INT_MIN <= item <= INT_MAX) and not as_is(item):
         item = freeze(item, _join(path, key))
     return FrozenDict(base, **{key: item})
 
