@@ -466,8 +466,9 @@ def _direct_plan(configurations: Configurations, configuration: Configuration,
             return None
         configuration.plans[key] = plan
     direct = plan.ops is not None and not plan.recorded and (
-        not plan.target.has_always or
-        eventless_route(configurations, plan.target, seen) is not None)
+        not plan.target.has_always or (plan.target not in seen and  # not back round a loop
+                                       eventless_route(configurations, plan.target,
+                                                       seen) is not None))
     return plan if direct else None
 
 
@@ -496,7 +497,7 @@ def _compile_eventless(configurations: Configurations, configuration: Configurat
                 not transition.targets:
             return None
         plan = _direct_plan(configurations, configuration, [transition], seen)
-        if plan is None or plan.target in seen:
+        if plan is None:
             return None
         choices.append((transition, transition.guard_fn, plan))
         if transition.guard is None:
