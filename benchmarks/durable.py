@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,11 +65,18 @@ class DurableRow(Rates):
     n: int
     rates: tuple[float, ...]
     note: str = ""
+    transactions: tuple[float, ...] = ()  # database transactions per workflow, per run
+    p99: tuple[float, ...] = ()  # latency rows: the 99th percentile per run (rates: p50)
 
     @property
     def steps(self) -> float:
         """Median in single-row commits (raw) or workflow steps per second."""
         return self.median * self.steps_per_unit
+
+    @property
+    def per_workflow(self) -> float | None:
+        """Median database transactions per workflow, where counted."""
+        return statistics.median(self.transactions) if self.transactions else None
 
 
 def snapshot_document(i: int) -> dict[str, Any]:
@@ -221,23 +229,37 @@ def dbos(url: str, backend: str, clients: int, n: int, repeat: int) -> DurableRo
 
 # ----------------------------------------------------------------------------- the table
 def markdown(rows: list[DurableRow]) -> str:
-    """One table: per backend and client count, raw, DBOS and this project side by side."""
+    """The throughput table (per backend and client count: raw commits, DBOS and this project's
+    rows side by side, the equal-concurrency row first), then the step latency table."""
     lines = [
-        "| backend | clients / workers | subject | n per run | median | steps or commits/s | "
-        "÷ raw commits/s | statecharts ÷ subject (workflows/s) | note |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+        "| backend | clients / in flight | subject | n per run | median | steps or commits/s | "
+        "÷ raw commits/s | ÷ DBOS (workflows/s) | transactions per workflow | commits per step "
+        "| note |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
+    for r in (r for r in rows if r.unit != "ms"):
         raw = _find(rows, r.backend, r.clients, "raw")
-        ours = _find(rows, r.backend, r.clients, "statecharts")
+        dbos = _find(rows, r.backend, r.clients, "DBOS")
         vs_raw = f"{r.steps / raw.steps:.0%}" if raw and r.ok and r.unit != "commits/s" else ""
-        vs_ours = ""
-        if ours and r.ok and r.unit == "workflows/s" and not r.subject.startswith("statecharts"):
-            vs_ours = f"{ours.median / r.median:.2f}x"
+        vs_dbos = ""
+        if dbos and r.ok and r.subject.startswith("statecharts"):
+            vs_dbos = f"**{r.median / dbos.median:.2f}x**"
+        tx = r.per_workflow
+        per_wf = f"{tx:.2f}" if tx is not None else ("1" if r.unit == "commits/s" else "")
+        per_step = f"{tx / r.steps_per_unit:.2f}" if tx is not None else (
+            "1" if r.unit == "commits/s" else "")
         median = f"{fmt_rate(r.median)} {r.unit}" if r.ok else "—"
         steps = fmt_rate(r.steps) if r.ok else "—"
-        lines.append(f"| {r.backend} | {r.clients} | {r.subject} | {r.n:,} | {median} | {steps} | "
-                     f"{vs_raw} | {vs_ours} | {r.note} |")
+        lines.append(f"| {r.backend} | {r.clients} | {r.subject} | {r.n:,} | {median} | {steps} "
+                     f"| {vs_raw} | {vs_dbos} | {per_wf} | {per_step} | {r.note} |")
+    latency = [r for r in rows if r.unit == "ms"]
+    if latency:
+        lines += ["", "| backend | subject | events per run | p50 | p99 | note |",
+                  "|---|---|---:|---:|---:|---|"]
+        for r in latency:
+            p50 = f"{r.median:.2f} ms" if r.ok else "—"
+            p99 = f"{statistics.median(r.p99):.2f} ms" if r.p99 else "—"
+            lines.append(f"| {r.backend} | {r.subject} | {r.n:,} | {p50} | {p99} | {r.note} |")
     return "\n".join(lines) + "\n"
 
 
@@ -262,7 +284,8 @@ def interleaved(measurements: list[Measurement], repeat: int) -> list[DurableRow
                 key = (row.backend, row.clients, row.subject)
                 seen = merged.get(key)
                 merged[key] = row if seen is None else replace(
-                    seen, rates=seen.rates + row.rates, note=seen.note or row.note)
+                    seen, rates=seen.rates + row.rates, note=seen.note or row.note,
+                    transactions=seen.transactions + row.transactions, p99=seen.p99 + row.p99)
     return list(merged.values())
 
 
@@ -285,7 +308,9 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
             rows += interleaved([
                 partial(raw_postgres, dsn, clients, raw_n, 1),
                 partial(dbos, url, pg, clients, n, 1),
+                partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
                 partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
+                *([partial(_pg_latency, dsn, pg)] if clients == 1 else []),
             ], repeat)
         reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
@@ -297,9 +322,32 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(raw_sqlite, directory, clients, raw_n, 1, "FULL"),
                 partial(raw_sqlite, directory, clients, raw_n, 1, "NORMAL"),
                 partial(_dbos_sqlite, sqlite_url, lite, clients, n),
+                partial(durable_runtime.inline_sqlite, directory, lite, clients, n),
                 partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
+                *([partial(_sqlite_latency, directory, lite)] if clients == 1 else []),
             ], repeat)
     return rows
+
+
+def _pg_latency(dsn: str, backend: str) -> DurableRow:
+    """The step latency on PostgreSQL, in a schema of its own (dropped afterwards)."""
+    import psycopg
+
+    from benchmarks import durable_runtime
+
+    schema = f"bench_latency_{os.getpid()}"
+    try:
+        return durable_runtime.step_latency(f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
+                                            backend)  # fmt: skip
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _sqlite_latency(directory: Path, backend: str) -> DurableRow:
+    from benchmarks import durable_runtime
+
+    return durable_runtime.step_latency(f"sqlite:///{directory / 'latency.db'}", backend)
 
 
 def _dbos_sqlite(url: str, backend: str, clients: int, n: int) -> DurableRow:

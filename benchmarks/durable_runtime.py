@@ -18,23 +18,27 @@ marked "skipped" with the import error.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import STEPS, DurableRow
+from benchmarks.durable import STEPS, DurableRow, in_threads, reset_database, with_database
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"
 PG_DATABASE = "statecharts_bench_durable"
 STEP_NAMES = ("add_one", "double", "minus_three")
-RUNTIME = "durable runtime"
-WORKER = "durable worker"
+RUNTIME = "batched worker, runs started then drained"
+WORKER = "batched worker, backlog"
+INLINE = "in the caller (Inline.run), 1 in flight per client"
+WOKEN = "idle worker woken by each start, 1 in flight"
+LATENCY = "one step, send to committed state (idle worker)"
+LATENCY_EVENTS = 300
 
 
 def add_one(x: int) -> int:
@@ -90,20 +94,22 @@ def measure_postgres(dsn: str, backend: str, workers: int, n: int,
                      repeat: int) -> list[DurableRow]:
     """The 3-step workflow on PostgreSQL, in a database of its own (recreated per run), with
     the database's transaction count per workflow (every autocommit statement counts)."""
-    from benchmarks.durable import reset_database, with_database
-
-    def fresh_url() -> str:
-        import psycopg
-
-        reset_database(dsn, PG_DATABASE)
-        with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {PG_DATABASE}")
-        return with_database(dsn, PG_DATABASE)
-
     try:
-        return _measure(fresh_url, backend, workers, n, repeat, _transactions)
+        return _measure(partial(_fresh_database, dsn), backend, workers, n, repeat,
+                        _transactions)
     finally:
         reset_database(dsn, PG_DATABASE)
+
+
+def _fresh_database(dsn: str) -> str:
+    """The URL of `PG_DATABASE` on the server of `dsn`, dropped and created empty (so its
+    transaction counter shows what the measured runs cost)."""
+    import psycopg
+
+    reset_database(dsn, PG_DATABASE)
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {PG_DATABASE}")
+    return with_database(dsn, PG_DATABASE)
 
 
 def _transactions(url: str) -> int:
@@ -122,6 +128,169 @@ def measure_sqlite(directory: Path, backend: str, workers: int, n: int,
     """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per run."""
     return _measure(lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
                     backend, workers, n, repeat)
+
+
+def inline_postgres(dsn: str, backend: str, clients: int, n: int) -> list[DurableRow]:
+    """One run of the equal-concurrency rows on PostgreSQL: `clients` threads each running
+    workflows one at a time in the caller (`Inline.run`, as DBOS runs them), and (one client)
+    a client starting runs one at a time for an idle worker to pick up; with transactions per
+    workflow from pg_stat_database."""
+    try:
+        return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions)
+    finally:
+        reset_database(dsn, PG_DATABASE)
+
+
+def inline_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[DurableRow]:
+    """`inline_postgres` on a new SQLite file (WAL, ``synchronous=full``)."""
+    return _in_flight(lambda: f"sqlite:///{directory / f'inline-{uuid.uuid4().hex[:8]}.db'}",
+                      backend, clients, n)
+
+
+def _in_flight(make_url: Any, backend: str, clients: int, n: int,
+               transactions: Any = None) -> list[DurableRow]:
+    """The rows with a fixed number of workflows in flight (one per client thread)."""
+    from persistence import open_store
+    from persistence.inline import Inline
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+
+    machine = three_steps_machine()
+    url = make_url()
+    rows = []
+    with _runtime(open_store(url, migrate=True), Runtime, machine) as runtime:
+        inline = Inline(runtime)
+        _inline_clients(inline, clients, 20, 10**6)  # warm-up
+        before = transactions(url) if transactions else 0
+        seconds = _inline_clients(inline, clients, n, 0)
+        tx = _per_workflow(transactions, url, before, n)
+    rows.append(DurableRow(backend, clients, f"{ours_label()} {INLINE}", "workflows/s", STEPS,
+                           n, (n / seconds,), transactions=tx))
+    if clients != 1:
+        return rows
+    finished = finished_telemetry()
+    store = open_store(url)
+    try:
+        runtime = Runtime(store, machines=[machine], telemetry=finished)
+        worker = Worker(runtime, concurrency=1)
+        thread = threading.Thread(target=worker.run, name="bench-worker")
+        thread.start()
+        try:
+            for i in range(20):  # warm-up
+                finished.wait_for(runtime.start(WORKFLOW, input={"x": 10**6 + i}))
+            before = transactions(url) if transactions else 0
+            t0 = time.perf_counter()
+            ids = []
+            for i in range(n):
+                ids.append(runtime.start(WORKFLOW, input={"x": i}))
+                finished.wait_for(ids[-1])
+            seconds = time.perf_counter() - t0
+        finally:
+            worker.stop()
+            thread.join()
+        tx = _per_workflow(transactions, url, before, n)
+        check_outputs(runtime, ids, 0)
+    finally:
+        store.close()
+    rows.append(DurableRow(backend, 1, f"{ours_label()} {WOKEN}", "workflows/s", STEPS, n,
+                           (n / seconds,), "the worker in this process", transactions=tx))
+    return rows
+
+
+def _per_workflow(transactions: Any, url: str, before: int, n: int) -> tuple[float, ...]:
+    """Database transactions per workflow since `before` (none where not counted)."""
+    return ((transactions(url) - before) / n,) if transactions else ()
+
+
+def _inline_clients(inline: Any, clients: int, n: int, offset: int) -> float:
+    """`n` workflows through `inline.run`, split over `clients` threads each running one at a
+    time; wall seconds. Every output is checked."""
+    per_client = n // clients
+
+    def client(c: int) -> None:
+        for x in range(offset + c * per_client, offset + (c + 1) * per_client):
+            got = inline.run(WORKFLOW, {"x": x})
+            assert got.status == "done" and got.output == expected(x), (got, expected(x))
+
+    return in_threads(clients, client)
+
+
+def finished_telemetry() -> Any:
+    """Telemetry that tells a waiting client when a run's step committed (in this process):
+    how the benchmark sees "done" without polling the database."""
+    from persistence.telemetry import Telemetry
+
+    class Finished(Telemetry):
+        def __init__(self) -> None:
+            super().__init__(tracing=False)
+            self.changed = threading.Condition()
+            self.committed: dict[str, tuple[str, float]] = {}
+
+        def end_step(self, run: Any, before: str, commit: Any, version: Any) -> None:
+            super().end_step(run, before, commit, version)
+            if commit is not None and version is not None:
+                with self.changed:
+                    self.committed[run.id] = (commit.status, time.perf_counter())
+                    self.changed.notify_all()
+
+        def wait_for(self, run_id: str, status: str | None = None,
+                     timeout: float = 30.0) -> float:
+            """Until `run_id` committed a step (one ending it, unless `status` is given);
+            when that commit returned (perf_counter seconds)."""
+            def seen() -> bool:
+                got = self.committed.get(run_id)
+                return got is not None and (got[0] != "active" if status is None
+                                            else got[0] == status)
+
+            with self.changed:
+                if not self.changed.wait_for(seen, timeout):
+                    raise TimeoutError(f"run {run_id} did not commit within {timeout}s")
+                return self.committed.pop(run_id)[1]
+
+    return Finished()
+
+
+def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS) -> DurableRow:
+    """One durable step with an idle worker: `send` of an event whose transition runs an
+    `assign`, until the worker's commit of the new state returned; p50 and p99 in the note,
+    the rate of such steps one after another as the median."""
+    from persistence import open_store
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+    from statecharts import assign, create_machine
+
+    machine = create_machine(
+        {"id": "counter", "initial": "counting", "context": {"n": 0},
+         "states": {"counting": {"on": {"INC": {"actions": "inc"}}}}},
+        actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
+    )  # fmt: skip
+    finished = finished_telemetry()
+    store = open_store(url, migrate=True)
+    latencies: list[float] = []
+    try:
+        runtime = Runtime(store, machines=[machine], telemetry=finished)
+        run_id = runtime.start("counter")
+        worker = Worker(runtime, concurrency=1)
+        thread = threading.Thread(target=worker.run, name="bench-worker")
+        thread.start()
+        try:
+            for i in range(events + 20):
+                time.sleep(0.002)  # the worker is idle, waiting for work
+                t0 = time.perf_counter()
+                runtime.send(run_id, "INC")
+                done = finished.wait_for(run_id, "active")
+                if i >= 20:
+                    latencies.append(done - t0)
+        finally:
+            worker.stop()
+            thread.join()
+        assert runtime.get(run_id).snapshot["context"]["n"] == events + 20
+    finally:
+        store.close()
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    return DurableRow(backend, 1, f"{ours_label()} {LATENCY}", "ms", 1, events,
+                      (p50 * 1000,), p99=(p99 * 1000,))
 
 
 def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
@@ -156,9 +325,8 @@ def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
             check_outputs(runtime, ids, offset=0)
         rates.append(rate)
         worker_rates.append(worker_rate)
-    note = (f"{statistics.median(per_workflow):.2f} database transactions per workflow"
-            if per_workflow else "")
-    return [DurableRow(backend, workers, labels[0], "workflows/s", STEPS, n, tuple(rates), note),
+    return [DurableRow(backend, workers, labels[0], "workflows/s", STEPS, n, tuple(rates),
+                       "16 runs per round, one commit per round", transactions=tuple(per_workflow)),
             DurableRow(backend, workers, labels[1], "workflows/s", STEPS, n,
                        tuple(worker_rates), "runs started beforehand; time of the workers only")]
 

@@ -494,6 +494,9 @@ def _runs_show(args: argparse.Namespace) -> int:
         "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
         "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
+        "children": [{"id": c.id, "workflow_name": c.workflow_name, "invoke": c.parent_invoke_id,
+                      "key": c.key, "status": c.status, "state": c.state}
+                     for c in store.search_runs(RunQuery(parent_run_id=run.id), limit=1000)],
     }
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
 from persistence.runtime import TRANSIENT_PREFIX, Runtime
@@ -44,7 +45,7 @@ from persistence.stores.base import (
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
 from statecharts.definition import WAITING
-from statecharts.effects import Effect
+from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
 from statecharts.frozen import storable_text
 
@@ -107,6 +108,7 @@ class _Leased:
     status: str
     steps: int = 0
     attempt: int = 0
+    released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
 
 
 def _waits_to_retry(state: str) -> set[str]:
@@ -169,6 +171,27 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method."""
         leased, steps = self._take(runs)
+        return steps + self._rounds(leased, should_stop)
+
+    def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
+                      should_stop: Callable[[], bool]) -> tuple[str, Snapshot] | None:  # fmt: skip
+        """Step `run`, which its starter created already leased to this driver's owner
+        (`NewRun.lease_owner`) with its first `effects`, as `drive` steps a claimed run, but
+        with no claim and no read of its pending work. Returns the run's status and snapshot
+        when its last step committed and released it; None when it left otherwise (failed
+        outside a step, lost its lease, released unchanged: the row tells)."""
+        machine = self.runtime.machine_for(run)
+        if machine is None:  # started with a definition this runtime has: cannot happen
+            raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
+        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects]
+        x = _Leased(run, machine, machine.restore(run.snapshot), pending, [], time.monotonic(),
+                    run.version, run.status, attempt=run.attempt_count)  # fmt: skip
+        self._rounds([x], should_stop)
+        return x.released
+
+    def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool]) -> int:
+        """Step the `leased` runs round by round until none is left; the steps committed."""
+        steps = 0
         while leased:
             this_round, leased, ended = leased, [], set()
             for x in this_round:
@@ -194,7 +217,9 @@ class RunDriver:
                         self._report_dead_letters(x, commit)
                     self.telemetry.end_step(x.run, x.status, commit, version)
                     ended.add(x.run.id)
-                    if not commit.release:
+                    if commit.release:
+                        x.released = (commit.status, step.snapshot)
+                    else:
                         self._advance(x, step, commit, version)
                         leased.append(x)
             finally:  # every step span ends, committed or not (an outage leaves this method)
@@ -398,6 +423,7 @@ class RunDriver:
             return None
         row = run_columns(step.snapshot, pending_effects=bool(step.new_effects), now=now,
                           status=step.status, failure=step.error)  # fmt: skip
+        work = self._child_work(x, step, row.status, row.last_error)
         due = step.snapshot.next_due()
         more_now = row.status == ACTIVE and due is not None and due <= now
         release = (
@@ -411,10 +437,29 @@ class RunDriver:
             new_effects=step.new_effects, effect_outcomes=step.outcomes,
             consumed_inbox=step.consumed,
             journal=step.journal if self.runtime.journal else (),
-            start_runs=self._error_runs(x.run, x.status, row.status, row.state, row.last_error,
-                                        now),
+            start_runs=[*self._error_runs(x.run, x.status, row.status, row.state,
+                                          row.last_error, now),
+                        *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now,
+                                                 x.run.traceparent)],
+            stop_children=work.stops, deliveries=work.deliveries,
         )  # fmt: skip
         return x, step, commit
+
+    def _child_work(self, x: _Leased, step: _Step, status: str,
+                    failure: str | None) -> ChildWork:  # fmt: skip
+        """What this step of `x` does to its child runs and its parent (`persistence.children`):
+        the children it starts and stops, the events it sends them, and, when it ends a child
+        run, the event that tells the parent."""
+        stopping = status != ACTIVE or any(isinstance(e, StopChild) for e in step.logged)
+        existing = child_run_ids(x.machine, x.snapshot) if stopping and x.snapshot.children \
+            else set()  # fmt: skip
+        work = child_work(x.run.parent_run_id, step.logged, existing, status)
+        if x.status == ACTIVE:
+            ended = ended_delivery(x.run.parent_run_id, x.run.parent_invoke_id, status,
+                                   step.snapshot, failure)  # fmt: skip
+            if ended is not None:
+                work.deliveries.append(ended)
+        return work
 
     def _advance(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
         """`x` after its step committed at `version`: the effects it recorded are next."""
@@ -470,8 +515,7 @@ class RunDriver:
         """The error workflow to start with the step that makes an active run fail."""
         if status != "error" or before != "active":
             return []
-        found = self.runtime.error_run(run, state, error, now)
-        return [] if found is None else [found]
+        return self.runtime.error_run(run, state, error, now)
 
     def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
         """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot as it

@@ -25,7 +25,7 @@ from typing import Any
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
 from statecharts import Machine
-from statecharts.effects import Effect, Log
+from statecharts.effects import Effect, Log, StartChild
 from statecharts.errors import ContextError
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import freeze, storable_text, thaw
@@ -38,8 +38,10 @@ DRY_RUN = "dry-run"
 """The result recorded for an external effect a dry run did not execute (and the output an
 external invoke returns to the machine in a dry run)."""
 
-RECORDED_KINDS = frozenset({"action", "start_child", "emit", "send_to", "send_parent"})
-"""Effect kinds written to the outbox; the others are applied in memory (see module doc)."""
+RECORDED_KINDS = frozenset({"action", "start_child", "emit"})
+"""Effect kinds written to the outbox; the others are applied in memory (see module doc), or,
+for child machines and the messages between runs, in the step's transaction
+(`persistence.children`)."""
 
 _current_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "statecharts_idempotency_key", default=None
@@ -67,9 +69,15 @@ def _effect_key(key: str) -> Iterator[None]:
 
 
 def to_outbox(effects: Iterable[Effect], start_index: int = 0) -> list[NewEffect]:
-    """The effects to record for a step, as JSON payloads, indexed from `start_index`."""
-    recorded = [e for e in effects if e.kind in RECORDED_KINDS]
+    """The effects to record for a step, as JSON payloads, indexed from `start_index` (a
+    child machine is no outbox effect: it starts as a child run with the step)."""
+    recorded = [e for e in effects if e.kind in RECORDED_KINDS and not starts_child_run(e)]
     return [NewEffect(start_index + i, e.kind, thaw(e.to_json())) for i, e in enumerate(recorded)]
+
+
+def starts_child_run(effect: Effect) -> bool:
+    """Whether `effect` starts a child machine (a durable child run, not a call)."""
+    return isinstance(effect, StartChild) and isinstance(effect.logic, Machine)
 
 
 def log_effects(effects: Iterable[Effect], run_id: str) -> None:
@@ -137,8 +145,8 @@ async def _await(awaitable: Any) -> Any:
 
 def _actor_callable(logic: Any) -> Callable[..., Any] | None:
     """The function behind invoked actor logic that a worker can run to completion: plain
-    functions, `from_callable` and `from_async`. Child machines and callback actors are not run
-    durably (yet)."""
+    functions, `from_callable` and `from_async`. Child machines run as child runs instead;
+    callback actors do not run in durable runs (docs/actors.md says why)."""
     if isinstance(logic, CallableLogic | AsyncLogic):
         return logic.fn
     if isinstance(logic, Machine | CallbackLogic) or not callable(logic):
@@ -155,8 +163,8 @@ def _find_action(machine: Machine, name: str) -> Callable[..., Any] | None:
     return machine.definition.inline_actions.get(name)
 
 
-def _actor_logic(machine: Machine, payload: Mapping[str, Any]
-                 ) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:  # fmt: skip
+def actor_logic(machine: Machine, payload: Mapping[str, Any]
+                ) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:  # fmt: skip
     """(logic, breaker name, external, transient) of a recorded `start_child`: from the
     invoking state's definition when it was invoked, else by name from `actors=` (spawned
     children)."""
@@ -205,11 +213,9 @@ class Executor:
             return self._child(machine, payload, key)
         if kind == "emit":
             return self._emit(payload, key)
-        # send_to / send_parent: durable runs have no live actors to deliver to yet.
-        target = payload.get("target", "#parent")
-        return Executed(
-            EffectOutcome(key, "skipped", None, f"no durable actor {target!r} to deliver to")
-        )
+        # kinds recorded by an older release (send_to, send_parent): now delivered with the
+        # step that sends them; a record left from before is not executed
+        return Executed(EffectOutcome(key, "skipped", None, f"{kind} is not an outbox effect"))
 
     def _action(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         name = str(payload.get("type"))
@@ -231,7 +237,7 @@ class Executor:
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic, breaker_name, reaches_out, transient = _actor_logic(machine, payload)
+            logic, breaker_name, reaches_out, transient = actor_logic(machine, payload)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         if self._dry_run and reaches_out:

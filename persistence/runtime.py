@@ -10,10 +10,11 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
+from persistence.children import child_key, child_work, ended_delivery, nested_machines
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import (
@@ -28,7 +29,7 @@ from persistence.stores import (
 )
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
-from statecharts.effects import Effect
+from statecharts.effects import Effect, StartChild
 from statecharts.events import EventLike, normalize_event
 from statecharts.frozen import storable_text, text_problem, thaw
 
@@ -196,6 +197,8 @@ class Runtime:
         self._legacy: dict[tuple[str, str], Machine] = {}
         for machine in machines:
             self._latest[machine.id] = machine
+        for machine in [*nested_machines(machines), *machines]:  # the given ones win
+            self._latest.setdefault(machine.id, machine)
             self._exact[(machine.id, machine.fingerprint)] = machine
             legacy = machine.definition.legacy_fingerprint
             if legacy and legacy != machine.fingerprint:
@@ -231,20 +234,50 @@ class Runtime:
 
     def error_run(
         self, run: RunRecord, state: str, error: str | None, now: int
-    ) -> tuple[NewRun, builtins.list[NewEffect]] | None:
-        """The error-workflow run to start, in the same transaction, when `run` fails; None if
-        its workflow names none. Runs of an error workflow never start one (no loops)."""
+    ) -> builtins.list[tuple[NewRun, builtins.list[NewEffect]]]:
+        """The error-workflow run to start, in the same transaction, when `run` fails, followed
+        by the child runs its first step starts; empty if its workflow names none. Runs of an
+        error workflow never start one (no loops)."""
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
-            return None
+            return []
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
         # a new trace, linked to the failed run's: one run, one trace
         with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
-            new, outbox, _ = self.prepare_run(target, failure, f"error-of:{run.id}", now,
-                                              traceparent=begun.traceparent)  # fmt: skip
+            new, outbox, effects = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+                                                    traceparent=begun.traceparent)  # fmt: skip
             begun.run(new.id, True)
-        return new, outbox
+        return [(new, outbox), *self.child_runs(new.id, new.key, effects, now, new.traceparent)]
+
+    def child_runs(self, parent_id: str, parent_key: str | None, starts: Iterable[Effect],
+                   now: int, traceparent: str | None = None
+                   ) -> builtins.list[tuple[NewRun, builtins.list[NewEffect]]]:  # fmt: skip
+        """The child runs that the `StartChild` effects of child machines among `starts`
+        create (with the step that made them), each followed by the child runs its own first
+        step starts: rows to insert in this order. The child joins its parent's trace."""
+        rows: builtins.list[tuple[NewRun, builtins.list[NewEffect]]] = []
+        for start in starts:
+            if not isinstance(start, StartChild) or not isinstance(start.logic, Machine):
+                continue
+            machine = start.logic
+            snapshot, effects = machine.initial_transition(thaw(start.input), now)
+            outbox = to_outbox(effects)
+            columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+            work = child_work(parent_id, effects, set(), columns.status)
+            ended = ended_delivery(parent_id, start.id, columns.status, snapshot,
+                                   columns.last_error)  # a child done at once tells its parent
+            child = NewRun(
+                id=str(uuid.uuid4()), workflow_name=machine.id,
+                workflow_version=machine.fingerprint, key=child_key(parent_id, parent_key, start),
+                state=columns.state, snapshot=machine.persist(snapshot), status=columns.status,
+                wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
+                parent_invoke_id=start.id,
+                deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
+            )  # fmt: skip
+            rows.append((child, outbox))
+            rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
+        return rows
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -303,6 +336,19 @@ class Runtime:
                   reuse: KeyReuse = "use_existing",
                   traceparent: str | None = None) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it."""
+        record, created, _ = self.begin_run(name, input, key, reuse=reuse,
+                                            traceparent=traceparent)  # fmt: skip
+        return record, created
+
+    def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
+                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
+                  lease: tuple[str, int] | None = None,
+                  ) -> tuple[RunRecord, bool, builtins.list[NewEffect]]:  # fmt: skip
+        """`start_run`, also returning the effects the new run's first step recorded. With
+        `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
+        leased to `owner` for `lease_ms` (its claim, in the insert's transaction): the caller
+        steps it itself (`persistence.inline`); if the caller dies, the lease runs out and any
+        worker takes the run over."""
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
@@ -316,18 +362,21 @@ class Runtime:
                     if reuse == "reject_active":
                         raise RunActiveError(existing)
                     begun.run(existing.id, False)
-                    return existing, False
+                    return existing, False, []
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
                                                     traceparent=begun.traceparent)  # fmt: skip
-            record, created = self.store.create_run(run, outbox, now)
+            if lease is not None and run.wake_at is not None and run.wake_at <= now:
+                run = replace(run, lease_owner=lease[0], wake_at=now + lease[1])
+            children = self.child_runs(run.id, key, effects, now, run.traceparent)
+            record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
         if created:
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
             raise RunActiveError(record)
-        return record, created
+        return record, created, outbox if created else []
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
@@ -342,6 +391,7 @@ class Runtime:
         snapshot, effects = machine.initial_transition(input, now)
         outbox = to_outbox(effects)
         columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+        work = child_work(None, effects, set(), columns.status)
         run = NewRun(
             id=str(uuid.uuid4()),
             workflow_name=name,
@@ -352,6 +402,7 @@ class Runtime:
             status=columns.status,
             wake_at=columns.wake_at,
             traceparent=traceparent,
+            deliveries=tuple(work.deliveries),
         )
         return run, outbox, effects
 
@@ -380,8 +431,13 @@ class Runtime:
                                          traceparent=stored)  # fmt: skip
 
     def get(self, run_id: str) -> RunRecord:
-        """The run's row (state, status, snapshot, ...). `RunNotFoundError` if unknown."""
+        """The run's row (state, status, snapshot, `parent_run_id` and `parent_invoke_id` of a
+        child run, ...). `RunNotFoundError` if unknown."""
         return self.store.get_run(run_id)
+
+    def children(self, run_id: str, limit: int = 100) -> builtins.list[RunRecord]:
+        """The child runs `run_id` started (its invokes and `spawn_child`), newest first."""
+        return self.store.search_runs(RunQuery(parent_run_id=run_id), limit=limit)
 
     def find_by_key(self, workflow: str, key: str) -> RunRecord | None:
         """The newest run of `workflow` started with `key` (any status), or None."""
@@ -398,11 +454,15 @@ class Runtime:
 
     def snapshot(self, run_id: str) -> Snapshot:
         """The run's snapshot restored with its definition (for `.matches`, `.context`, ...)."""
-        run = self.store.get_run(run_id)
+        return self.restore(self.store.get_run(run_id))
+
+    def restore(self, run: RunRecord) -> Snapshot:
+        """`run`'s stored snapshot restored with its definition; `LookupError` if this runtime
+        has no definition or migration for its version."""
         machine = self.machine_for(run)
         if machine is None:
             raise LookupError(
-                f"run {run_id} is {run.workflow_name} version {run.workflow_version}, which this "
+                f"run {run.id} is {run.workflow_name} version {run.workflow_version}, which this "
                 "runtime has no definition or migration for"
             )
         return machine.restore(run.snapshot)

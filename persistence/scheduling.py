@@ -208,9 +208,11 @@ class ScheduledStart:
         value = self.input(slot) if callable(self.input) else self.input
         key = f"{self.name}@{slot}"
         with self.runtime.telemetry.starting(self.workflow, key) as begun:  # a trace of its own
-            run, outbox, _ = self.runtime.prepare_run(self.workflow, value, key, now,
-                                                      traceparent=begun.traceparent)  # fmt: skip
-            record = self.runtime.store.fire_schedule(self.name, version, slot, run, outbox, now)
+            run, outbox, effects = self.runtime.prepare_run(
+                self.workflow, value, key, now, traceparent=begun.traceparent)
+            children = self.runtime.child_runs(run.id, key, effects, now, run.traceparent)
+            record = self.runtime.store.fire_schedule(self.name, version, slot, run, outbox, now,
+                                                      children=children)  # fmt: skip
             if record is None:
                 return None
             begun.run(record.id, True)

@@ -25,6 +25,7 @@ from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
 from persistence.stores import RunRecord, StoreError, StoreUnavailableError
 from persistence.telemetry import RunEvent, events
+from persistence.wakeup import Wakeup
 
 log = logging.getLogger("statecharts.worker")
 
@@ -41,6 +42,10 @@ class Worker:
     effects at once (one helper thread per run, each run's own effects in order), then commits
     all their steps in one transaction: fewer commits to disk, and calls of different runs wait
     on the network together rather than one after another.
+    A thread that finds no work waits for a wake-up (a start or a sent event, in this process
+    or, on PostgreSQL, from any process by NOTIFY: `persistence.wakeup`) or `poll_ms`, which
+    is still how timers coming due and expired leases are found; so does a thread whose last
+    claim took fewer than `batch` runs, once it has stepped them.
     `lease_ms`: how long a claim lasts without a heartbeat (a SIGKILLed worker's runs are taken
     over after at most this long). `poll_ms`: sleep when there is no work. `report_every_s`:
     how often stuck runs and runs of unknown definitions are logged. `schedules`: scheduled
@@ -76,6 +81,7 @@ class Worker:
         self.report_every_s = report_every_s
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
+        self._wakeup: Wakeup | None = None
         self._held: dict[str, set[str]] = {}  # owner -> run ids being driven
         self._held_lock = threading.Lock()
         self._versions: set[tuple[str, str]] = set()
@@ -87,6 +93,8 @@ class Worker:
     def stop(self) -> None:
         """Ask every thread to finish its current step, release its lease and exit."""
         self._stop.set()
+        if self._wakeup is not None:
+            self._wakeup.notify()  # threads waiting for work see the stop at once
 
     @property
     def stopping(self) -> bool:
@@ -100,6 +108,7 @@ class Worker:
                 signal.signal(sig, self._on_signal)
         log.info("worker %s: %d thread(s), store %s", self.id, self.concurrency,
                  self.runtime.store.url)  # fmt: skip
+        self._wakeup = self.runtime.store.wakeup()
         threads = [
             threading.Thread(target=self._loop, args=(f"{self.id}/{n}",), name=f"worker-{n}")
             for n in range(self.concurrency)
@@ -161,15 +170,15 @@ class Worker:
 
     def _serve(self, owner: str, driver: RunDriver) -> None:
         backoff = 0.0
+        wakeup = self._wakeup or self.runtime.store.wakeup()
         orphans: set[str] = set()  # runs we still lease but stopped driving (store outage)
         while not self._stop.is_set():
             try:
                 for run_id in sorted(orphans):
                     self.runtime.store.release(run_id, owner, self.runtime.clock.now())
                     orphans.discard(run_id)
+                seen = wakeup.seen()  # before the claim: a start in between still wakes us
                 claimed = self._claim(owner, self.batch)
-                if not claimed:
-                    self._stop.wait(self.poll_s)
                 ids = {run.id for run in claimed}
                 self._hold(owner, ids, True)
                 orphans |= ids
@@ -179,6 +188,10 @@ class Worker:
                     self._hold(owner, ids, False)
                 orphans -= ids
                 backoff = 0.0
+                # A short claim took all that was due then; what came since woke us (`seen`
+                # is older than the claim), so claim again at once only after a full one.
+                if len(claimed) < self.batch and not self._stop.is_set():
+                    wakeup.wait(seen, self.poll_s)
             except StoreUnavailableError as exc:
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,

@@ -110,7 +110,7 @@ class RetryPolicy:
                   key: str = "") -> int:
         """The wait (ms) after failed attempt ``attempt``: ``retry_after`` if the error has
         one, else the backoff, with full jitter drawn deterministically from ``key``."""
-        retry_after = error.get("retry_after") if error else None
+        retry_after = error.get("retry_after") if isinstance(error, Mapping) else None
         if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and \
                 retry_after >= 0:
             return int(retry_after)
@@ -142,8 +142,11 @@ class RetryPolicy:
 
 
 def error_names(error: Mapping[str, Any] | None) -> list[str]:
-    """The class names an error JSON carries (its ``name`` and its bases' ``types``)."""
-    if not error:
+    """The class names an error JSON carries (its ``name`` and its bases' ``types``).
+
+    An error that is not a mapping (a child machine's failure final gives its reason as text)
+    carries no names."""
+    if not isinstance(error, Mapping) or not error:
         return []
     names = [str(error.get("name", ""))]
     names += [str(t) for t in error.get("types", ()) or ()]

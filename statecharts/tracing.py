@@ -61,7 +61,8 @@ EFFECT_ATTEMPT = "statecharts.effect.attempt"
 
 TRACED_EFFECT_KINDS = frozenset({"action", "start_child", "emit", "send_to", "send_parent"})
 """Effects that reach outside the machine and get an effect span (the kinds a durable run
-records in its outbox; timers and log lines are part of the step)."""
+records in its outbox, and the messages to other actors, which a durable run writes with its
+step; timers and log lines are part of the step)."""
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 

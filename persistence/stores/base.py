@@ -14,6 +14,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from persistence.wakeup import Wakeup
+from statecharts.events import done_actor_event_type, error_actor_event_type
+
 JSONDict = dict[str, Any]
 
 ACTIVE = "active"
@@ -92,6 +95,10 @@ class RunRecord:
     """How many times a worker claimed the run."""
     traceparent: str | None = None
     """The W3C traceparent of the run's start span: its steps' spans are its children."""
+    parent_run_id: str | None = None
+    """The run that started this one as a child (its invoke or `spawn_child`), else None."""
+    parent_invoke_id: str | None = None
+    """This run's child id in its parent (the invoke id); None once the parent stopped it."""
     problem: str | None = None
     """Why the row does not parse (its snapshot or a column), when it does not: such a row is
     listed with this text and failed at its next claim, never stepped."""
@@ -104,6 +111,21 @@ class RunRecord:
     def terminal(self) -> bool:
         """True when the run has ended (any status but `active`)."""
         return self.status != ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An event a step sends to a related run, queued in that run's inbox in the step's
+    transaction: to the committing run's active child run `child` (its invoke id), or to the
+    run `parent` (the committing run's parent). With `completes`, the event reports the
+    committing run's end to its parent and is dropped if the parent has stopped it. An event
+    for no active child is a dead letter of the sender; one for a parent that has ended, a
+    dead letter of the parent."""
+
+    event: JSONDict
+    child: str | None = None
+    parent: str | None = None
+    completes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +143,14 @@ class NewRun:
     attempt_count: int = 0
     last_error: str | None = None
     traceparent: str | None = None
+    lease_owner: str | None = None
+    """Inserted already leased to this owner (until `wake_at`, which is then the lease's
+    expiry): the starter drives the run itself, with no claim (`persistence.inline`)."""
+    parent_run_id: str | None = None
+    parent_invoke_id: str | None = None
+    deliveries: tuple[Delivery, ...] = ()
+    """Events its first step sends (to the children started with it, or its parent), queued
+    once every run created with it exists."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +261,9 @@ class StepCommit:
     `attempt_count`, `last_error` and `workflow_version` (set when a migration moved the run to
     a new definition) are left as they are when None. `start_runs` are created (idempotent by
     key, as `create_run`) in the same transaction, e.g. an error workflow started exactly once
-    for the failure this step records.
+    for the failure this step records, or the child runs its invokes start (after the
+    children it stops: `stop_children`, invoke ids whose active child runs are cancelled,
+    recursively). `deliveries` are queued after that.
     """
 
     run_id: str
@@ -251,6 +283,8 @@ class StepCommit:
     consumed_inbox: Sequence[int] = ()
     journal: Sequence[JournalEntry] = ()
     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
+    stop_children: Sequence[str] = ()
+    deliveries: Sequence[Delivery] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +343,7 @@ class RunQuery:
     `state` is a state path relative to the root (as in the `state` column): a run matches when
     one of its active leaves is that state or inside it. `created_after`/`created_before` bound
     the start time. `id_prefix` keeps runs whose id starts with it (the CLI's short ids).
+    `parent_run_id` keeps the child runs of that run.
     `stuck_before` keeps only stuck runs: active, not updated since that time,
     and not waiting for anything due later than it (a run whose timer or lease runs into the
     future is waiting, not stuck; one whose wake-up time passed long ago has no worker).
@@ -322,6 +357,7 @@ class RunQuery:
     created_before: int | None = None
     stuck_before: int | None = None
     id_prefix: str | None = None
+    parent_run_id: str | None = None
 
     def matches(self, run: RunRecord) -> bool:
         """True when `run` passes every filter (what the SQL stores compute in the database)."""
@@ -341,6 +377,7 @@ class RunQuery:
             )
             and (self.state is None or in_state(run.state, self.state))
             and (self.id_prefix is None or run.id.startswith(self.id_prefix))
+            and (self.parent_run_id is None or run.parent_run_id == self.parent_run_id)
         )
 
 
@@ -368,6 +405,7 @@ def run_query_sql(
         ("workflow_name", query.workflow_name),
         ("status", query.status),
         ("key", query.key),
+        ("parent_run_id", query.parent_run_id),
     ):
         if value is not None:
             clauses.append(f"{column} = {mark}")
@@ -429,7 +467,8 @@ _RUN_FIELDS: tuple[tuple[str, Any], ...] = (
     ("failed_at", (int, type(None))), ("last_error", (str, type(None))),
     ("wake_at", (int, type(None))), ("lease_owner", (str, type(None))),
     ("lease_expires_at", (int, type(None))), ("version", int), ("claim_count", int),
-    ("traceparent", (str, type(None))),
+    ("traceparent", (str, type(None))), ("parent_run_id", (str, type(None))),
+    ("parent_invoke_id", (str, type(None))),
 )
 _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
@@ -472,14 +511,35 @@ def cancel_event(reason: str | None) -> JSONDict:
     return {"type": CANCEL_EVENT, "reason": reason}
 
 
+CHILD_RUN_FAILED = "ChildRunFailed"
+"""The error name a parent receives when a child run failed outside its machine (the worker
+failed it) or was cancelled by an operator."""
+
+
+def child_ended_event(invoke_id: str, status: str, output: Any = None, error: Any = None,
+                      reason: str | None = None) -> JSONDict:  # fmt: skip
+    """What a parent run receives when its child run `invoke_id` ends in `status`, as an
+    in-memory parent receives it from a child machine: `xstate.done.actor.<id>` with the
+    child's `output` (done, done_partial), else `xstate.error.actor.<id>` with the child
+    machine's `error`, or, for a child failed by its worker or cancelled by an operator,
+    `{"name": "ChildRunFailed", "message": ...}` with the `reason`."""
+    if status in ("done", "done_partial"):
+        return {"type": done_actor_event_type(invoke_id), "output": output}
+    if error is None:
+        error = {"name": CHILD_RUN_FAILED, "message": f"child run {status}: {reason or status}"}
+    return {"type": error_actor_event_type(invoke_id), "error": error}
+
+
 @runtime_checkable
 class RunStore(Protocol):
     """Runs and steps: what the runtime and its workers write and read to move runs on."""
 
     def create_run(
-        self, run: NewRun, effects: Sequence[NewEffect], now: int
+        self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> tuple[RunRecord, bool]:
-        """Insert a run (version 1) with its initial effects (step 1) in one transaction.
+        """Insert a run (version 1) with its initial effects (step 1) in one transaction,
+        with the child runs its first step starts (`children`, parents before their own).
 
         If `run.key` is set and an active run of the same workflow already has that key, nothing
         is written and that run is returned with `False`.
@@ -638,7 +698,14 @@ class RunQueries(Protocol):
 
 @runtime_checkable
 class Coordination(Protocol):
-    """Coordination between workers: one-at-a-time claims, circuit breakers, schedules."""
+    """Coordination between workers: one-at-a-time claims, circuit breakers, schedules, and
+    the wake-up of idle workers."""
+
+    def wakeup(self) -> Wakeup:
+        """The signal that work arrived, which idle workers wait on: notified by every start of
+        a run due at once and every sent event through a store on this database in this
+        process, and on PostgreSQL from other processes too (`NOTIFY`)."""
+        ...
 
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
@@ -675,9 +742,12 @@ class Coordination(Protocol):
         run: NewRun,
         effects: Sequence[NewEffect],
         now: int,
+        *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> RunRecord | None:
-        """Advance schedule `name` to `fire_at` and create `run`, in one transaction. None (and
-        nothing written) if the schedule is no longer at `expected_version` (0 = never fired)."""
+        """Advance schedule `name` to `fire_at` and create `run` (and the child runs its first
+        step starts), in one transaction. None (and nothing written) if the schedule is no
+        longer at `expected_version` (0 = never fired)."""
         ...
 
 

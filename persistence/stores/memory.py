@@ -7,6 +7,7 @@ semantics, one connection). It behaves exactly like `SQLiteStore` because it is 
 from __future__ import annotations
 
 from persistence.stores.sqlite import SQLiteStore
+from persistence.wakeup import Wakeup
 
 
 class MemoryStore(SQLiteStore):
@@ -15,3 +16,4 @@ class MemoryStore(SQLiteStore):
     def __init__(self) -> None:
         super().__init__(":memory:", synchronous="off")
         self.url = "memory://"
+        self._own_wakeup = Wakeup()

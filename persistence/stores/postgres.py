@@ -10,7 +10,9 @@ blocking each other.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from typing import Any
 import orjson
 import psycopg
 import psycopg_pool
+from psycopg import sql
 from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from persistence import schema
@@ -43,7 +46,10 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
 )
-from persistence.stores.sql import PICKED_NAMES, RUN_NAMES, SQLStore
+from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
+from persistence.wakeup import Wakeup, shared_wakeup
+
+log = logging.getLogger("statecharts.store")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -83,6 +89,13 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 RUN_COLUMNS = RUN_NAMES.replace("id,", "id::text,", 1)
 
+_PROCESS = uuid.uuid4().hex
+"""This process's mark on its NOTIFYs: its own listener skips them (the in-process wake-up was
+faster), so one event never wakes a worker twice."""
+_CHANNEL = "left('statecharts_wake_' || current_schema(), 63)"
+"""The wake-up channel: one per schema, so stores in other schemas are not woken."""
+_WAKE_CALL = f"pg_notify({_CHANNEL}, '{_PROCESS}')"
+
 
 @lru_cache(maxsize=256)
 def _pg(sql: str) -> str:
@@ -103,6 +116,7 @@ class PostgresStore(SQLStore):
     _FOR_UPDATE = " FOR UPDATE"
     _JSON_VERSION = "snapshot->>'version'"
     _CREATE_IS_ONE_STATEMENT = True
+    _NOTIFY = f", {_WAKE_CALL}"
 
     def __init__(
         self,
@@ -119,6 +133,8 @@ class PostgresStore(SQLStore):
         if schema is not None and not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema name must match {_SCHEMA_NAME.pattern}: {schema!r}")
         self.schema = schema
+        self._listener: _Listener | None = None
+        self._listener_lock = threading.Lock()
         kwargs: dict[str, Any] = {"autocommit": True}
         if schema is not None:
             kwargs["options"] = f"-c search_path={schema}"
@@ -137,10 +153,15 @@ class PostgresStore(SQLStore):
                 open=True,
             )
             self._owns_pool = True
+            self._conninfo, self._kwargs = dsn, kwargs
         else:
             self.url = "postgresql://(pool)"
             self._pool = pool
             self._owns_pool = False
+            # the listener connects as the pool does (a callable conninfo is the pool's own)
+            conninfo, given = pool.conninfo, pool.kwargs
+            self._conninfo = conninfo if isinstance(conninfo, str) else conninfo()
+            self._kwargs = dict(given if isinstance(given, dict) else (given() if given else {}))
 
     # -- plumbing ---------------------------------------------------------------------------
     @contextmanager
@@ -206,8 +227,21 @@ class PostgresStore(SQLStore):
     def _id(self, run_id: str) -> str:
         return _uuid(run_id)
 
+    def wakeup(self) -> Wakeup:
+        """The wake-up of this database and schema; the first call starts the thread that
+        LISTENs for other processes' starts and sends (`persistence.wakeup`)."""
+        wakeup = shared_wakeup(f"{self.url}#{self.schema or ''}")
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
+        return wakeup
+
     def close(self) -> None:
-        """Close the pool if this store created it."""
+        """Stop the wake-up listener; close the pool if this store created it."""
+        with self._listener_lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
         if self._owns_pool:
             self._pool.close()
 
@@ -256,7 +290,10 @@ class PostgresStore(SQLStore):
             "state": run.state, "snapshot": Jsonb(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
-            "traceparent": run.traceparent,
+            "traceparent": run.traceparent, "owner": run.lease_owner,
+            "lease": to_ts(run.wake_at if run.lease_owner else None),
+            "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
+            "invoke": run.parent_invoke_id,
             "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
@@ -297,13 +334,19 @@ class PostgresStore(SQLStore):
             .replace("wake_at", "r.wake_at")
             + ", picked.lease_owner, picked.wake_at"
         )
-        rows = self._rows(
-            sql,
-            {
-                "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
-                "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
-            },
-        )  # fmt: skip
+        params = {
+            "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
+            "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
+        }  # fmt: skip
+        # A lease need not reach the disk before the claimer works: lost in a server crash, it
+        # only leaves the run claimable again, every step's commit checks the lease (so
+        # nothing is written under a lost one), and that synchronous commit flushes the
+        # claim's WAL with its own. So the claim waits for no fsync (one round trip).
+        with self._connection() as conn:
+            with conn.pipeline(), conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = off")
+                cursor = conn.execute(sql, params)
+            rows = cursor.fetchall()
         return [self._run(r[:-2], r[-2], r[-1]) for r in rows]
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
@@ -321,18 +364,18 @@ class PostgresStore(SQLStore):
                    "inbox": params["inbox"].obj, "journal": params["journal"].obj,
                    "dead": params["dead"].obj}  # fmt: skip
         sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
-        starts = [c for c in commits if c.start_runs]
+        starts = [c for c in commits if c.start_runs or c.stop_children or c.deliveries]
         with self._conn() as conn:
             if not starts:  # the hot path: one statement, autocommit
                 written = dict(conn.execute(sql, params).fetchall())
             else:
                 with conn.transaction():
                     written = dict(conn.execute(sql, params).fetchall())
-                    for commit in starts:
-                        if _uuid(commit.run_id) in written:  # (rare: a run failed)
-                            for run, run_effects in commit.start_runs:
+                    for commit in starts:  # (rare: a run failed, or has child runs)
+                        if _uuid(commit.run_id) in written:
+                            for run, _ in commit.start_runs:
                                 check_status(run.status)
-                                self._create_in(conn, run, run_effects, now)
+                            self._step_extras_in(conn, commit, now)
         return [written.get(run_id) for run_id in ids]
 
 
@@ -341,9 +384,9 @@ WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
             %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            NULL, NULL, 1, 0, %(traceparent)s)
-    ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL DO NOTHING
-    RETURNING *
+            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s)
+    {ACTIVE_KEY_CONFLICT} DO NOTHING
+    RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= %(now)s THEN {_WAKE_CALL} END
 ), effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
@@ -355,8 +398,44 @@ SELECT {RUN_COLUMNS}, true FROM ins
 UNION ALL
 SELECT {RUN_COLUMNS}, false FROM workflow_runs
 WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
-  AND NOT EXISTS (SELECT 1 FROM ins)
+  AND parent_run_id IS NULL AND NOT EXISTS (SELECT 1 FROM ins)
 """
+
+class _Listener:
+    """A thread with a connection of its own that LISTENs on the wake-up channel and turns
+    other processes' NOTIFYs into `Wakeup.notify`; it reconnects after an outage (and wakes
+    once then, for whatever it missed)."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], wakeup: Wakeup) -> None:
+        self._conninfo, self._kwargs, self._wakeup = conninfo, kwargs, wakeup
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="statecharts-listen",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=2.0)
+
+    def _listen(self) -> None:
+        backoff = 0.1
+        while not self._closed.is_set():
+            try:
+                with psycopg.connect(self._conninfo, **self._kwargs) as conn:
+                    (channel,) = conn.execute(f"SELECT {_CHANNEL}").fetchall()[0]
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(channel))))
+                    self._wakeup.notify()
+                    backoff = 0.1
+                    while not self._closed.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if note.payload != _PROCESS:
+                                self._wakeup.notify()
+            except psycopg.Error as exc:
+                log.warning("wake-up listener: %s; reconnecting in %.1fs (workers poll "
+                            "meanwhile)", exc, backoff)  # fmt: skip
+                self._closed.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
 
 def _ts(column: str) -> str:
     """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""

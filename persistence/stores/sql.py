@@ -18,6 +18,7 @@ times) live in `base.py`, above every dialect.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -33,6 +34,7 @@ from persistence.stores.base import (
     ClaimRecord,
     ConflictError,
     DeadLetter,
+    Delivery,
     EffectOutcome,
     EffectRecord,
     EventRecord,
@@ -52,6 +54,7 @@ from persistence.stores.base import (
     check_group_column,
     check_last,
     check_status,
+    child_ended_event,
     completion_times,
     ended_reason,
     idempotency_key,
@@ -60,11 +63,12 @@ from persistence.stores.base import (
     parse_run,
     run_query_sql,
 )
+from persistence.wakeup import Wakeup, shared_wakeup
 
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
     "created_at, updated_at, completed_at, failed_at, last_error, wake_at, lease_owner, "
-    "lease_expires_at, version, claim_count, traceparent"
+    "lease_expires_at, version, claim_count, traceparent, parent_run_id, parent_invoke_id"
 )
 EFFECT_NAMES = (
     "idempotency_key, run_id, step, effect_index, kind, payload, status, result, error, "
@@ -77,6 +81,11 @@ PICKED_NAMES = "id, lease_owner, wake_at"
 """What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
 _REASON_BEFORE, _REASON_AFTER = ended_reason("\x00").split("\x00")
+ACTIVE_KEY_CONFLICT = ("ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT "
+                       "NULL AND parent_run_id IS NULL")
+"""The conflict target of an idempotent start: the unique index of active top-level keys
+(child runs are named under their parent and started once by the step that starts them)."""
+log = logging.getLogger("statecharts.runs")
 
 
 class ScheduleMoved(Exception):
@@ -101,6 +110,12 @@ class SQLDialect:
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
 
+    _NOTIFY = ""
+    """SQL appended to a `RETURNING` list to wake idle workers in other processes when the
+    statement commits (PostgreSQL: `pg_notify`; SQLite has no other process to tell)."""
+    _own_wakeup: Wakeup | None = None
+    """A `Wakeup` of this store object alone (an in-memory database is not shared)."""
+
     _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
     _CREATE_IS_ONE_STATEMENT = False
     """True where `_create_in` is one statement (PostgreSQL's CTE), so a lone create needs no
@@ -110,6 +125,10 @@ class SQLDialect:
         super().__init_subclass__(**kwargs)
         cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
         cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
+
+    def wakeup(self) -> Wakeup:
+        """The signal idle workers of this database wait on (`persistence.wakeup`)."""
+        return self._own_wakeup or shared_wakeup(self.url)
 
     def _write(self) -> AbstractContextManager[Any]:
         """A connection inside one write transaction, committed on exit, rolled back on error."""
@@ -173,6 +192,58 @@ class SQLDialect:
         """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
         raise NotImplementedError
 
+    def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                       runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+                       now: int) -> None:  # fmt: skip
+        """Create `runs` (after `created`, already inserted), then queue the events the first
+        steps of all of them send, now that every one of them exists."""
+        for run, run_effects in runs:
+            self._create_in(conn, run, run_effects, now)
+        for run, _ in [*created, *runs]:
+            for delivery in run.deliveries:
+                self._deliver_in(conn, self._id(run.id), delivery, now)
+
+    def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
+        """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
+        ts, event = self._t(now), self._j(delivery.event)
+        if delivery.child is not None:
+            queued = self._exec(
+                conn,
+                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
+                "workflow_runs WHERE parent_run_id = ? AND parent_invoke_id = ? AND "
+                "status = 'active' RETURNING id",
+                (event, ts, run_id, delivery.child),
+            ).fetchall()
+            if not queued:
+                self._undeliverable_in(conn, run_id, delivery,
+                                       f"no active child run {delivery.child!r}", now)
+            return
+        if delivery.parent is None:
+            self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
+            return
+        sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
+               "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
+               "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
+               "FROM workflow_runs WHERE id = ?")  # fmt: skip
+        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, self._id(delivery.parent)]
+        if delivery.completes:  # unless the parent stopped this child (it waits no more)
+            sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
+                    "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
+            params.append(self._id(run_id))
+        self._exec(conn, sql, params)
+
+    def _undeliverable_in(self, conn: Any, run_id: str, delivery: Delivery, why: str,
+                          now: int) -> None:  # fmt: skip
+        """An event a run sent that has no one to go to: logged, and a dead letter of the
+        sender (listed with its run's dead letters)."""
+        reason = f"not delivered: {why}"
+        log.warning("run %s: event %r dead-lettered: %s", run_id, delivery.event.get("type"),
+                    reason)  # fmt: skip
+        ts = self._t(now)
+        self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
+                   "dead_reason) VALUES (?, ?, ?, ?, ?)",
+                   (self._id(run_id), self._j(delivery.event), ts, ts, reason))  # fmt: skip
+
     def _run(self, row: Sequence[Any], previous_owner: str | None = None,
              due_at: Any = None) -> RunRecord:  # fmt: skip
         """A run row (`RUN_COLUMNS`) as a record; on a claim, with the lease owner it was taken
@@ -202,11 +273,20 @@ class SQLRuns(SQLDialect):
     """`RunStore` in SQL: runs and steps."""
 
     def create_run(
-        self, run: NewRun, effects: Sequence[NewEffect], now: int
+        self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> tuple[RunRecord, bool]:
-        """Insert a run and its initial effects, or return the active run with the same key."""
-        with self._statement_write() if self._CREATE_IS_ONE_STATEMENT else self._write() as conn:
-            return self._create_in(conn, run, effects, now)
+        """Insert a run and its initial effects, or return the active run with the same key;
+        the child runs its first step starts with it."""
+        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+        with self._statement_write() if one else self._write() as conn:
+            record, created = self._create_in(conn, run, effects, now)
+            if created:
+                self._create_all_in(conn, [(run, ())], list(children), now)
+        due = run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
+        if created and (due or children):
+            self.wakeup().notify()
+        return record, created
 
     def _create_in(
         self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
@@ -216,14 +296,15 @@ class SQLRuns(SQLDialect):
         rows = self._exec(
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1, 0, ?) "
-            "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT NULL "
-            f"DO NOTHING RETURNING {self.RUN_COLUMNS}",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) "
+            f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
                 self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
-                self._t(run.wake_at), run.traceparent,
+                self._t(run.wake_at), run.lease_owner,
+                self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
+                run.traceparent, run.parent_run_id, run.parent_invoke_id,
             ),
         ).fetchall()  # fmt: skip
         if rows:
@@ -232,7 +313,7 @@ class SQLRuns(SQLDialect):
         existing = self._exec(
             conn,
             f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
-            "AND status = 'active'",
+            "AND status = 'active' AND parent_run_id IS NULL",
             (run.workflow_name, run.key),
         ).fetchall()
         if not existing:
@@ -268,40 +349,85 @@ class SQLRuns(SQLDialect):
         return self._run(rows[0]) if rows else None
 
     def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
-        """Cancel directly if no live lease, else queue a cancel event for the holder."""
-        rid, ts = self._id(run_id), self._t(now)
+        """Cancel directly if no live lease, else queue a cancel event for the holder; its
+        active child runs are cancelled with it (recursively)."""
         with self._write() as conn:
-            rows = self._exec(
-                conn,
-                "SELECT status, lease_owner, lease_expires_at, state, version FROM workflow_runs "
-                f"WHERE id = ?{self._FOR_UPDATE}",
-                (rid,),
-            ).fetchall()
-            if not rows:
-                raise RunNotFoundError(f"no run with id {run_id!r}")
-            status, owner, expires, state, version = rows[0]
-            if status != ACTIVE:
-                return "finished"
-            if owner is not None and expires is not None and self._ms(expires) > now:
-                self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
-                           "VALUES (?, ?, ?)", (rid, self._j(cancel_event(reason)), ts))
-                return "requested"
-            self._exec(
-                conn,
-                "UPDATE workflow_runs SET status = 'cancelled', completed_at = ?, updated_at = ?, "
-                "last_error = coalesce(?, last_error), wake_at = NULL, lease_owner = NULL, "
-                "lease_expires_at = NULL, version = version + 1 WHERE id = ?",
-                (ts, ts, reason, rid),
-            )
-            self._exec(
-                conn,
-                "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
-                "WHERE run_id = ? AND status = 'pending'",
-                (self._j("cancelled"), ts, rid),
-            )
-            self._dead_letter(conn, rid, "cancelled", ts)
-            self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
-            return "cancelled"
+            return self._cancel_in(conn, run_id, now, reason)
+
+    def _cancel_in(self, conn: Any, run_id: str, now: int, reason: str | None,
+                   by_parent: bool = False) -> str:  # fmt: skip
+        """`cancel_run` in the open transaction. A run its parent stops (`by_parent`) is
+        detached from the invoke first, so it reports its end to no one."""
+        rid, ts = self._id(run_id), self._t(now)
+        if by_parent:
+            self._exec(conn, "UPDATE workflow_runs SET parent_invoke_id = NULL WHERE id = ?",
+                       (rid,))  # fmt: skip
+        rows = self._exec(
+            conn,
+            "SELECT status, lease_owner, lease_expires_at, state, version, parent_run_id, "
+            f"parent_invoke_id FROM workflow_runs WHERE id = ?{self._FOR_UPDATE}",
+            (rid,),
+        ).fetchall()
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        status, owner, expires, state, version, parent, invoke = rows[0]
+        if status != ACTIVE:
+            return "finished"
+        if owner is not None and expires is not None and self._ms(expires) > now:
+            self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
+                       "VALUES (?, ?, ?)", (rid, self._j(cancel_event(reason)), ts))
+            return "requested"
+        self._exec(
+            conn,
+            "UPDATE workflow_runs SET status = 'cancelled', completed_at = ?, updated_at = ?, "
+            "last_error = coalesce(?, last_error), wake_at = NULL, lease_owner = NULL, "
+            "lease_expires_at = NULL, version = version + 1 WHERE id = ?",
+            (ts, ts, reason, rid),
+        )
+        self._exec(
+            conn,
+            "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
+            "WHERE run_id = ? AND status = 'pending'",
+            (self._j("cancelled"), ts, rid),
+        )
+        self._dead_letter(conn, rid, "cancelled", ts)
+        self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
+        self._ended_in(conn, rid, parent, invoke, now,
+                       child_ended_event(invoke or "", "cancelled", reason=reason))
+        return "cancelled"
+
+    def _ended_in(self, conn: Any, run_id: str, parent: str | None, invoke: str | None,
+                  now: int, event: Mapping[str, Any]) -> None:  # fmt: skip
+        """What a run's end does to related runs, in its transaction: its active children are
+        cancelled (recursively) and its parent, if it still waits for it, gets `event`."""
+        self._stop_children_in(conn, run_id, None, now)
+        if parent is not None and invoke is not None:
+            self._deliver_in(conn, run_id, Delivery(dict(event), parent=parent, completes=True),
+                             now)  # fmt: skip
+
+    def _stop_children_in(self, conn: Any, run_id: str, invoke_ids: Sequence[str] | None,
+                          now: int) -> None:  # fmt: skip
+        """Cancel the active child runs of `run_id` (only those of `invoke_ids` if given)."""
+        sql = "SELECT id FROM workflow_runs WHERE parent_run_id = ? AND status = 'active'"
+        params: tuple[Any, ...] = (run_id,)
+        if invoke_ids is not None:
+            if not invoke_ids:
+                return
+            sql += f" AND parent_invoke_id IN ({','.join('?' * len(invoke_ids))})"
+            params += tuple(invoke_ids)
+        for (child,) in self._exec(conn, sql, params).fetchall():
+            self._cancel_in(conn, str(child), now, f"stopped by its parent run {run_id}",
+                            by_parent=True)  # fmt: skip
+
+    def _step_extras_in(self, conn: Any, commit: StepCommit, now: int) -> None:
+        """What a committed step does to other runs, in its transaction, in this order: the
+        child runs it stops are cancelled (recursively), the runs it starts created, its
+        deliveries queued."""
+        rid = self._id(commit.run_id)
+        self._stop_children_in(conn, rid, commit.stop_children, now)
+        self._create_all_in(conn, (), commit.start_runs, now)
+        for delivery in commit.deliveries:
+            self._deliver_in(conn, rid, delivery, now)
 
     def _journal_one(self, conn: Any, run_id: str, step: int, event: Mapping[str, Any],
                      state: str, ts: Any) -> None:  # fmt: skip
@@ -330,10 +456,11 @@ class SQLRuns(SQLDialect):
         inserted = self._write_one(
             "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
             "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
-            "RETURNING id",
+            f"RETURNING id{self._NOTIFY}",
             (self._j(dict(event)), self._t(now), traceparent, rid),
         )
         if inserted:
+            self.wakeup().notify()
             return int(inserted[0][0])
         rows = self._read("SELECT status FROM workflow_runs WHERE id = ?", (rid,))
         if not rows:
@@ -446,12 +573,13 @@ class SQLRuns(SQLDialect):
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
             "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
             "attempt_count = coalesce(?, attempt_count) "
-            "WHERE id = ? AND lease_owner = ? RETURNING version, state",
+            "WHERE id = ? AND lease_owner = ? RETURNING version, state, parent_run_id, "
+            "parent_invoke_id",
             (reason, ts, ts, ts, attempt_count, rid, owner),
         ).fetchall()
         if not rows:
             return False
-        version, state = rows[0]
+        version, state, parent, invoke = rows[0]
         self._many(
             conn,
             "UPDATE workflow_effects SET status = ?, result = NULL, error = ?, updated_at = ? "
@@ -461,8 +589,9 @@ class SQLRuns(SQLDialect):
         self._dead_letter(conn, rid, "error", ts)
         self._journal_one(conn, rid, version, {"type": FAILED_EVENT, "reason": reason},
                           str(state), ts)  # fmt: skip
-        for run, run_effects in start_runs:
-            self._create_in(conn, run, run_effects, now)
+        self._create_all_in(conn, (), start_runs, now)
+        self._ended_in(conn, rid, parent, invoke, now,
+                       child_ended_event(invoke or "", "error", reason=reason))
         return True
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
@@ -573,8 +702,7 @@ class SQLRuns(SQLDialect):
                        (rid, *commit.consumed_inbox))  # fmt: skip
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
-        for run, run_effects in commit.start_runs:
-            self._create_in(conn, run, run_effects, now)
+        self._step_extras_in(conn, commit, now)
         self._many(
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
@@ -813,8 +941,10 @@ class SQLCoordination(SQLDialect):
         run: NewRun,
         effects: Sequence[NewEffect],
         now: int,
+        *,
+        children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
     ) -> RunRecord | None:
-        """Advance the schedule and create its run together."""
+        """Advance the schedule and create its run (with its child runs) together."""
         try:
             with self._write() as conn:
                 if expected_version == 0:
@@ -833,7 +963,9 @@ class SQLCoordination(SQLDialect):
                     ).fetchall()
                 if not moved:
                     raise ScheduleMoved
-                record, _ = self._create_in(conn, run, effects, now)
+                record, created = self._create_in(conn, run, effects, now)
+                if created:
+                    self._create_all_in(conn, [(run, ())], children, now)
                 return record
         except ScheduleMoved:
             return None

@@ -30,6 +30,9 @@ class RunSummary(BaseModel):
     version: int = Field(description="step number; changes whenever the run moves")
     claim_count: int = Field(0, description="how many times a worker claimed the run")
     problem: str | None = Field(None, description="why the stored row does not parse, if so")
+    parent_run_id: str | None = Field(None, description="the run that started this child run")
+    parent_invoke_id: str | None = Field(
+        None, description="this child run's invoke id in its parent (None once stopped)")
 
 
 class RunPage(BaseModel):
@@ -101,6 +104,8 @@ class RunDetailOut(RunSummary):
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
+    children: list[RunSummary] = Field(default_factory=list,
+                                       description="the child runs it started, newest first")
 
 
 def summary(run: RunRecord) -> RunSummary:
@@ -110,7 +115,8 @@ def summary(run: RunRecord) -> RunSummary:
         key=run.key, state=run.state, status=run.status, attempt_count=run.attempt_count,
         last_error=run.last_error, created_at=run.created_at, updated_at=run.updated_at,
         completed_at=run.completed_at, wake_at=run.wake_at, version=run.version,
-        claim_count=run.claim_count, problem=run.problem,
+        claim_count=run.claim_count, problem=run.problem, parent_run_id=run.parent_run_id,
+        parent_invoke_id=run.parent_invoke_id,
     )  # fmt: skip
 
 
@@ -147,5 +153,6 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
                       for d in detail.dead_letters],
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
+        children=[summary(c) for c in detail.children],
         journal_total=detail.journal_total,
     )  # fmt: skip

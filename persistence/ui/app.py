@@ -169,7 +169,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
             return page(request, "error.html", {"title": "No such run",
                                                 "message": f"No run has the id {run_id!r}."},
                         404)  # fmt: skip
-        diagram, diagram_note, accepts = _run_diagram(ui, detail.run)
+        diagram, diagram_note, accepts = _run_diagram(ui, detail)
         stuck = views.is_stuck(detail.run, ui.clock.now(), ui.stuck_after_ms)
         machine = ui.machine_for(detail.run)
         return page(request, "run.html", {"d": detail, "run": detail.run, "diagram": diagram,
@@ -409,8 +409,10 @@ def _event(event_type: str, payload: str) -> dict[str, Any]:
     return {"type": event_type, **fields}
 
 
-def _run_diagram(ui: UI, run: RunRecord) -> tuple[str | None, str | None, list[str]]:
+def _run_diagram(ui: UI, detail: views.RunDetail
+                 ) -> tuple[str | None, str | None, list[str]]:  # fmt: skip
     """(SVG, note when there is none, event types the run accepts now)."""
+    run = detail.run
     machine = ui.machine_for(run)
     if machine is None:
         return None, (f"No loaded definition of {run.workflow_name} matches this run's version "
@@ -422,7 +424,8 @@ def _run_diagram(ui: UI, run: RunRecord) -> tuple[str | None, str | None, list[s
         return None, f"The run's snapshot does not restore with the loaded definition: {exc}", []
     accepts = _accepted_events(snapshot) if not run.terminal else []
     try:
-        return run_svg(ui.cache, machine, snapshot, runs_link(run.workflow_name)), None, accepts
+        return run_svg(ui.cache, machine, snapshot, runs_link(run.workflow_name),
+                       views.child_notes(detail, snapshot)), None, accepts  # fmt: skip
     except DiagramUnavailable as exc:
         return None, str(exc), accepts
 

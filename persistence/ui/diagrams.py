@@ -65,13 +65,17 @@ def _svg(machine: Machine, snapshot: Snapshot | None) -> str:
 
 
 def run_svg(cache: SvgCache, machine: Machine, snapshot: Snapshot,
-            state_link: Callable[[str], str]) -> str:  # fmt: skip
-    """The diagram with the run's active states highlighted (by the renderer), cleaned."""
+            state_link: Callable[[str], str],
+            children: Mapping[str, tuple[str, str]] | None = None) -> str:  # fmt: skip
+    """The diagram with the run's active states highlighted (by the renderer), cleaned; each
+    state in `children` (path -> (text, link)) shows its child run's state inside its box,
+    linked to the child's page."""
     persisted = machine.persist(snapshot)
     key = ("run", machine.fingerprint, orjson.dumps(
-        [persisted.get("value"), persisted.get("status"), persisted.get("retries")],
-        option=orjson.OPT_SORT_KEYS).decode())  # fmt: skip
-    return cache.get(key, lambda: _finish(_svg(machine, snapshot), machine, state_link, {}))
+        [persisted.get("value"), persisted.get("status"), persisted.get("retries"),
+         children or {}], option=orjson.OPT_SORT_KEYS).decode())  # fmt: skip
+    return cache.get(key, lambda: _finish(_svg(machine, snapshot), machine, state_link, {},
+                                          children or {}))
 
 
 def heat_svg(cache: SvgCache, machine: Machine, counts: Mapping[str, int],
@@ -93,7 +97,8 @@ def heat_fill(count: int, most: int) -> str:
 
 
 def _finish(svg_text: str, machine: Machine, state_link: Callable[[str], str],
-            counts: Mapping[str, int]) -> str:  # fmt: skip
+            counts: Mapping[str, int],
+            children: Mapping[str, tuple[str, str]] | None = None) -> str:  # fmt: skip
     """Clean the SVG, link state boxes, paint the heat map; return it without the XML
     prolog, ready to go inline."""
     root = ET.fromstring(svg_text.encode())
@@ -112,6 +117,8 @@ def _finish(svg_text: str, machine: Machine, state_link: Callable[[str], str],
         _link(group, state_link(path))
         if counts:
             _paint(group, counts.get(path, 0), most)
+        if children and path in children:
+            _child_note(group, *children[path])
     root.set("role", "img")
     root.set("class", "diagram")
     return ET.tostring(root, encoding="unicode")
@@ -150,21 +157,39 @@ def _paint(group: ET.Element, count: int, most: int) -> None:
     group.set("data-runs", str(count))
     if count <= 0:
         return
+    _pill(group, group, shape, f"{count} run{'s' if count != 1 else ''}", "#7a2e00",
+          "heat-count")
+
+
+def _child_note(group: ET.Element, text: str, href: str) -> None:
+    """The state's child run (its workflow and state) as a pill on the box, linked to it."""
+    shape = next((el for el in group.iter() if el.tag in _SHAPES), None)
+    if shape is None:
+        return
+    link = ET.SubElement(group, f"{{{SVG_NS}}}a", {"href": href, f"{{{XLINK_NS}}}href": href,
+                                                  "class": "child-run"})  # fmt: skip
+    ET.SubElement(link, f"{{{SVG_NS}}}title").text = f"child run {text}"
+    _pill(group, link, shape, text, "#1f4e79", "child-run-state")
+
+
+def _pill(group: ET.Element, parent: ET.Element, shape: ET.Element, text: str, fill: str,
+          css: str) -> None:  # fmt: skip
+    """A dark pill with `text` on `shape`'s top-right corner (readable over borders and
+    arrows alike), added to `parent`; `css` names its text (and `<css>-bg` its background)."""
     box = _bounds(shape)
     if box is None:
         return
     _, top, right, _ = box
-    # A dark pill on the box's top-right corner: readable over borders and arrows alike.
-    text = f"{count} run{'s' if count != 1 else ''}"
+    group.set(f"data-{css}", text)
     width = 7.0 * len(text) + 10
-    ET.SubElement(group, f"{{{SVG_NS}}}rect", {
+    ET.SubElement(parent, f"{{{SVG_NS}}}rect", {
         "x": f"{right - width + 6:.1f}", "y": f"{top - 9:.1f}", "width": f"{width:.1f}",
-        "height": "16", "rx": "8", "fill": "#7a2e00", "class": "heat-count-bg",
+        "height": "16", "rx": "8", "fill": fill, "class": f"{css}-bg",
     })  # fmt: skip
-    badge = ET.SubElement(group, f"{{{SVG_NS}}}text", {
+    badge = ET.SubElement(parent, f"{{{SVG_NS}}}text", {
         "x": f"{right + 6 - width / 2:.1f}", "y": f"{top + 3:.1f}", "text-anchor": "middle",
         "font-family": "Helvetica,Arial,sans-serif", "font-size": "11", "font-weight": "bold",
-        "fill": "#ffffff", "class": "heat-count",
+        "fill": "#ffffff", "class": css,
     })  # fmt: skip
     badge.text = text
 

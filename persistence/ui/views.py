@@ -22,6 +22,7 @@ from persistence.stores import (
     RunRecord,
     Store,
 )
+from statecharts import Snapshot
 from statecharts.definition import RETRY_DELAY_PREFIX, WAITING
 from statecharts.frozen import text_problem
 
@@ -210,6 +211,10 @@ class RunDetail:
     effects: list[EffectRecord]
     inbox: list[InboxEvent]
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    parent: RunRecord | None = None
+    """The run that started this one (a child run), if any."""
+    children: list[RunRecord] = field(default_factory=list)
+    """The child runs this run started, newest first."""
 
     @property
     def active(self) -> bool:
@@ -232,7 +237,28 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         effects=store.list_effects(run_id, last=50)[::-1],
         inbox=store.pending_events(run_id),
         dead_letters=store.dead_letters(run_id),
+        parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
+        children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
     )
+
+
+CHILDREN_LIMIT = 200
+"""How many child runs the run page lists."""
+
+
+def child_notes(detail: RunDetail, snapshot: Snapshot) -> dict[str, tuple[str, str]]:
+    """For each state of the run that invoked an active child run: (the child's workflow and
+    state, its page), shown inside that state's box on the run's diagram."""
+    notes: dict[str, tuple[str, str]] = {}
+    prefix = snapshot.machine.id + "."
+    for child in detail.children:
+        ref = snapshot.children.get(child.parent_invoke_id or "")
+        if ref is None or ref.invoked_by is None or child.terminal:
+            continue
+        path = ref.invoked_by[len(prefix):] if ref.invoked_by.startswith(prefix) else \
+            ref.invoked_by  # fmt: skip
+        notes[path] = (f"{child.workflow_name}: {child.state}", f"/runs/{child.id}")
+    return notes
 
 
 def timers_of(snapshot: Mapping[str, Any]) -> list[TimerView]:

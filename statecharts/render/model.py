@@ -331,6 +331,9 @@ def _call_facts(machine: Machine, node: StateNode) -> list[str]:
     if policy is not None and policy.retry_on:
         lines.append(f"retried only on: {', '.join(policy.retry_on)}")
     for invoke in calls:
+        child = _child_machine(machine, invoke)
+        if child is not None:
+            lines.append(f"sub-workflow “{child}”: a run of its own when durable")
         if invoke.breaker:
             lines.append(f"circuit breaker “{invoke.breaker}”: fails fast while open")
         if getattr(invoke.logic, "wants_key", False):
@@ -342,6 +345,17 @@ def _call_facts(machine: Machine, node: StateNode) -> list[str]:
         elif isinstance(transient, list | tuple) and transient:
             lines.append(f"on {', '.join(map(str, transient))}: rolled back, tried again later")
     return lines
+
+
+def _child_machine(machine: Machine, invoke: InvokeDef) -> str | None:
+    """The id of the machine `invoke` runs as a child, if it runs one (not a function)."""
+    logic = invoke.logic
+    if logic is None:
+        try:
+            logic = machine.resolve_actor(invoke.src)[1]
+        except Exception:  # a placeholder or an unknown name: not drawn as a sub-workflow
+            return None
+    return logic.id if isinstance(logic, Machine) else None
 
 
 def _retried_invoke(state_config: Any) -> Any:

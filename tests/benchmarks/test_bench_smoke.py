@@ -102,9 +102,29 @@ def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(tmp_path: Path,
     from benchmarks import durable_runtime
 
     whole, worker = durable_runtime.measure_sqlite(tmp_path, "sqlite", workers, n=4, repeat=1)
-    assert whole.note == "" and len(whole.rates) == 1 and whole.rates[0] > 0
+    assert "per round" in whole.note and len(whole.rates) == 1 and whole.rates[0] > 0
     assert durable_runtime.WORKER in worker.subject and "beforehand" in worker.note
     assert worker.rates[0] > whole.rates[0]  # the same runs, without the time of the starts
+
+
+@pytest.mark.parametrize("clients", [1, 2])
+def test_the_equal_concurrency_rows_run_the_workflow_in_the_caller_and_by_a_woken_worker(
+        tmp_path: Path, clients: int) -> None:  # fmt: skip
+    from benchmarks import durable_runtime
+
+    rows = durable_runtime.inline_sqlite(tmp_path, "sqlite", clients, n=6)
+    assert [r.subject.split(" ", 2)[2] for r in rows] == (
+        [durable_runtime.INLINE, durable_runtime.WOKEN] if clients == 1
+        else [durable_runtime.INLINE])
+    assert all(r.rates[0] > 0 and r.transactions == () for r in rows)  # none counted on SQLite
+
+
+def test_the_step_latency_row_has_its_percentiles(tmp_path: Path) -> None:
+    from benchmarks import durable, durable_runtime
+
+    row = durable_runtime.step_latency(f"sqlite:///{tmp_path / 'l.db'}", "sqlite", events=5)
+    assert row.unit == "ms" and 0 < row.median <= row.p99[0]
+    assert "| p50 | p99 |" in durable.markdown([row])
 
 
 def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:

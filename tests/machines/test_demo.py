@@ -51,11 +51,12 @@ def test_the_demo_runs_in_memory_and_creates_no_duplicates(
     world = FakeWorld(str(tmp_path / "work" / "world.db"))
     assert sorted(i["order_id"] for i in world.rows("select order_id from invoices")) == [
         "O-1", "O-2", "O-3"]
-    assert "Diagrams: 6 machines drawn" in out
+    assert "Diagrams: 9 machines drawn" in out
     assert sorted(p.name for p in (tmp_path / "diagrams").glob("*.svg")) == [
         "followup.followup_alerts.svg", "followup.followup_enrich.svg",
         "followup.followup_evaluate.svg", "followup.followup_register.svg",
-        "followup.followup_report.svg", "invoice.svg"]
+        "followup.followup_report.svg", "invoice.svg", "orders.fraud_check.svg",
+        "orders.order.svg", "orders.payment.svg"]
 
 
 def test_the_demo_runs_durably_on_sqlite_by_default_with_a_worker_killed(

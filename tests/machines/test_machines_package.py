@@ -1,4 +1,4 @@
-"""The workflow packages as tools see them: ``MACHINES`` in each, six machines in all, loaded
+"""The workflow packages as tools see them: ``MACHINES`` in each, nine machines in all, loaded
 without touching any file or server; config files with clear errors."""
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_package_exposes_its_machines() -> None:
-    from machines import followup, invoice
+    from machines import followup, invoice, orders
 
-    machines = {**followup.MACHINES, **invoice.MACHINES}
+    machines = {**followup.MACHINES, **invoice.MACHINES, **orders.MACHINES}
     assert sorted(machines) == ["followup_alerts", "followup_enrich", "followup_evaluate",
-                                "followup_register", "followup_report", "invoice"]
+                                "followup_register", "followup_report", "fraud_check",
+                                "invoice", "order", "payment"]
     assert all(isinstance(m, Machine) and m.id == name for name, m in machines.items())
 
 
@@ -37,7 +38,8 @@ def test_retried_calls_are_visible_states() -> None:
 
 def test_importing_creates_no_files(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-c", "import machines.followup, machines.invoice"],
+    subprocess.run([sys.executable, "-c",
+                    "import machines.followup, machines.invoice, machines.orders"],
                    cwd=tmp_path, env=env, check=True)
     assert list(tmp_path.iterdir()) == []
 

@@ -12,6 +12,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -178,3 +179,33 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"condition not reached within {timeout_s}s")
         time.sleep(0.05)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh database for a crash test's worker processes (SQLite with
+    `synchronous=normal`, safe against SIGKILL; PostgreSQL in a schema of its own)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
+    dsn = request.getfixturevalue("pg_dsn")
+    schema = request.getfixturevalue("pg_schema")
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
+def kill_and_replace(workers: list[subprocess.Popen[bytes]], victim: int,
+                     spawn: Callable[[], subprocess.Popen[bytes]]) -> None:
+    """SIGKILL worker process `victim` and start a replacement in its place."""
+    workers[victim].send_signal(signal.SIGKILL)
+    workers[victim].wait()
+    workers[victim] = spawn()
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every worker process and wait for it (SIGKILL after 30 s)."""
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+        try:
+            w.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            w.kill()

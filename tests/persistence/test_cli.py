@@ -32,8 +32,8 @@ def test_db_upgrade_then_runs_list_show_cancel(tmp_path: Path) -> None:
     refused = cli("runs", "list", "--store", url)
     assert refused.returncode != 0 and "statecharts db upgrade --store" in refused.stderr
     upgraded = cli("db", "upgrade", "--store", url)
-    assert upgraded.returncode == 0 and "schema at version 3" in upgraded.stdout
-    assert "already at version 3" in cli("db", "upgrade", "--store", url).stdout
+    assert upgraded.returncode == 0 and "schema at version 4" in upgraded.stdout
+    assert "already at version 4" in cli("db", "upgrade", "--store", url).stdout
 
     store = open_store(url)
     runtime = Runtime(store, [approval])
@@ -234,3 +234,21 @@ def test_statecharts_api_serves_the_ingress_and_refuses_other_hosts_without_a_to
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_runs_show_lists_a_runs_children_and_its_parent(tmp_path: Path) -> None:
+    from machines.orders import order
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = open_store(url, migrate=True)
+    runtime = Runtime(store, [order])
+    run_id = runtime.start("order", {"order_id": 1, "card": "review", "amount": 3}, key="o-1")
+    Worker(runtime).run_until_idle()
+    shown = orjson.loads(cli("runs", "show", "--store", url, run_id).stdout)
+    (payment,) = shown["children"]
+    assert (payment["workflow_name"], payment["invoke"], payment["key"], payment["status"]) == \
+        ("payment", "payment", "o-1/payment", "active")  # fmt: skip
+    child = orjson.loads(cli("runs", "show", "--store", url, payment["id"]).stdout)
+    assert (child["parent_run_id"], child["parent_invoke_id"]) == (run_id, "payment")
+    assert [c["state"] for c in child["children"]] == ["awaiting_review"]
+    store.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,10 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
+from tests.persistence.conftest import kill_and_replace, stop_workers
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +49,6 @@ def _all_done(store: Store) -> bool:
     return counts.get("active", 0) == 0
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
-    dsn = request.getfixturevalue("pg_dsn")
-    schema = request.getfixturevalue("pg_schema")
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-
-
 def test_sigkilled_workers_lose_nothing_and_never_double_step(
     crash_url: str, tmp_path: Path
 ) -> None:
@@ -80,20 +69,12 @@ def test_sigkilled_workers_lose_nothing_and_never_double_step(
         while not _all_done(store) and time.monotonic() - started < DEADLINE_S:
             time.sleep(rng.uniform(0.15, 0.5))
             if kills < 12 and not _all_done(store):
-                victim = rng.randrange(len(workers))
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait()
+                kill_and_replace(workers, rng.randrange(len(workers)),
+                                 lambda: _spawn(crash_url, env, log))
                 kills += 1
-                workers[victim] = _spawn(crash_url, env, log)
         assert _all_done(store), f"runs still active after {DEADLINE_S}s: {store.count_runs()}"
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_workers(workers)
     assert kills >= 3, "the test must actually kill workers"
     assert all(w.returncode == 0 for w in workers), log.read_text()[-3000:]
     _check(store, ids, ledger_path, kills)

@@ -8,6 +8,7 @@ and a "payments API" that, like a real one, charges once per idempotency key.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -186,3 +187,31 @@ retrying = create_machine(
     actions={"save_receipt": assign({"receipt": lambda c, e: e["output"]["receipt"]})},
 )
 """One call that fails once and is retried after a durable 3 s wait."""
+
+
+def _slowed(fn: Any) -> Any:
+    """`fn` taking SLOW_ENV ms longer (widens the crash windows of the child-run crash test)."""
+
+    @functools.wraps(fn)  # the same signature: a key only for those that take one
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(int(os.environ.get(SLOW_ENV, "0")) / 1000)
+        return fn(*args, **kwargs)
+
+    return slow
+
+
+def _slow_orders() -> list[Any]:
+    """`machines.orders`' tree with slowed calls (same definitions, same fingerprints)."""
+    from machines import orders
+    from statecharts import from_callable
+
+    fraud = orders.fraud_check.provide(actors={
+        "score_risk": from_callable(_slowed(orders.score_risk))})
+    payment = orders.payment.provide(actors={
+        "fraud_check": fraud, "charge_card": from_callable(_slowed(orders.charge_card))})
+    return [orders.order.provide(actors={"payment": payment}), payment, fraud]
+
+
+SLOW_ORDERS = _slow_orders()
+"""The order -> payment -> fraud_check tree, slowed (`--machines
+tests.persistence.workflows:SLOW_ORDERS`)."""

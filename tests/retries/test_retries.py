@@ -217,3 +217,25 @@ def test_each_visit_of_a_retried_state_gets_its_own_key_even_in_the_same_millise
     data = actor.get_persisted_snapshot()
     assert data["retry_visits"] == {"loop.charging": 2}
     assert machine.restore(data).retries == {}
+
+
+def test_a_child_machine_failing_with_a_text_reason_is_retried_then_takes_on_error() -> None:
+    starts: list[int] = []
+    clock = SimulatedClock()
+    child = create_machine(
+        {"id": "check", "initial": "rejected",
+         "entry": "count", "states": {"rejected": {"type": "final", "failure": "card stolen"}}},
+        actions={"count": lambda *_: starts.append(clock.now())})
+    parent = create_machine(
+        {"id": "pay", "initial": "checking",
+         "states": {"checking": {"invoke": {"src": "check", "onDone": "paid",
+                                            "onError": "refused",
+                                            "retry": {"max_attempts": 3,
+                                                      "initial_interval": 100,
+                                                      "backoff": "fixed"}}},
+                    "paid": {"type": "final"}, "refused": {"type": "final"}}},
+        actors={"check": child})
+    actor = create_actor(parent, clock=clock).start()
+    clock.advance(10_000)
+    assert actor.get_snapshot().value == "refused"
+    assert starts == [0, 100, 200], "text errors carry no names, so every attempt is made"

@@ -319,3 +319,29 @@ def test_a_long_journal_shows_its_newest_entries_and_the_total(
     assert [j["event"]["type"] for j in detail["journal"]] == ["NOTE6", "NOTE5", "NOTE4"]
     assert detail["journal_total"] == 7
     assert "last 3 of 7" in html
+
+
+def test_the_run_page_links_parent_and_children_and_draws_the_childs_state(
+    store: Store, dot_installed: str
+) -> None:
+    from machines.orders import order
+
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [order], clock=clock)
+    run_id = runtime.start("order", {"order_id": 1, "card": "review", "amount": 3}, key="o-1")
+    Worker(runtime).run_until_idle()
+    (payment,) = runtime.children(run_id)
+    (fraud,) = runtime.children(payment.id)
+    with TestClient(create_app(store, [order], clock=clock)) as c:
+        top = c.get(f"/runs/{run_id}").text
+        assert f'href="/runs/{payment.id}"' in top and 'id="child-runs"' in top
+        # the child's state is drawn in the invoking state's box, linked to the child's page
+        box = re.search(r'<g[^>]*data-state="paying"[^>]*>', top)
+        assert box is not None and 'data-child-run-state="payment: checking_fraud"' in box[0]
+        middle = c.get(f"/runs/{payment.id}").text
+        assert f'href="/runs/{run_id}"' in middle and "child <b class=\"mono\">payment" in middle
+        assert 'data-child-run-state="fraud_check: awaiting_review"' in middle
+        assert f'href="/runs/{fraud.id}"' in middle
+        api = c.get(f"/api/runs/{payment.id}").json()
+        assert (api["parent_run_id"], api["parent_invoke_id"]) == (run_id, "payment")
+        assert [child["id"] for child in api["children"]] == [fraud.id]

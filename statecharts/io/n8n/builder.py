@@ -551,12 +551,14 @@ class MachineBuilder:
             state["invoke"]["description"] = f"run sub-workflow {workflow}"
             self.decisions.append(f"'{name}' waits for sub-workflow {workflow}: register that "
                                   "workflow's imported machine (or a function) as actor "
-                                  f"'{self.keys[name]}'; in memory it runs as a child actor "
-                                  "(durable child runs are not part of this import)")
+                                  f"'{self.keys[name]}'; in memory it runs as a child actor, "
+                                  "on the durable runtime as a child run (its own run, key "
+                                  f"'<run key>/{self.keys[name]}', cancelled with this state)")
             return f"invoked child: waits for sub-workflow {workflow}; {how}"
         action = self._need("action", f"start_{self.keys[name]}", name,
                             f"starts sub-workflow {workflow} for '{name}' without waiting "
-                            "(fire and forget)")
+                            "(fire and forget): on the durable runtime a detached run, "
+                            "persistence.children.detached_start(runtime, <its machine id>)")
         params = self._params(name, "pass")
         state["entry"] = [{"type": action, "params": {"workflow_id": spec.workflow,
                                                       "mode": spec.mode}},

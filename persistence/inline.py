@@ -1,0 +1,93 @@
+"""`Inline`: start a run and step it in the calling thread, as DBOS runs a workflow in its caller.
+
+`Inline(runtime).run("invoice", input)` starts the run already leased to the calling thread (the
+lease is taken in the insert's own transaction, so there is no claim) and steps it right there,
+back to back while it holds the lease, exactly as a worker steps a claimed run
+(`persistence.driver`): each step's effects execute after the commit that recorded them, and
+each step commits its snapshot with their outcomes in one transaction, under the lease and the
+version it read. It returns when the run waits for something outside (a sent event, a timer not
+yet due) or ends; a worker takes it from there. A 3-step workflow costs four transactions (the
+insert, then one commit per step) and no poll.
+
+Every guarantee of a worker's run holds (docs/persistence.md): if the caller dies, its lease
+runs out and any worker takes the run over with the same idempotency keys; a caller that lost
+its lease meanwhile (a call longer than `lease_ms`: the lease is renewed by each step's commit,
+there is no heartbeat) writes nothing, and `run` reports the row as the new holder left it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from persistence.driver import RunDriver
+from persistence.runtime import KeyReuse, Runtime
+from persistence.stores import RunRecord
+from statecharts import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class InlineResult:
+    """Where `Inline.run` left a run: its id, whether this call created it, its status
+    (`active` while it waits for an event or a timer; else terminal) and snapshot."""
+
+    run_id: str
+    created: bool
+    status: str
+    snapshot: Snapshot
+
+    @property
+    def output(self) -> Any:
+        """The run's output (None unless it is done)."""
+        return self.snapshot.output
+
+
+class Inline:
+    """Runs started and stepped in the calling thread (see the module docstring).
+
+    Thread-safe: each calling thread leases under an owner id of its own
+    (`<host>:<pid>:<id>/inline-<thread>`). `lease_ms`: how long a step may take before a worker
+    may take the run over (renewed by every commit). `max_steps`: after this many steps in one
+    call the run is released to the workers.
+    """
+
+    def __init__(self, runtime: Runtime, *, lease_ms: int = 30_000,
+                 max_steps: int = 1000) -> None:  # fmt: skip
+        if lease_ms < 100:
+            raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
+        self.runtime = runtime
+        self.lease_ms = lease_ms
+        self.max_steps = max_steps
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._local = threading.local()
+
+    def run(self, name: str, input: Any = None, key: str | None = None, *,
+            reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> InlineResult:
+        """Start a run of `name` (as `Runtime.start`, keys and reuse included) and step it here
+        until it waits or ends. An existing run returned for `key` is not stepped here (a
+        worker, or the caller that started it, does that): its row is reported as it is."""
+        driver = self._driver()
+        record, created, effects = self.runtime.begin_run(
+            name, input, key, reuse=reuse, traceparent=traceparent,
+            lease=(driver.owner, self.lease_ms))  # fmt: skip
+        if record.lease_owner != driver.owner:  # existing, or nothing due: nothing to step
+            return self._as_stored(record, created)
+        left = driver.drive_started(record, effects, lambda: False)
+        if left is None:  # failed outside a step, or taken over: the row says how it is
+            return self._as_stored(self.runtime.get(record.id), created)
+        return InlineResult(record.id, created, *left)
+
+    def _driver(self) -> RunDriver:
+        driver: RunDriver | None = getattr(self._local, "driver", None)
+        if driver is None:
+            owner = f"{self.id}/inline-{threading.get_ident()}"
+            driver = RunDriver(self.runtime, owner, self.lease_ms, self.max_steps)
+            self._local.driver = driver
+        return driver
+
+    def _as_stored(self, record: RunRecord, created: bool) -> InlineResult:
+        return InlineResult(record.id, created, record.status, self.runtime.restore(record))

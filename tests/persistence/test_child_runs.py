@@ -1,0 +1,485 @@
+"""Durable child runs (issue 18): invoked and spawned child machines run as child runs, on every
+store (SQLite file, PostgreSQL, memory), stepped by real workers.
+
+The three-level example (`machines.orders`: order -> payment -> fraud_check) is exercised end
+to end: the whole tree completes, a grandchild's failure reaches the order as an error and
+takes its `onError`, cancelling the order cancels both descendants.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from machines.orders import MACHINES, order
+from persistence import Runtime, Worker
+from persistence.stores import Store
+from statecharts import (
+    SimulatedClock,
+    assign,
+    create_machine,
+    from_callable,
+    send_parent,
+    send_to,
+    spawn_child,
+    stop_child,
+)
+
+
+@pytest.fixture
+def clock() -> SimulatedClock:
+    return SimulatedClock(start=1_700_000_000_000)
+
+
+def _tree(runtime: Runtime, run_id: str) -> dict[str, Any]:
+    """The run and its descendants as {invoke path: row}."""
+    found: dict[str, Any] = {"": runtime.get(run_id)}
+    todo = [("", run_id)]
+    while todo:
+        path, current = todo.pop()
+        for child in runtime.children(current):
+            child_path = f"{path}/{child.parent_invoke_id or child.workflow_name}"
+            found[child_path] = child
+            todo.append((child_path, child.id))
+    return found
+
+
+def _journal_types(store: Store, run_id: str) -> list[str]:
+    return [str(e.event.get("type")) for e in store.list_events(run_id)]
+
+
+def test_the_whole_order_tree_completes(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [order], clock=clock)  # payment and fraud_check found inside it
+    run_id = runtime.start("order", {"order_id": 7, "card": "ok", "amount": 30}, key="order-7")
+    tree = _tree(runtime, run_id)
+    # the whole first step of the tree is one transaction: children exist before any worker
+    assert sorted(tree) == ["", "/payment", "/payment/fraud_check"]
+    payment, fraud = tree["/payment"], tree["/payment/fraud_check"]
+    assert (payment.key, payment.parent_run_id, payment.parent_invoke_id) == \
+        ("order-7/payment", run_id, "payment")  # fmt: skip
+    assert (fraud.key, fraud.parent_run_id) == ("order-7/payment/fraud_check", payment.id)
+    assert runtime.get_by_key("fraud_check", "order-7/payment/fraud_check").id == fraud.id
+    Worker(runtime).run_until_idle()
+    tree = _tree(runtime, run_id)
+    assert {path: row.status for path, row in tree.items()} == \
+        {"": "done", "/payment": "done", "/payment/fraud_check": "done"}  # fmt: skip
+    assert tree[""].snapshot["output"]["receipt"] is not None
+    assert tree["/payment"].snapshot["context"]["cleared_score"] == 10  # send_parent arrived
+    assert tree["/payment"].snapshot["context"]["risk"] == 10  # the grandchild's output
+    # each completion was applied once by its parent, never dead-lettered
+    assert _journal_types(store, run_id).count("xstate.done.actor.payment") == 1
+    assert _journal_types(store, payment.id).count("xstate.done.actor.fraud_check") == 1
+    assert all(store.dead_letters(row.id) == [] for row in tree.values())
+
+
+def test_a_grandchild_failure_reaches_the_order_as_an_error(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, list(MACHINES.values()), clock=clock)
+    run_id = runtime.start("order", {"order_id": 8, "card": "stolen", "amount": 30})
+    Worker(runtime).run_until_idle()
+    tree = _tree(runtime, run_id)
+    assert tree["/payment/fraud_check"].status == "error"
+    assert tree["/payment"].status == "error"
+    assert tree["/payment"].last_error == "payment refused"
+    top = tree[""]
+    assert (top.status, top.state) == ("done", "payment_failed")  # its onError took it
+    assert top.snapshot["output"]["problem"] == "payment refused"
+    assert tree["/payment"].key == f"{run_id}/payment"  # no key: the parent's id names it
+
+
+def test_cancelling_the_order_cancels_both_descendants(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    run_id = runtime.start("order", {"order_id": 9, "card": "review", "amount": 30}, key="o-9")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    tree = _tree(runtime, run_id)
+    assert tree["/payment/fraud_check"].state == "awaiting_review"
+    assert runtime.cancel(run_id, reason="customer gave up") == "cancelled"
+    tree = _tree(runtime, run_id)
+    assert {path: row.status for path, row in tree.items()} == \
+        {"": "cancelled", "/payment": "cancelled", "/payment/fraud_check": "cancelled"}
+    for row in tree.values():  # journaled on each run
+        assert _journal_types(store, row.id)[-1] == "statecharts.cancel"
+    worker.run_until_idle()
+    assert runtime.get(run_id).status == "cancelled"
+    assert store.dead_letters(run_id) == []  # a stopped child reports to no one
+
+
+def test_a_review_approved_by_key_completes_the_tree(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    run_id = runtime.start("order", {"order_id": 10, "card": "review", "amount": 5}, key="o-10")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    runtime.send("APPROVE", workflow="fraud_check", key="o-10/payment/fraud_check")
+    worker.run_until_idle()
+    assert runtime.get(run_id).status == "done"
+    assert runtime.get(run_id).snapshot["output"]["receipt"]
+
+
+def test_cancelling_a_leased_parent_cancels_its_children_through_the_holder(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    run_id = runtime.start("order", {"order_id": 11, "card": "review", "amount": 5})
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    payment = runtime.children(run_id)[0]
+    claimed = store.claim_runs("holder", clock.now(), 60_000, 10)
+    assert claimed == [] or all(r.id != run_id for r in claimed)
+    # lease the order by hand: the store can only ask its holder
+    store.send_event(run_id, {"type": "NOTHING"}, clock.now())
+    (held,) = [r for r in store.claim_runs("holder", clock.now(), 60_000, 10) if r.id == run_id]
+    assert runtime.cancel(run_id) == "requested"
+    store.release(held.id, "holder", clock.now())
+    worker.run_until_idle()
+    assert runtime.get(run_id).status == "cancelled"
+    assert runtime.get(payment.id).status == "cancelled"
+    assert runtime.children(payment.id)[0].status == "cancelled"
+
+
+def test_an_operator_cancelling_a_child_is_an_error_for_its_parent(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [order], clock=clock)
+    run_id = runtime.start("order", {"order_id": 12, "card": "review", "amount": 5})
+    Worker(runtime).run_until_idle()
+    payment = runtime.children(run_id)[0]
+    fraud = runtime.children(payment.id)[0]
+    assert runtime.cancel(fraud.id, reason="operator") == "cancelled"
+    Worker(runtime).run_until_idle()
+    assert runtime.get(payment.id).status == "error"  # onError: refused (failure final)
+    top = runtime.get(run_id)
+    assert (top.status, top.state) == ("done", "payment_failed")
+
+
+# -- send_to, send_parent, spawn_child, stop_child, retries --------------------------------
+
+echo_child = create_machine({
+    "id": "echo_child", "initial": "listening", "context": {"heard": []},
+    "states": {"listening": {"on": {
+        "PING": {"actions": ["hear", "answer"]},
+        "QUIT": "quit"}}, "quit": {"type": "final"}},
+    "output": lambda ctx, ev: {"heard": ctx["heard"]},
+}, actions={"hear": assign({"heard": lambda ctx, ev: [*ctx["heard"], ev["n"]]}),
+            "answer": send_parent(lambda ctx, ev: {"type": "PONG", "n": ev["n"]})})  # fmt: skip
+
+talker = create_machine({
+    "id": "talker", "initial": "talking", "context": {"pongs": [], "done": None},
+    "states": {
+        "talking": {
+            "invoke": {"id": "echo", "src": "echo_child",
+                       "onDone": {"target": "finished", "actions": "keep_output"}},
+            "entry": send_to("echo", {"type": "PING", "n": 1}),
+            "on": {"PONG": {"actions": "keep_pong"},
+                   "MORE": {"actions": send_to("echo", lambda ctx, ev: {"type": "PING",
+                                                                        "n": ev["n"]})},
+                   "STRAY": {"actions": send_to("nobody", {"type": "PING", "n": 0})},
+                   "BYE": {"actions": send_to("echo", {"type": "QUIT"})},
+                   "LEAVE": "left"}},
+        "left": {"on": {"BACK": "talking"}},
+        "finished": {"type": "final"},
+    },
+}, actors={"echo_child": echo_child},
+   actions={"keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]}),
+            "keep_output": assign({"done": lambda ctx, ev: ev["output"]})})  # fmt: skip
+
+
+def test_send_to_a_child_run_and_send_parent_go_through_the_inboxes(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [talker], clock=clock)
+    run_id = runtime.start("talker")
+    worker = Worker(runtime)
+    worker.run_until_idle()  # the entry's PING reached the child started in the same step
+    runtime.send(run_id, {"type": "MORE", "n": 2})
+    worker.run_until_idle()
+    assert runtime.get(run_id).snapshot["context"]["pongs"] == [1, 2]
+    runtime.send(run_id, "STRAY")
+    worker.run_until_idle()
+    (letter,) = runtime.dead_letters(run_id)  # unknown child: dead-lettered with the sender
+    assert letter.event["type"] == "PING" and "no active child run 'nobody'" in letter.reason
+    runtime.send(run_id, "BYE")
+    worker.run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "done" and run.snapshot["context"]["done"] == {"heard": [1, 2]}
+    # the parent ended: a late event for it is a dead letter of the parent
+    (child,) = runtime.children(run_id)
+    assert child.status == "done"
+
+
+def test_leaving_the_invoking_state_cancels_the_child_and_reentry_starts_a_new_one(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [talker], clock=clock)
+    run_id = runtime.start("talker", key="t")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    runtime.send(run_id, "LEAVE")
+    worker.run_until_idle()
+    (first,) = runtime.children(run_id)
+    assert first.status == "cancelled" and first.parent_invoke_id is None  # detached
+    runtime.send(run_id, "BACK")
+    worker.run_until_idle()
+    children = sorted(runtime.children(run_id), key=lambda c: c.status)
+    assert [c.status for c in children] == ["active", "cancelled"]
+    assert children[0].key == children[1].key == "t/echo"
+    assert children[0].snapshot["context"]["heard"] == [1]
+    assert runtime.get(run_id).snapshot["context"]["pongs"] == [1, 1]
+
+
+spawner = create_machine({
+    "id": "spawner", "initial": "running", "context": {},
+    "states": {"running": {"on": {
+        "SPAWN": {"actions": spawn_child("echo_child", id="helper")},
+        "TELL": {"actions": send_to("helper", {"type": "PING", "n": 5})},
+        "DROP": {"actions": stop_child("helper")},
+        "END": "ended"}},
+        "ended": {"type": "final"}},
+}, actors={"echo_child": echo_child})  # fmt: skip
+
+
+def test_spawn_child_lives_until_stopped_or_the_parent_ends(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [spawner], clock=clock)
+    worker = Worker(runtime)
+    first = runtime.start("spawner")
+    for event in ("SPAWN", "TELL"):
+        runtime.send(first, event)
+        worker.run_until_idle()
+    (helper,) = runtime.children(first)
+    assert (helper.status, helper.snapshot["context"]["heard"]) == ("active", [5])
+    runtime.send(first, "DROP")
+    worker.run_until_idle()
+    assert runtime.get(helper.id).status == "cancelled"
+    second = runtime.start("spawner")
+    for event in ("SPAWN", "END"):
+        runtime.send(second, event)
+        worker.run_until_idle()
+    assert runtime.get(second).status == "done"
+    assert [c.status for c in runtime.children(second)] == ["cancelled"]
+
+
+def _always_fails(input: Any) -> Any:
+    raise TimeoutError("the bank did not answer")
+
+
+flaky_child = create_machine({
+    "id": "flaky_child", "initial": "working",
+    "states": {"working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
+               "ok": {"type": "final"}},
+}, actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
+
+
+def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
+    store: Store, clock: SimulatedClock
+) -> None:
+    retrying = create_machine({
+        "id": "retrying", "initial": "calling",
+        "states": {
+            "calling": {"invoke": {"id": "sub", "src": "flaky_child",
+                                   "retry": {"max_attempts": 3, "initial_interval": 1000,
+                                             "backoff": "fixed"},
+                                   "onDone": "ok", "onError": "gave_up"}},
+            "ok": {"type": "final"}, "gave_up": {"type": "final"}},
+    }, actors={"flaky_child": flaky_child})  # fmt: skip
+    runtime = Runtime(store, [retrying], clock=clock)
+    run_id = runtime.start("retrying", key="r")
+    worker = Worker(runtime)
+    for _ in range(10):
+        worker.run_until_idle()
+        clock.advance(1000)
+    assert runtime.get(run_id).state == "gave_up"
+    keys = sorted(c.key or "" for c in runtime.children(run_id))
+    assert keys == ["r/sub", "r/sub#2", "r/sub#3"]
+    assert all(c.status == "error" for c in runtime.children(run_id))
+
+
+# -- upgrading to schema 4 --------------------------------------------------------------------
+
+def _upgrade_keeps_runs_and_keys(store: Store, old_id: str, clock: SimulatedClock) -> None:
+    """After the upgrade: the old run reads with no parent, its key still starts it once, and
+    its tree of child runs starts and completes."""
+    from persistence import schema
+
+    assert store.schema_version() == schema.latest_version(store.dialect)  # type: ignore[attr-defined]
+    old = store.get_run(old_id)
+    assert (old.parent_run_id, old.parent_invoke_id, old.key) == (None, None, "order-1")
+    runtime = Runtime(store, [order], clock=clock)
+    run, effects, _ = runtime.prepare_run("order", {"card": "ok"}, "order-1", clock.now())
+    again, created = store.create_run(run, effects, clock.now())  # the unique index decides
+    assert (again.id, created) == (old_id, False)  # the active key still names one run
+    new = runtime.start("order", {"order_id": 2, "card": "ok", "amount": 1}, key="order-2")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(new).status == "done" and len(runtime.children(new)) == 1
+
+
+def test_upgrading_sqlite_to_schema_4_adds_the_parent_columns(
+    tmp_path: Any, clock: SimulatedClock
+) -> None:
+    import sqlite3
+
+    from persistence import schema
+    from persistence.stores import open_store
+    from persistence.stores.sqlite import _statements
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        for migration in schema.migrations("sqlite")[:3]:
+            for statement in _statements(migration.sql):
+                db.execute(statement)
+            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (?, ?, '')",
+                       (migration.version, migration.name))  # fmt: skip
+        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+                   "snapshot, status, created_at, updated_at) VALUES ('old', 'order', 'x', "
+                   "'order-1', 'paying', '{}', 'active', 1, 1)")  # fmt: skip
+    store = open_store(f"sqlite:///{path}", migrate=True)
+    try:
+        _upgrade_keeps_runs_and_keys(store, "old", clock)
+    finally:
+        store.close()
+
+
+def test_upgrading_postgres_to_schema_4_adds_the_parent_columns(
+    pg_dsn: str, pg_schema: str, clock: SimulatedClock
+) -> None:
+    import psycopg
+
+    from persistence import schema
+    from persistence.stores import open_store
+
+    old_id = "00000000-0000-4000-8000-000000000018"
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{pg_schema}"')
+        db.execute(f'SET search_path = "{pg_schema}"')
+        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        for migration in schema.migrations("postgres")[:3]:
+            db.execute(migration.sql.encode())
+            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (%s, %s, now())",
+                       (migration.version, migration.name))  # fmt: skip
+        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+                   "snapshot, status, created_at, updated_at) VALUES (%s, 'order', 'x', "
+                   "'order-1', 'paying', '{}', 'active', now(), now())", (old_id,))  # fmt: skip
+    sep = "&" if "?" in pg_dsn else "?"
+    store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
+    try:
+        _upgrade_keeps_runs_and_keys(store, old_id, clock)
+    finally:
+        store.close()
+
+
+def test_a_detached_start_runs_once_per_action_and_belongs_to_no_one(
+    store: Store, clock: SimulatedClock
+) -> None:
+    from persistence.children import detached_start
+
+    report = create_machine({"id": "report", "initial": "waiting",
+                             "states": {"waiting": {"on": {"GO": "sent"}},
+                                        "sent": {"type": "final"}}})  # fmt: skip
+    runtime = Runtime(store, [report], clock=clock)  # (the starter is added below)
+    start = detached_start(runtime, "report", lambda ctx, ev: {"for": ctx["who"]})
+    starter = create_machine({"id": "starter", "initial": "go", "context": {"who": "ann"},
+                              "states": {"go": {"entry": "start_report", "always": "done"},
+                                         "done": {"type": "final"}}},
+                             actions={"start_report": start})  # fmt: skip
+    runtime = Runtime(store, [starter, report], clock=clock)
+    run_id = runtime.start("starter")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).status == "done"
+    (effect,) = store.list_effects(run_id)
+    (detached,) = runtime.list(name="report")
+    assert detached.key == f"detached:{effect.idempotency_key}" and detached.status == "active"
+    assert detached.parent_run_id is None and runtime.children(run_id) == []
+    # the action running again (a crash after it ran) starts nothing new
+    assert start({"who": "ann"}, {}, idempotency_key=effect.idempotency_key) == detached.id
+    assert len(runtime.list(name="report")) == 1
+
+
+# -- the n8n importer's Execute Workflow ------------------------------------------------------
+
+def _n8n_node(name: str, kind: str, x: int, params: dict[str, Any] | None = None
+              ) -> dict[str, Any]:  # fmt: skip
+    return {"id": name, "name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 1,
+            "position": [x, 0], "parameters": params or {}}  # fmt: skip
+
+
+def _n8n_chain(name: str, *nodes: dict[str, Any]) -> dict[str, Any]:
+    links = {a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]}
+             for a, b in itertools.pairwise(nodes)}  # fmt: skip
+    return {"name": name, "nodes": list(nodes), "connections": links,
+            "settings": {"executionOrder": "v1"}}  # fmt: skip
+
+
+def _imported(data: dict[str, Any], name: str, **actors: Any) -> Any:
+    from statecharts.io.n8n import from_n8n
+    from statecharts.io.n8n.runtime import machine_config
+    from statecharts.io.n8n.validation import placeholder_implementations
+
+    result = from_n8n(data, name)
+    impls = placeholder_implementations(result)
+    impls["actors"].update(actors)
+    return create_machine(machine_config(result.config), guards=impls["guards"],
+                          actions=impls["actions"], actors=impls["actors"],
+                          delays=impls["delays"])  # fmt: skip
+
+
+def test_an_imported_execute_workflow_that_waits_runs_the_sub_workflow_as_a_child_run(
+    store: Store, clock: SimulatedClock
+) -> None:
+    sub = _imported(_n8n_chain("Sub", _n8n_node("When called", "executeWorkflowTrigger", 0),
+                               _n8n_node("Work", "noOp", 200)), "sub")  # fmt: skip
+    parent = _imported(_n8n_chain(
+        "Parent", _n8n_node("Start", "manualTrigger", 0),
+        _n8n_node("Run Sub", "executeWorkflow", 200, {"workflowId": "sub", "options": {}}),
+        _n8n_node("After", "noOp", 400)), "parent", run_sub=sub)  # fmt: skip
+    runtime = Runtime(store, [parent], clock=clock)
+    run_id = runtime.start("parent", key="n8n-1")
+    runtime.send(run_id, "START")
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).status == "done"
+    (child,) = runtime.children(run_id)
+    assert (child.workflow_name, child.parent_invoke_id, child.key, child.status) == \
+        ("sub", "run_sub", "n8n-1/run_sub", "done")  # fmt: skip
+    applied = [e.event["type"] for e in store.list_events(run_id)]
+    assert applied.count("xstate.done.actor.run_sub") == 1
+
+
+def test_an_error_workflow_and_a_scheduled_start_start_their_first_states_children(
+    store: Store, clock: SimulatedClock
+) -> None:
+    from persistence.scheduling import ScheduledStart
+
+    pager = create_machine({"id": "pager", "initial": "ringing",
+                            "states": {"ringing": {"on": {"ACK": "acked"}},
+                                       "acked": {"type": "final"}}})  # fmt: skip
+    alert = create_machine({"id": "alert", "initial": "paging", "states": {
+        "paging": {"invoke": {"id": "pager", "src": "pager", "onDone": "done"}},
+        "done": {"type": "final"}}}, actors={"pager": pager})  # fmt: skip
+    failing = create_machine({"id": "failing", "initial": "calling",
+                              "meta": {"error_workflow": "alert"}, "states": {
+                                  "calling": {"invoke": {"src": "call_bank"}}}},
+                             actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
+    runtime = Runtime(store, [failing, alert], clock=clock)
+    run_id = runtime.start("failing")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    assert runtime.get(run_id).status == "error"
+    alert_run = runtime.get_by_key("alert", f"error-of:{run_id}")
+    (paged,) = runtime.children(alert_run.id)
+    assert (paged.workflow_name, paged.key, paged.status) == \
+        ("pager", f"error-of:{run_id}/pager", "active")  # fmt: skip
+    schedule = ScheduledStart(runtime, "nightly", "alert", "* * * * *")
+    started = schedule.tick()
+    assert started is not None
+    (scheduled_pager,) = runtime.children(started)
+    runtime.send(scheduled_pager.id, "ACK")
+    worker.run_until_idle()
+    assert runtime.get(started).status == "done"
