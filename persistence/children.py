@@ -27,6 +27,7 @@ from persistence.stores import Delivery
 from persistence.stores.base import ACTIVE, child_ended_event
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, SendParent, SendTo, StartChild, StopChild
+from statecharts.events import snapshot_actor_event_type
 from statecharts.frozen import thaw
 
 if TYPE_CHECKING:  # the runtime imports this module
@@ -50,6 +51,20 @@ def nested_machines(machines: Iterable[Machine]) -> list[Machine]:
                 seen.add(id(logic))
                 found.append(logic)
                 todo.append(logic)
+    return found
+
+
+def snapshot_invokes(machine: Machine) -> list[str]:
+    """The config paths of `machine`'s invokes of a child machine that have `onSnapshot`:
+    a child run does not report its snapshots to its parent (each child step would cost its
+    parent a step; the parent reads the child's row instead), so a runtime refuses them."""
+    found = []
+    for node in machine.definition.by_id.values():
+        handled = {t.event for t in node.transitions}
+        for invoke in node.invoke:
+            logic = invoke.logic or machine.implementations.actors.get(invoke.src)
+            if isinstance(logic, Machine) and snapshot_actor_event_type(invoke.id) in handled:
+                found.append(f"{machine.id}: {invoke.config_path}.onSnapshot")
     return found
 
 

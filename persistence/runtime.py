@@ -8,16 +8,24 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
-from persistence.children import child_key, child_work, ended_delivery, nested_machines
+from persistence.children import (
+    child_key,
+    child_work,
+    ended_delivery,
+    nested_machines,
+    snapshot_invokes,
+)
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import (
+    ConflictError,
     DeadLetter,
     NewEffect,
     NewRun,
@@ -30,8 +38,11 @@ from persistence.stores import (
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
-from statecharts.events import EventLike, normalize_event
+from statecharts.events import EventLike, error_actor_event_type, normalize_event
 from statecharts.frozen import storable_text, text_problem, thaw
+from statecharts.snapshot import FINISHED
+
+log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
@@ -48,7 +59,8 @@ class UnknownWorkflowError(LookupError):
 
 
 class NotResumableError(ValueError):
-    """`resume` was asked for a run that has not failed, or whose snapshot does not restore."""
+    """`resume` was asked for a run that has not failed, whose snapshot does not restore, or
+    a child run whose parent no longer waits for its result (it would get a second one)."""
 
 
 class RunActiveError(ValueError):
@@ -205,6 +217,10 @@ class Runtime:
                 self._legacy[(machine.id, legacy)] = machine
             for label in machine.migrations:
                 self._by_label[(machine.id, label)] = machine
+        unsupported = [path for m in self._exact.values() for path in snapshot_invokes(m)]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)}: onSnapshot of a child machine is not "
+                             "supported in durable runs (docs/persistence.md, Child runs)")
         self.error_workflows = self._error_workflows(error_workflows or {})
         self.breaker_policies = dict(breakers or {})
         if check_schema:
@@ -261,6 +277,10 @@ class Runtime:
             if not isinstance(start, StartChild) or not isinstance(start.logic, Machine):
                 continue
             machine = start.logic
+            if start.sync_snapshot:
+                log.warning("run %s: spawn_child(%r, sync_snapshot=True): a child run does not "
+                            "report its snapshots (docs/persistence.md, Child runs)", parent_id,
+                            start.id)  # fmt: skip
             snapshot, effects = machine.initial_transition(thaw(start.input), now)
             outbox = to_outbox(effects)
             columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
@@ -480,9 +500,13 @@ class Runtime:
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
-        at its next step) or "finished" (it had already ended)."""
-        return self.store.cancel_run(run_id, self.clock.now(),
-                                     None if reason is None else storable_text(reason))
+        at its next step) or "finished" (it had already ended). A run cancelled here is
+        counted in the runs-finished metric (a requested one by the step that cancels it)."""
+        outcome = self.store.cancel_run(run_id, self.clock.now(),
+                                        None if reason is None else storable_text(reason))
+        if outcome == "cancelled":
+            self.telemetry.run_finished(self.store.get_run(run_id).workflow_name, "cancelled")
+        return outcome
 
     def resume(self, run_id: str) -> RunRecord:
         """Resume a failed run from the state it failed in (like DBOS's `resume_workflow`):
@@ -506,8 +530,34 @@ class Runtime:
             snapshot = machine.restore(data)
         except Exception as exc:
             raise NotResumableError(f"run {run_id}: snapshot does not restore: {exc}") from exc
-        return self.store.resume_run(run_id, run.version, machine.persist(snapshot),
-                                     state_text(snapshot), self.clock.now())
+        withdraw = self._parent_waits(run)
+        try:
+            return self.store.resume_run(run_id, run.version, machine.persist(snapshot),
+                                         state_text(snapshot), self.clock.now(),
+                                         withdraw=withdraw)  # fmt: skip
+        except ConflictError as exc:
+            raise NotResumableError(str(exc)) from exc
+
+    def _parent_waits(self, run: RunRecord) -> tuple[str, str] | None:
+        """For a failed child run: (its parent, the queued event that reported its failure),
+        which its resume takes back, so that the parent gets one result, the resumed run's.
+        `NotResumableError` naming the parent when it no longer waits for this child: it has
+        ended, left the invoking state (or stopped the child), or applied the failure."""
+        parent_id, invoke = run.parent_run_id, run.parent_invoke_id
+        if parent_id is None:
+            return None
+        refused = f"run {run.id} is a child run of {parent_id}, which "
+        if invoke is None:
+            raise NotResumableError(refused + "stopped it; its result would reach no one")
+        parent = self.store.get_run(parent_id)
+        if parent.status != "active":
+            raise NotResumableError(refused + f"has ended ({parent.status}); start a new run")
+        child = parent.snapshot.get("children", {}).get(invoke)
+        state = child.get("state") if isinstance(child, Mapping) else None
+        if child is None or (isinstance(state, Mapping) and state.get(FINISHED)):
+            raise NotResumableError(refused + f"already took its result or left the state "
+                                    f"invoking {invoke!r}; resuming would report a second one")
+        return parent_id, error_actor_event_type(invoke)
 
     def dead_letters(self, run_id: str) -> builtins.list[DeadLetter]:
         """Events queued for the run that can no longer be applied, with the reason."""

@@ -116,11 +116,11 @@ class RunRecord:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """An event a step sends to a related run, queued in that run's inbox in the step's
-    transaction: to the committing run's active child run `child` (its invoke id), or to the
-    run `parent` (the committing run's parent). With `completes`, the event reports the
-    committing run's end to its parent and is dropped if the parent has stopped it. An event
-    for no active child is a dead letter of the sender; one for a parent that has ended, a
-    dead letter of the parent."""
+    transaction: to the committing run's active child run `child` (its invoke id or
+    systemId), or to the run `parent` (the committing run's parent). With `completes`, the
+    event reports the committing run's end to its parent and is dropped if the parent has
+    stopped it. An event for no active child is a dead letter of the sender; one for a parent
+    that has ended, a dead letter of the parent."""
 
     event: JSONDict
     child: str | None = None
@@ -606,10 +606,13 @@ class RunStore(Protocol):
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
-                   now: int) -> RunRecord:
+                   now: int, *, withdraw: tuple[str, str] | None = None) -> RunRecord:
         """Make a failed run active again from `snapshot` (the state it failed in): its failed
         effects of the last step that had any are pending again, it is due now, and the resume
-        is journaled. `RunFinishedError` unless the run is `error` at `expected_version`."""
+        is journaled. `RunFinishedError` unless the run is `error` at `expected_version`.
+        `withdraw=(parent run id, event type)` (a child run's resume) takes back, in the same
+        transaction, the queued event that reported its failure to its parent: `ConflictError`
+        if the parent has applied it, ended, or a worker holds it."""
         ...
 
     def sweep_dead_letters(self, now: int) -> list[DeadLetter]:

@@ -210,9 +210,9 @@ class SQLDialect:
             queued = self._exec(
                 conn,
                 "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
-                "workflow_runs WHERE parent_run_id = ? AND parent_invoke_id = ? AND "
-                "status = 'active' RETURNING id",
-                (event, ts, run_id, delivery.child),
+                "workflow_runs WHERE parent_run_id = ? AND (parent_invoke_id = ? OR key = ?) "
+                "AND status = 'active' RETURNING id",  # key: the invoke's systemId, if named
+                (event, ts, run_id, delivery.child, delivery.child),
             ).fetchall()
             if not queued:
                 self._undeliverable_in(conn, run_id, delivery,
@@ -595,10 +595,13 @@ class SQLRuns(SQLDialect):
         return True
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
-                   state: str, now: int) -> RunRecord:
+                   state: str, now: int, *,
+                   withdraw: tuple[str, str] | None = None) -> RunRecord:  # fmt: skip
         """Make a failed run active again (see `Store.resume_run`)."""
         rid, ts = self._id(run_id), self._t(now)
         with self._write() as conn:
+            if withdraw is not None:
+                self._withdraw_end_in(conn, run_id, *withdraw, now)
             rows = self._exec(
                 conn,
                 "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
@@ -621,6 +624,25 @@ class SQLRuns(SQLDialect):
             )
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
+
+    def _withdraw_end_in(self, conn: Any, run_id: str, parent: str, event_type: str,
+                         now: int) -> None:  # fmt: skip
+        """Take back the queued `event_type` that reported child run `run_id`'s failure to
+        its parent `parent`, which has not applied it; `ConflictError` naming the parent if it
+        has (or may be applying it now: a worker holds it)."""
+        pid = self._id(parent)
+        rows = self._exec(conn, "SELECT lease_owner, lease_expires_at FROM workflow_runs WHERE "
+                          f"id = ? AND status = 'active'{self._FOR_UPDATE}", (pid,)).fetchall()
+        if rows and rows[0][0] is not None and self._ms(rows[0][1]) > now:
+            raise ConflictError(f"run {run_id}: its parent run {parent} is being stepped by "
+                                f"{rows[0][0]}; try again when it is idle")  # fmt: skip
+        queued = self._exec(conn, "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND "
+                            "dead_at IS NULL ORDER BY id", (pid,)).fetchall()
+        ids = [i for i, event in queued if self._load(event).get("type") == event_type]
+        if not rows or not ids:
+            raise ConflictError(f"run {run_id}: its parent run {parent} already took its "
+                                f"result ({event_type}); resuming it would report a second one")
+        self._exec(conn, "DELETE FROM workflow_inbox WHERE id = ?", (ids[0],))
 
     def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
         """Live events of ended runs become dead letters."""

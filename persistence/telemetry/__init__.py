@@ -94,6 +94,11 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.add(metrics.RUNS_STARTED, 1, (workflow,))
 
+    def run_finished(self, workflow: str, status: str) -> None:
+        """Count a run that ended in `status` outside a worker's step (e.g. cancelled)."""
+        if self.metrics is not None:
+            self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, status))
+
     @contextmanager
     def sending(self, run_id: str, event_type: str,
                 traceparent: str | None = None) -> Iterator[str | None]:  # fmt: skip

@@ -9,16 +9,25 @@ takes its `onError`, cancelling the order cancels both descendants.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import generate_latest
 
 from machines.orders import MACHINES, order
 from persistence import Runtime, Worker
-from persistence.stores import Store
+from persistence.cli import main as cli_main
+from persistence.runtime import NotResumableError
+from persistence.stores import Store, open_store
+from persistence.telemetry import Telemetry
+from persistence.telemetry.metrics import PrometheusMetrics
+from persistence.ui.app import create_app
 from statecharts import (
     SimulatedClock,
     assign,
+    create_actor,
     create_machine,
     from_callable,
     send_parent,
@@ -483,3 +492,189 @@ def test_an_error_workflow_and_a_scheduled_start_start_their_first_states_childr
     runtime.send(scheduled_pager.id, "ACK")
     worker.run_until_idle()
     assert runtime.get(started).status == "done"
+
+
+# -- resuming a failed child, send_to by systemId, onSnapshot, the cancel metric --------------
+
+_bank = {"up": False}
+
+
+def _bank_call(input: Any) -> Any:
+    if not _bank["up"]:
+        raise TimeoutError("the bank did not answer")
+    return "paid"
+
+
+bank_child = create_machine({
+    "id": "bank_child", "initial": "working",
+    "states": {"working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
+               "ok": {"type": "final"}},
+}, actors={"call_bank": from_callable(_bank_call)})  # fmt: skip
+
+bank_parent = create_machine({
+    "id": "bank_parent", "initial": "paying",
+    "states": {"paying": {"invoke": {"id": "bank", "src": "bank_child", "onDone": "paid",
+                                     "onError": "unpaid"}},
+               "paid": {"type": "final"},
+               "unpaid": {"on": {"GIVE_UP": "gave_up"}},  # active: it took the error
+               "gave_up": {"type": "final"}},
+}, actors={"bank_child": bank_child})  # fmt: skip
+
+
+def test_resuming_a_child_whose_parent_took_its_error_is_refused_naming_the_parent(
+    store: Store, clock: SimulatedClock
+) -> None:
+    _bank["up"] = False
+    runtime = Runtime(store, [bank_parent], clock=clock)
+    run_id = runtime.start("bank_parent")
+    Worker(runtime).run_until_idle()
+    (child,) = runtime.children(run_id)
+    assert (child.status, runtime.get(run_id).state) == ("error", "unpaid")
+    _bank["up"] = True
+    with pytest.raises(NotResumableError, match=f"child run of {run_id}.*second one"):
+        runtime.resume(child.id)
+    # the operator view's button refuses it with the same words; nothing changed
+    client = TestClient(create_app(store, [bank_parent]))
+    page = client.get(f"/runs/{child.id}").text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert token is not None
+    answer = client.post(f"/runs/{child.id}/resume", data={"csrf_token": token.group(1)},
+                         follow_redirects=False)  # fmt: skip
+    assert answer.status_code == 409 and f"child run of {run_id}" in answer.text
+    Worker(runtime).run_until_idle()
+    assert runtime.get(child.id).status == "error"
+    types = _journal_types(store, run_id)
+    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == \
+        (1, 0)  # fmt: skip
+
+
+def _child_failed_before_its_parent_stepped(store: Store, clock: SimulatedClock
+                                            ) -> tuple[Runtime, str, Any]:  # fmt: skip
+    """A bank_parent run whose child failed (its error queued, not yet applied): the runtime,
+    the parent's id and the child's row."""
+    _bank["up"] = False
+    runtime = Runtime(store, [bank_parent], clock=clock)
+    run_id = runtime.start("bank_parent")
+    children_only = Runtime(store, [bank_child], clock=clock)  # its workers step the child only
+    Worker(children_only).run_until_idle()
+    (child,) = runtime.children(run_id)
+    return runtime, run_id, child
+
+
+def test_a_child_resumed_while_its_parent_waits_reports_one_result(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
+    assert child.status == "error" and runtime.get(run_id).state == "paying"  # error queued
+    _bank["up"] = True
+    assert runtime.resume(child.id).status == "active"  # takes the queued error back
+    Worker(runtime).run_until_idle()
+    assert (runtime.get(child.id).status, runtime.get(run_id).state) == ("done", "paid")
+    types = _journal_types(store, run_id)
+    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == \
+        (0, 1)  # fmt: skip
+    assert store.dead_letters(run_id) == []
+
+
+def test_a_child_is_not_resumed_while_a_worker_holds_its_waiting_parent(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
+    (held,) = store.claim_runs("holder", clock.now(), 30_000, 10)  # it may be applying the error
+    assert held.id == run_id
+    with pytest.raises(NotResumableError, match=f"parent run {run_id} is being stepped by "
+                                                "holder; try again"):
+        runtime.resume(child.id)
+    assert runtime.get(child.id).status == "error"
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["xstate.error.actor.bank"]
+
+
+def test_resuming_a_child_of_an_ended_parent_is_refused(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
+    assert runtime.cancel(run_id) == "cancelled"
+    with pytest.raises(NotResumableError, match=f"{run_id}, which has ended \\(cancelled\\)"):
+        runtime.resume(child.id)
+    assert runtime.get(child.id).status == "error"
+
+
+system_talker = create_machine({
+    "id": "system_talker", "initial": "talking", "context": {"pongs": [], "done": None},
+    "states": {
+        "talking": {
+            "invoke": {"id": "echo", "src": "echo_child", "systemId": "echo-service",
+                       "onDone": "finished"},
+            "entry": send_to("echo-service", {"type": "PING", "n": 1}),
+            "on": {"PONG": {"actions": "keep_pong"},
+                   "MORE": {"actions": send_to("echo-service", {"type": "PING", "n": 2})},
+                   "BYE": {"actions": send_to("echo-service", {"type": "QUIT"})}}},
+        "finished": {"type": "final"},
+    },
+}, actors={"echo_child": echo_child},
+   actions={"keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]})})  # fmt: skip
+
+
+def test_send_to_a_child_runs_system_id_reaches_it_as_in_memory(
+    store: Store, clock: SimulatedClock
+) -> None:
+    memory = create_actor(system_talker, clock=clock).start()
+    memory.send({"type": "MORE"})
+    memory.send({"type": "BYE"})
+    runtime = Runtime(store, [system_talker], clock=clock)
+    run_id = runtime.start("system_talker")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    runtime.send(run_id, "MORE")
+    worker.run_until_idle()
+    runtime.send(run_id, "BYE")
+    worker.run_until_idle()
+    run = runtime.get(run_id)
+    assert run.status == "done" and run.snapshot["context"]["pongs"] == [1, 2]
+    assert memory.get_snapshot().context["pongs"] == [1, 2]
+    assert runtime.children(run_id)[0].key == "echo-service"
+    assert store.dead_letters(run_id) == []
+
+
+def test_on_snapshot_of_a_child_machine_is_refused_when_the_runtime_is_built(
+    store: Store,
+) -> None:
+    watcher = create_machine({
+        "id": "watcher", "initial": "watching",
+        "states": {"watching": {"invoke": {"id": "echo", "src": "echo_child",
+                                           "onSnapshot": {"actions": []}}}},
+    }, actors={"echo_child": echo_child})  # fmt: skip
+    with pytest.raises(ValueError, match=r"watcher: states.watching.invoke.onSnapshot: .*not "
+                                         "supported in durable"):
+        Runtime(store, [watcher])
+
+
+def test_cancelling_a_run_no_worker_holds_counts_it_as_finished(
+    store: Store, clock: SimulatedClock
+) -> None:
+    prometheus = PrometheusMetrics()
+    runtime = Runtime(store, [talker], clock=clock, telemetry=Telemetry(metrics=[prometheus]))
+    run_id = runtime.start("talker")
+    assert runtime.cancel(run_id) == "cancelled"
+    assert runtime.cancel(run_id) == "finished"  # counted once
+    text = generate_latest(prometheus.registry).decode()
+    assert 'statecharts_runs_finished_total{outcome="cancelled",workflow="talker"} 1.0' in text
+
+
+def test_runs_resume_on_the_command_line_refuses_the_same_child(
+    crash_url: str, clock: SimulatedClock
+) -> None:
+    _bank["up"] = False
+    store = open_store(crash_url, migrate=True)
+    try:
+        runtime = Runtime(store, [bank_parent], clock=clock)
+        run_id = runtime.start("bank_parent")
+        Worker(runtime).run_until_idle()
+        (child,) = runtime.children(run_id)
+        _bank["up"] = True
+        with pytest.raises(SystemExit, match=f"child run of {run_id}.*second one"):
+            cli_main(["runs", "resume", child.id, "--store", crash_url, "--machines",
+                      "tests.persistence.test_child_runs:bank_parent"])  # fmt: skip
+        assert store.get_run(child.id).status == "error"
+    finally:
+        store.close()
