@@ -238,11 +238,17 @@ WHY_SHORT: dict[str, str] = {
   workflow before its first step). The guarantee was kept over the count.""",
     "durable step latency": """\
 - **Step latency with an idle worker**: the wake-up is immediate (in process; NOTIFY across
-  processes), but the step still takes four round trips after the `send`'s commit: the claim
-  (no fsync: a lease is not a record), the read of the run's pending work, the step's commit;
-  timed one by one on a quiet machine (`send` 0.5 ms, claim 0.5 ms, read and commit 1.1 ms).
-  About two commits would need the claim folded into the step's commit (an optimistic step
-  checked by version alone, leasing only when the step leaves effects to run): not done here.""",
+  processes); after the `send`'s commit the step takes two round trips: the claim, which
+  returns the run's pending work in the same round trip (no fsync: a lease is not a record),
+  and the step's commit. The two fsyncs (the `send`'s and the step's) are most of it: on a
+  quiet machine `send` 0.5 ms, claim 0.5 ms, commit 1.1 ms; with other lanes fsyncing (load
+  3-4) one raw single-row commit took 4 ms and the step 4-10 ms, before and after the claim
+  lost its separate read (issue 20b, paired in one process at load 3-4: the claim and read
+  1.8-3.2 ms before, 1.3-2.4 ms after, 17-25% less; the end-to-end step stays inside the
+  disk's noise). Under about two commits needs the claim folded into the step's commit (an
+  optimistic step checked by version alone, leasing only when the step leaves effects to
+  run): not done; the claim it would save is a write without fsync, about a quarter of the
+  step on a quiet machine (0.5 of 2.1 ms).""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and
