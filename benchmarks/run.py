@@ -209,16 +209,16 @@ WHY_SHORT: dict[str, str] = {
     "vs XState": """\
 - **Charts that do work against XState** (issue 19: counter, shop, invoice through an actor;
   the pure `transition()` of those against XState's actor): every event takes a compiled
-  route (`algorithm.Route`: the plain guard called directly, the plan's actions compiled to
-  context functions, the snapshot rebuilt with `msgspec.structs.replace`), so what is left
-  is the work itself in CPython. Measured with `timeit` on the counter at load 0.4: the
-  route 0.79 µs per event, of which the one-key `assign` building the new frozen context
-  0.37 µs, the guard 0.09 µs, the new snapshot 0.10 µs; `machine.transition()` 1.15 µs;
-  `actor.send` 1.75 µs (the lock, the mailbox checks and the effect loop: 0.6 µs). The
-  invoice's `ORDER` leads to a state with an eventless transition, which takes the full
-  step (a `Step`, the settle loop) once per cycle; its user actions are one `RunAction`
-  effect each, run by the actor. Closing the rest would take a leaner actor send or a C
-  extension; `python -m benchmarks.hotspots shop` shows the shares.""",
+  route (`algorithm.Route`: the plain guard called directly, assigns whose keys were checked
+  when the machine was built, eventless transitions after a route compiled too, the snapshot
+  rebuilt with `msgspec.structs.replace`), so what is left is fixed per-event work in CPython.
+  Counted with `valgrind --tool=callgrind` (instructions, repeatable under load), the counter
+  through an actor is about 21k instructions per event: the new frozen context about 3.3k
+  (constructing a `dict` subclass), the new snapshot about 2.3k, each user guard or assign
+  call about 1.5k, the actor's `send` (lock, status checks, frames) about 6.4k; shop and
+  invoice add about 2k per user action (its `RunAction` and the call). Closing the rest would
+  take one generated function per route or a C extension; `python -m benchmarks.hotspots
+  shop` shows the shares.""",
     "scaling flat": """\
 - **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one
   row can pass the limit in one run and not in the next (the row that does moves from run to
@@ -238,11 +238,17 @@ WHY_SHORT: dict[str, str] = {
   workflow before its first step). The guarantee was kept over the count.""",
     "durable step latency": """\
 - **Step latency with an idle worker**: the wake-up is immediate (in process; NOTIFY across
-  processes), but the step still takes four round trips after the `send`'s commit: the claim
-  (no fsync: a lease is not a record), the read of the run's pending work, the step's commit;
-  timed one by one on a quiet machine (`send` 0.5 ms, claim 0.5 ms, read and commit 1.1 ms).
-  About two commits would need the claim folded into the step's commit (an optimistic step
-  checked by version alone, leasing only when the step leaves effects to run): not done here.""",
+  processes); after the `send`'s commit the step takes two round trips: the claim, which
+  returns the run's pending work in the same round trip (no fsync: a lease is not a record),
+  and the step's commit. The two fsyncs (the `send`'s and the step's) are most of it: on a
+  quiet machine `send` 0.5 ms, claim 0.5 ms, commit 1.1 ms; with other lanes fsyncing (load
+  3-4) one raw single-row commit took 4 ms and the step 4-10 ms, before and after the claim
+  lost its separate read (issue 20b, paired in one process at load 3-4: the claim and read
+  1.8-3.2 ms before, 1.3-2.4 ms after, 17-25% less; the end-to-end step stays inside the
+  disk's noise). Under about two commits needs the claim folded into the step's commit (an
+  optimistic step checked by version alone, leasing only when the step leaves effects to
+  run): not done; the claim it would save is a write without fsync, about a quarter of the
+  step on a quiet machine (0.5 of 2.1 ms).""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +33,7 @@ from persistence.stores import (
     JournalEntry,
     NewEffect,
     NewRun,
+    PendingWork,
     RunRecord,
     StepCommit,
     StoreUnavailableError,
@@ -181,15 +182,17 @@ class RunDriver:
             return exc
         return done
 
-    def drive(self, runs: Sequence[RunRecord], should_stop: Callable[[], bool]) -> int:
+    def drive(self, runs: Sequence[RunRecord], should_stop: Callable[[], bool],
+              work: Mapping[str, PendingWork] | None = None) -> int:  # fmt: skip
         """Step the leased `runs` in rounds until each waits, ends or the worker stops; return
         the number of steps committed. A round executes every run's pending effects and
         commits all their steps in one transaction (one commit to disk for the batch). Every
         lease is released (or lost to a `ConflictError`, logged) when this returns. Anything
         that goes wrong with one run (an exception, a value the store refuses) fails or
         releases that run only; its batch-mates still commit. Only a store outage
-        (`StoreUnavailableError`) leaves this method."""
-        leased, steps = self._take(runs)
+        (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
+        claim read it (`RunStore.claim_work`); read here when not given."""
+        leased, steps = self._take(runs, work)
         try:
             return steps + self._rounds(leased, should_stop)
         finally:  # a limited workflow's runs give their places back (their leases ended)
@@ -423,11 +426,13 @@ class RunDriver:
         if commit.attempt_count is not None:
             x.attempt = commit.attempt_count
 
-    def _take(self, runs: Sequence[RunRecord]) -> tuple[list[_Leased], int]:
+    def _take(self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
+              ) -> tuple[list[_Leased], int]:  # fmt: skip
         """Restore the claimed runs with their pending work; a run whose definition vanished is
         released, one whose snapshot does not restore is failed (a step, counted)."""
         store, now = self.runtime.store, self.runtime.clock.now()
-        work = store.pending_work([run.id for run in runs]) if runs else {}
+        if work is None:
+            work = store.pending_work([run.id for run in runs]) if runs else {}
         leased, failed = [], 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:

@@ -23,7 +23,7 @@ from types import FrameType
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
-from persistence.stores import RunRecord, StoreError, StoreUnavailableError
+from persistence.stores import PendingWork, RunRecord, StoreError, StoreUnavailableError
 from persistence.telemetry import RunEvent, events
 from persistence.wakeup import Wakeup
 
@@ -149,10 +149,10 @@ class Worker:
         self._tick_schedules()
         try:
             for _ in range(max_rounds):
-                claimed = self._claim(owner, self.batch)
+                claimed, work = self._claim(owner, self.batch)
                 if not claimed:
                     break
-                self._add_steps(driver.drive(claimed, lambda: False))
+                self._add_steps(driver.drive(claimed, lambda: False, work))
         finally:
             driver.close()
         return self.steps - before
@@ -179,12 +179,12 @@ class Worker:
                     self.runtime.store.release(run_id, owner, self.runtime.clock.now())
                     orphans.discard(run_id)
                 seen = wakeup.seen()  # before the claim: a start in between still wakes us
-                claimed = self._claim(owner, self.batch)
+                claimed, work = self._claim(owner, self.batch)
                 ids = {run.id for run in claimed}
                 self._hold(owner, ids, True)
                 orphans |= ids
                 try:
-                    self._add_steps(driver.drive(claimed, self._stop.is_set))
+                    self._add_steps(driver.drive(claimed, self._stop.is_set, work))
                 finally:
                     self._hold(owner, ids, False)
                 orphans -= ids
@@ -202,13 +202,15 @@ class Worker:
                 log.exception("worker %s: %s: %s", owner, type(exc).__name__, exc)
                 self._stop.wait(1.0)
 
-    def _claim(self, owner: str, limit: int) -> list[RunRecord]:
+    def _claim(self, owner: str, limit: int) -> tuple[list[RunRecord], dict[str, PendingWork]]:
+        """Lease up to `limit` runs with their pending work (one round trip on PostgreSQL)."""
         versions = self._steppable()
         now = self.runtime.clock.now()
-        claimed = self.runtime.store.claim_runs(owner, now, self.lease_ms, limit, versions)
+        found = self.runtime.store.claim_work(owner, now, self.lease_ms, limit, versions)
+        claimed = [run for run, _ in found]
         if claimed:
             self.runtime.telemetry.claimed(claimed, now)
-        return claimed
+        return claimed, {run.id: work for run, work in found}
 
     def _steppable(self) -> set[tuple[str, str]]:
         """Versions to claim, refreshed every few seconds (migratable ones appear over time)."""

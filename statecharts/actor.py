@@ -250,11 +250,13 @@ class Actor:
 
     def _process_event(self, event: FrozenDict) -> None:
         """One event through the machine (the hot path of ``send``)."""
-        trace: list[Any] | None = None
-        if self._inspect is not None:
-            trace = []
-            self._report("@xstate.event", event=event)
-        self._step(self.machine.step, event, trace)
+        self._step(self.machine.step, event,
+                   None if self._inspect is None else self._event_trace(event))
+
+    def _event_trace(self, event: FrozenDict) -> list[Any]:
+        """Report an event to the inspector; the list its microsteps are traced into."""
+        self._report("@xstate.event", event=event)
+        return []
 
     def _step(self, step: Callable[..., Any], item: Any, trace: list[Any] | None) -> None:
         """``machine.step`` or ``machine.deliver_timer`` on the current snapshot, then its
@@ -262,7 +264,7 @@ class Actor:
         snapshot = self._snapshot
         assert snapshot is not None
         try:
-            result = step(snapshot, item, self.clock.now, trace)
+            after, effects = step(snapshot, item, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
             if self.parent is None:
@@ -270,7 +272,8 @@ class Actor:
             return  # a child's failure goes to its parent as an event, not to the sender
         if trace:
             self._trace(trace)
-        self._apply(*result)
+        if after is not snapshot or effects:  # else nothing happened: nothing to tell
+            self._apply(after, effects)
 
     # -- effects -----------------------------------------------------------------------------
 
@@ -302,6 +305,17 @@ class Actor:
         for index, effect in enumerate(effects):
             if self._inspect is not None:
                 self._report("@xstate.action", action=effect)
+            if type(effect) is fx.RunAction:  # the commonest effect, run without a dispatch
+                fn = effect.fn if effect.fn is not None else \
+                    self.machine.implementations.actions.get(effect.type)
+                if callable(fn):
+                    params = effect.params
+                    try:
+                        fn(effect.context, effect.event, **params) if params else \
+                            fn(effect.context, effect.event)
+                    except Exception as exc:
+                        raise ImplementationError(f"action '{effect.type}'", exc) from exc
+                continue
             if isinstance(effect, fx.SendTo) and self._hold(effect, effects, index):
                 continue
             self._run_effect(effect)
@@ -323,17 +337,8 @@ class Actor:
         return True
 
     def _run_effect(self, effect: fx.Effect) -> None:
-        if isinstance(effect, fx.RunAction):
-            fn = effect.fn if effect.fn is not None else \
-                self.machine.implementations.actions.get(effect.type)
-            if callable(fn):
-                params = effect.params
-                try:
-                    fn(effect.context, effect.event, **params) if params else \
-                        fn(effect.context, effect.event)
-                except Exception as exc:
-                    raise ImplementationError(f"action '{effect.type}'", exc) from exc
-        elif isinstance(effect, fx.StartTimer):
+        """Any effect but ``RunAction`` (which ``_run_effects`` runs itself)."""
+        if isinstance(effect, fx.StartTimer):
             self._arm(effect.id, effect.due_at)
         elif isinstance(effect, fx.CancelTimer):
             handle = self._timers.pop(effect.id, None)

@@ -35,11 +35,19 @@ from .actions import (
     SpawnChild,
     StopChild,
 )
-from .configuration import Configuration, Configurations, in_final_state
+from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
-from .frozen import EMPTY, FrozenDict, freeze, frozen_update
+from .frozen import (
+    EMPTY,
+    FrozenDict,
+    freeze,
+    frozen_merge,
+    frozen_set,
+    frozen_update,
+    text_problem,
+)
 from .limits import MAX_DELAY
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
 from .snapshot import FINISHED, VISITS, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
@@ -444,9 +452,10 @@ def _compile_route(configurations: Configurations, configuration: Configuration,
 
 
 def _direct_plan(configurations: Configurations, configuration: Configuration,
-                 transitions: list[Transition]) -> Plan | None:
+                 transitions: list[Transition],
+                 seen: frozenset[Configuration] = frozenset()) -> Plan | None:
     """The plan of ``transitions`` when it can run without a ``Step``: only compiled actions,
-    no history recorded or read, no eventless transition after it."""
+    no history recorded or read, and the eventless transitions after it compiled too."""
     if any(t.has_history_target for t in transitions):
         return None
     key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
@@ -456,45 +465,92 @@ def _direct_plan(configurations: Configurations, configuration: Configuration,
         if plan.reads_history:
             return None
         configuration.plans[key] = plan
-    direct = plan.ops is not None and not plan.recorded and not plan.target.has_always
+    direct = plan.ops is not None and not plan.recorded and (
+        not plan.target.has_always or (plan.target not in seen and  # not back round a loop
+                                       eventless_route(configurations, plan.target,
+                                                       seen) is not None))
     return plan if direct else None
+
+
+def eventless_route(configurations: Configurations, configuration: Configuration,
+                    seen: frozenset[Configuration] = frozenset()) -> Route | None:
+    """What ``settle`` does on arriving in ``configuration``, compiled (kept on it): its
+    eventless candidates along its one chain (``select_eventless_transitions``), each with a
+    plain guard and a direct plan to another configuration. None where that needs the full
+    step: parallel states, guards that need the step, targetless eventless transitions (an
+    assign loop) and chains of them that could come back (``MAX_MICROSTEPS`` is the full
+    step's to count)."""
+    found = configuration.eventless
+    if found is UNKNOWN:
+        found = _compile_eventless(configurations, configuration, seen | {configuration})
+        configuration.eventless = found
+    return found  # type: ignore[no-any-return]
+
+
+def _compile_eventless(configurations: Configurations, configuration: Configuration,
+                       seen: frozenset[Configuration]) -> Route | None:
+    if configuration.chain is None:
+        return None
+    choices: list[tuple[Transition | None, Any, Plan | None]] = []
+    for transition in (t for node in configuration.chain for t in node.always):
+        if (transition.guard is not None and transition.guard_fn is None) or \
+                not transition.targets:
+            return None
+        plan = _direct_plan(configurations, configuration, [transition], seen)
+        if plan is None:
+            return None
+        choices.append((transition, transition.guard_fn, plan))
+        if transition.guard is None:
+            break
+    return Route(tuple(choices))
 
 
 def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
                trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None
                ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
     """Take ``event`` along ``route``: the first candidate whose guard passes, its compiled
-    actions, the new snapshot. None when the transition chosen needs the full step."""
-    context = snapshot.context
-    for transition, test, plan in route.choices:
-        if test is not None:
-            try:
-                if not test(context, event):
-                    continue
-            except Exception as exc:
-                assert transition is not None and transition.guard is not None
-                raise ImplementationError(f"guard '{transition.guard.type}' at "
-                                          f"{transition.config_path}", exc) from exc
-        if plan is None or (plan.exits and snapshot.retry_records):
-            return None
+    actions, then the eventless transitions of where it leads the same way, the new snapshot.
+    None when the transition chosen needs the full step."""
+    context, configuration = snapshot.context, snapshot.configuration
+    effects: list[fx.Effect] = []
+    first = True
+    while True:
+        for choice in route.choices:  # the first whose guard passes
+            transition, test, plan = choice
+            if test is not None:
+                try:
+                    if not test(context, event):
+                        continue
+                except Exception as exc:
+                    assert transition is not None and transition.guard is not None
+                    raise ImplementationError(f"guard '{transition.guard.type}' at "
+                                              f"{transition.config_path}", exc) from exc
+            break
+        else:
+            break  # none: at rest
+        if first:
+            if plan is None or (snapshot.retry_records and (
+                    plan.exits or plan.target.has_always)):
+                return None
+            first = False
         if trace is not None:
-            trace.append((event, plan.transitions))
-        ops = plan.ops
-        if not ops:  # a change of configuration only, or nothing
-            if plan.target is snapshot.configuration:
-                return snapshot, ()
-            return replace(snapshot, configuration=plan.target), ()
-        effects: list[fx.Effect] = []
-        for op in ops:
+            trace.append((event, plan.transitions))  # type: ignore[union-attr]
+        for op in plan.ops:  # type: ignore[union-attr]
             context = op(context, event, effects)
-        if plan.target is snapshot.configuration and context is snapshot.context:
-            return snapshot, tuple(effects)
-        return replace(snapshot, configuration=plan.target, context=context), tuple(effects)
-    return snapshot, ()
+        configuration = plan.target  # type: ignore[union-attr]
+        if not configuration.has_always:
+            break
+        route = configuration.eventless  # compiled with the plan that led here
+    if configuration is snapshot.configuration and context is snapshot.context:
+        return snapshot, tuple(effects) if effects else fx.NO_EFFECTS
+    return replace(snapshot, configuration=configuration, context=context), \
+        tuple(effects) if effects else fx.NO_EFFECTS
 
 
-UNKNOWN: Any = object()
-"""What ``configuration.routes`` holds for an event type not looked at yet."""
+
+UNKNOWN: Any = NOT_COMPILED
+"""What ``configuration.routes`` holds for an event type not looked at yet (and
+``configuration.eventless`` before it is compiled)."""
 
 
 def first_enabled(candidates: Iterable[Transition], step: Step,
@@ -1080,22 +1136,25 @@ def compile_action(action: ActionSpec) -> Op | None:
     if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
         return None
     items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
-    if not all(type(key) is str for key, _, _ in items):
-        return None
+    if not all(type(key) is str and text_problem(key) is None for key, _, _ in items):
+        return None  # the step reports the bad key when the assign runs
+
+    # the commonest assign, one computed key, without the dict of changes
+    one = (items[0][0], items[0][1]) if len(items) == 1 and items[0][2] else None
 
     def run_assign(context: FrozenDict, event: FrozenDict,
                    effects: list[fx.Effect]) -> FrozenDict:
-        changes = {}
-        for key, value, computed in items:
-            if computed:
-                try:
-                    value = value(context, event)
-                except StatechartError:
-                    raise
-                except Exception as exc:
-                    raise ImplementationError(f"action '{kind}'", exc) from exc
-            changes[key] = value
-        return frozen_update(context, changes)  # the one place context values are checked
+        try:
+            if one is not None:
+                return frozen_set(context, one[0], one[1](context, event))
+            changes = {}
+            for key, value, computed in items:
+                changes[key] = value(context, event) if computed else value
+            return frozen_merge(context, changes)  # its keys were checked above
+        except StatechartError:
+            raise
+        except Exception as exc:
+            raise ImplementationError(f"action '{kind}'", exc) from exc
     return run_assign
 
 

@@ -17,6 +17,9 @@ from .errors import SnapshotError
 from .frozen import FrozenDict
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 
+NOT_COMPILED: Any = object()
+"""What a configuration holds for a compiled fact not computed yet."""
+
 
 class Configuration:
     """An immutable, interned set of active state nodes."""
@@ -26,6 +29,7 @@ class Configuration:
         "_chain_candidates",
         "atomic",
         "chain",
+        "eventless",
         "has_always",
         "ids",
         "key",
@@ -63,6 +67,8 @@ class Configuration:
             leaf = self.atomic[0]
             self.chain = (leaf, *leaf.ancestors)
         self._chain_candidates: dict[str, tuple[Any, ...]] = {}
+        # what arriving here by a compiled route does next (algorithm.eventless_route)
+        self.eventless: Any = NOT_COMPILED
 
     def chain_candidates(self, event_type: str) -> tuple[Any, ...]:
         """For a single-chain configuration: every candidate transition for ``event_type``,

@@ -174,27 +174,47 @@ def thaw(value: Any) -> Any:
 
 def frozen_update(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -> FrozenDict:
     """Return ``base`` with ``changes`` applied; only the changed values are frozen anew."""
-    merged = dict(base)
-    for key, item in changes.items():
+    for key in changes:
         if type(key) is not str:
             raise ContextError(repr(key), "context keys must be strings")
         if "\x00" in key or not key.isascii():
             key_problem = text_problem(key)
             if key_problem is not None:
                 raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
-        kind = type(item)
-        if kind is bool or item is None:
-            merged[key] = item  # the common case, already immutable
-        elif kind is int or kind is str:
-            if (kind is int and not INT_MIN <= item <= INT_MAX) or (
-                    kind is str and ("\x00" in item or not item.isascii())):
-                problem = scalar_problem(item)
-                if problem is not None:
-                    raise ContextError(_join(path, key), problem)
-            merged[key] = item
-        else:
-            merged[key] = freeze(item, _join(path, key))
-    return FrozenDict(merged)
+    return frozen_merge(base, changes, path)
+
+
+def frozen_merge(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -> FrozenDict:
+    """``frozen_update`` for changes whose keys are known to be storable strings (an
+    ``assign`` of a mapping checks its keys once, when its machine is built)."""
+    fresh: dict[str, Any] | None = None
+    for key, item in changes.items():
+        if type(item) is int and INT_MIN <= item <= INT_MAX:
+            continue  # the commonest case, tested before the call to ``as_is``
+        if not as_is(item):
+            if fresh is None:
+                fresh = dict(changes)
+            fresh[key] = freeze(item, _join(path, key))  # checks it, naming the key
+    # one construction: dict's own merge copies ``base`` and applies the changes in order
+    return FrozenDict(base, **(changes if fresh is None else fresh))
+
+
+def frozen_set(base: FrozenDict, key: str, item: Any, path: str = "") -> FrozenDict:
+    """``frozen_merge`` of the one change ``key: item`` (the commonest ``assign``)."""
+    if not (type(item) is int and INT_MIN <= item <= INT_MAX) and not as_is(item):
+        item = freeze(item, _join(path, key))
+    return FrozenDict(base, **{key: item})
+
+
+def as_is(item: Any) -> bool:
+    """True for the values a context takes unchanged: already immutable and storable (the
+    common cases, each with the cheapest test that proves it; ``freeze`` judges the rest)."""
+    kind = type(item)
+    if kind is int:
+        return INT_MIN <= item <= INT_MAX  # type: ignore[no-any-return]
+    if kind is str:
+        return "\x00" not in item and item.isascii()  # type: ignore[no-any-return]
+    return kind is bool or item is None or kind is FrozenDict or kind is FrozenList
 
 
 def frozen_tuple(items: Iterable[Any]) -> tuple[Any, ...]:

@@ -100,7 +100,7 @@ class Machine:
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
         """
-        return self.step(snapshot, normalize_event(event), _fixed(now))
+        return self.step(snapshot, normalize_event(event), _ZERO if now is None else _fixed(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""

@@ -618,6 +618,13 @@ class RunStore(Protocol):
         `(workflow_name, workflow_version)` pairs the caller can step (None: any)."""
         ...
 
+    def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
+                   versions: Collection[tuple[str, str]] | None = None
+                   ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
+        """`claim_runs` with each claimed run's `pending_work`, read after the lease is set (in
+        the same round trip where the database allows); what a worker does."""
+        ...
+
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the leases `owner` still holds among `run_ids`; return those ids."""
         ...

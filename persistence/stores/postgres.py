@@ -32,8 +32,11 @@ from persistence.stores.base import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
     ConflictError,
+    EffectRecord,
+    InboxEvent,
     NewEffect,
     NewRun,
+    PendingWork,
     RunNotFoundError,
     RunRecord,
     StepCommit,
@@ -323,36 +326,11 @@ class PostgresStore(SQLStore):
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 
     def _lease(self, owner: str, now: int, expires: int, limit: int,
-               pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
-        """Find and lease in one statement, skipping rows other workers lock."""
-        version_sql = (
-            "AND (workflow_name, workflow_version) IN "
-            "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
-            if pairs is not None
-            else ""
-        )
-        free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
-        due = CLAIMABLE.format(now="%(now)s", free=free)
-        asked = CLAIMABLE_BY_EVENT.format(free=free)
-        sql = (
-            f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
-            # priorities (issue 30): never negative, so a due run's order is at most now
-            f"AND {self._CLAIM_ORDER} <= %(now)s {version_sql} ORDER BY {self._CLAIM_ORDER} "
-            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            # the inbox's run ids as one array: an index probe per id, whatever the planner
-            # guesses of the (often empty, never analysed) inbox
-            f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
-            f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
-            f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            f"picked AS (SELECT {PICKED_NAMES} FROM due UNION SELECT {PICKED_NAMES} FROM asked "
-            "LIMIT %(limit)s) "
-            "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
-            "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
-            "WHERE r.id = picked.id RETURNING "
-            + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
-            .replace("wake_at", "r.wake_at")
-            + ", picked.lease_owner, picked.wake_at"
-        )
+               pairs: list[tuple[str, str]] | None, with_work: bool
+               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
+        """Find and lease in one statement, skipping rows other workers lock; asked
+        `with_work`, a second statement in the same round trip reads the leased runs' pending
+        effects and queued events."""
         params = {
             "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
             "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
@@ -361,12 +339,35 @@ class PostgresStore(SQLStore):
         # only leaves the run claimable again, every step's commit checks the lease (so
         # nothing is written under a lost one), and that synchronous commit flushes the
         # claim's WAL with its own. So the claim waits for no fsync (one round trip).
+        # The work is read by a statement of its own, after the lease: the claim's snapshot
+        # predates a step that a stale holder committed while the claim waited for the row
+        # (the row is re-read under its lock, other tables are not), so reading the work in
+        # the claim's statement could return events that step consumed.
         with self._connection() as conn:
             with conn.pipeline(), conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit = off")
-                cursor = conn.execute(sql, params)
+                cursor = conn.execute(_lease_sql(pairs is not None, self._CLAIM_ORDER), params)
+                found = conn.execute(_LEASED_WORK, params) if with_work else None
             rows = cursor.fetchall()
-        return [self._run(r[:-2], r[-2], r[-1]) for r in rows]
+            work_rows = found.fetchall() if found is not None else []
+        runs = [self._run(r[:-2], r[-2], r[-1]) for r in rows]
+        if found is None:
+            return runs, {}
+        items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
+        return runs, {run.id: PendingWork([self._pending_effect(run.id, e) for e in effects],
+                                          [self._pending_event(run.id, i) for i in inbox])
+                      for run in runs for effects, inbox in [items[run.id]]}  # fmt: skip
+
+    def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
+        """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
+        key, step, index, kind, payload, status, result, error, created, updated = item
+        return EffectRecord(key, run_id, step, index, kind, payload, status, result, error,
+                            created, updated)  # fmt: skip
+
+    def _pending_event(self, run_id: str, item: list[Any]) -> InboxEvent:
+        """An inbox row as `_lease` aggregates it (`_INBOX_ITEM`)."""
+        inbox_id, event, created, traceparent = item
+        return InboxEvent(inbox_id, run_id, event, created, traceparent)
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
         """Write several runs' steps in one statement (one round trip, one commit): each row is
@@ -396,6 +397,63 @@ class PostgresStore(SQLStore):
                                 check_status(run.status)
                             self._step_extras_in(conn, commit, now)
         return [written.get(run_id) for run_id in ids]
+
+
+def _epoch_ms(column: str) -> str:
+    """SQL for a timestamptz column as epoch milliseconds, rounded down as `to_ms` does."""
+    return f"floor(extract(epoch FROM {column}) * 1000)::bigint"
+
+
+_EFFECT_ITEM = (
+    "jsonb_build_array(e.idempotency_key, e.step, e.effect_index, e.kind, e.payload, e.status, "
+    f"e.result, e.error, {_epoch_ms('e.created_at')}, {_epoch_ms('e.updated_at')})"
+)
+_INBOX_ITEM = f"jsonb_build_array(i.id, i.event, {_epoch_ms('i.created_at')}, i.traceparent)"
+_LEASED_WORK = (
+    f"SELECT r.id::text, (SELECT coalesce(jsonb_agg({_EFFECT_ITEM} ORDER BY e.step, "
+    "e.effect_index), '[]'::jsonb) FROM workflow_effects e WHERE e.run_id = r.id AND "
+    f"e.status = 'pending'), (SELECT coalesce(jsonb_agg({_INBOX_ITEM} ORDER BY i.id), "
+    "'[]'::jsonb) FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL) "
+    "FROM workflow_runs r WHERE r.wake_at = %(exp)s AND r.lease_owner = %(owner)s"
+)
+"""After a claim, in its transaction: the pending effects and live inbox events of the runs it
+leased (found by the lease it set, through the due-time index), as JSON arrays (the rows
+`pending_work` reads, in its order)."""
+
+
+@lru_cache(maxsize=4)
+def _lease_sql(filtered: bool, order: str) -> str:
+    """The claim statement: find the claimable runs (restricted to the given versions when
+    `filtered`) in `order` (the due time aged by priority), lease them, return them with
+    their previous owner and due time."""
+    version_sql = (
+        "AND (workflow_name, workflow_version) IN "
+        "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
+        if filtered
+        else ""
+    )
+    free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
+    due = CLAIMABLE.format(now="%(now)s", free=free)
+    asked = CLAIMABLE_BY_EVENT.format(free=free)
+    return (
+        f"WITH due AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE {due} "
+        # priorities (issue 30): never negative, so a due run's order is at most now
+        f"AND {order} <= %(now)s {version_sql} ORDER BY {order} "
+        "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+        # the inbox's run ids as one array: an index probe per id, whatever the planner
+        # guesses of the (often empty, never analysed) inbox
+        f"asked AS (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id = ANY(ARRAY(SELECT "
+        f"DISTINCT run_id FROM workflow_inbox WHERE dead_at IS NULL)) AND {asked} "
+        f"{version_sql} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+        f"picked AS (SELECT {PICKED_NAMES} FROM due UNION SELECT {PICKED_NAMES} FROM asked "
+        "LIMIT %(limit)s) "
+        "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
+        "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
+        "WHERE r.id = picked.id RETURNING "
+        + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
+        .replace("wake_at", "r.wake_at")
+        + ", picked.lease_owner, picked.wake_at"
+    )
 
 
 _CREATE_RUN = f"""

@@ -9,7 +9,8 @@ A dialect (`SQLiteStore`, `PostgresStore`) supplies only what differs between th
   integer columns, `timestamptz` in PostgreSQL; `_j`/`_load` for JSON: text versus `jsonb`;
   `_id` checks a run id before it reaches a `uuid` column);
 - small SQL fragments (`_TEXT_ID`, `_FOR_UPDATE`, `_JSON_VERSION`, `_STATUS_GROUP`);
-- the hot paths a dialect does in fewer round trips (`claim_runs` with `SKIP LOCKED`,
+- the hot paths a dialect does in fewer round trips (`claim_runs` with `SKIP LOCKED` and
+  `claim_work` reading the pending work in the claim's round trip,
   PostgreSQL's one-statement `commit_steps` and `_create_in`, `_read_all` pipelined).
 
 The rules (which runs are claimable, dead-letter reasons, the key format, "stuck", completion
@@ -491,20 +492,39 @@ class SQLRuns(SQLDialect):
     ) -> list[RunRecord]:
         """Lease runs that are due or have queued events (`CLAIMABLE`, `CLAIMABLE_BY_EVENT`);
         a claimed row that does not parse is failed at once, never stepped or claimed again."""
+        return self._claim(owner, now, lease_ms, limit, versions, with_work=False)[0]
+
+    def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
+                   versions: Collection[tuple[str, str]] | None = None
+                   ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
+        """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one round trip)."""
+        claimed, work = self._claim(owner, now, lease_ms, limit, versions, with_work=True)
+        missing = [run.id for run in claimed if run.id not in work]
+        if missing:
+            work.update(self.pending_work(missing))
+        return [(run, work[run.id]) for run in claimed]
+
+    def _claim(self, owner: str, now: int, lease_ms: int, limit: int,
+               versions: Collection[tuple[str, str]] | None, with_work: bool
+               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
+        """The claim shared by `claim_runs` and `claim_work`: rows that do not parse are
+        failed at once and left out."""
         if versions is not None and not versions:
-            return []
+            return [], {}
         pairs = None if versions is None else sorted(set(versions))
-        claimed = self._lease(owner, now, now + lease_ms, limit, pairs)
+        claimed, work = self._lease(owner, now, now + lease_ms, limit, pairs, with_work)
         for run in claimed:
             if run.problem is not None:
                 self.fail_run(run.id, owner, run.problem, now)
-        return [run for run in claimed if run.problem is None]
+        return [run for run in claimed if run.problem is None], work
 
     def _lease(self, owner: str, now: int, expires: int, limit: int,
-               pairs: list[tuple[str, str]] | None) -> list[RunRecord]:  # fmt: skip
+               pairs: list[tuple[str, str]] | None, with_work: bool
+               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
         """Find and lease the claimable runs (each record knows its previous owner and when it
         was due): found, then leased, in one write transaction, whose lock keeps two claimers
-        from one run."""
+        from one run. A dialect that reads the runs' pending work in the same round trip
+        returns it when asked (`with_work`); here it is read after the claim."""
         version_sql, version_params = _version_filter(pairs)
         free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
         due = CLAIMABLE.format(now="?", free=free)
@@ -524,7 +544,7 @@ class SQLRuns(SQLDialect):
                  limit, limit),
             ).fetchall()
             if not found:
-                return []
+                return [], {}
             previous = {run_id: (owner, due_at) for run_id, owner, due_at in found}
             marks = ",".join("?" * len(found))
             rows = self._exec(
@@ -533,7 +553,7 @@ class SQLRuns(SQLDialect):
                 f"claim_count = claim_count + 1 WHERE id IN ({marks}) RETURNING {self.RUN_COLUMNS}",
                 (owner, self._t(expires), self._t(expires), *previous),
             ).fetchall()
-        return [self._run(r, *previous[r[0]]) for r in rows]
+        return [self._run(r, *previous[r[0]]) for r in rows], {}
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""

@@ -320,9 +320,12 @@ def test_kept_plans_are_actually_reused() -> None:
         assert snapshot.value == "running"
     kept = {c.value: (len(c.plans), sorted(kind for kind, route in c.routes.items() if route))
             for c in planned.configurations if c.plans or c.routes}
-    # every event here is planned and compiled into a route (both of INC's candidates)
+    # every event here is planned and compiled into a route (both of INC's candidates, the
+    # second with the eventless transition it leads to, planned on "full")
     assert kept == {"idle": (2, ["START", "TOGGLE"]), "off": (1, ["TOGGLE"]),
-                    "running": (3, ["INC", "STOP"])}
+                    "running": (3, ["INC", "STOP"]), "full": (1, [])}
+    full = next(c for c in planned.configurations if c.value == "full")
+    assert full.eventless is not None and len(full.eventless.choices) == 1
     assert not any(c.plans or c.routes for c in unplanned.configurations)
     check_lockstep("counter", ["TOGGLE"] * 4 + ["START", "STOP"] * 3)
 

@@ -192,3 +192,20 @@ def test_an_actor_with_plans_off_runs_the_same_actions() -> None:
         assert actor.get_snapshot().value == "pending"
     assert calls[True] == calls[False]
     assert len(calls[True]) == 3 * 8
+
+
+def test_eventless_transitions_after_a_route_are_compiled_too() -> None:
+    """The invoice's ORDER leads into ``validating``, whose eventless guard decides where it
+    goes on: both microsteps are taken by the compiled route (so the comparison above covers
+    it), and an order that fails validation still goes the other way."""
+    machine = build("invoice", True)
+    snapshot, _ = machine.initial_transition()
+    pending = snapshot.configuration
+    snapshot, _ = machine.transition(snapshot, {"type": "ORDER", "amount": 10})
+    assert snapshot.value == "fetching_customer"
+    assert pending.routes["ORDER"] is not None
+    validating = next(c for c in machine.configurations if c.value == "validating")
+    assert validating.eventless is not None and len(validating.eventless.choices) == 2
+    again, _ = machine.transition(machine.initial_transition()[0],
+                                  {"type": "ORDER", "amount": 0})
+    assert again.value == "failed"

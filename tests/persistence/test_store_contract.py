@@ -551,6 +551,26 @@ def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None
     assert (work[idle.id].effects, work[idle.id].inbox) == ([], [])
 
 
+def test_a_claim_with_work_reads_what_pending_work_reads(store: Store) -> None:
+    """`claim_work` (one round trip on PostgreSQL) leases as `claim_runs` does and returns each
+    run's pending effects and live events exactly as `pending_work` reads them afterwards."""
+    busy, _ = store.create_run(new_run(), effects(3), T0)
+    store.send_event(busy.id, {"type": "GO", "n": [1, {"x": None}]}, T0 + 1, traceparent="tp")
+    store.send_event(busy.id, {"type": "AGAIN"}, T0 + 2)
+    quiet, _ = store.create_run(new_run(wake_at=None), (), T0)  # claimed for its event
+    store.send_event(quiet.id, {"type": "ONLY"}, T0 + 3)
+    idle, _ = store.create_run(new_run(wake_at=None), (), T0)  # nothing to do: not claimed
+    claimed = store.claim_work("w1", T0 + 10, 30_000, 10)
+    by_id = {run.id: work for run, work in claimed}
+    assert set(by_id) == {busy.id, quiet.id} and idle.id not in by_id
+    assert all(run.lease_owner == "w1" for run, _ in claimed)
+    assert by_id == store.pending_work([busy.id, quiet.id])
+    assert [e.effect_index for e in by_id[busy.id].effects] == [0, 1, 2]
+    assert [(i.event["type"], i.traceparent, i.created_at) for i in by_id[busy.id].inbox] == [
+        ("GO", "tp", T0 + 1), ("AGAIN", None, T0 + 2)]  # fmt: skip
+    assert store.claim_work("w2", T0 + 20, 30_000, 10) == []  # leased: no one else takes them
+
+
 def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
     failed, _ = store.create_run(new_run(), (), T0)
     version = claim_one(store, failed.id)
