@@ -43,6 +43,10 @@ class SQLCapacity(SQLDialect):
         """Grant a place in limit `name`, or queue the run and release it (see `Capacity`)."""
         rid = self._id(run_id)
         with self._write() as conn:
+            if max_in_flight is not None and calls is None:  # no rate window to keep
+                fast = self._without_lock(conn, name, holder, rid, owner, now, recheck_ms)
+                if fast is not None:
+                    return fast
             paused, recent = self._lock_limit(conn, name, now)
             if paused is not None and paused > now:
                 return self._wait(conn, rid, owner, f"{PAUSED}: {name}", paused)
@@ -67,11 +71,7 @@ class SQLCapacity(SQLDialect):
                     "state = 'held', owner = excluded.owner, expires_at = NULL",
                     (name, holder, rid, owner, self._t(now)),
                 )
-            # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
-            # of every waiting run, which stale statistics say is empty, instead of one row)
-            self._exec(conn, "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
-                       "coalesce(waiting_for, '') <> ''", (rid,))  # fmt: skip
-            return Grant(True)
+            return self._granted(conn, rid)
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
                          max_in_flight: int | None, lease_ms: int) -> None:  # fmt: skip
@@ -121,6 +121,36 @@ class SQLCapacity(SQLDialect):
                 for n in names]  # fmt: skip
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
+    def _without_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
+                      recheck_ms: int) -> Grant | None:  # fmt: skip
+        """The two answers that need not the limit's lock (None: ask under it). A slot
+        reserved for `holder` becomes its own (the count of taken slots does not change; the
+        slot's row lock orders this against a sweep taking an expired reservation back). And
+        while other runs wait in the queue no newcomer can have a slot (a free one is owed to
+        the queue's head), so it joins the queue at once: a herd is refused in parallel, not
+        one by one behind the lock that hand-overs need. (A hand-over that emptied the queue
+        as the newcomer looked leaves it queued until the next release or sweep.)"""
+        ts, unpaused = self._t(now), (
+            "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)")
+        if self._exec(
+            conn,
+            "UPDATE workflow_capacity SET state = 'held', owner = ?, expires_at = NULL WHERE "
+            f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
+            (owner, name, holder, name, ts),
+        ).fetchone() is not None:
+            return self._granted(conn, run_id)
+        if self._exec(
+            conn,
+            "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
+            "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
+            f"name = ? AND state = 'waiting' AND holder <> ?) AND {unpaused} "
+            "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
+            "workflow_capacity.state = 'waiting' RETURNING 1",
+            (name, holder, run_id, ts, name, holder, name, ts),
+        ).fetchone() is not None:
+            return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
+        return None
+
     def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
         """Lock the limit's row (creating it), returning its pause and its rate window."""
         row = self._exec(
@@ -201,6 +231,14 @@ class SQLCapacity(SQLDialect):
                            f"({','.join('?' * len(gone))})", (name, *gone))  # fmt: skip
             heads.update((str(h), self._id(str(r))) for h, r in rows if str(r) in active)
         return heads
+
+    def _granted(self, conn: Any, run_id: str) -> Grant:
+        """The run no longer waits for anything."""
+        # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
+        # of every waiting run, which stale statistics say is empty, instead of one row)
+        self._exec(conn, "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
+                   "coalesce(waiting_for, '') <> ''", (run_id,))  # fmt: skip
+        return Grant(True)
 
     def _queue(self, conn: Any, name: str, holder: str, run_id: str, now: int) -> None:
         """Put `holder` in the queue of `name`, keeping its place if it had one."""

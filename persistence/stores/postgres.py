@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -43,6 +43,7 @@ from persistence.stores.base import (
     StoreEncodingError,
     StoreError,
     StoreUnavailableError,
+    VersionCount,
     check_distinct_runs,
     check_status,
     completion_times,
@@ -230,6 +231,21 @@ class PostgresStore(SQLStore):
 
     def _id(self, run_id: str) -> str:
         return _uuid(run_id)
+
+    def unknown_versions(self, known: Collection[tuple[str, str]]) -> list[VersionCount]:
+        """Active runs grouped by versions not in `known`. Workers ask every few seconds, so
+        the versions are found by a loose scan of the versions index (one probe per version
+        with active runs), and only the runs of unknown versions are read: never every
+        active run (a herd of 100,000 made this the table's one sequential scan)."""
+        wanted = set(known)
+        found: list[VersionCount] = []
+        for name, version in self._read(_VERSION_PAIRS):
+            if (name, version) not in wanted:
+                found += [VersionCount(name, version, int(c), lb) for c, lb in self._read(
+                    "SELECT count(*), snapshot->>'version' FROM workflow_runs WHERE "
+                    "workflow_name = ? AND workflow_version = ? AND status = ? GROUP BY 2 "
+                    "ORDER BY 2", (name, version, ACTIVE))]  # fmt: skip
+        return found
 
     def wakeup(self) -> Wakeup:
         """The wake-up of this database and schema; the first call starts the thread that
@@ -502,6 +518,21 @@ class _Listener:
 def _ts(column: str) -> str:
     """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
     return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+
+
+_VERSION_PAIRS = """
+WITH RECURSIVE pairs(n, v) AS (
+    (SELECT workflow_name, workflow_version FROM workflow_runs
+     ORDER BY workflow_name, workflow_version LIMIT 1)
+    UNION ALL
+    SELECT x.n, x.v FROM pairs p CROSS JOIN LATERAL (
+        SELECT workflow_name AS n, workflow_version AS v FROM workflow_runs
+        WHERE (workflow_name, workflow_version) > (p.n, p.v)
+        ORDER BY workflow_name, workflow_version LIMIT 1) AS x
+)
+SELECT n, v FROM pairs"""
+"""Every (name, version) pair of `workflow_runs`, whatever its runs' statuses: a loose scan of
+`workflow_runs_versions`, one probe per pair."""
 
 
 _STEPS_RUNS = f"""

@@ -274,6 +274,8 @@ def test_version_filter_restricts_claims_and_unknown_versions_are_reported(store
     v1, _ = store.create_run(new_run(version="v1"), (), T0)
     v2, _ = store.create_run(new_run(version="v2"), (), T0)
     other, _ = store.create_run(new_run(name="invoice", version="v9"), (), T0)
+    ended, _ = store.create_run(new_run(name="invoice", version="v0"), (), T0)
+    store.cancel_run(ended.id, T0)  # an ended run of an unknown version is nothing to report
     assert store.claim_runs("w", T0, 1000, 10, versions=[]) == []
     assert [r.id for r in store.claim_runs("w", T0, 1000, 10, versions=[("order", "v2")])] == [
         v2.id
@@ -282,6 +284,8 @@ def test_version_filter_restricts_claims_and_unknown_versions_are_reported(store
         (c.workflow_name, c.workflow_version, c.runs)
         for c in store.unknown_versions([("order", "v2")])
     } == {("order", "v1", 1), ("invoice", "v9", 1)}
+    assert {(c.workflow_name, c.workflow_version) for c in store.unknown_versions([])} == {
+        ("order", "v1"), ("order", "v2"), ("invoice", "v9")}
     assert {r.id for r in store.claim_runs("w", T0, 1000, 10)} == {v1.id, other.id}
 
 
