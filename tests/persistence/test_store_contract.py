@@ -681,30 +681,34 @@ def test_journal_and_outbox_listings_can_take_only_the_newest(store: Store) -> N
 
 
 def test_a_heartbeat_does_not_wait_for_a_row_its_owner_is_committing(
-    store: Store, store_kind: str, request: pytest.FixtureRequest
+    pg_dsn: str, pg_schema: str
 ) -> None:
-    """PostgreSQL: a heartbeat meeting a row locked by an in-flight step commit skips it (the
-    commit writes its own lease) and counts it kept; waiting could deadlock with a batch
-    commit locking the same rows in another order."""
-    if store_kind != "postgres":
-        pytest.skip("row locks: PostgreSQL only (SQLite has one writer)")
+    """PostgreSQL (row locks; SQLite has one writer): a heartbeat meeting a row locked by an
+    in-flight step commit skips it (the commit writes its own lease) and counts it kept;
+    waiting could deadlock with a batch commit locking the same rows in another order."""
     import psycopg
 
-    locked, other = (store.create_run(new_run(), (), T0)[0] for _ in range(2))
-    claim_one(store, locked.id)
-    dsn, schema = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_schema")
-    result: list[set[str]] = []
-    with psycopg.connect(dsn) as holder:
-        holder.execute(f'SET search_path TO "{schema}"')
-        holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (locked.id,))
-        beat = threading.Thread(target=lambda: result.append(
-            store.heartbeat("w1", [locked.id, other.id], T0 + 20_000, 30_000)))
-        beat.start()
-        beat.join(10)
-        waited = beat.is_alive()
-        holder.rollback()
-    beat.join()
-    assert not waited, "the heartbeat waited for the locked row"
-    assert result == [{locked.id, other.id}]
-    assert store.get_run(other.id).lease_expires_at == T0 + 50_000
-    assert store.get_run(locked.id).lease_expires_at == T0 + 30_000  # left to its commit
+    from persistence.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
+    try:
+        store.migrate()
+        locked, other = (store.create_run(new_run(), (), T0)[0] for _ in range(2))
+        claim_one(store, locked.id)
+        result: list[set[str]] = []
+        with psycopg.connect(pg_dsn) as holder:
+            holder.execute(f'SET search_path TO "{pg_schema}"')
+            holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (locked.id,))
+            beat = threading.Thread(target=lambda: result.append(
+                store.heartbeat("w1", [locked.id, other.id], T0 + 20_000, 30_000)))
+            beat.start()
+            beat.join(10)
+            waited = beat.is_alive()
+            holder.rollback()
+        beat.join()
+        assert not waited, "the heartbeat waited for the locked row"
+        assert result == [{locked.id, other.id}]
+        assert store.get_run(other.id).lease_expires_at == T0 + 50_000
+        assert store.get_run(locked.id).lease_expires_at == T0 + 30_000  # left to its commit
+    finally:
+        store.close()
