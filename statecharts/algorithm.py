@@ -41,9 +41,11 @@ from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
     EMPTY,
+    INT_MAX,
+    INT_MIN,
     FrozenDict,
+    as_is,
     freeze,
-    frozen_merge,
     frozen_set,
     frozen_update,
     text_problem,
@@ -407,12 +409,18 @@ class Route:
     configuration (None: take the full step). Exists only where selection is this simple:
     a single-chain configuration whose guards are all plain user functions, or any
     configuration where no guard decides; not for the engine's own events, nor where an
-    eventless transition could follow."""
+    eventless transition could follow.
 
-    __slots__ = ("choices",)
+    ``take`` is the route composed into one function when it is compiled (closures over these
+    facts, see ``compose_route``): ``take(snapshot, context, event, effects, trace)`` -> the
+    result, or None where the transition chosen needs the full step."""
 
-    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...]) -> None:
+    __slots__ = ("choices", "take")
+
+    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
+                 configuration: Configuration, checks_retries: bool) -> None:
         self.choices = choices
+        self.take: Take = compose_route(choices, configuration, checks_retries)
 
 
 def route_for(configurations: Configurations, configuration: Configuration,
@@ -440,15 +448,16 @@ def _compile_route(configurations: Configurations, configuration: Configuration,
                             _direct_plan(configurations, configuration, [transition])))
             if transition.guard is None:
                 break  # the candidates after an unguarded one are never taken
-        return Route(tuple(choices))
+        return Route(tuple(choices), configuration, True)
     if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
         return None
     selected: list[Transition] = []
     _select_in(configurations.root, configuration.node_set, kind,
                lambda candidates: candidates[0] if candidates else None, selected)
     if not selected:
-        return Route(())
-    return Route(((None, None, _direct_plan(configurations, configuration, selected)),))
+        return Route((), configuration, True)
+    return Route(((None, None, _direct_plan(configurations, configuration, selected)),),
+                 configuration, True)
 
 
 def _direct_plan(configurations: Configurations, configuration: Configuration,
@@ -502,50 +511,94 @@ def _compile_eventless(configurations: Configurations, configuration: Configurat
         choices.append((transition, transition.guard_fn, plan))
         if transition.guard is None:
             break
-    return Route(tuple(choices))
+    return Route(tuple(choices), configuration, False)
 
 
-def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
-               trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None
-               ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
-    """Take ``event`` along ``route``: the first candidate whose guard passes, its compiled
-    actions, then the eventless transitions of where it leads the same way, the new snapshot.
-    None when the transition chosen needs the full step."""
-    context, configuration = snapshot.context, snapshot.configuration
-    effects: list[fx.Effect] = []
-    first = True
-    while True:
-        for choice in route.choices:  # the first whose guard passes
-            transition, test, plan = choice
+Trace = list[tuple[FrozenDict, tuple[Transition, ...]]]
+Take = Callable[[Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"],
+                "tuple[Snapshot, tuple[fx.Effect, ...]] | None"]
+"""A composed route or plan: ``(snapshot, context, event, effects, trace)`` -> the snapshot
+after the event and its effects (None: the full step). ``context`` and ``effects`` are what
+the microsteps before it made (``effects`` None until one emits)."""
+
+
+def compose_route(choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
+                  configuration: Configuration, checks_retries: bool) -> Take:
+    """``choices`` as one function: the first choice whose guard passes, taken by its composed
+    plan; none: the machine rests in ``configuration``. An event's route (``checks_retries``)
+    leaves to the full step the plans that must close retry records."""
+    steps = tuple((test, _guard_label(transition), _full_step if plan is None else
+                   compose_plan(plan, checks_retries and bool(plan.exits or
+                                                             plan.target.has_always)))
+                  for transition, test, plan in choices)
+    if len(steps) == 1 and steps[0][0] is None:
+        return steps[0][2]  # one unguarded transition: its plan is the route
+
+    def take(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+             effects: list[fx.Effect] | None, trace: Trace | None
+             ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
+        for test, label, go in steps:
             if test is not None:
                 try:
                     if not test(context, event):
                         continue
                 except Exception as exc:
-                    assert transition is not None and transition.guard is not None
-                    raise ImplementationError(f"guard '{transition.guard.type}' at "
-                                              f"{transition.config_path}", exc) from exc
-            break
-        else:
-            break  # none: at rest
-        if first:
-            if plan is None or (snapshot.retry_records and (
-                    plan.exits or plan.target.has_always)):
-                return None
-            first = False
-        if trace is not None:
-            trace.append((event, plan.transitions))  # type: ignore[union-attr]
-        for op in plan.ops:  # type: ignore[union-attr]
-            context = op(context, event, effects)
-        configuration = plan.target  # type: ignore[union-attr]
-        if not configuration.has_always:
-            break
-        route = configuration.eventless  # compiled with the plan that led here
-    if configuration is snapshot.configuration and context is snapshot.context:
-        return snapshot, tuple(effects) if effects else fx.NO_EFFECTS
-    return replace(snapshot, configuration=configuration, context=context), \
-        tuple(effects) if effects else fx.NO_EFFECTS
+                    raise ImplementationError(label, exc) from exc
+            return go(snapshot, context, event, effects, trace)
+        return _at_rest(snapshot, configuration, context, effects)
+    return take
 
+
+def compose_plan(plan: Plan, checks_retries: bool) -> Take:
+    """A direct plan as one function: its compiled actions on the context, then the
+    eventless route of the configuration it reaches (compiled with it), or rest there."""
+    ops, target, transitions = plan.ops, plan.target, plan.transitions
+    assert ops is not None
+    onward: Take | None = target.eventless.take if target.has_always else None
+    emits = plan.emits
+
+    def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+           effects: list[fx.Effect] | None, trace: Trace | None
+           ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
+        if checks_retries and snapshot.retry_records:
+            return None  # the full step closes the records of retried states it exits
+        if trace is not None:
+            trace.append((event, transitions))
+        if emits and effects is None:
+            effects = []
+        for op in ops:
+            context = op(context, event, effects)  # type: ignore[arg-type]
+        if onward is not None:
+            return onward(snapshot, context, event, effects, trace)
+        # _at_rest, written out: one call fewer on every event
+        done = tuple(effects) if effects else fx.NO_EFFECTS
+        if context is snapshot.context:
+            if target is snapshot.configuration:
+                return snapshot, done
+            return replace(snapshot, configuration=target), done
+        return replace(snapshot, configuration=target, context=context), done
+    return go
+
+
+def _at_rest(snapshot: Snapshot, configuration: Configuration, context: FrozenDict,
+             effects: list[fx.Effect] | None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+    done = tuple(effects) if effects else fx.NO_EFFECTS
+    if context is snapshot.context:
+        if configuration is snapshot.configuration:
+            return snapshot, done
+        return replace(snapshot, configuration=configuration), done
+    return replace(snapshot, configuration=configuration, context=context), done
+
+
+def _full_step(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+               effects: list[fx.Effect] | None, trace: Trace | None) -> None:
+    return None
+
+
+def _guard_label(transition: Transition | None) -> str:
+    if transition is None or transition.guard is None:
+        return ""
+    return f"guard '{transition.guard.type}' at {transition.config_path}"
 
 
 UNKNOWN: Any = NOT_COMPILED
@@ -653,8 +706,8 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("entries", "exits", "observes_nodes", "ops", "reads_history", "recorded",
-                 "remaining", "target", "targetless", "transitions")
+    __slots__ = ("emits", "entries", "exits", "observes_nodes", "ops", "reads_history",
+                 "recorded", "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
                  recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
@@ -683,6 +736,9 @@ class Plan:
         ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
             if plain else [None]
         self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
+        # whether the compiled actions make effects (user actions), or only change the context
+        self.emits = any(not isinstance(a.impl, BuiltinAction)
+                         for a in _plan_actions(exits, transitions, entries))
 
 
 PLANS_PER_CONFIGURATION = 1024
@@ -1146,11 +1202,22 @@ def compile_action(action: ActionSpec) -> Op | None:
                    effects: list[fx.Effect]) -> FrozenDict:
         try:
             if one is not None:
-                return frozen_set(context, one[0], one[1](context, event))
-            changes = {}
+                key, compute = one
+                value = compute(context, event)
+                if type(value) is int and INT_MIN <= value <= INT_MAX:  # frozen_set's fast case
+                    fresh = context.copy()
+                    fresh[key] = value
+                    return FrozenDict(fresh)
+                return frozen_set(context, key, value)
+            fresh = context.copy()  # frozen_merge, written out for keys checked above
             for key, value, computed in items:
-                changes[key] = value(context, event) if computed else value
-            return frozen_merge(context, changes)  # its keys were checked above
+                if computed:
+                    value = value(context, event)
+                if not (type(value) is int and INT_MIN <= value <= INT_MAX) and \
+                        not as_is(value):
+                    value = freeze(value, key)
+                fresh[key] = value
+            return FrozenDict(fresh)
         except StatechartError:
             raise
         except Exception as exc:
