@@ -129,10 +129,7 @@ class Actor:
                 if self._restore_from is not None:
                     self._resume(self._restore_from)
                 else:
-                    trace: list[Any] | None = [] if self._inspect else None
-                    snapshot, effects = self.machine.start(self._input, self.clock.now)
-                    self._trace(trace)
-                    self._apply(snapshot, effects)
+                    self._step(self._start_machine, self._input, None)
             except StatechartError as exc:
                 if self.parent is None:
                     raise
@@ -265,28 +262,22 @@ class Actor:
         return []
 
     def _step(self, step: Callable[..., Any], item: Any, trace: list[Any] | None) -> None:
-        """``machine.step`` or ``machine.deliver_timer`` on the current snapshot, then its
-        result applied (a failing implementation fails the actor)."""
-        snapshot = self._snapshot
-        assert snapshot is not None
+        """``machine.step`` or ``machine.deliver_timer`` on the current snapshot (or the start,
+        before there is one), then its result applied: the new snapshot kept, its effects run,
+        observers told (a failing implementation fails the actor). One function, not two: this
+        is the hot path of every ``send``."""
+        previous = self._snapshot
         try:
-            after, effects = step(snapshot, item, self.clock.now, trace)
+            snapshot, effects = step(previous, item, self.clock.now, trace)
         except StatechartError as exc:
             self._fail(exc)
-            if self.parent is None:
-                raise
+            if self.parent is None or previous is None:
+                raise  # (a child failing as it starts: ``start`` tells its parent)
             return  # a child's failure goes to its parent as an event, not to the sender
         if trace:
             self._trace(trace)
-        if after is not snapshot or effects:  # else nothing happened: nothing to tell
-            self._apply(after, effects)
-
-    # -- effects -----------------------------------------------------------------------------
-
-    def _apply(self, snapshot: Snapshot, effects: tuple[fx.Effect, ...]) -> None:
-        previous = self._snapshot
         if snapshot is previous and not effects:
-            return
+            return  # nothing happened: nothing to tell
         self._snapshot = snapshot
         if effects:
             try:
@@ -299,13 +290,21 @@ class Actor:
                 if self.parent is None:
                     raise
                 return
-        if self._snapshot is not previous:
+        current: Snapshot | None = self._snapshot  # as the effects left it
+        assert current is not None
+        if current is not previous:
             if self._inspect is not None:
-                self._report("@xstate.snapshot", snapshot=self._snapshot)
+                self._report("@xstate.snapshot", snapshot=current)
             if self._observers:
                 self._notify()
-        if self._snapshot.status in ("done", "error"):
+        if current.status in ("done", "error"):
             self._finish()
+
+    def _start_machine(self, snapshot: None, input: Any, now: Callable[[], int],
+                       trace: None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+        return self.machine.start(input, now)
+
+    # -- effects -----------------------------------------------------------------------------
 
     def _run_effects(self, effects: tuple[fx.Effect, ...]) -> None:
         inspect = self._inspect

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace as replace_dataclass
+from functools import partial
 from typing import Any
 
 from msgspec.structs import replace
@@ -524,44 +525,43 @@ the microsteps before it made (``effects`` None until one emits)."""
 
 def compose_route(choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
                   configuration: Configuration, checks_retries: bool) -> Take:
-    """``choices`` as one function: the first choice whose guard passes, taken by its composed
-    plan; none: the machine rests in ``configuration``. An event's route (``checks_retries``)
-    leaves to the full step the plans that must close retry records."""
-    steps = tuple((test, _guard_label(transition), _full_step if plan is None else
-                   compose_plan(plan, checks_retries and bool(plan.exits or
-                                                             plan.target.has_always)))
-                  for transition, test, plan in choices)
-    if len(steps) == 1 and steps[0][0] is None:
-        return steps[0][2]  # one unguarded transition: its plan is the route
-
-    def take(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-             effects: list[fx.Effect] | None, trace: Trace | None
-             ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
-        for test, label, go in steps:
-            if test is not None:
-                try:
-                    if not test(context, event):
-                        continue
-                except Exception as exc:
-                    raise ImplementationError(label, exc) from exc
-            return go(snapshot, context, event, effects, trace)
-        return _at_rest(snapshot, configuration, context, effects)
+    """``choices`` as one function: a chain in priority order, each choice testing its guard
+    and, when it fails, handing over to the next; after the last the machine rests in
+    ``configuration``. The first choice is the route itself, so an event whose first guard
+    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
+    the plans that must close retry records."""
+    take: Take = partial(_at_rest, configuration=configuration)
+    for transition, test, plan in reversed(choices):
+        take = compose_choice(transition, test, plan, take, checks_retries)
     return take
 
 
-def compose_plan(plan: Plan, checks_retries: bool) -> Take:
-    """A direct plan as one function: its compiled actions on the context, then the
+def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
+                   otherwise: Take, checks_retries: bool) -> Take:
+    """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
+    direct plan (None: the full step): the compiled actions on the context, then the
     eventless route of the configuration it reaches (compiled with it), or rest there."""
-    ops, target, transitions = plan.ops, plan.target, plan.transitions
-    assert ops is not None
-    onward: Take | None = target.eventless.take if target.has_always else None
-    emits = plan.emits
+    label = _guard_label(transition)
+    ops = plan.ops if plan is not None else None
+    target = plan.target if plan is not None else None
+    transitions = plan.transitions if plan is not None else ()
+    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
+    onward: Take | None = plan.target.eventless.take \
+        if plan is not None and plan.target.has_always else None
+    emits = plan is not None and plan.emits
 
     def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
            effects: list[fx.Effect] | None, trace: Trace | None
            ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
-        if checks_retries and snapshot.retry_records:
-            return None  # the full step closes the records of retried states it exits
+        if test is not None:
+            try:
+                passed = test(context, event)
+            except Exception as exc:
+                raise ImplementationError(label, exc) from exc
+            if not passed:
+                return otherwise(snapshot, context, event, effects, trace)
+        if ops is None or (checks and snapshot.retry_records):
+            return None  # the full step (it closes the records of retried states it exits)
         if trace is not None:
             trace.append((event, transitions))
         if emits and effects is None:
@@ -580,19 +580,16 @@ def compose_plan(plan: Plan, checks_retries: bool) -> Take:
     return go
 
 
-def _at_rest(snapshot: Snapshot, configuration: Configuration, context: FrozenDict,
-             effects: list[fx.Effect] | None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+             effects: list[fx.Effect] | None, trace: Trace | None, *,
+             configuration: Configuration) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+    """No choice of a route was taken: the machine rests in ``configuration``."""
     done = tuple(effects) if effects else fx.NO_EFFECTS
     if context is snapshot.context:
         if configuration is snapshot.configuration:
             return snapshot, done
         return replace(snapshot, configuration=configuration), done
     return replace(snapshot, configuration=configuration, context=context), done
-
-
-def _full_step(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-               effects: list[fx.Effect] | None, trace: Trace | None) -> None:
-    return None
 
 
 def _guard_label(transition: Transition | None) -> str:
