@@ -158,8 +158,12 @@ class SQLCapacity(SQLDialect):
         slot's row lock orders this against a sweep taking an expired reservation back). And
         while other runs wait in the queue no newcomer can have a slot (a free one is owed to
         the queue's head), so it joins the queue at once: a herd is refused in parallel, not
-        one by one behind the lock that hand-overs need. (A hand-over that emptied the queue
-        as the newcomer looked leaves it queued until the next release or sweep.)"""
+        one by one behind the lock that hand-overs need. It joins behind a waiting run it
+        holds a key-share lock on until it commits (the queue's tail, so that hand-overs
+        taking the head do not meet it): a hand-over taking that run waits for the newcomer
+        or is waited for and the run is looked past; so the newcomer never joins a queue a
+        hand-over has just emptied, behind slots left free (those are handed, under the lock,
+        to the runs left waiting, which it is behind)."""
         ts, unpaused = self._t(now), (
             "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)")
         if self._exec(
@@ -173,7 +177,8 @@ class SQLCapacity(SQLDialect):
             conn,
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
             "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
-            f"name = ? AND state = 'waiting' AND holder <> ?) AND {unpaused} "
+            "name = ? AND state = 'waiting' AND holder <> ? ORDER BY queued_at DESC, holder "
+            f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
             "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
             "workflow_capacity.state = 'waiting' RETURNING 1",
             (name, holder, run_id, ts, name, holder, name, ts),

@@ -119,6 +119,7 @@ class PostgresStore(SQLStore):
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    _KEY_SHARE = " FOR KEY SHARE"
     _JSON_VERSION = "snapshot->>'version'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
