@@ -247,21 +247,30 @@ def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
     from persistence.worker import Worker
 
     in_flight, most, lock = [0], [0], threading.Lock()
+    ids: list[str] = []
 
     def call(value: object) -> str:  # the worker runs the batch's calls on a thread pool
         with lock:
             in_flight[0] += 1
             most[0] = max(most[0], in_flight[0])
+        # the first call ends once the other three are queued and released (their refusals
+        # committed: a run being refused holds a row of the queue a hand-over would skip)
+        wait_until(lambda: sum(store.get_run(i).waiting_for is not None for i in ids) >= 3
+                   or most[0] > 1 or len(calls) > 0, "the others wait for the slot")
         time.sleep(0.01)
         with lock:
             in_flight[0] -= 1
+            calls.append(1)
         return "ok"
+
+    calls: list[int] = []
+    monkeypatch.setattr("persistence.driver.HANDOVER_S", 60.0)  # however slow the machine
 
     machine = create_machine({"id": "calls", "initial": "a", "states": {
         "a": {"invoke": {"src": "call", "limit": "one", "onDone": "b"}},
         "b": {"type": "final"}}}, actors={"call": call})  # fmt: skip
     rt = Runtime(store, [machine], limits={"one": Limit(max_in_flight=1)})
-    ids = [rt.start("calls") for _ in range(4)]
+    ids += [rt.start("calls") for _ in range(4)]
     claimed: list[str] = []
     claim_work = store.claim_work
 
