@@ -242,6 +242,46 @@ def test_a_head_leased_elsewhere_gets_a_reservation_not_a_second_lease(store: St
     assert store.acquire_capacity("x", "call-b", b, "o-recheck", now + 103, **args).granted
 
 
+def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
+        pg_dsn: str, pg_schema: str) -> None:  # fmt: skip
+    """PostgreSQL (row locks; SQLite has one writer): a newcomer joining the queue without the
+    limit's lock holds the tail it joins behind until it commits. A hand-over meeting that row
+    does not wait for it; the slot it could not pass on is reserved for that run under the lock
+    and the run woken, never left free behind a waiting run."""
+    from persistence.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
+    try:
+        store.migrate()
+        now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
+                                "recheck_ms": 30_000, "lease_ms": 1000}  # fmt: skip
+        a, b = str(uuid.uuid4()), str(uuid.uuid4())
+        owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
+        assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
+        assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
+        result: list[object] = []
+        with psycopg.connect(pg_dsn) as newcomer:  # a newcomer's join, before its commit
+            newcomer.execute(f'SET search_path TO "{pg_schema}"')
+            newcomer.execute("SELECT 1 FROM workflow_capacity WHERE name = 'x' AND state = "
+                             "'waiting' ORDER BY queued_at DESC, holder DESC LIMIT 1 "
+                             f"{PostgresStore._KEY_SHARE}")  # fmt: skip
+            release = threading.Thread(target=lambda: result.append(store.release_capacity(
+                "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000, owner=owner_a)))
+            release.start()
+            release.join(10)
+            waited = release.is_alive()
+            newcomer.rollback()
+        release.join()
+        assert not waited, "the hand-over waited for the newcomer's lock"
+        assert result == [[]]  # b was not leased to a's worker, but its slot is reserved:
+        woken = store.get_run(b).wake_at
+        assert woken is not None and woken <= now + 2 - MAX_PRIORITY * PRIORITY_AGING_MS
+        assert [r.id for r in store.claim_runs("o-b", now + 3, 1000, 10)] == [b]
+        assert store.acquire_capacity("x", "call-b", b, "o-b", now + 3, **args).granted
+    finally:
+        store.close()
+
+
 def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from persistence.worker import Worker
