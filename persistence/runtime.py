@@ -523,12 +523,14 @@ class Runtime:
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
-        at its next step) or "finished" (it had already ended). A run cancelled here is
-        counted in the runs-finished metric (a requested one by the step that cancels it)."""
+        at its next step) or "finished" (it had already ended). Its active child runs are
+        cancelled with it, recursively. Each run cancelled here, the run and its descendants,
+        is counted in the runs-finished metric (a requested one by the step that cancels it)."""
+        cancelled: builtins.list[str] = []
         outcome = self.store.cancel_run(run_id, self.clock.now(),
-                                        None if reason is None else storable_text(reason))
-        if outcome == "cancelled":
-            self.telemetry.run_finished(self.store.get_run(run_id).workflow_name, "cancelled")
+                                        None if reason is None else storable_text(reason),
+                                        cancelled=cancelled)  # fmt: skip
+        self.telemetry.runs_cancelled(cancelled)
         return outcome
 
     def resume(self, run_id: str) -> RunRecord:
