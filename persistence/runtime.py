@@ -306,7 +306,7 @@ class Runtime:
                 workflow_version=machine.fingerprint, key=child_key(parent_id, parent_key, start),
                 state=columns.state, snapshot=machine.persist(snapshot), status=columns.status,
                 wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
-                parent_invoke_id=start.id,
+                parent_invoke_id=start.id, system_id=start.system_id or None,
                 deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
             )  # fmt: skip
             rows.append((child, outbox))

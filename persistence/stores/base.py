@@ -120,11 +120,12 @@ class RunRecord:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """An event a step sends to a related run, queued in that run's inbox in the step's
-    transaction: to the committing run's active child run `child` (its invoke id or
-    systemId), or to the run `parent` (the committing run's parent). With `completes`, the
-    event reports the committing run's end to its parent and is dropped if the parent has
-    stopped it. An event for no active child is a dead letter of the sender; one for a parent
-    that has ended, a dead letter of the parent."""
+    transaction: to `child`, the committing run's active child run of that invoke id or
+    else the active child run registered as that systemId anywhere in its run tree (the
+    root run and all its descendants), or to the run `parent` (the committing run's
+    parent). With `completes`, the event reports the committing run's end to its parent and
+    is dropped if the parent has stopped it. An event for no such active run is a dead letter
+    of the sender; one for a parent that has ended, a dead letter of the parent."""
 
     event: JSONDict
     child: str | None = None
@@ -156,6 +157,9 @@ class NewRun:
     """Events its first step sends (to the children started with it, or its parent), queued
     once every run created with it exists."""
     priority: int = 0
+    system_id: str | None = None
+    """A child run's `systemId` (its key), registered in its whole run tree: refused with
+    `SystemIdTakenError` when an active child run of the tree already holds it."""
 
 
 @dataclass(frozen=True, slots=True)

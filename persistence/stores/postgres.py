@@ -118,6 +118,9 @@ class PostgresStore(SQLStore):
     dialect = "postgres"
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
+    _AS_ID = "CAST({} AS uuid)"
+    _LOCK_TREE = ("SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up "
+                  "WHERE parent IS NULL")  # fmt: skip
     _JSON_VERSION = "snapshot->>'version'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True

@@ -67,6 +67,7 @@ from persistence.stores.base import (
 )
 from persistence.stores.capacity import SQLCapacity
 from persistence.wakeup import Wakeup, shared_wakeup
+from statecharts.errors import SystemIdTakenError
 
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
@@ -89,6 +90,20 @@ ACTIVE_KEY_CONFLICT = ("ON CONFLICT (workflow_name, key) WHERE status = 'active'
                        "NULL AND parent_run_id IS NULL")
 """The conflict target of an idempotent start: the unique index of active top-level keys
 (child runs are named under their parent and started once by the step that starts them)."""
+_RUN_TREE = (
+    "WITH RECURSIVE up (id, parent) AS (SELECT id, parent_run_id FROM workflow_runs WHERE id = ?"
+    " UNION SELECT r.id, r.parent_run_id FROM workflow_runs r JOIN up ON r.id = {parent_id}), "
+    "tree (id, key, parent, invoke, workflow) AS (SELECT id, key, parent_run_id, "
+    "parent_invoke_id, workflow_name FROM workflow_runs WHERE id IN (SELECT id FROM up WHERE "
+    "parent IS NULL) UNION SELECT r.id, r.key, r.parent_run_id, r.parent_invoke_id, "
+    "r.workflow_name FROM workflow_runs r JOIN tree ON r.parent_run_id = tree.id{t} "
+    "WHERE r.status = 'active') "
+)
+"""The run tree of the run `?`: its root (found up the parent links) and the root's active
+descendants (down the child index), as `tree`. `UNION` ends the walk on a cycle a bad row might
+make. A child run in it holds a systemId when it is still its parent's child (`invoke`) and its
+key is that systemId (`SYSTEM_ID_HOLDER`)."""
+SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
 
 
@@ -112,6 +127,13 @@ class SQLDialect:
     _STATUS_GROUP = "status"
     """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
     the state index)."""
+    _AS_ID = "{}"
+    """SQL of a text expression (a `parent_run_id`) as a run id, so that the id index serves
+    the comparison (PostgreSQL: a cast to `uuid`)."""
+    _LOCK_TREE = ""
+    """A statement after `_RUN_TREE` that serializes systemId registrations in one run tree
+    until the transaction ends (PostgreSQL: an advisory lock on the root's id; SQLite's write
+    lock already serializes every writer)."""
 
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
@@ -131,6 +153,10 @@ class SQLDialect:
         super().__init_subclass__(**kwargs)
         cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
         cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
+
+    def _run_tree(self) -> str:
+        """`_RUN_TREE` in this dialect."""
+        return _RUN_TREE.format(parent_id=self._AS_ID.format("up.parent"), t=self._TEXT_ID)
 
     def wakeup(self) -> Wakeup:
         """The signal idle workers of this database wait on (`persistence.wakeup`)."""
@@ -204,25 +230,50 @@ class SQLDialect:
         """Create `runs` (after `created`, already inserted), then queue the events the first
         steps of all of them send, now that every one of them exists."""
         for run, run_effects in runs:
+            if run.system_id and run.parent_run_id is not None:
+                self._check_system_id_free(conn, run)
             self._create_in(conn, run, run_effects, now)
         for run, _ in [*created, *runs]:
             for delivery in run.deliveries:
                 self._deliver_in(conn, self._id(run.id), delivery, now)
 
+    def _check_system_id_free(self, conn: Any, run: NewRun) -> None:
+        """`SystemIdTakenError` naming both runs when an active child run of the tree `run`
+        joins (its parent's) holds `run.system_id`; checked under `_LOCK_TREE`, so two
+        transactions cannot both register one systemId in one tree."""
+        assert run.parent_run_id is not None and run.system_id is not None
+        if self._LOCK_TREE:
+            self._exec(conn, self._run_tree() + self._LOCK_TREE, (self._id(run.parent_run_id),))
+        held = self._exec(
+            conn,
+            f"{self._run_tree()}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
+            f"WHERE {SYSTEM_ID_HOLDER} LIMIT 1",
+            (self._id(run.parent_run_id), run.system_id),
+        ).fetchall()
+        if held:
+            holder, workflow, parent, invoke = held[0]
+            raise SystemIdTakenError(
+                run.system_id, f"child run {holder} ({workflow}, child {invoke!r} of run "
+                f"{parent})", f"child {run.parent_invoke_id!r} ({run.workflow_name}) of run "
+                f"{run.parent_run_id}")  # fmt: skip
+
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
         ts, event = self._t(now), self._j(delivery.event)
         if delivery.child is not None:
+            target = delivery.child  # its own child's invoke id first, then a systemId
             queued = self._exec(
                 conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
-                "workflow_runs WHERE parent_run_id = ? AND (parent_invoke_id = ? OR key = ?) "
-                "AND status = 'active' RETURNING id",  # key: the invoke's systemId, if named
-                (event, ts, run_id, delivery.child, delivery.child),
+                f"{self._run_tree()}INSERT INTO workflow_inbox (run_id, event, created_at) "
+                f"SELECT id, ?, ? FROM tree WHERE (parent = ? AND invoke = ?) OR "
+                f"({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND invoke = ? THEN 0 "
+                "ELSE 1 END LIMIT 1 RETURNING id",
+                (run_id, event, ts, run_id, target, target, run_id, target),
             ).fetchall()
             if not queued:
-                self._undeliverable_in(conn, run_id, delivery,
-                                       f"no active child run {delivery.child!r}", now)
+                self._undeliverable_in(conn, run_id, delivery, f"no active child run {target!r}"
+                                       " (its own by invoke id, or by systemId in its run tree)",
+                                       now)  # fmt: skip
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
