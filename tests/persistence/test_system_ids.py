@@ -24,6 +24,7 @@ from statecharts import (
     spawn_child,
     stop_child,
 )
+from tests.persistence.conftest import wait_for
 
 START = 1_700_000_000_000
 
@@ -235,3 +236,55 @@ def test_a_step_that_registers_a_held_system_id_fails_its_run_naming_both(
             f"(registry, child 'b' of run {run_id}); child 'a' (registry) of run {run_id} "
             "cannot register it too") in (failed.last_error or "")  # fmt: skip
     assert {c.status for c in runtime.children(run_id)} == {"cancelled"}  # none started
+
+
+pair = create_machine({
+    "id": "pair", "initial": "running",
+    "states": {"running": {"invoke": [{"id": "left", "src": "svc_spawner"},
+                                      {"id": "right", "src": "svc_spawner"}]}},
+}, actors={"svc_spawner": spawner})  # fmt: skip
+
+
+def test_postgres_lets_one_of_two_concurrent_steps_take_a_system_id(
+    pg_dsn: str, pg_schema: str, clock: SimulatedClock
+) -> None:
+    """Two workers step two runs of one tree at once, each registering `svc`: each check
+    would miss the other's uncommitted row; the tree's lock makes the second wait, see the
+    first's child and fail, so the tree never holds the name twice."""
+    import threading
+
+    import psycopg
+
+    from persistence.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=4)
+    try:
+        store.migrate()
+        runtime = Runtime(store, [pair], clock=clock)
+        run_id = runtime.start("pair")
+        sides = {c.parent_invoke_id: c for c in runtime.children(run_id)}
+        with psycopg.connect(pg_dsn) as holder:  # holds the tree's lock, as a registration does
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 18))", (run_id,))
+            for side in sides.values():
+                runtime.send(side.id, "SPAWN")
+            workers = [threading.Thread(target=Worker(runtime, batch=1).run_until_idle)
+                       for _ in sides]  # fmt: skip
+            for thread in workers:
+                thread.start()
+            wait_for(lambda: all(store.get_run(s.id).lease_owner is not None
+                                 for s in sides.values()))  # fmt: skip
+            threading.Event().wait(0.5)  # both claimed: neither step may commit meanwhile
+            assert all(store.get_run(s.id).version == s.version for s in sides.values())
+            holder.commit()  # both steps were waiting for the tree: now one at a time
+        for thread in workers:
+            thread.join(timeout=60)
+        after = [store.get_run(s.id) for s in sides.values()]
+        failed = [r for r in after if r.status == "error"]
+        assert len(failed) == 1  # the other took the name (then was cancelled with `pair`,
+        # which does not handle its child's error)
+        assert "systemId 'svc' is already registered in this actor tree" in \
+            (failed[0].last_error or "")  # fmt: skip
+        (registered,) = store.list_runs(workflow_name="registry")  # one child run, ever
+        assert registered.key == "svc" and registered.parent_run_id != failed[0].id
+    finally:
+        store.close()
