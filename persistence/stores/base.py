@@ -352,6 +352,17 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
+class Handover:
+    """A run a released slot went to, leased to the releasing worker (`Capacity.release_capacity`
+    with an owner): `holder` (the run's place in the limit) now holds the slot, and `work` is
+    the run's pending work, so the worker steps it at once, with no claim and no wake-up."""
+
+    holder: str
+    run: RunRecord
+    work: PendingWork
+
+
+@dataclass(frozen=True, slots=True)
 class LimitUsage:
     """One named limit now: calls in flight, runs waiting for it (by reason), its pause."""
 
@@ -829,10 +840,15 @@ class Capacity(Protocol):
         ...
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
-                         max_in_flight: int | None, lease_ms: int) -> None:
-        """Give back `holders`' slots of `name` and hand the freed ones (and those of holders
-        whose lease expired) to the first runs in the queue (reserved for them for `lease_ms`,
-        and woken to be claimed before any other run)."""
+                         max_in_flight: int | None, lease_ms: int,
+                         owner: str | None = None) -> list[Handover]:
+        """Give back `holders`' slots of `name` and hand the freed ones to the first runs in
+        the queue. With `owner` (a worker that will step them at once), each freed slot goes
+        straight to the next queued run, leased to `owner` in the same transaction and
+        returned with its pending work (a `Handover`). Slots no run can be leased for, those
+        freed without an owner, and (with no holders) those of holders whose lease expired
+        are reserved for the queue's first runs for `lease_ms`, and those runs woken to be
+        claimed before any other run."""
         ...
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:

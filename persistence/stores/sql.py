@@ -120,6 +120,12 @@ class SQLDialect:
     """SQL appended to a run-id column to read it as text (PostgreSQL: `::text` of a uuid)."""
     _FOR_UPDATE = ""
     """Row lock of a read-then-write inside a transaction (SQLite's write lock covers it)."""
+    _SKIP_LOCKED = ""
+    """Row lock of a queue's head taken by one transaction of many, skipping the rows others
+    have locked (PostgreSQL `FOR UPDATE SKIP LOCKED`; SQLite's write lock serializes)."""
+    _KEY_SHARE = ""
+    """A row lock kept to the commit that a hand-over's `_SKIP_LOCKED` skips (or a delete
+    waits for) but plain updates of the row do not wait for (PostgreSQL `FOR KEY SHARE`)."""
     _JSON_VERSION = ""
     """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
     _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
