@@ -17,8 +17,9 @@ still paused by a Retry-After, so naming the downstream is useful on its own.
 
 A run that gets no place does not block a thread: it is released at once, with "waiting for
 capacity: crm" (or "rate limited: crm", "paused by Retry-After: crm") on its row, and queued in
-arrival order; a freed slot is handed to the first run in the queue, which is woken. Nothing of
-the step is lost or repeated: the call had not started.
+arrival order; a freed slot is handed to the first run in the queue: leased at once to the
+worker that freed it, which steps it next (no claim, no wake-up), or else woken. Nothing of the
+step is lost or repeated: the call had not started.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from persistence.outbox import Executed, invoke_of
 from persistence.stores import RunRecord, Store
-from persistence.stores.base import MAX_PRIORITY, Grant
+from persistence.stores.base import MAX_PRIORITY, Grant, Handover
 from statecharts import Machine
 
 log = logging.getLogger("statecharts.capacity")
@@ -149,14 +150,19 @@ class LoadControl:
             taken.append((name, holder))
         return Grant(True)
 
-    def leave(self, places: Sequence[Place], now: int, lease_ms: int) -> None:
-        """Give the slots back (the next queued runs are woken)."""
+    def leave(self, places: Sequence[Place], now: int, lease_ms: int,
+              owner: str | None = None) -> list[tuple[str, Handover]]:  # fmt: skip
+        """Give the slots back. With `owner` (a worker that steps what it is given at once),
+        each goes straight to the next queued run, leased to `owner`: those runs are returned
+        with the limit they hold a slot of. Otherwise the next queued runs are woken."""
+        handed: list[tuple[str, Handover]] = []
         for name, holder in places:
             limit = self.limits.get(name, _PAUSES_ONLY)
             if limit.max_in_flight is not None:
-                self.store.release_capacity(name, [holder], now,
-                                            max_in_flight=limit.max_in_flight,
-                                            lease_ms=lease_ms)  # fmt: skip
+                handed += ((name, h) for h in self.store.release_capacity(
+                    name, [holder], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms,
+                    owner=owner))  # fmt: skip
+        return handed
 
     def sweep(self, now: int, lease_ms: int) -> None:
         """Hand slots freed by expired leases (and reservations nobody came for) to the queues'

@@ -14,12 +14,14 @@ runs it steps.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
@@ -29,6 +31,7 @@ from persistence.stores import (
     ConflictError,
     EffectOutcome,
     Grant,
+    Handover,
     InboxEvent,
     JournalEntry,
     NewEffect,
@@ -55,6 +58,11 @@ log = logging.getLogger("statecharts.runs")
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
+
+HANDOVER_S = 1.0
+"""How long a worker's drive takes the runs its freed slots are handed to (leased to it by the
+release, stepped at once) before it lets its next freed slot be reserved and woken instead and
+goes back to claiming: a long queue does not keep a thread from the other due runs."""
 
 
 @dataclass(slots=True)
@@ -111,6 +119,7 @@ class _Leased:
     steps: int = 0
     attempt: int = 0
     released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
+    handed: frozenset[Place] = frozenset()  # slots a release handed it with its lease
 
 
 def _waits_to_retry(state: str) -> set[str]:
@@ -123,10 +132,12 @@ class RunDriver:
 
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
                  parallel: int = 1,
-                 waits: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                 holds: Callable[[set[str], bool], None] | None = None) -> None:  # fmt: skip
         self.runtime = runtime
-        self.waits = waits
-        """Told the id of each run released to wait for a limit (no longer this driver's)."""
+        self.holds = holds
+        """Told the ids of runs this driver comes to hold (True: handed over by a release, whose
+        leases need a heartbeat) and lets go of (False). A driver with it takes hand-overs (a
+        worker's); without (a starter stepping its own run inline), freed slots are woken."""
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
@@ -135,6 +146,10 @@ class RunDriver:
                                  runtime.dry_run)
         self.telemetry = runtime.telemetry
         self._pool: ThreadPoolExecutor | None = None
+        self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
+        self._handed_lock = threading.Lock()
+        self._handover_until = 0.0
+        self._should_stop: Callable[[], bool] = lambda: False
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -162,9 +177,12 @@ class RunDriver:
         load, now = self.runtime.load, self.runtime.clock.now()
         try:
             places = load.places(x.machine, x.pending)
-            if places:
-                grant = load.enter(x.run, self.owner, places, now, self.lease_ms)
-                if not grant.granted:
+            handed, x.handed = x.handed, frozenset()
+            asking = [p for p in places if p not in handed]
+            if asking:
+                grant = load.enter(x.run, self.owner, asking, now, self.lease_ms)
+                if not grant.granted:  # (released to wait: the slots it was handed go back)
+                    load.leave([p for p in places if p in handed], now, self.lease_ms)
                     return grant
             try:
                 for key, kind, payload in x.pending:
@@ -176,7 +194,7 @@ class RunDriver:
             finally:
                 if places:
                     now = self.runtime.clock.now()
-                    load.leave(places, now, self.lease_ms)
+                    self._handed_over(load.leave(places, now, self.lease_ms, self._taker()))
                     load.pause_after(places, done, now)
         except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
             return exc
@@ -192,11 +210,19 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
         claim read it (`RunStore.claim_work`); read here when not given."""
+        self._should_stop = should_stop
+        self._handover_until = time.monotonic() + HANDOVER_S if self.holds else 0.0
         leased, steps = self._take(runs, work)
+        taken = [x.run for x in leased]
         try:
-            return steps + self._rounds(leased, should_stop)
+            return steps + self._rounds(leased, should_stop, taken)
         finally:  # a limited workflow's runs give their places back (their leases ended)
-            self._leave_workflows([x.run for x in leased])
+            self._handover_until = 0.0
+            self._leave_workflows(taken)
+            with self._handed_lock:
+                left, self._handed = self._handed, []
+            if self.holds is not None:  # (an outage: what was handed over is not driven)
+                self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
 
     def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
                       should_stop: Callable[[], bool]) -> tuple[str, Snapshot] | None:  # fmt: skip
@@ -214,8 +240,10 @@ class RunDriver:
         self._rounds([x], should_stop)
         return x.released
 
-    def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool]) -> int:
-        """Step the `leased` runs round by round until none is left; the steps committed."""
+    def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool],
+                taken: list[RunRecord] | None = None) -> int:  # fmt: skip
+        """Step the `leased` runs round by round until none is left, with the runs their
+        releases handed over (appended to `taken`); the steps committed."""
         steps = 0
         while leased:
             this_round, leased, ended = leased, [], set()
@@ -229,9 +257,7 @@ class RunDriver:
                     found = self._stage_safely(x, done, should_stop)
                     if found is not None:
                         staged.append(found)
-                if not staged:
-                    break
-                versions = self._commit(staged)
+                versions = self._commit(staged) if staged else []
                 for (x, step, commit), version in zip(staged, versions, strict=True):
                     if version is None:
                         continue
@@ -251,15 +277,59 @@ class RunDriver:
                 for x in this_round:
                     if x.run.id not in ended:
                         self.telemetry.end_step(x.run, x.status, None, None)
+            handed, failed = self._take_handed(taken)
+            steps += failed
+            leased += handed
+            if self.holds is not None:
+                gone = {x.run.id for x in this_round} - {x.run.id for x in leased}
+                if gone:
+                    self.holds(gone, False)
         return steps
+
+    def _taker(self) -> str | None:
+        """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
+        if time.monotonic() < self._handover_until and not self._should_stop():
+            return self.owner
+        return None
+
+    def _handed_over(self, handed: list[tuple[str, Handover]]) -> None:
+        """Runs a release handed to this driver (leased to it): stepped from the next round,
+        their leases kept by the heartbeat from now."""
+        if handed:
+            with self._handed_lock:
+                self._handed += handed
+            if self.holds is not None:
+                self.holds({h.run.id for _, h in handed}, True)
+
+    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[_Leased], int]:
+        """The runs handed over during the last round, restored as claimed runs are, each
+        knowing the slot it holds (its call asks for no other place of that limit)."""
+        with self._handed_lock:
+            handed, self._handed = self._handed, []
+        if not handed:
+            return [], 0
+        runs = [h.run for _, h in handed]
+        leased, failed = self._take(runs, {h.run.id: h.work for _, h in handed})
+        places: dict[str, set[Place]] = {}
+        for name, h in handed:
+            places.setdefault(h.run.id, set()).add((name, h.holder))
+        for x in leased:
+            x.handed = frozenset(places.get(x.run.id, ()))
+        if taken is not None:
+            taken += [x.run for x in leased]
+        if self.holds is not None:
+            dropped = {run.id for run in runs} - {x.run.id for x in leased}
+            if dropped:
+                self.holds(dropped, False)
+        return leased, failed
 
     def _waiting(self, run: RunRecord, grant: Grant) -> None:
         """A run released to wait for a limit (the store wrote why on its row)."""
         log.debug("run %s (%s): %s, looks again at %s", run.id, run.workflow_name,
                   grant.reason, grant.retry_at)  # fmt: skip
         self.telemetry.waiting(run, grant.reason or "")
-        if self.waits is not None:
-            self.waits(run.id)
+        if self.holds is not None:
+            self.holds({run.id}, False)
 
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place
@@ -306,8 +376,9 @@ class RunDriver:
         than an outage (a value it cannot hold), commit step by step so that only the
         offending runs fail."""
         store, now = self.runtime.store, self.runtime.clock.now()
+        cancelled: list[str] = []  # descendants the steps cancelled, counted as finished
         try:
-            versions = store.commit_steps([c for _, _, c in staged], now)
+            versions = store.commit_steps([c for _, _, c in staged], now, cancelled=cancelled)
         except StoreUnavailableError:
             raise
         except Exception:
@@ -316,6 +387,7 @@ class RunDriver:
             else:
                 versions = [self._commit_alone(*one) for one in staged]
         else:
+            self.telemetry.runs_cancelled(cancelled)
             for (x, _, _), version in zip(staged, versions, strict=True):
                 if version is None:
                     self._lost(x)
@@ -323,8 +395,9 @@ class RunDriver:
 
     def _commit_alone(self, x: _Leased, step: _Step, commit: StepCommit) -> int | None:
         store, now = self.runtime.store, self.runtime.clock.now()
+        cancelled: list[str] = []
         try:
-            (version,) = store.commit_steps([commit], now)
+            (version,) = store.commit_steps([commit], now, cancelled=cancelled)
         except StoreUnavailableError:
             raise
         except ConflictError:  # another writer won (a duplicate record): not this run's fault
@@ -334,6 +407,7 @@ class RunDriver:
             self._fail(x, f"the store refused its step: {exc}", None, step.outcomes,
                        poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None)
             return None
+        self.telemetry.runs_cancelled(cancelled)
         if version is None:
             self._lost(x)
         return version
@@ -375,9 +449,12 @@ class RunDriver:
         now = self.runtime.clock.now()
         state = state_text(x.snapshot)
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
+        cancelled: list[str] = []
         if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
-                                       start_runs=starts, attempt_count=attempt_count):  # fmt: skip
+                                       start_runs=starts, attempt_count=attempt_count,
+                                       cancelled=cancelled):  # fmt: skip
             self._failed(x.run, state, reason, poisoned)
+            self.telemetry.runs_cancelled(cancelled)
 
     def _back_off(self, x: _Leased, transient: Executed) -> None:
         """A transient failure: nothing of the step is committed; the run is released, due
@@ -579,7 +656,10 @@ class RunDriver:
         is (never rewritten: it is the evidence)."""
         reason = storable_text(f"snapshot does not restore: {exc}")
         starts = self._error_runs(run, run.status, "error", run.state, reason, now)
-        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts):
+        cancelled: list[str] = []
+        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts,
+                                           cancelled=cancelled):  # fmt: skip
             return 0
         self._failed(run, run.state, reason, None)
+        self.telemetry.runs_cancelled(cancelled)
         return 1

@@ -160,7 +160,7 @@ class Worker:
     # -- threads ----------------------------------------------------------------------------
     def _driver(self, owner: str) -> RunDriver:
         return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
-                         waits=lambda run_id: self._hold(owner, {run_id}, False))
+                         holds=lambda run_ids, held: self._hold(owner, run_ids, held))
 
     def _loop(self, owner: str) -> None:
         driver = self._driver(owner)

@@ -13,10 +13,21 @@ head, never the whole queue.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS, Grant, LimitUsage
+from persistence.stores.base import (
+    MAX_PRIORITY,
+    PRIORITY_AGING_MS,
+    EffectOutcome,
+    Grant,
+    Handover,
+    LimitUsage,
+    NewEffect,
+    NewRun,
+    PendingWork,
+    RunRecord,
+)
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -36,6 +47,14 @@ _LIVE_HOLD = (
 
 class SQLCapacity(SQLDialect):
     """`Capacity` in SQL: slots, the queue, the rate window and pauses of named limits."""
+
+    if TYPE_CHECKING:  # of the run store it is mixed in with (`sql.SQLRuns`)
+        def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
+                     outcomes: Sequence[EffectOutcome] = (),
+                     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+                     attempt_count: int | None = None) -> bool: ...  # fmt: skip
+
+        def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]: ...
 
     def acquire_capacity(self, name: str, holder: str, run_id: str, owner: str, now: int, *,
                          max_in_flight: int | None, calls: int | None, per_ms: int,
@@ -74,11 +93,21 @@ class SQLCapacity(SQLDialect):
             return self._granted(conn, rid)
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
-                         max_in_flight: int | None, lease_ms: int) -> None:  # fmt: skip
-        """Free `holders`' slots and hand them to the head of the queue (with no holders: only
-        hand over the slots freed by expired leases, as workers do now and then)."""
+                         max_in_flight: int | None, lease_ms: int,
+                         owner: str | None = None) -> list[Handover]:  # fmt: skip
+        """Free `holders`' slots and hand them to the head of the queue: with `owner`, leased to
+        it at once (`_hand_over`); else, and for the slots left over, reserved and woken (with
+        no holders: only the slots freed by expired leases, as workers do now and then)."""
         if max_in_flight is None:
-            return
+            return []
+        if holders and owner is not None:
+            with self._write() as conn:
+                left, handed = self._hand_over(conn, name, holders, owner, now, lease_ms)
+            if left:  # a head leased elsewhere, or none: the locked pass, in a transaction
+                # of its own (the heads this one locked are free again: no lock order to keep)
+                self.release_capacity(name, (), now, max_in_flight=max_in_flight,
+                                      lease_ms=lease_ms)  # fmt: skip
+            return self._handovers(handed, owner, now)
         with self._write() as conn:
             self._lock_limit(conn, name, now)
             if holders:
@@ -86,6 +115,7 @@ class SQLCapacity(SQLDialect):
                 self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
                            f"({marks})", (name, *holders))  # fmt: skip
             self._place(conn, name, None, None, now, max_in_flight, lease_ms)
+        return []
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:
         """Pause limit `name` until `until` (extending, never shortening, a pause)."""
@@ -128,8 +158,12 @@ class SQLCapacity(SQLDialect):
         slot's row lock orders this against a sweep taking an expired reservation back). And
         while other runs wait in the queue no newcomer can have a slot (a free one is owed to
         the queue's head), so it joins the queue at once: a herd is refused in parallel, not
-        one by one behind the lock that hand-overs need. (A hand-over that emptied the queue
-        as the newcomer looked leaves it queued until the next release or sweep.)"""
+        one by one behind the lock that hand-overs need. It joins behind a waiting run it
+        holds a key-share lock on until it commits (the queue's tail, so that hand-overs
+        taking the head do not meet it): a hand-over taking that run waits for the newcomer
+        or is waited for and the run is looked past; so the newcomer never joins a queue a
+        hand-over has just emptied, behind slots left free (those are handed, under the lock,
+        to the runs left waiting, which it is behind)."""
         ts, unpaused = self._t(now), (
             "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)")
         if self._exec(
@@ -143,13 +177,68 @@ class SQLCapacity(SQLDialect):
             conn,
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
             "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
-            f"name = ? AND state = 'waiting' AND holder <> ?) AND {unpaused} "
+            "name = ? AND state = 'waiting' AND holder <> ? ORDER BY queued_at DESC, holder "
+            f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
             "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
             "workflow_capacity.state = 'waiting' RETURNING 1",
             (name, holder, run_id, ts, name, holder, name, ts),
         ).fetchone() is not None:
             return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
         return None
+
+    def _hand_over(self, conn: Any, name: str, holders: Collection[str], owner: str, now: int,
+                   lease_ms: int) -> tuple[int, list[tuple[str, RunRecord]]]:  # fmt: skip
+        """Free `holders`' slots and give each to the next run in the queue, leased to `owner`
+        in this transaction (its slot held by `owner`, its `waiting_for` cleared), without the
+        limit's lock: a slot passes from one run to the next, so the count of taken slots
+        never changes (no grant under the lock can see a slot free that is not). The heads are
+        read from the queue's index, skipping those another hand-over is taking (PostgreSQL
+        `SKIP LOCKED`); a head whose run is leased elsewhere, has ended, or a paused limit,
+        gets none here. Returns the slots left free and the (holder, run) handed over."""
+        ts = self._t(now)
+        marks = ",".join("?" * len(holders))
+        freed = sum(1 for (state,) in self._exec(
+            conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN ({marks}) "
+            "RETURNING state", (name, *holders)).fetchall() if state != "waiting")  # fmt: skip
+        if not freed:
+            return 0, []
+        heads = self._exec(
+            conn,
+            f"SELECT holder, run_id{self._TEXT_ID} FROM workflow_capacity WHERE name = ? AND "
+            "state = 'waiting' AND NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND "
+            f"paused_until > ?) ORDER BY queued_at, holder LIMIT ?{self._SKIP_LOCKED}",
+            (name, name, ts, freed),
+        ).fetchall()
+        if not heads:
+            return freed, []
+        place_of = {str(r): str(h) for h, r in heads}
+        expires = self._t(now + lease_ms)
+        rows = self._exec(
+            conn,
+            "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
+            "claim_count = claim_count + 1, waiting_for = NULL WHERE id IN "
+            f"({','.join('?' * len(heads))}) AND status = 'active' AND (lease_owner IS NULL OR "
+            f"lease_expires_at <= ?) RETURNING {self.RUN_COLUMNS}",
+            (owner, expires, expires, *[self._id(r) for r in place_of], ts),
+        ).fetchall()
+        handed = [(place_of[run.id], run) for run in map(self._run, rows)]
+        if handed:
+            self._exec(conn, "UPDATE workflow_capacity SET state = 'held', owner = ?, "
+                       f"expires_at = NULL WHERE name = ? AND holder IN "
+                       f"({','.join('?' * len(handed))})",
+                       (owner, name, *[h for h, _ in handed]))  # fmt: skip
+        return freed - len(handed), handed
+
+    def _handovers(self, handed: list[tuple[str, RunRecord]], owner: str,
+                   now: int) -> list[Handover]:  # fmt: skip
+        """The handed runs with their pending work (read under the lease just taken); a row
+        that does not parse is failed at once, as a claim fails it."""
+        for _, run in handed:
+            if run.problem is not None:
+                self.fail_run(run.id, owner, run.problem, now)
+        handed = [(h, run) for h, run in handed if run.problem is None]
+        work = self.pending_work([run.id for _, run in handed]) if handed else {}
+        return [Handover(h, run, work[run.id]) for h, run in handed]
 
     def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
         """Lock the limit's row (creating it), returning its pause and its rate window."""
@@ -194,16 +283,18 @@ class SQLCapacity(SQLDialect):
         granted = holder is not None and (holder in heads or len(heads) < free)
         others = {h: r for h, r in heads.items() if h != holder}
         if others:
-            marks = ",".join("?" * len(others))
-            self._exec(conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? "
-                       f"WHERE name = ? AND holder IN ({marks})",
-                       (self._t(now + lease_ms), name, *others))  # fmt: skip
-            # a reserved slot is capacity standing idle: its run is claimed before any other
-            # (as if due long ago, at the top priority)
-            first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
-            self._exec(conn, f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({marks}) "
-                       "AND lease_owner IS NULL AND status = 'active'",
-                       (first, *others.values()))  # fmt: skip
+            # (still waiting: a hand-over may have taken one since it was read)
+            reserved = [str(h) for (h,) in self._exec(
+                conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? WHERE "
+                f"name = ? AND holder IN ({','.join('?' * len(others))}) AND state = 'waiting' "
+                "RETURNING holder", (self._t(now + lease_ms), name, *others)).fetchall()]
+            if reserved:
+                # a reserved slot is capacity standing idle: its run is claimed before any
+                # other (as if due long ago, at the top priority)
+                first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
+                self._exec(conn, "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
+                           f"({','.join('?' * len(reserved))}) AND lease_owner IS NULL AND "
+                           "status = 'active'", (first, *[others[h] for h in reserved]))
         return granted
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
