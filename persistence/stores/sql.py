@@ -572,13 +572,17 @@ class SQLRuns(SQLDialect):
     def release(self, run_id: str, owner: str, wake_at: int | None, *,
                 attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease without stepping."""
+        # no next wake: plain NULL (PostgreSQL types a CASE of NULLs as text, not timestamptz)
+        wake, wake_params = ("CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM "
+                             "workflow_effects e WHERE e.run_id = workflow_runs.id AND "
+                             "e.status = 'pending') THEN ? END", (self._t(wake_at),)) \
+            if wake_at is not None else ("NULL", ())  # fmt: skip
         return bool(self._write_one(
             "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
-            "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects "
-            "e WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN ? END, "
-            "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error)"
+            f"wake_at = {wake}, attempt_count = coalesce(?, attempt_count), "
+            "last_error = coalesce(?, last_error)"
             " WHERE id = ? AND lease_owner = ? RETURNING 1",
-            (self._t(wake_at), attempt_count, last_error, self._id(run_id), owner),
+            (*wake_params, attempt_count, last_error, self._id(run_id), owner),
         ))  # fmt: skip
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
