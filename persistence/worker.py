@@ -187,7 +187,6 @@ class Worker:
                     orphans -= set(named)
                 full = False
                 if claim:
-                    claimed_at = time.monotonic()
                     claimed, work = self._claim(owner, self.batch)
                     ids = {run.id for run in claimed}
                     self._hold(owner, ids, True)
@@ -198,6 +197,7 @@ class Worker:
                         self._hold(owner, ids, False)
                     orphans -= ids
                     full = len(claimed) >= self.batch
+                    claimed_at = time.monotonic()  # the poll interval counts from here
                 backoff = 0.0
                 # A short claim took all that was due then; what came since woke us (`seen`
                 # is older than the claim), so claim again at once only after a full one.
