@@ -319,7 +319,7 @@ class RunDriver:
         if isinstance(done, Grant):
             self._waiting(x.run, done)
             return None
-        if x.unleased and not isinstance(done, list | Grant):
+        if isinstance(done, Exception) and x.unleased:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
         if isinstance(done, Exception):

@@ -234,3 +234,23 @@ def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
         assert driver.drive_unleased(store.read_work([run_id]), lambda: False) == (0, True)
     assert runtime.get(held).state == "waiting" and runtime.get(held).lease_owner == "holder"
     assert runtime.get(pending).version == 1
+
+
+def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_read(
+    store: Store,
+) -> None:
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [approval], clock=clock)
+    bad = runtime.start("approval")
+    version = store.claim_runs("tamper", clock.now() + 86_400_000, 1000, 1)[0].version
+    broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
+    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
+                                 state="?", snapshot=broken, status="active"), clock.now())
+    runtime.send(bad, "APPROVE")
+    driver = RunDriver(runtime, "w", 30_000)
+    assert driver.drive_unleased(store.read_work([bad]), lambda: False) == (0, True)
+    assert runtime.get(bad).status == "active"  # untouched: not leased, not ours to fail
+    Worker(runtime).run_until_idle()  # the claim that follows fails it, under its lease
+    failed = runtime.get(bad)
+    assert failed.status == "error" and "snapshot does not restore" in (failed.last_error or "")
+    assert failed.snapshot == broken and len(store.dead_letters(bad)) == 1
