@@ -245,7 +245,11 @@ WHY_SHORT: dict[str, str] = {
   phase): a sent event names its run in its wake-up, so the worker reads the run by id
   without a lease and commits the step checked by version and by no lease held (issue 20c):
   the claim, 1.4-1.6 ms of a 3.8-4.0 ms step at load 4.6-4.8, is gone (the same profile, the
-  code before and after run in turn: p50 3.84 and 4.02 ms before, 1.97 and 2.39 ms after).
+  code before and after run in turn: p50 3.84 and 4.02 ms before, 1.97 and 2.39 ms after;
+  at load 5 with another process fsyncing, 8.95 and 6.18 ms before, 5.75 and 5.77 after).
+  Per step the claim's write transaction (row lock, an update of the row) became a read:
+  the transactions `pg_stat_database` counts stay four (the `send`, the claim or the read,
+  the commit, the listener's read of the NOTIFY), the writing ones go from three to two.
   What is left is the `send`'s statement and commit (0.6-0.7 ms there), the read (0.5-0.6 ms:
   the run row with its pending effects and inbox as JSON, decoded in Python) and the step's
   commit (0.7-0.8 ms: a statement writing the run row, a non-HOT update of its fourteen
