@@ -345,8 +345,9 @@ class RunDriver:
         than an outage (a value it cannot hold), commit step by step so that only the
         offending runs fail."""
         store, now = self.runtime.store, self.runtime.clock.now()
+        cancelled: list[str] = []  # descendants the steps cancelled, counted as finished
         try:
-            versions = store.commit_steps([c for _, _, c in staged], now)
+            versions = store.commit_steps([c for _, _, c in staged], now, cancelled=cancelled)
         except StoreUnavailableError:
             raise
         except Exception:
@@ -355,6 +356,7 @@ class RunDriver:
             else:
                 versions = [self._commit_alone(*one) for one in staged]
         else:
+            self.telemetry.runs_cancelled(cancelled)
             for (x, _, _), version in zip(staged, versions, strict=True):
                 if version is None:
                     self._lost(x)
@@ -362,8 +364,9 @@ class RunDriver:
 
     def _commit_alone(self, x: _Leased, step: _Step, commit: StepCommit) -> int | None:
         store, now = self.runtime.store, self.runtime.clock.now()
+        cancelled: list[str] = []
         try:
-            (version,) = store.commit_steps([commit], now)
+            (version,) = store.commit_steps([commit], now, cancelled=cancelled)
         except StoreUnavailableError:
             raise
         except ConflictError:  # another writer won (a duplicate record): not this run's fault
@@ -376,6 +379,7 @@ class RunDriver:
             self._fail(x, f"the store refused its step: {exc}", None, step.outcomes,
                        poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None)
             return None
+        self.telemetry.runs_cancelled(cancelled)
         if version is None:
             self._lost(x)
         return version
@@ -421,9 +425,12 @@ class RunDriver:
         now = self.runtime.clock.now()
         state = state_text(x.snapshot)
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
+        cancelled: list[str] = []
         if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
-                                       start_runs=starts, attempt_count=attempt_count):  # fmt: skip
+                                       start_runs=starts, attempt_count=attempt_count,
+                                       cancelled=cancelled):  # fmt: skip
             self._failed(x.run, state, reason, poisoned)
+            self.telemetry.runs_cancelled(cancelled)
 
     def _back_off(self, x: _Leased, transient: Executed) -> None:
         """A transient failure: nothing of the step is committed; the run is released, due
@@ -626,7 +633,10 @@ class RunDriver:
         is (never rewritten: it is the evidence)."""
         reason = storable_text(f"snapshot does not restore: {exc}")
         starts = self._error_runs(run, run.status, "error", run.state, reason, now)
-        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts):
+        cancelled: list[str] = []
+        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts,
+                                           cancelled=cancelled):  # fmt: skip
             return 0
         self._failed(run, run.state, reason, None)
+        self.telemetry.runs_cancelled(cancelled)
         return 1

@@ -306,7 +306,7 @@ class Runtime:
                 workflow_version=machine.fingerprint, key=child_key(parent_id, parent_key, start),
                 state=columns.state, snapshot=machine.persist(snapshot), status=columns.status,
                 wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
-                parent_invoke_id=start.id,
+                parent_invoke_id=start.id, system_id=start.system_id or None,
                 deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
             )  # fmt: skip
             rows.append((child, outbox))
@@ -523,12 +523,14 @@ class Runtime:
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:
         """Cancel the run: "cancelled" (done), "requested" (the worker holding it will cancel it
-        at its next step) or "finished" (it had already ended). A run cancelled here is
-        counted in the runs-finished metric (a requested one by the step that cancels it)."""
+        at its next step) or "finished" (it had already ended). Its active child runs are
+        cancelled with it, recursively. Each run cancelled here, the run and its descendants,
+        is counted in the runs-finished metric (a requested one by the step that cancels it)."""
+        cancelled: builtins.list[str] = []
         outcome = self.store.cancel_run(run_id, self.clock.now(),
-                                        None if reason is None else storable_text(reason))
-        if outcome == "cancelled":
-            self.telemetry.run_finished(self.store.get_run(run_id).workflow_name, "cancelled")
+                                        None if reason is None else storable_text(reason),
+                                        cancelled=cancelled)  # fmt: skip
+        self.telemetry.runs_cancelled(cancelled)
         return outcome
 
     def resume(self, run_id: str) -> RunRecord:

@@ -37,6 +37,7 @@ from .errors import (
     SnapshotError,
     SnapshotVersionError,
     StatechartError,
+    SystemIdTakenError,
 )
 from .frozen import FrozenDict, FrozenList, freeze, thaw
 from .guards import and_, not_, or_, state_in
@@ -71,6 +72,7 @@ __all__ = [
     "StateNodeConfig",
     "StatechartError",
     "SystemClock",
+    "SystemIdTakenError",
     "Timer",
     "TransitionConfig",
     "and_",

@@ -20,7 +20,13 @@ from typing import Any
 
 from . import effects as fx
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
-from .errors import ActorStoppedError, ContextError, ImplementationError, StatechartError
+from .errors import (
+    ActorStoppedError,
+    ContextError,
+    ImplementationError,
+    StatechartError,
+    SystemIdTakenError,
+)
 from .events import (
     EventLike,
     done_actor_event_type,
@@ -61,7 +67,8 @@ class Subscription:
 
 
 class ActorSystem:
-    """The actors of one tree, by ``systemId``."""
+    """The actors of one tree, by ``systemId``: any actor of the tree reaches any of them by
+    that name (XState's ``system.get``), and a name is held by one actor at a time."""
 
     def __init__(self) -> None:
         self.actors: dict[str, Any] = {}
@@ -69,6 +76,19 @@ class ActorSystem:
     def get(self, system_id: str) -> Any:
         """The actor registered as ``system_id``, or None."""
         return self.actors.get(system_id)
+
+    def register(self, system_id: str, actor: Any) -> None:
+        """Register ``actor`` as ``system_id``; ``SystemIdTakenError`` naming both actors if
+        another one holds it (as XState refuses a second actor with one system ID)."""
+        holder = self.actors.get(system_id)
+        if holder is not None and holder is not actor:
+            raise SystemIdTakenError(system_id, f"actor {holder.id!r}", f"actor {actor.id!r}")
+        self.actors[system_id] = actor
+
+    def unregister(self, system_id: str | None, actor: Any) -> None:
+        """Free ``system_id`` if ``actor`` holds it (it stopped)."""
+        if system_id and self.actors.get(system_id) is actor:
+            del self.actors[system_id]
 
 
 class Actor:
@@ -120,7 +140,7 @@ class Actor:
                 return self
             self._status = "running"
             if self.system_id:
-                self.system.actors[self.system_id] = self
+                self.system.register(self.system_id, self)
             self._report("@xstate.actor")
             # events that children send while the initial effects run wait in the mailbox
             self._processing = True
@@ -168,11 +188,10 @@ class Actor:
             self.clock.cancel(handle)
         self._timers.clear()
         for child in list(self._children.values()):
-            child.stop()
+            self._stop_child(child)
         self._children.clear()
         self._mailbox.clear()
-        if self.system_id and self.system.actors.get(self.system_id) is self:
-            del self.system.actors[self.system_id]
+        self.system.unregister(self.system_id, self)
         self._report("@xstate.stopped")
         for _, _, complete in list(self._observers):
             if complete is not None:
@@ -352,7 +371,7 @@ class Actor:
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
-                child.stop()
+                self._stop_child(child)
         elif isinstance(effect, fx.SendTo):
             self._send_to(effect.target, effect.event)
         elif isinstance(effect, fx.SendParent):
@@ -407,10 +426,19 @@ class Actor:
             raise ImplementationError(f"actor {src!r}", TypeError(
                 f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
                 "from_callback)"))
-        self._children[child_id] = child
         if system_id:
-            self.system.actors[system_id] = child
+            try:
+                self.system.register(system_id, child)
+            except SystemIdTakenError as exc:
+                raise ImplementationError(f"actor {src!r}", exc) from exc
+            child.system_id = system_id
+        self._children[child_id] = child
         child.start()
+
+    def _stop_child(self, child: Any) -> None:
+        """Stop ``child`` and free its systemId (a machine child frees its own)."""
+        child.stop()
+        self.system.unregister(getattr(child, "system_id", None), child)
 
     def _wants_snapshots(self, invoked_by: str | None, child_id: str) -> bool:
         """An invoked child reports its snapshots when the machine handles them (its invoke
@@ -587,6 +615,7 @@ class FunctionChild:
         self.input = input
         self.running = False
         self.stopped = False
+        self.system_id: str | None = None
 
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
@@ -635,6 +664,7 @@ class CallbackChild:
         self.handlers: list[Callable[[Any], None]] = []
         self.cleanup: Callable[[], Any] | None = None
         self.stopped = False
+        self.system_id: str | None = None
 
     def start(self) -> None:
         """Call the callback function; keep its cleanup."""

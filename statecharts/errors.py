@@ -62,3 +62,13 @@ class InfiniteLoopError(StatechartError, RuntimeError):
 
 class ActorStoppedError(StatechartError, RuntimeError):
     """An event was sent to an actor that has stopped."""
+
+
+class SystemIdTakenError(StatechartError, ValueError):
+    """A ``systemId`` is already registered in the actor tree (XState: "Actor with system ID
+    ... already exists"); names the holder and the actor that could not register it."""
+
+    def __init__(self, system_id: str, holder: str, newcomer: str) -> None:
+        self.system_id = system_id
+        super().__init__(f"systemId {system_id!r} is already registered in this actor tree by "
+                         f"{holder}; {newcomer} cannot register it too")

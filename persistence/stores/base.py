@@ -120,11 +120,12 @@ class RunRecord:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """An event a step sends to a related run, queued in that run's inbox in the step's
-    transaction: to the committing run's active child run `child` (its invoke id or
-    systemId), or to the run `parent` (the committing run's parent). With `completes`, the
-    event reports the committing run's end to its parent and is dropped if the parent has
-    stopped it. An event for no active child is a dead letter of the sender; one for a parent
-    that has ended, a dead letter of the parent."""
+    transaction: to `child`, the committing run's active child run of that invoke id or
+    else the active child run registered as that systemId anywhere in its run tree (the
+    root run and all its descendants), or to the run `parent` (the committing run's
+    parent). With `completes`, the event reports the committing run's end to its parent and
+    is dropped if the parent has stopped it. An event for no such active run is a dead letter
+    of the sender; one for a parent that has ended, a dead letter of the parent."""
 
     event: JSONDict
     child: str | None = None
@@ -156,6 +157,9 @@ class NewRun:
     """Events its first step sends (to the children started with it, or its parent), queued
     once every run created with it exists."""
     priority: int = 0
+    system_id: str | None = None
+    """A child run's `systemId` (its key), registered in its whole run tree: refused with
+    `SystemIdTakenError` when an active child run of the tree already holds it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,9 +599,12 @@ class RunStore(Protocol):
         """The active run of `workflow_name` with idempotency key `key`, if any."""
         ...
 
-    def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
+    def cancel_run(self, run_id: str, now: int, reason: str | None = None, *,
+                   cancelled: list[str] | None = None) -> str:  # fmt: skip
         """Cancel a run: `"cancelled"` if done now, `"requested"` if a worker holds its lease (a
-        cancel event is queued for it), `"finished"` if the run had already ended."""
+        cancel event is queued for it), `"finished"` if the run had already ended. Its active
+        child runs are cancelled with it, recursively. `cancelled` (see `commit_steps`) gets
+        the run's workflow name too when this call cancelled it."""
         ...
 
     def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
@@ -645,12 +652,13 @@ class RunStore(Protocol):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
         (its error workflow), in one transaction; `attempt_count`, when given, is shown on the row
-        (the call made that many attempts). False if `owner` no longer held it."""
+        (the call made that many attempts). Its active child runs are cancelled (`cancelled`:
+        see `commit_steps`). False if `owner` no longer held it."""
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
@@ -672,10 +680,16 @@ class RunStore(Protocol):
         """Write one step atomically (see `StepCommit`); return the run's new version."""
         ...
 
-    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
+                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write the steps of several runs in one transaction (one commit to disk), each under
         its own lease and version check: per commit, the run's new version, or None where that
-        step was not written (nothing of it is; the others are). One commit per run."""
+        step was not written (nothing of it is; the others are). One commit per run.
+
+        `cancelled`, when given, receives the workflow name of each run the written steps
+        cancelled as descendants (`stop_children`, recursively; not a run whose lease holder
+        was asked instead, which its own step ends), once the transaction has committed: what
+        the caller counts as finished."""
         ...
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:

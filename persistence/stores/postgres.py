@@ -118,6 +118,9 @@ class PostgresStore(SQLStore):
     dialect = "postgres"
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
+    _AS_ID = "CAST({} AS uuid)"
+    _LOCK_TREE = ("SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up "
+                  "WHERE parent IS NULL")  # fmt: skip
     _JSON_VERSION = "snapshot->>'version'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
@@ -400,7 +403,8 @@ class PostgresStore(SQLStore):
         inbox_id, event, created, traceparent = item
         return InboxEvent(inbox_id, run_id, event, created, traceparent)
 
-    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
+                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write several runs' steps in one statement (one round trip, one commit): each row is
         written only under its lease and version, and its outbox, inbox and journal rows only
         with it, so a step that lost its run writes nothing (None) and the others are kept."""
@@ -416,6 +420,7 @@ class PostgresStore(SQLStore):
                    "dead": params["dead"].obj}  # fmt: skip
         sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
         starts = [c for c in commits if c.start_runs or c.stop_children or c.deliveries]
+        ended: list[str] = []
         with self._conn() as conn:
             if not starts:  # the hot path: one statement, autocommit
                 written = dict(conn.execute(sql, params).fetchall())
@@ -426,7 +431,9 @@ class PostgresStore(SQLStore):
                         if _uuid(commit.run_id) in written:
                             for run, _ in commit.start_runs:
                                 check_status(run.status)
-                            self._step_extras_in(conn, commit, now)
+                            self._step_extras_in(conn, commit, now, ended)
+        if cancelled is not None:
+            cancelled.extend(ended)
         return [written.get(run_id) for run_id in ids]
 
 

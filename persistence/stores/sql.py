@@ -67,6 +67,7 @@ from persistence.stores.base import (
 )
 from persistence.stores.capacity import SQLCapacity
 from persistence.wakeup import Wakeup, shared_wakeup
+from statecharts.errors import SystemIdTakenError
 
 RUN_NAMES = (
     "id, workflow_name, workflow_version, key, state, snapshot, status, attempt_count, "
@@ -89,6 +90,20 @@ ACTIVE_KEY_CONFLICT = ("ON CONFLICT (workflow_name, key) WHERE status = 'active'
                        "NULL AND parent_run_id IS NULL")
 """The conflict target of an idempotent start: the unique index of active top-level keys
 (child runs are named under their parent and started once by the step that starts them)."""
+_RUN_TREE = (
+    "WITH RECURSIVE up (id, parent) AS (SELECT id, parent_run_id FROM workflow_runs WHERE id = ?"
+    " UNION SELECT r.id, r.parent_run_id FROM workflow_runs r JOIN up ON r.id = {parent_id}), "
+    "tree (id, key, parent, invoke, workflow) AS (SELECT id, key, parent_run_id, "
+    "parent_invoke_id, workflow_name FROM workflow_runs WHERE id IN (SELECT id FROM up WHERE "
+    "parent IS NULL) UNION SELECT r.id, r.key, r.parent_run_id, r.parent_invoke_id, "
+    "r.workflow_name FROM workflow_runs r JOIN tree ON r.parent_run_id = tree.id{t} "
+    "WHERE r.status = 'active') "
+)
+"""The run tree of the run `?`: its root (found up the parent links) and the root's active
+descendants (down the child index), as `tree`. `UNION` ends the walk on a cycle a bad row might
+make. A child run in it holds a systemId when it is still its parent's child (`invoke`) and its
+key is that systemId (`SYSTEM_ID_HOLDER`)."""
+SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
 
 
@@ -112,6 +127,13 @@ class SQLDialect:
     _STATUS_GROUP = "status"
     """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
     the state index)."""
+    _AS_ID = "{}"
+    """SQL of a text expression (a `parent_run_id`) as a run id, so that the id index serves
+    the comparison (PostgreSQL: a cast to `uuid`)."""
+    _LOCK_TREE = ""
+    """A statement after `_RUN_TREE` that serializes systemId registrations in one run tree
+    until the transaction ends (PostgreSQL: an advisory lock on the root's id; SQLite's write
+    lock already serializes every writer)."""
 
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
@@ -132,6 +154,10 @@ class SQLDialect:
         super().__init_subclass__(**kwargs)
         cls.RUN_COLUMNS = RUN_NAMES.replace("id,", f"id{cls._TEXT_ID},", 1)
         cls.EFFECT_COLUMNS = EFFECT_NAMES.replace("run_id", f"run_id{cls._TEXT_ID}")
+
+    def _run_tree(self) -> str:
+        """`_RUN_TREE` in this dialect."""
+        return _RUN_TREE.format(parent_id=self._AS_ID.format("up.parent"), t=self._TEXT_ID)
 
     def wakeup(self) -> Wakeup:
         """The signal idle workers of this database wait on (`persistence.wakeup`)."""
@@ -205,25 +231,50 @@ class SQLDialect:
         """Create `runs` (after `created`, already inserted), then queue the events the first
         steps of all of them send, now that every one of them exists."""
         for run, run_effects in runs:
+            if run.system_id and run.parent_run_id is not None:
+                self._check_system_id_free(conn, run)
             self._create_in(conn, run, run_effects, now)
         for run, _ in [*created, *runs]:
             for delivery in run.deliveries:
                 self._deliver_in(conn, self._id(run.id), delivery, now)
 
+    def _check_system_id_free(self, conn: Any, run: NewRun) -> None:
+        """`SystemIdTakenError` naming both runs when an active child run of the tree `run`
+        joins (its parent's) holds `run.system_id`; checked under `_LOCK_TREE`, so two
+        transactions cannot both register one systemId in one tree."""
+        assert run.parent_run_id is not None and run.system_id is not None
+        if self._LOCK_TREE:
+            self._exec(conn, self._run_tree() + self._LOCK_TREE, (self._id(run.parent_run_id),))
+        held = self._exec(
+            conn,
+            f"{self._run_tree()}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
+            f"WHERE {SYSTEM_ID_HOLDER} LIMIT 1",
+            (self._id(run.parent_run_id), run.system_id),
+        ).fetchall()
+        if held:
+            holder, workflow, parent, invoke = held[0]
+            raise SystemIdTakenError(
+                run.system_id, f"child run {holder} ({workflow}, child {invoke!r} of run "
+                f"{parent})", f"child {run.parent_invoke_id!r} ({run.workflow_name}) of run "
+                f"{run.parent_run_id}")  # fmt: skip
+
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
         ts, event = self._t(now), self._j(delivery.event)
         if delivery.child is not None:
+            target = delivery.child  # its own child's invoke id first, then a systemId
             queued = self._exec(
                 conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
-                "workflow_runs WHERE parent_run_id = ? AND (parent_invoke_id = ? OR key = ?) "
-                "AND status = 'active' RETURNING id",  # key: the invoke's systemId, if named
-                (event, ts, run_id, delivery.child, delivery.child),
+                f"{self._run_tree()}INSERT INTO workflow_inbox (run_id, event, created_at) "
+                f"SELECT id, ?, ? FROM tree WHERE (parent = ? AND invoke = ?) OR "
+                f"({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND invoke = ? THEN 0 "
+                "ELSE 1 END LIMIT 1 RETURNING id",
+                (run_id, event, ts, run_id, target, target, run_id, target),
             ).fetchall()
             if not queued:
-                self._undeliverable_in(conn, run_id, delivery,
-                                       f"no active child run {delivery.child!r}", now)
+                self._undeliverable_in(conn, run_id, delivery, f"no active child run {target!r}"
+                                       " (its own by invoke id, or by systemId in its run tree)",
+                                       now)  # fmt: skip
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
@@ -355,16 +406,22 @@ class SQLRuns(SQLDialect):
         )
         return self._run(rows[0]) if rows else None
 
-    def cancel_run(self, run_id: str, now: int, reason: str | None = None) -> str:
+    def cancel_run(self, run_id: str, now: int, reason: str | None = None, *,
+                   cancelled: list[str] | None = None) -> str:  # fmt: skip
         """Cancel directly if no live lease, else queue a cancel event for the holder; its
         active child runs are cancelled with it (recursively)."""
+        ended: list[str] = []
         with self._write() as conn:
-            return self._cancel_in(conn, run_id, now, reason)
+            outcome = self._cancel_in(conn, run_id, now, reason, ended)
+        if cancelled is not None:
+            cancelled.extend(ended)
+        return outcome
 
     def _cancel_in(self, conn: Any, run_id: str, now: int, reason: str | None,
-                   by_parent: bool = False) -> str:  # fmt: skip
-        """`cancel_run` in the open transaction. A run its parent stops (`by_parent`) is
-        detached from the invoke first, so it reports its end to no one."""
+                   cancelled: list[str], by_parent: bool = False) -> str:  # fmt: skip
+        """`cancel_run` in the open transaction; the workflow name of each run it cancels (not
+        those whose holder it asks) is appended to `cancelled`. A run its parent stops
+        (`by_parent`) is detached from the invoke first, so it reports its end to no one."""
         rid, ts = self._id(run_id), self._t(now)
         if by_parent:
             self._exec(conn, "UPDATE workflow_runs SET parent_invoke_id = NULL WHERE id = ?",
@@ -372,12 +429,12 @@ class SQLRuns(SQLDialect):
         rows = self._exec(
             conn,
             "SELECT status, lease_owner, lease_expires_at, state, version, parent_run_id, "
-            f"parent_invoke_id FROM workflow_runs WHERE id = ?{self._FOR_UPDATE}",
+            f"parent_invoke_id, workflow_name FROM workflow_runs WHERE id = ?{self._FOR_UPDATE}",
             (rid,),
         ).fetchall()
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
-        status, owner, expires, state, version, parent, invoke = rows[0]
+        status, owner, expires, state, version, parent, invoke, workflow = rows[0]
         if status != ACTIVE:
             return "finished"
         if owner is not None and expires is not None and self._ms(expires) > now:
@@ -399,21 +456,23 @@ class SQLRuns(SQLDialect):
         )
         self._dead_letter(conn, rid, "cancelled", ts)
         self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
+        cancelled.append(str(workflow))
         self._ended_in(conn, rid, parent, invoke, now,
-                       child_ended_event(invoke or "", "cancelled", reason=reason))
+                       child_ended_event(invoke or "", "cancelled", reason=reason), cancelled)
         return "cancelled"
 
     def _ended_in(self, conn: Any, run_id: str, parent: str | None, invoke: str | None,
-                  now: int, event: Mapping[str, Any]) -> None:  # fmt: skip
+                  now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
         """What a run's end does to related runs, in its transaction: its active children are
-        cancelled (recursively) and its parent, if it still waits for it, gets `event`."""
-        self._stop_children_in(conn, run_id, None, now)
+        cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
+        if it still waits for it, gets `event`."""
+        self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
             self._deliver_in(conn, run_id, Delivery(dict(event), parent=parent, completes=True),
                              now)  # fmt: skip
 
     def _stop_children_in(self, conn: Any, run_id: str, invoke_ids: Sequence[str] | None,
-                          now: int) -> None:  # fmt: skip
+                          now: int, cancelled: list[str]) -> None:  # fmt: skip
         """Cancel the active child runs of `run_id` (only those of `invoke_ids` if given)."""
         sql = "SELECT id FROM workflow_runs WHERE parent_run_id = ? AND status = 'active'"
         params: tuple[Any, ...] = (run_id,)
@@ -424,14 +483,15 @@ class SQLRuns(SQLDialect):
             params += tuple(invoke_ids)
         for (child,) in self._exec(conn, sql, params).fetchall():
             self._cancel_in(conn, str(child), now, f"stopped by its parent run {run_id}",
-                            by_parent=True)  # fmt: skip
+                            cancelled, by_parent=True)  # fmt: skip
 
-    def _step_extras_in(self, conn: Any, commit: StepCommit, now: int) -> None:
+    def _step_extras_in(self, conn: Any, commit: StepCommit, now: int,
+                        cancelled: list[str]) -> None:  # fmt: skip
         """What a committed step does to other runs, in its transaction, in this order: the
-        child runs it stops are cancelled (recursively), the runs it starts created, its
-        deliveries queued."""
+        child runs it stops are cancelled (recursively, into `cancelled`), the runs it starts
+        created, its deliveries queued."""
         rid = self._id(commit.run_id)
-        self._stop_children_in(conn, rid, commit.stop_children, now)
+        self._stop_children_in(conn, rid, commit.stop_children, now, cancelled)
         self._create_all_in(conn, (), commit.start_runs, now)
         for delivery in commit.deliveries:
             self._deliver_in(conn, rid, delivery, now)
@@ -589,16 +649,20 @@ class SQLRuns(SQLDialect):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
+        ended: list[str] = []
         with self._write() as conn:
-            return self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
-                                 attempt_count)
+            failed = self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
+                                   attempt_count, ended)  # fmt: skip
+        if cancelled is not None:
+            cancelled.extend(ended)
+        return failed
 
     def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                 attempt_count: int | None = None) -> bool:  # fmt: skip
+                 attempt_count: int | None, cancelled: list[str]) -> bool:  # fmt: skip
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
@@ -624,7 +688,7 @@ class SQLRuns(SQLDialect):
                           str(state), ts)  # fmt: skip
         self._create_all_in(conn, (), start_runs, now)
         self._ended_in(conn, rid, parent, invoke, now,
-                       child_ended_event(invoke or "", "error", reason=reason))
+                       child_ended_event(invoke or "", "error", reason=reason), cancelled)
         return True
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
@@ -693,27 +757,34 @@ class SQLRuns(SQLDialect):
         """Write one step atomically; `ConflictError` if the lease or version moved."""
         return only_version(self.commit_steps([commit], now), commit)
 
-    def commit_steps(self, commits: Sequence[StepCommit], now: int) -> list[int | None]:
+    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
+                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write several runs' steps in one transaction; each under a savepoint, so a step
         whose lease or version moved writes nothing (None) and the others are kept."""
         check_distinct_runs(commits)
         for commit in commits:
             check_status(commit.status)
         versions: list[int | None] = []
+        ended: list[str] = []
         refused: tuple[type[Exception], ...] = (ConflictError, *self._INTEGRITY_ERRORS)
         with self._write() as conn:
             for commit in commits:
                 self._exec(conn, "SAVEPOINT step")
+                stopped: list[str] = []
                 try:
-                    versions.append(self._commit_in(conn, commit, now))
+                    versions.append(self._commit_in(conn, commit, now, stopped))
+                    ended += stopped
                 except refused:
                     self._exec(conn, "ROLLBACK TO SAVEPOINT step")
                     versions.append(None)
                 self._exec(conn, "RELEASE SAVEPOINT step")
+        if cancelled is not None:
+            cancelled.extend(ended)
         return versions
 
-    def _commit_in(self, conn: Any, commit: StepCommit, now: int) -> int:
-        """Write `commit` in the open transaction; `ConflictError` if it must not be."""
+    def _commit_in(self, conn: Any, commit: StepCommit, now: int, cancelled: list[str]) -> int:
+        """Write `commit` in the open transaction (the child runs it cancels into
+        `cancelled`); `ConflictError` if it must not be."""
         completed_at, failed_at = completion_times(commit.status, now)
         new_version = commit.expected_version + 1
         rid, ts = self._id(commit.run_id), self._t(now)
@@ -763,7 +834,7 @@ class SQLRuns(SQLDialect):
                        (rid, *commit.consumed_inbox))  # fmt: skip
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
-        self._step_extras_in(conn, commit, now)
+        self._step_extras_in(conn, commit, now, cancelled)
         self._many(
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "

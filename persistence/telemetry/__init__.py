@@ -11,7 +11,7 @@ but the log lines off.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -94,10 +94,13 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.add(metrics.RUNS_STARTED, 1, (workflow,))
 
-    def run_finished(self, workflow: str, status: str) -> None:
-        """Count a run that ended in `status` outside a worker's step (e.g. cancelled)."""
+    def runs_cancelled(self, workflows: Iterable[str]) -> None:
+        """Count runs the store cancelled outside their own step (a cancel with no lease held,
+        and the descendants cancelled with a run that was cancelled, stopped them or ended),
+        one per workflow name in `workflows`, with the labels a cancelled step gets."""
         if self.metrics is not None:
-            self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, status))
+            for workflow in workflows:
+                self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, "cancelled"))
 
     @contextmanager
     def sending(self, run_id: str, event_type: str,

@@ -649,16 +649,86 @@ def test_on_snapshot_of_a_child_machine_is_refused_when_the_runtime_is_built(
         Runtime(store, [watcher])
 
 
+def _finished(prometheus: PrometheusMetrics) -> dict[tuple[str, str], float]:
+    """`statecharts_runs_finished_total` as scraped: {(workflow, outcome): count}."""
+    found = {}
+    for line in generate_latest(prometheus.registry).decode().splitlines():
+        hit = re.fullmatch(r'statecharts_runs_finished_total\{outcome="(\w+)",workflow="(\w+)"\}'
+                           r" (\S+)", line)  # fmt: skip
+        if hit is not None:
+            found[(hit.group(2), hit.group(1))] = float(hit.group(3))
+    return found
+
+
+def _metered(store: Store, clock: SimulatedClock, *machines: Any
+             ) -> tuple[Runtime, PrometheusMetrics]:  # fmt: skip
+    prometheus = PrometheusMetrics()
+    runtime = Runtime(store, list(machines), clock=clock,
+                      telemetry=Telemetry(metrics=[prometheus]))  # fmt: skip
+    return runtime, prometheus
+
+
 def test_cancelling_a_run_no_worker_holds_counts_it_as_finished(
     store: Store, clock: SimulatedClock
 ) -> None:
-    prometheus = PrometheusMetrics()
-    runtime = Runtime(store, [talker], clock=clock, telemetry=Telemetry(metrics=[prometheus]))
+    runtime, prometheus = _metered(store, clock, talker)
     run_id = runtime.start("talker")
     assert runtime.cancel(run_id) == "cancelled"
     assert runtime.cancel(run_id) == "finished"  # counted once
-    text = generate_latest(prometheus.registry).decode()
-    assert 'statecharts_runs_finished_total{outcome="cancelled",workflow="talker"} 1.0' in text
+    # its child run was cancelled with it: counted with the same labels as a direct cancel
+    assert _finished(prometheus) == {("talker", "cancelled"): 1, ("echo_child", "cancelled"): 1}
+
+
+def test_cancelling_the_order_counts_each_cancelled_descendant_once(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, prometheus = _metered(store, clock, order)
+    run_id = runtime.start("order", {"order_id": 13, "card": "review", "amount": 5})
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    assert _finished(prometheus) == {}
+    assert runtime.cancel(run_id, reason="customer gave up") == "cancelled"
+    worker.run_until_idle()
+    assert runtime.cancel(run_id) == "finished"
+    expected = {("order", "cancelled"): 1, ("payment", "cancelled"): 1,
+                ("fraud_check", "cancelled"): 1}  # fmt: skip
+    assert _finished(prometheus) == expected
+    assert {row.status for row in _tree(runtime, run_id).values()} == {"cancelled"}
+
+
+def test_a_leased_parent_cancelled_by_its_holder_counts_its_descendants_once(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, prometheus = _metered(store, clock, order)
+    run_id = runtime.start("order", {"order_id": 14, "card": "review", "amount": 5})
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    store.send_event(run_id, {"type": "NOTHING"}, clock.now())
+    (held,) = [r for r in store.claim_runs("holder", clock.now(), 60_000, 10) if r.id == run_id]
+    assert runtime.cancel(run_id) == "requested"
+    assert _finished(prometheus) == {}  # nothing ended yet: the holder cancels it
+    store.release(held.id, "holder", clock.now())
+    worker.run_until_idle()  # the order's cancelling step cancels payment and fraud_check
+    assert {row.status for row in _tree(runtime, run_id).values()} == {"cancelled"}
+    assert _finished(prometheus) == {("order", "cancelled"): 1, ("payment", "cancelled"): 1,
+                                     ("fraud_check", "cancelled"): 1}  # fmt: skip
+
+
+def test_child_runs_stopped_by_their_parents_step_are_counted_as_cancelled(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime, prometheus = _metered(store, clock, talker, spawner)
+    worker = Worker(runtime)
+    talking = runtime.start("talker")
+    worker.run_until_idle()
+    runtime.send(talking, "LEAVE")  # leaving the invoking state stops the child run
+    worker.run_until_idle()
+    assert _finished(prometheus) == {("echo_child", "cancelled"): 1}
+    spawning = runtime.start("spawner")
+    for event in ("SPAWN", "END"):  # the parent ends: its spawned child is cancelled
+        runtime.send(spawning, event)
+        worker.run_until_idle()
+    assert _finished(prometheus) == {("echo_child", "cancelled"): 2, ("spawner", "done"): 1}
 
 
 def test_runs_resume_on_the_command_line_refuses_the_same_child(

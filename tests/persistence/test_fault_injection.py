@@ -503,9 +503,9 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
     outages = []
     original_commit = e.store.commit_steps
 
-    def commit_steps(commits: Any, now: int) -> Any:
+    def commit_steps(commits: Any, now: int, **kwargs: Any) -> Any:
         try:
-            return original_commit(commits, now)
+            return original_commit(commits, now, **kwargs)
         except StoreUnavailableError as exc:  # pragma: no cover - the failure this rules out
             outages.append(exc)
             raise
