@@ -44,7 +44,10 @@ BENCHMARK = "durable"
 STEPS = 3
 CLIENTS = (1, 4)
 RAW_TABLE = "bench_raw_update"
-DBOS_DATABASE = "statecharts_bench_dbos"
+DATABASE_PREFIX = os.environ.get("STATECHARTS_BENCH_PREFIX", "statecharts_bench")
+"""The bench databases' names start with this (dropped and created per run): lanes sharing one
+server set their own."""
+DBOS_DATABASE = f"{DATABASE_PREFIX}_dbos"
 
 
 def bench_dsn() -> str:

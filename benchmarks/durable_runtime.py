@@ -27,11 +27,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import STEPS, DurableRow, in_threads, reset_database, with_database
+from benchmarks.durable import (
+    DATABASE_PREFIX,
+    STEPS,
+    DurableRow,
+    in_threads,
+    reset_database,
+    with_database,
+)
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"
-PG_DATABASE = "statecharts_bench_durable"
+PG_DATABASE = f"{DATABASE_PREFIX}_durable"
 STEP_NAMES = ("add_one", "double", "minus_three")
 RUNTIME = "batched worker, runs started then drained"
 WORKER = "batched worker, backlog"
@@ -149,52 +156,66 @@ def inline_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[D
 
 def _in_flight(make_url: Any, backend: str, clients: int, n: int,
                transactions: Any = None) -> list[DurableRow]:
-    """The rows with a fixed number of workflows in flight (one per client thread)."""
+    """The rows with a fixed number of workflows in flight (one per client thread).
+
+    Transactions are counted between stores that are closed: a PostgreSQL session reports
+    its counts to `pg_stat_database` in its own time (up to seconds later while it idles), and
+    at the latest when it exits, so counting around open sessions miscounts both ways."""
     from persistence import open_store
     from persistence.inline import Inline
     from persistence.runtime import Runtime
-    from persistence.worker import Worker
 
     machine = three_steps_machine()
     url = make_url()
-    rows = []
     with _runtime(open_store(url, migrate=True), Runtime, machine) as runtime:
-        inline = Inline(runtime)
-        _inline_clients(inline, clients, 20, 10**6)  # warm-up
-        before = transactions(url) if transactions else 0
-        seconds = _inline_clients(inline, clients, n, 0)
-        tx = _per_workflow(transactions, url, before, n)
-    rows.append(DurableRow(backend, clients, f"{ours_label()} {INLINE}", "workflows/s", STEPS,
-                           n, (n / seconds,), transactions=tx))
-    if clients != 1:
-        return rows
-    finished = finished_telemetry()
-    store = open_store(url)
-    try:
-        runtime = Runtime(store, machines=[machine], telemetry=finished)
-        worker = Worker(runtime, concurrency=1)
-        thread = threading.Thread(target=worker.run, name="bench-worker")
-        thread.start()
-        try:
-            for i in range(20):  # warm-up
-                finished.wait_for(runtime.start(WORKFLOW, input={"x": 10**6 + i}))
-            before = transactions(url) if transactions else 0
-            t0 = time.perf_counter()
-            ids = []
-            for i in range(n):
-                ids.append(runtime.start(WORKFLOW, input={"x": i}))
-                finished.wait_for(ids[-1])
-            seconds = time.perf_counter() - t0
-        finally:
-            worker.stop()
-            thread.join()
-        tx = _per_workflow(transactions, url, before, n)
-        check_outputs(runtime, ids, 0)
-    finally:
-        store.close()
-    rows.append(DurableRow(backend, 1, f"{ours_label()} {WOKEN}", "workflows/s", STEPS, n,
-                           (n / seconds,), "the worker in this process", transactions=tx))
+        _inline_clients(Inline(runtime), clients, 20, 10**6)  # warm-up
+    before = transactions(url) if transactions else 0
+    with _runtime(open_store(url), Runtime, machine) as runtime:
+        seconds = _inline_clients(Inline(runtime), clients, n, 0)
+    tx = _per_workflow(transactions, url, before, n)
+    rows = [DurableRow(backend, clients, f"{ours_label()} {INLINE}", "workflows/s", STEPS, n,
+                       (n / seconds,), transactions=tx)]
+    if clients == 1:
+        rows.append(_woken(url, backend, machine, n, transactions))
     return rows
+
+
+def _woken(url: str, backend: str, machine: Any, n: int, transactions: Any) -> DurableRow:
+    """A client starting runs one at a time for an idle worker (in this process) to step."""
+    from persistence import open_store
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+
+    def serve(count: int, offset: int) -> tuple[float, list[str]]:
+        finished = finished_telemetry()
+        store = open_store(url)
+        try:
+            runtime = Runtime(store, machines=[machine], telemetry=finished)
+            worker = Worker(runtime, concurrency=1)
+            thread = threading.Thread(target=worker.run, name="bench-worker")
+            thread.start()
+            try:
+                t0 = time.perf_counter()
+                ids = []
+                for i in range(count):
+                    ids.append(runtime.start(WORKFLOW, input={"x": offset + i}))
+                    finished.wait_for(ids[-1])
+                seconds = time.perf_counter() - t0
+            finally:
+                worker.stop()
+                thread.join()
+        finally:
+            store.close()
+        return seconds, ids
+
+    serve(20, 10**6)  # warm-up
+    before = transactions(url) if transactions else 0
+    seconds, ids = serve(n, 0)
+    tx = _per_workflow(transactions, url, before, n)
+    with _runtime(open_store(url), Runtime, machine) as runtime:  # after the count: reads count
+        check_outputs(runtime, ids, 0)
+    return DurableRow(backend, 1, f"{ours_label()} {WOKEN}", "workflows/s", STEPS, n,
+                      (n / seconds,), "the worker in this process", transactions=tx)
 
 
 def _per_workflow(transactions: Any, url: str, before: int, n: int) -> tuple[float, ...]:

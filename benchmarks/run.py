@@ -235,23 +235,30 @@ WHY_SHORT: dict[str, str] = {
   a HOT update), the effect outcomes, the next step's outbox row and the journal row, where the
   raw UPDATE writes one jsonb column. The batched rows show what sharing commits buys.""",
     "durable transactions per workflow": """\
-- **Transactions per workflow**: four, not three. Three would fold the start into the first
-  step, running the first step's effects before anything records the run: a crash there leaves
-  a side effect done under a key no record holds and nobody retries (DBOS, too, records its
-  workflow before its first step). The guarantee was kept over the count.""",
+- **Transactions per workflow**: four, not three, by design (the insert, one commit per step;
+  `pg_stat_database` counted between closed sessions, which report their counts when they
+  exit: counted around open ones, the figure was 3.00 one run and 3.89 another). Three would
+  fold the start into the first step, running the first step's effects before anything
+  records the run: a crash there leaves a side effect done under a key no record holds and
+  nobody retries (DBOS, too, records its workflow before its first step). The guarantee was
+  kept over the count. The idle-worker row adds the claim and the transaction in which the
+  worker's LISTENing session reads each start's NOTIFY.""",
     "durable step latency": """\
-- **Step latency with an idle worker**: the wake-up is immediate (in process; NOTIFY across
-  processes); after the `send`'s commit the step takes two round trips: the claim, which
-  returns the run's pending work in the same round trip (no fsync: a lease is not a record),
-  and the step's commit. The two fsyncs (the `send`'s and the step's) are most of it: on a
-  quiet machine `send` 0.5 ms, claim 0.5 ms, commit 1.1 ms; with other lanes fsyncing (load
-  3-4) one raw single-row commit took 4 ms and the step 4-10 ms, before and after the claim
-  lost its separate read (issue 20b, paired in one process at load 3-4: the claim and read
-  1.8-3.2 ms before, 1.3-2.4 ms after, 17-25% less; the end-to-end step stays inside the
-  disk's noise). Under about two commits needs the claim folded into the step's commit (an
-  optimistic step checked by version alone, leasing only when the step leaves effects to
-  run): not done; the claim it would save is a write without fsync, about a quarter of the
-  step on a quiet machine (0.5 of 2.1 ms).""",
+- **Step latency with an idle worker** (`python -m benchmarks.step_profile` times each
+  phase): a sent event names its run in its wake-up, so the worker reads the run by id
+  without a lease and commits the step checked by version and by no lease held (issue 20c):
+  the claim, 1.4-1.6 ms of a 3.8-4.0 ms step at load 4.6-4.8, is gone (the same profile, the
+  code before and after run in turn: p50 3.84 and 4.02 ms before, 1.97 and 2.39 ms after;
+  at load 5 with another process fsyncing, 8.95 and 6.18 ms before, 5.75 and 5.77 after).
+  Per step the claim's write transaction (row lock, an update of the row) became a read:
+  the transactions `pg_stat_database` counts stay four (the `send`, the claim or the read,
+  the commit, the listener's read of the NOTIFY), the writing ones go from three to two.
+  What is left is the `send`'s statement and commit (0.6-0.7 ms there), the read (0.5-0.6 ms:
+  the run row with its pending effects and inbox as JSON, decoded in Python) and the step's
+  commit (0.7-0.8 ms: a statement writing the run row, a non-HOT update of its fourteen
+  indexes, the journal row and the consumed inbox row). On this machine a raw single-row
+  commit takes 0.15-0.2 ms when it is quiet and several times that when other processes
+  fsync; under about 1 ms needs a quiet machine and fewer index writes per step.""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and

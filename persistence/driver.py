@@ -120,6 +120,7 @@ class _Leased:
     attempt: int = 0
     released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
     handed: frozenset[Place] = frozenset()  # slots a release handed it with its lease
+    unleased: bool = False  # read without a lease: its next commit checks that none is held
 
 
 def _waits_to_retry(state: str) -> set[str]:
@@ -150,6 +151,7 @@ class RunDriver:
         self._handed_lock = threading.Lock()
         self._handover_until = 0.0
         self._should_stop: Callable[[], bool] = lambda: False
+        self._left_to_claim = False  # an unleased run of this drive was left to a claim
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -240,6 +242,36 @@ class RunDriver:
         self._rounds([x], should_stop)
         return x.released
 
+    def drive_unleased(self, found: Sequence[tuple[RunRecord, PendingWork]],
+                       should_stop: Callable[[], bool]) -> tuple[int, bool]:  # fmt: skip
+        """Step runs read without a lease (`RunStore.read_work`), as a claim would, but with
+        the claim folded into the step's commit: the commit is written only if the run is
+        still at the version read and nobody holds it, and takes the lease only when the step
+        leaves effects to run (which execute under it, as after a claim). Only a run whose
+        step runs nothing first qualifies: active, unleased, no pending effects, no limited
+        workflow, a row that parses and restores; racing another worker costs only the
+        loser's computation. Returns the steps committed and whether a run was left to a claim
+        (did not qualify, or stepping it raised: the claim's path fails it under a lease)."""
+        leased, left = [], False
+        for run, work in found:
+            machine = self.runtime.machine_for(run)
+            if (machine is None or run.problem is not None or run.lease_owner is not None
+                    or run.status != ACTIVE or work.effects
+                    or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+                left = True
+                continue
+            try:
+                snapshot = machine.restore(run.snapshot)
+            except Exception:  # failed under a lease by the claim's path
+                left = True
+                continue
+            leased.append(_Leased(run, machine, snapshot, [], work.inbox, time.monotonic(),
+                                  run.version, run.status, attempt=run.attempt_count,
+                                  unleased=True))  # fmt: skip
+        self._left_to_claim = False
+        steps = self._rounds(leased, should_stop)
+        return steps, left or self._left_to_claim
+
     def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool],
                 taken: list[RunRecord] | None = None) -> int:  # fmt: skip
         """Step the `leased` runs round by round until none is left, with the runs their
@@ -262,6 +294,7 @@ class RunDriver:
                     if version is None:
                         continue
                     steps += 1
+                    x.unleased = False  # released, or leased by this commit
                     log_effects(step.logged, x.run.id)
                     self._report_step(x, step, commit)
                     if commit.status != ACTIVE:
@@ -356,6 +389,9 @@ class RunDriver:
         if isinstance(done, Grant):
             self._waiting(x.run, done)
             return None
+        if isinstance(done, Exception) and x.unleased:
+            self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
+            return None
         if isinstance(done, Exception):
             self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [])
             return None
@@ -368,6 +404,9 @@ class RunDriver:
         except StoreUnavailableError:
             raise
         except Exception as exc:
+            if x.unleased:  # not ours to fail: a claim fails it under its lease
+                self._left_to_claim = True
+                return None
             self._fail(x, f"stepping raised {type(exc).__name__}: {exc}", done)
             return None
 
@@ -404,6 +443,9 @@ class RunDriver:
             self._lost(x)
             return None
         except Exception as exc:
+            if x.unleased:  # not ours to fail: a claim fails it under its lease
+                self._left_to_claim = True
+                return None
             self._fail(x, f"the store refused its step: {exc}", None, step.outcomes,
                        poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None)
             return None
@@ -429,6 +471,10 @@ class RunDriver:
                      reason=reason)  # fmt: skip
 
     def _lost(self, x: _Leased) -> None:
+        if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
+            log.debug("run %s: stepped or claimed by another worker before this unleased "
+                      "step of version %d committed; nothing written", x.run.id, x.version)
+            return
         self._report(events.LEASE_LOST, x.run, state_text(x.snapshot),
                      f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
                      f"{x.version} under {self.owner}); another worker has it",
@@ -552,8 +598,9 @@ class RunDriver:
             if failure is not None:
                 step.status, step.error = "error", failure
         if not step.changed:
-            unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
-            self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
+            if not x.unleased:  # (an unleased run has nothing to give back)
+                unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
+                self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
             return None
         row = run_columns(step.snapshot, pending_effects=bool(step.new_effects), now=now,
                           status=step.status, failure=step.error)  # fmt: skip
@@ -575,7 +622,7 @@ class RunDriver:
                                           row.last_error, now),
                         *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now,
                                                  x.run.traceparent)],
-            stop_children=work.stops, deliveries=work.deliveries,
+            stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
         )  # fmt: skip
         return x, step, commit
 

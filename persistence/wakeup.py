@@ -10,6 +10,11 @@ always, so a lost or spurious one costs at most a poll interval or one empty cla
 
 A counter rather than an event: a waiter passes the count it saw *before* it claimed, so a
 wake-up that arrives between its empty claim and its wait is not lost.
+
+A sent event's wake-up names its run: one waiting thread is woken for it and takes the name
+(`take_named`), to read and step that run by id without a claim (`persistence.worker`); a
+wake-up that names no run (a start, a stop, a listener that reconnected) wakes every waiter,
+who claim.
 """
 
 from __future__ import annotations
@@ -22,17 +27,35 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._count = 0
+        self._unnamed = 0
+        self._named: dict[str, None] = {}  # run ids in the order they were named
         self._changed = threading.Condition(threading.Lock())
 
     def seen(self) -> int:
         """The number of wake-ups so far; pass it to `wait` after looking for work."""
         return self._count
 
-    def notify(self) -> None:
-        """Wake every thread waiting (work may have arrived)."""
+    def unnamed(self) -> int:
+        """The number of wake-ups so far that named no run (work only a claim finds)."""
+        return self._unnamed
+
+    def notify(self, run_id: str | None = None) -> None:
+        """Wake every thread waiting (work may have arrived), or, naming the run that has
+        work, one of them."""
         with self._changed:
             self._count += 1
-            self._changed.notify_all()
+            if run_id is None:
+                self._unnamed += 1
+                self._changed.notify_all()
+            else:
+                self._named[run_id] = None
+                self._changed.notify()
+
+    def take_named(self) -> list[str]:
+        """The runs named since the last call (each handed to one taker)."""
+        with self._changed:
+            named, self._named = list(self._named), {}
+        return named
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Wait until a wake-up after `seen`, or `timeout` seconds; True if woken."""

@@ -173,34 +173,68 @@ class Worker:
         backoff = 0.0
         wakeup = self._wakeup or self.runtime.store.wakeup()
         orphans: set[str] = set()  # runs we still lease but stopped driving (store outage)
-        while not self._stop.is_set():
+        claim, claimed_at = True, 0.0  # claim first; then after full claims, unnamed wake-ups,
+        while not self._stop.is_set():  # runs left to a claim, or a poll interval
             try:
                 for run_id in sorted(orphans):
                     self.runtime.store.release(run_id, owner, self.runtime.clock.now())
                     orphans.discard(run_id)
-                seen = wakeup.seen()  # before the claim: a start in between still wakes us
-                claimed, work = self._claim(owner, self.batch)
-                ids = {run.id for run in claimed}
-                self._hold(owner, ids, True)
-                orphans |= ids
-                try:
-                    self._add_steps(driver.drive(claimed, self._stop.is_set, work))
-                finally:
-                    self._hold(owner, ids, False)
-                orphans -= ids
+                seen, unnamed = wakeup.seen(), wakeup.unnamed()  # before looking for work
+                named = wakeup.take_named()
+                if named:  # sent events name their runs: read and step them, no claim
+                    orphans |= set(named)
+                    claim = self._step_named(owner, driver, named) or claim
+                    orphans -= set(named)
+                full = False
+                if claim:
+                    claimed, work = self._claim(owner, self.batch)
+                    ids = {run.id for run in claimed}
+                    self._hold(owner, ids, True)
+                    orphans |= ids
+                    try:
+                        self._add_steps(driver.drive(claimed, self._stop.is_set, work))
+                    finally:
+                        self._hold(owner, ids, False)
+                    orphans -= ids
+                    full = len(claimed) >= self.batch
+                    claimed_at = time.monotonic()  # the poll interval counts from here
                 backoff = 0.0
                 # A short claim took all that was due then; what came since woke us (`seen`
                 # is older than the claim), so claim again at once only after a full one.
-                if len(claimed) < self.batch and not self._stop.is_set():
-                    wakeup.wait(seen, self.poll_s)
+                claim = full
+                if not full and not self._stop.is_set():
+                    left = self.poll_s - (time.monotonic() - claimed_at)
+                    if left > 0:
+                        wakeup.wait(seen, left)
+                    claim = wakeup.unnamed() != unnamed or \
+                        time.monotonic() - claimed_at >= self.poll_s  # fmt: skip
             except StoreUnavailableError as exc:
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,
                             backoff)  # fmt: skip
+                claim = True
                 self._stop.wait(backoff)
             except Exception as exc:  # a bug or a constraint we did not expect: keep serving
                 log.exception("worker %s: %s: %s", owner, type(exc).__name__, exc)
+                claim = True
                 self._stop.wait(1.0)
+
+    def _step_named(self, owner: str, driver: RunDriver, run_ids: list[str]) -> bool:
+        """Step the runs sent events named, read by id without a claim (`drive_unleased`);
+        True when some of them are left to a claim (held by a worker, pending effects, a
+        version this worker cannot step, ...)."""
+        versions = self._steppable()
+        found = self.runtime.store.read_work(run_ids)
+        mine = [(run, work) for run, work in found
+                if (run.workflow_name, run.workflow_version) in versions]  # fmt: skip
+        ids = {run.id for run, _ in mine}
+        self._hold(owner, ids, True)  # for the heartbeat, once a commit takes the lease
+        try:
+            steps, left = driver.drive_unleased(mine, self._stop.is_set)
+        finally:
+            self._hold(owner, ids, False)
+        self._add_steps(steps)
+        return left or len(mine) < len(found)
 
     def _claim(self, owner: str, limit: int) -> tuple[list[RunRecord], dict[str, PendingWork]]:
         """Lease up to `limit` runs with their pending work (one round trip on PostgreSQL)."""

@@ -294,6 +294,12 @@ class StepCommit:
     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
     stop_children: Sequence[str] = ()
     deliveries: Sequence[Delivery] = ()
+    unleased: bool = False
+    """The step was computed from a read without a lease (`RunStore.read_work`): it is written
+    only while no worker holds the run (and it is still at `expected_version`), instead of
+    under `owner`'s lease. Keeping the run (`release=False`, its new effects run next) takes
+    the lease for `owner` in the same write: a claim folded into the commit, counted in
+    `claim_count`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -700,6 +706,12 @@ class RunStore(Protocol):
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
         """Pending effects and queued events of each run (what a worker reads after a claim),
         in one round trip where the database allows; every id is a key of the result."""
+        ...
+
+    def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
+        """The runs among `run_ids` that exist, each with its `pending_work`, read without
+        taking a lease (one round trip where the database allows): what a worker steps with
+        an `unleased` commit when a sent event names the run."""
         ...
 
 

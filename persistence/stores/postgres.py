@@ -126,7 +126,7 @@ class PostgresStore(SQLStore):
     _JSON_VERSION = "snapshot->>'version'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
-    _NOTIFY = f", {_WAKE_CALL}"
+    _NOTIFY = f", pg_notify({_CHANNEL}, '{_PROCESS}:' || run_id::text)"
 
     def __init__(
         self,
@@ -383,6 +383,17 @@ class PostgresStore(SQLStore):
                                           [self._pending_event(run.id, i) for i in inbox])
                       for run in runs for effects, inbox in [items[run.id]]}  # fmt: skip
 
+    def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
+        """The existing runs among `run_ids` with their pending work, in one statement and
+        no lease (a plain read: no row lock, no commit to wait for)."""
+        ids = [_uuid(i) for i in run_ids]
+        if not ids:
+            return []
+        rows = self._rows(_READ_WORK, {"ids": ids})
+        return [(self._run(r[:-2]), PendingWork([self._pending_effect(r[0], e) for e in r[-2]],
+                                                [self._pending_event(r[0], i) for i in r[-1]]))
+                for r in rows]  # fmt: skip
+
     def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
         key, step, index, kind, payload, status, result, error, created, updated = item
@@ -438,16 +449,25 @@ _EFFECT_ITEM = (
     f"e.result, e.error, {_epoch_ms('e.created_at')}, {_epoch_ms('e.updated_at')})"
 )
 _INBOX_ITEM = f"jsonb_build_array(i.id, i.event, {_epoch_ms('i.created_at')}, i.traceparent)"
-_LEASED_WORK = (
-    f"SELECT r.id::text, (SELECT coalesce(jsonb_agg({_EFFECT_ITEM} ORDER BY e.step, "
+_WORK_ARRAYS = (
+    f"(SELECT coalesce(jsonb_agg({_EFFECT_ITEM} ORDER BY e.step, "
     "e.effect_index), '[]'::jsonb) FROM workflow_effects e WHERE e.run_id = r.id AND "
     f"e.status = 'pending'), (SELECT coalesce(jsonb_agg({_INBOX_ITEM} ORDER BY i.id), "
-    "'[]'::jsonb) FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL) "
+    "'[]'::jsonb) FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)"
+)
+"""A run `r`'s pending effects and live inbox events as two JSON arrays (the rows
+`pending_work` reads, in its order)."""
+_LEASED_WORK = (
+    f"SELECT r.id::text, {_WORK_ARRAYS} "
     "FROM workflow_runs r WHERE r.wake_at = %(exp)s AND r.lease_owner = %(owner)s"
 )
 """After a claim, in its transaction: the pending effects and live inbox events of the runs it
-leased (found by the lease it set, through the due-time index), as JSON arrays (the rows
-`pending_work` reads, in its order)."""
+leased (found by the lease it set, through the due-time index), as `_WORK_ARRAYS`."""
+_READ_WORK = (
+    f"SELECT {RUN_COLUMNS.replace('id::text', 'r.id::text', 1)}, {_WORK_ARRAYS} "
+    "FROM workflow_runs r WHERE r.id = ANY(%(ids)s::uuid[])"
+)
+"""`read_work`: runs by id with their pending work (`_WORK_ARRAYS`), no lease."""
 
 
 @lru_cache(maxsize=4)
@@ -535,8 +555,9 @@ class _Listener:
                     backoff = 0.1
                     while not self._closed.is_set():
                         for note in conn.notifies(timeout=0.5):
-                            if note.payload != _PROCESS:
-                                self._wakeup.notify()
+                            process, _, run_id = note.payload.partition(":")
+                            if process != _PROCESS:  # a sent event names its run
+                                self._wakeup.notify(run_id or None)
             except psycopg.Error as exc:
                 log.warning("wake-up listener: %s; reconnecting in %.1fs (workers poll "
                             "meanwhile)", exc, backoff)  # fmt: skip
@@ -569,7 +590,7 @@ WITH b AS (
     SELECT * FROM jsonb_to_recordset(%(steps)s) AS b(
         id uuid, expected bigint, owner text, state text, snapshot jsonb, status text,
         attempts integer, last_error text, wv text, completed bigint, failed bigint,
-        release boolean, lease bigint, wake bigint, outcome_keys text[])
+        release boolean, lease bigint, wake bigint, outcome_keys text[], unleased boolean)
 ), run AS (
     UPDATE workflow_runs r SET state = b.state, snapshot = b.snapshot, status = b.status,
         attempt_count = coalesce(b.attempts, r.attempt_count),
@@ -577,14 +598,17 @@ WITH b AS (
         workflow_version = coalesce(b.wv, r.workflow_version),
         completed_at = coalesce(r.completed_at, {_ts("b.completed")}),
         failed_at = coalesce(r.failed_at, {_ts("b.failed")}), version = b.expected + 1,
-        lease_owner = CASE WHEN b.release THEN NULL ELSE r.lease_owner END,
+        lease_owner = CASE WHEN b.release THEN NULL ELSE b.owner END,
+        claim_count = r.claim_count + (b.unleased AND NOT b.release)::int,
         lease_expires_at = CASE WHEN b.release THEN NULL
                                 ELSE coalesce({_ts("b.lease")}, r.lease_expires_at) END,
         wake_at = CASE WHEN b.release THEN {_ts("b.wake")}
                        ELSE coalesce({_ts("b.lease")}, r.wake_at) END
     FROM b
     WHERE r.id = ANY(%(ids)s::uuid[])  -- the planner sees the batch size: index, never seq scan
-      AND r.id = b.id AND r.version = b.expected AND r.lease_owner = b.owner
+      AND r.id = b.id AND r.version = b.expected
+      AND CASE WHEN b.unleased THEN r.lease_owner IS NULL AND r.status = 'active'
+               ELSE r.lease_owner = b.owner END
       AND (cardinality(b.outcome_keys) = 0
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
@@ -650,6 +674,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
             "last_error": c.last_error, "wv": c.workflow_version, "completed": completed_at,
             "failed": failed_at, "release": c.release, "lease": c.lease_until, "wake": c.wake_at,
             "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
+            "unleased": c.unleased,
         })  # fmt: skip
         outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
                       "e": o.error} for o in c.effect_outcomes]  # fmt: skip

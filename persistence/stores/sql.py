@@ -145,8 +145,9 @@ class SQLDialect:
     EFFECT_COLUMNS: str
 
     _NOTIFY = ""
-    """SQL appended to a `RETURNING` list to wake idle workers in other processes when the
-    statement commits (PostgreSQL: `pg_notify`; SQLite has no other process to tell)."""
+    """SQL appended to the `RETURNING` list of an inbox insert to wake idle workers in other
+    processes when it commits, naming the event's run (PostgreSQL: `pg_notify`; SQLite has no
+    other process to tell)."""
     _own_wakeup: Wakeup | None = None
     """A `Wakeup` of this store object alone (an in-memory database is not shared)."""
 
@@ -532,7 +533,7 @@ class SQLRuns(SQLDialect):
             (self._j(dict(event)), self._t(now), traceparent, rid),
         )
         if inserted:
-            self.wakeup().notify()
+            self.wakeup().notify(rid)
             return int(inserted[0][0])
         rows = self._read("SELECT status FROM workflow_runs WHERE id = ?", (rid,))
         if not rows:
@@ -638,13 +639,17 @@ class SQLRuns(SQLDialect):
     def release(self, run_id: str, owner: str, wake_at: int | None, *,
                 attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease without stepping."""
+        # no next wake: plain NULL (PostgreSQL types a CASE of NULLs as text, not timestamptz)
+        wake, wake_params = ("CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM "
+                             "workflow_effects e WHERE e.run_id = workflow_runs.id AND "
+                             "e.status = 'pending') THEN ? END", (self._t(wake_at),)) \
+            if wake_at is not None else ("NULL", ())  # fmt: skip
         return bool(self._write_one(
             "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
-            "wake_at = CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM workflow_effects "
-            "e WHERE e.run_id = workflow_runs.id AND e.status = 'pending') THEN ? END, "
-            "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error)"
+            f"wake_at = {wake}, attempt_count = coalesce(?, attempt_count), "
+            "last_error = coalesce(?, last_error)"
             " WHERE id = ? AND lease_owner = ? RETURNING 1",
-            (self._t(wake_at), attempt_count, last_error, self._id(run_id), owner),
+            (*wake_params, attempt_count, last_error, self._id(run_id), owner),
         ))  # fmt: skip
 
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
@@ -790,6 +795,11 @@ class SQLRuns(SQLDialect):
         new_version = commit.expected_version + 1
         rid, ts = self._id(commit.run_id), self._t(now)
         lease_sql, lease_params = _lease_update(commit, self._t)
+        holder_params: tuple[Any, ...] = ()
+        if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
+            holder = "lease_owner IS NULL AND status = 'active'"
+        else:
+            holder, holder_params = "lease_owner = ?", (commit.owner,)
         cursor = self._exec(
             conn,
             "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
@@ -797,18 +807,19 @@ class SQLRuns(SQLDialect):
             " workflow_version = coalesce(?, workflow_version),"
             " updated_at = ?, completed_at = coalesce(completed_at, ?), "
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
-            "WHERE id = ? AND version = ? AND lease_owner = ?",
+            f"WHERE id = ? AND version = ? AND {holder}",
             (
                 commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
                 commit.last_error, commit.workflow_version, ts, self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
-                commit.owner,
+                *holder_params,
             ),
         )  # fmt: skip
         if cursor.rowcount != 1:
+            holder_text = "with no lease" if commit.unleased else f"under lease of {commit.owner!r}"
             raise ConflictError(
-                f"run {commit.run_id}: not at version {commit.expected_version} under lease "
-                f"of {commit.owner!r}; step not written"
+                f"run {commit.run_id}: not at version {commit.expected_version} {holder_text}; "
+                "step not written"
             )
         for outcome in commit.effect_outcomes:
             done = self._exec(
@@ -838,6 +849,17 @@ class SQLRuns(SQLDialect):
              for j in commit.journal],
         )  # fmt: skip
         return new_version
+
+    def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
+        """The existing runs among `run_ids` with their pending work, without a lease."""
+        ids = [self._id(i) for i in run_ids]
+        if not ids:
+            return []
+        rows = self._read(f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id IN "
+                          f"({','.join('?' * len(ids))})", ids)  # fmt: skip
+        runs = [self._run(r) for r in rows]
+        work = self.pending_work([run.id for run in runs])
+        return [(run, work[run.id]) for run in runs]
 
     def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]:
         """Pending effects and queued events of each run (two reads, one round trip where the
@@ -1114,6 +1136,10 @@ def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
     """SQL (and parameters) for the lease columns after a step."""
     if commit.release:
         return ", lease_owner = NULL, lease_expires_at = NULL, wake_at = ?", (t(commit.wake_at),)
+    if commit.unleased:  # the claim folded into the commit
+        lease = t(commit.lease_until)
+        return (", lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
+                "claim_count = claim_count + 1", (commit.owner, lease, lease))  # fmt: skip
     if commit.lease_until is not None:
         lease = t(commit.lease_until)
         return ", lease_expires_at = ?, wake_at = ?", (lease, lease)

@@ -356,6 +356,17 @@ def test_outcome_for_an_effect_that_is_not_pending_aborts_the_step(store: Store)
     assert store.list_effects(run.id)[0].result == "first"
 
 
+def test_release_without_a_next_wake_leaves_the_run_waiting(store: Store) -> None:
+    # what a worker does with a claimed run that had nothing to do and no timer: PostgreSQL
+    # once refused the untyped NULL ("wake_at is timestamptz but expression is text")
+    run, _ = store.create_run(new_run(), (), T0)
+    claim_one(store, run.id)
+    assert store.release(run.id, "w1", None) is True
+    released = store.get_run(run.id)
+    assert (released.lease_owner, released.lease_expires_at, released.wake_at) == (None, None, None)
+    assert store.claim_runs("w2", T0 + 10**9, 30_000, 10) == []
+
+
 def test_keeping_the_lease_blocks_others_and_release_sets_the_next_wake(store: Store) -> None:
     run, _ = store.create_run(new_run(), (), T0)
     version = claim_one(store, run.id)

@@ -1,0 +1,146 @@
+"""Where one durable step's latency goes: `send` to the committed new state, idle worker.
+
+The step latency benchmark (`durable_runtime.step_latency`) as a profile: each phase's start
+and end are taken inside the process (the store's calls and the driver's staging wrapped with
+timers), and the gaps between consecutive marks are reported as percentiles per transition,
+e.g. `send -> sent` (the `send`'s statement and commit), `sent -> woken` (the wake-up reaching
+the worker thread), `read -> read done` (the claim-free read of the run by id) or
+`claim -> claimed` (a claim, when the run did not qualify), `stage -> staged` (restore,
+transition, persist), `commit -> committed` (the step's statement and commit). Counts of
+each phase say which path the steps took.
+
+Run: ``python -m benchmarks.step_profile [URL] [--events 300]`` (default: the bench DSN in a
+schema of its own, dropped afterwards; or ``sqlite:///path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+from benchmarks.durable import bench_dsn
+from benchmarks.durable_runtime import finished_telemetry
+
+
+def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[float]], list[float]]:
+    """Per consecutive pair of marks, the gaps in ms; and the total latencies in ms."""
+    from persistence import driver, open_store
+    from persistence.runtime import Runtime
+    from persistence.wakeup import Wakeup
+    from persistence.worker import Worker
+    from statecharts import assign, create_machine
+
+    marks: dict[str, float] = {}
+
+    def timed(f: Any, before: str, after: str) -> Any:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            marks.setdefault(before, time.perf_counter())
+            try:
+                return f(*args, **kwargs)
+            finally:
+                marks.setdefault(after, time.perf_counter())
+        return wrapper
+
+    machine = create_machine(
+        {"id": "counter", "initial": "counting", "context": {"n": 0},
+         "states": {"counting": {"on": {"INC": {"actions": "inc"}}}}},
+        actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
+    )  # fmt: skip
+    finished = finished_telemetry()
+    store = open_store(url, migrate=True)
+    store_methods = {"send_event": ("send", "sent"), "read_work": ("read", "read done"),
+                     "claim_work": ("claim", "claimed"), "commit_steps": ("commit", "committed")}
+    for name, (before, after) in store_methods.items():
+        if hasattr(store, name):
+            setattr(store, name, timed(getattr(store, name), before, after))
+    wait, stage = Wakeup.wait, driver.RunDriver._stage
+
+    def woken(self: Wakeup, seen: int, timeout: float) -> bool:
+        got = wait(self, seen, timeout)
+        marks.setdefault("woken", time.perf_counter())
+        return got
+
+    Wakeup.wait = woken  # type: ignore[method-assign]
+    driver.RunDriver._stage = timed(stage, "stage", "staged")  # type: ignore[method-assign]
+    gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    totals: list[float] = []
+    try:
+        runtime = Runtime(store, machines=[machine], telemetry=finished)
+        run_id = runtime.start("counter")
+        worker = Worker(runtime, concurrency=1)
+        thread = threading.Thread(target=worker.run, name="bench-worker")
+        thread.start()
+        try:
+            for i in range(events + 20):
+                time.sleep(0.002)  # the worker is idle, waiting for work
+                marks.clear()
+                t0 = time.perf_counter()
+                runtime.send(run_id, "INC")
+                done = finished.wait_for(run_id, "active")
+                if i < 20:
+                    continue
+                seen = {"t0": t0, **marks, "done": done}
+                names = sorted(seen, key=seen.__getitem__)
+                for a, b in itertools.pairwise(names):
+                    gaps[(a, b)].append((seen[b] - seen[a]) * 1000)
+                totals.append((done - t0) * 1000)
+        finally:
+            worker.stop()
+            thread.join()
+    finally:
+        Wakeup.wait = wait  # type: ignore[method-assign]
+        driver.RunDriver._stage = stage  # type: ignore[method-assign]
+        store.close()
+    return gaps, totals
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def markdown(gaps: dict[tuple[str, str], list[float]], totals: list[float]) -> str:
+    """The phases (most frequent first), then the whole step."""
+    lines = ["| from | to | steps | p50 ms | p90 ms | p99 ms |", "|---|---|---:|---:|---:|---:|"]
+    shown = [(pair, v) for pair, v in gaps.items() if len(v) >= len(totals) // 10]
+    for (a, b), values in sorted(shown, key=lambda kv: (-len(kv[1]), _pct(kv[1], 0.5))):
+        lines.append(f"| {a} | {b} | {len(values)} | {_pct(values, 0.5):.3f} | "
+                     f"{_pct(values, 0.9):.3f} | {_pct(values, 0.99):.3f} |")  # fmt: skip
+    lines.append(f"| send | committed (whole step) | {len(totals)} | {_pct(totals, 0.5):.3f} | "
+                 f"{_pct(totals, 0.9):.3f} | {_pct(totals, 0.99):.3f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: profile the step latency and print the table with the load average."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
+    ap.add_argument("--events", type=int, default=300)
+    args = ap.parse_args(argv)
+    schema = None
+    url = args.url
+    if url is None:
+        schema = f"bench_step_profile_{os.getpid()}"
+        dsn = bench_dsn()
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"load average {load} at the start")
+        print(markdown(*profile(url, args.events)))
+    finally:
+        if schema is not None:
+            import psycopg
+
+            with psycopg.connect(bench_dsn(), autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""The claim-free step of a sent event (`RunStore.read_work`, `StepCommit.unleased`,
+`RunDriver.drive_unleased`): written only while nobody holds the run and only at the version
+read, taking the lease in its commit when effects follow; races and stale writers, on every
+store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from persistence.driver import RunDriver
+from persistence.runtime import Runtime
+from persistence.stores import (
+    ConflictError,
+    JournalEntry,
+    NewEffect,
+    NewRun,
+    StepCommit,
+    Store,
+)
+from persistence.worker import Worker
+from statecharts import SimulatedClock, create_machine
+from tests.persistence.conftest import wait_for
+from tests.persistence.workflows import approval, order
+
+T0 = 1_700_000_000_000
+
+
+def waiting_run(store: Store) -> str:
+    run, _ = store.create_run(NewRun(
+        id=str(uuid.uuid4()), workflow_name="w", workflow_version="v1", key=None,
+        state="waiting", snapshot={"value": "waiting"}, wake_at=None), (), T0)  # fmt: skip
+    return run.id
+
+
+def unleased(store: Store, run_id: str, owner: str, **kw: Any) -> int:
+    (run, work), = store.read_work([run_id])
+    commit = StepCommit(
+        run_id=run_id, owner=owner, expected_version=kw.pop("version", run.version),
+        state="next", snapshot={"value": "next"}, status="active", unleased=True,
+        consumed_inbox=[e.id for e in work.inbox], lease_until=T0 + 30_000,
+        journal=[JournalEntry(e.event, "waiting", "next") for e in work.inbox], **kw,
+    )  # fmt: skip
+    return store.commit_step(commit, T0 + 10)
+
+
+def test_read_work_reads_runs_with_their_queued_events_without_a_lease(store: Store) -> None:
+    run_id = waiting_run(store)
+    store.send_event(run_id, {"type": "GO"}, T0)
+    assert store.read_work([str(uuid.uuid4())]) == []
+    ((run, work),) = store.read_work([run_id])
+    assert (run.id, run.lease_owner, run.version, run.claim_count) == (run_id, None, 1, 0)
+    assert [e.event for e in work.inbox] == [{"type": "GO"}] and work.effects == []
+    assert store.get_run(run_id).lease_owner is None
+
+
+def test_an_unleased_step_is_written_only_while_nobody_holds_the_run(store: Store) -> None:
+    run_id = waiting_run(store)
+    store.send_event(run_id, {"type": "GO"}, T0)
+    (held,) = store.claim_runs("holder", T0, 30_000, 10)
+    with pytest.raises(ConflictError):
+        unleased(store, run_id, "w2")
+    assert store.get_run(run_id).state == "waiting" and store.list_events(run_id) == []
+    assert store.release(run_id, "holder", None)
+    assert unleased(store, run_id, "w2") == held.version + 1
+    run = store.get_run(run_id)
+    assert (run.state, run.lease_owner, run.claim_count) == ("next", None, 1)  # no claim of w2
+    assert store.pending_events(run_id) == []
+    assert [e.event for e in store.list_events(run_id)] == [{"type": "GO"}]
+
+
+def test_of_two_unleased_steps_from_one_version_only_the_first_is_written(
+    store: Store,
+) -> None:
+    run_id = waiting_run(store)
+    store.send_event(run_id, {"type": "GO"}, T0)
+    assert unleased(store, run_id, "a") == 2
+    with pytest.raises(ConflictError):  # the stale writer computed from version 1
+        unleased(store, run_id, "b", version=1)
+    assert store.get_run(run_id).version == 2
+    assert len(store.list_events(run_id)) == 1
+
+
+def test_an_unleased_step_that_leaves_effects_takes_the_lease_with_its_commit(
+    store: Store,
+) -> None:
+    run_id = waiting_run(store)
+    store.send_event(run_id, {"type": "GO"}, T0)
+    version = unleased(store, run_id, "w1", release=False,
+                       new_effects=[NewEffect(0, "start_child", {"id": "call"})])  # fmt: skip
+    run = store.get_run(run_id)
+    assert (run.lease_owner, run.lease_expires_at, run.wake_at, run.claim_count) == (
+        "w1", T0 + 30_000, T0 + 30_000, 1)  # fmt: skip
+    assert store.claim_runs("w2", T0 + 1000, 30_000, 10) == []
+    assert [(e.step, e.status) for e in store.list_effects(run_id)] == [(version, "pending")]
+    with pytest.raises(ConflictError):  # another unleased step finds it held
+        unleased(store, run_id, "w2")
+
+
+def test_an_unleased_step_of_a_run_cancelled_meanwhile_writes_nothing(store: Store) -> None:
+    run_id = waiting_run(store)
+    store.send_event(run_id, {"type": "GO"}, T0)
+    (run, _), = store.read_work([run_id])
+    assert store.cancel_run(run_id, T0) == "cancelled"
+    with pytest.raises(ConflictError):
+        unleased(store, run_id, "w1", version=run.version)
+    assert store.get_run(run_id).status == "cancelled"
+
+
+# -- the driver and the worker --------------------------------------------------------------
+
+calls: list[str] = []
+
+
+def call(input: Any, idempotency_key: str) -> str:
+    calls.append(idempotency_key)
+    return "ok"
+
+
+caller = create_machine(
+    {"id": "caller", "initial": "waiting", "states": {
+        "waiting": {"on": {"GO": "calling"}},
+        "calling": {"invoke": {"id": "call", "src": "call", "onDone": "done"}},
+        "done": {"type": "final"}}},
+    actors={"call": call},
+)  # fmt: skip
+
+
+def idle_worker(runtime: Runtime) -> tuple[Worker, threading.Thread]:
+    """A worker thread that claimed what there was (nothing) and polls no more in this test:
+    from then on only wake-ups move it. (PostgreSQL's listener wakes the workers once when it
+    has connected, for what it may have missed: that claim is waited for too.)"""
+    worker, claims = Worker(runtime, poll_ms=60_000), []
+    claim_work = runtime.store.claim_work
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return claim_work(*args, **kwargs)
+        finally:
+            claims.append(time.monotonic())
+
+    runtime.store.claim_work = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    listens = runtime.store.dialect == "postgres"
+    wait_for(lambda: bool(claims) and (not listens or runtime.store.wakeup().unnamed() > 0)
+             and time.monotonic() - claims[-1] > 0.5)  # fmt: skip
+    return worker, thread
+
+
+def test_an_idle_worker_steps_a_sent_event_without_a_claim(store: Store) -> None:
+    runtime = Runtime(store, [approval])
+    run_id = runtime.start("approval")  # asleep on a timer a day away: nothing to claim
+    worker, thread = idle_worker(runtime)
+    try:
+        runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
+        wait_for(lambda: runtime.get(run_id).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    run = runtime.get(run_id)
+    assert (run.state, run.claim_count, run.lease_owner) == ("approved", 0, None)
+    assert runtime.snapshot(run_id).context["approved_by"] == "ann"
+    assert [e.event["type"] for e in store.list_events(run_id)] == ["APPROVE"]
+
+
+def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
+    store: Store,
+) -> None:
+    calls.clear()
+    runtime = Runtime(store, [caller])
+    run_id = runtime.start("caller")
+    assert Worker(runtime).run_until_idle() == 0  # waits for GO
+    worker, thread = idle_worker(runtime)
+    try:
+        runtime.send(run_id, "GO")
+        wait_for(lambda: runtime.get(run_id).status == "done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    run = runtime.get(run_id)
+    assert calls == [f"{run_id}:2:0"]  # once, with the key of the step that recorded it
+    assert (run.claim_count, run.lease_owner, run.version) == (1, None, 3)
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, {"type": "APPROVE", "by": "a"})
+    first, second = (RunDriver(runtime, owner, 30_000) for owner in ("a", "b"))
+    read_by_first, read_by_second = store.read_work([run_id]), store.read_work([run_id])
+    assert first.drive_unleased(read_by_first, lambda: False) == (1, False)
+    with caplog.at_level(logging.INFO):
+        assert second.drive_unleased(read_by_second, lambda: False) == (0, False)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    run = runtime.get(run_id)
+    assert (run.state, run.version, run.claim_count) == ("approved", 2, 0)
+    assert len(store.list_events(run_id)) == 1
+
+
+def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
+    store: Store,
+) -> None:
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    runtime.send(run_id, {"type": "REJECT"})
+    stale = store.read_work([run_id])
+    assert Worker(runtime).run_until_idle() == 1  # a claim stepped it
+    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, False)
+    run = runtime.get(run_id)
+    assert (run.state, run.version, run.claim_count) == ("rejected", 2, 1)
+    assert len(store.list_events(run_id)) == 1
+
+
+def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [approval, order], clock=clock)
+    held = runtime.start("approval")
+    runtime.send(held, "APPROVE")
+    store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
+    pending = runtime.start("order")  # its start left a call to make: that needs a lease
+    driver = RunDriver(runtime, "w", 30_000)
+    for run_id in (held, pending):
+        assert driver.drive_unleased(store.read_work([run_id]), lambda: False) == (0, True)
+    assert runtime.get(held).state == "waiting" and runtime.get(held).lease_owner == "holder"
+    assert runtime.get(pending).version == 1
+
+
+def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_read(
+    store: Store,
+) -> None:
+    clock = SimulatedClock(T0)
+    runtime = Runtime(store, [approval], clock=clock)
+    bad = runtime.start("approval")
+    version = store.claim_runs("tamper", clock.now() + 86_400_000, 1000, 1)[0].version
+    broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
+    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
+                                 state="?", snapshot=broken, status="active"), clock.now())
+    runtime.send(bad, "APPROVE")
+    driver = RunDriver(runtime, "w", 30_000)
+    assert driver.drive_unleased(store.read_work([bad]), lambda: False) == (0, True)
+    assert runtime.get(bad).status == "active"  # untouched: not leased, not ours to fail
+    Worker(runtime).run_until_idle()  # the claim that follows fails it, under its lease
+    failed = runtime.get(bad)
+    assert failed.status == "error" and "snapshot does not restore" in (failed.last_error or "")
+    assert failed.snapshot == broken and len(store.dead_letters(bad)) == 1
