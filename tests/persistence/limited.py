@@ -19,7 +19,7 @@ from tests.persistence.workflows import _call, _ledger
 
 LIMITS = {
     "crm": Limit(max_in_flight=3, recheck_ms=5_000),
-    "api": Limit(calls=4, per_ms=1000),
+    "api": Limit(calls=4, per_ms=2000),
     "pay": Limit(max_in_flight=50, recheck_ms=5_000),
     "one": Limit(max_in_flight=1, recheck_ms=5_000),
 }

@@ -86,9 +86,10 @@ def test_a_rate_limit_holds_over_a_window(e: Env) -> None:
         stop_cleanly(running)
     starts = [s for _, s, _ in limited.intervals("api")]
     assert len(starts) == 12 and all(e.store.get_run(i).status == "done" for i in ids)
-    # 4 calls per 1000 ms, as the downstream saw them (0.1 s for the hop from grant to call)
-    assert limited.most_started_within("api", 0.9) <= 4
-    assert max(starts) - min(starts) >= 1.9  # 12 calls: three windows' worth
+    # 4 calls per 2000 ms, as the downstream saw them (0.3 s for the hop from grant to call: a
+    # loaded machine delays some calls' threads more than others)
+    assert limited.most_started_within("api", 1.7) <= 4
+    assert max(starts) - min(starts) >= 3.9  # 12 calls: three windows' worth
 
 
 def test_a_retry_after_pauses_the_downstream_for_all_runs(e: Env) -> None:
