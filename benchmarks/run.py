@@ -209,15 +209,18 @@ WHY_SHORT: dict[str, str] = {
     "vs XState": """\
 - **Charts that do work against XState** (issue 19: counter, shop, invoice through an actor;
   the pure `transition()` of those against XState's actor): every event takes a compiled
-  route (`algorithm.Route`: the plain guard called directly, assigns whose keys were checked
-  when the machine was built, eventless transitions after a route compiled too, the snapshot
-  rebuilt with `msgspec.structs.replace`), so what is left is fixed per-event work in CPython.
-  Counted with `valgrind --tool=callgrind` (instructions, repeatable under load), the counter
-  through an actor is about 21k instructions per event: the new frozen context about 3.3k
-  (constructing a `dict` subclass), the new snapshot about 2.3k, each user guard or assign
-  call about 1.5k, the actor's `send` (lock, status checks, frames) about 6.4k; shop and
-  invoice add about 2k per user action (its `RunAction` and the call). Closing the rest would
-  take one generated function per route or a C extension; `python -m benchmarks.hotspots
+  route, composed into one function when the machine first meets it (`Route.take`: the
+  choices' plain guards as a chain, each plan's compiled actions, the eventless route after
+  it, the new snapshot by `msgspec.structs.replace`; closures, no generated code), so what is
+  left is fixed per-event work in CPython. Counted by `python -m benchmarks.instructions`
+  (callgrind: instructions, repeatable under load; within about 2% from run to run), per
+  event through an actor: counter about 16k (20k before the composed routes), entry/exit
+  toggle about 19k (21k), shop about 20k (25k); pure `transition()`: counter about 12k
+  (14k), shop about 14k (17k). Most of what is left is CPython's own price: a new frozen
+  context (a `dict` subclass) about 2.5k, the new snapshot about 1.1k, each Python call about
+  0.5k (the user guard, each assigned value, each user action), a user action about 2k in
+  all (its `RunAction` built, then run by the actor), the actor's `send` (normalizing the
+  event, the lock, the mailbox checks) about 4k. `python -m benchmarks.hotspots
   shop` shows the shares.""",
     "scaling flat": """\
 - **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace as replace_dataclass
+from functools import partial
 from typing import Any
 
 from msgspec.structs import replace
@@ -41,9 +42,11 @@ from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
     EMPTY,
+    INT_MAX,
+    INT_MIN,
     FrozenDict,
+    as_is,
     freeze,
-    frozen_merge,
     frozen_set,
     frozen_update,
     text_problem,
@@ -407,12 +410,18 @@ class Route:
     configuration (None: take the full step). Exists only where selection is this simple:
     a single-chain configuration whose guards are all plain user functions, or any
     configuration where no guard decides; not for the engine's own events, nor where an
-    eventless transition could follow."""
+    eventless transition could follow.
 
-    __slots__ = ("choices",)
+    ``take`` is the route composed into one function when it is compiled (closures over these
+    facts, see ``compose_route``): ``take(snapshot, context, event, effects, trace)`` -> the
+    result, or None where the transition chosen needs the full step."""
 
-    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...]) -> None:
+    __slots__ = ("choices", "take")
+
+    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
+                 configuration: Configuration, checks_retries: bool) -> None:
         self.choices = choices
+        self.take: Take = compose_route(choices, configuration, checks_retries)
 
 
 def route_for(configurations: Configurations, configuration: Configuration,
@@ -440,15 +449,16 @@ def _compile_route(configurations: Configurations, configuration: Configuration,
                             _direct_plan(configurations, configuration, [transition])))
             if transition.guard is None:
                 break  # the candidates after an unguarded one are never taken
-        return Route(tuple(choices))
+        return Route(tuple(choices), configuration, True)
     if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
         return None
     selected: list[Transition] = []
     _select_in(configurations.root, configuration.node_set, kind,
                lambda candidates: candidates[0] if candidates else None, selected)
     if not selected:
-        return Route(())
-    return Route(((None, None, _direct_plan(configurations, configuration, selected)),))
+        return Route((), configuration, True)
+    return Route(((None, None, _direct_plan(configurations, configuration, selected)),),
+                 configuration, True)
 
 
 def _direct_plan(configurations: Configurations, configuration: Configuration,
@@ -502,50 +512,90 @@ def _compile_eventless(configurations: Configurations, configuration: Configurat
         choices.append((transition, transition.guard_fn, plan))
         if transition.guard is None:
             break
-    return Route(tuple(choices))
+    return Route(tuple(choices), configuration, False)
 
 
-def take_route(route: Route, snapshot: Snapshot, event: FrozenDict,
-               trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None
-               ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
-    """Take ``event`` along ``route``: the first candidate whose guard passes, its compiled
-    actions, then the eventless transitions of where it leads the same way, the new snapshot.
-    None when the transition chosen needs the full step."""
-    context, configuration = snapshot.context, snapshot.configuration
-    effects: list[fx.Effect] = []
-    first = True
-    while True:
-        for choice in route.choices:  # the first whose guard passes
-            transition, test, plan = choice
-            if test is not None:
-                try:
-                    if not test(context, event):
-                        continue
-                except Exception as exc:
-                    assert transition is not None and transition.guard is not None
-                    raise ImplementationError(f"guard '{transition.guard.type}' at "
-                                              f"{transition.config_path}", exc) from exc
-            break
-        else:
-            break  # none: at rest
-        if first:
-            if plan is None or (snapshot.retry_records and (
-                    plan.exits or plan.target.has_always)):
-                return None
-            first = False
+Trace = list[tuple[FrozenDict, tuple[Transition, ...]]]
+Take = Callable[[Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"],
+                "tuple[Snapshot, tuple[fx.Effect, ...]] | None"]
+"""A composed route or plan: ``(snapshot, context, event, effects, trace)`` -> the snapshot
+after the event and its effects (None: the full step). ``context`` and ``effects`` are what
+the microsteps before it made (``effects`` None until one emits)."""
+
+
+def compose_route(choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
+                  configuration: Configuration, checks_retries: bool) -> Take:
+    """``choices`` as one function: a chain in priority order, each choice testing its guard
+    and, when it fails, handing over to the next; after the last the machine rests in
+    ``configuration``. The first choice is the route itself, so an event whose first guard
+    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
+    the plans that must close retry records."""
+    take: Take = partial(_at_rest, configuration=configuration)
+    for transition, test, plan in reversed(choices):
+        take = compose_choice(transition, test, plan, take, checks_retries)
+    return take
+
+
+def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
+                   otherwise: Take, checks_retries: bool) -> Take:
+    """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
+    direct plan (None: the full step): the compiled actions on the context, then the
+    eventless route of the configuration it reaches (compiled with it), or rest there."""
+    label = _guard_label(transition)
+    ops = plan.ops if plan is not None else None
+    target = plan.target if plan is not None else None
+    transitions = plan.transitions if plan is not None else ()
+    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
+    onward: Take | None = plan.target.eventless.take \
+        if plan is not None and plan.target.has_always else None
+    emits = plan is not None and plan.emits
+
+    def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+           effects: list[fx.Effect] | None, trace: Trace | None
+           ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
+        if test is not None:
+            try:
+                passed = test(context, event)
+            except Exception as exc:
+                raise ImplementationError(label, exc) from exc
+            if not passed:
+                return otherwise(snapshot, context, event, effects, trace)
+        if ops is None or (checks and snapshot.retry_records):
+            return None  # the full step (it closes the records of retried states it exits)
         if trace is not None:
-            trace.append((event, plan.transitions))  # type: ignore[union-attr]
-        for op in plan.ops:  # type: ignore[union-attr]
-            context = op(context, event, effects)
-        configuration = plan.target  # type: ignore[union-attr]
-        if not configuration.has_always:
-            break
-        route = configuration.eventless  # compiled with the plan that led here
-    if configuration is snapshot.configuration and context is snapshot.context:
-        return snapshot, tuple(effects) if effects else fx.NO_EFFECTS
-    return replace(snapshot, configuration=configuration, context=context), \
-        tuple(effects) if effects else fx.NO_EFFECTS
+            trace.append((event, transitions))
+        if emits and effects is None:
+            effects = []
+        for op in ops:
+            context = op(context, event, effects)  # type: ignore[arg-type]
+        if onward is not None:
+            return onward(snapshot, context, event, effects, trace)
+        # _at_rest, written out: one call fewer on every event
+        done = tuple(effects) if effects else fx.NO_EFFECTS
+        if context is snapshot.context:
+            if target is snapshot.configuration:
+                return snapshot, done
+            return replace(snapshot, configuration=target), done
+        return replace(snapshot, configuration=target, context=context), done
+    return go
 
+
+def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+             effects: list[fx.Effect] | None, trace: Trace | None, *,
+             configuration: Configuration) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+    """No choice of a route was taken: the machine rests in ``configuration``."""
+    done = tuple(effects) if effects else fx.NO_EFFECTS
+    if context is snapshot.context:
+        if configuration is snapshot.configuration:
+            return snapshot, done
+        return replace(snapshot, configuration=configuration), done
+    return replace(snapshot, configuration=configuration, context=context), done
+
+
+def _guard_label(transition: Transition | None) -> str:
+    if transition is None or transition.guard is None:
+        return ""
+    return f"guard '{transition.guard.type}' at {transition.config_path}"
 
 
 UNKNOWN: Any = NOT_COMPILED
@@ -653,8 +703,8 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("entries", "exits", "observes_nodes", "ops", "reads_history", "recorded",
-                 "remaining", "target", "targetless", "transitions")
+    __slots__ = ("emits", "entries", "exits", "observes_nodes", "ops", "reads_history",
+                 "recorded", "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
                  recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
@@ -683,6 +733,9 @@ class Plan:
         ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
             if plain else [None]
         self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
+        # whether the compiled actions make effects (user actions), or only change the context
+        self.emits = any(not isinstance(a.impl, BuiltinAction)
+                         for a in _plan_actions(exits, transitions, entries))
 
 
 PLANS_PER_CONFIGURATION = 1024
@@ -1146,11 +1199,22 @@ def compile_action(action: ActionSpec) -> Op | None:
                    effects: list[fx.Effect]) -> FrozenDict:
         try:
             if one is not None:
-                return frozen_set(context, one[0], one[1](context, event))
-            changes = {}
+                key, compute = one
+                value = compute(context, event)
+                if type(value) is int and INT_MIN <= value <= INT_MAX:  # frozen_set's fast case
+                    fresh = context.copy()
+                    fresh[key] = value
+                    return FrozenDict(fresh)
+                return frozen_set(context, key, value)
+            fresh = context.copy()  # frozen_merge, written out for keys checked above
             for key, value, computed in items:
-                changes[key] = value(context, event) if computed else value
-            return frozen_merge(context, changes)  # its keys were checked above
+                if computed:
+                    value = value(context, event)
+                if not (type(value) is int and INT_MIN <= value <= INT_MAX) and \
+                        not as_is(value):
+                    value = freeze(value, key)
+                fresh[key] = value
+            return FrozenDict(fresh)
         except StatechartError:
             raise
         except Exception as exc:

@@ -150,7 +150,8 @@ class Machine:
                 route = algorithm.route_for(self.configurations, snapshot.configuration,
                                             event["type"])
             if route is not None:
-                taken = algorithm.take_route(route, snapshot, event, trace)
+                taken: Result | None = route.take(snapshot, snapshot.context, event, None,
+                                                  trace)
                 if taken is not None:
                     return taken
         step = algorithm.Step(self.definition, self.implementations, self.configurations,

@@ -75,8 +75,36 @@ HISTORY_INITIAL: dict[str, Any] = {
         "out": {"on": {"BACK": "p"}}}}
 
 
+# the forms a composed route takes (algorithm.compose_route): an unguarded transition whose
+# plan is the route, guarded choices, a targetless assign of several keys with values that must
+# be frozen (strings, None, lists, floats), user actions around a change of state, and eventless
+# guards after it where none may pass (the machine rests in the transient state)
+COMPOSED: dict[str, Any] = {
+    "id": "c", "initial": "idle", "context": {"n": 0, "tag": None, "items": [], "half": 0},
+    "states": {
+        "idle": {"on": {
+            "GO": {"target": "check", "actions": ["note", assign({
+                "n": lambda c, e: c["n"] + 1, "tag": lambda c, e: e.get("tag"),
+                "items": lambda c, e: [*c["items"][-2:], {"n": c["n"]}]})]},
+            "NAME": [{"guard": "small", "actions": assign({
+                "tag": lambda c, e: "x" * (c["n"] % 3), "half": lambda c, e: c["n"] / 2})},
+                {"actions": "note"}]}},
+        "check": {"entry": "note", "exit": "note",
+                  "always": [{"guard": "even", "target": "even"},
+                             {"guard": "small", "target": "idle"}],
+                  "on": {"BACK": "idle", "NAME": {"actions": assign({"tag": None})}}},
+        "even": {"entry": "note", "on": {"GO": "idle"}},
+    },
+}
+
+
 def build(name: str, plans: bool) -> Machine:
-    if name == "hier":
+    if name == "composed":
+        machine = create_machine(
+            COMPOSED, guards={"small": lambda c, e: c["n"] < 4,
+                              "even": lambda c, e: c["n"] % 2 == 0},
+            actions={"note": lambda c, e: None})
+    elif name == "hier":
         machine = create_machine(
             HIER, guards={"small": lambda c, e: c["n"] < 3},
             actions={"inc": assign({"n": lambda c, e: c["n"] + 1}),
@@ -96,6 +124,7 @@ ALPHABETS: dict[str, list[Any]] = {
     "entry/exit toggle": ["toggle", "NOPE"],
     "counter": ["INC", "NOPE"],
     "history as initial": ["NEXT", "OUT", "BACK"],
+    "composed": ["GO", {"type": "GO", "tag": "t"}, "NAME", "BACK", "NOPE"],
 }
 
 
@@ -209,3 +238,23 @@ def test_eventless_transitions_after_a_route_are_compiled_too() -> None:
     again, _ = machine.transition(machine.initial_transition()[0],
                                   {"type": "ORDER", "amount": 0})
     assert again.value == "failed"
+
+
+def test_composed_routes_take_every_event_of_their_chart() -> None:
+    """The comparison above covers the composed forms only if they are taken: every event of
+    the ``composed`` chart outside ``check`` has a route here, and arriving in ``check`` is
+    compiled too, including the rest there when its eventless guards all fail."""
+    machine = build("composed", True)
+    snapshot, _ = machine.initial_transition()
+    values = []
+    for event in ["GO", "NAME", *["GO"] * 6, "NAME", "BACK"]:
+        snapshot, _ = machine.transition(snapshot, event)
+        values.append(snapshot.value)
+    assert values[7] == "check" and values.count("even") == 2  # n == 5 rests in check
+    routes = {c.value: sorted(kind for kind, route in c.routes.items() if route)
+              for c in machine.configurations if c.routes}
+    # a configuration with eventless transitions takes its events by the full step
+    assert routes == {"idle": ["GO", "NAME"], "even": ["GO"], "check": []}
+    check = next(c for c in machine.configurations if c.value == "check")
+    assert check.eventless is not None and len(check.eventless.choices) == 2
+    assert snapshot.value == "idle" and snapshot.context["tag"] is None
