@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -271,11 +271,12 @@ def finished_telemetry() -> Any:
     return Finished()
 
 
-def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS) -> DurableRow:
-    """One durable step with an idle worker: `send` of an event whose transition runs an
-    `assign`, until the worker's commit of the new state returned; p50 and p99 in the note,
-    the rate of such steps one after another as the median."""
-    from persistence import open_store
+def idle_worker_steps(store: Any, events: int,
+                      before_send: Callable[[], None] = lambda: None,
+                      ) -> Iterator[tuple[float, float]]:  # fmt: skip
+    """One counter run stepped by an idle worker: `send` of an event whose transition runs an
+    `assign`, `events` times after 20 warm-up steps, 2 ms apart so the worker waits for each;
+    yields (`perf_counter` before the send, when the worker's commit returned) per step."""
     from persistence.runtime import Runtime
     from persistence.worker import Worker
     from statecharts import assign, create_machine
@@ -286,29 +287,37 @@ def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS) -> Durabl
         actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
     )  # fmt: skip
     finished = finished_telemetry()
-    store = open_store(url, migrate=True)
-    latencies: list[float] = []
+    runtime = Runtime(store, machines=[machine], telemetry=finished)
+    run_id = runtime.start("counter")
+    worker = Worker(runtime, concurrency=1)
+    thread = threading.Thread(target=worker.run, name="bench-worker")
+    thread.start()
     try:
-        runtime = Runtime(store, machines=[machine], telemetry=finished)
-        run_id = runtime.start("counter")
-        worker = Worker(runtime, concurrency=1)
-        thread = threading.Thread(target=worker.run, name="bench-worker")
-        thread.start()
-        try:
-            for i in range(events + 20):
-                time.sleep(0.002)  # the worker is idle, waiting for work
-                t0 = time.perf_counter()
-                runtime.send(run_id, "INC")
-                done = finished.wait_for(run_id, "active")
-                if i >= 20:
-                    latencies.append(done - t0)
-        finally:
-            worker.stop()
-            thread.join()
-        assert runtime.get(run_id).snapshot["context"]["n"] == events + 20
+        for i in range(events + 20):
+            time.sleep(0.002)  # the worker is idle, waiting for work
+            before_send()
+            t0 = time.perf_counter()
+            runtime.send(run_id, "INC")
+            done = finished.wait_for(run_id, "active")
+            if i >= 20:
+                yield t0, done
+    finally:
+        worker.stop()
+        thread.join()
+    assert runtime.get(run_id).snapshot["context"]["n"] == events + 20
+
+
+def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS) -> DurableRow:
+    """One durable step with an idle worker (`idle_worker_steps`), until the worker's commit
+    of the new state returned; p50 and p99 in the note, the rate of such steps one after
+    another as the median."""
+    from persistence import open_store
+
+    store = open_store(url, migrate=True)
+    try:
+        latencies = sorted(done - t0 for t0, done in idle_worker_steps(store, events))
     finally:
         store.close()
-    latencies.sort()
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     return DurableRow(backend, 1, f"{ours_label()} {LATENCY}", "ms", 1, events,
                       (p50 * 1000,), p99=(p99 * 1000,))

@@ -20,21 +20,17 @@ import collections
 import functools
 import itertools
 import os
-import threading
 import time
 from typing import Any
 
 from benchmarks.durable import bench_dsn
-from benchmarks.durable_runtime import finished_telemetry
+from benchmarks.durable_runtime import idle_worker_steps
 
 
 def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[float]], list[float]]:
     """Per consecutive pair of marks, the gaps in ms; and the total latencies in ms."""
     from persistence import driver, open_store
-    from persistence.runtime import Runtime
     from persistence.wakeup import Wakeup
-    from persistence.worker import Worker
-    from statecharts import assign, create_machine
 
     marks: dict[str, float] = {}
 
@@ -48,12 +44,6 @@ def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[flo
                 marks.setdefault(after, time.perf_counter())
         return wrapper
 
-    machine = create_machine(
-        {"id": "counter", "initial": "counting", "context": {"n": 0},
-         "states": {"counting": {"on": {"INC": {"actions": "inc"}}}}},
-        actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
-    )  # fmt: skip
-    finished = finished_telemetry()
     store = open_store(url, migrate=True)
     store_methods = {"send_event": ("send", "sent"), "read_work": ("read", "read done"),
                      "claim_work": ("claim", "claimed"), "commit_steps": ("commit", "committed")}
@@ -72,28 +62,12 @@ def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[flo
     gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     totals: list[float] = []
     try:
-        runtime = Runtime(store, machines=[machine], telemetry=finished)
-        run_id = runtime.start("counter")
-        worker = Worker(runtime, concurrency=1)
-        thread = threading.Thread(target=worker.run, name="bench-worker")
-        thread.start()
-        try:
-            for i in range(events + 20):
-                time.sleep(0.002)  # the worker is idle, waiting for work
-                marks.clear()
-                t0 = time.perf_counter()
-                runtime.send(run_id, "INC")
-                done = finished.wait_for(run_id, "active")
-                if i < 20:
-                    continue
-                seen = {"t0": t0, **marks, "done": done}
-                names = sorted(seen, key=seen.__getitem__)
-                for a, b in itertools.pairwise(names):
-                    gaps[(a, b)].append((seen[b] - seen[a]) * 1000)
-                totals.append((done - t0) * 1000)
-        finally:
-            worker.stop()
-            thread.join()
+        for t0, done in idle_worker_steps(store, events, marks.clear):
+            seen = {"t0": t0, **marks, "done": done}
+            names = sorted(seen, key=seen.__getitem__)
+            for a, b in itertools.pairwise(names):
+                gaps[(a, b)].append((seen[b] - seen[a]) * 1000)
+            totals.append((done - t0) * 1000)
     finally:
         Wakeup.wait = wait  # type: ignore[method-assign]
         driver.RunDriver._stage = stage  # type: ignore[method-assign]
