@@ -12,6 +12,7 @@ import pytest
 from statecharts.io.n8n import N8nImport, from_n8n
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "n8n-corpus"
+MORE = CORPUS.parent / "n8n-corpus-more"
 MISSING = f"the n8n corpus is not at {CORPUS} (expected next to the repository)"
 
 
@@ -20,13 +21,14 @@ def corpus_files() -> list[Path]:
     return sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
 
 
-def corpus_path(name: str) -> Path:
-    """The corpus file whose name starts with ``name``; skips the test when absent."""
-    if not CORPUS.is_dir():
-        pytest.skip(MISSING)
-    matches = [p for p in corpus_files() if p.name.startswith(name)]
+def corpus_path(name: str, folder: Path = CORPUS) -> Path:
+    """The file of ``folder`` (the corpus, or `MORE`) whose name starts with ``name``; skips
+    the test when absent."""
+    if not folder.is_dir():
+        pytest.skip(f"the n8n corpus is not at {folder} (expected next to the repository)")
+    matches = [p for p in sorted(folder.glob("*.json")) if p.name.startswith(name)]
     if len(matches) != 1:
-        pytest.skip(f"no single corpus file starting with {name!r} in {CORPUS}")
+        pytest.skip(f"no single corpus file starting with {name!r} in {folder}")
     return matches[0]
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from statecharts.io.n8n import Implementation, from_n8n
 from tests.io.n8n_corpus import (
+    MORE,
     corpus_data,
+    corpus_path,
     guarded_targets,
     imported,
     mapped_state,
@@ -111,8 +113,7 @@ def test_loop_v3_done_and_loop_outputs_come_from_the_loops_memory() -> None:
 def test_loop_v2_outputs_are_loop_then_done() -> None:
     # Readbinaryfiles_2036: Split In Batches v2: output 0 (loop) -> Read CSV,
     # output 1 (done) -> Remove duplicates (the "done branch never runs")
-    data = next(p for p in __import__("tests.io.n8n_corpus", fromlist=["x"]).CORPUS.parent
-                .glob("n8n-corpus-more/zie619__Readbinaryfiles_2036*.json"))
+    data = corpus_path("zie619__Readbinaryfiles_2036", MORE)
     result = from_n8n(__import__("json").loads(data.read_text()), "w")
     params = route(result, state(result, "split_in_batches")["entry"][0])
     assert (params["loop_output"], params["done_output"], params["batch_size"]) == (0, 1, 1)

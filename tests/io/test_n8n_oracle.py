@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statecharts.io.n8n import N8nFormatError, from_n8n
-from tests.io.n8n_corpus import CORPUS, MISSING, connections
+from tests.io.n8n_corpus import CORPUS, MISSING, MORE, connections
 from tests.io.n8n_oracle import Stubs, compare, machine_run, n8n_run
 
-MORE = CORPUS.parent / "n8n-corpus-more"
 FILES = sorted(CORPUS.glob("*.json")) + sorted(MORE.glob("*.json")) if CORPUS.is_dir() else []
 SEEDS = (0, 1)
 
