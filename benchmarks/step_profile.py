@@ -5,8 +5,8 @@ and end are taken inside the process (the store's calls and the driver's staging
 timers), and the gaps between consecutive marks are reported as percentiles per transition,
 e.g. for a run at rest, whose event the send applies itself: `send -> stage` (the row locked,
 the event queued and the run's pending work read: one round trip on PostgreSQL), `stage ->
-staged` (restore, transition, persist), `write step -> step written` (the step's statement),
-`step written -> sent` (the commit); with ``--queue`` (`Runtime(step_in_send=False)`, every
+staged` (restore, transition, persist), `staged -> sent` (the step's statement and the
+commit: one round trip on PostgreSQL); with ``--queue`` (`Runtime(step_in_send=False)`, every
 event queued as before): `send -> sent` (the `send`'s statement and commit), `sent -> woken`
 (the wake-up reaching the worker thread), `read -> read done` (the claim-free read of the run
 by id) or `claim -> claimed` (a claim, when the run did not qualify), `stage -> staged`,
@@ -53,8 +53,6 @@ def profile(url: str, events: int = 300, step_in_send: bool = True,
     store_methods = {"send_event": ("send", "sent"), "send_and_step": ("send", "sent"),
                      "read_work": ("read", "read done"), "claim_work": ("claim", "claimed"),
                      "commit_steps": ("commit", "committed")}
-    if step_in_send:  # the step's write inside the send's transaction
-        store_methods["_commit_all_in"] = ("write step", "step written")
     for name, (before, after) in store_methods.items():
         if hasattr(store, name):
             setattr(store, name, timed(getattr(store, name), before, after))

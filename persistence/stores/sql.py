@@ -946,6 +946,8 @@ class SQLRuns(SQLDialect):
             run = self._run(rows[0])
             work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
             commit = step(run, work)
+            if commit is not None:
+                check_status(commit.status)
             written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
             due = commit is not None and (
                 bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now))
