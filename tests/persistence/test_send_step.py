@@ -118,6 +118,33 @@ def test_an_event_sent_to_a_run_at_rest_is_applied_in_the_send(
                                        ("FINISH", "counting", "done")]  # fmt: skip
 
 
+def test_the_sends_step_is_traced_as_a_workers_step_linked_to_the_send(
+    clock: SimulatedClock,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from persistence.stores.memory import MemoryStore
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store = MemoryStore()
+    store.migrate()
+    runtime = Runtime(store, [counter], clock=clock,
+                      telemetry=Telemetry(tracer_provider=provider))  # fmt: skip
+    run_id = runtime.start("counter")
+    runtime.send(run_id, "INC")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    start, send, step = spans["start counter"], spans["send INC"], spans["step counter"]
+    assert step.parent is not None and step.parent.span_id == start.context.span_id
+    assert [(link.context.trace_id, link.context.span_id) for link in step.links] == \
+        [(send.context.trace_id, send.context.span_id)]  # fmt: skip
+    assert (step.attributes["statecharts.step.committed"], step.attributes["statecharts.events"],
+            step.attributes["statecharts.run.version"]) == (True, ("INC",), 2)  # fmt: skip
+
+
 def test_step_in_send_false_queues_every_event(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [counter], clock=clock, step_in_send=False)
     run_id = runtime.start("counter")
@@ -207,6 +234,25 @@ def test_a_step_that_would_fail_the_run_is_left_to_a_worker(
     assert failed.last_error == as_before.last_error
     assert "guard exploded" in (failed.last_error or "")
     assert _journal(store, run_id) == _journal(store, other)
+
+
+def test_a_run_that_does_not_restore_gets_the_event_queued_and_a_worker_fails_it(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    broken = {**runtime.get(run_id).snapshot, "value": "nowhere"}
+    with store._write() as conn:  # type: ignore[attr-defined]  # a bad deploy or a hand edit
+        store._exec(conn, "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
+                    (store._j(broken), store._id(run_id)))  # type: ignore[attr-defined]
+    runtime.send(run_id, "INC")
+    assert runtime.get(run_id).version == 1
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC"]
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert (run.status, run.claim_count) == ("error", 1)
+    assert "snapshot does not restore" in (run.last_error or "")
+    assert [d.event["type"] for d in runtime.dead_letters(run_id)] == ["INC"]
 
 
 def test_a_step_the_store_refuses_in_the_send_is_queued(
