@@ -451,9 +451,19 @@ class PostgresStore(SQLStore):
     @contextmanager
     def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
         """One transaction in pipeline mode: statements go out together until a result is
-        fetched, BEGIN with the first ones and COMMIT with the last."""
-        with self._connection() as conn, conn.pipeline(), conn.transaction():
-            yield conn
+        fetched, BEGIN with the first ones and COMMIT with the last (plain statements: a
+        psycopg `transaction()` block would wait for its BEGIN, and sync before its COMMIT,
+        each a round trip of its own). Whatever fails, the transaction is rolled back once
+        the pipeline has synced."""
+        with self._connection() as conn:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    yield conn
+                    conn.execute("COMMIT")
+            except BaseException:
+                conn.rollback()
+                raise
 
     def _notify_in(self, conn: Any, run_id: str | None) -> None:
         payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"

@@ -266,7 +266,7 @@ def test_a_step_the_store_refuses_in_the_send_is_queued(
         raise StoreEncodingError("cannot store value: test")
 
     with monkeypatch.context() as patched:
-        patched.setattr(store, "_commit_all_in", refuse)
+        patched.setattr(store, "_commit_later_in", refuse)  # the step's write in the send
         with caplog.at_level(logging.WARNING, "statecharts.runs"):
             runtime.send(run_id, "INC")
     assert "refused in the send" in caplog.text
