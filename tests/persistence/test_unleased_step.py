@@ -132,11 +132,11 @@ caller = create_machine(
 )  # fmt: skip
 
 
-def idle_worker(runtime: Runtime) -> tuple[Worker, threading.Thread]:
+def idle_worker(runtime: Runtime, **options: Any) -> tuple[Worker, threading.Thread]:
     """A worker thread that claimed what there was (nothing) and polls no more in this test:
     from then on only wake-ups move it. (PostgreSQL's listener wakes the workers once when it
     has connected, for what it may have missed: that claim is waited for too.)"""
-    worker, claims = Worker(runtime, poll_ms=60_000), []
+    worker, claims = Worker(runtime, poll_ms=60_000, **options), []
     claim_work = runtime.store.claim_work
 
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -188,6 +188,35 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
     assert calls == [f"{run_id}:2:0"]  # once, with the key of the step that recorded it
     assert (run.claim_count, run.lease_owner, run.version) == (1, None, 3)
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def slow_guard(context: Any, event: Any) -> bool:
+    time.sleep(0.5)  # a step longer than a heartbeat's period
+    return True
+
+
+slow = create_machine(
+    {"id": "slow", "initial": "waiting", "states": {
+        "waiting": {"on": {"GO": {"guard": "slow", "target": "moved"}}}, "moved": {}}},
+    guards={"slow": slow_guard},
+)  # fmt: skip
+
+
+def test_a_heartbeat_during_an_unleased_step_reports_no_lost_lease(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = Runtime(store, [slow], step_in_send=False)
+    run_id = runtime.start("slow")
+    worker, thread = idle_worker(runtime, lease_ms=300)  # a heartbeat every 100 ms
+    try:
+        with caplog.at_level(logging.WARNING, logger="statecharts"):
+            runtime.send(run_id, "GO")
+            wait_for(lambda: runtime.get(run_id).state == "moved")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert runtime.get(run_id).claim_count == 0  # stepped without a lease, as meant
+    assert "lease lost" not in caplog.text, caplog.text
 
 
 def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
