@@ -83,7 +83,7 @@ class Worker:
         self._stop = threading.Event()
         self._wakeup: Wakeup | None = None
         self._held: dict[str, set[str]] = {}  # owner -> run ids being driven
-        self._unleased: set[str] = set()  # of those, stepped without a lease until a commit takes one
+        self._unleased: set[str] = set()  # of those, stepped with no lease until a commit
         self._held_lock = threading.Lock()
         self._versions: set[tuple[str, str]] = set()
         self._versions_at = 0.0
