@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks.durable import bench_dsn
+from benchmarks.durable import store_url_or_scratch
 from benchmarks.durable_runtime import WORKFLOW, expected, three_steps_machine
 
 WARMUP = 20
@@ -171,22 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
     ap.add_argument("--n", type=int, default=1000, help="workflows")
     args = ap.parse_args(argv)
-    schema = None
-    url = args.url
-    if url is None:
-        schema = f"bench_inline_profile_{os.getpid()}"
-        dsn = bench_dsn()
-        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"load average {load} at the start")
+    with store_url_or_scratch(args.url, "inline_profile") as url:
         print(markdown(profile(url, args.n)))
-    finally:
-        if schema is not None:
-            import psycopg
-
-            with psycopg.connect(bench_dsn(), autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 if __name__ == "__main__":
