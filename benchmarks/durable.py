@@ -31,7 +31,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,24 @@ def bench_dsn() -> str:
     """The PostgreSQL the durable benchmark uses."""
     return (os.environ.get("STATECHARTS_BENCH_DSN") or os.environ.get("STATECHARTS_TEST_DSN")
             or "postgresql://localhost/test")
+
+
+@contextmanager
+def store_url_or_scratch(url: str | None, name: str) -> Iterator[str]:
+    """`url`, else the bench DSN in a schema of its own named after `name` (dropped after):
+    the profiles' default store. Prints the load average first (their figures depend on it)."""
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the start")
+    if url is not None:
+        yield url
+        return
+    import psycopg
+
+    schema, dsn = f"bench_{name}_{os.getpid()}", bench_dsn()
+    try:
+        yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,10 @@ import argparse
 import collections
 import functools
 import itertools
-import os
 import time
 from typing import Any
 
-from benchmarks.durable import bench_dsn
+from benchmarks.durable import store_url_or_scratch
 from benchmarks.durable_runtime import idle_worker_steps
 
 
@@ -106,22 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--queue", action="store_true",
                     help="queue every event for the worker (Runtime(step_in_send=False))")
     args = ap.parse_args(argv)
-    schema = None
-    url = args.url
-    if url is None:
-        schema = f"bench_step_profile_{os.getpid()}"
-        dsn = bench_dsn()
-        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"load average {load} at the start")
+    with store_url_or_scratch(args.url, "step_profile") as url:
         print(markdown(*profile(url, args.events, not args.queue)))
-    finally:
-        if schema is not None:
-            import psycopg
-
-            with psycopg.connect(bench_dsn(), autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 if __name__ == "__main__":
