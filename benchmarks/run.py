@@ -167,8 +167,10 @@ INTRO = {
         "with raw commits/s at the same client count, and 'commits per step' says what each "
         "step cost (transactions per workflow from `pg_stat_database`, every autocommit "
         "statement counted, divided by 3). The second table: one step (`send` of an event "
-        "whose transition runs an `assign`) until the worker's commit of the new state "
-        "returned, with the worker idle in between."
+        "whose transition runs an `assign`) until the commit of the new state returned, with "
+        "the worker idle in between: the run is at rest, so the send applies the event in its "
+        "own transaction; the 'queued' row is the same with `Runtime(step_in_send=False)`, "
+        "the event queued and the worker woken to step it (the path before issue 20d)."
     ),
     "durable_scaling": (
         "The 3-step workflow with one worker on PostgreSQL while `workflow_runs` holds 10,000 "

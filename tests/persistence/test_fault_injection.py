@@ -46,7 +46,9 @@ class Env:
     tmp: Path
 
     def runtime(self, machines: list[Any] | None = None) -> Runtime:
-        return Runtime(self.store, machines or faulty.MACHINES)
+        # events are queued for the worker subprocesses the faults are fed to (a send to a run
+        # at rest would apply them itself: tests/persistence/test_send_step.py)
+        return Runtime(self.store, machines or faulty.MACHINES, step_in_send=False)
 
     def sql(self, statement: str, params: tuple[Any, ...] = ()) -> None:
         """Corrupt a row behind the store's back, as a bad deploy or a hand edit would."""
@@ -244,6 +246,8 @@ def test_broken_rows_are_failed_once_listed_with_their_reason_and_isolated(e: En
         assert (g.last_error or "").startswith("row does not parse: snapshot")
         assert "snapshot does not restore" in (u.last_error or "") and "nowhere" in u.last_error
         assert (g.claim_count, u.claim_count) == (1, 1)  # failed at the claim, never again
+        for broken in (g, u):  # each failure reported by the worker that claimed it
+            assert f"run {broken.id} failed (workflow parked" in logs(fleet), logs(fleet)[-3000:]
         for broken in (g, u):
             assert faulty.calls("record", broken.id) == 0
             (letter,) = e.store.dead_letters(broken.id)  # the GO they never applied

@@ -1,7 +1,8 @@
-"""The claim-free step of a sent event (`RunStore.read_work`, `StepCommit.unleased`,
+"""The claim-free step of a queued event (`RunStore.read_work`, `StepCommit.unleased`,
 `RunDriver.drive_unleased`): written only while nobody holds the run and only at the version
 read, taking the lease in its commit when effects follow; races and stale writers, on every
-store."""
+store. The runtimes here queue every event (`step_in_send=False`), as a run not at rest gets it
+(a send to a run at rest applies it itself: tests/persistence/test_send_step.py)."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def idle_worker(runtime: Runtime) -> tuple[Worker, threading.Thread]:
 
 
 def test_an_idle_worker_steps_a_sent_event_without_a_claim(store: Store) -> None:
-    runtime = Runtime(store, [approval])
+    runtime = Runtime(store, [approval], step_in_send=False)
     run_id = runtime.start("approval")  # asleep on a timer a day away: nothing to claim
     worker, thread = idle_worker(runtime)
     try:
@@ -173,7 +174,7 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
     store: Store,
 ) -> None:
     calls.clear()
-    runtime = Runtime(store, [caller])
+    runtime = Runtime(store, [caller], step_in_send=False)
     run_id = runtime.start("caller")
     assert Worker(runtime).run_until_idle() == 0  # waits for GO
     worker, thread = idle_worker(runtime)
@@ -193,14 +194,16 @@ def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "APPROVE", "by": "a"})
     first, second = (RunDriver(runtime, owner, 30_000) for owner in ("a", "b"))
     read_by_first, read_by_second = store.read_work([run_id]), store.read_work([run_id])
     assert first.drive_unleased(read_by_first, lambda: False) == (1, False)
     with caplog.at_level(logging.INFO):
-        assert second.drive_unleased(read_by_second, lambda: False) == (0, False)
+        # the loser writes nothing and claims at once: an event queued meanwhile, whose
+        # wake-up it took, is not left waiting for a poll
+        assert second.drive_unleased(read_by_second, lambda: False) == (0, True)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("approved", 2, 0)
@@ -211,12 +214,12 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
     store: Store,
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "REJECT"})
     stale = store.read_work([run_id])
     assert Worker(runtime).run_until_idle() == 1  # a claim stepped it
-    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, False)
+    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, True)
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("rejected", 2, 1)
     assert len(store.list_events(run_id)) == 1
@@ -224,7 +227,7 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
 
 def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval, order], clock=clock)
+    runtime = Runtime(store, [approval, order], clock=clock, step_in_send=False)
     held = runtime.start("approval")
     runtime.send(held, "APPROVE")
     store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
@@ -240,7 +243,7 @@ def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_rea
     store: Store,
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     bad = runtime.start("approval")
     version = store.claim_runs("tamper", clock.now() + 86_400_000, 1000, 1)[0].version
     broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
