@@ -331,15 +331,18 @@ class Actor:
             if inspect is not None:
                 self._report("@xstate.action", action=effect)
             if type(effect) is RunAction:  # the commonest effect, run without a dispatch
-                fn = effect.fn if effect.fn is not None else \
-                    self.machine.implementations.actions.get(effect.type)
-                if callable(fn):
-                    params = effect.params
-                    try:
-                        fn(effect.context, effect.event, **params) if params else \
-                            fn(effect.context, effect.event)
-                    except Exception as exc:
-                        raise ImplementationError(f"action '{effect.type}'", exc) from exc
+                fn: Any = effect.fn  # callable: the definition checked it
+                if fn is None:  # an action looked up by name (not built by this machine)
+                    fn = self.machine.implementations.actions.get(effect.type)
+                    if not callable(fn):
+                        continue
+                try:
+                    if effect.params:
+                        fn(effect.context, effect.event, **effect.params)
+                    else:
+                        fn(effect.context, effect.event)
+                except Exception as exc:
+                    raise ImplementationError(f"action '{effect.type}'", exc) from exc
                 continue
             if isinstance(effect, fx.SendTo) and self._hold(effect, effects, index):
                 continue
