@@ -564,6 +564,9 @@ class RunDriver:
                              f"{run.state}): lease of {run.previous_owner} expired; taken over "
                              f"by {self.owner}", previous_owner=run.previous_owner,
                              owner=self.owner)  # fmt: skip
+            if run.problem is not None:  # a row that does not parse: failed, never stepped
+                failed += self._fail_unreadable(run, run.problem, now)
+                continue
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
                 store.release(run.id, self.owner, now + self.lease_ms)
@@ -571,7 +574,7 @@ class RunDriver:
             try:
                 snapshot = machine.restore(run.snapshot)
             except Exception as exc:
-                failed += self._fail_unrestorable(run, exc, now)
+                failed += self._fail_unreadable(run, f"snapshot does not restore: {exc}", now)
                 continue
             if run.terminal and not work[run.id].effects:  # nothing left to do: never again
                 store.release(run.id, self.owner, None)
@@ -698,10 +701,10 @@ class RunDriver:
             return []
         return self.runtime.error_run(run, state, error, now)
 
-    def _fail_unrestorable(self, run: RunRecord, exc: Exception, now: int) -> int:
-        """Mark a run whose snapshot cannot be restored as `error`, keeping the snapshot as it
-        is (never rewritten: it is the evidence)."""
-        reason = storable_text(f"snapshot does not restore: {exc}")
+    def _fail_unreadable(self, run: RunRecord, problem: str, now: int) -> int:
+        """Mark a run whose row does not parse or whose snapshot does not restore (`problem`)
+        as `error`, keeping the row as it is (never rewritten: it is the evidence)."""
+        reason = storable_text(problem)
         starts = self._error_runs(run, run.status, "error", run.state, reason, now)
         cancelled: list[str] = []
         if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts,

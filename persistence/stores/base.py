@@ -646,7 +646,10 @@ class RunStore(Protocol):
                    versions: Collection[tuple[str, str]] | None = None
                    ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
         """`claim_runs` with each claimed run's `pending_work`, read after the lease is set (in
-        the same round trip where the database allows); what a worker does."""
+        the same round trip where the database allows); what a worker does. Unlike
+        `claim_runs`, a claimed row that does not parse is returned leased, with its `problem`
+        set, for the worker to fail (`fail_run`) with its telemetry: the failure's log line,
+        the run's error workflow, the children it cancels counted."""
         ...
 
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:

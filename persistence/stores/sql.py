@@ -559,27 +559,33 @@ class SQLRuns(SQLDialect):
     ) -> list[RunRecord]:
         """Lease runs that are due or have queued events (`CLAIMABLE`, `CLAIMABLE_BY_EVENT`);
         a claimed row that does not parse is failed at once, never stepped or claimed again."""
-        return self._claim(owner, now, lease_ms, limit, versions, with_work=False)[0]
+        return self._claim(owner, now, lease_ms, limit, versions, with_work=False,
+                           fail_broken=True)[0]
 
     def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
                    versions: Collection[tuple[str, str]] | None = None
                    ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
-        """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one round trip)."""
-        claimed, work = self._claim(owner, now, lease_ms, limit, versions, with_work=True)
+        """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one round trip); a
+        claimed row that does not parse is returned leased, with its `problem`, for the worker
+        to fail with its telemetry."""
+        claimed, work = self._claim(owner, now, lease_ms, limit, versions, with_work=True,
+                                    fail_broken=False)
         missing = [run.id for run in claimed if run.id not in work]
         if missing:
             work.update(self.pending_work(missing))
         return [(run, work[run.id]) for run in claimed]
 
     def _claim(self, owner: str, now: int, lease_ms: int, limit: int,
-               versions: Collection[tuple[str, str]] | None, with_work: bool
-               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
-        """The claim shared by `claim_runs` and `claim_work`: rows that do not parse are
-        failed at once and left out."""
+               versions: Collection[tuple[str, str]] | None, with_work: bool,
+               fail_broken: bool) -> tuple[list[RunRecord], dict[str, PendingWork]]:
+        """The claim shared by `claim_runs` and `claim_work`: rows that do not parse are, if
+        `fail_broken`, failed at once and left out."""
         if versions is not None and not versions:
             return [], {}
         pairs = None if versions is None else sorted(set(versions))
         claimed, work = self._lease(owner, now, now + lease_ms, limit, pairs, with_work)
+        if not fail_broken:
+            return claimed, work
         for run in claimed:
             if run.problem is not None:
                 self.fail_run(run.id, owner, run.problem, now)

@@ -244,6 +244,8 @@ def test_broken_rows_are_failed_once_listed_with_their_reason_and_isolated(e: En
         assert (g.last_error or "").startswith("row does not parse: snapshot")
         assert "snapshot does not restore" in (u.last_error or "") and "nowhere" in u.last_error
         assert (g.claim_count, u.claim_count) == (1, 1)  # failed at the claim, never again
+        for broken in (g, u):  # each failure reported by the worker that claimed it
+            assert f"run {broken.id} failed (workflow parked" in logs(fleet), logs(fleet)[-3000:]
         for broken in (g, u):
             assert faulty.calls("record", broken.id) == 0
             (letter,) = e.store.dead_letters(broken.id)  # the GO they never applied
