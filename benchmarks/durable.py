@@ -31,7 +31,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,24 @@ def bench_dsn() -> str:
     """The PostgreSQL the durable benchmark uses."""
     return (os.environ.get("STATECHARTS_BENCH_DSN") or os.environ.get("STATECHARTS_TEST_DSN")
             or "postgresql://localhost/test")
+
+
+@contextmanager
+def store_url_or_scratch(url: str | None, name: str) -> Iterator[str]:
+    """`url`, else the bench DSN in a schema of its own named after `name` (dropped after):
+    the profiles' default store. Prints the load average first (their figures depend on it)."""
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the start")
+    if url is not None:
+        yield url
+        return
+    import psycopg
+
+    schema, dsn = f"bench_{name}_{os.getpid()}", bench_dsn()
+    try:
+        yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @dataclass(frozen=True)
@@ -313,7 +332,8 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(dbos, url, pg, clients, n, 1),
                 partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
                 partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
-                *([partial(_pg_latency, dsn, pg)] if clients == 1 else []),
+                *([partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
+                  if clients == 1 else []),
             ], repeat)
         reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
@@ -327,13 +347,15 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(_dbos_sqlite, sqlite_url, lite, clients, n),
                 partial(durable_runtime.inline_sqlite, directory, lite, clients, n),
                 partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
-                *([partial(_sqlite_latency, directory, lite)] if clients == 1 else []),
+                *([partial(_sqlite_latency, directory, lite),
+                   partial(_sqlite_latency, directory, lite, False)] if clients == 1 else []),
             ], repeat)
     return rows
 
 
-def _pg_latency(dsn: str, backend: str) -> DurableRow:
-    """The step latency on PostgreSQL, in a schema of its own (dropped afterwards)."""
+def _pg_latency(dsn: str, backend: str, step_in_send: bool = True) -> DurableRow:
+    """The step latency on PostgreSQL, in a schema of its own (dropped afterwards); with
+    `step_in_send=False`, of the event queued for the idle worker."""
     import psycopg
 
     from benchmarks import durable_runtime
@@ -341,16 +363,18 @@ def _pg_latency(dsn: str, backend: str) -> DurableRow:
     schema = f"bench_latency_{os.getpid()}"
     try:
         return durable_runtime.step_latency(f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
-                                            backend)  # fmt: skip
+                                            backend, step_in_send=step_in_send)  # fmt: skip
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def _sqlite_latency(directory: Path, backend: str) -> DurableRow:
+def _sqlite_latency(directory: Path, backend: str, step_in_send: bool = True) -> DurableRow:
     from benchmarks import durable_runtime
 
-    return durable_runtime.step_latency(f"sqlite:///{directory / 'latency.db'}", backend)
+    name = "latency.db" if step_in_send else "latency-queued.db"
+    return durable_runtime.step_latency(f"sqlite:///{directory / name}", backend,
+                                        step_in_send=step_in_send)  # fmt: skip
 
 
 def _dbos_sqlite(url: str, backend: str, clients: int, n: int) -> DurableRow:

@@ -167,8 +167,10 @@ INTRO = {
         "with raw commits/s at the same client count, and 'commits per step' says what each "
         "step cost (transactions per workflow from `pg_stat_database`, every autocommit "
         "statement counted, divided by 3). The second table: one step (`send` of an event "
-        "whose transition runs an `assign`) until the worker's commit of the new state "
-        "returned, with the worker idle in between."
+        "whose transition runs an `assign`) until the commit of the new state returned, with "
+        "the worker idle in between: the run is at rest, so the send applies the event in its "
+        "own transaction; the 'queued' row is the same with `Runtime(step_in_send=False)`, "
+        "the event queued and the worker woken to step it (the path before issue 20d)."
     ),
     "durable_scaling": (
         "The 3-step workflow with one worker on PostgreSQL while `workflow_runs` holds 10,000 "
@@ -266,7 +268,22 @@ WHY_SHORT: dict[str, str] = {
   commits are cheap the per-statement work decides and the ratio is about 4x; where the disk is
   busy (other processes fsyncing: see the load averages) every fsync costs more on both sides
   and the ratio falls toward the ratio of durable commits. Issue 20's lane measured, interleaved
-  with DBOS: 4.2x at load about 1, 3.7x at load 5-12, 2.0-2.4x at load 7-8. The batched worker
+  with DBOS: 4.2x at load about 1, 3.7x at load 5-12, 2.0-2.4x at load 7-8. Where a workflow's
+  time goes (`python -m benchmarks.inline_profile`: CPU time per phase, which load inflates
+  less than wall time; issue 20e's lane at load 6-9): four statements, one round trip each;
+  the calling thread spends 5.7-6.4 ms of CPU per workflow, about 2 ms of it in psycopg's
+  `execute` (adapting a step's parameters takes 0.02-0.03 ms; the rest grows with the wait, as
+  the thread resumes cold: 0.12 ms for `select 1`, 0.31 ms around a 5 ms wait), the rest
+  spread over staging the commits (0.9), the effects with their spans (0.66), the driver's
+  loop and step telemetry (0.9), the insert around its statement (0.4) and the initial
+  transition (0.28); the backend 2.6-3.5 ms, about 1.2 of it the four commits themselves (a
+  raw single-row UPDATE's commit took 0.31 ms of backend CPU there). Index writes are not what
+  is left: dropping five of the nine indexes a step's non-HOT update writes moved the
+  backend's CPU per workflow less than the noise (2.57-2.79 ms against 2.78), so none was
+  dropped. 4x at one in flight needs about a third less of the time outside the commits,
+  spread thin over Python; the largest share found is the spans with no SDK configured (the
+  default: OpenTelemetry's no-op spans), 0.61M of the caller's 3.80M instructions per workflow
+  (callgrind, the default `Telemetry` against `Telemetry.off()`), 16%. The batched worker
   on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect
   call), not by the database; at four clients the threads share one process's GIL and the two
   cores with PostgreSQL and DBOS's process.""",

@@ -3,14 +3,18 @@
 The step latency benchmark (`durable_runtime.step_latency`) as a profile: each phase's start
 and end are taken inside the process (the store's calls and the driver's staging wrapped with
 timers), and the gaps between consecutive marks are reported as percentiles per transition,
-e.g. `send -> sent` (the `send`'s statement and commit), `sent -> woken` (the wake-up reaching
-the worker thread), `read -> read done` (the claim-free read of the run by id) or
-`claim -> claimed` (a claim, when the run did not qualify), `stage -> staged` (restore,
-transition, persist), `commit -> committed` (the step's statement and commit). Counts of
-each phase say which path the steps took.
+e.g. for a run at rest, whose event the send applies itself: `send -> stage` (the row locked,
+the event queued and the run's pending work read: one round trip on PostgreSQL), `stage ->
+staged` (restore, transition, persist), `staged -> sent` (the step's statement and the
+commit: one round trip on PostgreSQL); with ``--queue`` (`Runtime(step_in_send=False)`, every
+event queued as before): `send -> sent` (the `send`'s statement and commit), `sent -> woken`
+(the wake-up reaching the worker thread), `read -> read done` (the claim-free read of the run
+by id) or `claim -> claimed` (a claim, when the run did not qualify), `stage -> staged`,
+`commit -> committed` (the step's statement and commit). Counts of each phase say which path
+the steps took.
 
-Run: ``python -m benchmarks.step_profile [URL] [--events 300]`` (default: the bench DSN in a
-schema of its own, dropped afterwards; or ``sqlite:///path``).
+Run: ``python -m benchmarks.step_profile [URL] [--events 300] [--queue]`` (default: the bench
+DSN in a schema of its own, dropped afterwards; or ``sqlite:///path``).
 """
 
 from __future__ import annotations
@@ -19,15 +23,15 @@ import argparse
 import collections
 import functools
 import itertools
-import os
 import time
 from typing import Any
 
-from benchmarks.durable import bench_dsn
+from benchmarks.durable import store_url_or_scratch
 from benchmarks.durable_runtime import idle_worker_steps
 
 
-def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[float]], list[float]]:
+def profile(url: str, events: int = 300, step_in_send: bool = True,
+            ) -> tuple[dict[tuple[str, str], list[float]], list[float]]:  # fmt: skip
     """Per consecutive pair of marks, the gaps in ms; and the total latencies in ms."""
     from persistence import driver, open_store
     from persistence.wakeup import Wakeup
@@ -45,8 +49,9 @@ def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[flo
         return wrapper
 
     store = open_store(url, migrate=True)
-    store_methods = {"send_event": ("send", "sent"), "read_work": ("read", "read done"),
-                     "claim_work": ("claim", "claimed"), "commit_steps": ("commit", "committed")}
+    store_methods = {"send_event": ("send", "sent"), "send_and_step": ("send", "sent"),
+                     "read_work": ("read", "read done"), "claim_work": ("claim", "claimed"),
+                     "commit_steps": ("commit", "committed")}
     for name, (before, after) in store_methods.items():
         if hasattr(store, name):
             setattr(store, name, timed(getattr(store, name), before, after))
@@ -62,7 +67,7 @@ def profile(url: str, events: int = 300) -> tuple[dict[tuple[str, str], list[flo
     gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     totals: list[float] = []
     try:
-        for t0, done in idle_worker_steps(store, events, marks.clear):
+        for t0, done in idle_worker_steps(store, events, marks.clear, step_in_send=step_in_send):
             seen = {"t0": t0, **marks, "done": done}
             names = sorted(seen, key=seen.__getitem__)
             for a, b in itertools.pairwise(names):
@@ -97,23 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
     ap.add_argument("--events", type=int, default=300)
+    ap.add_argument("--queue", action="store_true",
+                    help="queue every event for the worker (Runtime(step_in_send=False))")
     args = ap.parse_args(argv)
-    schema = None
-    url = args.url
-    if url is None:
-        schema = f"bench_step_profile_{os.getpid()}"
-        dsn = bench_dsn()
-        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"load average {load} at the start")
-        print(markdown(*profile(url, args.events)))
-    finally:
-        if schema is not None:
-            import psycopg
-
-            with psycopg.connect(bench_dsn(), autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with store_url_or_scratch(args.url, "step_profile") as url:
+        print(markdown(*profile(url, args.events, not args.queue)))
 
 
 if __name__ == "__main__":

@@ -19,13 +19,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
-from persistence.columns import run_columns, state_text
+from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
-from persistence.runtime import TRANSIENT_PREFIX, Runtime
 from persistence.stores import (
     ACTIVE,
     ConflictError,
@@ -37,6 +36,8 @@ from persistence.stores import (
     NewEffect,
     NewRun,
     PendingWork,
+    RunFinishedError,
+    RunNotFoundError,
     RunRecord,
     StepCommit,
     StoreUnavailableError,
@@ -53,6 +54,9 @@ from statecharts.definition import WAITING
 from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
 from statecharts.frozen import storable_text
+
+if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
+    from persistence.runtime import Runtime
 
 log = logging.getLogger("statecharts.runs")
 
@@ -254,23 +258,91 @@ class RunDriver:
         (did not qualify, or stepping it raised: the claim's path fails it under a lease)."""
         leased, left = [], False
         for run, work in found:
-            machine = self.runtime.machine_for(run)
-            if (machine is None or run.problem is not None or run.lease_owner is not None
-                    or run.status != ACTIVE or work.effects
-                    or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+            x = self._at_rest(run, work)
+            if x is None:
                 left = True
-                continue
-            try:
-                snapshot = machine.restore(run.snapshot)
-            except Exception:  # failed under a lease by the claim's path
-                left = True
-                continue
-            leased.append(_Leased(run, machine, snapshot, [], work.inbox, time.monotonic(),
-                                  run.version, run.status, attempt=run.attempt_count,
-                                  unleased=True))  # fmt: skip
+            else:
+                leased.append(x)
         self._left_to_claim = False
         steps = self._rounds(leased, should_stop)
         return steps, left or self._left_to_claim
+
+    def _at_rest(self, run: RunRecord, work: PendingWork) -> _Leased | None:
+        """`run`, read without a lease, ready for a step with no claim; None unless its step
+        runs nothing first: active, unleased (an expired lease is a takeover: a claim's), no
+        pending effects, no limited workflow, a row that parses and restores with a
+        definition here (a broken one is failed by a claim, under a lease)."""
+        machine = self.runtime.machine_for(run)
+        if (machine is None or run.problem is not None or run.lease_owner is not None
+                or run.status != ACTIVE or work.effects
+                or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+            return None
+        try:
+            snapshot = machine.restore(run.snapshot)
+        except Exception:
+            return None
+        return _Leased(run, machine, snapshot, [], work.inbox, time.monotonic(), run.version,
+                       run.status, attempt=run.attempt_count, unleased=True)  # fmt: skip
+
+    def send(self, run_id: str, event: dict[str, Any], now: int,
+             traceparent: str | None = None) -> int:
+        """Queue `event` for run `run_id` and apply it in the same transaction when the run
+        is at rest (`Store.send_and_step`): the step a worker would take for it with no
+        claim (`drive_unleased`), written by the same commit, counted and traced as a
+        worker's step. If the step leaves effects to run, it releases the run due now and
+        workers are woken to claim it. The event stays queued for a worker, exactly as a
+        plain `send_event` leaves it, when the run is not at rest, when an earlier event is
+        still queued, when its step would fail the run (a worker fails it under a lease),
+        and when the store refuses the step. Returns the inbox id."""
+        staged: list[tuple[_Leased, _Step, StepCommit]] = []
+
+        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
+            found = self._fold(run, work)
+            if found is not None:
+                staged.append(found)
+            return None if found is None else found[2]
+
+        store, cancelled = self.runtime.store, list[str]()
+        try:
+            inbox_id, version = store.send_and_step(run_id, event, now, step,
+                                                    traceparent=traceparent,
+                                                    cancelled=cancelled)  # fmt: skip
+        except (StoreUnavailableError, RunNotFoundError, RunFinishedError):
+            for x, _, _ in staged:
+                self.telemetry.end_step(x.run, x.status, None, None)
+            raise
+        except Exception as exc:  # the store refused the step: nothing was written, queue it
+            for x, _, _ in staged:
+                self.telemetry.end_step(x.run, x.status, None, None)
+            log.warning("run %s: the step of a sent %r was refused in the send (%s: %s); "
+                        "queued for a worker", run_id, event.get("type"), type(exc).__name__,
+                        exc)  # fmt: skip
+            return store.send_event(run_id, event, now, traceparent=traceparent)
+        for x, done, commit in staged:
+            if version is None:  # (cannot happen under the row lock: queued, workers woken)
+                self.telemetry.end_step(x.run, x.status, None, None)
+            else:
+                self.telemetry.runs_cancelled(cancelled)
+                self._committed(x, done, commit, version)
+        return inbox_id
+
+    def _fold(self, run: RunRecord, work: PendingWork
+              ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+        """The step a sent event (the last of `work.inbox`) takes in its send, or None to
+        leave it queued: the run is not at rest (`_at_rest`), an earlier event waits, or the
+        step would fail the run."""
+        x = self._at_rest(run, work) if len(work.inbox) == 1 else None
+        if x is None:
+            return None
+        self.telemetry.begin_step(x.run, state_text(x.snapshot), True, 1, x.attempt, x.inbox)
+        try:
+            found = self._stage_safely(x, [], lambda: True)  # release: workers run effects
+        except Exception:  # (a store outage while staging): a worker takes the event
+            found = None
+        if found is None or found[2].status == "error":
+            self.telemetry.end_step(x.run, x.status, None, None)
+            return None
+        return found
 
     def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool],
                 taken: list[RunRecord] | None = None) -> int:  # fmt: skip
@@ -294,12 +366,7 @@ class RunDriver:
                     if version is None:
                         continue
                     steps += 1
-                    x.unleased = False  # released, or leased by this commit
-                    log_effects(step.logged, x.run.id)
-                    self._report_step(x, step, commit)
-                    if commit.status != ACTIVE:
-                        self._report_dead_letters(x, commit)
-                    self.telemetry.end_step(x.run, x.status, commit, version)
+                    self._committed(x, step, commit, version)
                     ended.add(x.run.id)
                     if commit.release:
                         x.released = (commit.status, step.snapshot)
@@ -318,6 +385,15 @@ class RunDriver:
                 if gone:
                     self.holds(gone, False)
         return steps
+
+    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
+        """What follows a committed step of `x`: its log lines and its end in telemetry."""
+        x.unleased = False  # released, or leased by this commit
+        log_effects(step.logged, x.run.id)
+        self._report_step(x, step, commit)
+        if commit.status != ACTIVE:
+            self._report_dead_letters(x, commit)
+        self.telemetry.end_step(x.run, x.status, commit, version)
 
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
@@ -472,6 +548,7 @@ class RunDriver:
 
     def _lost(self, x: _Leased) -> None:
         if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
+            self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
             log.debug("run %s: stepped or claimed by another worker before this unleased "
                       "step of version %d committed; nothing written", x.run.id, x.version)
             return

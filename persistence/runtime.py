@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import builtins
 import logging
+import os
+import socket
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +26,8 @@ from persistence.children import (
     nested_machines,
     snapshot_invokes,
 )
-from persistence.columns import run_columns, state_text
+from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
+from persistence.driver import RunDriver
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.stores import (
     ConflictError,
@@ -84,10 +88,6 @@ KeyReuse = Literal["use_existing", "allow_duplicate", "reject_active"]
 - `"reject_active"`: raise `RunActiveError` while a run with the key is active; once it has
   ended, start a new one (Temporal's "allow duplicate" with conflict policy "fail").
 """
-
-
-TRANSIENT_PREFIX = "transient failure"
-"""How `last_error` starts while a run waits out the backoff of a transient failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +182,10 @@ class Runtime:
     gives workflows a default priority (0-1000, higher claimed first, with aging; see
     `start`).
 
+    `send` applies an event to a run at rest (active, no worker holding it, nothing queued
+    before it, no effects waiting to run) in its own transaction, as the step a worker would
+    take for it; `step_in_send=False` always queues it for a worker instead.
+
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
     result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
@@ -204,6 +208,7 @@ class Runtime:
         limits: Mapping[str, Limit] | None = None,
         workflow_limits: Mapping[str, str] | None = None,
         priorities: Mapping[str, int] | None = None,
+        step_in_send: bool = True,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -213,6 +218,9 @@ class Runtime:
         self.dry_run = dry_run
         self.transient = transient or TransientBackoff()
         self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.step_in_send = step_in_send
+        self._senders = threading.local()  # each sending thread's driver (`send`)
+        self._sender_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
         self._by_label: dict[tuple[str, str], Machine] = {}
@@ -452,7 +460,15 @@ class Runtime:
     def send(self, target: str | EventLike, event: EventLike | None = None, *,
              workflow: str | None = None, key: str | None = None,
              traceparent: str | None = None) -> int:
-        """Queue an event for a run; a worker applies it. Returns the inbox id.
+        """Send an event to a run; return its inbox id.
+
+        When the run is at rest (active, no worker holding it, nothing queued before this
+        event, no effects waiting to run), the event is applied here, in the transaction that
+        records it: the run's new state is committed when `send` returns (the step a worker
+        would take, with the same records, counted and traced as a worker's step; effects it
+        records are left to the workers, woken to claim the run). Otherwise, and whenever that
+        step would fail the run, the event is queued and a worker applies it, in order
+        (`Runtime(step_in_send=False)`: always).
 
         `send(run_id, event)` addresses the run by id; `send(event, workflow=..., key=...)` by
         its key (the newest run of `workflow` started with `key`). The event is "TYPE" or
@@ -470,8 +486,18 @@ class Runtime:
             run_id = target
         frozen = normalize_event(event)
         with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
-            return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
-                                         traceparent=stored)  # fmt: skip
+            if not self.step_in_send:
+                return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
+                                             traceparent=stored)  # fmt: skip
+            return self._sender().send(run_id, thaw(frozen), self.clock.now(), stored)
+
+    def _sender(self) -> RunDriver:
+        """This thread's driver for the steps `send` takes (it never holds a lease)."""
+        driver: RunDriver | None = getattr(self._senders, "driver", None)
+        if driver is None:
+            driver = RunDriver(self, f"{self._sender_id}/send-{threading.get_ident()}", 30_000)
+            self._senders.driver = driver
+        return driver
 
     def get(self, run_id: str) -> RunRecord:
         """The run's row (state, status, snapshot, `parent_run_id` and `parent_invoke_id` of a

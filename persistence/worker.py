@@ -83,6 +83,7 @@ class Worker:
         self._stop = threading.Event()
         self._wakeup: Wakeup | None = None
         self._held: dict[str, set[str]] = {}  # owner -> run ids being driven
+        self._unleased: set[str] = set()  # of those, stepped with no lease until a commit
         self._held_lock = threading.Lock()
         self._versions: set[tuple[str, str]] = set()
         self._versions_at = 0.0
@@ -228,7 +229,7 @@ class Worker:
         mine = [(run, work) for run, work in found
                 if (run.workflow_name, run.workflow_version) in versions]  # fmt: skip
         ids = {run.id for run, _ in mine}
-        self._hold(owner, ids, True)  # for the heartbeat, once a commit takes the lease
+        self._hold(owner, ids, True, unleased=True)  # for the heartbeat, once a commit leases
         try:
             steps, left = driver.drive_unleased(mine, self._stop.is_set)
         finally:
@@ -253,8 +254,10 @@ class Worker:
             self._versions_at = time.monotonic()
         return self._versions
 
-    def _hold(self, owner: str, run_ids: set[str], held: bool) -> None:
+    def _hold(self, owner: str, run_ids: set[str], held: bool, unleased: bool = False) -> None:
         with self._held_lock:
+            if unleased:
+                self._unleased = self._unleased | run_ids if held else self._unleased - run_ids
             runs = self._held.setdefault(owner, set())
             if held:
                 runs |= run_ids
@@ -270,6 +273,7 @@ class Worker:
         while not self._stop.wait(self.lease_ms / 3000):
             with self._held_lock:
                 held = {owner: set(ids) for owner, ids in self._held.items() if ids}
+                unleased = self._unleased
             for owner, ids in held.items():
                 try:
                     kept = self.runtime.store.heartbeat(
@@ -278,7 +282,7 @@ class Worker:
                 except StoreError as exc:
                     log.warning("worker %s: heartbeat failed: %s", owner, exc)
                     continue
-                for lost in ids - kept:
+                for lost in ids - kept - unleased:  # (no lease yet is not a lease lost)
                     log.warning("run %s: lease lost by %s", lost, owner)
 
     def _tick_schedules(self) -> None:

@@ -629,6 +629,20 @@ class RunStore(Protocol):
         """Events queued for the run, oldest first."""
         ...
 
+    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
+                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
+                      traceparent: str | None = None,
+                      cancelled: list[str] | None = None) -> tuple[int, int | None]:  # fmt: skip
+        """`send_event` with the step that applies the event folded into its transaction:
+        the run's row is locked, the event queued, and `step` is handed the run with its
+        pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
+        written in the same transaction exactly as `commit_steps` writes it (consuming the
+        event), else the event stays queued and idle workers are woken for it. Returns the
+        inbox id and the run's new version, None when the event was left queued.
+        `RunFinishedError`/`RunNotFoundError` as `send_event` (nothing written); an exception
+        from writing the step rolls back the whole transaction (nothing queued either)."""
+        ...
+
     def claim_runs(
         self,
         owner: str,

@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -118,6 +118,7 @@ class PostgresStore(SQLStore):
     dialect = "postgres"
     _TEXT_ID = "::text"
     _FOR_UPDATE = " FOR UPDATE"
+    _LOCK_ROW = " FOR NO KEY UPDATE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     _KEY_SHARE = " FOR KEY SHARE"
     _AS_ID = "CAST({} AS uuid)"
@@ -411,32 +412,77 @@ class PostgresStore(SQLStore):
         written only under its lease and version, and its outbox, inbox and journal rows only
         with it, so a step that lost its run writes nothing (None) and the others are kept."""
         check_distinct_runs(commits)
-        ids = [_uuid(commit.run_id) for commit in commits]
         for commit in commits:
             check_status(commit.status)
         if not commits:
             return []
-        params = {**_steps_params(commits, now), "ids": ids}
-        present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
-                   "inbox": params["inbox"].obj, "journal": params["journal"].obj,
-                   "dead": params["dead"].obj}  # fmt: skip
-        sql = _steps_sql(tuple(name for name, rows in present.items() if rows))
-        starts = [c for c in commits if c.start_runs or c.stop_children or c.deliveries]
         ended: list[str] = []
         with self._conn() as conn:
-            if not starts:  # the hot path: one statement, autocommit
-                written = dict(conn.execute(sql, params).fetchall())
+            if not any(_has_extras(c) for c in commits):  # the hot path: one statement
+                versions = self._commit_all_in(conn, commits, now, ended)
             else:
                 with conn.transaction():
-                    written = dict(conn.execute(sql, params).fetchall())
-                    for commit in starts:  # (rare: a run failed, or has child runs)
-                        if _uuid(commit.run_id) in written:
-                            for run, _ in commit.start_runs:
-                                check_status(run.status)
-                            self._step_extras_in(conn, commit, now, ended)
+                    versions = self._commit_all_in(conn, commits, now, ended)
         if cancelled is not None:
             cancelled.extend(ended)
+        return versions
+
+    def _commit_all_in(self, conn: Any, commits: Sequence[StepCommit], now: int,
+                       cancelled: list[str]) -> list[int | None]:  # fmt: skip
+        """The batch as one statement on `conn` (in autocommit, its own transaction), then
+        what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
+        ids = [_uuid(commit.run_id) for commit in commits]
+        written = dict(conn.execute(*_steps_statement(commits, ids, now)).fetchall())
+        for commit in commits:  # (rare: a run failed, or has child runs)
+            if _has_extras(commit) and _uuid(commit.run_id) in written:
+                for run, _ in commit.start_runs:
+                    check_status(run.status)
+                self._step_extras_in(conn, commit, now, cancelled)
         return [written.get(run_id) for run_id in ids]
+
+    def _commit_later_in(self, conn: Any, commit: StepCommit, now: int,
+                         cancelled: list[str]) -> Callable[[], int | None]:  # fmt: skip
+        if _has_extras(commit):  # (they need to know it was written)
+            return super()._commit_later_in(conn, commit, now, cancelled)
+        run_id = _uuid(commit.run_id)
+        cursor = conn.execute(*_steps_statement([commit], [run_id], now))
+        return lambda: dict(cursor.fetchall()).get(run_id)
+
+    @contextmanager
+    def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction in pipeline mode: statements go out together until a result is
+        fetched, BEGIN with the first ones and COMMIT with the last (plain statements: a
+        psycopg `transaction()` block would wait for its BEGIN, and sync before its COMMIT,
+        each a round trip of its own). Whatever fails, the transaction is rolled back once
+        the pipeline has synced."""
+        with self._connection() as conn:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    yield conn
+                    conn.execute("COMMIT")
+            except BaseException:
+                conn.rollback()
+                raise
+
+    def _notify_in(self, conn: Any, run_id: str | None) -> None:
+        payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"
+        conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (payload,))
+
+
+def _steps_statement(commits: Sequence[StepCommit], ids: list[str],
+                     now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
+    params = {**_steps_params(commits, now), "ids": ids}
+    present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
+               "inbox": params["inbox"].obj, "journal": params["journal"].obj,
+               "dead": params["dead"].obj}  # fmt: skip
+    return _steps_sql(tuple(name for name, rows in present.items() if rows)), params
+
+
+def _has_extras(commit: StepCommit) -> bool:
+    """Whether a step writes other runs too (starts, stops or tells them)."""
+    return bool(commit.start_runs or commit.stop_children or commit.deliveries)
 
 
 def _epoch_ms(column: str) -> str:

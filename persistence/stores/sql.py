@@ -20,7 +20,7 @@ times) live in `base.py`, above every dialect.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -120,6 +120,10 @@ class SQLDialect:
     """SQL appended to a run-id column to read it as text (PostgreSQL: `::text` of a uuid)."""
     _FOR_UPDATE = ""
     """Row lock of a read-then-write inside a transaction (SQLite's write lock covers it)."""
+    _LOCK_ROW = ""
+    """Row lock of a run read to be written in the same transaction, which other writers of
+    the row wait for but inserts of its inbox, outbox and journal rows do not (PostgreSQL
+    `FOR NO KEY UPDATE`; SQLite's write lock covers it)."""
     _SKIP_LOCKED = ""
     """Row lock of a queue's head taken by one transaction of many, skipping the rows others
     have locked (PostgreSQL `FOR UPDATE SKIP LOCKED`; SQLite's write lock serializes)."""
@@ -172,6 +176,15 @@ class SQLDialect:
     def _write(self) -> AbstractContextManager[Any]:
         """A connection inside one write transaction, committed on exit, rolled back on error."""
         raise NotImplementedError
+
+    def _pipelined_write(self) -> AbstractContextManager[Any]:
+        """`_write` whose statements are sent together until a result is fetched (PostgreSQL
+        pipeline mode: BEGIN rides with the first statements, COMMIT with the last)."""
+        return self._write()
+
+    def _notify_in(self, conn: Any, run_id: str | None) -> None:
+        """Wake idle workers of other processes when the open transaction commits, naming
+        `run_id` (a queued event) or no run (work due: a claim finds it); see `_NOTIFY`."""
 
     def _connection(self) -> AbstractContextManager[Any]:
         """A connection for reads (no transaction of its own)."""
@@ -776,23 +789,37 @@ class SQLRuns(SQLDialect):
         check_distinct_runs(commits)
         for commit in commits:
             check_status(commit.status)
-        versions: list[int | None] = []
         ended: list[str] = []
-        refused: tuple[type[Exception], ...] = (ConflictError, *self._INTEGRITY_ERRORS)
         with self._write() as conn:
-            for commit in commits:
-                self._exec(conn, "SAVEPOINT step")
-                stopped: list[str] = []
-                try:
-                    versions.append(self._commit_in(conn, commit, now, stopped))
-                    ended += stopped
-                except refused:
-                    self._exec(conn, "ROLLBACK TO SAVEPOINT step")
-                    versions.append(None)
-                self._exec(conn, "RELEASE SAVEPOINT step")
+            versions = self._commit_all_in(conn, commits, now, ended)
         if cancelled is not None:
             cancelled.extend(ended)
         return versions
+
+    def _commit_all_in(self, conn: Any, commits: Sequence[StepCommit], now: int,
+                       cancelled: list[str]) -> list[int | None]:  # fmt: skip
+        """`commit_steps` in the open transaction: each step under a savepoint, so one whose
+        lease or version moved writes nothing (None) and the others are kept."""
+        versions: list[int | None] = []
+        refused: tuple[type[Exception], ...] = (ConflictError, *self._INTEGRITY_ERRORS)
+        for commit in commits:
+            self._exec(conn, "SAVEPOINT step")
+            stopped: list[str] = []
+            try:
+                versions.append(self._commit_in(conn, commit, now, stopped))
+                cancelled += stopped
+            except refused:
+                self._exec(conn, "ROLLBACK TO SAVEPOINT step")
+                versions.append(None)
+            self._exec(conn, "RELEASE SAVEPOINT step")
+        return versions
+
+    def _commit_later_in(self, conn: Any, commit: StepCommit, now: int,
+                         cancelled: list[str]) -> Callable[[], int | None]:  # fmt: skip
+        """`_commit_all_in` of one step, its new version read by the function returned, once
+        the transaction has ended (PostgreSQL: its statement then rides with the COMMIT)."""
+        (version,) = self._commit_all_in(conn, [commit], now, cancelled)
+        return lambda: version
 
     def _commit_in(self, conn: Any, commit: StepCommit, now: int, cancelled: list[str]) -> int:
         """Write `commit` in the open transaction (the child runs it cancels into
@@ -873,19 +900,76 @@ class SQLRuns(SQLDialect):
         ids = {self._id(i): i for i in run_ids}
         if not ids:
             return {}
+        return self._work_of(ids, self._read_all(self._work_queries(list(ids))))
+
+    def _work_queries(self, ids: list[str]) -> list[tuple[str, Sequence[Any]]]:
+        """The two reads of `pending_work` (pending effects, live inbox events) of `ids`."""
         marks = ",".join("?" * len(ids))
-        effect_rows, inbox_rows = self._read_all([
+        return [
             (f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
-             "AND status = 'pending' ORDER BY run_id, step, effect_index", list(ids)),
+             "AND status = 'pending' ORDER BY run_id, step, effect_index", ids),
             (f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
-             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", list(ids)),
-        ])  # fmt: skip
+             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", ids),
+        ]  # fmt: skip
+
+    def _work_of(self, ids: Mapping[str, str],
+                 rows: Sequence[Sequence[Any]]) -> dict[str, PendingWork]:  # fmt: skip
+        """`_work_queries`' rows as each run's `PendingWork`, keyed by the ids as given."""
+        effect_rows, inbox_rows = rows
         work = {canonical: PendingWork([], []) for canonical in ids}
         for row in effect_rows:
             work[row[1]].effects.append(self._effect(row))
         for row in inbox_rows:
             work[row[1]].inbox.append(self._inbox(row))
         return {given: work[canonical] for canonical, given in ids.items()}
+
+    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
+                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
+                      traceparent: str | None = None,
+                      cancelled: list[str] | None = None) -> tuple[int, int | None]:  # fmt: skip
+        """`send_event`, and the step that applies the event in the same transaction when
+        `step` (handed the run, locked, with its pending work, the event last in its inbox)
+        returns one: written as `commit_steps` writes it, so the event is queued and consumed
+        in one commit; else it stays queued and a worker is woken for it. Returns the inbox
+        id and the run's new version (None: queued). `cancelled` as in `commit_steps`."""
+        rid, ended = self._id(run_id), list[str]()
+        with self._pipelined_write() as conn:
+            locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
+                                f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
+            queued = self._exec(
+                conn,
+                "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+                "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+                "RETURNING id",
+                (self._j(dict(event)), self._t(now), traceparent, rid),
+            )
+            reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
+            rows, inserted = locked.fetchall(), queued.fetchall()
+            if not rows:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            if not inserted:
+                raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
+            run = self._run(rows[0])
+            work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
+            commit = step(run, work)
+            if commit is not None:
+                check_status(commit.status)
+            written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
+            due = commit is not None and (
+                bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now))
+            if commit is None or due:
+                self._notify_in(conn, None if due else rid)
+        version = None if written is None else written()
+        if commit is not None and version is None:  # (under the row lock it is always written)
+            with self._statement_write() as conn:
+                self._notify_in(conn, rid)
+        if version is None:
+            self.wakeup().notify(rid)
+        elif due:
+            self.wakeup().notify()
+        if cancelled is not None:
+            cancelled.extend(ended)
+        return int(inserted[0][0]), version
 
 
 class SQLQueries(SQLDialect):

@@ -162,3 +162,13 @@ def test_the_telemetry_overhead_rows_run_every_subject() -> None:
     assert [r.subject for r in rows] == list(telemetry.SUBJECTS)
     assert all(r.median > 0 for r in rows)
     assert "| memory | off |" in telemetry.markdown(rows)
+
+
+def test_the_inline_profile_splits_a_workflow_into_its_phases(tmp_path: Path) -> None:
+    from benchmarks import inline_profile
+
+    result = inline_profile.profile(f"sqlite:///{tmp_path / 'p.db'}", n=3)
+    assert result["n"] == 3 and result["statements"] is None and result["backend_ms"] is None
+    assert {"start: initial transition", "step: commit (around its statement)",
+            "step: apply and stage the commit", inline_profile.REST} <= set(result["phases"])
+    assert "| **the calling thread, in all** |" in inline_profile.markdown(result)

@@ -46,7 +46,9 @@ class Env:
     tmp: Path
 
     def runtime(self, machines: list[Any] | None = None) -> Runtime:
-        return Runtime(self.store, machines or faulty.MACHINES)
+        # events are queued for the worker subprocesses the faults are fed to (a send to a run
+        # at rest would apply them itself: tests/persistence/test_send_step.py)
+        return Runtime(self.store, machines or faulty.MACHINES, step_in_send=False)
 
     def sql(self, statement: str, params: tuple[Any, ...] = ()) -> None:
         """Corrupt a row behind the store's back, as a bad deploy or a hand edit would."""

@@ -105,7 +105,8 @@ def test_durable_timer_fires_when_due_even_after_a_restart(
 def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
     store: Store, clock: SimulatedClock
 ) -> None:
-    runtime = Runtime(store, [approval], clock=clock)
+    # queued for a worker (a send to a run at rest applies it: test_send_step.py)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "APPROVE", "by": "ann"})
     runtime.send(run_id, "REJECT")  # comes after the event that ends the run: a dead letter
@@ -246,8 +247,8 @@ def test_a_definition_with_a_migration_takes_over_old_runs(
     v2 = create_machine(config_v2, migrations={"1": from_v1})
     runtime_v2 = Runtime(store, [v2], clock=clock)
     assert runtime_v2.unknown_versions() == []
-    runtime_v2.send(run_id, {"type": "APPROVE", "by": "bob"})
-    assert Worker(runtime_v2).run_until_idle() == 1
+    runtime_v2.send(run_id, {"type": "APPROVE", "by": "bob"})  # applied in the send, migrated
+    assert Worker(runtime_v2).run_until_idle() == 0
     run = runtime_v2.get(run_id)
     assert run.workflow_version == v2.fingerprint
     assert run.snapshot["context"] == {"approved_by": "bob", "channel": "email"}
@@ -290,7 +291,7 @@ def test_worker_thread_serves_until_stopped_and_releases_its_leases(
 def test_stale_driver_cannot_overwrite_a_run_taken_over(
     store: Store, clock: SimulatedClock
 ) -> None:
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)  # queued, claimed
     run_id = runtime.start("approval")
     runtime.send(run_id, "APPROVE")
     stale = store.claim_runs("stale-worker", clock.now(), 1000, 1)[0]

@@ -260,7 +260,8 @@ def test_postgres_lets_one_of_two_concurrent_steps_take_a_system_id(
     store = PostgresStore(pg_dsn, schema=pg_schema, max_size=4)
     try:
         store.migrate()
-        runtime = Runtime(store, [pair], clock=clock)
+        # the events queue for the workers (a send would take the step, and wait, itself)
+        runtime = Runtime(store, [pair], clock=clock, step_in_send=False)
         run_id = runtime.start("pair")
         sides = {c.parent_invoke_id: c for c in runtime.children(run_id)}
         with psycopg.connect(pg_dsn) as holder:  # holds the tree's lock, as a registration does

@@ -1,7 +1,8 @@
-"""The claim-free step of a sent event (`RunStore.read_work`, `StepCommit.unleased`,
+"""The claim-free step of a queued event (`RunStore.read_work`, `StepCommit.unleased`,
 `RunDriver.drive_unleased`): written only while nobody holds the run and only at the version
 read, taking the lease in its commit when effects follow; races and stale writers, on every
-store."""
+store. The runtimes here queue every event (`step_in_send=False`), as a run not at rest gets it
+(a send to a run at rest applies it itself: tests/persistence/test_send_step.py)."""
 
 from __future__ import annotations
 
@@ -131,11 +132,11 @@ caller = create_machine(
 )  # fmt: skip
 
 
-def idle_worker(runtime: Runtime) -> tuple[Worker, threading.Thread]:
+def idle_worker(runtime: Runtime, **options: Any) -> tuple[Worker, threading.Thread]:
     """A worker thread that claimed what there was (nothing) and polls no more in this test:
     from then on only wake-ups move it. (PostgreSQL's listener wakes the workers once when it
     has connected, for what it may have missed: that claim is waited for too.)"""
-    worker, claims = Worker(runtime, poll_ms=60_000), []
+    worker, claims = Worker(runtime, poll_ms=60_000, **options), []
     claim_work = runtime.store.claim_work
 
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -154,7 +155,7 @@ def idle_worker(runtime: Runtime) -> tuple[Worker, threading.Thread]:
 
 
 def test_an_idle_worker_steps_a_sent_event_without_a_claim(store: Store) -> None:
-    runtime = Runtime(store, [approval])
+    runtime = Runtime(store, [approval], step_in_send=False)
     run_id = runtime.start("approval")  # asleep on a timer a day away: nothing to claim
     worker, thread = idle_worker(runtime)
     try:
@@ -173,7 +174,7 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
     store: Store,
 ) -> None:
     calls.clear()
-    runtime = Runtime(store, [caller])
+    runtime = Runtime(store, [caller], step_in_send=False)
     run_id = runtime.start("caller")
     assert Worker(runtime).run_until_idle() == 0  # waits for GO
     worker, thread = idle_worker(runtime)
@@ -189,18 +190,49 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 
+def slow_guard(context: Any, event: Any) -> bool:
+    time.sleep(0.5)  # a step longer than a heartbeat's period
+    return True
+
+
+slow = create_machine(
+    {"id": "slow", "initial": "waiting", "states": {
+        "waiting": {"on": {"GO": {"guard": "slow", "target": "moved"}}}, "moved": {}}},
+    guards={"slow": slow_guard},
+)  # fmt: skip
+
+
+def test_a_heartbeat_during_an_unleased_step_reports_no_lost_lease(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = Runtime(store, [slow], step_in_send=False)
+    run_id = runtime.start("slow")
+    worker, thread = idle_worker(runtime, lease_ms=300)  # a heartbeat every 100 ms
+    try:
+        with caplog.at_level(logging.WARNING, logger="statecharts"):
+            runtime.send(run_id, "GO")
+            wait_for(lambda: runtime.get(run_id).state == "moved")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert runtime.get(run_id).claim_count == 0  # stepped without a lease, as meant
+    assert "lease lost" not in caplog.text, caplog.text
+
+
 def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "APPROVE", "by": "a"})
     first, second = (RunDriver(runtime, owner, 30_000) for owner in ("a", "b"))
     read_by_first, read_by_second = store.read_work([run_id]), store.read_work([run_id])
     assert first.drive_unleased(read_by_first, lambda: False) == (1, False)
     with caplog.at_level(logging.INFO):
-        assert second.drive_unleased(read_by_second, lambda: False) == (0, False)
+        # the loser writes nothing and claims at once: an event queued meanwhile, whose
+        # wake-up it took, is not left waiting for a poll
+        assert second.drive_unleased(read_by_second, lambda: False) == (0, True)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("approved", 2, 0)
@@ -211,12 +243,12 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
     store: Store,
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     run_id = runtime.start("approval")
     runtime.send(run_id, {"type": "REJECT"})
     stale = store.read_work([run_id])
     assert Worker(runtime).run_until_idle() == 1  # a claim stepped it
-    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, False)
+    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, True)
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("rejected", 2, 1)
     assert len(store.list_events(run_id)) == 1
@@ -224,7 +256,7 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
 
 def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval, order], clock=clock)
+    runtime = Runtime(store, [approval, order], clock=clock, step_in_send=False)
     held = runtime.start("approval")
     runtime.send(held, "APPROVE")
     store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
@@ -240,7 +272,7 @@ def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_rea
     store: Store,
 ) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval], clock=clock)
+    runtime = Runtime(store, [approval], clock=clock, step_in_send=False)
     bad = runtime.start("approval")
     version = store.claim_runs("tamper", clock.now() + 86_400_000, 1000, 1)[0].version
     broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}

@@ -1,0 +1,179 @@
+"""Where a workflow run in its caller (`Inline.run`) spends its time, phase by phase.
+
+The equal-concurrency row of the durable benchmark (`durable_runtime.INLINE`: the 3-step
+workflow, one in flight) as a profile. Wall time on a shared machine mostly measures the other
+processes' fsyncs, so each phase is reported as **CPU time of the calling thread**
+(`time.thread_time`, user and system: what this process spends, however long it waits), and
+the database side as the **CPU time of the PostgreSQL backend** serving the store's connection
+(read from `/proc/<pid>/stat`, so only for a server on this machine). The phases are the
+methods on the path, each timed without the phases it calls:
+
+* `start: initial transition` (`Runtime.prepare_run`), `start: insert` (`create_run` around
+  its statement), `step: execute effects` (the round's effect calls and their spans),
+  `step: apply and stage` (results applied, the commit built), `step: commit` (`commit_steps`
+  around its statement), `psycopg execute` (adapting the parameters, sending, waiting,
+  parsing the reply), and `rest` (the driver's loop, telemetry of steps, `begin_run` itself);
+* statements and round trips per workflow (`psycopg.Connection.execute` calls; each is one
+  round trip and, in autocommit, one transaction).
+
+Run: ``python -m benchmarks.inline_profile [URL] [--n 1000]`` (default: the bench DSN in a
+schema of its own, dropped afterwards). Compare two versions by running each in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks.durable import store_url_or_scratch
+from benchmarks.durable_runtime import WORKFLOW, expected, three_steps_machine
+
+WARMUP = 20
+REST = "rest (driver loop, step telemetry, begin_run)"
+PSYCOPG = "psycopg execute (adapt, send, wait, parse)"
+
+
+class _Phases:
+    """Exclusive CPU time per phase: a wrapped method's time minus its wrapped callees'."""
+
+    def __init__(self) -> None:
+        self.cpu: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._inner: list[int] = []
+
+    def wrap(self, owner: Any, name: str, label: str) -> Callable[[], None]:
+        """Time `owner.name` as `label`; returns the undo."""
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.thread_time_ns()
+            self._inner.append(0)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent = time.thread_time_ns() - began
+                self.cpu[label] += spent - self._inner.pop()
+                self.calls[label] += 1
+                if self._inner:
+                    self._inner[-1] += spent
+
+        setattr(owner, name, timed)
+        return lambda: setattr(owner, name, original)
+
+    def clear(self) -> None:
+        """Forget the warm-up."""
+        self.cpu.clear()
+        self.calls.clear()
+
+
+@contextmanager
+def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
+    from persistence import driver, inline, runtime
+
+    undo = [
+        phases.wrap(inline.Inline, "run", REST),
+        phases.wrap(runtime.Runtime, "prepare_run", "start: initial transition"),
+        phases.wrap(store, "create_run", "start: insert (around its statement)"),
+        phases.wrap(driver.RunDriver, "_execute_round", "step: execute effects (+ spans)"),
+        phases.wrap(driver.RunDriver, "_stage_safely", "step: apply and stage the commit"),
+        phases.wrap(store, "commit_steps", "step: commit (around its statement)"),
+    ]
+    if store.dialect == "postgres":
+        import psycopg
+
+        undo.append(phases.wrap(psycopg.Connection, "execute", PSYCOPG))
+    try:
+        yield
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def _backend_cpu(pids: list[int]) -> float | None:
+    """CPU seconds the backends `pids` have used (None where /proc cannot tell)."""
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def profile(url: str, n: int = 1000) -> dict[str, Any]:
+    """Run `n` workflows through `Inline.run` on `url` and return the per-workflow figures
+    (on SQLite: the phases only, no statement count or backend)."""
+    from persistence import open_store
+    from persistence.inline import Inline
+    from persistence.runtime import Runtime
+
+    store = open_store(url, migrate=True)
+    phases = _Phases()
+    try:
+        inline = Inline(Runtime(store, machines=[three_steps_machine()]))
+        with _instrumented(phases, store):
+            for x in range(WARMUP):
+                inline.run(WORKFLOW, {"x": x})
+            pool = getattr(store, "_pool", None)
+            pids: list[int] = []
+            if pool is not None:  # the backends of the pool's idle connections
+                with pool.connection() as conn:
+                    pids.append(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            phases.clear()
+            server0, cpu0, wall0 = _backend_cpu(pids), time.thread_time(), time.perf_counter()
+            for x in range(n):
+                got = inline.run(WORKFLOW, {"x": x})
+                assert got.status == "done" and got.output == expected(x), (got, expected(x))
+            wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+            server1 = _backend_cpu(pids)
+    finally:
+        store.close()
+    statements = phases.calls[PSYCOPG] if getattr(store, "dialect", "") == "postgres" else None
+    return {
+        "n": n, "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3,
+        "backend_ms": None if server0 is None or server1 is None or not pids
+        else (server1 - server0) / n * 1e3,
+        "statements": None if statements is None else statements / n,
+        "phases": {label: ns / n / 1e6 for label, ns in phases.cpu.most_common()},
+    }  # fmt: skip
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The per-workflow figures as a table."""
+    backend, statements = result["backend_ms"], result["statements"]
+    counted = "" if statements is None else f"; {statements:.2f} statements (round trips) each"
+    lines = [
+        f"{result['n']:,} workflows, one in flight: wall {result['wall_ms']:.2f} ms per "
+        f"workflow{counted}",
+        "",
+        "| phase | CPU ms per workflow |",
+        "|---|---:|",
+        *(f"| {label} | {ms:.3f} |" for label, ms in result["phases"].items()),
+        f"| **the calling thread, in all** | **{result['cpu_ms']:.3f}** |",
+        f"| PostgreSQL backend (statements and commits) | "
+        f"{'—' if backend is None else f'{backend:.3f}'} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: profile `Inline.run` and print the table with the load average."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
+    ap.add_argument("--n", type=int, default=1000, help="workflows")
+    args = ap.parse_args(argv)
+    with store_url_or_scratch(args.url, "inline_profile") as url:
+        print(markdown(profile(url, args.n)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""`Runtime.send` applies an event to a run at rest in the send's own transaction
+(`Store.send_and_step`, `RunDriver.send`), and queues it exactly as before otherwise: on every
+store (SQLite file, PostgreSQL, memory), with the records, order, fencing, cascades and
+telemetry of a worker's step."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from persistence.runtime import Runtime
+from persistence.stores import ConflictError, StepCommit, Store, StoreEncodingError
+from persistence.stores.base import RunFinishedError, RunNotFoundError
+from persistence.telemetry import Telemetry
+from persistence.telemetry.metrics import STEPS, Metric
+from persistence.worker import Worker
+from statecharts import SimulatedClock, assign, create_machine
+from tests.persistence.conftest import wait_for
+from tests.persistence.workflows import approval
+
+T0 = 1_700_000_000_000
+
+
+class Counted:
+    """A metrics sink that keeps every counter increment."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, tuple[str, ...], float]] = []
+
+    def add(self, metric: Metric, amount: float, labels: tuple[str, ...]) -> None:
+        self.added.append((metric.name, labels, amount))
+
+    def record(self, metric: Metric, value: float, labels: tuple[str, ...]) -> None:
+        del metric, value, labels
+
+    def total(self, name: str) -> float:
+        return sum(amount for metric, _, amount in self.added if metric == name)
+
+
+CALLS: list[Any] = []
+
+
+def _record(context: Any, event: Any) -> None:
+    CALLS.append(event.get("n"))
+
+
+def _guard_raises(context: Any, event: Any) -> bool:
+    raise RuntimeError("guard exploded")
+
+
+counter = create_machine(
+    {"id": "counter", "initial": "counting", "context": {"n": 0},
+     "states": {"counting": {"on": {
+         "INC": {"actions": "inc"},
+         "CALL": {"actions": "record"},
+         "CHECK": {"guard": "explodes", "target": "done"},
+         "FINISH": "done"}},
+         "done": {"type": "final"}}},
+    actions={"inc": assign({"n": lambda context, event: context["n"] + 1}),
+             "record": _record},
+    guards={"explodes": _guard_raises},
+)  # fmt: skip
+
+kid = create_machine(
+    {"id": "kid", "initial": "waiting", "states": {
+        "waiting": {"on": {"FINISH": "finished"}},
+        "finished": {"type": "final"}}})  # fmt: skip
+
+parent = create_machine(
+    {"id": "parent", "initial": "idle", "states": {
+        "idle": {"on": {"GO": "working"}},
+        "working": {"invoke": {"id": "kid", "src": "kid", "onDone": "finished"},
+                    "on": {"STOP": "stopped"}},
+        "finished": {"type": "final"},
+        "stopped": {"type": "final"}}},
+    actors={"kid": kid},
+)  # fmt: skip
+
+
+@pytest.fixture
+def clock() -> SimulatedClock:
+    return SimulatedClock(start=T0)
+
+
+def _journal(store: Store, run_id: str) -> list[tuple[str, str, str]]:
+    return [(str(e.event["type"]), e.state_before, e.state_after)
+            for e in store.list_events(run_id)]  # fmt: skip
+
+
+def test_an_event_sent_to_a_run_at_rest_is_applied_in_the_send(
+    store: Store, clock: SimulatedClock
+) -> None:
+    metrics = Counted()
+    runtime = Runtime(store, [counter], clock=clock,
+                      telemetry=Telemetry(tracing=False, metrics=[metrics]))  # fmt: skip
+    run_id = runtime.start("counter")
+    inbox_id = runtime.send(run_id, "INC")
+    run = runtime.get(run_id)  # no worker anywhere: the send committed the step
+    assert (run.snapshot["context"], run.version, run.lease_owner, run.claim_count,
+            run.wake_at) == ({"n": 1}, 2, None, 0, None)  # fmt: skip
+    assert isinstance(inbox_id, int) and inbox_id > 0
+    assert store.pending_events(run_id) == [] and store.dead_letters(run_id) == []
+    assert _journal(store, run_id) == [("INC", "counting", "counting")]
+    assert metrics.total(STEPS.name) == 1  # counted once, as a worker's step
+    runtime.send(run_id, "FINISH")
+    assert runtime.get(run_id).status == "done"
+    assert metrics.total(STEPS.name) == 2
+    assert ("statecharts_runs_finished", ("counter", "done"), 1) in metrics.added
+    assert Worker(runtime).run_until_idle() == 0  # nothing left for a worker
+    with pytest.raises(RunFinishedError):
+        runtime.send(run_id, "INC")
+    with pytest.raises(RunNotFoundError):
+        runtime.send("00000000-0000-4000-8000-000000000000", "INC")
+    assert _journal(store, run_id) == [("INC", "counting", "counting"),
+                                       ("FINISH", "counting", "done")]  # fmt: skip
+
+
+def test_the_sends_step_is_traced_as_a_workers_step_linked_to_the_send(
+    clock: SimulatedClock,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from persistence.stores.memory import MemoryStore
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store = MemoryStore()
+    store.migrate()
+    runtime = Runtime(store, [counter], clock=clock,
+                      telemetry=Telemetry(tracer_provider=provider))  # fmt: skip
+    run_id = runtime.start("counter")
+    runtime.send(run_id, "INC")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    start, send, step = spans["start counter"], spans["send INC"], spans["step counter"]
+    assert step.parent is not None and step.parent.span_id == start.context.span_id
+    assert [(link.context.trace_id, link.context.span_id) for link in step.links] == \
+        [(send.context.trace_id, send.context.span_id)]  # fmt: skip
+    assert (step.attributes["statecharts.step.committed"], step.attributes["statecharts.events"],
+            step.attributes["statecharts.run.version"]) == (True, ("INC",), 2)  # fmt: skip
+
+
+def test_step_in_send_false_queues_every_event(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [counter], clock=clock, step_in_send=False)
+    run_id = runtime.start("counter")
+    runtime.send(run_id, "INC")
+    assert runtime.get(run_id).snapshot["context"] == {"n": 0}
+    assert [e.event for e in store.pending_events(run_id)] == [{"type": "INC"}]
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).snapshot["context"] == {"n": 1}
+
+
+def test_an_event_queued_before_keeps_its_place(store: Store, clock: SimulatedClock) -> None:
+    queueing = Runtime(store, [approval], clock=clock, step_in_send=False)
+    runtime = Runtime(store, [approval], clock=clock)
+    run_id = runtime.start("approval")
+    queueing.send(run_id, {"type": "APPROVE", "by": "ann"})
+    runtime.send(run_id, "REJECT")  # an earlier event waits: this one is queued behind it
+    assert runtime.get(run_id).state == "waiting"
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["APPROVE", "REJECT"]
+    assert Worker(runtime).run_until_idle() == 1
+    run = runtime.get(run_id)
+    assert (run.status, run.state, run.snapshot["context"]) == \
+        ("done", "approved", {"approved_by": "ann"})  # fmt: skip
+    assert [(d.event["type"], d.reason) for d in runtime.dead_letters(run_id)] == [
+        ("REJECT", "the run ended (done) before this event was applied")]
+
+
+def test_a_run_a_worker_holds_gets_the_event_queued(store: Store, clock: SimulatedClock) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    queueing = Runtime(store, [counter], clock=clock, step_in_send=False)
+    queueing.send(run_id, "INC")
+    ((claimed, work),) = store.claim_work("w/1", clock.now(), 30_000, 10)
+    assert claimed.id == run_id and len(work.inbox) == 1
+    runtime.send(run_id, "INC")  # leased: queued, never written past the lease
+    run = runtime.get(run_id)
+    assert (run.version, run.lease_owner, run.snapshot["context"]) == (1, "w/1", {"n": 0})
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC", "INC"]
+    assert store.release(run_id, "w/1", None)
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).snapshot["context"] == {"n": 2}
+    # an expired lease is a takeover, a claim's: still queued
+    queueing.send(run_id, "INC")
+    store.claim_work("w/2", clock.now(), 1_000, 10)
+    clock.advance(5_000)
+    runtime.send(run_id, "INC")
+    assert runtime.get(run_id).lease_owner == "w/2"
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).snapshot["context"] == {"n": 4}
+
+
+def test_pending_effects_keep_the_event_queued_and_effects_a_step_records_go_to_a_worker(
+    store: Store, clock: SimulatedClock
+) -> None:
+    CALLS.clear()
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    runtime.send(run_id, {"type": "CALL", "n": 1})  # folded; its action is left to a worker
+    run = runtime.get(run_id)
+    assert (run.version, run.lease_owner, run.wake_at) == (2, None, clock.now())
+    assert [(e.step, e.status) for e in store.list_effects(run_id)] == [(2, "pending")]
+    assert CALLS == []  # the send executes nothing
+    runtime.send(run_id, "INC")  # effects wait to run: queued behind them
+    assert runtime.get(run_id).version == 2
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC"]
+    assert Worker(runtime).run_until_idle() == 1  # claimed once: the action, then INC
+    run = runtime.get(run_id)
+    assert (run.snapshot["context"], run.claim_count, CALLS) == ({"n": 1}, 1, [1])
+    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+
+
+def test_a_step_that_would_fail_the_run_is_left_to_a_worker(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    runtime.send(run_id, "CHECK")  # its guard raises: queued, the run untouched
+    run = runtime.get(run_id)
+    assert (run.status, run.version) == ("active", 1)
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["CHECK"]
+    Worker(runtime).run_until_idle()  # failed as any queued event's raising guard fails it
+    queued = Runtime(store, [counter], clock=clock, step_in_send=False)
+    other = queued.start("counter")
+    queued.send(other, "CHECK")
+    Worker(queued).run_until_idle()
+    failed, as_before = runtime.get(run_id), runtime.get(other)
+    assert failed.status == as_before.status == "error"
+    assert failed.last_error == as_before.last_error
+    assert "guard exploded" in (failed.last_error or "")
+    assert _journal(store, run_id) == _journal(store, other)
+
+
+def test_a_run_that_does_not_restore_gets_the_event_queued_and_a_worker_fails_it(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    broken = {**runtime.get(run_id).snapshot, "value": "nowhere"}
+    with store._write() as conn:  # type: ignore[attr-defined]  # a bad deploy or a hand edit
+        store._exec(conn, "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
+                    (store._j(broken), store._id(run_id)))  # type: ignore[attr-defined]
+    runtime.send(run_id, "INC")
+    assert runtime.get(run_id).version == 1
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC"]
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert (run.status, run.claim_count) == ("error", 1)
+    assert "snapshot does not restore" in (run.last_error or "")
+    assert [d.event["type"] for d in runtime.dead_letters(run_id)] == ["INC"]
+
+
+def test_a_step_the_store_refuses_in_the_send_is_queued(
+    store: Store, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise StoreEncodingError("cannot store value: test")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_commit_later_in", refuse)  # the step's write in the send
+        with caplog.at_level(logging.WARNING, "statecharts.runs"):
+            runtime.send(run_id, "INC")
+    assert "refused in the send" in caplog.text
+    assert runtime.get(run_id).version == 1  # nothing of the step, the event queued once
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC"]
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).snapshot["context"] == {"n": 1}
+
+
+def test_a_stale_writer_loses_to_the_send_and_its_commit_writes_nothing(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    ((stale, _),) = store.read_work([run_id])  # a worker's claim-free read, before the send
+    runtime.send(run_id, "INC")
+    late = StepCommit(run_id=run_id, owner="w/late", expected_version=stale.version,
+                      state="counting", snapshot=stale.snapshot, status="active",
+                      unleased=True)  # fmt: skip
+    with pytest.raises(ConflictError):
+        store.commit_step(late, clock.now())
+    leased = StepCommit(run_id=run_id, owner="w/late", expected_version=2, state="counting",
+                        snapshot=stale.snapshot, status="active")  # no lease: fenced
+    with pytest.raises(ConflictError):
+        store.commit_step(leased, clock.now())
+    assert runtime.get(run_id).snapshot["context"] == {"n": 1}
+
+
+def test_concurrent_senders_apply_every_event_once(store_factory: Any, store_kind: str) -> None:
+    if store_kind == "memory":
+        pytest.skip("an in-memory database is one store object's own")
+    stores = [store_factory() for _ in range(4)]
+    runtimes = [Runtime(s, [counter]) for s in stores]
+    run_id = runtimes[0].start("counter")
+    worker = Worker(runtimes[0], concurrency=1, poll_ms=50)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        senders = [threading.Thread(target=lambda r=r: [r.send(run_id, "INC") for _ in range(25)])
+                   for r in runtimes]  # fmt: skip
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+        wait_for(lambda: runtimes[0].get(run_id).snapshot["context"]["n"] == 100)
+    finally:
+        worker.stop()
+        thread.join()
+    assert [e for e in stores[0].pending_events(run_id)] == []
+    assert [t for t, _, _ in _journal(stores[0], run_id)] == ["INC"] * 100
+    assert runtimes[0].get(run_id).version == 101
+    for s in stores[1:]:
+        s.close()
+
+
+def test_a_send_that_starts_and_stops_a_child_run_cascades(
+    store: Store, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(store, [parent], clock=clock)
+    run_id = runtime.start("parent")
+    runtime.send(run_id, "GO")  # the step starts the child run, in the send's transaction
+    (child,) = runtime.children(run_id)
+    assert (runtime.get(run_id).state, child.status, child.parent_invoke_id) == \
+        ("working", "active", "kid")  # fmt: skip
+    runtime.send(child.id, "FINISH")  # the child ends: its parent is told, in that commit
+    assert runtime.get(child.id).status == "done"
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["xstate.done.actor.kid"]
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).state == "finished"
+    other = runtime.start("parent")
+    runtime.send(other, "GO")
+    (second,) = runtime.children(other)
+    runtime.send(other, "STOP")  # leaving the invoking state stops the child run
+    assert (runtime.get(other).status, runtime.get(second.id).status) == ("done", "cancelled")
+    assert Worker(runtime).run_until_idle() == 0
