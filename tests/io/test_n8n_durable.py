@@ -61,3 +61,29 @@ def _event_of(config: dict[str, Any], value: Any) -> str | None:
     state = config["states"].get(value, {}) if isinstance(value, str) else {}
     events = list((state.get("on") or {}).keys())
     return events[0] if events and not state.get("after") else None
+
+
+def test_a_loop_n8n_would_run_for_ever_fails_the_durable_run_and_nothing_stalls(
+        tmp_path: Path) -> None:
+    # a disabled Loop Over Items wired to itself passes the same items round for ever in n8n;
+    # on the runtime the run fails in 'loops_forever', saying why (before: the engine's
+    # InfiniteLoopError failed it, its snapshot left in 'set'), Set called once, and the
+    # worker is left with nothing
+    from tests.io.test_n8n_oracle import _self_fed_loop
+
+    data = _self_fed_loop(disabled=True)
+    result = from_n8n(data, "w")
+    stubs = Stubs(0, fail_rate=0, empty_rate=0)
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.migrate()
+    runtime = Runtime(store, [stub_machine(result, stubs, widths_of(data))],
+                      clock=SimulatedClock(1_700_000_000_000))
+    run_id = runtime.start("w")
+    runtime.send(run_id, "GO")
+    Worker(runtime, lease_ms=5000).run_until_idle()
+    record = runtime.get(run_id)
+    assert record.status == "error"
+    assert runtime.snapshot(run_id).value == "loops_forever"
+    assert [name for name, _ in stubs.calls] == ["Set"]
+    assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
+    store.close()

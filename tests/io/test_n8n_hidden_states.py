@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from statecharts.io.n8n import HIDDEN_KINDS, HiddenState, N8nImport, from_n8n
 from statecharts.io.n8n.validation import build_machines
 from tests.io.n8n_corpus import (
+    MORE,
     corpus_data,
+    corpus_path,
     guarded_targets,
     imported,
     mapped_state,
@@ -180,7 +183,24 @@ def test_run_done_is_the_final_state_of_a_finished_run() -> None:
     assert targets(state(result, "mailjet")["invoke"]["onDone"]) == ["done"]
 
 
+def test_endless_loop_when_a_node_doing_no_work_is_wired_to_itself() -> None:
+    # Zoom AI Meeting Assistant: Loop Over Items v3 'Filter: Only 1 item' sends its done
+    # output (0) back to its own input, its loop output (1) to 'Zoom: Get transcript file'
+    path = corpus_path("enescingoz__Other_Integrations_and_Use_Cases_Zoom_AI_Meeting", MORE)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    loop = "Filter: Only 1 item"
+    assert data["connections"][loop]["main"][0] == [{"node": loop, "type": "main", "index": 0}]
+    result = from_n8n(data, "w")
+    [hidden] = _hidden(result, "endless_loop")
+    assert hidden.node is None and state(result, hidden.state)["tags"] == ["failed"]
+    assert state(result, hidden.state)["invoke"]["onFinalFailure"] == "fail_run"
+    first = state(result, mapped_state(result, loop))["always"][0]
+    assert first["guard"] == {"type": "loops_forever"}
+    assert targets([first]) == [hidden.state]
+    assert any(w.startswith(f"'{loop}' forms a loop") for w in result.warnings)
+
+
 def test_every_hidden_kind_occurs_in_the_corpus_tests_above() -> None:
     covered = {"trigger_wait", "retry", "error_outcome", "next_branch", "run_start",
-               "reply_wait", "run_done"}
+               "reply_wait", "run_done", "endless_loop"}
     assert covered == set(HIDDEN_KINDS)

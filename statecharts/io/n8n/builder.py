@@ -72,6 +72,9 @@ class MachineBuilder:
         self.order = {n.name: n.index for n in graph.workflow.nodes}
         self.resumable: set[str] = set()
         self.routes: dict[str, dict[str, Any]] = {}
+        self.idle: set[str] = set()  # nodes doing no work, when some of them form a loop
+        self.forever_key: str | None = None
+        self.forever_message = ""
         self.done_key = unique("done", self.all_keys)
         self.next_key = unique("next_branch", self.all_keys | {self.done_key})
         self.all_keys |= {self.done_key, self.next_key}
@@ -85,6 +88,7 @@ class MachineBuilder:
         """The machine whose runs start as ``entries`` say."""
         for name in [n.name for n in self.graph.workflow.nodes]:
             self._note_resumable(name)
+        self._idle_loops([target for entry in entries for _, target, _ in entry.children])
         for entry in entries:
             if len(entry.children) > 1:
                 self.resumable.update(target for _, target, _ in entry.children)
@@ -125,6 +129,40 @@ class MachineBuilder:
                 self.resumable.update(target for _, target, _ in group)
         if self._slots(name) > 1:
             self.resumable.add(name)
+
+    def _idle(self, name: str) -> bool:
+        """True for a node whose state does no work: its route alone decides what it sends
+        on (No Operation, a disabled node, Loop Over Items, an If asking "no items left?")."""
+        if name in self.graph.disabled:
+            return True
+        kind = self.graph.kinds[name]
+        return kind in (Kind.NO_OP, Kind.LOOP) or (kind is Kind.IF and
+                                                   self._asked_loop(name) is not None)
+
+    def _idle_loops(self, starts: list[str]) -> None:
+        """Wires that lead from nodes doing no work back to themselves: n8n passes items round
+        such a loop until the items stop, or for ever (a disabled node wired to itself, a Loop
+        Over Items whose alwaysOutputData refills its output). In the machine the loop is
+        eventless transitions, so the engine would stop it as an infinite loop; instead its
+        routes watch for the repeat (``execution._watch_idle``) and the run fails in the
+        hidden state ``loops_forever``, naming the nodes."""
+        reached = _reached(starts, self.graph.wires)
+        idle = {name for name in reached if self._idle(name)}
+        looping = sorted((name for name in idle if _returns_to(name, self.graph.wires, idle)),
+                         key=self.order.__getitem__)
+        if not looping:
+            return
+        self.idle = idle
+        self.forever_key = unique("loops_forever", self.all_keys)
+        self.all_keys.add(self.forever_key)
+        names = ", ".join(f"'{name}'" for name in looping)
+        message = (f"n8n would run for ever: items go round {names}, a loop in which no node "
+                   "does any work")
+        self.forever_message = message
+        verb = "forms" if len(looping) == 1 else "form"
+        self.warnings.append(f"{names} {verb} a loop in which no node does any work: when items "
+                             "keep going round it (n8n would run it for ever) the run fails in "
+                             f"state '{self.forever_key}'")
 
     def _trigger_wait(self, entries: list[Entry]) -> str:
         key = unique("waiting_for_trigger", self.all_keys)
@@ -174,6 +212,17 @@ class MachineBuilder:
                        "n8n keeps a stack of nodes waiting to run; when a branch ends (no "
                        "wire, or no items) it runs the next one, depth first and top-left "
                        "first, and a Merge once its inputs are there")
+        if self.forever_key is not None:
+            self.states[self.forever_key] = {
+                "description": "items go round a loop of nodes doing no work", "tags": ["failed"],
+                "invoke": {"id": self.forever_key, "src": self._fail_actor(),
+                           "input": {"message": self.forever_message},
+                           "description": "fail the run: it would never end",
+                           "onFinalFailure": "fail_run"}}
+            self._hide("endless_loop", self.forever_key, None,
+                       "n8n keeps passing items round a loop in which no node does any work "
+                       "(until someone stops the execution); the machine notices the repeat "
+                       "and fails the run here instead of spinning")
         self.states[self.done_key] = {"type": "final", "description": "the run is done"}
         self._hide("run_done", self.done_key, None,
                    "n8n ends a run silently when no node has anything left to do; here that "
@@ -363,6 +412,8 @@ class MachineBuilder:
                                   "children": self._children(name)}
         if node.always_output_data:
             params["always_output"] = True
+        if name in self.idle and how in ("pass", "loop", "no_items_left"):
+            params["idle"] = True
         params.update(extra)
         return params
 
@@ -482,22 +533,35 @@ class MachineBuilder:
                           f"{duration.text!r} at run time")
 
     def _pass(self, name: str, state: dict[str, Any], how: str) -> str:
-        params = self._params(name, "pass")
-        state["entry"] = [self._route(params)]
-        state["always"] = self._resume([c[1] for c in params["children"]],
-                                       self._labels(name, params["children"]))
+        self._eventless(name, state, self._params(name, "pass"))
         return how
 
-    def _if(self, name: str, state: dict[str, Any]) -> str:
+    def _eventless(self, name: str, state: dict[str, Any], params: dict[str, Any]) -> None:
+        """A node that does no work: its route is the state's entry and the state is left at
+        once for the node that runs next (or for ``loops_forever``, see ``_idle_loops``)."""
+        state["entry"] = [self._route(params)]
+        always = self._resume([c[1] for c in params["children"]],
+                              self._labels(name, params["children"]))
+        if params.get("idle"):
+            always.insert(0, {"guard": {"type": "loops_forever"},
+                              "target": self._ref(self.forever_key or self.done_key),
+                              "description": "the items go round for ever"})
+        state["always"] = always
+
+    def _asked_loop(self, name: str) -> str | None:
+        """The Loop Over Items node an If asks "no items left?", if that is all it asks."""
         loop = nk.no_items_left_loop(self.graph.node(name))
         if loop is None or not self.graph.workflow.has_node(loop) or \
                 self.graph.kinds[loop] is not Kind.LOOP:
+            return None
+        return loop
+
+    def _if(self, name: str, state: dict[str, Any]) -> str:
+        loop = self._asked_loop(name)
+        if loop is None:
             return "choice per item: " + self._work(name, state)
         self._no_retry(name, "an If asking a loop whether it is done")
-        params = self._params(name, "no_items_left", loop=loop)
-        state["entry"] = [self._route(params)]
-        state["always"] = self._resume([c[1] for c in params["children"]],
-                                       self._labels(name, params["children"]))
+        self._eventless(name, state, self._params(name, "no_items_left", loop=loop))
         return f"choice: \"no items left in '{loop}'?\" reads the loop's memory"
 
     def _wait(self, name: str, state: dict[str, Any]) -> str:
@@ -529,11 +593,9 @@ class MachineBuilder:
             self.warnings.append(f"'{name}': the batch size is an n8n expression "
                                  f"({spec.batch_expression}); the import uses "
                                  f"{spec.batch_size}")
-        params = self._params(name, "loop", batch_size=spec.batch_size,
-                              loop_output=spec.loop_output, done_output=spec.done_output)
-        state["entry"] = [self._route(params)]
-        state["always"] = self._resume([c[1] for c in params["children"]],
-                                       self._labels(name, params["children"]))
+        self._eventless(name, state, self._params(
+            name, "loop", batch_size=spec.batch_size, loop_output=spec.loop_output,
+            done_output=spec.done_output))
         done = f"output {spec.done_output} (done)" if spec.done_output is not None \
             else "nothing (v1: one output; the branch ends)"
         return (f"loop: batches of {spec.batch_size} on output {spec.loop_output} (loop), "
@@ -572,17 +634,40 @@ class MachineBuilder:
         # workflow), so the state invokes an actor that raises and leaves the error unhandled.
         key = self.keys[name]
         message = nk.stop_and_error_message(self.graph.node(name))
-        src = self._need("actor", "n8n_stop_and_error", None,
-                         "raises the Stop and Error node's message", provided=True)
+        src = self._fail_actor()
         state.update({"tags": ["failed"],
                       "invoke": {"id": key, "src": src, "input": {"message": message},
                                  "description": f"fail the run: {message or 'Stop and Error'}",
                                  "onFinalFailure": "fail_run"}})
         return f"failed end: the run fails with {message!r} (engine status error)"
 
+    def _fail_actor(self) -> str:
+        return self._need("actor", "n8n_stop_and_error", None,
+                          "raises the Stop and Error node's message", provided=True)
+
     def _no_op(self, name: str, state: dict[str, Any]) -> str:
         self._no_retry(name, "No Operation")
         return self._pass(name, state, "passes its items straight on")
+
+
+def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]]) -> set[str]:
+    """The nodes a path of wires leads to from ``starts`` (these included)."""
+    seen: set[str] = set()
+    pending = list(starts)
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending.extend(target for _, target, _ in wires.get(name, []))
+    return seen
+
+
+def _returns_to(start: str, wires: dict[str, list[tuple[int, str, int]]],
+               within: set[str]) -> bool:
+    """True when a path of wires through nodes of ``within`` leads from ``start`` back to it."""
+    following = {name: [(o, t, i) for o, t, i in wires.get(name, []) if t in within]
+                 for name in within}
+    return start in _reached([t for _, t, _ in following.get(start, [])], following)
 
 
 def _n8n_sort(items: list[Any], position: Callable[[Any], tuple[float, float]]) -> list[Any]:

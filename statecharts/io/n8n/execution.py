@@ -231,8 +231,54 @@ def route(context: Any, event: Any, route: str) -> dict[str, Any]:
     whether it is done)."""
     params = _state(context)["graph"][route]
     if params["how"] == "no_items_left":
-        return {KEY: _no_items_left(context, params)}
-    return {KEY: _advance(context, event, params)}
+        state = _no_items_left(context, params)
+    else:
+        state = _advance(context, event, params)
+    _watch_idle(state, params)
+    return {KEY: state}
+
+
+# -- a loop in which no node does any work ------------------------------------------------------
+
+def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
+    """Notice when n8n would pass items round a loop of nodes that do no work for ever.
+
+    Routes marked ``idle`` (No Operation, disabled nodes, Loop Over Items, "no items left?":
+    nothing outside the stack decides what they do) follow each other as eventless
+    transitions; any other route ends the streak. During a streak the stack state after a
+    route is compared with one saved earlier (Brent's cycle finding: saved again after 1, 2,
+    4, ... routes). The run is endless when the same node is current with the same loop
+    memory and waiting Merges, and the stack has not shrunk and starts with the entries the
+    routes in between took off it (the rest was never touched): from here n8n repeats what it
+    just did, for ever. ``forever`` is set; the import's ``loops_forever`` state fails the run
+    (n8n would keep going until the execution is cancelled)."""
+    if not params.get("idle"):
+        state.pop("idle", None)
+        return
+    now = [state["current"], state["stack"], state["waiting"], state["loops"]]
+    watch = state.get("idle")
+    if watch is None:
+        state["idle"] = {"saved": now, "low": len(state["stack"]), "power": 1, "steps": 0}
+        return
+    current, stack, waiting, loops = watch["saved"]
+    low = min(watch["low"], len(state["stack"]))
+    taken = len(stack) - low  # entries of the saved stack some route took off it
+    if state["current"] == current and state["waiting"] == waiting and \
+            state["loops"] == loops and len(state["stack"]) >= len(stack) and \
+            state["stack"][:taken] == stack[:taken]:
+        state["forever"] = True
+    steps = watch["steps"] + 1
+    if steps == watch["power"]:
+        watch = {"saved": now, "low": len(state["stack"]), "power": 2 * watch["power"],
+                 "steps": 0}
+    else:
+        watch = {**watch, "low": low, "steps": steps}
+    state["idle"] = watch
+
+
+def loops_forever(context: Any, event: Any) -> bool:
+    """True when the idle routes have been found going round for ever (see ``_watch_idle``)."""
+    return bool(_state(context).get("forever"))
 
 
 def goes_to(context: Any, event: Any, node: str, start: str | None = None) -> bool:
@@ -266,7 +312,7 @@ def _loop_outputs(state: dict[str, Any], params: Mapping[str, Any]) -> list[Item
     """n8n's splitInBatches: the first visit stores the items and hands out the first batch;
     each later visit adds the items that came back to the processed ones and hands out the
     next batch; when none is left the processed items go to the done output (v2/v3; v1 has
-    only the loop output and stops there)."""
+    only the loop output and stops there, and, as n8n's V1, keeps no processed items)."""
     node = params["node"]
     size = int(params.get("batch_size", 1))
     loop_output, done_output = params.get("loop_output", 0), params.get("done_output")
@@ -280,7 +326,8 @@ def _loop_outputs(state: dict[str, Any], params: Mapping[str, Any]) -> list[Item
         memory = {"items": rest, "processed": []}
     else:
         batch, rest = memory["items"][:size], memory["items"][size:]
-        memory = {"items": rest, "processed": memory["processed"] + items}
+        processed = memory["processed"] + items if done_output is not None else []
+        memory = {"items": rest, "processed": processed}
     memory["no_items_left"] = not memory["items"]
     count = 2 if done_output is not None else 1
     outputs: list[Items] = [[] for _ in range(count)]

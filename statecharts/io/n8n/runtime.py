@@ -4,7 +4,9 @@ the user should not have to write.
 - ``n8n_route`` (an ``assign``) and the guards ``next_node_is`` / ``current_node_is`` run n8n's
   execution stack in ``context["n8n"]`` (see ``execution``): which node runs next, with
   which items, a Merge once its inputs are there, Loop Over Items' memory.
-- Stop and Error fails the run with its message (``n8n_stop_and_error``).
+- Stop and Error fails the run with its message (``n8n_stop_and_error``); so does the
+  ``loops_forever`` state, entered when the guard ``loops_forever`` finds items going round a
+  loop of nodes that do no work, which n8n would run for ever.
 
 ``PROVIDED`` holds them ready for ``create_machine``; the generated skeleton merges them in,
 and ``machine_config`` puts the item-reading invoke inputs into a loaded config.
@@ -17,7 +19,7 @@ from typing import Any, NoReturn
 
 from statecharts.actions import assign
 
-from .execution import goes_to, resumes, route, with_inputs
+from .execution import goes_to, loops_forever, resumes, route, with_inputs
 
 
 class StopAndError(Exception):
@@ -37,7 +39,8 @@ def machine_config(config: Any) -> Any:
 
 
 PROVIDED: dict[str, dict[str, Any]] = {
-    "guards": {"next_node_is": goes_to, "current_node_is": resumes},
+    "guards": {"next_node_is": goes_to, "current_node_is": resumes,
+               "loops_forever": loops_forever},
     "actions": {"n8n_route": assign(route)},
     "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},
