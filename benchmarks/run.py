@@ -247,20 +247,19 @@ WHY_SHORT: dict[str, str] = {
   worker's LISTENing session reads each start's NOTIFY.""",
     "durable step latency": """\
 - **Step latency with an idle worker** (`python -m benchmarks.step_profile` times each
-  phase): a sent event names its run in its wake-up, so the worker reads the run by id
-  without a lease and commits the step checked by version and by no lease held (issue 20c):
-  the claim, 1.4-1.6 ms of a 3.8-4.0 ms step at load 4.6-4.8, is gone (the same profile, the
-  code before and after run in turn: p50 3.84 and 4.02 ms before, 1.97 and 2.39 ms after;
-  at load 5 with another process fsyncing, 8.95 and 6.18 ms before, 5.75 and 5.77 after).
-  Per step the claim's write transaction (row lock, an update of the row) became a read:
-  the transactions `pg_stat_database` counts stay four (the `send`, the claim or the read,
-  the commit, the listener's read of the NOTIFY), the writing ones go from three to two.
-  What is left is the `send`'s statement and commit (0.6-0.7 ms there), the read (0.5-0.6 ms:
-  the run row with its pending effects and inbox as JSON, decoded in Python) and the step's
-  commit (0.7-0.8 ms: a statement writing the run row, a non-HOT update of its fourteen
-  indexes, the journal row and the consumed inbox row). On this machine a raw single-row
-  commit takes 0.15-0.2 ms when it is quiet and several times that when other processes
-  fsync; under about 1 ms needs a quiet machine and fewer index writes per step.""",
+  phase): a `send` to a run at rest applies the event in its own transaction (issue 20d): the
+  row locked, the event recorded as before, the step staged by the worker's claim-free code
+  and written by the same commit code, on PostgreSQL in two round trips (BEGIN, the lock, the
+  insert and the reads pipelined; then the step's statement with the COMMIT). Per sent-event
+  step that is one transaction instead of the send's, the worker's read and its commit
+  (`pg_stat_database`: 1.06-1.08 against 2.84-3.03, the lane's count). The 'queued' row is the
+  path before. What is left is the two round trips: on the host of this run, quiet (load
+  0.3), the profile gave p50 1.9 ms for the first and 2.5-2.9 ms for the second, 4.7-5.3 ms
+  in all, against 8.2 ms queued (three round trips, 2-2.7 ms each) in the same minutes; the
+  staging in Python is 0.16 ms. Each round trip here costs several raw commits (1,598 raw
+  commits/s back to back): the step waits 2 ms before each send, and a thread or backend
+  that idled resumes slowly on this host (the session before measured the queued path at
+  2.4 ms p50 on a faster one). Under 1 ms needs round trips near the raw commit's cost.""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and
