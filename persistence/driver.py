@@ -307,22 +307,21 @@ class RunDriver:
             inbox_id, version = store.send_and_step(run_id, event, now, step,
                                                     traceparent=traceparent,
                                                     cancelled=cancelled)  # fmt: skip
-        except (StoreUnavailableError, RunNotFoundError, RunFinishedError):
-            for x, _, _ in staged:
+        except Exception as exc:
+            for x, _, _ in staged:  # the step was not written
                 self.telemetry.end_step(x.run, x.status, None, None)
-            raise
-        except Exception as exc:  # the store refused the step: nothing was written, queue it
-            for x, _, _ in staged:
-                self.telemetry.end_step(x.run, x.status, None, None)
+            if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
+                raise
+            # the store refused the step: nothing was written, queue the event
             log.warning("run %s: the step of a sent %r was refused in the send (%s: %s); "
                         "queued for a worker", run_id, event.get("type"), type(exc).__name__,
                         exc)  # fmt: skip
             return store.send_event(run_id, event, now, traceparent=traceparent)
+        self.telemetry.runs_cancelled(cancelled)
         for x, done, commit in staged:
             if version is None:  # (cannot happen under the row lock: queued, workers woken)
                 self.telemetry.end_step(x.run, x.status, None, None)
             else:
-                self.telemetry.runs_cancelled(cancelled)
                 self._committed(x, done, commit, version)
         return inbox_id
 

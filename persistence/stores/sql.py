@@ -82,6 +82,12 @@ EFFECT_NAMES = (
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
+
+_QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
+                "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+                "RETURNING id")
+"""Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
+
 PICKED_NAMES = "id, lease_owner, wake_at"
 """What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
@@ -539,12 +545,8 @@ class SQLRuns(SQLDialect):
         """Queue an event for an active run, with the sender's `traceparent` (one statement;
         the status is read only to say why nothing was queued)."""
         rid = self._id(run_id)
-        inserted = self._write_one(
-            "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
-            "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
-            f"RETURNING id{self._NOTIFY}",
-            (self._j(dict(event)), self._t(now), traceparent, rid),
-        )
+        inserted = self._write_one(_QUEUE_EVENT + self._NOTIFY,
+                                   self._queued(rid, event, now, traceparent))
         if inserted:
             self.wakeup().notify(rid)
             return int(inserted[0][0])
@@ -552,6 +554,11 @@ class SQLRuns(SQLDialect):
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
+
+    def _queued(self, rid: str, event: Mapping[str, Any], now: int,
+                traceparent: str | None) -> tuple[Any, ...]:  # fmt: skip
+        """`_QUEUE_EVENT`'s parameters."""
+        return (self._j(dict(event)), self._t(now), traceparent, rid)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -936,13 +943,7 @@ class SQLRuns(SQLDialect):
         with self._pipelined_write() as conn:
             locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
                                 f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
-            queued = self._exec(
-                conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
-                "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
-                "RETURNING id",
-                (self._j(dict(event)), self._t(now), traceparent, rid),
-            )
+            queued = self._exec(conn, _QUEUE_EVENT, self._queued(rid, event, now, traceparent))
             reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
             rows, inserted = locked.fetchall(), queued.fetchall()
             if not rows:
