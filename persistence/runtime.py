@@ -14,7 +14,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
@@ -414,9 +414,7 @@ class Runtime:
             now = self.clock.now()
             run, outbox, effects = self.prepare_run(name, input, key, now,
                                                     traceparent=begun.traceparent,
-                                                    priority=priority)  # fmt: skip
-            if lease is not None and run.wake_at is not None and run.wake_at <= now:
-                run = replace(run, lease_owner=lease[0], wake_at=now + lease[1])
+                                                    priority=priority, lease=lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
             record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
@@ -430,10 +428,12 @@ class Runtime:
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
         traceparent: str | None = None, priority: int | None = None,
+        lease: tuple[str, int] | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts); the
-        run's `priority` defaults to the workflow's."""
+        run's `priority` defaults to the workflow's. With `lease=(owner, lease_ms)`, a run with
+        work due at once is inserted leased to `owner` until `now + lease_ms` (`begin_run`)."""
         machine = self._latest.get(name)
         if machine is None:
             known = ", ".join(sorted(self._latest)) or "none"
@@ -442,6 +442,9 @@ class Runtime:
         outbox = to_outbox(effects)
         columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
+        wake_at, owner = columns.wake_at, None
+        if lease is not None and wake_at is not None and wake_at <= now:
+            owner, wake_at = lease[0], now + lease[1]
         run = NewRun(
             id=str(uuid.uuid4()),
             workflow_name=name,
@@ -450,8 +453,9 @@ class Runtime:
             state=columns.state,
             snapshot=machine.persist(snapshot),
             status=columns.status,
-            wake_at=columns.wake_at,
+            wake_at=wake_at,
             traceparent=traceparent,
+            lease_owner=owner,
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
         )

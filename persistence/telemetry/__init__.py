@@ -112,15 +112,18 @@ class Telemetry:
         if traceparent is not None:
             check_traceparent(traceparent)
         spans = self.recording()
-        if spans is None:
+        if spans is not None:
+            with spans.start(workflow, key, traceparent, link) as started:
+                yield started
+        elif traceparent is None or self.spans is None:
+            yield Started(self._callers(traceparent))
+        else:  # (current inside, as the no-op span in that trace would be)
             with within(traceparent):
-                yield Started(self._unrecorded(traceparent))
-            return
-        with spans.start(workflow, key, traceparent, link) as started:
-            yield started
+                yield Started(traceparent)
 
-    def _unrecorded(self, traceparent: str | None) -> str | None:
-        """The traceparent to store where no span is built: the caller's."""
+    def _callers(self, traceparent: str | None) -> str | None:
+        """The traceparent to store where no span is built: the caller's (with tracing on but
+        no SDK, the current span's when none is given)."""
         if traceparent is None and self.spans is not None:
             return current_traceparent()
         return traceparent
@@ -146,12 +149,14 @@ class Telemetry:
         if traceparent is not None:
             check_traceparent(traceparent)
         spans = self.recording()
-        if spans is None:
+        if spans is not None:
+            with spans.send(run_id, event_type, traceparent) as stored:
+                yield stored
+        elif traceparent is None or self.spans is None:
+            yield self._callers(traceparent)
+        else:
             with within(traceparent):
-                yield self._unrecorded(traceparent)
-            return
-        with spans.send(run_id, event_type, traceparent) as stored:
-            yield stored
+                yield traceparent
 
     # -- steps and effects ------------------------------------------------------------------
     def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
