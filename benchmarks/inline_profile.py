@@ -8,7 +8,7 @@ the database side as the **CPU time of the PostgreSQL backend** serving the stor
 (read from `/proc/<pid>/stat`, so only for a server on this machine). The phases are the
 methods on the path, each timed without the phases it calls:
 
-* `start: initial transition` (`Runtime.prepare_run`), `start: insert` (`create_run` around
+* `start: initial transition` (`Runtime.prepare_run`'s work), `start: insert` (`create_run` around
   its statement), `step: execute effects` (the round's effect calls and their spans),
   `step: apply and stage` (results applied, the commit built), `step: commit` (`commit_steps`
   around its statement), `psycopg execute` (adapting the parameters, sending, waiting,
@@ -92,7 +92,7 @@ def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
 
     undo = [
         phases.wrap(inline.Inline, "run", REST),
-        phases.wrap(runtime.Runtime, "prepare_run", "start: initial transition"),
+        phases.wrap(runtime.Runtime, "_initial_run", "start: initial transition"),
         phases.wrap(store, "create_run", "start: insert (around its statement)"),
         phases.wrap(driver.RunDriver, "_execute_round", "step: execute effects (+ spans)"),
         phases.wrap(driver.RunDriver, "_stage_safely", "step: apply and stage the commit"),
