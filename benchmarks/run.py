@@ -274,8 +274,10 @@ WHY_SHORT: dict[str, str] = {
   OpenTelemetry SDK configured (the default) no spans are built any more (they were
   OpenTelemetry's no-op spans: 16% of the caller's instructions); with that and three smaller
   cuts on the start (the leased row built at once, the inserted snapshot not sent back and
-  parsed, the first step starting from the snapshot in memory) issue 20g's lane counted 3.16M
-  instructions per workflow against 3.77M before (-16%), within 1% of `Telemetry.off()`. The
+  parsed, the first step starting from the snapshot in memory) issue 20g's lane counted 3.17M
+  instructions per workflow against 3.77M before (-16%), 1.5% above `Telemetry.off()` (3.12M,
+  3.27M before; what is left is asking OpenTelemetry at each start and step whether an SDK's
+  provider has been set). The
   calling thread's CPU per workflow went from 2.91 ms to 2.56-2.72 ms in the same minutes (load
   5-6, 2 cores shared with other lanes): psycopg's `execute` about 1.0 (adapting a step's
   parameters takes 0.02-0.03 ms; the rest grows with the wait, as the thread resumes cold:
