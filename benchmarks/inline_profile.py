@@ -8,7 +8,7 @@ the database side as the **CPU time of the PostgreSQL backend** serving the stor
 (read from `/proc/<pid>/stat`, so only for a server on this machine). The phases are the
 methods on the path, each timed without the phases it calls:
 
-* `start: initial transition` (`Runtime.prepare_run`), `start: insert` (`create_run` around
+* `start: initial transition` (`Runtime.prepare_run`'s work), `start: insert` (`create_run` around
   its statement), `step: execute effects` (the round's effect calls and their spans),
   `step: apply and stage` (results applied, the commit built), `step: commit` (`commit_steps`
   around its statement), `psycopg execute` (adapting the parameters, sending, waiting,
@@ -18,6 +18,13 @@ methods on the path, each timed without the phases it calls:
 
 Run: ``python -m benchmarks.inline_profile [URL] [--n 1000]`` (default: the bench DSN in a
 schema of its own, dropped afterwards). Compare two versions by running each in turn.
+
+``--instructions`` counts instead the **instructions the calling process executes per
+workflow** (``valgrind --tool=callgrind``: repeatable on a loaded machine, where CPU time is
+not; the server is another process and not counted): each telemetry setting (the default
+`Telemetry`, then `Telemetry.off()`) is run twice under callgrind after the same warm-up, with
+no workflows and then with ``--n`` (default 200), and the difference divided by ``n``. Needs
+``valgrind``.
 """
 
 from __future__ import annotations
@@ -26,9 +33,15 @@ import argparse
 import collections
 import functools
 import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from benchmarks.durable import store_url_or_scratch
@@ -79,7 +92,7 @@ def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
 
     undo = [
         phases.wrap(inline.Inline, "run", REST),
-        phases.wrap(runtime.Runtime, "prepare_run", "start: initial transition"),
+        phases.wrap(runtime.Runtime, "_initial_run", "start: initial transition"),
         phases.wrap(store, "create_run", "start: insert (around its statement)"),
         phases.wrap(driver.RunDriver, "_execute_round", "step: execute effects (+ spans)"),
         phases.wrap(driver.RunDriver, "_stage_safely", "step: apply and stage the commit"),
@@ -147,6 +160,48 @@ def profile(url: str, n: int = 1000) -> dict[str, Any]:
     }  # fmt: skip
 
 
+TELEMETRY = {"default Telemetry": "default", "Telemetry.off()": "off"}
+
+
+def _inner(url: str, telemetry: str, n: int) -> None:
+    """Under callgrind: the warm-up, then `n` workflows (`telemetry`: "default" or "off")."""
+    from persistence import open_store
+    from persistence.inline import Inline
+    from persistence.runtime import Runtime
+    from persistence.telemetry import Telemetry
+
+    store = open_store(url, migrate=True)
+    try:
+        chosen = Telemetry.off() if telemetry == "off" else Telemetry()
+        inline = Inline(Runtime(store, machines=[three_steps_machine()], telemetry=chosen))
+        for x in range(WARMUP + n):
+            inline.run(WORKFLOW, {"x": x})
+    finally:
+        store.close()
+
+
+def _callgrind_total(url: str, telemetry: str, n: int, out: Path) -> int:
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                    sys.executable, "-m", "benchmarks.inline_profile", url, "--inner",
+                    telemetry, str(n)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    found = re.search(r"^(?:summary|totals):\s*(\d+)", out.read_text(), re.MULTILINE)
+    assert found is not None, "callgrind wrote no total"
+    return int(found.group(1))
+
+
+def instructions(url: str, n: int = 200) -> dict[str, float]:
+    """Instructions per workflow of the calling process, per telemetry setting."""
+    counts = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for label, telemetry in TELEMETRY.items():
+            base, full = (_callgrind_total(url, telemetry, sent,
+                                           Path(scratch) / f"{telemetry}.{sent}")
+                          for sent in (0, n))  # fmt: skip
+            counts[label] = (full - base) / n
+    return counts
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The per-workflow figures as a table."""
     backend, statements = result["backend_ms"], result["statements"]
@@ -169,10 +224,22 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: profile `Inline.run` and print the table with the load average."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
-    ap.add_argument("--n", type=int, default=1000, help="workflows")
+    ap.add_argument("--n", type=int, help="workflows (default 1000; 200 with --instructions)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions per workflow under callgrind instead")  # fmt: skip
+    ap.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.inner:
+        _inner(args.url, args.inner[0], int(args.inner[1]))
+        return
+    if args.instructions and shutil.which("valgrind") is None:
+        ap.error("valgrind is not on PATH")
     with store_url_or_scratch(args.url, "inline_profile") as url:
-        print(markdown(profile(url, args.n)))
+        if args.instructions:
+            for label, count in instructions(url, args.n or 200).items():
+                print(f"{label:20} {count / 1e6:6.3f}M instructions per workflow", flush=True)
+        else:
+            print(markdown(profile(url, args.n or 1000)))
 
 
 if __name__ == "__main__":

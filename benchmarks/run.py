@@ -269,20 +269,29 @@ WHY_SHORT: dict[str, str] = {
   and the ratio falls toward the ratio of durable commits. Issue 20's lane measured, interleaved
   with DBOS: 4.2x at load about 1, 3.7x at load 5-12, 2.0-2.4x at load 7-8. Where a workflow's
   time goes (`python -m benchmarks.inline_profile`: CPU time per phase, which load inflates
-  less than wall time; issue 20e's lane at load 6-9): four statements, one round trip each;
-  the calling thread spends 5.7-6.4 ms of CPU per workflow, about 2 ms of it in psycopg's
-  `execute` (adapting a step's parameters takes 0.02-0.03 ms; the rest grows with the wait, as
-  the thread resumes cold: 0.12 ms for `select 1`, 0.31 ms around a 5 ms wait), the rest
-  spread over staging the commits (0.9), the effects with their spans (0.66), the driver's
-  loop and step telemetry (0.9), the insert around its statement (0.4) and the initial
-  transition (0.28); the backend 2.6-3.5 ms, about 1.2 of it the four commits themselves (a
-  raw single-row UPDATE's commit took 0.31 ms of backend CPU there). Index writes are not what
-  is left: dropping five of the nine indexes a step's non-HOT update writes moved the
-  backend's CPU per workflow less than the noise (2.57-2.79 ms against 2.78), so none was
-  dropped. 4x at one in flight needs about a third less of the time outside the commits,
-  spread thin over Python; the largest share found is the spans with no SDK configured (the
-  default: OpenTelemetry's no-op spans), 0.61M of the caller's 3.80M instructions per workflow
-  (callgrind, the default `Telemetry` against `Telemetry.off()`), 16%. The batched worker
+  less than wall time; `--instructions`: the caller's instructions per workflow under
+  callgrind, which load does not move): four statements, one round trip each. With no
+  OpenTelemetry SDK configured (the default) no spans are built any more (they were
+  OpenTelemetry's no-op spans: 16% of the caller's instructions); with that and three smaller
+  cuts on the start (the leased row built at once, the inserted snapshot not sent back and
+  parsed, the first step starting from the snapshot in memory) issue 20g's lane counted 3.17M
+  instructions per workflow against 3.77M before (-16%), 1.5% above `Telemetry.off()` (3.12M,
+  3.27M before; what is left is asking OpenTelemetry at each start and step whether an SDK's
+  provider has been set). The
+  calling thread's CPU per workflow went from 2.91 ms to 2.56-2.72 ms in the same minutes (load
+  5-6, 2 cores shared with other lanes): psycopg's `execute` about 1.0 (adapting a step's
+  parameters takes 0.02-0.03 ms; the rest grows with the wait, as the thread resumes cold:
+  0.12 ms for `select 1`, 0.31 ms around a 5 ms wait), staging the commits 0.4, the store
+  around the step's statement 0.4, the driver's loop and step telemetry 0.4, the insert
+  around its statement 0.2, the effects 0.15-0.18 (0.26-0.30 with the no-op spans); the
+  backend 1.9-2.1 ms, about 1.2 of it the four commits themselves (a raw single-row UPDATE's
+  commit took 0.31 ms of backend CPU on issue 20e's host). Index writes are not what is left:
+  dropping five of the nine indexes a step's non-HOT update writes moved the backend's CPU
+  per workflow less than the noise (2.57-2.79 ms against 2.78), so none was dropped. What is
+  left outside the waits is spread thin: no phase of Python outside psycopg's wait is above
+  about 15% of the caller's CPU, and the largest single items found after the spans are about
+  1% each (a pool checkout per statement; a restore and a frozen record's copy per start, both
+  now gone). The batched worker
   on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect
   call), not by the database; at four clients the threads share one process's GIL and the two
   cores with PostgreSQL and DBOS's process.""",

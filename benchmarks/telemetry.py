@@ -9,7 +9,7 @@ most). Only the runtime's ``Telemetry`` differs:
 - **off**: ``Telemetry.off()``: no spans, no metrics (the hooks are called and return at once);
   the baseline every ratio is against.
 - **API, no SDK**: the default; OpenTelemetry's API is installed but no SDK is configured, so
-  every span is the API's no-op span and nothing is exported.
+  no span is built (each would be the API's no-op span) and nothing is exported.
 - **SDK, exported**: an SDK ``TracerProvider`` with the batch span processor and an exporter
   that drops what it receives (the cost of recording and handing spans over, not of a network).
 - **SDK + Prometheus**: the same plus ``PrometheusMetrics`` counters and histograms.

@@ -231,18 +231,21 @@ class RunDriver:
                 self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
 
     def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
-                      should_stop: Callable[[], bool]) -> tuple[str, Snapshot] | None:  # fmt: skip
+                      should_stop: Callable[[], bool],
+                      snapshot: Snapshot | None = None) -> tuple[str, Snapshot] | None:  # fmt: skip
         """Step `run`, which its starter created already leased to this driver's owner
-        (`NewRun.lease_owner`) with its first `effects`, as `drive` steps a claimed run, but
-        with no claim and no read of its pending work. Returns the run's status and snapshot
-        when its last step committed and released it; None when it left otherwise (failed
-        outside a step, lost its lease, released unchanged: the row tells)."""
+        (`NewRun.lease_owner`) with its first `effects` (and `snapshot`, what its row restores
+        to: kept in memory as between steps; else restored from the row), as `drive` steps a
+        claimed run, but with no claim and no read of its pending work. Returns the run's
+        status and snapshot when its last step committed and released it; None when it left
+        otherwise (failed outside a step, lost its lease, released unchanged: the row tells)."""
         machine = self.runtime.machine_for(run)
         if machine is None:  # started with a definition this runtime has: cannot happen
             raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
         pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects]
-        x = _Leased(run, machine, machine.restore(run.snapshot), pending, [], time.monotonic(),
-                    run.version, run.status, attempt=run.attempt_count)  # fmt: skip
+        first = machine.restore(run.snapshot) if snapshot is None else snapshot
+        x = _Leased(run, machine, first, pending, [], time.monotonic(), run.version, run.status,
+                    attempt=run.attempt_count)  # fmt: skip
         self._rounds([x], should_stop)
         return x.released
 

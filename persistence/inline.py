@@ -71,12 +71,12 @@ class Inline:
         until it waits or ends. An existing run returned for `key` is not stepped here (a
         worker, or the caller that started it, does that): its row is reported as it is."""
         driver = self._driver()
-        record, created, effects = self.runtime.begin_run(
+        record, created, effects, snapshot = self.runtime.begin_run(
             name, input, key, reuse=reuse, traceparent=traceparent,
             lease=(driver.owner, self.lease_ms))  # fmt: skip
         if record.lease_owner != driver.owner:  # existing, or nothing due: nothing to step
             return self._as_stored(record, created)
-        left = driver.drive_started(record, effects, lambda: False)
+        left = driver.drive_started(record, effects, lambda: False, snapshot)
         if left is None:  # failed outside a step, or taken over: the row says how it is
             return self._as_stored(self.runtime.get(record.id), created)
         return InlineResult(record.id, created, *left)

@@ -14,7 +14,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
@@ -384,16 +384,19 @@ class Runtime:
         """`start`, returning the run's row and whether this call created it."""
         if priority is not None:
             check_priority(priority, "priority")
-        record, created, _ = self.begin_run(name, input, key, reuse=reuse,
-                                            traceparent=traceparent, priority=priority)  # fmt: skip
+        record, created, _, _ = self.begin_run(name, input, key, reuse=reuse,
+                                               traceparent=traceparent,
+                                               priority=priority)  # fmt: skip
         return record, created
 
     def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
                   reuse: KeyReuse = "use_existing", traceparent: str | None = None,
                   lease: tuple[str, int] | None = None, priority: int | None = None,
-                  ) -> tuple[RunRecord, bool, builtins.list[NewEffect]]:  # fmt: skip
-        """`start_run`, also returning the effects the new run's first step recorded. With
-        `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
+                  ) -> tuple[RunRecord, bool, builtins.list[NewEffect],
+                             Snapshot | None]:  # fmt: skip
+        """`start_run`, also returning the effects the new run's first step recorded and its
+        snapshot (what `record.snapshot` restores to; None for a run this call did not create).
+        With `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
         leased to `owner` for `lease_ms` (its claim, in the insert's transaction): the caller
         steps it itself (`persistence.inline`); if the caller dies, the lease runs out and any
         worker takes the run over."""
@@ -410,13 +413,11 @@ class Runtime:
                     if reuse == "reject_active":
                         raise RunActiveError(existing)
                     begun.run(existing.id, False)
-                    return existing, False, []
+                    return existing, False, [], None
             now = self.clock.now()
-            run, outbox, effects = self.prepare_run(name, input, key, now,
-                                                    traceparent=begun.traceparent,
-                                                    priority=priority)  # fmt: skip
-            if lease is not None and run.wake_at is not None and run.wake_at <= now:
-                run = replace(run, lease_owner=lease[0], wake_at=now + lease[1])
+            run, outbox, effects, snapshot = self._initial_run(name, input, key, now,
+                                                               begun.traceparent, priority,
+                                                               lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
             record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
@@ -425,15 +426,24 @@ class Runtime:
             log_effects(effects, record.id)
         elif reuse == "reject_active":
             raise RunActiveError(record)
-        return record, created, outbox if created else []
+        return (record, True, outbox, snapshot) if created else (record, False, [], None)
 
     def prepare_run(
         self, name: str, input: Any, key: str | None, now: int, *,
         traceparent: str | None = None, priority: int | None = None,
+        lease: tuple[str, int] | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts); the
-        run's `priority` defaults to the workflow's."""
+        run's `priority` defaults to the workflow's. With `lease=(owner, lease_ms)`, a run with
+        work due at once is inserted leased to `owner` until `now + lease_ms` (`begin_run`)."""
+        return self._initial_run(name, input, key, now, traceparent, priority, lease)[:3]
+
+    def _initial_run(
+        self, name: str, input: Any, key: str | None, now: int, traceparent: str | None,
+        priority: int | None, lease: tuple[str, int] | None,
+    ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...], Snapshot]:
+        """`prepare_run` with the initial snapshot too."""
         machine = self._latest.get(name)
         if machine is None:
             known = ", ".join(sorted(self._latest)) or "none"
@@ -442,6 +452,9 @@ class Runtime:
         outbox = to_outbox(effects)
         columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
+        wake_at, owner = columns.wake_at, None
+        if lease is not None and wake_at is not None and wake_at <= now:
+            owner, wake_at = lease[0], now + lease[1]
         run = NewRun(
             id=str(uuid.uuid4()),
             workflow_name=name,
@@ -450,12 +463,13 @@ class Runtime:
             state=columns.state,
             snapshot=machine.persist(snapshot),
             status=columns.status,
-            wake_at=columns.wake_at,
+            wake_at=wake_at,
             traceparent=traceparent,
+            lease_owner=owner,
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
         )
-        return run, outbox, effects
+        return run, outbox, effects, snapshot
 
     def send(self, target: str | EventLike, event: EventLike | None = None, *,
              workflow: str | None = None, key: str | None = None,

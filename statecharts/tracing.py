@@ -8,9 +8,11 @@ call, an emitted event), a child of its step. `persistence.telemetry` emits them
 runs; `tracing_inspector()` emits them for in-memory actors through the inspection hook.
 
 OpenTelemetry's API is optional (the `otel` extra): without it `get_tracer()` is None and
-nothing here costs anything; with the API but no SDK configured every span is OpenTelemetry's
-no-op span and nothing is exported. Trace context is the W3C `traceparent` header
-(`00-<trace id>-<span id>-<flags>`), which durable runs store with the run and each queued event.
+nothing here costs anything; with the API but no SDK configured every span would be
+OpenTelemetry's no-op span and nothing is exported (`recording_provider` tells the two apart,
+so that durable runs skip building spans until an SDK's provider is set). Trace context is
+the W3C `traceparent` header (`00-<trace id>-<span id>-<flags>`), which durable runs store with
+the run and each queued event.
 """
 
 from __future__ import annotations
@@ -134,6 +136,18 @@ def get_tracer(provider: TracerProvider | None = None) -> Tracer | None:
     return otel_trace.get_tracer(TRACER_NAME, tracer_provider=provider)
 
 
+def recording_provider(provider: TracerProvider | None = None) -> bool:
+    """Whether spans from `provider` (default, or OpenTelemetry's proxy: the global provider)
+    can be recorded: False for the API's no-op provider and for the global proxy while no SDK
+    has set a global provider (until then its spans are no-op spans); False without the API.
+    The global provider is set once and never unset, so a True answer holds for good."""
+    if otel_trace is None:
+        return False
+    if provider is None or isinstance(provider, otel_trace.ProxyTracerProvider):
+        provider = otel_trace.get_tracer_provider()  # (reads OTEL_PYTHON_TRACER_PROVIDER too)
+    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+
+
 def traceparent_of(span: Span) -> str | None:
     """The traceparent naming `span` (None for OpenTelemetry's invalid span)."""
     ctx = span.get_span_context()
@@ -174,6 +188,23 @@ def set_error(span: Span, description: str) -> None:
 def attributes(**values: Any) -> dict[str, Any]:
     """Span attributes without the None values (OpenTelemetry drops None with a warning)."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+@contextmanager
+def within(traceparent: str | None) -> Iterator[None]:
+    """Make the remote span `traceparent` names current in this thread (nothing for None or
+    without the API): what a no-op span in that trace would make current, for instrumented
+    clients that propagate it and log lines that show its trace id."""
+    if traceparent is None or otel_context is None:
+        yield
+        return
+    context = context_of(traceparent)
+    assert context is not None
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 @contextmanager

@@ -348,7 +348,10 @@ class PostgresStore(SQLStore):
         for _ in range(3):
             row = conn.execute(_CREATE_RUN, params).fetchone()
             if row is not None:
-                return self._run(row[:-1]), bool(row[-1])
+                values, created = list(row[:-1]), bool(row[-1])
+                if created:  # (the snapshot inserted is not sent back: parsing it cost more)
+                    values[5] = run.snapshot
+                return self._run(values), created
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 
     def _lease(self, owner: str, now: int, expires: int, limit: int,
@@ -567,7 +570,7 @@ WITH ins AS (
            %(now)s, %(now)s
     FROM ins, jsonb_to_recordset(%(effects)s) AS n(k text, i integer, kind text, payload jsonb)
 )
-SELECT {RUN_COLUMNS}, true FROM ins
+SELECT {RUN_COLUMNS.replace(" snapshot,", " NULL::jsonb,", 1)}, true FROM ins
 UNION ALL
 SELECT {RUN_COLUMNS}, false FROM workflow_runs
 WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'

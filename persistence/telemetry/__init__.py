@@ -3,9 +3,16 @@
 The runtime, its workers' drivers and the CLI call a `Telemetry` at the points that matter (a
 run started, an event sent, a step begun and committed, an effect executed, a run claimed, an
 operator event reported). Each hook feeds whatever is configured: OpenTelemetry spans (on by
-default when the API is installed; exported only when the application configures an SDK),
-metrics sinks (Prometheus, OpenTelemetry), the log line. `Telemetry.off()` turns everything
-but the log lines off.
+default when the API is installed; built only once the application has configured an SDK's
+tracer provider, before or after the runtime was made), metrics sinks (Prometheus,
+OpenTelemetry), the log line. `Telemetry.off()` turns everything but the log lines off.
+
+With the API but no SDK, OpenTelemetry's spans would all be no-op spans: the hooks skip them
+and keep only what those spans would have done that anyone can see: the caller's trace context
+(an explicit `traceparent`, else the span current where a run is started or an event sent) is
+stored with the run or the event, so a worker or an SDK configured later continues that trace,
+and the run's stored context is current while its effects execute (for clients that propagate
+it and log lines that show its trace id).
 """
 
 from __future__ import annotations
@@ -19,7 +26,14 @@ from persistence.telemetry import events, metrics
 from persistence.telemetry.events import RunEvent
 from persistence.telemetry.metrics import MetricsSink, fan_out
 from persistence.telemetry.spans import RunSpans, Started
-from statecharts.tracing import check_traceparent, effect_name, get_tracer
+from statecharts.tracing import (
+    check_traceparent,
+    current_traceparent,
+    effect_name,
+    get_tracer,
+    recording_provider,
+    within,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -45,7 +59,8 @@ class Telemetry:
     """Where a runtime reports what its runs do.
 
     `tracing`: emit spans through OpenTelemetry's API (from `tracer_provider`, default the
-    global one) when it is installed. `metrics`: sinks for counters and histograms, e.g.
+    global one) when it is installed, once the provider records them (an SDK's: the global one
+    may be set later). `metrics`: sinks for counters and histograms, e.g.
     `PrometheusMetrics()` or `OtelMetrics()`.
     """
 
@@ -53,8 +68,19 @@ class Telemetry:
                  metrics: Sequence[MetricsSink] = ()) -> None:  # fmt: skip
         tracer = get_tracer(tracer_provider) if tracing else None
         self.spans = RunSpans(tracer) if tracer is not None else None
+        """The span hooks when tracing is on (built only while `recording` says so)."""
         self.metrics = fan_out(metrics)
+        self._provider = tracer_provider
+        self._live: RunSpans | None = None  # `spans`, once its provider was seen recording
         self._steps: dict[str, float] = {}  # run id -> when its open step began
+
+    def recording(self) -> RunSpans | None:
+        """The span hooks to call now: `spans` once its provider records spans (checked at each
+        start, send and step until it does; OpenTelemetry sets the global provider once and for
+        good), else None (no tracing, or no SDK yet: no-op spans are not built)."""
+        if self._live is None and self.spans is not None and recording_provider(self._provider):
+            self._live = self.spans
+        return self._live
 
     @classmethod
     def off(cls) -> Telemetry:
@@ -72,22 +98,35 @@ class Telemetry:
                 self.metrics.add(metrics.RETRIES_SCHEDULED, 1, (event.workflow, event.state))
             else:
                 self.metrics.add(_EVENT_COUNTERS[event.kind], 1, (event.workflow,))
-        if self.spans is not None:
-            self.spans.annotate(event)
+        if self._live is not None:
+            self._live.annotate(event)
 
     # -- starts and sends -------------------------------------------------------------------
     @contextmanager
     def starting(self, workflow: str, key: str | None, traceparent: str | None = None,
                  link: str | None = None) -> Iterator[Started]:  # fmt: skip
-        """Around starting a run: yields the traceparent to store with it (the start span's, or
-        `traceparent` itself without tracing). `link`: a trace this new one comes from."""
+        """Around starting a run: yields the traceparent to store with it (the start span's;
+        with tracing on but no SDK, `traceparent` or the current span's, as the no-op span
+        would; `traceparent` itself with tracing off). `link`: a trace this new one comes
+        from."""
         if traceparent is not None:
             check_traceparent(traceparent)
-        if self.spans is None:
-            yield Started(traceparent)
-            return
-        with self.spans.start(workflow, key, traceparent, link) as started:
-            yield started
+        spans = self.recording()
+        if spans is not None:
+            with spans.start(workflow, key, traceparent, link) as started:
+                yield started
+        elif traceparent is None or self.spans is None:
+            yield Started(self._callers(traceparent))
+        else:  # (current inside, as the no-op span in that trace would be)
+            with within(traceparent):
+                yield Started(traceparent)
+
+    def _callers(self, traceparent: str | None) -> str | None:
+        """The traceparent to store where no span is built: the caller's (with tracing on but
+        no SDK, the current span's when none is given)."""
+        if traceparent is None and self.spans is not None:
+            return current_traceparent()
+        return traceparent
 
     def run_started(self, workflow: str) -> None:
         """Count a run that was created."""
@@ -105,14 +144,19 @@ class Telemetry:
     @contextmanager
     def sending(self, run_id: str, event_type: str,
                 traceparent: str | None = None) -> Iterator[str | None]:  # fmt: skip
-        """Around queueing an event: yields the traceparent to store with it."""
+        """Around queueing an event: yields the traceparent to store with it (the send span's,
+        or, where none is built, as `starting`)."""
         if traceparent is not None:
             check_traceparent(traceparent)
-        if self.spans is None:
-            yield traceparent
-            return
-        with self.spans.send(run_id, event_type, traceparent) as stored:
-            yield stored
+        spans = self.recording()
+        if spans is not None:
+            with spans.send(run_id, event_type, traceparent) as stored:
+                yield stored
+        elif traceparent is None or self.spans is None:
+            yield self._callers(traceparent)
+        else:
+            with within(traceparent):
+                yield traceparent
 
     # -- steps and effects ------------------------------------------------------------------
     def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
@@ -122,16 +166,24 @@ class Telemetry:
         the round steps; `inbox`: the queued events it will apply."""
         if self.metrics is not None:
             self._steps[run.id] = time.perf_counter()
-        if self.spans is not None:
-            self.spans.begin_step(run, state, first, batch, attempt, inbox)
+        spans = self.recording()
+        if spans is not None:
+            spans.begin_step(run, state, first, batch, attempt, inbox)
 
     @contextmanager
     def effect(self, run: RunRecord, kind: str, payload: Any,
                key: str) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
         """Around executing one effect of `run`'s open step; the block reports the outcome
-        ("done", "failed", "skipped") and error through the yielded function."""
-        if self.spans is None and self.metrics is None:
-            yield _no_outcome
+        ("done", "failed", "skipped") and error through the yielded function. Without a span
+        (no SDK yet), the run's stored trace context is current in the block."""
+        spans = self._live
+        unrecorded = run.traceparent if spans is None and self.spans is not None else None
+        if spans is None and self.metrics is None:
+            if unrecorded is None:
+                yield _no_outcome
+            else:
+                with within(unrecorded):
+                    yield _no_outcome
             return
         name = effect_name(kind, payload)
         attempt = payload.get("attempt") if kind == "start_child" else None
@@ -145,10 +197,11 @@ class Telemetry:
 
         span_outcome: Callable[[str, str | None], None] | None = None
         try:
-            if self.spans is None:
-                yield outcome
+            if spans is not None:
+                with spans.effect(run.id, kind, name, key, attempt) as span_outcome:
+                    yield outcome
             else:
-                with self.spans.effect(run.id, kind, name, key, attempt) as span_outcome:
+                with within(unrecorded):
                     yield outcome
         finally:
             if self.metrics is not None:
@@ -173,8 +226,8 @@ class Telemetry:
                 self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, commit.status))
             for new, _ in commit.start_runs:
                 self.metrics.add(metrics.RUNS_STARTED, 1, (new.workflow_name,))
-        if self.spans is not None:
-            self.spans.end_step(run.id, commit, version)
+        if self._live is not None:
+            self._live.end_step(run.id, commit, version)
 
     def waiting(self, run: RunRecord, reason: str) -> None:
         """`run` was released to wait for a named limit (`reason`: "waiting for capacity: crm",
