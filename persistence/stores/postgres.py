@@ -14,8 +14,9 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -465,19 +466,65 @@ class PostgresStore(SQLStore):
                 conn.rollback()
                 raise
 
+    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
+                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
+                      traceparent: str | None = None, cancelled: list[str] | None = None,
+                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+        """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
+        (`_step_from_rest`), and only if it was not written the locked read and the step."""
+        if rest is not None and _uuid(rest.id) == _uuid(run_id):
+            written = self._step_from_rest(rest, event, now, step, traceparent)
+            if written is not None:
+                return written
+        return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
+                                     cancelled=cancelled)  # fmt: skip
+
+    def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
+                        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                        traceparent: str | None) -> tuple[int, int] | None:  # fmt: skip
+        """The sent event's step computed from `rest`, written only if the run is still at
+        rest at that version (`_AT_REST`), in one round trip: BEGIN, the row lock, the step's
+        statement and COMMIT pipelined. The row is locked by a statement of its own, so that
+        the step's statement takes its snapshot after the lock: it then sees the event that a
+        sender holding the row before it queued (in one statement, a row another transaction
+        only locked is not re-checked once it is let go). The inbox id and new version; None
+        when the step was not written (nothing was) or not tried (none, or one with child runs
+        or deliveries: those are written by statements that need the run's write to have
+        matched)."""
+        sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
+        commit = step(rest, PendingWork([], [sent]))
+        if commit is None or not commit.unleased or _has_extras(commit):
+            return None
+        check_status(commit.status)
+        rid = _uuid(rest.id)
+        due = commit.wake_at is not None and commit.wake_at <= now
+        sql, params = _steps_statement([replace(commit, consumed_inbox=())], [rid], now,
+                                       at_rest=True)  # fmt: skip
+        with self._pipelined_write() as conn:
+            conn.execute(_LOCK_RUN, (rid,))
+            cursor = conn.execute(sql, {**params, "due": due, "was": Jsonb(rest.snapshot),
+                                        "was_version": rest.workflow_version})
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        if due:
+            self.wakeup().notify()
+        _, version, inbox_id, _ = rows[0]
+        return int(inbox_id), int(version)
+
     def _notify_in(self, conn: Any, run_id: str | None) -> None:
         payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"
         conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (payload,))
 
 
-def _steps_statement(commits: Sequence[StepCommit], ids: list[str],
-                     now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
+                     at_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
     params = {**_steps_params(commits, now), "ids": ids}
     present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
                "inbox": params["inbox"].obj, "journal": params["journal"].obj,
                "dead": params["dead"].obj}  # fmt: skip
-    return _steps_sql(tuple(name for name, rows in present.items() if rows)), params
+    return _steps_sql(tuple(name for name, rows in present.items() if rows), at_rest), params
 
 
 def _has_extras(commit: StepCommit) -> bool:
@@ -658,9 +705,25 @@ WITH b AS (
       AND (cardinality(b.outcome_keys) = 0
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
-                 AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version
-)"""
+                 AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))"""
+_AT_REST = """
+      AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
+      AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
+      AND NOT EXISTS (SELECT 1 FROM workflow_effects e
+                      WHERE e.run_id = r.id AND e.status = 'pending')"""
+"""What else a step computed from the run as last committed here (`send_and_step`'s `rest`)
+checks, besides its version, no lease and `active`: the row holds the snapshot and definition
+the step was computed from (the version alone does not see a hand edit of the row, which must
+never be overwritten: a row that does not restore is failed by a claim, as it is), no event
+waits before the sent one and no effect waits to run."""
+_AT_REST_RESULT = (
+    "SELECT id::text, version, nextval('workflow_inbox_id_seq'), "
+    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
+)
+"""The result of a step written from rest: the new version, the sent event's inbox id (drawn
+from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
+when the step left work due."""
+_LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
 _STEPS_PARTS = {
     "outcomes": """, outcomes AS (
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
@@ -697,11 +760,13 @@ _STEPS_PARTS = {
 
 
 @lru_cache(maxsize=32)
-def _steps_sql(parts: tuple[str, ...]) -> str:
+def _steps_sql(parts: tuple[str, ...], at_rest: bool = False) -> str:
     """The one statement that commits a batch of steps, with only the parts it needs (fewer
-    sub-statements to plan and run on the hot path)."""
-    return (_STEPS_RUNS + "".join(_STEPS_PARTS[p] for p in parts)
-            + "\nSELECT id::text, version FROM run")
+    sub-statements to plan and run on the hot path); `at_rest`: one step computed from rest
+    (`_AT_REST`, `_AT_REST_RESULT`)."""
+    return (_STEPS_RUNS + (_AT_REST if at_rest else "") + "\n    RETURNING r.id, r.version\n)"
+            + "".join(_STEPS_PARTS[p] for p in parts)
+            + "\n" + (_AT_REST_RESULT if at_rest else "SELECT id::text, version FROM run"))
 
 
 def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
