@@ -483,7 +483,7 @@ class PostgresStore(SQLStore):
                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
                         traceparent: str | None) -> tuple[int, int] | None:  # fmt: skip
         """The sent event's step computed from `rest`, written only if the run is still at
-        rest at that version (`_AT_REST`), in one round trip: BEGIN, the row lock, the step's
+        rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the step's
         statement and COMMIT pipelined. The row is locked by a statement of its own, so that
         the step's statement takes its snapshot after the lock: it then sees the event that a
         sender holding the row before it queued (in one statement, a row another transaction
@@ -493,21 +493,18 @@ class PostgresStore(SQLStore):
         matched)."""
         sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
         commit = step(rest, PendingWork([], [sent]))
-        if commit is None or not commit.unleased or _has_extras(commit):
+        if (commit is None or not (commit.unleased and commit.release)
+                or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
             return None
         check_status(commit.status)
-        rid = _uuid(rest.id)
-        due = commit.wake_at is not None and commit.wake_at <= now
-        sql, params = _steps_statement([replace(commit, consumed_inbox=())], [rid], now,
-                                       at_rest=True)  # fmt: skip
+        sql, params = _from_rest_statement(commit, rest, now)
         with self._pipelined_write() as conn:
-            conn.execute(_LOCK_RUN, (rid,))
-            cursor = conn.execute(sql, {**params, "due": due, "was": Jsonb(rest.snapshot),
-                                        "was_version": rest.workflow_version})
+            conn.execute(_LOCK_RUN, (params["id"],))
+            cursor = conn.execute(sql, params)
         rows = cursor.fetchall()
         if not rows:
             return None
-        if due:
+        if params["due"]:
             self.wakeup().notify()
         _, version, inbox_id, _ = rows[0]
         return int(inbox_id), int(version)
@@ -518,13 +515,30 @@ class PostgresStore(SQLStore):
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     at_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
+                     from_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
     params = {**_steps_params(commits, now), "ids": ids}
     present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
                "inbox": params["inbox"].obj, "journal": params["journal"].obj,
                "dead": params["dead"].obj}  # fmt: skip
-    return _steps_sql(tuple(name for name, rows in present.items() if rows), at_rest), params
+    return _steps_sql(tuple(name for name, rows in present.items() if rows), from_rest), params
+
+
+def _from_rest_statement(commit: StepCommit, rest: RunRecord,
+                         now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
+    is not in the inbox (nothing to consume), the run's columns are plain parameters."""
+    sql, params = _steps_statement([replace(commit, consumed_inbox=())], [_uuid(rest.id)], now,
+                                   from_rest=True)  # fmt: skip
+    completed_at, failed_at = completion_times(commit.status, now)
+    params.update(
+        id=_uuid(rest.id), expected=commit.expected_version, state=commit.state,
+        snapshot=Jsonb(commit.snapshot), status=commit.status, attempts=commit.attempt_count,
+        last_error=commit.last_error, wv=commit.workflow_version, completed=to_ts(completed_at),
+        failed=to_ts(failed_at), wake=to_ts(commit.wake_at), was=Jsonb(rest.snapshot),
+        was_version=rest.workflow_version,
+        due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
+    return sql, params
 
 
 def _has_extras(commit: StepCommit) -> bool:
@@ -705,19 +719,35 @@ WITH b AS (
       AND (cardinality(b.outcome_keys) = 0
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
-                 AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))"""
-_AT_REST = """
-      AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
+                 AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
+    RETURNING r.id, r.version
+)"""
+_FROM_REST_RUN = """
+WITH run AS (
+    UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
+        attempt_count = coalesce(%(attempts)s, r.attempt_count),
+        last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
+        workflow_version = coalesce(%(wv)s, r.workflow_version),
+        completed_at = coalesce(r.completed_at, %(completed)s),
+        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1,
+        wake_at = %(wake)s
+    WHERE r.id = %(id)s AND r.version = %(expected)s AND r.lease_owner IS NULL
+      AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
-                      WHERE e.run_id = r.id AND e.status = 'pending')"""
-"""What else a step computed from the run as last committed here (`send_and_step`'s `rest`)
-checks, besides its version, no lease and `active`: the row holds the snapshot and definition
-the step was computed from (the version alone does not see a hand edit of the row, which must
-never be overwritten: a row that does not restore is failed by a claim, as it is), no event
-waits before the sent one and no effect waits to run."""
-_AT_REST_RESULT = (
-    "SELECT id::text, version, nextval('workflow_inbox_id_seq'), "
+                      WHERE e.run_id = r.id AND e.status = 'pending')
+    RETURNING r.id, r.version
+)"""
+"""The run's row written by a step computed from the run as last committed here
+(`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
+run and executed nothing (so no outcomes, no lease to take or give back), as plain parameters
+(a third of the batch form's cost, measured), only if the run is still so: at the version,
+with the snapshot and definition the step was computed from (the version alone does not see a
+hand edit of the row, which must never be overwritten: a row that does not restore is failed
+by a claim, as it is), active, held by nobody, no event waiting before the sent one and no
+effect waiting to run."""
+_FROM_REST_RESULT = (
+    "\nSELECT id::text, version, nextval('workflow_inbox_id_seq'), "
     f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
 )
 """The result of a step written from rest: the new version, the sent event's inbox id (drawn
@@ -760,13 +790,14 @@ _STEPS_PARTS = {
 
 
 @lru_cache(maxsize=32)
-def _steps_sql(parts: tuple[str, ...], at_rest: bool = False) -> str:
+def _steps_sql(parts: tuple[str, ...], from_rest: bool = False) -> str:
     """The one statement that commits a batch of steps, with only the parts it needs (fewer
-    sub-statements to plan and run on the hot path); `at_rest`: one step computed from rest
-    (`_AT_REST`, `_AT_REST_RESULT`)."""
-    return (_STEPS_RUNS + (_AT_REST if at_rest else "") + "\n    RETURNING r.id, r.version\n)"
-            + "".join(_STEPS_PARTS[p] for p in parts)
-            + "\n" + (_AT_REST_RESULT if at_rest else "SELECT id::text, version FROM run"))
+    sub-statements to plan and run on the hot path); `from_rest`: one step computed from rest
+    (`_FROM_REST_RUN`, `_FROM_REST_RESULT`), whose other parts are the batch's."""
+    if from_rest:
+        return _FROM_REST_RUN + "".join(_STEPS_PARTS[p] for p in parts) + _FROM_REST_RESULT
+    return (_STEPS_RUNS + "".join(_STEPS_PARTS[p] for p in parts)
+            + "\nSELECT id::text, version FROM run")
 
 
 def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:

@@ -464,3 +464,33 @@ def test_a_send_from_rest_waits_for_a_sender_holding_the_row_and_queues_behind_i
     assert Worker(runtime).run_until_idle() == 1
     assert runtime.get(run_id).status == "done"
     assert [d.event["type"] for d in runtime.dead_letters(run_id)] == ["INC"]
+
+
+def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    seen = _from_rest(store, monkeypatch)
+    pairs = [(["INC", "INC", "FINISH"], runtime.start("counter"), runtime.start("counter")),
+             ([{"type": "CALL", "n": 3}], runtime.start("counter"), runtime.start("counter"))]
+    for events, rested, read in pairs:
+        for event in events:
+            clock.advance(10)
+            runtime.send(rested, event)
+            runtime.resting.forget(read)  # this one is read under its lock, as before
+            runtime.send(read, event)
+
+    def row(run_id: str) -> tuple[Any, ...]:
+        r = runtime.get(run_id)
+        return (r.state, r.snapshot, r.status, r.version, r.wake_at, r.lease_owner,
+                r.lease_expires_at, r.attempt_count, r.last_error, r.claim_count, r.updated_at,
+                r.completed_at, r.failed_at, r.workflow_version,
+                [(e.step, e.effect_index, e.kind, e.payload, e.status)
+                 for e in store.list_effects(run_id)],
+                _journal(store, run_id), store.pending_events(run_id),
+                store.dead_letters(run_id))  # fmt: skip
+
+    for _, rested, read in pairs:
+        assert row(rested) == row(read)
+    assert [runtime.get(r).status for _, r, _ in pairs] == ["done", "active"]
+    assert seen == ([True] * 4 if store_kind == "postgres" else [])
