@@ -314,7 +314,7 @@ class RunDriver:
                                                     cancelled=cancelled,
                                                     rest=resting.get(run_id))  # fmt: skip
         except Exception as exc:
-            resting.forget(run_id)
+            resting.moved(run_id)
             for x, _, _ in staged:  # the step was not written
                 self.telemetry.end_step(x.run, x.status, None, None)
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
@@ -326,12 +326,12 @@ class RunDriver:
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
         if version is None:  # queued for a worker
-            resting.forget(run_id)
+            resting.moved(run_id)
         for x, done, commit in staged:
             if version is None:  # (cannot happen under the row lock: queued, workers woken)
                 self.telemetry.end_step(x.run, x.status, None, None)
             else:
-                self._committed(x, done, commit, version)
+                self._committed(x, done, commit, version, sent=True)
         return inbox_id
 
     def _fold(self, run: RunRecord, work: PendingWork
@@ -394,10 +394,13 @@ class RunDriver:
                     self.holds(gone, False)
         return steps
 
-    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
-        """What follows a committed step of `x`: its log lines and its end in telemetry."""
+    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int, *,
+                   sent: bool = False) -> None:  # fmt: skip
+        """What follows a committed step of `x`: its log lines, its end in telemetry, and
+        whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
-        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now())
+        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),
+                                       sent=sent)  # fmt: skip
         log_effects(step.logged, x.run.id)
         self._report_step(x, step, commit)
         if commit.status != ACTIVE:

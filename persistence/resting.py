@@ -18,38 +18,49 @@ from dataclasses import replace
 from persistence.stores import ACTIVE, RunRecord, StepCommit
 
 CAPACITY = 4096
-"""How many runs at rest a process remembers (the most recently written ones)."""
+"""How many runs a process follows (the most recently started, sent to or stepped)."""
 
 
 class Resting:
-    """The last committed row of each run this process left at rest (bounded, thread-safe)."""
+    """The runs this process started or sent events to, each with its last committed row when
+    that left it at rest (bounded, thread-safe). Steps its workers commit keep a followed run's
+    row current; a run no one here started or sent to is never followed, so a process that
+    only works holds no rows."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
-        self._runs: OrderedDict[str, RunRecord] = OrderedDict()
+        self._runs: OrderedDict[str, RunRecord | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, run_id: str) -> RunRecord | None:
-        """The run as this process last left it at rest, if it did (and remembers it)."""
+        """The run's row as this process last left it at rest, if it did and still knows."""
         with self._lock:
             return self._runs.get(run_id)
 
     def started(self, run: RunRecord, effects: bool, now: int) -> None:
-        """`run` was just inserted (with `effects` pending): remembered if it is at rest."""
-        if (run.status == ACTIVE and run.lease_owner is None and not effects
-                and not _due(run.wake_at, now)):  # fmt: skip
-            self._put(run)
-        else:
-            self.forget(run.id)
+        """`run` was just inserted (with `effects` pending): followed, its row kept if it is at
+        rest."""
+        at_rest = (run.status == ACTIVE and run.lease_owner is None and not effects
+                   and not _due(run.wake_at, now))  # fmt: skip
+        self._follow(run.id, run if at_rest else None)
 
-    def committed(self, run: RunRecord, commit: StepCommit, version: int, now: int) -> None:
-        """`commit`, a step of `run`, was written at `version`: remembered if it left the run
-        at rest (released, active, no new effects, nothing due), else forgotten."""
-        if (not commit.release or commit.status != ACTIVE or commit.new_effects
-                or commit.start_runs or _due(commit.wake_at, now)):  # fmt: skip
-            self.forget(run.id)
+    def committed(self, run: RunRecord, commit: StepCommit, version: int, now: int, *,
+                  sent: bool) -> None:  # fmt: skip
+        """`commit`, a step of `run` (`sent`: a send's), was written at `version`. A run this
+        process follows, or a sent one, is followed with its new row if the step left it at
+        rest (released, active, no new effects, nothing due), else without a row; an ended
+        run is dropped."""
+        if commit.status != ACTIVE:
+            self.drop(run.id)
             return
-        self._put(replace(
+        with self._lock:
+            if not sent and run.id not in self._runs:
+                return
+        if (not commit.release or commit.new_effects or commit.start_runs
+                or _due(commit.wake_at, now)):  # fmt: skip
+            self._follow(run.id, None)
+            return
+        self._follow(run.id, replace(
             run, state=commit.state, snapshot=commit.snapshot, status=commit.status,
             attempt_count=run.attempt_count if commit.attempt_count is None
             else commit.attempt_count,
@@ -58,18 +69,23 @@ class Resting:
             wake_at=commit.wake_at, lease_owner=None, lease_expires_at=None, version=version,
             previous_owner=None, due_at=None))  # fmt: skip
 
-    def forget(self, run_id: str) -> None:
-        """`run_id` is no longer known to be at rest (its event was queued, it was cancelled)."""
+    def moved(self, run_id: str) -> None:
+        """`run_id` (sent an event here) is no longer known to be at rest: followed without a
+        row (its event was queued for a worker, or the send failed)."""
+        self._follow(run_id, None)
+
+    def drop(self, run_id: str) -> None:
+        """Stop following `run_id` (it ended, or was cancelled here)."""
         with self._lock:
             self._runs.pop(run_id, None)
 
-    def _put(self, run: RunRecord) -> None:
+    def _follow(self, run_id: str, row: RunRecord | None) -> None:
         with self._lock:
-            known = self._runs.get(run.id)
-            if known is not None and known.version > run.version:
-                return  # a later step of it was remembered first (another thread's)
-            self._runs[run.id] = run
-            self._runs.move_to_end(run.id)
+            known = self._runs.get(run_id)
+            if row is not None and known is not None and known.version > row.version:
+                return  # a later step of it was kept first (another thread's)
+            self._runs[run_id] = row
+            self._runs.move_to_end(run_id)
             while len(self._runs) > self._capacity:
                 self._runs.popitem(last=False)
 

@@ -222,7 +222,8 @@ class Runtime:
         self.step_in_send = step_in_send
         self._senders = threading.local()  # each sending thread's driver (`send`)
         self.resting = Resting()
-        """The runs this runtime left at rest, as it committed them (`send` steps from them)."""
+        """The runs this runtime started or sent to, with their rows as committed here when
+        left at rest (`send` steps from them)."""
         self._sender_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
@@ -560,7 +561,7 @@ class Runtime:
         outcome = self.store.cancel_run(run_id, self.clock.now(),
                                         None if reason is None else storable_text(reason),
                                         cancelled=cancelled)  # fmt: skip
-        self.resting.forget(run_id)
+        self.resting.drop(run_id)
         self.telemetry.runs_cancelled(cancelled)
         return outcome
 

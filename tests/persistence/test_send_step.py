@@ -477,7 +477,7 @@ def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
         for event in events:
             clock.advance(10)
             runtime.send(rested, event)
-            runtime.resting.forget(read)  # this one is read under its lock, as before
+            runtime.resting.drop(read)  # this one is read under its lock, as before
             runtime.send(read, event)
 
     def row(run_id: str) -> tuple[Any, ...]:
@@ -494,3 +494,26 @@ def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
         assert row(rested) == row(read)
     assert [runtime.get(r).status for _, r, _ in pairs] == ["done", "active"]
     assert seen == ([True] * 4 if store_kind == "postgres" else [])
+
+
+def test_a_workers_steps_keep_the_row_of_a_run_sent_to_here_and_add_no_other(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    CALLS.clear()
+    runtime = Runtime(store, [counter], clock=clock)
+    seen = _from_rest(store, monkeypatch)
+    run_id = runtime.start("counter")
+    runtime.send(run_id, {"type": "CALL", "n": 5})  # from rest; its effect is a worker's
+    assert runtime.resting.get(run_id) is None  # not at rest: an effect waits
+    assert Worker(runtime).run_until_idle() == 1  # this process's worker steps it to rest
+    rest = runtime.resting.get(run_id)
+    assert rest is not None and (rest.version, rest.lease_owner) == (3, None)
+    runtime.send(run_id, "INC")  # from that row
+    assert (runtime.get(run_id).snapshot["context"], CALLS) == ({"n": 1}, [5])
+    assert seen == ([True, True] if store_kind == "postgres" else [])
+    working = Runtime(store, [counter], clock=clock, step_in_send=False)
+    other = working.start("counter")
+    working.resting.drop(other)  # a process that only works: it started nothing
+    working.send(other, {"type": "CALL", "n": 6})  # queued: the worker applies it, then calls
+    assert Worker(working).run_until_idle() == 2
+    assert working.resting.get(other) is None and working.resting.get(run_id) is None
