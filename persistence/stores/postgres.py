@@ -16,7 +16,6 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -519,8 +518,8 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
     params = {**_steps_params(commits, now), "ids": ids}
     present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
-               "inbox": params["inbox"].obj, "journal": params["journal"].obj,
-               "dead": params["dead"].obj}  # fmt: skip
+               "inbox": params["inbox"].obj and not from_rest,  # (its event has no row)
+               "journal": params["journal"].obj, "dead": params["dead"].obj}  # fmt: skip
     return _steps_sql(tuple(name for name, rows in present.items() if rows), from_rest), params
 
 
@@ -528,8 +527,7 @@ def _from_rest_statement(commit: StepCommit, rest: RunRecord,
                          now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters."""
-    sql, params = _steps_statement([replace(commit, consumed_inbox=())], [_uuid(rest.id)], now,
-                                   from_rest=True)  # fmt: skip
+    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, from_rest=True)
     completed_at, failed_at = completion_times(commit.status, now)
     params.update(
         id=_uuid(rest.id), expected=commit.expected_version, state=commit.state,
