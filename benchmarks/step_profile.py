@@ -6,13 +6,13 @@ timers), and the gaps between consecutive marks are reported as percentiles per 
 e.g. for a run at rest, whose event the send applies itself from the row this runtime wrote
 (issue 20f): `send -> stage` (no database call), `stage -> staged` (restore, transition,
 persist), `staged -> sent` (the row lock, the step's conditional statement and the commit: one
-round trip on PostgreSQL; SQLite, and a row that moved on, first lock the row, queue the
-event and read the pending work, a round trip of its own before `stage`); with ``--queue`` (`Runtime(step_in_send=False)`, every
-event queued as before): `send -> sent` (the `send`'s statement and commit), `sent -> woken`
-(the wake-up reaching the worker thread), `read -> read done` (the claim-free read of the run
-by id) or `claim -> claimed` (a claim, when the run did not qualify), `stage -> staged`,
-`commit -> committed` (the step's statement and commit). Counts of each phase say which path
-the steps took.
+round trip on PostgreSQL; on SQLite `send -> stage` locks the row, queues the event and reads
+the pending work first, as PostgreSQL does after a row that moved on); with ``--queue``
+(`Runtime(step_in_send=False)`, every event queued as before): `send -> sent` (the `send`'s
+statement and commit), `sent -> woken` (the wake-up reaching the worker thread), `read -> read
+done` (the claim-free read of the run by id) or `claim -> claimed` (a claim, when the run did
+not qualify), `stage -> staged`, `commit -> committed` (the step's statement and commit).
+Counts of each phase say which path the steps took.
 
 Run: ``python -m benchmarks.step_profile [URL] [--events 300] [--queue]`` (default: the bench
 DSN in a schema of its own, dropped afterwards; or ``sqlite:///path``).

@@ -645,10 +645,11 @@ class RunStore(Protocol):
         `rest` is the run's row as the caller last committed it, at rest (`persistence.resting`):
         a store may first hand `step` that run with only the event as its pending work, and
         write the unleased commit it returns (without child runs or deliveries) only if the run
-        is still exactly so: at `rest.version`, active, held by nobody, no event queued and no
-        effect pending (PostgreSQL: one round trip, the event recorded as applied, its inbox id
-        drawn but no row left). If it is not, nothing of that step is written and the call
-        goes on as without `rest` (`step` is called again, with the run as locked now)."""
+        is still exactly so: at `rest.version` with its snapshot and definition, active, held
+        by nobody, no event queued and no effect pending (PostgreSQL: one round trip, the event
+        recorded as applied, its inbox id drawn but no row left). If it is not, nothing of that
+        step is written and the call goes on as without `rest` (`step` is called again, with
+        the run as locked now)."""
         ...
 
     def claim_runs(

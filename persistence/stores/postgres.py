@@ -482,8 +482,8 @@ class PostgresStore(SQLStore):
                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
                         traceparent: str | None) -> tuple[int, int] | None:  # fmt: skip
         """The sent event's step computed from `rest`, written only if the run is still at
-        rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the step's
-        statement and COMMIT pipelined. The row is locked by a statement of its own, so that
+        rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the
+        step's statement and COMMIT pipelined. The row is locked by a statement of its own, so that
         the step's statement takes its snapshot after the lock: it then sees the event that a
         sender holding the row before it queued (in one statement, a row another transaction
         only locked is not re-checked once it is let go). The inbox id and new version; None
@@ -739,7 +739,8 @@ WITH run AS (
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
 run and executed nothing (so no outcomes, no lease to take or give back), as plain parameters
-(a third of the batch form's cost, measured), only if the run is still so: at the version,
+(measured: 0.21 ms of server time against the batch form's 0.29, and 0.1 ms less client CPU),
+only if the run is still so: at the version,
 with the snapshot and definition the step was computed from (the version alone does not see a
 hand edit of the row, which must never be overwritten: a row that does not restore is failed
 by a claim, as it is), active, held by nobody, no event waiting before the sent one and no
