@@ -247,19 +247,29 @@ WHY_SHORT: dict[str, str] = {
   worker's LISTENing session reads each start's NOTIFY.""",
     "durable step latency": """\
 - **Step latency with an idle worker** (`python -m benchmarks.step_profile` times each
-  phase): a `send` to a run at rest applies the event in its own transaction (issue 20d): the
-  row locked, the event recorded as before, the step staged by the worker's claim-free code
-  and written by the same commit code, on PostgreSQL in two round trips (BEGIN, the lock, the
-  insert and the reads pipelined; then the step's statement with the COMMIT). Per sent-event
-  step that is one transaction instead of the send's, the worker's read and its commit
-  (`pg_stat_database`: 1.06-1.08 against 2.84-3.03, the lane's count). The 'queued' row is the
-  path before. What is left is the two round trips: on the host of this run, quiet (load
-  0.3), the profile gave p50 1.9 ms for the first and 2.5-2.9 ms for the second, 4.7-5.3 ms
-  in all, against 8.2 ms queued (three round trips, 2-2.7 ms each) in the same minutes; the
-  staging in Python is 0.16 ms. Each round trip here costs several raw commits (1,598 raw
-  commits/s back to back): the step waits 2 ms before each send, and a thread or backend
-  that idled resumes slowly on this host (the session before measured the queued path at
-  2.4 ms p50 on a faster one). Under 1 ms needs round trips near the raw commit's cost.""",
+  phase): a `send` to a run at rest applies the event in its own transaction (issue 20d). When
+  the runtime wrote the run's row itself (it started the run or committed its last step, the
+  send's or its own worker's: `Runtime.resting`, issue 20f), the step is computed from that
+  row before anything is read and, on PostgreSQL, written in one round trip: BEGIN, the row
+  lock, one statement that writes the run, journal and outbox rows only if the row is still
+  the one the step came from (same version, snapshot and definition, active, no lease, no
+  queued event, no pending effect), and COMMIT, pipelined. A row that moved on writes nothing
+  and the send takes the locked path, two round trips more (BEGIN, the lock, the insert and
+  the reads pipelined; then the step's statement with the COMMIT). Per sent-event step that
+  is one transaction instead of the send's, the worker's read and its commit
+  (`pg_stat_database`: 1.06-1.08 against 2.84-3.03, issue 20d's count). The 'queued' row is
+  the path before issue 20d. Issue 20f's lane measured on a machine shared with other lanes'
+  suites (load 5-6; a raw single-row UPDATE's commit took 3.5 ms p50 there), interleaved in
+  one process: 5.8 ms p50, 14.0 ms p99 from the row written here against 6.4 and 16.2 ms from
+  the locked row; with `synchronous_commit` off in that session 2.2 against 5.2 ms p50. The
+  profile's phases from rest: no database call before staging (0.08 ms), staging 0.07 ms, then
+  the one round trip. On the server (the statement log): the step's statement 0.21 ms (its
+  run row written with plain parameters: the batch statement's JSON row sets took 0.29 ms and
+  0.1 ms more client CPU), the lock 0.05 ms, then the COMMIT's flush; the update is never HOT
+  (`updated_at` is in `workflow_runs_stuck`: seven index entries a step, about 0.05 ms). What
+  is left above the goal's 1 ms is that commit with its round trip (a raw UPDATE, 0.48 ms on
+  a quiet host) and about 0.5 ms of statement, staging and psycopg's pipeline; the lane could
+  not measure it quiet.""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and

@@ -3,15 +3,16 @@
 The step latency benchmark (`durable_runtime.step_latency`) as a profile: each phase's start
 and end are taken inside the process (the store's calls and the driver's staging wrapped with
 timers), and the gaps between consecutive marks are reported as percentiles per transition,
-e.g. for a run at rest, whose event the send applies itself: `send -> stage` (the row locked,
-the event queued and the run's pending work read: one round trip on PostgreSQL), `stage ->
-staged` (restore, transition, persist), `staged -> sent` (the step's statement and the
-commit: one round trip on PostgreSQL); with ``--queue`` (`Runtime(step_in_send=False)`, every
-event queued as before): `send -> sent` (the `send`'s statement and commit), `sent -> woken`
-(the wake-up reaching the worker thread), `read -> read done` (the claim-free read of the run
-by id) or `claim -> claimed` (a claim, when the run did not qualify), `stage -> staged`,
-`commit -> committed` (the step's statement and commit). Counts of each phase say which path
-the steps took.
+e.g. for a run at rest, whose event the send applies itself from the row this runtime wrote
+(issue 20f): `send -> stage` (no database call), `stage -> staged` (restore, transition,
+persist), `staged -> sent` (the row lock, the step's conditional statement and the commit: one
+round trip on PostgreSQL; on SQLite `send -> stage` locks the row, queues the event and reads
+the pending work first, as PostgreSQL does after a row that moved on); with ``--queue``
+(`Runtime(step_in_send=False)`, every event queued as before): `send -> sent` (the `send`'s
+statement and commit), `sent -> woken` (the wake-up reaching the worker thread), `read -> read
+done` (the claim-free read of the run by id) or `claim -> claimed` (a claim, when the run did
+not qualify), `stage -> staged`, `commit -> committed` (the step's statement and commit).
+Counts of each phase say which path the steps took.
 
 Run: ``python -m benchmarks.step_profile [URL] [--events 300] [--queue]`` (default: the bench
 DSN in a schema of its own, dropped afterwards; or ``sqlite:///path``).

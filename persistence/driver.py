@@ -296,21 +296,28 @@ class RunDriver:
         workers are woken to claim it. The event stays queued for a worker, exactly as a
         plain `send_event` leaves it, when the run is not at rest, when an earlier event is
         still queued, when its step would fail the run (a worker fails it under a lease),
-        and when the store refuses the step. Returns the inbox id."""
+        and when the store refuses the step. A run this process left at rest
+        (`Runtime.resting`) is stepped from its row as committed here, unread, if the store
+        can (`Store.send_and_step`'s `rest`). Returns the inbox id."""
         staged: list[tuple[_Leased, _Step, StepCommit]] = []
 
         def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
+            for x, _, _ in staged:  # a step from rest the store did not write: computed again
+                self.telemetry.end_step(x.run, x.status, None, None)
+            staged.clear()
             found = self._fold(run, work)
             if found is not None:
                 staged.append(found)
             return None if found is None else found[2]
 
-        store, cancelled = self.runtime.store, list[str]()
+        store, cancelled, resting = self.runtime.store, list[str](), self.runtime.resting
         try:
             inbox_id, version = store.send_and_step(run_id, event, now, step,
                                                     traceparent=traceparent,
-                                                    cancelled=cancelled)  # fmt: skip
+                                                    cancelled=cancelled,
+                                                    rest=resting.get(run_id))  # fmt: skip
         except Exception as exc:
+            resting.moved(run_id)
             for x, _, _ in staged:  # the step was not written
                 self.telemetry.end_step(x.run, x.status, None, None)
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
@@ -321,11 +328,13 @@ class RunDriver:
                         exc)  # fmt: skip
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
+        if version is None:  # queued for a worker
+            resting.moved(run_id)
         for x, done, commit in staged:
             if version is None:  # (cannot happen under the row lock: queued, workers woken)
                 self.telemetry.end_step(x.run, x.status, None, None)
             else:
-                self._committed(x, done, commit, version)
+                self._committed(x, done, commit, version, sent=True)
         return inbox_id
 
     def _fold(self, run: RunRecord, work: PendingWork
@@ -388,9 +397,13 @@ class RunDriver:
                     self.holds(gone, False)
         return steps
 
-    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
-        """What follows a committed step of `x`: its log lines and its end in telemetry."""
+    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int, *,
+                   sent: bool = False) -> None:  # fmt: skip
+        """What follows a committed step of `x`: its log lines, its end in telemetry, and
+        whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
+        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),
+                                       sent=sent)  # fmt: skip
         log_effects(step.logged, x.run.id)
         self._report_step(x, step, commit)
         if commit.status != ACTIVE:

@@ -29,6 +29,7 @@ from persistence.children import (
 from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
 from persistence.driver import RunDriver
 from persistence.outbox import Listener, log_effects, to_outbox
+from persistence.resting import Resting
 from persistence.stores import (
     ConflictError,
     DeadLetter,
@@ -220,6 +221,9 @@ class Runtime:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.step_in_send = step_in_send
         self._senders = threading.local()  # each sending thread's driver (`send`)
+        self.resting = Resting()
+        """The runs this runtime started or sent to, with their rows as committed here when
+        left at rest (`send` steps from them)."""
         self._sender_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._latest: dict[str, Machine] = {}
         self._exact: dict[tuple[str, str], Machine] = {}
@@ -422,6 +426,7 @@ class Runtime:
             record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
         if created:
+            self.resting.started(record, bool(outbox), now)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
@@ -570,6 +575,7 @@ class Runtime:
         outcome = self.store.cancel_run(run_id, self.clock.now(),
                                         None if reason is None else storable_text(reason),
                                         cancelled=cancelled)  # fmt: skip
+        self.resting.drop(run_id)
         self.telemetry.runs_cancelled(cancelled)
         return outcome
 

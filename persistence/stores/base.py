@@ -631,8 +631,8 @@ class RunStore(Protocol):
 
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
-                      traceparent: str | None = None,
-                      cancelled: list[str] | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      traceparent: str | None = None, cancelled: list[str] | None = None,
+                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`send_event` with the step that applies the event folded into its transaction:
         the run's row is locked, the event queued, and `step` is handed the run with its
         pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
@@ -640,7 +640,16 @@ class RunStore(Protocol):
         event), else the event stays queued and idle workers are woken for it. Returns the
         inbox id and the run's new version, None when the event was left queued.
         `RunFinishedError`/`RunNotFoundError` as `send_event` (nothing written); an exception
-        from writing the step rolls back the whole transaction (nothing queued either)."""
+        from writing the step rolls back the whole transaction (nothing queued either).
+
+        `rest` is the run's row as the caller last committed it, at rest (`persistence.resting`):
+        a store may first hand `step` that run with only the event as its pending work, and
+        write the unleased commit it returns (without child runs or deliveries) only if the run
+        is still exactly so: at `rest.version` with its snapshot and definition, active, held
+        by nobody, no event queued and no effect pending (PostgreSQL: one round trip, the event
+        recorded as applied, its inbox id drawn but no row left). If it is not, nothing of that
+        step is written and the call goes on as without `rest` (`step` is called again, with
+        the run as locked now)."""
         ...
 
     def claim_runs(

@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -468,19 +468,78 @@ class PostgresStore(SQLStore):
                 conn.rollback()
                 raise
 
+    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
+                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
+                      traceparent: str | None = None, cancelled: list[str] | None = None,
+                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+        """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
+        (`_step_from_rest`), and only if it was not written the locked read and the step."""
+        if rest is not None and _uuid(rest.id) == _uuid(run_id):
+            written = self._step_from_rest(rest, event, now, step, traceparent)
+            if written is not None:
+                return written
+        return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
+                                     cancelled=cancelled)  # fmt: skip
+
+    def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
+                        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                        traceparent: str | None) -> tuple[int, int] | None:  # fmt: skip
+        """The sent event's step computed from `rest`, written only if the run is still at
+        rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the
+        step's statement and COMMIT pipelined. The row is locked by a statement of its own, so that
+        the step's statement takes its snapshot after the lock: it then sees the event that a
+        sender holding the row before it queued (in one statement, a row another transaction
+        only locked is not re-checked once it is let go). The inbox id and new version; None
+        when the step was not written (nothing was) or not tried (none, or one with child runs
+        or deliveries: those are written by statements that need the run's write to have
+        matched)."""
+        sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
+        commit = step(rest, PendingWork([], [sent]))
+        if (commit is None or not (commit.unleased and commit.release)
+                or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
+            return None
+        check_status(commit.status)
+        sql, params = _from_rest_statement(commit, rest, now)
+        with self._pipelined_write() as conn:
+            conn.execute(_LOCK_RUN, (params["id"],))
+            cursor = conn.execute(sql, params)
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        if params["due"]:
+            self.wakeup().notify()
+        _, version, inbox_id, _ = rows[0]
+        return int(inbox_id), int(version)
+
     def _notify_in(self, conn: Any, run_id: str | None) -> None:
         payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"
         conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (payload,))
 
 
-def _steps_statement(commits: Sequence[StepCommit], ids: list[str],
-                     now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
+                     from_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
     params = {**_steps_params(commits, now), "ids": ids}
     present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
-               "inbox": params["inbox"].obj, "journal": params["journal"].obj,
-               "dead": params["dead"].obj}  # fmt: skip
-    return _steps_sql(tuple(name for name, rows in present.items() if rows)), params
+               "inbox": params["inbox"].obj and not from_rest,  # (its event has no row)
+               "journal": params["journal"].obj, "dead": params["dead"].obj}  # fmt: skip
+    return _steps_sql(tuple(name for name, rows in present.items() if rows), from_rest), params
+
+
+def _from_rest_statement(commit: StepCommit, rest: RunRecord,
+                         now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
+    is not in the inbox (nothing to consume), the run's columns are plain parameters."""
+    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, from_rest=True)
+    completed_at, failed_at = completion_times(commit.status, now)
+    params.update(
+        id=_uuid(rest.id), expected=commit.expected_version, state=commit.state,
+        snapshot=Jsonb(commit.snapshot), status=commit.status, attempts=commit.attempt_count,
+        last_error=commit.last_error, wv=commit.workflow_version, completed=to_ts(completed_at),
+        failed=to_ts(failed_at), wake=to_ts(commit.wake_at), was=Jsonb(rest.snapshot),
+        was_version=rest.workflow_version,
+        due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
+    return sql, params
 
 
 def _has_extras(commit: StepCommit) -> bool:
@@ -664,6 +723,39 @@ WITH b AS (
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
     RETURNING r.id, r.version
 )"""
+_FROM_REST_RUN = """
+WITH run AS (
+    UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
+        attempt_count = coalesce(%(attempts)s, r.attempt_count),
+        last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
+        workflow_version = coalesce(%(wv)s, r.workflow_version),
+        completed_at = coalesce(r.completed_at, %(completed)s),
+        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1,
+        wake_at = %(wake)s
+    WHERE r.id = %(id)s AND r.version = %(expected)s AND r.lease_owner IS NULL
+      AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
+      AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
+      AND NOT EXISTS (SELECT 1 FROM workflow_effects e
+                      WHERE e.run_id = r.id AND e.status = 'pending')
+    RETURNING r.id, r.version
+)"""
+"""The run's row written by a step computed from the run as last committed here
+(`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
+run and executed nothing (so no outcomes, no lease to take or give back), as plain parameters
+(measured: 0.21 ms of server time against the batch form's 0.29, and 0.1 ms less client CPU),
+only if the run is still so: at the version,
+with the snapshot and definition the step was computed from (the version alone does not see a
+hand edit of the row, which must never be overwritten: a row that does not restore is failed
+by a claim, as it is), active, held by nobody, no event waiting before the sent one and no
+effect waiting to run."""
+_FROM_REST_RESULT = (
+    "\nSELECT id::text, version, nextval('workflow_inbox_id_seq'), "
+    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
+)
+"""The result of a step written from rest: the new version, the sent event's inbox id (drawn
+from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
+when the step left work due."""
+_LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
 _STEPS_PARTS = {
     "outcomes": """, outcomes AS (
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
@@ -700,9 +792,12 @@ _STEPS_PARTS = {
 
 
 @lru_cache(maxsize=32)
-def _steps_sql(parts: tuple[str, ...]) -> str:
+def _steps_sql(parts: tuple[str, ...], from_rest: bool = False) -> str:
     """The one statement that commits a batch of steps, with only the parts it needs (fewer
-    sub-statements to plan and run on the hot path)."""
+    sub-statements to plan and run on the hot path); `from_rest`: one step computed from rest
+    (`_FROM_REST_RUN`, `_FROM_REST_RESULT`), whose other parts are the batch's."""
+    if from_rest:
+        return _FROM_REST_RUN + "".join(_STEPS_PARTS[p] for p in parts) + _FROM_REST_RESULT
     return (_STEPS_RUNS + "".join(_STEPS_PARTS[p] for p in parts)
             + "\nSELECT id::text, version FROM run")
 

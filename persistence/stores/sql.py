@@ -932,13 +932,15 @@ class SQLRuns(SQLDialect):
 
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
-                      traceparent: str | None = None,
-                      cancelled: list[str] | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      traceparent: str | None = None, cancelled: list[str] | None = None,
+                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`send_event`, and the step that applies the event in the same transaction when
         `step` (handed the run, locked, with its pending work, the event last in its inbox)
         returns one: written as `commit_steps` writes it, so the event is queued and consumed
         in one commit; else it stays queued and a worker is woken for it. Returns the inbox
-        id and the run's new version (None: queued). `cancelled` as in `commit_steps`."""
+        id and the run's new version (None: queued). `cancelled` as in `commit_steps`. `rest`
+        is not used here (SQLite's reads are in-process; PostgreSQL's dialect steps from it)."""
+        del rest
         rid, ended = self._id(run_id), list[str]()
         with self._pipelined_write() as conn:
             locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from persistence.runtime import Runtime
-from persistence.stores import ConflictError, StepCommit, Store, StoreEncodingError
+from persistence.stores import ConflictError, NewEffect, StepCommit, Store, StoreEncodingError
 from persistence.stores.base import RunFinishedError, RunNotFoundError
 from persistence.telemetry import Telemetry
 from persistence.telemetry.metrics import STEPS, Metric
@@ -267,6 +268,8 @@ def test_a_step_the_store_refuses_in_the_send_is_queued(
 
     with monkeypatch.context() as patched:
         patched.setattr(store, "_commit_later_in", refuse)  # the step's write in the send
+        if hasattr(store, "_step_from_rest"):  # and PostgreSQL's write of a step from rest
+            patched.setattr(store, "_step_from_rest", refuse)
         with caplog.at_level(logging.WARNING, "statecharts.runs"):
             runtime.send(run_id, "INC")
     assert "refused in the send" in caplog.text
@@ -342,3 +345,175 @@ def test_a_send_that_starts_and_stops_a_child_run_cascades(
     runtime.send(other, "STOP")  # leaving the invoking state stops the child run
     assert (runtime.get(other).status, runtime.get(second.id).status) == ("done", "cancelled")
     assert Worker(runtime).run_until_idle() == 0
+
+
+def _from_rest(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per send given a record of rest, whether PostgreSQL wrote its step from that record
+    (one round trip); other stores never do (empty)."""
+    seen: list[bool] = []
+    original = getattr(store, "_step_from_rest", None)
+    if original is not None:
+        def spy(*args: Any) -> Any:
+            written = original(*args)
+            seen.append(written is not None)
+            return written
+
+        monkeypatch.setattr(store, "_step_from_rest", spy)
+    return seen
+
+
+def test_a_run_left_at_rest_here_is_stepped_from_its_row_and_a_stale_row_is_read_again(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    elsewhere = Runtime(store, [counter], clock=clock)  # another process's runtime
+    seen = _from_rest(store, monkeypatch)
+    run_id = runtime.start("counter")
+    rest = runtime.resting.get(run_id)
+    assert rest is not None and rest.version == 1
+    ids = [runtime.send(run_id, "INC"), runtime.send(run_id, "INC")]
+    elsewhere.send(run_id, "INC")  # version 4: this runtime's record (3) is stale now
+    ids.append(runtime.send(run_id, "INC"))  # read again under the lock, stepped at 4
+    run = runtime.get(run_id)
+    assert (run.snapshot["context"], run.version, run.lease_owner) == ({"n": 4}, 5, None)
+    assert _journal(store, run_id) == [("INC", "counting", "counting")] * 4
+    assert store.pending_events(run_id) == [] and store.dead_letters(run_id) == []
+    assert ids == sorted(set(ids))  # inbox ids drawn as inserts draw them: distinct, rising
+    rest = runtime.resting.get(run_id)
+    assert rest is not None and (rest.version, rest.snapshot) == (5, run.snapshot)
+    assert seen == ([True, True, False] if store_kind == "postgres" else [])
+    runtime.send(run_id, "FINISH")
+    assert runtime.get(run_id).status == "done" and runtime.resting.get(run_id) is None
+
+
+def _lease_it(store: Store, run_id: str, clock: SimulatedClock) -> None:
+    queueing = Runtime(store, [counter], clock=clock, step_in_send=False)
+    queueing.send(run_id, "INC")
+    ((claimed, _),) = store.claim_work("w/1", clock.now(), 30_000, 10)
+    assert claimed.id == run_id
+
+
+def _queue_one(store: Store, run_id: str, clock: SimulatedClock) -> None:
+    Runtime(store, [counter], clock=clock, step_in_send=False).send(run_id, "INC")
+
+
+def _edit_snapshot(store: Store, run_id: str, clock: SimulatedClock) -> None:
+    edited = {**store.get_run(run_id).snapshot, "context": {"n": 40}}
+    with store._write() as conn:  # type: ignore[attr-defined]  # an operator's hand edit
+        store._exec(conn, "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
+                    (store._j(edited), store._id(run_id)))  # type: ignore[attr-defined]
+
+
+def _pending_effect(store: Store, run_id: str, clock: SimulatedClock) -> None:
+    with store._write() as conn:  # type: ignore[attr-defined]  # an effect left pending
+        store._insert_effects(conn, run_id, 1, [NewEffect(0, "action", {  # type: ignore[attr-defined]
+            "type": "record", "event": {"type": "CALL", "n": 7}})], clock.now())
+
+
+@pytest.mark.parametrize("change", [_lease_it, _queue_one, _edit_snapshot, _pending_effect],
+                         ids=["lease held", "event queued ahead", "snapshot edited",
+                              "effect pending"])  # fmt: skip
+def test_a_run_no_longer_as_it_was_left_at_rest_is_never_written_from_that_record(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[Store, str, SimulatedClock], None],
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    change(store, run_id, clock)  # behind the runtime's back, the version unchanged
+    before = runtime.get(run_id)
+    assert runtime.resting.get(run_id) is not None and before.version == 1
+    seen = _from_rest(store, monkeypatch)
+    runtime.send(run_id, "INC")
+    after = runtime.get(run_id)
+    assert seen == ([False] if store_kind == "postgres" else [])
+    rest = runtime.resting.get(run_id)
+    if change is _edit_snapshot:  # at rest as edited: stepped from the edit, not the record
+        assert (after.version, after.snapshot["context"]) == (2, {"n": 41})
+        assert rest is not None and rest.snapshot == after.snapshot
+    else:  # not at rest: queued, the row as it was
+        assert (after.version, after.snapshot, after.lease_owner) == \
+            (1, before.snapshot, before.lease_owner)  # fmt: skip
+        assert store.pending_events(run_id)[-1].event == {"type": "INC"}
+        assert rest is None
+
+
+def test_a_send_from_rest_waits_for_a_sender_holding_the_row_and_queues_behind_its_event(
+    store: Store, store_kind: str, clock: SimulatedClock
+) -> None:
+    if store_kind == "memory":
+        pytest.skip("an in-memory database is one store object's own")
+    runtime = Runtime(store, [counter], clock=clock)
+    run_id = runtime.start("counter")
+    sent: list[int] = []
+    # another sender holds the row (locked, not updated) and queues FINISH in its transaction
+    with store._write() as conn:  # type: ignore[attr-defined]
+        store._exec(conn, "SELECT id FROM workflow_runs WHERE id = ?"  # type: ignore[attr-defined]
+                    + store._LOCK_ROW, (store._id(run_id),))  # type: ignore[attr-defined]
+        store._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "  # type: ignore[attr-defined]
+                    "VALUES (?, ?, ?)", (store._id(run_id), store._j({"type": "FINISH"}),  # type: ignore[attr-defined]
+                                         store._t(clock.now())))  # type: ignore[attr-defined]
+        sender = threading.Thread(target=lambda: sent.append(runtime.send(run_id, "INC")))
+        sender.start()
+        if store_kind == "postgres":  # the send waits for the row lock (SQLite: the database's)
+            wait_for(lambda: bool(store._read(  # type: ignore[attr-defined]
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND "
+                "wait_event_type = 'Lock'")))
+    sender.join()
+    assert sent and runtime.get(run_id).version == 1  # INC did not overtake FINISH
+    assert [e.event["type"] for e in store.pending_events(run_id)] == ["FINISH", "INC"]
+    assert Worker(runtime).run_until_idle() == 1
+    assert runtime.get(run_id).status == "done"
+    assert [d.event["type"] for d in runtime.dead_letters(run_id)] == ["INC"]
+
+
+def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime(store, [counter], clock=clock)
+    seen = _from_rest(store, monkeypatch)
+    pairs = [(["INC", "INC", "FINISH"], runtime.start("counter"), runtime.start("counter")),
+             ([{"type": "CALL", "n": 3}], runtime.start("counter"), runtime.start("counter"))]
+    for events, rested, read in pairs:
+        for event in events:
+            clock.advance(10)
+            runtime.send(rested, event)
+            runtime.resting.drop(read)  # this one is read under its lock, as before
+            runtime.send(read, event)
+
+    def row(run_id: str) -> tuple[Any, ...]:
+        r = runtime.get(run_id)
+        return (r.state, r.snapshot, r.status, r.version, r.wake_at, r.lease_owner,
+                r.lease_expires_at, r.attempt_count, r.last_error, r.claim_count, r.updated_at,
+                r.completed_at, r.failed_at, r.workflow_version,
+                [(e.step, e.effect_index, e.kind, e.payload, e.status)
+                 for e in store.list_effects(run_id)],
+                _journal(store, run_id), store.pending_events(run_id),
+                store.dead_letters(run_id))  # fmt: skip
+
+    for _, rested, read in pairs:
+        assert row(rested) == row(read)
+    assert [runtime.get(r).status for _, r, _ in pairs] == ["done", "active"]
+    assert seen == ([True] * 4 if store_kind == "postgres" else [])
+
+
+def test_a_workers_steps_keep_the_row_of_a_run_sent_to_here_and_add_no_other(
+    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    CALLS.clear()
+    runtime = Runtime(store, [counter], clock=clock)
+    seen = _from_rest(store, monkeypatch)
+    run_id = runtime.start("counter")
+    runtime.send(run_id, {"type": "CALL", "n": 5})  # from rest; its effect is a worker's
+    assert runtime.resting.get(run_id) is None  # not at rest: an effect waits
+    assert Worker(runtime).run_until_idle() == 1  # this process's worker steps it to rest
+    rest = runtime.resting.get(run_id)
+    assert rest is not None and (rest.version, rest.lease_owner) == (3, None)
+    runtime.send(run_id, "INC")  # from that row
+    assert (runtime.get(run_id).snapshot["context"], CALLS) == ({"n": 1}, [5])
+    assert seen == ([True, True] if store_kind == "postgres" else [])
+    working = Runtime(store, [counter], clock=clock, step_in_send=False)
+    other = working.start("counter")
+    working.resting.drop(other)  # a process that only works: it started nothing
+    working.send(other, {"type": "CALL", "n": 6})  # queued: the worker applies it, then calls
+    assert Worker(working).run_until_idle() == 2
+    assert working.resting.get(other) is None and working.resting.get(run_id) is None
