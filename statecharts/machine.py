@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import algorithm
+from .algorithm import UNKNOWN
 from .actions import ActionSpec
 from .configuration import Configuration, Configurations
 from .definition import (
@@ -25,7 +26,7 @@ from .definition import (
 )
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
-from .events import INIT, EventLike, normalize_event
+from .events import INIT, EventLike, interned_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode
@@ -100,7 +101,9 @@ class Machine:
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
         """
-        return self.step(snapshot, normalize_event(event), _ZERO if now is None else _fixed(now))
+        normalized = interned_event(event) if type(event) is str else None
+        return self.step(snapshot, normalize_event(event) if normalized is None else normalized,
+                         _ZERO if now is None else _fixed(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""
@@ -145,13 +148,12 @@ class Machine:
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            route = snapshot.configuration.routes.get(event["type"], algorithm.UNKNOWN)
-            if route is algorithm.UNKNOWN:
-                route = algorithm.route_for(self.configurations, snapshot.configuration,
-                                            event["type"])
-            if route is not None:
-                taken: Result | None = route.take(snapshot, snapshot.context, event, None,
-                                                  trace)
+            take = snapshot.configuration.routes.get(event["type"], UNKNOWN)
+            if take is UNKNOWN:
+                take = algorithm.route_for(self.configurations, snapshot.configuration,
+                                           event["type"])
+            if take is not None:
+                taken: Result | None = take(snapshot, snapshot.context, event, None, trace)
                 if taken is not None:
                     return taken
         step = algorithm.Step(self.definition, self.implementations, self.configurations,
