@@ -31,8 +31,8 @@ from .errors import (
 from .events import (
     EventLike,
     done_actor_event_type,
-    interned_event,
     error_actor_event_type,
+    interned_event,
     normalize_event,
     snapshot_actor_event_type,
 )

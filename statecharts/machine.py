@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import algorithm
-from .algorithm import UNKNOWN
 from .actions import ActionSpec
+from .algorithm import UNKNOWN
 from .configuration import Configuration, Configurations
 from .definition import (
     Definition,
