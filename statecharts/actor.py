@@ -205,7 +205,9 @@ class Actor:
         XState: a warning is logged and inspection gets ``@statecharts.dropped``. With
         ``strict=True`` it raises ``ActorStoppedError`` instead.
         """
-        normalized = interned_event(event) if type(event) is str else None
+        # normalize_event's two fast cases first, without its call (as Machine.transition)
+        normalized = interned_event(event) if type(event) is str else event \
+            if type(event) is FrozenDict and type(event.get("type")) is str else None
         if normalized is None:
             normalized = normalize_event(event)
         lock = self._lock

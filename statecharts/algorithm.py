@@ -38,12 +38,11 @@ from .actions import (
 )
 from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
+from .effects import NO_EFFECTS
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
     EMPTY,
-    INT_MAX,
-    INT_MIN,
     FrozenDict,
     as_is,
     freeze,
@@ -575,7 +574,7 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                 value = compute(context, event)
             except Exception as exc:
                 raise ImplementationError(f"action '{kind}'", exc) from exc
-            if type(value) is int and INT_MIN <= value <= INT_MAX:  # frozen_set's fast case
+            if type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF:  # see frozen.INT_MAX
                 fresh = context.copy()
                 fresh[key] = value
                 context = FrozenDict(fresh)
@@ -589,7 +588,7 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
         # _at_rest, written out: one call fewer on every event
-        done = tuple(effects) if effects else fx.NO_EFFECTS
+        done = tuple(effects) if effects else NO_EFFECTS
         if context is snapshot.context:
             if target is snapshot.configuration:
                 return snapshot, done
@@ -616,7 +615,7 @@ def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
              effects: list[fx.Effect] | None, trace: Trace | None, *,
              configuration: Configuration) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
     """No choice of a route was taken: the machine rests in ``configuration``."""
-    done = tuple(effects) if effects else fx.NO_EFFECTS
+    done = tuple(effects) if effects else NO_EFFECTS
     if context is snapshot.context:
         if configuration is snapshot.configuration:
             return snapshot, done
@@ -1231,8 +1230,8 @@ def compile_action(action: ActionSpec) -> Op | None:
             for key, value, computed in items:
                 if computed:
                     value = value(context, event)
-                if not (type(value) is int and INT_MIN <= value <= INT_MAX) and \
-                        not as_is(value):
+                if not (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) and \
+                        not as_is(value):  # the bounds: see frozen.INT_MAX
                     value = freeze(value, key)
                 fresh[key] = value
             return FrozenDict(fresh)

@@ -101,7 +101,10 @@ class Machine:
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
         """
-        normalized = interned_event(event) if type(event) is str else None
+        # normalize_event's two fast cases first, without its call: a string seen before, an
+        # event frozen already (the engine's own events, a runtime's)
+        normalized = interned_event(event) if type(event) is str else event \
+            if type(event) is FrozenDict and type(event.get("type")) is str else None
         return self.step(snapshot, normalize_event(event) if normalized is None else normalized,
                          _ZERO if now is None else _fixed(now))
 
