@@ -16,9 +16,12 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
+# The suite waits on subprocess workers, leases and PostgreSQL much of the time: it runs on
+# one pytest-xdist worker per core (at most 4; whole files per worker, see tests/conftest.py).
+# ARGS="-n 0" runs it in this one process.
 test: $(VENV)/.installed
 	bash scripts/system-deps.sh
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

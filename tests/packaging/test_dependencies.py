@@ -51,6 +51,8 @@ USERS: dict[str, list[tuple[str, str]]] = {
     "pytest": [("tests/test_quality.py", "import pytest")],
     "pytest-timeout": [("pyproject.toml", "\ntimeout = "),
                        ("tests/packaging/test_clean_venv.py", "pytest.mark.timeout(")],
+    "pytest-xdist": [("Makefile", "-n auto --maxprocesses 4 --dist loadfile"),
+                     ("tests/conftest.py", "from xdist.scheduler import LoadFileScheduling")],
     "ruff": [("tests/test_quality.py", '_tool("ruff")')],
     "mypy": [("tests/test_quality.py", '_tool("mypy")'),
              ("tests/test_typed_config.py", '"--strict"')],

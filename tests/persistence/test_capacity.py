@@ -58,6 +58,12 @@ def waiting_for(e: Env, ids: list[str]) -> set[str | None]:
     return {e.store.get_run(i).waiting_for for i in ids}
 
 
+def paused(e: Env, name: str) -> bool:
+    """Whether a Retry-After pause of limit `name` is stored."""
+    now = int(time.time() * 1000)
+    return any(u.name == name and u.paused_until is not None for u in e.store.capacity_usage(now))
+
+
 def test_a_limit_of_n_is_never_exceeded_across_three_workers(e: Env) -> None:
     rt = runtime(e)
     ids = [rt.start("crm_sync", {"name": "crm", "ms": 150}) for _ in range(18)]
@@ -98,6 +104,9 @@ def test_a_retry_after_pauses_the_downstream_for_all_runs(e: Env) -> None:
     with fleet(e, 2) as running:
         first = rt.start("paid", {"name": "pay", "throttle": True})
         wait_until(lambda: faulty.calls("pay", first) == 1, "the first call was answered 429")
+        # the ledger has the call as it starts; the pause is stored when its step commits, and
+        # a run started before that may call meanwhile (seen on a loaded machine): wait for it
+        wait_until(lambda: paused(e, "pay"), "the Retry-After pause is stored")
         told_at = limited.intervals("pay")[0][1]
         others = [rt.start("paid", {"name": "pay"}) for _ in range(5)]
         wait_until(lambda: "paused by Retry-After: pay" in waiting_for(e, others),
