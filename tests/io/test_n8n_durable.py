@@ -87,3 +87,29 @@ def test_a_loop_n8n_would_run_for_ever_fails_the_durable_run_and_nothing_stalls(
     assert [name for name, _ in stubs.calls] == ["Set"]
     assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
     store.close()
+
+
+def test_a_loop_feeding_a_merge_for_ever_fails_the_durable_run(tmp_path: Path) -> None:
+    # the loop leaves the Merge one more round waiting per visit (n8n: for ever, its memory
+    # growing); on the runtime the run fails in 'loops_forever' after a few rounds, its row
+    # stored, Set called once, and nothing is left for the worker
+    from tests.io.test_n8n_oracle import _merge_fed_loop
+
+    data = _merge_fed_loop()
+    result = from_n8n(data, "w")
+    stubs = Stubs(0, fail_rate=0, empty_rate=0)
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.migrate()
+    runtime = Runtime(store, [stub_machine(result, stubs, widths_of(data))],
+                      clock=SimulatedClock(1_700_000_000_000))
+    run_id = runtime.start("w")
+    runtime.send(run_id, "GO")
+    Worker(runtime, lease_ms=5000).run_until_idle()
+    assert runtime.get(run_id).status == "error"
+    snapshot = runtime.snapshot(run_id)
+    assert snapshot.value == "loops_forever"
+    assert "items go round 'Loop'" in str(snapshot.error)
+    assert len(snapshot.context["n8n"]["waiting"][0][1]) < 10
+    assert [name for name, _ in stubs.calls] == ["Set"]
+    assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
+    store.close()

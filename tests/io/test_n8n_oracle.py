@@ -207,9 +207,26 @@ def _self_fed_loop(**loop: Any) -> Any:
     return data
 
 
+def _merge_fed_loop() -> Any:
+    """Go -> Set -> Loop Over Items (v1, batches of 1, alwaysOutputData) wired to itself and
+    to input 1 of a Merge whose input 0 Set fed once: the loop's own entry stays ahead of the
+    Merge on the stack, so the Merge never runs and keeps one more round waiting per visit."""
+    return _export([("Go", "manualTrigger", (0, 0)), ("Set", "set", (200, 0)),
+                    ("Loop", "splitInBatches", (400, 0)), ("Merge", "merge", (600, 0))],
+                   [("Go", 0, "Set", 0), ("Set", 0, "Loop", 0), ("Set", 0, "Merge", 0),
+                    ("Loop", 0, "Loop", 0), ("Loop", 0, "Merge", 1)],
+                   Loop={"typeVersion": 1, "parameters": {"batchSize": 1},
+                         "alwaysOutputData": True},
+                   Merge={"typeVersion": 2.1, "parameters": {"mode": "combine"}})
+
+
 # The random test once drew a loop like this one (InfiniteLoopError: 10,000 microsteps in one
 # node's state): a disabled node passes its first input on, so wired to itself it sends the
 # same items round for ever, in n8n as here, and no node does any work in between.
+# and, hypothesis seed 7, one like _merge_fed_loop: each round left the Merge one more round
+# waiting, so the idle routes never repeated exactly and each was slower than the last (the
+# engine's 10,000 microsteps took more than 25 minutes)
+@example(_merge_fed_loop(), 23175)
 @example(_self_fed_loop(disabled=True), 191)
 @example(_self_fed_loop(alwaysOutputData=True), 191)
 @settings(max_examples=int(os.environ.get("N8N_ORACLE_EXAMPLES", "150")), deadline=None,
@@ -239,6 +256,26 @@ def test_a_loop_of_nodes_doing_no_work_that_never_ends_fails_the_run_by_name(
     assert snapshot.value == "loops_forever"
     assert "items go round 'Loop'" in str(snapshot.error)
     assert "endless_loop" in {h.kind for h in result.primary.hidden_states}
+
+
+def test_a_loop_of_nodes_doing_no_work_that_feeds_a_merge_for_ever_fails_the_run_by_name(
+) -> None:
+    # n8n keeps every round the Merge waits for, so it runs for ever with its memory growing;
+    # before, the waiting rounds kept the stack state from repeating and the run went on,
+    # each route slower than the last
+    data = _merge_fed_loop()
+    oracle = n8n_run(data, "Go", Echo())
+    assert oracle.status == "budget" and [name for name, _ in oracle.calls] == ["Set"]
+    result = from_n8n(data, "w")
+    echo = Echo()
+    actor = create_actor(stub_machine(result, echo, {"Set": 1, "Loop": 1, "Merge": 1})).start()
+    actor.send("GO")
+    snapshot = actor.get_snapshot()
+    assert (snapshot.status, snapshot.value) == ("error", "loops_forever")
+    assert "items go round 'Loop'" in str(snapshot.error)
+    assert [name for name, _ in echo.calls] == ["Set"]
+    waiting = snapshot.context["n8n"]["waiting"]
+    assert [(name, len(rounds)) for name, rounds, *_ in waiting] == [("Merge", 2)]
 
 
 def test_a_loop_of_nodes_doing_no_work_that_ends_is_not_cut_short() -> None:
