@@ -113,3 +113,30 @@ def test_a_loop_feeding_a_merge_for_ever_fails_the_durable_run(tmp_path: Path) -
     assert [name for name, _ in stubs.calls] == ["Set"]
     assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
     store.close()
+
+
+def test_a_wait_in_a_loop_doing_no_work_fails_the_durable_run(tmp_path: Path) -> None:
+    # Wait (1 s) -> No Operation -> Wait: n8n waits and passes the same items round for ever;
+    # on the runtime the run fails in 'loops_forever' after a few timers, no timer left
+    from tests.io.test_n8n_oracle import _waiting_loop
+
+    data = _waiting_loop()
+    result = from_n8n(data, "w")
+    stubs = Stubs(0, fail_rate=0, empty_rate=0)
+    clock = SimulatedClock(1_700_000_000_000)
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.migrate()
+    runtime = Runtime(store, [stub_machine(result, stubs, widths_of(data))], clock=clock)
+    run_id = runtime.start("w")
+    runtime.send(run_id, "GO")
+    for _ in range(5):
+        clock.advance(1000)
+        Worker(runtime, lease_ms=5000).run_until_idle()
+    assert runtime.get(run_id).status == "error"
+    snapshot = runtime.snapshot(run_id)
+    assert snapshot.value == "loops_forever"
+    assert "items go round 'Wait', 'Pass'" in str(snapshot.error)
+    assert [name for name, _ in stubs.calls] == ["Set"]
+    clock.advance(60_000)
+    assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
+    store.close()

@@ -243,15 +243,16 @@ def route(context: Any, event: Any, route: str) -> dict[str, Any]:
 def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     """Notice when n8n would pass items round a loop of nodes that do no work for ever.
 
-    Routes marked ``idle`` (No Operation, disabled nodes, Loop Over Items, "no items left?":
-    nothing outside the stack decides what they do) follow each other as eventless
-    transitions; any other route ends the streak. During a streak the stack state after a
-    route is compared with one saved earlier (Brent's cycle finding: saved again after 1, 2,
-    4, ... routes). The run is endless when the same node is current with the same loop
-    memory and waiting Merges, and the stack has not shrunk and starts with the entries the
-    routes in between took off it (the rest was never touched): from here n8n repeats what it
-    just did, for ever. ``forever`` is set; the import's ``loops_forever`` state fails the run
-    (n8n would keep going until the execution is cancelled).
+    Routes marked ``idle`` (No Operation, disabled nodes, Loop Over Items, "no items left?",
+    a Wait for a time interval: nothing outside the stack decides what they do) follow each
+    other as eventless transitions or a Wait's timer; any other route ends the streak.
+    During a streak the stack state after a route is compared with one saved earlier
+    (Brent's cycle finding: saved again after 1, 2, 4, ... routes). The run is endless when
+    the same node is current with the same loop memory and waiting Merges, and the stack has
+    not shrunk and starts with the entries the routes in between took off it (the rest was
+    never touched): from here n8n repeats what it just did, for ever. ``forever`` is set;
+    the import's ``loops_forever`` state fails the run (n8n would keep going until the
+    execution is cancelled).
 
     The waiting Merges may also have grown (see ``_waiting_grew``): the loop feeds a Merge an
     input it already has, each round, while the other never comes. n8n keeps every such
@@ -270,8 +271,8 @@ def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     taken = len(stack) - low  # entries of the saved stack some route took off it
     if state["current"] == current and state["loops"] == loops and \
             len(state["stack"]) >= len(stack) and state["stack"][:taken] == stack[:taken] and \
-            (state["waiting"] == waiting or low > 0 and _waiting_grew(waiting,
-                                                                     state["waiting"])):
+            (state["waiting"] == waiting or
+             (low > 0 and _waiting_grew(waiting, state["waiting"]))):
         state["forever"] = True
     steps = watch["steps"] + 1
     if steps == watch["power"]:
