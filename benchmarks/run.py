@@ -216,14 +216,19 @@ WHY_SHORT: dict[str, str] = {
   it, the new snapshot by `msgspec.structs.replace`; closures, no generated code), so what is
   left is fixed per-event work in CPython. Counted by `python -m benchmarks.instructions`
   (callgrind: instructions, repeatable under load; within about 2% from run to run), per
-  event through an actor: counter about 16k (20k before the composed routes), entry/exit
-  toggle about 19k (21k), shop about 20k (25k); pure `transition()`: counter about 12k
-  (14k), shop about 14k (17k). Most of what is left is CPython's own price: a new frozen
-  context (a `dict` subclass) about 2.5k, the new snapshot about 1.1k, each Python call about
-  0.5k (the user guard, each assigned value, each user action), a user action about 2k in
-  all (its `RunAction` built, then run by the actor), the actor's `send` (normalizing the
-  event, the lock, the mailbox checks) about 4k. `python -m benchmarks.hotspots
-  shop` shows the shares.""",
+  event through an actor: counter about 14k (16k before issue 19f's lane, 20k before the
+  composed routes), entry/exit toggle about 17k (18.4k, 21k), shop about 18.5k (19.8k,
+  25k); pure `transition()`: counter about 10.1k (12k, 14k), shop about 13.7k (14.4k, 17k).
+  Issue 19f's lane took out per-event layers and CPython 3.11 slow paths: the one-key
+  `assign` runs inside its route's choice, a string or already-frozen event skips
+  `normalize_event`'s call, the actor no longer binds `machine.step` and `clock.now` anew on
+  every `send`, and assigned integers are tested against one-digit bounds before the 64-bit
+  ones (the 64-bit comparison is a generic call). Most of what is left is CPython's own
+  price: a new frozen context (a `dict` subclass) about 2.5k, the new snapshot about 1.1k,
+  each Python call about 0.5k (the user guard, each assigned value, each user action), a user
+  action about 2k in all (its `RunAction` built, then run by the actor), the actor's `send`
+  (the lock, the mailbox checks, `Machine.step`'s checks) about 3.5k. `python -m
+  benchmarks.hotspots shop` shows the shares.""",
     "scaling flat": """\
 - **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one
   row can pass the limit in one run and not in the next (the row that does moves from run to

@@ -38,12 +38,11 @@ from .actions import (
 )
 from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
+from .effects import NO_EFFECTS
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
     EMPTY,
-    INT_MAX,
-    INT_MIN,
     FrozenDict,
     as_is,
     freeze,
@@ -425,12 +424,14 @@ class Route:
 
 
 def route_for(configurations: Configurations, configuration: Configuration,
-              kind: str) -> Route | None:
-    """The compiled route of ``kind`` in ``configuration`` (kept on it: these are facts of
-    the definition), or None where events of this type take the full step."""
+              kind: str) -> Take | None:
+    """The compiled route of ``kind`` in ``configuration`` as its composed function
+    (``Route.take``, kept on the configuration: these are facts of the definition), or None
+    where events of this type take the full step."""
     found = configuration.routes.get(kind, UNKNOWN)
     if found is UNKNOWN:
-        found = _compile_route(configurations, configuration, kind)
+        route = _compile_route(configurations, configuration, kind)
+        found = route.take if route is not None else None
         if len(configuration.routes) < PLANS_PER_CONFIGURATION:
             configuration.routes[kind] = found
     return found  # type: ignore[no-any-return]
@@ -543,6 +544,10 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
     eventless route of the configuration it reaches (compiled with it), or rest there."""
     label = _guard_label(transition)
     ops = plan.ops if plan is not None else None
+    # a plan that is one assign of one computed key (a counter, a value from the event): run
+    # here, without the call of its compiled op
+    single = _single_assign(plan) if plan is not None else None
+    kind, key, compute = single if single is not None else ("", "", None)
     target = plan.target if plan is not None else None
     transitions = plan.transitions if plan is not None else ()
     checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
@@ -564,14 +569,26 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
             return None  # the full step (it closes the records of retried states it exits)
         if trace is not None:
             trace.append((event, transitions))
-        if emits and effects is None:
-            effects = []
-        for op in ops:
-            context = op(context, event, effects)  # type: ignore[arg-type]
+        if compute is not None:
+            try:
+                value = compute(context, event)
+            except Exception as exc:
+                raise ImplementationError(f"action '{kind}'", exc) from exc
+            if type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF:  # see frozen.INT_MAX
+                fresh = context.copy()
+                fresh[key] = value
+                context = FrozenDict(fresh)
+            else:
+                context = frozen_set(context, key, value)
+        else:
+            if emits and effects is None:
+                effects = []
+            for op in ops:
+                context = op(context, event, effects)  # type: ignore[arg-type]
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
         # _at_rest, written out: one call fewer on every event
-        done = tuple(effects) if effects else fx.NO_EFFECTS
+        done = tuple(effects) if effects else NO_EFFECTS
         if context is snapshot.context:
             if target is snapshot.configuration:
                 return snapshot, done
@@ -580,11 +597,25 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
     return go
 
 
+def _single_assign(plan: Plan) -> tuple[str, str, Callable[..., Any]] | None:
+    """``(action type, key, value function)`` when ``plan`` does nothing but one ``assign``
+    of one computed key whose op compiled; else None."""
+    actions = list(_plan_actions(plan.exits, plan.transitions, plan.entries))
+    if plan.ops is None or len(actions) != 1:
+        return None
+    impl = actions[0].impl
+    if type(impl) is not Assign or not isinstance(impl.assignment, Mapping) or \
+            len(impl.assignment) != 1:
+        return None
+    (key, value), = impl.assignment.items()
+    return (actions[0].type, key, value) if callable(value) else None
+
+
 def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
              effects: list[fx.Effect] | None, trace: Trace | None, *,
              configuration: Configuration) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
     """No choice of a route was taken: the machine rests in ``configuration``."""
-    done = tuple(effects) if effects else fx.NO_EFFECTS
+    done = tuple(effects) if effects else NO_EFFECTS
     if context is snapshot.context:
         if configuration is snapshot.configuration:
             return snapshot, done
@@ -1192,26 +1223,15 @@ def compile_action(action: ActionSpec) -> Op | None:
     if not all(type(key) is str and text_problem(key) is None for key, _, _ in items):
         return None  # the step reports the bad key when the assign runs
 
-    # the commonest assign, one computed key, without the dict of changes
-    one = (items[0][0], items[0][1]) if len(items) == 1 and items[0][2] else None
-
     def run_assign(context: FrozenDict, event: FrozenDict,
                    effects: list[fx.Effect]) -> FrozenDict:
         try:
-            if one is not None:
-                key, compute = one
-                value = compute(context, event)
-                if type(value) is int and INT_MIN <= value <= INT_MAX:  # frozen_set's fast case
-                    fresh = context.copy()
-                    fresh[key] = value
-                    return FrozenDict(fresh)
-                return frozen_set(context, key, value)
             fresh = context.copy()  # frozen_merge, written out for keys checked above
             for key, value, computed in items:
                 if computed:
                     value = value(context, event)
-                if not (type(value) is int and INT_MIN <= value <= INT_MAX) and \
-                        not as_is(value):
+                if not (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) and \
+                        not as_is(value):  # the bounds: see frozen.INT_MAX
                     value = freeze(value, key)
                 fresh[key] = value
             return FrozenDict(fresh)

@@ -16,6 +16,9 @@ Event = FrozenDict
 EventLike = str | Mapping[str, Any]
 
 _string_events: dict[str, FrozenDict] = {}
+interned_event = _string_events.get
+"""The frozen ``{"type": name}`` that ``normalize_event(name)`` returned before, or None: a hot
+path looks here first, one C call instead of a Python one."""
 
 
 def normalize_event(event: EventLike) -> FrozenDict:

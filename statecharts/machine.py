@@ -14,6 +14,7 @@ from typing import Any
 
 from . import algorithm
 from .actions import ActionSpec
+from .algorithm import UNKNOWN
 from .configuration import Configuration, Configurations
 from .definition import (
     Definition,
@@ -25,7 +26,7 @@ from .definition import (
 )
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
-from .events import INIT, EventLike, normalize_event
+from .events import INIT, EventLike, interned_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode
@@ -100,7 +101,12 @@ class Machine:
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
         """
-        return self.step(snapshot, normalize_event(event), _ZERO if now is None else _fixed(now))
+        # normalize_event's two fast cases first, without its call: a string seen before, an
+        # event frozen already (the engine's own events, a runtime's)
+        normalized = interned_event(event) if type(event) is str else event \
+            if type(event) is FrozenDict and type(event.get("type")) is str else None
+        return self.step(snapshot, normalize_event(event) if normalized is None else normalized,
+                         _ZERO if now is None else _fixed(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""
@@ -145,13 +151,12 @@ class Machine:
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            route = snapshot.configuration.routes.get(event["type"], algorithm.UNKNOWN)
-            if route is algorithm.UNKNOWN:
-                route = algorithm.route_for(self.configurations, snapshot.configuration,
-                                            event["type"])
-            if route is not None:
-                taken: Result | None = route.take(snapshot, snapshot.context, event, None,
-                                                  trace)
+            take = snapshot.configuration.routes.get(event["type"], UNKNOWN)
+            if take is UNKNOWN:
+                take = algorithm.route_for(self.configurations, snapshot.configuration,
+                                           event["type"])
+            if take is not None:
+                taken: Result | None = take(snapshot, snapshot.context, event, None, trace)
                 if taken is not None:
                     return taken
         step = algorithm.Step(self.definition, self.implementations, self.configurations,

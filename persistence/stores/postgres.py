@@ -286,7 +286,7 @@ class PostgresStore(SQLStore):
         """Stop the wake-up listener; close the pool if this store created it."""
         with self._listener_lock:
             if self._listener is not None:
-                self._listener.close()
+                self._listener.close(self._wake_listener)
                 self._listener = None
         if self._owns_pool:
             self._pool.close()
@@ -511,6 +511,12 @@ class PostgresStore(SQLStore):
         _, version, inbox_id, _ = rows[0]
         return int(inbox_id), int(version)
 
+    def _wake_listener(self) -> None:
+        """One NOTIFY on the wake-up channel, so that a closing listener stops waiting now
+        (else `close` would wait out its poll of the connection)."""
+        with self._connection() as conn:
+            self._notify_in(conn, None)
+
     def _notify_in(self, conn: Any, run_id: str | None) -> None:
         payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"
         conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (payload,))
@@ -648,8 +654,14 @@ class _Listener:
                                         daemon=True)  # fmt: skip
         self._thread.start()
 
-    def close(self) -> None:
+    def close(self, wake: Callable[[], None]) -> None:
+        """Stop the thread: `wake` sends a NOTIFY that ends its wait at once (if the database
+        cannot be reached, the wait ends by its own timeout)."""
         self._closed.set()
+        try:
+            wake()
+        except psycopg.Error as exc:
+            log.debug("wake-up listener not woken to close: %s", exc)
         self._thread.join(timeout=2.0)
 
     def _listen(self) -> None:
@@ -663,6 +675,8 @@ class _Listener:
                     backoff = 0.1
                     while not self._closed.is_set():
                         for note in conn.notifies(timeout=0.5):
+                            if self._closed.is_set():
+                                break
                             process, _, run_id = note.payload.partition(":")
                             if process != _PROCESS:  # a sent event names its run
                                 self._wakeup.notify(run_id or None)

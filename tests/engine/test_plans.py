@@ -258,3 +258,29 @@ def test_composed_routes_take_every_event_of_their_chart() -> None:
     check = next(c for c in machine.configurations if c.value == "check")
     assert check.eventless is not None and len(check.eventless.choices) == 2
     assert snapshot.value == "idle" and snapshot.context["tag"] is None
+
+
+def test_events_skip_normalizing_only_when_already_normal() -> None:
+    """``transition`` and ``send`` take a string seen before or a frozen event without
+    calling ``normalize_event``: the same snapshots as the plain forms, and a frozen mapping
+    without a string ``type`` is still refused with an ``EventError``."""
+    from statecharts.errors import EventError
+    from statecharts.frozen import FrozenDict
+
+    machine = build("shop", True)
+    frozen = [FrozenDict(e) if isinstance(e, dict) else e for e in EVENTS["shop"]]
+    a, _ = machine.initial_transition()
+    b = a
+    for plain, fast in zip(EVENTS["shop"] * 2, frozen * 2, strict=True):
+        a, _ = machine.transition(a, plain)
+        b, _ = machine.transition(b, fast)
+        assert snapshot_to_json(a) == snapshot_to_json(b)
+    actor = create_actor(machine).start()
+    for event in frozen * 2:
+        actor.send(event)
+    assert snapshot_to_json(actor.get_snapshot()) == snapshot_to_json(a)
+    for bad in (FrozenDict(price=5), FrozenDict(type=5)):
+        with pytest.raises(EventError):
+            machine.transition(a, bad)
+        with pytest.raises(EventError):
+            actor.send(bad)
