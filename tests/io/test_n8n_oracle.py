@@ -419,3 +419,16 @@ def test_a_trace_cut_by_its_budget_is_compared_on_its_calls_only() -> None:
     assert _difference(Trace(calls[:2], "done"), Trace(calls, "budget")) is not None
     assert _difference(Trace(calls, "budget"), Trace(calls[:2], "error")) is not None
     assert _difference(Trace(calls[:2], "budget"), Trace([calls[0], calls[2]], "budget"))
+
+
+def test_a_run_that_goes_on_failing_past_its_budget_is_cut_there() -> None:
+    # the random test drew (hypothesis seed 168) a loop through a Code node whose error
+    # output also goes round: past the budget each stub call fails, the error item goes round
+    # again, and before, the machine's run went on inside one send for ever
+    data = _export([("Go", "manualTrigger", (0, 0)), ("Code", "code", (200, 0))],
+                   [("Go", 0, "Code", 0), ("Code", 0, "Code", 0), ("Code", 1, "Code", 0)],
+                   Code={"onError": "continueErrorOutput"})
+    result = from_n8n(data, "w")
+    trace = machine_run(result, "GO", Stubs(0, fail_rate=0, empty_rate=0), widths_of(data))
+    assert trace.status == "budget" and len(trace.calls) == 150
+    assert compare(data, result, 0) == []
