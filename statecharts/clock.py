@@ -92,6 +92,12 @@ class SimulatedClock:
         """How many timers are still scheduled."""
         return sum(1 for h in self._heap if not h.cancelled)
 
+    def next_due(self) -> int | None:
+        """When the earliest scheduled timer falls due (None: no timer is scheduled)."""
+        while self._heap and self._heap[0].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0].due_at if self._heap else None
+
 
 class SystemClock:
     """The wall clock, with one daemon thread that fires scheduled callbacks."""

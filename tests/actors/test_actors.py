@@ -377,3 +377,18 @@ def test_pure_core_returns_timer_and_child_effects_with_due_times() -> None:
     fired, effects = machine.fire_timer(snapshot, snapshot.timers[0].id, now=11_500)
     assert fired.value == "b"
     assert [e.kind for e in effects] == ["stop_child"]
+
+
+def test_the_simulated_clock_says_when_its_next_timer_falls_due() -> None:
+    # the n8n oracle moves its clock timer by timer (an hour's advance once fired 3,600
+    # rounds of a 1 s Wait in a loop)
+    clock = SimulatedClock(100)
+    assert clock.next_due() is None
+    fired: list[int] = []
+    first = clock.schedule(400, lambda: fired.append(400))
+    clock.schedule(900, lambda: fired.append(900))
+    assert clock.next_due() == 400
+    clock.cancel(first)
+    assert clock.next_due() == 900  # a cancelled timer is not the next one
+    clock.set(900)
+    assert fired == [900] and clock.next_due() is None

@@ -58,6 +58,7 @@ class Stubs:
     empty_rate: int = 150
     calls: list[Call] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    on_budget: Callable[[], None] | None = None  # called once the budget is spent
 
     def _roll(self, *parts: Any) -> int:
         digest = hashlib.sha256(repr((self.seed, *parts)).encode()).digest()
@@ -66,6 +67,8 @@ class Stubs:
     def call(self, node: str, inputs: list[Items], outputs: int) -> list[Items]:
         """Record the call and return one item list per output (raises ``StubFailure``)."""
         if len(self.calls) >= BUDGET:
+            if self.on_budget is not None:
+                self.on_budget()
             raise OutOfBudget(node)
         n = self.counts.get(node, 0)
         self.counts[node] = n + 1
@@ -343,9 +346,17 @@ def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
     machine = stub_machine(result, stubs, widths)
     clock = SimulatedClock()
     actor = create_actor(machine, clock=clock).start()
+    # the engine takes a stub's OutOfBudget for the node failing: where an error output goes
+    # on round a loop, the run would go on inside one send for ever, so the budget stops it
+    stubs.on_budget = actor.stop
     if event is not None:
         actor.send(event)
-    for _ in range(20 * BUDGET):
+    # each round resumes at least one node (the timers falling due next, or a wait answered),
+    # so the rounds are cut where the oracle cuts its node runs: a loop through a Wait
+    # (calling no stub) that n8n would run for ever ends here as it does there (before, one
+    # hour's advance fired 3,600 rounds of a 1 s Wait, and a round's cost grows with the
+    # Merges left waiting)
+    for _ in range(4 * BUDGET):
         snapshot = actor.get_snapshot()
         if snapshot.status != "active" or len(stubs.calls) >= BUDGET:
             break
@@ -353,9 +364,9 @@ def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
         if waiting is not None:
             actor.send(waiting)
         else:
-            clock.advance(3_600_000)
+            clock.set(clock.next_due() or clock.now() + 3_600_000)
     snapshot = actor.get_snapshot()
-    if len(stubs.calls) >= BUDGET:
+    if len(stubs.calls) >= BUDGET or snapshot.status == "active":
         return Trace(stubs.calls[:BUDGET], "budget")
     return Trace(stubs.calls, "done" if snapshot.status == "done" else snapshot.status)
 

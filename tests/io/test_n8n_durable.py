@@ -63,27 +63,45 @@ def _event_of(config: dict[str, Any], value: Any) -> str | None:
     return events[0] if events and not state.get("after") else None
 
 
-def test_a_loop_n8n_would_run_for_ever_fails_the_durable_run_and_nothing_stalls(
-        tmp_path: Path) -> None:
-    # a disabled Loop Over Items wired to itself passes the same items round for ever in n8n;
-    # on the runtime the run fails in 'loops_forever', saying why (before: the engine's
-    # InfiniteLoopError failed it, its snapshot left in 'set'), Set called once, and the
-    # worker is left with nothing
-    from tests.io.test_n8n_oracle import _self_fed_loop
+def _endless(name: str) -> Any:
+    import tests.io.test_n8n_oracle as oracle_tests
 
-    data = _self_fed_loop(disabled=True)
+    if name == "disabled":
+        return oracle_tests._self_fed_loop(disabled=True)
+    return getattr(oracle_tests, f"_{name}")()
+
+
+@pytest.mark.parametrize("name, nodes", [
+    # a disabled Loop Over Items wired to itself passes the same items round for ever in n8n
+    # (before: the engine's InfiniteLoopError failed the run, its snapshot left in 'set')
+    ("disabled", "'Loop'"),
+    # the loop leaves a Merge one more round waiting per visit (n8n: for ever, its memory
+    # growing; before: each route slower than the last, for more than 25 minutes)
+    ("merge_fed_loop", "'Loop'"),
+    # Wait (1 s) -> No Operation -> Wait (before: one timer after another, for ever)
+    ("waiting_loop", "'Wait', 'Pass'")])
+def test_a_loop_n8n_would_run_for_ever_fails_the_durable_run_and_nothing_stalls(
+        tmp_path: Path, name: str, nodes: str) -> None:
+    # on the runtime the run fails in 'loops_forever', saying why, within a few timers; Set
+    # is called once, and the worker is left with nothing (no run, no timer)
+    data = _endless(name)
     result = from_n8n(data, "w")
     stubs = Stubs(0, fail_rate=0, empty_rate=0)
+    clock = SimulatedClock(1_700_000_000_000)
     store = SQLiteStore(tmp_path / "runs.db")
     store.migrate()
-    runtime = Runtime(store, [stub_machine(result, stubs, widths_of(data))],
-                      clock=SimulatedClock(1_700_000_000_000))
+    runtime = Runtime(store, [stub_machine(result, stubs, widths_of(data))], clock=clock)
     run_id = runtime.start("w")
     runtime.send(run_id, "GO")
-    Worker(runtime, lease_ms=5000).run_until_idle()
-    record = runtime.get(run_id)
-    assert record.status == "error"
-    assert runtime.snapshot(run_id).value == "loops_forever"
+    for _ in range(5):
+        Worker(runtime, lease_ms=5000).run_until_idle()
+        clock.advance(1000)
+    assert runtime.get(run_id).status == "error"
+    snapshot = runtime.snapshot(run_id)
+    assert snapshot.value == "loops_forever"
+    assert f"items go round {nodes}," in str(snapshot.error)
+    assert all(len(rounds) < 10 for _, rounds, *_ in snapshot.context["n8n"]["waiting"])
     assert [name for name, _ in stubs.calls] == ["Set"]
+    clock.advance(60_000)
     assert Worker(runtime, lease_ms=5000).run_until_idle() == 0
     store.close()

@@ -132,18 +132,26 @@ class MachineBuilder:
 
     def _idle(self, name: str) -> bool:
         """True for a node whose state does no work: its route alone decides what it sends
-        on (No Operation, a disabled node, Loop Over Items, an If asking "no items left?")."""
+        on (No Operation, a disabled node, Loop Over Items, an If asking "no items left?", and
+        a Wait for a time interval: it only lets time pass, then sends its items on)."""
         if name in self.graph.disabled:
             return True
         kind = self.graph.kinds[name]
+        if kind is Kind.WAIT:
+            try:
+                return nk.wait_spec(self.graph.node(name)).mode == "timeInterval"
+            except N8nFormatError:
+                return False  # imported as a generic node (see ``_state``), which does work
         return kind in (Kind.NO_OP, Kind.LOOP) or (kind is Kind.IF and
                                                    self._asked_loop(name) is not None)
 
     def _idle_loops(self, starts: list[str]) -> None:
         """Wires that lead from nodes doing no work back to themselves: n8n passes items round
         such a loop until the items stop, or for ever (a disabled node wired to itself, a Loop
-        Over Items whose alwaysOutputData refills its output). In the machine the loop is
-        eventless transitions, so the engine would stop it as an infinite loop; instead its
+        Over Items whose alwaysOutputData refills its output, a Wait wired back to itself
+        through a No Operation). In the machine the loop is eventless transitions (and
+        timers), so the engine would stop it as an infinite loop (or it would wait for ever,
+        its context growing with each Merge it feeds); instead its
         routes watch for the repeat (``execution._watch_idle``) and the run fails in the
         hidden state ``loops_forever``, naming the nodes."""
         reached = _reached(starts, self.graph.wires)

@@ -243,15 +243,21 @@ def route(context: Any, event: Any, route: str) -> dict[str, Any]:
 def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     """Notice when n8n would pass items round a loop of nodes that do no work for ever.
 
-    Routes marked ``idle`` (No Operation, disabled nodes, Loop Over Items, "no items left?":
-    nothing outside the stack decides what they do) follow each other as eventless
-    transitions; any other route ends the streak. During a streak the stack state after a
-    route is compared with one saved earlier (Brent's cycle finding: saved again after 1, 2,
-    4, ... routes). The run is endless when the same node is current with the same loop
-    memory and waiting Merges, and the stack has not shrunk and starts with the entries the
-    routes in between took off it (the rest was never touched): from here n8n repeats what it
-    just did, for ever. ``forever`` is set; the import's ``loops_forever`` state fails the run
-    (n8n would keep going until the execution is cancelled)."""
+    Routes marked ``idle`` (No Operation, disabled nodes, Loop Over Items, "no items left?",
+    a Wait for a time interval: nothing outside the stack decides what they do) follow each
+    other as eventless transitions or a Wait's timer; any other route ends the streak.
+    During a streak the stack state after a route is compared with one saved earlier
+    (Brent's cycle finding: saved again after 1, 2, 4, ... routes). The run is endless when
+    the same node is current with the same loop memory and waiting Merges, and the stack has
+    not shrunk and starts with the entries the routes in between took off it (the rest was
+    never touched): from here n8n repeats what it just did, for ever. ``forever`` is set;
+    the import's ``loops_forever`` state fails the run (n8n would keep going until the
+    execution is cancelled).
+
+    The waiting Merges may also have grown (see ``_waiting_grew``): the loop feeds a Merge an
+    input it already has, each round, while the other never comes. n8n keeps every such
+    round waiting, so it runs for ever with its memory growing; the machine's context would
+    grow with it, each route slower than the last, so the run fails here too."""
     if not params.get("idle"):
         state.pop("idle", None)
         return
@@ -263,9 +269,10 @@ def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     current, stack, waiting, loops = watch["saved"]
     low = min(watch["low"], len(state["stack"]))
     taken = len(stack) - low  # entries of the saved stack some route took off it
-    if state["current"] == current and state["waiting"] == waiting and \
-            state["loops"] == loops and len(state["stack"]) >= len(stack) and \
-            state["stack"][:taken] == stack[:taken]:
+    if state["current"] == current and state["loops"] == loops and \
+            len(state["stack"]) >= len(stack) and state["stack"][:taken] == stack[:taken] and \
+            (state["waiting"] == waiting or
+             (low > 0 and _waiting_grew(waiting, state["waiting"]))):
         state["forever"] = True
     steps = watch["steps"] + 1
     if steps == watch["power"]:
@@ -274,6 +281,26 @@ def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     else:
         watch = {**watch, "low": low, "steps": steps}
     state["idle"] = watch
+
+
+def _waiting_grew(saved: list[Any], now: list[Any]) -> bool:
+    """True when the routes since ``saved`` only added rounds to waiting Merges, and will do
+    so again: each Merge still waits for the rounds it waited for, in order, and all its
+    rounds lack the same inputs, so the inputs that arrived in between (the ones the new
+    rounds have) will again each start a round of their own. The stack never ran dry in
+    between (the caller checks), so no waiting node was released."""
+    before = {entry[0]: entry[1] for entry in saved}
+    for target, slots, *_ in now:
+        old = before.pop(target, None)
+        if old is None or len(slots) < len(old) or slots[:len(old)] != old:
+            return False  # a Merge that started waiting (or whose rounds changed)
+        if len(slots) > len(old) and len({_missing(slot) for slot in slots}) != 1:
+            return False
+    return not before
+
+
+def _missing(slot: list[Any]) -> tuple[int, ...]:
+    return tuple(i for i, items in enumerate(slot) if items is None)
 
 
 def loops_forever(context: Any, event: Any) -> bool:
