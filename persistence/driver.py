@@ -317,7 +317,10 @@ class RunDriver:
                                                     cancelled=cancelled,
                                                     rest=resting.get(run_id))  # fmt: skip
         except Exception as exc:
-            resting.moved(run_id)
+            if isinstance(exc, (RunNotFoundError, RunFinishedError)):
+                resting.drop(run_id)  # (not followed: no step of it can come any more)
+            else:
+                resting.moved(run_id)
             for x, _, _ in staged:  # the step was not written
                 self.telemetry.end_step(x.run, x.status, None, None)
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
