@@ -331,7 +331,7 @@ class PostgresStore(SQLStore):
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
         for _ in range(3):
-            row = _execute(conn, _CREATE_RUN, params).fetchone()
+            row = _execute(conn, _CREATE_RUN, params, binary=True).fetchone()
             if row is not None:
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
@@ -566,7 +566,8 @@ class _Checkout:
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
-def _execute(conn: psycopg.Connection[Any], query: str, params: Any) -> psycopg.Cursor[Any]:
+def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
+             binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
     """`conn.execute` on the connection's own cursor, for a result fetched before the next
     statement: one cursor kept per connection (a new one per statement cost about a third of
     a `SELECT 1`'s client instructions)."""
@@ -574,7 +575,7 @@ def _execute(conn: psycopg.Connection[Any], query: str, params: Any) -> psycopg.
     if cursor is None or cursor.closed:
         cursor = conn.cursor()
         setattr(conn, "_statecharts_cursor", cursor)  # noqa: B010 (not a declared attribute)
-    return cursor.execute(_encoded(query), params)
+    return cursor.execute(_encoded(query), params, binary=binary)
 
 
 @lru_cache(maxsize=256)
