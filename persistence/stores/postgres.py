@@ -446,10 +446,10 @@ class PostgresStore(SQLStore):
         the pipeline has synced."""
         with self._connection() as conn:
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+                with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
+                    _execute(conn, "BEGIN", None)
                     yield conn
-                    conn.execute("COMMIT")
+                    _execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -487,7 +487,7 @@ class PostgresStore(SQLStore):
         check_status(commit.status)
         sql, params = _from_rest_statement(commit, rest, now)
         with self._pipelined_write() as conn:
-            conn.execute(_encoded(_LOCK_RUN), (params["id"],))
+            _execute(conn, _LOCK_RUN, (params["id"],))
             cursor = conn.execute(_encoded(sql), params)
         rows = cursor.fetchall()
         if not rows:
@@ -569,8 +569,9 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
              binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
     """`conn.execute` on the connection's own cursor, for a result fetched before the next
-    statement: one cursor kept per connection (a new one per statement cost about a third of
-    a `SELECT 1`'s client instructions)."""
+    statement on it, or never read (in a pipeline, each statement whose result is read later
+    needs a cursor of its own): one cursor kept per connection (a new one per statement cost
+    about a third of a `SELECT 1`'s client instructions)."""
     cursor: psycopg.Cursor[Any] | None = getattr(conn, "_statecharts_cursor", None)
     if cursor is None or cursor.closed:
         cursor = conn.cursor()

@@ -101,3 +101,29 @@ def test_a_callers_pool_is_configured_and_gets_its_connections_back(
         assert pool.get_stats()["pool_available"] == 1
     finally:
         pool.close()
+
+
+def test_sends_stepped_from_rest_in_one_pipeline_keep_the_one_connection_usable(
+    one: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    from persistence.runtime import Runtime
+    from statecharts import assign, create_machine
+
+    machine = create_machine({"id": "counter", "initial": "idle", "context": {"n": 0},
+                              "states": {"idle": {"on": {"INC": {"actions": "inc"}}}}},
+                             actions={"inc": assign({"n": lambda c, e: c["n"] + 1})})  # fmt: skip
+    runtime = Runtime(one, machines=[machine])
+    other_store = PostgresStore(pg_dsn, schema=pg_schema, max_size=1)
+    try:
+        other = Runtime(other_store, machines=[machine])
+        run_id = runtime.start("counter")
+        for i in range(6):
+            runtime.send(run_id, "INC")  # from rest, or (after the other's) the locked path
+            if i % 2:
+                other.send(run_id, "INC")  # the row this runtime kept is stale now
+    finally:
+        other_store.close()
+    assert runtime.get(run_id).snapshot["context"] == {"n": 9}
+    assert [e.event["type"] for e in one.list_events(run_id)] == ["INC"] * 9
+    with one._connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
