@@ -127,3 +127,14 @@ def test_sends_stepped_from_rest_in_one_pipeline_keep_the_one_connection_usable(
     assert [e.event["type"] for e in one.list_events(run_id)] == ["INC"] * 9
     with one._connection() as conn:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_the_inline_profile_counts_the_statements_run_on_the_kept_cursor(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    from benchmarks import inline_profile
+
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    result = inline_profile.profile(url, n=3)
+    assert result["statements"] == 4.0  # the insert and one commit per step, each counted
+    assert result["phases"][inline_profile.PSYCOPG] > 0
