@@ -218,8 +218,13 @@ WHY_SHORT: dict[str, str] = {
   (callgrind: instructions, repeatable under load; within about 2% from run to run), per
   event through an actor: counter about 14k (16k before issue 19f's lane, 20k before the
   composed routes), entry/exit toggle about 17k (18.4k, 21k), shop about 18.5k (19.8k,
-  25k); pure `transition()`: counter about 10.1k (12k, 14k), shop about 13.7k (14.4k, 17k).
-  Issue 19f's lane took out per-event layers and CPython 3.11 slow paths: the one-key
+  25k); pure `transition()`: counter about 9.1k (10.1k before issue 19h's lane, 12k, 14k),
+  shop about 12.6k (13.7k, 14.4k, 17k), invoice about 14.7k (15.7k). Issue 19h's lane has
+  `transition()` take the compiled route itself (no `Machine.step` call, and a string event's
+  type read from the string: subscripting a `dict` subclass goes through CPython's generic
+  `__getitem__` slot, about 190 instructions more than a `dict`'s, which every user guard or
+  value reading `context[...]` still pays). Issue 19f's lane took out per-event layers and
+  CPython 3.11 slow paths: the one-key
   `assign` runs inside its route's choice, a string or already-frozen event skips
   `normalize_event`'s call, the actor no longer binds `machine.step` and `clock.now` anew on
   every `send`, and assigned integers are tested against one-digit bounds before the 64-bit

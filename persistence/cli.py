@@ -39,7 +39,7 @@ from statecharts import Machine, SystemClock
 from statecharts.cli import run_one_tool
 from statecharts.errors import ContextError
 from statecharts.events import normalize_event
-from statecharts.frozen import thaw
+from statecharts.frozen import storable_text, thaw
 
 STORE_ENV = "STATECHARTS_STORE"
 API_TOKEN_ENV = "STATECHARTS_API_TOKEN"
@@ -531,8 +531,9 @@ def _runs_show(args: argparse.Namespace) -> int:
 def _runs_cancel(args: argparse.Namespace) -> int:
     store = _store(args)
     run_id = resolve_run(store, args.run_id).id
+    reason = None if args.reason is None else storable_text(args.reason)  # argv need not be UTF-8
     try:
-        outcome = store.cancel_run(run_id, SystemClock().now(), args.reason)
+        outcome = store.cancel_run(run_id, SystemClock().now(), reason)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{run_id}: {outcome}")

@@ -100,13 +100,29 @@ class Machine:
         """The snapshot after ``event`` and the effects to run, in order. Pure.
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
+        It is ``step(snapshot, normalize_event(event), <the clock at now>)``, with ``step``'s
+        route written out here: an event its compiled route takes costs no ``step`` call.
         """
         # normalize_event's two fast cases first, without its call: a string seen before, an
-        # event frozen already (the engine's own events, a runtime's)
-        normalized = interned_event(event) if type(event) is str else event \
-            if type(event) is FrozenDict and type(event.get("type")) is str else None
-        return self.step(snapshot, normalize_event(event) if normalized is None else normalized,
-                         _ZERO if now is None else _fixed(now))
+        # event frozen already (the engine's own events, a runtime's); ``kind`` is its type
+        if type(event) is str:
+            kind: Any = event
+            normalized = interned_event(event)
+        elif type(event) is FrozenDict:
+            kind = event.get("type")
+            normalized = event if type(kind) is str else None
+        else:
+            normalized = None
+        if normalized is None:
+            return self.step(snapshot, normalize_event(event), _fixed(now))
+        if snapshot.machine is self and snapshot.status == "active" and self.plans:
+            take = snapshot.configuration.routes.get(kind, UNKNOWN)
+            if take is not UNKNOWN:  # else step compiles the route
+                taken = take(snapshot, snapshot.context, normalized, None, None) \
+                    if take is not None else None
+                return taken if taken is not None else \
+                    self._macrostep(snapshot, normalized, _fixed(now), None)
+        return self.step(snapshot, normalized, _fixed(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""
@@ -145,6 +161,7 @@ class Machine:
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
+        (``transition`` writes out the route below: keep the two alike.)
         """
         if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
@@ -159,6 +176,11 @@ class Machine:
                 taken: Result | None = take(snapshot, snapshot.context, event, None, trace)
                 if taken is not None:
                     return taken
+        return self._macrostep(snapshot, event, now, trace)
+
+    def _macrostep(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
+                   trace: list[Any] | None) -> Result:
+        """The full step (``algorithm.macrostep``) of an event no compiled route took."""
         step = algorithm.Step(self.definition, self.implementations, self.configurations,
                               snapshot, now, EMPTY, trace, self.plans)
         algorithm.macrostep(step, event)

@@ -21,6 +21,7 @@ import pytest
 
 from ..actor import Actor, create_actor
 from ..clock import SimulatedClock
+from ..events import normalize_event
 from ..machine import Machine
 from .coverage import CoverageRecorder
 
@@ -29,8 +30,9 @@ _KEY = pytest.StashKey["CoverageWatch"]()
 
 
 class CoverageWatch:
-    """Wraps the engine's ``Machine.start`` / ``step`` / ``deliver_timer`` for the session
-    and records, per machine definition, what they reached. ``close()`` undoes the wrapping."""
+    """Wraps the engine's ``Machine.start`` / ``transition`` / ``step`` / ``deliver_timer`` for
+    the session and records, per machine definition, what they reached. ``close()`` undoes the
+    wrapping."""
 
     def __init__(self) -> None:
         self.recorders: dict[str, CoverageRecorder] = {}
@@ -60,7 +62,15 @@ class CoverageWatch:
             self._record(machine, snapshot, result[0], own)
             return result
 
+        def transition(machine: Machine, snapshot: Any, event: Any,
+                       now: int | None = None) -> Any:
+            # what ``Machine.transition`` is defined as, so that the wrapped ``step`` sees
+            # every event (the engine's own takes compiled routes without calling ``step``)
+            moment = 0 if now is None else int(now)
+            return machine.step(snapshot, normalize_event(event), lambda: moment)
+
         self._patch.setattr(Machine, "start", start)
+        self._patch.setattr(Machine, "transition", transition)
         self._patch.setattr(Machine, "step", step)
         self._patch.setattr(Machine, "deliver_timer", deliver_timer)
 

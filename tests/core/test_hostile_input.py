@@ -95,6 +95,41 @@ def test_values_within_the_size_limit_still_work() -> None:
     assert evaluator.evaluate("str([1, [2]]) + f'{3}'", {}) == "[1, [2]]3"
 
 
+def _looping_scxml(body: str) -> str:
+    """A document whose datamodel holds about 900,000 items and whose first state loops."""
+    return ('<scxml xmlns="http://www.w3.org/2005/07/scxml" datamodel="python">'
+            '<datamodel><data id="x" expr="sum([[0] * 1000] * 900, [])"/><data id="y" expr="0"/>'
+            '<data id="error" expr="None"/></datamodel>'
+            f'<state id="a"><onentry>{body}</onentry>'
+            '<transition event="error.execution" target="failed">'
+            '<assign location="error" expr="_event.data"/></transition></state>'
+            '<state id="failed"/></scxml>')
+
+
+def test_a_loop_that_copies_large_values_is_refused_with_error_execution() -> None:
+    """Each expression is within the size limit, but a <foreach> repeats one per item: the
+    block as a whole is held to MAX_WORK (it took hours before), and the run goes on."""
+    from statecharts import SimulatedClock, create_actor
+    machine = load_scxml(_looping_scxml(
+        '<foreach array="x" item="i"><assign location="y" expr="x + [i]"/></foreach>'))
+    snapshot = create_actor(machine, clock=SimulatedClock()).start().get_snapshot()
+    assert snapshot.value == "failed"
+    assert "over the limit" in str(snapshot.context["error"])
+    assert len(snapshot.context["x"]) == 900_000  # what the datamodel held is kept
+
+
+def test_a_loop_reads_only_what_it_sets_anew() -> None:
+    """Setting the loop variable re-reads that one variable, not the whole datamodel (every
+    item cost a copy of all 900,000 items before, so 200 items took minutes)."""
+    from statecharts import SimulatedClock, create_actor
+    machine = load_scxml(_looping_scxml(
+        '<foreach array="x[:2000]" item="i" index="n"><assign location="y" expr="y + len(x)"/>'
+        '</foreach>'))
+    snapshot = create_actor(machine, clock=SimulatedClock()).start().get_snapshot()
+    assert snapshot.value == "a"
+    assert (snapshot.context["y"], snapshot.context["n"]) == (2000 * 900_000, 1999)
+
+
 def _nested_states(depth: int) -> dict[str, Any]:
     config: dict[str, Any] = {"initial": "s", "states": {"s": {}}}
     for _ in range(depth):

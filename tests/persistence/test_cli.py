@@ -58,6 +58,10 @@ def test_db_upgrade_then_runs_list_show_cancel(tmp_path: Path) -> None:
     cancelled = cli("runs", "cancel", "--store", url, run_id, "--reason", "duplicate")
     assert cancelled.stdout.strip() == f"{run_id}: cancelled"
     assert runtime.get(run_id).status == "cancelled"
+    other = runtime.start("approval")  # a reason no store holds as it is (bytes not UTF-8)
+    odd = cli("runs", "cancel", "--store", url, other, "--reason", os.fsdecode(b"dup \xff"))
+    assert odd.stdout.strip() == f"{other}: cancelled", odd.stderr
+    assert runtime.get(other).last_error == "dup \\udcff"
     missing = cli("runs", "show", "--store", url, "7c9e6679-7425-40de-944b-e07fc1f90ae7")
     assert missing.returncode != 0 and "no run with id" in missing.stderr
     store.close()

@@ -14,7 +14,7 @@ from statecharts import SimulatedClock
 from .example_machines import door_machine
 
 SUITE = textwrap.dedent('''
-    from statecharts import create_machine
+    from statecharts import assign, create_machine
 
     DOOR = {
         "id": "door", "initial": "closed",
@@ -37,6 +37,26 @@ SUITE = textwrap.dedent('''
         snapshot, _ = machine.initial_transition()
         snapshot, _ = machine.transition(snapshot, "LOCK")
         assert snapshot.value == "locked"
+
+    GATE = {
+        "id": "gate", "initial": "shut", "context": {"pushes": 0},
+        "states": {
+            "shut": {"on": {"PUSH": [{"guard": "pushedBefore", "target": "open"},
+                                     {"actions": "countPush"}]}},
+            "open": {},
+        },
+    }
+
+    def test_pure_gate_opens_on_the_second_push():
+        # the first PUSH compiles the route (through Machine.step); the second is taken by the
+        # compiled route inside Machine.transition, and must be recorded too
+        machine = create_machine(
+            GATE, guards={"pushedBefore": lambda context, event: context["pushes"] > 0},
+            actions={"countPush": assign({"pushes": lambda context, event: 1})})
+        snapshot, _ = machine.initial_transition()
+        snapshot, _ = machine.transition(snapshot, "PUSH")
+        snapshot, _ = machine.transition(snapshot, "PUSH")
+        assert snapshot.value == "open"
 ''')
 
 
@@ -61,6 +81,7 @@ def test_coverage_option_reports_what_the_suite_never_reached(tmp_path: Path) ->
     assert "  never taken:  states.opened.on.CLOSE[0]" in report
     assert "  never taken:  states.locked.on.UNLOCK[0]" in report
     assert "  never taken:  states.broken.on.REPAIR[0]" in report
+    assert "machine 'gate': states 2/2, transitions 2/2" in report, report
 
 
 def test_without_the_option_there_is_no_report(tmp_path: Path) -> None:

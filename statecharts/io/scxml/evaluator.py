@@ -16,7 +16,9 @@ import builtins
 import operator
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from xml.etree import ElementTree
 
@@ -27,6 +29,11 @@ MAX_SIZE = 1_000_000
 range, or everything inside a list, tuple or dict counted deeply (``[[0] * 1000] * 1000`` holds
 a million items even though its length is 1000). Every route that grows a value is checked:
 ``*``, ``+``, ``sum``, ``str``/``repr`` and f-strings."""
+MAX_WORK = 5 * MAX_SIZE
+"""The most items one block of executable content (an ``<onentry>``, a transition's body, a
+``cond``) may walk or copy in all: size checks, values read into expressions and values stored.
+Each expression is held to ``MAX_SIZE``, but a ``<foreach>`` repeats its body once per item, so
+without a bound on the whole block a loop over large values takes hours."""
 MAX_EXPONENT = 10_000
 MAX_BITS = 1_000_000
 MAX_FORMAT_WIDTH = 1000
@@ -53,15 +60,57 @@ XML_KEY = "__xml__"
 (context holds JSON only) and read by expressions as an ElementTree element."""
 
 
+class Work:
+    """The items one block of executable content has walked or copied so far (``MAX_WORK``)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items = 0
+
+    def charge(self, items: int) -> None:
+        """Count ``items`` more; past ``MAX_WORK`` the block is refused."""
+        self.items += items
+        if self.items > MAX_WORK:
+            raise ExpressionRefused(f"this block walked over {MAX_WORK} items of data, over the "
+                                    "limit (a loop over large values?)")
+
+
+_work: ContextVar[Work | None] = ContextVar("scxml_work", default=None)
+
+
+@contextmanager
+def working(work: Work) -> Iterator[None]:
+    """Charge what expressions, ``records`` and size checks walk to ``work`` meanwhile."""
+    token = _work.set(work)
+    try:
+        yield
+    finally:
+        _work.reset(token)
+
+
+def _charge(items: int) -> None:
+    work = _work.get()
+    if work is not None:
+        work.charge(items)
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def records(value: Any) -> Any:
     """``value`` with every mapping turned into a ``Record`` (attribute-readable) and stored
     XML turned into an ElementTree element."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, Mapping):
+        _charge(len(value))
         if len(value) == 1 and isinstance(value.get(XML_KEY), str):
             return ElementTree.fromstring(value[XML_KEY])
         return Record({str(k): records(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
-        return [records(v) for v in value]
+        _charge(len(value))
+        return [v if type(v) in _PLAIN else records(v) for v in value]
     return value
 
 
@@ -93,6 +142,7 @@ def deep_size(value: Any, limit: int = MAX_SIZE, printed: bool = False) -> int:
             continue
         parts = _parts(item)
         if not ready:
+            _charge(len(parts))
             visiting.add(key)
             stack.append((item, True))
             for part in parts:

@@ -27,7 +27,7 @@ from ...errors import StatechartError
 from ...frozen import FrozenDict, freeze, thaw
 from ...limits import MAX_DELAY
 from .errors import ExpressionError
-from .evaluator import Evaluator, Provided, Record, records
+from .evaluator import Evaluator, Provided, Record, Work, records, working
 
 META = "__scxml__"
 SCXML_PROCESSOR = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor"
@@ -127,6 +127,7 @@ class Session:
         self.evaluator = evaluator
         self.event = event if event is not None else scope.event
         self._env: dict[str, Any] | None = None
+        self.work = Work()
 
     @property
     def meta(self) -> Mapping[str, Any]:
@@ -160,7 +161,8 @@ class Session:
     def evaluate(self, text: str) -> Any:
         """The value of expression ``text``; failures become ``ContentError``."""
         try:
-            return self.evaluator.evaluate(text, self.env())
+            with working(self.work):
+                return self.evaluator.evaluate(text, self.env())
         except ExpressionError as exc:
             raise ContentError(str(exc)) from None
 
@@ -206,14 +208,17 @@ class Session:
         """Store ``value`` in variable ``name`` (it must be JSON data)."""
         try:
             self.scope.assign({name: freeze(_plain(value), name)})
+            if self._env is not None:  # only the new value is read anew (a loop sets one name)
+                with working(self.work):
+                    self._env[name] = records(self.scope.context[name])
         except (TypeError, StatechartError) as exc:
             raise ContentError(f"cannot store {name!r}: {exc}") from None
-        self._env = None
+        except ExpressionError as exc:
+            raise ContentError(str(exc)) from None
 
     def set_meta(self, **changes: Any) -> None:
-        """Update the session's bookkeeping."""
+        """Update the session's bookkeeping (the names expressions see don't change)."""
         self.scope.assign({META: {**self.meta, **changes}})
-        self._env = None
 
     def next_id(self, prefix: str) -> str:
         """A new platform-generated id (``send.3``), unique within the session."""
