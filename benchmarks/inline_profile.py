@@ -13,8 +13,9 @@ methods on the path, each timed without the phases it calls:
   `step: apply and stage` (results applied, the commit built), `step: commit` (`commit_steps`
   around its statement), `psycopg execute` (adapting the parameters, sending, waiting,
   parsing the reply), and `rest` (the driver's loop, telemetry of steps, `begin_run` itself);
-* statements and round trips per workflow (`psycopg.Connection.execute` calls; each is one
-  round trip and, in autocommit, one transaction).
+* statements and round trips per workflow (`psycopg.Cursor.execute` calls, which
+  `Connection.execute` makes too: the store runs its hot statements on a cursor it keeps; each
+  is one round trip and, in autocommit, one transaction).
 
 Run: ``python -m benchmarks.inline_profile [URL] [--n 1000]`` (default: the bench DSN in a
 schema of its own, dropped afterwards). Compare two versions by running each in turn.
@@ -101,7 +102,7 @@ def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
     if store.dialect == "postgres":
         import psycopg
 
-        undo.append(phases.wrap(psycopg.Connection, "execute", PSYCOPG))
+        undo.append(phases.wrap(psycopg.Cursor, "execute", PSYCOPG))
     try:
         yield
     finally:

@@ -311,7 +311,23 @@ WHY_SHORT: dict[str, str] = {
   left outside the waits is spread thin: no phase of Python outside psycopg's wait is above
   about 15% of the caller's CPU, and the largest single items found after the spans are about
   1% each (a pool checkout per statement; a restore and a frozen record's copy per start, both
-  now gone). The batched worker
+  now gone). Issue 20j's lane then cut the client's work around each statement, counted the
+  same way: the store checks connections out of the pool itself (not through the pool's
+  context manager, its statistics and the no-op commit ending a block in autocommit), runs its
+  hot statements on one cursor kept per connection (a new cursor per statement cost about as
+  much again), hands psycopg each hot statement as the same encoded bytes (psycopg encoded the
+  2-3 kB text anew for every statement and hashed the copy to find its parsed form), keeps
+  parsed run ids, builds no context manager for an effect nothing observes and reads the
+  insert's returned row in binary: 3.20M -> 2.87M instructions per workflow (-10%; the goal
+  of issue 20j was -25%), and a step from rest (`send` to a counter at rest, no worker)
+  1.10M -> 0.93M (-15%; its pipelined BEGIN, row lock and COMMIT on the kept cursor too).
+  What is left per statement is psycopg's own Python around `execute` (about 57k
+  instructions for a `SELECT 1` on a kept cursor, 30k more for the pool's `getconn` and
+  `putconn`) and adapting parameters and results (about 150k for 21 parameters sent and 21
+  columns read: the insert's shape), then the transition (the engine's) and thin Python over
+  the driver and store. Keeping one connection for a whole `Inline.run` would save the
+  checkouts but hold a pooled connection through the user's effects, so it was not done. The
+  batched worker
   on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect
   call), not by the database; at four clients the threads share one process's GIL and the two
   cores with PostgreSQL and DBOS's process.""",

@@ -633,8 +633,9 @@ class RunDriver:
         """Operator log lines for what this committed step did: a failure, a retry."""
         if commit.status == "error" and x.status == ACTIVE:
             self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
-        elif commit.status == ACTIVE and _waits_to_retry(commit.state) - \
-                _waits_to_retry(state_text(x.snapshot)):  # a retried call's attempt failed
+        elif commit.status == ACTIVE and WAITING in commit.state and \
+                _waits_to_retry(commit.state) - _waits_to_retry(state_text(x.snapshot)):
+            # (a retried call's attempt failed: it waits for the next one)
             self._report(events.RETRY_SCHEDULED, x.run, commit.state,
                          f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
                          f"{commit.state}): attempt {commit.attempt_count} failed "

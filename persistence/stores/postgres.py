@@ -175,24 +175,9 @@ class PostgresStore(SQLStore):
             self._kwargs = dict(given if isinstance(given, dict) else (given() if given else {}))
 
     # -- plumbing ---------------------------------------------------------------------------
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self) -> _Checkout:
         """A pooled connection; connection trouble becomes `StoreUnavailableError`."""
-        try:
-            with self._pool.connection() as conn:
-                if not self._owns_pool:
-                    _configure(conn)
-                yield conn
-        except psycopg.errors.UniqueViolation as exc:
-            raise ConflictError(f"duplicate record: {exc.diag.message_detail or exc}") from exc
-        except psycopg.DataError as exc:  # NUL in text, bad Unicode, number out of range
-            raise StoreEncodingError(f"PostgreSQL cannot store a value: {exc}") from exc
-        except (UnicodeEncodeError, OverflowError) as exc:
-            raise StoreEncodingError(f"cannot store value: {exc}") from exc
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL error: {exc}") from exc
+        return _Checkout(self._pool, not self._owns_pool)
 
     _conn = _connection
 
@@ -203,7 +188,7 @@ class PostgresStore(SQLStore):
             yield conn
 
     def _exec(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        return conn.execute(_pg(sql), params) if params else conn.execute(sql)
+        return conn.execute(_encoded(_pg(sql)), params) if params else conn.execute(sql)
 
     def _many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
@@ -215,12 +200,12 @@ class PostgresStore(SQLStore):
     def _rows(self, sql: str, params: Any = ()) -> list[Any]:
         """psycopg-style SQL (`%s` markers) as one autocommitted statement."""
         with self._connection() as conn:
-            return conn.execute(sql, params).fetchall()
+            return _execute(conn, sql, params).fetchall()
 
     def _read_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
         with self._connection() as conn:
             with conn.pipeline():
-                cursors = [conn.execute(_pg(sql), params) for sql, params in queries]
+                cursors = [conn.execute(_encoded(_pg(sql)), params) for sql, params in queries]
             return [c.fetchall() for c in cursors]
 
     def _t(self, ms: int | None) -> Any:
@@ -346,7 +331,7 @@ class PostgresStore(SQLStore):
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
         for _ in range(3):
-            row = conn.execute(_CREATE_RUN, params).fetchone()
+            row = _execute(conn, _CREATE_RUN, params, binary=True).fetchone()
             if row is not None:
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
@@ -435,7 +420,7 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(conn.execute(*_steps_statement(commits, ids, now)).fetchall())
+        written = dict(_execute(conn, *_steps_statement(commits, ids, now)).fetchall())
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -448,7 +433,8 @@ class PostgresStore(SQLStore):
         if _has_extras(commit):  # (they need to know it was written)
             return super()._commit_later_in(conn, commit, now, cancelled)
         run_id = _uuid(commit.run_id)
-        cursor = conn.execute(*_steps_statement([commit], [run_id], now))
+        sql, params = _steps_statement([commit], [run_id], now)
+        cursor = conn.execute(_encoded(sql), params)
         return lambda: dict(cursor.fetchall()).get(run_id)
 
     @contextmanager
@@ -460,10 +446,10 @@ class PostgresStore(SQLStore):
         the pipeline has synced."""
         with self._connection() as conn:
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+                with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
+                    _execute(conn, "BEGIN", None)
                     yield conn
-                    conn.execute("COMMIT")
+                    _execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -501,8 +487,8 @@ class PostgresStore(SQLStore):
         check_status(commit.status)
         sql, params = _from_rest_statement(commit, rest, now)
         with self._pipelined_write() as conn:
-            conn.execute(_LOCK_RUN, (params["id"],))
-            cursor = conn.execute(sql, params)
+            _execute(conn, _LOCK_RUN, (params["id"],))
+            cursor = conn.execute(_encoded(sql), params)
         rows = cursor.fetchall()
         if not rows:
             return None
@@ -520,6 +506,100 @@ class PostgresStore(SQLStore):
     def _notify_in(self, conn: Any, run_id: str | None) -> None:
         payload = _PROCESS if run_id is None else f"{_PROCESS}:{run_id}"
         conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (payload,))
+
+
+class _Checkout:
+    """`with`: a connection of `pool` for one use (configured first: a pool given by the
+    caller), returned whatever happens; a psycopg or pool error becomes the store's
+    (`_store_error`). What the pool's own `connection()` does, without its second context
+    manager, its statistics and the commit that ends a block in autocommit (a statement's
+    cost on the hot path: about a third of a `SELECT 1`'s instructions); a transaction left
+    open is committed, and rolled back after an error, as that block would."""
+
+    __slots__ = ("_configure", "_conn", "_pool")
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], configure: bool) -> None:
+        self._pool, self._configure = pool, configure
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn()
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise _store_error(exc) from exc
+        self._conn = conn
+        if self._configure:
+            try:
+                _configure(conn)
+            except BaseException as exc:
+                self._pool.putconn(conn)
+                if isinstance(exc, psycopg.Error):
+                    raise _store_error(exc) from exc
+                raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:  # fmt: skip
+        conn, error = self._conn, exc
+        try:
+            if conn.closed:
+                pass
+            elif error is not None:
+                try:
+                    conn.rollback()
+                except Exception as other:  # (a broken connection: the pool replaces it)
+                    log.debug("error ignored in rollback on %s: %s", conn, other)
+            elif conn.pgconn.transaction_status != _IDLE:
+                conn.commit()
+        except BaseException as late:  # the commit failed
+            error = late
+        finally:
+            self._pool.putconn(conn)
+        if error is None:
+            return
+        mapped = _store_error(error)
+        if mapped is not error:
+            raise mapped from error
+        if error is not exc:
+            raise error
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
+             binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
+    """`conn.execute` on the connection's own cursor, for a result fetched before the next
+    statement on it, or never read (in a pipeline, each statement whose result is read later
+    needs a cursor of its own): one cursor kept per connection (a new one per statement cost
+    about a third of a `SELECT 1`'s client instructions)."""
+    cursor: psycopg.Cursor[Any] | None = getattr(conn, "_statecharts_cursor", None)
+    if cursor is None or cursor.closed:
+        cursor = conn.cursor()
+        setattr(conn, "_statecharts_cursor", cursor)  # noqa: B010 (not a declared attribute)
+    return cursor.execute(_encoded(query), params, binary=binary)
+
+
+@lru_cache(maxsize=256)
+def _encoded(query: str) -> bytes:
+    """`query` as the bytes psycopg sends, the same object each time: psycopg encodes a text
+    query anew for every statement and hashes the copy to find its parsed form (a hot
+    statement is 2-3 kB: about a tenth of a small statement's client instructions)."""
+    return query.encode()
+
+
+def _store_error(exc: BaseException) -> BaseException:
+    """The store's error for a psycopg, pool or encoding error (others as they are)."""
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return ConflictError(f"duplicate record: {exc.diag.message_detail or exc}")
+    if isinstance(exc, psycopg.DataError):  # NUL in text, bad Unicode, number out of range
+        return StoreEncodingError(f"PostgreSQL cannot store a value: {exc}")
+    if isinstance(exc, UnicodeEncodeError | OverflowError):
+        return StoreEncodingError(f"cannot store value: {exc}")
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+        return StoreUnavailableError(f"PostgreSQL unavailable: {exc}")
+    if isinstance(exc, psycopg.Error):
+        return StoreError(f"PostgreSQL error: {exc}")
+    return exc
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
@@ -856,7 +936,7 @@ def _canonical(run_id: str) -> str:
     """A new run's id as PostgreSQL will print it (left as given when it is no uuid: the insert
     then refuses it)."""
     try:
-        return str(uuid.UUID(run_id))
+        return _printed(run_id)
     except ValueError:
         return run_id
 
@@ -865,9 +945,16 @@ def _uuid(run_id: str) -> str:
     """A run id as PostgreSQL prints it, validated before it reaches a uuid column (a clear
     error, not a SQL one)."""
     try:
-        return str(uuid.UUID(run_id))
+        return _printed(run_id)
     except (ValueError, TypeError, AttributeError):
         raise RunNotFoundError(f"no run with id {run_id!r} (not a uuid)") from None
+
+
+@lru_cache(maxsize=4096)
+def _printed(run_id: str) -> str:
+    """The uuid `run_id` as PostgreSQL prints it (kept: a run's steps ask for its id again and
+    again, and parsing a uuid costs more than the lookup)."""
+    return str(uuid.UUID(run_id))
 
 
 def redact(dsn: str) -> str:

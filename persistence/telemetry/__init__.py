@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from persistence.telemetry import events, metrics
@@ -53,6 +53,10 @@ _EVENT_COUNTERS = {
 
 def _no_outcome(status: str, error: str | None) -> None:
     del status, error
+
+
+_UNOBSERVED = nullcontext(_no_outcome)
+"""`Telemetry.effect` where there is nothing to observe (reusable: it holds no state)."""
 
 
 class Telemetry:
@@ -170,20 +174,24 @@ class Telemetry:
         if spans is not None:
             spans.begin_step(run, state, first, batch, attempt, inbox)
 
-    @contextmanager
     def effect(self, run: RunRecord, kind: str, payload: Any,
-               key: str) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+               key: str) -> AbstractContextManager[Callable[[str, str | None], None]]:  # fmt: skip
         """Around executing one effect of `run`'s open step; the block reports the outcome
         ("done", "failed", "skipped") and error through the yielded function. Without a span
         (no SDK yet), the run's stored trace context is current in the block."""
+        if self._live is None and self.metrics is None and (
+                run.traceparent is None or self.spans is None):  # fmt: skip
+            return _UNOBSERVED  # (nothing to record, no context to set: per effect, no frame)
+        return self._effect(run, kind, payload, key)
+
+    @contextmanager
+    def _effect(self, run: RunRecord, kind: str, payload: Any,
+                key: str) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
         spans = self._live
         unrecorded = run.traceparent if spans is None and self.spans is not None else None
         if spans is None and self.metrics is None:
-            if unrecorded is None:
+            with within(unrecorded):
                 yield _no_outcome
-            else:
-                with within(unrecorded):
-                    yield _no_outcome
             return
         name = effect_name(kind, payload)
         attempt = payload.get("attempt") if kind == "start_child" else None

@@ -1,0 +1,140 @@
+"""PostgreSQL's connection use: every statement gives its connection back, whatever happens.
+
+The store checks connections out of its pool itself (`postgres._Checkout`) and runs its hot
+statements on one cursor kept per connection. These tests use a pool of ONE connection, so a
+connection not given back, a transaction left open or a result left on the cursor shows at
+the next call (a `StoreUnavailableError` after the pool's timeout, a wrong row, a row not
+written)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import psycopg_pool
+import pytest
+
+from persistence.stores import ConflictError, NewRun, StepCommit, StoreEncodingError
+from persistence.stores.postgres import PostgresStore
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def one(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    """A migrated store whose pool holds one connection (a short timeout: a leak fails fast)."""
+    store = PostgresStore(pg_dsn, schema=pg_schema, min_size=1, max_size=1, connect_timeout_s=2)
+    store.migrate()
+    yield store
+    store.close()
+
+
+def _run(key: str | None = None, state: str = "a") -> NewRun:
+    return NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1", key=key,
+                  state=state, snapshot={"value": "a", "n": 1}, wake_at=None)  # fmt: skip
+
+
+def test_refused_values_and_conflicts_give_the_connection_back(one: PostgresStore) -> None:
+    kept, _ = one.create_run(_run("k1"), [], T0)
+    for _ in range(3):  # more refusals than the pool has connections
+        with pytest.raises(StoreEncodingError):
+            one.create_run(_run(state="a\x00b"), [], T0)
+        with pytest.raises(ConflictError):  # a stale step: written by nobody
+            one.commit_step(StepCommit(kept.id, "nobody", 7, "b", {"value": "b"}, "active"), T0)
+    again, created = one.create_run(_run("k1"), [], T0)
+    assert (again.id, created) == (kept.id, False)
+    assert one.get_run(kept.id).snapshot == {"value": "a", "n": 1}
+
+
+def test_a_failed_transaction_is_rolled_back_and_the_next_statement_is_its_own(
+    one: PostgresStore,
+) -> None:
+    with pytest.raises(StoreEncodingError), one._write() as conn:
+        conn.execute("INSERT INTO workflow_schedules (name, last_fire_at, version) "
+                     "VALUES ('nightly', now(), 1)")  # fmt: skip
+        conn.execute("SELECT %s::text", ("a\x00b",))
+    with one._connection() as conn:  # the one connection, idle: the insert was rolled back
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute("SELECT count(*) FROM workflow_schedules").fetchone() == (0,)
+
+
+def test_a_transaction_left_open_in_a_block_is_committed_when_it_ends(
+    one: PostgresStore,
+) -> None:
+    with one._connection() as conn:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO workflow_schedules (name, last_fire_at, version) "
+                     "VALUES ('nightly', now(), 1)")  # fmt: skip
+    with one._connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute("SELECT name FROM workflow_schedules").fetchall() == [("nightly",)]
+
+
+def test_an_outage_while_checked_out_is_unavailable_and_the_pool_replaces_the_connection(
+    one: PostgresStore, pg_dsn: str
+) -> None:
+    from persistence.stores import StoreUnavailableError
+
+    run, _ = one.create_run(_run(), [], T0)
+    with pytest.raises(StoreUnavailableError), one._connection() as conn:
+        with psycopg.connect(pg_dsn, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        conn.execute("SELECT 1")
+    assert one.get_run(run.id).id == run.id  # a new connection, given out by the pool
+
+
+def test_a_callers_pool_is_configured_and_gets_its_connections_back(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+    pool = psycopg_pool.ConnectionPool(pg_dsn, kwargs={"autocommit": True,
+                                       "options": f"-c search_path={pg_schema}"},
+                                       min_size=1, max_size=1, timeout=2, open=True)  # fmt: skip
+    try:
+        store = PostgresStore(pool=pool)
+        store.migrate()
+        run, _ = store.create_run(_run(), [], T0)
+        for _ in range(3):
+            assert store.get_run(run.id).snapshot == {"value": "a", "n": 1}  # parsed: configured
+        assert pool.get_stats()["pool_available"] == 1
+    finally:
+        pool.close()
+
+
+def test_sends_stepped_from_rest_in_one_pipeline_keep_the_one_connection_usable(
+    one: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    from persistence.runtime import Runtime
+    from statecharts import assign, create_machine
+
+    machine = create_machine({"id": "counter", "initial": "idle", "context": {"n": 0},
+                              "states": {"idle": {"on": {"INC": {"actions": "inc"}}}}},
+                             actions={"inc": assign({"n": lambda c, e: c["n"] + 1})})  # fmt: skip
+    runtime = Runtime(one, machines=[machine])
+    other_store = PostgresStore(pg_dsn, schema=pg_schema, max_size=1)
+    try:
+        other = Runtime(other_store, machines=[machine])
+        run_id = runtime.start("counter")
+        for i in range(6):
+            runtime.send(run_id, "INC")  # from rest, or (after the other's) the locked path
+            if i % 2:
+                other.send(run_id, "INC")  # the row this runtime kept is stale now
+    finally:
+        other_store.close()
+    assert runtime.get(run_id).snapshot["context"] == {"n": 9}
+    assert [e.event["type"] for e in one.list_events(run_id)] == ["INC"] * 9
+    with one._connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_the_inline_profile_counts_the_statements_run_on_the_kept_cursor(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    from benchmarks import inline_profile
+
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    result = inline_profile.profile(url, n=3)
+    assert result["statements"] == 4.0  # the insert and one commit per step, each counted
+    assert result["phases"][inline_profile.PSYCOPG] > 0
