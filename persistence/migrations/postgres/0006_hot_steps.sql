@@ -1,0 +1,25 @@
+-- Schema version 6: a step that leaves a run's indexed columns as they were updates its row in
+-- place (a HOT update: no index entry written), and the journal has one index, not two.
+-- workflow_runs.updated_minute: updated_at rounded down to the minute, computed by the database
+-- (a stored generated column). The stuck-runs index covers it instead of updated_at, which
+-- every step changes: PostgreSQL updates a row in place (HOT) only when no indexed column
+-- changes value, and updated_minute changes once a minute at most. A stuck query filters on
+-- both (updated_minute <= updated_at, so "updated_at < t" implies "updated_minute < t") and
+-- orders by both (the minute is a non-decreasing function of the time: the same order).
+-- fillfactor 90: a new page keeps a tenth free, so a run's next version fits beside it (HOT
+-- needs the same page); set first, so that the table rewrite below already leaves that room.
+-- workflow_events: the primary key is (run_id, id), the order every read of the journal
+-- takes, in place of the key on id alone plus the (run_id, id) index: one index entry per
+-- journaled event instead of two (and the distribution column in the key, as Citus wants).
+
+ALTER TABLE workflow_runs SET (fillfactor = 90);
+ALTER TABLE workflow_runs ADD COLUMN updated_minute timestamptz NOT NULL
+    GENERATED ALWAYS AS (date_bin('1 minute', updated_at, timestamptz '1970-01-01 00:00:00+00'))
+    STORED;
+DROP INDEX workflow_runs_stuck;
+CREATE INDEX workflow_runs_stuck ON workflow_runs (updated_minute, wake_at)
+    WHERE status = 'active';
+
+ALTER TABLE workflow_events DROP CONSTRAINT workflow_events_pkey,
+    ADD CONSTRAINT workflow_events_pkey PRIMARY KEY (run_id, id);
+DROP INDEX workflow_events_run;
