@@ -5,6 +5,7 @@ schema 5 with runs in it upgrades to 6 with its runs, journal and stuck runs as 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,16 @@ import pytest
 
 from persistence import schema
 from persistence.runtime import Runtime
-from persistence.stores import RunQuery, Store
+from persistence.stores import (
+    ConflictError,
+    EffectOutcome,
+    JournalEntry,
+    NewEffect,
+    NewRun,
+    RunQuery,
+    StepCommit,
+    Store,
+)
 from persistence.stores.postgres import PostgresStore
 from persistence.stores.sqlite import SQLiteStore
 from statecharts import SimulatedClock, assign, create_machine
@@ -98,6 +108,10 @@ def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs
         ids.append(runtime.start("counter"))
         runtime.send(ids[-1], "INC")
     runtime.send(ids[3], "FINISH")  # ended: never stuck
+    waiting, _ = store.create_run(  # effects written at schema 5, pending; due later: not stuck
+        NewRun(id=str(uuid.uuid4()), workflow_name="mailer", workflow_version="v1", key=None,
+               state="sending", snapshot={"value": "sending"}, wake_at=T0 + 15 * MINUTE),
+        [NewEffect(i, "run_action", {"type": f"mail{i}"}) for i in range(2)], T0)  # fmt: skip
     store.close()
 
     monkeypatch.undo()  # the code's own migrations again: 6 is pending
@@ -115,4 +129,22 @@ def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs
     runtime.send(ids[0], "INC")  # the upgraded rows step as before
     assert runtime.get(ids[0]).snapshot["context"] == {"n": 2}
     assert [run.id for run in store.stuck_runs(T0 + 10 * MINUTE, 0)] == ids[1:3]
+
+    # the outbox keeps its keys; its outcomes are recorded once, a replayed step writes nothing
+    keys = [e.idempotency_key for e in store.list_effects(waiting.id, status="pending")]
+    assert keys == [f"{waiting.id}:1:0", f"{waiting.id}:1:1"]
+    store.claim_runs("w1", T0 + 20 * MINUTE, 30_000, 10)
+    commit = StepCommit(
+        run_id=waiting.id, owner="w1", expected_version=1, state="sent",
+        snapshot={"value": "sent"}, status="done",
+        effect_outcomes=[EffectOutcome(k, "done", {"n": i}) for i, k in enumerate(keys)],
+        new_effects=[NewEffect(0, "emit", {"type": "SENT"})],
+        journal=[JournalEntry({"type": "xstate.done.actor.mail"}, "sending", "sent")])  # fmt: skip
+    assert store.commit_step(commit, T0 + 20 * MINUTE) == 2
+    with pytest.raises(ConflictError):
+        store.commit_step(commit, T0 + 20 * MINUTE)
+    assert [(e.idempotency_key, e.step, e.status, e.result)
+            for e in store.list_effects(waiting.id)] == [
+        (keys[0], 1, "done", {"n": 0}), (keys[1], 1, "done", {"n": 1}),
+        (f"{waiting.id}:2:0", 2, "pending", None)]  # fmt: skip
     store.close()
