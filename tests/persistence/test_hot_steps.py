@@ -5,6 +5,7 @@ schema 5 with runs in it upgrades to 6 with its runs, journal and stuck runs as 
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,19 @@ def test_a_step_that_changes_no_indexed_column_is_a_hot_update(
     assert runtime.get(run_id).status == "done"
     store.close()
     assert _counted(pg_dsn, pg_schema, 11) == (11, 10)
+
+
+def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schema: str) -> None:
+    from benchmarks import step_wal
+
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    result = step_wal.measure(url, "rest", 60, runs_at_rest=20)  # the WAL the server wrote
+    assert result["tables"]["workflow_runs"] == (20, 80, 80)  # 20 steps warm up: all in place
+    index_entries = collections.Counter(
+        relation for (kind, relation), (count, _) in result["kinds"].items()
+        for _ in range(count) if kind == "Btree INSERT_LEAF")  # fmt: skip
+    assert index_entries == {"workflow_events_pkey": 60}  # the journal row's, nothing else
+    assert result["transactions"] == 60
 
 
 @pytest.fixture
