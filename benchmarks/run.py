@@ -243,9 +243,19 @@ WHY_SHORT: dict[str, str] = {
 - **Durable steps against the raw UPDATE rate, each step its own commit** (issue 20 made this
   honest: the old figure divided 16-run commits by one-row commits): a 3-step workflow in the
   caller is four transactions (the start's insert, one commit per step), 1.33 commits per step,
-  and a step's commit is one statement that writes the run row (several indexed columns, so not
-  a HOT update), the effect outcomes, the next step's outbox row and the journal row, where the
-  raw UPDATE writes one jsonb column. The batched rows show what sharing commits buys.""",
+  and a step's commit is one statement that writes the run row (its state and its lease expiry,
+  `wake_at`, change and are indexed, so it is not a HOT update: a new entry in each of the
+  run's nine indexes), the effect outcomes, the next step's outbox row and the journal row,
+  where the raw UPDATE writes one jsonb column. Issue 20i's schema 6 took out the journal's and
+  the outbox's second unique indexes (the outbox's was its idempotency key, made of the run,
+  step and index its other key holds): counted by the server (`python -m benchmarks.step_wal
+  inline`, WAL records of the workflow's own transactions, which load does not move), 68 WAL
+  records and 9.1 KB per workflow against 77 and 10.1 KB; the step statement's executor time
+  (auto_explain) 0.40-0.59 ms against 0.65-0.67 ms in the same minutes at load 4-5. Index
+  entries are not most of it: dropping five more of the run's indexes in an experiment took
+  about 0.07 ms off the statement; the foreign-key checks of the outbox and journal inserts
+  (a lookup of the run per row) take 0.02-0.05 ms each. The batched rows show what sharing
+  commits buys.""",
     "durable transactions per workflow": """\
 - **Transactions per workflow**: four, not three, by design (the insert, one commit per step;
   `pg_stat_database` counted between closed sessions, which report their counts when they
@@ -275,11 +285,19 @@ WHY_SHORT: dict[str, str] = {
   profile's phases from rest: no database call before staging (0.08 ms), staging 0.07 ms, then
   the one round trip. On the server (the statement log): the step's statement 0.21 ms (its
   run row written with plain parameters: the batch statement's JSON row sets took 0.29 ms and
-  0.1 ms more client CPU), the lock 0.05 ms, then the COMMIT's flush; the update is never HOT
-  (`updated_at` is in `workflow_runs_stuck`: seven index entries a step, about 0.05 ms). What
-  is left above the goal's 1 ms is that commit with its round trip (a raw UPDATE, 0.48 ms on
-  a quiet host) and about 0.5 ms of statement, staging and psycopg's pipeline; the lane could
-  not measure it quiet.""",
+  0.1 ms more client CPU), the lock 0.05 ms, then the COMMIT's flush. Since schema 6 (issue
+  20i) the run's update is HOT, written in place with no index entry, when the step leaves the
+  run's indexed columns as they were, as this one does (the stuck-runs index covers
+  `updated_minute`, a generated column that changes once a minute, not `updated_at`; the
+  table's fillfactor is 90, so the new version fits on the row's page): `python -m
+  benchmarks.step_wal rest` counts 5.1 WAL records and 570-680 bytes a step (the run's HOT
+  update, the journal row and its one index entry, the row lock, the commit) against 13.6 and
+  1,260 (seven index entries of the run, two of the journal), every update HOT against none;
+  the statement's executor time (auto_explain) 0.15-0.18 ms against 0.23-0.24 ms in the same
+  minutes at load 4-5. What is left above the goal's 1 ms is the commit with its round trip (a
+  raw UPDATE, 0.48 ms on a quiet host) and about 0.4 ms of statement, staging and psycopg's
+  pipeline; the wall time could not be measured quiet (at load 2-5 every commit's flush took
+  5-6 ms, on both schemas).""",
     "vs DBOS": """\
 - **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
   step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and

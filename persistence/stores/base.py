@@ -464,10 +464,12 @@ def run_query_sql(
         clauses.append(f"created_at < {mark}")
         params.append(time_param(query.created_before))
     if query.stuck_before is not None:
+        # updated_minute (the indexed minute of updated_at, schema 6) bounds the index range
         clauses.append(
-            f"status = 'active' AND updated_at < {mark} AND (wake_at IS NULL OR wake_at < {mark})"
+            f"status = 'active' AND updated_minute < {mark} AND updated_at < {mark} "
+            f"AND (wake_at IS NULL OR wake_at < {mark})"
         )
-        params += [time_param(query.stuck_before)] * 2
+        params += [time_param(query.stuck_before)] * 3
     if query.state is not None:
         # The column holds leaves joined by commas: match a whole leaf or a leaf below `state`.
         pattern = _like_escaped(query.state)

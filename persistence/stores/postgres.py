@@ -855,7 +855,7 @@ _STEPS_PARTS = {
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
     FROM run JOIN jsonb_to_recordset(%(outcomes)s) AS o(run uuid, k text, s text, r jsonb, e text)
         ON o.run = run.id
-    WHERE e.idempotency_key = o.k AND e.run_id = run.id
+    WHERE e.idempotency_key = o.k AND e.run_id = run.id AND e.status = 'pending'
 )""",
     "effects": """, effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,

@@ -1084,7 +1084,8 @@ class SQLQueries(SQLDialect):
         """Active runs untouched for `older_than_ms`, not waiting for a later timer."""
         where, params = self._where(RunQuery(stuck_before=now - older_than_ms))
         rows = self._read(
-            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} ORDER BY updated_at LIMIT ?",
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY updated_minute, updated_at LIMIT ?",  # (the same order as updated_at's)
             (*params, limit),
         )
         return [self._run(r) for r in rows]

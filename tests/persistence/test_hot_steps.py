@@ -1,0 +1,164 @@
+"""Schema 6 (migrations/*/0006_hot_steps.sql): a step that leaves a run's indexed columns as they
+were updates its PostgreSQL row in place (HOT: counted by the server in pg_stat_user_tables, not
+timed), the stuck-runs index works over the minute of the last update, and a database at
+schema 5 with runs in it upgrades to 6 with its runs, journal and stuck runs as they were."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from persistence import schema
+from persistence.runtime import Runtime
+from persistence.stores import (
+    ConflictError,
+    EffectOutcome,
+    JournalEntry,
+    NewEffect,
+    NewRun,
+    RunQuery,
+    StepCommit,
+    Store,
+)
+from persistence.stores.postgres import PostgresStore
+from persistence.stores.sqlite import SQLiteStore
+from statecharts import SimulatedClock, assign, create_machine
+from tests.persistence.conftest import wait_for
+
+T0 = 1_700_000_000_000
+MINUTE = 60_000
+
+counter = create_machine(
+    {"id": "counter", "initial": "counting", "context": {"n": 0},
+     "states": {"counting": {"on": {"INC": {"actions": "inc"}, "FINISH": "done"}},
+                "done": {"type": "final"}}},
+    actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
+)  # fmt: skip
+
+
+def _updates(dsn: str, schema_name: str) -> tuple[int, int]:
+    """(updates, HOT updates) of the schema's workflow_runs, as the server counted them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                           "WHERE schemaname = %s AND relname = 'workflow_runs'",
+                           (schema_name,)).fetchone()  # fmt: skip
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _counted(dsn: str, schema_name: str, updates: int) -> tuple[int, int]:
+    """The counts once the closed store's sessions have reported them (at their exit)."""
+    wait_for(lambda: _updates(dsn, schema_name)[0] >= updates)
+    return _updates(dsn, schema_name)
+
+
+def test_a_step_that_changes_no_indexed_column_is_a_hot_update(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
+    store.migrate()
+    runtime = Runtime(store, [counter], clock=SimulatedClock(start=T0))
+    run_id = runtime.start("counter")
+    for _ in range(10):  # each applied in the send (the run is at rest): one update each
+        runtime.send(run_id, "INC")
+    assert runtime.get(run_id).snapshot["context"] == {"n": 10}
+    store.close()
+    assert _counted(pg_dsn, pg_schema, 10) == (10, 10)  # snapshot, version, updated_at: HOT
+
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
+    runtime = Runtime(store, [counter], clock=SimulatedClock(start=T0 + 1000))
+    runtime.send(run_id, "FINISH")  # state and status change: indexed, so not in place
+    assert runtime.get(run_id).status == "done"
+    store.close()
+    assert _counted(pg_dsn, pg_schema, 11) == (11, 10)
+
+
+def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schema: str) -> None:
+    from benchmarks import step_wal
+
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    result = step_wal.measure(url, "rest", 60, runs_at_rest=20)  # the WAL the server wrote
+    assert result["tables"]["workflow_runs"] == (20, 80, 80)  # 20 steps warm up: all in place
+    index_entries = collections.Counter(
+        relation for (kind, relation), (count, _) in result["kinds"].items()
+        for _ in range(count) if kind == "Btree INSERT_LEAF")  # fmt: skip
+    assert index_entries == {"workflow_events_pkey": 60}  # the journal row's, nothing else
+    assert result["transactions"] == 60
+
+
+@pytest.fixture
+def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Migrations stop at version 5 (as released before schema 6) until the test lets go."""
+    real = schema.migrations
+    monkeypatch.setattr(schema, "migrations", lambda dialect: real(dialect)[:5])
+    yield
+    monkeypatch.setattr(schema, "migrations", real)
+
+
+def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "runs.db")
+    return PostgresStore(request.getfixturevalue("pg_dsn"),
+                         schema=request.getfixturevalue("pg_schema"), max_size=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, at_schema_5: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    store = _open(kind, tmp_path, request)
+    assert store.migrate() == [1, 2, 3, 4, 5]
+    clock = SimulatedClock(start=T0)
+    runtime = Runtime(store, [counter], clock=clock)
+    ids = []
+    for i in range(4):  # last touched at T0, T0 + 0.5 min, ... (two of them in one minute)
+        clock.advance(i * MINUTE // 2)
+        ids.append(runtime.start("counter"))
+        runtime.send(ids[-1], "INC")
+    runtime.send(ids[3], "FINISH")  # ended: never stuck
+    waiting, _ = store.create_run(  # effects written at schema 5, pending; due later: not stuck
+        NewRun(id=str(uuid.uuid4()), workflow_name="mailer", workflow_version="v1", key=None,
+               state="sending", snapshot={"value": "sending"}, wake_at=T0 + 15 * MINUTE),
+        [NewEffect(i, "run_action", {"type": f"mail{i}"}) for i in range(2)], T0)  # fmt: skip
+    store.close()
+
+    monkeypatch.undo()  # the code's own migrations again: 6 is pending
+    store = _open(kind, tmp_path, request)
+    assert store.migrate() == [6]
+    store.check_schema()
+    assert [run.id for run in store.stuck_runs(T0 + 10 * MINUTE, 0)] == ids[:3]  # oldest first
+    # T0 is 20 s into its minute: the second run's minute is below the mark, its update is not
+    mark = T0 + 20_000
+    assert [run.id for run in store.stuck_runs(mark, 0)] == ids[:1]
+    assert store.count_matching(RunQuery(stuck_before=mark)) == {"active": 1}
+    assert [(e.event["type"], e.step) for e in store.list_events(ids[3])] == [
+        ("INC", 2), ("FINISH", 3)]  # fmt: skip
+    runtime = Runtime(store, [counter], clock=SimulatedClock(start=T0 + 20 * MINUTE))
+    runtime.send(ids[0], "INC")  # the upgraded rows step as before
+    assert runtime.get(ids[0]).snapshot["context"] == {"n": 2}
+    assert [run.id for run in store.stuck_runs(T0 + 10 * MINUTE, 0)] == ids[1:3]
+
+    # the outbox keeps its keys; its outcomes are recorded once, a replayed step writes nothing
+    keys = [e.idempotency_key for e in store.list_effects(waiting.id, status="pending")]
+    assert keys == [f"{waiting.id}:1:0", f"{waiting.id}:1:1"]
+    store.claim_runs("w1", T0 + 20 * MINUTE, 30_000, 10)
+    commit = StepCommit(
+        run_id=waiting.id, owner="w1", expected_version=1, state="sent",
+        snapshot={"value": "sent"}, status="done",
+        effect_outcomes=[EffectOutcome(k, "done", {"n": i}) for i, k in enumerate(keys)],
+        new_effects=[NewEffect(0, "emit", {"type": "SENT"})],
+        journal=[JournalEntry({"type": "xstate.done.actor.mail"}, "sending", "sent")])  # fmt: skip
+    assert store.commit_step(commit, T0 + 20 * MINUTE) == 2
+    with pytest.raises(ConflictError):
+        store.commit_step(commit, T0 + 20 * MINUTE)
+    assert [(e.idempotency_key, e.step, e.status, e.result)
+            for e in store.list_effects(waiting.id)] == [
+        (keys[0], 1, "done", {"n": 0}), (keys[1], 1, "done", {"n": 1}),
+        (f"{waiting.id}:2:0", 2, "pending", None)]  # fmt: skip
+    store.close()
