@@ -336,9 +336,9 @@ WHY_SHORT: dict[str, str] = {
   much again), hands psycopg each hot statement as the same encoded bytes (psycopg encoded the
   2-3 kB text anew for every statement and hashed the copy to find its parsed form), keeps
   parsed run ids, builds no context manager for an effect nothing observes and reads the
-  insert's returned row in binary: 3.20M -> 2.87M instructions per workflow (-10%; the goal
-  of issue 20j was -25%), and a step from rest (`send` to a counter at rest, no worker)
-  1.10M -> 0.93M (-15%; its pipelined BEGIN, row lock and COMMIT on the kept cursor too).
+  insert's returned row in binary: 3.20M -> 2.87M instructions per workflow (-10%), and a
+  step from rest (`send` to a counter at rest, no worker) 1.10M -> 0.93M (-15%; its
+  pipelined BEGIN, row lock and COMMIT on the kept cursor too).
   What is left per statement is psycopg's own Python around `execute` (about 57k
   instructions for a `SELECT 1` on a kept cursor, 30k more for the pool's `getconn` and
   `putconn`) and adapting parameters and results (about 150k for 21 parameters sent and 21
