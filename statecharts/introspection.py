@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .events import EventLike, normalize_event
-from .machine import Machine
+from .machine import Machine, fixed_clock
 from .nodes import Transition
 from .snapshot import Snapshot
 
@@ -51,8 +51,7 @@ def microsteps(snapshot: Snapshot, event: EventLike,
     trace: list[Any] = []
     machine = snapshot.machine
     assert isinstance(machine, Machine)  # the owner of every snapshot the engine makes
-    moment = 0 if now is None else int(now)
-    result, _ = machine.step(snapshot, normalize_event(event), lambda: moment, trace)
+    result, _ = machine.step(snapshot, normalize_event(event), fixed_clock(now), trace)
     steps = tuple(Microstep(ev, tuple((t.source.id, tuple(n.id for n in t.targets))
                                       for t in taken)) for ev, taken in trace)
     return steps, result

@@ -94,7 +94,7 @@ class Machine:
 
     def initial_transition(self, input: Any = None, now: int | None = None) -> Result:
         """The machine's initial snapshot and the effects of starting it."""
-        return self.start(input, _fixed(now))
+        return self.start(input, fixed_clock(now))
 
     def transition(self, snapshot: Snapshot, event: EventLike, now: int | None = None) -> Result:
         """The snapshot after ``event`` and the effects to run, in order. Pure.
@@ -114,19 +114,19 @@ class Machine:
         else:
             normalized = None
         if normalized is None:
-            return self.step(snapshot, normalize_event(event), _fixed(now))
+            return self.step(snapshot, normalize_event(event), fixed_clock(now))
         if snapshot.machine is self and snapshot.status == "active" and self.plans:
             take = snapshot.configuration.routes.get(kind, UNKNOWN)
             if take is not UNKNOWN:  # else step compiles the route
                 taken = take(snapshot, snapshot.context, normalized, None, None) \
                     if take is not None else None
                 return taken if taken is not None else \
-                    self._macrostep(snapshot, normalized, _fixed(now), None)
-        return self.step(snapshot, normalized, _fixed(now))
+                    self._macrostep(snapshot, normalized, fixed_clock(now), None)
+        return self.step(snapshot, normalized, fixed_clock(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""
-        return self.deliver_timer(snapshot, timer_id, _fixed(now))
+        return self.deliver_timer(snapshot, timer_id, fixed_clock(now))
 
     def stop(self, snapshot: Snapshot) -> Result:
         """The snapshot with status ``stopped``: children stopped, timers cancelled."""
@@ -287,7 +287,9 @@ def _ZERO() -> int:
     return 0
 
 
-def _fixed(now: int | None) -> Callable[[], int]:
+def fixed_clock(now: int | None) -> Callable[[], int]:
+    """A clock function that always says ``now`` (epoch ms; 0 when None): what the pure
+    calls (``transition``, ``start``, ``fire_timer``) give ``step`` and its kin."""
     if now is None:
         return _ZERO
     moment = int(now)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..events import EventLike, normalize_event
 from ..frozen import FrozenDict, thaw
-from ..machine import Machine
+from ..machine import Machine, fixed_clock
 from ..snapshot import Snapshot
 from .coverage import CoverageRecorder, CoverageReport, transition_name
 from .outcomes import (
@@ -229,10 +229,6 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
     return graph
 
 
-def _at(moment: int) -> Callable[[], int]:
-    return lambda: moment
-
-
 def _due(snapshot: Snapshot, timer_id: str) -> int:
     return next(t.due_at for t in snapshot.timers if t.id == timer_id)
 
@@ -263,7 +259,7 @@ def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSou
     if moves.fire_timers and snapshot.timers:
         timer = snapshot.timers[0]  # only the earliest can fire first
         trace = []
-        after, _ = machine.deliver_timer(snapshot, timer.id, _at(timer.due_at), trace)
+        after, _ = machine.deliver_timer(snapshot, timer.id, fixed_clock(timer.due_at), trace)
         yield Segment(timer.event, after, timer.id), trace
 
 
@@ -339,8 +335,8 @@ def coverage(machine: Machine, paths: Iterable[Path] = (), *,
             before = snapshot
             if timer is not None:
                 now = max(now, _due(snapshot, timer))
-                snapshot, _ = machine.deliver_timer(snapshot, timer, _at(now), trace)
+                snapshot, _ = machine.deliver_timer(snapshot, timer, fixed_clock(now), trace)
             else:
-                snapshot, _ = machine.step(snapshot, item, _at(now), trace)
+                snapshot, _ = machine.step(snapshot, item, fixed_clock(now), trace)
             recorder.macrostep(before, trace, snapshot)
     return recorder.report()

@@ -22,7 +22,7 @@ import pytest
 from ..actor import Actor, create_actor
 from ..clock import SimulatedClock
 from ..events import normalize_event
-from ..machine import Machine
+from ..machine import Machine, fixed_clock
 from .coverage import CoverageRecorder
 
 OPTION = "--statecharts-coverage"
@@ -66,8 +66,7 @@ class CoverageWatch:
                        now: int | None = None) -> Any:
             # what ``Machine.transition`` is defined as, so that the wrapped ``step`` sees
             # every event (the engine's own takes compiled routes without calling ``step``)
-            moment = 0 if now is None else int(now)
-            return machine.step(snapshot, normalize_event(event), lambda: moment)
+            return machine.step(snapshot, normalize_event(event), fixed_clock(now))
 
         self._patch.setattr(Machine, "start", start)
         self._patch.setattr(Machine, "transition", transition)
