@@ -38,7 +38,7 @@ from .actions import (
 )
 from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
-from .effects import NO_EFFECTS
+from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
@@ -585,7 +585,7 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                 effects = []
             for action, params, fn, items in ops:
                 if items is None:  # a user action: run by the runtime, seeing this context
-                    effects.append(fx.RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
+                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
                     continue
                 fresh = {**context}
                 try:
