@@ -577,8 +577,8 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                 raise ImplementationError(f"action '{kind}'", exc) from exc
             fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
             # the bounds: see frozen.INT_MAX
-            fresh[key] = value if (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) \
-                or as_is(value) else freeze(value, key)
+            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
+                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
             context = FrozenDict(fresh)
         else:
             if emits and effects is None:
@@ -592,8 +592,8 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                     for name, item, computed in items:
                         if computed:
                             item = item(context, event)
-                            if not (type(item) is int and -0x3FFFFFFF <= item <= 0x3FFFFFFF) \
-                                    and not as_is(item):
+                            if not (type(item) is int and item <= 0x3FFFFFFF and
+                                    item >= -0x3FFFFFFF) and not as_is(item):
                                 item = freeze(item, name)
                         fresh[name] = item
                 except StatechartError:
@@ -748,7 +748,7 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("emits", "entries", "exits", "observes_nodes", "ops", "reads_history",
+    __slots__ = ("_ops", "emits", "entries", "exits", "observes_nodes", "reads_history",
                  "recorded", "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
@@ -769,18 +769,25 @@ class Plan:
         # In()), look at the active states while the microstep runs: keep them exact then
         self.observes_nodes = any(n.type == FINAL for n in entries) or any(
             _reads_configuration(a) for a in _plan_actions(exits, transitions, entries))
-        # the whole microstep as one list of compiled actions, when the states exited and
-        # entered bring nothing but actions (no timers, invocations or retried calls) and
-        # every action compiles (user actions, assigns of a mapping)
-        plain = not self.observes_nodes and not any(
-            n.after_timers or n.invoke or n.retry is not None or n.retry_attempt_of is not None
-            for n in (*exits, *entries))
-        ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
-            if plain else [None]
-        self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
         # whether the compiled actions make effects (user actions), or only change the context
         self.emits = any(not isinstance(a.impl, BuiltinAction)
                          for a in _plan_actions(exits, transitions, entries))
+        self._ops: Any = NOT_COMPILED
+
+    @property
+    def ops(self) -> tuple[Op, ...] | None:
+        """The whole microstep as compiled actions (``Op``), for a route to run; None where
+        the states exited or entered bring more than actions (timers, invocations, retried
+        calls, final states, built-ins that read the configuration) or an action does not
+        compile. Compiled when a route first asks (the full step never does)."""
+        if self._ops is NOT_COMPILED:
+            plain = not self.observes_nodes and not any(
+                n.after_timers or n.invoke or n.retry is not None or
+                n.retry_attempt_of is not None for n in (*self.exits, *self.entries))
+            ops = [compile_action(a) for a in
+                   _plan_actions(self.exits, self.transitions, self.entries)] if plain else [None]
+            self._ops = None if None in ops else tuple(ops)
+        return self._ops  # type: ignore[no-any-return]
 
 
 PLANS_PER_CONFIGURATION = 1024
