@@ -555,6 +555,8 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
     onward: Take | None = plan.target.eventless.take \
         if plan is not None and plan.target.has_always else None
     emits = plan is not None and plan.emits
+    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
+    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
 
     def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
            effects: list[fx.Effect] | None, trace: Trace | None
@@ -580,6 +582,9 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
             fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
                                    value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
             context = FrozenDict(fresh)
+            if onward is None:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
         else:
             if emits and effects is None:
                 effects = []
@@ -601,6 +606,9 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                 except Exception as exc:
                     raise ImplementationError(f"action '{action}'", exc) from exc
                 context = FrozenDict(fresh)
+            if settles:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
         # _at_rest, written out: one call fewer on every event
