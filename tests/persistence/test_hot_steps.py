@@ -78,6 +78,10 @@ def test_a_step_that_changes_no_indexed_column_is_a_hot_update(
     assert _counted(pg_dsn, pg_schema, 11) == (11, 10)
 
 
+LEAF_ENTRIES = ("Btree INSERT_LEAF", "Btree INSERT_POST")
+"""The WAL records of an index entry (INSERT_POST: a duplicate key, kept in a posting list)."""
+
+
 def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schema: str) -> None:
     from benchmarks import step_wal
 
@@ -85,19 +89,18 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schem
     result = step_wal.measure(url, "rest", 60, runs_at_rest=20)  # the WAL the server wrote
     inserted, updated, hot = result["tables"]["workflow_runs"]
     assert (inserted, updated) == (20, 80)  # 20 steps warm up, then the 60 measured
-    # A HOT update needs room on the row's page; the server makes room by pruning the page
-    # when it can take the page's cleanup lock, which another backend's pin can deny now and
-    # then (seen under load: 79 of 80). A step that changed an indexed column is never HOT.
+    # Not HOT, by design: the step that crosses into a new minute (it changes updated_minute,
+    # which the stuck-runs index holds). Not HOT, now and then: a step whose page is full, as
+    # the server prunes a page only when it gets its cleanup lock (seen: 79 of 80 under load).
+    # A step that changed an indexed column would never be HOT.
     assert hot >= updated - 2
-    index_entries = collections.Counter(
+    entries = collections.Counter(
         relation for (kind, relation), (count, _) in result["kinds"].items()
-        for _ in range(count) if kind == "Btree INSERT_LEAF")  # fmt: skip
-    assert index_entries.pop("workflow_events_pkey") == 60  # the journal row's
+        for _ in range(count) if kind in LEAF_ENTRIES)  # fmt: skip
+    assert entries.pop("workflow_events_pkey") == 60  # the journal row's
     run_indexes = _run_indexes(pg_dsn, pg_schema)
-    measured_not_hot = sum(index_entries.values()) // len(run_indexes)
-    # only an update that was not HOT wrote the run's index entries, one in each of its indexes
-    assert +index_entries == +collections.Counter(dict.fromkeys(run_indexes, measured_not_hot))
-    assert measured_not_hot <= updated - hot
+    assert set(entries) <= set(run_indexes)  # and nothing else's
+    assert all(count <= updated - hot for count in entries.values())  # only the steps not HOT
     assert result["transactions"] == 60
 
 
