@@ -216,10 +216,11 @@ WHY_SHORT: dict[str, str] = {
   eventless route after it, the new snapshot by `msgspec.structs.replace`; closures, no
   generated code), so what is left is fixed per-event work in CPython. Counted by `python -m
   benchmarks.instructions` (callgrind: instructions, repeatable under load; within about 2%
-  from run to run), per event through an actor: counter about 13.6k (14k before issue 19l's
-  lane, 16k before issue 19f's, 20k before the composed routes), entry/exit toggle about
-  16.7k (17.6k, 18.4k, 21k), shop about 17.8k (18.8k, 19.8k, 25k), invoice about 20.5k
-  (22.2k); pure `transition()`: counter about 8.9k (9.3k before issue 19l's lane, 10.1k
+  from run to run), per event through an actor: counter about 12.5k (12.8k after issue 19k's
+  lane, whose actor takes the route itself, 14k before issues 19k and 19l, 16k before issue
+  19f's lane, 20k before the composed routes), entry/exit toggle about 14.7k (15.5k, 17.6k,
+  18.4k, 21k), shop about 16.3k (17.3k, 18.8k, 19.8k, 25k), invoice about 18.6k (20.4k,
+  22.2k); pure `transition()`: counter about 8.9k (9.3k before issue 19l's lane, 10.1k
   before issue 19h's, 12k, 14k), entry/exit toggle about 8.2k (9.3k), shop about 11.5k
   (12.7k, 13.7k, 14.4k, 17k), invoice about 13.0k (14.9k, 15.7k). Issue 19l's lane has a
   route run its plan's actions itself, as data (`Op`: a user action's `RunAction` built, an
@@ -242,8 +243,8 @@ WHY_SHORT: dict[str, str] = {
   copy with the new values, then `FrozenDict`'s own copy of it: no pure-Python way fills a
   subclass in place), the new snapshot about 1.2k, each Python call about 0.5k (the user
   guard, each assigned value), a `RunAction` about 0.8k, and around the route the actor's
-  `send` (the lock, the mailbox checks, `Machine.step`'s checks: 13.6k through the actor
-  against 8.9k pure on the counter). `python -m
+  `send` (the lock, the mailbox checks: 12.5k through the actor against 8.9k pure on the
+  counter). `python -m
   benchmarks.hotspots shop` shows the shares.""",
     "scaling flat": """\
 - **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one
