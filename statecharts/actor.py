@@ -1,7 +1,8 @@
 """The in-memory actor runtime: it runs what the pure core decides.
 
 An ``Actor`` holds the current snapshot, feeds events to ``machine.step`` one at a time
-(run-to-completion; events sent while one is processed wait in the mailbox), and executes the
+(taking a compiled route itself, as ``Machine.transition`` does, while ``step`` is the engine's
+own; run-to-completion: events sent while one is processed wait in the mailbox), and executes the
 returned effects: user actions in order, timers on its clock, child actors, sends and emits.
 
 Thread safety: ``send``, ``stop`` and timer callbacks take the actor's lock, so an actor may be
@@ -291,14 +292,25 @@ class Actor:
         kept, its effects run, observers told (a failing implementation fails the actor). One
         function, not two: this is the hot path of every ``send``. ``step`` is the function,
         not a method bound per event (``step(machine, snapshot, item, now, trace)``)."""
-        previous = self._snapshot
+        previous: Any = self._snapshot  # (None only for the start, which passes ``step``)
+        machine = self.machine
         try:
-            # None: the machine's class's ``step``, looked up now (so a subclass or a patch,
-            # such as the test kit's coverage, is honoured) and not bound per event
-            machine = self.machine
-            run: Callable[..., Any] = type(machine).step if step is None else step
-            snapshot, effects = run(
-                machine, previous, item, self.clock.now, trace)
+            result = None
+            if step is None:
+                # the machine's class's ``step``, looked up now (so a subclass or a patch,
+                # such as the test kit's coverage, is honoured); the unchanged one's compiled
+                # route is taken here, as ``Machine.transition`` takes it (keep them alike)
+                step = type(machine).step
+                if step is _MACHINE_STEP and previous.machine is machine and \
+                        previous.status == "active" and machine.plans:
+                    take = previous.configuration.routes.get(item["type"])
+                    if take is not None:  # else step compiles the route (or there is none)
+                        result = take(previous, previous.context, item, None, trace)
+                        if result is None:  # the route hands this event to the full step
+                            result = machine._macrostep(previous, item, self.clock.now, trace)
+            if result is None:
+                result = step(machine, previous, item, self.clock.now, trace)
+            snapshot, effects = result
         except StatechartError as exc:
             self._fail(exc)
             if self.parent is None or previous is None:
@@ -306,10 +318,8 @@ class Actor:
             return  # a child's failure goes to its parent as an event, not to the sender
         if trace:
             self._trace(trace)
-        if snapshot is previous and not effects:
-            return  # nothing happened: nothing to tell
-        self._snapshot = snapshot
         if effects:
+            self._snapshot = snapshot
             try:
                 self._run_effects(effects)
             except ImplementationError as exc:
@@ -320,21 +330,24 @@ class Actor:
                 if self.parent is None:
                     raise
                 return
-        current: Snapshot | None = self._snapshot  # as the effects left it
-        assert current is not None
-        if current is not previous:
+            snapshot = self._snapshot  # as the effects left it
+        elif snapshot is previous:
+            return  # nothing happened: nothing to tell
+        else:
+            self._snapshot = snapshot
+        if snapshot is not previous:
             if self._inspect is not None:
-                self._report("@xstate.snapshot", snapshot=current)
+                self._report("@xstate.snapshot", snapshot=snapshot)
             if self._observers:
                 self._notify()
-        if current.status in ("done", "error"):
+        if snapshot.status != "active" and snapshot.status in ("done", "error"):
             self._finish()
 
     # -- effects -----------------------------------------------------------------------------
 
     def _run_effects(self, effects: tuple[fx.Effect, ...]) -> None:
         inspect = self._inspect
-        for index, effect in enumerate(effects):
+        for effect in effects:  # (no ``enumerate``: only a held send needs its place)
             if inspect is not None:
                 self._report("@xstate.action", action=effect)
             if type(effect) is RunAction:  # the commonest effect, run without a dispatch
@@ -351,7 +364,7 @@ class Actor:
                 except Exception as exc:
                     raise ImplementationError(f"action '{effect.type}'", exc) from exc
                 continue
-            if isinstance(effect, fx.SendTo) and self._hold(effect, effects, index):
+            if isinstance(effect, fx.SendTo) and self._hold(effect, effects):
                 continue
             self._run_effect(effect)
             if self._held and isinstance(effect, fx.StartChild):
@@ -359,12 +372,13 @@ class Actor:
                     for event in self._held.pop(name or "", ()):
                         self._send_to(effect.id, event)
 
-    def _hold(self, send: fx.SendTo, effects: tuple[fx.Effect, ...], index: int) -> bool:
+    def _hold(self, send: fx.SendTo, effects: tuple[fx.Effect, ...]) -> bool:
         """Hold a send to a child this step starts later (an entry action sending to the
         state's own invocation): XState delivers it once the child has started."""
         target = send.target
         if target in self._children or self.system.get(target) is not None:
             return False
+        index = next(i for i, e in enumerate(effects) if e is send)  # not ``==``: alike sends
         if not any(isinstance(e, fx.StartChild) and target in (e.id, e.system_id)
                    for e in effects[index + 1:]):
             return False
@@ -729,6 +743,9 @@ def create_actor(machine: Machine, *, input: Any = None,
     """
     return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
                  on_unpersistable=on_unpersistable, system_id=system_id, strict=strict)
+
+
+_MACHINE_STEP = Machine.step
 
 
 def _start_machine(machine: Machine, snapshot: None, input: Any, now: Callable[[], int],

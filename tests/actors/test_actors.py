@@ -392,3 +392,47 @@ def test_the_simulated_clock_says_when_its_next_timer_falls_due() -> None:
     assert clock.next_due() == 900  # a cancelled timer is not the next one
     clock.set(900)
     assert fired == [900] and clock.next_due() is None
+
+
+def test_a_subclass_or_a_patch_of_machine_step_sees_every_event_an_actor_takes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An actor takes compiled routes without calling ``Machine.step``, but only while
+    ``step`` is the engine's own: a subclass's ``step``, or a patch applied while the actor
+    runs (as the test kit's coverage does), sees every event, the first and the routed ones."""
+    from statecharts.definition import Implementations
+    from statecharts.machine import Machine
+
+    config = {"id": "t", "initial": "a", "context": {"n": 0}, "states": {
+        "a": {"on": {"GO": {"target": "b", "actions": assign({"n": lambda c, e: c["n"] + 1})}}},
+        "b": {"on": {"GO": "a"}}}}
+    seen: list[str] = []
+
+    class Counting(Machine):
+        def step(self, snapshot: Any, event: Any, now: Any, trace: Any = None) -> Any:
+            seen.append(event["type"])
+            return super().step(snapshot, event, now, trace)
+
+    actor = create_actor(Counting(config, Implementations({}, {}, {}, {}))).start()
+    for _ in range(4):
+        actor.send("GO")
+    assert seen == ["GO"] * 4
+    assert actor.get_snapshot().value == "a" and actor.get_snapshot().context["n"] == 2
+
+    plain = create_actor(create_machine(config)).start()
+    for _ in range(2):
+        plain.send("GO")  # the routes are compiled and taken by the actor itself
+    engine_step = Machine.step
+
+    def patched(machine: Machine, snapshot: Any, event: Any, now: Any, trace: Any = None) -> Any:
+        seen.append(f"patched {event['type']}")
+        return engine_step(machine, snapshot, event, now, trace)
+
+    seen.clear()
+    monkeypatch.setattr(Machine, "step", patched)
+    for _ in range(3):
+        plain.send("GO")
+    assert seen == ["patched GO"] * 3
+    monkeypatch.undo()
+    plain.send("GO")
+    assert seen == ["patched GO"] * 3
+    assert plain.get_snapshot().value == "a" and plain.get_snapshot().context["n"] == 3

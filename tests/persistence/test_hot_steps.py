@@ -78,17 +78,38 @@ def test_a_step_that_changes_no_indexed_column_is_a_hot_update(
     assert _counted(pg_dsn, pg_schema, 11) == (11, 10)
 
 
+LEAF_ENTRIES = ("Btree INSERT_LEAF", "Btree INSERT_POST")
+"""The WAL records of an index entry (INSERT_POST: a duplicate key, kept in a posting list)."""
+
+
 def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schema: str) -> None:
     from benchmarks import step_wal
 
     url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
     result = step_wal.measure(url, "rest", 60, runs_at_rest=20)  # the WAL the server wrote
-    assert result["tables"]["workflow_runs"] == (20, 80, 80)  # 20 steps warm up: all in place
-    index_entries = collections.Counter(
+    inserted, updated, hot = result["tables"]["workflow_runs"]
+    assert (inserted, updated) == (20, 80)  # 20 steps warm up, then the 60 measured
+    # Not HOT, by design: the step that crosses into a new minute (it changes updated_minute,
+    # which the stuck-runs index holds). Not HOT, now and then: a step whose page is full, as
+    # the server prunes a page only when it gets its cleanup lock (seen: 79 of 80 under load).
+    # A step that changed an indexed column would never be HOT.
+    assert hot >= updated - 2
+    entries = collections.Counter(
         relation for (kind, relation), (count, _) in result["kinds"].items()
-        for _ in range(count) if kind == "Btree INSERT_LEAF")  # fmt: skip
-    assert index_entries == {"workflow_events_pkey": 60}  # the journal row's, nothing else
+        for _ in range(count) if kind in LEAF_ENTRIES)  # fmt: skip
+    assert entries.pop("workflow_events_pkey") == 60  # the journal row's
+    run_indexes = _run_indexes(pg_dsn, pg_schema)
+    assert set(entries) <= set(run_indexes)  # and nothing else's
+    assert all(count <= updated - hot for count in entries.values())  # only the steps not HOT
     assert result["transactions"] == 60
+
+
+def _run_indexes(dsn: str, schema_name: str) -> list[str]:
+    """The names of the schema's indexes on workflow_runs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s AND "
+                            "tablename = 'workflow_runs'", (schema_name,)).fetchall()
+    return [row[0] for row in rows]
 
 
 @pytest.fixture
