@@ -123,6 +123,20 @@ def _backend_cpu(pids: list[int]) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _backend_pids(pool: Any) -> list[int]:
+    """The backends of every connection of `pool` (None: no backends), all idle after the
+    warm-up: a pool hands its connections out in turn, so the workflows' statements are spread
+    over all of them (reading one backend counted half of them where the pool had grown to two)."""
+    if pool is None:
+        return []
+    conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+    try:
+        return [conn.execute("SELECT pg_backend_pid()").fetchone()[0] for conn in conns]
+    finally:
+        for conn in conns:
+            pool.putconn(conn)
+
+
 def profile(url: str, n: int = 1000) -> dict[str, Any]:
     """Run `n` workflows through `Inline.run` on `url` and return the per-workflow figures
     (on SQLite: the phases only, no statement count or backend)."""
@@ -137,11 +151,7 @@ def profile(url: str, n: int = 1000) -> dict[str, Any]:
         with _instrumented(phases, store):
             for x in range(WARMUP):
                 inline.run(WORKFLOW, {"x": x})
-            pool = getattr(store, "_pool", None)
-            pids: list[int] = []
-            if pool is not None:  # the backends of the pool's idle connections
-                with pool.connection() as conn:
-                    pids.append(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            pids = _backend_pids(getattr(store, "_pool", None))
             phases.clear()
             server0, cpu0, wall0 = _backend_cpu(pids), time.thread_time(), time.perf_counter()
             for x in range(n):

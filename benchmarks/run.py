@@ -350,12 +350,30 @@ WHY_SHORT: dict[str, str] = {
   parsed run ids, builds no context manager for an effect nothing observes and reads the
   insert's returned row in binary: 3.20M -> 2.87M instructions per workflow (-10%), and a
   step from rest (`send` to a counter at rest, no worker) 1.10M -> 0.93M (-15%; its
-  pipelined BEGIN, row lock and COMMIT on the kept cursor too).
+  pipelined BEGIN, row lock and COMMIT on the kept cursor too). Issue 20k's lane, counted the
+  same way: a step's `uuid[]` of run ids sent as the array's text (psycopg's list adaptation
+  found each element's type and searched it with a regular expression: about 60k instructions
+  a step), the start's insert and the step's statement each on a cursor kept for that
+  statement (psycopg keeps a cursor's dumpers and loaders only while it runs the same query
+  object again; on the one kept cursor the start's and the steps' statements alternated, so
+  each built them anew: about 140k a workflow), the hot statements' JSON parameters as
+  untyped text the server reads as `jsonb` (not through psycopg's `Jsonb` dumper) and one
+  step's run row as plain parameters with its choices made in Python (`_one_run_sql`, as the
+  step from rest was; a batch keeps its JSON row set): 2.86M -> 2.56M instructions per
+  workflow (-10.5%; the plain parameters gave 70k back, for the server's sake). The step's
+  statement then took 0.29-0.31 ms of executor time (auto_explain, median of 1,260) against
+  0.38-0.51 ms for the row-set form, interleaved in the same minutes at load 5 (the insert
+  0.24-0.26 against 0.27-0.33). `inline_profile` now reads the CPU of every backend of the
+  store's pool: the pool hands its connections out in turn and had grown to two, so its
+  backend figure counted about half of the statements before. Every hot statement is
+  prepared (psycopg's, after five runs on each connection: `pg_prepared_statements`).
   What is left per statement is psycopg's own Python around `execute` (about 57k
   instructions for a `SELECT 1` on a kept cursor, 30k more for the pool's `getconn` and
-  `putconn`) and adapting parameters and results (about 150k for 21 parameters sent and 21
-  columns read: the insert's shape), then the transition (the engine's) and thin Python over
-  the driver and store. Keeping one connection for a whole `Inline.run` would save the
+  `putconn`) and adapting parameters and results (about 35k a step now; the insert reads 21
+  columns), then the transition (the engine's, about 155k a step) and thin Python over
+  the driver and store (building a step's parameters about 80k; the child-run work, the row
+  columns, the outbox rows and telemetry 20-30k each). Keeping one connection for a whole
+  `Inline.run` would save the
   checkouts but hold a pooled connection through the user's effects, so it was not done. The
   batched worker
   on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect

@@ -77,6 +77,13 @@ def _dumps(value: Any) -> bytes:
         raise StoreEncodingError(f"cannot store value: {exc}") from exc
 
 
+def _json(value: Any) -> str:
+    """`value` as JSON text, the parameter of a `jsonb` (an untyped text parameter, which
+    the server reads as the `jsonb` its place takes): what psycopg's `Jsonb` sends, without
+    its dumper's two Python calls per parameter on the hot statements."""
+    return _dumps(value).decode()
+
+
 def _loads(data: bytes | str) -> Any:
     """orjson, or the standard parser for what orjson refuses (integers beyond 64 bits put
     there by hand): a row must always read, so that it can be listed and failed."""
@@ -318,20 +325,20 @@ class PostgresStore(SQLStore):
         completed_at, failed_at = completion_times(run.status, now)
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": Jsonb(run.snapshot), "status": run.status,
+            "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
             "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": to_ts(run.wake_at if run.lease_owner else None),
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
-            "effects": Jsonb([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
+            "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
                                "kind": e.kind, "payload": e.payload} for e in effects]),
         }  # fmt: skip
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
         for _ in range(3):
-            row = _execute(conn, _CREATE_RUN, params, binary=True).fetchone()
+            row = _execute_hot(conn, _CREATE_RUN, params, binary=True).fetchone()
             if row is not None:
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
@@ -420,7 +427,7 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(_execute(conn, *_steps_statement(commits, ids, now)).fetchall())
+        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now)).fetchall())
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -579,6 +586,24 @@ def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
     return cursor.execute(_encoded(query), params, binary=binary)
 
 
+def _execute_hot(conn: psycopg.Connection[Any], query: str, params: Any,
+                 binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
+    """`_execute` for a hot statement with a small result (a start's insert, a step's commit)
+    on a cursor kept for that statement: psycopg keeps a cursor's adapters (the parameters'
+    dumpers, the columns' loaders) only while it runs the same query object again, and on the
+    one shared cursor the start's and the steps' statements alternate, so every statement
+    built them anew (about a tenth of a workflow's client instructions)."""
+    cursors: dict[bytes, psycopg.Cursor[Any]] | None = getattr(conn, "_statecharts_hot", None)
+    if cursors is None:
+        cursors = {}
+        setattr(conn, "_statecharts_hot", cursors)  # noqa: B010 (not a declared attribute)
+    encoded = _encoded(query)
+    cursor = cursors.get(encoded)
+    if cursor is None or cursor.closed:
+        cursor = cursors[encoded] = conn.cursor()
+    return cursor.execute(encoded, params, binary=binary)
+
+
 @lru_cache(maxsize=256)
 def _encoded(query: str) -> bytes:
     """`query` as the bytes psycopg sends, the same object each time: psycopg encodes a text
@@ -604,12 +629,43 @@ def _store_error(exc: BaseException) -> BaseException:
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
                      from_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    """The one statement (and its parameters) that writes `commits` (`_steps_sql`)."""
-    params = {**_steps_params(commits, now), "ids": ids}
-    present = {"outcomes": params["outcomes"].obj, "effects": params["effects"].obj,
-               "inbox": params["inbox"].obj and not from_rest,  # (its event has no row)
-               "journal": params["journal"].obj, "dead": params["dead"].obj}  # fmt: skip
-    return _steps_sql(tuple(name for name, rows in present.items() if rows), from_rest), params
+    """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
+    commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set."""
+    one = len(commits) == 1
+    params = _steps_params(commits, now, with_runs=not one)
+    present = {"outcomes": params["outcomes"], "effects": params["effects"],
+               "inbox": params["inbox"] and not from_rest,  # (its event has no row)
+               "journal": params["journal"], "dead": params["dead"]}  # fmt: skip
+    parts = tuple(name for name, rows in present.items() if rows)
+    for name in parts if one else ("steps", *parts):  # (the others are not in the statement)
+        params[name] = _json(params[name])
+    if not one:
+        params["ids"] = _uuid_array(ids)
+        return _steps_sql(parts, "batch"), params
+    commit = commits[0]
+    params.update(_run_params(commit, ids[0], now))
+    if from_rest:
+        return _steps_sql(parts, "rest"), params
+    form = ("release" if commit.release else "keep", commit.unleased, bool(commit.effect_outcomes))
+    return _steps_sql(parts, form), params
+
+
+def _run_params(commit: StepCommit, run_id: str, now: int) -> dict[str, Any]:
+    """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
+    completed_at, failed_at = completion_times(commit.status, now)
+    return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
+            "state": commit.state, "snapshot": _json(commit.snapshot), "status": commit.status,
+            "attempts": commit.attempt_count, "last_error": commit.last_error,
+            "wv": commit.workflow_version, "completed": to_ts(completed_at),
+            "failed": to_ts(failed_at), "lease": to_ts(commit.lease_until),
+            "wake": to_ts(commit.wake_at), "outcome_count": len(commit.effect_outcomes)}
+
+
+def _uuid_array(ids: list[str]) -> str:
+    """Canonical uuids (`_uuid`) as the text of a `uuid[]`, which SQL casts: nothing in them
+    needs quoting, and psycopg's list adaptation (each element's type found, each one searched
+    by a regular expression for what needs quoting) cost about 60k client instructions a step."""
+    return "{" + ",".join(ids) + "}"
 
 
 def _from_rest_statement(commit: StepCommit, rest: RunRecord,
@@ -617,13 +673,8 @@ def _from_rest_statement(commit: StepCommit, rest: RunRecord,
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters."""
     sql, params = _steps_statement([commit], [_uuid(rest.id)], now, from_rest=True)
-    completed_at, failed_at = completion_times(commit.status, now)
     params.update(
-        id=_uuid(rest.id), expected=commit.expected_version, state=commit.state,
-        snapshot=Jsonb(commit.snapshot), status=commit.status, attempts=commit.attempt_count,
-        last_error=commit.last_error, wv=commit.workflow_version, completed=to_ts(completed_at),
-        failed=to_ts(failed_at), wake=to_ts(commit.wake_at), was=Jsonb(rest.snapshot),
-        was_version=rest.workflow_version,
+        was=_json(rest.snapshot), was_version=rest.workflow_version,
         due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
     return sql, params
 
@@ -885,19 +936,56 @@ _STEPS_PARTS = {
 }
 
 
-@lru_cache(maxsize=32)
-def _steps_sql(parts: tuple[str, ...], from_rest: bool = False) -> str:
-    """The one statement that commits a batch of steps, with only the parts it needs (fewer
-    sub-statements to plan and run on the hot path); `from_rest`: one step computed from rest
-    (`_FROM_REST_RUN`, `_FROM_REST_RESULT`), whose other parts are the batch's."""
-    if from_rest:
-        return _FROM_REST_RUN + "".join(_STEPS_PARTS[p] for p in parts) + _FROM_REST_RESULT
-    return (_STEPS_RUNS + "".join(_STEPS_PARTS[p] for p in parts)
-            + "\nSELECT id::text, version FROM run")
+@lru_cache(maxsize=64)
+def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch") -> str:
+    """The one statement that commits steps, with only the parts it needs (fewer
+    sub-statements to plan and run on the hot path); `run`: how it writes the run rows, a
+    batch's (`_STEPS_RUNS`), one step computed from rest (`"rest"`: `_FROM_REST_RUN`,
+    `_FROM_REST_RESULT`) or one step's (`_one_run_sql`'s form); the other parts are the batch's."""
+    body = "".join(_STEPS_PARTS[p] for p in parts)
+    if run == "rest":
+        return _FROM_REST_RUN + body + _FROM_REST_RESULT
+    if run == "batch":
+        return _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
+    assert isinstance(run, tuple)
+    return _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
 
 
-def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
-    """The batch as JSON row sets, one per table the statement writes."""
+def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
+    """`_STEPS_RUNS` for one step, its row's columns as plain parameters and its choices
+    (whether it keeps the lease, was computed without one, records outcomes) made here, not
+    by a CASE per row: the batch's JSON row set of the run is a parse on the server and a
+    16-key object on the client, for one row."""
+    if lease == "release":
+        held = "lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
+    else:
+        held = ("lease_owner = %(owner)s, "
+                + ("claim_count = r.claim_count + 1, " if unleased else "")
+                + "lease_expires_at = coalesce(%(lease)s, r.lease_expires_at), "
+                "wake_at = coalesce(%(lease)s, r.wake_at)")  # fmt: skip
+    holder = ("r.lease_owner IS NULL AND r.status = 'active'" if unleased
+              else "r.lease_owner = %(owner)s")  # fmt: skip
+    pending = ("\n      AND (SELECT count(*) FROM workflow_effects e WHERE e.run_id = r.id"
+               " AND e.status = 'pending' AND e.idempotency_key IN (SELECT o.k FROM "
+               "jsonb_to_recordset(%(outcomes)s) AS o(k text))) = %(outcome_count)s"
+               if outcomes else "")  # fmt: skip
+    return f"""
+WITH run AS (
+    UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
+        attempt_count = coalesce(%(attempts)s, r.attempt_count),
+        last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
+        workflow_version = coalesce(%(wv)s, r.workflow_version),
+        completed_at = coalesce(r.completed_at, %(completed)s),
+        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1, {held}
+    WHERE r.id = %(id)s AND r.version = %(expected)s AND {holder}{pending}
+    RETURNING r.id, r.version
+)"""
+
+
+def _steps_params(commits: Sequence[StepCommit], now: int,
+                  with_runs: bool = True) -> dict[str, Any]:  # fmt: skip
+    """The batch as JSON row sets, one per table the statement writes (`with_runs`: the
+    runs' rows too, `steps`)."""
     steps: list[dict[str, Any]] = []
     outcomes: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
@@ -905,15 +993,17 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
     journal: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
     for c in commits:
-        completed_at, failed_at = completion_times(c.status, now)
-        steps.append({
-            "id": c.run_id, "expected": c.expected_version, "owner": c.owner, "state": c.state,
-            "snapshot": c.snapshot, "status": c.status, "attempts": c.attempt_count,
-            "last_error": c.last_error, "wv": c.workflow_version, "completed": completed_at,
-            "failed": failed_at, "release": c.release, "lease": c.lease_until, "wake": c.wake_at,
-            "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
-            "unleased": c.unleased,
-        })  # fmt: skip
+        if with_runs:
+            completed_at, failed_at = completion_times(c.status, now)
+            steps.append({
+                "id": c.run_id, "expected": c.expected_version, "owner": c.owner,
+                "state": c.state, "snapshot": c.snapshot, "status": c.status,
+                "attempts": c.attempt_count, "last_error": c.last_error,
+                "wv": c.workflow_version, "completed": completed_at, "failed": failed_at,
+                "release": c.release, "lease": c.lease_until, "wake": c.wake_at,
+                "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
+                "unleased": c.unleased,
+            })  # fmt: skip
         outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
                       "e": o.error} for o in c.effect_outcomes]  # fmt: skip
         step = c.expected_version + 1
@@ -927,8 +1017,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int) -> dict[str, Any]:
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
                      "before": j.state_before, "after": j.state_after}
                     for n, j in enumerate(c.journal)]  # fmt: skip
-    return {"steps": Jsonb(steps), "outcomes": Jsonb(outcomes), "effects": Jsonb(effects),
-            "inbox": Jsonb(inbox), "journal": Jsonb(journal), "dead": Jsonb(dead),
+    return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
+            "journal": journal, "dead": dead,
             "now": to_ts(now)}  # fmt: skip
 
 
