@@ -212,27 +212,39 @@ WHY_SHORT: dict[str, str] = {
 - **Charts that do work against XState** (issue 19: counter, shop, invoice through an actor;
   the pure `transition()` of those against XState's actor): every event takes a compiled
   route, composed into one function when the machine first meets it (`Route.take`: the
-  choices' plain guards as a chain, each plan's compiled actions, the eventless route after
-  it, the new snapshot by `msgspec.structs.replace`; closures, no generated code), so what is
-  left is fixed per-event work in CPython. Counted by `python -m benchmarks.instructions`
-  (callgrind: instructions, repeatable under load; within about 2% from run to run), per
-  event through an actor: counter about 14k (16k before issue 19f's lane, 20k before the
-  composed routes), entry/exit toggle about 17k (18.4k, 21k), shop about 18.5k (19.8k,
-  25k); pure `transition()`: counter about 9.1k (10.1k before issue 19h's lane, 12k, 14k),
-  shop about 12.6k (13.7k, 14.4k, 17k), invoice about 14.7k (15.7k). Issue 19h's lane has
+  choices' plain guards as a chain, each plan's compiled actions run in that function, the
+  eventless route after it, the new snapshot by `msgspec.structs.replace`; closures, no
+  generated code), so what is left is fixed per-event work in CPython. Counted by `python -m
+  benchmarks.instructions` (callgrind: instructions, repeatable under load; within about 2%
+  from run to run), per event through an actor: counter about 12.5k (12.8k after issue 19k's
+  lane, whose actor takes the route itself, 14k before issues 19k and 19l, 16k before issue
+  19f's lane, 20k before the composed routes), entry/exit toggle about 14.7k (15.5k, 17.6k,
+  18.4k, 21k), shop about 16.3k (17.3k, 18.8k, 19.8k, 25k), invoice about 18.6k (20.4k,
+  22.2k); pure `transition()`: counter about 8.9k (9.3k before issue 19l's lane, 10.1k
+  before issue 19h's, 12k, 14k), entry/exit toggle about 8.2k (9.3k), shop about 11.5k
+  (12.7k, 13.7k, 14.4k, 17k), invoice about 13.0k (14.9k, 15.7k). Issue 19l's lane has a
+  route run its plan's actions itself, as data (`Op`: a user action's `RunAction` built, an
+  assign's keys set, constants frozen once), where each action was a closure call of about
+  0.5k; the full step keeps to the reference `run_plan` (no compiled copy of the actions,
+  which are compiled only when a route asks: plans-off steps about 10% fewer instructions);
+  and `FrozenDict` lost its hash slot (8 bytes a context; the slot itself cost about 30 of a
+  context's 2.3k instructions). Issue 19h's lane has
   `transition()` take the compiled route itself (no `Machine.step` call, and a string event's
-  type read from the string: subscripting a `dict` subclass goes through CPython's generic
-  `__getitem__` slot, about 190 instructions more than a `dict`'s, which every user guard or
-  value reading `context[...]` still pays). Issue 19f's lane took out per-event layers and
-  CPython 3.11 slow paths: the one-key
+  type read from the string). Subscripting a `dict` subclass costs about 200 instructions
+  more than a `dict`'s, which every user guard or value reading `context[...]` or
+  `event[...]` pays: `dict.__getitem__` is a `METH_COEXIST` method, so CPython gives every
+  subclass the generic `slot_mp_subscript`, and only C could put `dict`'s own back. Issue
+  19f's lane took out per-event layers and CPython 3.11 slow paths: the one-key
   `assign` runs inside its route's choice, a string or already-frozen event skips
   `normalize_event`'s call, the actor no longer binds `machine.step` and `clock.now` anew on
   every `send`, and assigned integers are tested against one-digit bounds before the 64-bit
   ones (the 64-bit comparison is a generic call). Most of what is left is CPython's own
-  price: a new frozen context (a `dict` subclass) about 2.5k, the new snapshot about 1.1k,
-  each Python call about 0.5k (the user guard, each assigned value, each user action), a user
-  action about 2k in all (its `RunAction` built, then run by the actor), the actor's `send`
-  (the lock, the mailbox checks, `Machine.step`'s checks) about 3.5k. `python -m
+  price: a new frozen context (a `dict` subclass) about 2.3k with the old one's free (a plain
+  copy with the new values, then `FrozenDict`'s own copy of it: no pure-Python way fills a
+  subclass in place), the new snapshot about 1.2k, each Python call about 0.5k (the user
+  guard, each assigned value), a `RunAction` about 0.8k, and around the route the actor's
+  `send` (the lock, the mailbox checks: 12.5k through the actor against 8.9k pure on the
+  counter). `python -m
   benchmarks.hotspots shop` shows the shares.""",
     "scaling flat": """\
 - **Scaling with chart size**: the rows time 1 to 20 µs per event, and on a shared machine one

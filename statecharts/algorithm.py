@@ -38,7 +38,7 @@ from .actions import (
 )
 from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
-from .effects import NO_EFFECTS
+from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import (
@@ -46,7 +46,6 @@ from .frozen import (
     FrozenDict,
     as_is,
     freeze,
-    frozen_set,
     frozen_update,
     text_problem,
 )
@@ -540,12 +539,14 @@ def compose_route(choices: tuple[tuple[Transition | None, Any, Plan | None], ...
 def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                    otherwise: Take, checks_retries: bool) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
-    direct plan (None: the full step): the compiled actions on the context, then the
-    eventless route of the configuration it reaches (compiled with it), or rest there."""
+    direct plan (None: the full step): the compiled actions on the context (``Op``: each
+    user action's ``RunAction``, each assign's new context, run here without a call of their
+    own), then the eventless route of the configuration it reaches (compiled with it), or rest
+    there."""
     label = _guard_label(transition)
     ops = plan.ops if plan is not None else None
     # a plan that is one assign of one computed key (a counter, a value from the event): run
-    # here, without the call of its compiled op
+    # without the loop over its ops
     single = _single_assign(plan) if plan is not None else None
     kind, key, compute = single if single is not None else ("", "", None)
     target = plan.target if plan is not None else None
@@ -554,6 +555,8 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
     onward: Take | None = plan.target.eventless.take \
         if plan is not None and plan.target.has_always else None
     emits = plan is not None and plan.emits
+    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
+    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
 
     def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
            effects: list[fx.Effect] | None, trace: Trace | None
@@ -574,17 +577,38 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
                 value = compute(context, event)
             except Exception as exc:
                 raise ImplementationError(f"action '{kind}'", exc) from exc
-            if type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF:  # see frozen.INT_MAX
-                fresh = context.copy()
-                fresh[key] = value
-                context = FrozenDict(fresh)
-            else:
-                context = frozen_set(context, key, value)
+            fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
+            # the bounds: see frozen.INT_MAX
+            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
+                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
+            context = FrozenDict(fresh)
+            if onward is None:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
         else:
             if emits and effects is None:
                 effects = []
-            for op in ops:
-                context = op(context, event, effects)  # type: ignore[arg-type]
+            for action, params, fn, items in ops:
+                if items is None:  # a user action: run by the runtime, seeing this context
+                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
+                    continue
+                fresh = {**context}
+                try:
+                    for name, item, computed in items:
+                        if computed:
+                            item = item(context, event)
+                            if not (type(item) is int and item <= 0x3FFFFFFF and
+                                    item >= -0x3FFFFFFF) and not as_is(item):
+                                item = freeze(item, name)
+                        fresh[name] = item
+                except StatechartError:
+                    raise
+                except Exception as exc:
+                    raise ImplementationError(f"action '{action}'", exc) from exc
+                context = FrozenDict(fresh)
+            if settles:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
         # _at_rest, written out: one call fewer on every event
@@ -600,15 +624,13 @@ def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
 def _single_assign(plan: Plan) -> tuple[str, str, Callable[..., Any]] | None:
     """``(action type, key, value function)`` when ``plan`` does nothing but one ``assign``
     of one computed key whose op compiled; else None."""
-    actions = list(_plan_actions(plan.exits, plan.transitions, plan.entries))
-    if plan.ops is None or len(actions) != 1:
+    if plan.ops is None or len(plan.ops) != 1:
         return None
-    impl = actions[0].impl
-    if type(impl) is not Assign or not isinstance(impl.assignment, Mapping) or \
-            len(impl.assignment) != 1:
+    action, _, _, items = plan.ops[0]
+    if items is None or len(items) != 1 or not items[0][2]:
         return None
-    (key, value), = impl.assignment.items()
-    return (actions[0].type, key, value) if callable(value) else None
+    (key, value, _), = items
+    return (action, key, value)
 
 
 def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
@@ -734,7 +756,7 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("emits", "entries", "exits", "observes_nodes", "ops", "reads_history",
+    __slots__ = ("_ops", "emits", "entries", "exits", "observes_nodes", "reads_history",
                  "recorded", "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
@@ -755,18 +777,25 @@ class Plan:
         # In()), look at the active states while the microstep runs: keep them exact then
         self.observes_nodes = any(n.type == FINAL for n in entries) or any(
             _reads_configuration(a) for a in _plan_actions(exits, transitions, entries))
-        # the whole microstep as one list of compiled actions, when the states exited and
-        # entered bring nothing but actions (no timers, invocations or retried calls) and
-        # every action compiles (user actions, assigns of a mapping)
-        plain = not self.observes_nodes and not any(
-            n.after_timers or n.invoke or n.retry is not None or n.retry_attempt_of is not None
-            for n in (*exits, *entries))
-        ops = [compile_action(a) for a in _plan_actions(exits, transitions, entries)] \
-            if plain else [None]
-        self.ops: tuple[Op, ...] | None = None if None in ops else tuple(ops)  # type: ignore[arg-type]
         # whether the compiled actions make effects (user actions), or only change the context
         self.emits = any(not isinstance(a.impl, BuiltinAction)
                          for a in _plan_actions(exits, transitions, entries))
+        self._ops: Any = NOT_COMPILED
+
+    @property
+    def ops(self) -> tuple[Op, ...] | None:
+        """The whole microstep as compiled actions (``Op``), for a route to run; None where
+        the states exited or entered bring more than actions (timers, invocations, retried
+        calls, final states, built-ins that read the configuration) or an action does not
+        compile. Compiled when a route first asks (the full step never does)."""
+        if self._ops is NOT_COMPILED:
+            plain = not self.observes_nodes and not any(
+                n.after_timers or n.invoke or n.retry is not None or
+                n.retry_attempt_of is not None for n in (*self.exits, *self.entries))
+            ops = [compile_action(a) for a in
+                   _plan_actions(self.exits, self.transitions, self.entries)] if plain else [None]
+            self._ops = None if None in ops else tuple(ops)
+        return self._ops  # type: ignore[no-any-return]
 
 
 PLANS_PER_CONFIGURATION = 1024
@@ -806,32 +835,26 @@ def compute_plan(configurations: Configurations, configuration: Configuration,
 
 
 def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
-    """Exit, run the transitions' actions, enter, as ``plan`` says, ending in its target."""
+    """Exit, run the transitions' actions, enter, as ``plan`` says, ending in its target.
+    (A plan's compiled actions, ``plan.ops``, are its route's to run: see ``compose_choice``.)"""
     if plan.recorded:
         step.history = FrozenDict({**step.history, **plan.recorded})
-    ops = plan.ops
-    if ops is not None and not (step.retries and plan.exits):
-        context, effects = step.context, step.effects
-        for op in ops:
-            context = op(context, event, effects)
-        step.context = context
-    else:
-        nodes = _own_nodes(step) if plan.observes_nodes else None
-        for node in plan.exits:
-            exit_state(step, node, event)
-            if nodes is not None:
-                nodes.discard(node)
-        for transition in plan.transitions:
-            run_actions(step, transition.actions, event)
-        if step.retries and plan.exits:
-            _close_retry_records(step, plan.remaining)
-        completed: set[StateNode] = set()
-        for node in plan.entries:
-            if nodes is not None:
-                nodes.add(node)
-            enter_state(step, node, event)
-            if node.type == FINAL:
-                _complete(step, node, event, completed)
+    nodes = _own_nodes(step) if plan.observes_nodes else None
+    for node in plan.exits:
+        exit_state(step, node, event)
+        if nodes is not None:
+            nodes.discard(node)
+    for transition in plan.transitions:
+        run_actions(step, transition.actions, event)
+    if step.retries and plan.exits:
+        _close_retry_records(step, plan.remaining)
+    completed: set[StateNode] = set()
+    for node in plan.entries:
+        if nodes is not None:
+            nodes.add(node)
+        enter_state(step, node, event)
+        if node.type == FINAL:
+            _complete(step, node, event, completed)
     step.configuration = plan.target
     step.nodes = plan.target.node_set
 
@@ -1197,49 +1220,35 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
                                              impl))
 
 
-Op = Callable[[FrozenDict, FrozenDict, list[fx.Effect]], FrozenDict]
-"""A compiled action: ``op(context, event, effects) -> context``."""
+Op = tuple[str, FrozenDict, Any, "tuple[tuple[str, Any, bool], ...] | None"]
+"""A compiled action, as data its route runs (``compose_choice``): ``(type, params, fn,
+None)`` for a user action (a ``RunAction`` of ``fn``), ``(type, EMPTY, None, items)`` for an
+``assign`` of a mapping, ``items`` its ``(key, value, computed)`` with constant values frozen."""
 
 
 def compile_action(action: ActionSpec) -> Op | None:
-    """``action`` as one call doing what ``run_actions`` does with it, for the common kinds
-    (a user action without computed params; an ``assign`` of a mapping with string keys);
-    None for the others, which need the ``Step``."""
+    """``action`` as what ``run_actions`` does with it, for the common kinds (a user action
+    without computed params; an ``assign`` of a mapping with string keys and storable
+    constants); None for the others, which need the ``Step``."""
     impl, params = action.impl, action.params
-    kind = action.type
     if callable(params):
         return None
     if not isinstance(impl, BuiltinAction):
-        fixed = params or EMPTY
-
-        def run_user(context: FrozenDict, event: FrozenDict,
-                     effects: list[fx.Effect]) -> FrozenDict:
-            effects.append(fx.RunAction(kind, fixed, context, event, impl))
-            return context
-        return run_user
+        return (action.type, params or EMPTY, impl, None)
     if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
         return None
-    items = tuple((key, value, callable(value)) for key, value in impl.assignment.items())
-    if not all(type(key) is str and text_problem(key) is None for key, _, _ in items):
-        return None  # the step reports the bad key when the assign runs
-
-    def run_assign(context: FrozenDict, event: FrozenDict,
-                   effects: list[fx.Effect]) -> FrozenDict:
-        try:
-            fresh = context.copy()  # frozen_merge, written out for keys checked above
-            for key, value, computed in items:
-                if computed:
-                    value = value(context, event)
-                if not (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) and \
-                        not as_is(value):  # the bounds: see frozen.INT_MAX
-                    value = freeze(value, key)
-                fresh[key] = value
-            return FrozenDict(fresh)
-        except StatechartError:
-            raise
-        except Exception as exc:
-            raise ImplementationError(f"action '{kind}'", exc) from exc
-    return run_assign
+    items = []
+    for key, value in impl.assignment.items():
+        if type(key) is not str or text_problem(key) is not None:
+            return None  # the step reports the bad key when the assign runs
+        computed = callable(value)
+        if not computed:
+            try:
+                value = freeze(value, key)
+            except StatechartError:
+                return None  # likewise the bad value
+        items.append((key, value, computed))
+    return (action.type, EMPTY, None, tuple(items))
 
 
 def _order(node: StateNode) -> int:

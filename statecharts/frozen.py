@@ -26,18 +26,16 @@ def _immutable(self: object, *args: object, **kwargs: object) -> NoReturn:
 class FrozenDict(dict[str, Any]):
     """A dict that cannot be changed after it is built."""
 
-    __slots__ = ("_hash",)
+    # no slot to cache the hash in: the engine builds a context per assign and hashes none, so
+    # a slot cost every context 8 bytes and its clearing on every dealloc, for a rare call
+    __slots__ = ()
 
     __setitem__ = __delitem__ = _immutable
     clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
     __ior__ = _immutable  # type: ignore[assignment]
 
     def __hash__(self) -> int:  # type: ignore[override]
-        try:
-            return self._hash
-        except AttributeError:
-            self._hash: int = hash(frozenset(self.items()))
-            return self._hash
+        return hash(frozenset(self.items()))
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("statecharts values are persisted as JSON, never pickled")

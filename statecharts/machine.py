@@ -108,21 +108,19 @@ class Machine:
         if type(event) is str:
             kind: Any = event
             normalized = interned_event(event)
-        elif type(event) is FrozenDict:
-            kind = event.get("type")
-            normalized = event if type(kind) is str else None
+        elif type(event) is FrozenDict and type(kind := event.get("type")) is str:
+            normalized = event
         else:
             normalized = None
-        if normalized is None:
-            return self.step(snapshot, normalize_event(event), fixed_clock(now))
-        if snapshot.machine is self and snapshot.status == "active" and self.plans:
-            take = snapshot.configuration.routes.get(kind, UNKNOWN)
-            if take is not UNKNOWN:  # else step compiles the route
-                taken = take(snapshot, snapshot.context, normalized, None, None) \
-                    if take is not None else None
+        if normalized is not None and snapshot.machine is self and \
+                snapshot.status == "active" and self.plans:
+            take = snapshot.configuration.routes.get(kind)
+            if take is not None:  # else step compiles the route, or takes the full step
+                taken = take(snapshot, snapshot.context, normalized, None, None)
                 return taken if taken is not None else \
                     self._macrostep(snapshot, normalized, fixed_clock(now), None)
-        return self.step(snapshot, normalized, fixed_clock(now))
+        return self.step(snapshot, normalized if normalized is not None else
+                         normalize_event(event), fixed_clock(now))
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import pickle
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -139,3 +140,20 @@ def test_context_factory_gets_the_input() -> None:
     assert plain(snapshot.context) == {"owner": "ada", "n": 0}
     with pytest.raises(TypeError):
         snapshot.context["n"] = 1  # type: ignore[index]
+
+
+def test_contexts_with_equal_contents_hash_equal_and_never_pickle() -> None:
+    machine = create_machine({"id": "m", "initial": "a", "context": {"n": 0, "tags": ["x"]},
+                              "states": {"a": {"on": {
+                                  "INC": {"actions": assign({"n": lambda c, e: c["n"] + 1})},
+                                  "DEC": {"actions": assign({"n": lambda c, e: c["n"] - 1})}}}}})
+    start, _ = machine.initial_transition()
+    there, _ = machine.transition(start, "INC")
+    back, _ = machine.transition(there, "DEC")
+    assert back.context is not start.context and back.context == start.context
+    assert hash(back.context) == hash(start.context) != hash(there.context)
+    assert len({start.context, back.context, there.context}) == 2
+    with pytest.raises(AttributeError):  # no slot left to write, not even a cached hash
+        back.context._hash = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="never pickled"):
+        pickle.dumps(start.context)
