@@ -15,6 +15,8 @@ In one run, on the same local PostgreSQL (``STATECHARTS_BENCH_DSN``, else
   worker threads (see ``durable_runtime.py``): workflows/s over starts and steps together (the
   row comparable with DBOS), and over the workers' time alone (durable transitions per second
   of the workers, the row compared with the raw UPDATE rate).
+* the database's part of this project's one-in-flight row: the statements one ``Inline.run``
+  sent, replayed by psycopg alone for fresh run ids (``durable_runtime.replayed_postgres``).
 
 Run: ``python -m benchmarks.durable [--n 600] [--raw-n 3000] [--repeat 3]``.
 """
@@ -331,6 +333,8 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(raw_postgres, dsn, clients, raw_n, 1),
                 partial(dbos, url, pg, clients, n, 1),
                 partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
+                *([partial(durable_runtime.replayed_postgres, dsn, pg, n)] if clients == 1
+                  else []),
                 partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
                 *([partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
                   if clients == 1 else []),

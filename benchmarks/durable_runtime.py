@@ -44,6 +44,7 @@ RUNTIME = "batched worker, runs started then drained"
 WORKER = "batched worker, backlog"
 INLINE = "in the caller (Inline.run), 1 in flight per client"
 WOKEN = "idle worker woken by each start, 1 in flight"
+REPLAYED = "its statements replayed by psycopg alone, 1 in flight (the database's part)"
 LATENCY = "one step, send to committed state (idle worker)"
 LATENCY_QUEUED = "one step, queued for the idle worker (step_in_send=False)"
 LATENCY_EVENTS = 300
@@ -147,6 +148,78 @@ def inline_postgres(dsn: str, backend: str, clients: int, n: int) -> list[Durabl
         return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions)
     finally:
         reset_database(dsn, PG_DATABASE)
+
+
+def replayed_postgres(dsn: str, backend: str, n: int) -> DurableRow:
+    """The database's part of the one-in-flight row: the statements one `Inline.run` sent
+    (recorded at `psycopg.Cursor.execute`), sent again `n` times over by psycopg alone, each
+    time for a new run id, on one connection with a cursor per statement (prepared by the
+    server, as the store's are); no engine, runtime or store in the client. Every replayed
+    run is checked to have ended."""
+    import psycopg
+
+    try:
+        url = _fresh_database(dsn)
+        statements = _statements_of_one_workflow(url)
+        recorded_id = statements[0][1]["id"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            cursors = [conn.cursor() for _ in statements]
+            ids = [str(uuid.uuid4()) for _ in range(20 + n)]
+            sends = [[(cursor, query, _with_run_id(params, recorded_id, run_id), binary)
+                      for cursor, (query, params, binary) in zip(cursors, statements)]
+                     for run_id in ids]  # fmt: skip
+            for cursor, query, params, binary in (s for sent in sends[:20] for s in sent):
+                cursor.execute(query, params, binary=binary)  # warm-up: the server prepares
+            began = time.perf_counter()
+            for cursor, query, params, binary in (s for sent in sends[20:] for s in sent):
+                cursor.execute(query, params, binary=binary)
+            seconds = time.perf_counter() - began
+            ended = conn.execute("SELECT count(*) FROM workflow_runs WHERE status = 'done' "
+                                 "AND id = ANY(%s::uuid[])", (ids,)).fetchone()  # fmt: skip
+        assert ended is not None and ended[0] == len(ids), f"{ended} of {len(ids)} runs ended"
+        return DurableRow(backend, 1, f"{ours_label()} {REPLAYED}", "workflows/s", STEPS, n,
+                          (n / seconds,))
+    finally:
+        reset_database(dsn, PG_DATABASE)
+
+
+def _statements_of_one_workflow(url: str) -> list[tuple[Any, Any, bool]]:
+    """(query, parameters, binary) of each statement one `Inline.run` of the workflow sends,
+    after a warm-up."""
+    import psycopg
+
+    from persistence import open_store
+    from persistence.inline import Inline
+    from persistence.runtime import Runtime
+
+    sent: list[tuple[Any, Any, bool]] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((query, params, bool(kwargs.get("binary"))))
+        return execute(cursor, query, params, **kwargs)
+
+    with _runtime(open_store(url, migrate=True), Runtime, three_steps_machine()) as runtime:
+        inline = Inline(runtime)
+        _inline_clients(inline, 1, 20, 10**6)
+        psycopg.Cursor.execute = recorded  # type: ignore[method-assign]
+        try:
+            inline.run(WORKFLOW, {"x": 1})
+        finally:
+            psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    return sent
+
+
+def _with_run_id(value: Any, recorded: str, run_id: str) -> Any:
+    """`value` (a statement's parameters) with the recorded run's id replaced by `run_id`
+    wherever it appears (the store sends ids, keys and JSON documents as text)."""
+    if isinstance(value, str):
+        return value.replace(recorded, run_id)
+    if isinstance(value, dict):
+        return {k: _with_run_id(v, recorded, run_id) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_with_run_id(v, recorded, run_id) for v in value)
+    return value
 
 
 def inline_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[DurableRow]:

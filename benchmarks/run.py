@@ -160,7 +160,9 @@ INTRO = {
         "runs) on the same PostgreSQL and SQLite files as raw single-row UPDATE commits (the "
         "database's ceiling for one write per step) and DBOS Transact. The headline rows are at "
         "**equal concurrency**: each client thread runs one workflow at a time in its own "
-        "thread, DBOS's workflow functions and this project's `Inline.run` alike; then a "
+        "thread, DBOS's workflow functions and this project's `Inline.run` alike, and beside "
+        "them the statements of one `Inline.run` replayed by psycopg alone for fresh run ids "
+        "(the database's part of a workflow, none of this project's Python); then a "
         "client starting runs one at a time for an idle worker, woken by the start; then the "
         "batched worker (16 runs per round, one commit per round), over starts and steps and "
         "over a backlog started beforehand. Steps/s = 3 x workflows/s; '÷ raw' compares steps/s "
@@ -256,18 +258,18 @@ WHY_SHORT: dict[str, str] = {
   honest: the old figure divided 16-run commits by one-row commits): a 3-step workflow in the
   caller is four transactions (the start's insert, one commit per step), 1.33 commits per step,
   and a step's commit is one statement that writes the run row (its state and its lease expiry,
-  `wake_at`, change and are indexed, so it is not a HOT update: a new entry in each of the
-  run's nine indexes), the effect outcomes, the next step's outbox row and the journal row,
-  where the raw UPDATE writes one jsonb column. Issue 20i's schema 6 took out the journal's and
-  the outbox's second unique indexes (the outbox's was its idempotency key, made of the run,
-  step and index its other key holds): counted by the server (`python -m benchmarks.step_wal
-  inline`, WAL records of the workflow's own transactions, which load does not move), 68 WAL
-  records and 9.1 KB per workflow against 77 and 10.1 KB; the step statement's executor time
-  (auto_explain) 0.40-0.59 ms against 0.65-0.67 ms in the same minutes at load 4-5. Index
-  entries are not most of it: dropping five more of the run's indexes in an experiment took
-  about 0.07 ms off the statement; the foreign-key checks of the outbox and journal inserts
-  (a lookup of the run per row) take 0.02-0.05 ms each. The batched rows show what sharing
-  commits buys.""",
+  `wake_at`, change and are indexed, so it is not a HOT update: a new entry in each of the run's
+  indexes, thirteen with its primary key), the effect outcomes, the next step's outbox row and
+  the journal row, where the raw UPDATE writes one jsonb column. Issue 20i's schema 6 took out
+  the journal's and the outbox's second unique indexes (the outbox's was its idempotency key,
+  made of the run, step and index its other key holds): counted by the server (`python -m
+  benchmarks.step_wal inline`, WAL records of the workflow's own transactions, which load does
+  not move), 68 WAL records and 9.1 KB per workflow against 77 and 10.1 KB; the step statement's
+  executor time (auto_explain) 0.40-0.59 ms against 0.65-0.67 ms in the same minutes at load
+  4-5. Index entries are not most of it: dropping five more of the run's indexes in an
+  experiment took about 0.07 ms off the statement; the foreign-key checks of the outbox and
+  journal inserts (a lookup of the run per row) take 0.02-0.05 ms each. The batched rows show
+  what sharing commits buys.""",
     "durable transactions per workflow": """\
 - **Transactions per workflow**: four, not three, by design (the insert, one commit per step;
   `pg_stat_database` counted between closed sessions, which report their counts when they
@@ -311,74 +313,39 @@ WHY_SHORT: dict[str, str] = {
   pipeline; the wall time could not be measured quiet (at load 2-5 every commit's flush took
   5-6 ms, on both schemas).""",
     "vs DBOS": """\
-- **Against DBOS at equal concurrency**: each side waits for its synchronous commits, one per
-  step and one for the start here (4 per workflow), and DBOS's workflow row, step outputs and
-  status (about 18 transactions per workflow counted the same way, 5 of them writing). Where
-  commits are cheap the per-statement work decides and the ratio is about 4x; where the disk is
-  busy (other processes fsyncing: see the load averages) every fsync costs more on both sides
-  and the ratio falls toward the ratio of durable commits. Issue 20's lane measured, interleaved
-  with DBOS: 4.2x at load about 1, 3.7x at load 5-12, 2.0-2.4x at load 7-8. Where a workflow's
-  time goes (`python -m benchmarks.inline_profile`: CPU time per phase, which load inflates
-  less than wall time; `--instructions`: the caller's instructions per workflow under
-  callgrind, which load does not move): four statements, one round trip each. With no
-  OpenTelemetry SDK configured (the default) no spans are built any more (they were
-  OpenTelemetry's no-op spans: 16% of the caller's instructions); with that and three smaller
-  cuts on the start (the leased row built at once, the inserted snapshot not sent back and
-  parsed, the first step starting from the snapshot in memory) issue 20g's lane counted 3.17M
-  instructions per workflow against 3.77M before (-16%), 1.5% above `Telemetry.off()` (3.12M,
-  3.27M before; what is left is asking OpenTelemetry at each start and step whether an SDK's
-  provider has been set). The
-  calling thread's CPU per workflow went from 2.91 ms to 2.56-2.72 ms in the same minutes (load
-  5-6, 2 cores shared with other lanes): psycopg's `execute` about 1.0 (adapting a step's
-  parameters takes 0.02-0.03 ms; the rest grows with the wait, as the thread resumes cold:
-  0.12 ms for `select 1`, 0.31 ms around a 5 ms wait), staging the commits 0.4, the store
-  around the step's statement 0.4, the driver's loop and step telemetry 0.4, the insert
-  around its statement 0.2, the effects 0.15-0.18 (0.26-0.30 with the no-op spans); the
-  backend 1.9-2.1 ms, about 1.2 of it the four commits themselves (a raw single-row UPDATE's
-  commit took 0.31 ms of backend CPU on issue 20e's host). Index writes are not what is left:
-  dropping five of the nine indexes a step's non-HOT update writes moved the backend's CPU
-  per workflow less than the noise (2.57-2.79 ms against 2.78), so none was dropped. What is
-  left outside the waits is spread thin: no phase of Python outside psycopg's wait is above
-  about 15% of the caller's CPU, and the largest single items found after the spans are about
-  1% each (a pool checkout per statement; a restore and a frozen record's copy per start, both
-  now gone). Issue 20j's lane then cut the client's work around each statement, counted the
-  same way: the store checks connections out of the pool itself (not through the pool's
-  context manager, its statistics and the no-op commit ending a block in autocommit), runs its
-  hot statements on one cursor kept per connection (a new cursor per statement cost about as
-  much again), hands psycopg each hot statement as the same encoded bytes (psycopg encoded the
-  2-3 kB text anew for every statement and hashed the copy to find its parsed form), keeps
-  parsed run ids, builds no context manager for an effect nothing observes and reads the
-  insert's returned row in binary: 3.20M -> 2.87M instructions per workflow (-10%), and a
-  step from rest (`send` to a counter at rest, no worker) 1.10M -> 0.93M (-15%; its
-  pipelined BEGIN, row lock and COMMIT on the kept cursor too). Issue 20k's lane, counted the
-  same way: a step's `uuid[]` of run ids sent as the array's text (psycopg's list adaptation
-  found each element's type and searched it with a regular expression: about 60k instructions
-  a step), the start's insert and the step's statement each on a cursor kept for that
-  statement (psycopg keeps a cursor's dumpers and loaders only while it runs the same query
-  object again; on the one kept cursor the start's and the steps' statements alternated, so
-  each built them anew: about 140k a workflow), the hot statements' JSON parameters as
-  untyped text the server reads as `jsonb` (not through psycopg's `Jsonb` dumper) and one
-  step's run row as plain parameters with its choices made in Python (`_one_run_sql`, as the
-  step from rest was; a batch keeps its JSON row set): 2.86M -> 2.56M instructions per
-  workflow (-10.5%; the plain parameters gave 70k back, for the server's sake). The step's
-  statement then took 0.29-0.31 ms of executor time (auto_explain, median of 1,260) against
-  0.38-0.51 ms for the row-set form, interleaved in the same minutes at load 5 (the insert
-  0.24-0.26 against 0.27-0.33). `inline_profile` now reads the CPU of every backend of the
-  store's pool: the pool hands its connections out in turn and had grown to two, so its
-  backend figure counted about half of the statements before. Every hot statement is
-  prepared (psycopg's, after five runs on each connection: `pg_prepared_statements`).
-  What is left per statement is psycopg's own Python around `execute` (about 57k
-  instructions for a `SELECT 1` on a kept cursor, 30k more for the pool's `getconn` and
-  `putconn`) and adapting parameters and results (about 35k a step now; the insert reads 21
-  columns), then the transition (the engine's, about 155k a step) and thin Python over
-  the driver and store (building a step's parameters about 80k; the child-run work, the row
-  columns, the outbox rows and telemetry 20-30k each). Keeping one connection for a whole
-  `Inline.run` would save the
-  checkouts but hold a pooled connection through the user's effects, so it was not done. The
-  batched worker
-  on a backlog is bound by Python per step (the transition, the snapshot's JSON, the effect
-  call), not by the database; at four clients the threads share one process's GIL and the two
-  cores with PostgreSQL and DBOS's process.""",
+- **Against DBOS at equal concurrency** (one workflow in flight per client): each side waits
+  for its synchronous commits, four here (the start's insert, one per step: see transactions
+  per workflow) and about 18 for DBOS (its workflow row, step outputs and status, 5 of them
+  writing). The row "its statements replayed by psycopg alone" splits a workflow's time: the
+  very statements one `Inline.run` sent, sent again for fresh run ids by a bare psycopg loop
+  (a cursor per statement, prepared by the server as the store's are; every replayed run
+  checked to have ended) are the database's part, and what the in-the-caller row takes beyond
+  it is this project's Python in the calling thread. Measured interleaved on 2026-12-02 (load
+  0.7-1.9): DBOS 63-76 workflows/s, in the caller 182-195, replayed 362-412, so the database's
+  part alone is about 5.5x DBOS and the calling thread's Python is about half of each
+  workflow's wall time (about 2.9 of 5.4 ms). That Python was cut by about a third over issue
+  20's lanes (`python -m benchmarks.inline_profile --instructions`: the caller's instructions
+  per workflow under callgrind, which load does not move; 3.77M -> 2.56M): no OpenTelemetry
+  no-op spans when no SDK is configured, pool checkouts without the pool's context manager,
+  the hot statements on cursors kept per statement and handed to psycopg as the same encoded
+  bytes (psycopg keeps a cursor's adapters only while it runs the same query again), run-id
+  arrays and JSON parameters sent as text, one step's run row as plain parameters. What is
+  left is spread thin, none of it above about 15%: psycopg's own Python around each
+  `execute` (about 100k instructions a statement, 35k of it adapting parameters), the pool's
+  `getconn` and `putconn` (about 33k each, four times), the engine's transition (about 155k a
+  step) and `persist` (27k), building a step's parameters (80k), then the driver's staging
+  (child runs, row columns, outbox rows, telemetry: 20-30k each). Four times DBOS here would
+  need the calling thread's part down to about a third of what it is: a client with no Python
+  per statement, not a trim. Keeping one connection for a whole `Inline.run` would save the
+  checkouts but hold a pooled connection through the user's effects, so it was not done. On
+  the server, the step's statement takes 0.29-0.31 ms of executor time and the insert
+  0.24-0.26 ms (auto_explain, medians, load 5); index writes are not what is left (dropping
+  five of the run's indexes moved the backend's CPU per workflow less than the noise). Where
+  the disk is busy (other processes fsyncing: see the load averages) every commit costs more
+  on both sides and the ratio moves with it. The batched worker on a backlog is bound by
+  Python per step (the transition, the snapshot's JSON, the effect call), not by the
+  database; at four clients the threads share one process's GIL and the two cores with
+  PostgreSQL and DBOS's process.""",
 }
 
 
