@@ -122,7 +122,9 @@ class Actor:
         self._restore_from = snapshot
         self._snapshot: Snapshot | None = None
         self._status = "idle"
-        self._mailbox: deque[tuple[str, Any]] = deque()
+        # made when the first delivery waits (an actor that never queues one keeps none: an
+        # empty deque is a third of an idle actor's memory)
+        self._mailbox: deque[tuple[str, Any]] | None = None
         self._processing = False
         self._lock = threading.RLock()
         self._observers: list[tuple[Callable[..., Any] | None, Callable[..., Any] | None,
@@ -190,7 +192,7 @@ class Actor:
         for child in list(self._children.values()):
             self._stop_child(child)
         self._children.clear()
-        self._mailbox.clear()
+        self._mailbox = None
         self.system.unregister(self.system_id, self)
         self._report("@xstate.stopped")
         for _, _, complete in list(self._observers):
@@ -218,7 +220,7 @@ class Actor:
                 if self._status == "stopped":
                     self._drop(normalized)
                     return
-                self._mailbox.append(("event", normalized))
+                self._queue("event", normalized)
                 if self._status == "running":
                     self._drain()
                 return
@@ -247,8 +249,14 @@ class Actor:
         with self._lock:
             if self._status != "running":
                 return
-            self._mailbox.append((kind, payload))
+            self._queue(kind, payload)
             self._drain()
+
+    def _queue(self, kind: str, payload: Any) -> None:
+        mailbox = self._mailbox
+        if mailbox is None:
+            mailbox = self._mailbox = deque()
+        mailbox.append((kind, payload))
 
     def _drain(self) -> None:
         if self._processing:
@@ -537,7 +545,7 @@ class Actor:
         now = self.clock.now()
         for timer in snapshot.timers:  # due order; overdue ones fire at once, in order
             if timer.due_at <= now:
-                self._mailbox.append(("timer", timer.id))
+                self._queue("timer", timer.id)
             else:
                 self._arm(timer.id, timer.due_at)
 
@@ -551,10 +559,10 @@ class Actor:
         elif self.on_unpersistable == "restart":
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
-            self._mailbox.append(("child", (ref.id, FrozenDict(
+            self._queue("child", (ref.id, FrozenDict(
                 type=error_actor_event_type(ref.id),
                 error={"name": "ActorLost", "message": f"child {ref.id!r} was running when "
-                       "the snapshot was taken and cannot be resumed"}))))
+                       "the snapshot was taken and cannot be resumed"})))
 
     def _logic_of(self, ref: ChildRef) -> Any:
         if ref.invoked_by is not None:
