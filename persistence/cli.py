@@ -8,10 +8,12 @@ runs them on their own. The store URL comes from `--store` or the STATECHARTS_ST
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -391,6 +393,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _worker(args: argparse.Namespace) -> int:
     logformat.configure(args.log_level, args.log_format)
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1`: every thread's stack on stderr (a stuck worker)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
     runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,

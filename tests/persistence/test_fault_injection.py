@@ -147,7 +147,20 @@ def stop_cleanly(fleet: list[Worker]) -> None:
         assert w.process.poll() is None, f"worker died early:\n{w.text()[-3000:]}"
         w.process.send_signal(signal.SIGTERM)
     for w in fleet:
-        assert w.process.wait(timeout=30) == 0, w.text()[-3000:]
+        assert exit_code(w, 30) == 0, w.text()[-3000:]
+
+
+def exit_code(w: Worker, timeout_s: float) -> int:
+    """The worker's exit status once it ends; a worker still running after `timeout_s` fails
+    the test with its log and every thread's stack (SIGUSR1: the CLI's faulthandler)."""
+    try:
+        return w.process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        w.process.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        w.process.kill()
+        w.process.wait()
+        pytest.fail(f"worker still running {timeout_s} s after SIGTERM:\n{w.text()[-6000:]}")
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -600,3 +613,16 @@ def test_upgrading_postgres_to_schema_2_turns_events_of_ended_runs_into_dead_let
         assert [r.id for r in claimed] == [run_ids["active"]] and claimed[0].claim_count == 1
     finally:
         store.close()
+
+
+def test_a_worker_shows_every_threads_stack_on_sigusr1_and_serves_on(e: Env) -> None:
+    with workers(e, count=1, threads=2) as (w,):
+        wait_until(w.started, "the worker started")
+        w.process.send_signal(signal.SIGUSR1)  # what an operator does to a worker that hangs
+        wait_until(lambda: "(most recent call first)" in w.text(), "the stacks on stderr")
+        assert w.process.poll() is None  # the dump does not stop it
+        run_id = e.runtime().start("poison", {"kind": "fine"})
+        wait_until(ended(e.store, [run_id]), "the run ended")
+        stop_cleanly([w])
+    stacks = w.text()
+    assert 'File "' in stacks and "in _loop" in stacks  # the worker threads' frames
