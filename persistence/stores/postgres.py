@@ -868,14 +868,17 @@ WITH b AS (
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
     RETURNING r.id, r.version
 )"""
-_FROM_REST_RUN = """
-WITH run AS (
+_ONE_RUN_SET = """
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
         attempt_count = coalesce(%(attempts)s, r.attempt_count),
         last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
         workflow_version = coalesce(%(wv)s, r.workflow_version),
         completed_at = coalesce(r.completed_at, %(completed)s),
-        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1,
+        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1,"""
+"""The columns one step writes in its run row, as plain parameters (`_FROM_REST_RUN`,
+`_one_run_sql`); each adds how it holds the lease and which row it may write."""
+_FROM_REST_RUN = """
+WITH run AS (""" + _ONE_RUN_SET + """
         wake_at = %(wake)s
     WHERE r.id = %(id)s AND r.version = %(expected)s AND r.lease_owner IS NULL
       AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
@@ -970,13 +973,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
                "jsonb_to_recordset(%(outcomes)s) AS o(k text))) = %(outcome_count)s"
                if outcomes else "")  # fmt: skip
     return f"""
-WITH run AS (
-    UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
-        attempt_count = coalesce(%(attempts)s, r.attempt_count),
-        last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
-        workflow_version = coalesce(%(wv)s, r.workflow_version),
-        completed_at = coalesce(r.completed_at, %(completed)s),
-        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1, {held}
+WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s AND {holder}{pending}
     RETURNING r.id, r.version
 )"""

@@ -91,9 +91,10 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(pg_dsn: str, pg_schem
     assert (inserted, updated) == (20, 80)  # 20 steps warm up, then the 60 measured
     # Not HOT, by design: the step that crosses into a new minute (it changes updated_minute,
     # which the stuck-runs index holds). Not HOT, now and then: a step whose page is full, as
-    # the server prunes a page only when it gets its cleanup lock (seen: 79 of 80 under load).
-    # A step that changed an indexed column would never be HOT.
-    assert hot >= updated - 2
+    # the server prunes a page only when it can (its cleanup lock, no older snapshot that may
+    # see the dead versions): 79 of 80 HOT under load, 50-64 of 80 beside other PostgreSQL
+    # test files (-n 2), 80 of 80 alone. A step that changed an indexed column is never HOT.
+    assert hot > updated // 2
     entries = collections.Counter(
         relation for (kind, relation), (count, _) in result["kinds"].items()
         for _ in range(count) if kind in LEAF_ENTRIES)  # fmt: skip
