@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import ExitStack
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -36,7 +37,7 @@ from benchmarks.timing import (
     skipped,
     table,
 )
-from benchmarks.xstate_node import XStateUnavailable, ensure_xstate, node_version, run_xstate
+from benchmarks.xstate_node import XStateProcess, XStateUnavailable, ensure_xstate, node_version
 
 BENCHMARK = "engine"
 ACTOR_CASES = ("flat", "hier", "reenter", "counter", "entry/exit toggle", "shop", "invoice")
@@ -129,23 +130,25 @@ def engine_case(case: str) -> Case:
 ALL_CASES = (*ACTOR_CASES, *PURE_CASES)
 
 
-def ours_rounds(n: int, plans_off_n: int) -> tuple[list[Round], list[Result]]:
-    """This engine's cases as rounds, and the actor cases again with the plans off (fewer
-    events, ``plans_off_n``: it is several times slower); a case whose API cannot be imported
-    is a skipped row."""
+def ours_rounds(n: int) -> tuple[dict[str, Round], list[Result]]:
+    """This engine's cases as rounds by case name; a case whose API cannot be imported is a
+    skipped row."""
     label = ours_label()
-    rounds, skips = [], []
+    rounds, skips = {}, []
     for case in ALL_CASES:
         try:
             fn = engine_case(case)
         except ImportError as exc:
             skips.append(skipped(BENCHMARK, case, label, f"engine: {exc}"))
             continue
-        rounds.append(case_round(case, label, fn, n))
-    for case in ACTOR_CASES:
-        rounds.append(case_round(case, f"{label}, {PLANS_OFF}", actor_case(case, plans=False),
-                                 plans_off_n))
+        rounds[case] = case_round(case, label, fn, n)
     return rounds, skips
+
+
+def plans_off_rounds(n: int) -> list[Round]:
+    """The actor cases again with the plans off (fewer events: it is several times slower)."""
+    label = f"{ours_label()}, {PLANS_OFF}"
+    return [case_round(case, label, actor_case(case, plans=False), n) for case in ACTOR_CASES]
 
 
 def python_peer_rounds(n: int) -> tuple[list[Round], list[Result]]:
@@ -176,39 +179,55 @@ def xstate_cases(n: int, warmup: int) -> list[dict[str, Any]]:
     return cases
 
 
-def xstate_rounds(n: int) -> tuple[list[Round], list[Result]]:
-    """XState v5 on Node.js: one round = one Node process running every case once, after an
-    untimed warm-up run of the same ``n`` events (V8 must tier up its JIT in every new process;
-    CPython has nothing comparable, so the Python subjects warm up on 2,000 events). Skipped
-    rows when Node.js or XState is unavailable."""
-    try:
-        label = f"xstate {ensure_xstate()} (Node.js {node_version()})"
-    except XStateUnavailable as exc:
-        return [], [skipped(BENCHMARK, case, "xstate (Node.js)", str(exc)) for case in ALL_CASES]
-    cases = xstate_cases(n, warmup=n)
+def xstate_label() -> str:
+    """XState's subject name with its version and Node's (XState installed if needed)."""
+    return f"xstate {ensure_xstate()} (Node.js {node_version()})"
 
-    def once() -> RoundResult:
-        rows = run_xstate(cases, repeat=1, warmup=n)
-        found = {(case, label): (n, rows[case]["rates"][0]) for case in ALL_CASES}
-        for case in PURE_CASES:  # the fair comparison for the pure API: XState's actor
-            found[(case, f"{label} {XSTATE_ACTOR}")] = found[(case.removeprefix("pure "), label)]
-        return found
 
-    return [once], []
+def xstate_rounds(node: XStateProcess, label: str, n: int) -> dict[str, Round]:
+    """XState v5's cases as rounds by case name, each one run in the long-lived ``node``
+    (warmed up there on ``n`` events per case: V8 must tier up its JIT; CPython has nothing
+    comparable, so the Python subjects warm up on 2,000 events). A chart's actor run is also
+    the fair figure for this engine's pure API on that chart (``XSTATE_ACTOR``)."""
+    def case_round_of(case: str) -> Round:
+        def once() -> RoundResult:
+            found = {(case, label): (n, node.rate(case))}
+            if f"pure {case}" in PURE_CASES:
+                found[(f"pure {case}", f"{label} {XSTATE_ACTOR}")] = found[(case, label)]
+            return found
+        return once
+
+    return {case: case_round_of(case) for case in ALL_CASES}
 
 
 XSTATE_ACTOR = "actor (same chart)"
 
 
+def chart_order(*by_case: dict[str, Round]) -> list[Round]:
+    """Rounds chart by chart: each subject's actor run, then each one's pure run, so that
+    XState's run of a chart is timed beside this engine's runs of the same chart."""
+    ordered = []
+    for base in ACTOR_CASES:
+        for case in (base, f"pure {base}"):
+            ordered += [rounds[case] for rounds in by_case if case in rounds]
+    return ordered
+
+
 def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]:
     """Every subject on every case, runs interleaved; ordered by case for the tables."""
-    rounds: list[Round] = []
-    skips: list[Result] = []
-    for more_rounds, more_skips in (ours_rounds(n, peer_n), xstate_rounds(n),
-                                    python_peer_rounds(peer_n)):
-        rounds += more_rounds
-        skips += more_skips
-    results = interleave(BENCHMARK, rounds, repeat) + skips
+    ours, skips = ours_rounds(n)
+    peer_rounds, peer_skips = python_peer_rounds(peer_n)
+    skips += peer_skips
+    with ExitStack() as stack:
+        try:
+            label = xstate_label()
+            node = stack.enter_context(XStateProcess(xstate_cases(n, warmup=n), warmup=n))
+            xstate = xstate_rounds(node, label, n)
+        except XStateUnavailable as exc:
+            xstate = {}
+            skips += [skipped(BENCHMARK, case, "xstate (Node.js)", str(exc)) for case in ALL_CASES]
+        rounds = chart_order(ours, xstate) + plans_off_rounds(peer_n) + peer_rounds
+        results = interleave(BENCHMARK, rounds, repeat) + skips
     order = {case: i for i, case in enumerate(ALL_CASES)}
     subjects = [ours_label(), "xstate", "python-statemachine", "transitions", "sismic"]
     rank = {name: i for i, name in enumerate(subjects)}

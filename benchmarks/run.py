@@ -138,8 +138,11 @@ INTRO = {
         "with `machine.plans = False`: every microstep planned afresh by the reference "
         "algorithm. Machines and their guards and actions: `benchmarks/charts.py` (the same "
         "configs, and the same functions written in JavaScript, are handed to XState). Each "
-        "run checks the final state and context on both sides. The slower Python peers get "
-        "fewer events per run (`n`) and run only the first four charts; rates are per event."
+        "run checks the final state and context on both sides. XState runs in one long-lived "
+        "Node process that runs a case when asked, so each of its runs is timed right beside "
+        "this engine's runs of the same chart (its actor run, then the pure runs). The "
+        "slower Python peers get fewer events per run (`n`) and run only the first four "
+        "charts; rates are per event."
     ),
     "rehydrate": (
         "Per event: restore from JSON bytes, send one event (hier chart, t1/t2), persist back "

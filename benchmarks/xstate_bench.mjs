@@ -2,14 +2,20 @@
 // per run a fresh actor (or initial snapshot), n events timed with performance.now() around the
 // event loop only, the final state checked against the value Python computed, after one warm-up.
 //
-// Input (stdin, JSON): {repeat, warmup, limits: {counter, shop, invoice}, cases: [{name, config,
-//   events, n, kind, expect: {n, warmup, context, warmupContext}}]} where kind is "actor" or
-//   "pure", events are type strings or event objects, and a null context is not checked.
-// Output (stdout): one JSON object per case: {name, n, rates: [events/s per run]}.
-import { readFileSync } from 'node:fs';
+// One long-lived process answers requests, so that each XState run can be timed right beside
+// the Python run of the same chart (a burst of load from elsewhere then falls on both):
+// the first stdin line (JSON) is the spec {warmup, limits: {counter, shop, invoice}, cases:
+//   [{name, config, events, n, kind, expect: {n, warmup, context, warmupContext}}]}, where kind
+//   is "actor" or "pure", events are type strings or event objects, and a null context is not
+//   checked; every case is built and warmed up, then {"ready": true} is written;
+// each further line {"run": name} runs that case once: {"name", "n", "rate"} (events/s), or
+//   {"error": message} when its check fails.
+import { createInterface } from 'node:readline';
 import { createMachine, createActor, assign, transition, initialTransition } from 'xstate';
 
-const spec = JSON.parse(readFileSync(0, 'utf8'));
+const lines = createInterface({ input: process.stdin, crlfDelay: Infinity })[Symbol.asyncIterator]();
+const nextLine = async () => { const { value, done } = await lines.next(); return done ? null : value; };
+const spec = JSON.parse(await nextLine());
 const LIMITS = spec.limits;
 const nothing = () => {};
 
@@ -82,17 +88,25 @@ function runPure(machine, events, n) {
   return [performance.now() - t0, snapshot];
 }
 
+const prepared = new Map();
 for (const c of spec.cases) {
   const machine = createMachine(c.config, implementations);
   const events = c.events.map((e) => (typeof e === 'string' ? { type: e } : e));
   const run = c.kind === 'pure' ? runPure : runActor;
   const [, warm] = run(machine, events, spec.warmup);
   check(c.name, warm, c.expect.warmup, c.expect.warmupContext, spec.warmup);
-  const rates = [];
-  for (let r = 0; r < spec.repeat; r++) {
+  prepared.set(c.name, { c, machine, events, run });
+}
+console.log(JSON.stringify({ ready: true }));
+
+for (let line = await nextLine(); line !== null; line = await nextLine()) {
+  if (!line.trim()) continue;
+  const { c, machine, events, run } = prepared.get(JSON.parse(line).run);
+  try {
     const [ms, snapshot] = run(machine, events, c.n);
     check(c.name, snapshot, c.expect.n, c.expect.context, c.n);
-    rates.push(c.n / (ms / 1000));
+    console.log(JSON.stringify({ name: c.name, n: c.n, rate: c.n / (ms / 1000) }));
+  } catch (err) {
+    console.log(JSON.stringify({ error: String(err.message || err) }));
   }
-  console.log(JSON.stringify({ name: c.name, n: c.n, rates }));
 }

@@ -3,12 +3,14 @@
 XState is npm-installed into a scratch folder (``benchmarks/.cache/node``, git-ignored, never
 committed) on first use; ``xstate_bench.mjs`` is copied beside its ``node_modules`` (ES modules
 resolve packages from the script's own folder) and fed the same configs, events and event counts
-as the Python subjects on stdin.
+as the Python subjects on stdin. One Node process lives through a benchmark run and runs a case
+when asked, so that each XState run is timed right beside the Python run it is compared with.
 """
 
 from __future__ import annotations
 
 import json
+import selectors
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,20 +50,60 @@ def node_version() -> str:
                           check=True).stdout.strip()
 
 
-def run_xstate(cases: list[dict[str, Any]], repeat: int, warmup: int) -> dict[str, dict[str, Any]]:
-    """Run ``cases`` (see ``xstate_bench.mjs`` for the shape) in Node; results by case name."""
-    ensure_xstate()
-    script = CACHE / SCRIPT.name
-    shutil.copyfile(SCRIPT, script)
-    spec = {"repeat": repeat, "warmup": warmup, "cases": cases,
-            "limits": {"counter": COUNTER_LIMIT, "shop": SHOP_LIMIT, "invoice": INVOICE_ATTEMPTS}}
-    done = subprocess.run(["node", str(script)], input=json.dumps(spec), capture_output=True,
-                          text=True, cwd=CACHE, timeout=1800, check=False)
-    if done.returncode != 0:
-        raise XStateUnavailable(f"xstate benchmark failed: {done.stderr.strip()[-500:]}")
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.strip():
-            row = json.loads(line)
-            results[row["name"]] = row
-    return results
+REPLY_TIMEOUT = 600.0  # seconds for one warm-up or one run: a stuck Node process fails the run
+
+
+class XStateProcess:
+    """A Node process holding every case built and warmed up (``xstate_bench.mjs``): ``rate``
+    runs one case once and returns its events/s. Use as a context manager."""
+
+    def __init__(self, cases: list[dict[str, Any]], warmup: int) -> None:
+        ensure_xstate()
+        script = CACHE / SCRIPT.name
+        shutil.copyfile(SCRIPT, script)
+        spec = {"warmup": warmup, "cases": cases,
+                "limits": {"counter": COUNTER_LIMIT, "shop": SHOP_LIMIT,
+                           "invoice": INVOICE_ATTEMPTS}}
+        self._node = subprocess.Popen(["node", str(script)], cwd=CACHE, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+        self._request(spec)
+
+    def rate(self, case: str) -> float:
+        """Run ``case`` once (its ``n`` events, final state checked); events/s."""
+        return float(self._request({"run": case})["rate"])
+
+    def close(self) -> None:
+        """End the Node process (its stdin closed; killed if it does not exit)."""
+        if self._node.stdin:
+            self._node.stdin.close()
+        try:
+            self._node.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._node.kill()
+            self._node.wait()
+
+    def __enter__(self) -> XStateProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self._node.stdin is not None and self._node.stdout is not None
+        self._node.stdin.write(json.dumps(message) + "\n")
+        self._node.stdin.flush()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._node.stdout, selectors.EVENT_READ)
+            if not selector.select(REPLY_TIMEOUT):
+                self._node.kill()
+                raise XStateUnavailable(f"xstate benchmark: no answer in {REPLY_TIMEOUT:.0f}s")
+        line = self._node.stdout.readline()
+        if not line:
+            self._node.wait()
+            stderr = self._node.stderr.read() if self._node.stderr else ""
+            raise XStateUnavailable(f"xstate benchmark failed: {stderr.strip()[-500:]}")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise XStateUnavailable(f"xstate benchmark failed: {reply['error']}")
+        return reply
