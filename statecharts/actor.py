@@ -327,7 +327,7 @@ class Actor:
                    [] if self._inspect is not None else None)
 
     def _process_event(self, event: FrozenDict) -> None:
-        """One event through the machine (the hot path of ``send``)."""
+        """A queued event through the machine (``send`` takes one at rest itself)."""
         self._step(None, event,
                    None if self._inspect is None else self._event_trace(event))
 

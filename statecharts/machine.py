@@ -191,7 +191,7 @@ class Machine(metaclass=_MachineType):
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
-        (``transition`` and ``Actor._step`` write out the route below: keep the three alike.)
+        (``transition`` and ``Actor.send`` write out the route below: keep the three alike.)
         """
         if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
