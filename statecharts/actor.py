@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import effects as fx
+from . import machine as machines
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
 from .effects import RunAction
 from .errors import (
@@ -208,11 +209,18 @@ class Actor:
         XState: a warning is logged and inspection gets ``@statecharts.dropped``. With
         ``strict=True`` it raises ``ActorStoppedError`` instead.
         """
-        # normalize_event's two fast cases first, without its call (as Machine.transition)
-        normalized = interned_event(event) if type(event) is str else event \
-            if type(event) is FrozenDict and type(event.get("type")) is str else None
+        # normalize_event's two fast cases first, without its call (as Machine.transition);
+        # ``kind`` is the event's type
+        if type(event) is str:
+            kind: Any = event
+            normalized = interned_event(event)
+        elif type(event) is FrozenDict and type(kind := event.get("type")) is str:
+            normalized = event
+        else:
+            normalized = None
         if normalized is None:
             normalized = normalize_event(event)
+            kind = normalized["type"]
         lock = self._lock
         lock.acquire()  # not ``with``: its special-method calls cost a tenth of a step
         try:
@@ -226,9 +234,43 @@ class Actor:
                 return
             # at rest: process this event now, then whatever it caused to be queued
             self._processing = True
-            try:  # _process_event, written out: one call fewer on every send
-                self._step(None, normalized,
-                           None if self._inspect is None else self._event_trace(normalized))
+            try:
+                previous: Any = self._snapshot  # (a running actor has one)
+                machine = self.machine
+                # the event's compiled route, taken here as ``Machine.transition`` takes it
+                # (keep them alike), while nothing asks for more than a route gives: no
+                # inspector (it wants the microsteps), the engine's own ``step`` (a subclass's,
+                # or a patch such as the test kit's coverage, sees every event: looked up now
+                # once any class has replaced it), plans on, the snapshot this machine's and
+                # active; else ``_step``
+                take = previous.configuration.routes.get(kind) if self._inspect is None and \
+                    previous.machine is machine and previous.status == "active" and \
+                    machine.plans and (not machines.STEP_REPLACED or
+                                       type(machine).step is _MACHINE_STEP) else None
+                if take is None:
+                    self._step(None, normalized,
+                               None if self._inspect is None else self._event_trace(normalized))
+                else:
+                    try:
+                        result = take(previous, previous.context, normalized, None, None)
+                    except StatechartError as exc:
+                        if self._failed(exc, previous):
+                            raise
+                    else:
+                        if result is None:  # the route hands this event to the full step
+                            self._step(_full_step, normalized, None)
+                        elif self._observers:
+                            self._settle(previous, result[0], result[1], None)
+                        else:
+                            # ``_settle`` with no one to tell: a route leaves the status active
+                            snapshot, effects = result
+                            self._snapshot = snapshot
+                            if effects:
+                                try:
+                                    self._run_effects(effects)
+                                except ImplementationError as exc:
+                                    if self._effects_failed(previous, exc):
+                                        raise
             finally:
                 self._processing = False
             if self._mailbox:
@@ -285,7 +327,7 @@ class Actor:
                    [] if self._inspect is not None else None)
 
     def _process_event(self, event: FrozenDict) -> None:
-        """One event through the machine (the hot path of ``send``)."""
+        """A queued event through the machine (``send`` takes one at rest itself)."""
         self._step(None, event,
                    None if self._inspect is None else self._event_trace(event))
 
@@ -295,35 +337,33 @@ class Actor:
         return []
 
     def _step(self, step: Callable[..., Any] | None, item: Any, trace: list[Any] | None) -> None:
-        """``Machine.step`` or ``Machine.deliver_timer`` of this actor's machine on the current
-        snapshot (or the start, before there is one), then its result applied: the new snapshot
-        kept, its effects run, observers told (a failing implementation fails the actor). One
-        function, not two: this is the hot path of every ``send``. ``step`` is the function,
-        not a method bound per event (``step(machine, snapshot, item, now, trace)``)."""
+        """``step(machine, snapshot, item, now, trace)`` on the current snapshot (or the start,
+        before there is one), then its result settled (``_settle``). ``step`` is a function,
+        not a method bound per item: ``Machine.deliver_timer``, ``_start_machine``,
+        ``_full_step``, or None for the machine's class's ``step``, looked up now (a subclass's
+        or a patch's sees every event); ``send`` takes compiled routes itself."""
         previous: Any = self._snapshot  # (None only for the start, which passes ``step``)
         machine = self.machine
         try:
-            result = None
-            if step is None:
-                # the machine's class's ``step``, looked up now (so a subclass or a patch,
-                # such as the test kit's coverage, is honoured); the unchanged one's compiled
-                # route is taken here, as ``Machine.transition`` takes it (keep them alike)
-                step = type(machine).step
-                if step is _MACHINE_STEP and previous.machine is machine and \
-                        previous.status == "active" and machine.plans:
-                    take = previous.configuration.routes.get(item["type"])
-                    if take is not None:  # else step compiles the route (or there is none)
-                        result = take(previous, previous.context, item, None, trace)
-                        if result is None:  # the route hands this event to the full step
-                            result = machine._macrostep(previous, item, self.clock.now, trace)
-            if result is None:
-                result = step(machine, previous, item, self.clock.now, trace)
-            snapshot, effects = result
+            snapshot, effects = (type(machine).step if step is None else step)(
+                machine, previous, item, self.clock.now, trace)
         except StatechartError as exc:
-            self._fail(exc)
-            if self.parent is None or previous is None:
-                raise  # (a child failing as it starts: ``start`` tells its parent)
-            return  # a child's failure goes to its parent as an event, not to the sender
+            if self._failed(exc, previous):
+                raise
+            return
+        self._settle(previous, snapshot, effects, trace)
+
+    def _failed(self, exc: StatechartError, previous: Snapshot | None) -> bool:
+        """A step raised ``exc``: the actor fails. True when the sender is to see it (a
+        child's failure goes to its parent as an event instead; a child failing as it starts
+        raises: ``start`` tells its parent)."""
+        self._fail(exc)
+        return self.parent is None or previous is None
+
+    def _settle(self, previous: Snapshot | None, snapshot: Snapshot,
+                effects: tuple[fx.Effect, ...], trace: list[Any] | None) -> None:
+        """A step's result applied: the new snapshot kept, its effects run, observers told,
+        the actor finished if the machine is (a failing implementation fails it)."""
         if trace:
             self._trace(trace)
         if effects:
@@ -331,11 +371,7 @@ class Actor:
             try:
                 self._run_effects(effects)
             except ImplementationError as exc:
-                # XState's errored snapshot keeps the state the failed step started from
-                if previous is not None:
-                    self._snapshot = previous
-                self._fail(exc)
-                if self.parent is None:
+                if self._effects_failed(previous, exc):
                     raise
                 return
             snapshot = self._snapshot  # as the effects left it
@@ -350,6 +386,14 @@ class Actor:
                 self._notify()
         if snapshot.status != "active" and snapshot.status in ("done", "error"):
             self._finish()
+
+    def _effects_failed(self, previous: Snapshot | None, exc: ImplementationError) -> bool:
+        """An action of a step raised: the actor fails, its errored snapshot keeping the state
+        the step started from (as XState's). True when the sender is to see it."""
+        if previous is not None:
+            self._snapshot = previous
+        self._fail(exc)
+        return self.parent is None
 
     # -- effects -----------------------------------------------------------------------------
 
@@ -754,6 +798,13 @@ def create_actor(machine: Machine, *, input: Any = None,
 
 
 _MACHINE_STEP = Machine.step
+
+
+def _full_step(machine: Machine, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
+               trace: list[Any] | None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+    """The full step (``Machine._macrostep``) of an event whose compiled route handed it over,
+    in the form ``Actor._step`` calls."""
+    return machine._macrostep(snapshot, event, now, trace)
 
 
 def _start_machine(machine: Machine, snapshot: None, input: Any, now: Callable[[], int],

@@ -36,7 +36,39 @@ Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
 
 
-class Machine:
+STEP_REPLACED = False
+"""True once any machine class's ``step`` is not the engine's own: a subclass overrides it, or a
+patch replaced it (the test kit's coverage does), at any time. Until then a runtime that takes
+compiled routes itself (``Actor.send``) needs no look-up of ``step`` per event to know that
+``step`` would take the same route; after, it looks ``step`` up on each event's class."""
+
+
+class _MachineType(type):
+    """The metaclass of ``Machine``: it sets ``STEP_REPLACED`` when a class defines ``step`` or
+    ``step`` is set or deleted on one (for good: a patch undone leaves it set)."""
+
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> None:
+        super().__init__(name, bases, namespace)
+        if bases and "step" in namespace:
+            _step_replaced()
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "step":
+            _step_replaced()
+
+    def __delattr__(cls, name: str) -> None:
+        super().__delattr__(name)
+        if name == "step":
+            _step_replaced()
+
+
+def _step_replaced() -> None:
+    global STEP_REPLACED
+    STEP_REPLACED = True
+
+
+class Machine(metaclass=_MachineType):
     """A statechart machine. Create one with ``create_machine`` or ``setup().create_machine``."""
 
     def __init__(self, config: Mapping[str, Any], implementations: Implementations,
@@ -159,7 +191,7 @@ class Machine:
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
-        (``transition`` and ``Actor._step`` write out the route below: keep the three alike.)
+        (``transition`` and ``Actor.send`` write out the route below: keep the three alike.)
         """
         if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
