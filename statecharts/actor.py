@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import effects as fx
-from . import machine as machines
 from .clock import Clock, SimulatedClock, SystemClock, TimerHandle
 from .effects import RunAction
 from .errors import (
@@ -240,13 +239,11 @@ class Actor:
                 # the event's compiled route, taken here as ``Machine.transition`` takes it
                 # (keep them alike), while nothing asks for more than a route gives: no
                 # inspector (it wants the microsteps), the engine's own ``step`` (a subclass's,
-                # or a patch such as the test kit's coverage, sees every event: looked up now
-                # once any class has replaced it), plans on, the snapshot this machine's and
-                # active; else ``_step``
+                # or a patch such as the test kit's coverage, sees every event: looked up now),
+                # plans on, the snapshot this machine's and active; else ``_step``
                 take = previous.configuration.routes.get(kind) if self._inspect is None and \
                     previous.machine is machine and previous.status == "active" and \
-                    machine.plans and (not machines.STEP_REPLACED or
-                                       type(machine).step is _MACHINE_STEP) else None
+                    machine.plans and type(machine).step is _MACHINE_STEP else None
                 if take is None:
                     self._step(None, normalized,
                                None if self._inspect is None else self._event_trace(normalized))

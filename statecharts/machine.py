@@ -36,39 +36,7 @@ Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 Result = tuple[Snapshot, tuple[Effect, ...]]
 
 
-STEP_REPLACED = False
-"""True once any machine class's ``step`` is not the engine's own: a subclass overrides it, or a
-patch replaced it (the test kit's coverage does), at any time. Until then a runtime that takes
-compiled routes itself (``Actor.send``) needs no look-up of ``step`` per event to know that
-``step`` would take the same route; after, it looks ``step`` up on each event's class."""
-
-
-class _MachineType(type):
-    """The metaclass of ``Machine``: it sets ``STEP_REPLACED`` when a class defines ``step`` or
-    ``step`` is set or deleted on one (for good: a patch undone leaves it set)."""
-
-    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> None:
-        super().__init__(name, bases, namespace)
-        if bases and "step" in namespace:
-            _step_replaced()
-
-    def __setattr__(cls, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name == "step":
-            _step_replaced()
-
-    def __delattr__(cls, name: str) -> None:
-        super().__delattr__(name)
-        if name == "step":
-            _step_replaced()
-
-
-def _step_replaced() -> None:
-    global STEP_REPLACED
-    STEP_REPLACED = True
-
-
-class Machine(metaclass=_MachineType):
+class Machine:
     """A statechart machine. Create one with ``create_machine`` or ``setup().create_machine``."""
 
     def __init__(self, config: Mapping[str, Any], implementations: Implementations,

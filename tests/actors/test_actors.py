@@ -436,39 +436,3 @@ def test_a_subclass_or_a_patch_of_machine_step_sees_every_event_an_actor_takes(
     plain.send("GO")
     assert seen == ["patched GO"] * 3
     assert plain.get_snapshot().value == "a" and plain.get_snapshot().context["n"] == 3
-
-
-def test_a_patch_of_machine_step_is_seen_while_no_class_had_replaced_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until some class's ``step`` is replaced an actor does not look ``step`` up per event
-    (``machine.STEP_REPLACED``): patching ``Machine.step`` sets that flag, so the next event a
-    running actor takes is seen by the patch."""
-    from statecharts import machine as machines
-    from statecharts.machine import Machine
-
-    monkeypatch.setattr(machines, "STEP_REPLACED", False)  # as in a process that never did
-    config = {"id": "t", "initial": "a", "states": {"a": {"on": {"GO": "b"}},
-                                                   "b": {"on": {"GO": "a"}}}}
-    actor = create_actor(create_machine(config)).start()
-    for _ in range(2):
-        actor.send("GO")  # routes compiled, then taken by the actor itself
-    assert machines.STEP_REPLACED is False
-    seen: list[str] = []
-    engine_step = Machine.step
-
-    def patched(machine: Machine, snapshot: Any, event: Any, now: Any, trace: Any = None) -> Any:
-        seen.append(event["type"])
-        return engine_step(machine, snapshot, event, now, trace)
-
-    monkeypatch.setattr(Machine, "step", patched)
-    assert machines.STEP_REPLACED is True
-    actor.send("GO")
-    assert seen == ["GO"] and actor.get_snapshot().value == "b"
-
-    class Own(Machine):  # a subclass defining ``step`` sets it too
-        def step(self, snapshot: Any, event: Any, now: Any, trace: Any = None) -> Any:
-            return super().step(snapshot, event, now, trace)
-
-    machines.STEP_REPLACED = False
-    class_body = type("Again", (Own,), {"step": Own.step})
-    assert machines.STEP_REPLACED is True and issubclass(class_body, Machine)
