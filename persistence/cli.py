@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import importlib
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -153,11 +154,31 @@ def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4
     try:
         if scheme in ("postgresql", "postgres"):
             _reach_postgres(url)
-        return open_store(url, check=check, max_connections=connections)
+        store = open_store(url, check=check, max_connections=connections)
     except ModuleNotFoundError as exc:
         raise (missing_extra(exc, "a PostgreSQL store") or exc) from exc
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
+    vars(args).setdefault(_OPENED, []).append(store)
+    return store
+
+
+_OPENED = "opened_stores"
+
+
+def _closing_stores(handler: Callable[[argparse.Namespace], int]
+                    ) -> Callable[[argparse.Namespace], int]:
+    """`handler`, closing every store it opened (`_store`) when it returns or raises: a command
+    run in-process (`main([...])`, the tests) leaves no connection pool behind, whose worker
+    threads would otherwise be joined by the garbage collector from one of their own."""
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        finally:
+            for store in vars(args).pop(_OPENED, ()):
+                store.close()
+    return run
 
 
 def _reach_postgres(url: str, timeout_s: int = 5) -> None:
@@ -267,7 +288,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
-    worker.set_defaults(handler=_worker)
+    worker.set_defaults(handler=_closing_stores(_worker))
 
     runs = subparsers.add_parser("runs", help="inspect and cancel runs",
                                  description="List runs, show one run with its journal and "
@@ -290,7 +311,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="when the key's run exists: return it (default), start anew once it "
                             "has ended (allow_duplicate), or refuse while it is active "
                             "(reject_active)")
-    start.set_defaults(handler=_runs_start)
+    start.set_defaults(handler=_closing_stores(_runs_start))
     send = actions.add_parser(
         "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
         description="Queue an event for a run; a worker applies it. Address the run by its id "
@@ -301,7 +322,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     send.add_argument("--key", help="with --workflow: the run's key")
     send.add_argument("--event", required=True, metavar="JSON",
                       help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE')
-    send.set_defaults(handler=_runs_send)
+    send.set_defaults(handler=_closing_stores(_runs_send))
     listing = actions.add_parser("list", help="runs, newest first",
                                  description="Runs, newest first, with their state and status.")
     _add_store(listing)
@@ -318,7 +339,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="only active runs not updated for this long",
     )
     listing.add_argument("--json", action="store_true", help="the runs as one JSON array")
-    listing.set_defaults(handler=_runs_list)
+    listing.set_defaults(handler=_closing_stores(_runs_list))
     show = actions.add_parser("show", help="one run with its effects and journal",
                               description="One run: status, state, context, pending timers, "
                                           "its effects (outbox) and its journal of events.")
@@ -327,14 +348,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--last", type=int, default=None, metavar="N",
                       help="only the newest N journal entries and outbox records "
                            "(events_total says how many the journal has)")
-    show.set_defaults(handler=_runs_show)
+    show.set_defaults(handler=_closing_stores(_runs_show))
     cancel = actions.add_parser("cancel", help="cancel a run",
                                 description="Cancel a run: at once if no worker holds it, "
                                             "else at the worker's next step.")
     _add_store(cancel)
     cancel.add_argument("run_id", help="the run's id or a unique prefix")
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
-    cancel.set_defaults(handler=_runs_cancel)
+    cancel.set_defaults(handler=_closing_stores(_runs_cancel))
     resume = actions.add_parser(
         "resume", help="resume a failed run from the state it failed in (journaled)",
         description="Make a failed run (status error) active again in the state it failed "
@@ -345,7 +366,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     resume.add_argument("run_id", help="the failed run's id or a unique prefix")
     resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
                         help="module (or module:attr) defining the machines; repeatable")
-    resume.set_defaults(handler=_runs_resume)
+    resume.set_defaults(handler=_closing_stores(_runs_resume))
     versions = actions.add_parser(
         "versions", help="active runs that the given machines cannot step (definition changed)",
         description="Active runs whose definition fingerprint none of the given machines has: "
@@ -354,7 +375,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_store(versions)
     versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
                           help="module (or module:attr) defining the machines; repeatable")
-    versions.set_defaults(handler=_runs_versions)
+    versions.set_defaults(handler=_closing_stores(_runs_versions))
 
     db = subparsers.add_parser("db", help="database schema",
                                description="Manage the run store's schema.")
@@ -363,7 +384,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                     description="Apply the schema migrations the store does "
                                                 "not have yet (safe to run again).")
     _add_store(upgrade)
-    upgrade.set_defaults(handler=_db_upgrade)
+    upgrade.set_defaults(handler=_closing_stores(_db_upgrade))
 
     api = subparsers.add_parser(
         "api", help="serve the webhook ingress: start runs and send events over HTTP",
@@ -388,7 +409,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="largest request body in bytes (default 1048576)")
     api.add_argument("--log-level", default="INFO",
                      help="DEBUG, INFO, WARNING or ERROR (default INFO)")
-    api.set_defaults(handler=_api)
+    api.set_defaults(handler=_closing_stores(_api))
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -412,7 +433,6 @@ def _worker(args: argparse.Namespace) -> int:
             server.shutdown()
         if shutdown_otlp is not None:
             shutdown_otlp()  # flush the spans and metrics still queued
-        runtime.store.close()
     return 0
 
 
@@ -608,11 +628,8 @@ def _api(args: argparse.Namespace) -> int:
     logging.getLogger("statecharts.api").info(
         "serving http://%s:%d/api (%s%s)", args.host, args.port, ", ".join(runtime.machines),
         ", token required" if token else "")  # fmt: skip
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                    server_header=False)  # fmt: skip
-    finally:
-        runtime.store.close()
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                server_header=False)  # fmt: skip
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
 from persistence import schema
 from persistence.ingress import Signature
@@ -258,3 +259,33 @@ def test_runs_show_lists_a_runs_children_and_its_parent(tmp_path: Path) -> None:
     assert (child["parent_run_id"], child["parent_invoke_id"]) == (run_id, "payment")
     assert [c["state"] for c in child["children"]] == ["awaiting_review"]
     store.close()
+
+
+def _open_pools() -> list[object]:
+    import gc
+
+    import psycopg_pool
+
+    gc.collect()
+    return [o for o in gc.get_objects()
+            if isinstance(o, psycopg_pool.ConnectionPool) and not o.closed]
+
+
+def test_commands_run_in_process_close_the_stores_they_open(pg_dsn: str, pg_schema: str) -> None:
+    """`main([...])` in a long-lived process (a script, a test, a notebook): each command closes
+    its store's connection pool whether it succeeds or refuses (SystemExit), instead of leaving
+    the pool and its threads for the garbage collector, which then fails to join a pool thread
+    from that very thread."""
+    from persistence.cli import main as cli_main
+
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    machines = "tests.persistence.workflows:approval"
+    before = len(_open_pools())
+    assert cli_main(["db", "upgrade", "--store", url]) == 0
+    assert cli_main(["runs", "start", "approval", "--store", url, "--machines", machines]) == 0
+    assert cli_main(["runs", "list", "--store", url]) == 0
+    with pytest.raises(SystemExit, match="no run"):
+        cli_main(["runs", "resume", "00000000", "--store", url, "--machines", machines])
+    with pytest.raises(SystemExit, match="no run"):
+        cli_main(["runs", "cancel", "00000000", "--store", url])
+    assert len(_open_pools()) == before
