@@ -326,10 +326,10 @@ class PostgresStore(SQLStore):
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
             "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
-            "attempts": run.attempt_count, "now": to_ts(now), "completed": to_ts(completed_at),
-            "failed": to_ts(failed_at), "last_error": run.last_error, "wake": to_ts(run.wake_at),
+            "attempts": run.attempt_count, "now": now, "completed": completed_at,
+            "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
             "traceparent": run.traceparent, "owner": run.lease_owner,
-            "lease": to_ts(run.wake_at if run.lease_owner else None),
+            "lease": run.wake_at if run.lease_owner else None,
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
@@ -656,9 +656,9 @@ def _run_params(commit: StepCommit, run_id: str, now: int) -> dict[str, Any]:
     return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
             "state": commit.state, "snapshot": _json(commit.snapshot), "status": commit.status,
             "attempts": commit.attempt_count, "last_error": commit.last_error,
-            "wv": commit.workflow_version, "completed": to_ts(completed_at),
-            "failed": to_ts(failed_at), "lease": to_ts(commit.lease_until),
-            "wake": to_ts(commit.wake_at), "outcome_count": len(commit.effect_outcomes)}
+            "wv": commit.workflow_version, "completed": completed_at, "failed": failed_at,
+            "lease": commit.lease_until, "wake": commit.wake_at,
+            "outcome_count": len(commit.effect_outcomes)}
 
 
 def _uuid_array(ids: list[str]) -> str:
@@ -750,20 +750,32 @@ def _lease_sql(filtered: bool, order: str) -> str:
     )
 
 
+def _ts(column: str) -> str:
+    """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
+    return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+
+
+def _at(name: str) -> str:
+    """SQL for the parameter `name`, a millisecond epoch (an int, or None), as timestamptz: the
+    hot statements take times as the integers the runtime keeps (no `datetime` built per
+    parameter on the client), converted exactly as `_ts` converts JSON's."""
+    return _ts(f"%({name})s::bigint")
+
+
+_NOW = _at("now")
 _CREATE_RUN = f"""
 WITH ins AS (
     INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
     VALUES (%(id)s, %(name)s, %(wv)s, %(key)s, %(state)s, %(snapshot)s, %(status)s,
-            %(attempts)s, %(now)s, %(now)s, %(completed)s, %(failed)s, %(last_error)s, %(wake)s,
-            %(owner)s, %(lease)s, 1, %(claims)s, %(traceparent)s, %(parent)s, %(invoke)s,
-            %(priority)s, NULL)
+            %(attempts)s, {_NOW}, {_NOW}, {_at("completed")}, {_at("failed")}, %(last_error)s,
+            {_at("wake")}, %(owner)s, {_at("lease")}, 1, %(claims)s, %(traceparent)s, %(parent)s,
+            %(invoke)s, %(priority)s, NULL)
     {ACTIVE_KEY_CONFLICT} DO NOTHING
-    RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= %(now)s THEN {_WAKE_CALL} END
+    RETURNING *, CASE WHEN lease_owner IS NULL AND wake_at <= {_NOW} THEN {_WAKE_CALL} END
 ), effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
-    SELECT n.k, ins.id, 1, n.i, n.kind, n.payload, 'pending',
-           %(now)s, %(now)s
+    SELECT n.k, ins.id, 1, n.i, n.kind, n.payload, 'pending', {_NOW}, {_NOW}
     FROM ins, jsonb_to_recordset(%(effects)s) AS n(k text, i integer, kind text, payload jsonb)
 )
 SELECT {RUN_COLUMNS.replace(" snapshot,", " NULL::jsonb,", 1)}, true FROM ins
@@ -818,11 +830,6 @@ class _Listener:
                 backoff = min(backoff * 2, 5.0)
 
 
-def _ts(column: str) -> str:
-    """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
-    return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
-
-
 _VERSION_PAIRS = """
 WITH RECURSIVE pairs(n, v) AS (
     (SELECT workflow_name, workflow_version FROM workflow_runs
@@ -847,7 +854,7 @@ WITH b AS (
 ), run AS (
     UPDATE workflow_runs r SET state = b.state, snapshot = b.snapshot, status = b.status,
         attempt_count = coalesce(b.attempts, r.attempt_count),
-        last_error = coalesce(b.last_error, r.last_error), updated_at = %(now)s,
+        last_error = coalesce(b.last_error, r.last_error), updated_at = {_NOW},
         workflow_version = coalesce(b.wv, r.workflow_version),
         completed_at = coalesce(r.completed_at, {_ts("b.completed")}),
         failed_at = coalesce(r.failed_at, {_ts("b.failed")}), version = b.expected + 1,
@@ -868,19 +875,19 @@ WITH b AS (
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
     RETURNING r.id, r.version
 )"""
-_ONE_RUN_SET = """
+_ONE_RUN_SET = f"""
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
         attempt_count = coalesce(%(attempts)s, r.attempt_count),
-        last_error = coalesce(%(last_error)s, r.last_error), updated_at = %(now)s,
+        last_error = coalesce(%(last_error)s, r.last_error), updated_at = {_NOW},
         workflow_version = coalesce(%(wv)s, r.workflow_version),
-        completed_at = coalesce(r.completed_at, %(completed)s),
-        failed_at = coalesce(r.failed_at, %(failed)s), version = %(expected)s + 1,"""
+        completed_at = coalesce(r.completed_at, {_at("completed")}),
+        failed_at = coalesce(r.failed_at, {_at("failed")}), version = %(expected)s::bigint + 1,"""
 """The columns one step writes in its run row, as plain parameters (`_FROM_REST_RUN`,
 `_one_run_sql`); each adds how it holds the lease and which row it may write."""
 _FROM_REST_RUN = """
-WITH run AS (""" + _ONE_RUN_SET + """
-        wake_at = %(wake)s
-    WHERE r.id = %(id)s AND r.version = %(expected)s AND r.lease_owner IS NULL
+WITH run AS (""" + _ONE_RUN_SET + f"""
+        wake_at = {_at("wake")}
+    WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND r.lease_owner IS NULL
       AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
@@ -905,17 +912,17 @@ from the inbox's sequence, as its insert would), and the wake-up of other proces
 when the step left work due."""
 _LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
 _STEPS_PARTS = {
-    "outcomes": """, outcomes AS (
-    UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = %(now)s
+    "outcomes": f""", outcomes AS (
+    UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = {_NOW}
     FROM run JOIN jsonb_to_recordset(%(outcomes)s) AS o(run uuid, k text, s text, r jsonb, e text)
         ON o.run = run.id
     WHERE e.idempotency_key = o.k AND e.run_id = run.id AND e.status = 'pending'
 )""",
-    "effects": """, effects AS (
+    "effects": f""", effects AS (
     INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
                                   status, created_at, updated_at)
     SELECT n.k, run.id, run.version, n.i, n.kind,
-           n.payload, 'pending', %(now)s, %(now)s
+           n.payload, 'pending', {_NOW}, {_NOW}
     FROM run JOIN jsonb_to_recordset(%(effects)s) AS n(run uuid, k text, i integer, kind text,
                                                         payload jsonb) ON n.run = run.id
 )""",
@@ -923,15 +930,15 @@ _STEPS_PARTS = {
     DELETE FROM workflow_inbox i USING run, jsonb_to_recordset(%(inbox)s) AS c(run uuid, id bigint)
     WHERE c.run = run.id AND i.run_id = run.id AND i.id = c.id
 )""",
-    "dead": """, dead AS (
-    UPDATE workflow_inbox i SET dead_at = %(now)s, dead_reason = d.reason
+    "dead": f""", dead AS (
+    UPDATE workflow_inbox i SET dead_at = {_NOW}, dead_reason = d.reason
     FROM run JOIN jsonb_to_recordset(%(dead)s) AS d(run uuid, reason text, keep bigint[])
         ON d.run = run.id
     WHERE i.run_id = run.id AND i.dead_at IS NULL AND NOT (i.id = ANY(d.keep))
 )""",
-    "journal": """, journal AS (
+    "journal": f""", journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
-    SELECT run.id, run.version, j.event, j.before, j.after, %(now)s
+    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}
     FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
                                                         before text, after text) ON j.run = run.id
     ORDER BY j.n
@@ -960,12 +967,12 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     by a CASE per row: the batch's JSON row set of the run is a parse on the server and a
     16-key object on the client, for one row."""
     if lease == "release":
-        held = "lease_owner = NULL, lease_expires_at = NULL, wake_at = %(wake)s"
+        held = f"lease_owner = NULL, lease_expires_at = NULL, wake_at = {_at('wake')}"
     else:
         held = ("lease_owner = %(owner)s, "
                 + ("claim_count = r.claim_count + 1, " if unleased else "")
-                + "lease_expires_at = coalesce(%(lease)s, r.lease_expires_at), "
-                "wake_at = coalesce(%(lease)s, r.wake_at)")  # fmt: skip
+                + f"lease_expires_at = coalesce({_at('lease')}, r.lease_expires_at), "
+                f"wake_at = coalesce({_at('lease')}, r.wake_at)")  # fmt: skip
     holder = ("r.lease_owner IS NULL AND r.status = 'active'" if unleased
               else "r.lease_owner = %(owner)s")  # fmt: skip
     pending = ("\n      AND (SELECT count(*) FROM workflow_effects e WHERE e.run_id = r.id"
@@ -974,7 +981,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
                if outcomes else "")  # fmt: skip
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
-    WHERE r.id = %(id)s AND r.version = %(expected)s AND {holder}{pending}
+    WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
     RETURNING r.id, r.version
 )"""
 
@@ -1016,7 +1023,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
                     for n, j in enumerate(c.journal)]  # fmt: skip
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "journal": journal, "dead": dead,
-            "now": to_ts(now)}  # fmt: skip
+            "now": now}  # fmt: skip
 
 
 def _canonical(run_id: str) -> str:
