@@ -221,12 +221,13 @@ WHY_SHORT: dict[str, str] = {
   eventless route after it, the new snapshot by `msgspec.structs.replace`; closures, no
   generated code), so what is left is fixed per-event work in CPython. Counted by `python -m
   benchmarks.instructions` (callgrind: instructions, repeatable under load; within about 2%
-  from run to run), per event through an actor: counter about 12.5k (12.8k after issue 19k's
-  lane, whose actor takes the route itself, 14k before issues 19k and 19l, 16k before issue
-  19f's lane, 20k before the composed routes), entry/exit toggle about 14.7k (15.5k, 17.6k,
-  18.4k, 21k), shop about 16.3k (17.3k, 18.8k, 19.8k, 25k), invoice about 18.6k (20.4k,
-  22.2k); pure `transition()`: counter about 8.9k (9.3k before issue 19l's lane, 10.1k
-  before issue 19h's, 12k, 14k), entry/exit toggle about 8.2k (9.3k), shop about 11.5k
+  from run to run), per event through an actor: counter about 11.2k (12.5k before issue
+  19m's lane, whose `Actor.send` takes the route itself, 12.8k before the smaller actor, 14k
+  before issues 19k and 19l, 16k before issue 19f's lane, 20k before the composed routes),
+  entry/exit toggle about 13.3k (14.7k, 15.5k, 17.6k, 18.4k, 21k), shop about 14.9k (16.3k,
+  17.3k, 18.8k, 19.8k, 25k), invoice about 17.3k (18.6k, 20.4k, 22.2k); pure
+  `transition()`: counter about 8.9k (9.3k before issue 19l's lane, 10.1k before issue 19h's,
+  12k, 14k), entry/exit toggle about 8.2k (9.3k), shop about 11.5k
   (12.7k, 13.7k, 14.4k, 17k), invoice about 13.0k (14.9k, 15.7k). Issue 19l's lane has a
   route run its plan's actions itself, as data (`Op`: a user action's `RunAction` built, an
   assign's keys set, constants frozen once), where each action was a closure call of about
@@ -248,7 +249,7 @@ WHY_SHORT: dict[str, str] = {
   copy with the new values, then `FrozenDict`'s own copy of it: no pure-Python way fills a
   subclass in place), the new snapshot about 1.2k, each Python call about 0.5k (the user
   guard, each assigned value), a `RunAction` about 0.8k, and around the route the actor's
-  `send` (the lock, the mailbox checks: 12.5k through the actor against 8.9k pure on the
+  `send` (the lock, the mailbox checks: 11.2k through the actor against 8.9k pure on the
   counter). `python -m
   benchmarks.hotspots shop` shows the shares.""",
     "scaling flat": """\
@@ -328,18 +329,25 @@ WHY_SHORT: dict[str, str] = {
   part alone is about 5.5x DBOS and the calling thread's Python is about half of each
   workflow's wall time (about 2.9 of 5.4 ms). That Python was cut by about a third over issue
   20's lanes (`python -m benchmarks.inline_profile --instructions`: the caller's instructions
-  per workflow under callgrind, which load does not move; 3.77M -> 2.56M): no OpenTelemetry
+  per workflow under callgrind, which load does not move; 3.77M -> 2.53M): no OpenTelemetry
   no-op spans when no SDK is configured, pool checkouts without the pool's context manager,
   the hot statements on cursors kept per statement and handed to psycopg as the same encoded
   bytes (psycopg keeps a cursor's adapters only while it runs the same query again), run-id
-  arrays and JSON parameters sent as text, one step's run row as plain parameters. What is
+  arrays and JSON parameters sent as text, one step's run row as plain parameters, times as
+  epoch milliseconds converted in SQL. What is
   left is spread thin, none of it above about 15%: psycopg's own Python around each
   `execute` (about 100k instructions a statement, 35k of it adapting parameters), the pool's
   `getconn` and `putconn` (about 33k each, four times), the engine's transition (about 155k a
   step) and `persist` (27k), building a step's parameters (80k), then the driver's staging
   (child runs, row columns, outbox rows, telemetry: 20-30k each). Four times DBOS here would
   need the calling thread's part down to about a third of what it is: a client with no Python
-  per statement, not a trim. Keeping one connection for a whole `Inline.run` would save the
+  per statement, not a trim. Issue 20m's lane sent the insert and the step commits through
+  libpq itself (`psycopg.pq`, prepared by name per connection, no cursor): 2.53M -> 2.26M
+  instructions and about 10% less calling-thread CPU, with no wall-clock change it could see
+  (3.9-4.2 ms per workflow either way); not taken, being a second way to run SQL with its own
+  rules on psycopg's internals. DBOS's rate moves with the host more than this project's
+  (51 workflows/s at 08:00 UTC, 92 at 18:00 on the same machine, against 188 and 269), so
+  the ratio does too (3.72x, 2.93x). Keeping one connection for a whole `Inline.run` would save the
   checkouts but hold a pooled connection through the user's effects, so it was not done. On
   the server, the step's statement takes 0.29-0.31 ms of executor time and the insert
   0.24-0.26 ms (auto_explain, medians, load 5); index writes are not what is left (dropping
