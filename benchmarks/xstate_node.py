@@ -67,14 +67,19 @@ class XStateProcess:
         self._node = subprocess.Popen(["node", str(script)], cwd=CACHE, text=True,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE)
-        self._request(spec)
+        try:
+            self._request(spec)
+        except BaseException:  # (a failed warm-up: no context manager will close it)
+            self.close()
+            raise
 
     def rate(self, case: str) -> float:
         """Run ``case`` once (its ``n`` events, final state checked); events/s."""
         return float(self._request({"run": case})["rate"])
 
     def close(self) -> None:
-        """End the Node process (its stdin closed; killed if it does not exit)."""
+        """End the Node process (its stdin closed; killed if it does not exit), its pipes
+        closed."""
         if self._node.stdin:
             self._node.stdin.close()
         try:
@@ -82,6 +87,9 @@ class XStateProcess:
         except subprocess.TimeoutExpired:
             self._node.kill()
             self._node.wait()
+        for pipe in (self._node.stdout, self._node.stderr):
+            if pipe:
+                pipe.close()
 
     def __enter__(self) -> XStateProcess:
         return self
