@@ -47,6 +47,7 @@ from persistence.stores.base import (
     StoreEncodingError,
     ended_reason,
     idempotency_key,
+    is_call,
 )
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
@@ -74,6 +75,7 @@ class _Step:
     """What one step changes, built up before the commit."""
 
     snapshot: Snapshot
+    beside: Machine | None = None  # its run's machine when its calls run beside it
     outcomes: list[Any] = field(default_factory=list)
     journal: list[JournalEntry] = field(default_factory=list)
     new_effects: list[NewEffect] = field(default_factory=list)
@@ -99,13 +101,26 @@ class _Step:
             self.journal.append(JournalEntry(event, before, before))
             return
         self.snapshot = after
-        self.new_effects.extend(to_outbox(effects, len(self.new_effects)))
+        self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
         self.logged.extend(effects)
         self.journal.append(JournalEntry(event, before, state_text(after)))
 
     @property
     def changed(self) -> bool:
         return bool(self.outcomes or self.journal or self.status)
+
+    @property
+    def in_step(self) -> list[NewEffect]:
+        """The new effects its run executes itself, next (not its calls, which run beside)."""
+        return [e for e in self.new_effects if not is_call(e)]
+
+    def stopped_calls(self, before: Snapshot, status: str) -> list[str]:
+        """The invoke ids whose calls this step stops: the children it stopped, and when it
+        ends the run, every child the run had."""
+        stopped = {e.id for e in self.logged if isinstance(e, StopChild)}
+        if status != ACTIVE:
+            stopped |= set(before.children)
+        return sorted(stopped)
 
 
 @dataclass(slots=True)
@@ -242,7 +257,8 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if machine is None:  # started with a definition this runtime has: cannot happen
             raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
-        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects]
+        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects
+                   if not is_call(e)]  # fmt: skip
         first = machine.restore(run.snapshot) if snapshot is None else snapshot
         x = _Leased(run, machine, first, pending, [], time.monotonic(), run.version, run.status,
                     attempt=run.attempt_count)  # fmt: skip
@@ -688,7 +704,8 @@ class RunDriver:
         """Apply what `x`'s executed effects brought back: the step to commit, or None (the
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
-        step = _Step(x.snapshot)
+        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
+        step = _Step(x.snapshot, beside)
         if x.status == ACTIVE:
             self._apply(machine, step, executed, x.inbox, now)
         else:  # an ended run finishing its last effects: record them, move nothing
@@ -701,13 +718,14 @@ class RunDriver:
                 unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
                 self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
             return None
-        row = run_columns(step.snapshot, pending_effects=bool(step.new_effects), now=now,
+        in_step = step.in_step
+        row = run_columns(step.snapshot, pending_effects=bool(in_step), now=now,
                           status=step.status, failure=step.error)  # fmt: skip
         work = self._child_work(x, step, row.status, row.last_error)
         due = step.snapshot.next_due()
         more_now = row.status == ACTIVE and due is not None and due <= now
         release = (
-            should_stop() or x.steps + 1 >= self.max_steps or not (step.new_effects or more_now)
+            should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
         )
         commit = StepCommit(
             run_id=x.run.id, owner=self.owner, expected_version=x.version, state=row.state,
@@ -722,6 +740,7 @@ class RunDriver:
                         *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now,
                                                  x.run.traceparent)],
             stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
+            stop_calls=step.stopped_calls(x.snapshot, row.status),
         )  # fmt: skip
         return x, step, commit
 
@@ -746,7 +765,7 @@ class RunDriver:
         x.snapshot, x.version, x.status, x.steps = step.snapshot, version, commit.status, \
             x.steps + 1
         x.pending = [(idempotency_key(x.run.id, version, e.index), e.kind, e.payload)
-                     for e in step.new_effects]  # fmt: skip
+                     for e in step.in_step]  # fmt: skip
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
             x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), \

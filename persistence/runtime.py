@@ -41,6 +41,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
+from persistence.stores.base import is_call
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
@@ -308,8 +309,8 @@ class Runtime:
                             "report its snapshots (docs/persistence.md, Child runs)", parent_id,
                             start.id)  # fmt: skip
             snapshot, effects = machine.initial_transition(thaw(start.input), now)
-            outbox = to_outbox(effects)
-            columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+            outbox = self._outbox(machine, effects)
+            columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
             work = child_work(parent_id, effects, set(), columns.status)
             ended = ended_delivery(parent_id, start.id, columns.status, snapshot,
                                    columns.last_error)  # a child done at once tells its parent
@@ -324,6 +325,11 @@ class Runtime:
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
+
+    def _outbox(self, machine: Machine, effects: Sequence[Effect]) -> builtins.list[NewEffect]:
+        """A first step's outbox records, its calls beside the run unless its workflow is
+        limited (`to_outbox`)."""
+        return to_outbox(effects, 0, machine if self.load.calls_beside(machine.id) else None)
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -454,8 +460,8 @@ class Runtime:
             known = ", ".join(sorted(self._latest)) or "none"
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
-        outbox = to_outbox(effects)
-        columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+        outbox = self._outbox(machine, effects)
+        columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
         wake_at, owner = columns.wake_at, None
         if lease is not None and wake_at is not None and wake_at <= now:
@@ -648,3 +654,8 @@ class Runtime:
 def machines_from(objects: Iterable[Any]) -> list[Machine]:
     """The `Machine` objects among `objects` (e.g. a module's globals), in order."""
     return [o for o in objects if isinstance(o, Machine)]
+
+
+def _in_step(outbox: Sequence[NewEffect]) -> bool:
+    """Whether a run's first step leaves effects for the run itself to execute (not calls)."""
+    return any(not is_call(e) for e in outbox)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from types import FrameType
 
+from persistence.calls import CallExecutor
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
@@ -64,6 +65,7 @@ class Worker:
         report_every_s: float = 60.0,
         worker_id: str | None = None,
         schedules: Sequence[ScheduledStart] = (),
+        call_threads: int = 32,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -72,6 +74,7 @@ class Worker:
         if lease_ms < 100:
             raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
         self.runtime = runtime
+        self.call_threads = call_threads
         self.schedules = tuple(schedules)
         self.concurrency = concurrency
         self.batch = batch
@@ -116,12 +119,16 @@ class Worker:
         ]
         beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
         beat.start()
+        calls = self.calls()
+        calls.start()
         for t in threads:
             t.start()
         last_report = 0.0
         dead: list[str] = []
         while not self._stop.wait(0.2):
             dead = [t.name for t in (*threads, beat) if not t.is_alive()]
+            if not calls.is_alive():
+                dead.append("calls")
             if dead:  # never serve on with fewer threads in silence
                 log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
                              "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
@@ -133,6 +140,7 @@ class Worker:
                 self._report()
         for t in threads:
             t.join()
+        calls.stop()
         log.info("worker %s stopped after %d steps", self.id, self.steps)
         if dead:
             raise WorkerCrashed(f"worker {self.id}: thread(s) {', '.join(dead)} died")
@@ -145,18 +153,24 @@ class Worker:
         """Drive every run that has work due now (at the runtime clock's time) until none has;
         return the number of steps committed. Single-threaded; for tests and demos."""
         owner = f"{self.id}/idle"
-        driver = self._driver(owner)
+        driver, calls = self._driver(owner), self.calls()
         before = self.steps
         self._tick_schedules()
         try:
             for _ in range(max_rounds):
                 claimed, work = self._claim(owner, self.batch)
-                if not claimed:
+                if claimed:
+                    self._add_steps(driver.drive(claimed, lambda: False, work))
+                elif not calls.run_until_idle():
                     break
-                self._add_steps(driver.drive(claimed, lambda: False, work))
         finally:
             driver.close()
         return self.steps - before
+
+    def calls(self) -> CallExecutor:
+        """The executor of the calls this worker runs beside their runs (`persistence.calls`)."""
+        return CallExecutor(self.runtime, f"{self.id}/calls", lease_ms=self.lease_ms,
+                            threads=self.call_threads)  # fmt: skip
 
     # -- threads ----------------------------------------------------------------------------
     def _driver(self, owner: str) -> RunDriver:

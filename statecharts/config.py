@@ -119,6 +119,8 @@ class InvokeConfig(TypedDict, total=False):
     limit: str
     external: bool
     transient: bool | Sequence[str]
+    timeout: int
+    heartbeatTimeout: int
 
 
 Invokes: TypeAlias = str | InvokeConfig | Sequence[str | InvokeConfig]

@@ -42,7 +42,7 @@ ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
                          "retry", "onFinalFailure", "breaker", "limit", "external",
-                         "transient", "description",
+                         "transient", "timeout", "heartbeatTimeout", "description",
                          "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
@@ -623,7 +623,17 @@ class _Builder:
                          path, logic, description, breaker,
                          external or is_external(logic),
                          self._transient(item.get("transient", False), _join(path, "transient")),
-                         limit)
+                         limit, self._ms(item.get("timeout"), _join(path, "timeout")),
+                         self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")))
+
+    def _ms(self, value: Any, path: str) -> int | None:
+        """A call's ``timeout`` / ``heartbeatTimeout``: whole milliseconds, positive."""
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31:
+            return value
+        self.problem(path, f"milliseconds, a whole number from 1 to {2**31}, not {value!r}")
+        return None
 
     def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
         """``transient``: true (every error) or a list of error class names."""

@@ -256,6 +256,67 @@ class EventRecord:
     created_at: int
 
 
+CALL = "call"
+"""The outbox kind of an invoked function or coroutine that runs beside its run (a row of
+`workflow_calls`, not of `workflow_effects`)."""
+
+STOPPED_BY_EXIT = "stopped: its invoking state was left"
+STOPPED_BY_END = "stopped: its run ended"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One row of `workflow_calls`."""
+
+    idempotency_key: str
+    run_id: str
+    step: int
+    call_id: str
+    payload: dict[str, Any]
+    status: str
+    attempt: int
+    owner: str | None
+    lease_expires_at: int | None
+    available_at: int
+    details: Any
+    error: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallAttempt:
+    """One attempt of a call (a row of `workflow_call_attempts`); `outcome` is None while it
+    runs, else `done`, `failed`, `timed_out`, `retrying` (a transient failure), `stopped` or
+    `lost` (its worker stopped answering)."""
+
+    idempotency_key: str
+    attempt: int
+    run_id: str
+    worker: str
+    started_at: int
+    ended_at: int | None
+    outcome: str | None
+    error_name: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnd:
+    """How an attempt ended, as `finish_call` and `retry_call` record it."""
+
+    outcome: str
+    error_name: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+def is_call(effect: NewEffect) -> bool:
+    """Whether a recorded effect is a call beside its run."""
+    return effect.kind == CALL
+
+
 @dataclass(frozen=True, slots=True)
 class StepCommit:
     """Everything one step of a run writes, committed in one transaction.
@@ -294,6 +355,9 @@ class StepCommit:
     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
     stop_children: Sequence[str] = ()
     deliveries: Sequence[Delivery] = ()
+    stop_calls: Sequence[str] = ()
+    """Invoke ids whose calls recorded by earlier steps this step stops (it left their
+    invoking states, or ended the run): their results will be dropped."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -902,7 +966,45 @@ class Capacity(Protocol):
 
 
 @runtime_checkable
-class Store(RunStore, RunQueries, Coordination, Capacity, Protocol):
+class Calls(Protocol):
+    """Calls beside their runs (`stores/calls.py`): leased by a worker's call executor, their
+    results queued in their runs' inboxes, stopped by the steps that leave their states."""
+
+    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int) -> list[CallRecord]:
+        """Lease up to `limit` due calls (or calls whose holder stopped renewing its lease),
+        each claim opening the call's next attempt."""
+        ...
+
+    def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
+                        lease_ms: int) -> set[str]:  # fmt: skip
+        """Renew `owner`'s call leases (with heartbeat details); the keys it still holds."""
+        ...
+
+    def finish_call(self, key: str, owner: str, attempt: int, now: int, *, status: str,
+                    event: Mapping[str, Any], end: CallEnd) -> bool:  # fmt: skip
+        """Record a call's end and queue its result event in its run's inbox, in one
+        transaction; False (nothing queued) when `owner` no longer holds it."""
+        ...
+
+    def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
+                   end: CallEnd) -> bool:  # fmt: skip
+        """Give a call back to be attempted again at `at`; False when `owner` lost it."""
+        ...
+
+    def list_calls(self, run_id: str) -> list[CallRecord]:
+        """The run's calls, in the order they were recorded."""
+        ...
+
+    def call_attempts(self, run_id: str) -> list[CallAttempt]:
+        """Every attempt of the run's calls, oldest first."""
+        ...
+
+    def open_calls(self, run_ids: Collection[str]) -> dict[str, list[str]]:
+        """The call ids of each run's calls that may still deliver a result."""
+        ...
+
+
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

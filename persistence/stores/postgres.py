@@ -49,6 +49,7 @@ from persistence.stores.base import (
     completion_times,
     ended_reason,
     idempotency_key,
+    is_call,
 )
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
@@ -321,6 +322,8 @@ class PostgresStore(SQLStore):
         effects: Sequence[NewEffect],
         now: int,
     ) -> tuple[RunRecord, bool]:
+        if any(is_call(e) for e in effects):  # (its calls are rows of their own: statements)
+            return super()._create_in(conn, run, effects, now)
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
         params = {
@@ -680,8 +683,10 @@ def _from_rest_statement(commit: StepCommit, rest: RunRecord,
 
 
 def _has_extras(commit: StepCommit) -> bool:
-    """Whether a step writes other runs too (starts, stops or tells them)."""
-    return bool(commit.start_runs or commit.stop_children or commit.deliveries)
+    """Whether a step writes more than its run's row, outbox, inbox and journal: other runs
+    (starts, stops or tells them) or its calls (records or stops them)."""
+    return bool(commit.start_runs or commit.stop_children or commit.deliveries
+                or commit.stop_calls or any(is_call(e) for e in commit.new_effects))
 
 
 def _epoch_ms(column: str) -> str:
@@ -1013,7 +1018,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
         step = c.expected_version + 1
         effects += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
                      "i": e.index, "kind": e.kind, "payload": e.payload}
-                    for e in c.new_effects]  # fmt: skip
+                    for e in c.new_effects if not is_call(e)]  # fmt: skip
         inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
         if c.status != ACTIVE:  # its still-queued events become dead letters
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),

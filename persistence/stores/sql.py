@@ -32,6 +32,8 @@ from persistence.stores.base import (
     FAILED_EVENT,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
+    STOPPED_BY_END,
+    STOPPED_BY_EXIT,
     BreakerRecord,
     ClaimRecord,
     ConflictError,
@@ -60,11 +62,13 @@ from persistence.stores.base import (
     completion_times,
     ended_reason,
     idempotency_key,
+    is_call,
     known_status,
     only_version,
     parse_run,
     run_query_sql,
 )
+from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -361,7 +365,8 @@ class SQLRuns(SQLDialect):
     ) -> tuple[RunRecord, bool]:
         """Insert a run and its initial effects, or return the active run with the same key;
         the child runs its first step starts with it."""
-        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+        one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+               and not any(is_call(e) for e in effects))
         with self._statement_write() if one else self._write() as conn:
             record, created = self._create_in(conn, run, effects, now)
             if created:
@@ -392,6 +397,7 @@ class SQLRuns(SQLDialect):
         ).fetchall()  # fmt: skip
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
+            self._insert_calls_in(conn, run.id, 1, effects, now)
             return self._run(rows[0]), True
         existing = self._exec(
             conn,
@@ -411,7 +417,8 @@ class SQLRuns(SQLDialect):
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
             [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._j(e.payload), self._t(now), self._t(now)) for e in effects],
+              self._j(e.payload), self._t(now), self._t(now)) for e in effects
+             if not is_call(e)],
         )  # fmt: skip
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -490,7 +497,8 @@ class SQLRuns(SQLDialect):
                   now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
         """What a run's end does to related runs, in its transaction: its active children are
         cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
-        if it still waits for it, gets `event`."""
+        if it still waits for it, gets `event`; its open calls are stopped."""
+        self._stop_calls_in(conn, run_id, None, None, now, STOPPED_BY_END)
         self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
             self._deliver_in(conn, run_id, Delivery(dict(event), parent=parent, completes=True),
@@ -512,10 +520,14 @@ class SQLRuns(SQLDialect):
 
     def _step_extras_in(self, conn: Any, commit: StepCommit, now: int,
                         cancelled: list[str]) -> None:  # fmt: skip
-        """What a committed step does to other runs, in its transaction, in this order: the
-        child runs it stops are cancelled (recursively, into `cancelled`), the runs it starts
-        created, its deliveries queued."""
-        rid = self._id(commit.run_id)
+        """What a committed step does beside its run's row, in its transaction, in this order:
+        the calls it stops are stopped and those it records inserted, the child runs it stops
+        are cancelled (recursively, into `cancelled`), the runs it starts created, its
+        deliveries queued."""
+        rid, step = self._id(commit.run_id), commit.expected_version + 1
+        self._stop_calls_in(conn, rid, commit.stop_calls, step, now,
+                            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END)
+        self._insert_calls_in(conn, commit.run_id, step, commit.new_effects, now)
         self._stop_children_in(conn, rid, commit.stop_children, now, cancelled)
         self._create_all_in(conn, (), commit.start_runs, now)
         for delivery in commit.deliveries:
@@ -1214,7 +1226,7 @@ class SQLCoordination(SQLDialect):
             return None
 
 
-class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
+class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity, SQLCalls):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:

@@ -1,0 +1,367 @@
+"""`CallExecutor`: a worker's calls, run beside their runs.
+
+A step that enters an invoking state records its call (`workflow_calls`, `stores/calls.py`) and
+leaves its run at rest. An executor leases due calls, runs plain functions on a thread pool and
+coroutines on one asyncio loop (so a process holds thousands of waiting calls), renews its leases
+while they run, and records each end with the result event queued in the run's inbox, applied by
+the run's next step like any other event. Meanwhile the run's timers fire, its events are
+applied and it can be cancelled: a step that leaves the invoking state, or ends the run, stops
+the call in its own transaction; the executor then tells the call (asyncio cancellation for a
+coroutine, `heartbeat()` / `call_stopped()` for a function) and its result is never applied.
+
+Per call site (the invoke's `timeout`, `heartbeatTimeout`), an attempt that runs too long or
+stops heartbeating fails with `CallTimeoutError` / `CallHeartbeatTimeoutError`, which `retry`
+and `onError` match like any error. A failure the call site declares `transient` is attempted
+again with the runtime's transient backoff, with the same idempotency key; so is a call whose
+worker died (its lease expired), each attempt recorded (`workflow_call_attempts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from persistence.outbox import (
+    CallContext,
+    CallPlan,
+    Executed,
+    Executor,
+    _accepts_key,
+    _call,
+    _effect_key,
+    invoke_of,
+    running_call,
+)
+from persistence.stores import CallEnd, CallRecord, RunRecord, StoreError
+from statecharts.events import error_actor_event_type
+from statecharts.frozen import storable_text
+
+if TYPE_CHECKING:
+    from persistence.runtime import Runtime
+
+log = logging.getLogger("statecharts.calls")
+
+TIMEOUT_ERROR = "CallTimeoutError"
+HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
+LOST_ERROR = "CallAttemptsExhaustedError"
+
+
+@dataclass(slots=True)
+class _Running:
+    """A call this executor holds, while its attempt runs."""
+
+    call: CallRecord
+    plan: CallPlan
+    context: CallContext
+    started: float
+    timeout_s: float | None
+    heartbeat_s: float | None
+    future: Future[Any] | None = None
+    task: Future[Any] | None = None  # a coroutine's, on the executor's loop
+    ended: bool = field(default=False)
+
+
+class CallExecutor:
+    """Runs the calls of `runtime`'s store beside their runs, under lease owner `owner`."""
+
+    def __init__(self, runtime: Runtime, owner: str, *, lease_ms: int = 30_000,
+                 threads: int = 32, max_calls: int = 10_000,
+                 poll_ms: int = 100) -> None:  # fmt: skip
+        self.runtime = runtime
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.threads = threads
+        self.max_calls = max_calls
+        self.poll_s = poll_ms / 1000
+        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
+                                 runtime.dry_run)  # fmt: skip
+        self._running: dict[str, _Running] = {}
+        self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = \
+            queue.SimpleQueue()  # fmt: skip
+        self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self._beat_at = 0.0
+        self.finished = 0
+
+    # -- control ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Serve in a thread of its own until `stop`."""
+        self._thread = threading.Thread(target=self._serve, name="calls", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop claiming; calls still running are left to their leases (another worker takes
+        them over once those expire, with the same idempotency keys)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._close()
+
+    def is_alive(self) -> bool:
+        """Whether its thread still serves (False before `start` and after `stop`)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def run_until_idle(self) -> int:
+        """Run every call due now (at the runtime clock's time), one at a time in this thread,
+        until none is due; the number of calls that ended. For tests and demos: no timeout
+        can cut a call short here."""
+        before = self.finished
+        while True:
+            calls = self._claim(1)
+            if not calls:
+                return self.finished - before
+            for call in calls:
+                running = self._begin(call)
+                if running is None:
+                    continue
+                try:
+                    with running_call(running.context):
+                        result = _run(running.plan)
+                except Exception as exc:
+                    self._end(running, None, exc)
+                else:
+                    self._end(running, result, None)
+
+    # -- the serving loop ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        wakeup = self.runtime.store.wakeup()
+        while not self._stop.is_set():
+            try:
+                seen = wakeup.seen()
+                self._settle()
+                free = min(self.max_calls - len(self._running), 64)
+                calls = self._claim(free) if free > 0 else []
+                for call in calls:
+                    running = self._begin(call)
+                    if running is not None:
+                        self._launch(running)
+                self._watch()
+                if not calls:
+                    self._wait(wakeup, seen)
+            except StoreError as exc:
+                log.warning("calls %s: store error (%s); retrying", self.owner, exc)
+                self._stop.wait(1.0)
+            except Exception:  # a bug: logged, never a silent death of the thread
+                log.exception("calls %s: unexpected error", self.owner)
+                self._stop.wait(1.0)
+
+    def _wait(self, wakeup: Any, seen: int) -> None:
+        """Until a call ends or is due (a wake-up), or the poll interval passes."""
+        try:
+            item = self._ended.get(timeout=self.poll_s) if self._running else None
+        except queue.Empty:
+            return
+        if item is not None:
+            self._ended.put(item)
+            return
+        wakeup.wait(seen, self.poll_s)
+
+    def _claim(self, limit: int) -> list[CallRecord]:
+        return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
+                                              self.lease_ms, limit)  # fmt: skip
+
+    def _begin(self, call: CallRecord) -> _Running | None:
+        """What running `call` takes, or None when it ended without running (recorded)."""
+        run = self._run_of(call)
+        machine = None if run is None else self.runtime.machine_for(run)
+        if machine is None:  # (a run deleted, or of a version this worker does not have)
+            self._retry(call, CallEnd("lost", None, "no definition here for its run"))
+            return None
+        policy = self.runtime.transient
+        if call.attempt > policy.max_attempts:
+            self._finish_error(call, LOST_ERROR, f"invoke {call.call_id!r}: attempt "
+                               f"{call.attempt} of at most {policy.max_attempts}", "failed")
+            return None
+        planned = self.executor.plan_call(machine, call.payload, call.idempotency_key)
+        if isinstance(planned, Executed):
+            self._record(call, planned, None)
+            return None
+        invoke = invoke_of(machine, call.payload)
+        timeout = None if invoke is None or invoke.timeout_ms is None else invoke.timeout_ms / 1000
+        beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
+        return _Running(call, planned, CallContext(), time.monotonic(), timeout, beat)
+
+    def _launch(self, running: _Running) -> None:
+        """Start `running` on the loop (a coroutine function) or the thread pool."""
+        self._running[running.call.idempotency_key] = running
+        fn = running.plan.fn
+        if inspect.iscoroutinefunction(fn):
+            running.task = asyncio.run_coroutine_threadsafe(_arun(running), self._event_loop())
+            running.task.add_done_callback(lambda f: self._done(running, f))
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
+        running.future = self._pool.submit(_in_thread, running)
+        running.future.add_done_callback(lambda f: self._done(running, f))
+
+    def _done(self, running: _Running, future: Any) -> None:
+        """(in the thread or loop that ran it) hand the end to the serving loop."""
+        try:
+            result, error = future.result(), None
+        except BaseException as exc:
+            result, error = None, exc
+        self._ended.put((running, result, error))
+
+    def _settle(self) -> None:
+        """Record the calls that ended since the last look."""
+        while True:
+            try:
+                running, result, error = self._ended.get_nowait()
+            except queue.Empty:
+                return
+            self._running.pop(running.call.idempotency_key, None)
+            if not running.ended:
+                self._end(running, result, error)
+
+    def _watch(self) -> None:
+        """Time out attempts past their deadline, and renew the leases of the others (every
+        third of a lease), stopping those the store says were stopped or taken over."""
+        now = time.monotonic()
+        for running in list(self._running.values()):
+            if running.ended:
+                continue
+            if running.timeout_s is not None and now - running.started > running.timeout_s:
+                self._time_out(running, TIMEOUT_ERROR, f"attempt {running.call.attempt} of "
+                               f"invoke {running.call.call_id!r} took longer than "
+                               f"{running.timeout_s * 1000:.0f} ms")
+            elif running.heartbeat_s is not None and \
+                    now - running.context.beat_at > running.heartbeat_s:  # fmt: skip
+                self._time_out(running, HEARTBEAT_ERROR, f"attempt {running.call.attempt} of "
+                               f"invoke {running.call.call_id!r} sent no heartbeat for "
+                               f"{running.heartbeat_s * 1000:.0f} ms")
+        if now - self._beat_at < self.lease_ms / 3000 or not self._running:
+            return
+        self._beat_at = now
+        beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
+        kept = self.runtime.store.heartbeat_calls(self.owner, beats, self.runtime.clock.now(),
+                                                  self.lease_ms)  # fmt: skip
+        for key in set(beats) - kept:
+            running = self._running[key]
+            running.ended = True  # stopped (or taken over): its result will be dropped
+            self._cancel(running)
+            log.info("call %s (%s): stopped while it ran", key, running.call.call_id)
+
+    def _time_out(self, running: _Running, name: str, message: str) -> None:
+        running.ended = True
+        self._cancel(running)
+        self._finish_error(running.call, name, message, "timed_out")
+
+    def _cancel(self, running: _Running) -> None:
+        running.context.stopped.set()
+        if running.task is not None:
+            running.task.cancel()
+
+    # -- recording ----------------------------------------------------------------------------
+    def _end(self, running: _Running, result: Any, error: BaseException | None) -> None:
+        """Record how `running` ended (unless it was stopped: then the store drops it)."""
+        running.ended = True
+        if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+            return
+        if isinstance(error, BaseException) and not isinstance(error, Exception):
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        executed = self.executor.call_ended(running.plan, result, error)
+        self._record(running.call, executed, error)
+
+    def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
+        """Write an executed call's end: a retry after a transient failure, else its result
+        event queued for its run."""
+        trace = None if error is None else storable_text(
+            "".join(traceback.format_exception(error))[-8000:])  # fmt: skip
+        name = None if executed.event is None or "error" not in executed.event else \
+            str(executed.event["error"].get("name"))  # fmt: skip
+        message = executed.outcome.error
+        if executed.transient is not None:
+            policy = self.runtime.transient
+            if call.attempt < policy.max_attempts:
+                at = self.runtime.clock.now() + policy.wait_ms(call.attempt)
+                self._retry(call, CallEnd("retrying", name, message, trace), at)
+                return
+        event = executed.event
+        if executed.fails_run is not None:  # a result no store can hold: the call failed
+            event = {"type": error_actor_event_type(call.call_id),
+                     "error": {"name": "StoreEncodingError", "message": executed.fails_run}}
+            name, message = "StoreEncodingError", executed.fails_run
+        status = "done" if executed.outcome.status in ("done", "skipped") and \
+            executed.fails_run is None else "failed"  # fmt: skip
+        outcome = "done" if status == "done" else "failed"
+        self._finish(call, status, event or {"type": error_actor_event_type(call.call_id)},
+                     CallEnd(outcome, name, message, trace))  # fmt: skip
+
+    def _finish_error(self, call: CallRecord, name: str, message: str, outcome: str) -> None:
+        event = {"type": error_actor_event_type(call.call_id),
+                 "error": {"name": name, "message": message}}
+        self._finish(call, "failed", event, CallEnd(outcome, name, message))
+
+    def _finish(self, call: CallRecord, status: str, event: dict[str, Any], end: CallEnd) -> None:
+        queued = self.runtime.store.finish_call(call.idempotency_key, self.owner, call.attempt,
+                                                self.runtime.clock.now(), status=status,
+                                                event=event, end=end)  # fmt: skip
+        self.finished += 1
+        if not queued:
+            log.info("call %s (%s): ended after it was stopped; its result is dropped",
+                     call.idempotency_key, call.call_id)  # fmt: skip
+
+    def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
+        when = at if at is not None else self.runtime.clock.now() + self.lease_ms
+        self.runtime.store.retry_call(call.idempotency_key, self.owner, call.attempt,
+                                      self.runtime.clock.now(), when, end)  # fmt: skip
+
+    def _run_of(self, call: CallRecord) -> RunRecord | None:
+        try:
+            return self.runtime.store.get_run(call.run_id)
+        except StoreError:
+            return None
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="calls-loop", daemon=True)
+            thread.start()
+            self._loop, self._loop_thread = loop, thread
+        return self._loop
+
+    def _close(self) -> None:
+        for running in self._running.values():
+            running.context.stopped.set()
+            if running.task is not None:
+                running.task.cancel()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(timeout=5)
+            self._loop = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _run(plan: CallPlan) -> Any:
+    """Run `plan` to completion in this thread (a coroutine on a loop of its own)."""
+    return _call(plan.fn, (plan.argument,), {}, plan.key)
+
+
+def _in_thread(running: _Running) -> Any:
+    with running_call(running.context):
+        return _run(running.plan)
+
+
+async def _arun(running: _Running) -> Any:
+    """A coroutine call on the executor's loop, with its key and call context."""
+    with _effect_key(running.plan.key), running_call(running.context):
+        kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
+        result = running.plan.fn(running.plan.argument, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
