@@ -41,6 +41,7 @@ from persistence.outbox import (
     running_call,
 )
 from persistence.stores import CallEnd, CallRecord, RunRecord, StoreError
+from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
 from statecharts.frozen import storable_text
 
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("statecharts.calls")
 
-TIMEOUT_ERROR = "CallTimeoutError"
+TIMEOUT_ERROR = CallTimeoutError.__name__
 HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
 LOST_ERROR = "CallAttemptsExhaustedError"
 

@@ -152,8 +152,12 @@ class RunDriver:
 
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
                  parallel: int = 1,
-                 holds: Callable[[set[str], bool], None] | None = None) -> None:  # fmt: skip
+                 holds: Callable[[set[str], bool], None] | None = None,
+                 calls_beside: bool = True) -> None:  # fmt: skip
         self.runtime = runtime
+        self.calls_beside = calls_beside
+        """Whether its runs' calls run beside them (`persistence.calls`); False: in their steps,
+        under the run's lease (`Inline`, which runs a workflow in its caller as DBOS does)."""
         self.holds = holds
         """Told the ids of runs this driver comes to hold (True: handed over by a release, whose
         leases need a heartbeat) and lets go of (False). A driver with it takes hand-overs (a
@@ -704,7 +708,8 @@ class RunDriver:
         """Apply what `x`'s executed effects brought back: the step to commit, or None (the
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
-        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
+        beside = machine if self.calls_beside and \
+            self.runtime.load.calls_beside(x.run.workflow_name) else None  # fmt: skip
         step = _Step(x.snapshot, beside)
         if x.status == ACTIVE:
             self._apply(machine, step, executed, x.inbox, now)

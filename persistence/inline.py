@@ -85,7 +85,8 @@ class Inline:
         driver: RunDriver | None = getattr(self._local, "driver", None)
         if driver is None:
             owner = f"{self.id}/inline-{threading.get_ident()}"
-            driver = RunDriver(self.runtime, owner, self.lease_ms, self.max_steps)
+            driver = RunDriver(self.runtime, owner, self.lease_ms, self.max_steps,
+                               calls_beside=False)  # fmt: skip
             self._local.driver = driver
         return driver
 

@@ -326,10 +326,12 @@ class Runtime:
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
 
-    def _outbox(self, machine: Machine, effects: Sequence[Effect]) -> builtins.list[NewEffect]:
+    def _outbox(self, machine: Machine, effects: Sequence[Effect],
+                beside: bool = True) -> builtins.list[NewEffect]:  # fmt: skip
         """A first step's outbox records, its calls beside the run unless its workflow is
-        limited (`to_outbox`)."""
-        return to_outbox(effects, 0, machine if self.load.calls_beside(machine.id) else None)
+        limited or its starter runs them (`beside=False`: `Inline`; see `to_outbox`)."""
+        beside = beside and self.load.calls_beside(machine.id)
+        return to_outbox(effects, 0, machine if beside else None)
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -460,7 +462,7 @@ class Runtime:
             known = ", ".join(sorted(self._latest)) or "none"
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
-        outbox = self._outbox(machine, effects)
+        outbox = self._outbox(machine, effects, beside=lease is None)
         columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
         wake_at, owner = columns.wake_at, None

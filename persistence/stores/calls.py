@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from persistence.stores.base import (
+    STOPPED_BY_END,
     CallAttempt,
     CallEnd,
     CallRecord,
@@ -90,6 +91,24 @@ class SQLCalls(SQLDialect):
             f"lease_expires_at = NULL, updated_at = ? WHERE {where}",
             (why, ts, *params),
         )
+
+    def _reopen_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str],
+                         now: int) -> None:  # fmt: skip
+        """A resumed run's calls again (those of `call_ids`, its snapshot's children, whose
+        latest call failed or was stopped by the run's end): due at once, the same key."""
+        if not call_ids:
+            return
+        ts = self._t(now)
+        self._exec(
+            conn,
+            "UPDATE workflow_calls SET status = 'pending', available_at = ?, owner = NULL, "
+            "lease_expires_at = NULL, error = NULL, updated_at = ? WHERE run_id = ? AND "
+            f"call_id IN ({','.join('?' * len(call_ids))}) AND (status = 'failed' OR "
+            "(status = 'stopped' AND error = ?)) AND step = (SELECT max(step) FROM "
+            "workflow_calls c WHERE c.run_id = workflow_calls.run_id AND "
+            "c.call_id = workflow_calls.call_id)",
+            (ts, ts, self._id(run_id), *call_ids, STOPPED_BY_END),
+        )  # fmt: skip
 
     # -- the call executor's ------------------------------------------------------------------
     def claim_calls(self, owner: str, now: int, lease_ms: int,

@@ -763,6 +763,7 @@ class SQLRuns(SQLDialect):
                 "max(step) FROM workflow_effects WHERE run_id = ? AND status = 'failed')",
                 (ts, rid, rid),
             )
+            self._reopen_calls_in(conn, rid, list(snapshot.get("children") or ()), now)
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
 

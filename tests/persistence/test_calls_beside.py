@@ -1,0 +1,218 @@
+"""Calls run beside their run (issue 40): one chart, the same answers in memory and durably.
+
+Each chart here invokes a call that takes real time (about a second) while timers fire, events
+arrive, the invoking state is left or the run is cancelled. The same chart runs in memory
+(`create_async_actor`, the asyncio runtime) and durably (`Runtime` + a `Worker` in this process,
+on SQLite and PostgreSQL), and the final state, context and status are compared. Before calls
+ran beside their runs, the durable side held the run for the whole call: the deadline lost to
+the late result, the events were applied after it (and dead-lettered when it ended the run), a
+cancel waited for the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from persistence.outbox import heartbeat
+from persistence.runtime import Runtime
+from persistence.stores import Store
+from persistence.worker import Worker
+from statecharts import Machine, assign, create_machine
+from statecharts.async_actor import create_async_actor
+from tests.persistence.conftest import wait_for
+
+CALL_S = 1.2
+"""How long the slow call takes: long beside the deadlines and events of these charts."""
+
+Script = list[tuple[float, Any]]
+"""Events sent at seconds after the start (`"CANCEL"`: cancel the run)."""
+
+
+def slow_call(ledger: list[str]) -> Callable[[Any], str]:
+    def call(_input: Any, idempotency_key: str = "") -> str:
+        ledger.append(f"start {idempotency_key}")
+        deadline = time.monotonic() + CALL_S
+        while time.monotonic() < deadline:
+            if not heartbeat():  # stopped: return early, the result is dropped anyway
+                ledger.append("stopped")
+                return "late"
+            time.sleep(0.02)
+        ledger.append("end")
+        return "paid"
+    return call
+
+
+def chart(ledger: list[str], *, after_ms: int | None = None, timeout_ms: int | None = None,
+          ) -> Machine:  # fmt: skip
+    calling: dict[str, Any] = {
+        "invoke": {"src": "charge", "onDone": {"target": "done",
+                                                "actions": assign({"result": lambda c, e:
+                                                                   e["output"]})},
+                   "onError": {"target": "failed",
+                               "actions": assign({"error": lambda c, e: e["error"]["name"]})}},
+        "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})},
+               "LEAVE": "left"},
+    }
+    if after_ms is not None:
+        calling["after"] = {str(after_ms): "timed_out"}
+    if timeout_ms is not None:
+        calling["invoke"]["timeout"] = timeout_ms
+    return create_machine({
+        "id": "payment", "initial": "calling",
+        "context": {"pings": 0, "result": None, "error": None},
+        "states": {"calling": calling, "done": {"type": "final"}, "failed": {"type": "final"},
+                   "left": {"on": {"PING": {"actions": assign(
+                       {"pings": lambda c, e: c["pings"] + 1})}}},
+                   "timed_out": {"type": "final"}},
+    }, actors={"charge": slow_call(ledger)})
+
+
+def in_memory(machine: Machine, script: Script, settle_s: float) -> tuple[str, dict[str, Any]]:
+    async def main() -> tuple[str, dict[str, Any]]:
+        actor = create_async_actor(machine).start()
+        start = time.monotonic()
+        for at, event in script:
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - start)))
+            if event == "CANCEL":
+                actor.stop()
+            else:
+                actor.send(event)
+        await asyncio.sleep(max(0.0, settle_s - (time.monotonic() - start)))
+        snapshot = actor.get_snapshot()
+        actor.stop()
+        status = "cancelled" if snapshot.status == "stopped" else snapshot.status
+        return status + ":" + ",".join(snapshot.active_leaves()), dict(snapshot.context)
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def worker_of(store: Store) -> Iterator[Callable[[Machine], Runtime]]:
+    workers: list[tuple[Worker, threading.Thread]] = []
+
+    def start(machine: Machine) -> Runtime:
+        runtime = Runtime(store, [machine])
+        worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        workers.append((worker, thread))
+        return runtime
+    yield start
+    for worker, thread in workers:
+        worker.stop()
+        thread.join(timeout=30)
+
+
+def durably(runtime: Runtime, script: Script, settle_s: float) -> tuple[str, dict[str, Any]]:
+    run_id = runtime.start("payment")
+    start = time.monotonic()
+    for at, event in script:
+        time.sleep(max(0.0, at - (time.monotonic() - start)))
+        if event == "CANCEL":
+            runtime.cancel(run_id)
+        else:
+            runtime.send(run_id, event)
+    time.sleep(max(0.0, settle_s - (time.monotonic() - start)))
+    run = runtime.store.get_run(run_id)
+    status = "active" if run.status == "active" else run.status
+    return f"{status}:{run.state}", dict(run.snapshot["context"])
+
+
+CASES: dict[str, tuple[dict[str, Any], Script, str]] = {
+    "deadline_wins_over_a_late_result": ({"after_ms": 400}, [], "done:timed_out"),
+    "events_during_a_call_are_applied_at_once":
+        ({}, [(0.2, "PING"), (0.4, "PING"), (0.6, "PING")], "done:done"),
+    "leaving_the_state_drops_the_late_result": ({}, [(0.3, "LEAVE")], "active:left"),
+    "a_call_timeout_is_an_error_onError_matches": ({"timeout_ms": 400}, [], "done:failed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_same_answers_in_memory_and_durably(case: str, worker_of: Any) -> None:
+    options, script, expected = CASES[case]
+    settle = CALL_S + 0.8
+    memory_ledger: list[str] = []
+    memory = in_memory(chart(memory_ledger, **options), script, settle)
+    ledger: list[str] = []
+    durable = durably(worker_of(chart(ledger, **options)), script, settle)
+    assert memory[0] == expected, memory
+    assert durable == memory
+    if case == "events_during_a_call_are_applied_at_once":
+        assert durable[1]["pings"] == 3 and durable[1]["result"] == "paid"
+    if case == "a_call_timeout_is_an_error_onError_matches":
+        assert durable[1]["error"] == "CallTimeoutError"
+
+
+def test_a_cancel_during_a_call_wins_at_once_and_stops_the_call(worker_of: Any) -> None:
+    ledger: list[str] = []
+    runtime = worker_of(chart(ledger))
+    run_id = runtime.start("payment")
+    wait_for(lambda: any(x.startswith("start") for x in ledger), 10)
+    before = time.monotonic()
+    assert runtime.cancel(run_id) == "cancelled"
+    assert time.monotonic() - before < CALL_S / 2
+    run = runtime.store.get_run(run_id)
+    assert run.status == "cancelled"
+    wait_for(lambda: "stopped" in ledger, 10)  # the call was told (heartbeat() said so)
+    (attempt,) = runtime.store.call_attempts(run_id)
+    assert attempt.outcome == "stopped"
+    assert runtime.store.get_run(run_id).status == "cancelled"
+    assert runtime.store.dead_letters(run_id) == []
+
+
+def test_a_result_of_a_left_state_is_dropped_and_the_attempt_says_so(worker_of: Any) -> None:
+    ledger: list[str] = []
+    runtime = worker_of(chart(ledger))
+    run_id = runtime.start("payment")
+    wait_for(lambda: any(x.startswith("start") for x in ledger), 10)
+    runtime.send(run_id, "LEAVE")
+    wait_for(lambda: runtime.store.get_run(run_id).state == "left", 10)
+    runtime.send(run_id, "PING")
+    wait_for(lambda: "stopped" in ledger, 10)
+    time.sleep(0.3)
+    run = runtime.store.get_run(run_id)
+    assert (run.status, run.state, run.snapshot["context"]["pings"]) == ("active", "left", 1)
+    (call,) = runtime.store.list_calls(run_id)
+    assert call.status == "stopped" and call.error == "stopped: its invoking state was left"
+    assert [a.outcome for a in runtime.store.call_attempts(run_id)] == ["stopped"]
+    assert runtime.store.dead_letters(run_id) == []
+
+
+def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(
+        worker_of: Any) -> None:  # fmt: skip
+    ledger: list[str] = []
+    sent = threading.Event()
+
+    def charge(_input: Any) -> str:  # runs until every event was sent (30 s at most)
+        ledger.append("start")
+        sent.wait(30)
+        ledger.append("end")
+        return "paid"
+
+    machine = create_machine({
+        "id": "payment", "initial": "calling", "context": {"seen": []},
+        "states": {
+            "calling": {"invoke": {"src": "charge", "onDone": "done"},
+                        "on": {"N": {"actions": assign(
+                            {"seen": lambda c, e: [*c["seen"], e["n"]][-5:]})}}},
+            "done": {"type": "final"}},
+    }, actors={"charge": charge})
+    runtime = worker_of(machine)
+    run_id = runtime.start("payment")
+    wait_for(lambda: any(x.startswith("start") for x in ledger), 10)
+    for n in range(1000):
+        runtime.send(run_id, {"type": "N", "n": n})
+    assert runtime.store.get_run(run_id).state == "calling"  # all sent during the call
+    sent.set()
+    wait_for(lambda: runtime.store.get_run(run_id).status == "done", 60)
+    run = runtime.store.get_run(run_id)
+    journal = [e.event for e in runtime.store.list_events(run_id)]
+    applied = [e["n"] for e in journal if e.get("type") == "N"]
+    assert applied == list(range(1000))
+    assert run.snapshot["context"]["seen"] == [995, 996, 997, 998, 999]
+    assert ledger.count("end") == 1 and runtime.store.dead_letters(run_id) == []
