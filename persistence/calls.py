@@ -25,10 +25,13 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from persistence.driver import RunDriver
 from persistence.outbox import (
     CallContext,
     CallPlan,
@@ -40,7 +43,16 @@ from persistence.outbox import (
     invoke_of,
     running_call,
 )
-from persistence.stores import CallEnd, CallRecord, RunRecord, StoreError
+from persistence.stores import (
+    CallEnd,
+    CallFinish,
+    CallRecord,
+    RunFinishedError,
+    RunNotFoundError,
+    RunRecord,
+    StoreError,
+)
+from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
 from statecharts.frozen import storable_text
@@ -74,8 +86,8 @@ class CallExecutor:
     """Runs the calls of `runtime`'s store beside their runs, under lease owner `owner`."""
 
     def __init__(self, runtime: Runtime, owner: str, *, lease_ms: int = 30_000,
-                 threads: int = 32, max_calls: int = 10_000,
-                 poll_ms: int = 100) -> None:  # fmt: skip
+                 threads: int = 32, max_calls: int = 10_000, poll_ms: int = 100,
+                 max_steps: int = 1000) -> None:  # fmt: skip
         self.runtime = runtime
         self.owner = owner
         self.lease_ms = lease_ms
@@ -85,6 +97,13 @@ class CallExecutor:
         self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
                                  runtime.dry_run)  # fmt: skip
         self._running: dict[str, _Running] = {}
+        self._adopted: deque[tuple[CallRecord, Machine]] = deque()
+        self._lock = threading.Lock()
+        self._leased = 0  # calls leased to it and not yet ended (adopted, running)
+        self._poke = threading.Event()
+        self.driver = RunDriver(runtime, owner, lease_ms, max_steps, calls=self)
+        """Records each call's end with the step that applies its result (`RunDriver.send`);
+        the calls those steps record are leased to this executor in the same commit."""
         self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = \
             queue.SimpleQueue()  # fmt: skip
         self._stop = threading.Event()
@@ -94,6 +113,30 @@ class CallExecutor:
         self._thread: threading.Thread | None = None
         self._beat_at = 0.0
         self.finished = 0
+
+    # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
+    def lease(self, count: int) -> tuple[str, int] | None:
+        """(owner, until) for `count` more calls a step records, or None when full."""
+        if self._leased + count > self.max_calls:
+            return None
+        return self.owner, self.runtime.clock.now() + self.lease_ms
+
+    def adopt(self, calls: Sequence[CallRecord], machine: Machine) -> None:
+        """Run these calls next (a committed step leased them to this executor)."""
+        with self._lock:
+            self._adopted.extend((call, machine) for call in calls)
+            self._leased += len(calls)
+        self._poke.set()
+
+    def _take_adopted(self) -> list[tuple[CallRecord, Machine]]:
+        with self._lock:
+            taken = list(self._adopted)
+            self._adopted.clear()
+        return taken
+
+    def _released(self) -> None:
+        with self._lock:
+            self._leased = max(0, self._leased - 1)
 
     # -- control ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,17 +156,20 @@ class CallExecutor:
         """Whether its thread still serves (False before `start` and after `stop`)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def run_until_idle(self) -> int:
-        """Run every call due now (at the runtime clock's time), one at a time in this thread,
-        until none is due; the number of calls that ended. For tests and demos: no timeout
+    def run_until_idle(self, claim: bool = True) -> int:
+        """Run the calls handed to it and (`claim`) every call due now (at the runtime clock's
+        time), one at a time in this thread, until none is left; the number of calls that
+        ended. For callers that run their own calls (`Inline`), tests and demos: no timeout
         can cut a call short here."""
         before = self.finished
         while True:
-            calls = self._claim(1)
-            if not calls:
+            ready: list[tuple[CallRecord, Machine | None]] = [*self._take_adopted()]
+            if not ready and claim:
+                ready = [(call, None) for call in self._claim(1)]
+            if not ready:
                 return self.finished - before
-            for call in calls:
-                running = self._begin(call)
+            for call, machine in ready:
+                running = self._begin(call, machine)
                 if running is None:
                     continue
                 try:
@@ -141,14 +187,19 @@ class CallExecutor:
             try:
                 seen = wakeup.seen()
                 self._settle()
-                free = min(self.max_calls - len(self._running), 64)
-                calls = self._claim(free) if free > 0 else []
-                for call in calls:
-                    running = self._begin(call)
+                ready: list[tuple[CallRecord, Machine | None]] = [*self._take_adopted()]
+                free = min(self.max_calls - self._leased, 64)
+                if free > 0:
+                    claimed = self._claim(free)
+                    with self._lock:
+                        self._leased += len(claimed)
+                    ready += [(call, None) for call in claimed]
+                for call, machine in ready:
+                    running = self._begin(call, machine)
                     if running is not None:
                         self._launch(running)
                 self._watch()
-                if not calls:
+                if not ready:
                     self._wait(wakeup, seen)
             except StoreError as exc:
                 log.warning("calls %s: store error (%s); retrying", self.owner, exc)
@@ -158,24 +209,24 @@ class CallExecutor:
                 self._stop.wait(1.0)
 
     def _wait(self, wakeup: Any, seen: int) -> None:
-        """Until a call ends or is due (a wake-up), or the poll interval passes."""
-        try:
-            item = self._ended.get(timeout=self.poll_s) if self._running else None
-        except queue.Empty:
-            return
-        if item is not None:
-            self._ended.put(item)
-            return
-        wakeup.wait(seen, self.poll_s)
+        """Until a call ends, is adopted or is due (a wake-up), or the poll interval passes."""
+        deadline = time.monotonic() + self.poll_s
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self._poke.is_set() or not self._ended.empty() or wakeup.seen() != seen:
+                break
+            self._poke.wait(0.005 if self._running else 0.02)
+        self._poke.clear()
 
     def _claim(self, limit: int) -> list[CallRecord]:
         return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
                                               self.lease_ms, limit)  # fmt: skip
 
-    def _begin(self, call: CallRecord) -> _Running | None:
-        """What running `call` takes, or None when it ended without running (recorded)."""
-        run = self._run_of(call)
-        machine = None if run is None else self.runtime.machine_for(run)
+    def _begin(self, call: CallRecord, machine: Machine | None) -> _Running | None:
+        """What running `call` (of a run of `machine`: read when not known) takes, or None
+        when it ended without running (recorded)."""
+        if machine is None:
+            run = self._run_of(call)
+            machine = None if run is None else self.runtime.machine_for(run)
         if machine is None:  # (a run deleted, or of a version this worker does not have)
             self._retry(call, CallEnd("lost", None, "no definition here for its run"))
             return None
@@ -305,15 +356,22 @@ class CallExecutor:
         self._finish(call, "failed", event, CallEnd(outcome, name, message))
 
     def _finish(self, call: CallRecord, status: str, event: dict[str, Any], end: CallEnd) -> None:
-        queued = self.runtime.store.finish_call(call.idempotency_key, self.owner, call.attempt,
-                                                self.runtime.clock.now(), status=status,
-                                                event=event, end=end)  # fmt: skip
+        """Record the call's end with its result event, and the run's step that applies it
+        when the run is at rest (one transaction: `RunDriver.send`)."""
+        self._released()
+        finish = CallFinish(call.idempotency_key, self.owner, call.attempt, status, end)
+        try:
+            queued = self.driver.send(call.run_id, event, self.runtime.clock.now(),
+                                      finish=finish)  # fmt: skip
+        except (RunNotFoundError, RunFinishedError):
+            queued = 0
         self.finished += 1
         if not queued:
             log.info("call %s (%s): ended after it was stopped; its result is dropped",
                      call.idempotency_key, call.call_id)  # fmt: skip
 
     def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
+        self._released()
         when = at if at is not None else self.runtime.clock.now() + self.lease_ms
         self.runtime.store.retry_call(call.idempotency_key, self.owner, call.attempt,
                                       self.runtime.clock.now(), when, end)  # fmt: skip

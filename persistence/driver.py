@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
@@ -27,6 +27,8 @@ from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
 from persistence.stores import (
     ACTIVE,
+    CallFinish,
+    CallRecord,
     ConflictError,
     EffectOutcome,
     Grant,
@@ -142,6 +144,19 @@ class _Leased:
     unleased: bool = False  # read without a lease: its next commit checks that none is held
 
 
+class CallTaker(Protocol):
+    """A call executor that takes the calls a driver's steps record (`persistence.calls`):
+    leased to it in the step's own commit, run by it next, with no claim."""
+
+    def lease(self, count: int) -> tuple[str, int] | None:
+        """(owner, lease until) for `count` more calls, or None when it has no room."""
+        ...
+
+    def adopt(self, calls: Sequence[CallRecord], machine: Machine) -> None:
+        """Run these calls of a run of `machine`, leased to it by a committed step."""
+        ...
+
+
 def _waits_to_retry(state: str) -> set[str]:
     """The retried call sites waiting for their next attempt among the active leaves."""
     return {leaf for leaf in state.split(",") if leaf.rsplit(".", 1)[-1] == WAITING}
@@ -153,11 +168,11 @@ class RunDriver:
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
                  parallel: int = 1,
                  holds: Callable[[set[str], bool], None] | None = None,
-                 calls_beside: bool = True) -> None:  # fmt: skip
+                 calls: CallTaker | None = None) -> None:  # fmt: skip
         self.runtime = runtime
-        self.calls_beside = calls_beside
-        """Whether its runs' calls run beside them (`persistence.calls`); False: in their steps,
-        under the run's lease (`Inline`, which runs a workflow in its caller as DBOS does)."""
+        self.calls = calls
+        """The call executor that takes the calls its steps record (leased to it in the step's
+        commit); without one they wait for any worker's executor to claim them."""
         self.holds = holds
         """Told the ids of runs this driver comes to hold (True: handed over by a release, whose
         leases need a heartbeat) and lets go of (False). A driver with it takes hand-overs (a
@@ -175,6 +190,10 @@ class RunDriver:
         self._handover_until = 0.0
         self._should_stop: Callable[[], bool] = lambda: False
         self._left_to_claim = False  # an unleased run of this drive was left to a claim
+        self.last_step: tuple[str, str, Snapshot] | None = None
+        """(run id, status, snapshot) of the last step this driver committed."""
+        self.committed = 0
+        """How many steps this driver committed (all its paths)."""
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -308,7 +327,7 @@ class RunDriver:
                        run.status, attempt=run.attempt_count, unleased=True)  # fmt: skip
 
     def send(self, run_id: str, event: dict[str, Any], now: int,
-             traceparent: str | None = None) -> int:
+             traceparent: str | None = None, finish: CallFinish | None = None) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
         is at rest (`Store.send_and_step`): the step a worker would take for it with no
         claim (`drive_unleased`), written by the same commit, counted and traced as a
@@ -318,7 +337,9 @@ class RunDriver:
         still queued, when its step would fail the run (a worker fails it under a lease),
         and when the store refuses the step. A run this process left at rest
         (`Runtime.resting`) is stepped from its row as committed here, unread, if the store
-        can (`Store.send_and_step`'s `rest`). Returns the inbox id."""
+        can (`Store.send_and_step`'s `rest`). Returns the inbox id. With `finish`, `event` is
+        that call's result, recorded with the call's end (`persistence.calls`); 0 when the
+        call was no longer its holder's (stopped, taken over): nothing was queued."""
         staged: list[tuple[_Leased, _Step, StepCommit]] = []
 
         def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
@@ -335,7 +356,8 @@ class RunDriver:
             inbox_id, version = store.send_and_step(run_id, event, now, step,
                                                     traceparent=traceparent,
                                                     cancelled=cancelled,
-                                                    rest=resting.get(run_id))  # fmt: skip
+                                                    rest=resting.get(run_id),
+                                                    finish=finish)  # fmt: skip
         except Exception as exc:
             if isinstance(exc, (RunNotFoundError, RunFinishedError)):
                 resting.drop(run_id)  # (not followed: no step of it can come any more)
@@ -349,6 +371,9 @@ class RunDriver:
             log.warning("run %s: the step of a sent %r was refused in the send (%s: %s); "
                         "queued for a worker", run_id, event.get("type"), type(exc).__name__,
                         exc)  # fmt: skip
+            if finish is not None:
+                return store.send_and_step(run_id, event, now, lambda r, w: None,
+                                           traceparent=traceparent, finish=finish)[0]
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
         if version is None:  # queued for a worker
@@ -425,6 +450,11 @@ class RunDriver:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
+        if commit.call_lease is not None and self.calls is not None:
+            self.calls.adopt(leased_calls(x.run.id, version, commit.new_effects,
+                                          commit.call_lease), x.machine)  # fmt: skip
+        self.last_step = (x.run.id, commit.status, step.snapshot)
+        self.committed += 1
         self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),
                                        sent=sent)  # fmt: skip
         log_effects(step.logged, x.run.id)
@@ -432,6 +462,11 @@ class RunDriver:
         if commit.status != ACTIVE:
             self._report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
+
+    def _call_lease(self, effects: Sequence[NewEffect]) -> tuple[str, int] | None:
+        """The lease of the calls among a step's new `effects` to this driver's executor."""
+        count = sum(1 for e in effects if is_call(e))
+        return None if count == 0 or self.calls is None else self.calls.lease(count)
 
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
@@ -708,8 +743,7 @@ class RunDriver:
         """Apply what `x`'s executed effects brought back: the step to commit, or None (the
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
-        beside = machine if self.calls_beside and \
-            self.runtime.load.calls_beside(x.run.workflow_name) else None  # fmt: skip
+        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
         step = _Step(x.snapshot, beside)
         if x.status == ACTIVE:
             self._apply(machine, step, executed, x.inbox, now)
@@ -746,6 +780,7 @@ class RunDriver:
                                                  x.run.traceparent)],
             stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
             stop_calls=step.stopped_calls(x.snapshot, row.status),
+            call_lease=self._call_lease(step.new_effects),
         )  # fmt: skip
         return x, step, commit
 
@@ -833,3 +868,16 @@ class RunDriver:
         self._failed(run, run.state, reason, None)
         self.telemetry.runs_cancelled(cancelled)
         return 1
+
+
+def leased_calls(run_id: str, version: int, effects: Sequence[NewEffect],
+                 lease: tuple[str, int] | None) -> list[CallRecord]:  # fmt: skip
+    """The calls a committed step (at `version`) recorded leased to an executor
+    (`StepCommit.call_lease`), as the store holds them: running, first attempt open."""
+    if lease is None:
+        return []
+    owner, until = lease
+    return [CallRecord(idempotency_key(run_id, version, e.index), run_id, version,
+                       str(e.payload.get("id")), dict(e.payload), "running", 1, owner, until,
+                       until, None, None, until, until)
+            for e in effects if is_call(e)]  # fmt: skip

@@ -8,6 +8,7 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 import os
 import socket
@@ -27,7 +28,7 @@ from persistence.children import (
     snapshot_invokes,
 )
 from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
-from persistence.driver import RunDriver
+from persistence.driver import CallTaker, RunDriver, leased_calls
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
 from persistence.stores import (
@@ -326,12 +327,10 @@ class Runtime:
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
 
-    def _outbox(self, machine: Machine, effects: Sequence[Effect],
-                beside: bool = True) -> builtins.list[NewEffect]:  # fmt: skip
+    def _outbox(self, machine: Machine, effects: Sequence[Effect]) -> builtins.list[NewEffect]:
         """A first step's outbox records, its calls beside the run unless its workflow is
-        limited or its starter runs them (`beside=False`: `Inline`; see `to_outbox`)."""
-        beside = beside and self.load.calls_beside(machine.id)
-        return to_outbox(effects, 0, machine if beside else None)
+        limited (`to_outbox`)."""
+        return to_outbox(effects, 0, machine if self.load.calls_beside(machine.id) else None)
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -404,6 +403,7 @@ class Runtime:
     def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
                   reuse: KeyReuse = "use_existing", traceparent: str | None = None,
                   lease: tuple[str, int] | None = None, priority: int | None = None,
+                  calls: CallTaker | None = None,
                   ) -> tuple[RunRecord, bool, builtins.list[NewEffect],
                              Snapshot | None]:  # fmt: skip
         """`start_run`, also returning the effects the new run's first step recorded and its
@@ -411,7 +411,8 @@ class Runtime:
         With `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
         leased to `owner` for `lease_ms` (its claim, in the insert's transaction): the caller
         steps it itself (`persistence.inline`); if the caller dies, the lease runs out and any
-        worker takes the run over."""
+        worker takes the run over. `calls`: the executor the run's first calls are leased to
+        in the insert (and handed to once it commits), as a step's are (`RunDriver`)."""
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
@@ -431,10 +432,16 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
+            count = sum(1 for e in outbox if is_call(e))
+            if calls is not None and count:
+                run = dataclasses.replace(run, call_lease=calls.lease(count))
             record, created = self.store.create_run(run, outbox, now, children=children)
             begun.run(record.id, created)
         if created:
-            self.resting.started(record, bool(outbox), now)
+            if calls is not None and run.call_lease is not None:
+                calls.adopt(leased_calls(record.id, 1, outbox, run.call_lease),
+                            self._latest[name])  # fmt: skip
+            self.resting.started(record, _in_step(outbox), now)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
@@ -462,7 +469,7 @@ class Runtime:
             known = ", ".join(sorted(self._latest)) or "none"
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
-        outbox = self._outbox(machine, effects, beside=lease is None)
+        outbox = self._outbox(machine, effects)
         columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
         wake_at, owner = columns.wake_at, None

@@ -89,6 +89,7 @@ class Worker:
         self._unleased: set[str] = set()  # of those, stepped with no lease until a commit
         self._held_lock = threading.Lock()
         self._versions: set[tuple[str, str]] = set()
+        self._calls: CallExecutor | None = None  # while `run` serves
         self._versions_at = 0.0
         self.steps = 0
         self._steps_lock = threading.Lock()
@@ -119,7 +120,7 @@ class Worker:
         ]
         beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
         beat.start()
-        calls = self.calls()
+        calls = self._calls = self.calls()
         calls.start()
         for t in threads:
             t.start()
@@ -153,7 +154,8 @@ class Worker:
         """Drive every run that has work due now (at the runtime clock's time) until none has;
         return the number of steps committed. Single-threaded; for tests and demos."""
         owner = f"{self.id}/idle"
-        driver, calls = self._driver(owner), self.calls()
+        calls = self.calls()
+        driver = self._driver(owner, calls)
         before = self.steps
         self._tick_schedules()
         try:
@@ -161,8 +163,11 @@ class Worker:
                 claimed, work = self._claim(owner, self.batch)
                 if claimed:
                     self._add_steps(driver.drive(claimed, lambda: False, work))
-                elif not calls.run_until_idle():
+                    continue
+                stepped = calls.driver.committed
+                if not calls.run_until_idle():
                     break
+                self._add_steps(calls.driver.committed - stepped)  # (each end's step)
         finally:
             driver.close()
         return self.steps - before
@@ -173,8 +178,9 @@ class Worker:
                             threads=self.call_threads)  # fmt: skip
 
     # -- threads ----------------------------------------------------------------------------
-    def _driver(self, owner: str) -> RunDriver:
+    def _driver(self, owner: str, calls: CallExecutor | None = None) -> RunDriver:
         return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
+                         calls=calls or self._calls,
                          holds=lambda run_ids, held: self._hold(owner, run_ids, held))
 
     def _loop(self, owner: str) -> None:

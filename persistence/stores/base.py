@@ -160,6 +160,8 @@ class NewRun:
     system_id: str | None = None
     """A child run's `systemId` (its key), registered in its whole run tree: refused with
     `SystemIdTakenError` when an active child run of the tree already holds it."""
+    call_lease: tuple[str, int] | None = None
+    """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +305,18 @@ class CallAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class CallFinish:
+    """A call's end as the send of its result records it (`RunStore.send_and_step`)."""
+
+    key: str
+    owner: str
+    attempt: int
+    status: str
+    """`done` or `failed`."""
+    end: CallEnd
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnd:
     """How an attempt ended, as `finish_call` and `retry_call` record it."""
 
@@ -315,6 +329,12 @@ class CallEnd:
 def is_call(effect: NewEffect) -> bool:
     """Whether a recorded effect is a call beside its run."""
     return effect.kind == CALL
+
+
+def unowned_calls(effects: Sequence[NewEffect], lease: tuple[str, int] | None) -> bool:
+    """Whether a step records calls no executor holds yet (any worker's may claim them: wake
+    the workers)."""
+    return lease is None and any(is_call(e) for e in effects)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +378,9 @@ class StepCommit:
     stop_calls: Sequence[str] = ()
     """Invoke ids whose calls recorded by earlier steps this step stops (it left their
     invoking states, or ended the run): their results will be dropped."""
+    call_lease: tuple[str, int] | None = None
+    """(owner, until): the calls this step records are leased to that call executor, their
+    first attempts opened, in the step's transaction (no claim: it runs them next)."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -698,7 +721,8 @@ class RunStore(Protocol):
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      rest: RunRecord | None = None,
+                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`send_event` with the step that applies the event folded into its transaction:
         the run's row is locked, the event queued, and `step` is handed the run with its
         pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
@@ -715,7 +739,12 @@ class RunStore(Protocol):
         by nobody, no event queued and no effect pending (PostgreSQL: one round trip, the event
         recorded as applied, its inbox id drawn but no row left). If it is not, nothing of that
         step is written and the call goes on as without `rest` (`step` is called again, with
-        the run as locked now)."""
+        the run as locked now).
+
+        With `finish`, the event is the result of that call (`persistence.calls`): its end is
+        recorded first, under the run's lock, and the event queued (with the call's key) only
+        if `finish.owner` still holds the call at `finish.attempt`: else nothing is queued or
+        stepped and (0, None) is returned (the call was stopped, or taken over)."""
         ...
 
     def claim_runs(
@@ -978,12 +1007,6 @@ class Calls(Protocol):
     def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
                         lease_ms: int) -> set[str]:  # fmt: skip
         """Renew `owner`'s call leases (with heartbeat details); the keys it still holds."""
-        ...
-
-    def finish_call(self, key: str, owner: str, attempt: int, now: int, *, status: str,
-                    event: Mapping[str, Any], end: CallEnd) -> bool:  # fmt: skip
-        """Record a call's end and queue its result event in its run's inbox, in one
-        transaction; False (nothing queued) when `owner` no longer holds it."""
         ...
 
     def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,

@@ -26,6 +26,7 @@ from persistence.stores.base import (
     STOPPED_BY_END,
     CallAttempt,
     CallEnd,
+    CallFinish,
     CallRecord,
     NewEffect,
     idempotency_key,
@@ -49,19 +50,31 @@ class SQLCalls(SQLDialect):
     """`Calls` in SQL, mixed into `sql.SQLStore` over its dialect hooks."""
 
     # -- written with a step -----------------------------------------------------------------
-    def _insert_calls_in(self, conn: Any, run_id: str, step: int,
-                         effects: Sequence[NewEffect], now: int) -> None:  # fmt: skip
-        """Record the step's calls (its `CALL` effects), due at once."""
+    def _insert_calls_in(self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect],
+                         now: int, lease: tuple[str, int] | None) -> None:  # fmt: skip
+        """Record the step's calls (its `CALL` effects): due at once, or with `lease` (owner,
+        until) already held by that executor, their first attempts open."""
         rid, ts = self._id(run_id), self._t(now)
+        owner, until = lease if lease is not None else (None, None)
         for e in effects:
-            if is_call(e):
+            if not is_call(e):
+                continue
+            key = idempotency_key(run_id, step, e.index)
+            self._exec(
+                conn,
+                "INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, "
+                "status, attempt, owner, lease_expires_at, available_at, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, rid, step, str(e.payload.get("id")), self._j(e.payload),
+                 "pending" if owner is None else "running", 0 if owner is None else 1, owner,
+                 self._t(until), ts, ts, ts),
+            )  # fmt: skip
+            if owner is not None:
                 self._exec(
                     conn,
-                    "INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, "
-                    "status, attempt, available_at, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
-                    (idempotency_key(run_id, step, e.index), rid, step,
-                     str(e.payload.get("id")), self._j(e.payload), ts, ts, ts),
+                    "INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, "
+                    "started_at) VALUES (?, 1, ?, ?, ?)",
+                    (key, rid, owner, ts),
                 )  # fmt: skip
 
     def _stop_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str] | None,
@@ -91,24 +104,36 @@ class SQLCalls(SQLDialect):
             f"lease_expires_at = NULL, updated_at = ? WHERE {where}",
             (why, ts, *params),
         )
+        done = where.replace(_OPEN, "status IN ('done', 'failed')")
+        self._exec(  # a result queued but not applied yet answers a call left behind
+            conn,
+            "UPDATE workflow_inbox SET dead_at = ?, dead_reason = ? WHERE run_id = ? AND "
+            "dead_at IS NULL AND call_key IN (SELECT idempotency_key FROM workflow_calls "
+            f"WHERE {done})",
+            (ts, f"the result of a call {why}", rid, *params),
+        )
 
     def _reopen_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str],
                          now: int) -> None:  # fmt: skip
-        """A resumed run's calls again (those of `call_ids`, its snapshot's children, whose
-        latest call failed or was stopped by the run's end): due at once, the same key."""
-        if not call_ids:
-            return
-        ts = self._t(now)
+        """A resumed run's calls again, due at once with the same keys: those of its last step
+        that recorded a failed call (as the failed effects of its last failing step run
+        again), and those its end stopped while they ran that its snapshot (`call_ids`, its
+        children) still invokes."""
+        ts, rid = self._t(now), self._id(run_id)
+        again = "(status = 'failed' AND step = (SELECT max(step) FROM workflow_calls c WHERE " \
+            "c.run_id = workflow_calls.run_id AND c.status = 'failed'))"  # fmt: skip
+        params: list[Any] = [ts, ts, rid]
+        if call_ids:
+            again += (f" OR (status = 'stopped' AND error = ? AND call_id IN "
+                      f"({','.join('?' * len(call_ids))}))")
+            params += [STOPPED_BY_END, *call_ids]
         self._exec(
             conn,
             "UPDATE workflow_calls SET status = 'pending', available_at = ?, owner = NULL, "
-            "lease_expires_at = NULL, error = NULL, updated_at = ? WHERE run_id = ? AND "
-            f"call_id IN ({','.join('?' * len(call_ids))}) AND (status = 'failed' OR "
-            "(status = 'stopped' AND error = ?)) AND step = (SELECT max(step) FROM "
-            "workflow_calls c WHERE c.run_id = workflow_calls.run_id AND "
-            "c.call_id = workflow_calls.call_id)",
-            (ts, ts, self._id(run_id), *call_ids, STOPPED_BY_END),
-        )  # fmt: skip
+            f"lease_expires_at = NULL, error = NULL, updated_at = ? WHERE run_id = ? AND "
+            f"({again})",
+            params,
+        )
 
     # -- the call executor's ------------------------------------------------------------------
     def claim_calls(self, owner: str, now: int, lease_ms: int,
@@ -176,34 +201,20 @@ class SQLCalls(SQLDialect):
                     kept.add(key)
         return kept
 
-    def finish_call(self, key: str, owner: str, attempt: int, now: int, *, status: str,
-                    event: Mapping[str, Any], end: CallEnd) -> bool:  # fmt: skip
-        """Record that attempt `attempt` of call `key` ended (`status` done or failed) and
-        queue its result `event` in the run's inbox, in one transaction; False (nothing queued,
-        the attempt closed as `end` says or left as the stop closed it) when `owner` no longer
-        holds the call: it was stopped, or its lease expired and another worker took it."""
+    def _finish_in(self, conn: Any, finish: CallFinish, now: int) -> bool:
+        """Record a call's end (`send_and_step`'s `finish`); False when its holder no longer
+        holds it (stopped, or taken over after its lease expired): its result is dropped."""
         ts = self._t(now)
-        with self._write() as conn:
-            rows = self._exec(
-                conn,
-                "UPDATE workflow_calls SET status = ?, owner = NULL, lease_expires_at = NULL, "
-                "error = ?, updated_at = ? WHERE idempotency_key = ? AND owner = ? AND "
-                f"attempt = ? AND status = 'running' RETURNING run_id{self._TEXT_ID}",
-                (status, end.message if status == "failed" else None, ts, key, owner, attempt),
-            ).fetchall()  # fmt: skip
-            self._end_attempt_in(conn, key, attempt, end, ts)
-            if not rows:
-                return False
-            rid = self._id(rows[0][0])
-            self._exec(
-                conn,
-                "INSERT INTO workflow_inbox (run_id, event, created_at) SELECT id, ?, ? FROM "
-                "workflow_runs WHERE id = ? AND status = 'active'",
-                (self._j(dict(event)), ts, rid),
-            )  # fmt: skip
-            self._notify_in(conn, rows[0][0])
-        self.wakeup().notify(rows[0][0])
-        return True
+        rows = self._exec(
+            conn,
+            "UPDATE workflow_calls SET status = ?, owner = NULL, lease_expires_at = NULL, "
+            "error = ?, updated_at = ? WHERE idempotency_key = ? AND owner = ? AND "
+            "attempt = ? AND status = 'running' RETURNING 1",
+            (finish.status, finish.end.message if finish.status == "failed" else None, ts,
+             finish.key, finish.owner, finish.attempt),
+        ).fetchall()  # fmt: skip
+        self._end_attempt_in(conn, finish.key, finish.attempt, finish.end, ts)
+        return bool(rows)
 
     def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
                    end: CallEnd) -> bool:  # fmt: skip

@@ -31,6 +31,7 @@ from persistence.stores.base import (
     ACTIVE,
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
+    CallFinish,
     ConflictError,
     EffectRecord,
     InboxEvent,
@@ -50,6 +51,7 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
     is_call,
+    unowned_calls,
 )
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
@@ -421,6 +423,8 @@ class PostgresStore(SQLStore):
             else:
                 with conn.transaction():
                     versions = self._commit_all_in(conn, commits, now, ended)
+                    if any(unowned_calls(c.new_effects, c.call_lease) for c in commits):
+                        self._notify_in(conn, None)  # (other processes' executors claim them)
         if cancelled is not None:
             cancelled.extend(ended)
         return versions
@@ -467,15 +471,16 @@ class PostgresStore(SQLStore):
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      rest: RunRecord | None = None,
+                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
         (`_step_from_rest`), and only if it was not written the locked read and the step."""
-        if rest is not None and _uuid(rest.id) == _uuid(run_id):
+        if rest is not None and finish is None and _uuid(rest.id) == _uuid(run_id):
             written = self._step_from_rest(rest, event, now, step, traceparent)
             if written is not None:
                 return written
         return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
-                                     cancelled=cancelled)  # fmt: skip
+                                     cancelled=cancelled, finish=finish)  # fmt: skip
 
     def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
                         step: Callable[[RunRecord, PendingWork], StepCommit | None],

@@ -46,3 +46,7 @@ CREATE TABLE workflow_call_attempts (
     PRIMARY KEY (idempotency_key, attempt)
 );
 CREATE INDEX workflow_call_attempts_run ON workflow_call_attempts (run_id);
+
+-- A call's result waits in its run's inbox like any event; call_key names the call it answers,
+-- so that the step which stops the call also dead-letters a result queued but not yet applied.
+ALTER TABLE workflow_inbox ADD COLUMN call_key text;
