@@ -56,6 +56,7 @@ from statecharts import Machine, Snapshot
 from statecharts.definition import WAITING
 from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
+from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import storable_text
 
 if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
@@ -118,11 +119,14 @@ class _Step:
 
     def stopped_calls(self, before: Snapshot, status: str) -> list[str]:
         """The invoke ids whose calls this step stops: the children it stopped, and when it
-        ends the run, every child the run had."""
+        ends the run, every child the run had; not those whose result it applied (their
+        calls have ended: nothing to stop)."""
         stopped = {e.id for e in self.logged if isinstance(e, StopChild)}
         if status != ACTIVE:
             stopped |= set(before.children)
-        return sorted(stopped)
+        answered = {str(j.event.get("type")) for j in self.journal}
+        return sorted(i for i in stopped if done_actor_event_type(i) not in answered
+                      and error_actor_event_type(i) not in answered)  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -78,9 +78,12 @@ class SQLCalls(SQLDialect):
                 )  # fmt: skip
 
     def _stop_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str] | None,
-                       before_step: int | None, now: int, why: str) -> None:  # fmt: skip
+                       before_step: int | None, now: int, why: str,
+                       drop: bool = False) -> None:  # fmt: skip
         """Stop the run's open calls (those of `call_ids` recorded before step `before_step`,
-        or all): their running attempts end `stopped`, their results will be dropped."""
+        or all): their running attempts end `stopped`, their results will be dropped; with
+        `drop` (the run goes on), a result of theirs queued but not applied is dead-lettered
+        (when the run ends, every queued event is, with the end's reason)."""
         rid, ts = self._id(run_id), self._t(now)
         where, params = f"run_id = ? AND {_OPEN}", list[Any]([rid])
         if call_ids is not None:
@@ -104,6 +107,8 @@ class SQLCalls(SQLDialect):
             f"lease_expires_at = NULL, updated_at = ? WHERE {where}",
             (why, ts, *params),
         )
+        if not drop:
+            return
         done = where.replace(_OPEN, "status IN ('done', 'failed')")
         self._exec(  # a result queued but not applied yet answers a call left behind
             conn,

@@ -367,8 +367,7 @@ class SQLRuns(SQLCalls, SQLDialect):
     ) -> tuple[RunRecord, bool]:
         """Insert a run and its initial effects, or return the active run with the same key;
         the child runs its first step starts with it."""
-        one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
-               and not any(is_call(e) for e in effects))
+        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
         with self._statement_write() if one else self._write() as conn:
             record, created = self._create_in(conn, run, effects, now)
             if created:
@@ -523,15 +522,10 @@ class SQLRuns(SQLCalls, SQLDialect):
 
     def _step_extras_in(self, conn: Any, commit: StepCommit, now: int,
                         cancelled: list[str]) -> None:  # fmt: skip
-        """What a committed step does beside its run's row, in its transaction, in this order:
-        the calls it stops are stopped and those it records inserted, the child runs it stops
-        are cancelled (recursively, into `cancelled`), the runs it starts created, its
-        deliveries queued."""
-        rid, step = self._id(commit.run_id), commit.expected_version + 1
-        self._stop_calls_in(conn, rid, commit.stop_calls, step, now,
-                            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END)
-        self._insert_calls_in(conn, commit.run_id, step, commit.new_effects, now,
-                              commit.call_lease)
+        """What a committed step does to other runs, in its transaction, in this order: the
+        child runs it stops are cancelled (recursively, into `cancelled`), the runs it starts
+        created, its deliveries queued."""
+        rid = self._id(commit.run_id)
         self._stop_children_in(conn, rid, commit.stop_children, now, cancelled)
         self._create_all_in(conn, (), commit.start_runs, now)
         for delivery in commit.deliveries:
@@ -893,10 +887,15 @@ class SQLRuns(SQLCalls, SQLDialect):
                     f"effect {outcome.idempotency_key} is not pending; step not written"
                 )
         self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
+        self._insert_calls_in(conn, commit.run_id, new_version, commit.new_effects, now,
+                              commit.call_lease)
         if commit.consumed_inbox:
             marks = ",".join("?" * len(commit.consumed_inbox))
             self._exec(conn, f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
                        (rid, *commit.consumed_inbox))  # fmt: skip
+        self._stop_calls_in(conn, rid, commit.stop_calls, new_version, now,
+                            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END,
+                            drop=commit.status == ACTIVE)
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
         self._step_extras_in(conn, commit, now, cancelled)
