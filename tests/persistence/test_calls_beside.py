@@ -216,3 +216,50 @@ def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(
     assert applied == list(range(1000))
     assert run.snapshot["context"]["seen"] == [995, 996, 997, 998, 999]
     assert ledger.count("end") == 1 and runtime.store.dead_letters(run_id) == []
+
+
+def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
+        store: Store, tmp_path: Any, capsys: Any) -> None:  # fmt: skip
+    """A charge fails once (a transient failure of its call site), then succeeds: its two
+    attempts, one idempotency key, are recorded and shown with outcome and error."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from persistence.cli import main
+    from persistence.ui import create_app
+
+    keys: list[str] = []
+
+    def charge(_input: Any, idempotency_key: str = "") -> str:
+        keys.append(idempotency_key)
+        if len(keys) == 1:
+            raise ConnectionError("the card network reset the connection")
+        return "paid"
+
+    machine = create_machine({
+        "id": "payment", "initial": "calling",
+        "states": {"calling": {"invoke": {"src": "charge", "onDone": "done", "transient": True}},
+                   "done": {"type": "final"}},
+    }, actors={"charge": charge})
+    runtime = Runtime(store, [machine])
+    run_id = runtime.start("payment")
+    worker = Worker(runtime)
+    worker.run_until_idle()
+    while runtime.get(run_id).status == "active":  # (the retry waits out its backoff)
+        time.sleep(0.05)
+        worker.run_until_idle()
+    assert len(keys) == 2 and keys[0] == keys[1]
+    attempts = store.call_attempts(run_id)
+    assert [(a.attempt, a.outcome, a.error_name) for a in attempts] == [
+        (1, "retrying", "ConnectionError"), (2, "done", None)]
+    assert "the card network reset" in (attempts[0].message or "")
+    assert "Traceback" in (attempts[0].traceback or "")
+
+    if store.url.startswith("sqlite"):  # the command line reads the same store
+        assert main(["runs", "show", run_id, "--store", store.url]) == 0
+        shown = capsys.readouterr().out
+        assert '"outcome": "retrying"' in shown and '"outcome": "done"' in shown
+    with TestClient(create_app(store, [machine])) as client:
+        page = client.get(f"/runs/{run_id}").text
+    assert 'id="calls"' in page and "retrying" in page and "ConnectionError" in page
+    assert page.count(keys[0]) >= 1  # the key, on the call's row
