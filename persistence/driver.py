@@ -817,7 +817,9 @@ class RunDriver:
 
     def _apply(self, machine: Machine, step: _Step, executed: list[Executed],
                inbox: list[InboxEvent], now: int) -> None:  # fmt: skip
-        """Outcomes and their events first, then due timers, then inbox events, in order."""
+        """Outcomes and their events first, then due timers and inbox events in the order they
+        happened: a timer due before an event arrived fires first, an event that arrived
+        before a timer was due is applied first (as in memory), however late the step runs."""
         step.outcomes = [x.outcome for x in executed]
         failing = next((x for x in executed if x.fails_run), None)
         if failing is not None:
@@ -831,16 +833,24 @@ class RunDriver:
         for x in executed:
             if x.event is not None and step.status is None:
                 step.apply(machine, x.event, now)
-        while step.status is None and step.snapshot.status == "active":
-            timer = next((t for t in step.snapshot.timers if t.due_at <= now), None)
-            if timer is None:
-                break
-            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
         for item in inbox:  # events left when the run ends become dead letters (the store)
+            self._fire_timers(machine, step, min(item.created_at, now), now)
             if step.status is not None or step.snapshot.status != "active":
                 break
             step.consumed.append(item.id)
             step.apply(machine, item.event, now)
+        self._fire_timers(machine, step, now, now)
+
+    @staticmethod
+    def _fire_timers(machine: Machine, step: _Step, until: int, now: int) -> None:
+        """Fire the step's timers due at or before `until`, in due order (at `now`)."""
+        while step.status is None and step.snapshot.status == "active":
+            timer = min((t for t in step.snapshot.timers if t.due_at <= until),
+                        key=lambda t: t.due_at, default=None)  # fmt: skip
+            if timer is None:
+                return
+            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now,
+                       timer.id)  # fmt: skip
 
     def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
         before = state_text(step.snapshot)

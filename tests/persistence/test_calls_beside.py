@@ -263,3 +263,24 @@ def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
         page = client.get(f"/runs/{run_id}").text
     assert 'id="calls"' in page and "retrying" in page and "ConnectionError" in page
     assert page.count(keys[0]) >= 1  # the key, on the call's row
+
+
+def test_an_event_that_arrived_before_a_deadline_wins_over_the_overdue_timer(
+        store: Store) -> None:  # fmt: skip
+    """Issue 47 R7: workers come back late (a deploy); the payment queued at 0.3 s beats the
+    1 s deadline that is overdue by the time a worker steps the run, as it does in memory."""
+    machine = create_machine({
+        "id": "invoice", "initial": "waiting",
+        "states": {"waiting": {"after": {"1000": "expired"}, "on": {"PAY": "paid"}},
+                   "expired": {"type": "final"}, "paid": {"type": "final"}},
+    })
+    runtime = Runtime(store, [machine])
+    run_id = runtime.start("invoice")
+    time.sleep(0.3)
+    store.send_event(run_id, {"type": "PAY"}, runtime.clock.now())  # queued: no worker is up
+    time.sleep(1.0)  # the deadline passes with the event still queued
+    Worker(runtime).run_until_idle()
+    run = runtime.get(run_id)
+    assert (run.status, run.state) == ("done", "paid")
+    assert store.dead_letters(run_id) == []
+    assert in_memory(machine, [(0.3, "PAY")], 1.3)[0] == "done:paid"
