@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from persistence import outbox
 from persistence.driver import RunDriver
 from persistence.outbox import (
     CallContext,
@@ -38,7 +39,6 @@ from persistence.outbox import (
     Executed,
     Executor,
     _accepts_key,
-    _call,
     _effect_key,
     invoke_of,
     running_call,
@@ -87,7 +87,7 @@ class CallExecutor:
 
     def __init__(self, runtime: Runtime, owner: str, *, lease_ms: int = 30_000,
                  threads: int = 32, max_calls: int = 10_000, poll_ms: int = 100,
-                 max_steps: int = 1000) -> None:  # fmt: skip
+                 max_steps: int = 1000, takes_new: bool = True) -> None:  # fmt: skip
         self.runtime = runtime
         self.owner = owner
         self.lease_ms = lease_ms
@@ -101,9 +101,11 @@ class CallExecutor:
         self._lock = threading.Lock()
         self._leased = 0  # calls leased to it and not yet ended (adopted, running)
         self._poke = threading.Event()
-        self.driver = RunDriver(runtime, owner, lease_ms, max_steps, calls=self)
+        self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
+                                calls=self if takes_new else None)  # fmt: skip
         """Records each call's end with the step that applies its result (`RunDriver.send`);
-        the calls those steps record are leased to this executor in the same commit."""
+        the calls those steps record are leased to this executor in the same commit (unless
+        `takes_new` is False: they are left due for any executor)."""
         self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = \
             queue.SimpleQueue()  # fmt: skip
         self._stop = threading.Event()
@@ -169,16 +171,27 @@ class CallExecutor:
             if not ready:
                 return self.finished - before
             for call, machine in ready:
-                running = self._begin(call, machine)
-                if running is None:
-                    continue
-                try:
-                    with running_call(running.context):
-                        result = _run(running.plan)
-                except Exception as exc:
-                    self._end(running, None, exc)
-                else:
-                    self._end(running, result, None)
+                self._run_here(call, machine)
+
+    def run_one(self) -> bool:
+        """Claim the oldest due call and run it here to its end; False when none is due."""
+        for call in self._claim(1):
+            self._run_here(call, None)
+            return True
+        return False
+
+    def _run_here(self, call: CallRecord, machine: Machine | None) -> None:
+        """Run `call` in this thread to its end, and record it."""
+        running = self._begin(call, machine)
+        if running is None:
+            return
+        try:
+            with running_call(running.context):
+                result = _run(running.plan)
+        except Exception as exc:
+            self._end(running, None, exc)
+        else:
+            self._end(running, result, None)
 
     # -- the serving loop ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -406,8 +419,9 @@ class CallExecutor:
 
 
 def _run(plan: CallPlan) -> Any:
-    """Run `plan` to completion in this thread (a coroutine on a loop of its own)."""
-    return _call(plan.fn, (plan.argument,), {}, plan.key)
+    """Run `plan` to completion in this thread (a coroutine on a loop of its own), as every
+    recorded effect is called (`outbox._call`)."""
+    return outbox._call(plan.fn, (plan.argument,), {}, plan.key)
 
 
 def _in_thread(running: _Running) -> Any:

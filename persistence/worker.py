@@ -150,12 +150,15 @@ class Worker:
         log.info("worker %s: signal %d, finishing current steps", self.id, signum)
         self.stop()
 
-    def run_until_idle(self, max_rounds: int = 1_000_000) -> int:
-        """Drive every run that has work due now (at the runtime clock's time) until none has;
-        return the number of steps committed. Single-threaded; for tests and demos."""
+    def run_until_idle(self, max_rounds: int = 1_000_000, *, calls: bool = True) -> int:
+        """Drive every run that has work due now (at the runtime clock's time), and run every
+        call due, until none has; return the number of steps committed. Single-threaded; for
+        tests and demos. `calls=False` steps the runs only: their calls stay due (a test that
+        chooses when each call ends runs them with `run_one_call`)."""
         owner = f"{self.id}/idle"
-        calls = self.calls()
-        driver = self._driver(owner, calls)
+        executor = self.calls()
+        driver = RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
+                           calls=executor if calls else None)  # fmt: skip
         before = self.steps
         self._tick_schedules()
         try:
@@ -164,13 +167,21 @@ class Worker:
                 if claimed:
                     self._add_steps(driver.drive(claimed, lambda: False, work))
                     continue
-                stepped = calls.driver.committed
-                if not calls.run_until_idle():
+                stepped = executor.driver.committed
+                if not calls or not executor.run_until_idle():
                     break
-                self._add_steps(calls.driver.committed - stepped)  # (each end's step)
+                self._add_steps(executor.driver.committed - stepped)  # (each end's step)
         finally:
             driver.close()
         return self.steps - before
+
+    def run_one_call(self) -> bool:
+        """Run the oldest due call here, recording its end with the step of its result; the
+        calls that step records stay due. False when no call is due. For tests that choose
+        when each call ends (`statecharts.testing.durable`)."""
+        executor = CallExecutor(self.runtime, f"{self.id}/one", lease_ms=self.lease_ms,
+                                takes_new=False)  # fmt: skip
+        return executor.run_one()
 
     def calls(self) -> CallExecutor:
         """The executor of the calls this worker runs beside their runs (`persistence.calls`)."""

@@ -152,7 +152,7 @@ class SQLCalls(SQLDialect):
                 "SELECT idempotency_key, status, attempt FROM workflow_calls WHERE "
                 "(status = 'pending' AND available_at <= ?) OR "
                 "(status = 'running' AND lease_expires_at <= ?) "
-                f"ORDER BY available_at LIMIT ?{self._SKIP_LOCKED}",
+                f"ORDER BY available_at, step, idempotency_key LIMIT ?{self._SKIP_LOCKED}",
                 (ts, ts, limit),
             ).fetchall()
             if not found:

@@ -1,4 +1,4 @@
--- Schema version 7: calls run beside their run (docs/persistence.md, "Calls").
+-- Schema version 8: calls run beside their run (docs/persistence.md, "Calls").
 -- workflow_calls: one row per invoked function or coroutine, recorded by the step that enters
 -- the invoking state. A worker's call executor claims it under a lease of its own (the run is
 -- not held meanwhile), and its result is queued in the run's inbox in the transaction that
@@ -10,22 +10,22 @@
 
 CREATE TABLE workflow_calls (
     idempotency_key  text    PRIMARY KEY,          -- the outbox key of the start (run:step:index)
-    run_id           uuid    NOT NULL REFERENCES workflow_runs (id) ON DELETE CASCADE,
+    run_id           text    NOT NULL REFERENCES workflow_runs (id) ON DELETE CASCADE,
     step             integer NOT NULL,             -- the run version that recorded it
     call_id          text    NOT NULL,             -- the invoke id: its result's actor id
-    payload          jsonb   NOT NULL,             -- the start_child effect's JSON
+    payload          text    NOT NULL,             -- the start_child effect's JSON
     status           text    NOT NULL DEFAULT 'pending'
                      CHECK (status IN ('pending', 'running', 'done', 'failed', 'stopped')),
     attempt          integer NOT NULL DEFAULT 0,
     timeout_ms       integer,                      -- per attempt
     heartbeat_ms     integer,                      -- longest silence between heartbeats
     owner            text,
-    lease_expires_at timestamptz,
-    available_at     timestamptz NOT NULL,
-    details          jsonb,                        -- the last heartbeat's details (JSON)
+    lease_expires_at integer,
+    available_at     integer NOT NULL,
+    details          text,                         -- the last heartbeat's details (JSON)
     error            text,
-    created_at       timestamptz NOT NULL,
-    updated_at       timestamptz NOT NULL
+    created_at       integer NOT NULL,
+    updated_at       integer NOT NULL
 );
 CREATE INDEX workflow_calls_due ON workflow_calls (available_at) WHERE status = 'pending';
 CREATE INDEX workflow_calls_held ON workflow_calls (lease_expires_at) WHERE status = 'running';
@@ -35,10 +35,10 @@ CREATE TABLE workflow_call_attempts (
     idempotency_key text    NOT NULL REFERENCES workflow_calls (idempotency_key)
                             ON DELETE CASCADE,
     attempt         integer NOT NULL,
-    run_id          uuid    NOT NULL,
+    run_id          text    NOT NULL,
     worker          text    NOT NULL,
-    started_at      timestamptz NOT NULL,
-    ended_at        timestamptz,
+    started_at      integer NOT NULL,
+    ended_at        integer,
     outcome         text,                          -- NULL while it runs
     error_name      text,
     message         text,
