@@ -301,11 +301,13 @@ def test_a_store_error_other_than_a_conflict_is_not_retried(
 def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
         e: Env) -> None:  # fmt: skip
     """Runs of one limited call each (a limit of 2) stepped by three workers, one SIGKILLed
-    at random every 0.5-2 s (4 kills; soak: runs started and workers killed all along for
-    `STATECHARTS_LIMITS_SOAK_S`) and replaced at once. Every run ends `done` (no deadlock nor
-    stalled slot fails or keeps one), the downstream never sees more than 2 calls at once (a
-    killed worker's unfinished call counted in flight until its kill), a call is made again
-    only after its worker was killed, and nothing is left holding a slot."""
+    at random every 0.5-2 s, mostly one inside a call (3 kills; soak: runs started and
+    workers killed all along for `STATECHARTS_LIMITS_SOAK_S`) and replaced at once; then, the
+    queue drained, the issue's repro at the fleet's scale: one slow run, its worker killed in
+    its call. Every run ends `done` (no deadlock nor stalled slot fails or keeps one), the
+    downstream never sees more than 2 calls at once (a killed worker's unfinished call counted
+    in flight until its kill), a call is made again only after its worker was killed, and
+    nothing is left holding a slot."""
     rng = random.Random(int(os.environ.get("STATECHARTS_CRASH_SEED", "47")))
     rt = Runtime(e.store, limited.MACHINES, limits=limited.LIMITS)
     started, killed = time.monotonic(), dict[int, float]()
@@ -313,23 +315,31 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
     with ExitStack() as stack:
         running = stack.enter_context(fleet(e, 3))
         every = list(running)
-        wait_until(lambda: bool(_calls_by("two")), "the first call")
-        while len(killed) < 4 if not SOAK else time.monotonic() - started < SOAK_S:
-            time.sleep(rng.uniform(0.5, 2.0))
-            calling = {pid for pid, ended in _calls_by("two") if ended is None}
+
+        def kill(in_call: bool) -> None:
+            """SIGKILL a worker (one inside a call if asked and any is), start another."""
+            calling = {pid for _, pid, ended in _calls("two") if ended is None}
             victims = [n for n, w in enumerate(running) if w.process.pid in calling]
-            # mostly a worker inside a call (bad luck at its worst), else any
-            victim = rng.choice(victims if victims and rng.random() < 0.75 else
-                                range(len(running)))  # fmt: skip
+            victim = rng.choice(victims if victims and in_call else range(len(running)))
             running[victim].process.send_signal(signal.SIGKILL)
             running[victim].process.wait(timeout=10)
             killed[running[victim].process.pid] = time.time()
             running[victim] = stack.enter_context(fleet(e, 1))[0]
             every.append(running[victim])
+
+        wait_until(lambda: bool(_calls("two")), "the first call")
+        while len(killed) < 3 if not SOAK else time.monotonic() - started < SOAK_S:
+            time.sleep(rng.uniform(0.5, 2.0))
+            kill(in_call=rng.random() < 0.75)  # mostly inside a call: bad luck at its worst
             if SOAK:  # about 20 runs going all along
                 active = e.store.count_runs().get("active", 0)
                 ids += [rt.start("pair", {"name": "two", "ms": rng.randint(50, 400)})
                         for _ in range(max(0, 20 - active))]  # fmt: skip
+        wait_until(test_fault_injection.ended(e.store, ids), "every run ended", 240)
+        slow = rt.start("pair", {"name": "two", "ms": 1500})
+        ids.append(slow)
+        wait_until(lambda: faulty.calls("two", slow) == 1, "the slow call is in flight")
+        kill(in_call=True)  # its slot comes back with both free and nobody else waiting
         wait_until(test_fault_injection.ended(e.store, ids), "every run ended", 240)
         stop_cleanly(running)
     runs = {i: e.store.get_run(i) for i in ids}
@@ -357,8 +367,3 @@ def _calls(name: str) -> list[tuple[str, int, float | None]]:
         return list(db.execute("SELECT key, pid, ended FROM calls WHERE name = ?", (name,)))
     finally:
         db.close()
-
-
-def _calls_by(name: str) -> list[tuple[int, float | None]]:
-    """(pid, ended) of every call of downstream `name`."""
-    return [(pid, ended) for _, pid, ended in _calls(name)]
