@@ -290,7 +290,9 @@ class SQLCapacity(SQLDialect):
         never changes (no grant under the lock can see a slot free that is not). The heads are
         read from the queue's index, skipping those another hand-over is taking (PostgreSQL
         `SKIP LOCKED`); a head whose run is leased elsewhere, has ended, or a paused limit,
-        gets none here. Returns the slots left free and the (holder, run) handed over."""
+        gets none here (its slot rows locked before its run rows, as the module's lock order
+        says; the rows marked held last are those it locked reading the heads). Returns the
+        slots left free and the (holder, run) handed over."""
         ts = self._t(now)
         marks = ",".join("?" * len(holders))
         freed = sum(1 for (state,) in self._exec(
