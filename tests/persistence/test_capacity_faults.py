@@ -275,6 +275,41 @@ def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
     assert store.acquire_capacity("x", "call-b", b, "o-b", now + 3, **limit).granted
 
 
+def test_a_conflict_is_run_again_a_bounded_number_of_times(
+        store: Store, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A serialization failure (SQLSTATE 40001, as psycopg reports it) is run again: twice,
+    then the grant goes through; one that keeps coming is raised after `ATTEMPTS` attempts
+    (each retry logged), never retried without end."""
+    from persistence.stores import StoreUnavailableError
+    from persistence.stores.capacity import ATTEMPTS
+
+    now, attempts = 1_000_000, [0]
+    a, owner_a = _leased(store, now)
+    lock_limit, fails = store._lock_limit, [2]  # type: ignore[attr-defined]
+
+    def conflicting(*args: Any) -> Any:
+        attempts[0] += 1
+        if fails[0] > 0:
+            fails[0] -= 1
+            try:
+                raise psycopg.errors.SerializationFailure("could not serialize access")
+            except psycopg.Error as exc:  # as the store maps it (stores/postgres.py)
+                raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        return lock_limit(*args)
+
+    monkeypatch.setattr(store, "_lock_limit", conflicting)
+    caplog.set_level(logging.WARNING, "statecharts.capacity")
+    rated: dict[str, Any] = {"max_in_flight": None, "calls": 1, "per_ms": 1000, "recheck_ms": 1000,
+             "lease_ms": 1000}  # fmt: skip
+    assert store.acquire_capacity("x", "call-a", a, owner_a, now, **rated).granted
+    assert attempts == [3] and caplog.text.count("SQLSTATE 40001") == 2
+    attempts[0], fails[0] = 0, 10 * ATTEMPTS
+    with pytest.raises(StoreUnavailableError, match="could not serialize"):
+        store.acquire_capacity("x", "call-a", a, owner_a, now, **rated)
+    assert attempts == [ATTEMPTS]
+
+
 def test_a_store_error_other_than_a_conflict_is_not_retried(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Only a transaction the server rolled back to resolve a conflict is run again: any
