@@ -6,26 +6,20 @@ what the client got wrong must be a 4xx naming it."""
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persistence.ingress import create_api
 from persistence.runtime import Runtime
-from persistence.serving import config
 from persistence.stores import Store
 from persistence.ui.app import create_app
 from persistence.ui.security import CSRF_COOKIE
-from tests.persistence.conftest import wait_for
+from tests.persistence.conftest import Serve
 from tests.persistence.workflows import approval, fulfilment, payments
 
 MACHINES = [approval, payments, fulfilment]
@@ -49,29 +43,6 @@ EVENT_TYPES = st.one_of(st.sampled_from(["APPROVE", "REJECT", "SHIP", "CLOSE",
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Both durable stores."""
     return str(request.param)
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[FastAPI], str]]:
-    """Serve apps as `statecharts api` / `ui` do, on loopback ports; base URLs."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(app: FastAPI) -> str:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="critical"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        wait_for(lambda: server.started or not thread.is_alive(), 10)
-        assert server.started
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
 
 
 def _runs(runtime: Runtime) -> list[str]:
@@ -109,11 +80,11 @@ def _headers(data: st.DataObject) -> dict[str, str]:
 
 
 def test_no_ingress_route_answers_5xx_for_anything_a_client_sends(
-    store: Store, served: Callable[[FastAPI], str]
+    store: Store, serve: Serve
 ) -> None:
     runtime = Runtime(store, MACHINES)
     runs = _runs(runtime)
-    base = served(create_api(runtime, max_body=4_096))
+    base = serve(create_api(runtime, max_body=4_096))
     client = httpx.Client(base_url=base, timeout=30)
 
     @EXAMPLES
@@ -143,11 +114,11 @@ def test_no_ingress_route_answers_5xx_for_anything_a_client_sends(
 
 
 def test_no_ui_route_answers_5xx_for_anything_a_client_sends(
-    store: Store, served: Callable[[FastAPI], str]
+    store: Store, serve: Serve
 ) -> None:
     runtime = Runtime(store, MACHINES)
     runs = _runs(runtime)
-    base = served(create_app(store, MACHINES))
+    base = serve(create_app(store, MACHINES))
     client = httpx.Client(base_url=base, timeout=30)
     csrf = client.get("/").cookies[CSRF_COOKIE]  # a browser's: the forms reach their handlers
     queries = st.dictionaries(st.sampled_from(["workflow", "status", "state", "key", "age",

@@ -16,24 +16,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from persistence.ingress import create_api
 from persistence.runtime import InvalidKeyError, Runtime
-from persistence.serving import config
 from persistence.signatures import Signature
 from persistence.stores import Store, open_store
 from persistence.worker import Worker
 from statecharts.errors import ContextError, EventError
-from tests.persistence.conftest import stop_workers, wait_for
+from tests.persistence.conftest import Serve, stop_workers, wait_for
 from tests.persistence.workflows import (
     LEDGER_ENV,
     approval,
@@ -43,39 +40,12 @@ from tests.persistence.workflows import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-Serve = Callable[..., str]
 
 
 @pytest.fixture(params=("sqlite", "postgres"))
 def store_kind(request: pytest.FixtureRequest) -> str:
     """The ingress runs on the two durable stores."""
     return str(request.param)
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    """Serve an app as `statecharts api` does (`persistence.serving.config`) on a free loopback
-    port; its base URL. Stopped afterwards."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(app: FastAPI, **timeouts: float) -> str:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning",
-                                       **timeouts))  # fmt: skip
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        wait_for(lambda: server.started or not thread.is_alive(), 10)
-        assert server.started, "server did not start"
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def _stripe_event(event_id: str, amount: int = 5) -> bytes:
