@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 
 from persistence.ingress import create_api
 from persistence.runtime import InvalidKeyError, Runtime
-from persistence.signatures import Signature
+from persistence.signatures import Signature, SignatureError
 from persistence.stores import Store, open_store
 from persistence.worker import Worker
 from statecharts.errors import ContextError, EventError
@@ -200,6 +201,60 @@ def test_r5_an_idempotency_key_header_deduplicates_unsigned_events(
     assert long_id.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
     Worker(runtime).run_until_idle()
     assert runtime.get(run_id).snapshot["context"]["paid"] == 1
+
+
+def test_r5_twenty_concurrent_posts_of_one_delivery_queue_it_once(
+    store: Store, serve: Serve
+) -> None:
+    runtime = Runtime(store, [payments])
+    run_id = runtime.start("payments", key="acct-20")
+    base = serve(create_api(runtime))
+    barrier = threading.Barrier(20)
+
+    def post(_: int) -> int:
+        barrier.wait(10)
+        return httpx.post(f"{base}/api/runs/{run_id}/events", timeout=30,
+                          json={"type": "payment_intent.succeeded"},
+                          headers={"Idempotency-Key": "evt_20"}).status_code  # fmt: skip
+
+    with ThreadPoolExecutor(20) as pool:
+        codes = sorted(pool.map(post, range(20)))
+    assert codes == [200] * 19 + [202]
+    assert len(store.pending_events(run_id)) == 1
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).snapshot["context"]["paid"] == 1
+
+
+def test_r5_standard_webhooks_signatures_match_the_specifications_test_vector() -> None:
+    standard = Signature.standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    body, stamp, msg = b'{"test": 2432232314}', 1614265330, "msg_p5jXN8AQM9LWM0D4loKWxJek"
+    expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="  # the spec's example
+    assert standard.sign(body, stamp, msg) == expected
+    headers = {"Webhook-Id": msg, "Webhook-Timestamp": str(stamp),
+               "Webhook-Signature": f"v1,bm9wZQ== {expected}"}  # a rolled secret's first
+    assert standard.verify(body, headers, stamp * 1000 + 299_000) == msg
+    with pytest.raises(SignatureError, match="301 s old"):
+        standard.verify(body, headers, (stamp + 301) * 1000)
+
+
+def test_r5_the_api_command_takes_the_providers_signatures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from persistence.cli import _signature
+
+    monkeypatch.setenv("STRIPE_SECRET", "whsec_x")
+    monkeypatch.setenv("EMPTY_SECRET", " ")
+    stripe = _signature("invoice=stripe:STRIPE_SECRET")
+    assert (stripe.scheme, stripe.header, stripe.tolerance_s) == ("stripe", "Stripe-Signature",
+                                                                  300)
+    plain = _signature("followup=STRIPE_SECRET@X-CRM-Signature")
+    assert (plain.scheme, plain.header) == ("hmac", "X-CRM-Signature")
+    for bad, says in (("invoice=paypal:STRIPE_SECRET", "PROVIDER one of"),
+                      ("invoice=stripe:STRIPE_SECRET@X-H", "PROVIDER one of"),
+                      ("invoice=NO_SUCH_VARIABLE", "is not set"),
+                      ("invoice=EMPTY_SECRET", "the secret is empty")):  # fmt: skip
+        with pytest.raises(SystemExit, match=says):
+            _signature(bad)
 
 
 # -- R6: secure mode ----------------------------------------------------------------------------
