@@ -29,6 +29,7 @@ from persistence.ingress import create_api
 from persistence.runtime import InvalidKeyError, Runtime
 from persistence.signatures import Signature, SignatureError
 from persistence.stores import Store, open_store
+from persistence.ui.app import create_app
 from persistence.worker import Worker
 from statecharts.errors import ContextError, EventError
 from tests.persistence.conftest import Serve, stop_workers, wait_for
@@ -398,7 +399,7 @@ def _dribble(sends: list[tuple[socket.socket, bytes]], stop: threading.Event) ->
         time.sleep(0.2)
 
 
-def test_r14_slow_clients_are_cut_off_by_header_and_body_timeouts(
+def test_r14_slow_clients_of_the_ingress_and_the_ui_are_cut_off_by_header_and_body_timeouts(
     store: Store, serve: Serve
 ) -> None:
     runtime = Runtime(store, [approval])
@@ -416,6 +417,18 @@ def test_r14_slow_clients_are_cut_off_by_header_and_body_timeouts(
         else:
             sends.append((sock, headers_only))
     silent = socket.create_connection(("127.0.0.1", port), timeout=30)  # sends nothing at all
+    # the UI is served the same way: its slow clients too
+    ui_port = int(serve(create_app(store, [approval]), header_timeout_s=2.0,
+                        body_timeout_s=2.0).rsplit(":", 1)[1])  # fmt: skip
+    ui_form = (b"POST /login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-"
+               b"urlencoded\r\ncontent-length: 100\r\n\r\n")  # fmt: skip
+    for i in range(6):
+        sock = socket.create_connection(("127.0.0.1", ui_port), timeout=30)
+        if i % 2:
+            sock.sendall(ui_form)
+            sends.append((sock, b"token=" + b"x" * 94))
+        else:
+            sends.append((sock, b"GET / HTTP/1.1\r\nhost: x\r\n" + b"x" * 100))
     stop = threading.Event()
     dribbler = threading.Thread(target=_dribble, args=(sends, stop))
     dribbler.start()
