@@ -134,7 +134,10 @@ class Signature:
         return found
 
     def accepts(self, body: bytes, offered: str | None) -> bool:
-        """True when `offered` is the signature of `body` (a scheme without a timestamp)."""
+        """True when `offered` is the signature of `body`, for a signature without a timestamp
+        (`verify` checks the others, with their headers)."""
+        if self.scheme != "hmac" or self.timestamp_header is not None:
+            raise TypeError(f"a {self.scheme} signature signs a timestamp: use verify()")
         return offered is not None and _same(offered, self.sign(body))
 
     # -- checking --------------------------------------------------------------------------
