@@ -406,15 +406,16 @@ class Runtime:
               priority: int | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
-        With `key`, the key is the run's handle: by default an existing run of `name` with
-        that key (active or ended) is returned and nothing new is started; `reuse` chooses
-        otherwise (see `KeyReuse`). Concurrent starts with one key start one run. The run
-        joins the trace of the span current here (e.g. the webhook's request), or of
-        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
-        children of this start's span, whichever worker runs them and however late
-        (docs/observability.md). `priority` (0-1000, default the workflow's in
-        `priorities=`, else 0): higher is claimed first, a run of priority p as if it had been
-        due p minutes earlier, so a long-due run of lower priority is never starved.
+        With `key`, the key is the run's handle: by default an existing run of `name` with that key
+        (active or ended) is returned and nothing new is started; `reuse` chooses otherwise (see
+        `KeyReuse`). A key no one could address the run by is refused with `InvalidKeyError`
+        (`check_key`: empty, with a `/`, over 512 bytes). Concurrent starts with one key start one
+        run. The run joins the trace of the span current here (e.g. the webhook's request), or of
+        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are children
+        of this start's span, whichever worker runs them and however late (docs/observability.md).
+        `priority` (0-1000, default the workflow's in `priorities=`, else 0): higher is claimed
+        first, a run of priority p as if it had been due p minutes earlier, so a long-due run of
+        lower priority is never starved.
         """
         return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
                               priority=priority)[0].id
