@@ -714,6 +714,14 @@ class RunStore(Protocol):
         exist."""
         ...
 
+    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
+                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+        """`send_event` at most once per run and `delivery_id` (a webhook's delivery id): the
+        delivery is recorded durably with the queued event, in its transaction. Returns the
+        inbox id and True, or, for a delivery already recorded, the inbox id its event got and
+        False (nothing queued, whatever the run's status now)."""
+        ...
+
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Events queued for the run, oldest first."""
         ...

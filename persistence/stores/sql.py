@@ -94,6 +94,12 @@ _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, tracepar
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
+_SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
+_RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, delivery_id) DO NOTHING "
+                    "RETURNING inbox_id")
+"""A delivery's record (`send_delivery`): looked up, then written with its queued event."""
+
 PICKED_NAMES = "id, lease_owner, wake_at"
 """What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
@@ -117,6 +123,10 @@ make. A child run in it holds a systemId when it is still its parent's child (`i
 key is that systemId (`SYSTEM_ID_HOLDER`)."""
 SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
+
+
+class _Delivered(Exception):
+    """Internal: the delivery was recorded by a concurrent transaction; roll this one back."""
 
 
 class ScheduleMoved(Exception):
@@ -564,6 +574,47 @@ class SQLRuns(SQLCalls, SQLDialect):
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
+
+    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
+                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+        """`send_event` at most once per (run, `delivery_id`): the delivery is recorded in the
+        transaction that queues the event (`workflow_deliveries`, schema 7). When it is already
+        recorded, nothing is queued and the inbox id its event got is returned with False (also
+        when the run has ended since)."""
+        rid = self._id(run_id)
+        try:
+            inbox_id, queued = self._send_delivery_in(rid, run_id, event, now, delivery_id,
+                                                      traceparent)
+        except _Delivered:  # a concurrent delivery of the same id committed first
+            inbox_id, queued = int(self._read(_SEEN, (rid, delivery_id))[0][0]), False
+        if queued:
+            self.wakeup().notify(rid)
+        return inbox_id, queued
+
+    def _send_delivery_in(self, rid: str, run_id: str, event: Mapping[str, Any], now: int,
+                          delivery_id: str, traceparent: str | None
+                          ) -> tuple[int, bool]:  # fmt: skip
+        """`send_delivery`'s transaction."""
+        with self._write() as conn:
+            known = self._exec(conn, _SEEN, (rid, delivery_id)).fetchall()
+            if known:
+                return int(known[0][0]), False
+            inserted = self._exec(conn, _QUEUE_EVENT + self._NOTIFY,
+                                  self._queued(rid, event, now, traceparent)).fetchall()
+            if not inserted:
+                status = self._exec(conn, "SELECT status FROM workflow_runs WHERE id = ?",
+                                    (rid,)).fetchall()  # fmt: skip
+                if not status:
+                    raise RunNotFoundError(f"no run with id {run_id!r}")
+                raise RunFinishedError(f"run {run_id} has ended ({status[0][0]})")
+            inbox_id = int(inserted[0][0])
+            # A concurrent delivery of the same id (PostgreSQL) waits here for the first to
+            # commit and inserts nothing: it rolls back its queued event, answers the first's.
+            recorded = self._exec(conn, _RECORD_DELIVERY,
+                                  (rid, delivery_id, inbox_id, self._t(now))).fetchall()
+            if not recorded:
+                raise _Delivered
+            return inbox_id, True
 
     def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
                 call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip

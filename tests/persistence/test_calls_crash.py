@@ -19,7 +19,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
-from tests.persistence.call_workflows import CALL_S, MACHINES, LEDGER_ENV, init_ledger, ledger
+from tests.persistence.call_workflows import CALL_S, LEDGER_ENV, MACHINES, init_ledger, ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
