@@ -542,6 +542,8 @@ class RunDriver:
         if isinstance(done, Grant):
             self._waiting(x.run, done)
             return None
+        if isinstance(done, StoreUnavailableError):  # (taking a limit's place): an outage,
+            raise done  # not this run's fault: the drive backs off, the lease runs out
         if isinstance(done, Exception) and x.unleased:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
