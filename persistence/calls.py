@@ -352,6 +352,8 @@ class CallExecutor:
                 at = self.runtime.clock.now() + policy.wait_ms(call.attempt)
                 self._retry(call, CallEnd("retrying", name, message, trace), at)
                 return
+            self.runtime.store.note_call_failures(call.idempotency_key, call.attempt,
+                                                  CallEnd("failed", name, message))  # fmt: skip
         event = executed.event
         if executed.fails_run is not None:  # a result no store can hold: the call failed
             event = {"type": error_actor_event_type(call.call_id),

@@ -16,9 +16,6 @@ from persistence.stores.base import ACTIVE
 from statecharts import Snapshot
 from statecharts.frozen import storable_text, thaw
 
-TRANSIENT_PREFIX = "transient failure"
-"""How `last_error` starts while a run waits out the backoff of a transient failure."""
-
 
 @dataclass(frozen=True, slots=True)
 class RunColumns:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
-from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
+from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
 from persistence.stores import (
     ACTIVE,
@@ -46,6 +46,7 @@ from persistence.stores import (
 )
 from persistence.stores.base import (
     CANCEL_EVENT,
+    TRANSIENT_PREFIX,
     StoreEncodingError,
     ended_reason,
     idempotency_key,

@@ -27,7 +27,7 @@ from persistence.children import (
     nested_machines,
     snapshot_invokes,
 )
-from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
+from persistence.columns import run_columns, state_text
 from persistence.driver import CallTaker, RunDriver, leased_calls
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
@@ -42,7 +42,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import is_call
+from persistence.stores.base import TRANSIENT_PREFIX, is_call
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild

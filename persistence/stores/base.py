@@ -262,6 +262,9 @@ CALL = "call"
 """The outbox kind of an invoked function or coroutine that runs beside its run (a row of
 `workflow_calls`, not of `workflow_effects`)."""
 
+TRANSIENT_PREFIX = "transient failure"
+"""How `last_error` starts while a run waits out the backoff of a transient failure."""
+
 STOPPED_BY_EXIT = "stopped: its invoking state was left"
 STOPPED_BY_END = "stopped: its run ended"
 
@@ -1020,6 +1023,10 @@ class Calls(Protocol):
     def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
                    end: CallEnd) -> bool:  # fmt: skip
         """Give a call back to be attempted again at `at`; False when `owner` lost it."""
+        ...
+
+    def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
+        """Show on a call's run that the call failed transiently `attempt` times."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:

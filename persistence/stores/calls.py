@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from persistence.stores.base import (
     STOPPED_BY_END,
+    TRANSIENT_PREFIX,
     CallAttempt,
     CallEnd,
     CallFinish,
@@ -236,7 +237,25 @@ class SQLCalls(SQLDialect):
                 (self._t(at), end.message, ts, key, owner, attempt),
             ).fetchall()  # fmt: skip
             self._end_attempt_in(conn, key, attempt, end, ts)
+            if rows:
+                self._note_run_in(conn, key, attempt, end)
         return bool(rows)
+
+    def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
+        """Show on the call's run (`attempt_count`, `last_error`) that its call failed
+        transiently `attempt` times (its last attempt's end), as a run waiting out a transient
+        failure in its step shows it."""
+        with self._write() as conn:
+            self._note_run_in(conn, key, attempt, end)
+
+    def _note_run_in(self, conn: Any, key: str, attempt: int, end: CallEnd) -> None:
+        text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {end.error_name}: {end.message}"
+        self._exec(
+            conn,
+            "UPDATE workflow_runs SET attempt_count = ?, last_error = ? WHERE id = (SELECT "
+            "run_id FROM workflow_calls WHERE idempotency_key = ?) AND status = 'active'",
+            (attempt, text, key),
+        )
 
     def _end_attempt_in(self, conn: Any, key: str, attempt: int, end: CallEnd, ts: Any) -> None:
         """Close an attempt still open (a stop may have closed it first: that outcome stays)."""
