@@ -40,6 +40,7 @@ from persistence.stores import (
     RunRecord,
     Store,
     VersionCount,
+    key_problem,
 )
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
@@ -407,7 +408,8 @@ class Runtime:
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
-            problem = text_problem(key) if isinstance(key, str) else "it is not a string"
+            problem = (text_problem(key) or key_problem(key)) if isinstance(key, str) else \
+                "it is not a string"
             if problem is not None:
                 raise ValueError(f"key: {problem}")
         with self.telemetry.starting(name, key, traceparent) as begun:
@@ -423,7 +425,8 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
-            record, created = self.store.create_run(run, outbox, now, children=children)
+            record, created = self.store.create_run(run, outbox, now, children=children,
+                                                    key_once=reuse == "use_existing")
             begun.run(record.id, created)
         if created:
             self.resting.started(record, bool(outbox), now)

@@ -6,6 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from persistence.stores.base import (
     ACTIVE,
+    MAX_KEY_BYTES,
     TERMINAL_STATUSES,
     BreakerRecord,
     ClaimRecord,
@@ -36,10 +37,12 @@ from persistence.stores.base import (
     StoreUnavailableError,
     StoreURLError,
     VersionCount,
+    key_problem,
 )
 
 __all__ = [
     "ACTIVE",
+    "MAX_KEY_BYTES",
     "TERMINAL_STATUSES",
     "BreakerRecord",
     "ClaimRecord",
@@ -70,6 +73,7 @@ __all__ = [
     "StoreURLError",
     "StoreUnavailableError",
     "VersionCount",
+    "key_problem",
     "open_store",
 ]
 
