@@ -180,7 +180,10 @@ class NewRun:
         # error-workflow and scheduled runs, so both stores refuse the same keys.
         problem = None if self.key is None else key_problem(self.key)
         if problem is not None:
-            raise StoreEncodingError(f"run key {problem}")
+            whose = "run key" if self.parent_invoke_id is None else (
+                f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "
+                "'/', the invoke id)")
+            raise StoreEncodingError(f"the {whose} {problem}")
 
 
 @dataclass(frozen=True, slots=True)

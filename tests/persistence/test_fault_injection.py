@@ -25,7 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from persistence.runtime import Runtime
-from persistence.stores import RunRecord, Store, open_store
+from persistence.stores import MAX_KEY_BYTES, RunRecord, Store, open_store
 from persistence.ui.app import create_app
 from tests.persistence import faulty
 from tests.persistence.workflows import LEDGER_ENV, init_ledger
@@ -627,3 +627,70 @@ def test_a_worker_shows_every_threads_stack_on_sigusr1_and_serves_on(e: Env) -> 
     stacks = w.text()
     # the main thread's frames at least (it logs that it serves before its threads start)
     assert re.search(r'File ".*persistence/worker\.py", line \d+ in run', stacks), stacks
+
+
+# -- keys and values an index cannot hold (issue 47 R3) ---------------------------------------
+
+def test_a_start_key_over_the_limit_is_refused_alike_on_every_store(e: Env) -> None:
+    runtime = e.runtime()
+    before = e.store.count_runs()
+    for key in ("k" * (MAX_KEY_BYTES + 1), "é" * (MAX_KEY_BYTES // 2 + 1), "k" * 3000):
+        with pytest.raises(ValueError, match=f"key: .* a run's key is at most {MAX_KEY_BYTES}"):
+            runtime.start("parked", key=key)
+    assert e.store.count_runs() == before
+    longest = "\U0001f600" * (MAX_KEY_BYTES // 4)  # 1,000 bytes in 250 characters
+    run_id = runtime.start("parked", key=longest)
+    assert runtime.get_by_key("parked", longest).id == run_id
+    assert runtime.start("parked", key=longest) == run_id
+
+
+def test_a_derived_child_key_over_the_limit_fails_its_parent_once_and_batch_mates_finish(
+        e: Env) -> None:
+    runtime = e.runtime()
+    parent_key = "p" * MAX_KEY_BYTES  # allowed; its child's key `<key>/kid` is not
+    parent = runtime.start("spawner", key=parent_key)
+    mates = [runtime.start("spawner", key=f"mate-{n}") for n in range(7)]
+    with workers(e) as fleet:
+        wait_until(ended(e.store, [parent, *mates]), "every run ended")
+        time.sleep(1.0)  # long enough for a claim loop to show in the claim counts
+        failed = e.store.get_run(parent)
+        assert failed.status == "error", failed
+        assert "key of the child run invoked as 'kid'" in (failed.last_error or "")
+        assert f"is {MAX_KEY_BYTES + 4} bytes in UTF-8; a run's key is at most " \
+               f"{MAX_KEY_BYTES}" in (failed.last_error or "")  # fmt: skip
+        assert failed.claim_count == 1
+        assert faulty.calls("produce", parent) == 1
+        assert runtime.list(key=f"{parent_key}/kid") == []
+        for run_id in mates:
+            run = e.store.get_run(run_id)
+            assert run.status == "done" and run.claim_count <= 2, run
+            assert runtime.get_by_key("kid", f"{run.key}/kid").status == "done"
+        stop_cleanly(fleet)
+    assert "Traceback" not in logs(fleet)
+
+
+def test_a_child_postgresql_cannot_index_fails_its_parent_once_not_as_an_outage(e: Env) -> None:
+    """PostgreSQL's own limit (2,704 bytes an index row), reached by a child machine whose id
+    is 2,800 bytes (ids are the developer's; keys are held to MAX_KEY_BYTES on every store).
+    SQLite has no such limit: there the child is stored and the parent finishes."""
+    runtime = e.runtime()
+    parent = runtime.start("long_spawner")
+    mates = [runtime.start("spawner") for _ in range(7)]
+    with workers(e, log_level="DEBUG") as fleet:
+        wait_until(ended(e.store, [parent, *mates]), "every run ended")
+        time.sleep(1.0)
+        run = e.store.get_run(parent)
+        assert faulty.calls("produce", parent) == 1
+        if e.kind == "sqlite":
+            assert (run.status, len(runtime.list(name=faulty.LONG_ID))) == ("done", 1)
+        else:
+            assert run.status == "error", run
+            assert "the store refused its step: PostgreSQL cannot hold a value (54000): index " \
+                   "row size" in (run.last_error or "")  # fmt: skip
+            assert run.claim_count == 1
+            assert runtime.list(name=faulty.LONG_ID) == []
+        for run_id in mates:
+            assert e.store.get_run(run_id).status == "done"
+        stop_cleanly(fleet)
+    text = logs(fleet)
+    assert "unavailable" not in text.lower() and "backing off" not in text.lower()
