@@ -44,8 +44,8 @@ def _translate(exc: sqlite3.Error) -> StoreError:
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
         # (like PostgreSQL's disk_full: workers back off and retry until there is room)
         return StoreUnavailableError(
-            f"SQLite database or disk is full ({exc}): nothing of this write was stored; free "
-            "disk space (or raise max_page_count)")
+            "SQLite database or disk is full (SQLITE_FULL): nothing of this write was stored; "
+            "free disk space (or raise max_page_count)")
     if isinstance(exc, sqlite3.OperationalError) and any(t in message for t in _TRANSIENT):
         return StoreUnavailableError(f"SQLite database unavailable: {exc}")
     return StoreError(f"SQLite error: {exc}")
