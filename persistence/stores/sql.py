@@ -403,15 +403,10 @@ class SQLRuns(SQLDialect):
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             return self._run(rows[0]), True
-        existing = self._exec(
-            conn,
-            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
-            "AND status = 'active' AND parent_run_id IS NULL",
-            (run.workflow_name, run.key),
-        ).fetchall()
-        if not existing:
+        existing = self._keyed_in(conn, run, ended_too=False)
+        if existing is None:
             raise ConflictError(f"could not insert or find run with key {run.key!r}")
-        return self._run(existing[0]), False
+        return existing, False
 
     def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
@@ -419,10 +414,16 @@ class SQLRuns(SQLDialect):
         decide in turn, the second seeing the first's run even if it has ended meanwhile."""
         if self._LOCK_KEY:
             self._exec(conn, self._LOCK_KEY, (run.workflow_name, run.key))
+        return self._keyed_in(conn, run, ended_too=True)
+
+    def _keyed_in(self, conn: Any, run: NewRun, *, ended_too: bool) -> RunRecord | None:
+        """The newest top-level run of `run`'s workflow with its key (active only, unless
+        `ended_too`), or None."""
+        active = "" if ended_too else "AND status = 'active' "
         rows = self._exec(
             conn,
             f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
-            "AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",
+            f"{active}AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",
             (run.workflow_name, run.key),
         ).fetchall()
         return self._run(rows[0]) if rows else None

@@ -12,8 +12,8 @@ import pytest
 
 from machines.fakes import FakeWorld
 from machines.followup import build_machines, repository
-from machines.followup.business_days import MAX_OFFSET
 from machines.followup.__main__ import main
+from machines.followup.business_days import MAX_OFFSET
 from machines.followup.db import Database
 from persistence import open_store
 from persistence.cli import load_schedules
