@@ -40,7 +40,6 @@ from persistence.stores import (
     RunRecord,
     Store,
     VersionCount,
-    key_problem,
 )
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
@@ -408,8 +407,7 @@ class Runtime:
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
-            problem = (text_problem(key) or key_problem(key)) if isinstance(key, str) else \
-                "it is not a string"
+            problem = text_problem(key) if isinstance(key, str) else "it is not a string"
             if problem is not None:
                 raise ValueError(f"key: {problem}")
         with self.telemetry.starting(name, key, traceparent) as begun:

@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from persistence.runtime import Runtime
-from persistence.stores import RunNotFoundError, key_problem
+from persistence.stores import RunNotFoundError, stored_key_problem
 
 # -- one run at a time -------------------------------------------------------------------------
 
@@ -182,7 +182,7 @@ class ScheduledStart:
     ) -> None:
         if workflow not in runtime.machines:
             raise ValueError(f"schedule {name!r}: no workflow named {workflow!r} in the runtime")
-        too_long = key_problem(f"{name}@{_LATEST_SLOT}")  # refused now, not at every tick
+        too_long = stored_key_problem(f"{name}@{_LATEST_SLOT}")  # refused now, not at every tick
         if too_long is not None:
             raise ValueError(f"schedule name: its runs' keys (<name>@<fire time>) would be "
                              f"too long: {too_long}")

@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from persistence.stores.base import (
     ACTIVE,
-    MAX_KEY_BYTES,
+    MAX_STORED_KEY_BYTES,
     TERMINAL_STATUSES,
     BreakerRecord,
     ClaimRecord,
@@ -37,12 +37,12 @@ from persistence.stores.base import (
     StoreUnavailableError,
     StoreURLError,
     VersionCount,
-    key_problem,
+    stored_key_problem,
 )
 
 __all__ = [
     "ACTIVE",
-    "MAX_KEY_BYTES",
+    "MAX_STORED_KEY_BYTES",
     "TERMINAL_STATUSES",
     "BreakerRecord",
     "ClaimRecord",
@@ -73,8 +73,8 @@ __all__ = [
     "StoreURLError",
     "StoreUnavailableError",
     "VersionCount",
-    "key_problem",
     "open_store",
+    "stored_key_problem",
 ]
 
 

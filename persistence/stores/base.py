@@ -29,19 +29,20 @@ RUN_STATUSES = frozenset({ACTIVE}) | TERMINAL_STATUSES
 
 EFFECT_STATUSES = frozenset({"pending", "done", "skipped", "failed"})
 
-MAX_KEY_BYTES = 1000
-"""The longest run key, in UTF-8 bytes, on every store (Temporal's workflow id limit): the same
-on SQLite and PostgreSQL, well inside PostgreSQL's 2,704-byte btree index row. A start's key
-over it is refused (`ValueError`), and so is a child run's derived key
-(`<parent key>/<invoke id>`, `StoreEncodingError` failing the parent's step)."""
+MAX_STORED_KEY_BYTES = 1000
+"""The longest run key any store holds, in UTF-8 bytes (Temporal's workflow id limit), the
+same on SQLite and PostgreSQL and well inside PostgreSQL's 2,704-byte btree index row. Every
+run inserted is held to it (`NewRun` raises `StoreEncodingError`): a start's key, and a child
+run's derived key (`<parent key>/<invoke id>`), whose refusal fails the parent's step."""
 
 
-def key_problem(key: str) -> str | None:
+def stored_key_problem(key: str) -> str | None:
     """Why `key` is too long to be a run's key, or None."""
     size = len(key.encode("utf-8", "surrogatepass"))
-    if size <= MAX_KEY_BYTES:
+    if size <= MAX_STORED_KEY_BYTES:
         return None
-    return f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most {MAX_KEY_BYTES}"
+    return (f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most "
+            f"{MAX_STORED_KEY_BYTES}")
 
 
 class StoreError(Exception):
@@ -178,7 +179,7 @@ class NewRun:
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
         # error-workflow and scheduled runs, so both stores refuse the same keys.
-        problem = None if self.key is None else key_problem(self.key)
+        problem = None if self.key is None else stored_key_problem(self.key)
         if problem is not None:
             whose = "run key" if self.parent_invoke_id is None else (
                 f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "

@@ -308,14 +308,20 @@ long_named_kid = create_machine({"id": LONG_ID, "initial": "done",
                                  "states": {"done": {"type": "final"}}})
 
 
+KID_INVOKE = "kid_" + "i" * 500
+"""The invoke id of a spawner's child: a child's key is `<parent key>/<invoke id>`, so a parent
+key of 500 bytes (one `start` takes) derives a child key over 1,000."""
+
+
 def _spawner(name: str, child: Any) -> Any:
-    """produce -> a child run (invoke id "kid": key `<parent key>/kid`) -> done: the child is
-    created by a worker's step, not by the start."""
+    """produce -> a child run (invoke id KID_INVOKE) -> done: the child is created by a
+    worker's step, not by the start."""
     return create_machine(
         {"id": name, "initial": "producing",
          "states": {"producing": {"invoke": {"src": "produce", "input": "fine",
                                              "onDone": "spawning"}},
-                    "spawning": {"invoke": {"id": "kid", "src": "kid", "onDone": "done"}},
+                    "spawning": {"invoke": {"id": KID_INVOKE, "src": "kid",
+                                            "onDone": "done"}},
                     "done": {"type": "final"}}},
         actors={"produce": produce, "kid": child},
     )  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.scheduling import Cron, CronError, ScheduledStart, start_exclusive
-from persistence.stores import MAX_KEY_BYTES, Store
+from persistence.stores import MAX_STORED_KEY_BYTES, Store
 from persistence.worker import Worker
 from statecharts import SimulatedClock
 from tests.persistence.workflows import approval
@@ -91,7 +91,7 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
 def test_a_schedule_whose_run_keys_would_be_too_long_is_refused_when_defined(
         store: Store) -> None:
     runtime = Runtime(store, [approval])
-    longest = "s" * (MAX_KEY_BYTES - len("@253402300799999"))
+    longest = "s" * (MAX_STORED_KEY_BYTES - len("@253402300799999"))
     ScheduledStart(runtime, longest, "approval", "0 9 * * *")
     with pytest.raises(ValueError, match=r"schedule name: its runs' keys \(<name>@<fire time>\) "
                                          r"would be too long: .* is 1001 bytes"):
