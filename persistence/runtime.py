@@ -459,7 +459,8 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
-            record, created = self.store.create_run(run, outbox, now, children=children)
+            record, created = self.store.create_run(run, outbox, now, children=children,
+                                                    key_once=reuse == "use_existing")
             begun.run(record.id, created)
         if created:
             self.resting.started(record, bool(outbox), now)
