@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 import orjson
 
-from .configuration import Configuration
+from .configuration import Configuration, Configurations
 from .errors import SnapshotError, SnapshotVersionError
 from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
@@ -95,6 +95,7 @@ class SnapshotOwner(Protocol):
     def definition(self) -> Definition: ...
     version: str | None
     migrations: Mapping[str, Callable[[dict[str, Any]], Mapping[str, Any]]]
+    configurations: Configurations
 
     def configuration_of_value(self, value: Any) -> Configuration: ...
     def matches(self, configuration: Configuration, value: Any) -> bool: ...
