@@ -26,7 +26,7 @@ from .algorithm import PLANS_PER_CONFIGURATION, Plan, compute_plan, select_in
 from .configuration import NOT_COMPILED, Configuration, Configurations
 from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, StatechartError
-from .frozen import EMPTY, FrozenDict, freeze, frozen_merge, frozen_set, text_problem
+from .frozen import EMPTY, FrozenDict, as_is, freeze, text_problem
 from .nodes import Transition
 from .snapshot import Snapshot
 
@@ -218,8 +218,8 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                    otherwise: Take, checks_retries: bool) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
     direct plan (None: the full step): the compiled actions on the context (``Op``: each
-    user action's ``RunAction``, each assign's new context by ``frozen.frozen_merge``, run
-    here without a call of their own), then the eventless route of the configuration it
+    user action's ``RunAction``, each assign's new context as ``frozen.frozen_merge`` makes
+    it, run here without a call of their own), then the eventless route of the configuration it
     reaches (compiled with it), or rest there."""
     label = _guard_label(transition)
     plan, ops = direct if direct is not None else (None, None)
@@ -254,7 +254,12 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                 value = compute(context, event)
             except Exception as exc:
                 raise ImplementationError(f"action '{kind}'", exc) from exc
-            context = frozen_set(context, key, value)
+            fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
+            # frozen.frozen_set written out (a call costs about 800 instructions an event):
+            # the small-integer bound first, see frozen.INT_MAX
+            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
+                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
+            context = FrozenDict(fresh)
             if onward is None:  # the tail below, for a context known to be new
                 return replace(snapshot, configuration=target, context=context), \
                     tuple(effects) if effects else NO_EFFECTS
@@ -265,13 +270,22 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                 if items is None:  # a user action: run by the runtime, seeing this context
                     effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
                     continue
-                changes = {}
+                # frozen.frozen_merge written out, its constants frozen when compiled (a call
+                # and a re-check of each value cost about 2.8k instructions a shop event)
+                fresh = {**context}
                 try:
                     for name, item, computed in items:
-                        changes[name] = item(context, event) if computed else item
+                        if computed:
+                            item = item(context, event)
+                            if not (type(item) is int and item <= 0x3FFFFFFF and
+                                    item >= -0x3FFFFFFF) and not as_is(item):
+                                item = freeze(item, name)
+                        fresh[name] = item
+                except StatechartError:
+                    raise
                 except Exception as exc:
                     raise ImplementationError(f"action '{action}'", exc) from exc
-                context = frozen_merge(context, changes)
+                context = FrozenDict(fresh)
             if settles:  # the tail below, for a context known to be new
                 return replace(snapshot, configuration=target, context=context), \
                     tuple(effects) if effects else NO_EFFECTS
