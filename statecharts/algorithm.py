@@ -19,6 +19,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from . import effects as fx
+from . import retrying
 from .actions import (
     ActionSpec,
     Assign,
@@ -28,8 +29,6 @@ from .actions import (
     ForwardTo,
     LogAction,
     Raise,
-    RecordFailure,
-    RecordSkip,
     SendParentAction,
     SendToAction,
     SpawnChild,
@@ -42,7 +41,7 @@ from .events import done_state_event_type, is_error_actor_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze, frozen_update
 from .limits import MAX_DELAY
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import FINISHED, VISITS, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
+from .snapshot import FINISHED, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
 
 MAX_MICROSTEPS = 10_000
 """A macrostep that has not settled after this many microsteps is an eventless loop."""
@@ -223,40 +222,18 @@ class Step:
         spec = resolve_guard(self.definition, self.implementations, guard)
         return spec.evaluate(self.context, self.event, self)
 
-    def retry_allowed(self, state_id: str, event: FrozenDict) -> bool:
-        record = self.retries[state_id]
-        policy = self.definition.by_id[state_id].retry
-        return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
-                                  self.now(), record["key"]))
-
-    def record_failure(self, state_id: str) -> None:
-        self._update_retry(state_id, last_error=self.event.get("error"))
-
-    def record_skip(self, state_id: str) -> None:
-        record = self.retries.get(state_id, {})
-        node = self.definition.by_id[state_id]
-        self.skipped = (*self.skipped, FrozenDict(
-            state=state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
-            error=self.event.get("error")))
-
-    def _update_retry(self, state_id: str, **changes: Any) -> None:
-        self.retries = FrozenDict({**self.retries,
-                                   state_id: FrozenDict({**self.retries[state_id], **changes})})
-
     def run_actions(self, actions: list[Any]) -> None:
         run_actions(self, [_action_spec(self.definition, self.implementations, a)
                            for a in actions], self.event)
 
     def delay_ms(self, delay: Any) -> int:
         """Milliseconds for ``delay``: a number, a name from ``delays=``, a function, or a
-        retried call's next wait."""
+        retried call's next wait (a delay the definition names, ``retrying.wait``)."""
         name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
         value = delay
         retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
         if retried is not None:
-            record = self.retries[retried.id]
-            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
-                                               record["key"]))
+            return retrying.wait(self, retried)
         if isinstance(delay, str):
             if delay not in self.implementations.delays:
                 raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
@@ -573,7 +550,8 @@ def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
     for transition in plan.transitions:
         run_actions(step, transition.actions, event)
     if step.retries and plan.exits:
-        _close_retry_records(step, plan.remaining)
+        # after the transition's own actions, which may still read them (``recordSkip``)
+        step.retries = retrying.closed(step.retries, step.definition.by_id, plan.remaining)
     completed: set[StateNode] = set()
     for node in plan.entries:
         if nodes is not None:
@@ -592,7 +570,8 @@ def _reads_configuration(action: ActionSpec) -> bool:
 
 
 _BLIND_BUILTINS = (Assign, Raise, EmitAction, LogAction, SendToAction, SendParentAction,
-                   ForwardTo, Cancel, SpawnChild, StopChild, RecordFailure, RecordSkip)
+                   ForwardTo, Cancel, SpawnChild, StopChild, retrying.RecordFailure,
+                   retrying.RecordSkip)
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
@@ -611,15 +590,6 @@ def exit_state(step: Step, node: StateNode, event: FrozenDict) -> None:
         step.cancel(timer_event)
     for invoke in node.invoke:
         step.stop_child(invoke.id)
-
-
-def _close_retry_records(step: Step, remaining: AbstractSet[StateNode]) -> None:
-    """Forget the retry records of retried states just exited (after the transition's own
-    actions, which may still read them: ``recordSkip``)."""
-    by_id = step.definition.by_id
-    kept = {k: v for k, v in step.retries.items() if k == VISITS or by_id[k] in remaining}
-    if len(kept) != len(step.retries):
-        step.retries = FrozenDict(kept)
 
 
 def record_history(to_exit: Iterable[StateNode], nodes: AbstractSet[StateNode],
@@ -675,7 +645,9 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
     ``after`` timers are entry actions, invocations start after them)."""
-    key, attempt = _count_attempt(step, node)
+    key, attempt = None, 1
+    if node.retry is not None or node.retry_attempt_of is not None:
+        step.retries, key, attempt = retrying.entered(step.retries, node, step.now)
     run_actions(step, node.entry, event)
     for timer_event, delay in node.after_timers:
         step.event = event
@@ -685,26 +657,6 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
             invoke.input
         step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
                    key, attempt)
-
-
-def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
-    """Retry bookkeeping: entering a retried state opens its record (key stable across its
-    attempts); entering its ``attempting`` child counts an attempt."""
-    if node.retry is not None:
-        now = step.now()
-        visits = step.retries.get(VISITS, EMPTY)
-        visit = visits.get(node.id, 0) + 1
-        step.retries = FrozenDict({
-            **step.retries, VISITS: FrozenDict({**visits, node.id: visit}),
-            node.id: FrozenDict(attempt=0, last_error=None, started_at=now,
-                                key=f"{node.id}@{now}#{visit}")})
-    owner = node.retry_attempt_of
-    if owner is None:
-        return None, 1
-    record = step.retries[owner.id]
-    attempt = record["attempt"] + 1
-    step._update_retry(owner.id, attempt=attempt)
-    return str(record["key"]), attempt
 
 
 def _complete(step: Step, final: StateNode, event: FrozenDict,

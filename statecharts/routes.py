@@ -28,6 +28,7 @@ from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, StatechartError
 from .frozen import EMPTY, FrozenDict, as_is, freeze, text_problem
 from .nodes import Transition
+from .retrying import is_retry_part
 from .snapshot import Snapshot
 
 Result = tuple[Snapshot, tuple[fx.Effect, ...]]
@@ -160,9 +161,8 @@ def plan_ops(plan: Plan) -> tuple[Op, ...] | None:
     where the states exited or entered bring more than actions (timers, invocations, retried
     calls, final states, built-ins that read the configuration) or an action does not
     compile."""
-    if plan.observes_nodes or any(
-            n.after_timers or n.invoke or n.retry is not None or
-            n.retry_attempt_of is not None for n in (*plan.exits, *plan.entries)):
+    if plan.observes_nodes or any(n.after_timers or n.invoke or is_retry_part(n)
+                                  for n in (*plan.exits, *plan.entries)):
         return None
     ops = [compile_action(action) for action in plan.actions()]
     return None if None in ops else tuple(ops)  # type: ignore[arg-type]

@@ -20,12 +20,12 @@ from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
 from .limits import MAX_NESTING, shorten, too_deep
 from .nodes import HISTORY, StateNode
+from .retrying import VISITS
 
 if TYPE_CHECKING:
     from .definition import Definition
 
 FORMAT = 1
-VISITS = "#visits"
 """Where the engine counts entries of each retried state, inside the retry records (persisted
 as ``retry_visits``), so each visit gets a new idempotency key."""
 STATUSES = ("active", "done", "error", "stopped")
