@@ -79,6 +79,7 @@ class Definition:
     version: str | None
     fingerprint: str
     retry_delays: Mapping[str, StateNode] = field(default_factory=dict)
+    """The named delays of retry waits (``retrying.delay_name``) -> the retried state."""
     legacy_fingerprint: str = ""
     """The fingerprint as computed before it covered the version, the initial context and the
     call-site keys: runs persisted then are accepted when their version label matches."""
