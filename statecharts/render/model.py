@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..definition import RETRY_DELAY_PREFIX
+from .. import retrying
 from ..machine import Machine
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from ..snapshot import Snapshot
@@ -22,8 +22,6 @@ NORMAL, ERROR, RETRY = "normal", "error", "retry"
 # Change marks, set by a machine diff (``statecharts.diff``) on the new machine's diagram.
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _MARK_MEANINGS = ((ADDED, "added"), (REMOVED, "removed (dashed)"), (CHANGED, "changed: old → new"))
-RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
-RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
 _FAILURE_WORDS = ("fail", "error", "abort")
 _FAILURE_TAGS = frozenset({"error", "failed", "failure"})
@@ -410,7 +408,7 @@ def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tupl
 
 def _is_retry(transition: Transition) -> bool:
     """The expanded retry's "failed, but another attempt is allowed" transition."""
-    return transition.guard is not None and transition.guard.type == RETRY_ALLOWED
+    return retrying.is_retry_transition(transition)
 
 
 def _is_final_failure(transition: Transition) -> bool:
@@ -427,7 +425,7 @@ def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
         attempting, waiting = (source.initial, *transition.targets)
         assert attempting is not None and source.retry is not None
         return [Arrow(attempting, waiting, tuple(retry_phrase(source.retry)), RETRY, raw)]
-    if isinstance(transition.delay, str) and transition.delay.startswith(RETRY_DELAY_PREFIX):
+    if retrying.is_retry_delay(transition.delay):
         return [Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
                 for target in transition.targets]
     if not transition.targets:
@@ -441,7 +439,7 @@ def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
 def _transition_lines(machine: Machine, transition: Transition, work: Mapping[str, str],
                       otherwise: bool) -> tuple[str, ...]:
     lines = [_trigger(machine, transition, work)]
-    if _is_final_failure(transition) and any(a.type == RECORD_SKIP for a in transition.actions):
+    if _is_final_failure(transition) and retrying.is_skip_transition(transition):
         lines.append("skip this item")
     if transition.guard is not None:
         lines.append(labels.guard_phrase(transition.guard))

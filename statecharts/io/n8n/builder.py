@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...retrying import ATTEMPTING, WAITING
 from . import node_kinds as nk
 from .graph import Graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
@@ -500,10 +501,10 @@ class MachineBuilder:
 
     def _retry_states(self, name: str, key: str, retry: dict[str, Any]) -> None:
         tries, wait = retry["max_attempts"], retry["initial_interval"]
-        self._hide("retry", f"{key}.attempting", name,
+        self._hide("retry", f"{key}.{ATTEMPTING}", name,
                    f"Retry on Fail: n8n silently calls '{name}' up to {tries} times; the engine "
                    "expands the invoke's retry policy into this attempting state")
-        self._hide("retry", f"{key}.waiting_to_retry", name,
+        self._hide("retry", f"{key}.{WAITING}", name,
                    f"Retry on Fail: between attempts n8n sleeps {wait} ms in memory; here the "
                    "wait is a durable timer state")
 
@@ -729,6 +730,6 @@ def _in_document_order(hidden: list[HiddenState],
         order[key] = len(order)
         invoke = child.get("invoke")
         if isinstance(invoke, dict) and invoke.get("retry") is not None:
-            order[f"{key}.attempting"] = len(order)
-            order[f"{key}.waiting_to_retry"] = len(order)
+            order[f"{key}.{ATTEMPTING}"] = len(order)
+            order[f"{key}.{WAITING}"] = len(order)
     return tuple(sorted(hidden, key=lambda h: order[h.state]))

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from statecharts.cli import run_one_tool
 from statecharts.errors import MachineDefinitionError
 from statecharts.machine import Machine
+from statecharts.subcommands import run_one_tool
 
 from .importer import N8nImport, from_n8n
 from .naming import snake
