@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import node_kinds as nk
+from .execution import MAX_RUNS
 from .graph import Graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
 from .naming import event_name, unique
@@ -75,6 +76,8 @@ class MachineBuilder:
         self.idle: set[str] = set()  # nodes doing no work, when some of them form a loop
         self.forever_key: str | None = None
         self.forever_message = ""
+        self.legacy = graph.workflow.execution_order != "v1"
+        self.looping = False  # some wires lead round in a loop (see _runaway)
         self.done_key = unique("done", self.all_keys)
         self.next_key = unique("next_branch", self.all_keys | {self.done_key})
         self.all_keys |= {self.done_key, self.next_key}
@@ -88,7 +91,9 @@ class MachineBuilder:
         """The machine whose runs start as ``entries`` say."""
         for name in [n.name for n in self.graph.workflow.nodes]:
             self._note_resumable(name)
-        self._idle_loops([target for entry in entries for _, target, _ in entry.children])
+        starts = [target for entry in entries for _, target, _ in entry.children]
+        self._idle_loops(starts)
+        self._runaway(starts)
         for entry in entries:
             if len(entry.children) > 1:
                 self.resumable.update(target for _, target, _ in entry.children)
@@ -102,11 +107,15 @@ class MachineBuilder:
                                  "without an incoming connection)")
         while self.queue:
             self._build_node(self.queue.popleft())
+        if self.legacy and self.resumable:
+            # breadth first: once branches fork, any node may be the next one off the stack
+            self.resumable |= self.placed
         self._end_states()
         config: dict[str, Any] = {"id": self.machine_id, "initial": initial,
-                                  "context": {"n8n": {"graph": self.routes, "stack": [],
+                                  "context": {"n8n": {"graph": self.routes,
+                                                      "flow": self._flow(), "stack": [],
                                                       "waiting": [], "current": None,
-                                                      "loops": {}}},
+                                                      "loops": {}, "runs": {}}},
                                   "states": self.states,
                                   # as an n8n sub-workflow returns: the last node's items
                                   "output": {"$n8n": "output"}, "meta": meta}
@@ -161,8 +170,7 @@ class MachineBuilder:
         if not looping:
             return
         self.idle = idle
-        self.forever_key = unique("loops_forever", self.all_keys)
-        self.all_keys.add(self.forever_key)
+        self._forever_state()
         names = ", ".join(f"'{name}'" for name in looping)
         message = (f"n8n would run for ever: items go round {names}, a loop in which no node "
                    "does any work")
@@ -172,6 +180,39 @@ class MachineBuilder:
                              "keep going round it (n8n would run it for ever) the run fails in "
                              f"state '{self.forever_key}'")
 
+    def _forever_state(self) -> None:
+        if self.forever_key is None:
+            self.forever_key = unique("loops_forever", self.all_keys)
+            self.all_keys.add(self.forever_key)
+
+    def _runaway(self, starts: list[str]) -> None:
+        """Where wires lead round in a loop, a run could call nodes without end inside one
+        event (n8n would too, until someone stops the execution): the routes count the node
+        runs since the run last took anything in (``execution._count_work``) and past
+        ``context.n8n.flow.max_runs`` the run fails in ``loops_forever``, naming the nodes
+        going round."""
+        reached = _reached(starts, self.graph.wires)
+        looping = [name for name in reached if _returns_to(name, self.graph.wires, reached)]
+        if not looping:
+            return
+        self._forever_state()
+        if not self.forever_message:
+            self.forever_message = "runaway: n8n would call nodes without end"
+        self.looping = True
+
+    def _flow(self) -> dict[str, Any]:
+        """The static part of n8n's execution the routes read: the order, every main wire
+        by target (n8n's ``connectionsByDestinationNode``), the disabled nodes and the work
+        bound of ``_runaway``."""
+        sources: dict[str, list[list[Any]]] = {}
+        for wire in self.graph.workflow.connections:  # in the export's order, as n8n reads it
+            if wire.kind == "main" and self.graph.runs(wire.source) and \
+                    self.graph.runs(wire.target):
+                sources.setdefault(wire.target, []).append([wire.source, wire.output,
+                                                            wire.input])
+        return {"order": "legacy" if self.legacy else "v1", "sources": sources,
+                "disabled": sorted(self.graph.disabled), "max_runs": MAX_RUNS}
+
     def _trigger_wait(self, entries: list[Entry]) -> str:
         key = unique("waiting_for_trigger", self.all_keys)
         self.all_keys.add(key)
@@ -180,6 +221,7 @@ class MachineBuilder:
             assert entry.event is not None
             on[entry.event] = self._leave(entry.origin, {"node": f"start:{entry.origin}",
                                                          "how": "start",
+                                                         **self._trigger(entry),
                                                          "children": self._ordered(
                                                              list(entry.children))})
             for name in entry.nodes:
@@ -195,7 +237,8 @@ class MachineBuilder:
         key = unique("starting", self.all_keys)
         self.all_keys.add(key)
         children = [c for entry in entries for c in entry.children]
-        params = {"node": "start:", "how": "start", "children": self._ordered(children)}
+        params = {"node": "start:", "how": "start", "children": self._ordered(children),
+                  **(self._trigger(entries[0]) if len(entries) == 1 else {})}
         self.states[key] = {"description": "the run starts at once",
                             "entry": [self._route(params)],
                             "always": self._resume([t for _, t, _ in children])}
@@ -207,13 +250,22 @@ class MachineBuilder:
                    "workflow started by hand); the start node(s) get one empty item")
         return key
 
+    @staticmethod
+    def _trigger(entry: Entry) -> dict[str, str]:
+        """The trigger node a start route stands for (n8n records that it ran)."""
+        return {"trigger": entry.nodes[0]} if len(entry.nodes) == 1 else {}
+
     def _end_states(self) -> None:
-        if self.resumable:
+        if self.resumable or self.looping:
             always: list[Any] = [
                 {"guard": {"type": "current_node_is", "params": {"node": name}},
                  "target": self._id(name), "description": f"resume '{name}'"}
                 for name in sorted(self.resumable & self.placed, key=self.order.__getitem__)]
             always.append({"target": self._ref(self.done_key), "description": "nothing left"})
+            if self.forever_key is not None:
+                always.insert(0, {"guard": {"type": "loops_forever"},
+                                  "target": self._ref(self.forever_key),
+                                  "description": "the run goes round without end"})
             self.states[self.next_key] = {"description": "the next waiting branch",
                                           "always": always}
             self._hide("next_branch", self.next_key, None,
@@ -224,7 +276,7 @@ class MachineBuilder:
             self.states[self.forever_key] = {
                 "description": "items go round a loop of nodes doing no work", "tags": ["failed"],
                 "invoke": {"id": self.forever_key, "src": self._fail_actor(),
-                           "input": {"message": self.forever_message},
+                           "input": {"$n8n": "forever", "message": self.forever_message},
                            "description": "fail the run: it would never end",
                            "onFinalFailure": "fail_run"}}
             self._hide("endless_loop", self.forever_key, None,
@@ -250,7 +302,8 @@ class MachineBuilder:
         return self._ref(self.keys[name])
 
     def _fallback(self) -> str:
-        return self._ref(self.next_key) if self.resumable else self._ref(self.done_key)
+        return self._ref(self.next_key) if self.resumable or self.looping else \
+            self._ref(self.done_key)
 
     def _new_key(self, base: str) -> str:
         key = unique(base, set(self.states) | self.all_keys)
@@ -288,7 +341,8 @@ class MachineBuilder:
         """Wires in the order n8n adds their targets to the stack (v1): sorted bottom-up by
         canvas position with n8n's own comparator, each put on the front of the stack."""
         position = {n.name: n.position for n in self.graph.workflow.nodes}
-        ordered = _n8n_sort(children, lambda c: position[c[1]])
+        # legacy: the wires' own order (by output, then as wired), each added at the back
+        ordered = children if self.legacy else _n8n_sort(children, lambda c: position[c[1]])
         return [[output, target, index, self._slots(target),
                  required_inputs(self.graph.node(target)),
                  input_count(self.graph.node(target), self._slots(target))]
@@ -310,7 +364,7 @@ class MachineBuilder:
         leads on from ``<node>_failed``), each running the route, then the next waiting
         branch."""
         error = params.get("error_output")
-        targets = list(dict.fromkeys(child[1] for child in reversed(params["children"])
+        targets = list(dict.fromkeys(child[1] for child in self._run_order(params["children"])
                                      if child[0] != error or params["how"] == "failed"))
         route = self._route(params)
         labels = self._labels(name, params["children"])
@@ -331,12 +385,17 @@ class MachineBuilder:
             {"guard": {"type": "current_node_is", "params": {"node": target}},
              "target": self._id(target),
              "description": (labels or {}).get(target, f"to '{target}'"), "reenter": True}
-            for target in dict.fromkeys(reversed(targets))]
+            for target in dict.fromkeys(self._run_order(targets))]
         resume.append({"target": self._fallback(), "description": self._fallback_label()})
         return resume
 
+    def _run_order(self, added: list[Any]) -> list[Any]:
+        """Targets in the order they run: v1 puts each on the front of the stack (the last
+        added runs first), the legacy order at the back."""
+        return list(added) if self.legacy else list(reversed(added))
+
     def _fallback_label(self) -> str:
-        return "no items go on: the next waiting branch" if self.resumable else \
+        return "no items go on: the next waiting branch" if self.resumable or self.looping else \
             "no items go on: the run ends"
 
     def _labels(self, name: str, children: list[list[Any]]) -> dict[str, str]:
@@ -420,6 +479,8 @@ class MachineBuilder:
                                   "children": self._children(name)}
         if node.always_output_data:
             params["always_output"] = True
+        if node.execute_once and name not in self.graph.disabled:
+            params["once"] = True
         if name in self.idle and how in ("pass", "loop", "no_items_left"):
             params["idle"] = True
         params.update(extra)
@@ -432,8 +493,9 @@ class MachineBuilder:
         names = self._output_names(name)
         regular = [n for n in names if n != "error"] if mode == "continueErrorOutput" else names
         slots = self._slots(name)
+        once = "_once" if node.execute_once else ""
         invoke: dict[str, Any] = {"id": key, "src": key,
-                                  "input": {"$n8n": "inputs" if slots > 1 else "items"}}
+                                  "input": {"$n8n": ("inputs" if slots > 1 else "items") + once}}
         retry = nk.retry_policy(node)
         if retry is not None:
             invoke["retry"] = retry
@@ -578,7 +640,7 @@ class MachineBuilder:
         spec = nk.form_page_spec(node) if self.graph.kinds[name] is Kind.FORM_PAGE else \
             nk.wait_spec(node)
         key = self.keys[name]
-        leave = self._leave(name, self._params(name, "pass"))
+        leave = self._leave(name, self._params(name, "pass", resumed=True))
         if spec.delay is not None:
             suffix = "delay" if spec.mode == "timeInterval" else "until"
             state["after"] = {self._delay(name, key, spec.delay, suffix): leave}
@@ -601,14 +663,48 @@ class MachineBuilder:
             self.warnings.append(f"'{name}': the batch size is an n8n expression "
                                  f"({spec.batch_expression}); the import uses "
                                  f"{spec.batch_size}")
+        if spec.reset_expression is not None:
+            self.decisions.append(f"'{name}': its option reset is an n8n expression "
+                                  f"({spec.reset_expression}); the machine cannot evaluate "
+                                  "it and never resets the loop: decide whether it should "
+                                  "start again from the items that come in")
+        extra = {"reset": True} if spec.reset else {}
         self._eventless(name, state, self._params(
             name, "loop", batch_size=spec.batch_size, loop_output=spec.loop_output,
-            done_output=spec.done_output))
+            done_output=spec.done_output, **extra))
+        if self._inside_loop(name):
+            self.decisions.append(
+                f"'{name}' runs inside another loop: as in n8n, once it is done it never "
+                "starts again, so every later round of the outer loop skips its body and "
+                "gets all items it ever processed on done (n8n issue #23670); the machine "
+                "does what production does, set its option reset to start it afresh")
         done = f"output {spec.done_output} (done)" if spec.done_output is not None \
-            else "nothing (v1: one output; the branch ends)"
+            else "nothing (v1: one output; it returns no data and the branch ends)"
         return (f"loop: batches of {spec.batch_size} on output {spec.loop_output} (loop), "
-                f"the processed items on {done} once no batch is left; its memory is "
-                f"context.n8n.loops")
+                f"the processed items on {done} once no batch is left"
+                + ("; starts again on every visit (reset)" if spec.reset else
+                   "; never starts again once done") + "; its memory is context.n8n.loops")
+
+    def _inside_loop(self, name: str) -> bool:
+        """True when Loop Over Items ``name`` sits in the body of another one: the other's
+        loop output leads to it, and its own done output leads back to the other."""
+        own = nk.loop_spec(self.graph.node(name))
+        if own.done_output is None:
+            return False
+        for other in self.graph.kinds:
+            if other == name or self.graph.kinds[other] is not Kind.LOOP:
+                continue
+            try:
+                spec = nk.loop_spec(self.graph.node(other))
+            except N8nFormatError:
+                continue
+            body = _reached([t for o, t, _ in self.graph.wires.get(other, [])
+                             if o == spec.loop_output], self.graph.wires, avoid=other)
+            after = _reached([t for o, t, _ in self.graph.wires.get(name, [])
+                              if o == own.done_output], self.graph.wires, avoid=name)
+            if name in body and other in after:
+                return True
+        return False
 
     def _execute_workflow(self, name: str, state: dict[str, Any]) -> str:
         spec = nk.sub_workflow_spec(self.graph.node(name))
@@ -658,13 +754,15 @@ class MachineBuilder:
         return self._pass(name, state, "passes its items straight on")
 
 
-def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]]) -> set[str]:
-    """The nodes a path of wires leads to from ``starts`` (these included)."""
+def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]],
+             avoid: str | None = None) -> set[str]:
+    """The nodes a path of wires leads to from ``starts`` (these included), not through
+    ``avoid``."""
     seen: set[str] = set()
     pending = list(starts)
     while pending:
         name = pending.pop()
-        if name not in seen:
+        if name not in seen and name != avoid:
             seen.add(name)
             pending.extend(target for _, target, _ in wires.get(name, []))
     return seen
