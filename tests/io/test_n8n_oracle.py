@@ -171,6 +171,10 @@ def workflows(draw: st.DrawFn) -> Any:
                                                     "continueErrorOutput"]))
         if draw(st.integers(0, 9)) == 0:
             node["alwaysOutputData"] = True
+        if draw(st.integers(0, 9)) == 0:
+            node["executeOnce"] = True
+        if kind == "splitInBatches" and draw(st.integers(0, 5)) == 0:
+            node["parameters"]["options"] = {"reset": True}
         if draw(st.integers(0, 6)) == 0 and kind not in ("wait", "splitInBatches", "noOp"):
             node["retryOnFail"] = True
             node["maxTries"] = 2
@@ -183,8 +187,9 @@ def workflows(draw: st.DrawFn) -> Any:
         if kind == "splitInBatches" and i > 1 and draw(st.booleans()):
             body = nodes[draw(st.integers(1, i))]["name"]
             wires.append((node["name"], draw(st.integers(0, _outputs(node) - 1)), body, 0))
+    order = draw(st.sampled_from(["v1", "legacy"]))
     return {"nodes": nodes, "connections": connections(wires),
-            "settings": {"executionOrder": "v1"}}
+            "settings": {"executionOrder": "v1"} if order == "v1" else {}}
 
 
 def _outputs(node: dict[str, Any]) -> int:
