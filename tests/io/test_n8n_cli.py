@@ -137,3 +137,72 @@ def test_diagrams_come_from_the_renderer_when_it_is_installed(tmp_path: Path) ->
         assert "stateDiagram-v2" in (tmp_path / f"{stem}.mmd").read_text()
     assert "```mermaid" in report
     assert (tmp_path / "flow.mmd").read_text().rstrip("\n") in report
+
+
+# -- drawing never loses the import ---------------------------------------------------------------
+
+FAILING_DOT = """#!/bin/sh
+# stands in for Graphviz 2.43's dot on a diagram it cannot rank; {fallback}
+cat > /dev/null
+for arg in "$@"; do
+    if [ "$arg" = "{fallback}" ]; then
+        echo '<svg xmlns="http://www.w3.org/2000/svg"><text>drawn by {fallback}</text></svg>'
+        exit 0
+    fi
+done
+echo "Error: trouble in init_rank" >&2
+echo "	node_a 0/1" >&2
+exit 1
+"""
+
+
+def _with_failing_dot(tmp_path: Path, fallback: str) -> dict[str, str]:
+    """An environment whose ``dot`` fails as Graphviz 2.43 does, except when given
+    ``fallback`` (none: always)."""
+    import os
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    dot = folder / "dot"
+    dot.write_text(FAILING_DOT.replace("{fallback}", fallback or "--never--"))
+    dot.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _import_with(env: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n", "import",
+                           str(corpus_path("enescingoz__Other_Integrations")), "-o", str(out),
+                           "--name", "rest_sync"], capture_output=True, text=True,
+                          timeout=120, check=False, env=env)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
+                    reason="statecharts.render (the diagram renderer) is not here")
+def test_a_graphviz_failure_falls_back_to_a_simpler_layout_and_writes_every_file(
+        tmp_path: Path) -> None:
+    # before: RuntimeError "dot failed (1): Error: trouble in init_rank" out of the import,
+    # a traceback and no file written
+    done = _import_with(_with_failing_dot(tmp_path, "-Kneato"), tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "warning: rest_sync.svg: Graphviz could not lay the diagram out (Error: trouble " \
+        "in init_rank)" in done.stderr
+    assert "drawn with the simpler layout -Kneato -Goverlap=false instead" in done.stderr
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert names == {"rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md",
+                     "rest_sync.mmd", "rest_sync.svg"}
+    assert "drawn by -Kneato" in (tmp_path / "out" / "rest_sync.svg").read_text()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
+                    reason="statecharts.render (the diagram renderer) is not here")
+def test_when_no_layout_renders_every_other_file_is_written_with_a_warning(
+        tmp_path: Path) -> None:
+    done = _import_with(_with_failing_dot(tmp_path, ""), tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "warning: rest_sync.svg: not written, Graphviz could not lay the diagram out" \
+        in done.stderr
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert names == {"rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md",
+                     "rest_sync.mmd"}
