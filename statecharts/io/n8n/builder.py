@@ -274,15 +274,17 @@ class MachineBuilder:
                        "first, and a Merge once its inputs are there")
         if self.forever_key is not None:
             self.states[self.forever_key] = {
-                "description": "items go round a loop of nodes doing no work", "tags": ["failed"],
+                "description": "the run goes round without end", "tags": ["failed"],
                 "invoke": {"id": self.forever_key, "src": self._fail_actor(),
                            "input": {"$n8n": "forever", "message": self.forever_message},
                            "description": "fail the run: it would never end",
                            "onFinalFailure": "fail_run"}}
             self._hide("endless_loop", self.forever_key, None,
-                       "n8n keeps passing items round a loop in which no node does any work "
-                       "(until someone stops the execution); the machine notices the repeat "
-                       "and fails the run here instead of spinning")
+                       "n8n keeps passing items round a loop (until someone stops the "
+                       "execution); the machine notices a loop of nodes doing no work "
+                       "repeating itself, or more than context.n8n.flow.max_runs node runs "
+                       f"(default {MAX_RUNS}) since the run last took anything in, and fails "
+                       "the run here, naming the nodes, instead of spinning")
         self.states[self.done_key] = {"type": "final", "description": "the run is done"}
         self._hide("run_done", self.done_key, None,
                    "n8n ends a run silently when no node has anything left to do; here that "
@@ -448,6 +450,9 @@ class MachineBuilder:
                                      "actor stub, instead)")
                 how = "malformed settings: generic node; " + self._work(name, state)
         state["meta"] = {"n8n": self._meta(name)}
+        summary = self._summary(name, how)
+        if summary:  # the diagram shows the name as its title, this below it
+            state["description"] = f"{name}\n{summary}"
         self._map(name, key, how)
         if kind is Kind.WORK and not nk.is_known_type(node):
             self.mappings[name] = NodeMapping(
@@ -455,6 +460,36 @@ class MachineBuilder:
         if node.always_output_data:
             self.decisions.append(f"'{name}' has alwaysOutputData: when its output 0 gets no "
                                   "items the machine sends one empty item there, as n8n does")
+
+    def _summary(self, name: str, how: str) -> str | None:
+        """What a reviewer needs to see of a node in the diagram beyond its name: what a
+        Wait waits for, a loop's batch size, that a Merge waits for its inputs, what Stop
+        and Error says (an expression as written)."""
+        kind = self.graph.kinds[name]
+        node = self.graph.node(name)
+        if name in self.graph.disabled:
+            return "disabled: passes its items on"
+        if how.startswith("malformed"):
+            return None
+        if kind in (Kind.WAIT, Kind.FORM_PAGE):
+            return how.replace("timer: after", "waits", 1).replace("waits for event",
+                                                                  "waits for", 1)
+        if kind is Kind.LOOP:
+            spec = nk.loop_spec(node)
+            size = spec.batch_expression or str(spec.batch_size)
+            return f"Loop Over Items: batches of {size}" + (
+                ", starts again on every visit" if spec.reset else "")
+        if self._slots(name) > 1:
+            mode = node.parameters.get("mode")
+            kind_name = "Merge" if node.type == MERGE else nk.describe_type(node)
+            return f"{kind_name}: waits for its {self._slots(name)} inputs" + (
+                f" ({mode})" if isinstance(mode, str) else "")
+        if kind is Kind.STOP_AND_ERROR:
+            message = nk.stop_and_error_message(node) or "Stop and Error"
+            return f"fails the run: {message}"
+        if node.execute_once:
+            return "executeOnce: gets only the first item"
+        return None
 
     def _meta(self, name: str) -> dict[str, Any]:
         node = self.graph.node(name)
@@ -495,7 +530,8 @@ class MachineBuilder:
         slots = self._slots(name)
         once = "_once" if node.execute_once else ""
         invoke: dict[str, Any] = {"id": key, "src": key,
-                                  "input": {"$n8n": ("inputs" if slots > 1 else "items") + once}}
+                                  "input": {"$n8n": ("inputs" if slots > 1 else "items") + once},
+                                  "description": nk.describe_type(node)}
         retry = nk.retry_policy(node)
         if retry is not None:
             invoke["retry"] = retry
@@ -741,7 +777,7 @@ class MachineBuilder:
         src = self._fail_actor()
         state.update({"tags": ["failed"],
                       "invoke": {"id": key, "src": src, "input": {"message": message},
-                                 "description": f"fail the run: {message or 'Stop and Error'}",
+                                 "description": "fail the run with its message",
                                  "onFinalFailure": "fail_run"}})
         return f"failed end: the run fails with {message!r} (engine status error)"
 
