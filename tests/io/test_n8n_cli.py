@@ -206,3 +206,22 @@ def test_when_no_layout_renders_every_other_file_is_written_with_a_warning(
     names = {p.name for p in (tmp_path / "out").iterdir()}
     assert names == {"rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md",
                      "rest_sync.mmd"}
+
+
+def test_the_skeleton_loads_with_machines_as_written_and_a_run_starts(tmp_path: Path) -> None:
+    # before: the skeleton had only machine(); `--machines rest_sync_impl` found no Machine
+    out = tmp_path / "flows"
+    assert _cli("import", corpus_path("enescingoz__Other_Integrations"), "-o", out,
+                "--name", "rest_sync").returncode == 0
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def statecharts(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "statecharts.cli", *args],
+                              capture_output=True, text=True, cwd=out, timeout=120,
+                              check=False)
+
+    assert statecharts("db", "upgrade", "--store", store).returncode == 0
+    started = statecharts("runs", "start", "rest_sync", "--store", store, "--machines",
+                          "rest_sync_impl", "--key", "demo-1")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.split()[1:4] == ["started", "active", "waiting_for_trigger"]
