@@ -142,9 +142,9 @@ def _import(workflow: Path, name: str | None) -> tuple[N8nImport, Machine, Machi
 
 DOT_SECONDS = 60.0  # one Graphviz layout; a larger graph is drawn the simpler way
 # simpler layouts, tried in turn when dot fails on a diagram (Graphviz 2.43, the version
-# Debian installs, stops with "trouble in init_rank" on some clustered graphs)
-FALLBACK_LAYOUTS: tuple[tuple[str, ...], ...] = (("-Gnewrank=true",),
-                                                 ("-Kneato", "-Goverlap=false"))
+# Debian installs, stops with "trouble in init_rank" on some clustered graphs, whatever
+# its rank options): neato places the states without ranks or clusters
+FALLBACK_LAYOUTS: tuple[tuple[str, ...], ...] = (("-Kneato", "-Goverlap=false"),)
 
 
 def draw_svg(render: Any, machine: Machine, name: str) -> tuple[str | None, str | None]:
