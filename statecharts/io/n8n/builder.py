@@ -457,6 +457,9 @@ class MachineBuilder:
         if kind is Kind.WORK and not nk.is_known_type(node):
             self.mappings[name] = NodeMapping(
                 name, node.type, key, f"unknown node type: generic \"doing {name}\" state; {how}")
+        if node.execute_once and name not in self.graph.disabled:
+            self.decisions.append(f"'{name}' has executeOnce: it gets only the first item of "
+                                  "each input, as in n8n")
         if node.always_output_data:
             self.decisions.append(f"'{name}' has alwaysOutputData: when its output 0 gets no "
                                   "items the machine sends one empty item there, as n8n does")
@@ -591,6 +594,12 @@ class MachineBuilder:
             "entry": [self._route(params)],
             "always": self._resume(targets, {t: f"continue on its {where}" for t in targets}),
         })
+        self.decisions.append(
+            f"'{name}' continues when it fails ({setting}): its actor raising counts as every "
+            "item failing, one error item per item on its "
+            + ("error output, with the item's fields beside the error" if output else
+               "regular output") + "; in n8n a node failing outside its own item loop "
+            "passes its input on output 0 instead")
         self._hide("error_outcome", failed, name,
                    f"{setting}: when '{name}' fails n8n does not stop the run but sends an "
                    f"error item down its {where}; this state makes that outcome explicit")
