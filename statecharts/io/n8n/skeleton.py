@@ -78,8 +78,8 @@ def write_skeleton(result: N8nImport, config_file: str, error_config_file: str |
         lines += _factory("error_machine", "The machine started when a run fails (the "
                           "workflow's Error Trigger part)", error_config_file)
         factories.append("error_machine()")
-    lines += ["", "", "# what `statecharts worker --machines <this module>` (and `runs`, `api`, `ui`)",
-              "# load: every machine of the workflow",
+    lines += ["", "", "# what `statecharts worker --machines <this module>` (and `runs`, `api`,",
+              "# `ui`) load: every machine of the workflow",
               f"MACHINES: list[Machine] = [{', '.join(factories)}]"]
     return "\n".join(lines) + "\n"
 
