@@ -269,6 +269,9 @@ def _schedule(state: dict[str, Any], parent: str, outputs: list[Items], children
 
 def _arrive(state: dict[str, Any], parent: str, target: str, index: int, slots: int,
             required: Any, declared: int, items: Items, run: int) -> None:
+    """``items`` from ``parent`` reach input ``index`` of ``target``, a node with ``slots``
+    wired inputs: they fill the first round still missing that input (or a new one); a
+    complete round goes on the stack."""
     waiting = state["waiting"]
     entry = next((w for w in waiting if w[0] == target), None)
     was_waiting = entry is not None
@@ -288,15 +291,15 @@ def _arrive(state: dict[str, Any], parent: str, target: str, index: int, slots: 
         _enqueue(state, [target, [a[0] for a in slot], [a[1] for a in slot]])
         return
     if not was_waiting and _legacy(state):
-        _force_parents(state, parent, target, slots, run, items)
+        _force_parents(state, parent, target, run, items)
 
 
-def _force_parents(state: dict[str, Any], parent: str, target: str, slots: int, run: int,
+def _force_parents(state: dict[str, Any], parent: str, target: str, run: int,
                    items: Items) -> None:
     """The legacy order, when ``target`` first waits: a parent of its other inputs that no
     branch will reach runs (with one empty item), or the nearest of its own parents that did
     not run (``addNodeToBeExecuted``, ``isLegacyExecutionOrder``)."""
-    siblings = {target for target, wires in state["flow"].get("sources", {}).items()
+    siblings = {child for child, wires in state["flow"].get("sources", {}).items()
                 if any(wire[0] == parent for wire in wires)}
     for source, _, _ in sorted(_sources(state, target), key=lambda wire: wire[2]):
         on_stack = [entry[0] for entry in state["stack"]]
