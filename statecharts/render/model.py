@@ -8,7 +8,7 @@ say the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import retrying
@@ -140,9 +140,34 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
             arrows.extend(_arrows(machine, transition, work, failed, otherwise))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
+    arrows = _collapse_fallbacks(arrows, boxes)
     title = labels.sentence(labels.humanize(machine.id))
     return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
                    _columns(machine.root, arrows), _error_workflow(machine))
+
+
+FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in its box
+
+
+def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
+    """Many unguarded arrows with the same words into one state, some of them "otherwise"
+    (an imported n8n workflow's "no items go on" from every node), become one line in that
+    state's box: the arrows that differ stay readable."""
+    groups: dict[tuple[StateNode, tuple[str, ...], str], list[Arrow]] = {}
+    for arrow in arrows:
+        lines = arrow.lines[:-1] if arrow.lines[-1:] == ("otherwise",) else arrow.lines
+        if "[" not in arrow.raw and lines and arrow.source is not arrow.target:
+            groups.setdefault((arrow.target, lines, arrow.kind), []).append(arrow)
+    dropped: set[int] = set()
+    for (target, lines, _), group in groups.items():
+        if len(group) < FAN_IN or not any(a.lines[-1:] == ("otherwise",) for a in group):
+            continue
+        dropped.update(id(arrow) for arrow in group)
+        box = boxes[target]
+        words = " ".join(lines)
+        boxes[target] = replace(box, details=(*box.details,
+                                              f"from {len(group)} states: {words}"))
+    return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 
 def _error_workflow(machine: Machine) -> str | None:
