@@ -46,10 +46,10 @@ from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreG
 from persistence.ui.views import calls_of, relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
-from statecharts.cli import run_one_tool
 from statecharts.errors import ContextError, StatechartError
 from statecharts.events import normalize_event
 from statecharts.frozen import storable_text, thaw
+from statecharts.subcommands import run_one_tool
 
 STORE_ENV = "STATECHARTS_STORE"
 API_TOKEN_ENV = "STATECHARTS_API_TOKEN"

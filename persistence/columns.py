@@ -15,6 +15,7 @@ from typing import Any
 from persistence.stores.base import ACTIVE
 from statecharts import Snapshot
 from statecharts.frozen import storable_text, thaw
+from statecharts.retrying import attempt_in_progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +64,10 @@ def run_status(snapshot: Snapshot) -> str:
 def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
     """(attempt_count, last_error) of the retried call in progress, from the snapshot's retry
     records; (None, None) when no retried call is active (the row keeps its last values)."""
-    records = list(snapshot.retries.values())
-    if not records:
+    found = attempt_in_progress(snapshot.retry_records)
+    if found is None:
         return None, None
-    record = max(records, key=lambda r: int(r.get("attempt") or 0))
-    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
+    return found[0], error_text(found[1])
 
 
 def error_text(error: Any) -> str | None:

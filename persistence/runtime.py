@@ -471,7 +471,8 @@ class Runtime:
             count = sum(1 for e in outbox if is_call(e))
             if calls is not None and count:
                 run = dataclasses.replace(run, call_lease=calls.lease(count))
-            record, created = self.store.create_run(run, outbox, now, children=children)
+            record, created = self.store.create_run(run, outbox, now, children=children,
+                                                    key_once=reuse == "use_existing")
             begun.run(record.id, created)
         if created:
             if calls is not None and run.call_lease is not None:

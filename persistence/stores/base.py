@@ -29,6 +29,21 @@ RUN_STATUSES = frozenset({ACTIVE}) | TERMINAL_STATUSES
 
 EFFECT_STATUSES = frozenset({"pending", "done", "skipped", "failed"})
 
+MAX_STORED_KEY_BYTES = 1000
+"""The longest run key any store holds, in UTF-8 bytes (Temporal's workflow id limit), the
+same on SQLite and PostgreSQL and well inside PostgreSQL's 2,704-byte btree index row. Every
+run inserted is held to it (`NewRun` raises `StoreEncodingError`): a start's key, and a child
+run's derived key (`<parent key>/<invoke id>`), whose refusal fails the parent's step."""
+
+
+def stored_key_problem(key: str) -> str | None:
+    """Why `key` is too long to be a run's key, or None."""
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size <= MAX_STORED_KEY_BYTES:
+        return None
+    return (f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most "
+            f"{MAX_STORED_KEY_BYTES}")
+
 
 class StoreError(Exception):
     """Base class of every error raised by a store."""
@@ -162,6 +177,16 @@ class NewRun:
     `SystemIdTakenError` when an active child run of the tree already holds it."""
     call_lease: tuple[str, int] | None = None
     """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
+
+    def __post_init__(self) -> None:
+        # Every run a store inserts passes here: starts, child runs (whose keys are derived),
+        # error-workflow and scheduled runs, so both stores refuse the same keys.
+        problem = None if self.key is None else stored_key_problem(self.key)
+        if problem is not None:
+            whose = "run key" if self.parent_invoke_id is None else (
+                f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "
+                "'/', the invoke id)")
+            raise StoreEncodingError(f"the {whose} {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -685,12 +710,15 @@ class RunStore(Protocol):
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
         """Insert a run (version 1) with its initial effects (step 1) in one transaction,
         with the child runs its first step starts (`children`, parents before their own).
 
         If `run.key` is set and an active run of the same workflow already has that key, nothing
-        is written and that run is returned with `False`.
+        is written and that run is returned with `False`. With `key_once`, so is the newest
+        top-level run with the key that has ended: decided atomically with the insert (under a
+        lock per key), so a run that ends while this start runs still counts.
         """
         ...
 

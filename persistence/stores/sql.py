@@ -167,6 +167,11 @@ class SQLDialect:
     until the transaction ends (PostgreSQL: an advisory lock on the root's id; SQLite's write
     lock already serializes every writer)."""
 
+    _LOCK_KEY = ""
+    """A statement (workflow name and key as parameters) that serializes the starts of one key
+    until the transaction ends (PostgreSQL: an advisory lock on their hashes; SQLite's write
+    lock already serializes every writer)."""
+
     RUN_COLUMNS: str
     EFFECT_COLUMNS: str
 
@@ -374,12 +379,17 @@ class SQLRuns(SQLCalls, SQLDialect):
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
-        """Insert a run and its initial effects, or return the active run with the same key;
-        the child runs its first step starts with it."""
-        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+        """Insert a run and its initial effects, or return the active run with the same key
+        (with `key_once`, the newest with it, ended too); the child runs its first step starts
+        with it."""
+        once = key_once and run.key is not None
+        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries and not once
         with self._statement_write() if one else self._write() as conn:
-            record, created = self._create_in(conn, run, effects, now)
+            holder = self._key_holder_in(conn, run) if once else None
+            record, created = (holder, False) if holder is not None else self._create_in(
+                conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
         due = (run.lease_owner is None and run.wake_at is not None and run.wake_at <= now) or \
@@ -411,15 +421,30 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._insert_effects(conn, run.id, 1, effects, now)
             self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
             return self._run(rows[0]), True
-        existing = self._exec(
+        existing = self._keyed_in(conn, run, ended_too=False)
+        if existing is None:
+            raise ConflictError(f"could not insert or find run with key {run.key!r}")
+        return existing, False
+
+    def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
+        """The newest top-level run of `run`'s workflow with its key, whatever its status, read
+        under the key's lock (`_LOCK_KEY`) until the transaction ends: two starts with one key
+        decide in turn, the second seeing the first's run even if it has ended meanwhile."""
+        if self._LOCK_KEY:
+            self._exec(conn, self._LOCK_KEY, (run.workflow_name, run.key))
+        return self._keyed_in(conn, run, ended_too=True)
+
+    def _keyed_in(self, conn: Any, run: NewRun, *, ended_too: bool) -> RunRecord | None:
+        """The newest top-level run of `run`'s workflow with its key (active only, unless
+        `ended_too`), or None."""
+        active = "" if ended_too else "AND status = 'active' "
+        rows = self._exec(
             conn,
             f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
-            "AND status = 'active' AND parent_run_id IS NULL",
+            f"{active}AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",
             (run.workflow_name, run.key),
         ).fetchall()
-        if not existing:
-            raise ConflictError(f"could not insert or find run with key {run.key!r}")
-        return self._run(existing[0]), False
+        return self._run(rows[0]) if rows else None
 
     def _insert_effects(
         self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect], now: int

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from persistence.cli import STORE_ENV, load_machines
 from persistence.stores import StoreError, open_store
-from statecharts.cli import run_one_tool
+from statecharts.subcommands import run_one_tool
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
