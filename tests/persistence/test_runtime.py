@@ -130,13 +130,30 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
 def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
     store: Store, clock: SimulatedClock, ledger: sqlite3.Connection
 ) -> None:
-    runtime = Runtime(store, [approval, order], clock=clock)
+    # an entry action is an effect of the run's step: a worker holds the run while it runs
+    noting = create_machine(
+        {"id": "noting", "initial": "noted",
+         "states": {"noted": {"entry": "notify", "on": {"DONE": "over"}},
+                    "over": {"type": "final"}}},
+        actions={"notify": workflows.notify},
+    )  # fmt: skip
+    runtime = Runtime(store, [approval, order, noting], clock=clock)
     idle = runtime.start("approval")
     assert runtime.cancel(idle, "not needed") == "cancelled"
     assert (runtime.get(idle).status, runtime.get(idle).last_error) == ("cancelled", "not needed")
     assert runtime.cancel(idle) == "finished"
 
-    busy = runtime.start("order")
+    # a run whose call an executor is running is not held: the cancel ends it at once and
+    # stops the call (its late result is dropped)
+    calling = runtime.start("order")
+    assert [c.call_id for c in store.claim_calls("someone", clock.now(), 10_000, 10)] == [
+        "charge"]
+    assert store.claim_runs("someone", clock.now(), 10_000, 10) == []
+    assert runtime.cancel(calling, "changed my mind") == "cancelled"
+    assert [c.status for c in store.list_calls(calling)] == ["stopped"]
+    assert runtime.get(calling).status == "cancelled"
+
+    busy = runtime.start("noting")
     claimed = store.claim_runs("someone", clock.now(), 10_000, 10)
     assert [r.id for r in claimed] == [busy]
     assert runtime.cancel(busy, "customer left") == "requested"
