@@ -16,6 +16,7 @@ from persistence.stores import ConflictError, RunFinishedError, StepCommit, Stor
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows
+from tests.persistence.limited import IN_STEP_LIMITS, in_step
 from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
 
 StoreFactory = Callable[[], Store]
@@ -553,7 +554,8 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
 ) -> None:
     from persistence.driver import RunDriver
 
-    runtime = Runtime(store, [order], clock=clock)
+    # limited calls run in their run's step: the round's runs are held while they run
+    runtime = Runtime(store, [in_step(order)], clock=clock, limits=IN_STEP_LIMITS)
     ids = [runtime.start("order", {"amount": n}) for n in (1, 2, 3)]
     claimed = store.claim_runs("slow", clock.now(), 1000, 3)
     assert {r.id for r in claimed} == set(ids)
