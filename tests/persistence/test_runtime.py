@@ -602,8 +602,9 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
     assert record.keys == [f"{run_id}:1:0"]
 
 
+@pytest.mark.parametrize("site", ["limited", "beside"])
 def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
-    store: Store, clock: SimulatedClock
+    store: Store, clock: SimulatedClock, site: str
 ) -> None:
     together = threading.Barrier(4, timeout=10)  # passes only if four calls wait at once
 
@@ -616,9 +617,23 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
                                "onDone": "met", "onError": "missed"}},
         "met": {"type": "final"}, "missed": {"type": "final"}}},
         actors={"rendezvous": rendezvous})  # fmt: skip
-    runtime = Runtime(store, [machine], clock=clock)
-    ids = [runtime.start("meet") for _ in range(4)]
-    Worker(runtime, batch=4).run_until_idle()
+    if site == "limited":  # run in their runs' steps: a round of four runs makes them at once
+        runtime = Runtime(store, [in_step(machine)], clock=clock, limits=IN_STEP_LIMITS)
+        ids = [runtime.start("meet") for _ in range(4)]
+        Worker(runtime, batch=4).run_until_idle()
+    else:  # beside their runs: a worker's executor runs them at once on its threads
+        from tests.persistence.conftest import wait_for
+
+        runtime = Runtime(store, [machine], clock=clock)
+        ids = [runtime.start("meet") for _ in range(4)]
+        worker = Worker(runtime, poll_ms=10)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_for(lambda: all(runtime.get(i).status == "done" for i in ids))
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
     assert [runtime.get(i).state for i in ids] == ["met"] * 4
 
 
