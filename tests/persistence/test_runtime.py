@@ -350,7 +350,8 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 
-def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) -> None:
+@pytest.mark.parametrize("site", ["limited", "beside"])
+def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, site: str) -> None:
     import time
 
     # The heartbeat renews every lease/3. On a loaded 2-core machine a heartbeat was seen
@@ -370,7 +371,11 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
                     "b": {"type": "final"}}},
         actors={"slow": slow},
     )  # fmt: skip
-    runtime = Runtime(store, [machine])
+    # a limited call runs in its run's step: the worker's heartbeat renews the run's lease;
+    # a call beside its run: the executor renews the call's lease (the run is not held)
+    limited = site == "limited"
+    runtime = Runtime(store, [in_step(machine) if limited else machine],
+                      limits=IN_STEP_LIMITS if limited else None)  # fmt: skip
     run_id = runtime.start("slow")
     worker = Worker(runtime, lease_ms=lease_ms, poll_ms=10)
     thread = threading.Thread(target=worker.run)
@@ -379,18 +384,27 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
     try:
         from tests.persistence.conftest import wait_for
 
-        wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        if limited:
+            wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        else:
+            wait_for(lambda: store.list_calls(run_id)[0].status == "running")
         deadline = time.monotonic() + 60
-        # a rival keeps trying to take the run for as long as the effect runs
+        # a rival keeps trying to take the run (the call) for as long as the effect runs
         while not returned.is_set() and time.monotonic() < deadline:
-            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), lease_ms, 5)]
+            now = runtime.clock.now()
+            stolen += [r.id for r in store.claim_runs("rival", now, lease_ms, 5)]
+            stolen += [c.run_id for c in store.claim_calls("rival", now, lease_ms, 5)]
             time.sleep(0.05)
         wait_for(lambda: runtime.get(run_id).status == "done")
     finally:
         worker.stop()
         thread.join(timeout=30)
     assert returned.is_set() and stolen == []
-    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    if limited:
+        assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    else:
+        assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
+        assert [a.outcome for a in store.call_attempts(run_id)] == ["done"]  # never taken over
 
 
 def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_restarts(
