@@ -657,7 +657,8 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
 ) -> None:
     from persistence.driver import RunDriver
 
-    runtime = Runtime(store, [workflows.retrying], clock=clock)
+    # a run is held (and taken over) while its call runs only at a limited call site
+    runtime = Runtime(store, [in_step(workflows.retrying)], clock=clock, limits=IN_STEP_LIMITS)
     run_id = runtime.start("retrying", key="order-7")
     store.claim_runs("crashed", clock.now(), 1000, 1)  # a worker that then died
     clock.advance(1001)
@@ -674,3 +675,19 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
     assert len(retry) == 1 and retry[0].levelname == "INFO"
     assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
     assert "state charging.waiting_to_retry" in retry[0].getMessage()
+
+
+def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = Runtime(store, [workflows.retrying], clock=clock)
+    run_id = runtime.start("retrying", key="order-8")
+    with caplog.at_level("INFO", logger="statecharts.runs"):
+        assert Worker(runtime).run_one_call()  # its end is written with the step it causes
+    retry = [r for r in caplog.records if run_id in r.getMessage()
+             and "retry scheduled" in r.getMessage()]  # fmt: skip
+    assert len(retry) == 1 and retry[0].levelname == "INFO"
+    assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
+    assert "state charging.waiting_to_retry" in retry[0].getMessage()
+    assert "key order-8" in retry[0].getMessage()
