@@ -170,7 +170,7 @@ def test_an_idle_worker_steps_a_sent_event_without_a_claim(store: Store) -> None
     assert [e.event["type"] for e in store.list_events(run_id)] == ["APPROVE"]
 
 
-def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
+def test_an_event_whose_step_calls_a_function_leases_the_call_in_that_commit(
     store: Store,
 ) -> None:
     calls.clear()
@@ -186,8 +186,13 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
         thread.join(timeout=30)
     run = runtime.get(run_id)
     assert calls == [f"{run_id}:2:0"]  # once, with the key of the step that recorded it
-    assert (run.claim_count, run.lease_owner, run.version) == (1, None, 3)
-    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    # the call runs beside the run: that commit leased the call (not the run) to the worker's
+    # executor, which ran it in its first attempt; the run was never claimed
+    assert (run.claim_count, run.lease_owner, run.version) == (0, None, 3)
+    assert store.list_effects(run_id) == []
+    assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
+    assert [(a.worker, a.outcome) for a in store.call_attempts(run_id)] == [
+        (f"{worker.id}/calls", "done")]
 
 
 def slow_guard(context: Any, event: Any) -> bool:
