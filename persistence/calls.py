@@ -53,6 +53,7 @@ from persistence.stores import (
     RunRecord,
     StoreError,
 )
+from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
@@ -351,7 +352,20 @@ class CallExecutor:
         if isinstance(error, BaseException) and not isinstance(error, Exception):
             error = RuntimeError(f"{type(error).__name__}: {error}")
         executed = self.executor.call_ended(running.plan, result, error)
+        if executed.poisoned is not None:
+            self._poisoned(running, executed.poisoned)
         self._record(running.call, executed, error)
+
+    def _poisoned(self, running: _Running, reason: str) -> None:
+        """Report a value the call returned that no store holds (the call fails with a
+        `StoreEncodingError`), as the value a step refuses is reported."""
+        run, call = running.run, running.call
+        state = str(call.payload.get("invoked_by") or run.state)
+        self.runtime.telemetry.report(RunEvent(
+            events.POISONED_VALUE, run.id, run.workflow_name, run.key, state,
+            f"run {run.id} ({run.workflow_name}, key {run.key}, state {state}): value refused "
+            f"(invoke {call.call_id!r}): {reason}", traceparent=run.traceparent,
+            fields={"reason": reason}))  # fmt: skip
 
     def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
         """Write an executed call's end: a retry after a transient failure, else its result
