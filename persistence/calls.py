@@ -391,6 +391,8 @@ class CallExecutor:
         status = "done" if executed.outcome.status in ("done", "skipped") and \
             executed.fails_run is None else "failed"  # fmt: skip
         outcome = "done" if status == "done" else "failed"
+        if executed.outcome.status == "skipped":  # a dry run: the external call was not made
+            outcome, message = "skipped", str(executed.outcome.result)
         self._finish(call, status, event or {"type": error_actor_event_type(call.call_id)},
                      CallEnd(outcome, name, message, trace))  # fmt: skip
 
