@@ -26,8 +26,9 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ from persistence.stores import (
     RunRecord,
     StoreError,
 )
+from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
@@ -61,6 +63,9 @@ if TYPE_CHECKING:
     from persistence.runtime import Runtime
 
 log = logging.getLogger("statecharts.calls")
+
+Outcome = Callable[[str, str | None], None]
+"""What an attempt reports its outcome to (`Telemetry.effect`'s yielded function)."""
 
 TIMEOUT_ERROR = CallTimeoutError.__name__
 HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
@@ -72,6 +77,7 @@ class _Running:
     """A call this executor holds, while its attempt runs."""
 
     call: CallRecord
+    run: RunRecord  # as read or committed when the call was taken (its trace, its name)
     plan: CallPlan
     context: CallContext
     started: float
@@ -97,7 +103,7 @@ class CallExecutor:
         self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
                                  runtime.dry_run)  # fmt: skip
         self._running: dict[str, _Running] = {}
-        self._adopted: deque[tuple[CallRecord, Machine]] = deque()
+        self._adopted: deque[tuple[CallRecord, RunRecord, Machine]] = deque()
         self._lock = threading.Lock()
         self._leased = 0  # calls leased to it and not yet ended (adopted, running)
         self._poke = threading.Event()
@@ -123,16 +129,17 @@ class CallExecutor:
             return None
         return self.owner, self.runtime.clock.now() + self.lease_ms
 
-    def adopt(self, calls: Sequence[CallRecord], machine: Machine) -> None:
-        """Run these calls next (a committed step leased them to this executor)."""
+    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
+        """Run these calls of `run` next (a committed step leased them to this executor)."""
         with self._lock:
-            self._adopted.extend((call, machine) for call in calls)
+            self._adopted.extend((call, run, machine) for call in calls)
             self._leased += len(calls)
         self._poke.set()
 
-    def _take_adopted(self) -> list[tuple[CallRecord, Machine]]:
+    def _take_adopted(self) -> list[tuple[CallRecord, RunRecord | None, Machine | None]]:
         with self._lock:
-            taken = list(self._adopted)
+            taken: list[tuple[CallRecord, RunRecord | None, Machine | None]] = [
+                *self._adopted]
             self._adopted.clear()
         return taken
 
@@ -165,29 +172,29 @@ class CallExecutor:
         can cut a call short here."""
         before = self.finished
         while True:
-            ready: list[tuple[CallRecord, Machine | None]] = [*self._take_adopted()]
+            ready = self._take_adopted()
             if not ready and claim:
-                ready = [(call, None) for call in self._claim(1)]
+                ready = [(call, None, None) for call in self._claim(1)]
             if not ready:
                 return self.finished - before
-            for call, machine in ready:
-                self._run_here(call, machine)
+            for call, run, machine in ready:
+                self._run_here(call, run, machine)
 
     def run_one(self) -> bool:
         """Claim the oldest due call and run it here to its end; False when none is due."""
         for call in self._claim(1):
-            self._run_here(call, None)
+            self._run_here(call, None, None)
             return True
         return False
 
-    def _run_here(self, call: CallRecord, machine: Machine | None) -> None:
+    def _run_here(self, call: CallRecord, run: RunRecord | None,
+                  machine: Machine | None) -> None:  # fmt: skip
         """Run `call` in this thread to its end, and record it."""
-        running = self._begin(call, machine)
+        running = self._begin(call, run, machine)
         if running is None:
             return
         try:
-            with running_call(running.context):
-                result = _run(running.plan)
+            result = _in_thread(running, self._observed(running))
         except Exception as exc:
             self._end(running, None, exc)
         else:
@@ -200,15 +207,15 @@ class CallExecutor:
             try:
                 seen = wakeup.seen()
                 self._settle()
-                ready: list[tuple[CallRecord, Machine | None]] = [*self._take_adopted()]
+                ready = self._take_adopted()
                 free = min(self.max_calls - self._leased, 64)
                 if free > 0:
                     claimed = self._claim(free)
                     with self._lock:
                         self._leased += len(claimed)
-                    ready += [(call, None) for call in claimed]
-                for call, machine in ready:
-                    running = self._begin(call, machine)
+                    ready += [(call, None, None) for call in claimed]
+                for call, run, machine in ready:
+                    running = self._begin(call, run, machine)
                     if running is not None:
                         self._launch(running)
                 self._watch()
@@ -234,13 +241,14 @@ class CallExecutor:
         return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
                                               self.lease_ms, limit)  # fmt: skip
 
-    def _begin(self, call: CallRecord, machine: Machine | None) -> _Running | None:
-        """What running `call` (of a run of `machine`: read when not known) takes, or None
+    def _begin(self, call: CallRecord, run: RunRecord | None,
+               machine: Machine | None) -> _Running | None:  # fmt: skip
+        """What running `call` (of `run`, of `machine`: read when not known) takes, or None
         when it ended without running (recorded)."""
-        if machine is None:
+        if run is None or machine is None:
             run = self._run_of(call)
             machine = None if run is None else self.runtime.machine_for(run)
-        if machine is None:  # (a run deleted, or of a version this worker does not have)
+        if run is None or machine is None:  # (a run deleted, or of a version not here)
             self._retry(call, CallEnd("lost", None, "no definition here for its run"))
             return None
         policy = self.runtime.transient
@@ -255,20 +263,28 @@ class CallExecutor:
         invoke = invoke_of(machine, call.payload)
         timeout = None if invoke is None or invoke.timeout_ms is None else invoke.timeout_ms / 1000
         beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
-        return _Running(call, planned, CallContext(), time.monotonic(), timeout, beat)
+        return _Running(call, run, planned, CallContext(), time.monotonic(), timeout, beat)
 
     def _launch(self, running: _Running) -> None:
         """Start `running` on the loop (a coroutine function) or the thread pool."""
         self._running[running.call.idempotency_key] = running
         fn = running.plan.fn
         if inspect.iscoroutinefunction(fn):
-            running.task = asyncio.run_coroutine_threadsafe(_arun(running), self._event_loop())
+            running.task = asyncio.run_coroutine_threadsafe(_arun(running, self._observed(running)),
+                                                            self._event_loop())  # fmt: skip
             running.task.add_done_callback(lambda f: self._done(running, f))
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
-        running.future = self._pool.submit(_in_thread, running)
+        running.future = self._pool.submit(_in_thread, running, self._observed(running))
         running.future.add_done_callback(lambda f: self._done(running, f))
+
+    def _observed(self, running: _Running) -> AbstractContextManager[Outcome]:
+        """Around an attempt, in the thread or task that runs it: its effect span (the run's
+        trace context current in it) and its effect metrics, as an in-step effect has."""
+        call = running.call
+        return self.runtime.telemetry.effect(running.run, "start_child", call.payload,
+                                             call.idempotency_key, beside=True)  # fmt: skip
 
     def _done(self, running: _Running, future: Any) -> None:
         """(in the thread or loop that ran it) hand the end to the serving loop."""
@@ -336,7 +352,20 @@ class CallExecutor:
         if isinstance(error, BaseException) and not isinstance(error, Exception):
             error = RuntimeError(f"{type(error).__name__}: {error}")
         executed = self.executor.call_ended(running.plan, result, error)
+        if executed.poisoned is not None:
+            self._poisoned(running, executed.poisoned)
         self._record(running.call, executed, error)
+
+    def _poisoned(self, running: _Running, reason: str) -> None:
+        """Report a value the call returned that no store holds (the call fails with a
+        `StoreEncodingError`), as the value a step refuses is reported."""
+        run, call = running.run, running.call
+        state = str(call.payload.get("invoked_by") or run.state)
+        self.runtime.telemetry.report(RunEvent(
+            events.POISONED_VALUE, run.id, run.workflow_name, run.key, state,
+            f"run {run.id} ({run.workflow_name}, key {run.key}, state {state}): value refused "
+            f"(invoke {call.call_id!r}): {reason}", traceparent=run.traceparent,
+            fields={"reason": reason}))  # fmt: skip
 
     def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
         """Write an executed call's end: a retry after a transient failure, else its result
@@ -362,6 +391,8 @@ class CallExecutor:
         status = "done" if executed.outcome.status in ("done", "skipped") and \
             executed.fails_run is None else "failed"  # fmt: skip
         outcome = "done" if status == "done" else "failed"
+        if executed.outcome.status == "skipped":  # a dry run: the external call was not made
+            outcome, message = "skipped", str(executed.outcome.result)
         self._finish(call, status, event or {"type": error_actor_event_type(call.call_id)},
                      CallEnd(outcome, name, message, trace))  # fmt: skip
 
@@ -426,17 +457,30 @@ def _run(plan: CallPlan) -> Any:
     return outbox._call(plan.fn, (plan.argument,), {}, plan.key)
 
 
-def _in_thread(running: _Running) -> Any:
-    with running_call(running.context):
-        return _run(running.plan)
+def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
+    """An attempt run in this thread, inside `observed` (`CallExecutor._observed`)."""
+    with observed as outcome, running_call(running.context):
+        try:
+            result = _run(running.plan)
+        except Exception as exc:
+            outcome("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        outcome("done", None)
+        return result
 
 
-async def _arun(running: _Running) -> Any:
-    """A coroutine call on the executor's loop, with its key and call context."""
-    with _effect_key(running.plan.key), running_call(running.context):
+async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
+    """A coroutine call on the executor's loop, with its key and call context, inside
+    `observed`."""
+    with observed as outcome, _effect_key(running.plan.key), running_call(running.context):
         kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
-        result = running.plan.fn(running.plan.argument, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
+        try:
+            result = running.plan.fn(running.plan.argument, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            outcome("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        outcome("done", None)
         return result
 

@@ -157,8 +157,8 @@ class CallTaker(Protocol):
         """(owner, lease until) for `count` more calls, or None when it has no room."""
         ...
 
-    def adopt(self, calls: Sequence[CallRecord], machine: Machine) -> None:
-        """Run these calls of a run of `machine`, leased to it by a committed step."""
+    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
+        """Run these calls of `run` (of `machine`), leased to it by a committed step."""
         ...
 
 
@@ -457,7 +457,7 @@ class RunDriver:
         x.unleased = False  # released, or leased by this commit
         if commit.call_lease is not None and self.calls is not None:
             self.calls.adopt(leased_calls(x.run.id, version, commit.new_effects,
-                                          commit.call_lease), x.machine)  # fmt: skip
+                                          commit.call_lease), x.run, x.machine)  # fmt: skip
         self.last_step = (x.run.id, commit.status, step.snapshot)
         self.committed += 1
         self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),

@@ -476,7 +476,7 @@ class Runtime:
             begun.run(record.id, created)
         if created:
             if calls is not None and run.call_lease is not None:
-                calls.adopt(leased_calls(record.id, 1, outbox, run.call_lease),
+                calls.adopt(leased_calls(record.id, 1, outbox, run.call_lease), record,
                             self._latest[name])  # fmt: skip
             self.resting.started(record, _in_step(outbox), now)
             self.telemetry.run_started(name)

@@ -8,7 +8,9 @@ or failed with one of its error names) and timer expiries on a simulated clock, 
 steps it may *crash*: drop the store, runtime and worker and open new ones on the same file,
 as a restarted process would. Calls take time: events, timer expiries and crashes come while
 calls run (the durable run is not held by them), and each call ends when the story says, in
-the order they started. After every step it checks that both agree on
+the order they started. A call at a limited call site runs in its run's step, as on the
+runtime: while it runs, its outcome is the story's next step, and the durable run catches up
+once it is chosen. After every step it checks that both agree on
 
 * the state value, the context and the run's status (``done``/``error``/...);
 * the calls executed: each call the model saw end ran exactly once on the worker, in order,
@@ -60,7 +62,13 @@ from statecharts.logic import from_callable
 from statecharts.machine import Machine, create_machine
 from statecharts.snapshot import Snapshot
 from statecharts.testing.graph import event_alphabet
-from statecharts.testing.outcomes import check_outputs, error_exception, invoke_defs, running_calls
+from statecharts.testing.outcomes import (
+    Call,
+    check_outputs,
+    error_exception,
+    invoke_defs,
+    running_calls,
+)
 from statecharts.testing.strategies import OutputStrategies, event_strategy, outcome_strategy
 
 START = 1_000_000_000_000
@@ -201,8 +209,18 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         def _at_rest(self) -> bool:
             return not running_calls(machine, self.snapshot)
 
+        def _held(self) -> bool:
+            """Whether a call of a limited call site runs in the model: on the runtime it
+            runs in its run's step, holding the run from its start to its end, so nothing
+            else comes first, and the worker (which would run it at once) waits for the
+            story's outcome: the durable run is behind until then."""
+            return any(_in_step(c) for c in running_calls(machine, self.snapshot))
+
         def _sync(self) -> None:
-            """Let the worker step the run (its calls wait for the story) and compare."""
+            """Let the worker step the run (its calls beside wait for the story) and compare,
+            unless it waits for the outcome of a call that runs in its step."""
+            if self._held():
+                return
             self.durable.worker.run_until_idle(calls=False)
             self._compare()
 
@@ -240,7 +258,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             self._expect(effects)
 
         if alphabet:
-            @precondition(lambda self: self.snapshot.status == "active")
+            @precondition(lambda self: self.snapshot.status == "active" and not self._held())
             @rule(event=event_strategy(machine, payloads))
             def send(self, event: FrozenDict) -> None:
                 now = self.clock.now()
@@ -251,14 +269,15 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         @precondition(lambda self: not self._at_rest())
         @rule(data=st.data())
         def finish_call(self, data: st.DataObject) -> None:
-            call = running_calls(machine, self.snapshot)[0]  # the runtime's order
+            calls = running_calls(machine, self.snapshot)  # the runtime's order
+            call = next((c for c in calls if _in_step(c)), calls[0])  # (one holds the run)
             outcome = data.draw(outcome_strategy(machine, call, outputs, errors, durable=True),
                                 label=f"outcome of {call.id}")
             now = self.clock.now()
             self.script.outcomes.setdefault(call.src, deque()).append(outcome)
             self.ended_calls.append(self._started(call.id))
             self._step(outcome, lambda: machine.transition(self.snapshot, outcome, now))
-            if not self.durable.worker.run_one_call():
+            if not _in_step(call) and not self.durable.worker.run_one_call():
                 self._fail(f"call {call.src!r} is running in the pure engine, but no call "
                            "was due on the durable runtime")
             self._sync()
@@ -268,7 +287,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             return next(c for c in reversed(self.expected_calls) if c.id == child_id)
 
         @precondition(lambda self: fire_timers and self.snapshot.status == "active" and
-                      bool(self.snapshot.timers))
+                      not self._held() and bool(self.snapshot.timers))
         @rule()
         def fire_timers_due(self) -> None:
             due = self.snapshot.timers[0].due_at
@@ -283,7 +302,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
 
         if crashes:
             @precondition(lambda self: self.snapshot.status == "active" and
-                          not (self.story and "crash" in self.story[-1]))
+                          not self._held() and not (self.story and "crash" in self.story[-1]))
             @rule()
             def crash_and_restore(self) -> None:
                 self.story.append(FrozenDict(type="(crash: reopen the store)", crash=True))
@@ -310,6 +329,12 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
     DurableTest.__name__ = DurableTest.__qualname__ = f"DurableTest_{machine.id}"
     DurableTest.TestCase.settings = _settings(max_examples, max_steps)
     return DurableTest
+
+
+def _in_step(call: Call) -> bool:
+    """Whether `call` runs in its run's step on the runtime (its call site has a `limit`), not
+    beside it."""
+    return call.invoke is not None and call.invoke.limit is not None
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:

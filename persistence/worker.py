@@ -157,8 +157,7 @@ class Worker:
         chooses when each call ends runs them with `run_one_call`)."""
         owner = f"{self.id}/idle"
         executor = self.calls()
-        driver = RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
-                           calls=executor if calls else None)  # fmt: skip
+        driver = self._driver(owner, executor if calls else None)
         before = self.steps
         self._tick_schedules()
         try:
@@ -189,13 +188,15 @@ class Worker:
                             threads=self.call_threads)  # fmt: skip
 
     # -- threads ----------------------------------------------------------------------------
-    def _driver(self, owner: str, calls: CallExecutor | None = None) -> RunDriver:
-        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
-                         calls=calls or self._calls,
+    def _driver(self, owner: str, calls: CallExecutor | None) -> RunDriver:
+        """A driver leasing under `owner` whose steps lease their calls to `calls`; the runs
+        it holds (claimed, or handed over by the releases of its limits' slots) are told to
+        the heartbeat."""
+        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch, calls=calls,
                          holds=lambda run_ids, held: self._hold(owner, run_ids, held))
 
     def _loop(self, owner: str) -> None:
-        driver = self._driver(owner)
+        driver = self._driver(owner, self._calls)
         try:
             self._serve(owner, driver)
         finally:

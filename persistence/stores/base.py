@@ -317,8 +317,9 @@ class CallRecord:
 @dataclass(frozen=True, slots=True)
 class CallAttempt:
     """One attempt of a call (a row of `workflow_call_attempts`); `outcome` is None while it
-    runs, else `done`, `failed`, `timed_out`, `retrying` (a transient failure), `stopped` or
-    `lost` (its worker stopped answering)."""
+    runs, else `done`, `failed`, `timed_out`, `retrying` (a transient failure), `stopped`,
+    `lost` (its worker stopped answering) or `skipped` (an external call in a dry run: its
+    call is `done`, with the output and the attempt's message `dry-run`)."""
 
     idempotency_key: str
     attempt: int
