@@ -19,7 +19,12 @@ from typing import Any
 import orjson
 
 from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
-from .errors import ContextError, ImplementationError, MachineDefinitionError
+from .errors import (
+    ContextError,
+    ImplementationError,
+    MachineDefinitionError,
+    MissingImplementation,
+)
 from .events import (
     after_event_type,
     done_actor_event_type,
@@ -97,6 +102,7 @@ class _Builder:
     def __init__(self, impl: Implementations) -> None:
         self.impl = impl
         self.problems: list[str] = []
+        self.missing: list[MissingImplementation] = []
         self.nodes: list[StateNode] = []
         self.configs: dict[StateNode, Mapping[str, Any]] = {}
         self.by_id: dict[str, StateNode] = {}
@@ -104,6 +110,13 @@ class _Builder:
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path or '<root>'}: {message}")
+
+    def no_implementation(self, kind: str, name: str, path: str, known: Iterable[Any],
+                          note: str = "") -> None:
+        """A named guard/action/actor/delay the implementations lack (``validate`` reports
+        these as what the file expects the code to provide)."""
+        self.missing.append(MissingImplementation(kind, name, path))
+        self.problem(path, f"no {kind} '{name}'{_hint(name, known)}{note}")
 
     def build(self, config: Any) -> Definition:
         if not isinstance(config, Mapping):
@@ -128,7 +141,7 @@ class _Builder:
         if version is not None and not isinstance(version, str):
             self.problem("version", "the version must be a string")
         if self.problems:
-            raise MachineDefinitionError(self.problems)
+            raise MachineDefinitionError(self.problems, self.missing)
         retry_delays = {f"{RETRY_DELAY_PREFIX}{n.id}": n for n in self.retried}
         legacy = _fingerprint(root, self.nodes)
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
@@ -479,7 +492,7 @@ class _Builder:
     def _named_guard(self, name: str, params: Any, path: str) -> GuardSpec | None:
         impl = self.impl.guards.get(name)
         if impl is None:
-            self.problem(path, f"no guard '{name}'{_hint(name, self.impl.guards)}")
+            self.no_implementation("guard", name, path, self.impl.guards)
             return None
         params = self._params(params, _join(path, "params"))
         if isinstance(impl, GuardSpec):
@@ -539,7 +552,7 @@ class _Builder:
     def _named_action(self, name: str, params: Any, path: str) -> ActionSpec | None:
         impl = self.impl.actions.get(name)
         if impl is None:
-            self.problem(path, f"no action '{name}'{_hint(name, self.impl.actions)}")
+            self.no_implementation("action", name, path, self.impl.actions)
             return None
         if not (isinstance(impl, BuiltinAction) or callable(impl)):
             self.problem(path, f"action '{name}' is neither callable nor a built-in action")
@@ -586,7 +599,7 @@ class _Builder:
         if isinstance(src, str):
             logic = self.impl.actors.get(src)
             if logic is None:
-                self.problem(_join(path, "src"), f"no actor '{src}'{_hint(src, self.impl.actors)}")
+                self.no_implementation("actor", src, _join(path, "src"), self.impl.actors)
         elif src is not None and not isinstance(src, Mapping):
             logic, src = src, _name_of(src)
         else:
@@ -680,8 +693,8 @@ class _Builder:
             if key.startswith(RETRY_DELAY_PREFIX):
                 return key
             if key not in self.impl.delays:
-                self.problem(path, f"no delay '{key}'{_hint(key, self.impl.delays)} (a delay "
-                             "is milliseconds or a name from delays=)")
+                self.no_implementation("delay", key, path, self.impl.delays,
+                                       " (a delay is milliseconds or a name from delays=)")
                 return None
             return key
         else:
