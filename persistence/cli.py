@@ -315,8 +315,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     send = actions.add_parser(
         "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
         description="Queue an event for a run; a worker applies it. Address the run by its id "
-                    "(a unique prefix will do) or by --workflow and --key.")
+                    "(a unique prefix will do) or by --workflow and --key. An event no state "
+                    "of the run's machine (from --machines) accepts is refused, as the HTTP "
+                    "ingress refuses it.")
     _add_store(send)
+    send.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                      help="module (or module:attr) defining the machines; repeatable")
     send.add_argument("run_id", nargs="?", metavar="RUN", help="the run's id or a unique prefix")
     send.add_argument("--workflow", metavar="NAME", help="with --key: the run's workflow")
     send.add_argument("--key", help="with --workflow: the run's key")
@@ -524,7 +528,11 @@ def _runs_send(args: argparse.Namespace) -> int:
     else:
         run = resolve_run(store, args.run_id)
     try:
-        inbox_id = store.send_event(run.id, thaw(normalize_event(given)), SystemClock().now())
+        event = thaw(normalize_event(given))
+        refusal = Runtime(store, load_machines(args.machines)).refuses_event(run, event["type"])
+        if refusal is not None:
+            raise SystemExit(f"{run.id}: {refusal}; nothing queued")
+        inbox_id = store.send_event(run.id, event, SystemClock().now())
     except (StoreError, ContextError, TypeError, ValueError) as exc:
         raise SystemExit(f"{run.id}: {exc}") from exc
     print(f"{run.id}  queued (inbox {inbox_id})")

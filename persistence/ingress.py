@@ -179,9 +179,9 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise invalid("type", f"{kind!r} is reserved for the engine")
         if run.terminal:
             raise Refused(409, f"run {run.id} has ended ({run.status})")
-        machine = runtime.machine_for(run)
-        if machine is not None and not any(n.candidates(kind) for n in machine.definition.nodes):
-            raise invalid("type", f"no state of {run.workflow_name!r} accepts {kind!r}")
+        refusal = runtime.refuses_event(run, kind)
+        if refusal is not None:
+            raise invalid("type", refusal)
         inbox_id = runtime.send(run.id, event)
         return JSONResponse(Queued(**summary(run).model_dump(), inbox_id=inbox_id).model_dump(),
                             202)  # fmt: skip

@@ -343,6 +343,16 @@ class Runtime:
             return legacy
         return self._by_label.get((run.workflow_name, label)) if isinstance(label, str) else None
 
+    def refuses_event(self, run: RunRecord, event_type: str) -> str | None:
+        """Why `run` can never take an event of `event_type` (no state of its machine has a
+        transition for it, wildcards included), or None. The one rule the ingress (422) and
+        `runs send` refuse by; None also when this runtime lacks the run's definition (a
+        worker that has it decides)."""
+        machine = self.machine_for(run)
+        if machine is None or any(n.candidates(event_type) for n in machine.definition.nodes):
+            return None
+        return f"no state of {run.workflow_name!r} accepts {event_type!r}"
+
     def steppable_versions(self) -> set[tuple[str, str]]:
         """(name, version) pairs of active runs this runtime can step (exact or migratable)."""
         pairs = set(self._exact)
