@@ -37,7 +37,7 @@ class ActionScope(Protocol):
     def check(self, guard: Any) -> bool: ...
     def assign(self, changes: Mapping[str, Any]) -> None: ...
     def record_failure(self, state_id: str) -> None: ...
-    def record_skip(self, state_id: str) -> None: ...
+    def record_skip(self, state_id: str, invoke: str | None = None) -> None: ...
 
 
 class BuiltinAction:
@@ -259,10 +259,12 @@ class RecordSkip(BuiltinAction):
     """Record a call that failed for good as a skipped item (``onFinalFailure: "skip"``)."""
 
     state_id: str
+    invoke: str | None = None
+    """The skipped invoke's id (None: the state's retried invoke)."""
     type: str = "recordSkip"
 
     def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
-        scope.record_skip(self.state_id)
+        scope.record_skip(self.state_id, self.invoke)
 
     def describe(self) -> str:
         return "skip this item"

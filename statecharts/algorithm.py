@@ -241,11 +241,11 @@ class Step:
     def record_failure(self, state_id: str) -> None:
         self._update_retry(state_id, last_error=self.event.get("error"))
 
-    def record_skip(self, state_id: str) -> None:
-        record = self.retries.get(state_id, {})
+    def record_skip(self, state_id: str, invoke: str | None = None) -> None:
+        record = self.retries.get(state_id, {})  # none for a call without retry: one attempt
         node = self.definition.by_id[state_id]
         self.skipped = (*self.skipped, FrozenDict(
-            state=state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
+            state=state_id, invoke=invoke or node.retry_invoke, attempts=record.get("attempt", 1),
             error=self.event.get("error")))
 
     def _update_retry(self, state_id: str, **changes: Any) -> None:

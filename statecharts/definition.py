@@ -248,8 +248,8 @@ class _Builder:
         }
         return expanded
 
-    def _final_failure(self, node: StateNode, invoke: Mapping[str, Any],
-                       path: str) -> list[Any]:
+    def _final_failure(self, node: StateNode, invoke: Mapping[str, Any], path: str,
+                       invoke_id: str | None = None) -> list[Any]:
         if invoke.get("onError") is not None:
             error = invoke["onError"]
             return list(error) if isinstance(error, list) else [error]
@@ -264,7 +264,7 @@ class _Builder:
         for item in done if isinstance(done, list) else [done]:
             item = {"target": item} if isinstance(item, str) else dict(item)
             actions = item.get("actions") or []
-            item["actions"] = [RecordSkip(node.id),
+            item["actions"] = [RecordSkip(node.id, invoke_id),
                                *(actions if isinstance(actions, list) else [actions])]
             item.pop("guard", None)
             skipped.append(item)
@@ -586,6 +586,10 @@ class _Builder:
                 transitions += self._transitions(node, item["onError"],
                                                  _join(item_path, "onError"),
                                                  error_actor_event_type(invoke.id))
+            elif item.get("onFinalFailure") == "skip":  # a call without retry fails for good
+                transitions += self._transitions(
+                    node, self._final_failure(node, item, item_path, invoke.id),
+                    _join(item_path, "onFinalFailure"), error_actor_event_type(invoke.id))
             if "onSnapshot" in item:
                 transitions += self._transitions(node, item["onSnapshot"],
                                                  _join(item_path, "onSnapshot"),

@@ -414,7 +414,10 @@ def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_rest
     assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(f"{run_id}:")
 
 
-def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock) -> None:
+@pytest.mark.parametrize("retry", [{"retry": {"max_attempts": 1}}, {}],
+                         ids=["with-retry", "onFinalFailure_skip_without_retry"])
+def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock,
+                                                  retry: dict[str, Any]) -> None:
     def enrich(item: Any) -> Any:
         raise ValueError("no such company")
 
@@ -422,7 +425,7 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: Simulated
         {"id": "crm", "initial": "enriching",
          "states": {
              "enriching": {"invoke": {"id": "enrich", "src": "enrich", "onDone": "done",
-                                      "retry": {"max_attempts": 1}, "onFinalFailure": "skip"}},
+                                      **retry, "onFinalFailure": "skip"}},
              "done": {"type": "final"}}},
         actors={"enrich": enrich},
     )  # fmt: skip
@@ -431,7 +434,8 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: Simulated
     Worker(runtime).run_until_idle()
     run = runtime.get(run_id)
     assert run.status == "done_partial", (run.status, run.snapshot)
-    assert run.snapshot["skipped"] and run.completed_at is not None
+    assert [(s["invoke"], s["attempts"]) for s in run.snapshot["skipped"]] == [("enrich", 1)]
+    assert run.completed_at is not None
 
 
 def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedClock) -> None:
