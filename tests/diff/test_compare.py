@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -190,6 +191,20 @@ def test_retry_policy_changed_added_and_removed() -> None:
         states(c)["charging"]["invoke"]["retry"]["non_retryable"] = ["CardDeclined"]
     assert changes(diff_of(non_retryable)) == [
         ("changed", "retry", "charging", "retries every error → never retries CardDeclined"),
+    ]
+
+
+def test_a_longer_list_of_waits_is_given_whole() -> None:
+    """Issue 44: 3 -> 5 tries read "waiting 2 s, 4 s → 4 s, 8 s, 16 s" (the shared "2 s," was
+    said once, so the new waits looked like 4, 8, 16 s); the new waits are 2, 4, 8, 16 s."""
+    def tries(attempts: int) -> Callable[[dict[str, Any]], None]:
+        def edit(c: dict[str, Any]) -> None:
+            states(c)["charging"]["invoke"]["retry"] = {
+                "max_attempts": attempts, "initial_interval": 2000, "backoff": "exponential"}
+        return edit
+    assert changes(diff_machines(machine(edited(tries(3))), machine(edited(tries(5))))) == [
+        ("changed", "retry", "charging",
+         "retries up to 2 times → 4 times; waiting 2 s, 4 s → 2 s, 4 s, 8 s, 16 s"),
     ]
 
 
