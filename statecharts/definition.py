@@ -34,6 +34,7 @@ from .events import (
 )
 from .frozen import freeze
 from .guards import GuardSpec
+from .idempotency import KEY_LENGTH, MAX_KEY_LENGTH, MIN_KEY_LENGTH
 from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
@@ -47,7 +48,7 @@ ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
                          "retry", "onFinalFailure", "breaker", "limit", "external",
-                         "transient", "description",
+                         "transient", "keyLength", "description",
                          "meta"})
 RETRY_DELAY_PREFIX = "retry:"
 ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
@@ -640,7 +641,18 @@ class _Builder:
                          path, logic, description, breaker,
                          external or is_external(logic),
                          self._transient(item.get("transient", False), _join(path, "transient")),
-                         limit)
+                         limit, self._key_length(item.get("keyLength"), _join(path, "keyLength")))
+
+    def _key_length(self, value: Any, path: str) -> int:
+        """``keyLength``: how many characters the call's idempotency key has."""
+        if value is None:
+            return KEY_LENGTH
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                MIN_KEY_LENGTH <= value <= MAX_KEY_LENGTH:
+            return value
+        self.problem(path, f"'keyLength' is a whole number from {MIN_KEY_LENGTH} to "
+                     f"{MAX_KEY_LENGTH} (the idempotency key's characters), not {value!r}")
+        return KEY_LENGTH
 
     def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
         """``transient``: true (every error) or a list of error class names."""
@@ -813,11 +825,18 @@ def fingerprint_with(legacy: str, nodes: Iterable[StateNode], version: str | Non
         "version": version, "context": _shape_default(context),
         "failure": {n.id: n.failure for n in nodes if n.failure is not None},
         "invoke": {n.id: [[_shape_default(i.input), _shape_default(i.transient), i.breaker,
-                           i.external] for i in n.invoke] for n in nodes if n.invoke},
+                           i.external, *_key_shape(i)] for i in n.invoke]
+                   for n in nodes if n.invoke},
     }
     digest = hashlib.sha256(orjson.dumps([legacy, extra], default=_shape_default,
                                          option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:32]
+
+
+def _key_shape(invoke: InvokeDef) -> list[int]:
+    """A call site's key length, when not the default (so fingerprints from before
+    ``keyLength`` stay as they were)."""
+    return [] if invoke.key_length == KEY_LENGTH else [invoke.key_length]
 
 
 def _node_shape(node: StateNode) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from ..actions import BuiltinAction
 from ..clock import SimulatedClock
 from ..effects import Effect, RunAction, StartChild
 from ..frozen import FrozenDict, thaw
+from ..idempotency import idempotency_key
 from ..logic import from_callable
 from ..machine import Machine, create_machine
 from ..snapshot import Snapshot
@@ -228,9 +229,10 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
                 self._fail(f"calls executed {ran}, the pure engine started {wanted}")
             for (src, _, key), call in zip(self.script.calls, self.expected_calls,
                                            strict=True):
-                if call.key is not None and not key.endswith(f":{call.key}"):
-                    self._fail(f"call {src!r} ran with idempotency key {key!r}, the pure "
-                               f"engine gave {call.key!r}")
+                if call.key is not None and \
+                        key != idempotency_key(self.durable.run_id, call.key, len(key)):
+                    self._fail(f"call {src!r} ran with idempotency key {key!r}, not the one "
+                               f"of the pure engine's call record {call.key!r}")
             if self.script.actions != self.expected_actions:
                 self._fail(f"actions executed {self.script.actions}, the pure engine asked "
                            f"for {self.expected_actions}")

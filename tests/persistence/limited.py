@@ -68,11 +68,11 @@ MACHINES = [crm, rated, paid, single]
 
 
 def intervals(name: str, killed_at: float | None = None) -> list[tuple[str, float, float]]:
-    """(key, started, ended) of every call of downstream `name`, in start order; a call that
+    """(run id, started, ended) of every call of downstream `name`, in start order; a call that
     never ended (its worker was killed) ends at `killed_at`."""
     db = _ledger()
     try:
-        rows = db.execute("SELECT key, started, ended FROM calls WHERE name = ? ORDER BY started",
+        rows = db.execute("SELECT run, started, ended FROM calls WHERE name = ? ORDER BY started",
                           (name,)).fetchall()  # fmt: skip
     finally:
         db.close()
