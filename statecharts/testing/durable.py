@@ -35,15 +35,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from .extra import hypothesis_missing
+
+try:
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import (
+        RuleBasedStateMachine,
+        invariant,
+        precondition,
+        rule,
+        run_state_machine_as_test,
+    )
+except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
+    raise hypothesis_missing(__name__, exc) from exc
 
 from ..actions import BuiltinAction
 from ..clock import SimulatedClock

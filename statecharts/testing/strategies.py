@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from hypothesis import strategies as st
+
+from .extra import hypothesis_missing
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
+    raise hypothesis_missing(__name__, exc) from exc
 
 from ..actions import assign
 from ..errors import ContextError
