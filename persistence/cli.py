@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
+from persistence.columns import error_is_current
 from persistence.runtime import (
     KeyReuse,
     NotResumableError,
@@ -468,6 +469,15 @@ def _row(run: RunRecord) -> dict[str, Any]:
     return data
 
 
+def _error_note(run: RunRecord) -> str:
+    """`last_error=` for an error that is what is wrong with the run now; `earlier_error=` for
+    one it went on after (a finished or healthy run keeps the column)."""
+    if not run.last_error:
+        return ""
+    current = error_is_current(run.status, run.state)
+    return f"  {'last_error' if current else 'earlier_error'}={run.last_error}"
+
+
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args)
     now = SystemClock().now()
@@ -489,8 +499,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row, run in zip(table, [None, *runs], strict=True):
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        notes = "" if run is None else ((f"  last_error={run.last_error}" if run.last_error
-                                         else "") + (f"  problem={run.problem}" if run.problem
+        notes = "" if run is None else (_error_note(run) + (f"  problem={run.problem}"
+                                                            if run.problem
                                                      else "")
                                         + (f"  waiting_for={run.waiting_for}"
                                            if run.waiting_for and not run.terminal

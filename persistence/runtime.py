@@ -151,6 +151,11 @@ def error_detail(error: Any) -> ErrorDetail:
     return {"name": "Error", "message": text}
 
 
+def error_run_key(run_id: str) -> str:
+    """The key of the error-workflow run started when run `run_id` failed."""
+    return f"error-of:{run_id}"
+
+
 def error_workflow_input(
     run_id: str, workflow: str, key: str | None, state: str, error: Any, failed_at: int,
     dry_run: bool,
@@ -286,8 +291,9 @@ class Runtime:
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
         # a new trace, linked to the failed run's: one run, one trace
-        with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
-            new, outbox, effects = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+        key = error_run_key(run.id)
+        with self.telemetry.starting(target, key, link=run.traceparent) as begun:
+            new, outbox, effects = self.prepare_run(target, failure, key, now,
                                                     traceparent=begun.traceparent)  # fmt: skip
             begun.run(new.id, True)
         return [(new, outbox), *self.child_runs(new.id, new.key, effects, now, new.traceparent)]
