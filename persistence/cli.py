@@ -44,6 +44,7 @@ from statecharts.cli import run_one_tool
 from statecharts.errors import ContextError
 from statecharts.events import normalize_event
 from statecharts.frozen import storable_text, thaw
+from statecharts.tracing import check_traceparent, valid_traceparent
 
 STORE_ENV = "STATECHARTS_STORE"
 API_TOKEN_ENV = "STATECHARTS_API_TOKEN"
@@ -282,10 +283,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--metrics-refresh-s", type=float, default=15.0,
                         help="read the store's gauges (runs by status, stuck runs, breakers) "
                              "at most this often (default 15)")
-    worker.add_argument("--otlp", action="store_true",
-                        help="export traces and metrics over OTLP/HTTP as the standard "
-                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
-                             "opentelemetry-exporter-otlp-proto-http)")
+    _add_otlp(worker)
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
@@ -312,6 +310,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="when the key's run exists: return it (default), start anew once it "
                             "has ended (allow_duplicate), or refuse while it is active "
                             "(reject_active)")
+    _add_otlp(start)
+    start.add_argument("--traceparent", default=None, metavar="HEADER",
+                       help="the W3C traceparent the run's trace continues (default: "
+                            "$TRACEPARENT when it holds a valid one), as the HTTP API takes "
+                            "the request's traceparent header")
     start.set_defaults(handler=_closing_stores(_runs_start))
     send = actions.add_parser(
         "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
@@ -414,7 +417,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="largest request body in bytes (default 1048576)")
     api.add_argument("--log-level", default="INFO",
                      help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    _add_otlp(api)
     api.set_defaults(handler=_closing_stores(_api))
+
+
+def _add_otlp(parser: argparse.ArgumentParser) -> None:
+    """`--otlp`: the worker's, the API's and `runs start`'s way to export their spans."""
+    parser.add_argument("--otlp", action="store_true",
+                        help="export traces and metrics over OTLP/HTTP as the standard "
+                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
+                             "opentelemetry-exporter-otlp-proto-http)")
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -516,9 +528,19 @@ def _runs_start(args: argparse.Namespace) -> int:
     given = None if args.input is None else _json_arg("--input", args.input)
     reuse: KeyReuse = args.reuse
     try:
-        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse)
+        traceparent = check_traceparent(args.traceparent, "--traceparent") \
+            if args.traceparent is not None else valid_traceparent(os.environ.get("TRACEPARENT"))
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    shutdown_otlp = otlp.configure() if args.otlp else None
+    try:
+        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse,
+                                         traceparent=traceparent)
     except (UnknownWorkflowError, RunActiveError, ContextError, ValueError) as exc:
         raise SystemExit(str(exc).strip('"')) from exc
+    finally:
+        if shutdown_otlp is not None:
+            shutdown_otlp()  # the start span, exported before the command exits
     print(f"{run.id}  {'started' if created else 'existing'}  {run.status}  {run.state}")
     return 0
 
@@ -646,8 +668,13 @@ def _api(args: argparse.Namespace) -> int:
     logging.getLogger("statecharts.api").info(
         "serving http://%s:%d/api (%s%s)", args.host, args.port, ", ".join(runtime.machines),
         ", token required" if token else "")  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                server_header=False)  # fmt: skip
+    shutdown_otlp = otlp.configure() if args.otlp else None
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                    server_header=False)  # fmt: skip
+    finally:
+        if shutdown_otlp is not None:
+            shutdown_otlp()
     return 0
 
 

@@ -35,6 +35,7 @@ from persistence.ui.app import document_token
 from persistence.ui.security import has_token
 from statecharts.errors import ContextError
 from statecharts.frozen import freeze, thaw
+from statecharts.tracing import valid_traceparent
 
 MAX_BODY = 1_048_576
 """Default request body limit in bytes (1 MiB)."""
@@ -171,7 +172,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         except RunFinishedError as exc:
             raise Refused(409, str(exc)) from exc
 
-    def queue(run: RunRecord, event: Mapping[str, Any]) -> Response:
+    def queue(run: RunRecord, event: Mapping[str, Any], traceparent: str | None) -> Response:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             raise invalid("type", "an event needs a non-empty string type")
@@ -182,7 +183,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         refusal = runtime.refuses_event(run, kind)
         if refusal is not None:
             raise invalid("type", refusal)
-        inbox_id = runtime.send(run.id, event)
+        inbox_id = runtime.send(run.id, event, traceparent=traceparent)
         return JSONResponse(Queued(**summary(run).model_dump(), inbox_id=inbox_id).model_dump(),
                             202)  # fmt: skip
 
@@ -196,7 +197,9 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         key = body.get("key")
         if key is not None and not isinstance(key, str):
             raise invalid("key", "the key must be a string")
-        run, created = await call(lambda: runtime.start_run(name, body.get("input"), key))
+        traceparent = valid_traceparent(request.headers.get("traceparent"))  # the caller's
+        run, created = await call(lambda: runtime.start_run(name, body.get("input"), key,
+                                                            traceparent=traceparent))
         return JSONResponse(summary(run).model_dump(), 201 if created else 200)
 
     @app.post("/api/workflows/{name}/runs/{key}/events", status_code=202,
@@ -205,7 +208,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     async def send_by_key(name: str, key: str, request: Request) -> Response:
         """Queue an event for the newest run of `name` started with `key`."""
         event = await body_of(request, name)
-        return await call(lambda: queue(runtime.get_by_key(name, key), event))
+        traceparent = valid_traceparent(request.headers.get("traceparent"))
+        return await call(lambda: queue(runtime.get_by_key(name, key), event, traceparent))
 
     @app.post("/api/runs/{run_id}/events", status_code=202, response_model=Queued,
               openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
@@ -214,7 +218,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         """Queue an event for the run with this id (signed as its workflow's webhooks are)."""
         run = await call(lambda: runtime.get(run_id))
         event = await body_of(request, run.workflow_name)
-        return await call(lambda: queue(run, event))
+        traceparent = valid_traceparent(request.headers.get("traceparent"))
+        return await call(lambda: queue(run, event, traceparent))
 
     @app.get("/api/runs/{run_id}", response_model=RunSummary)
     async def get_run(run_id: str) -> RunSummary:

@@ -16,9 +16,9 @@ from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from persistence.ui import create_app  # noqa: E402
+from persistence.ui import create_app
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
