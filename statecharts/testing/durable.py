@@ -35,21 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .extra import hypothesis_missing
-
-try:
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis import strategies as st
-    from hypothesis.stateful import (
-        RuleBasedStateMachine,
-        invariant,
-        precondition,
-        rule,
-        run_state_machine_as_test,
-    )
-except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
-    raise hypothesis_missing(__name__, exc) from exc
-
 from ..actions import BuiltinAction
 from ..clock import SimulatedClock
 from ..effects import Effect, RunAction, StartChild
@@ -59,6 +44,17 @@ from ..logic import from_callable
 from ..machine import Machine, create_machine
 from ..snapshot import Snapshot
 from .graph import event_alphabet
+from .hypothesis_api import (
+    HealthCheck,
+    Phase,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+    settings,
+    st,
+)
 from .outcomes import check_outputs, error_exception, invoke_defs, running_calls
 from .strategies import OutputStrategies, event_strategy, outcome_strategy
 

@@ -31,21 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .extra import hypothesis_missing
-
-try:
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis import strategies as st
-    from hypothesis.stateful import (
-        RuleBasedStateMachine,
-        invariant,
-        precondition,
-        rule,
-        run_state_machine_as_test,
-    )
-except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
-    raise hypothesis_missing(__name__, exc) from exc
-
 from ..errors import StatechartError
 from ..frozen import FrozenDict, thaw
 from ..machine import Machine
@@ -53,6 +38,17 @@ from ..nodes import HISTORY
 from ..snapshot import Snapshot
 from .coverage import CoverageRecorder, state_name
 from .graph import event_alphabet
+from .hypothesis_api import (
+    HealthCheck,
+    Phase,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+    settings,
+    st,
+)
 from .outcomes import Call, CutOffs, check_outputs, is_possible, running_calls
 from .strategies import OutputStrategies, event_strategy, outcome_strategy
 

@@ -25,13 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .extra import hypothesis_missing
-
-try:
-    from hypothesis import HealthCheck, given, settings
-except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
-    raise hypothesis_missing(__name__, exc) from exc
-
 from ..errors import ContextError
 from ..events import EventLike, normalize_event
 from ..frozen import thaw
@@ -41,6 +34,7 @@ from ..snapshot import Snapshot, persist, snapshot_to_json
 from .coverage import CoverageRecorder, state_name
 from .graph import EventSource, Graph, StateKey, explore
 from .harness import Check, collect_invariants
+from .hypothesis_api import HealthCheck, given, settings
 from .outcomes import outcome_call
 from .strategies import OutputStrategies, stories
 

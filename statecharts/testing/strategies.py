@@ -20,13 +20,6 @@ from typing import Any
 
 import orjson
 
-from .extra import hypothesis_missing
-
-try:
-    from hypothesis import strategies as st
-except ModuleNotFoundError as exc:  # the testing extra is not installed: say so
-    raise hypothesis_missing(__name__, exc) from exc
-
 from ..actions import assign
 from ..errors import ContextError
 from ..events import EventLike, normalize_event
@@ -34,6 +27,7 @@ from ..frozen import FrozenDict
 from ..machine import Machine, create_machine
 from ..snapshot import Snapshot
 from .graph import event_alphabet
+from .hypothesis_api import st
 from .outcomes import (
     DEFAULT_OUTPUT,
     Call,

@@ -19,9 +19,10 @@ def test_a_kit_module_without_hypothesis_names_the_testing_extra(module: str) ->
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last == (f"ModuleNotFoundError: statecharts.testing.{module} needs Hypothesis, "
-                    "which the 'testing' extra installs: pip install 'statecharts[testing]' "
-                    "(graph, coverage and outcomes work without it)")
+    assert last == ("ModuleNotFoundError: statecharts' test kit (strategies, harness, "
+                    "properties, durable) needs Hypothesis, which the 'testing' extra installs: "
+                    "pip install 'statecharts[testing]' (graph, coverage and outcomes work "
+                    "without it)")
 
 
 def test_graph_and_coverage_still_import_without_hypothesis() -> None:

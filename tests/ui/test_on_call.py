@@ -23,12 +23,14 @@ from persistence.ui import create_app
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_kind(request: pytest.FixtureRequest) -> str:
+    """The stores an operator's UI runs on (the in-memory one has no URL for the CLI)."""
     return str(request.param)
 
 
 @pytest.fixture
 def clock() -> SimulatedClock:
-    return SimulatedClock(1_700_000_000_000)
+    """A clock at a fixed instant (the runs' times are not what this checks)."""
+    return SimulatedClock(START_MS)
 
 
 @pytest.fixture
@@ -38,6 +40,9 @@ def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
         return f"sqlite:///{tmp_path / 'runs.db'}"
     dsn, schema = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_schema")
     return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
+START_MS = 1_700_000_000_000
 
 
 def machines() -> list[Any]:
