@@ -4,6 +4,7 @@ a real worker process stepping the runs, over a real SQLite file filled with the
 from __future__ import annotations
 
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -394,15 +395,20 @@ def test_the_timeline_stays_inside_its_card_at_1440_px(
     url, runs, _ = demo
     store = open_store(url)
     try:  # an event as a webhook sends one: a long reference, a long unbroken token
-        store.send_event(runs.waiting[1], {
+        # (to a run the module's other tests left waiting: they approve and cancel some)
+        target = next(r for r in reversed(runs.waiting) if store.get_run(r).status == "active")
+        store.send_event(target, {
             "type": "APPROVE", "by": "approvals-service-eu-west-1",
             "reference": "ord_" + "9f3a7c21" * 16, "note": "checked " * 30}, 0)
+        deadline = time.monotonic() + 20  # the worker process applies it
+        while store.pending_events(target) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         store.close()
     page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(f"{served.url}/runs/{runs.waiting[1]}")
+    page.goto(f"{served.url}/runs/{target}")
     page.locator("table.timeline", has_text="APPROVE").wait_for(timeout=20_000)
-    for run_id in (runs.waiting[1], runs.retrying, runs.failed, runs.scripted):
+    for run_id in (target, runs.retrying, runs.failed, runs.scripted):
         page.goto(f"{served.url}/runs/{run_id}")
         overflow = page.evaluate(
             """() => {
