@@ -37,6 +37,18 @@ bench: $(VENV)/.installed
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(PY) -m benchmarks.run $(ARGS)
 
+# Opt-in soaks, each the long form of a default-suite test (STATECHARTS_SOAK=1): 1,000 runs with
+# workers SIGKILLed (test_crash), 1,000 child-run trees (test_child_crash), and limits under
+# random SIGKILLs for SOAK_S seconds per store, SQLite then PostgreSQL (test_capacity_faults;
+# 900 s each: 30 minutes; every run must finish, never more calls in flight than the limit).
+# Only the limits: make soak SOAK_TESTS=tests/persistence/test_capacity_faults.py SOAK_S=600
+SOAK_S ?= 900
+SOAK_TESTS ?= tests/persistence/test_crash.py tests/persistence/test_child_crash.py \
+	tests/persistence/test_capacity_faults.py
+soak: $(VENV)/.installed
+	STATECHARTS_SOAK=1 STATECHARTS_LIMITS_SOAK_S=$(SOAK_S) $(PY) -m pytest -q -s -n 0 \
+		-o timeout=0 $(SOAK_TESTS) $(ARGS)
+
 # Opt-in: 100,000 runs due at one instant on PostgreSQL, 4 worker processes, with and without a
 # limit of 4 in flight (benchmarks/load.py; about 15 minutes). Writes benchmarks/load_results.json,
 # which `make bench` puts into docs/performance.md. Needs PostgreSQL at $STATECHARTS_TEST_DSN.

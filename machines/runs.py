@@ -10,15 +10,13 @@ from persistence.runtime import ErrorWorkflowInput
 from persistence.runtime import error_workflow_input as contract
 from statecharts import Machine, Snapshot
 from statecharts.frozen import thaw
-
-RETRY_STATE = "waiting_to_retry"
+from statecharts.retrying import waits_to_retry
 
 
 def retry_waits_entered(before: Iterable[str], after: Iterable[str]) -> int:
-    """How many ``waiting_to_retry`` states a step entered, from the active leaf paths before
-    and after it (each one is a retry about to happen)."""
-    waiting_before = {leaf for leaf in before if leaf.endswith(RETRY_STATE)}
-    return sum(1 for leaf in after if leaf.endswith(RETRY_STATE) and leaf not in waiting_before)
+    """How many retry waits (``waiting_to_retry`` states) a step entered, from the active leaf
+    paths before and after it (each one is a retry about to happen)."""
+    return len(waits_to_retry(after) - waits_to_retry(before))
 
 
 @dataclass

@@ -27,6 +27,7 @@ class LoopbackIngress:
         import uvicorn
 
         from persistence.ingress import Signature, create_api
+        from persistence.serving import config
 
         self.signature = Signature(secret, HEADER)
         app = create_api(runtime, signatures={name: self.signature for name in signed})
@@ -34,8 +35,8 @@ class LoopbackIngress:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning", access_log=False))
+        self.server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning",
+                                           access_log=False))  # fmt: skip
         self.thread = threading.Thread(target=self.server.run, name="ingress", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15

@@ -28,22 +28,29 @@ from persistence.columns import error_is_current
 from persistence.runtime import (
     KeyReuse,
     NotResumableError,
-    RunActiveError,
     Runtime,
     UnknownWorkflowError,
     machines_from,
 )
 from persistence.scheduling import ScheduledStart
-from persistence.stores import RunQuery, RunRecord, Store, StoreError, open_store
+from persistence.signatures import Signature
+from persistence.stores import (
+    RunQuery,
+    RunRecord,
+    Store,
+    StoreEncodingError,
+    StoreError,
+    open_store,
+)
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
 from persistence.ui.views import relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
-from statecharts.cli import run_one_tool
-from statecharts.errors import ContextError
+from statecharts.errors import ContextError, StatechartError
 from statecharts.events import normalize_event
 from statecharts.frozen import storable_text, thaw
+from statecharts.subcommands import run_one_tool
 from statecharts.tracing import check_traceparent, valid_traceparent
 
 STORE_ENV = "STATECHARTS_STORE"
@@ -409,10 +416,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     api.add_argument("--port", type=int, default=DEFAULT_API_PORT,
                      help=f"port to listen on (default {DEFAULT_API_PORT})")
     api.add_argument("--signature", action="append", default=[],
-                     metavar="WORKFLOW=ENV_VAR[@HEADER]",
-                     help="require WORKFLOW's requests to carry sha256=<hex HMAC of the body> "
-                          "under the secret in ENV_VAR, in HEADER (default X-Signature-256); "
-                          "repeatable")  # fmt: skip
+                     metavar="WORKFLOW=[PROVIDER:]ENV_VAR[@HEADER]",
+                     help="require WORKFLOW's requests to be signed with the secret in ENV_VAR: "
+                          "as PROVIDER signs them (github, stripe, slack or standard: Standard "
+                          "Webhooks; with a replay window of 300 s and events deduplicated by "
+                          "the provider's delivery id), or else as sha256=<hex HMAC of the "
+                          "body> in HEADER (default X-Signature-256). Once one is given, "
+                          "unsigned requests and reads need "
+                          f"{API_TOKEN_ENV} unless --allow-unsigned; repeatable")  # fmt: skip
+    api.add_argument("--allow-unsigned", action="store_true",
+                     help="with --signature, still take unsigned starts, events and reads of "
+                          "the other workflows without the token (not behind a public "
+                          "address)")  # fmt: skip
     api.add_argument("--max-body", type=int, default=1_048_576,
                      help="largest request body in bytes (default 1048576)")
     api.add_argument("--log-level", default="INFO",
@@ -536,8 +551,9 @@ def _runs_start(args: argparse.Namespace) -> int:
     try:
         run, created = runtime.start_run(args.name, given, args.key, reuse=reuse,
                                          traceparent=traceparent)
-    except (UnknownWorkflowError, RunActiveError, ContextError, ValueError) as exc:
-        raise SystemExit(str(exc).strip('"')) from exc
+    except (UnknownWorkflowError, StatechartError, StoreEncodingError, ValueError) as exc:
+        # the input, key or name is at fault: one line saying what, not a traceback
+        raise SystemExit(f"runs start {args.name}: {str(exc).strip(chr(34))}") from exc
     finally:
         if shutdown_otlp is not None:
             shutdown_otlp()  # the start span, exported before the command exits
@@ -639,43 +655,61 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 def _api(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
-
-        from persistence.ingress import Signature, create_api
+        from persistence.ingress import create_api
+        from persistence.serving import serve
     except ModuleNotFoundError as exc:
         raise (missing_extra(exc, "statecharts api") or exc) from exc
     from persistence.ui.cli import check_bind
 
     token = os.environ.get(API_TOKEN_ENV) or None
     check_bind(args.host, token, API_TOKEN_ENV)
-    signatures: dict[str, Signature] = {}
-    for spec in args.signature:
-        workflow, _, rest = spec.partition("=")
-        variable, _, header = rest.partition("@")
-        if not workflow or not variable:
-            raise SystemExit(f"--signature {spec}: expected WORKFLOW=ENV_VAR[@HEADER]")
-        secret = os.environ.get(variable)
-        if not secret:
-            raise SystemExit(f"--signature {spec}: ${variable} is not set")
-        signatures[workflow] = Signature(secret, header or "X-Signature-256")
+    signatures = {spec.partition("=")[0]: _signature(spec) for spec in args.signature}
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     runtime = Runtime(_store(args), load_machines(args.machines))
     unknown = sorted(set(signatures) - set(runtime.machines))
     if unknown:
         raise SystemExit(f"--signature names workflows not among --machines: {unknown}")
-    app = create_api(runtime, token=token, signatures=signatures, max_body=args.max_body)
+    app = create_api(runtime, token=token, signatures=signatures, max_body=args.max_body,
+                     allow_unsigned=args.allow_unsigned)  # fmt: skip
     logging.getLogger("statecharts.api").info(
-        "serving http://%s:%d/api (%s%s)", args.host, args.port, ", ".join(runtime.machines),
-        ", token required" if token else "")  # fmt: skip
+        "serving http://%s:%d/api (%s%s%s)", args.host, args.port, ", ".join(runtime.machines),
+        ", token required" if token else "",
+        ", unsigned requests refused without the token" if signatures and not
+        args.allow_unsigned else "")  # fmt: skip
     shutdown_otlp = otlp.configure() if args.otlp else None
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                    server_header=False)  # fmt: skip
+        serve(app, args.host, args.port, log_level=args.log_level.lower())
     finally:
         if shutdown_otlp is not None:
             shutdown_otlp()
     return 0
+
+
+SIGNATURE_PROVIDERS = ("github", "stripe", "slack", "standard")
+
+
+def _signature(spec: str) -> Signature:
+    """`--signature WORKFLOW=[PROVIDER:]ENV_VAR[@HEADER]` as a `Signature`."""
+    workflow, _, rest = spec.partition("=")
+    provider, _, rest = rest.rpartition(":")
+    variable, _, header = rest.partition("@")
+    if not workflow or not variable or (provider and provider not in SIGNATURE_PROVIDERS) or (
+        provider and header
+    ):
+        raise SystemExit(f"--signature {spec}: expected WORKFLOW=ENV_VAR[@HEADER] or "
+                         f"WORKFLOW=PROVIDER:ENV_VAR with PROVIDER one of "
+                         f"{', '.join(SIGNATURE_PROVIDERS)}")  # fmt: skip
+    secret = os.environ.get(variable)
+    if not secret:
+        raise SystemExit(f"--signature {spec}: ${variable} is not set")
+    try:
+        if provider:
+            made: Signature = getattr(Signature, provider)(secret)
+            return made
+        return Signature(secret, header or "X-Signature-256")
+    except ValueError as exc:
+        raise SystemExit(f"--signature {spec}: {exc}") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

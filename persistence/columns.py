@@ -14,8 +14,8 @@ from typing import Any
 
 from persistence.stores.base import ACTIVE
 from statecharts import Snapshot
-from statecharts.definition import WAITING
 from statecharts.frozen import storable_text, thaw
+from statecharts.retrying import attempt_in_progress, waits_to_retry
 
 TRANSIENT_PREFIX = "transient failure"
 """How `last_error` starts while a run waits out the backoff of a transient failure."""
@@ -67,11 +67,10 @@ def run_status(snapshot: Snapshot) -> str:
 def retry_columns(snapshot: Snapshot) -> tuple[int | None, str | None]:
     """(attempt_count, last_error) of the retried call in progress, from the snapshot's retry
     records; (None, None) when no retried call is active (the row keeps its last values)."""
-    records = list(snapshot.retries.values())
-    if not records:
+    found = attempt_in_progress(snapshot.retry_records)
+    if found is None:
         return None, None
-    record = max(records, key=lambda r: int(r.get("attempt") or 0))
-    return int(record.get("attempt") or 0), error_text(record.get("last_error"))
+    return found[0], error_text(found[1])
 
 
 def error_text(error: Any) -> str | None:
@@ -88,4 +87,4 @@ def error_is_current(status: str, state: str) -> bool:
     call that failed. A run that finished, or went on after the error, keeps the column (the
     history), but it is no longer what is wrong with the run: the UI and `runs list` show it
     as an earlier error, not in red."""
-    return status == "error" or (status == ACTIVE and WAITING in state.split("."))
+    return status == "error" or (status == ACTIVE and bool(waits_to_retry(state.split(","))))

@@ -50,10 +50,10 @@ from persistence.stores.base import (
 )
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
-from statecharts.definition import WAITING
 from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
 from statecharts.frozen import storable_text
+from statecharts.retrying import WAITING, waits_to_retry
 
 if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
     from persistence.runtime import Runtime
@@ -129,7 +129,7 @@ class _Leased:
 
 def _waits_to_retry(state: str) -> set[str]:
     """The retried call sites waiting for their next attempt among the active leaves."""
-    return {leaf for leaf in state.split(",") if leaf.rsplit(".", 1)[-1] == WAITING}
+    return waits_to_retry(state.split(","))
 
 
 class RunDriver:

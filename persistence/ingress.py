@@ -4,38 +4,55 @@ and events of durable runs, addressed by run id or by the key a run was started 
 - `POST /api/workflows/{name}/runs` `{"key": ..., "input": ...}`: start, idempotent by key
   (`201` created, `200` with the same body when the key's run already existed);
 - `POST /api/workflows/{name}/runs/{key}/events` and `POST /api/runs/{run_id}/events` with an
-  event object: queue it (`202`); `404` unknown run or key, `409` ended run, `422` (with the
-  offending path) for a value no store holds or an event type no state of the machine accepts;
+  event object: queue it (`202`; `200` with `"duplicate": true` for a delivery id already
+  queued for the run); `404` unknown run or key, `409` ended run, `422` (with the offending
+  path) for a value no store holds, an event type no state of the machine accepts, or an input
+  the workflow cannot start from;
 - `GET /api/runs/{run_id}`, `GET /api/workflows/{name}/runs/{key}`: the run.
 
-With a token every request must carry it (`Authorization: Bearer`, as the UI). A workflow may
-also require a signature: the hex HMAC-SHA256 of the raw request body in a header (GitHub's
-`X-Hub-Signature-256: sha256=<hex>` style; header, prefix and secret configurable), compared in
-constant time. Bodies over `max_body` bytes get `413`. Serve it with `statecharts api` or mount
-`create_api(runtime)` into your own FastAPI app.
+With a token every request must carry it (`Authorization: Bearer`, as the UI), except a signed
+workflow's starts and events, which its signature authenticates. A workflow may require a
+signature (`persistence.signatures.Signature`: an HMAC-SHA256 of the raw body under a shared
+secret, and of a timestamp within a replay window for the providers that sign one; presets for
+GitHub, Stripe, Slack and Standard Webhooks). Once any workflow requires one, the ingress is in
+secure mode: an unsigned start or event, and every read, needs the token (`allow_unsigned=True`
+opts out). An event with a delivery id (the signature's delivery header or field, else an
+`Idempotency-Key` header) is queued once per run and delivery id, durably: posted again, it is
+answered `200` and queues nothing. Bodies over `max_body` bytes get `413`. No request a client
+can send answers 500: what the client got wrong is a 4xx naming it, an unreachable store 503.
+Serve it with `statecharts api` or mount `create_api(runtime)` into your own FastAPI app.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
-from persistence.runtime import Runtime, UnknownWorkflowError
-from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord
+from persistence.runtime import InvalidKeyError, Runtime, UnknownWorkflowError
+from persistence.signatures import Signature, SignatureError
+from persistence.stores import (
+    RunFinishedError,
+    RunNotFoundError,
+    RunRecord,
+    StoreEncodingError,
+    StoreUnavailableError,
+)
 from persistence.ui.api import RunSummary, summary
 from persistence.ui.app import document_token
-from persistence.ui.security import has_token
-from statecharts.errors import ContextError
-from statecharts.frozen import freeze, thaw
+from persistence.ui.security import client_gone, has_token
+from statecharts.errors import ContextError, StatechartError
+from statecharts.frozen import freeze, text_problem, thaw
 from statecharts.tracing import valid_traceparent
+
+__all__ = ["MAX_BODY", "Queued", "Refused", "Signature", "create_api", "invalid"]
 
 MAX_BODY = 1_048_576
 """Default request body limit in bytes (1 MiB)."""
@@ -45,6 +62,18 @@ RESERVED_PREFIXES = ("xstate.", "statecharts.")
 
 OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 """Served without the token: the API's description, no run data."""
+
+DELIVERY_HEADER = "Idempotency-Key"
+"""Where an event's delivery id is when its workflow's signature names no other place."""
+
+MAX_DELIVERY_ID = 200
+"""The longest delivery id taken, in characters."""
+
+WRITES = re.compile(r"^/api/(workflows/[^/]+/runs(/[^/]+/events)?|runs/[^/]+/events)$")
+"""The starts and events: what a signature, instead of the token, may authenticate."""
+
+RETRY_AFTER_S = "5"
+"""The `Retry-After` of a 503 (the store could not answer)."""
 
 T = TypeVar("T")
 
@@ -56,38 +85,26 @@ def _inside(request: Request) -> str:
     return path[len(root):] if root and path.startswith(root) else path
 
 
-@dataclass(frozen=True, slots=True)
-class Signature:
-    """How one workflow's webhooks are signed: `header` holds `prefix` + the hex HMAC-SHA256
-    of the raw body under `secret`."""
-
-    secret: str
-    header: str = "X-Signature-256"
-    prefix: str = "sha256="
-
-    def sign(self, body: bytes) -> str:
-        """The header value a sender puts on `body`."""
-        return self.prefix + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
-
-    def accepts(self, body: bytes, offered: str | None) -> bool:
-        """True when `offered` is the signature of `body` (constant-time comparison)."""
-        expected = self.sign(body).encode()
-        return offered is not None and hmac.compare_digest(offered.encode(), expected)
-
-
 class Refused(Exception):
     """A request answered with an error status and JSON detail."""
 
-    def __init__(self, status: int, detail: Any) -> None:
+    def __init__(self, status: int, detail: Any, headers: Mapping[str, str] | None = None
+                 ) -> None:  # fmt: skip
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.headers = dict(headers or {})
 
 
-def invalid(path: str, message: str) -> Refused:
+def invalid(path: str, message: str, root: str = "body") -> Refused:
     """A 422 naming the offending place in the body (FastAPI's validation error shape)."""
-    loc = ["body", *[part for part in path.split(".") if part]] if path != "<root>" else ["body"]
+    loc = [root, *[part for part in path.split(".") if part]] if path != "<root>" else [root]
     return Refused(422, [{"loc": loc, "msg": message, "type": "value_error"}])
+
+
+def unauthorized(message: str) -> Refused:
+    """A 401 asking for the token."""
+    return Refused(401, message, {"WWW-Authenticate": "Bearer"})
 
 
 START_EXAMPLE = {"key": "deal-42", "input": {"email": "ann@example.com", "source": "crm"}}
@@ -117,30 +134,54 @@ class Queued(RunSummary):
     """The event was queued for the run; a worker applies it."""
 
     inbox_id: int
+    duplicate: bool = Field(False, description="the delivery id was queued for the run "
+                            "before: this request queued nothing")
 
 
 def create_api(runtime: Runtime, *, token: str | None = None,
                signatures: Mapping[str, Signature] | None = None,
-               max_body: int = MAX_BODY) -> FastAPI:  # fmt: skip
-    """The ingress app over `runtime` (see the module docstring)."""
+               max_body: int = MAX_BODY, allow_unsigned: bool = False) -> FastAPI:  # fmt: skip
+    """The ingress app over `runtime` (see the module docstring). With `signatures`, requests
+    without the token are refused except the signed workflows' starts and events (secure
+    mode), unless `allow_unsigned`."""
     signed = dict(signatures or {})
+    secure = bool(signed) and not allow_unsigned
     app = FastAPI(title="statecharts webhook ingress", version="1",
                   description=__doc__, responses=RUN_RESPONSES)  # fmt: skip
 
+    app.add_exception_handler(ClientDisconnect, client_gone)
+
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> Response:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": exc.detail}, exc.status, headers=headers)
+        return JSONResponse({"detail": exc.detail}, exc.status, headers=exc.headers or None)
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        if token and _inside(request) not in OPEN_PATHS and not has_token(request, token):
+        path = _inside(request)
+        if token and path not in OPEN_PATHS and not has_token(request, token) and not (
+            signed and request.method == "POST" and WRITES.match(path)
+        ):  # a signed workflow's write is let through: its handler checks the signature
             return JSONResponse({"detail": "missing or wrong token"}, 401,
                                 headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
         response: Response = await call_next(request)
         return response
 
-    async def body_of(request: Request, workflow: str) -> Any:
+    def authenticated(request: Request) -> bool:
+        return token is not None and has_token(request, token)
+
+    def check_read(request: Request) -> None:
+        if secure and not authenticated(request):
+            raise unauthorized("reads need the API token once webhook signatures are configured "
+                               "(secure mode; see allow_unsigned)")  # fmt: skip
+
+    def check_unsigned(request: Request, workflow: str) -> None:
+        """A request to a workflow without a signature: the token, in secure mode."""
+        if (token or secure) and not authenticated(request):
+            raise unauthorized(f"workflow {workflow!r} takes no signature here, and unsigned "
+                               "requests need the API token once webhook signatures are "
+                               "configured (secure mode; see allow_unsigned)")  # fmt: skip
+
+    async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
             raise Refused(413, f"body over {max_body} bytes")
@@ -149,43 +190,65 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raw += chunk
             if len(raw) > max_body:
                 raise Refused(413, f"body over {max_body} bytes")
-        signature = signed.get(workflow)
-        offered = None if signature is None else request.headers.get(signature.header)
-        if signature is not None and not signature.accepts(raw, offered):
-            raise Refused(401, f"missing or wrong {signature.header} signature")
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise invalid("<root>", f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise invalid("<root>", "expected a JSON object")
-        try:
-            return thaw(freeze(data, "", ContextError))
-        except ContextError as exc:
-            raise invalid(exc.path, str(exc)) from exc
+        return raw
 
-    async def call(fn: Callable[[], T]) -> T:
+    async def body_of(request: Request, workflow: str) -> tuple[dict[str, Any], str | None]:
+        """The request's JSON object, its signature checked, and its delivery id if any."""
+        signature = signed.get(workflow)
+        if signature is None:
+            check_unsigned(request, workflow)
+        raw = await read_body(request)
+        delivery = None
+        if signature is not None:
+            try:
+                delivery = signature.verify(raw, request.headers, runtime.clock.now())
+            except SignatureError as exc:
+                raise Refused(401, str(exc)) from exc
+        data = parse(raw)
+        field = signature.delivery_field if signature is not None else None
+        if delivery is None and field is not None and field in data:
+            delivery = delivery_id(data[field], field)
+        if delivery is None and DELIVERY_HEADER in request.headers:
+            delivery = delivery_id(request.headers[DELIVERY_HEADER], DELIVERY_HEADER, "header")
+        return data, delivery
+
+    async def call(fn: Callable[[], T], input_path: str = "input") -> T:
+        """`fn` in a thread, its errors answered as what they are (never a 500 for input)."""
         try:
             return await run_in_threadpool(fn)
         except (RunNotFoundError, UnknownWorkflowError) as exc:
-            raise Refused(404, str(exc)) from exc
+            raise Refused(404, str(exc).strip('"')) from exc
         except RunFinishedError as exc:
             raise Refused(409, str(exc)) from exc
+        except InvalidKeyError as exc:
+            raise invalid("key", str(exc)) from exc
+        except ContextError as exc:
+            raise invalid(exc.path, str(exc)) from exc
+        except (StatechartError, StoreEncodingError) as exc:
+            raise invalid(input_path, f"{type(exc).__name__}: {exc}") from exc
+        except StoreUnavailableError as exc:
+            raise Refused(503, "the run store could not answer; try again shortly",
+                          {"Retry-After": RETRY_AFTER_S}) from exc
 
-    def queue(run: RunRecord, event: Mapping[str, Any], traceparent: str | None) -> Response:
+    def queue(run: RunRecord, event: Mapping[str, Any], delivery: str | None,
+              traceparent: str | None) -> Response:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             raise invalid("type", "an event needs a non-empty string type")
         if kind.startswith(RESERVED_PREFIXES):
             raise invalid("type", f"{kind!r} is reserved for the engine")
-        if run.terminal:
+        if run.terminal and delivery is None:
             raise Refused(409, f"run {run.id} has ended ({run.status})")
         refusal = runtime.refuses_event(run, kind)
         if refusal is not None:
             raise invalid("type", refusal)
-        inbox_id = runtime.send(run.id, event, traceparent=traceparent)
-        return JSONResponse(Queued(**summary(run).model_dump(), inbox_id=inbox_id).model_dump(),
-                            202)  # fmt: skip
+        fresh = True
+        if delivery is None:
+            inbox_id = runtime.send(run.id, event, traceparent=traceparent)
+        else:
+            inbox_id, fresh = runtime.deliver(run.id, event, delivery, traceparent=traceparent)
+        answer = Queued(**summary(run).model_dump(), inbox_id=inbox_id, duplicate=not fresh)
+        return JSONResponse(answer.model_dump(), 202 if fresh else 200)
 
     @app.post("/api/workflows/{name}/runs", response_model=RunSummary, status_code=201,
               openapi_extra=_body_doc(START_EXAMPLE, START_SCHEMA),
@@ -193,7 +256,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     async def start(name: str, request: Request) -> Response:
         """Start a run of workflow `name`; idempotent by `key`: a second request with the same
         key answers `200` with the existing run (active or ended) and starts nothing."""
-        body = await body_of(request, name)
+        body, _ = await body_of(request, name)
         key = body.get("key")
         if key is not None and not isinstance(key, str):
             raise invalid("key", "the key must be a string")
@@ -207,9 +270,10 @@ def create_api(runtime: Runtime, *, token: str | None = None,
               responses={409: {"description": "the key's run has ended"}})
     async def send_by_key(name: str, key: str, request: Request) -> Response:
         """Queue an event for the newest run of `name` started with `key`."""
-        event = await body_of(request, name)
+        event, delivery = await body_of(request, name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
-        return await call(lambda: queue(runtime.get_by_key(name, key), event, traceparent))
+        return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery,
+                                        traceparent), "")  # fmt: skip
 
     @app.post("/api/runs/{run_id}/events", status_code=202, response_model=Queued,
               openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
@@ -217,21 +281,49 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     async def send_by_id(run_id: str, request: Request) -> Response:
         """Queue an event for the run with this id (signed as its workflow's webhooks are)."""
         run = await call(lambda: runtime.get(run_id))
-        event = await body_of(request, run.workflow_name)
+        event, delivery = await body_of(request, run.workflow_name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
-        return await call(lambda: queue(run, event, traceparent))
+        return await call(lambda: queue(run, event, delivery, traceparent), "")
 
     @app.get("/api/runs/{run_id}", response_model=RunSummary)
-    async def get_run(run_id: str) -> RunSummary:
+    async def get_run(run_id: str, request: Request) -> RunSummary:
         """The run with this id."""
+        check_read(request)
         return summary(await call(lambda: runtime.get(run_id)))
 
     @app.get("/api/workflows/{name}/runs/{key}", response_model=RunSummary)
-    async def get_by_key(name: str, key: str) -> RunSummary:
+    async def get_by_key(name: str, key: str, request: Request) -> RunSummary:
         """The newest run of `name` started with `key`."""
+        check_read(request)
         return summary(await call(lambda: runtime.get_by_key(name, key)))
 
     if token:
         document_token(app, "STATECHARTS_API_TOKEN")
     return app
 
+
+def parse(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object of values every store holds, or a 422 naming the place
+    (nesting included: deeper than the stores write is refused, not a 500)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid("<root>", f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise invalid("<root>", "expected a JSON object")
+    try:
+        frozen: dict[str, Any] = thaw(freeze(data, "", ContextError))
+    except ContextError as exc:
+        raise invalid(exc.path, str(exc)) from exc
+    return frozen
+
+
+def delivery_id(value: Any, where: str, root: str = "body") -> str:
+    """A delivery id as given (a header's or a body field's value), or a 422 naming `where`."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_DELIVERY_ID:
+        raise invalid(where, f"a delivery id is a non-empty string of at most "
+                      f"{MAX_DELIVERY_ID} characters", root)  # fmt: skip
+    problem = text_problem(value)
+    if problem is not None:
+        raise invalid(where, f"delivery id: {problem}", root)
+    return value

@@ -46,6 +46,7 @@ from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
 from statecharts.events import EventLike, error_actor_event_type, normalize_event
 from statecharts.frozen import storable_text, text_problem, thaw
+from statecharts.limits import shorten
 from statecharts.snapshot import FINISHED
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,42 @@ class RunActiveError(ValueError):
         self.run = run
         super().__init__(f"run {run.id} of {run.workflow_name!r} with key {run.key!r} is "
                          "active; not started again")  # fmt: skip
+
+
+MAX_KEY_BYTES = 512
+"""The longest key `start` takes, in UTF-8 bytes: a run's key must fit the database's index of
+active keys (PostgreSQL's B-tree holds entries of up to 2,704 bytes) with room for the keys
+of the child runs derived from it."""
+
+
+class InvalidKeyError(ValueError):
+    """`start` was given a key no run could be found by again (empty, with a `/`, too long,
+    not storable text); the message names the key and why."""
+
+
+def check_key(key: object) -> str:
+    """`key` if `start` may take it, else `InvalidKeyError` naming it and why. Refused: a
+    non-string, the empty string and keys with a `/` (the ingress addresses a run by its key
+    in one URL path segment, and `<parent key>/<invoke id>` is the form of the keys the
+    runtime derives for child runs, which a user's key must not take), keys over
+    `MAX_KEY_BYTES` and text no store holds (NUL, lone surrogates)."""
+    if not isinstance(key, str):
+        raise InvalidKeyError(f"key {key!r}: a key must be a string")
+    shown = shorten(repr(key), 40)
+    if not key.strip():
+        raise InvalidKeyError(f"key {shown}: a key must not be empty or blank")
+    problem = text_problem(key)
+    if problem is not None:
+        raise InvalidKeyError(f"key {shown}: {problem}")
+    if "/" in key:
+        raise InvalidKeyError(f"key {shown}: a key must not contain '/' (runs are addressed by "
+                              "key in one URL path segment, and child runs' keys are "
+                              "'<parent key>/<invoke id>')")  # fmt: skip
+    size = len(key.encode())
+    if size > MAX_KEY_BYTES:
+        raise InvalidKeyError(f"key {shown}: {size} bytes, over the {MAX_KEY_BYTES} a key may "
+                              "have")  # fmt: skip
+    return key
 
 
 KeyReuse = Literal["use_existing", "allow_duplicate", "reject_active"]
@@ -385,15 +422,16 @@ class Runtime:
               priority: int | None = None) -> str:
         """Start a run of workflow `name`; return its id.
 
-        With `key`, the key is the run's handle: by default an existing run of `name` with
-        that key (active or ended) is returned and nothing new is started; `reuse` chooses
-        otherwise (see `KeyReuse`). Concurrent starts with one key start one run. The run
-        joins the trace of the span current here (e.g. the webhook's request), or of
-        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are
-        children of this start's span, whichever worker runs them and however late
-        (docs/observability.md). `priority` (0-1000, default the workflow's in
-        `priorities=`, else 0): higher is claimed first, a run of priority p as if it had been
-        due p minutes earlier, so a long-due run of lower priority is never starved.
+        With `key`, the key is the run's handle: by default an existing run of `name` with that key
+        (active or ended) is returned and nothing new is started; `reuse` chooses otherwise (see
+        `KeyReuse`). A key no one could address the run by is refused with `InvalidKeyError`
+        (`check_key`: empty, with a `/`, over 512 bytes). Concurrent starts with one key start one
+        run. The run joins the trace of the span current here (e.g. the webhook's request), or of
+        `traceparent` (a W3C `traceparent` header value) when given: its steps' spans are children
+        of this start's span, whichever worker runs them and however late (docs/observability.md).
+        `priority` (0-1000, default the workflow's in `priorities=`, else 0): higher is claimed
+        first, a run of priority p as if it had been due p minutes earlier, so a long-due run of
+        lower priority is never starved.
         """
         return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
                               priority=priority)[0].id
@@ -423,9 +461,7 @@ class Runtime:
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
-            problem = text_problem(key) if isinstance(key, str) else "it is not a string"
-            if problem is not None:
-                raise ValueError(f"key: {problem}")
+            check_key(key)
         with self.telemetry.starting(name, key, traceparent) as begun:
             if key is not None:
                 existing = self.find_by_key(name, key)
@@ -439,7 +475,8 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
-            record, created = self.store.create_run(run, outbox, now, children=children)
+            record, created = self.store.create_run(run, outbox, now, children=children,
+                                                    key_once=reuse == "use_existing")
             begun.run(record.id, created)
         if created:
             self.resting.started(record, bool(outbox), now)
@@ -525,6 +562,18 @@ class Runtime:
                 return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
                                              traceparent=stored)  # fmt: skip
             return self._sender().send(run_id, thaw(frozen), self.clock.now(), stored)
+
+    def deliver(self, run_id: str, event: EventLike, delivery_id: str, *,
+                traceparent: str | None = None) -> tuple[int, bool]:
+        """Queue `event` for the run once per `delivery_id` (a webhook's delivery id, e.g.
+        Standard Webhooks' `webhook-id`): the delivery is recorded with the queued event, in
+        its transaction, so the same delivery posted again queues nothing. Returns the inbox
+        id and True, or the first delivery's inbox id and False. The event is always queued
+        for a worker (never applied in the call, as `send` may). Errors as `send`."""
+        frozen = normalize_event(event)
+        with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
+            return self.store.send_delivery(run_id, thaw(frozen), self.clock.now(), delivery_id,
+                                            traceparent=stored)  # fmt: skip
 
     def _sender(self) -> RunDriver:
         """This thread's driver for the steps `send` takes (it never holds a lease)."""

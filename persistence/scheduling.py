@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from persistence.runtime import Runtime
-from persistence.stores import RunNotFoundError
+from persistence.stores import RunNotFoundError, stored_key_problem
 
 # -- one run at a time -------------------------------------------------------------------------
 
@@ -156,6 +156,10 @@ class Cron:
         raise CronError(f"cron {self.expression!r} never fires")
 
 
+_LATEST_SLOT = 253_402_300_799_999
+"""The last millisecond of year 9999: the longest fire time in a scheduled run's key."""
+
+
 class ScheduledStart:
     """Starts `workflow` at each slot of `cron`; call `tick()` periodically (workers do).
 
@@ -178,6 +182,10 @@ class ScheduledStart:
     ) -> None:
         if workflow not in runtime.machines:
             raise ValueError(f"schedule {name!r}: no workflow named {workflow!r} in the runtime")
+        too_long = stored_key_problem(f"{name}@{_LATEST_SLOT}")  # refused now, not at every tick
+        if too_long is not None:
+            raise ValueError(f"schedule name: its runs' keys (<name>@<fire time>) would be "
+                             f"too long: {too_long}")
         self.runtime, self.name, self.workflow = runtime, name, workflow
         self.cron, self.tz, self.grace_ms = Cron.parse(cron), tz, grace_ms
         ZoneInfo(tz)  # fail now on an unknown zone

@@ -36,8 +36,6 @@ class ActionScope(Protocol):
     def run_actions(self, actions: list[Any]) -> None: ...
     def check(self, guard: Any) -> bool: ...
     def assign(self, changes: Mapping[str, Any]) -> None: ...
-    def record_failure(self, state_id: str) -> None: ...
-    def record_skip(self, state_id: str, invoke: str | None = None) -> None: ...
 
 
 class BuiltinAction:
@@ -238,36 +236,6 @@ class StopChild(BuiltinAction):
 
     def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
         scope.stop_child(_value(self.id, scope, params))
-
-
-@dataclass(frozen=True, eq=False)
-class RecordFailure(BuiltinAction):
-    """Remember a retried call's error before waiting to retry (added by retry expansion)."""
-
-    state_id: str
-    type: str = "recordFailure"
-
-    def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
-        scope.record_failure(self.state_id)
-
-    def describe(self) -> str:
-        return "remember the error"
-
-
-@dataclass(frozen=True, eq=False)
-class RecordSkip(BuiltinAction):
-    """Record a call that failed for good as a skipped item (``onFinalFailure: "skip"``)."""
-
-    state_id: str
-    invoke: str | None = None
-    """The skipped invoke's id (None: the state's retried invoke)."""
-    type: str = "recordSkip"
-
-    def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
-        scope.record_skip(self.state_id, self.invoke)
-
-    def describe(self) -> str:
-        return "skip this item"
 
 
 def assign(assignment: Mapping[str, Any] | Callable[..., Any]) -> Assign:

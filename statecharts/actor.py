@@ -43,6 +43,7 @@ from .idempotency import KEY_LENGTH, idempotency_key
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
+from .routes import take
 from .snapshot import ChildRef, Snapshot, finished_child
 
 logger = logging.getLogger("statecharts")
@@ -240,25 +241,24 @@ class Actor:
             try:
                 previous: Any = self._snapshot  # (a running actor has one)
                 machine = self.machine
-                # the event's compiled route, taken here as ``Machine.transition`` takes it
-                # (keep them alike), while nothing asks for more than a route gives: no
-                # inspector (it wants the microsteps), the engine's own ``step`` (a subclass's,
-                # or a patch such as the test kit's coverage, sees every event: looked up now),
-                # plans on, the snapshot this machine's and active; else ``_step``
-                take = previous.configuration.routes.get(kind) if self._inspect is None and \
-                    previous.machine is machine and previous.status == "active" and \
-                    machine.plans and type(machine).step is _MACHINE_STEP else None
-                if take is None:
+                # the event's compiled route (``routes.take``), taken here as
+                # ``Machine.transition`` takes it, while nothing asks for more than a route gives:
+                # no inspector (it wants the microsteps), the engine's own ``step`` (a
+                # subclass's, or a patch such as the test kit's coverage, sees every event:
+                # looked up now), plans on, the snapshot this machine's and active; else ``_step``
+                if self._inspect is not None or previous.machine is not machine or \
+                        previous.status != "active" or not machine.plans or \
+                        type(machine).step is not _MACHINE_STEP:
                     self._step(None, normalized,
                                None if self._inspect is None else self._event_trace(normalized))
                 else:
                     try:
-                        result = take(previous, previous.context, normalized, None, None)
+                        result = take(previous, normalized, kind, None)
                     except StatechartError as exc:
                         if self._failed(exc, previous):
                             raise
                     else:
-                        if result is None:  # the route hands this event to the full step
+                        if result is None:  # no route, or it hands this event to the full step
                             self._step(_full_step, normalized, None)
                         elif self._observers:
                             self._settle(previous, result[0], result[1], None)

@@ -11,15 +11,15 @@ actions become effects instead of being called.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace as replace_dataclass
-from functools import partial
 from typing import Any
 
 from msgspec.structs import replace
 
 from . import effects as fx
+from . import retrying
 from .actions import (
     ActionSpec,
     Assign,
@@ -29,29 +29,19 @@ from .actions import (
     ForwardTo,
     LogAction,
     Raise,
-    RecordFailure,
-    RecordSkip,
     SendParentAction,
     SendToAction,
     SpawnChild,
     StopChild,
 )
-from .configuration import NOT_COMPILED, Configuration, Configurations, in_final_state
+from .configuration import Configuration, Configurations, in_final_state
 from .definition import Definition, Implementations, resolve_action, resolve_actor, resolve_guard
-from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, InfiniteLoopError, StatechartError
 from .events import done_state_event_type, is_error_actor_event, normalize_event
-from .frozen import (
-    EMPTY,
-    FrozenDict,
-    as_is,
-    freeze,
-    frozen_update,
-    text_problem,
-)
+from .frozen import EMPTY, FrozenDict, freeze, frozen_update
 from .limits import MAX_DELAY
 from .nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode, Transition
-from .snapshot import FINISHED, VISITS, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
+from .snapshot import FINISHED, ChildRef, Snapshot, SnapshotOwner, Timer, finished_child
 
 MAX_MICROSTEPS = 10_000
 """A macrostep that has not settled after this many microsteps is an eventless loop."""
@@ -232,40 +222,18 @@ class Step:
         spec = resolve_guard(self.definition, self.implementations, guard)
         return spec.evaluate(self.context, self.event, self)
 
-    def retry_allowed(self, state_id: str, event: FrozenDict) -> bool:
-        record = self.retries[state_id]
-        policy = self.definition.by_id[state_id].retry
-        return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
-                                  self.now(), record["key"]))
-
-    def record_failure(self, state_id: str) -> None:
-        self._update_retry(state_id, last_error=self.event.get("error"))
-
-    def record_skip(self, state_id: str, invoke: str | None = None) -> None:
-        record = self.retries.get(state_id, {})  # none for a call without retry: one attempt
-        node = self.definition.by_id[state_id]
-        self.skipped = (*self.skipped, FrozenDict(
-            state=state_id, invoke=invoke or node.retry_invoke, attempts=record.get("attempt", 1),
-            error=self.event.get("error")))
-
-    def _update_retry(self, state_id: str, **changes: Any) -> None:
-        self.retries = FrozenDict({**self.retries,
-                                   state_id: FrozenDict({**self.retries[state_id], **changes})})
-
     def run_actions(self, actions: list[Any]) -> None:
         run_actions(self, [_action_spec(self.definition, self.implementations, a)
                            for a in actions], self.event)
 
     def delay_ms(self, delay: Any) -> int:
         """Milliseconds for ``delay``: a number, a name from ``delays=``, a function, or a
-        retried call's next wait."""
+        retried call's next wait (a delay the definition names, ``retrying.wait``)."""
         name = delay if isinstance(delay, str) else getattr(delay, "__name__", "delay")
         value = delay
         retried = self.definition.retry_delays.get(delay) if isinstance(delay, str) else None
         if retried is not None:
-            record = self.retries[retried.id]
-            return int(retried.retry.delay_for(record["attempt"], record["last_error"],
-                                               record["key"]))
+            return retrying.wait(self, retried)
         if isinstance(delay, str):
             if delay not in self.implementations.delays:
                 raise ImplementationError(f"delay {delay!r}", LookupError("no such delay"))
@@ -374,23 +342,23 @@ def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
         chosen = first_enabled(configuration.chain_candidates(event["type"]), step, event)
         return [chosen] if chosen is not None else []
     found: list[Transition] = []
-    _select_in(step.definition.root, step.nodes, event["type"],
+    select_in(step.definition.root, step.nodes, event["type"],
                lambda candidates: first_enabled(candidates, step, event), found)
     return found
 
 
-def _select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
+def select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
                choose: Callable[[tuple[Transition, ...]], Transition | None],
                found: list[Transition]) -> bool:
     took = False
     if node.type == PARALLEL:
         for region in node.regions:
-            if region in nodes and _select_in(region, nodes, kind, choose, found):
+            if region in nodes and select_in(region, nodes, kind, choose, found):
                 took = True
     elif node.type == COMPOUND:
         for child in node.children:
             if child in nodes:
-                took = _select_in(child, nodes, kind, choose, found)
+                took = select_in(child, nodes, kind, choose, found)
                 break
     if took:
         return True
@@ -400,260 +368,6 @@ def _select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
         return True
     return False
 
-
-class Route:
-    """How events of one type are taken in one configuration, compiled: the candidate
-    transitions in priority order, each with its guard (a user function called directly, or
-    none) and its plan when that plan is nothing but compiled actions and a change of
-    configuration (None: take the full step). Exists only where selection is this simple:
-    a single-chain configuration whose guards are all plain user functions, or any
-    configuration where no guard decides; not for the engine's own events, nor where an
-    eventless transition could follow.
-
-    ``take`` is the route composed into one function when it is compiled (closures over these
-    facts, see ``compose_route``): ``take(snapshot, context, event, effects, trace)`` -> the
-    result, or None where the transition chosen needs the full step."""
-
-    __slots__ = ("choices", "take")
-
-    def __init__(self, choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
-                 configuration: Configuration, checks_retries: bool) -> None:
-        self.choices = choices
-        self.take: Take = compose_route(choices, configuration, checks_retries)
-
-
-def route_for(configurations: Configurations, configuration: Configuration,
-              kind: str) -> Take | None:
-    """The compiled route of ``kind`` in ``configuration`` as its composed function
-    (``Route.take``, kept on the configuration: these are facts of the definition), or None
-    where events of this type take the full step."""
-    found = configuration.routes.get(kind, UNKNOWN)
-    if found is UNKNOWN:
-        route = _compile_route(configurations, configuration, kind)
-        found = route.take if route is not None else None
-        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
-            configuration.routes[kind] = found
-    return found  # type: ignore[no-any-return]
-
-
-def _compile_route(configurations: Configurations, configuration: Configuration,
-                   kind: str) -> Route | None:
-    if kind.startswith("xstate.") or configuration.has_always:
-        return None
-    if configuration.chain is not None:
-        choices: list[tuple[Transition | None, Any, Plan | None]] = []
-        for transition in configuration.chain_candidates(kind):
-            if transition.guard is not None and transition.guard_fn is None:
-                return None  # a guard that needs the step (combinators, stateIn, params)
-            choices.append((transition, transition.guard_fn,
-                            _direct_plan(configurations, configuration, [transition])))
-            if transition.guard is None:
-                break  # the candidates after an unguarded one are never taken
-        return Route(tuple(choices), configuration, True)
-    if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
-        return None
-    selected: list[Transition] = []
-    _select_in(configurations.root, configuration.node_set, kind,
-               lambda candidates: candidates[0] if candidates else None, selected)
-    if not selected:
-        return Route((), configuration, True)
-    return Route(((None, None, _direct_plan(configurations, configuration, selected)),),
-                 configuration, True)
-
-
-def _direct_plan(configurations: Configurations, configuration: Configuration,
-                 transitions: list[Transition],
-                 seen: frozenset[Configuration] = frozenset()) -> Plan | None:
-    """The plan of ``transitions`` when it can run without a ``Step``: only compiled actions,
-    no history recorded or read, and the eventless transitions after it compiled too."""
-    if any(t.has_history_target for t in transitions):
-        return None
-    key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
-    plan = configuration.plans.get(key)
-    if plan is None:
-        plan = compute_plan(configurations, configuration, transitions, EMPTY)
-        if plan.reads_history:
-            return None
-        configuration.plans[key] = plan
-    direct = plan.ops is not None and not plan.recorded and (
-        not plan.target.has_always or (plan.target not in seen and  # not back round a loop
-                                       eventless_route(configurations, plan.target,
-                                                       seen) is not None))
-    return plan if direct else None
-
-
-def eventless_route(configurations: Configurations, configuration: Configuration,
-                    seen: frozenset[Configuration] = frozenset()) -> Route | None:
-    """What ``settle`` does on arriving in ``configuration``, compiled (kept on it): its
-    eventless candidates along its one chain (``select_eventless_transitions``), each with a
-    plain guard and a direct plan to another configuration. None where that needs the full
-    step: parallel states, guards that need the step, targetless eventless transitions (an
-    assign loop) and chains of them that could come back (``MAX_MICROSTEPS`` is the full
-    step's to count)."""
-    found = configuration.eventless
-    if found is UNKNOWN:
-        found = _compile_eventless(configurations, configuration, seen | {configuration})
-        configuration.eventless = found
-    return found  # type: ignore[no-any-return]
-
-
-def _compile_eventless(configurations: Configurations, configuration: Configuration,
-                       seen: frozenset[Configuration]) -> Route | None:
-    if configuration.chain is None:
-        return None
-    choices: list[tuple[Transition | None, Any, Plan | None]] = []
-    for transition in (t for node in configuration.chain for t in node.always):
-        if (transition.guard is not None and transition.guard_fn is None) or \
-                not transition.targets:
-            return None
-        plan = _direct_plan(configurations, configuration, [transition], seen)
-        if plan is None:
-            return None
-        choices.append((transition, transition.guard_fn, plan))
-        if transition.guard is None:
-            break
-    return Route(tuple(choices), configuration, False)
-
-
-Trace = list[tuple[FrozenDict, tuple[Transition, ...]]]
-Take = Callable[[Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"],
-                "tuple[Snapshot, tuple[fx.Effect, ...]] | None"]
-"""A composed route or plan: ``(snapshot, context, event, effects, trace)`` -> the snapshot
-after the event and its effects (None: the full step). ``context`` and ``effects`` are what
-the microsteps before it made (``effects`` None until one emits)."""
-
-
-def compose_route(choices: tuple[tuple[Transition | None, Any, Plan | None], ...],
-                  configuration: Configuration, checks_retries: bool) -> Take:
-    """``choices`` as one function: a chain in priority order, each choice testing its guard
-    and, when it fails, handing over to the next; after the last the machine rests in
-    ``configuration``. The first choice is the route itself, so an event whose first guard
-    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
-    the plans that must close retry records."""
-    take: Take = partial(_at_rest, configuration=configuration)
-    for transition, test, plan in reversed(choices):
-        take = compose_choice(transition, test, plan, take, checks_retries)
-    return take
-
-
-def compose_choice(transition: Transition | None, test: Any, plan: Plan | None,
-                   otherwise: Take, checks_retries: bool) -> Take:
-    """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
-    direct plan (None: the full step): the compiled actions on the context (``Op``: each
-    user action's ``RunAction``, each assign's new context, run here without a call of their
-    own), then the eventless route of the configuration it reaches (compiled with it), or rest
-    there."""
-    label = _guard_label(transition)
-    ops = plan.ops if plan is not None else None
-    # a plan that is one assign of one computed key (a counter, a value from the event): run
-    # without the loop over its ops
-    single = _single_assign(plan) if plan is not None else None
-    kind, key, compute = single if single is not None else ("", "", None)
-    target = plan.target if plan is not None else None
-    transitions = plan.transitions if plan is not None else ()
-    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
-    onward: Take | None = plan.target.eventless.take \
-        if plan is not None and plan.target.has_always else None
-    emits = plan is not None and plan.emits
-    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
-    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
-
-    def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-           effects: list[fx.Effect] | None, trace: Trace | None
-           ) -> tuple[Snapshot, tuple[fx.Effect, ...]] | None:
-        if test is not None:
-            try:
-                passed = test(context, event)
-            except Exception as exc:
-                raise ImplementationError(label, exc) from exc
-            if not passed:
-                return otherwise(snapshot, context, event, effects, trace)
-        if ops is None or (checks and snapshot.retry_records):
-            return None  # the full step (it closes the records of retried states it exits)
-        if trace is not None:
-            trace.append((event, transitions))
-        if compute is not None:
-            try:
-                value = compute(context, event)
-            except Exception as exc:
-                raise ImplementationError(f"action '{kind}'", exc) from exc
-            fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
-            # the bounds: see frozen.INT_MAX
-            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
-                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
-            context = FrozenDict(fresh)
-            if onward is None:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), \
-                    tuple(effects) if effects else NO_EFFECTS
-        else:
-            if emits and effects is None:
-                effects = []
-            for action, params, fn, items in ops:
-                if items is None:  # a user action: run by the runtime, seeing this context
-                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
-                    continue
-                fresh = {**context}
-                try:
-                    for name, item, computed in items:
-                        if computed:
-                            item = item(context, event)
-                            if not (type(item) is int and item <= 0x3FFFFFFF and
-                                    item >= -0x3FFFFFFF) and not as_is(item):
-                                item = freeze(item, name)
-                        fresh[name] = item
-                except StatechartError:
-                    raise
-                except Exception as exc:
-                    raise ImplementationError(f"action '{action}'", exc) from exc
-                context = FrozenDict(fresh)
-            if settles:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), \
-                    tuple(effects) if effects else NO_EFFECTS
-        if onward is not None:
-            return onward(snapshot, context, event, effects, trace)
-        # _at_rest, written out: one call fewer on every event
-        done = tuple(effects) if effects else NO_EFFECTS
-        if context is snapshot.context:
-            if target is snapshot.configuration:
-                return snapshot, done
-            return replace(snapshot, configuration=target), done
-        return replace(snapshot, configuration=target, context=context), done
-    return go
-
-
-def _single_assign(plan: Plan) -> tuple[str, str, Callable[..., Any]] | None:
-    """``(action type, key, value function)`` when ``plan`` does nothing but one ``assign``
-    of one computed key whose op compiled; else None."""
-    if plan.ops is None or len(plan.ops) != 1:
-        return None
-    action, _, _, items = plan.ops[0]
-    if items is None or len(items) != 1 or not items[0][2]:
-        return None
-    (key, value, _), = items
-    return (action, key, value)
-
-
-def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-             effects: list[fx.Effect] | None, trace: Trace | None, *,
-             configuration: Configuration) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
-    """No choice of a route was taken: the machine rests in ``configuration``."""
-    done = tuple(effects) if effects else NO_EFFECTS
-    if context is snapshot.context:
-        if configuration is snapshot.configuration:
-            return snapshot, done
-        return replace(snapshot, configuration=configuration), done
-    return replace(snapshot, configuration=configuration, context=context), done
-
-
-def _guard_label(transition: Transition | None) -> str:
-    if transition is None or transition.guard is None:
-        return ""
-    return f"guard '{transition.guard.type}' at {transition.config_path}"
-
-
-UNKNOWN: Any = NOT_COMPILED
-"""What ``configuration.routes`` holds for an event type not looked at yet (and
-``configuration.eventless`` before it is compiled)."""
 
 
 def first_enabled(candidates: Iterable[Transition], step: Step,
@@ -756,8 +470,8 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("_ops", "emits", "entries", "exits", "observes_nodes", "reads_history",
-                 "recorded", "remaining", "target", "targetless", "transitions")
+    __slots__ = ("entries", "exits", "observes_nodes", "reads_history", "recorded",
+                 "remaining", "target", "targetless", "transitions")
 
     def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
                  recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
@@ -776,26 +490,16 @@ class Plan:
         # entering a final state, and some built-ins (``enqueue_actions``' check, SCXML's
         # In()), look at the active states while the microstep runs: keep them exact then
         self.observes_nodes = any(n.type == FINAL for n in entries) or any(
-            _reads_configuration(a) for a in _plan_actions(exits, transitions, entries))
-        # whether the compiled actions make effects (user actions), or only change the context
-        self.emits = any(not isinstance(a.impl, BuiltinAction)
-                         for a in _plan_actions(exits, transitions, entries))
-        self._ops: Any = NOT_COMPILED
+            _reads_configuration(a) for a in self.actions())
 
-    @property
-    def ops(self) -> tuple[Op, ...] | None:
-        """The whole microstep as compiled actions (``Op``), for a route to run; None where
-        the states exited or entered bring more than actions (timers, invocations, retried
-        calls, final states, built-ins that read the configuration) or an action does not
-        compile. Compiled when a route first asks (the full step never does)."""
-        if self._ops is NOT_COMPILED:
-            plain = not self.observes_nodes and not any(
-                n.after_timers or n.invoke or n.retry is not None or
-                n.retry_attempt_of is not None for n in (*self.exits, *self.entries))
-            ops = [compile_action(a) for a in
-                   _plan_actions(self.exits, self.transitions, self.entries)] if plain else [None]
-            self._ops = None if None in ops else tuple(ops)
-        return self._ops  # type: ignore[no-any-return]
+    def actions(self) -> Iterator[ActionSpec]:
+        """The microstep's actions in the order they run: exits, transitions, entries."""
+        for node in self.exits:
+            yield from node.exit
+        for transition in self.transitions:
+            yield from transition.actions
+        for node in self.entries:
+            yield from node.entry
 
 
 PLANS_PER_CONFIGURATION = 1024
@@ -835,8 +539,7 @@ def compute_plan(configurations: Configurations, configuration: Configuration,
 
 
 def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
-    """Exit, run the transitions' actions, enter, as ``plan`` says, ending in its target.
-    (A plan's compiled actions, ``plan.ops``, are its route's to run: see ``compose_choice``.)"""
+    """Exit, run the transitions' actions, enter, as ``plan`` says, ending in its target."""
     if plan.recorded:
         step.history = FrozenDict({**step.history, **plan.recorded})
     nodes = _own_nodes(step) if plan.observes_nodes else None
@@ -847,7 +550,8 @@ def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
     for transition in plan.transitions:
         run_actions(step, transition.actions, event)
     if step.retries and plan.exits:
-        _close_retry_records(step, plan.remaining)
+        # after the transition's own actions, which may still read them (``recordSkip``)
+        step.retries = retrying.closed(step.retries, step.definition.by_id, plan.remaining)
     completed: set[StateNode] = set()
     for node in plan.entries:
         if nodes is not None:
@@ -859,16 +563,6 @@ def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
     step.nodes = plan.target.node_set
 
 
-def _plan_actions(exits: Iterable[StateNode], transitions: Iterable[Transition],
-                  entries: Iterable[StateNode]) -> Iterable[ActionSpec]:
-    for node in exits:
-        yield from node.exit
-    for transition in transitions:
-        yield from transition.actions
-    for node in entries:
-        yield from node.entry
-
-
 def _reads_configuration(action: ActionSpec) -> bool:
     """True for built-ins that may look at the active states while they run."""
     impl = action.impl
@@ -876,7 +570,8 @@ def _reads_configuration(action: ActionSpec) -> bool:
 
 
 _BLIND_BUILTINS = (Assign, Raise, EmitAction, LogAction, SendToAction, SendParentAction,
-                   ForwardTo, Cancel, SpawnChild, StopChild, RecordFailure, RecordSkip)
+                   ForwardTo, Cancel, SpawnChild, StopChild, retrying.RecordFailure,
+                   retrying.RecordSkip)
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
@@ -895,15 +590,6 @@ def exit_state(step: Step, node: StateNode, event: FrozenDict) -> None:
         step.cancel(timer_event)
     for invoke in node.invoke:
         step.stop_child(invoke.id)
-
-
-def _close_retry_records(step: Step, remaining: AbstractSet[StateNode]) -> None:
-    """Forget the retry records of retried states just exited (after the transition's own
-    actions, which may still read them: ``recordSkip``)."""
-    by_id = step.definition.by_id
-    kept = {k: v for k, v in step.retries.items() if k == VISITS or by_id[k] in remaining}
-    if len(kept) != len(step.retries):
-        step.retries = FrozenDict(kept)
 
 
 def record_history(to_exit: Iterable[StateNode], nodes: AbstractSet[StateNode],
@@ -959,7 +645,9 @@ def enter(step: Step, to_enter: set[StateNode], event: FrozenDict) -> bool:
 def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
     ``after`` timers are entry actions, invocations start after them)."""
-    key, attempt = _count_attempt(step, node)
+    key, attempt = None, 1
+    if node.retry is not None or node.retry_attempt_of is not None:
+        step.retries, key, attempt = retrying.entered(step.retries, node, step.now)
     run_actions(step, node.entry, event)
     for timer_event, delay in node.after_timers:
         step.event = event
@@ -969,26 +657,6 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
             invoke.input
         step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
                    key, attempt)
-
-
-def _count_attempt(step: Step, node: StateNode) -> tuple[str | None, int]:
-    """Retry bookkeeping: entering a retried state opens its record (key stable across its
-    attempts); entering its ``attempting`` child counts an attempt."""
-    if node.retry is not None:
-        now = step.now()
-        visits = step.retries.get(VISITS, EMPTY)
-        visit = visits.get(node.id, 0) + 1
-        step.retries = FrozenDict({
-            **step.retries, VISITS: FrozenDict({**visits, node.id: visit}),
-            node.id: FrozenDict(attempt=0, last_error=None, started_at=now,
-                                key=f"{node.id}@{now}#{visit}")})
-    owner = node.retry_attempt_of
-    if owner is None:
-        return None, 1
-    record = step.retries[owner.id]
-    attempt = record["attempt"] + 1
-    step._update_retry(owner.id, attempt=attempt)
-    return str(record["key"]), attempt
 
 
 def _complete(step: Step, final: StateNode, event: FrozenDict,
@@ -1218,37 +886,6 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
         else:
             step.effects.append(fx.RunAction(action.type, params or EMPTY, step.context, event,
                                              impl))
-
-
-Op = tuple[str, FrozenDict, Any, "tuple[tuple[str, Any, bool], ...] | None"]
-"""A compiled action, as data its route runs (``compose_choice``): ``(type, params, fn,
-None)`` for a user action (a ``RunAction`` of ``fn``), ``(type, EMPTY, None, items)`` for an
-``assign`` of a mapping, ``items`` its ``(key, value, computed)`` with constant values frozen."""
-
-
-def compile_action(action: ActionSpec) -> Op | None:
-    """``action`` as what ``run_actions`` does with it, for the common kinds (a user action
-    without computed params; an ``assign`` of a mapping with string keys and storable
-    constants); None for the others, which need the ``Step``."""
-    impl, params = action.impl, action.params
-    if callable(params):
-        return None
-    if not isinstance(impl, BuiltinAction):
-        return (action.type, params or EMPTY, impl, None)
-    if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
-        return None
-    items = []
-    for key, value in impl.assignment.items():
-        if type(key) is not str or text_problem(key) is not None:
-            return None  # the step reports the bad key when the assign runs
-        computed = callable(value)
-        if not computed:
-            try:
-                value = freeze(value, key)
-            except StatechartError:
-                return None  # likewise the bad value
-        items.append((key, value, computed))
-    return (action.type, EMPTY, None, tuple(items))
 
 
 def _order(node: StateNode) -> int:

@@ -1,18 +1,18 @@
 """The ``statecharts`` command. Each tool adds its subcommands through ``register(subparsers)``
-(the handler is stored as ``handler`` in the parser defaults)."""
+(the handler is stored as ``handler`` in the parser defaults). The top of the layers: nothing
+imports this module; the tools share ``subcommands``."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from .definition import Implementations
 from .errors import MachineDefinitionError, MissingImplementation
 from .loading import read_config
+from .subcommands import importable_from_here, run_one_tool
 from .validation import check_config
 
 COMMAND_MODULES = (
@@ -21,7 +21,12 @@ COMMAND_MODULES = (
     "statecharts.io.n8n.cli",
     "persistence.cli",
     "persistence.ui.cli",
+    "persistence.impact_cli",
 )
+"""The tools' command modules, each with ``register(subparsers)``, in order: a later one may
+add options to an earlier one's subcommand (``subcommands.registered``)."""
+
+__all__ = ["COMMAND_MODULES", "build_parser", "main", "run_one_tool"]
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -127,27 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_one_tool(register: Callable[[Any], None], argv: Sequence[str] | None,
-                 doc: str | None = None) -> int:
-    """Run a single tool's subcommands on their own (``python -m <tool module>``)."""
-    _importable_from_here()
-    parser = argparse.ArgumentParser(prog="statecharts", description=doc)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.handler(args) or 0)
-
-
-def _importable_from_here() -> None:
-    """Let ``--machines myapp`` and ``render myapp:machine`` import modules from the current
-    folder, as ``python -m`` would (an installed console script does not put it on the
-    path)."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    _importable_from_here()
+    importable_from_here()
     args = build_parser().parse_args(argv)
     return int(args.handler(args) or 0)
 

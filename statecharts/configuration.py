@@ -1,9 +1,10 @@
 """Configurations: sets of active state nodes, interned per machine.
 
 A configuration knows everything about itself that does not depend on context: its state value,
-tags, atomic states, whether any active state has eventless transitions, and the plans of the
-microsteps taken from it (``algorithm.Plan``). Interning (``Configurations``) makes a
-configuration usable as a cache key by identity.
+tags, atomic states, whether any active state has eventless transitions, the plans of the
+microsteps taken from it (``algorithm.Plan``) and the compiled routes of events taken there
+(``routes``). Interning (``Configurations``) makes a configuration usable as a cache key by
+identity.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Configuration:
         # transition (or tuple of transitions) -> the plan of taking it from here
         # (filled by algorithm.plan_for)
         self.plans: dict[Any, Any] = {}
-        # event type -> its compiled route here, or None (filled by algorithm.route_for)
+        # event type -> its compiled route here, or None (filled by routes.route_for)
         self.routes: dict[str, Any] = {}
         # without parallel states the active states form one chain, leaf to root, and
         # selection is "the first enabled candidate along the chain"
@@ -67,7 +68,7 @@ class Configuration:
             leaf = self.atomic[0]
             self.chain = (leaf, *leaf.ancestors)
         self._chain_candidates: dict[str, tuple[Any, ...]] = {}
-        # what arriving here by a compiled route does next (algorithm.eventless_route)
+        # what arriving here by a compiled route does next (routes.eventless_route)
         self.eventless: Any = NOT_COMPILED
 
     def chain_candidates(self, event_type: str) -> tuple[Any, ...]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from .actions import ActionSpec, BuiltinAction, RecordFailure, RecordSkip
+from .actions import ActionSpec, BuiltinAction
 from .errors import (
     ContextError,
     ImplementationError,
@@ -38,7 +38,8 @@ from .idempotency import KEY_LENGTH, MAX_KEY_LENGTH, MIN_KEY_LENGTH
 from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
-from .retry import RetryPolicy, as_policy
+from .retry import RetryPolicy
+from .retrying import ATTEMPTING, delay_name, expand, final_failure, is_retry_delay
 
 NODE_KEYS = frozenset({
     "id", "initial", "type", "history", "target", "states", "on", "always", "after", "entry",
@@ -50,8 +51,6 @@ INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot"
                          "retry", "onFinalFailure", "breaker", "limit", "external",
                          "transient", "keyLength", "description",
                          "meta"})
-RETRY_DELAY_PREFIX = "retry:"
-ATTEMPTING, WAITING = "attempting", "waiting_to_retry"
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
 FAILURE_CLASSES = ("fail_run", "skip")
 
@@ -86,6 +85,7 @@ class Definition:
     version: str | None
     fingerprint: str
     retry_delays: Mapping[str, StateNode] = field(default_factory=dict)
+    """The named delays of retry waits (``retrying.delay_name``) -> the retried state."""
     legacy_fingerprint: str = ""
     """The fingerprint as computed before it covered the version, the initial context and the
     call-site keys: runs persisted then are accepted when their version label matches."""
@@ -143,7 +143,7 @@ class _Builder:
             self.problem("version", "the version must be a string")
         if self.problems:
             raise MachineDefinitionError(self.problems, self.missing)
-        retry_delays = {f"{RETRY_DELAY_PREFIX}{n.id}": n for n in self.retried}
+        retry_delays = {delay_name(n.id): n for n in self.retried}
         legacy = _fingerprint(root, self.nodes)
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
                           version, fingerprint_with(legacy, self.nodes, version, context),
@@ -172,7 +172,10 @@ class _Builder:
             if node.id in self.by_id:
                 self.problem(_join(path, "id"), f"duplicate state id '{node.id}'")
             self.by_id[node.id] = node
-        config = self._expand_retry(node, config, path)
+        expanded = expand(node, config, path, self.problem)
+        if expanded is not None:  # a retried invoke: see statecharts.retrying
+            config = expanded.config
+            self.retried[node] = (expanded.policy, expanded.invoke_id)
         self.configs[node] = config
         states = config.get("states") or {}
         if not isinstance(states, Mapping):
@@ -198,78 +201,6 @@ class _Builder:
         node.children = tuple(children)
         node.regions = tuple(c for c in children if c.type != HISTORY)
         node.history_children = tuple(c for c in children if c.type == HISTORY)
-
-    def _expand_retry(self, node: StateNode, config: Mapping[str, Any],
-                      path: str) -> Mapping[str, Any]:
-        """An invoke with ``retry`` becomes visible states: ``attempting`` (the invoke) and
-        ``waiting_to_retry`` (a durable timer), with the invoke's onDone/onError on the
-        state itself so their targets resolve as written."""
-        invokes = config.get("invoke")
-        items = invokes if isinstance(invokes, list) else [invokes]
-        retried = [(i, inv) for i, inv in enumerate(items)
-                   if isinstance(inv, Mapping) and inv.get("retry") is not None]
-        if not retried:
-            return config
-        index, invoke = retried[0]
-        invoke_path = f"{path}.invoke[{index}]" if isinstance(invokes, list) else \
-            _join(path, "invoke")
-        if len(retried) > 1 or config.get("states"):
-            self.problem(invoke_path, "a retried invoke needs a state of its own (no child "
-                         "states, no other retried invoke)")
-            return config
-        try:
-            policy = as_policy(invoke["retry"])
-        except (TypeError, ValueError) as exc:
-            self.problem(_join(invoke_path, "retry"), str(exc))
-            return config
-        invoke_id = invoke.get("id") or f"{node.id}:invocation[{index}]"
-        self.retried[node] = (policy, str(invoke_id))
-        attempt = {k: v for k, v in invoke.items()
-                   if k not in ("onDone", "onError", "retry", "onFinalFailure")}
-        attempt["id"] = invoke_id
-        on = dict(config.get("on") or {})
-        done = invoke.get("onDone")
-        if done is not None:
-            on[done_actor_event_type(str(invoke_id))] = done
-        on[error_actor_event_type(str(invoke_id))] = [
-            {"guard": GuardSpec("retryAllowed", params=node.id), "target": f".{WAITING}",
-             "actions": [RecordFailure(node.id)]},
-            *self._final_failure(node, invoke, invoke_path),
-        ]
-        rest = [inv for i, inv in enumerate(items) if i != index]
-        expanded = {k: v for k, v in config.items() if k not in ("invoke", "on")}
-        if rest:
-            expanded["invoke"] = rest
-        expanded["on"] = on
-        expanded["initial"] = ATTEMPTING
-        expanded["states"] = {
-            ATTEMPTING: {"invoke": attempt},
-            WAITING: {"after": {f"{RETRY_DELAY_PREFIX}{node.id}": ATTEMPTING},
-                      "tags": ["retrying"]},
-        }
-        return expanded
-
-    def _final_failure(self, node: StateNode, invoke: Mapping[str, Any], path: str,
-                       invoke_id: str | None = None) -> list[Any]:
-        if invoke.get("onError") is not None:
-            error = invoke["onError"]
-            return list(error) if isinstance(error, list) else [error]
-        if invoke.get("onFinalFailure") != "skip":
-            return []  # unhandled: the machine (the run) fails
-        done = invoke.get("onDone")
-        if done is None:
-            self.problem(_join(path, "onFinalFailure"), "'skip' goes on along onDone; add "
-                         "onDone")
-            return []
-        skipped = []
-        for item in done if isinstance(done, list) else [done]:
-            item = {"target": item} if isinstance(item, str) else dict(item)
-            actions = item.get("actions") or []
-            item["actions"] = [RecordSkip(node.id, invoke_id),
-                               *(actions if isinstance(actions, list) else [actions])]
-            item.pop("guard", None)
-            skipped.append(item)
-        return skipped[:1]
 
     def _type(self, config: Mapping[str, Any], has_children: bool, path: str) -> str:
         kind = config.get("type")
@@ -470,8 +401,8 @@ class _Builder:
             if value.type == "stateIn":
                 node = self._state_in(value.params, path)
                 return GuardSpec("stateIn", params=node.id if node else None)
-            if value.type == "retryAllowed":
-                return value
+            if type(value) is not GuardSpec:
+                return value  # the engine's own, resolved already (retrying.RetryAllowed)
             return self._named_guard(value.type, value.params, path)
         if isinstance(value, str):
             return self._named_guard(value, None, path)
@@ -589,7 +520,7 @@ class _Builder:
                                                  error_actor_event_type(invoke.id))
             elif item.get("onFinalFailure") == "skip":  # a call without retry fails for good
                 transitions += self._transitions(
-                    node, self._final_failure(node, item, item_path, invoke.id),
+                    node, final_failure(node, item, item_path, self.problem, invoke.id),
                     _join(item_path, "onFinalFailure"), error_actor_event_type(invoke.id))
             if "onSnapshot" in item:
                 transitions += self._transitions(node, item["onSnapshot"],
@@ -706,7 +637,7 @@ class _Builder:
         elif isinstance(key, str) and is_number_text(key):
             number = float(key)
         elif isinstance(key, str):
-            if key.startswith(RETRY_DELAY_PREFIX):
+            if is_retry_delay(key):
                 return key
             if key not in self.impl.delays:
                 self.no_implementation("delay", key, path, self.impl.delays,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 from .errors import ContextError
+from .limits import MAX_NESTING, shorten
 
 
 def _immutable(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -117,8 +118,11 @@ def text_problem(text: str) -> str | None:
 
 
 def freeze(value: Any, path: str = "",
-           error: Callable[[str, str], Exception] = ContextError) -> Any:
-    """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``."""
+           error: Callable[[str, str], Exception] = ContextError, depth: int = 0) -> Any:
+    """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``: also
+    when mappings and lists nest deeper than ``MAX_NESTING`` (``depth`` is how deep ``value``
+    already is), which no store writes (orjson stops at 254) and Python would not recurse
+    through."""
     kind = type(value)
     # the common exact types first, each with the cheapest test that proves it storable
     if kind is str:
@@ -139,6 +143,9 @@ def freeze(value: Any, path: str = "",
         if problem is not None:
             raise error(path or "<root>", problem)
         return value
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
+        raise error(shorten(path or "<root>"),
+                    f"mappings and lists nest deeper than {MAX_NESTING} levels here")
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
@@ -148,10 +155,11 @@ def freeze(value: Any, path: str = "",
                 key_problem = text_problem(key)
                 if key_problem is not None:
                     raise error(_join(path, repr(key)), f"key: {key_problem}")
-            items[key] = freeze(item, _join(path, key), error)
+            items[key] = freeze(item, _join(path, key), error, depth + 1)
         return FrozenDict(items)
     if isinstance(value, list | tuple):
-        return FrozenList(freeze(item, f"{path}[{i}]", error) for i, item in enumerate(value))
+        return FrozenList(freeze(item, f"{path}[{i}]", error, depth + 1)
+                          for i, item in enumerate(value))
     raise error(path or "<root>",
                 f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
 

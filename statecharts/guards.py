@@ -20,7 +20,6 @@ class GuardScope(Protocol):
     """What a guard may ask beyond context and event (the algorithm's ``Step``)."""
 
     def in_state(self, state_id: str) -> bool: ...
-    def retry_allowed(self, state_id: str, event: Any) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -63,15 +62,13 @@ class GuardSpec:
             return not self.children[0].evaluate(context, event, scope)
         if kind == "stateIn":
             return scope.in_state(self.params)
-        if kind == "retryAllowed":
-            return scope.retry_allowed(self.params, event)
         raise ImplementationError(f"guard '{kind}'", LookupError("guard was never resolved"))
 
     def names(self) -> list[str]:
         """The names of the user guards this guard uses (for validation and skeletons)."""
         if self.type in ("and", "or", "not"):
             return [name for child in self.children for name in child.names()]
-        return [] if self.type in ("stateIn", "retryAllowed") else [self.type]
+        return [] if self.type == "stateIn" else [self.type]
 
 
 def and_(*guards: GuardLike) -> GuardSpec:

@@ -3,7 +3,8 @@
 YAML is read with a safe loader that follows YAML 1.2's core schema for booleans: only
 ``true``/``false`` are booleans, so ``on:`` (the transitions key), ``off``, ``yes`` and ``no``
 stay strings, as they are in JSON and XState. A key given twice is an error (YAML says keys are
-unique; PyYAML would keep the last one silently), and aliases may not expand a file beyond
+unique; PyYAML would keep the last one silently), an alias may not refer to a node that contains
+it (``a: &a [*a]`` would be an infinite value), and aliases may not expand a file beyond
 ``MAX_YAML_NODES`` nodes (a "billion laughs" of anchors).
 """
 
@@ -69,7 +70,29 @@ def _loader_class(yaml: Any) -> Any:
     global _LOADER
     if _LOADER is None:
         class MachineLoader(yaml.SafeLoader):  # type: ignore[misc,name-defined]
-            """SafeLoader with YAML 1.2 booleans and unique keys."""
+            """SafeLoader with YAML 1.2 booleans, unique keys and no recursive aliases."""
+
+            def __init__(self, stream: Any) -> None:
+                super().__init__(stream)
+                self.open_nodes: set[int] = set()
+
+            def compose_node(self, parent: Any, index: Any) -> Any:
+                # The collections being composed are exactly the parents of the calls on the
+                # stack: an alias to one of them would make the value contain itself.
+                open_nodes = self.open_nodes
+                event = self.peek_event()
+                if isinstance(event, yaml.AliasEvent) and id(
+                        self.anchors.get(event.anchor)) in open_nodes | {id(parent)}:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"the alias *{event.anchor} refers to a node that contains "
+                        "it (a recursive alias)", event.start_mark)
+                if parent is None:
+                    return super().compose_node(parent, index)
+                open_nodes.add(id(parent))
+                try:
+                    return super().compose_node(parent, index)
+                finally:
+                    open_nodes.discard(id(parent))
 
             def construct_mapping(self, node: Any, deep: bool = False) -> Any:
                 seen: set[Any] = set()
@@ -93,7 +116,8 @@ def _loader_class(yaml: Any) -> Any:
 
 def _check_expansion(yaml: Any, root: Any, source: str) -> None:
     """Refuse a document whose aliases expand it beyond ``MAX_YAML_NODES`` nodes (each node's
-    expanded size is computed once, so this is linear in the document as written)."""
+    expanded size is computed once, so this is linear in the document as written; the loader
+    has refused recursive aliases, so the nodes form no cycle)."""
     sizes: dict[int, int] = {}
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:

@@ -3,8 +3,9 @@
 
 Every microstep runs through a plan (``algorithm.Plan``: exits, actions, entries, target
 configuration) that the algorithm computes once per configuration and transition set and keeps
-on the configuration. ``machine.plans = False`` computes every plan afresh instead; results are
-identical either way (the property tests check this).
+on the configuration, and an event is taken by its compiled route (``routes.take``) where it
+has one. ``machine.plans = False`` computes every plan afresh and takes no route instead;
+results are identical either way (the property tests check this).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from . import algorithm
 from .actions import ActionSpec
-from .algorithm import UNKNOWN
 from .configuration import Configuration, Configurations
 from .definition import (
     Definition,
@@ -30,6 +30,7 @@ from .events import INIT, EventLike, interned_event, normalize_event
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode
+from .routes import take
 from .snapshot import Snapshot, persist, restore
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
@@ -100,8 +101,8 @@ class Machine:
         """The snapshot after ``event`` and the effects to run, in order. Pure.
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
-        It is ``step(snapshot, normalize_event(event), <the clock at now>)``, with ``step``'s
-        route written out here: an event its compiled route takes costs no ``step`` call.
+        It is ``step(snapshot, normalize_event(event), <the clock at now>)``, taking the
+        event's compiled route (``routes.take``) itself: such an event costs no ``step`` call.
         """
         # normalize_event's two fast cases first, without its call: a string seen before, an
         # event frozen already (the engine's own events, a runtime's); ``kind`` is its type
@@ -114,11 +115,9 @@ class Machine:
             normalized = None
         if normalized is not None and snapshot.machine is self and \
                 snapshot.status == "active" and self.plans:
-            take = snapshot.configuration.routes.get(kind)
-            if take is not None:  # else step compiles the route, or takes the full step
-                taken = take(snapshot, snapshot.context, normalized, None, None)
-                return taken if taken is not None else \
-                    self._macrostep(snapshot, normalized, fixed_clock(now), None)
+            taken = take(snapshot, normalized, kind, None)
+            return taken if taken is not None else \
+                self._macrostep(snapshot, normalized, fixed_clock(now), None)
         return self.step(snapshot, normalized if normalized is not None else
                          normalize_event(event), fixed_clock(now))
 
@@ -159,21 +158,16 @@ class Machine:
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
-        (``transition`` and ``Actor.send`` write out the route below: keep the three alike.)
+        (``transition`` and ``Actor.send`` take the route, ``routes.take``, themselves.)
         """
         if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            take = snapshot.configuration.routes.get(event["type"], UNKNOWN)
-            if take is UNKNOWN:
-                take = algorithm.route_for(self.configurations, snapshot.configuration,
-                                           event["type"])
-            if take is not None:
-                taken: Result | None = take(snapshot, snapshot.context, event, None, trace)
-                if taken is not None:
-                    return taken
+            taken = take(snapshot, event, event["type"], trace)
+            if taken is not None:
+                return taken
         return self._macrostep(snapshot, event, now, trace)
 
     def _macrostep(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 import orjson
 
-from .configuration import Configuration
+from .configuration import Configuration, Configurations
 from .errors import SnapshotError, SnapshotVersionError
 from .events import EventLike
 from .frozen import EMPTY, FrozenDict, freeze, thaw
 from .limits import MAX_NESTING, shorten, too_deep
 from .nodes import HISTORY, StateNode
+from .retrying import VISITS
 
 if TYPE_CHECKING:
     from .definition import Definition
 
 FORMAT = 1
-VISITS = "#visits"
 """Where the engine counts entries of each retried state, inside the retry records (persisted
 as ``retry_visits``), so each visit gets a new idempotency key."""
 STATUSES = ("active", "done", "error", "stopped")
@@ -95,6 +95,7 @@ class SnapshotOwner(Protocol):
     def definition(self) -> Definition: ...
     version: str | None
     migrations: Mapping[str, Callable[[dict[str, Any]], Mapping[str, Any]]]
+    configurations: Configurations
 
     def configuration_of_value(self, value: Any) -> Configuration: ...
     def matches(self, configuration: Configuration, value: Any) -> bool: ...

@@ -6,6 +6,22 @@ from collections.abc import Collection, Sequence
 from datetime import date, timedelta
 
 DEFAULT_OFFSETS = (5, 12, 21)
+MAX_OFFSET = 2_610
+"""The largest cadence offset: ten years of business days. A follow-up further out is a typo,
+and an offset like ``10**30`` would count days past ``date.max`` (an OverflowError at the first
+watch, long after the cadence was loaded)."""
+
+
+def offsets_problem(offsets: object) -> str | None:
+    """Why ``offsets`` is not a cadence (a list of increasing positive integers, each at most
+    ``MAX_OFFSET``), or None when it is one."""
+    numbers = list(offsets) if isinstance(offsets, list | tuple) else []
+    if not numbers or not all(isinstance(o, int) and not isinstance(o, bool) and o > 0
+                              for o in numbers) or numbers != sorted(set(numbers)):
+        return f"a list of increasing positive business-day offsets, not {offsets!r}"
+    if numbers[-1] > MAX_OFFSET:
+        return f"offsets are at most {MAX_OFFSET} business days (ten years), not {numbers[-1]}"
+    return None
 
 
 def is_business_day(day: date, holidays: Collection[date]) -> bool:
@@ -41,8 +57,9 @@ def business_days_between(start: date, end: date, holidays: Collection[date]) ->
 def cadence_due_dates(opened_on: date, offsets: Sequence[int],
                       holidays: Collection[date]) -> list[date]:
     """The due date of each follow-up step: ``offsets`` business days after ``opened_on``."""
-    if list(offsets) != sorted(set(offsets)) or any(o <= 0 for o in offsets):
-        raise ValueError(f"cadence offsets must be increasing positive numbers, not {offsets}")
+    problem = offsets_problem(offsets)
+    if problem is not None:
+        raise ValueError(f"cadence offsets: {problem}")
     return [add_business_days(opened_on, offset, holidays) for offset in offsets]
 
 

@@ -6,7 +6,7 @@
 2026-12-25 = "Christmas Day"
 
 [cadences]
-default = [5, 12, 21]   # business days after the watch opened
+default = [5, 12, 21]   # business days after the watch opened (at most 2,610: ten years)
 ```
 
 ``python -m machines.followup holidays load FILE`` and ``... cadences load FILE`` write them to
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from machines.followup import repository
+from machines.followup.business_days import offsets_problem
 from machines.followup.db import Database
 
 
@@ -77,11 +78,9 @@ def _holidays(path: Path, value: Any) -> dict[date, str]:
 def _cadences(path: Path, value: Any) -> dict[str, tuple[int, ...]]:
     found: dict[str, tuple[int, ...]] = {}
     for name, offsets in _table(path, "cadences", value).items():
-        ok = isinstance(offsets, list) and offsets and all(
-            isinstance(o, int) and not isinstance(o, bool) and o > 0 for o in offsets)
-        if not ok or list(offsets) != sorted(set(offsets)):
-            raise CalendarFileError(f"{path}: cadences.{name}: a list of increasing positive "
-                                    f"business-day offsets, not {offsets!r}")
+        problem = offsets_problem(offsets)
+        if problem is not None:
+            raise CalendarFileError(f"{path}: cadences.{name}: {problem}")
         found[str(name)] = tuple(offsets)
     return found
 

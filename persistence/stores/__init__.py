@@ -6,6 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from persistence.stores.base import (
     ACTIVE,
+    MAX_STORED_KEY_BYTES,
     TERMINAL_STATUSES,
     BreakerRecord,
     ClaimRecord,
@@ -36,10 +37,12 @@ from persistence.stores.base import (
     StoreUnavailableError,
     StoreURLError,
     VersionCount,
+    stored_key_problem,
 )
 
 __all__ = [
     "ACTIVE",
+    "MAX_STORED_KEY_BYTES",
     "TERMINAL_STATUSES",
     "BreakerRecord",
     "ClaimRecord",
@@ -71,6 +74,7 @@ __all__ = [
     "StoreUnavailableError",
     "VersionCount",
     "open_store",
+    "stored_key_problem",
 ]
 
 

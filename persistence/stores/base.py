@@ -31,6 +31,21 @@ RUN_STATUSES = frozenset({ACTIVE}) | TERMINAL_STATUSES
 
 EFFECT_STATUSES = frozenset({"pending", "done", "skipped", "failed"})
 
+MAX_STORED_KEY_BYTES = 1000
+"""The longest run key any store holds, in UTF-8 bytes (Temporal's workflow id limit), the
+same on SQLite and PostgreSQL and well inside PostgreSQL's 2,704-byte btree index row. Every
+run inserted is held to it (`NewRun` raises `StoreEncodingError`): a start's key, and a child
+run's derived key (`<parent key>/<invoke id>`), whose refusal fails the parent's step."""
+
+
+def stored_key_problem(key: str) -> str | None:
+    """Why `key` is too long to be a run's key, or None."""
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size <= MAX_STORED_KEY_BYTES:
+        return None
+    return (f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most "
+            f"{MAX_STORED_KEY_BYTES}")
+
 
 class StoreError(Exception):
     """Base class of every error raised by a store."""
@@ -162,6 +177,16 @@ class NewRun:
     system_id: str | None = None
     """A child run's `systemId` (its key), registered in its whole run tree: refused with
     `SystemIdTakenError` when an active child run of the tree already holds it."""
+
+    def __post_init__(self) -> None:
+        # Every run a store inserts passes here: starts, child runs (whose keys are derived),
+        # error-workflow and scheduled runs, so both stores refuse the same keys.
+        problem = None if self.key is None else stored_key_problem(self.key)
+        if problem is not None:
+            whose = "run key" if self.parent_invoke_id is None else (
+                f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "
+                "'/', the invoke id)")
+            raise StoreEncodingError(f"the {whose} {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,12 +622,15 @@ class RunStore(Protocol):
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
         """Insert a run (version 1) with its initial effects (step 1) in one transaction,
         with the child runs its first step starts (`children`, parents before their own).
 
         If `run.key` is set and an active run of the same workflow already has that key, nothing
-        is written and that run is returned with `False`.
+        is written and that run is returned with `False`. With `key_once`, so is the newest
+        top-level run with the key that has ended: decided atomically with the insert (under a
+        lock per key), so a run that ends while this start runs still counts.
         """
         ...
 
@@ -627,6 +655,14 @@ class RunStore(Protocol):
         """Queue an event for an active run (with the sender's `traceparent`); return its
         inbox id. `RunFinishedError` if the run has ended, `RunNotFoundError` if it does not
         exist."""
+        ...
+
+    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
+                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+        """`send_event` at most once per run and `delivery_id` (a webhook's delivery id): the
+        delivery is recorded durably with the queued event, in its transaction. Returns the
+        inbox id and True, or, for a delivery already recorded, the inbox id its event got and
+        False (nothing queued, whatever the run's status now)."""
         ...
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:

@@ -8,13 +8,33 @@ its lease expires, never lost and never counted twice. Runs that must wait are q
 (`waiting`, in `queued_at` order, kept across waits and crashes); a freed slot is `reserved` for
 the first of them and that run is woken, so a newcomer cannot take a waiting run's place.
 Costs per grant: a handful of statements over at most `max_in_flight` slot rows plus the queue's
-head, never the whole queue.
+head, never the whole queue; every read of the queue is a bounded page, and a walk past places
+of runs that ended stops at the queue's end (it deletes each such place as it passes it).
+
+Lock order. Every capacity transaction locks rows in one order, and touches one limit:
+
+1. the limit's `workflow_limits` row (the grant's and the sweep's lock; a pause's upsert);
+2. that limit's `workflow_capacity` rows (slots, reservations, places in the queue);
+3. `workflow_runs` rows last: the runs it wakes, then the caller's own run.
+
+A transaction without the limit's lock (a reservation taken up, a newcomer joining a queue, a
+hand-over) starts at 2 and never goes back to 1: when such a fast path locked a row without
+answering (a race), it is rolled back, releasing what it locked, and the grant is asked again
+under the limit's lock in a transaction of its own. A call that needs places of two limits takes
+them one transaction each (`LoadControl.enter`). What this order cannot exclude (PostgreSQL
+picking a transaction as a deadlock victim against other writers of the same run rows, or a
+serialization failure: SQLSTATE 40P01 / 40001) is not an error of the call: the whole
+transaction is run again after a short jittered backoff, at most `ATTEMPTS` times, each retry
+logged (`_transaction`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+import logging
+import random
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from persistence.stores.base import (
     MAX_PRIORITY,
@@ -27,6 +47,7 @@ from persistence.stores.base import (
     NewRun,
     PendingWork,
     RunRecord,
+    StoreError,
 )
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
@@ -38,6 +59,18 @@ CAPACITY = "waiting for capacity"
 RATE = "rate limited"
 PAUSED = "paused by Retry-After"
 """The reasons a run waits for a limit, shown as "<reason>: <limit name>" on its row."""
+
+ATTEMPTS = 6
+"""How many times a capacity transaction is run when PostgreSQL rolls it back as a deadlock
+victim or a serialization failure (the last failure is raised)."""
+BACKOFF_MS = 10
+"""The first retry's backoff; doubled per attempt, jittered by +-50% (so two transactions that
+met once do not meet again in step)."""
+ROLLED_BACK = frozenset({"40P01", "40001"})
+"""SQLSTATEs of a transaction the server rolled back to resolve a conflict: deadlock detected,
+serialization failure. Safe to run again from the start: nothing of it was written."""
+log = logging.getLogger("statecharts.capacity")
+T = TypeVar("T")
 
 _LIVE_HOLD = (
     "EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = workflow_capacity.run_id AND "
@@ -61,36 +94,21 @@ class SQLCapacity(SQLDialect):
                          recheck_ms: int, lease_ms: int) -> Grant:  # fmt: skip
         """Grant a place in limit `name`, or queue the run and release it (see `Capacity`)."""
         rid = self._id(run_id)
-        with self._write() as conn:
-            if max_in_flight is not None and calls is None:  # no rate window to keep
-                fast = self._without_lock(conn, name, holder, rid, owner, now, recheck_ms)
-                if fast is not None:
-                    return fast
-            paused, recent = self._lock_limit(conn, name, now)
-            if paused is not None and paused > now:
-                return self._wait(conn, rid, owner, f"{PAUSED}: {name}", paused)
-            if max_in_flight is not None and not self._place(conn, name, holder, rid, now,
-                                                             max_in_flight, lease_ms):
-                self._queue(conn, name, holder, rid, now)
-                return self._wait(conn, rid, owner, f"{CAPACITY}: {name}", now + recheck_ms)
-            if calls is not None:
-                window = [t for t in recent if t > now - per_ms]
-                if len(window) >= calls:
-                    if max_in_flight is not None:  # keeps its place for the next window
-                        self._queue(conn, name, holder, rid, now)
-                    return self._wait(conn, rid, owner, f"{RATE}: {name}",
-                                      window[-calls] + per_ms)  # fmt: skip
-                self._exec(conn, "UPDATE workflow_limits SET recent = ? WHERE name = ?",
-                           (self._j([*window, now]), name))  # fmt: skip
-            if max_in_flight is not None:
-                self._exec(
-                    conn,
-                    "INSERT INTO workflow_capacity (name, holder, run_id, state, owner, queued_at)"
-                    " VALUES (?, ?, ?, 'held', ?, ?) ON CONFLICT (name, holder) DO UPDATE SET "
-                    "state = 'held', owner = excluded.owner, expires_at = NULL",
-                    (name, holder, rid, owner, self._t(now)),
-                )
-            return self._granted(conn, rid)
+
+        def grant(conn: Any, fast: bool) -> Grant:
+            if fast:  # no rate window to keep
+                answer = self._without_lock(conn, name, holder, rid, owner, now, recheck_ms)
+                if answer is not None:
+                    return answer
+            return self._under_lock(conn, name, holder, rid, owner, now,
+                                    max_in_flight=max_in_flight, calls=calls, per_ms=per_ms,
+                                    recheck_ms=recheck_ms, lease_ms=lease_ms)  # fmt: skip
+
+        try:
+            return self._transaction(lambda conn: grant(conn, max_in_flight is not None
+                                                        and calls is None))  # fmt: skip
+        except _Unanswered:  # (its row locks are gone with its rollback: see the lock order)
+            return self._transaction(lambda conn: grant(conn, False))
 
     def release_capacity(self, name: str, holders: Collection[str], now: int, *,
                          max_in_flight: int | None, lease_ms: int,
@@ -101,20 +119,24 @@ class SQLCapacity(SQLDialect):
         if max_in_flight is None:
             return []
         if holders and owner is not None:
-            with self._write() as conn:
-                left, handed = self._hand_over(conn, name, holders, owner, now, lease_ms)
+            left, handed = self._transaction(
+                lambda conn: self._hand_over(conn, name, holders, owner, now, lease_ms))
             if left:  # a head leased elsewhere, or none: the locked pass, in a transaction
                 # of its own (the heads this one locked are free again: no lock order to keep)
                 self.release_capacity(name, (), now, max_in_flight=max_in_flight,
                                       lease_ms=lease_ms)  # fmt: skip
             return self._handovers(handed, owner, now)
-        with self._write() as conn:
+
+        def release(conn: Any) -> None:
             self._lock_limit(conn, name, now)
             if holders:
                 marks = ",".join("?" * len(holders))
                 self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
                            f"({marks})", (name, *holders))  # fmt: skip
-            self._place(conn, name, None, None, now, max_in_flight, lease_ms)
+            _, woken = self._place(conn, name, None, None, now, max_in_flight, lease_ms)
+            self._wake(conn, woken, now)
+
+        self._transaction(release)
         return []
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:
@@ -151,28 +173,64 @@ class SQLCapacity(SQLDialect):
                 for n in names]  # fmt: skip
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
+    def _transaction(self, body: Callable[[Any], T]) -> T:
+        """`body(conn)` in a write transaction of its own, run again from the start (after a
+        jittered, doubling backoff; at most `ATTEMPTS` times, each logged) when the server
+        rolls it back to resolve a deadlock or a serialization failure (`ROLLED_BACK`):
+        nothing of it was written, and the conflict is the database's, not the call's."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                with self._write() as conn:
+                    return body(conn)
+            except StoreError as exc:
+                state = _sqlstate(exc)
+                if state not in ROLLED_BACK or attempt == ATTEMPTS:
+                    raise
+                wait_ms = BACKOFF_MS * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                log.warning("a capacity transaction was rolled back by the database (SQLSTATE "
+                            "%s: %s); run again in %.0f ms (attempt %d of %d)", state,
+                            str(exc).splitlines()[0], wait_ms, attempt + 1, ATTEMPTS)  # fmt: skip
+                time.sleep(wait_ms / 1000)
+        raise AssertionError("unreachable")  # (the last attempt returns or raises)
+
     def _without_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
                       recheck_ms: int) -> Grant | None:  # fmt: skip
-        """The two answers that need not the limit's lock (None: ask under it). A slot
-        reserved for `holder` becomes its own (the count of taken slots does not change; the
-        slot's row lock orders this against a sweep taking an expired reservation back). And
-        while other runs wait in the queue no newcomer can have a slot (a free one is owed to
-        the queue's head), so it joins the queue at once: a herd is refused in parallel, not
-        one by one behind the lock that hand-overs need. It joins behind a waiting run it
-        holds a key-share lock on until it commits (the queue's tail, so that hand-overs
-        taking the head do not meet it): a hand-over taking that run waits for the newcomer
-        or is waited for and the run is looked past; so the newcomer never joins a queue a
-        hand-over has just emptied, behind slots left free (those are handed, under the lock,
-        to the runs left waiting, which it is behind)."""
-        ts, unpaused = self._t(now), (
-            "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)")
-        if self._exec(
+        """The two answers that need not the limit's lock (None: ask under it, in this
+        transaction: nothing is locked yet). First a read without locks says which, if any,
+        applies. A slot reserved for `holder` becomes its own (the count of taken slots does
+        not change; the slot's row lock orders this against a sweep taking an expired
+        reservation back). And while other runs wait in the queue no newcomer can have a slot
+        (a free one is owed to the queue's head), so it joins the queue at once: a herd is
+        refused in parallel, not one by one behind the lock that hand-overs need. It joins
+        behind a waiting run it holds a key-share lock on until it commits (the queue's tail,
+        so that hand-overs taking the head do not meet it): a hand-over taking that run waits
+        for the newcomer or is waited for and the run is looked past; so the newcomer never
+        joins a queue a hand-over has just emptied, behind slots left free (those are handed,
+        under the lock, to the runs left waiting, which it is behind). A statement that may
+        have locked a row without answering (the read was overtaken) raises `_Unanswered`: the
+        limit's lock is never taken after a slot's (the module's lock order)."""
+        ts = self._t(now)
+        unpaused = "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)"
+        state, queued, free_to_go = self._exec(
             conn,
-            "UPDATE workflow_capacity SET state = 'held', owner = ?, expires_at = NULL WHERE "
-            f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
-            (owner, name, holder, name, ts),
-        ).fetchone() is not None:
+            "SELECT (SELECT state FROM workflow_capacity WHERE name = ? AND holder = ?), "
+            "EXISTS (SELECT 1 FROM workflow_capacity WHERE name = ? AND state = 'waiting' AND "
+            f"holder <> ?), {unpaused}",
+            (name, holder, name, holder, name, ts),
+        ).fetchone()
+        if not free_to_go:
+            return None  # paused: the locked path says until when
+        if state == "reserved":
+            if self._exec(
+                conn,
+                "UPDATE workflow_capacity SET state = 'held', owner = ?, expires_at = NULL WHERE "
+                f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
+                (owner, name, holder, name, ts),
+            ).fetchone() is None:
+                raise _Unanswered
             return self._granted(conn, run_id)
+        if not queued or state not in (None, "waiting"):
+            return None
         if self._exec(
             conn,
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
@@ -182,9 +240,47 @@ class SQLCapacity(SQLDialect):
             "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
             "workflow_capacity.state = 'waiting' RETURNING 1",
             (name, holder, run_id, ts, name, holder, name, ts),
-        ).fetchone() is not None:
-            return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
-        return None
+        ).fetchone() is None:
+            raise _Unanswered
+        return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
+
+    def _under_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
+                    *, max_in_flight: int | None, calls: int | None, per_ms: int,
+                    recheck_ms: int, lease_ms: int) -> Grant:  # fmt: skip
+        """The grant under the limit's lock: its pause, its slots (`_place`) and its rate
+        window; the runs woken for slots reserved on the way are written after every slot
+        row, before the caller's own run (the module's lock order)."""
+        paused, recent = self._lock_limit(conn, name, now)
+        if paused is not None and paused > now:
+            return self._wait(conn, run_id, owner, f"{PAUSED}: {name}", paused)
+        granted, woken = True, list[Any]()
+        if max_in_flight is not None:
+            granted, woken = self._place(conn, name, holder, run_id, now, max_in_flight,
+                                         lease_ms)  # fmt: skip
+        refused: tuple[str, int] | None = None
+        if not granted:
+            refused = f"{CAPACITY}: {name}", now + recheck_ms
+        elif calls is not None:
+            window = [t for t in recent if t > now - per_ms]
+            if len(window) >= calls:  # (a concurrency place is kept for the next window)
+                refused = f"{RATE}: {name}", window[-calls] + per_ms
+            else:
+                self._exec(conn, "UPDATE workflow_limits SET recent = ? WHERE name = ?",
+                           (self._j([*window, now]), name))  # fmt: skip
+        if max_in_flight is not None and refused is not None:
+            self._queue(conn, name, holder, run_id, now)
+        elif max_in_flight is not None:
+            self._exec(
+                conn,
+                "INSERT INTO workflow_capacity (name, holder, run_id, state, owner, queued_at)"
+                " VALUES (?, ?, ?, 'held', ?, ?) ON CONFLICT (name, holder) DO UPDATE SET "
+                "state = 'held', owner = excluded.owner, expires_at = NULL",
+                (name, holder, run_id, owner, self._t(now)),
+            )
+        self._wake(conn, woken, now)
+        if refused is not None:
+            return self._wait(conn, run_id, owner, *refused)
+        return self._granted(conn, run_id)
 
     def _hand_over(self, conn: Any, name: str, holders: Collection[str], owner: str, now: int,
                    lease_ms: int) -> tuple[int, list[tuple[str, RunRecord]]]:  # fmt: skip
@@ -194,7 +290,9 @@ class SQLCapacity(SQLDialect):
         never changes (no grant under the lock can see a slot free that is not). The heads are
         read from the queue's index, skipping those another hand-over is taking (PostgreSQL
         `SKIP LOCKED`); a head whose run is leased elsewhere, has ended, or a paused limit,
-        gets none here. Returns the slots left free and the (holder, run) handed over."""
+        gets none here (its slot rows locked before its run rows, as the module's lock order
+        says; the rows marked held last are those it locked reading the heads). Returns the
+        slots left free and the (holder, run) handed over."""
         ts = self._t(now)
         marks = ",".join("?" * len(holders))
         freed = sum(1 for (state,) in self._exec(
@@ -253,9 +351,10 @@ class SQLCapacity(SQLDialect):
         return self._ms(row[0]), [int(t) for t in recent] if isinstance(recent, list) else []
 
     def _place(self, conn: Any, name: str, holder: str | None, run_id: str | None, now: int,
-               max_in_flight: int, lease_ms: int) -> bool:  # fmt: skip
+               max_in_flight: int, lease_ms: int) -> tuple[bool, list[Any]]:  # fmt: skip
         """Whether `holder` may take a slot now; the other free slots are reserved for the
-        head of the queue (those runs are woken). With `holder` None, only hands slots over."""
+        head of the queue, whose runs (returned, as parameters) the caller wakes (`_wake`)
+        once it has written its slot rows. With `holder` None, only hands slots over."""
         ts = self._t(now)
         # slots of holders whose lease ended, and reservations nobody came for, queue again
         # (at their old place: first in line)
@@ -275,52 +374,65 @@ class SQLCapacity(SQLDialect):
             (name,),
         ).fetchall()
         if holder is not None and (holder,) in taken:
-            return True  # reserved for it (or already its own)
+            return True, []  # reserved for it (or already its own)
         free = max_in_flight - len(taken)
         if free <= 0:
-            return False
+            return False, []
         heads = self._heads(conn, name, free)
         granted = holder is not None and (holder in heads or len(heads) < free)
         others = {h: r for h, r in heads.items() if h != holder}
-        if others:
-            # (still waiting: a hand-over may have taken one since it was read)
-            reserved = [str(h) for (h,) in self._exec(
-                conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? WHERE "
-                f"name = ? AND holder IN ({','.join('?' * len(others))}) AND state = 'waiting' "
-                "RETURNING holder", (self._t(now + lease_ms), name, *others)).fetchall()]
-            if reserved:
-                # a reserved slot is capacity standing idle: its run is claimed before any
-                # other (as if due long ago, at the top priority)
-                first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
-                self._exec(conn, "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
-                           f"({','.join('?' * len(reserved))}) AND lease_owner IS NULL AND "
-                           "status = 'active'", (first, *[others[h] for h in reserved]))
-        return granted
+        if not others:
+            return granted, []
+        # (still waiting: a hand-over may have taken one since it was read)
+        reserved = [str(h) for (h,) in self._exec(
+            conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? WHERE "
+            f"name = ? AND holder IN ({','.join('?' * len(others))}) AND state = 'waiting' "
+            "RETURNING holder", (self._t(now + lease_ms), name, *others)).fetchall()]
+        return granted, [others[h] for h in reserved]
+
+    def _wake(self, conn: Any, runs: Sequence[Any], now: int) -> None:
+        """Wake the runs a slot was reserved for: a reserved slot is capacity standing idle,
+        so its run is claimed before any other (as if due long ago, at the top priority)."""
+        if runs:
+            first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
+            self._exec(conn, "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
+                       f"({','.join('?' * len(runs))}) AND lease_owner IS NULL AND "
+                       "status = 'active'", (first, *runs))  # fmt: skip
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
         """The first `count` holders in the queue whose runs are still active; places of runs
-        that ended meanwhile (cancelled while waiting) are dropped on the way. Read from the
-        queue's index, then the runs by id: never a plan that reads every waiting run. Holder
-        -> run id (as a parameter)."""
+        that ended meanwhile (cancelled while waiting) are deleted on the way. Read from the
+        queue's index a page at a time, each page after the last place read (never a place
+        twice), then the runs by id: never a plan that reads every waiting run. A short page
+        is the queue's end; a page goes on only past places it deleted, so the walk ends
+        (a queue shorter than `count` is common: a dead holder's slot requeued with a second
+        slot free). Holder -> run id (as a parameter)."""
         heads: dict[str, Any] = {}
+        after: tuple[Any, str] | None = None
         while len(heads) < count:
+            wanted = count - len(heads)
             rows = self._exec(
                 conn,
-                f"SELECT holder, run_id{self._TEXT_ID} FROM workflow_capacity WHERE name = ? "
-                "AND state = 'waiting' ORDER BY queued_at, holder LIMIT ?",
-                (name, count - len(heads)),
+                f"SELECT holder, run_id{self._TEXT_ID}, queued_at FROM workflow_capacity WHERE "
+                "name = ? AND state = 'waiting'"
+                f"{'' if after is None else ' AND (queued_at, holder) > (?, ?)'} "
+                "ORDER BY queued_at, holder LIMIT ?",
+                (name, *(after or ()), wanted),
             ).fetchall()
             if not rows:
                 break
             marks = ",".join("?" * len(rows))
             active = {str(r) for (r,) in self._exec(
                 conn, f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE id IN ({marks}) AND "
-                "status = 'active'", [self._id(str(r)) for _, r in rows]).fetchall()}  # fmt: skip
-            gone = [str(h) for h, r in rows if str(r) not in active]
+                "status = 'active'", [self._id(str(r)) for _, r, _ in rows])}  # fmt: skip
+            gone = [str(h) for h, r, _ in rows if str(r) not in active]
             if gone:
                 self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
                            f"({','.join('?' * len(gone))})", (name, *gone))  # fmt: skip
-            heads.update((str(h), self._id(str(r))) for h, r in rows if str(r) in active)
+            heads.update((str(h), self._id(str(r))) for h, r, _ in rows if str(r) in active)
+            if len(rows) < wanted:  # the queue's end
+                break
+            after = (rows[-1][2], str(rows[-1][0]))
         return heads
 
     def _granted(self, conn: Any, run_id: str) -> Grant:
@@ -350,3 +462,19 @@ class SQLCapacity(SQLDialect):
             (reason, self._t(retry_at), run_id, owner),
         )
         return Grant(False, retry_at, reason)
+
+
+class _Unanswered(Exception):
+    """Internal: a grant's fast path may have locked a slot's row without answering; roll its
+    transaction back and ask under the limit's lock in a new one (the module's lock order)."""
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of the driver error behind a store error (psycopg errors carry one)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        state = getattr(seen, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -131,6 +131,8 @@ class PostgresStore(SQLStore):
     _AS_ID = "CAST({} AS uuid)"
     _LOCK_TREE = ("SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up "
                   "WHERE parent IS NULL")  # fmt: skip
+    # (the two-key form: a lock space apart from `_LOCK_TREE`'s one-key locks)
+    _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
     _JSON_VERSION = "snapshot->>'version'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
@@ -612,6 +614,11 @@ def _encoded(query: str) -> bytes:
     return query.encode()
 
 
+_PROGRAM_LIMIT = "54"
+"""SQLSTATE class 54, program_limit_exceeded: a value too big for an index row, a statement
+too complex or nested too deeply."""
+
+
 def _store_error(exc: BaseException) -> BaseException:
     """The store's error for a psycopg, pool or encoding error (others as they are)."""
     if isinstance(exc, psycopg.errors.UniqueViolation):
@@ -620,6 +627,10 @@ def _store_error(exc: BaseException) -> BaseException:
         return StoreEncodingError(f"PostgreSQL cannot store a value: {exc}")
     if isinstance(exc, UnicodeEncodeError | OverflowError):
         return StoreEncodingError(f"cannot store value: {exc}")
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith(_PROGRAM_LIMIT):
+        # e.g. "index row size 2720 exceeds btree version 4 maximum 2704": the value, not an
+        # outage (psycopg files the class under OperationalError, taken for one below)
+        return StoreEncodingError(f"PostgreSQL cannot hold a value ({exc.sqlstate}): {exc}")
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
         return StoreUnavailableError(f"PostgreSQL unavailable: {exc}")
     if isinstance(exc, psycopg.Error):

@@ -88,6 +88,12 @@ _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, tracepar
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
+_SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
+_RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, delivery_id) DO NOTHING "
+                    "RETURNING inbox_id")
+"""A delivery's record (`send_delivery`): looked up, then written with its queued event."""
+
 PICKED_NAMES = "id, lease_owner, wake_at"
 """What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
@@ -111,6 +117,10 @@ make. A child run in it holds a systemId when it is still its parent's child (`i
 key is that systemId (`SYSTEM_ID_HOLDER`)."""
 SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
+
+
+class _Delivered(Exception):
+    """Internal: the delivery was recorded by a concurrent transaction; roll this one back."""
 
 
 class ScheduleMoved(Exception):
@@ -149,6 +159,11 @@ class SQLDialect:
     _LOCK_TREE = ""
     """A statement after `_RUN_TREE` that serializes systemId registrations in one run tree
     until the transaction ends (PostgreSQL: an advisory lock on the root's id; SQLite's write
+    lock already serializes every writer)."""
+
+    _LOCK_KEY = ""
+    """A statement (workflow name and key as parameters) that serializes the starts of one key
+    until the transaction ends (PostgreSQL: an advisory lock on their hashes; SQLite's write
     lock already serializes every writer)."""
 
     RUN_COLUMNS: str
@@ -358,12 +373,17 @@ class SQLRuns(SQLDialect):
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
-        """Insert a run and its initial effects, or return the active run with the same key;
-        the child runs its first step starts with it."""
-        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+        """Insert a run and its initial effects, or return the active run with the same key
+        (with `key_once`, the newest with it, ended too); the child runs its first step starts
+        with it."""
+        once = key_once and run.key is not None
+        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries and not once
         with self._statement_write() if one else self._write() as conn:
-            record, created = self._create_in(conn, run, effects, now)
+            holder = self._key_holder_in(conn, run) if once else None
+            record, created = (holder, False) if holder is not None else self._create_in(
+                conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
         due = run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
@@ -393,15 +413,30 @@ class SQLRuns(SQLDialect):
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             return self._run(rows[0]), True
-        existing = self._exec(
+        existing = self._keyed_in(conn, run, ended_too=False)
+        if existing is None:
+            raise ConflictError(f"could not insert or find run with key {run.key!r}")
+        return existing, False
+
+    def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
+        """The newest top-level run of `run`'s workflow with its key, whatever its status, read
+        under the key's lock (`_LOCK_KEY`) until the transaction ends: two starts with one key
+        decide in turn, the second seeing the first's run even if it has ended meanwhile."""
+        if self._LOCK_KEY:
+            self._exec(conn, self._LOCK_KEY, (run.workflow_name, run.key))
+        return self._keyed_in(conn, run, ended_too=True)
+
+    def _keyed_in(self, conn: Any, run: NewRun, *, ended_too: bool) -> RunRecord | None:
+        """The newest top-level run of `run`'s workflow with its key (active only, unless
+        `ended_too`), or None."""
+        active = "" if ended_too else "AND status = 'active' "
+        rows = self._exec(
             conn,
             f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
-            "AND status = 'active' AND parent_run_id IS NULL",
+            f"{active}AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",
             (run.workflow_name, run.key),
         ).fetchall()
-        if not existing:
-            raise ConflictError(f"could not insert or find run with key {run.key!r}")
-        return self._run(existing[0]), False
+        return self._run(rows[0]) if rows else None
 
     def _insert_effects(
         self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect], now: int
@@ -554,6 +589,47 @@ class SQLRuns(SQLDialect):
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
+
+    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
+                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+        """`send_event` at most once per (run, `delivery_id`): the delivery is recorded in the
+        transaction that queues the event (`workflow_deliveries`, schema 7). When it is already
+        recorded, nothing is queued and the inbox id its event got is returned with False (also
+        when the run has ended since)."""
+        rid = self._id(run_id)
+        try:
+            inbox_id, queued = self._send_delivery_in(rid, run_id, event, now, delivery_id,
+                                                      traceparent)
+        except _Delivered:  # a concurrent delivery of the same id committed first
+            inbox_id, queued = int(self._read(_SEEN, (rid, delivery_id))[0][0]), False
+        if queued:
+            self.wakeup().notify(rid)
+        return inbox_id, queued
+
+    def _send_delivery_in(self, rid: str, run_id: str, event: Mapping[str, Any], now: int,
+                          delivery_id: str, traceparent: str | None
+                          ) -> tuple[int, bool]:  # fmt: skip
+        """`send_delivery`'s transaction."""
+        with self._write() as conn:
+            known = self._exec(conn, _SEEN, (rid, delivery_id)).fetchall()
+            if known:
+                return int(known[0][0]), False
+            inserted = self._exec(conn, _QUEUE_EVENT + self._NOTIFY,
+                                  self._queued(rid, event, now, traceparent)).fetchall()
+            if not inserted:
+                status = self._exec(conn, "SELECT status FROM workflow_runs WHERE id = ?",
+                                    (rid,)).fetchall()  # fmt: skip
+                if not status:
+                    raise RunNotFoundError(f"no run with id {run_id!r}")
+                raise RunFinishedError(f"run {run_id} has ended ({status[0][0]})")
+            inbox_id = int(inserted[0][0])
+            # A concurrent delivery of the same id (PostgreSQL) waits here for the first to
+            # commit and inserts nothing: it rolls back its queued event, answers the first's.
+            recorded = self._exec(conn, _RECORD_DELIVERY,
+                                  (rid, delivery_id, inbox_id, self._t(now))).fetchall()
+            if not recorded:
+                raise _Delivered
+            return inbox_id, True
 
     def _queued(self, rid: str, event: Mapping[str, Any], now: int,
                 traceparent: str | None) -> tuple[Any, ...]:  # fmt: skip

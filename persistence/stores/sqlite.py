@@ -8,6 +8,7 @@ itself is `persistence.stores.sql`'s, shared with PostgreSQL.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,8 @@ from persistence.stores.base import (
 )
 from persistence.stores.sql import SQLStore
 
+log = logging.getLogger("statecharts.store")
+
 _TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly database")
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -38,6 +41,11 @@ def _dumps(value: Any) -> str:
 
 def _translate(exc: sqlite3.Error) -> StoreError:
     message = str(exc).lower()
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        # (like PostgreSQL's disk_full: workers back off and retry until there is room)
+        return StoreUnavailableError(
+            "SQLite database or disk is full (SQLITE_FULL): nothing of this write was stored; "
+            "free disk space (or raise max_page_count)")
     if isinstance(exc, sqlite3.OperationalError) and any(t in message for t in _TRANSIENT):
         return StoreUnavailableError(f"SQLite database unavailable: {exc}")
     return StoreError(f"SQLite error: {exc}")
@@ -89,12 +97,23 @@ class SQLiteStore(SQLStore):
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException as exc:
-                self._conn.execute("ROLLBACK")
+                self._roll_back()
                 if isinstance(exc, sqlite3.Error):
                     raise _translate(exc) from exc
                 if isinstance(exc, UnicodeEncodeError | OverflowError):
                     raise StoreEncodingError(f"cannot store value: {exc}") from exc
                 raise
+
+    def _roll_back(self) -> None:
+        """End the failed transaction, unless SQLite has already rolled it back itself (it
+        does on SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM): the error that ended it is the one
+        to raise, never "cannot rollback - no transaction is active"."""
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error as other:
+            log.warning("SQLite rollback after a failed write failed too: %s", other)
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:

@@ -20,6 +20,7 @@ from fastapi import FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import ClientDisconnect
 from starlette.templating import Jinja2Templates
 
 from persistence.columns import error_is_current
@@ -38,6 +39,7 @@ from persistence.ui.security import (
     CSRF_FIELD,
     SESSION_COOKIE,
     Guard,
+    client_gone,
     csrf_ok,
     csrf_value,
     same_token,
@@ -140,6 +142,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                                            "plain": True}, 401)  # fmt: skip
 
     app.add_middleware(Guard, token=token, unauthorized=unauthorized)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     # -- pages ------------------------------------------------------------------------------

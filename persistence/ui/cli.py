@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from persistence.cli import STORE_ENV, load_machines
 from persistence.stores import StoreError, open_store
-from statecharts.cli import run_one_tool
+from statecharts.subcommands import run_one_tool
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -64,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
-
+        from persistence.serving import serve
         from persistence.ui.app import create_app
     except ImportError as exc:
         raise SystemExit(
@@ -92,8 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
         ", token required" if token else "",
     )  # fmt: skip
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                    server_header=False)  # fmt: skip
+        serve(app, args.host, args.port, log_level=args.log_level.lower())
     finally:
         store.close()
     return 0

@@ -39,6 +39,13 @@ CSP = (
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The answer to a request whose client stopped sending its body (it disconnected, or the
+    server's body timeout cut it off: `persistence.serving`): 408, never logged as an error
+    (nobody reads the answer; an exception handler for `ClientDisconnect`)."""
+    return Response("request body not received", 408, media_type="text/plain")
+
+
 def session_value(token: str) -> str:
     """The session cookie's value for `token` (an HMAC, so the cookie never holds the token)."""
     return hmac.new(token.encode(), b"statecharts-ui-session", hashlib.sha256).hexdigest()

@@ -24,8 +24,8 @@ from persistence.stores import (
     Store,
 )
 from statecharts import Machine, Snapshot
-from statecharts.definition import RETRY_DELAY_PREFIX, WAITING
 from statecharts.frozen import text_problem
+from statecharts.retrying import retried_state_of_timer
 
 STATUSES = ("active", "error", "done", "done_partial", "cancelled")
 """Run statuses in the order the pages list them (failures before successes)."""
@@ -280,19 +280,8 @@ def timers_of(snapshot: Mapping[str, Any]) -> list[TimerView]:
         event = timer.get("event") or {}
         event_type = str(event.get("type", ""))
         found.append(TimerView(str(timer.get("id")), event_type, int(timer.get("due_at", 0)),
-                               retry_state(event_type), dict(event)))  # fmt: skip
+                               retried_state_of_timer(event_type), dict(event)))  # fmt: skip
     return sorted(found, key=lambda t: (t.due_at, t.id))
-
-
-def retry_state(event_type: str) -> str | None:
-    """The retried state's id if `event_type` is the timer of a "waiting to retry" state."""
-    # xstate.after.retry:<retried id>.<retried id>.waiting_to_retry (delay name, then state id)
-    prefix, suffix = f"xstate.after.{RETRY_DELAY_PREFIX}", f".{WAITING}"
-    if not (event_type.startswith(prefix) and event_type.endswith(suffix)):
-        return None
-    doubled = event_type[len(prefix) : -len(suffix)]
-    retried = doubled[: (len(doubled) - 1) // 2]
-    return retried if doubled == f"{retried}.{retried}" else None
 
 
 def attempts_of(snapshot: Mapping[str, Any]) -> list[AttemptView]:

@@ -4,12 +4,15 @@ OLD and NEW are each ``MODULE:NAME``, a JSON/YAML machine file, or ``git:REV:PAT
 file as committed at REV, its path from the repository's top). ``--format`` is ``text`` (the
 default), ``markdown`` (a table and the marked diagram in Mermaid, for a pull-request comment),
 or the marked diagram as ``svg``, ``png``, ``dot`` or ``mermaid`` (the default for ``-o`` by its
-suffix). ``--rename OLD_PATH=NEW_PATH`` says a state was renamed. ``--store URL`` adds what the
-change does to the active runs in that store; the exit code is then 1 when deploying NEW would
-strand runs (in removed states, with no migration that moves them). Errors exit 2.
-
-The command line is where the layers meet: only ``--store`` reads ``persistence``.
+suffix). ``--rename OLD_PATH=NEW_PATH`` says a state was renamed. ``--store URL`` (there when
+the durable runtime is installed) adds what the change does to the active runs in that store;
+the exit code is then 1 when deploying NEW would strand runs (in removed states, with no
+migration that moves them). Errors exit 2.
 """
+
+# The layers: the diff imports the render, never the reverse, so this module adds
+# ``--diff-base REV [--diff-out DIR]`` to the render's ``diagrams`` command; and it imports
+# nothing of ``persistence``, which adds ``--store`` here (``persistence.impact_cli``).
 
 from __future__ import annotations
 
@@ -18,16 +21,18 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from statecharts.cli import run_one_tool
+from statecharts.subcommands import registered, run_one_tool
 
 from ..errors import MachineDefinitionError
 from ..render import GraphvizNotFound
 from ..render.cli import write_output
+from ..render.diagrams import DiscoveryError
 from ..render.source import SourceError
 from .changes import MachineDiff
 from .compare import diff_machines
 from .picture import diff_dot, diff_mermaid, diff_png, diff_svg
 from .report import markdown_report, text_report
+from .review import review
 from .sources import load_machine_for_diff
 
 DESCRIPTION = """\
@@ -38,9 +43,10 @@ OLD and NEW are each MODULE:NAME, a JSON/YAML machine file, or git:REV:PATH (a f
 committed at REV, its path from the repository's top). --format is text (the default),
 markdown (a table and the marked diagram in Mermaid, for a pull-request comment), or the
 marked diagram as svg, png, dot or mermaid (by default from the -o file's suffix).
---rename OLD_PATH=NEW_PATH says a state was renamed. --store URL adds what the change does
-to the active runs in that store; the exit status is then 1 when deploying NEW would strand
-runs (in removed states, with no migration that moves them). Errors exit 2."""
+--rename OLD_PATH=NEW_PATH says a state was renamed. --store URL (there when the durable
+runtime is installed) adds what the change does to the active runs in that store; the exit
+status is then 1 when deploying NEW would strand runs (in removed states, with no migration
+that moves them). Errors exit 2."""
 
 FORMATS = ("text", "markdown", "svg", "png", "dot", "mermaid")
 _SUFFIX_FORMATS = {".md": "markdown", ".txt": "text", ".svg": "svg", ".png": "png",
@@ -54,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add the ``diff`` subcommand."""
     diff = subparsers.add_parser(
         "diff", help="what changed between two definitions of a machine (text, Markdown or a "
-                     "marked diagram), and with --store what it does to running runs",
+                     "marked diagram)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     diff.add_argument("old", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
     diff.add_argument("new", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
@@ -63,43 +69,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     diff.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     diff.add_argument("--rename", action="append", default=[], metavar="OLD_PATH=NEW_PATH",
                       help="a state renamed (its path below the root); may be repeated")
-    diff.add_argument("--store", help="a store URL: report the active runs the change affects "
-                                      "(exit 1 when runs would be stranded)")
     diff.set_defaults(handler=_diff)
+    _add_review(subparsers)
 
 
 def _diff(args: argparse.Namespace) -> int:
+    made = make_diff(args)
+    if isinstance(made, int):
+        return made
+    write_output(made[1], args.output)
+    return 0
+
+
+def make_diff(args: argparse.Namespace) -> tuple[MachineDiff, str | bytes, str] | int:
+    """The ``diff`` command's changes, its output in the format asked for, and that format;
+    or the exit status 2 after printing why there is none."""
     fmt = args.format or _SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "text")
     try:
         renames = dict(_rename(item) for item in args.rename)
         changes = diff_machines(load_machine_for_diff(args.old), load_machine_for_diff(args.new),
                                 renames)
-        data = _DRAWINGS[fmt](changes)
+        return changes, _DRAWINGS[fmt](changes), fmt
     except (SourceError, MachineDefinitionError, GraphvizNotFound, OSError, ValueError) as exc:
         print(f"statecharts diff: {exc}", file=sys.stderr)
         return 2
-    status = 0
-    if args.store:
-        from persistence.impact import impact_markdown, impact_text, store_impact
-        from persistence.stores import StoreError, open_store
 
-        try:
-            store = open_store(args.store, max_connections=2)
-        except (StoreError, ValueError) as exc:
-            print(f"statecharts diff: --store: {exc}", file=sys.stderr)
-            return 2
-        try:
-            impact = store_impact(store, changes)
-        finally:
-            store.close()
-        report = impact_markdown(impact) if fmt == "markdown" else impact_text(impact)
-        if isinstance(data, str) and fmt in ("text", "markdown"):
-            data += "\n" + report
-        else:
-            sys.stderr.write(report)
-        status = 1 if impact.stranded else 0
-    write_output(data, args.output)
-    return status
+
+def _add_review(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``diagrams --diff-base REV [--diff-out DIR]``, when the render's ``diagrams`` is there."""
+    found = registered(subparsers, "diagrams")
+    if found is None:
+        return
+    diagrams, draw = found
+    diagrams.add_argument("--diff-base", metavar="REV",
+                          help="also print the diff of every machine that differs from its "
+                               "definition at git revision REV (e.g. origin/main)")
+    diagrams.add_argument("--diff-out", type=Path, metavar="DIR",
+                          help="with --diff-base: write <machine>.md and <machine>.svg there")
+
+    def diagrams_with_review(args: argparse.Namespace) -> int:
+        if args.diff_base and args.machines.is_dir():  # (the render says when it is not)
+            try:
+                for line in review(args.machines, args.diff_base, args.diff_out):
+                    print(line)
+            except (DiscoveryError, SourceError) as exc:
+                print(f"statecharts diagrams: --diff-base: {exc}", file=sys.stderr)
+                return 2
+        return draw(args)
+
+    diagrams.set_defaults(handler=diagrams_with_review)
 
 
 def _rename(item: str) -> tuple[str, str]:

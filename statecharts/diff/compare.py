@@ -15,13 +15,18 @@ from typing import Any
 
 import orjson
 
-from ..definition import ATTEMPTING, RETRY_DELAY_PREFIX, WAITING
 from ..frozen import thaw
 from ..machine import Machine
 from ..nodes import StateNode, Transition
 from ..render import labels
-from ..render.model import RECORD_SKIP, RETRY_ALLOWED
 from ..retry import RetryPolicy, as_policy
+from ..retrying import (
+    is_added_action,
+    is_retry_delay,
+    is_retry_step,
+    is_retry_transition,
+    is_skip_transition,
+)
 from ..snapshot import FORMAT
 from .changes import (
     ACTIONS,
@@ -56,7 +61,6 @@ from .words import json_text, retry_change, retry_words, value_text
 
 ARROW = " → "
 RENAMED_FROM = "renamed_from"  # the new state's meta key naming its old path
-_INTERNAL_ACTIONS = frozenset({"recordFailure", RECORD_SKIP})  # added by retry expansion
 
 
 def diff_machines(old: Machine, new: Machine,
@@ -326,8 +330,7 @@ def _by_path(machine: Machine) -> dict[str, StateNode]:
 
 def _generated(node: StateNode) -> bool:
     """A step added by a retry's expansion."""
-    parent = node.parent
-    return parent is not None and parent.retry is not None and node.key in (ATTEMPTING, WAITING)
+    return is_retry_step(node)
 
 
 def _written_type(node: StateNode) -> str:
@@ -496,9 +499,8 @@ def _leaves(value: Any, prefix: str = "") -> list[str]:
 def _user_transitions(node: StateNode) -> list[Transition]:
     """The transitions the author wrote (not the retry loop a retry policy adds)."""
     return [t for t in (*node.transitions, *node.always)
-            if not (t.guard is not None and t.guard.type == RETRY_ALLOWED)
-            and not (isinstance(t.delay, str) and t.delay.startswith(RETRY_DELAY_PREFIX))
-            and not any(a.type == RECORD_SKIP for a in t.actions)]
+            if not is_retry_transition(t) and not is_retry_delay(t.delay)
+            and not is_skip_transition(t)]
 
 
 def _trigger_key(transition: Transition) -> str:
@@ -531,7 +533,7 @@ def _any(old: Transition, new: Transition) -> bool:
 
 
 def _action_names(actions: Iterable[Any]) -> list[str]:
-    return [a.type for a in actions if a.type not in _INTERNAL_ACTIONS]
+    return [a.type for a in actions if not is_added_action(a.type)]
 
 
 def _list(names: Iterable[str]) -> str:

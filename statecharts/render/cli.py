@@ -6,9 +6,11 @@ suffix, else SVG; without ``-o`` it writes to standard output).
 
 ``statecharts diagrams [--check] [--machines DIR] [--out DIR]`` regenerates the diagrams folder
 for every machine under ``machines/`` (see ``diagrams.py`` for the discovery convention), or
-with ``--check`` lists the stale files and exits 1.
+with ``--check`` lists the stale files and exits 1. The diff (``statecharts.diff.cli``) adds
+``--diff-base REV [--diff-out DIR]`` to it in the ``statecharts`` command (the render never
+imports the diff).
 
-The lead's ``statecharts/cli.py`` calls ``register(subparsers)``; each command stores its
+``statecharts/cli.py`` calls ``register(subparsers)``; each command stores its
 handler as ``handler`` (``args.handler(args)`` returns the exit code). ``python -m
 statecharts.render.cli`` runs the two commands on their own.
 """
@@ -20,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from statecharts.cli import run_one_tool
+from statecharts.subcommands import run_one_tool
 
 from ..errors import MachineDefinitionError, SnapshotError
 from . import GraphvizNotFound, to_dot, to_mermaid, to_png, to_svg
@@ -54,11 +56,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                           help="the machines package folder (default: machines)")
     diagrams.add_argument("--out", type=Path, default=Path("diagrams"),
                           help="the diagrams folder (default: diagrams)")
-    diagrams.add_argument("--diff-base", metavar="REV",
-                          help="also print the diff of every machine that differs from its "
-                               "definition at git revision REV (e.g. origin/main)")
-    diagrams.add_argument("--diff-out", type=Path, metavar="DIR",
-                          help="with --diff-base: write <machine>.md and <machine>.svg there")
     diagrams.set_defaults(handler=_diagrams)
 
 
@@ -96,15 +93,6 @@ def _diagrams(args: argparse.Namespace) -> int:
     if not args.machines.is_dir():
         print(f"statecharts diagrams: {args.machines}: no such folder", file=sys.stderr)
         return 2
-    if args.diff_base:
-        from ..diff.review import review
-
-        try:
-            for line in review(args.machines, args.diff_base, args.diff_out):
-                print(line)
-        except (DiscoveryError, SourceError) as exc:
-            print(f"statecharts diagrams: --diff-base: {exc}", file=sys.stderr)
-            return 2
     try:
         if args.check:
             stale = stale_files(args.machines, args.out)

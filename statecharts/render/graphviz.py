@@ -16,6 +16,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 from .labels import wrap
@@ -369,21 +370,25 @@ def dot_program() -> str:
     return found
 
 
-def run_dot(source: str, fmt: str) -> bytes:
-    """``source`` laid out by ``dot`` as ``svg`` or ``png`` (PNG at 144 dpi for sharp text)."""
-    args = [dot_program(), f"-T{fmt}"] + (["-Gdpi=144"] if fmt == "png" else [])
-    result = subprocess.run(args, input=source.encode(), capture_output=True, check=False)
+def run_dot(source: str, fmt: str, extra: Sequence[str] = (),
+            timeout: float | None = None) -> bytes:
+    """``source`` laid out by ``dot`` as ``svg`` or ``png`` (PNG at 144 dpi for sharp text);
+    ``extra`` arguments (another layout: ``-Kneato``); past ``timeout`` seconds
+    ``subprocess.TimeoutExpired``."""
+    args = [dot_program(), f"-T{fmt}", *extra] + (["-Gdpi=144"] if fmt == "png" else [])
+    result = subprocess.run(args, input=source.encode(), capture_output=True, check=False,
+                            timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"dot failed ({result.returncode}): "
                            f"{result.stderr.decode(errors='replace').strip()}")
     return result.stdout
 
 
-def svg(source: str) -> str:
+def svg(source: str, extra: Sequence[str] = (), timeout: float | None = None) -> str:
     """The SVG of a DOT ``source``, made reproducible: dot's version comment is replaced by a
     hash of the DOT source, which is what ``diagrams --check`` compares (the layout itself may
-    differ between Graphviz versions)."""
-    raw = _GENERATOR_COMMENT.sub(b"", run_dot(source, "svg"))
+    differ between Graphviz versions); ``extra`` and ``timeout`` as for ``run_dot``."""
+    raw = _GENERATOR_COMMENT.sub(b"", run_dot(source, "svg", extra, timeout))
     text = raw.decode()
     stamp = f"<!-- statecharts dot-sha256: {source_hash(source)} -->\n"
     start = text.find("<svg")

@@ -57,16 +57,21 @@ def state_title(node: StateNode) -> str:
     import writes) is the title instead, so the name is not shown twice."""
     if node.type == "history":
         return "H*" if node.history == "deep" else "H"
-    if node.description and _same_words(node.description, node.key):
-        return node.description
+    first = (node.description or "").split("\n", 1)[0]
+    if first and _same_words(first, node.key):
+        return first
     return sentence(humanize(node.key))
 
 
 def state_description(node: StateNode) -> str | None:
-    """The description shown below a state's title (None when it is the title)."""
-    if node.description and not _same_words(node.description, node.key):
-        return node.description
-    return None
+    """The description shown below a state's title (None when it is the title). When its
+    first line is the title (the name in the author's spelling), the lines after it."""
+    if not node.description:
+        return None
+    first, _, rest = node.description.partition("\n")
+    if _same_words(first, node.key):
+        return rest or None
+    return node.description
 
 
 def _same_words(a: str, b: str) -> bool:

@@ -8,10 +8,10 @@ say the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..definition import RETRY_DELAY_PREFIX
+from .. import retrying
 from ..machine import Machine
 from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from ..snapshot import Snapshot
@@ -22,8 +22,6 @@ NORMAL, ERROR, RETRY = "normal", "error", "retry"
 # Change marks, set by a machine diff (``statecharts.diff``) on the new machine's diagram.
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _MARK_MEANINGS = ((ADDED, "added"), (REMOVED, "removed (dashed)"), (CHANGED, "changed: old → new"))
-RETRY_ALLOWED = "retryAllowed"  # the guard of an expanded retry's "try again" transition
-RECORD_SKIP = "recordSkip"  # the action of onFinalFailure="skip"
 # A final state whose name or tags say so is a failure outcome and drawn as an error path.
 _FAILURE_WORDS = ("fail", "error", "abort")
 _FAILURE_TAGS = frozenset({"error", "failed", "failure"})
@@ -142,9 +140,34 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
             arrows.extend(_arrows(machine, transition, work, failed, otherwise))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
+    arrows = _collapse_fallbacks(arrows, boxes)
     title = labels.sentence(labels.humanize(machine.id))
     return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
                    _columns(machine.root, arrows), _error_workflow(machine))
+
+
+FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in its box
+
+
+def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
+    """Many unguarded arrows with the same words into one state, some of them "otherwise"
+    (an imported n8n workflow's "no items go on" from every node), become one line in that
+    state's box: the arrows that differ stay readable."""
+    groups: dict[tuple[StateNode, tuple[str, ...], str], list[Arrow]] = {}
+    for arrow in arrows:
+        lines = arrow.lines[:-1] if arrow.lines[-1:] == ("otherwise",) else arrow.lines
+        if "[" not in arrow.raw and lines and arrow.source is not arrow.target:
+            groups.setdefault((arrow.target, lines, arrow.kind), []).append(arrow)
+    dropped: set[int] = set()
+    for (target, lines, _), group in groups.items():
+        if len(group) < FAN_IN or not any(a.lines[-1:] == ("otherwise",) for a in group):
+            continue
+        dropped.update(id(arrow) for arrow in group)
+        box = boxes[target]
+        words = " ".join(lines)
+        boxes[target] = replace(box, details=(*box.details,
+                                              f"from {len(group)} states: {words}"))
+    return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 
 def _error_workflow(machine: Machine) -> str | None:
@@ -410,7 +433,7 @@ def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tupl
 
 def _is_retry(transition: Transition) -> bool:
     """The expanded retry's "failed, but another attempt is allowed" transition."""
-    return transition.guard is not None and transition.guard.type == RETRY_ALLOWED
+    return retrying.is_retry_transition(transition)
 
 
 def _is_final_failure(transition: Transition) -> bool:
@@ -427,7 +450,7 @@ def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
         attempting, waiting = (source.initial, *transition.targets)
         assert attempting is not None and source.retry is not None
         return [Arrow(attempting, waiting, tuple(retry_phrase(source.retry)), RETRY, raw)]
-    if isinstance(transition.delay, str) and transition.delay.startswith(RETRY_DELAY_PREFIX):
+    if retrying.is_retry_delay(transition.delay):
         return [Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
                 for target in transition.targets]
     if not transition.targets:
@@ -442,7 +465,7 @@ def _transition_lines(machine: Machine, transition: Transition, work: Mapping[st
                       otherwise: bool) -> tuple[str, ...]:
     lines = [_trigger(machine, transition, work)]
     if labels.is_error_event(transition.event) and \
-            any(a.type == RECORD_SKIP for a in transition.actions):  # with or without retry
+            retrying.is_skip_transition(transition):  # with or without retry
         lines.append("skip this item")
     if transition.guard is not None:
         lines.append(labels.guard_phrase(transition.guard))

@@ -6,9 +6,9 @@ labels as the diagram's arrows; events sent from outside keep their own names.
 
 from __future__ import annotations
 
-from ..definition import RETRY_DELAY_PREFIX, WAITING
 from ..machine import Machine
 from ..nodes import StateNode
+from ..retrying import retried_state_of_timer
 from .labels import delay_phrase, humanize, invoke_phrase, sentence, state_title
 
 _AFTER = "xstate.after."
@@ -38,10 +38,8 @@ def engine_event_phrase(event_type: str, machine: Machine | None = None) -> str 
 
 def _after_phrase(rest: str, machine: Machine | None) -> str:
     """``<delay>.<state id>``: a retry's wait, or a delayed transition's timer."""
-    if rest.startswith(RETRY_DELAY_PREFIX):
-        # "retry:<retried id>.<retried id>.waiting_to_retry": the delay, then the waiting state
-        retried = rest[len(RETRY_DELAY_PREFIX):].removesuffix(f".{WAITING}")
-        retried = retried[:len(retried) // 2]
+    retried = retried_state_of_timer(f"xstate.after.{rest}")
+    if retried is not None:
         node = next((n for n in _nodes(machine) if n.id == retried), None)
         name = state_title(node) if node is not None else _last_words(retried.split(".")[-1])
         return f"retry wait over: {name}"

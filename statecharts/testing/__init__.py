@@ -1,12 +1,13 @@
 """Test kit for statecharts: Hypothesis strategies (``strategies``), a rule-based harness with
 per-state invariants (``harness``), graph tools and coverage (``graph``, ``coverage``),
-ready-made properties (``properties``), invoked work in the alphabet (``outcomes``), the
-durable model-based check (``durable``), a pytest plugin (``plugin``) and an importer for
-python-statemachine classes (``interop``). See docs/testing.md.
+ready-made properties (``properties``), invoked work in the alphabet (``outcomes``), a pytest
+plugin (``plugin``) and an importer for python-statemachine classes (``interop``). See
+docs/testing.md. The durable model-based check drives the durable runtime, so it lives beside
+it: ``persistence.testing``.
 
 Only ``graph``, ``coverage`` and ``outcomes`` work without Hypothesis; the other modules need
 the ``testing`` extra (``pip install statecharts[testing]``). The engine never imports this
-package; only ``durable`` imports ``persistence``, and only when a check runs.
+package, and this package imports nothing of ``persistence``.
 """
 
 from .coverage import CoverageRecorder, CoverageReport

@@ -18,9 +18,9 @@ except ModuleNotFoundError as exc:
     if (exc.name or "").split(".")[0] != "hypothesis":
         raise
     raise ModuleNotFoundError(
-        "statecharts' test kit (strategies, harness, properties, durable) needs Hypothesis, "
-        "which the 'testing' extra installs: pip install 'statecharts[testing]' (graph, "
-        "coverage and outcomes work without it)", name="hypothesis") from exc
+        "statecharts' test kit (strategies, harness, properties, persistence.testing) needs "
+        "Hypothesis, which the 'testing' extra installs: pip install 'statecharts[testing]' "
+        "(graph, coverage and outcomes work without it)", name="hypothesis") from exc
 
 __all__ = ["HealthCheck", "Phase", "RuleBasedStateMachine", "given", "invariant",
            "precondition", "rule", "run_state_machine_as_test", "settings", "st"]

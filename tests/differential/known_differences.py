@@ -163,9 +163,6 @@ class _Scope:
         node = self.snapshot.machine.definition.by_id.get(state_id)
         return node is not None and node in self.snapshot.configuration.node_set
 
-    def retry_allowed(self, state_id: str, event: Any) -> bool:
-        return True
-
 
 def _scxml_exit_set(transition: Transition, nodes: AbstractSet[StateNode],
                     history: Any) -> set[StateNode]:

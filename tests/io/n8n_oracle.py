@@ -30,7 +30,7 @@ from statecharts.io.n8n import N8nImport
 from statecharts.io.n8n import node_kinds as nk
 from statecharts.io.n8n.graph import build_graph
 from statecharts.io.n8n.node_kinds import Kind
-from statecharts.io.n8n.outputs import input_count, regular_outputs, required_inputs
+from statecharts.io.n8n.outputs import regular_outputs
 from statecharts.io.n8n.runtime import machine_config
 from statecharts.io.n8n.validation import placeholder_implementations
 from statecharts.io.n8n.workflow import parse_workflow
@@ -38,6 +38,7 @@ from statecharts.io.n8n.workflow import parse_workflow
 Items = list[dict[str, Any]]
 Call = tuple[str, list[Items]]
 BUDGET = 150  # node runs per trace; workflows that loop longer are compared on this prefix
+ITEM_BUDGET = 5_000  # items out of one node run; below the machine's runaway bound
 
 
 class OutOfBudget(Exception):
@@ -104,100 +105,303 @@ _NO_ITEMS_LEFT = re.compile(r"""\$(?:node\[\s*["']([^"']+)["']\s*\]|\(\s*["']([^
                             r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)""")
 
 
-def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] | None = None
-            ) -> Trace:
-    """Run export ``data`` from trigger ``start`` (or, ``start`` None, from ``start_nodes``
-    with one empty item each) as n8n v1 would."""
-    workflow = parse_workflow(data)
-    graph = build_graph(workflow)  # node kinds and AI sub-nodes only; wires are read below
-    nodes = {n.name: n for n in workflow.nodes}
-    skip = {n for n, k in graph.kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
-    by_source: dict[str, list[tuple[int, str, int]]] = {}
-    slots: dict[str, int] = {}
-    for wire in workflow.connections:
-        if wire.kind != "main" or wire.source in skip or wire.target in skip:
-            continue
-        by_source.setdefault(wire.source, []).append((wire.output, wire.target, wire.input))
-        slots[wire.target] = max(slots.get(wire.target, 1), wire.input + 1)
-    stack: list[tuple[str, list[Items]]] = []
-    waiting: dict[str, list[list[Items | None]]] = {}
-    memory: dict[str, dict[str, Any]] = {}
+class _Workflow:
+    """What ``WorkflowExecute`` reads of the workflow: ``connectionsBySourceNode``,
+    ``connectionsByDestinationNode`` (main wires only), ``getParentNodes``,
+    ``getChildNodes`` and the settings."""
 
-    def add(children: list[tuple[int, str, int]], outputs: list[Items]) -> None:
-        chosen = [c for c in children if c[0] < len(outputs) and outputs[c[0]]]
-        for output, target, index in _v8_sort(chosen, lambda c: nodes[c[1]].position):
-            items = outputs[output]
-            if slots.get(target, 1) <= 1:
-                stack.insert(0, (target, [items]))
+    def __init__(self, data: Any, order: str | None) -> None:
+        self.workflow = parse_workflow(data)
+        self.graph = build_graph(self.workflow)
+        self.nodes = {n.name: n for n in self.workflow.nodes}
+        self.v1 = (order or self.workflow.execution_order) == "v1"
+        skip = {n for n, k in self.graph.kinds.items()
+                if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
+        # Workflow.__getConnectionsByDestination: by source in the export's order, by output
+        self.by_source: dict[str, dict[int, list[tuple[str, int]]]] = {}
+        self.by_destination: dict[str, dict[int, list[tuple[str, int]]]] = {}
+        for wire in self.workflow.connections:
+            if wire.kind != "main" or wire.source in skip or wire.target in skip:
                 continue
-            entries = waiting.setdefault(target, [])
-            entry = next((e for e in entries if e[index] is None), None)
-            if entry is None:
-                entry = [None] * slots[target]
-                entries.append(entry)
-            entry[index] = items
-            if all(e is not None for e in entry):
-                entries.remove(entry)
-                if not entries:
+            self.by_source.setdefault(wire.source, {}).setdefault(wire.output, []).append(
+                (wire.target, wire.input))
+            self.by_destination.setdefault(wire.target, {}).setdefault(wire.input, []).append(
+                (wire.source, wire.output))
+
+    def number_of_inputs(self, name: str) -> int:
+        """``connectionsByDestinationNode[name].main.length``."""
+        found = self.by_destination.get(name, {})
+        return max(found) + 1 if found else 0
+
+    def parents(self, name: str, checked: list[str] | None = None) -> list[str]:
+        """``getParentNodes`` = common/get-connected-nodes.ts ``getConnectedNodes``."""
+        if name not in self.by_destination:
+            return []
+        checked = list(checked or [])
+        if name in checked:
+            return []
+        checked.append(name)
+        found: list[str] = []
+        for index in sorted(self.by_destination[name]):
+            for source, _ in self.by_destination[name][index]:
+                if source in checked:
+                    continue
+                found.insert(0, source)
+                above = self.parents(source, checked)
+                for i in range(len(above) - 1, -1, -1):
+                    if above[i] in found:
+                        found.remove(above[i])
+                    found.insert(0, above[i])
+        return found
+
+    def children(self, name: str) -> set[str]:
+        """``getChildNodes`` (as a set)."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for targets in self.by_source.get(todo.pop(), {}).values():
+                for target, _ in targets:
+                    if target not in seen and target != name:
+                        seen.add(target)
+                        todo.append(target)
+        return seen
+
+
+def _keys(names: Any) -> list[str]:
+    """JavaScript's ``Object.keys`` order: array-index keys ascending, then insertion order."""
+    names = list(names)
+    numeric = [n for n in names if n.isdigit() and str(int(n)) == n and int(n) < 2 ** 32 - 1]
+    return sorted(numeric, key=int) + [n for n in names if n not in numeric]
+
+
+def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] | None = None,
+            order: str | None = None) -> Trace:
+    """Run export ``data`` from trigger ``start`` (or, ``start`` None, from ``start_nodes``
+    with one empty item each) as n8n's ``WorkflowExecute.processRunExecutionData`` would, in
+    the export's execution order (or ``order``: ``"v1"``/``"legacy"``)."""
+    wf = _Workflow(data, order)
+    stack: list[dict[str, Any]] = []  # nodeExecutionStack: {node, main, source}
+    waiting: dict[str, dict[int, dict[str, Any]]] = {}  # waitingExecution (+ its sources)
+    run_data: dict[str, list[list[Items]]] = {}  # resultData.runData: outputs per run
+    memory: dict[str, dict[str, Any]] = {}  # each node's getContext('node')
+
+    def enqueue(item: dict[str, Any]) -> None:
+        if wf.v1:
+            stack.insert(0, item)  # unshift
+        else:
+            stack.append(item)  # push
+
+    def incoming_is_empty(connections: list[tuple[str, int]], run_index: int) -> bool:
+        for source, output in connections:
+            runs = run_data.get(source, [])
+            if run_index < len(runs) and output < len(runs[run_index]) and \
+                    runs[run_index][output]:
+                return False
+        return True
+
+    def add_node(target: str, index: int, output: int, parent: str, outputs: list[Items],
+                 run_index: int) -> None:
+        """``addNodeToBeExecuted``."""
+        if wf.number_of_inputs(target) > 1:
+            was_waiting = target in waiting
+            rounds = waiting.setdefault(target, {})
+            slot = next((k for k in sorted(rounds) if rounds[k]["main"][index] is None), None)
+            if slot is None:
+                slot = len(rounds)
+                rounds[slot] = {"main": [None] * wf.number_of_inputs(target),
+                                "source": [None] * wf.number_of_inputs(target)}
+            rounds[slot]["main"][index] = outputs[output]
+            rounds[slot]["source"][index] = parent
+            if all(got is not None for got in rounds[slot]["main"]):
+                enqueue({"node": target, "main": rounds[slot]["main"],
+                         "source": rounds[slot]["source"]})
+                del rounds[slot]
+                if not rounds:
                     del waiting[target]
-                stack.insert(0, (target, [e for e in entry if e is not None]))
+                return
+            if was_waiting or wf.v1:
+                return
+            siblings = [t for targets in wf.by_source.get(parent, {}).values()
+                        for t, _ in targets]
+            for input_index in range(wf.number_of_inputs(target)):
+                for source, _ in wf.by_destination[target].get(input_index, []):
+                    if source == parent:
+                        continue
+                    on_stack = [item["node"] for item in stack]
+                    if source in siblings and not incoming_is_empty(
+                            wf.by_destination.get(source, {}).get(0, []), run_index):
+                        continue
+                    if source in on_stack or source in run_data:
+                        continue
+                    parents = [*wf.parents(source), source]
+                    parents.reverse()
+                    to_add: str | None = source
+                    for name in parents:
+                        if source != name and name in siblings:
+                            to_add = None
+                            break
+                        if name in on_stack:
+                            to_add = None
+                            break
+                        if name in run_data:
+                            break
+                        to_add = name
+                    if to_add is not None and parent in wf.parents(to_add) and \
+                            not outputs[output]:
+                        to_add = None
+                    if to_add is None:
+                        continue
+                    if to_add not in wf.by_destination or incoming_is_empty(
+                            wf.by_destination[to_add].get(0, []), run_index):
+                        enqueue({"node": to_add, "main": [[{"json": {}}]], "source": [parent]})
+            return
+        enqueue({"node": target, "main": [outputs[output]], "source": [parent]})
 
     def release() -> None:
-        names = list(waiting)
+        """The end of the execution loop: the stack is empty, waiting nodes remain."""
+        names = _keys(waiting)
         i = 0
         while i < len(names):
             name = names[i]
-            entry = waiting[name][0]
-            have = [k for k, e in enumerate(entry) if e is not None]
-            required = required_inputs(nodes[name])
+            node = wf.nodes[name]
+            required = _required_inputs(node) if wf.v1 else None
+            if required == "all":
+                i += 1
+                continue
+            if any(p in names for p in wf.parents(name)):
+                i += 1
+                continue
+            first = sorted(waiting[name], key=str)[0]
+            main = waiting[name][first]["main"]
+            have = [k for k, got in enumerate(main) if got is not None]
             if (isinstance(required, list) and not all(k in have for k in required)) or \
                     (isinstance(required, int) and len(have) < required):
                 i += 1
                 continue
-            main = [e if e is not None else [] for e in entry]
-            main += [[] for _ in range(input_count(nodes[name], slots[name]) - len(main))]
-            waiting[name].pop(0)
+            task = [got if got is not None else [] for got in main]
+            added = any(task)
+            if added:
+                task += [[] for _ in range(_declared_inputs(node) - len(task))]
+                stack.append({"node": name, "main": task,
+                              "source": list(waiting[name][first]["source"])})
+            del waiting[name][first]
             if not waiting[name]:
                 del waiting[name]
-            if any(main):
-                stack.append((name, main))
+            if added:
                 return
-            names, i = list(waiting), 0
+            names, i = _keys(waiting), 0
 
-    if start is not None:
-        add(by_source.get(start, []), [[{"json": {}}]])
+    def input_data(item: dict[str, Any]) -> Items | None:
+        """``prepareConnectionInputData`` (None: the node does not run)."""
+        main = item["main"]
+        if not main:
+            return None
+        chosen = main[0]
+        if wf.v1:
+            chosen = next((got for got in main if got), chosen)
+        elif not chosen and item["source"] and item["source"][0] is None:
+            below = wf.children(item["node"])
+            for k, got in enumerate(main):
+                previous = item["source"][k] if k < len(item["source"]) else None
+                if got and previous is not None and (previous == item["node"] or
+                                                     previous in below):
+                    chosen = got
+                    break
+        return chosen or None
+
+    def schedule(name: str, outputs: list[Items], run_index: int) -> None:
+        """After a node ran: the targets of its outputs, v1 sorted top-left first."""
+        chosen = [(output, target, index) for output, targets in
+                  sorted(wf.by_source.get(name, {}).items()) for target, index in targets
+                  if output < len(outputs) and
+                  (outputs[output] or (index > 0 and not wf.v1))]
+        if wf.v1:
+            chosen = _v8_sort(chosen, lambda c: wf.nodes[c[1]].position)
+        for output, target, index in chosen:
+            add_node(target, index, output, name, outputs, run_index)
+
+    if start is not None:  # the trigger ran and returned one empty item
+        run_data[start] = [[[{"json": {}}]]]
+        schedule(start, [[{"json": {}}]], 0)
     else:
-        add([(0, name, 0) for name in start_nodes or []], [[{"json": {}}]])
+        roots = start_nodes or []
+        for name in (_v8_sort(roots, lambda n: wf.nodes[n].position) if wf.v1 else roots):
+            enqueue({"node": name, "main": [[{"json": {}}]], "source": [None]})
     runs = 0
-    while True:
-        if not stack:
-            release()
-            if not stack:
-                return Trace(stubs.calls, "done")
-        name, inputs = stack.pop(0)
+    while stack:
+        item = stack.pop(0)
+        name = item["node"]
+        node = wf.nodes[name]
         runs += 1
         if runs > 4 * BUDGET:
             return Trace(stubs.calls, "budget")
-        node = nodes[name]
+        run_index = len(run_data.get(name, []))
+        main = item["main"]
         try:
-            outputs = _execute(node, graph.kinds[name], inputs, slots.get(name, 1), stubs,
-                               memory, by_source.get(name, []))
-            if node.always_output_data and not outputs[0]:
-                # WorkflowExecute: `if (!nodeSuccessData?.[0]?.[0])`, output 0 only
-                outputs = [[{"json": {}}], *outputs[1:]]
+            if node.disabled:  # handleDisabledNode
+                outputs: list[Items] | None = [main[0]] if main and main[0] is not None \
+                    else None
+            elif input_data(item) is None:
+                outputs = None
+            else:
+                if node.execute_once:  # handleExecuteOnce
+                    main = [got[:1] for got in main]
+                outputs = _execute(node, wf.graph.kinds[name], main, wf.number_of_inputs(name),
+                                   stubs, memory, wf.graph.wires.get(name, []))
+            if node.always_output_data and not (outputs and outputs[0]):
+                # ensureAlwaysOutputData, after runNode, also when it returned null
+                outputs = [[{"json": {}}], *(outputs or [[]])[1:]]
         except OutOfBudget:
             return Trace(stubs.calls, "budget")
-        except Exception as exc:  # the node failed: n8n's onError decides
+        except StubFailure as exc:  # the node caught each item: onError decides
             mode = nk.error_mode(node)
             if mode == "stopWorkflow":
                 return Trace(stubs.calls, "error")
-            width = _regular_count(node, by_source.get(name, []))
-            error = [{"json": {"error": str(exc)}}]
+            width = _regular_count(node, wf.graph.wires.get(name, []))
+            first = (main[0] if main and main[0] is not None else []) or [{"json": {}}]
+            if node.execute_once:
+                first = first[:1]
             if mode == "continueRegularOutput":
-                outputs = [error] + [[] for _ in range(width - 1)]
-            else:
-                outputs = [[] for _ in range(width)] + [error]
-        add(by_source.get(name, []), outputs)
+                outputs = [[{"json": {"error": str(exc)}} for _ in first]] + \
+                    [[] for _ in range(width - 1)]
+            else:  # handleNodeErrorOutput: the paired input item's fields, then `error`
+                outputs = [[] for _ in range(width)] + \
+                    [[{"json": {**got.get("json", {}), "error": str(exc)}} for got in first]]
+        except NodeStops:
+            return Trace(stubs.calls, "error")
+        if outputs is None:
+            continue  # `continue executionLoop`: no runData, no waiting node released
+        if sum(len(got) for got in outputs) > ITEM_BUDGET:
+            return Trace(stubs.calls, "budget")  # items doubling round a loop, as in n8n
+        run_data.setdefault(name, []).append(outputs)
+        schedule(name, outputs, run_index)
+        if not stack and waiting:
+            release()
+    return Trace(stubs.calls, "done")
+
+
+class NodeStops(Exception):
+    """Stop and Error: the run fails, whatever the node's onError says."""
+
+
+def _required_inputs(node: Any) -> Any:
+    """The Merge node's ``requiredInputs``, compared as ``WorkflowExecute`` does with its
+    ``inputs`` (V2: two; V3: an expression string, never equal): ``"all"`` when all are."""
+    if node.type != "n8n-nodes-base.merge" or node.type_version < 2:
+        return None
+    if node.parameters.get("mode") != "chooseBranch":
+        return 1
+    return "all" if node.type_version < 3 else [0, 1]
+
+
+def _declared_inputs(node: Any) -> int:
+    if node.type == "n8n-nodes-base.merge":
+        if node.type_version >= 3:
+            number = node.parameters.get("numberInputs", 2)
+            return int(number) if isinstance(number, int) and not isinstance(number, bool) \
+                else 2
+        return 2
+    return 1
 
 
 def _regular_count(node: Any, wires: list[tuple[int, str, int]]) -> int:
@@ -208,19 +412,22 @@ def _regular_count(node: Any, wires: list[tuple[int, str, int]]) -> int:
 
 def _execute(node: Any, kind: Kind, inputs: list[Items], slots: int, stubs: Stubs,
              memory: dict[str, dict[str, Any]], wires: list[tuple[int, str, int]]
-             ) -> list[Items]:
-    first = list(inputs[0]) if inputs else []
+             ) -> list[Items] | None:
+    first = list(inputs[0]) if inputs and inputs[0] is not None else []
     width = _regular_count(node, wires)
     error_slot: list[Items] = [[]] if nk.error_mode(node) == "continueErrorOutput" else []
-    if node.disabled or kind in (Kind.NO_OP, Kind.WAIT, Kind.FORM_PAGE):
+    if kind in (Kind.TRIGGER, Kind.ERROR_TRIGGER):
+        return [first]  # executeTriggerNode, not in manual mode: the data passes through
+    if kind in (Kind.NO_OP, Kind.WAIT, Kind.FORM_PAGE):
         return [first] + [[] for _ in range(width - 1)] + error_slot
     if kind is Kind.EXECUTE_WORKFLOW and not nk.sub_workflow_spec(node).waits:
         stubs.call(node.name, [first], 0)
         return [first, *error_slot]
     if kind is Kind.STOP_AND_ERROR:
-        raise RuntimeError(nk.stop_and_error_message(node) or "Stop and Error")
+        raise NodeStops(nk.stop_and_error_message(node) or "Stop and Error")
     if kind is Kind.LOOP:
-        return _split_in_batches(node, first, memory) + error_slot
+        batches = _split_in_batches(node, first, memory)
+        return None if batches is None else batches + error_slot
     if kind is Kind.IF:
         loop = _asks_no_items_left(node)
         if loop is not None:
@@ -229,7 +436,7 @@ def _execute(node: Any, kind: Kind, inputs: list[Items], slots: int, stubs: Stub
     attempts = (nk.retry_policy(node) or {}).get("max_attempts", 1)
     for attempt in range(attempts):
         try:
-            got = inputs if slots > 1 else [first]
+            got = [x if x is not None else [] for x in inputs] if slots > 1 else [first]
             return stubs.call(node.name, got, width) + error_slot
         except StubFailure:
             if attempt == attempts - 1:
@@ -248,13 +455,16 @@ def _asks_no_items_left(node: Any) -> str | None:
 
 
 def _split_in_batches(node: Any, items: Items, memory: dict[str, dict[str, Any]]
-                      ) -> list[Items]:
-    """n8n's SplitInBatches V1/V2/V3 ``execute``."""
+                      ) -> list[Items] | None:
+    """n8n's SplitInBatches V1/V2/V3 ``execute`` (nodes/SplitInBatches/v1..v3): a new start
+    only when its context holds no items yet or ``options.reset`` is true (never again once
+    done); V1 returns null once no batch is left."""
     version = node.type_version
-    spec = nk.loop_spec(node)
-    size = spec.batch_size
+    size = nk.loop_spec(node).batch_size
+    options = node.parameters.get("options")
+    reset = isinstance(options, dict) and options.get("reset") is True
     context = memory.setdefault(node.name, {})
-    if "items" not in context or (version >= 2 and context.get("done") and items):
+    if "items" not in context or reset:
         batch, context["items"] = items[:size], items[size:]
         context["processed"] = []
     else:
@@ -263,8 +473,7 @@ def _split_in_batches(node: Any, items: Items, memory: dict[str, dict[str, Any]]
             context["processed"] = context["processed"] + items
     context["noItemsLeft"] = not context["items"]
     if version < 2:
-        return [batch]
-    context["done"] = not batch
+        return [batch] if batch else None
     loop, done = (batch, []) if batch else ([], context["processed"])
     return [loop, done] if version < 3 else [done, loop]
 

@@ -102,8 +102,9 @@ def test_two_start_nodes_run_one_after_the_other_and_the_merge_joins_them_once()
     run = Run(result)
     run.actor.send("RUN")
     names = run.names()
-    # n8n v1 runs the first start node's branch to the Merge, then the second one
-    assert names == ["data_1", "convert_data_1", "data_2", "convert_data_2", "merge"]
+    # the export has no executionOrder: n8n's legacy order runs breadth first (each target
+    # pushed to the back of the stack, WorkflowExecute.addNodeToBeExecuted `push`)
+    assert names == ["data_1", "data_2", "convert_data_1", "convert_data_2", "merge"]
     assert len(run.inputs["merge"][0]) == 2  # one list of items per input
     assert run.snapshot.status == "done"
 

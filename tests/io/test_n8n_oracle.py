@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,10 @@ def workflows(draw: st.DrawFn) -> Any:
                                                     "continueErrorOutput"]))
         if draw(st.integers(0, 9)) == 0:
             node["alwaysOutputData"] = True
+        if draw(st.integers(0, 9)) == 0:
+            node["executeOnce"] = True
+        if kind == "splitInBatches" and draw(st.integers(0, 5)) == 0:
+            node["parameters"]["options"] = {"reset": True}
         if draw(st.integers(0, 6)) == 0 and kind not in ("wait", "splitInBatches", "noOp"):
             node["retryOnFail"] = True
             node["maxTries"] = 2
@@ -183,8 +188,9 @@ def workflows(draw: st.DrawFn) -> Any:
         if kind == "splitInBatches" and i > 1 and draw(st.booleans()):
             body = nodes[draw(st.integers(1, i))]["name"]
             wires.append((node["name"], draw(st.integers(0, _outputs(node) - 1)), body, 0))
+    order = draw(st.sampled_from(["v1", "legacy"]))
     return {"nodes": nodes, "connections": connections(wires),
-            "settings": {"executionOrder": "v1"}}
+            "settings": {"executionOrder": "v1"} if order == "v1" else {}}
 
 
 def _outputs(node: dict[str, Any]) -> int:
@@ -363,11 +369,39 @@ def test_the_bulk_command_counts_imported_refused_and_disagreeing(
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "good.json").write_text(FILES[0].read_text(encoding="utf-8"))
     (tmp_path / "broken.json").write_text('{"nodes": [')
-    assert main([str(tmp_path), "--seeds", "1"]) == 0
+    (tmp_path / "copy.json").write_text(FILES[0].read_text(encoding="utf-8"))
+    assert main([str(tmp_path), "--seeds", "1", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "broken.json: " in out
-    assert out.rstrip().endswith("2 exports: 1 imported, 1 refused, 0 disagreeing (0 silent) "
-                                 "over 1 seed(s) each")
+    assert "broken.json: not JSON" in out
+    assert "refusals by reason:\n  1 x not JSON: " in out
+    assert out.rstrip().endswith(
+        "3 exports, 1 seed(s), both orders: imported 2 (v1) and 2 (legacy), 1 refused, "
+        "0 disagreeing (0 silent), 0 crashed, 0 hung, 0 diagrams drawn the simpler way or "
+        "not at all")
+
+
+def test_the_bulk_command_counts_a_crash_and_a_hang_each_in_its_own_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.io.n8n_bulk as bulk
+
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("{}")
+    answers = {"a.json": subprocess.TimeoutExpired("python", 1.0),
+               "b.json": subprocess.CompletedProcess([], -9, "", "Killed")}
+
+    def fake_run(args: list[str], **kwargs: Any) -> Any:
+        answer = answers[Path(args[4]).name]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(bulk.subprocess, "run", fake_run)
+    assert bulk.main([str(tmp_path), "--timeout", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "hung:\n  " in out and "a.json: still running after 1 s" in out
+    assert "crashed:\n  " in out and "b.json: process exited -9: Killed" in out
+    assert "0 refused, 0 disagreeing (0 silent), 1 crashed, 1 hung" in out
 
 
 @pytest.mark.skipif(not FILES, reason=MISSING)

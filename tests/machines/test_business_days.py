@@ -55,6 +55,11 @@ def test_bad_offsets_are_refused() -> None:
         add_business_days(date(2026, 3, 2), -1, ())
 
 
+def test_an_offset_past_ten_years_is_refused_before_counting_towards_date_max() -> None:
+    with pytest.raises(ValueError, match="at most 2610 business days"):
+        cadence_due_dates(date(2026, 3, 2), (5, 10 ** 30), ())
+
+
 def test_week_of_gives_monday_and_friday() -> None:
     assert week_of(date(2026, 3, 4)) == (date(2026, 3, 2), date(2026, 3, 6))
     assert week_of(date(2026, 3, 8)) == (date(2026, 3, 2), date(2026, 3, 6))

@@ -13,6 +13,7 @@ import pytest
 from machines.fakes import FakeWorld
 from machines.followup import build_machines, repository
 from machines.followup.__main__ import main
+from machines.followup.business_days import MAX_OFFSET
 from machines.followup.db import Database
 from persistence import open_store
 from persistence.cli import load_schedules
@@ -54,6 +55,8 @@ def test_holidays_and_cadences_load_from_a_file_and_shape_new_watches(
     ('[holidays]\n2026-12-25 = "Christmas"\n2026-05-01 = ""\n',
      "holidays.2026-05-01: the holiday's name"),
     ("[cadences]\ndefault = [5, 3]\n", "cadences.default: a list of increasing positive"),
+    ("[cadences]\ndefault = [5, 1000000000000000000000000000000]\n",
+     "cadences.default: offsets are at most 2610 business days (ten years), not 10000"),
     ("[cadence]\ndefault = [5]\n", "unknown table(s) ['cadence']"),
     ("[holidays\n", "calendar.toml"),
 ])
@@ -66,6 +69,21 @@ def test_a_bad_calendar_file_names_the_key_and_loads_nothing(
     assert message in capsys.readouterr().err
     with db.transaction() as tx:
         assert repository.holidays(tx) == set()
+
+
+def test_a_cadence_offset_beyond_ten_years_is_refused_at_load_not_at_the_first_watch(
+        any_db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "calendar.toml"
+    path.write_text(f"[cadences]\nlongest = [{MAX_OFFSET}]\nhuge = [5, {10 ** 30}]\n")
+    assert main(["cadences", "load", str(path), "--database", any_db.url]) == 1
+    assert f"{path}: cadences.huge: offsets are at most 2610" in capsys.readouterr().err
+    path.write_text(f"[cadences]\nlongest = [{MAX_OFFSET}]\n")
+    assert main(["cadences", "load", str(path), "--database", any_db.url]) == 0
+    with any_db.transaction() as tx:
+        assert "huge" not in {r["name"] for r in tx.rows("select name from cadences")}
+        repository.register_watch(tx, "deal", "D1", "Acme", "longest", date(2026, 4, 2), 0)
+        assert [r["due_on"] for r in tx.rows("select due_on from watch_steps")] == [
+            "2036-04-03"]
 
 
 def test_the_worker_command_fires_the_followup_schedules(

@@ -30,7 +30,7 @@ USERS: dict[str, list[tuple[str, str]]] = {
                              "from statemachine import")],
     "fastapi": [("persistence/ui/app.py", "from fastapi import"),
                 ("tests/packaging/test_clean_venv.py", "def test_ui_extra")],
-    "uvicorn": [("persistence/ui/cli.py", "import uvicorn"),
+    "uvicorn": [("persistence/serving.py", "import uvicorn"),
                 ("tests/packaging/test_clean_venv.py", '"statecharts")), "ui"')],
     "jinja2": [("persistence/ui/app.py", "from jinja2 import"),
                ("tests/packaging/test_clean_venv.py", '"GET", f"/runs/{run_id}"')],

@@ -209,3 +209,37 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.wait(timeout=30)
         except subprocess.TimeoutExpired:
             w.kill()
+
+
+Serve = Callable[..., str]
+"""`serve(app, header_timeout_s=..., body_timeout_s=...)` -> the served app's base URL."""
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Serve apps for real on loopback, as `statecharts api` and `statecharts ui` do (uvicorn
+    with `persistence.serving.config`), each on a free port in a thread; stopped afterwards."""
+    import threading
+
+    import uvicorn
+
+    from persistence.serving import config
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(app: object, **timeouts: float) -> str:
+        port = _free_port()
+        server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning",
+                                       limit_concurrency=100, **timeouts))  # fmt: skip
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        wait_for(lambda: server.started or not thread.is_alive(), 10)
+        assert server.started, "server did not start"
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)
+        assert not thread.is_alive()

@@ -10,6 +10,7 @@ world while workers run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -296,4 +297,38 @@ killer = create_machine(
     actors={"exits": exits},
 )  # fmt: skip
 
-MACHINES = [poison, parked, versioned, transient, resumable, refund, refund_failed, killer]
+
+# -- child runs the database cannot hold --------------------------------------------------
+
+kid = create_machine({"id": "kid", "initial": "done", "states": {"done": {"type": "final"}}})
+LONG_ID = "kid_" + "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(44))
+"""A machine id PostgreSQL cannot put in an index row (its btree limit is 2,704 bytes): 2,820
+bytes that do not compress (a repetitive one would, and fit)."""
+long_named_kid = create_machine({"id": LONG_ID, "initial": "done",
+                                 "states": {"done": {"type": "final"}}})
+
+
+KID_INVOKE = "kid_" + "i" * 500
+"""The invoke id of a spawner's child: a child's key is `<parent key>/<invoke id>`, so a parent
+key of 500 bytes (one `start` takes) derives a child key over 1,000."""
+
+
+def _spawner(name: str, child: Any) -> Any:
+    """produce -> a child run (invoke id KID_INVOKE) -> done: the child is created by a
+    worker's step, not by the start."""
+    return create_machine(
+        {"id": name, "initial": "producing",
+         "states": {"producing": {"invoke": {"src": "produce", "input": "fine",
+                                             "onDone": "spawning"}},
+                    "spawning": {"invoke": {"id": KID_INVOKE, "src": "kid",
+                                            "onDone": "done"}},
+                    "done": {"type": "final"}}},
+        actors={"produce": produce, "kid": child},
+    )  # fmt: skip
+
+
+spawner = _spawner("spawner", kid)
+long_spawner = _spawner("long_spawner", long_named_kid)
+
+MACHINES = [poison, parked, versioned, transient, resumable, refund, refund_failed, killer,
+            spawner, long_spawner]

@@ -1,4 +1,5 @@
-"""Workflows and limits for the load-control tests (`tests/persistence/test_capacity.py`),
+"""Workflows and limits for the load-control tests (`tests/persistence/test_capacity.py`,
+`tests/persistence/test_capacity_faults.py`),
 importable by worker subprocesses (`--machines tests.persistence.limited --limits
 tests.persistence.limited`).
 
@@ -10,6 +11,7 @@ how many calls were in flight at once and how many started in any window.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from persistence.capacity import Limit
@@ -22,6 +24,7 @@ LIMITS = {
     "api": Limit(calls=4, per_ms=2000),
     "pay": Limit(max_in_flight=50, recheck_ms=5_000),
     "one": Limit(max_in_flight=1, recheck_ms=5_000),
+    "two": Limit(max_in_flight=2, recheck_ms=5_000),
 }
 RETRY_AFTER_MS = 2_000
 
@@ -64,22 +67,32 @@ crm = _calling("crm_sync", "crm")
 rated = _calling("rated", "api")
 paid = _calling("paid", "pay", retry={"max_attempts": 3, "initial_interval": 100})
 single = _calling("single", "one")
-MACHINES = [crm, rated, paid, single]
+pair = _calling("pair", "two")
+MACHINES = [crm, rated, paid, single, pair]
 
 
-def intervals(name: str, killed_at: float | None = None) -> list[tuple[str, float, float]]:
+def intervals(name: str, killed_at: float | Mapping[int, float] | None = None
+              ) -> list[tuple[str, float, float]]:  # fmt: skip
     """(run id, started, ended) of every call of downstream `name`, in start order; a call that
-    never ended (its worker was killed) ends at `killed_at`."""
+    never ended (its worker was killed) ends at `killed_at`: one time, or the time each worker
+    process (by pid) was killed."""
     db = _ledger()
     try:
-        rows = db.execute("SELECT run, started, ended FROM calls WHERE name = ? ORDER BY started",
-                          (name,)).fetchall()  # fmt: skip
+        rows = db.execute("SELECT run, pid, started, ended FROM calls WHERE name = ? "
+                          "ORDER BY started", (name,)).fetchall()  # fmt: skip
     finally:
         db.close()
-    return [(k, s, e if e is not None else (killed_at or s)) for k, s, e in rows]
+    return [(k, s, e if e is not None else _killed(killed_at, pid, s)) for k, pid, s, e in rows]
 
 
-def max_in_flight(name: str, killed_at: float | None = None) -> int:
+def _killed(killed_at: float | Mapping[int, float] | None, pid: int, started: float) -> float:
+    """When the call started at `started` by process `pid` ended, if it never returned."""
+    if isinstance(killed_at, Mapping):
+        return killed_at.get(pid, started)
+    return killed_at or started
+
+
+def max_in_flight(name: str, killed_at: float | Mapping[int, float] | None = None) -> int:
     """The most calls of `name` the downstream had in flight at one instant."""
     edges = sorted([(s, 1) for _, s, _ in intervals(name, killed_at)] +
                    [(e, -1) for _, _, e in intervals(name, killed_at)],

@@ -6,6 +6,7 @@ by the store in the claim statement), and checks that the other runs still finis
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,7 +27,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from persistence.runtime import Runtime
-from persistence.stores import RunRecord, Store, open_store
+from persistence.stores import (
+    MAX_STORED_KEY_BYTES,
+    NewRun,
+    RunRecord,
+    Store,
+    StoreEncodingError,
+    open_store,
+)
 from persistence.ui.app import create_app
 from tests.persistence import faulty
 from tests.persistence.workflows import LEDGER_ENV, init_ledger
@@ -627,3 +636,81 @@ def test_a_worker_shows_every_threads_stack_on_sigusr1_and_serves_on(e: Env) -> 
     stacks = w.text()
     # the main thread's frames at least (it logs that it serves before its threads start)
     assert re.search(r'File ".*persistence/worker\.py", line \d+ in run', stacks), stacks
+
+
+# -- keys and values an index cannot hold (issue 47 R3) ---------------------------------------
+
+def test_a_key_over_the_stored_limit_is_refused_alike_on_every_store(e: Env) -> None:
+    runtime = e.runtime()
+    before = e.store.count_runs()
+    for key, size in (("k" * 1001, 1001), ("\u00e9" * 501, 1002), ("k" * 3000, 3000)):
+        # (`start` may refuse it earlier, by its own rules: never later than the store)
+        with pytest.raises((ValueError, StoreEncodingError), match=f"{size} bytes"):
+            runtime.start("parked", key=key)
+        with pytest.raises(StoreEncodingError, match=f"is {size} bytes in UTF-8; a run's key "
+                                                     f"is at most {MAX_STORED_KEY_BYTES}"):
+            replace(_row("parked"), key=key)
+    assert e.store.count_runs() == before
+    # the longest key, in bytes that do not compress: PostgreSQL's index holds it too
+    longest = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(16))[:1000]
+    record, created = e.store.create_run(replace(_row("parked"), key=longest), [], 0)
+    assert created and e.store.create_run(replace(_row("parked"), key=longest), [], 0)[0] == \
+        record  # fmt: skip
+    assert runtime.get_by_key("parked", longest).id == record.id
+
+
+def _row(name: str) -> NewRun:
+    return NewRun(str(uuid.uuid4()), name, "v1", None, "waiting", {})
+
+
+def test_a_derived_child_key_over_the_limit_fails_its_parent_once_and_batch_mates_finish(
+        e: Env) -> None:
+    runtime = e.runtime()
+    parent_key = "p" * 500  # one start takes; `<key>/<invoke id>` is 1,005 bytes
+    parent = runtime.start("spawner", key=parent_key)
+    mates = [runtime.start("spawner", key=f"mate-{n}") for n in range(7)]
+    with workers(e) as fleet:
+        wait_until(ended(e.store, [parent, *mates]), "every run ended")
+        time.sleep(1.0)  # long enough for a claim loop to show in the claim counts
+        failed = e.store.get_run(parent)
+        assert failed.status == "error", failed
+        reason = failed.last_error or ""
+        assert f"key of the child run invoked as {faulty.KID_INVOKE!r}" in reason
+        assert f"is 1005 bytes in UTF-8; a run's key is at most {MAX_STORED_KEY_BYTES}" in reason
+        assert failed.claim_count == 1
+        assert faulty.calls("produce", parent) == 1
+        assert runtime.list(key=f"{parent_key}/{faulty.KID_INVOKE}") == []
+        for run_id in mates:
+            run = e.store.get_run(run_id)
+            assert run.status == "done" and run.claim_count <= 2, run
+            child = runtime.get_by_key("kid", f"{run.key}/{faulty.KID_INVOKE}")
+            assert child.status == "done"
+        stop_cleanly(fleet)
+    assert "Traceback" not in logs(fleet)
+
+
+def test_a_child_postgresql_cannot_index_fails_its_parent_once_not_as_an_outage(e: Env) -> None:
+    """PostgreSQL's own limit (2,704 bytes an index row), reached by a child machine whose id
+    is 2,820 bytes (ids are the developer's; keys are held to MAX_STORED_KEY_BYTES on every
+    store). SQLite has no such limit: there the child is stored and the parent finishes."""
+    runtime = e.runtime()
+    parent = runtime.start("long_spawner")
+    mates = [runtime.start("spawner") for _ in range(7)]
+    with workers(e, log_level="DEBUG") as fleet:
+        wait_until(ended(e.store, [parent, *mates]), "every run ended")
+        time.sleep(1.0)
+        run = e.store.get_run(parent)
+        assert faulty.calls("produce", parent) == 1
+        if e.kind == "sqlite":
+            assert (run.status, len(runtime.list(name=faulty.LONG_ID))) == ("done", 1)
+        else:
+            assert run.status == "error", run
+            assert "the store refused its step: PostgreSQL cannot hold a value (54000): index " \
+                   "row size" in (run.last_error or "")  # fmt: skip
+            assert run.claim_count == 1
+            assert runtime.list(name=faulty.LONG_ID) == []
+        for run_id in mates:
+            assert e.store.get_run(run_id).status == "done"
+        stop_cleanly(fleet)
+    text = logs(fleet)
+    assert "unavailable" not in text.lower() and "backing off" not in text.lower()

@@ -1,4 +1,5 @@
-"""Faults: PostgreSQL connections killed under a running worker; nothing is lost."""
+"""Faults: PostgreSQL connections killed under a running worker, a full SQLite database; nothing
+is lost."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import psycopg
 import pytest
 
 from persistence.runtime import Runtime
-from persistence.stores import open_store
+from persistence.stores import StoreUnavailableError, open_store
+from persistence.stores.sqlite import SQLiteStore
 from persistence.worker import Worker
 from tests.persistence.conftest import wait_for
-from tests.persistence.workflows import LEDGER_ENV, init_ledger, order
+from tests.persistence.faulty import poison
+from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
 
 APP = "statecharts_fault_victim"
 
@@ -56,3 +59,37 @@ def test_worker_survives_its_database_connections_being_killed(
         assert len(effects) == 5 and all(e.status == "done" for e in effects)
     store.close()
     victim.close()
+
+
+def test_a_full_sqlite_database_is_an_error_naming_it_and_loses_nothing(tmp_path: Path) -> None:
+    """SQLITE_FULL (a full disk; here SQLite's own `max_page_count`, the same error code).
+    Depending on the statement, SQLite undoes the statement or the whole transaction itself;
+    either way the error is the store's, naming the full database, never "cannot rollback -
+    no transaction is active" (issue 47 R13). Starts with an outbox effect fill it at a few
+    different sizes, so both cases occur."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.migrate()
+    runtime = Runtime(store, [approval, poison])
+    kept = [runtime.start("approval", key=f"kept-{n}") for n in range(20)]
+    conn = store._conn  # max_page_count is a setting of the connection that writes
+    started = 0
+    for headroom in range(1, 7):
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count={pages + headroom}")
+        with pytest.raises(StoreUnavailableError) as full:
+            for _ in range(2000):
+                runtime.start("poison", {"kind": "x" * 300}, key=f"more-{started}")
+                started += 1
+        message = str(full.value)
+        assert message.startswith("SQLite database or disk is full (SQLITE_FULL): nothing of "
+                                  "this write was stored; free disk space"), message
+        assert not conn.in_transaction
+        assert runtime.list(key=f"more-{started}") == []  # the failed start left nothing
+        assert len(runtime.list("active", "poison", limit=10_000)) == started
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [runtime.get(run_id).status for run_id in kept] == ["active"] * len(kept)
+    conn.execute("PRAGMA max_page_count=1073741823")  # room again: the store works on
+    runtime.send({"type": "APPROVE", "by": "ann"}, workflow="approval", key="kept-0")
+    assert runtime.get(kept[0]).status == "done"  # (the send stepped the run at rest)
+    assert runtime.get(runtime.start("approval", key="after")).status == "active"
+    store.close()

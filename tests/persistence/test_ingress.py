@@ -4,25 +4,20 @@ idempotent start under 20 concurrent identical requests."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from persistence.ingress import Signature, create_api
 from persistence.runtime import Runtime
 from persistence.stores import Store
 from persistence.worker import Worker
+from tests.persistence.conftest import Serve
 from tests.persistence.workflows import approval
-
-Serve = Callable[[FastAPI], str]
 
 
 @pytest.fixture(params=("sqlite", "postgres"))
@@ -34,33 +29,6 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def runtime(store: Store) -> Runtime:
     return Runtime(store, [approval])
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    """Serve an app with uvicorn on a free loopback port; its base URL. Stopped afterwards."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(app: FastAPI) -> str:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                               log_level="warning", limit_concurrency=100))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-            time.sleep(0.01)
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def test_start_is_idempotent_by_key_and_runs_read_by_id_and_key(

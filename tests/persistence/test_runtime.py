@@ -310,8 +310,8 @@ def test_stale_driver_cannot_overwrite_a_run_taken_over(
 def test_workflows_module_exposes_machines() -> None:
     from persistence.runtime import machines_from
 
-    assert {m.id for m in machines_from(vars(workflows).values())} == {"order", "approval",
-                                                                     "retrying"}
+    assert {m.id for m in machines_from(vars(workflows).values())} == {
+        "order", "approval", "retrying", "payments", "fulfilment"}
 
 
 def test_inline_actions_run_from_their_outbox_record_with_the_key(

@@ -10,7 +10,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.scheduling import Cron, CronError, ScheduledStart, start_exclusive
-from persistence.stores import Store
+from persistence.stores import MAX_STORED_KEY_BYTES, Store
 from persistence.worker import Worker
 from statecharts import SimulatedClock
 from tests.persistence.workflows import approval
@@ -86,6 +86,16 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
     assert schedules[2].tick() is None
     keys = sorted(r.key or "" for r in runtimes[0].list())
     assert keys == [f"morning@{ms('2026-11-30T09:00:00')}", f"morning@{ms('2026-12-03T09:00:00')}"]
+
+
+def test_a_schedule_whose_run_keys_would_be_too_long_is_refused_when_defined(
+        store: Store) -> None:
+    runtime = Runtime(store, [approval])
+    longest = "s" * (MAX_STORED_KEY_BYTES - len("@253402300799999"))
+    ScheduledStart(runtime, longest, "approval", "0 9 * * *")
+    with pytest.raises(ValueError, match=r"schedule name: its runs' keys \(<name>@<fire time>\) "
+                                         r"would be too long: .* is 1001 bytes"):
+        ScheduledStart(runtime, longest + "s", "approval", "0 9 * * *")
 
 
 def test_first_tick_fires_only_a_slot_within_the_grace_period(store: Store) -> None:

@@ -216,3 +216,40 @@ def _slow_orders() -> list[Any]:
 SLOW_ORDERS = _slow_orders()
 """The order -> payment -> fraud_check tree, slowed (`--machines
 tests.persistence.workflows:SLOW_ORDERS`)."""
+
+
+def record_payment(context: Any, event: Any, idempotency_key: str) -> None:
+    """A payment webhook's side effect (one ledger call per applied event)."""
+    _call("payment", idempotency_key)
+
+
+payments = create_machine(
+    {
+        "id": "payments",
+        "initial": "open",
+        "context": {"paid": 0},
+        "states": {
+            "open": {
+                "on": {
+                    "payment_intent.succeeded": {"actions": ["count", "record_payment"]},
+                    "CLOSE": "closed",
+                },
+            },
+            "closed": {"type": "final"},
+        },
+    },
+    actions={"count": assign({"paid": lambda c, e: c["paid"] + 1}),
+             "record_payment": record_payment},
+)
+"""Takes payment webhooks (Stripe's event type) until closed: each applied one counts and runs
+one side effect, so an event applied twice shows."""
+
+fulfilment = create_machine(
+    {
+        "id": "fulfilment",
+        "initial": "placed",
+        "context": lambda input: {"order_id": input["order_id"]},
+        "states": {"placed": {"on": {"SHIP": "shipped"}}, "shipped": {"type": "final"}},
+    }
+)
+"""Reads `order_id` from its input: an input without it cannot start a run."""

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from persistence import outbox
+from persistence.testing import DurableMismatch, assert_durable_matches
 from statecharts import create_machine, from_callable
-from statecharts.testing.durable import DurableMismatch, assert_durable_matches
 
 from .example_machines import subscription_machine
 
@@ -60,7 +60,7 @@ def test_a_runtime_that_runs_a_call_twice_is_caught(monkeypatch: pytest.MonkeyPa
 def test_the_pure_kit_never_imports_persistence() -> None:
     code = ("import sys; import statecharts.testing, statecharts.testing.graph, "
             "statecharts.testing.harness, statecharts.testing.properties, "
-            "statecharts.testing.strategies, statecharts.testing.durable; "
+            "statecharts.testing.strategies, statecharts.testing.outcomes; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'persistence'))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=60, check=True)

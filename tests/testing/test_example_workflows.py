@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from statecharts.testing.durable import assert_durable_matches
+from persistence.testing import assert_durable_matches
 from statecharts.testing.graph import explore, explored_coverage
 from statecharts.testing.outcomes import ExplorationWarning
 from statecharts.testing.properties import (

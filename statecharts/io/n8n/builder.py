@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...retrying import ATTEMPTING, WAITING
 from . import node_kinds as nk
+from .execution import MAX_RUNS
 from .graph import Graph
 from .mapping import HiddenState, Implementation, MachineImport, NodeMapping
 from .naming import event_name, unique
@@ -75,6 +77,8 @@ class MachineBuilder:
         self.idle: set[str] = set()  # nodes doing no work, when some of them form a loop
         self.forever_key: str | None = None
         self.forever_message = ""
+        self.legacy = graph.workflow.execution_order != "v1"
+        self.looping = False  # some wires lead round in a loop (see _runaway)
         self.done_key = unique("done", self.all_keys)
         self.next_key = unique("next_branch", self.all_keys | {self.done_key})
         self.all_keys |= {self.done_key, self.next_key}
@@ -88,7 +92,9 @@ class MachineBuilder:
         """The machine whose runs start as ``entries`` say."""
         for name in [n.name for n in self.graph.workflow.nodes]:
             self._note_resumable(name)
-        self._idle_loops([target for entry in entries for _, target, _ in entry.children])
+        starts = [target for entry in entries for _, target, _ in entry.children]
+        self._idle_loops(starts)
+        self._runaway(starts)
         for entry in entries:
             if len(entry.children) > 1:
                 self.resumable.update(target for _, target, _ in entry.children)
@@ -102,11 +108,15 @@ class MachineBuilder:
                                  "without an incoming connection)")
         while self.queue:
             self._build_node(self.queue.popleft())
+        if self.legacy and self.resumable:
+            # breadth first: once branches fork, any node may be the next one off the stack
+            self.resumable |= self.placed
         self._end_states()
         config: dict[str, Any] = {"id": self.machine_id, "initial": initial,
-                                  "context": {"n8n": {"graph": self.routes, "stack": [],
+                                  "context": {"n8n": {"graph": self.routes,
+                                                      "flow": self._flow(), "stack": [],
                                                       "waiting": [], "current": None,
-                                                      "loops": {}}},
+                                                      "loops": {}, "runs": {}}},
                                   "states": self.states,
                                   # as an n8n sub-workflow returns: the last node's items
                                   "output": {"$n8n": "output"}, "meta": meta}
@@ -161,8 +171,7 @@ class MachineBuilder:
         if not looping:
             return
         self.idle = idle
-        self.forever_key = unique("loops_forever", self.all_keys)
-        self.all_keys.add(self.forever_key)
+        self._forever_state()
         names = ", ".join(f"'{name}'" for name in looping)
         message = (f"n8n would run for ever: items go round {names}, a loop in which no node "
                    "does any work")
@@ -172,6 +181,39 @@ class MachineBuilder:
                              "keep going round it (n8n would run it for ever) the run fails in "
                              f"state '{self.forever_key}'")
 
+    def _forever_state(self) -> None:
+        if self.forever_key is None:
+            self.forever_key = unique("loops_forever", self.all_keys)
+            self.all_keys.add(self.forever_key)
+
+    def _runaway(self, starts: list[str]) -> None:
+        """Where wires lead round in a loop, a run could call nodes without end inside one
+        event (n8n would too, until someone stops the execution): the routes count the node
+        runs since the run last took anything in (``execution._count_work``) and past
+        ``context.n8n.flow.max_runs`` the run fails in ``loops_forever``, naming the nodes
+        going round."""
+        reached = _reached(starts, self.graph.wires)
+        looping = [name for name in reached if _returns_to(name, self.graph.wires, reached)]
+        if not looping:
+            return
+        self._forever_state()
+        if not self.forever_message:
+            self.forever_message = "runaway: n8n would call nodes without end"
+        self.looping = True
+
+    def _flow(self) -> dict[str, Any]:
+        """The static part of n8n's execution the routes read: the order, every main wire
+        by target (n8n's ``connectionsByDestinationNode``), the disabled nodes and the work
+        bound of ``_runaway``."""
+        sources: dict[str, list[list[Any]]] = {}
+        for wire in self.graph.workflow.connections:  # in the export's order, as n8n reads it
+            if wire.kind == "main" and self.graph.runs(wire.source) and \
+                    self.graph.runs(wire.target):
+                sources.setdefault(wire.target, []).append([wire.source, wire.output,
+                                                            wire.input])
+        return {"order": "legacy" if self.legacy else "v1", "sources": sources,
+                "disabled": sorted(self.graph.disabled), "max_runs": MAX_RUNS}
+
     def _trigger_wait(self, entries: list[Entry]) -> str:
         key = unique("waiting_for_trigger", self.all_keys)
         self.all_keys.add(key)
@@ -180,6 +222,7 @@ class MachineBuilder:
             assert entry.event is not None
             on[entry.event] = self._leave(entry.origin, {"node": f"start:{entry.origin}",
                                                          "how": "start",
+                                                         **self._trigger(entry),
                                                          "children": self._ordered(
                                                              list(entry.children))})
             for name in entry.nodes:
@@ -195,7 +238,8 @@ class MachineBuilder:
         key = unique("starting", self.all_keys)
         self.all_keys.add(key)
         children = [c for entry in entries for c in entry.children]
-        params = {"node": "start:", "how": "start", "children": self._ordered(children)}
+        params = {"node": "start:", "how": "start", "children": self._ordered(children),
+                  **(self._trigger(entries[0]) if len(entries) == 1 else {})}
         self.states[key] = {"description": "the run starts at once",
                             "entry": [self._route(params)],
                             "always": self._resume([t for _, t, _ in children])}
@@ -207,13 +251,22 @@ class MachineBuilder:
                    "workflow started by hand); the start node(s) get one empty item")
         return key
 
+    @staticmethod
+    def _trigger(entry: Entry) -> dict[str, str]:
+        """The trigger node a start route stands for (n8n records that it ran)."""
+        return {"trigger": entry.nodes[0]} if len(entry.nodes) == 1 else {}
+
     def _end_states(self) -> None:
-        if self.resumable:
+        if self.resumable or self.looping:
             always: list[Any] = [
                 {"guard": {"type": "current_node_is", "params": {"node": name}},
                  "target": self._id(name), "description": f"resume '{name}'"}
                 for name in sorted(self.resumable & self.placed, key=self.order.__getitem__)]
             always.append({"target": self._ref(self.done_key), "description": "nothing left"})
+            if self.forever_key is not None:
+                always.insert(0, {"guard": {"type": "loops_forever"},
+                                  "target": self._ref(self.forever_key),
+                                  "description": "the run goes round without end"})
             self.states[self.next_key] = {"description": "the next waiting branch",
                                           "always": always}
             self._hide("next_branch", self.next_key, None,
@@ -222,15 +275,17 @@ class MachineBuilder:
                        "first, and a Merge once its inputs are there")
         if self.forever_key is not None:
             self.states[self.forever_key] = {
-                "description": "items go round a loop of nodes doing no work", "tags": ["failed"],
+                "description": "the run goes round without end", "tags": ["failed"],
                 "invoke": {"id": self.forever_key, "src": self._fail_actor(),
-                           "input": {"message": self.forever_message},
+                           "input": {"$n8n": "forever", "message": self.forever_message},
                            "description": "fail the run: it would never end",
                            "onFinalFailure": "fail_run"}}
             self._hide("endless_loop", self.forever_key, None,
-                       "n8n keeps passing items round a loop in which no node does any work "
-                       "(until someone stops the execution); the machine notices the repeat "
-                       "and fails the run here instead of spinning")
+                       "n8n keeps passing items round a loop (until someone stops the "
+                       "execution); the machine notices a loop of nodes doing no work "
+                       "repeating itself, or more than context.n8n.flow.max_runs node runs "
+                       f"(default {MAX_RUNS}) since the run last took anything in, and fails "
+                       "the run here, naming the nodes, instead of spinning")
         self.states[self.done_key] = {"type": "final", "description": "the run is done"}
         self._hide("run_done", self.done_key, None,
                    "n8n ends a run silently when no node has anything left to do; here that "
@@ -250,7 +305,8 @@ class MachineBuilder:
         return self._ref(self.keys[name])
 
     def _fallback(self) -> str:
-        return self._ref(self.next_key) if self.resumable else self._ref(self.done_key)
+        return self._ref(self.next_key) if self.resumable or self.looping else \
+            self._ref(self.done_key)
 
     def _new_key(self, base: str) -> str:
         key = unique(base, set(self.states) | self.all_keys)
@@ -288,7 +344,8 @@ class MachineBuilder:
         """Wires in the order n8n adds their targets to the stack (v1): sorted bottom-up by
         canvas position with n8n's own comparator, each put on the front of the stack."""
         position = {n.name: n.position for n in self.graph.workflow.nodes}
-        ordered = _n8n_sort(children, lambda c: position[c[1]])
+        # legacy: the wires' own order (by output, then as wired), each added at the back
+        ordered = children if self.legacy else _n8n_sort(children, lambda c: position[c[1]])
         return [[output, target, index, self._slots(target),
                  required_inputs(self.graph.node(target)),
                  input_count(self.graph.node(target), self._slots(target))]
@@ -310,7 +367,7 @@ class MachineBuilder:
         leads on from ``<node>_failed``), each running the route, then the next waiting
         branch."""
         error = params.get("error_output")
-        targets = list(dict.fromkeys(child[1] for child in reversed(params["children"])
+        targets = list(dict.fromkeys(child[1] for child in self._run_order(params["children"])
                                      if child[0] != error or params["how"] == "failed"))
         route = self._route(params)
         labels = self._labels(name, params["children"])
@@ -331,12 +388,17 @@ class MachineBuilder:
             {"guard": {"type": "current_node_is", "params": {"node": target}},
              "target": self._id(target),
              "description": (labels or {}).get(target, f"to '{target}'"), "reenter": True}
-            for target in dict.fromkeys(reversed(targets))]
+            for target in dict.fromkeys(self._run_order(targets))]
         resume.append({"target": self._fallback(), "description": self._fallback_label()})
         return resume
 
+    def _run_order(self, added: list[Any]) -> list[Any]:
+        """Targets in the order they run: v1 puts each on the front of the stack (the last
+        added runs first), the legacy order at the back."""
+        return list(added) if self.legacy else list(reversed(added))
+
     def _fallback_label(self) -> str:
-        return "no items go on: the next waiting branch" if self.resumable else \
+        return "no items go on: the next waiting branch" if self.resumable or self.looping else \
             "no items go on: the run ends"
 
     def _labels(self, name: str, children: list[list[Any]]) -> dict[str, str]:
@@ -389,13 +451,49 @@ class MachineBuilder:
                                      "actor stub, instead)")
                 how = "malformed settings: generic node; " + self._work(name, state)
         state["meta"] = {"n8n": self._meta(name)}
+        summary = self._summary(name, how)
+        if summary:  # the diagram shows the name as its title, this below it
+            state["description"] = f"{name}\n{summary}"
         self._map(name, key, how)
         if kind is Kind.WORK and not nk.is_known_type(node):
             self.mappings[name] = NodeMapping(
                 name, node.type, key, f"unknown node type: generic \"doing {name}\" state; {how}")
+        if node.execute_once and name not in self.graph.disabled:
+            self.decisions.append(f"'{name}' has executeOnce: it gets only the first item of "
+                                  "each input, as in n8n")
         if node.always_output_data:
             self.decisions.append(f"'{name}' has alwaysOutputData: when its output 0 gets no "
                                   "items the machine sends one empty item there, as n8n does")
+
+    def _summary(self, name: str, how: str) -> str | None:
+        """What a reviewer needs to see of a node in the diagram beyond its name: what a
+        Wait waits for, a loop's batch size, that a Merge waits for its inputs, what Stop
+        and Error says (an expression as written)."""
+        kind = self.graph.kinds[name]
+        node = self.graph.node(name)
+        if name in self.graph.disabled:
+            return "disabled: passes its items on"
+        if how.startswith("malformed"):
+            return None
+        if kind in (Kind.WAIT, Kind.FORM_PAGE):
+            return how.replace("timer: after", "waits", 1).replace("waits for event",
+                                                                  "waits for", 1)
+        if kind is Kind.LOOP:
+            spec = nk.loop_spec(node)
+            size = spec.batch_expression or str(spec.batch_size)
+            return f"Loop Over Items: batches of {size}" + (
+                ", starts again on every visit" if spec.reset else "")
+        if self._slots(name) > 1:
+            mode = node.parameters.get("mode")
+            kind_name = "Merge" if node.type == MERGE else nk.describe_type(node)
+            return f"{kind_name}: waits for its {self._slots(name)} inputs" + (
+                f" ({mode})" if isinstance(mode, str) else "")
+        if kind is Kind.STOP_AND_ERROR:
+            message = nk.stop_and_error_message(node) or "Stop and Error"
+            return f"fails the run: {message}"
+        if node.execute_once:
+            return "executeOnce: gets only the first item"
+        return None
 
     def _meta(self, name: str) -> dict[str, Any]:
         node = self.graph.node(name)
@@ -420,6 +518,8 @@ class MachineBuilder:
                                   "children": self._children(name)}
         if node.always_output_data:
             params["always_output"] = True
+        if node.execute_once and name not in self.graph.disabled:
+            params["once"] = True
         if name in self.idle and how in ("pass", "loop", "no_items_left"):
             params["idle"] = True
         params.update(extra)
@@ -432,8 +532,10 @@ class MachineBuilder:
         names = self._output_names(name)
         regular = [n for n in names if n != "error"] if mode == "continueErrorOutput" else names
         slots = self._slots(name)
+        once = "_once" if node.execute_once else ""
         invoke: dict[str, Any] = {"id": key, "src": key,
-                                  "input": {"$n8n": "inputs" if slots > 1 else "items"}}
+                                  "input": {"$n8n": ("inputs" if slots > 1 else "items") + once},
+                                  "description": nk.describe_type(node)}
         retry = nk.retry_policy(node)
         if retry is not None:
             invoke["retry"] = retry
@@ -493,6 +595,12 @@ class MachineBuilder:
             "entry": [self._route(params)],
             "always": self._resume(targets, {t: f"continue on its {where}" for t in targets}),
         })
+        self.decisions.append(
+            f"'{name}' continues when it fails ({setting}): its actor raising counts as every "
+            "item failing, one error item per item on its "
+            + ("error output, with the item's fields beside the error" if output else
+               "regular output") + "; in n8n a node failing outside its own item loop "
+            "passes its input on output 0 instead")
         self._hide("error_outcome", failed, name,
                    f"{setting}: when '{name}' fails n8n does not stop the run but sends an "
                    f"error item down its {where}; this state makes that outcome explicit")
@@ -500,10 +608,10 @@ class MachineBuilder:
 
     def _retry_states(self, name: str, key: str, retry: dict[str, Any]) -> None:
         tries, wait = retry["max_attempts"], retry["initial_interval"]
-        self._hide("retry", f"{key}.attempting", name,
+        self._hide("retry", f"{key}.{ATTEMPTING}", name,
                    f"Retry on Fail: n8n silently calls '{name}' up to {tries} times; the engine "
                    "expands the invoke's retry policy into this attempting state")
-        self._hide("retry", f"{key}.waiting_to_retry", name,
+        self._hide("retry", f"{key}.{WAITING}", name,
                    f"Retry on Fail: between attempts n8n sleeps {wait} ms in memory; here the "
                    "wait is a durable timer state")
 
@@ -578,7 +686,7 @@ class MachineBuilder:
         spec = nk.form_page_spec(node) if self.graph.kinds[name] is Kind.FORM_PAGE else \
             nk.wait_spec(node)
         key = self.keys[name]
-        leave = self._leave(name, self._params(name, "pass"))
+        leave = self._leave(name, self._params(name, "pass", resumed=True))
         if spec.delay is not None:
             suffix = "delay" if spec.mode == "timeInterval" else "until"
             state["after"] = {self._delay(name, key, spec.delay, suffix): leave}
@@ -601,14 +709,48 @@ class MachineBuilder:
             self.warnings.append(f"'{name}': the batch size is an n8n expression "
                                  f"({spec.batch_expression}); the import uses "
                                  f"{spec.batch_size}")
+        if spec.reset_expression is not None:
+            self.decisions.append(f"'{name}': its option reset is an n8n expression "
+                                  f"({spec.reset_expression}); the machine cannot evaluate "
+                                  "it and never resets the loop: decide whether it should "
+                                  "start again from the items that come in")
+        extra = {"reset": True} if spec.reset else {}
         self._eventless(name, state, self._params(
             name, "loop", batch_size=spec.batch_size, loop_output=spec.loop_output,
-            done_output=spec.done_output))
+            done_output=spec.done_output, **extra))
+        if self._inside_loop(name):
+            self.decisions.append(
+                f"'{name}' runs inside another loop: as in n8n, once it is done it never "
+                "starts again, so every later round of the outer loop skips its body and "
+                "gets all items it ever processed on done (n8n issue #23670); the machine "
+                "does what production does, set its option reset to start it afresh")
         done = f"output {spec.done_output} (done)" if spec.done_output is not None \
-            else "nothing (v1: one output; the branch ends)"
+            else "nothing (v1: one output; it returns no data and the branch ends)"
         return (f"loop: batches of {spec.batch_size} on output {spec.loop_output} (loop), "
-                f"the processed items on {done} once no batch is left; its memory is "
-                f"context.n8n.loops")
+                f"the processed items on {done} once no batch is left"
+                + ("; starts again on every visit (reset)" if spec.reset else
+                   "; never starts again once done") + "; its memory is context.n8n.loops")
+
+    def _inside_loop(self, name: str) -> bool:
+        """True when Loop Over Items ``name`` sits in the body of another one: the other's
+        loop output leads to it, and its own done output leads back to the other."""
+        own = nk.loop_spec(self.graph.node(name))
+        if own.done_output is None:
+            return False
+        for other in self.graph.kinds:
+            if other == name or self.graph.kinds[other] is not Kind.LOOP:
+                continue
+            try:
+                spec = nk.loop_spec(self.graph.node(other))
+            except N8nFormatError:
+                continue
+            body = _reached([t for o, t, _ in self.graph.wires.get(other, [])
+                             if o == spec.loop_output], self.graph.wires, avoid=other)
+            after = _reached([t for o, t, _ in self.graph.wires.get(name, [])
+                              if o == own.done_output], self.graph.wires, avoid=name)
+            if name in body and other in after:
+                return True
+        return False
 
     def _execute_workflow(self, name: str, state: dict[str, Any]) -> str:
         spec = nk.sub_workflow_spec(self.graph.node(name))
@@ -645,7 +787,7 @@ class MachineBuilder:
         src = self._fail_actor()
         state.update({"tags": ["failed"],
                       "invoke": {"id": key, "src": src, "input": {"message": message},
-                                 "description": f"fail the run: {message or 'Stop and Error'}",
+                                 "description": "fail the run with its message",
                                  "onFinalFailure": "fail_run"}})
         return f"failed end: the run fails with {message!r} (engine status error)"
 
@@ -658,13 +800,15 @@ class MachineBuilder:
         return self._pass(name, state, "passes its items straight on")
 
 
-def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]]) -> set[str]:
-    """The nodes a path of wires leads to from ``starts`` (these included)."""
+def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]],
+             avoid: str | None = None) -> set[str]:
+    """The nodes a path of wires leads to from ``starts`` (these included), not through
+    ``avoid``."""
     seen: set[str] = set()
     pending = list(starts)
     while pending:
         name = pending.pop()
-        if name not in seen:
+        if name not in seen and name != avoid:
             seen.add(name)
             pending.extend(target for _, target, _ in wires.get(name, []))
     return seen
@@ -729,6 +873,6 @@ def _in_document_order(hidden: list[HiddenState],
         order[key] = len(order)
         invoke = child.get("invoke")
         if isinstance(invoke, dict) and invoke.get("retry") is not None:
-            order[f"{key}.attempting"] = len(order)
-            order[f"{key}.waiting_to_retry"] = len(order)
+            order[f"{key}.{ATTEMPTING}"] = len(order)
+            order[f"{key}.{WAITING}"] = len(order)
     return tuple(sorted(hidden, key=lambda h: order[h.state]))

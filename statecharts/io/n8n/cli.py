@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from statecharts.cli import run_one_tool
 from statecharts.errors import MachineDefinitionError
 from statecharts.machine import Machine
+from statecharts.subcommands import run_one_tool
 
 from .importer import N8nImport, from_n8n
 from .naming import snake
@@ -102,10 +103,11 @@ def import_file(workflow: Path, output: Path, name: str | None = None) -> list[P
         machines = [(result.name, primary)] + ([(f"{result.name}_error", error)] if error else [])
         for stem, machine in machines:
             files[f"{stem}.mmd"] = str(render.to_mermaid(machine))
-            try:
-                files[f"{stem}.svg"] = str(render.to_svg(machine))
-            except render.GraphvizNotFound as exc:  # the Mermaid diagram is still written
-                print(f"note: no SVG diagram: {exc}", file=sys.stderr)
+            drawn, note = draw_svg(render, machine, f"{stem}.svg")
+            if drawn is not None:
+                files[f"{stem}.svg"] = drawn
+            if note:
+                print(note, file=sys.stderr)
         diagram = files[f"{result.name}.mmd"]
     files[f"{result.name}_report.md"] = write_report(result, diagram)
     written = []
@@ -136,6 +138,44 @@ def _import(workflow: Path, name: str | None) -> tuple[N8nImport, Machine, Machi
     except MachineDefinitionError as exc:  # a bug in the importer, said plainly
         raise ImportFailed(f"{workflow}: the generated config is invalid: {exc}") from exc
     return result, primary, error
+
+
+DOT_SECONDS = 60.0  # one Graphviz layout; a larger graph is drawn the simpler way
+# simpler layouts, tried in turn when dot fails on a diagram (Graphviz 2.43, the version
+# Debian installs, stops with "trouble in init_rank" on some clustered graphs, whatever
+# its rank options): neato places the states without ranks or clusters
+FALLBACK_LAYOUTS: tuple[tuple[str, ...], ...] = (("-Kneato", "-Goverlap=false"),)
+
+
+def draw_svg(render: Any, machine: Machine, name: str) -> tuple[str | None, str | None]:
+    """The SVG of ``machine`` and a note for the user: dot's own layout, else (dot failed or
+    ran past ``DOT_SECONDS``) the first of ``FALLBACK_LAYOUTS`` that renders, else no SVG.
+    Drawing never stops an import: every other file is written either way."""
+    try:
+        source = render.to_dot(machine)
+        return str(render.graphviz.svg(source, timeout=DOT_SECONDS)), None
+    except render.GraphvizNotFound as exc:  # the Mermaid diagram is still written
+        return None, f"note: no SVG diagram: {exc}"
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        failure = _first_line(exc)
+    for layout in FALLBACK_LAYOUTS:
+        try:
+            drawn = str(render.graphviz.svg(source, layout, timeout=DOT_SECONDS))
+        except (RuntimeError, subprocess.TimeoutExpired):
+            continue
+        return drawn, (f"warning: {name}: Graphviz could not lay the diagram out ({failure}); "
+                       f"drawn with the simpler layout {' '.join(layout)} instead")
+    return None, (f"warning: {name}: not written, Graphviz could not lay the diagram out "
+                  f"({failure}), nor with a simpler layout; every other file is written")
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"dot ran past {DOT_SECONDS:g} s"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = next((line for line in lines if "Error" in line), lines[0] if lines else "")
+    return said.split("): ", 1)[-1] if said.startswith("dot failed") else said or \
+        type(exc).__name__
 
 
 def _json(config: dict[str, Any]) -> str:

@@ -134,11 +134,11 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
             error_entries, False, {"n8n": {**meta, **role}})
     runnable = [n for n in workflow.nodes if not n.is_sticky_note]
     if workflow.execution_order != "v1":
-        graph.warnings.append("settings.executionOrder is the legacy order (v0): n8n runs "
-                              "such a workflow breadth first and runs a Merge's parents "
-                              "itself; the machine runs n8n's v1 order (depth first, "
-                              "top-left first), the order n8n uses for new workflows; set "
-                              "executionOrder to v1 in n8n to compare runs")
+        graph.warnings.append("settings.executionOrder is the legacy order (v0): the machine "
+                              "runs it as n8n does, breadth first, and when a Merge first gets "
+                              "items it runs the parents of its other inputs that nothing "
+                              "else will run (with one empty item); switch to v1 in n8n and "
+                              "re-import if that is not what you want")
     warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in
                                        m.warnings]
     return N8nImport(machine_id, primary, error_machine, workflow.error_workflow, len(runnable),

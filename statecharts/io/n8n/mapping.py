@@ -14,7 +14,7 @@ HIDDEN_KINDS: dict[str, str] = {
     "run_start": "the run starts at once",
     "next_branch": "the next waiting branch (n8n's execution stack)",
     "reply_wait": "waiting for a reply (send and wait)",
-    "endless_loop": "items going round a loop of nodes doing no work (the run fails)",
+    "endless_loop": "a run going round a loop without end (the run fails, naming the nodes)",
 }
 
 

@@ -234,12 +234,16 @@ def _limit(node: Node, values: Mapping[str, Any], *prefix: str) -> Duration:
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """A Loop Over Items node: its batch size and which output means "done"."""
+    """A Loop Over Items node: its batch size, which output means "done", and its option
+    ``reset`` (start again from the items that come in, on every visit): ``True``/``False``,
+    or the n8n expression that decides it at run time."""
 
     batch_size: int
     batch_expression: str | None
     done_output: int | None
     loop_output: int
+    reset: bool = False
+    reset_expression: str | None = None
 
 
 def loop_spec(node: Node) -> LoopSpec:
@@ -249,13 +253,18 @@ def loop_spec(node: Node) -> LoopSpec:
     default = 1 if version >= 3 else 10
     done, loop = (0, 1) if version >= 3 else (1, 0) if version >= 2 else (None, 0)
     size = node.parameters.get("batchSize", default)
+    options = node.parameters.get("options")
+    reset = options.get("reset", False) if isinstance(options, Mapping) else False
+    # SplitInBatches V1-V3 execute: `options.reset === true` (a literal, or what the
+    # expression gives at run time)
+    expression = str(reset) if _is_expression(reset) else None
     if _is_expression(size):
-        return LoopSpec(default, str(size), done, loop)
+        return LoopSpec(default, str(size), done, loop, reset is True, expression)
     number = _number(size)
     if number is None or number < 1:
         raise N8nFormatError(node.param_path("batchSize"),
                              f"expected a batch size of at least 1, got {size!r}")
-    return LoopSpec(int(number), None, done, loop)
+    return LoopSpec(int(number), None, done, loop, reset is True, expression)
 
 
 _NO_ITEMS_LEFT = re.compile(

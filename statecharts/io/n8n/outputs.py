@@ -151,7 +151,12 @@ def input_count(node: Node, wired: int) -> int:
 def required_inputs(node: Node) -> Any:
     """n8n's ``requiredInputs`` for a node waiting with some inputs missing when the stack runs
     dry (v1 order): Merge v2+ ``chooseBranch`` needs inputs 0 and 1, the other modes any one;
-    None (any node type without the setting, Merge v1) runs with whatever arrived."""
+    None (any node type without the setting, Merge v1) runs with whatever arrived. ``"all"``
+    when that is every input of the node's type (Merge v2 ``chooseBranch``: its ``inputs``
+    are two), which n8n then never releases with an input missing; Merge v3 declares its
+    inputs as an expression, so ``WorkflowExecute`` never finds all of them required."""
     if node.type == BASE + "merge" and node.type_version >= 2:
-        return [0, 1] if node.parameters.get("mode") == "chooseBranch" else 1
+        if node.parameters.get("mode") != "chooseBranch":
+            return 1
+        return "all" if node.type_version < 3 else [0, 1]
     return None

@@ -73,9 +73,14 @@ def write_skeleton(result: N8nImport, config_file: str, error_config_file: str |
         lines += [f'    "{impl.name}": {kind}_{impl.name},' for impl in mine]
         lines.append("}")
     lines += _factory("machine", f"The statechart of n8n workflow {result.name}", config_file)
+    factories = ["machine()"]
     if error_config_file is not None:
         lines += _factory("error_machine", "The machine started when a run fails (the "
                           "workflow's Error Trigger part)", error_config_file)
+        factories.append("error_machine()")
+    lines += ["", "", "# what `statecharts worker --machines <this module>` (and `runs`, `api`,",
+              "# `ui`) load: every machine of the workflow",
+              f"MACHINES: list[Machine] = [{', '.join(factories)}]"]
     return "\n".join(lines) + "\n"
 
 

@@ -20,8 +20,9 @@ written. As on the durable runtime, a call's outcome comes before any other step
 runs. Circuit breakers get a threshold that never opens (the pure engine has none), and an
 error workflow the machine names is registered as a stub unless given in ``also=``.
 
-This module imports ``persistence`` only when a check runs (the engine and the rest of the
-test kit never import it).
+It lives beside the runtime it drives (the engine's test kit, ``statecharts.testing``, never
+imports ``persistence``) and needs the ``testing`` extra (Hypothesis):
+``from persistence.testing import assert_durable_matches``.
 """
 
 from __future__ import annotations
@@ -35,16 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..actions import BuiltinAction
-from ..clock import SimulatedClock
-from ..effects import Effect, RunAction, StartChild
-from ..frozen import FrozenDict, thaw
-from ..idempotency import idempotency_key
-from ..logic import from_callable
-from ..machine import Machine, create_machine
-from ..snapshot import Snapshot
-from .graph import event_alphabet
-from .hypothesis_api import (
+from persistence.breakers import BreakerPolicy
+from persistence.columns import run_status
+from persistence.runtime import Runtime
+from persistence.stores import open_store
+from persistence.worker import Worker
+from statecharts.actions import BuiltinAction
+from statecharts.clock import SimulatedClock
+from statecharts.effects import Effect, RunAction, StartChild
+from statecharts.frozen import FrozenDict, thaw
+from statecharts.idempotency import idempotency_key
+from statecharts.logic import from_callable
+from statecharts.machine import Machine, create_machine
+from statecharts.snapshot import Snapshot
+from statecharts.testing.graph import event_alphabet
+from statecharts.testing.hypothesis_api import (
     HealthCheck,
     Phase,
     RuleBasedStateMachine,
@@ -55,8 +61,8 @@ from .hypothesis_api import (
     settings,
     st,
 )
-from .outcomes import check_outputs, error_exception, invoke_defs, running_calls
-from .strategies import OutputStrategies, event_strategy, outcome_strategy
+from statecharts.testing.outcomes import check_outputs, error_exception, invoke_defs, running_calls
+from statecharts.testing.strategies import OutputStrategies, event_strategy, outcome_strategy
 
 START = 1_000_000_000_000
 """The simulated clock's start (epoch ms), the same for the model and the runtime."""
@@ -141,11 +147,6 @@ class _Durable:
         self._open()
 
     def _open(self) -> None:
-        from persistence import open_store
-        from persistence.breakers import BreakerPolicy
-        from persistence.runtime import Runtime
-        from persistence.worker import Worker
-
         self.store = open_store(f"sqlite:///{self.path}", migrate=True)
         breakers = {i.breaker: BreakerPolicy(failure_threshold=10 ** 9)
                     for m in self.machines for i in invoke_defs(m).values() if i.breaker}
@@ -211,8 +212,6 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             raise DurableMismatch(f"machine {machine.id!r}: {message}", self.story)
 
         def _compare(self) -> None:
-            from persistence.columns import run_status
-
             record = self.durable.runtime.get(self.durable.run_id)
             stored = self.durable.runtime.snapshot(self.durable.run_id)
             model = self.snapshot

@@ -1,0 +1,356 @@
+"""The compiled form of the algorithm: routes, taken instead of the full step where they can be.
+
+``algorithm.py`` is the reference: selection, plans, microsteps, read beside the SCXML spec.
+This module compiles what of it is simple for one configuration and one event type into one
+function (a *route*) that needs no ``Step``: the candidate transitions' plain guards as a chain,
+each plan's actions as data (``Op``) run on the context, the eventless route of the
+configuration reached, the new snapshot by ``msgspec.structs.replace``. Closures over these
+facts, never generated source; each is kept on its configuration (facts of the definition).
+
+``take`` is the one entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each call
+it and run the full step (``algorithm.macrostep``) when it returns None. Results are identical
+either way (``machine.plans = False`` runs the reference; the property tests compare the two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from msgspec.structs import replace
+
+from . import effects as fx
+from .actions import ActionSpec, Assign, BuiltinAction
+from .algorithm import PLANS_PER_CONFIGURATION, Plan, compute_plan, select_in
+from .configuration import NOT_COMPILED, Configuration, Configurations
+from .effects import NO_EFFECTS, RunAction
+from .errors import ImplementationError, StatechartError
+from .frozen import EMPTY, FrozenDict, as_is, freeze, text_problem
+from .nodes import Transition
+from .retrying import is_retry_part
+from .snapshot import Snapshot
+
+Result = tuple[Snapshot, tuple[fx.Effect, ...]]
+Trace = list[tuple[FrozenDict, tuple[Transition, ...]]]
+Take = Callable[[Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"],
+                "Result | None"]
+"""A composed route or choice: ``(snapshot, context, event, effects, trace)`` -> the snapshot
+after the event and its effects (None: the full step). ``context`` and ``effects`` are what
+the microsteps before it made (``effects`` None until one emits)."""
+
+Op = tuple[str, FrozenDict, Any, "tuple[tuple[str, Any, bool], ...] | None"]
+"""A compiled action, as data its route runs (``compose_choice``): ``(type, params, fn,
+None)`` for a user action (a ``RunAction`` of ``fn``), ``(type, EMPTY, None, items)`` for an
+``assign`` of a mapping, ``items`` its ``(key, value, computed)`` with constant values frozen."""
+
+Direct = tuple[Plan, tuple[Op, ...]]
+"""A plan a route can run itself, with its actions compiled."""
+
+Choice = tuple[Transition | None, Any, "Direct | None"]
+"""One candidate of a route: its transition (None: an unguarded selection), its plain guard
+function (None: none), its direct plan (None: the full step takes it)."""
+
+UNKNOWN: Any = NOT_COMPILED
+"""What ``configuration.routes`` holds for an event type not looked at yet (and
+``configuration.eventless`` before it is compiled)."""
+
+
+def take(snapshot: Snapshot, event: FrozenDict, kind: str, trace: Trace | None) -> Result | None:
+    """``event`` (of type ``kind``) taken by its compiled route: the snapshot after it and its
+    effects, or None where the full step must take it (no route for it here, or the route's
+    choice needs the step). The route is compiled when first asked for. The caller has checked
+    that ``snapshot`` is active and that plans are on; with a ``trace`` list each microstep
+    appends ``(event, transitions)`` to it, as the full step does."""
+    configuration = snapshot.configuration
+    route = configuration.routes.get(kind, UNKNOWN)
+    if route is UNKNOWN:
+        route = route_for(snapshot.machine.configurations, configuration, kind)
+    if route is None:
+        return None
+    return route(snapshot, snapshot.context, event, None, trace)  # type: ignore[no-any-return]
+
+
+class Route:
+    """How events of one type are taken in one configuration, compiled: the candidate
+    transitions in priority order, each with its guard (a user function called directly, or
+    none) and its plan when that plan is nothing but compiled actions and a change of
+    configuration (None: take the full step). Exists only where selection is this simple:
+    a single-chain configuration whose guards are all plain user functions, or any
+    configuration where no guard decides; not for the engine's own events, nor where an
+    eventless transition could follow.
+
+    ``take`` is the route composed into one function (closures over these facts, see
+    ``compose_route``)."""
+
+    __slots__ = ("choices", "take")
+
+    def __init__(self, choices: tuple[Choice, ...], configuration: Configuration,
+                 checks_retries: bool) -> None:
+        self.choices = choices
+        self.take: Take = compose_route(choices, configuration, checks_retries)
+
+
+def route_for(configurations: Configurations, configuration: Configuration,
+              kind: str) -> Take | None:
+    """The compiled route of ``kind`` in ``configuration`` as its composed function
+    (``Route.take``, kept on the configuration), or None where events of this type take the
+    full step."""
+    found = configuration.routes.get(kind, UNKNOWN)
+    if found is UNKNOWN:
+        route = _compile_route(configurations, configuration, kind)
+        found = route.take if route is not None else None
+        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
+            configuration.routes[kind] = found
+    return found  # type: ignore[no-any-return]
+
+
+def _compile_route(configurations: Configurations, configuration: Configuration,
+                   kind: str) -> Route | None:
+    if kind.startswith("xstate.") or configuration.has_always:
+        return None
+    if configuration.chain is not None:
+        choices: list[Choice] = []
+        for transition in configuration.chain_candidates(kind):
+            if transition.guard is not None and transition.guard_fn is None:
+                return None  # a guard that needs the step (combinators, stateIn, params)
+            choices.append((transition, transition.guard_fn,
+                            _direct_plan(configurations, configuration, [transition])))
+            if transition.guard is None:
+                break  # the candidates after an unguarded one are never taken
+        return Route(tuple(choices), configuration, True)
+    if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
+        return None
+    selected: list[Transition] = []
+    select_in(configurations.root, configuration.node_set, kind,
+              lambda candidates: candidates[0] if candidates else None, selected)
+    if not selected:
+        return Route((), configuration, True)
+    return Route(((None, None, _direct_plan(configurations, configuration, selected)),),
+                 configuration, True)
+
+
+def _direct_plan(configurations: Configurations, configuration: Configuration,
+                 transitions: list[Transition],
+                 seen: frozenset[Configuration] = frozenset()) -> Direct | None:
+    """The plan of ``transitions`` with its compiled actions when it can run without a
+    ``Step``: only compiled actions, no history recorded or read, and the eventless
+    transitions after it compiled too."""
+    if any(t.has_history_target for t in transitions):
+        return None
+    key: Any = transitions[0] if len(transitions) == 1 else tuple(transitions)
+    plan = configuration.plans.get(key)
+    if plan is None:
+        plan = compute_plan(configurations, configuration, transitions, EMPTY)
+        if plan.reads_history:
+            return None
+        configuration.plans[key] = plan
+    if plan.recorded:
+        return None
+    ops = plan_ops(plan)
+    if ops is None:
+        return None
+    if plan.target.has_always and (plan.target in seen or  # not back round a loop
+                                   eventless_route(configurations, plan.target, seen) is None):
+        return None
+    return plan, ops
+
+
+def plan_ops(plan: Plan) -> tuple[Op, ...] | None:
+    """The whole microstep of ``plan`` as compiled actions (``Op``), for a route to run; None
+    where the states exited or entered bring more than actions (timers, invocations, retried
+    calls, final states, built-ins that read the configuration) or an action does not
+    compile."""
+    if plan.observes_nodes or any(n.after_timers or n.invoke or is_retry_part(n)
+                                  for n in (*plan.exits, *plan.entries)):
+        return None
+    ops = [compile_action(action) for action in plan.actions()]
+    return None if None in ops else tuple(ops)  # type: ignore[arg-type]
+
+
+def eventless_route(configurations: Configurations, configuration: Configuration,
+                    seen: frozenset[Configuration] = frozenset()) -> Route | None:
+    """What ``settle`` does on arriving in ``configuration``, compiled (kept on it): its
+    eventless candidates along its one chain (``select_eventless_transitions``), each with a
+    plain guard and a direct plan to another configuration. None where that needs the full
+    step: parallel states, guards that need the step, targetless eventless transitions (an
+    assign loop) and chains of them that could come back (``MAX_MICROSTEPS`` is the full
+    step's to count)."""
+    found = configuration.eventless
+    if found is UNKNOWN:
+        found = _compile_eventless(configurations, configuration, seen | {configuration})
+        configuration.eventless = found
+    return found  # type: ignore[no-any-return]
+
+
+def _compile_eventless(configurations: Configurations, configuration: Configuration,
+                       seen: frozenset[Configuration]) -> Route | None:
+    if configuration.chain is None:
+        return None
+    choices: list[Choice] = []
+    for transition in (t for node in configuration.chain for t in node.always):
+        if (transition.guard is not None and transition.guard_fn is None) or \
+                not transition.targets:
+            return None
+        direct = _direct_plan(configurations, configuration, [transition], seen)
+        if direct is None:
+            return None
+        choices.append((transition, transition.guard_fn, direct))
+        if transition.guard is None:
+            break
+    return Route(tuple(choices), configuration, False)
+
+
+def compose_route(choices: tuple[Choice, ...], configuration: Configuration,
+                  checks_retries: bool) -> Take:
+    """``choices`` as one function: a chain in priority order, each choice testing its guard
+    and, when it fails, handing over to the next; after the last the machine rests in
+    ``configuration``. The first choice is the route itself, so an event whose first guard
+    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
+    the plans that must close retry records."""
+    take: Take = partial(_at_rest, configuration=configuration)
+    for transition, test, direct in reversed(choices):
+        take = compose_choice(transition, test, direct, take, checks_retries)
+    return take
+
+
+def compose_choice(transition: Transition | None, test: Any, direct: Direct | None,
+                   otherwise: Take, checks_retries: bool) -> Take:
+    """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
+    direct plan (None: the full step): the compiled actions on the context (``Op``: each
+    user action's ``RunAction``, each assign's new context as ``frozen.frozen_merge`` makes
+    it, run here without a call of their own), then the eventless route of the configuration it
+    reaches (compiled with it), or rest there."""
+    label = _guard_label(transition)
+    plan, ops = direct if direct is not None else (None, None)
+    # a plan that is one assign of one computed key (a counter, a value from the event): run
+    # without the loop over its ops
+    single = _single_assign(ops) if ops is not None else None
+    kind, key, compute = single if single is not None else ("", "", None)
+    target = plan.target if plan is not None else None
+    transitions = plan.transitions if plan is not None else ()
+    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
+    onward: Take | None = plan.target.eventless.take \
+        if plan is not None and plan.target.has_always else None
+    emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
+    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
+    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
+
+    def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+           effects: list[fx.Effect] | None, trace: Trace | None) -> Result | None:
+        if test is not None:
+            try:
+                passed = test(context, event)
+            except Exception as exc:
+                raise ImplementationError(label, exc) from exc
+            if not passed:
+                return otherwise(snapshot, context, event, effects, trace)
+        if ops is None or (checks and snapshot.retry_records):
+            return None  # the full step (it closes the records of retried states it exits)
+        if trace is not None:
+            trace.append((event, transitions))
+        if compute is not None:
+            try:
+                value = compute(context, event)
+            except Exception as exc:
+                raise ImplementationError(f"action '{kind}'", exc) from exc
+            fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
+            # frozen.frozen_set written out (a call costs about 800 instructions an event):
+            # the small-integer bound first, see frozen.INT_MAX
+            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
+                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
+            context = FrozenDict(fresh)
+            if onward is None:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
+        else:
+            if emits and effects is None:
+                effects = []
+            for action, params, fn, items in ops:
+                if items is None:  # a user action: run by the runtime, seeing this context
+                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
+                    continue
+                # frozen.frozen_merge written out, its constants frozen when compiled (a call
+                # and a re-check of each value cost about 2.8k instructions a shop event)
+                fresh = {**context}
+                try:
+                    for name, item, computed in items:
+                        if computed:
+                            item = item(context, event)
+                            if not (type(item) is int and item <= 0x3FFFFFFF and
+                                    item >= -0x3FFFFFFF) and not as_is(item):
+                                item = freeze(item, name)
+                        fresh[name] = item
+                except StatechartError:
+                    raise
+                except Exception as exc:
+                    raise ImplementationError(f"action '{action}'", exc) from exc
+                context = FrozenDict(fresh)
+            if settles:  # the tail below, for a context known to be new
+                return replace(snapshot, configuration=target, context=context), \
+                    tuple(effects) if effects else NO_EFFECTS
+        if onward is not None:
+            return onward(snapshot, context, event, effects, trace)
+        # _at_rest, written out: one call fewer on every event
+        done = tuple(effects) if effects else NO_EFFECTS
+        if context is snapshot.context:
+            if target is snapshot.configuration:
+                return snapshot, done
+            return replace(snapshot, configuration=target), done
+        return replace(snapshot, configuration=target, context=context), done
+    return go
+
+
+def _single_assign(ops: tuple[Op, ...]) -> tuple[str, str, Callable[..., Any]] | None:
+    """``(action type, key, value function)`` when ``ops`` are nothing but one ``assign`` of
+    one computed key; else None."""
+    if len(ops) != 1:
+        return None
+    action, _, _, items = ops[0]
+    if items is None or len(items) != 1 or not items[0][2]:
+        return None
+    (key, value, _), = items
+    return (action, key, value)
+
+
+def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
+             effects: list[fx.Effect] | None, trace: Trace | None, *,
+             configuration: Configuration) -> Result:
+    """No choice of a route was taken: the machine rests in ``configuration``."""
+    done = tuple(effects) if effects else NO_EFFECTS
+    if context is snapshot.context:
+        if configuration is snapshot.configuration:
+            return snapshot, done
+        return replace(snapshot, configuration=configuration), done
+    return replace(snapshot, configuration=configuration, context=context), done
+
+
+def _guard_label(transition: Transition | None) -> str:
+    if transition is None or transition.guard is None:
+        return ""
+    return f"guard '{transition.guard.type}' at {transition.config_path}"
+
+
+def compile_action(action: ActionSpec) -> Op | None:
+    """``action`` as what ``algorithm.run_actions`` does with it, for the common kinds (a user
+    action without computed params; an ``assign`` of a mapping with string keys and storable
+    constants); None for the others, which need the ``Step``."""
+    impl, params = action.impl, action.params
+    if callable(params):
+        return None
+    if not isinstance(impl, BuiltinAction):
+        return (action.type, params or EMPTY, impl, None)
+    if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
+        return None
+    items = []
+    for key, value in impl.assignment.items():
+        if type(key) is not str or text_problem(key) is not None:
+            return None  # the step reports the bad key when the assign runs
+        computed = callable(value)
+        if not computed:
+            try:
+                value = freeze(value, key)
+            except StatechartError:
+                return None  # likewise the bad value
+        items.append((key, value, computed))
+    return (action.type, EMPTY, None, tuple(items))
