@@ -36,16 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
-
 from persistence.breakers import BreakerPolicy
 from persistence.columns import run_status
 from persistence.runtime import Runtime
@@ -55,10 +45,22 @@ from statecharts.actions import BuiltinAction
 from statecharts.clock import SimulatedClock
 from statecharts.effects import Effect, RunAction, StartChild
 from statecharts.frozen import FrozenDict, thaw
+from statecharts.idempotency import idempotency_key
 from statecharts.logic import from_callable
 from statecharts.machine import Machine, create_machine
 from statecharts.snapshot import Snapshot
 from statecharts.testing.graph import event_alphabet
+from statecharts.testing.hypothesis_api import (
+    HealthCheck,
+    Phase,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+    settings,
+    st,
+)
 from statecharts.testing.outcomes import check_outputs, error_exception, invoke_defs, running_calls
 from statecharts.testing.strategies import OutputStrategies, event_strategy, outcome_strategy
 
@@ -227,9 +229,10 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
                 self._fail(f"calls executed {ran}, the pure engine started {wanted}")
             for (src, _, key), call in zip(self.script.calls, self.expected_calls,
                                            strict=True):
-                if call.key is not None and not key.endswith(f":{call.key}"):
-                    self._fail(f"call {src!r} ran with idempotency key {key!r}, the pure "
-                               f"engine gave {call.key!r}")
+                if call.key is not None and \
+                        key != idempotency_key(self.durable.run_id, call.key, len(key)):
+                    self._fail(f"call {src!r} ran with idempotency key {key!r}, not the one "
+                               f"of the pure engine's call record {call.key!r}")
             if self.script.actions != self.expected_actions:
                 self._fail(f"actions executed {self.script.actions}, the pure engine asked "
                            f"for {self.expected_actions}")

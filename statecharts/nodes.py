@@ -76,6 +76,7 @@ class InvokeDef:
         "external",
         "id",
         "input",
+        "key_length",
         "limit",
         "logic",
         "on_final_failure",
@@ -89,8 +90,10 @@ class InvokeDef:
                  on_final_failure: str | None, config_path: str, logic: Any,
                  description: str | None = None, breaker: str | None = None,
                  external: bool = False, transient: bool | tuple[str, ...] = False,
-                 limit: str | None = None) -> None:
+                 limit: str | None = None, key_length: int = 32) -> None:
         self.id = id
+        self.key_length = key_length
+        """The config's ``keyLength``: characters in this call's idempotency key."""
         self.limit = limit
         """The config's ``limit``: the shared limit (concurrency, rate) calls from here go
         through on the durable runtime; scheduling only, so not part of the fingerprint."""

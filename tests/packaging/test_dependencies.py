@@ -34,6 +34,8 @@ USERS: dict[str, list[tuple[str, str]]] = {
                 ("tests/packaging/test_clean_venv.py", '"statecharts")), "ui"')],
     "jinja2": [("persistence/ui/app.py", "from jinja2 import"),
                ("tests/packaging/test_clean_venv.py", '"GET", f"/runs/{run_id}"')],
+    "httpx": [("docs/tutorial.md", "from fastapi.testclient import TestClient"),
+              ("tests/packaging/test_clean_venv.py", "def test_the_tutorial_runs_with_exactly")],
     "python-multipart": [("persistence/ui/app.py", "Form()"),
                          ("tests/packaging/test_clean_venv.py", "application/x-www-form")],
     "opentelemetry-api": [("statecharts/tracing.py", "from opentelemetry import trace as"),
@@ -47,7 +49,6 @@ USERS: dict[str, list[tuple[str, str]]] = {
         ("tests/telemetry/test_durable_trace.py", '"--otlp"')],
     # dev: the checkout's own tools, installed by `make` and used by the suite itself
     "playwright": [("tests/ui/browser.py", "from playwright.sync_api import")],
-    "httpx": [("tests/ui/test_app.py", "from fastapi.testclient import TestClient")],
     "pytest": [("tests/test_quality.py", "import pytest")],
     "pytest-timeout": [("pyproject.toml", "\ntimeout = "),
                        ("tests/packaging/test_clean_venv.py", "pytest.mark.timeout(")],

@@ -24,6 +24,7 @@ from persistence.stores import (
     StepCommit,
     Store,
 )
+from persistence.stores.base import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 from tests.persistence.conftest import wait_for
@@ -185,7 +186,7 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
         worker.stop()
         thread.join(timeout=30)
     run = runtime.get(run_id)
-    assert calls == [f"{run_id}:2:0"]  # once, with the key of the step that recorded it
+    assert calls == [call_key(f"{run_id}:2:0")]  # once, with the key of the step that recorded it
     assert (run.claim_count, run.lease_owner, run.version) == (1, None, 3)
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
