@@ -2,6 +2,9 @@
 # Each creates .venv on first use; nothing else needs installing by hand. The editable install
 # is setuptools' "compat" mode (a .pth with the checkout's path) so mypy and IDEs can follow
 # it; see "Packaging" in docs/architecture.md.
+# setuptools says on every such install that compat mode is transitional (a box of text, no
+# removal date); the reason above still holds, so that one warning, by its text, is silenced.
+COMPAT_QUIET := PYTHONWARNINGS="ignore:Compat editable installs"
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +12,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	$(COMPAT_QUIET) $(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
 .PHONY: demo test bench diagrams lint soak n8n-faithful load

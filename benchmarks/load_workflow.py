@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from persistence.capacity import Limit
+from persistence.outbox import current_run_id
 from statecharts import create_machine
 
 LOG_ENV = "LOAD_LOG_DIR"
@@ -33,12 +34,13 @@ def _log() -> int:
     return _log_fd
 
 
-def downstream(request: Any, idempotency_key: str) -> str:
-    """The fake downstream: takes `LOAD_CALL_MS` and logs the call (one write, appended)."""
+def downstream(request: Any) -> str:
+    """The fake downstream: takes `LOAD_CALL_MS` and logs the call with its run (one write,
+    appended)."""
     started = time.time_ns()
     time.sleep(int(os.environ.get(CALL_MS_ENV, "1")) / 1000)
     ended = time.time_ns()
-    os.write(_log(), f"{idempotency_key.split(':', 1)[0]} {started} {ended}\n".encode())
+    os.write(_log(), f"{current_run_id()} {started} {ended}\n".encode())
     return "ok"
 
 

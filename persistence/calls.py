@@ -53,6 +53,7 @@ from persistence.stores import (
     RunRecord,
     StoreError,
 )
+from persistence.stores.base import run_of_outbox_key
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
@@ -454,7 +455,7 @@ class CallExecutor:
 def _run(plan: CallPlan) -> Any:
     """Run `plan` to completion in this thread (a coroutine on a loop of its own), as every
     recorded effect is called (`outbox._call`)."""
-    return outbox._call(plan.fn, (plan.argument,), {}, plan.key)
+    return outbox._call(plan.fn, (plan.argument,), {}, plan.key, plan.outbox_key)
 
 
 def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
@@ -472,7 +473,8 @@ def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> 
 async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
     """A coroutine call on the executor's loop, with its key and call context, inside
     `observed`."""
-    with observed as outcome, _effect_key(running.plan.key), running_call(running.context):
+    with observed as outcome, running_call(running.context), \
+            _effect_key(running.plan.key, run_of_outbox_key(running.plan.outbox_key)):
         kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
         try:
             result = running.plan.fn(running.plan.argument, **kwargs)

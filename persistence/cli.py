@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
+from persistence.columns import error_is_current
 from persistence.runtime import (
     KeyReuse,
     NotResumableError,
@@ -50,6 +51,7 @@ from statecharts.errors import ContextError, StatechartError
 from statecharts.events import normalize_event
 from statecharts.frozen import storable_text, thaw
 from statecharts.subcommands import run_one_tool
+from statecharts.tracing import check_traceparent, valid_traceparent
 
 STORE_ENV = "STATECHARTS_STORE"
 API_TOKEN_ENV = "STATECHARTS_API_TOKEN"
@@ -288,10 +290,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--metrics-refresh-s", type=float, default=15.0,
                         help="read the store's gauges (runs by status, stuck runs, breakers) "
                              "at most this often (default 15)")
-    worker.add_argument("--otlp", action="store_true",
-                        help="export traces and metrics over OTLP/HTTP as the standard "
-                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
-                             "opentelemetry-exporter-otlp-proto-http)")
+    _add_otlp(worker)
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
@@ -318,12 +317,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="when the key's run exists: return it (default), start anew once it "
                             "has ended (allow_duplicate), or refuse while it is active "
                             "(reject_active)")
+    _add_otlp(start)
+    start.add_argument("--traceparent", default=None, metavar="HEADER",
+                       help="the W3C traceparent the run's trace continues (default: "
+                            "$TRACEPARENT when it holds a valid one), as the HTTP API takes "
+                            "the request's traceparent header")
     start.set_defaults(handler=_closing_stores(_runs_start))
     send = actions.add_parser(
         "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
         description="Queue an event for a run; a worker applies it. Address the run by its id "
-                    "(a unique prefix will do) or by --workflow and --key.")
+                    "(a unique prefix will do) or by --workflow and --key. An event no state "
+                    "of the run's machine (from --machines) accepts is refused, as the HTTP "
+                    "ingress refuses it.")
     _add_store(send)
+    send.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                      help="module (or module:attr) defining the machines; repeatable")
     send.add_argument("run_id", nargs="?", metavar="RUN", help="the run's id or a unique prefix")
     send.add_argument("--workflow", metavar="NAME", help="with --key: the run's workflow")
     send.add_argument("--key", help="with --workflow: the run's key")
@@ -424,7 +432,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="largest request body in bytes (default 1048576)")
     api.add_argument("--log-level", default="INFO",
                      help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    _add_otlp(api)
     api.set_defaults(handler=_closing_stores(_api))
+
+
+def _add_otlp(parser: argparse.ArgumentParser) -> None:
+    """`--otlp`: the worker's, the API's and `runs start`'s way to export their spans."""
+    parser.add_argument("--otlp", action="store_true",
+                        help="export traces and metrics over OTLP/HTTP as the standard "
+                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
+                             "opentelemetry-exporter-otlp-proto-http)")
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -479,6 +496,15 @@ def _row(run: RunRecord) -> dict[str, Any]:
     return data
 
 
+def _error_note(run: RunRecord) -> str:
+    """`last_error=` for an error that is what is wrong with the run now; `earlier_error=` for
+    one it went on after (a finished or healthy run keeps the column)."""
+    if not run.last_error:
+        return ""
+    current = error_is_current(run.status, run.state)
+    return f"  {'last_error' if current else 'earlier_error'}={run.last_error}"
+
+
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args)
     now = SystemClock().now()
@@ -500,8 +526,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row, run in zip(table, [None, *runs], strict=True):
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        notes = "" if run is None else ((f"  last_error={run.last_error}" if run.last_error
-                                         else "") + (f"  problem={run.problem}" if run.problem
+        notes = "" if run is None else (_error_note(run) + (f"  problem={run.problem}"
+                                                            if run.problem
                                                      else "")
                                         + (f"  waiting_for={run.waiting_for}"
                                            if run.waiting_for and not run.terminal
@@ -517,10 +543,20 @@ def _runs_start(args: argparse.Namespace) -> int:
     given = None if args.input is None else _json_arg("--input", args.input)
     reuse: KeyReuse = args.reuse
     try:
-        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse)
+        traceparent = check_traceparent(args.traceparent, "--traceparent") \
+            if args.traceparent is not None else valid_traceparent(os.environ.get("TRACEPARENT"))
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    shutdown_otlp = otlp.configure() if args.otlp else None
+    try:
+        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse,
+                                         traceparent=traceparent)
     except (UnknownWorkflowError, StatechartError, StoreEncodingError, ValueError) as exc:
         # the input, key or name is at fault: one line saying what, not a traceback
         raise SystemExit(f"runs start {args.name}: {str(exc).strip(chr(34))}") from exc
+    finally:
+        if shutdown_otlp is not None:
+            shutdown_otlp()  # the start span, exported before the command exits
     print(f"{run.id}  {'started' if created else 'existing'}  {run.status}  {run.state}")
     return 0
 
@@ -540,7 +576,11 @@ def _runs_send(args: argparse.Namespace) -> int:
     else:
         run = resolve_run(store, args.run_id)
     try:
-        inbox_id = store.send_event(run.id, thaw(normalize_event(given)), SystemClock().now())
+        event = thaw(normalize_event(given))
+        refusal = Runtime(store, load_machines(args.machines)).refuses_event(run, event["type"])
+        if refusal is not None:
+            raise SystemExit(f"{run.id}: {refusal}; nothing queued")
+        inbox_id = store.send_event(run.id, event, SystemClock().now())
     except (StoreError, ContextError, TypeError, ValueError) as exc:
         raise SystemExit(f"{run.id}: {exc}") from exc
     print(f"{run.id}  queued (inbox {inbox_id})")
@@ -639,7 +679,12 @@ def _api(args: argparse.Namespace) -> int:
         ", token required" if token else "",
         ", unsigned requests refused without the token" if signatures and not
         args.allow_unsigned else "")  # fmt: skip
-    serve(app, args.host, args.port, log_level=args.log_level.lower())
+    shutdown_otlp = otlp.configure() if args.otlp else None
+    try:
+        serve(app, args.host, args.port, log_level=args.log_level.lower())
+    finally:
+        if shutdown_otlp is not None:
+            shutdown_otlp()
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from persistence.stores.base import ACTIVE
 from statecharts import Snapshot
 from statecharts.frozen import storable_text, thaw
-from statecharts.retrying import attempt_in_progress
+from statecharts.retrying import attempt_in_progress, waits_to_retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +77,11 @@ def error_text(error: Any) -> str | None:
     if isinstance(error, Mapping) and "message" in error:
         return f"{error.get('name', 'Error')}: {error['message']}"
     return str(thaw(error))
+
+
+def error_is_current(status: str, state: str) -> bool:
+    """Whether a run's `last_error` describes it now: it failed, or it is waiting to retry the
+    call that failed. A run that finished, or went on after the error, keeps the column (the
+    history), but it is no longer what is wrong with the run: the UI and `runs list` show it
+    as an earlier error, not in red."""
+    return status == "error" or (status == ACTIVE and bool(waits_to_retry(state.split(","))))

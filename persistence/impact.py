@@ -18,6 +18,7 @@ stranded".
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from statecharts.diff.changes import MachineDiff
 MIGRATED, STRANDED, PINNED = "migrated", "stranded", "pinned"
 REMOVED_STATE, CHANGED_STATE, UNCHANGED_STATE = "removed", "changed", "unchanged"
 _PAGE = 500
+_LONGEST_REASON = 200
 
 
 @dataclass
@@ -87,7 +89,7 @@ def store_impact(store: Store, diff: MachineDiff) -> Impact:
             landed = state_text(new.restore(run.snapshot))
         except Exception as exc:  # a migration is user code: whatever it raises, no run moves
             outcome = STRANDED if change == REMOVED_STATE else PINNED
-            reason = str(exc)[:200]
+            reason = _reason(exc)
             group.reasons[reason] = group.reasons.get(reason, 0) + 1
             if outcome == STRANDED and len(group.examples) < 3:
                 group.examples.append(run.id)
@@ -98,6 +100,11 @@ def store_impact(store: Store, diff: MachineDiff) -> Impact:
     order = {REMOVED_STATE: 0, CHANGED_STATE: 1, UNCHANGED_STATE: 2}
     states = sorted(groups.values(), key=lambda g: (order[g.change], g.state))
     return Impact(diff.old.id, store.url, active, on_new, tuple(states))
+
+
+def _reason(exc: Exception) -> str:
+    """The error as one line of at most ``_LONGEST_REASON`` characters, cut between words."""
+    return textwrap.shorten(str(exc) or type(exc).__name__, _LONGEST_REASON, placeholder=" …")
 
 
 def _active_runs(store: Store, workflow: str) -> Iterator[RunRecord]:

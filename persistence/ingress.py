@@ -50,6 +50,7 @@ from persistence.ui.app import document_token
 from persistence.ui.security import client_gone, has_token
 from statecharts.errors import ContextError, StatechartError
 from statecharts.frozen import freeze, text_problem, thaw
+from statecharts.tracing import valid_traceparent
 
 __all__ = ["MAX_BODY", "Queued", "Refused", "Signature", "create_api", "invalid"]
 
@@ -229,7 +230,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise Refused(503, "the run store could not answer; try again shortly",
                           {"Retry-After": RETRY_AFTER_S}) from exc
 
-    def queue(run: RunRecord, event: Mapping[str, Any], delivery: str | None) -> Response:
+    def queue(run: RunRecord, event: Mapping[str, Any], delivery: str | None,
+              traceparent: str | None) -> Response:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             raise invalid("type", "an event needs a non-empty string type")
@@ -237,14 +239,14 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise invalid("type", f"{kind!r} is reserved for the engine")
         if run.terminal and delivery is None:
             raise Refused(409, f"run {run.id} has ended ({run.status})")
-        machine = runtime.machine_for(run)
-        if machine is not None and not any(n.candidates(kind) for n in machine.definition.nodes):
-            raise invalid("type", f"no state of {run.workflow_name!r} accepts {kind!r}")
+        refusal = runtime.refuses_event(run, kind)
+        if refusal is not None:
+            raise invalid("type", refusal)
         fresh = True
         if delivery is None:
-            inbox_id = runtime.send(run.id, event)
+            inbox_id = runtime.send(run.id, event, traceparent=traceparent)
         else:
-            inbox_id, fresh = runtime.deliver(run.id, event, delivery)
+            inbox_id, fresh = runtime.deliver(run.id, event, delivery, traceparent=traceparent)
         answer = Queued(**summary(run).model_dump(), inbox_id=inbox_id, duplicate=not fresh)
         return JSONResponse(answer.model_dump(), 202 if fresh else 200)
 
@@ -258,7 +260,9 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         key = body.get("key")
         if key is not None and not isinstance(key, str):
             raise invalid("key", "the key must be a string")
-        run, created = await call(lambda: runtime.start_run(name, body.get("input"), key))
+        traceparent = valid_traceparent(request.headers.get("traceparent"))  # the caller's
+        run, created = await call(lambda: runtime.start_run(name, body.get("input"), key,
+                                                            traceparent=traceparent))
         return JSONResponse(summary(run).model_dump(), 201 if created else 200)
 
     @app.post("/api/workflows/{name}/runs/{key}/events", status_code=202,
@@ -267,7 +271,9 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     async def send_by_key(name: str, key: str, request: Request) -> Response:
         """Queue an event for the newest run of `name` started with `key`."""
         event, delivery = await body_of(request, name)
-        return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery), "")
+        traceparent = valid_traceparent(request.headers.get("traceparent"))
+        return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery,
+                                        traceparent), "")  # fmt: skip
 
     @app.post("/api/runs/{run_id}/events", status_code=202, response_model=Queued,
               openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
@@ -276,7 +282,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         """Queue an event for the run with this id (signed as its workflow's webhooks are)."""
         run = await call(lambda: runtime.get(run_id))
         event, delivery = await body_of(request, run.workflow_name)
-        return await call(lambda: queue(run, event, delivery), "")
+        traceparent = valid_traceparent(request.headers.get("traceparent"))
+        return await call(lambda: queue(run, event, delivery, traceparent), "")
 
     @app.get("/api/runs/{run_id}", response_model=RunSummary)
     async def get_run(run_id: str, request: Request) -> RunSummary:

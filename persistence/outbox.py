@@ -26,12 +26,13 @@ from typing import Any
 
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
-from persistence.stores.base import CALL
+from persistence.stores.base import CALL, call_key, run_of_outbox_key
 from statecharts import Machine
 from statecharts.effects import Effect, Log, StartChild
 from statecharts.errors import ContextError
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import freeze, storable_text, thaw
+from statecharts.idempotency import KEY_LENGTH
 from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
 from statecharts.nodes import InvokeDef
 from statecharts.retry import error_names
@@ -47,7 +48,7 @@ RECORDED_KINDS = frozenset({"action", "start_child", "emit"})
 for child machines and the messages between runs, in the step's transaction
 (`persistence.children`)."""
 
-_current_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+_current_key: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "statecharts_idempotency_key", default=None
 )
 
@@ -106,12 +107,20 @@ def current_idempotency_key() -> str | None:
     Functions that cannot take an `idempotency_key=` argument read it here, e.g. to pass it to
     a payment API. The key is the same when a crash makes the effect run again.
     """
-    return _current_key.get()
+    current = _current_key.get()
+    return None if current is None else current[0]
+
+
+def current_run_id() -> str | None:
+    """The id of the run whose effect is being executed (None outside an effect): the key is a
+    hash, so code that logs or records per run reads the run here."""
+    current = _current_key.get()
+    return None if current is None else current[1]
 
 
 @contextmanager
-def _effect_key(key: str) -> Iterator[None]:
-    token = _current_key.set(key)
+def _effect_key(key: str, run_id: str) -> Iterator[None]:
+    token = _current_key.set((key, run_id))
     try:
         yield
     finally:
@@ -195,11 +204,12 @@ def _takes_key(fn: Callable[..., Any]) -> bool:
     )
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], key: str) -> Any:
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], key: str,
+          outbox_key: str) -> Any:
     """Call user code with the idempotency key (as a keyword if it takes one)."""
     if _accepts_key(fn):
         kwargs = {**kwargs, "idempotency_key": key}
-    with _effect_key(key):
+    with _effect_key(key, run_of_outbox_key(outbox_key)):
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
             result = asyncio.run(_await(result))
@@ -303,7 +313,7 @@ class Executor:
         params = payload.get("params") or {}
         context, event = freeze(payload.get("context") or {}), freeze(payload.get("event") or {})
         try:
-            result = _call(fn, (context, event), dict(params), key)
+            result = _call(fn, (context, event), dict(params), call_key(key), key)
         except Exception as exc:
             message = storable_text(f"action {name!r} raised {type(exc).__name__}: {exc}")
             return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
@@ -328,7 +338,7 @@ class Executor:
         if isinstance(plan, Executed):
             return plan
         try:
-            result = _call(plan.fn, (plan.argument,), {}, plan.key)
+            result = _call(plan.fn, (plan.argument,), {}, plan.key, plan.outbox_key)
         except Exception as exc:
             return self.call_ended(plan, error=exc)
         return self.call_ended(plan, result)
@@ -350,10 +360,11 @@ class Executor:
             return self._child_failed(
                 child_id, key, TypeError(f"actor {src!r} cannot run in a durable worker")
             )
-        # A retried call site has a key stable across its attempts; else the outbox key.
-        call_key = f"{key.split(':', 1)[0]}:{payload['key']}" if payload.get("key") else key
+        # A retried call site has a key stable across its attempts; else the effect's own.
+        site = invoke_of(machine, payload)
+        user_key = call_key(key, payload.get("key"), site.key_length if site else KEY_LENGTH)
         breaker = self._breaker(breaker_name) if breaker_name else None
-        plan = CallPlan(fn, payload.get("input"), call_key, key, child_id, breaker, transient)
+        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient)
         if breaker is not None:
             try:
                 breaker.before_call(self._now())  # an open breaker fails fast, same error path
@@ -396,7 +407,7 @@ class Executor:
         errors = []
         for fn in [*self._listeners.get(str(event.get("type")), []), *self._listeners.get("*", [])]:
             try:
-                _call(fn, (event,), {}, key)
+                _call(fn, (event,), {}, call_key(key), key)
             except Exception as exc:  # a listener's failure must not fail the run
                 errors.append(f"{type(exc).__name__}: {exc}")
                 log.warning("listener for %s raised %s", event.get("type"), exc)

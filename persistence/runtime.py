@@ -190,6 +190,11 @@ def error_detail(error: Any) -> ErrorDetail:
     return {"name": "Error", "message": text}
 
 
+def error_run_key(run_id: str) -> str:
+    """The key of the error-workflow run started when run `run_id` failed."""
+    return f"error-of:{run_id}"
+
+
 def error_workflow_input(
     run_id: str, workflow: str, key: str | None, state: str, error: Any, failed_at: int,
     dry_run: bool,
@@ -325,8 +330,9 @@ class Runtime:
         failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
                                        self.dry_run)
         # a new trace, linked to the failed run's: one run, one trace
-        with self.telemetry.starting(target, f"error-of:{run.id}", link=run.traceparent) as begun:
-            new, outbox, effects = self.prepare_run(target, failure, f"error-of:{run.id}", now,
+        key = error_run_key(run.id)
+        with self.telemetry.starting(target, key, link=run.traceparent) as begun:
+            new, outbox, effects = self.prepare_run(target, failure, key, now,
                                                     traceparent=begun.traceparent)  # fmt: skip
             begun.run(new.id, True)
         return [(new, outbox), *self.child_runs(new.id, new.key, effects, now, new.traceparent)]
@@ -386,6 +392,16 @@ class Runtime:
         if legacy is not None and label == legacy.version:  # pinned before version counted
             return legacy
         return self._by_label.get((run.workflow_name, label)) if isinstance(label, str) else None
+
+    def refuses_event(self, run: RunRecord, event_type: str) -> str | None:
+        """Why `run` can never take an event of `event_type` (no state of its machine has a
+        transition for it, wildcards included), or None. The one rule the ingress (422) and
+        `runs send` refuse by; None also when this runtime lacks the run's definition (a
+        worker that has it decides)."""
+        machine = self.machine_for(run)
+        if machine is None or any(n.candidates(event_type) for n in machine.definition.nodes):
+            return None
+        return f"no state of {run.workflow_name!r} accepts {event_type!r}"
 
     def steppable_versions(self) -> set[tuple[str, str]]:
         """(name, version) pairs of active runs this runtime can step (exact or migratable)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,6 +39,7 @@ from .events import (
     snapshot_actor_event_type,
 )
 from .frozen import FrozenDict, freeze, thaw
+from .idempotency import KEY_LENGTH, idempotency_key
 from .inspection import InspectionEvent, Inspector
 from .logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, from_callable
 from .machine import Machine
@@ -108,6 +110,8 @@ class Actor:
             raise ValueError(f"on_unpersistable is one of {UNPERSISTABLE_RULES}")
         self.machine = machine
         self.id = id or machine.id
+        self._session_id: str | None = None  # made when first asked for (see session_id)
+        self._calls = 0  # calls started in this session (keys of calls without a retry record)
         self.clock: Clock = clock or default_clock()
         self.system = system or ActorSystem()
         self.system_id = system_id
@@ -532,6 +536,23 @@ class Actor:
                 for t in n.transitions)
         return found
 
+    @property
+    def session_id(self) -> str:
+        """This actor's session (XState's ``sessionId``): unique per actor object (random), so
+        two actors of one machine never hand a call the same idempotency key."""
+        if self._session_id is None:
+            self._session_id = uuid.uuid4().hex
+        return self._session_id
+
+    def call_key(self, child_id: str, retry_key: str | None) -> str:
+        """The idempotency key of a call this actor starts: a retried call's record key (the
+        same for all its attempts), else this call's number in the session; in the form and
+        length of ``statecharts.idempotency`` (the invoke's ``keyLength``)."""
+        self._calls += 1
+        length = next((i.key_length for n in self.machine.definition.nodes for i in n.invoke
+                       if i.id == child_id), KEY_LENGTH)
+        return idempotency_key(self.session_id, retry_key or f"{child_id}#{self._calls}", length)
+
     def _function_child(self, child_id: str, logic: Any, input: Any,
                         key: str | None) -> FunctionChild:
         return FunctionChild(self, child_id, logic, input, key)
@@ -689,7 +710,7 @@ class FunctionChild:
                  input: Any, key: str | None = None) -> None:
         self.parent = parent
         self.id = child_id
-        self.key = f"{parent.id}:{key or child_id}"
+        self.key = key  # a retried call's record key, else None
         self.logic = logic
         self.input = input
         self.running = False
@@ -699,7 +720,8 @@ class FunctionChild:
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
         self.running = True
-        kwargs = {"idempotency_key": self.key} if self.logic.wants_key else {}
+        kwargs = {"idempotency_key": self.parent.call_key(self.id, self.key)} \
+            if self.logic.wants_key else {}
         try:
             if isinstance(self.logic, AsyncLogic):
                 output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))

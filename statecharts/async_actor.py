@@ -77,7 +77,8 @@ class TaskChild(FunctionChild):
     def start(self) -> None:
         """Start the task; its result reaches the parent when it completes."""
         self.running = True
-        kwargs = {"idempotency_key": self.key} if self.logic.wants_key else {}
+        kwargs = {"idempotency_key": self.parent.call_key(self.id, self.key)} \
+            if self.logic.wants_key else {}
         argument = thaw(self.input)
         if isinstance(self.logic, AsyncLogic):
             work = self.logic.fn(argument, **kwargs)

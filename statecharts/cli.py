@@ -9,9 +9,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .errors import MachineDefinitionError
-from .loading import load_machine
+from .definition import Implementations
+from .errors import MachineDefinitionError, MissingImplementation
+from .loading import read_config
 from .subcommands import importable_from_here, run_one_tool
+from .validation import check_config
 
 COMMAND_MODULES = (
     "statecharts.render.cli",
@@ -28,20 +30,58 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main", "run_one_tool"]
 
 
 def _validate(args: argparse.Namespace) -> int:
+    provided = _implementations_by_id(args.machines) if args.machines else None
     status = 0
     for path in args.files:
         try:
-            machine = load_machine(path)
+            status = max(status, _validate_one(path, provided))
         except MachineDefinitionError as exc:
             print(f"{path}: {exc}", file=sys.stderr)
             status = 1
         except OSError as exc:
             print(f"{path}: {exc}", file=sys.stderr)
             status = 1
-        else:
-            print(f"{path}: ok ({len(machine.definition.nodes)} states, fingerprint "
-                  f"{machine.fingerprint})")
     return status
+
+
+def _validate_one(path: str, provided: dict[str, Implementations] | None) -> int:
+    config = read_config(path)
+    implementations = None
+    if provided is not None:
+        machine_id = config.get("id", "machine") if isinstance(config, dict) else None
+        implementations = provided.get(str(machine_id))
+        if implementations is None:
+            print(f"{path}: --machines has no machine with id {machine_id!r} (it has: "
+                  f"{', '.join(sorted(provided)) or 'none'})", file=sys.stderr)
+            return 1
+    checked = check_config(config, implementations)
+    states = len(checked.machine.definition.nodes)
+    if implementations is not None:
+        print(f"{path}: ok ({states} states, implementations from --machines, fingerprint "
+              f"{checked.machine.fingerprint})")
+    elif not checked.expected:
+        print(f"{path}: ok ({states} states, fingerprint {checked.machine.fingerprint})")
+    else:
+        print(f"{path}: ok ({states} states); the code must provide "
+              f"({len(checked.expected)}, check with --machines MODULE):")
+        for line in _expected_lines(checked.expected):
+            print(f"  {line}")
+    return 0
+
+
+def _expected_lines(expected: Sequence[MissingImplementation]) -> list[str]:
+    """One line per kind and name, with every path that names it."""
+    paths: dict[tuple[str, str], list[str]] = {}
+    for item in expected:
+        paths.setdefault((item.kind, item.name), []).append(item.path)
+    return [f"{kind} {name!r} at {', '.join(where)}" for (kind, name), where in paths.items()]
+
+
+def _implementations_by_id(specs: Sequence[str]) -> dict[str, Implementations]:
+    """The implementations of each machine in ``--machines`` modules, by machine id."""
+    from persistence.cli import load_machines  # the module loader the runtime commands use
+
+    return {m.definition.machine_id: m.implementations for m in load_machines(specs)}
 
 
 DESCRIPTION = """\
@@ -69,11 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
                                      title="commands")
     validate = commands.add_parser(
         "validate", help="check machine files (JSON/YAML) and list every problem with its path",
-        description="Load each machine file as the runtime would and report every problem "
-                    "with its path in the file (for example states.cart.on.CHECKOUT.traget); "
-                    "exit 1 if any file has one.")
+        description="Check each machine file's structure and report every problem with its "
+                    "path in the file (for example states.cart.on.CHECKOUT.traget); exit 1 if "
+                    "any file has one. The guards, actions, actors and delays a file names are "
+                    "listed as what the code must provide (not problems); with --machines they "
+                    "are checked against the code: the machine with the file's id must provide "
+                    "every one.")
     validate.add_argument("files", nargs="+", metavar="FILE",
                           help="a machine definition, .json or .yaml")
+    validate.add_argument("--machines", action="append", metavar="MODULE",
+                          help="module[:attribute] with the Machines that implement the files "
+                               "(as for `statecharts worker`); repeatable")
     validate.set_defaults(handler=_validate)
     for name in COMMAND_MODULES:
         try:

@@ -15,9 +15,10 @@ configs read from JSON)::
 The names follow XState v5's ``types.ts`` (``MachineConfig``, ``StateNodeConfig``,
 ``TransitionConfig``, ``InvokeConfig``, ``ParameterizedObject``); the project's extensions are
 typed too: an invoke's ``retry`` (``RetryConfig``, the fields of ``RetryPolicy``),
-``onFinalFailure``, ``breaker``, ``limit``, ``external`` and ``transient``, and ``failure`` on a
-final state. ``definition.py`` still validates every config at run time; these types say the same
-thing earlier (``tests/test_typed_config.py`` keeps the two key sets equal).
+``onFinalFailure``, ``breaker``, ``limit``, ``external``, ``transient`` and ``keyLength``, and
+``failure`` on a final state. ``definition.py`` still validates every config at run time;
+these types say the same thing earlier (``tests/test_typed_config.py`` keeps the two key sets
+equal).
 """
 
 # No `from __future__ import annotations`: TypedDict reads Required[...] at run time.
@@ -121,6 +122,7 @@ class InvokeConfig(TypedDict, total=False):
     transient: bool | Sequence[str]
     timeout: int
     heartbeatTimeout: int
+    keyLength: int
 
 
 Invokes: TypeAlias = str | InvokeConfig | Sequence[str | InvokeConfig]

@@ -19,7 +19,12 @@ from typing import Any
 import orjson
 
 from .actions import ActionSpec, BuiltinAction
-from .errors import ContextError, ImplementationError, MachineDefinitionError
+from .errors import (
+    ContextError,
+    ImplementationError,
+    MachineDefinitionError,
+    MissingImplementation,
+)
 from .events import (
     after_event_type,
     done_actor_event_type,
@@ -29,11 +34,12 @@ from .events import (
 )
 from .frozen import freeze
 from .guards import GuardSpec
+from .idempotency import KEY_LENGTH, MAX_KEY_LENGTH, MIN_KEY_LENGTH
 from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
 from .retry import RetryPolicy
-from .retrying import ATTEMPTING, delay_name, expand, is_retry_delay
+from .retrying import ATTEMPTING, delay_name, expand, final_failure, is_retry_delay
 
 NODE_KEYS = frozenset({
     "id", "initial", "type", "history", "target", "states", "on", "always", "after", "entry",
@@ -43,7 +49,8 @@ ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
                          "retry", "onFinalFailure", "breaker", "limit", "external",
-                         "transient", "timeout", "heartbeatTimeout", "description",
+                         "transient", "timeout", "heartbeatTimeout", "keyLength",
+                         "description",
                          "meta"})
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
 FAILURE_CLASSES = ("fail_run", "skip")
@@ -97,6 +104,7 @@ class _Builder:
     def __init__(self, impl: Implementations) -> None:
         self.impl = impl
         self.problems: list[str] = []
+        self.missing: list[MissingImplementation] = []
         self.nodes: list[StateNode] = []
         self.configs: dict[StateNode, Mapping[str, Any]] = {}
         self.by_id: dict[str, StateNode] = {}
@@ -104,6 +112,13 @@ class _Builder:
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path or '<root>'}: {message}")
+
+    def no_implementation(self, kind: str, name: str, path: str, known: Iterable[Any],
+                          note: str = "") -> None:
+        """A named guard/action/actor/delay the implementations lack (``validate`` reports
+        these as what the file expects the code to provide)."""
+        self.missing.append(MissingImplementation(kind, name, path))
+        self.problem(path, f"no {kind} '{name}'{_hint(name, known)}{note}")
 
     def build(self, config: Any) -> Definition:
         if not isinstance(config, Mapping):
@@ -128,7 +143,7 @@ class _Builder:
         if version is not None and not isinstance(version, str):
             self.problem("version", "the version must be a string")
         if self.problems:
-            raise MachineDefinitionError(self.problems)
+            raise MachineDefinitionError(self.problems, self.missing)
         retry_delays = {delay_name(n.id): n for n in self.retried}
         legacy = _fingerprint(root, self.nodes)
         return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
@@ -410,7 +425,7 @@ class _Builder:
     def _named_guard(self, name: str, params: Any, path: str) -> GuardSpec | None:
         impl = self.impl.guards.get(name)
         if impl is None:
-            self.problem(path, f"no guard '{name}'{_hint(name, self.impl.guards)}")
+            self.no_implementation("guard", name, path, self.impl.guards)
             return None
         params = self._params(params, _join(path, "params"))
         if isinstance(impl, GuardSpec):
@@ -470,7 +485,7 @@ class _Builder:
     def _named_action(self, name: str, params: Any, path: str) -> ActionSpec | None:
         impl = self.impl.actions.get(name)
         if impl is None:
-            self.problem(path, f"no action '{name}'{_hint(name, self.impl.actions)}")
+            self.no_implementation("action", name, path, self.impl.actions)
             return None
         if not (isinstance(impl, BuiltinAction) or callable(impl)):
             self.problem(path, f"action '{name}' is neither callable nor a built-in action")
@@ -504,6 +519,10 @@ class _Builder:
                 transitions += self._transitions(node, item["onError"],
                                                  _join(item_path, "onError"),
                                                  error_actor_event_type(invoke.id))
+            elif item.get("onFinalFailure") == "skip":  # a call without retry fails for good
+                transitions += self._transitions(
+                    node, final_failure(node, item, item_path, self.problem, invoke.id),
+                    _join(item_path, "onFinalFailure"), error_actor_event_type(invoke.id))
             if "onSnapshot" in item:
                 transitions += self._transitions(node, item["onSnapshot"],
                                                  _join(item_path, "onSnapshot"),
@@ -517,7 +536,7 @@ class _Builder:
         if isinstance(src, str):
             logic = self.impl.actors.get(src)
             if logic is None:
-                self.problem(_join(path, "src"), f"no actor '{src}'{_hint(src, self.impl.actors)}")
+                self.no_implementation("actor", src, _join(path, "src"), self.impl.actors)
         elif src is not None and not isinstance(src, Mapping):
             logic, src = src, _name_of(src)
         else:
@@ -555,7 +574,8 @@ class _Builder:
                          external or is_external(logic),
                          self._transient(item.get("transient", False), _join(path, "transient")),
                          limit, self._ms(item.get("timeout"), _join(path, "timeout")),
-                         self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")))
+                         self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")),
+                         self._key_length(item.get("keyLength"), _join(path, "keyLength")))
 
     def _ms(self, value: Any, path: str) -> int | None:
         """A call's ``timeout`` / ``heartbeatTimeout``: whole milliseconds, positive."""
@@ -565,6 +585,18 @@ class _Builder:
             return value
         self.problem(path, f"milliseconds, a whole number from 1 to {2**31}, not {value!r}")
         return None
+
+
+    def _key_length(self, value: Any, path: str) -> int:
+        """``keyLength``: how many characters the call's idempotency key has."""
+        if value is None:
+            return KEY_LENGTH
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                MIN_KEY_LENGTH <= value <= MAX_KEY_LENGTH:
+            return value
+        self.problem(path, f"'keyLength' is a whole number from {MIN_KEY_LENGTH} to "
+                     f"{MAX_KEY_LENGTH} (the idempotency key's characters), not {value!r}")
+        return KEY_LENGTH
 
     def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
         """``transient``: true (every error) or a list of error class names."""
@@ -621,8 +653,8 @@ class _Builder:
             if is_retry_delay(key):
                 return key
             if key not in self.impl.delays:
-                self.problem(path, f"no delay '{key}'{_hint(key, self.impl.delays)} (a delay "
-                             "is milliseconds or a name from delays=)")
+                self.no_implementation("delay", key, path, self.impl.delays,
+                                       " (a delay is milliseconds or a name from delays=)")
                 return None
             return key
         else:
@@ -737,11 +769,18 @@ def fingerprint_with(legacy: str, nodes: Iterable[StateNode], version: str | Non
         "version": version, "context": _shape_default(context),
         "failure": {n.id: n.failure for n in nodes if n.failure is not None},
         "invoke": {n.id: [[_shape_default(i.input), _shape_default(i.transient), i.breaker,
-                           i.external] for i in n.invoke] for n in nodes if n.invoke},
+                           i.external, *_key_shape(i)] for i in n.invoke]
+                   for n in nodes if n.invoke},
     }
     digest = hashlib.sha256(orjson.dumps([legacy, extra], default=_shape_default,
                                          option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:32]
+
+
+def _key_shape(invoke: InvokeDef) -> list[int]:
+    """A call site's key length, when not the default (so fingerprints from before
+    ``keyLength`` stay as they were)."""
+    return [] if invoke.key_length == KEY_LENGTH else [invoke.key_length]
 
 
 def _node_shape(node: StateNode) -> dict[str, Any]:

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 
 class StatechartError(Exception):
     """Base class of every error the engine raises on purpose."""
 
 
-class MachineDefinitionError(StatechartError, ValueError):
-    """A machine config is invalid. ``problems`` lists every problem as ``path: message``."""
+class MissingImplementation(NamedTuple):
+    """A name the config refers to that the code did not provide: ``kind`` is ``guard``,
+    ``action``, ``actor`` or ``delay``; ``path`` is where the config names it."""
 
-    def __init__(self, problems: Sequence[str]) -> None:
+    kind: str
+    name: str
+    path: str
+
+
+class MachineDefinitionError(StatechartError, ValueError):
+    """A machine config is invalid. ``problems`` lists every problem as ``path: message``;
+    ``missing`` holds those that are only an implementation the code did not provide."""
+
+    def __init__(self, problems: Sequence[str],
+                 missing: Sequence[MissingImplementation] = ()) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
+        self.missing: tuple[MissingImplementation, ...] = tuple(missing)
         count = len(self.problems)
         header = f"invalid machine definition ({count} problem{'s' if count != 1 else ''}):"
         super().__init__("\n  ".join([header, *self.problems]))

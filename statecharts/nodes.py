@@ -77,6 +77,7 @@ class InvokeDef:
         "heartbeat_ms",
         "id",
         "input",
+        "key_length",
         "limit",
         "logic",
         "on_final_failure",
@@ -92,8 +93,10 @@ class InvokeDef:
                  description: str | None = None, breaker: str | None = None,
                  external: bool = False, transient: bool | tuple[str, ...] = False,
                  limit: str | None = None, timeout_ms: int | None = None,
-                 heartbeat_ms: int | None = None) -> None:
+                 heartbeat_ms: int | None = None, key_length: int = 32) -> None:
         self.id = id
+        self.key_length = key_length
+        """The config's ``keyLength``: characters in this call's idempotency key."""
         self.timeout_ms = timeout_ms
         """The config's ``timeout``: how long one attempt of the call may take (ms); a later
         end is a failure named `CallTimeoutError` (retried and matched like any error)."""

@@ -170,14 +170,16 @@ class RecordSkip(BuiltinAction):
     """Record a call that failed for good as a skipped item (``onFinalFailure: "skip"``)."""
 
     state_id: str
+    invoke: str | None = None
+    """The skipped invoke's id (None: the state's retried invoke)."""
     type: str = RECORD_SKIP
 
     def resolve(self, scope: Any, params: Mapping[str, Any]) -> None:
-        record = scope.retries.get(self.state_id, {})
+        record = scope.retries.get(self.state_id, {})  # none for a call without retry: one attempt
         node = scope.definition.by_id[self.state_id]
         scope.skipped = (*scope.skipped, FrozenDict(
-            state=self.state_id, invoke=node.retry_invoke, attempts=record.get("attempt", 0),
-            error=scope.event.get("error")))
+            state=self.state_id, invoke=self.invoke or node.retry_invoke,
+            attempts=record.get("attempt", 1), error=scope.event.get("error")))
 
     def describe(self) -> str:
         return "skip this item"
@@ -264,7 +266,7 @@ def expand(node: StateNode, config: Mapping[str, Any], path: str,
     on[error_actor_event_type(invoke_id)] = [
         {"guard": RetryAllowed(params=node.id), "target": f".{WAITING}",
          "actions": [RecordFailure(node.id)]},
-        *_final_failure(node, invoke, invoke_path, problem),
+        *final_failure(node, invoke, invoke_path, problem),
     ]
     rest = [inv for i, inv in enumerate(items) if i != index]
     expanded = {k: v for k, v in config.items() if k not in ("invoke", "on")}
@@ -279,9 +281,13 @@ def expand(node: StateNode, config: Mapping[str, Any], path: str,
     return Expanded(expanded, policy, invoke_id)
 
 
-def _final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
-                   problem: Callable[[str, str], None]) -> list[Any]:
-    """The transitions of a failure after the last allowed attempt."""
+def final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
+                  problem: Callable[[str, str], None], invoke_id: str | None = None
+                  ) -> list[Any]:
+    """The transitions of a failure after the last allowed attempt: the invoke's own
+    ``onError``, or with ``onFinalFailure: "skip"`` its ``onDone`` after ``RecordSkip``
+    (also for a call without retry, whose one attempt is its last: ``invoke_id`` names it),
+    or none (the machine fails)."""
     if invoke.get("onError") is not None:
         error = invoke["onError"]
         return list(error) if isinstance(error, list) else [error]
@@ -295,7 +301,7 @@ def _final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
     for item in done if isinstance(done, list) else [done]:
         item = {"target": item} if isinstance(item, str) else dict(item)
         actions = item.get("actions") or []
-        item["actions"] = [RecordSkip(node.id),
+        item["actions"] = [RecordSkip(node.id, invoke_id),
                            *(actions if isinstance(actions, list) else [actions])]
         item.pop("guard", None)
         skipped.append(item)

@@ -115,6 +115,17 @@ def check_traceparent(value: str, name: str = "traceparent") -> str:
     return value
 
 
+def valid_traceparent(value: str | None) -> str | None:
+    """`value` when it is a valid W3C traceparent, else None: an incoming header that is not
+    one is ignored, as the W3C Trace Context recommendation says (a new trace is started)."""
+    if value is None:
+        return None
+    try:
+        return check_traceparent(value.strip())
+    except ValueError:
+        return None
+
+
 def trace_id_of(traceparent: str | None) -> str | None:
     """The 32-hex trace id in a traceparent (None for None or an invalid value)."""
     if traceparent is None:

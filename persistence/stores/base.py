@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from persistence.wakeup import Wakeup
 from statecharts.events import done_actor_event_type, error_actor_event_type
+from statecharts.idempotency import KEY_LENGTH
+from statecharts.idempotency import idempotency_key as provider_key
 
 JSONDict = dict[str, Any]
 
@@ -1120,6 +1122,19 @@ def check_distinct_runs(commits: Sequence[StepCommit]) -> None:
 def idempotency_key(run_id: str, step: int, index: int) -> str:
     """The outbox key of effect `index` produced by step `step` of run `run_id`."""
     return f"{run_id}:{step}:{index}"
+
+
+def call_key(outbox_key: str, retry_key: str | None = None, length: int = KEY_LENGTH) -> str:
+    """The idempotency key user code gets for the effect recorded as `outbox_key` (the form of
+    `statecharts.idempotency`): scoped to the run; for a retried call its record key, the same
+    across attempts and crashes, else the effect's own step and index."""
+    run_id, _, place = outbox_key.partition(":")  # the format idempotency_key() writes
+    return provider_key(run_id, retry_key or place, length)
+
+
+def run_of_outbox_key(outbox_key: str) -> str:
+    """The run id in an outbox key (see `idempotency_key`)."""
+    return outbox_key.partition(":")[0]
 
 
 def completion_times(status: str, now: int) -> tuple[int | None, int | None]:

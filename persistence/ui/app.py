@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import ClientDisconnect
 from starlette.templating import Jinja2Templates
 
+from persistence.columns import error_is_current
 from persistence.runtime import Clock, NotResumableError, Runtime
 from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord, Store, StoreError
 from persistence.ui import api, views
@@ -470,6 +471,7 @@ def _filters(env: Environment, ui: UI) -> None:
     env.globals["event_payload"] = views.event_payload
     env.globals["leaves"] = views.leaves
     env.globals["run_error"] = views.run_error
+    env.globals["error_is_current"] = error_is_current
     env.globals["is_stuck"] = lambda run: views.is_stuck(run, ui.clock.now(), ui.stuck_after_ms)
     env.globals["heat_fills"] = HEAT_FILLS
     env.globals["query"] = lambda params: urlencode(params)

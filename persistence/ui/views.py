@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from persistence.runtime import error_run_key
 from persistence.stores import (
     TERMINAL_STATUSES,
     CallAttempt,
@@ -219,6 +220,8 @@ class RunDetail:
     """The run that started this one (a child run), if any."""
     children: list[RunRecord] = field(default_factory=list)
     """The child runs this run started, newest first."""
+    error_run: RunRecord | None = None
+    """The error-workflow run started when this run failed, if any."""
 
     @property
     def active(self) -> bool:
@@ -244,6 +247,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         dead_letters=store.dead_letters(run_id),
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
+        error_run=_error_run(store, run),
     )
 
 
@@ -263,6 +267,14 @@ def calls_of(store: Store, run_id: str, limit: int = 50) -> list[CallView]:
         attempts.setdefault(attempt.idempotency_key, []).append(attempt)
     calls = store.list_calls(run_id)[-limit:]
     return [CallView(c, attempts.get(c.idempotency_key, [])) for c in reversed(calls)]
+
+
+def _error_run(store: Store, run: RunRecord) -> RunRecord | None:
+    """The error-workflow run `run`'s failure started (found by its key), if any."""
+    if run.status != "error":
+        return None
+    found = store.search_runs(RunQuery(key=error_run_key(run.id)), limit=1)
+    return found[0] if found else None
 
 
 CHILDREN_LIMIT = 200

@@ -35,6 +35,19 @@ from .report import markdown_report, text_report
 from .review import review
 from .sources import load_machine_for_diff
 
+DESCRIPTION = """\
+What changed between two definitions of a machine: states, transitions, guards, actions,
+timers, calls, retry policies and what a call's failure does.
+
+OLD and NEW are each MODULE:NAME, a JSON/YAML machine file, or git:REV:PATH (a file as
+committed at REV, its path from the repository's top). --format is text (the default),
+markdown (a table and the marked diagram in Mermaid, for a pull-request comment), or the
+marked diagram as svg, png, dot or mermaid (by default from the -o file's suffix).
+--rename OLD_PATH=NEW_PATH says a state was renamed. --store URL (there when the durable
+runtime is installed) adds what the change does to the active runs in that store; the exit
+status is then 1 when deploying NEW would strand runs (in removed states, with no migration
+that moves them). Errors exit 2."""
+
 FORMATS = ("text", "markdown", "svg", "png", "dot", "mermaid")
 _SUFFIX_FORMATS = {".md": "markdown", ".txt": "text", ".svg": "svg", ".png": "png",
                    ".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".mermaid": "mermaid"}
@@ -48,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     diff = subparsers.add_parser(
         "diff", help="what changed between two definitions of a machine (text, Markdown or a "
                      "marked diagram)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     diff.add_argument("old", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
     diff.add_argument("new", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
     diff.add_argument("--format", choices=FORMATS,

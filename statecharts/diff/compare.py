@@ -259,6 +259,9 @@ class _Comparison:
                     add(kind, f"{words}: {value_text(_field(was, key))}{ARROW}"
                               f"{value_text(_field(config, key))}",
                         _mark(_field(was, key), _field(config, key)))
+            outcome = _final_failure(was), _final_failure(config)
+            if outcome[0] != outcome[1]:
+                add(FAILURE, f"when it still fails: {outcome[0]}{ARROW}{outcome[1]}")
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -316,7 +319,6 @@ class _Comparison:
 # -- facts about one definition ----------------------------------------------------------------
 
 _CALL_FIELDS = (("breaker", BREAKER, "circuit breaker"),
-                ("onFinalFailure", FAILURE, "when it still fails"),
                 ("transient", FAILURE, "transient failures"),
                 ("external", INVOKE, "external (skipped in a dry run)"),
                 ("input", INVOKE, "input"))
@@ -421,6 +423,17 @@ def _doing(config: Mapping[str, Any]) -> str:
     src = config.get("src")
     return labels.humanize(src if isinstance(src, str) else
                            str(getattr(src, "__name__", type(src).__name__)))
+
+
+def _final_failure(config: Mapping[str, Any]) -> str:
+    """What a call's failure for good does (after any retries), as the engine decides it:
+    its onError handles it, ``onFinalFailure: "skip"`` goes on along onDone, else the run
+    fails."""
+    if config.get("onError") is not None:
+        return "onError handles it"
+    if config.get("onFinalFailure") == "skip":
+        return "skipped, goes on along onDone"
+    return "the run fails"
 
 
 def _policy(config: Mapping[str, Any]) -> RetryPolicy | None:

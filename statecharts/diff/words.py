@@ -60,11 +60,14 @@ def _facts(policy: RetryPolicy) -> list[str]:
 
 
 def _elide(was: str, now: str) -> str:
-    """``was → now`` with their common leading words said once."""
+    """``was → now`` with their common leading words said once: only words before the first
+    number ("retries up to", "waiting"), so a list of waits is always given whole ("waiting
+    2 s, 4 s → 2 s, 4 s, 8 s, 16 s", not "→ 4 s, 8 s, 16 s")."""
     old_words, new_words = was.split(" "), now.split(" ")
     common = 0
     while common < min(len(old_words), len(new_words)) - 1 and \
-            old_words[common] == new_words[common]:
+            old_words[common] == new_words[common] and \
+            not any(c.isdigit() for c in old_words[common]):
         common += 1
     if common == 0:
         return f"{was}{ARROW}{now}"

@@ -469,7 +469,8 @@ def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
 def _transition_lines(machine: Machine, transition: Transition, work: Mapping[str, str],
                       otherwise: bool) -> tuple[str, ...]:
     lines = [_trigger(machine, transition, work)]
-    if _is_final_failure(transition) and retrying.is_skip_transition(transition):
+    if labels.is_error_event(transition.event) and \
+            retrying.is_skip_transition(transition):  # with or without retry
         lines.append("skip this item")
     if transition.guard is not None:
         lines.append(labels.guard_phrase(transition.guard))

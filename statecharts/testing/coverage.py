@@ -55,6 +55,9 @@ class CoverageReport:
     transitions: tuple[str, ...]
     states_reached: frozenset[str]
     transitions_taken: frozenset[str]
+    variant: str = ""
+    """Which definition, when the session ran several of one machine id that differ in their
+    states or transitions (e.g. " (fingerprint 1a2b3c4d5e6f)")."""
 
     @property
     def unreached_states(self) -> tuple[str, ...]:
@@ -75,7 +78,7 @@ class CoverageReport:
         """A short human-readable report."""
         reached = len(self.states) - len(self.unreached_states)
         taken = len(self.transitions) - len(self.untaken_transitions)
-        lines = [f"machine {self.machine_id!r}: states {reached}/{len(self.states)}, "
+        lines = [f"machine {self.machine_id!r}{self.variant}: states {reached}/{len(self.states)}, "
                  f"transitions {taken}/{len(self.transitions)}"]
         lines += [f"  never active: {s}" for s in self.unreached_states]
         lines += [f"  never taken:  {t}" for t in self.untaken_transitions]

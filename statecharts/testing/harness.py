@@ -31,16 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
-
 from ..errors import StatechartError
 from ..frozen import FrozenDict, thaw
 from ..machine import Machine
@@ -48,6 +38,17 @@ from ..nodes import HISTORY
 from ..snapshot import Snapshot
 from .coverage import CoverageRecorder, state_name
 from .graph import event_alphabet
+from .hypothesis_api import (
+    HealthCheck,
+    Phase,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+    settings,
+    st,
+)
 from .outcomes import Call, CutOffs, check_outputs, is_possible, running_calls
 from .strategies import OutputStrategies, event_strategy, outcome_strategy
 

@@ -14,6 +14,7 @@ summary lists, per machine, the states never active and the transitions never ta
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from ..actor import Actor, create_actor
 from ..clock import SimulatedClock
 from ..events import normalize_event
 from ..machine import Machine, fixed_clock
-from .coverage import CoverageRecorder
+from .coverage import CoverageRecorder, all_states, all_transitions
 
 OPTION = "--statecharts-coverage"
 _KEY = pytest.StashKey["CoverageWatch"]()
@@ -88,10 +89,25 @@ class CoverageWatch:
         self._patch.undo()
 
     def summary(self) -> list[str]:
-        """Report lines, one block per machine, sorted by machine id."""
-        lines: list[str] = []
+        """Report lines, one block per machine, sorted by machine id. Definitions of one id
+        with the same states and transitions (they differ only in, say, the initial context
+        or the implementations, which change the fingerprint) are one machine to cover: their
+        records are merged. Where they differ, each block names its fingerprint."""
+        merged: dict[tuple[str, tuple[str, ...], tuple[str, ...]], CoverageRecorder] = {}
         for key in sorted(self.recorders):
-            lines += self.recorders[key].report().format().splitlines()
+            recorder = self.recorders[key]
+            shape = (recorder.machine.id, all_states(recorder.machine),
+                     all_transitions(recorder.machine))
+            if shape not in merged:
+                merged[shape] = CoverageRecorder(recorder.machine)
+            merged[shape].merge(recorder)
+        per_id = Counter(machine_id for machine_id, _, _ in merged)
+        lines: list[str] = []
+        for (machine_id, _, _), recorder in sorted(merged.items(), key=lambda item: item[0][0]):
+            report = recorder.report()
+            if per_id[machine_id] > 1:
+                report.variant = f" (fingerprint {recorder.machine.fingerprint[:12]})"
+            lines += report.format().splitlines()
         return lines
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-
 from ..errors import ContextError
 from ..events import EventLike, normalize_event
 from ..frozen import thaw
@@ -37,6 +35,7 @@ from ..snapshot import Snapshot, persist, snapshot_to_json
 from .coverage import CoverageRecorder, state_name
 from .graph import EventSource, Graph, StateKey, explore
 from .harness import Check, collect_invariants
+from .hypothesis_api import HealthCheck, given, settings
 from .outcomes import outcome_call
 from .strategies import OutputStrategies, stories
 
@@ -426,9 +425,10 @@ def assert_properties(machine: Machine, *names: str, events: Sequence[EventLike]
                       errors: Mapping[str, Sequence[str]] | None = None,
                       invariants: Mapping[str, Check | Sequence[Check]] | None = None,
                       checks: Mapping[str, Check] | None = None, max_examples: int = 100,
-                      **explore_options: Any) -> None:
+                      ends: Sequence[str] = ("done",), **explore_options: Any) -> None:
     """Check the named properties (all of ``PROPERTIES`` when no name is given), plus the
-    context invariants when ``invariants``/``checks`` are given. ``events`` is the list
+    context invariants when ``invariants``/``checks`` are given. ``ends`` is
+    ``final_always_reachable``'s (``("done", "error")`` accepts failing). ``events`` is the list
     exploration sends, ``payloads`` the per-event payload strategies for the sampled ones;
     ``input`` (or several: ``inputs``, for a workflow that routes on its input: reachability
     then counts over all of them), ``outputs`` and ``errors`` as in ``graph.explore``
@@ -448,6 +448,8 @@ def assert_properties(machine: Machine, *names: str, events: Sequence[EventLike]
             for one in given:
                 PROPERTIES[name](machine, payloads=payloads, input=one, outputs=outputs,
                                  errors=errors, max_examples=max_examples)
+        elif name == "final_always_reachable":
+            assert_final_always_reachable(machine, graphs=graphs, ends=ends)
         else:
             PROPERTIES[name](machine, graphs=graphs)
     if invariants or checks:

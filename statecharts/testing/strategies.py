@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from hypothesis import strategies as st
 
 from ..actions import assign
 from ..errors import ContextError
@@ -28,6 +27,7 @@ from ..frozen import FrozenDict
 from ..machine import Machine, create_machine
 from ..snapshot import Snapshot
 from .graph import event_alphabet
+from .hypothesis_api import st
 from .outcomes import (
     DEFAULT_OUTPUT,
     Call,

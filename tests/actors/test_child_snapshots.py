@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +106,39 @@ def test_on_snapshot_is_validated_like_any_transition() -> None:
         create_machine({"initial": "a", "states": {"a": {"invoke": {
             "id": "c", "src": "counter", "onSnapshot": "nowhere"}}}},
             actors={"counter": COUNTER})
+
+
+def test_the_documented_departures_from_xstate_on_child_snapshots() -> None:
+    """Issue 44: where XState 5.33.3 acts otherwise, docs/semantics.md says so (items 6-8):
+    no snapshot event for an event the child ignores, the child's done snapshot heard before
+    xstate.done.actor, and no children listed once the machine has reached its final state."""
+    heard: list[tuple[str, str, int]] = []
+    machine = create_machine({"initial": "watching", "states": {
+        "watching": {"invoke": {"id": "c", "src": "counter", "onDone": "over",
+                                "onSnapshot": {"actions": lambda c, e: heard.append((
+                                    e["type"], e["snapshot"]["status"],
+                                    e["snapshot"]["context"]["n"]))}},
+                     "on": {"PING": {"actions": send_to("c", "PING")},
+                            "INC": {"actions": send_to("c", "INC")},
+                            "STOP": {"actions": send_to("c", "STOP")}}},
+        "over": {"type": "final"}}}, actors={"counter": COUNTER})
+    actor = create_actor(machine, clock=SimulatedClock()).start()
+    actor.send("PING")  # the counter takes no PING: nothing changes, nothing is heard (6)
+    assert heard == [("xstate.snapshot.c", "active", 0)]
+    actor.send("INC")
+    actor.send("STOP")  # the done snapshot is heard, then xstate.done.actor.c ends it (7)
+    assert heard[1:] == [("xstate.snapshot.c", "active", 1), ("xstate.snapshot.c", "done", 1)]
+    assert actor.get_snapshot().status == "done"
+    rooted = create_machine({"id": "root", "invoke": {"id": "c", "src": "counter"},
+                             "initial": "a", "states": {"a": {"on": {"END": "b"}},
+                                                        "b": {"type": "final"}}},
+                            actors={"counter": COUNTER})
+    root = create_actor(rooted, clock=SimulatedClock()).start()
+    assert list(root.get_snapshot().children) == ["c"]
+    root.send("END")  # XState's done snapshot still lists "c", stopped (8)
+    assert (root.get_snapshot().status, dict(root.get_snapshot().children)) == ("done", {})
+    semantics = (Path(__file__).resolve().parents[2] / "docs" / "semantics.md").read_text()
+    for words in ("`onSnapshot` hears changes, not every event",
+                  "The child's `done` snapshot is heard too",
+                  "A machine that reached its top-level final state lists no children"):
+        assert words in semantics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -193,6 +194,20 @@ def test_retry_policy_changed_added_and_removed() -> None:
     ]
 
 
+def test_a_longer_list_of_waits_is_given_whole() -> None:
+    """Issue 44: 3 -> 5 tries read "waiting 2 s, 4 s → 4 s, 8 s, 16 s" (the shared "2 s," was
+    said once, so the new waits looked like 4, 8, 16 s); the new waits are 2, 4, 8, 16 s."""
+    def tries(attempts: int) -> Callable[[dict[str, Any]], None]:
+        def edit(c: dict[str, Any]) -> None:
+            states(c)["charging"]["invoke"]["retry"] = {
+                "max_attempts": attempts, "initial_interval": 2000, "backoff": "exponential"}
+        return edit
+    assert changes(diff_machines(machine(edited(tries(3))), machine(edited(tries(5))))) == [
+        ("changed", "retry", "charging",
+         "retries up to 2 times → 4 times; waiting 2 s, 4 s → 2 s, 4 s, 8 s, 16 s"),
+    ]
+
+
 def test_breaker_and_failure_class_changed() -> None:
     def edit(c: dict[str, Any]) -> None:
         invoke = states(c)["charging"]["invoke"]
@@ -201,9 +216,38 @@ def test_breaker_and_failure_class_changed() -> None:
         invoke["onFinalFailure"] = "skip"
     assert changes(diff_of(edit)) == [
         ("added", "breaker", "charging", "circuit breaker: none → \"payments\""),
-        ("added", "failure class", "charging", "when it still fails: none → \"skip\""),
+        ("changed", "failure class", "charging",
+         "when it still fails: onError handles it → skipped, goes on along onDone"),
         ("removed", "transition", "charging", "if charge card fails → failed removed"),
     ]
+
+
+def test_removing_a_retry_with_its_skip_reports_that_a_failure_now_fails_the_run() -> None:
+    """Issue 44: the diff of dropping `retry` and `onFinalFailure: "skip"` from the mail call
+    said nothing of the mail failure now failing the order; dropping only the retry keeps the
+    skip (it works without a retry), so only the retry change is reported."""
+    def skip(c: dict[str, Any]) -> None:
+        invoke = states(c)["charging"]["invoke"]
+        del invoke["onError"]
+        invoke["onFinalFailure"] = "skip"
+    old = machine(edited(skip))
+
+    def both(c: dict[str, Any]) -> None:
+        skip(c)
+        invoke = states(c)["charging"]["invoke"]
+        del invoke["retry"], invoke["onFinalFailure"]
+    assert changes(diff_machines(old, machine(edited(both)))) == [
+        ("removed", "retry", "charging",
+         "retries up to 2 times, waiting 1 s between tries, retries every error → no retries"),
+        ("changed", "failure class", "charging",
+         "when it still fails: skipped, goes on along onDone → the run fails"),
+    ]
+
+    def retry_only(c: dict[str, Any]) -> None:
+        skip(c)
+        del states(c)["charging"]["invoke"]["retry"]
+    assert [kind for _, kind, _, _ in changes(diff_machines(old, machine(edited(retry_only))))] \
+        == ["retry"]
 
 
 def test_timers_changed() -> None:

@@ -54,13 +54,15 @@ def test_the_commit_that_added_the_failure_states_to_evaluate(
     status, out = run(capsys, f"git:{COMMIT}^:{EVALUATE}", f"git:{COMMIT}:{EVALUATE}")
     assert status == 0
     assert out == (
-        f"followup_evaluate: 6 added, 1 removed, 0 changed (fingerprint "
+        f"followup_evaluate: 6 added, 0 removed, 2 changed (fingerprint "
         f"{fingerprints(EVALUATE)})\n"
         "  + (workflow): error workflow none → \"followup_alerts\"\n"
         "  + (workflow): context key failure added (starts as null)\n"
+        "  ~ reconciling.checking_stage_filter: when it still fails: the run fails → onError "
+        "handles it\n"
         "  + reconciling.checking_stage_filter: new: if check stage filter fails → "
         "releasing_after_failure\n"
-        "  - sending_notification: when it still fails: \"fail_run\" → none\n"
+        "  ~ sending_notification: when it still fails: the run fails → onError handles it\n"
         "  + sending_notification: new: if send notification fails → releasing_after_failure\n"
         "  + releasing_after_failure: new state “Releasing after failure”\n"
         "  + failing: new state “Failing”\n")

@@ -55,3 +55,15 @@ def test_statecharts_help_is_for_users() -> None:
     worker = subprocess.run([sys.executable, "-m", "statecharts.cli", "worker", "--help"],
                             capture_output=True, text=True, timeout=60, check=True).stdout
     assert "--lease-ms LEASE_MS" in worker and "takes it over" in worker
+
+
+def test_no_command_s_help_shows_markup_or_notes_for_developers() -> None:
+    """Issue 44: `diff --help` showed the module docstring: ``RST`` quotes and a note on the
+    layers ("only ``--store`` reads ``persistence``")."""
+    problems = []
+    for name, sub, _ in _commands(build_parser(), "statecharts"):
+        text = sub.format_help()
+        for word in ("``", "layers", ":func:", ":class:"):
+            if word in text:
+                problems.append(f"{name} --help shows {word!r}")
+    assert not problems, "\n".join(problems)

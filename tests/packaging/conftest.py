@@ -130,7 +130,8 @@ def clean_env() -> dict[str, str]:
             if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
 
 
-def _make_venv(base: Path, requirement: str, wheelhouse: Path) -> Venv:
+def make_venv(base: Path, requirement: str, wheelhouse: Path) -> Venv:
+    """A venv in `base` with `requirement` (the wheel, with extras) from the wheelhouse only."""
     venv.create(base / "env", with_pip=False, symlinks=True)
     environment = Venv(base / "env", base / "work")
     environment.workdir.mkdir()
@@ -146,7 +147,7 @@ def fresh_venv(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
     bases = {extra: tmp_path_factory.mktemp(f"venv-{extra or 'core'}")
              for extra in ("", *USER_EXTRAS)}
     with ThreadPoolExecutor(max_workers=3) as pool:
-        pending = {extra: pool.submit(_make_venv, base,
+        pending = {extra: pool.submit(make_venv, base,
                                       f"statecharts[{extra}]" if extra else "statecharts",
                                       wheelhouse)
                    for extra, base in bases.items()}

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from tests.test_readme import readme_example
 from tests.test_typed_config import FIXTURES, assert_names_each_mistake, mypy_strict
 
-from .conftest import IN_VENV, STEP_TIMEOUT_S, USER_EXTRAS, Venv, clean_env
+from .conftest import IN_VENV, STEP_TIMEOUT_S, USER_EXTRAS, Venv, clean_env, make_venv
 
 pytestmark = pytest.mark.timeout(600)
 MakeVenv = Callable[[str], Venv]
@@ -119,6 +120,25 @@ def test_testing_extra(fresh_venv: MakeVenv) -> None:
     assert "hypothesis" in env.distributions()
     result = json.loads(env.run("testing_kit.py"))
     assert result == {"caught": True, "pytest_installed": False}
+
+
+def test_the_tutorial_runs_with_exactly_the_extras_it_names(
+        wheelhouse: Path, tmp_path: Path) -> None:
+    """Issue 44: docs/tutorial.md's Python blocks, in a fresh venv holding the wheel with the
+    extras the page tells a reader to install and nothing else (they missed httpx)."""
+    from tests.docs.test_tutorial import TUTORIAL, python_steps
+
+    text = TUTORIAL.read_text(encoding="utf-8")
+    named = re.search(r"You need Python 3\.11\+ and `pip install 'statecharts\[([a-z,]+)\]'`",
+                      text)
+    assert named is not None, "the tutorial says which extras to install"
+    env = make_venv(tmp_path, f"statecharts[{named.group(1)}]", wheelhouse)
+    steps = python_steps(text)
+    (env.workdir / "blocks.json").write_text(json.dumps([code for code, _ in steps]))
+    printed = json.loads(env.run("tutorial_blocks.py", env.workdir / "blocks.json"))
+    for number, ((_, expected), got) in enumerate(zip(steps, printed, strict=True), 1):
+        if expected is not None:
+            assert got == expected, f"block {number} printed:\n{got}"
 
 
 def test_interop_extra(fresh_venv: MakeVenv) -> None:

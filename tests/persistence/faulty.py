@@ -2,10 +2,10 @@
 importable by worker subprocesses (`--machines tests.persistence.faulty`).
 
 Every side effect is recorded in the ledger (tests.persistence.workflows: an SQLite file named by
-STATECHARTS_TEST_LEDGER) with its idempotency key, which starts with the run id, so a test counts
-from outside how many times each side effect of each run really ran. Faults are switched on and
-off through the ledger's `switches` table, so a test can "repair" the outside world while
-workers run.
+STATECHARTS_TEST_LEDGER) with its idempotency key and its run (`current_run_id()`), so a
+test counts from outside how many times each side effect of each run really ran. Faults are
+switched on and off through the ledger's `switches` table, so a test can "repair" the outside
+world while workers run.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ def set_switch(name: str, on: bool) -> None:
         db.close()
 
 
-def calls(name: str, key_prefix: str = "") -> int:
-    """How many times side effect `name` ran (for keys starting with `key_prefix`)."""
+def calls(name: str, run_id: str = "") -> int:
+    """How many times side effect `name` ran (for run `run_id`, when given)."""
     db = _ledger()
     try:
-        row = db.execute("SELECT count(*) FROM calls WHERE name = ? AND key LIKE ?",
-                         (name, key_prefix + "%")).fetchone()  # fmt: skip
+        row = db.execute("SELECT count(*) FROM calls WHERE name = ? AND coalesce(run, '') LIKE ?",
+                         (name, run_id + "%")).fetchone()  # fmt: skip
     finally:
         db.close()
     return int(row[0])

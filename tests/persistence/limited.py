@@ -76,12 +76,12 @@ MACHINES = [crm, rated, paid, single, pair]
 
 def intervals(name: str, killed_at: float | Mapping[int, float] | None = None
               ) -> list[tuple[str, float, float]]:  # fmt: skip
-    """(key, started, ended) of every call of downstream `name`, in start order; a call that
+    """(run id, started, ended) of every call of downstream `name`, in start order; a call that
     never ended (its worker was killed) ends at `killed_at`: one time, or the time each worker
     process (by pid) was killed."""
     db = _ledger()
     try:
-        rows = db.execute("SELECT key, pid, started, ended FROM calls WHERE name = ? "
+        rows = db.execute("SELECT run, pid, started, ended FROM calls WHERE name = ? "
                           "ORDER BY started", (name,)).fetchall()  # fmt: skip
     finally:
         db.close()

@@ -126,7 +126,7 @@ def test_priorities_order_claims(e: Env) -> None:
     with fleet(e, 1, 1, "--batch", "1") as running:
         wait_until(ended(e.store, low + high), "every run ended")
         stop_cleanly(running)
-    order = [key.split(":", 1)[0] for key, _, _ in limited.intervals("prio")]
+    order = [run for run, _, _ in limited.intervals("prio")]
     assert set(order[:6]) == set(high) and set(order[6:]) == set(low)
 
 
@@ -150,7 +150,7 @@ def test_a_waiting_run_survives_sigkill_of_its_worker_and_keeps_its_place(e: Env
         wait_until(ended(e.store, [holder, *queue]), "every run ended after the kill")
         stop_cleanly(second)
     calls = limited.intervals("one", killed_at)
-    order = [key.split(":", 1)[0] for key, _, _ in calls]
+    order = [run for run, _, _ in calls]
     assert order == [holder, holder, *queue]  # the holder's call again (its slot came back)
     assert limited.max_in_flight("one", killed_at) == 1
     assert all(e.store.get_run(i).status == "done" for i in [holder, *queue])

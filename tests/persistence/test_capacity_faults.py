@@ -383,8 +383,8 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
     assert not failed, f"runs not done: {failed}"
     assert limited.max_in_flight("two", killed) <= 2
     by_run: dict[str, list[int]] = {}
-    for key, pid, _ in _calls("two"):
-        by_run.setdefault(key.split(":", 1)[0], []).append(pid)
+    for run, pid, _ in _calls("two"):
+        by_run.setdefault(run, []).append(pid)
     assert set(by_run) == set(ids)  # every run's call made
     again = {i: pids for i, pids in by_run.items() if sum(p not in killed for p in pids) > 1}
     assert not again, f"a call made twice by workers never killed: {again}"
@@ -397,10 +397,10 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
 
 
 def _calls(name: str) -> list[tuple[str, int, float | None]]:
-    """(key, pid, ended) of every call of downstream `name` in the ledger."""
+    """(run id, pid, ended) of every call of downstream `name` in the ledger."""
     db = _ledger()
     try:
-        return list(db.execute("SELECT key, pid, ended FROM calls WHERE name = ?", (name,)))
+        return list(db.execute("SELECT run, pid, ended FROM calls WHERE name = ?", (name,)))
     finally:
         db.close()
 

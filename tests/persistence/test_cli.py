@@ -122,10 +122,11 @@ def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> Non
     other = console(*start[:-1], "inv-8", cwd=tmp_path).stdout.split()[0]
 
     sent = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "inv-7",
-                   "--event", '{"type": "APPROVE", "by": "ann"}', cwd=tmp_path)  # fmt: skip
+                   "--machines", "mine", "--event", '{"type": "APPROVE", "by": "ann"}',
+                   cwd=tmp_path)  # fmt: skip
     assert sent.returncode == 0 and sent.stdout.startswith(f"{run_id}  queued")
     by_prefix = console("runs", "send", other[:6], "--store", url, "--event", "REJECT",
-                        cwd=tmp_path)  # fmt: skip
+                        "--machines", "mine", cwd=tmp_path)  # fmt: skip
     assert by_prefix.returncode == 0 and by_prefix.stdout.startswith(f"{other}  queued")
     store = open_store(url)
     Worker(Runtime(store, [approval])).run_until_idle()
@@ -143,20 +144,41 @@ def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> Non
     shown = console("runs", "show", run_id[:8], "--store", url, cwd=tmp_path)
     assert orjson.loads(shown.stdout)["id"] == run_id
     ended = console("runs", "send", run_id[:8], "--store", url, "--event", "REJECT",
-                    cwd=tmp_path)  # fmt: skip
+                    "--machines", "mine", cwd=tmp_path)  # fmt: skip
     assert ended.returncode != 0 and "ended" in ended.stderr
     unknown = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "x",
-                      "--event", "REJECT", cwd=tmp_path)  # fmt: skip
+                      "--event", "REJECT", "--machines", "mine", cwd=tmp_path)  # fmt: skip
     assert unknown.returncode != 0 and "no run of 'approval' with key 'x'" in unknown.stderr
     nothing = console("runs", "show", "ffff", "--store", url, cwd=tmp_path)
     assert "no run with id 'ffff' or an id starting with it" in nothing.stderr
     store.close()
 
 
+def test_runs_send_refuses_an_event_no_state_of_the_machine_takes(tmp_path: Path) -> None:
+    """`runs send --event SHIPED` (a typo) is refused as the ingress refuses it (422), and
+    nothing is queued; an event the machine takes in some other state is queued."""
+    (tmp_path / "mine.py").write_text("from tests.persistence.workflows import approval\n")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
+    started = console("runs", "start", "approval", "--store", url, "--machines", "mine",
+                      cwd=tmp_path)  # fmt: skip
+    run_id = started.stdout.split()[0]
+    typo = console("runs", "send", run_id, "--store", url, "--machines", "mine",
+                   "--event", "APROVE", cwd=tmp_path)  # fmt: skip
+    assert typo.returncode != 0
+    assert f"{run_id}: no state of 'approval' accepts 'APROVE'; nothing queued" in typo.stderr
+    store = open_store(url)
+    assert store.pending_events(run_id) == []
+    store.close()
+    known = console("runs", "send", run_id, "--store", url, "--machines", "mine",
+                    "--event", "APPROVE", cwd=tmp_path)  # fmt: skip
+    assert known.returncode == 0 and "queued" in known.stdout
+
+
 def test_read_only_commands_never_create_a_database_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'typo.db'}"
     for args in (("runs", "list"), ("runs", "show", "abcd"), ("runs", "cancel", "abcd"),
-                 ("runs", "send", "abcd", "--event", "GO")):
+                 ("runs", "send", "abcd", "--event", "GO", "--machines", "mine")):
         result = console(*args, "--store", url, cwd=tmp_path)
         assert result.returncode != 0 and "no database at" in result.stderr
         assert "statecharts db upgrade --store" in result.stderr

@@ -21,6 +21,7 @@ from typing import Any
 
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
+from persistence.stores.base import call_key
 from tests.persistence.conftest import kill_and_replace, stop_workers
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
@@ -93,6 +94,7 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
 
     db_keys: dict[str, str] = {}
     called_keys: set[str] = set()  # keys of effects that call user code (all but emit)
+    charge_keys: set[str] = set()  # the first call of each run: its charge
     for r in runs:
         effects = store.list_effects(r.id)
         kinds = [(e.kind, e.payload.get("id") or e.payload.get("type")) for e in effects]
@@ -101,16 +103,18 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
                          ("emit", None)], f"run {r.id} effects {kinds}"  # fmt: skip
         assert all(e.status == "done" for e in effects), f"run {r.id}: {effects}"
         for e in effects:
-            assert e.idempotency_key not in db_keys  # recorded exactly once
-            db_keys[e.idempotency_key] = r.id
+            key = call_key(e.idempotency_key)  # the key user code is given for the record
+            assert key not in db_keys  # recorded exactly once
+            db_keys[key] = r.id
             if e.kind != "emit":
-                called_keys.add(e.idempotency_key)
-        assert r.snapshot["context"]["receipt"] == effects[0].idempotency_key
+                called_keys.add(key)
+            if e.idempotency_key.endswith(":1:0"):
+                charge_keys.add(key)
+        assert r.snapshot["context"]["receipt"] == call_key(effects[0].idempotency_key)
 
     with sqlite3.connect(ledger_path) as ledger:
         charges = dict(ledger.execute("SELECT key, amount FROM charges").fetchall())
         calls = ledger.execute("SELECT name, key, pid, started, ended FROM calls").fetchall()
-    charge_keys = {e for e, r in db_keys.items() if e.endswith(":1:0")}
     assert set(charges) == charge_keys, "one charge per run, under its recorded key"
 
     per_key: dict[str, int] = defaultdict(int)

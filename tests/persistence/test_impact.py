@@ -115,6 +115,24 @@ def test_a_migration_that_leaves_them_in_the_removed_state_strands_them(
     assert "reviewing" in reason  # the restore error names the state it cannot find
 
 
+def test_a_long_migration_error_is_cut_between_words_in_the_report(
+        store: Store, clock: SimulatedClock) -> None:
+    """Issue 44: the live-runs report cut a long reason mid-word at 200 characters."""
+    words = " ".join(f"word{i}" for i in range(80))  # ~550 characters
+
+    def refuse(data: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError(f"cannot migrate: {words}")
+
+    start_runs(store, clock)
+    v2 = create_machine(v2_config(), migrations={"1": refuse})
+    [reviewing, _] = store_impact(store, diff_machines(create_machine(V1), v2)).states
+    [reason] = reviewing.reasons
+    assert len(reason) <= 200 and reason.endswith(" …")
+    assert reason[:-2].split(" ")[2:] == words.split(" ")[:len(reason[:-2].split(" ")) - 2]
+    assert f"not migrated (3): {reason}" in impact_text(store_impact(
+        store, diff_machines(create_machine(V1), v2)))
+
+
 def _url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if store_kind == "sqlite":
         return f"sqlite:///{tmp_path / 'runs.db'}"

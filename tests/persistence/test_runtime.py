@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ import pytest
 from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
+from persistence.stores.base import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows
@@ -60,7 +62,8 @@ def test_a_multi_step_workflow_runs_each_side_effect_once(
                                                                          None)  # fmt: skip
         assert run.completed_at is not None
         snap = runtime.snapshot(run_id)
-        assert snap.context["receipt"] == f"{run_id}:1:0" and snap.context["amount"] == amount
+        assert snap.context["receipt"] == call_key(f"{run_id}:1:0")
+        assert snap.context["amount"] == amount
         effects = store.list_effects(run_id)
         assert [(e.kind, e.status) for e in effects] == [("action", "done"), ("emit", "done")]
         # the invoked functions are calls beside the run: each done in one attempt
@@ -226,7 +229,7 @@ def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
     run_id = runtime.start("payer")
     Worker(runtime).run_until_idle()
     assert runtime.get(run_id).state == "failed"
-    assert seen == [(12, f"{run_id}:1:0")]
+    assert seen == [(12, call_key(f"{run_id}:1:0"))]
     event = store.list_events(run_id)[0].event
     assert event["type"] == "xstate.error.actor.pay"
     assert event["error"]["name"] == "ConnectionError"
@@ -346,7 +349,7 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("greeter")
     Worker(runtime).run_until_idle()
-    assert calls == [({"who": "ann"}, f"{run_id}:1:0")]
+    assert calls == [({"who": "ann"}, call_key(f"{run_id}:1:0"))]
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 
@@ -445,10 +448,15 @@ def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_rest
     Worker(restarted).run_until_idle()
     done = restarted.get(run_id)
     assert (done.status, done.state, done.attempt_count) == ("done", "paid", 3)
-    assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(f"{run_id}:")
+    assert len(keys) == 3 and len(set(keys)) == 1
+    retry_key = waiting.snapshot["retries"]["payment.paying"]["key"]
+    assert keys[0] == call_key(f"{run_id}:1:0", retry_key)  # the run's id and the call's record
 
 
-def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock) -> None:
+@pytest.mark.parametrize("retry", [{"retry": {"max_attempts": 1}}, {}],
+                         ids=["with-retry", "onFinalFailure_skip_without_retry"])
+def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock,
+                                                  retry: dict[str, Any]) -> None:
     def enrich(item: Any) -> Any:
         raise ValueError("no such company")
 
@@ -456,7 +464,7 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: Simulated
         {"id": "crm", "initial": "enriching",
          "states": {
              "enriching": {"invoke": {"id": "enrich", "src": "enrich", "onDone": "done",
-                                      "retry": {"max_attempts": 1}, "onFinalFailure": "skip"}},
+                                      **retry, "onFinalFailure": "skip"}},
              "done": {"type": "final"}}},
         actors={"enrich": enrich},
     )  # fmt: skip
@@ -465,7 +473,8 @@ def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: Simulated
     Worker(runtime).run_until_idle()
     run = runtime.get(run_id)
     assert run.status == "done_partial", (run.status, run.snapshot)
-    assert run.snapshot["skipped"] and run.completed_at is not None
+    assert [(s["invoke"], s["attempts"]) for s in run.snapshot["skipped"]] == [("enrich", 1)]
+    assert run.completed_at is not None
 
 
 def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedClock) -> None:
@@ -585,7 +594,7 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
     drain(Worker(runtime), clock)
     assert [runtime.get(i).state for i in ids] == ["shipped"] * 3
     charges = dict(ledger.execute("SELECT key, amount FROM charges").fetchall())
-    assert charges == {f"{i}:1:0": n for i, n in zip(ids, (1, 2, 3))}
+    assert charges == {call_key(f"{i}:1:0"): n for i, n in zip(ids, (1, 2, 3))}
 
 
 def test_worker_batch_must_be_positive(store: Store) -> None:
@@ -613,7 +622,7 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("noted")
     drain(Worker(runtime), clock, rounds=2)
-    assert record.keys == [f"{run_id}:1:0"]
+    assert record.keys == [call_key(f"{run_id}:1:0")]
 
 
 @pytest.mark.parametrize("site", ["limited", "beside"])
@@ -691,3 +700,38 @@ def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(
     assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
     assert "state charging.waiting_to_retry" in retry[0].getMessage()
     assert "key order-8" in retry[0].getMessage()
+
+
+def test_durable_idempotency_keys_are_provider_safe_per_run_and_per_call_site(
+        store: Store, clock: SimulatedClock) -> None:
+    """Issue 44: a durable call gets the same key form as an in-memory one (32 characters of
+    [A-Za-z0-9_-] unless the call site's keyLength says otherwise), unique per run on a shared
+    clock, and the same for every attempt of a retried call."""
+    seen: list[tuple[str, str]] = []
+
+    def charge(amount: int, idempotency_key: str) -> str:
+        if ("charge", idempotency_key) not in seen:
+            seen.append(("charge", idempotency_key))
+            raise ConnectionError("timeout")  # each call's first attempt fails
+        seen.append(("charge", idempotency_key))
+        return "ch_1"
+
+    def mail(context: Any, event: Any, idempotency_key: str) -> None:
+        seen.append(("mail", idempotency_key))
+
+    machine = create_machine(
+        {"id": "order", "initial": "charging", "states": {
+            "charging": {"invoke": {"id": "charge", "src": "charge", "input": 5,
+                                    "onDone": "paid", "keyLength": 40,
+                                    "retry": {"max_attempts": 2, "initial_interval": 0}}},
+            "paid": {"type": "final", "entry": "mail"}}},
+        actors={"charge": charge}, actions={"mail": mail})  # fmt: skip
+    runtime = Runtime(store, [machine], clock=clock)
+    runs = [runtime.start("order"), runtime.start("order")]  # the same millisecond
+    Worker(runtime).run_until_idle()
+    assert [runtime.get(r).status for r in runs] == ["done", "done"]
+    charges = [key for name, key in seen if name == "charge"]
+    mails = [key for name, key in seen if name == "mail"]
+    assert len(charges) == 4 and len(set(charges)) == 2  # two runs, two attempts each
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{40}", k) for k in charges)
+    assert len(set(mails)) == 2 and all(re.fullmatch(r"[A-Za-z0-9_-]{32}", k) for k in mails)

@@ -24,6 +24,7 @@ from persistence.stores import (
     StepCommit,
     Store,
 )
+from persistence.stores.base import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 from tests.persistence.conftest import wait_for
@@ -186,7 +187,7 @@ def test_an_event_whose_step_calls_a_function_leases_the_call_in_that_commit(
         worker.stop()
         thread.join(timeout=30)
     run = runtime.get(run_id)
-    assert calls == [f"{run_id}:2:0"]  # once, with the key of the step that recorded it
+    assert calls == [call_key(f"{run_id}:2:0")]  # once, with the key of the step that recorded it
     # the call runs beside the run: that commit leased the call (not the run) to the worker's
     # executor, which ran it in its first attempt; the run was never claimed
     assert (run.claim_count, run.lease_owner, run.version) == (0, None, 3)

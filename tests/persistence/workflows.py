@@ -14,6 +14,7 @@ import sqlite3
 import time
 from typing import Any
 
+from persistence.outbox import current_run_id
 from statecharts import assign, create_machine, emit
 
 LEDGER_ENV = "STATECHARTS_TEST_LEDGER"
@@ -26,7 +27,7 @@ def init_ledger(path: str) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(
             "CREATE TABLE IF NOT EXISTS calls (name text, key text, pid integer, "
-            "started real, ended real)"
+            "started real, ended real, run text)"
         )
         db.execute("CREATE TABLE IF NOT EXISTS charges (key text PRIMARY KEY, amount integer)")
 
@@ -43,8 +44,8 @@ def _call(name: str, key: str, work: Any = None) -> None:
     db = _ledger()
     try:
         cursor = db.execute(
-            "INSERT INTO calls (name, key, pid, started) VALUES (?, ?, ?, ?)",
-            (name, key, os.getpid(), time.time()),
+            "INSERT INTO calls (name, key, pid, started, run) VALUES (?, ?, ?, ?, ?)",
+            (name, key, os.getpid(), time.time(), current_run_id()),
         )
         row = cursor.lastrowid
         delay_ms = int(os.environ.get(SLOW_ENV, "0"))

@@ -61,3 +61,12 @@ def test_the_transient_class_is_shown_at_its_call_site() -> None:
     assert "never retried: CardDeclined" in by_key["charging"].details
     assert "on any error: rolled back, tried again later" in by_key["saving"].details
     assert not any("rolled back" in line for line in by_key["paid"].details)
+
+
+def test_a_skip_without_retry_says_skip_this_item() -> None:
+    """Issue 44: ``onFinalFailure: "skip"`` works without ``retry``; the arrow says so."""
+    machine = create_machine({
+        "id": "order", "initial": "mailing", "states": {
+            "mailing": {"invoke": {"src": "mail", "onFinalFailure": "skip", "onDone": "shipped"}},
+            "shipped": {"type": "final"}}}, actors={"mail": _charge})
+    assert "s_mailing --> s_shipped : if mail fails<br/>skip this item" in to_mermaid(machine)

@@ -153,6 +153,29 @@ def test_skip_goes_on_and_records_the_skipped_item() -> None:
          "error": "Unavailable"}]
 
 
+def test_on_final_failure_skip_works_without_retry() -> None:
+    """Issue 44: ``onFinalFailure: "skip"`` on a call without ``retry`` was ignored (the mail
+    failure failed the order); it skips the one attempt and goes on along onDone."""
+    machine = create_machine(
+        {"id": "order", "initial": "mailing", "states": {
+            "mailing": {"invoke": {"id": "mail", "src": "mail", "onFinalFailure": "skip",
+                                   "onDone": "shipped"}},
+            "shipped": {"type": "final"}}},
+        actors={"mail": from_callable(lambda i: (_ for _ in ()).throw(Unavailable("smtp")))})
+    snapshot = create_actor(machine).start().get_snapshot()
+    assert (snapshot.status, snapshot.value) == ("done", "shipped")
+    assert [dict(item) | {"error": item["error"]["name"]} for item in snapshot.skipped] == [
+        {"state": "order.mailing", "invoke": "mail", "attempts": 1, "error": "Unavailable"}]
+
+
+def test_on_final_failure_skip_without_retry_still_needs_on_done() -> None:
+    with pytest.raises(MachineDefinitionError, match=r"states\.mailing\.invoke\.onFinalFailure: "
+                       r"'skip' goes on along onDone; add onDone"):
+        create_machine({"id": "order", "initial": "mailing", "states": {
+            "mailing": {"invoke": {"src": "mail", "onFinalFailure": "skip"}}}},
+            actors={"mail": from_callable(lambda i: 1)})
+
+
 def test_invalid_retry_policy_is_a_definition_error_with_its_path() -> None:
     with pytest.raises(MachineDefinitionError,
                        match=r"states\.a\.invoke\.retry: .*backoff: one of"):

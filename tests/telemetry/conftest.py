@@ -7,6 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.persistence.conftest import (  # noqa: F401  (fixtures, used by name)
+    pg_dsn,
+    pg_schema,
+    store,
+    store_factory,
+    store_kind,
+)
+
 
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:

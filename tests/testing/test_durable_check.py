@@ -46,11 +46,11 @@ def test_a_guard_reading_global_state_is_caught() -> None:
 def test_a_runtime_that_runs_a_call_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = outbox._call
 
-    def twice(fn: Any, args: Any, kwargs: Any, key: str) -> Any:
+    def twice(fn: Any, args: Any, kwargs: Any, key: str, outbox_key: str) -> Any:
         if getattr(fn, "__name__", "") == "chargeCard":
             with contextlib.suppress(Exception):  # the second run is what we check
-                real(fn, args, kwargs, key)
-        return real(fn, args, kwargs, key)
+                real(fn, args, kwargs, key, outbox_key)
+        return real(fn, args, kwargs, key, outbox_key)
 
     monkeypatch.setattr(outbox, "_call", twice)
     with pytest.raises(DurableMismatch, match=r"calls executed .*'chargeCard'.*'chargeCard'"):

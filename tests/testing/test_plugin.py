@@ -38,6 +38,14 @@ SUITE = textwrap.dedent('''
         snapshot, _ = machine.transition(snapshot, "LOCK")
         assert snapshot.value == "locked"
 
+    def test_door_with_an_owner():
+        # the same states and transitions, another initial context: another fingerprint
+        machine = create_machine({**DOOR, "context": {"owner": "ann"}})
+        snapshot, _ = machine.initial_transition()
+        snapshot, _ = machine.transition(snapshot, "LOCK")
+        snapshot, _ = machine.transition(snapshot, "UNLOCK")
+        assert snapshot.value == "closed"
+
     GATE = {
         "id": "gate", "initial": "shut", "context": {"pushes": 0},
         "states": {
@@ -75,11 +83,14 @@ def test_coverage_option_reports_what_the_suite_never_reached(tmp_path: Path) ->
     out = result.stdout
     assert "statecharts coverage" in out
     report = out[out.index("statecharts coverage"):].splitlines()
-    assert "machine 'door': states 3/4, transitions 3/6" in report
+    # issue 44: one block for the door, though one test gave it another context (and so
+    # another fingerprint); it was listed twice with different numbers
+    assert [line for line in report if line.startswith("machine 'door'")] == [
+        "machine 'door': states 3/4, transitions 4/6"]
     assert "  never active: broken" in report
     assert "  never taken:  states.closed.on.LOCK[0]" not in report  # test_pure_lock took it
     assert "  never taken:  states.opened.on.CLOSE[0]" in report
-    assert "  never taken:  states.locked.on.UNLOCK[0]" in report
+    assert "  never taken:  states.locked.on.UNLOCK[0]" not in report  # the owner's door did
     assert "  never taken:  states.broken.on.REPAIR[0]" in report
     assert "machine 'gate': states 2/2, transitions 2/2" in report, report
 

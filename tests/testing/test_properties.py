@@ -90,3 +90,19 @@ def test_context_that_json_cannot_hold_breaks_persistence() -> None:
 def test_unknown_property_names_are_rejected() -> None:
     with pytest.raises(ValueError, match=r"unknown properties \['liveness'\]"):
         assert_properties(door_machine(), "liveness")
+
+
+def test_assert_properties_takes_ends_as_docs_testing_md_documents() -> None:
+    """Issue 44: ``assert_properties(machine, ends=("done", "error"))`` raised TypeError (ends
+    went on to the explorer); it is ``final_always_reachable``'s, as docs/testing.md says."""
+    machine = create_machine({
+        "id": "pay", "initial": "charging", "states": {
+            "charging": {"on": {"OK": "paid", "DECLINED": "declined"}},
+            "paid": {"type": "final"},
+            "declined": {"type": "final", "failure": "card declined"},
+            "stuck": {}}})
+    assert_properties(machine, "final_always_reachable", ends=("done", "error"))
+    limbo = create_machine({**machine.config, "states": {
+        **machine.config["states"], "charging": {"on": {"OK": "paid", "WAIT": "stuck"}}}})
+    with pytest.raises(PropertyViolation, match="stuck"):
+        assert_properties(limbo, "final_always_reachable", ends=("done", "error"))

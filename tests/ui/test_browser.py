@@ -4,6 +4,7 @@ a real worker process stepping the runs, over a real SQLite file filled with the
 from __future__ import annotations
 
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -384,3 +385,43 @@ def test_the_same_pages_on_a_postgresql_store(
             store.close()
         waiting = sum(1 for r in active if r.state == "awaiting_approval")
         assert waiting > 0 and badge.get_attribute("data-runs") == str(waiting)
+
+
+def test_the_timeline_stays_inside_its_card_at_1440_px(
+    served: Served, demo: tuple[str, Demo, Path], page: Any
+) -> None:
+    """Issue 44: at 1440 px the run page's timeline (long state paths, event payloads) ran out
+    of its card. Every timeline cell ends inside the card's box, on every demo run."""
+    url, runs, _ = demo
+    store = open_store(url)
+    try:  # an event as a webhook sends one: a long reference, a long unbroken token
+        # (to a run the module's other tests left waiting: they approve and cancel some)
+        target = next(r for r in reversed(runs.waiting) if store.get_run(r).status == "active")
+        store.send_event(target, {
+            "type": "APPROVE", "by": "approvals-service-eu-west-1",
+            "reference": "ord_" + "9f3a7c21" * 16, "note": "checked " * 30}, 0)
+        deadline = time.monotonic() + 20  # the worker process applies it
+        while store.pending_events(target) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        store.close()
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{served.url}/runs/{target}")
+    page.locator("table.timeline", has_text="APPROVE").wait_for(timeout=20_000)
+    for run_id in (target, runs.retrying, runs.failed, runs.scripted):
+        page.goto(f"{served.url}/runs/{run_id}")
+        overflow = page.evaluate(
+            """() => {
+                const table = document.querySelector('table.timeline');
+                if (!table) return null;
+                const card = table.closest('section').getBoundingClientRect();
+                let worst = 0;
+                for (const cell of table.querySelectorAll('td, th')) {
+                    worst = Math.max(worst, cell.getBoundingClientRect().right - card.right);
+                }
+                return {worst, page: document.documentElement.scrollWidth - window.innerWidth};
+            }"""
+        )
+        assert overflow is not None, run_id
+        assert overflow["worst"] <= 0, (run_id, overflow)
+        assert overflow["page"] <= 0, (run_id, overflow)
