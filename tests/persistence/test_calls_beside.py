@@ -262,7 +262,7 @@ def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
     with TestClient(create_app(store, [machine])) as client:
         page = client.get(f"/runs/{run_id}").text
     assert 'id="calls"' in page and "retrying" in page and "ConnectionError" in page
-    assert page.count(keys[0]) >= 1  # the key, on the call's row
+    assert attempts[0].idempotency_key in page  # the call's key, on its row
 
 
 def test_an_event_that_arrived_before_a_deadline_wins_over_the_overdue_timer(
