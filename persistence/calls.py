@@ -334,7 +334,7 @@ class CallExecutor:
         if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
             return
         if isinstance(error, BaseException) and not isinstance(error, Exception):
-            error = RuntimeError(f"{type(error).__name__}: {error}")
+            raise error  # (SystemExit...) ends the executor's thread: its worker exits non-zero
         executed = self.executor.call_ended(running.plan, result, error)
         self._record(running.call, executed, error)
 
