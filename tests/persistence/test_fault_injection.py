@@ -447,9 +447,10 @@ def test_failed_runs_resume_from_the_state_they_failed_in(e: Env) -> None:
         wait_until(ended(e.store, [run_id]), "the resumed run ended")
         stop_cleanly(fleet)
     run = e.store.get_run(run_id)
-    # two claims more: the resumed run is due at once (its call reopened, run beside it), and
-    # the action effect its call's result leaves is run under a claim
-    assert (run.status, run.claim_count) == ("done", first_claims + 2)
+    # one or two claims more: the action effect its reopened call's result leaves is run under
+    # a claim, and the resume makes the run due at once, which a worker may claim before the
+    # call (run beside it) has ended
+    assert run.status == "done" and 1 <= run.claim_count - first_claims <= 2, run
     assert faulty.calls("fragile", run_id) == 2  # the failed call, made once more
     assert [a.outcome for a in e.store.call_attempts(run_id)] == ["failed", "done"]
     assert faulty.calls("fragile_action", run_id) == 1
