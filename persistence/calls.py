@@ -351,7 +351,7 @@ class CallExecutor:
         if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
             return
         if isinstance(error, BaseException) and not isinstance(error, Exception):
-            error = RuntimeError(f"{type(error).__name__}: {error}")
+            raise error  # (SystemExit...) ends the executor's thread: its worker exits non-zero
         executed = self.executor.call_ended(running.plan, result, error)
         if executed.poisoned is not None:
             self._poisoned(running, executed.poisoned)
@@ -379,8 +379,12 @@ class CallExecutor:
         if executed.transient is not None:
             policy = self.runtime.transient
             if call.attempt < policy.max_attempts:
-                at = self.runtime.clock.now() + policy.wait_ms(call.attempt)
-                self._retry(call, CallEnd("retrying", name, message, trace), at)
+                wait = policy.wait_ms(call.attempt)
+                self._retry(call, CallEnd("retrying", name, message, trace),
+                            self.runtime.clock.now() + wait)
+                log.info("call %s (%s) of run %s: transient failure (attempt %d): %s: %s; "
+                         "retry in %d ms", call.idempotency_key, call.call_id, call.run_id,
+                         call.attempt, name, message, wait)  # fmt: skip
                 return
             self.runtime.store.note_call_failures(call.idempotency_key, call.attempt,
                                                   CallEnd("failed", name, message))  # fmt: skip
