@@ -120,7 +120,6 @@ class CallExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
-        self._beat_at = 0.0
         self.finished = 0
 
     # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
@@ -150,9 +149,11 @@ class CallExecutor:
 
     # -- control ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Serve in a thread of its own until `stop`."""
+        """Serve in a thread of its own until `stop`, its calls' leases renewed by another
+        (a serving loop busy recording ends must not let a running call's lease run out)."""
         self._thread = threading.Thread(target=self._serve, name="calls", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._heartbeats, name="call-heartbeats", daemon=True).start()
 
     def stop(self) -> None:
         """Stop claiming; calls still running are left to their leases (another worker takes
@@ -166,16 +167,16 @@ class CallExecutor:
         """Whether its thread still serves (False before `start` and after `stop`)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def run_until_idle(self, claim: bool = True) -> int:
+    def run_until_idle(self, claim: bool = True, run_id: str | None = None) -> int:
         """Run the calls handed to it and (`claim`) every call due now (at the runtime clock's
-        time), one at a time in this thread, until none is left; the number of calls that
-        ended. For callers that run their own calls (`Inline`), tests and demos: no timeout
-        can cut a call short here."""
+        time; of run `run_id` only, if given), one at a time in this thread, until none is
+        left; the number of calls that ended. For callers that run their own calls (`Inline`),
+        tests and demos: no timeout can cut a call short here."""
         before = self.finished
         while True:
             ready = self._take_adopted()
             if not ready and claim:
-                ready = [(call, None, None) for call in self._claim(1)]
+                ready = [(call, None, None) for call in self._claim(1, run_id)]
             if not ready:
                 return self.finished - before
             for call, run, machine in ready:
@@ -238,9 +239,9 @@ class CallExecutor:
             self._poke.wait(0.005 if self._running else 0.02)
         self._poke.clear()
 
-    def _claim(self, limit: int) -> list[CallRecord]:
+    def _claim(self, limit: int, run_id: str | None = None) -> list[CallRecord]:
         return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
-                                              self.lease_ms, limit)  # fmt: skip
+                                              self.lease_ms, limit, run_id)  # fmt: skip
 
     def _begin(self, call: CallRecord, run: RunRecord | None,
                machine: Machine | None) -> _Running | None:  # fmt: skip
@@ -268,7 +269,8 @@ class CallExecutor:
 
     def _launch(self, running: _Running) -> None:
         """Start `running` on the loop (a coroutine function) or the thread pool."""
-        self._running[running.call.idempotency_key] = running
+        with self._lock:
+            self._running[running.call.idempotency_key] = running
         fn = running.plan.fn
         if inspect.iscoroutinefunction(fn):
             running.task = asyncio.run_coroutine_threadsafe(_arun(running, self._observed(running)),
@@ -302,13 +304,13 @@ class CallExecutor:
                 running, result, error = self._ended.get_nowait()
             except queue.Empty:
                 return
-            self._running.pop(running.call.idempotency_key, None)
+            with self._lock:
+                self._running.pop(running.call.idempotency_key, None)
             if not running.ended:
                 self._end(running, result, error)
 
     def _watch(self) -> None:
-        """Time out attempts past their deadline, and renew the leases of the others (every
-        third of a lease), stopping those the store says were stopped or taken over."""
+        """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
         now = time.monotonic()
         for running in list(self._running.values()):
             if running.ended:
@@ -322,17 +324,33 @@ class CallExecutor:
                 self._time_out(running, HEARTBEAT_ERROR, f"attempt {running.call.attempt} of "
                                f"invoke {running.call.call_id!r} sent no heartbeat for "
                                f"{running.heartbeat_s * 1000:.0f} ms")
-        if now - self._beat_at < self.lease_ms / 3000 or not self._running:
+
+    def _heartbeats(self) -> None:
+        """Renew the running calls' leases every third of a lease (its own thread)."""
+        while not self._stop.wait(self.lease_ms / 3000):
+            try:
+                self._renew()
+            except StoreError as exc:
+                log.warning("calls %s: heartbeat failed: %s", self.owner, exc)
+            except Exception:  # a bug: logged, the next beat tries again
+                log.exception("calls %s: heartbeat raised", self.owner)
+
+    def _renew(self) -> None:
+        """Renew the leases of the calls running here (with their heartbeat details), telling
+        those the store says were stopped or taken over to stop."""
+        with self._lock:
+            beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
+        if not beats:
             return
-        self._beat_at = now
-        beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
         kept = self.runtime.store.heartbeat_calls(self.owner, beats, self.runtime.clock.now(),
                                                   self.lease_ms)  # fmt: skip
         for key in set(beats) - kept:
-            running = self._running[key]
-            running.ended = True  # stopped (or taken over): its result will be dropped
-            self._cancel(running)
-            log.info("call %s (%s): stopped while it ran", key, running.call.call_id)
+            with self._lock:
+                running = self._running.get(key)
+            if running is not None and not running.ended:
+                running.ended = True  # stopped (or taken over): its result will be dropped
+                self._cancel(running)
+                log.info("call %s (%s): stopped while it ran", key, running.call.call_id)
 
     def _time_out(self, running: _Running, name: str, message: str) -> None:
         running.ended = True

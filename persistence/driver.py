@@ -469,9 +469,13 @@ class RunDriver:
         self.telemetry.end_step(x.run, x.status, commit, version)
 
     def _call_lease(self, effects: Sequence[NewEffect]) -> tuple[str, int] | None:
-        """The lease of the calls among a step's new `effects` to this driver's executor."""
+        """The lease of the calls among a step's new `effects` to this driver's executor;
+        none when the step also records effects its run executes itself: those run first
+        (the calls are claimed once they are done, `Store.claim_calls`)."""
         count = sum(1 for e in effects if is_call(e))
-        return None if count == 0 or self.calls is None else self.calls.lease(count)
+        if count == 0 or self.calls is None or count < len(effects):
+            return None
+        return self.calls.lease(count)
 
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""

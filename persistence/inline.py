@@ -81,7 +81,7 @@ class Inline:
         if record.lease_owner == driver.owner and \
                 driver.drive_started(record, effects, lambda: False, snapshot) is None:
             return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
-        ran = calls.run_until_idle(claim=False)  # its calls, each end recorded with its step
+        ran = calls.run_until_idle(run_id=record.id)  # its calls, each end with its step
         last = driver.last_step
         if last is not None and last[0] == record.id:
             return InlineResult(record.id, created, last[1], last[2])

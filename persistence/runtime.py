@@ -485,7 +485,7 @@ class Runtime:
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
             count = sum(1 for e in outbox if is_call(e))
-            if calls is not None and count:
+            if calls is not None and count and count == len(outbox):  # (actions run first)
                 run = dataclasses.replace(run, call_lease=calls.lease(count))
             record, created = self.store.create_run(run, outbox, now, children=children,
                                                     key_once=reuse == "use_existing")

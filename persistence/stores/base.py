@@ -1041,9 +1041,11 @@ class Calls(Protocol):
     """Calls beside their runs (`stores/calls.py`): leased by a worker's call executor, their
     results queued in their runs' inboxes, stopped by the steps that leave their states."""
 
-    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int) -> list[CallRecord]:
-        """Lease up to `limit` due calls (or calls whose holder stopped renewing its lease),
-        each claim opening the call's next attempt."""
+    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
+                    run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
+        """Lease up to `limit` due calls (of `run_id` only, if given; or calls whose holder
+        stopped renewing its lease), each claim opening the call's next attempt; a call is
+        not due while an effect its run recorded at or before its step is pending."""
         ...
 
     def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,

@@ -142,19 +142,25 @@ class SQLCalls(SQLDialect):
         )
 
     # -- the call executor's ------------------------------------------------------------------
-    def claim_calls(self, owner: str, now: int, lease_ms: int,
-                    limit: int) -> list[CallRecord]:  # fmt: skip
-        """Lease up to `limit` calls that are due, or whose holder stopped renewing its lease
-        (the attempt it left open is closed `lost`); each claim opens the next attempt."""
+    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
+                    run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
+        """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
+        holder stopped renewing its lease (the attempt it left open is closed `lost`); each
+        claim opens the next attempt. A call is not due while an effect its run recorded at
+        or before its step is pending: a step's actions run before the calls it starts, as
+        entry actions run before invoked actors start in memory."""
         ts, expires = self._t(now), self._t(now + lease_ms)
+        one, params = ("run_id = ? AND ", [self._id(run_id)]) if run_id is not None else ("", [])
         with self._write() as conn:
             found = self._exec(
                 conn,
-                "SELECT idempotency_key, status, attempt FROM workflow_calls WHERE "
-                "(status = 'pending' AND available_at <= ?) OR "
-                "(status = 'running' AND lease_expires_at <= ?) "
+                f"SELECT idempotency_key, status, attempt FROM workflow_calls WHERE {one}("
+                "(status = 'pending' AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM "
+                "workflow_effects e WHERE e.run_id = workflow_calls.run_id AND "
+                "e.status = 'pending' AND e.step <= workflow_calls.step)) OR "
+                "(status = 'running' AND lease_expires_at <= ?)) "
                 f"ORDER BY available_at, step, idempotency_key LIMIT ?{self._SKIP_LOCKED}",
-                (ts, ts, limit),
+                (*params, ts, ts, limit),
             ).fetchall()
             if not found:
                 return []

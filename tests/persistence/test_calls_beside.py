@@ -284,3 +284,29 @@ def test_an_event_that_arrived_before_a_deadline_wins_over_the_overdue_timer(
     assert (run.status, run.state) == ("done", "paid")
     assert store.dead_letters(run_id) == []
     assert in_memory(machine, [(0.3, "PAY")], 1.3)[0] == "done:paid"
+
+
+def test_a_steps_actions_run_before_the_calls_it_starts(worker_of: Any) -> None:
+    """In memory an entry action runs before the state's invoked actor starts; durably the
+    action is an effect its run executes under a lease and the call runs beside the run:
+    the call is not started until the action is done (never both at once)."""
+    order: list[str] = []
+
+    def note(_context: Any, _event: Any) -> None:
+        order.append("note started")
+        time.sleep(0.3)
+        order.append("note done")
+
+    def ship(_input: Any) -> str:
+        order.append("ship started")
+        return "shipped"
+
+    machine = create_machine({
+        "id": "payment", "initial": "shipping",
+        "states": {"shipping": {"entry": "note", "invoke": {"src": "ship", "onDone": "done"}},
+                   "done": {"type": "final"}},
+    }, actions={"note": note}, actors={"ship": ship})
+    runtime = worker_of(machine)
+    run_id = runtime.start("payment")
+    wait_for(lambda: runtime.get(run_id).status == "done", 20)
+    assert order == ["note started", "note done", "ship started"]
