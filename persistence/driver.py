@@ -199,6 +199,9 @@ class RunDriver:
         """(run id, status, snapshot) of the last step this driver committed."""
         self.committed = 0
         """How many steps this driver committed (all its paths)."""
+        self.unleased_calls: set[str] | None = None
+        """When a set (`Inline` asks for it): the runs whose steps committed here recorded
+        calls its executor did not take (their actions run first), to claim once those ran."""
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -455,6 +458,9 @@ class RunDriver:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
+        if self.unleased_calls is not None and commit.call_lease is None and \
+                any(is_call(e) for e in commit.new_effects):  # fmt: skip
+            self.unleased_calls.add(x.run.id)
         if commit.call_lease is not None and self.calls is not None:
             self.calls.adopt(leased_calls(x.run.id, version, commit.new_effects,
                                           commit.call_lease), x.run, x.machine)  # fmt: skip

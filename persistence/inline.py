@@ -23,12 +23,14 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from persistence.calls import CallExecutor
 from persistence.runtime import KeyReuse, Runtime
-from persistence.stores import RunRecord
+from persistence.stores import NewEffect, RunRecord
+from persistence.stores.base import is_call
 from statecharts import Snapshot
 
 
@@ -74,14 +76,19 @@ class Inline:
         worker, or the caller that started it, does that): its row is reported as it is."""
         calls = self._calls()
         driver = calls.driver
-        driver.last_step = None
+        driver.last_step, driver.unleased_calls = None, set()
         record, created, effects, snapshot = self.runtime.begin_run(
             name, input, key, reuse=reuse, traceparent=traceparent,
             lease=(driver.owner, self.lease_ms), calls=calls)  # fmt: skip
         if record.lease_owner == driver.owner and \
                 driver.drive_started(record, effects, lambda: False, snapshot) is None:
             return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
-        ran = calls.run_until_idle(run_id=record.id)  # its calls, each end with its step
+        if created and _calls_wait_for_actions(effects):
+            driver.unleased_calls.add(record.id)
+        ran = calls.run_until_idle(claim=False)  # its calls, each end recorded with its step
+        while record.id in driver.unleased_calls:  # calls that waited for its actions
+            driver.unleased_calls.discard(record.id)
+            ran += calls.run_until_idle(run_id=record.id)
         last = driver.last_step
         if last is not None and last[0] == record.id:
             return InlineResult(record.id, created, last[1], last[2])
@@ -101,3 +108,10 @@ class Inline:
 
     def _as_stored(self, record: RunRecord, created: bool) -> InlineResult:
         return InlineResult(record.id, created, record.status, self.runtime.restore(record))
+
+
+
+def _calls_wait_for_actions(effects: Sequence[NewEffect]) -> bool:
+    """Whether a new run's first step recorded calls beside effects the run executes itself:
+    those run first, so its calls were not leased to the caller's executor with the insert."""
+    return any(is_call(e) for e in effects) and not all(is_call(e) for e in effects)
