@@ -160,8 +160,7 @@ def replayed_postgres(dsn: str, backend: str, n: int) -> DurableRow:
 
     try:
         url = _fresh_database(dsn)
-        statements = _statements_of_one_workflow(url)
-        recorded_id = statements[0][1]["id"]
+        recorded_id, statements = _statements_of_one_workflow(url)
         with psycopg.connect(url, autocommit=True) as conn:
             cursors = [conn.cursor() for _ in statements]
             ids = [str(uuid.uuid4()) for _ in range(20 + n)]
@@ -183,9 +182,9 @@ def replayed_postgres(dsn: str, backend: str, n: int) -> DurableRow:
         reset_database(dsn, PG_DATABASE)
 
 
-def _statements_of_one_workflow(url: str) -> list[tuple[Any, Any, bool]]:
-    """(query, parameters, binary) of each statement one `Inline.run` of the workflow sends,
-    after a warm-up."""
+def _statements_of_one_workflow(url: str) -> tuple[str, list[tuple[Any, Any, bool]]]:
+    """The run id and (query, parameters, binary) of each statement one `Inline.run` of the
+    workflow sends, after a warm-up."""
     import psycopg
 
     from persistence import open_store
@@ -204,10 +203,10 @@ def _statements_of_one_workflow(url: str) -> list[tuple[Any, Any, bool]]:
         _inline_clients(inline, 1, 20, 10**6)
         psycopg.Cursor.execute = recorded  # type: ignore[method-assign]
         try:
-            inline.run(WORKFLOW, {"x": 1})
+            run_id = inline.run(WORKFLOW, {"x": 1}).run_id
         finally:
             psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-    return sent
+    return run_id, sent
 
 
 def _with_run_id(value: Any, recorded: str, run_id: str) -> Any:

@@ -15,7 +15,9 @@ methods on the path, each timed without the phases it calls:
   parsing the reply), and `rest` (the driver's loop, telemetry of steps, `begin_run` itself);
 * statements and round trips per workflow (`psycopg.Cursor.execute` calls, which
   `Connection.execute` makes too: the store runs its hot statements on a cursor it keeps; each
-  is one round trip and, in autocommit, one transaction).
+  is one round trip and, in autocommit, one transaction, except those sent in pipeline mode:
+  a call's end with its step, from rest, is BEGIN, a row lock, one statement and COMMIT in one
+  round trip).
 
 Run: ``python -m benchmarks.inline_profile [URL] [--n 1000]`` (default: the bench DSN in a
 schema of its own, dropped afterwards). Compare two versions by running each in turn.
@@ -50,6 +52,9 @@ from benchmarks.durable_runtime import WORKFLOW, expected, three_steps_machine
 
 WARMUP = 20
 REST = "rest (driver loop, step telemetry, begin_run)"
+CALL_END = "call end: with its result's step (around its statement)"
+"""A call's end and the step that applies its result, one transaction (calls run beside
+their runs, `persistence.calls`)."""
 PSYCOPG = "psycopg execute (adapt, send, wait, parse)"
 
 
@@ -89,7 +94,7 @@ class _Phases:
 
 @contextmanager
 def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
-    from persistence import driver, inline, runtime
+    from persistence import calls, driver, inline, runtime
 
     undo = [
         phases.wrap(inline.Inline, "run", REST),
@@ -98,6 +103,8 @@ def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
         phases.wrap(driver.RunDriver, "_execute_round", "step: execute effects (+ spans)"),
         phases.wrap(driver.RunDriver, "_stage_safely", "step: apply and stage the commit"),
         phases.wrap(store, "commit_steps", "step: commit (around its statement)"),
+        phases.wrap(calls.CallExecutor, "_run_here", "call: run it and record its end"),
+        phases.wrap(store, "send_and_step", CALL_END),
     ]
     if store.dialect == "postgres":
         import psycopg

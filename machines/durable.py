@@ -77,7 +77,7 @@ class DurableRunner:
             record = self.runtime.get(run_id)
             if record.terminal:
                 break
-            due = record.wake_at
+            due = self._next_due(record)
             if due is None or (record.lease_owner is not None and
                                record.lease_expires_at is not None and
                                record.lease_expires_at > self.clock.now()):
@@ -91,6 +91,17 @@ class DurableRunner:
         if snapshot.status == "error":
             outcome.alert = self._error_run(name, run_id, input)
         return outcome
+
+    def _next_due(self, record: Any) -> int | None:
+        """When the run next needs a worker: its own wake-up, or its calls' (one waiting out a
+        transient failure's backoff, or held by a worker that died until its lease runs out)."""
+        times = [record.wake_at] if record.wake_at is not None else []
+        for call in self.store.list_calls(record.id):
+            if call.status == "pending":
+                times.append(call.available_at)
+            elif call.status == "running" and call.lease_expires_at is not None:
+                times.append(call.lease_expires_at)
+        return min(times, default=None)
 
     def _catch_up(self) -> None:
         if self.follows_wall_clock:

@@ -128,6 +128,11 @@ class LoadControl:
                     found.append((invoke.limit, key))
         return found
 
+    def calls_beside(self, workflow_name: str) -> bool:
+        """Whether a workflow's calls run beside its runs (`persistence.calls`): not in a limited
+        workflow, whose runs take their place for each step and make their calls in it."""
+        return workflow_name not in self.workflow_limits
+
     def workflow_place(self, run: RunRecord) -> Place | None:
         """The place a run of a limited workflow needs to be stepped."""
         name = self.workflow_limits.get(run.workflow_name)

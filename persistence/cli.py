@@ -44,7 +44,7 @@ from persistence.stores import (
 )
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
-from persistence.ui.views import relative_time
+from persistence.ui.views import calls_of, relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.errors import ContextError, StatechartError
@@ -596,6 +596,8 @@ def _runs_show(args: argparse.Namespace) -> int:
         **_row(run),
         "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
+        "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
+                  for c in calls_of(store, run.id)],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],

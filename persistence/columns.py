@@ -17,9 +17,6 @@ from statecharts import Snapshot
 from statecharts.frozen import storable_text, thaw
 from statecharts.retrying import attempt_in_progress, waits_to_retry
 
-TRANSIENT_PREFIX = "transient failure"
-"""How `last_error` starts while a run waits out the backoff of a transient failure."""
-
 
 @dataclass(frozen=True, slots=True)
 class RunColumns:

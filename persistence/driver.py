@@ -19,14 +19,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
-from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
+from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
 from persistence.stores import (
     ACTIVE,
+    CallFinish,
+    CallRecord,
     ConflictError,
     EffectOutcome,
     Grant,
@@ -44,14 +46,17 @@ from persistence.stores import (
 )
 from persistence.stores.base import (
     CANCEL_EVENT,
+    TRANSIENT_PREFIX,
     StoreEncodingError,
     ended_reason,
     idempotency_key,
+    is_call,
 )
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
+from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import storable_text
 from statecharts.retrying import WAITING, waits_to_retry
 
@@ -74,6 +79,7 @@ class _Step:
     """What one step changes, built up before the commit."""
 
     snapshot: Snapshot
+    beside: Machine | None = None  # its run's machine when its calls run beside it
     outcomes: list[Any] = field(default_factory=list)
     journal: list[JournalEntry] = field(default_factory=list)
     new_effects: list[NewEffect] = field(default_factory=list)
@@ -99,13 +105,29 @@ class _Step:
             self.journal.append(JournalEntry(event, before, before))
             return
         self.snapshot = after
-        self.new_effects.extend(to_outbox(effects, len(self.new_effects)))
+        self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
         self.logged.extend(effects)
         self.journal.append(JournalEntry(event, before, state_text(after)))
 
     @property
     def changed(self) -> bool:
         return bool(self.outcomes or self.journal or self.status)
+
+    @property
+    def in_step(self) -> list[NewEffect]:
+        """The new effects its run executes itself, next (not its calls, which run beside)."""
+        return [e for e in self.new_effects if not is_call(e)]
+
+    def stopped_calls(self, before: Snapshot, status: str) -> list[str]:
+        """The invoke ids whose calls this step stops: the children it stopped, and when it
+        ends the run, every child the run had; not those whose result it applied (their
+        calls have ended: nothing to stop)."""
+        stopped = {e.id for e in self.logged if isinstance(e, StopChild)}
+        if status != ACTIVE:
+            stopped |= set(before.children)
+        answered = {str(j.event.get("type")) for j in self.journal}
+        return sorted(i for i in stopped if done_actor_event_type(i) not in answered
+                      and error_actor_event_type(i) not in answered)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -127,6 +149,19 @@ class _Leased:
     unleased: bool = False  # read without a lease: its next commit checks that none is held
 
 
+class CallTaker(Protocol):
+    """A call executor that takes the calls a driver's steps record (`persistence.calls`):
+    leased to it in the step's own commit, run by it next, with no claim."""
+
+    def lease(self, count: int) -> tuple[str, int] | None:
+        """(owner, lease until) for `count` more calls, or None when it has no room."""
+        ...
+
+    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
+        """Run these calls of `run` (of `machine`), leased to it by a committed step."""
+        ...
+
+
 def _waits_to_retry(state: str) -> set[str]:
     """The retried call sites waiting for their next attempt among the active leaves."""
     return waits_to_retry(state.split(","))
@@ -137,8 +172,12 @@ class RunDriver:
 
     def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
                  parallel: int = 1,
-                 holds: Callable[[set[str], bool], None] | None = None) -> None:  # fmt: skip
+                 holds: Callable[[set[str], bool], None] | None = None,
+                 calls: CallTaker | None = None) -> None:  # fmt: skip
         self.runtime = runtime
+        self.calls = calls
+        """The call executor that takes the calls its steps record (leased to it in the step's
+        commit); without one they wait for any worker's executor to claim them."""
         self.holds = holds
         """Told the ids of runs this driver comes to hold (True: handed over by a release, whose
         leases need a heartbeat) and lets go of (False). A driver with it takes hand-overs (a
@@ -156,6 +195,13 @@ class RunDriver:
         self._handover_until = 0.0
         self._should_stop: Callable[[], bool] = lambda: False
         self._left_to_claim = False  # an unleased run of this drive was left to a claim
+        self.last_step: tuple[str, str, Snapshot] | None = None
+        """(run id, status, snapshot) of the last step this driver committed."""
+        self.committed = 0
+        """How many steps this driver committed (all its paths)."""
+        self.unleased_calls: set[str] | None = None
+        """When a set (`Inline` asks for it): the runs whose steps committed here recorded
+        calls its executor did not take (their actions run first), to claim once those ran."""
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -242,7 +288,8 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if machine is None:  # started with a definition this runtime has: cannot happen
             raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
-        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects]
+        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects
+                   if not is_call(e)]  # fmt: skip
         first = machine.restore(run.snapshot) if snapshot is None else snapshot
         x = _Leased(run, machine, first, pending, [], time.monotonic(), run.version, run.status,
                     attempt=run.attempt_count)  # fmt: skip
@@ -288,7 +335,7 @@ class RunDriver:
                        run.status, attempt=run.attempt_count, unleased=True)  # fmt: skip
 
     def send(self, run_id: str, event: dict[str, Any], now: int,
-             traceparent: str | None = None) -> int:
+             traceparent: str | None = None, finish: CallFinish | None = None) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
         is at rest (`Store.send_and_step`): the step a worker would take for it with no
         claim (`drive_unleased`), written by the same commit, counted and traced as a
@@ -298,7 +345,9 @@ class RunDriver:
         still queued, when its step would fail the run (a worker fails it under a lease),
         and when the store refuses the step. A run this process left at rest
         (`Runtime.resting`) is stepped from its row as committed here, unread, if the store
-        can (`Store.send_and_step`'s `rest`). Returns the inbox id."""
+        can (`Store.send_and_step`'s `rest`). Returns the inbox id. With `finish`, `event` is
+        that call's result, recorded with the call's end (`persistence.calls`); 0 when the
+        call was no longer its holder's (stopped, taken over): nothing was queued."""
         staged: list[tuple[_Leased, _Step, StepCommit]] = []
 
         def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
@@ -315,7 +364,8 @@ class RunDriver:
             inbox_id, version = store.send_and_step(run_id, event, now, step,
                                                     traceparent=traceparent,
                                                     cancelled=cancelled,
-                                                    rest=resting.get(run_id))  # fmt: skip
+                                                    rest=resting.get(run_id),
+                                                    finish=finish)  # fmt: skip
         except Exception as exc:
             if isinstance(exc, (RunNotFoundError, RunFinishedError)):
                 resting.drop(run_id)  # (not followed: no step of it can come any more)
@@ -329,6 +379,9 @@ class RunDriver:
             log.warning("run %s: the step of a sent %r was refused in the send (%s: %s); "
                         "queued for a worker", run_id, event.get("type"), type(exc).__name__,
                         exc)  # fmt: skip
+            if finish is not None:
+                return store.send_and_step(run_id, event, now, lambda r, w: None,
+                                           traceparent=traceparent, finish=finish)[0]
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
         if version is None:  # queued for a worker
@@ -405,6 +458,14 @@ class RunDriver:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
+        if self.unleased_calls is not None and commit.call_lease is None and \
+                any(is_call(e) for e in commit.new_effects):  # fmt: skip
+            self.unleased_calls.add(x.run.id)
+        if commit.call_lease is not None and self.calls is not None:
+            self.calls.adopt(leased_calls(x.run.id, version, commit.new_effects,
+                                          commit.call_lease), x.run, x.machine)  # fmt: skip
+        self.last_step = (x.run.id, commit.status, step.snapshot)
+        self.committed += 1
         self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),
                                        sent=sent)  # fmt: skip
         log_effects(step.logged, x.run.id)
@@ -412,6 +473,15 @@ class RunDriver:
         if commit.status != ACTIVE:
             self._report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
+
+    def _call_lease(self, effects: Sequence[NewEffect]) -> tuple[str, int] | None:
+        """The lease of the calls among a step's new `effects` to this driver's executor;
+        none when the step also records effects its run executes itself: those run first
+        (the calls are claimed once they are done, `Store.claim_calls`)."""
+        count = sum(1 for e in effects if is_call(e))
+        if count == 0 or self.calls is None or count < len(effects):
+            return None
+        return self.calls.lease(count)
 
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
@@ -483,6 +553,8 @@ class RunDriver:
         if isinstance(done, Grant):
             self._waiting(x.run, done)
             return None
+        if isinstance(done, StoreUnavailableError):  # (taking a limit's place): an outage,
+            raise done  # not this run's fault: the drive backs off, the lease runs out
         if isinstance(done, Exception) and x.unleased:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
@@ -688,7 +760,8 @@ class RunDriver:
         """Apply what `x`'s executed effects brought back: the step to commit, or None (the
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
-        step = _Step(x.snapshot)
+        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
+        step = _Step(x.snapshot, beside)
         if x.status == ACTIVE:
             self._apply(machine, step, executed, x.inbox, now)
         else:  # an ended run finishing its last effects: record them, move nothing
@@ -701,13 +774,14 @@ class RunDriver:
                 unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
                 self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
             return None
-        row = run_columns(step.snapshot, pending_effects=bool(step.new_effects), now=now,
+        in_step = step.in_step
+        row = run_columns(step.snapshot, pending_effects=bool(in_step), now=now,
                           status=step.status, failure=step.error)  # fmt: skip
         work = self._child_work(x, step, row.status, row.last_error)
         due = step.snapshot.next_due()
         more_now = row.status == ACTIVE and due is not None and due <= now
         release = (
-            should_stop() or x.steps + 1 >= self.max_steps or not (step.new_effects or more_now)
+            should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
         )
         commit = StepCommit(
             run_id=x.run.id, owner=self.owner, expected_version=x.version, state=row.state,
@@ -722,6 +796,8 @@ class RunDriver:
                         *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now,
                                                  x.run.traceparent)],
             stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
+            stop_calls=step.stopped_calls(x.snapshot, row.status),
+            call_lease=self._call_lease(step.new_effects),
         )  # fmt: skip
         return x, step, commit
 
@@ -746,7 +822,7 @@ class RunDriver:
         x.snapshot, x.version, x.status, x.steps = step.snapshot, version, commit.status, \
             x.steps + 1
         x.pending = [(idempotency_key(x.run.id, version, e.index), e.kind, e.payload)
-                     for e in step.new_effects]  # fmt: skip
+                     for e in step.in_step]  # fmt: skip
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
             x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), \
@@ -754,7 +830,9 @@ class RunDriver:
 
     def _apply(self, machine: Machine, step: _Step, executed: list[Executed],
                inbox: list[InboxEvent], now: int) -> None:  # fmt: skip
-        """Outcomes and their events first, then due timers, then inbox events, in order."""
+        """Outcomes and their events first, then due timers and inbox events in the order they
+        happened: a timer due before an event arrived fires first, an event that arrived
+        before a timer was due is applied first (as in memory), however late the step runs."""
         step.outcomes = [x.outcome for x in executed]
         failing = next((x for x in executed if x.fails_run), None)
         if failing is not None:
@@ -768,16 +846,24 @@ class RunDriver:
         for x in executed:
             if x.event is not None and step.status is None:
                 step.apply(machine, x.event, now)
-        while step.status is None and step.snapshot.status == "active":
-            timer = next((t for t in step.snapshot.timers if t.due_at <= now), None)
-            if timer is None:
-                break
-            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
         for item in inbox:  # events left when the run ends become dead letters (the store)
+            self._fire_timers(machine, step, min(item.created_at, now), now)
             if step.status is not None or step.snapshot.status != "active":
                 break
             step.consumed.append(item.id)
             step.apply(machine, item.event, now)
+        self._fire_timers(machine, step, now, now)
+
+    @staticmethod
+    def _fire_timers(machine: Machine, step: _Step, until: int, now: int) -> None:
+        """Fire the step's timers due at or before `until`, in due order (at `now`)."""
+        while step.status is None and step.snapshot.status == "active":
+            timer = min((t for t in step.snapshot.timers if t.due_at <= until),
+                        key=lambda t: t.due_at, default=None)  # fmt: skip
+            if timer is None:
+                return
+            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now,
+                       timer.id)  # fmt: skip
 
     def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
         before = state_text(step.snapshot)
@@ -809,3 +895,16 @@ class RunDriver:
         self._failed(run, run.state, reason, None)
         self.telemetry.runs_cancelled(cancelled)
         return 1
+
+
+def leased_calls(run_id: str, version: int, effects: Sequence[NewEffect],
+                 lease: tuple[str, int] | None) -> list[CallRecord]:  # fmt: skip
+    """The calls a committed step (at `version`) recorded leased to an executor
+    (`StepCommit.call_lease`), as the store holds them: running, first attempt open."""
+    if lease is None:
+        return []
+    owner, until = lease
+    return [CallRecord(idempotency_key(run_id, version, e.index), run_id, version,
+                       str(e.payload.get("id")), dict(e.payload), "running", 1, owner, until,
+                       until, None, None, until, until)
+            for e in effects if is_call(e)]  # fmt: skip

@@ -5,9 +5,11 @@ lease is taken in the insert's own transaction, so there is no claim) and steps 
 back to back while it holds the lease, exactly as a worker steps a claimed run
 (`persistence.driver`): each step's effects execute after the commit that recorded them, and
 each step commits its snapshot with their outcomes in one transaction, under the lease and the
-version it read. It returns when the run waits for something outside (a sent event, a timer not
-yet due) or ends; a worker takes it from there. A 3-step workflow costs four transactions (the
-insert, then one commit per step) and no poll.
+version it read. Its invoked calls run beside the run as a worker's do (`persistence.calls`),
+leased to this caller in the commit that records them and run here; each call's end is
+recorded with the step that applies its result, in one transaction. It returns when the run
+waits for something outside (a sent event, a timer not yet due) or ends; a worker takes it from
+there. A 3-call workflow costs four transactions (the insert, then one per call) and no poll.
 
 Every guarantee of a worker's run holds (docs/persistence.md): if the caller dies, its lease
 runs out and any worker takes the run over with the same idempotency keys; a caller that lost
@@ -21,12 +23,14 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persistence.driver import RunDriver
+from persistence.calls import CallExecutor
 from persistence.runtime import KeyReuse, Runtime
-from persistence.stores import RunRecord
+from persistence.stores import NewEffect, RunRecord
+from persistence.stores.base import is_call
 from statecharts import Snapshot
 
 
@@ -70,24 +74,44 @@ class Inline:
         """Start a run of `name` (as `Runtime.start`, keys and reuse included) and step it here
         until it waits or ends. An existing run returned for `key` is not stepped here (a
         worker, or the caller that started it, does that): its row is reported as it is."""
-        driver = self._driver()
+        calls = self._calls()
+        driver = calls.driver
+        driver.last_step, driver.unleased_calls = None, set()
         record, created, effects, snapshot = self.runtime.begin_run(
             name, input, key, reuse=reuse, traceparent=traceparent,
-            lease=(driver.owner, self.lease_ms))  # fmt: skip
-        if record.lease_owner != driver.owner:  # existing, or nothing due: nothing to step
-            return self._as_stored(record, created)
-        left = driver.drive_started(record, effects, lambda: False, snapshot)
-        if left is None:  # failed outside a step, or taken over: the row says how it is
-            return self._as_stored(self.runtime.get(record.id), created)
-        return InlineResult(record.id, created, *left)
+            lease=(driver.owner, self.lease_ms), calls=calls)  # fmt: skip
+        if record.lease_owner == driver.owner and \
+                driver.drive_started(record, effects, lambda: False, snapshot) is None:
+            return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
+        if created and _calls_wait_for_actions(effects):
+            driver.unleased_calls.add(record.id)
+        ran = calls.run_until_idle(claim=False)  # its calls, each end recorded with its step
+        while record.id in driver.unleased_calls:  # calls that waited for its actions
+            driver.unleased_calls.discard(record.id)
+            ran += calls.run_until_idle(run_id=record.id)
+        last = driver.last_step
+        if last is not None and last[0] == record.id:
+            return InlineResult(record.id, created, last[1], last[2])
+        if snapshot is not None and not ran:  # created, waiting: as inserted
+            return InlineResult(record.id, created, record.status, snapshot)
+        return self._as_stored(self.runtime.get(record.id) if ran else record, created)
 
-    def _driver(self) -> RunDriver:
-        driver: RunDriver | None = getattr(self._local, "driver", None)
-        if driver is None:
+    def _calls(self) -> CallExecutor:
+        """This thread's call executor (it runs the calls here), with its driver."""
+        calls: CallExecutor | None = getattr(self._local, "calls", None)
+        if calls is None:
             owner = f"{self.id}/inline-{threading.get_ident()}"
-            driver = RunDriver(self.runtime, owner, self.lease_ms, self.max_steps)
-            self._local.driver = driver
-        return driver
+            calls = CallExecutor(self.runtime, owner, lease_ms=self.lease_ms,
+                                 max_steps=self.max_steps)  # fmt: skip
+            self._local.calls = calls
+        return calls
 
     def _as_stored(self, record: RunRecord, created: bool) -> InlineResult:
         return InlineResult(record.id, created, record.status, self.runtime.restore(record))
+
+
+
+def _calls_wait_for_actions(effects: Sequence[NewEffect]) -> bool:
+    """Whether a new run's first step recorded calls beside effects the run executes itself:
+    those run first, so its calls were not leased to the caller's executor with the insert."""
+    return any(is_call(e) for e in effects) and not all(is_call(e) for e in effects)

@@ -16,6 +16,8 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from typing import Any
 
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
-from persistence.stores.base import call_key, run_of_outbox_key
+from persistence.stores.base import CALL, call_key, run_of_outbox_key
 from statecharts import Machine
 from statecharts.effects import Effect, Log, StartChild
 from statecharts.errors import ContextError
@@ -53,6 +55,52 @@ _current_key: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Conte
 Listener = Callable[[Mapping[str, Any]], None]
 
 
+class CallContext:
+    """What a running call can tell and be told: its heartbeats (with details) and its stop."""
+
+    __slots__ = ("beat_at", "details", "stopped")
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.beat_at = time.monotonic()
+        self.details: Any = None
+
+
+_current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
+    "statecharts_call", default=None
+)
+
+
+def heartbeat(details: Any = None) -> bool:
+    """Tell the worker that the call running here is alive (with `details` to keep, JSON:
+    shown on the run's page and kept for its next attempt); False once the call was stopped
+    (its invoking state was left, its run ended or was cancelled, or its attempt timed out),
+    when it should return: its result will be dropped. Outside a durable call, True."""
+    call = _current_call.get()
+    if call is None:
+        return True
+    call.beat_at = time.monotonic()
+    if details is not None:
+        call.details = thaw(freeze(details, "details"))
+    return not call.stopped.is_set()
+
+
+def call_stopped() -> bool:
+    """Whether the durable call running here was stopped (see `heartbeat`); False outside."""
+    call = _current_call.get()
+    return call is not None and call.stopped.is_set()
+
+
+@contextmanager
+def running_call(call: CallContext) -> Iterator[None]:
+    """Make `call` what `heartbeat` and `call_stopped` see in this thread or task."""
+    token = _current_call.set(call)
+    try:
+        yield
+    finally:
+        _current_call.reset(token)
+
+
 def current_idempotency_key() -> str | None:
     """The idempotency key of the effect being executed (None outside an effect).
 
@@ -79,11 +127,28 @@ def _effect_key(key: str, run_id: str) -> Iterator[None]:
         _current_key.reset(token)
 
 
-def to_outbox(effects: Iterable[Effect], start_index: int = 0) -> list[NewEffect]:
+def to_outbox(effects: Iterable[Effect], start_index: int = 0,
+              machine: Machine | None = None) -> list[NewEffect]:  # fmt: skip
     """The effects to record for a step, as JSON payloads, indexed from `start_index` (a
-    child machine is no outbox effect: it starts as a child run with the step)."""
+    child machine is no outbox effect: it starts as a child run with the step). Given the
+    run's `machine`, invoked functions and coroutines whose call site has no limit are
+    recorded as calls beside the run (`CALL`: `persistence.calls` runs them); without it (a
+    run of a limited workflow) every call runs in its run's step, under its lease."""
     recorded = [e for e in effects if e.kind in RECORDED_KINDS and not starts_child_run(e)]
-    return [NewEffect(start_index + i, e.kind, thaw(e.to_json())) for i, e in enumerate(recorded)]
+    return [NewEffect(start_index + i, _kind(e, machine), thaw(e.to_json()))
+            for i, e in enumerate(recorded)]  # fmt: skip
+
+
+def _kind(effect: Effect, machine: Machine | None) -> str:
+    """An effect's outbox kind: `CALL` for a call that runs beside its run."""
+    if machine is None or not isinstance(effect, StartChild):
+        return effect.kind
+    if effect.invoked_by is None:  # a spawned function: no call site, no limit
+        return CALL
+    for invoke in machine.get_state_node(effect.invoked_by).invoke:
+        if invoke.id == effect.id:
+            return CALL if invoke.limit is None else effect.kind
+    return CALL
 
 
 def starts_child_run(effect: Effect) -> bool:
@@ -207,6 +272,20 @@ def is_transient(declared: bool | tuple[str, ...], error: Mapping[str, Any]) -> 
     return bool(set(error_names(error)) & set(declared))
 
 
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """A call about to run: the function, its argument and idempotency key, the invoke id its
+    result answers, its breaker and which of its failures are transient."""
+
+    fn: Callable[..., Any]
+    argument: Any
+    key: str
+    outbox_key: str
+    child_id: str
+    breaker: SharedBreaker | None
+    transient: bool | tuple[str, ...]
+
+
 class Executor:
     """Runs recorded effects. `breaker(name)` gives the shared breaker of a downstream (invokes
     that name one go through it); `now()` is the runtime's clock."""
@@ -222,19 +301,6 @@ class Executor:
         self._breaker = breaker
         self._now = now
         self._dry_run = dry_run
-
-    def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
-                key: str) -> Executed:  # fmt: skip
-        """Execute one recorded effect and report how it ended (never raises for user errors)."""
-        if kind == "action":
-            return self._action(machine, payload, key)
-        if kind == "start_child":
-            return self._child(machine, payload, key)
-        if kind == "emit":
-            return self._emit(payload, key)
-        # kinds recorded by an older release (send_to, send_parent): now delivered with the
-        # step that sends them; a record left from before is not executed
-        return Executed(EffectOutcome(key, "skipped", None, f"{kind} is not an outbox effect"))
 
     def _action(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
         name = str(payload.get("type"))
@@ -253,7 +319,34 @@ class Executor:
             return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
         return Executed(EffectOutcome(key, "done", _json_or_none(result)))
 
+    def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
+                key: str) -> Executed:  # fmt: skip
+        """Execute one recorded effect and report how it ended (never raises for user errors)."""
+        if kind == "action":
+            return self._action(machine, payload, key)
+        if kind in ("start_child", CALL):
+            return self._child(machine, payload, key)
+        if kind == "emit":
+            return self._emit(payload, key)
+        # kinds recorded by an older release (send_to, send_parent): now delivered with the
+        # step that sends them; a record left from before is not executed
+        return Executed(EffectOutcome(key, "skipped", None, f"{kind} is not an outbox effect"))
+
     def _child(self, machine: Machine, payload: Mapping[str, Any], key: str) -> Executed:
+        """An invoked function or coroutine run to completion here, in this thread."""
+        plan = self.plan_call(machine, payload, key)
+        if isinstance(plan, Executed):
+            return plan
+        try:
+            result = _call(plan.fn, (plan.argument,), {}, plan.key, plan.outbox_key)
+        except Exception as exc:
+            return self.call_ended(plan, error=exc)
+        return self.call_ended(plan, result)
+
+    def plan_call(self, machine: Machine, payload: Mapping[str, Any],
+                  key: str) -> CallPlan | Executed:  # fmt: skip
+        """What calling a recorded `start_child` runs, or how it ended without running (its
+        actor cannot be found or run here, a dry run, an open breaker)."""
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
             logic, breaker_name, reaches_out, transient = actor_logic(machine, payload)
@@ -271,31 +364,36 @@ class Executor:
         site = invoke_of(machine, payload)
         user_key = call_key(key, payload.get("key"), site.key_length if site else KEY_LENGTH)
         breaker = self._breaker(breaker_name) if breaker_name else None
-        try:
-            if breaker is not None:
-                breaker.before_call(self._now())  # an open breaker fails fast, same error path
+        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient)
+        if breaker is not None:
             try:
-                result = _call(fn, (payload.get("input"),), {}, user_key, key)
-            except Exception:
-                if breaker is not None:
-                    breaker.record(False, self._now())
-                raise
-            if breaker is not None:
-                breaker.record(True, self._now())
-        except Exception as exc:
-            failed = self._child_failed(child_id, key, exc)
-            if failed.event is not None and is_transient(transient, failed.event["error"]):
-                # the event is not applied (the step rolls back); kept for its retry_after
-                return Executed(failed.outcome, failed.event, transient=failed.outcome.error)
-            return failed
+                breaker.before_call(self._now())  # an open breaker fails fast, same error path
+            except Exception as exc:
+                return self._failed_call(plan, exc)
+        return plan
+
+    def call_ended(self, plan: CallPlan, result: Any = None,
+                   error: BaseException | None = None) -> Executed:  # fmt: skip
+        """How a call of `plan` ended: with `result`, or raising `error`."""
+        if plan.breaker is not None:
+            plan.breaker.record(error is None, self._now())
+        if error is not None:
+            return self._failed_call(plan, error)
         try:
             output = thaw(freeze(result, "output"))
         except ContextError as exc:  # a value no store holds exactly: the run fails here
-            message = f"invoke {child_id!r} returned a value that cannot be stored: {exc}"
-            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message,
-                            poisoned=str(exc))
-        event = {"type": done_actor_event_type(child_id), "output": output}
-        return Executed(EffectOutcome(key, "done", output), event)
+            message = f"invoke {plan.child_id!r} returned a value that cannot be stored: {exc}"
+            return Executed(EffectOutcome(plan.outbox_key, "failed", None, message),
+                            fails_run=message, poisoned=str(exc))  # fmt: skip
+        event = {"type": done_actor_event_type(plan.child_id), "output": output}
+        return Executed(EffectOutcome(plan.outbox_key, "done", output), event)
+
+    def _failed_call(self, plan: CallPlan, exc: BaseException) -> Executed:
+        failed = self._child_failed(plan.child_id, plan.outbox_key, exc)
+        if failed.event is not None and is_transient(plan.transient, failed.event["error"]):
+            # the event is not applied (the step rolls back); kept for its retry_after
+            return Executed(failed.outcome, failed.event, transient=failed.outcome.error)
+        return failed
 
     def _child_failed(self, child_id: str, key: str, exc: BaseException) -> Executed:
         error = error_to_json(exc)  # (its message made storable)

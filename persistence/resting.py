@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from persistence.stores import ACTIVE, RunRecord, StepCommit
+from persistence.stores.base import is_call
 
 CAPACITY = 4096
 """How many runs a process follows (the most recently started, sent to or stepped)."""
@@ -48,16 +49,16 @@ class Resting:
                   sent: bool) -> None:  # fmt: skip
         """`commit`, a step of `run` (`sent`: a send's), was written at `version`. A run this
         process follows, or a sent one, is followed with its new row if the step left it at
-        rest (released, active, no new effects, nothing due), else without a row; an ended
-        run is dropped."""
+        rest (released, active, no new effects but calls, which run beside it, nothing due),
+        else without a row; an ended run is dropped."""
         if commit.status != ACTIVE:
             self.drop(run.id)
             return
         with self._lock:
             if not sent and run.id not in self._runs:
                 return
-        if (not commit.release or commit.new_effects or commit.start_runs
-                or _due(commit.wake_at, now)):  # fmt: skip
+        if (not commit.release or any(not is_call(e) for e in commit.new_effects)
+                or commit.start_runs or _due(commit.wake_at, now)):  # fmt: skip
             self._follow(run.id, None)
             return
         self._follow(run.id, replace(

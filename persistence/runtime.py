@@ -8,6 +8,7 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 import os
 import socket
@@ -26,8 +27,8 @@ from persistence.children import (
     nested_machines,
     snapshot_invokes,
 )
-from persistence.columns import TRANSIENT_PREFIX, run_columns, state_text
-from persistence.driver import RunDriver
+from persistence.columns import run_columns, state_text
+from persistence.driver import CallTaker, RunDriver, leased_calls
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
 from persistence.stores import (
@@ -41,6 +42,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
+from persistence.stores.base import TRANSIENT_PREFIX, is_call
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
@@ -351,8 +353,8 @@ class Runtime:
                             "report its snapshots (docs/persistence.md, Child runs)", parent_id,
                             start.id)  # fmt: skip
             snapshot, effects = machine.initial_transition(thaw(start.input), now)
-            outbox = to_outbox(effects)
-            columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+            outbox = self._outbox(machine, effects)
+            columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
             work = child_work(parent_id, effects, set(), columns.status)
             ended = ended_delivery(parent_id, start.id, columns.status, snapshot,
                                    columns.last_error)  # a child done at once tells its parent
@@ -367,6 +369,11 @@ class Runtime:
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
+
+    def _outbox(self, machine: Machine, effects: Sequence[Effect]) -> builtins.list[NewEffect]:
+        """A first step's outbox records, its calls beside the run unless its workflow is
+        limited (`to_outbox`)."""
+        return to_outbox(effects, 0, machine if self.load.calls_beside(machine.id) else None)
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -450,6 +457,7 @@ class Runtime:
     def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
                   reuse: KeyReuse = "use_existing", traceparent: str | None = None,
                   lease: tuple[str, int] | None = None, priority: int | None = None,
+                  calls: CallTaker | None = None,
                   ) -> tuple[RunRecord, bool, builtins.list[NewEffect],
                              Snapshot | None]:  # fmt: skip
         """`start_run`, also returning the effects the new run's first step recorded and its
@@ -457,7 +465,8 @@ class Runtime:
         With `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
         leased to `owner` for `lease_ms` (its claim, in the insert's transaction): the caller
         steps it itself (`persistence.inline`); if the caller dies, the lease runs out and any
-        worker takes the run over."""
+        worker takes the run over. `calls`: the executor the run's first calls are leased to
+        in the insert (and handed to once it commits), as a step's are (`RunDriver`)."""
         if reuse not in get_args(KeyReuse):
             raise ValueError(f"reuse: {reuse!r} is not one of {', '.join(get_args(KeyReuse))}")
         if key is not None:
@@ -475,11 +484,17 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
+            count = sum(1 for e in outbox if is_call(e))
+            if calls is not None and count and count == len(outbox):  # (actions run first)
+                run = dataclasses.replace(run, call_lease=calls.lease(count))
             record, created = self.store.create_run(run, outbox, now, children=children,
                                                     key_once=reuse == "use_existing")
             begun.run(record.id, created)
         if created:
-            self.resting.started(record, bool(outbox), now)
+            if calls is not None and run.call_lease is not None:
+                calls.adopt(leased_calls(record.id, 1, outbox, run.call_lease), record,
+                            self._latest[name])  # fmt: skip
+            self.resting.started(record, _in_step(outbox), now)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
@@ -507,8 +522,8 @@ class Runtime:
             known = ", ".join(sorted(self._latest)) or "none"
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
-        outbox = to_outbox(effects)
-        columns = run_columns(snapshot, pending_effects=bool(outbox), now=now)
+        outbox = self._outbox(machine, effects)
+        columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
         wake_at, owner = columns.wake_at, None
         if lease is not None and wake_at is not None and wake_at <= now:
@@ -713,3 +728,8 @@ class Runtime:
 def machines_from(objects: Iterable[Any]) -> list[Machine]:
     """The `Machine` objects among `objects` (e.g. a module's globals), in order."""
     return [o for o in objects if isinstance(o, Machine)]
+
+
+def _in_step(outbox: Sequence[NewEffect]) -> bool:
+    """Whether a run's first step leaves effects for the run itself to execute (not calls)."""
+    return any(not is_call(e) for e in outbox)

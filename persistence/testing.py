@@ -6,18 +6,21 @@ and, beside it, the pure engine (the model). The test chooses the story: events 
 machine's alphabet, the outcome of each invoked call (done with an output drawn per actor name,
 or failed with one of its error names) and timer expiries on a simulated clock, and between
 steps it may *crash*: drop the store, runtime and worker and open new ones on the same file,
-as a restarted process would. At every point where the run is at rest it checks that both
-agree on
+as a restarted process would. Calls take time: events, timer expiries and crashes come while
+calls run (the durable run is not held by them), and each call ends when the story says, in
+the order they started. A call at a limited call site runs in its run's step, as on the
+runtime: while it runs, its outcome is the story's next step, and the durable run catches up
+once it is chosen. After every step it checks that both agree on
 
 * the state value, the context and the run's status (``done``/``error``/...);
-* the calls executed: each call the model started ran exactly once on the worker, in order,
-  with the same input (and, for retried calls, the same idempotency key);
+* the calls executed: each call the model saw end ran exactly once on the worker, in order,
+  with the same input (and, for retried calls, the same idempotency key); a call whose state
+  was left before it ended never ran;
 * the user actions executed, by name and in order.
 
 The invoked functions are replaced by scripted ones that return the story's chosen output or
 raise an exception of the chosen class, so no real service is called; user actions run as
-written. As on the durable runtime, a call's outcome comes before any other step while it
-runs. Circuit breakers get a threshold that never opens (the pure engine has none), and an
+written. Circuit breakers get a threshold that never opens (the pure engine has none), and an
 error workflow the machine names is registered as a stub unless given in ``also=``.
 
 It lives beside the runtime it drives (the engine's test kit, ``statecharts.testing``, never
@@ -61,7 +64,13 @@ from statecharts.testing.hypothesis_api import (
     settings,
     st,
 )
-from statecharts.testing.outcomes import check_outputs, error_exception, invoke_defs, running_calls
+from statecharts.testing.outcomes import (
+    Call,
+    check_outputs,
+    error_exception,
+    invoke_defs,
+    running_calls,
+)
 from statecharts.testing.strategies import OutputStrategies, event_strategy, outcome_strategy
 
 START = 1_000_000_000_000
@@ -180,6 +189,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             self.clock = SimulatedClock(START)
             self.story: list[FrozenDict] = []
             self.expected_calls: list[StartChild] = []
+            self.ended_calls: list[StartChild] = []
             self.expected_actions: list[str] = []
             self.snapshot, effects = machine.initial_transition(input, START)
             self._expect(effects)
@@ -201,11 +211,19 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         def _at_rest(self) -> bool:
             return not running_calls(machine, self.snapshot)
 
+        def _held(self) -> bool:
+            """Whether a call of a limited call site runs in the model: on the runtime it
+            runs in its run's step, holding the run from its start to its end, so nothing
+            else comes first, and the worker (which would run it at once) waits for the
+            story's outcome: the durable run is behind until then."""
+            return any(_in_step(c) for c in running_calls(machine, self.snapshot))
+
         def _sync(self) -> None:
-            """Let the worker catch up (every call's outcome is chosen) and compare."""
-            if not self._at_rest():
+            """Let the worker step the run (its calls beside wait for the story) and compare,
+            unless it waits for the outcome of a call that runs in its step."""
+            if self._held():
                 return
-            self.durable.worker.run_until_idle()
+            self.durable.worker.run_until_idle(calls=False)
             self._compare()
 
         def _fail(self, message: str) -> None:
@@ -215,6 +233,16 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             record = self.durable.runtime.get(self.durable.run_id)
             stored = self.durable.runtime.snapshot(self.durable.run_id)
             model = self.snapshot
+            ran = [(src, value) for src, value, _ in self.script.calls]
+            wanted = [(c.src, thaw(c.input)) for c in self.ended_calls]
+            if ran != wanted:
+                self._fail(f"calls executed {ran}, the pure engine ended {wanted}")
+            for (src, _, key), call in zip(self.script.calls, self.ended_calls,
+                                           strict=True):
+                if call.key is not None and \
+                        key != idempotency_key(self.durable.run_id, call.key, len(key)):
+                    self._fail(f"call {src!r} ran with idempotency key {key!r}, not the one "
+                               f"of the pure engine's call record {call.key!r}")
             if thaw(stored.value) != thaw(model.value):
                 self._fail(f"durable state {thaw(stored.value)!r}, pure {thaw(model.value)!r}")
             if stored.context != model.context:
@@ -223,16 +251,6 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             if record.status != run_status(model):
                 self._fail(f"durable run status {record.status!r}, pure snapshot status "
                            f"{model.status!r} (run status {run_status(model)!r})")
-            ran = [(src, value) for src, value, _ in self.script.calls]
-            wanted = [(c.src, thaw(c.input)) for c in self.expected_calls]
-            if ran != wanted:
-                self._fail(f"calls executed {ran}, the pure engine started {wanted}")
-            for (src, _, key), call in zip(self.script.calls, self.expected_calls,
-                                           strict=True):
-                if call.key is not None and \
-                        key != idempotency_key(self.durable.run_id, call.key, len(key)):
-                    self._fail(f"call {src!r} ran with idempotency key {key!r}, not the one "
-                               f"of the pure engine's call record {call.key!r}")
             if self.script.actions != self.expected_actions:
                 self._fail(f"actions executed {self.script.actions}, the pure engine asked "
                            f"for {self.expected_actions}")
@@ -243,7 +261,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             self._expect(effects)
 
         if alphabet:
-            @precondition(lambda self: self.snapshot.status == "active" and self._at_rest())
+            @precondition(lambda self: self.snapshot.status == "active" and not self._held())
             @rule(event=event_strategy(machine, payloads))
             def send(self, event: FrozenDict) -> None:
                 now = self.clock.now()
@@ -254,16 +272,25 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         @precondition(lambda self: not self._at_rest())
         @rule(data=st.data())
         def finish_call(self, data: st.DataObject) -> None:
-            call = running_calls(machine, self.snapshot)[0]  # the runtime's order
+            calls = running_calls(machine, self.snapshot)  # the runtime's order
+            call = next((c for c in calls if _in_step(c)), calls[0])  # (one holds the run)
             outcome = data.draw(outcome_strategy(machine, call, outputs, errors, durable=True),
                                 label=f"outcome of {call.id}")
             now = self.clock.now()
             self.script.outcomes.setdefault(call.src, deque()).append(outcome)
+            self.ended_calls.append(self._started(call.id))
             self._step(outcome, lambda: machine.transition(self.snapshot, outcome, now))
+            if not _in_step(call) and not self.durable.worker.run_one_call():
+                self._fail(f"call {call.src!r} is running in the pure engine, but no call "
+                           "was due on the durable runtime")
             self._sync()
 
+        def _started(self, child_id: str) -> StartChild:
+            """The start of the running call `child_id` (its latest)."""
+            return next(c for c in reversed(self.expected_calls) if c.id == child_id)
+
         @precondition(lambda self: fire_timers and self.snapshot.status == "active" and
-                      self._at_rest() and bool(self.snapshot.timers))
+                      not self._held() and bool(self.snapshot.timers))
         @rule()
         def fire_timers_due(self) -> None:
             due = self.snapshot.timers[0].due_at
@@ -278,7 +305,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
 
         if crashes:
             @precondition(lambda self: self.snapshot.status == "active" and
-                          self._at_rest() and not (self.story and "crash" in self.story[-1]))
+                          not self._held() and not (self.story and "crash" in self.story[-1]))
             @rule()
             def crash_and_restore(self) -> None:
                 self.story.append(FrozenDict(type="(crash: reopen the store)", crash=True))
@@ -305,6 +332,12 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
     DurableTest.__name__ = DurableTest.__qualname__ = f"DurableTest_{machine.id}"
     DurableTest.TestCase.settings = _settings(max_examples, max_steps)
     return DurableTest
+
+
+def _in_step(call: Call) -> bool:
+    """Whether `call` runs in its run's step on the runtime (its call site has a `limit`), not
+    beside it."""
+    return call.invoke is not None and call.invoke.limit is not None
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from types import FrameType
 
+from persistence.calls import CallExecutor
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
@@ -64,6 +65,7 @@ class Worker:
         report_every_s: float = 60.0,
         worker_id: str | None = None,
         schedules: Sequence[ScheduledStart] = (),
+        call_threads: int = 32,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -72,6 +74,7 @@ class Worker:
         if lease_ms < 100:
             raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
         self.runtime = runtime
+        self.call_threads = call_threads
         self.schedules = tuple(schedules)
         self.concurrency = concurrency
         self.batch = batch
@@ -86,6 +89,7 @@ class Worker:
         self._unleased: set[str] = set()  # of those, stepped with no lease until a commit
         self._held_lock = threading.Lock()
         self._versions: set[tuple[str, str]] = set()
+        self._calls: CallExecutor | None = None  # while `run` serves
         self._versions_at = 0.0
         self.steps = 0
         self._steps_lock = threading.Lock()
@@ -116,12 +120,16 @@ class Worker:
         ]
         beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
         beat.start()
+        calls = self._calls = self.calls()
+        calls.start()
         for t in threads:
             t.start()
         last_report = 0.0
         dead: list[str] = []
         while not self._stop.wait(0.2):
             dead = [t.name for t in (*threads, beat) if not t.is_alive()]
+            if not calls.is_alive():
+                dead.append("calls")
             if dead:  # never serve on with fewer threads in silence
                 log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
                              "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
@@ -133,6 +141,7 @@ class Worker:
                 self._report()
         for t in threads:
             t.join()
+        calls.stop()
         log.info("worker %s stopped after %d steps", self.id, self.steps)
         if dead:
             raise WorkerCrashed(f"worker {self.id}: thread(s) {', '.join(dead)} died")
@@ -141,30 +150,53 @@ class Worker:
         log.info("worker %s: signal %d, finishing current steps", self.id, signum)
         self.stop()
 
-    def run_until_idle(self, max_rounds: int = 1_000_000) -> int:
-        """Drive every run that has work due now (at the runtime clock's time) until none has;
-        return the number of steps committed. Single-threaded; for tests and demos."""
+    def run_until_idle(self, max_rounds: int = 1_000_000, *, calls: bool = True) -> int:
+        """Drive every run that has work due now (at the runtime clock's time), and run every
+        call due, until none has; return the number of steps committed. Single-threaded; for
+        tests and demos. `calls=False` steps the runs only: their calls stay due (a test that
+        chooses when each call ends runs them with `run_one_call`)."""
         owner = f"{self.id}/idle"
-        driver = self._driver(owner)
+        executor = self.calls()
+        driver = self._driver(owner, executor if calls else None)
         before = self.steps
         self._tick_schedules()
         try:
             for _ in range(max_rounds):
                 claimed, work = self._claim(owner, self.batch)
-                if not claimed:
+                if claimed:
+                    self._add_steps(driver.drive(claimed, lambda: False, work))
+                    continue
+                stepped = executor.driver.committed
+                if not calls or not executor.run_until_idle():
                     break
-                self._add_steps(driver.drive(claimed, lambda: False, work))
+                self._add_steps(executor.driver.committed - stepped)  # (each end's step)
         finally:
             driver.close()
         return self.steps - before
 
+    def run_one_call(self) -> bool:
+        """Run the oldest due call here, recording its end with the step of its result; the
+        calls that step records stay due. False when no call is due. For tests that choose
+        when each call ends (`statecharts.testing.durable`)."""
+        executor = CallExecutor(self.runtime, f"{self.id}/one", lease_ms=self.lease_ms,
+                                takes_new=False)  # fmt: skip
+        return executor.run_one()
+
+    def calls(self) -> CallExecutor:
+        """The executor of the calls this worker runs beside their runs (`persistence.calls`)."""
+        return CallExecutor(self.runtime, f"{self.id}/calls", lease_ms=self.lease_ms,
+                            threads=self.call_threads)  # fmt: skip
+
     # -- threads ----------------------------------------------------------------------------
-    def _driver(self, owner: str) -> RunDriver:
-        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch,
+    def _driver(self, owner: str, calls: CallExecutor | None) -> RunDriver:
+        """A driver leasing under `owner` whose steps lease their calls to `calls`; the runs
+        it holds (claimed, or handed over by the releases of its limits' slots) are told to
+        the heartbeat."""
+        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch, calls=calls,
                          holds=lambda run_ids, held: self._hold(owner, run_ids, held))
 
     def _loop(self, owner: str) -> None:
-        driver = self._driver(owner)
+        driver = self._driver(owner, self._calls)
         try:
             self._serve(owner, driver)
         finally:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .actor import Actor, FunctionChild, wait_for
 from .clock import Clock, SimulatedClock, TimerHandle
-from .errors import ActorStoppedError
+from .errors import ActorStoppedError, CallTimeoutError
 from .frozen import thaw
 from .inspection import Inspector
 from .logic import AsyncLogic, error_to_json
@@ -84,6 +84,9 @@ class TaskChild(FunctionChild):
             work = self.logic.fn(argument, **kwargs)
         else:
             work = asyncio.to_thread(self.logic.fn, argument, **kwargs)
+        timeout = _timeout_ms(self.parent.machine, self.id)
+        if timeout is not None:
+            work = _within(work, timeout, self.id)
         self.task = asyncio.ensure_future(work)
         self.task.add_done_callback(self._finished)
 
@@ -102,6 +105,23 @@ class TaskChild(FunctionChild):
         self.stopped = True
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+def _timeout_ms(machine: Machine, child_id: str) -> int | None:
+    """The ``timeout`` of the invoke that started child `child_id` (None: none, or spawned)."""
+    for node in machine.definition.nodes:
+        for invoke in node.invoke:
+            if invoke.id == child_id:
+                return invoke.timeout_ms
+    return None
+
+
+async def _within(work: Any, timeout_ms: int, child_id: str) -> Any:
+    """`work`, failed with `CallTimeoutError` when it takes longer than `timeout_ms`."""
+    try:
+        return await asyncio.wait_for(work, timeout_ms / 1000)
+    except TimeoutError:
+        raise CallTimeoutError(f"invoke {child_id!r} took longer than {timeout_ms} ms") from None
 
 
 def create_async_actor(machine: Machine, *, input: Any = None,

@@ -120,6 +120,8 @@ class InvokeConfig(TypedDict, total=False):
     limit: str
     external: bool
     transient: bool | Sequence[str]
+    timeout: int
+    heartbeatTimeout: int
     keyLength: int
 
 

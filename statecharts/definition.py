@@ -49,7 +49,8 @@ ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
 INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
                          "retry", "onFinalFailure", "breaker", "limit", "external",
-                         "transient", "keyLength", "description",
+                         "transient", "timeout", "heartbeatTimeout", "keyLength",
+                         "description",
                          "meta"})
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
 FAILURE_CLASSES = ("fail_run", "skip")
@@ -572,7 +573,19 @@ class _Builder:
                          path, logic, description, breaker,
                          external or is_external(logic),
                          self._transient(item.get("transient", False), _join(path, "transient")),
-                         limit, self._key_length(item.get("keyLength"), _join(path, "keyLength")))
+                         limit, self._ms(item.get("timeout"), _join(path, "timeout")),
+                         self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")),
+                         self._key_length(item.get("keyLength"), _join(path, "keyLength")))
+
+    def _ms(self, value: Any, path: str) -> int | None:
+        """A call's ``timeout`` / ``heartbeatTimeout``: whole milliseconds, positive."""
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31:
+            return value
+        self.problem(path, f"milliseconds, a whole number from 1 to {2**31}, not {value!r}")
+        return None
+
 
     def _key_length(self, value: Any, path: str) -> int:
         """``keyLength``: how many characters the call's idempotency key has."""

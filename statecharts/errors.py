@@ -85,3 +85,8 @@ class SystemIdTakenError(StatechartError, ValueError):
         self.system_id = system_id
         super().__init__(f"systemId {system_id!r} is already registered in this actor tree by "
                          f"{holder}; {newcomer} cannot register it too")
+
+
+class CallTimeoutError(StatechartError, TimeoutError):
+    """An attempt of an invoked call took longer than its invoke's ``timeout``: a failure like
+    any other, which ``retry`` and ``onError`` match by this name (`CallTimeoutError`)."""

@@ -74,6 +74,7 @@ class InvokeDef:
         "config_path",
         "description",
         "external",
+        "heartbeat_ms",
         "id",
         "input",
         "key_length",
@@ -83,6 +84,7 @@ class InvokeDef:
         "retry",
         "src",
         "system_id",
+        "timeout_ms",
         "transient",
     )
 
@@ -90,10 +92,17 @@ class InvokeDef:
                  on_final_failure: str | None, config_path: str, logic: Any,
                  description: str | None = None, breaker: str | None = None,
                  external: bool = False, transient: bool | tuple[str, ...] = False,
-                 limit: str | None = None, key_length: int = 32) -> None:
+                 limit: str | None = None, timeout_ms: int | None = None,
+                 heartbeat_ms: int | None = None, key_length: int = 32) -> None:
         self.id = id
         self.key_length = key_length
         """The config's ``keyLength``: characters in this call's idempotency key."""
+        self.timeout_ms = timeout_ms
+        """The config's ``timeout``: how long one attempt of the call may take (ms); a later
+        end is a failure named `CallTimeoutError` (retried and matched like any error)."""
+        self.heartbeat_ms = heartbeat_ms
+        """The config's ``heartbeatTimeout``: the longest a durable call may go without a
+        ``heartbeat()`` (ms); a longer silence fails the attempt (`CallHeartbeatTimeoutError`)."""
         self.limit = limit
         """The config's ``limit``: the shared limit (concurrency, rate) calls from here go
         through on the durable runtime; scheduling only, so not part of the fingerprint."""

@@ -79,6 +79,8 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
     ("persistence.ui.cli", "persistence.cli"): f"cli <-> ui/cli; {_SPLIT}",
     ("persistence.stores.capacity", "persistence.stores.sql"):
         f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
+    ("persistence.stores.calls", "persistence.stores.sql"):
+        f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
     ("benchmarks.durable_runtime", "benchmarks.durable"):
         "durable <-> durable_runtime share helpers both ways (benchmarks only)",
 }

@@ -177,6 +177,8 @@ class NewRun:
     system_id: str | None = None
     """A child run's `systemId` (its key), registered in its whole run tree: refused with
     `SystemIdTakenError` when an active child run of the tree already holds it."""
+    call_lease: tuple[str, int] | None = None
+    """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
@@ -283,6 +285,89 @@ class EventRecord:
     created_at: int
 
 
+CALL = "call"
+"""The outbox kind of an invoked function or coroutine that runs beside its run (a row of
+`workflow_calls`, not of `workflow_effects`)."""
+
+TRANSIENT_PREFIX = "transient failure"
+"""How `last_error` starts while a run waits out the backoff of a transient failure."""
+
+STOPPED_BY_EXIT = "stopped: its invoking state was left"
+STOPPED_BY_END = "stopped: its run ended"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One row of `workflow_calls`."""
+
+    idempotency_key: str
+    run_id: str
+    step: int
+    call_id: str
+    payload: dict[str, Any]
+    status: str
+    attempt: int
+    owner: str | None
+    lease_expires_at: int | None
+    available_at: int
+    details: Any
+    error: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallAttempt:
+    """One attempt of a call (a row of `workflow_call_attempts`); `outcome` is None while it
+    runs, else `done`, `failed`, `timed_out`, `retrying` (a transient failure), `stopped`,
+    `lost` (its worker stopped answering) or `skipped` (an external call in a dry run: its
+    call is `done`, with the output and the attempt's message `dry-run`)."""
+
+    idempotency_key: str
+    attempt: int
+    run_id: str
+    worker: str
+    started_at: int
+    ended_at: int | None
+    outcome: str | None
+    error_name: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallFinish:
+    """A call's end as the send of its result records it (`RunStore.send_and_step`)."""
+
+    key: str
+    owner: str
+    attempt: int
+    status: str
+    """`done` or `failed`."""
+    end: CallEnd
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnd:
+    """How an attempt ended, as `finish_call` and `retry_call` record it."""
+
+    outcome: str
+    error_name: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+def is_call(effect: NewEffect) -> bool:
+    """Whether a recorded effect is a call beside its run."""
+    return effect.kind == CALL
+
+
+def unowned_calls(effects: Sequence[NewEffect], lease: tuple[str, int] | None) -> bool:
+    """Whether a step records calls no executor holds yet (any worker's may claim them: wake
+    the workers)."""
+    return lease is None and any(is_call(e) for e in effects)
+
+
 @dataclass(frozen=True, slots=True)
 class StepCommit:
     """Everything one step of a run writes, committed in one transaction.
@@ -321,6 +406,12 @@ class StepCommit:
     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = ()
     stop_children: Sequence[str] = ()
     deliveries: Sequence[Delivery] = ()
+    stop_calls: Sequence[str] = ()
+    """Invoke ids whose calls recorded by earlier steps this step stops (it left their
+    invoking states, or ended the run): their results will be dropped."""
+    call_lease: tuple[str, int] | None = None
+    """(owner, until): the calls this step records are leased to that call executor, their
+    first attempts opened, in the step's transaction (no claim: it runs them next)."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -672,7 +763,8 @@ class RunStore(Protocol):
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      rest: RunRecord | None = None,
+                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`send_event` with the step that applies the event folded into its transaction:
         the run's row is locked, the event queued, and `step` is handed the run with its
         pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
@@ -689,7 +781,12 @@ class RunStore(Protocol):
         by nobody, no event queued and no effect pending (PostgreSQL: one round trip, the event
         recorded as applied, its inbox id drawn but no row left). If it is not, nothing of that
         step is written and the call goes on as without `rest` (`step` is called again, with
-        the run as locked now)."""
+        the run as locked now).
+
+        With `finish`, the event is the result of that call (`persistence.calls`): its end is
+        recorded first, under the run's lock, and the event queued (with the call's key) only
+        if `finish.owner` still holds the call at `finish.attempt`: else nothing is queued or
+        stepped and (0, None) is returned (the call was stopped, or taken over)."""
         ...
 
     def claim_runs(
@@ -940,7 +1037,45 @@ class Capacity(Protocol):
 
 
 @runtime_checkable
-class Store(RunStore, RunQueries, Coordination, Capacity, Protocol):
+class Calls(Protocol):
+    """Calls beside their runs (`stores/calls.py`): leased by a worker's call executor, their
+    results queued in their runs' inboxes, stopped by the steps that leave their states."""
+
+    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
+                    run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
+        """Lease up to `limit` due calls (of `run_id` only, if given; or calls whose holder
+        stopped renewing its lease), each claim opening the call's next attempt; a call is
+        not due while an effect its run recorded at or before its step is pending."""
+        ...
+
+    def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
+                        lease_ms: int) -> set[str]:  # fmt: skip
+        """Renew `owner`'s call leases (with heartbeat details); the keys it still holds."""
+        ...
+
+    def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
+                   end: CallEnd) -> bool:  # fmt: skip
+        """Give a call back to be attempted again at `at`; False when `owner` lost it."""
+        ...
+
+    def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
+        """Show on a call's run that the call failed transiently `attempt` times."""
+        ...
+
+    def list_calls(self, run_id: str) -> list[CallRecord]:
+        """The run's calls, in the order they were recorded."""
+        ...
+
+    def call_attempts(self, run_id: str) -> list[CallAttempt]:
+        """Every attempt of the run's calls, oldest first."""
+        ...
+
+    def open_calls(self, run_ids: Collection[str]) -> dict[str, list[str]]:
+        """The call ids of each run's calls that may still deliver a result."""
+        ...
+
+
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

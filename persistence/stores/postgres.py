@@ -31,6 +31,9 @@ from persistence.stores.base import (
     ACTIVE,
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
+    STOPPED_BY_END,
+    STOPPED_BY_EXIT,
+    CallFinish,
     ConflictError,
     EffectRecord,
     InboxEvent,
@@ -49,6 +52,8 @@ from persistence.stores.base import (
     completion_times,
     ended_reason,
     idempotency_key,
+    is_call,
+    unowned_calls,
 )
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
@@ -335,12 +340,20 @@ class PostgresStore(SQLStore):
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
-                               "kind": e.kind, "payload": e.payload} for e in effects]),
+                               "kind": e.kind, "payload": e.payload}
+                              for e in effects if not is_call(e)]),
         }  # fmt: skip
+        calls = [{"k": idempotency_key(_canonical(run.id), 1, e.index), "id": e.payload.get("id"),
+                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
+        if calls:
+            owner, until = run.call_lease if run.call_lease is not None else (None, None)
+            params.update(calls=_json(calls), call_owner=owner, call_lease=until,
+                          unowned=owner is None)  # fmt: skip
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
         for _ in range(3):
-            row = _execute_hot(conn, _CREATE_RUN, params, binary=True).fetchone()
+            row = _execute_hot(conn, _CREATE_RUN_WITH_CALLS if calls else _CREATE_RUN, params,
+                               binary=True).fetchone()  # fmt: skip
             if row is not None:
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
@@ -420,6 +433,8 @@ class PostgresStore(SQLStore):
             else:
                 with conn.transaction():
                     versions = self._commit_all_in(conn, commits, now, ended)
+                    if any(unowned_calls(c.new_effects, c.call_lease) for c in commits):
+                        self._notify_in(conn, None)  # (other processes' executors claim them)
         if cancelled is not None:
             cancelled.extend(ended)
         return versions
@@ -466,19 +481,21 @@ class PostgresStore(SQLStore):
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      rest: RunRecord | None = None,
+                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
         (`_step_from_rest`), and only if it was not written the locked read and the step."""
         if rest is not None and _uuid(rest.id) == _uuid(run_id):
-            written = self._step_from_rest(rest, event, now, step, traceparent)
+            written = self._step_from_rest(rest, event, now, step, traceparent, finish)
             if written is not None:
                 return written
         return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
-                                     cancelled=cancelled)  # fmt: skip
+                                     cancelled=cancelled, finish=finish)  # fmt: skip
 
     def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                        traceparent: str | None) -> tuple[int, int] | None:  # fmt: skip
+                        traceparent: str | None,
+                        finish: CallFinish | None = None) -> tuple[int, int] | None:  # fmt: skip
         """The sent event's step computed from `rest`, written only if the run is still at
         rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the
         step's statement and COMMIT pipelined. The row is locked by a statement of its own, so that
@@ -494,7 +511,7 @@ class PostgresStore(SQLStore):
                 or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
             return None
         check_status(commit.status)
-        sql, params = _from_rest_statement(commit, rest, now)
+        sql, params = _from_rest_statement(commit, rest, now, finish)
         with self._pipelined_write() as conn:
             _execute(conn, _LOCK_RUN, (params["id"],))
             cursor = conn.execute(_encoded(sql), params)
@@ -639,13 +656,14 @@ def _store_error(exc: BaseException) -> BaseException:
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     from_rest: bool = False) -> tuple[str, dict[str, Any]]:  # fmt: skip
+                     from_rest: str | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
     commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set."""
     one = len(commits) == 1
     params = _steps_params(commits, now, with_runs=not one)
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
+               "calls": params["calls"], "stops": params["stops"],
                "journal": params["journal"], "dead": params["dead"]}  # fmt: skip
     parts = tuple(name for name, rows in present.items() if rows)
     for name in parts if one else ("steps", *parts):  # (the others are not in the statement)
@@ -656,7 +674,7 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     commit = commits[0]
     params.update(_run_params(commit, ids[0], now))
     if from_rest:
-        return _steps_sql(parts, "rest"), params
+        return _steps_sql(parts, from_rest), params
     form = ("release" if commit.release else "keep", commit.unleased, bool(commit.effect_outcomes))
     return _steps_sql(parts, form), params
 
@@ -679,11 +697,21 @@ def _uuid_array(ids: list[str]) -> str:
     return "{" + ",".join(ids) + "}"
 
 
-def _from_rest_statement(commit: StepCommit, rest: RunRecord,
-                         now: int) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
+                         finish: CallFinish | None = None
+                         ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
-    is not in the inbox (nothing to consume), the run's columns are plain parameters."""
-    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, from_rest=True)
+    is not in the inbox (nothing to consume), the run's columns are plain parameters; with
+    `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`)."""
+    sql, params = _steps_statement([commit], [_uuid(rest.id)], now,
+                                   from_rest="finish" if finish else "rest")  # fmt: skip
+    if finish is not None:
+        end = finish.end
+        params.update(
+            call_key=finish.key, call_owner=finish.owner, call_attempt=finish.attempt,
+            call_status=finish.status, call_error=end.message if finish.status == "failed"
+            else None, outcome=end.outcome, error_name=end.error_name, message=end.message,
+            traceback=end.traceback)  # fmt: skip
     params.update(
         was=_json(rest.snapshot), was_version=rest.workflow_version,
         due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
@@ -795,6 +823,25 @@ SELECT {RUN_COLUMNS}, false FROM workflow_runs
 WHERE workflow_name = %(name)s AND key = %(key)s AND status = 'active'
   AND parent_run_id IS NULL AND NOT EXISTS (SELECT 1 FROM ins)
 """
+_CREATE_CALLS = f"""), calls AS (
+    INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, status, attempt,
+                                owner, lease_expires_at, available_at, created_at, updated_at)
+    SELECT c.k, ins.id, 1, c.id, c.payload,
+           CASE WHEN %(unowned)s THEN 'pending' ELSE 'running' END,
+           CASE WHEN %(unowned)s THEN 0 ELSE 1 END, %(call_owner)s, {_at("call_lease")},
+           {_NOW}, {_NOW}, {_NOW}
+    FROM ins, jsonb_to_recordset(%(calls)s) AS c(k text, id text, payload jsonb)
+), call_attempts AS (
+    INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, started_at)
+    SELECT c.k, 1, ins.id, %(call_owner)s, {_NOW}
+    FROM ins, jsonb_to_recordset(%(calls)s) AS c(k text, id text, payload jsonb)
+    WHERE NOT %(unowned)s
+)"""
+_CREATE_RUN_WITH_CALLS = _CREATE_RUN.replace(
+    f"THEN {_WAKE_CALL} END",
+    f"OR %(unowned)s THEN {_WAKE_CALL} END").replace("\n)\nSELECT", _CREATE_CALLS + "\nSELECT", 1)
+"""`_CREATE_RUN` with the first step's calls (`workflow_calls`), leased to the starter's
+executor (their first attempts open) or due for any worker's (woken)."""
 
 class _Listener:
     """A thread with a connection of its own that LISTENs on the wake-up channel and turns
@@ -914,6 +961,26 @@ with the snapshot and definition the step was computed from (the version alone d
 hand edit of the row, which must never be overwritten: a row that does not restore is failed
 by a claim, as it is), active, held by nobody, no event waiting before the sent one and no
 effect waiting to run."""
+_FINISH_FROM_REST_RUN = _FROM_REST_RUN.replace("\nWITH run AS (", """
+WITH held AS (
+    SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
+      AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
+), run AS (""", 1).replace(
+    "    RETURNING r.id, r.version\n)",
+    "      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version\n)", 1) + f"""
+, finished AS (
+    UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
+        error = %(call_error)s, updated_at = {_NOW}
+    FROM run WHERE k.idempotency_key = %(call_key)s
+), attempt_ended AS (
+    UPDATE workflow_call_attempts a SET outcome = %(outcome)s, ended_at = {_NOW},
+        error_name = %(error_name)s, message = %(message)s, traceback = %(traceback)s
+    FROM run WHERE a.idempotency_key = %(call_key)s AND a.attempt = %(call_attempt)s::integer
+      AND a.outcome IS NULL
+)"""
+"""`_FROM_REST_RUN` for the step that applies a call's result (`send_and_step`'s `finish`),
+written with the call's end only while its holder still holds it (the call's row locked):
+one round trip for a call's end and the step it feeds."""
 _FROM_REST_RESULT = (
     "\nSELECT id::text, version, nextval('workflow_inbox_id_seq'), "
     f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
@@ -947,6 +1014,40 @@ _STEPS_PARTS = {
         ON d.run = run.id
     WHERE i.run_id = run.id AND i.dead_at IS NULL AND NOT (i.id = ANY(d.keep))
 )""",
+    "calls": f""", calls AS (
+    INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, status, attempt,
+                                owner, lease_expires_at, available_at, created_at, updated_at)
+    SELECT c.k, run.id, run.version, c.id, c.payload,
+           CASE WHEN c.owner IS NULL THEN 'pending' ELSE 'running' END,
+           CASE WHEN c.owner IS NULL THEN 0 ELSE 1 END, c.owner, {_ts("c.lease")},
+           {_NOW}, {_NOW}, {_NOW}
+    FROM run JOIN jsonb_to_recordset(%(calls)s) AS c(run uuid, k text, id text, payload jsonb,
+                                                      owner text, lease bigint) ON c.run = run.id
+), call_attempts AS (
+    INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, started_at)
+    SELECT c.k, 1, run.id, c.owner, {_NOW}
+    FROM run JOIN jsonb_to_recordset(%(calls)s) AS c(run uuid, k text, id text, payload jsonb,
+                                                      owner text, lease bigint) ON c.run = run.id
+    WHERE c.owner IS NOT NULL
+)""",
+    "stops": f""", stopping AS (
+    SELECT k.idempotency_key AS k, k.attempt, k.status AS was, k.run_id, s.reason, s.drop, s.keep
+    FROM run JOIN jsonb_to_recordset(%(stops)s) AS s(run uuid, id text, reason text,
+                                                      drop boolean, keep bigint[]) ON s.run = run.id
+    JOIN workflow_calls k ON k.run_id = run.id AND k.call_id = s.id AND k.step < run.version
+), stopped AS (
+    UPDATE workflow_calls k SET status = 'stopped', error = st.reason, owner = NULL,
+        lease_expires_at = NULL, updated_at = {_NOW}
+    FROM stopping st WHERE k.idempotency_key = st.k AND st.was IN ('pending', 'running')
+), stopped_attempts AS (
+    UPDATE workflow_call_attempts a SET outcome = 'stopped', ended_at = {_NOW}, message = st.reason
+    FROM stopping st WHERE a.idempotency_key = st.k AND a.attempt = st.attempt
+      AND a.outcome IS NULL AND st.was IN ('pending', 'running')
+), dropped AS (
+    UPDATE workflow_inbox i SET dead_at = {_NOW}, dead_reason = 'the result of a call ' || st.reason
+    FROM stopping st WHERE i.run_id = st.run_id AND i.call_key = st.k AND i.dead_at IS NULL
+      AND st.drop AND st.was IN ('done', 'failed') AND NOT (i.id = ANY(st.keep))
+)""",
     "journal": f""", journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
     SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}
@@ -966,6 +1067,8 @@ def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batc
     body = "".join(_STEPS_PARTS[p] for p in parts)
     if run == "rest":
         return _FROM_REST_RUN + body + _FROM_REST_RESULT
+    if run == "finish":
+        return _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
     if run == "batch":
         return _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
     assert isinstance(run, tuple)
@@ -1005,6 +1108,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
     outcomes: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
     inbox: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    stops: list[dict[str, Any]] = []
     journal: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
     for c in commits:
@@ -1024,7 +1129,14 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
         step = c.expected_version + 1
         effects += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
                      "i": e.index, "kind": e.kind, "payload": e.payload}
-                    for e in c.new_effects]  # fmt: skip
+                    for e in c.new_effects if not is_call(e)]  # fmt: skip
+        owner, lease = c.call_lease if c.call_lease is not None else (None, None)
+        calls += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
+                   "id": e.payload.get("id"), "payload": e.payload, "owner": owner,
+                   "lease": lease} for e in c.new_effects if is_call(e)]  # fmt: skip
+        reason = STOPPED_BY_EXIT if c.status == ACTIVE else STOPPED_BY_END
+        stops += [{"run": c.run_id, "id": i, "reason": reason, "drop": c.status == ACTIVE,
+                   "keep": list(c.consumed_inbox)} for i in c.stop_calls]  # fmt: skip
         inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
         if c.status != ACTIVE:  # its still-queued events become dead letters
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),
@@ -1033,7 +1145,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
                      "before": j.state_before, "after": j.state_after}
                     for n, j in enumerate(c.journal)]  # fmt: skip
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
-            "journal": journal, "dead": dead,
+            "calls": calls, "stops": stops, "journal": journal, "dead": dead,
             "now": now}  # fmt: skip
 
 

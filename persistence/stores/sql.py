@@ -32,7 +32,10 @@ from persistence.stores.base import (
     FAILED_EVENT,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
+    STOPPED_BY_END,
+    STOPPED_BY_EXIT,
     BreakerRecord,
+    CallFinish,
     ClaimRecord,
     ConflictError,
     DeadLetter,
@@ -60,11 +63,14 @@ from persistence.stores.base import (
     completion_times,
     ended_reason,
     idempotency_key,
+    is_call,
     known_status,
     only_version,
     parse_run,
     run_query_sql,
+    unowned_calls,
 )
+from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -83,8 +89,8 @@ RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
 
-_QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent) "
-                "SELECT id, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+_QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
+                "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
@@ -367,8 +373,8 @@ class SQLDialect:
         return DeadLetter(i, r, self._load(e), self._ms(c), self._ms(d), why)
 
 
-class SQLRuns(SQLDialect):
-    """`RunStore` in SQL: runs and steps."""
+class SQLRuns(SQLCalls, SQLDialect):
+    """`RunStore` in SQL: runs and steps (with their calls: `SQLCalls`)."""
 
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
@@ -386,7 +392,8 @@ class SQLRuns(SQLDialect):
                 conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
-        due = run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
+        due = (run.lease_owner is None and run.wake_at is not None and run.wake_at <= now) or \
+            unowned_calls(effects, run.call_lease)  # fmt: skip
         if created and (due or children):
             self.wakeup().notify()
         return record, created
@@ -412,6 +419,7 @@ class SQLRuns(SQLDialect):
         ).fetchall()  # fmt: skip
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
+            self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
             return self._run(rows[0]), True
         existing = self._keyed_in(conn, run, ended_too=False)
         if existing is None:
@@ -446,7 +454,8 @@ class SQLRuns(SQLDialect):
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
             [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._j(e.payload), self._t(now), self._t(now)) for e in effects],
+              self._j(e.payload), self._t(now), self._t(now)) for e in effects
+             if not is_call(e)],
         )  # fmt: skip
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -525,7 +534,8 @@ class SQLRuns(SQLDialect):
                   now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
         """What a run's end does to related runs, in its transaction: its active children are
         cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
-        if it still waits for it, gets `event`."""
+        if it still waits for it, gets `event`; its open calls are stopped."""
+        self._stop_calls_in(conn, run_id, None, None, now, STOPPED_BY_END)
         self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
             self._deliver_in(conn, run_id, Delivery(dict(event), parent=parent, completes=True),
@@ -631,10 +641,10 @@ class SQLRuns(SQLDialect):
                 raise _Delivered
             return inbox_id, True
 
-    def _queued(self, rid: str, event: Mapping[str, Any], now: int,
-                traceparent: str | None) -> tuple[Any, ...]:  # fmt: skip
-        """`_QUEUE_EVENT`'s parameters."""
-        return (self._j(dict(event)), self._t(now), traceparent, rid)
+    def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
+                call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip
+        """`_QUEUE_EVENT`'s parameters (`call_key`: the call whose result it is)."""
+        return (self._j(dict(event)), self._t(now), traceparent, call_key, rid)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -827,6 +837,7 @@ class SQLRuns(SQLDialect):
                 "max(step) FROM workflow_effects WHERE run_id = ? AND status = 'failed')",
                 (ts, rid, rid),
             )
+            self._reopen_calls_in(conn, rid, list(snapshot.get("children") or ()), now)
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
 
@@ -877,6 +888,8 @@ class SQLRuns(SQLDialect):
             versions = self._commit_all_in(conn, commits, now, ended)
         if cancelled is not None:
             cancelled.extend(ended)
+        if any(unowned_calls(c.new_effects, c.call_lease) for c in commits):
+            self.wakeup().notify()
         return versions
 
     def _commit_all_in(self, conn: Any, commits: Sequence[StepCommit], now: int,
@@ -950,10 +963,15 @@ class SQLRuns(SQLDialect):
                     f"effect {outcome.idempotency_key} is not pending; step not written"
                 )
         self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
+        self._insert_calls_in(conn, commit.run_id, new_version, commit.new_effects, now,
+                              commit.call_lease)
         if commit.consumed_inbox:
             marks = ",".join("?" * len(commit.consumed_inbox))
             self._exec(conn, f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
                        (rid, *commit.consumed_inbox))  # fmt: skip
+        self._stop_calls_in(conn, rid, commit.stop_calls, new_version, now,
+                            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END,
+                            drop=commit.status == ACTIVE)
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
         self._step_extras_in(conn, commit, now, cancelled)
@@ -1009,19 +1027,27 @@ class SQLRuns(SQLDialect):
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None) -> tuple[int, int | None]:  # fmt: skip
+                      rest: RunRecord | None = None,
+                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
         """`send_event`, and the step that applies the event in the same transaction when
         `step` (handed the run, locked, with its pending work, the event last in its inbox)
         returns one: written as `commit_steps` writes it, so the event is queued and consumed
         in one commit; else it stays queued and a worker is woken for it. Returns the inbox
         id and the run's new version (None: queued). `cancelled` as in `commit_steps`. `rest`
-        is not used here (SQLite's reads are in-process; PostgreSQL's dialect steps from it)."""
+        is not used here (SQLite's reads are in-process; PostgreSQL's dialect steps from it).
+        With `finish`, the event is that call's result: the call's end is recorded first, and
+        only if its holder still holds it is the event queued (else (0, None): dropped)."""
         del rest
         rid, ended = self._id(run_id), list[str]()
         with self._pipelined_write() as conn:
             locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
                                 f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
-            queued = self._exec(conn, _QUEUE_EVENT, self._queued(rid, event, now, traceparent))
+            if finish is not None and not self._finish_in(conn, finish, now):
+                if not locked.fetchall():
+                    raise RunNotFoundError(f"no run with id {run_id!r}")
+                return 0, None
+            queued = self._exec(conn, _QUEUE_EVENT, self._queued(
+                rid, event, now, traceparent, None if finish is None else finish.key))
             reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
             rows, inserted = locked.fetchall(), queued.fetchall()
             if not rows:
@@ -1035,7 +1061,8 @@ class SQLRuns(SQLDialect):
                 check_status(commit.status)
             written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
             due = commit is not None and (
-                bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now))
+                bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
+                or unowned_calls(commit.new_effects, commit.call_lease))
             if commit is None or due:
                 self._notify_in(conn, None if due else rid)
         version = None if written is None else written()

@@ -174,19 +174,23 @@ class Telemetry:
         if spans is not None:
             spans.begin_step(run, state, first, batch, attempt, inbox)
 
-    def effect(self, run: RunRecord, kind: str, payload: Any,
-               key: str) -> AbstractContextManager[Callable[[str, str | None], None]]:  # fmt: skip
-        """Around executing one effect of `run`'s open step; the block reports the outcome
-        ("done", "failed", "skipped") and error through the yielded function. Without a span
-        (no SDK yet), the run's stored trace context is current in the block."""
+    def effect(self, run: RunRecord, kind: str, payload: Any, key: str, beside: bool = False
+               ) -> AbstractContextManager[Callable[[str, str | None], None]]:  # fmt: skip
+        """Around executing one effect of `run`'s open step (`beside`: a call that runs beside
+        the run, outside its steps: its span is a child of the run's stored trace context);
+        the block reports the outcome ("done", "failed", "skipped") and error through the
+        yielded function. Without a span (no SDK yet), the run's stored trace context is
+        current in the block."""
+        if beside:
+            self.recording()  # (a call may be the first thing a worker does with an SDK set)
         if self._live is None and self.metrics is None and (
                 run.traceparent is None or self.spans is None):  # fmt: skip
             return _UNOBSERVED  # (nothing to record, no context to set: per effect, no frame)
-        return self._effect(run, kind, payload, key)
+        return self._effect(run, kind, payload, key, beside)
 
     @contextmanager
-    def _effect(self, run: RunRecord, kind: str, payload: Any,
-                key: str) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+    def _effect(self, run: RunRecord, kind: str, payload: Any, key: str,
+                beside: bool) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
         spans = self._live
         unrecorded = run.traceparent if spans is None and self.spans is not None else None
         if spans is None and self.metrics is None:
@@ -206,7 +210,8 @@ class Telemetry:
         span_outcome: Callable[[str, str | None], None] | None = None
         try:
             if spans is not None:
-                with spans.effect(run.id, kind, name, key, attempt) as span_outcome:
+                with spans.effect(run.id, kind, name, key, attempt,
+                                  (run.traceparent,) if beside else None) as span_outcome:
                     yield outcome
             else:
                 with within(unrecorded):

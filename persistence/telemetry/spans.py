@@ -94,14 +94,19 @@ class RunSpans:
             self._open[run.id] = span
 
     @contextmanager
-    def effect(self, run_id: str, kind: str, name: str, key: str,
-               attempt: int | None) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+    def effect(self, run_id: str, kind: str, name: str, key: str, attempt: int | None,
+               beside: tuple[str | None] | None = None,
+               ) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
         """An effect span (child of the run's open step span, current inside the block); the
         block calls the yielded function with the outcome ("done", "failed", "skipped") and the
-        error text."""
-        with self._lock:
-            step = self._open.get(run_id)
-        parent = None if step is None else _in(step)
+        error text. `beside`: (the run's stored traceparent,) for a call that runs beside its
+        run, outside any step: its span is that context's child, as the run's steps are."""
+        if beside is not None:
+            parent = t.context_of(beside[0])
+        else:
+            with self._lock:
+                step = self._open.get(run_id)
+            parent = None if step is None else _in(step)
         with self.tracer.start_as_current_span(
             t.effect_span_name(kind, name), context=parent,
             attributes=t.attributes(**{t.RUN_ID: run_id, t.EFFECT_KIND: kind,

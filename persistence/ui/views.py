@@ -15,6 +15,8 @@ import orjson
 from persistence.runtime import error_run_key
 from persistence.stores import (
     TERMINAL_STATUSES,
+    CallAttempt,
+    CallRecord,
     DeadLetter,
     EffectRecord,
     EventRecord,
@@ -211,6 +213,8 @@ class RunDetail:
     journal_total: int
     effects: list[EffectRecord]
     inbox: list[InboxEvent]
+    calls: list[CallView] = field(default_factory=list)
+    """The run's calls (beside it), newest first, each with every attempt."""
     dead_letters: list[DeadLetter] = field(default_factory=list)
     parent: RunRecord | None = None
     """The run that started this one (a child run), if any."""
@@ -238,12 +242,31 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         journal=store.list_events(run_id, last=TIMELINE_LIMIT)[::-1],
         journal_total=store.count_events(run_id),
         effects=store.list_effects(run_id, last=50)[::-1],
+        calls=calls_of(store, run_id),
         inbox=store.pending_events(run_id),
         dead_letters=store.dead_letters(run_id),
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
     )
+
+
+@dataclass(frozen=True)
+class CallView:
+    """One call of a run with its attempts, as the run page shows it."""
+
+    call: CallRecord
+    attempts: list[CallAttempt]
+
+
+def calls_of(store: Store, run_id: str, limit: int = 50) -> list[CallView]:
+    """The run's last `limit` calls, newest first, each with its attempts (oldest first): an
+    on-call engineer sees every attempt, with its worker, outcome and error."""
+    attempts: dict[str, list[CallAttempt]] = {}
+    for attempt in store.call_attempts(run_id):
+        attempts.setdefault(attempt.idempotency_key, []).append(attempt)
+    calls = store.list_calls(run_id)[-limit:]
+    return [CallView(c, attempts.get(c.idempotency_key, [])) for c in reversed(calls)]
 
 
 def _error_run(store: Store, run: RunRecord) -> RunRecord | None:

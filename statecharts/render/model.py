@@ -336,8 +336,9 @@ def _failure_reason(machine: Machine, node: StateNode) -> str | None:
 
 def _call_facts(machine: Machine, node: StateNode) -> list[str]:
     """How the calls made here are protected, one line per fact: errors never retried (or
-    the only ones retried), the circuit breaker, the shared limit, the idempotency key, and the
-    errors that roll the step back to be tried again later. A retried state shows its call's
+    the only ones retried), the circuit breaker, the shared limit, each try's timeout and
+    heartbeat, the idempotency key, and the errors that roll the step back to be tried again
+    later. A retried state shows its call's
     facts (its ``attempting`` state only shows what it does)."""
     if node.retry_attempt_of is not None:
         return []
@@ -361,6 +362,10 @@ def _call_facts(machine: Machine, node: StateNode) -> list[str]:
             lines.append(f"circuit breaker “{invoke.breaker}”: fails fast while open")
         if invoke.limit:
             lines.append(f"limited by “{invoke.limit}”: waits for capacity")
+        if invoke.timeout_ms is not None:
+            lines.append(f"each try times out after {labels.duration(invoke.timeout_ms)}")
+        if invoke.heartbeat_ms is not None:
+            lines.append(f"fails if silent for {labels.duration(invoke.heartbeat_ms)} (heartbeat)")
         if getattr(invoke.logic, "wants_key", False):
             lines.append("idempotency key: the same on every try" if policy is not None
                          else "idempotency key: the same if the step runs again")

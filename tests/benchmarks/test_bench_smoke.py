@@ -169,6 +169,6 @@ def test_the_inline_profile_splits_a_workflow_into_its_phases(tmp_path: Path) ->
 
     result = inline_profile.profile(f"sqlite:///{tmp_path / 'p.db'}", n=3)
     assert result["n"] == 3 and result["statements"] is None and result["backend_ms"] is None
-    assert {"start: initial transition", "step: commit (around its statement)",
-            "step: apply and stage the commit", inline_profile.REST} <= set(result["phases"])
+    assert {"start: initial transition", "step: apply and stage the commit",
+            inline_profile.CALL_END, inline_profile.REST} <= set(result["phases"])
     assert "| **the calling thread, in all** |" in inline_profile.markdown(result)

@@ -23,7 +23,7 @@ USERS: dict[str, list[tuple[str, str]]] = {
                 ("tests/packaging/test_clean_venv.py", "psycopg.pq.__impl__")],
     "psycopg-pool": [("persistence/stores/postgres.py", "import psycopg_pool"),
                      ("tests/packaging/test_clean_venv.py", "def test_postgres_extra")],
-    "hypothesis": [("statecharts/testing/properties.py", "from hypothesis import"),
+    "hypothesis": [("statecharts/testing/hypothesis_api.py", "from hypothesis import"),
                    ("tests/packaging/test_clean_venv.py", "def test_testing_extra")],
     "python-statemachine": [("tests/testing/test_interop.py", "from statemachine import"),
                             ("tests/packaging/in_venv/interop_machine.py",

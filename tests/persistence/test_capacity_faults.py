@@ -35,6 +35,7 @@ import pytest
 from persistence.runtime import Runtime
 from persistence.stores import NewRun, Store
 from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS
+from persistence.worker import Worker
 from tests.persistence import faulty, limited, test_fault_injection
 from tests.persistence.test_capacity import fleet
 from tests.persistence.test_fault_injection import Env, stop_cleanly, wait_until
@@ -402,3 +403,22 @@ def _calls(name: str) -> list[tuple[str, int, float | None]]:
         return list(db.execute("SELECT run, pid, ended FROM calls WHERE name = ?", (name,)))
     finally:
         db.close()
+
+
+def test_an_outage_while_taking_a_place_leaves_the_run_to_retry_not_failed(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The store going away while a limited call takes its place is an outage: the drive
+    backs off (the run's lease runs out, a worker takes it again), the run is not failed."""
+    from persistence.stores import StoreUnavailableError
+    from tests.persistence.limited import LIMITS, MACHINES
+
+    runtime = Runtime(store, MACHINES, limits=LIMITS)
+    run_id = runtime.start("crm_sync", {"name": "crm"})
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailableError("connection refused")
+
+    monkeypatch.setattr(runtime.load, "enter", down)
+    with pytest.raises(StoreUnavailableError):
+        Worker(runtime, lease_ms=200).run_until_idle()
+    assert runtime.get(run_id).status == "active"

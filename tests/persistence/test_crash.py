@@ -95,18 +95,19 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
     db_keys: dict[str, str] = {}
     called_keys: set[str] = set()  # keys of effects that call user code (all but emit)
     charge_keys: set[str] = set()  # the first call of each run: its charge
-    for r in runs:
-        effects = store.list_effects(r.id)
-        kinds = [(e.kind, e.payload.get("id") or e.payload.get("type")) for e in effects]
-        assert kinds == [("start_child", "charge"), ("start_child", "reserve"),
-                         ("action", "notify"), ("start_child", "ship"),
-                         ("emit", None)], f"run {r.id} effects {kinds}"  # fmt: skip
+    for r in runs:  # its actions in the outbox, its invoked calls beside it, in step order
+        effects: list[Any] = sorted([*store.list_effects(r.id), *store.list_calls(r.id)],
+                                    key=lambda e: _step_of(e.idempotency_key))  # fmt: skip
+        kinds = [(getattr(e, "kind", "call"), e.payload.get("id") or e.payload.get("type"))
+                 for e in effects]  # fmt: skip
+        assert kinds == [("call", "charge"), ("call", "reserve"), ("action", "notify"),
+                         ("call", "ship"), ("emit", None)], f"run {r.id} effects {kinds}"
         assert all(e.status == "done" for e in effects), f"run {r.id}: {effects}"
         for e in effects:
             key = call_key(e.idempotency_key)  # the key user code is given for the record
             assert key not in db_keys  # recorded exactly once
             db_keys[key] = r.id
-            if e.kind != "emit":
+            if getattr(e, "kind", "call") != "emit":
                 called_keys.add(key)
             if e.idempotency_key.endswith(":1:0"):
                 charge_keys.add(key)
@@ -123,9 +124,10 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
         per_key[key] += 1
     assert set(per_key) == called_keys, "every recorded effect ran"
     repeats = sum(n - 1 for n in per_key.values())
-    # a killed worker had at most one uncommitted round in flight: one step's effects (at most
-    # two run user code) for each run of each thread's batch
-    in_flight = THREADS * BATCH * 2
+    # a killed worker had in flight at most one uncommitted round (one step's action effect
+    # for each run of each thread's batch) and the calls its executor's threads were running
+    # (32 by default, `Worker.call_threads`; each run has one call at a time)
+    in_flight = THREADS * BATCH + 32
     assert repeats <= kills * in_flight, "repeats only for effects in flight when a worker died"
 
     by_run: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
@@ -140,6 +142,12 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
     ]
     assert overlapping == [], "two processes inside one run's effects at once"
     print(f"\ncrash test: {len(ids)} runs, {kills} kills, {repeats} effect calls repeated")
+
+
+def _step_of(key: str) -> tuple[int, int]:
+    """(step, index) of an idempotency key `<run id>:<step>:<index>`."""
+    step, index = key.rsplit(":", 2)[1:]
+    return int(step), int(index)
 
 
 def _pairs(items: list[Any]) -> list[tuple[Any, Any]]:

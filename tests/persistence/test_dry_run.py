@@ -41,14 +41,20 @@ followup = create_machine(
     actions={"send_email": send_email})
 
 
-def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[str, str, Any]], list[str]]:
+def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[Any, ...]], list[str]]:
     calls.clear()
     runtime = Runtime(store, [followup], clock=SimulatedClock(1_000), dry_run=dry_run)
     # one database for both runs: a key names one run for ever, so each run has its own
     run_id = runtime.start("followup", key=f"deal-7{'-dry' if dry_run else ''}")
     Worker(runtime).run_until_idle()
     run = store.get_run(run_id)
-    effects = [(e.kind, e.status, e.result) for e in store.list_effects(run_id)]
+    # the outbox holds the action; the invoked functions are calls beside the run, each shown
+    # by its status and its attempt's outcome and message
+    effects: list[tuple[Any, ...]] = [(e.kind, e.status, e.result)
+                                      for e in store.list_effects(run_id)]
+    attempts = {a.idempotency_key: a for a in store.call_attempts(run_id)}
+    effects += [("call", c.status, attempts[c.idempotency_key].outcome,
+                 attempts[c.idempotency_key].message) for c in store.list_calls(run_id)]
     return run, effects, list(calls)
 
 
@@ -64,8 +70,8 @@ def test_dry_run_skips_only_external_effects_and_writes_the_same_rows(
     assert dry_run.snapshot["context"] == {"task_id": "dry-run"}
     assert real_run.snapshot["context"] == {"task_id": "TASK-1"}
     # the same rows, in the same order; only the external ones differ, as skipped 'dry-run'
-    assert [k for k, _, _ in dry_effects] == [k for k, _, _ in real_effects]
-    assert [s for _, s, _ in real_effects] == ["done", "done", "done"]
-    assert dry_effects[1:] == [("start_child", "skipped", "dry-run"),
-                               ("action", "skipped", "dry-run")]
-    assert dry_effects[0][:2] == ("start_child", "done")
+    assert [e[0] for e in dry_effects] == [e[0] for e in real_effects]
+    assert real_effects == [("action", "done", None), ("call", "done", "done", None),
+                            ("call", "done", "done", None)]
+    assert dry_effects == [("action", "skipped", "dry-run"), ("call", "done", "done", None),
+                           ("call", "done", "skipped", "dry-run")]

@@ -54,9 +54,10 @@ def test_worker_survives_its_database_connections_being_killed(
     assert not thread.is_alive()
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT count(*) FROM charges").fetchone() == (40,)
-    for run_id in ids:
-        effects = store.list_effects(run_id)
-        assert len(effects) == 5 and all(e.status == "done" for e in effects)
+    for run_id in ids:  # its actions in the outbox, its invoked calls beside the run
+        effects, calls = store.list_effects(run_id), store.list_calls(run_id)
+        assert len(effects) + len(calls) == 5 and calls
+        assert all(e.status == "done" for e in effects) and all(c.status == "done" for c in calls)
     store.close()
     victim.close()
 

@@ -98,16 +98,17 @@ def test_a_run_stepped_in_the_caller_writes_what_a_worker_writes(
     by_worker = runtime.start("three_steps", {"x": 5})
     Worker(runtime).run_until_idle()
     mine, theirs = runtime.get(result.run_id), runtime.get(by_worker)
-    for row in (mine, theirs):  # one claim each (the caller's is in the insert), no lease left
+    for row in (mine, theirs):  # no claim of the run (its calls ran beside it), no lease left
         assert (row.status, row.version, row.claim_count, row.lease_owner, row.wake_at) == \
-            ("done", 4, 1, None, None)
+            ("done", 4, 0, None, None)
     assert mine.snapshot["output"] == theirs.snapshot["output"] == 9
 
     def records(run_id: str) -> list[tuple[Any, ...]]:
-        effects = [(e.step, e.effect_index, e.status, e.result) for e in store.list_effects(run_id)]
+        calls = [(c.step, c.call_id, c.status, c.attempt) for c in store.list_calls(run_id)]
+        attempts = [(a.attempt, a.outcome) for a in store.call_attempts(run_id)]
         journal = [(j.step, j.event["type"], j.state_before, j.state_after)
                    for j in store.list_events(run_id)]  # fmt: skip
-        return [*effects, *journal]
+        return [*calls, *attempts, *journal]
 
     assert records(result.run_id) == records(by_worker)
     keys = [call_key(f"{result.run_id}:{step}:0") for step in (1, 2, 3)]
@@ -153,10 +154,12 @@ def test_a_caller_that_lost_its_lease_writes_nothing(store: Store, ledger: Path)
     assert took_over == [1, 3]
     assert (result.status, result.output) == ("done", 1)
     row = runtime.get(result.run_id)
-    assert (row.version, row.claim_count, row.status) == (4, 2, "done")
+    assert (row.version, row.claim_count, row.status) == (4, 0, "done")
     assert len(store.list_events(result.run_id)) == 3
-    assert [(e.step, e.status) for e in store.list_effects(result.run_id)] == [
-        (1, "done"), (2, "done"), (3, "done")]
+    assert [(c.step, c.status, c.attempt) for c in store.list_calls(result.run_id)] == [
+        (1, "done", 2), (2, "done", 1), (3, "done", 1)]
+    first = [a for a in store.call_attempts(result.run_id) if a.idempotency_key.endswith(":1:0")]
+    assert [(a.attempt, a.outcome) for a in first] == [(1, "lost"), (2, "done")]
     calls = {k: n for (_, k), n in _calls(ledger).items()}
     assert calls == {call_key(f"{result.run_id}:1:0"): 2, call_key(f"{result.run_id}:2:0"): 1,
                      call_key(f"{result.run_id}:3:0"): 1}
@@ -191,11 +194,14 @@ def test_a_caller_killed_mid_run_leaves_it_to_a_worker(
         runtime = Runtime(store, machines=[three_steps()])
         (run,) = runtime.list()
         assert (run.status, run.version, run.state) == ("active", 2, "double")
-        assert run.lease_owner is not None and "/inline-" in run.lease_owner
+        held = store.list_calls(run.id)[-1]  # its call is held by the dead caller, not the run
+        assert run.lease_owner is None and held.owner is not None and "/inline-" in held.owner
         time.sleep(0.6)  # the dead caller's lease runs out
         Worker(runtime).run_until_idle()
         row = runtime.get(run.id)
-        assert (row.status, row.snapshot["output"], row.claim_count) == ("done", 3, 2)
+        assert (row.status, row.snapshot["output"], row.claim_count) == ("done", 3, 0)
+        assert [a.outcome for a in store.call_attempts(run.id) if a.idempotency_key ==
+                held.idempotency_key] == ["lost", "done"]  # fmt: skip
         calls = {k: n for (_, k), n in _calls(ledger).items()}
         assert calls == {call_key(f"{run.id}:1:0"): 1, call_key(f"{run.id}:2:0"): 2,
                          call_key(f"{run.id}:3:0"): 1}
@@ -233,8 +239,9 @@ def test_an_idle_worker_wakes_for_a_start_and_an_event_not_at_its_poll(store: St
         worker.stop()  # wakes the waiting thread too: no wait for the poll
         thread.join()
     assert time.monotonic() - began < 5.0
-    # the start's claim; the event named its run, which was stepped without one (unleased)
-    assert runtime.get(run_id).claim_count == 1
+    # no claim: its call was claimed beside it, and the event named the run, which was
+    # stepped without one (unleased)
+    assert runtime.get(run_id).claim_count == 0
 
 
 def test_a_notify_wakes_an_idle_worker_in_another_process(
@@ -262,7 +269,8 @@ def test_a_notify_wakes_an_idle_worker_in_another_process(
         claims = runtime.get(first).claim_count
         store.close()
     assert worker.returncode == 0, log.read_text()
-    assert claims == 1  # its start's; the NOTIFY named the run, stepped without a claim
+    assert claims == 0  # its call was claimed beside it; the NOTIFY named the run, stepped
+    # without a claim
 
 
 def test_a_run_started_in_the_caller_starts_its_child_runs_for_the_workers(store: Store) -> None:

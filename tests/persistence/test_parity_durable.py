@@ -42,9 +42,9 @@ def test_durable_runtime_never_starts_an_invocation_of_a_state_left_at_once(
         worker.run_until_idle()
         clock.advance(50)
     assert runtime.get(run_id).state == "holding"
-    started = [e.payload.get("id") for e in store.list_effects(run_id)
-               if e.kind == "start_child"]
+    started = [c.call_id for c in store.list_calls(run_id)]  # (calls run beside their run)
     assert started == ["lookup", "held"]  # never "never": its state was left at once
+    assert not [e for e in store.list_effects(run_id) if e.kind == "start_child"]
     assert len(CALLS) == 2
     children = runtime.snapshot(run_id).children
     assert children["held"].status == "done"

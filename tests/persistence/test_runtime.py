@@ -18,6 +18,7 @@ from persistence.stores.base import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows
+from tests.persistence.limited import IN_STEP_LIMITS, in_step
 from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
 
 StoreFactory = Callable[[], Store]
@@ -64,10 +65,12 @@ def test_a_multi_step_workflow_runs_each_side_effect_once(
         assert snap.context["receipt"] == call_key(f"{run_id}:1:0")
         assert snap.context["amount"] == amount
         effects = store.list_effects(run_id)
-        assert [(e.kind, e.status) for e in effects] == [
-            ("start_child", "done"), ("start_child", "done"), ("action", "done"),
-            ("start_child", "done"), ("emit", "done"),
+        assert [(e.kind, e.status) for e in effects] == [("action", "done"), ("emit", "done")]
+        # the invoked functions are calls beside the run: each done in one attempt
+        assert [(c.call_id, c.status, c.attempt) for c in store.list_calls(run_id)] == [
+            ("charge", "done", 1), ("reserve", "done", 1), ("ship", "done", 1),
         ]  # fmt: skip
+        assert [a.outcome for a in store.call_attempts(run_id)] == ["done"] * 3
         journal = [e.event["type"] for e in store.list_events(run_id)]
         assert journal == ["xstate.done.actor.charge", "xstate.done.actor.reserve",
                            "xstate.after.30.order.cooling", "xstate.done.actor.ship"]  # fmt: skip
@@ -131,13 +134,30 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
 def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
     store: Store, clock: SimulatedClock, ledger: sqlite3.Connection
 ) -> None:
-    runtime = Runtime(store, [approval, order], clock=clock)
+    # an entry action is an effect of the run's step: a worker holds the run while it runs
+    noting = create_machine(
+        {"id": "noting", "initial": "noted",
+         "states": {"noted": {"entry": "notify", "on": {"DONE": "over"}},
+                    "over": {"type": "final"}}},
+        actions={"notify": workflows.notify},
+    )  # fmt: skip
+    runtime = Runtime(store, [approval, order, noting], clock=clock)
     idle = runtime.start("approval")
     assert runtime.cancel(idle, "not needed") == "cancelled"
     assert (runtime.get(idle).status, runtime.get(idle).last_error) == ("cancelled", "not needed")
     assert runtime.cancel(idle) == "finished"
 
-    busy = runtime.start("order")
+    # a run whose call an executor is running is not held: the cancel ends it at once and
+    # stops the call (its late result is dropped)
+    calling = runtime.start("order")
+    assert [c.call_id for c in store.claim_calls("someone", clock.now(), 10_000, 10)] == [
+        "charge"]
+    assert store.claim_runs("someone", clock.now(), 10_000, 10) == []
+    assert runtime.cancel(calling, "changed my mind") == "cancelled"
+    assert [c.status for c in store.list_calls(calling)] == ["stopped"]
+    assert runtime.get(calling).status == "cancelled"
+
+    busy = runtime.start("noting")
     claimed = store.claim_runs("someone", clock.now(), 10_000, 10)
     assert [r.id for r in claimed] == [busy]
     assert runtime.cancel(busy, "customer left") == "requested"
@@ -333,7 +353,8 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 
-def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) -> None:
+@pytest.mark.parametrize("site", ["limited", "beside"])
+def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, site: str) -> None:
     import time
 
     # The heartbeat renews every lease/3. On a loaded 2-core machine a heartbeat was seen
@@ -353,7 +374,11 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
                     "b": {"type": "final"}}},
         actors={"slow": slow},
     )  # fmt: skip
-    runtime = Runtime(store, [machine])
+    # a limited call runs in its run's step: the worker's heartbeat renews the run's lease;
+    # a call beside its run: the executor renews the call's lease (the run is not held)
+    limited = site == "limited"
+    runtime = Runtime(store, [in_step(machine) if limited else machine],
+                      limits=IN_STEP_LIMITS if limited else None)  # fmt: skip
     run_id = runtime.start("slow")
     worker = Worker(runtime, lease_ms=lease_ms, poll_ms=10)
     thread = threading.Thread(target=worker.run)
@@ -362,18 +387,27 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store) 
     try:
         from tests.persistence.conftest import wait_for
 
-        wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        if limited:
+            wait_for(lambda: runtime.get(run_id).lease_owner is not None)
+        else:
+            wait_for(lambda: store.list_calls(run_id)[0].status == "running")
         deadline = time.monotonic() + 60
-        # a rival keeps trying to take the run for as long as the effect runs
+        # a rival keeps trying to take the run (the call) for as long as the effect runs
         while not returned.is_set() and time.monotonic() < deadline:
-            stolen += [r.id for r in store.claim_runs("rival", runtime.clock.now(), lease_ms, 5)]
+            now = runtime.clock.now()
+            stolen += [r.id for r in store.claim_runs("rival", now, lease_ms, 5)]
+            stolen += [c.run_id for c in store.claim_calls("rival", now, lease_ms, 5)]
             time.sleep(0.05)
         wait_for(lambda: runtime.get(run_id).status == "done")
     finally:
         worker.stop()
         thread.join(timeout=30)
     assert returned.is_set() and stolen == []
-    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    if limited:
+        assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    else:
+        assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
+        assert [a.outcome for a in store.call_attempts(run_id)] == ["done"]  # never taken over
 
 
 def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_restarts(
@@ -543,7 +577,8 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
 ) -> None:
     from persistence.driver import RunDriver
 
-    runtime = Runtime(store, [order], clock=clock)
+    # limited calls run in their run's step: the round's runs are held while they run
+    runtime = Runtime(store, [in_step(order)], clock=clock, limits=IN_STEP_LIMITS)
     ids = [runtime.start("order", {"amount": n}) for n in (1, 2, 3)]
     claimed = store.claim_runs("slow", clock.now(), 1000, 3)
     assert {r.id for r in claimed} == set(ids)
@@ -590,8 +625,9 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
     assert record.keys == [call_key(f"{run_id}:1:0")]
 
 
+@pytest.mark.parametrize("site", ["limited", "beside"])
 def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
-    store: Store, clock: SimulatedClock
+    store: Store, clock: SimulatedClock, site: str
 ) -> None:
     together = threading.Barrier(4, timeout=10)  # passes only if four calls wait at once
 
@@ -604,9 +640,23 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
                                "onDone": "met", "onError": "missed"}},
         "met": {"type": "final"}, "missed": {"type": "final"}}},
         actors={"rendezvous": rendezvous})  # fmt: skip
-    runtime = Runtime(store, [machine], clock=clock)
-    ids = [runtime.start("meet") for _ in range(4)]
-    Worker(runtime, batch=4).run_until_idle()
+    if site == "limited":  # run in their runs' steps: a round of four runs makes them at once
+        runtime = Runtime(store, [in_step(machine)], clock=clock, limits=IN_STEP_LIMITS)
+        ids = [runtime.start("meet") for _ in range(4)]
+        Worker(runtime, batch=4).run_until_idle()
+    else:  # beside their runs: a worker's executor runs them at once on its threads
+        from tests.persistence.conftest import wait_for
+
+        runtime = Runtime(store, [machine], clock=clock)
+        ids = [runtime.start("meet") for _ in range(4)]
+        worker = Worker(runtime, poll_ms=10)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_for(lambda: all(runtime.get(i).status == "done" for i in ids))
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
     assert [runtime.get(i).state for i in ids] == ["met"] * 4
 
 
@@ -616,7 +666,8 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
 ) -> None:
     from persistence.driver import RunDriver
 
-    runtime = Runtime(store, [workflows.retrying], clock=clock)
+    # a run is held (and taken over) while its call runs only at a limited call site
+    runtime = Runtime(store, [in_step(workflows.retrying)], clock=clock, limits=IN_STEP_LIMITS)
     run_id = runtime.start("retrying", key="order-7")
     store.claim_runs("crashed", clock.now(), 1000, 1)  # a worker that then died
     clock.advance(1001)
@@ -633,6 +684,22 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
     assert len(retry) == 1 and retry[0].levelname == "INFO"
     assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
     assert "state charging.waiting_to_retry" in retry[0].getMessage()
+
+
+def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(
+    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = Runtime(store, [workflows.retrying], clock=clock)
+    run_id = runtime.start("retrying", key="order-8")
+    with caplog.at_level("INFO", logger="statecharts.runs"):
+        assert Worker(runtime).run_one_call()  # its end is written with the step it causes
+    retry = [r for r in caplog.records if run_id in r.getMessage()
+             and "retry scheduled" in r.getMessage()]  # fmt: skip
+    assert len(retry) == 1 and retry[0].levelname == "INFO"
+    assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
+    assert "state charging.waiting_to_retry" in retry[0].getMessage()
+    assert "key order-8" in retry[0].getMessage()
 
 
 def test_durable_idempotency_keys_are_provider_safe_per_run_and_per_call_site(

@@ -28,6 +28,7 @@ from persistence.stores.base import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 from tests.persistence.conftest import wait_for
+from tests.persistence.limited import IN_STEP_LIMITS, in_step
 from tests.persistence.workflows import approval, order
 
 T0 = 1_700_000_000_000
@@ -171,7 +172,7 @@ def test_an_idle_worker_steps_a_sent_event_without_a_claim(store: Store) -> None
     assert [e.event["type"] for e in store.list_events(run_id)] == ["APPROVE"]
 
 
-def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
+def test_an_event_whose_step_calls_a_function_leases_the_call_in_that_commit(
     store: Store,
 ) -> None:
     calls.clear()
@@ -187,8 +188,13 @@ def test_an_event_whose_step_calls_a_function_leases_the_run_in_that_commit(
         thread.join(timeout=30)
     run = runtime.get(run_id)
     assert calls == [call_key(f"{run_id}:2:0")]  # once, with the key of the step that recorded it
-    assert (run.claim_count, run.lease_owner, run.version) == (1, None, 3)
-    assert [e.status for e in store.list_effects(run_id)] == ["done"]
+    # the call runs beside the run: that commit leased the call (not the run) to the worker's
+    # executor, which ran it in its first attempt; the run was never claimed
+    assert (run.claim_count, run.lease_owner, run.version) == (0, None, 3)
+    assert store.list_effects(run_id) == []
+    assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
+    assert [(a.worker, a.outcome) for a in store.call_attempts(run_id)] == [
+        (f"{worker.id}/calls", "done")]
 
 
 def slow_guard(context: Any, event: Any) -> bool:
@@ -257,11 +263,14 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
 
 def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval, order], clock=clock, step_in_send=False)
+    runtime = Runtime(store, [approval, in_step(order)], clock=clock, step_in_send=False,
+                      limits=IN_STEP_LIMITS)  # fmt: skip
     held = runtime.start("approval")
     runtime.send(held, "APPROVE")
     store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
-    pending = runtime.start("order")  # its start left a call to make: that needs a lease
+    # its start left a limited call to make in its step (an effect): that needs a lease
+    pending = runtime.start("order")
+    assert [e.kind for e in store.list_effects(pending)] == ["start_child"]
     driver = RunDriver(runtime, "w", 30_000)
     for run_id in (held, pending):
         assert driver.drive_unleased(store.read_work([run_id]), lambda: False) == (0, True)

@@ -144,3 +144,18 @@ def test_the_key_lists_only_what_the_chart_uses() -> None:
     mermaid = to_mermaid(parallel_root())
     assert "s_key : -- separates parts that run at the same time" in mermaid
     assert "automatic retry" not in mermaid
+
+
+def test_a_call_timeout_and_heartbeat_are_drawn_on_its_state() -> None:
+    from statecharts import create_machine
+
+    machine = create_machine({"id": "m", "initial": "charging", "states": {
+        "charging": {"invoke": {"src": "charge", "timeout": 30_000, "heartbeatTimeout": 5_000,
+                                "onDone": "done"}},
+        "done": {"type": "final"}}}, actors={"charge": lambda _input: "ok"})
+    boxes = {node.key: box for node, box in build_diagram(machine).boxes.items()}
+    details = boxes["charging"].details
+    assert "each try times out after 30 seconds" in details
+    assert "fails if silent for 5 seconds (heartbeat)" in details
+    for text in (to_dot(machine).replace("<BR/>", " "), to_mermaid(machine)):  # (wrapped)
+        assert "times out after 30 seconds" in text

@@ -179,32 +179,41 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     assert timer_step.attributes[tracing.EVENTS][0].startswith("xstate.after")
     assert timer_step.start_ns - by_version[2].end_ns >= workflows.TIMER_MS * 1_000_000 * 0.9
     assert timer_step.resource["worker"] == "A"
-    takeover = by_version[first_b]  # B's first step: the lease of A expired
-    assert takeover.attributes[tracing.TAKEOVER] is True
-    assert f":{a.pid}:" in takeover.attributes[tracing.PREVIOUS_OWNER]
+    # A was killed inside the call send_welcome, which runs beside the run (the run is at
+    # rest, unleased): B took the call over once A's lease on it expired, and B's first step
+    # is the one that applied its result; no run lease was taken over
+    takeover = by_version[first_b]
+    assert takeover.attributes[tracing.EVENTS] == ["xstate.done.actor.welcome"]
     assert takeover.attributes[tracing.STATE_BEFORE] == "welcoming"
-    assert not any(by_version[v].attributes.get(tracing.TAKEOVER)
-                   for v in by_version if v != first_b)  # fmt: skip
+    assert not any(by_version[v].attributes.get(tracing.TAKEOVER) for v in by_version)
+    (welcome_call,) = [c for c in store.list_calls(run_id) if c.call_id == "welcome"]
+    welcome_attempts = [t for t in store.call_attempts(run_id)
+                        if t.idempotency_key == welcome_call.idempotency_key]  # fmt: skip
+    assert [t.outcome for t in welcome_attempts] == ["lost", "done"]
+    assert f":{a.pid}:" in welcome_attempts[0].worker
+    assert f":{b.pid}:" in welcome_attempts[1].worker
     # the step that applied CONFIRM links to the send span of the second request's trace
     (applied,) = [s for s in steps if "CONFIRM" in s.attributes.get(tracing.EVENTS, [])]
     assert applied.links == ((f"{confirm.context.trace_id:032x}", f"{send.context.span_id:016x}"),)
     assert send.parent.span_id == confirm.context.span_id
 
-    # every effect the store recorded as done has one span, a child of the step that ran it
+    # every effect the store recorded as done has one span, a child of the step that ran it;
+    # every call that ended done has one span (the attempt that ended), a child of the run's
+    # stored context (it ran beside the run, between two steps)
     effects = {s.attributes[tracing.EFFECT_KEY]: s for s in received
                if tracing.EFFECT_KEY in s.attributes}  # fmt: skip
-    done = [e for e in store.list_effects(run_id) if e.status == "done"]
-    assert sorted(effects) == sorted(e.idempotency_key for e in done)
+    done = [e.idempotency_key for e in store.list_effects(run_id) if e.status == "done"]
+    called = [c.idempotency_key for c in store.list_calls(run_id) if c.status == "done"]
+    assert sorted(effects) == sorted(done + called)
     step_ids = {s.span_id: s for s in steps}
-    for record in done:
-        span = effects[record.idempotency_key]
-        assert span.parent_id in step_ids, record
+    for key in done + called:
+        span = effects[key]
+        assert span.parent_id in step_ids if key in done else span.parent_id == start_id, key
         assert span.attributes[tracing.EFFECT_OUTCOME] == "done"
         assert span.attributes[tracing.EFFECT_NAME] in {"register", "keep_account",
                                                         "send_welcome", "archive"}
-    welcome = next(s for s in effects.values() if s.attributes[tracing.EFFECT_NAME] ==
-                   "send_welcome")  # fmt: skip
-    assert step_ids[welcome.parent_id] is takeover
+    welcome = effects[welcome_call.idempotency_key]
+    assert welcome.resource["worker"] == "B"
     # the call A was killed in ran twice (A, then B); only B's execution ended, so one span
     names = [line.split()[0] for line in _text(calls).splitlines()]
     assert names.count("send_welcome") == 2 and names.count("register") == 1

@@ -83,16 +83,23 @@ def test_a_poisoned_value_fails_the_run_once_seen_by_log_metric_and_span(
     assert 'statecharts_runs_started_total{workflow="alert"} 1.0' in text  # its error workflow
     (step,) = [s for s in _named(exporter, "step failing")
                if s.attributes.get(tracing.RUN_STATUS) == "error"]  # fmt: skip
-    assert [e.name for e in step.events] == ["poisoned_value", "run_failed"]
+    # the call ran beside the run: its refused value failed the call (reported when it ended,
+    # outside any step), and the step that applied that failure failed the run
+    assert [e.name for e in step.events] == ["run_failed"]
+    assert "StoreEncodingError" in step.events[0].attributes["reason"]
     assert step.status.status_code.name == "ERROR"
-    # the error workflow begins a trace of its own, linked to the failed run's
+    # the error workflow begins a trace of its own, linked to the failed run's (a send that
+    # would fail the run leaves it to a worker's step: the call's end, stepped in its send,
+    # prepared the error workflow's start once more and dropped it; the run started is one)
+    alert_run = runtime.store.find_run("alert", f"error-of:{run_id}") or next(
+        r for r in runtime.list(name="alert"))
+    assert [r.id for r in runtime.list(name="alert")] == [alert_run.id]
     (failed_start,) = _named(exporter, "start failing")
-    (alert_start,) = _named(exporter, "start alert")
+    (alert_start,) = [s for s in _named(exporter, "start alert")
+                      if s.attributes[tracing.RUN_ID] == alert_run.id]  # fmt: skip
     assert alert_start.parent is None
     assert alert_start.context.trace_id != failed_start.context.trace_id
     assert [link.context.span_id for link in alert_start.links] == [failed_start.context.span_id]
-    alert_run = runtime.store.find_run("alert", f"error-of:{run_id}") or next(
-        r for r in runtime.list(name="alert"))
     assert alert_run.traceparent is not None
     assert alert_run.traceparent.split("-")[1] == f"{alert_start.context.trace_id:032x}"
 

@@ -14,7 +14,7 @@ import pytest
 
 from persistence import outbox
 from persistence.testing import DurableMismatch, assert_durable_matches
-from statecharts import create_machine, from_callable
+from statecharts import assign, create_machine, from_callable
 
 from .example_machines import subscription_machine
 
@@ -65,3 +65,24 @@ def test_the_pure_kit_never_imports_persistence() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_events_and_deadlines_during_a_call_are_checked_against_the_model() -> None:
+    """Stories send events and let deadlines pass while a call runs (calls take time), and the
+    durable run must agree with the model at every step: a runtime that held the run for the
+    whole call (applying the deadline or the events only after the call's result) fails here."""
+    during: list[str] = []
+    machine = create_machine({
+        "id": "deadline", "initial": "charging", "context": {"pings": 0},
+        "states": {
+            "charging": {"invoke": {"id": "charge", "src": "charge", "onDone": "paid",
+                                    "onError": "failed"},
+                         "after": {"1000": "timed_out"},
+                         "on": {"PING": {"actions": ["noted", assign(
+                             {"pings": lambda c, e: c["pings"] + 1})]}}},
+            "paid": {"type": "final"}, "failed": {"type": "final"},
+            "timed_out": {"type": "final"}}},
+        actions={"noted": lambda ctx, ev: during.append("ping")},
+        actors={"charge": from_callable(lambda input: "ok", "charge")})
+    assert_durable_matches(machine, outputs={"charge": ["ok"]}, max_examples=20)
+    assert during, "no story sent an event while the call ran"

@@ -1,0 +1,510 @@
+"""`CallExecutor`: a worker's calls, run beside their runs.
+
+A step that enters an invoking state records its call (`workflow_calls`, `stores/calls.py`) and
+leaves its run at rest. An executor leases due calls, runs plain functions on a thread pool and
+coroutines on one asyncio loop (so a process holds thousands of waiting calls), renews its leases
+while they run, and records each end with the result event queued in the run's inbox, applied by
+the run's next step like any other event. Meanwhile the run's timers fire, its events are
+applied and it can be cancelled: a step that leaves the invoking state, or ends the run, stops
+the call in its own transaction; the executor then tells the call (asyncio cancellation for a
+coroutine, `heartbeat()` / `call_stopped()` for a function) and its result is never applied.
+
+Per call site (the invoke's `timeout`, `heartbeatTimeout`), an attempt that runs too long or
+stops heartbeating fails with `CallTimeoutError` / `CallHeartbeatTimeoutError`, which `retry`
+and `onError` match like any error. A failure the call site declares `transient` is attempted
+again with the runtime's transient backoff, with the same idempotency key; so is a call whose
+worker died (its lease expired), each attempt recorded (`workflow_call_attempts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from persistence import outbox
+from persistence.driver import RunDriver
+from persistence.outbox import (
+    CallContext,
+    CallPlan,
+    Executed,
+    Executor,
+    _accepts_key,
+    _effect_key,
+    invoke_of,
+    running_call,
+)
+from persistence.stores import (
+    CallEnd,
+    CallFinish,
+    CallRecord,
+    RunFinishedError,
+    RunNotFoundError,
+    RunRecord,
+    StoreError,
+)
+from persistence.stores.base import run_of_outbox_key
+from persistence.telemetry import RunEvent, events
+from statecharts import Machine
+from statecharts.errors import CallTimeoutError
+from statecharts.events import error_actor_event_type
+from statecharts.frozen import storable_text
+
+if TYPE_CHECKING:
+    from persistence.runtime import Runtime
+
+log = logging.getLogger("statecharts.calls")
+
+Outcome = Callable[[str, str | None], None]
+"""What an attempt reports its outcome to (`Telemetry.effect`'s yielded function)."""
+
+TIMEOUT_ERROR = CallTimeoutError.__name__
+HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
+LOST_ERROR = "CallAttemptsExhaustedError"
+
+
+@dataclass(slots=True)
+class _Running:
+    """A call this executor holds, while its attempt runs."""
+
+    call: CallRecord
+    run: RunRecord  # as read or committed when the call was taken (its trace, its name)
+    plan: CallPlan
+    context: CallContext
+    started: float
+    timeout_s: float | None
+    heartbeat_s: float | None
+    future: Future[Any] | None = None
+    task: Future[Any] | None = None  # a coroutine's, on the executor's loop
+    ended: bool = field(default=False)
+
+
+class CallExecutor:
+    """Runs the calls of `runtime`'s store beside their runs, under lease owner `owner`."""
+
+    def __init__(self, runtime: Runtime, owner: str, *, lease_ms: int = 30_000,
+                 threads: int = 32, max_calls: int = 10_000, poll_ms: int = 100,
+                 max_steps: int = 1000, takes_new: bool = True) -> None:  # fmt: skip
+        self.runtime = runtime
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.threads = threads
+        self.max_calls = max_calls
+        self.poll_s = poll_ms / 1000
+        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
+                                 runtime.dry_run)  # fmt: skip
+        self._running: dict[str, _Running] = {}
+        self._adopted: deque[tuple[CallRecord, RunRecord, Machine]] = deque()
+        self._lock = threading.Lock()
+        self._leased = 0  # calls leased to it and not yet ended (adopted, running)
+        self._poke = threading.Event()
+        self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
+                                calls=self if takes_new else None)  # fmt: skip
+        """Records each call's end with the step that applies its result (`RunDriver.send`);
+        the calls those steps record are leased to this executor in the same commit (unless
+        `takes_new` is False: they are left due for any executor)."""
+        self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = \
+            queue.SimpleQueue()  # fmt: skip
+        self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self.finished = 0
+
+    # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
+    def lease(self, count: int) -> tuple[str, int] | None:
+        """(owner, until) for `count` more calls a step records, or None when full."""
+        if self._leased + count > self.max_calls:
+            return None
+        return self.owner, self.runtime.clock.now() + self.lease_ms
+
+    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
+        """Run these calls of `run` next (a committed step leased them to this executor)."""
+        with self._lock:
+            self._adopted.extend((call, run, machine) for call in calls)
+            self._leased += len(calls)
+        self._poke.set()
+
+    def _take_adopted(self) -> list[tuple[CallRecord, RunRecord | None, Machine | None]]:
+        with self._lock:
+            taken: list[tuple[CallRecord, RunRecord | None, Machine | None]] = [
+                *self._adopted]
+            self._adopted.clear()
+        return taken
+
+    def _released(self) -> None:
+        with self._lock:
+            self._leased = max(0, self._leased - 1)
+
+    # -- control ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Serve in a thread of its own until `stop`, its calls' leases renewed by another
+        (a serving loop busy recording ends must not let a running call's lease run out)."""
+        self._thread = threading.Thread(target=self._serve, name="calls", daemon=True)
+        self._thread.start()
+        threading.Thread(target=self._heartbeats, name="call-heartbeats", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop claiming; calls still running are left to their leases (another worker takes
+        them over once those expire, with the same idempotency keys)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._close()
+
+    def is_alive(self) -> bool:
+        """Whether its thread still serves (False before `start` and after `stop`)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def run_until_idle(self, claim: bool = True, run_id: str | None = None) -> int:
+        """Run the calls handed to it and (`claim`) every call due now (at the runtime clock's
+        time; of run `run_id` only, if given), one at a time in this thread, until none is
+        left; the number of calls that ended. For callers that run their own calls (`Inline`),
+        tests and demos: no timeout can cut a call short here."""
+        before = self.finished
+        while True:
+            ready = self._take_adopted()
+            if not ready and claim:
+                ready = [(call, None, None) for call in self._claim(1, run_id)]
+            if not ready:
+                return self.finished - before
+            for call, run, machine in ready:
+                self._run_here(call, run, machine)
+
+    def run_one(self) -> bool:
+        """Claim the oldest due call and run it here to its end; False when none is due."""
+        for call in self._claim(1):
+            self._run_here(call, None, None)
+            return True
+        return False
+
+    def _run_here(self, call: CallRecord, run: RunRecord | None,
+                  machine: Machine | None) -> None:  # fmt: skip
+        """Run `call` in this thread to its end, and record it."""
+        running = self._begin(call, run, machine)
+        if running is None:
+            return
+        try:
+            result = _in_thread(running, self._observed(running))
+        except Exception as exc:
+            self._end(running, None, exc)
+        else:
+            self._end(running, result, None)
+
+    # -- the serving loop ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        wakeup = self.runtime.store.wakeup()
+        while not self._stop.is_set():
+            try:
+                seen = wakeup.seen()
+                self._settle()
+                ready = self._take_adopted()
+                free = min(self.max_calls - self._leased, 64)
+                if free > 0:
+                    claimed = self._claim(free)
+                    with self._lock:
+                        self._leased += len(claimed)
+                    ready += [(call, None, None) for call in claimed]
+                for call, run, machine in ready:
+                    running = self._begin(call, run, machine)
+                    if running is not None:
+                        self._launch(running)
+                self._watch()
+                if not ready:
+                    self._wait(wakeup, seen)
+            except StoreError as exc:
+                log.warning("calls %s: store error (%s); retrying", self.owner, exc)
+                self._stop.wait(1.0)
+            except Exception:  # a bug: logged, never a silent death of the thread
+                log.exception("calls %s: unexpected error", self.owner)
+                self._stop.wait(1.0)
+
+    def _wait(self, wakeup: Any, seen: int) -> None:
+        """Until a call ends, is adopted or is due (a wake-up), or the poll interval passes."""
+        deadline = time.monotonic() + self.poll_s
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self._poke.is_set() or not self._ended.empty() or wakeup.seen() != seen:
+                break
+            self._poke.wait(0.005 if self._running else 0.02)
+        self._poke.clear()
+
+    def _claim(self, limit: int, run_id: str | None = None) -> list[CallRecord]:
+        return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
+                                              self.lease_ms, limit, run_id)  # fmt: skip
+
+    def _begin(self, call: CallRecord, run: RunRecord | None,
+               machine: Machine | None) -> _Running | None:  # fmt: skip
+        """What running `call` (of `run`, of `machine`: read when not known) takes, or None
+        when it ended without running (recorded)."""
+        if run is None or machine is None:
+            run = self._run_of(call)
+            machine = None if run is None else self.runtime.machine_for(run)
+        if run is None or machine is None:  # (a run deleted, or of a version not here)
+            self._retry(call, CallEnd("lost", None, "no definition here for its run"))
+            return None
+        policy = self.runtime.transient
+        if call.attempt > policy.max_attempts:
+            self._finish_error(call, LOST_ERROR, f"invoke {call.call_id!r}: attempt "
+                               f"{call.attempt} of at most {policy.max_attempts}", "failed")
+            return None
+        planned = self.executor.plan_call(machine, call.payload, call.idempotency_key)
+        if isinstance(planned, Executed):
+            self._record(call, planned, None)
+            return None
+        invoke = invoke_of(machine, call.payload)
+        timeout = None if invoke is None or invoke.timeout_ms is None else invoke.timeout_ms / 1000
+        beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
+        return _Running(call, run, planned, CallContext(), time.monotonic(), timeout, beat)
+
+    def _launch(self, running: _Running) -> None:
+        """Start `running` on the loop (a coroutine function) or the thread pool."""
+        with self._lock:
+            self._running[running.call.idempotency_key] = running
+        fn = running.plan.fn
+        if inspect.iscoroutinefunction(fn):
+            running.task = asyncio.run_coroutine_threadsafe(_arun(running, self._observed(running)),
+                                                            self._event_loop())  # fmt: skip
+            running.task.add_done_callback(lambda f: self._done(running, f))
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
+        running.future = self._pool.submit(_in_thread, running, self._observed(running))
+        running.future.add_done_callback(lambda f: self._done(running, f))
+
+    def _observed(self, running: _Running) -> AbstractContextManager[Outcome]:
+        """Around an attempt, in the thread or task that runs it: its effect span (the run's
+        trace context current in it) and its effect metrics, as an in-step effect has."""
+        call = running.call
+        return self.runtime.telemetry.effect(running.run, "start_child", call.payload,
+                                             call.idempotency_key, beside=True)  # fmt: skip
+
+    def _done(self, running: _Running, future: Any) -> None:
+        """(in the thread or loop that ran it) hand the end to the serving loop."""
+        try:
+            result, error = future.result(), None
+        except BaseException as exc:
+            result, error = None, exc
+        self._ended.put((running, result, error))
+
+    def _settle(self) -> None:
+        """Record the calls that ended since the last look."""
+        while True:
+            try:
+                running, result, error = self._ended.get_nowait()
+            except queue.Empty:
+                return
+            with self._lock:
+                self._running.pop(running.call.idempotency_key, None)
+            if not running.ended:
+                self._end(running, result, error)
+
+    def _watch(self) -> None:
+        """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
+        now = time.monotonic()
+        for running in list(self._running.values()):
+            if running.ended:
+                continue
+            if running.timeout_s is not None and now - running.started > running.timeout_s:
+                self._time_out(running, TIMEOUT_ERROR, f"attempt {running.call.attempt} of "
+                               f"invoke {running.call.call_id!r} took longer than "
+                               f"{running.timeout_s * 1000:.0f} ms")
+            elif running.heartbeat_s is not None and \
+                    now - running.context.beat_at > running.heartbeat_s:  # fmt: skip
+                self._time_out(running, HEARTBEAT_ERROR, f"attempt {running.call.attempt} of "
+                               f"invoke {running.call.call_id!r} sent no heartbeat for "
+                               f"{running.heartbeat_s * 1000:.0f} ms")
+
+    def _heartbeats(self) -> None:
+        """Renew the running calls' leases every third of a lease (its own thread)."""
+        while not self._stop.wait(self.lease_ms / 3000):
+            try:
+                self._renew()
+            except StoreError as exc:
+                log.warning("calls %s: heartbeat failed: %s", self.owner, exc)
+            except Exception:  # a bug: logged, the next beat tries again
+                log.exception("calls %s: heartbeat raised", self.owner)
+
+    def _renew(self) -> None:
+        """Renew the leases of the calls running here (with their heartbeat details), telling
+        those the store says were stopped or taken over to stop."""
+        with self._lock:
+            beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
+        if not beats:
+            return
+        kept = self.runtime.store.heartbeat_calls(self.owner, beats, self.runtime.clock.now(),
+                                                  self.lease_ms)  # fmt: skip
+        for key in set(beats) - kept:
+            with self._lock:
+                running = self._running.get(key)
+            if running is not None and not running.ended:
+                running.ended = True  # stopped (or taken over): its result will be dropped
+                self._cancel(running)
+                log.info("call %s (%s): stopped while it ran", key, running.call.call_id)
+
+    def _time_out(self, running: _Running, name: str, message: str) -> None:
+        running.ended = True
+        self._cancel(running)
+        self._finish_error(running.call, name, message, "timed_out")
+
+    def _cancel(self, running: _Running) -> None:
+        running.context.stopped.set()
+        if running.task is not None:
+            running.task.cancel()
+
+    # -- recording ----------------------------------------------------------------------------
+    def _end(self, running: _Running, result: Any, error: BaseException | None) -> None:
+        """Record how `running` ended (unless it was stopped: then the store drops it)."""
+        running.ended = True
+        if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+            return
+        if isinstance(error, BaseException) and not isinstance(error, Exception):
+            raise error  # (SystemExit...) ends the executor's thread: its worker exits non-zero
+        executed = self.executor.call_ended(running.plan, result, error)
+        if executed.poisoned is not None:
+            self._poisoned(running, executed.poisoned)
+        self._record(running.call, executed, error)
+
+    def _poisoned(self, running: _Running, reason: str) -> None:
+        """Report a value the call returned that no store holds (the call fails with a
+        `StoreEncodingError`), as the value a step refuses is reported."""
+        run, call = running.run, running.call
+        state = str(call.payload.get("invoked_by") or run.state)
+        self.runtime.telemetry.report(RunEvent(
+            events.POISONED_VALUE, run.id, run.workflow_name, run.key, state,
+            f"run {run.id} ({run.workflow_name}, key {run.key}, state {state}): value refused "
+            f"(invoke {call.call_id!r}): {reason}", traceparent=run.traceparent,
+            fields={"reason": reason}))  # fmt: skip
+
+    def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
+        """Write an executed call's end: a retry after a transient failure, else its result
+        event queued for its run."""
+        trace = None if error is None else storable_text(
+            "".join(traceback.format_exception(error))[-8000:])  # fmt: skip
+        name = None if executed.event is None or "error" not in executed.event else \
+            str(executed.event["error"].get("name"))  # fmt: skip
+        message = executed.outcome.error
+        if executed.transient is not None:
+            policy = self.runtime.transient
+            if call.attempt < policy.max_attempts:
+                wait = policy.wait_ms(call.attempt)
+                self._retry(call, CallEnd("retrying", name, message, trace),
+                            self.runtime.clock.now() + wait)
+                log.info("call %s (%s) of run %s: transient failure (attempt %d): %s: %s; "
+                         "retry in %d ms", call.idempotency_key, call.call_id, call.run_id,
+                         call.attempt, name, message, wait)  # fmt: skip
+                return
+            self.runtime.store.note_call_failures(call.idempotency_key, call.attempt,
+                                                  CallEnd("failed", name, message))  # fmt: skip
+        event = executed.event
+        if executed.fails_run is not None:  # a result no store can hold: the call failed
+            event = {"type": error_actor_event_type(call.call_id),
+                     "error": {"name": "StoreEncodingError", "message": executed.fails_run}}
+            name, message = "StoreEncodingError", executed.fails_run
+        status = "done" if executed.outcome.status in ("done", "skipped") and \
+            executed.fails_run is None else "failed"  # fmt: skip
+        outcome = "done" if status == "done" else "failed"
+        if executed.outcome.status == "skipped":  # a dry run: the external call was not made
+            outcome, message = "skipped", str(executed.outcome.result)
+        self._finish(call, status, event or {"type": error_actor_event_type(call.call_id)},
+                     CallEnd(outcome, name, message, trace))  # fmt: skip
+
+    def _finish_error(self, call: CallRecord, name: str, message: str, outcome: str) -> None:
+        event = {"type": error_actor_event_type(call.call_id),
+                 "error": {"name": name, "message": message}}
+        self._finish(call, "failed", event, CallEnd(outcome, name, message))
+
+    def _finish(self, call: CallRecord, status: str, event: dict[str, Any], end: CallEnd) -> None:
+        """Record the call's end with its result event, and the run's step that applies it
+        when the run is at rest (one transaction: `RunDriver.send`)."""
+        self._released()
+        finish = CallFinish(call.idempotency_key, self.owner, call.attempt, status, end)
+        try:
+            queued = self.driver.send(call.run_id, event, self.runtime.clock.now(),
+                                      finish=finish)  # fmt: skip
+        except (RunNotFoundError, RunFinishedError):
+            queued = 0
+        self.finished += 1
+        if not queued:
+            log.info("call %s (%s): ended after it was stopped; its result is dropped",
+                     call.idempotency_key, call.call_id)  # fmt: skip
+
+    def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
+        self._released()
+        when = at if at is not None else self.runtime.clock.now() + self.lease_ms
+        self.runtime.store.retry_call(call.idempotency_key, self.owner, call.attempt,
+                                      self.runtime.clock.now(), when, end)  # fmt: skip
+
+    def _run_of(self, call: CallRecord) -> RunRecord | None:
+        try:
+            return self.runtime.store.get_run(call.run_id)
+        except StoreError:
+            return None
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="calls-loop", daemon=True)
+            thread.start()
+            self._loop, self._loop_thread = loop, thread
+        return self._loop
+
+    def _close(self) -> None:
+        for running in self._running.values():
+            running.context.stopped.set()
+            if running.task is not None:
+                running.task.cancel()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(timeout=5)
+            self._loop = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _run(plan: CallPlan) -> Any:
+    """Run `plan` to completion in this thread (a coroutine on a loop of its own), as every
+    recorded effect is called (`outbox._call`)."""
+    return outbox._call(plan.fn, (plan.argument,), {}, plan.key, plan.outbox_key)
+
+
+def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
+    """An attempt run in this thread, inside `observed` (`CallExecutor._observed`)."""
+    with observed as outcome, running_call(running.context):
+        try:
+            result = _run(running.plan)
+        except Exception as exc:
+            outcome("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        outcome("done", None)
+        return result
+
+
+async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
+    """A coroutine call on the executor's loop, with its key and call context, inside
+    `observed`."""
+    with observed as outcome, running_call(running.context), \
+            _effect_key(running.plan.key, run_of_outbox_key(running.plan.outbox_key)):
+        kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
+        try:
+            result = running.plan.fn(running.plan.argument, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            outcome("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        outcome("done", None)
+        return result
+
