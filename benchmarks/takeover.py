@@ -87,6 +87,13 @@ def _spawn(store_url: str, concurrency: int, lease_ms: int, hang: bool) -> subpr
                             stderr=subprocess.DEVNULL)
 
 
+def _held(store: Any, run_id: str) -> bool:
+    """Whether `run_id`'s hanging step is held by a worker: its call beside the run (leased to
+    that worker's call executor), or the run itself while it runs an in-step effect."""
+    return bool(store.get_run(run_id).lease_owner) or any(
+        c.status == "running" for c in store.list_calls(run_id))
+
+
 def _wait(what: str, done: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -108,8 +115,8 @@ def measure(store_url: str, runs: int = 4, lease_ms: int = 2_000) -> Takeover:
     a = _spawn(store_url, runs, lease_ms, hang=True)
     b: subprocess.Popen[bytes] | None = None
     try:
-        _wait("worker A to lease every run",
-              lambda: all(runtime.get(i).lease_owner for i in ids), 60)
+        _wait("worker A to hold every run's call (calls run beside their runs)",
+              lambda: all(_held(store, i) for i in ids), 60)
         b = _spawn(store_url, runs, lease_ms, hang=False)
         time.sleep(1.0)  # B is up and polling (its imports are not part of the takeover)
         assert all(runtime.get(i).status == "active" for i in ids), "B took runs A still held"
