@@ -51,6 +51,7 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
     is_call,
+    leasable_calls,
 )
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine, Snapshot
@@ -478,10 +479,8 @@ class RunDriver:
         """The lease of the calls among a step's new `effects` to this driver's executor;
         none when the step also records effects its run executes itself: those run first
         (the calls are claimed once they are done, `Store.claim_calls`)."""
-        count = sum(1 for e in effects if is_call(e))
-        if count == 0 or self.calls is None or count < len(effects):
-            return None
-        return self.calls.lease(count)
+        count = leasable_calls(effects)
+        return None if count == 0 or self.calls is None else self.calls.lease(count)
 
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""

@@ -23,14 +23,13 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from persistence.calls import CallExecutor
 from persistence.runtime import KeyReuse, Runtime
-from persistence.stores import NewEffect, RunRecord
-from persistence.stores.base import is_call
+from persistence.stores import RunRecord
+from persistence.stores.base import is_call, leasable_calls
 from statecharts import Snapshot
 
 
@@ -83,7 +82,8 @@ class Inline:
         if record.lease_owner == driver.owner and \
                 driver.drive_started(record, effects, lambda: False, snapshot) is None:
             return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
-        if created and _calls_wait_for_actions(effects):
+        if created and not leasable_calls(effects) and any(is_call(e) for e in effects):
+            # (its calls wait for its first step's actions: not leased with the insert)
             driver.unleased_calls.add(record.id)
         ran = calls.run_until_idle(claim=False)  # its calls, each end recorded with its step
         while record.id in driver.unleased_calls:  # calls that waited for its actions
@@ -109,9 +109,3 @@ class Inline:
     def _as_stored(self, record: RunRecord, created: bool) -> InlineResult:
         return InlineResult(record.id, created, record.status, self.runtime.restore(record))
 
-
-
-def _calls_wait_for_actions(effects: Sequence[NewEffect]) -> bool:
-    """Whether a new run's first step recorded calls beside effects the run executes itself:
-    those run first, so its calls were not leased to the caller's executor with the insert."""
-    return any(is_call(e) for e in effects) and not all(is_call(e) for e in effects)

@@ -42,7 +42,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import TRANSIENT_PREFIX, is_call
+from persistence.stores.base import TRANSIENT_PREFIX, is_call, leasable_calls
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
@@ -484,8 +484,8 @@ class Runtime:
                                                                begun.traceparent, priority,
                                                                lease)  # fmt: skip
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
-            count = sum(1 for e in outbox if is_call(e))
-            if calls is not None and count and count == len(outbox):  # (actions run first)
+            count = leasable_calls(outbox)
+            if calls is not None and count:
                 run = dataclasses.replace(run, call_lease=calls.lease(count))
             record, created = self.store.create_run(run, outbox, now, children=children,
                                                     key_once=reuse == "use_existing")

@@ -362,6 +362,14 @@ def is_call(effect: NewEffect) -> bool:
     return effect.kind == CALL
 
 
+def leasable_calls(effects: Sequence[NewEffect]) -> int:
+    """How many of a step's calls may be leased to an executor in the step's own commit: all
+    of them, unless the step also records effects its run executes itself, which run first
+    (its calls are then claimed once those are done: `Calls.claim_calls`)."""
+    count = sum(1 for e in effects if is_call(e))
+    return count if count == len(effects) else 0
+
+
 def unowned_calls(effects: Sequence[NewEffect], lease: tuple[str, int] | None) -> bool:
     """Whether a step records calls no executor holds yet (any worker's may claim them: wake
     the workers)."""
