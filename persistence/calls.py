@@ -52,6 +52,7 @@ from persistence.stores import (
     RunNotFoundError,
     RunRecord,
     StoreError,
+    StoreUnavailableError,
 )
 from persistence.stores.base import run_of_outbox_key
 from persistence.telemetry import RunEvent, events
@@ -324,12 +325,29 @@ class CallExecutor:
                 self._finish_batch(batch)
 
     def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
-        for start in range(0, len(batch), FINISH_BATCH):
-            part = batch[start:start + FINISH_BATCH]
-            queued = self.runtime.store.finish_calls(part, self.runtime.clock.now())
+        """Record a burst of ends, each with the step that applies its result where its run
+        is at rest (`RunDriver.finish_calls`), up to `FINISH_BATCH` per transaction and one
+        end per run in each; a transaction the store refuses is recorded one end at a time."""
+        while batch:
+            part: list[tuple[CallFinish, str, dict[str, Any]]] = []
+            later: list[tuple[CallFinish, str, dict[str, Any]]] = []
+            runs: set[str] = set()
+            for end in batch:
+                fits = end[1] not in runs and len(part) < FINISH_BATCH
+                (part if fits else later).append(end)
+                runs.add(end[1])
+            batch = later
+            try:
+                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now())
+            except StoreUnavailableError:
+                raise
+            except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
+                log.info("calls %s: %d ends not written together (%s: %s); one by one",
+                         self.owner, len(part), type(exc).__name__, exc)  # fmt: skip
+                inbox_ids = [self._finish_one(*end) for end in part]
             self.finished += len(part)
-            for (finish, _, _), held in zip(part, queued):
-                if not held:
+            for (finish, _, _), inbox_id in zip(part, inbox_ids):
+                if not inbox_id:
                     log.info("call %s: ended after it was stopped; its result is dropped",
                              finish.key)  # fmt: skip
 
@@ -456,15 +474,19 @@ class CallExecutor:
         if self._batch is not None:
             self._batch.append((finish, call.run_id, event))
             return
-        try:
-            queued = self.driver.send(call.run_id, event, self.runtime.clock.now(),
-                                      finish=finish)  # fmt: skip
-        except (RunNotFoundError, RunFinishedError):
-            queued = 0
+        queued = self._finish_one(finish, call.run_id, event)
         self.finished += 1
         if not queued:
             log.info("call %s (%s): ended after it was stopped; its result is dropped",
                      call.idempotency_key, call.call_id)  # fmt: skip
+
+    def _finish_one(self, finish: CallFinish, run_id: str, event: dict[str, Any]) -> int:
+        """One call's end with the step of its result (`RunDriver.send`); its inbox id, 0
+        when the result was dropped."""
+        try:
+            return self.driver.send(run_id, event, self.runtime.clock.now(), finish=finish)
+        except (RunNotFoundError, RunFinishedError):
+            return 0
 
     def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
         self._released()

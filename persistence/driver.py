@@ -394,6 +394,41 @@ class RunDriver:
                 self._committed(x, done, commit, version, sent=True)
         return inbox_id
 
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]],
+                     now: int) -> list[int]:  # fmt: skip
+        """`send` with its `finish` for each of a burst of call ends (at most one per run), all
+        written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
+        `send` steps one; the inbox ids (0: a result dropped)."""
+        staged: dict[str, tuple[_Leased, _Step, StepCommit]] = {}
+
+        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
+            again = staged.pop(run.id, None)  # (the transaction is run again: computed again)
+            if again is not None:
+                self.telemetry.end_step(again[0].run, again[0].status, None, None)
+            found = self._fold(run, work)
+            if found is not None:
+                staged[run.id] = found
+            return None if found is None else found[2]
+
+        cancelled: list[str] = []
+        try:
+            sent = self.runtime.store.finish_calls(ends, now, step, cancelled)
+        except Exception:
+            for x, _, _ in staged.values():  # nothing was written
+                self.telemetry.end_step(x.run, x.status, None, None)
+            raise
+        self.telemetry.runs_cancelled(cancelled)
+        for (_, run_id, _), (_, version) in zip(ends, sent):
+            if version is None:
+                self.runtime.resting.moved(run_id)
+            found = staged.pop(run_id, None)
+            if found is not None:
+                if version is None:
+                    self.telemetry.end_step(found[0].run, found[0].status, None, None)
+                else:
+                    self._committed(*found, version, sent=True)
+        return [inbox_id for inbox_id, _ in sent]
+
     def _fold(self, run: RunRecord, work: PendingWork
               ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
         """The step a sent event (the last of `work.inbox`) takes in its send, or None to

@@ -1071,11 +1071,13 @@ class Calls(Protocol):
         ...
 
     def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
-                     now: int) -> list[bool]:  # fmt: skip
-        """Record many calls' ends (each `CallFinish` with its run id and result event) in one
-        transaction, each result queued in its run's inbox for a worker's step (as
-        `send_and_step` queues one it does not step); per end, whether it was queued (False:
-        its holder no longer held the call, the result is dropped)."""
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event) of a
+        burst of ends, all in one transaction (at most one end per run): per end, the inbox id
+        and the run's new version (None: queued for a worker; (0, None): dropped, its holder
+        no longer held the call)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:
