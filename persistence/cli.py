@@ -594,6 +594,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
     data = {
         **_row(run),
+        "error_traceback": store.error_traceback(run.id) if run.last_error else None,
         "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}

@@ -107,6 +107,8 @@ class RunDetailOut(RunSummary):
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
+    error_traceback: str | None = Field(
+        None, description="where the code that failed the run raised (with last_error)")
     children: list[RunSummary] = Field(default_factory=list,
                                        description="the child runs it started, newest first")
 
@@ -158,5 +160,5 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
         children=[summary(c) for c in detail.children],
-        journal_total=detail.journal_total,
+        journal_total=detail.journal_total, error_traceback=detail.traceback,
     )  # fmt: skip

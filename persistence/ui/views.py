@@ -222,6 +222,8 @@ class RunDetail:
     """The child runs this run started, newest first."""
     error_run: RunRecord | None = None
     """The error-workflow run started when this run failed, if any."""
+    traceback: str | None = None
+    """Where the code that failed the run raised (`Store.error_traceback`), if it did."""
 
     @property
     def active(self) -> bool:
@@ -248,6 +250,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
+        traceback=store.error_traceback(run_id) if run.last_error else None,
     )
 
 
