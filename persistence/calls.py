@@ -70,6 +70,8 @@ Outcome = Callable[[str, str | None], None]
 TIMEOUT_ERROR = CallTimeoutError.__name__
 HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
 LOST_ERROR = "CallAttemptsExhaustedError"
+FINISH_BATCH = 500
+"""At most this many call ends are recorded in one transaction (a burst of ends)."""
 
 
 @dataclass(slots=True)
@@ -119,6 +121,7 @@ class CallExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
+        self._batch: list[tuple[CallFinish, str, dict[str, Any]]] | None = None
         self.finished = 0
 
     # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
@@ -297,16 +300,37 @@ class CallExecutor:
         self._ended.put((running, result, error))
 
     def _settle(self) -> None:
-        """Record the calls that ended since the last look."""
+        """Record the calls that ended since the last look: one alone with the step that
+        applies its result (one transaction from rest); several (a burst of ends) all in one
+        transaction, their results queued for the worker's run threads, which step many runs
+        per commit (`_finish` batches while `_batch` is set)."""
+        ended: list[tuple[_Running, Any, BaseException | None]] = []
         while True:
             try:
-                running, result, error = self._ended.get_nowait()
+                ended.append(self._ended.get_nowait())
             except queue.Empty:
-                return
-            with self._lock:
-                self._running.pop(running.call.idempotency_key, None)
-            if not running.ended:
-                self._end(running, result, error)
+                break
+        self._batch = [] if len(ended) > 1 else None
+        try:
+            for running, result, error in ended:
+                with self._lock:
+                    self._running.pop(running.call.idempotency_key, None)
+                if not running.ended:
+                    self._end(running, result, error)
+        finally:
+            batch, self._batch = self._batch, None
+            if batch:
+                self._finish_batch(batch)
+
+    def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
+        for start in range(0, len(batch), FINISH_BATCH):
+            part = batch[start:start + FINISH_BATCH]
+            queued = self.runtime.store.finish_calls(part, self.runtime.clock.now())
+            self.finished += len(part)
+            for (finish, _, _), held in zip(part, queued):
+                if not held:
+                    log.info("call %s: ended after it was stopped; its result is dropped",
+                             finish.key)  # fmt: skip
 
     def _watch(self) -> None:
         """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
@@ -427,6 +451,9 @@ class CallExecutor:
         when the run is at rest (one transaction: `RunDriver.send`)."""
         self._released()
         finish = CallFinish(call.idempotency_key, self.owner, call.attempt, status, end)
+        if self._batch is not None:
+            self._batch.append((finish, call.run_id, event))
+            return
         try:
             queued = self.driver.send(call.run_id, event, self.runtime.clock.now(),
                                       finish=finish)  # fmt: skip

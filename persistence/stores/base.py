@@ -1080,6 +1080,14 @@ class Calls(Protocol):
         """Show on a call's run that the call failed transiently `attempt` times."""
         ...
 
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int) -> list[bool]:  # fmt: skip
+        """Record many calls' ends (each `CallFinish` with its run id and result event) in one
+        transaction, each result queued in its run's inbox for a worker's step (as
+        `send_and_step` queues one it does not step); per end, whether it was queued (False:
+        its holder no longer held the call, the result is dropped)."""
+        ...
+
     def list_calls(self, run_id: str) -> list[CallRecord]:
         """The run's calls, in the order they were recorded."""
         ...

@@ -1084,6 +1084,27 @@ class SQLRuns(SQLCalls, SQLDialect):
             cancelled.extend(ended)
         return int(inserted[0][0]), version
 
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int) -> list[bool]:  # fmt: skip
+        """`Calls.finish_calls`: each end recorded and its result queued as `send_and_step`
+        does when it leaves the event to a worker, all in one transaction; the runs are
+        named to this process's workers and every process's workers are woken."""
+        queued: list[bool] = []
+        with self._pipelined_write() as conn:
+            for finish, run_id, event in ends:
+                held = self._finish_in(conn, finish, now)
+                if held:
+                    held = bool(self._exec(conn, _QUEUE_EVENT, self._queued(
+                        self._id(run_id), event, now, None, finish.key)).fetchall())
+                queued.append(held)
+            if any(queued):
+                self._notify_in(conn, None)
+        wakeup = self.wakeup()
+        for (_, run_id, _), held in zip(ends, queued):
+            if held:
+                wakeup.notify(run_id)
+        return queued
+
 
 class SQLQueries(SQLDialect):
     """`RunQueries` in SQL: the operator's listings, counts and reports."""
