@@ -108,7 +108,8 @@ class RunDetailOut(RunSummary):
     journal: list[JournalOut]
     journal_total: int
     error_traceback: str | None = Field(
-        None, description="where the code that failed the run raised (with last_error)")
+        None, description="where the code that failed the run raised (an action, an assign, a "
+                          "guard; or the call whose error no state handled)")
     children: list[RunSummary] = Field(default_factory=list,
                                        description="the child runs it started, newest first")
 
@@ -160,5 +161,6 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
         children=[summary(c) for c in detail.children],
-        journal_total=detail.journal_total, error_traceback=detail.traceback,
+        journal_total=detail.journal_total,
+        error_traceback=None if detail.traceback is None else detail.traceback.text,
     )  # fmt: skip

@@ -1,8 +1,8 @@
 """Issue 44, the on-call view: a run that went on after an error (finished, or healthy again)
 does not show that error in red, in the UI or in `runs list`; a failed run's page links to the
-error-workflow run its failure started, and the traceback of the action that failed it (a
-named action from the outbox, an assign inside the step), as `runs show` does. On SQLite and
-PostgreSQL."""
+error-workflow run its failure started, and the traceback of the code that failed it (a
+named action from the outbox, an assign inside the step, a call's error no state handled), as
+`runs show` does. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def failing_machine() -> Any:
 def test_a_failed_runs_page_and_runs_show_give_the_traceback_of_the_action_that_failed_it(
         store: Store, clock: SimulatedClock, store_url: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    runtime = Runtime(store, [failing_machine()], clock=clock)
+    runtime = Runtime(store, [failing_machine(), *machines()], clock=clock)
     mailed, priced, healthy = (runtime.start("receipt") for _ in range(3))
     runtime.send(mailed, "MAIL")
     runtime.send(priced, {"type": "PRICE", "cents": 5})
@@ -160,6 +160,20 @@ def test_a_failed_runs_page_and_runs_show_give_the_traceback_of_the_action_that_
         assert shown["last_error"] == runtime.get(run_id).last_error
         assert line in shown["error_traceback"] and shown["error_traceback"].rstrip().endswith(
             "mail server down" if run_id == mailed else "KeyError: 'amount'")
+
+    # a run failed by a call's error no state handled: that call's last attempt's traceback
+    declined = runtime.start("order")
+    runtime.send(declined, "DECLINE")
+    Worker(runtime).run_until_idle()
+    order_client = TestClient(create_app(store, machines()))
+    page = order_client.get(f"/runs/{declined}").text
+    box = html.unescape(page[page.index('id="error-traceback"'):])
+    box = box[:box.index("</details>")]
+    assert "traceback of call 'order.declining:invocation[0]', attempt 1" in box, box
+    assert 'raise ValueError("card declined by issuer")' in box and "in declined" in box
+    assert "ValueError: ValueError" not in html.unescape(page)  # the calls table says it once
+    assert cli_main(["runs", "show", declined, "--store", store_url]) == 0
+    assert "in declined" in json.loads(capsys.readouterr().out)["error_traceback"]
 
     assert 'id="error-traceback"' not in client.get(f"/runs/{healthy}").text
     assert client.get(f"/api/runs/{healthy}").json()["error_traceback"] is None
