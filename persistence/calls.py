@@ -24,7 +24,6 @@ import logging
 import queue
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,6 +42,7 @@ from persistence.outbox import (
     _effect_key,
     invoke_of,
     running_call,
+    traceback_text,
 )
 from persistence.stores import (
     CallEnd,
@@ -59,7 +59,6 @@ from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
-from statecharts.frozen import storable_text
 
 if TYPE_CHECKING:
     from persistence.runtime import Runtime
@@ -431,8 +430,7 @@ class CallExecutor:
     def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
         """Write an executed call's end: a retry after a transient failure, else its result
         event queued for its run."""
-        trace = None if error is None else storable_text(
-            "".join(traceback.format_exception(error))[-8000:])  # fmt: skip
+        trace = None if error is None else traceback_text(error)
         name = None if executed.event is None or "error" not in executed.event else \
             str(executed.event["error"].get("name"))  # fmt: skip
         message = executed.outcome.error

@@ -777,12 +777,13 @@ class SQLRuns(SQLCalls, SQLDialect):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         ended: list[str] = []
         with self._write() as conn:
             failed = self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
-                                   attempt_count, ended)  # fmt: skip
+                                   attempt_count, ended, error_traceback)  # fmt: skip
         if cancelled is not None:
             cancelled.extend(ended)
         return failed
@@ -790,17 +791,19 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                 attempt_count: int | None, cancelled: list[str]) -> bool:  # fmt: skip
+                 attempt_count: int | None, cancelled: list[str],
+                 error_traceback: str | None = None) -> bool:  # fmt: skip
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
-            "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
+            "UPDATE workflow_runs SET status = 'error', last_error = ?, error_traceback = ?, "
+            "updated_at = ?, "
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
             "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
             "attempt_count = coalesce(?, attempt_count) "
             "WHERE id = ? AND lease_owner = ? RETURNING version, state, parent_run_id, "
             "parent_invoke_id",
-            (reason, ts, ts, ts, attempt_count, rid, owner),
+            (reason, error_traceback, ts, ts, ts, attempt_count, rid, owner),
         ).fetchall()
         if not rows:
             return False
@@ -934,6 +937,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         new_version = commit.expected_version + 1
         rid, ts = self._id(commit.run_id), self._t(now)
         lease_sql, lease_params = _lease_update(commit, self._t)
+        # named only by the rare step that fails its run with one: the hot statement as it was
+        traceback_sql, traceback_params = (" error_traceback = ?,", (commit.error_traceback,)) \
+            if commit.error_traceback is not None else ("", ())  # fmt: skip
         holder_params: tuple[Any, ...] = ()
         if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
             holder = "lease_owner IS NULL AND status = 'active'"
@@ -943,13 +949,14 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
             "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
-            " workflow_version = coalesce(?, workflow_version),"
+            f"{traceback_sql} workflow_version = coalesce(?, workflow_version),"
             " updated_at = ?, completed_at = coalesce(completed_at, ?), "
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
                 commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
-                commit.last_error, commit.workflow_version, ts, self._t(completed_at),
+                commit.last_error, *traceback_params, commit.workflow_version, ts,
+                self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
                 *holder_params,
             ),
@@ -1195,6 +1202,12 @@ class SQLQueries(SQLDialect):
             sql += " LIMIT ?"
             params += (last,)
         return [self._effect(r) for r in reversed(self._read(sql, params))]
+
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's failure, if any."""
+        rows = self._read("SELECT error_traceback FROM workflow_runs WHERE id = ?",
+                          (self._id(run_id),))  # fmt: skip
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
         """Journal rows of a run, oldest first (the newest `last` of them)."""
