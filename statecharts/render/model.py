@@ -58,6 +58,7 @@ class Arrow:
     raw: str
     mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
     changes: tuple[str, ...] = ()  # what changed on this arrow, "old → new"
+    fallback: bool = False  # unguarded, after guarded arrows for the same event
 
 
 @dataclass(frozen=True)
@@ -132,12 +133,15 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
              for node in nodes}
     arrows: list[Arrow] = []
     for node in nodes:
-        guarded: set[str | None] = set()  # events with a guarded branch seen so far
+        guarded: dict[str | None, bool] = {}  # events with a guarded branch seen so far,
+        # and whether a guard of theirs is drawn (then the fallback says "otherwise")
         for transition in (*node.transitions, *node.always):
-            otherwise = transition.guard is None and transition.event in guarded
+            fallback = transition.guard is None and transition.event in guarded
             if transition.guard is not None:
-                guarded.add(transition.event)
-            arrows.extend(_arrows(machine, transition, work, failed, otherwise))
+                guarded[transition.event] = guarded.get(transition.event, False) or \
+                    bool(labels.guard_phrase(transition.guard))
+            arrows.extend(replace(arrow, fallback=fallback) for arrow in _arrows(
+                machine, transition, work, failed, fallback and guarded[transition.event]))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
     arrows = _collapse_fallbacks(arrows, boxes)
@@ -150,9 +154,9 @@ FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in i
 
 
 def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
-    """Many unguarded arrows with the same words into one state, some of them "otherwise"
-    (an imported n8n workflow's "no items go on" from every node), become one line in that
-    state's box: the arrows that differ stay readable."""
+    """Many unguarded arrows with the same words into one state, some of them fallbacks
+    after guarded arrows (an imported n8n workflow's "no items go on" from every node), become
+    one line in that state's box: the arrows that differ stay readable."""
     groups: dict[tuple[StateNode, tuple[str, ...], str], list[Arrow]] = {}
     for arrow in arrows:
         lines = arrow.lines[:-1] if arrow.lines[-1:] == ("otherwise",) else arrow.lines
@@ -160,7 +164,7 @@ def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> lis
             groups.setdefault((arrow.target, lines, arrow.kind), []).append(arrow)
     dropped: set[int] = set()
     for (target, lines, _), group in groups.items():
-        if len(group) < FAN_IN or not any(a.lines[-1:] == ("otherwise",) for a in group):
+        if len(group) < FAN_IN or not any(a.fallback for a in group):
             continue
         dropped.update(id(arrow) for arrow in group)
         box = boxes[target]
@@ -431,7 +435,8 @@ def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tupl
     for transition in (*node.transitions, *node.always):
         then = labels.actions_phrase(transition.actions)
         if not transition.targets and then:
-            condition = f", {labels.guard_phrase(transition.guard)}" if transition.guard else ""
+            said = labels.guard_phrase(transition.guard) if transition.guard else ""
+            condition = f", {said}" if said else ""
             lines.append(f"on {_trigger(machine, transition, work)}{condition}: {then}")
     return tuple(lines)
 
@@ -473,7 +478,8 @@ def _transition_lines(machine: Machine, transition: Transition, work: Mapping[st
             retrying.is_skip_transition(transition):  # with or without retry
         lines.append("skip this item")
     if transition.guard is not None:
-        lines.append(labels.guard_phrase(transition.guard))
+        said = labels.guard_phrase(transition.guard)
+        lines += [said] if said else []
     elif otherwise and not _is_final_failure(transition):  # "still fails" says it already
         lines.append("otherwise")
     then = labels.actions_phrase(transition.actions)

@@ -151,8 +151,12 @@ def draw_svg(render: Any, machine: Machine, name: str) -> tuple[str | None, str 
     """The SVG of ``machine`` and a note for the user: dot's own layout, else (dot failed or
     ran past ``DOT_SECONDS``) the first of ``FALLBACK_LAYOUTS`` that renders, else no SVG.
     Drawing never stops an import: every other file is written either way."""
+    return svg_of_dot(render, render.to_dot(machine), name)
+
+
+def svg_of_dot(render: Any, source: str, name: str) -> tuple[str | None, str | None]:
+    """``draw_svg`` for the DOT text ``source`` (the diagram file ``name``)."""
     try:
-        source = render.to_dot(machine)
         return str(render.graphviz.svg(source, timeout=DOT_SECONDS)), None
     except render.GraphvizNotFound as exc:  # the Mermaid diagram is still written
         return None, f"note: no SVG diagram: {exc}"
