@@ -156,7 +156,8 @@ FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in i
 def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
     """Many unguarded arrows with the same words into one state, some of them fallbacks
     after guarded arrows (an imported n8n workflow's "no items go on" from every node), become
-    one line in that state's box: the arrows that differ stay readable."""
+    one line in that state's box: the arrows that differ stay readable. Two are enough when
+    all are fallbacks after guards drawn as nothing (``guards.described``)."""
     groups: dict[tuple[StateNode, tuple[str, ...], str], list[Arrow]] = {}
     for arrow in arrows:
         lines = arrow.lines[:-1] if arrow.lines[-1:] == ("otherwise",) else arrow.lines
@@ -164,7 +165,10 @@ def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> lis
             groups.setdefault((arrow.target, lines, arrow.kind), []).append(arrow)
     dropped: set[int] = set()
     for (target, lines, _), group in groups.items():
-        if len(group) < FAN_IN or not any(a.fallback for a in group):
+        # fallbacks after guards that say nothing (bookkeeping) are collapsed from two on:
+        # their arrows only repeat what each state's own arrows leave unsaid
+        quiet = all(a.lines[-1:] != ("otherwise",) for a in group)
+        if len(group) < (2 if quiet else FAN_IN) or not any(a.fallback for a in group):
             continue
         dropped.update(id(arrow) for arrow in group)
         box = boxes[target]

@@ -128,3 +128,21 @@ def test_node_names_are_titles_as_n8n_wrote_them() -> None:
     assert ('state "Customer Messenger - Send message to client with the code" as '
             's_customer_messenger_send_message_to') in text
     assert 'state "Valid?" as s_valid' in text
+
+
+def test_even_two_no_items_arrows_are_one_line_in_the_end_box() -> None:
+    # before: a short workflow drew "no items go on: the run ends / otherwise" out of each node
+    from statecharts.render import to_mermaid
+
+    def node(name: str, kind: str, x: int) -> dict[str, object]:
+        return {"name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 1,
+                "position": [x, 0], "parameters": {}}
+
+    data = {"nodes": [node("Go", "manualTrigger", 0), node("Fetch", "httpRequest", 200),
+                      node("Save", "set", 400)],
+            "connections": connections([("Go", 0, "Fetch", 0), ("Fetch", 0, "Save", 0)]),
+            "settings": {"executionOrder": "v1"}}
+    text = to_mermaid(build_machines(from_n8n(data, "short"))[0])
+    assert "s_done : from 3 states: no items go on: the run ends" in text
+    assert "--> s_done :" not in text
+    assert "s_fetch --> s_save : its items\n" in text
