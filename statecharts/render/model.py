@@ -59,6 +59,7 @@ class Arrow:
     mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
     changes: tuple[str, ...] = ()  # what changed on this arrow, "old → new"
     fallback: bool = False  # unguarded, after guarded arrows for the same event
+    routed: bool = False  # taken automatically when a guard drawn as nothing passes
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,13 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
             if transition.guard is not None:
                 guarded[transition.event] = guarded.get(transition.event, False) or \
                     bool(labels.guard_phrase(transition.guard))
-            arrows.extend(replace(arrow, fallback=fallback) for arrow in _arrows(
+            routed = transition.event is None and transition.guard is not None and \
+                not labels.guard_phrase(transition.guard)
+            arrows.extend(replace(arrow, fallback=fallback, routed=routed) for arrow in _arrows(
                 machine, transition, work, failed, fallback and guarded[transition.event]))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
-    arrows = _collapse_fallbacks(arrows, boxes)
+    arrows = _collapse_fan_out(_collapse_fallbacks(arrows, boxes), boxes)
     title = labels.sentence(labels.humanize(machine.id))
     return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
                    _columns(machine.root, arrows), _error_workflow(machine))
@@ -175,6 +178,33 @@ def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> lis
         words = " ".join(lines)
         boxes[target] = replace(box, details=(*box.details,
                                               f"from {len(group)} states: {words}"))
+    return [arrow for arrow in arrows if id(arrow) not in dropped]
+
+
+FAN_OUT = 8  # more automatic arrows than this out of one state, each picked by a guard
+# drawn as nothing, become one line in its box
+
+
+def _collapse_fan_out(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
+    """A state that goes on at once to any of many states, each picked by bookkeeping whose
+    guard is drawn as nothing and labelled alike (an imported n8n workflow's ``next_branch``
+    in n8n's legacy order: "resume 'X'" for whichever node its execution stack holds next),
+    says so in one line of its box, naming them, instead of an arrow across the chart to
+    each; its other arrows stay."""
+    routed: dict[tuple[StateNode, str], list[Arrow]] = {}
+    for arrow in arrows:
+        if arrow.routed and arrow.source is not arrow.target and arrow.lines:
+            word = arrow.lines[0].split(" ", 1)[0]
+            routed.setdefault((arrow.source, word), []).append(arrow)
+    dropped: set[int] = set()
+    for (source, word), group in routed.items():
+        if len(group) <= FAN_OUT:
+            continue
+        dropped.update(id(arrow) for arrow in group)
+        names = ", ".join(dict.fromkeys(boxes[a.target].title for a in group))
+        box = boxes[source]
+        boxes[source] = replace(box, details=(
+            *box.details, f"then one of {len(group)} ({word} …): {names}"))
     return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 

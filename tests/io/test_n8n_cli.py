@@ -284,26 +284,61 @@ def test_a_dot_that_makes_the_real_dot_fail_is_drawn_the_simpler_way() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None or
                     not corpus_files() or not _dot_version(),
                     reason="needs statecharts.render, the shared corpus and Graphviz")
-def test_a_real_export_graphviz_243_cannot_rank_is_drawn_in_one_column(tmp_path: Path) -> None:
-    # zie619 Splitout_1437 in n8n's legacy order (its executionOrder removed, as
-    # `make n8n-faithful` checks it): Graphviz 2.43 (Debian's) stops with "trouble in
-    # init_rank" on its diagram wrapped into columns, and lays it out in one column; before,
-    # the import crashed (then: drawn by neato, without ranks)
+def test_real_exports_graphviz_243_could_not_rank_are_drawn(tmp_path: Path) -> None:
+    # zie619 Webhook_1897 (v1) and Splitout_1437 (legacy: its executionOrder removed, as
+    # `make n8n-faithful` checks it): Graphviz 2.43 (Debian's) stopped with "trouble in
+    # init_rank" on their diagrams as drawn before (an arrow from next_branch to every node,
+    # each labelled "if current node is ..."); the import crashed. CANNOT_RANK above keeps
+    # such a DOT
     import json
 
     from tests.io.n8n_corpus import MORE
 
-    source = next(MORE.glob("zie619__Splitout_1437_*.json"), None)
-    if source is None:
-        pytest.skip(f"zie619__Splitout_1437 is not in {MORE}")
-    data = json.loads(source.read_text(encoding="utf-8"))
-    data["settings"].pop("executionOrder")
-    legacy = tmp_path / "legacy.json"
-    legacy.write_text(json.dumps(data))
-    done = _cli("import", legacy, "-o", tmp_path / "out", "--name", "w")
+    for pattern, legacy in (("zie619__Webhook_1897_*.json", False),
+                            ("zie619__Splitout_1437_*.json", True)):
+        source = next(MORE.glob(pattern), None)
+        if source is None:
+            pytest.skip(f"{pattern} is not in {MORE}")
+        data = json.loads(source.read_text(encoding="utf-8"))
+        if legacy:
+            data["settings"].pop("executionOrder")
+        path = tmp_path / source.name
+        path.write_text(json.dumps(data))
+        done = _cli("import", path, "-o", tmp_path / source.stem, "--name", "w")
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stderr  # drawn by dot as it is
+        assert (tmp_path / source.stem / "w.svg").read_text().lstrip().startswith(
+            ("<?xml", "<!--", "<svg"))
+
+
+COLUMNS_FAIL_DOT = """#!/bin/sh
+# stands in for a dot that cannot lay out a chart wrapped into columns
+if grep -q cluster_column; then
+    echo "Error: trouble in init_rank" >&2
+    exit 1
+fi
+echo '<svg xmlns="http://www.w3.org/2000/svg"><text>one column</text></svg>'
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
+                    reason="statecharts.render (the diagram renderer) is not here")
+def test_a_chart_dot_cannot_wrap_into_columns_is_drawn_by_dot_in_one_column(
+        tmp_path: Path) -> None:
+    # Code_0182 is deep enough to wrap into columns; dot on one strip keeps its ranks, which
+    # neato (the next fallback) does not
+    import os
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "dot").write_text(COLUMNS_FAIL_DOT)
+    (folder / "dot").chmod(0o755)
+    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n", "import",
+                           str(corpus_path("zie619__Code_0182")), "-o", str(tmp_path / "out"),
+                           "--name", "w"], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "out" / "w.svg").read_text().lstrip().startswith(("<?xml", "<!--",
-                                                                         "<svg"))
-    if "2.43" in _dot_version():
-        assert "warning: w.svg: Graphviz could not lay the diagram out (Error: trouble in " \
-            "init_rank); drawn in one column instead" in done.stderr
+    assert "warning: w.svg: Graphviz could not lay the diagram out (Error: trouble in " \
+        "init_rank); drawn in one column instead" in done.stderr
+    assert "one column" in (tmp_path / "out" / "w.svg").read_text()
