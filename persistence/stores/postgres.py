@@ -55,6 +55,16 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
+from persistence.stores.codec import (
+    CALL_PAYLOAD,
+    EFFECT_PAYLOAD,
+    EFFECT_RESULT,
+    EVENT,
+    JOURNAL,
+    SNAPSHOT,
+    KeyRing,
+    PayloadCodecError,
+)
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -139,6 +149,7 @@ class PostgresStore(SQLStore):
     # (the two-key form: a lock space apart from `_LOCK_TREE`'s one-key locks)
     _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
     _JSON_VERSION = "snapshot->>'version'"
+    _SEALED_KEY = "{column}->>'$enc'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", pg_notify({_CHANNEL}, '{_PROCESS}:' || run_id::text)"
@@ -330,9 +341,11 @@ class PostgresStore(SQLStore):
     ) -> tuple[RunRecord, bool]:
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
+        seal = _sealer(self._ring, _canonical(run.id))
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
+            "state": run.state, "snapshot": _json(seal(run.snapshot, SNAPSHOT)),
+            "status": run.status,
             "attempts": run.attempt_count, "now": now, "completed": completed_at,
             "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
             "traceparent": run.traceparent, "owner": run.lease_owner,
@@ -340,11 +353,12 @@ class PostgresStore(SQLStore):
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
-                               "kind": e.kind, "payload": e.payload}
+                               "kind": e.kind, "payload": seal(e.payload, EFFECT_PAYLOAD)}
                               for e in effects if not is_call(e)]),
         }  # fmt: skip
         calls = [{"k": idempotency_key(_canonical(run.id), 1, e.index), "id": e.payload.get("id"),
-                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
+                  "payload": seal(e.payload, CALL_PAYLOAD)} for e in effects
+                 if is_call(e)]  # fmt: skip
         if calls:
             owner, until = run.call_lease if run.call_lease is not None else (None, None)
             params.update(calls=_json(calls), call_owner=owner, call_lease=until,
@@ -390,9 +404,7 @@ class PostgresStore(SQLStore):
         if found is None:
             return runs, {}
         items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
-        return runs, {run.id: PendingWork([self._pending_effect(run.id, e) for e in effects],
-                                          [self._pending_event(run.id, i) for i in inbox])
-                      for run in runs for effects, inbox in [items[run.id]]}  # fmt: skip
+        return runs, {run.id: self._pending(run.id, *items[run.id]) for run in runs}
 
     def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
         """The existing runs among `run_ids` with their pending work, in one statement and
@@ -401,20 +413,29 @@ class PostgresStore(SQLStore):
         if not ids:
             return []
         rows = self._rows(_READ_WORK, {"ids": ids})
-        return [(self._run(r[:-2]), PendingWork([self._pending_effect(r[0], e) for e in r[-2]],
-                                                [self._pending_event(r[0], i) for i in r[-1]]))
-                for r in rows]  # fmt: skip
+        return [(self._run(r[:-2]), self._pending(r[0], r[-2], r[-1])) for r in rows]
+
+    def _pending(self, run_id: str, effects: list[Any], inbox: list[Any]) -> PendingWork:
+        """A run's pending work as `_WORK_ARRAYS` aggregates it; a payload that does not open
+        (a missing key) makes it the work's `problem`, for the run to be failed with."""
+        try:
+            return PendingWork([self._pending_effect(run_id, e) for e in effects],
+                               [self._pending_event(run_id, i) for i in inbox])  # fmt: skip
+        except PayloadCodecError as exc:
+            return PendingWork([], [], str(exc))
 
     def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
         key, step, index, kind, payload, status, result, error, created, updated = item
-        return EffectRecord(key, run_id, step, index, kind, payload, status, result, error,
-                            created, updated)  # fmt: skip
+        return EffectRecord(key, run_id, step, index, kind,
+                            self._open(payload, run_id, EFFECT_PAYLOAD), status,
+                            None if result is None else self._open(result, run_id, EFFECT_RESULT),
+                            error, created, updated)  # fmt: skip
 
     def _pending_event(self, run_id: str, item: list[Any]) -> InboxEvent:
         """An inbox row as `_lease` aggregates it (`_INBOX_ITEM`)."""
         inbox_id, event, created, traceparent = item
-        return InboxEvent(inbox_id, run_id, event, created, traceparent)
+        return InboxEvent(inbox_id, run_id, self._open(event, run_id, EVENT), created, traceparent)
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
@@ -444,7 +465,8 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now)).fetchall())
+        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now, self._ring))
+                       .fetchall())  # fmt: skip
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -457,7 +479,7 @@ class PostgresStore(SQLStore):
         if _has_extras(commit):  # (they need to know it was written)
             return super()._commit_later_in(conn, commit, now, cancelled)
         run_id = _uuid(commit.run_id)
-        sql, params = _steps_statement([commit], [run_id], now)
+        sql, params = _steps_statement([commit], [run_id], now, self._ring)
         cursor = conn.execute(_encoded(sql), params)
         return lambda: dict(cursor.fetchall()).get(run_id)
 
@@ -511,7 +533,7 @@ class PostgresStore(SQLStore):
                 or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
             return None
         check_status(commit.status)
-        sql, params = _from_rest_statement(commit, rest, now, finish)
+        sql, params = _from_rest_statement(commit, rest, now, self._ring, finish)
         with self._pipelined_write() as conn:
             _execute(conn, _LOCK_RUN, (params["id"],))
             cursor = conn.execute(_encoded(sql), params)
@@ -656,11 +678,15 @@ def _store_error(exc: BaseException) -> BaseException:
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     from_rest: str | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+                     ring: KeyRing | None, from_rest: str | None = None
+                     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
-    commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set."""
+    commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set; its
+    payloads sealed by `ring` when there is one."""
     one = len(commits) == 1
     params = _steps_params(commits, now, with_runs=not one)
+    if ring is not None:
+        _seal_rows(params, ring)
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
                "calls": params["calls"], "stops": params["stops"],
@@ -672,18 +698,20 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
         params["ids"] = _uuid_array(ids)
         return _steps_sql(parts, "batch"), params
     commit = commits[0]
-    params.update(_run_params(commit, ids[0], now))
+    params.update(_run_params(commit, ids[0], now, ring))
     if from_rest:
         return _steps_sql(parts, from_rest), params
     form = ("release" if commit.release else "keep", commit.unleased, bool(commit.effect_outcomes))
     return _steps_sql(parts, form), params
 
 
-def _run_params(commit: StepCommit, run_id: str, now: int) -> dict[str, Any]:
+def _run_params(commit: StepCommit, run_id: str, now: int,
+                ring: KeyRing | None) -> dict[str, Any]:  # fmt: skip
     """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
     completed_at, failed_at = completion_times(commit.status, now)
+    snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id, SNAPSHOT)
     return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
-            "state": commit.state, "snapshot": _json(commit.snapshot), "status": commit.status,
+            "state": commit.state, "snapshot": _json(snapshot), "status": commit.status,
             "attempts": commit.attempt_count, "last_error": commit.last_error,
             "wv": commit.workflow_version, "completed": completed_at, "failed": failed_at,
             "lease": commit.lease_until, "wake": commit.wake_at,
@@ -697,13 +725,16 @@ def _uuid_array(ids: list[str]) -> str:
     return "{" + ",".join(ids) + "}"
 
 
-def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
+def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int, ring: KeyRing | None,
                          finish: CallFinish | None = None
                          ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters; with
-    `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`)."""
-    sql, params = _steps_statement([commit], [_uuid(rest.id)], now,
+    `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`).
+    A sealed snapshot is never sealed twice alike (a new nonce each time), so with a `ring`
+    the row is matched by its version alone (`was` NULL): an envelope cannot be edited by
+    hand into another valid one, and one rewritten by `reencrypt` holds the same value."""
+    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, ring,
                                    from_rest="finish" if finish else "rest")  # fmt: skip
     if finish is not None:
         end = finish.end
@@ -713,7 +744,8 @@ def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
             else None, outcome=end.outcome, error_name=end.error_name, message=end.message,
             traceback=end.traceback)  # fmt: skip
     params.update(
-        was=_json(rest.snapshot), was_version=rest.workflow_version,
+        was=None if ring is not None else _json(rest.snapshot),
+        was_version=rest.workflow_version,
         due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
     return sql, params
 
@@ -946,7 +978,8 @@ _FROM_REST_RUN = """
 WITH run AS (""" + _ONE_RUN_SET + f"""
         wake_at = {_at("wake")}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND r.lease_owner IS NULL
-      AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
+      AND r.status = 'active' AND r.snapshot = coalesce(%(was)s, r.snapshot)
+      AND r.workflow_version = %(was_version)s
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
@@ -1147,6 +1180,26 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "calls": calls, "stops": stops, "journal": journal, "dead": dead,
             "now": now}  # fmt: skip
+
+
+def _sealer(ring: KeyRing | None, run_id: str) -> Callable[[Any, str], Any]:
+    """A function sealing a value for a column of run `run_id` (the value as it is without
+    a `ring`)."""
+    if ring is None:
+        return lambda value, column: value
+    return lambda value, column: ring.seal(value, run_id, column)
+
+
+def _seal_rows(params: dict[str, Any], ring: KeyRing) -> None:
+    """The payloads of `_steps_params`' row sets sealed in place, each for its run."""
+    for rows, field, column in ((params["steps"], "snapshot", SNAPSHOT),
+                                (params["outcomes"], "r", EFFECT_RESULT),
+                                (params["effects"], "payload", EFFECT_PAYLOAD),
+                                (params["calls"], "payload", CALL_PAYLOAD),
+                                (params["journal"], "event", JOURNAL)):  # fmt: skip
+        for row in rows:
+            run_id = _uuid(row["id"] if field == "snapshot" else row["run"])
+            row[field] = ring.seal(row[field], run_id, column)
 
 
 def _canonical(run_id: str) -> str:
