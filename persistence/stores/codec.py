@@ -45,6 +45,9 @@ _KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _KEY_SIZES = (16, 24, 32)
 _NONCE_BYTES = 12
 
+ENCRYPTED = "<encrypted>"
+"""The `type` of what a payload reads as without its key, for display (`shown_sealed`)."""
+
 SNAPSHOT = "snapshot"
 EFFECT_PAYLOAD = "effect.payload"
 EFFECT_RESULT = "effect.result"
@@ -116,9 +119,9 @@ class KeyRing:
         if not keys:
             raise KeyConfigError("a key ring needs at least one key")
         self._ciphers: dict[str, Any] = {}
-        for key_id, key in keys:
-            if not _KEY_ID.match(key_id):
-                raise KeyConfigError(f"key id {key_id!r}: use 1-32 of A-Z a-z 0-9 _ . -")
+        for n, (key_id, key) in enumerate(keys, 1):
+            if not _KEY_ID.match(key_id):  # (not shown: it may be a key given the wrong way round)
+                raise KeyConfigError(f"key id of entry {n} is not 1-32 of A-Z a-z 0-9 _ . -")
             if len(key) not in _KEY_SIZES:
                 raise KeyConfigError(f"key {key_id!r}: {len(key)} bytes; an AES key is 16, 24 "
                                      "or 32 bytes (32 recommended)")  # fmt: skip
@@ -177,12 +180,13 @@ def open_payload(ring: KeyRing | None, value: Any, run_id: str, column: str) -> 
     return ring.open(value, run_id, column)
 
 
-def shown_sealed(error: PayloadCodecError) -> str:
-    """What a reader without the key sees in place of a payload (UI, `runs show`)."""
+def shown_sealed(error: PayloadCodecError) -> dict[str, str]:
+    """What a reader without the key sees in place of a payload (UI, `runs show`): an object
+    shaped like an event, so that views reading a payload's `type` show it as encrypted."""
     key_id = getattr(error, "key_id", "?")
     if isinstance(error, PayloadKeyError):
-        return f"<encrypted: key {key_id} not configured>"
-    return f"<encrypted: does not decrypt under key {key_id}>"
+        return {"type": ENCRYPTED, "encrypted": f"key {key_id} not configured here"}
+    return {"type": ENCRYPTED, "encrypted": f"does not decrypt under key {key_id}"}
 
 
 def parse_keys(text: str, source: str) -> KeyRing:
@@ -199,7 +203,7 @@ def parse_keys(text: str, source: str) -> KeyRing:
         try:
             key = base64.b64decode(encoded.strip(), validate=True)
         except (binascii.Error, ValueError):
-            raise KeyConfigError(f"{source}: key {key_id.strip()!r} is not base64") from None
+            raise KeyConfigError(f"{source}: the key of entry {n} is not base64") from None
         pairs.append((key_id.strip(), key))
     if not pairs:
         raise KeyConfigError(f"{source}: no keys")

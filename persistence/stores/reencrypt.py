@@ -85,7 +85,7 @@ class SQLReencrypt(SQLDialect):
         with self._write() as conn:
             rows = self._exec(
                 conn,
-                f"SELECT {keys}, {run_column}{self._TEXT_ID}, {column} FROM {table} "
+                f"SELECT {keys}, {run_column}{self._TEXT_ID} AS of_run, {column} FROM {table} "
                 f"WHERE {where} ORDER BY {keys} LIMIT ?", (*params, batch)).fetchall()
             for row in rows:
                 *pk, run_id, stored = row

@@ -32,7 +32,8 @@ keeper = create_machine({
                "quit": {"type": "final"}},
     "output": lambda c, e: {"heard": c["heard"], "card": c["card"]},
 }, actions={"hear": assign({"heard": lambda c, e: [*c["heard"], e["secret"]]}),
-            "answer": send_parent(lambda c, e: {"type": "PONG", "secret": e["secret"]})})  # fmt: skip
+            "answer": send_parent(lambda c, e: {"type": "PONG",
+                                                "secret": e["secret"]})})  # fmt: skip
 """The child run: hears the secret from its parent and answers with it."""
 
 vault = create_machine({
