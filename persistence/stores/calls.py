@@ -21,6 +21,7 @@ call over (the same idempotency key, the next attempt).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from persistence.stores.base import (
@@ -35,7 +36,7 @@ from persistence.stores.base import (
     is_call,
     run_of_outbox_key,
 )
-from persistence.stores.codec import CALL_DETAILS, CALL_PAYLOAD, PayloadCodecError
+from persistence.stores.codec import Column, PayloadCodecError
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -69,7 +70,8 @@ class SQLCalls(SQLDialect):
                 "INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, "
                 "status, attempt, owner, lease_expires_at, available_at, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, rid, step, str(e.payload.get("id")), self._seal(e.payload, rid, CALL_PAYLOAD),
+                (key, rid, step, str(e.payload.get("id")),
+                 self._seal(e.payload, rid, Column.CALL_PAYLOAD),
                  "pending" if owner is None else "running", 0 if owner is None else 1, owner,
                  self._t(until), ts, ts, ts),
             )  # fmt: skip
@@ -211,7 +213,8 @@ class SQLCalls(SQLDialect):
                     "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
                     "AND status = 'running' RETURNING 1",
                     (expires, ts, None if details is None else self._seal(
-                        details, self._id(run_of_outbox_key(key)), CALL_DETAILS), key, owner),
+                        details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS), key,
+                     owner),
                 ).fetchall()  # fmt: skip
                 if rows:
                     kept.add(key)
@@ -318,11 +321,12 @@ class SQLCalls(SQLDialect):
         values = list(row)
         problem = None
         try:
-            values[4] = self._open(values[4], values[1], CALL_PAYLOAD)
+            values[4] = self._open(values[4], values[1], Column.CALL_PAYLOAD)
             values[10] = None if values[10] is None else self._open(values[10], values[1],
-                                                                    CALL_DETAILS)
+                                                                    Column.CALL_DETAILS)
         except PayloadCodecError as exc:
             problem, values[4], values[10] = str(exc), {}, None
         values[8], values[9] = self._ms(values[8]), self._ms(values[9])
         values[12], values[13] = self._ms(values[12]), self._ms(values[13])
-        return CallRecord(*values, problem=problem)
+        record = CallRecord(*values)
+        return record if problem is None else replace(record, problem=problem)

@@ -32,6 +32,7 @@ import os
 import re
 import secrets
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +49,18 @@ _NONCE_BYTES = 12
 ENCRYPTED = "<encrypted>"
 """The `type` of what a payload reads as without its key, for display (`shown_sealed`)."""
 
-SNAPSHOT = "snapshot"
-EFFECT_PAYLOAD = "effect.payload"
-EFFECT_RESULT = "effect.result"
-EVENT = "inbox.event"
-JOURNAL = "journal.event"
-CALL_PAYLOAD = "call.payload"
-CALL_DETAILS = "call.details"
-"""The sealed columns' names in the associated data (dead letters are inbox rows: `EVENT`)."""
+
+
+class Column(StrEnum):
+    """The sealed columns, as named in the associated data (dead letters are inbox rows)."""
+
+    SNAPSHOT = "snapshot"
+    EFFECT_PAYLOAD = "effect.payload"
+    EFFECT_RESULT = "effect.result"
+    EVENT = "inbox.event"
+    JOURNAL = "journal.event"
+    CALL_PAYLOAD = "call.payload"
+    CALL_DETAILS = "call.details"
 
 
 class PayloadCodecError(StoreError):
@@ -149,7 +154,7 @@ class KeyRing:
         nonce = os.urandom(_NONCE_BYTES)
         sealed = self._sealer.encrypt(nonce, plain, aad(run_id, column))
         envelope: dict[str, Any] = {SEALED: self.current, "n": _b64(nonce), "ct": _b64(sealed)}
-        if column == SNAPSHOT and type(value) is dict and "version" in value:
+        if column == Column.SNAPSHOT and type(value) is dict and "version" in value:
             envelope["version"] = value["version"]
         return envelope
 

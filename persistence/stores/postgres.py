@@ -55,16 +55,7 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
-from persistence.stores.codec import (
-    CALL_PAYLOAD,
-    EFFECT_PAYLOAD,
-    EFFECT_RESULT,
-    EVENT,
-    JOURNAL,
-    SNAPSHOT,
-    KeyRing,
-    PayloadCodecError,
-)
+from persistence.stores.codec import Column, KeyRing, PayloadCodecError
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -344,7 +335,7 @@ class PostgresStore(SQLStore):
         seal = _sealer(self._ring, _canonical(run.id))
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": _json(seal(run.snapshot, SNAPSHOT)),
+            "state": run.state, "snapshot": _json(seal(run.snapshot, Column.SNAPSHOT)),
             "status": run.status,
             "attempts": run.attempt_count, "now": now, "completed": completed_at,
             "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
@@ -353,11 +344,11 @@ class PostgresStore(SQLStore):
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
             "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
-                               "kind": e.kind, "payload": seal(e.payload, EFFECT_PAYLOAD)}
+                               "kind": e.kind, "payload": seal(e.payload, Column.EFFECT_PAYLOAD)}
                               for e in effects if not is_call(e)]),
         }  # fmt: skip
         calls = [{"k": idempotency_key(_canonical(run.id), 1, e.index), "id": e.payload.get("id"),
-                  "payload": seal(e.payload, CALL_PAYLOAD)} for e in effects
+                  "payload": seal(e.payload, Column.CALL_PAYLOAD)} for e in effects
                  if is_call(e)]  # fmt: skip
         if calls:
             owner, until = run.call_lease if run.call_lease is not None else (None, None)
@@ -428,14 +419,16 @@ class PostgresStore(SQLStore):
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
         key, step, index, kind, payload, status, result, error, created, updated = item
         return EffectRecord(key, run_id, step, index, kind,
-                            self._open(payload, run_id, EFFECT_PAYLOAD), status,
-                            None if result is None else self._open(result, run_id, EFFECT_RESULT),
+                            self._open(payload, run_id, Column.EFFECT_PAYLOAD), status,
+                            None if result is None
+                            else self._open(result, run_id, Column.EFFECT_RESULT),
                             error, created, updated)  # fmt: skip
 
     def _pending_event(self, run_id: str, item: list[Any]) -> InboxEvent:
         """An inbox row as `_lease` aggregates it (`_INBOX_ITEM`)."""
         inbox_id, event, created, traceparent = item
-        return InboxEvent(inbox_id, run_id, self._open(event, run_id, EVENT), created, traceparent)
+        return InboxEvent(inbox_id, run_id, self._open(event, run_id, Column.EVENT), created,
+                          traceparent)  # fmt: skip
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
@@ -709,7 +702,8 @@ def _run_params(commit: StepCommit, run_id: str, now: int,
                 ring: KeyRing | None) -> dict[str, Any]:  # fmt: skip
     """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
     completed_at, failed_at = completion_times(commit.status, now)
-    snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id, SNAPSHOT)
+    snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id,
+                                                              Column.SNAPSHOT)  # fmt: skip
     return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
             "state": commit.state, "snapshot": _json(snapshot), "status": commit.status,
             "attempts": commit.attempt_count, "last_error": commit.last_error,
@@ -1192,11 +1186,11 @@ def _sealer(ring: KeyRing | None, run_id: str) -> Callable[[Any, str], Any]:
 
 def _seal_rows(params: dict[str, Any], ring: KeyRing) -> None:
     """The payloads of `_steps_params`' row sets sealed in place, each for its run."""
-    for rows, field, column in ((params["steps"], "snapshot", SNAPSHOT),
-                                (params["outcomes"], "r", EFFECT_RESULT),
-                                (params["effects"], "payload", EFFECT_PAYLOAD),
-                                (params["calls"], "payload", CALL_PAYLOAD),
-                                (params["journal"], "event", JOURNAL)):  # fmt: skip
+    for rows, field, column in ((params["steps"], "snapshot", Column.SNAPSHOT),
+                                (params["outcomes"], "r", Column.EFFECT_RESULT),
+                                (params["effects"], "payload", Column.EFFECT_PAYLOAD),
+                                (params["calls"], "payload", Column.CALL_PAYLOAD),
+                                (params["journal"], "event", Column.JOURNAL)):  # fmt: skip
         for row in rows:
             run_id = _uuid(row["id"] if field == "snapshot" else row["run"])
             row[field] = ring.seal(row[field], run_id, column)

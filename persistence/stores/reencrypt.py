@@ -14,32 +14,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from persistence.stores.base import ReencryptReport
-from persistence.stores.codec import (
-    CALL_DETAILS,
-    CALL_PAYLOAD,
-    EFFECT_PAYLOAD,
-    EFFECT_RESULT,
-    EVENT,
-    JOURNAL,
-    SNAPSHOT,
-    KeyConfigError,
-    PayloadCodecError,
-    sealed_key,
-)
+from persistence.stores.codec import Column, KeyConfigError, PayloadCodecError, sealed_key
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
 else:
     SQLDialect = object
 
+_EFFECT_KEY = ("run_id", "step", "effect_index")
 PAYLOAD_COLUMNS: tuple[tuple[str, tuple[str, ...], str, str, str], ...] = (
-    ("workflow_runs", ("id",), "id", "snapshot", SNAPSHOT),
-    ("workflow_effects", ("run_id", "step", "effect_index"), "run_id", "payload", EFFECT_PAYLOAD),
-    ("workflow_effects", ("run_id", "step", "effect_index"), "run_id", "result", EFFECT_RESULT),
-    ("workflow_inbox", ("id",), "run_id", "event", EVENT),
-    ("workflow_events", ("run_id", "id"), "run_id", "event", JOURNAL),
-    ("workflow_calls", ("idempotency_key",), "run_id", "payload", CALL_PAYLOAD),
-    ("workflow_calls", ("idempotency_key",), "run_id", "details", CALL_DETAILS),
+    ("workflow_runs", ("id",), "id", "snapshot", Column.SNAPSHOT),
+    ("workflow_effects", _EFFECT_KEY, "run_id", "payload", Column.EFFECT_PAYLOAD),
+    ("workflow_effects", _EFFECT_KEY, "run_id", "result", Column.EFFECT_RESULT),
+    ("workflow_inbox", ("id",), "run_id", "event", Column.EVENT),
+    ("workflow_events", ("run_id", "id"), "run_id", "event", Column.JOURNAL),
+    ("workflow_calls", ("idempotency_key",), "run_id", "payload", Column.CALL_PAYLOAD),
+    ("workflow_calls", ("idempotency_key",), "run_id", "details", Column.CALL_DETAILS),
 )
 """Every sealed column: (table, primary key, run-id column, column, its name in the associated
 data)."""

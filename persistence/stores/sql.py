@@ -73,17 +73,7 @@ from persistence.stores.base import (
 )
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
-from persistence.stores.codec import (
-    EFFECT_PAYLOAD,
-    EFFECT_RESULT,
-    EVENT,
-    JOURNAL,
-    SNAPSHOT,
-    KeyRing,
-    PayloadCodecError,
-    open_payload,
-    shown_sealed,
-)
+from persistence.stores.codec import Column, KeyRing, PayloadCodecError, open_payload, shown_sealed
 from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -367,13 +357,13 @@ class SQLDialect:
                 return
             child = str(found[0][0])
             self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
-                       "(?, ?, ?)", (child, self._seal(delivery.event, child, EVENT), ts))
+                       "(?, ?, ?)", (child, self._seal(delivery.event, child, Column.EVENT), ts))
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
             return
         parent_id = self._id(delivery.parent)
-        event = self._seal(delivery.event, parent_id, EVENT)
+        event = self._seal(delivery.event, parent_id, Column.EVENT)
         sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
                "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
                "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
@@ -395,8 +385,8 @@ class SQLDialect:
         ts = self._t(now)
         self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
                    "dead_reason) VALUES (?, ?, ?, ?, ?)",
-                   (self._id(run_id), self._seal(delivery.event, self._id(run_id), EVENT), ts,
-                    ts, reason))  # fmt: skip
+                   (self._id(run_id), self._seal(delivery.event, self._id(run_id), Column.EVENT),
+                    ts, ts, reason))  # fmt: skip
 
     def _run(self, row: Sequence[Any], previous_owner: str | None = None,
              due_at: Any = None) -> RunRecord:  # fmt: skip
@@ -410,22 +400,23 @@ class SQLDialect:
     def _opener(self, value: Any, run_id: str) -> Any:
         """A sealed snapshot opened (`parse_run` makes a `PayloadCodecError` the row's
         problem: the run is shown so, and failed by its next claim)."""
-        return open_payload(self._ring, value, run_id, SNAPSHOT)
+        return open_payload(self._ring, value, run_id, Column.SNAPSHOT)
 
     def _effect(self, row: Sequence[Any]) -> EffectRecord:
         values = list(row)
-        values[5] = self._open(values[5], values[1], EFFECT_PAYLOAD)
-        values[7] = None if values[7] is None else self._open(values[7], values[1], EFFECT_RESULT)
+        values[5] = self._open(values[5], values[1], Column.EFFECT_PAYLOAD)
+        values[7] = None if values[7] is None else self._open(values[7], values[1],
+                                                              Column.EFFECT_RESULT)
         values[9], values[10] = self._ms(values[9]), self._ms(values[10])
         return EffectRecord(*values)
 
     def _inbox(self, row: Sequence[Any]) -> InboxEvent:
         i, r, e, c, tp = row
-        return InboxEvent(i, r, self._open(e, r, EVENT), self._ms(c), tp)
+        return InboxEvent(i, r, self._open(e, r, Column.EVENT), self._ms(c), tp)
 
     def _dead(self, row: Sequence[Any]) -> DeadLetter:
         i, r, e, c, d, why = row
-        return DeadLetter(i, r, self._open(e, r, EVENT), self._ms(c), self._ms(d), why)
+        return DeadLetter(i, r, self._open(e, r, Column.EVENT), self._ms(c), self._ms(d), why)
 
 
 class SQLRuns(SQLCalls, SQLDialect):
@@ -465,7 +456,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
-                self._seal(run.snapshot, self._id(run.id), SNAPSHOT), run.status,
+                self._seal(run.snapshot, self._id(run.id), Column.SNAPSHOT), run.status,
                 run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
                 self._t(run.wake_at), run.lease_owner,
@@ -511,7 +502,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
             [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._seal(e.payload, rid, EFFECT_PAYLOAD), self._t(now), self._t(now))
+              self._seal(e.payload, rid, Column.EFFECT_PAYLOAD), self._t(now), self._t(now))
              for e in effects if not is_call(e)],
         )  # fmt: skip
 
@@ -565,7 +556,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             return "finished"
         if owner is not None and expires is not None and self._ms(expires) > now:
             self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
-                       "VALUES (?, ?, ?)", (rid, self._seal(cancel_event(reason), rid, EVENT), ts))
+                       "VALUES (?, ?, ?)",
+                       (rid, self._seal(cancel_event(reason), rid, Column.EVENT), ts))
             return "requested"
         self._exec(
             conn,
@@ -578,7 +570,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
             "WHERE run_id = ? AND status = 'pending'",
-            (self._seal("cancelled", rid, EFFECT_RESULT), ts, rid),
+            (self._seal("cancelled", rid, Column.EFFECT_RESULT), ts, rid),
         )
         self._dead_letter(conn, rid, "cancelled", ts)
         self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
@@ -630,7 +622,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, step, self._seal(dict(event), run_id, JOURNAL), state, state, ts),
+            (run_id, step, self._seal(dict(event), run_id, Column.JOURNAL), state, state, ts),
         )
 
     def _dead_letter(self, conn: Any, run_id: str, status: str, ts: Any) -> None:
@@ -701,7 +693,8 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
                 call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip
         """`_QUEUE_EVENT`'s parameters (`call_key`: the call whose result it is)."""
-        return (self._seal(dict(event), rid, EVENT), self._t(now), traceparent, call_key, rid)
+        return (self._seal(dict(event), rid, Column.EVENT), self._t(now), traceparent, call_key,
+                rid)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -881,7 +874,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
                 "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
                 f"RETURNING {self.RUN_COLUMNS}",
-                (self._seal(dict(snapshot), rid, SNAPSHOT), state, ts, ts, rid, expected_version),
+                (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, ts, ts, rid,
+                 expected_version),
             ).fetchall()
             if not rows:
                 raise RunFinishedError(f"run {run_id} is not failed at version "
@@ -911,7 +905,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                                 f"{rows[0][0]}; try again when it is idle")  # fmt: skip
         queued = self._exec(conn, "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND "
                             "dead_at IS NULL ORDER BY id", (pid,)).fetchall()
-        ids = [i for i, event in queued if self._open(event, pid, EVENT).get("type") == event_type]
+        ids = [i for i, event in queued
+               if self._open(event, pid, Column.EVENT).get("type") == event_type]
         if not rows or not ids:
             raise ConflictError(f"run {run_id}: its parent run {parent} already took its "
                                 f"result ({event_type}); resuming it would report a second one")
@@ -995,7 +990,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
-                commit.state, self._seal(commit.snapshot, rid, SNAPSHOT), commit.status,
+                commit.state, self._seal(commit.snapshot, rid, Column.SNAPSHOT), commit.status,
                 commit.attempt_count,
                 commit.last_error, commit.workflow_version, ts, self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
@@ -1013,8 +1008,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 conn,
                 "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
                 "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
-                (outcome.status, self._seal(outcome.result, rid, EFFECT_RESULT), outcome.error, ts,
-                 outcome.idempotency_key, rid),
+                (outcome.status, self._seal(outcome.result, rid, Column.EFFECT_RESULT),
+                 outcome.error, ts, outcome.idempotency_key, rid),
             )  # fmt: skip
             if done.rowcount != 1:
                 raise ConflictError(
@@ -1037,7 +1032,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [(rid, new_version, self._seal(j.event, rid, JOURNAL), j.state_before,
+            [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
               j.state_after, ts)
              for j in commit.journal],
         )  # fmt: skip
@@ -1255,7 +1250,7 @@ class SQLQueries(SQLDialect):
         if last is not None:
             sql += " LIMIT ?"
             params += (last,)
-        return [EventRecord(i, r, s, self._open(e, r, JOURNAL), b, a, self._ms(c))
+        return [EventRecord(i, r, s, self._open(e, r, Column.JOURNAL), b, a, self._ms(c))
                 for i, r, s, e, b, a, c in reversed(self._read(sql, params))]  # fmt: skip
 
     def count_events(self, run_id: str) -> int:

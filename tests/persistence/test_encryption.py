@@ -313,3 +313,34 @@ def test_keys_are_checked_and_never_shown(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"keys file .*missing"):
         cli_main(["db", "reencrypt", "--store", store_url, "--keys-file",
                   str(tmp_path / "missing")])  # fmt: skip
+
+
+def test_a_call_input_or_queued_event_that_does_not_open_fails_its_run_naming_the_key(
+    database: Database, clock: SimulatedClock
+) -> None:
+    runtime = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1),
+                      step_in_send=False)  # fmt: skip
+    good, bad_call = runtime.start("vault", {"card": SECRET}), runtime.start("vault", {"card": "x"})
+    # the second run's call input replaced by the first's envelope (bound to the first run)
+    database.execute("UPDATE workflow_calls SET payload = (SELECT payload FROM workflow_calls "
+                     "WHERE run_id = ?) WHERE run_id = ?", (good, bad_call))  # fmt: skip
+    Worker(runtime).run_until_idle()
+    assert runtime.get(good).state == "talking"
+    failed = runtime.get(bad_call)
+    assert failed.status == "error" and "does not decrypt under key 'k1'" in str(
+        failed.snapshot.get("error") or failed.last_error)
+    (call,) = runtime.store.list_calls(bad_call)
+    assert call.status == "failed" and "does not decrypt" in str(call.error)
+    # a queued event of another run moved into this run's inbox: the run is failed by its claim
+    other = runtime.start("vault", {"card": "y"})
+    Worker(runtime).run_until_idle()
+    runtime.send(good, {"type": "TELL", "secret": SECRET})  # queued (step_in_send=False)
+    runtime.send(other, {"type": "TELL", "secret": "y"})
+    database.execute("UPDATE workflow_inbox SET event = (SELECT event FROM workflow_inbox WHERE "
+                     "run_id = ? AND dead_at IS NULL) WHERE run_id = ? AND dead_at IS NULL",
+                     (good, other))  # fmt: skip
+    Worker(runtime).run_until_idle()
+    assert runtime.get(good).snapshot["context"]["pong"] == SECRET
+    broken = runtime.get(other)
+    assert broken.status == "error" and broken.last_error is not None
+    assert "inbox.event does not decrypt under key 'k1'" in broken.last_error
