@@ -42,8 +42,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import TRANSIENT_PREFIX, is_call, leasable_calls
-from persistence.stores.codec import KeyRing
+from persistence.stores.base import TRANSIENT_PREFIX, PayloadCodec, is_call, leasable_calls
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
@@ -263,7 +262,7 @@ class Runtime:
         workflow_limits: Mapping[str, str] | None = None,
         priorities: Mapping[str, int] | None = None,
         step_in_send: bool = True,
-        codec: KeyRing | None = None,
+        codec: PayloadCodec | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from persistence.wakeup import Wakeup
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.idempotency import KEY_LENGTH
 from statecharts.idempotency import idempotency_key as provider_key
-
-if TYPE_CHECKING:  # (the codec imports this module)
-    from persistence.stores.codec import KeyRing
 
 JSONDict = dict[str, Any]
 
@@ -1047,11 +1044,27 @@ class ReencryptReport:
             self.problems.append(problem)
 
 
+class PayloadCodec(Protocol):
+    """What seals a payload into a JSON envelope and opens it again, bound to its run and
+    column (`persistence.stores.codec.KeyRing`: AES-GCM with rotating keys)."""
+
+    current: str
+    """The id of the key new payloads are sealed with."""
+
+    def seal(self, value: Any, run_id: str, column: str) -> dict[str, Any]:
+        """`value` (JSON-able) as an envelope (a JSON object with `SEALED` and `ct`)."""
+        ...
+
+    def open(self, envelope: Mapping[str, Any], run_id: str, column: str) -> Any:
+        """The value an envelope holds; a `StoreError` naming the key if it cannot."""
+        ...
+
+
 @runtime_checkable
 class Payloads(Protocol):
-    """Encrypted payloads (`persistence.stores.codec`): the key ring a store seals with."""
+    """Encrypted payloads (`persistence.stores.codec`): the codec a store seals with."""
 
-    def use_codec(self, ring: KeyRing | None, *, show_sealed: bool = False) -> None:
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
         """Seal payload columns with `ring`'s current key and open them with any of its keys
         (None: write in clear); with `show_sealed`, a payload whose key is missing reads as a
         marker saying so instead of raising `PayloadKeyError` (for display only)."""

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from persistence.stores.base import SEALED, StoreEncodingError, StoreError
+from persistence.stores.base import SEALED, PayloadCodec, StoreEncodingError, StoreError
 
 KEYS_ENV = "STATECHARTS_KEYS"
 KEYS_FILE_ENV = "STATECHARTS_KEYS_FILE"
@@ -175,7 +175,7 @@ class KeyRing:
         return orjson.loads(plain)
 
 
-def open_payload(ring: KeyRing | None, value: Any, run_id: str, column: str) -> Any:
+def open_payload(ring: PayloadCodec | None, value: Any, run_id: str, column: str) -> Any:
     """A payload as read (`value`, JSON already parsed) opened if it is sealed; in clear as it
     is (rows written before encryption was turned on)."""
     if not is_sealed(value):

@@ -39,6 +39,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PayloadCodec,
     PendingWork,
     RunNotFoundError,
     RunRecord,
@@ -55,7 +56,7 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
-from persistence.stores.codec import Column, KeyRing, PayloadCodecError
+from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -671,7 +672,7 @@ def _store_error(exc: BaseException) -> BaseException:
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     ring: KeyRing | None, from_rest: str | None = None
+                     ring: PayloadCodec | None, from_rest: str | None = None
                      ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
     commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set; its
@@ -699,7 +700,7 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
 
 
 def _run_params(commit: StepCommit, run_id: str, now: int,
-                ring: KeyRing | None) -> dict[str, Any]:  # fmt: skip
+                ring: PayloadCodec | None) -> dict[str, Any]:  # fmt: skip
     """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
     completed_at, failed_at = completion_times(commit.status, now)
     snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id,
@@ -719,8 +720,8 @@ def _uuid_array(ids: list[str]) -> str:
     return "{" + ",".join(ids) + "}"
 
 
-def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int, ring: KeyRing | None,
-                         finish: CallFinish | None = None
+def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
+                         ring: PayloadCodec | None, finish: CallFinish | None = None
                          ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters; with
@@ -1176,7 +1177,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
             "now": now}  # fmt: skip
 
 
-def _sealer(ring: KeyRing | None, run_id: str) -> Callable[[Any, str], Any]:
+def _sealer(ring: PayloadCodec | None, run_id: str) -> Callable[[Any, str], Any]:
     """A function sealing a value for a column of run `run_id` (the value as it is without
     a `ring`)."""
     if ring is None:
@@ -1184,7 +1185,7 @@ def _sealer(ring: KeyRing | None, run_id: str) -> Callable[[Any, str], Any]:
     return lambda value, column: ring.seal(value, run_id, column)
 
 
-def _seal_rows(params: dict[str, Any], ring: KeyRing) -> None:
+def _seal_rows(params: dict[str, Any], ring: PayloadCodec) -> None:
     """The payloads of `_steps_params`' row sets sealed in place, each for its run."""
     for rows, field, column in ((params["steps"], "snapshot", Column.SNAPSHOT),
                                 (params["outcomes"], "r", Column.EFFECT_RESULT),

@@ -47,6 +47,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PayloadCodec,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
@@ -73,7 +74,7 @@ from persistence.stores.base import (
 )
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
-from persistence.stores.codec import Column, KeyRing, PayloadCodecError, open_payload, shown_sealed
+from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
 from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -248,10 +249,10 @@ class SQLDialect:
         """A JSON column read back as a value."""
         return value
 
-    _ring: KeyRing | None = None
+    _ring: PayloadCodec | None = None
     _show_sealed = False
 
-    def use_codec(self, ring: KeyRing | None, *, show_sealed: bool = False) -> None:
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
         """Seal the payload columns this store writes with `ring`'s current key, and open
         sealed ones with any of its keys (`persistence.stores.codec`); None writes them in
         clear. With `show_sealed` (the UI, `runs show`), a payload whose key is missing reads
