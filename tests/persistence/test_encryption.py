@@ -14,8 +14,11 @@ does not open; the UI and `runs show` without the key show "encrypted".
 from __future__ import annotations
 
 import base64
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ from persistence.stores.postgres import PostgresStore
 from persistence.stores.sqlite import SQLiteStore
 from persistence.ui.app import create_app
 from statecharts import SimulatedClock
+from tests.persistence.conftest import stop_workers, wait_for
 from tests.persistence.secret_workflows import SECRET, vault
 
 KEY1 = bytes(range(32))
@@ -344,3 +348,47 @@ def test_a_call_input_or_queued_event_that_does_not_open_fails_its_run_naming_th
     broken = runtime.get(other)
     assert broken.status == "error" and broken.last_error is not None
     assert "inbox.event does not decrypt under key 'k1'" in broken.last_error
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(url: str, keys: str | None, log: Path) -> subprocess.Popen[bytes]:
+    """`statecharts worker` in a process of its own, with the keys in its environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATECHARTS_KEYS")}
+    if keys is not None:
+        env[KEYS_ENV] = keys
+    return subprocess.Popen(
+        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
+         "tests.persistence.secret_workflows", "--poll-ms", "20", "--log-level", "WARNING"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"))  # fmt: skip
+
+
+def test_worker_processes_take_the_keys_from_the_environment(
+    database: Database, tmp_path: Path
+) -> None:
+    runtime = Runtime(database.open(), [vault], codec=KeyRing(K1), step_in_send=False)
+    run_id = runtime.start("vault", {"card": SECRET})
+    workers = [_worker(database.url, _keys_text(*K1), tmp_path / "worker.log")]
+    try:
+        wait_for(lambda: runtime.get(run_id).state == "talking", 60)
+        for event, then in (({"type": "TELL", "secret": SECRET}, "talking"),
+                            ("STRAY", "talking"), ("BYE", "waiting"),
+                            ({"type": "NOTE", "text": SECRET}, "done")):  # fmt: skip
+            before = runtime.store.count_events(run_id)
+            runtime.send(run_id, event)
+            wait_for(lambda b=before, t=then: runtime.store.count_events(run_id) > b
+                     and runtime.get(run_id).state == t, 60)  # fmt: skip
+        wait_for(lambda: runtime.get(run_id).status == "done", 60)
+        # a worker without the keys fails a run it cannot read, naming the key
+        unreadable = runtime.start("vault", {"card": SECRET})
+        stop_workers(workers)
+        workers = [_worker(database.url, None, tmp_path / "keyless.log")]
+        wait_for(lambda: runtime.get(unreadable).status == "error", 60)
+    finally:
+        stop_workers(workers)
+    _check_reads_back(runtime.store, run_id)
+    failed = runtime.get(unreadable)
+    assert failed.last_error is not None and "encrypted with key 'k1'" in failed.last_error
+    assert SECRET not in database.dump() and SECRET not in database.files()
+    assert SECRET not in (tmp_path / "keyless.log").read_text()
