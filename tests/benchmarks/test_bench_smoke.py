@@ -135,6 +135,7 @@ def test_the_encrypted_rows_seal_every_payload_and_the_overhead_table_compares_t
     assert '"$enc":"bench"' in stored  # (the encrypted runs' file holds envelopes)
     table = durable.encryption_markdown(rows)
     assert table.count("\n| sqlite | 1 |") == 3 and "encrypted ÷ plain" in table
+    assert "sealed" in durable.codec_cost(50)
 
 
 def test_the_step_latency_row_has_its_percentiles(tmp_path: Path) -> None:
