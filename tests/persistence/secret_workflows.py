@@ -5,6 +5,7 @@ result, events sent to it, to its child run and back, a dead letter, its journal
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from persistence.outbox import heartbeat
@@ -14,10 +15,12 @@ SECRET = "SeCrEt-4111-1111-1111-1111-marked"
 """Plaintext that must never be found in the database when payloads are encrypted."""
 
 
-def tokenize(card: str, idempotency_key: str = "") -> dict[str, Any]:
-    """A call: its input, heartbeat details and output all hold the card."""
-    heartbeat({"card": card})
-    return {"token": f"tok[{card}]"}
+def tokenize(request: dict[str, Any], idempotency_key: str = "") -> dict[str, Any]:
+    """A call: its input, heartbeat details and output all hold the card; it takes
+    `hold_s` seconds (so that its worker's heartbeat stores the details)."""
+    heartbeat({"card": request["card"]})
+    time.sleep(request["hold_s"])
+    return {"token": f"tok[{request['card']}]"}
 
 
 def audit(context: Any, event: Any, idempotency_key: str = "") -> dict[str, Any]:
@@ -38,11 +41,12 @@ keeper = create_machine({
 
 vault = create_machine({
     "id": "vault", "initial": "tokenizing",
-    "context": lambda input: {"card": input["card"], "token": None, "pong": None,
-                              "kept": None, "note": None},
+    "context": lambda input: {"card": input["card"], "hold_s": input.get("hold_s", 0),
+                              "token": None, "pong": None, "kept": None, "note": None},
     "states": {
         "tokenizing": {"invoke": {"id": "tokenize", "src": "tokenize",
-                                  "input": lambda c, e: c["card"],
+                                  "input": lambda c, e: {"card": c["card"],
+                                                         "hold_s": c["hold_s"]},
                                   "onDone": {"target": "talking", "actions": "save_token"}}},
         "talking": {
             "entry": ["audit", "announce"],

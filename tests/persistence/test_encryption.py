@@ -157,7 +157,7 @@ def _check_reads_back(store: Store, run_id: str) -> None:
     assert [e.payload["event"] for e in effects if e.kind == "emit"] == [
         {"type": "vault.ready", "card": SECRET}]
     (call,) = store.list_calls(run_id)
-    assert call.payload["input"] == SECRET
+    assert call.payload["input"]["card"] == SECRET
     assert [d.event for d in store.dead_letters(run_id)] == [{"type": "PING", "secret": SECRET}]
     journal = [e.event for e in store.list_events(run_id)]
     assert {"type": "NOTE", "text": SECRET} in journal
@@ -360,7 +360,8 @@ def _worker(url: str, keys: str | None, log: Path) -> subprocess.Popen[bytes]:
         env[KEYS_ENV] = keys
     return subprocess.Popen(
         [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         "tests.persistence.secret_workflows", "--poll-ms", "20", "--log-level", "WARNING"],
+         "tests.persistence.secret_workflows", "--poll-ms", "20", "--lease-ms", "1500",
+         "--log-level", "WARNING"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"))  # fmt: skip
 
 
@@ -368,7 +369,7 @@ def test_worker_processes_take_the_keys_from_the_environment(
     database: Database, tmp_path: Path
 ) -> None:
     runtime = Runtime(database.open(), [vault], codec=KeyRing(K1), step_in_send=False)
-    run_id = runtime.start("vault", {"card": SECRET})
+    run_id = runtime.start("vault", {"card": SECRET, "hold_s": 1.2})  # (beats every 0.5 s)
     workers = [_worker(database.url, _keys_text(*K1), tmp_path / "worker.log")]
     try:
         wait_for(lambda: runtime.get(run_id).state == "talking", 60)
@@ -388,6 +389,7 @@ def test_worker_processes_take_the_keys_from_the_environment(
     finally:
         stop_workers(workers)
     _check_reads_back(runtime.store, run_id)
+    assert runtime.store.list_calls(run_id)[0].details == {"card": SECRET}  # the heartbeat's
     failed = runtime.get(unreadable)
     assert failed.last_error is not None and "encrypted with key 'k1'" in failed.last_error
     assert SECRET not in database.dump() and SECRET not in database.files()
