@@ -333,24 +333,26 @@ class PostgresStore(SQLStore):
     ) -> tuple[RunRecord, bool]:
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
-        seal = _sealer(self._ring, _canonical(run.id))
+        rid = _canonical(run.id)
+        effects_rows = [{"k": idempotency_key(rid, 1, e.index), "i": e.index, "kind": e.kind,
+                         "payload": e.payload} for e in effects if not is_call(e)]
+        calls = [{"k": idempotency_key(rid, 1, e.index), "id": e.payload.get("id"),
+                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
+        snapshot: Any = run.snapshot
+        if self._ring is not None:  # (nothing more to do in clear: the hot path as it was)
+            snapshot = self._ring.seal(snapshot, rid, Column.SNAPSHOT)
+            _seal_rows({"effects": effects_rows, "calls": calls}, self._ring, rid)
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": _json(seal(run.snapshot, Column.SNAPSHOT)),
-            "status": run.status,
+            "state": run.state, "snapshot": _json(snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": now, "completed": completed_at,
             "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": run.wake_at if run.lease_owner else None,
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
-            "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
-                               "kind": e.kind, "payload": seal(e.payload, Column.EFFECT_PAYLOAD)}
-                              for e in effects if not is_call(e)]),
+            "effects": _json(effects_rows),
         }  # fmt: skip
-        calls = [{"k": idempotency_key(_canonical(run.id), 1, e.index), "id": e.payload.get("id"),
-                  "payload": seal(e.payload, Column.CALL_PAYLOAD)} for e in effects
-                 if is_call(e)]  # fmt: skip
         if calls:
             owner, until = run.call_lease if run.call_lease is not None else (None, None)
             params.update(calls=_json(calls), call_owner=owner, call_lease=until,
@@ -1177,24 +1179,17 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
             "now": now}  # fmt: skip
 
 
-def _sealer(ring: PayloadCodec | None, run_id: str) -> Callable[[Any, str], Any]:
-    """A function sealing a value for a column of run `run_id` (the value as it is without
-    a `ring`)."""
-    if ring is None:
-        return lambda value, column: value
-    return lambda value, column: ring.seal(value, run_id, column)
-
-
-def _seal_rows(params: dict[str, Any], ring: PayloadCodec) -> None:
-    """The payloads of `_steps_params`' row sets sealed in place, each for its run."""
-    for rows, field, column in ((params["steps"], "snapshot", Column.SNAPSHOT),
-                                (params["outcomes"], "r", Column.EFFECT_RESULT),
-                                (params["effects"], "payload", Column.EFFECT_PAYLOAD),
-                                (params["calls"], "payload", Column.CALL_PAYLOAD),
-                                (params["journal"], "event", Column.JOURNAL)):  # fmt: skip
-        for row in rows:
-            run_id = _uuid(row["id"] if field == "snapshot" else row["run"])
-            row[field] = ring.seal(row[field], run_id, column)
+def _seal_rows(params: Mapping[str, Any], ring: PayloadCodec, run_id: str | None = None) -> None:
+    """The payloads of `_steps_params`' row sets (those of them in `params`) sealed in
+    place, each for its run (its `run`, or `run_id` for a new run's rows, which have none)."""
+    for name, field, column in (("steps", "snapshot", Column.SNAPSHOT),
+                                ("outcomes", "r", Column.EFFECT_RESULT),
+                                ("effects", "payload", Column.EFFECT_PAYLOAD),
+                                ("calls", "payload", Column.CALL_PAYLOAD),
+                                ("journal", "event", Column.JOURNAL)):  # fmt: skip
+        for row in params.get(name, ()):
+            owner = run_id or _uuid(row["id"] if name == "steps" else row["run"])
+            row[field] = ring.seal(row[field], owner, column)
 
 
 def _canonical(run_id: str) -> str:
