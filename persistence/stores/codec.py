@@ -41,14 +41,15 @@ import orjson
 from persistence.stores.base import SEALED, PayloadCodec, StoreEncodingError, StoreError
 
 KEYS_ENV = "STATECHARTS_KEYS"
+"""The variable holding the keys inline: `id:base64key` entries, comma separated, current first."""
 KEYS_FILE_ENV = "STATECHARTS_KEYS_FILE"
+"""The variable naming a keys file: one `id:base64key` per line, current first."""
 _KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _KEY_SIZES = (16, 24, 32)
 _NONCE_BYTES = 12
 
 ENCRYPTED = "<encrypted>"
 """The `type` of what a payload reads as without its key, for display (`shown_sealed`)."""
-
 
 
 class Column(StrEnum):
