@@ -55,6 +55,7 @@ from persistence.stores import (
     StoreUnavailableError,
 )
 from persistence.stores.base import run_of_outbox_key
+from persistence.stores.codec import PayloadCodecError
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
@@ -250,6 +251,9 @@ class CallExecutor:
                machine: Machine | None) -> _Running | None:  # fmt: skip
         """What running `call` (of `run`, of `machine`: read when not known) takes, or None
         when it ended without running (recorded)."""
+        if call.problem is not None:  # its input does not open here (a missing key)
+            self._finish_error(call, PayloadCodecError.__name__, call.problem, "failed")
+            return None
         if run is None or machine is None:
             run = self._run_of(call)
             machine = None if run is None else self.runtime.machine_for(run)

@@ -326,8 +326,8 @@ class RunDriver:
         pending effects, no limited workflow, a row that parses and restores with a
         definition here (a broken one is failed by a claim, under a lease)."""
         machine = self.runtime.machine_for(run)
-        if (machine is None or run.problem is not None or run.lease_owner is not None
-                or run.status != ACTIVE or work.effects
+        if (machine is None or run.problem is not None or work.problem is not None
+                or run.lease_owner is not None or run.status != ACTIVE or work.effects
                 or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
             return None
         try:
@@ -771,8 +771,9 @@ class RunDriver:
                              f"{run.state}): lease of {run.previous_owner} expired; taken over "
                              f"by {self.owner}", previous_owner=run.previous_owner,
                              owner=self.owner)  # fmt: skip
-            if run.problem is not None:  # a row that does not parse: failed, never stepped
-                failed += self._fail_unreadable(run, run.problem, now)
+            problem = run.problem or work[run.id].problem  # (a payload whose key is missing)
+            if problem is not None:  # a row that does not parse: failed, never stepped
+                failed += self._fail_unreadable(run, problem, now)
                 continue
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now

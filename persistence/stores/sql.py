@@ -32,6 +32,7 @@ from persistence.stores.base import (
     FAILED_EVENT,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
+    SEALED,
     STOPPED_BY_END,
     STOPPED_BY_EXIT,
     BreakerRecord,
@@ -46,6 +47,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PayloadCodec,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
@@ -72,6 +74,8 @@ from persistence.stores.base import (
 )
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
+from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
+from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
 
@@ -164,6 +168,9 @@ class SQLDialect:
     waits for) but plain updates of the row do not wait for (PostgreSQL `FOR KEY SHARE`)."""
     _JSON_VERSION = ""
     """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
+    _SEALED_KEY = ""
+    """SQL for the key id of a sealed payload in `{column}`, NULL when it is in clear (or not
+    JSON)."""
     _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
     """The claim order of due runs (`PRIORITY_AGING_MS`), as the claim index spells it."""
     _STATUS_GROUP = "status"
@@ -252,6 +259,33 @@ class SQLDialect:
         """A JSON column read back as a value."""
         return value
 
+    _ring: PayloadCodec | None = None
+    _show_sealed = False
+
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
+        """Seal the payload columns this store writes with `ring`'s current key, and open
+        sealed ones with any of its keys (`persistence.stores.codec`); None writes them in
+        clear. With `show_sealed` (the UI, `runs show`), a payload whose key is missing reads
+        as a marker saying so, instead of raising `PayloadKeyError`."""
+        self._ring, self._show_sealed = ring, show_sealed
+
+    def _seal(self, value: Any, run_id: str, column: str) -> Any:
+        """A payload column's parameter: `value` as JSON, sealed when a key ring is set."""
+        ring = self._ring
+        return self._j(value if ring is None else ring.seal(value, run_id, column))
+
+    def _open(self, value: Any, run_id: str, column: str) -> Any:
+        """A payload column read back: its value, opened if it is sealed."""
+        value = self._load(value)
+        if type(value) is not dict or SEALED not in value:  # (in clear: one check)
+            return value
+        try:
+            return open_payload(self._ring, value, run_id, column)
+        except PayloadCodecError as exc:
+            if self._show_sealed:
+                return shown_sealed(exc)
+            raise
+
     def _id(self, run_id: str) -> str:
         """A run id as a parameter (dialects with typed ids validate it here)."""
         return run_id
@@ -316,30 +350,36 @@ class SQLDialect:
 
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
-        ts, event = self._t(now), self._j(delivery.event)
+        ts = self._t(now)
         if delivery.child is not None:
             target = delivery.child  # its own child's invoke id first, then a systemId
-            queued = self._exec(
+            # (found first: its event is sealed for the run it goes to)
+            found = self._exec(
                 conn,
-                f"{self._run_tree()}INSERT INTO workflow_inbox (run_id, event, created_at) "
-                f"SELECT id, ?, ? FROM tree WHERE (parent = ? AND invoke = ?) OR "
-                f"({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND invoke = ? THEN 0 "
-                "ELSE 1 END LIMIT 1 RETURNING id",
-                (run_id, event, ts, run_id, target, target, run_id, target),
+                f"{self._run_tree()}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
+                f"invoke = ?) OR ({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND "
+                "invoke = ? THEN 0 ELSE 1 END LIMIT 1",
+                (run_id, run_id, target, target, run_id, target),
             ).fetchall()
-            if not queued:
+            if not found:
                 self._undeliverable_in(conn, run_id, delivery, f"no active child run {target!r}"
                                        " (its own by invoke id, or by systemId in its run tree)",
                                        now)  # fmt: skip
+                return
+            child = str(found[0][0])
+            self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(?, ?, ?)", (child, self._seal(delivery.event, child, Column.EVENT), ts))
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
             return
+        parent_id = self._id(delivery.parent)
+        event = self._seal(delivery.event, parent_id, Column.EVENT)
         sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
                "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
                "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
                "FROM workflow_runs WHERE id = ?")  # fmt: skip
-        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, self._id(delivery.parent)]
+        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, parent_id]
         if delivery.completes:  # unless the parent stopped this child (it waits no more)
             sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
                     "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
@@ -356,7 +396,8 @@ class SQLDialect:
         ts = self._t(now)
         self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
                    "dead_reason) VALUES (?, ?, ?, ?, ?)",
-                   (self._id(run_id), self._j(delivery.event), ts, ts, reason))  # fmt: skip
+                   (self._id(run_id), self._seal(delivery.event, self._id(run_id), Column.EVENT),
+                    ts, ts, reason))  # fmt: skip
 
     def _run(self, row: Sequence[Any], previous_owner: str | None = None,
              due_at: Any = None) -> RunRecord:  # fmt: skip
@@ -365,22 +406,28 @@ class SQLDialect:
         values = list(row)
         for i in RUN_TIME_FIELDS:
             values[i] = self._ms(values[i])
-        return parse_run(values, self._load, previous_owner, self._ms(due_at))
+        return parse_run(values, self._load, previous_owner, self._ms(due_at), self._opener)
+
+    def _opener(self, value: Any, run_id: str) -> Any:
+        """A sealed snapshot opened (`parse_run` makes a `PayloadCodecError` the row's
+        problem: the run is shown so, and failed by its next claim)."""
+        return open_payload(self._ring, value, run_id, Column.SNAPSHOT)
 
     def _effect(self, row: Sequence[Any]) -> EffectRecord:
         values = list(row)
-        values[5] = self._load(values[5])
-        values[7] = None if values[7] is None else self._load(values[7])
+        values[5] = self._open(values[5], values[1], Column.EFFECT_PAYLOAD)
+        values[7] = None if values[7] is None else self._open(values[7], values[1],
+                                                              Column.EFFECT_RESULT)
         values[9], values[10] = self._ms(values[9]), self._ms(values[10])
         return EffectRecord(*values)
 
     def _inbox(self, row: Sequence[Any]) -> InboxEvent:
         i, r, e, c, tp = row
-        return InboxEvent(i, r, self._load(e), self._ms(c), tp)
+        return InboxEvent(i, r, self._open(e, r, Column.EVENT), self._ms(c), tp)
 
     def _dead(self, row: Sequence[Any]) -> DeadLetter:
         i, r, e, c, d, why = row
-        return DeadLetter(i, r, self._load(e), self._ms(c), self._ms(d), why)
+        return DeadLetter(i, r, self._open(e, r, Column.EVENT), self._ms(c), self._ms(d), why)
 
 
 class SQLRuns(SQLCalls, SQLDialect):
@@ -420,7 +467,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
-                self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
+                self._seal(run.snapshot, self._id(run.id), Column.SNAPSHOT), run.status,
+                run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
                 self._t(run.wake_at), run.lease_owner,
                 self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
@@ -459,13 +507,14 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _insert_effects(
         self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect], now: int
     ) -> None:
+        rid = self._id(run_id)
         self._many(
             conn,
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
             [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._j(e.payload), self._t(now), self._t(now)) for e in effects
-             if not is_call(e)],
+              self._seal(e.payload, rid, Column.EFFECT_PAYLOAD), self._t(now), self._t(now))
+             for e in effects if not is_call(e)],
         )  # fmt: skip
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -518,7 +567,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             return "finished"
         if owner is not None and expires is not None and self._ms(expires) > now:
             self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
-                       "VALUES (?, ?, ?)", (rid, self._j(cancel_event(reason)), ts))
+                       "VALUES (?, ?, ?)",
+                       (rid, self._seal(cancel_event(reason), rid, Column.EVENT), ts))
             return "requested"
         self._exec(
             conn,
@@ -531,7 +581,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
             "WHERE run_id = ? AND status = 'pending'",
-            (self._j("cancelled"), ts, rid),
+            (self._seal("cancelled", rid, Column.EFFECT_RESULT), ts, rid),
         )
         self._dead_letter(conn, rid, "cancelled", ts)
         self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
@@ -583,7 +633,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, step, self._j(dict(event)), state, state, ts),
+            (run_id, step, self._seal(dict(event), run_id, Column.JOURNAL), state, state, ts),
         )
 
     def _dead_letter(self, conn: Any, run_id: str, status: str, ts: Any) -> None:
@@ -654,7 +704,8 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
                 call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip
         """`_QUEUE_EVENT`'s parameters (`call_key`: the call whose result it is)."""
-        return (self._j(dict(event)), self._t(now), traceparent, call_key, rid)
+        return (self._seal(dict(event), rid, Column.EVENT), self._t(now), traceparent, call_key,
+                rid)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -837,7 +888,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
                 "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
                 f"RETURNING {self.RUN_COLUMNS}",
-                (self._j(dict(snapshot)), state, ts, ts, rid, expected_version),
+                (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, ts, ts, rid,
+                 expected_version),
             ).fetchall()
             if not rows:
                 raise RunFinishedError(f"run {run_id} is not failed at version "
@@ -867,7 +919,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                                 f"{rows[0][0]}; try again when it is idle")  # fmt: skip
         queued = self._exec(conn, "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND "
                             "dead_at IS NULL ORDER BY id", (pid,)).fetchall()
-        ids = [i for i, event in queued if self._load(event).get("type") == event_type]
+        ids = [i for i, event in queued
+               if self._open(event, pid, Column.EVENT).get("type") == event_type]
         if not rows or not ids:
             raise ConflictError(f"run {run_id}: its parent run {parent} already took its "
                                 f"result ({event_type}); resuming it would report a second one")
@@ -954,9 +1007,9 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
-                commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
-                commit.last_error, *traceback_params, commit.workflow_version, ts,
-                self._t(completed_at),
+                commit.state, self._seal(commit.snapshot, rid, Column.SNAPSHOT), commit.status,
+                commit.attempt_count, commit.last_error, *traceback_params,
+                commit.workflow_version, ts, self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
                 *holder_params,
             ),
@@ -972,8 +1025,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 conn,
                 "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
                 "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
-                (outcome.status, self._j(outcome.result), outcome.error, ts,
-                 outcome.idempotency_key, rid),
+                (outcome.status, self._seal(outcome.result, rid, Column.EFFECT_RESULT),
+                 outcome.error, ts, outcome.idempotency_key, rid),
             )  # fmt: skip
             if done.rowcount != 1:
                 raise ConflictError(
@@ -996,7 +1049,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [(rid, new_version, self._j(j.event), j.state_before, j.state_after, ts)
+            [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
+              j.state_after, ts)
              for j in commit.journal],
         )  # fmt: skip
         return new_version
@@ -1035,10 +1089,19 @@ class SQLRuns(SQLCalls, SQLDialect):
         """`_work_queries`' rows as each run's `PendingWork`, keyed by the ids as given."""
         effect_rows, inbox_rows = rows
         work = {canonical: PendingWork([], []) for canonical in ids}
+        problems: dict[str, str] = {}
         for row in effect_rows:
-            work[row[1]].effects.append(self._effect(row))
+            try:
+                work[row[1]].effects.append(self._effect(row))
+            except PayloadCodecError as exc:
+                problems.setdefault(row[1], str(exc))
         for row in inbox_rows:
-            work[row[1]].inbox.append(self._inbox(row))
+            try:
+                work[row[1]].inbox.append(self._inbox(row))
+            except PayloadCodecError as exc:
+                problems.setdefault(row[1], str(exc))
+        for canonical, problem in problems.items():
+            work[canonical] = PendingWork([], [], problem)
         return {given: work[canonical] for canonical, given in ids.items()}
 
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
@@ -1218,7 +1281,7 @@ class SQLQueries(SQLDialect):
         if last is not None:
             sql += " LIMIT ?"
             params += (last,)
-        return [EventRecord(i, r, s, self._load(e), b, a, self._ms(c))
+        return [EventRecord(i, r, s, self._open(e, r, Column.JOURNAL), b, a, self._ms(c))
                 for i, r, s, e, b, a, c in reversed(self._read(sql, params))]  # fmt: skip
 
     def count_events(self, run_id: str) -> int:
@@ -1369,7 +1432,7 @@ class SQLCoordination(SQLDialect):
             return None
 
 
-class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
+class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity, SQLReencrypt):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:
