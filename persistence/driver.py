@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from persistence.capacity import Place
+from persistence.capacity import LimitKeyError, Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox
@@ -229,7 +229,7 @@ class RunDriver:
         done: list[Executed] = []
         load, now = self.runtime.load, self.runtime.clock.now()
         try:
-            places = load.places(x.machine, x.pending)
+            places = load.places(x.machine, x.snapshot.context, x.pending)
             handed, x.handed = x.handed, frozenset()
             asking = [p for p in places if p not in handed]
             if asking:
@@ -326,7 +326,7 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if (machine is None or run.problem is not None or run.lease_owner is not None
                 or run.status != ACTIVE or work.effects
-                or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+                or self.runtime.load.workflow_limits.get(run.workflow_name)):  # fmt: skip
             return None
         try:
             snapshot = machine.restore(run.snapshot)
@@ -530,7 +530,11 @@ class RunDriver:
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place
         (else it was released to wait)."""
-        place = self.runtime.load.workflow_place(run)
+        try:
+            place = self.runtime.load.workflow_place(run)
+        except LimitKeyError as exc:  # never stepped without its place: failed, saying why
+            self._fail_unreadable(run, str(exc), now)
+            return False
         if place is None or run.terminal:
             return True
         grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)

@@ -1039,6 +1039,11 @@ class Capacity(Protocol):
         run; a later pause extends it, an earlier one changes nothing."""
         ...
 
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that hold slots or
+        queue runs, in name order after `after`: a page of at most `count`."""
+        ...
+
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Every limit in use: calls in flight, runs waiting per reason, pause."""
         ...

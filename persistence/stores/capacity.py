@@ -151,6 +151,15 @@ class SQLCapacity(SQLDialect):
             (name, self._t(until), self._j([]), self._t(now)),
         )
 
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that have slots or
+        a queue, in name order after `after`: one page of at most `count`."""
+        prefix = f"{name}["
+        return [str(n) for (n,) in self._read(
+            "SELECT name FROM workflow_limits WHERE substr(name, 1, ?) = ? AND name > ? AND "
+            "EXISTS (SELECT 1 FROM workflow_capacity c WHERE c.name = workflow_limits.name) "
+            "ORDER BY name LIMIT ?", (len(prefix), prefix, after or "", count))]  # fmt: skip
+
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Calls in flight, waiting runs per reason and the pause of every limit."""
         ts = self._t(now)

@@ -25,6 +25,7 @@ LIMITS = {
     "pay": Limit(max_in_flight=50, recheck_ms=5_000),
     "one": Limit(max_in_flight=1, recheck_ms=5_000),
     "two": Limit(max_in_flight=2, recheck_ms=5_000),
+    "tenant": Limit(max_in_flight=4, key="tenant", recheck_ms=5_000),
 }
 RETRY_AFTER_MS = 2_000
 IN_STEP = "in_step"
@@ -71,7 +72,10 @@ rated = _calling("rated", "api")
 paid = _calling("paid", "pay", retry={"max_attempts": 3, "initial_interval": 100})
 single = _calling("single", "one")
 pair = _calling("pair", "two")
-MACHINES = [crm, rated, paid, single, pair]
+tenanted = _calling("tenanted", "tenant")
+"""Calls limited per tenant (the run's `tenant`): each tenant's calls recorded as `t-<tenant>`
+(pass `{"name": "t-a", "tenant": "a"}`)."""
+MACHINES = [crm, rated, paid, single, pair, tenanted]
 
 
 def intervals(name: str, killed_at: float | Mapping[int, float] | None = None
