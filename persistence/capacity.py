@@ -212,6 +212,13 @@ class LoadControl:
         workflow, whose runs take their place for each step and make their calls in it."""
         return workflow_name not in self.workflow_limits
 
+    def start_share(self, workflow_name: str, context: Mapping[str, Any]) -> str | None:
+        """The limit a new run of `workflow_name` with `context` will take places of (None:
+        its workflow is not limited). A run whose context has no key for it is refused at its
+        start (`LimitKeyError`): it could never be stepped."""
+        name = self.workflow_limits.get(workflow_name)
+        return None if name is None else self.share(name, context)
+
     def workflow_place(self, run: RunRecord) -> Place | None:
         """The place a run of a limited workflow needs to be stepped; per key, the share of the
         key in the run's context as claimed (`LimitKeyError` when it has none)."""

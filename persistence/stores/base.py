@@ -179,6 +179,10 @@ class NewRun:
     `SystemIdTakenError` when an active child run of the tree already holds it."""
     call_lease: tuple[str, int] | None = None
     """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
+    limit_share: str | None = None
+    """The limit (a per-key limit's share, `<limit>[<key>]`) its workflow's steps take a place
+    of: while it waits to be claimed, a refusal of that limit queues it with the others
+    (`Capacity`: its backlog parked), so its backlog never stands in the claim order."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),

@@ -421,11 +421,18 @@ class SQLRuns(SQLCalls, SQLDialect):
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
+            self._share_of(conn, run)
             return self._run(rows[0]), True
         existing = self._keyed_in(conn, run, ended_too=False)
         if existing is None:
             raise ConflictError(f"could not insert or find run with key {run.key!r}")
         return existing, False
+
+    def _share_of(self, conn: Any, run: NewRun) -> None:
+        """Write which limit a new run's steps take a place of (`NewRun.limit_share`)."""
+        if run.limit_share is not None:
+            self._exec(conn, "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
+                       (run.limit_share, self._id(run.id)))  # fmt: skip
 
     def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read

@@ -18,14 +18,14 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from persistence.capacity import Limit
+from persistence.capacity import Limit, LimitKeyError
 from persistence.runtime import Runtime
 from persistence.stores import NewRun, RunQuery, Store
 from persistence.stores.capacity import CAPACITY
 from persistence.ui.app import create_app
 from persistence.ui.views import limit_rows
 from persistence.worker import Worker
-from statecharts import create_machine
+from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import limited, test_fault_injection
 from tests.persistence.test_capacity import fleet, runtime
 from tests.persistence.test_fault_injection import Env, ended, stop_cleanly, wait_until
@@ -77,12 +77,13 @@ def test_a_tenants_backlog_does_not_hold_up_another_tenant(e: Env) -> None:
 
 def test_a_killed_workers_slots_of_a_key_come_back(e: Env) -> None:
     rt = runtime(e)
-    slow = [rt.start("tenanted", {"name": "t-k", "tenant": "k", "ms": 1500}) for _ in range(4)]
+    slow = [rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 1500})
+            for _ in range(4)]  # fmt: skip
     with fleet(e, 1, 4) as first:
         wait_until(lambda: len(limited.intervals("t-k")) == 4, "4 calls of tenant k in flight")
-        queued = [rt.start("tenanted", {"name": "t-k", "tenant": "k", "ms": 50})
+        queued = [rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 50})
                   for _ in range(3)]  # fmt: skip
-        wait_until(lambda: all(e.store.get_run(i).waiting_for == f"{CAPACITY}: tenant[k]"
+        wait_until(lambda: all(e.store.get_run(i).waiting_for == f"{CAPACITY}: tenant_call[k]"
                                for i in queued), "the newcomers wait for tenant k's slots")
         first[0].process.send_signal(signal.SIGKILL)
         first[0].process.wait(timeout=10)
@@ -128,39 +129,93 @@ def test_the_limits_page_shows_each_key(store: Store) -> None:
     now = rt.clock.now()
     for key in ("acme", "acme", "initech"):
         run_id, owner = _leased(store, now)
-        store.acquire_capacity(f"tenant[{key}]", f"run:{run_id}", run_id, owner, now,
+        store.acquire_capacity(f"tenant_call[{key}]", f"run:{run_id}", run_id, owner, now,
                                max_in_flight=1, calls=None, per_ms=1000, recheck_ms=60_000,
                                lease_ms=10_000)  # fmt: skip
     rows = limit_rows(store, list(rt.machines.values()), now)
     keyed = [(r.limit, r.key, r.in_flight, r.waiting, r.sites) for r in rows
-             if r.limit == "tenant"]  # fmt: skip
-    sites = ["tenanted: tenanted.calling"]
-    assert keyed == [("tenant", None, 0, [], sites),  # the call sites' limit, then its keys
-                     ("tenant", "acme", 1, [(CAPACITY, 1)], sites),
-                     ("tenant", "initech", 1, [], sites)]  # fmt: skip
+             if r.limit == "tenant_call"]  # fmt: skip
+    sites = ["tenant_calls: tenant_calls.calling"]
+    assert keyed == [("tenant_call", None, 0, [], sites),  # the call sites' limit, its keys
+                     ("tenant_call", "acme", 1, [(CAPACITY, 1)], sites),
+                     ("tenant_call", "initech", 1, [], sites)]  # fmt: skip
     page = TestClient(create_app(store, list(rt.machines.values()))).get("/limits").text
-    row = page[page.index('data-limit="tenant[acme]"'):]
+    row = page[page.index('data-limit="tenant_call[acme]"'):]
     row = row[:row.index("</tr>")]
     assert '<td class="mono">acme</td>' in row and "1 waiting for capacity" in row
 
 
-def test_a_run_without_its_key_fails_naming_the_limit_and_the_field(store: Store) -> None:
-    machine = create_machine({"id": "keyed", "initial": "working", "context": lambda i: dict(i),
-                              "states": {"working": {"on": {"GO": "done"}},
-                                         "done": {"type": "final"}}})  # fmt: skip
-    rt = Runtime(store, [machine], limits={"per_account": Limit(max_in_flight=1,
-                                                                  key="account.id")},
-                 workflow_limits={"keyed": "per_account"})  # fmt: skip
-    good = rt.start("keyed", {"account": {"id": 7}})
-    bad = rt.start("keyed", {"account": {}})
+def _keyed(store: Store, clock: SimulatedClock | None = None) -> Runtime:
+    """A workflow limited per account (`account.id`) that waits for GO, then for NEXT; GO may
+    drop the account (`{"drop": true}`). Started with `{"due": true}`, it is due at once (a
+    timer of 1 ms) and ends."""
+    machine = create_machine({
+        "id": "keyed", "initial": "starting", "context": lambda i: dict(i or {}),
+        "states": {"starting": {"always": [{"target": "due", "guard": "due"},
+                                           {"target": "working"}]},
+                   "due": {"after": {"1": "done"}},
+                   "working": {"on": {"GO": {"target": "next", "actions": "maybeDrop"}}},
+                   "next": {"on": {"NEXT": "done"}}, "done": {"type": "final"}}},
+        guards={"due": lambda c, e: bool(c.get("due"))},
+        actions={"maybeDrop": assign(lambda c, e: {"account": {}} if e.get("drop") else {})})
+    return Runtime(store, [machine], limits={"per_account": Limit(
+        max_in_flight=1, key="account.id", recheck_ms=60_000)},
+        workflow_limits={"keyed": "per_account"}, clock=clock)  # fmt: skip
+
+
+def test_a_run_without_its_key_is_refused_or_fails_naming_the_limit_and_the_field(
+        store: Store) -> None:  # fmt: skip
+    rt = _keyed(store)
+    message = ("limit 'per_account' is per key context.account.id: the run's context has no "
+               "context.account.id")
+    with pytest.raises(LimitKeyError) as refused:  # it could never be stepped: not started
+        rt.start("keyed", {"account": {}})
+    assert str(refused.value) == message and store.list_runs(limit=10) == []
+    good, dropped = rt.start("keyed", {"account": {"id": 7}}), rt.start("keyed",
+                                                                       {"account": {"id": 8}})
     rt.send(good, {"type": "GO"})
-    rt.send(bad, {"type": "GO"})
+    rt.send(dropped, {"type": "GO", "drop": True})  # its next step has no key any more
+    Worker(rt, batch=4).run_until_idle()
+    rt.send(good, {"type": "NEXT"})
+    rt.send(dropped, {"type": "NEXT"})
     Worker(rt, batch=4).run_until_idle()
     assert store.get_run(good).status == "done"
-    failed = store.get_run(bad)
-    assert failed.status == "error"
-    assert failed.last_error == ("limit 'per_account' is per key context.account.id: the run's "
-                                 "context has no context.account.id")
+    failed = store.get_run(dropped)
+    assert (failed.status, failed.last_error) == ("error", message)
+
+
+def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(
+        store: Store) -> None:  # fmt: skip
+    clock = SimulatedClock(1_000_000)
+    rt = _keyed(store, clock)
+
+    def start(account: str) -> str:
+        clock.advance(1)  # one start per millisecond: the arrival order is known
+        return rt.start("keyed", {"account": {"id": account}, "due": True})
+
+    big = [start("big") for _ in range(6)]
+    small = [start("small") for _ in range(2)]
+    now = clock.now() + 10
+    first, second = store.claim_runs("w1", now, 60_000, 2)
+    assert [first.id, second.id] == big[:2]  # in due order
+    assert rt.load.enter(first, "w1", [("per_account[big]", f"run:{first.id}")], now,
+                         60_000).granted  # fmt: skip
+    assert not rt.load.enter(second, "w1", [("per_account[big]", f"run:{second.id}")], now,
+                             60_000).granted  # fmt: skip
+    # the refusal queued big's four unclaimed runs with it: the next claims are small's
+    assert {store.get_run(i).waiting_for for i in big[1:]} == {f"{CAPACITY}: per_account[big]"}
+    assert {r.id for r in store.claim_runs("w2", now, 60_000, 10)} == set(small)
+    usage = {u.name: dict(u.waiting) for u in store.capacity_usage(now)}
+    assert usage["per_account[big]"] == {CAPACITY: 5}
+    # the queue is in start order: each freed slot goes to the next big run as it started
+    order = []
+    holder = first.id
+    for n in range(5):
+        handed = store.release_capacity("per_account[big]", [f"run:{holder}"], now + n,
+                                        max_in_flight=1, lease_ms=60_000, owner="w1")
+        holder = handed[0].run.id
+        order.append(holder)
+    assert order == big[1:]
 
 
 @pytest.mark.parametrize("key", ["", "a..b", 3])
