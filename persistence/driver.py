@@ -530,12 +530,14 @@ class RunDriver:
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place
         (else it was released to wait)."""
+        if run.terminal:
+            return True
         try:
             place = self.runtime.load.workflow_place(run)
         except LimitKeyError as exc:  # never stepped without its place: failed, saying why
             self._fail_unreadable(run, str(exc), now)
             return False
-        if place is None or run.terminal:
+        if place is None:
             return True
         grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
         if not grant.granted:
@@ -543,7 +545,14 @@ class RunDriver:
         return grant.granted
 
     def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = [p for p in map(self.runtime.load.workflow_place, runs) if p is not None]
+        places = []
+        for run in runs:
+            try:
+                place = self.runtime.load.workflow_place(run)
+            except LimitKeyError:  # (an ended run without its key: it took no place)
+                continue
+            if place is not None:
+                places.append(place)
         if places:
             self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
 

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from persistence.capacity import Limit, LimitKeyError
+from persistence.ingress import create_api
 from persistence.runtime import Runtime
 from persistence.stores import NewRun, RunQuery, Store
 from persistence.stores.capacity import CAPACITY
@@ -171,6 +172,11 @@ def test_a_run_without_its_key_is_refused_or_fails_naming_the_limit_and_the_fiel
     with pytest.raises(LimitKeyError) as refused:  # it could never be stepped: not started
         rt.start("keyed", {"account": {}})
     assert str(refused.value) == message and store.list_runs(limit=10) == []
+    answer = TestClient(create_api(rt)).post("/api/workflows/keyed/runs",
+                                             json={"input": {"account": {}}})  # fmt: skip
+    assert answer.status_code == 422 and answer.json()["detail"] == [
+        {"loc": ["body", "input"], "msg": message, "type": "value_error"}]
+    assert store.list_runs(limit=10) == []
     good, dropped = rt.start("keyed", {"account": {"id": 7}}), rt.start("keyed",
                                                                        {"account": {"id": 8}})
     rt.send(good, {"type": "GO"})
