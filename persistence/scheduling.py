@@ -172,6 +172,9 @@ is buffered, later ones are skipped); `allow_all`: fire it anyway; `cancel_other
 run (`Runtime.cancel`) and fire."""
 OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all", "cancel_other")
 YEAR_MS = 365 * 24 * 3_600_000
+MIN_CATCHUP_MS = 10_000
+"""The shortest catch-up window (as Temporal's): a worker ticks a little after a slot, and a
+slot later than the window is skipped, so a shorter window would skip slots of a live fleet."""
 SLOTS_PER_PASS = 1000
 """How many slots one pass of a tick decides at most (a pass is one transaction)."""
 PASSES_PER_TICK = 20
@@ -245,9 +248,10 @@ class ScheduledStart:
         if overlap not in OVERLAPS:
             raise ValueError(f"schedule {name!r}: overlap must be one of {', '.join(OVERLAPS)}, "
                              f"not {overlap!r}")  # fmt: skip
-        if not isinstance(catchup_window_ms, int) or catchup_window_ms < 0:
-            raise ValueError(f"schedule {name!r}: catchup_window_ms must be an integer >= 0, "
-                             f"not {catchup_window_ms!r}")  # fmt: skip
+        if not isinstance(catchup_window_ms, int) or catchup_window_ms < MIN_CATCHUP_MS:
+            raise ValueError(f"schedule {name!r}: catchup_window_ms must be an integer >= "
+                             f"{MIN_CATCHUP_MS} (a tick comes a little after its slot), not "
+                             f"{catchup_window_ms!r}")  # fmt: skip
         self.runtime, self.name, self.workflow = runtime, name, workflow
         self.cron, self.tz, self.grace_ms = Cron.parse(cron), tz, grace_ms
         self.overlap, self.catchup_window_ms = overlap, catchup_window_ms

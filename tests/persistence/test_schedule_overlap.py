@@ -168,5 +168,6 @@ def test_a_bad_overlap_or_window_is_refused_naming_the_schedule(store: Store) ->
     with pytest.raises(ValueError, match="schedule 'h': overlap must be one of skip, "
                                          "buffer_one, allow_all, cancel_other, not 'queue'"):
         ScheduledStart(runtime, "h", "approval", HOURLY, overlap="queue")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="schedule 'h': catchup_window_ms must be"):
-        ScheduledStart(runtime, "h", "approval", HOURLY, catchup_window_ms=-1)
+    with pytest.raises(ValueError, match="schedule 'h': catchup_window_ms must be an integer "
+                                         ">= 10000"):
+        ScheduledStart(runtime, "h", "approval", HOURLY, catchup_window_ms=5_000)
