@@ -1005,6 +1005,10 @@ class Coordination(Protocol):
         """The scheduled start `name`, if it ever fired."""
         ...
 
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """The scheduled starts that ever decided a slot, by name (at most `limit`)."""
+        ...
+
     def fire_schedule(
         self,
         name: str,

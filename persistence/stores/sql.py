@@ -89,6 +89,8 @@ EFFECT_NAMES = (
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
+_SCHEDULE_COLUMNS = ("name, last_fire_at, version, last_run_id, buffered_at, skipped_count, "
+                     "skipped")
 
 _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
                 "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
@@ -1279,13 +1281,18 @@ class SQLCoordination(SQLDialect):
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         """Stored schedule state."""
-        rows = self._read(
-            "SELECT name, last_fire_at, version, last_run_id, buffered_at, skipped_count, "
-            "skipped FROM workflow_schedules WHERE name = ?", (name,)
-        )
-        if not rows:
-            return None
-        n, last, v, run_id, buffered, count, skipped = rows[0]
+        rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules WHERE name = ?",
+                          (name,))  # fmt: skip
+        return self._schedule(rows[0]) if rows else None
+
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """Stored schedules, by name."""
+        return [self._schedule(row) for row in self._read(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules ORDER BY name LIMIT ?",
+            (limit,))]  # fmt: skip
+
+    def _schedule(self, row: Sequence[Any]) -> ScheduleRecord:
+        n, last, v, run_id, buffered, count, skipped = row
         records = self._load(skipped)
         return ScheduleRecord(n, self._ms(last), v, run_id, self._ms(buffered), int(count),
                               tuple(records) if isinstance(records, list) else ())  # fmt: skip

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
+from persistence.cli import main as cli_main
 from persistence.runtime import Runtime
 from persistence.scheduling import (
     ALREADY_BUFFERED,
@@ -23,7 +26,7 @@ from persistence.scheduling import (
     ScheduledStart,
     still_running,
 )
-from persistence.stores import ScheduleRecord, Store
+from persistence.stores import ScheduleRecord, Store, open_store
 from statecharts import SimulatedClock
 from tests.persistence.workflows import approval
 
@@ -96,6 +99,7 @@ def test_skip_drops_a_slot_while_the_previous_run_is_still_running(
     assert t.tick("11:00") == ["11:00"]
     record = t.record()
     assert (record.skipped_count, record.last_run_id) == (1, t.run("11:00"))
+    assert t.store_factory().list_schedules() == [record]
 
 
 def test_buffer_one_fires_one_held_slot_once_the_previous_run_ends(
@@ -161,6 +165,25 @@ def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
         assert record.buffered_at == at("14:00")
         t.approve("13:00")
         assert t.tick("15:50") == ["14:00"]
+
+
+def test_the_cli_lists_each_schedule_with_its_skips(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    t = Ticker(lambda: open_store(url, migrate=True), "skip", catchup_window_ms=3 * 3_600_000)
+    t.tick("09:00")
+    t.approve("09:00")
+    t.tick("15:30")  # 10:00-12:00 outside the window, 13:00 fires, 14:00-15:00 skipped
+    assert cli_main(["schedules", "--store", url]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"hourly: decided up to 2026-11-30T15:00:00Z, last run {t.run('13:00')}, 5 slot(s) "
+        "skipped",
+        f"  skipped 3 slot(s) 2026-11-30T10:00:00Z .. 2026-11-30T12:00:00Z: {OUTSIDE_WINDOW}",
+        f"  skipped 2 slot(s) 2026-11-30T14:00:00Z .. 2026-11-30T15:00:00Z: "
+        f"{still_running(t.run('13:00'))}"]
+    assert cli_main(["schedules", "--store", url, "--json"]) == 0
+    (listed,) = orjson.loads(capsys.readouterr().out)
+    assert (listed["name"], listed["skipped_count"], listed["buffered_at"]) == ("hourly", 5, None)
 
 
 def test_a_bad_overlap_or_window_is_refused_naming_the_schedule(store: Store) -> None:
