@@ -130,6 +130,9 @@ class Worker:
             dead = [t.name for t in (*threads, beat) if not t.is_alive()]
             if not calls.is_alive():
                 dead.append("calls")
+            if dead and self._stop.is_set():  # a signal since the wait: they end as they should
+                dead = []
+                break
             if dead:  # never serve on with fewer threads in silence
                 log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
                              "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
