@@ -228,3 +228,23 @@ def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(
 def test_a_bad_key_is_refused_when_the_limit_is_made(key: object) -> None:
     with pytest.raises(ValueError, match=r"Limit\.key"):
         Limit(max_in_flight=1, key=key)  # type: ignore[arg-type]
+
+
+def test_a_rate_limit_per_key_holds_each_key_to_its_own_window(store: Store) -> None:
+    clock = SimulatedClock(1_000_000)
+    machine = create_machine(
+        {"id": "rated_per_key", "initial": "calling", "context": lambda i: dict(i),
+         "states": {"calling": {"invoke": {"src": "call", "limit": "api", "onDone": "done"}},
+                    "done": {"type": "final"}}},
+        actors={"call": lambda value: "ok"})  # fmt: skip
+    rt = Runtime(store, [machine], clock=clock,
+                 limits={"api": Limit(calls=1, per_ms=1000, key="tenant")})  # fmt: skip
+    a1, a2, b1 = (rt.start("rated_per_key", {"tenant": t}) for t in ("a", "a", "b"))
+    Worker(rt, batch=4).run_until_idle()
+    # one call per second per tenant: a's second waits for a's window, b's went at once
+    assert store.get_run(b1).status == "done"
+    rows = sorted((store.get_run(i).status, store.get_run(i).waiting_for) for i in (a1, a2))
+    assert rows == [("active", "rate limited: api[a]"), ("done", None)]
+    clock.advance(1000)
+    Worker(rt, batch=4).run_until_idle()
+    assert {store.get_run(i).status for i in (a1, a2)} == {"done"}
