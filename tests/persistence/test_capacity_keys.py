@@ -4,8 +4,8 @@ tenant ever has more than its 4 calls in flight (as the fake downstream's ledger
 a SIGKILLed worker's slots of a key come back. In process, on every store: each key has its own
 slots and queue, and a run whose context has no key fails saying which.
 
-The big tenant has `BIG_TENANT_RUNS` runs (500 by default; `STATECHARTS_KEYS_SOAK=10000` runs
-the 10k version, minutes long on a loaded machine: a soak, not a default test).
+The big tenant has `BIG_TENANT_RUNS` runs: 500 by default, 10,000 in `make soak`
+(`STATECHARTS_SOAK=1`; `STATECHARTS_KEYS_SOAK=N` sets N), minutes long on a loaded machine.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from tests.persistence.test_fault_injection import Env, ended, stop_cleanly, wai
 
 e = test_fault_injection.e  # the fixture: a SQLite file, then a PostgreSQL schema, with a ledger
 
-BIG_TENANT_RUNS = int(os.environ.get("STATECHARTS_KEYS_SOAK", "500"))
+BIG_TENANT_RUNS = int(os.environ.get("STATECHARTS_KEYS_SOAK") or
+                      (10_000 if os.environ.get("STATECHARTS_SOAK") else 500))
 SMALL_TENANT_RUNS = 8
 CALL_MS = 20
 
