@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from persistence.calls import CallExecutor
+from persistence.capacity import LimitKeyError
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
@@ -325,7 +326,7 @@ class Worker:
         for schedule in self.schedules:
             try:
                 started = schedule.tick()
-            except StoreError as exc:
+            except (StoreError, LimitKeyError) as exc:  # (the slot is not lost: next tick)
                 log.warning("schedule %s: tick failed: %s", schedule.name, exc)
                 continue
             if started is not None:

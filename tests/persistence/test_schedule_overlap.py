@@ -194,3 +194,19 @@ def test_a_bad_overlap_or_window_is_refused_naming_the_schedule(store: Store) ->
     with pytest.raises(ValueError, match="schedule 'h': catchup_window_ms must be an integer "
                                          ">= 10000"):
         ScheduledStart(runtime, "h", "approval", HOURLY, catchup_window_ms=5_000)
+
+
+def test_a_slot_whose_run_lacks_its_limits_key_is_logged_and_kept(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    from persistence.capacity import Limit
+    from persistence.worker import Worker
+
+    clock = SimulatedClock(at("09:00"))
+    runtime = Runtime(store, [approval], clock=clock,
+                      limits={"per_tenant": Limit(max_in_flight=1, key="tenant")},
+                      workflow_limits={"approval": "per_tenant"})  # fmt: skip
+    schedule = ScheduledStart(runtime, "hourly", "approval", HOURLY, input={"no": "tenant"})
+    Worker(runtime, schedules=[schedule]).run_until_idle()  # logged, not raised
+    assert "schedule hourly: tick failed: limit 'per_tenant' is per key context.tenant" \
+        in caplog.text  # fmt: skip
+    assert store.get_schedule("hourly") is None and store.list_runs(limit=10) == []
