@@ -1,5 +1,5 @@
 """Command line for durable runs: `worker`, `runs start|send|list|show|cancel|resume|versions`,
-`db upgrade`, and `api` (the webhook ingress).
+`schedules`, `db upgrade`, and `api` (the webhook ingress).
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -32,7 +32,7 @@ from persistence.runtime import (
     UnknownWorkflowError,
     machines_from,
 )
-from persistence.scheduling import ScheduledStart
+from persistence.scheduling import ScheduledStart, iso
 from persistence.signatures import Signature
 from persistence.stores import (
     RunQuery,
@@ -261,7 +261,7 @@ def add_keys_file(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `worker`, `runs` and `db` to a CLI's subcommands."""
+    """Add `worker`, `runs`, `schedules` and `db` to a CLI's subcommands."""
     worker = subparsers.add_parser(
         "worker", help="run durable workflows until SIGTERM",
         description="Step the runs of the given machines: claim runs with work due, call the "
@@ -415,6 +415,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
                           help="module (or module:attr) defining the machines; repeatable")
     versions.set_defaults(handler=_closing_stores(_runs_versions))
+
+    listed = subparsers.add_parser(
+        "schedules", help="scheduled starts: slots decided, last run, skipped slots",
+        description="Every scheduled start the store knows (workers fire them with "
+                    "--schedules): up to which slot it decided, the run it started last, a "
+                    "slot held by the overlap policy buffer_one, and its skipped slots (how "
+                    "many in all, the latest with their reason).")
+    _add_store(listed)
+    listed.add_argument("--json", action="store_true", help="print JSON instead of text")
+    listed.set_defaults(handler=_closing_stores(_schedules))
 
     db = subparsers.add_parser("db", help="database schema",
                                description="Manage the run store's schema.")
@@ -683,6 +693,24 @@ def _runs_versions(args: argparse.Namespace) -> int:
     if not unknown:
         print("every active run has a definition or a migration here")
     return 1 if unknown else 0
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    records = _store(args).list_schedules(limit=1000)
+    if args.json:
+        print(orjson.dumps([asdict(r) for r in records]).decode())
+        return 0
+    for r in records:
+        buffered = f", slot {iso(r.buffered_at)} buffered" if r.buffered_at is not None else ""
+        print(f"{r.name}: decided up to {iso(r.last_fire_at) if r.last_fire_at else '-'}, last "
+              f"run {r.last_run_id or '-'}{buffered}, {r.skipped_count} slot(s) skipped")
+        for skip in r.skipped[-5:]:
+            slots = iso(skip["first"]) if skip["count"] == 1 else \
+                f"{iso(skip['first'])} .. {iso(skip['last'])}"  # fmt: skip
+            print(f"  skipped {skip['count']} slot(s) {slots}: {skip['reason']}")
+    if not records:
+        print("no schedule has decided a slot yet")
+    return 0
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from persistence.capacity import Place
+from persistence.capacity import LimitKeyError, Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox, traceback_text
@@ -231,7 +231,7 @@ class RunDriver:
         done: list[Executed] = []
         load, now = self.runtime.load, self.runtime.clock.now()
         try:
-            places = load.places(x.machine, x.pending)
+            places = load.places(x.machine, x.snapshot.context, x.pending)
             handed, x.handed = x.handed, frozenset()
             asking = [p for p in places if p not in handed]
             if asking:
@@ -328,7 +328,7 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if (machine is None or run.problem is not None or work.problem is not None
                 or run.lease_owner is not None or run.status != ACTIVE or work.effects
-                or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+                or self.runtime.load.workflow_limits.get(run.workflow_name)):  # fmt: skip
             return None
         try:
             snapshot = machine.restore(run.snapshot)
@@ -567,8 +567,14 @@ class RunDriver:
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place
         (else it was released to wait)."""
-        place = self.runtime.load.workflow_place(run)
-        if place is None or run.terminal:
+        if run.terminal:
+            return True
+        try:
+            place = self.runtime.load.workflow_place(run)
+        except LimitKeyError as exc:  # never stepped without its place: failed, saying why
+            self._fail_unreadable(run, str(exc), now)
+            return False
+        if place is None:
             return True
         grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
         if not grant.granted:
@@ -576,7 +582,14 @@ class RunDriver:
         return grant.granted
 
     def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = [p for p in map(self.runtime.load.workflow_place, runs) if p is not None]
+        places = []
+        for run in runs:
+            try:
+                place = self.runtime.load.workflow_place(run)
+            except LimitKeyError:  # (an ended run without its key: it took no place)
+                continue
+            if place is not None:
+                places.append(place)
         if places:
             self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
 

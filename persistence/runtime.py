@@ -552,6 +552,7 @@ class Runtime:
             lease_owner=owner,
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
+            limit_share=self.load.start_share(name, snapshot.context),
         )
         return run, outbox, effects, snapshot
 

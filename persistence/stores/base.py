@@ -184,6 +184,10 @@ class NewRun:
     `SystemIdTakenError` when an active child run of the tree already holds it."""
     call_lease: tuple[str, int] | None = None
     """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
+    limit_share: str | None = None
+    """The limit (a per-key limit's share, `<limit>[<key>]`) its workflow's steps take a place
+    of: while it waits to be claimed, a refusal of that limit queues it with the others
+    (`Capacity`: its backlog parked), so its backlog never stands in the claim order."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
@@ -479,11 +483,25 @@ class ClaimRecord:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRecord:
-    """The last fire time of a scheduled start, advanced atomically with the run it starts."""
+    """A scheduled start's state, advanced atomically with the run it starts: every slot up to
+    `last_fire_at` is decided (fired, buffered or skipped)."""
 
     name: str
     last_fire_at: int | None
     version: int
+    last_run_id: str | None = None
+    """The run the schedule started last: the one a new slot overlaps while it is active."""
+    buffered_at: int | None = None
+    """The slot an overlap policy `buffer_one` holds until `last_run_id` ends."""
+    skipped_count: int = 0
+    """How many slots were skipped in all."""
+    skipped: tuple[Mapping[str, Any], ...] = ()
+    """The latest skips, oldest first (at most `MAX_SKIP_RECORDS`): `first` and `last` slot
+    (epoch ms), `count`, `reason`, `at` (when it was decided)."""
+
+
+MAX_SKIP_RECORDS = 20
+"""How many skip records a schedule keeps (the count of all skips is kept too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1017,6 +1035,10 @@ class Coordination(Protocol):
         """The scheduled start `name`, if it ever fired."""
         ...
 
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """The scheduled starts that ever decided a slot, by name (at most `limit`)."""
+        ...
+
     def fire_schedule(
         self,
         name: str,
@@ -1027,10 +1049,22 @@ class Coordination(Protocol):
         now: int,
         *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        buffered_at: int | None = None,
+        skipped: Sequence[Mapping[str, Any]] = (),
     ) -> RunRecord | None:
         """Advance schedule `name` to `fire_at` and create `run` (and the child runs its first
-        step starts), in one transaction. None (and nothing written) if the schedule is no
-        longer at `expected_version` (0 = never fired)."""
+        step starts), in one transaction; `run` becomes the schedule's last run, `buffered_at`
+        its buffered slot, and `skipped` (skip records) is appended to its skips. None (and
+        nothing written) if the schedule is no longer at `expected_version` (0 = never
+        fired)."""
+        ...
+
+    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
+                      buffered_at: int | None,
+                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+        """Advance schedule `name` to `decided_to` without starting a run: its slots up to
+        there were skipped (`skipped`, appended to its skips) or buffered (`buffered_at`).
+        False (and nothing written) if the schedule is no longer at `expected_version`."""
         ...
 
 
@@ -1119,6 +1153,11 @@ class Capacity(Protocol):
     def pause_capacity(self, name: str, until: int, now: int) -> None:
         """No call through limit `name` before `until` (a downstream's Retry-After), for every
         run; a later pause extends it, an earlier one changes nothing."""
+        ...
+
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that hold slots or
+        queue runs, in name order after `after`: a page of at most `count`."""
         ...
 
     def capacity_usage(self, now: int) -> list[LimitUsage]:

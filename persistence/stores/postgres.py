@@ -366,6 +366,7 @@ class PostgresStore(SQLStore):
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
                     values[5] = run.snapshot
+                    self._share_of(conn, run)
                 return self._run(values), created
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 

@@ -30,6 +30,7 @@ from persistence.stores.base import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
     FAILED_EVENT,
+    MAX_SKIP_RECORDS,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
     SEALED,
@@ -92,6 +93,8 @@ EFFECT_NAMES = (
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
+_SCHEDULE_COLUMNS = ("name, last_fire_at, version, last_run_id, buffered_at, skipped_count, "
+                     "skipped")
 
 _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
                 "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
@@ -478,11 +481,18 @@ class SQLRuns(SQLCalls, SQLDialect):
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
+            self._share_of(conn, run)
             return self._run(rows[0]), True
         existing = self._keyed_in(conn, run, ended_too=False)
         if existing is None:
             raise ConflictError(f"could not insert or find run with key {run.key!r}")
         return existing, False
+
+    def _share_of(self, conn: Any, run: NewRun) -> None:
+        """Write which limit a new run's steps take a place of (`NewRun.limit_share`)."""
+        if run.limit_share is not None:
+            self._exec(conn, "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
+                       (run.limit_share, self._id(run.id)))  # fmt: skip
 
     def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
@@ -1386,13 +1396,21 @@ class SQLCoordination(SQLDialect):
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         """Stored schedule state."""
-        rows = self._read(
-            "SELECT name, last_fire_at, version FROM workflow_schedules WHERE name = ?", (name,)
-        )
-        if not rows:
-            return None
-        n, last, v = rows[0]
-        return ScheduleRecord(n, self._ms(last), v)
+        rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules WHERE name = ?",
+                          (name,))  # fmt: skip
+        return self._schedule(rows[0]) if rows else None
+
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """Stored schedules, by name."""
+        return [self._schedule(row) for row in self._read(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules ORDER BY name LIMIT ?",
+            (limit,))]  # fmt: skip
+
+    def _schedule(self, row: Sequence[Any]) -> ScheduleRecord:
+        n, last, v, run_id, buffered, count, skipped = row
+        records = self._load(skipped)
+        return ScheduleRecord(n, self._ms(last), v, run_id, self._ms(buffered), int(count),
+                              tuple(records) if isinstance(records, list) else ())  # fmt: skip
 
     def fire_schedule(
         self,
@@ -1404,32 +1422,63 @@ class SQLCoordination(SQLDialect):
         now: int,
         *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        buffered_at: int | None = None,
+        skipped: Sequence[Mapping[str, Any]] = (),
     ) -> RunRecord | None:
         """Advance the schedule and create its run (with its child runs) together."""
         try:
             with self._write() as conn:
-                if expected_version == 0:
-                    moved = self._exec(
-                        conn,
-                        "INSERT INTO workflow_schedules (name, last_fire_at, version) "
-                        "VALUES (?, ?, 1) ON CONFLICT (name) DO NOTHING RETURNING 1",
-                        (name, self._t(fire_at)),
-                    ).fetchall()
-                else:
-                    moved = self._exec(
-                        conn,
-                        "UPDATE workflow_schedules SET last_fire_at = ?, version = version + 1"
-                        " WHERE name = ? AND version = ? RETURNING 1",
-                        (self._t(fire_at), name, expected_version),
-                    ).fetchall()
-                if not moved:
-                    raise ScheduleMoved
                 record, created = self._create_in(conn, run, effects, now)
+                self._advance_schedule(conn, name, expected_version, fire_at, record.id,
+                                       buffered_at, skipped)  # fmt: skip
                 if created:
                     self._create_all_in(conn, [(run, ())], children, now)
                 return record
         except ScheduleMoved:
             return None
+
+    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
+                      buffered_at: int | None,
+                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+        """Advance the schedule past skipped or buffered slots, starting no run."""
+        try:
+            with self._write() as conn:
+                self._advance_schedule(conn, name, expected_version, decided_to, None,
+                                       buffered_at, skipped)  # fmt: skip
+                return True
+        except ScheduleMoved:
+            return False
+
+    def _advance_schedule(self, conn: Any, name: str, expected_version: int, decided_to: int,
+                          run_id: str | None, buffered_at: int | None,
+                          skipped: Sequence[Mapping[str, Any]]) -> None:  # fmt: skip
+        """Move the schedule to its next version (`ScheduleMoved` if it is not at
+        `expected_version`): decided up to `decided_to`, its last run `run_id` (kept if None),
+        its buffered slot, its skip records (the latest `MAX_SKIP_RECORDS`) and count."""
+        previous = self._exec(
+            conn, "SELECT skipped, skipped_count, last_run_id, version FROM workflow_schedules "
+            "WHERE name = ?", (name,)).fetchone()  # fmt: skip
+        if (previous[3] if previous else 0) != expected_version:
+            raise ScheduleMoved
+        kept = self._load(previous[0]) if previous else []
+        records = [*(kept if isinstance(kept, list) else []), *skipped][-MAX_SKIP_RECORDS:]
+        count = (int(previous[1]) if previous else 0) + sum(int(r["count"]) for r in skipped)
+        values = (self._t(decided_to), run_id if run_id is not None else
+                  (previous[2] if previous else None), self._t(buffered_at), count,
+                  self._j(records))  # fmt: skip
+        if previous is None:
+            moved = self._exec(
+                conn, "INSERT INTO workflow_schedules (last_fire_at, last_run_id, buffered_at, "
+                "skipped_count, skipped, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
+                "ON CONFLICT (name) DO NOTHING RETURNING 1", (*values, name)).fetchall()
+        else:
+            moved = self._exec(
+                conn, "UPDATE workflow_schedules SET last_fire_at = ?, last_run_id = ?, "
+                "buffered_at = ?, skipped_count = ?, skipped = ?, version = version + 1 "
+                "WHERE name = ? AND version = ? RETURNING 1",
+                (*values, name, expected_version)).fetchall()  # fmt: skip
+        if not moved:
+            raise ScheduleMoved
 
 
 class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity, SQLReencrypt):

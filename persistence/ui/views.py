@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from persistence.capacity import split_name
 from persistence.runtime import error_run_key
 from persistence.stores import (
     TERMINAL_STATUSES,
@@ -481,17 +482,20 @@ def leaves(state: str) -> Sequence[str]:
 
 @dataclass(frozen=True)
 class LimitRow:
-    """One named limit on the limits page."""
+    """One named limit on the limits page (a per-key limit: one row per key in use)."""
 
-    name: str
-    sites: list[str]  # "workflow: state path" of every loaded call site naming it
+    name: str  # as stored: the limit, or `<limit>[<key>]` for a key's share of it
+    sites: list[str]  # "workflow: state path" of every loaded call site naming the limit
     in_flight: int
     waiting: list[tuple[str, int]]  # (reason, runs)
     paused_until: int | None
+    limit: str = ""  # the limit's name (without the key)
+    key: str | None = None  # the key of a per-key limit's share
 
 
 def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[LimitRow]:
-    """The limits the store knows and the loaded call sites name, with their use now."""
+    """The limits the store knows and the loaded call sites name, with their use now; a
+    per-key limit's keys each on a row of their own, after their limit."""
     sites: dict[str, list[str]] = {}
     for machine in machines:
         for node in machine.definition.nodes:
@@ -499,8 +503,12 @@ def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[Limi
                 if invoke.limit:
                     sites.setdefault(invoke.limit, []).append(f"{machine.id}: {node.id}")
     usage = {u.name: u for u in store.capacity_usage(now)}
-    return [LimitRow(name, sorted(set(sites.get(name, []))),
-                     usage[name].in_flight if name in usage else 0,
-                     sorted(usage[name].waiting.items()) if name in usage else [],
-                     usage[name].paused_until if name in usage else None)
-            for name in sorted(set(sites) | set(usage))]  # fmt: skip
+    rows = []
+    for name in sorted(set(sites) | set(usage), key=lambda n: (split_name(n)[0], n)):
+        limit, key = split_name(name)
+        used = usage.get(name)
+        rows.append(LimitRow(name, sorted(set(sites.get(limit, []))),
+                             used.in_flight if used else 0,
+                             sorted(used.waiting.items()) if used else [],
+                             used.paused_until if used else None, limit, key))  # fmt: skip
+    return rows
