@@ -111,6 +111,13 @@ faster), so one event never wakes a worker twice."""
 _CHANNEL = "left('statecharts_wake_' || current_schema(), 63)"
 """The wake-up channel: one per schema, so stores in other schemas are not woken."""
 _WAKE_CALL = f"pg_notify({_CHANNEL}, '{_PROCESS}')"
+_PROGRESS = "ran"
+"""The mark of a NOTIFY telling waiters that a run they watch committed a step (`watch`),
+`ran:<run id>`: every listener takes it, this process's too (its waiter may be anywhere)."""
+_TELL_WAITERS = "statecharts_tell_waiters(run.id)"  # migration 0009
+"""In a step's result row, evaluated once its run's row is written (and locked): a NOTIFY
+`ran:<run id>` for the run's waiters, only if it has any (a probe of an all but empty table
+on the hot path)."""
 
 
 @lru_cache(maxsize=256)
@@ -281,6 +288,32 @@ class PostgresStore(SQLStore):
                 self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
         return wakeup
 
+    def watch(self, run_id: str, waiter: str, until: int) -> bool:
+        """Listed in `workflow_waiters` (a waiter a kill left there before is deleted), so
+        that each step of the run sends a NOTIFY its listeners turn into `progressed`: True
+        once this store's listener LISTENs (waited for up to a few seconds), else False."""
+        self.wakeup()  # (which starts the listener)
+        listener = self._listener
+        if listener is None or not listener.listening.wait(5.0):
+            return False
+        rid = _uuid(run_id)
+        with self._write() as conn:  # (the share lock waits out a step being written now)
+            conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR SHARE", (rid,))
+            conn.execute("DELETE FROM workflow_waiters WHERE run_id = %s AND expires_at < now()",
+                         (rid,))  # fmt: skip
+            conn.execute("INSERT INTO workflow_waiters (run_id, waiter, expires_at) VALUES "
+                         "(%s, %s, %s) ON CONFLICT (run_id, waiter) DO UPDATE SET "
+                         "expires_at = excluded.expires_at", (rid, waiter, to_ts(until)))
+        return True
+
+    def unwatch(self, run_id: str, waiter: str) -> None:
+        """No longer listed as a waiter of the run."""
+        self._rows("DELETE FROM workflow_waiters WHERE run_id = %s AND waiter = %s RETURNING 1",
+                   (_uuid(run_id), waiter))  # fmt: skip
+
+    def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
+        conn.execute("SELECT statecharts_tell_waiters(%s)", (_uuid(run_id),))
+
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
         with self._listener_lock:
@@ -444,7 +477,7 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now)).fetchall())
+        written = {r[0]: r[1] for r in _execute_hot(conn, *_steps_statement(commits, ids, now))}
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -459,7 +492,7 @@ class PostgresStore(SQLStore):
         run_id = _uuid(commit.run_id)
         sql, params = _steps_statement([commit], [run_id], now)
         cursor = conn.execute(_encoded(sql), params)
-        return lambda: dict(cursor.fetchall()).get(run_id)
+        return lambda: {r[0]: r[1] for r in cursor.fetchall()}.get(run_id)
 
     @contextmanager
     def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -520,7 +553,7 @@ class PostgresStore(SQLStore):
             return None
         if params["due"]:
             self.wakeup().notify()
-        _, version, inbox_id, _ = rows[0]
+        _, version, inbox_id = rows[0][:3]
         return int(inbox_id), int(version)
 
     def _wake_listener(self) -> None:
@@ -664,7 +697,8 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
                "calls": params["calls"], "stops": params["stops"],
-               "journal": params["journal"], "dead": params["dead"]}  # fmt: skip
+               "journal": params["journal"], "dead": params["dead"],
+               "search": params["search"]}  # fmt: skip
     parts = tuple(name for name, rows in present.items() if rows)
     for name in parts if one else ("steps", *parts):  # (the others are not in the statement)
         params[name] = _json(params[name])
@@ -851,6 +885,8 @@ class _Listener:
     def __init__(self, conninfo: str, kwargs: dict[str, Any], wakeup: Wakeup) -> None:
         self._conninfo, self._kwargs, self._wakeup = conninfo, kwargs, wakeup
         self._closed = threading.Event()
+        self.listening = threading.Event()
+        """Set while the connection LISTENs (a waiter relies on NOTIFYs only then)."""
         self._thread = threading.Thread(target=self._listen, name="statecharts-listen",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -873,15 +909,20 @@ class _Listener:
                     (channel,) = conn.execute(f"SELECT {_CHANNEL}").fetchall()[0]
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(channel))))
                     self._wakeup.notify()
+                    self._wakeup.progressed(None)  # (a step may have been missed meanwhile)
+                    self.listening.set()
                     backoff = 0.1
                     while not self._closed.is_set():
                         for note in conn.notifies(timeout=0.5):
                             if self._closed.is_set():
                                 break
                             process, _, run_id = note.payload.partition(":")
-                            if process != _PROCESS:  # a sent event names its run
+                            if process == _PROGRESS:
+                                self._wakeup.progressed(run_id)
+                            elif process != _PROCESS:  # a sent event names its run
                                 self._wakeup.notify(run_id or None)
             except psycopg.Error as exc:
+                self.listening.clear()
                 log.warning("wake-up listener: %s; reconnecting in %.1fs (workers poll "
                             "meanwhile)", exc, backoff)  # fmt: skip
                 self._closed.wait(backoff)
@@ -983,7 +1024,7 @@ written with the call's end only while its holder still holds it (the call's row
 one round trip for a call's end and the step it feeds."""
 _FROM_REST_RESULT = (
     "\nSELECT id::text, version, nextval('workflow_inbox_id_seq'), "
-    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
+    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END, {_TELL_WAITERS} FROM run"
 )
 """The result of a step written from rest: the new version, the sent event's inbox id (drawn
 from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
@@ -1049,13 +1090,31 @@ _STEPS_PARTS = {
       AND st.drop AND st.was IN ('done', 'failed') AND NOT (i.id = ANY(st.keep))
 )""",
     "journal": f""", journal AS (
-    INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
-    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}
+    INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at,
+                                 inbox_id)
+    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}, j.inbox
     FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
-                                                        before text, after text) ON j.run = run.id
+                                                        before text, after text, inbox bigint)
+        ON j.run = run.id
     ORDER BY j.n
 )""",
+    "search": """, search_set AS (
+    INSERT INTO workflow_search (run_id, name, value)
+    SELECT run.id, a.name, a.value
+    FROM run JOIN jsonb_to_recordset(%(search)s) AS a(run uuid, name text, value text)
+        ON a.run = run.id
+    WHERE a.value IS NOT NULL
+    ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
+), search_unset AS (
+    DELETE FROM workflow_search s
+    USING run, jsonb_to_recordset(%(search)s) AS a(run uuid, name text, value text)
+    WHERE a.run = run.id AND s.run_id = run.id AND s.name = a.name AND a.value IS NULL
+)""",
 }
+
+
+_STEPS_RESULT = f"\nSELECT id::text, version, {_TELL_WAITERS} FROM run"
+"""The result of a step statement: each written run's id and new version (its waiters told)."""
 
 
 @lru_cache(maxsize=64)
@@ -1070,9 +1129,9 @@ def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batc
     if run == "finish":
         return _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
     if run == "batch":
-        return _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
+        return _STEPS_RUNS + body + _STEPS_RESULT
     assert isinstance(run, tuple)
-    return _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+    return _one_run_sql(*run) + body + _STEPS_RESULT
 
 
 def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
@@ -1112,6 +1171,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
     stops: list[dict[str, Any]] = []
     journal: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
+    search: list[dict[str, Any]] = []
     for c in commits:
         if with_runs:
             completed_at, failed_at = completion_times(c.status, now)
@@ -1142,11 +1202,12 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),
                          "keep": list(c.consumed_inbox)})
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
-                     "before": j.state_before, "after": j.state_after}
+                     "before": j.state_before, "after": j.state_after, "inbox": j.inbox_id}
                     for n, j in enumerate(c.journal)]  # fmt: skip
+        search += [{"run": c.run_id, "name": n, "value": v} for n, v in c.search.items()]
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "calls": calls, "stops": stops, "journal": journal, "dead": dead,
-            "now": now}  # fmt: skip
+            "search": search, "now": now}  # fmt: skip
 
 
 def _canonical(run_id: str) -> str:
