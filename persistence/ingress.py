@@ -282,6 +282,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         if refusal is not None:
             raise invalid("type", refusal)
         fresh = True
+        if delivery is None and wait is not None:
+            return waited(runtime.send(run.id, event, traceparent=traceparent, wait=wait), False)
         if delivery is None:
             inbox_id = runtime.send(run.id, event, traceparent=traceparent)
         else:
