@@ -613,6 +613,7 @@ def _runs_show(args: argparse.Namespace) -> int:
     data = {
         **_row(run),
         "snapshot": run.snapshot,
+        "search": store.search_attributes(run.id),
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
                   for c in calls_of(store, run.id)],

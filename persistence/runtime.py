@@ -231,7 +231,14 @@ class Runtime:
 
     `send` applies an event to a run at rest (active, no worker holding it, nothing queued
     before it, no effects waiting to run) in its own transaction, as the step a worker would
-    take for it; `step_in_send=False` always queues it for a worker instead.
+    take for it; `step_in_send=False` always queues it for a worker instead. `send(...,
+    wait=SECONDS)` returns once the step that applied the event has committed, and
+    `wait(run_id)` once the run has ended (`persistence.waiting`).
+
+    A machine names fields of its context to index with `meta={"search": ["customer"]}` at
+    its root (or `search={"invoice": ["customer"]}` here, which wins): its runs are found by
+    them (`RunQuery(search=...)`, `runs list --where customer=42`), each step writing, in its
+    transaction, the values it changed (`persistence.search`).
 
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the

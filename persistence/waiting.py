@@ -99,6 +99,8 @@ class _Watch:
         self.notified = False
 
     def __enter__(self) -> _Watch:
+        # the id as the store spells it (a step's NOTIFY names it so); RunNotFoundError if none
+        self.run_id = self.store.get_run(self.run_id).id
         self.wakeup = self.store.wakeup()
         self.wakeup.follow(self.run_id)
         try:
@@ -137,6 +139,7 @@ def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float,
     """Wait up to `timeout` seconds for the event queued as inbox row `inbox_id` of `run_id`
     to be applied (or dead-lettered); the `Answer` (`queued` if the time ran out)."""
     with _Watch(store, run_id, check_timeout(timeout), now_ms) as watch:
+        run_id = watch.run_id
         progress: EventProgress = watch.until(lambda: store.event_progress(run_id, inbox_id),
                                               lambda p: p.status != "queued")  # fmt: skip
     return Answer(run_id, inbox_id, progress.status, store.get_run(run_id), progress.step,

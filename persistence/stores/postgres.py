@@ -291,14 +291,17 @@ class PostgresStore(SQLStore):
     def watch(self, run_id: str, waiter: str, until: int) -> bool:
         """Listed in `workflow_waiters` (a waiter a kill left there before is deleted), so
         that each step of the run sends a NOTIFY its listeners turn into `progressed`: True
-        once this store's listener LISTENs (waited for up to a few seconds), else False."""
+        once this store's listener LISTENs (waited for up to a few seconds), else False.
+        `RunNotFoundError` for an unknown run."""
         self.wakeup()  # (which starts the listener)
         listener = self._listener
         if listener is None or not listener.listening.wait(5.0):
             return False
         rid = _uuid(run_id)
         with self._write() as conn:  # (the share lock waits out a step being written now)
-            conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR SHARE", (rid,))
+            if not conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR SHARE",
+                                (rid,)).fetchall():  # fmt: skip
+                raise RunNotFoundError(f"no run with id {run_id!r}")
             conn.execute("DELETE FROM workflow_waiters WHERE run_id = %s AND expires_at < now()",
                          (rid,))  # fmt: skip
             conn.execute("INSERT INTO workflow_waiters (run_id, waiter, expires_at) VALUES "

@@ -88,28 +88,31 @@ def db(crash_url: str) -> Iterator[Store]:
     store.close()
 
 
+_BULK_RUNS = {
+    "postgres": (
+        "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, snapshot, "
+        "status, created_at, updated_at) SELECT gen_random_uuid(), 'tally', 'v', NULL, 'idle', "
+        "'{}'::jsonb, 'active', now() - i * interval '1 ms', now() "
+        "FROM generate_series(1, %s) AS i",
+        "(row_number() OVER (ORDER BY id) % 1000)::text"),
+    "sqlite": (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+        "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, snapshot, "
+        "status, created_at, updated_at) SELECT lower(hex(randomblob(16))), 'tally', 'v', NULL, "
+        "'idle', '{}', 'active', i, i FROM n",
+        "CAST(rowid % 1000 AS TEXT)"),
+}  # fmt: skip
+"""Per dialect: the insert of N runs of `tally`, and the customer (0..999) of each."""
+
+
 def _add_runs(store: Store, count: int) -> None:
     """`count` runs of `tally` with customers 0..999, inserted as the runtime's start would
     leave them (their rows and search rows), in one statement each (setup of 10,000 runs)."""
-    if store.dialect == "postgres":  # type: ignore[attr-defined]
-        with store._connection() as conn:  # type: ignore[attr-defined]
-            conn.execute(
-                "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
-                "snapshot, status, created_at, updated_at) SELECT gen_random_uuid(), 'tally', "
-                "'v', NULL, 'idle', '{}'::jsonb, 'active', now() - i * interval '1 ms', now() "
-                "FROM generate_series(1, %s) AS i", (count,))  # fmt: skip
-            conn.execute("INSERT INTO workflow_search (run_id, name, value) SELECT id, "
-                         "'customer', (row_number() OVER (ORDER BY id) % 1000)::text "
-                         "FROM workflow_runs WHERE workflow_version = 'v'")  # fmt: skip
-        return
+    runs, customer = _BULK_RUNS[store.dialect]  # type: ignore[attr-defined]
     with store._write() as conn:  # type: ignore[attr-defined]
-        conn.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-            "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
-            "snapshot, status, created_at, updated_at) SELECT lower(hex(randomblob(16))), "
-            "'tally', 'v', NULL, 'idle', '{}', 'active', i, i FROM n", (count,))  # fmt: skip
-        conn.execute("INSERT INTO workflow_search (run_id, name, value) SELECT id, 'customer', "
-                     "CAST(rowid % 1000 AS TEXT) FROM workflow_runs WHERE workflow_version = 'v'")
+        conn.execute(runs, (count,))
+        conn.execute(f"INSERT INTO workflow_search (run_id, name, value) SELECT id, 'customer', "
+                     f"{customer} FROM workflow_runs WHERE workflow_version = 'v'")
 
 
 def _plan(store: Store, query: RunQuery) -> tuple[list[str], str]:

@@ -21,7 +21,7 @@ import pytest
 from persistence.cli import main
 from persistence.lifecycle_cli import EXIT_CANCELLED, EXIT_DONE, EXIT_FAILED, EXIT_TIMEOUT
 from persistence.runtime import Runtime
-from persistence.stores import Store, open_store
+from persistence.stores import RunNotFoundError, Store, open_store
 from persistence.stores.postgres import PostgresStore
 from persistence.waiting import Answer, StillRunningError
 from persistence.worker import Worker
@@ -179,8 +179,9 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
     pg_dsn: str, pg_schema: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     """The waiter is listed in workflow_waiters while it waits (and not after); each step of
-    its run, written by another process, NOTIFYs it: it reads the run once when it starts and
-    once per step after, however long the run takes, never on a timer."""
+    its run, written by another process, NOTIFYs it: it reads the run when it starts (to find
+    it, then to look) and once per step after, however long the run takes, never on a timer.
+    The run is named in upper case: the waiter follows it as the store spells it."""
     url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
     setup = open_store(url, check=False)
     setup.migrate()
@@ -199,7 +200,7 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
         run = runtime.start("tally", {"customer": 1})
         worker = _worker(url, tmp_path / "worker.log")
         try:
-            waiter = threading.Thread(target=lambda: runtime.wait(run, 60))
+            waiter = threading.Thread(target=lambda: runtime.wait(run.upper(), 60))
             waiter.start()
             _await_waiter(other, run)
             for event in ('{"type": "MOVE", "region": "a"}', "FINISH"):  # (a step each)
@@ -214,7 +215,7 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
             stop_workers([worker])
         steps = store.get_run(run).version - 1
         waited_reads = len(reads) - 1  # (the last read, above, is the test's)
-        assert 1 <= waited_reads <= 1 + steps
+        assert 2 <= waited_reads <= 2 + steps  # (finding the run, the first read, one a step)
         assert _waiters(other, run) == 0
     finally:
         store.close()
@@ -266,3 +267,13 @@ def test_the_ingress_answers_with_the_run_after_the_event_or_202_when_the_wait_e
     assert (ended.status, ended.output) == ("done", {"count": 2})
     refused = httpx.post(f"{base}/api/runs/{run}/events?wait=soon", json={"type": "ADD"})
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "wait"]
+
+
+def test_waiting_for_an_unknown_run_or_for_too_long_is_refused(store: Store) -> None:
+    runtime = Runtime(store, [tally])
+    with pytest.raises(RunNotFoundError):
+        runtime.wait("00000000-0000-4000-8000-000000000000", 1)
+    run = runtime.start("tally", {"customer": 1})
+    with pytest.raises(ValueError, match="timeout must be between 0 and 3600 seconds"):
+        runtime.send(run, "MOVE", wait=-1)
+    assert store.pending_events(run) == []  # (refused before anything was queued)

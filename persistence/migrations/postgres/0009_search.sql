@@ -24,9 +24,10 @@ ALTER TABLE workflow_events ADD COLUMN inbox_id bigint;
 
 -- workflow_waiters: runs someone waits on (`Runtime.wait`, a send with `wait`). A step that
 -- commits a run listed here sends a NOTIFY naming it; other steps send none. `expires_at`
--- bounds a row a killed waiter left behind (the next waiter of the run deletes it).
+-- bounds a row a killed waiter left behind: past it the row tells no one, and the next waiter
+-- of the run deletes it (a deleted run takes its rows with it).
 CREATE TABLE workflow_waiters (
-    run_id     uuid        NOT NULL,
+    run_id     uuid        NOT NULL REFERENCES workflow_runs (id) ON DELETE CASCADE,
     waiter     text        NOT NULL,
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (run_id, waiter)
@@ -40,6 +41,6 @@ CREATE FUNCTION statecharts_tell_waiters(run uuid) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     PERFORM pg_notify(left('statecharts_wake_' || current_schema(), 63), 'ran:' || run::text)
-    FROM workflow_waiters WHERE run_id = run LIMIT 1;
+    FROM workflow_waiters WHERE run_id = run AND expires_at > now() LIMIT 1;
 END
 $$;
