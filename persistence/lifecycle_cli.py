@@ -113,13 +113,13 @@ def print_answer(answer: Answer) -> int:
 
 def send_and_wait(store: Store, run: RunRecord, inbox_id: int, timeout: float) -> int:
     """`runs send --wait`: wait for the event queued as `inbox_id` and print the answer."""
-    return print_answer(wait_applied(store, run.id, inbox_id, timeout, SystemClock().now()))
+    return print_answer(wait_applied(store, run.id, inbox_id, timeout))
 
 
 def wait_for_run(store: Store, run: RunRecord, timeout: float) -> int:
     """`runs wait`: print the run's end (or, timed out, its state) as JSON; the exit code."""
     try:
-        ended = wait_ended(store, run.id, timeout, SystemClock().now())
+        ended = wait_ended(store, run.id, timeout)
     except StillRunningError as exc:
         _print({"run_id": run.id, "status": exc.run.status, "state": exc.run.state,
                 "timeout": True})  # fmt: skip

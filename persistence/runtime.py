@@ -641,14 +641,14 @@ class Runtime:
     def wait_for_event(self, run_id: str, inbox_id: int, timeout: float) -> Answer:
         """Wait up to `timeout` seconds for the event sent to `run_id` as inbox row `inbox_id`
         (what `send` and `deliver` return) to be applied; its `Answer` (see `send`)."""
-        return wait_applied(self.store, run_id, inbox_id, timeout, self.clock.now())
+        return wait_applied(self.store, run_id, inbox_id, timeout)
 
     def wait(self, run_id: str, timeout: float = 30.0) -> Ended:
         """Wait up to `timeout` seconds for the run to end (Temporal's `result()`, DBOS's
         `get_result`): its `Ended` status, output and error. Raises `StillRunningError` (a
         `TimeoutError`, with the run) if it is still active then, and `RunNotFoundError` for
         an unknown run. Without polling on PostgreSQL (`persistence.waiting`)."""
-        return wait_ended(self.store, run_id, timeout, self.clock.now())
+        return wait_ended(self.store, run_id, timeout)
 
     def deliver(self, run_id: str, event: EventLike, delivery_id: str, *,
                 traceparent: str | None = None) -> tuple[int, bool]:

@@ -3,10 +3,12 @@
 
 A waiter reads the store, and between two reads waits for the run to move:
 
-- PostgreSQL: the waiter is listed in `workflow_waiters` (`Store.watch`); every statement
-  that writes a step of a listed run sends a NOTIFY naming it, which the store's listener
-  turns into `Wakeup.progressed`, so the waiter reads again once per step of its run and
-  never on a timer. A listener that reconnected wakes every waiter (it may have missed one).
+- PostgreSQL: the waiter is counted in the run's row (`Store.watch`: `waiters`,
+  `waited_until`); every statement that writes a step of a run so marked sends a NOTIFY
+  naming it (read from the row it wrote, so a waiter counted before the step's write is never
+  missed), which the store's listener turns into `Wakeup.progressed`: the waiter reads again
+  once per step of its run and never on a timer. A listener that reconnected wakes every
+  waiter (it may have missed one).
 - SQLite (one file, no server to notify through): the waiter reads again after 10 ms,
   doubling up to 250 ms (`BACKOFF_FIRST_S`, `BACKOFF_MAX_S`), until the deadline.
 
@@ -16,7 +18,6 @@ Every wait is bounded by its timeout; nothing here loops without one.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,7 +28,10 @@ from persistence.stores import ACTIVE, EventProgress, RunRecord, Store
 BACKOFF_FIRST_S = 0.01
 BACKOFF_MAX_S = 0.25
 MAX_WAIT_S = 3600.0
-"""The longest wait accepted (a waiter's registration outlives a killed waiter this long)."""
+"""The longest wait accepted."""
+WATCH_MARGIN_S = 60.0
+"""How much longer than its wait a waiter is counted on PostgreSQL (`Store.watch`): a killed
+waiter's count runs out then."""
 
 T = TypeVar("T")
 
@@ -90,11 +94,9 @@ def check_timeout(timeout: float) -> float:
 class _Watch:
     """One waiter of one run, between `with` and its end (see the module docstring)."""
 
-    def __init__(self, store: Store, run_id: str, timeout: float, now_ms: int) -> None:
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: Store, run_id: str, timeout: float) -> None:
+        self.store, self.run_id, self.timeout = store, run_id, timeout
         self.deadline = time.monotonic() + timeout
-        self.until_ms = now_ms + int(timeout * 1000) + 60_000
-        self.waiter = uuid.uuid4().hex
         self.backoff = BACKOFF_FIRST_S
         self.notified = False
 
@@ -104,7 +106,7 @@ class _Watch:
         self.wakeup = self.store.wakeup()
         self.wakeup.follow(self.run_id)
         try:
-            self.notified = self.store.watch(self.run_id, self.waiter, self.until_ms)
+            self.notified = self.store.watch(self.run_id, self.timeout + WATCH_MARGIN_S)
         except BaseException:
             self.wakeup.unfollow(self.run_id)
             raise
@@ -114,7 +116,7 @@ class _Watch:
                  tb: TracebackType | None) -> None:  # fmt: skip
         try:
             if self.notified:
-                self.store.unwatch(self.run_id, self.waiter)
+                self.store.unwatch(self.run_id)
         finally:
             self.wakeup.unfollow(self.run_id)
 
@@ -134,11 +136,10 @@ class _Watch:
                 self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
 
 
-def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float,
-                 now_ms: int) -> Answer:  # fmt: skip
+def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float) -> Answer:
     """Wait up to `timeout` seconds for the event queued as inbox row `inbox_id` of `run_id`
     to be applied (or dead-lettered); the `Answer` (`queued` if the time ran out)."""
-    with _Watch(store, run_id, check_timeout(timeout), now_ms) as watch:
+    with _Watch(store, run_id, check_timeout(timeout)) as watch:
         run_id = watch.run_id
         progress: EventProgress = watch.until(lambda: store.event_progress(run_id, inbox_id),
                                               lambda p: p.status != "queued")  # fmt: skip
@@ -146,10 +147,10 @@ def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float,
                   progress.state, progress.reason)  # fmt: skip
 
 
-def wait_ended(store: Store, run_id: str, timeout: float, now_ms: int) -> Ended:
+def wait_ended(store: Store, run_id: str, timeout: float) -> Ended:
     """Wait up to `timeout` seconds for run `run_id` to end: its `Ended`, or
     `StillRunningError` with the run as it is when the time ran out."""
-    with _Watch(store, run_id, check_timeout(timeout), now_ms) as watch:
+    with _Watch(store, run_id, check_timeout(timeout)) as watch:
         run = watch.until(lambda: store.get_run(run_id), lambda r: r.status != ACTIVE)
     if run.status == ACTIVE:
         raise StillRunningError(run, timeout)

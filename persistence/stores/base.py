@@ -1002,13 +1002,13 @@ class Coordination(Protocol):
         process, and on PostgreSQL from other processes too (`NOTIFY`)."""
         ...
 
-    def watch(self, run_id: str, waiter: str, until: int) -> bool:
+    def watch(self, run_id: str, seconds: float) -> bool:
         """Ask for `wakeup().progressed(run_id)` at each step of the run any process commits,
-        until `unwatch` (or `until`, epoch ms, if the waiter is killed): True where the store
+        until `unwatch` (or `seconds` from now, if the waiter is killed): True where the store
         can (PostgreSQL), False where the waiter must read again on its own (SQLite)."""
         ...
 
-    def unwatch(self, run_id: str, waiter: str) -> None:
+    def unwatch(self, run_id: str) -> None:
         """Stop `watch`ing the run."""
         ...
 

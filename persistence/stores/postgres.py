@@ -114,10 +114,13 @@ _WAKE_CALL = f"pg_notify({_CHANNEL}, '{_PROCESS}')"
 _PROGRESS = "ran"
 """The mark of a NOTIFY telling waiters that a run they watch committed a step (`watch`),
 `ran:<run id>`: every listener takes it, this process's too (its waiter may be anywhere)."""
-_TELL_WAITERS = "statecharts_tell_waiters(run.id)"  # migration 0009
-"""In a step's result row, evaluated once its run's row is written (and locked): a NOTIFY
-`ran:<run id>` for the run's waiters, only if it has any (a probe of an all but empty table
-on the hot path)."""
+_TOLD = "r.waiters > 0 AND r.waited_until > now() AS told"
+"""What a step's run row returns besides its id and version: whether it has waiters."""
+_TELL_WAITERS = f"CASE WHEN run.told THEN pg_notify({_CHANNEL}, '{_PROGRESS}:' || run.id::text) END"
+"""In a step's result row: a NOTIFY `ran:<run id>` for the run's waiters, only if the row it
+wrote says it has some (`waiters`, `waited_until`, schema 9: `watch`). Read from the row the
+step's UPDATE wrote, which is the newest version (a waiter's UPDATE commits before the step's
+or waits for it), so no waiter is missed; on the hot path, one more column returned."""
 
 
 @lru_cache(maxsize=256)
@@ -288,34 +291,34 @@ class PostgresStore(SQLStore):
                 self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
         return wakeup
 
-    def watch(self, run_id: str, waiter: str, until: int) -> bool:
-        """Listed in `workflow_waiters` (a waiter a kill left there before is deleted), so
-        that each step of the run sends a NOTIFY its listeners turn into `progressed`: True
-        once this store's listener LISTENs (waited for up to a few seconds), else False.
-        `RunNotFoundError` for an unknown run."""
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Counted in the run's row (`waiters`, and `waited_until` `seconds` from now, the
+        database's clock, which bounds the count a killed waiter leaves), so that each step of
+        the run sends a NOTIFY its listeners turn into `progressed`: True once this store's
+        listener LISTENs (waited for up to a few seconds), else False. `RunNotFoundError` for
+        an unknown run."""
         self.wakeup()  # (which starts the listener)
         listener = self._listener
         if listener is None or not listener.listening.wait(5.0):
             return False
-        rid = _uuid(run_id)
-        with self._write() as conn:  # (the share lock waits out a step being written now)
-            if not conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR SHARE",
-                                (rid,)).fetchall():  # fmt: skip
-                raise RunNotFoundError(f"no run with id {run_id!r}")
-            conn.execute("DELETE FROM workflow_waiters WHERE run_id = %s AND expires_at < now()",
-                         (rid,))  # fmt: skip
-            conn.execute("INSERT INTO workflow_waiters (run_id, waiter, expires_at) VALUES "
-                         "(%s, %s, %s) ON CONFLICT (run_id, waiter) DO UPDATE SET "
-                         "expires_at = excluded.expires_at", (rid, waiter, to_ts(until)))
+        # (the row's update waits out a step being written now; a step after it sees it)
+        counted = self._rows(
+            "UPDATE workflow_runs SET waiters = CASE WHEN waited_until > now() THEN waiters + 1 "
+            "ELSE 1 END, waited_until = greatest(waited_until, now() + %s * interval '1 ms') "
+            "WHERE id = %s RETURNING 1", (int(seconds * 1000), _uuid(run_id)))  # fmt: skip
+        if not counted:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
         return True
 
-    def unwatch(self, run_id: str, waiter: str) -> None:
-        """No longer listed as a waiter of the run."""
-        self._rows("DELETE FROM workflow_waiters WHERE run_id = %s AND waiter = %s RETURNING 1",
-                   (_uuid(run_id), waiter))  # fmt: skip
+    def unwatch(self, run_id: str) -> None:
+        """One waiter of the run fewer (a killed waiter's count runs out at `waited_until`)."""
+        self._rows("UPDATE workflow_runs SET waiters = greatest(waiters - 1, 0) WHERE id = %s "
+                   "AND waiters > 0 RETURNING 1", (_uuid(run_id),))  # fmt: skip
 
     def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
-        conn.execute("SELECT statecharts_tell_waiters(%s)", (_uuid(run_id),))
+        conn.execute(f"SELECT pg_notify({_CHANNEL}, '{_PROGRESS}:' || id::text) FROM "
+                     "workflow_runs WHERE id = %s AND waiters > 0 AND waited_until > now()",
+                     (_uuid(run_id),))  # fmt: skip
 
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
@@ -975,7 +978,7 @@ WITH b AS (
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, {_TOLD}
 )"""
 _ONE_RUN_SET = f"""
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
@@ -994,7 +997,7 @@ WITH run AS (""" + _ONE_RUN_SET + f"""
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, {_TOLD}
 )"""
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
@@ -1010,8 +1013,9 @@ WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
       AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
 ), run AS (""", 1).replace(
-    "    RETURNING r.id, r.version\n)",
-    "      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version\n)", 1) + f"""
+    f"    RETURNING r.id, r.version, {_TOLD}\n)",
+    f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, {_TOLD}\n)",
+    1) + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
         error = %(call_error)s, updated_at = {_NOW}
@@ -1158,7 +1162,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, {_TOLD}
 )"""
 
 

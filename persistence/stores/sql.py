@@ -299,14 +299,14 @@ class SQLDialect:
         change of it (PostgreSQL: a NOTIFY if the run has a waiter; SQLite: nothing, its
         waiters read again)."""
 
-    def watch(self, run_id: str, waiter: str, until: int) -> bool:
+    def watch(self, run_id: str, seconds: float) -> bool:
         """Ask for a wake-up (`Wakeup.progressed`) at each step of the run committed by any
-        process until `unwatch` (or `until`, epoch ms): True where the store can (PostgreSQL,
+        process until `unwatch` (at most `seconds`): True where the store can (PostgreSQL,
         once its listener listens); False where the waiter must read again on its own."""
-        del run_id, waiter, until
+        del run_id, seconds
         return False
 
-    def unwatch(self, run_id: str, waiter: str) -> None:
+    def unwatch(self, run_id: str) -> None:
         """Stop `watch`ing the run."""
 
     def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],

@@ -134,14 +134,14 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     journal = postgres._STEPS_PARTS["journal"]
     monkeypatch.setitem(postgres._STEPS_PARTS, "journal", journal.replace(
         ",\n                                 inbox_id)", ")").replace(", j.inbox\n", "\n"))
-    monkeypatch.setattr(postgres, "_STEPS_RESULT", postgres._STEPS_RESULT.replace(
-        f", {postgres._TELL_WAITERS}", ""))
-    monkeypatch.setattr(postgres, "_FROM_REST_RESULT", postgres._FROM_REST_RESULT.replace(
-        f", {postgres._TELL_WAITERS}", ""))
-    postgres._steps_sql.cache_clear()
+    steps_sql = postgres._steps_sql
+    steps_sql.cache_clear()  # (statements built before hold the journal's inbox id)
+    monkeypatch.setattr(postgres, "_steps_sql", lambda *args: steps_sql(*args).replace(
+        postgres._TOLD, "false AS told"))
+    monkeypatch.setattr(PostgresStore, "_tell_waiters_in", lambda *args: None)
     yield
     monkeypatch.setattr(schema, "migrations", real)
-    postgres._steps_sql.cache_clear()
+    steps_sql.cache_clear()
 
 
 def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:

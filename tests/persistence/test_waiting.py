@@ -103,15 +103,18 @@ def test_sends_that_wait_get_the_step_that_applied_their_own_event_from_a_worker
 
 
 def test_a_send_that_waits_longer_than_the_run_takes_stays_queued_and_says_so(
-    store: Store,
-) -> None:
+    url: str, store: Store,
+) -> None:  # fmt: skip
     """No worker runs: the event is still queued when the wait elapses (`queued`, the run as
-    it is); a worker applies it later."""
+    it is; `runs send --wait` exits 124); a worker applies it later."""
     runtime = Runtime(store, [tally], step_in_send=False)
     run = runtime.start("tally", {"customer": 1})
     answer = runtime.send(run, "MOVE", wait=0.2)
     assert (answer.status, answer.step, answer.run.state) == ("queued", None, "idle")
-    assert [e.id for e in store.pending_events(run)] == [answer.inbox_id]
+    code, printed = _cli("runs", "send", "--store", url, "--machines", MACHINES, run,
+                         "--event", "MOVE", "--wait", "200ms")  # fmt: skip
+    assert code == EXIT_TIMEOUT and printed["outcome"] == "queued"
+    assert [e.id for e in store.pending_events(run)] == [answer.inbox_id, printed["inbox_id"]]
 
 
 def test_an_event_applied_in_the_send_answers_with_its_step(store: Store) -> None:
@@ -178,7 +181,7 @@ def test_waits_for_runs_that_end_done_failed_cancelled_or_not_in_time(
 def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
     pg_dsn: str, pg_schema: str, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """The waiter is listed in workflow_waiters while it waits (and not after); each step of
+    """The waiter is counted in its run's row while it waits (and not after); each step of
     its run, written by another process, NOTIFYs it: it reads the run when it starts (to find
     it, then to look) and once per step after, however long the run takes, never on a timer.
     The run is named in upper case: the waiter follows it as the store spells it."""
@@ -224,7 +227,7 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
 
 def _waiters(store: Store, run_id: str) -> int:
     with store._connection() as conn:  # type: ignore[attr-defined]
-        row = conn.execute("SELECT count(*) FROM workflow_waiters WHERE run_id = %s",
+        row = conn.execute("SELECT waiters FROM workflow_runs WHERE id = %s",
                            (run_id,)).fetchone()  # fmt: skip
     return int(row[0])
 

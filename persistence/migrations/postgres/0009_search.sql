@@ -22,25 +22,11 @@ CREATE INDEX workflow_search_value ON workflow_search (name, value, run_id);
 -- event's step finds it after the inbox row is gone.
 ALTER TABLE workflow_events ADD COLUMN inbox_id bigint;
 
--- workflow_waiters: runs someone waits on (`Runtime.wait`, a send with `wait`). A step that
--- commits a run listed here sends a NOTIFY naming it; other steps send none. `expires_at`
--- bounds a row a killed waiter left behind: past it the row tells no one, and the next waiter
--- of the run deletes it (a deleted run takes its rows with it).
-CREATE TABLE workflow_waiters (
-    run_id     uuid        NOT NULL REFERENCES workflow_runs (id) ON DELETE CASCADE,
-    waiter     text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    PRIMARY KEY (run_id, waiter)
-);
-
--- Called by every statement that writes a run's step, after it has locked the run's row: a
--- VOLATILE function reads workflow_waiters in a snapshot of its own, taken then, so it sees a
--- waiter that registered (under a share lock of the same row, `PostgresStore.watch`) while
--- the statement waited for that lock; a waiter registered later reads the step itself.
-CREATE FUNCTION statecharts_tell_waiters(run uuid) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    PERFORM pg_notify(left('statecharts_wake_' || current_schema(), 63), 'ran:' || run::text)
-    FROM workflow_waiters WHERE run_id = run AND expires_at > now() LIMIT 1;
-END
-$$;
+-- workflow_runs.waiters, waited_until: how many callers wait on the run (`Runtime.wait`, a send
+-- with `wait`), until when at most (a killed waiter's count runs out then). A step that writes
+-- a run with waiters sends a NOTIFY naming it, read from the row the step wrote (the newest
+-- version: a waiter's update commits before the step's or waits for it); other steps send
+-- none. Neither column is indexed (a waiter's update is a HOT one); adding them rewrites
+-- nothing (a constant default).
+ALTER TABLE workflow_runs ADD COLUMN waiters integer NOT NULL DEFAULT 0;
+ALTER TABLE workflow_runs ADD COLUMN waited_until timestamptz;
