@@ -258,3 +258,33 @@ def test_the_runs_list_of_the_ui_and_its_api_filter_by_search_attributes(
     html = httpx.get(f"{base}/", params={"where": "customer=42,region=eu"})
     assert html.status_code == 200 and eu[:8] in html.text
     assert 'name="where"' in html.text and json.dumps("customer=42,region=eu")[1:-1] in html.text
+
+
+def test_on_postgres_a_step_rewrites_only_the_search_rows_whose_values_it_changed(
+    pg_dsn: str, pg_schema: str,
+) -> None:  # fmt: skip
+    """A search row keeps its row version (`xmin`) through steps that leave its value alone:
+    an ADD (the count, not indexed) rewrites none, a MOVE rewrites the region's only."""
+    from persistence.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
+    try:
+        store.migrate()
+        runtime = Runtime(store, [tally])
+        run = runtime.start("tally", {"customer": 42, "region": "eu"})
+
+        def versions() -> dict[str, str]:
+            with store._connection() as conn:
+                rows = conn.execute("SELECT name, xmin::text FROM workflow_search WHERE "
+                                    "run_id = %s", (run,)).fetchall()  # fmt: skip
+            return dict(rows)
+
+        first = versions()
+        runtime.send(run, {"type": "ADD", "n": 1})
+        assert versions() == first and store.get_run(run).version == 2
+        runtime.send(run, {"type": "MOVE", "region": "us"})
+        moved = versions()
+        assert moved["customer"] == first["customer"] and moved["region"] != first["region"]
+        assert store.search_attributes(run) == {"customer": "42", "region": "us"}
+    finally:
+        store.close()
