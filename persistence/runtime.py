@@ -31,7 +31,7 @@ from persistence.columns import run_columns, state_text
 from persistence.driver import CallTaker, RunDriver, leased_calls
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
-from persistence.search import check_fields, declared_fields, values_of
+from persistence.search import check_fields, declared_fields, search_terms, values_of
 from persistence.stores import (
     ConflictError,
     DeadLetter,
@@ -709,13 +709,16 @@ class Runtime:
 
     def list(
         self, status: str | None = None, name: str | None = None, limit: int = 100,
-        offset: int = 0, *, key: str | None = None,
+        offset: int = 0, *, key: str | None = None, search: Mapping[str, Any] | None = None,
     ) -> builtins.list[RunRecord]:
-        """Runs newest first, optionally filtered by status, workflow name and start key."""
-        if key is None:
+        """Runs newest first, optionally filtered by status, workflow name, start key and
+        search attributes (`search={"customer": 42}`: every one must hold; values as the
+        context holds them, compared as they are indexed, `persistence.search`)."""
+        if key is None and not search:
             return self.store.list_runs(status=status, workflow_name=name, limit=limit,
                                         offset=offset)  # fmt: skip
-        query = RunQuery(workflow_name=name, status=status, key=key)
+        query = RunQuery(workflow_name=name, status=status, key=key,
+                         search=search_terms(search or {}))  # fmt: skip
         return self.store.search_runs(query, limit=limit, offset=offset)
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:

@@ -84,6 +84,19 @@ def changed(fields: Sequence[str], before: Any, after: Any) -> dict[str, str | N
     return {name: new.get(name) for name in fields if old.get(name) != new.get(name)}
 
 
+def search_terms(values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """`{"customer": 42}` as the (name, value) pairs of `RunQuery.search`, each value as it is
+    indexed; `ValueError` naming a value that is never indexed (no run could match it)."""
+    terms = []
+    for name, value in values.items():
+        text = indexed_text(value)
+        if text is None:
+            raise ValueError(f"search[{name!r}]: {value!r:.60} is never indexed (a string of at "
+                             f"most {MAX_VALUE_CHARS} characters, a number or a boolean)")
+        terms.append((name, text))
+    return tuple(terms)
+
+
 def parse_where(terms: Iterable[str], option: str = "--where") -> tuple[tuple[str, str], ...]:
     """`NAME=VALUE` terms as (name, value) pairs (all must hold); `ValueError` naming the
     term that is not of that form."""

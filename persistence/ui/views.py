@@ -236,6 +236,8 @@ class RunDetail:
     """The child runs this run started, newest first."""
     error_run: RunRecord | None = None
     """The error-workflow run started when this run failed, if any."""
+    search: dict[str, str] = field(default_factory=dict)
+    """Its search attributes (each links to the runs list filtered by it)."""
 
     @property
     def active(self) -> bool:
@@ -262,6 +264,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
+        search=store.search_attributes(run_id),
     )
 
 

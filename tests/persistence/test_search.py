@@ -60,6 +60,9 @@ def test_search_attributes_follow_the_context_step_by_step(store: Store) -> None
         worker.stop()
         thread.join(30)
     assert store.count_matching(RunQuery(search=(("customer", "42"),))) == {"active": 3}
+    assert {r.id for r in runtime.list(search={"customer": 42, "region": "apac"})} == {us}
+    with pytest.raises(ValueError, match=r"search\['customer'\]: \[42\] is never indexed"):
+        runtime.list(search={"customer": [42]})
 
 
 def test_the_runtime_names_search_attributes_and_refuses_bad_names(store: Store) -> None:
@@ -258,6 +261,9 @@ def test_the_runs_list_of_the_ui_and_its_api_filter_by_search_attributes(
     html = httpx.get(f"{base}/", params={"where": "customer=42,region=eu"})
     assert html.status_code == 200 and eu[:8] in html.text
     assert 'name="where"' in html.text and json.dumps("customer=42,region=eu")[1:-1] in html.text
+    run_page = httpx.get(f"{base}/runs/{eu}")
+    assert run_page.status_code == 200
+    assert 'href="/?where=customer%3D42">customer=42</a>' in run_page.text
 
 
 def test_on_postgres_a_step_rewrites_only_the_search_rows_whose_values_it_changed(
