@@ -136,22 +136,33 @@ class _Watch:
                 self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
 
 
+def _waited(store: Store, run_id: str, timeout: float, read: Callable[[str], T],
+            done: Callable[[T], bool]) -> T:  # fmt: skip
+    """`read(run_id)` until `done` holds of it or `timeout` seconds pass: read once first,
+    and only if that is not the answer, watch the run (`_Watch`) and read as it moves."""
+    check_timeout(timeout)
+    found = read(run_id)
+    if done(found) or timeout == 0:
+        return found
+    with _Watch(store, run_id, timeout) as watch:
+        return watch.until(lambda: read(watch.run_id), done)
+
+
 def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float) -> Answer:
     """Wait up to `timeout` seconds for the event queued as inbox row `inbox_id` of `run_id`
     to be applied (or dead-lettered); the `Answer` (`queued` if the time ran out)."""
-    with _Watch(store, run_id, check_timeout(timeout)) as watch:
-        run_id = watch.run_id
-        progress: EventProgress = watch.until(lambda: store.event_progress(run_id, inbox_id),
-                                              lambda p: p.status != "queued")  # fmt: skip
-    return Answer(run_id, inbox_id, progress.status, store.get_run(run_id), progress.step,
-                  progress.state, progress.reason)  # fmt: skip
+    progress: EventProgress = _waited(store, run_id, timeout,
+                                      lambda rid: store.event_progress(rid, inbox_id),
+                                      lambda p: p.status != "queued")  # fmt: skip
+    run = store.get_run(run_id)
+    return Answer(run.id, inbox_id, progress.status, run, progress.step, progress.state,
+                  progress.reason)  # fmt: skip
 
 
 def wait_ended(store: Store, run_id: str, timeout: float) -> Ended:
     """Wait up to `timeout` seconds for run `run_id` to end: its `Ended`, or
     `StillRunningError` with the run as it is when the time ran out."""
-    with _Watch(store, run_id, check_timeout(timeout)) as watch:
-        run = watch.until(lambda: store.get_run(run_id), lambda r: r.status != ACTIVE)
+    run = _waited(store, run_id, timeout, store.get_run, lambda r: r.status != ACTIVE)
     if run.status == ACTIVE:
         raise StillRunningError(run, timeout)
     return ended(run)

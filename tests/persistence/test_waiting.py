@@ -182,8 +182,9 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
     pg_dsn: str, pg_schema: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     """The waiter is counted in its run's row while it waits (and not after); each step of
-    its run, written by another process, NOTIFYs it: it reads the run when it starts (to find
-    it, then to look) and once per step after, however long the run takes, never on a timer.
+    its run, written by another process, NOTIFYs it: it reads the run when it starts (a first
+    look, then to watch it and look again) and once per step after, however long the run
+    takes, never on a timer.
     The run is named in upper case: the waiter follows it as the store spells it."""
     url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
     setup = open_store(url, check=False)
@@ -218,7 +219,7 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
             stop_workers([worker])
         steps = store.get_run(run).version - 1
         waited_reads = len(reads) - 1  # (the last read, above, is the test's)
-        assert 2 <= waited_reads <= 2 + steps  # (finding the run, the first read, one a step)
+        assert 3 <= waited_reads <= 3 + steps  # (a look, finding it to watch, a read, one a step)
         assert _waiters(other, run) == 0
     finally:
         store.close()
