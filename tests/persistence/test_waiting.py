@@ -272,6 +272,22 @@ def test_the_ingress_answers_with_the_run_after_the_event_or_202_when_the_wait_e
     refused = httpx.post(f"{base}/api/runs/{run}/events?wait=soon", json={"type": "ADD"})
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "wait"]
 
+    other = httpx.post(f"{base}/api/workflows/tally/runs", json={"key": "k2"}).json()["id"]
+    for _ in range(2):  # a webhook delivered twice: queued once, both answered after its step
+        worker = Worker(Runtime(store, [tally]), 1, poll_ms=20)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            posted = httpx.post(f"{base}/api/runs/{other}/events?wait=30", json={"type": "MOVE",
+                                "region": "eu"}, headers={"Idempotency-Key": "d-1"})  # fmt: skip
+        finally:
+            worker.stop()
+            thread.join(30)
+        assert posted.status_code == 200, posted.text
+        assert (posted.json()["outcome"], posted.json()["applied_state"]) == ("applied", "idle")
+    assert posted.json()["duplicate"] is True
+    assert [e.event["type"] for e in store.list_events(other)] == ["MOVE"]
+
 
 def test_waiting_for_an_unknown_run_or_for_too_long_is_refused(store: Store) -> None:
     runtime = Runtime(store, [tally])
