@@ -188,6 +188,8 @@ class NewRun:
     """The limit (a per-key limit's share, `<limit>[<key>]`) its workflow's steps take a place
     of: while it waits to be claimed, a refusal of that limit queues it with the others
     (`Capacity`: its backlog parked), so its backlog never stands in the claim order."""
+    search: tuple[tuple[str, str], ...] = ()
+    """Its search attributes, (name, value) pairs (`persistence.search`), inserted with it."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
@@ -282,6 +284,21 @@ class JournalEntry:
     event: JSONDict
     state_before: str
     state_after: str
+    inbox_id: int | None = None
+    """The inbox row whose event this is (None: a timer, an effect's result, the store's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventProgress:
+    """Where an event sent to a run stands (`RunQueries.event_progress`): `queued` (not
+    applied yet), `applied` (by step `step`, leaving the run in `state`; both None when the
+    step journaled nothing: a runtime with `journal=False`), or `dead` (never to be applied,
+    for `reason`)."""
+
+    status: str
+    step: int | None = None
+    state: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +455,9 @@ class StepCommit:
     error_traceback: str | None = None
     """Where the code that failed the run raised (`status` error), shown beside its
     `last_error`; None keeps the row's value."""
+    search: Mapping[str, str | None] = field(default_factory=dict)
+    """The search attributes this step changed: name -> new value (None: no longer set).
+    Empty (nothing written) when the step changed none (`persistence.search`)."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -563,9 +583,12 @@ class RunQuery:
     stuck_before: int | None = None
     id_prefix: str | None = None
     parent_run_id: str | None = None
+    search: tuple[tuple[str, str], ...] = ()
+    """Search attributes (name, value as text) the run must have, every one of them."""
 
     def matches(self, run: RunRecord) -> bool:
-        """True when `run` passes every filter (what the SQL stores compute in the database)."""
+        """True when `run` passes every filter but `search` (a search attribute is not on the
+        row: the SQL stores compute it in the database)."""
         return (
             (self.workflow_name is None or run.workflow_name == self.workflow_name)
             and (self.status is None or run.status == self.status)
@@ -640,6 +663,10 @@ def run_query_sql(
     if query.id_prefix is not None:
         clauses.append(f"CAST(id AS TEXT) LIKE {mark} ESCAPE '\\'")  # PostgreSQL: a uuid
         params.append(_like_escaped(query.id_prefix) + "%")
+    for name, value in query.search:  # (each answered from workflow_search_value, index-only)
+        clauses.append(f"id IN (SELECT run_id FROM workflow_search WHERE name = {mark} AND "
+                       f"value = {mark})")  # fmt: skip
+        params += [name, value]
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
@@ -982,6 +1009,21 @@ class RunQueries(Protocol):
         """How many entries the run's journal has."""
         ...
 
+    def event_progress(self, run_id: str, inbox_id: int) -> EventProgress:
+        """Where the event queued for `run_id` as inbox row `inbox_id` stands: still queued,
+        applied (by which step, into which state: its journal entry), or dead-lettered."""
+        ...
+
+    def match_ids(self, query: RunQuery, after: str | None = None,
+                  limit: int = 500) -> list[str]:  # fmt: skip
+        """Ids of up to `limit` runs matching `query`, in id order, after the id `after`: the
+        pages of a bulk action, stable whatever the action does to the runs it has passed."""
+        ...
+
+    def search_attributes(self, run_id: str) -> dict[str, str]:
+        """The run's search attributes as stored (name -> value)."""
+        ...
+
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
         """Events queued for the run that can no longer be applied, oldest first."""
         ...
@@ -1006,6 +1048,16 @@ class Coordination(Protocol):
         """The signal that work arrived, which idle workers wait on: notified by every start of
         a run due at once and every sent event through a store on this database in this
         process, and on PostgreSQL from other processes too (`NOTIFY`)."""
+        ...
+
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Ask for `wakeup().progressed(run_id)` at each step of the run any process commits,
+        until `unwatch` (or `seconds` from now, if the waiter is killed): True where the store
+        can (PostgreSQL), False where the waiter must read again on its own (SQLite)."""
+        ...
+
+    def unwatch(self, run_id: str) -> None:
+        """Stop `watch`ing the run."""
         ...
 
     def try_claim(

@@ -44,6 +44,7 @@ from persistence.stores.base import (
     Delivery,
     EffectOutcome,
     EffectRecord,
+    EventProgress,
     EventRecord,
     InboxEvent,
     NewEffect,
@@ -100,6 +101,10 @@ _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, tracepar
                 "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
+
+JOURNAL_INSERT = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                  "created_at, inbox_id) VALUES (?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+"""A step's journal rows (with the inbox row of each event: a waiting sender's find)."""
 
 _SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
 _RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
@@ -318,6 +323,39 @@ class SQLDialect:
         """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
         raise NotImplementedError
 
+    def _create_run_in(
+        self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """`_create_in`, with the run's search attributes when it was created."""
+        record, created = self._create_in(conn, run, effects, now)
+        if created and run.search:
+            self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?)",
+                       [(self._id(run.id), name, value) for name, value in run.search])
+        return record, created
+
+    def _search_in(self, conn: Any, run_id: str, changed: Mapping[str, str | None]) -> None:
+        """Write the search attributes a step changed (`StepCommit.search`) of run `run_id`."""
+        self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?) "
+                   "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+                   [(run_id, n, v) for n, v in changed.items() if v is not None])  # fmt: skip
+        self._many(conn, "DELETE FROM workflow_search WHERE run_id = ? AND name = ?",
+                   [(run_id, n) for n, v in changed.items() if v is None])
+
+    def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
+        """Wake whoever waits on run `run_id` (`watch`) when the open transaction commits a
+        change of it (PostgreSQL: a NOTIFY if the run has a waiter; SQLite: nothing, its
+        waiters read again)."""
+
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Ask for a wake-up (`Wakeup.progressed`) at each step of the run committed by any
+        process until `unwatch` (at most `seconds`): True where the store can (PostgreSQL,
+        once its listener listens); False where the waiter must read again on its own."""
+        del run_id, seconds
+        return False
+
+    def unwatch(self, run_id: str) -> None:
+        """Stop `watch`ing the run."""
+
     def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
                        runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
                        now: int) -> None:  # fmt: skip
@@ -326,7 +364,7 @@ class SQLDialect:
         for run, run_effects in runs:
             if run.system_id and run.parent_run_id is not None:
                 self._check_system_id_free(conn, run)
-            self._create_in(conn, run, run_effects, now)
+            self._create_run_in(conn, run, run_effects, now)
         for run, _ in [*created, *runs]:
             for delivery in run.deliveries:
                 self._deliver_in(conn, self._id(run.id), delivery, now)
@@ -445,10 +483,11 @@ class SQLRuns(SQLCalls, SQLDialect):
         (with `key_once`, the newest with it, ended too); the child runs its first step starts
         with it."""
         once = key_once and run.key is not None
-        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries and not once
+        one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+               and not once and not run.search)
         with self._statement_write() if one else self._write() as conn:
             holder = self._key_holder_in(conn, run) if once else None
-            record, created = (holder, False) if holder is not None else self._create_in(
+            record, created = (holder, False) if holder is not None else self._create_run_in(
                 conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
@@ -604,7 +643,9 @@ class SQLRuns(SQLCalls, SQLDialect):
                   now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
         """What a run's end does to related runs, in its transaction: its active children are
         cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
-        if it still waits for it, gets `event`; its open calls are stopped."""
+        if it still waits for it, gets `event`; its open calls are stopped; whoever waits on
+        it is told."""
+        self._tell_waiters_in(conn, run_id)
         self._stop_calls_in(conn, run_id, None, None, now, STOPPED_BY_END)
         self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
@@ -1042,6 +1083,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 raise ConflictError(
                     f"effect {outcome.idempotency_key} is not pending; step not written"
                 )
+        if commit.search:
+            self._search_in(conn, rid, commit.search)
         self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
         self._insert_calls_in(conn, commit.run_id, new_version, commit.new_effects, now,
                               commit.call_lease)
@@ -1057,10 +1100,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         self._step_extras_in(conn, commit, now, cancelled)
         self._many(
             conn,
-            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            JOURNAL_INSERT,
             [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
-              j.state_after, ts)
+              j.state_after, ts, j.inbox_id)
              for j in commit.journal],
         )  # fmt: skip
         return new_version
@@ -1299,6 +1341,41 @@ class SQLQueries(SQLDialect):
         return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
                               (self._id(run_id),))[0][0])  # fmt: skip
 
+    def event_progress(self, run_id: str, inbox_id: int) -> EventProgress:
+        """Where the event of inbox row `inbox_id` stands: its inbox row read first, then its
+        journal entry (which a step writes as it deletes the row), so that a step committing
+        between the two reads is seen by the second."""
+        rid = self._id(run_id)
+        queued, journaled = self._read_all([
+            ("SELECT dead_reason FROM workflow_inbox WHERE run_id = ? AND id = ?",
+             (rid, inbox_id)),
+            ("SELECT step, state_after FROM workflow_events WHERE run_id = ? AND inbox_id = ? "
+             "ORDER BY id DESC LIMIT 1", (rid, inbox_id)),
+        ])  # fmt: skip
+        if journaled:
+            return EventProgress("applied", int(journaled[0][0]), str(journaled[0][1]))
+        if not queued:  # applied by a step that journaled nothing
+            return EventProgress("applied")
+        reason = queued[0][0]
+        return EventProgress("queued") if reason is None else EventProgress("dead", reason=reason)
+
+    def match_ids(self, query: RunQuery, after: str | None = None,
+                  limit: int = 500) -> list[str]:  # fmt: skip
+        """Ids of runs matching `query` after `after`, in id order (a bulk action's page)."""
+        where, params = self._where(query)
+        if after is not None:
+            where = f"{where} AND id > ?" if where else "WHERE id > ?"
+            params.append(self._id(after))
+        rows = self._read(f"SELECT id{self._TEXT_ID} FROM workflow_runs {where} ORDER BY id "
+                          "LIMIT ?", (*params, limit))  # fmt: skip
+        return [str(r[0]) for r in rows]
+
+    def search_attributes(self, run_id: str) -> dict[str, str]:
+        """The run's search attributes."""
+        rows = self._read("SELECT name, value FROM workflow_search WHERE run_id = ? ORDER BY name",
+                          (self._id(run_id),))  # fmt: skip
+        return {str(n): str(v) for n, v in rows}
+
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
         """Events of the run that can no longer be applied, oldest first."""
         rows = self._read(
@@ -1428,7 +1505,7 @@ class SQLCoordination(SQLDialect):
         """Advance the schedule and create its run (with its child runs) together."""
         try:
             with self._write() as conn:
-                record, created = self._create_in(conn, run, effects, now)
+                record, created = self._create_run_in(conn, run, effects, now)
                 self._advance_schedule(conn, name, expected_version, fire_at, record.id,
                                        buffered_at, skipped)  # fmt: skip
                 if created:

@@ -4,6 +4,7 @@ workflow's versions and states. Plain data, no HTML; the templates and the JSON 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import orjson
 
 from persistence.capacity import split_name
 from persistence.runtime import error_run_key
+from persistence.search import parse_where
 from persistence.stores import (
     TERMINAL_STATUSES,
     CallAttempt,
@@ -78,10 +80,12 @@ class Filters:
     state: str = ""
     key: str = ""
     age: str = ""
+    where: str = ""
+    """Search attributes, `NAME=VALUE` terms separated by commas, all of which must hold."""
 
     def check(self) -> None:
         """Raise `FilterError` naming the parameter for a value the list cannot use."""
-        for name in ("workflow", "status", "state", "key", "age"):
+        for name in ("workflow", "status", "state", "key", "age", "where"):
             value = getattr(self, name)
             if len(value) > MAX_FILTER_LENGTH:
                 raise FilterError(f"{name}: at most {MAX_FILTER_LENGTH} characters")
@@ -93,6 +97,15 @@ class Filters:
                               f"{', '.join((*STATUSES, STUCK))}")  # fmt: skip
         if self.age and self.age not in AGES:
             raise FilterError(f"age: unknown age {self.age!r}; expected one of {', '.join(AGES)}")
+        self.search()
+
+    def search(self) -> tuple[tuple[str, str], ...]:
+        """`where` as (name, value) pairs; `FilterError` naming a term that is not NAME=VALUE."""
+        terms = [term.strip() for term in self.where.split(",") if term.strip()]
+        try:
+            return parse_where(terms, "where")
+        except ValueError as exc:
+            raise FilterError(str(exc)) from None
 
     def query(self, now: int, stuck_after_ms: int, *, with_status: bool = True) -> RunQuery:
         """The store query for these filters (`with_status=False`: all statuses, for counts)."""
@@ -110,12 +123,13 @@ class Filters:
             created_after=created_after,
             created_before=created_before,
             stuck_before=now - stuck_after_ms if status == STUCK else None,
+            search=self.search(),
         )
 
     def params(self, **changes: str) -> dict[str, str]:
         """The non-empty filters as URL parameters, with `changes` applied."""
         values = {"workflow": self.workflow, "status": self.status, "state": self.state,
-                  "key": self.key, "age": self.age, **changes}  # fmt: skip
+                  "key": self.key, "age": self.age, "where": self.where, **changes}  # fmt: skip
         return {k: v for k, v in values.items() if v}
 
 
@@ -147,7 +161,7 @@ def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int
     query = filters.query(now, stuck_after_ms)
     everything = filters.query(now, stuck_after_ms, with_status=False)
     counts = store.count_matching(everything)
-    stuck_query = Filters(filters.workflow, STUCK, filters.state, filters.key, filters.age)
+    stuck_query = dataclasses.replace(filters, status=STUCK)
     stuck = sum(store.count_matching(stuck_query.query(now, stuck_after_ms)).values())
     if filters.status == STUCK:
         total = stuck
@@ -162,7 +176,7 @@ def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int
         if stuck:
             attention_stuck = store.search_runs(stuck_query.query(now, stuck_after_ms), attention)
         if counts.get("error"):
-            failed = Filters(filters.workflow, "error", filters.state, filters.key, filters.age)
+            failed = dataclasses.replace(filters, status="error")
             attention_failed = store.search_runs(failed.query(now, stuck_after_ms), attention)
     return RunList(filters, runs, total, counts, stuck, page, page_size, attention_stuck,
                    attention_failed)  # fmt: skip
@@ -226,6 +240,8 @@ class RunDetail:
     """The error-workflow run started when this run failed, if any."""
     traceback: FailureTraceback | None = None
     """Where the code that failed the run raised (`failure_traceback`), if it did."""
+    search: dict[str, str] = field(default_factory=dict)
+    """Its search attributes (each links to the runs list filtered by it)."""
 
     @property
     def active(self) -> bool:
@@ -254,6 +270,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
         traceback=failure_traceback(store, run, calls),
+        search=store.search_attributes(run_id),
     )
 
 
