@@ -128,12 +128,13 @@ def _missing(message: str) -> None:
 @dataclass(frozen=True)
 class Bouncer:
     """A private PgBouncer on loopback in front of the test server: database `transaction`
-    (pool_mode=transaction, 4 server connections: clients share them) and `session`."""
+    (pool_mode=transaction, 8 server connections: clients share them), `session`, and `auto`
+    (transaction mode, its server connections put in schema `auto_schema` by PgBouncer's
+    `connect_query`: a store reaches its tables with no option at all)."""
 
     port: int
     user: str
-    direct: str
-    """The test server's own DSN (what `listen_dsn=` would name)."""
+    auto_schema: str
 
     def url(self, mode: str, schema: str | None = None, **options: str) -> str:
         """A store URL through the pooler in `mode`, with `pooler=mode` and `options`."""
@@ -153,7 +154,9 @@ def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
     if program is None:
         _missing("pgbouncer is not installed (Debian package pgbouncer; scripts/system-deps.sh)")
     assert program is not None
-    with psycopg.connect(pg_dsn) as conn:
+    auto_schema = f"t_pgbouncer_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{auto_schema}"')
         info = conn.info
         server = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
         user = info.user
@@ -164,8 +167,10 @@ def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
     ini = workdir / "pgbouncer.ini"
     ini.write_text(
         "[databases]\n"
-        f"transaction = {server} pool_mode=transaction pool_size=4\n"
+        f"transaction = {server} pool_mode=transaction pool_size=8\n"
         f"session = {server} pool_mode=session pool_size=40\n"
+        f"auto = {server} pool_mode=transaction pool_size=8 "
+        f"connect_query='SET search_path TO {auto_schema}'\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {workdir / 'users.txt'}\n"
@@ -183,12 +188,14 @@ def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"pgbouncer did not start: {(workdir / 'log').read_text()[-2000:]}")
             time.sleep(0.1)
-        yield Bouncer(port, user, pg_dsn)
+        yield Bouncer(port, user, auto_schema)
     finally:
         process.terminate()
         process.wait(timeout=10)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{auto_schema}" CASCADE')
 
 
 @pytest.fixture
