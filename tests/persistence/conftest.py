@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 import pytest
@@ -118,7 +119,7 @@ def pg_dsn() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _missing(message: str) -> None:
+def _missing(message: str) -> NoReturn:
     """Skip the test with `message`, or fail it under CI=true."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message + " -- CI=true requires it")
@@ -153,7 +154,6 @@ def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
     program = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
     if program is None:
         _missing("pgbouncer is not installed (Debian package pgbouncer; scripts/system-deps.sh)")
-    assert program is not None
     auto_schema = f"t_pgbouncer_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{auto_schema}"')
@@ -286,7 +286,8 @@ def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return "memory://"
     schema = request.getfixturevalue("pg_schema")
     if kind in POOLED_KINDS:
-        return request.getfixturevalue("pgbouncer").url(kind.split("-")[1], schema)
+        bouncer: Bouncer = request.getfixturevalue("pgbouncer")
+        return bouncer.url(kind.split("-")[1], schema)
     dsn = request.getfixturevalue("pg_dsn")
     return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
 
