@@ -9,6 +9,7 @@ broke), the pooler found without any option, and wake-ups through or beside the 
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 import threading
@@ -17,10 +18,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
+import psycopg_pool
 import pytest
 
 from persistence.runtime import Runtime
-from persistence.stores import StoreURLError, open_store
+from persistence.stores import StoreUnavailableError, StoreURLError, open_store
 from persistence.stores.postgres import PostgresStore
 from tests.persistence.conftest import Bouncer, wait_for
 from tests.persistence.workflows import approval
@@ -228,5 +230,35 @@ def test_listen_dsn_is_percent_decoded_from_the_url(pgbouncer: Bouncer, pg_schem
         assert isinstance(store, PostgresStore)
         assert store._listen_dsn == direct
         assert "listen_dsn" not in store.url and "pooler" not in store.url
+    finally:
+        store.close()
+
+
+def test_a_pool_that_cannot_connect_says_why(pgbouncer: Bouncer) -> None:
+    """A caller's pool whose connections PgBouncer refuses (its own `options`): the first
+    call does not end as a bare "couldn't get a connection after 1.00 sec" but with the
+    refusal and the fix."""
+    pool = psycopg_pool.ConnectionPool(pgbouncer.dsn("transaction"), open=True, timeout=1.0,
+                                       kwargs={"autocommit": True,
+                                               "options": "-c statement_timeout=5s"})  # fmt: skip
+    store = PostgresStore(pool=pool, pooler="transaction")
+    try:
+        with pytest.raises(StoreURLError, match="unsupported startup parameter: options"):
+            store.count_runs()
+    finally:
+        store.close()
+        pool.close()
+
+
+def test_an_unreachable_server_is_reported_with_its_cause() -> None:
+    """Nothing listens at the address: the pool's timeout comes with the connection's own
+    error, an outage (`StoreUnavailableError`, which workers retry)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (closed again: nothing listens there)
+    store = PostgresStore(f"postgresql://127.0.0.1:{port}/test", connect_timeout_s=1.0)
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"a new connection fails: .*refused"):
+            store.count_runs()
     finally:
         store.close()
