@@ -138,6 +138,8 @@ def _open(url: str, max_connections: int) -> Store:
             return PostgresStore(dsn, max_size=max_connections, schema=options.get("schema"),
                                  pooler=options.get("pooler"),
                                  listen_dsn=options.get("listen_dsn"))  # fmt: skip
+        except StoreURLError:  # (it names the URL already)
+            raise
         except ValueError as exc:
             raise StoreURLError(f"{exc} (in {redact(dsn)})") from exc
     if scheme == "memory":

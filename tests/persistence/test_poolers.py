@@ -262,3 +262,9 @@ def test_an_unreachable_server_is_reported_with_its_cause() -> None:
             store.count_runs()
     finally:
         store.close()
+
+
+def test_an_unknown_pooler_mode_is_refused_by_name(pg_dsn: str) -> None:
+    """A typo in `?pooler=` is no silent default: the error names the option and the modes."""
+    with pytest.raises(StoreURLError, match="pooler must be one of transaction, session, none"):
+        open_store(f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}pooler=transactions")
