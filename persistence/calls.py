@@ -108,9 +108,10 @@ class CallExecutor:
         self._lock = threading.Lock()
         self._leased = 0  # calls leased to it and not yet ended (adopted, running)
         self._held: set[str] = set()
-        """Keys of calls leased to it and not yet launched (adopted or claimed): their leases
-        are renewed too, so that a serving loop busy recording ends cannot let them expire
-        and another worker run them beside this one."""
+        """Keys of calls leased to it and not running: waiting to start (adopted or claimed)
+        or ended with their end being recorded. Their leases are renewed too, so that a
+        serving loop slow to record ends (a run's row held) lets none expire for another
+        worker to run it beside or after this one."""
         self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._poke = threading.Event()
         self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
@@ -333,10 +334,18 @@ class CallExecutor:
                 running, result, error = self._ended.get_nowait()
             except queue.Empty:
                 return
+            key = running.call.idempotency_key
             with self._lock:
-                self._running.pop(running.call.idempotency_key, None)
+                self._running.pop(key, None)
+                if not running.ended:  # (renewed while its end is recorded: `_held`)
+                    self._held.add(key)
             if not running.ended:
-                self._end(running, result, error)
+                try:
+                    self._end(running, result, error)
+                finally:
+                    with self._lock:
+                        self._held.discard(key)
+                        self._lost.discard(key)
 
     def _watch(self) -> None:
         """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
