@@ -45,7 +45,7 @@ from persistence.stores import (
 )
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
-from persistence.ui.views import calls_of, relative_time
+from persistence.ui.views import calls_of, failure_traceback, relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.errors import ContextError, StatechartError
@@ -592,12 +592,15 @@ def _runs_show(args: argparse.Namespace) -> int:
     run = resolve_run(store, args.run_id)
     if args.last is not None and args.last < 0:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
+    calls = calls_of(store, run.id)
+    failure = failure_traceback(store, run, calls)
     data = {
         **_row(run),
+        "error_traceback": None if failure is None else failure.text,
         "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
-                  for c in calls_of(store, run.id)],
+                  for c in calls],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "inbox": [asdict(e) for e in store.pending_events(run.id)],

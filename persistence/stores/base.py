@@ -420,6 +420,9 @@ class StepCommit:
     call_lease: tuple[str, int] | None = None
     """(owner, until): the calls this step records are leased to that call executor, their
     first attempts opened, in the step's transaction (no claim: it runs them next)."""
+    error_traceback: str | None = None
+    """Where the code that failed the run raised (`status` error), shown beside its
+    `last_error`; None keeps the row's value."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -834,13 +837,20 @@ class RunStore(Protocol):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
         (its error workflow), in one transaction; `attempt_count`, when given, is shown on the row
-        (the call made that many attempts). Its active child runs are cancelled (`cancelled`:
-        see `commit_steps`). False if `owner` no longer held it."""
+        (the call made that many attempts), `error_traceback` beside `reason`. Its active child
+        runs are cancelled (`cancelled`: see `commit_steps`). False if `owner` no longer held
+        it."""
+        ...
+
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's `last_error` when code of its machine raised
+        and failed it (`StepCommit.error_traceback`, `fail_run`); None if none was."""
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
@@ -1068,6 +1078,16 @@ class Calls(Protocol):
 
     def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
         """Show on a call's run that the call failed transiently `attempt` times."""
+        ...
+
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event) of a
+        burst of ends, all in one transaction (at most one end per run): per end, the inbox id
+        and the run's new version (None: queued for a worker; (0, None): dropped, its holder
+        no longer held the call)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:

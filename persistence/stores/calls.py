@@ -3,13 +3,14 @@
 An invoked function or coroutine is a row of `workflow_calls`, inserted by the step that enters
 its invoking state (`CALL` effects of `StepCommit.new_effects` and of a new run's first step).
 A worker's call executor leases it (`claim_calls`), renews the lease while it runs
-(`heartbeat_calls`) and records how it ended (`finish_call`), queueing its result event in the
+(`heartbeat_calls`) and records how it ended (`_finish_in`, in the transaction of
+`send_and_step`, or of `finish_calls` for a burst of ends), queueing its result event in the
 run's inbox in that same transaction, behind the events that arrived before it. The run is never
 held meanwhile: its timers, events and cancels act while the call runs.
 
 A call is stopped (`status = 'stopped'`) by the step that leaves its invoking state, and by every
 end of its run (a final state, a failure, a cancel). A stopped call's result is never queued: the
-fence of `finish_call` is the row's status and lease, under the row's lock, so a result racing
+fence of `_finish_in` is the row's status and lease, under the row's lock, so a result racing
 the step that stops its call loses or is applied before that step, never after it.
 
 Every attempt is a row of `workflow_call_attempts`: opened by the claim that starts it, closed by

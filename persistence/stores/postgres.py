@@ -694,7 +694,8 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
     commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set."""
     one = len(commits) == 1
-    params = _steps_params(commits, now, with_runs=not one)
+    failing = any(c.error_traceback is not None for c in commits)
+    params = _steps_params(commits, now, with_runs=not one, tracebacks=failing)
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
                "calls": params["calls"], "stops": params["stops"],
@@ -704,13 +705,15 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
         params[name] = _json(params[name])
     if not one:
         params["ids"] = _uuid_array(ids)
-        return _steps_sql(parts, "batch"), params
+        return _steps_sql(parts, "batch", failing), params
     commit = commits[0]
     params.update(_run_params(commit, ids[0], now))
+    if failing:
+        params["error_traceback"] = commit.error_traceback
     if from_rest:
-        return _steps_sql(parts, from_rest), params
+        return _steps_sql(parts, from_rest, failing), params
     form = ("release" if commit.release else "keep", commit.unleased, bool(commit.effect_outcomes))
-    return _steps_sql(parts, form), params
+    return _steps_sql(parts, form, failing), params
 
 
 def _run_params(commit: StepCommit, run_id: str, now: int) -> dict[str, Any]:
@@ -1105,20 +1108,37 @@ _STEPS_PARTS = {
 
 
 @lru_cache(maxsize=64)
-def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch") -> str:
+def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch",
+               tracebacks: bool = False) -> str:  # fmt: skip
     """The one statement that commits steps, with only the parts it needs (fewer
     sub-statements to plan and run on the hot path); `run`: how it writes the run rows, a
     batch's (`_STEPS_RUNS`), one step computed from rest (`"rest"`: `_FROM_REST_RUN`,
-    `_FROM_REST_RESULT`) or one step's (`_one_run_sql`'s form); the other parts are the batch's."""
+    `_FROM_REST_RESULT`) or one step's (`_one_run_sql`'s form); the other parts are the batch's.
+    `tracebacks`: a step fails its run with a traceback (`_with_error_traceback`)."""
     body = "".join(_STEPS_PARTS[p] for p in parts)
     if run == "rest":
-        return _FROM_REST_RUN + body + _FROM_REST_RESULT
-    if run == "finish":
-        return _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
-    if run == "batch":
-        return _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
-    assert isinstance(run, tuple)
-    return _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+        sql = _FROM_REST_RUN + body + _FROM_REST_RESULT
+    elif run == "finish":
+        sql = _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
+    elif run == "batch":
+        sql = _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
+    else:
+        assert isinstance(run, tuple)
+        sql = _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+    return _with_error_traceback(sql, run == "batch") if tracebacks else sql
+
+
+def _with_error_traceback(sql: str, batch: bool) -> str:
+    """A step statement that also writes `error_traceback` beside `last_error` (the batch's
+    from its JSON row set, one step's as the parameter `error_traceback`): only the rare step
+    that fails its run names the column, so the hot statements stay as they were."""
+    value = "b.error_traceback" if batch else "%(error_traceback)s"
+    written = sql.replace("last_error = coalesce(", f"error_traceback = coalesce({value}, "
+                          "r.error_traceback),\n        last_error = coalesce(", 1)  # fmt: skip
+    if batch:
+        written = written.replace("unleased boolean)", "unleased boolean, error_traceback text)", 1)
+    assert written.count("error_traceback") == (4 if batch else 3), written
+    return written
 
 
 def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
@@ -1146,10 +1166,10 @@ WITH run AS ({_ONE_RUN_SET} {held}
 )"""
 
 
-def _steps_params(commits: Sequence[StepCommit], now: int,
-                  with_runs: bool = True) -> dict[str, Any]:  # fmt: skip
+def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = True,
+                  tracebacks: bool = False) -> dict[str, Any]:  # fmt: skip
     """The batch as JSON row sets, one per table the statement writes (`with_runs`: the
-    runs' rows too, `steps`)."""
+    runs' rows too, `steps`; `tracebacks`: with their `error_traceback`)."""
     steps: list[dict[str, Any]] = []
     outcomes: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
@@ -1170,6 +1190,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
                 "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
                 "unleased": c.unleased,
             })  # fmt: skip
+            if tracebacks:
+                steps[-1]["error_traceback"] = c.error_traceback
         outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
                       "e": o.error} for o in c.effect_outcomes]  # fmt: skip
         step = c.expected_version + 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 from persistence import schema
 from persistence.stores.base import (
@@ -123,6 +123,16 @@ make. A child run in it holds a systemId when it is still its parent's child (`i
 key is that systemId (`SYSTEM_ID_HOLDER`)."""
 SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
+
+
+class _Sent(NamedTuple):
+    """A sent event queued in an open transaction (`SQLRuns._send_in`), for `_sent`."""
+
+    inbox_id: int
+    rid: str
+    written: Callable[[], int | None] | None  # the step's new version, once committed
+    stepped: bool
+    due: bool
 
 
 class _Delivered(Exception):
@@ -767,12 +777,13 @@ class SQLRuns(SQLCalls, SQLDialect):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         ended: list[str] = []
         with self._write() as conn:
             failed = self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
-                                   attempt_count, ended)  # fmt: skip
+                                   attempt_count, ended, error_traceback)  # fmt: skip
         if cancelled is not None:
             cancelled.extend(ended)
         return failed
@@ -780,17 +791,19 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                 attempt_count: int | None, cancelled: list[str]) -> bool:  # fmt: skip
+                 attempt_count: int | None, cancelled: list[str],
+                 error_traceback: str | None = None) -> bool:  # fmt: skip
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
-            "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
+            "UPDATE workflow_runs SET status = 'error', last_error = ?, error_traceback = ?, "
+            "updated_at = ?, "
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
             "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
             "attempt_count = coalesce(?, attempt_count) "
             "WHERE id = ? AND lease_owner = ? RETURNING version, state, parent_run_id, "
             "parent_invoke_id",
-            (reason, ts, ts, ts, attempt_count, rid, owner),
+            (reason, error_traceback, ts, ts, ts, attempt_count, rid, owner),
         ).fetchall()
         if not rows:
             return False
@@ -924,6 +937,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         new_version = commit.expected_version + 1
         rid, ts = self._id(commit.run_id), self._t(now)
         lease_sql, lease_params = _lease_update(commit, self._t)
+        # named only by the rare step that fails its run with one: the hot statement as it was
+        traceback_sql, traceback_params = (" error_traceback = ?,", (commit.error_traceback,)) \
+            if commit.error_traceback is not None else ("", ())  # fmt: skip
         holder_params: tuple[Any, ...] = ()
         if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
             holder = "lease_owner IS NULL AND status = 'active'"
@@ -933,13 +949,14 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
             "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
-            " workflow_version = coalesce(?, workflow_version),"
+            f"{traceback_sql} workflow_version = coalesce(?, workflow_version),"
             " updated_at = ?, completed_at = coalesce(completed_at, ?), "
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
                 commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
-                commit.last_error, commit.workflow_version, ts, self._t(completed_at),
+                commit.last_error, *traceback_params, commit.workflow_version, ts,
+                self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
                 *holder_params,
             ),
@@ -1038,44 +1055,73 @@ class SQLRuns(SQLCalls, SQLDialect):
         With `finish`, the event is that call's result: the call's end is recorded first, and
         only if its holder still holds it is the event queued (else (0, None): dropped)."""
         del rest
-        rid, ended = self._id(run_id), list[str]()
+        ended = list[str]()
         with self._pipelined_write() as conn:
-            locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
-                                f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
-            if finish is not None and not self._finish_in(conn, finish, now):
-                if not locked.fetchall():
-                    raise RunNotFoundError(f"no run with id {run_id!r}")
-                return 0, None
-            queued = self._exec(conn, _QUEUE_EVENT, self._queued(
-                rid, event, now, traceparent, None if finish is None else finish.key))
-            reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
-            rows, inserted = locked.fetchall(), queued.fetchall()
-            if not rows:
-                raise RunNotFoundError(f"no run with id {run_id!r}")
-            if not inserted:
-                raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
-            run = self._run(rows[0])
-            work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
-            commit = step(run, work)
-            if commit is not None:
-                check_status(commit.status)
-            written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
-            due = commit is not None and (
-                bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
-                or unowned_calls(commit.new_effects, commit.call_lease))
-            if commit is None or due:
-                self._notify_in(conn, None if due else rid)
-        version = None if written is None else written()
-        if commit is not None and version is None:  # (under the row lock it is always written)
-            with self._statement_write() as conn:
-                self._notify_in(conn, rid)
-        if version is None:
-            self.wakeup().notify(rid)
-        elif due:
-            self.wakeup().notify()
+            sent = self._send_in(conn, run_id, event, now, step, traceparent, finish, ended)
         if cancelled is not None:
             cancelled.extend(ended)
-        return int(inserted[0][0]), version
+        return self._sent(sent)
+
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event), all in
+        one transaction (`Calls.finish_calls`)."""
+        ended, sent = list[str](), []
+        with self._pipelined_write() as conn:
+            for finish, run_id, event in ends:
+                sent.append(self._send_in(conn, run_id, event, now, step, None, finish, ended))
+        if cancelled is not None:
+            cancelled.extend(ended)
+        return [self._sent(one) for one in sent]
+
+    def _send_in(self, conn: Any, run_id: str, event: Mapping[str, Any], now: int,
+                 step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                 traceparent: str | None, finish: CallFinish | None,
+                 ended: list[str]) -> _Sent | None:  # fmt: skip
+        """`send_and_step`'s work in the open transaction; None when `finish` was dropped."""
+        rid = self._id(run_id)
+        locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
+                            f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
+        if finish is not None and not self._finish_in(conn, finish, now):
+            if not locked.fetchall():
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return None
+        queued = self._exec(conn, _QUEUE_EVENT, self._queued(
+            rid, event, now, traceparent, None if finish is None else finish.key))
+        reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
+        rows, inserted = locked.fetchall(), queued.fetchall()
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        if not inserted:
+            raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
+        run = self._run(rows[0])
+        work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
+        commit = step(run, work)
+        if commit is not None:
+            check_status(commit.status)
+        written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
+        due = commit is not None and (
+            bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
+            or unowned_calls(commit.new_effects, commit.call_lease))
+        if commit is None or due:
+            self._notify_in(conn, None if due else rid)
+        return _Sent(int(inserted[0][0]), rid, written, commit is not None, due)
+
+    def _sent(self, sent: _Sent | None) -> tuple[int, int | None]:
+        """After `_send_in`'s transaction: the inbox id and new version, workers woken."""
+        if sent is None:
+            return 0, None
+        version = None if sent.written is None else sent.written()
+        if sent.stepped and version is None:  # (under the row lock it is always written)
+            with self._statement_write() as conn:
+                self._notify_in(conn, sent.rid)
+        if version is None:
+            self.wakeup().notify(sent.rid)
+        elif sent.due:
+            self.wakeup().notify()
+        return sent.inbox_id, version
 
 
 class SQLQueries(SQLDialect):
@@ -1156,6 +1202,12 @@ class SQLQueries(SQLDialect):
             sql += " LIMIT ?"
             params += (last,)
         return [self._effect(r) for r in reversed(self._read(sql, params))]
+
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's failure, if any."""
+        rows = self._read("SELECT error_traceback FROM workflow_runs WHERE id = ?",
+                          (self._id(run_id),))  # fmt: skip
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
         """Journal rows of a run, oldest first (the newest `last` of them)."""
