@@ -110,10 +110,11 @@ class CallExecutor:
         self._lock = threading.Lock()
         self._leased = 0  # calls leased to it and not yet ended (adopted, running)
         self._held: set[str] = set()
-        """Keys of calls leased to it and not running: waiting to start (adopted or claimed)
-        or ended with their end being recorded. Their leases are renewed too, so that a
-        serving loop slow to record ends (a run's row held) lets none expire for another
-        worker to run it beside or after this one."""
+        """Keys of calls leased to it that wait to start (adopted or claimed): their leases are
+        renewed too, so that a serving loop slow to record ends (a run's row held) lets none
+        expire for another worker to run it beside this one. (Not those whose ends are being
+        recorded: renewing them in the heartbeat's transaction deadlocked with the batch that
+        records them.)"""
         self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._poke = threading.Event()
         self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
@@ -342,9 +343,6 @@ class CallExecutor:
             except queue.Empty:
                 break
         self._batch = [] if len(ended) > 1 else None
-        recording = [r.call.idempotency_key for r, _, _ in ended if not r.ended]
-        with self._lock:  # (renewed while their ends are recorded: `_held`)
-            self._held.update(recording)
         try:
             for running, result, error in ended:
                 with self._lock:
@@ -352,14 +350,9 @@ class CallExecutor:
                 if not running.ended:
                     self._end(running, result, error)
         finally:
-            try:
-                batch, self._batch = self._batch, None
-                if batch:
-                    self._finish_batch(batch)
-            finally:
-                with self._lock:
-                    self._held.difference_update(recording)
-                    self._lost.difference_update(recording)
+            batch, self._batch = self._batch, None
+            if batch:
+                self._finish_batch(batch)
 
     def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
         """Record a burst of ends, each with the step that applies its result where its run
@@ -416,8 +409,8 @@ class CallExecutor:
 
     def _renew(self) -> None:
         """Renew the leases of the calls running here (with their heartbeat details) and of
-        those waiting to start or to have their end recorded (`_held`), telling those the
-        store says were stopped or taken over to stop, or not to start."""
+        those waiting to start (`_held`), telling those the store says were stopped or taken
+        over to stop, or not to start."""
         with self._lock:
             beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
             beats.update(dict.fromkeys(self._held - beats.keys()))
