@@ -16,30 +16,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from persistence.calls import CallExecutor
 from persistence.runtime import Runtime
-from persistence.stores.postgres import PostgresStore
+from persistence.stores import Store
 from statecharts import create_machine
 from tests.persistence.conftest import wait_for
 
 LEASE_MS = 1_000
 
 
-@pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, schema=pg_schema, max_size=6)
-    store.migrate()
-    yield store
-    store.close()
-
-
+@pytest.mark.parametrize("store_kind", ["postgres"])
 def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
-    store: PostgresStore, pg_dsn: str, pg_schema: str
+    store: Store, pg_dsn: str, pg_schema: str
 ) -> None:
     release_first = threading.Event()
     ran: list[str] = []
