@@ -110,6 +110,13 @@ class CallExecutor:
         self._adopted: deque[tuple[CallRecord, RunRecord, Machine]] = deque()
         self._lock = threading.Lock()
         self._leased = 0  # calls leased to it and not yet ended (adopted, running)
+        self._held: set[str] = set()
+        """Keys of calls leased to it that wait to start (adopted or claimed): their leases are
+        renewed too, so that a serving loop slow to record ends (a run's row held) lets none
+        expire for another worker to run it beside this one. (Not those whose ends are being
+        recorded: renewing them in the heartbeat's transaction deadlocked with the batch that
+        records them.)"""
+        self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._poke = threading.Event()
         self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
                                 calls=self if takes_new else None)  # fmt: skip
@@ -137,6 +144,7 @@ class CallExecutor:
         """Run these calls of `run` next (a committed step leased them to this executor)."""
         with self._lock:
             self._adopted.extend((call, run, machine) for call in calls)
+            self._held.update(call.idempotency_key for call in calls)
             self._leased += len(calls)
         self._poke.set()
 
@@ -196,6 +204,8 @@ class CallExecutor:
     def _run_here(self, call: CallRecord, run: RunRecord | None,
                   machine: Machine | None) -> None:  # fmt: skip
         """Run `call` in this thread to its end, and record it."""
+        with self._lock:
+            self._held.discard(call.idempotency_key)  # (not renewed here: nothing runs beside)
         running = self._begin(call, run, machine)
         if running is None:
             return
@@ -219,11 +229,17 @@ class CallExecutor:
                     claimed = self._claim(free)
                     with self._lock:
                         self._leased += len(claimed)
+                        self._held.update(call.idempotency_key for call in claimed)
                     ready += [(call, None, None) for call in claimed]
                 for call, run, machine in ready:
+                    if self._was_lost(call):
+                        continue
                     running = self._begin(call, run, machine)
                     if running is not None:
                         self._launch(running)
+                    else:
+                        with self._lock:
+                            self._held.discard(call.idempotency_key)
                 self._watch()
                 if not ready:
                     self._wait(wakeup, seen)
@@ -274,10 +290,25 @@ class CallExecutor:
         beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
         return _Running(call, run, planned, CallContext(), time.monotonic(), timeout, beat)
 
+    def _was_lost(self, call: CallRecord) -> bool:
+        """Whether the store said, while `call` waited to be launched, that this executor no
+        longer holds it (its lease ran out and another took it): then it is not run here."""
+        key = call.idempotency_key
+        with self._lock:
+            if key not in self._lost:
+                return False
+            self._lost.discard(key)
+            self._held.discard(key)
+        self._released()
+        log.info("call %s (%s): taken over before it started here", key, call.call_id)
+        return True
+
     def _launch(self, running: _Running) -> None:
         """Start `running` on the loop (a coroutine function) or the thread pool."""
         with self._lock:
             self._running[running.call.idempotency_key] = running
+            self._held.discard(running.call.idempotency_key)
+            self._lost.discard(running.call.idempotency_key)  # (now stopped as it runs)
         fn = running.plan.fn
         if inspect.iscoroutinefunction(fn):
             running.task = asyncio.run_coroutine_threadsafe(_arun(running, self._observed(running)),
@@ -381,10 +412,12 @@ class CallExecutor:
                 log.exception("calls %s: heartbeat raised", self.owner)
 
     def _renew(self) -> None:
-        """Renew the leases of the calls running here (with their heartbeat details), telling
-        those the store says were stopped or taken over to stop."""
+        """Renew the leases of the calls running here (with their heartbeat details) and of
+        those waiting to start (`_held`), telling those the store says were stopped or taken
+        over to stop, or not to start."""
         with self._lock:
             beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
+            beats.update(dict.fromkeys(self._held - beats.keys()))
         if not beats:
             return
         kept = self.runtime.store.heartbeat_calls(self.owner, beats, self.runtime.clock.now(),
@@ -392,6 +425,8 @@ class CallExecutor:
         for key in set(beats) - kept:
             with self._lock:
                 running = self._running.get(key)
+                if running is None and key in self._held:
+                    self._lost.add(key)
             if running is not None and not running.ended:
                 running.ended = True  # stopped (or taken over): its result will be dropped
                 self._cancel(running)

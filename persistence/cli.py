@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -45,6 +45,7 @@ from persistence.stores import (
     StoreEncodingError,
     StoreError,
     open_store,
+    split_postgres_url,
 )
 from persistence.stores.codec import (
     KEYS_ENV,
@@ -215,8 +216,7 @@ def _reach_postgres(url: str, timeout_s: int = 5) -> None:
     import psycopg
 
     parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
-    dsn = parts._replace(query=urlencode(query)).geturl()
+    dsn = split_postgres_url(url)[0]
     try:
         psycopg.connect(dsn, connect_timeout=timeout_s).close()
     except psycopg.Error as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from persistence.stores.base import (
     ACTIVE,
@@ -84,6 +84,7 @@ __all__ = [
     "StoreUnavailableError",
     "VersionCount",
     "open_store",
+    "split_postgres_url",
     "stored_key_problem",
 ]
 
@@ -94,8 +95,10 @@ def open_store(
     """Open the store a URL names.
 
     - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` (optional `?synchronous=normal`)
-    - `postgresql://user@host/db` or `postgres://...` (optional `&schema=name`, other query
-      parameters go to libpq)
+    - `postgresql://user@host/db` or `postgres://...` (optional `?schema=name`; behind a
+      connection pooler `?pooler=transaction` or `?pooler=session`, and `?listen_dsn=` a
+      percent-encoded URL that reaches PostgreSQL directly for wake-ups; other query parameters
+      go to libpq; see docs/persistence.md, "Connection poolers")
     - `memory://` (tests only; nothing survives the process)
 
     With `migrate=True` missing migrations are applied; with `check=True` (default) a schema that
@@ -132,14 +135,15 @@ def _open(url: str, max_connections: int) -> Store:
     if scheme in ("postgresql", "postgres"):
         from persistence.stores.postgres import PostgresStore, redact
 
-        query = parse_qs(parts.query, keep_blank_values=True)
-        schema = query.pop("schema", [None])[-1]
-        rest = "&".join(f"{k}={v}" for k, values in query.items() for v in values)
-        dsn = parts._replace(query=rest).geturl()
+        dsn, options = split_postgres_url(url)
         try:
-            return PostgresStore(dsn, schema=schema, max_size=max_connections)
+            return PostgresStore(dsn, max_size=max_connections, schema=options.get("schema"),
+                                 pooler=options.get("pooler"),
+                                 listen_dsn=options.get("listen_dsn"))  # fmt: skip
+        except StoreURLError:  # (it names the URL already)
+            raise
         except ValueError as exc:
-            raise StoreURLError(f"{exc} (in {redact(url)})") from exc
+            raise StoreURLError(f"{exc} (in {redact(dsn)})") from exc
     if scheme == "memory":
         from persistence.stores.memory import MemoryStore
 
@@ -148,3 +152,23 @@ def _open(url: str, max_connections: int) -> Store:
         f"unknown store URL scheme {parts.scheme!r} in {url.split('@')[-1]!r}; "
         "use sqlite:///path.db, postgresql://... or memory://"
     )
+
+
+STORE_OPTIONS = ("schema", "pooler", "listen_dsn")
+"""The query parameters of a PostgreSQL store URL that are the store's, not libpq's."""
+
+
+def split_postgres_url(url: str) -> tuple[str, dict[str, str]]:
+    """A PostgreSQL store URL as the DSN libpq takes (its other query parameters as they were
+    written) and the store's own options (`STORE_OPTIONS`, the last of each given, decoded:
+    `listen_dsn` is a percent-encoded URL)."""
+    parts = urlsplit(url)
+    options: dict[str, str] = {}
+    rest: list[str] = []
+    for item in filter(None, parts.query.split("&")):
+        name, _, value = item.partition("=")
+        if unquote(name) in STORE_OPTIONS:
+            options[unquote(name)] = unquote(value)
+        else:
+            rest.append(item)
+    return parts._replace(query="&".join(rest)).geturl(), options

@@ -57,6 +57,7 @@ from persistence.stores.base import (
     unowned_calls,
 )
 from persistence.stores.codec import Column, PayloadCodecError
+from persistence.stores.poolers import Pooling, behind_pooler, refused_options
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -165,26 +166,28 @@ class PostgresStore(SQLStore):
         min_size: int = 1,
         max_size: int = 8,
         connect_timeout_s: float = 10.0,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("PostgresStore needs exactly one of dsn= or pool=")
         if schema is not None and not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema name must match {_SCHEMA_NAME.pattern}: {schema!r}")
         self.schema = schema
-        self._listener: _Listener | None = None
+        self.pooling = Pooling(pooler, schema)
+        self._listener: _Listener | bool | None = None  # (False: none, `_listen`)
         self._listener_lock = threading.Lock()
-        kwargs: dict[str, Any] = {"autocommit": True}
-        if schema is not None:
-            kwargs["options"] = f"-c search_path={schema}"
+        self._listen_dsn = listen_dsn
+        kwargs = self.pooling.connect_kwargs()
         if pool is None:
             assert dsn is not None
             self.url = redact(dsn)
             if schema is not None:
-                _create_schema(dsn, schema)
+                _create_schema(dsn, schema, kwargs, self.url)
             self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
                 dsn,
                 kwargs=kwargs,
-                configure=_configure,
+                configure=self._configure_new,
                 min_size=min_size,
                 max_size=max_size,
                 timeout=connect_timeout_s,
@@ -201,10 +204,16 @@ class PostgresStore(SQLStore):
             self._conninfo = conninfo if isinstance(conninfo, str) else conninfo()
             self._kwargs = dict(given if isinstance(given, dict) else (given() if given else {}))
 
+    def _configure_new(self, conn: psycopg.Connection[Any]) -> None:
+        """A connection's set-up: JSON (`_configure`), then the pooler's (`Pooling.configure`)."""
+        _configure(conn)
+        self.pooling.configure(conn)
+
     # -- plumbing ---------------------------------------------------------------------------
     def _connection(self) -> _Checkout:
         """A pooled connection; connection trouble becomes `StoreUnavailableError`."""
-        return _Checkout(self._pool, not self._owns_pool)
+        return _Checkout(self._pool, None if self._owns_pool else self._configure_new,
+                         self.pooling.begin)
 
     _conn = _connection
 
@@ -291,7 +300,7 @@ class PostgresStore(SQLStore):
         wakeup = shared_wakeup(f"{self.url}#{self.schema or ''}")
         with self._listener_lock:
             if self._listener is None:
-                self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
+                self._listener = self._listen(wakeup) or False
         return wakeup
 
     def watch(self, run_id: str, seconds: float) -> bool:
@@ -301,8 +310,8 @@ class PostgresStore(SQLStore):
         listener LISTENs (waited for up to a few seconds), else False. `RunNotFoundError` for
         an unknown run."""
         self.wakeup()  # (which starts the listener)
-        listener = self._listener
-        if listener is None or not listener.listening.wait(5.0):
+        listener = self._listener  # (none behind a transaction pooler without listen_dsn)
+        if not isinstance(listener, _Listener) or not listener.listening.wait(5.0):
             return False
         # (the row's update waits out a step being written now; a step after it sees it)
         counted = self._rows(
@@ -323,12 +332,26 @@ class PostgresStore(SQLStore):
                      "workflow_runs WHERE id = %s AND waiters > 0 AND waited_until > now()",
                      (_uuid(run_id),))  # fmt: skip
 
+    def _listen(self, wakeup: Wakeup) -> _Listener | None:
+        """The listener of this store's wake-ups: on `listen_dsn` if given, else on the store's
+        own DSN; none behind a transaction pooler, which cannot carry `LISTEN` (other
+        processes' work is then found by polling). Without `pooler=`, the listener checks
+        for a pooler itself (`_Listener`)."""
+        path = self.pooling.listen_path()
+        if self._listen_dsn is not None:
+            return _Listener(self._listen_dsn, {"autocommit": True}, path, wakeup, False)
+        if self.pooling.mode == "transaction":
+            log.info("behind a transaction pooler with no listen_dsn: other processes' "
+                     "starts and events are found by polling")  # fmt: skip
+            return None
+        return _Listener(self._conninfo, self._kwargs, path, wakeup, self.pooling.mode is None)
+
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
         with self._listener_lock:
-            if self._listener is not None:
+            if isinstance(self._listener, _Listener):
                 self._listener.close(self._wake_listener)
-                self._listener = None
+            self._listener = None
         if self._owns_pool:
             self._pool.close()
 
@@ -527,11 +550,16 @@ class PostgresStore(SQLStore):
         each a round trip of its own). Whatever fails, the transaction is rolled back once
         the pipeline has synced."""
         with self._connection() as conn:
+            # (behind a transaction pooler the checkout's transaction is already open, and
+            # the checkout commits it)
+            own = conn.info.transaction_status == _IDLE
             try:
                 with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
-                    _execute(conn, "BEGIN", None)
+                    if own:
+                        _execute(conn, "BEGIN", None)
                     yield conn
-                    _execute(conn, "COMMIT", None)
+                    if own:
+                        _execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -600,25 +628,31 @@ class _Checkout:
     cost on the hot path: about a third of a `SELECT 1`'s instructions); a transaction left
     open is committed, and rolled back after an error, as that block would."""
 
-    __slots__ = ("_configure", "_conn", "_pool")
+    __slots__ = ("_begin", "_configure", "_conn", "_pool")
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], configure: bool) -> None:
-        self._pool, self._configure = pool, configure
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any],
+                 configure: Callable[[psycopg.Connection[Any]], None] | None,
+                 begin: bytes | None) -> None:  # fmt: skip
+        self._pool, self._configure, self._begin = pool, configure, begin
 
     def __enter__(self) -> psycopg.Connection[Any]:
         try:
             conn: psycopg.Connection[Any] = self._pool.getconn()
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        except psycopg_pool.PoolTimeout as exc:
+            raise _pool_timeout(self._pool, exc) from exc
+        except psycopg.Error as exc:
             raise _store_error(exc) from exc
         self._conn = conn
-        if self._configure:
-            try:
-                _configure(conn)
-            except BaseException as exc:
-                self._pool.putconn(conn)
-                if isinstance(exc, psycopg.Error):
-                    raise _store_error(exc) from exc
-                raise
+        try:
+            if self._configure is not None:
+                self._configure(conn)
+            if self._begin is not None:  # (behind a transaction pooler: `Pooling.begin`)
+                conn.execute(self._begin)
+        except BaseException as exc:
+            self._pool.putconn(conn)
+            if isinstance(exc, psycopg.Error):
+                raise _store_error(exc) from exc
+            raise
         return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -919,10 +953,14 @@ executor (their first attempts open) or due for any worker's (woken)."""
 class _Listener:
     """A thread with a connection of its own that LISTENs on the wake-up channel and turns
     other processes' NOTIFYs into `Wakeup.notify`; it reconnects after an outage (and wakes
-    once then, for whatever it missed)."""
+    once then, for whatever it missed). `path`: the statement that sets its schema; `check`:
+    whether to stop, and leave wake-ups to polling, on finding a pooler in between (one in
+    transaction mode would take the `LISTEN` to a server connection other clients get)."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], wakeup: Wakeup) -> None:
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], path: bytes | None,
+                 wakeup: Wakeup, check: bool) -> None:  # fmt: skip
         self._conninfo, self._kwargs, self._wakeup = conninfo, kwargs, wakeup
+        self._path, self._check = path, check
         self._closed = threading.Event()
         self.listening = threading.Event()
         """Set while the connection LISTENs (a waiter relies on NOTIFYs only then)."""
@@ -945,6 +983,14 @@ class _Listener:
         while not self._closed.is_set():
             try:
                 with psycopg.connect(self._conninfo, **self._kwargs) as conn:
+                    if self._check and behind_pooler(conn):
+                        log.warning("wake-up listener: a connection pooler is in between, "
+                                    "which may not carry LISTEN: other processes' work is "
+                                    "found by polling (set ?pooler=session to listen through "
+                                    "it, or ?listen_dsn= to listen directly)")  # fmt: skip
+                        return
+                    if self._path is not None:
+                        conn.execute(self._path)
                     (channel,) = conn.execute(f"SELECT {_CHANNEL}").fetchall()[0]
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(channel))))
                     self._wakeup.notify()
@@ -1314,9 +1360,28 @@ def redact(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)
 
 
-def _create_schema(dsn: str, name: str) -> None:
+def _create_schema(dsn: str, name: str, kwargs: dict[str, Any], where: str) -> None:
+    """Create schema `name` if missing, connecting as the pool will (`kwargs`): a pooler that
+    refuses how the pool connects says so now, not as a pool timeout later."""
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, **kwargs) as conn:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
     except psycopg.OperationalError as exc:
-        raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        raise refused_options(exc, where) or StoreUnavailableError(
+            f"PostgreSQL unavailable: {exc}") from exc
+
+
+def _pool_timeout(pool: psycopg_pool.ConnectionPool[Any],
+                  exc: psycopg_pool.PoolTimeout) -> StoreError:  # fmt: skip
+    """The store's error for a pool that gave no connection in time, with the cause: the pool
+    retries failed connections quietly, so one direct attempt, as the pool connects, says
+    whether the server refuses them (and why) or every connection was busy."""
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    try:
+        psycopg.connect(conninfo, **{**kwargs, "connect_timeout": 2}).close()
+    except psycopg.Error as cause:
+        return refused_options(cause, redact(conninfo)) or StoreUnavailableError(
+            f"PostgreSQL unavailable: {exc}; a new connection fails: {cause}")
+    return StoreUnavailableError(f"PostgreSQL unavailable: {exc} (all {pool.max_size} "
+                                 "connections of the pool in use)")  # fmt: skip

@@ -4,6 +4,11 @@ PostgreSQL is found through STATECHARTS_TEST_DSN (default postgresql://localhost
 answers there, a private server is started with initdb/pg_ctl in a temporary directory when those
 binaries exist. Without any PostgreSQL the postgres tests skip with the reason, except under
 CI=true, where that is a failure. Each test gets its own schema (via search_path), dropped after.
+
+PgBouncer (`pgbouncer`, the Debian package `scripts/system-deps.sh` installs) is started once
+per session on a free loopback port in front of that server, with one database in transaction
+mode and one in session mode (`Bouncer`); without the program its tests skip, loudly, and fail
+under CI=true.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 import pytest
@@ -31,6 +39,8 @@ from persistence.stores.sqlite import SQLiteStore
 
 DEFAULT_DSN = "postgresql://localhost/test"
 STORE_KINDS = ("sqlite", "postgres", "memory")
+POOLED_KINDS = ("pgbouncer-transaction", "pgbouncer-session")
+"""Store kinds behind PgBouncer (`store_kind` values the contract suite adds)."""
 
 
 def _answers(dsn: str) -> str | None:
@@ -100,15 +110,92 @@ def pg_dsn() -> Iterator[str]:
     if started is None:
         shutil.rmtree(workdir, ignore_errors=True)
         message = f"no PostgreSQL at {dsn} ({reason}) and no private server could be started"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message + " -- CI=true requires PostgreSQL")
-        pytest.skip(message)
+        _missing(message)
     private_dsn, stop = started
     try:
         yield private_dsn
     finally:
         stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _missing(message: str) -> NoReturn:
+    """Skip the test with `message`, or fail it under CI=true."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message + " -- CI=true requires it")
+    pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Bouncer:
+    """A private PgBouncer on loopback in front of the test server: database `transaction`
+    (pool_mode=transaction, 8 server connections: clients share them), `session`, and `auto`
+    (transaction mode, its server connections put in schema `auto_schema` by PgBouncer's
+    `connect_query`: a store reaches its tables with no option at all)."""
+
+    port: int
+    user: str
+    auto_schema: str
+
+    def url(self, mode: str, schema: str | None = None, **options: str) -> str:
+        """A store URL through the pooler in `mode`, with `pooler=mode` and `options`."""
+        query = {"pooler": mode, **({"schema": schema} if schema else {}), **options}
+        params = "&".join(f"{k}={urllib.parse.quote(v, safe='')}" for k, v in query.items())
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{mode}?{params}"
+
+    def dsn(self, mode: str) -> str:
+        """A plain libpq DSN through the pooler in `mode` (no store options)."""
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{mode}"
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
+    """PgBouncer started for the session (see the module docstring); stopped afterwards."""
+    program = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+    if program is None:
+        _missing("pgbouncer is not installed (Debian package pgbouncer; scripts/system-deps.sh)")
+    auto_schema = f"t_pgbouncer_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{auto_schema}"')
+        info = conn.info
+        server = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
+        user = info.user
+    workdir = Path(tempfile.mkdtemp(prefix="statecharts-pgbouncer-"))
+    workdir.chmod(0o755)  # (read by the account pgbouncer switches to)
+    port = _free_port()
+    (workdir / "users.txt").write_text(f'"{user}" ""\n')
+    ini = workdir / "pgbouncer.ini"
+    ini.write_text(
+        "[databases]\n"
+        f"transaction = {server} pool_mode=transaction pool_size=8\n"
+        f"session = {server} pool_mode=session pool_size=40\n"
+        f"auto = {server} pool_mode=transaction pool_size=8 "
+        f"connect_query='SET search_path TO {auto_schema}'\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {workdir / 'users.txt'}\n"
+        "max_client_conn = 1000\nquery_wait_timeout = 60\n"
+        # pgbouncer refuses to run as root: it switches to the postgres account
+        + ("user = postgres\n" if os.geteuid() == 0 else "")
+    )
+    for path in workdir.iterdir():
+        path.chmod(0o644)
+    log = (workdir / "log").open("wb")
+    process = subprocess.Popen([program, str(ini)], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 15
+        while _answers(f"postgresql://{user}@127.0.0.1:{port}/session") is not None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"pgbouncer did not start: {(workdir / 'log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield Bouncer(port, user, auto_schema)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{auto_schema}" CASCADE')
 
 
 @pytest.fixture
@@ -152,6 +239,15 @@ def store_factory(
             return PostgresStore(dsn, schema=schema, max_size=4)
 
         make = make_postgres
+    elif store_kind in POOLED_KINDS:
+        mode = store_kind.split("-")[1]
+        dsn = request.getfixturevalue("pgbouncer").dsn(mode)
+        schema = request.getfixturevalue("pg_schema")
+
+        def make_pooled() -> Store:
+            return PostgresStore(dsn, schema=schema, pooler=mode, max_size=4)
+
+        make = make_pooled
     else:
         make = make_sqlite if store_kind == "sqlite" else make_memory
 
@@ -181,15 +277,25 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh database of store `kind` (SQLite with `synchronous=normal`, safe
+    against SIGKILL; PostgreSQL, directly or through PgBouncer, in a schema of its own)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
+    if kind == "memory":
+        return "memory://"
+    schema = request.getfixturevalue("pg_schema")
+    if kind in POOLED_KINDS:
+        bouncer: Bouncer = request.getfixturevalue("pgbouncer")
+        return bouncer.url(kind.split("-")[1], schema)
+    dsn = request.getfixturevalue("pg_dsn")
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The URL of a fresh database for a crash test's worker processes (SQLite with
-    `synchronous=normal`, safe against SIGKILL; PostgreSQL in a schema of its own)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
-    dsn = request.getfixturevalue("pg_dsn")
-    schema = request.getfixturevalue("pg_schema")
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    """The URL of a fresh database for a crash test's worker processes (`store_url`)."""
+    return store_url(request.param, request, tmp_path)
 
 
 def kill_and_replace(workers: list[subprocess.Popen[bytes]], victim: int,

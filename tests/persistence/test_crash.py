@@ -4,7 +4,8 @@ Default: 150 runs of the four-effect `order` workflow; STATECHARTS_SOAK=1 runs 1
 STATECHARTS_CRASH_RUNS=N any count). Afterwards every run must be done, every outbox key recorded
 once, every charge made once (the payments API dedups on the idempotency key), no effect executed
 with a key the database does not know (which a double step would produce), and no two processes
-inside one run's effects at the same time.
+inside one run's effects at the same time. PostgreSQL is tried directly and through a real
+PgBouncer in transaction mode (the workers' wake-ups on a direct `listen_dsn`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+import pytest
 
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
 from persistence.stores.base import call_key
-from tests.persistence.conftest import kill_and_replace, stop_workers
+from tests.persistence.conftest import kill_and_replace, stop_workers, store_url
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +37,15 @@ THREADS = 2
 BATCH = 4  # runs each thread steps together (one commit per round)
 LEASE_MS = 1500
 DEADLINE_S = 900 if SOAK else 240
+
+
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer-transaction"])
+def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """`conftest.crash_url`, and PostgreSQL behind PgBouncer in transaction mode."""
+    url = store_url(request.param, request, tmp_path)
+    if request.param.startswith("pgbouncer"):
+        url += "&listen_dsn=" + quote(request.getfixturevalue("pg_dsn"), safe="")
+    return url
 
 
 def _spawn(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

@@ -1,4 +1,5 @@
-"""The store contract, run against SQLite (real files), PostgreSQL (real server) and memory."""
+"""The store contract, run against SQLite (real files), PostgreSQL (real server), PostgreSQL
+behind a real PgBouncer in transaction and in session mode, and memory."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from persistence.stores import (
     Store,
 )
 from persistence.stores.base import CANCEL_EVENT, BreakerRecord
+from tests.persistence.conftest import POOLED_KINDS, STORE_KINDS, store_url
 
 StoreFactory = Callable[[], Store]  # the conftest fixture: more store objects on one database
 
@@ -67,6 +69,12 @@ def claim_one(store: Store, run_id: str, owner: str = "w1", now: int = T0) -> in
     return run.version
 
 
+@pytest.fixture(params=STORE_KINDS + POOLED_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each kind of store in turn, PgBouncer's too (`conftest.store_factory`)."""
+    return str(request.param)
+
+
 # -- schema ---------------------------------------------------------------------------------
 
 
@@ -81,12 +89,9 @@ def test_unmigrated_database_is_refused_with_upgrade_hint(
 ) -> None:
     from persistence.stores import open_store
 
-    if store_kind == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    elif store_kind == "postgres":
-        url = f"{request.getfixturevalue('pg_dsn')}?schema={request.getfixturevalue('pg_schema')}"
-    else:
-        url = "memory://"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    url = store_url(store_kind, request, fresh)
     with pytest.raises(SchemaVersionError, match="db upgrade"):
         open_store(url)
     store = open_store(url, migrate=True)

@@ -1,0 +1,73 @@
+"""A call leased to a call executor keeps its lease while it waits to start.
+
+A step leases the calls it records to its worker's executor, which starts them from its
+serving loop; the loop also records each ended call with the step that applies its result,
+and that write waits for its run's row. Here that row is held by another transaction (as a
+slow commit, or a machine under load, would hold it), so the loop is stalled on an ended call
+with another call handed to it: the executor's heartbeat thread must keep renewing that
+call's lease, so that no other worker takes it over and runs it beside this one (test_crash
+saw two processes inside one run's effects under load). The stalled call's own lease runs out
+meanwhile: it is not renewed while its end is recorded (see `CallExecutor._held`). PostgreSQL:
+row locks stall the one loop and leave the heartbeat's rows free (SQLite's single writer would
+stall both).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from persistence.calls import CallExecutor
+from persistence.runtime import Runtime
+from persistence.stores import Store
+from statecharts import create_machine
+from tests.persistence.conftest import wait_for
+
+LEASE_MS = 1_000
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])
+def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
+    store: Store, pg_dsn: str, pg_schema: str
+) -> None:
+    release_first = threading.Event()
+    ran: list[str] = []
+
+    def work(name: str, idempotency_key: str = "") -> str:
+        ran.append(name)
+        if name == "first":
+            release_first.wait(30)
+        return name
+
+    machine = create_machine({
+        "id": "job", "initial": "working", "context": lambda input: {"name": input["name"]},
+        "states": {"working": {"invoke": {"src": "work", "input": lambda c, e: c["name"],
+                                          "onDone": "done"}},
+                   "done": {"type": "final"}},
+    }, actors={"work": work})  # fmt: skip
+    runtime = Runtime(store, [machine])
+    executor = CallExecutor(runtime, "A", lease_ms=LEASE_MS, poll_ms=20)
+    first = runtime.start("job", {"name": "first"})
+    executor.start()
+    try:
+        wait_for(lambda: ran == ["first"], 30)
+        with psycopg.connect(pg_dsn) as holder:  # the first run's row, held
+            holder.execute(f'SET search_path TO "{pg_schema}"')
+            holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (first,))
+            release_first.set()  # its end is recorded with its run's step: the loop waits
+            second = runtime.start("job", {"name": "second"})
+            (call,) = store.claim_calls("A", runtime.clock.now(), LEASE_MS, 1)
+            executor.adopt([call], store.get_run(second), machine)  # as a step leases it
+            time.sleep(3 * LEASE_MS / 1000)  # (three leases, renewed by the heartbeat)
+            taken = store.claim_calls("B", runtime.clock.now(), LEASE_MS, 10, run_id=second)
+            holder.rollback()
+        assert taken == [], "another worker took over a call waiting in a live executor"
+        wait_for(lambda: {store.get_run(r).status for r in (first, second)} == {"done"}, 30)
+        assert ran == ["first", "second"]
+        assert [(a.worker, a.outcome) for a in store.call_attempts(second)] == [("A", "done")]
+    finally:
+        release_first.set()
+        executor.stop()
