@@ -55,6 +55,7 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
+from persistence.stores.clocks import StoreClock, server_clock
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -111,6 +112,8 @@ faster), so one event never wakes a worker twice."""
 _CHANNEL = "left('statecharts_wake_' || current_schema(), 63)"
 """The wake-up channel: one per schema, so stores in other schemas are not woken."""
 _WAKE_CALL = f"pg_notify({_CHANNEL}, '{_PROCESS}')"
+_SERVER_TIME = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+"""The database server's clock in epoch ms: the anchor of the store clock."""
 
 
 @lru_cache(maxsize=256)
@@ -160,6 +163,7 @@ class PostgresStore(SQLStore):
         self.schema = schema
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
+        self._clock: StoreClock | None = None
         kwargs: dict[str, Any] = {"autocommit": True}
         if schema is not None:
             kwargs["options"] = f"-c search_path={schema}"
@@ -280,6 +284,13 @@ class PostgresStore(SQLStore):
             if self._listener is None:
                 self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
         return wakeup
+
+    def clock(self) -> StoreClock:
+        """The database server's clock (`clocks.server_clock`), anchored when first asked."""
+        with self._listener_lock:
+            if self._clock is None:
+                self._clock = server_clock(lambda: int(self._rows(_SERVER_TIME)[0][0]))
+            return self._clock
 
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
