@@ -211,9 +211,9 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         data = parse(raw)
         delivery = verified.delivery if verified is not None else None
         field = signature.delivery_field if signature is not None else None
-        in_body = delivery is None and field is not None and field in data
-        if in_body:
-            delivery = delivery_id(data[field], field)
+        in_body = False  # (a field of the body: signed with it)
+        if delivery is None and field is not None and field in data:
+            delivery, in_body = delivery_id(data[field], field), True
         if delivery is None and DELIVERY_HEADER in request.headers:
             delivery = delivery_id(request.headers[DELIVERY_HEADER], DELIVERY_HEADER, "header")
         return Incoming(data, delivery, start_key(verified, delivery, in_body))
