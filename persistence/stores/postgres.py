@@ -56,6 +56,7 @@ from persistence.stores.base import (
     unowned_calls,
 )
 from persistence.stores.clocks import StoreClock, server_clock
+from persistence.stores.conflicts import count_ended, retried
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -241,6 +242,7 @@ class PostgresStore(SQLStore):
     def _id(self, run_id: str) -> str:
         return _uuid(run_id)
 
+    @retried
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases without waiting for a row lock. A row locked now is being
         committed by its owner's step (which writes its own lease), so it is skipped yet counted
@@ -427,6 +429,7 @@ class PostgresStore(SQLStore):
         inbox_id, event, created, traceparent = item
         return InboxEvent(inbox_id, run_id, event, created, traceparent)
 
+    @retried
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write several runs' steps in one statement (one round trip, one commit): each row is
@@ -489,6 +492,7 @@ class PostgresStore(SQLStore):
                 conn.rollback()
                 raise
 
+    @retried
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
@@ -592,6 +596,7 @@ class _Checkout:
         finally:
             self._pool.putconn(conn)
         if error is None:
+            count_ended()  # (what it wrote, if anything, is committed: `conflicts.retried`)
             return
         mapped = _store_error(error)
         if mapped is not error:

@@ -25,6 +25,7 @@ from persistence.stores.base import (
     StoreUnavailableError,
 )
 from persistence.stores.clocks import StoreClock, machine_clock
+from persistence.stores.conflicts import count_ended
 from persistence.stores.sql import SQLStore
 
 log = logging.getLogger("statecharts.store")
@@ -98,6 +99,7 @@ class SQLiteStore(SQLStore):
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
+                count_ended()
             except BaseException as exc:
                 self._roll_back()
                 if isinstance(exc, sqlite3.Error):

@@ -283,7 +283,7 @@ def test_a_conflict_is_run_again_a_bounded_number_of_times(
     then the grant goes through; one that keeps coming is raised after `ATTEMPTS` attempts
     (each retry logged), never retried without end."""
     from persistence.stores import StoreUnavailableError
-    from persistence.stores.capacity import ATTEMPTS
+    from persistence.stores.conflicts import ATTEMPTS
 
     now, attempts = 1_000_000, [0]
     a, owner_a = _leased(store, now)
