@@ -151,18 +151,27 @@ class SQLiteStore(SQLStore):
 
     def _clock_offset(self, boot: str, offset: int) -> int:
         """The offset kept for `boot`; `offset` kept and returned if there is none (a new boot
-        replaces the row of the one before), or if the schema has no `workflow_clock` yet."""
+        replaces the row of the one before). `offset` alone (this process's anchor) where the
+        schema has no `workflow_clock` yet or the row cannot be written (a read-only file)."""
         if not self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                           ("workflow_clock",)):  # fmt: skip
             return offset
-        with self._write() as conn:
-            rows = conn.execute("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?",
-                                (boot,)).fetchall()  # fmt: skip
-            if rows:
-                return int(rows[0][0])
-            conn.execute("DELETE FROM workflow_clock")
-            conn.execute("INSERT INTO workflow_clock (boot_id, offset_ms) VALUES (?, ?)",
-                         (boot, offset))  # fmt: skip
+        kept = self._read("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?", (boot,))
+        if kept:
+            return int(kept[0][0])
+        try:
+            with self._write() as conn:
+                rows = conn.execute("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?",
+                                    (boot,)).fetchall()  # fmt: skip
+                if rows:  # (another process kept one meanwhile)
+                    return int(rows[0][0])
+                conn.execute("DELETE FROM workflow_clock")
+                conn.execute("INSERT INTO workflow_clock (boot_id, offset_ms) VALUES (?, ?)",
+                             (boot, offset))  # fmt: skip
+                return offset
+        except StoreError as exc:
+            log.warning("the store clock's anchor was not kept (this process keeps its own): "
+                        "%s", exc)  # fmt: skip
             return offset
 
     def _keep_clock_offset(self, boot: str, offset: int) -> None:
