@@ -39,6 +39,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from persistence.capacity import LimitKeyError
 from persistence.runtime import InvalidKeyError, Runtime, UnknownWorkflowError, check_key
 from persistence.signatures import Signature, SignatureError, Verified
 from persistence.stores import (
@@ -232,6 +233,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise invalid(exc.path, str(exc)) from exc
         except (StatechartError, StoreEncodingError) as exc:
             raise invalid(input_path, f"{type(exc).__name__}: {exc}") from exc
+        except LimitKeyError as exc:  # (a start without the key of its per-key limit)
+            raise invalid(input_path, str(exc)) from exc
         except StoreUnavailableError as exc:
             raise Refused(503, "the run store could not answer; try again shortly",
                           {"Retry-After": RETRY_AFTER_S}) from exc

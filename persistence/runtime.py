@@ -42,7 +42,7 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import TRANSIENT_PREFIX, is_call, leasable_calls
+from persistence.stores.base import TRANSIENT_PREFIX, PayloadCodec, is_call, leasable_calls
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, StartChild
@@ -237,6 +237,14 @@ class Runtime:
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
     result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
     write (runs, state, outbox, journal) happens exactly as in production.
+
+    `codec=KeyRing(...)` encrypts the payloads the store writes (snapshots with their context,
+    inputs and outputs, outbox payloads and results, inbox events, journal events, call
+    inputs) with AES-GCM, and opens them with any of the ring's keys; state names, keys,
+    statuses and times stay in clear (`persistence.stores.codec`). It is set on `store`, so
+    every process writing to it needs the same ring (`keys_from_env` reads it from
+    `STATECHARTS_KEYS` or `STATECHARTS_KEYS_FILE`, as the CLI's workers do). None leaves the
+    store as it is.
     """
 
     def __init__(
@@ -256,9 +264,12 @@ class Runtime:
         workflow_limits: Mapping[str, str] | None = None,
         priorities: Mapping[str, int] | None = None,
         step_in_send: bool = True,
+        codec: PayloadCodec | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
+        if codec is not None:
+            store.use_codec(codec)
         self.store = store
         self.clock: Clock = clock if clock is not None else store.clock()
         self.journal = journal
@@ -545,6 +556,7 @@ class Runtime:
             lease_owner=owner,
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
+            limit_share=self.load.start_share(name, snapshot.context),
         )
         return run, outbox, effects, snapshot
 

@@ -51,6 +51,11 @@ def stored_key_problem(key: str) -> str | None:
             f"{MAX_STORED_KEY_BYTES}")
 
 
+SEALED = "$enc"
+"""The key-id field of an encrypted payload's envelope (`persistence.stores.codec`): a JSON
+object with it and `ct` is a sealed payload."""
+
+
 class StoreError(Exception):
     """Base class of every error raised by a store."""
 
@@ -183,6 +188,10 @@ class NewRun:
     `SystemIdTakenError` when an active child run of the tree already holds it."""
     call_lease: tuple[str, int] | None = None
     """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
+    limit_share: str | None = None
+    """The limit (a per-key limit's share, `<limit>[<key>]`) its workflow's steps take a place
+    of: while it waits to be claimed, a refusal of that limit queues it with the others
+    (`Capacity`: its backlog parked), so its backlog never stands in the claim order."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
@@ -265,6 +274,9 @@ class PendingWork:
 
     effects: list[EffectRecord]
     inbox: list[InboxEvent]
+    problem: str | None = None
+    """Why some of it cannot be read (an encrypted payload whose key is missing): the run is
+    then failed with this text, never stepped without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +330,9 @@ class CallRecord:
     error: str | None
     created_at: int
     updated_at: int
+    problem: str | None = None
+    """Why its payload cannot be read (encrypted with a key that is missing): the call is
+    then ended as failed with this text, never run without its input."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +439,9 @@ class StepCommit:
     call_lease: tuple[str, int] | None = None
     """(owner, until): the calls this step records are leased to that call executor, their
     first attempts opened, in the step's transaction (no claim: it runs them next)."""
+    error_traceback: str | None = None
+    """Where the code that failed the run raised (`status` error), shown beside its
+    `last_error`; None keeps the row's value."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -469,11 +487,25 @@ class ClaimRecord:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRecord:
-    """The last fire time of a scheduled start, advanced atomically with the run it starts."""
+    """A scheduled start's state, advanced atomically with the run it starts: every slot up to
+    `last_fire_at` is decided (fired, buffered or skipped)."""
 
     name: str
     last_fire_at: int | None
     version: int
+    last_run_id: str | None = None
+    """The run the schedule started last: the one a new slot overlaps while it is active."""
+    buffered_at: int | None = None
+    """The slot an overlap policy `buffer_one` holds until `last_run_id` ends."""
+    skipped_count: int = 0
+    """How many slots were skipped in all."""
+    skipped: tuple[Mapping[str, Any], ...] = ()
+    """The latest skips, oldest first (at most `MAX_SKIP_RECORDS`): `first` and `last` slot
+    (epoch ms), `count`, `reason`, `at` (when it was decided)."""
+
+
+MAX_SKIP_RECORDS = 20
+"""How many skip records a schedule keeps (the count of all skips is kept too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -662,16 +694,25 @@ _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
 
 def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
-              previous_owner: str | None = None, due_at: int | None = None) -> RunRecord:
+              previous_owner: str | None = None, due_at: int | None = None,
+              opens: Callable[[Any, str], Any] | None = None) -> RunRecord:  # fmt: skip
     """A `RunRecord` from a row's values in `RunRecord` field order (the snapshot as text when
-    `loads` is given). A row that does not parse is never an exception: the record carries
-    the `problem` (and harmless empty values), so listings show it and claims fail it."""
+    `loads` is given; a sealed snapshot opened by `opens`, given it and the run id). A row
+    that does not parse (or whose snapshot does not open: a missing key) is never an
+    exception: the record carries the `problem` (and harmless empty values), so listings
+    show it and claims fail it."""
     problems: list[str] = []
     if loads is not None and isinstance(values[5], str | bytes):
         try:
             values[5] = loads(values[5])
         except ValueError as exc:
             problems.append(f"snapshot is not JSON ({exc})")
+            values[5] = {}
+    if opens is not None and type(values[5]) is dict and SEALED in values[5]:
+        try:
+            values[5] = opens(values[5], str(values[0]))
+        except StoreError as exc:  # the codec's PayloadKeyError, PayloadTamperedError
+            problems.append(str(exc))
             values[5] = {}
     for i, (name, kind) in enumerate(_RUN_FIELDS):
         value = values[i]
@@ -838,13 +879,20 @@ class RunStore(Protocol):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
         (its error workflow), in one transaction; `attempt_count`, when given, is shown on the row
-        (the call made that many attempts). Its active child runs are cancelled (`cancelled`:
-        see `commit_steps`). False if `owner` no longer held it."""
+        (the call made that many attempts), `error_traceback` beside `reason`. Its active child
+        runs are cancelled (`cancelled`: see `commit_steps`). False if `owner` no longer held
+        it."""
+        ...
+
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's `last_error` when code of its machine raised
+        and failed it (`StepCommit.error_traceback`, `fail_run`); None if none was."""
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
@@ -991,6 +1039,10 @@ class Coordination(Protocol):
         """The scheduled start `name`, if it ever fired."""
         ...
 
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """The scheduled starts that ever decided a slot, by name (at most `limit`)."""
+        ...
+
     def fire_schedule(
         self,
         name: str,
@@ -1001,10 +1053,74 @@ class Coordination(Protocol):
         now: int,
         *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        buffered_at: int | None = None,
+        skipped: Sequence[Mapping[str, Any]] = (),
     ) -> RunRecord | None:
         """Advance schedule `name` to `fire_at` and create `run` (and the child runs its first
-        step starts), in one transaction. None (and nothing written) if the schedule is no
-        longer at `expected_version` (0 = never fired)."""
+        step starts), in one transaction; `run` becomes the schedule's last run, `buffered_at`
+        its buffered slot, and `skipped` (skip records) is appended to its skips. None (and
+        nothing written) if the schedule is no longer at `expected_version` (0 = never
+        fired)."""
+        ...
+
+    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
+                      buffered_at: int | None,
+                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+        """Advance schedule `name` to `decided_to` without starting a run: its slots up to
+        there were skipped (`skipped`, appended to its skips) or buffered (`buffered_at`).
+        False (and nothing written) if the schedule is no longer at `expected_version`."""
+        ...
+
+
+@dataclass(slots=True)
+class ReencryptReport:
+    """What `reencrypt_payloads` did."""
+
+    rewritten: int = 0
+    """Payloads now sealed with the current key."""
+    changed: int = 0
+    """Payloads rewritten by someone else between the read and the write (a worker's step,
+    which seals with its own current key): left to them."""
+    unreadable: dict[str, int] = field(default_factory=dict)
+    """Payloads that did not open, by the key id they are sealed with: left as they are."""
+    problems: list[str] = field(default_factory=list)
+    """The first few of those, each naming its run and column."""
+
+    def note(self, problem: str, keep: int = 20) -> None:
+        """Keep `problem` among the first `keep`."""
+        if len(self.problems) < keep:
+            self.problems.append(problem)
+
+
+class PayloadCodec(Protocol):
+    """What seals a payload into a JSON envelope and opens it again, bound to its run and
+    column (`persistence.stores.codec.KeyRing`: AES-GCM with rotating keys)."""
+
+    current: str
+    """The id of the key new payloads are sealed with."""
+
+    def seal(self, value: Any, run_id: str, column: str) -> dict[str, Any]:
+        """`value` (JSON-able) as an envelope (a JSON object with `SEALED` and `ct`)."""
+        ...
+
+    def open(self, envelope: Mapping[str, Any], run_id: str, column: str) -> Any:
+        """The value an envelope holds; a `StoreError` naming the key if it cannot."""
+        ...
+
+
+@runtime_checkable
+class Payloads(Protocol):
+    """Encrypted payloads (`persistence.stores.codec`): the codec a store seals with."""
+
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
+        """Seal payload columns with `ring`'s current key and open them with any of its keys
+        (None: write in clear); with `show_sealed`, a payload whose key is missing reads as a
+        marker saying so instead of raising `PayloadKeyError` (for display only)."""
+        ...
+
+    def reencrypt_payloads(self, batch: int = 500) -> ReencryptReport:
+        """Rewrite every payload not sealed with the ring's current key under it, `batch` rows
+        per transaction."""
         ...
 
 
@@ -1043,6 +1159,11 @@ class Capacity(Protocol):
         run; a later pause extends it, an earlier one changes nothing."""
         ...
 
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that hold slots or
+        queue runs, in name order after `after`: a page of at most `count`."""
+        ...
+
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Every limit in use: calls in flight, runs waiting per reason, pause."""
         ...
@@ -1074,6 +1195,16 @@ class Calls(Protocol):
         """Show on a call's run that the call failed transiently `attempt` times."""
         ...
 
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event) of a
+        burst of ends, all in one transaction (at most one end per run): per end, the inbox id
+        and the run's new version (None: queued for a worker; (0, None): dropped, its holder
+        no longer held the call)."""
+        ...
+
     def list_calls(self, run_id: str) -> list[CallRecord]:
         """The run's calls, in the order they were recorded."""
         ...
@@ -1087,7 +1218,7 @@ class Calls(Protocol):
         ...
 
 
-class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Protocol):
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Payloads, Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

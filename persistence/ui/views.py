@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from persistence.capacity import split_name
 from persistence.runtime import error_run_key
 from persistence.stores import (
     TERMINAL_STATUSES,
@@ -26,6 +27,7 @@ from persistence.stores import (
     Store,
 )
 from statecharts import Machine, Snapshot
+from statecharts.events import error_actor_event_type
 from statecharts.frozen import text_problem
 from statecharts.retrying import retried_state_of_timer
 
@@ -222,6 +224,8 @@ class RunDetail:
     """The child runs this run started, newest first."""
     error_run: RunRecord | None = None
     """The error-workflow run started when this run failed, if any."""
+    traceback: FailureTraceback | None = None
+    """Where the code that failed the run raised (`failure_traceback`), if it did."""
 
     @property
     def active(self) -> bool:
@@ -233,6 +237,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
     """The run page's data (`RunNotFoundError` for an unknown id)."""
     run = store.get_run(run_id)
     snapshot = run.snapshot
+    calls = calls_of(store, run_id)
     return RunDetail(
         run=run,
         context=snapshot.get("context"),
@@ -242,13 +247,45 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         journal=store.list_events(run_id, last=TIMELINE_LIMIT)[::-1],
         journal_total=store.count_events(run_id),
         effects=store.list_effects(run_id, last=50)[::-1],
-        calls=calls_of(store, run_id),
+        calls=calls,
         inbox=store.pending_events(run_id),
         dead_letters=store.dead_letters(run_id),
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
+        traceback=failure_traceback(store, run, calls),
     )
+
+
+@dataclass(frozen=True)
+class FailureTraceback:
+    """Where the code that failed a run raised, and whose code it was: the run's own (None)
+    or a call's, e.g. "call 'charge', attempt 3"."""
+
+    text: str
+    of: str | None = None
+
+
+def failure_traceback(store: Store, run: RunRecord,
+                      calls: Sequence[CallView]) -> FailureTraceback | None:  # fmt: skip
+    """The traceback beside the run's error: the one recorded with it (an action, an assign
+    or a guard raised: `Store.error_traceback`), else, for a run failed by a call's error that
+    no state handled, the last attempt's of that call (the step that failed the run applied
+    its `xstate.error.actor.<id>`). None if the error raised nothing of the machine's."""
+    if not run.last_error:
+        return None
+    own = store.error_traceback(run.id)
+    if own is not None or run.status != "error":
+        return None if own is None else FailureTraceback(own)
+    last = store.list_events(run.id, last=1)
+    failed_by = str(last[0].event.get("type")) if last else None
+    for view in calls:
+        if error_actor_event_type(view.call.call_id) == failed_by and view.call.status == \
+                "failed" and view.attempts and view.attempts[-1].traceback:  # fmt: skip
+            attempt = view.attempts[-1]
+            return FailureTraceback(str(attempt.traceback),
+                                    f"call {view.call.call_id!r}, attempt {attempt.attempt}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -445,17 +482,20 @@ def leaves(state: str) -> Sequence[str]:
 
 @dataclass(frozen=True)
 class LimitRow:
-    """One named limit on the limits page."""
+    """One named limit on the limits page (a per-key limit: one row per key in use)."""
 
-    name: str
-    sites: list[str]  # "workflow: state path" of every loaded call site naming it
+    name: str  # as stored: the limit, or `<limit>[<key>]` for a key's share of it
+    sites: list[str]  # "workflow: state path" of every loaded call site naming the limit
     in_flight: int
     waiting: list[tuple[str, int]]  # (reason, runs)
     paused_until: int | None
+    limit: str = ""  # the limit's name (without the key)
+    key: str | None = None  # the key of a per-key limit's share
 
 
 def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[LimitRow]:
-    """The limits the store knows and the loaded call sites name, with their use now."""
+    """The limits the store knows and the loaded call sites name, with their use now; a
+    per-key limit's keys each on a row of their own, after their limit."""
     sites: dict[str, list[str]] = {}
     for machine in machines:
         for node in machine.definition.nodes:
@@ -463,8 +503,12 @@ def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[Limi
                 if invoke.limit:
                     sites.setdefault(invoke.limit, []).append(f"{machine.id}: {node.id}")
     usage = {u.name: u for u in store.capacity_usage(now)}
-    return [LimitRow(name, sorted(set(sites.get(name, []))),
-                     usage[name].in_flight if name in usage else 0,
-                     sorted(usage[name].waiting.items()) if name in usage else [],
-                     usage[name].paused_until if name in usage else None)
-            for name in sorted(set(sites) | set(usage))]  # fmt: skip
+    rows = []
+    for name in sorted(set(sites) | set(usage), key=lambda n: (split_name(n)[0], n)):
+        limit, key = split_name(name)
+        used = usage.get(name)
+        rows.append(LimitRow(name, sorted(set(sites.get(limit, []))),
+                             used.in_flight if used else 0,
+                             sorted(used.waiting.items()) if used else [],
+                             used.paused_until if used else None, limit, key))  # fmt: skip
+    return rows

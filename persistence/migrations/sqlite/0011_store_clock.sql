@@ -1,4 +1,4 @@
--- Schema version 9: the store clock (persistence/stores/clocks.py; docs/persistence.md,
+-- The store clock (persistence/stores/clocks.py; docs/persistence.md,
 -- "Clocks"). Leases and timers are measured by one clock that does not step back under a run:
 -- on SQLite, this machine's monotonic clock (the kernel's, the same in every process until a
 -- reboot) plus the offset kept here for the current boot, so every process on the machine
