@@ -59,7 +59,7 @@ from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
 from persistence.ui.views import calls_of, failure_traceback, relative_time
 from persistence.worker import Worker, WorkerCrashed
-from statecharts import Machine, SystemClock
+from statecharts import Machine
 from statecharts.errors import ContextError, StatechartError
 from statecharts.events import normalize_event
 from statecharts.frozen import storable_text, thaw
@@ -569,7 +569,7 @@ def _error_note(run: RunRecord) -> str:
 
 def _runs_list(args: argparse.Namespace) -> int:
     store = _store(args, show_sealed=True)
-    now = SystemClock().now()
+    now = store.clock().now()
     if args.stuck_after_ms is not None:
         runs = store.stuck_runs(now, args.stuck_after_ms, args.limit)
     elif args.where:
@@ -646,7 +646,7 @@ def _runs_send(args: argparse.Namespace) -> int:
         refusal = Runtime(store, load_machines(args.machines)).refuses_event(run, event["type"])
         if refusal is not None:
             raise SystemExit(f"{run.id}: {refusal}; nothing queued")
-        inbox_id = store.send_event(run.id, event, SystemClock().now())
+        inbox_id = store.send_event(run.id, event, store.clock().now())
     except (StoreError, ContextError, TypeError, ValueError) as exc:
         raise SystemExit(f"{run.id}: {exc}") from exc
     if args.wait is not None:
@@ -699,7 +699,7 @@ def _runs_cancel(args: argparse.Namespace) -> int:
         return lifecycle_cli.bulk_cancel(store, args, reason)
     run_id = resolve_run(store, args.run_id).id
     try:
-        outcome = store.cancel_run(run_id, SystemClock().now(), reason)
+        outcome = store.cancel_run(run_id, store.clock().now(), reason)
     except StoreError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{run_id}: {outcome}")

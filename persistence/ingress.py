@@ -2,7 +2,9 @@
 and events of durable runs, addressed by run id or by the key a run was started with.
 
 - `POST /api/workflows/{name}/runs` `{"key": ..., "input": ...}`: start, idempotent by key
-  (`201` created, `200` with the same body when the key's run already existed);
+  (`201` created, `200` with the same body when the key's run already existed); a signed start
+  without a key is keyed by its signed delivery id or signed content (`start_key`), so a replay
+  answers the first run;
 - `POST /api/workflows/{name}/runs/{key}/events` and `POST /api/runs/{run_id}/events` with an
   event object: queue it (`202`; `200` with `"duplicate": true` for a delivery id already
   queued for the run); `404` unknown run or key, `409` ended run, `422` (with the offending
@@ -28,9 +30,10 @@ Serve it with `statecharts api` or mount `create_api(runtime)` into your own Fas
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -40,8 +43,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from persistence.capacity import LimitKeyError
-from persistence.runtime import InvalidKeyError, Runtime, UnknownWorkflowError
-from persistence.signatures import Signature, SignatureError
+from persistence.runtime import InvalidKeyError, Runtime, UnknownWorkflowError, check_key
+from persistence.signatures import Signature, SignatureError, Verified
 from persistence.stores import (
     RunFinishedError,
     RunNotFoundError,
@@ -57,7 +60,8 @@ from statecharts.errors import ContextError, StatechartError
 from statecharts.frozen import freeze, text_problem, thaw
 from statecharts.tracing import valid_traceparent
 
-__all__ = ["MAX_BODY", "Queued", "Refused", "Signature", "create_api", "invalid"]
+__all__ = ["MAX_BODY", "Incoming", "Queued", "Refused", "Signature", "create_api", "invalid",
+           "start_key"]
 
 MAX_BODY = 1_048_576
 """Default request body limit in bytes (1 MiB)."""
@@ -232,25 +236,27 @@ def create_api(runtime: Runtime, *, token: str | None = None,
                 raise Refused(413, f"body over {max_body} bytes")
         return raw
 
-    async def body_of(request: Request, workflow: str) -> tuple[dict[str, Any], str | None]:
+    async def body_of(request: Request, workflow: str) -> Incoming:
         """The request's JSON object, its signature checked, and its delivery id if any."""
         signature = signed.get(workflow)
         if signature is None:
             check_unsigned(request, workflow)
         raw = await read_body(request)
-        delivery = None
+        verified = None
         if signature is not None:
             try:
-                delivery = signature.verify(raw, request.headers, runtime.clock.now())
+                verified = signature.check(raw, request.headers, runtime.clock.now())
             except SignatureError as exc:
                 raise Refused(401, str(exc)) from exc
         data = parse(raw)
+        delivery = verified.delivery if verified is not None else None
         field = signature.delivery_field if signature is not None else None
+        in_body = False  # (a field of the body: signed with it)
         if delivery is None and field is not None and field in data:
-            delivery = delivery_id(data[field], field)
+            delivery, in_body = delivery_id(data[field], field), True
         if delivery is None and DELIVERY_HEADER in request.headers:
             delivery = delivery_id(request.headers[DELIVERY_HEADER], DELIVERY_HEADER, "header")
-        return data, delivery
+        return Incoming(data, delivery, start_key(verified, delivery, in_body))
 
     async def call(fn: Callable[[], T], input_path: str = "input") -> T:
         """`fn` in a thread, its errors answered as what they are (never a 500 for input)."""
@@ -311,9 +317,13 @@ def create_api(runtime: Runtime, *, token: str | None = None,
               responses={200: {"model": RunSummary, "description": "the key's existing run"}})
     async def start(name: str, request: Request) -> Response:
         """Start a run of workflow `name`; idempotent by `key`: a second request with the same
-        key answers `200` with the existing run (active or ended) and starts nothing."""
-        body, _ = await body_of(request, name)
+        key answers `200` with the existing run (active or ended) and starts nothing. A start
+        without a key that is signed, or carries an `Idempotency-Key`, is keyed by what
+        identifies the request (`start_key`), so that a replay or a retry answers the first
+        run."""
+        body, _, replay_key = await body_of(request, name)
         key = body.get("key")
+        key = replay_key if key is None else key
         if key is not None and not isinstance(key, str):
             raise invalid("key", "the key must be a string")
         traceparent = valid_traceparent(request.headers.get("traceparent"))  # the caller's
@@ -329,7 +339,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         `Prefer: wait=`) seconds, answer once its step has committed (`200`, the run after
         the event) or the wait elapsed (`202`, the run as it is, the event still queued)."""
         wait = requested_wait(request)
-        event, delivery = await body_of(request, name)
+        event, delivery, _ = await body_of(request, name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
         return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery,
                                         traceparent, wait), "")  # fmt: skip
@@ -342,7 +352,7 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         `?wait=` as for an event by key."""
         wait = requested_wait(request)
         run = await call(lambda: runtime.get(run_id))
-        event, delivery = await body_of(request, run.workflow_name)
+        event, delivery, _ = await body_of(request, run.workflow_name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
         return await call(lambda: queue(run, event, delivery, traceparent, wait), "")
 
@@ -361,6 +371,34 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     if token:
         document_token(app, "STATECHARTS_API_TOKEN")
     return app
+
+
+class Incoming(NamedTuple):
+    """A request's body as read by the ingress: its JSON object, its delivery id (None
+    without one) and the key a start without one takes (`start_key`)."""
+
+    data: dict[str, Any]
+    delivery: str | None
+    replay_key: str | None
+
+
+def start_key(verified: Verified | None, delivery: str | None, in_signed_body: bool
+              ) -> str | None:  # fmt: skip
+    """The key of a start that names none, so that posting it again starts nothing: a signed
+    start's is its delivery id where the signature covers it (a field of the signed body,
+    Standard Webhooks' `webhook-id`), else the digest of what is signed (body and timestamp:
+    a replay within the window has the same); an unsigned start's is its `Idempotency-Key`;
+    None (a new run each time) for an unsigned start without one. An id no key can hold (a
+    `/`, over the key's bytes) is taken by its SHA-256."""
+    if verified is not None and not (in_signed_body or verified.delivery_signed):
+        return f"signed:{verified.digest[:32]}"
+    if delivery is None:
+        return None
+    key = f"delivery:{delivery}"
+    try:
+        return check_key(key)
+    except InvalidKeyError:
+        return f"delivery:sha256:{hashlib.sha256(delivery.encode()).hexdigest()}"
 
 
 def parse(raw: bytes) -> dict[str, Any]:

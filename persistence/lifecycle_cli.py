@@ -23,7 +23,6 @@ from persistence.runtime import Runtime
 from persistence.search import parse_where
 from persistence.stores import RunQuery, RunRecord, Store
 from persistence.waiting import MAX_WAIT_S, Answer, StillRunningError, wait_applied, wait_ended
-from statecharts import SystemClock
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
@@ -146,7 +145,7 @@ def bulk_cancel(store: Store, args: argparse.Namespace, reason: str | None) -> i
     """`runs cancel --where ...`: every matching active run."""
     query = where_query(args, args.workflow)
     why = reason or f"bulk cancel: --where {' '.join(args.where)}"
-    report = cancel_matching(store, query, why, SystemClock().now, dry_run=args.dry_run)
+    report = cancel_matching(store, query, why, store.clock().now, dry_run=args.dry_run)
     return _report(report)
 
 

@@ -46,7 +46,7 @@ from persistence.stores import (
 from persistence.stores.base import TRANSIENT_PREFIX, PayloadCodec, is_call, leasable_calls
 from persistence.telemetry import Telemetry
 from persistence.waiting import Answer, Ended, check_timeout, wait_applied, wait_ended
-from statecharts import Machine, Snapshot, SystemClock
+from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, StartChild
 from statecharts.events import EventLike, error_actor_event_type, normalize_event
 from statecharts.frozen import storable_text, text_problem, thaw
@@ -57,8 +57,10 @@ log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
-    """Anything with `now()` in epoch milliseconds: statecharts' `SystemClock` (the default) or
-    `SimulatedClock` for tests. Workers only read the time; they never schedule on the clock."""
+    """Anything with `now()` in epoch milliseconds: the store's clock (the default,
+    `Store.clock()`: leases and timers in the database's time base, never stepping back),
+    statecharts' `SimulatedClock` for tests or `SystemClock`. Workers only read the time; they
+    never schedule on the clock."""
 
     def now(self) -> int:
         """Current time, epoch milliseconds."""
@@ -279,7 +281,7 @@ class Runtime:
         if codec is not None:
             store.use_codec(codec)
         self.store = store
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else store.clock()
         self.journal = journal
         self.dry_run = dry_run
         self.transient = transient or TransientBackoff()
@@ -319,6 +321,8 @@ class Runtime:
                            for name, p in (priorities or {}).items()}  # fmt: skip
         if check_schema:
             store.check_schema()
+            if clock is None:
+                self.clock.now()  # the store clock's anchor read now, not in the first step
 
     def _error_workflows(self, given: Mapping[str, str]) -> dict[str, str]:
         """Workflow -> its error workflow: from each machine's `meta.error_workflow`, overridden

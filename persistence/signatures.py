@@ -48,6 +48,20 @@ class SignatureError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Verified:
+    """A request whose signature checked out. `delivery`: the id in `delivery_header` (None
+    without one), `delivery_signed` when the signature covers that header (Standard Webhooks'
+    `webhook-id`); `digest`: SHA-256 of the expected signature, so of everything signed (the
+    body, and the timestamp where one is signed): the same for a replay of the request however
+    its signature header is dressed (one of several offered, reordered), another for any other
+    request the sender signs."""
+
+    delivery: str | None
+    delivery_signed: bool
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class Signature:
     """How one workflow's webhooks are signed. The default, `scheme="hmac"`, puts `prefix` + the
     hex HMAC-SHA256 of the raw body under `secret` in `header`; with `timestamp_header`, the
@@ -145,6 +159,10 @@ class Signature:
         """Check a request's signature; `SignatureError` naming what is wrong. Returns the
         delivery id from `delivery_header` (None without one). `headers` is looked up
         case-insensitively."""
+        return self.check(body, headers, now_ms).delivery
+
+    def check(self, body: bytes, headers: Mapping[str, str], now_ms: int) -> Verified:
+        """`verify`, answering what the ingress keeps of a signed request (`Verified`)."""
         get = {name.lower(): value for name, value in headers.items()}.get
         offered = get(self.header.lower())
         if not offered:
@@ -167,7 +185,8 @@ class Signature:
         # every candidate compared, in constant time each: no early exit on the first
         if not sum(_same(c, expected) for c in candidates):
             raise SignatureError(f"wrong {self.header} signature")
-        return delivery
+        return Verified(delivery, self.scheme == "standard",
+                        hashlib.sha256(expected.encode()).hexdigest())  # fmt: skip
 
     def _timestamp(self, raw: str | None, now_ms: int) -> int:
         """The signed timestamp, checked against the replay window."""

@@ -5,7 +5,10 @@ sent from outside (`workflow_inbox`), an optional journal (`workflow_events`) an
 tables used by helpers (circuit breakers, "one run at a time" claims, schedules).
 
 Times are integers: milliseconds since the Unix epoch, as the engine uses. Callers pass `now`
-explicitly so a simulated clock drives timers and leases in tests exactly as in production.
+explicitly so a simulated clock drives timers and leases in tests exactly as in production; in
+production it is the store's own clock (`Store.clock()`: the database server's time on
+PostgreSQL, a monotonic machine clock on SQLite), so that no worker's wall clock decides when a
+lease ends.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from persistence.stores.clocks import StoreClock
 from persistence.wakeup import Wakeup
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.idempotency import KEY_LENGTH
@@ -1282,6 +1286,11 @@ class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Payloads, Proto
 
     def check_schema(self) -> None:
         """Raise `SchemaVersionError` unless the schema is exactly the version this code knows."""
+        ...
+
+    def clock(self) -> StoreClock:
+        """The clock of this store's time base (`persistence.stores.clocks`): what a `Runtime`
+        given no clock measures leases and timers by. One per store object."""
         ...
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ from persistence.stores.base import (
     run_of_outbox_key,
 )
 from persistence.stores.codec import Column, PayloadCodecError
+from persistence.stores.conflicts import retried
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -147,6 +148,7 @@ class SQLCalls(SQLDialect):
         )
 
     # -- the call executor's ------------------------------------------------------------------
+    @retried
     def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
                     run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
         """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
@@ -197,6 +199,7 @@ class SQLCalls(SQLDialect):
                 )  # fmt: skip
         return sorted(calls, key=lambda c: keys.index(c.idempotency_key))
 
+    @retried
     def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
                         lease_ms: int) -> set[str]:  # fmt: skip
         """Renew `owner`'s leases of the calls keyed in `beats` (with each call's latest
@@ -235,6 +238,7 @@ class SQLCalls(SQLDialect):
         self._end_attempt_in(conn, finish.key, finish.attempt, finish.end, ts)
         return bool(rows)
 
+    @retried
     def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
                    end: CallEnd) -> bool:  # fmt: skip
         """Give call `key` back to be attempted again at `at` (a transient failure, with the
@@ -254,6 +258,7 @@ class SQLCalls(SQLDialect):
                 self._note_run_in(conn, key, attempt, end)
         return bool(rows)
 
+    @retried
     def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
         """Show on the call's run (`attempt_count`, `last_error`) that its call failed
         transiently `attempt` times (its last attempt's end), as a run waiting out a transient

@@ -25,14 +25,11 @@ them one transaction each (`LoadControl.enter`). What this order cannot exclude 
 picking a transaction as a deadlock victim against other writers of the same run rows, or a
 serialization failure: SQLSTATE 40P01 / 40001) is not an error of the call: the whole
 transaction is run again after a short jittered backoff, at most `ATTEMPTS` times, each retry
-logged (`_transaction`).
+logged (`_transaction`, `persistence.stores.conflicts`, as every store call that writes).
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,8 +44,8 @@ from persistence.stores.base import (
     NewRun,
     PendingWork,
     RunRecord,
-    StoreError,
 )
+from persistence.stores.conflicts import retried, run_again
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -60,18 +57,8 @@ RATE = "rate limited"
 PAUSED = "paused by Retry-After"
 """The reasons a run waits for a limit, shown as "<reason>: <limit name>" on its row."""
 
-ATTEMPTS = 6
-"""How many times a capacity transaction is run when PostgreSQL rolls it back as a deadlock
-victim or a serialization failure (the last failure is raised)."""
-BACKOFF_MS = 10
-"""The first retry's backoff; doubled per attempt, jittered by +-50% (so two transactions that
-met once do not meet again in step)."""
-ROLLED_BACK = frozenset({"40P01", "40001"})
-"""SQLSTATEs of a transaction the server rolled back to resolve a conflict: deadlock detected,
-serialization failure. Safe to run again from the start: nothing of it was written."""
 PARK_PAGE = 500
 """How many unclaimed runs of a limit's backlog one refusal queues at most (`_park`)."""
-log = logging.getLogger("statecharts.capacity")
 T = TypeVar("T")
 
 _LIVE_HOLD = (
@@ -141,6 +128,7 @@ class SQLCapacity(SQLDialect):
         self._transaction(release)
         return []
 
+    @retried
     def pause_capacity(self, name: str, until: int, now: int) -> None:
         """Pause limit `name` until `until` (extending, never shortening, a pause)."""
         self._write_one(
@@ -185,24 +173,16 @@ class SQLCapacity(SQLDialect):
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
     def _transaction(self, body: Callable[[Any], T]) -> T:
-        """`body(conn)` in a write transaction of its own, run again from the start (after a
-        jittered, doubling backoff; at most `ATTEMPTS` times, each logged) when the server
-        rolls it back to resolve a deadlock or a serialization failure (`ROLLED_BACK`):
-        nothing of it was written, and the conflict is the database's, not the call's."""
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                with self._write() as conn:
-                    return body(conn)
-            except StoreError as exc:
-                state = _sqlstate(exc)
-                if state not in ROLLED_BACK or attempt == ATTEMPTS:
-                    raise
-                wait_ms = BACKOFF_MS * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                log.warning("a capacity transaction was rolled back by the database (SQLSTATE "
-                            "%s: %s); run again in %.0f ms (attempt %d of %d)", state,
-                            str(exc).splitlines()[0], wait_ms, attempt + 1, ATTEMPTS)  # fmt: skip
-                time.sleep(wait_ms / 1000)
-        raise AssertionError("unreachable")  # (the last attempt returns or raises)
+        """`body(conn)` in a write transaction of its own, run again from the start when the
+        database rolls it back to resolve a deadlock or a serialization failure
+        (`conflicts.run_again`): nothing of it was written, and the conflict is the
+        database's, not the call's."""
+
+        def once() -> T:
+            with self._write() as conn:
+                return body(conn)
+
+        return run_again(once, "a capacity transaction")
 
     def _without_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
                       recheck_ms: int) -> Grant | None:  # fmt: skip
@@ -520,14 +500,3 @@ class SQLCapacity(SQLDialect):
 class _Unanswered(Exception):
     """Internal: a grant's fast path may have locked a slot's row without answering; roll its
     transaction back and ask under the limit's lock in a new one (the module's lock order)."""
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of the driver error behind a store error (psycopg errors carry one)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        state = getattr(seen, "sqlstate", None)
-        if isinstance(state, str):
-            return state
-        seen = seen.__cause__ or seen.__context__
-    return None

@@ -56,7 +56,9 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
+from persistence.stores.clocks import StoreClock, server_clock
 from persistence.stores.codec import Column, PayloadCodecError
+from persistence.stores.conflicts import count_ended, retried
 from persistence.stores.poolers import Pooling, behind_pooler, refused_options
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
@@ -124,6 +126,8 @@ _TELL_WAITERS = f"CASE WHEN run.told THEN pg_notify({_CHANNEL}, '{_PROGRESS}:' |
 wrote says it has some (`waiters`, `waited_until`, schema 9: `watch`). Read from the row the
 step's UPDATE wrote, which is the newest version (a waiter's UPDATE commits before the step's
 or waits for it), so no waiter is missed; on the hot path, one more column returned."""
+_SERVER_TIME = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+"""The database server's clock in epoch ms: the anchor of the store clock."""
 
 
 @lru_cache(maxsize=256)
@@ -177,6 +181,7 @@ class PostgresStore(SQLStore):
         self.pooling = Pooling(pooler, schema)
         self._listener: _Listener | bool | None = None  # (False: none, `_listen`)
         self._listener_lock = threading.Lock()
+        self._clock: StoreClock | None = None
         self._listen_dsn = listen_dsn
         kwargs = self.pooling.connect_kwargs()
         if pool is None:
@@ -259,6 +264,7 @@ class PostgresStore(SQLStore):
     def _id(self, run_id: str) -> str:
         return _uuid(run_id)
 
+    @retried
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases without waiting for a row lock. A row locked now is being
         committed by its owner's step (which writes its own lease), so it is skipped yet counted
@@ -345,6 +351,13 @@ class PostgresStore(SQLStore):
                      "starts and events are found by polling")  # fmt: skip
             return None
         return _Listener(self._conninfo, self._kwargs, path, wakeup, self.pooling.mode is None)
+
+    def clock(self) -> StoreClock:
+        """The database server's clock (`clocks.server_clock`), anchored when first asked."""
+        with self._listener_lock:
+            if self._clock is None:
+                self._clock = server_clock(lambda: int(self._rows(_SERVER_TIME)[0][0]))
+            return self._clock
 
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
@@ -496,6 +509,7 @@ class PostgresStore(SQLStore):
         return InboxEvent(inbox_id, run_id, self._open(event, run_id, Column.EVENT), created,
                           traceparent)  # fmt: skip
 
+    @retried
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write several runs' steps in one statement (one round trip, one commit): each row is
@@ -564,6 +578,7 @@ class PostgresStore(SQLStore):
                 conn.rollback()
                 raise
 
+    @retried
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
@@ -673,6 +688,7 @@ class _Checkout:
         finally:
             self._pool.putconn(conn)
         if error is None:
+            count_ended()  # (what it wrote, if anything, is committed: `conflicts.retried`)
             return
         mapped = _store_error(error)
         if mapped is not error:

@@ -77,6 +77,7 @@ from persistence.stores.base import (
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
 from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
+from persistence.stores.conflicts import retried
 from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -474,6 +475,7 @@ class SQLDialect:
 class SQLRuns(SQLCalls, SQLDialect):
     """`RunStore` in SQL: runs and steps (with their calls: `SQLCalls`)."""
 
+    @retried
     def create_run(
         self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
@@ -583,6 +585,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         )
         return self._run(rows[0]) if rows else None
 
+    @retried
     def cancel_run(self, run_id: str, now: int, reason: str | None = None, *,
                    cancelled: list[str] | None = None) -> str:  # fmt: skip
         """Cancel directly if no live lease, else queue a cancel event for the holder; its
@@ -696,6 +699,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             (ts, ended_reason(status), run_id),
         )
 
+    @retried
     def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
                    traceparent: str | None = None) -> int:
         """Queue an event for an active run, with the sender's `traceparent` (one statement;
@@ -711,6 +715,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             raise RunNotFoundError(f"no run with id {run_id!r}")
         raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
 
+    @retried
     def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
                       *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
         """`send_event` at most once per (run, `delivery_id`): the delivery is recorded in the
@@ -767,6 +772,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         )
         return [self._inbox(r) for r in rows]
 
+    @retried
     def claim_runs(
         self,
         owner: str,
@@ -780,6 +786,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         return self._claim(owner, now, lease_ms, limit, versions, with_work=False,
                            fail_broken=True)[0]
 
+    @retried
     def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
                    versions: Collection[tuple[str, str]] | None = None
                    ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
@@ -846,6 +853,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             ).fetchall()
         return [self._run(r, *previous[r[0]]) for r in rows], {}
 
+    @retried
     def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
         """Extend the caller's leases."""
         if not run_ids:
@@ -860,6 +868,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         )
         return {r[0] for r in rows}
 
+    @retried
     def release(self, run_id: str, owner: str, wake_at: int | None, *,
                 attempt_count: int | None = None, last_error: str | None = None) -> bool:
         """Give up a lease without stepping."""
@@ -876,6 +885,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             (*wake_params, attempt_count, last_error, self._id(run_id), owner),
         ))  # fmt: skip
 
+    @retried
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
@@ -924,6 +934,7 @@ class SQLRuns(SQLCalls, SQLDialect):
                        child_ended_event(invoke or "", "error", reason=reason), cancelled)
         return True
 
+    @retried
     def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
                    state: str, now: int, *,
                    withdraw: tuple[str, str] | None = None) -> RunRecord:  # fmt: skip
@@ -977,6 +988,7 @@ class SQLRuns(SQLCalls, SQLDialect):
                                 f"result ({event_type}); resuming it would report a second one")
         self._exec(conn, "DELETE FROM workflow_inbox WHERE id = ?", (ids[0],))
 
+    @retried
     def sweep_dead_letters(self, now: int) -> list[DeadLetter]:
         """Live events of ended runs become dead letters."""
         rows = self._write_one(
@@ -993,6 +1005,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         """Write one step atomically; `ConflictError` if the lease or version moved."""
         return only_version(self.commit_steps([commit], now), commit)
 
+    @retried
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
         """Write several runs' steps in one transaction; each under a savepoint, so a step
@@ -1156,6 +1169,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             work[canonical] = PendingWork([], [], problem)
         return {given: work[canonical] for canonical, given in ids.items()}
 
+    @retried
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
                       step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
                       traceparent: str | None = None, cancelled: list[str] | None = None,
@@ -1177,6 +1191,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             cancelled.extend(ended)
         return self._sent(sent)
 
+    @retried
     def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
                      now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
                      cancelled: list[str] | None = None,
@@ -1408,6 +1423,7 @@ class SQLQueries(SQLDialect):
 class SQLCoordination(SQLDialect):
     """`Coordination` in SQL: claims, breakers, schedules."""
 
+    @retried
     def try_claim(
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
     ) -> bool:
@@ -1423,6 +1439,7 @@ class SQLCoordination(SQLDialect):
              self._t(now + stale_after_ms), self._t(now)),
         ))  # fmt: skip
 
+    @retried
     def release_claim(self, name: str, owner: str) -> bool:
         """Drop our claim."""
         return bool(self._write_one(
@@ -1453,6 +1470,7 @@ class SQLCoordination(SQLDialect):
         n, s, f, o, d, u, v = rows[0]
         return BreakerRecord(n, s, f, self._ms(o), self._load(d), self._ms(u), v)
 
+    @retried
     def put_breaker(self, record: BreakerRecord, expected_version: int, now: int) -> bool:
         """Compare-and-set breaker state."""
         values = (record.state, record.failure_count, self._t(record.opened_at),
@@ -1489,6 +1507,7 @@ class SQLCoordination(SQLDialect):
         return ScheduleRecord(n, self._ms(last), v, run_id, self._ms(buffered), int(count),
                               tuple(records) if isinstance(records, list) else ())  # fmt: skip
 
+    @retried
     def fire_schedule(
         self,
         name: str,
@@ -1514,6 +1533,7 @@ class SQLCoordination(SQLDialect):
         except ScheduleMoved:
             return None
 
+    @retried
     def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
                       buffered_at: int | None,
                       skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip

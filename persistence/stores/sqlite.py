@@ -24,6 +24,8 @@ from persistence.stores.base import (
     StoreError,
     StoreUnavailableError,
 )
+from persistence.stores.clocks import StoreClock, machine_clock
+from persistence.stores.conflicts import count_ended
 from persistence.stores.sql import SQLStore
 
 log = logging.getLogger("statecharts.store")
@@ -75,6 +77,7 @@ class SQLiteStore(SQLStore):
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self._lock = threading.RLock()
+        self._clock: StoreClock | None = None
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms
@@ -98,6 +101,7 @@ class SQLiteStore(SQLStore):
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
+                count_ended()
             except BaseException as exc:
                 self._roll_back()
                 if isinstance(exc, sqlite3.Error):
@@ -139,6 +143,47 @@ class SQLiteStore(SQLStore):
         order = "ORDER BY created_at DESC, rowid DESC"
         return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE rowid IN (SELECT rowid "
                 f"FROM workflow_runs {where} {order} LIMIT ? OFFSET ?) {order}")  # fmt: skip
+
+    def clock(self) -> StoreClock:
+        """This machine's clock, its anchor kept in `workflow_clock` (`clocks.machine_clock`)."""
+        with self._lock:
+            if self._clock is None:
+                self._clock = machine_clock(self._clock_offset, self._keep_clock_offset)
+            return self._clock
+
+    def _clock_offset(self, boot: str, offset: int) -> int:
+        """The offset kept for `boot`; `offset` kept and returned if there is none (a new boot
+        replaces the row of the one before). `offset` alone (this process's anchor) where the
+        schema has no `workflow_clock` yet or the row cannot be written (a read-only file)."""
+        if not self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                          ("workflow_clock",)):  # fmt: skip
+            return offset
+        kept = self._read("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?", (boot,))
+        if kept:
+            return int(kept[0][0])
+        try:
+            with self._write() as conn:
+                rows = conn.execute("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?",
+                                    (boot,)).fetchall()  # fmt: skip
+                if rows:  # (another process kept one meanwhile)
+                    return int(rows[0][0])
+                conn.execute("DELETE FROM workflow_clock")
+                conn.execute("INSERT INTO workflow_clock (boot_id, offset_ms) VALUES (?, ?)",
+                             (boot, offset))  # fmt: skip
+                return offset
+        except StoreError as exc:
+            log.warning("the store clock's anchor was not kept (this process keeps its own): "
+                        "%s", exc)  # fmt: skip
+            return offset
+
+    def _keep_clock_offset(self, boot: str, offset: int) -> None:
+        """Move the kept offset of `boot` forward to `offset` (never back)."""
+        try:
+            with self._write() as conn:
+                conn.execute("UPDATE workflow_clock SET offset_ms = max(offset_ms, ?) "
+                             "WHERE boot_id = ?", (offset, boot))  # fmt: skip
+        except StoreError as exc:  # this process follows anyway; others follow the wall too
+            log.warning("the store clock's new offset was not kept: %s", exc)
 
     def close(self) -> None:
         """Close the connection."""

@@ -45,7 +45,7 @@ from persistence.ui.security import (
     same_token,
     session_value,
 )
-from statecharts import Machine, Snapshot, SystemClock
+from statecharts import Machine, Snapshot
 from statecharts.render.graphviz import ACTIVE_FILL
 from statecharts.render.timeline import engine_event_phrase
 
@@ -115,7 +115,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     """The web app over `store`. `machines` are the definitions to draw diagrams with and to
     act through (without them, pages show no diagrams and offer no actions). With `token`,
     every request must carry it (see `persistence.ui.security`)."""
-    ui = UI(store, machines, read_only, token, clock or SystemClock(), stuck_after_ms, page_size)
+    ui = UI(store, machines, read_only, token, clock or store.clock(), stuck_after_ms, page_size)
     # Autoescape everything: run data (contexts, events, errors) is shown as text, never HTML.
     autoescape = select_autoescape(default=True, default_for_string=True)
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=autoescape)

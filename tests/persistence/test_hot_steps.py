@@ -112,7 +112,8 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(private_database: str
     # which the stuck-runs index holds). Not HOT, now and then: a step whose page is full, as
     # the server prunes a page only when it can (its cleanup lock, no older snapshot that may
     # see the dead versions): 79 of 80 HOT under load, 26-64 of 80 beside other PostgreSQL
-    # test files in the same database, 80 of 80 alone (hence a database of its own). A step that changed an indexed column is never HOT.
+    # test files in the same database, 80 of 80 alone (hence a database of its own). A step
+    # that changed an indexed column is never HOT.
     assert hot > updated // 2
     entries = collections.Counter(
         relation for (kind, relation), (count, _) in result["kinds"].items()

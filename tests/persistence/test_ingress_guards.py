@@ -212,6 +212,47 @@ def test_r5_an_idempotency_key_deduplicates_unsigned_events_even_twenty_posted_a
     assert runtime.get(run_id).snapshot["context"]["paid"] == 1
 
 
+def test_r5_a_signed_start_without_a_key_posted_again_answers_the_first_run(
+    store: Store, serve: Serve
+) -> None:
+    runtime = Runtime(store, [payments, approval, fulfilment])
+    stripe, slack = Signature.stripe("whsec_st"), Signature.slack("slack-secret")
+    standard = Signature.standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    base = serve(create_api(runtime, signatures={"payments": stripe, "approval": slack,
+                                                 "fulfilment": standard}))  # fmt: skip
+    now = int(time.time())
+
+    def post(name: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        answer = httpx.post(f"{base}/api/workflows/{name}/runs", content=body, headers=headers)
+        return answer.status_code, answer.json()["id"]
+
+    # Slack signs no delivery id: the same signed request (body and time) is one start
+    body = orjson.dumps({"input": {"amount": 5}})
+    slack_posts = [post("approval", body, slack.headers(body, now)) for _ in range(3)]
+    assert [code for code, _ in slack_posts] == [201, 200, 200]
+    assert len({run for _, run in slack_posts}) == 1
+    # a new request (signed at another time) is another start
+    assert post("approval", body, slack.headers(body, now - 1))[0] == 201
+    # Stripe: the event's id (signed, in the body); a retry re-signed later is the same start
+    event = orjson.dumps({"id": "evt_start_1", "input": {"amount": 7}})
+    stripe_posts = [post("payments", event, stripe.headers(event, now - lag))
+                    for lag in (0, 0, 30)]  # fmt: skip
+    assert [code for code, _ in stripe_posts] == [201, 200, 200]
+    assert len({run for _, run in stripe_posts}) == 1
+    # Standard Webhooks: the signed webhook-id, also after the first run has ended
+    order = orjson.dumps({"input": {"order_id": "o-1"}})
+    first = post("fulfilment", order, standard.headers(order, now, "msg_start"))
+    runtime.cancel(first[1])
+    assert post("fulfilment", order, standard.headers(order, now, "msg_start")) == (200, first[1])
+    assert post("fulfilment", order, standard.headers(order, now, "msg_other"))[0] == 201
+    assert {name: len(runtime.list(name=name)) for name in ("approval", "payments", "fulfilment")
+            } == {"approval": 2, "payments": 1, "fulfilment": 2}  # fmt: skip
+    # the key a start names is kept; the replay's key is shown on the run it started
+    assert post("approval", orjson.dumps({"key": "deal-k"}),
+                slack.headers(orjson.dumps({"key": "deal-k"}), now))[0] == 201  # fmt: skip
+    assert runtime.get(stripe_posts[0][1]).key == "delivery:evt_start_1"
+
+
 def test_r5_standard_webhooks_signatures_match_the_specifications_test_vector() -> None:
     standard = Signature.standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     body, stamp, msg = b'{"test": 2432232314}', 1614265330, "msg_p5jXN8AQM9LWM0D4loKWxJek"

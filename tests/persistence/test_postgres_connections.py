@@ -8,8 +8,11 @@ written)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -17,6 +20,7 @@ import pytest
 
 from persistence.stores import ConflictError, NewRun, StepCommit, StoreEncodingError
 from persistence.stores.postgres import PostgresStore
+from tests.persistence.conftest import wait_for
 
 T0 = 1_700_000_000_000
 
@@ -142,3 +146,48 @@ def test_the_inline_profile_counts_the_statements_run_on_the_kept_cursor(
     # each statement counted; the run itself is never claimed nor committed under a lease
     assert result["statements"] == 1.0 + 3 * 4
     assert result["phases"][inline_profile.PSYCOPG] > 0
+
+
+@pytest.fixture
+def pool_of_two(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_dsn, schema=pg_schema, min_size=1, max_size=2)
+    store.migrate()
+    yield store
+    store.close()
+
+
+def test_a_step_commit_picked_as_a_deadlock_victim_is_run_again_not_failed(
+    pool_of_two: PostgresStore, pg_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 47: a batch commit of two runs' steps and another writer lock the two run rows in
+    opposite order: PostgreSQL rolls the commit back as the deadlock's victim (SQLSTATE 40P01;
+    the other writer's deadlock check is set later, so the commit's runs first). The store runs
+    the commit again after a backoff, logged, and both steps are written: no error reaches
+    the worker, whose step's effects have already run (before, it raised)."""
+    store = pool_of_two
+    runs = [store.create_run(NewRun(str(uuid.uuid4()), "order", "v1", None, "a", {"n": 0},
+                                    wake_at=T0), [], T0)[0] for _ in range(2)]  # fmt: skip
+    claimed = {r.id: r for r in store.claim_runs("w", T0, 60_000, 10)}
+    first, second = (claimed[r.id] for r in runs)
+    commits = [StepCommit(r.id, "w", r.version, "b", {"n": 1}, "active", wake_at=T0 + 1)
+               for r in (first, second)]  # fmt: skip
+    caplog.set_level(logging.WARNING, "statecharts.store")
+    with psycopg.connect(pg_dsn, options=f"-c search_path={pg_schema}") as other:
+        other.execute("SET deadlock_timeout = '30s'")  # (so the commit's check finds it)
+        other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (second.id,))
+        out: list[Any] = []
+        commit = threading.Thread(target=lambda: out.append(store.commit_steps(commits, T0 + 1)))
+        commit.start()
+        with psycopg.connect(pg_dsn, autocommit=True) as watch:  # it waits for the second row
+            wait_for(lambda: watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (other.info.backend_pid,)).fetchone() == (1,), 30)  # fmt: skip
+        # the first row is the commit's now: asking for it closes the cycle; the commit's
+        # backend finds it (1 s) and is rolled back, and this statement gets the row
+        other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (first.id,))
+        other.rollback()
+    commit.join(30)
+    assert out == [[first.version + 1, second.version + 1]], out
+    assert "SQLSTATE 40P01" in caplog.text and "attempt 2 of" in caplog.text
+    assert "commit_steps" in caplog.text
+    assert [store.get_run(r.id).snapshot for r in runs] == [{"n": 1}, {"n": 1}]

@@ -1,0 +1,62 @@
+"""`persistence.stores.conflicts`: what is run again when the database rolls a transaction back
+to resolve a conflict (a deadlock's victim, a serialization failure), and what never is. The
+deadlocks themselves are real in `test_postgres_connections.py` and `test_capacity_faults.py`;
+here the rule, with the errors as the PostgreSQL store raises them."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from persistence.stores import StoreError, StoreUnavailableError
+from persistence.stores.conflicts import ATTEMPTS, count_ended, run_again
+
+
+def _deadlock() -> StoreError:
+    """A deadlock victim's error as the store raises it (psycopg's error as its cause)."""
+    try:
+        raise psycopg.errors.DeadlockDetected("deadlock detected")
+    except psycopg.Error as exc:
+        try:
+            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        except StoreError as mapped:
+            return mapped
+
+
+def test_work_rolled_back_before_anything_committed_is_run_again() -> None:
+    tries = [0]
+
+    def work() -> str:
+        tries[0] += 1
+        if tries[0] < 3:
+            raise _deadlock()
+        count_ended()
+        return "written"
+
+    assert run_again(work, "test work") == "written"
+    assert tries == [3]
+
+
+def test_work_that_committed_a_transaction_before_the_conflict_is_not_run_again() -> None:
+    tries = [0]
+
+    def work() -> None:
+        tries[0] += 1
+        count_ended()  # its first transaction committed: running it again would repeat it
+        raise _deadlock()
+
+    with pytest.raises(StoreUnavailableError, match="deadlock detected"):
+        run_again(work, "test work")
+    assert tries == [1]
+
+
+def test_a_conflict_that_keeps_coming_is_raised_after_the_last_attempt() -> None:
+    tries = [0]
+
+    def work() -> None:
+        tries[0] += 1
+        raise _deadlock()
+
+    with pytest.raises(StoreUnavailableError):
+        run_again(work, "test work")
+    assert tries == [ATTEMPTS]
