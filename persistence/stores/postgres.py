@@ -309,6 +309,7 @@ class PostgresStore(SQLStore):
                 self._listener = self._listen(wakeup) or False
         return wakeup
 
+    @retried
     def watch(self, run_id: str, seconds: float) -> bool:
         """Counted in the run's row (`waiters`, and `waited_until` `seconds` from now, the
         database's clock, which bounds the count a killed waiter leaves), so that each step of
@@ -328,6 +329,7 @@ class PostgresStore(SQLStore):
             raise RunNotFoundError(f"no run with id {run_id!r}")
         return True
 
+    @retried
     def unwatch(self, run_id: str) -> None:
         """One waiter of the run fewer (a killed waiter's count runs out at `waited_until`)."""
         self._rows("UPDATE workflow_runs SET waiters = greatest(waiters - 1, 0) WHERE id = %s "
