@@ -931,7 +931,7 @@ WITH b AS (
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, r.snapshot
 )"""
 _ONE_RUN_SET = f"""
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
@@ -950,7 +950,7 @@ WITH run AS (""" + _ONE_RUN_SET + f"""
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, r.snapshot
 )"""
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
@@ -966,8 +966,8 @@ WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
       AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
 ), run AS (""", 1).replace(
-    "    RETURNING r.id, r.version\n)",
-    "      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version\n)", 1) + f"""
+    "    RETURNING r.id, r.version, r.snapshot\n)",
+    "      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, r.snapshot\n)", 1) + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
         error = %(call_error)s, updated_at = {_NOW}
@@ -1049,10 +1049,13 @@ _STEPS_PARTS = {
       AND st.drop AND st.was IN ('done', 'failed') AND NOT (i.id = ANY(st.keep))
 )""",
     "journal": f""", journal AS (
-    INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at)
-    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}
+    INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at,
+                                 snapshot)
+    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW},
+           CASE WHEN j.last THEN run.snapshot END
     FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
-                                                        before text, after text) ON j.run = run.id
+                                                        before text, after text, last boolean)
+        ON j.run = run.id
     ORDER BY j.n
 )""",
 }
@@ -1096,7 +1099,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
-    RETURNING r.id, r.version
+    RETURNING r.id, r.version, r.snapshot
 )"""
 
 
@@ -1142,7 +1145,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),
                          "keep": list(c.consumed_inbox)})
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
-                     "before": j.state_before, "after": j.state_after}
+                     "before": j.state_before, "after": j.state_after,
+                     "last": n == len(c.journal) - 1}  # (its row keeps the step's snapshot)
                     for n, j in enumerate(c.journal)]  # fmt: skip
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "calls": calls, "stops": stops, "journal": journal, "dead": dead,

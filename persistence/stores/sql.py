@@ -72,6 +72,7 @@ from persistence.stores.base import (
 )
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
+from persistence.stores.lifecycle import SQLLifecycle
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
 
@@ -387,7 +388,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         once = key_once and run.key is not None
         one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries and not once
         with self._statement_write() if one else self._write() as conn:
-            holder = self._key_holder_in(conn, run) if once else None
+            holder = self._key_holder_in(conn, run, now) if once else None
             record, created = (holder, False) if holder is not None else self._create_in(
                 conn, run, effects, now)
             if created:
@@ -426,7 +427,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             raise ConflictError(f"could not insert or find run with key {run.key!r}")
         return existing, False
 
-    def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
+    def _key_holder_in(self, conn: Any, run: NewRun, now: int) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
         under the key's lock (`_LOCK_KEY`) until the transaction ends: two starts with one key
         decide in turn, the second seeing the first's run even if it has ended meanwhile."""
@@ -975,12 +976,14 @@ class SQLRuns(SQLCalls, SQLDialect):
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
         self._step_extras_in(conn, commit, now, cancelled)
+        last = len(commit.journal) - 1  # its row carries the snapshot after the step
         self._many(
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [(rid, new_version, self._j(j.event), j.state_before, j.state_after, ts)
-             for j in commit.journal],
+            "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(rid, new_version, self._j(j.event), j.state_before, j.state_after, ts,
+              self._j(commit.snapshot) if n == last else None)
+             for n, j in enumerate(commit.journal)],
         )  # fmt: skip
         return new_version
 
@@ -1317,7 +1320,7 @@ class SQLCoordination(SQLDialect):
             return None
 
 
-class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
+class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:
