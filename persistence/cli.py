@@ -1,5 +1,5 @@
 """Command line for durable runs: `worker`, `runs start|send|list|show|cancel|resume|versions`,
-`db upgrade`, and `api` (the webhook ingress).
+`runs purge|fork|reset` (the run lifecycle), `db upgrade`, and `api` (the webhook ingress).
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 
 from persistence.columns import error_is_current
+from persistence.lifecycle import NotRestorableError, duration_ms, purge
 from persistence.runtime import (
     KeyReuse,
     NotResumableError,
@@ -391,6 +392,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
                           help="module (or module:attr) defining the machines; repeatable")
     versions.set_defaults(handler=_closing_stores(_runs_versions))
+    _register_purge(actions)
+    _register_fork(actions)
+    _register_reset(actions)
 
     db = subparsers.add_parser("db", help="database schema",
                                description="Manage the run store's schema.")
@@ -641,6 +645,108 @@ def _runs_versions(args: argparse.Namespace) -> int:
     if not unknown:
         print("every active run has a definition or a migration here")
     return 1 if unknown else 0
+
+
+def _register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs purge`: retention on demand."""
+    purge = actions.add_parser(
+        "purge", help="delete ended runs older than a duration (retention on demand)",
+        description="Delete the runs that ended before the given age, with their journal, "
+                    "effects, inbox and dead letters, calls and deliveries, in batches of short "
+                    "transactions (safe while workers run). Never a run with a live parent or "
+                    "child, nor one with work left. A purged run's key keeps answering starts "
+                    "with the purged run's id for --keep-keys.")
+    _add_store(purge)
+    purge.add_argument("--ended-before", required=True, metavar="AGE",
+                       help="purge runs that ended more than AGE ago: 30d, 12h, 15m, 45s")
+    purge.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    purge.add_argument("--keep-keys", default="7d", metavar="AGE",
+                       help="how long a purged run's key still answers 'already started' "
+                            "(default 7d; 0s forgets keys with their runs)")
+    purge.add_argument("--dry-run", action="store_true",
+                       help="count the runs it would purge; delete nothing")
+    purge.set_defaults(handler=_closing_stores(_runs_purge))
+
+
+def _runs_purge(args: argparse.Namespace) -> int:
+    try:
+        age = duration_ms(args.ended_before, "--ended-before")
+        window = duration_ms(args.keep_keys, "--keep-keys")
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    store = _store(args)
+    now = SystemClock().now()
+    try:
+        report = purge(store, now - age, now, workflow=args.workflow,
+                       key_window_ms=window or None, dry_run=args.dry_run)  # fmt: skip
+    except StoreError as exc:
+        raise SystemExit(f"runs purge: {exc}") from exc
+    scope = f" of {args.workflow}" if args.workflow else ""
+    if report.dry_run:
+        print(f"would purge {report.purged} run(s){scope} that ended over "
+              f"{args.ended_before} ago (dry run: nothing deleted)")  # fmt: skip
+        return 0
+    keys = sum(1 for r in report.runs if r.key is not None and r.parent_run_id is None)
+    print(f"purged {report.purged} run(s){scope} that ended over {args.ended_before} ago"
+          + (f"; {keys} key(s) answer 'already started' for {args.keep_keys}"
+             if window and keys else "")
+          + ("; more are left: run it again" if report.more else ""))  # fmt: skip
+    return 0
+
+
+def _register_fork(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs fork`: a new run from a journal step of another."""
+    fork = actions.add_parser(
+        "fork", help="start a new run from the snapshot after a journal step of a run",
+        description="Start a new run of the same workflow from RUN's snapshot after journal "
+                    "step N (as `runs show` lists the journal), linked to RUN: its calls in "
+                    "flight at that step run again and every later effect is recorded with the "
+                    "new run's idempotency keys. RUN is untouched. Refused when no definition "
+                    "in --machines restores that step.")
+    _add_store(fork)
+    fork.add_argument("run_id", metavar="RUN", help="the run's id or a unique prefix")
+    fork.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
+    fork.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                      help="module (or module:attr) defining the machines; repeatable")
+    fork.set_defaults(handler=_closing_stores(_runs_fork))
+
+
+def _runs_fork(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    source = resolve_run(runtime.store, args.run_id)
+    try:
+        run = runtime.fork(source.id, args.step)
+    except (StoreError, NotRestorableError) as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{run.id}: forked from {source.id} at step {args.step}, in state {run.state}")
+    return 0
+
+
+def _register_reset(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs reset`: a failed run back to an earlier journal step, in place."""
+    reset = actions.add_parser(
+        "reset", help="put a failed run back to the snapshot after an earlier journal step",
+        description="Make a failed run (status error) active again from its snapshot after "
+                    "journal step N, in place: the journal is kept and the reset journaled, "
+                    "its open calls are stopped and those in flight at step N run again with "
+                    "new idempotency keys. Refused when no definition in --machines restores "
+                    "that step.")
+    _add_store(reset)
+    reset.add_argument("run_id", metavar="RUN", help="the failed run's id or a unique prefix")
+    reset.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
+    reset.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                       help="module (or module:attr) defining the machines; repeatable")
+    reset.set_defaults(handler=_closing_stores(_runs_reset))
+
+
+def _runs_reset(args: argparse.Namespace) -> int:
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    try:
+        run = runtime.reset(resolve_run(runtime.store, args.run_id).id, args.step)
+    except (StoreError, NotRestorableError) as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{run.id}: reset to step {args.step}, in state {run.state} (step {run.version})")
+    return 0
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:

@@ -53,13 +53,15 @@ quick = create_machine({
 """One call, then done: runs a purge can take as soon as a worker has finished them."""
 
 parent = create_machine({
-    "id": "lc_parent", "initial": "waiting",
-    "states": {"waiting": {"invoke": {"id": "kid", "src": "lc_child", "onDone": "done"}},
+    "id": "lc_parent", "initial": "waiting", "context": {"pings": 0},
+    "states": {"waiting": {"invoke": {"id": "kid", "src": "lc_child", "onDone": "done"},
+                           "on": {"PING": {"actions": assign(
+                               {"pings": lambda c, e: c["pings"] + 1})}}},
                "done": {"type": "final"}},
 }, actors={"lc_child": create_machine({
     "id": "lc_child", "initial": "open",
     "states": {"open": {"on": {"FINISH": "closed"}}, "closed": {"type": "final"}},
 })})
-"""A parent waiting for a child run that ends when sent FINISH."""
+"""A parent waiting for a child run that ends when sent FINISH (PING: a step meanwhile)."""
 
 MACHINES = [order, quick, parent]
