@@ -42,6 +42,11 @@ MAX_PURGE_RUNS = 100_000
 """The most runs one `purge` call deletes (batch after batch); a larger backlog is left for the
 next call, so no call runs unbounded."""
 
+MAX_PASS_RUNS = 5_000
+"""The most runs of one workflow a worker's retention pass purges (`Retention.apply`): with
+the default report interval of a minute, 5,000 ended runs a minute per workflow, in batches of
+`PURGE_BATCH`; a larger backlog shrinks by that much each pass."""
+
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
 
@@ -93,11 +98,11 @@ def purge(store: Store, ended_before: int, now: int, *, workflow: str | None = N
     keep = None if key_window_ms is None else now + key_window_ms
     done: list[PurgedRun] = []
     while len(done) < max_runs:
-        purged = store.purge_runs(ended_before, now, workflow=workflow,
-                                  limit=min(batch, max_runs - len(done)),
+        limit = min(batch, max_runs - len(done))
+        purged = store.purge_runs(ended_before, now, workflow=workflow, limit=limit,
                                   keep_keys_until=keep)  # fmt: skip
         done += purged
-        if len(purged) < batch:
+        if len(purged) < limit:  # none left (or only runs a worker holds)
             return PurgeReport(len(done), False, done)
     return PurgeReport(len(done), False, done, more=True)
 
@@ -129,13 +134,15 @@ class Retention:
                     for name, value in found.items()},
                    duration_ms(key_window, "key_window"))  # fmt: skip
 
-    def apply(self, store: Store, now: int, batch: int = PURGE_BATCH) -> int:
-        """One bounded pass: at most one batch of each workflow's expired runs, and a batch
-        of expired key tombstones; how many runs it purged."""
+    def apply(self, store: Store, now: int, batch: int = PURGE_BATCH,
+              max_runs: int = MAX_PASS_RUNS) -> int:  # fmt: skip
+        """One bounded pass: at most `max_runs` of each workflow's expired runs (in batches
+        of `batch`, each its own transaction), and a batch of expired key tombstones; how many
+        runs it purged."""
         purged = 0
         for name, period in sorted(self.periods.items()):
-            purged += len(store.purge_runs(now - period, now, workflow=name, limit=batch,
-                                           keep_keys_until=now + self.key_window_ms))
+            purged += purge(store, now - period, now, workflow=name, batch=batch,
+                            key_window_ms=self.key_window_ms, max_runs=max_runs).purged
         store.expire_tombstones(now, batch)
         return purged
 

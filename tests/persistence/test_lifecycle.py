@@ -151,7 +151,7 @@ def test_per_workflow_retention_applied_in_bounded_passes(
     _idle(runtime)
     assert runtime.apply_retention() == 0  # nothing is a day old yet
     clock.advance(25 * HOUR)
-    assert runtime.retention.apply(store, clock.now(), batch=2) == 2  # one batch per pass
+    assert runtime.retention.apply(store, clock.now(), batch=2, max_runs=2) == 2  # bounded
     assert runtime.apply_retention() == 3
     assert all(runtime.start("lc_quick", key=f"q{i}") == quick[i] for i in range(5))
     assert runtime.get(order).status == "done"  # lc_order has no retention
@@ -173,8 +173,12 @@ def _rows(url: str) -> dict[str, int]:
                 for t in tables}  # fmt: skip
 
 
+Spawn = Callable[[], subprocess.Popen[bytes]]
+
+
 @pytest.fixture
-def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Spawn]:
+    """Starts worker processes on the crash test's store; kills them after the test."""
     started: list[subprocess.Popen[bytes]] = []
 
     def spawn() -> subprocess.Popen[bytes]:
@@ -194,8 +198,7 @@ def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Callable[[], subp
 
 
 def test_purge_racing_a_worker_process(
-        crash_url: str, worker_process: Callable[[], subprocess.Popen[bytes]],
-        tmp_path: Path) -> None:  # fmt: skip
+        crash_url: str, worker_process: Spawn, tmp_path: Path) -> None:  # fmt: skip
     store = open_store(crash_url, migrate=True)
     try:
         runtime = Runtime(store, MACHINES)
