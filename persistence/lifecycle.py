@@ -20,17 +20,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from persistence.children import child_run_ids
 from persistence.columns import run_columns
+from persistence.resting import Resting
 from persistence.stores import NewEffect, NewRun, RunFinishedError, RunRecord, Store
 from persistence.stores.base import ACTIVE, CALL, PURGE_BATCH, PurgedRun
 from statecharts import Machine, Snapshot
+from persistence.telemetry import Telemetry
 from statecharts.snapshot import finished_child
-
-if TYPE_CHECKING:
-    from persistence.runtime import Runtime
 
 Duration = timedelta | int | str
 """A duration: a `timedelta`, milliseconds, or text such as `30d`, `12h`, `15m`, `45s`."""
@@ -65,6 +64,27 @@ def duration_ms(value: Duration, what: str = "duration") -> int:
     if ms < 0:
         raise ValueError(f"{what}: {value!r} is negative")
     return ms
+
+
+class _Now(Protocol):
+    def now(self) -> int: ...
+
+
+class Host(Protocol):
+    """What fork and reset need of the runtime (`persistence.runtime.Runtime` is one)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> _Now: ...
+    @property
+    def telemetry(self) -> Telemetry: ...
+    @property
+    def resting(self) -> Resting: ...
+
+    def machine_for(self, run: RunRecord) -> Machine | None:
+        """The definition that restores `run` (its version, or a migration), or None."""
+        ...
 
 
 class NotRestorableError(ValueError):
@@ -137,13 +157,17 @@ class Retention:
     def apply(self, store: Store, now: int, batch: int = PURGE_BATCH,
               max_runs: int = MAX_PASS_RUNS) -> int:  # fmt: skip
         """One bounded pass: at most `max_runs` of each workflow's expired runs (in batches
-        of `batch`, each its own transaction), and a batch of expired key tombstones; how many
+        of `batch`, each its own transaction), and as many expired key tombstones; how many
         runs it purged."""
         purged = 0
         for name, period in sorted(self.periods.items()):
             purged += purge(store, now - period, now, workflow=name, batch=batch,
                             key_window_ms=self.key_window_ms, max_runs=max_runs).purged
-        store.expire_tombstones(now, batch)
+        expired = batch
+        for _ in range(max(1, max_runs // batch)):  # as many as it may have added, or more
+            if expired < batch:
+                break
+            expired = store.expire_tombstones(now, batch)
         return purged
 
 
@@ -160,7 +184,7 @@ class Restored:
     """The starts of the calls in flight at that step, recorded afresh."""
 
 
-def restore_step(runtime: Runtime, run: RunRecord, step: int) -> Restored:
+def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
     """The snapshot of `run` after journal step `step`, restored by a registered definition,
     with its calls in flight; `NotRestorableError` saying why not."""
     if step < 1 or step > run.version:
@@ -210,7 +234,7 @@ def _in_flight(store: Store, run: RunRecord, machine: Machine, snapshot: Snapsho
             in enumerate(starts[call_id] for call_id in live)]  # fmt: skip
 
 
-def fork(runtime: Runtime, run: RunRecord, step: int) -> RunRecord:
+def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
     """A new run from `run`'s snapshot after journal step `step` (see `Runtime.fork`)."""
     restored = restore_step(runtime, run, step)
     now = runtime.clock.now()
@@ -228,7 +252,7 @@ def fork(runtime: Runtime, run: RunRecord, step: int) -> RunRecord:
     return record
 
 
-def reset(runtime: Runtime, run: RunRecord, step: int) -> RunRecord:
+def reset(runtime: Host, run: RunRecord, step: int) -> RunRecord:
     """`run`, failed, put back to its snapshot after journal step `step` (`Runtime.reset`)."""
     if run.status != "error":
         raise NotRestorableError(f"run {run.id} is {run.status}; only a failed run is reset "
