@@ -27,8 +27,8 @@ from persistence.columns import run_columns
 from persistence.resting import Resting
 from persistence.stores import NewEffect, NewRun, RunFinishedError, RunRecord, Store
 from persistence.stores.base import ACTIVE, CALL, PURGE_BATCH, PurgedRun
-from statecharts import Machine, Snapshot
 from persistence.telemetry import Telemetry
+from statecharts import Machine, Snapshot
 from statecharts.snapshot import finished_child
 
 Duration = timedelta | int | str
