@@ -703,23 +703,7 @@ def _register_fork(actions: argparse._SubParsersAction[argparse.ArgumentParser])
                     "flight at that step run again and every later effect is recorded with the "
                     "new run's idempotency keys. RUN is untouched. Refused when no definition "
                     "in --machines restores that step.")
-    _add_store(fork)
-    fork.add_argument("run_id", metavar="RUN", help="the run's id or a unique prefix")
-    fork.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
-    fork.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                      help="module (or module:attr) defining the machines; repeatable")
-    fork.set_defaults(handler=_closing_stores(_runs_fork))
-
-
-def _runs_fork(args: argparse.Namespace) -> int:
-    runtime = Runtime(_store(args), load_machines(args.machines))
-    source = resolve_run(runtime.store, args.run_id)
-    try:
-        run = runtime.fork(source.id, args.step)
-    except (StoreError, NotRestorableError) as exc:
-        raise SystemExit(str(exc)) from exc
-    print(f"{run.id}: forked from {source.id} at step {args.step}, in state {run.state}")
-    return 0
+    _add_step_arguments(fork, "the run's id or a unique prefix")
 
 
 def _register_reset(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -731,21 +715,33 @@ def _register_reset(actions: argparse._SubParsersAction[argparse.ArgumentParser]
                     "its open calls are stopped and those in flight at step N run again with "
                     "new idempotency keys. Refused when no definition in --machines restores "
                     "that step.")
-    _add_store(reset)
-    reset.add_argument("run_id", metavar="RUN", help="the failed run's id or a unique prefix")
-    reset.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
-    reset.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                       help="module (or module:attr) defining the machines; repeatable")
-    reset.set_defaults(handler=_closing_stores(_runs_reset))
+    _add_step_arguments(reset, "the failed run's id or a unique prefix")
 
 
-def _runs_reset(args: argparse.Namespace) -> int:
+def _add_step_arguments(parser: argparse.ArgumentParser, run_help: str) -> None:
+    """What `runs fork` and `runs reset` take: a run, a journal step, the definitions."""
+    _add_store(parser)
+    parser.add_argument("run_id", metavar="RUN", help=run_help)
+    parser.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
+    parser.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                        help="module (or module:attr) defining the machines; repeatable")
+    parser.set_defaults(handler=_closing_stores(_runs_from_step))
+
+
+def _runs_from_step(args: argparse.Namespace) -> int:
+    """`runs fork` or `runs reset` (`args.runs_command`)."""
     runtime = Runtime(_store(args), load_machines(args.machines))
+    source = resolve_run(runtime.store, args.run_id)
     try:
-        run = runtime.reset(resolve_run(runtime.store, args.run_id).id, args.step)
+        if args.runs_command == "fork":
+            run = runtime.fork(source.id, args.step)
+            done = f"forked from {source.id} at step {args.step}"
+        else:
+            run = runtime.reset(source.id, args.step)
+            done = f"reset to step {args.step} (now step {run.version})"
     except (StoreError, NotRestorableError) as exc:
         raise SystemExit(str(exc)) from exc
-    print(f"{run.id}: reset to step {args.step}, in state {run.state} (step {run.version})")
+    print(f"{run.id}: {done}, in state {run.state}")
     return 0
 
 

@@ -315,32 +315,27 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     @app.post("/runs/{run_id}/fork", include_in_schema=False)
     def fork_run(request: Request, run_id: str, step: Annotated[int, Form()],
                  csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
-        runtime = _act(request, csrf_token)
-        if isinstance(runtime, Response):
-            return runtime
-        try:
-            fork = runtime.fork(run_id, step)
-        except RunNotFoundError:
-            raise HTTPException(404, "no such run") from None
-        except NotRestorableError as exc:
-            return _run_view(request, run_id, error=f"Not forked: {exc}", status=409)
-        log.info("ui: fork of run %s at step %d: %s", run_id, step, fork.id)
-        return _done(fork.id, "forked")
+        return _from_step(request, run_id, step, csrf_token, "forked")
 
     @app.post("/runs/{run_id}/reset", include_in_schema=False)
     def reset_run(request: Request, run_id: str, step: Annotated[int, Form()],
                   csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
+        return _from_step(request, run_id, step, csrf_token, "reset")
+
+    def _from_step(request: Request, run_id: str, step: int, csrf_token: str,
+                   what: str) -> Response:  # fmt: skip
+        """A fork (`what` "forked": the new run's page) or a reset ("reset") from a step."""
         runtime = _act(request, csrf_token)
         if isinstance(runtime, Response):
             return runtime
         try:
-            runtime.reset(run_id, step)
+            run = (runtime.fork if what == "forked" else runtime.reset)(run_id, step)
         except RunNotFoundError:
             raise HTTPException(404, "no such run") from None
         except NotRestorableError as exc:
-            return _run_view(request, run_id, error=f"Not reset: {exc}", status=409)
-        log.info("ui: reset of run %s to step %d", run_id, step)
-        return _done(run_id, "reset")
+            return _run_view(request, run_id, error=f"Not {what}: {exc}", status=409)
+        log.info("ui: run %s %s from step %d: %s", run_id, what, step, run.id)
+        return _done(run.id, what)
 
     # -- login ------------------------------------------------------------------------------
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
