@@ -604,6 +604,7 @@ def _runs_show(args: argparse.Namespace) -> int:
                   for c in calls_of(store, run.id)],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
+        "forked_from": asdict(fork) if (fork := store.fork_of(run.id)) is not None else None,
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
         "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
         "children": [{"id": c.id, "workflow_name": c.workflow_name, "invoke": c.parent_invoke_id,

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import orjson
 import psycopg
 import pytest
 
@@ -327,7 +328,12 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
         machines = ["--machines", "tests.persistence.lifecycle_workflows"]
         assert cli_main(["runs", "fork", run_id[:8], "--step", "2", "--store", crash_url,
                          *machines]) == 0  # fmt: skip
-        assert f"forked from {run_id} at step 2, in state shipping" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"forked from {run_id} at step 2, in state shipping" in out
+        fork_id = out.split(":")[0]
+        assert cli_main(["runs", "show", fork_id, "--store", crash_url]) == 0
+        shown = orjson.loads(capsys.readouterr().out)
+        assert (shown["forked_from"]["forked_from"], shown["forked_from"]["step"]) == (run_id, 2)
         with pytest.raises(SystemExit, match="only a failed run is reset"):
             cli_main(["runs", "reset", run_id, "--step", "2", "--store", crash_url, *machines])
         runtime.send(run_id, "PACK")
