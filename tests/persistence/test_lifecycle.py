@@ -25,6 +25,7 @@ from persistence.lifecycle import NotRestorableError
 from persistence.runtime import Runtime
 from persistence.stores import RunNotFoundError, RunPurgedError, Store, open_store
 from persistence.worker import Worker
+from statecharts import create_machine
 from statecharts.clock import SimulatedClock
 from tests.persistence.conftest import Serve
 from tests.persistence.lifecycle_workflows import BUG, LEDGER, MACHINES
@@ -159,6 +160,20 @@ def test_per_workflow_retention_applied_in_bounded_passes(
     clock.advance(2 * HOUR)
     runtime.apply_retention()  # expires the tombstones (the key window is an hour)
     assert runtime.start("lc_quick", key="q0") not in quick
+
+
+def test_retention_named_in_the_definition(store: Store, clock: SimulatedClock) -> None:
+    brief = create_machine({"id": "lc_brief", "initial": "done", "meta": {"retention": "2h"},
+                            "states": {"done": {"type": "final"}}})  # fmt: skip
+    runtime = Runtime(store, [*MACHINES, brief], clock=clock)
+    assert runtime.retention.periods == {"lc_brief": 2 * HOUR}
+    run_id = runtime.start("lc_brief", key="b1")
+    clock.advance(HOUR)
+    assert runtime.apply_retention() == 0
+    clock.advance(2 * HOUR)
+    assert runtime.apply_retention() == 1 and runtime.start("lc_brief", key="b1") == run_id
+    with pytest.raises(ValueError, match="retention of 'lc_brief'"):
+        Runtime(store, [*MACHINES, brief], clock=clock, retention={"lc_brief": -5})
 
 
 def _rows(url: str) -> dict[str, int]:
