@@ -25,6 +25,7 @@ from persistence.stores.base import (
     PURGE_BATCH,
     RESET_EVENT,
     STOPPED_BY_RESET,
+    ConflictError,
     Fork,
     JSONDict,
     NewEffect,
@@ -201,7 +202,7 @@ class SQLLifecycle(SQLRuns):
         with self._write() as conn:
             record, created = self._create_in(conn, run, effects, now)
             if not created:  # (a fork has no key: nothing to collide with)
-                raise RunFinishedError(f"run {run.id} exists; fork not written")
+                raise ConflictError(f"run {run.id} exists; fork not written")
             rid = self._id(record.id)
             self._exec(conn, "INSERT INTO workflow_forks (run_id, forked_from, step, created_at) "
                        "VALUES (?, ?, ?, ?)", (rid, self._id(source), step, ts))  # fmt: skip
@@ -222,7 +223,7 @@ class SQLLifecycle(SQLRuns):
                 "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
                 "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
                 "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
-                "last_error = NULL, version = version + 1 WHERE id = ? AND status = 'error' "
+                "version = version + 1 WHERE id = ? AND status = 'error' "
                 f"AND version = ? RETURNING {self.RUN_COLUMNS}",
                 (self._j(snapshot), state, ts, self._t(wake_at), rid, expected_version),
             ).fetchall()

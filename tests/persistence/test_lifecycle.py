@@ -291,6 +291,25 @@ def test_fork_of_a_run_whose_later_steps_had_side_effects(runtime: Runtime) -> N
     assert runtime.get(fork.id).status == "done" and runtime.get(original).state == "packing"
 
 
+def test_a_fork_does_not_inherit_the_calls_its_original_has_in_flight(runtime: Runtime) -> None:
+    original = runtime.start("lc_order")
+    worker = Worker(runtime)
+    assert worker.run_one_call()  # the charge; its result is applied, the shipment is due
+    worker.run_until_idle(calls=False)
+    assert runtime.get(original).state == "shipping"
+    (_, shipping) = runtime.store.list_calls(original)
+    assert shipping.status == "pending"  # in flight, not run yet
+
+    fork = runtime.fork(original, runtime.get(original).version)
+    (own,) = runtime.store.list_calls(fork.id)
+    assert own.idempotency_key.startswith(fork.id) and own.status == "pending"
+    assert runtime.store.list_calls(original)[1] == shipping  # the original's, untouched
+    worker.run_until_idle()
+    assert runtime.get(fork.id).state == runtime.get(original).state == "packing"
+    assert [name for name, _ in LEDGER] == ["charge", "ship", "ship"]  # one shipment each,
+    assert LEDGER[1][1] != LEDGER[2][1]  # each under its own run's key
+
+
 def test_fork_is_refused_clearly(runtime: Runtime, store: Store, clock: SimulatedClock) -> None:
     original = _packing(runtime)
     runtime.send(original, "PACK")
