@@ -295,6 +295,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
+    _add_retention_options(worker)
     worker.set_defaults(handler=_closing_stores(_worker))
 
     runs = subparsers.add_parser("runs", help="inspect and cancel runs",
@@ -454,8 +455,11 @@ def _worker(args: argparse.Namespace) -> int:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
-    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
-                      **load_limits(args.limits))
+    try:
+        runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
+                          **load_limits(args.limits), **_retention(args))
+    except ValueError as exc:  # a retention naming no workflow here, or no duration
+        raise SystemExit(f"worker: {exc}") from exc
     server = _serve_metrics(args, runtime)
     try:
         Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
@@ -646,6 +650,33 @@ def _runs_versions(args: argparse.Namespace) -> int:
     if not unknown:
         print("every active run has a definition or a migration here")
     return 1 if unknown else 0
+
+
+def _add_retention_options(worker: argparse.ArgumentParser) -> None:
+    """The worker's `--retention` and `--key-window` (docs/persistence.md, Run lifecycle)."""
+    worker.add_argument("--retention", action="append", default=[], metavar="WORKFLOW=AGE",
+                        help="purge WORKFLOW's runs that ended more than AGE ago (30d, 12h), a "
+                             "bounded batch every minute; overrides the definition's "
+                             "meta.retention; repeatable")
+    worker.add_argument("--key-window", default=None, metavar="AGE",
+                        help="how long a purged run's key still answers 'already started' "
+                             "(default 7d)")
+
+
+def _retention(args: argparse.Namespace) -> dict[str, Any]:
+    """`--retention` and `--key-window` as `Runtime` keywords."""
+    found: dict[str, Any] = {}
+    periods: dict[str, str] = {}
+    for spec in args.retention:
+        workflow, sep, age = spec.partition("=")
+        if not sep or not workflow or not age:
+            raise SystemExit(f"--retention {spec}: expected WORKFLOW=AGE, e.g. invoice=30d")
+        periods[workflow] = age
+    if periods:
+        found["retention"] = periods
+    if args.key_window is not None:
+        found["key_window"] = args.key_window
+    return found
 
 
 def _register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -384,3 +384,18 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
         assert runtime.start("lc_order", key="cli-1") == run_id
     finally:
         store.close()
+
+
+def test_the_worker_refuses_a_bad_retention_in_one_line(crash_url: str) -> None:
+    store = open_store(crash_url, migrate=True)
+    store.close()
+    worker = [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
+              "--machines", "tests.persistence.lifecycle_workflows"]  # fmt: skip
+    for bad, said in ((["--retention", "lc_quik=30d"], "not among the runtime's machines"),
+                      (["--retention", "lc_quick=a month"], "not a duration"),
+                      (["--retention", "lc_quick"], "expected WORKFLOW=AGE"),
+                      (["--key-window=soon"], "not a duration")):  # fmt: skip
+        done = subprocess.run([*worker, *bad], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
