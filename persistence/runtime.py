@@ -759,9 +759,10 @@ class Runtime:
                      workflow=workflow, key_window_ms=window, dry_run=dry_run)  # fmt: skip
 
     def apply_retention(self) -> int:
-        """One bounded pass of the per-workflow retention (`retention=`): a batch of each
-        workflow's runs past its period, and of expired key tombstones; the runs purged.
-        Workers call it at every report interval."""
+        """One bounded pass of the per-workflow retention (`retention=`): up to 5,000 of each
+        workflow's runs past its period (`MAX_PASS_RUNS`, in batches of short transactions),
+        and the expired key tombstones; the runs purged. Workers call it at every report
+        interval."""
         if not self.retention.periods:
             return 0
         return self.retention.apply(self.store, self.clock.now())
