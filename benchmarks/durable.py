@@ -17,8 +17,12 @@ In one run, on the same local PostgreSQL (``STATECHARTS_BENCH_DSN``, else
   of the workers, the row compared with the raw UPDATE rate).
 * the database's part of this project's one-in-flight row: the statements one ``Inline.run``
   sent, replayed by psycopg alone for fresh run ids (``durable_runtime.replayed_postgres``).
+* encrypted payloads: this project's batched-worker and one-in-flight rows again with every
+  payload sealed by a key ring (AES-GCM, ``persistence.stores.codec``), and the overhead
+  table: each encrypted row's rate over its plain row's (``encryption_markdown``).
 
-Run: ``python -m benchmarks.durable [--n 600] [--raw-n 3000] [--repeat 3]``.
+Run: ``python -m benchmarks.durable [--n 600] [--raw-n 3000] [--repeat 3]``; only the
+encryption comparison: ``python -m benchmarks.durable --encryption``.
 """
 
 from __future__ import annotations
@@ -338,6 +342,7 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
                 *([partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
                   if clients == 1 else []),
+                *_encrypted_pg(dsn, pg, clients, n),
             ], repeat)
         reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
@@ -353,8 +358,98 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                 partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
                 *([partial(_sqlite_latency, directory, lite),
                    partial(_sqlite_latency, directory, lite, False)] if clients == 1 else []),
+                *_encrypted_sqlite(directory, lite, clients, n),
             ], repeat)
     return rows
+
+
+def _encrypted_pg(dsn: str, backend: str, clients: int, n: int) -> list[Measurement]:
+    """The encrypted variants of this project's PostgreSQL rows (one run each)."""
+    from benchmarks import durable_runtime
+
+    return [partial(durable_runtime.inline_postgres, dsn, backend, clients, n, True),
+            partial(durable_runtime.measure_postgres, dsn, backend, clients, n, 1, True)]
+
+
+def _encrypted_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[Measurement]:
+    """The encrypted variants of this project's SQLite rows (one run each)."""
+    from benchmarks import durable_runtime
+
+    return [partial(durable_runtime.inline_sqlite, directory, backend, clients, n, True),
+            partial(durable_runtime.measure_sqlite, directory, backend, clients, n, 1, True)]
+
+
+def run_encryption(n: int = 600, repeat: int = 3) -> list[DurableRow]:
+    """Only the encryption comparison: this project's rows plain and encrypted, interleaved
+    run by run, on PostgreSQL (if it answers) and SQLite."""
+    from benchmarks import durable_runtime
+
+    dsn, rows = bench_dsn(), []
+    try:
+        pg = f"PostgreSQL {_pg_server_version(dsn)}"
+    except Exception as exc:  # PostgreSQL missing or down: say so, go on with SQLite
+        pg = ""
+        print(f"PostgreSQL skipped: {str(exc).strip()[:200]}")
+    for clients in CLIENTS if pg else ():
+        rows += interleaved([
+            partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
+            partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
+            *_encrypted_pg(dsn, pg, clients, n)], repeat)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
+        lite = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
+        for clients in CLIENTS:
+            rows += interleaved([
+                partial(durable_runtime.inline_sqlite, Path(tmp), lite, clients, n),
+                partial(durable_runtime.measure_sqlite, Path(tmp), lite, clients, n, 1),
+                *_encrypted_sqlite(Path(tmp), lite, clients, n)], repeat)  # fmt: skip
+    return rows
+
+
+def codec_cost(n: int = 20_000) -> str:
+    """The codec's own cost, in CPU time (less disturbed by other processes than the rates):
+    sealing and opening a snapshot-sized document, beside plain JSON of it, and the bytes
+    stored, as one Markdown line."""
+    import orjson
+
+    from benchmarks.durable_runtime import BENCH_KEYS
+    from persistence.stores.codec import KeyRing
+
+    ring, run_id = KeyRing(list(BENCH_KEYS)), "2b1418e4-87aa-41ad-aae8-4a9e0c724877"
+    docs = [snapshot_document(i) for i in range(n)]
+    began = time.process_time()
+    plain = [orjson.dumps(d) for d in docs]
+    dumped = time.process_time() - began
+    began = time.process_time()
+    sealed = [orjson.dumps(ring.seal(d, run_id, "snapshot")) for d in docs]
+    seal = time.process_time() - began
+    began = time.process_time()
+    opened = [ring.open(orjson.loads(e), run_id, "snapshot") for e in sealed]
+    open_ = time.process_time() - began
+    assert opened == docs
+    return (f"Codec CPU per snapshot-sized document ({len(plain[0])} bytes of JSON, "
+            f"{len(sealed[0])} sealed): JSON alone {dumped / n * 1e6:.1f} µs, sealed "
+            f"{seal / n * 1e6:.1f} µs, opened {open_ / n * 1e6:.1f} µs.\n")
+
+
+def encryption_markdown(rows: list[DurableRow]) -> str:
+    """Each encrypted row beside its plain row (same backend, clients and shape): the rates'
+    medians and encrypted ÷ plain."""
+    from benchmarks.durable_runtime import PLAIN_OF
+
+    lines = ["| backend | clients / in flight | subject | plain | encrypted | encrypted ÷ plain |",
+             "|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        shape = next((e for e in PLAIN_OF if r.subject.endswith(e)), None)
+        if shape is None or not r.ok:
+            continue
+        plain = next((p for p in rows if p.backend == r.backend and p.clients == r.clients
+                      and p.subject.endswith(PLAIN_OF[shape]) and p.ok), None)  # fmt: skip
+        if plain is None:
+            continue
+        lines.append(f"| {r.backend} | {r.clients} | {PLAIN_OF[shape]} | "
+                     f"{fmt_rate(plain.median)} {r.unit} | {fmt_rate(r.median)} {r.unit} | "
+                     f"**{r.median / plain.median:.2f}** |")
+    return "\n".join(lines) + "\n"
 
 
 def _pg_latency(dsn: str, backend: str, step_in_send: bool = True) -> DurableRow:
@@ -392,8 +487,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=600, help="workflows per run")
     ap.add_argument("--raw-n", type=int, default=3_000, help="raw UPDATE commits per run")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--encryption", action="store_true",
+                    help="only this project's rows, plain and with encrypted payloads")
     args = ap.parse_args(argv)
-    print(markdown(run(args.n, args.raw_n, args.repeat)))
+    rows = run_encryption(args.n, args.repeat) if args.encryption else run(
+        args.n, args.raw_n, args.repeat)
+    print(markdown(rows))
+    print(encryption_markdown(rows))
+    print(codec_cost())
 
 
 if __name__ == "__main__":

@@ -48,6 +48,13 @@ REPLAYED = "its statements replayed by psycopg alone, 1 in flight (the database'
 LATENCY = "one step, send to committed state (idle worker)"
 LATENCY_QUEUED = "one step, queued for the idle worker (step_in_send=False)"
 LATENCY_EVENTS = 300
+ENCRYPTED_WORKER = "AES-GCM payloads, backlog drained by the batched worker"
+ENCRYPTED_RUNTIME = "AES-GCM payloads, runs started then drained by the batched worker"
+ENCRYPTED_INLINE = "AES-GCM payloads, 1 in flight per client in the caller"
+"""The encrypted variants of `WORKER`, `RUNTIME` and `INLINE` (`encrypted=True`): every
+payload sealed with a key ring (`persistence.stores.codec`). Worded apart from the plain
+subjects, which the goals find by substring."""
+PLAIN_OF = {ENCRYPTED_WORKER: WORKER, ENCRYPTED_RUNTIME: RUNTIME, ENCRYPTED_INLINE: INLINE}
 
 
 def add_one(x: int) -> int:
@@ -100,12 +107,13 @@ def three_steps_machine() -> Any:
 
 
 def measure_postgres(dsn: str, backend: str, workers: int, n: int,
-                     repeat: int) -> list[DurableRow]:
+                     repeat: int, encrypted: bool = False) -> list[DurableRow]:
     """The 3-step workflow on PostgreSQL, in a database of its own (recreated per run), with
-    the database's transaction count per workflow (every autocommit statement counts)."""
+    the database's transaction count per workflow (every autocommit statement counts); with
+    `encrypted`, every payload sealed (`ENCRYPTED_RUNTIME`, `ENCRYPTED_WORKER`)."""
     try:
         return _measure(partial(_fresh_database, dsn), backend, workers, n, repeat,
-                        _transactions)
+                        _transactions, encrypted)
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -133,19 +141,21 @@ def _transactions(url: str) -> int:
 
 
 def measure_sqlite(directory: Path, backend: str, workers: int, n: int,
-                   repeat: int) -> list[DurableRow]:
+                   repeat: int, encrypted: bool = False) -> list[DurableRow]:
     """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per run."""
     return _measure(lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
-                    backend, workers, n, repeat)
+                    backend, workers, n, repeat, encrypted=encrypted)
 
 
-def inline_postgres(dsn: str, backend: str, clients: int, n: int) -> list[DurableRow]:
+def inline_postgres(dsn: str, backend: str, clients: int, n: int,
+                    encrypted: bool = False) -> list[DurableRow]:
     """One run of the equal-concurrency rows on PostgreSQL: `clients` threads each running
-    workflows one at a time in the caller (`Inline.run`, as DBOS runs them), and (one client)
-    a client starting runs one at a time for an idle worker to pick up; with transactions per
-    workflow from pg_stat_database."""
+    workflows one at a time in the caller (`Inline.run`, as DBOS runs them), and (one client,
+    not `encrypted`) a client starting runs one at a time for an idle worker to pick up; with
+    transactions per workflow from pg_stat_database."""
     try:
-        return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions)
+        return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions,
+                          encrypted)
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -221,14 +231,15 @@ def _with_run_id(value: Any, recorded: str, run_id: str) -> Any:
     return value
 
 
-def inline_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[DurableRow]:
+def inline_sqlite(directory: Path, backend: str, clients: int, n: int,
+                  encrypted: bool = False) -> list[DurableRow]:
     """`inline_postgres` on a new SQLite file (WAL, ``synchronous=full``)."""
     return _in_flight(lambda: f"sqlite:///{directory / f'inline-{uuid.uuid4().hex[:8]}.db'}",
-                      backend, clients, n)
+                      backend, clients, n, encrypted=encrypted)
 
 
 def _in_flight(make_url: Any, backend: str, clients: int, n: int,
-               transactions: Any = None) -> list[DurableRow]:
+               transactions: Any = None, encrypted: bool = False) -> list[DurableRow]:
     """The rows with a fixed number of workflows in flight (one per client thread).
 
     Transactions are counted between stores that are closed: a PostgreSQL session reports
@@ -240,15 +251,16 @@ def _in_flight(make_url: Any, backend: str, clients: int, n: int,
 
     machine = three_steps_machine()
     url = make_url()
-    with _runtime(open_store(url, migrate=True), Runtime, machine) as runtime:
+    with _runtime(open_store(url, migrate=True), Runtime, machine, encrypted) as runtime:
         _inline_clients(Inline(runtime), clients, 20, 10**6)  # warm-up
     before = transactions(url) if transactions else 0
-    with _runtime(open_store(url), Runtime, machine) as runtime:
+    with _runtime(open_store(url), Runtime, machine, encrypted) as runtime:
         seconds = _inline_clients(Inline(runtime), clients, n, 0)
     tx = _per_workflow(transactions, url, before, n)
-    rows = [DurableRow(backend, clients, f"{ours_label()} {INLINE}", "workflows/s", STEPS, n,
+    subject = ENCRYPTED_INLINE if encrypted else INLINE
+    rows = [DurableRow(backend, clients, f"{ours_label()} {subject}", "workflows/s", STEPS, n,
                        (n / seconds,), transactions=tx)]
-    if clients == 1:
+    if clients == 1 and not encrypted:
         rows.append(_woken(url, backend, machine, n, transactions))
     return rows
 
@@ -402,11 +414,12 @@ def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS, *,
 
 
 def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
-             transactions: Any = None) -> list[DurableRow]:
+             transactions: Any = None, encrypted: bool = False) -> list[DurableRow]:
     """Two rows from the same runs: starts and steps together (``RUNTIME``, comparable with
     DBOS, whose workflows/s include the start), and the workers alone (``WORKER``: the steps
     committed per second of the workers' time, the runs started beforehand)."""
-    labels = (f"{ours_label()} {RUNTIME}", f"{ours_label()} {WORKER}")
+    labels = ((f"{ours_label()} {ENCRYPTED_RUNTIME}", f"{ours_label()} {ENCRYPTED_WORKER}")
+              if encrypted else (f"{ours_label()} {RUNTIME}", f"{ours_label()} {WORKER}"))
     try:
         from persistence import open_store
         from persistence.runtime import Runtime
@@ -421,15 +434,15 @@ def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
     per_workflow: list[float] = []
     for _ in range(repeat):
         url = make_url()
-        with _runtime(open_store(url, migrate=True), Runtime, machine) as runtime:
+        with _runtime(open_store(url, migrate=True), Runtime, machine, encrypted) as runtime:
             ids = drive(runtime, Worker, workers, 5, offset=10**6)[2]  # warm-up
             check_outputs(runtime, ids, offset=10**6)
         before = transactions(url) if transactions else 0
-        with _runtime(open_store(url), Runtime, machine) as runtime:
+        with _runtime(open_store(url), Runtime, machine, encrypted) as runtime:
             rate, worker_rate, ids = drive(runtime, Worker, workers, n, offset=0)
         if transactions:
             per_workflow.append((transactions(url) - before) / n)
-        with _runtime(open_store(url), Runtime, machine) as runtime:
+        with _runtime(open_store(url), Runtime, machine, encrypted) as runtime:
             check_outputs(runtime, ids, offset=0)
         rates.append(rate)
         worker_rates.append(worker_rate)
@@ -439,10 +452,21 @@ def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
                        tuple(worker_rates), "runs started beforehand; time of the workers only")]
 
 
+BENCH_KEYS = (("bench", bytes(range(32))),)
+"""The key ring of the encrypted rows (a fixed AES-256 key: a benchmark's, no secret)."""
+
+
 @contextmanager
-def _runtime(store: Any, runtime_cls: Any, machine: Any) -> Iterator[Any]:
+def _runtime(store: Any, runtime_cls: Any, machine: Any,
+             encrypted: bool = False) -> Iterator[Any]:  # fmt: skip
+    """A runtime of `machine` on `store` (its payloads sealed if `encrypted`), closed after."""
     try:
-        yield runtime_cls(store, machines=[machine])
+        codec = None
+        if encrypted:
+            from persistence.stores.codec import KeyRing
+
+            codec = KeyRing(list(BENCH_KEYS))
+        yield runtime_cls(store, machines=[machine], codec=codec)
     finally:
         store.close()
 

@@ -17,6 +17,7 @@ from benchmarks.durable_runtime import INLINE, LATENCY, WORKER
 from benchmarks.durable_scaling import ScaleReport
 from benchmarks.engine import PLANS_OFF, XSTATE_ACTOR
 from benchmarks.timing import Result
+from benchmarks.waiting_calls import Row as WaitingRow
 
 #: Cost at 1,000 states over cost at 10 states (same depth) still counted as flat.
 FLAT_SCALING_LIMIT = 1.25
@@ -194,6 +195,23 @@ def durable_scaling_goals(report: ScaleReport) -> list[Goal]:
     measured = f"{growth:.2f}x cost; {seq} sequential scans"
     return [Goal("durable scaling 10k -> 1M rows", target, measured,
                  growth <= FLAT_SCALING_LIMIT and seq == 0)]
+
+
+def waiting_calls_goals(rows: Sequence[WaitingRow]) -> list[Goal]:
+    """Issue 40: runs each awaiting a 1 s async call in one worker process, against DBOS's
+    async workflows on the same server: wall time to all done, and its ratio."""
+    ours = next((r for r in rows if not r.subject.startswith("DBOS")), None)
+    peer = next((r for r in rows if r.subject.startswith("DBOS")), None)
+    if ours is None or peer is None:
+        return [Goal("waiting calls, time to all done", "—", "—", None)]
+    n = f"{ours.n:,} runs each awaiting a 1 s async call, one worker process"
+    ratio = peer.done_s / ours.done_s
+    return [
+        Goal("waiting calls, time to all done", f"{n}: under 3 s", f"{ours.done_s:.2f} s "
+             f"(starting {ours.starting_s:.2f} s of it)", ours.done_s < 3.0),
+        Goal("waiting calls vs DBOS", f"{n}: >= 4x DBOS (time to all done)",
+             f"{ratio:.2f}x ({ours.done_s:.2f} s vs {peer.done_s:.2f} s)", ratio >= 4.0),
+    ]
 
 
 def markdown(goals: Sequence[Goal]) -> str:

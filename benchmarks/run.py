@@ -28,12 +28,14 @@ from benchmarks import (
     scaling,
     takeover,
     telemetry,
+    waiting_calls,
 )
 from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
-ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "takeover",
+ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "waiting_calls",
+       "takeover",
        "telemetry", "load", "hotspots")
 PROFILED = ("flat", "counter", "shop", "rehydrate")
 
@@ -54,11 +56,12 @@ class Sizes:
     repeat: int = 5
     durable_repeat: int = 3
     telemetry_n: int = 300
+    waiting_n: int = 10_000
 
 
 QUICK = Sizes(n=5_000, peer_n=1_000, rehydrate_n=2_000, rehydrate_peer_n=300, scaling_n=3_000,
               memory_k=100, durable_n=40, durable_scaling_n=20, raw_n=200, repeat=2,
-              durable_repeat=1, telemetry_n=30)
+              durable_repeat=1, telemetry_n=30, waiting_n=200)
 
 
 def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.Goal]]:
@@ -72,6 +75,7 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "memory": lambda: (memory.markdown(memory.run(sizes.memory_k)), []),
         "durable": lambda: _durable(sizes),
         "durable_scaling": lambda: _durable_scaling(sizes),
+        "waiting_calls": lambda: _waiting_calls(sizes),
         "takeover": lambda: (takeover.markdown(takeover.run()), []),
         "telemetry": lambda: (telemetry.markdown(telemetry.run(sizes.telemetry_n,
                                                                sizes.durable_repeat)), []),
@@ -107,12 +111,20 @@ def _scaling(s: Sizes) -> tuple[str, list[goals.Goal]]:
 
 def _durable(s: Sizes) -> tuple[str, list[goals.Goal]]:
     rows = durable.run(s.durable_n, s.raw_n, s.durable_repeat)
-    return durable.markdown(rows), goals.durable_goals(rows)
+    return (durable.markdown(rows) + "\nEncrypted payloads (AES-GCM), each encrypted row over "
+            "its plain row:\n\n" + durable.encryption_markdown(rows) + "\n"
+            + durable.codec_cost(),
+            goals.durable_goals(rows))
 
 
 def _durable_scaling(s: Sizes) -> tuple[str, list[goals.Goal]]:
     report = durable_scaling.run(s.durable_scaling_n, s.durable_repeat)
     return durable_scaling.markdown(report), goals.durable_scaling_goals(report)
+
+
+def _waiting_calls(s: Sizes) -> tuple[str, list[goals.Goal]]:
+    rows = waiting_calls.run(s.waiting_n)
+    return waiting_calls.table(rows), goals.waiting_calls_goals(rows)
 
 
 TITLES = {
@@ -122,6 +134,7 @@ TITLES = {
     "memory": "Memory (`python -m benchmarks.memory`)",
     "durable": "Durable runs (`python -m benchmarks.durable`)",
     "durable_scaling": "Durable scaling: 10k vs 1M rows (`python -m benchmarks.durable_scaling`)",
+    "waiting_calls": "Runs waiting on slow calls (`python -m benchmarks.waiting_calls`)",
     "takeover": "Takeover after SIGKILL (`python -m benchmarks.takeover`)",
     "telemetry": "Cost of tracing and metrics (`python -m benchmarks.telemetry`)",
     "load": "Thundering herd: 100,000 runs due at one instant (`python -m benchmarks.load`)",
@@ -182,6 +195,16 @@ INTRO = {
         "and then 1,000,000 other runs (99% finished, 1% waiting on a timer a day away). The "
         "scan counters cover the measured runs; the plans are PostgreSQL's own (auto_explain) "
         "for every statement the store ran on `workflow_runs` at 1M rows."
+    ),
+    "waiting_calls": (
+        "Runs each awaiting one async call that sleeps 1 s and returns its input, all started "
+        "at once, against DBOS Transact's async workflows (one async step each) on the same "
+        "PostgreSQL server, each side in a process of its own with a fresh database: this "
+        "project's starts from 4 client threads with one `Worker` in the same process (its "
+        "call executor holds the calls on one asyncio loop), DBOS's `start_workflow_async` "
+        "gathered on its event loop. Time from the first start until every run is done (each "
+        "output checked); memory per waiting call is the process's peak resident set while the "
+        "calls wait, less its resident set before the first start, over the number of runs."
     ),
     "takeover": (
         "A worker subprocess holding leases on 4 runs (their step hangs in it) is SIGKILLed; "

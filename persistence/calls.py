@@ -24,7 +24,6 @@ import logging
 import queue
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,6 +42,7 @@ from persistence.outbox import (
     _effect_key,
     invoke_of,
     running_call,
+    traceback_text,
 )
 from persistence.stores import (
     CallEnd,
@@ -52,13 +52,14 @@ from persistence.stores import (
     RunNotFoundError,
     RunRecord,
     StoreError,
+    StoreUnavailableError,
 )
 from persistence.stores.base import run_of_outbox_key
+from persistence.stores.codec import PayloadCodecError
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
-from statecharts.frozen import storable_text
 
 if TYPE_CHECKING:
     from persistence.runtime import Runtime
@@ -71,6 +72,8 @@ Outcome = Callable[[str, str | None], None]
 TIMEOUT_ERROR = CallTimeoutError.__name__
 HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
 LOST_ERROR = "CallAttemptsExhaustedError"
+FINISH_BATCH = 500
+"""At most this many call ends are recorded in one transaction (a burst of ends)."""
 
 
 @dataclass(slots=True)
@@ -120,6 +123,7 @@ class CallExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
+        self._batch: list[tuple[CallFinish, str, dict[str, Any]]] | None = None
         self.finished = 0
 
     # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
@@ -247,6 +251,9 @@ class CallExecutor:
                machine: Machine | None) -> _Running | None:  # fmt: skip
         """What running `call` (of `run`, of `machine`: read when not known) takes, or None
         when it ended without running (recorded)."""
+        if call.problem is not None:  # its input does not open here (a missing key)
+            self._finish_error(call, PayloadCodecError.__name__, call.problem, "failed")
+            return None
         if run is None or machine is None:
             run = self._run_of(call)
             machine = None if run is None else self.runtime.machine_for(run)
@@ -298,16 +305,54 @@ class CallExecutor:
         self._ended.put((running, result, error))
 
     def _settle(self) -> None:
-        """Record the calls that ended since the last look."""
+        """Record the calls that ended since the last look: one alone with the step that
+        applies its result (one transaction from rest); several (a burst of ends) all in one
+        transaction, their results queued for the worker's run threads, which step many runs
+        per commit (`_finish` batches while `_batch` is set)."""
+        ended: list[tuple[_Running, Any, BaseException | None]] = []
         while True:
             try:
-                running, result, error = self._ended.get_nowait()
+                ended.append(self._ended.get_nowait())
             except queue.Empty:
-                return
-            with self._lock:
-                self._running.pop(running.call.idempotency_key, None)
-            if not running.ended:
-                self._end(running, result, error)
+                break
+        self._batch = [] if len(ended) > 1 else None
+        try:
+            for running, result, error in ended:
+                with self._lock:
+                    self._running.pop(running.call.idempotency_key, None)
+                if not running.ended:
+                    self._end(running, result, error)
+        finally:
+            batch, self._batch = self._batch, None
+            if batch:
+                self._finish_batch(batch)
+
+    def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
+        """Record a burst of ends, each with the step that applies its result where its run
+        is at rest (`RunDriver.finish_calls`), up to `FINISH_BATCH` per transaction and one
+        end per run in each; a transaction the store refuses is recorded one end at a time."""
+        while batch:
+            part: list[tuple[CallFinish, str, dict[str, Any]]] = []
+            later: list[tuple[CallFinish, str, dict[str, Any]]] = []
+            runs: set[str] = set()
+            for end in batch:
+                fits = end[1] not in runs and len(part) < FINISH_BATCH
+                (part if fits else later).append(end)
+                runs.add(end[1])
+            batch = later
+            try:
+                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now())
+            except StoreUnavailableError:
+                raise
+            except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
+                log.info("calls %s: %d ends not written together (%s: %s); one by one",
+                         self.owner, len(part), type(exc).__name__, exc)  # fmt: skip
+                inbox_ids = [self._finish_one(*end) for end in part]
+            self.finished += len(part)
+            for (finish, _, _), inbox_id in zip(part, inbox_ids):
+                if not inbox_id:
+                    log.info("call %s: ended after it was stopped; its result is dropped",
+                             finish.key)  # fmt: skip
 
     def _watch(self) -> None:
         """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
@@ -389,8 +434,7 @@ class CallExecutor:
     def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
         """Write an executed call's end: a retry after a transient failure, else its result
         event queued for its run."""
-        trace = None if error is None else storable_text(
-            "".join(traceback.format_exception(error))[-8000:])  # fmt: skip
+        trace = None if error is None else traceback_text(error)
         name = None if executed.event is None or "error" not in executed.event else \
             str(executed.event["error"].get("name"))  # fmt: skip
         message = executed.outcome.error
@@ -429,15 +473,22 @@ class CallExecutor:
         when the run is at rest (one transaction: `RunDriver.send`)."""
         self._released()
         finish = CallFinish(call.idempotency_key, self.owner, call.attempt, status, end)
-        try:
-            queued = self.driver.send(call.run_id, event, self.runtime.clock.now(),
-                                      finish=finish)  # fmt: skip
-        except (RunNotFoundError, RunFinishedError):
-            queued = 0
+        if self._batch is not None:
+            self._batch.append((finish, call.run_id, event))
+            return
+        queued = self._finish_one(finish, call.run_id, event)
         self.finished += 1
         if not queued:
             log.info("call %s (%s): ended after it was stopped; its result is dropped",
                      call.idempotency_key, call.call_id)  # fmt: skip
+
+    def _finish_one(self, finish: CallFinish, run_id: str, event: dict[str, Any]) -> int:
+        """One call's end with the step of its result (`RunDriver.send`); its inbox id, 0
+        when the result was dropped."""
+        try:
+            return self.driver.send(run_id, event, self.runtime.clock.now(), finish=finish)
+        except (RunNotFoundError, RunFinishedError):
+            return 0
 
     def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
         self._released()

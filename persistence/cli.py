@@ -43,9 +43,17 @@ from persistence.stores import (
     StoreError,
     open_store,
 )
+from persistence.stores.codec import (
+    KEYS_ENV,
+    KEYS_FILE_ENV,
+    KeyConfigError,
+    keys_from_env,
+    new_key,
+    parse_keys,
+)
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
-from persistence.ui.views import calls_of, relative_time
+from persistence.ui.views import calls_of, failure_traceback, relative_time
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine, SystemClock
 from statecharts.errors import ContextError, StatechartError
@@ -147,10 +155,16 @@ def load_limits(spec: str | None) -> dict[str, Any]:
 
 
 def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4,
-           create: bool = False) -> Store:
+           create: bool = False, show_sealed: bool = False) -> Store:
     """The store of `--store`/$STATECHARTS_STORE. Unless `create`, a SQLite file that does not
     exist is an error (reading never creates a database); an unreachable PostgreSQL is one
-    line with the cause, after at most a few seconds."""
+    line with the cause, after at most a few seconds. Its payloads are sealed and opened with
+    the keys of `--keys-file`/$STATECHARTS_KEYS_FILE/$STATECHARTS_KEYS, if any; with
+    `show_sealed` (commands that only show runs), one whose key is missing shows as such."""
+    try:
+        ring = keys_from_env(getattr(args, "keys_file", None))
+    except KeyConfigError as exc:
+        raise SystemExit(f"keys: {exc}") from exc
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")
@@ -170,6 +184,7 @@ def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
     vars(args).setdefault(_OPENED, []).append(store)
+    store.use_codec(ring, show_sealed=show_sealed)
     return store
 
 
@@ -235,6 +250,15 @@ def _json_arg(option: str, text: str) -> Any:
 def _add_store(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help=f"store URL (default: ${STORE_ENV}), e.g. "
                         "sqlite:///runs.db or postgresql://host/db")  # fmt: skip
+    add_keys_file(parser)
+
+
+def add_keys_file(parser: argparse.ArgumentParser) -> None:
+    """The `--keys-file` option of a command that opens a store."""
+    parser.add_argument("--keys-file", metavar="PATH",
+                        help=f"payload encryption keys, one id:base64key per line, the first "
+                             f"current (default: ${KEYS_FILE_ENV}, else ${KEYS_ENV}); without "
+                             "keys payloads are written in clear")  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -405,6 +429,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                                 "not have yet (safe to run again).")
     _add_store(upgrade)
     upgrade.set_defaults(handler=_closing_stores(_db_upgrade))
+    reencrypt = db_actions.add_parser(
+        "reencrypt", help="rewrite stored payloads under the current encryption key",
+        description="Rewrite every payload sealed with an older key of the ring (or written in "
+                    "clear) under the current key (the first), BATCH rows per transaction; "
+                    "afterwards the older keys can be removed. Safe while workers run.")
+    _add_store(reencrypt)
+    reencrypt.add_argument("--batch", type=int, default=500,
+                           help="rows per transaction (default 500)")
+    reencrypt.set_defaults(handler=_closing_stores(_db_reencrypt))
+    keygen = db_actions.add_parser(
+        "new-key", help="print a new random encryption key as ID:BASE64KEY",
+        description="Print a new random AES-256 key as one line ID:BASE64KEY, for the keys "
+                    f"file or ${KEYS_ENV} (put it first to make it current).")
+    keygen.add_argument("--id", default="k1", help="the key's id (default k1)")
+    keygen.set_defaults(handler=_db_new_key)
 
     api = subparsers.add_parser(
         "api", help="serve the webhook ingress: start runs and send events over HTTP",
@@ -514,7 +553,7 @@ def _error_note(run: RunRecord) -> str:
 
 
 def _runs_list(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, show_sealed=True)
     now = SystemClock().now()
     if args.stuck_after_ms is not None:
         runs = store.stuck_runs(now, args.stuck_after_ms, args.limit)
@@ -596,16 +635,19 @@ def _runs_send(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, show_sealed=True)
     run = resolve_run(store, args.run_id)
     if args.last is not None and args.last < 0:
         raise SystemExit(f"--last must be at least 0, got {args.last}")
+    calls = calls_of(store, run.id)
+    failure = failure_traceback(store, run, calls)
     data = {
         **_row(run),
+        "error_traceback": None if failure is None else failure.text,
         "snapshot": run.snapshot,
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
-                  for c in calls_of(store, run.id)],
+                  for c in calls],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "forked_from": asdict(fork) if (fork := store.fork_of(run.id)) is not None else None,
@@ -786,6 +828,31 @@ def _db_upgrade(args: argparse.Namespace) -> int:
     version = store.schema_version()
     print(f"applied migrations {applied}; schema at version {version}" if applied
           else f"schema already at version {version}")  # fmt: skip
+    return 0
+
+
+def _db_reencrypt(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        report = store.reencrypt_payloads(args.batch)
+    except (StoreError, KeyConfigError, ValueError) as exc:
+        raise SystemExit(f"db reencrypt: {exc}") from exc
+    print(f"rewritten {report.rewritten} payload(s) under the current key; "
+          f"{report.changed} changed meanwhile (written by their run's step)")  # fmt: skip
+    for key_id, n in sorted(report.unreadable.items()):
+        print(f"{n} payload(s) sealed with key {key_id!r} did not open; left as they are")
+    for problem in report.problems:
+        print(f"  {problem}")
+    return 1 if report.unreadable or report.problems else 0
+
+
+def _db_new_key(args: argparse.Namespace) -> int:
+    line = f"{args.id}:{new_key()}"
+    try:
+        parse_keys(line, "--id")  # (the id checked as a ring checks it)
+    except KeyConfigError as exc:
+        raise SystemExit(f"db new-key: {exc}") from exc
+    print(line)
     return 0
 
 

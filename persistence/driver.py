@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
-from persistence.outbox import Executed, Executor, log_effects, to_outbox
+from persistence.outbox import Executed, Executor, log_effects, to_outbox, traceback_text
 from persistence.stores import (
     ACTIVE,
     CallFinish,
@@ -89,6 +89,7 @@ class _Step:
     status: str | None = None
     error: str | None = None
     poisoned: str | None = None  # a value no store holds exactly, refused where it entered
+    traceback: str | None = None  # where the code that failed the run raised
 
     def apply(self, machine: Machine, event: dict[str, Any], now: int,
               timer_id: str | None = None) -> None:  # fmt: skip
@@ -103,6 +104,7 @@ class _Step:
             self.status, self.error = "error", f"event {event.get('type')!r}: {exc}"
             if isinstance(exc, ContextError):
                 self.poisoned = str(exc)
+            self.traceback = traceback_text(exc)  # where a guard or action raised (on call)
             self.journal.append(JournalEntry(event, before, before))
             return
         self.snapshot = after
@@ -324,8 +326,8 @@ class RunDriver:
         pending effects, no limited workflow, a row that parses and restores with a
         definition here (a broken one is failed by a claim, under a lease)."""
         machine = self.runtime.machine_for(run)
-        if (machine is None or run.problem is not None or run.lease_owner is not None
-                or run.status != ACTIVE or work.effects
+        if (machine is None or run.problem is not None or work.problem is not None
+                or run.lease_owner is not None or run.status != ACTIVE or work.effects
                 or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
             return None
         try:
@@ -393,6 +395,41 @@ class RunDriver:
             else:
                 self._committed(x, done, commit, version, sent=True)
         return inbox_id
+
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]],
+                     now: int) -> list[int]:  # fmt: skip
+        """`send` with its `finish` for each of a burst of call ends (at most one per run), all
+        written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
+        `send` steps one; the inbox ids (0: a result dropped)."""
+        staged: dict[str, tuple[_Leased, _Step, StepCommit]] = {}
+
+        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
+            again = staged.pop(run.id, None)  # (the transaction is run again: computed again)
+            if again is not None:
+                self.telemetry.end_step(again[0].run, again[0].status, None, None)
+            found = self._fold(run, work)
+            if found is not None:
+                staged[run.id] = found
+            return None if found is None else found[2]
+
+        cancelled: list[str] = []
+        try:
+            sent = self.runtime.store.finish_calls(ends, now, step, cancelled)
+        except Exception:
+            for x, _, _ in staged.values():  # nothing was written
+                self.telemetry.end_step(x.run, x.status, None, None)
+            raise
+        self.telemetry.runs_cancelled(cancelled)
+        for (_, run_id, _), (_, version) in zip(ends, sent):
+            if version is None:
+                self.runtime.resting.moved(run_id)
+            found = staged.pop(run_id, None)
+            if found is not None:
+                if version is None:
+                    self.telemetry.end_step(found[0].run, found[0].status, None, None)
+                else:
+                    self._committed(*found, version, sent=True)
+        return [inbox_id for inbox_id, _ in sent]
 
     def _fold(self, run: RunRecord, work: PendingWork
               ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
@@ -558,7 +595,8 @@ class RunDriver:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
         if isinstance(done, Exception):
-            self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [])
+            self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [],
+                       error_traceback=traceback_text(done))  # fmt: skip
             return None
         transient = next((d for d in done if d.transient is not None), None)
         if transient is not None:
@@ -572,7 +610,8 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(x, f"stepping raised {type(exc).__name__}: {exc}", done)
+            self._fail(x, f"stepping raised {type(exc).__name__}: {exc}", done,
+                       error_traceback=traceback_text(exc))  # fmt: skip
             return None
 
     def _commit(self, staged: list[tuple[_Leased, _Step, StepCommit]]) -> list[int | None]:
@@ -648,8 +687,8 @@ class RunDriver:
 
     def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
               outcomes: Sequence[EffectOutcome] = (),
-              poisoned: str | None = None, attempt_count: int | None = None
-              ) -> None:  # fmt: skip
+              poisoned: str | None = None, attempt_count: int | None = None,
+              error_traceback: str | None = None) -> None:  # fmt: skip
         """End `x` as `error` with `reason` without writing a new snapshot: the effects it
         executed are recorded `failed` (never run again by a worker; a `resume` runs them
         again, as the step they fed was lost; results dropped, they may be what the store
@@ -664,7 +703,8 @@ class RunDriver:
         cancelled: list[str] = []
         if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
                                        start_runs=starts, attempt_count=attempt_count,
-                                       cancelled=cancelled):  # fmt: skip
+                                       cancelled=cancelled,
+                                       error_traceback=error_traceback):  # fmt: skip
             self._failed(x.run, state, reason, poisoned)
             self.telemetry.runs_cancelled(cancelled)
 
@@ -731,8 +771,9 @@ class RunDriver:
                              f"{run.state}): lease of {run.previous_owner} expired; taken over "
                              f"by {self.owner}", previous_owner=run.previous_owner,
                              owner=self.owner)  # fmt: skip
-            if run.problem is not None:  # a row that does not parse: failed, never stepped
-                failed += self._fail_unreadable(run, run.problem, now)
+            problem = run.problem or work[run.id].problem  # (a payload whose key is missing)
+            if problem is not None:  # a row that does not parse: failed, never stepped
+                failed += self._fail_unreadable(run, problem, now)
                 continue
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
@@ -765,9 +806,10 @@ class RunDriver:
             self._apply(machine, step, executed, x.inbox, now)
         else:  # an ended run finishing its last effects: record them, move nothing
             step.outcomes = [e.outcome for e in executed]
-            failure = next((e.fails_run for e in executed if e.fails_run), None)
+            failure = next((e for e in executed if e.fails_run), None)
             if failure is not None:
-                step.status, step.error = "error", failure
+                step.status, step.error, step.traceback = "error", failure.fails_run, \
+                    failure.traceback  # fmt: skip
         if not step.changed:
             if not x.unleased:  # (an unleased run has nothing to give back)
                 unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
@@ -786,6 +828,7 @@ class RunDriver:
             run_id=x.run.id, owner=self.owner, expected_version=x.version, state=row.state,
             snapshot=machine.persist(step.snapshot), status=row.status, release=release,
             wake_at=row.wake_at, attempt_count=row.attempt_count, last_error=row.last_error,
+            error_traceback=step.traceback if row.status == "error" else None,
             workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
             new_effects=step.new_effects, effect_outcomes=step.outcomes,
             consumed_inbox=step.consumed,
@@ -835,7 +878,8 @@ class RunDriver:
         step.outcomes = [x.outcome for x in executed]
         failing = next((x for x in executed if x.fails_run), None)
         if failing is not None:
-            step.status, step.error, step.poisoned = "error", failing.fails_run, failing.poisoned
+            step.status, step.error, step.poisoned, step.traceback = "error", \
+                failing.fails_run, failing.poisoned, failing.traceback  # fmt: skip
             return
         cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
         if cancel is not None:  # the other queued events become dead letters (run cancelled)

@@ -195,7 +195,7 @@ def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
         raise NotRestorableError(
             f"run {run.id}: its journal has no snapshot at or before step {step} (the first "
             "step a worker took is the first one recorded; a run with the journal off, or "
-            "stepped before schema 9, has none)")  # fmt: skip
+            "stepped before schema 10, has none)")  # fmt: skip
     at, data = found
     machine = runtime.machine_for(dataclasses.replace(run, snapshot=data))
     label = data.get("version")

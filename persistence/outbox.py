@@ -18,6 +18,7 @@ import inspect
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -172,10 +173,22 @@ class Executed:
     event: dict[str, Any] | None = None
     fails_run: str | None = None
     transient: str | None = None
-    poisoned: str | None = None
-    """Why a value it returned was refused (no store holds it exactly); the run fails."""
     """A failure the call site declared transient: the step is not committed, the run is
     released with a backoff and this effect runs again (same key)."""
+    poisoned: str | None = None
+    """Why a value it returned was refused (no store holds it exactly); the run fails."""
+    traceback: str | None = None
+    """Where the user's code raised, when it failing fails the run (`fails_run`)."""
+
+
+TRACEBACK_CHARS = 8000
+"""How much of a traceback is stored: its end, the frames nearest where it raised."""
+
+
+def traceback_text(error: BaseException) -> str:
+    """`error`'s traceback (with its causes) as storable text, as the on-call view shows it
+    beside a failed call's attempt or a failed run's error."""
+    return storable_text("".join(traceback.format_exception(error))[-TRACEBACK_CHARS:])
 
 
 class ActionFailed(Exception):
@@ -316,7 +329,8 @@ class Executor:
             result = _call(fn, (context, event), dict(params), call_key(key), key)
         except Exception as exc:
             message = storable_text(f"action {name!r} raised {type(exc).__name__}: {exc}")
-            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message)
+            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message,
+                            traceback=traceback_text(exc))  # fmt: skip
         return Executed(EffectOutcome(key, "done", _json_or_none(result)))
 
     def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
@@ -384,7 +398,8 @@ class Executor:
         except ContextError as exc:  # a value no store holds exactly: the run fails here
             message = f"invoke {plan.child_id!r} returned a value that cannot be stored: {exc}"
             return Executed(EffectOutcome(plan.outbox_key, "failed", None, message),
-                            fails_run=message, poisoned=str(exc))  # fmt: skip
+                            fails_run=message, poisoned=str(exc),
+                            traceback=traceback_text(exc))  # fmt: skip
         event = {"type": done_actor_event_type(plan.child_id), "output": output}
         return Executed(EffectOutcome(plan.outbox_key, "done", output), event)
 

@@ -55,6 +55,7 @@ from persistence.stores import (
 from persistence.stores.base import (
     TRANSIENT_PREFIX,
     Fork,
+    PayloadCodec,
     RunPurgedError,
     is_call,
     leasable_calls,
@@ -257,6 +258,14 @@ class Runtime:
     (`apply_retention`); a purged run's key keeps answering `start` with the purged run for
     `key_window` (default 7 days). `purge`, `fork` and `reset` are the on-demand operations
     (docs/persistence.md, "Run lifecycle").
+
+    `codec=KeyRing(...)` encrypts the payloads the store writes (snapshots with their context,
+    inputs and outputs, outbox payloads and results, inbox events, journal events, call
+    inputs) with AES-GCM, and opens them with any of the ring's keys; state names, keys,
+    statuses and times stay in clear (`persistence.stores.codec`). It is set on `store`, so
+    every process writing to it needs the same ring (`keys_from_env` reads it from
+    `STATECHARTS_KEYS` or `STATECHARTS_KEYS_FILE`, as the CLI's workers do). None leaves the
+    store as it is.
     """
 
     def __init__(
@@ -278,9 +287,12 @@ class Runtime:
         step_in_send: bool = True,
         retention: Mapping[str, Duration] | None = None,
         key_window: Duration = DEFAULT_KEY_WINDOW,
+        codec: PayloadCodec | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
+        if codec is not None:
+            store.use_codec(codec)
         self.store = store
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.journal = journal

@@ -433,7 +433,9 @@ class _Builder:
         if not callable(impl):
             self.problem(path, f"guard '{name}' is not callable")
             return None
-        return GuardSpec(name, params=params, fn=impl)
+        said = getattr(impl, "description", None)  # see guards.described
+        return GuardSpec(name, params=params, fn=impl,
+                         description=said if isinstance(said, str) else None)
 
     def _state_in(self, reference: Any, path: str) -> StateNode | None:
         if not isinstance(reference, str):

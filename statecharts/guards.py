@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .errors import ImplementationError
 
 GuardLike = Any  # a name, {"type", "params"}, a callable or a GuardSpec
+Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
 class GuardScope(Protocol):
@@ -89,6 +90,15 @@ def not_(guard: GuardLike) -> GuardSpec:
 def state_in(state: str) -> GuardSpec:
     """Passes when the machine is in ``state`` (``"#id"`` or a dotted path from the root)."""
     return GuardSpec("stateIn", params=state)
+
+
+def described(fn: Fn, description: str) -> Fn:
+    """``fn``, a guard function, with the words diagrams say for it wherever it is used by
+    name (``GuardSpec.description``); ``""`` says nothing, for a guard that only does
+    bookkeeping the transitions' own descriptions already tell (an imported n8n workflow's
+    "which node runs next")."""
+    vars(fn)["description"] = description
+    return fn
 
 
 def _flatten(guards: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -83,6 +83,8 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
         f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
     ("persistence.stores.lifecycle", "persistence.stores.sql"):
         f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
+    ("persistence.stores.reencrypt", "persistence.stores.sql"):
+        f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
     ("benchmarks.durable_runtime", "benchmarks.durable"):
         "durable <-> durable_runtime share helpers both ways (benchmarks only)",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import tomllib
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -32,3 +33,18 @@ def test_readme_opens_with_the_two_commands() -> None:
     lines = README.read_text().splitlines()
     block = lines[lines.index("```sh") + 1: lines.index("```sh") + 3]
     assert [line.split("#")[0].strip() for line in block] == ["make demo", "make test"]
+
+
+def test_the_extras_table_lists_every_extra_a_user_installs() -> None:
+    """Issue 44 item 9: the README's extras table lacked `otel` and `metrics`. Every extra of
+    pyproject.toml but the checkout's own `dev` has a row, naming each package it adds."""
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    extras = {name: deps for name, deps in project["optional-dependencies"].items()
+              if name != "dev"}  # fmt: skip
+    rows = dict(re.findall(r"^\| `([a-z]+)` \| ([^|]+) \|", README.read_text(), re.M))
+    assert sorted(rows) == sorted(extras)
+    for name, deps in extras.items():
+        for dep in deps:
+            package = re.split(r"[\[<>=]", dep)[0]
+            assert package.lower().replace("-", "") in rows[name].lower().replace("-", ""), \
+                (name, package, rows[name])  # fmt: skip

@@ -47,6 +47,11 @@ def stored_key_problem(key: str) -> str | None:
             f"{MAX_STORED_KEY_BYTES}")
 
 
+SEALED = "$enc"
+"""The key-id field of an encrypted payload's envelope (`persistence.stores.codec`): a JSON
+object with it and `ct` is a sealed payload."""
+
+
 class StoreError(Exception):
     """Base class of every error raised by a store."""
 
@@ -261,6 +266,9 @@ class PendingWork:
 
     effects: list[EffectRecord]
     inbox: list[InboxEvent]
+    problem: str | None = None
+    """Why some of it cannot be read (an encrypted payload whose key is missing): the run is
+    then failed with this text, never stepped without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +322,9 @@ class CallRecord:
     error: str | None
     created_at: int
     updated_at: int
+    problem: str | None = None
+    """Why its payload cannot be read (encrypted with a key that is missing): the call is
+    then ended as failed with this text, never run without its input."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +431,9 @@ class StepCommit:
     call_lease: tuple[str, int] | None = None
     """(owner, until): the calls this step records are leased to that call executor, their
     first attempts opened, in the step's transaction (no claim: it runs them next)."""
+    error_traceback: str | None = None
+    """Where the code that failed the run raised (`status` error), shown beside its
+    `last_error`; None keeps the row's value."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -658,16 +672,25 @@ _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
 
 def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
-              previous_owner: str | None = None, due_at: int | None = None) -> RunRecord:
+              previous_owner: str | None = None, due_at: int | None = None,
+              opens: Callable[[Any, str], Any] | None = None) -> RunRecord:  # fmt: skip
     """A `RunRecord` from a row's values in `RunRecord` field order (the snapshot as text when
-    `loads` is given). A row that does not parse is never an exception: the record carries
-    the `problem` (and harmless empty values), so listings show it and claims fail it."""
+    `loads` is given; a sealed snapshot opened by `opens`, given it and the run id). A row
+    that does not parse (or whose snapshot does not open: a missing key) is never an
+    exception: the record carries the `problem` (and harmless empty values), so listings
+    show it and claims fail it."""
     problems: list[str] = []
     if loads is not None and isinstance(values[5], str | bytes):
         try:
             values[5] = loads(values[5])
         except ValueError as exc:
             problems.append(f"snapshot is not JSON ({exc})")
+            values[5] = {}
+    if opens is not None and type(values[5]) is dict and SEALED in values[5]:
+        try:
+            values[5] = opens(values[5], str(values[0]))
+        except StoreError as exc:  # the codec's PayloadKeyError, PayloadTamperedError
+            problems.append(str(exc))
             values[5] = {}
     for i, (name, kind) in enumerate(_RUN_FIELDS):
         value = values[i]
@@ -834,13 +857,20 @@ class RunStore(Protocol):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
         (its error workflow), in one transaction; `attempt_count`, when given, is shown on the row
-        (the call made that many attempts). Its active child runs are cancelled (`cancelled`:
-        see `commit_steps`). False if `owner` no longer held it."""
+        (the call made that many attempts), `error_traceback` beside `reason`. Its active child
+        runs are cancelled (`cancelled`: see `commit_steps`). False if `owner` no longer held
+        it."""
+        ...
+
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's `last_error` when code of its machine raised
+        and failed it (`StepCommit.error_traceback`, `fail_run`); None if none was."""
         ...
 
     def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
@@ -1004,6 +1034,58 @@ class Coordination(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class ReencryptReport:
+    """What `reencrypt_payloads` did."""
+
+    rewritten: int = 0
+    """Payloads now sealed with the current key."""
+    changed: int = 0
+    """Payloads rewritten by someone else between the read and the write (a worker's step,
+    which seals with its own current key): left to them."""
+    unreadable: dict[str, int] = field(default_factory=dict)
+    """Payloads that did not open, by the key id they are sealed with: left as they are."""
+    problems: list[str] = field(default_factory=list)
+    """The first few of those, each naming its run and column."""
+
+    def note(self, problem: str, keep: int = 20) -> None:
+        """Keep `problem` among the first `keep`."""
+        if len(self.problems) < keep:
+            self.problems.append(problem)
+
+
+class PayloadCodec(Protocol):
+    """What seals a payload into a JSON envelope and opens it again, bound to its run and
+    column (`persistence.stores.codec.KeyRing`: AES-GCM with rotating keys)."""
+
+    current: str
+    """The id of the key new payloads are sealed with."""
+
+    def seal(self, value: Any, run_id: str, column: str) -> dict[str, Any]:
+        """`value` (JSON-able) as an envelope (a JSON object with `SEALED` and `ct`)."""
+        ...
+
+    def open(self, envelope: Mapping[str, Any], run_id: str, column: str) -> Any:
+        """The value an envelope holds; a `StoreError` naming the key if it cannot."""
+        ...
+
+
+@runtime_checkable
+class Payloads(Protocol):
+    """Encrypted payloads (`persistence.stores.codec`): the codec a store seals with."""
+
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
+        """Seal payload columns with `ring`'s current key and open them with any of its keys
+        (None: write in clear); with `show_sealed`, a payload whose key is missing reads as a
+        marker saying so instead of raising `PayloadKeyError` (for display only)."""
+        ...
+
+    def reencrypt_payloads(self, batch: int = 500) -> ReencryptReport:
+        """Rewrite every payload not sealed with the ring's current key under it, `batch` rows
+        per transaction."""
+        ...
+
+
 @runtime_checkable
 class Capacity(Protocol):
     """Named limits shared by every worker (persistence/capacity.py): concurrency slots with a
@@ -1068,6 +1150,16 @@ class Calls(Protocol):
 
     def note_call_failures(self, key: str, attempt: int, end: CallEnd) -> None:
         """Show on a call's run that the call failed transiently `attempt` times."""
+        ...
+
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event) of a
+        burst of ends, all in one transaction (at most one end per run): per end, the inbox id
+        and the run's new version (None: queued for a worker; (0, None): dropped, its holder
+        no longer held the call)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:
@@ -1199,7 +1291,8 @@ class Lifecycle(Protocol):
         ...
 
 
-class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Lifecycle, Protocol):
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Lifecycle, Payloads,
+            Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

@@ -3,13 +3,14 @@
 An invoked function or coroutine is a row of `workflow_calls`, inserted by the step that enters
 its invoking state (`CALL` effects of `StepCommit.new_effects` and of a new run's first step).
 A worker's call executor leases it (`claim_calls`), renews the lease while it runs
-(`heartbeat_calls`) and records how it ended (`finish_call`), queueing its result event in the
+(`heartbeat_calls`) and records how it ended (`_finish_in`, in the transaction of
+`send_and_step`, or of `finish_calls` for a burst of ends), queueing its result event in the
 run's inbox in that same transaction, behind the events that arrived before it. The run is never
 held meanwhile: its timers, events and cancels act while the call runs.
 
 A call is stopped (`status = 'stopped'`) by the step that leaves its invoking state, and by every
 end of its run (a final state, a failure, a cancel). A stopped call's result is never queued: the
-fence of `finish_call` is the row's status and lease, under the row's lock, so a result racing
+fence of `_finish_in` is the row's status and lease, under the row's lock, so a result racing
 the step that stops its call loses or is applied before that step, never after it.
 
 Every attempt is a row of `workflow_call_attempts`: opened by the claim that starts it, closed by
@@ -20,6 +21,7 @@ call over (the same idempotency key, the next attempt).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from persistence.stores.base import (
@@ -32,7 +34,9 @@ from persistence.stores.base import (
     NewEffect,
     idempotency_key,
     is_call,
+    run_of_outbox_key,
 )
+from persistence.stores.codec import Column, PayloadCodecError
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect
@@ -66,7 +70,8 @@ class SQLCalls(SQLDialect):
                 "INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, "
                 "status, attempt, owner, lease_expires_at, available_at, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, rid, step, str(e.payload.get("id")), self._j(e.payload),
+                (key, rid, step, str(e.payload.get("id")),
+                 self._seal(e.payload, rid, Column.CALL_PAYLOAD),
                  "pending" if owner is None else "running", 0 if owner is None else 1, owner,
                  self._t(until), ts, ts, ts),
             )  # fmt: skip
@@ -207,7 +212,9 @@ class SQLCalls(SQLDialect):
                     "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
                     "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
                     "AND status = 'running' RETURNING 1",
-                    (expires, ts, None if details is None else self._j(details), key, owner),
+                    (expires, ts, None if details is None else self._seal(
+                        details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS), key,
+                     owner),
                 ).fetchall()  # fmt: skip
                 if rows:
                     kept.add(key)
@@ -309,9 +316,17 @@ class SQLCalls(SQLDialect):
         return found
 
     def _call(self, row: Sequence[Any]) -> CallRecord:
+        """A call row as a record; one whose payload does not open (a missing key) carries
+        the `problem`, with harmless empty values."""
         values = list(row)
-        values[4] = self._load(values[4])
+        problem = None
+        try:
+            values[4] = self._open(values[4], values[1], Column.CALL_PAYLOAD)
+            values[10] = None if values[10] is None else self._open(values[10], values[1],
+                                                                    Column.CALL_DETAILS)
+        except PayloadCodecError as exc:
+            problem, values[4], values[10] = str(exc), {}, None
         values[8], values[9] = self._ms(values[8]), self._ms(values[9])
-        values[10] = None if values[10] is None else self._load(values[10])
         values[12], values[13] = self._ms(values[12]), self._ms(values[13])
-        return CallRecord(*values)
+        record = CallRecord(*values)
+        return record if problem is None else replace(record, problem=problem)

@@ -36,6 +36,7 @@ from persistence.stores.base import (
     RunRecord,
     Tombstone,
 )
+from persistence.stores.codec import Column
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLRuns
@@ -172,7 +173,7 @@ class SQLLifecycle(SQLRuns):
         if not rows:
             return None
         found, snapshot = rows[0]
-        return int(found), self._load(snapshot)
+        return int(found), self._open(snapshot, self._id(run_id), Column.SNAPSHOT)
 
     def call_starts(self, run_id: str, call_ids: Collection[str],
                     step: int) -> dict[str, tuple[str, JSONDict]]:  # fmt: skip
@@ -185,12 +186,12 @@ class SQLLifecycle(SQLRuns):
             f"SELECT call_id, payload FROM workflow_calls WHERE run_id = ? AND step <= ? AND "
             f"call_id IN ({marks}) ORDER BY step, idempotency_key", (rid, step, *call_ids)
         ):  # fmt: skip
-            found[str(call_id)] = (CALL, self._load(payload))
+            found[str(call_id)] = (CALL, self._open(payload, rid, Column.CALL_PAYLOAD))
         for kind, payload in self._read(
             "SELECT kind, payload FROM workflow_effects WHERE run_id = ? AND step <= ? AND "
             "kind = 'start_child' ORDER BY step, effect_index", (rid, step)
         ):  # fmt: skip
-            data = self._load(payload)
+            data = self._open(payload, rid, Column.EFFECT_PAYLOAD)
             if isinstance(data, Mapping) and data.get("id") in call_ids:
                 found[str(data["id"])] = (str(kind), dict(data))
         return found
@@ -225,7 +226,8 @@ class SQLLifecycle(SQLRuns):
                 "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
                 "version = version + 1 WHERE id = ? AND status = 'error' "
                 f"AND version = ? RETURNING {self.RUN_COLUMNS}",
-                (self._j(snapshot), state, ts, self._t(wake_at), rid, expected_version),
+                (self._seal(snapshot, rid, Column.SNAPSHOT), state, ts, self._t(wake_at), rid,
+                 expected_version),
             ).fetchall()
             if not rows:
                 raise RunFinishedError(f"run {run_id} is not failed at version "
@@ -234,7 +236,7 @@ class SQLLifecycle(SQLRuns):
             self._stop_calls_in(conn, rid, None, None, now, STOPPED_BY_RESET)
             self._exec(conn, "UPDATE workflow_effects SET status = 'skipped', result = ?, "
                        "updated_at = ? WHERE run_id = ? AND status = 'pending'",
-                       (self._j("reset"), ts, rid))  # fmt: skip
+                       (self._seal("reset", rid, Column.EFFECT_RESULT), ts, rid))  # fmt: skip
             self._insert_effects(conn, run_id, run.version, effects, now)
             self._insert_calls_in(conn, run_id, run.version, effects, now, None)
             self._journal_snapshot_in(conn, rid, run.version, {"type": RESET_EVENT, "step": step},
@@ -251,7 +253,8 @@ class SQLLifecycle(SQLRuns):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, step, self._j(event), state, state, ts, self._j(snapshot)),
+            (run_id, step, self._seal(event, run_id, Column.JOURNAL), state, state, ts,
+             self._seal(snapshot, run_id, Column.SNAPSHOT)),
         )
 
     def fork_of(self, run_id: str) -> Fork | None:

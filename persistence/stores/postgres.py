@@ -39,6 +39,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PayloadCodec,
     PendingWork,
     RunNotFoundError,
     RunRecord,
@@ -55,6 +56,7 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
+from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
@@ -139,6 +141,7 @@ class PostgresStore(SQLStore):
     # (the two-key form: a lock space apart from `_LOCK_TREE`'s one-key locks)
     _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
     _JSON_VERSION = "snapshot->>'version'"
+    _SEALED_KEY = "{column}->>'$enc'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", pg_notify({_CHANNEL}, '{_PROCESS}:' || run_id::text)"
@@ -330,21 +333,26 @@ class PostgresStore(SQLStore):
     ) -> tuple[RunRecord, bool]:
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
+        rid = _canonical(run.id)
+        effects_rows = [{"k": idempotency_key(rid, 1, e.index), "i": e.index, "kind": e.kind,
+                         "payload": e.payload} for e in effects if not is_call(e)]
+        calls = [{"k": idempotency_key(rid, 1, e.index), "id": e.payload.get("id"),
+                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
+        snapshot: Any = run.snapshot
+        if self._ring is not None:  # (nothing more to do in clear: the hot path as it was)
+            snapshot = self._ring.seal(snapshot, rid, Column.SNAPSHOT)
+            _seal_rows({"effects": effects_rows, "calls": calls}, self._ring, rid)
         params = {
             "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": _json(run.snapshot), "status": run.status,
+            "state": run.state, "snapshot": _json(snapshot), "status": run.status,
             "attempts": run.attempt_count, "now": now, "completed": completed_at,
             "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
             "traceparent": run.traceparent, "owner": run.lease_owner,
             "lease": run.wake_at if run.lease_owner else None,
             "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id, "priority": run.priority,
-            "effects": _json([{"k": idempotency_key(_canonical(run.id), 1, e.index), "i": e.index,
-                               "kind": e.kind, "payload": e.payload}
-                              for e in effects if not is_call(e)]),
+            "effects": _json(effects_rows),
         }  # fmt: skip
-        calls = [{"k": idempotency_key(_canonical(run.id), 1, e.index), "id": e.payload.get("id"),
-                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
         if calls:
             owner, until = run.call_lease if run.call_lease is not None else (None, None)
             params.update(calls=_json(calls), call_owner=owner, call_lease=until,
@@ -390,9 +398,7 @@ class PostgresStore(SQLStore):
         if found is None:
             return runs, {}
         items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
-        return runs, {run.id: PendingWork([self._pending_effect(run.id, e) for e in effects],
-                                          [self._pending_event(run.id, i) for i in inbox])
-                      for run in runs for effects, inbox in [items[run.id]]}  # fmt: skip
+        return runs, {run.id: self._pending(run.id, *items[run.id]) for run in runs}
 
     def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
         """The existing runs among `run_ids` with their pending work, in one statement and
@@ -401,20 +407,31 @@ class PostgresStore(SQLStore):
         if not ids:
             return []
         rows = self._rows(_READ_WORK, {"ids": ids})
-        return [(self._run(r[:-2]), PendingWork([self._pending_effect(r[0], e) for e in r[-2]],
-                                                [self._pending_event(r[0], i) for i in r[-1]]))
-                for r in rows]  # fmt: skip
+        return [(self._run(r[:-2]), self._pending(r[0], r[-2], r[-1])) for r in rows]
+
+    def _pending(self, run_id: str, effects: list[Any], inbox: list[Any]) -> PendingWork:
+        """A run's pending work as `_WORK_ARRAYS` aggregates it; a payload that does not open
+        (a missing key) makes it the work's `problem`, for the run to be failed with."""
+        try:
+            return PendingWork([self._pending_effect(run_id, e) for e in effects],
+                               [self._pending_event(run_id, i) for i in inbox])  # fmt: skip
+        except PayloadCodecError as exc:
+            return PendingWork([], [], str(exc))
 
     def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
         key, step, index, kind, payload, status, result, error, created, updated = item
-        return EffectRecord(key, run_id, step, index, kind, payload, status, result, error,
-                            created, updated)  # fmt: skip
+        return EffectRecord(key, run_id, step, index, kind,
+                            self._open(payload, run_id, Column.EFFECT_PAYLOAD), status,
+                            None if result is None
+                            else self._open(result, run_id, Column.EFFECT_RESULT),
+                            error, created, updated)  # fmt: skip
 
     def _pending_event(self, run_id: str, item: list[Any]) -> InboxEvent:
         """An inbox row as `_lease` aggregates it (`_INBOX_ITEM`)."""
         inbox_id, event, created, traceparent = item
-        return InboxEvent(inbox_id, run_id, event, created, traceparent)
+        return InboxEvent(inbox_id, run_id, self._open(event, run_id, Column.EVENT), created,
+                          traceparent)  # fmt: skip
 
     def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
                      cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
@@ -444,7 +461,8 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now)).fetchall())
+        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now, self._ring))
+                       .fetchall())  # fmt: skip
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -457,7 +475,7 @@ class PostgresStore(SQLStore):
         if _has_extras(commit):  # (they need to know it was written)
             return super()._commit_later_in(conn, commit, now, cancelled)
         run_id = _uuid(commit.run_id)
-        sql, params = _steps_statement([commit], [run_id], now)
+        sql, params = _steps_statement([commit], [run_id], now, self._ring)
         cursor = conn.execute(_encoded(sql), params)
         return lambda: dict(cursor.fetchall()).get(run_id)
 
@@ -511,7 +529,7 @@ class PostgresStore(SQLStore):
                 or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
             return None
         check_status(commit.status)
-        sql, params = _from_rest_statement(commit, rest, now, finish)
+        sql, params = _from_rest_statement(commit, rest, now, self._ring, finish)
         with self._pipelined_write() as conn:
             _execute(conn, _LOCK_RUN, (params["id"],))
             cursor = conn.execute(_encoded(sql), params)
@@ -656,11 +674,16 @@ def _store_error(exc: BaseException) -> BaseException:
 
 
 def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     from_rest: str | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+                     ring: PayloadCodec | None, from_rest: str | None = None
+                     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
-    commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set."""
+    commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set; its
+    payloads sealed by `ring` when there is one."""
     one = len(commits) == 1
-    params = _steps_params(commits, now, with_runs=not one)
+    failing = any(c.error_traceback is not None for c in commits)
+    params = _steps_params(commits, now, with_runs=not one, tracebacks=failing)
+    if ring is not None:
+        _seal_rows(params, ring)
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
                "calls": params["calls"], "stops": params["stops"],
@@ -670,20 +693,25 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
         params[name] = _json(params[name])
     if not one:
         params["ids"] = _uuid_array(ids)
-        return _steps_sql(parts, "batch"), params
+        return _steps_sql(parts, "batch", failing), params
     commit = commits[0]
-    params.update(_run_params(commit, ids[0], now))
+    params.update(_run_params(commit, ids[0], now, ring))
+    if failing:
+        params["error_traceback"] = commit.error_traceback
     if from_rest:
-        return _steps_sql(parts, from_rest), params
+        return _steps_sql(parts, from_rest, failing), params
     form = ("release" if commit.release else "keep", commit.unleased, bool(commit.effect_outcomes))
-    return _steps_sql(parts, form), params
+    return _steps_sql(parts, form, failing), params
 
 
-def _run_params(commit: StepCommit, run_id: str, now: int) -> dict[str, Any]:
+def _run_params(commit: StepCommit, run_id: str, now: int,
+                ring: PayloadCodec | None) -> dict[str, Any]:  # fmt: skip
     """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
     completed_at, failed_at = completion_times(commit.status, now)
+    snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id,
+                                                              Column.SNAPSHOT)  # fmt: skip
     return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
-            "state": commit.state, "snapshot": _json(commit.snapshot), "status": commit.status,
+            "state": commit.state, "snapshot": _json(snapshot), "status": commit.status,
             "attempts": commit.attempt_count, "last_error": commit.last_error,
             "wv": commit.workflow_version, "completed": completed_at, "failed": failed_at,
             "lease": commit.lease_until, "wake": commit.wake_at,
@@ -698,12 +726,15 @@ def _uuid_array(ids: list[str]) -> str:
 
 
 def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
-                         finish: CallFinish | None = None
+                         ring: PayloadCodec | None, finish: CallFinish | None = None
                          ) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters; with
-    `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`)."""
-    sql, params = _steps_statement([commit], [_uuid(rest.id)], now,
+    `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`).
+    A sealed snapshot is never sealed twice alike (a new nonce each time), so with a `ring`
+    the row is matched by its version alone (`was` NULL): an envelope cannot be edited by
+    hand into another valid one, and one rewritten by `reencrypt` holds the same value."""
+    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, ring,
                                    from_rest="finish" if finish else "rest")  # fmt: skip
     if finish is not None:
         end = finish.end
@@ -713,7 +744,8 @@ def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
             else None, outcome=end.outcome, error_name=end.error_name, message=end.message,
             traceback=end.traceback)  # fmt: skip
     params.update(
-        was=_json(rest.snapshot), was_version=rest.workflow_version,
+        was=None if ring is not None else _json(rest.snapshot),
+        was_version=rest.workflow_version,
         due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
     return sql, params
 
@@ -946,7 +978,8 @@ _FROM_REST_RUN = """
 WITH run AS (""" + _ONE_RUN_SET + f"""
         wake_at = {_at("wake")}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND r.lease_owner IS NULL
-      AND r.status = 'active' AND r.snapshot = %(was)s AND r.workflow_version = %(was_version)s
+      AND r.status = 'active' AND r.snapshot = coalesce(%(was)s, r.snapshot)
+      AND r.workflow_version = %(was_version)s
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
@@ -1062,20 +1095,37 @@ _STEPS_PARTS = {
 
 
 @lru_cache(maxsize=64)
-def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch") -> str:
+def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch",
+               tracebacks: bool = False) -> str:  # fmt: skip
     """The one statement that commits steps, with only the parts it needs (fewer
     sub-statements to plan and run on the hot path); `run`: how it writes the run rows, a
     batch's (`_STEPS_RUNS`), one step computed from rest (`"rest"`: `_FROM_REST_RUN`,
-    `_FROM_REST_RESULT`) or one step's (`_one_run_sql`'s form); the other parts are the batch's."""
+    `_FROM_REST_RESULT`) or one step's (`_one_run_sql`'s form); the other parts are the batch's.
+    `tracebacks`: a step fails its run with a traceback (`_with_error_traceback`)."""
     body = "".join(_STEPS_PARTS[p] for p in parts)
     if run == "rest":
-        return _FROM_REST_RUN + body + _FROM_REST_RESULT
-    if run == "finish":
-        return _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
-    if run == "batch":
-        return _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
-    assert isinstance(run, tuple)
-    return _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+        sql = _FROM_REST_RUN + body + _FROM_REST_RESULT
+    elif run == "finish":
+        sql = _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
+    elif run == "batch":
+        sql = _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
+    else:
+        assert isinstance(run, tuple)
+        sql = _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+    return _with_error_traceback(sql, run == "batch") if tracebacks else sql
+
+
+def _with_error_traceback(sql: str, batch: bool) -> str:
+    """A step statement that also writes `error_traceback` beside `last_error` (the batch's
+    from its JSON row set, one step's as the parameter `error_traceback`): only the rare step
+    that fails its run names the column, so the hot statements stay as they were."""
+    value = "b.error_traceback" if batch else "%(error_traceback)s"
+    written = sql.replace("last_error = coalesce(", f"error_traceback = coalesce({value}, "
+                          "r.error_traceback),\n        last_error = coalesce(", 1)  # fmt: skip
+    if batch:
+        written = written.replace("unleased boolean)", "unleased boolean, error_traceback text)", 1)
+    assert written.count("error_traceback") == (4 if batch else 3), written
+    return written
 
 
 def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
@@ -1103,10 +1153,10 @@ WITH run AS ({_ONE_RUN_SET} {held}
 )"""
 
 
-def _steps_params(commits: Sequence[StepCommit], now: int,
-                  with_runs: bool = True) -> dict[str, Any]:  # fmt: skip
+def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = True,
+                  tracebacks: bool = False) -> dict[str, Any]:  # fmt: skip
     """The batch as JSON row sets, one per table the statement writes (`with_runs`: the
-    runs' rows too, `steps`)."""
+    runs' rows too, `steps`; `tracebacks`: with their `error_traceback`)."""
     steps: list[dict[str, Any]] = []
     outcomes: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
@@ -1127,6 +1177,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
                 "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
                 "unleased": c.unleased,
             })  # fmt: skip
+            if tracebacks:
+                steps[-1]["error_traceback"] = c.error_traceback
         outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
                       "e": o.error} for o in c.effect_outcomes]  # fmt: skip
         step = c.expected_version + 1
@@ -1151,6 +1203,19 @@ def _steps_params(commits: Sequence[StepCommit], now: int,
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "calls": calls, "stops": stops, "journal": journal, "dead": dead,
             "now": now}  # fmt: skip
+
+
+def _seal_rows(params: Mapping[str, Any], ring: PayloadCodec, run_id: str | None = None) -> None:
+    """The payloads of `_steps_params`' row sets (those of them in `params`) sealed in
+    place, each for its run (its `run`, or `run_id` for a new run's rows, which have none)."""
+    for name, field, column in (("steps", "snapshot", Column.SNAPSHOT),
+                                ("outcomes", "r", Column.EFFECT_RESULT),
+                                ("effects", "payload", Column.EFFECT_PAYLOAD),
+                                ("calls", "payload", Column.CALL_PAYLOAD),
+                                ("journal", "event", Column.JOURNAL)):  # fmt: skip
+        for row in params.get(name, ()):
+            owner = run_id or _uuid(row["id"] if name == "steps" else row["run"])
+            row[field] = ring.seal(row[field], owner, column)
 
 
 def _canonical(run_id: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 from persistence import schema
 from persistence.stores.base import (
@@ -32,6 +32,7 @@ from persistence.stores.base import (
     FAILED_EVENT,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
+    SEALED,
     STOPPED_BY_END,
     STOPPED_BY_EXIT,
     BreakerRecord,
@@ -46,6 +47,7 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
+    PayloadCodec,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
@@ -72,7 +74,9 @@ from persistence.stores.base import (
 )
 from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
+from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
 from persistence.stores.lifecycle import SQLLifecycle
+from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
 
@@ -126,6 +130,16 @@ SYSTEM_ID_HOLDER = "parent IS NOT NULL AND invoke IS NOT NULL AND key = ?"
 log = logging.getLogger("statecharts.runs")
 
 
+class _Sent(NamedTuple):
+    """A sent event queued in an open transaction (`SQLRuns._send_in`), for `_sent`."""
+
+    inbox_id: int
+    rid: str
+    written: Callable[[], int | None] | None  # the step's new version, once committed
+    stepped: bool
+    due: bool
+
+
 class _Delivered(Exception):
     """Internal: the delivery was recorded by a concurrent transaction; roll this one back."""
 
@@ -155,6 +169,9 @@ class SQLDialect:
     waits for) but plain updates of the row do not wait for (PostgreSQL `FOR KEY SHARE`)."""
     _JSON_VERSION = ""
     """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
+    _SEALED_KEY = ""
+    """SQL for the key id of a sealed payload in `{column}`, NULL when it is in clear (or not
+    JSON)."""
     _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
     """The claim order of due runs (`PRIORITY_AGING_MS`), as the claim index spells it."""
     _STATUS_GROUP = "status"
@@ -243,6 +260,33 @@ class SQLDialect:
         """A JSON column read back as a value."""
         return value
 
+    _ring: PayloadCodec | None = None
+    _show_sealed = False
+
+    def use_codec(self, ring: PayloadCodec | None, *, show_sealed: bool = False) -> None:
+        """Seal the payload columns this store writes with `ring`'s current key, and open
+        sealed ones with any of its keys (`persistence.stores.codec`); None writes them in
+        clear. With `show_sealed` (the UI, `runs show`), a payload whose key is missing reads
+        as a marker saying so, instead of raising `PayloadKeyError`."""
+        self._ring, self._show_sealed = ring, show_sealed
+
+    def _seal(self, value: Any, run_id: str, column: str) -> Any:
+        """A payload column's parameter: `value` as JSON, sealed when a key ring is set."""
+        ring = self._ring
+        return self._j(value if ring is None else ring.seal(value, run_id, column))
+
+    def _open(self, value: Any, run_id: str, column: str) -> Any:
+        """A payload column read back: its value, opened if it is sealed."""
+        value = self._load(value)
+        if type(value) is not dict or SEALED not in value:  # (in clear: one check)
+            return value
+        try:
+            return open_payload(self._ring, value, run_id, column)
+        except PayloadCodecError as exc:
+            if self._show_sealed:
+                return shown_sealed(exc)
+            raise
+
     def _id(self, run_id: str) -> str:
         """A run id as a parameter (dialects with typed ids validate it here)."""
         return run_id
@@ -307,30 +351,36 @@ class SQLDialect:
 
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
-        ts, event = self._t(now), self._j(delivery.event)
+        ts = self._t(now)
         if delivery.child is not None:
             target = delivery.child  # its own child's invoke id first, then a systemId
-            queued = self._exec(
+            # (found first: its event is sealed for the run it goes to)
+            found = self._exec(
                 conn,
-                f"{self._run_tree()}INSERT INTO workflow_inbox (run_id, event, created_at) "
-                f"SELECT id, ?, ? FROM tree WHERE (parent = ? AND invoke = ?) OR "
-                f"({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND invoke = ? THEN 0 "
-                "ELSE 1 END LIMIT 1 RETURNING id",
-                (run_id, event, ts, run_id, target, target, run_id, target),
+                f"{self._run_tree()}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
+                f"invoke = ?) OR ({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND "
+                "invoke = ? THEN 0 ELSE 1 END LIMIT 1",
+                (run_id, run_id, target, target, run_id, target),
             ).fetchall()
-            if not queued:
+            if not found:
                 self._undeliverable_in(conn, run_id, delivery, f"no active child run {target!r}"
                                        " (its own by invoke id, or by systemId in its run tree)",
                                        now)  # fmt: skip
+                return
+            child = str(found[0][0])
+            self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                       "(?, ?, ?)", (child, self._seal(delivery.event, child, Column.EVENT), ts))
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
             return
+        parent_id = self._id(delivery.parent)
+        event = self._seal(delivery.event, parent_id, Column.EVENT)
         sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
                "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
                "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
                "FROM workflow_runs WHERE id = ?")  # fmt: skip
-        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, self._id(delivery.parent)]
+        params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, parent_id]
         if delivery.completes:  # unless the parent stopped this child (it waits no more)
             sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
                     "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
@@ -347,7 +397,8 @@ class SQLDialect:
         ts = self._t(now)
         self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
                    "dead_reason) VALUES (?, ?, ?, ?, ?)",
-                   (self._id(run_id), self._j(delivery.event), ts, ts, reason))  # fmt: skip
+                   (self._id(run_id), self._seal(delivery.event, self._id(run_id), Column.EVENT),
+                    ts, ts, reason))  # fmt: skip
 
     def _run(self, row: Sequence[Any], previous_owner: str | None = None,
              due_at: Any = None) -> RunRecord:  # fmt: skip
@@ -356,22 +407,28 @@ class SQLDialect:
         values = list(row)
         for i in RUN_TIME_FIELDS:
             values[i] = self._ms(values[i])
-        return parse_run(values, self._load, previous_owner, self._ms(due_at))
+        return parse_run(values, self._load, previous_owner, self._ms(due_at), self._opener)
+
+    def _opener(self, value: Any, run_id: str) -> Any:
+        """A sealed snapshot opened (`parse_run` makes a `PayloadCodecError` the row's
+        problem: the run is shown so, and failed by its next claim)."""
+        return open_payload(self._ring, value, run_id, Column.SNAPSHOT)
 
     def _effect(self, row: Sequence[Any]) -> EffectRecord:
         values = list(row)
-        values[5] = self._load(values[5])
-        values[7] = None if values[7] is None else self._load(values[7])
+        values[5] = self._open(values[5], values[1], Column.EFFECT_PAYLOAD)
+        values[7] = None if values[7] is None else self._open(values[7], values[1],
+                                                              Column.EFFECT_RESULT)
         values[9], values[10] = self._ms(values[9]), self._ms(values[10])
         return EffectRecord(*values)
 
     def _inbox(self, row: Sequence[Any]) -> InboxEvent:
         i, r, e, c, tp = row
-        return InboxEvent(i, r, self._load(e), self._ms(c), tp)
+        return InboxEvent(i, r, self._open(e, r, Column.EVENT), self._ms(c), tp)
 
     def _dead(self, row: Sequence[Any]) -> DeadLetter:
         i, r, e, c, d, why = row
-        return DeadLetter(i, r, self._load(e), self._ms(c), self._ms(d), why)
+        return DeadLetter(i, r, self._open(e, r, Column.EVENT), self._ms(c), self._ms(d), why)
 
 
 class SQLRuns(SQLCalls, SQLDialect):
@@ -411,7 +468,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
-                self._j(run.snapshot), run.status, run.attempt_count, self._t(now),
+                self._seal(run.snapshot, self._id(run.id), Column.SNAPSHOT), run.status,
+                run.attempt_count, self._t(now),
                 self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
                 self._t(run.wake_at), run.lease_owner,
                 self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
@@ -450,13 +508,14 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _insert_effects(
         self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect], now: int
     ) -> None:
+        rid = self._id(run_id)
         self._many(
             conn,
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
             [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._j(e.payload), self._t(now), self._t(now)) for e in effects
-             if not is_call(e)],
+              self._seal(e.payload, rid, Column.EFFECT_PAYLOAD), self._t(now), self._t(now))
+             for e in effects if not is_call(e)],
         )  # fmt: skip
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -509,7 +568,8 @@ class SQLRuns(SQLCalls, SQLDialect):
             return "finished"
         if owner is not None and expires is not None and self._ms(expires) > now:
             self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
-                       "VALUES (?, ?, ?)", (rid, self._j(cancel_event(reason)), ts))
+                       "VALUES (?, ?, ?)",
+                       (rid, self._seal(cancel_event(reason), rid, Column.EVENT), ts))
             return "requested"
         self._exec(
             conn,
@@ -522,7 +582,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_effects SET status = 'skipped', result = ?, updated_at = ? "
             "WHERE run_id = ? AND status = 'pending'",
-            (self._j("cancelled"), ts, rid),
+            (self._seal("cancelled", rid, Column.EFFECT_RESULT), ts, rid),
         )
         self._dead_letter(conn, rid, "cancelled", ts)
         self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
@@ -574,7 +634,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, step, self._j(dict(event)), state, state, ts),
+            (run_id, step, self._seal(dict(event), run_id, Column.JOURNAL), state, state, ts),
         )
 
     def _dead_letter(self, conn: Any, run_id: str, status: str, ts: Any) -> None:
@@ -645,7 +705,8 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
                 call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip
         """`_QUEUE_EVENT`'s parameters (`call_key`: the call whose result it is)."""
-        return (self._j(dict(event)), self._t(now), traceparent, call_key, rid)
+        return (self._seal(dict(event), rid, Column.EVENT), self._t(now), traceparent, call_key,
+                rid)
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -768,12 +829,13 @@ class SQLRuns(SQLCalls, SQLDialect):
     def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
                  outcomes: Sequence[EffectOutcome] = (),
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None) -> bool:
+                 attempt_count: int | None = None, cancelled: list[str] | None = None,
+                 error_traceback: str | None = None) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         ended: list[str] = []
         with self._write() as conn:
             failed = self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
-                                   attempt_count, ended)  # fmt: skip
+                                   attempt_count, ended, error_traceback)  # fmt: skip
         if cancelled is not None:
             cancelled.extend(ended)
         return failed
@@ -781,17 +843,19 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
                  outcomes: Sequence[EffectOutcome],
                  start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                 attempt_count: int | None, cancelled: list[str]) -> bool:  # fmt: skip
+                 attempt_count: int | None, cancelled: list[str],
+                 error_traceback: str | None = None) -> bool:  # fmt: skip
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
-            "UPDATE workflow_runs SET status = 'error', last_error = ?, updated_at = ?, "
+            "UPDATE workflow_runs SET status = 'error', last_error = ?, error_traceback = ?, "
+            "updated_at = ?, "
             "completed_at = ?, failed_at = ?, wake_at = NULL, lease_owner = NULL, "
             "lease_expires_at = NULL, version = CAST(version AS bigint) + 1, "
             "attempt_count = coalesce(?, attempt_count) "
             "WHERE id = ? AND lease_owner = ? RETURNING version, state, parent_run_id, "
             "parent_invoke_id",
-            (reason, ts, ts, ts, attempt_count, rid, owner),
+            (reason, error_traceback, ts, ts, ts, attempt_count, rid, owner),
         ).fetchall()
         if not rows:
             return False
@@ -825,7 +889,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
                 "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
                 f"RETURNING {self.RUN_COLUMNS}",
-                (self._j(dict(snapshot)), state, ts, ts, rid, expected_version),
+                (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, ts, ts, rid,
+                 expected_version),
             ).fetchall()
             if not rows:
                 raise RunFinishedError(f"run {run_id} is not failed at version "
@@ -855,7 +920,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                                 f"{rows[0][0]}; try again when it is idle")  # fmt: skip
         queued = self._exec(conn, "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND "
                             "dead_at IS NULL ORDER BY id", (pid,)).fetchall()
-        ids = [i for i, event in queued if self._load(event).get("type") == event_type]
+        ids = [i for i, event in queued
+               if self._open(event, pid, Column.EVENT).get("type") == event_type]
         if not rows or not ids:
             raise ConflictError(f"run {run_id}: its parent run {parent} already took its "
                                 f"result ({event_type}); resuming it would report a second one")
@@ -925,6 +991,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         new_version = commit.expected_version + 1
         rid, ts = self._id(commit.run_id), self._t(now)
         lease_sql, lease_params = _lease_update(commit, self._t)
+        # named only by the rare step that fails its run with one: the hot statement as it was
+        traceback_sql, traceback_params = (" error_traceback = ?,", (commit.error_traceback,)) \
+            if commit.error_traceback is not None else ("", ())  # fmt: skip
         holder_params: tuple[Any, ...] = ()
         if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
             holder = "lease_owner IS NULL AND status = 'active'"
@@ -934,13 +1003,14 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
             "attempt_count = coalesce(?, attempt_count), last_error = coalesce(?, last_error),"
-            " workflow_version = coalesce(?, workflow_version),"
+            f"{traceback_sql} workflow_version = coalesce(?, workflow_version),"
             " updated_at = ?, completed_at = coalesce(completed_at, ?), "
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
-                commit.state, self._j(commit.snapshot), commit.status, commit.attempt_count,
-                commit.last_error, commit.workflow_version, ts, self._t(completed_at),
+                commit.state, self._seal(commit.snapshot, rid, Column.SNAPSHOT), commit.status,
+                commit.attempt_count, commit.last_error, *traceback_params,
+                commit.workflow_version, ts, self._t(completed_at),
                 self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
                 *holder_params,
             ),
@@ -956,8 +1026,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 conn,
                 "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
                 "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
-                (outcome.status, self._j(outcome.result), outcome.error, ts,
-                 outcome.idempotency_key, rid),
+                (outcome.status, self._seal(outcome.result, rid, Column.EFFECT_RESULT),
+                 outcome.error, ts, outcome.idempotency_key, rid),
             )  # fmt: skip
             if done.rowcount != 1:
                 raise ConflictError(
@@ -981,8 +1051,9 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
             "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(rid, new_version, self._j(j.event), j.state_before, j.state_after, ts,
-              self._j(commit.snapshot) if n == last else None)
+            [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
+              j.state_after, ts,
+              self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None)
              for n, j in enumerate(commit.journal)],
         )  # fmt: skip
         return new_version
@@ -1021,10 +1092,19 @@ class SQLRuns(SQLCalls, SQLDialect):
         """`_work_queries`' rows as each run's `PendingWork`, keyed by the ids as given."""
         effect_rows, inbox_rows = rows
         work = {canonical: PendingWork([], []) for canonical in ids}
+        problems: dict[str, str] = {}
         for row in effect_rows:
-            work[row[1]].effects.append(self._effect(row))
+            try:
+                work[row[1]].effects.append(self._effect(row))
+            except PayloadCodecError as exc:
+                problems.setdefault(row[1], str(exc))
         for row in inbox_rows:
-            work[row[1]].inbox.append(self._inbox(row))
+            try:
+                work[row[1]].inbox.append(self._inbox(row))
+            except PayloadCodecError as exc:
+                problems.setdefault(row[1], str(exc))
+        for canonical, problem in problems.items():
+            work[canonical] = PendingWork([], [], problem)
         return {given: work[canonical] for canonical, given in ids.items()}
 
     def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
@@ -1041,44 +1121,73 @@ class SQLRuns(SQLCalls, SQLDialect):
         With `finish`, the event is that call's result: the call's end is recorded first, and
         only if its holder still holds it is the event queued (else (0, None): dropped)."""
         del rest
-        rid, ended = self._id(run_id), list[str]()
+        ended = list[str]()
         with self._pipelined_write() as conn:
-            locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
-                                f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
-            if finish is not None and not self._finish_in(conn, finish, now):
-                if not locked.fetchall():
-                    raise RunNotFoundError(f"no run with id {run_id!r}")
-                return 0, None
-            queued = self._exec(conn, _QUEUE_EVENT, self._queued(
-                rid, event, now, traceparent, None if finish is None else finish.key))
-            reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
-            rows, inserted = locked.fetchall(), queued.fetchall()
-            if not rows:
-                raise RunNotFoundError(f"no run with id {run_id!r}")
-            if not inserted:
-                raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
-            run = self._run(rows[0])
-            work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
-            commit = step(run, work)
-            if commit is not None:
-                check_status(commit.status)
-            written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
-            due = commit is not None and (
-                bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
-                or unowned_calls(commit.new_effects, commit.call_lease))
-            if commit is None or due:
-                self._notify_in(conn, None if due else rid)
-        version = None if written is None else written()
-        if commit is not None and version is None:  # (under the row lock it is always written)
-            with self._statement_write() as conn:
-                self._notify_in(conn, rid)
-        if version is None:
-            self.wakeup().notify(rid)
-        elif due:
-            self.wakeup().notify()
+            sent = self._send_in(conn, run_id, event, now, step, traceparent, finish, ended)
         if cancelled is not None:
             cancelled.extend(ended)
-        return int(inserted[0][0]), version
+        return self._sent(sent)
+
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`send_and_step` with its `finish` for each (call end, run id, result event), all in
+        one transaction (`Calls.finish_calls`)."""
+        ended, sent = list[str](), []
+        with self._pipelined_write() as conn:
+            for finish, run_id, event in ends:
+                sent.append(self._send_in(conn, run_id, event, now, step, None, finish, ended))
+        if cancelled is not None:
+            cancelled.extend(ended)
+        return [self._sent(one) for one in sent]
+
+    def _send_in(self, conn: Any, run_id: str, event: Mapping[str, Any], now: int,
+                 step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                 traceparent: str | None, finish: CallFinish | None,
+                 ended: list[str]) -> _Sent | None:  # fmt: skip
+        """`send_and_step`'s work in the open transaction; None when `finish` was dropped."""
+        rid = self._id(run_id)
+        locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
+                            f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
+        if finish is not None and not self._finish_in(conn, finish, now):
+            if not locked.fetchall():
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return None
+        queued = self._exec(conn, _QUEUE_EVENT, self._queued(
+            rid, event, now, traceparent, None if finish is None else finish.key))
+        reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
+        rows, inserted = locked.fetchall(), queued.fetchall()
+        if not rows:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        if not inserted:
+            raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
+        run = self._run(rows[0])
+        work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
+        commit = step(run, work)
+        if commit is not None:
+            check_status(commit.status)
+        written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
+        due = commit is not None and (
+            bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
+            or unowned_calls(commit.new_effects, commit.call_lease))
+        if commit is None or due:
+            self._notify_in(conn, None if due else rid)
+        return _Sent(int(inserted[0][0]), rid, written, commit is not None, due)
+
+    def _sent(self, sent: _Sent | None) -> tuple[int, int | None]:
+        """After `_send_in`'s transaction: the inbox id and new version, workers woken."""
+        if sent is None:
+            return 0, None
+        version = None if sent.written is None else sent.written()
+        if sent.stepped and version is None:  # (under the row lock it is always written)
+            with self._statement_write() as conn:
+                self._notify_in(conn, sent.rid)
+        if version is None:
+            self.wakeup().notify(sent.rid)
+        elif sent.due:
+            self.wakeup().notify()
+        return sent.inbox_id, version
 
 
 class SQLQueries(SQLDialect):
@@ -1160,6 +1269,12 @@ class SQLQueries(SQLDialect):
             params += (last,)
         return [self._effect(r) for r in reversed(self._read(sql, params))]
 
+    def error_traceback(self, run_id: str) -> str | None:
+        """The traceback recorded with the run's failure, if any."""
+        rows = self._read("SELECT error_traceback FROM workflow_runs WHERE id = ?",
+                          (self._id(run_id),))  # fmt: skip
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
         """Journal rows of a run, oldest first (the newest `last` of them)."""
         check_last(last)
@@ -1169,7 +1284,7 @@ class SQLQueries(SQLDialect):
         if last is not None:
             sql += " LIMIT ?"
             params += (last,)
-        return [EventRecord(i, r, s, self._load(e), b, a, self._ms(c))
+        return [EventRecord(i, r, s, self._open(e, r, Column.JOURNAL), b, a, self._ms(c))
                 for i, r, s, e, b, a, c in reversed(self._read(sql, params))]  # fmt: skip
 
     def count_events(self, run_id: str) -> int:
@@ -1320,7 +1435,8 @@ class SQLCoordination(SQLDialect):
             return None
 
 
-class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity):
+class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity,
+               SQLReencrypt):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:

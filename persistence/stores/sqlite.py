@@ -60,6 +60,8 @@ class SQLiteStore(SQLStore):
 
     dialect = "sqlite"
     _JSON_VERSION = "CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.version') END"
+    _SEALED_KEY = ("CASE WHEN json_valid({column}) THEN json_extract({column}, '$.\"$enc\"') "
+                   "END")  # fmt: skip
     # With a state filter, `+status` keeps SQLite on the state index (group after filtering)
     # instead of walking the listing index in status order and reading every row.
     _STATUS_GROUP = "+status"

@@ -107,6 +107,9 @@ class RunDetailOut(RunSummary):
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
+    error_traceback: str | None = Field(
+        None, description="where the code that failed the run raised (an action, an assign, a "
+                          "guard; or the call whose error no state handled)")
     children: list[RunSummary] = Field(default_factory=list,
                                        description="the child runs it started, newest first")
 
@@ -159,4 +162,5 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         journal=[_journal(e) for e in detail.journal],
         children=[summary(c) for c in detail.children],
         journal_total=detail.journal_total,
+        error_traceback=None if detail.traceback is None else detail.traceback.text,
     )  # fmt: skip

@@ -14,8 +14,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from persistence.cli import STORE_ENV, load_machines
+from persistence.cli import STORE_ENV, add_keys_file, load_machines
 from persistence.stores import StoreError, open_store
+from persistence.stores.codec import KeyConfigError, keys_from_env
 from statecharts.subcommands import run_one_tool
 
 DEFAULT_HOST = "127.0.0.1"
@@ -46,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=f"Serve the operator's web UI. Beyond 127.0.0.1 set {TOKEN_ENV}.",
     )
     ui.add_argument("--store", help=f"store URL (default: ${STORE_ENV}), e.g. sqlite:///runs.db")
+    add_keys_file(ui)
     ui.add_argument("--host", default=DEFAULT_HOST,
                     help=f"address to listen on (default {DEFAULT_HOST}; others need "
                     f"{TOKEN_ENV})")  # fmt: skip
@@ -79,9 +81,13 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     try:
+        ring = keys_from_env(args.keys_file)
         store = open_store(url)
+    except KeyConfigError as exc:
+        raise SystemExit(f"keys: {exc}") from exc
     except StoreError as exc:
         raise SystemExit(f"store: {exc}") from exc
+    store.use_codec(ring, show_sealed=True)  # (a payload without its key shows as encrypted)
     machines = load_machines(args.machines) if args.machines else []
     app = create_app(store, machines, read_only=args.read_only, token=token,
                      stuck_after_ms=args.stuck_after_ms)  # fmt: skip

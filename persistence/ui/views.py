@@ -26,6 +26,7 @@ from persistence.stores import (
     Store,
 )
 from statecharts import Machine, Snapshot
+from statecharts.events import error_actor_event_type
 from statecharts.frozen import text_problem
 from statecharts.retrying import retried_state_of_timer
 
@@ -222,6 +223,8 @@ class RunDetail:
     """The child runs this run started, newest first."""
     error_run: RunRecord | None = None
     """The error-workflow run started when this run failed, if any."""
+    traceback: FailureTraceback | None = None
+    """Where the code that failed the run raised (`failure_traceback`), if it did."""
 
     @property
     def active(self) -> bool:
@@ -233,6 +236,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
     """The run page's data (`RunNotFoundError` for an unknown id)."""
     run = store.get_run(run_id)
     snapshot = run.snapshot
+    calls = calls_of(store, run_id)
     return RunDetail(
         run=run,
         context=snapshot.get("context"),
@@ -242,13 +246,45 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         journal=store.list_events(run_id, last=TIMELINE_LIMIT)[::-1],
         journal_total=store.count_events(run_id),
         effects=store.list_effects(run_id, last=50)[::-1],
-        calls=calls_of(store, run_id),
+        calls=calls,
         inbox=store.pending_events(run_id),
         dead_letters=store.dead_letters(run_id),
         parent=None if run.parent_run_id is None else store.get_run(run.parent_run_id),
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
+        traceback=failure_traceback(store, run, calls),
     )
+
+
+@dataclass(frozen=True)
+class FailureTraceback:
+    """Where the code that failed a run raised, and whose code it was: the run's own (None)
+    or a call's, e.g. "call 'charge', attempt 3"."""
+
+    text: str
+    of: str | None = None
+
+
+def failure_traceback(store: Store, run: RunRecord,
+                      calls: Sequence[CallView]) -> FailureTraceback | None:  # fmt: skip
+    """The traceback beside the run's error: the one recorded with it (an action, an assign
+    or a guard raised: `Store.error_traceback`), else, for a run failed by a call's error that
+    no state handled, the last attempt's of that call (the step that failed the run applied
+    its `xstate.error.actor.<id>`). None if the error raised nothing of the machine's."""
+    if not run.last_error:
+        return None
+    own = store.error_traceback(run.id)
+    if own is not None or run.status != "error":
+        return None if own is None else FailureTraceback(own)
+    last = store.list_events(run.id, last=1)
+    failed_by = str(last[0].event.get("type")) if last else None
+    for view in calls:
+        if error_actor_event_type(view.call.call_id) == failed_by and view.call.status == \
+                "failed" and view.attempts and view.attempts[-1].traceback:  # fmt: skip
+            attempt = view.attempts[-1]
+            return FailureTraceback(str(attempt.traceback),
+                                    f"call {view.call.call_id!r}, attempt {attempt.attempt}")
+    return None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ The same machine always gives byte-identical DOT, Mermaid and SVG (with the same
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..machine import Machine
 from ..snapshot import Snapshot
 from . import graphviz
@@ -20,9 +22,13 @@ from .model import build_diagram
 __all__ = ["GraphvizNotFound", "to_dot", "to_mermaid", "to_png", "to_svg"]
 
 
-def to_dot(machine: Machine, snapshot: Snapshot | None = None) -> str:
-    """The Graphviz DOT text of ``machine`` (``snapshot``'s active states highlighted)."""
-    return graphviz.dot_source(build_diagram(machine, snapshot))
+def to_dot(machine: Machine, snapshot: Snapshot | None = None, *,
+           columns: bool = True) -> str:
+    """The Graphviz DOT text of ``machine`` (``snapshot``'s active states highlighted); a
+    deep chart wraps into columns side by side unless ``columns`` is False (one strip: the
+    simpler layout to try when Graphviz cannot lay the columns out)."""
+    diagram = build_diagram(machine, snapshot)
+    return graphviz.dot_source(diagram if columns else replace(diagram, columns={}))
 
 
 def to_mermaid(machine: Machine, snapshot: Snapshot | None = None) -> str:

@@ -10,6 +10,7 @@ name as its title (its ``description`` goes below it); for transitions, guards a
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,7 +76,25 @@ def state_description(node: StateNode) -> str | None:
 
 
 def _same_words(a: str, b: str) -> bool:
-    return [w.lower() for w in words(a)] == [w.lower() for w in words(b)]
+    return [w.lower() for w in words(a)] == [w.lower() for w in words(b)] or _keyed(a, b)
+
+
+_CUT_WORDS = 4  # a key cut short keeps at least this many words of the name
+
+
+def _keyed(name: str, key: str) -> bool:
+    """True when ``key`` is ``name`` made into a key: lower case, run together
+    ("SplitInBatches": ``splitinbatches``), numbered to be unique (``set_2``), cut short at
+    a word (``customer_messenger_send_message_to`` for "Customer Messenger - Send message to
+    client") or with a leading digit guarded (``n_2nd_try``)."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    spelled = [w for w in re.split(r"[^a-z0-9]+", folded.lower()) if w]
+    keyed = [w for w in key.lower().split("_") if w]
+    if keyed[:1] == ["n"] and spelled[:1] != ["n"] and spelled[:1] and spelled[0][0].isdigit():
+        keyed = keyed[1:]
+    options = [keyed] + ([keyed[:-1]] if len(keyed) > 1 and keyed[-1].isdigit() else [])
+    return any(option == spelled or (len(option) >= _CUT_WORDS and
+                                     spelled[:len(option)] == option) for option in options)
 
 
 def event_phrase(event: str) -> str:
@@ -131,8 +150,9 @@ def delay_phrase(delay: int | str, delays: Mapping[str, Any]) -> str:
 
 def guard_phrase(guard: GuardSpec) -> str:
     """A guard as a condition: "if the payment is valid", "unless the order is paid",
-    "if the amount is over (limit 100)"."""
-    if guard.description:
+    "if the amount is over (limit 100)"; its description as written, if it has one (empty: a
+    guard with nothing to say, see ``guards.described``)."""
+    if guard.description is not None:
         return guard.description
     if guard.type == "not" and guard.children:
         return f"unless {_condition(guard.children[0])}"

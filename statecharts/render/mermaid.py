@@ -16,9 +16,12 @@ from ..nodes import COMPOUND, FINAL, HISTORY, PARALLEL, StateNode
 from .model import ADDED, CHANGED, REMOVED, Arrow, Box, Diagram
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-# Mermaid syntax characters in labels, swapped for characters that look the same to a reader.
-_LOOKALIKES = str.maketrans({'"': "'", ";": ",", "{": "(", "}": ")", "<": "\u2039",
-                             ">": "\u203a"})
+# Mermaid syntax characters in labels, written as Mermaid's entity codes ("#35;" is "#"):
+# Mermaid turns each back into its character when it draws, so a label shows the text as
+# written (an n8n expression "{{ $json.a < 2 }}" stays that) and never breaks the syntax.
+# One pass (``str.translate``): the codes' own "#" and ";" stay as they are.
+_ENTITIES = str.maketrans({"#": "#35;", '"': "#quot;", ";": "#59;", "{": "#123;",
+                           "}": "#125;", "<": "#60;", ">": "#62;"})
 _CLASSES = (
     "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
     "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
@@ -196,6 +199,5 @@ def _lines(diagram: Diagram, source: StateNode, target: StateNode,
 
 
 def _text(text: str) -> str:
-    """Text Mermaid shows as written (its syntax characters swapped for look-alikes)."""
-    text = text.replace("-->", "\u2192").replace("\n", " ").replace("#", "no. ")
-    return text.translate(_LOOKALIKES)
+    """Text Mermaid shows as written: its syntax characters as entity codes, lines joined."""
+    return text.replace("\n", " ").translate(_ENTITIES)

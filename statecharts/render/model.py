@@ -58,6 +58,8 @@ class Arrow:
     raw: str
     mark: str | None = None  # ADDED, REMOVED or CHANGED on a diff's diagram
     changes: tuple[str, ...] = ()  # what changed on this arrow, "old → new"
+    fallback: bool = False  # unguarded, after guarded arrows for the same event
+    routed: bool = False  # taken automatically when a guard drawn as nothing passes
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,20 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
              for node in nodes}
     arrows: list[Arrow] = []
     for node in nodes:
-        guarded: set[str | None] = set()  # events with a guarded branch seen so far
+        guarded: dict[str | None, bool] = {}  # events with a guarded branch seen so far,
+        # and whether a guard of theirs is drawn (then the fallback says "otherwise")
         for transition in (*node.transitions, *node.always):
-            otherwise = transition.guard is None and transition.event in guarded
+            fallback = transition.guard is None and transition.event in guarded
             if transition.guard is not None:
-                guarded.add(transition.event)
-            arrows.extend(_arrows(machine, transition, work, failed, otherwise))
+                guarded[transition.event] = guarded.get(transition.event, False) or \
+                    bool(labels.guard_phrase(transition.guard))
+            routed = transition.event is None and transition.guard is not None and \
+                not labels.guard_phrase(transition.guard)
+            arrows.extend(replace(arrow, fallback=fallback, routed=routed) for arrow in _arrows(
+                machine, transition, work, failed, fallback and guarded[transition.event]))
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
-    arrows = _collapse_fallbacks(arrows, boxes)
+    arrows = _collapse_fan_out(_collapse_fallbacks(arrows, boxes), boxes)
     title = labels.sentence(labels.humanize(machine.id))
     return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
                    _columns(machine.root, arrows), _error_workflow(machine))
@@ -150,9 +157,10 @@ FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in i
 
 
 def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
-    """Many unguarded arrows with the same words into one state, some of them "otherwise"
-    (an imported n8n workflow's "no items go on" from every node), become one line in that
-    state's box: the arrows that differ stay readable."""
+    """Many unguarded arrows with the same words into one state, some of them fallbacks
+    after guarded arrows (an imported n8n workflow's "no items go on" from every node), become
+    one line in that state's box: the arrows that differ stay readable. Two are enough when
+    all are fallbacks after guards drawn as nothing (``guards.described``)."""
     groups: dict[tuple[StateNode, tuple[str, ...], str], list[Arrow]] = {}
     for arrow in arrows:
         lines = arrow.lines[:-1] if arrow.lines[-1:] == ("otherwise",) else arrow.lines
@@ -160,13 +168,43 @@ def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> lis
             groups.setdefault((arrow.target, lines, arrow.kind), []).append(arrow)
     dropped: set[int] = set()
     for (target, lines, _), group in groups.items():
-        if len(group) < FAN_IN or not any(a.lines[-1:] == ("otherwise",) for a in group):
+        # fallbacks after guards that say nothing (bookkeeping) are collapsed from two on:
+        # their arrows only repeat what each state's own arrows leave unsaid
+        quiet = all(a.lines[-1:] != ("otherwise",) for a in group)
+        if len(group) < (2 if quiet else FAN_IN) or not any(a.fallback for a in group):
             continue
         dropped.update(id(arrow) for arrow in group)
         box = boxes[target]
         words = " ".join(lines)
         boxes[target] = replace(box, details=(*box.details,
                                               f"from {len(group)} states: {words}"))
+    return [arrow for arrow in arrows if id(arrow) not in dropped]
+
+
+FAN_OUT = 8  # more automatic arrows than this out of one state, each picked by a guard
+# drawn as nothing, become one line in its box
+
+
+def _collapse_fan_out(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[Arrow]:
+    """A state that goes on at once to any of many states, each picked by bookkeeping whose
+    guard is drawn as nothing and labelled alike (an imported n8n workflow's ``next_branch``
+    in n8n's legacy order: "resume 'X'" for whichever node its execution stack holds next),
+    says so in one line of its box, naming them, instead of an arrow across the chart to
+    each; its other arrows stay."""
+    routed: dict[tuple[StateNode, str], list[Arrow]] = {}
+    for arrow in arrows:
+        if arrow.routed and arrow.source is not arrow.target and arrow.lines:
+            word = arrow.lines[0].split(" ", 1)[0]
+            routed.setdefault((arrow.source, word), []).append(arrow)
+    dropped: set[int] = set()
+    for (source, word), group in routed.items():
+        if len(group) <= FAN_OUT:
+            continue
+        dropped.update(id(arrow) for arrow in group)
+        names = ", ".join(dict.fromkeys(boxes[a.target].title for a in group))
+        box = boxes[source]
+        boxes[source] = replace(box, details=(
+            *box.details, f"then one of {len(group)} ({word} …): {names}"))
     return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 
@@ -431,7 +469,8 @@ def _details(machine: Machine, node: StateNode, work: Mapping[str, str]) -> tupl
     for transition in (*node.transitions, *node.always):
         then = labels.actions_phrase(transition.actions)
         if not transition.targets and then:
-            condition = f", {labels.guard_phrase(transition.guard)}" if transition.guard else ""
+            said = labels.guard_phrase(transition.guard) if transition.guard else ""
+            condition = f", {said}" if said else ""
             lines.append(f"on {_trigger(machine, transition, work)}{condition}: {then}")
     return tuple(lines)
 
@@ -473,7 +512,8 @@ def _transition_lines(machine: Machine, transition: Transition, work: Mapping[st
             retrying.is_skip_transition(transition):  # with or without retry
         lines.append("skip this item")
     if transition.guard is not None:
-        lines.append(labels.guard_phrase(transition.guard))
+        said = labels.guard_phrase(transition.guard)
+        lines += [said] if said else []
     elif otherwise and not _is_final_failure(transition):  # "still fails" says it already
         lines.append("otherwise")
     then = labels.actions_phrase(transition.actions)

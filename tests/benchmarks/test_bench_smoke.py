@@ -119,6 +119,25 @@ def test_the_equal_concurrency_rows_run_the_workflow_in_the_caller_and_by_a_woke
     assert all(r.rates[0] > 0 and r.transactions == () for r in rows)  # none counted on SQLite
 
 
+def test_the_encrypted_rows_seal_every_payload_and_the_overhead_table_compares_them(
+        tmp_path: Path) -> None:  # fmt: skip
+    from benchmarks import durable, durable_runtime
+
+    rows = [*durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4),
+            *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1),
+            *durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4, encrypted=True),
+            *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1,
+                                            encrypted=True)]  # fmt: skip
+    assert [r.subject.split(" ", 2)[2] for r in rows[-3:]] == [
+        durable_runtime.ENCRYPTED_INLINE, durable_runtime.ENCRYPTED_RUNTIME,
+        durable_runtime.ENCRYPTED_WORKER]
+    stored = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("runs-*.db*"))
+    assert '"$enc":"bench"' in stored  # (the encrypted runs' file holds envelopes)
+    table = durable.encryption_markdown(rows)
+    assert table.count("\n| sqlite | 1 |") == 3 and "encrypted ÷ plain" in table
+    assert "sealed" in durable.codec_cost(50)
+
+
 def test_the_step_latency_row_has_its_percentiles(tmp_path: Path) -> None:
     from benchmarks import durable, durable_runtime
 

@@ -89,3 +89,72 @@ def test_the_docs_warning_example_is_what_the_import_says() -> None:
     [warning] = [w for w in from_n8n(data, "w").warnings if "soon" in w]
     text = " ".join(DOC.read_text(encoding="utf-8").split())
     assert warning.replace(f"nodes[{index}]", "nodes[9]") in text
+
+
+def test_the_durable_run_recipe_runs_as_written(tmp_path: Path) -> None:
+    # before: `runs send` without --machines stopped with a usage error, the nodes were left
+    # to write with no word on what a run does meanwhile, and the worker's line never returned
+    import json
+    import os
+    import shlex
+    import subprocess
+    import sys
+    import time
+
+    section = _section("### Running it durably")
+    blocks = re.findall(r"```(\w+)\n(.*?)```\n", section, flags=re.S)
+    shell = [shlex.split(line, comments=True) for kind, text in blocks if kind == "sh"
+             for line in text.splitlines()]
+    [code] = [text for kind, text in blocks if kind == "python"]
+    (tmp_path / "workflow.json").write_text(json.dumps(corpus_data(WALKTHROUGH)))
+    env = {k: v for k, v in os.environ.items() if k != "STATECHARTS_STORE"}
+    cwd, worker, listed = tmp_path, None, ""
+
+    def statecharts(args: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "statecharts.cli", *args], cwd=cwd,
+                              env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+
+    try:
+        for words in shell:
+            if words[:1] == ["make"]:
+                continue  # this checkout's venv runs the commands
+            if words[:1] == ["export"]:
+                name, _, value = words[1].partition("=")
+                env[name] = value.replace("$PWD", str(cwd))
+            elif words[:1] == ["cd"]:
+                cwd = cwd / words[1]
+            elif words[:1] == ["kill"]:
+                assert worker is not None
+                worker.terminate()
+                assert worker.wait(timeout=60) == 0
+            elif words[-1] == "&":
+                worker = subprocess.Popen([sys.executable, "-m", "statecharts.cli", *words[1:-1]],
+                                          cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+            elif words[1:3] == ["runs", "list"]:
+                for _ in range(240):  # "after a moment": the worker's first step
+                    listed = statecharts(words[1:]).stdout
+                    if " done " in listed:
+                        break
+                    time.sleep(0.25)
+            else:
+                done = statecharts(words[1:])
+                assert done.returncode == 0, (words, done.stderr)
+                if words[1:3] == ["n8n", "import"]:  # the user writes the nodes, as shown
+                    impl = cwd / "flows" / "rest_sync_impl.py"
+                    text = impl.read_text()
+                    for function in code.strip().split("\n\n\n"):
+                        name = re.match(r"def (\w+)", function)
+                        assert name is not None and f"def {name[1]}(" in text
+                        text = re.sub(rf"def {name[1]}\(.*?(?=\n\n\n)", lambda _, f=function:
+                                      f.strip(), text, flags=re.S)
+                    assert "NotImplementedError(" not in text
+                    impl.write_text(text)
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=60)
+    assert worker is not None
+    row = next(line.split() for line in listed.splitlines() if "demo-1" in line)
+    assert row[1:5] == ["rest_sync", "demo-1", "done", "done"], listed

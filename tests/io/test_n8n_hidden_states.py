@@ -172,8 +172,14 @@ def test_reply_wait_for_send_and_wait_with_its_time_limit() -> None:
     assert hidden.node == "Confirm Qdrant Delete Points"
     waiting = state(result, hidden.state)
     assert list(waiting["on"]) == ["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"]
-    assert waiting["after"] == {"900000": waiting["on"]["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"]}
-    assert guarded_targets(waiting["after"]["900000"]) == [mapped_state(result, "If")]
+    assert list(waiting["after"]) == ["900000"]
+    replied, timed_out = waiting["on"]["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"], \
+        waiting["after"]["900000"]
+    for leave in (replied, timed_out):
+        assert guarded_targets(leave) == [mapped_state(result, "If")]
+    # each says what ended the wait (the diagram's arrows)
+    assert replied[0]["description"] == "on CONFIRM_QDRANT_DELETE_POINTS_REPLIED"
+    assert timed_out[0]["description"] == "after 15 minutes without a reply (time limit)"
 
 
 def test_run_done_is_the_final_state_of_a_finished_run() -> None:

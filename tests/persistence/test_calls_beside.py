@@ -310,3 +310,43 @@ def test_a_steps_actions_run_before_the_calls_it_starts(worker_of: Any) -> None:
     run_id = runtime.start("payment")
     wait_for(lambda: runtime.get(run_id).status == "done", 20)
     assert order == ["note started", "note done", "ship started"]
+
+
+def test_a_burst_of_call_ends_is_recorded_together_and_each_result_applied_once(
+        worker_of: Any) -> None:  # fmt: skip
+    """40 coroutine calls end at the same instant (one left its state first): the executor
+    records the burst in one transaction, the worker's run threads apply each result once, and
+    the stopped call's result is dropped, as one end at a time does."""
+    release = time.time() + 1.5
+
+    async def together(x: int) -> int:
+        await asyncio.sleep(max(0.0, release - time.time()))
+        return x * 10
+
+    machine = create_machine({
+        "id": "burst", "initial": "calling", "context": lambda input: {"x": input["x"]},
+        "states": {
+            "calling": {"invoke": {"src": "together", "input": lambda c, e: c["x"],
+                                   "onDone": {"target": "done", "actions": assign(
+                                       {"x": lambda c, e: e["output"]})}},
+                        "on": {"LEAVE": "left"}},
+            "left": {}, "done": {"type": "final"},
+        },
+        "output": lambda c, e: c["x"],
+    }, actors={"together": together})  # fmt: skip
+    runtime = worker_of(machine)
+    ids = [runtime.start("burst", input={"x": i}) for i in range(40)]
+    wait_for(lambda: all(c.status == "running" for i in ids for c in
+                         runtime.store.list_calls(i)), 10)  # fmt: skip
+    runtime.send(ids[0], "LEAVE")
+    wait_for(lambda: all(runtime.store.get_run(i).status == "done" for i in ids[1:]), 30)
+    assert [runtime.store.get_run(i).snapshot["output"] for i in ids[1:]] == \
+        [i * 10 for i in range(1, 40)]  # fmt: skip
+    left = runtime.store.get_run(ids[0])
+    assert (left.status, left.state) == ("active", "left")
+    assert [a.outcome for a in runtime.store.call_attempts(ids[0])] == ["stopped"]
+    for run_id in ids[1:]:
+        assert [a.outcome for a in runtime.store.call_attempts(run_id)] == ["done"]
+        assert runtime.store.dead_letters(run_id) == []
+    ended_at = [runtime.store.list_calls(i)[0].updated_at for i in ids[1:]]
+    assert max(ended_at.count(t) for t in ended_at) > 1, "no two ends were recorded together"

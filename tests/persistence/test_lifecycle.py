@@ -24,8 +24,9 @@ from persistence.ingress import create_api
 from persistence.lifecycle import NotRestorableError
 from persistence.runtime import Runtime
 from persistence.stores import RunNotFoundError, RunPurgedError, Store, open_store
+from persistence.stores.codec import KeyRing
 from persistence.worker import Worker
-from statecharts import create_machine
+from statecharts import assign, create_machine
 from statecharts.clock import SimulatedClock
 from tests.persistence.conftest import Serve
 from tests.persistence.lifecycle_workflows import BUG, LEDGER, MACHINES
@@ -399,3 +400,42 @@ def test_the_worker_refuses_a_bad_retention_in_one_line(crash_url: str) -> None:
                               timeout=60)  # fmt: skip
         assert done.returncode != 0 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_fork_under_encryption_keeps_the_journal_snapshots_sealed(
+        crash_url: str, clock: SimulatedClock) -> None:  # fmt: skip
+    card = "SeCrEt-5500-lifecycle-marked"
+    wallet = create_machine({
+        "id": "lc_wallet", "initial": "open", "context": lambda input: {"card": input},
+        "states": {"open": {"on": {"TOP_UP": {"target": "topped", "actions": assign(
+                               {"card": lambda c, e: c["card"] + "!"})}}},
+                   "topped": {"on": {"CLOSE": "closed"}}, "closed": {"type": "final"}},
+    })  # fmt: skip
+    store = open_store(crash_url, migrate=True)
+    try:
+        runtime = Runtime(store, [wallet], clock=clock, codec=KeyRing([("k1", bytes(32))]))
+        run_id = runtime.start("lc_wallet", card)
+        runtime.send(run_id, "TOP_UP")
+        fork = runtime.fork(run_id, 2)
+        assert runtime.get(fork.id).snapshot["context"] == {"card": card + "!"}
+        assert runtime.store.journal_snapshot(run_id, 2) is not None
+        dump = _dump(crash_url)
+        assert card not in dump and "workflow_events" in dump  # every table read, none clear
+    finally:
+        store.close()
+
+
+def _dump(url: str) -> str:
+    """Every row of every table of the database at `url`, as text."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1].split("?", 1)[0]) as db:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
+                                               "type = 'table'")]  # fmt: skip
+            return "\n".join(f"{t} {row!r}" for t in tables
+                             for row in db.execute(f'SELECT * FROM "{t}"'))  # fmt: skip
+    dsn, _, schema = url.rpartition("schema=")
+    with psycopg.connect(dsn.rstrip("?&")) as conn:
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
+                                             "WHERE table_schema = %s", (schema,))]  # fmt: skip
+        return "\n".join(f"{t} {row[0]}" for t in tables for row in conn.execute(
+            f'SELECT t::text FROM "{schema}"."{t}" AS t'))  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from persistence.inline import Inline
 from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
@@ -203,6 +204,11 @@ def test_a_raising_action_fails_the_run_with_the_reason(
     assert run.status == "error"
     assert run.last_error == "action 'send_mail' raised RuntimeError: mail server down"
     assert [(e.status, e.error) for e in store.list_effects(run_id)] == [("failed", run.last_error)]
+    trace = store.error_traceback(run_id) or ""  # where it raised, kept with the error
+    assert ", in explode\n" in trace and trace.endswith("RuntimeError: mail server down\n")
+    inline = Inline(runtime).run("mailer")
+    assert inline.status == "error"
+    assert ", in explode\n" in (store.error_traceback(inline.run_id) or "")  # (Inline's too)
 
 
 def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(

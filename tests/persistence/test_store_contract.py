@@ -639,6 +639,28 @@ def test_a_batch_writes_each_step_with_its_own_rows(store: Store) -> None:
     assert store.pending_events(runs[2].id) == []
 
 
+def test_a_failed_runs_traceback_is_kept_beside_its_error_in_a_batch_alone_and_by_fail_run(
+        store: Store) -> None:
+    """Issue 44 item 8: the traceback of the code that failed a run is written with its
+    `last_error`, by a batch of steps, a step alone and `fail_run`, and read back by the run's
+    view; a step that fails nothing leaves it as it was."""
+    runs = [store.create_run(new_run(), [], T0)[0] for _ in range(4)]
+    store.claim_runs("w1", T0, 30_000, 10)
+    trace = "Traceback (most recent call last):\n  File \"shop.py\", line 3\nKeyError: 'ü'"
+    failing = {"status": "error", "last_error": "KeyError: 'ü'", "error_traceback": trace}
+    assert store.commit_steps([commit(runs[0].id, 1, **failing),
+                               commit(runs[1].id, 1, state="b", release=False)],
+                              T0 + 20) == [2, 2]
+    assert store.commit_step(commit(runs[2].id, 1, **failing), T0 + 20) == 2
+    assert store.fail_run(runs[3].id, "w1", "the store refused its step", T0 + 20,
+                          error_traceback=trace)  # fmt: skip
+    assert [store.error_traceback(r.id) for r in runs] == [trace, None, trace, trace]
+    assert store.get_run(runs[0].id).last_error == "KeyError: 'ü'"
+    assert step(store, runs[1].id, "w1", 2) == 3
+    assert store.error_traceback(runs[1].id) is None
+    assert store.error_traceback(str(uuid.uuid4())) is None
+
+
 def test_a_stale_step_in_a_batch_writes_nothing_and_the_others_commit(store: Store) -> None:
     ok, _ = store.create_run(new_run(), effects(1), T0)
     stale, _ = store.create_run(new_run(), effects(1), T0)

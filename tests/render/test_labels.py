@@ -128,3 +128,50 @@ def test_raw_names_never_appear_as_labels() -> None:
     assert 'tooltip="PAYMENT_RECEIVED [is_payment_valid]"' in dot  # raw name: tooltip only
     assert "payment received<BR/>if the payment is valid" in dot
 
+
+
+def test_a_guard_function_says_its_own_words_or_nothing() -> None:
+    # guards.described: "" for bookkeeping the transitions' descriptions already tell (an
+    # imported n8n workflow's "which node runs next"), drawn without "otherwise" after it
+    from statecharts.guards import described
+
+    def routes_to(context: object, event: object, node: str) -> bool:
+        return node == "b"
+
+    def is_paid(context: object, event: object) -> bool:
+        return True
+
+    machine = create_machine({
+        "id": "m", "initial": "a",
+        "states": {"a": {"on": {"GO": [
+            {"target": "b", "guard": {"type": "routes_to", "params": {"node": "b"}},
+             "description": "true"},
+            {"target": "c", "guard": {"type": "routes_to", "params": {"node": "c"}},
+             "description": "false"},
+            {"target": "c", "description": "nothing goes on"}],
+            "PAY": [{"target": "b", "guard": "is_paid"}, {"target": "c"}]}},
+            "b": {}, "c": {}}},
+        guards={"routes_to": described(routes_to, ""), "is_paid": described(is_paid, "if paid")})
+    mermaid = to_mermaid(machine)
+    assert "s_a --> s_b : true\n" in mermaid and "s_a --> s_c : false\n" in mermaid
+    assert "s_a --> s_c : nothing goes on\n" in mermaid  # no "otherwise": no guard was said
+    assert "s_a --> s_b : pay<br/>if paid\n" in mermaid
+    assert "s_a --> s_c : pay<br/>otherwise\n" in mermaid
+    assert "routes to" not in mermaid and "routes to" not in to_dot(machine)
+
+
+@pytest.mark.parametrize(("key", "description", "title"), [
+    ("fetch_api_records", "Fetch API Records", "Fetch API Records"),
+    ("splitinbatches", "SplitInBatches", "SplitInBatches"),  # the words run together
+    ("set_2", "Set", "Set"),  # numbered to be unique
+    ("n_2nd_try", "2nd try", "2nd try"),  # a leading digit guarded
+    ("customer_messenger_send_message_to", "Customer Messenger - Send message to client",
+     "Customer Messenger - Send message to client"),  # cut short at a word
+    ("paid", "Payment taken", "Paid"),  # a description, not the name: shown below
+    ("pay_the_bill", "Pay the bill by card", "Pay the bill"),  # too few words to be a cut
+])
+def test_a_description_that_is_the_name_as_written_is_the_title(key: str, description: str,
+                                                                  title: str) -> None:
+    machine = create_machine({"id": "m", "initial": key,
+                              "states": {key: {"description": description}}})
+    assert f'state "{title}" as s_{key}\n' in to_mermaid(machine)

@@ -131,6 +131,11 @@ def test_a_deep_chart_wraps_into_columns_and_uses_the_width(dot_installed: str) 
     width, height = _size(to_svg(evaluate))
     assert height < 1.6 * width, (width, height)  # one strip was 875 x 2865 pt
     assert build_diagram(invoice()).columns == {}  # a short chart stays one column
+    # the simpler layout, tried when Graphviz cannot lay the columns out: one strip
+    strip = to_dot(evaluate, columns=False)
+    assert "cluster_column" in to_dot(evaluate) and "cluster_column" not in strip
+    assert "constraint=false" not in strip
+    assert to_dot(invoice(), columns=False) == to_dot(invoice())
 
 
 def test_the_key_lists_only_what_the_chart_uses() -> None:

@@ -68,13 +68,29 @@ SUITE = textwrap.dedent('''
 ''')
 
 
-def _run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run_pytest(tmp_path: Path, *args: str,
+                register: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
     (tmp_path / "test_door.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    plugin = ["-p", "statecharts.testing.plugin"] if register else []
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "statecharts.testing.plugin",
-         "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
+        [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", *args,
+         str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_plugin_needs_no_registration_as_docs_testing_md_says(tmp_path: Path) -> None:
+    """Issue 44 item 9: docs/testing.md asked users to register the plugin the wheel already
+    registers (its pytest11 entry point). A project with no registration of its own gets the
+    fixtures and the option; the page asks for none."""
+    result = _run_pytest(tmp_path, "--statecharts-coverage", register=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "machine 'gate': states 2/2, transitions 2/2" in result.stdout
+    page = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    plugin_section = page[page.index("## pytest plugin"):]
+    plugin_section = plugin_section[:plugin_section.index("\n## ", 5)]
+    assert "There is nothing to register" in plugin_section
+    assert "[project.entry-points.pytest11]" not in plugin_section  # what it asked to add
 
 
 def test_coverage_option_reports_what_the_suite_never_reached(tmp_path: Path) -> None:

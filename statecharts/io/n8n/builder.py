@@ -224,7 +224,8 @@ class MachineBuilder:
                                                          "how": "start",
                                                          **self._trigger(entry),
                                                          "children": self._ordered(
-                                                             list(entry.children))})
+                                                             list(entry.children))},
+                                          f"on {entry.event}")
             for name in entry.nodes:
                 self._map(name, None, entry.why)
         self.states[key] = {"description": "waiting for a trigger", "on": on}
@@ -361,16 +362,18 @@ class MachineBuilder:
         self.routes[name] = params
         return {"type": ROUTE, "params": {"route": name}}
 
-    def _leave(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _leave(self, name: str, params: dict[str, Any], when: str | None = None
+               ) -> list[dict[str, Any]]:
         """Transitions out of ``name`` taken *before* its route: one guarded transition per
         node that can run next (top-most first, as n8n runs them; the error output only
         leads on from ``<node>_failed``), each running the route, then the next waiting
-        branch."""
+        branch. ``when`` (what a trigger or a Wait waits for: "after 5 minutes") opens each
+        transition's description, so the diagram's arrows say it."""
         error = params.get("error_output")
         targets = list(dict.fromkeys(child[1] for child in self._run_order(params["children"])
                                      if child[0] != error or params["how"] == "failed"))
         route = self._route(params)
-        labels = self._labels(name, params["children"])
+        labels = _opened(self._labels(name, params["children"]), when)
         leave: list[dict[str, Any]] = [
             {"guard": {"type": "next_node_is", "params": {"node": target, **(
                 {"start": params["node"][6:]} if params["how"] == "start" else {})}},
@@ -378,18 +381,20 @@ class MachineBuilder:
              "reenter": True}  # a node wired to itself runs again (entry, invoke)
             for target in targets]
         leave.append({"target": self._fallback(), "actions": [route],
-                      "description": self._fallback_label()})
+                      "description": self._fallback_label(when if not targets else None)})
         return leave
 
-    def _resume(self, targets: list[str], labels: dict[str, str] | None = None
-                ) -> list[dict[str, Any]]:
-        """Transitions taken *after* a route: to whichever node is current."""
+    def _resume(self, targets: list[str], labels: dict[str, str] | None = None,
+                when: str | None = None) -> list[dict[str, Any]]:
+        """Transitions taken *after* a route: to whichever node is current (``when`` as in
+        ``_leave``)."""
+        said = _opened({t: (labels or {}).get(t, PASSED) for t in targets}, when)
         resume: list[dict[str, Any]] = [
             {"guard": {"type": "current_node_is", "params": {"node": target}},
-             "target": self._id(target),
-             "description": (labels or {}).get(target, f"to '{target}'"), "reenter": True}
+             "target": self._id(target), "description": said[target], "reenter": True}
             for target in dict.fromkeys(self._run_order(targets))]
-        resume.append({"target": self._fallback(), "description": self._fallback_label()})
+        resume.append({"target": self._fallback(),
+                       "description": self._fallback_label(when if not targets else None)})
         return resume
 
     def _run_order(self, added: list[Any]) -> list[Any]:
@@ -397,9 +402,10 @@ class MachineBuilder:
         added runs first), the legacy order at the back."""
         return list(added) if self.legacy else list(reversed(added))
 
-    def _fallback_label(self) -> str:
-        return "no items go on: the next waiting branch" if self.resumable or self.looping else \
-            "no items go on: the run ends"
+    def _fallback_label(self, when: str | None = None) -> str:
+        said = "no items go on: the next waiting branch" if self.resumable or self.looping \
+            else "no items go on: the run ends"
+        return f"{when}: {said}" if when else said
 
     def _labels(self, name: str, children: list[list[Any]]) -> dict[str, str]:
         names = self._output_names(name) if self.graph.workflow.has_node(name) else ()
@@ -407,7 +413,7 @@ class MachineBuilder:
         for output, target, index, slots, *_ in children:
             label = names[output] if output < len(names) else f"output {output}"
             if names[:1] == ("output 0",) and output == 0:
-                label = "its items"
+                label = PASSED
             if slots > 1:
                 label += f" (input {index + 1})"
             found.setdefault(target, [])
@@ -491,6 +497,8 @@ class MachineBuilder:
         if kind is Kind.STOP_AND_ERROR:
             message = nk.stop_and_error_message(node) or "Stop and Error"
             return f"fails the run: {message}"
+        if kind is Kind.IF and self._asked_loop(name) is not None:
+            return f"asks: no items left in '{self._asked_loop(name)}'? (true: none left)"
         if node.execute_once:
             return "executeOnce: gets only the first item"
         return None
@@ -625,11 +633,11 @@ class MachineBuilder:
         event = self._event(f"{event_name(key)}_REPLIED")
         targets = [child[1] for child in params["children"]]
         state: dict[str, Any] = {"description": f"waiting for a reply to '{name}'",
-                                 "on": {event: self._resume(targets)}}
+                                 "on": {event: self._resume(targets, when=f"on {event}")}}
         timeout = nk.reply_timeout(self.graph.node(name))
         if timeout is not None:
             state["after"] = {self._delay(name, key, timeout, "time_limit"):
-                              self._resume(targets)}
+                              self._resume(targets, when=_time_limit(timeout, "a reply"))}
         self.states[wait].update(state)
         limit = f"; after {timeout.text} it goes on without one" if timeout else ""
         self._hide("reply_wait", wait, name,
@@ -686,17 +694,19 @@ class MachineBuilder:
         spec = nk.form_page_spec(node) if self.graph.kinds[name] is Kind.FORM_PAGE else \
             nk.wait_spec(node)
         key = self.keys[name]
-        leave = self._leave(name, self._params(name, "pass", resumed=True))
+        params = self._params(name, "pass", resumed=True)
         if spec.delay is not None:
             suffix = "delay" if spec.mode == "timeInterval" else "until"
-            state["after"] = {self._delay(name, key, spec.delay, suffix): leave}
+            state["after"] = {self._delay(name, key, spec.delay, suffix):
+                              self._leave(name, params, _after(spec.delay))}
             return f"timer: after {spec.delay.text}"
         what = "WEBHOOK_CALLED" if spec.mode == "webhook" else "FORM_SUBMITTED"
         event = self._event(f"{event_name(key)}_{what}")
-        state["on"] = {event: leave}
+        state["on"] = {event: self._leave(name, params, f"on {event}")}
         how = f"waits for event {event}"
         if spec.timeout is not None:
-            state["after"] = {self._delay(name, key, spec.timeout, "time_limit"): leave}
+            state["after"] = {self._delay(name, key, spec.timeout, "time_limit"): self._leave(
+                name, params, _time_limit(spec.timeout, "the " + what.split("_")[0].lower()))}
             how += f"; time limit {spec.timeout.text}, then goes on"
         self.decisions.append(f"'{name}' resumes on {event}: the items it passes on are the "
                               "ones it received (n8n passes the webhook's or form's data)")
@@ -798,6 +808,29 @@ class MachineBuilder:
     def _no_op(self, name: str, state: dict[str, Any]) -> str:
         self._no_retry(name, "No Operation")
         return self._pass(name, state, "passes its items straight on")
+
+
+PASSED = "its items"  # the label of a node's only output: its items go on
+
+
+def _opened(labels: dict[str, str], when: str | None) -> dict[str, str]:
+    """Wire labels opened by what the node waited for (``when``): "after 5 minutes" alone
+    for a node's only output, "on X: true" for a named one."""
+    if not when:
+        return labels
+    return {target: when if label == PASSED else f"{when}: {label}"
+            for target, label in labels.items()}
+
+
+def _after(delay: nk.Duration) -> str:
+    """A Wait's timer as its arrow says it: "after 5 minutes", "at {{ $json.due }}"."""
+    return f"at {delay.text[len('until '):]}" if delay.text.startswith("until ") else \
+        f"after {delay.text}"
+
+
+def _time_limit(limit: nk.Duration, what: str) -> str:
+    """A wait's time limit as its arrow says it: "after 1 hour without the webhook"."""
+    return f"{_after(limit)} without {what} (time limit)"
 
 
 def _reached(starts: list[str], wires: dict[str, list[tuple[int, str, int]]],

@@ -143,28 +143,41 @@ def _import(workflow: Path, name: str | None) -> tuple[N8nImport, Machine, Machi
 DOT_SECONDS = 60.0  # one Graphviz layout; a larger graph is drawn the simpler way
 # simpler layouts, tried in turn when dot fails on a diagram (Graphviz 2.43, the version
 # Debian installs, stops with "trouble in init_rank" on some clustered graphs, whatever
-# its rank options): neato places the states without ranks or clusters
+# its rank options): dot on the chart in one strip (no columns: their clusters and the
+# arrows between them are what it trips on), then neato, which places the states without
+# ranks or clusters
 FALLBACK_LAYOUTS: tuple[tuple[str, ...], ...] = (("-Kneato", "-Goverlap=false"),)
 
 
 def draw_svg(render: Any, machine: Machine, name: str) -> tuple[str | None, str | None]:
     """The SVG of ``machine`` and a note for the user: dot's own layout, else (dot failed or
-    ran past ``DOT_SECONDS``) the first of ``FALLBACK_LAYOUTS`` that renders, else no SVG.
-    Drawing never stops an import: every other file is written either way."""
+    ran past ``DOT_SECONDS``) dot on the chart in one column, else the first of
+    ``FALLBACK_LAYOUTS`` that renders, else no SVG. Drawing never stops an import: every
+    other file is written either way."""
+    wrapped, strip = render.to_dot(machine), render.to_dot(machine, columns=False)
+    return svg_of_dot(render, wrapped, name, [] if strip == wrapped else [strip])
+
+
+def svg_of_dot(render: Any, source: str, name: str, strips: Sequence[str] = ()
+               ) -> tuple[str | None, str | None]:
+    """``draw_svg`` for the DOT text ``source`` (the diagram file ``name``), with ``strips``
+    the same chart in one column."""
     try:
-        source = render.to_dot(machine)
         return str(render.graphviz.svg(source, timeout=DOT_SECONDS)), None
     except render.GraphvizNotFound as exc:  # the Mermaid diagram is still written
         return None, f"note: no SVG diagram: {exc}"
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         failure = _first_line(exc)
-    for layout in FALLBACK_LAYOUTS:
+    simpler = [(strip, (), "in one column") for strip in strips] + \
+        [(source, layout, "with the simpler layout " + " ".join(layout))
+         for layout in FALLBACK_LAYOUTS]
+    for text, layout, how in simpler:
         try:
-            drawn = str(render.graphviz.svg(source, layout, timeout=DOT_SECONDS))
+            drawn = str(render.graphviz.svg(text, layout, timeout=DOT_SECONDS))
         except (RuntimeError, subprocess.TimeoutExpired):
             continue
         return drawn, (f"warning: {name}: Graphviz could not lay the diagram out ({failure}); "
-                       f"drawn with the simpler layout {' '.join(layout)} instead")
+                       f"drawn {how} instead")
     return None, (f"warning: {name}: not written, Graphviz could not lay the diagram out "
                   f"({failure}), nor with a simpler layout; every other file is written")
 

@@ -146,7 +146,8 @@ def _duration(node: Node, amount_key: str, unit_key: str, amount_default: float,
     if number is None or number < 0:
         raise N8nFormatError(node.param_path(*prefix, amount_key),
                              f"expected a number of {unit} or an n8n expression, got {amount!r}")
-    return Duration(int(number * UNIT_MS[unit]), None, f"{_plain(number)} {unit}")
+    said = unit[:-1] if number == 1 else unit  # "1 hour", "2 hours"
+    return Duration(int(number * UNIT_MS[unit]), None, f"{_plain(number)} {said}")
 
 
 def _until(node: Node, key: str, source: Mapping[str, Any], *prefix: str) -> Duration:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from statecharts.actions import assign
+from statecharts.guards import described
 
 from .execution import goes_to, loops_forever, resumes, route, with_inputs
 
@@ -39,8 +40,12 @@ def machine_config(config: Any) -> Any:
 
 
 PROVIDED: dict[str, dict[str, Any]] = {
-    "guards": {"next_node_is": goes_to, "current_node_is": resumes,
-               "loops_forever": loops_forever},
+    # n8n's bookkeeping, not a condition a reviewer should read on every arrow: each
+    # transition's description already says which wire it follows ("true", "loop", "resume
+    # 'X'"), so diagrams leave these guards out
+    "guards": {"next_node_is": described(goes_to, ""),
+               "current_node_is": described(resumes, ""),
+               "loops_forever": described(loops_forever, "")},
     "actions": {"n8n_route": assign(route)},
     "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},

@@ -1,0 +1,246 @@
+"""Many runs waiting on slow calls in one worker process: this project against DBOS Transact.
+
+The work, the same on both sides: ``n`` workflows, each awaiting one async call that sleeps
+``call_s`` (1 s) and returns its input, then ending with it as its output. Both run on the
+same PostgreSQL server (``benchmarks.durable.bench_dsn``), each in a fresh database of its own,
+each side in a subprocess of its own (DBOS keeps global state; the memory figure is the
+process's own), started by one client in that process:
+
+* this project: ``Runtime.start`` of every run from 4 client threads (each start records the
+  run and its call in one transaction), while one ``Worker`` (1 run thread; its call executor
+  holds the calls on one asyncio loop) runs in the same process;
+* DBOS: ``DBOS.start_workflow_async`` of every workflow (an async workflow whose one async
+  step is the call), gathered on the event loop, then every handle's result awaited.
+
+Reported: seconds from the first start until every workflow is done (each output checked),
+the part of it spent starting, and memory per waiting call: the process's peak resident set
+while the calls wait, less its resident set before the first start, divided by ``n``.
+
+Run: ``python -m benchmarks.waiting_calls [--n 10000] [--call-s 1.0]`` (one side alone:
+``--side ours|dbos --url URL``, printing one JSON line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.durable import bench_dsn, reset_database, with_database
+from benchmarks.engine import ours_label
+
+BENCHMARK = "waiting_calls"
+WORKFLOW = "waiting_call"
+CLIENTS = 4
+DATABASES = {"ours": "statecharts_bench_waiting", "dbos": "statecharts_bench_waiting_dbos"}
+
+
+def rss_mb() -> float:
+    """This process's resident set now, in MiB (Linux)."""
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * 4096 / 2**20
+
+
+class PeakRss:
+    """Samples `rss_mb` every 20 ms in a thread of its own; `peak` is the largest seen."""
+
+    def __init__(self) -> None:
+        self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_mb())
+
+    def stop(self) -> float:
+        """Stop sampling; the peak."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def waiting_machine(call_s: float) -> Any:
+    """One state invoking the async call; its result is the run's output."""
+    from statecharts import assign, create_machine
+
+    async def wait_one(x: int) -> int:
+        await asyncio.sleep(call_s)
+        return x
+
+    return create_machine(
+        {
+            "id": WORKFLOW,
+            "initial": "calling",
+            "context": lambda input: {"x": input["x"], "result": None},
+            "states": {
+                "calling": {"invoke": {"id": "wait_one", "src": "wait_one",
+                                       "input": lambda context, event: context["x"],
+                                       "onDone": {"target": "finished", "actions": "keep"}}},
+                "finished": {"type": "final"},
+            },
+            "output": lambda context, event: context["result"],
+        },
+        actors={"wait_one": wait_one},
+        actions={"keep": assign({"result": lambda context, event: event["output"]})},
+    )  # fmt: skip
+
+
+def ours(url: str, n: int, call_s: float) -> dict[str, Any]:
+    """This project's side (in this process): starts from `CLIENTS` threads, one worker."""
+    from persistence import open_store
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+
+    store = open_store(url, migrate=True)
+    runtime = Runtime(store, machines=[waiting_machine(call_s)])
+    worker = Worker(runtime, concurrency=1, poll_ms=20)
+    serving = threading.Thread(target=worker.run, daemon=True)
+    serving.start()
+    time.sleep(0.5)  # the worker's threads and connections up, as DBOS's after launch
+    ids: list[str] = [""] * n
+    base = rss_mb()
+    peak = PeakRss()
+
+    def client(c: int) -> None:
+        for i in range(c, n, CLIENTS):
+            ids[i] = runtime.start(WORKFLOW, input={"x": i})
+
+    began = time.perf_counter()
+    clients = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    started = time.perf_counter()
+    while store.count_runs().get("done", 0) < n:
+        time.sleep(0.01)
+    done = time.perf_counter()
+    top = peak.stop()
+    worker.stop()
+    serving.join()
+    for i, run_id in enumerate(ids):
+        record = runtime.get(run_id)
+        assert record.status == "done" and record.snapshot.get("output") == i, (run_id, record)
+    store.close()
+    return {"subject": f"{ours_label()}, 1 worker process", "n": n,
+            "starting_s": started - began, "done_s": done - began,
+            "mb_per_call": (top - base) / n}  # fmt: skip
+
+
+def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
+    """DBOS's side (in this process): async workflows started and awaited on one loop."""
+    from importlib.metadata import version
+
+    from dbos import DBOS, DBOSConfig
+
+    DBOS(config=DBOSConfig(name="statecharts-bench-waiting", system_database_url=url))
+
+    @DBOS.step()
+    async def wait_one(x: int) -> int:
+        await asyncio.sleep(call_s)
+        return x
+
+    @DBOS.workflow()
+    async def waiting_call(x: int) -> int:
+        return await wait_one(x)
+
+    DBOS.launch()
+
+    async def everything() -> tuple[float, float, float]:
+        await (await DBOS.start_workflow_async(waiting_call, -1)).get_result()  # warm-up
+        base = rss_mb()
+        peak = PeakRss()
+        began = time.perf_counter()
+        handles = await asyncio.gather(*(DBOS.start_workflow_async(waiting_call, i)
+                                         for i in range(n)))  # fmt: skip
+        started = time.perf_counter()
+        results = await asyncio.gather(*(h.get_result() for h in handles))
+        done = time.perf_counter()
+        top = peak.stop()
+        assert list(results) == list(range(n)), "a DBOS workflow returned a wrong result"
+        return started - began, done - began, (top - base) / n
+
+    try:
+        starting, took, per_call = asyncio.run(everything())
+    finally:
+        DBOS.destroy()
+    return {"subject": f"DBOS Transact {version('dbos')}, async workflows", "n": n,
+            "starting_s": starting, "done_s": took, "mb_per_call": per_call}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Row:
+    """One side's figures."""
+
+    subject: str
+    n: int
+    starting_s: float
+    done_s: float
+    mb_per_call: float
+
+
+def measure(side: str, n: int, call_s: float) -> Row:
+    """One side in a subprocess of its own, against a fresh database."""
+    dsn = bench_dsn()
+    database = DATABASES[side]
+    reset_database(dsn, database)
+    import psycopg
+
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.waiting_calls", "--side", side, "--url",
+             with_database(dsn, database), "--n", str(n), "--call-s", str(call_s)],
+            check=True, capture_output=True, text=True, timeout=900)  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"{side} failed:\n{exc.stderr[-3000:]}") from exc
+    finally:
+        reset_database(dsn, database)
+    return Row(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run(n: int, call_s: float = 1.0) -> list[Row]:
+    """Both sides, this project first."""
+    return [measure("ours", n, call_s), measure("dbos", n, call_s)]
+
+
+def table(rows: list[Row], call_s: float = 1.0) -> str:
+    """Markdown: both sides and the ratio of their times to all done."""
+    ours_row = next(r for r in rows if not r.subject.startswith("DBOS"))
+    lines = ["| subject | runs | each call | started in | all done in | vs DBOS (time to all "
+             "done) | memory per waiting call |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        ratio = "" if r is ours_row else f"**{r.done_s / ours_row.done_s:.2f}x** slower"
+        lines.append(f"| {r.subject} | {r.n:,} | {call_s:g} s async | {r.starting_s:.2f} s | "
+                     f"{r.done_s:.2f} s | {ratio} | {r.mb_per_call * 1024:.1f} KiB |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--call-s", type=float, default=1.0)
+    ap.add_argument("--side", choices=("ours", "dbos"))
+    ap.add_argument("--url")
+    args = ap.parse_args(argv)
+    if args.side:
+        run = ours if args.side == "ours" else dbos
+        print(json.dumps(run(args.url, args.n, args.call_s)))
+        return
+    print(table(run(args.n, args.call_s), args.call_s))
+
+
+if __name__ == "__main__":
+    main()
