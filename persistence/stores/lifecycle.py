@@ -31,7 +31,6 @@ from persistence.stores.base import (
     NewEffect,
     NewRun,
     PurgedRun,
-    RunFinishedError,
     RunPurgedError,
     RunRecord,
     Tombstone,
@@ -219,20 +218,8 @@ class SQLLifecycle(SQLRuns):
         """Put the failed run back to the snapshot after journal step `step`."""
         rid, ts = self._id(run_id), self._t(now)
         with self._write() as conn:
-            rows = self._exec(
-                conn,
-                "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
-                "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
-                "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
-                "version = version + 1 WHERE id = ? AND status = 'error' "
-                f"AND version = ? RETURNING {self.RUN_COLUMNS}",
-                (self._seal(snapshot, rid, Column.SNAPSHOT), state, ts, self._t(wake_at), rid,
-                 expected_version),
-            ).fetchall()
-            if not rows:
-                raise RunFinishedError(f"run {run_id} is not failed at version "
-                                       f"{expected_version}; not reset")  # fmt: skip
-            run = self._run(rows[0])
+            run = self._reactivate_in(conn, run_id, expected_version, snapshot, state, wake_at,
+                                      now, "reset")  # fmt: skip
             self._stop_calls_in(conn, rid, None, None, now, STOPPED_BY_RESET)
             self._exec(conn, "UPDATE workflow_effects SET status = 'skipped', result = ?, "
                        "updated_at = ? WHERE run_id = ? AND status = 'pending'",

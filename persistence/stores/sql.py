@@ -882,20 +882,8 @@ class SQLRuns(SQLCalls, SQLDialect):
         with self._write() as conn:
             if withdraw is not None:
                 self._withdraw_end_in(conn, run_id, *withdraw, now)
-            rows = self._exec(
-                conn,
-                "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
-                "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
-                "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
-                "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
-                f"RETURNING {self.RUN_COLUMNS}",
-                (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, ts, ts, rid,
-                 expected_version),
-            ).fetchall()
-            if not rows:
-                raise RunFinishedError(f"run {run_id} is not failed at version "
-                                       f"{expected_version}; not resumed")  # fmt: skip
-            run = self._run(rows[0])
+            run = self._reactivate_in(conn, run_id, expected_version, snapshot, state, now, now,
+                                      "resumed")  # fmt: skip
             self._exec(
                 conn,
                 "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
@@ -906,6 +894,28 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._reopen_calls_in(conn, rid, list(snapshot.get("children") or ()), now)
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
+
+    def _reactivate_in(self, conn: Any, run_id: str, expected_version: int,
+                       snapshot: Mapping[str, Any], state: str, wake_at: int | None, now: int,
+                       what: str) -> RunRecord:  # fmt: skip
+        """A failed run active again from `snapshot` (a resume, a reset: `what`), due at
+        `wake_at`, in the open transaction; `RunFinishedError` unless it is `error` at
+        `expected_version`."""
+        rid = self._id(run_id)
+        rows = self._exec(
+            conn,
+            "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
+            "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
+            "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
+            "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
+            f"RETURNING {self.RUN_COLUMNS}",
+            (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, self._t(now),
+             self._t(wake_at), rid, expected_version),
+        ).fetchall()
+        if not rows:
+            raise RunFinishedError(f"run {run_id} is not failed at version "
+                                   f"{expected_version}; not {what}")  # fmt: skip
+        return self._run(rows[0])
 
     def _withdraw_end_in(self, conn: Any, run_id: str, parent: str, event_type: str,
                          now: int) -> None:  # fmt: skip
