@@ -99,6 +99,10 @@ _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, tracepar
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
+_JOURNAL_ROWS = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                 "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)")
+"""A step's journal rows, the last with the snapshot after the step (schema 10)."""
+
 _SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
 _RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
                     "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, delivery_id) DO NOTHING "
@@ -1059,8 +1063,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         last = len(commit.journal) - 1  # its row carries the snapshot after the step
         self._many(
             conn,
-            "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-            "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            _JOURNAL_ROWS,
             [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
               j.state_after, ts,
               self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None)

@@ -25,6 +25,7 @@ from persistence.stores import (
     RunQuery,
     StepCommit,
     Store,
+    postgres,
     sql,
 )
 from persistence.stores.postgres import PostgresStore
@@ -126,7 +127,19 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?")
     assert "call_key" not in released
     monkeypatch.setattr(sql, "_QUEUE_EVENT", released)
+    # ... and a step's journal rows without the snapshot after it (schema 10)
+    monkeypatch.setattr(sql, "_JOURNAL_ROWS", sql._JOURNAL_ROWS.replace(
+        ", snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        ") SELECT ?, ?, ?, ?, ?, ? WHERE CAST(? AS text) IS NULL OR 1 = 1"))
+    journal = postgres._STEPS_PARTS["journal"]
+    postgres._STEPS_PARTS["journal"] = journal.replace(
+        ",\n                                 snapshot)", ")").replace(
+        ",\n           CASE WHEN j.last THEN run.snapshot END", "")
+    assert "snapshot" not in postgres._STEPS_PARTS["journal"]
+    postgres._steps_sql.cache_clear()
     yield
+    postgres._STEPS_PARTS["journal"] = journal
+    postgres._steps_sql.cache_clear()
     monkeypatch.setattr(schema, "migrations", real)
 
 
