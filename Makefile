@@ -38,13 +38,15 @@ bench: $(VENV)/.installed
 	$(PY) -m benchmarks.run $(ARGS)
 
 # Opt-in soaks, each the long form of a default-suite test (STATECHARTS_SOAK=1): 1,000 runs with
-# workers SIGKILLed (test_crash), 1,000 child-run trees (test_child_crash), and limits under
+# workers SIGKILLed (test_crash), 1,000 child-run trees (test_child_crash), limits under
 # random SIGKILLs for SOAK_S seconds per store, SQLite then PostgreSQL (test_capacity_faults;
-# 900 s each: 30 minutes; every run must finish, never more calls in flight than the limit).
+# 900 s each: 30 minutes; every run must finish, never more calls in flight than the limit), and
+# a tenant's 10,000 queued runs beside another's 8 with a limit of 4 per tenant (test_capacity_keys;
+# the small tenant's wait printed; about 15 minutes per store).
 # Only the limits: make soak SOAK_TESTS=tests/persistence/test_capacity_faults.py SOAK_S=600
 SOAK_S ?= 900
 SOAK_TESTS ?= tests/persistence/test_crash.py tests/persistence/test_child_crash.py \
-	tests/persistence/test_capacity_faults.py
+	tests/persistence/test_capacity_faults.py tests/persistence/test_capacity_keys.py
 soak: $(VENV)/.installed
 	STATECHARTS_SOAK=1 STATECHARTS_LIMITS_SOAK_S=$(SOAK_S) $(PY) -m pytest -q -s -n 0 \
 		-o timeout=0 $(SOAK_TESTS) $(ARGS)

@@ -43,6 +43,7 @@ from machines.followup.adapters import FakeCrm, FakeTaskTool
 from machines.followup.db import Database
 from machines.followup.digest import long_date
 from machines.followup.routing import DEFAULT_STAGES
+from machines.followup.schedules import schedules, slot_input
 from machines.followup.services import Services
 from machines.invoice import build as build_invoice
 from machines.invoice import fake_services as invoice_fakes
@@ -51,6 +52,8 @@ from machines.local import LocalRunner
 from machines.mail import FakeMailer
 from machines.runs import Outcome
 from machines.webhooks import LoopbackIngress
+from persistence.runtime import Runtime
+from persistence.scheduling import ScheduledStart
 from statecharts import SimulatedClock
 
 START = date(2026, 3, 2)  # a Monday
@@ -131,6 +134,7 @@ class Demo:
         self.deliveries: dict[str, bytes] = {}  # deal id -> the body of its first webhook
         self.tally = Tally()
         self.via = ""  # how the last webhook arrived, for the timeline
+        self.skipped_slot: str | None = None  # the schedule skipped the next hour's slot: why
 
     def close(self) -> None:
         """Stop the webhook ingress, if it was started."""
@@ -293,9 +297,16 @@ class Demo:
 
     def kill_worker_process(self, runner: DurableRunner, time: str, key: str,
                             input: dict[str, Any], after: int) -> Outcome:
-        """A worker subprocess takes the run; SIGKILL it right after its ``after``-th task;
-        the in-process worker takes the run over once the lease expires."""
-        run_id = runner.start("followup_evaluate", input, key, for_other_workers=True)
+        """The Evaluate schedule fires the slot; a worker subprocess takes the run; SIGKILL it
+        right after its ``after``-th task; the schedule's next slot comes while the run is still
+        running and is skipped (its overlap policy: one Evaluate at a time); the in-process
+        worker takes the run over once the lease expires."""
+        schedule = self.evaluate_schedule(runner)
+        run_id = schedule.tick()
+        if run_id is None:
+            raise RuntimeError("the Evaluate schedule did not fire its slot")
+        runner.run_ids[key] = run_id
+        input = slot_input(schedule.name, {}, schedule.tz)(self.now)  # the run was given it
         self.world.hold("tasks", after=after)
         env = {**os.environ, "FOLLOWUP_DATABASE": self.db.url,
                "FOLLOWUP_FAKES": self.world.path, "INVOICE_FAKES": self.world.path,
@@ -325,10 +336,34 @@ class Demo:
         self.line(time, "evaluate", f"worker process {worker.pid} KILLED (SIGKILL) after creating "
                   f"task {self.tasks.tasks()[-1]['id']}, before recording it; the run's row "
                   f"says: {state}", "killed")
+        self.skipped_slot = self.next_slot_skipped(schedule, run_id)
         self.line(time, "evaluate", f"after its {LEASE_MS} ms lease expires another worker "
                   "takes the run over; the call in flight is made again with the same "
                   "idempotency key (the task tool finds the task)", "resumed")
         return runner.finish("followup_evaluate", key, run_id, input)
+
+    def evaluate_schedule(self, runner: DurableRunner) -> ScheduledStart:
+        """Evaluate's schedule (machines.followup.schedules: overlap ``skip``) on business
+        time, on the runner's store."""
+        clock = SimulatedClock(self.now)
+        runtime = Runtime(runner.store, list(runner.runtime.machines.values()), clock=clock)
+        return next(s for s in schedules(runtime) if s.workflow == "followup_evaluate")
+
+    def next_slot_skipped(self, schedule: ScheduledStart, run_id: str) -> str:
+        """Tick the schedule at its next slot (the next hour) while `run_id` still runs: the
+        slot is skipped, as the schedule's record says; the timeline line for that hour."""
+        slot = schedule.cron.next_after(self.now, schedule.tz)
+        assert isinstance(schedule.runtime.clock, SimulatedClock)
+        schedule.runtime.clock.set(slot)
+        started = schedule.tick()
+        record = schedule.runtime.store.get_schedule(schedule.name)
+        skips = record.skipped if record is not None else ()
+        if started is not None or not skips or skips[-1]["last"] != slot:
+            raise RuntimeError("the Evaluate schedule did not skip its slot while the previous "
+                               "run was still running")
+        hhmm = datetime.fromtimestamp(slot / 1000, UTC).strftime("%H:%M")
+        return (f"schedule: slot {hhmm} SKIPPED: the previous run was still running (run "
+                f"{run_id[:8]}, its worker killed; overlap skip: one Evaluate at a time)")
 
     def describe_evaluate(self, time: str, outcome: Outcome) -> None:
         """The timeline line of a noteworthy Evaluate run."""
@@ -446,11 +481,15 @@ class Demo:
                 if note:
                     self.line(f"{hour:02d}:00", "inject", note)
                 crash = 2 if n == 6 and hour == 9 else None
-                outcome = self.evaluate(day, hour, crash_after=crash)
-                if _noteworthy(outcome):
-                    self.describe_evaluate(f"{hour:02d}:{2 if crash else 0:02d}", outcome)
+                if self.skipped_slot is not None:  # the schedule skipped this hour's slot
+                    self.line(f"{hour:02d}:00", "evaluate", self.skipped_slot, "skipped")
+                    self.skipped_slot = None
                 else:
-                    quiet += 1
+                    outcome = self.evaluate(day, hour, crash_after=crash)
+                    if _noteworthy(outcome):
+                        self.describe_evaluate(f"{hour:02d}:{2 if crash else 0:02d}", outcome)
+                    else:
+                        quiet += 1
                 if hour < 17:
                     enrich = self.enrich(day, hour)
                     enriched += 1

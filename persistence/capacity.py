@@ -15,6 +15,11 @@ runs stepped at once). Before a worker makes a limited call it asks the store fo
 A call site naming a limit the runtime was not given is not capped (an INFO line names it) but
 still paused by a Retry-After, so naming the downstream is useful on its own.
 
+A limit can be **per key** (`Limit(max_in_flight=4, key="tenant")`): each value of the run's
+context field `tenant` (a dotted path, or `key=fn(context)`) has its own slots, rate window,
+pause and queue, stored as the limit `tenant[<value>]`, so one tenant's backlog never takes another
+tenant's places (docs/limits.md, "Per-key limits").
+
 A run that gets no place does not block a thread: it is released at once, with "waiting for
 capacity: crm" (or "rate limited: crm", "paused by Retry-After: crm") on its row, and queued in
 arrival order; a freed slot is handed to the first run in the queue: leased at once to the
@@ -25,7 +30,7 @@ step is lost or repeated: the call had not started.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +55,21 @@ class Limit:
     calls: int | None = None
     per_ms: int = 1000
     recheck_ms: int = 3_600_000
+    key: str | Callable[[Mapping[str, Any]], Any] | None = None
+    """Per key: the run's context field (a dotted path, "account.id") or `fn(context)` whose
+    value picks the key; each key has the whole limit to itself (its own slots, queue, rate
+    window and pause). None: one limit for every run."""
 
     def __post_init__(self) -> None:
         if self.max_in_flight is None and self.calls is None:
             raise ValueError("a Limit needs max_in_flight, calls (per per_ms), or both")
+        if isinstance(self.key, str) and (not self.key or any(
+                not part for part in self.key.split("."))):  # fmt: skip
+            raise ValueError(f"Limit.key must be a dotted path of the run's context (e.g. "
+                             f"'tenant' or 'account.id'), not {self.key!r}")
+        if self.key is not None and not isinstance(self.key, str) and not callable(self.key):
+            raise ValueError(f"Limit.key must be a context path or a callable, not "
+                             f"{type(self.key).__name__}")
         for name in ("max_in_flight", "calls", "per_ms", "recheck_ms"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
@@ -68,6 +84,7 @@ class _PausesOnly:
     calls: int | None = None
     per_ms = 1000
     recheck_ms = 3_600_000
+    key = None
 
 
 _PAUSES_ONLY = _PausesOnly()
@@ -83,7 +100,49 @@ def check_priority(priority: Any, where: str) -> int:
 
 
 Place = tuple[str, str]
-"""(limit name, holder): a call's outbox key, or `run:<id>` for a workflow's limit."""
+"""(limit name, holder): a call's outbox key, or `run:<id>` for a workflow's limit. The name of
+a per-key limit's place is `<limit>[<key>]` (`keyed_name`)."""
+
+MAX_KEY_LENGTH = 200
+"""The longest key value (characters) of a per-key limit: a key names a limit's row."""
+
+
+class LimitKeyError(ValueError):
+    """A run's context gives no usable key for a per-key limit; the message names both."""
+
+
+def keyed_name(name: str, key: str) -> str:
+    """The stored name of key `key`'s share of limit `name`."""
+    return f"{name}[{key}]"
+
+
+def split_name(stored: str) -> tuple[str, str | None]:
+    """(limit, key) of a stored limit name: `tenant[acme]` -> ("tenant", "acme")."""
+    base, bracket, rest = stored.partition("[")
+    if bracket and rest.endswith("]"):
+        return base, rest[:-1]
+    return stored, None
+
+
+def limit_key(name: str, limit: Limit, context: Mapping[str, Any]) -> str:
+    """The key a run with `context` has in per-key limit `name` (`LimitKeyError` if none)."""
+    if callable(limit.key):
+        where, value = f"{getattr(limit.key, '__name__', 'key')}(context)", limit.key(context)
+    else:
+        where, value = f"context.{limit.key}", context
+        for part in str(limit.key).split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                raise LimitKeyError(f"limit {name!r} is per key {where}: the run's context has "
+                                    f"no {where}")  # fmt: skip
+            value = value[part]
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise LimitKeyError(f"limit {name!r} is per key {where}: the run's {where} is "
+                            f"{value!r}, not a string or an integer")  # fmt: skip
+    text = str(value)
+    if len(text) > MAX_KEY_LENGTH:
+        raise LimitKeyError(f"limit {name!r} is per key {where}: the run's {where} is "
+                            f"{len(text)} characters long, over {MAX_KEY_LENGTH}")  # fmt: skip
+    return text
 
 
 class LoadControl:
@@ -97,6 +156,8 @@ class LoadControl:
         for name, limit in self.limits.items():
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits[{name!r}] must be a Limit, not {type(limit).__name__}")
+            if "[" in name:  # the stored names of per-key limits' shares use it
+                raise ValueError(f"limits[{name!r}]: a limit's name cannot contain '['")
         known = ", ".join(sorted(self.limits)) or "none"
         self.named = set(self.limits)
         for machine in machines:
@@ -116,8 +177,10 @@ class LoadControl:
                 raise ValueError(f"workflow_limits[{workflow!r}]: no limit {name!r} in "
                                  f"Runtime(limits=...) (known: {known})")  # fmt: skip
 
-    def places(self, machine: Machine, pending: Sequence[tuple[str, str, Any]]) -> list[Place]:
-        """The limited calls among a run's pending effects (key, kind, payload)."""
+    def places(self, machine: Machine, context: Mapping[str, Any],
+               pending: Sequence[tuple[str, str, Any]]) -> list[Place]:  # fmt: skip
+        """The limited calls among a run's pending effects (key, kind, payload), each in the
+        share of its run's key (read from `context`) when its limit is per key."""
         if not self.named:
             return []
         found = []
@@ -125,18 +188,45 @@ class LoadControl:
             if kind == "start_child":
                 invoke = invoke_of(machine, payload)
                 if invoke is not None and invoke.limit is not None:
-                    found.append((invoke.limit, key))
+                    found.append((self.share(invoke.limit, context), key))
         return found
+
+    def share(self, name: str, context: Mapping[str, Any]) -> str:
+        """The stored name of the limit a run with `context` takes a place of: `name`, or its
+        key's share of it (`LimitKeyError` when the context has no key for it)."""
+        limit = self.limits.get(name)
+        if limit is None or limit.key is None:
+            return name
+        return keyed_name(name, limit_key(name, limit, context))
+
+    def limit(self, stored: str) -> Limit | _PausesOnly:
+        """The limit behind a stored name (a per-key limit's share: the limit itself)."""
+        found = self.limits.get(stored)
+        if found is None:
+            base, key = split_name(stored)
+            found = self.limits.get(base) if key is not None else None
+        return found if found is not None else _PAUSES_ONLY
 
     def calls_beside(self, workflow_name: str) -> bool:
         """Whether a workflow's calls run beside its runs (`persistence.calls`): not in a limited
         workflow, whose runs take their place for each step and make their calls in it."""
         return workflow_name not in self.workflow_limits
 
+    def start_share(self, workflow_name: str, context: Mapping[str, Any]) -> str | None:
+        """The limit a new run of `workflow_name` with `context` will take places of (None:
+        its workflow is not limited). A run whose context has no key for it is refused at its
+        start (`LimitKeyError`): it could never be stepped."""
+        name = self.workflow_limits.get(workflow_name)
+        return None if name is None else self.share(name, context)
+
     def workflow_place(self, run: RunRecord) -> Place | None:
-        """The place a run of a limited workflow needs to be stepped."""
+        """The place a run of a limited workflow needs to be stepped; per key, the share of the
+        key in the run's context as claimed (`LimitKeyError` when it has none)."""
         name = self.workflow_limits.get(run.workflow_name)
-        return None if name is None else (name, f"run:{run.id}")
+        if name is None:
+            return None
+        context = run.snapshot.get("context") if isinstance(run.snapshot, Mapping) else None
+        return self.share(name, context if isinstance(context, Mapping) else {}), f"run:{run.id}"
 
     def enter(self, run: RunRecord, owner: str, places: Sequence[Place], now: int,
               lease_ms: int) -> Grant:  # fmt: skip
@@ -144,7 +234,7 @@ class LoadControl:
         released by the store) waits for what the refusal says."""
         taken: list[Place] = []
         for name, holder in places:
-            limit = self.limits.get(name, _PAUSES_ONLY)
+            limit = self.limit(name)
             grant = self.store.acquire_capacity(
                 name, holder, run.id, owner, now, max_in_flight=limit.max_in_flight,
                 calls=limit.calls, per_ms=limit.per_ms, recheck_ms=limit.recheck_ms,
@@ -162,7 +252,7 @@ class LoadControl:
         with the limit they hold a slot of. Otherwise the next queued runs are woken."""
         handed: list[tuple[str, Handover]] = []
         for name, holder in places:
-            limit = self.limits.get(name, _PAUSES_ONLY)
+            limit = self.limit(name)
             if limit.max_in_flight is not None:
                 handed += ((name, h) for h in self.store.release_capacity(
                     name, [holder], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms,
@@ -173,9 +263,22 @@ class LoadControl:
         """Hand slots freed by expired leases (and reservations nobody came for) to the queues'
         heads: what a release would have done had the holder lived to make it."""
         for name, limit in sorted(self.limits.items()):
-            if limit.max_in_flight is not None:
-                self.store.release_capacity(name, [], now, max_in_flight=limit.max_in_flight,
+            if limit.max_in_flight is None:
+                continue
+            for share in self._shares(name, limit):
+                self.store.release_capacity(share, [], now, max_in_flight=limit.max_in_flight,
                                             lease_ms=lease_ms)  # fmt: skip
+
+    def _shares(self, name: str, limit: Limit) -> Iterator[str]:
+        """The stored limits of `name`: itself, or per key the shares in use, a page at a time
+        (each page after the last name read: the walk ends)."""
+        if limit.key is None:
+            yield name
+            return
+        after: str | None = None
+        while page := self.store.limit_shares(name, after):
+            yield from page
+            after = page[-1]
 
     def pause_after(self, places: Sequence[Place], done: Sequence[Executed], now: int) -> None:
         """A limited call that failed with a `retry_after` pauses its limit for everyone."""

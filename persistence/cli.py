@@ -1,5 +1,7 @@
-"""Command line for durable runs: `worker`, `runs start|send|list|show|cancel|resume|versions`,
-`runs purge|fork|reset` (the run lifecycle), `db upgrade`, and `api` (the webhook ingress).
+"""Command line for durable runs: `worker`,
+`runs start|send|list|show|cancel|resume|wait|versions`, `runs purge|fork|reset` (retention,
+fork and reset), `schedules`, `db upgrade`, and `api` (the webhook ingress); the run-lifecycle
+options (`--wait`, `--where`) are in `persistence.lifecycle_cli`.
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -8,6 +10,7 @@ runs them on their own. The store URL comes from `--store` or the STATECHARTS_ST
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import functools
 import importlib
@@ -24,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
+from persistence import lifecycle_cli
 from persistence.columns import error_is_current
 from persistence.lifecycle import NotRestorableError, duration_ms, purge
 from persistence.runtime import (
@@ -33,7 +37,7 @@ from persistence.runtime import (
     UnknownWorkflowError,
     machines_from,
 )
-from persistence.scheduling import ScheduledStart
+from persistence.scheduling import ScheduledStart, iso
 from persistence.signatures import Signature
 from persistence.stores import (
     RunQuery,
@@ -262,7 +266,7 @@ def add_keys_file(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `worker`, `runs` and `db` to a CLI's subcommands."""
+    """Add `worker`, `runs`, `schedules` and `db` to a CLI's subcommands."""
     worker = subparsers.add_parser(
         "worker", help="run durable workflows until SIGTERM",
         description="Step the runs of the given machines: claim runs with work due, call the "
@@ -363,6 +367,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     send.add_argument("--key", help="with --workflow: the run's key")
     send.add_argument("--event", required=True, metavar="JSON",
                       help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE')
+    lifecycle_cli.add_wait_option(send)
     send.set_defaults(handler=_closing_stores(_runs_send))
     listing = actions.add_parser("list", help="runs, newest first",
                                  description="Runs, newest first, with their state and status.")
@@ -380,6 +385,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="only active runs not updated for this long",
     )
     listing.add_argument("--json", action="store_true", help="the runs as one JSON array")
+    lifecycle_cli.add_where(listing)
     listing.set_defaults(handler=_closing_stores(_runs_list))
     show = actions.add_parser("show", help="one run with its effects and journal",
                               description="One run: status, state, context, pending timers, "
@@ -390,12 +396,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="only the newest N journal entries and outbox records "
                            "(events_total says how many the journal has)")
     show.set_defaults(handler=_closing_stores(_runs_show))
-    cancel = actions.add_parser("cancel", help="cancel a run",
+    cancel = actions.add_parser("cancel", help="cancel a run, or every run --where matches",
                                 description="Cancel a run: at once if no worker holds it, "
-                                            "else at the worker's next step.")
+                                            "else at the worker's next step. With --where, "
+                                            "every active run matching it, each journaled; "
+                                            "prints each outcome and the counts.")
     _add_store(cancel)
-    cancel.add_argument("run_id", help="the run's id or a unique prefix")
+    cancel.add_argument("run_id", nargs="?", help="the run's id or a unique prefix")
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
+    lifecycle_cli.add_bulk(cancel, "cancelled")
     cancel.set_defaults(handler=_closing_stores(_runs_cancel))
     resume = actions.add_parser(
         "resume", help="resume a failed run from the state it failed in (journaled)",
@@ -404,10 +413,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "keys, at a worker's next round. The resume is journaled."
     )
     _add_store(resume)
-    resume.add_argument("run_id", help="the failed run's id or a unique prefix")
+    resume.add_argument("run_id", nargs="?", help="the failed run's id or a unique prefix")
     resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
                         help="module (or module:attr) defining the machines; repeatable")
+    lifecycle_cli.add_bulk(resume, "resumed")
     resume.set_defaults(handler=_closing_stores(_runs_resume))
+    wait = lifecycle_cli.add_wait_command(actions)
+    _add_store(wait)
+    wait.set_defaults(handler=_closing_stores(_runs_wait))
     versions = actions.add_parser(
         "versions", help="active runs that the given machines cannot step (definition changed)",
         description="Active runs whose definition fingerprint none of the given machines has: "
@@ -420,6 +433,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_purge(actions)
     _register_fork(actions)
     _register_reset(actions)
+
+    listed = subparsers.add_parser(
+        "schedules", help="scheduled starts: slots decided, last run, skipped slots",
+        description="Every scheduled start the store knows (workers fire them with "
+                    "--schedules): up to which slot it decided, the run it started last, a "
+                    "slot held by the overlap policy buffer_one, and its skipped slots (how "
+                    "many in all, the latest with their reason).")
+    _add_store(listed)
+    listed.add_argument("--json", action="store_true", help="print JSON instead of text")
+    listed.set_defaults(handler=_closing_stores(_schedules))
 
     db = subparsers.add_parser("db", help="database schema",
                                description="Manage the run store's schema.")
@@ -557,6 +580,10 @@ def _runs_list(args: argparse.Namespace) -> int:
     now = SystemClock().now()
     if args.stuck_after_ms is not None:
         runs = store.stuck_runs(now, args.stuck_after_ms, args.limit)
+    elif args.where:
+        query = dataclasses.replace(lifecycle_cli.where_query(args, args.name, args.status),
+                                    key=args.key)  # fmt: skip
+        runs = store.search_runs(query, limit=args.limit)
     elif args.key is not None:
         query = RunQuery(workflow_name=args.name, status=args.status, key=args.key)
         runs = store.search_runs(query, limit=args.limit)
@@ -630,6 +657,8 @@ def _runs_send(args: argparse.Namespace) -> int:
         inbox_id = store.send_event(run.id, event, SystemClock().now())
     except (StoreError, ContextError, TypeError, ValueError) as exc:
         raise SystemExit(f"{run.id}: {exc}") from exc
+    if args.wait is not None:
+        return lifecycle_cli.send_and_wait(store, run, inbox_id, args.wait)
     print(f"{run.id}  queued (inbox {inbox_id})")
     return 0
 
@@ -645,6 +674,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         **_row(run),
         "error_traceback": None if failure is None else failure.text,
         "snapshot": run.snapshot,
+        "search": store.search_attributes(run.id),
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
         "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
                   for c in calls],
@@ -661,10 +691,22 @@ def _runs_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_or_where(args: argparse.Namespace, command: str) -> bool:
+    """Whether `runs cancel|resume` acts on --where's matches (else on RUN); exits when it is
+    given both or neither, or bulk options without --where."""
+    if (args.run_id is None) == (not args.where):
+        raise SystemExit(f"runs {command}: give RUN, or --where NAME=VALUE (not both)")
+    if not args.where and (args.dry_run or args.workflow):
+        raise SystemExit(f"runs {command}: --dry-run and --workflow go with --where")
+    return bool(args.where)
+
+
 def _runs_cancel(args: argparse.Namespace) -> int:
     store = _store(args)
-    run_id = resolve_run(store, args.run_id).id
     reason = None if args.reason is None else storable_text(args.reason)  # argv need not be UTF-8
+    if _one_or_where(args, "cancel"):
+        return lifecycle_cli.bulk_cancel(store, args, reason)
+    run_id = resolve_run(store, args.run_id).id
     try:
         outcome = store.cancel_run(run_id, SystemClock().now(), reason)
     except StoreError as exc:
@@ -674,13 +716,21 @@ def _runs_cancel(args: argparse.Namespace) -> int:
 
 
 def _runs_resume(args: argparse.Namespace) -> int:
+    bulk = _one_or_where(args, "resume")
     runtime = Runtime(_store(args), load_machines(args.machines))
+    if bulk:
+        return lifecycle_cli.bulk_resume(runtime, args)
     try:
         run = runtime.resume(resolve_run(runtime.store, args.run_id).id)
     except (StoreError, NotResumableError) as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{run.id}: resumed in state {run.state} (step {run.version})")
     return 0
+
+
+def _runs_wait(args: argparse.Namespace) -> int:
+    store = _store(args)
+    return lifecycle_cli.wait_for_run(store, resolve_run(store, args.run_id), args.timeout)
 
 
 def _runs_versions(args: argparse.Namespace) -> int:
@@ -816,6 +866,24 @@ def _runs_from_step(args: argparse.Namespace) -> int:
     except (StoreError, NotRestorableError) as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{run.id}: {done}, in state {run.state}")
+    return 0
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    records = _store(args).list_schedules(limit=1000)
+    if args.json:
+        print(orjson.dumps([asdict(r) for r in records]).decode())
+        return 0
+    for r in records:
+        buffered = f", slot {iso(r.buffered_at)} buffered" if r.buffered_at is not None else ""
+        print(f"{r.name}: decided up to {iso(r.last_fire_at) if r.last_fire_at else '-'}, last "
+              f"run {r.last_run_id or '-'}{buffered}, {r.skipped_count} slot(s) skipped")
+        for skip in r.skipped[-5:]:
+            slots = iso(skip["first"]) if skip["count"] == 1 else \
+                f"{iso(skip['first'])} .. {iso(skip['last'])}"  # fmt: skip
+            print(f"  skipped {skip['count']} slot(s) {slots}: {skip['reason']}")
+    if not records:
+        print("no schedule has decided a slot yet")
     return 0
 
 

@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from persistence.capacity import Place
+from persistence.capacity import LimitKeyError, Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.outbox import Executed, Executor, log_effects, to_outbox, traceback_text
+from persistence.search import changed as search_changes
 from persistence.stores import (
     ACTIVE,
     CallFinish,
@@ -92,8 +93,10 @@ class _Step:
     traceback: str | None = None  # where the code that failed the run raised
 
     def apply(self, machine: Machine, event: dict[str, Any], now: int,
-              timer_id: str | None = None) -> None:  # fmt: skip
-        """Apply one event (or fire one timer); a raising guard or action fails the run."""
+              timer_id: str | None = None, inbox_id: int | None = None) -> None:  # fmt: skip
+        """Apply one event (or fire one timer); a raising guard or action fails the run.
+        `inbox_id`: the inbox row the event came from, journaled with it (a waiting sender
+        finds its step by it)."""
         before = state_text(self.snapshot)
         try:
             if timer_id is None:
@@ -105,12 +108,12 @@ class _Step:
             if isinstance(exc, ContextError):
                 self.poisoned = str(exc)
             self.traceback = traceback_text(exc)  # where a guard or action raised (on call)
-            self.journal.append(JournalEntry(event, before, before))
+            self.journal.append(JournalEntry(event, before, before, inbox_id))
             return
         self.snapshot = after
         self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
         self.logged.extend(effects)
-        self.journal.append(JournalEntry(event, before, state_text(after)))
+        self.journal.append(JournalEntry(event, before, state_text(after), inbox_id))
 
     @property
     def changed(self) -> bool:
@@ -202,6 +205,8 @@ class RunDriver:
         """(run id, status, snapshot) of the last step this driver committed."""
         self.committed = 0
         """How many steps this driver committed (all its paths)."""
+        self.sent_step: tuple[int, int, str] | None = None
+        """(inbox id, version, state) of the last event `send` applied in its own step."""
         self.unleased_calls: set[str] | None = None
         """When a set (`Inline` asks for it): the runs whose steps committed here recorded
         calls its executor did not take (their actions run first), to claim once those ran."""
@@ -231,7 +236,7 @@ class RunDriver:
         done: list[Executed] = []
         load, now = self.runtime.load, self.runtime.clock.now()
         try:
-            places = load.places(x.machine, x.pending)
+            places = load.places(x.machine, x.snapshot.context, x.pending)
             handed, x.handed = x.handed, frozenset()
             asking = [p for p in places if p not in handed]
             if asking:
@@ -328,7 +333,7 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if (machine is None or run.problem is not None or work.problem is not None
                 or run.lease_owner is not None or run.status != ACTIVE or work.effects
-                or self.runtime.load.workflow_place(run) is not None):  # fmt: skip
+                or self.runtime.load.workflow_limits.get(run.workflow_name)):  # fmt: skip
             return None
         try:
             snapshot = machine.restore(run.snapshot)
@@ -394,6 +399,7 @@ class RunDriver:
                 self.telemetry.end_step(x.run, x.status, None, None)
             else:
                 self._committed(x, done, commit, version, sent=True)
+                self.sent_step = (inbox_id, version, commit.state)
         return inbox_id
 
     def finish_calls(self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]],
@@ -567,8 +573,14 @@ class RunDriver:
     def _enter_workflow(self, run: RunRecord, now: int) -> bool:
         """Whether a claimed run may be stepped: a limited workflow's run takes a place
         (else it was released to wait)."""
-        place = self.runtime.load.workflow_place(run)
-        if place is None or run.terminal:
+        if run.terminal:
+            return True
+        try:
+            place = self.runtime.load.workflow_place(run)
+        except LimitKeyError as exc:  # never stepped without its place: failed, saying why
+            self._fail_unreadable(run, str(exc), now)
+            return False
+        if place is None:
             return True
         grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
         if not grant.granted:
@@ -576,7 +588,14 @@ class RunDriver:
         return grant.granted
 
     def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = [p for p in map(self.runtime.load.workflow_place, runs) if p is not None]
+        places = []
+        for run in runs:
+            try:
+                place = self.runtime.load.workflow_place(run)
+            except LimitKeyError:  # (an ended run without its key: it took no place)
+                continue
+            if place is not None:
+                places.append(place)
         if places:
             self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
 
@@ -840,6 +859,8 @@ class RunDriver:
             stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
             stop_calls=step.stopped_calls(x.snapshot, row.status),
             call_lease=self._call_lease(step.new_effects),
+            search=search_changes(self.runtime.search_fields.get(x.run.workflow_name, ()),
+                                  x.snapshot.context, step.snapshot.context),
         )  # fmt: skip
         return x, step, commit
 
@@ -894,7 +915,8 @@ class RunDriver:
             if step.status is not None or step.snapshot.status != "active":
                 break
             step.consumed.append(item.id)
-            step.apply(machine, item.event, now)
+            # (an event sent from rest has no inbox row yet: id 0, journaled without one)
+            step.apply(machine, item.event, now, inbox_id=item.id or None)
         self._fire_timers(machine, step, now, now)
 
     @staticmethod
@@ -916,7 +938,8 @@ class RunDriver:
         step.status = "cancelled"
         reason = request.event.get("reason")
         step.error = str(reason) if reason is not None else None
-        step.journal.append(JournalEntry(request.event, before, state_text(step.snapshot)))
+        step.journal.append(JournalEntry(request.event, before, state_text(step.snapshot),
+                                         request.id))  # fmt: skip
 
     def _error_runs(
         self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int

@@ -9,7 +9,10 @@ and events of durable runs, addressed by run id or by the key a run was started 
   event object: queue it (`202`; `200` with `"duplicate": true` for a delivery id already
   queued for the run); `404` unknown run or key, `409` ended run, `422` (with the offending
   path) for a value no store holds, an event type no state of the machine accepts, or an input
-  the workflow cannot start from;
+  the workflow cannot start from. With `?wait=SECONDS` (or `Prefer: wait=SECONDS`, up to 60)
+  the answer waits for the event's step: `200` with the run after the event (`outcome`
+  "applied", `applied_step`, `applied_state`), or `202` with the run as it is when the wait
+  elapsed (`outcome` "queued"); `409` if the run ended before applying it;
 - `GET /api/runs/{run_id}`, `GET /api/workflows/{name}/runs/{key}`: the run.
 
 With a token every request must carry it (`Authorization: Bearer`, as the UI), except a signed
@@ -38,6 +41,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from persistence.capacity import LimitKeyError
 from persistence.runtime import InvalidKeyError, Runtime, UnknownWorkflowError
 from persistence.signatures import Signature, SignatureError
 from persistence.stores import (
@@ -51,6 +55,7 @@ from persistence.stores import (
 from persistence.ui.api import RunSummary, summary
 from persistence.ui.app import document_token
 from persistence.ui.security import client_gone, has_token
+from persistence.waiting import Answer
 from statecharts.errors import ContextError, StatechartError
 from statecharts.frozen import freeze, text_problem, thaw
 from statecharts.tracing import valid_traceparent
@@ -134,11 +139,46 @@ EVENT_SCHEMA = {"type": "object", "required": ["type"],
 
 
 class Queued(RunSummary):
-    """The event was queued for the run; a worker applies it."""
+    """The event was queued for the run; a worker applies it. With a wait (`?wait=SECONDS` or
+    `Prefer: wait=SECONDS`), the run as read once the event was applied (`200`) or once the
+    wait elapsed (`202`, `outcome` "queued")."""
 
     inbox_id: int
     duplicate: bool = Field(False, description="the delivery id was queued for the run "
                             "before: this request queued nothing")
+    outcome: str | None = Field(None, description="with a wait: applied, or queued (the wait "
+                                "elapsed first; a worker applies it later)")
+    applied_step: int | None = Field(None, description="with a wait: the run version (step) "
+                                     "that applied the event")
+    applied_state: str | None = Field(None, description="with a wait: the run's active leaves "
+                                      "right after the event (later steps may have moved it)")
+
+
+MAX_WAIT_S = 60.0
+"""The longest wait a request may ask for (`?wait=` or `Prefer: wait=`), in seconds."""
+
+_PREFER_WAIT = re.compile(r"(?:^|[,;])\s*wait\s*=\s*([0-9]+(?:\.[0-9]+)?)\s*(?:$|[,;])", re.I)
+
+
+def requested_wait(request: Request) -> float | None:
+    """The seconds a send asks to wait for its event's step: `?wait=` (which wins) or the
+    `Prefer: wait=` header (RFC 7240); None for no wait. `422` naming the parameter for a
+    value that is not a number of seconds from 0 to `MAX_WAIT_S`."""
+    given = request.query_params.get("wait")
+    where, root = "wait", "query"
+    if given is None:
+        found = _PREFER_WAIT.search(request.headers.get("prefer", ""))
+        if found is None:
+            return None
+        given, where, root = found.group(1), "Prefer", "header"
+    try:
+        seconds = float(given.removesuffix("s"))
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_WAIT_S:
+        raise invalid(where, f"wait must be seconds from 0 to {MAX_WAIT_S:g}, got {given!r}",
+                      root)  # fmt: skip
+    return seconds
 
 
 def create_api(runtime: Runtime, *, token: str | None = None,
@@ -229,12 +269,14 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise invalid(exc.path, str(exc)) from exc
         except (StatechartError, StoreEncodingError) as exc:
             raise invalid(input_path, f"{type(exc).__name__}: {exc}") from exc
+        except LimitKeyError as exc:  # (a start without the key of its per-key limit)
+            raise invalid(input_path, str(exc)) from exc
         except StoreUnavailableError as exc:
             raise Refused(503, "the run store could not answer; try again shortly",
                           {"Retry-After": RETRY_AFTER_S}) from exc
 
     def queue(run: RunRecord, event: Mapping[str, Any], delivery: str | None,
-              traceparent: str | None) -> Response:
+              traceparent: str | None, wait: float | None = None) -> Response:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             raise invalid("type", "an event needs a non-empty string type")
@@ -246,12 +288,26 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         if refusal is not None:
             raise invalid("type", refusal)
         fresh = True
+        if delivery is None and wait is not None:
+            return waited(runtime.send(run.id, event, traceparent=traceparent, wait=wait), False)
         if delivery is None:
             inbox_id = runtime.send(run.id, event, traceparent=traceparent)
         else:
             inbox_id, fresh = runtime.deliver(run.id, event, delivery, traceparent=traceparent)
+        if wait is not None:
+            return waited(runtime.wait_for_event(run.id, inbox_id, wait), not fresh)
         answer = Queued(**summary(run).model_dump(), inbox_id=inbox_id, duplicate=not fresh)
         return JSONResponse(answer.model_dump(), 202 if fresh else 200)
+
+    def waited(answer: Answer, duplicate: bool) -> Response:
+        """A send's answer after its wait: `200` applied, `202` still queued, `409` dead."""
+        if answer.status == "dead":
+            raise Refused(409, f"run {answer.run_id} ended before applying the event: "
+                               f"{answer.reason}")  # fmt: skip
+        body = Queued(**summary(answer.run).model_dump(), inbox_id=answer.inbox_id,
+                      duplicate=duplicate, outcome=answer.status, applied_step=answer.step,
+                      applied_state=answer.state)  # fmt: skip
+        return JSONResponse(body.model_dump(), 200 if answer.status == "applied" else 202)
 
     @app.post("/api/workflows/{name}/runs", response_model=RunSummary, status_code=201,
               openapi_extra=_body_doc(START_EXAMPLE, START_SCHEMA),
@@ -278,21 +334,26 @@ def create_api(runtime: Runtime, *, token: str | None = None,
               response_model=Queued, openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
               responses={409: {"description": "the key's run has ended"}})
     async def send_by_key(name: str, key: str, request: Request) -> Response:
-        """Queue an event for the newest run of `name` started with `key`."""
+        """Queue an event for the newest run of `name` started with `key`; with `?wait=` (or
+        `Prefer: wait=`) seconds, answer once its step has committed (`200`, the run after
+        the event) or the wait elapsed (`202`, the run as it is, the event still queued)."""
+        wait = requested_wait(request)
         event, delivery = await body_of(request, name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
         return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery,
-                                        traceparent), "")  # fmt: skip
+                                        traceparent, wait), "")  # fmt: skip
 
     @app.post("/api/runs/{run_id}/events", status_code=202, response_model=Queued,
               openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
               responses={409: {"description": "the run has ended"}})
     async def send_by_id(run_id: str, request: Request) -> Response:
-        """Queue an event for the run with this id (signed as its workflow's webhooks are)."""
+        """Queue an event for the run with this id (signed as its workflow's webhooks are);
+        `?wait=` as for an event by key."""
+        wait = requested_wait(request)
         run = await call(lambda: runtime.get(run_id))
         event, delivery = await body_of(request, run.workflow_name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
-        return await call(lambda: queue(run, event, delivery, traceparent), "")
+        return await call(lambda: queue(run, event, delivery, traceparent, wait), "")
 
     @app.get("/api/runs/{run_id}", response_model=RunSummary)
     async def get_run(run_id: str, request: Request) -> RunSummary:

@@ -86,6 +86,10 @@ class Host(Protocol):
         """The definition that restores `run` (its version, or a migration), or None."""
         ...
 
+    def search_values(self, workflow: str, snapshot: Snapshot) -> tuple[tuple[str, str], ...]:
+        """A new run's search attributes, from its first snapshot's context."""
+        ...
+
 
 class NotRestorableError(ValueError):
     """A fork or reset that cannot be made: no such step, no snapshot recorded for it, no
@@ -195,7 +199,7 @@ def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
         raise NotRestorableError(
             f"run {run.id}: its journal has no snapshot at or before step {step} (the first "
             "step a worker took is the first one recorded; a run with the journal off, or "
-            "stepped before schema 10, has none)")  # fmt: skip
+            "stepped before schema 12, has none)")  # fmt: skip
     at, data = found
     machine = runtime.machine_for(dataclasses.replace(run, snapshot=data))
     label = data.get("version")
@@ -246,6 +250,7 @@ def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
         workflow_version=restored.machine.fingerprint, key=None, state=columns.state,
         snapshot=restored.machine.persist(restored.snapshot), status=columns.status,
         wake_at=columns.wake_at, priority=run.priority,
+        search=runtime.search_values(run.workflow_name, restored.snapshot),
     )  # fmt: skip
     record = runtime.store.fork_run(new, run.id, restored.step, effects, now)
     runtime.telemetry.run_started(run.workflow_name)
@@ -267,7 +272,8 @@ def reset(runtime: Host, run: RunRecord, step: int) -> RunRecord:
     try:
         record = runtime.store.reset_run(
             run.id, run.version, restored.machine.persist(restored.snapshot), columns.state,
-            columns.wake_at, restored.step, restored.effects, now)  # fmt: skip
+            columns.wake_at, restored.step, restored.effects, now,
+            search=runtime.search_values(run.workflow_name, restored.snapshot))  # fmt: skip
     except RunFinishedError as exc:  # it moved meanwhile (resumed, reset by someone else)
         raise NotRestorableError(str(exc)) from exc
     runtime.resting.drop(run.id)

@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict, get_args
+from typing import Any, Literal, Protocol, TypedDict, get_args, overload
 
 from persistence.breakers import BreakerPolicy, SharedBreaker
 from persistence.capacity import Limit, LoadControl, check_priority
@@ -41,6 +41,7 @@ from persistence.lifecycle import fork as fork_run
 from persistence.lifecycle import reset as reset_run
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
+from persistence.search import check_fields, declared_fields, search_terms, values_of
 from persistence.stores import (
     ConflictError,
     DeadLetter,
@@ -61,6 +62,7 @@ from persistence.stores.base import (
     leasable_calls,
 )
 from persistence.telemetry import Telemetry
+from persistence.waiting import Answer, Ended, check_timeout, wait_applied, wait_ended
 from statecharts import Machine, Snapshot, SystemClock
 from statecharts.effects import Effect, StartChild
 from statecharts.events import EventLike, error_actor_event_type, normalize_event
@@ -246,7 +248,14 @@ class Runtime:
 
     `send` applies an event to a run at rest (active, no worker holding it, nothing queued
     before it, no effects waiting to run) in its own transaction, as the step a worker would
-    take for it; `step_in_send=False` always queues it for a worker instead.
+    take for it; `step_in_send=False` always queues it for a worker instead. `send(...,
+    wait=SECONDS)` returns once the step that applied the event has committed, and
+    `wait(run_id)` once the run has ended (`persistence.waiting`).
+
+    A machine names fields of its context to index with `meta={"search": ["customer"]}` at
+    its root (or `search={"invoice": ["customer"]}` here, which wins): its runs are found by
+    them (`RunQuery(search=...)`, `runs list --where customer=42`), each step writing, in its
+    transaction, the values it changed (`persistence.search`).
 
     With `dry_run=True`, effects declared external (invokes with `"external": true`, functions
     marked with `statecharts.external`) are not executed: they are recorded as `skipped` with the
@@ -288,6 +297,7 @@ class Runtime:
         retention: Mapping[str, Duration] | None = None,
         key_window: Duration = DEFAULT_KEY_WINDOW,
         codec: PayloadCodec | None = None,
+        search: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if not machines:
             raise ValueError("Runtime needs at least one machine")
@@ -326,6 +336,9 @@ class Runtime:
                              "supported in durable runs (docs/persistence.md, Child runs)")
         self.error_workflows = self._error_workflows(error_workflows or {})
         self.retention = Retention.of(list(self._latest.values()), retention or {}, key_window)
+        self.search_fields = self._search_fields(search or {})
+        """Workflow -> the context fields indexed as its search attributes
+        (`persistence.search`): from each definition's `meta.search`, overridden by `search=`."""
         self.breaker_policies = dict(breakers or {})
         self.load = LoadControl(store, machines, limits or {}, workflow_limits or {})
         self.priorities = {name: check_priority(p, f"priorities[{name!r}]")
@@ -349,6 +362,23 @@ class Runtime:
                     f"runtime's machines ({', '.join(sorted(self._latest))})"
                 )
         return found
+
+    def _search_fields(self, given: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+        """Workflow -> its search attributes; every workflow named in `given` must be one of
+        this runtime's machines."""
+        found = {m.id: fields for m in self._exact.values()
+                 if (fields := declared_fields(m))}  # fmt: skip
+        for workflow, names in given.items():
+            if workflow not in self._latest:
+                raise ValueError(f"search={{{workflow!r}: ...}}: {workflow!r} is not among the "
+                                 f"runtime's machines ({', '.join(sorted(self._latest))})")
+            found[workflow] = check_fields(names, f"search[{workflow!r}]")
+        return found
+
+    def search_values(self, workflow: str, snapshot: Snapshot) -> tuple[tuple[str, str], ...]:
+        """A new run's search attributes, from its first snapshot's context."""
+        fields = self.search_fields.get(workflow)
+        return tuple(values_of(fields, snapshot.context).items()) if fields else ()
 
     def breaker(self, name: str) -> SharedBreaker:
         """The shared circuit breaker of downstream `name` (default policy unless given in
@@ -402,6 +432,7 @@ class Runtime:
                 wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
                 parent_invoke_id=start.id, system_id=start.system_id or None,
                 deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
+                search=self.search_values(machine.id, snapshot),
             )  # fmt: skip
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
@@ -583,13 +614,25 @@ class Runtime:
             lease_owner=owner,
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
+            limit_share=self.load.start_share(name, snapshot.context),
+            search=self.search_values(name, snapshot),
         )
         return run, outbox, effects, snapshot
 
+    @overload
     def send(self, target: str | EventLike, event: EventLike | None = None, *,
              workflow: str | None = None, key: str | None = None,
-             traceparent: str | None = None) -> int:
-        """Send an event to a run; return its inbox id.
+             traceparent: str | None = None, wait: None = None) -> int: ...
+
+    @overload
+    def send(self, target: str | EventLike, event: EventLike | None = None, *,
+             workflow: str | None = None, key: str | None = None,
+             traceparent: str | None = None, wait: float) -> Answer: ...
+
+    def send(self, target: str | EventLike, event: EventLike | None = None, *,
+             workflow: str | None = None, key: str | None = None,
+             traceparent: str | None = None, wait: float | None = None) -> int | Answer:
+        """Send an event to a run; return its inbox id (with `wait`, an `Answer`).
 
         When the run is at rest (active, no worker holding it, nothing queued before this
         event, no effects waiting to run), the event is applied here, in the transaction that
@@ -604,6 +647,12 @@ class Runtime:
         {"type": ...}. Raises `RunNotFoundError` for an unknown run or key and
         `RunFinishedError` if the run has ended. The send's span (in the trace current here,
         or of `traceparent`) is stored with the event; the step that applies it links to it.
+
+        With `wait=SECONDS`, the send returns once the step that applied this event has
+        committed (here, or a worker's step later), with an `Answer` (`persistence.waiting`):
+        `status="applied"`, the `step` (run version) that applied it, the `state` right after
+        it and the run as read then; `"queued"` with the run as it is if the time ran out
+        first; `"dead"` if the run ended before applying it.
         """
         if workflow is not None or key is not None:
             if workflow is None or key is None or event is not None:
@@ -613,12 +662,36 @@ class Runtime:
             raise TypeError("send takes (run_id, event) or (event, workflow=..., key=...)")
         else:
             run_id = target
+        if wait is not None:
+            check_timeout(wait)
         frozen = normalize_event(event)
         with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
             if not self.step_in_send:
-                return self.store.send_event(run_id, thaw(frozen), self.clock.now(),
-                                             traceparent=stored)  # fmt: skip
-            return self._sender().send(run_id, thaw(frozen), self.clock.now(), stored)
+                inbox_id = self.store.send_event(run_id, thaw(frozen), self.clock.now(),
+                                                 traceparent=stored)  # fmt: skip
+            else:
+                sender = self._sender()
+                sender.sent_step = None
+                inbox_id = sender.send(run_id, thaw(frozen), self.clock.now(), stored)
+                if wait is not None and sender.sent_step is not None:  # applied in the send
+                    _, step, state = sender.sent_step
+                    return Answer(run_id, inbox_id, "applied", self.store.get_run(run_id),
+                                  step, state)  # fmt: skip
+        if wait is None:
+            return inbox_id
+        return self.wait_for_event(run_id, inbox_id, wait)
+
+    def wait_for_event(self, run_id: str, inbox_id: int, timeout: float) -> Answer:
+        """Wait up to `timeout` seconds for the event sent to `run_id` as inbox row `inbox_id`
+        (what `send` and `deliver` return) to be applied; its `Answer` (see `send`)."""
+        return wait_applied(self.store, run_id, inbox_id, timeout)
+
+    def wait(self, run_id: str, timeout: float = 30.0) -> Ended:
+        """Wait up to `timeout` seconds for the run to end (Temporal's `result()`, DBOS's
+        `get_result`): its `Ended` status, output and error. Raises `StillRunningError` (a
+        `TimeoutError`, with the run) if it is still active then, and `RunNotFoundError` for
+        an unknown run. Without polling on PostgreSQL (`persistence.waiting`)."""
+        return wait_ended(self.store, run_id, timeout)
 
     def deliver(self, run_id: str, event: EventLike, delivery_id: str, *,
                 traceparent: str | None = None) -> tuple[int, bool]:
@@ -683,13 +756,16 @@ class Runtime:
 
     def list(
         self, status: str | None = None, name: str | None = None, limit: int = 100,
-        offset: int = 0, *, key: str | None = None,
+        offset: int = 0, *, key: str | None = None, search: Mapping[str, Any] | None = None,
     ) -> builtins.list[RunRecord]:
-        """Runs newest first, optionally filtered by status, workflow name and start key."""
-        if key is None:
+        """Runs newest first, optionally filtered by status, workflow name, start key and
+        search attributes (`search={"customer": 42}`: every one must hold; values as the
+        context holds them, compared as they are indexed, `persistence.search`)."""
+        if key is None and not search:
             return self.store.list_runs(status=status, workflow_name=name, limit=limit,
                                         offset=offset)  # fmt: skip
-        query = RunQuery(workflow_name=name, status=status, key=key)
+        query = RunQuery(workflow_name=name, status=status, key=key,
+                         search=search_terms(search or {}))  # fmt: skip
         return self.store.search_runs(query, limit=limit, offset=offset)
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:

@@ -11,6 +11,11 @@ always, so a lost or spurious one costs at most a poll interval or one empty cla
 A counter rather than an event: a waiter passes the count it saw *before* it claimed, so a
 wake-up that arrives between its empty claim and its wait is not lost.
 
+Waiters of a run (`persistence.waiting`) wait on its progress instead: on PostgreSQL a step
+of a run someone `watch`es sends a NOTIFY of its own, which the listener turns into
+`progressed(run_id)`; a listener that reconnected calls `progressed(None)` (anything may
+have been missed), which wakes every waiter.
+
 A sent event's wake-up names its run: one waiting thread is woken for it and takes the name
 (`take_named`), to read and step that run by id without a claim (`persistence.worker`); a
 wake-up that names no run (a start, a stop, a listener that reconnected) wakes every waiter,
@@ -30,6 +35,10 @@ class Wakeup:
         self._unnamed = 0
         self._named: dict[str, None] = {}  # run ids in the order they were named
         self._changed = threading.Condition(threading.Lock())
+        self._progress: dict[str, int] = {}  # run id -> steps told, for runs waited on here
+        self._followers: dict[str, int] = {}  # run id -> how many waiters here follow it
+        self._progress_all = 0  # wake-ups of every waiter (a listener reconnected)
+        self._progressed = threading.Condition(threading.Lock())
 
     def seen(self) -> int:
         """The number of wake-ups so far; pass it to `wait` after looking for work."""
@@ -56,6 +65,42 @@ class Wakeup:
         with self._changed:
             named, self._named = list(self._named), {}
         return named
+
+    def progressed(self, run_id: str | None) -> None:
+        """A watched run committed a step (None: maybe any run did): wake its waiters."""
+        with self._progressed:
+            if run_id is None:
+                self._progress_all += 1
+            elif run_id in self._progress:  # (runs nobody here waits on are not kept)
+                self._progress[run_id] += 1
+            self._progressed.notify_all()
+
+    def follow(self, run_id: str) -> None:
+        """Start following `run_id`'s progress (until `unfollow`): its steps are counted."""
+        with self._progressed:
+            self._followers[run_id] = self._followers.get(run_id, 0) + 1
+            self._progress.setdefault(run_id, 0)
+
+    def unfollow(self, run_id: str) -> None:
+        """Stop following `run_id`; its count is forgotten with its last follower here."""
+        with self._progressed:
+            left = self._followers.get(run_id, 1) - 1
+            if left > 0:
+                self._followers[run_id] = left
+            else:
+                self._followers.pop(run_id, None)
+                self._progress.pop(run_id, None)
+
+    def progress_mark(self, run_id: str) -> tuple[int, int]:
+        """The mark of `run_id`'s progress now (see `follow`)."""
+        with self._progressed:
+            return self._progress.get(run_id, 0), self._progress_all
+
+    def wait_progress(self, run_id: str, mark: tuple[int, int], timeout: float) -> bool:
+        """Wait until `run_id` progressed past `mark`, or `timeout` seconds; True if it did."""
+        with self._progressed:
+            return self._progressed.wait_for(
+                lambda: (self._progress.get(run_id, 0), self._progress_all) != mark, timeout)
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Wait until a wake-up after `seen`, or `timeout` seconds; True if woken."""

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from persistence.calls import CallExecutor
+from persistence.capacity import LimitKeyError
 from persistence.driver import RunDriver
 from persistence.runtime import Runtime
 from persistence.scheduling import ScheduledStart
@@ -130,6 +131,9 @@ class Worker:
             dead = [t.name for t in (*threads, beat) if not t.is_alive()]
             if not calls.is_alive():
                 dead.append("calls")
+            if dead and self._stop.is_set():  # a signal since the wait: they end as they should
+                dead = []
+                break
             if dead:  # never serve on with fewer threads in silence
                 log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
                              "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
@@ -322,7 +326,7 @@ class Worker:
         for schedule in self.schedules:
             try:
                 started = schedule.tick()
-            except StoreError as exc:
+            except (StoreError, LimitKeyError) as exc:  # (the slot is not lost: next tick)
                 log.warning("schedule %s: tick failed: %s", schedule.name, exc)
                 continue
             if started is not None:

@@ -24,6 +24,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("statecharts.cli", "cli"),  # the `statecharts` command: gathers every tool's subcommands
     ("persistence.cli", "cli"),
     ("persistence.impact_cli", "cli"),  # `diff --store`: the runtime's option on the diff
+    ("persistence.lifecycle_cli", "cli"),  # `runs wait`, `--wait`, `--where`
     ("statecharts.render", "render"),
     ("statecharts.diff", "diff"),
     ("statecharts.testing", "test kit"),

@@ -184,6 +184,12 @@ class NewRun:
     `SystemIdTakenError` when an active child run of the tree already holds it."""
     call_lease: tuple[str, int] | None = None
     """(owner, until): its first step's calls leased to that call executor (`StepCommit`)."""
+    limit_share: str | None = None
+    """The limit (a per-key limit's share, `<limit>[<key>]`) its workflow's steps take a place
+    of: while it waits to be claimed, a refusal of that limit queues it with the others
+    (`Capacity`: its backlog parked), so its backlog never stands in the claim order."""
+    search: tuple[tuple[str, str], ...] = ()
+    """Its search attributes, (name, value) pairs (`persistence.search`), inserted with it."""
 
     def __post_init__(self) -> None:
         # Every run a store inserts passes here: starts, child runs (whose keys are derived),
@@ -278,6 +284,21 @@ class JournalEntry:
     event: JSONDict
     state_before: str
     state_after: str
+    inbox_id: int | None = None
+    """The inbox row whose event this is (None: a timer, an effect's result, the store's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventProgress:
+    """Where an event sent to a run stands (`RunQueries.event_progress`): `queued` (not
+    applied yet), `applied` (by step `step`, leaving the run in `state`; both None when the
+    step journaled nothing: a runtime with `journal=False`), or `dead` (never to be applied,
+    for `reason`)."""
+
+    status: str
+    step: int | None = None
+    state: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +455,9 @@ class StepCommit:
     error_traceback: str | None = None
     """Where the code that failed the run raised (`status` error), shown beside its
     `last_error`; None keeps the row's value."""
+    search: Mapping[str, str | None] = field(default_factory=dict)
+    """The search attributes this step changed: name -> new value (None: no longer set).
+    Empty (nothing written) when the step changed none (`persistence.search`)."""
     unleased: bool = False
     """The step was computed from a read without a lease (`RunStore.read_work`): it is written
     only while no worker holds the run (and it is still at `expected_version`), instead of
@@ -479,11 +503,25 @@ class ClaimRecord:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRecord:
-    """The last fire time of a scheduled start, advanced atomically with the run it starts."""
+    """A scheduled start's state, advanced atomically with the run it starts: every slot up to
+    `last_fire_at` is decided (fired, buffered or skipped)."""
 
     name: str
     last_fire_at: int | None
     version: int
+    last_run_id: str | None = None
+    """The run the schedule started last: the one a new slot overlaps while it is active."""
+    buffered_at: int | None = None
+    """The slot an overlap policy `buffer_one` holds until `last_run_id` ends."""
+    skipped_count: int = 0
+    """How many slots were skipped in all."""
+    skipped: tuple[Mapping[str, Any], ...] = ()
+    """The latest skips, oldest first (at most `MAX_SKIP_RECORDS`): `first` and `last` slot
+    (epoch ms), `count`, `reason`, `at` (when it was decided)."""
+
+
+MAX_SKIP_RECORDS = 20
+"""How many skip records a schedule keeps (the count of all skips is kept too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,9 +583,12 @@ class RunQuery:
     stuck_before: int | None = None
     id_prefix: str | None = None
     parent_run_id: str | None = None
+    search: tuple[tuple[str, str], ...] = ()
+    """Search attributes (name, value as text) the run must have, every one of them."""
 
     def matches(self, run: RunRecord) -> bool:
-        """True when `run` passes every filter (what the SQL stores compute in the database)."""
+        """True when `run` passes every filter but `search` (a search attribute is not on the
+        row: the SQL stores compute it in the database)."""
         return (
             (self.workflow_name is None or run.workflow_name == self.workflow_name)
             and (self.status is None or run.status == self.status)
@@ -622,6 +663,10 @@ def run_query_sql(
     if query.id_prefix is not None:
         clauses.append(f"CAST(id AS TEXT) LIKE {mark} ESCAPE '\\'")  # PostgreSQL: a uuid
         params.append(_like_escaped(query.id_prefix) + "%")
+    for name, value in query.search:  # (each answered from workflow_search_value, index-only)
+        clauses.append(f"id IN (SELECT run_id FROM workflow_search WHERE name = {mark} AND "
+                       f"value = {mark})")  # fmt: skip
+        params += [name, value]
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
@@ -964,6 +1009,21 @@ class RunQueries(Protocol):
         """How many entries the run's journal has."""
         ...
 
+    def event_progress(self, run_id: str, inbox_id: int) -> EventProgress:
+        """Where the event queued for `run_id` as inbox row `inbox_id` stands: still queued,
+        applied (by which step, into which state: its journal entry), or dead-lettered."""
+        ...
+
+    def match_ids(self, query: RunQuery, after: str | None = None,
+                  limit: int = 500) -> list[str]:  # fmt: skip
+        """Ids of up to `limit` runs matching `query`, in id order, after the id `after`: the
+        pages of a bulk action, stable whatever the action does to the runs it has passed."""
+        ...
+
+    def search_attributes(self, run_id: str) -> dict[str, str]:
+        """The run's search attributes as stored (name -> value)."""
+        ...
+
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
         """Events queued for the run that can no longer be applied, oldest first."""
         ...
@@ -988,6 +1048,16 @@ class Coordination(Protocol):
         """The signal that work arrived, which idle workers wait on: notified by every start of
         a run due at once and every sent event through a store on this database in this
         process, and on PostgreSQL from other processes too (`NOTIFY`)."""
+        ...
+
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Ask for `wakeup().progressed(run_id)` at each step of the run any process commits,
+        until `unwatch` (or `seconds` from now, if the waiter is killed): True where the store
+        can (PostgreSQL), False where the waiter must read again on its own (SQLite)."""
+        ...
+
+    def unwatch(self, run_id: str) -> None:
+        """Stop `watch`ing the run."""
         ...
 
     def try_claim(
@@ -1017,6 +1087,10 @@ class Coordination(Protocol):
         """The scheduled start `name`, if it ever fired."""
         ...
 
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """The scheduled starts that ever decided a slot, by name (at most `limit`)."""
+        ...
+
     def fire_schedule(
         self,
         name: str,
@@ -1027,10 +1101,22 @@ class Coordination(Protocol):
         now: int,
         *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        buffered_at: int | None = None,
+        skipped: Sequence[Mapping[str, Any]] = (),
     ) -> RunRecord | None:
         """Advance schedule `name` to `fire_at` and create `run` (and the child runs its first
-        step starts), in one transaction. None (and nothing written) if the schedule is no
-        longer at `expected_version` (0 = never fired)."""
+        step starts), in one transaction; `run` becomes the schedule's last run, `buffered_at`
+        its buffered slot, and `skipped` (skip records) is appended to its skips. None (and
+        nothing written) if the schedule is no longer at `expected_version` (0 = never
+        fired)."""
+        ...
+
+    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
+                      buffered_at: int | None,
+                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+        """Advance schedule `name` to `decided_to` without starting a run: its slots up to
+        there were skipped (`skipped`, appended to its skips) or buffered (`buffered_at`).
+        False (and nothing written) if the schedule is no longer at `expected_version`."""
         ...
 
 
@@ -1119,6 +1205,11 @@ class Capacity(Protocol):
     def pause_capacity(self, name: str, until: int, now: int) -> None:
         """No call through limit `name` before `until` (a downstream's Retry-After), for every
         run; a later pause extends it, an earlier one changes nothing."""
+        ...
+
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that hold slots or
+        queue runs, in name order after `after`: a page of at most `count`."""
         ...
 
     def capacity_usage(self, now: int) -> list[LimitUsage]:
@@ -1272,12 +1363,13 @@ class Lifecycle(Protocol):
         ...
 
     def reset_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
-                  wake_at: int | None, step: int, effects: Sequence[NewEffect],
-                  now: int) -> RunRecord:  # fmt: skip
+                  wake_at: int | None, step: int, effects: Sequence[NewEffect], now: int, *,
+                  search: Sequence[tuple[str, str]] = ()) -> RunRecord:  # fmt: skip
         """Make the failed run active again from `snapshot` (after its journal step `step`):
         its open calls are stopped and its pending effects skipped, `effects` (the calls in
-        flight at that step) recorded afresh at the new version, and the reset journaled.
-        `RunFinishedError` unless the run is `error` at `expected_version`."""
+        flight at that step) recorded afresh at the new version, its search attributes set to
+        `search` (those of `snapshot`), and the reset journaled. `RunFinishedError` unless the
+        run is `error` at `expected_version`."""
         ...
 
     def fork_of(self, run_id: str) -> Fork | None:

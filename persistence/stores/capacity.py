@@ -69,6 +69,8 @@ met once do not meet again in step)."""
 ROLLED_BACK = frozenset({"40P01", "40001"})
 """SQLSTATEs of a transaction the server rolled back to resolve a conflict: deadlock detected,
 serialization failure. Safe to run again from the start: nothing of it was written."""
+PARK_PAGE = 500
+"""How many unclaimed runs of a limit's backlog one refusal queues at most (`_park`)."""
 log = logging.getLogger("statecharts.capacity")
 T = TypeVar("T")
 
@@ -150,6 +152,15 @@ class SQLCapacity(SQLDialect):
             "RETURNING 1",
             (name, self._t(until), self._j([]), self._t(now)),
         )
+
+    def limit_shares(self, name: str, after: str | None = None, count: int = 500) -> list[str]:
+        """The stored names of per-key limit `name`'s shares (`name[<key>]`) that have slots or
+        a queue, in name order after `after`: one page of at most `count`."""
+        prefix = f"{name}["
+        return [str(n) for (n,) in self._read(
+            "SELECT name FROM workflow_limits WHERE substr(name, 1, ?) = ? AND name > ? AND "
+            "EXISTS (SELECT 1 FROM workflow_capacity c WHERE c.name = workflow_limits.name) "
+            "ORDER BY name LIMIT ?", (len(prefix), prefix, after or "", count))]  # fmt: skip
 
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Calls in flight, waiting runs per reason and the pause of every limit."""
@@ -242,6 +253,7 @@ class SQLCapacity(SQLDialect):
             (name, holder, run_id, ts, name, holder, name, ts),
         ).fetchone() is None:
             raise _Unanswered
+        self._park(conn, name, holder, run_id, now, recheck_ms)
         return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
 
     def _under_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
@@ -269,6 +281,8 @@ class SQLCapacity(SQLDialect):
                            (self._j([*window, now]), name))  # fmt: skip
         if max_in_flight is not None and refused is not None:
             self._queue(conn, name, holder, run_id, now)
+            if not granted:
+                self._park(conn, name, holder, run_id, now, recheck_ms)
         elif max_in_flight is not None:
             self._exec(
                 conn,
@@ -452,6 +466,45 @@ class SQLCapacity(SQLDialect):
             "state = 'waiting', owner = NULL, expires_at = NULL",
             (name, holder, run_id, self._t(now)),
         )
+
+    def _park(self, conn: Any, name: str, holder: str, run_id: str, now: int,
+              recheck_ms: int) -> None:  # fmt: skip
+        """A run of limit `name`'s backlog was refused a slot: queue with it (at most
+        `PARK_PAGE`) the due runs no worker has claimed yet whose steps take places of the same
+        limit (`workflow_runs.limit_share`, written at their start), each released as a refused
+        run is. So a big backlog leaves the claim order after a few refusals instead of every
+        run being claimed once only to be queued, and other keys' and workflows' runs are
+        claimed meanwhile. Each parked run queues at its start time (the refused run too, which
+        started before those the claims had not reached): the queue stays in arrival order.
+        Read without locks, then the queue rows, then the run rows (the module's lock order);
+        a run claimed meanwhile keeps its lease (its queue row is its place when it asks)."""
+        if not holder.startswith("run:"):
+            return  # (a call's place: its run's share is not its limit)
+        ts = self._t(now)
+        rows = self._exec(
+            conn,
+            f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE limit_share = ? AND status = "
+            "'active' AND waiting_for IS NULL AND lease_owner IS NULL AND wake_at <= ? AND "
+            "id <> ? ORDER BY created_at LIMIT ?", (name, ts, run_id, PARK_PAGE)).fetchall()
+        if not rows:
+            return
+        ids = [self._id(str(r)) for (r,) in rows]
+        marks = ",".join("?" * len(ids))
+        self._exec(
+            conn,
+            "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
+            f"SELECT ?, 'run:' || id{self._TEXT_ID}, id, 'waiting', created_at FROM workflow_runs "
+            f"WHERE id IN ({marks}) ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
+            (name, *ids))  # fmt: skip
+        self._exec(
+            conn,
+            "UPDATE workflow_capacity SET queued_at = (SELECT created_at FROM workflow_runs WHERE "
+            "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'", (run_id, name, holder))
+        self._exec(
+            conn,
+            "UPDATE workflow_runs SET waiting_for = ?, wake_at = ? WHERE id IN "
+            f"({marks}) AND status = 'active' AND lease_owner IS NULL AND waiting_for IS NULL",
+            (f"{CAPACITY}: {name}", self._t(now + recheck_ms), *ids))  # fmt: skip
 
     def _wait(self, conn: Any, run_id: str, owner: str, reason: str, retry_at: int) -> Grant:
         """Release the run (it waits durably, not in a thread) with `reason` on its row."""

@@ -200,7 +200,7 @@ class SQLLifecycle(SQLRuns):
         """Insert the fork with its first journal row and its link, in one transaction."""
         ts = self._t(now)
         with self._write() as conn:
-            record, created = self._create_in(conn, run, effects, now)
+            record, created = self._create_run_in(conn, run, effects, now)
             if not created:  # (a fork has no key: nothing to collide with)
                 raise ConflictError(f"run {run.id} exists; fork not written")
             rid = self._id(record.id)
@@ -213,8 +213,8 @@ class SQLLifecycle(SQLRuns):
         return record
 
     def reset_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
-                  wake_at: int | None, step: int, effects: Sequence[NewEffect],
-                  now: int) -> RunRecord:  # fmt: skip
+                  wake_at: int | None, step: int, effects: Sequence[NewEffect], now: int, *,
+                  search: Sequence[tuple[str, str]] = ()) -> RunRecord:  # fmt: skip
         """Put the failed run back to the snapshot after journal step `step`."""
         rid, ts = self._id(run_id), self._t(now)
         with self._write() as conn:
@@ -226,6 +226,9 @@ class SQLLifecycle(SQLRuns):
                        (self._seal("reset", rid, Column.EFFECT_RESULT), ts, rid))  # fmt: skip
             self._insert_effects(conn, run_id, run.version, effects, now)
             self._insert_calls_in(conn, run_id, run.version, effects, now, None)
+            self._exec(conn, "DELETE FROM workflow_search WHERE run_id = ?", (rid,))
+            self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?)",
+                       [(rid, name, value) for name, value in search])  # fmt: skip
             self._journal_snapshot_in(conn, rid, run.version, {"type": RESET_EVENT, "step": step},
                                       state, snapshot, ts)  # fmt: skip
         if run.wake_at is not None or effects:

@@ -113,6 +113,16 @@ faster), so one event never wakes a worker twice."""
 _CHANNEL = "left('statecharts_wake_' || current_schema(), 63)"
 """The wake-up channel: one per schema, so stores in other schemas are not woken."""
 _WAKE_CALL = f"pg_notify({_CHANNEL}, '{_PROCESS}')"
+_PROGRESS = "ran"
+"""The mark of a NOTIFY telling waiters that a run they watch committed a step (`watch`),
+`ran:<run id>`: every listener takes it, this process's too (its waiter may be anywhere)."""
+_TOLD = "r.waiters > 0 AND r.waited_until > now() AS told"
+"""What a step's run row returns besides its id and version: whether it has waiters."""
+_TELL_WAITERS = f"CASE WHEN run.told THEN pg_notify({_CHANNEL}, '{_PROGRESS}:' || run.id::text) END"
+"""In a step's result row: a NOTIFY `ran:<run id>` for the run's waiters, only if the row it
+wrote says it has some (`waiters`, `waited_until`, schema 9: `watch`). Read from the row the
+step's UPDATE wrote, which is the newest version (a waiter's UPDATE commits before the step's
+or waits for it), so no waiter is missed; on the hot path, one more column returned."""
 
 
 @lru_cache(maxsize=256)
@@ -284,6 +294,35 @@ class PostgresStore(SQLStore):
                 self._listener = _Listener(self._conninfo, self._kwargs, wakeup)
         return wakeup
 
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Counted in the run's row (`waiters`, and `waited_until` `seconds` from now, the
+        database's clock, which bounds the count a killed waiter leaves), so that each step of
+        the run sends a NOTIFY its listeners turn into `progressed`: True once this store's
+        listener LISTENs (waited for up to a few seconds), else False. `RunNotFoundError` for
+        an unknown run."""
+        self.wakeup()  # (which starts the listener)
+        listener = self._listener
+        if listener is None or not listener.listening.wait(5.0):
+            return False
+        # (the row's update waits out a step being written now; a step after it sees it)
+        counted = self._rows(
+            "UPDATE workflow_runs SET waiters = CASE WHEN waited_until > now() THEN waiters + 1 "
+            "ELSE 1 END, waited_until = greatest(waited_until, now() + %s * interval '1 ms') "
+            "WHERE id = %s RETURNING 1", (int(seconds * 1000), _uuid(run_id)))  # fmt: skip
+        if not counted:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return True
+
+    def unwatch(self, run_id: str) -> None:
+        """One waiter of the run fewer (a killed waiter's count runs out at `waited_until`)."""
+        self._rows("UPDATE workflow_runs SET waiters = greatest(waiters - 1, 0) WHERE id = %s "
+                   "AND waiters > 0 RETURNING 1", (_uuid(run_id),))  # fmt: skip
+
+    def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
+        conn.execute(f"SELECT pg_notify({_CHANNEL}, '{_PROGRESS}:' || id::text) FROM "
+                     "workflow_runs WHERE id = %s AND waiters > 0 AND waited_until > now()",
+                     (_uuid(run_id),))  # fmt: skip
+
     def close(self) -> None:
         """Stop the wake-up listener; close the pool if this store created it."""
         with self._listener_lock:
@@ -366,6 +405,7 @@ class PostgresStore(SQLStore):
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
                     values[5] = run.snapshot
+                    self._share_of(conn, run)
                 return self._run(values), created
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 
@@ -461,8 +501,8 @@ class PostgresStore(SQLStore):
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = dict(_execute_hot(conn, *_steps_statement(commits, ids, now, self._ring))
-                       .fetchall())  # fmt: skip
+        written = {r[0]: r[1] for r in _execute_hot(conn, *_steps_statement(commits, ids, now,
+                                                                            self._ring))}
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -477,7 +517,7 @@ class PostgresStore(SQLStore):
         run_id = _uuid(commit.run_id)
         sql, params = _steps_statement([commit], [run_id], now, self._ring)
         cursor = conn.execute(_encoded(sql), params)
-        return lambda: dict(cursor.fetchall()).get(run_id)
+        return lambda: {r[0]: r[1] for r in cursor.fetchall()}.get(run_id)
 
     @contextmanager
     def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -538,7 +578,7 @@ class PostgresStore(SQLStore):
             return None
         if params["due"]:
             self.wakeup().notify()
-        _, version, inbox_id, _ = rows[0]
+        _, version, inbox_id = rows[0][:3]
         return int(inbox_id), int(version)
 
     def _wake_listener(self) -> None:
@@ -687,7 +727,8 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     present = {"outcomes": params["outcomes"], "effects": params["effects"],
                "inbox": params["inbox"] and not from_rest,  # (its event has no row)
                "calls": params["calls"], "stops": params["stops"],
-               "journal": params["journal"], "dead": params["dead"]}  # fmt: skip
+               "journal": params["journal"], "dead": params["dead"],
+               "search": params["search"]}  # fmt: skip
     parts = tuple(name for name, rows in present.items() if rows)
     for name in parts if one else ("steps", *parts):  # (the others are not in the statement)
         params[name] = _json(params[name])
@@ -883,6 +924,8 @@ class _Listener:
     def __init__(self, conninfo: str, kwargs: dict[str, Any], wakeup: Wakeup) -> None:
         self._conninfo, self._kwargs, self._wakeup = conninfo, kwargs, wakeup
         self._closed = threading.Event()
+        self.listening = threading.Event()
+        """Set while the connection LISTENs (a waiter relies on NOTIFYs only then)."""
         self._thread = threading.Thread(target=self._listen, name="statecharts-listen",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -905,15 +948,20 @@ class _Listener:
                     (channel,) = conn.execute(f"SELECT {_CHANNEL}").fetchall()[0]
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(channel))))
                     self._wakeup.notify()
+                    self._wakeup.progressed(None)  # (a step may have been missed meanwhile)
+                    self.listening.set()
                     backoff = 0.1
                     while not self._closed.is_set():
                         for note in conn.notifies(timeout=0.5):
                             if self._closed.is_set():
                                 break
                             process, _, run_id = note.payload.partition(":")
-                            if process != _PROCESS:  # a sent event names its run
+                            if process == _PROGRESS:
+                                self._wakeup.progressed(run_id)
+                            elif process != _PROCESS:  # a sent event names its run
                                 self._wakeup.notify(run_id or None)
             except psycopg.Error as exc:
+                self.listening.clear()
                 log.warning("wake-up listener: %s; reconnecting in %.1fs (workers poll "
                             "meanwhile)", exc, backoff)  # fmt: skip
                 self._closed.wait(backoff)
@@ -963,7 +1011,7 @@ WITH b AS (
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version, r.snapshot
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 _ONE_RUN_SET = f"""
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
@@ -983,7 +1031,7 @@ WITH run AS (""" + _ONE_RUN_SET + f"""
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
-    RETURNING r.id, r.version, r.snapshot
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
@@ -999,8 +1047,9 @@ WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
       AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
 ), run AS (""", 1).replace(
-    "    RETURNING r.id, r.version, r.snapshot\n)",
-    "      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, r.snapshot\n)", 1) + f"""
+    f"    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
+    f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
+    1) + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
         error = %(call_error)s, updated_at = {_NOW}
@@ -1016,7 +1065,7 @@ written with the call's end only while its holder still holds it (the call's row
 one round trip for a call's end and the step it feeds."""
 _FROM_REST_RESULT = (
     "\nSELECT id::text, version, nextval('workflow_inbox_id_seq'), "
-    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END FROM run"
+    f"CASE WHEN %(due)s THEN {_WAKE_CALL} END, {_TELL_WAITERS} FROM run"
 )
 """The result of a step written from rest: the new version, the sent event's inbox id (drawn
 from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
@@ -1083,15 +1132,32 @@ _STEPS_PARTS = {
 )""",
     "journal": f""", journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at,
-                                 snapshot)
-    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW},
+                                 inbox_id, snapshot)
+    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}, j.inbox,
            CASE WHEN j.last THEN run.snapshot END
     FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
-                                                        before text, after text, last boolean)
+                                                        before text, after text, inbox bigint,
+                                                        last boolean)
         ON j.run = run.id
     ORDER BY j.n
 )""",
+    "search": """, search_set AS (
+    INSERT INTO workflow_search (run_id, name, value)
+    SELECT run.id, a.name, a.value
+    FROM run JOIN jsonb_to_recordset(%(search)s) AS a(run uuid, name text, value text)
+        ON a.run = run.id
+    WHERE a.value IS NOT NULL
+    ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
+), search_unset AS (
+    DELETE FROM workflow_search s
+    USING run, jsonb_to_recordset(%(search)s) AS a(run uuid, name text, value text)
+    WHERE a.run = run.id AND s.run_id = run.id AND s.name = a.name AND a.value IS NULL
+)""",
 }
+
+
+_STEPS_RESULT = f"\nSELECT id::text, version, {_TELL_WAITERS} FROM run"
+"""The result of a step statement: each written run's id and new version (its waiters told)."""
 
 
 @lru_cache(maxsize=64)
@@ -1108,10 +1174,10 @@ def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batc
     elif run == "finish":
         sql = _FINISH_FROM_REST_RUN + body + _FROM_REST_RESULT
     elif run == "batch":
-        sql = _STEPS_RUNS + body + "\nSELECT id::text, version FROM run"
+        sql = _STEPS_RUNS + body + _STEPS_RESULT
     else:
         assert isinstance(run, tuple)
-        sql = _one_run_sql(*run) + body + "\nSELECT id::text, version FROM run"
+        sql = _one_run_sql(*run) + body + _STEPS_RESULT
     return _with_error_traceback(sql, run == "batch") if tracebacks else sql
 
 
@@ -1149,7 +1215,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
-    RETURNING r.id, r.version, r.snapshot
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 
 
@@ -1165,6 +1231,7 @@ def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = Tru
     stops: list[dict[str, Any]] = []
     journal: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
+    search: list[dict[str, Any]] = []
     for c in commits:
         if with_runs:
             completed_at, failed_at = completion_times(c.status, now)
@@ -1197,12 +1264,13 @@ def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = Tru
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),
                          "keep": list(c.consumed_inbox)})
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
-                     "before": j.state_before, "after": j.state_after,
+                     "before": j.state_before, "after": j.state_after, "inbox": j.inbox_id,
                      "last": n == len(c.journal) - 1}  # (its row keeps the step's snapshot)
                     for n, j in enumerate(c.journal)]  # fmt: skip
+        search += [{"run": c.run_id, "name": n, "value": v} for n, v in c.search.items()]
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
             "calls": calls, "stops": stops, "journal": journal, "dead": dead,
-            "now": now}  # fmt: skip
+            "search": search, "now": now}  # fmt: skip
 
 
 def _seal_rows(params: Mapping[str, Any], ring: PayloadCodec, run_id: str | None = None) -> None:

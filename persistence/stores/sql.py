@@ -30,6 +30,7 @@ from persistence.stores.base import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
     FAILED_EVENT,
+    MAX_SKIP_RECORDS,
     PRIORITY_AGING_MS,
     RESUME_EVENT,
     SEALED,
@@ -43,6 +44,7 @@ from persistence.stores.base import (
     Delivery,
     EffectOutcome,
     EffectRecord,
+    EventProgress,
     EventRecord,
     InboxEvent,
     NewEffect,
@@ -93,15 +95,18 @@ EFFECT_NAMES = (
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
+_SCHEDULE_COLUMNS = ("name, last_fire_at, version, last_run_id, buffered_at, skipped_count, "
+                     "skipped")
 
 _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
                 "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
                 "RETURNING id")
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
-_JOURNAL_ROWS = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                 "created_at, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)")
-"""A step's journal rows, the last with the snapshot after the step (schema 10)."""
+JOURNAL_INSERT = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+                  "created_at, inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+"""A step's journal rows (with the inbox row of each event: a waiting sender's find), the
+last with the snapshot after the step (the run lifecycle's fork and reset)."""
 
 _SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
 _RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
@@ -320,6 +325,39 @@ class SQLDialect:
         """Create `run` in the open transaction (`SQLRuns`; PostgreSQL in one statement)."""
         raise NotImplementedError
 
+    def _create_run_in(
+        self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[RunRecord, bool]:
+        """`_create_in`, with the run's search attributes when it was created."""
+        record, created = self._create_in(conn, run, effects, now)
+        if created and run.search:
+            self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?)",
+                       [(self._id(run.id), name, value) for name, value in run.search])
+        return record, created
+
+    def _search_in(self, conn: Any, run_id: str, changed: Mapping[str, str | None]) -> None:
+        """Write the search attributes a step changed (`StepCommit.search`) of run `run_id`."""
+        self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?) "
+                   "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+                   [(run_id, n, v) for n, v in changed.items() if v is not None])  # fmt: skip
+        self._many(conn, "DELETE FROM workflow_search WHERE run_id = ? AND name = ?",
+                   [(run_id, n) for n, v in changed.items() if v is None])
+
+    def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
+        """Wake whoever waits on run `run_id` (`watch`) when the open transaction commits a
+        change of it (PostgreSQL: a NOTIFY if the run has a waiter; SQLite: nothing, its
+        waiters read again)."""
+
+    def watch(self, run_id: str, seconds: float) -> bool:
+        """Ask for a wake-up (`Wakeup.progressed`) at each step of the run committed by any
+        process until `unwatch` (at most `seconds`): True where the store can (PostgreSQL,
+        once its listener listens); False where the waiter must read again on its own."""
+        del run_id, seconds
+        return False
+
+    def unwatch(self, run_id: str) -> None:
+        """Stop `watch`ing the run."""
+
     def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
                        runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
                        now: int) -> None:  # fmt: skip
@@ -328,7 +366,7 @@ class SQLDialect:
         for run, run_effects in runs:
             if run.system_id and run.parent_run_id is not None:
                 self._check_system_id_free(conn, run)
-            self._create_in(conn, run, run_effects, now)
+            self._create_run_in(conn, run, run_effects, now)
         for run, _ in [*created, *runs]:
             for delivery in run.deliveries:
                 self._deliver_in(conn, self._id(run.id), delivery, now)
@@ -447,10 +485,11 @@ class SQLRuns(SQLCalls, SQLDialect):
         (with `key_once`, the newest with it, ended too); the child runs its first step starts
         with it."""
         once = key_once and run.key is not None
-        one = self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries and not once
+        one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
+               and not once and not run.search)
         with self._statement_write() if one else self._write() as conn:
             holder = self._key_holder_in(conn, run, now) if once else None
-            record, created = (holder, False) if holder is not None else self._create_in(
+            record, created = (holder, False) if holder is not None else self._create_run_in(
                 conn, run, effects, now)
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
@@ -483,11 +522,18 @@ class SQLRuns(SQLCalls, SQLDialect):
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
+            self._share_of(conn, run)
             return self._run(rows[0]), True
         existing = self._keyed_in(conn, run, ended_too=False)
         if existing is None:
             raise ConflictError(f"could not insert or find run with key {run.key!r}")
         return existing, False
+
+    def _share_of(self, conn: Any, run: NewRun) -> None:
+        """Write which limit a new run's steps take a place of (`NewRun.limit_share`)."""
+        if run.limit_share is not None:
+            self._exec(conn, "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
+                       (run.limit_share, self._id(run.id)))  # fmt: skip
 
     def _key_holder_in(self, conn: Any, run: NewRun, now: int) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
@@ -599,7 +645,9 @@ class SQLRuns(SQLCalls, SQLDialect):
                   now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
         """What a run's end does to related runs, in its transaction: its active children are
         cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
-        if it still waits for it, gets `event`; its open calls are stopped."""
+        if it still waits for it, gets `event`; its open calls are stopped; whoever waits on
+        it is told."""
+        self._tell_waiters_in(conn, run_id)
         self._stop_calls_in(conn, run_id, None, None, now, STOPPED_BY_END)
         self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
@@ -1047,6 +1095,8 @@ class SQLRuns(SQLCalls, SQLDialect):
                 raise ConflictError(
                     f"effect {outcome.idempotency_key} is not pending; step not written"
                 )
+        if commit.search:
+            self._search_in(conn, rid, commit.search)
         self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
         self._insert_calls_in(conn, commit.run_id, new_version, commit.new_effects, now,
                               commit.call_lease)
@@ -1063,9 +1113,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         last = len(commit.journal) - 1  # its row carries the snapshot after the step
         self._many(
             conn,
-            _JOURNAL_ROWS,
+            JOURNAL_INSERT,
             [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
-              j.state_after, ts,
+              j.state_after, ts, j.inbox_id,
               self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None)
              for n, j in enumerate(commit.journal)],
         )  # fmt: skip
@@ -1305,6 +1355,41 @@ class SQLQueries(SQLDialect):
         return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
                               (self._id(run_id),))[0][0])  # fmt: skip
 
+    def event_progress(self, run_id: str, inbox_id: int) -> EventProgress:
+        """Where the event of inbox row `inbox_id` stands: its inbox row read first, then its
+        journal entry (which a step writes as it deletes the row), so that a step committing
+        between the two reads is seen by the second."""
+        rid = self._id(run_id)
+        queued, journaled = self._read_all([
+            ("SELECT dead_reason FROM workflow_inbox WHERE run_id = ? AND id = ?",
+             (rid, inbox_id)),
+            ("SELECT step, state_after FROM workflow_events WHERE run_id = ? AND inbox_id = ? "
+             "ORDER BY id DESC LIMIT 1", (rid, inbox_id)),
+        ])  # fmt: skip
+        if journaled:
+            return EventProgress("applied", int(journaled[0][0]), str(journaled[0][1]))
+        if not queued:  # applied by a step that journaled nothing
+            return EventProgress("applied")
+        reason = queued[0][0]
+        return EventProgress("queued") if reason is None else EventProgress("dead", reason=reason)
+
+    def match_ids(self, query: RunQuery, after: str | None = None,
+                  limit: int = 500) -> list[str]:  # fmt: skip
+        """Ids of runs matching `query` after `after`, in id order (a bulk action's page)."""
+        where, params = self._where(query)
+        if after is not None:
+            where = f"{where} AND id > ?" if where else "WHERE id > ?"
+            params.append(self._id(after))
+        rows = self._read(f"SELECT id{self._TEXT_ID} FROM workflow_runs {where} ORDER BY id "
+                          "LIMIT ?", (*params, limit))  # fmt: skip
+        return [str(r[0]) for r in rows]
+
+    def search_attributes(self, run_id: str) -> dict[str, str]:
+        """The run's search attributes."""
+        rows = self._read("SELECT name, value FROM workflow_search WHERE run_id = ? ORDER BY name",
+                          (self._id(run_id),))  # fmt: skip
+        return {str(n): str(v) for n, v in rows}
+
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
         """Events of the run that can no longer be applied, oldest first."""
         rows = self._read(
@@ -1402,13 +1487,21 @@ class SQLCoordination(SQLDialect):
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         """Stored schedule state."""
-        rows = self._read(
-            "SELECT name, last_fire_at, version FROM workflow_schedules WHERE name = ?", (name,)
-        )
-        if not rows:
-            return None
-        n, last, v = rows[0]
-        return ScheduleRecord(n, self._ms(last), v)
+        rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules WHERE name = ?",
+                          (name,))  # fmt: skip
+        return self._schedule(rows[0]) if rows else None
+
+    def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
+        """Stored schedules, by name."""
+        return [self._schedule(row) for row in self._read(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules ORDER BY name LIMIT ?",
+            (limit,))]  # fmt: skip
+
+    def _schedule(self, row: Sequence[Any]) -> ScheduleRecord:
+        n, last, v, run_id, buffered, count, skipped = row
+        records = self._load(skipped)
+        return ScheduleRecord(n, self._ms(last), v, run_id, self._ms(buffered), int(count),
+                              tuple(records) if isinstance(records, list) else ())  # fmt: skip
 
     def fire_schedule(
         self,
@@ -1420,32 +1513,63 @@ class SQLCoordination(SQLDialect):
         now: int,
         *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        buffered_at: int | None = None,
+        skipped: Sequence[Mapping[str, Any]] = (),
     ) -> RunRecord | None:
         """Advance the schedule and create its run (with its child runs) together."""
         try:
             with self._write() as conn:
-                if expected_version == 0:
-                    moved = self._exec(
-                        conn,
-                        "INSERT INTO workflow_schedules (name, last_fire_at, version) "
-                        "VALUES (?, ?, 1) ON CONFLICT (name) DO NOTHING RETURNING 1",
-                        (name, self._t(fire_at)),
-                    ).fetchall()
-                else:
-                    moved = self._exec(
-                        conn,
-                        "UPDATE workflow_schedules SET last_fire_at = ?, version = version + 1"
-                        " WHERE name = ? AND version = ? RETURNING 1",
-                        (self._t(fire_at), name, expected_version),
-                    ).fetchall()
-                if not moved:
-                    raise ScheduleMoved
-                record, created = self._create_in(conn, run, effects, now)
+                record, created = self._create_run_in(conn, run, effects, now)
+                self._advance_schedule(conn, name, expected_version, fire_at, record.id,
+                                       buffered_at, skipped)  # fmt: skip
                 if created:
                     self._create_all_in(conn, [(run, ())], children, now)
                 return record
         except ScheduleMoved:
             return None
+
+    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
+                      buffered_at: int | None,
+                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+        """Advance the schedule past skipped or buffered slots, starting no run."""
+        try:
+            with self._write() as conn:
+                self._advance_schedule(conn, name, expected_version, decided_to, None,
+                                       buffered_at, skipped)  # fmt: skip
+                return True
+        except ScheduleMoved:
+            return False
+
+    def _advance_schedule(self, conn: Any, name: str, expected_version: int, decided_to: int,
+                          run_id: str | None, buffered_at: int | None,
+                          skipped: Sequence[Mapping[str, Any]]) -> None:  # fmt: skip
+        """Move the schedule to its next version (`ScheduleMoved` if it is not at
+        `expected_version`): decided up to `decided_to`, its last run `run_id` (kept if None),
+        its buffered slot, its skip records (the latest `MAX_SKIP_RECORDS`) and count."""
+        previous = self._exec(
+            conn, "SELECT skipped, skipped_count, last_run_id, version FROM workflow_schedules "
+            "WHERE name = ?", (name,)).fetchone()  # fmt: skip
+        if (previous[3] if previous else 0) != expected_version:
+            raise ScheduleMoved
+        kept = self._load(previous[0]) if previous else []
+        records = [*(kept if isinstance(kept, list) else []), *skipped][-MAX_SKIP_RECORDS:]
+        count = (int(previous[1]) if previous else 0) + sum(int(r["count"]) for r in skipped)
+        values = (self._t(decided_to), run_id if run_id is not None else
+                  (previous[2] if previous else None), self._t(buffered_at), count,
+                  self._j(records))  # fmt: skip
+        if previous is None:
+            moved = self._exec(
+                conn, "INSERT INTO workflow_schedules (last_fire_at, last_run_id, buffered_at, "
+                "skipped_count, skipped, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
+                "ON CONFLICT (name) DO NOTHING RETURNING 1", (*values, name)).fetchall()
+        else:
+            moved = self._exec(
+                conn, "UPDATE workflow_schedules SET last_fire_at = ?, last_run_id = ?, "
+                "buffered_at = ?, skipped_count = ?, skipped = ?, version = version + 1 "
+                "WHERE name = ? AND version = ? RETURNING 1",
+                (*values, name, expected_version)).fetchall()  # fmt: skip
+        if not moved:
+            raise ScheduleMoved
 
 
 class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity,

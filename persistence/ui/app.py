@@ -152,9 +152,10 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     # -- pages ------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def runs_page(request: Request, workflow: str = "", status: str = "", state: str = "",
-                  key: str = "", age: str = "", page_number: Annotated[int, Query(
-                      alias="page", ge=1, le=views.MAX_PAGE)] = 1) -> Response:  # fmt: skip
-        filters = views.Filters(workflow, status, state, key, age)
+                  key: str = "", age: str = "", where: str = "",
+                  page_number: Annotated[int, Query(alias="page", ge=1, le=views.MAX_PAGE)] = 1,
+                  ) -> Response:  # fmt: skip
+        filters = views.Filters(workflow, status, state, key, age, where)
         try:
             listing = views.run_list(ui.store, filters, page_number, ui.page_size,
                                      ui.clock.now(), ui.stuck_after_ms)  # fmt: skip
@@ -371,13 +372,16 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
     # -- JSON API ---------------------------------------------------------------------------
     @app.get("/api/runs", response_model=api.RunPage, tags=["runs"])
     def api_runs(workflow: str = "", status: str = "", state: str = "", key: str = "",
-                 age: str = "", page: Annotated[int, Query(ge=1, le=views.MAX_PAGE)] = 1,
+                 age: str = "", where: str = "",
+                 page: Annotated[int, Query(ge=1, le=views.MAX_PAGE)] = 1,
                  page_size: Annotated[int, Query(ge=1, le=500)] = 50) -> api.RunPage:  # fmt: skip
         """Runs matching the filters (as on the runs page), newest first, with counts per
         status. `status` may also be `stuck`; `age` one of 1h, 24h, 7d, older-1h, older-24h,
-        older-7d."""
+        older-7d; `where` search attributes, `NAME=VALUE` terms separated by commas (all
+        must hold; values compared as text), e.g. `customer=42,region=eu`."""
+        filters = views.Filters(workflow, status, state, key, age, where)
         try:
-            listing = views.run_list(ui.store, views.Filters(workflow, status, state, key, age),
+            listing = views.run_list(ui.store, filters,
                                      page, page_size, ui.clock.now(), ui.stuck_after_ms,
                                      attention=0)  # fmt: skip
         except views.FilterError as exc:

@@ -4,6 +4,7 @@ workflow's versions and states. Plain data, no HTML; the templates and the JSON 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +13,9 @@ from typing import Any
 
 import orjson
 
+from persistence.capacity import split_name
 from persistence.runtime import error_run_key
+from persistence.search import parse_where
 from persistence.stores import (
     TERMINAL_STATUSES,
     CallAttempt,
@@ -77,10 +80,12 @@ class Filters:
     state: str = ""
     key: str = ""
     age: str = ""
+    where: str = ""
+    """Search attributes, `NAME=VALUE` terms separated by commas, all of which must hold."""
 
     def check(self) -> None:
         """Raise `FilterError` naming the parameter for a value the list cannot use."""
-        for name in ("workflow", "status", "state", "key", "age"):
+        for name in ("workflow", "status", "state", "key", "age", "where"):
             value = getattr(self, name)
             if len(value) > MAX_FILTER_LENGTH:
                 raise FilterError(f"{name}: at most {MAX_FILTER_LENGTH} characters")
@@ -92,6 +97,15 @@ class Filters:
                               f"{', '.join((*STATUSES, STUCK))}")  # fmt: skip
         if self.age and self.age not in AGES:
             raise FilterError(f"age: unknown age {self.age!r}; expected one of {', '.join(AGES)}")
+        self.search()
+
+    def search(self) -> tuple[tuple[str, str], ...]:
+        """`where` as (name, value) pairs; `FilterError` naming a term that is not NAME=VALUE."""
+        terms = [term.strip() for term in self.where.split(",") if term.strip()]
+        try:
+            return parse_where(terms, "where")
+        except ValueError as exc:
+            raise FilterError(str(exc)) from None
 
     def query(self, now: int, stuck_after_ms: int, *, with_status: bool = True) -> RunQuery:
         """The store query for these filters (`with_status=False`: all statuses, for counts)."""
@@ -109,12 +123,13 @@ class Filters:
             created_after=created_after,
             created_before=created_before,
             stuck_before=now - stuck_after_ms if status == STUCK else None,
+            search=self.search(),
         )
 
     def params(self, **changes: str) -> dict[str, str]:
         """The non-empty filters as URL parameters, with `changes` applied."""
         values = {"workflow": self.workflow, "status": self.status, "state": self.state,
-                  "key": self.key, "age": self.age, **changes}  # fmt: skip
+                  "key": self.key, "age": self.age, "where": self.where, **changes}  # fmt: skip
         return {k: v for k, v in values.items() if v}
 
 
@@ -146,7 +161,7 @@ def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int
     query = filters.query(now, stuck_after_ms)
     everything = filters.query(now, stuck_after_ms, with_status=False)
     counts = store.count_matching(everything)
-    stuck_query = Filters(filters.workflow, STUCK, filters.state, filters.key, filters.age)
+    stuck_query = dataclasses.replace(filters, status=STUCK)
     stuck = sum(store.count_matching(stuck_query.query(now, stuck_after_ms)).values())
     if filters.status == STUCK:
         total = stuck
@@ -161,7 +176,7 @@ def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int
         if stuck:
             attention_stuck = store.search_runs(stuck_query.query(now, stuck_after_ms), attention)
         if counts.get("error"):
-            failed = Filters(filters.workflow, "error", filters.state, filters.key, filters.age)
+            failed = dataclasses.replace(filters, status="error")
             attention_failed = store.search_runs(failed.query(now, stuck_after_ms), attention)
     return RunList(filters, runs, total, counts, stuck, page, page_size, attention_stuck,
                    attention_failed)  # fmt: skip
@@ -225,6 +240,8 @@ class RunDetail:
     """The error-workflow run started when this run failed, if any."""
     traceback: FailureTraceback | None = None
     """Where the code that failed the run raised (`failure_traceback`), if it did."""
+    search: dict[str, str] = field(default_factory=dict)
+    """Its search attributes (each links to the runs list filtered by it)."""
 
     @property
     def active(self) -> bool:
@@ -253,6 +270,7 @@ def run_detail(store: Store, run_id: str) -> RunDetail:
         children=store.search_runs(RunQuery(parent_run_id=run.id), limit=CHILDREN_LIMIT),
         error_run=_error_run(store, run),
         traceback=failure_traceback(store, run, calls),
+        search=store.search_attributes(run_id),
     )
 
 
@@ -481,17 +499,20 @@ def leaves(state: str) -> Sequence[str]:
 
 @dataclass(frozen=True)
 class LimitRow:
-    """One named limit on the limits page."""
+    """One named limit on the limits page (a per-key limit: one row per key in use)."""
 
-    name: str
-    sites: list[str]  # "workflow: state path" of every loaded call site naming it
+    name: str  # as stored: the limit, or `<limit>[<key>]` for a key's share of it
+    sites: list[str]  # "workflow: state path" of every loaded call site naming the limit
     in_flight: int
     waiting: list[tuple[str, int]]  # (reason, runs)
     paused_until: int | None
+    limit: str = ""  # the limit's name (without the key)
+    key: str | None = None  # the key of a per-key limit's share
 
 
 def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[LimitRow]:
-    """The limits the store knows and the loaded call sites name, with their use now."""
+    """The limits the store knows and the loaded call sites name, with their use now; a
+    per-key limit's keys each on a row of their own, after their limit."""
     sites: dict[str, list[str]] = {}
     for machine in machines:
         for node in machine.definition.nodes:
@@ -499,8 +520,12 @@ def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[Limi
                 if invoke.limit:
                     sites.setdefault(invoke.limit, []).append(f"{machine.id}: {node.id}")
     usage = {u.name: u for u in store.capacity_usage(now)}
-    return [LimitRow(name, sorted(set(sites.get(name, []))),
-                     usage[name].in_flight if name in usage else 0,
-                     sorted(usage[name].waiting.items()) if name in usage else [],
-                     usage[name].paused_until if name in usage else None)
-            for name in sorted(set(sites) | set(usage))]  # fmt: skip
+    rows = []
+    for name in sorted(set(sites) | set(usage), key=lambda n: (split_name(n)[0], n)):
+        limit, key = split_name(name)
+        used = usage.get(name)
+        rows.append(LimitRow(name, sorted(set(sites.get(limit, []))),
+                             used.in_flight if used else 0,
+                             sorted(used.waiting.items()) if used else [],
+                             used.paused_until if used else None, limit, key))  # fmt: skip
+    return rows

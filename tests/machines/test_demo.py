@@ -65,6 +65,9 @@ def test_the_demo_runs_durably_on_sqlite_by_default_with_a_worker_killed(
     assert f"durable, in sqlite:///{tmp_path / 'work' / 'runs.db'}" in out
     assert "KILLED (SIGKILL) after creating task T-2" in out
     assert "the run's row says: processing.creating_task.attempting" in out
+    # Evaluate's schedule (overlap skip) fired that run; its next slot came while it still ran
+    assert "10:00  evaluate  schedule: slot 10:00 SKIPPED: the previous run was still running" \
+        in out  # fmt: skip
     assert "5 task(s): T-1 Acme Corp #1, T-2 Initech #1, T-3 Hooli #1, T-4 Globex #1, " \
         "T-5 Umbrella #1" in out
     assert "duplicates: 0" in out
@@ -96,6 +99,7 @@ def test_the_demo_runs_durably_on_postgresql(tmp_path: Path,
         out = run_demo(tmp_path, capsys, "--days", "6", "--store", f"{DSN}?schema={schema}",
                        "--followup-db", f"{DSN}?schema={schema}_followup")
         assert "KILLED (SIGKILL)" in out and "duplicates: 0" in out
+        assert "schedule: slot 10:00 SKIPPED: the previous run was still running" in out
         assert len(tasks_in(tmp_path)) == 5
         assert_webhooks_arrived_over_http(out)
     finally:

@@ -1,67 +1,61 @@
-"""Workflows for the run-lifecycle tests (retention, fork, reset), importable by worker
-subprocesses (`--machines tests.persistence.lifecycle_workflows`).
-
-`LEDGER` is what the outside world saw of the calls made in this process: (call, idempotency
-key), in order. `BUG` makes the `PACK` event's action raise (a bug, fixed by clearing it).
-"""
+"""Workflows of the run-lifecycle tests (waiting for answers, search attributes), importable by
+worker subprocesses (`--machines tests.persistence.lifecycle_workflows`)."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from statecharts import assign, create_machine
 
-LEDGER: list[tuple[str, str]] = []
-BUG: dict[str, bool] = {"pack": False}
+WORK_MS_ENV = "STATECHARTS_TEST_WORK_MS"
+"""How long `work` takes in milliseconds (default 0): keeps a run busy while events arrive."""
 
 
-def charge(_input: Any, idempotency_key: str) -> str:
-    """A payment: one line in the ledger per call."""
-    LEDGER.append(("charge", idempotency_key))
-    return "charged"
+def work(context: Any, idempotency_key: str) -> int:
+    """A call that takes `STATECHARTS_TEST_WORK_MS`."""
+    time.sleep(int(os.environ.get(WORK_MS_ENV, "0")) / 1000)
+    return 1
 
 
-def ship(_input: Any, idempotency_key: str) -> str:
-    """A shipment: one line in the ledger per call."""
-    LEDGER.append(("ship", idempotency_key))
-    return "shipped"
+def _explode(context: Any, event: Any) -> None:
+    raise RuntimeError("exploded on purpose")
 
 
-def pack(_context: Any, _event: Any) -> dict[str, Any]:
-    """Packing, broken while `BUG["pack"]` is set."""
-    if BUG["pack"]:
-        raise RuntimeError("packing bug")
-    return {"packed": True}
-
-
-order = create_machine({
-    "id": "lc_order", "initial": "charging", "context": {"packed": False},
-    "states": {
-        "charging": {"invoke": {"src": "charge", "onDone": "shipping"}},
-        "shipping": {"invoke": {"src": "ship", "onDone": "packing"}},
-        "packing": {"on": {"PACK": {"target": "done", "actions": assign(pack)}}},
-        "done": {"type": "final"},
+tally = create_machine(
+    {
+        "id": "tally",
+        "initial": "idle",
+        "meta": {"search": ["customer", "region"]},
+        "context": lambda input: {"customer": (input or {}).get("customer"),
+                                  "region": (input or {}).get("region"), "count": 0},
+        "states": {
+            "idle": {
+                "on": {
+                    "ADD": {"target": "working", "actions": "add"},
+                    "MOVE": {"actions": "move"},
+                    "FINISH": "finished",
+                    "BREAK": {"actions": "explode"},
+                },
+            },
+            "working": {
+                "invoke": {"id": "work", "src": "work", "onDone": "idle"},
+                "on": {"ADD": {"actions": "add"}, "MOVE": {"actions": "move"},
+                       "FINISH": "finished"},
+            },
+            "finished": {"type": "final"},
+        },
+        "output": lambda c, e: {"count": c["count"]},
     },
-}, actors={"charge": charge, "ship": ship})
-"""Charge, ship (two calls with side effects), then wait for PACK."""
+    actors={"work": work},
+    actions={
+        "add": assign({"count": lambda c, e: c["count"] + int(e.get("n", 1))}),
+        "move": assign({"region": lambda c, e: e.get("region")}),
+        "explode": _explode,
+    },
+)
+"""Counts ADD events; each ADD from idle runs `work` (the run is busy meanwhile: events sent
+then are queued for a worker). Search attributes: customer, region."""
 
-quick = create_machine({
-    "id": "lc_quick", "initial": "working",
-    "states": {"working": {"invoke": {"src": "charge", "onDone": "done"}},
-               "done": {"type": "final"}},
-}, actors={"charge": charge})
-"""One call, then done: runs a purge can take as soon as a worker has finished them."""
-
-parent = create_machine({
-    "id": "lc_parent", "initial": "waiting", "context": {"pings": 0},
-    "states": {"waiting": {"invoke": {"id": "kid", "src": "lc_child", "onDone": "done"},
-                           "on": {"PING": {"actions": assign(
-                               {"pings": lambda c, e: c["pings"] + 1})}}},
-               "done": {"type": "final"}},
-}, actors={"lc_child": create_machine({
-    "id": "lc_child", "initial": "open",
-    "states": {"open": {"on": {"FINISH": "closed"}}, "closed": {"type": "final"}},
-})})
-"""A parent waiting for a child run that ends when sent FINISH (PING: a step meanwhile)."""
-
-MACHINES = [order, quick, parent]
+MACHINES = [tally]

@@ -25,7 +25,11 @@ LIMITS = {
     "pay": Limit(max_in_flight=50, recheck_ms=5_000),
     "one": Limit(max_in_flight=1, recheck_ms=5_000),
     "two": Limit(max_in_flight=2, recheck_ms=5_000),
+    "tenant": Limit(max_in_flight=4, key="tenant", recheck_ms=120_000),
+    "tenant_call": Limit(max_in_flight=4, key="tenant", recheck_ms=5_000),
 }
+WORKFLOW_LIMITS = {"tenanted": "tenant"}
+"""At most 4 runs of `tenanted` stepped at once per tenant (the run's `tenant`)."""
 RETRY_AFTER_MS = 2_000
 IN_STEP = "in_step"
 IN_STEP_LIMITS = {IN_STEP: Limit(max_in_flight=1000, recheck_ms=5_000)}
@@ -53,9 +57,11 @@ def downstream(request: Any, idempotency_key: str) -> str:
     return "ok"
 
 
-def _calling(machine_id: str, limit: str, retry: dict[str, Any] | None = None) -> Any:
-    invoke: dict[str, Any] = {"id": "call", "src": "downstream", "limit": limit,
-                              "input": lambda c, e: c, "onDone": "done", "onError": "failed"}
+def _calling(machine_id: str, limit: str | None, retry: dict[str, Any] | None = None) -> Any:
+    invoke: dict[str, Any] = {"id": "call", "src": "downstream", "input": lambda c, e: c,
+                              "onDone": "done", "onError": "failed"}
+    if limit is not None:
+        invoke["limit"] = limit
     if retry is not None:
         invoke["retry"] = retry
     return create_machine(
@@ -71,7 +77,12 @@ rated = _calling("rated", "api")
 paid = _calling("paid", "pay", retry={"max_attempts": 3, "initial_interval": 100})
 single = _calling("single", "one")
 pair = _calling("pair", "two")
-MACHINES = [crm, rated, paid, single, pair]
+tenanted = _calling("tenanted", None)
+"""A workflow limited per tenant (`WORKFLOW_LIMITS`, the run's `tenant`): each tenant's calls
+recorded as `t-<tenant>` (pass `{"name": "t-a", "tenant": "a"}`)."""
+tenant_calls = _calling("tenant_calls", "tenant_call")
+"""Calls limited per tenant at their call site (the run's `tenant`), recorded as above."""
+MACHINES = [crm, rated, paid, single, pair, tenanted, tenant_calls]
 
 
 def intervals(name: str, killed_at: float | Mapping[int, float] | None = None

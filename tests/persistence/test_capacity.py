@@ -51,7 +51,8 @@ def fleet(e: Env, count: int, threads: int = 2,
 
 
 def runtime(e: Env) -> Runtime:
-    return Runtime(e.store, limited.MACHINES, limits=limited.LIMITS)
+    return Runtime(e.store, limited.MACHINES, limits=limited.LIMITS,
+                   workflow_limits=limited.WORKFLOW_LIMITS)  # fmt: skip
 
 
 def waiting_for(e: Env, ids: list[str]) -> set[str | None]:

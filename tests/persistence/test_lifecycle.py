@@ -29,7 +29,7 @@ from persistence.worker import Worker
 from statecharts import assign, create_machine
 from statecharts.clock import SimulatedClock
 from tests.persistence.conftest import Serve
-from tests.persistence.lifecycle_workflows import BUG, LEDGER, MACHINES
+from tests.persistence.retention_workflows import BUG, LEDGER, MACHINES, pack
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
@@ -202,7 +202,7 @@ def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Spawn]:
         log = (tmp_path / f"worker{len(started)}.log").open("ab")
         worker = subprocess.Popen(
             [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
-             "--machines", "tests.persistence.lifecycle_workflows", "--lease-ms", "2000",
+             "--machines", "tests.persistence.retention_workflows", "--lease-ms", "2000",
              "--poll-ms", "20", "--log-level", "WARNING"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
         started.append(worker)
@@ -360,7 +360,7 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
     try:
         runtime = Runtime(store, MACHINES)
         run_id = _packing(runtime, key="cli-1")
-        machines = ["--machines", "tests.persistence.lifecycle_workflows"]
+        machines = ["--machines", "tests.persistence.retention_workflows"]
         assert cli_main(["runs", "fork", run_id[:8], "--step", "2", "--store", crash_url,
                          *machines]) == 0  # fmt: skip
         out = capsys.readouterr().out
@@ -391,7 +391,7 @@ def test_the_worker_refuses_a_bad_retention_in_one_line(crash_url: str) -> None:
     store = open_store(crash_url, migrate=True)
     store.close()
     worker = [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
-              "--machines", "tests.persistence.lifecycle_workflows"]  # fmt: skip
+              "--machines", "tests.persistence.retention_workflows"]  # fmt: skip
     for bad, said in ((["--retention", "lc_quik=30d"], "not among the runtime's machines"),
                       (["--retention", "lc_quick=a month"], "not a duration"),
                       (["--retention", "lc_quick"], "expected WORKFLOW=AGE"),
@@ -439,3 +439,24 @@ def _dump(url: str) -> str:
                                              "WHERE table_schema = %s", (schema,))]  # fmt: skip
         return "\n".join(f"{t} {row[0]}" for t in tables for row in conn.execute(
             f'SELECT t::text FROM "{schema}"."{t}" AS t'))  # fmt: skip
+
+
+def test_a_fork_and_a_reset_carry_the_search_attributes_of_their_step(
+        runtime: Runtime, store: Store, clock: SimulatedClock) -> None:  # fmt: skip
+    tiers = create_machine({
+        "id": "lc_tiers", "initial": "basic", "meta": {"search": ["tier"]},
+        "context": {"tier": "basic"},
+        "states": {"basic": {"on": {"UP": {"target": "gold", "actions": assign({"tier": "gold"})}}},
+                   "gold": {"on": {"BREAK": {"actions": assign(pack)}}}},
+    })  # fmt: skip
+    runtime = Runtime(store, [tiers], clock=clock)
+    run_id = runtime.start("lc_tiers")
+    runtime.send(run_id, "UP")
+    fork = runtime.fork(run_id, 2)
+    assert [r.id for r in runtime.list(search={"tier": "gold"})] == [fork.id, run_id]
+    BUG["pack"] = True
+    runtime.send(run_id, "BREAK")
+    _idle(runtime)
+    assert runtime.get(run_id).status == "error"
+    runtime.reset(run_id, 2)  # (gold, as at step 2: the tier is as the snapshot says)
+    assert {r.id for r in runtime.list(search={"tier": "gold"})} == {fork.id, run_id}

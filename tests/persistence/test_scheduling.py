@@ -9,13 +9,20 @@ from datetime import UTC, datetime
 import pytest
 
 from persistence.runtime import Runtime
-from persistence.scheduling import Cron, CronError, ScheduledStart, start_exclusive
+from persistence.scheduling import (
+    OUTSIDE_WINDOW,
+    Cron,
+    CronError,
+    ScheduledStart,
+    start_exclusive,
+)
 from persistence.stores import MAX_STORED_KEY_BYTES, Store
 from persistence.worker import Worker
 from statecharts import SimulatedClock
 from tests.persistence.workflows import approval
 
 StoreFactory = Callable[[], Store]
+DAY_MS = 86_400_000
 
 
 def ms(text: str) -> int:
@@ -66,7 +73,8 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
 ) -> None:
     clock = SimulatedClock(ms("2026-11-30T08:59:30"))
     runtimes = [Runtime(store_factory(), [approval], clock=clock) for _ in range(3)]
-    schedules = [ScheduledStart(r, "morning", "approval", "0 9 * * *") for r in runtimes]
+    schedules = [ScheduledStart(r, "morning", "approval", "0 9 * * *", overlap="allow_all",
+                                catchup_window_ms=DAY_MS) for r in runtimes]  # fmt: skip
     assert [s.tick() for s in schedules] == [None, None, None]
     clock.set(ms("2026-11-30T09:00:10"))
     started: list[str | None] = []
@@ -80,12 +88,17 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
     run = runtimes[0].get(run_ids[0])
     assert run.key == f"morning@{ms('2026-11-30T09:00:00')}"
     assert [s.tick() for s in schedules] == [None, None, None]
-    # three days without any worker: only the latest missed slot fires, once
+    # three days without any worker: the slot within the day's catch-up window fires, once;
+    # the two older ones are skipped, and recorded
     clock.set(ms("2026-12-03T12:00:00"))
     assert schedules[1].tick() is not None
     assert schedules[2].tick() is None
     keys = sorted(r.key or "" for r in runtimes[0].list())
     assert keys == [f"morning@{ms('2026-11-30T09:00:00')}", f"morning@{ms('2026-12-03T09:00:00')}"]
+    record = runtimes[0].store.get_schedule("morning")
+    assert record is not None and record.skipped_count == 2
+    assert [(r["first"], r["last"], r["count"], r["reason"]) for r in record.skipped] == [
+        (ms("2026-12-01T09:00:00"), ms("2026-12-02T09:00:00"), 2, OUTSIDE_WINDOW)]
 
 
 def test_a_schedule_whose_run_keys_would_be_too_long_is_refused_when_defined(

@@ -18,7 +18,7 @@ from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
 from persistence.ui import create_app
 from persistence.worker import Worker
-from tests.persistence.lifecycle_workflows import BUG, MACHINES
+from tests.persistence.retention_workflows import BUG, MACHINES
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
--- Schema version 10: the run lifecycle (docs/persistence.md, "Run lifecycle"): retention,
+-- Schema version 12: the run lifecycle (docs/persistence.md, "Run lifecycle"): retention,
 -- fork and reset.
 -- workflow_key_tombstones: the business key of a purged top-level run, kept until expires_at
 -- so that a start with that key (a webhook retried after the purge) still answers "already
@@ -11,22 +11,22 @@
 -- workflow_runs_ended: the ended runs by end time, what a purge walks in bounded batches.
 
 CREATE TABLE workflow_key_tombstones (
-    workflow_name text    NOT NULL,
-    key           text    NOT NULL,
-    run_id        text    NOT NULL,                -- the purged run
-    purged_at     integer NOT NULL,
-    expires_at    integer NOT NULL,                -- the key answers until then
+    workflow_name text        NOT NULL,
+    key           text        NOT NULL,
+    run_id        uuid        NOT NULL,            -- the purged run
+    purged_at     timestamptz NOT NULL,
+    expires_at    timestamptz NOT NULL,            -- the key answers until then
     PRIMARY KEY (workflow_name, key)
 );
 CREATE INDEX workflow_key_tombstones_expiry ON workflow_key_tombstones (expires_at);
 
-ALTER TABLE workflow_events ADD COLUMN snapshot text;
+ALTER TABLE workflow_events ADD COLUMN snapshot jsonb;
 
 CREATE TABLE workflow_forks (
-    run_id      text    PRIMARY KEY REFERENCES workflow_runs (id) ON DELETE CASCADE,
-    forked_from text    NOT NULL,                  -- the original run (it may be purged since)
-    step        integer NOT NULL,                  -- the original's journal step forked from
-    created_at  integer NOT NULL
+    run_id      uuid        PRIMARY KEY REFERENCES workflow_runs (id) ON DELETE CASCADE,
+    forked_from uuid        NOT NULL,                  -- the original run (it may be purged since)
+    step        bigint      NOT NULL,                  -- the original's journal step forked from
+    created_at  timestamptz NOT NULL
 );
 CREATE INDEX workflow_forks_from ON workflow_forks (forked_from);
 
