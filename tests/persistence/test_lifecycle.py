@@ -453,7 +453,7 @@ def test_a_fork_and_a_reset_carry_the_search_attributes_of_their_step(
     run_id = runtime.start("lc_tiers")
     runtime.send(run_id, "UP")
     fork = runtime.fork(run_id, 2)
-    assert [r.id for r in runtime.list(search={"tier": "gold"})] == [fork.id, run_id]
+    assert {r.id for r in runtime.list(search={"tier": "gold"})} == {fork.id, run_id}
     BUG["pack"] = True
     runtime.send(run_id, "BREAK")
     _idle(runtime)
