@@ -1,7 +1,7 @@
 """Command line for durable runs: `worker`,
-`runs start|send|list|show|cancel|resume|wait|versions`, `schedules`, `db upgrade`, and `api`
-(the webhook ingress); the run-lifecycle options (`--wait`, `--where`) are in
-`persistence.lifecycle_cli`.
+`runs start|send|list|show|cancel|resume|wait|versions`, `runs purge|fork|reset` (retention,
+fork and reset), `schedules`, `db upgrade`, and `api` (the webhook ingress); the run-lifecycle
+options (`--wait`, `--where`) are in `persistence.lifecycle_cli`.
 
 `register(subparsers)` adds these commands to the `statecharts` CLI; `python -m persistence.cli`
 runs them on their own. The store URL comes from `--store` or the STATECHARTS_STORE variable.
@@ -29,6 +29,7 @@ import orjson
 
 from persistence import lifecycle_cli
 from persistence.columns import error_is_current
+from persistence.lifecycle import NotRestorableError, duration_ms, purge
 from persistence.runtime import (
     KeyReuse,
     NotResumableError,
@@ -322,6 +323,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--dry-run", action="store_true",
                         help="record external effects as skipped ('dry-run') instead of "
                              "running them; every store write happens as in production")
+    _add_retention_options(worker)
     worker.set_defaults(handler=_closing_stores(_worker))
 
     runs = subparsers.add_parser("runs", help="inspect and cancel runs",
@@ -428,6 +430,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
                           help="module (or module:attr) defining the machines; repeatable")
     versions.set_defaults(handler=_closing_stores(_runs_versions))
+    _register_purge(actions)
+    _register_fork(actions)
+    _register_reset(actions)
 
     listed = subparsers.add_parser(
         "schedules", help="scheduled starts: slots decided, last run, skipped slots",
@@ -512,8 +517,11 @@ def _worker(args: argparse.Namespace) -> int:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
-    runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
-                      **load_limits(args.limits))
+    try:
+        runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
+                          **load_limits(args.limits), **_retention(args))
+    except ValueError as exc:  # a retention naming no workflow here, or no duration
+        raise SystemExit(f"worker: {exc}") from exc
     server = _serve_metrics(args, runtime)
     try:
         Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
@@ -672,6 +680,7 @@ def _runs_show(args: argparse.Namespace) -> int:
                   for c in calls],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
+        "forked_from": asdict(fork) if (fork := store.fork_of(run.id)) is not None else None,
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
         "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
         "children": [{"id": c.id, "workflow_name": c.workflow_name, "invoke": c.parent_invoke_id,
@@ -733,6 +742,131 @@ def _runs_versions(args: argparse.Namespace) -> int:
     if not unknown:
         print("every active run has a definition or a migration here")
     return 1 if unknown else 0
+
+
+def _add_retention_options(worker: argparse.ArgumentParser) -> None:
+    """The worker's `--retention` and `--key-window` (docs/persistence.md, Run lifecycle)."""
+    worker.add_argument("--retention", action="append", default=[], metavar="WORKFLOW=AGE",
+                        help="purge WORKFLOW's runs that ended more than AGE ago (30d, 12h), a "
+                             "bounded batch every minute; overrides the definition's "
+                             "meta.retention; repeatable")
+    worker.add_argument("--key-window", default=None, metavar="AGE",
+                        help="how long a purged run's key still answers 'already started' "
+                             "(default 7d)")
+
+
+def _retention(args: argparse.Namespace) -> dict[str, Any]:
+    """`--retention` and `--key-window` as `Runtime` keywords."""
+    found: dict[str, Any] = {}
+    periods: dict[str, str] = {}
+    for spec in args.retention:
+        workflow, sep, age = spec.partition("=")
+        if not sep or not workflow or not age:
+            raise SystemExit(f"--retention {spec}: expected WORKFLOW=AGE, e.g. invoice=30d")
+        periods[workflow] = age
+    if periods:
+        found["retention"] = periods
+    if args.key_window is not None:
+        found["key_window"] = args.key_window
+    return found
+
+
+def _register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs purge`: retention on demand."""
+    purge = actions.add_parser(
+        "purge", help="delete ended runs older than a duration (retention on demand)",
+        description="Delete the runs that ended before the given age, with their journal, "
+                    "effects, inbox and dead letters, calls and deliveries, in batches of short "
+                    "transactions (safe while workers run). Never a run with a live parent or "
+                    "child, nor one with work left. A purged run's key keeps answering starts "
+                    "with the purged run's id for --keep-keys.")
+    _add_store(purge)
+    purge.add_argument("--ended-before", required=True, metavar="AGE",
+                       help="purge runs that ended more than AGE ago: 30d, 12h, 15m, 45s")
+    purge.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    purge.add_argument("--keep-keys", default="7d", metavar="AGE",
+                       help="how long a purged run's key still answers 'already started' "
+                            "(default 7d; 0s forgets keys with their runs)")
+    purge.add_argument("--dry-run", action="store_true",
+                       help="count the runs it would purge; delete nothing")
+    purge.set_defaults(handler=_closing_stores(_runs_purge))
+
+
+def _runs_purge(args: argparse.Namespace) -> int:
+    try:
+        age = duration_ms(args.ended_before, "--ended-before")
+        window = duration_ms(args.keep_keys, "--keep-keys")
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    store = _store(args)
+    now = store.clock().now()
+    try:
+        report = purge(store, now - age, now, workflow=args.workflow,
+                       key_window_ms=window or None, dry_run=args.dry_run)  # fmt: skip
+    except StoreError as exc:
+        raise SystemExit(f"runs purge: {exc}") from exc
+    scope = f" of {args.workflow}" if args.workflow else ""
+    if report.dry_run:
+        print(f"would purge {report.purged} run(s){scope} that ended over "
+              f"{args.ended_before} ago (dry run: nothing deleted)")  # fmt: skip
+        return 0
+    keys = sum(1 for r in report.runs if r.key is not None and r.parent_run_id is None)
+    print(f"purged {report.purged} run(s){scope} that ended over {args.ended_before} ago"
+          + (f"; {keys} key(s) answer 'already started' for {args.keep_keys}"
+             if window and keys else "")
+          + ("; more are left: run it again" if report.more else ""))  # fmt: skip
+    return 0
+
+
+def _register_fork(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs fork`: a new run from a journal step of another."""
+    fork = actions.add_parser(
+        "fork", help="start a new run from the snapshot after a journal step of a run",
+        description="Start a new run of the same workflow from RUN's snapshot after journal "
+                    "step N (as `runs show` lists the journal), linked to RUN: its calls in "
+                    "flight at that step run again and every later effect is recorded with the "
+                    "new run's idempotency keys. RUN is untouched. Refused when no definition "
+                    "in --machines restores that step.")
+    _add_step_arguments(fork, "the run's id or a unique prefix")
+
+
+def _register_reset(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs reset`: a failed run back to an earlier journal step, in place."""
+    reset = actions.add_parser(
+        "reset", help="put a failed run back to the snapshot after an earlier journal step",
+        description="Make a failed run (status error) active again from its snapshot after "
+                    "journal step N, in place: the journal is kept and the reset journaled, "
+                    "its open calls are stopped and those in flight at step N run again with "
+                    "new idempotency keys. Refused when no definition in --machines restores "
+                    "that step.")
+    _add_step_arguments(reset, "the failed run's id or a unique prefix")
+
+
+def _add_step_arguments(parser: argparse.ArgumentParser, run_help: str) -> None:
+    """What `runs fork` and `runs reset` take: a run, a journal step, the definitions."""
+    _add_store(parser)
+    parser.add_argument("run_id", metavar="RUN", help=run_help)
+    parser.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
+    parser.add_argument("--machines", action="append", required=True, metavar="MODULE",
+                        help="module (or module:attr) defining the machines; repeatable")
+    parser.set_defaults(handler=_closing_stores(_runs_from_step))
+
+
+def _runs_from_step(args: argparse.Namespace) -> int:
+    """`runs fork` or `runs reset` (`args.runs_command`)."""
+    runtime = Runtime(_store(args), load_machines(args.machines))
+    source = resolve_run(runtime.store, args.run_id)
+    try:
+        if args.runs_command == "fork":
+            run = runtime.fork(source.id, args.step)
+            done = f"forked from {source.id} at step {args.step}"
+        else:
+            run = runtime.reset(source.id, args.step)
+            done = f"reset to step {args.step} (now step {run.version})"
+    except (StoreError, NotRestorableError) as exc:
+        raise SystemExit(str(exc)) from exc
+    print(f"{run.id}: {done}, in state {run.state}")
+    return 0
 
 
 def _schedules(args: argparse.Namespace) -> int:

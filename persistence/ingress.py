@@ -2,9 +2,10 @@
 and events of durable runs, addressed by run id or by the key a run was started with.
 
 - `POST /api/workflows/{name}/runs` `{"key": ..., "input": ...}`: start, idempotent by key
-  (`201` created, `200` with the same body when the key's run already existed); a signed start
-  without a key is keyed by its signed delivery id or signed content (`start_key`), so a replay
-  answers the first run;
+  (`201` created, `200` with the same body when the key's run already existed, or
+  `{"id", "workflow_name", "key", "status": "purged", "purged_at"}` when it was purged within
+  the key window: persistence/lifecycle.py); a signed start without a key is keyed by its
+  signed delivery id or signed content (`start_key`), so a replay answers the first run;
 - `POST /api/workflows/{name}/runs/{key}/events` and `POST /api/runs/{run_id}/events` with an
   event object: queue it (`202`; `200` with `"duplicate": true` for a delivery id already
   queued for the run); `404` unknown run or key, `409` ended run, `422` (with the offending
@@ -48,6 +49,7 @@ from persistence.signatures import Signature, SignatureError, Verified
 from persistence.stores import (
     RunFinishedError,
     RunNotFoundError,
+    RunPurgedError,
     RunRecord,
     StoreEncodingError,
     StoreUnavailableError,
@@ -314,7 +316,8 @@ def create_api(runtime: Runtime, *, token: str | None = None,
 
     @app.post("/api/workflows/{name}/runs", response_model=RunSummary, status_code=201,
               openapi_extra=_body_doc(START_EXAMPLE, START_SCHEMA),
-              responses={200: {"model": RunSummary, "description": "the key's existing run"}})
+              responses={200: {"model": RunSummary, "description": "the key's existing run "
+                               "(or, once it was purged, its id with status 'purged')"}})
     async def start(name: str, request: Request) -> Response:
         """Start a run of workflow `name`; idempotent by `key`: a second request with the same
         key answers `200` with the existing run (active or ended) and starts nothing. A start
@@ -327,8 +330,13 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         if key is not None and not isinstance(key, str):
             raise invalid("key", "the key must be a string")
         traceparent = valid_traceparent(request.headers.get("traceparent"))  # the caller's
-        run, created = await call(lambda: runtime.start_run(name, body.get("input"), key,
-                                                            traceparent=traceparent))
+        try:
+            run, created = await call(lambda: runtime.start_run(name, body.get("input"), key,
+                                                                traceparent=traceparent))
+        except RunPurgedError as exc:  # the key's run ended and was purged: started already
+            purged = exc.tombstone
+            return JSONResponse({"id": purged.run_id, "workflow_name": name, "key": key,
+                                 "status": "purged", "purged_at": purged.purged_at}, 200)
         return JSONResponse(summary(run).model_dump(), 201 if created else 200)
 
     @app.post("/api/workflows/{name}/runs/{key}/events", status_code=202,

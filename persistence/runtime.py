@@ -29,6 +29,16 @@ from persistence.children import (
 )
 from persistence.columns import run_columns, state_text
 from persistence.driver import CallTaker, RunDriver, leased_calls
+from persistence.lifecycle import (
+    DEFAULT_KEY_WINDOW,
+    Duration,
+    PurgeReport,
+    Retention,
+    duration_ms,
+    purge,
+)
+from persistence.lifecycle import fork as fork_run
+from persistence.lifecycle import reset as reset_run
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.resting import Resting
 from persistence.search import check_fields, declared_fields, search_terms, values_of
@@ -43,7 +53,14 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import TRANSIENT_PREFIX, PayloadCodec, is_call, leasable_calls
+from persistence.stores.base import (
+    TRANSIENT_PREFIX,
+    Fork,
+    PayloadCodec,
+    RunPurgedError,
+    is_call,
+    leasable_calls,
+)
 from persistence.telemetry import Telemetry
 from persistence.waiting import Answer, Ended, check_timeout, wait_applied, wait_ended
 from statecharts import Machine, Snapshot
@@ -247,6 +264,12 @@ class Runtime:
     result `"dry-run"` (an external invoke returns `"dry-run"` as its output), while every store
     write (runs, state, outbox, journal) happens exactly as in production.
 
+    `retention={"invoice": timedelta(days=30)}` (or `meta={"retention": "30d"}` at a machine's
+    root) keeps a workflow's ended runs that long: workers purge older ones as they go
+    (`apply_retention`); a purged run's key keeps answering `start` with the purged run for
+    `key_window` (default 7 days). `purge`, `fork` and `reset` are the on-demand operations
+    (docs/persistence.md, "Run lifecycle").
+
     `codec=KeyRing(...)` encrypts the payloads the store writes (snapshots with their context,
     inputs and outputs, outbox payloads and results, inbox events, journal events, call
     inputs) with AES-GCM, and opens them with any of the ring's keys; state names, keys,
@@ -273,6 +296,8 @@ class Runtime:
         workflow_limits: Mapping[str, str] | None = None,
         priorities: Mapping[str, int] | None = None,
         step_in_send: bool = True,
+        retention: Mapping[str, Duration] | None = None,
+        key_window: Duration = DEFAULT_KEY_WINDOW,
         codec: PayloadCodec | None = None,
         search: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
@@ -312,6 +337,7 @@ class Runtime:
             raise ValueError(f"{', '.join(unsupported)}: onSnapshot of a child machine is not "
                              "supported in durable runs (docs/persistence.md, Child runs)")
         self.error_workflows = self._error_workflows(error_workflows or {})
+        self.retention = Retention.of(list(self._latest.values()), retention or {}, key_window)
         self.search_fields = self._search_fields(search or {})
         """Workflow -> the context fields indexed as its search attributes
         (`persistence.search`): from each definition's `meta.search`, overridden by `search=`."""
@@ -353,7 +379,7 @@ class Runtime:
             found[workflow] = check_fields(names, f"search[{workflow!r}]")
         return found
 
-    def _search_values(self, workflow: str, snapshot: Snapshot) -> tuple[tuple[str, str], ...]:
+    def search_values(self, workflow: str, snapshot: Snapshot) -> tuple[tuple[str, str], ...]:
         """A new run's search attributes, from its first snapshot's context."""
         fields = self.search_fields.get(workflow)
         return tuple(values_of(fields, snapshot.context).items()) if fields else ()
@@ -410,7 +436,7 @@ class Runtime:
                 wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
                 parent_invoke_id=start.id, system_id=start.system_id or None,
                 deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
-                search=self._search_values(machine.id, snapshot),
+                search=self.search_values(machine.id, snapshot),
             )  # fmt: skip
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
@@ -486,13 +512,18 @@ class Runtime:
         first, a run of priority p as if it had been due p minutes earlier, so a long-due run of
         lower priority is never starved.
         """
-        return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
-                              priority=priority)[0].id
+        try:
+            return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
+                                  priority=priority)[0].id
+        except RunPurgedError as exc:  # the key's run, purged since it ended: it is the one
+            return exc.run_id
 
     def start_run(self, name: str, input: Any = None, key: str | None = None, *,
                   reuse: KeyReuse = "use_existing", traceparent: str | None = None,
                   priority: int | None = None) -> tuple[RunRecord, bool]:
-        """`start`, returning the run's row and whether this call created it."""
+        """`start`, returning the run's row and whether this call created it. A key whose
+        run was purged within the key window raises `RunPurgedError` (its `run_id` is the
+        purged run's; nothing is started)."""
         if priority is not None:
             check_priority(priority, "priority")
         record, created, _, _ = self.begin_run(name, input, key, reuse=reuse,
@@ -588,7 +619,7 @@ class Runtime:
             priority=self.priorities.get(name, 0) if priority is None else priority,
             deliveries=tuple(work.deliveries),
             limit_share=self.load.start_share(name, snapshot.context),
-            search=self._search_values(name, snapshot),
+            search=self.search_values(name, snapshot),
         )
         return run, outbox, effects, snapshot
 
@@ -705,6 +736,10 @@ class Runtime:
         there is none."""
         found = self.find_by_key(workflow, key)
         if found is None:
+            tomb = self.store.tombstone(workflow, key, self.clock.now())
+            if tomb is not None:
+                raise RunNotFoundError(f"the run of {workflow!r} with key {key!r} "
+                                       f"({tomb.run_id}) has ended and was purged")
             raise RunNotFoundError(f"no run of {workflow!r} with key {key!r}")
         return found
 
@@ -800,6 +835,50 @@ class Runtime:
             raise NotResumableError(refused + f"already took its result or left the state "
                                     f"invoking {invoke!r}; resuming would report a second one")
         return parent_id, error_actor_event_type(invoke)
+
+    # -- the run lifecycle (persistence/lifecycle.py) -----------------------------------------
+    def purge(self, ended_before: Duration, *, workflow: str | None = None,
+              dry_run: bool = False, key_window: Duration | None = None) -> PurgeReport:
+        """Delete the runs that ended more than `ended_before` ago (a `timedelta`, ms, or
+        text like "30d"), of `workflow` only if given, with everything stored for them, in
+        bounded batches of short transactions; never a run with a live parent or child. Each
+        purged top-level run's key keeps answering `start` (with the purged run's id) for
+        `key_window` (default: the runtime's). `dry_run`: count them, delete nothing."""
+        now = self.clock.now()
+        window = self.retention.key_window_ms if key_window is None else duration_ms(
+            key_window, "key_window")  # fmt: skip
+        return purge(self.store, now - duration_ms(ended_before, "ended_before"), now,
+                     workflow=workflow, key_window_ms=window, dry_run=dry_run)  # fmt: skip
+
+    def apply_retention(self) -> int:
+        """One bounded pass of the per-workflow retention (`retention=`): up to 5,000 of each
+        workflow's runs past its period (`MAX_PASS_RUNS`, in batches of short transactions),
+        and the expired key tombstones; the runs purged. Workers call it at every report
+        interval."""
+        if not self.retention.periods:
+            return 0
+        return self.retention.apply(self.store, self.clock.now())
+
+    def fork(self, run_id: str, step: int) -> RunRecord:
+        """A new run of the same workflow from run `run_id`'s snapshot after journal step
+        `step` (like DBOS's `fork_workflow`), linked to it (`forked_from`): its calls in
+        flight at that step are started afresh and every later effect is recorded with the
+        new run's idempotency keys; the original is untouched. `NotRestorableError` when
+        the step has no snapshot, no registered definition restores it, or it waits for a
+        child run."""
+        return fork_run(self, self.store.get_run(run_id), step)
+
+    def reset(self, run_id: str, step: int) -> RunRecord:
+        """Put failed run `run_id` back, in place, to its snapshot after journal step `step`
+        (like Temporal's `workflow reset`): it is active again from there, its journal is
+        kept and the reset journaled, its open calls are stopped and those in flight at that
+        step started afresh with new keys. `NotRestorableError` as `fork`, or unless the
+        run has failed."""
+        return reset_run(self, self.store.get_run(run_id), step)
+
+    def forked_from(self, run_id: str) -> Fork | None:
+        """Where run `run_id` was forked from (run and step), if it is a fork."""
+        return self.store.fork_of(run_id)
 
     def dead_letters(self, run_id: str) -> builtins.list[DeadLetter]:
         """Events queued for the run that can no longer be applied, with the reason."""

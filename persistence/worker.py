@@ -334,16 +334,19 @@ class Worker:
 
     def _report(self) -> None:
         """Log stuck runs and runs no definition here can step, turn events left queued for
-        ended runs into dead letters (never left in silence), and hand over limits' slots
-        freed by expired leases."""
+        ended runs into dead letters (never left in silence), hand over limits' slots freed
+        by expired leases, and apply the workflows' retention (a bounded batch)."""
         try:
             self.runtime.load.sweep(self.runtime.clock.now(), self.lease_ms)
             stuck = self.runtime.stuck(self.stuck_after_ms, limit=20)
             unknown = self.runtime.unknown_versions()
             dead = self.runtime.store.sweep_dead_letters(self.runtime.clock.now())
+            purged = self.runtime.apply_retention()  # bounded: a batch per workflow
         except StoreError as exc:
             log.warning("worker %s: report failed: %s", self.id, exc)
             return
+        if purged:
+            log.info("worker %s: retention purged %d ended run(s)", self.id, purged)
         for letter in dead:
             event_type = letter.event.get("type")
             try:

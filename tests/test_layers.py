@@ -82,6 +82,8 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
         f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
     ("persistence.stores.calls", "persistence.stores.sql"):
         f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
+    ("persistence.stores.lifecycle", "persistence.stores.sql"):
+        f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
     ("persistence.stores.reencrypt", "persistence.stores.sql"):
         f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
     ("benchmarks.durable_runtime", "benchmarks.durable"):

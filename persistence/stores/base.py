@@ -1270,7 +1270,125 @@ class Calls(Protocol):
         ...
 
 
-class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Payloads, Protocol):
+@dataclass(frozen=True, slots=True)
+class PurgedRun:
+    """An ended run a purge deleted (or, in a dry run, would delete)."""
+
+    id: str
+    workflow_name: str
+    key: str | None
+    status: str
+    completed_at: int
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """The business key of a purged top-level run, kept until `expires_at`: a start with it
+    answers "already started" with the purged run's id (`RunPurgedError`)."""
+
+    workflow_name: str
+    key: str
+    run_id: str
+    purged_at: int
+    expires_at: int
+
+
+class RunPurgedError(StoreError):
+    """A start with a key whose run was purged within the key window: the key's run was
+    started (and has ended and been deleted since); nothing was started again."""
+
+    def __init__(self, tombstone: Tombstone) -> None:
+        self.tombstone = tombstone
+        self.run_id = tombstone.run_id
+        super().__init__(f"run {tombstone.run_id} of {tombstone.workflow_name!r} with key "
+                         f"{tombstone.key!r} was started, has ended and was purged; not "
+                         "started again")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """A run forked from another run's snapshot after journal step `step`."""
+
+    run_id: str
+    forked_from: str
+    step: int
+    created_at: int
+
+
+FORK_EVENT = "statecharts.fork"
+"""Journal record of the first step of a forked run (`Lifecycle.fork_run`)."""
+RESET_EVENT = "statecharts.reset"
+"""Journal record of a reset of a failed run to an earlier step (`Lifecycle.reset_run`)."""
+STOPPED_BY_RESET = "stopped: its run was reset"
+PURGE_BATCH = 200
+"""Runs one purge transaction deletes at most (short transactions, no long locks)."""
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """The run lifecycle around the steps: retention (purge ended runs, keep their keys for a
+    while), and fork and reset from a journal step's snapshot (`stores/lifecycle.py`)."""
+
+    def purge_runs(self, ended_before: int, now: int, *, workflow: str | None = None,
+                   limit: int = PURGE_BATCH, keep_keys_until: int | None = None,
+                   dry_run: bool = False) -> list[PurgedRun]:  # fmt: skip
+        """Delete up to `limit` ended runs that ended before `ended_before` (of `workflow`
+        only, if given), oldest end first, with everything stored for them (journal, effects,
+        inbox and dead letters, calls and their attempts, deliveries, fork links), in one
+        short transaction. Never a run with a live parent or a live child, nor one still
+        due or held (effects left to run, a lease) or with an open call. A top-level run's
+        key is kept as a `Tombstone` until `keep_keys_until` (None: not kept). `dry_run`:
+        the runs it would delete, nothing written."""
+        ...
+
+    def count_purgeable(self, ended_before: int, *, workflow: str | None = None) -> int:
+        """How many runs `purge_runs` would delete in all, batch after batch."""
+        ...
+
+    def expire_tombstones(self, now: int, limit: int = PURGE_BATCH) -> int:
+        """Delete up to `limit` key tombstones expired by `now`; how many."""
+        ...
+
+    def tombstone(self, workflow_name: str, key: str, now: int) -> Tombstone | None:
+        """The unexpired tombstone of `key` of `workflow_name`, if its run was purged."""
+        ...
+
+    def journal_snapshot(self, run_id: str, step: int) -> tuple[int, JSONDict] | None:
+        """(the step, the snapshot after it) of the newest journal step at or before `step`
+        that recorded one, or None."""
+        ...
+
+    def fork_run(self, run: NewRun, source: str, step: int, effects: Sequence[NewEffect],
+                 now: int) -> RunRecord:  # fmt: skip
+        """Insert `run` (version 1, from the snapshot after step `step` of run `source`) with
+        `effects` (its calls in flight, recorded afresh), linked to `source` (`Fork`), its
+        first journal row the fork, in one transaction."""
+        ...
+
+    def reset_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
+                  wake_at: int | None, step: int, effects: Sequence[NewEffect], now: int, *,
+                  search: Sequence[tuple[str, str]] = ()) -> RunRecord:  # fmt: skip
+        """Make the failed run active again from `snapshot` (after its journal step `step`):
+        its open calls are stopped and its pending effects skipped, `effects` (the calls in
+        flight at that step) recorded afresh at the new version, its search attributes set to
+        `search` (those of `snapshot`), and the reset journaled. `RunFinishedError` unless the
+        run is `error` at `expected_version`."""
+        ...
+
+    def fork_of(self, run_id: str) -> Fork | None:
+        """Where run `run_id` was forked from, if it is a fork."""
+        ...
+
+    def call_starts(self, run_id: str, call_ids: Collection[str],
+                    step: int) -> dict[str, tuple[str, JSONDict]]:  # fmt: skip
+        """For each of `call_ids` the run started by step `step`: (outbox kind, the payload
+        of its newest start), from its calls or, for a limited call site, its effects."""
+        ...
+
+
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Lifecycle, Payloads,
+            Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

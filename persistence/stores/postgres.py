@@ -123,7 +123,7 @@ _TOLD = "r.waiters > 0 AND r.waited_until > now() AS told"
 """What a step's run row returns besides its id and version: whether it has waiters."""
 _TELL_WAITERS = f"CASE WHEN run.told THEN pg_notify({_CHANNEL}, '{_PROGRESS}:' || run.id::text) END"
 """In a step's result row: a NOTIFY `ran:<run id>` for the run's waiters, only if the row it
-wrote says it has some (`waiters`, `waited_until`, schema 9: `watch`). Read from the row the
+wrote says it has some (`waiters`, `waited_until`, schema 11: `watch`). Read from the row the
 step's UPDATE wrote, which is the newest version (a waiter's UPDATE commits before the step's
 or waits for it), so no waiter is missed; on the hot path, one more column returned."""
 _SERVER_TIME = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -1075,7 +1075,7 @@ WITH b AS (
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version, {_TOLD}
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 _ONE_RUN_SET = f"""
     UPDATE workflow_runs r SET state = %(state)s, snapshot = %(snapshot)s, status = %(status)s,
@@ -1095,7 +1095,7 @@ WITH run AS (""" + _ONE_RUN_SET + f"""
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
                       WHERE e.run_id = r.id AND e.status = 'pending')
-    RETURNING r.id, r.version, {_TOLD}
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
@@ -1111,8 +1111,8 @@ WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
       AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
 ), run AS (""", 1).replace(
-    f"    RETURNING r.id, r.version, {_TOLD}\n)",
-    f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, {_TOLD}\n)",
+    f"    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
+    f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
     1) + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
@@ -1196,10 +1196,12 @@ _STEPS_PARTS = {
 )""",
     "journal": f""", journal AS (
     INSERT INTO workflow_events (run_id, step, event, state_before, state_after, created_at,
-                                 inbox_id)
-    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}, j.inbox
+                                 inbox_id, snapshot)
+    SELECT run.id, run.version, j.event, j.before, j.after, {_NOW}, j.inbox,
+           CASE WHEN j.last THEN run.snapshot END
     FROM run JOIN jsonb_to_recordset(%(journal)s) AS j(run uuid, n integer, event jsonb,
-                                                        before text, after text, inbox bigint)
+                                                        before text, after text, inbox bigint,
+                                                        last boolean)
         ON j.run = run.id
     ORDER BY j.n
 )""",
@@ -1277,7 +1279,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
-    RETURNING r.id, r.version, {_TOLD}
+    RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
 
 
@@ -1326,7 +1328,8 @@ def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = Tru
             dead.append({"run": c.run_id, "reason": ended_reason(c.status),
                          "keep": list(c.consumed_inbox)})
         journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
-                     "before": j.state_before, "after": j.state_after, "inbox": j.inbox_id}
+                     "before": j.state_before, "after": j.state_after, "inbox": j.inbox_id,
+                     "last": n == len(c.journal) - 1}  # (its row keeps the step's snapshot)
                     for n, j in enumerate(c.journal)]  # fmt: skip
         search += [{"run": c.run_id, "name": n, "value": v} for n, v in c.search.items()]
     return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,

@@ -28,6 +28,7 @@ PAYLOAD_COLUMNS: tuple[tuple[str, tuple[str, ...], str, str, str], ...] = (
     ("workflow_effects", _EFFECT_KEY, "run_id", "result", Column.EFFECT_RESULT),
     ("workflow_inbox", ("id",), "run_id", "event", Column.EVENT),
     ("workflow_events", ("run_id", "id"), "run_id", "event", Column.JOURNAL),
+    ("workflow_events", ("run_id", "id"), "run_id", "snapshot", Column.SNAPSHOT),
     ("workflow_calls", ("idempotency_key",), "run_id", "payload", Column.CALL_PAYLOAD),
     ("workflow_calls", ("idempotency_key",), "run_id", "details", Column.CALL_DETAILS),
 )

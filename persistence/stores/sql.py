@@ -78,6 +78,7 @@ from persistence.stores.calls import SQLCalls
 from persistence.stores.capacity import SQLCapacity
 from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
 from persistence.stores.conflicts import retried
+from persistence.stores.lifecycle import SQLLifecycle
 from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
@@ -104,8 +105,9 @@ _QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, tracepar
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
 JOURNAL_INSERT = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                  "created_at, inbox_id) VALUES (?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
-"""A step's journal rows (with the inbox row of each event: a waiting sender's find)."""
+                  "created_at, inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+"""A step's journal rows (with the inbox row of each event: a waiting sender's find), the
+last with the snapshot after the step (the run lifecycle's fork and reset)."""
 
 _SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
 _RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
@@ -488,7 +490,7 @@ class SQLRuns(SQLCalls, SQLDialect):
         one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
                and not once and not run.search)
         with self._statement_write() if one else self._write() as conn:
-            holder = self._key_holder_in(conn, run) if once else None
+            holder = self._key_holder_in(conn, run, now) if once else None
             record, created = (holder, False) if holder is not None else self._create_run_in(
                 conn, run, effects, now)
             if created:
@@ -535,7 +537,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._exec(conn, "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
                        (run.limit_share, self._id(run.id)))  # fmt: skip
 
-    def _key_holder_in(self, conn: Any, run: NewRun) -> RunRecord | None:
+    def _key_holder_in(self, conn: Any, run: NewRun, now: int) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
         under the key's lock (`_LOCK_KEY`) until the transaction ends: two starts with one key
         decide in turn, the second seeing the first's run even if it has ended meanwhile."""
@@ -943,20 +945,8 @@ class SQLRuns(SQLCalls, SQLDialect):
         with self._write() as conn:
             if withdraw is not None:
                 self._withdraw_end_in(conn, run_id, *withdraw, now)
-            rows = self._exec(
-                conn,
-                "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
-                "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
-                "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
-                "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
-                f"RETURNING {self.RUN_COLUMNS}",
-                (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, ts, ts, rid,
-                 expected_version),
-            ).fetchall()
-            if not rows:
-                raise RunFinishedError(f"run {run_id} is not failed at version "
-                                       f"{expected_version}; not resumed")  # fmt: skip
-            run = self._run(rows[0])
+            run = self._reactivate_in(conn, run_id, expected_version, snapshot, state, now, now,
+                                      "resumed")  # fmt: skip
             self._exec(
                 conn,
                 "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
@@ -967,6 +957,28 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._reopen_calls_in(conn, rid, list(snapshot.get("children") or ()), now)
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
+
+    def _reactivate_in(self, conn: Any, run_id: str, expected_version: int,
+                       snapshot: Mapping[str, Any], state: str, wake_at: int | None, now: int,
+                       what: str) -> RunRecord:  # fmt: skip
+        """A failed run active again from `snapshot` (a resume, a reset: `what`), due at
+        `wake_at`, in the open transaction; `RunFinishedError` unless it is `error` at
+        `expected_version`."""
+        rid = self._id(run_id)
+        rows = self._exec(
+            conn,
+            "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
+            "updated_at = ?, completed_at = NULL, failed_at = NULL, wake_at = ?, "
+            "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
+            "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
+            f"RETURNING {self.RUN_COLUMNS}",
+            (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, self._t(now),
+             self._t(wake_at), rid, expected_version),
+        ).fetchall()
+        if not rows:
+            raise RunFinishedError(f"run {run_id} is not failed at version "
+                                   f"{expected_version}; not {what}")  # fmt: skip
+        return self._run(rows[0])
 
     def _withdraw_end_in(self, conn: Any, run_id: str, parent: str, event_type: str,
                          now: int) -> None:  # fmt: skip
@@ -1111,12 +1123,14 @@ class SQLRuns(SQLCalls, SQLDialect):
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
         self._step_extras_in(conn, commit, now, cancelled)
+        last = len(commit.journal) - 1  # its row carries the snapshot after the step
         self._many(
             conn,
             JOURNAL_INSERT,
             [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
-              j.state_after, ts, j.inbox_id)
-             for j in commit.journal],
+              j.state_after, ts, j.inbox_id,
+              self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None)
+             for n, j in enumerate(commit.journal)],
         )  # fmt: skip
         return new_version
 
@@ -1578,7 +1592,8 @@ class SQLCoordination(SQLDialect):
             raise ScheduleMoved
 
 
-class SQLStore(SQLRuns, SQLQueries, SQLCoordination, SQLCapacity, SQLReencrypt):
+class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity,
+               SQLReencrypt):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:

@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.templating import Jinja2Templates
 
 from persistence.columns import error_is_current
+from persistence.lifecycle import NotRestorableError
 from persistence.runtime import Clock, NotResumableError, Runtime
 from persistence.stores import RunFinishedError, RunNotFoundError, RunRecord, Store, StoreError
 from persistence.ui import api, views
@@ -63,6 +64,9 @@ DONE_MESSAGES = {
     "requested": "Cancel requested: the worker holding the run cancels it at its next step.",
     "finished": "The run had already ended; nothing was changed.",
     "resumed": "Run resumed from the state it failed in: a worker picks it up now.",
+    "forked": "This run was forked from the step asked for: a worker picks it up now; the "
+              "original is untouched.",
+    "reset": "Run reset to the step asked for: a worker picks it up now; the journal is kept.",
 }  # fmt: skip
 
 
@@ -183,6 +187,7 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
                                           "active_fill": ACTIVE_FILL,
                                           "message": message, "error": error,
                                           "stuck": stuck,
+                                          "fork": ui.store.fork_of(detail.run.id),
                                           "latest": ui.latest(detail.run.workflow_name)},
                     status)  # fmt: skip
 
@@ -307,6 +312,31 @@ def create_app(store: Store, machines: Sequence[Machine] = (), *, read_only: boo
             return _run_view(request, run_id, error=f"Not resumed: {exc}", status=409)
         log.info("ui: resume of run %s", run_id)
         return _done(run_id, "resumed")
+
+    @app.post("/runs/{run_id}/fork", include_in_schema=False)
+    def fork_run(request: Request, run_id: str, step: Annotated[int, Form()],
+                 csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
+        return _from_step(request, run_id, step, csrf_token, "forked")
+
+    @app.post("/runs/{run_id}/reset", include_in_schema=False)
+    def reset_run(request: Request, run_id: str, step: Annotated[int, Form()],
+                  csrf_token: Annotated[str, Form()] = "") -> Response:  # fmt: skip
+        return _from_step(request, run_id, step, csrf_token, "reset")
+
+    def _from_step(request: Request, run_id: str, step: int, csrf_token: str,
+                   what: str) -> Response:  # fmt: skip
+        """A fork (`what` "forked": the new run's page) or a reset ("reset") from a step."""
+        runtime = _act(request, csrf_token)
+        if isinstance(runtime, Response):
+            return runtime
+        try:
+            run = (runtime.fork if what == "forked" else runtime.reset)(run_id, step)
+        except RunNotFoundError:
+            raise HTTPException(404, "no such run") from None
+        except NotRestorableError as exc:
+            return _run_view(request, run_id, error=f"Not {what}: {exc}", status=409)
+        log.info("ui: run %s %s from step %d: %s", run_id, what, step, run.id)
+        return _done(run.id, what)
 
     # -- login ------------------------------------------------------------------------------
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)

@@ -138,7 +138,7 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Migrations stop at version 5 (as released before schema 6) until the test lets go; an
     event is queued as that release did, without the inbox's `call_key` (schema 8: the call
     whose result it is, never one for a sent event), and a step is written as it did: its
-    journal without the inbox ids, no waiters told (schema 9)."""
+    journal without the inbox ids, no waiters told (schema 11)."""
     real = schema.migrations
     monkeypatch.setattr(schema, "migrations", lambda dialect: real(dialect)[:5])
     released = sql._QUEUE_EVENT.replace(
@@ -146,12 +146,16 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?")
     assert "call_key" not in released
     monkeypatch.setattr(sql, "_QUEUE_EVENT", released)
+    # ... and a step's journal rows without their inbox row or the snapshot after the step
     monkeypatch.setattr(sql, "JOURNAL_INSERT", sql.JOURNAL_INSERT.replace(
-        ", inbox_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL"))
+        ", inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL "
+        "AND (CAST(? AS text) IS NULL OR 1 = 1)"))
     journal = postgres._STEPS_PARTS["journal"]
     monkeypatch.setitem(postgres._STEPS_PARTS, "journal", journal.replace(
-        ",\n                                 inbox_id)", ")").replace(", j.inbox\n", "\n"))
+        ",\n                                 inbox_id, snapshot)", ")").replace(
+        ", j.inbox,\n           CASE WHEN j.last THEN run.snapshot END\n", "\n"))
+    assert "snapshot" not in postgres._STEPS_PARTS["journal"]
     steps_sql = postgres._steps_sql
     steps_sql.cache_clear()  # (statements built before hold the journal's inbox id)
     monkeypatch.setattr(postgres, "_steps_sql", lambda *args: steps_sql(*args).replace(
