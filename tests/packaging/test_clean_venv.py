@@ -243,9 +243,18 @@ def test_metrics_extra(fresh_venv: MakeVenv) -> None:
     assert samples[("statecharts_runs", (("status", "done"), ("workflow", "hello")))] == 1
 
 
+def test_crypto_extra(fresh_venv: MakeVenv) -> None:
+    env = fresh_venv("crypto")
+    assert "cryptography" in env.distributions()
+    result = json.loads(env.run("crypto_run.py", env.workdir / "runs.db"))
+    assert result == {"status": "done", "output": {"last4": "1111"}, "secret_stored": False,
+                      "in_clear_found": True}
+
+
 EXTRA_TESTS = {"yaml": test_yaml_extra, "postgres": test_postgres_extra,
                "testing": test_testing_extra, "interop": test_interop_extra,
-               "ui": test_ui_extra, "otel": test_otel_extra, "metrics": test_metrics_extra}
+               "ui": test_ui_extra, "otel": test_otel_extra, "metrics": test_metrics_extra,
+               "crypto": test_crypto_extra}
 
 
 def test_every_extra_has_its_test() -> None:

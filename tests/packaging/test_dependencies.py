@@ -47,6 +47,8 @@ USERS: dict[str, list[tuple[str, str]]] = {
     "opentelemetry-exporter-otlp-proto-http": [
         ("persistence/telemetry/otlp.py", "from opentelemetry.exporter.otlp.proto.http"),
         ("tests/telemetry/test_durable_trace.py", '"--otlp"')],
+    "cryptography": [("persistence/stores/codec.py", "from cryptography.hazmat.primitives"),
+                     ("tests/packaging/test_clean_venv.py", "def test_crypto_extra")],
     # dev: the checkout's own tools, installed by `make` and used by the suite itself
     "playwright": [("tests/ui/browser.py", "from playwright.sync_api import")],
     "pytest": [("tests/test_quality.py", "import pytest")],
