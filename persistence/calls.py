@@ -54,8 +54,8 @@ from persistence.stores import (
     StoreError,
     StoreUnavailableError,
 )
-from persistence.stores.base import run_of_outbox_key
 from persistence.stores.codec import PayloadCodecError
+from persistence.stores.rules import run_of_outbox_key
 from persistence.telemetry import RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError

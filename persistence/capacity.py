@@ -36,7 +36,8 @@ from typing import Any
 
 from persistence.outbox import Executed, invoke_of
 from persistence.stores import RunRecord, Store
-from persistence.stores.base import MAX_PRIORITY, Grant, Handover
+from persistence.stores.records import Grant, Handover
+from persistence.stores.rules import MAX_PRIORITY
 from statecharts import Machine
 
 log = logging.getLogger("statecharts.capacity")

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from persistence.outbox import actor_logic, starts_child_run
 from persistence.stores import Delivery
-from persistence.stores.base import ACTIVE, child_ended_event
+from persistence.stores.records import ACTIVE
+from persistence.stores.rules import child_ended_event
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, SendParent, SendTo, StartChild, StopChild
 from statecharts.events import snapshot_actor_event_type

@@ -266,7 +266,16 @@ def add_keys_file(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `worker`, `runs`, `schedules` and `db` to a CLI's subcommands."""
+    """Add `worker`, `runs`, `schedules`, `db` and `api` to a CLI's subcommands."""
+    _register_worker(subparsers)
+    _register_runs(subparsers)
+    _register_schedules(subparsers)
+    _register_db(subparsers)
+    _register_api(subparsers)
+
+
+def _register_worker(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`worker`: step the runs of the given machines."""
     worker = subparsers.add_parser(
         "worker", help="run durable workflows until SIGTERM",
         description="Step the runs of the given machines: claim runs with work due, call the "
@@ -326,11 +335,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_retention_options(worker)
     worker.set_defaults(handler=_closing_stores(_worker))
 
+
+def _register_runs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs` and its subcommands."""
     runs = subparsers.add_parser("runs", help="inspect and cancel runs",
                                  description="List runs, show one run with its journal and "
                                              "effects, cancel a run, or find runs the loaded "
                                              "definitions can no longer step.")
     actions = runs.add_subparsers(dest="runs_command", required=True)
+    _register_start(actions)
+    _register_send(actions)
+    _register_list(actions)
+    _register_show(actions)
+    _register_cancel(actions)
+    _register_resume(actions)
+    _register_wait(actions)
+    _register_versions(actions)
+    _register_purge(actions)
+    _register_fork(actions)
+    _register_reset(actions)
+
+
+def _register_start(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs start`: start a run, idempotent by key."""
     start = actions.add_parser(
         "start", help="start a run (idempotent by --key)",
         description="Start a run of workflow NAME. With --key the key is the run's handle: if a "
@@ -353,6 +380,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "$TRACEPARENT when it holds a valid one), as the HTTP API takes "
                             "the request's traceparent header")
     start.set_defaults(handler=_closing_stores(_runs_start))
+
+
+def _register_send(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs send`: queue an event for a run."""
     send = actions.add_parser(
         "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
         description="Queue an event for a run; a worker applies it. Address the run by its id "
@@ -369,6 +400,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE')
     lifecycle_cli.add_wait_option(send)
     send.set_defaults(handler=_closing_stores(_runs_send))
+
+
+def _register_list(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs list`: runs, newest first."""
     listing = actions.add_parser("list", help="runs, newest first",
                                  description="Runs, newest first, with their state and status.")
     _add_store(listing)
@@ -387,6 +422,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--json", action="store_true", help="the runs as one JSON array")
     lifecycle_cli.add_where(listing)
     listing.set_defaults(handler=_closing_stores(_runs_list))
+
+
+def _register_show(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs show`: one run with its effects and journal."""
     show = actions.add_parser("show", help="one run with its effects and journal",
                               description="One run: status, state, context, pending timers, "
                                           "its effects (outbox) and its journal of events.")
@@ -396,6 +435,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="only the newest N journal entries and outbox records "
                            "(events_total says how many the journal has)")
     show.set_defaults(handler=_closing_stores(_runs_show))
+
+
+def _register_cancel(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs cancel`: cancel a run, or every run `--where` matches."""
     cancel = actions.add_parser("cancel", help="cancel a run, or every run --where matches",
                                 description="Cancel a run: at once if no worker holds it, "
                                             "else at the worker's next step. With --where, "
@@ -406,6 +449,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
     lifecycle_cli.add_bulk(cancel, "cancelled")
     cancel.set_defaults(handler=_closing_stores(_runs_cancel))
+
+
+def _register_resume(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs resume`: a failed run active again where it failed."""
     resume = actions.add_parser(
         "resume", help="resume a failed run from the state it failed in (journaled)",
         description="Make a failed run (status error) active again in the state it failed "
@@ -418,9 +465,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="module (or module:attr) defining the machines; repeatable")
     lifecycle_cli.add_bulk(resume, "resumed")
     resume.set_defaults(handler=_closing_stores(_runs_resume))
+
+
+def _register_wait(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs wait`: wait for a run to end."""
     wait = lifecycle_cli.add_wait_command(actions)
     _add_store(wait)
     wait.set_defaults(handler=_closing_stores(_runs_wait))
+
+
+def _register_versions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`runs versions`: active runs the given machines cannot step."""
     versions = actions.add_parser(
         "versions", help="active runs that the given machines cannot step (definition changed)",
         description="Active runs whose definition fingerprint none of the given machines has: "
@@ -430,10 +485,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
                           help="module (or module:attr) defining the machines; repeatable")
     versions.set_defaults(handler=_closing_stores(_runs_versions))
-    _register_purge(actions)
-    _register_fork(actions)
-    _register_reset(actions)
 
+
+def _register_schedules(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`schedules`: the scheduled starts the store knows."""
     listed = subparsers.add_parser(
         "schedules", help="scheduled starts: slots decided, last run, skipped slots",
         description="Every scheduled start the store knows (workers fire them with "
@@ -444,14 +499,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listed.add_argument("--json", action="store_true", help="print JSON instead of text")
     listed.set_defaults(handler=_closing_stores(_schedules))
 
+
+def _register_db(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`db` and its subcommands."""
     db = subparsers.add_parser("db", help="database schema",
                                description="Manage the run store's schema.")
     db_actions = db.add_subparsers(dest="db_command", required=True)
+    _register_upgrade(db_actions)
+    _register_reencrypt(db_actions)
+    _register_new_key(db_actions)
+
+
+def _register_upgrade(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`db upgrade`: apply missing schema migrations."""
     upgrade = db_actions.add_parser("upgrade", help="apply missing schema migrations",
                                     description="Apply the schema migrations the store does "
                                                 "not have yet (safe to run again).")
     _add_store(upgrade)
     upgrade.set_defaults(handler=_closing_stores(_db_upgrade))
+
+
+def _register_reencrypt(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`db reencrypt`: payloads under the current key."""
     reencrypt = db_actions.add_parser(
         "reencrypt", help="rewrite stored payloads under the current encryption key",
         description="Rewrite every payload sealed with an older key of the ring (or written in "
@@ -461,6 +530,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     reencrypt.add_argument("--batch", type=int, default=500,
                            help="rows per transaction (default 500)")
     reencrypt.set_defaults(handler=_closing_stores(_db_reencrypt))
+
+
+def _register_new_key(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`db new-key`: print a new encryption key."""
     keygen = db_actions.add_parser(
         "new-key", help="print a new random encryption key as ID:BASE64KEY",
         description="Print a new random AES-256 key as one line ID:BASE64KEY, for the keys "
@@ -468,6 +541,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     keygen.add_argument("--id", default="k1", help="the key's id (default k1)")
     keygen.set_defaults(handler=_db_new_key)
 
+
+def _register_api(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`api`: serve the webhook ingress."""
     api = subparsers.add_parser(
         "api", help="serve the webhook ingress: start runs and send events over HTTP",
         description="Serve the webhook ingress (persistence.ingress): POST starts runs "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from persistence.stores.base import ACTIVE
+from persistence.stores.records import ACTIVE
 from statecharts import Snapshot
 from statecharts.frozen import storable_text, thaw
 from statecharts.retrying import attempt_in_progress, waits_to_retry

@@ -45,10 +45,10 @@ from persistence.stores import (
     StepCommit,
     StoreUnavailableError,
 )
-from persistence.stores.base import (
+from persistence.stores.errors import StoreEncodingError
+from persistence.stores.rules import (
     CANCEL_EVENT,
     TRANSIENT_PREFIX,
-    StoreEncodingError,
     ended_reason,
     idempotency_key,
     is_call,

@@ -29,7 +29,7 @@ from typing import Any
 from persistence.calls import CallExecutor
 from persistence.runtime import KeyReuse, Runtime
 from persistence.stores import RunRecord
-from persistence.stores.base import is_call, leasable_calls
+from persistence.stores.rules import is_call, leasable_calls
 from statecharts import Snapshot
 
 

@@ -26,7 +26,8 @@ from persistence.children import child_run_ids
 from persistence.columns import run_columns
 from persistence.resting import Resting
 from persistence.stores import NewEffect, NewRun, RunFinishedError, RunRecord, Store
-from persistence.stores.base import ACTIVE, CALL, PURGE_BATCH, PurgedRun
+from persistence.stores.records import ACTIVE, PurgedRun
+from persistence.stores.rules import CALL, PURGE_BATCH
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot
 from statecharts.snapshot import finished_child

@@ -27,7 +27,7 @@ from typing import Any
 
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
-from persistence.stores.base import CALL, call_key, run_of_outbox_key
+from persistence.stores.rules import CALL, call_key, run_of_outbox_key
 from statecharts import Machine
 from statecharts.effects import Effect, Log, StartChild
 from statecharts.errors import ContextError

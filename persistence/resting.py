@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from persistence.stores import ACTIVE, RunRecord, StepCommit
-from persistence.stores.base import is_call
+from persistence.stores.rules import is_call
 
 CAPACITY = 4096
 """How many runs a process follows (the most recently started, sent to or stepped)."""

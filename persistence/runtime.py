@@ -53,14 +53,9 @@ from persistence.stores import (
     Store,
     VersionCount,
 )
-from persistence.stores.base import (
-    TRANSIENT_PREFIX,
-    Fork,
-    PayloadCodec,
-    RunPurgedError,
-    is_call,
-    leasable_calls,
-)
+from persistence.stores.protocol import PayloadCodec
+from persistence.stores.records import Fork, RunPurgedError
+from persistence.stores.rules import TRANSIENT_PREFIX, is_call, leasable_calls
 from persistence.telemetry import Telemetry
 from persistence.waiting import Answer, Ended, check_timeout, wait_applied, wait_ended
 from statecharts import Machine, Snapshot

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from persistence.stores.base import SchemaVersionError
+from persistence.stores.errors import SchemaVersionError
 
 VERSION_TABLE = "statecharts_schema_version"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from persistence.stores.base import (
+from persistence.stores.errors import (
+    ConflictError,
+    RunFinishedError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreEncodingError,
+    StoreError,
+    StoreUnavailableError,
+    StoreURLError,
+)
+from persistence.stores.protocol import Store
+from persistence.stores.records import (
     ACTIVE,
     MAX_STORED_KEY_BYTES,
     TERMINAL_STATUSES,
@@ -14,7 +25,6 @@ from persistence.stores.base import (
     CallFinish,
     CallRecord,
     ClaimRecord,
-    ConflictError,
     DeadLetter,
     Delivery,
     EffectOutcome,
@@ -31,19 +41,11 @@ from persistence.stores.base import (
     NewRun,
     PendingWork,
     PurgedRun,
-    RunFinishedError,
-    RunNotFoundError,
     RunPurgedError,
     RunQuery,
     RunRecord,
     ScheduleRecord,
-    SchemaVersionError,
     StepCommit,
-    Store,
-    StoreEncodingError,
-    StoreError,
-    StoreUnavailableError,
-    StoreURLError,
     Tombstone,
     VersionCount,
     stored_key_problem,

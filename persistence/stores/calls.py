@@ -24,20 +24,16 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from persistence.stores.base import (
+from persistence.stores.codec import Column, PayloadCodecError
+from persistence.stores.conflicts import retried
+from persistence.stores.records import CallAttempt, CallEnd, CallFinish, CallRecord, NewEffect
+from persistence.stores.rules import (
     STOPPED_BY_END,
     TRANSIENT_PREFIX,
-    CallAttempt,
-    CallEnd,
-    CallFinish,
-    CallRecord,
-    NewEffect,
     idempotency_key,
     is_call,
     run_of_outbox_key,
 )
-from persistence.stores.codec import Column, PayloadCodecError
-from persistence.stores.conflicts import retried
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect

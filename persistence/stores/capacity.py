@@ -33,9 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from persistence.stores.base import (
-    MAX_PRIORITY,
-    PRIORITY_AGING_MS,
+from persistence.stores.conflicts import retried, run_again
+from persistence.stores.records import (
     EffectOutcome,
     Grant,
     Handover,
@@ -45,7 +44,7 @@ from persistence.stores.base import (
     PendingWork,
     RunRecord,
 )
-from persistence.stores.conflicts import retried, run_again
+from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect

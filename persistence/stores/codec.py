@@ -38,7 +38,9 @@ from typing import Any
 
 import orjson
 
-from persistence.stores.base import SEALED, PayloadCodec, StoreEncodingError, StoreError
+from persistence.stores.errors import StoreEncodingError, StoreError
+from persistence.stores.protocol import PayloadCodec
+from persistence.stores.rules import SEALED
 
 KEYS_ENV = "STATECHARTS_KEYS"
 """The variable holding the keys inline: `id:base64key` entries, comma separated, current first."""

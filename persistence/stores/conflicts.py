@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from persistence.stores.base import StoreError
+from persistence.stores.errors import StoreError
 
 ATTEMPTS = 6
 """How many times a store call or transaction is run when the database rolls it back as a

@@ -19,13 +19,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from persistence.stores.base import (
-    CALL,
-    FORK_EVENT,
-    PURGE_BATCH,
-    RESET_EVENT,
-    STOPPED_BY_RESET,
-    ConflictError,
+from persistence.stores.codec import Column
+from persistence.stores.errors import ConflictError
+from persistence.stores.records import (
     Fork,
     JSONDict,
     NewEffect,
@@ -35,7 +31,7 @@ from persistence.stores.base import (
     RunRecord,
     Tombstone,
 )
-from persistence.stores.codec import Column
+from persistence.stores.rules import CALL, FORK_EVENT, PURGE_BATCH, RESET_EVENT, STOPPED_BY_RESET
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLRuns

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from persistence.stores.base import StoreURLError
+from persistence.stores.errors import StoreURLError
 
 log = logging.getLogger("statecharts.store")
 

@@ -27,27 +27,35 @@ from psycopg import sql
 from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from persistence import schema
-from persistence.stores.base import (
-    ACTIVE,
-    CLAIMABLE,
-    CLAIMABLE_BY_EVENT,
-    STOPPED_BY_END,
-    STOPPED_BY_EXIT,
-    CallFinish,
+from persistence.stores.clocks import StoreClock, server_clock
+from persistence.stores.codec import Column, PayloadCodecError
+from persistence.stores.conflicts import count_ended, retried
+from persistence.stores.errors import (
     ConflictError,
+    RunNotFoundError,
+    StoreEncodingError,
+    StoreError,
+    StoreUnavailableError,
+)
+from persistence.stores.poolers import Pooling, behind_pooler, refused_options
+from persistence.stores.protocol import PayloadCodec
+from persistence.stores.records import (
+    ACTIVE,
+    CallFinish,
     EffectRecord,
     InboxEvent,
     NewEffect,
     NewRun,
-    PayloadCodec,
     PendingWork,
-    RunNotFoundError,
     RunRecord,
     StepCommit,
-    StoreEncodingError,
-    StoreError,
-    StoreUnavailableError,
     VersionCount,
+)
+from persistence.stores.rules import (
+    CLAIMABLE,
+    CLAIMABLE_BY_EVENT,
+    STOPPED_BY_END,
+    STOPPED_BY_EXIT,
     check_distinct_runs,
     check_status,
     completion_times,
@@ -56,10 +64,6 @@ from persistence.stores.base import (
     is_call,
     unowned_calls,
 )
-from persistence.stores.clocks import StoreClock, server_clock
-from persistence.stores.codec import Column, PayloadCodecError
-from persistence.stores.conflicts import count_ended, retried
-from persistence.stores.poolers import Pooling, behind_pooler, refused_options
 from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from persistence.stores.base import ReencryptReport
 from persistence.stores.codec import Column, KeyConfigError, PayloadCodecError, sealed_key
+from persistence.stores.records import ReencryptReport
 
 if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
     from persistence.stores.sql import SQLDialect

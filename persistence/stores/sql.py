@@ -13,8 +13,9 @@ A dialect (`SQLiteStore`, `PostgresStore`) supplies only what differs between th
   `claim_work` reading the pending work in the claim's round trip,
   PostgreSQL's one-statement `commit_steps` and `_create_in`, `_read_all` pipelined).
 
-The rules (which runs are claimable, dead-letter reasons, the key format, "stuck", completion
-times) live in `base.py`, above every dialect.
+The rules (which runs are claimable, dead-letter reasons, the key format, completion times)
+live in `rules.py`, the runs list's WHERE clause ("stuck" among its filters) in `queries.py`,
+above every dialect.
 """
 
 from __future__ import annotations
@@ -25,21 +26,19 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from persistence import schema
-from persistence.stores.base import (
+from persistence.stores.calls import SQLCalls
+from persistence.stores.capacity import SQLCapacity
+from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
+from persistence.stores.conflicts import retried
+from persistence.stores.errors import ConflictError, RunFinishedError, RunNotFoundError
+from persistence.stores.lifecycle import SQLLifecycle
+from persistence.stores.protocol import PayloadCodec
+from persistence.stores.queries import known_status, parse_run, run_query_sql
+from persistence.stores.records import (
     ACTIVE,
-    CLAIMABLE,
-    CLAIMABLE_BY_EVENT,
-    FAILED_EVENT,
-    MAX_SKIP_RECORDS,
-    PRIORITY_AGING_MS,
-    RESUME_EVENT,
-    SEALED,
-    STOPPED_BY_END,
-    STOPPED_BY_EXIT,
     BreakerRecord,
     CallFinish,
     ClaimRecord,
-    ConflictError,
     DeadLetter,
     Delivery,
     EffectOutcome,
@@ -49,15 +48,24 @@ from persistence.stores.base import (
     InboxEvent,
     NewEffect,
     NewRun,
-    PayloadCodec,
     PendingWork,
-    RunFinishedError,
-    RunNotFoundError,
     RunQuery,
     RunRecord,
     ScheduleRecord,
     StepCommit,
     VersionCount,
+)
+from persistence.stores.reencrypt import SQLReencrypt
+from persistence.stores.rules import (
+    CLAIMABLE,
+    CLAIMABLE_BY_EVENT,
+    FAILED_EVENT,
+    MAX_SKIP_RECORDS,
+    PRIORITY_AGING_MS,
+    RESUME_EVENT,
+    SEALED,
+    STOPPED_BY_END,
+    STOPPED_BY_EXIT,
     cancel_event,
     check_distinct_runs,
     check_group_column,
@@ -68,18 +76,9 @@ from persistence.stores.base import (
     ended_reason,
     idempotency_key,
     is_call,
-    known_status,
     only_version,
-    parse_run,
-    run_query_sql,
     unowned_calls,
 )
-from persistence.stores.calls import SQLCalls
-from persistence.stores.capacity import SQLCapacity
-from persistence.stores.codec import Column, PayloadCodecError, open_payload, shown_sealed
-from persistence.stores.conflicts import retried
-from persistence.stores.lifecycle import SQLLifecycle
-from persistence.stores.reencrypt import SQLReencrypt
 from persistence.wakeup import Wakeup, shared_wakeup
 from statecharts.errors import SystemIdTakenError
 

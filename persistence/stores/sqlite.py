@@ -19,13 +19,9 @@ from typing import Any
 import orjson
 
 from persistence import schema
-from persistence.stores.base import (
-    StoreEncodingError,
-    StoreError,
-    StoreUnavailableError,
-)
 from persistence.stores.clocks import StoreClock, machine_clock
 from persistence.stores.conflicts import count_ended
+from persistence.stores.errors import StoreEncodingError, StoreError, StoreUnavailableError
 from persistence.stores.sql import SQLStore
 
 log = logging.getLogger("statecharts.store")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.breakers import CLOSED, HALF_OPEN, OPEN
 from persistence.stores import LimitUsage, RunQuery, StoreError
-from persistence.stores.base import RUN_STATUSES
+from persistence.stores.records import RUN_STATUSES
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider, Observation

@@ -24,8 +24,8 @@ from persistence import schema
 from persistence.capacity import Limit
 from persistence.runtime import Runtime
 from persistence.stores import NewEffect, NewRun, Store, open_store
-from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS
 from persistence.stores.capacity import CAPACITY
+from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
 from statecharts import Machine, create_machine
 from statecharts.errors import MachineDefinitionError
 from tests.persistence import faulty, limited, test_fault_injection

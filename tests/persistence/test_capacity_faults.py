@@ -34,7 +34,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.stores import NewRun, Store
-from persistence.stores.base import MAX_PRIORITY, PRIORITY_AGING_MS
+from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
 from persistence.worker import Worker
 from tests.persistence import faulty, limited, test_fault_injection
 from tests.persistence.test_capacity import fleet

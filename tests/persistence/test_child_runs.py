@@ -21,7 +21,7 @@ from persistence import Runtime, Worker
 from persistence.cli import main as cli_main
 from persistence.runtime import NotResumableError
 from persistence.stores import Store, open_store
-from persistence.stores.base import call_key
+from persistence.stores.rules import call_key
 from persistence.telemetry import Telemetry
 from persistence.telemetry.metrics import PrometheusMetrics
 from persistence.ui.app import create_app

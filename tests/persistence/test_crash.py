@@ -25,7 +25,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
-from persistence.stores.base import call_key
+from persistence.stores.rules import call_key
 from tests.persistence.conftest import kill_and_replace, stop_workers, store_url
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 

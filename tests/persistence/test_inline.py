@@ -22,7 +22,7 @@ from persistence.inline import Inline
 from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
-from persistence.stores.base import call_key
+from persistence.stores.rules import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 

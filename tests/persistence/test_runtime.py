@@ -15,7 +15,7 @@ from persistence.inline import Inline
 from persistence.outbox import current_idempotency_key
 from persistence.runtime import Runtime, UnknownWorkflowError
 from persistence.stores import ConflictError, RunFinishedError, StepCommit, Store
-from persistence.stores.base import call_key
+from persistence.stores.rules import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows

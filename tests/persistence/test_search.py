@@ -18,7 +18,7 @@ from persistence.bulk import resume_matching
 from persistence.cli import main
 from persistence.runtime import Runtime
 from persistence.stores import RunQuery, Store, open_store
-from persistence.stores.base import CANCEL_EVENT, RESUME_EVENT
+from persistence.stores.rules import CANCEL_EVENT, RESUME_EVENT
 from persistence.worker import Worker
 from statecharts import create_machine
 from tests.persistence.conftest import Serve, wait_for

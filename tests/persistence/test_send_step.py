@@ -14,7 +14,7 @@ import pytest
 
 from persistence.runtime import Runtime
 from persistence.stores import ConflictError, NewEffect, StepCommit, Store, StoreEncodingError
-from persistence.stores.base import RunFinishedError, RunNotFoundError
+from persistence.stores.errors import RunFinishedError, RunNotFoundError
 from persistence.telemetry import Telemetry
 from persistence.telemetry.metrics import STEPS, Metric
 from persistence.worker import Worker

@@ -24,7 +24,8 @@ from persistence.stores import (
     StepCommit,
     Store,
 )
-from persistence.stores.base import CANCEL_EVENT, BreakerRecord
+from persistence.stores.records import BreakerRecord
+from persistence.stores.rules import CANCEL_EVENT
 from tests.persistence.conftest import POOLED_KINDS, STORE_KINDS, store_url
 
 StoreFactory = Callable[[], Store]  # the conftest fixture: more store objects on one database

@@ -24,7 +24,7 @@ from persistence.stores import (
     StepCommit,
     Store,
 )
-from persistence.stores.base import call_key
+from persistence.stores.rules import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 from tests.persistence.conftest import wait_for

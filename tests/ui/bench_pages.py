@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
         print(f"  {timed(client, path):8.1f} ms  GET {path}")
     if target == "sqlite":
         from persistence.stores import RunQuery
-        from persistence.stores.base import run_query_sql
+        from persistence.stores.queries import run_query_sql
 
         for query in (
             RunQuery(status="error"),

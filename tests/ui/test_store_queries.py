@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from persistence.stores import NewRun, RunQuery, Store
-from persistence.stores.base import in_state
+from persistence.stores.records import in_state
 
 T0 = 1_700_000_000_000
 
