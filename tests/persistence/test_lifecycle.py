@@ -244,6 +244,42 @@ def test_purge_racing_a_worker_process(
         store.close()
 
 
+def test_a_worker_process_applies_its_workflows_retention(
+        crash_url: str, tmp_path: Path) -> None:  # fmt: skip
+    """`statecharts worker --retention lc_quick=1s`: the worker's own pass (at its first report,
+    then every report interval) purges the runs of that workflow ended over a second ago, and
+    their keys still answer; a workflow without retention keeps its runs."""
+    store = open_store(crash_url, migrate=True)
+    try:
+        runtime = Runtime(store, MACHINES)
+        quick = {f"k{i}": runtime.start("lc_quick", key=f"k{i}") for i in range(4)}
+        order = _packing(runtime, key="kept")
+        runtime.send(order, "PACK")
+        Worker(runtime).run_until_idle()
+        assert {runtime.get(r).status for r in [*quick.values(), order]} == {"done"}
+        time.sleep(1.2)  # older than the retention
+        log = (tmp_path / "worker.log").open("ab")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
+             "--machines", "tests.persistence.retention_workflows", "--retention",
+             "lc_quick=1s", "--poll-ms", "50", "--log-level", "INFO"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while _rows(crash_url)["workflow_runs"] > 1:
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+                assert time.monotonic() < deadline, "the worker's retention pass purged nothing"
+                time.sleep(0.1)
+        finally:
+            worker.terminate()
+            worker.wait(30)
+        assert "retention purged 4 ended run(s)" in (tmp_path / "worker.log").read_text()
+        assert runtime.get(order).status == "done"  # lc_order has no retention
+        assert all(runtime.start("lc_quick", key=k) == v for k, v in quick.items())
+    finally:
+        store.close()
+
+
 def test_a_webhook_retried_after_its_run_was_purged_starts_nothing(
         runtime: Runtime, clock: SimulatedClock, serve: Serve) -> None:  # fmt: skip
     base = serve(create_api(runtime))
