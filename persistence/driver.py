@@ -419,8 +419,11 @@ class RunDriver:
             return None if found is None else found[2]
 
         cancelled: list[str] = []
+        resting = self.runtime.resting
+        rests = {run_id: rest for _, run_id, _ in ends
+                 if (rest := resting.get(run_id)) is not None}  # fmt: skip
         try:
-            sent = self.runtime.store.finish_calls(ends, now, step, cancelled)
+            sent = self.runtime.store.finish_calls(ends, now, step, cancelled, rests)
         except Exception:
             for x, _, _ in staged.values():  # nothing was written
                 self.telemetry.end_step(x.run, x.status, None, None)

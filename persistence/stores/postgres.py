@@ -599,6 +599,55 @@ class PostgresStore(SQLStore):
         return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
                                      cancelled=cancelled, finish=finish)  # fmt: skip
 
+    @retried
+    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                     cancelled: list[str] | None = None,
+                     rests: Mapping[str, RunRecord] | None = None,
+                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+        """`SQLStore.finish_calls`; first every end whose run is in `rests` as its step from
+        rest (`_step_from_rest`'s statement), all of them pipelined in one transaction: one
+        round trip and one commit for the burst; the ends whose steps were not written (the
+        run moved on, or none was tried) then as `SQLStore.finish_calls` writes them."""
+        written = self._steps_from_rest(ends, now, step, rests or {})
+        left = [end for i, end in enumerate(ends) if i not in written]
+        others = iter(super().finish_calls(left, now, step, cancelled) if left else [])
+        return [written[i] if i in written else next(others) for i in range(len(ends))]
+
+    def _steps_from_rest(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+                         now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                         rests: Mapping[str, RunRecord],
+                         ) -> dict[int, tuple[int, int | None]]:  # fmt: skip
+        """The ends of `finish_calls` written from rest, by their index: (inbox id, version)."""
+        planned: list[tuple[int, str, dict[str, Any]]] = []
+        for i, (finish, run_id, event) in enumerate(ends):
+            rest = rests.get(run_id)
+            if rest is None or _uuid(rest.id) != _uuid(run_id):
+                continue
+            commit = step(rest, PendingWork([], [InboxEvent(0, rest.id, dict(event), now)]))
+            if (commit is None or not (commit.unleased and commit.release)
+                    or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
+                continue
+            check_status(commit.status)
+            planned.append((i, *_from_rest_statement(commit, rest, now, self._ring, finish)))
+        if not planned:
+            return {}
+        planned.sort(key=lambda p: str(p[2]["id"]))  # (one lock order for every burst)
+        with self._pipelined_write() as conn:
+            sent = []
+            for i, sql, params in planned:
+                _execute(conn, _LOCK_RUN, (params["id"],))
+                sent.append((i, params, conn.execute(_encoded(sql), params)))
+        written: dict[int, tuple[int, int | None]] = {}
+        for i, _, cursor in sent:
+            rows = cursor.fetchall()
+            if rows:
+                _, version, inbox_id = rows[0][:3]
+                written[i] = (int(inbox_id), int(version))
+        if any(params["due"] for i, params, _ in sent if i in written):
+            self.wakeup().notify()
+        return written
+
     def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
                         traceparent: str | None,

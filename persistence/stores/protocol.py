@@ -490,11 +490,13 @@ class Calls(Protocol):
     def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
                      now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
                      cancelled: list[str] | None = None,
+                     rests: Mapping[str, RunRecord] | None = None,
                      ) -> list[tuple[int, int | None]]:  # fmt: skip
         """`send_and_step` with its `finish` for each (call end, run id, result event) of a
         burst of ends, all in one transaction (at most one end per run): per end, the inbox id
         and the run's new version (None: queued for a worker; (0, None): dropped, its holder
-        no longer held the call)."""
+        no longer held the call). `rests`: runs as this process last committed them, by id
+        (`send_and_step`'s `rest`)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:

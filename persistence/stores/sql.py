@@ -1208,9 +1208,11 @@ class SQLRuns(SQLCalls, SQLDialect):
     def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
                      now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
                      cancelled: list[str] | None = None,
+                     rests: Mapping[str, RunRecord] | None = None,
                      ) -> list[tuple[int, int | None]]:  # fmt: skip
         """`send_and_step` with its `finish` for each (call end, run id, result event), all in
-        one transaction (`Calls.finish_calls`)."""
+        one transaction (`Calls.finish_calls`); `rests` as `send_and_step`'s `rest`."""
+        del rests
         ended, sent = list[str](), []
         with self._pipelined_write() as conn:
             for finish, run_id, event in ends:
