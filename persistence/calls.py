@@ -337,9 +337,8 @@ class CallExecutor:
 
     def _settle(self) -> None:
         """Record the calls that ended since the last look: one alone with the step that
-        applies its result (one transaction from rest); several (a burst of ends) all in one
-        transaction, their results queued for the worker's run threads, which step many runs
-        per commit (`_finish` batches while `_batch` is set)."""
+        applies its result (one transaction from rest); several (a burst of ends) each with
+        its step too, all in one transaction (`_finish` batches while `_batch` is set)."""
         ended: list[tuple[_Running, Any, BaseException | None]] = []
         while True:
             try:

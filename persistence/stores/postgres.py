@@ -69,6 +69,10 @@ from persistence.wakeup import Wakeup, shared_wakeup
 
 log = logging.getLogger("statecharts.store")
 
+_FromRest = tuple[int, RunRecord, Mapping[str, Any], str | None, CallFinish | None]
+"""A sent event to step from rest: (its index, the run at rest, the event, its traceparent, the
+call end it is the result of)."""
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -606,25 +610,44 @@ class PostgresStore(SQLStore):
                      rests: Mapping[str, RunRecord] | None = None,
                      ) -> list[tuple[int, int | None]]:  # fmt: skip
         """`SQLStore.finish_calls`; first every end whose run is in `rests` as its step from
-        rest (`_step_from_rest`'s statement), all of them pipelined in one transaction: one
-        round trip and one commit for the burst; the ends whose steps were not written (the
-        run moved on, or none was tried) then as `SQLStore.finish_calls` writes them."""
-        written = self._steps_from_rest(ends, now, step, rests or {})
+        rest (`_steps_from_rest`), all of them pipelined in one transaction: one round trip
+        and one commit for the burst; the ends whose steps were not written (the run moved
+        on, or none was tried) then as `SQLStore.finish_calls` writes them."""
+        known = rests or {}
+        tried = [(i, known[run_id], event, None, finish)
+                 for i, (finish, run_id, event) in enumerate(ends)
+                 if run_id in known and _uuid(known[run_id].id) == _uuid(run_id)]  # fmt: skip
+        written = self._steps_from_rest(tried, now, step)
         left = [end for i, end in enumerate(ends) if i not in written]
         others = iter(super().finish_calls(left, now, step, cancelled) if left else [])
         return [written[i] if i in written else next(others) for i in range(len(ends))]
 
-    def _steps_from_rest(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
-                         now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                         rests: Mapping[str, RunRecord],
-                         ) -> dict[int, tuple[int, int | None]]:  # fmt: skip
-        """The ends of `finish_calls` written from rest, by their index: (inbox id, version)."""
+    def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
+                        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                        traceparent: str | None,
+                        finish: CallFinish | None = None) -> tuple[int, int] | None:  # fmt: skip
+        """The sent event's step computed from `rest`, written only if the run is still at
+        rest at that version (`_FROM_REST_RUN`), in one round trip (`_steps_from_rest`). The
+        inbox id and new version; None when the step was not written (nothing was) or not
+        tried."""
+        return self._steps_from_rest([(0, rest, event, traceparent, finish)], now, step).get(0)
+
+    def _steps_from_rest(self, sends: Sequence[_FromRest], now: int,
+                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
+                         ) -> dict[int, tuple[int, int]]:  # fmt: skip
+        """Each sent event's step computed from its run's `rest`, written only if the run is
+        still at rest at that version (`_FROM_REST_RUN`), all in one round trip: BEGIN, per
+        run the row lock and the step's statement (in one lock order), and COMMIT pipelined.
+        The row is locked by a statement of its own, so that the step's statement takes its
+        snapshot after the lock: it then sees the event that a sender holding the row before
+        it queued (in one statement, a row another transaction only locked is not re-checked
+        once it is let go). Not tried: no step, or one with child runs or deliveries (those
+        are written by statements that need the run's write to have matched). The written
+        ones by their index: (inbox id, new version)."""
         planned: list[tuple[int, str, dict[str, Any]]] = []
-        for i, (finish, run_id, event) in enumerate(ends):
-            rest = rests.get(run_id)
-            if rest is None or _uuid(rest.id) != _uuid(run_id):
-                continue
-            commit = step(rest, PendingWork([], [InboxEvent(0, rest.id, dict(event), now)]))
+        for i, rest, event, traceparent, finish in sends:
+            sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
+            commit = step(rest, PendingWork([], [sent]))
             if (commit is None or not (commit.unleased and commit.release)
                     or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
                 continue
@@ -634,50 +657,19 @@ class PostgresStore(SQLStore):
             return {}
         planned.sort(key=lambda p: str(p[2]["id"]))  # (one lock order for every burst)
         with self._pipelined_write() as conn:
-            sent = []
+            sent_all = []
             for i, sql, params in planned:
                 _execute(conn, _LOCK_RUN, (params["id"],))
-                sent.append((i, params, conn.execute(_encoded(sql), params)))
-        written: dict[int, tuple[int, int | None]] = {}
-        for i, _, cursor in sent:
+                sent_all.append((i, params, conn.execute(_encoded(sql), params)))
+        written: dict[int, tuple[int, int]] = {}
+        for i, _, cursor in sent_all:
             rows = cursor.fetchall()
             if rows:
                 _, version, inbox_id = rows[0][:3]
                 written[i] = (int(inbox_id), int(version))
-        if any(params["due"] for i, params, _ in sent if i in written):
+        if any(params["due"] for i, params, _ in sent_all if i in written):
             self.wakeup().notify()
         return written
-
-    def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
-                        step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                        traceparent: str | None,
-                        finish: CallFinish | None = None) -> tuple[int, int] | None:  # fmt: skip
-        """The sent event's step computed from `rest`, written only if the run is still at
-        rest at that version (`_FROM_REST_RUN`), in one round trip: BEGIN, the row lock, the
-        step's statement and COMMIT pipelined. The row is locked by a statement of its own, so that
-        the step's statement takes its snapshot after the lock: it then sees the event that a
-        sender holding the row before it queued (in one statement, a row another transaction
-        only locked is not re-checked once it is let go). The inbox id and new version; None
-        when the step was not written (nothing was) or not tried (none, or one with child runs
-        or deliveries: those are written by statements that need the run's write to have
-        matched)."""
-        sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
-        commit = step(rest, PendingWork([], [sent]))
-        if (commit is None or not (commit.unleased and commit.release)
-                or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
-            return None
-        check_status(commit.status)
-        sql, params = _from_rest_statement(commit, rest, now, self._ring, finish)
-        with self._pipelined_write() as conn:
-            _execute(conn, _LOCK_RUN, (params["id"],))
-            cursor = conn.execute(_encoded(sql), params)
-        rows = cursor.fetchall()
-        if not rows:
-            return None
-        if params["due"]:
-            self.wakeup().notify()
-        _, version, inbox_id = rows[0][:3]
-        return int(inbox_id), int(version)
 
     def _wake_listener(self) -> None:
         """One NOTIFY on the wake-up channel, so that a closing listener stops waiting now
