@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -182,6 +182,18 @@ def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[Store]:
     store.close()
 
 
+@contextmanager
+def _store_with(dsn: str, schema: str, options: str) -> Iterator[Store]:
+    """A second store on `schema` whose connections start with `options` (server settings)."""
+    import psycopg_pool
+
+    from persistence.stores.postgres import PostgresStore
+
+    kwargs = {"autocommit": True, "options": f"-c search_path={schema} {options}"}
+    with psycopg_pool.ConnectionPool(dsn, kwargs=kwargs, min_size=1, max_size=2) as pool:
+        yield PostgresStore(pool=pool, schema=schema)
+
+
 def _in_thread(name: str, call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     """`call()` on a thread of its own; its result or exception lands in the list."""
     out: list[Any] = []
@@ -254,9 +266,17 @@ def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
     b, owner_b = _leased(store, now)
     assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **limit).granted
     caplog.set_level(logging.WARNING, "statecharts.capacity")
-    with psycopg.connect(pg_dsn, options=f"-c search_path={pg_schema}") as other:
+    # PostgreSQL looks for a deadlock once per wait, `deadlock_timeout` after the wait began,
+    # and rolls back the backend that looked. The release's backend looks 4 s in (the cycle is
+    # closed well before, even on a loaded machine; at the default 1 s it sometimes was not,
+    # and the other writer became the victim); the other writer's looks only after a minute.
+    with (
+        _store_with(pg_dsn, pg_schema, "-c deadlock_timeout=4s") as releaser,
+        psycopg.connect(pg_dsn, options=f"-c search_path={pg_schema}") as other,
+    ):
+        other.execute("SET deadlock_timeout = '60s'")
         other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (b,))
-        release, out = _in_thread("release", lambda: store.release_capacity(
+        release, out = _in_thread("release", lambda: releaser.release_capacity(
             "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000))
         with psycopg.connect(pg_dsn, autocommit=True) as watch:  # the release waits for b's row
             wait_until(lambda: watch.execute(
