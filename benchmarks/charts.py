@@ -123,27 +123,46 @@ INVOICE_ATTEMPTS = 5
 INVOICE: dict[str, Any] = {
     "id": "invoice",
     "initial": "pending",
-    "context": {"orders": 0, "amount": 0, "customer": None, "invoice": None, "attempts": 0,
-                "sent": 0},
+    "context": {
+        "orders": 0,
+        "amount": 0,
+        "customer": None,
+        "invoice": None,
+        "attempts": 0,
+        "sent": 0,
+    },
     "states": {
         "pending": {"on": {"ORDER": {"target": "validating", "actions": "takeOrder"}}},
-        "validating": {"always": [{"guard": "orderIsValid", "target": "fetching_customer"},
-                                  {"target": "failed"}]},
+        "validating": {
+            "always": [
+                {"guard": "orderIsValid", "target": "fetching_customer"},
+                {"target": "failed"},
+            ]
+        },
         "fetching_customer": {
-            "entry": "startCall", "exit": "endCall",
+            "entry": "startCall",
+            "exit": "endCall",
             "on": {"CUSTOMER": {"target": "creating_invoice", "actions": "rememberCustomer"}},
         },
         "creating_invoice": {
-            "entry": "startCall", "exit": "endCall",
+            "entry": "startCall",
+            "exit": "endCall",
             "on": {
-                "INVOICE_FAILED": [{"guard": "canRetry", "target": "creating_invoice",
-                                    "reenter": True, "actions": "countAttempt"},
-                                   {"target": "failed"}],
+                "INVOICE_FAILED": [
+                    {
+                        "guard": "canRetry",
+                        "target": "creating_invoice",
+                        "reenter": True,
+                        "actions": "countAttempt",
+                    },
+                    {"target": "failed"},
+                ],
                 "INVOICE_CREATED": {"target": "sending_email", "actions": "rememberInvoice"},
             },
         },
         "sending_email": {
-            "entry": "startCall", "exit": "endCall",
+            "entry": "startCall",
+            "exit": "endCall",
             "on": {"EMAIL_SENT": {"target": "completed", "actions": "countSent"}},
         },
         "completed": {"on": {"NEXT": {"target": "pending", "actions": "reset"}}},
@@ -160,11 +179,22 @@ EVENTS: dict[str, tuple[Event, ...]] = {
     "reenter": ("leave", "enter"),
     "counter": ("INC",),
     "entry/exit toggle": ("toggle",),
-    "shop": ({"type": "ADD", "price": 5}, {"type": "ADD", "price": 7},
-             {"type": "REMOVE", "price": 5}, "CHECKOUT", "PAY", "CONTINUE"),
-    "invoice": ({"type": "ORDER", "amount": 1200}, {"type": "CUSTOMER", "customer": "c-1"},
-                "INVOICE_FAILED", {"type": "INVOICE_CREATED", "invoice": "inv-1"},
-                "EMAIL_SENT", "NEXT"),
+    "shop": (
+        {"type": "ADD", "price": 5},
+        {"type": "ADD", "price": 7},
+        {"type": "REMOVE", "price": 5},
+        "CHECKOUT",
+        "PAY",
+        "CONTINUE",
+    ),
+    "invoice": (
+        {"type": "ORDER", "amount": 1200},
+        {"type": "CUSTOMER", "customer": "c-1"},
+        "INVOICE_FAILED",
+        {"type": "INVOICE_CREATED", "invoice": "inv-1"},
+        "EMAIL_SENT",
+        "NEXT",
+    ),
 }
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -197,19 +227,35 @@ def implementations() -> dict[str, dict[str, Any]]:
         },
         "actions": {
             "inc": assign({"count": lambda context, event: context["count"] + 1}),
-            "enterState": _nothing, "exitState": _nothing,
-            "showCatalog": _nothing, "showCart": _nothing, "hideCart": _nothing,
-            "sendReceipt": _nothing, "startCall": _nothing, "endCall": _nothing,
+            "enterState": _nothing,
+            "exitState": _nothing,
+            "showCatalog": _nothing,
+            "showCart": _nothing,
+            "hideCart": _nothing,
+            "sendReceipt": _nothing,
+            "startCall": _nothing,
+            "endCall": _nothing,
             # one function per assigned key, as xstate_bench.mjs writes them
-            "addItem": assign({"items": lambda context, event: context["items"] + 1,
-                               "total": lambda context, event: context["total"] + event["price"]}),
-            "removeItem": assign({
-                "items": lambda context, event: context["items"] - 1,
-                "total": lambda context, event: context["total"] - event["price"]}),
+            "addItem": assign(
+                {
+                    "items": lambda context, event: context["items"] + 1,
+                    "total": lambda context, event: context["total"] + event["price"],
+                }
+            ),
+            "removeItem": assign(
+                {
+                    "items": lambda context, event: context["items"] - 1,
+                    "total": lambda context, event: context["total"] - event["price"],
+                }
+            ),
             "placeOrder": assign({"orders": lambda context, event: context["orders"] + 1}),
             "clearCart": assign({"items": 0, "total": 0}),
-            "takeOrder": assign({"orders": lambda context, event: context["orders"] + 1,
-                                 "amount": lambda context, event: event["amount"]}),
+            "takeOrder": assign(
+                {
+                    "orders": lambda context, event: context["orders"] + 1,
+                    "amount": lambda context, event: event["amount"],
+                }
+            ),
             "rememberCustomer": assign({"customer": lambda context, event: event["customer"]}),
             "countAttempt": assign({"attempts": lambda context, event: context["attempts"] + 1}),
             "rememberInvoice": assign({"invoice": lambda context, event: event["invoice"]}),
@@ -275,8 +321,14 @@ def _shop(n: int) -> tuple[str, dict[str, Any]]:
 def _invoice(n: int) -> tuple[str, dict[str, Any]]:
     """The invoice chart in plain Python: its state and context after ``n`` events."""
     state = "pending"
-    ctx: dict[str, Any] = {"orders": 0, "amount": 0, "customer": None, "invoice": None,
-                           "attempts": 0, "sent": 0}
+    ctx: dict[str, Any] = {
+        "orders": 0,
+        "amount": 0,
+        "customer": None,
+        "invoice": None,
+        "attempts": 0,
+        "sent": 0,
+    }
     for event in event_list("invoice", n):
         kind = event if isinstance(event, str) else event["type"]
         if state == "pending" and kind == "ORDER":
@@ -299,7 +351,9 @@ def _invoice(n: int) -> tuple[str, dict[str, Any]]:
 
 
 SIMULATED: dict[str, Callable[[int], tuple[str, dict[str, Any]]]] = {
-    "shop": _shop, "invoice": _invoice}
+    "shop": _shop,
+    "invoice": _invoice,
+}
 
 
 def expected_leaves(case: str, n: int) -> frozenset[str]:

@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     dbos, workflow = launch(args.url)
     try:
         timed_run(workflow, 20 * args.clients, args.clients, offset=10**6)  # warm-up
-        rates = [timed_run(workflow, args.n, args.clients, offset=r * args.n)
-                 for r in range(args.repeat)]
+        rates = [
+            timed_run(workflow, args.n, args.clients, offset=r * args.n) for r in range(args.repeat)
+        ]
     finally:
         dbos.destroy()
     print(json.dumps({"version": version("dbos"), "rates": rates}))

@@ -59,8 +59,11 @@ DBOS_DATABASE = f"{DATABASE_PREFIX}_dbos"
 
 def bench_dsn() -> str:
     """The PostgreSQL the durable benchmark uses."""
-    return (os.environ.get("STATECHARTS_BENCH_DSN") or os.environ.get("STATECHARTS_TEST_DSN")
-            or "postgresql://localhost/test")
+    return (
+        os.environ.get("STATECHARTS_BENCH_DSN")
+        or os.environ.get("STATECHARTS_TEST_DSN")
+        or "postgresql://localhost/test"
+    )
 
 
 @contextmanager
@@ -110,10 +113,17 @@ class DurableRow(Rates):
 def snapshot_document(i: int) -> dict[str, Any]:
     """A JSON document shaped and sized like a persisted 3-step-workflow snapshot."""
     return {
-        "format": 1, "machine": "three_steps", "version": None,
-        "fingerprint": "9f2c" * 16, "value": "double",
+        "format": 1,
+        "machine": "three_steps",
+        "version": None,
+        "fingerprint": "9f2c" * 16,
+        "value": "double",
         "context": {"x": i, "results": {"add_one": i + 1}},
-        "status": "active", "output": None, "error": None, "history": {}, "timers": [],
+        "status": "active",
+        "output": None,
+        "error": None,
+        "history": {},
+        "timers": [],
         "children": {"double": {"src": "double", "input": {"x": i + 1}, "status": "active"}},
     }
 
@@ -149,8 +159,10 @@ def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
         conn.execute(f"CREATE TABLE {RAW_TABLE} (id int PRIMARY KEY, doc jsonb NOT NULL)")
-        conn.execute(f"INSERT INTO {RAW_TABLE} SELECT g, '{{}}' FROM generate_series(0, %s) g",
-                     (clients - 1,))
+        conn.execute(
+            f"INSERT INTO {RAW_TABLE} SELECT g, '{{}}' FROM generate_series(0, %s) g",
+            (clients - 1,),
+        )
     per_client = n // clients
     sql = f"UPDATE {RAW_TABLE} SET doc = %s WHERE id = %s"
 
@@ -164,9 +176,15 @@ def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
     rates = tuple(per_client * clients / in_threads(clients, client) for _ in range(repeat))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {RAW_TABLE}")
-    return DurableRow(f"PostgreSQL {_pg_server_version(dsn)}", clients,
-                      "raw single-row jsonb UPDATE (psycopg 3)", "commits/s", 1,
-                      per_client * clients, rates)
+    return DurableRow(
+        f"PostgreSQL {_pg_server_version(dsn)}",
+        clients,
+        "raw single-row jsonb UPDATE (psycopg 3)",
+        "commits/s",
+        1,
+        per_client * clients,
+        rates,
+    )
 
 
 def _warm_pg(dsn: str, sql: str, c: int) -> None:
@@ -202,16 +220,24 @@ def raw_sqlite(directory: Path, clients: int, n: int, repeat: int, synchronous: 
         conn = _sqlite_connect(path, synchronous)
         try:
             for i in range(per_client):
-                cur = conn.execute("UPDATE raw SET doc = ? WHERE id = ?",
-                                   (orjson.dumps(snapshot_document(i)).decode(), c))
+                cur = conn.execute(
+                    "UPDATE raw SET doc = ? WHERE id = ?",
+                    (orjson.dumps(snapshot_document(i)).decode(), c),
+                )
                 assert cur.rowcount == 1, "raw UPDATE matched no row"
         finally:
             conn.close()
 
     rates = tuple(per_client * clients / in_threads(clients, client) for _ in range(repeat))
-    return DurableRow(f"SQLite {sqlite3.sqlite_version} (WAL, synchronous={synchronous})",
-                      clients, "raw single-row JSON UPDATE (sqlite3)", "commits/s", 1,
-                      per_client * clients, rates)
+    return DurableRow(
+        f"SQLite {sqlite3.sqlite_version} (WAL, synchronous={synchronous})",
+        clients,
+        "raw single-row JSON UPDATE (sqlite3)",
+        "commits/s",
+        1,
+        per_client * clients,
+        rates,
+    )
 
 
 def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -235,24 +261,50 @@ def reset_database(dsn: str, database: str) -> None:
     from psycopg import sql
 
     with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(database)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
 
 
 def dbos(url: str, backend: str, clients: int, n: int, repeat: int) -> DurableRow:
     """DBOS's 3-step workflow in a subprocess; workflows/s per run."""
-    argv = [sys.executable, "-m", "benchmarks.dbos_workflow", "--url", url, "--n", str(n),
-            "--clients", str(clients), "--repeat", str(repeat)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.dbos_workflow",
+        "--url",
+        url,
+        "--n",
+        str(n),
+        "--clients",
+        str(clients),
+        "--repeat",
+        str(repeat),
+    ]
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=1200,
-                          check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=1200, check=False)
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        return DurableRow(backend, clients, "DBOS Transact", "workflows/s", STEPS, n, (),
-                          note=f"failed: {why[0][:200]}")
+        return DurableRow(
+            backend,
+            clients,
+            "DBOS Transact",
+            "workflows/s",
+            STEPS,
+            n,
+            (),
+            note=f"failed: {why[0][:200]}",
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return DurableRow(backend, clients, f"DBOS Transact {result['version']}", "workflows/s",
-                      STEPS, n, tuple(result["rates"]))
+    return DurableRow(
+        backend,
+        clients,
+        f"DBOS Transact {result['version']}",
+        "workflows/s",
+        STEPS,
+        n,
+        tuple(result["rates"]),
+    )
 
 
 # ----------------------------------------------------------------------------- the table
@@ -274,16 +326,24 @@ def markdown(rows: list[DurableRow]) -> str:
             vs_dbos = f"**{r.median / dbos.median:.2f}x**"
         tx = r.per_workflow
         per_wf = f"{tx:.2f}" if tx is not None else ("1" if r.unit == "commits/s" else "")
-        per_step = f"{tx / r.steps_per_unit:.2f}" if tx is not None else (
-            "1" if r.unit == "commits/s" else "")
+        per_step = (
+            f"{tx / r.steps_per_unit:.2f}"
+            if tx is not None
+            else ("1" if r.unit == "commits/s" else "")
+        )
         median = f"{fmt_rate(r.median)} {r.unit}" if r.ok else "—"
         steps = fmt_rate(r.steps) if r.ok else "—"
-        lines.append(f"| {r.backend} | {r.clients} | {r.subject} | {r.n:,} | {median} | {steps} "
-                     f"| {vs_raw} | {vs_dbos} | {per_wf} | {per_step} | {r.note} |")
+        lines.append(
+            f"| {r.backend} | {r.clients} | {r.subject} | {r.n:,} | {median} | {steps} "
+            f"| {vs_raw} | {vs_dbos} | {per_wf} | {per_step} | {r.note} |"
+        )
     latency = [r for r in rows if r.unit == "ms"]
     if latency:
-        lines += ["", "| backend | subject | events per run | p50 | p99 | note |",
-                  "|---|---|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| backend | subject | events per run | p50 | p99 | note |",
+            "|---|---|---:|---:|---:|---|",
+        ]
         for r in latency:
             p50 = f"{r.median:.2f} ms" if r.ok else "—"
             p99 = f"{statistics.median(r.p99):.2f} ms" if r.p99 else "—"
@@ -292,8 +352,17 @@ def markdown(rows: list[DurableRow]) -> str:
 
 
 def _find(rows: list[DurableRow], backend: str, clients: int, prefix: str) -> DurableRow | None:
-    return next((r for r in rows if r.backend == backend and r.clients == clients
-                 and r.subject.startswith(prefix) and r.ok), None)
+    return next(
+        (
+            r
+            for r in rows
+            if r.backend == backend
+            and r.clients == clients
+            and r.subject.startswith(prefix)
+            and r.ok
+        ),
+        None,
+    )
 
 
 Measurement = Callable[[], "DurableRow | list[DurableRow]"]
@@ -311,9 +380,17 @@ def interleaved(measurements: list[Measurement], repeat: int) -> list[DurableRow
             for row in got if isinstance(got, list) else [got]:
                 key = (row.backend, row.clients, row.subject)
                 seen = merged.get(key)
-                merged[key] = row if seen is None else replace(
-                    seen, rates=seen.rates + row.rates, note=seen.note or row.note,
-                    transactions=seen.transactions + row.transactions, p99=seen.p99 + row.p99)
+                merged[key] = (
+                    row
+                    if seen is None
+                    else replace(
+                        seen,
+                        rates=seen.rates + row.rates,
+                        note=seen.note or row.note,
+                        transactions=seen.transactions + row.transactions,
+                        p99=seen.p99 + row.p99,
+                    )
+                )
     return list(merged.values())
 
 
@@ -327,39 +404,67 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
         pg = f"PostgreSQL {_pg_server_version(dsn)}"
     except Exception as exc:  # PostgreSQL missing or down: say so, go on with SQLite
         pg = ""
-        rows.append(DurableRow("PostgreSQL", 1, "raw single-row jsonb UPDATE", "commits/s", 1,
-                               raw_n, (), note=f"skipped: {str(exc).strip()[:200]}"))
+        rows.append(
+            DurableRow(
+                "PostgreSQL",
+                1,
+                "raw single-row jsonb UPDATE",
+                "commits/s",
+                1,
+                raw_n,
+                (),
+                note=f"skipped: {str(exc).strip()[:200]}",
+            )
+        )
     if pg:
         reset_database(dsn, DBOS_DATABASE)
         url = with_database(dsn, DBOS_DATABASE)
         for clients in CLIENTS:
-            rows += interleaved([
-                partial(raw_postgres, dsn, clients, raw_n, 1),
-                partial(dbos, url, pg, clients, n, 1),
-                partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
-                *([partial(durable_runtime.replayed_postgres, dsn, pg, n)] if clients == 1
-                  else []),
-                partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
-                *([partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
-                  if clients == 1 else []),
-                *_encrypted_pg(dsn, pg, clients, n),
-            ], repeat)
+            rows += interleaved(
+                [
+                    partial(raw_postgres, dsn, clients, raw_n, 1),
+                    partial(dbos, url, pg, clients, n, 1),
+                    partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
+                    *(
+                        [partial(durable_runtime.replayed_postgres, dsn, pg, n)]
+                        if clients == 1
+                        else []
+                    ),
+                    partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
+                    *(
+                        [partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
+                        if clients == 1
+                        else []
+                    ),
+                    *_encrypted_pg(dsn, pg, clients, n),
+                ],
+                repeat,
+            )
         reset_database(dsn, DBOS_DATABASE)
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
         directory = Path(tmp)
         lite = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
         for clients in CLIENTS:
             sqlite_url = f"sqlite:///{directory / f'dbos-{clients}.sqlite'}"
-            rows += interleaved([
-                partial(raw_sqlite, directory, clients, raw_n, 1, "FULL"),
-                partial(raw_sqlite, directory, clients, raw_n, 1, "NORMAL"),
-                partial(_dbos_sqlite, sqlite_url, lite, clients, n),
-                partial(durable_runtime.inline_sqlite, directory, lite, clients, n),
-                partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
-                *([partial(_sqlite_latency, directory, lite),
-                   partial(_sqlite_latency, directory, lite, False)] if clients == 1 else []),
-                *_encrypted_sqlite(directory, lite, clients, n),
-            ], repeat)
+            rows += interleaved(
+                [
+                    partial(raw_sqlite, directory, clients, raw_n, 1, "FULL"),
+                    partial(raw_sqlite, directory, clients, raw_n, 1, "NORMAL"),
+                    partial(_dbos_sqlite, sqlite_url, lite, clients, n),
+                    partial(durable_runtime.inline_sqlite, directory, lite, clients, n),
+                    partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
+                    *(
+                        [
+                            partial(_sqlite_latency, directory, lite),
+                            partial(_sqlite_latency, directory, lite, False),
+                        ]
+                        if clients == 1
+                        else []
+                    ),
+                    *_encrypted_sqlite(directory, lite, clients, n),
+                ],
+                repeat,
+            )
     return rows
 
 
@@ -367,16 +472,20 @@ def _encrypted_pg(dsn: str, backend: str, clients: int, n: int) -> list[Measurem
     """The encrypted variants of this project's PostgreSQL rows (one run each)."""
     from benchmarks import durable_runtime
 
-    return [partial(durable_runtime.inline_postgres, dsn, backend, clients, n, True),
-            partial(durable_runtime.measure_postgres, dsn, backend, clients, n, 1, True)]
+    return [
+        partial(durable_runtime.inline_postgres, dsn, backend, clients, n, True),
+        partial(durable_runtime.measure_postgres, dsn, backend, clients, n, 1, True),
+    ]
 
 
 def _encrypted_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[Measurement]:
     """The encrypted variants of this project's SQLite rows (one run each)."""
     from benchmarks import durable_runtime
 
-    return [partial(durable_runtime.inline_sqlite, directory, backend, clients, n, True),
-            partial(durable_runtime.measure_sqlite, directory, backend, clients, n, 1, True)]
+    return [
+        partial(durable_runtime.inline_sqlite, directory, backend, clients, n, True),
+        partial(durable_runtime.measure_sqlite, directory, backend, clients, n, 1, True),
+    ]
 
 
 def run_encryption(n: int = 600, repeat: int = 3) -> list[DurableRow]:
@@ -391,17 +500,25 @@ def run_encryption(n: int = 600, repeat: int = 3) -> list[DurableRow]:
         pg = ""
         print(f"PostgreSQL skipped: {str(exc).strip()[:200]}")
     for clients in CLIENTS if pg else ():
-        rows += interleaved([
-            partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
-            partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
-            *_encrypted_pg(dsn, pg, clients, n)], repeat)  # fmt: skip
+        rows += interleaved(
+            [
+                partial(durable_runtime.inline_postgres, dsn, pg, clients, n),
+                partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
+                *_encrypted_pg(dsn, pg, clients, n),
+            ],
+            repeat,
+        )
     with tempfile.TemporaryDirectory(prefix="statecharts-bench-") as tmp:
         lite = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
         for clients in CLIENTS:
-            rows += interleaved([
-                partial(durable_runtime.inline_sqlite, Path(tmp), lite, clients, n),
-                partial(durable_runtime.measure_sqlite, Path(tmp), lite, clients, n, 1),
-                *_encrypted_sqlite(Path(tmp), lite, clients, n)], repeat)  # fmt: skip
+            rows += interleaved(
+                [
+                    partial(durable_runtime.inline_sqlite, Path(tmp), lite, clients, n),
+                    partial(durable_runtime.measure_sqlite, Path(tmp), lite, clients, n, 1),
+                    *_encrypted_sqlite(Path(tmp), lite, clients, n),
+                ],
+                repeat,
+            )
     return rows
 
 
@@ -426,9 +543,11 @@ def codec_cost(n: int = 20_000) -> str:
     opened = [ring.open(orjson.loads(e), run_id, "snapshot") for e in sealed]
     open_ = time.process_time() - began
     assert opened == docs
-    return (f"Codec CPU per snapshot-sized document ({len(plain[0])} bytes of JSON, "
-            f"{len(sealed[0])} sealed): JSON alone {dumped / n * 1e6:.1f} µs, sealed "
-            f"{seal / n * 1e6:.1f} µs, opened {open_ / n * 1e6:.1f} µs.\n")
+    return (
+        f"Codec CPU per snapshot-sized document ({len(plain[0])} bytes of JSON, "
+        f"{len(sealed[0])} sealed): JSON alone {dumped / n * 1e6:.1f} µs, sealed "
+        f"{seal / n * 1e6:.1f} µs, opened {open_ / n * 1e6:.1f} µs.\n"
+    )
 
 
 def encryption_markdown(rows: list[DurableRow]) -> str:
@@ -436,19 +555,32 @@ def encryption_markdown(rows: list[DurableRow]) -> str:
     medians and encrypted ÷ plain."""
     from benchmarks.durable_runtime import PLAIN_OF
 
-    lines = ["| backend | clients / in flight | subject | plain | encrypted | encrypted ÷ plain |",
-             "|---|---:|---|---:|---:|---:|"]
+    lines = [
+        "| backend | clients / in flight | subject | plain | encrypted | encrypted ÷ plain |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
         shape = next((e for e in PLAIN_OF if r.subject.endswith(e)), None)
         if shape is None or not r.ok:
             continue
-        plain = next((p for p in rows if p.backend == r.backend and p.clients == r.clients
-                      and p.subject.endswith(PLAIN_OF[shape]) and p.ok), None)  # fmt: skip
+        plain = next(
+            (
+                p
+                for p in rows
+                if p.backend == r.backend
+                and p.clients == r.clients
+                and p.subject.endswith(PLAIN_OF[shape])
+                and p.ok
+            ),
+            None,
+        )
         if plain is None:
             continue
-        lines.append(f"| {r.backend} | {r.clients} | {PLAIN_OF[shape]} | "
-                     f"{fmt_rate(plain.median)} {r.unit} | {fmt_rate(r.median)} {r.unit} | "
-                     f"**{r.median / plain.median:.2f}** |")
+        lines.append(
+            f"| {r.backend} | {r.clients} | {PLAIN_OF[shape]} | "
+            f"{fmt_rate(plain.median)} {r.unit} | {fmt_rate(r.median)} {r.unit} | "
+            f"**{r.median / plain.median:.2f}** |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -461,8 +593,9 @@ def _pg_latency(dsn: str, backend: str, step_in_send: bool = True) -> DurableRow
 
     schema = f"bench_latency_{os.getpid()}"
     try:
-        return durable_runtime.step_latency(f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
-                                            backend, step_in_send=step_in_send)  # fmt: skip
+        return durable_runtime.step_latency(
+            f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}", backend, step_in_send=step_in_send
+        )
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -472,8 +605,9 @@ def _sqlite_latency(directory: Path, backend: str, step_in_send: bool = True) ->
     from benchmarks import durable_runtime
 
     name = "latency.db" if step_in_send else "latency-queued.db"
-    return durable_runtime.step_latency(f"sqlite:///{directory / name}", backend,
-                                        step_in_send=step_in_send)  # fmt: skip
+    return durable_runtime.step_latency(
+        f"sqlite:///{directory / name}", backend, step_in_send=step_in_send
+    )
 
 
 def _dbos_sqlite(url: str, backend: str, clients: int, n: int) -> DurableRow:
@@ -487,11 +621,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=600, help="workflows per run")
     ap.add_argument("--raw-n", type=int, default=3_000, help="raw UPDATE commits per run")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--encryption", action="store_true",
-                    help="only this project's rows, plain and with encrypted payloads")
+    ap.add_argument(
+        "--encryption",
+        action="store_true",
+        help="only this project's rows, plain and with encrypted payloads",
+    )
     args = ap.parse_args(argv)
-    rows = run_encryption(args.n, args.repeat) if args.encryption else run(
-        args.n, args.raw_n, args.repeat)
+    rows = (
+        run_encryption(args.n, args.repeat)
+        if args.encryption
+        else run(args.n, args.raw_n, args.repeat)
+    )
     print(markdown(rows))
     print(encryption_markdown(rows))
     print(codec_cost())

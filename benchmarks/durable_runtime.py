@@ -106,14 +106,16 @@ def three_steps_machine() -> Any:
     )
 
 
-def measure_postgres(dsn: str, backend: str, workers: int, n: int,
-                     repeat: int, encrypted: bool = False) -> list[DurableRow]:
+def measure_postgres(
+    dsn: str, backend: str, workers: int, n: int, repeat: int, encrypted: bool = False
+) -> list[DurableRow]:
     """The 3-step workflow on PostgreSQL, in a database of its own (recreated per run), with
     the database's transaction count per workflow (every autocommit statement counts); with
     `encrypted`, every payload sealed (`ENCRYPTED_RUNTIME`, `ENCRYPTED_WORKER`)."""
     try:
-        return _measure(partial(_fresh_database, dsn), backend, workers, n, repeat,
-                        _transactions, encrypted)
+        return _measure(
+            partial(_fresh_database, dsn), backend, workers, n, repeat, _transactions, encrypted
+        )
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -135,27 +137,37 @@ def _transactions(url: str) -> int:
 
     time.sleep(0.6)  # closed sessions report their counts when they exit
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT xact_commit FROM pg_stat_database "
-                           "WHERE datname = current_database()").fetchone()
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
-def measure_sqlite(directory: Path, backend: str, workers: int, n: int,
-                   repeat: int, encrypted: bool = False) -> list[DurableRow]:
+def measure_sqlite(
+    directory: Path, backend: str, workers: int, n: int, repeat: int, encrypted: bool = False
+) -> list[DurableRow]:
     """The 3-step workflow on a new SQLite file (WAL, ``synchronous=full``) per run."""
-    return _measure(lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
-                    backend, workers, n, repeat, encrypted=encrypted)
+    return _measure(
+        lambda: f"sqlite:///{directory / f'runs-{uuid.uuid4().hex[:8]}.db'}",
+        backend,
+        workers,
+        n,
+        repeat,
+        encrypted=encrypted,
+    )
 
 
-def inline_postgres(dsn: str, backend: str, clients: int, n: int,
-                    encrypted: bool = False) -> list[DurableRow]:
+def inline_postgres(
+    dsn: str, backend: str, clients: int, n: int, encrypted: bool = False
+) -> list[DurableRow]:
     """One run of the equal-concurrency rows on PostgreSQL: `clients` threads each running
     workflows one at a time in the caller (`Inline.run`, as DBOS runs them), and (one client,
     not `encrypted`) a client starting runs one at a time for an idle worker to pick up; with
     transactions per workflow from pg_stat_database."""
     try:
-        return _in_flight(partial(_fresh_database, dsn), backend, clients, n, _transactions,
-                          encrypted)
+        return _in_flight(
+            partial(_fresh_database, dsn), backend, clients, n, _transactions, encrypted
+        )
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -174,20 +186,27 @@ def replayed_postgres(dsn: str, backend: str, n: int) -> DurableRow:
         with psycopg.connect(url, autocommit=True) as conn:
             cursors = [conn.cursor() for _ in statements]
             ids = [str(uuid.uuid4()) for _ in range(20 + n)]
-            sends = [[(cursor, query, _with_run_id(params, recorded_id, run_id), binary)
-                      for cursor, (query, params, binary) in zip(cursors, statements)]
-                     for run_id in ids]  # fmt: skip
+            sends = [
+                [
+                    (cursor, query, _with_run_id(params, recorded_id, run_id), binary)
+                    for cursor, (query, params, binary) in zip(cursors, statements)
+                ]
+                for run_id in ids
+            ]
             for cursor, query, params, binary in (s for sent in sends[:20] for s in sent):
                 cursor.execute(query, params, binary=binary)  # warm-up: the server prepares
             began = time.perf_counter()
             for cursor, query, params, binary in (s for sent in sends[20:] for s in sent):
                 cursor.execute(query, params, binary=binary)
             seconds = time.perf_counter() - began
-            ended = conn.execute("SELECT count(*) FROM workflow_runs WHERE status = 'done' "
-                                 "AND id = ANY(%s::uuid[])", (ids,)).fetchone()  # fmt: skip
+            ended = conn.execute(
+                "SELECT count(*) FROM workflow_runs WHERE status = 'done' AND id = ANY(%s::uuid[])",
+                (ids,),
+            ).fetchone()
         assert ended is not None and ended[0] == len(ids), f"{ended} of {len(ids)} runs ended"
-        return DurableRow(backend, 1, f"{ours_label()} {REPLAYED}", "workflows/s", STEPS, n,
-                          (n / seconds,))
+        return DurableRow(
+            backend, 1, f"{ours_label()} {REPLAYED}", "workflows/s", STEPS, n, (n / seconds,)
+        )
     finally:
         reset_database(dsn, PG_DATABASE)
 
@@ -231,15 +250,27 @@ def _with_run_id(value: Any, recorded: str, run_id: str) -> Any:
     return value
 
 
-def inline_sqlite(directory: Path, backend: str, clients: int, n: int,
-                  encrypted: bool = False) -> list[DurableRow]:
+def inline_sqlite(
+    directory: Path, backend: str, clients: int, n: int, encrypted: bool = False
+) -> list[DurableRow]:
     """`inline_postgres` on a new SQLite file (WAL, ``synchronous=full``)."""
-    return _in_flight(lambda: f"sqlite:///{directory / f'inline-{uuid.uuid4().hex[:8]}.db'}",
-                      backend, clients, n, encrypted=encrypted)
+    return _in_flight(
+        lambda: f"sqlite:///{directory / f'inline-{uuid.uuid4().hex[:8]}.db'}",
+        backend,
+        clients,
+        n,
+        encrypted=encrypted,
+    )
 
 
-def _in_flight(make_url: Any, backend: str, clients: int, n: int,
-               transactions: Any = None, encrypted: bool = False) -> list[DurableRow]:
+def _in_flight(
+    make_url: Any,
+    backend: str,
+    clients: int,
+    n: int,
+    transactions: Any = None,
+    encrypted: bool = False,
+) -> list[DurableRow]:
     """The rows with a fixed number of workflows in flight (one per client thread).
 
     Transactions are counted between stores that are closed: a PostgreSQL session reports
@@ -258,8 +289,18 @@ def _in_flight(make_url: Any, backend: str, clients: int, n: int,
         seconds = _inline_clients(Inline(runtime), clients, n, 0)
     tx = _per_workflow(transactions, url, before, n)
     subject = ENCRYPTED_INLINE if encrypted else INLINE
-    rows = [DurableRow(backend, clients, f"{ours_label()} {subject}", "workflows/s", STEPS, n,
-                       (n / seconds,), transactions=tx)]
+    rows = [
+        DurableRow(
+            backend,
+            clients,
+            f"{ours_label()} {subject}",
+            "workflows/s",
+            STEPS,
+            n,
+            (n / seconds,),
+            transactions=tx,
+        )
+    ]
     if clients == 1 and not encrypted:
         rows.append(_woken(url, backend, machine, n, transactions))
     return rows
@@ -299,8 +340,17 @@ def _woken(url: str, backend: str, machine: Any, n: int, transactions: Any) -> D
     tx = _per_workflow(transactions, url, before, n)
     with _runtime(open_store(url), Runtime, machine) as runtime:  # after the count: reads count
         check_outputs(runtime, ids, 0)
-    return DurableRow(backend, 1, f"{ours_label()} {WOKEN}", "workflows/s", STEPS, n,
-                      (n / seconds,), "the worker in this process", transactions=tx)
+    return DurableRow(
+        backend,
+        1,
+        f"{ours_label()} {WOKEN}",
+        "workflows/s",
+        STEPS,
+        n,
+        (n / seconds,),
+        "the worker in this process",
+        transactions=tx,
+    )
 
 
 def _per_workflow(transactions: Any, url: str, before: int, n: int) -> tuple[float, ...]:
@@ -339,14 +389,15 @@ def finished_telemetry() -> Any:
                     self.committed[run.id] = (commit.status, time.perf_counter())
                     self.changed.notify_all()
 
-        def wait_for(self, run_id: str, status: str | None = None,
-                     timeout: float = 30.0) -> float:
+        def wait_for(self, run_id: str, status: str | None = None, timeout: float = 30.0) -> float:
             """Until `run_id` committed a step (one ending it, unless `status` is given);
             when that commit returned (perf_counter seconds)."""
+
             def seen() -> bool:
                 got = self.committed.get(run_id)
-                return got is not None and (got[0] != "active" if status is None
-                                            else got[0] == status)
+                return got is not None and (
+                    got[0] != "active" if status is None else got[0] == status
+                )
 
             with self.changed:
                 if not self.changed.wait_for(seen, timeout):
@@ -356,9 +407,13 @@ def finished_telemetry() -> Any:
     return Finished()
 
 
-def idle_worker_steps(store: Any, events: int,
-                      before_send: Callable[[], None] = lambda: None, *,
-                      step_in_send: bool = True) -> Iterator[tuple[float, float]]:  # fmt: skip
+def idle_worker_steps(
+    store: Any,
+    events: int,
+    before_send: Callable[[], None] = lambda: None,
+    *,
+    step_in_send: bool = True,
+) -> Iterator[tuple[float, float]]:
     """One counter run with an idle worker: `send` of an event whose transition runs an
     `assign`, `events` times after 20 warm-up steps, 2 ms apart so the worker waits for each;
     yields (`perf_counter` before the send, when the step's commit returned) per step. The run
@@ -369,10 +424,14 @@ def idle_worker_steps(store: Any, events: int,
     from statecharts import assign, create_machine
 
     machine = create_machine(
-        {"id": "counter", "initial": "counting", "context": {"n": 0},
-         "states": {"counting": {"on": {"INC": {"actions": "inc"}}}}},
+        {
+            "id": "counter",
+            "initial": "counting",
+            "context": {"n": 0},
+            "states": {"counting": {"on": {"INC": {"actions": "inc"}}}},
+        },
         actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
-    )  # fmt: skip
+    )
     finished = finished_telemetry()
     runtime = Runtime(store, machines=[machine], telemetry=finished, step_in_send=step_in_send)
     run_id = runtime.start("counter")
@@ -394,8 +453,9 @@ def idle_worker_steps(store: Any, events: int,
     assert runtime.get(run_id).snapshot["context"]["n"] == events + 20
 
 
-def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS, *,
-                 step_in_send: bool = True) -> DurableRow:
+def step_latency(
+    url: str, backend: str, events: int = LATENCY_EVENTS, *, step_in_send: bool = True
+) -> DurableRow:
     """One durable step with an idle worker (`idle_worker_steps`), until the commit of the
     new state returned; p50 and p99 in the note, the rate of such steps one after another as
     the median."""
@@ -403,31 +463,53 @@ def step_latency(url: str, backend: str, events: int = LATENCY_EVENTS, *,
 
     store = open_store(url, migrate=True)
     try:
-        latencies = sorted(done - t0 for t0, done in
-                           idle_worker_steps(store, events, step_in_send=step_in_send))
+        latencies = sorted(
+            done - t0 for t0, done in idle_worker_steps(store, events, step_in_send=step_in_send)
+        )
     finally:
         store.close()
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     subject = LATENCY if step_in_send else LATENCY_QUEUED
-    return DurableRow(backend, 1, f"{ours_label()} {subject}", "ms", 1, events,
-                      (p50 * 1000,), p99=(p99 * 1000,))
+    return DurableRow(
+        backend, 1, f"{ours_label()} {subject}", "ms", 1, events, (p50 * 1000,), p99=(p99 * 1000,)
+    )
 
 
-def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
-             transactions: Any = None, encrypted: bool = False) -> list[DurableRow]:
+def _measure(
+    make_url: Any,
+    backend: str,
+    workers: int,
+    n: int,
+    repeat: int,
+    transactions: Any = None,
+    encrypted: bool = False,
+) -> list[DurableRow]:
     """Two rows from the same runs: starts and steps together (``RUNTIME``, comparable with
     DBOS, whose workflows/s include the start), and the workers alone (``WORKER``: the steps
     committed per second of the workers' time, the runs started beforehand)."""
-    labels = ((f"{ours_label()} {ENCRYPTED_RUNTIME}", f"{ours_label()} {ENCRYPTED_WORKER}")
-              if encrypted else (f"{ours_label()} {RUNTIME}", f"{ours_label()} {WORKER}"))
+    labels = (
+        (f"{ours_label()} {ENCRYPTED_RUNTIME}", f"{ours_label()} {ENCRYPTED_WORKER}")
+        if encrypted
+        else (f"{ours_label()} {RUNTIME}", f"{ours_label()} {WORKER}")
+    )
     try:
         from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
     except ImportError as exc:
-        return [DurableRow(backend, workers, label, "workflows/s", STEPS, n, (),
-                           note=f"skipped: persistence runtime not available ({exc})")
-                for label in labels]
+        return [
+            DurableRow(
+                backend,
+                workers,
+                label,
+                "workflows/s",
+                STEPS,
+                n,
+                (),
+                note=f"skipped: persistence runtime not available ({exc})",
+            )
+            for label in labels
+        ]
     machine = three_steps_machine()
     rates: list[float] = []
     worker_rates: list[float] = []
@@ -446,10 +528,29 @@ def _measure(make_url: Any, backend: str, workers: int, n: int, repeat: int,
             check_outputs(runtime, ids, offset=0)
         rates.append(rate)
         worker_rates.append(worker_rate)
-    return [DurableRow(backend, workers, labels[0], "workflows/s", STEPS, n, tuple(rates),
-                       "16 runs per round, one commit per round", transactions=tuple(per_workflow)),
-            DurableRow(backend, workers, labels[1], "workflows/s", STEPS, n,
-                       tuple(worker_rates), "runs started beforehand; time of the workers only")]
+    return [
+        DurableRow(
+            backend,
+            workers,
+            labels[0],
+            "workflows/s",
+            STEPS,
+            n,
+            tuple(rates),
+            "16 runs per round, one commit per round",
+            transactions=tuple(per_workflow),
+        ),
+        DurableRow(
+            backend,
+            workers,
+            labels[1],
+            "workflows/s",
+            STEPS,
+            n,
+            tuple(worker_rates),
+            "runs started beforehand; time of the workers only",
+        ),
+    ]
 
 
 BENCH_KEYS = (("bench", bytes(range(32))),)
@@ -457,8 +558,7 @@ BENCH_KEYS = (("bench", bytes(range(32))),)
 
 
 @contextmanager
-def _runtime(store: Any, runtime_cls: Any, machine: Any,
-             encrypted: bool = False) -> Iterator[Any]:  # fmt: skip
+def _runtime(store: Any, runtime_cls: Any, machine: Any, encrypted: bool = False) -> Iterator[Any]:
     """A runtime of `machine` on `store` (its payloads sealed if `encrypted`), closed after."""
     try:
         codec = None
@@ -471,8 +571,9 @@ def _runtime(store: Any, runtime_cls: Any, machine: Any,
         store.close()
 
 
-def drive(runtime: Any, worker_cls: Any, workers: int, n: int,
-          offset: int) -> tuple[float, float, list[str]]:
+def drive(
+    runtime: Any, worker_cls: Any, workers: int, n: int, offset: int
+) -> tuple[float, float, list[str]]:
     """Start ``n`` runs from ``workers`` client threads, then let a worker with ``workers``
     threads (default settings) finish them: workflows/s over both, workflows/s over the
     worker's part, and the run ids."""
@@ -482,8 +583,7 @@ def drive(runtime: Any, worker_cls: Any, workers: int, n: int,
     if workers == 1:
         worker_cls(runtime, concurrency=1).run_until_idle()
     else:
-        _run_threads_until_done(runtime, worker_cls(runtime, concurrency=workers, poll_ms=5),
-                                ids)
+        _run_threads_until_done(runtime, worker_cls(runtime, concurrency=workers, poll_ms=5), ids)
     t2 = time.perf_counter()
     return n / (t2 - t0), n / (t2 - t1), ids
 

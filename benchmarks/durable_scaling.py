@@ -151,8 +151,9 @@ def _explain_in_database(dsn: str, on: bool) -> None:
 
     with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
         if on:
-            conn.execute(f"ALTER DATABASE {DATABASE} SET session_preload_libraries = "
-                         "'auto_explain'")
+            conn.execute(
+                f"ALTER DATABASE {DATABASE} SET session_preload_libraries = 'auto_explain'"
+            )
             conn.execute(f"ALTER DATABASE {DATABASE} SET auto_explain.log_min_duration = 0")
             conn.execute(f"ALTER DATABASE {DATABASE} SET auto_explain.log_format = 'json'")
         else:
@@ -179,8 +180,7 @@ def distinct_plans(log_text: str) -> list[str]:
         entry = log_text[begin:end]
         if "plan:" not in entry or "workflow_runs" not in entry:
             continue
-        raw = "\n".join(line.removeprefix("\t") for line in
-                        entry.split("plan:", 1)[1].splitlines())
+        raw = "\n".join(line.removeprefix("\t") for line in entry.split("plan:", 1)[1].splitlines())
         try:
             explained = json.loads(raw)
         except ValueError:
@@ -191,8 +191,14 @@ def distinct_plans(log_text: str) -> list[str]:
     return list(seen.values())
 
 
-_DETAILS = ("Index Cond", "Filter", "Join Filter", "Hash Cond", "Recheck Cond", "Conflict Arbiter"
-            " Indexes")
+_DETAILS = (
+    "Index Cond",
+    "Filter",
+    "Join Filter",
+    "Hash Cond",
+    "Recheck Cond",
+    "Conflict Arbiter Indexes",
+)
 
 
 def _plan_lines(node: dict[str, Any], depth: int) -> list[str]:
@@ -249,19 +255,26 @@ def run(n: int = 300, repeat: int = 3) -> ScaleReport:
 
 def markdown(report: ScaleReport) -> str:
     """Rates per table size, scan counts, and the captured plans."""
-    lines = ["| other runs in workflow_runs | workflows/s (median) | steps/s | cost ÷ 10k rows | "
-             "seq scans of workflow_runs | index scans |", "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| other runs in workflow_runs | workflows/s (median) | steps/s | cost ÷ 10k rows | "
+        "seq scans of workflow_runs | index scans |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     base = report.rows[0].steps if report.rows else 0.0
     for row in report.rows:
         rel = f"{base / row.steps:.2f}" if row.steps else "—"
-        lines.append(f"| {row.rows:,} | {fmt_rate(row.steps / STEPS)} | {fmt_rate(row.steps)} | "
-                     f"{rel} | {row.seq_scans:,} | {row.idx_scans:,} |")
+        lines.append(
+            f"| {row.rows:,} | {fmt_rate(row.steps / STEPS)} | {fmt_rate(row.steps)} | "
+            f"{rel} | {row.seq_scans:,} | {row.idx_scans:,} |"
+        )
     out = "\n".join(lines) + "\n"
     if report.note:
         out += f"\n{report.note}\n"
     if report.plans:
-        out += ("\n<details><summary>Plans of the store's statements on workflow_runs at 1M "
-                "rows (auto_explain)</summary>\n\n")
+        out += (
+            "\n<details><summary>Plans of the store's statements on workflow_runs at 1M "
+            "rows (auto_explain)</summary>\n\n"
+        )
         out += "\n".join(f"```text\n{plan}\n```\n" for plan in report.plans)
         out += "</details>\n"
     return out

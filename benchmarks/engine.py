@@ -154,10 +154,14 @@ def plans_off_rounds(n: int) -> list[Round]:
 def python_peer_rounds(n: int) -> tuple[list[Round], list[Result]]:
     """python-statemachine, transitions and sismic on the actor cases, as rounds."""
     peers, missing = load_peers()
-    rounds = [case_round(case, peer.name, fn, n)
-              for peer in peers for case, fn in peer.cases().items()]
-    skips = [skipped(BENCHMARK, case, label, why)
-             for label, why in missing.items() for case in PEER_CASES]
+    rounds = [
+        case_round(case, peer.name, fn, n) for peer in peers for case, fn in peer.cases().items()
+    ]
+    skips = [
+        skipped(BENCHMARK, case, label, why)
+        for label, why in missing.items()
+        for case in PEER_CASES
+    ]
     return rounds, skips
 
 
@@ -166,16 +170,21 @@ def xstate_cases(n: int, warmup: int) -> list[dict[str, Any]]:
     cases = []
     for name in ALL_CASES:
         base = name.removeprefix("pure ")
-        cases.append({
-            "name": name,
-            "kind": "pure" if name.startswith("pure ") else "actor",
-            "config": CONFIGS[base],
-            "events": list(EVENTS[base]),
-            "n": n,
-            "expect": {"n": expected_value(base, n), "warmup": expected_value(base, warmup),
-                       "context": expected_context(base, n),
-                       "warmupContext": expected_context(base, warmup)},
-        })
+        cases.append(
+            {
+                "name": name,
+                "kind": "pure" if name.startswith("pure ") else "actor",
+                "config": CONFIGS[base],
+                "events": list(EVENTS[base]),
+                "n": n,
+                "expect": {
+                    "n": expected_value(base, n),
+                    "warmup": expected_value(base, warmup),
+                    "context": expected_context(base, n),
+                    "warmupContext": expected_context(base, warmup),
+                },
+            }
+        )
     return cases
 
 
@@ -189,12 +198,14 @@ def xstate_rounds(node: XStateProcess, label: str, n: int) -> dict[str, Round]:
     (warmed up there on ``n`` events per case: V8 must tier up its JIT; CPython has nothing
     comparable, so the Python subjects warm up on 2,000 events). A chart's actor run is also
     the fair figure for this engine's pure API on that chart (``XSTATE_ACTOR``)."""
+
     def case_round_of(case: str) -> Round:
         def once() -> RoundResult:
             found = {(case, label): (n, node.rate(case))}
             if f"pure {case}" in PURE_CASES:
                 found[(f"pure {case}", f"{label} {XSTATE_ACTOR}")] = found[(case, label)]
             return found
+
         return once
 
     return {case: case_round_of(case) for case in ALL_CASES}
@@ -234,8 +245,12 @@ def run(n: int = 200_000, peer_n: int = 20_000, repeat: int = 5) -> list[Result]
 
     def key(r: Result) -> tuple[int, int, bool, bool]:
         prefix = next((i for p, i in rank.items() if r.subject.startswith(p)), 99)
-        return (order[r.case], prefix, r.subject.endswith(PLANS_OFF),
-                r.subject.endswith(XSTATE_ACTOR))
+        return (
+            order[r.case],
+            prefix,
+            r.subject.endswith(PLANS_OFF),
+            r.subject.endswith(XSTATE_ACTOR),
+        )
 
     return sorted(results, key=key)
 

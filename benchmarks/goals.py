@@ -44,9 +44,17 @@ def _pick(results: Sequence[Result], case: str, prefix: str, suffix: str = "") -
     """The measured row of ``case`` whose subject starts with ``prefix`` and ends with
     ``suffix`` (without one: not a variant row such as "plans off" or XState's actor row)."""
     variants = (PLANS_OFF, XSTATE_ACTOR)
-    return next((r for r in results if r.case == case and r.subject.startswith(prefix)
-                 and r.ok and (r.subject.endswith(suffix) if suffix else
-                               not r.subject.endswith(variants))), None)
+    return next(
+        (
+            r
+            for r in results
+            if r.case == case
+            and r.subject.startswith(prefix)
+            and r.ok
+            and (r.subject.endswith(suffix) if suffix else not r.subject.endswith(variants))
+        ),
+        None,
+    )
 
 
 def _ratio_goal(name: str, ours: Result | None, peer: Result | None, factor: float) -> Goal:
@@ -60,11 +68,23 @@ def _ratio_goal(name: str, ours: Result | None, peer: Result | None, factor: flo
 
 #: Issue 19: through an actor, charts that do work >= 2x XState, action-free ones >= 2.5x;
 #: the pure transition() >= 3x XState's actor on the same chart.
-ACTOR_GOALS = (("flat", 2.5), ("hier", 2.5), ("reenter", 2.5), ("counter", 2.0),
-               ("entry/exit toggle", 2.0), ("shop", 2.0), ("invoice", 2.0))
-PURE_VS_ACTOR_GOALS = (("pure flat", 3.0), ("pure hier", 3.0), ("pure counter", 3.0),
-                       ("pure entry/exit toggle", 3.0), ("pure shop", 3.0),
-                       ("pure invoice", 3.0))
+ACTOR_GOALS = (
+    ("flat", 2.5),
+    ("hier", 2.5),
+    ("reenter", 2.5),
+    ("counter", 2.0),
+    ("entry/exit toggle", 2.0),
+    ("shop", 2.0),
+    ("invoice", 2.0),
+)
+PURE_VS_ACTOR_GOALS = (
+    ("pure flat", 3.0),
+    ("pure hier", 3.0),
+    ("pure counter", 3.0),
+    ("pure entry/exit toggle", 3.0),
+    ("pure shop", 3.0),
+    ("pure invoice", 3.0),
+)
 #: Issue 11: the pure transition() against XState's own transition().
 PURE_VS_TRANSITION_GOALS = (("pure flat", 10.0), ("pure hier", 10.0), ("pure counter", 10.0))
 
@@ -73,22 +93,47 @@ def engine_goals(results: Sequence[Result]) -> list[Goal]:
     """XState ratios per case, and 2x the fastest Python peer (issue 2)."""
     goals = []
     for case, factor in ACTOR_GOALS:
-        goals.append(_ratio_goal(f"engine {case} vs XState", _pick(results, case, "statecharts"),
-                                 _pick(results, case, "xstate"), factor))
+        goals.append(
+            _ratio_goal(
+                f"engine {case} vs XState",
+                _pick(results, case, "statecharts"),
+                _pick(results, case, "xstate"),
+                factor,
+            )
+        )
     for case, factor in PURE_VS_ACTOR_GOALS:
-        goals.append(_ratio_goal(f"engine {case} vs XState's actor",
-                                 _pick(results, case, "statecharts"),
-                                 _pick(results, case, "xstate", XSTATE_ACTOR), factor))
+        goals.append(
+            _ratio_goal(
+                f"engine {case} vs XState's actor",
+                _pick(results, case, "statecharts"),
+                _pick(results, case, "xstate", XSTATE_ACTOR),
+                factor,
+            )
+        )
     for case, factor in PURE_VS_TRANSITION_GOALS:
-        goals.append(_ratio_goal(f"engine {case} vs XState's transition()",
-                                 _pick(results, case, "statecharts"),
-                                 _pick(results, case, "xstate"), factor))
+        goals.append(
+            _ratio_goal(
+                f"engine {case} vs XState's transition()",
+                _pick(results, case, "statecharts"),
+                _pick(results, case, "xstate"),
+                factor,
+            )
+        )
     for case in ("flat", "hier", "reenter"):
-        python_peers = [r for r in results if r.case == case and r.ok
-                        and not r.subject.startswith(("statecharts", "xstate"))]
+        python_peers = [
+            r
+            for r in results
+            if r.case == case and r.ok and not r.subject.startswith(("statecharts", "xstate"))
+        ]
         best = max(python_peers, key=lambda r: r.median, default=None)
-        goals.append(_ratio_goal(f"engine {case} vs fastest Python peer",
-                                 _pick(results, case, "statecharts"), best, 2.0))
+        goals.append(
+            _ratio_goal(
+                f"engine {case} vs fastest Python peer",
+                _pick(results, case, "statecharts"),
+                best,
+                2.0,
+            )
+        )
     return goals
 
 
@@ -110,8 +155,14 @@ def scaling_goals(results: Sequence[Result]) -> list[Goal]:
             if r.subject != subject or not r.ok or not r.case.startswith("1000 states"):
                 continue
             depth = r.case.split("depth ")[1]
-            small = next((s for s in results if s.subject == subject and s.ok
-                          and s.case == f"10 states, depth {depth}"), None)
+            small = next(
+                (
+                    s
+                    for s in results
+                    if s.subject == subject and s.ok and s.case == f"10 states, depth {depth}"
+                ),
+                None,
+            )
             if small is None:
                 continue
             growth = small.median / r.median  # cost ratio = inverse rate ratio
@@ -121,9 +172,14 @@ def scaling_goals(results: Sequence[Result]) -> list[Goal]:
         if worst is None:
             goals.append(Goal(f"scaling flat ({subject})", target, "—", None))
         else:
-            goals.append(Goal(f"scaling flat ({subject})", target,
-                              f"worst {worst[0]:.2f}x at {worst[1]}",
-                              worst[0] <= FLAT_SCALING_LIMIT))
+            goals.append(
+                Goal(
+                    f"scaling flat ({subject})",
+                    target,
+                    f"worst {worst[0]:.2f}x at {worst[1]}",
+                    worst[0] <= FLAT_SCALING_LIMIT,
+                )
+            )
     return goals
 
 
@@ -132,52 +188,105 @@ def durable_goals(rows: Sequence[DurableRow]) -> list[Goal]:
     of workflows in flight (this project in the caller, as DBOS), the batched worker on a
     backlog, transactions per workflow, the latency of one step with an idle worker, and
     steps/s against raw one-row commits with each step its own commit (issue 11's 70%)."""
-    def find(backend: str, clients: int, subject: str) -> DurableRow | None:
-        return next((r for r in rows if r.backend.startswith(backend) and r.ok
-                     and r.clients == clients and subject in r.subject), None)
 
-    def ratio(name: str, ours: DurableRow | None, peer: DurableRow | None, factor: float,
-              what: str) -> Goal:  # fmt: skip
+    def find(backend: str, clients: int, subject: str) -> DurableRow | None:
+        return next(
+            (
+                r
+                for r in rows
+                if r.backend.startswith(backend)
+                and r.ok
+                and r.clients == clients
+                and subject in r.subject
+            ),
+            None,
+        )
+
+    def ratio(
+        name: str, ours: DurableRow | None, peer: DurableRow | None, factor: float, what: str
+    ) -> Goal:
         target = f">= {factor:g}x DBOS workflows/s, {what}"
         if ours is None or peer is None:
             return Goal(name, target, "—", None)
         got = ours.median / peer.median
-        return Goal(name, target, f"{got:.2f}x ({ours.median:,.0f} vs {peer.median:,.0f} "
-                    "workflows/s)", got >= factor)
+        return Goal(
+            name,
+            target,
+            f"{got:.2f}x ({ours.median:,.0f} vs {peer.median:,.0f} workflows/s)",
+            got >= factor,
+        )
 
     goals = [
-        ratio("durable 1 in flight vs DBOS (PostgreSQL)", find("PostgreSQL", 1, INLINE),
-              find("PostgreSQL", 1, "DBOS"), 4.0, "1 workflow in flight, each in its caller"),
-        ratio("durable 4 in flight vs DBOS (PostgreSQL)", find("PostgreSQL", 4, INLINE),
-              find("PostgreSQL", 4, "DBOS"), 4.0, "4 client threads, 1 workflow each"),
-        ratio("durable 1 in flight vs DBOS (SQLite)", find("SQLite", 1, INLINE),
-              find("SQLite", 1, "DBOS"), 4.0, "1 workflow in flight, each in its caller"),
-        ratio("durable backlog, batched worker vs DBOS (PostgreSQL)", find("PostgreSQL", 1, WORKER),
-              find("PostgreSQL", 1, "DBOS"), 8.0, "1 worker thread on a backlog vs DBOS's 1 "
-              "in flight"),
+        ratio(
+            "durable 1 in flight vs DBOS (PostgreSQL)",
+            find("PostgreSQL", 1, INLINE),
+            find("PostgreSQL", 1, "DBOS"),
+            4.0,
+            "1 workflow in flight, each in its caller",
+        ),
+        ratio(
+            "durable 4 in flight vs DBOS (PostgreSQL)",
+            find("PostgreSQL", 4, INLINE),
+            find("PostgreSQL", 4, "DBOS"),
+            4.0,
+            "4 client threads, 1 workflow each",
+        ),
+        ratio(
+            "durable 1 in flight vs DBOS (SQLite)",
+            find("SQLite", 1, INLINE),
+            find("SQLite", 1, "DBOS"),
+            4.0,
+            "1 workflow in flight, each in its caller",
+        ),
+        ratio(
+            "durable backlog, batched worker vs DBOS (PostgreSQL)",
+            find("PostgreSQL", 1, WORKER),
+            find("PostgreSQL", 1, "DBOS"),
+            8.0,
+            "1 worker thread on a backlog vs DBOS's 1 in flight",
+        ),
     ]
     inline = find("PostgreSQL", 1, INLINE)
     target = "<= 3 database transactions per 3-step workflow, 1 in flight (pg_stat_database)"
     tx = inline.per_workflow if inline else None
-    goals.append(Goal("durable transactions per workflow", target,
-                      "—" if tx is None else f"{tx:.2f}", None if tx is None else tx <= 3.0))
+    goals.append(
+        Goal(
+            "durable transactions per workflow",
+            target,
+            "—" if tx is None else f"{tx:.2f}",
+            None if tx is None else tx <= 3.0,
+        )
+    )
     latency = find("PostgreSQL", 1, LATENCY)
     target = "one step, send to committed state, idle worker: p50 <= 1 ms, p99 < 3 ms (PostgreSQL)"
     if latency is None or not latency.p99:
         goals.append(Goal("durable step latency", target, "—", None))
     else:
         p99 = statistics.median(latency.p99)
-        goals.append(Goal("durable step latency", target,
-                          f"p50 {latency.median:.2f} ms, p99 {p99:.2f} ms",
-                          latency.median <= 1.0 and p99 < 3.0))
+        goals.append(
+            Goal(
+                "durable step latency",
+                target,
+                f"p50 {latency.median:.2f} ms, p99 {p99:.2f} ms",
+                latency.median <= 1.0 and p99 < 3.0,
+            )
+        )
     raw = find("PostgreSQL", 1, "raw")
-    target = (">= 70% of raw single-row UPDATE commits/s, 1 in flight, each step committed "
-              "before the next (PostgreSQL)")
+    target = (
+        ">= 70% of raw single-row UPDATE commits/s, 1 in flight, each step committed "
+        "before the next (PostgreSQL)"
+    )
     if inline and raw and tx is not None:
         share = inline.steps / raw.steps
-        goals.append(Goal("durable steps/s vs raw UPDATE", target,
-                          f"{share:.0%} ({inline.steps:,.0f} steps/s vs {raw.steps:,.0f} "
-                          f"commits/s; {tx / 3:.2f} commits per step)", share >= 0.7))
+        goals.append(
+            Goal(
+                "durable steps/s vs raw UPDATE",
+                target,
+                f"{share:.0%} ({inline.steps:,.0f} steps/s vs {raw.steps:,.0f} "
+                f"commits/s; {tx / 3:.2f} commits per step)",
+                share >= 0.7,
+            )
+        )
     else:
         goals.append(Goal("durable steps/s vs raw UPDATE", target, "—", None))
     return goals
@@ -185,16 +294,24 @@ def durable_goals(rows: Sequence[DurableRow]) -> list[Goal]:
 
 def durable_scaling_goals(report: ScaleReport) -> list[Goal]:
     """Durable cost flat from 10k to 1M rows, and no sequential scan of ``workflow_runs``."""
-    target = (f"cost(1M rows) <= {FLAT_SCALING_LIMIT}x cost(10k rows); "
-              "no sequential scan of workflow_runs")
+    target = (
+        f"cost(1M rows) <= {FLAT_SCALING_LIMIT}x cost(10k rows); "
+        "no sequential scan of workflow_runs"
+    )
     if len(report.rows) < 2 or not all(r.steps for r in report.rows):
         return [Goal("durable scaling 10k -> 1M rows", target, "—", None)]
     small, large = report.rows[0], report.rows[-1]
     growth = small.steps / large.steps
     seq = sum(r.seq_scans for r in report.rows)
     measured = f"{growth:.2f}x cost; {seq} sequential scans"
-    return [Goal("durable scaling 10k -> 1M rows", target, measured,
-                 growth <= FLAT_SCALING_LIMIT and seq == 0)]
+    return [
+        Goal(
+            "durable scaling 10k -> 1M rows",
+            target,
+            measured,
+            growth <= FLAT_SCALING_LIMIT and seq == 0,
+        )
+    ]
 
 
 def waiting_calls_goals(rows: Sequence[WaitingRow]) -> list[Goal]:
@@ -207,10 +324,18 @@ def waiting_calls_goals(rows: Sequence[WaitingRow]) -> list[Goal]:
     n = f"{ours.n:,} runs each awaiting a 1 s async call, one worker process"
     ratio = peer.done_s / ours.done_s
     return [
-        Goal("waiting calls, time to all done", f"{n}: under 3 s", f"{ours.done_s:.2f} s "
-             f"(starting {ours.starting_s:.2f} s of it)", ours.done_s < 3.0),
-        Goal("waiting calls vs DBOS", f"{n}: >= 4x DBOS (time to all done)",
-             f"{ratio:.2f}x ({ours.done_s:.2f} s vs {peer.done_s:.2f} s)", ratio >= 4.0),
+        Goal(
+            "waiting calls, time to all done",
+            f"{n}: under 3 s",
+            f"{ours.done_s:.2f} s (starting {ours.starting_s:.2f} s of it)",
+            ours.done_s < 3.0,
+        ),
+        Goal(
+            "waiting calls vs DBOS",
+            f"{n}: >= 4x DBOS (time to all done)",
+            f"{ratio:.2f}x ({ours.done_s:.2f} s vs {peer.done_s:.2f} s)",
+            ratio >= 4.0,
+        ),
     ]
 
 

@@ -65,16 +65,21 @@ def _short(filename: str) -> str:
     path = Path(filename)
     for anchor in ("statecharts", "benchmarks", "site-packages"):
         if anchor in path.parts:
-            return "/".join(path.parts[path.parts.index(anchor):])
+            return "/".join(path.parts[path.parts.index(anchor) :])
     return path.name or filename
 
 
 def markdown(name: str, spots: list[Hotspot]) -> str:
     """A table of hotspots for case ``name``."""
-    lines = [f"**{name}** (cProfile, shares of own time)\n",
-             "| function | calls | own time | incl. callees |", "|---|---:|---:|---:|"]
-    lines += [f"| `{s.function}` | {s.calls:,} | {s.own_share:.0%} | {s.cumulative_share:.0%} |"
-              for s in spots]
+    lines = [
+        f"**{name}** (cProfile, shares of own time)\n",
+        "| function | calls | own time | incl. callees |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| `{s.function}` | {s.calls:,} | {s.own_share:.0%} | {s.cumulative_share:.0%} |"
+        for s in spots
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -170,12 +170,15 @@ def profile(url: str, n: int = 1000) -> dict[str, Any]:
         store.close()
     statements = phases.calls[PSYCOPG] if getattr(store, "dialect", "") == "postgres" else None
     return {
-        "n": n, "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3,
-        "backend_ms": None if server0 is None or server1 is None or not pids
+        "n": n,
+        "wall_ms": wall / n * 1e3,
+        "cpu_ms": cpu / n * 1e3,
+        "backend_ms": None
+        if server0 is None or server1 is None or not pids
         else (server1 - server0) / n * 1e3,
         "statements": None if statements is None else statements / n,
         "phases": {label: ns / n / 1e6 for label, ns in phases.cpu.most_common()},
-    }  # fmt: skip
+    }
 
 
 TELEMETRY = {"default Telemetry": "default", "Telemetry.off()": "off"}
@@ -199,10 +202,23 @@ def _inner(url: str, telemetry: str, n: int) -> None:
 
 
 def _callgrind_total(url: str, telemetry: str, n: int, out: Path) -> int:
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                    sys.executable, "-m", "benchmarks.inline_profile", url, "--inner",
-                    telemetry, str(n)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "benchmarks.inline_profile",
+            url,
+            "--inner",
+            telemetry,
+            str(n),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     found = re.search(r"^(?:summary|totals):\s*(\d+)", out.read_text(), re.MULTILINE)
     assert found is not None, "callgrind wrote no total"
     return int(found.group(1))
@@ -213,9 +229,10 @@ def instructions(url: str, n: int = 200) -> dict[str, float]:
     counts = {}
     with tempfile.TemporaryDirectory() as scratch:
         for label, telemetry in TELEMETRY.items():
-            base, full = (_callgrind_total(url, telemetry, sent,
-                                           Path(scratch) / f"{telemetry}.{sent}")
-                          for sent in (0, n))  # fmt: skip
+            base, full = (
+                _callgrind_total(url, telemetry, sent, Path(scratch) / f"{telemetry}.{sent}")
+                for sent in (0, n)
+            )
             counts[label] = (full - base) / n
     return counts
 
@@ -243,8 +260,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
     ap.add_argument("--n", type=int, help="workflows (default 1000; 200 with --instructions)")
-    ap.add_argument("--instructions", action="store_true",
-                    help="count instructions per workflow under callgrind instead")  # fmt: skip
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per workflow under callgrind instead",
+    )
     ap.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.inner:

@@ -31,7 +31,7 @@ def _inner(case: str, sent: int, n: int) -> None:
         snapshot, _ = machine.initial_transition()
         for event in events[:WARMUP]:
             snapshot, _ = transition(snapshot, event)
-        for event in events[WARMUP:WARMUP + sent]:
+        for event in events[WARMUP : WARMUP + sent]:
             snapshot, _ = transition(snapshot, event)
         return
     from statecharts import create_actor
@@ -41,7 +41,7 @@ def _inner(case: str, sent: int, n: int) -> None:
     send = actor.send
     for event in events[:WARMUP]:
         send(event)
-    for event in events[WARMUP:WARMUP + sent]:
+    for event in events[WARMUP : WARMUP + sent]:
         send(event)
 
 
@@ -49,11 +49,25 @@ def _counts(case: str, n: int) -> tuple[int, int]:
     """Instructions of the case sending none and then ``n`` events (the two run at once)."""
     with tempfile.TemporaryDirectory() as scratch:
         outs = [Path(scratch) / f"callgrind.{sent}" for sent in (0, n)]
-        runs = [subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                                  sys.executable, "-m", "benchmarks.instructions", "--inner",
-                                  case, str(sent), str(n)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                for out, sent in zip(outs, (0, n), strict=True)]
+        runs = [
+            subprocess.Popen(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    "-m",
+                    "benchmarks.instructions",
+                    "--inner",
+                    case,
+                    str(sent),
+                    str(n),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for out, sent in zip(outs, (0, n), strict=True)
+        ]
         for run in runs:
             if run.wait() != 0:
                 raise RuntimeError(f"callgrind run of {case!r} failed ({run.returncode})")

@@ -43,8 +43,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "load_results.json"
 DATABASE = "statecharts_load30"
-SCENARIOS = (("no limit", "herd", "load_plain"),
-             ("limit of 4 in flight", "limited_herd", "load_limited"))  # fmt: skip
+SCENARIOS = (
+    ("no limit", "herd", "load_plain"),
+    ("limit of 4 in flight", "limited_herd", "load_limited"),
+)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -82,9 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2, help="threads per worker process")
     ap.add_argument("--batch", type=int, default=32, help="runs per thread per round")
-    ap.add_argument("--dsn", default=os.environ.get("STATECHARTS_TEST_DSN",
-                                                    "postgresql://localhost/test"),
-                    help="a PostgreSQL server to create the load test's database on")
+    ap.add_argument(
+        "--dsn",
+        default=os.environ.get("STATECHARTS_TEST_DSN", "postgresql://localhost/test"),
+        help="a PostgreSQL server to create the load test's database on",
+    )
     ap.add_argument("--only", default="", help="one scenario name (e.g. 'no limit')")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -99,9 +103,12 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             results.append(run_scenario(name, workflow, f"{url}?schema={schema}", args))
     info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    report = {"when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-              "seconds": round(time.time() - started), "machine": info,
-              "scenarios": [asdict(r) for r in results]}  # fmt: skip
+    report = {
+        "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": round(time.time() - started),
+        "machine": info,
+        "scenarios": [asdict(r) for r in results],
+    }
     args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(markdown(report))
     print(f"[load] wrote {args.output}", file=sys.stderr)
@@ -141,17 +148,41 @@ def run_scenario(name: str, workflow: str, url: str, args: argparse.Namespace) -
     logs = Path(tempfile.mkdtemp(prefix="load30-"))
     ports = [_free_port() for _ in range(args.workers)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), LOG_ENV: str(logs)}
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url,
-         "--machines", "benchmarks.load_workflow", "--limits", "benchmarks.load_workflow",
-         "--concurrency", str(args.threads), "--batch", str(args.batch), "--poll-ms", "100",
-         "--log-level", "WARNING", "--metrics-port", str(port), "--metrics-refresh-s", "3600"],
-        cwd=ROOT, env=env, stderr=(logs / f"worker-{port}.err").open("wb"),
-    ) for port in ports]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "worker",
+                "--store",
+                url,
+                "--machines",
+                "benchmarks.load_workflow",
+                "--limits",
+                "benchmarks.load_workflow",
+                "--concurrency",
+                str(args.threads),
+                "--batch",
+                str(args.batch),
+                "--poll-ms",
+                "100",
+                "--log-level",
+                "WARNING",
+                "--metrics-port",
+                str(port),
+                "--metrics-refresh-s",
+                "3600",
+            ],
+            cwd=ROOT,
+            env=env,
+            stderr=(logs / f"worker-{port}.err").open("wb"),
+        )
+        for port in ports
+    ]
     try:
         wait = due_at / 1000 - time.time()
-        print(f"[load] {name}: workers started; due in {wait:.1f} s", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(f"[load] {name}: workers started; due in {wait:.1f} s", file=sys.stderr, flush=True)
         time.sleep(max(0.0, wait))
         db_cpu, stats = _db_cpu(), _table_stats(url)
         result.drain_s = _drain(url, logs, due_at, args.runs)
@@ -207,8 +238,19 @@ def _insert(url: str, workflow: str, runs: int) -> int:
         ) as copy:
             snapshot, ts, wake = Jsonb(row.snapshot), to_ts(now), to_ts(due_at)
             for _ in range(runs):
-                copy.write_row((str(uuid.uuid4()), row.workflow_name, row.workflow_version,
-                                row.state, snapshot, "active", ts, ts, wake))  # fmt: skip
+                copy.write_row(
+                    (
+                        str(uuid.uuid4()),
+                        row.workflow_name,
+                        row.workflow_version,
+                        row.state,
+                        snapshot,
+                        "active",
+                        ts,
+                        ts,
+                        wake,
+                    )
+                )
         conn.execute("ANALYZE workflow_runs")
     if time.time() * 1000 > due_at - 3000:
         raise SystemExit("inserting the runs took too long; the instant has passed")
@@ -224,10 +266,10 @@ def _drain(url: str, logs: Path, due_at: int, runs: int) -> float | None:
     dsn, schema = url.split("?schema=")
     while time.time() * 1000 < due_at + 1_800_000:
         if sum(p.read_bytes().count(b"\n") for p in logs.glob("calls-*.log")) >= runs:
-            with psycopg.connect(dsn, autocommit=True,
-                                 options=f"-c search_path={schema}") as conn:  # fmt: skip
-                row = conn.execute("SELECT count(*) FROM workflow_runs WHERE "
-                                   "status = 'active'").fetchone()  # fmt: skip
+            with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM workflow_runs WHERE status = 'active'"
+                ).fetchone()
             if row is not None and row[0] == 0:
                 return round(time.time() - due_at / 1000, 1)
         time.sleep(0.25)
@@ -243,7 +285,9 @@ def _table_stats(url: str) -> tuple[int, int, int]:
         row = conn.execute(
             "SELECT coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0), "
             "coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE schemaname = %s AND "
-            "relname = 'workflow_runs'", (schema,)).fetchone()  # fmt: skip
+            "relname = 'workflow_runs'",
+            (schema,),
+        ).fetchone()
     return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
@@ -253,8 +297,10 @@ def _claims(url: str) -> tuple[int, int]:
 
     dsn, schema = url.split("?schema=")
     with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
-        row = conn.execute("SELECT coalesce(sum(claim_count), 0), count(*) FILTER (WHERE "
-                           "status <> 'done') FROM workflow_runs").fetchone()  # fmt: skip
+        row = conn.execute(
+            "SELECT coalesce(sum(claim_count), 0), count(*) FILTER (WHERE "
+            "status <> 'done') FROM workflow_runs"
+        ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
@@ -275,9 +321,10 @@ def _calls(result: Scenario, logs: Path, due_at: int) -> None:
     result.never_fired = result.runs - len(per_run)
     lags.sort()
     if lags:
-        result.fire_lag_s = {p: round(lags[min(len(lags) - 1, int(len(lags) * q))], 2)
-                             for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99),
-                                          ("max", 1.0))}  # fmt: skip
+        result.fire_lag_s = {
+            p: round(lags[min(len(lags) - 1, int(len(lags) * q))], 2)
+            for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0))
+        }
     current = 0
     for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
         current += step
@@ -375,11 +422,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"{s['fired_early']} / {s['fired_twice']} / {s['never_fired']} | "
             f"{s['max_in_flight']} | {s['db_cpu_s']} | {s['worker_cpu_s']} | "
             f"{s['claims'] / max(s['runs'], 1):.2f}{_handed(s)} | "
-            f"{s['runs_rows_read'] / max(s['claims'], 1):.1f} |")  # fmt: skip
-    return f"""Cached figures from `python -m benchmarks.load` (`make load`) of {report['when']}, \
-{report['seconds']} s in all; machine: {machine.get('cpu')}, {machine.get('cores')} cores, \
-{machine.get('postgresql client', 'PostgreSQL')}; load average {machine.get(
-        'load average at start')} at the start and {machine.get('load average at end')} at the \
+            f"{s['runs_rows_read'] / max(s['claims'], 1):.1f} |"
+        )
+    return f"""Cached figures from `python -m benchmarks.load` (`make load`) of {report["when"]}, \
+{report["seconds"]} s in all; machine: {machine.get("cpu")}, {machine.get("cores")} cores, \
+{machine.get("postgresql client", "PostgreSQL")}; load average {
+        machine.get("load average at start")
+    } at the start and {machine.get("load average at end")} at the \
 end (the machine was shared with other work: read the times as an order of magnitude).
 
 | scenario | runs | workers x threads | drain (s) | runs/s | call lag after the instant \

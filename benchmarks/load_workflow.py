@@ -49,14 +49,20 @@ def _herd(machine_id: str, limit: str | None) -> Any:
     if limit is not None:
         invoke["limit"] = limit
     return create_machine(
-        {"id": machine_id, "initial": "sleeping",
-         "context": lambda input: {"due_at": input["due_at"], "created": input["created"]},
-         "states": {"sleeping": {"after": {"until_due": "calling"}},
-                    "calling": {"invoke": invoke}, "done": {"type": "final"}}},
+        {
+            "id": machine_id,
+            "initial": "sleeping",
+            "context": lambda input: {"due_at": input["due_at"], "created": input["created"]},
+            "states": {
+                "sleeping": {"after": {"until_due": "calling"}},
+                "calling": {"invoke": invoke},
+                "done": {"type": "final"},
+            },
+        },
         actors={"downstream": downstream},
         # the timer is due at `due_at` exactly: the delay counts from the creation instant
         delays={"until_due": lambda context, event: context["due_at"] - context["created"]},
-    )  # fmt: skip
+    )
 
 
 herd = _herd("herd", None)

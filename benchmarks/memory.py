@@ -81,8 +81,16 @@ def ours_rows(machines: dict[str, Any], k: int) -> list[MemoryRow]:
         outside = sorted({e.kind for e in effects} & OUTSIDE)
         per_actor = None if outside else bytes_per(started, k)
         note = f"actor not started: its start runs {', '.join(outside)}" if outside else ""
-        rows.append(MemoryRow(label, name, per_actor, len(stored),
-                              bytes_per(partial(machine.restore, stored), k), note))
+        rows.append(
+            MemoryRow(
+                label,
+                name,
+                per_actor,
+                len(stored),
+                bytes_per(partial(machine.restore, stored), k),
+                note,
+            )
+        )
     return rows
 
 
@@ -111,8 +119,11 @@ def example_machines() -> tuple[dict[str, Any], dict[str, str]]:
 def peer_rows(k: int) -> list[MemoryRow]:
     """Each Python peer: bytes per started machine on the shared charts."""
     peers, missing = load_peers()
-    rows = [MemoryRow(p.name, f"bench {case}", bytes_per(partial(p.instance, case), k))
-            for p in peers for case in CHARTS]
+    rows = [
+        MemoryRow(p.name, f"bench {case}", bytes_per(partial(p.instance, case), k))
+        for p in peers
+        for case in CHARTS
+    ]
     rows += [MemoryRow(name, "-", None, note=f"skipped: {why}") for name, why in missing.items()]
     return rows
 
@@ -128,13 +139,16 @@ def run(k: int = 1_000) -> list[MemoryRow]:
     else:
         machines.update(examples)
         rows += ours_rows(machines, k)
-        rows += [MemoryRow(ours_label(), name, None, note=f"did not import: {why}")
-                 for name, why in failed.items()]
+        rows += [
+            MemoryRow(ours_label(), name, None, note=f"did not import: {why}")
+            for name, why in failed.items()
+        ]
     return rows + peer_rows(k)
 
 
 def markdown(rows: list[MemoryRow]) -> str:
     """The memory table."""
+
     def num(x: float | None) -> str:
         return "—" if x is None else f"{x:,.0f}"
 
@@ -143,8 +157,11 @@ def markdown(rows: list[MemoryRow]) -> str:
         "bytes per restored snapshot | note |",
         "|---|---|---:|---:|---:|---|",
     ]
-    lines += [f"| {r.subject} | {r.machine} | {num(r.per_actor)} | {num(r.snapshot_json)} | "
-              f"{num(r.per_restored)} | {r.note} |" for r in rows]
+    lines += [
+        f"| {r.subject} | {r.machine} | {num(r.per_actor)} | {num(r.snapshot_json)} | "
+        f"{num(r.per_restored)} | {r.note} |"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -89,7 +89,10 @@ class PythonStatemachine(Peer):
                 self.count += 1
 
         self._classes: dict[str, Any] = {
-            "flat": Toggle, "hier": Hier, "reenter": Hier, "counter": Counter,
+            "flat": Toggle,
+            "hier": Hier,
+            "reenter": Hier,
+            "counter": Counter,
         }
 
     def instance(self, case: str) -> object:
@@ -164,10 +167,18 @@ class Transitions(Peer):
                 {
                     "name": "p",
                     "parallel": [
-                        {"name": "r1", "children": ["a", "b"], "initial": "a",
-                         "transitions": [["t1", "a", "b"], ["t1", "b", "a"]]},
-                        {"name": "r2", "children": ["c", "d"], "initial": "c",
-                         "transitions": [["t2", "c", "d"], ["t2", "d", "c"]]},
+                        {
+                            "name": "r1",
+                            "children": ["a", "b"],
+                            "initial": "a",
+                            "transitions": [["t1", "a", "b"], ["t1", "b", "a"]],
+                        },
+                        {
+                            "name": "r2",
+                            "children": ["c", "d"],
+                            "initial": "c",
+                            "transitions": [["t2", "c", "d"], ["t2", "d", "c"]],
+                        },
                     ],
                 }
             ],
@@ -198,20 +209,38 @@ class Transitions(Peer):
     def instance(self, case: str) -> object:
         m = self.Model()
         if case == "flat":
-            self._machine(m, states=["off", "on"], initial="off", auto_transitions=False,
-                          transitions=[["toggle", "off", "on"], ["toggle", "on", "off"]])
+            self._machine(
+                m,
+                states=["off", "on"],
+                initial="off",
+                auto_transitions=False,
+                transitions=[["toggle", "off", "on"], ["toggle", "on", "off"]],
+            )
         elif case == "counter":
             self._machine(
-                m, states=["counting", "done"], initial="counting", auto_transitions=False,
+                m,
+                states=["counting", "done"],
+                initial="counting",
+                auto_transitions=False,
                 transitions=[
-                    {"trigger": "INC", "source": "counting", "dest": None,
-                     "conditions": "not_too_many", "after": "inc"},
+                    {
+                        "trigger": "INC",
+                        "source": "counting",
+                        "dest": None,
+                        "conditions": "not_too_many",
+                        "after": "inc",
+                    },
                     {"trigger": "INC", "source": "counting", "dest": "done"},
                 ],
             )
         else:
-            self._hmachine(m, states=self.HIER_STATES, transitions=self.HIER_TRANSITIONS,
-                           initial="work", auto_transitions=False)
+            self._hmachine(
+                m,
+                states=self.HIER_STATES,
+                transitions=self.HIER_TRANSITIONS,
+                initial="work",
+                auto_transitions=False,
+            )
         return m
 
     def _case(self, case: str) -> Case:
@@ -233,9 +262,13 @@ class Transitions(Peer):
 
     def rehydrate(self) -> Case:
         # transitions' idiom for many objects: one shared machine, models added and removed
-        shared = self._hmachine(model=None, states=self.HIER_STATES,
-                                transitions=self.HIER_TRANSITIONS, initial="work",
-                                auto_transitions=False)
+        shared = self._hmachine(
+            model=None,
+            states=self.HIER_STATES,
+            transitions=self.HIER_TRANSITIONS,
+            initial="work",
+            auto_transitions=False,
+        )
         model = self.Model
 
         def run(n: int) -> float:
@@ -419,6 +452,7 @@ def load_peers() -> tuple[list[Peer], dict[str, str]]:
         try:
             loaded.append(cls())
         except ImportError as exc:
-            missing[PEER_LABELS[cls]] = f"not installed ({exc.name}); pip install -r " \
-                                        "benchmarks/requirements.txt"
+            missing[PEER_LABELS[cls]] = (
+                f"not installed ({exc.name}); pip install -r benchmarks/requirements.txt"
+            )
     return loaded, missing

@@ -31,9 +31,16 @@ from typing import Any
 from benchmarks.durable import store_url_or_scratch
 from benchmarks.durable_runtime import WORKFLOW, three_steps_machine
 
-TABLES = ("workflow_runs", "workflow_events", "workflow_effects", "workflow_inbox",
-          "workflow_calls", "workflow_call_attempts", "workflow_deliveries",
-          "workflow_key_tombstones")  # fmt: skip
+TABLES = (
+    "workflow_runs",
+    "workflow_events",
+    "workflow_effects",
+    "workflow_inbox",
+    "workflow_calls",
+    "workflow_call_attempts",
+    "workflow_deliveries",
+    "workflow_key_tombstones",
+)
 T0 = 1_800_000_000_000
 
 
@@ -44,13 +51,17 @@ def _sizes(url: str) -> dict[str, int]:
         with sqlite3.connect(path) as db:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             page = db.execute("PRAGMA page_size").fetchone()[0]
-            used = db.execute("PRAGMA page_count").fetchone()[0] - db.execute(
-                "PRAGMA freelist_count").fetchone()[0]
+            used = (
+                db.execute("PRAGMA page_count").fetchone()[0]
+                - db.execute("PRAGMA freelist_count").fetchone()[0]
+            )
             sizes = {"total": used * page, "file": Path(path).stat().st_size}
             try:  # per table, where SQLite was built with the dbstat table
-                for name, size in db.execute("SELECT coalesce(i.tbl_name, s.name), sum(pgsize) "
-                                             "FROM dbstat s LEFT JOIN sqlite_master i ON "
-                                             "i.name = s.name GROUP BY 1"):
+                for name, size in db.execute(
+                    "SELECT coalesce(i.tbl_name, s.name), sum(pgsize) "
+                    "FROM dbstat s LEFT JOIN sqlite_master i ON "
+                    "i.name = s.name GROUP BY 1"
+                ):
                     if name in TABLES:
                         sizes[name] = size
             except sqlite3.OperationalError:
@@ -62,8 +73,15 @@ def _sizes(url: str) -> dict[str, int]:
     with psycopg.connect(dsn.rstrip("?&"), autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         conn.execute("VACUUM")
-        sizes = {t: int(conn.execute("SELECT pg_total_relation_size(%s)",  # type: ignore[index]
-                                     (t,)).fetchone()[0]) for t in TABLES}
+        sizes = {
+            t: int(
+                conn.execute(
+                    "SELECT pg_total_relation_size(%s)",  # type: ignore[index]
+                    (t,),
+                ).fetchone()[0]
+            )
+            for t in TABLES
+        }
         sizes["total"] = sum(sizes.values())
         return sizes
 
@@ -105,8 +123,13 @@ def flat(url: str, runs: int, wave: int, keep_minutes: int) -> list[dict[str, An
 
     store = open_store(url, migrate=True)
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [three_steps_machine()], clock=clock,
-                      retention={WORKFLOW: keep_minutes * 60_000}, key_window="1h")  # fmt: skip
+    runtime = Runtime(
+        store,
+        [three_steps_machine()],
+        clock=clock,
+        retention={WORKFLOW: keep_minutes * 60_000},
+        key_window="1h",
+    )
     inline = Inline(runtime)
     points: list[dict[str, Any]] = []
     started, purged, t0 = 0, 0, time.perf_counter()
@@ -119,9 +142,16 @@ def flat(url: str, runs: int, wave: int, keep_minutes: int) -> list[dict[str, An
             purged += runtime.apply_retention()
             if started * 10 // runs > (started - n) * 10 // runs or started == runs:
                 sizes = _sizes(url)
-                points.append({"runs": started, "purged": purged, **_rows(store),
-                               "bytes": sizes["total"], "file": sizes.get("file"),
-                               "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
+                points.append(
+                    {
+                        "runs": started,
+                        "purged": purged,
+                        **_rows(store),
+                        "bytes": sizes["total"],
+                        "file": sizes.get("file"),
+                        "seconds": round(time.perf_counter() - t0, 1),
+                    }
+                )
                 print(points[-1], flush=True)
     finally:
         store.close()
@@ -142,12 +172,17 @@ def main(argv: list[str] | None = None) -> None:
             with _database(backend, part) as url:
                 if part == "bytes":
                     per_run = bytes_per_run(url, args.sample)
-                    print(f"{backend}: bytes per finished run (3-step workflow, {args.sample} "
-                          "runs): " + ", ".join(f"{t} {v:.0f}" for t, v in per_run.items()
-                                                if v), flush=True)  # fmt: skip
+                    print(
+                        f"{backend}: bytes per finished run (3-step workflow, {args.sample} "
+                        "runs): " + ", ".join(f"{t} {v:.0f}" for t, v in per_run.items() if v),
+                        flush=True,
+                    )
                 else:
-                    print(f"{backend}: {args.runs} runs, waves of {args.wave}, kept "
-                          f"{args.keep_minutes} min", flush=True)
+                    print(
+                        f"{backend}: {args.runs} runs, waves of {args.wave}, kept "
+                        f"{args.keep_minutes} min",
+                        flush=True,
+                    )
                     flat(url, args.runs, args.wave, args.keep_minutes)
 
 
@@ -160,6 +195,7 @@ def _database(backend: str, part: str) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory() as tmp:
         yield f"sqlite:///{tmp}/runs.db?synchronous=normal"
+
 
 if __name__ == "__main__":
     main()

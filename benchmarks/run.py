@@ -34,9 +34,19 @@ from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "performance.md"
-ALL = ("engine", "rehydrate", "scaling", "memory", "durable", "durable_scaling", "waiting_calls",
-       "takeover",
-       "telemetry", "load", "hotspots")
+ALL = (
+    "engine",
+    "rehydrate",
+    "scaling",
+    "memory",
+    "durable",
+    "durable_scaling",
+    "waiting_calls",
+    "takeover",
+    "telemetry",
+    "load",
+    "hotspots",
+)
 PROFILED = ("flat", "counter", "shop", "rehydrate")
 
 
@@ -59,9 +69,21 @@ class Sizes:
     waiting_n: int = 10_000
 
 
-QUICK = Sizes(n=5_000, peer_n=1_000, rehydrate_n=2_000, rehydrate_peer_n=300, scaling_n=3_000,
-              memory_k=100, durable_n=40, durable_scaling_n=20, raw_n=200, repeat=2,
-              durable_repeat=1, telemetry_n=30, waiting_n=200)
+QUICK = Sizes(
+    n=5_000,
+    peer_n=1_000,
+    rehydrate_n=2_000,
+    rehydrate_peer_n=300,
+    scaling_n=3_000,
+    memory_k=100,
+    durable_n=40,
+    durable_scaling_n=20,
+    raw_n=200,
+    repeat=2,
+    durable_repeat=1,
+    telemetry_n=30,
+    waiting_n=200,
+)
 
 
 def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.Goal]]:
@@ -77,11 +99,17 @@ def run_all(sizes: Sizes, only: tuple[str, ...]) -> tuple[list[str], list[goals.
         "durable_scaling": lambda: _durable_scaling(sizes),
         "waiting_calls": lambda: _waiting_calls(sizes),
         "takeover": lambda: (takeover.markdown(takeover.run()), []),
-        "telemetry": lambda: (telemetry.markdown(telemetry.run(sizes.telemetry_n,
-                                                               sizes.durable_repeat)), []),
+        "telemetry": lambda: (
+            telemetry.markdown(telemetry.run(sizes.telemetry_n, sizes.durable_repeat)),
+            [],
+        ),
         "load": lambda: (load.cached_markdown(), []),
-        "hotspots": lambda: ("\n".join(hotspots.markdown(case, hotspots.profile(case, 20_000, 10))
-                                       for case in PROFILED), []),
+        "hotspots": lambda: (
+            "\n".join(
+                hotspots.markdown(case, hotspots.profile(case, 20_000, 10)) for case in PROFILED
+            ),
+            [],
+        ),
     }
     for name in only:
         started = time.perf_counter()
@@ -111,10 +139,11 @@ def _scaling(s: Sizes) -> tuple[str, list[goals.Goal]]:
 
 def _durable(s: Sizes) -> tuple[str, list[goals.Goal]]:
     rows = durable.run(s.durable_n, s.raw_n, s.durable_repeat)
-    return (durable.markdown(rows) + "\nEncrypted payloads (AES-GCM), each encrypted row over "
-            "its plain row:\n\n" + durable.encryption_markdown(rows) + "\n"
-            + durable.codec_cost(),
-            goals.durable_goals(rows))
+    return (
+        durable.markdown(rows) + "\nEncrypted payloads (AES-GCM), each encrypted row over "
+        "its plain row:\n\n" + durable.encryption_markdown(rows) + "\n" + durable.codec_cost(),
+        goals.durable_goals(rows),
+    )
 
 
 def _durable_scaling(s: Sizes) -> tuple[str, list[goals.Goal]]:
@@ -147,7 +176,7 @@ INTRO = {
         "entry/exit toggle, the shop, the invoice event mix) and through the pure "
         "`machine.transition()` (pure ...), which only XState also has: its pure rows are "
         "XState's `transition()` and, the fair comparison, XState's actor on the same chart "
-        "(the same measurement as that chart's actor table). \"plans off\" is this engine "
+        '(the same measurement as that chart\'s actor table). "plans off" is this engine '
         "with `machine.plans = False`: every microstep planned afresh by the reference "
         "algorithm. Machines and their guards and actions: `benchmarks/charts.py` (the same "
         "configs, and the same functions written in JavaScript, are handed to XState). Each "
@@ -222,7 +251,7 @@ INTRO = {
     "load": (
         "100,000 runs on PostgreSQL, each asleep on a durable timer due at the same instant, "
         "then one call of a fake downstream; 4 worker processes drain them. Then the same with "
-        "the call behind `limit: \"downstream\"`, `Limit(max_in_flight=4)`. The load test takes "
+        'the call behind `limit: "downstream"`, `Limit(max_in_flight=4)`. The load test takes '
         "minutes, so it is opt-in (`make load`): this section shows its last run, from "
         "`benchmarks/load_results.json`, with that run's date, machine and load."
     ),
@@ -392,13 +421,22 @@ def why_short(checked: list[goals.Goal]) -> str:
     return "### Where goals fall short, and why\n\n" + "\n".join(found) + "\n"
 
 
-def document(sections: list[str], checked: list[goals.Goal], info: dict[str, str],
-             sizes: Sizes, quick: bool, seconds: float) -> str:
+def document(
+    sections: list[str],
+    checked: list[goals.Goal],
+    info: dict[str, str],
+    sizes: Sizes,
+    quick: bool,
+    seconds: float,
+) -> str:
     """The whole ``docs/performance.md``."""
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine = "\n".join(f"- {k}: {v}" for k, v in info.items())
-    warning = ("\n> **Quick run** (`--quick`): tiny counts, numbers are noisy; for the pipeline "
-               "only.\n" if quick else "")
+    warning = (
+        "\n> **Quick run** (`--quick`): tiny counts, numbers are noisy; for the pipeline only.\n"
+        if quick
+        else ""
+    )
     return f"""# Performance
 
 Written by `python -m benchmarks.run` (`make bench`) on {when} in {seconds:.0f} s.

@@ -77,8 +77,10 @@ def scaling_case(states: int, depth: int, pure: bool, guarded: bool = False) -> 
 
     if not pure:
         from statecharts import create_actor
-    machine = create_machine(scaled_chart(states, depth, guarded),
-                             guards={"ok": lambda context, event: True} if guarded else None)
+    machine = create_machine(
+        scaled_chart(states, depth, guarded),
+        guards={"ok": lambda context, event: True} if guarded else None,
+    )
 
     def run(n: int) -> float:
         events = ["tick"] * n
@@ -131,8 +133,10 @@ def run(n: int = 50_000, repeat: int = 5) -> list[Result]:
 def scaling_table(results: list[Result]) -> str:
     """One row per subject and depth: µs/event (median) at each chart size, and the growth."""
     sizes = " | ".join(f"µs/event, {size:,} states" for size in SIZES)
-    lines = [f"| subject | depth | {sizes} | {SIZES[-1]:,} ÷ {SIZES[0]:,} states |",
-             "|---|---:|" + "---:|" * (len(SIZES) + 1)]
+    lines = [
+        f"| subject | depth | {sizes} | {SIZES[-1]:,} ÷ {SIZES[0]:,} states |",
+        "|---|---:|" + "---:|" * (len(SIZES) + 1),
+    ]
     by_case = {(r.subject, r.case): r for r in results}
     for subject in dict.fromkeys(r.subject for r in results):
         for depth in DEPTHS:

@@ -31,8 +31,11 @@ from benchmarks.durable import store_url_or_scratch
 from benchmarks.durable_runtime import idle_worker_steps
 
 
-def profile(url: str, events: int = 300, step_in_send: bool = True,
-            ) -> tuple[dict[tuple[str, str], list[float]], list[float]]:  # fmt: skip
+def profile(
+    url: str,
+    events: int = 300,
+    step_in_send: bool = True,
+) -> tuple[dict[tuple[str, str], list[float]], list[float]]:
     """Per consecutive pair of marks, the gaps in ms; and the total latencies in ms."""
     from persistence import driver, open_store
     from persistence.wakeup import Wakeup
@@ -47,12 +50,17 @@ def profile(url: str, events: int = 300, step_in_send: bool = True,
                 return f(*args, **kwargs)
             finally:
                 marks.setdefault(after, time.perf_counter())
+
         return wrapper
 
     store = open_store(url, migrate=True)
-    store_methods = {"send_event": ("send", "sent"), "send_and_step": ("send", "sent"),
-                     "read_work": ("read", "read done"), "claim_work": ("claim", "claimed"),
-                     "commit_steps": ("commit", "committed")}
+    store_methods = {
+        "send_event": ("send", "sent"),
+        "send_and_step": ("send", "sent"),
+        "read_work": ("read", "read done"),
+        "claim_work": ("claim", "claimed"),
+        "commit_steps": ("commit", "committed"),
+    }
     for name, (before, after) in store_methods.items():
         if hasattr(store, name):
             setattr(store, name, timed(getattr(store, name), before, after))
@@ -91,10 +99,14 @@ def markdown(gaps: dict[tuple[str, str], list[float]], totals: list[float]) -> s
     lines = ["| from | to | steps | p50 ms | p90 ms | p99 ms |", "|---|---|---:|---:|---:|---:|"]
     shown = [(pair, v) for pair, v in gaps.items() if len(v) >= len(totals) // 10]
     for (a, b), values in sorted(shown, key=lambda kv: (-len(kv[1]), _pct(kv[1], 0.5))):
-        lines.append(f"| {a} | {b} | {len(values)} | {_pct(values, 0.5):.3f} | "
-                     f"{_pct(values, 0.9):.3f} | {_pct(values, 0.99):.3f} |")  # fmt: skip
-    lines.append(f"| send | committed (whole step) | {len(totals)} | {_pct(totals, 0.5):.3f} | "
-                 f"{_pct(totals, 0.9):.3f} | {_pct(totals, 0.99):.3f} |")  # fmt: skip
+        lines.append(
+            f"| {a} | {b} | {len(values)} | {_pct(values, 0.5):.3f} | "
+            f"{_pct(values, 0.9):.3f} | {_pct(values, 0.99):.3f} |"
+        )
+    lines.append(
+        f"| send | committed (whole step) | {len(totals)} | {_pct(totals, 0.5):.3f} | "
+        f"{_pct(totals, 0.9):.3f} | {_pct(totals, 0.99):.3f} |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -103,8 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("url", nargs="?", help="store URL (default: the bench DSN, own schema)")
     ap.add_argument("--events", type=int, default=300)
-    ap.add_argument("--queue", action="store_true",
-                    help="queue every event for the worker (Runtime(step_in_send=False))")
+    ap.add_argument(
+        "--queue",
+        action="store_true",
+        help="queue every event for the worker (Runtime(step_in_send=False))",
+    )
     args = ap.parse_args(argv)
     with store_url_or_scratch(args.url, "step_profile") as url:
         print(markdown(*profile(url, args.events, not args.queue)))

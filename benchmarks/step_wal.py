@@ -34,10 +34,14 @@ def _counter() -> Any:
     from statecharts import assign, create_machine
 
     return create_machine(
-        {"id": "counter", "initial": "counting", "context": {"n": 0},
-         "states": {"counting": {"on": {"INC": {"actions": "inc"}}}}},
+        {
+            "id": "counter",
+            "initial": "counting",
+            "context": {"n": 0},
+            "states": {"counting": {"on": {"INC": {"actions": "inc"}}}},
+        },
         actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
-    )  # fmt: skip
+    )
 
 
 def _work(case: str, store: Any, n: int, runs_at_rest: int) -> Any:
@@ -72,7 +76,9 @@ def _table_counts(conn: Any, schema: str) -> dict[str, tuple[int, int, int]]:
     conn.execute("SELECT pg_stat_clear_snapshot()")
     rows = conn.execute(
         "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-        "WHERE schemaname = %s", (schema,)).fetchall()  # fmt: skip
+        "WHERE schemaname = %s",
+        (schema,),
+    ).fetchall()
     return {name: (ins, upd, hot) for name, ins, upd, hot in rows}
 
 
@@ -96,17 +102,27 @@ def measure(url: str, case: str, n: int, runs_at_rest: int = RUNS_AT_REST) -> di
             store.close()  # its sessions report their table counts as they exit
         time.sleep(1.5)
         tables = _table_counts(admin, schema)
-        names = dict(admin.execute(
-            "SELECT c.relfilenode::text, c.relname FROM pg_class c JOIN pg_namespace s "
-            "ON s.oid = c.relnamespace WHERE s.nspname = %s", (schema,)).fetchall())  # fmt: skip
-        database = admin.execute("SELECT oid FROM pg_database "
-                                 "WHERE datname = current_database()").fetchone()[0]  # fmt: skip
+        names = dict(
+            admin.execute(
+                "SELECT c.relfilenode::text, c.relname FROM pg_class c JOIN pg_namespace s "
+                "ON s.oid = c.relnamespace WHERE s.nspname = %s",
+                (schema,),
+            ).fetchall()
+        )
+        database = admin.execute(
+            "SELECT oid FROM pg_database WHERE datname = current_database()"
+        ).fetchone()[0]
         records = admin.execute(
             "SELECT xid::text, resource_manager, record_type, record_length, fpi_length, "
-            "block_ref FROM pg_get_wal_records_info(%s, %s)", (start, end)).fetchall()  # fmt: skip
+            "block_ref FROM pg_get_wal_records_info(%s, %s)",
+            (start, end),
+        ).fetchall()
     touched = re.compile(rf"rel \d+/{database}/(\d+)")
-    ours = {r[0] for r in records  # the transactions that wrote this schema's relations
-            if r[0] != "0" and any(m in names for m in touched.findall(r[5] or ""))}  # fmt: skip
+    ours = {
+        r[0]
+        for r in records  # the transactions that wrote this schema's relations
+        if r[0] != "0" and any(m in names for m in touched.findall(r[5] or ""))
+    }
     mine = [r for r in records if r[0] in ours]
     kinds: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
     for _, manager, record_type, length, _, block in mine:
@@ -115,26 +131,43 @@ def measure(url: str, case: str, n: int, runs_at_rest: int = RUNS_AT_REST) -> di
         kind = kinds[(f"{manager} {record_type.split()[0]}", relation)]
         kind[0] += 1
         kind[1] += length
-    return {"case": case, "n": n, "transactions": len(ours), "records": len(mine),
-            "bytes": sum(r[3] for r in mine), "fpi": sum(r[4] for r in mine), "kinds": kinds,
-            "tables": {k: v for k, v in tables.items() if any(v)}}  # fmt: skip
+    return {
+        "case": case,
+        "n": n,
+        "transactions": len(ours),
+        "records": len(mine),
+        "bytes": sum(r[3] for r in mine),
+        "fpi": sum(r[4] for r in mine),
+        "kinds": kinds,
+        "tables": {k: v for k, v in tables.items() if any(v)},
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The counts per step or workflow, then by record type and relation, then per table."""
     n = result["n"]
     per = "step" if result["case"] == "rest" else "workflow"
-    lines = [f"per {per} ({n} measured): {result['bytes'] / n:,.0f} WAL bytes "
-             f"({result['fpi'] / n:,.0f} of them full-page images), {result['records'] / n:.1f} "
-             f"records, {result['transactions'] / n:.2f} transactions", "",
-             f"| WAL record | relation | per {per} | bytes |", "|---|---|---:|---:|"]  # fmt: skip
-    for (kind, relation), (count, size) in sorted(result["kinds"].items(),
-                                                   key=lambda kv: -kv[1][1]):  # fmt: skip
+    lines = [
+        f"per {per} ({n} measured): {result['bytes'] / n:,.0f} WAL bytes "
+        f"({result['fpi'] / n:,.0f} of them full-page images), {result['records'] / n:.1f} "
+        f"records, {result['transactions'] / n:.2f} transactions",
+        "",
+        f"| WAL record | relation | per {per} | bytes |",
+        "|---|---|---:|---:|",
+    ]
+    for (kind, relation), (count, size) in sorted(
+        result["kinds"].items(), key=lambda kv: -kv[1][1]
+    ):
         if count / n >= 0.05:
             lines.append(f"| {kind} | {relation} | {count / n:.2f} | {size / n:,.0f} |")
-    lines += ["", "Table counts of the whole run, warm-up included (a session reports them when it "
-              "exits, idle ones only every 10 s):", "",
-              "| table | inserts | updates | HOT updates |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "Table counts of the whole run, warm-up included (a session reports them when it "
+        "exits, idle ones only every 10 s):",
+        "",
+        "| table | inserts | updates | HOT updates |",
+        "|---|---:|---:|---:|",
+    ]
     for table, (ins, upd, hot) in sorted(result["tables"].items()):
         lines.append(f"| {table} | {ins} | {upd} | {hot} |")
     return "\n".join(lines) + "\n"

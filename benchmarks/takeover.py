@@ -54,9 +54,14 @@ def machine() -> Any:
             "initial": "working",
             "context": lambda input: {"x": input["x"]},
             "states": {
-                "working": {"invoke": {"id": "step", "src": "step",
-                                       "input": lambda context, event: context["x"],
-                                       "onDone": "finished"}},
+                "working": {
+                    "invoke": {
+                        "id": "step",
+                        "src": "step",
+                        "input": lambda context, event: context["x"],
+                        "onDone": "finished",
+                    }
+                },
                 "finished": {"type": "final"},
             },
         },
@@ -71,8 +76,9 @@ def worker_main(store_url: str, concurrency: int, lease_ms: int) -> None:
     from persistence.worker import Worker
 
     store = open_store(store_url)
-    Worker(Runtime(store, machines=[machine()]), concurrency=concurrency, lease_ms=lease_ms,
-           poll_ms=20).run()
+    Worker(
+        Runtime(store, machines=[machine()]), concurrency=concurrency, lease_ms=lease_ms, poll_ms=20
+    ).run()
 
 
 def _spawn(store_url: str, concurrency: int, lease_ms: int, hang: bool) -> subprocess.Popen[bytes]:
@@ -81,17 +87,29 @@ def _spawn(store_url: str, concurrency: int, lease_ms: int, hang: bool) -> subpr
         env[HANG_ENV] = "1"
     else:
         env.pop(HANG_ENV, None)
-    argv = [sys.executable, "-m", "benchmarks.takeover", "--worker", "--store", store_url,
-            "--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.takeover",
+        "--worker",
+        "--store",
+        store_url,
+        "--concurrency",
+        str(concurrency),
+        "--lease-ms",
+        str(lease_ms),
+    ]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def _held(store: Any, run_id: str) -> bool:
     """Whether `run_id`'s hanging step is held by a worker: its call beside the run (leased to
     that worker's call executor), or the run itself while it runs an in-step effect."""
     return bool(store.get_run(run_id).lease_owner) or any(
-        c.status == "running" for c in store.list_calls(run_id))
+        c.status == "running" for c in store.list_calls(run_id)
+    )
 
 
 def _wait(what: str, done: Any, timeout: float) -> None:
@@ -115,15 +133,21 @@ def measure(store_url: str, runs: int = 4, lease_ms: int = 2_000) -> Takeover:
     a = _spawn(store_url, runs, lease_ms, hang=True)
     b: subprocess.Popen[bytes] | None = None
     try:
-        _wait("worker A to hold every run's call (calls run beside their runs)",
-              lambda: all(_held(store, i) for i in ids), 60)
+        _wait(
+            "worker A to hold every run's call (calls run beside their runs)",
+            lambda: all(_held(store, i) for i in ids),
+            60,
+        )
         b = _spawn(store_url, runs, lease_ms, hang=False)
         time.sleep(1.0)  # B is up and polling (its imports are not part of the takeover)
         assert all(runtime.get(i).status == "active" for i in ids), "B took runs A still held"
         killed = time.perf_counter()
         a.send_signal(signal.SIGKILL)
-        _wait("worker B to finish the runs",
-              lambda: all(runtime.get(i).status == "done" for i in ids), 60 + lease_ms / 1000)
+        _wait(
+            "worker B to finish the runs",
+            lambda: all(runtime.get(i).status == "done" for i in ids),
+            60 + lease_ms / 1000,
+        )
         seconds = time.perf_counter() - killed
     finally:
         for proc in (a, b):
@@ -163,8 +187,11 @@ def run(lease_ms: int = 2_000) -> list[Takeover]:
 
 def markdown(results: list[Takeover]) -> str:
     """The takeover table."""
-    lines = ["| store | runs held by the killed worker | lease | SIGKILL → all finished by "
-             "another worker | note |", "|---|---:|---:|---:|---|"]
+    lines = [
+        "| store | runs held by the killed worker | lease | SIGKILL → all finished by "
+        "another worker | note |",
+        "|---|---:|---:|---:|---|",
+    ]
     for r in results:
         took = "—" if r.seconds is None else f"{r.seconds:.2f} s"
         lines.append(f"| {r.store} | {r.runs} | {r.lease_ms / 1000:g} s | {took} | {r.note} |")

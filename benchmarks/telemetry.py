@@ -80,8 +80,11 @@ def measure_once(store_kind: str, subject: str, n: int, directory: Path) -> floa
     from persistence.runtime import Runtime
     from persistence.worker import Worker
 
-    url = "memory://" if store_kind == "memory" else \
-        f"sqlite:///{directory / f'{time.monotonic_ns()}.db'}"  # fmt: skip
+    url = (
+        "memory://"
+        if store_kind == "memory"
+        else f"sqlite:///{directory / f'{time.monotonic_ns()}.db'}"
+    )
     store = open_store(url, migrate=True)
     telemetry, finish = _telemetry(subject)
     try:
@@ -115,12 +118,16 @@ def run(n: int = 300, repeat: int = 5, stores: Sequence[str] = ("sqlite", "memor
 
 def markdown(rows: Sequence[Row]) -> str:
     """The table: median workflows/s per subject and store, and the ratio to **off**."""
-    lines = ["| store | telemetry | workflows/s (median) | ÷ off | runs |",
-             "|---|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| store | telemetry | workflows/s (median) | ÷ off | runs |",
+        "|---|---|---:|---:|---:|",
+    ]
     for row in rows:
         base = next(r for r in rows if r.store == row.store and r.subject == "off")
-        lines.append(f"| {row.store} | {row.subject} | {row.median:,.0f} | "
-                     f"{row.median / base.median:.2f} | {len(row.rates)} x {row.n} |")  # fmt: skip
+        lines.append(
+            f"| {row.store} | {row.subject} | {row.median:,.0f} | "
+            f"{row.median / base.median:.2f} | {len(row.rates)} x {row.n} |"
+        )
     return "\n".join(lines)
 
 

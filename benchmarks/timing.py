@@ -85,8 +85,9 @@ def case_round(case_name: str, subject: str, case: Case, n: int) -> Round:
     return once
 
 
-def interleave(benchmark: str, rounds: Sequence[Round], repeat: int,
-               unit: str = "ev/s") -> list[Result]:
+def interleave(
+    benchmark: str, rounds: Sequence[Round], repeat: int, unit: str = "ev/s"
+) -> list[Result]:
     """Run every round once, ``repeat`` times over: subjects alternate, so a burst of load from
     another process hits all of them alike instead of one subject's whole series."""
     rates: dict[tuple[str, str], list[float]] = {}
@@ -96,8 +97,10 @@ def interleave(benchmark: str, rounds: Sequence[Round], repeat: int,
             for key, (n, rate) in one().items():
                 rates.setdefault(key, []).append(rate)
                 sizes[key] = n
-    return [Result(benchmark, case, subject, sizes[(case, subject)], tuple(r), unit)
-            for (case, subject), r in rates.items()]
+    return [
+        Result(benchmark, case, subject, sizes[(case, subject)], tuple(r), unit)
+        for (case, subject), r in rates.items()
+    ]
 
 
 def ratio(ours: Result, peer: Result) -> float | None:

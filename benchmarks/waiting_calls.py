@@ -82,16 +82,21 @@ def waiting_machine(call_s: float) -> Any:
             "initial": "calling",
             "context": lambda input: {"x": input["x"], "result": None},
             "states": {
-                "calling": {"invoke": {"id": "wait_one", "src": "wait_one",
-                                       "input": lambda context, event: context["x"],
-                                       "onDone": {"target": "finished", "actions": "keep"}}},
+                "calling": {
+                    "invoke": {
+                        "id": "wait_one",
+                        "src": "wait_one",
+                        "input": lambda context, event: context["x"],
+                        "onDone": {"target": "finished", "actions": "keep"},
+                    }
+                },
                 "finished": {"type": "final"},
             },
             "output": lambda context, event: context["result"],
         },
         actors={"wait_one": wait_one},
         actions={"keep": assign({"result": lambda context, event: event["output"]})},
-    )  # fmt: skip
+    )
 
 
 def ours(url: str, n: int, call_s: float) -> dict[str, Any]:
@@ -131,9 +136,13 @@ def ours(url: str, n: int, call_s: float) -> dict[str, Any]:
         record = runtime.get(run_id)
         assert record.status == "done" and record.snapshot.get("output") == i, (run_id, record)
     store.close()
-    return {"subject": f"{ours_label()}, 1 worker process", "n": n,
-            "starting_s": started - began, "done_s": done - began,
-            "mb_per_call": (top - base) / n}  # fmt: skip
+    return {
+        "subject": f"{ours_label()}, 1 worker process",
+        "n": n,
+        "starting_s": started - began,
+        "done_s": done - began,
+        "mb_per_call": (top - base) / n,
+    }
 
 
 def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
@@ -160,8 +169,9 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
         base = rss_mb()
         peak = PeakRss()
         began = time.perf_counter()
-        handles = await asyncio.gather(*(DBOS.start_workflow_async(waiting_call, i)
-                                         for i in range(n)))  # fmt: skip
+        handles = await asyncio.gather(
+            *(DBOS.start_workflow_async(waiting_call, i) for i in range(n))
+        )
         started = time.perf_counter()
         results = await asyncio.gather(*(h.get_result() for h in handles))
         done = time.perf_counter()
@@ -173,8 +183,13 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
         starting, took, per_call = asyncio.run(everything())
     finally:
         DBOS.destroy()
-    return {"subject": f"DBOS Transact {version('dbos')}, async workflows", "n": n,
-            "starting_s": starting, "done_s": took, "mb_per_call": per_call}  # fmt: skip
+    return {
+        "subject": f"DBOS Transact {version('dbos')}, async workflows",
+        "n": n,
+        "starting_s": starting,
+        "done_s": took,
+        "mb_per_call": per_call,
+    }
 
 
 @dataclass(frozen=True)
@@ -199,9 +214,24 @@ def measure(side: str, n: int, call_s: float) -> Row:
         conn.execute(f"CREATE DATABASE {database}")
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.waiting_calls", "--side", side, "--url",
-             with_database(dsn, database), "--n", str(n), "--call-s", str(call_s)],
-            check=True, capture_output=True, text=True, timeout=900)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.waiting_calls",
+                "--side",
+                side,
+                "--url",
+                with_database(dsn, database),
+                "--n",
+                str(n),
+                "--call-s",
+                str(call_s),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(f"{side} failed:\n{exc.stderr[-3000:]}") from exc
     finally:
@@ -217,13 +247,17 @@ def run(n: int, call_s: float = 1.0) -> list[Row]:
 def table(rows: list[Row], call_s: float = 1.0) -> str:
     """Markdown: both sides and the ratio of their times to all done."""
     ours_row = next(r for r in rows if not r.subject.startswith("DBOS"))
-    lines = ["| subject | runs | each call | started in | all done in | vs DBOS (time to all "
-             "done) | memory per waiting call |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| subject | runs | each call | started in | all done in | vs DBOS (time to all "
+        "done) | memory per waiting call |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ratio = "" if r is ours_row else f"**{r.done_s / ours_row.done_s:.2f}x** slower"
-        lines.append(f"| {r.subject} | {r.n:,} | {call_s:g} s async | {r.starting_s:.2f} s | "
-                     f"{r.done_s:.2f} s | {ratio} | {r.mb_per_call * 1024:.1f} KiB |")
+        lines.append(
+            f"| {r.subject} | {r.n:,} | {call_s:g} s async | {r.starting_s:.2f} s | "
+            f"{r.done_s:.2f} s | {ratio} | {r.mb_per_call * 1024:.1f} KiB |"
+        )
     return "\n".join(lines)
 
 

@@ -37,7 +37,11 @@ def ensure_xstate() -> str:
         (CACHE / "package.json").write_text('{"private": true, "type": "module"}\n')
         done = subprocess.run(
             ["npm", "install", "--no-audit", "--no-fund", "--silent", "xstate@5"],
-            cwd=CACHE, capture_output=True, text=True, timeout=300, check=False,
+            cwd=CACHE,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         if done.returncode != 0 or not pkg.exists():
             raise XStateUnavailable(f"npm install xstate@5 failed: {done.stderr.strip()[-300:]}")
@@ -46,8 +50,9 @@ def ensure_xstate() -> str:
 
 def node_version() -> str:
     """``node --version`` output, e.g. ``v20.20.2``."""
-    return subprocess.run(["node", "--version"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["node", "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 REPLY_TIMEOUT = 600.0  # seconds for one warm-up or one run: a stuck Node process fails the run
@@ -61,12 +66,19 @@ class XStateProcess:
         ensure_xstate()
         script = CACHE / SCRIPT.name
         shutil.copyfile(SCRIPT, script)
-        spec = {"warmup": warmup, "cases": cases,
-                "limits": {"counter": COUNTER_LIMIT, "shop": SHOP_LIMIT,
-                           "invoice": INVOICE_ATTEMPTS}}
-        self._node = subprocess.Popen(["node", str(script)], cwd=CACHE, text=True,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
+        spec = {
+            "warmup": warmup,
+            "cases": cases,
+            "limits": {"counter": COUNTER_LIMIT, "shop": SHOP_LIMIT, "invoice": INVOICE_ATTEMPTS},
+        }
+        self._node = subprocess.Popen(
+            ["node", str(script)],
+            cwd=CACHE,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             self._request(spec)
         except BaseException:  # (a failed warm-up: no context manager will close it)

@@ -81,8 +81,7 @@ class WorkerKilled(BaseException):
 
 def at(day: date, hour: int, minute: int = 0) -> int:
     """Epoch ms of ``day`` ``hour``:``minute`` UTC."""
-    return int(datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC).timestamp()
-               * 1000)
+    return int(datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC).timestamp() * 1000)
 
 
 @dataclass
@@ -105,8 +104,14 @@ class Tally:
 class Demo:
     """The scenario, on the in-memory runner or the durable runtime."""
 
-    def __init__(self, workdir: Path, days: int, out: Callable[[str], None],
-                 store: str | None = None, followup_db: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        days: int,
+        out: Callable[[str], None],
+        store: str | None = None,
+        followup_db: str | None = None,
+    ) -> None:
         self.workdir = workdir
         self.days = days
         self.out = out
@@ -126,8 +131,7 @@ class Demo:
         self.store = store
         self.runner: LocalRunner | DurableRunner
         if store is None:
-            self.runner = LocalRunner({**followup, invoice.id: invoice},
-                                      SimulatedClock(self.now))
+            self.runner = LocalRunner({**followup, invoice.id: invoice}, SimulatedClock(self.now))
         else:
             self.runner = DurableRunner(store, [*followup.values(), invoice], lease_ms=LEASE_MS)
         self.ingress: LoopbackIngress | None = None
@@ -171,24 +175,36 @@ class Demo:
             repo.add_holiday(tx, *HOLIDAY)
         self.crm.set_stages(STAGES)
         self.invoice_ledger = FakeLedger(self.world)
-        for customer in (("C-1", "Ada Lovelace", "ada@example.com"),
-                         ("C-2", "Grace Hopper", "grace@example.com")):
+        for customer in (
+            ("C-1", "Ada Lovelace", "ada@example.com"),
+            ("C-2", "Grace Hopper", "grace@example.com"),
+        ):
             self.invoice_ledger.put_customer(*customer)
         self.out("statecharts demo: the CRM follow-up machine and the invoice workflow")
-        where = "in-memory actors on simulated time (no --store)" if self.store is None else \
-            f"durable, in {self.store} (in-process worker; one worker subprocess is killed)"
+        where = (
+            "in-memory actors on simulated time (no --store)"
+            if self.store is None
+            else f"durable, in {self.store} (in-process worker; one worker subprocess is killed)"
+        )
         self.out(f"  runs:               {where}")
         self.out(f"  follow-up database: {self.db.url}")
-        self.out(f"  fake outside world: {self.world.path} (CRM, task tool, mail, "
-                 "summarizer, invoice API)")
+        self.out(
+            f"  fake outside world: {self.world.path} (CRM, task tool, mail, "
+            "summarizer, invoice API)"
+        )
         if isinstance(self.runner, DurableRunner):
-            self.ingress = LoopbackIngress(self.runner.runtime, "crm-webhook-secret",
-                                           ("followup_register",))
-            self.out(f"  webhook ingress:    {self.ingress.url}/api (persistence.ingress; the "
-                     "CRM signs each body, X-CRM-Signature)")
-        self.out(f"  calendar:           {self.days} business days from {long_date(START)}; "
-                 f"holiday {HOLIDAY[0]:%a %d %b} ({HOLIDAY[1]}); cadence 5, 12, 21 "
-                 "business days")
+            self.ingress = LoopbackIngress(
+                self.runner.runtime, "crm-webhook-secret", ("followup_register",)
+            )
+            self.out(
+                f"  webhook ingress:    {self.ingress.url}/api (persistence.ingress; the "
+                "CRM signs each body, X-CRM-Signature)"
+            )
+        self.out(
+            f"  calendar:           {self.days} business days from {long_date(START)}; "
+            f"holiday {HOLIDAY[0]:%a %d %b} ({HOLIDAY[1]}); cadence 5, 12, 21 "
+            "business days"
+        )
         self.out("")
 
     def webhooks(self, day: date) -> None:
@@ -197,12 +213,19 @@ class Demo:
             time = self.at_time(day, 8, 5 + n)
             self.crm.put_deal(deal_id, name, stage)
             if not delivered:
-                self.line(time, "webhook", f"{name} -> {stage}: webhook LOST on the way",
-                          "(never arrives)")
+                self.line(
+                    time,
+                    "webhook",
+                    f"{name} -> {stage}: webhook LOST on the way",
+                    "(never arrives)",
+                )
                 continue
             outcome = self.register(day, deal_id, name, stage)
-            what = {"registered": "watch opened", "closed": "watch closed",
-                    "ignored": "nothing to do"}
+            what = {
+                "registered": "watch opened",
+                "closed": "watch closed",
+                "ignored": "nothing to do",
+            }
             result = str(outcome.snapshot.value)
             text = what.get(result, result)
             if result == "closed" and not outcome.context["closed"]:
@@ -211,21 +234,40 @@ class Demo:
         time = self.at_time(day, 8, 20)
         if self.ingress is None:
             again = self.register(day, "D-103", "Initech", "Proposal")
-            self.line(time, "webhook", "Initech -> Proposal again (CRM retried the webhook): "
-                      f"same watch {again.context['watch_id']}, cadence kept", again.status)
+            self.line(
+                time,
+                "webhook",
+                "Initech -> Proposal again (CRM retried the webhook): "
+                f"same watch {again.context['watch_id']}, cadence kept",
+                again.status,
+            )
             return
         again = self.redeliver("D-103")
-        self.line(time, "webhook", "Initech -> Proposal again (CRM retried the webhook): "
-                  f"same run, watch {again.context['watch_id']}{self.via}", again.status)
+        self.line(
+            time,
+            "webhook",
+            "Initech -> Proposal again (CRM retried the webhook): "
+            f"same run, watch {again.context['watch_id']}{self.via}",
+            again.status,
+        )
         forged = orjson.dumps({"key": "webhook:D-999:forged", "input": {"deal_id": "D-999"}})
         code, _ = self.ingress.post(REGISTER_PATH, forged, signed=False)
-        self.line(time, "webhook", f"a webhook without the CRM's signature: refused, nothing "
-                  f"started (HTTP {code})", "refused" if code == 401 else f"HTTP {code}!")
+        self.line(
+            time,
+            "webhook",
+            f"a webhook without the CRM's signature: refused, nothing started (HTTP {code})",
+            "refused" if code == 401 else f"HTTP {code}!",
+        )
 
     def register(self, day: date, deal_id: str, name: str, stage: str) -> Outcome:
         """A delivered webhook: a Register run (posted over HTTP on the durable runtime)."""
-        input = {"deal_id": deal_id, "deal_name": name, "stage": stage,
-                 "today": day.isoformat(), "now": self.now}  # fmt: skip
+        input = {
+            "deal_id": deal_id,
+            "deal_name": name,
+            "stage": stage,
+            "today": day.isoformat(),
+            "now": self.now,
+        }
         key = f"webhook:{deal_id}:{self.now}"
         if self.ingress is None:
             self.via = ""
@@ -249,8 +291,7 @@ class Demo:
         sent = orjson.loads(body)
         assert isinstance(self.runner, DurableRunner)
         self.runner.run_ids[sent["key"]] = answer["id"]
-        outcome = self.runner.finish("followup_register", sent["key"], answer["id"],
-                                     sent["input"])  # fmt: skip
+        outcome = self.runner.finish("followup_register", sent["key"], answer["id"], sent["input"])
         if code == 201:
             self.tally.add(outcome)
         return outcome
@@ -258,8 +299,7 @@ class Demo:
     def enrich(self, day: date, hour: int) -> Outcome:
         """An Enrich run at ``hour``:30."""
         self.at_time(day, hour, 30)
-        return self.run("followup_enrich", {"now": self.now},
-                        key=f"enrich:{day}T{hour:02d}:30")
+        return self.run("followup_enrich", {"now": self.now}, key=f"enrich:{day}T{hour:02d}:30")
 
     def evaluate(self, day: date, hour: int, crash_after: int | None = None) -> Outcome:
         """An Evaluate run at ``hour``:00; with ``crash_after``, its worker is killed after
@@ -276,8 +316,9 @@ class Demo:
         self.tally.add(outcome)
         return outcome
 
-    def kill_in_memory(self, runner: LocalRunner, time: str, key: str, input: dict[str, Any],
-                       after: int) -> Outcome:
+    def kill_in_memory(
+        self, runner: LocalRunner, time: str, key: str, input: dict[str, Any], after: int
+    ) -> Outcome:
         """Stop the in-memory worker dead inside the task tool call, resume from the last
         persisted snapshot."""
         real = self.services.tasks
@@ -286,17 +327,28 @@ class Demo:
             runner.run("followup_evaluate", input, key)
         except WorkerKilled:
             state = _state_text(runner.persisted[key]["value"])
-            self.line(time, "evaluate", f"worker KILLED after creating task "
-                      f"{self.tasks.tasks()[-1]['id']}, before recording it; last persisted "
-                      f"state: {state}", "killed")
+            self.line(
+                time,
+                "evaluate",
+                f"worker KILLED after creating task "
+                f"{self.tasks.tasks()[-1]['id']}, before recording it; last persisted "
+                f"state: {state}",
+                "killed",
+            )
         finally:
             self.services.tasks = real
-        self.line(time, "evaluate", f"a new worker resumes {key} from that snapshot; calls in "
-                  "flight are made again (the task tool finds the task by its key)", "resumed")
+        self.line(
+            time,
+            "evaluate",
+            f"a new worker resumes {key} from that snapshot; calls in "
+            "flight are made again (the task tool finds the task by its key)",
+            "resumed",
+        )
         return runner.resume("followup_evaluate", key, input)
 
-    def kill_worker_process(self, runner: DurableRunner, time: str, key: str,
-                            input: dict[str, Any], after: int) -> Outcome:
+    def kill_worker_process(
+        self, runner: DurableRunner, time: str, key: str, input: dict[str, Any], after: int
+    ) -> Outcome:
         """The Evaluate schedule fires the slot; a worker subprocess takes the run; SIGKILL it
         right after its ``after``-th task; the schedule's next slot comes while the run is still
         running and is skipped (its overlap policy: one Evaluate at a time); the in-process
@@ -308,20 +360,35 @@ class Demo:
         runner.run_ids[key] = run_id
         input = slot_input(schedule.name, {}, schedule.tz)(self.now)  # the run was given it
         self.world.hold("tasks", after=after)
-        env = {**os.environ, "FOLLOWUP_DATABASE": self.db.url,
-               "FOLLOWUP_FAKES": self.world.path, "INVOICE_FAKES": self.world.path,
-               "FOLLOWUP_STAGES": ",".join(self.services.settings.in_scope_stages)}
+        env = {
+            **os.environ,
+            "FOLLOWUP_DATABASE": self.db.url,
+            "FOLLOWUP_FAKES": self.world.path,
+            "INVOICE_FAKES": self.world.path,
+            "FOLLOWUP_STAGES": ",".join(self.services.settings.in_scope_stages),
+        }
         worker = subprocess.Popen(
-            [sys.executable, "-m", "machines.durable", "--store", runner.url,
-             "--lease-ms", str(LEASE_MS)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "machines.durable",
+                "--store",
+                runner.url,
+                "--lease-ms",
+                str(LEASE_MS),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = wall_ms() + 60_000
             while not self.world.holding("tasks"):
                 if worker.poll() is not None or wall_ms() > deadline:
                     error = worker.stderr.read().decode() if worker.stderr else ""
-                    raise RuntimeError(f"the worker subprocess never reached the kill point:\n"
-                                       f"{error}")
+                    raise RuntimeError(
+                        f"the worker subprocess never reached the kill point:\n{error}"
+                    )
                 threading.Event().wait(0.02)
             os.kill(worker.pid, signal.SIGKILL)
             worker.wait()
@@ -333,13 +400,23 @@ class Demo:
             if worker.stderr:
                 worker.stderr.close()
         state = runner.runtime.get(run_id).state
-        self.line(time, "evaluate", f"worker process {worker.pid} KILLED (SIGKILL) after creating "
-                  f"task {self.tasks.tasks()[-1]['id']}, before recording it; the run's row "
-                  f"says: {state}", "killed")
+        self.line(
+            time,
+            "evaluate",
+            f"worker process {worker.pid} KILLED (SIGKILL) after creating "
+            f"task {self.tasks.tasks()[-1]['id']}, before recording it; the run's row "
+            f"says: {state}",
+            "killed",
+        )
         self.skipped_slot = self.next_slot_skipped(schedule, run_id)
-        self.line(time, "evaluate", f"after its {LEASE_MS} ms lease expires another worker "
-                  "takes the run over; the call in flight is made again with the same "
-                  "idempotency key (the task tool finds the task)", "resumed")
+        self.line(
+            time,
+            "evaluate",
+            f"after its {LEASE_MS} ms lease expires another worker "
+            "takes the run over; the call in flight is made again with the same "
+            "idempotency key (the task tool finds the task)",
+            "resumed",
+        )
         return runner.finish("followup_evaluate", key, run_id, input)
 
     def evaluate_schedule(self, runner: DurableRunner) -> ScheduledStart:
@@ -359,11 +436,15 @@ class Demo:
         record = schedule.runtime.store.get_schedule(schedule.name)
         skips = record.skipped if record is not None else ()
         if started is not None or not skips or skips[-1]["last"] != slot:
-            raise RuntimeError("the Evaluate schedule did not skip its slot while the previous "
-                               "run was still running")
+            raise RuntimeError(
+                "the Evaluate schedule did not skip its slot while the previous "
+                "run was still running"
+            )
         hhmm = datetime.fromtimestamp(slot / 1000, UTC).strftime("%H:%M")
-        return (f"schedule: slot {hhmm} SKIPPED: the previous run was still running (run "
-                f"{run_id[:8]}, its worker killed; overlap skip: one Evaluate at a time)")
+        return (
+            f"schedule: slot {hhmm} SKIPPED: the previous run was still running (run "
+            f"{run_id[:8]}, its worker killed; overlap skip: one Evaluate at a time)"
+        )
 
     def describe_evaluate(self, time: str, outcome: Outcome) -> None:
         """The timeline line of a noteworthy Evaluate run."""
@@ -371,14 +452,18 @@ class Demo:
         parts = []
         reconciled = context.get("reconciled") or {}
         if reconciled.get("registered"):
-            parts.append(f"reconciled: +{len(reconciled['registered'])} watch "
-                         f"({', '.join(reconciled['registered'])})")
+            parts.append(
+                f"reconciled: +{len(reconciled['registered'])} watch "
+                f"({', '.join(reconciled['registered'])})"
+            )
         if reconciled.get("closed"):
             parts.append(f"closed {len(reconciled['closed'])} (deal left scope)")
         created = context["created"]
         if created:
-            parts.append(f"{len(created)} task(s): " + ", ".join(
-                f"{c['task_id']} {c['subject_name']} #{c['step']}" for c in created))
+            parts.append(
+                f"{len(created)} task(s): "
+                + ", ".join(f"{c['task_id']} {c['subject_name']} #{c['step']}" for c in created)
+            )
         for skipped in context["skipped"]:
             parts.append(f"skipped {skipped['item']} ({skipped['error']})")
         if outcome.retries:
@@ -395,9 +480,10 @@ class Demo:
         """The timeline line of the Alerts run a failure started, if any."""
         if outcome.alert is not None:
             alert = outcome.alert
-            verdict = {"alerted": "alert mailed to ops", "suppressed":
-                       "same alert sent recently: suppressed"}.get(
-                str(alert.snapshot.value), f"alerts run {alert.status}")
+            verdict = {
+                "alerted": "alert mailed to ops",
+                "suppressed": "same alert sent recently: suppressed",
+            }.get(str(alert.snapshot.value), f"alerts run {alert.status}")
             self.line(time, "alerts", verdict, alert.status)
 
     def business_days(self) -> list[date]:
@@ -431,13 +517,13 @@ class Demo:
             self.crm.rename_stage("Proposal Sent", "Proposal")
             return "the rename is reverted after the alert"
         if n == 12 and hour == 9:
-            self.services.settings = replace(self.services.settings,
-                                             in_scope_stages=WRONG_STAGES)
-            return (f"a deploy sets the stage filter to {list(WRONG_STAGES)}: a real stage, "
-                    "the wrong one (no deal is in it)")
+            self.services.settings = replace(self.services.settings, in_scope_stages=WRONG_STAGES)
+            return (
+                f"a deploy sets the stage filter to {list(WRONG_STAGES)}: a real stage, "
+                "the wrong one (no deal is in it)"
+            )
         if n == 12 and hour == 12:
-            self.services.settings = replace(self.services.settings,
-                                             in_scope_stages=DEFAULT_STAGES)
+            self.services.settings = replace(self.services.settings, in_scope_stages=DEFAULT_STAGES)
             return f"the stage filter is fixed: {list(DEFAULT_STAGES)}"
         if n == 13 and hour == 9:
             self.world.fail("tasks", times=3)
@@ -450,17 +536,28 @@ class Demo:
             self.world.fail("mail", times=2)
             self.line("07:59", "inject", "mail server down for the next 2 sends")
         time = self.at_time(day, 8)
-        morning = self.run("followup_report", {"kind": "morning", "today": day.isoformat()},
-                           key=f"report:morning:{day}")
+        morning = self.run(
+            "followup_report",
+            {"kind": "morning", "today": day.isoformat()},
+            key=f"report:morning:{day}",
+        )
         if morning.snapshot.status == "error":
             error = morning.snapshot.error
-            self.line(time, "report", f"morning list FAILED: {error['name']}: "
-                      f"{error['message']}", morning.status)
+            self.line(
+                time,
+                "report",
+                f"morning list FAILED: {error['name']}: {error['message']}",
+                morning.status,
+            )
             self.describe_alert(time, morning)
         else:
             due = str(morning.context["report"]).count("\n- ")
-            self.line(time, "report", f"morning list mailed to sales ({due} follow-up(s) due "
-                      "or overdue)", morning.status)
+            self.line(
+                time,
+                "report",
+                f"morning list mailed to sales ({due} follow-up(s) due or overdue)",
+                morning.status,
+            )
         if n == 1:
             self.webhooks(day)
         if n in (2, 4, 7):
@@ -496,52 +593,83 @@ class Demo:
                     skipped = enrich.context["skipped"]
                     if skipped:
                         errors = ", ".join(sorted({s["error"] for s in skipped}))
-                        self.line(f"{hour:02d}:30", "enrich", f"skipped {len(skipped)} deal(s) "
-                                  f"({errors}); their old summaries are kept", enrich.status)
-            self.out(f"  ...      evaluate ran hourly 09:00-17:00 ({quiet} run(s) with nothing "
-                     f"to do), enrich hourly at :30 ({enriched} runs)")
+                        self.line(
+                            f"{hour:02d}:30",
+                            "enrich",
+                            f"skipped {len(skipped)} deal(s) "
+                            f"({errors}); their old summaries are kept",
+                            enrich.status,
+                        )
+            self.out(
+                f"  ...      evaluate ran hourly 09:00-17:00 ({quiet} run(s) with nothing "
+                f"to do), enrich hourly at :30 ({enriched} runs)"
+            )
             if day.weekday() == 4:
                 time = self.at_time(day, 17, 30)
-                digest = self.run("followup_report", {"kind": "digest",
-                                                      "today": day.isoformat()},
-                                  key=f"report:digest:{day}")
+                digest = self.run(
+                    "followup_report",
+                    {"kind": "digest", "today": day.isoformat()},
+                    key=f"report:digest:{day}",
+                )
                 first = str(digest.context["report"]).splitlines()[2]
-                self.line(time, "report", f"Friday digest mailed to sales ({first})",
-                          digest.status)
+                self.line(time, "report", f"Friday digest mailed to sales ({first})", digest.status)
 
     def emails(self, day: date, n: int) -> None:
         """E-mails about deals arrive (for Enrich to summarise)."""
-        notes = {2: ("D-101", "cfo@acme.example", "Budget", "Budget approved for Q2, "
-                     "waiting on procurement."),
-                 4: ("D-102", "ops@globex.example", "Pilot", "Pilot went well; they want "
-                     "a 3-year price."),
-                 7: ("D-104", "it@umbrella.example", "Security review", "Security "
-                     "questionnaire returned with two open items.")}
+        notes = {
+            2: (
+                "D-101",
+                "cfo@acme.example",
+                "Budget",
+                "Budget approved for Q2, waiting on procurement.",
+            ),
+            4: (
+                "D-102",
+                "ops@globex.example",
+                "Pilot",
+                "Pilot went well; they want a 3-year price.",
+            ),
+            7: (
+                "D-104",
+                "it@umbrella.example",
+                "Security review",
+                "Security questionnaire returned with two open items.",
+            ),
+        }
         deal_id, sender, subject, body = notes[n]
         self.crm.add_email(deal_id, at(day, 7, 45), sender, subject, body)
 
     def invoices(self) -> None:
         """Three invoice runs: healthy, invoice API flaky, mail flaky."""
         self.out("")
-        self.out("Invoices (pending -> fetching customer -> creating invoice -> recording -> "
-                 "sending e-mail)")
-        orders = [("O-1", "C-1", 129_00, None), ("O-2", "C-2", 4_990_00, "invoice_api"),
-                  ("O-3", "C-1", 59_00, "mail")]
+        self.out(
+            "Invoices (pending -> fetching customer -> creating invoice -> recording -> "
+            "sending e-mail)"
+        )
+        orders = [
+            ("O-1", "C-1", 129_00, None),
+            ("O-2", "C-2", 4_990_00, "invoice_api"),
+            ("O-3", "C-1", 59_00, "mail"),
+        ]
         for order_id, customer, amount, failing in orders:
             if failing == "invoice_api":
                 self.world.fail("invoice_api", times=3)
             if failing == "mail":
                 self.world.fail("mail", times=1)
             started = self.runner.clock.now()
-            outcome = self.runner.run("invoice", {
-                "order_id": order_id, "customer_id": customer, "amount_cents": amount},
-                key=f"invoice:{order_id}")
+            outcome = self.runner.run(
+                "invoice",
+                {"order_id": order_id, "customer_id": customer, "amount_cents": amount},
+                key=f"invoice:{order_id}",
+            )
             self.tally.add(outcome)
             took = (self.runner.clock.now() - started) / 1000
             detail = f"{outcome.context['invoice_id']} mailed"
             if failing == "invoice_api":
-                detail += (f" after {outcome.retries} retries of the invoice API (waits 1s, "
-                           f"2s, 4s; one idempotency key) in {took:.0f}s")
+                detail += (
+                    f" after {outcome.retries} retries of the invoice API (waits 1s, "
+                    f"2s, 4s; one idempotency key) in {took:.0f}s"
+                )
             elif failing == "mail":
                 detail += f" after {outcome.retries} SMTP retry"
             self.line("", "invoice", f"{order_id}: {detail}", str(outcome.snapshot.value))
@@ -554,21 +682,27 @@ class Demo:
         changed = regenerate(machines_dir, out_dir)
         count = len(discover(machines_dir))
         self.out("")
-        self.out(f"Diagrams: {count} machines drawn in {os.path.relpath(out_dir)}/ "
-                 f"({len(changed)} file(s) changed; index: README.md)")
+        self.out(
+            f"Diagrams: {count} machines drawn in {os.path.relpath(out_dir)}/ "
+            f"({len(changed)} file(s) changed; index: README.md)"
+        )
 
     def summary(self) -> None:
         """The summary table, counted from the runs and from the fakes themselves."""
         self.out("")
         self.out("Summary")
         names = sorted({name for name, _ in self.tally.runs})
-        self.out(f"  {'workflow':<20}{'runs':>6}{'done':>6}{'partial':>9}{'failed':>8}"
-                 f"{'retries':>9}{'skipped':>9}")
+        self.out(
+            f"  {'workflow':<20}{'runs':>6}{'done':>6}{'partial':>9}{'failed':>8}"
+            f"{'retries':>9}{'skipped':>9}"
+        )
         for name in names:
             counts = {s: self.tally.runs[(name, s)] for s in ("done", "partial", "error")}
-            self.out(f"  {name:<20}{sum(counts.values()):>6}{counts['done']:>6}"
-                     f"{counts['partial']:>9}{counts['error']:>8}"
-                     f"{self.tally.retries[name]:>9}{self.tally.skipped[name]:>9}")
+            self.out(
+                f"  {name:<20}{sum(counts.values()):>6}{counts['done']:>6}"
+                f"{counts['partial']:>9}{counts['error']:>8}"
+                f"{self.tally.retries[name]:>9}{self.tally.skipped[name]:>9}"
+            )
         total = sum(self.tally.runs.values())
         with self.db.transaction() as tx:
             steps = repo.step_counts(tx)
@@ -576,18 +710,27 @@ class Demo:
         duplicates = self.tasks.duplicates() + invoices.duplicates()
         mails = self.mailer.sent()
         alerts = sum(1 for m in mails if m["recipient"] == self.services.settings.ops_inbox)
-        self.out(f"  {'all':<20}{total:>6}{'':>32}{sum(self.tally.retries.values()):>9}"
-                 f"{sum(self.tally.skipped.values()):>9}")
+        self.out(
+            f"  {'all':<20}{total:>6}{'':>32}{sum(self.tally.retries.values()):>9}"
+            f"{sum(self.tally.skipped.values()):>9}"
+        )
         self.out("")
-        self.out(f"  tasks created: {len(self.tasks.tasks())}   steps fired: "
-                 f"{steps.get('fired', 0)}, pending: {steps.get('pending', 0)}, skipped "
-                 f"(watch closed): {steps.get('skipped', 0)}")
-        self.out(f"  invoices: {len(invoices.invoices())}   mails sent: {len(mails)} "
-                 f"(alerts to ops: {alerts})")
+        self.out(
+            f"  tasks created: {len(self.tasks.tasks())}   steps fired: "
+            f"{steps.get('fired', 0)}, pending: {steps.get('pending', 0)}, skipped "
+            f"(watch closed): {steps.get('skipped', 0)}"
+        )
+        self.out(
+            f"  invoices: {len(invoices.invoices())}   mails sent: {len(mails)} "
+            f"(alerts to ops: {alerts})"
+        )
         if isinstance(self.runner, DurableRunner):
             stored = self.runner.store.count_runs()
-            self.out(f"  runs in the store: {sum(stored.values())} ("
-                     + ", ".join(f"{n} {status}" for status, n in sorted(stored.items())) + ")")
+            self.out(
+                f"  runs in the store: {sum(stored.values())} ("
+                + ", ".join(f"{n} {status}" for status, n in sorted(stored.items()))
+                + ")"
+            )
         self.out(f"  duplicates: {duplicates}")
 
 
@@ -610,9 +753,14 @@ class _Killing(FakeTaskTool):
 def _noteworthy(outcome: Outcome) -> bool:
     context = outcome.context
     reconciled = context.get("reconciled") or {}
-    return bool(context["created"] or context["skipped"] or outcome.retries or
-                outcome.snapshot.status == "error" or reconciled.get("registered") or
-                reconciled.get("closed"))
+    return bool(
+        context["created"]
+        or context["skipped"]
+        or outcome.retries
+        or outcome.snapshot.status == "error"
+        or reconciled.get("registered")
+        or reconciled.get("closed")
+    )
 
 
 def _state_text(value: Any) -> str:
@@ -623,26 +771,44 @@ def _state_text(value: Any) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; returns the exit status (1 if any duplicate was found)."""
-    parser = argparse.ArgumentParser(prog="python -m machines.demo", description=__doc__
-                                     .split("\n\n")[0])
-    parser.add_argument("--workdir", type=Path, default=Path("demo-output"),
-                        help="where the SQLite files go (default: ./demo-output)")
+    parser = argparse.ArgumentParser(
+        prog="python -m machines.demo", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("demo-output"),
+        help="where the SQLite files go (default: ./demo-output)",
+    )
     parser.add_argument("--days", type=int, default=15, help="business days to simulate")
-    parser.add_argument("--diagrams", type=Path, default=DIAGRAMS,
-                        help=f"where the diagrams go (default: {DIAGRAMS})")
-    parser.add_argument("--followup-db", default=None,
-                        help="the follow-up database URL (default: a SQLite file in --workdir)")
+    parser.add_argument(
+        "--diagrams",
+        type=Path,
+        default=DIAGRAMS,
+        help=f"where the diagrams go (default: {DIAGRAMS})",
+    )
+    parser.add_argument(
+        "--followup-db",
+        default=None,
+        help="the follow-up database URL (default: a SQLite file in --workdir)",
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--store", default=None,
-                       help="the durable run store (default: sqlite:///<workdir>/runs.db; "
-                            "e.g. postgresql://localhost/test?schema=demo)")
-    where.add_argument("--in-memory", action="store_true",
-                       help="run on in-memory actors instead of a durable store")
+    where.add_argument(
+        "--store",
+        default=None,
+        help="the durable run store (default: sqlite:///<workdir>/runs.db; "
+        "e.g. postgresql://localhost/test?schema=demo)",
+    )
+    where.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="run on in-memory actors instead of a durable store",
+    )
     args = parser.parse_args(argv)
-    store = None if args.in_memory else \
-        args.store or f"sqlite:///{args.workdir / 'runs.db'}"
-    demo = Demo(args.workdir, args.days, lambda text: print(text, flush=True), store,
-                args.followup_db)
+    store = None if args.in_memory else args.store or f"sqlite:///{args.workdir / 'runs.db'}"
+    demo = Demo(
+        args.workdir, args.days, lambda text: print(text, flush=True), store, args.followup_db
+    )
     try:
         demo.setup()
         demo.follow_up_days()

@@ -36,8 +36,14 @@ class DurableRunner:
     the days of a scenario on the durable runtime.
     """
 
-    def __init__(self, url: str, machines: Sequence[Machine], lease_ms: int = 1000,
-                 dry_run: bool = False, start: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        machines: Sequence[Machine],
+        lease_ms: int = 1000,
+        dry_run: bool = False,
+        start: int | None = None,
+    ) -> None:
         from persistence import open_store
         from persistence.runtime import Runtime
         from persistence.worker import Worker
@@ -55,8 +61,9 @@ class DurableRunner:
         self.outcomes: list[Outcome] = []
         self.run_ids: dict[str, str] = {}
 
-    def start(self, name: str, input: Mapping[str, Any], key: str,
-              for_other_workers: bool = False) -> str:
+    def start(
+        self, name: str, input: Mapping[str, Any], key: str, for_other_workers: bool = False
+    ) -> str:
         """Start a run (idempotent by ``key`` while it is active); its id.
         ``for_other_workers``: due now on the wall clock, for worker processes."""
         runtime = self.wall_runtime if for_other_workers else self.runtime
@@ -78,9 +85,11 @@ class DurableRunner:
             if record.terminal:
                 break
             due = self._next_due(record)
-            if due is None or (record.lease_owner is not None and
-                               record.lease_expires_at is not None and
-                               record.lease_expires_at > self.clock.now()):
+            if due is None or (
+                record.lease_owner is not None
+                and record.lease_expires_at is not None
+                and record.lease_expires_at > self.clock.now()
+            ):
                 # leased by another (perhaps dead) worker: wait out its lease
                 due = max(due or 0, (record.lease_expires_at or self.clock.now()) + 1)
             self.clock.set(max(self.clock.now(), due))
@@ -122,11 +131,11 @@ class DurableRunner:
         if handler is None or name in self.runtime.error_workflows.values():
             return None
         key = f"error-of:{run_id}"
-        found = next((r for r in self.store.list_runs(workflow_name=handler, limit=50)
-                      if r.key == key), None)
+        found = next(
+            (r for r in self.store.list_runs(workflow_name=handler, limit=50) if r.key == key), None
+        )
         if found is None:
-            raise LookupError(f"run {run_id} of {name} failed but no {handler} run has key "
-                              f"{key!r}")
+            raise LookupError(f"run {run_id} of {name} failed but no {handler} run has key {key!r}")
         return self.finish(handler, key, found.id, input)
 
     def _final_snapshot(self, run_id: str, status: str, last_error: str | None) -> Snapshot:
@@ -135,14 +144,15 @@ class DurableRunner:
             # the run failed outside the machine (an action raised): say so in the snapshot
             machine = snapshot.machine
             assert isinstance(machine, Machine)
-            snapshot, _ = machine.fail(snapshot, {"name": "RunFailed",
-                                                  "message": last_error or ""})
+            snapshot, _ = machine.fail(snapshot, {"name": "RunFailed", "message": last_error or ""})
         return snapshot
 
     def retries(self, run_id: str) -> int:
         """Retry waits the run entered, from its journal."""
-        return sum(retry_waits_entered(e.state_before.split(","), e.state_after.split(","))
-                   for e in self.store.list_events(run_id))
+        return sum(
+            retry_waits_entered(e.state_before.split(","), e.state_after.split(","))
+            for e in self.store.list_events(run_id)
+        )
 
     def close(self) -> None:
         """Close the store."""
@@ -161,8 +171,9 @@ def serve(url: str, lease_ms: int, poll_ms: int = 50, tz: str | None = None) -> 
 
     machines = [*followup.MACHINES.values(), *invoice.MACHINES.values()]
     runtime = Runtime(open_store(url), machines)
-    Worker(runtime, lease_ms=lease_ms, poll_ms=poll_ms,
-           schedules=schedules(runtime, tz) if tz else ()).run()
+    Worker(
+        runtime, lease_ms=lease_ms, poll_ms=poll_ms, schedules=schedules(runtime, tz) if tz else ()
+    ).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,8 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m machines.durable", description=serve.__doc__)
     parser.add_argument("--store", required=True)
     parser.add_argument("--lease-ms", type=int, default=30_000)
-    parser.add_argument("--schedules", metavar="TZ", default=None,
-                        help="also fire the follow-up schedules, in time zone TZ")
+    parser.add_argument(
+        "--schedules",
+        metavar="TZ",
+        default=None,
+        help="also fire the follow-up schedules, in time zone TZ",
+    )
     args = parser.parse_args(argv)
     serve(args.store, args.lease_ms, tz=args.schedules)
     return 0

@@ -59,8 +59,9 @@ class FakeWorld:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
             conn.row_factory = sqlite3.Row
             if self.path != ":memory:":
                 conn.execute("pragma journal_mode=wal")
@@ -99,9 +100,12 @@ class FakeWorld:
     def fail(self, target: str, times: int = 1, message: str = "unavailable") -> None:
         """Make the next ``times`` calls to ``target`` fail (``FOREVER``: until healed)."""
         with self.transaction() as tx:
-            tx.execute("insert into faults (target, remaining, message) values (?, ?, ?) "
-                       "on conflict (target) do update set remaining = excluded.remaining, "
-                       "message = excluded.message", (target, times, message))
+            tx.execute(
+                "insert into faults (target, remaining, message) values (?, ?, ?) "
+                "on conflict (target) do update set remaining = excluded.remaining, "
+                "message = excluded.message",
+                (target, times, message),
+            )
 
     def heal(self, target: str) -> None:
         """Stop failing calls to ``target``."""
@@ -111,22 +115,30 @@ class FakeWorld:
     def trip(self, target: str) -> str | None:
         """Count a call to ``target``; return the failure message if this call must fail."""
         with self.transaction() as tx:
-            tx.execute("insert into calls (target, count) values (?, 1) on conflict (target) "
-                       "do update set count = count + 1", (target,))
-            row = tx.execute("select remaining, message from faults where target = ?",
-                             (target,)).fetchone()
+            tx.execute(
+                "insert into calls (target, count) values (?, 1) on conflict (target) "
+                "do update set count = count + 1",
+                (target,),
+            )
+            row = tx.execute(
+                "select remaining, message from faults where target = ?", (target,)
+            ).fetchone()
             if row is None or row["remaining"] == 0:
                 return None
             if row["remaining"] > 0:
-                tx.execute("update faults set remaining = remaining - 1 where target = ?",
-                           (target,))
+                tx.execute(
+                    "update faults set remaining = remaining - 1 where target = ?", (target,)
+                )
             return str(row["message"])
 
     def hold(self, target: str, after: int) -> None:
         """Block the caller of ``checkpoint(target)`` once ``after`` writes have been made."""
         with self.transaction() as tx:
-            tx.execute("insert into holds (target, after) values (?, ?) on conflict (target) "
-                       "do update set after = excluded.after, reached = 0", (target, after))
+            tx.execute(
+                "insert into holds (target, after) values (?, ?) on conflict (target) "
+                "do update set after = excluded.after, reached = 0",
+                (target, after),
+            )
 
     def release(self, target: str) -> None:
         """Let held callers of ``target`` go on; stop holding."""

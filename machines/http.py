@@ -43,15 +43,31 @@ class ApiClient:
     """JSON over HTTP to ``base_url`` with fixed ``headers``; failures raise ``error``
     (the machine's declared name for this system) with ``status`` and ``retry_after``."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], error: type[Exception],
-                 timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str],
+        error: type[Exception],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.error = error
-        self._client = httpx.Client(base_url=base_url.rstrip("/") + "/", headers=dict(headers),
-                                    timeout=httpx.Timeout(timeout_s), transport=transport)
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/") + "/",
+            headers=dict(headers),
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+        )
 
-    def request(self, method: str, path: str, *, params: Any = None, json: Any = None,
-                missing_ok: bool = False) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json: Any = None,
+        missing_ok: bool = False,
+    ) -> Any:
         """The decoded JSON answer (None for a 404 when ``missing_ok``)."""
         try:
             response = self._client.request(method, path.lstrip("/"), params=params, json=json)
@@ -62,18 +78,23 @@ class ApiClient:
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code >= 400:
-            wait = retry_after_ms(response.headers) if response.status_code in (429, 503) \
-                else None
-            raise self._fail(f"{method} {path}: HTTP {response.status_code} "
-                             f"{response.text[:200]!r}", response.status_code, wait)
+            wait = retry_after_ms(response.headers) if response.status_code in (429, 503) else None
+            raise self._fail(
+                f"{method} {path}: HTTP {response.status_code} {response.text[:200]!r}",
+                response.status_code,
+                wait,
+            )
         try:
             return response.json()
         except ValueError as exc:
-            raise self._fail(f"{method} {path}: the answer is not JSON: "
-                             f"{response.text[:200]!r}", response.status_code) from exc
+            raise self._fail(
+                f"{method} {path}: the answer is not JSON: {response.text[:200]!r}",
+                response.status_code,
+            ) from exc
 
-    def _fail(self, message: str, status: int | None = None,
-              retry_after: int | None = None) -> Exception:
+    def _fail(
+        self, message: str, status: int | None = None, retry_after: int | None = None
+    ) -> Exception:
         error = self.error(message)
         error.status = status  # type: ignore[attr-defined]
         if retry_after is not None:

@@ -66,12 +66,17 @@ class LocalRunner:
             outcome.alert = self._start_error_workflow(name, key, final, input)
         return outcome
 
-    def _start_error_workflow(self, name: str, key: str, failed: Snapshot,
-                              input: Mapping[str, Any]) -> Outcome | None:
+    def _start_error_workflow(
+        self, name: str, key: str, failed: Snapshot, input: Mapping[str, Any]
+    ) -> Outcome | None:
         handler = error_workflow_of(self.machines[name])
         handlers = {error_workflow_of(m) for m in self.machines.values()}
         if handler is None or name in handlers:
             return None
-        return self.run(handler, error_workflow_input(
-            name, key, failed, self.clock.now(), bool(input.get("dry_run", False))),
-            key=f"{handler}:{key}")
+        return self.run(
+            handler,
+            error_workflow_input(
+                name, key, failed, self.clock.now(), bool(input.get("dry_run", False))
+            ),
+            key=f"{handler}:{key}",
+        )

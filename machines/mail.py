@@ -39,11 +39,16 @@ class FakeMailer:
             raise MailUnavailable(f"smtp: {failure}")
         message_id = "msg-" + hashlib.sha256(key.encode()).hexdigest()[:12]
         with self.world.transaction() as tx:
-            tx.execute("insert into mails (id, recipient, subject, body) values (?, ?, ?, ?) "
-                       "on conflict (id) do nothing", (message_id, recipient, subject, body))
+            tx.execute(
+                "insert into mails (id, recipient, subject, body) values (?, ?, ?, ?) "
+                "on conflict (id) do nothing",
+                (message_id, recipient, subject, body),
+            )
         return message_id
 
     def sent(self) -> list[dict[str, str]]:
         """Every message kept, oldest first."""
-        return [{k: str(v) for k, v in row.items()}
-                for row in self.world.rows("select * from mails order by rowid")]
+        return [
+            {k: str(v) for k, v in row.items()}
+            for row in self.world.rows("select * from mails order by rowid")
+        ]

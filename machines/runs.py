@@ -56,10 +56,10 @@ def error_workflow_of(machine: Machine) -> str | None:
     return str(target) if target else None
 
 
-def error_workflow_input(name: str, key: str, failed: Snapshot, now: int,
-                         dry_run: bool) -> ErrorWorkflowInput:
+def error_workflow_input(
+    name: str, key: str, failed: Snapshot, now: int, dry_run: bool
+) -> ErrorWorkflowInput:
     """The input an error workflow gets about a failed in-memory run of ``name``: the durable
     runtime's contract (``persistence.runtime.ErrorWorkflowInput``), the run's key standing in
     for its id (in memory a run has no other)."""
-    return contract(key, name, key, ",".join(failed.active_leaves()), failed.error, now,
-                    dry_run)
+    return contract(key, name, key, ",".join(failed.active_leaves()), failed.error, now, dry_run)

@@ -20,9 +20,17 @@ class SmtpMailer:
     """Sends through ``host:port`` as ``sender``; ``starttls`` and ``username``/``password``
     when the server wants them; ``timeout_s`` bounds every socket operation."""
 
-    def __init__(self, host: str, port: int = 587, sender: str = "followup@localhost", *,
-                 username: str | None = None, password: str | None = None,
-                 starttls: bool = False, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int = 587,
+        sender: str = "followup@localhost",
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        starttls: bool = False,
+        timeout_s: float = 10.0,
+    ) -> None:
         self.host, self.port, self.sender = host, port, sender
         self.username, self.password = username, password
         self.starttls, self.timeout_s = starttls, timeout_s
@@ -46,15 +54,18 @@ class SmtpMailer:
                     server.login(self.username, self.password or "")
                 server.send_message(message)
         except smtplib.SMTPRecipientsRefused as exc:
-            refused = "; ".join(f"{who}: {code} {_text(reply)}"
-                                for who, (code, reply) in exc.recipients.items())
+            refused = "; ".join(
+                f"{who}: {code} {_text(reply)}" for who, (code, reply) in exc.recipients.items()
+            )
             raise MailUnavailable(f"smtp {self.host}:{self.port}: refused {refused}") from exc
         except smtplib.SMTPResponseException as exc:
-            raise MailUnavailable(f"smtp {self.host}:{self.port}: {exc.smtp_code} "
-                                  f"{_text(exc.smtp_error)}") from exc
+            raise MailUnavailable(
+                f"smtp {self.host}:{self.port}: {exc.smtp_code} {_text(exc.smtp_error)}"
+            ) from exc
         except (smtplib.SMTPException, OSError) as exc:
-            raise MailUnavailable(f"smtp {self.host}:{self.port}: {type(exc).__name__}: "
-                                  f"{exc}") from exc
+            raise MailUnavailable(
+                f"smtp {self.host}:{self.port}: {type(exc).__name__}: {exc}"
+            ) from exc
         return str(message["Message-ID"])
 
 

@@ -35,8 +35,9 @@ class LoopbackIngress:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning",
-                                           access_log=False))  # fmt: skip
+        self.server = uvicorn.Server(
+            config(app, "127.0.0.1", port, log_level="warning", access_log=False)
+        )
         self.thread = threading.Thread(target=self.server.run, name="ingress", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15
@@ -50,8 +51,7 @@ class LoopbackIngress:
         headers = {"Content-Type": "application/json"}
         if signed:
             headers[HEADER] = self.signature.sign(body)
-        request = urllib.request.Request(self.url + path, data=body, headers=headers,
-                                         method="POST")
+        request = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 return answer.status, orjson.loads(answer.read())

@@ -11,5 +11,13 @@ from persistence.stores import open_store
 from persistence.stores.codec import KeyRing, keys_from_env
 from persistence.worker import Worker
 
-__all__ = ["Inline", "InlineResult", "KeyRing", "Limit", "Runtime", "Worker", "keys_from_env",
-           "open_store"]
+__all__ = [
+    "Inline",
+    "InlineResult",
+    "KeyRing",
+    "Limit",
+    "Runtime",
+    "Worker",
+    "keys_from_env",
+    "open_store",
+]

@@ -82,9 +82,12 @@ class SharedBreaker:
                 opens = record.state == HALF_OPEN or (
                     record.state == CLOSED and failures >= self.policy.failure_threshold
                 )
-                new = replace(record, failure_count=failures,
-                              state=OPEN if opens else record.state,
-                              opened_at=now if opens else record.opened_at,
-                              data={} if opens else record.data)  # fmt: skip
+                new = replace(
+                    record,
+                    failure_count=failures,
+                    state=OPEN if opens else record.state,
+                    opened_at=now if opens else record.opened_at,
+                    data={} if opens else record.data,
+                )
             if self.store.put_breaker(new, version, now):
                 return

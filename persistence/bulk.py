@@ -61,8 +61,9 @@ def matching_ids(store: Store, query: RunQuery, batch: int = BATCH) -> Iterator[
         after = ids[-1]
 
 
-def _each(store: Store, query: RunQuery, dry_run: bool, would: str,
-          act: Callable[[str], str], batch: int) -> BulkReport:  # fmt: skip
+def _each(
+    store: Store, query: RunQuery, dry_run: bool, would: str, act: Callable[[str], str], batch: int
+) -> BulkReport:
     """`act` on each run `query` matches (`would` instead in a dry run), page by page."""
     report = BulkReport(dry_run)
     for ids in matching_ids(store, query, batch):
@@ -71,11 +72,19 @@ def _each(store: Store, query: RunQuery, dry_run: bool, would: str,
     return report
 
 
-def cancel_matching(store: Store, query: RunQuery, reason: str | None, now: Callable[[], int],
-                    *, dry_run: bool = False, batch: int = BATCH) -> BulkReport:  # fmt: skip
+def cancel_matching(
+    store: Store,
+    query: RunQuery,
+    reason: str | None,
+    now: Callable[[], int],
+    *,
+    dry_run: bool = False,
+    batch: int = BATCH,
+) -> BulkReport:
     """Cancel every active run `query` matches (its status filter is replaced by `active`),
     with its active child runs, each journaled with `reason`: each outcome as
     `Store.cancel_run` returns it (a run that ended meanwhile is `finished`)."""
+
     def cancel(run_id: str) -> str:
         try:
             return store.cancel_run(run_id, now(), reason)
@@ -86,10 +95,12 @@ def cancel_matching(store: Store, query: RunQuery, reason: str | None, now: Call
     return _each(store, active, dry_run, "would cancel", cancel, batch)
 
 
-def resume_matching(runtime: Runtime, query: RunQuery, *, dry_run: bool = False,
-                    batch: int = BATCH) -> BulkReport:  # fmt: skip
+def resume_matching(
+    runtime: Runtime, query: RunQuery, *, dry_run: bool = False, batch: int = BATCH
+) -> BulkReport:
     """Resume every failed run `query` matches (its status filter is replaced by `error`):
     `resumed`, or `refused: <why>` for a run `Runtime.resume` refuses."""
+
     def resume(run_id: str) -> str:
         try:
             runtime.resume(run_id)

@@ -95,17 +95,27 @@ class _Running:
 class CallExecutor:
     """Runs the calls of `runtime`'s store beside their runs, under lease owner `owner`."""
 
-    def __init__(self, runtime: Runtime, owner: str, *, lease_ms: int = 30_000,
-                 threads: int = 32, max_calls: int = 10_000, poll_ms: int = 100,
-                 max_steps: int = 1000, takes_new: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runtime: Runtime,
+        owner: str,
+        *,
+        lease_ms: int = 30_000,
+        threads: int = 32,
+        max_calls: int = 10_000,
+        poll_ms: int = 100,
+        max_steps: int = 1000,
+        takes_new: bool = True,
+    ) -> None:
         self.runtime = runtime
         self.owner = owner
         self.lease_ms = lease_ms
         self.threads = threads
         self.max_calls = max_calls
         self.poll_s = poll_ms / 1000
-        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
-                                 runtime.dry_run)  # fmt: skip
+        self.executor = Executor(
+            runtime.listeners, runtime.breaker, runtime.clock.now, runtime.dry_run
+        )
         self._running: dict[str, _Running] = {}
         self._adopted: deque[tuple[CallRecord, RunRecord, Machine]] = deque()
         self._lock = threading.Lock()
@@ -118,13 +128,15 @@ class CallExecutor:
         records them.)"""
         self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._poke = threading.Event()
-        self.driver = RunDriver(runtime, owner, lease_ms, max_steps,
-                                calls=self if takes_new else None)  # fmt: skip
+        self.driver = RunDriver(
+            runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
+        )
         """Records each call's end with the step that applies its result (`RunDriver.send`);
         the calls those steps record are leased to this executor in the same commit (unless
         `takes_new` is False: they are left due for any executor)."""
-        self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = \
-            queue.SimpleQueue()  # fmt: skip
+        self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = (
+            queue.SimpleQueue()
+        )
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -150,8 +162,7 @@ class CallExecutor:
 
     def _take_adopted(self) -> list[tuple[CallRecord, RunRecord | None, Machine | None]]:
         with self._lock:
-            taken: list[tuple[CallRecord, RunRecord | None, Machine | None]] = [
-                *self._adopted]
+            taken: list[tuple[CallRecord, RunRecord | None, Machine | None]] = [*self._adopted]
             self._adopted.clear()
         return taken
 
@@ -201,8 +212,7 @@ class CallExecutor:
             return True
         return False
 
-    def _run_here(self, call: CallRecord, run: RunRecord | None,
-                  machine: Machine | None) -> None:  # fmt: skip
+    def _run_here(self, call: CallRecord, run: RunRecord | None, machine: Machine | None) -> None:
         """Run `call` in this thread to its end, and record it."""
         with self._lock:
             self._held.discard(call.idempotency_key)  # (not renewed here: nothing runs beside)
@@ -260,11 +270,13 @@ class CallExecutor:
         self._poke.clear()
 
     def _claim(self, limit: int, run_id: str | None = None) -> list[CallRecord]:
-        return self.runtime.store.claim_calls(self.owner, self.runtime.clock.now(),
-                                              self.lease_ms, limit, run_id)  # fmt: skip
+        return self.runtime.store.claim_calls(
+            self.owner, self.runtime.clock.now(), self.lease_ms, limit, run_id
+        )
 
-    def _begin(self, call: CallRecord, run: RunRecord | None,
-               machine: Machine | None) -> _Running | None:  # fmt: skip
+    def _begin(
+        self, call: CallRecord, run: RunRecord | None, machine: Machine | None
+    ) -> _Running | None:
         """What running `call` (of `run`, of `machine`: read when not known) takes, or None
         when it ended without running (recorded)."""
         if call.problem is not None:  # its input does not open here (a missing key)
@@ -278,8 +290,12 @@ class CallExecutor:
             return None
         policy = self.runtime.transient
         if call.attempt > policy.max_attempts:
-            self._finish_error(call, LOST_ERROR, f"invoke {call.call_id!r}: attempt "
-                               f"{call.attempt} of at most {policy.max_attempts}", "failed")
+            self._finish_error(
+                call,
+                LOST_ERROR,
+                f"invoke {call.call_id!r}: attempt {call.attempt} of at most {policy.max_attempts}",
+                "failed",
+            )
             return None
         planned = self.executor.plan_call(machine, call.payload, call.idempotency_key)
         if isinstance(planned, Executed):
@@ -311,8 +327,9 @@ class CallExecutor:
             self._lost.discard(running.call.idempotency_key)  # (now stopped as it runs)
         fn = running.plan.fn
         if inspect.iscoroutinefunction(fn):
-            running.task = asyncio.run_coroutine_threadsafe(_arun(running, self._observed(running)),
-                                                            self._event_loop())  # fmt: skip
+            running.task = asyncio.run_coroutine_threadsafe(
+                _arun(running, self._observed(running)), self._event_loop()
+            )
             running.task.add_done_callback(lambda f: self._done(running, f))
             return
         if self._pool is None:
@@ -324,8 +341,9 @@ class CallExecutor:
         """Around an attempt, in the thread or task that runs it: its effect span (the run's
         trace context current in it) and its effect metrics, as an in-step effect has."""
         call = running.call
-        return self.runtime.telemetry.effect(running.run, "start_child", call.payload,
-                                             call.idempotency_key, beside=True)  # fmt: skip
+        return self.runtime.telemetry.effect(
+            running.run, "start_child", call.payload, call.idempotency_key, beside=True
+        )
 
     def _done(self, running: _Running, future: Any) -> None:
         """(in the thread or loop that ran it) hand the end to the serving loop."""
@@ -375,14 +393,20 @@ class CallExecutor:
             except StoreUnavailableError:
                 raise
             except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
-                log.info("calls %s: %d ends not written together (%s: %s); one by one",
-                         self.owner, len(part), type(exc).__name__, exc)  # fmt: skip
+                log.info(
+                    "calls %s: %d ends not written together (%s: %s); one by one",
+                    self.owner,
+                    len(part),
+                    type(exc).__name__,
+                    exc,
+                )
                 inbox_ids = [self._finish_one(*end) for end in part]
             self.finished += len(part)
             for (finish, _, _), inbox_id in zip(part, inbox_ids):
                 if not inbox_id:
-                    log.info("call %s: ended after it was stopped; its result is dropped",
-                             finish.key)  # fmt: skip
+                    log.info(
+                        "call %s: ended after it was stopped; its result is dropped", finish.key
+                    )
 
     def _watch(self) -> None:
         """Time out attempts past their deadline (their leases are renewed by `_heartbeats`)."""
@@ -391,14 +415,24 @@ class CallExecutor:
             if running.ended:
                 continue
             if running.timeout_s is not None and now - running.started > running.timeout_s:
-                self._time_out(running, TIMEOUT_ERROR, f"attempt {running.call.attempt} of "
-                               f"invoke {running.call.call_id!r} took longer than "
-                               f"{running.timeout_s * 1000:.0f} ms")
-            elif running.heartbeat_s is not None and \
-                    now - running.context.beat_at > running.heartbeat_s:  # fmt: skip
-                self._time_out(running, HEARTBEAT_ERROR, f"attempt {running.call.attempt} of "
-                               f"invoke {running.call.call_id!r} sent no heartbeat for "
-                               f"{running.heartbeat_s * 1000:.0f} ms")
+                self._time_out(
+                    running,
+                    TIMEOUT_ERROR,
+                    f"attempt {running.call.attempt} of "
+                    f"invoke {running.call.call_id!r} took longer than "
+                    f"{running.timeout_s * 1000:.0f} ms",
+                )
+            elif (
+                running.heartbeat_s is not None
+                and now - running.context.beat_at > running.heartbeat_s
+            ):
+                self._time_out(
+                    running,
+                    HEARTBEAT_ERROR,
+                    f"attempt {running.call.attempt} of "
+                    f"invoke {running.call.call_id!r} sent no heartbeat for "
+                    f"{running.heartbeat_s * 1000:.0f} ms",
+                )
 
     def _heartbeats(self) -> None:
         """Renew the running calls' leases every third of a lease (its own thread)."""
@@ -419,8 +453,9 @@ class CallExecutor:
             beats.update(dict.fromkeys(self._held - beats.keys()))
         if not beats:
             return
-        kept = self.runtime.store.heartbeat_calls(self.owner, beats, self.runtime.clock.now(),
-                                                  self.lease_ms)  # fmt: skip
+        kept = self.runtime.store.heartbeat_calls(
+            self.owner, beats, self.runtime.clock.now(), self.lease_ms
+        )
         for key in set(beats) - kept:
             with self._lock:
                 running = self._running.get(key)
@@ -459,47 +494,79 @@ class CallExecutor:
         `StoreEncodingError`), as the value a step refuses is reported."""
         run, call = running.run, running.call
         state = str(call.payload.get("invoked_by") or run.state)
-        self.runtime.telemetry.report(RunEvent(
-            events.POISONED_VALUE, run.id, run.workflow_name, run.key, state,
-            f"run {run.id} ({run.workflow_name}, key {run.key}, state {state}): value refused "
-            f"(invoke {call.call_id!r}): {reason}", traceparent=run.traceparent,
-            fields={"reason": reason}))  # fmt: skip
+        self.runtime.telemetry.report(
+            RunEvent(
+                events.POISONED_VALUE,
+                run.id,
+                run.workflow_name,
+                run.key,
+                state,
+                f"run {run.id} ({run.workflow_name}, key {run.key}, state {state}): value refused "
+                f"(invoke {call.call_id!r}): {reason}",
+                traceparent=run.traceparent,
+                fields={"reason": reason},
+            )
+        )
 
     def _record(self, call: CallRecord, executed: Executed, error: BaseException | None) -> None:
         """Write an executed call's end: a retry after a transient failure, else its result
         event queued for its run."""
         trace = None if error is None else traceback_text(error)
-        name = None if executed.event is None or "error" not in executed.event else \
-            str(executed.event["error"].get("name"))  # fmt: skip
+        name = (
+            None
+            if executed.event is None or "error" not in executed.event
+            else str(executed.event["error"].get("name"))
+        )
         message = executed.outcome.error
         if executed.transient is not None:
             policy = self.runtime.transient
             if call.attempt < policy.max_attempts:
                 wait = policy.wait_ms(call.attempt)
-                self._retry(call, CallEnd("retrying", name, message, trace),
-                            self.runtime.clock.now() + wait)
-                log.info("call %s (%s) of run %s: transient failure (attempt %d): %s: %s; "
-                         "retry in %d ms", call.idempotency_key, call.call_id, call.run_id,
-                         call.attempt, name, message, wait)  # fmt: skip
+                self._retry(
+                    call, CallEnd("retrying", name, message, trace), self.runtime.clock.now() + wait
+                )
+                log.info(
+                    "call %s (%s) of run %s: transient failure (attempt %d): %s: %s; "
+                    "retry in %d ms",
+                    call.idempotency_key,
+                    call.call_id,
+                    call.run_id,
+                    call.attempt,
+                    name,
+                    message,
+                    wait,
+                )
                 return
-            self.runtime.store.note_call_failures(call.idempotency_key, call.attempt,
-                                                  CallEnd("failed", name, message))  # fmt: skip
+            self.runtime.store.note_call_failures(
+                call.idempotency_key, call.attempt, CallEnd("failed", name, message)
+            )
         event = executed.event
         if executed.fails_run is not None:  # a result no store can hold: the call failed
-            event = {"type": error_actor_event_type(call.call_id),
-                     "error": {"name": "StoreEncodingError", "message": executed.fails_run}}
+            event = {
+                "type": error_actor_event_type(call.call_id),
+                "error": {"name": "StoreEncodingError", "message": executed.fails_run},
+            }
             name, message = "StoreEncodingError", executed.fails_run
-        status = "done" if executed.outcome.status in ("done", "skipped") and \
-            executed.fails_run is None else "failed"  # fmt: skip
+        status = (
+            "done"
+            if executed.outcome.status in ("done", "skipped") and executed.fails_run is None
+            else "failed"
+        )
         outcome = "done" if status == "done" else "failed"
         if executed.outcome.status == "skipped":  # a dry run: the external call was not made
             outcome, message = "skipped", str(executed.outcome.result)
-        self._finish(call, status, event or {"type": error_actor_event_type(call.call_id)},
-                     CallEnd(outcome, name, message, trace))  # fmt: skip
+        self._finish(
+            call,
+            status,
+            event or {"type": error_actor_event_type(call.call_id)},
+            CallEnd(outcome, name, message, trace),
+        )
 
     def _finish_error(self, call: CallRecord, name: str, message: str, outcome: str) -> None:
-        event = {"type": error_actor_event_type(call.call_id),
-                 "error": {"name": name, "message": message}}
+        event = {
+            "type": error_actor_event_type(call.call_id),
+            "error": {"name": name, "message": message},
+        }
         self._finish(call, "failed", event, CallEnd(outcome, name, message))
 
     def _finish(self, call: CallRecord, status: str, event: dict[str, Any], end: CallEnd) -> None:
@@ -513,8 +580,11 @@ class CallExecutor:
         queued = self._finish_one(finish, call.run_id, event)
         self.finished += 1
         if not queued:
-            log.info("call %s (%s): ended after it was stopped; its result is dropped",
-                     call.idempotency_key, call.call_id)  # fmt: skip
+            log.info(
+                "call %s (%s): ended after it was stopped; its result is dropped",
+                call.idempotency_key,
+                call.call_id,
+            )
 
     def _finish_one(self, finish: CallFinish, run_id: str, event: dict[str, Any]) -> int:
         """One call's end with the step of its result (`RunDriver.send`); its inbox id, 0
@@ -527,8 +597,9 @@ class CallExecutor:
     def _retry(self, call: CallRecord, end: CallEnd, at: int | None = None) -> None:
         self._released()
         when = at if at is not None else self.runtime.clock.now() + self.lease_ms
-        self.runtime.store.retry_call(call.idempotency_key, self.owner, call.attempt,
-                                      self.runtime.clock.now(), when, end)  # fmt: skip
+        self.runtime.store.retry_call(
+            call.idempotency_key, self.owner, call.attempt, self.runtime.clock.now(), when, end
+        )
 
     def _run_of(self, call: CallRecord) -> RunRecord | None:
         try:
@@ -580,8 +651,11 @@ def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> 
 async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
     """A coroutine call on the executor's loop, with its key and call context, inside
     `observed`."""
-    with observed as outcome, running_call(running.context), \
-            _effect_key(running.plan.key, run_of_outbox_key(running.plan.outbox_key)):
+    with (
+        observed as outcome,
+        running_call(running.context),
+        _effect_key(running.plan.key, run_of_outbox_key(running.plan.outbox_key)),
+    ):
         kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
         try:
             result = running.plan.fn(running.plan.argument, **kwargs)
@@ -592,4 +666,3 @@ async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) ->
             raise
         outcome("done", None)
         return result
-

@@ -64,17 +64,22 @@ class Limit:
     def __post_init__(self) -> None:
         if self.max_in_flight is None and self.calls is None:
             raise ValueError("a Limit needs max_in_flight, calls (per per_ms), or both")
-        if isinstance(self.key, str) and (not self.key or any(
-                not part for part in self.key.split("."))):  # fmt: skip
-            raise ValueError(f"Limit.key must be a dotted path of the run's context (e.g. "
-                             f"'tenant' or 'account.id'), not {self.key!r}")
+        if isinstance(self.key, str) and (
+            not self.key or any(not part for part in self.key.split("."))
+        ):
+            raise ValueError(
+                f"Limit.key must be a dotted path of the run's context (e.g. "
+                f"'tenant' or 'account.id'), not {self.key!r}"
+            )
         if self.key is not None and not isinstance(self.key, str) and not callable(self.key):
-            raise ValueError(f"Limit.key must be a context path or a callable, not "
-                             f"{type(self.key).__name__}")
+            raise ValueError(
+                f"Limit.key must be a context path or a callable, not {type(self.key).__name__}"
+            )
         for name in ("max_in_flight", "calls", "per_ms", "recheck_ms"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < 1):  # fmt: skip
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
                 raise ValueError(f"Limit.{name} must be an integer >= 1, not {value!r}")
 
 
@@ -93,10 +98,14 @@ _PAUSES_ONLY = _PausesOnly()
 
 def check_priority(priority: Any, where: str) -> int:
     """A run's priority: an integer from 0 (the default) to `MAX_PRIORITY`, higher first."""
-    if not isinstance(priority, int) or isinstance(priority, bool) or \
-            not 0 <= priority <= MAX_PRIORITY:  # fmt: skip
-        raise ValueError(f"{where}: a priority is an integer from 0 to {MAX_PRIORITY}, "
-                         f"not {priority!r}")
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not 0 <= priority <= MAX_PRIORITY
+    ):
+        raise ValueError(
+            f"{where}: a priority is an integer from 0 to {MAX_PRIORITY}, not {priority!r}"
+        )
     return priority
 
 
@@ -133,24 +142,34 @@ def limit_key(name: str, limit: Limit, context: Mapping[str, Any]) -> str:
         where, value = f"context.{limit.key}", context
         for part in str(limit.key).split("."):
             if not isinstance(value, Mapping) or part not in value:
-                raise LimitKeyError(f"limit {name!r} is per key {where}: the run's context has "
-                                    f"no {where}")  # fmt: skip
+                raise LimitKeyError(
+                    f"limit {name!r} is per key {where}: the run's context has no {where}"
+                )
             value = value[part]
     if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-        raise LimitKeyError(f"limit {name!r} is per key {where}: the run's {where} is "
-                            f"{value!r}, not a string or an integer")  # fmt: skip
+        raise LimitKeyError(
+            f"limit {name!r} is per key {where}: the run's {where} is "
+            f"{value!r}, not a string or an integer"
+        )
     text = str(value)
     if len(text) > MAX_KEY_LENGTH:
-        raise LimitKeyError(f"limit {name!r} is per key {where}: the run's {where} is "
-                            f"{len(text)} characters long, over {MAX_KEY_LENGTH}")  # fmt: skip
+        raise LimitKeyError(
+            f"limit {name!r} is per key {where}: the run's {where} is "
+            f"{len(text)} characters long, over {MAX_KEY_LENGTH}"
+        )
     return text
 
 
 class LoadControl:
     """The runtime's limits, checked against its machines, asked of its store."""
 
-    def __init__(self, store: Store, machines: Sequence[Machine], limits: Mapping[str, Limit],
-                 workflow_limits: Mapping[str, str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Store,
+        machines: Sequence[Machine],
+        limits: Mapping[str, Limit],
+        workflow_limits: Mapping[str, str],
+    ) -> None:
         self.store = store
         self.limits = dict(limits)
         self.workflow_limits = dict(workflow_limits)
@@ -164,10 +183,15 @@ class LoadControl:
         for machine in machines:
             for invoke in (i for n in machine.definition.nodes for i in n.invoke):
                 if invoke.limit is not None and invoke.limit not in self.limits:
-                    log.info("machine %r: %s.limit: no limit %r in Runtime(limits=...) "
-                                "(known: %s): its calls are not capped, only paused by a "
-                                "Retry-After", machine.id, invoke.config_path, invoke.limit,
-                                known)  # fmt: skip
+                    log.info(
+                        "machine %r: %s.limit: no limit %r in Runtime(limits=...) "
+                        "(known: %s): its calls are not capped, only paused by a "
+                        "Retry-After",
+                        machine.id,
+                        invoke.config_path,
+                        invoke.limit,
+                        known,
+                    )
                 if invoke.limit is not None:
                     self.named.add(invoke.limit)
         ids = {m.id for m in machines}
@@ -175,11 +199,14 @@ class LoadControl:
             if workflow not in ids:
                 raise ValueError(f"workflow_limits[{workflow!r}]: no such workflow")
             if name not in self.limits:
-                raise ValueError(f"workflow_limits[{workflow!r}]: no limit {name!r} in "
-                                 f"Runtime(limits=...) (known: {known})")  # fmt: skip
+                raise ValueError(
+                    f"workflow_limits[{workflow!r}]: no limit {name!r} in "
+                    f"Runtime(limits=...) (known: {known})"
+                )
 
-    def places(self, machine: Machine, context: Mapping[str, Any],
-               pending: Sequence[tuple[str, str, Any]]) -> list[Place]:  # fmt: skip
+    def places(
+        self, machine: Machine, context: Mapping[str, Any], pending: Sequence[tuple[str, str, Any]]
+    ) -> list[Place]:
         """The limited calls among a run's pending effects (key, kind, payload), each in the
         share of its run's key (read from `context`) when its limit is per key."""
         if not self.named:
@@ -229,25 +256,35 @@ class LoadControl:
         context = run.snapshot.get("context") if isinstance(run.snapshot, Mapping) else None
         return self.share(name, context if isinstance(context, Mapping) else {}), f"run:{run.id}"
 
-    def enter(self, run: RunRecord, owner: str, places: Sequence[Place], now: int,
-              lease_ms: int) -> Grant:  # fmt: skip
+    def enter(
+        self, run: RunRecord, owner: str, places: Sequence[Place], now: int, lease_ms: int
+    ) -> Grant:
         """Take every place or none: a refused one gives back those taken, and the run (already
         released by the store) waits for what the refusal says."""
         taken: list[Place] = []
         for name, holder in places:
             limit = self.limit(name)
             grant = self.store.acquire_capacity(
-                name, holder, run.id, owner, now, max_in_flight=limit.max_in_flight,
-                calls=limit.calls, per_ms=limit.per_ms, recheck_ms=limit.recheck_ms,
-                lease_ms=lease_ms)  # fmt: skip
+                name,
+                holder,
+                run.id,
+                owner,
+                now,
+                max_in_flight=limit.max_in_flight,
+                calls=limit.calls,
+                per_ms=limit.per_ms,
+                recheck_ms=limit.recheck_ms,
+                lease_ms=lease_ms,
+            )
             if not grant.granted:
                 self.leave(taken, now, lease_ms)
                 return grant
             taken.append((name, holder))
         return Grant(True)
 
-    def leave(self, places: Sequence[Place], now: int, lease_ms: int,
-              owner: str | None = None) -> list[tuple[str, Handover]]:  # fmt: skip
+    def leave(
+        self, places: Sequence[Place], now: int, lease_ms: int, owner: str | None = None
+    ) -> list[tuple[str, Handover]]:
         """Give the slots back. With `owner` (a worker that steps what it is given at once),
         each goes straight to the next queued run, leased to `owner`: those runs are returned
         with the limit they hold a slot of. Otherwise the next queued runs are woken."""
@@ -255,9 +292,17 @@ class LoadControl:
         for name, holder in places:
             limit = self.limit(name)
             if limit.max_in_flight is not None:
-                handed += ((name, h) for h in self.store.release_capacity(
-                    name, [holder], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms,
-                    owner=owner))  # fmt: skip
+                handed += (
+                    (name, h)
+                    for h in self.store.release_capacity(
+                        name,
+                        [holder],
+                        now,
+                        max_in_flight=limit.max_in_flight,
+                        lease_ms=lease_ms,
+                        owner=owner,
+                    )
+                )
         return handed
 
     def sweep(self, now: int, lease_ms: int) -> None:
@@ -267,8 +312,9 @@ class LoadControl:
             if limit.max_in_flight is None:
                 continue
             for share in self._shares(name, limit):
-                self.store.release_capacity(share, [], now, max_in_flight=limit.max_in_flight,
-                                            lease_ms=lease_ms)  # fmt: skip
+                self.store.release_capacity(
+                    share, [], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms
+                )
 
     def _shares(self, name: str, limit: Limit) -> Iterator[str]:
         """The stored limits of `name`: itself, or per key the shares in use, a page at a time
@@ -298,4 +344,3 @@ def retry_after(executed: Executed) -> int | None:
     if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0:
         return int(wait)
     return None
-

@@ -106,8 +106,9 @@ class ChildWork:
         return bool(self.starts or self.stops or self.deliveries)
 
 
-def child_work(parent_run_id: str | None, effects: Sequence[Effect], existing: set[str],
-               status: str) -> ChildWork:  # fmt: skip
+def child_work(
+    parent_run_id: str | None, effects: Sequence[Effect], existing: set[str], status: str
+) -> ChildWork:
     """The child-run work of a step whose engine effects were `effects`, of a run whose parent
     is `parent_run_id`; `existing` are the child runs it had before the step, `status` the
     run's status after it (a run that ends stops every child run it has, whatever the engine
@@ -133,8 +134,13 @@ def child_work(parent_run_id: str | None, effects: Sequence[Effect], existing: s
     return work
 
 
-def ended_delivery(parent_run_id: str | None, invoke_id: str | None, status: str,
-                   snapshot: Snapshot, failure: str | None) -> Delivery | None:  # fmt: skip
+def ended_delivery(
+    parent_run_id: str | None,
+    invoke_id: str | None,
+    status: str,
+    snapshot: Snapshot,
+    failure: str | None,
+) -> Delivery | None:
     """The event that reports the end of a child run (in `status`) to its parent
     `parent_run_id`, queued with its last step; None for a top-level run or one that goes
     on."""
@@ -145,9 +151,11 @@ def ended_delivery(parent_run_id: str | None, invoke_id: str | None, status: str
     return Delivery(event, parent=parent_run_id, completes=True)
 
 
-def detached_start(runtime: Runtime, workflow: str,
-                   input: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None
-                   ) -> Callable[..., str]:  # fmt: skip
+def detached_start(
+    runtime: Runtime,
+    workflow: str,
+    input: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None,
+) -> Callable[..., str]:
     """A user action that starts a *detached* run of `workflow`: no child of the run that
     executes it (nothing waits for it, it outlives its starter, n8n's Execute Workflow with
     "wait for sub-workflow completion" off). Its input is `input(context, event)` (default: the
@@ -157,8 +165,9 @@ def detached_start(runtime: Runtime, workflow: str,
         actions={"start_report": detached_start(runtime, "report")}
     """
 
-    def start_detached(context: Mapping[str, Any], event: Mapping[str, Any], *,
-                       idempotency_key: str, **params: Any) -> str:  # fmt: skip
+    def start_detached(
+        context: Mapping[str, Any], event: Mapping[str, Any], *, idempotency_key: str, **params: Any
+    ) -> str:
         value = thaw(context) if input is None else input(context, event)
         return runtime.start(workflow, value, key=f"detached:{idempotency_key}")
 

@@ -70,9 +70,18 @@ from statecharts.tracing import check_traceparent, valid_traceparent
 STORE_ENV = "STATECHARTS_STORE"
 API_TOKEN_ENV = "STATECHARTS_API_TOKEN"
 DEFAULT_API_PORT = 8322
-EXTRAS = {"psycopg": "postgres", "psycopg_pool": "postgres", "hypothesis": "testing",
-          "fastapi": "ui", "starlette": "ui", "uvicorn": "ui", "jinja2": "ui",
-          "multipart": "ui", "pydantic": "ui", "yaml": "yaml"}  # fmt: skip
+EXTRAS = {
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "hypothesis": "testing",
+    "fastapi": "ui",
+    "starlette": "ui",
+    "uvicorn": "ui",
+    "jinja2": "ui",
+    "multipart": "ui",
+    "pydantic": "ui",
+    "yaml": "yaml",
+}
 """Top-level modules of the optional dependencies, and the extra that installs each."""
 
 
@@ -83,8 +92,10 @@ def missing_extra(exc: ModuleNotFoundError, needed_for: str) -> SystemExit | Non
     extra = EXTRAS.get(top)
     if extra is None:
         return None
-    return SystemExit(f"{needed_for} needs the '{extra}' extra ({top} is not installed): "
-                      f"pip install 'statecharts[{extra}]'")  # fmt: skip
+    return SystemExit(
+        f"{needed_for} needs the '{extra}' extra ({top} is not installed): "
+        f"pip install 'statecharts[{extra}]'"
+    )
 
 
 def _imported(option: str, spec: str) -> tuple[Any, str]:
@@ -93,8 +104,10 @@ def _imported(option: str, spec: str) -> tuple[Any, str]:
     try:
         return importlib.import_module(module_name), attribute
     except ModuleNotFoundError as exc:
-        raise (missing_extra(exc, f"{option} {spec}") or SystemExit(
-            f"{option} {spec}: cannot import {module_name!r}: {exc}")) from exc
+        raise (
+            missing_extra(exc, f"{option} {spec}")
+            or SystemExit(f"{option} {spec}: cannot import {module_name!r}: {exc}")
+        ) from exc
     except ImportError as exc:
         raise SystemExit(f"{option} {spec}: cannot import {module_name!r}: {exc}") from exc
 
@@ -135,8 +148,10 @@ def load_schedules(specs: Sequence[str], runtime: Runtime) -> list[ScheduledStar
         made = value(runtime) if callable(value) else value
         starts = list(made) if isinstance(made, list | tuple) else []
         if not starts or not all(isinstance(s, ScheduledStart) for s in starts):
-            raise SystemExit(f"--schedules {spec}: expected ScheduledStart objects (or a "
-                             "function of the runtime returning them)")
+            raise SystemExit(
+                f"--schedules {spec}: expected ScheduledStart objects (or a "
+                "function of the runtime returning them)"
+            )
         found.extend(starts)
     return found
 
@@ -149,18 +164,27 @@ def load_limits(spec: str | None) -> dict[str, Any]:
         return {}
     module, _ = _imported("--limits", spec)
     if not isinstance(getattr(module, "LIMITS", None), Mapping):
-        raise SystemExit(f"--limits {spec}: {module.__name__} has no LIMITS mapping "
-                         "(limit name -> Limit)")  # fmt: skip
+        raise SystemExit(
+            f"--limits {spec}: {module.__name__} has no LIMITS mapping (limit name -> Limit)"
+        )
     found = {"limits": module.LIMITS}
-    for attribute, keyword in (("WORKFLOW_LIMITS", "workflow_limits"),
-                               ("PRIORITIES", "priorities")):  # fmt: skip
+    for attribute, keyword in (
+        ("WORKFLOW_LIMITS", "workflow_limits"),
+        ("PRIORITIES", "priorities"),
+    ):
         if hasattr(module, attribute):
             found[keyword] = getattr(module, attribute)
     return found
 
 
-def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4,
-           create: bool = False, show_sealed: bool = False) -> Store:
+def _store(
+    args: argparse.Namespace,
+    *,
+    check: bool = True,
+    connections: int = 4,
+    create: bool = False,
+    show_sealed: bool = False,
+) -> Store:
     """The store of `--store`/$STATECHARTS_STORE. Unless `create`, a SQLite file that does not
     exist is an error (reading never creates a database); an unreachable PostgreSQL is one
     line with the cause, after at most a few seconds. Its payloads are sealed and opened with
@@ -178,8 +202,10 @@ def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4
         path = url.split("://", 1)[1].split("?", 1)[0]
         path = path[1:] if path.startswith("/") else path
         if path and not Path(path).exists():
-            raise SystemExit(f"store: no database at {path}; create it with "
-                             f"`statecharts db upgrade --store {url}`")  # fmt: skip
+            raise SystemExit(
+                f"store: no database at {path}; create it with "
+                f"`statecharts db upgrade --store {url}`"
+            )
     try:
         if scheme in ("postgresql", "postgres"):
             _reach_postgres(url)
@@ -196,11 +222,13 @@ def _store(args: argparse.Namespace, *, check: bool = True, connections: int = 4
 _OPENED = "opened_stores"
 
 
-def _closing_stores(handler: Callable[[argparse.Namespace], int]
-                    ) -> Callable[[argparse.Namespace], int]:
+def _closing_stores(
+    handler: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
     """`handler`, closing every store it opened (`_store`) when it returns or raises: a command
     run in-process (`main([...])`, the tests) leaves no connection pool behind, whose worker
     threads would otherwise be joined by the garbage collector from one of their own."""
+
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> int:
         try:
@@ -208,6 +236,7 @@ def _closing_stores(handler: Callable[[argparse.Namespace], int]
         finally:
             for store in vars(args).pop(_OPENED, ()):
                 store.close()
+
     return run
 
 
@@ -223,8 +252,9 @@ def _reach_postgres(url: str, timeout_s: int = 5) -> None:
     except psycopg.Error as exc:
         cause = " ".join(str(exc).split())
         where = parts.hostname or "localhost"
-        raise SystemExit(f"store: cannot reach PostgreSQL at {where}:{parts.port or 5432}: "
-                         f"{cause}") from None  # fmt: skip
+        raise SystemExit(
+            f"store: cannot reach PostgreSQL at {where}:{parts.port or 5432}: {cause}"
+        ) from None
 
 
 def resolve_run(store: Store, given: str) -> RunRecord:
@@ -239,8 +269,10 @@ def resolve_run(store: Store, given: str) -> RunRecord:
     if not found:
         raise SystemExit(f"no run with id {given!r} or an id starting with it")
     if len(found) > 1:
-        raise SystemExit(f"run id prefix {given!r} is ambiguous ({found[0].id}, {found[1].id}, "
-                         "...): give more of it")  # fmt: skip
+        raise SystemExit(
+            f"run id prefix {given!r} is ambiguous ({found[0].id}, {found[1].id}, "
+            "...): give more of it"
+        )
     return found[0]
 
 
@@ -252,17 +284,22 @@ def _json_arg(option: str, text: str) -> Any:
 
 
 def _add_store(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help=f"store URL (default: ${STORE_ENV}), e.g. "
-                        "sqlite:///runs.db or postgresql://host/db")  # fmt: skip
+    parser.add_argument(
+        "--store",
+        help=f"store URL (default: ${STORE_ENV}), e.g. sqlite:///runs.db or postgresql://host/db",
+    )
     add_keys_file(parser)
 
 
 def add_keys_file(parser: argparse.ArgumentParser) -> None:
     """The `--keys-file` option of a command that opens a store."""
-    parser.add_argument("--keys-file", metavar="PATH",
-                        help=f"payload encryption keys, one id:base64key per line, the first "
-                             f"current (default: ${KEYS_FILE_ENV}, else ${KEYS_ENV}); without "
-                             "keys payloads are written in clear")  # fmt: skip
+    parser.add_argument(
+        "--keys-file",
+        metavar="PATH",
+        help=f"payload encryption keys, one id:base64key per line, the first "
+        f"current (default: ${KEYS_FILE_ENV}, else ${KEYS_ENV}); without "
+        "keys payloads are written in clear",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -277,11 +314,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _register_worker(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`worker`: step the runs of the given machines."""
     worker = subparsers.add_parser(
-        "worker", help="run durable workflows until SIGTERM",
+        "worker",
+        help="run durable workflows until SIGTERM",
         description="Step the runs of the given machines: claim runs with work due, call the "
-                    "invoked functions, fire durable timers, apply retry policies and circuit "
-                    "breakers, start error workflows. Run as many workers as you like against "
-                    "one store; SIGTERM or Ctrl-C finishes the steps in progress and exits.")
+        "invoked functions, fire durable timers, apply retry policies and circuit "
+        "breakers, start error workflows. Run as many workers as you like against "
+        "one store; SIGTERM or Ctrl-C finishes the steps in progress and exits.",
+    )
     _add_store(worker)
     worker.add_argument(
         "--machines",
@@ -296,52 +335,96 @@ def _register_worker(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=[],
         metavar="MODULE[:NAME]",
         help="also fire the cron schedules of MODULE's NAME (default 'schedules': a function "
-             "of the runtime returning ScheduledStarts); repeatable",
+        "of the runtime returning ScheduledStarts); repeatable",
     )
-    worker.add_argument("--limits", default=None, metavar="MODULE",
-                        help="named limits of the invokes' `limit` keys: MODULE's LIMITS "
-                             "(name -> Limit), and its WORKFLOW_LIMITS and PRIORITIES if "
-                             "present; every worker of a fleet should load the same")
-    worker.add_argument("--concurrency", type=int, default=1,
-                        help="threads stepping runs at once (default 1)")
-    worker.add_argument("--batch", type=int, default=16,
-                        help="runs each thread steps together: their calls run at once and their "
-                             "steps commit in one transaction per round (default 16)")
-    worker.add_argument("--lease-ms", type=int, default=30_000,
-                        help="how long a claimed run stays this worker's without a heartbeat; "
-                             "after a crash another worker takes it over then (default 30000)")
-    worker.add_argument("--poll-ms", type=int, default=200,
-                        help="how often an idle worker looks for due work (default 200)")
-    worker.add_argument("--stuck-after-ms", type=int, default=3_600_000,
-                        help="log active runs that have not changed for this long and have "
-                             "nothing due (default 3600000, one hour)")
-    worker.add_argument("--log-level", default="INFO",
-                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
-    worker.add_argument("--log-format", choices=logformat.FORMATS, default="text",
-                        help="text (default) or json: one JSON object per line, operator events "
-                             "with run_id, workflow, key, state and trace_id fields")
-    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="serve Prometheus metrics on http://HOST:PORT/metrics "
-                             "(needs prometheus-client: the `metrics` extra)")
-    worker.add_argument("--metrics-host", default="127.0.0.1",
-                        help="address the metrics server listens on (default 127.0.0.1)")
-    worker.add_argument("--metrics-refresh-s", type=float, default=15.0,
-                        help="read the store's gauges (runs by status, stuck runs, breakers) "
-                             "at most this often (default 15)")
+    worker.add_argument(
+        "--limits",
+        default=None,
+        metavar="MODULE",
+        help="named limits of the invokes' `limit` keys: MODULE's LIMITS "
+        "(name -> Limit), and its WORKFLOW_LIMITS and PRIORITIES if "
+        "present; every worker of a fleet should load the same",
+    )
+    worker.add_argument(
+        "--concurrency", type=int, default=1, help="threads stepping runs at once (default 1)"
+    )
+    worker.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        help="runs each thread steps together: their calls run at once and their "
+        "steps commit in one transaction per round (default 16)",
+    )
+    worker.add_argument(
+        "--lease-ms",
+        type=int,
+        default=30_000,
+        help="how long a claimed run stays this worker's without a heartbeat; "
+        "after a crash another worker takes it over then (default 30000)",
+    )
+    worker.add_argument(
+        "--poll-ms",
+        type=int,
+        default=200,
+        help="how often an idle worker looks for due work (default 200)",
+    )
+    worker.add_argument(
+        "--stuck-after-ms",
+        type=int,
+        default=3_600_000,
+        help="log active runs that have not changed for this long and have "
+        "nothing due (default 3600000, one hour)",
+    )
+    worker.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)"
+    )
+    worker.add_argument(
+        "--log-format",
+        choices=logformat.FORMATS,
+        default="text",
+        help="text (default) or json: one JSON object per line, operator events "
+        "with run_id, workflow, key, state and trace_id fields",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics "
+        "(needs prometheus-client: the `metrics` extra)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics server listens on (default 127.0.0.1)",
+    )
+    worker.add_argument(
+        "--metrics-refresh-s",
+        type=float,
+        default=15.0,
+        help="read the store's gauges (runs by status, stuck runs, breakers) "
+        "at most this often (default 15)",
+    )
     _add_otlp(worker)
-    worker.add_argument("--dry-run", action="store_true",
-                        help="record external effects as skipped ('dry-run') instead of "
-                             "running them; every store write happens as in production")
+    worker.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="record external effects as skipped ('dry-run') instead of "
+        "running them; every store write happens as in production",
+    )
     _add_retention_options(worker)
     worker.set_defaults(handler=_closing_stores(_worker))
 
 
 def _register_runs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs` and its subcommands."""
-    runs = subparsers.add_parser("runs", help="inspect and cancel runs",
-                                 description="List runs, show one run with its journal and "
-                                             "effects, cancel a run, or find runs the loaded "
-                                             "definitions can no longer step.")
+    runs = subparsers.add_parser(
+        "runs",
+        help="inspect and cancel runs",
+        description="List runs, show one run with its journal and "
+        "effects, cancel a run, or find runs the loaded "
+        "definitions can no longer step.",
+    )
     actions = runs.add_subparsers(dest="runs_command", required=True)
     _register_start(actions)
     _register_send(actions)
@@ -359,58 +442,88 @@ def _register_runs(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 def _register_start(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs start`: start a run, idempotent by key."""
     start = actions.add_parser(
-        "start", help="start a run (idempotent by --key)",
+        "start",
+        help="start a run (idempotent by --key)",
         description="Start a run of workflow NAME. With --key the key is the run's handle: if a "
-                    "run of NAME with that key exists (active or ended) it is printed and "
-                    "nothing is started, unless --reuse says otherwise.")
+        "run of NAME with that key exists (active or ended) it is printed and "
+        "nothing is started, unless --reuse says otherwise.",
+    )
     _add_store(start)
     start.add_argument("name", metavar="NAME", help="the workflow (machine id)")
-    start.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                       help="module (or module:attr) defining the machines; repeatable")
+    start.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
     start.add_argument("--key", help="the run's business key (order id, charge id, ...)")
     start.add_argument("--input", default=None, metavar="JSON", help="the run's input, as JSON")
-    start.add_argument("--reuse", default="use_existing",
-                       choices=("use_existing", "allow_duplicate", "reject_active"),
-                       help="when the key's run exists: return it (default), start anew once it "
-                            "has ended (allow_duplicate), or refuse while it is active "
-                            "(reject_active)")
+    start.add_argument(
+        "--reuse",
+        default="use_existing",
+        choices=("use_existing", "allow_duplicate", "reject_active"),
+        help="when the key's run exists: return it (default), start anew once it "
+        "has ended (allow_duplicate), or refuse while it is active "
+        "(reject_active)",
+    )
     _add_otlp(start)
-    start.add_argument("--traceparent", default=None, metavar="HEADER",
-                       help="the W3C traceparent the run's trace continues (default: "
-                            "$TRACEPARENT when it holds a valid one), as the HTTP API takes "
-                            "the request's traceparent header")
+    start.add_argument(
+        "--traceparent",
+        default=None,
+        metavar="HEADER",
+        help="the W3C traceparent the run's trace continues (default: "
+        "$TRACEPARENT when it holds a valid one), as the HTTP API takes "
+        "the request's traceparent header",
+    )
     start.set_defaults(handler=_closing_stores(_runs_start))
 
 
 def _register_send(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs send`: queue an event for a run."""
     send = actions.add_parser(
-        "send", help="queue an event for a run, by id (or prefix) or by workflow and key",
+        "send",
+        help="queue an event for a run, by id (or prefix) or by workflow and key",
         description="Queue an event for a run; a worker applies it. Address the run by its id "
-                    "(a unique prefix will do) or by --workflow and --key. An event no state "
-                    "of the run's machine (from --machines) accepts is refused, as the HTTP "
-                    "ingress refuses it.")
+        "(a unique prefix will do) or by --workflow and --key. An event no state "
+        "of the run's machine (from --machines) accepts is refused, as the HTTP "
+        "ingress refuses it.",
+    )
     _add_store(send)
-    send.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                      help="module (or module:attr) defining the machines; repeatable")
+    send.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
     send.add_argument("run_id", nargs="?", metavar="RUN", help="the run's id or a unique prefix")
     send.add_argument("--workflow", metavar="NAME", help="with --key: the run's workflow")
     send.add_argument("--key", help="with --workflow: the run's key")
-    send.add_argument("--event", required=True, metavar="JSON",
-                      help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE')
+    send.add_argument(
+        "--event",
+        required=True,
+        metavar="JSON",
+        help='the event, e.g. \'{"type": "APPROVE", "by": "ann"}\' or APPROVE',
+    )
     lifecycle_cli.add_wait_option(send)
     send.set_defaults(handler=_closing_stores(_runs_send))
 
 
 def _register_list(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs list`: runs, newest first."""
-    listing = actions.add_parser("list", help="runs, newest first",
-                                 description="Runs, newest first, with their state and status.")
+    listing = actions.add_parser(
+        "list",
+        help="runs, newest first",
+        description="Runs, newest first, with their state and status.",
+    )
     _add_store(listing)
-    listing.add_argument("--status", help="only runs with this status (active, done, "
-                                          "done_partial, error, cancelled)")
-    listing.add_argument("--name", "--workflow", dest="name",
-                         help="only runs of this workflow (machine id)")
+    listing.add_argument(
+        "--status", help="only runs with this status (active, done, done_partial, error, cancelled)"
+    )
+    listing.add_argument(
+        "--name", "--workflow", dest="name", help="only runs of this workflow (machine id)"
+    )
     listing.add_argument("--key", help="only runs started with this key")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument(
@@ -426,24 +539,35 @@ def _register_list(actions: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _register_show(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs show`: one run with its effects and journal."""
-    show = actions.add_parser("show", help="one run with its effects and journal",
-                              description="One run: status, state, context, pending timers, "
-                                          "its effects (outbox) and its journal of events.")
+    show = actions.add_parser(
+        "show",
+        help="one run with its effects and journal",
+        description="One run: status, state, context, pending timers, "
+        "its effects (outbox) and its journal of events.",
+    )
     _add_store(show)
     show.add_argument("run_id", help="the run's id or a unique prefix (as runs list prints)")
-    show.add_argument("--last", type=int, default=None, metavar="N",
-                      help="only the newest N journal entries and outbox records "
-                           "(events_total says how many the journal has)")
+    show.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only the newest N journal entries and outbox records "
+        "(events_total says how many the journal has)",
+    )
     show.set_defaults(handler=_closing_stores(_runs_show))
 
 
 def _register_cancel(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs cancel`: cancel a run, or every run `--where` matches."""
-    cancel = actions.add_parser("cancel", help="cancel a run, or every run --where matches",
-                                description="Cancel a run: at once if no worker holds it, "
-                                            "else at the worker's next step. With --where, "
-                                            "every active run matching it, each journaled; "
-                                            "prints each outcome and the counts.")
+    cancel = actions.add_parser(
+        "cancel",
+        help="cancel a run, or every run --where matches",
+        description="Cancel a run: at once if no worker holds it, "
+        "else at the worker's next step. With --where, "
+        "every active run matching it, each journaled; "
+        "prints each outcome and the counts.",
+    )
     _add_store(cancel)
     cancel.add_argument("run_id", nargs="?", help="the run's id or a unique prefix")
     cancel.add_argument("--reason", help="recorded as the run's last error and in its journal")
@@ -454,15 +578,21 @@ def _register_cancel(actions: argparse._SubParsersAction[argparse.ArgumentParser
 def _register_resume(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs resume`: a failed run active again where it failed."""
     resume = actions.add_parser(
-        "resume", help="resume a failed run from the state it failed in (journaled)",
+        "resume",
+        help="resume a failed run from the state it failed in (journaled)",
         description="Make a failed run (status error) active again in the state it failed "
-                    "in: the failed calls of its last step run again, with their idempotency "
-                    "keys, at a worker's next round. The resume is journaled."
+        "in: the failed calls of its last step run again, with their idempotency "
+        "keys, at a worker's next round. The resume is journaled.",
     )
     _add_store(resume)
     resume.add_argument("run_id", nargs="?", help="the failed run's id or a unique prefix")
-    resume.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                        help="module (or module:attr) defining the machines; repeatable")
+    resume.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
     lifecycle_cli.add_bulk(resume, "resumed")
     resume.set_defaults(handler=_closing_stores(_runs_resume))
 
@@ -477,24 +607,32 @@ def _register_wait(actions: argparse._SubParsersAction[argparse.ArgumentParser])
 def _register_versions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs versions`: active runs the given machines cannot step."""
     versions = actions.add_parser(
-        "versions", help="active runs that the given machines cannot step (definition changed)",
+        "versions",
+        help="active runs that the given machines cannot step (definition changed)",
         description="Active runs whose definition fingerprint none of the given machines has: "
-                    "a worker with these machines would leave them alone."
+        "a worker with these machines would leave them alone.",
     )
     _add_store(versions)
-    versions.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                          help="module (or module:attr) defining the machines; repeatable")
+    versions.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
     versions.set_defaults(handler=_closing_stores(_runs_versions))
 
 
 def _register_schedules(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`schedules`: the scheduled starts the store knows."""
     listed = subparsers.add_parser(
-        "schedules", help="scheduled starts: slots decided, last run, skipped slots",
+        "schedules",
+        help="scheduled starts: slots decided, last run, skipped slots",
         description="Every scheduled start the store knows (workers fire them with "
-                    "--schedules): up to which slot it decided, the run it started last, a "
-                    "slot held by the overlap policy buffer_one, and its skipped slots (how "
-                    "many in all, the latest with their reason).")
+        "--schedules): up to which slot it decided, the run it started last, a "
+        "slot held by the overlap policy buffer_one, and its skipped slots (how "
+        "many in all, the latest with their reason).",
+    )
     _add_store(listed)
     listed.add_argument("--json", action="store_true", help="print JSON instead of text")
     listed.set_defaults(handler=_closing_stores(_schedules))
@@ -502,8 +640,9 @@ def _register_schedules(subparsers: argparse._SubParsersAction[argparse.Argument
 
 def _register_db(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db` and its subcommands."""
-    db = subparsers.add_parser("db", help="database schema",
-                               description="Manage the run store's schema.")
+    db = subparsers.add_parser(
+        "db", help="database schema", description="Manage the run store's schema."
+    )
     db_actions = db.add_subparsers(dest="db_command", required=True)
     _register_upgrade(db_actions)
     _register_reencrypt(db_actions)
@@ -512,9 +651,11 @@ def _register_db(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def _register_upgrade(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db upgrade`: apply missing schema migrations."""
-    upgrade = db_actions.add_parser("upgrade", help="apply missing schema migrations",
-                                    description="Apply the schema migrations the store does "
-                                                "not have yet (safe to run again).")
+    upgrade = db_actions.add_parser(
+        "upgrade",
+        help="apply missing schema migrations",
+        description="Apply the schema migrations the store does not have yet (safe to run again).",
+    )
     _add_store(upgrade)
     upgrade.set_defaults(handler=_closing_stores(_db_upgrade))
 
@@ -522,22 +663,27 @@ def _register_upgrade(db_actions: argparse._SubParsersAction[argparse.ArgumentPa
 def _register_reencrypt(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db reencrypt`: payloads under the current key."""
     reencrypt = db_actions.add_parser(
-        "reencrypt", help="rewrite stored payloads under the current encryption key",
+        "reencrypt",
+        help="rewrite stored payloads under the current encryption key",
         description="Rewrite every payload sealed with an older key of the ring (or written in "
-                    "clear) under the current key (the first), BATCH rows per transaction; "
-                    "afterwards the older keys can be removed. Safe while workers run.")
+        "clear) under the current key (the first), BATCH rows per transaction; "
+        "afterwards the older keys can be removed. Safe while workers run.",
+    )
     _add_store(reencrypt)
-    reencrypt.add_argument("--batch", type=int, default=500,
-                           help="rows per transaction (default 500)")
+    reencrypt.add_argument(
+        "--batch", type=int, default=500, help="rows per transaction (default 500)"
+    )
     reencrypt.set_defaults(handler=_closing_stores(_db_reencrypt))
 
 
 def _register_new_key(db_actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db new-key`: print a new encryption key."""
     keygen = db_actions.add_parser(
-        "new-key", help="print a new random encryption key as ID:BASE64KEY",
+        "new-key",
+        help="print a new random encryption key as ID:BASE64KEY",
         description="Print a new random AES-256 key as one line ID:BASE64KEY, for the keys "
-                    f"file or ${KEYS_ENV} (put it first to make it current).")
+        f"file or ${KEYS_ENV} (put it first to make it current).",
+    )
     keygen.add_argument("--id", default="k1", help="the key's id (default k1)")
     keygen.set_defaults(handler=_db_new_key)
 
@@ -545,46 +691,74 @@ def _register_new_key(db_actions: argparse._SubParsersAction[argparse.ArgumentPa
 def _register_api(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`api`: serve the webhook ingress."""
     api = subparsers.add_parser(
-        "api", help="serve the webhook ingress: start runs and send events over HTTP",
+        "api",
+        help="serve the webhook ingress: start runs and send events over HTTP",
         description="Serve the webhook ingress (persistence.ingress): POST starts runs "
-                    "idempotently by key and queues events by key or run id; workers apply "
-                    f"them. Beyond 127.0.0.1 set {API_TOKEN_ENV}; every request must then "
-                    "carry it as a bearer token. OpenAPI document at /docs and /openapi.json.")
+        "idempotently by key and queues events by key or run id; workers apply "
+        f"them. Beyond 127.0.0.1 set {API_TOKEN_ENV}; every request must then "
+        "carry it as a bearer token. OpenAPI document at /docs and /openapi.json.",
+    )
     _add_store(api)
-    api.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                     help="module (or module:attr) defining the workflows; repeatable")
-    api.add_argument("--host", default="127.0.0.1",
-                     help=f"address to listen on (default 127.0.0.1; others need "
-                          f"{API_TOKEN_ENV})")  # fmt: skip
-    api.add_argument("--port", type=int, default=DEFAULT_API_PORT,
-                     help=f"port to listen on (default {DEFAULT_API_PORT})")
-    api.add_argument("--signature", action="append", default=[],
-                     metavar="WORKFLOW=[PROVIDER:]ENV_VAR[@HEADER]",
-                     help="require WORKFLOW's requests to be signed with the secret in ENV_VAR: "
-                          "as PROVIDER signs them (github, stripe, slack or standard: Standard "
-                          "Webhooks; with a replay window of 300 s and events deduplicated by "
-                          "the provider's delivery id), or else as sha256=<hex HMAC of the "
-                          "body> in HEADER (default X-Signature-256). Once one is given, "
-                          "unsigned requests and reads need "
-                          f"{API_TOKEN_ENV} unless --allow-unsigned; repeatable")  # fmt: skip
-    api.add_argument("--allow-unsigned", action="store_true",
-                     help="with --signature, still take unsigned starts, events and reads of "
-                          "the other workflows without the token (not behind a public "
-                          "address)")  # fmt: skip
-    api.add_argument("--max-body", type=int, default=1_048_576,
-                     help="largest request body in bytes (default 1048576)")
-    api.add_argument("--log-level", default="INFO",
-                     help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    api.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the workflows; repeatable",
+    )
+    api.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=f"address to listen on (default 127.0.0.1; others need {API_TOKEN_ENV})",
+    )
+    api.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_API_PORT,
+        help=f"port to listen on (default {DEFAULT_API_PORT})",
+    )
+    api.add_argument(
+        "--signature",
+        action="append",
+        default=[],
+        metavar="WORKFLOW=[PROVIDER:]ENV_VAR[@HEADER]",
+        help="require WORKFLOW's requests to be signed with the secret in ENV_VAR: "
+        "as PROVIDER signs them (github, stripe, slack or standard: Standard "
+        "Webhooks; with a replay window of 300 s and events deduplicated by "
+        "the provider's delivery id), or else as sha256=<hex HMAC of the "
+        "body> in HEADER (default X-Signature-256). Once one is given, "
+        "unsigned requests and reads need "
+        f"{API_TOKEN_ENV} unless --allow-unsigned; repeatable",
+    )
+    api.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="with --signature, still take unsigned starts, events and reads of "
+        "the other workflows without the token (not behind a public "
+        "address)",
+    )
+    api.add_argument(
+        "--max-body",
+        type=int,
+        default=1_048_576,
+        help="largest request body in bytes (default 1048576)",
+    )
+    api.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)"
+    )
     _add_otlp(api)
     api.set_defaults(handler=_closing_stores(_api))
 
 
 def _add_otlp(parser: argparse.ArgumentParser) -> None:
     """`--otlp`: the worker's, the API's and `runs start`'s way to export their spans."""
-    parser.add_argument("--otlp", action="store_true",
-                        help="export traces and metrics over OTLP/HTTP as the standard "
-                             "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
-                             "opentelemetry-exporter-otlp-proto-http)")
+    parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="export traces and metrics over OTLP/HTTP as the standard "
+        "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and "
+        "opentelemetry-exporter-otlp-proto-http)",
+    )
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -594,15 +768,26 @@ def _worker(args: argparse.Namespace) -> int:
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
     try:
-        runtime = Runtime(store, load_machines(args.machines), dry_run=args.dry_run,
-                          **load_limits(args.limits), **_retention(args))
+        runtime = Runtime(
+            store,
+            load_machines(args.machines),
+            dry_run=args.dry_run,
+            **load_limits(args.limits),
+            **_retention(args),
+        )
     except ValueError as exc:  # a retention naming no workflow here, or no duration
         raise SystemExit(f"worker: {exc}") from exc
     server = _serve_metrics(args, runtime)
     try:
-        Worker(runtime, args.concurrency, batch=args.batch, lease_ms=args.lease_ms,
-               poll_ms=args.poll_ms, stuck_after_ms=args.stuck_after_ms,
-               schedules=load_schedules(args.schedules, runtime)).run()  # fmt: skip
+        Worker(
+            runtime,
+            args.concurrency,
+            batch=args.batch,
+            lease_ms=args.lease_ms,
+            poll_ms=args.poll_ms,
+            stuck_after_ms=args.stuck_after_ms,
+            schedules=load_schedules(args.schedules, runtime),
+        ).run()
     except WorkerCrashed as exc:
         logging.getLogger("statecharts.worker").critical("%s; exiting with status 70", exc)
         return 70  # EX_SOFTWARE: a supervisor restarts the worker
@@ -617,8 +802,9 @@ def _worker(args: argparse.Namespace) -> int:
 def _serve_metrics(args: argparse.Namespace, runtime: Runtime) -> Any:
     """The runtime's telemetry with the metrics asked for; the Prometheus server, if any."""
     sinks: list[Any] = []
-    gauges = StoreGauges(runtime, every_s=args.metrics_refresh_s,
-                         stuck_after_ms=args.stuck_after_ms)  # fmt: skip
+    gauges = StoreGauges(
+        runtime, every_s=args.metrics_refresh_s, stuck_after_ms=args.stuck_after_ms
+    )
     server = None
     if args.metrics_port is not None:
         try:
@@ -627,7 +813,8 @@ def _serve_metrics(args: argparse.Namespace, runtime: Runtime) -> Any:
             raise SystemExit(f"--metrics-port: {exc}") from exc
         server, _ = prometheus.serve(args.metrics_port, args.metrics_host)
         logging.getLogger("statecharts.worker").info(
-            "metrics on http://%s:%d/metrics", args.metrics_host, server.server_port)
+            "metrics on http://%s:%d/metrics", args.metrics_host, server.server_port
+        )
         sinks.append(prometheus)
     if args.otlp:
         sinks.append(OtelMetrics(gauges=gauges))
@@ -657,8 +844,9 @@ def _runs_list(args: argparse.Namespace) -> int:
     if args.stuck_after_ms is not None:
         runs = store.stuck_runs(now, args.stuck_after_ms, args.limit)
     elif args.where:
-        query = dataclasses.replace(lifecycle_cli.where_query(args, args.name, args.status),
-                                    key=args.key)  # fmt: skip
+        query = dataclasses.replace(
+            lifecycle_cli.where_query(args, args.name, args.status), key=args.key
+        )
         runs = store.search_runs(query, limit=args.limit)
     elif args.key is not None:
         query = RunQuery(workflow_name=args.name, status=args.status, key=args.key)
@@ -669,19 +857,33 @@ def _runs_list(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps([_row(r) for r in runs]).decode() + "\n")
         return 0
     table = [("ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED")] + [
-        (r.id, r.workflow_name, r.key or "", r.status, r.state,
-         relative_time(r.created_at, now), relative_time(r.updated_at, now))
+        (
+            r.id,
+            r.workflow_name,
+            r.key or "",
+            r.status,
+            r.state,
+            relative_time(r.created_at, now),
+            relative_time(r.updated_at, now),
+        )
         for r in runs
-    ]  # fmt: skip
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row, run in zip(table, [None, *runs], strict=True):
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        notes = "" if run is None else (_error_note(run) + (f"  problem={run.problem}"
-                                                            if run.problem
-                                                     else "")
-                                        + (f"  waiting_for={run.waiting_for}"
-                                           if run.waiting_for and not run.terminal
-                                           else ""))  # fmt: skip
+        notes = (
+            ""
+            if run is None
+            else (
+                _error_note(run)
+                + (f"  problem={run.problem}" if run.problem else "")
+                + (
+                    f"  waiting_for={run.waiting_for}"
+                    if run.waiting_for and not run.terminal
+                    else ""
+                )
+            )
+        )
         print(f"{line}  {row[-1]}{notes}")
     if not runs:
         print("(no runs)", file=sys.stderr)
@@ -693,14 +895,18 @@ def _runs_start(args: argparse.Namespace) -> int:
     given = None if args.input is None else _json_arg("--input", args.input)
     reuse: KeyReuse = args.reuse
     try:
-        traceparent = check_traceparent(args.traceparent, "--traceparent") \
-            if args.traceparent is not None else valid_traceparent(os.environ.get("TRACEPARENT"))
+        traceparent = (
+            check_traceparent(args.traceparent, "--traceparent")
+            if args.traceparent is not None
+            else valid_traceparent(os.environ.get("TRACEPARENT"))
+        )
     except ValueError as exc:
         raise SystemExit(str(exc)) from exc
     shutdown_otlp = otlp.configure() if args.otlp else None
     try:
-        run, created = runtime.start_run(args.name, given, args.key, reuse=reuse,
-                                         traceparent=traceparent)
+        run, created = runtime.start_run(
+            args.name, given, args.key, reuse=reuse, traceparent=traceparent
+        )
     except (UnknownWorkflowError, StatechartError, StoreEncodingError, ValueError) as exc:
         # the input, key or name is at fault: one line saying what, not a traceback
         raise SystemExit(f"runs start {args.name}: {str(exc).strip(chr(34))}") from exc
@@ -752,16 +958,23 @@ def _runs_show(args: argparse.Namespace) -> int:
         "snapshot": run.snapshot,
         "search": store.search_attributes(run.id),
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
-        "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]}
-                  for c in calls],
+        "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]} for c in calls],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "forked_from": asdict(fork) if (fork := store.fork_of(run.id)) is not None else None,
         "inbox": [asdict(e) for e in store.pending_events(run.id)],
         "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
-        "children": [{"id": c.id, "workflow_name": c.workflow_name, "invoke": c.parent_invoke_id,
-                      "key": c.key, "status": c.status, "state": c.state}
-                     for c in store.search_runs(RunQuery(parent_run_id=run.id), limit=1000)],
+        "children": [
+            {
+                "id": c.id,
+                "workflow_name": c.workflow_name,
+                "invoke": c.parent_invoke_id,
+                "key": c.key,
+                "status": c.status,
+                "state": c.state,
+            }
+            for c in store.search_runs(RunQuery(parent_run_id=run.id), limit=1000)
+        ],
     }
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
@@ -813,8 +1026,10 @@ def _runs_versions(args: argparse.Namespace) -> int:
     runtime = Runtime(_store(args), load_machines(args.machines))
     unknown = runtime.unknown_versions()
     for v in unknown:
-        print(f"{v.workflow_name}  version {v.workflow_version}  label {v.label}  {v.runs} "
-              "active run(s): no definition or migration in the given machines")  # fmt: skip
+        print(
+            f"{v.workflow_name}  version {v.workflow_version}  label {v.label}  {v.runs} "
+            "active run(s): no definition or migration in the given machines"
+        )
     if not unknown:
         print("every active run has a definition or a migration here")
     return 1 if unknown else 0
@@ -822,13 +1037,21 @@ def _runs_versions(args: argparse.Namespace) -> int:
 
 def _add_retention_options(worker: argparse.ArgumentParser) -> None:
     """The worker's `--retention` and `--key-window` (docs/persistence.md, Run lifecycle)."""
-    worker.add_argument("--retention", action="append", default=[], metavar="WORKFLOW=AGE",
-                        help="purge WORKFLOW's runs that ended more than AGE ago (30d, 12h), a "
-                             "bounded batch every minute; overrides the definition's "
-                             "meta.retention; repeatable")
-    worker.add_argument("--key-window", default=None, metavar="AGE",
-                        help="how long a purged run's key still answers 'already started' "
-                             "(default 7d)")
+    worker.add_argument(
+        "--retention",
+        action="append",
+        default=[],
+        metavar="WORKFLOW=AGE",
+        help="purge WORKFLOW's runs that ended more than AGE ago (30d, 12h), a "
+        "bounded batch every minute; overrides the definition's "
+        "meta.retention; repeatable",
+    )
+    worker.add_argument(
+        "--key-window",
+        default=None,
+        metavar="AGE",
+        help="how long a purged run's key still answers 'already started' (default 7d)",
+    )
 
 
 def _retention(args: argparse.Namespace) -> dict[str, Any]:
@@ -850,21 +1073,32 @@ def _retention(args: argparse.Namespace) -> dict[str, Any]:
 def _register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs purge`: retention on demand."""
     purge = actions.add_parser(
-        "purge", help="delete ended runs older than a duration (retention on demand)",
+        "purge",
+        help="delete ended runs older than a duration (retention on demand)",
         description="Delete the runs that ended before the given age, with their journal, "
-                    "effects, inbox and dead letters, calls and deliveries, in batches of short "
-                    "transactions (safe while workers run). Never a run with a live parent or "
-                    "child, nor one with work left. A purged run's key keeps answering starts "
-                    "with the purged run's id for --keep-keys.")
+        "effects, inbox and dead letters, calls and deliveries, in batches of short "
+        "transactions (safe while workers run). Never a run with a live parent or "
+        "child, nor one with work left. A purged run's key keeps answering starts "
+        "with the purged run's id for --keep-keys.",
+    )
     _add_store(purge)
-    purge.add_argument("--ended-before", required=True, metavar="AGE",
-                       help="purge runs that ended more than AGE ago: 30d, 12h, 15m, 45s")
+    purge.add_argument(
+        "--ended-before",
+        required=True,
+        metavar="AGE",
+        help="purge runs that ended more than AGE ago: 30d, 12h, 15m, 45s",
+    )
     purge.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
-    purge.add_argument("--keep-keys", default="7d", metavar="AGE",
-                       help="how long a purged run's key still answers 'already started' "
-                            "(default 7d; 0s forgets keys with their runs)")
-    purge.add_argument("--dry-run", action="store_true",
-                       help="count the runs it would purge; delete nothing")
+    purge.add_argument(
+        "--keep-keys",
+        default="7d",
+        metavar="AGE",
+        help="how long a purged run's key still answers 'already started' "
+        "(default 7d; 0s forgets keys with their runs)",
+    )
+    purge.add_argument(
+        "--dry-run", action="store_true", help="count the runs it would purge; delete nothing"
+    )
     purge.set_defaults(handler=_closing_stores(_runs_purge))
 
 
@@ -877,44 +1111,61 @@ def _runs_purge(args: argparse.Namespace) -> int:
     store = _store(args)
     now = store.clock().now()
     try:
-        report = purge(store, now - age, now, workflow=args.workflow,
-                       key_window_ms=window or None, dry_run=args.dry_run)  # fmt: skip
+        report = purge(
+            store,
+            now - age,
+            now,
+            workflow=args.workflow,
+            key_window_ms=window or None,
+            dry_run=args.dry_run,
+        )
     except StoreError as exc:
         raise SystemExit(f"runs purge: {exc}") from exc
     scope = f" of {args.workflow}" if args.workflow else ""
     if report.dry_run:
-        print(f"would purge {report.purged} run(s){scope} that ended over "
-              f"{args.ended_before} ago (dry run: nothing deleted)")  # fmt: skip
+        print(
+            f"would purge {report.purged} run(s){scope} that ended over "
+            f"{args.ended_before} ago (dry run: nothing deleted)"
+        )
         return 0
     keys = sum(1 for r in report.runs if r.key is not None and r.parent_run_id is None)
-    print(f"purged {report.purged} run(s){scope} that ended over {args.ended_before} ago"
-          + (f"; {keys} key(s) answer 'already started' for {args.keep_keys}"
-             if window and keys else "")
-          + ("; more are left: run it again" if report.more else ""))  # fmt: skip
+    print(
+        f"purged {report.purged} run(s){scope} that ended over {args.ended_before} ago"
+        + (
+            f"; {keys} key(s) answer 'already started' for {args.keep_keys}"
+            if window and keys
+            else ""
+        )
+        + ("; more are left: run it again" if report.more else "")
+    )
     return 0
 
 
 def _register_fork(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs fork`: a new run from a journal step of another."""
     fork = actions.add_parser(
-        "fork", help="start a new run from the snapshot after a journal step of a run",
+        "fork",
+        help="start a new run from the snapshot after a journal step of a run",
         description="Start a new run of the same workflow from RUN's snapshot after journal "
-                    "step N (as `runs show` lists the journal), linked to RUN: its calls in "
-                    "flight at that step run again and every later effect is recorded with the "
-                    "new run's idempotency keys. RUN is untouched. Refused when no definition "
-                    "in --machines restores that step.")
+        "step N (as `runs show` lists the journal), linked to RUN: its calls in "
+        "flight at that step run again and every later effect is recorded with the "
+        "new run's idempotency keys. RUN is untouched. Refused when no definition "
+        "in --machines restores that step.",
+    )
     _add_step_arguments(fork, "the run's id or a unique prefix")
 
 
 def _register_reset(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`runs reset`: a failed run back to an earlier journal step, in place."""
     reset = actions.add_parser(
-        "reset", help="put a failed run back to the snapshot after an earlier journal step",
+        "reset",
+        help="put a failed run back to the snapshot after an earlier journal step",
         description="Make a failed run (status error) active again from its snapshot after "
-                    "journal step N, in place: the journal is kept and the reset journaled, "
-                    "its open calls are stopped and those in flight at step N run again with "
-                    "new idempotency keys. Refused when no definition in --machines restores "
-                    "that step.")
+        "journal step N, in place: the journal is kept and the reset journaled, "
+        "its open calls are stopped and those in flight at step N run again with "
+        "new idempotency keys. Refused when no definition in --machines restores "
+        "that step.",
+    )
     _add_step_arguments(reset, "the failed run's id or a unique prefix")
 
 
@@ -923,8 +1174,13 @@ def _add_step_arguments(parser: argparse.ArgumentParser, run_help: str) -> None:
     _add_store(parser)
     parser.add_argument("run_id", metavar="RUN", help=run_help)
     parser.add_argument("--step", type=int, required=True, metavar="N", help="the journal step")
-    parser.add_argument("--machines", action="append", required=True, metavar="MODULE",
-                        help="module (or module:attr) defining the machines; repeatable")
+    parser.add_argument(
+        "--machines",
+        action="append",
+        required=True,
+        metavar="MODULE",
+        help="module (or module:attr) defining the machines; repeatable",
+    )
     parser.set_defaults(handler=_closing_stores(_runs_from_step))
 
 
@@ -952,11 +1208,16 @@ def _schedules(args: argparse.Namespace) -> int:
         return 0
     for r in records:
         buffered = f", slot {iso(r.buffered_at)} buffered" if r.buffered_at is not None else ""
-        print(f"{r.name}: decided up to {iso(r.last_fire_at) if r.last_fire_at else '-'}, last "
-              f"run {r.last_run_id or '-'}{buffered}, {r.skipped_count} slot(s) skipped")
+        print(
+            f"{r.name}: decided up to {iso(r.last_fire_at) if r.last_fire_at else '-'}, last "
+            f"run {r.last_run_id or '-'}{buffered}, {r.skipped_count} slot(s) skipped"
+        )
         for skip in r.skipped[-5:]:
-            slots = iso(skip["first"]) if skip["count"] == 1 else \
-                f"{iso(skip['first'])} .. {iso(skip['last'])}"  # fmt: skip
+            slots = (
+                iso(skip["first"])
+                if skip["count"] == 1
+                else f"{iso(skip['first'])} .. {iso(skip['last'])}"
+            )
             print(f"  skipped {skip['count']} slot(s) {slots}: {skip['reason']}")
     if not records:
         print("no schedule has decided a slot yet")
@@ -970,8 +1231,11 @@ def _db_upgrade(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise SystemExit(f"db upgrade: {exc}") from exc
     version = store.schema_version()
-    print(f"applied migrations {applied}; schema at version {version}" if applied
-          else f"schema already at version {version}")  # fmt: skip
+    print(
+        f"applied migrations {applied}; schema at version {version}"
+        if applied
+        else f"schema already at version {version}"
+    )
     return 0
 
 
@@ -981,8 +1245,10 @@ def _db_reencrypt(args: argparse.Namespace) -> int:
         report = store.reencrypt_payloads(args.batch)
     except (StoreError, KeyConfigError, ValueError) as exc:
         raise SystemExit(f"db reencrypt: {exc}") from exc
-    print(f"rewritten {report.rewritten} payload(s) under the current key; "
-          f"{report.changed} changed meanwhile (written by their run's step)")  # fmt: skip
+    print(
+        f"rewritten {report.rewritten} payload(s) under the current key; "
+        f"{report.changed} changed meanwhile (written by their run's step)"
+    )
     for key_id, n in sorted(report.unreadable.items()):
         print(f"{n} payload(s) sealed with key {key_id!r} did not open; left as they are")
     for problem in report.problems:
@@ -1011,19 +1277,32 @@ def _api(args: argparse.Namespace) -> int:
     token = os.environ.get(API_TOKEN_ENV) or None
     check_bind(args.host, token, API_TOKEN_ENV)
     signatures = {spec.partition("=")[0]: _signature(spec) for spec in args.signature}
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     runtime = Runtime(_store(args), load_machines(args.machines))
     unknown = sorted(set(signatures) - set(runtime.machines))
     if unknown:
         raise SystemExit(f"--signature names workflows not among --machines: {unknown}")
-    app = create_api(runtime, token=token, signatures=signatures, max_body=args.max_body,
-                     allow_unsigned=args.allow_unsigned)  # fmt: skip
+    app = create_api(
+        runtime,
+        token=token,
+        signatures=signatures,
+        max_body=args.max_body,
+        allow_unsigned=args.allow_unsigned,
+    )
     logging.getLogger("statecharts.api").info(
-        "serving http://%s:%d/api (%s%s%s)", args.host, args.port, ", ".join(runtime.machines),
+        "serving http://%s:%d/api (%s%s%s)",
+        args.host,
+        args.port,
+        ", ".join(runtime.machines),
         ", token required" if token else "",
-        ", unsigned requests refused without the token" if signatures and not
-        args.allow_unsigned else "")  # fmt: skip
+        ", unsigned requests refused without the token"
+        if signatures and not args.allow_unsigned
+        else "",
+    )
     shutdown_otlp = otlp.configure() if args.otlp else None
     try:
         serve(app, args.host, args.port, log_level=args.log_level.lower())
@@ -1041,12 +1320,17 @@ def _signature(spec: str) -> Signature:
     workflow, _, rest = spec.partition("=")
     provider, _, rest = rest.rpartition(":")
     variable, _, header = rest.partition("@")
-    if not workflow or not variable or (provider and provider not in SIGNATURE_PROVIDERS) or (
-        provider and header
+    if (
+        not workflow
+        or not variable
+        or (provider and provider not in SIGNATURE_PROVIDERS)
+        or (provider and header)
     ):
-        raise SystemExit(f"--signature {spec}: expected WORKFLOW=ENV_VAR[@HEADER] or "
-                         f"WORKFLOW=PROVIDER:ENV_VAR with PROVIDER one of "
-                         f"{', '.join(SIGNATURE_PROVIDERS)}")  # fmt: skip
+        raise SystemExit(
+            f"--signature {spec}: expected WORKFLOW=ENV_VAR[@HEADER] or "
+            f"WORKFLOW=PROVIDER:ENV_VAR with PROVIDER one of "
+            f"{', '.join(SIGNATURE_PROVIDERS)}"
+        )
     secret = os.environ.get(variable)
     if not secret:
         raise SystemExit(f"--signature {spec}: ${variable} is not set")

@@ -32,8 +32,14 @@ class RunColumns:
     wake_at: int | None
 
 
-def run_columns(snapshot: Snapshot, *, pending_effects: bool, now: int,
-                status: str | None = None, failure: str | None = None) -> RunColumns:
+def run_columns(
+    snapshot: Snapshot,
+    *,
+    pending_effects: bool,
+    now: int,
+    status: str | None = None,
+    failure: str | None = None,
+) -> RunColumns:
     """The row columns for `snapshot`; `status`/`failure` when the runtime ended the run itself
     (a failure outside the engine) rather than the snapshot saying so."""
     status = status or run_status(snapshot)

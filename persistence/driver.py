@@ -92,8 +92,14 @@ class _Step:
     poisoned: str | None = None  # a value no store holds exactly, refused where it entered
     traceback: str | None = None  # where the code that failed the run raised
 
-    def apply(self, machine: Machine, event: dict[str, Any], now: int,
-              timer_id: str | None = None, inbox_id: int | None = None) -> None:  # fmt: skip
+    def apply(
+        self,
+        machine: Machine,
+        event: dict[str, Any],
+        now: int,
+        timer_id: str | None = None,
+        inbox_id: int | None = None,
+    ) -> None:
         """Apply one event (or fire one timer); a raising guard or action fails the run.
         `inbox_id`: the inbox row the event came from, journaled with it (a waiting sender
         finds its step by it)."""
@@ -132,8 +138,12 @@ class _Step:
         if status != ACTIVE:
             stopped |= set(before.children)
         answered = {str(j.event.get("type")) for j in self.journal}
-        return sorted(i for i in stopped if done_actor_event_type(i) not in answered
-                      and error_actor_event_type(i) not in answered)  # fmt: skip
+        return sorted(
+            i
+            for i in stopped
+            if done_actor_event_type(i) not in answered
+            and error_actor_event_type(i) not in answered
+        )
 
 
 @dataclass(slots=True)
@@ -176,10 +186,16 @@ def _waits_to_retry(state: str) -> set[str]:
 class RunDriver:
     """Steps runs leased by `owner` until they wait, end, or the worker stops."""
 
-    def __init__(self, runtime: Runtime, owner: str, lease_ms: int, max_steps: int = 1000,
-                 parallel: int = 1,
-                 holds: Callable[[set[str], bool], None] | None = None,
-                 calls: CallTaker | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runtime: Runtime,
+        owner: str,
+        lease_ms: int,
+        max_steps: int = 1000,
+        parallel: int = 1,
+        holds: Callable[[set[str], bool], None] | None = None,
+        calls: CallTaker | None = None,
+    ) -> None:
         self.runtime = runtime
         self.calls = calls
         """The call executor that takes the calls its steps record (leased to it in the step's
@@ -192,8 +208,9 @@ class RunDriver:
         self.lease_ms = lease_ms
         self.max_steps = max_steps
         self.parallel = parallel
-        self.executor = Executor(runtime.listeners, runtime.breaker, runtime.clock.now,
-                                 runtime.dry_run)
+        self.executor = Executor(
+            runtime.listeners, runtime.breaker, runtime.clock.now, runtime.dry_run
+        )
         self.telemetry = runtime.telemetry
         self._pool: ThreadPoolExecutor | None = None
         self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
@@ -217,8 +234,7 @@ class RunDriver:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _execute_round(self, leased: list[_Leased]
-                       ) -> list[list[Executed] | Exception | Grant]:  # fmt: skip
+    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception | Grant]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -260,8 +276,12 @@ class RunDriver:
             return exc
         return done
 
-    def drive(self, runs: Sequence[RunRecord], should_stop: Callable[[], bool],
-              work: Mapping[str, PendingWork] | None = None) -> int:  # fmt: skip
+    def drive(
+        self,
+        runs: Sequence[RunRecord],
+        should_stop: Callable[[], bool],
+        work: Mapping[str, PendingWork] | None = None,
+    ) -> int:
         """Step the leased `runs` in rounds until each waits, ends or the worker stops; return
         the number of steps committed. A round executes every run's pending effects and
         commits all their steps in one transaction (one commit to disk for the batch). Every
@@ -284,9 +304,13 @@ class RunDriver:
             if self.holds is not None:  # (an outage: what was handed over is not driven)
                 self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
 
-    def drive_started(self, run: RunRecord, effects: Sequence[NewEffect],
-                      should_stop: Callable[[], bool],
-                      snapshot: Snapshot | None = None) -> tuple[str, Snapshot] | None:  # fmt: skip
+    def drive_started(
+        self,
+        run: RunRecord,
+        effects: Sequence[NewEffect],
+        should_stop: Callable[[], bool],
+        snapshot: Snapshot | None = None,
+    ) -> tuple[str, Snapshot] | None:
         """Step `run`, which its starter created already leased to this driver's owner
         (`NewRun.lease_owner`) with its first `effects` (and `snapshot`, what its row restores
         to: kept in memory as between steps; else restored from the row), as `drive` steps a
@@ -296,16 +320,29 @@ class RunDriver:
         machine = self.runtime.machine_for(run)
         if machine is None:  # started with a definition this runtime has: cannot happen
             raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
-        pending = [(idempotency_key(run.id, 1, e.index), e.kind, e.payload) for e in effects
-                   if not is_call(e)]  # fmt: skip
+        pending = [
+            (idempotency_key(run.id, 1, e.index), e.kind, e.payload)
+            for e in effects
+            if not is_call(e)
+        ]
         first = machine.restore(run.snapshot) if snapshot is None else snapshot
-        x = _Leased(run, machine, first, pending, [], time.monotonic(), run.version, run.status,
-                    attempt=run.attempt_count)  # fmt: skip
+        x = _Leased(
+            run,
+            machine,
+            first,
+            pending,
+            [],
+            time.monotonic(),
+            run.version,
+            run.status,
+            attempt=run.attempt_count,
+        )
         self._rounds([x], should_stop)
         return x.released
 
-    def drive_unleased(self, found: Sequence[tuple[RunRecord, PendingWork]],
-                       should_stop: Callable[[], bool]) -> tuple[int, bool]:  # fmt: skip
+    def drive_unleased(
+        self, found: Sequence[tuple[RunRecord, PendingWork]], should_stop: Callable[[], bool]
+    ) -> tuple[int, bool]:
         """Step runs read without a lease (`RunStore.read_work`), as a claim would, but with
         the claim folded into the step's commit: the commit is written only if the run is
         still at the version read and nobody holds it, and takes the lease only when the step
@@ -331,19 +368,41 @@ class RunDriver:
         pending effects, no limited workflow, a row that parses and restores with a
         definition here (a broken one is failed by a claim, under a lease)."""
         machine = self.runtime.machine_for(run)
-        if (machine is None or run.problem is not None or work.problem is not None
-                or run.lease_owner is not None or run.status != ACTIVE or work.effects
-                or self.runtime.load.workflow_limits.get(run.workflow_name)):  # fmt: skip
+        if (
+            machine is None
+            or run.problem is not None
+            or work.problem is not None
+            or run.lease_owner is not None
+            or run.status != ACTIVE
+            or work.effects
+            or self.runtime.load.workflow_limits.get(run.workflow_name)
+        ):
             return None
         try:
             snapshot = machine.restore(run.snapshot)
         except Exception:
             return None
-        return _Leased(run, machine, snapshot, [], work.inbox, time.monotonic(), run.version,
-                       run.status, attempt=run.attempt_count, unleased=True)  # fmt: skip
+        return _Leased(
+            run,
+            machine,
+            snapshot,
+            [],
+            work.inbox,
+            time.monotonic(),
+            run.version,
+            run.status,
+            attempt=run.attempt_count,
+            unleased=True,
+        )
 
-    def send(self, run_id: str, event: dict[str, Any], now: int,
-             traceparent: str | None = None, finish: CallFinish | None = None) -> int:
+    def send(
+        self,
+        run_id: str,
+        event: dict[str, Any],
+        now: int,
+        traceparent: str | None = None,
+        finish: CallFinish | None = None,
+    ) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
         is at rest (`Store.send_and_step`): the step a worker would take for it with no
         claim (`drive_unleased`), written by the same commit, counted and traced as a
@@ -369,11 +428,16 @@ class RunDriver:
 
         store, cancelled, resting = self.runtime.store, list[str](), self.runtime.resting
         try:
-            inbox_id, version = store.send_and_step(run_id, event, now, step,
-                                                    traceparent=traceparent,
-                                                    cancelled=cancelled,
-                                                    rest=resting.get(run_id),
-                                                    finish=finish)  # fmt: skip
+            inbox_id, version = store.send_and_step(
+                run_id,
+                event,
+                now,
+                step,
+                traceparent=traceparent,
+                cancelled=cancelled,
+                rest=resting.get(run_id),
+                finish=finish,
+            )
         except Exception as exc:
             if isinstance(exc, (RunNotFoundError, RunFinishedError)):
                 resting.drop(run_id)  # (not followed: no step of it can come any more)
@@ -384,12 +448,18 @@ class RunDriver:
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
                 raise
             # the store refused the step: nothing was written, queue the event
-            log.warning("run %s: the step of a sent %r was refused in the send (%s: %s); "
-                        "queued for a worker", run_id, event.get("type"), type(exc).__name__,
-                        exc)  # fmt: skip
+            log.warning(
+                "run %s: the step of a sent %r was refused in the send (%s: %s); "
+                "queued for a worker",
+                run_id,
+                event.get("type"),
+                type(exc).__name__,
+                exc,
+            )
             if finish is not None:
-                return store.send_and_step(run_id, event, now, lambda r, w: None,
-                                           traceparent=traceparent, finish=finish)[0]
+                return store.send_and_step(
+                    run_id, event, now, lambda r, w: None, traceparent=traceparent, finish=finish
+                )[0]
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
         if version is None:  # queued for a worker
@@ -402,8 +472,9 @@ class RunDriver:
                 self.sent_step = (inbox_id, version, commit.state)
         return inbox_id
 
-    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]],
-                     now: int) -> list[int]:  # fmt: skip
+    def finish_calls(
+        self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]], now: int
+    ) -> list[int]:
         """`send` with its `finish` for each of a burst of call ends (at most one per run), all
         written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
         `send` steps one; the inbox ids (0: a result dropped)."""
@@ -420,8 +491,7 @@ class RunDriver:
 
         cancelled: list[str] = []
         resting = self.runtime.resting
-        rests = {run_id: rest for _, run_id, _ in ends
-                 if (rest := resting.get(run_id)) is not None}  # fmt: skip
+        rests = {run_id: rest for _, run_id, _ in ends if (rest := resting.get(run_id)) is not None}
         try:
             sent = self.runtime.store.finish_calls(ends, now, step, cancelled, rests)
         except Exception:
@@ -440,8 +510,7 @@ class RunDriver:
                     self._committed(*found, version, sent=True)
         return [inbox_id for inbox_id, _ in sent]
 
-    def _fold(self, run: RunRecord, work: PendingWork
-              ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+    def _fold(self, run: RunRecord, work: PendingWork) -> tuple[_Leased, _Step, StepCommit] | None:
         """The step a sent event (the last of `work.inbox`) takes in its send, or None to
         leave it queued: the run is not at rest (`_at_rest`), an earlier event waits, or the
         step would fail the run."""
@@ -458,16 +527,21 @@ class RunDriver:
             return None
         return found
 
-    def _rounds(self, leased: list[_Leased], should_stop: Callable[[], bool],
-                taken: list[RunRecord] | None = None) -> int:  # fmt: skip
+    def _rounds(
+        self,
+        leased: list[_Leased],
+        should_stop: Callable[[], bool],
+        taken: list[RunRecord] | None = None,
+    ) -> int:
         """Step the `leased` runs round by round until none is left, with the runs their
         releases handed over (appended to `taken`); the steps committed."""
         steps = 0
         while leased:
             this_round, leased, ended = leased, [], set()
             for x in this_round:
-                self.telemetry.begin_step(x.run, state_text(x.snapshot), x.steps == 0,
-                                          len(this_round), x.attempt, x.inbox)  # fmt: skip
+                self.telemetry.begin_step(
+                    x.run, state_text(x.snapshot), x.steps == 0, len(this_round), x.attempt, x.inbox
+                )
             try:
                 executed = self._execute_round(this_round)
                 staged = []
@@ -500,21 +574,27 @@ class RunDriver:
                     self.holds(gone, False)
         return steps
 
-    def _committed(self, x: _Leased, step: _Step, commit: StepCommit, version: int, *,
-                   sent: bool = False) -> None:  # fmt: skip
+    def _committed(
+        self, x: _Leased, step: _Step, commit: StepCommit, version: int, *, sent: bool = False
+    ) -> None:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
         x.unleased = False  # released, or leased by this commit
-        if self.unleased_calls is not None and commit.call_lease is None and \
-                any(is_call(e) for e in commit.new_effects):  # fmt: skip
+        if (
+            self.unleased_calls is not None
+            and commit.call_lease is None
+            and any(is_call(e) for e in commit.new_effects)
+        ):
             self.unleased_calls.add(x.run.id)
         if commit.call_lease is not None and self.calls is not None:
-            self.calls.adopt(leased_calls(x.run.id, version, commit.new_effects,
-                                          commit.call_lease), x.run, x.machine)  # fmt: skip
+            self.calls.adopt(
+                leased_calls(x.run.id, version, commit.new_effects, commit.call_lease),
+                x.run,
+                x.machine,
+            )
         self.last_step = (x.run.id, commit.status, step.snapshot)
         self.committed += 1
-        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(),
-                                       sent=sent)  # fmt: skip
+        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(), sent=sent)
         log_effects(step.logged, x.run.id)
         self._report_step(x, step, commit)
         if commit.status != ACTIVE:
@@ -567,8 +647,13 @@ class RunDriver:
 
     def _waiting(self, run: RunRecord, grant: Grant) -> None:
         """A run released to wait for a limit (the store wrote why on its row)."""
-        log.debug("run %s (%s): %s, looks again at %s", run.id, run.workflow_name,
-                  grant.reason, grant.retry_at)  # fmt: skip
+        log.debug(
+            "run %s (%s): %s, looks again at %s",
+            run.id,
+            run.workflow_name,
+            grant.reason,
+            grant.retry_at,
+        )
         self.telemetry.waiting(run, grant.reason or "")
         if self.holds is not None:
             self.holds({run.id}, False)
@@ -602,9 +687,9 @@ class RunDriver:
         if places:
             self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
 
-    def _stage_safely(self, x: _Leased, done: list[Executed] | Exception | Grant,
-                      should_stop: Callable[[], bool]
-                      ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+    def _stage_safely(
+        self, x: _Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
+    ) -> tuple[_Leased, _Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
         exception fails the run (never the thread, never its batch-mates); a run waiting for
         capacity was released by the store and is dropped."""
@@ -617,8 +702,12 @@ class RunDriver:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
         if isinstance(done, Exception):
-            self._fail(x, f"executing its effects raised {type(done).__name__}: {done}", [],
-                       error_traceback=traceback_text(done))  # fmt: skip
+            self._fail(
+                x,
+                f"executing its effects raised {type(done).__name__}: {done}",
+                [],
+                error_traceback=traceback_text(done),
+            )
             return None
         transient = next((d for d in done if d.transient is not None), None)
         if transient is not None:
@@ -632,8 +721,12 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(x, f"stepping raised {type(exc).__name__}: {exc}", done,
-                       error_traceback=traceback_text(exc))  # fmt: skip
+            self._fail(
+                x,
+                f"stepping raised {type(exc).__name__}: {exc}",
+                done,
+                error_traceback=traceback_text(exc),
+            )
             return None
 
     def _commit(self, staged: list[tuple[_Leased, _Step, StepCommit]]) -> list[int | None]:
@@ -672,61 +765,117 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(x, f"the store refused its step: {exc}", None, step.outcomes,
-                       poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None)
+            self._fail(
+                x,
+                f"the store refused its step: {exc}",
+                None,
+                step.outcomes,
+                poisoned=str(exc) if isinstance(exc, StoreEncodingError) else None,
+            )
             return None
         self.telemetry.runs_cancelled(cancelled)
         if version is None:
             self._lost(x)
         return version
 
-    def _report(self, kind: str, run: RunRecord, state: str, message: str,
-                level: int = logging.WARNING, **fields: Any) -> None:  # fmt: skip
+    def _report(
+        self,
+        kind: str,
+        run: RunRecord,
+        state: str,
+        message: str,
+        level: int = logging.WARNING,
+        **fields: Any,
+    ) -> None:
         """Report an operator event about `run` (its log line, metric and span event)."""
-        self.telemetry.report(RunEvent(kind, run.id, run.workflow_name, run.key, state, message,
-                                       level, run.traceparent, fields))  # fmt: skip
+        self.telemetry.report(
+            RunEvent(
+                kind,
+                run.id,
+                run.workflow_name,
+                run.key,
+                state,
+                message,
+                level,
+                run.traceparent,
+                fields,
+            )
+        )
 
     def _failed(self, run: RunRecord, state: str, reason: str, poisoned: str | None) -> None:
         """The one WARNING line per failed run (after the refused value's, if that was why)."""
         if poisoned is not None:
-            self._report(events.POISONED_VALUE, run, state, f"run {run.id} ({run.workflow_name}, "
-                         f"key {run.key}, state {state}): value refused: {poisoned}",
-                         reason=poisoned)  # fmt: skip
-        self._report(events.RUN_FAILED, run, state, f"run {run.id} failed (workflow "
-                     f"{run.workflow_name}, key {run.key}, state {state}): {reason}",
-                     reason=reason)  # fmt: skip
+            self._report(
+                events.POISONED_VALUE,
+                run,
+                state,
+                f"run {run.id} ({run.workflow_name}, "
+                f"key {run.key}, state {state}): value refused: {poisoned}",
+                reason=poisoned,
+            )
+        self._report(
+            events.RUN_FAILED,
+            run,
+            state,
+            f"run {run.id} failed (workflow "
+            f"{run.workflow_name}, key {run.key}, state {state}): {reason}",
+            reason=reason,
+        )
 
     def _lost(self, x: _Leased) -> None:
         if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
             self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
-            log.debug("run %s: stepped or claimed by another worker before this unleased "
-                      "step of version %d committed; nothing written", x.run.id, x.version)
+            log.debug(
+                "run %s: stepped or claimed by another worker before this unleased "
+                "step of version %d committed; nothing written",
+                x.run.id,
+                x.version,
+            )
             return
-        self._report(events.LEASE_LOST, x.run, state_text(x.snapshot),
-                     f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
-                     f"{x.version} under {self.owner}); another worker has it",
-                     owner=self.owner)  # fmt: skip
+        self._report(
+            events.LEASE_LOST,
+            x.run,
+            state_text(x.snapshot),
+            f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
+            f"{x.version} under {self.owner}); another worker has it",
+            owner=self.owner,
+        )
 
-    def _fail(self, x: _Leased, reason: str, executed: list[Executed] | None,
-              outcomes: Sequence[EffectOutcome] = (),
-              poisoned: str | None = None, attempt_count: int | None = None,
-              error_traceback: str | None = None) -> None:  # fmt: skip
+    def _fail(
+        self,
+        x: _Leased,
+        reason: str,
+        executed: list[Executed] | None,
+        outcomes: Sequence[EffectOutcome] = (),
+        poisoned: str | None = None,
+        attempt_count: int | None = None,
+        error_traceback: str | None = None,
+    ) -> None:
         """End `x` as `error` with `reason` without writing a new snapshot: the effects it
         executed are recorded `failed` (never run again by a worker; a `resume` runs them
         again, as the step they fed was lost; results dropped, they may be what the store
         refused), its queued events become dead letters, its error workflow starts."""
         reason = storable_text(reason)
         done = list(outcomes) or [e.outcome for e in executed or ()]
-        recorded = [EffectOutcome(o.idempotency_key, "failed", None,
-                                  storable_text(o.error or reason)) for o in done]
+        recorded = [
+            EffectOutcome(o.idempotency_key, "failed", None, storable_text(o.error or reason))
+            for o in done
+        ]
         now = self.runtime.clock.now()
         state = state_text(x.snapshot)
         starts = self._error_runs(x.run, x.status, "error", state, reason, now)
         cancelled: list[str] = []
-        if self.runtime.store.fail_run(x.run.id, self.owner, reason, now, outcomes=recorded,
-                                       start_runs=starts, attempt_count=attempt_count,
-                                       cancelled=cancelled,
-                                       error_traceback=error_traceback):  # fmt: skip
+        if self.runtime.store.fail_run(
+            x.run.id,
+            self.owner,
+            reason,
+            now,
+            outcomes=recorded,
+            start_runs=starts,
+            attempt_count=attempt_count,
+            cancelled=cancelled,
+            error_traceback=error_traceback,
+        ):
             self._failed(x.run, state, reason, poisoned)
             self.telemetry.runs_cancelled(cancelled)
 
@@ -738,18 +887,31 @@ class RunDriver:
         attempt = policy.attempt_after(x.run) if x.steps == 0 else 1
         error = storable_text(transient.transient or "error")
         if attempt >= policy.max_attempts:
-            self._fail(x, f"{TRANSIENT_PREFIX} persisted after {attempt} attempts: {error}", [],
-                       attempt_count=attempt)  # fmt: skip
+            self._fail(
+                x,
+                f"{TRANSIENT_PREFIX} persisted after {attempt} attempts: {error}",
+                [],
+                attempt_count=attempt,
+            )
             return
         wait = policy.wait_ms(attempt)
         text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"
-        if self.runtime.store.release(x.run.id, self.owner, now + wait, attempt_count=attempt,
-                                      last_error=text):  # fmt: skip
+        if self.runtime.store.release(
+            x.run.id, self.owner, now + wait, attempt_count=attempt, last_error=text
+        ):
             state = state_text(x.snapshot)
-            self._report(events.RETRY_SCHEDULED, x.run, state,
-                         f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                         f"{state}): {text}; step rolled back, retry in {wait} ms", logging.INFO,
-                         attempt=attempt, error=error, transient=True, wait_ms=wait)  # fmt: skip
+            self._report(
+                events.RETRY_SCHEDULED,
+                x.run,
+                state,
+                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                f"{state}): {text}; step rolled back, retry in {wait} ms",
+                logging.INFO,
+                attempt=attempt,
+                error=error,
+                transient=True,
+                wait_ms=wait,
+            )
 
     def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
         """The events this driver read but did not apply because the run ended: the store made
@@ -757,29 +919,44 @@ class RunDriver:
         for item in x.inbox:
             if item.id not in commit.consumed_inbox:
                 event_type, reason = item.event.get("type"), ended_reason(commit.status)
-                self._report(events.DEAD_LETTER, x.run, commit.state,
-                             f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                             f"{commit.state}): event {event_type!r} dead-lettered: {reason}",
-                             event_type=event_type, reason=reason)  # fmt: skip
+                self._report(
+                    events.DEAD_LETTER,
+                    x.run,
+                    commit.state,
+                    f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                    f"{commit.state}): event {event_type!r} dead-lettered: {reason}",
+                    event_type=event_type,
+                    reason=reason,
+                )
 
     def _report_step(self, x: _Leased, step: _Step, commit: StepCommit) -> None:
         """Operator log lines for what this committed step did: a failure, a retry."""
         if commit.status == "error" and x.status == ACTIVE:
             self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
-        elif commit.status == ACTIVE and WAITING in commit.state and \
-                _waits_to_retry(commit.state) - _waits_to_retry(state_text(x.snapshot)):
+        elif (
+            commit.status == ACTIVE
+            and WAITING in commit.state
+            and _waits_to_retry(commit.state) - _waits_to_retry(state_text(x.snapshot))
+        ):
             # (a retried call's attempt failed: it waits for the next one)
-            self._report(events.RETRY_SCHEDULED, x.run, commit.state,
-                         f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                         f"{commit.state}): attempt {commit.attempt_count} failed "
-                         f"({commit.last_error}); retry scheduled", logging.INFO,
-                         attempt=commit.attempt_count, error=commit.last_error,
-                         transient=False)  # fmt: skip
+            self._report(
+                events.RETRY_SCHEDULED,
+                x.run,
+                commit.state,
+                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
+                f"{commit.state}): attempt {commit.attempt_count} failed "
+                f"({commit.last_error}); retry scheduled",
+                logging.INFO,
+                attempt=commit.attempt_count,
+                error=commit.last_error,
+                transient=False,
+            )
         if commit.attempt_count is not None:
             x.attempt = commit.attempt_count
 
-    def _take(self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
-              ) -> tuple[list[_Leased], int]:  # fmt: skip
+    def _take(
+        self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
+    ) -> tuple[list[_Leased], int]:
         """Restore the claimed runs with their pending work; a run whose definition vanished is
         released, one whose snapshot does not restore is failed (a step, counted)."""
         store, now = self.runtime.store, self.runtime.clock.now()
@@ -788,11 +965,16 @@ class RunDriver:
         leased, failed = [], 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:
-                self._report(events.TAKEOVER, run, run.state,
-                             f"run {run.id} ({run.workflow_name}, key {run.key}, state "
-                             f"{run.state}): lease of {run.previous_owner} expired; taken over "
-                             f"by {self.owner}", previous_owner=run.previous_owner,
-                             owner=self.owner)  # fmt: skip
+                self._report(
+                    events.TAKEOVER,
+                    run,
+                    run.state,
+                    f"run {run.id} ({run.workflow_name}, key {run.key}, state "
+                    f"{run.state}): lease of {run.previous_owner} expired; taken over "
+                    f"by {self.owner}",
+                    previous_owner=run.previous_owner,
+                    owner=self.owner,
+                )
             problem = run.problem or work[run.id].problem  # (a payload whose key is missing)
             if problem is not None:  # a row that does not parse: failed, never stepped
                 failed += self._fail_unreadable(run, problem, now)
@@ -812,13 +994,24 @@ class RunDriver:
             if not self._enter_workflow(run, now):
                 continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
-            leased.append(_Leased(run, machine, snapshot, pending, work[run.id].inbox,
-                                  time.monotonic(), run.version, run.status,
-                                  attempt=run.attempt_count))  # fmt: skip
+            leased.append(
+                _Leased(
+                    run,
+                    machine,
+                    snapshot,
+                    pending,
+                    work[run.id].inbox,
+                    time.monotonic(),
+                    run.version,
+                    run.status,
+                    attempt=run.attempt_count,
+                )
+            )
         return leased, failed
 
-    def _stage(self, x: _Leased, executed: list[Executed], should_stop: Callable[[], bool]
-               ) -> tuple[_Leased, _Step, StepCommit] | None:  # fmt: skip
+    def _stage(
+        self, x: _Leased, executed: list[Executed], should_stop: Callable[[], bool]
+    ) -> tuple[_Leased, _Step, StepCommit] | None:
         """Apply what `x`'s executed effects brought back: the step to commit, or None (the
         lease released) when nothing changed."""
         now, machine = self.runtime.clock.now(), x.machine
@@ -830,80 +1023,115 @@ class RunDriver:
             step.outcomes = [e.outcome for e in executed]
             failure = next((e for e in executed if e.fails_run), None)
             if failure is not None:
-                step.status, step.error, step.traceback = "error", failure.fails_run, \
-                    failure.traceback  # fmt: skip
+                step.status, step.error, step.traceback = (
+                    "error",
+                    failure.fails_run,
+                    failure.traceback,
+                )
         if not step.changed:
             if not x.unleased:  # (an unleased run has nothing to give back)
                 unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
                 self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
             return None
         in_step = step.in_step
-        row = run_columns(step.snapshot, pending_effects=bool(in_step), now=now,
-                          status=step.status, failure=step.error)  # fmt: skip
+        row = run_columns(
+            step.snapshot,
+            pending_effects=bool(in_step),
+            now=now,
+            status=step.status,
+            failure=step.error,
+        )
         work = self._child_work(x, step, row.status, row.last_error)
         due = step.snapshot.next_due()
         more_now = row.status == ACTIVE and due is not None and due <= now
-        release = (
-            should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
-        )
+        release = should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
         commit = StepCommit(
-            run_id=x.run.id, owner=self.owner, expected_version=x.version, state=row.state,
-            snapshot=machine.persist(step.snapshot), status=row.status, release=release,
-            wake_at=row.wake_at, attempt_count=row.attempt_count, last_error=row.last_error,
+            run_id=x.run.id,
+            owner=self.owner,
+            expected_version=x.version,
+            state=row.state,
+            snapshot=machine.persist(step.snapshot),
+            status=row.status,
+            release=release,
+            wake_at=row.wake_at,
+            attempt_count=row.attempt_count,
+            last_error=row.last_error,
             error_traceback=step.traceback if row.status == "error" else None,
-            workflow_version=machine.fingerprint, lease_until=now + self.lease_ms,
-            new_effects=step.new_effects, effect_outcomes=step.outcomes,
+            workflow_version=machine.fingerprint,
+            lease_until=now + self.lease_ms,
+            new_effects=step.new_effects,
+            effect_outcomes=step.outcomes,
             consumed_inbox=step.consumed,
             journal=step.journal if self.runtime.journal else (),
-            start_runs=[*self._error_runs(x.run, x.status, row.status, row.state,
-                                          row.last_error, now),
-                        *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now,
-                                                 x.run.traceparent)],
-            stop_children=work.stops, deliveries=work.deliveries, unleased=x.unleased,
+            start_runs=[
+                *self._error_runs(x.run, x.status, row.status, row.state, row.last_error, now),
+                *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now, x.run.traceparent),
+            ],
+            stop_children=work.stops,
+            deliveries=work.deliveries,
+            unleased=x.unleased,
             stop_calls=step.stopped_calls(x.snapshot, row.status),
             call_lease=self._call_lease(step.new_effects),
-            search=search_changes(self.runtime.search_fields.get(x.run.workflow_name, ()),
-                                  x.snapshot.context, step.snapshot.context),
-        )  # fmt: skip
+            search=search_changes(
+                self.runtime.search_fields.get(x.run.workflow_name, ()),
+                x.snapshot.context,
+                step.snapshot.context,
+            ),
+        )
         return x, step, commit
 
-    def _child_work(self, x: _Leased, step: _Step, status: str,
-                    failure: str | None) -> ChildWork:  # fmt: skip
+    def _child_work(self, x: _Leased, step: _Step, status: str, failure: str | None) -> ChildWork:
         """What this step of `x` does to its child runs and its parent (`persistence.children`):
         the children it starts and stops, the events it sends them, and, when it ends a child
         run, the event that tells the parent."""
         stopping = status != ACTIVE or any(isinstance(e, StopChild) for e in step.logged)
-        existing = child_run_ids(x.machine, x.snapshot) if stopping and x.snapshot.children \
-            else set()  # fmt: skip
+        existing = (
+            child_run_ids(x.machine, x.snapshot) if stopping and x.snapshot.children else set()
+        )
         work = child_work(x.run.parent_run_id, step.logged, existing, status)
         if x.status == ACTIVE:
-            ended = ended_delivery(x.run.parent_run_id, x.run.parent_invoke_id, status,
-                                   step.snapshot, failure)  # fmt: skip
+            ended = ended_delivery(
+                x.run.parent_run_id, x.run.parent_invoke_id, status, step.snapshot, failure
+            )
             if ended is not None:
                 work.deliveries.append(ended)
         return work
 
     def _advance(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
         """`x` after its step committed at `version`: the effects it recorded are next."""
-        x.snapshot, x.version, x.status, x.steps = step.snapshot, version, commit.status, \
-            x.steps + 1
-        x.pending = [(idempotency_key(x.run.id, version, e.index), e.kind, e.payload)
-                     for e in step.in_step]  # fmt: skip
+        x.snapshot, x.version, x.status, x.steps = (
+            step.snapshot,
+            version,
+            commit.status,
+            x.steps + 1,
+        )
+        x.pending = [
+            (idempotency_key(x.run.id, version, e.index), e.kind, e.payload) for e in step.in_step
+        ]
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
-            x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), \
-                time.monotonic()
+            x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), time.monotonic()
 
-    def _apply(self, machine: Machine, step: _Step, executed: list[Executed],
-               inbox: list[InboxEvent], now: int) -> None:  # fmt: skip
+    def _apply(
+        self,
+        machine: Machine,
+        step: _Step,
+        executed: list[Executed],
+        inbox: list[InboxEvent],
+        now: int,
+    ) -> None:
         """Outcomes and their events first, then due timers and inbox events in the order they
         happened: a timer due before an event arrived fires first, an event that arrived
         before a timer was due is applied first (as in memory), however late the step runs."""
         step.outcomes = [x.outcome for x in executed]
         failing = next((x for x in executed if x.fails_run), None)
         if failing is not None:
-            step.status, step.error, step.poisoned, step.traceback = "error", \
-                failing.fails_run, failing.poisoned, failing.traceback  # fmt: skip
+            step.status, step.error, step.poisoned, step.traceback = (
+                "error",
+                failing.fails_run,
+                failing.poisoned,
+                failing.traceback,
+            )
             return
         cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
         if cancel is not None:  # the other queued events become dead letters (run cancelled)
@@ -926,12 +1154,14 @@ class RunDriver:
     def _fire_timers(machine: Machine, step: _Step, until: int, now: int) -> None:
         """Fire the step's timers due at or before `until`, in due order (at `now`)."""
         while step.status is None and step.snapshot.status == "active":
-            timer = min((t for t in step.snapshot.timers if t.due_at <= until),
-                        key=lambda t: t.due_at, default=None)  # fmt: skip
+            timer = min(
+                (t for t in step.snapshot.timers if t.due_at <= until),
+                key=lambda t: t.due_at,
+                default=None,
+            )
             if timer is None:
                 return
-            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now,
-                       timer.id)  # fmt: skip
+            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
 
     def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
         before = state_text(step.snapshot)
@@ -941,8 +1171,9 @@ class RunDriver:
         step.status = "cancelled"
         reason = request.event.get("reason")
         step.error = str(reason) if reason is not None else None
-        step.journal.append(JournalEntry(request.event, before, state_text(step.snapshot),
-                                         request.id))  # fmt: skip
+        step.journal.append(
+            JournalEntry(request.event, before, state_text(step.snapshot), request.id)
+        )
 
     def _error_runs(
         self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int
@@ -958,22 +1189,40 @@ class RunDriver:
         reason = storable_text(problem)
         starts = self._error_runs(run, run.status, "error", run.state, reason, now)
         cancelled: list[str] = []
-        if not self.runtime.store.fail_run(run.id, self.owner, reason, now, start_runs=starts,
-                                           cancelled=cancelled):  # fmt: skip
+        if not self.runtime.store.fail_run(
+            run.id, self.owner, reason, now, start_runs=starts, cancelled=cancelled
+        ):
             return 0
         self._failed(run, run.state, reason, None)
         self.telemetry.runs_cancelled(cancelled)
         return 1
 
 
-def leased_calls(run_id: str, version: int, effects: Sequence[NewEffect],
-                 lease: tuple[str, int] | None) -> list[CallRecord]:  # fmt: skip
+def leased_calls(
+    run_id: str, version: int, effects: Sequence[NewEffect], lease: tuple[str, int] | None
+) -> list[CallRecord]:
     """The calls a committed step (at `version`) recorded leased to an executor
     (`StepCommit.call_lease`), as the store holds them: running, first attempt open."""
     if lease is None:
         return []
     owner, until = lease
-    return [CallRecord(idempotency_key(run_id, version, e.index), run_id, version,
-                       str(e.payload.get("id")), dict(e.payload), "running", 1, owner, until,
-                       until, None, None, until, until)
-            for e in effects if is_call(e)]  # fmt: skip
+    return [
+        CallRecord(
+            idempotency_key(run_id, version, e.index),
+            run_id,
+            version,
+            str(e.payload.get("id")),
+            dict(e.payload),
+            "running",
+            1,
+            owner,
+            until,
+            until,
+            None,
+            None,
+            until,
+            until,
+        )
+        for e in effects
+        if is_call(e)
+    ]

@@ -140,11 +140,15 @@ def _affected_state(diff: MachineDiff, state_column: str) -> tuple[str, str]:
 
 def impact_text(impact: Impact) -> str:
     """The report for a terminal or CI log."""
-    lines = [f"Active runs of {impact.workflow} in {impact.store}: {impact.active} "
-             f"({impact.on_new} already on the new definition)"]
+    lines = [
+        f"Active runs of {impact.workflow} in {impact.store}: {impact.active} "
+        f"({impact.on_new} already on the new definition)"
+    ]
     for group in impact.states:
-        lines.append(f"  {group.state} ({group.change}): {group.runs} run(s): "
-                     + ", ".join(f"{n} {o}" for o, n in sorted(group.outcomes.items())))
+        lines.append(
+            f"  {group.state} ({group.change}): {group.runs} run(s): "
+            + ", ".join(f"{n} {o}" for o, n in sorted(group.outcomes.items()))
+        )
         lines += [f"      migrated to {where}: {n}" for where, n in sorted(group.landed.items())]
         lines += [f"      not migrated ({n}): {why}" for why, n in sorted(group.reasons.items())]
         if group.examples:
@@ -155,13 +159,22 @@ def impact_text(impact: Impact) -> str:
 
 def impact_markdown(impact: Impact) -> str:
     """The report for a pull-request comment."""
-    out = [f"#### Active runs of `{impact.workflow}`", "",
-           f"{impact.active} active, {impact.on_new} already on the new definition.", ""]
+    out = [
+        f"#### Active runs of `{impact.workflow}`",
+        "",
+        f"{impact.active} active, {impact.on_new} already on the new definition.",
+        "",
+    ]
     if impact.states:
-        out += ["| State | Change | Runs | Migrated | Stranded | Pinned to the old definition |",
-                "|---|---|---|---|---|---|"]
-        out += [f"| `{g.state}` | {g.change} | {g.runs} | {g.outcomes.get(MIGRATED, 0)} | "
-                f"{g.stranded} | {g.outcomes.get(PINNED, 0)} |" for g in impact.states]
+        out += [
+            "| State | Change | Runs | Migrated | Stranded | Pinned to the old definition |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| `{g.state}` | {g.change} | {g.runs} | {g.outcomes.get(MIGRATED, 0)} | "
+            f"{g.stranded} | {g.outcomes.get(PINNED, 0)} |"
+            for g in impact.states
+        ]
         out.append("")
     out += [_verdict(impact), ""]
     return "\n".join(out)
@@ -169,10 +182,14 @@ def impact_markdown(impact: Impact) -> str:
 
 def _verdict(impact: Impact) -> str:
     if impact.stranded:
-        return (f"STRANDED: {impact.stranded} run(s) sit in removed states and the new "
-                "definition has no migration that moves them (give it version= and "
-                "migrations=, or let them finish first).")
+        return (
+            f"STRANDED: {impact.stranded} run(s) sit in removed states and the new "
+            "definition has no migration that moves them (give it version= and "
+            "migrations=, or let them finish first)."
+        )
     if impact.pinned:
-        return (f"No run is stranded; {impact.pinned} run(s) have no migration and go on "
-                "with the old definition: keep it in the workers' machines until they finish.")
+        return (
+            f"No run is stranded; {impact.pinned} run(s) have no migration and go on "
+            "with the old definition: keep it in the workers' machines until they finish."
+        )
     return "No run is stranded."

@@ -24,8 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     if found is None:
         return
     diff, without_store = found
-    diff.add_argument("--store", help="a store URL: report the active runs the change affects "
-                                      "(exit 1 when runs would be stranded)")
+    diff.add_argument(
+        "--store",
+        help="a store URL: report the active runs the change affects "
+        "(exit 1 when runs would be stranded)",
+    )
 
     def diff_with_impact(args: argparse.Namespace) -> int:
         return _diff_with_impact(args) if args.store else without_store(args)
@@ -54,4 +57,3 @@ def _diff_with_impact(args: argparse.Namespace) -> int:
         sys.stderr.write(report)
     write_output(data, args.output)
     return 1 if impact.stranded else 0
-

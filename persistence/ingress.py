@@ -62,8 +62,16 @@ from statecharts.errors import ContextError, StatechartError
 from statecharts.frozen import freeze, text_problem, thaw
 from statecharts.tracing import valid_traceparent
 
-__all__ = ["MAX_BODY", "Incoming", "Queued", "Refused", "Signature", "create_api", "invalid",
-           "start_key"]
+__all__ = [
+    "MAX_BODY",
+    "Incoming",
+    "Queued",
+    "Refused",
+    "Signature",
+    "create_api",
+    "invalid",
+    "start_key",
+]
 
 MAX_BODY = 1_048_576
 """Default request body limit in bytes (1 MiB)."""
@@ -93,14 +101,13 @@ def _inside(request: Request) -> str:
     """The request's path inside this app (without the prefix it is mounted under)."""
     path: str = request.scope["path"]
     root: str = request.scope.get("root_path", "")
-    return path[len(root):] if root and path.startswith(root) else path
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 class Refused(Exception):
     """A request answered with an error status and JSON detail."""
 
-    def __init__(self, status: int, detail: Any, headers: Mapping[str, str] | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, status: int, detail: Any, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
@@ -124,21 +131,40 @@ RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "no or wrong token, or a bad signature"},
     404: {"description": "no such workflow, run or key"},
     413: {"description": "request body over the size limit"},
-    422: {"description": "not a JSON object, a value no store holds, or an event no state "
-                         "accepts; `detail[0].loc` names the place"},
+    422: {
+        "description": "not a JSON object, a value no store holds, or an event no state "
+        "accepts; `detail[0].loc` names the place"
+    },
 }
 
 
 def _body_doc(example: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": dict(schema), "examples": {"webhook": {"value": dict(example)}}}}}}  # fmt: skip
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": dict(schema),
+                    "examples": {"webhook": {"value": dict(example)}},
+                }
+            },
+        }
+    }
 
 
-START_SCHEMA = {"type": "object", "properties": {
-    "key": {"type": "string", "description": "the caller's handle; idempotent by it"},
-    "input": {"description": "the run's input (any JSON value)"}}}  # fmt: skip
-EVENT_SCHEMA = {"type": "object", "required": ["type"],
-                "properties": {"type": {"type": "string"}}, "additionalProperties": True}
+START_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "description": "the caller's handle; idempotent by it"},
+        "input": {"description": "the run's input (any JSON value)"},
+    },
+}
+EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"type": "string"}},
+    "additionalProperties": True,
+}
 
 
 class Queued(RunSummary):
@@ -147,14 +173,23 @@ class Queued(RunSummary):
     wait elapsed (`202`, `outcome` "queued")."""
 
     inbox_id: int
-    duplicate: bool = Field(False, description="the delivery id was queued for the run "
-                            "before: this request queued nothing")
-    outcome: str | None = Field(None, description="with a wait: applied, or queued (the wait "
-                                "elapsed first; a worker applies it later)")
-    applied_step: int | None = Field(None, description="with a wait: the run version (step) "
-                                     "that applied the event")
-    applied_state: str | None = Field(None, description="with a wait: the run's active leaves "
-                                      "right after the event (later steps may have moved it)")
+    duplicate: bool = Field(
+        False,
+        description="the delivery id was queued for the run before: this request queued nothing",
+    )
+    outcome: str | None = Field(
+        None,
+        description="with a wait: applied, or queued (the wait "
+        "elapsed first; a worker applies it later)",
+    )
+    applied_step: int | None = Field(
+        None, description="with a wait: the run version (step) that applied the event"
+    )
+    applied_state: str | None = Field(
+        None,
+        description="with a wait: the run's active leaves "
+        "right after the event (later steps may have moved it)",
+    )
 
 
 MAX_WAIT_S = 60.0
@@ -179,21 +214,29 @@ def requested_wait(request: Request) -> float | None:
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds <= MAX_WAIT_S:
-        raise invalid(where, f"wait must be seconds from 0 to {MAX_WAIT_S:g}, got {given!r}",
-                      root)  # fmt: skip
+        raise invalid(where, f"wait must be seconds from 0 to {MAX_WAIT_S:g}, got {given!r}", root)
     return seconds
 
 
-def create_api(runtime: Runtime, *, token: str | None = None,
-               signatures: Mapping[str, Signature] | None = None,
-               max_body: int = MAX_BODY, allow_unsigned: bool = False) -> FastAPI:  # fmt: skip
+def create_api(
+    runtime: Runtime,
+    *,
+    token: str | None = None,
+    signatures: Mapping[str, Signature] | None = None,
+    max_body: int = MAX_BODY,
+    allow_unsigned: bool = False,
+) -> FastAPI:
     """The ingress app over `runtime` (see the module docstring). With `signatures`, requests
     without the token are refused except the signed workflows' starts and events (secure
     mode), unless `allow_unsigned`."""
     signed = dict(signatures or {})
     secure = bool(signed) and not allow_unsigned
-    app = FastAPI(title="statecharts webhook ingress", version="1",
-                  description=__doc__, responses=RUN_RESPONSES)  # fmt: skip
+    app = FastAPI(
+        title="statecharts webhook ingress",
+        version="1",
+        description=__doc__,
+        responses=RUN_RESPONSES,
+    )
 
     app.add_exception_handler(ClientDisconnect, client_gone)
 
@@ -204,11 +247,15 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
         path = _inside(request)
-        if token and path not in OPEN_PATHS and not has_token(request, token) and not (
-            signed and request.method == "POST" and WRITES.match(path)
+        if (
+            token
+            and path not in OPEN_PATHS
+            and not has_token(request, token)
+            and not (signed and request.method == "POST" and WRITES.match(path))
         ):  # a signed workflow's write is let through: its handler checks the signature
-            return JSONResponse({"detail": "missing or wrong token"}, 401,
-                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            return JSONResponse(
+                {"detail": "missing or wrong token"}, 401, headers={"WWW-Authenticate": "Bearer"}
+            )
         response: Response = await call_next(request)
         return response
 
@@ -217,15 +264,19 @@ def create_api(runtime: Runtime, *, token: str | None = None,
 
     def check_read(request: Request) -> None:
         if secure and not authenticated(request):
-            raise unauthorized("reads need the API token once webhook signatures are configured "
-                               "(secure mode; see allow_unsigned)")  # fmt: skip
+            raise unauthorized(
+                "reads need the API token once webhook signatures are configured "
+                "(secure mode; see allow_unsigned)"
+            )
 
     def check_unsigned(request: Request, workflow: str) -> None:
         """A request to a workflow without a signature: the token, in secure mode."""
         if (token or secure) and not authenticated(request):
-            raise unauthorized(f"workflow {workflow!r} takes no signature here, and unsigned "
-                               "requests need the API token once webhook signatures are "
-                               "configured (secure mode; see allow_unsigned)")  # fmt: skip
+            raise unauthorized(
+                f"workflow {workflow!r} takes no signature here, and unsigned "
+                "requests need the API token once webhook signatures are "
+                "configured (secure mode; see allow_unsigned)"
+            )
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -277,11 +328,19 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         except LimitKeyError as exc:  # (a start without the key of its per-key limit)
             raise invalid(input_path, str(exc)) from exc
         except StoreUnavailableError as exc:
-            raise Refused(503, "the run store could not answer; try again shortly",
-                          {"Retry-After": RETRY_AFTER_S}) from exc
+            raise Refused(
+                503,
+                "the run store could not answer; try again shortly",
+                {"Retry-After": RETRY_AFTER_S},
+            ) from exc
 
-    def queue(run: RunRecord, event: Mapping[str, Any], delivery: str | None,
-              traceparent: str | None, wait: float | None = None) -> Response:
+    def queue(
+        run: RunRecord,
+        event: Mapping[str, Any],
+        delivery: str | None,
+        traceparent: str | None,
+        wait: float | None = None,
+    ) -> Response:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             raise invalid("type", "an event needs a non-empty string type")
@@ -307,17 +366,32 @@ def create_api(runtime: Runtime, *, token: str | None = None,
     def waited(answer: Answer, duplicate: bool) -> Response:
         """A send's answer after its wait: `200` applied, `202` still queued, `409` dead."""
         if answer.status == "dead":
-            raise Refused(409, f"run {answer.run_id} ended before applying the event: "
-                               f"{answer.reason}")  # fmt: skip
-        body = Queued(**summary(answer.run).model_dump(), inbox_id=answer.inbox_id,
-                      duplicate=duplicate, outcome=answer.status, applied_step=answer.step,
-                      applied_state=answer.state)  # fmt: skip
+            raise Refused(
+                409, f"run {answer.run_id} ended before applying the event: {answer.reason}"
+            )
+        body = Queued(
+            **summary(answer.run).model_dump(),
+            inbox_id=answer.inbox_id,
+            duplicate=duplicate,
+            outcome=answer.status,
+            applied_step=answer.step,
+            applied_state=answer.state,
+        )
         return JSONResponse(body.model_dump(), 200 if answer.status == "applied" else 202)
 
-    @app.post("/api/workflows/{name}/runs", response_model=RunSummary, status_code=201,
-              openapi_extra=_body_doc(START_EXAMPLE, START_SCHEMA),
-              responses={200: {"model": RunSummary, "description": "the key's existing run "
-                               "(or, once it was purged, its id with status 'purged')"}})
+    @app.post(
+        "/api/workflows/{name}/runs",
+        response_model=RunSummary,
+        status_code=201,
+        openapi_extra=_body_doc(START_EXAMPLE, START_SCHEMA),
+        responses={
+            200: {
+                "model": RunSummary,
+                "description": "the key's existing run "
+                "(or, once it was purged, its id with status 'purged')",
+            }
+        },
+    )
     async def start(name: str, request: Request) -> Response:
         """Start a run of workflow `name`; idempotent by `key`: a second request with the same
         key answers `200` with the existing run (active or ended) and starts nothing. A start
@@ -331,17 +405,30 @@ def create_api(runtime: Runtime, *, token: str | None = None,
             raise invalid("key", "the key must be a string")
         traceparent = valid_traceparent(request.headers.get("traceparent"))  # the caller's
         try:
-            run, created = await call(lambda: runtime.start_run(name, body.get("input"), key,
-                                                                traceparent=traceparent))
+            run, created = await call(
+                lambda: runtime.start_run(name, body.get("input"), key, traceparent=traceparent)
+            )
         except RunPurgedError as exc:  # the key's run ended and was purged: started already
             purged = exc.tombstone
-            return JSONResponse({"id": purged.run_id, "workflow_name": name, "key": key,
-                                 "status": "purged", "purged_at": purged.purged_at}, 200)
+            return JSONResponse(
+                {
+                    "id": purged.run_id,
+                    "workflow_name": name,
+                    "key": key,
+                    "status": "purged",
+                    "purged_at": purged.purged_at,
+                },
+                200,
+            )
         return JSONResponse(summary(run).model_dump(), 201 if created else 200)
 
-    @app.post("/api/workflows/{name}/runs/{key}/events", status_code=202,
-              response_model=Queued, openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
-              responses={409: {"description": "the key's run has ended"}})
+    @app.post(
+        "/api/workflows/{name}/runs/{key}/events",
+        status_code=202,
+        response_model=Queued,
+        openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
+        responses={409: {"description": "the key's run has ended"}},
+    )
     async def send_by_key(name: str, key: str, request: Request) -> Response:
         """Queue an event for the newest run of `name` started with `key`; with `?wait=` (or
         `Prefer: wait=`) seconds, answer once its step has committed (`200`, the run after
@@ -349,12 +436,17 @@ def create_api(runtime: Runtime, *, token: str | None = None,
         wait = requested_wait(request)
         event, delivery, _ = await body_of(request, name)
         traceparent = valid_traceparent(request.headers.get("traceparent"))
-        return await call(lambda: queue(runtime.get_by_key(name, key), event, delivery,
-                                        traceparent, wait), "")  # fmt: skip
+        return await call(
+            lambda: queue(runtime.get_by_key(name, key), event, delivery, traceparent, wait), ""
+        )
 
-    @app.post("/api/runs/{run_id}/events", status_code=202, response_model=Queued,
-              openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
-              responses={409: {"description": "the run has ended"}})
+    @app.post(
+        "/api/runs/{run_id}/events",
+        status_code=202,
+        response_model=Queued,
+        openapi_extra=_body_doc(EVENT_EXAMPLE, EVENT_SCHEMA),
+        responses={409: {"description": "the run has ended"}},
+    )
     async def send_by_id(run_id: str, request: Request) -> Response:
         """Queue an event for the run with this id (signed as its workflow's webhooks are);
         `?wait=` as for an event by key."""
@@ -390,8 +482,7 @@ class Incoming(NamedTuple):
     replay_key: str | None
 
 
-def start_key(verified: Verified | None, delivery: str | None, in_signed_body: bool
-              ) -> str | None:  # fmt: skip
+def start_key(verified: Verified | None, delivery: str | None, in_signed_body: bool) -> str | None:
     """The key of a start that names none, so that posting it again starts nothing: a signed
     start's is its delivery id where the signature covers it (a field of the signed body,
     Standard Webhooks' `webhook-id`), else the digest of what is signed (body and timestamp:
@@ -428,8 +519,11 @@ def parse(raw: bytes) -> dict[str, Any]:
 def delivery_id(value: Any, where: str, root: str = "body") -> str:
     """A delivery id as given (a header's or a body field's value), or a 422 naming `where`."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_DELIVERY_ID:
-        raise invalid(where, f"a delivery id is a non-empty string of at most "
-                      f"{MAX_DELIVERY_ID} characters", root)  # fmt: skip
+        raise invalid(
+            where,
+            f"a delivery id is a non-empty string of at most {MAX_DELIVERY_ID} characters",
+            root,
+        )
     problem = text_problem(value)
     if problem is not None:
         raise invalid(where, f"delivery id: {problem}", root)

@@ -58,8 +58,7 @@ class Inline:
     call the run is released to the workers.
     """
 
-    def __init__(self, runtime: Runtime, *, lease_ms: int = 30_000,
-                 max_steps: int = 1000) -> None:  # fmt: skip
+    def __init__(self, runtime: Runtime, *, lease_ms: int = 30_000, max_steps: int = 1000) -> None:
         if lease_ms < 100:
             raise ValueError(f"lease_ms must be at least 100, got {lease_ms}")
         self.runtime = runtime
@@ -68,8 +67,15 @@ class Inline:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._local = threading.local()
 
-    def run(self, name: str, input: Any = None, key: str | None = None, *,
-            reuse: KeyReuse = "use_existing", traceparent: str | None = None) -> InlineResult:
+    def run(
+        self,
+        name: str,
+        input: Any = None,
+        key: str | None = None,
+        *,
+        reuse: KeyReuse = "use_existing",
+        traceparent: str | None = None,
+    ) -> InlineResult:
         """Start a run of `name` (as `Runtime.start`, keys and reuse included) and step it here
         until it waits or ends. An existing run returned for `key` is not stepped here (a
         worker, or the caller that started it, does that): its row is reported as it is."""
@@ -77,10 +83,18 @@ class Inline:
         driver = calls.driver
         driver.last_step, driver.unleased_calls = None, set()
         record, created, effects, snapshot = self.runtime.begin_run(
-            name, input, key, reuse=reuse, traceparent=traceparent,
-            lease=(driver.owner, self.lease_ms), calls=calls)  # fmt: skip
-        if record.lease_owner == driver.owner and \
-                driver.drive_started(record, effects, lambda: False, snapshot) is None:
+            name,
+            input,
+            key,
+            reuse=reuse,
+            traceparent=traceparent,
+            lease=(driver.owner, self.lease_ms),
+            calls=calls,
+        )
+        if (
+            record.lease_owner == driver.owner
+            and driver.drive_started(record, effects, lambda: False, snapshot) is None
+        ):
             return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
         if created and not leasable_calls(effects) and any(is_call(e) for e in effects):
             # (its calls wait for its first step's actions: not leased with the insert)
@@ -101,11 +115,11 @@ class Inline:
         calls: CallExecutor | None = getattr(self._local, "calls", None)
         if calls is None:
             owner = f"{self.id}/inline-{threading.get_ident()}"
-            calls = CallExecutor(self.runtime, owner, lease_ms=self.lease_ms,
-                                 max_steps=self.max_steps)  # fmt: skip
+            calls = CallExecutor(
+                self.runtime, owner, lease_ms=self.lease_ms, max_steps=self.max_steps
+            )
             self._local.calls = calls
         return calls
 
     def _as_stored(self, record: RunRecord, created: bool) -> InlineResult:
         return InlineResult(record.id, created, record.status, self.runtime.restore(record))
-

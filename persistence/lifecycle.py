@@ -60,8 +60,10 @@ def duration_ms(value: Duration, what: str = "duration") -> int:
     elif isinstance(value, str) and (match := _DURATION.match(value)) is not None:
         ms = int(match.group(1)) * _UNITS[match.group(2)]
     else:
-        raise ValueError(f"{what}: {value!r} is not a duration (a timedelta, milliseconds, or "
-                         "text like 30d, 12h, 15m, 45s, 500ms)")  # fmt: skip
+        raise ValueError(
+            f"{what}: {value!r} is not a duration (a timedelta, milliseconds, or "
+            "text like 30d, 12h, 15m, 45s, 500ms)"
+        )
     if ms < 0:
         raise ValueError(f"{what}: {value!r} is negative")
     return ms
@@ -110,22 +112,30 @@ class PurgeReport:
     """Runs were left for a later call (`max_runs` reached)."""
 
 
-def purge(store: Store, ended_before: int, now: int, *, workflow: str | None = None,
-          key_window_ms: int | None, batch: int = PURGE_BATCH, max_runs: int = MAX_PURGE_RUNS,
-          dry_run: bool = False) -> PurgeReport:  # fmt: skip
+def purge(
+    store: Store,
+    ended_before: int,
+    now: int,
+    *,
+    workflow: str | None = None,
+    key_window_ms: int | None,
+    batch: int = PURGE_BATCH,
+    max_runs: int = MAX_PURGE_RUNS,
+    dry_run: bool = False,
+) -> PurgeReport:
     """Delete the runs that ended before `ended_before` (of `workflow` only, if given), batch
     after batch (each its own short transaction), at most `max_runs`; keep each purged
     top-level run's key for `key_window_ms` (None: keys are forgotten with their runs)."""
     if dry_run:
-        sample = store.purge_runs(ended_before, now, workflow=workflow, limit=batch,
-                                  dry_run=True)  # fmt: skip
+        sample = store.purge_runs(ended_before, now, workflow=workflow, limit=batch, dry_run=True)
         return PurgeReport(store.count_purgeable(ended_before, workflow=workflow), True, sample)
     keep = None if key_window_ms is None else now + key_window_ms
     done: list[PurgedRun] = []
     while len(done) < max_runs:
         limit = min(batch, max_runs - len(done))
-        purged = store.purge_runs(ended_before, now, workflow=workflow, limit=limit,
-                                  keep_keys_until=keep)  # fmt: skip
+        purged = store.purge_runs(
+            ended_before, now, workflow=workflow, limit=limit, keep_keys_until=keep
+        )
         done += purged
         if len(purged) < limit:  # none left (or only runs a worker holds)
             return PurgeReport(len(done), False, done)
@@ -142,32 +152,46 @@ class Retention:
     key_window_ms: int = int(DEFAULT_KEY_WINDOW.total_seconds() * 1000)
 
     @classmethod
-    def of(cls, machines: Sequence[Machine], given: Mapping[str, Duration],
-           key_window: Duration) -> Retention:  # fmt: skip
+    def of(
+        cls, machines: Sequence[Machine], given: Mapping[str, Duration], key_window: Duration
+    ) -> Retention:
         """The policy from each machine's `meta.retention` (a `Duration`), overridden by
         `given`; every workflow named must be one of `machines`."""
         found: dict[str, Duration] = {
-            m.id: m.root.meta["retention"] for m in machines
-            if isinstance(m.root.meta, Mapping) and m.root.meta.get("retention") is not None}
+            m.id: m.root.meta["retention"]
+            for m in machines
+            if isinstance(m.root.meta, Mapping) and m.root.meta.get("retention") is not None
+        }
         found.update(given)
         known = {m.id for m in machines}
         unknown = sorted(set(found) - known)
         if unknown:
-            raise ValueError(f"retention names workflows that are not among the runtime's "
-                             f"machines: {unknown} (known: {', '.join(sorted(known))})")
-        return cls({name: duration_ms(value, f"retention of {name!r}")
-                    for name, value in found.items()},
-                   duration_ms(key_window, "key_window"))  # fmt: skip
+            raise ValueError(
+                f"retention names workflows that are not among the runtime's "
+                f"machines: {unknown} (known: {', '.join(sorted(known))})"
+            )
+        return cls(
+            {name: duration_ms(value, f"retention of {name!r}") for name, value in found.items()},
+            duration_ms(key_window, "key_window"),
+        )
 
-    def apply(self, store: Store, now: int, batch: int = PURGE_BATCH,
-              max_runs: int = MAX_PASS_RUNS) -> int:  # fmt: skip
+    def apply(
+        self, store: Store, now: int, batch: int = PURGE_BATCH, max_runs: int = MAX_PASS_RUNS
+    ) -> int:
         """One bounded pass: at most `max_runs` of each workflow's expired runs (in batches
         of `batch`, each its own transaction), and as many expired key tombstones; how many
         runs it purged."""
         purged = 0
         for name, period in sorted(self.periods.items()):
-            purged += purge(store, now - period, now, workflow=name, batch=batch,
-                            key_window_ms=self.key_window_ms, max_runs=max_runs).purged
+            purged += purge(
+                store,
+                now - period,
+                now,
+                workflow=name,
+                batch=batch,
+                key_window_ms=self.key_window_ms,
+                max_runs=max_runs,
+            ).purged
         expired = batch
         for _ in range(max(1, max_runs // batch)):  # as many as it may have added, or more
             if expired < batch:
@@ -193,14 +217,14 @@ def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
     """The snapshot of `run` after journal step `step`, restored by a registered definition,
     with its calls in flight; `NotRestorableError` saying why not."""
     if step < 1 or step > run.version:
-        raise NotRestorableError(f"run {run.id}: no step {step} (its steps are 1 to "
-                                 f"{run.version})")  # fmt: skip
+        raise NotRestorableError(f"run {run.id}: no step {step} (its steps are 1 to {run.version})")
     found = runtime.store.journal_snapshot(run.id, step)
     if found is None:
         raise NotRestorableError(
             f"run {run.id}: its journal has no snapshot at or before step {step} (the first "
             "step a worker took is the first one recorded; a run with the journal off, or "
-            "stepped before schema 13, has none)")  # fmt: skip
+            "stepped before schema 13, has none)"
+        )
     at, data = found
     machine = runtime.machine_for(dataclasses.replace(run, snapshot=data))
     label = data.get("version")
@@ -208,35 +232,45 @@ def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
         raise NotRestorableError(
             f"run {run.id}: its snapshot at step {at} is {run.workflow_name} version "
             f"{run.workflow_version}{f' (label {label!r})' if label else ''}, which no "
-            "registered definition or migration restores")  # fmt: skip
+            "registered definition or migration restores"
+        )
     try:
         snapshot = machine.restore(data)
     except Exception as exc:
-        raise NotRestorableError(f"run {run.id}: its snapshot at step {at} does not restore "
-                                 f"with {machine.id}: {exc}") from exc
+        raise NotRestorableError(
+            f"run {run.id}: its snapshot at step {at} does not restore with {machine.id}: {exc}"
+        ) from exc
     if snapshot.status != ACTIVE:
-        raise NotRestorableError(f"run {run.id}: it had ended ({snapshot.status}) at step {at}; "
-                                 "give an earlier step")  # fmt: skip
+        raise NotRestorableError(
+            f"run {run.id}: it had ended ({snapshot.status}) at step {at}; give an earlier step"
+        )
     return Restored(machine, snapshot, at, _in_flight(runtime.store, run, machine, snapshot, at))
 
 
-def _in_flight(store: Store, run: RunRecord, machine: Machine, snapshot: Snapshot,
-               at: int) -> list[NewEffect]:  # fmt: skip
+def _in_flight(
+    store: Store, run: RunRecord, machine: Machine, snapshot: Snapshot, at: int
+) -> list[NewEffect]:
     """The starts of the calls `snapshot` (after step `at`) waits for, to record afresh; a
     child run in flight cannot be started again (`NotRestorableError`)."""
     live = [ref.id for ref in snapshot.children.values() if finished_child(ref) is None]
     runs = child_run_ids(machine, snapshot) & set(live)
     if runs:
-        raise NotRestorableError(f"run {run.id}: at step {at} it waits for child run(s) "
-                                 f"{sorted(runs)}, which a fork or reset cannot start again; "
-                                 "give a step before they were invoked or after they ended")
+        raise NotRestorableError(
+            f"run {run.id}: at step {at} it waits for child run(s) "
+            f"{sorted(runs)}, which a fork or reset cannot start again; "
+            "give a step before they were invoked or after they ended"
+        )
     starts = store.call_starts(run.id, live, at)
     missing = sorted(set(live) - set(starts))
     if missing:
-        raise NotRestorableError(f"run {run.id}: at step {at} it waits for {missing}, whose "
-                                 "start is not recorded; it cannot be started again")
-    return [NewEffect(i, kind, payload) for i, (kind, payload)
-            in enumerate(starts[call_id] for call_id in live)]  # fmt: skip
+        raise NotRestorableError(
+            f"run {run.id}: at step {at} it waits for {missing}, whose "
+            "start is not recorded; it cannot be started again"
+        )
+    return [
+        NewEffect(i, kind, payload)
+        for i, (kind, payload) in enumerate(starts[call_id] for call_id in live)
+    ]
 
 
 def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
@@ -244,15 +278,21 @@ def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
     restored = restore_step(runtime, run, step)
     now = runtime.clock.now()
     effects = restored.effects
-    columns = run_columns(restored.snapshot, now=now,
-                          pending_effects=any(e.kind != CALL for e in effects))  # fmt: skip
+    columns = run_columns(
+        restored.snapshot, now=now, pending_effects=any(e.kind != CALL for e in effects)
+    )
     new = NewRun(
-        id=str(uuid.uuid4()), workflow_name=run.workflow_name,
-        workflow_version=restored.machine.fingerprint, key=None, state=columns.state,
-        snapshot=restored.machine.persist(restored.snapshot), status=columns.status,
-        wake_at=columns.wake_at, priority=run.priority,
+        id=str(uuid.uuid4()),
+        workflow_name=run.workflow_name,
+        workflow_version=restored.machine.fingerprint,
+        key=None,
+        state=columns.state,
+        snapshot=restored.machine.persist(restored.snapshot),
+        status=columns.status,
+        wake_at=columns.wake_at,
+        priority=run.priority,
         search=runtime.search_values(run.workflow_name, restored.snapshot),
-    )  # fmt: skip
+    )
     record = runtime.store.fork_run(new, run.id, restored.step, effects, now)
     runtime.telemetry.run_started(run.workflow_name)
     return record
@@ -261,22 +301,32 @@ def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
 def reset(runtime: Host, run: RunRecord, step: int) -> RunRecord:
     """`run`, failed, put back to its snapshot after journal step `step` (`Runtime.reset`)."""
     if run.status != "error":
-        raise NotRestorableError(f"run {run.id} is {run.status}; only a failed run is reset "
-                                 "(fork any run instead)")  # fmt: skip
+        raise NotRestorableError(
+            f"run {run.id} is {run.status}; only a failed run is reset (fork any run instead)"
+        )
     if run.parent_run_id is not None:
-        raise NotRestorableError(f"run {run.id} is a child run of {run.parent_run_id}, which "
-                                 "took its failure; fork it, or reset its parent")
+        raise NotRestorableError(
+            f"run {run.id} is a child run of {run.parent_run_id}, which "
+            "took its failure; fork it, or reset its parent"
+        )
     restored = restore_step(runtime, run, step)
     now = runtime.clock.now()
-    columns = run_columns(restored.snapshot, now=now,
-                          pending_effects=any(e.kind != CALL for e in restored.effects))
+    columns = run_columns(
+        restored.snapshot, now=now, pending_effects=any(e.kind != CALL for e in restored.effects)
+    )
     try:
         record = runtime.store.reset_run(
-            run.id, run.version, restored.machine.persist(restored.snapshot), columns.state,
-            columns.wake_at, restored.step, restored.effects, now,
-            search=runtime.search_values(run.workflow_name, restored.snapshot))  # fmt: skip
+            run.id,
+            run.version,
+            restored.machine.persist(restored.snapshot),
+            columns.state,
+            columns.wake_at,
+            restored.step,
+            restored.effects,
+            now,
+            search=runtime.search_values(run.workflow_name, restored.snapshot),
+        )
     except RunFinishedError as exc:  # it moved meanwhile (resumed, reset by someone else)
         raise NotRestorableError(str(exc)) from exc
     runtime.resting.drop(run.id)
     return record
-

@@ -47,26 +47,40 @@ def seconds(text: str) -> float:
 
 def add_where(parser: argparse.ArgumentParser) -> None:
     """`--where NAME=VALUE` (repeatable, all must hold): runs by search attribute."""
-    parser.add_argument("--where", action="append", default=[], metavar="NAME=VALUE",
-                        help="only runs whose search attribute NAME is VALUE (compared as "
-                             "text); repeatable, all must hold")  # fmt: skip
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="only runs whose search attribute NAME is VALUE (compared as "
+        "text); repeatable, all must hold",
+    )
 
 
 def add_bulk(parser: argparse.ArgumentParser, verb: str) -> None:
     """The options of a bulk `cancel`/`resume`: `--where`, `--workflow`, `--dry-run`."""
     add_where(parser)
-    parser.add_argument("--workflow", metavar="NAME",
-                        help="with --where: only runs of this workflow")
-    parser.add_argument("--dry-run", action="store_true",
-                        help=f"with --where: list the runs that would be {verb}, change nothing")
+    parser.add_argument(
+        "--workflow", metavar="NAME", help="with --where: only runs of this workflow"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"with --where: list the runs that would be {verb}, change nothing",
+    )
 
 
 def add_wait_option(send: argparse.ArgumentParser) -> None:
     """`runs send --wait DURATION`."""
-    send.add_argument("--wait", type=seconds, default=None, metavar="DURATION",
-                      help="wait up to DURATION (e.g. 5s) for a worker's step to apply the "
-                           "event, and print the run after it (exit 124 if the wait elapses "
-                           "first: the event stays queued)")  # fmt: skip
+    send.add_argument(
+        "--wait",
+        type=seconds,
+        default=None,
+        metavar="DURATION",
+        help="wait up to DURATION (e.g. 5s) for a worker's step to apply the "
+        "event, and print the run after it (exit 124 if the wait elapses "
+        "first: the event stays queued)",
+    )
 
 
 def add_wait_command(
@@ -74,20 +88,28 @@ def add_wait_command(
 ) -> argparse.ArgumentParser:
     """`runs wait RUN --timeout DURATION`; the caller adds `--store` and the handler."""
     wait = actions.add_parser(
-        "wait", help="wait for a run to end; print its output or error",
+        "wait",
+        help="wait for a run to end; print its output or error",
         description="Wait until the run ends, then print its status with the machine's "
-                    "output (done) or error as JSON. Exit 0 done, 1 error, 3 cancelled, "
-                    "124 when the timeout elapses first. On PostgreSQL the wait is woken by "
-                    "the run's steps (LISTEN/NOTIFY), on SQLite it reads again with a short "
-                    "backoff.")
+        "output (done) or error as JSON. Exit 0 done, 1 error, 3 cancelled, "
+        "124 when the timeout elapses first. On PostgreSQL the wait is woken by "
+        "the run's steps (LISTEN/NOTIFY), on SQLite it reads again with a short "
+        "backoff.",
+    )
     wait.add_argument("run_id", metavar="RUN", help="the run's id or a unique prefix")
-    wait.add_argument("--timeout", type=seconds, default=30.0, metavar="DURATION",
-                      help="how long to wait (default 30s)")
+    wait.add_argument(
+        "--timeout",
+        type=seconds,
+        default=30.0,
+        metavar="DURATION",
+        help="how long to wait (default 30s)",
+    )
     return wait
 
 
-def where_query(args: argparse.Namespace, workflow: str | None,
-                status: str | None = None) -> RunQuery:  # fmt: skip
+def where_query(
+    args: argparse.Namespace, workflow: str | None, status: str | None = None
+) -> RunQuery:
     """The `RunQuery` of `--where` (with `workflow` and `status`); exits naming a bad term."""
     try:
         pairs = parse_where(args.where)
@@ -103,10 +125,22 @@ def _print(data: dict[str, Any]) -> None:
 def print_answer(answer: Answer) -> int:
     """Print a `send --wait`'s answer as JSON; its exit code."""
     run = answer.run
-    _print({"run_id": answer.run_id, "inbox_id": answer.inbox_id, "outcome": answer.status,
-            "step": answer.step, "state": answer.state, "reason": answer.reason,
-            "run": {"status": run.status, "state": run.state, "version": run.version,
-                    "context": run.snapshot.get("context")}})  # fmt: skip
+    _print(
+        {
+            "run_id": answer.run_id,
+            "inbox_id": answer.inbox_id,
+            "outcome": answer.status,
+            "step": answer.step,
+            "state": answer.state,
+            "reason": answer.reason,
+            "run": {
+                "status": run.status,
+                "state": run.state,
+                "version": run.version,
+                "context": run.snapshot.get("context"),
+            },
+        }
+    )
     return {"applied": EXIT_DONE, "queued": EXIT_TIMEOUT}.get(answer.status, EXIT_FAILED)
 
 
@@ -120,12 +154,20 @@ def wait_for_run(store: Store, run: RunRecord, timeout: float) -> int:
     try:
         ended = wait_ended(store, run.id, timeout)
     except StillRunningError as exc:
-        _print({"run_id": run.id, "status": exc.run.status, "state": exc.run.state,
-                "timeout": True})  # fmt: skip
+        _print(
+            {"run_id": run.id, "status": exc.run.status, "state": exc.run.state, "timeout": True}
+        )
         print(f"{run.id}: still {exc.run.status} after {timeout:g}s", file=sys.stderr)
         return EXIT_TIMEOUT
-    _print({"run_id": run.id, "status": ended.status, "state": ended.run.state,
-            "output": ended.output, "error": ended.error})  # fmt: skip
+    _print(
+        {
+            "run_id": run.id,
+            "status": ended.status,
+            "state": ended.run.state,
+            "output": ended.output,
+            "error": ended.error,
+        }
+    )
     if ended.status in ("done", "done_partial"):
         return EXIT_DONE
     return EXIT_CANCELLED if ended.status == "cancelled" else EXIT_FAILED
@@ -136,8 +178,10 @@ def _report(report: BulkReport) -> int:
     for run_id, outcome in report.runs:
         print(f"{run_id}: {outcome}")
     counts = ", ".join(f"{n} {what}" for what, n in sorted(report.outcomes.items())) or "none"
-    print(f"{report.matched} run(s) matched{' (dry run)' if report.dry_run else ''}: {counts}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{report.matched} run(s) matched{' (dry run)' if report.dry_run else ''}: {counts}",
+        file=sys.stderr,
+    )
     return 1 if report.outcomes.get("refused") else 0
 
 

@@ -128,16 +128,19 @@ def _effect_key(key: str, run_id: str) -> Iterator[None]:
         _current_key.reset(token)
 
 
-def to_outbox(effects: Iterable[Effect], start_index: int = 0,
-              machine: Machine | None = None) -> list[NewEffect]:  # fmt: skip
+def to_outbox(
+    effects: Iterable[Effect], start_index: int = 0, machine: Machine | None = None
+) -> list[NewEffect]:
     """The effects to record for a step, as JSON payloads, indexed from `start_index` (a
     child machine is no outbox effect: it starts as a child run with the step). Given the
     run's `machine`, invoked functions and coroutines whose call site has no limit are
     recorded as calls beside the run (`CALL`: `persistence.calls` runs them); without it (a
     run of a limited workflow) every call runs in its run's step, under its lease."""
     recorded = [e for e in effects if e.kind in RECORDED_KINDS and not starts_child_run(e)]
-    return [NewEffect(start_index + i, _kind(e, machine), thaw(e.to_json()))
-            for i, e in enumerate(recorded)]  # fmt: skip
+    return [
+        NewEffect(start_index + i, _kind(e, machine), thaw(e.to_json()))
+        for i, e in enumerate(recorded)
+    ]
 
 
 def _kind(effect: Effect, machine: Machine | None) -> str:
@@ -217,8 +220,9 @@ def _takes_key(fn: Callable[..., Any]) -> bool:
     )
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], key: str,
-          outbox_key: str) -> Any:
+def _call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], key: str, outbox_key: str
+) -> Any:
     """Call user code with the idempotency key (as a keyword if it takes one)."""
     if _accepts_key(fn):
         kwargs = {**kwargs, "idempotency_key": key}
@@ -263,15 +267,15 @@ def invoke_of(machine: Machine, payload: Mapping[str, Any]) -> InvokeDef | None:
     return None
 
 
-def actor_logic(machine: Machine, payload: Mapping[str, Any]
-                ) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:  # fmt: skip
+def actor_logic(
+    machine: Machine, payload: Mapping[str, Any]
+) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:
     """(logic, breaker name, external, transient) of a recorded `start_child`: from the
     invoking state's definition when it was invoked, else by name from `actors=` (spawned
     children)."""
     invoke = invoke_of(machine, payload)
     if invoke is not None:
-        logic = invoke.logic if invoke.logic is not None else \
-            machine.resolve_actor(invoke.src)[1]  # fmt: skip
+        logic = invoke.logic if invoke.logic is not None else machine.resolve_actor(invoke.src)[1]
         return logic, invoke.breaker, invoke.external, invoke.transient
     logic = machine.resolve_actor(str(payload.get("src")))[1]
     return logic, None, is_external(logic), False
@@ -329,12 +333,16 @@ class Executor:
             result = _call(fn, (context, event), dict(params), call_key(key), key)
         except Exception as exc:
             message = storable_text(f"action {name!r} raised {type(exc).__name__}: {exc}")
-            return Executed(EffectOutcome(key, "failed", None, message), fails_run=message,
-                            traceback=traceback_text(exc))  # fmt: skip
+            return Executed(
+                EffectOutcome(key, "failed", None, message),
+                fails_run=message,
+                traceback=traceback_text(exc),
+            )
         return Executed(EffectOutcome(key, "done", _json_or_none(result)))
 
-    def execute(self, machine: Machine, kind: str, payload: Mapping[str, Any],
-                key: str) -> Executed:  # fmt: skip
+    def execute(
+        self, machine: Machine, kind: str, payload: Mapping[str, Any], key: str
+    ) -> Executed:
         """Execute one recorded effect and report how it ended (never raises for user errors)."""
         if kind == "action":
             return self._action(machine, payload, key)
@@ -357,8 +365,9 @@ class Executor:
             return self.call_ended(plan, error=exc)
         return self.call_ended(plan, result)
 
-    def plan_call(self, machine: Machine, payload: Mapping[str, Any],
-                  key: str) -> CallPlan | Executed:  # fmt: skip
+    def plan_call(
+        self, machine: Machine, payload: Mapping[str, Any], key: str
+    ) -> CallPlan | Executed:
         """What calling a recorded `start_child` runs, or how it ended without running (its
         actor cannot be found or run here, a dry run, an open breaker)."""
         child_id, src = str(payload.get("id")), str(payload.get("src"))
@@ -386,8 +395,9 @@ class Executor:
                 return self._failed_call(plan, exc)
         return plan
 
-    def call_ended(self, plan: CallPlan, result: Any = None,
-                   error: BaseException | None = None) -> Executed:  # fmt: skip
+    def call_ended(
+        self, plan: CallPlan, result: Any = None, error: BaseException | None = None
+    ) -> Executed:
         """How a call of `plan` ended: with `result`, or raising `error`."""
         if plan.breaker is not None:
             plan.breaker.record(error is None, self._now())
@@ -397,9 +407,12 @@ class Executor:
             output = thaw(freeze(result, "output"))
         except ContextError as exc:  # a value no store holds exactly: the run fails here
             message = f"invoke {plan.child_id!r} returned a value that cannot be stored: {exc}"
-            return Executed(EffectOutcome(plan.outbox_key, "failed", None, message),
-                            fails_run=message, poisoned=str(exc),
-                            traceback=traceback_text(exc))  # fmt: skip
+            return Executed(
+                EffectOutcome(plan.outbox_key, "failed", None, message),
+                fails_run=message,
+                poisoned=str(exc),
+                traceback=traceback_text(exc),
+            )
         event = {"type": done_actor_event_type(plan.child_id), "output": output}
         return Executed(EffectOutcome(plan.outbox_key, "done", output), event)
 

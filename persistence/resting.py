@@ -41,12 +41,17 @@ class Resting:
     def started(self, run: RunRecord, effects: bool, now: int) -> None:
         """`run` was just inserted (with `effects` pending): followed, its row kept if it is at
         rest."""
-        at_rest = (run.status == ACTIVE and run.lease_owner is None and not effects
-                   and not _due(run.wake_at, now))  # fmt: skip
+        at_rest = (
+            run.status == ACTIVE
+            and run.lease_owner is None
+            and not effects
+            and not _due(run.wake_at, now)
+        )
         self._follow(run.id, run if at_rest else None)
 
-    def committed(self, run: RunRecord, commit: StepCommit, version: int, now: int, *,
-                  sent: bool) -> None:  # fmt: skip
+    def committed(
+        self, run: RunRecord, commit: StepCommit, version: int, now: int, *, sent: bool
+    ) -> None:
         """`commit`, a step of `run` (`sent`: a send's), was written at `version`. A run this
         process follows, or a sent one, is followed with its new row if the step left it at
         rest (released, active, no new effects but calls, which run beside it, nothing due),
@@ -57,18 +62,35 @@ class Resting:
         with self._lock:
             if not sent and run.id not in self._runs:
                 return
-        if (not commit.release or any(not is_call(e) for e in commit.new_effects)
-                or commit.start_runs or _due(commit.wake_at, now)):  # fmt: skip
+        if (
+            not commit.release
+            or any(not is_call(e) for e in commit.new_effects)
+            or commit.start_runs
+            or _due(commit.wake_at, now)
+        ):
             self._follow(run.id, None)
             return
-        self._follow(run.id, replace(
-            run, state=commit.state, snapshot=commit.snapshot, status=commit.status,
-            attempt_count=run.attempt_count if commit.attempt_count is None
-            else commit.attempt_count,
-            last_error=commit.last_error if commit.last_error is not None else run.last_error,
-            workflow_version=commit.workflow_version or run.workflow_version, updated_at=now,
-            wake_at=commit.wake_at, lease_owner=None, lease_expires_at=None, version=version,
-            previous_owner=None, due_at=None))  # fmt: skip
+        self._follow(
+            run.id,
+            replace(
+                run,
+                state=commit.state,
+                snapshot=commit.snapshot,
+                status=commit.status,
+                attempt_count=run.attempt_count
+                if commit.attempt_count is None
+                else commit.attempt_count,
+                last_error=commit.last_error if commit.last_error is not None else run.last_error,
+                workflow_version=commit.workflow_version or run.workflow_version,
+                updated_at=now,
+                wake_at=commit.wake_at,
+                lease_owner=None,
+                lease_expires_at=None,
+                version=version,
+                previous_owner=None,
+                due_at=None,
+            ),
+        )
 
     def moved(self, run_id: str) -> None:
         """`run_id` (sent an event here) is no longer known to be at rest: followed without a

@@ -94,8 +94,10 @@ class RunActiveError(ValueError):
 
     def __init__(self, run: RunRecord) -> None:
         self.run = run
-        super().__init__(f"run {run.id} of {run.workflow_name!r} with key {run.key!r} is "
-                         "active; not started again")  # fmt: skip
+        super().__init__(
+            f"run {run.id} of {run.workflow_name!r} with key {run.key!r} is "
+            "active; not started again"
+        )
 
 
 MAX_KEY_BYTES = 512
@@ -124,13 +126,14 @@ def check_key(key: object) -> str:
     if problem is not None:
         raise InvalidKeyError(f"key {shown}: {problem}")
     if "/" in key:
-        raise InvalidKeyError(f"key {shown}: a key must not contain '/' (runs are addressed by "
-                              "key in one URL path segment, and child runs' keys are "
-                              "'<parent key>/<invoke id>')")  # fmt: skip
+        raise InvalidKeyError(
+            f"key {shown}: a key must not contain '/' (runs are addressed by "
+            "key in one URL path segment, and child runs' keys are "
+            "'<parent key>/<invoke id>')"
+        )
     size = len(key.encode())
     if size > MAX_KEY_BYTES:
-        raise InvalidKeyError(f"key {shown}: {size} bytes, over the {MAX_KEY_BYTES} a key may "
-                              "have")  # fmt: skip
+        raise InvalidKeyError(f"key {shown}: {size} bytes, over the {MAX_KEY_BYTES} a key may have")
     return key
 
 
@@ -197,8 +200,10 @@ def error_detail(error: Any) -> ErrorDetail:
     """`error` (an engine error's JSON, or the one-line text `Name: message` stored in a run's
     `last_error`) as an `ErrorDetail`."""
     if isinstance(error, Mapping):
-        return {"name": str(error.get("name") or "Error"),
-                "message": str(error.get("message") or "")}  # fmt: skip
+        return {
+            "name": str(error.get("name") or "Error"),
+            "message": str(error.get("message") or ""),
+        }
     text = "" if error is None else str(error)
     name, sep, message = text.partition(": ")
     if sep and name.isidentifier():
@@ -212,13 +217,24 @@ def error_run_key(run_id: str) -> str:
 
 
 def error_workflow_input(
-    run_id: str, workflow: str, key: str | None, state: str, error: Any, failed_at: int,
+    run_id: str,
+    workflow: str,
+    key: str | None,
+    state: str,
+    error: Any,
+    failed_at: int,
     dry_run: bool,
 ) -> ErrorWorkflowInput:
     """The `ErrorWorkflowInput` about a failed run (every runner builds it here)."""
-    return {"run_id": run_id, "workflow": workflow, "key": key, "state": state,
-            "error": error_detail(thaw(error)), "failed_at": failed_at,
-            "dry_run": dry_run}  # fmt: skip
+    return {
+        "run_id": run_id,
+        "workflow": workflow,
+        "key": key,
+        "state": state,
+        "error": error_detail(thaw(error)),
+        "failed_at": failed_at,
+        "dry_run": dry_run,
+    }
 
 
 class Runtime:
@@ -329,8 +345,10 @@ class Runtime:
                 self._by_label[(machine.id, label)] = machine
         unsupported = [path for m in self._exact.values() for path in snapshot_invokes(m)]
         if unsupported:
-            raise ValueError(f"{', '.join(unsupported)}: onSnapshot of a child machine is not "
-                             "supported in durable runs (docs/persistence.md, Child runs)")
+            raise ValueError(
+                f"{', '.join(unsupported)}: onSnapshot of a child machine is not "
+                "supported in durable runs (docs/persistence.md, Child runs)"
+            )
         self.error_workflows = self._error_workflows(error_workflows or {})
         self.retention = Retention.of(list(self._latest.values()), retention or {}, key_window)
         self.search_fields = self._search_fields(search or {})
@@ -338,8 +356,10 @@ class Runtime:
         (`persistence.search`): from each definition's `meta.search`, overridden by `search=`."""
         self.breaker_policies = dict(breakers or {})
         self.load = LoadControl(store, machines, limits or {}, workflow_limits or {})
-        self.priorities = {name: check_priority(p, f"priorities[{name!r}]")
-                           for name, p in (priorities or {}).items()}  # fmt: skip
+        self.priorities = {
+            name: check_priority(p, f"priorities[{name!r}]")
+            for name, p in (priorities or {}).items()
+        }
         if check_schema:
             store.check_schema()
             if clock is None:
@@ -365,12 +385,13 @@ class Runtime:
     def _search_fields(self, given: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
         """Workflow -> its search attributes; every workflow named in `given` must be one of
         this runtime's machines."""
-        found = {m.id: fields for m in self._exact.values()
-                 if (fields := declared_fields(m))}  # fmt: skip
+        found = {m.id: fields for m in self._exact.values() if (fields := declared_fields(m))}
         for workflow, names in given.items():
             if workflow not in self._latest:
-                raise ValueError(f"search={{{workflow!r}: ...}}: {workflow!r} is not among the "
-                                 f"runtime's machines ({', '.join(sorted(self._latest))})")
+                raise ValueError(
+                    f"search={{{workflow!r}: ...}}: {workflow!r} is not among the "
+                    f"runtime's machines ({', '.join(sorted(self._latest))})"
+                )
             found[workflow] = check_fields(names, f"search[{workflow!r}]")
         return found
 
@@ -393,19 +414,26 @@ class Runtime:
         target = self.error_workflows.get(run.workflow_name)
         if target is None or run.workflow_name in self.error_workflows.values():
             return []
-        failure = error_workflow_input(run.id, run.workflow_name, run.key, state, error, now,
-                                       self.dry_run)
+        failure = error_workflow_input(
+            run.id, run.workflow_name, run.key, state, error, now, self.dry_run
+        )
         # a new trace, linked to the failed run's: one run, one trace
         key = error_run_key(run.id)
         with self.telemetry.starting(target, key, link=run.traceparent) as begun:
-            new, outbox, effects = self.prepare_run(target, failure, key, now,
-                                                    traceparent=begun.traceparent)  # fmt: skip
+            new, outbox, effects = self.prepare_run(
+                target, failure, key, now, traceparent=begun.traceparent
+            )
             begun.run(new.id, True)
         return [(new, outbox), *self.child_runs(new.id, new.key, effects, now, new.traceparent)]
 
-    def child_runs(self, parent_id: str, parent_key: str | None, starts: Iterable[Effect],
-                   now: int, traceparent: str | None = None
-                   ) -> builtins.list[tuple[NewRun, builtins.list[NewEffect]]]:  # fmt: skip
+    def child_runs(
+        self,
+        parent_id: str,
+        parent_key: str | None,
+        starts: Iterable[Effect],
+        now: int,
+        traceparent: str | None = None,
+    ) -> builtins.list[tuple[NewRun, builtins.list[NewEffect]]]:
         """The child runs that the `StartChild` effects of child machines among `starts`
         create (with the step that made them), each followed by the child runs its own first
         step starts: rows to insert in this order. The child joins its parent's trace."""
@@ -415,24 +443,35 @@ class Runtime:
                 continue
             machine = start.logic
             if start.sync_snapshot:
-                log.warning("run %s: spawn_child(%r, sync_snapshot=True): a child run does not "
-                            "report its snapshots (docs/persistence.md, Child runs)", parent_id,
-                            start.id)  # fmt: skip
+                log.warning(
+                    "run %s: spawn_child(%r, sync_snapshot=True): a child run does not "
+                    "report its snapshots (docs/persistence.md, Child runs)",
+                    parent_id,
+                    start.id,
+                )
             snapshot, effects = machine.initial_transition(thaw(start.input), now)
             outbox = self._outbox(machine, effects)
             columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
             work = child_work(parent_id, effects, set(), columns.status)
-            ended = ended_delivery(parent_id, start.id, columns.status, snapshot,
-                                   columns.last_error)  # a child done at once tells its parent
+            ended = ended_delivery(
+                parent_id, start.id, columns.status, snapshot, columns.last_error
+            )  # a child done at once tells its parent
             child = NewRun(
-                id=str(uuid.uuid4()), workflow_name=machine.id,
-                workflow_version=machine.fingerprint, key=child_key(parent_id, parent_key, start),
-                state=columns.state, snapshot=machine.persist(snapshot), status=columns.status,
-                wake_at=columns.wake_at, traceparent=traceparent, parent_run_id=parent_id,
-                parent_invoke_id=start.id, system_id=start.system_id or None,
+                id=str(uuid.uuid4()),
+                workflow_name=machine.id,
+                workflow_version=machine.fingerprint,
+                key=child_key(parent_id, parent_key, start),
+                state=columns.state,
+                snapshot=machine.persist(snapshot),
+                status=columns.status,
+                wake_at=columns.wake_at,
+                traceparent=traceparent,
+                parent_run_id=parent_id,
+                parent_invoke_id=start.id,
+                system_id=start.system_id or None,
                 deliveries=(*work.deliveries, *([ended] if ended is not None else [])),
                 search=self.search_values(machine.id, snapshot),
-            )  # fmt: skip
+            )
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
@@ -491,9 +530,16 @@ class Runtime:
         return [v for v in self.store.unknown_versions(steppable)]
 
     # -- the API ----------------------------------------------------------------------------
-    def start(self, name: str, input: Any = None, key: str | None = None, *,
-              reuse: KeyReuse = "use_existing", traceparent: str | None = None,
-              priority: int | None = None) -> str:
+    def start(
+        self,
+        name: str,
+        input: Any = None,
+        key: str | None = None,
+        *,
+        reuse: KeyReuse = "use_existing",
+        traceparent: str | None = None,
+        priority: int | None = None,
+    ) -> str:
         """Start a run of workflow `name`; return its id.
 
         With `key`, the key is the run's handle: by default an existing run of `name` with that key
@@ -508,30 +554,44 @@ class Runtime:
         lower priority is never starved.
         """
         try:
-            return self.start_run(name, input, key, reuse=reuse, traceparent=traceparent,
-                                  priority=priority)[0].id
+            return self.start_run(
+                name, input, key, reuse=reuse, traceparent=traceparent, priority=priority
+            )[0].id
         except RunPurgedError as exc:  # the key's run, purged since it ended: it is the one
             return exc.run_id
 
-    def start_run(self, name: str, input: Any = None, key: str | None = None, *,
-                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
-                  priority: int | None = None) -> tuple[RunRecord, bool]:
+    def start_run(
+        self,
+        name: str,
+        input: Any = None,
+        key: str | None = None,
+        *,
+        reuse: KeyReuse = "use_existing",
+        traceparent: str | None = None,
+        priority: int | None = None,
+    ) -> tuple[RunRecord, bool]:
         """`start`, returning the run's row and whether this call created it. A key whose
         run was purged within the key window raises `RunPurgedError` (its `run_id` is the
         purged run's; nothing is started)."""
         if priority is not None:
             check_priority(priority, "priority")
-        record, created, _, _ = self.begin_run(name, input, key, reuse=reuse,
-                                               traceparent=traceparent,
-                                               priority=priority)  # fmt: skip
+        record, created, _, _ = self.begin_run(
+            name, input, key, reuse=reuse, traceparent=traceparent, priority=priority
+        )
         return record, created
 
-    def begin_run(self, name: str, input: Any = None, key: str | None = None, *,
-                  reuse: KeyReuse = "use_existing", traceparent: str | None = None,
-                  lease: tuple[str, int] | None = None, priority: int | None = None,
-                  calls: CallTaker | None = None,
-                  ) -> tuple[RunRecord, bool, builtins.list[NewEffect],
-                             Snapshot | None]:  # fmt: skip
+    def begin_run(
+        self,
+        name: str,
+        input: Any = None,
+        key: str | None = None,
+        *,
+        reuse: KeyReuse = "use_existing",
+        traceparent: str | None = None,
+        lease: tuple[str, int] | None = None,
+        priority: int | None = None,
+        calls: CallTaker | None = None,
+    ) -> tuple[RunRecord, bool, builtins.list[NewEffect], Snapshot | None]:
         """`start_run`, also returning the effects the new run's first step recorded and its
         snapshot (what `record.snapshot` restores to; None for a run this call did not create).
         With `lease=(owner, lease_ms)`, a new run that has work due at once is inserted already
@@ -552,20 +612,22 @@ class Runtime:
                     begun.run(existing.id, False)
                     return existing, False, [], None
             now = self.clock.now()
-            run, outbox, effects, snapshot = self._initial_run(name, input, key, now,
-                                                               begun.traceparent, priority,
-                                                               lease)  # fmt: skip
+            run, outbox, effects, snapshot = self._initial_run(
+                name, input, key, now, begun.traceparent, priority, lease
+            )
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
             count = leasable_calls(outbox)
             if calls is not None and count:
                 run = dataclasses.replace(run, call_lease=calls.lease(count))
-            record, created = self.store.create_run(run, outbox, now, children=children,
-                                                    key_once=reuse == "use_existing")
+            record, created = self.store.create_run(
+                run, outbox, now, children=children, key_once=reuse == "use_existing"
+            )
             begun.run(record.id, created)
         if created:
             if calls is not None and run.call_lease is not None:
-                calls.adopt(leased_calls(record.id, 1, outbox, run.call_lease), record,
-                            self._latest[name])  # fmt: skip
+                calls.adopt(
+                    leased_calls(record.id, 1, outbox, run.call_lease), record, self._latest[name]
+                )
             self.resting.started(record, _in_step(outbox), now)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
@@ -574,8 +636,14 @@ class Runtime:
         return (record, True, outbox, snapshot) if created else (record, False, [], None)
 
     def prepare_run(
-        self, name: str, input: Any, key: str | None, now: int, *,
-        traceparent: str | None = None, priority: int | None = None,
+        self,
+        name: str,
+        input: Any,
+        key: str | None,
+        now: int,
+        *,
+        traceparent: str | None = None,
+        priority: int | None = None,
         lease: tuple[str, int] | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
@@ -585,8 +653,14 @@ class Runtime:
         return self._initial_run(name, input, key, now, traceparent, priority, lease)[:3]
 
     def _initial_run(
-        self, name: str, input: Any, key: str | None, now: int, traceparent: str | None,
-        priority: int | None, lease: tuple[str, int] | None,
+        self,
+        name: str,
+        input: Any,
+        key: str | None,
+        now: int,
+        traceparent: str | None,
+        priority: int | None,
+        lease: tuple[str, int] | None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...], Snapshot]:
         """`prepare_run` with the initial snapshot too."""
         machine = self._latest.get(name)
@@ -619,18 +693,39 @@ class Runtime:
         return run, outbox, effects, snapshot
 
     @overload
-    def send(self, target: str | EventLike, event: EventLike | None = None, *,
-             workflow: str | None = None, key: str | None = None,
-             traceparent: str | None = None, wait: None = None) -> int: ...
+    def send(
+        self,
+        target: str | EventLike,
+        event: EventLike | None = None,
+        *,
+        workflow: str | None = None,
+        key: str | None = None,
+        traceparent: str | None = None,
+        wait: None = None,
+    ) -> int: ...
 
     @overload
-    def send(self, target: str | EventLike, event: EventLike | None = None, *,
-             workflow: str | None = None, key: str | None = None,
-             traceparent: str | None = None, wait: float) -> Answer: ...
+    def send(
+        self,
+        target: str | EventLike,
+        event: EventLike | None = None,
+        *,
+        workflow: str | None = None,
+        key: str | None = None,
+        traceparent: str | None = None,
+        wait: float,
+    ) -> Answer: ...
 
-    def send(self, target: str | EventLike, event: EventLike | None = None, *,
-             workflow: str | None = None, key: str | None = None,
-             traceparent: str | None = None, wait: float | None = None) -> int | Answer:
+    def send(
+        self,
+        target: str | EventLike,
+        event: EventLike | None = None,
+        *,
+        workflow: str | None = None,
+        key: str | None = None,
+        traceparent: str | None = None,
+        wait: float | None = None,
+    ) -> int | Answer:
         """Send an event to a run; return its inbox id (with `wait`, an `Answer`).
 
         When the run is at rest (active, no worker holding it, nothing queued before this
@@ -666,16 +761,18 @@ class Runtime:
         frozen = normalize_event(event)
         with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
             if not self.step_in_send:
-                inbox_id = self.store.send_event(run_id, thaw(frozen), self.clock.now(),
-                                                 traceparent=stored)  # fmt: skip
+                inbox_id = self.store.send_event(
+                    run_id, thaw(frozen), self.clock.now(), traceparent=stored
+                )
             else:
                 sender = self._sender()
                 sender.sent_step = None
                 inbox_id = sender.send(run_id, thaw(frozen), self.clock.now(), stored)
                 if wait is not None and sender.sent_step is not None:  # applied in the send
                     _, step, state = sender.sent_step
-                    return Answer(run_id, inbox_id, "applied", self.store.get_run(run_id),
-                                  step, state)  # fmt: skip
+                    return Answer(
+                        run_id, inbox_id, "applied", self.store.get_run(run_id), step, state
+                    )
         if wait is None:
             return inbox_id
         return self.wait_for_event(run_id, inbox_id, wait)
@@ -692,8 +789,9 @@ class Runtime:
         an unknown run. Without polling on PostgreSQL (`persistence.waiting`)."""
         return wait_ended(self.store, run_id, timeout)
 
-    def deliver(self, run_id: str, event: EventLike, delivery_id: str, *,
-                traceparent: str | None = None) -> tuple[int, bool]:
+    def deliver(
+        self, run_id: str, event: EventLike, delivery_id: str, *, traceparent: str | None = None
+    ) -> tuple[int, bool]:
         """Queue `event` for the run once per `delivery_id` (a webhook's delivery id, e.g.
         Standard Webhooks' `webhook-id`): the delivery is recorded with the queued event, in
         its transaction, so the same delivery posted again queues nothing. Returns the inbox
@@ -701,8 +799,9 @@ class Runtime:
         for a worker (never applied in the call, as `send` may). Errors as `send`."""
         frozen = normalize_event(event)
         with self.telemetry.sending(run_id, str(frozen["type"]), traceparent) as stored:
-            return self.store.send_delivery(run_id, thaw(frozen), self.clock.now(), delivery_id,
-                                            traceparent=stored)  # fmt: skip
+            return self.store.send_delivery(
+                run_id, thaw(frozen), self.clock.now(), delivery_id, traceparent=stored
+            )
 
     def _sender(self) -> RunDriver:
         """This thread's driver for the steps `send` takes (it never holds a lease)."""
@@ -733,8 +832,10 @@ class Runtime:
         if found is None:
             tomb = self.store.tombstone(workflow, key, self.clock.now())
             if tomb is not None:
-                raise RunNotFoundError(f"the run of {workflow!r} with key {key!r} "
-                                       f"({tomb.run_id}) has ended and was purged")
+                raise RunNotFoundError(
+                    f"the run of {workflow!r} with key {key!r} "
+                    f"({tomb.run_id}) has ended and was purged"
+                )
             raise RunNotFoundError(f"no run of {workflow!r} with key {key!r}")
         return found
 
@@ -754,17 +855,25 @@ class Runtime:
         return machine.restore(run.snapshot)
 
     def list(
-        self, status: str | None = None, name: str | None = None, limit: int = 100,
-        offset: int = 0, *, key: str | None = None, search: Mapping[str, Any] | None = None,
+        self,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        key: str | None = None,
+        search: Mapping[str, Any] | None = None,
     ) -> builtins.list[RunRecord]:
         """Runs newest first, optionally filtered by status, workflow name, start key and
         search attributes (`search={"customer": 42}`: every one must hold; values as the
         context holds them, compared as they are indexed, `persistence.search`)."""
         if key is None and not search:
-            return self.store.list_runs(status=status, workflow_name=name, limit=limit,
-                                        offset=offset)  # fmt: skip
-        query = RunQuery(workflow_name=name, status=status, key=key,
-                         search=search_terms(search or {}))  # fmt: skip
+            return self.store.list_runs(
+                status=status, workflow_name=name, limit=limit, offset=offset
+            )
+        query = RunQuery(
+            workflow_name=name, status=status, key=key, search=search_terms(search or {})
+        )
         return self.store.search_runs(query, limit=limit, offset=offset)
 
     def cancel(self, run_id: str, reason: str | None = None) -> str:
@@ -773,9 +882,12 @@ class Runtime:
         cancelled with it, recursively. Each run cancelled here, the run and its descendants,
         is counted in the runs-finished metric (a requested one by the step that cancels it)."""
         cancelled: builtins.list[str] = []
-        outcome = self.store.cancel_run(run_id, self.clock.now(),
-                                        None if reason is None else storable_text(reason),
-                                        cancelled=cancelled)  # fmt: skip
+        outcome = self.store.cancel_run(
+            run_id,
+            self.clock.now(),
+            None if reason is None else storable_text(reason),
+            cancelled=cancelled,
+        )
         self.resting.drop(run_id)
         self.telemetry.runs_cancelled(cancelled)
         return outcome
@@ -793,8 +905,9 @@ class Runtime:
         if run.problem is not None:
             raise NotResumableError(f"run {run_id}: {run.problem}")
         if machine is None:
-            raise NotResumableError(f"run {run_id}: no definition or migration here for "
-                                    f"version {run.workflow_version}")
+            raise NotResumableError(
+                f"run {run_id}: no definition or migration here for version {run.workflow_version}"
+            )
         data = run.snapshot
         if data.get("status") == "error":  # the machine itself failed: back to where it was
             data = {**data, "status": "active", "error": None}
@@ -804,9 +917,14 @@ class Runtime:
             raise NotResumableError(f"run {run_id}: snapshot does not restore: {exc}") from exc
         withdraw = self._parent_waits(run)
         try:
-            return self.store.resume_run(run_id, run.version, machine.persist(snapshot),
-                                         state_text(snapshot), self.clock.now(),
-                                         withdraw=withdraw)  # fmt: skip
+            return self.store.resume_run(
+                run_id,
+                run.version,
+                machine.persist(snapshot),
+                state_text(snapshot),
+                self.clock.now(),
+                withdraw=withdraw,
+            )
         except ConflictError as exc:
             raise NotResumableError(str(exc)) from exc
 
@@ -827,23 +945,40 @@ class Runtime:
         child = parent.snapshot.get("children", {}).get(invoke)
         state = child.get("state") if isinstance(child, Mapping) else None
         if child is None or (isinstance(state, Mapping) and state.get(FINISHED)):
-            raise NotResumableError(refused + f"already took its result or left the state "
-                                    f"invoking {invoke!r}; resuming would report a second one")
+            raise NotResumableError(
+                refused + f"already took its result or left the state "
+                f"invoking {invoke!r}; resuming would report a second one"
+            )
         return parent_id, error_actor_event_type(invoke)
 
     # -- the run lifecycle (persistence/lifecycle.py) -----------------------------------------
-    def purge(self, ended_before: Duration, *, workflow: str | None = None,
-              dry_run: bool = False, key_window: Duration | None = None) -> PurgeReport:
+    def purge(
+        self,
+        ended_before: Duration,
+        *,
+        workflow: str | None = None,
+        dry_run: bool = False,
+        key_window: Duration | None = None,
+    ) -> PurgeReport:
         """Delete the runs that ended more than `ended_before` ago (a `timedelta`, ms, or
         text like "30d"), of `workflow` only if given, with everything stored for them, in
         bounded batches of short transactions; never a run with a live parent or child. Each
         purged top-level run's key keeps answering `start` (with the purged run's id) for
         `key_window` (default: the runtime's). `dry_run`: count them, delete nothing."""
         now = self.clock.now()
-        window = self.retention.key_window_ms if key_window is None else duration_ms(
-            key_window, "key_window")  # fmt: skip
-        return purge(self.store, now - duration_ms(ended_before, "ended_before"), now,
-                     workflow=workflow, key_window_ms=window, dry_run=dry_run)  # fmt: skip
+        window = (
+            self.retention.key_window_ms
+            if key_window is None
+            else duration_ms(key_window, "key_window")
+        )
+        return purge(
+            self.store,
+            now - duration_ms(ended_before, "ended_before"),
+            now,
+            workflow=workflow,
+            key_window_ms=window,
+            dry_run=dry_run,
+        )
 
     def apply_retention(self) -> int:
         """One bounded pass of the per-workflow retention (`retention=`): up to 5,000 of each

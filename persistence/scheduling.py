@@ -64,8 +64,7 @@ def refresh_exclusive(runtime: Runtime, claim: str, run_id: str, stale_after_ms:
     holder = runtime.store.get_claim(claim)
     if holder is None or holder.run_id != run_id:
         return False
-    return runtime.store.try_claim(claim, holder.owner, runtime.clock.now(), stale_after_ms,
-                                   run_id)  # fmt: skip
+    return runtime.store.try_claim(claim, holder.owner, runtime.clock.now(), stale_after_ms, run_id)
 
 
 def _ended(runtime: Runtime, run_id: str | None) -> bool:
@@ -79,8 +78,13 @@ def _ended(runtime: Runtime, run_id: str | None) -> bool:
 
 # -- cron ----------------------------------------------------------------------------------------
 
-_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
-           ("day of week", 0, 7))  # fmt: skip
+_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+)
 _MAX_SEARCH_DAYS = 366 * 5
 
 
@@ -130,12 +134,22 @@ class Cron:
         """Parse `expression`, raising `CronError` that names the bad field."""
         parts = expression.split()
         if len(parts) != 5:
-            raise CronError(f"cron {expression!r}: expected 5 fields (minute hour day month "
-                            f"weekday), got {len(parts)}")  # fmt: skip
+            raise CronError(
+                f"cron {expression!r}: expected 5 fields (minute hour day month "
+                f"weekday), got {len(parts)}"
+            )
         sets = [_parse_field(p, n, lo, hi) for p, (n, lo, hi) in zip(parts, _FIELDS)]
         weekdays = frozenset(d % 7 for d in sets[4])
-        return cls(expression, sets[0], sets[1], sets[2], sets[3], weekdays,
-                   parts[2] == "*", parts[4] == "*")  # fmt: skip
+        return cls(
+            expression,
+            sets[0],
+            sets[1],
+            sets[2],
+            sets[3],
+            weekdays,
+            parts[2] == "*",
+            parts[4] == "*",
+        )
 
     def _day_matches(self, day: datetime) -> bool:
         if day.month not in self.months:
@@ -210,8 +224,9 @@ class _Pass:
         if last is not None and last["reason"] == reason:
             last["last"], last["count"] = slot, last["count"] + 1
         else:
-            self.skipped.append({"first": slot, "last": slot, "count": 1, "reason": reason,
-                                 "at": now})  # fmt: skip
+            self.skipped.append(
+                {"first": slot, "last": slot, "count": 1, "reason": reason, "at": now}
+            )
 
 
 class ScheduledStart:
@@ -243,15 +258,19 @@ class ScheduledStart:
             raise ValueError(f"schedule {name!r}: no workflow named {workflow!r} in the runtime")
         too_long = stored_key_problem(f"{name}@{_LATEST_SLOT}")  # refused now, not at every tick
         if too_long is not None:
-            raise ValueError(f"schedule name: its runs' keys (<name>@<fire time>) would be "
-                             f"too long: {too_long}")
+            raise ValueError(
+                f"schedule name: its runs' keys (<name>@<fire time>) would be too long: {too_long}"
+            )
         if overlap not in OVERLAPS:
-            raise ValueError(f"schedule {name!r}: overlap must be one of {', '.join(OVERLAPS)}, "
-                             f"not {overlap!r}")  # fmt: skip
+            raise ValueError(
+                f"schedule {name!r}: overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}"
+            )
         if not isinstance(catchup_window_ms, int) or catchup_window_ms < MIN_CATCHUP_MS:
-            raise ValueError(f"schedule {name!r}: catchup_window_ms must be an integer >= "
-                             f"{MIN_CATCHUP_MS} (a tick comes a little after its slot), not "
-                             f"{catchup_window_ms!r}")  # fmt: skip
+            raise ValueError(
+                f"schedule {name!r}: catchup_window_ms must be an integer >= "
+                f"{MIN_CATCHUP_MS} (a tick comes a little after its slot), not "
+                f"{catchup_window_ms!r}"
+            )
         self.runtime, self.name, self.workflow = runtime, name, workflow
         self.cron, self.tz, self.grace_ms = Cron.parse(cron), tz, grace_ms
         self.overlap, self.catchup_window_ms = overlap, catchup_window_ms
@@ -270,12 +289,19 @@ class ScheduledStart:
                 break
             version = record.version if record else 0
             if decided.cancel is not None:
-                self.runtime.cancel(decided.cancel, f"schedule {self.name}: the slot "
-                                    f"{decided.fire} fired (overlap cancel_other)")  # fmt: skip
+                self.runtime.cancel(
+                    decided.cancel,
+                    f"schedule {self.name}: the slot {decided.fire} fired (overlap cancel_other)",
+                )
             if decided.fire is None:
                 if not self.runtime.store.skip_schedule(
-                        self.name, version, decided.decided_to, now, buffered_at=decided.buffered,
-                        skipped=decided.skipped):  # fmt: skip
+                    self.name,
+                    version,
+                    decided.decided_to,
+                    now,
+                    buffered_at=decided.buffered,
+                    skipped=decided.skipped,
+                ):
                     break  # another worker decided these slots
             else:
                 run_id = self._fire(decided, version, now)
@@ -283,8 +309,14 @@ class ScheduledStart:
                     break
                 started = run_id
             for skip in decided.skipped:
-                log.info("schedule %s: skipped %d slot(s) %s .. %s: %s", self.name,
-                         skip["count"], iso(skip["first"]), iso(skip["last"]), skip["reason"])
+                log.info(
+                    "schedule %s: skipped %d slot(s) %s .. %s: %s",
+                    self.name,
+                    skip["count"],
+                    iso(skip["first"]),
+                    iso(skip["last"]),
+                    skip["reason"],
+                )
         return started
 
     def _decide(self, record: ScheduleRecord | None, now: int) -> _Pass | None:
@@ -347,11 +379,20 @@ class ScheduledStart:
         key = f"{self.name}@{slot}"
         with self.runtime.telemetry.starting(self.workflow, key) as begun:  # a trace of its own
             run, outbox, effects = self.runtime.prepare_run(
-                self.workflow, value, key, now, traceparent=begun.traceparent)
+                self.workflow, value, key, now, traceparent=begun.traceparent
+            )
             children = self.runtime.child_runs(run.id, key, effects, now, run.traceparent)
             record = self.runtime.store.fire_schedule(
-                self.name, version, decided.decided_to, run, outbox, now, children=children,
-                buffered_at=decided.buffered, skipped=decided.skipped)  # fmt: skip
+                self.name,
+                version,
+                decided.decided_to,
+                run,
+                outbox,
+                now,
+                children=children,
+                buffered_at=decided.buffered,
+                skipped=decided.skipped,
+            )
             if record is None:
                 return None
             begun.run(record.id, True)

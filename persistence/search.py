@@ -44,8 +44,10 @@ def check_fields(names: Any, where: str) -> tuple[str, ...]:
         raise ValueError(f"{where}: expected a list of context field names, got {names!r}")
     for name in names:
         if not isinstance(name, str) or not name or "=" in name or name.strip() != name:
-            raise ValueError(f"{where}: {name!r} is not a field name (a context key or dotted "
-                             "path, without '=' or surrounding spaces)")  # fmt: skip
+            raise ValueError(
+                f"{where}: {name!r} is not a field name (a context key or dotted "
+                "path, without '=' or surrounding spaces)"
+            )
     return tuple(dict.fromkeys(names))
 
 
@@ -91,8 +93,10 @@ def search_terms(values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     for name, value in values.items():
         text = indexed_text(value)
         if text is None:
-            raise ValueError(f"search[{name!r}]: {value!r:.60} is never indexed (a string of at "
-                             f"most {MAX_VALUE_CHARS} characters, a number or a boolean)")
+            raise ValueError(
+                f"search[{name!r}]: {value!r:.60} is never indexed (a string of at "
+                f"most {MAX_VALUE_CHARS} characters, a number or a boolean)"
+            )
         terms.append((name, text))
     return tuple(terms)
 

@@ -25,8 +25,10 @@ HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 """Seconds a client has to send its body once the headers are in (1 MiB at 35 KB/s)."""
 
-_TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-              b"content-length: 16\r\nconnection: close\r\n\r\nrequest too slow")  # fmt: skip
+_TIMED_OUT = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 16\r\nconnection: close\r\n\r\nrequest too slow"
+)
 
 
 class TimedH11(H11Protocol):
@@ -89,14 +91,31 @@ class TimedH11(H11Protocol):
         self.transport.close()
 
 
-def config(app: Any, host: str, port: int, *, log_level: str = "info",
-           header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S,
-           **options: Any) -> uvicorn.Config:  # fmt: skip
+def config(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+    **options: Any,
+) -> uvicorn.Config:
     """A uvicorn config serving `app` with `TimedH11` (no `Server` header)."""
-    protocol = type("TimedH11", (TimedH11,), {"header_timeout_s": header_timeout_s,
-                                              "body_timeout_s": body_timeout_s})  # fmt: skip
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol,
-                          server_header=False, **options)  # fmt: skip
+    protocol = type(
+        "TimedH11",
+        (TimedH11,),
+        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+    )
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=protocol,
+        server_header=False,
+        **options,
+    )
 
 
 def serve(app: Any, host: str, port: int, *, log_level: str = "info") -> None:

@@ -80,14 +80,21 @@ class Signature:
 
     def __post_init__(self) -> None:
         if not isinstance(self.secret, str) or not self.secret.strip():
-            raise ValueError("Signature: the secret is empty; anyone can compute an HMAC under "
-                             "an empty key (give the provider's signing secret)")  # fmt: skip
+            raise ValueError(
+                "Signature: the secret is empty; anyone can compute an HMAC under "
+                "an empty key (give the provider's signing secret)"
+            )
         if self.scheme not in ("hmac", "stripe", "slack", "standard"):
             raise ValueError(f"Signature: unknown scheme {self.scheme!r}")
-        if isinstance(self.tolerance_s, bool) or not isinstance(self.tolerance_s, int) \
-                or self.tolerance_s < 1:
-            raise ValueError(f"Signature: tolerance_s must be a whole number of seconds of at "
-                             f"least 1, got {self.tolerance_s!r}")  # fmt: skip
+        if (
+            isinstance(self.tolerance_s, bool)
+            or not isinstance(self.tolerance_s, int)
+            or self.tolerance_s < 1
+        ):
+            raise ValueError(
+                f"Signature: tolerance_s must be a whole number of seconds of at "
+                f"least 1, got {self.tolerance_s!r}"
+            )
         if self.scheme in ("slack", "standard") and not self.timestamp_header:
             raise ValueError(f"Signature: the {self.scheme} scheme needs a timestamp_header")
         if self.scheme == "standard":
@@ -104,23 +111,43 @@ class Signature:
     def stripe(cls, secret: str, tolerance_s: int = DEFAULT_TOLERANCE_S) -> Signature:
         """Stripe's `Stripe-Signature: t=<t>,v1=<hex>` of `<t>.<body>`; the event's `id`
         (`evt_...`, in the signed body) is its delivery id."""
-        return cls(secret, "Stripe-Signature", "", tolerance_s=tolerance_s, delivery_field="id",
-                   scheme="stripe")  # fmt: skip
+        return cls(
+            secret,
+            "Stripe-Signature",
+            "",
+            tolerance_s=tolerance_s,
+            delivery_field="id",
+            scheme="stripe",
+        )
 
     @classmethod
     def slack(cls, secret: str, tolerance_s: int = DEFAULT_TOLERANCE_S) -> Signature:
         """Slack's `X-Slack-Signature: v0=<hex>` of `v0:<t>:<body>` with the time in
         `X-Slack-Request-Timestamp`; the Events API's `event_id` is the delivery id."""
-        return cls(secret, "X-Slack-Signature", "v0=", "X-Slack-Request-Timestamp",
-                   tolerance_s, delivery_field="event_id", scheme="slack")  # fmt: skip
+        return cls(
+            secret,
+            "X-Slack-Signature",
+            "v0=",
+            "X-Slack-Request-Timestamp",
+            tolerance_s,
+            delivery_field="event_id",
+            scheme="slack",
+        )
 
     @classmethod
     def standard(cls, secret: str, tolerance_s: int = DEFAULT_TOLERANCE_S) -> Signature:
         """Standard Webhooks (Svix and others): `webhook-signature: v1,<base64>` of
         `<webhook-id>.<webhook-timestamp>.<body>` under the base64 secret (`whsec_...`);
         `webhook-id` is the delivery id (and signed)."""
-        return cls(secret, "webhook-signature", "v1,", "webhook-timestamp", tolerance_s,
-                   delivery_header="webhook-id", scheme="standard")  # fmt: skip
+        return cls(
+            secret,
+            "webhook-signature",
+            "v1,",
+            "webhook-timestamp",
+            tolerance_s,
+            delivery_header="webhook-id",
+            scheme="standard",
+        )
 
     # -- signing ---------------------------------------------------------------------------
     def sign(self, body: bytes, timestamp: int | None = None, delivery_id: str = "") -> str:
@@ -185,8 +212,9 @@ class Signature:
         # every candidate compared, in constant time each: no early exit on the first
         if not sum(_same(c, expected) for c in candidates):
             raise SignatureError(f"wrong {self.header} signature")
-        return Verified(delivery, self.scheme == "standard",
-                        hashlib.sha256(expected.encode()).hexdigest())  # fmt: skip
+        return Verified(
+            delivery, self.scheme == "standard", hashlib.sha256(expected.encode()).hexdigest()
+        )
 
     def _timestamp(self, raw: str | None, now_ms: int) -> int:
         """The signed timestamp, checked against the replay window."""
@@ -197,8 +225,9 @@ class Signature:
         off = timestamp - now_ms // 1000
         if abs(off) > self.tolerance_s:
             when = f"{-off} s old" if off < 0 else f"{off} s in the future"
-            raise SignatureError(f"timestamp in {where} is {when}, outside the "
-                                 f"{self.tolerance_s} s replay window")  # fmt: skip
+            raise SignatureError(
+                f"timestamp in {where} is {when}, outside the {self.tolerance_s} s replay window"
+            )
         return timestamp
 
     def _hex(self, content: bytes) -> str:
@@ -210,8 +239,10 @@ class Signature:
         try:
             key = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise ValueError("Signature.standard: the secret must be base64 (after an optional "
-                             "'whsec_' prefix), as Standard Webhooks issues it") from exc
+            raise ValueError(
+                "Signature.standard: the secret must be base64 (after an optional "
+                "'whsec_' prefix), as Standard Webhooks issues it"
+            ) from exc
         if not key:
             raise ValueError("Signature.standard: the secret is empty")
         return key
@@ -222,5 +253,4 @@ class Signature:
 
 def _same(offered: str, expected: str) -> bool:
     """Constant-time comparison of two header values (any text: compared as UTF-8)."""
-    return hmac.compare_digest(offered.encode("utf-8", "surrogateescape"),
-                               expected.encode())  # fmt: skip
+    return hmac.compare_digest(offered.encode("utf-8", "surrogateescape"), expected.encode())

@@ -93,8 +93,6 @@ def _describe(event: Mapping[str, Any]) -> str:
 
 
 @dataclass
-
-
 class Script:
     """The outcomes the story chose, per actor name, consumed by the scripted functions; and
     what those functions and the user actions were called with."""
@@ -105,6 +103,7 @@ class Script:
 
     def function(self, src: str) -> Callable[..., Any]:
         """The scripted stand-in for actor ``src``."""
+
         def call(input: Any, idempotency_key: str) -> Any:
             self.calls.append((src, thaw(input), idempotency_key))
             queue = self.outcomes.get(src)
@@ -120,6 +119,7 @@ class Script:
 
     def action(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` counting its calls under ``name`` (its signature kept, for the worker)."""
+
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.actions.append(name)
@@ -130,11 +130,14 @@ class Script:
 
 def scripted(machine: Machine, script: Script) -> Machine:
     """``machine`` with every invoked actor scripted and every user action counted."""
-    actors = {i.src: from_callable(script.function(i.src), i.src)
-              for i in invoke_defs(machine).values()}
-    actions = {name: script.action(name, fn)
-               for name, fn in machine.implementations.actions.items()
-               if callable(fn) and not isinstance(fn, BuiltinAction)}
+    actors = {
+        i.src: from_callable(script.function(i.src), i.src) for i in invoke_defs(machine).values()
+    }
+    actions = {
+        name: script.action(name, fn)
+        for name, fn in machine.implementations.actions.items()
+        if callable(fn) and not isinstance(fn, BuiltinAction)
+    }
     return machine.provide(actors=actors, actions=actions)
 
 
@@ -143,8 +146,11 @@ def _stub_workflows(machine: Machine, also: Sequence[Machine]) -> list[Machine]:
     target = meta.get("error_workflow") if isinstance(meta, Mapping) else None
     if not target or any(m.id == target for m in also):
         return []
-    return [create_machine({"id": str(target), "initial": "noted",
-                            "states": {"noted": {"type": "final"}}})]
+    return [
+        create_machine(
+            {"id": str(target), "initial": "noted", "states": {"noted": {"type": "final"}}}
+        )
+    ]
 
 
 class _Durable:
@@ -157,10 +163,14 @@ class _Durable:
 
     def _open(self) -> None:
         self.store = open_store(f"sqlite:///{self.path}", migrate=True)
-        breakers = {i.breaker: BreakerPolicy(failure_threshold=10 ** 9)
-                    for m in self.machines for i in invoke_defs(m).values() if i.breaker}
+        breakers = {
+            i.breaker: BreakerPolicy(failure_threshold=10**9)
+            for m in self.machines
+            for i in invoke_defs(m).values()
+            if i.breaker
+        }
         self.runtime = Runtime(self.store, self.machines, clock=self.clock, breakers=breakers)
-        self.worker = Worker(self.runtime, lease_ms=60_000, report_every_s=10 ** 9)
+        self.worker = Worker(self.runtime, lease_ms=60_000, report_every_s=10**9)
 
     def crash(self) -> None:
         """Forget every object and reopen the file (what a restarted process has)."""
@@ -171,11 +181,19 @@ class _Durable:
         self.store.close()
 
 
-def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategies | None = None,
-                 errors: Mapping[str, Sequence[str]] | None = None,
-                 payloads: Mapping[str, Any] | None = None, also: Sequence[Machine] = (),
-                 fire_timers: bool = True, crashes: bool = True, max_steps: int = 15,
-                 max_examples: int = 10) -> type[RuleBasedStateMachine]:
+def durable_test(
+    machine: Machine,
+    *,
+    input: Any = None,
+    outputs: OutputStrategies | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+    payloads: Mapping[str, Any] | None = None,
+    also: Sequence[Machine] = (),
+    fire_timers: bool = True,
+    crashes: bool = True,
+    max_steps: int = 15,
+    max_examples: int = 10,
+) -> type[RuleBasedStateMachine]:
     """The ``RuleBasedStateMachine`` behind ``assert_durable_matches`` (its ``TestCase`` is a
     pytest test)."""
     check_outputs(machine, outputs, errors)
@@ -194,9 +212,11 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             self.snapshot, effects = machine.initial_transition(input, START)
             self._expect(effects)
             run_machine = scripted(machine, self.script)
-            self.durable = _Durable(self.folder / "runs.db",
-                                    [run_machine, *also, *_stub_workflows(machine, also)],
-                                    self.clock)
+            self.durable = _Durable(
+                self.folder / "runs.db",
+                [run_machine, *also, *_stub_workflows(machine, also)],
+                self.clock,
+            )
             self.durable.run_id = self.durable.runtime.start(machine.id, input)
             self._sync()
 
@@ -204,8 +224,9 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             for effect in effects:
                 if isinstance(effect, StartChild):
                     self.expected_calls.append(effect)
-                elif isinstance(effect, RunAction) and effect.type in \
-                        machine.implementations.actions:
+                elif (
+                    isinstance(effect, RunAction) and effect.type in machine.implementations.actions
+                ):
                     self.expected_actions.append(effect.type)
 
         def _at_rest(self) -> bool:
@@ -237,23 +258,30 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             wanted = [(c.src, thaw(c.input)) for c in self.ended_calls]
             if ran != wanted:
                 self._fail(f"calls executed {ran}, the pure engine ended {wanted}")
-            for (src, _, key), call in zip(self.script.calls, self.ended_calls,
-                                           strict=True):
-                if call.key is not None and \
-                        key != idempotency_key(self.durable.run_id, call.key, len(key)):
-                    self._fail(f"call {src!r} ran with idempotency key {key!r}, not the one "
-                               f"of the pure engine's call record {call.key!r}")
+            for (src, _, key), call in zip(self.script.calls, self.ended_calls, strict=True):
+                if call.key is not None and key != idempotency_key(
+                    self.durable.run_id, call.key, len(key)
+                ):
+                    self._fail(
+                        f"call {src!r} ran with idempotency key {key!r}, not the one "
+                        f"of the pure engine's call record {call.key!r}"
+                    )
             if thaw(stored.value) != thaw(model.value):
                 self._fail(f"durable state {thaw(stored.value)!r}, pure {thaw(model.value)!r}")
             if stored.context != model.context:
-                self._fail(f"durable context {thaw(stored.context)!r}, pure "
-                           f"{thaw(model.context)!r}")
+                self._fail(
+                    f"durable context {thaw(stored.context)!r}, pure {thaw(model.context)!r}"
+                )
             if record.status != run_status(model):
-                self._fail(f"durable run status {record.status!r}, pure snapshot status "
-                           f"{model.status!r} (run status {run_status(model)!r})")
+                self._fail(
+                    f"durable run status {record.status!r}, pure snapshot status "
+                    f"{model.status!r} (run status {run_status(model)!r})"
+                )
             if self.script.actions != self.expected_actions:
-                self._fail(f"actions executed {self.script.actions}, the pure engine asked "
-                           f"for {self.expected_actions}")
+                self._fail(
+                    f"actions executed {self.script.actions}, the pure engine asked "
+                    f"for {self.expected_actions}"
+                )
 
         def _step(self, item: FrozenDict, deliver: Callable[[], tuple[Snapshot, Any]]) -> None:
             self.story.append(item)
@@ -261,6 +289,7 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
             self._expect(effects)
 
         if alphabet:
+
             @precondition(lambda self: self.snapshot.status == "active" and not self._held())
             @rule(event=event_strategy(machine, payloads))
             def send(self, event: FrozenDict) -> None:
@@ -274,38 +303,60 @@ def durable_test(machine: Machine, *, input: Any = None, outputs: OutputStrategi
         def finish_call(self, data: st.DataObject) -> None:
             calls = running_calls(machine, self.snapshot)  # the runtime's order
             call = next((c for c in calls if _in_step(c)), calls[0])  # (one holds the run)
-            outcome = data.draw(outcome_strategy(machine, call, outputs, errors, durable=True),
-                                label=f"outcome of {call.id}")
+            outcome = data.draw(
+                outcome_strategy(machine, call, outputs, errors, durable=True),
+                label=f"outcome of {call.id}",
+            )
             now = self.clock.now()
             self.script.outcomes.setdefault(call.src, deque()).append(outcome)
             self.ended_calls.append(self._started(call.id))
             self._step(outcome, lambda: machine.transition(self.snapshot, outcome, now))
             if not _in_step(call) and not self.durable.worker.run_one_call():
-                self._fail(f"call {call.src!r} is running in the pure engine, but no call "
-                           "was due on the durable runtime")
+                self._fail(
+                    f"call {call.src!r} is running in the pure engine, but no call "
+                    "was due on the durable runtime"
+                )
             self._sync()
 
         def _started(self, child_id: str) -> StartChild:
             """The start of the running call `child_id` (its latest)."""
             return next(c for c in reversed(self.expected_calls) if c.id == child_id)
 
-        @precondition(lambda self: fire_timers and self.snapshot.status == "active" and
-                      not self._held() and bool(self.snapshot.timers))
+        @precondition(
+            lambda self: (
+                fire_timers
+                and self.snapshot.status == "active"
+                and not self._held()
+                and bool(self.snapshot.timers)
+            )
+        )
         @rule()
         def fire_timers_due(self) -> None:
             due = self.snapshot.timers[0].due_at
             self.clock.set(max(self.clock.now(), due))
-            while self.snapshot.status == "active" and self.snapshot.timers and \
-                    self.snapshot.timers[0].due_at <= self.clock.now():
+            while (
+                self.snapshot.status == "active"
+                and self.snapshot.timers
+                and self.snapshot.timers[0].due_at <= self.clock.now()
+            ):
                 timer = self.snapshot.timers[0]
-                self._step(FrozenDict({**timer.event, "timer": timer.id}),
-                           functools.partial(machine.fire_timer, self.snapshot, timer.id,
-                                             self.clock.now()))
+                self._step(
+                    FrozenDict({**timer.event, "timer": timer.id}),
+                    functools.partial(
+                        machine.fire_timer, self.snapshot, timer.id, self.clock.now()
+                    ),
+                )
             self._sync()
 
         if crashes:
-            @precondition(lambda self: self.snapshot.status == "active" and
-                          not self._held() and not (self.story and "crash" in self.story[-1]))
+
+            @precondition(
+                lambda self: (
+                    self.snapshot.status == "active"
+                    and not self._held()
+                    and not (self.story and "crash" in self.story[-1])
+                )
+            )
             @rule()
             def crash_and_restore(self) -> None:
                 self.story.append(FrozenDict(type="(crash: reopen the store)", crash=True))
@@ -341,21 +392,25 @@ def _in_step(call: Call) -> bool:
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:
-    return settings(max_examples=max_examples, stateful_step_count=max_steps, deadline=None,
-                    derandomize=True, database=None,
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=max_steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
-def assert_durable_matches(machine: Machine, *, max_examples: int = 10, max_steps: int = 15,
-                           **options: Any) -> None:
+def assert_durable_matches(
+    machine: Machine, *, max_examples: int = 10, max_steps: int = 15, **options: Any
+) -> None:
     """Run ``durable_test`` now (derandomized): raises ``DurableMismatch`` with the shrunk
     story when the durable runtime and the pure engine disagree. Options: ``input``,
     ``outputs``, ``errors``, ``payloads``, ``also`` (companion machines, e.g. the error
     workflow), ``fire_timers``, ``crashes``."""
-    test_class = durable_test(machine, max_examples=max_examples, max_steps=max_steps,
-                              **options)
+    test_class = durable_test(machine, max_examples=max_examples, max_steps=max_steps, **options)
     run_state_machine_as_test(test_class, settings=_settings(max_examples, max_steps))
 
 

@@ -78,8 +78,9 @@ class StillRunningError(TimeoutError):
 
     def __init__(self, run: RunRecord, timeout: float) -> None:
         self.run = run
-        super().__init__(f"run {run.id} is still {run.status} in state {run.state} after "
-                         f"{timeout:g}s")  # fmt: skip
+        super().__init__(
+            f"run {run.id} is still {run.status} in state {run.state} after {timeout:g}s"
+        )
 
 
 def check_timeout(timeout: float) -> float:
@@ -112,8 +113,9 @@ class _Watch:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             if self.notified:
                 self.store.unwatch(self.run_id)
@@ -136,8 +138,9 @@ class _Watch:
                 self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
 
 
-def _waited(store: Store, run_id: str, timeout: float, read: Callable[[str], T],
-            done: Callable[[T], bool]) -> T:  # fmt: skip
+def _waited(
+    store: Store, run_id: str, timeout: float, read: Callable[[str], T], done: Callable[[T], bool]
+) -> T:
     """`read(run_id)` until `done` holds of it or `timeout` seconds pass: read once first,
     and only if that is not the answer, watch the run (`_Watch`) and read as it moves."""
     check_timeout(timeout)
@@ -151,12 +154,17 @@ def _waited(store: Store, run_id: str, timeout: float, read: Callable[[str], T],
 def wait_applied(store: Store, run_id: str, inbox_id: int, timeout: float) -> Answer:
     """Wait up to `timeout` seconds for the event queued as inbox row `inbox_id` of `run_id`
     to be applied (or dead-lettered); the `Answer` (`queued` if the time ran out)."""
-    progress: EventProgress = _waited(store, run_id, timeout,
-                                      lambda rid: store.event_progress(rid, inbox_id),
-                                      lambda p: p.status != "queued")  # fmt: skip
+    progress: EventProgress = _waited(
+        store,
+        run_id,
+        timeout,
+        lambda rid: store.event_progress(rid, inbox_id),
+        lambda p: p.status != "queued",
+    )
     run = store.get_run(run_id)
-    return Answer(run.id, inbox_id, progress.status, run, progress.step, progress.state,
-                  progress.reason)  # fmt: skip
+    return Answer(
+        run.id, inbox_id, progress.status, run, progress.step, progress.state, progress.reason
+    )
 
 
 def wait_ended(store: Store, run_id: str, timeout: float) -> Ended:

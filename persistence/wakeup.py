@@ -100,7 +100,8 @@ class Wakeup:
         """Wait until `run_id` progressed past `mark`, or `timeout` seconds; True if it did."""
         with self._progressed:
             return self._progressed.wait_for(
-                lambda: (self._progress.get(run_id, 0), self._progress_all) != mark, timeout)
+                lambda: (self._progress.get(run_id, 0), self._progress_all) != mark, timeout
+            )
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Wait until a wake-up after `seen`, or `timeout` seconds; True if woken."""

@@ -112,8 +112,9 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-        log.info("worker %s: %d thread(s), store %s", self.id, self.concurrency,
-                 self.runtime.store.url)  # fmt: skip
+        log.info(
+            "worker %s: %d thread(s), store %s", self.id, self.concurrency, self.runtime.store.url
+        )
         self._wakeup = self.runtime.store.wakeup()
         threads = [
             threading.Thread(target=self._loop, args=(f"{self.id}/{n}",), name=f"worker-{n}")
@@ -135,8 +136,12 @@ class Worker:
                 dead = []
                 break
             if dead:  # never serve on with fewer threads in silence
-                log.critical("worker %s: thread(s) %s died; stopping so that the process exits "
-                             "non-zero and is restarted", self.id, ", ".join(dead))  # fmt: skip
+                log.critical(
+                    "worker %s: thread(s) %s died; stopping so that the process exits "
+                    "non-zero and is restarted",
+                    self.id,
+                    ", ".join(dead),
+                )
                 self.stop()
                 break
             self._tick_schedules()
@@ -182,22 +187,30 @@ class Worker:
         """Run the oldest due call here, recording its end with the step of its result; the
         calls that step records stay due. False when no call is due. For tests that choose
         when each call ends (`statecharts.testing.durable`)."""
-        executor = CallExecutor(self.runtime, f"{self.id}/one", lease_ms=self.lease_ms,
-                                takes_new=False)  # fmt: skip
+        executor = CallExecutor(
+            self.runtime, f"{self.id}/one", lease_ms=self.lease_ms, takes_new=False
+        )
         return executor.run_one()
 
     def calls(self) -> CallExecutor:
         """The executor of the calls this worker runs beside their runs (`persistence.calls`)."""
-        return CallExecutor(self.runtime, f"{self.id}/calls", lease_ms=self.lease_ms,
-                            threads=self.call_threads)  # fmt: skip
+        return CallExecutor(
+            self.runtime, f"{self.id}/calls", lease_ms=self.lease_ms, threads=self.call_threads
+        )
 
     # -- threads ----------------------------------------------------------------------------
     def _driver(self, owner: str, calls: CallExecutor | None) -> RunDriver:
         """A driver leasing under `owner` whose steps lease their calls to `calls`; the runs
         it holds (claimed, or handed over by the releases of its limits' slots) are told to
         the heartbeat."""
-        return RunDriver(self.runtime, owner, self.lease_ms, parallel=self.batch, calls=calls,
-                         holds=lambda run_ids, held: self._hold(owner, run_ids, held))
+        return RunDriver(
+            self.runtime,
+            owner,
+            self.lease_ms,
+            parallel=self.batch,
+            calls=calls,
+            holds=lambda run_ids, held: self._hold(owner, run_ids, held),
+        )
 
     def _loop(self, owner: str) -> None:
         driver = self._driver(owner, self._calls)
@@ -243,12 +256,14 @@ class Worker:
                     left = self.poll_s - (time.monotonic() - claimed_at)
                     if left > 0:
                         wakeup.wait(seen, left)
-                    claim = wakeup.unnamed() != unnamed or \
-                        time.monotonic() - claimed_at >= self.poll_s  # fmt: skip
+                    claim = (
+                        wakeup.unnamed() != unnamed or time.monotonic() - claimed_at >= self.poll_s
+                    )
             except StoreUnavailableError as exc:
                 backoff = min(max(backoff * 2, 0.1), 5.0)
-                log.warning("worker %s: store unavailable (%s); retrying in %.1fs", owner, exc,
-                            backoff)  # fmt: skip
+                log.warning(
+                    "worker %s: store unavailable (%s); retrying in %.1fs", owner, exc, backoff
+                )
                 claim = True
                 self._stop.wait(backoff)
             except Exception as exc:  # a bug or a constraint we did not expect: keep serving
@@ -262,8 +277,11 @@ class Worker:
         version this worker cannot step, ...)."""
         versions = self._steppable()
         found = self.runtime.store.read_work(run_ids)
-        mine = [(run, work) for run, work in found
-                if (run.workflow_name, run.workflow_version) in versions]  # fmt: skip
+        mine = [
+            (run, work)
+            for run, work in found
+            if (run.workflow_name, run.workflow_version) in versions
+        ]
         ids = {run.id for run, _ in mine}
         self._hold(owner, ids, True, unleased=True)  # for the heartbeat, once a commit leases
         try:
@@ -352,23 +370,45 @@ class Worker:
             try:
                 run = self.runtime.store.get_run(letter.run_id)
             except StoreError:
-                log.warning("run %s (?): event %r dead-lettered: %s", letter.run_id, event_type,
-                            letter.reason)  # fmt: skip
+                log.warning(
+                    "run %s (?): event %r dead-lettered: %s",
+                    letter.run_id,
+                    event_type,
+                    letter.reason,
+                )
                 continue
-            self.runtime.telemetry.report(RunEvent(
-                events.DEAD_LETTER, run.id, run.workflow_name, run.key, run.state,
-                f"run {run.id} ({run.workflow_name}, key {run.key}, state {run.state}): event "
-                f"{event_type!r} dead-lettered: {letter.reason}", traceparent=run.traceparent,
-                fields={"event_type": event_type, "reason": letter.reason}))  # fmt: skip
+            self.runtime.telemetry.report(
+                RunEvent(
+                    events.DEAD_LETTER,
+                    run.id,
+                    run.workflow_name,
+                    run.key,
+                    run.state,
+                    f"run {run.id} ({run.workflow_name}, key {run.key}, state {run.state}): event "
+                    f"{event_type!r} dead-lettered: {letter.reason}",
+                    traceparent=run.traceparent,
+                    fields={"event_type": event_type, "reason": letter.reason},
+                )
+            )
         now = self.runtime.clock.now()
         for run in stuck:
             if run.wake_at is not None:
                 why = f"due since {now - run.wake_at} ms and no worker took it"
             else:
                 why = "waiting for an event"
-            log.warning("stuck run %s (%s, state %s): not updated for over %d ms, %s", run.id,
-                        run.workflow_name, run.state, self.stuck_after_ms, why)  # fmt: skip
+            log.warning(
+                "stuck run %s (%s, state %s): not updated for over %d ms, %s",
+                run.id,
+                run.workflow_name,
+                run.state,
+                self.stuck_after_ms,
+                why,
+            )
         for v in unknown:
-            log.warning("%d active run(s) of %s version %s (label %s): no definition or "
-                        "migration here", v.runs, v.workflow_name, v.workflow_version,
-                        v.label)  # fmt: skip
+            log.warning(
+                "%d active run(s) of %s version %s (label %s): no definition or migration here",
+                v.runs,
+                v.workflow_name,
+                v.workflow_version,
+                v.label,
+            )

@@ -28,8 +28,11 @@ def _command(parser: argparse.ArgumentParser, name: str, level: int) -> list[str
     if parser.description:
         out += [parser.description.strip(), ""]
     out += ["```text", parser.format_usage().strip().removeprefix("usage: "), "```", ""]
-    rows = [action for action in parser._actions
-            if not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)]
+    rows = [
+        action
+        for action in parser._actions
+        if not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)
+    ]
     if rows:
         out += ["| argument | meaning |", "|---|---|"]
         for action in rows:

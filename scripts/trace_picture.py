@@ -43,19 +43,22 @@ def collect() -> list[Any]:
         FakeLedger(world).put_customer("C-2", "Grace", "grace@example.com")
         world.fail("invoice_api", times=3)
         store = open_store(f"sqlite:///{Path(tmp) / 'runs.db'}", migrate=True)
-        runtime = Runtime(store, [build(fake_services(world))],
-                          telemetry=Telemetry(tracer_provider=provider))  # fmt: skip
+        runtime = Runtime(
+            store, [build(fake_services(world))], telemetry=Telemetry(tracer_provider=provider)
+        )
         worker = Worker(runtime, poll_ms=20)
         thread = threading.Thread(target=worker.run, name="worker")
         thread.start()
         try:
             tracer = provider.get_tracer("demo")
             with tracer.start_as_current_span("POST /orders/O-2", kind=trace.SpanKind.SERVER):
-                run_id = runtime.start("invoice", {"order_id": "O-2", "customer_id": "C-2",
-                                                   "amount_cents": 4_990_00}, key="invoice:O-2")
+                run_id = runtime.start(
+                    "invoice",
+                    {"order_id": "O-2", "customer_id": "C-2", "amount_cents": 4_990_00},
+                    key="invoice:O-2",
+                )
             deadline = time.monotonic() + 60
-            while runtime.get(run_id).status == "active" or \
-                    store.list_effects(run_id, "pending"):  # fmt: skip
+            while runtime.get(run_id).status == "active" or store.list_effects(run_id, "pending"):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the invoice run did not finish within 60 s")
                 time.sleep(0.05)
@@ -69,13 +72,17 @@ def collect() -> list[Any]:
 def _label(span: Any) -> str:
     a = span.attributes or {}
     if span.name.startswith("step "):
+
         def short(state: Any) -> str:
             return ".".join(str(state).split(".")[-2:]).replace("creating_invoice.", "")
 
-        text = f"{short(a.get('statecharts.state.before'))} → " \
+        text = (
+            f"{short(a.get('statecharts.state.before'))} → "
             f"{short(a.get('statecharts.state.after'))}"
-        events = [str(e).split(":")[0].replace("xstate.", "") for e in
-                  a.get("statecharts.events") or ()]
+        )
+        events = [
+            str(e).split(":")[0].replace("xstate.", "") for e in a.get("statecharts.events") or ()
+        ]
         return text + (f"  ({', '.join(events)})" if events else "")
     if "statecharts.effect.outcome" in a:
         attempt = a.get("statecharts.effect.attempt")
@@ -116,16 +123,18 @@ def svg(spans: list[Any]) -> str:
         f'font-family="DejaVu Sans, Arial, sans-serif" font-size="12">',
         '<rect width="100%" height="100%" fill="white"/>',
         f'<text x="10" y="20" font-size="14" font-weight="bold">One trace: the invoice workflow '
-        f'on the durable runtime ({(t1 - t0) / 1e9:.1f} s)</text>',
+        f"on the durable runtime ({(t1 - t0) / 1e9:.1f} s)</text>",
         '<text x="10" y="36" fill="#555">request span → start → steps (children of the stored '
-        'start span) → effects; the invoice API fails 3 times, retried after durable waits</text>',
+        "start span) → effects; the invoice API fails 3 times, retried after durable waits</text>",
     ]
     for tick in range(0, int((t1 - t0) / 1e9) + 1):
         x = left + tick * 1e9 * scale
-        parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" '
-                     f'y2="{height - 30}" stroke="#eee"/>')
-        parts.append(f'<text x="{x:.1f}" y="{height - 16}" fill="#777" '
-                     f'text-anchor="middle">{tick}s</text>')
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 30}" stroke="#eee"/>'
+        )
+        parts.append(
+            f'<text x="{x:.1f}" y="{height - 16}" fill="#777" text-anchor="middle">{tick}s</text>'
+        )
     for i, (span, depth) in enumerate(rows):
         y = top + i * row_h
         failed = span.status.status_code.name == "ERROR"
@@ -141,15 +150,20 @@ def svg(spans: list[Any]) -> str:
         w = max((span.end_time - span.start_time) * scale, 2)
         name = escape(span.name)
         parts.append(f'<text x="{10 + depth * 14}" y="{y + 14}">{name}</text>')
-        parts.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
-                     f'rx="2" fill="{colour}"/>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
+            f'rx="2" fill="{colour}"/>'
+        )
         label = escape(_label(span))
         if label and x > left + width * 0.5:  # late spans: the label on the bar's left
-            parts.append(f'<text x="{x - 4:.1f}" y="{y + 14}" text-anchor="end" fill="#333" '
-                         f'font-size="11">{label}</text>')
+            parts.append(
+                f'<text x="{x - 4:.1f}" y="{y + 14}" text-anchor="end" fill="#333" '
+                f'font-size="11">{label}</text>'
+            )
         elif label:
-            parts.append(f'<text x="{x + w + 4:.1f}" y="{y + 14}" fill="#333" '
-                         f'font-size="11">{label}</text>')
+            parts.append(
+                f'<text x="{x + w + 4:.1f}" y="{y + 14}" fill="#333" font-size="11">{label}</text>'
+            )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

@@ -29,8 +29,15 @@ class ActionScope(Protocol):
     def raise_internal(self, event: Any) -> None: ...
     def schedule(self, timer_id: str, event: Any, delay: Any, target: str | None) -> None: ...
     def cancel(self, timer_id: str) -> None: ...
-    def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
-              *, sync_snapshot: bool = False) -> None: ...
+    def spawn(
+        self,
+        actor_id: str | None,
+        src: Any,
+        input: Any,
+        system_id: str | None,
+        *,
+        sync_snapshot: bool = False,
+    ) -> None: ...
     def stop_child(self, actor_id: str) -> None: ...
     def in_state(self, state: str) -> bool: ...
     def run_actions(self, actions: list[Any]) -> None: ...
@@ -223,8 +230,13 @@ class SpawnChild(BuiltinAction):
     sync_snapshot: bool = False
 
     def resolve(self, scope: ActionScope, params: Mapping[str, Any]) -> None:
-        scope.spawn(self.id, self.src, _value(self.input, scope, params), self.system_id,
-                    sync_snapshot=self.sync_snapshot)
+        scope.spawn(
+            self.id,
+            self.src,
+            _value(self.input, scope, params),
+            self.system_id,
+            sync_snapshot=self.sync_snapshot,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,8 +255,9 @@ def assign(assignment: Mapping[str, Any] | Callable[..., Any]) -> Assign:
     return Assign(assignment)
 
 
-def raise_(event: EventLike | Callable[..., Any], *, delay: Delay | None = None,
-           id: str | None = None) -> Raise:
+def raise_(
+    event: EventLike | Callable[..., Any], *, delay: Delay | None = None, id: str | None = None
+) -> Raise:
     """Raise ``event`` internally, or after ``delay`` ms (``id`` lets ``cancel`` stop it)."""
     return Raise(event, delay, id)
 
@@ -264,14 +277,20 @@ def enqueue_actions(fn: Callable[..., Any]) -> EnqueueActions:
     return EnqueueActions(fn)
 
 
-def send_to(target: str | Callable[..., Any], event: EventLike | Callable[..., Any], *,
-            delay: Delay | None = None, id: str | None = None) -> SendToAction:
+def send_to(
+    target: str | Callable[..., Any],
+    event: EventLike | Callable[..., Any],
+    *,
+    delay: Delay | None = None,
+    id: str | None = None,
+) -> SendToAction:
     """Send ``event`` to the actor ``target``."""
     return SendToAction(target, event, delay, id)
 
 
-def send_parent(event: EventLike | Callable[..., Any], *, delay: Delay | None = None,
-                id: str | None = None) -> SendParentAction:
+def send_parent(
+    event: EventLike | Callable[..., Any], *, delay: Delay | None = None, id: str | None = None
+) -> SendParentAction:
     """Send ``event`` to the parent actor."""
     return SendParentAction(event, delay, id)
 
@@ -286,8 +305,14 @@ def cancel(id: str | Callable[..., Any]) -> Cancel:
     return Cancel(id)
 
 
-def spawn_child(src: Any, *, id: str | None = None, input: Any = None,
-                system_id: str | None = None, sync_snapshot: bool = False) -> SpawnChild:
+def spawn_child(
+    src: Any,
+    *,
+    id: str | None = None,
+    input: Any = None,
+    system_id: str | None = None,
+    sync_snapshot: bool = False,
+) -> SpawnChild:
     """Spawn the actor ``src`` as a child of this machine. With ``sync_snapshot=True`` (a
     child machine) the parent receives ``xstate.snapshot.<id>`` each time its snapshot
     changes, as XState's ``syncSnapshot``."""
@@ -308,8 +333,7 @@ class ActionSpec:
 
     type: str
     params: Any = None
-    impl: BuiltinAction | Callable[..., Any] | None = field(default=None, compare=False,
-                                                             repr=False)
+    impl: BuiltinAction | Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_builtin(self) -> bool:

@@ -100,12 +100,21 @@ class ActorSystem:
 class Actor:
     """A running machine. Create with ``create_actor``; call ``start()`` before sending."""
 
-    def __init__(self, machine: Machine, *, input: Any = None,
-                 snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
-                 clock: Clock | None = None, inspect: Inspector | None = None,
-                 id: str | None = None, parent: Any = None, system: ActorSystem | None = None,
-                 system_id: str | None = None, on_unpersistable: str = "restart",
-                 strict: bool = False) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        input: Any = None,
+        snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
+        clock: Clock | None = None,
+        inspect: Inspector | None = None,
+        id: str | None = None,
+        parent: Any = None,
+        system: ActorSystem | None = None,
+        system_id: str | None = None,
+        on_unpersistable: str = "restart",
+        strict: bool = False,
+    ) -> None:
         if on_unpersistable not in UNPERSISTABLE_RULES:
             raise ValueError(f"on_unpersistable is one of {UNPERSISTABLE_RULES}")
         self.machine = machine
@@ -132,8 +141,9 @@ class Actor:
         self._mailbox: deque[tuple[str, Any]] | None = None
         self._processing = False
         self._lock = threading.RLock()
-        self._observers: list[tuple[Callable[..., Any] | None, Callable[..., Any] | None,
-                                    Callable[..., Any] | None]] = []
+        self._observers: list[
+            tuple[Callable[..., Any] | None, Callable[..., Any] | None, Callable[..., Any] | None]
+        ] = []
         self._listeners: dict[str, list[Callable[[Any], None]]] = {}
         self._timers: dict[str, TimerHandle] = {}
         self._children: dict[str, Any] = {}
@@ -246,11 +256,18 @@ class Actor:
                 # no inspector (it wants the microsteps), the engine's own ``step`` (a
                 # subclass's, or a patch such as the test kit's coverage, sees every event:
                 # looked up now), plans on, the snapshot this machine's and active; else ``_step``
-                if self._inspect is not None or previous.machine is not machine or \
-                        previous.status != "active" or not machine.plans or \
-                        type(machine).step is not _MACHINE_STEP:
-                    self._step(None, normalized,
-                               None if self._inspect is None else self._event_trace(normalized))
+                if (
+                    self._inspect is not None
+                    or previous.machine is not machine
+                    or previous.status != "active"
+                    or not machine.plans
+                    or type(machine).step is not _MACHINE_STEP
+                ):
+                    self._step(
+                        None,
+                        normalized,
+                        None if self._inspect is None else self._event_trace(normalized),
+                    )
                 else:
                     try:
                         result = take(previous, normalized, kind, None)
@@ -324,13 +341,13 @@ class Actor:
 
     def _process_timer(self, timer_id: str) -> None:
         self._timers.pop(timer_id, None)
-        self._step(type(self.machine).deliver_timer, timer_id,
-                   [] if self._inspect is not None else None)
+        self._step(
+            type(self.machine).deliver_timer, timer_id, [] if self._inspect is not None else None
+        )
 
     def _process_event(self, event: FrozenDict) -> None:
         """A queued event through the machine (``send`` takes one at rest itself)."""
-        self._step(None, event,
-                   None if self._inspect is None else self._event_trace(event))
+        self._step(None, event, None if self._inspect is None else self._event_trace(event))
 
     def _event_trace(self, event: FrozenDict) -> list[Any]:
         """Report an event to the inspector; the list its microsteps are traced into."""
@@ -347,7 +364,8 @@ class Actor:
         machine = self.machine
         try:
             snapshot, effects = (type(machine).step if step is None else step)(
-                machine, previous, item, self.clock.now, trace)
+                machine, previous, item, self.clock.now, trace
+            )
         except StatechartError as exc:
             if self._failed(exc, previous):
                 raise
@@ -361,8 +379,13 @@ class Actor:
         self._fail(exc)
         return self.parent is None or previous is None
 
-    def _settle(self, previous: Snapshot | None, snapshot: Snapshot,
-                effects: tuple[fx.Effect, ...], trace: list[Any] | None) -> None:
+    def _settle(
+        self,
+        previous: Snapshot | None,
+        snapshot: Snapshot,
+        effects: tuple[fx.Effect, ...],
+        trace: list[Any] | None,
+    ) -> None:
         """A step's result applied: the new snapshot kept, its effects run, observers told,
         the actor finished if the machine is (a failing implementation fails it)."""
         if trace:
@@ -432,8 +455,10 @@ class Actor:
         if target in self._children or self.system.get(target) is not None:
             return False
         index = next(i for i, e in enumerate(effects) if e is send)  # not ``==``: alike sends
-        if not any(isinstance(e, fx.StartChild) and target in (e.id, e.system_id)
-                   for e in effects[index + 1:]):
+        if not any(
+            isinstance(e, fx.StartChild) and target in (e.id, e.system_id)
+            for e in effects[index + 1 :]
+        ):
             return False
         self._held.setdefault(target, []).append(send.event)
         return True
@@ -447,10 +472,16 @@ class Actor:
             if handle is not None:
                 self.clock.cancel(handle)
         elif isinstance(effect, fx.StartChild):
-            self._start_child(effect.id, effect.src, effect.logic, effect.input,
-                              effect.system_id, None, effect.key,
-                              effect.sync_snapshot or self._wants_snapshots(effect.invoked_by,
-                                                                            effect.id))
+            self._start_child(
+                effect.id,
+                effect.src,
+                effect.logic,
+                effect.input,
+                effect.system_id,
+                None,
+                effect.key,
+                effect.sync_snapshot or self._wants_snapshots(effect.invoked_by, effect.id),
+            )
         elif isinstance(effect, fx.StopChild):
             child = self._children.pop(effect.id, None)
             if child is not None:
@@ -459,13 +490,16 @@ class Actor:
             self._send_to(effect.target, effect.event)
         elif isinstance(effect, fx.SendParent):
             if self.parent is None:
-                logger.warning("actor %r has no parent to send %r to", self.id,
-                               effect.event["type"])
+                logger.warning(
+                    "actor %r has no parent to send %r to", self.id, effect.event["type"]
+                )
             else:
                 self.parent._deliver("event", effect.event)
         elif isinstance(effect, fx.Emit):
-            for listener in (*self._listeners.get(effect.event["type"], ()),
-                             *self._listeners.get("*", ())):
+            for listener in (
+                *self._listeners.get(effect.event["type"], ()),
+                *self._listeners.get("*", ()),
+            ):
                 listener(effect.event)
         elif isinstance(effect, fx.Log):
             logger.info("%s%s", f"{effect.label}: " if effect.label else "", thaw(effect.value))
@@ -475,30 +509,52 @@ class Actor:
         if old is not None:
             self.clock.cancel(old)
         self._timers[timer_id] = self.clock.schedule(
-            due_at, lambda: self._deliver("timer", timer_id))
+            due_at, lambda: self._deliver("timer", timer_id)
+        )
 
     def _send_to(self, target: str, event: FrozenDict) -> None:
         actor = self._children.get(target) or self.system.get(target)
         if actor is None:
-            logger.warning("actor %r: no child or system actor %r to send %r to (dropped)",
-                           self.id, target, event["type"])
+            logger.warning(
+                "actor %r: no child or system actor %r to send %r to (dropped)",
+                self.id,
+                target,
+                event["type"],
+            )
             return
         actor._deliver("event", event) if isinstance(actor, Actor) else actor.send(event)
 
     # -- children ----------------------------------------------------------------------------
 
-    def _start_child(self, child_id: str, src: str, logic: Any, input: Any,
-                     system_id: str | None, restored: Any, key: str | None = None,
-                     sync_snapshot: bool = False) -> None:
+    def _start_child(
+        self,
+        child_id: str,
+        src: str,
+        logic: Any,
+        input: Any,
+        system_id: str | None,
+        restored: Any,
+        key: str | None = None,
+        sync_snapshot: bool = False,
+    ) -> None:
         if isinstance(logic, Machine):
-            child: Any = Actor(logic, input=input, snapshot=restored, clock=self.clock,
-                               inspect=self._inspect, id=child_id, parent=self,
-                               system=self.system, system_id=system_id,
-                               on_unpersistable=self.on_unpersistable)
+            child: Any = Actor(
+                logic,
+                input=input,
+                snapshot=restored,
+                clock=self.clock,
+                inspect=self._inspect,
+                id=child_id,
+                parent=self,
+                system=self.system,
+                system_id=system_id,
+                on_unpersistable=self.on_unpersistable,
+            )
             if sync_snapshot:
                 child.sync_snapshot = True
-                child.subscribe(lambda snap: self._deliver("child", (
-                    child_id, _snapshot_event(child_id, snap))))
+                child.subscribe(
+                    lambda snap: self._deliver("child", (child_id, _snapshot_event(child_id, snap)))
+                )
         elif isinstance(logic, CallbackLogic):
             child = CallbackChild(self, child_id, logic, input)
         elif isinstance(logic, CallableLogic | AsyncLogic):
@@ -506,9 +562,13 @@ class Actor:
         elif callable(logic):
             child = self._function_child(child_id, from_callable(logic, src), input, key)
         else:
-            raise ImplementationError(f"actor {src!r}", TypeError(
-                f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
-                "from_callback)"))
+            raise ImplementationError(
+                f"actor {src!r}",
+                TypeError(
+                    f"{logic!r} is not actor logic (a machine, from_callable, from_async or "
+                    "from_callback)"
+                ),
+            )
         if system_id:
             try:
                 self.system.register(system_id, child)
@@ -532,8 +592,8 @@ class Actor:
         found = self._handled.get(event_type)
         if found is None:
             found = self._handled[event_type] = any(
-                t.event == event_type for n in self.machine.definition.nodes
-                for t in n.transitions)
+                t.event == event_type for n in self.machine.definition.nodes for t in n.transitions
+            )
         return found
 
     @property
@@ -549,12 +609,20 @@ class Actor:
         same for all its attempts), else this call's number in the session; in the form and
         length of ``statecharts.idempotency`` (the invoke's ``keyLength``)."""
         self._calls += 1
-        length = next((i.key_length for n in self.machine.definition.nodes for i in n.invoke
-                       if i.id == child_id), KEY_LENGTH)
+        length = next(
+            (
+                i.key_length
+                for n in self.machine.definition.nodes
+                for i in n.invoke
+                if i.id == child_id
+            ),
+            KEY_LENGTH,
+        )
         return idempotency_key(self.session_id, retry_key or f"{child_id}#{self._calls}", length)
 
-    def _function_child(self, child_id: str, logic: Any, input: Any,
-                        key: str | None) -> FunctionChild:
+    def _function_child(
+        self, child_id: str, logic: Any, input: Any, key: str | None
+    ) -> FunctionChild:
         return FunctionChild(self, child_id, logic, input, key)
 
     def child_done(self, child_id: str, output: Any) -> None:
@@ -564,13 +632,19 @@ class Actor:
         except ContextError as exc:
             self.child_failed(child_id, error_to_json(exc))
             return
-        self._deliver("child", (child_id, FrozenDict(type=done_actor_event_type(child_id),
-                                                     output=frozen)))
+        self._deliver(
+            "child", (child_id, FrozenDict(type=done_actor_event_type(child_id), output=frozen))
+        )
 
     def child_failed(self, child_id: str, error: Any) -> None:
         """A child failed with ``error`` (JSON) (children call this)."""
-        self._deliver("child", (child_id, FrozenDict(type=error_actor_event_type(child_id),
-                                                     error=freeze(error, "error"))))
+        self._deliver(
+            "child",
+            (
+                child_id,
+                FrozenDict(type=error_actor_event_type(child_id), error=freeze(error, "error")),
+            ),
+        )
 
     def _finish(self) -> None:
         snapshot = self._snapshot
@@ -615,16 +689,33 @@ class Actor:
         logic = self._logic_of(ref)
         state = ref.state if isinstance(ref.state, Mapping) else {}
         if isinstance(logic, Machine) and state.get("snapshot") is not None:
-            self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id,
-                              state["snapshot"], None, state.get("sync_snapshot") is True or
-                              self._wants_snapshots(ref.invoked_by, ref.id))
+            self._start_child(
+                ref.id,
+                ref.src,
+                logic,
+                ref.input,
+                ref.system_id,
+                state["snapshot"],
+                None,
+                state.get("sync_snapshot") is True or self._wants_snapshots(ref.invoked_by, ref.id),
+            )
         elif self.on_unpersistable == "restart":
             self._start_child(ref.id, ref.src, logic, ref.input, ref.system_id, None)
         else:
-            self._queue("child", (ref.id, FrozenDict(
-                type=error_actor_event_type(ref.id),
-                error={"name": "ActorLost", "message": f"child {ref.id!r} was running when "
-                       "the snapshot was taken and cannot be resumed"})))
+            self._queue(
+                "child",
+                (
+                    ref.id,
+                    FrozenDict(
+                        type=error_actor_event_type(ref.id),
+                        error={
+                            "name": "ActorLost",
+                            "message": f"child {ref.id!r} was running when "
+                            "the snapshot was taken and cannot be resumed",
+                        },
+                    ),
+                ),
+            )
 
     def _logic_of(self, ref: ChildRef) -> Any:
         if ref.invoked_by is not None:
@@ -658,9 +749,13 @@ class Actor:
             state["sync_snapshot"] = True
         return state
 
-    def subscribe(self, observer: Callable[[Snapshot], Any] | None = None, *,
-                  error: Callable[[BaseException], Any] | None = None,
-                  complete: Callable[[], Any] | None = None) -> Subscription:
+    def subscribe(
+        self,
+        observer: Callable[[Snapshot], Any] | None = None,
+        *,
+        error: Callable[[BaseException], Any] | None = None,
+        complete: Callable[[], Any] | None = None,
+    ) -> Subscription:
         """Call ``observer(snapshot)`` on each change, ``error(exc)`` on failure and
         ``complete()`` when the actor stops."""
         entry = (observer, error, complete)
@@ -696,8 +791,13 @@ class Actor:
     def _trace(self, trace: list[Any] | None) -> None:
         if trace and self._inspect is not None:
             for event, transitions in trace:
-                self._report("@xstate.microstep", event=event, transitions=tuple(
-                    (t.source.id, tuple(n.id for n in t.targets)) for t in transitions))
+                self._report(
+                    "@xstate.microstep",
+                    event=event,
+                    transitions=tuple(
+                        (t.source.id, tuple(n.id for n in t.targets)) for t in transitions
+                    ),
+                )
 
     def __repr__(self) -> str:
         return f"<Actor {self.id!r} {self._status}>"
@@ -706,8 +806,14 @@ class Actor:
 class FunctionChild:
     """A child running a function (``from_callable``) or coroutine (``from_async``) once."""
 
-    def __init__(self, parent: Actor, child_id: str, logic: CallableLogic | AsyncLogic,
-                 input: Any, key: str | None = None) -> None:
+    def __init__(
+        self,
+        parent: Actor,
+        child_id: str,
+        logic: CallableLogic | AsyncLogic,
+        input: Any,
+        key: str | None = None,
+    ) -> None:
         self.parent = parent
         self.id = child_id
         self.key = key  # a retried call's record key, else None
@@ -720,8 +826,11 @@ class FunctionChild:
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
         self.running = True
-        kwargs = {"idempotency_key": self.parent.call_key(self.id, self.key)} \
-            if self.logic.wants_key else {}
+        kwargs = (
+            {"idempotency_key": self.parent.call_key(self.id, self.key)}
+            if self.logic.wants_key
+            else {}
+        )
         try:
             if isinstance(self.logic, AsyncLogic):
                 output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))
@@ -738,8 +847,7 @@ class FunctionChild:
 
     def send(self, event: Any) -> None:
         """Functions take no events; dropped with a warning."""
-        logger.warning("child %r runs a function and takes no events (%r dropped)", self.id,
-                       event)
+        logger.warning("child %r runs a function and takes no events (%r dropped)", self.id, event)
 
     def stop(self) -> None:
         """Forget the result if it has not arrived."""
@@ -769,6 +877,7 @@ class CallbackChild:
 
     def start(self) -> None:
         """Call the callback function; keep its cleanup."""
+
         def send_back(event: EventLike) -> None:
             if not self.stopped:
                 self.parent._deliver("event", normalize_event(event))
@@ -799,11 +908,17 @@ class CallbackChild:
         return {"kind": "callback", "status": "running"}
 
 
-def create_actor(machine: Machine, *, input: Any = None,
-                 snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
-                 clock: Clock | None = None, inspect: Inspector | None = None,
-                 on_unpersistable: str = "restart", system_id: str | None = None,
-                 strict: bool = False) -> Actor:
+def create_actor(
+    machine: Machine,
+    *,
+    input: Any = None,
+    snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
+    clock: Clock | None = None,
+    inspect: Inspector | None = None,
+    on_unpersistable: str = "restart",
+    system_id: str | None = None,
+    strict: bool = False,
+) -> Actor:
     """An actor for ``machine``; pass ``snapshot`` to resume a persisted one.
 
     ``on_unpersistable`` says what happens on resume to a child that was running and could not
@@ -812,31 +927,52 @@ def create_actor(machine: Machine, *, input: Any = None,
     ``strict=True`` makes ``send`` to an actor that has ended raise ``ActorStoppedError``
     (by default the event is dropped with a warning, as in XState).
     """
-    return Actor(machine, input=input, snapshot=snapshot, clock=clock, inspect=inspect,
-                 on_unpersistable=on_unpersistable, system_id=system_id, strict=strict)
+    return Actor(
+        machine,
+        input=input,
+        snapshot=snapshot,
+        clock=clock,
+        inspect=inspect,
+        on_unpersistable=on_unpersistable,
+        system_id=system_id,
+        strict=strict,
+    )
 
 
 _MACHINE_STEP = Machine.step
 
 
-def _full_step(machine: Machine, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
-               trace: list[Any] | None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+def _full_step(
+    machine: Machine,
+    snapshot: Snapshot,
+    event: FrozenDict,
+    now: Callable[[], int],
+    trace: list[Any] | None,
+) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
     """The full step (``Machine._macrostep``) of an event whose compiled route handed it over,
     in the form ``Actor._step`` calls."""
     return machine._macrostep(snapshot, event, now, trace)
 
 
-def _start_machine(machine: Machine, snapshot: None, input: Any, now: Callable[[], int],
-                   trace: None) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
+def _start_machine(
+    machine: Machine, snapshot: None, input: Any, now: Callable[[], int], trace: None
+) -> tuple[Snapshot, tuple[fx.Effect, ...]]:
     """``Machine.start`` in the form ``Actor._step`` calls."""
     return machine.start(input, now)
 
 
 def _snapshot_event(child_id: str, snapshot: Snapshot) -> FrozenDict:
     """``xstate.snapshot.<id>`` with the child's value, context, status, output and error."""
-    return FrozenDict(type=snapshot_actor_event_type(child_id), snapshot=FrozenDict(
-        value=snapshot.value, context=snapshot.context, status=snapshot.status,
-        output=snapshot.output, error=snapshot.error))
+    return FrozenDict(
+        type=snapshot_actor_event_type(child_id),
+        snapshot=FrozenDict(
+            value=snapshot.value,
+            context=snapshot.context,
+            status=snapshot.status,
+            output=snapshot.output,
+            error=snapshot.error,
+        ),
+    )
 
 
 def _running(ref: ChildRef | None) -> bool:
@@ -844,8 +980,9 @@ def _running(ref: ChildRef | None) -> bool:
     return ref is not None and not finished_child(ref)
 
 
-def wait_for(actor: Actor, predicate: Callable[[Snapshot], bool],
-             timeout: int | None = None) -> Snapshot:
+def wait_for(
+    actor: Actor, predicate: Callable[[Snapshot], bool], timeout: int | None = None
+) -> Snapshot:
     """Wait until ``predicate(snapshot)`` holds; ``timeout`` in ms.
 
     With a ``SimulatedClock`` this advances simulated time timer by timer (never sleeping);
@@ -877,8 +1014,9 @@ def wait_for(actor: Actor, predicate: Callable[[Snapshot], bool],
     raise ActorStoppedError(f"actor {actor.id!r} stopped before the condition held")
 
 
-def _wait_simulated(actor: Actor, clock: SimulatedClock, predicate: Callable[[Snapshot], bool],
-                    timeout: int | None) -> Snapshot:
+def _wait_simulated(
+    actor: Actor, clock: SimulatedClock, predicate: Callable[[Snapshot], bool], timeout: int | None
+) -> Snapshot:
     deadline = None if timeout is None else clock.now() + timeout
     while True:
         snapshot = actor.get_snapshot()
@@ -892,6 +1030,7 @@ def _wait_simulated(actor: Actor, clock: SimulatedClock, predicate: Callable[[Sn
                 clock.set(max(deadline, clock.now()))
                 if predicate(actor.get_snapshot()):
                     return actor.get_snapshot()
-            raise TimeoutError(f"actor {actor.id!r}: condition not met within {timeout} ms "
-                               "of simulated time")
+            raise TimeoutError(
+                f"actor {actor.id!r}: condition not met within {timeout} ms of simulated time"
+            )
         clock.set(max(next_due, clock.now()))

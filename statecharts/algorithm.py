@@ -76,11 +76,17 @@ class Step:
         "trace",
     )
 
-    def __init__(self, definition: Definition, implementations: Implementations,
-                 configurations: Configurations, base: Snapshot | None,
-                 now: Callable[[], int], context: FrozenDict = EMPTY,
-                 trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None,
-                 plans: bool = True) -> None:
+    def __init__(
+        self,
+        definition: Definition,
+        implementations: Implementations,
+        configurations: Configurations,
+        base: Snapshot | None,
+        now: Callable[[], int],
+        context: FrozenDict = EMPTY,
+        trace: list[tuple[FrozenDict, tuple[Transition, ...]]] | None = None,
+        plans: bool = True,
+    ) -> None:
         self.definition = definition
         self.implementations = implementations
         self.configurations = configurations
@@ -120,8 +126,9 @@ class Step:
         """The pending timers, made changeable (the snapshot's stay as they were)."""
         timers = self._timers
         if timers is None:
-            timers = self._timers = {t.id: t for t in self.base.timers} \
-                if self.base is not None else {}
+            timers = self._timers = (
+                {t.id: t for t in self.base.timers} if self.base is not None else {}
+            )
         return timers
 
     @property
@@ -129,17 +136,22 @@ class Step:
         """The child actors, made changeable (the snapshot's stay as they were)."""
         children = self._children
         if children is None:
-            children = self._children = dict(self.base.children) \
-                if self.base is not None else {}
+            children = self._children = dict(self.base.children) if self.base is not None else {}
         return children
 
     def has_timers(self) -> bool:
-        return bool(self._timers) if self._timers is not None else \
-            self.base is not None and bool(self.base.timers)
+        return (
+            bool(self._timers)
+            if self._timers is not None
+            else self.base is not None and bool(self.base.timers)
+        )
 
     def has_children(self) -> bool:
-        return bool(self._children) if self._children is not None else \
-            self.base is not None and bool(self.base.children)
+        return (
+            bool(self._children)
+            if self._children is not None
+            else self.base is not None and bool(self.base.children)
+        )
 
     def result(self, machine: SnapshotOwner) -> Snapshot:
         """The snapshot this step ends in (parts it did not change shared with the one it
@@ -148,23 +160,43 @@ class Step:
         assert configuration is not None
         base = self.base
         if base is None:
-            return Snapshot(machine=machine, configuration=configuration, context=self.context,
-                            status=self.status, output=self.output, error=self.error,
-                            history_nodes=self.history, timers=_due_order(self._timers),
-                            children=FrozenDict(self._children or {}),
-                            retry_records=self.retries, skipped=self.skipped)
-        if self._timers is None and self._children is None and self.status == "active" and \
-                self.history is base.history_nodes and self.retries is base.retry_records and \
-                self.skipped is base.skipped:
+            return Snapshot(
+                machine=machine,
+                configuration=configuration,
+                context=self.context,
+                status=self.status,
+                output=self.output,
+                error=self.error,
+                history_nodes=self.history,
+                timers=_due_order(self._timers),
+                children=FrozenDict(self._children or {}),
+                retry_records=self.retries,
+                skipped=self.skipped,
+            )
+        if (
+            self._timers is None
+            and self._children is None
+            and self.status == "active"
+            and self.history is base.history_nodes
+            and self.retries is base.retry_records
+            and self.skipped is base.skipped
+        ):
             if configuration is base.configuration and self.context is base.context:
                 return base
             return replace(base, configuration=configuration, context=self.context)
         return replace(
-            base, configuration=configuration, context=self.context, status=self.status,
-            output=self.output, error=self.error, history_nodes=self.history,
+            base,
+            configuration=configuration,
+            context=self.context,
+            status=self.status,
+            output=self.output,
+            error=self.error,
+            history_nodes=self.history,
             timers=base.timers if self._timers is None else _due_order(self._timers),
             children=base.children if self._children is None else FrozenDict(self._children),
-            retry_records=self.retries, skipped=self.skipped)
+            retry_records=self.retries,
+            skipped=self.skipped,
+        )
 
     # -- what built-in actions may do (statecharts.actions.ActionScope) ---------------------
 
@@ -187,9 +219,19 @@ class Step:
         if self.has_timers() and self.timers.pop(timer_id, None) is not None:
             self.effects.append(fx.CancelTimer(timer_id))
 
-    def spawn(self, actor_id: str | None, src: Any, input: Any, system_id: str | None,
-              invoked_by: str | None = None, logic: Any = None, key: str | None = None,
-              attempt: int = 1, *, sync_snapshot: bool = False) -> None:
+    def spawn(
+        self,
+        actor_id: str | None,
+        src: Any,
+        input: Any,
+        system_id: str | None,
+        invoked_by: str | None = None,
+        logic: Any = None,
+        key: str | None = None,
+        attempt: int = 1,
+        *,
+        sync_snapshot: bool = False,
+    ) -> None:
         if logic is None:
             name, logic = resolve_actor(self.implementations, src)
         else:
@@ -201,8 +243,19 @@ class Step:
             actor_id = f"{name}#{n}"
         frozen_input = freeze(input, "input")
         self.children[actor_id] = ChildRef(actor_id, name, system_id, invoked_by, frozen_input)
-        self.effects.append(fx.StartChild(actor_id, name, frozen_input, system_id, invoked_by,
-                                          key, attempt, logic, sync_snapshot))
+        self.effects.append(
+            fx.StartChild(
+                actor_id,
+                name,
+                frozen_input,
+                system_id,
+                invoked_by,
+                key,
+                attempt,
+                logic,
+                sync_snapshot,
+            )
+        )
 
     def stop_child(self, actor_id: str) -> None:
         if self.has_children() and self.children.pop(actor_id, None) is not None:
@@ -223,8 +276,11 @@ class Step:
         return spec.evaluate(self.context, self.event, self)
 
     def run_actions(self, actions: list[Any]) -> None:
-        run_actions(self, [_action_spec(self.definition, self.implementations, a)
-                           for a in actions], self.event)
+        run_actions(
+            self,
+            [_action_spec(self.definition, self.implementations, a) for a in actions],
+            self.event,
+        )
 
     def delay_ms(self, delay: Any) -> int:
         """Milliseconds for ``delay``: a number, a name from ``delays=``, a function, or a
@@ -243,18 +299,26 @@ class Step:
                 value = value(self.context, self.event)
             except Exception as exc:
                 raise ImplementationError(f"delay {name!r}", exc) from exc
-        if isinstance(value, bool) or not isinstance(value, int | float) or \
-                not math.isfinite(value) or value < 0:
-            raise ImplementationError(f"delay {name!r}", ValueError(
-                f"a delay is a non-negative number of milliseconds, not {value!r}"))
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ImplementationError(
+                f"delay {name!r}",
+                ValueError(f"a delay is a non-negative number of milliseconds, not {value!r}"),
+            )
         if value > MAX_DELAY:  # its due time must still persist as a JSON integer
-            raise ImplementationError(f"delay {name!r}", ValueError(
-                f"a delay is at most {MAX_DELAY} ms, not {value!r}"))
+            raise ImplementationError(
+                f"delay {name!r}", ValueError(f"a delay is at most {MAX_DELAY} ms, not {value!r}")
+            )
         return int(value)
 
 
-def _action_spec(definition: Definition, implementations: Implementations,
-                 action: Any) -> ActionSpec:
+def _action_spec(
+    definition: Definition, implementations: Implementations, action: Any
+) -> ActionSpec:
     """An action given at run time (``enqueue`` in ``enqueue_actions``), resolved."""
     if isinstance(action, ActionSpec):
         return action
@@ -264,6 +328,7 @@ def _action_spec(definition: Definition, implementations: Implementations,
 
 
 # -- the macrostep ---------------------------------------------------------------------------
+
 
 def macrostep(step: Step, event: FrozenDict) -> None:
     """Process one external event to completion: its microstep, then eventless transitions and
@@ -299,9 +364,11 @@ def settle(step: Step, event: FrozenDict, select_eventless: bool = True) -> None
         count += 1
         if count > MAX_MICROSTEPS:
             active = ", ".join(sorted(n.id for n in step.nodes if n.is_atomic))
-            raise InfiniteLoopError(f"the machine did not settle after {MAX_MICROSTEPS} "
-                                    f"microsteps (eventless transitions or raised events loop "
-                                    f"in: {active})")
+            raise InfiniteLoopError(
+                f"the machine did not settle after {MAX_MICROSTEPS} "
+                f"microsteps (eventless transitions or raised events loop "
+                f"in: {active})"
+            )
     if step.status != "active":
         _stop_everything(step)
 
@@ -318,8 +385,7 @@ def _forget_finished_child(step: Step, event: FrozenDict) -> None:
         ref = step.children.get(child_id)
         if ref is not None and finished_child(ref) is None:
             outcome = "done" if kind.startswith("xstate.done.") else "error"
-            step.children[child_id] = replace_dataclass(
-                ref, state=FrozenDict({FINISHED: outcome}))
+            step.children[child_id] = replace_dataclass(ref, state=FrozenDict({FINISHED: outcome}))
 
 
 def _stop_everything(step: Step) -> None:
@@ -333,6 +399,7 @@ def _stop_everything(step: Step) -> None:
 
 # -- selecting transitions -------------------------------------------------------------------
 
+
 def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
     """XState's selection: walk the active tree; the innermost enabled transition wins, and a
     state's own transitions are tried only when none of its active descendants took the
@@ -342,14 +409,23 @@ def select_transitions(step: Step, event: FrozenDict) -> list[Transition]:
         chosen = first_enabled(configuration.chain_candidates(event["type"]), step, event)
         return [chosen] if chosen is not None else []
     found: list[Transition] = []
-    select_in(step.definition.root, step.nodes, event["type"],
-               lambda candidates: first_enabled(candidates, step, event), found)
+    select_in(
+        step.definition.root,
+        step.nodes,
+        event["type"],
+        lambda candidates: first_enabled(candidates, step, event),
+        found,
+    )
     return found
 
 
-def select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
-               choose: Callable[[tuple[Transition, ...]], Transition | None],
-               found: list[Transition]) -> bool:
+def select_in(
+    node: StateNode,
+    nodes: AbstractSet[StateNode],
+    kind: str,
+    choose: Callable[[tuple[Transition, ...]], Transition | None],
+    found: list[Transition],
+) -> bool:
     took = False
     if node.type == PARALLEL:
         for region in node.regions:
@@ -369,9 +445,9 @@ def select_in(node: StateNode, nodes: AbstractSet[StateNode], kind: str,
     return False
 
 
-
-def first_enabled(candidates: Iterable[Transition], step: Step,
-                  event: FrozenDict) -> Transition | None:
+def first_enabled(
+    candidates: Iterable[Transition], step: Step, event: FrozenDict
+) -> Transition | None:
     """The first candidate, in priority order, whose guard passes."""
     for transition in candidates:
         guard = transition.guard
@@ -379,15 +455,20 @@ def first_enabled(candidates: Iterable[Transition], step: Step,
             return transition
         try:
             test = transition.guard_fn
-            if test(step.context, event) if test is not None else \
-                    guard.evaluate(step.context, event, step):
+            if (
+                test(step.context, event)
+                if test is not None
+                else guard.evaluate(step.context, event, step)
+            ):
                 return transition
         except ImplementationError as exc:
-            raise ImplementationError(f"{exc.where} at {transition.config_path}",
-                                      exc.cause) from exc
+            raise ImplementationError(
+                f"{exc.where} at {transition.config_path}", exc.cause
+            ) from exc
         except Exception as exc:  # a user guard called directly failed
-            raise ImplementationError(f"guard '{guard.type}' at {transition.config_path}",
-                                      exc) from exc
+            raise ImplementationError(
+                f"guard '{guard.type}' at {transition.config_path}", exc
+            ) from exc
     return None
 
 
@@ -409,9 +490,11 @@ def select_eventless_transitions(step: Step, event: FrozenDict) -> list[Transiti
     return remove_conflicting_transitions(enabled, step.nodes, step.history)
 
 
-def remove_conflicting_transitions(transitions: list[Transition], nodes: AbstractSet[StateNode],
-                                   history: Mapping[str, tuple[StateNode, ...]]
-                                   ) -> list[Transition]:
+def remove_conflicting_transitions(
+    transitions: list[Transition],
+    nodes: AbstractSet[StateNode],
+    history: Mapping[str, tuple[StateNode, ...]],
+) -> list[Transition]:
     """SCXML's conflict rule: of two transitions that would exit a common state, the one from
     the descendant source wins, else the earlier one."""
     if len(transitions) < 2:
@@ -436,14 +519,20 @@ def remove_conflicting_transitions(transitions: list[Transition], nodes: Abstrac
 
 # -- the microstep ---------------------------------------------------------------------------
 
+
 def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> bool:
     """Take ``transitions`` together: exit, transition actions, enter, as their plan says.
     Returns whether the configuration, context or history changed."""
     if not transitions:
         return False
     step.microsteps += 1
-    plan = step.configuration.plans.get(  # type: ignore[union-attr]
-        transitions[0] if len(transitions) == 1 else tuple(transitions)) if step.plans else None
+    plan = (
+        step.configuration.plans.get(  # type: ignore[union-attr]
+            transitions[0] if len(transitions) == 1 else tuple(transitions)
+        )
+        if step.plans
+        else None
+    )
     if plan is None:
         plan = plan_for(step, transitions)
     if step.trace is not None:
@@ -456,8 +545,12 @@ def microstep(step: Step, transitions: list[Transition], event: FrozenDict) -> b
         return step.context is not context
     if step.status == "done":
         _exit_all_if_done(step, event)
-    return bool(plan.exits or plan.entries) or step.context is not context or \
-        step.history is not history or step.retries is not retries
+    return (
+        bool(plan.exits or plan.entries)
+        or step.context is not context
+        or step.history is not history
+        or step.retries is not retries
+    )
 
 
 class Plan:
@@ -470,12 +563,27 @@ class Plan:
     bodies still run every time. Plans that go through a history state are computed afresh
     each time (where they lead depends on what the history holds)."""
 
-    __slots__ = ("entries", "exits", "observes_nodes", "reads_history", "recorded",
-                 "remaining", "target", "targetless", "transitions")
+    __slots__ = (
+        "entries",
+        "exits",
+        "observes_nodes",
+        "reads_history",
+        "recorded",
+        "remaining",
+        "target",
+        "targetless",
+        "transitions",
+    )
 
-    def __init__(self, transitions: tuple[Transition, ...], exits: tuple[StateNode, ...],
-                 recorded: Mapping[str, tuple[StateNode, ...]], entries: tuple[StateNode, ...],
-                 remaining: frozenset[StateNode], target: Configuration) -> None:
+    def __init__(
+        self,
+        transitions: tuple[Transition, ...],
+        exits: tuple[StateNode, ...],
+        recorded: Mapping[str, tuple[StateNode, ...]],
+        entries: tuple[StateNode, ...],
+        remaining: frozenset[StateNode],
+        target: Configuration,
+    ) -> None:
         self.transitions = transitions
         self.exits = exits
         self.recorded = recorded
@@ -486,11 +594,13 @@ class Plan:
         # where a history state leads depends on what it holds: a target, or the initial
         # state of a state entered, that is a history state makes the plan good only once
         self.reads_history = any(t.has_history_target for t in transitions) or any(
-            n.initial is not None and n.initial.type == HISTORY for n in entries)
+            n.initial is not None and n.initial.type == HISTORY for n in entries
+        )
         # entering a final state, and some built-ins (``enqueue_actions``' check, SCXML's
         # In()), look at the active states while the microstep runs: keep them exact then
         self.observes_nodes = any(n.type == FINAL for n in entries) or any(
-            _reads_configuration(a) for a in self.actions())
+            _reads_configuration(a) for a in self.actions()
+        )
 
     def actions(self) -> Iterator[ActionSpec]:
         """The microstep's actions in the order they run: exits, transitions, entries."""
@@ -514,15 +624,21 @@ def plan_for(step: Step, transitions: list[Transition]) -> Plan:
     plan = configuration.plans.get(key) if step.plans else None
     if plan is None:
         plan = compute_plan(step.configurations, configuration, transitions, step.history)
-        if step.plans and not plan.reads_history and \
-                len(configuration.plans) < PLANS_PER_CONFIGURATION:
+        if (
+            step.plans
+            and not plan.reads_history
+            and len(configuration.plans) < PLANS_PER_CONFIGURATION
+        ):
             configuration.plans[key] = plan
     return plan
 
 
-def compute_plan(configurations: Configurations, configuration: Configuration,
-                 transitions: list[Transition], history: Mapping[str, tuple[StateNode, ...]]
-                 ) -> Plan:
+def compute_plan(
+    configurations: Configurations,
+    configuration: Configuration,
+    transitions: list[Transition],
+    history: Mapping[str, tuple[StateNode, ...]],
+) -> Plan:
     """SCXML's microstep, computed without running anything: conflicts removed, the exit
     set (recording history), the entry set with the history just recorded."""
     nodes = configuration.node_set
@@ -532,10 +648,10 @@ def compute_plan(configurations: Configurations, configuration: Configuration,
     to_enter: set[StateNode] = set()
     compute_entry_set(kept, {**history, **recorded} if recorded else history, set(), to_enter)
     remaining = nodes.difference(exits)
-    target = configurations.of_nodes(remaining | to_enter) if exits or to_enter else \
-        configuration
-    return Plan(tuple(kept), exits, recorded, tuple(sorted(to_enter, key=_order)), remaining,
-                target)
+    target = configurations.of_nodes(remaining | to_enter) if exits or to_enter else configuration
+    return Plan(
+        tuple(kept), exits, recorded, tuple(sorted(to_enter, key=_order)), remaining, target
+    )
 
 
 def run_plan(step: Step, plan: Plan, event: FrozenDict) -> None:
@@ -569,9 +685,20 @@ def _reads_configuration(action: ActionSpec) -> bool:
     return isinstance(impl, BuiltinAction) and not isinstance(impl, _BLIND_BUILTINS)
 
 
-_BLIND_BUILTINS = (Assign, Raise, EmitAction, LogAction, SendToAction, SendParentAction,
-                   ForwardTo, Cancel, SpawnChild, StopChild, retrying.RecordFailure,
-                   retrying.RecordSkip)
+_BLIND_BUILTINS = (
+    Assign,
+    Raise,
+    EmitAction,
+    LogAction,
+    SendToAction,
+    SendParentAction,
+    ForwardTo,
+    Cancel,
+    SpawnChild,
+    StopChild,
+    retrying.RecordFailure,
+    retrying.RecordSkip,
+)
 
 
 def _own_nodes(step: Step) -> set[StateNode]:
@@ -592,9 +719,11 @@ def exit_state(step: Step, node: StateNode, event: FrozenDict) -> None:
         step.stop_child(invoke.id)
 
 
-def record_history(to_exit: Iterable[StateNode], nodes: AbstractSet[StateNode],
-                   history: Mapping[str, tuple[StateNode, ...]]
-                   ) -> Mapping[str, tuple[StateNode, ...]]:
+def record_history(
+    to_exit: Iterable[StateNode],
+    nodes: AbstractSet[StateNode],
+    history: Mapping[str, tuple[StateNode, ...]],
+) -> Mapping[str, tuple[StateNode, ...]]:
     """History values after exiting ``to_exit``: deep history remembers atomic descendants,
     shallow history the active children."""
     changed: dict[str, tuple[StateNode, ...]] | None = None
@@ -653,14 +782,20 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
         step.event = event
         step.schedule(timer_event, normalize_event(timer_event), delay, None)
     for invoke in node.invoke:
-        actor_input = invoke.input(step.context, event) if callable(invoke.input) else \
-            invoke.input
-        step.spawn(invoke.id, invoke.src, actor_input, invoke.system_id, node.id, invoke.logic,
-                   key, attempt)
+        actor_input = invoke.input(step.context, event) if callable(invoke.input) else invoke.input
+        step.spawn(
+            invoke.id,
+            invoke.src,
+            actor_input,
+            invoke.system_id,
+            node.id,
+            invoke.logic,
+            key,
+            attempt,
+        )
 
 
-def _complete(step: Step, final: StateNode, event: FrozenDict,
-              completed: set[StateNode]) -> None:
+def _complete(step: Step, final: StateNode, event: FrozenDict, completed: set[StateNode]) -> None:
     if final.failure is not None:  # a failure final (extension): the machine fails here
         step.status, step.error = "error", final.failure
         return
@@ -671,8 +806,12 @@ def _complete(step: Step, final: StateNode, event: FrozenDict,
     if parent.type == COMPOUND:
         output = _resolve_output(final.output, step, event)
         step.queue.append(done_event(parent.id, output))
-    while marker is not None and marker.type == PARALLEL and marker not in completed and \
-            in_final_state(step.nodes, marker):
+    while (
+        marker is not None
+        and marker.type == PARALLEL
+        and marker not in completed
+        and in_final_state(step.nodes, marker)
+    ):
         completed.add(marker)
         step.queue.append(done_event(marker.id, None))
         root_completion = marker
@@ -682,10 +821,14 @@ def _complete(step: Step, final: StateNode, event: FrozenDict,
     step.status = "done"
     root = step.definition.root
     if root.output is not None:
-        completion_output = _resolve_output(root_completion.output, step, event) \
-            if root_completion.parent is not None else None
-        step.output = _resolve_output(root.output, step,
-                                      done_event(root_completion.id, completion_output))
+        completion_output = (
+            _resolve_output(root_completion.output, step, event)
+            if root_completion.parent is not None
+            else None
+        )
+        step.output = _resolve_output(
+            root.output, step, done_event(root_completion.id, completion_output)
+        )
 
 
 def done_event(state_id: str, output: Any) -> FrozenDict:
@@ -710,8 +853,12 @@ def _resolve_output(spec: Any, step: Step, event: FrozenDict) -> Any:
 
 # -- exit and entry sets ---------------------------------------------------------------------
 
-def compute_exit_set(transitions: Iterable[Transition], nodes: AbstractSet[StateNode],
-                     history: Mapping[str, tuple[StateNode, ...]]) -> list[StateNode]:
+
+def compute_exit_set(
+    transitions: Iterable[Transition],
+    nodes: AbstractSet[StateNode],
+    history: Mapping[str, tuple[StateNode, ...]],
+) -> list[StateNode]:
     """The active states that ``transitions`` exit (targetless transitions exit nothing)."""
     to_exit: dict[StateNode, None] = {}
     for transition in transitions:
@@ -726,8 +873,9 @@ def compute_exit_set(transitions: Iterable[Transition], nodes: AbstractSet[State
     return list(to_exit)
 
 
-def transition_domain(transition: Transition, history: Mapping[str, tuple[StateNode, ...]]
-                      ) -> StateNode | None:
+def transition_domain(
+    transition: Transition, history: Mapping[str, tuple[StateNode, ...]]
+) -> StateNode | None:
     """The state whose descendants a transition exits and enters (None: the whole machine,
     root included)."""
     targets = effective_targets(transition, history)
@@ -754,19 +902,20 @@ def least_common_ancestor(nodes: list[StateNode]) -> StateNode | None:
     return None
 
 
-def effective_targets(transition: Transition, history: Mapping[str, tuple[StateNode, ...]]
-                      ) -> list[StateNode]:
+def effective_targets(
+    transition: Transition, history: Mapping[str, tuple[StateNode, ...]]
+) -> list[StateNode]:
     """Targets with history states replaced by what they remember (or their default)."""
     return list(dict.fromkeys(_effective(transition.targets, history)))
 
 
-def _effective(targets: Iterable[StateNode], history: Mapping[str, tuple[StateNode, ...]]
-               ) -> Iterable[StateNode]:
+def _effective(
+    targets: Iterable[StateNode], history: Mapping[str, tuple[StateNode, ...]]
+) -> Iterable[StateNode]:
     for target in targets:
         if target.type == HISTORY:
             remembered = history.get(target.id)
-            yield from remembered if remembered else _effective(history_default(target),
-                                                                history)
+            yield from remembered if remembered else _effective(history_default(target), history)
         else:
             yield target
 
@@ -783,17 +932,21 @@ def history_default(node: StateNode) -> tuple[StateNode, ...]:
     return (parent.initial,) if parent.initial is not None else ()
 
 
-def compute_entry_set(transitions: Iterable[Transition],
-                      history: Mapping[str, tuple[StateNode, ...]],
-                      default_entry: set[StateNode], to_enter: set[StateNode]) -> None:
+def compute_entry_set(
+    transitions: Iterable[Transition],
+    history: Mapping[str, tuple[StateNode, ...]],
+    default_entry: set[StateNode],
+    to_enter: set[StateNode],
+) -> None:
     """The states ``transitions`` enter (targets, their ancestors below the domain, and the
     initial or remembered descendants)."""
     for transition in transitions:
         domain = transition_domain(transition, history)
         source = transition.source
         for target in transition.targets:
-            if target.type != HISTORY and (target is not source or source is not domain or
-                                           transition.reenter):
+            if target.type != HISTORY and (
+                target is not source or source is not domain or transition.reenter
+            ):
                 to_enter.add(target)
                 default_entry.add(target)
             add_descendants(target, history, default_entry, to_enter)
@@ -818,8 +971,12 @@ def proper_ancestors(node: StateNode, up_to: StateNode | None) -> list[StateNode
     return result
 
 
-def add_descendants(node: StateNode, history: Mapping[str, tuple[StateNode, ...]],
-                    default_entry: set[StateNode], to_enter: set[StateNode]) -> None:
+def add_descendants(
+    node: StateNode,
+    history: Mapping[str, tuple[StateNode, ...]],
+    default_entry: set[StateNode],
+    to_enter: set[StateNode],
+) -> None:
     """Add what entering ``node`` enters below it: initial states, all regions, or what a
     history state remembers."""
     if node.type == HISTORY:
@@ -850,9 +1007,13 @@ def add_descendants(node: StateNode, history: Mapping[str, tuple[StateNode, ...]
                 add_descendants(region, history, default_entry, to_enter)
 
 
-def add_ancestors(ancestors: Iterable[StateNode], history: Mapping[str, tuple[StateNode, ...]],
-                  default_entry: set[StateNode], to_enter: set[StateNode],
-                  reentry_domain: StateNode | None = None) -> None:
+def add_ancestors(
+    ancestors: Iterable[StateNode],
+    history: Mapping[str, tuple[StateNode, ...]],
+    default_entry: set[StateNode],
+    to_enter: set[StateNode],
+    reentry_domain: StateNode | None = None,
+) -> None:
     """Add ``ancestors`` (those below ``reentry_domain``), completing parallel ones with their
     other regions."""
     for ancestor in ancestors:
@@ -866,6 +1027,7 @@ def add_ancestors(ancestors: Iterable[StateNode], history: Mapping[str, tuple[St
 
 
 # -- actions ---------------------------------------------------------------------------------
+
 
 def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) -> None:
     """Resolve built-in actions now; turn user actions into ``RunAction`` effects carrying the
@@ -884,8 +1046,9 @@ def run_actions(step: Step, actions: Iterable[ActionSpec], event: FrozenDict) ->
             except Exception as exc:
                 raise ImplementationError(f"action '{action.type}'", exc) from exc
         else:
-            step.effects.append(fx.RunAction(action.type, params or EMPTY, step.context, event,
-                                             impl))
+            step.effects.append(
+                fx.RunAction(action.type, params or EMPTY, step.context, event, impl)
+            )
 
 
 def _order(node: StateNode) -> int:

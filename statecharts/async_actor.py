@@ -64,8 +64,9 @@ class AsyncioClock:
 class AsyncActor(Actor):
     """An actor whose invoked functions and coroutines run concurrently on the loop."""
 
-    def _function_child(self, child_id: str, logic: Any, input: Any,
-                        key: str | None) -> FunctionChild:
+    def _function_child(
+        self, child_id: str, logic: Any, input: Any, key: str | None
+    ) -> FunctionChild:
         return TaskChild(self, child_id, logic, input, key)
 
 
@@ -77,8 +78,11 @@ class TaskChild(FunctionChild):
     def start(self) -> None:
         """Start the task; its result reaches the parent when it completes."""
         self.running = True
-        kwargs = {"idempotency_key": self.parent.call_key(self.id, self.key)} \
-            if self.logic.wants_key else {}
+        kwargs = (
+            {"idempotency_key": self.parent.call_key(self.id, self.key)}
+            if self.logic.wants_key
+            else {}
+        )
         argument = thaw(self.input)
         if isinstance(self.logic, AsyncLogic):
             work = self.logic.fn(argument, **kwargs)
@@ -124,17 +128,31 @@ async def _within(work: Any, timeout_ms: int, child_id: str) -> Any:
         raise CallTimeoutError(f"invoke {child_id!r} took longer than {timeout_ms} ms") from None
 
 
-def create_async_actor(machine: Machine, *, input: Any = None,
-                       snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
-                       clock: Clock | None = None, inspect: Inspector | None = None,
-                       on_unpersistable: str = "restart", strict: bool = False) -> AsyncActor:
+def create_async_actor(
+    machine: Machine,
+    *,
+    input: Any = None,
+    snapshot: Snapshot | Mapping[str, Any] | bytes | None = None,
+    clock: Clock | None = None,
+    inspect: Inspector | None = None,
+    on_unpersistable: str = "restart",
+    strict: bool = False,
+) -> AsyncActor:
     """An asyncio actor (see ``create_actor`` for the arguments)."""
-    return AsyncActor(machine, input=input, snapshot=snapshot, clock=clock or AsyncioClock(),
-                      inspect=inspect, on_unpersistable=on_unpersistable, strict=strict)
+    return AsyncActor(
+        machine,
+        input=input,
+        snapshot=snapshot,
+        clock=clock or AsyncioClock(),
+        inspect=inspect,
+        on_unpersistable=on_unpersistable,
+        strict=strict,
+    )
 
 
-async def wait_for_async(actor: Actor, predicate: Callable[[Snapshot], bool],
-                         timeout: int | None = None) -> Snapshot:
+async def wait_for_async(
+    actor: Actor, predicate: Callable[[Snapshot], bool], timeout: int | None = None
+) -> Snapshot:
     """Await until ``predicate(snapshot)`` holds (``timeout`` in ms)."""
     if isinstance(actor.clock, SimulatedClock):
         return wait_for(actor, predicate, timeout)
@@ -147,8 +165,9 @@ async def wait_for_async(actor: Actor, predicate: Callable[[Snapshot], bool],
 
     def ended() -> None:
         if not future.done():
-            future.set_exception(ActorStoppedError(
-                f"actor {actor.id!r} stopped before the condition held"))
+            future.set_exception(
+                ActorStoppedError(f"actor {actor.id!r} stopped before the condition held")
+            )
 
     subscription = actor.subscribe(check, complete=ended)
     try:

@@ -51,19 +51,26 @@ def _validate_one(path: str, provided: dict[str, Implementations] | None) -> int
         machine_id = config.get("id", "machine") if isinstance(config, dict) else None
         implementations = provided.get(str(machine_id))
         if implementations is None:
-            print(f"{path}: --machines has no machine with id {machine_id!r} (it has: "
-                  f"{', '.join(sorted(provided)) or 'none'})", file=sys.stderr)
+            print(
+                f"{path}: --machines has no machine with id {machine_id!r} (it has: "
+                f"{', '.join(sorted(provided)) or 'none'})",
+                file=sys.stderr,
+            )
             return 1
     checked = check_config(config, implementations)
     states = len(checked.machine.definition.nodes)
     if implementations is not None:
-        print(f"{path}: ok ({states} states, implementations from --machines, fingerprint "
-              f"{checked.machine.fingerprint})")
+        print(
+            f"{path}: ok ({states} states, implementations from --machines, fingerprint "
+            f"{checked.machine.fingerprint})"
+        )
     elif not checked.expected:
         print(f"{path}: ok ({states} states, fingerprint {checked.machine.fingerprint})")
     else:
-        print(f"{path}: ok ({states} states); the code must provide "
-              f"({len(checked.expected)}, check with --machines MODULE):")
+        print(
+            f"{path}: ok ({states} states); the code must provide "
+            f"({len(checked.expected)}, check with --machines MODULE):"
+        )
         for line in _expected_lines(checked.expected):
             print(f"  {line}")
     return 0
@@ -102,24 +109,35 @@ The store URL can also come from $STATECHARTS_STORE."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="statecharts", description=DESCRIPTION,
-                                     epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     title="commands")
+    parser = argparse.ArgumentParser(
+        prog="statecharts",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", title="commands"
+    )
     validate = commands.add_parser(
-        "validate", help="check machine files (JSON/YAML) and list every problem with its path",
+        "validate",
+        help="check machine files (JSON/YAML) and list every problem with its path",
         description="Check each machine file's structure and report every problem with its "
-                    "path in the file (for example states.cart.on.CHECKOUT.traget); exit 1 if "
-                    "any file has one. The guards, actions, actors and delays a file names are "
-                    "listed as what the code must provide (not problems); with --machines they "
-                    "are checked against the code: the machine with the file's id must provide "
-                    "every one.")
-    validate.add_argument("files", nargs="+", metavar="FILE",
-                          help="a machine definition, .json or .yaml")
-    validate.add_argument("--machines", action="append", metavar="MODULE",
-                          help="module[:attribute] with the Machines that implement the files "
-                               "(as for `statecharts worker`); repeatable")
+        "path in the file (for example states.cart.on.CHECKOUT.traget); exit 1 if "
+        "any file has one. The guards, actions, actors and delays a file names are "
+        "listed as what the code must provide (not problems); with --machines they "
+        "are checked against the code: the machine with the file's id must provide "
+        "every one.",
+    )
+    validate.add_argument(
+        "files", nargs="+", metavar="FILE", help="a machine definition, .json or .yaml"
+    )
+    validate.add_argument(
+        "--machines",
+        action="append",
+        metavar="MODULE",
+        help="module[:attribute] with the Machines that implement the files "
+        "(as for `statecharts worker`); repeatable",
+    )
     validate.set_defaults(handler=_validate)
     for name in COMMAND_MODULES:
         try:

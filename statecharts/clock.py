@@ -120,8 +120,9 @@ class SystemClock:
         with self._condition:
             heapq.heappush(self._heap, handle)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="statecharts-clock",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="statecharts-clock", daemon=True
+                )
                 self._thread.start()
             self._condition.notify()
         return handle

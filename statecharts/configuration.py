@@ -160,16 +160,18 @@ def _collect(node: StateNode, value: Any, found: set[StateNode], field: str) -> 
         found.add(leaf)
         return
     if not isinstance(value, dict):
-        raise SnapshotError(field, f"a state value is a string or a mapping, not "
-                            f"{type(value).__name__}")
+        raise SnapshotError(
+            field, f"a state value is a string or a mapping, not {type(value).__name__}"
+        )
     if node.type == COMPOUND:
         if len(value) != 1:
             raise SnapshotError(field, f"compound state '{node.id}' has exactly one active child")
     elif node.type == PARALLEL:
         missing = {c.key for c in node.regions} - set(value)
         if missing:
-            raise SnapshotError(field, f"parallel state '{node.id}' misses regions "
-                                f"{sorted(missing)}")
+            raise SnapshotError(
+                field, f"parallel state '{node.id}' misses regions {sorted(missing)}"
+            )
     elif value:
         raise SnapshotError(field, f"state '{node.id}' is {node.type}; it has no children")
     for key, sub in value.items():

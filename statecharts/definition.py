@@ -41,17 +41,52 @@ from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateN
 from .retry import RetryPolicy
 from .retrying import ATTEMPTING, delay_name, expand, final_failure, is_retry_delay
 
-NODE_KEYS = frozenset({
-    "id", "initial", "type", "history", "target", "states", "on", "always", "after", "entry",
-    "exit", "invoke", "onDone", "output", "tags", "meta", "description", "failure",
-})
+NODE_KEYS = frozenset(
+    {
+        "id",
+        "initial",
+        "type",
+        "history",
+        "target",
+        "states",
+        "on",
+        "always",
+        "after",
+        "entry",
+        "exit",
+        "invoke",
+        "onDone",
+        "output",
+        "tags",
+        "meta",
+        "description",
+        "failure",
+    }
+)
 ROOT_ONLY_KEYS = frozenset({"context", "version"})
 TRANSITION_KEYS = frozenset({"target", "guard", "actions", "reenter", "description", "meta"})
-INVOKE_KEYS = frozenset({"id", "src", "input", "onDone", "onError", "onSnapshot", "systemId",
-                         "retry", "onFinalFailure", "breaker", "limit", "external",
-                         "transient", "timeout", "heartbeatTimeout", "keyLength",
-                         "description",
-                         "meta"})
+INVOKE_KEYS = frozenset(
+    {
+        "id",
+        "src",
+        "input",
+        "onDone",
+        "onError",
+        "onSnapshot",
+        "systemId",
+        "retry",
+        "onFinalFailure",
+        "breaker",
+        "limit",
+        "external",
+        "transient",
+        "timeout",
+        "heartbeatTimeout",
+        "keyLength",
+        "description",
+        "meta",
+    }
+)
 STATE_TYPES = (ATOMIC, COMPOUND, PARALLEL, FINAL, HISTORY)
 FAILURE_CLASSES = ("fail_run", "skip")
 
@@ -67,10 +102,12 @@ class Implementations:
 
     def merged(self, other: Implementations) -> Implementations:
         """These implementations with ``other``'s added (``other`` wins on a name clash)."""
-        return Implementations({**self.guards, **other.guards},
-                               {**self.actions, **other.actions},
-                               {**self.actors, **other.actors},
-                               {**self.delays, **other.delays})
+        return Implementations(
+            {**self.guards, **other.guards},
+            {**self.actions, **other.actions},
+            {**self.actors, **other.actors},
+            {**self.delays, **other.delays},
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +150,9 @@ class _Builder:
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path or '<root>'}: {message}")
 
-    def no_implementation(self, kind: str, name: str, path: str, known: Iterable[Any],
-                          note: str = "") -> None:
+    def no_implementation(
+        self, kind: str, name: str, path: str, known: Iterable[Any], note: str = ""
+    ) -> None:
         """A named guard/action/actor/delay the implementations lack (``validate`` reports
         these as what the file expects the code to provide)."""
         self.missing.append(MissingImplementation(kind, name, path))
@@ -122,12 +160,14 @@ class _Builder:
 
     def build(self, config: Any) -> Definition:
         if not isinstance(config, Mapping):
-            raise MachineDefinitionError([f"<root>: a machine config is a mapping, not "
-                                          f"{type(config).__name__}"])
+            raise MachineDefinitionError(
+                [f"<root>: a machine config is a mapping, not {type(config).__name__}"]
+            )
         deep = too_deep(config)
         if deep is not None:
-            raise MachineDefinitionError([f"{shorten(deep)}: the config nests deeper than "
-                                          f"{MAX_NESTING} mappings and lists"])
+            raise MachineDefinitionError(
+                [f"{shorten(deep)}: the config nests deeper than {MAX_NESTING} mappings and lists"]
+            )
         machine_id = config.get("id", "machine")
         if not isinstance(machine_id, str) or not machine_id:
             self.problem("id", "the machine id must be a non-empty string")
@@ -146,9 +186,18 @@ class _Builder:
             raise MachineDefinitionError(self.problems, self.missing)
         retry_delays = {delay_name(n.id): n for n in self.retried}
         legacy = _fingerprint(root, self.nodes)
-        return Definition(machine_id, root, tuple(self.nodes), dict(self.by_id), context,
-                          version, fingerprint_with(legacy, self.nodes, version, context),
-                          retry_delays, legacy, _inline_actions(self.nodes))
+        return Definition(
+            machine_id,
+            root,
+            tuple(self.nodes),
+            dict(self.by_id),
+            context,
+            version,
+            fingerprint_with(legacy, self.nodes, version, context),
+            retry_delays,
+            legacy,
+            _inline_actions(self.nodes),
+        )
 
     # -- pass 1: the tree ------------------------------------------------------------------
 
@@ -208,8 +257,10 @@ class _Builder:
         if kind is None:
             return COMPOUND if has_children else ATOMIC
         if kind not in STATE_TYPES:
-            self.problem(_join(path, "type"), f"unknown state type {kind!r} "
-                         f"(one of {', '.join(STATE_TYPES)})")
+            self.problem(
+                _join(path, "type"),
+                f"unknown state type {kind!r} (one of {', '.join(STATE_TYPES)})",
+            )
             return COMPOUND if has_children else ATOMIC
         if kind in (ATOMIC, FINAL, HISTORY) and has_children:
             self.problem(_join(path, "states"), f"a {kind} state cannot have child states")
@@ -237,8 +288,7 @@ class _Builder:
         node.exit = self._actions(config.get("exit"), _join(path, "exit"))
         node.tags = self._tags(config.get("tags"), _join(path, "tags"))
         node.meta = config.get("meta")
-        node.description = self._description(config.get("description"),
-                                             _join(path, "description"))
+        node.description = self._description(config.get("description"), _join(path, "description"))
         node.failure = self._failure(node, config.get("failure"), _join(path, "failure"))
         node.output = config.get("output")
         if node.output is not None and node.type != FINAL and node.parent is not None:
@@ -252,20 +302,26 @@ class _Builder:
             on = {}
         for descriptor, value in on.items():
             self._check_descriptor(descriptor, _join(path, f"on.{descriptor}"))
-            transitions += self._transitions(node, value, _join(path, f"on.{descriptor}"),
-                                             str(descriptor))
+            transitions += self._transitions(
+                node, value, _join(path, f"on.{descriptor}"), str(descriptor)
+            )
         if "onDone" in config:
             if node.type not in (COMPOUND, PARALLEL):
-                self.problem(_join(path, "onDone"), "'onDone' needs a compound or parallel "
-                             "state (it fires when a final child is reached)")
-            transitions += self._transitions(node, config["onDone"], _join(path, "onDone"),
-                                             done_state_event_type(node.id))
-        node.invoke = self._invokes(node, config.get("invoke"), _join(path, "invoke"),
-                                    transitions)
+                self.problem(
+                    _join(path, "onDone"),
+                    "'onDone' needs a compound or parallel "
+                    "state (it fires when a final child is reached)",
+                )
+            transitions += self._transitions(
+                node, config["onDone"], _join(path, "onDone"), done_state_event_type(node.id)
+            )
+        node.invoke = self._invokes(node, config.get("invoke"), _join(path, "invoke"), transitions)
         transitions += self._after(node, config.get("after"), _join(path, "after"))
-        node.always = tuple(self._transitions(node, config.get("always"),
-                                              _join(path, "always"), None)) \
-            if config.get("always") is not None else ()
+        node.always = (
+            tuple(self._transitions(node, config.get("always"), _join(path, "always"), None))
+            if config.get("always") is not None
+            else ()
+        )
         node.transitions = tuple(transitions)
         for order, transition in enumerate((*node.transitions, *node.always)):
             transition.order = order
@@ -275,13 +331,18 @@ class _Builder:
         initial = config.get("initial")
         if node.type == COMPOUND:
             if initial is None:
-                self.problem(_join(path, "initial"), "a compound state needs 'initial' "
-                             f"(one of {', '.join(c.key for c in node.children)})")
+                self.problem(
+                    _join(path, "initial"),
+                    "a compound state needs 'initial' "
+                    f"(one of {', '.join(c.key for c in node.children)})",
+                )
                 return
             child = next((c for c in node.children if c.key == initial), None)
             if child is None:
-                self.problem(_join(path, "initial"),
-                             f"no child state {initial!r}{_hint(initial, node.children)}")
+                self.problem(
+                    _join(path, "initial"),
+                    f"no child state {initial!r}{_hint(initial, node.children)}",
+                )
             node.initial = child
         elif initial is not None:
             self.problem(_join(path, "initial"), f"a {node.type} state has no 'initial'")
@@ -298,12 +359,15 @@ class _Builder:
         target = config.get("target")
         if target is not None:
             targets = target if isinstance(target, list) else [target]
-            resolved = [self._target(node.parent, t, _join(path, "target"), base=node.parent)
-                        for t in targets]
+            resolved = [
+                self._target(node.parent, t, _join(path, "target"), base=node.parent)
+                for t in targets
+            ]
             node.history_default = tuple(t for t in resolved if t is not None)
 
-    def _transitions(self, source: StateNode, value: Any, path: str,
-                     event: str | None) -> list[Transition]:
+    def _transitions(
+        self, source: StateNode, value: Any, path: str, event: str | None
+    ) -> list[Transition]:
         items = value if isinstance(value, list) else [value]
         result = []
         for i, item in enumerate(items):
@@ -311,28 +375,44 @@ class _Builder:
             if item is None or isinstance(item, str):
                 item = {} if item is None else {"target": item}
             if not isinstance(item, Mapping):
-                self.problem(item_path, "a transition is a target string or a mapping with "
-                             "'target', 'guard', 'actions'")
+                self.problem(
+                    item_path,
+                    "a transition is a target string or a mapping with "
+                    "'target', 'guard', 'actions'",
+                )
                 continue
             for key in item:
                 if key == "cond":
-                    self.problem(_join(item_path, "cond"), "'cond' was renamed 'guard' in "
-                                 "XState v5")
+                    self.problem(
+                        _join(item_path, "cond"), "'cond' was renamed 'guard' in XState v5"
+                    )
                 elif key not in TRANSITION_KEYS:
                     self._unknown_key(_join(item_path, str(key)), str(key), TRANSITION_KEYS)
             targets = self._targets(source, item.get("target"), _join(item_path, "target"))
-            guard = self._guard(item.get("guard"), _join(item_path, "guard")) \
-                if item.get("guard") is not None else None
+            guard = (
+                self._guard(item.get("guard"), _join(item_path, "guard"))
+                if item.get("guard") is not None
+                else None
+            )
             reenter = item.get("reenter", False)
             if not isinstance(reenter, bool):
                 self.problem(_join(item_path, "reenter"), "'reenter' must be true or false")
                 reenter = False
-            result.append(Transition(
-                source, event, targets, guard,
-                self._actions(item.get("actions"), _join(item_path, "actions")), reenter,
-                description=self._description(item.get("description"),
-                                              _join(item_path, "description")),
-                meta=item.get("meta"), config_path=item_path))
+            result.append(
+                Transition(
+                    source,
+                    event,
+                    targets,
+                    guard,
+                    self._actions(item.get("actions"), _join(item_path, "actions")),
+                    reenter,
+                    description=self._description(
+                        item.get("description"), _join(item_path, "description")
+                    ),
+                    meta=item.get("meta"),
+                    config_path=item_path,
+                )
+            )
         return result
 
     def _targets(self, source: StateNode, value: Any, path: str) -> tuple[StateNode, ...]:
@@ -341,14 +421,14 @@ class _Builder:
         values = value if isinstance(value, list) else [value]
         found = []
         for i, target in enumerate(values):
-            node = self._target(source, target,
-                                path if len(values) == 1 else f"{path}[{i}]")
+            node = self._target(source, target, path if len(values) == 1 else f"{path}[{i}]")
             if node is not None:
                 found.append(node)
         return tuple(found)
 
-    def _target(self, source: StateNode, target: Any, path: str,
-                base: StateNode | None = None) -> StateNode | None:
+    def _target(
+        self, source: StateNode, target: Any, path: str, base: StateNode | None = None
+    ) -> StateNode | None:
         if not isinstance(target, str) or not target:
             self.problem(path, f"a target is a state name, '.child' or '#id', not {target!r}")
             return None
@@ -358,8 +438,9 @@ class _Builder:
             if target.startswith("."):
                 base, target = source, target[1:]
             elif source.parent is None:
-                self.problem(path, f"'{target}' is not a target from the root; did you mean "
-                             f"'.{target}'?")
+                self.problem(
+                    path, f"'{target}' is not a target from the root; did you mean '.{target}'?"
+                )
                 return None
             else:
                 base = source.parent
@@ -379,9 +460,12 @@ class _Builder:
         for key in keys:
             child = next((c for c in node.children if c.key == key), None)
             if child is None:
-                self.problem(path, f"no state '{key}'"
-                             f"{' in ' + repr(node.id) if node is not base else ''}"
-                             f"{_hint(key, node.children)}")
+                self.problem(
+                    path,
+                    f"no state '{key}'"
+                    f"{' in ' + repr(node.id) if node is not base else ''}"
+                    f"{_hint(key, node.children)}",
+                )
                 return None
             node = child
         return node
@@ -396,8 +480,10 @@ class _Builder:
     def _resolve_guard(self, value: Any, path: str) -> GuardSpec | None:
         if isinstance(value, GuardSpec):
             if value.type in ("and", "or", "not"):
-                children = [self._guard(child, f"{path}.{value.type}[{i}]")
-                            for i, child in enumerate(value.children)]
+                children = [
+                    self._guard(child, f"{path}.{value.type}[{i}]")
+                    for i, child in enumerate(value.children)
+                ]
                 return GuardSpec(value.type, children=tuple(c for c in children if c))
             if value.type == "stateIn":
                 node = self._state_in(value.params, path)
@@ -418,8 +504,10 @@ class _Builder:
             return self._named_guard(kind, value.get("params"), path)
         if callable(value):
             return GuardSpec(_name_of(value), fn=value)
-        self.problem(path, f"a guard is a name, {{'type', 'params'}} or a callable, not "
-                     f"{type(value).__name__}")
+        self.problem(
+            path,
+            f"a guard is a name, {{'type', 'params'}} or a callable, not {type(value).__name__}",
+        )
         return None
 
     def _named_guard(self, name: str, params: Any, path: str) -> GuardSpec | None:
@@ -434,8 +522,9 @@ class _Builder:
             self.problem(path, f"guard '{name}' is not callable")
             return None
         said = getattr(impl, "description", None)  # see guards.described
-        return GuardSpec(name, params=params, fn=impl,
-                         description=said if isinstance(said, str) else None)
+        return GuardSpec(
+            name, params=params, fn=impl, description=said if isinstance(said, str) else None
+        )
 
     def _state_in(self, reference: Any, path: str) -> StateNode | None:
         if not isinstance(reference, str):
@@ -480,8 +569,11 @@ class _Builder:
             return self._named_action(kind, value.get("params"), path)
         if callable(value):
             return ActionSpec(_name_of(value), None, value)
-        self.problem(path, f"an action is a name, {{'type', 'params'}}, a built-in or a "
-                     f"callable, not {type(value).__name__}")
+        self.problem(
+            path,
+            f"an action is a name, {{'type', 'params'}}, a built-in or a "
+            f"callable, not {type(value).__name__}",
+        )
         return None
 
     def _named_action(self, name: str, params: Any, path: str) -> ActionSpec | None:
@@ -494,8 +586,9 @@ class _Builder:
             return None
         return ActionSpec(name, self._params(params, _join(path, "params")), impl)
 
-    def _invokes(self, node: StateNode, value: Any, path: str,
-                 transitions: list[Transition]) -> tuple[InvokeDef, ...]:
+    def _invokes(
+        self, node: StateNode, value: Any, path: str, transitions: list[Transition]
+    ) -> tuple[InvokeDef, ...]:
         if value is None:
             return ()
         items = value if isinstance(value, list) else [value]
@@ -515,24 +608,38 @@ class _Builder:
                 continue
             invokes.append(invoke)
             if "onDone" in item:
-                transitions += self._transitions(node, item["onDone"], _join(item_path, "onDone"),
-                                                 done_actor_event_type(invoke.id))
+                transitions += self._transitions(
+                    node,
+                    item["onDone"],
+                    _join(item_path, "onDone"),
+                    done_actor_event_type(invoke.id),
+                )
             if "onError" in item:
-                transitions += self._transitions(node, item["onError"],
-                                                 _join(item_path, "onError"),
-                                                 error_actor_event_type(invoke.id))
+                transitions += self._transitions(
+                    node,
+                    item["onError"],
+                    _join(item_path, "onError"),
+                    error_actor_event_type(invoke.id),
+                )
             elif item.get("onFinalFailure") == "skip":  # a call without retry fails for good
                 transitions += self._transitions(
-                    node, final_failure(node, item, item_path, self.problem, invoke.id),
-                    _join(item_path, "onFinalFailure"), error_actor_event_type(invoke.id))
+                    node,
+                    final_failure(node, item, item_path, self.problem, invoke.id),
+                    _join(item_path, "onFinalFailure"),
+                    error_actor_event_type(invoke.id),
+                )
             if "onSnapshot" in item:
-                transitions += self._transitions(node, item["onSnapshot"],
-                                                 _join(item_path, "onSnapshot"),
-                                                 snapshot_actor_event_type(invoke.id))
+                transitions += self._transitions(
+                    node,
+                    item["onSnapshot"],
+                    _join(item_path, "onSnapshot"),
+                    snapshot_actor_event_type(invoke.id),
+                )
         return tuple(invokes)
 
-    def _invoke(self, node: StateNode, item: Mapping[str, Any], path: str,
-                index: int) -> InvokeDef | None:
+    def _invoke(
+        self, node: StateNode, item: Mapping[str, Any], path: str, index: int
+    ) -> InvokeDef | None:
         src = item.get("src")
         logic: Any = None
         if isinstance(src, str):
@@ -550,8 +657,10 @@ class _Builder:
             actor_id = f"{node.id}:invocation[{index}]"
         failure = item.get("onFinalFailure")
         if failure is not None and failure not in FAILURE_CLASSES:
-            self.problem(_join(path, "onFinalFailure"),
-                         f"one of {', '.join(FAILURE_CLASSES)}, not {failure!r}")
+            self.problem(
+                _join(path, "onFinalFailure"),
+                f"one of {', '.join(FAILURE_CLASSES)}, not {failure!r}",
+            )
         retry = node.retry_attempt_of.retry if node.retry_attempt_of is not None else None
         input_value = item.get("input")
         if input_value is not None and not callable(input_value):
@@ -568,16 +677,29 @@ class _Builder:
             breaker = None
         limit = item.get("limit")
         if limit is not None and not (isinstance(limit, str) and limit.strip()):
-            self.problem(_join(path, "limit"), "'limit' names a shared limit (a non-empty "
-                         "string, e.g. \"crm\")")
+            self.problem(
+                _join(path, "limit"),
+                "'limit' names a shared limit (a non-empty string, e.g. \"crm\")",
+            )
             limit = None
-        return InvokeDef(actor_id, str(src), input_value, item.get("systemId"), retry, failure,
-                         path, logic, description, breaker,
-                         external or is_external(logic),
-                         self._transient(item.get("transient", False), _join(path, "transient")),
-                         limit, self._ms(item.get("timeout"), _join(path, "timeout")),
-                         self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")),
-                         self._key_length(item.get("keyLength"), _join(path, "keyLength")))
+        return InvokeDef(
+            actor_id,
+            str(src),
+            input_value,
+            item.get("systemId"),
+            retry,
+            failure,
+            path,
+            logic,
+            description,
+            breaker,
+            external or is_external(logic),
+            self._transient(item.get("transient", False), _join(path, "transient")),
+            limit,
+            self._ms(item.get("timeout"), _join(path, "timeout")),
+            self._ms(item.get("heartbeatTimeout"), _join(path, "heartbeatTimeout")),
+            self._key_length(item.get("keyLength"), _join(path, "keyLength")),
+        )
 
     def _ms(self, value: Any, path: str) -> int | None:
         """A call's ``timeout`` / ``heartbeatTimeout``: whole milliseconds, positive."""
@@ -588,27 +710,38 @@ class _Builder:
         self.problem(path, f"milliseconds, a whole number from 1 to {2**31}, not {value!r}")
         return None
 
-
     def _key_length(self, value: Any, path: str) -> int:
         """``keyLength``: how many characters the call's idempotency key has."""
         if value is None:
             return KEY_LENGTH
-        if isinstance(value, int) and not isinstance(value, bool) and \
-                MIN_KEY_LENGTH <= value <= MAX_KEY_LENGTH:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and MIN_KEY_LENGTH <= value <= MAX_KEY_LENGTH
+        ):
             return value
-        self.problem(path, f"'keyLength' is a whole number from {MIN_KEY_LENGTH} to "
-                     f"{MAX_KEY_LENGTH} (the idempotency key's characters), not {value!r}")
+        self.problem(
+            path,
+            f"'keyLength' is a whole number from {MIN_KEY_LENGTH} to "
+            f"{MAX_KEY_LENGTH} (the idempotency key's characters), not {value!r}",
+        )
         return KEY_LENGTH
 
     def _transient(self, value: Any, path: str) -> bool | tuple[str, ...]:
         """``transient``: true (every error) or a list of error class names."""
         if isinstance(value, bool):
             return value
-        if isinstance(value, list | tuple) and value and \
-                all(isinstance(n, str) and n for n in value):
+        if (
+            isinstance(value, list | tuple)
+            and value
+            and all(isinstance(n, str) and n for n in value)
+        ):
             return tuple(value)
-        self.problem(path, "'transient' is true, false or a non-empty list of error class "
-                     "names (e.g. [\"DatabaseError\"])")
+        self.problem(
+            path,
+            "'transient' is true, false or a non-empty list of error class "
+            'names (e.g. ["DatabaseError"])',
+        )
         return False
 
     def _failure(self, node: StateNode, value: Any, path: str) -> str | None:
@@ -629,8 +762,9 @@ class _Builder:
         if value is None:
             return []
         if not isinstance(value, Mapping):
-            self.problem(path, "'after' must be a mapping of delay (ms or a delay name) -> "
-                         "transition")
+            self.problem(
+                path, "'after' must be a mapping of delay (ms or a delay name) -> transition"
+            )
             return []
         transitions: list[Transition] = []
         timers: list[tuple[str, int | str]] = []
@@ -655,8 +789,13 @@ class _Builder:
             if is_retry_delay(key):
                 return key
             if key not in self.impl.delays:
-                self.no_implementation("delay", key, path, self.impl.delays,
-                                       " (a delay is milliseconds or a name from delays=)")
+                self.no_implementation(
+                    "delay",
+                    key,
+                    path,
+                    self.impl.delays,
+                    " (a delay is milliseconds or a name from delays=)",
+                )
                 return None
             return key
         else:
@@ -711,9 +850,9 @@ class _Builder:
     def _check_descriptor(self, descriptor: Any, path: str) -> None:
         if not isinstance(descriptor, str) or not descriptor:
             self.problem(path, "an event descriptor is a non-empty string")
-        elif "*" in descriptor[:-1] or (descriptor.endswith("*") and
-                                          descriptor not in ("*",) and
-                                          not descriptor.endswith(".*")):
+        elif "*" in descriptor[:-1] or (
+            descriptor.endswith("*") and descriptor not in ("*",) and not descriptor.endswith(".*")
+        ):
             self.problem(path, "a wildcard is '*' or the last token ('prefix.*')")
 
     def _unknown_key(self, path: str, key: str, allowed: Iterable[str]) -> None:
@@ -757,25 +896,40 @@ def _name_of(fn: Any) -> str:
 def _fingerprint(root: StateNode, nodes: list[StateNode]) -> str:
     """sha256 of the behaviour-relevant shape (descriptions and meta excluded)."""
     shape = [_node_shape(node) for node in nodes]
-    digest = hashlib.sha256(orjson.dumps(shape, default=_shape_default,
-                                         option=orjson.OPT_SORT_KEYS))
+    digest = hashlib.sha256(
+        orjson.dumps(shape, default=_shape_default, option=orjson.OPT_SORT_KEYS)
+    )
     return digest.hexdigest()[:32]
 
 
-def fingerprint_with(legacy: str, nodes: Iterable[StateNode], version: str | None,
-                     context: Any) -> str:
+def fingerprint_with(
+    legacy: str, nodes: Iterable[StateNode], version: str | None, context: Any
+) -> str:
     """The fingerprint: the node shapes' hash (`legacy`) with the version label, the initial
     context and the keys that change what a durable run does (failure finals, and per call
     site its input, transient classes, breaker and external flag)."""
     extra = {
-        "version": version, "context": _shape_default(context),
+        "version": version,
+        "context": _shape_default(context),
         "failure": {n.id: n.failure for n in nodes if n.failure is not None},
-        "invoke": {n.id: [[_shape_default(i.input), _shape_default(i.transient), i.breaker,
-                           i.external, *_key_shape(i)] for i in n.invoke]
-                   for n in nodes if n.invoke},
+        "invoke": {
+            n.id: [
+                [
+                    _shape_default(i.input),
+                    _shape_default(i.transient),
+                    i.breaker,
+                    i.external,
+                    *_key_shape(i),
+                ]
+                for i in n.invoke
+            ]
+            for n in nodes
+            if n.invoke
+        },
     }
-    digest = hashlib.sha256(orjson.dumps([legacy, extra], default=_shape_default,
-                                         option=orjson.OPT_SORT_KEYS))
+    digest = hashlib.sha256(
+        orjson.dumps([legacy, extra], default=_shape_default, option=orjson.OPT_SORT_KEYS)
+    )
     return digest.hexdigest()[:32]
 
 
@@ -787,21 +941,38 @@ def _key_shape(invoke: InvokeDef) -> list[int]:
 
 def _node_shape(node: StateNode) -> dict[str, Any]:
     return {
-        "id": node.id, "type": node.type, "parent": node.parent.id if node.parent else None,
-        "initial": node.initial.id if node.initial else None, "history": node.history,
+        "id": node.id,
+        "type": node.type,
+        "parent": node.parent.id if node.parent else None,
+        "initial": node.initial.id if node.initial else None,
+        "history": node.history,
         "history_default": [t.id for t in node.history_default],
         "entry": [_action_shape(a) for a in node.entry],
         "exit": [_action_shape(a) for a in node.exit],
         "on": [_transition_shape(t) for t in (*node.transitions, *node.always)],
-        "invoke": [[i.id, i.src, _shape_default(i.retry) if i.retry is not None else None,
-                    i.on_final_failure] for i in node.invoke],
-        "tags": sorted(node.tags), "output": _shape_default(node.output),
+        "invoke": [
+            [
+                i.id,
+                i.src,
+                _shape_default(i.retry) if i.retry is not None else None,
+                i.on_final_failure,
+            ]
+            for i in node.invoke
+        ],
+        "tags": sorted(node.tags),
+        "output": _shape_default(node.output),
     }
 
 
 def _transition_shape(t: Transition) -> list[Any]:
-    return [t.event, [n.id for n in t.targets], _guard_shape(t.guard),
-            [_action_shape(a) for a in t.actions], t.reenter, t.delay]
+    return [
+        t.event,
+        [n.id for n in t.targets],
+        _guard_shape(t.guard),
+        [_action_shape(a) for a in t.actions],
+        t.reenter,
+        t.delay,
+    ]
 
 
 def _guard_shape(guard: GuardSpec | None) -> Any:
@@ -856,8 +1027,12 @@ def resolve_actor(impl: Implementations, src: Any) -> tuple[str, Any]:
     if isinstance(src, str):
         logic = impl.actors.get(src)
         if logic is None:
-            raise ImplementationError(f"actor {src!r}", LookupError(
-                f"no actor named {src!r} in actors= (known: "
-                f"{', '.join(sorted(impl.actors)) or 'none'})"))
+            raise ImplementationError(
+                f"actor {src!r}",
+                LookupError(
+                    f"no actor named {src!r} in actors= (known: "
+                    f"{', '.join(sorted(impl.actors)) or 'none'})"
+                ),
+            )
         return src, logic
     return str(getattr(src, "name", None) or getattr(src, "__name__", "actor")), src

@@ -94,9 +94,16 @@ class StartChild(Effect, frozen=True):
     sync_snapshot: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "id": self.id, "src": self.src, "input": self.input,
-                "system_id": self.system_id, "invoked_by": self.invoked_by, "key": self.key,
-                "attempt": self.attempt}
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "src": self.src,
+            "input": self.input,
+            "system_id": self.system_id,
+            "invoked_by": self.invoked_by,
+            "key": self.key,
+            "attempt": self.attempt,
+        }
 
 
 class StopChild(Effect, frozen=True):

@@ -23,8 +23,9 @@ class MachineDefinitionError(StatechartError, ValueError):
     """A machine config is invalid. ``problems`` lists every problem as ``path: message``;
     ``missing`` holds those that are only an implementation the code did not provide."""
 
-    def __init__(self, problems: Sequence[str],
-                 missing: Sequence[MissingImplementation] = ()) -> None:
+    def __init__(
+        self, problems: Sequence[str], missing: Sequence[MissingImplementation] = ()
+    ) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
         self.missing: tuple[MissingImplementation, ...] = tuple(missing)
         count = len(self.problems)
@@ -83,8 +84,10 @@ class SystemIdTakenError(StatechartError, ValueError):
 
     def __init__(self, system_id: str, holder: str, newcomer: str) -> None:
         self.system_id = system_id
-        super().__init__(f"systemId {system_id!r} is already registered in this actor tree by "
-                         f"{holder}; {newcomer} cannot register it too")
+        super().__init__(
+            f"systemId {system_id!r} is already registered in this actor tree by "
+            f"{holder}; {newcomer} cannot register it too"
+        )
 
 
 class CallTimeoutError(StatechartError, TimeoutError):

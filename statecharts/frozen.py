@@ -112,13 +112,19 @@ def text_problem(text: str) -> str | None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            return (f"string {text[:40]!r} contains a lone surrogate "
-                    f"({text[exc.start]!r}), which is not valid Unicode")
+            return (
+                f"string {text[:40]!r} contains a lone surrogate "
+                f"({text[exc.start]!r}), which is not valid Unicode"
+            )
     return None
 
 
-def freeze(value: Any, path: str = "",
-           error: Callable[[str, str], Exception] = ContextError, depth: int = 0) -> Any:
+def freeze(
+    value: Any,
+    path: str = "",
+    error: Callable[[str, str], Exception] = ContextError,
+    depth: int = 0,
+) -> Any:
     """Return ``value`` as an immutable JSON value, or raise ``error(path, reason)``: also
     when mappings and lists nest deeper than ``MAX_NESTING`` (``depth`` is how deep ``value``
     already is), which no store writes (orjson stops at 254) and Python would not recurse
@@ -144,8 +150,10 @@ def freeze(value: Any, path: str = "",
             raise error(path or "<root>", problem)
         return value
     if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
-        raise error(shorten(path or "<root>"),
-                    f"mappings and lists nest deeper than {MAX_NESTING} levels here")
+        raise error(
+            shorten(path or "<root>"),
+            f"mappings and lists nest deeper than {MAX_NESTING} levels here",
+        )
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
@@ -158,10 +166,12 @@ def freeze(value: Any, path: str = "",
             items[key] = freeze(item, _join(path, key), error, depth + 1)
         return FrozenDict(items)
     if isinstance(value, list | tuple):
-        return FrozenList(freeze(item, f"{path}[{i}]", error, depth + 1)
-                          for i, item in enumerate(value))
-    raise error(path or "<root>",
-                f"{type(value).__name__} value {value!r:.60} is not JSON-serializable")
+        return FrozenList(
+            freeze(item, f"{path}[{i}]", error, depth + 1) for i, item in enumerate(value)
+        )
+    raise error(
+        path or "<root>", f"{type(value).__name__} value {value!r:.60} is not JSON-serializable"
+    )
 
 
 def storable_text(text: str) -> str:

@@ -48,8 +48,11 @@ class GuardSpec:
             params = self.params
             if callable(params):
                 params = params(context, event)
-            args = (context, event, scope) if getattr(self.fn, "takes_scope", False) else \
-                (context, event)
+            args = (
+                (context, event, scope)
+                if getattr(self.fn, "takes_scope", False)
+                else (context, event)
+            )
             try:
                 result = self.fn(*args, **params) if params else self.fn(*args)
                 return bool(result)

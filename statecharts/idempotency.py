@@ -21,7 +21,8 @@ MIN_KEY_LENGTH, MAX_KEY_LENGTH = 16, 64
 def idempotency_key(scope: str, call: str, length: int = KEY_LENGTH) -> str:
     """The key of ``call`` in ``scope``: the same for the same two, different otherwise."""
     if not MIN_KEY_LENGTH <= length <= MAX_KEY_LENGTH:
-        raise ValueError(f"an idempotency key has {MIN_KEY_LENGTH} to {MAX_KEY_LENGTH} "
-                         f"characters, not {length}")
+        raise ValueError(
+            f"an idempotency key has {MIN_KEY_LENGTH} to {MAX_KEY_LENGTH} characters, not {length}"
+        )
     digest = hashlib.sha256(f"{scope}\x00{call}".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()[:length]

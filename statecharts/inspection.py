@@ -29,8 +29,9 @@ class InspectionEvent:
 Inspector = Callable[[InspectionEvent], None]
 
 
-def logging_inspector(logger: logging.Logger | None = None,
-                      level: int = logging.DEBUG) -> Inspector:
+def logging_inspector(
+    logger: logging.Logger | None = None, level: int = logging.DEBUG
+) -> Inspector:
     """An inspector that writes each inspection event through ``logging``."""
     log = logger or logging.getLogger("statecharts.inspect")
 
@@ -40,15 +41,27 @@ def logging_inspector(logger: logging.Logger | None = None,
         if record.type == "@xstate.event":
             log.log(level, "%s received %s", record.actor_id, record.event.get("type"))
         elif record.type == "@xstate.microstep":
-            moves = "; ".join(f"{src} -> {','.join(dst) or '(no target)'}"
-                              for src, dst in record.transitions or ())
-            log.log(level, "%s microstep on %s: %s", record.actor_id,
-                    record.event.get("type") if record.event else None, moves)
+            moves = "; ".join(
+                f"{src} -> {','.join(dst) or '(no target)'}"
+                for src, dst in record.transitions or ()
+            )
+            log.log(
+                level,
+                "%s microstep on %s: %s",
+                record.actor_id,
+                record.event.get("type") if record.event else None,
+                moves,
+            )
         elif record.type == "@xstate.action":
             log.log(level, "%s action %s", record.actor_id, getattr(record.action, "type", None))
         elif record.type == "@xstate.snapshot":
-            log.log(level, "%s is now %s (%s)", record.actor_id,
-                    record.snapshot.value, record.snapshot.status)
+            log.log(
+                level,
+                "%s is now %s (%s)",
+                record.actor_id,
+                record.snapshot.value,
+                record.snapshot.status,
+            )
         else:
             log.log(level, "%s %s", record.actor_id, record.type.removeprefix("@xstate."))
 

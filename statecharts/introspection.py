@@ -44,14 +44,17 @@ class Microstep:
     transitions: tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def microsteps(snapshot: Snapshot, event: EventLike,
-               now: int | None = None) -> tuple[tuple[Microstep, ...], Snapshot]:
+def microsteps(
+    snapshot: Snapshot, event: EventLike, now: int | None = None
+) -> tuple[tuple[Microstep, ...], Snapshot]:
     """Run ``event`` through the pure core, as ``machine.transition`` does, and return the
     microsteps it took along with the resulting snapshot (effects are not run)."""
     trace: list[Any] = []
     machine = snapshot.machine
     assert isinstance(machine, Machine)  # the owner of every snapshot the engine makes
     result, _ = machine.step(snapshot, normalize_event(event), fixed_clock(now), trace)
-    steps = tuple(Microstep(ev, tuple((t.source.id, tuple(n.id for n in t.targets))
-                                      for t in taken)) for ev, taken in trace)
+    steps = tuple(
+        Microstep(ev, tuple((t.source.id, tuple(n.id for n in t.targets)) for t in taken))
+        for ev, taken in trace
+    )
     return steps, result

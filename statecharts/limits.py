@@ -10,7 +10,7 @@ from typing import Any
 MAX_STATE_DEPTH = 100
 """States nest at most this deep below the root."""
 
-MAX_DELAY = 2 ** 53 - 1
+MAX_DELAY = 2**53 - 1
 """The longest delay in ms (about 285,000 years): the largest integer every JSON reader keeps
 exactly, so a timer's due time always persists."""
 
@@ -33,8 +33,9 @@ def too_deep(value: Any, limit: int = MAX_NESTING, path: str = "") -> str | None
             continue
         if depth >= limit:
             return where or "<root>"
-        stack.extend((v, depth + 1, p) for p, v in children
-                     if isinstance(v, Mapping | list | tuple))
+        stack.extend(
+            (v, depth + 1, p) for p, v in children if isinstance(v, Mapping | list | tuple)
+        )
     return None
 
 

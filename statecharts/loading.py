@@ -42,8 +42,9 @@ def read_yaml(text: str | bytes, source: str = "<yaml>") -> Any:
     try:
         import yaml
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MachineDefinitionError([f"{source}: reading YAML needs PyYAML "
-                                      "(pip install 'statecharts[yaml]')"]) from exc
+        raise MachineDefinitionError(
+            [f"{source}: reading YAML needs PyYAML (pip install 'statecharts[yaml]')"]
+        ) from exc
     try:
         loader = _loader_class(yaml)(text)
     except yaml.YAMLError as exc:  # e.g. a NUL byte, refused by the reader at once
@@ -69,6 +70,7 @@ _BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 def _loader_class(yaml: Any) -> Any:
     global _LOADER
     if _LOADER is None:
+
         class MachineLoader(yaml.SafeLoader):  # type: ignore[misc,name-defined]
             """SafeLoader with YAML 1.2 booleans, unique keys and no recursive aliases."""
 
@@ -82,10 +84,15 @@ def _loader_class(yaml: Any) -> Any:
                 open_nodes = self.open_nodes
                 event = self.peek_event()
                 if isinstance(event, yaml.AliasEvent) and id(
-                        self.anchors.get(event.anchor)) in open_nodes | {id(parent)}:
+                    self.anchors.get(event.anchor)
+                ) in open_nodes | {id(parent)}:
                     raise yaml.composer.ComposerError(
-                        None, None, f"the alias *{event.anchor} refers to a node that contains "
-                        "it (a recursive alias)", event.start_mark)
+                        None,
+                        None,
+                        f"the alias *{event.anchor} refers to a node that contains "
+                        "it (a recursive alias)",
+                        event.start_mark,
+                    )
                 if parent is None:
                     return super().compose_node(parent, index)
                 open_nodes.add(id(parent))
@@ -100,14 +107,18 @@ def _loader_class(yaml: Any) -> Any:
                     key = self.construct_object(key_node, deep=deep)
                     if isinstance(key, str | int | float | bool) and key in seen:
                         raise yaml.constructor.ConstructorError(
-                            "while reading a mapping", node.start_mark,
-                            f"the key {key!r} is given twice", key_node.start_mark)
+                            "while reading a mapping",
+                            node.start_mark,
+                            f"the key {key!r} is given twice",
+                            key_node.start_mark,
+                        )
                     seen.add(key)
                 return super().construct_mapping(node, deep=deep)
 
-        resolvers = {first: [(tag, regexp) for tag, regexp in entries
-                             if tag != "tag:yaml.org,2002:bool"]
-                     for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        resolvers = {
+            first: [(tag, regexp) for tag, regexp in entries if tag != "tag:yaml.org,2002:bool"]
+            for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
         MachineLoader.yaml_implicit_resolvers = resolvers
         MachineLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL_12, list("tTfF"))
         _LOADER = MachineLoader
@@ -131,8 +142,12 @@ def _check_expansion(yaml: Any, root: Any, source: str) -> None:
             continue
         size = 1 + sum(sizes.get(id(c), 1) for c in children)
         if size > MAX_YAML_NODES:
-            raise MachineDefinitionError([f"{source}:{node.start_mark.line + 1}: aliases expand "
-                                          f"this YAML beyond {MAX_YAML_NODES} nodes"])
+            raise MachineDefinitionError(
+                [
+                    f"{source}:{node.start_mark.line + 1}: aliases expand "
+                    f"this YAML beyond {MAX_YAML_NODES} nodes"
+                ]
+            )
         sizes[id(node)] = size
 
 

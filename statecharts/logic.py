@@ -49,7 +49,8 @@ def _wants_key(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return "idempotency_key" in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def from_callable(fn: Callable[..., Any], name: str | None = None) -> CallableLogic:

@@ -40,18 +40,28 @@ Result = tuple[Snapshot, tuple[Effect, ...]]
 class Machine:
     """A statechart machine. Create one with ``create_machine`` or ``setup().create_machine``."""
 
-    def __init__(self, config: Mapping[str, Any], implementations: Implementations,
-                 version: str | None = None,
-                 migrations: Mapping[str, Migration] | None = None) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        implementations: Implementations,
+        version: str | None = None,
+        migrations: Mapping[str, Migration] | None = None,
+    ) -> None:
         self.config = config
         self.implementations = implementations
         self.definition: Definition = build_definition(config, implementations)
         self.version: str | None = version if version is not None else self.definition.version
         self.migrations: Mapping[str, Migration] = dict(migrations or {})
-        self._fingerprint = self.definition.fingerprint if self.version == \
-            self.definition.version else fingerprint_with(
-                self.definition.legacy_fingerprint, self.definition.nodes, self.version,
-                self.definition.context)
+        self._fingerprint = (
+            self.definition.fingerprint
+            if self.version == self.definition.version
+            else fingerprint_with(
+                self.definition.legacy_fingerprint,
+                self.definition.nodes,
+                self.version,
+                self.definition.context,
+            )
+        )
         self.plans = True
         """Keep each microstep's plan on its configuration and reuse it (False: compute every
         plan afresh, the reference the property tests compare with)."""
@@ -82,14 +92,19 @@ class Machine:
             raise KeyError(f"machine {self.id!r} has no state {state_id!r}")
         return node
 
-    def provide(self, *, guards: Mapping[str, Any] | None = None,
-                actions: Mapping[str, Any] | None = None,
-                actors: Mapping[str, Any] | None = None,
-                delays: Mapping[str, Any] | None = None) -> Machine:
+    def provide(
+        self,
+        *,
+        guards: Mapping[str, Any] | None = None,
+        actions: Mapping[str, Any] | None = None,
+        actors: Mapping[str, Any] | None = None,
+        delays: Mapping[str, Any] | None = None,
+    ) -> Machine:
         """A copy of this machine with some implementations replaced (XState's ``provide``)."""
         extra = Implementations(guards or {}, actions or {}, actors or {}, delays or {})
-        return Machine(self.config, self.implementations.merged(extra), self.version,
-                       self.migrations)
+        return Machine(
+            self.config, self.implementations.merged(extra), self.version, self.migrations
+        )
 
     # -- the pure core -----------------------------------------------------------------------
 
@@ -113,13 +128,23 @@ class Machine:
             normalized = event
         else:
             normalized = None
-        if normalized is not None and snapshot.machine is self and \
-                snapshot.status == "active" and self.plans:
+        if (
+            normalized is not None
+            and snapshot.machine is self
+            and snapshot.status == "active"
+            and self.plans
+        ):
             taken = take(snapshot, normalized, kind, None)
-            return taken if taken is not None else \
-                self._macrostep(snapshot, normalized, fixed_clock(now), None)
-        return self.step(snapshot, normalized if normalized is not None else
-                         normalize_event(event), fixed_clock(now))
+            return (
+                taken
+                if taken is not None
+                else self._macrostep(snapshot, normalized, fixed_clock(now), None)
+            )
+        return self.step(
+            snapshot,
+            normalized if normalized is not None else normalize_event(event),
+            fixed_clock(now),
+        )
 
     def fire_timer(self, snapshot: Snapshot, timer_id: str, now: int | None = None) -> Result:
         """Deliver the pending timer ``timer_id`` (a runtime calls this when it is due)."""
@@ -140,21 +165,36 @@ class Machine:
         step.error = freeze(error, "error")
         return step.result(self), tuple(step.effects)
 
-    def start(self, input: Any, now: Callable[[], int],
-              trace: list[Any] | None = None) -> Result:
+    def start(self, input: Any, now: Callable[[], int], trace: list[Any] | None = None) -> Result:
         """``initial_transition`` with a clock function (for runtimes). With a ``trace`` list,
         the microsteps after the initial entry are traced as in ``step``."""
         frozen_input = freeze(input, "input")
-        event = FrozenDict(type=INIT, input=frozen_input) if input is not None else \
-            normalize_event(INIT)
-        step = algorithm.Step(self.definition, self.implementations, self.configurations,
-                              None, now, self._initial_context(frozen_input), trace, self.plans)
+        event = (
+            FrozenDict(type=INIT, input=frozen_input)
+            if input is not None
+            else normalize_event(INIT)
+        )
+        step = algorithm.Step(
+            self.definition,
+            self.implementations,
+            self.configurations,
+            None,
+            now,
+            self._initial_context(frozen_input),
+            trace,
+            self.plans,
+        )
         algorithm.enter_initial_states(step, event)
         algorithm.settle(step, event)
         return step.result(self), tuple(step.effects)
 
-    def step(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
-             trace: list[Any] | None = None) -> Result:
+    def step(
+        self,
+        snapshot: Snapshot,
+        event: FrozenDict,
+        now: Callable[[], int],
+        trace: list[Any] | None = None,
+    ) -> Result:
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
@@ -170,17 +210,31 @@ class Machine:
                 return taken
         return self._macrostep(snapshot, event, now, trace)
 
-    def _macrostep(self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int],
-                   trace: list[Any] | None) -> Result:
+    def _macrostep(
+        self, snapshot: Snapshot, event: FrozenDict, now: Callable[[], int], trace: list[Any] | None
+    ) -> Result:
         """The full step (``algorithm.macrostep``) of an event no compiled route took."""
-        step = algorithm.Step(self.definition, self.implementations, self.configurations,
-                              snapshot, now, EMPTY, trace, self.plans)
+        step = algorithm.Step(
+            self.definition,
+            self.implementations,
+            self.configurations,
+            snapshot,
+            now,
+            EMPTY,
+            trace,
+            self.plans,
+        )
         algorithm.macrostep(step, event)
         effects = step.effects
         return step.result(self), tuple(effects) if effects else NO_EFFECTS
 
-    def deliver_timer(self, snapshot: Snapshot, timer_id: str, now: Callable[[], int],
-                      trace: list[Any] | None = None) -> Result:
+    def deliver_timer(
+        self,
+        snapshot: Snapshot,
+        timer_id: str,
+        now: Callable[[], int],
+        trace: list[Any] | None = None,
+    ) -> Result:
         """``fire_timer`` with a clock function (for runtimes)."""
         timer = next((t for t in snapshot.timers if t.id == timer_id), None)
         if timer is None or snapshot.status != "active":
@@ -249,16 +303,28 @@ class Machine:
         """The configuration a persisted state value names (``SnapshotError`` if none)."""
         return self.configurations.of_value(value)
 
-    def _step_from(self, snapshot: Snapshot, now: Callable[[], int],
-                   trace: list[Any] | None = None) -> algorithm.Step:
-        return algorithm.Step(self.definition, self.implementations, self.configurations,
-                              snapshot, now, EMPTY, trace, self.plans)
+    def _step_from(
+        self, snapshot: Snapshot, now: Callable[[], int], trace: list[Any] | None = None
+    ) -> algorithm.Step:
+        return algorithm.Step(
+            self.definition,
+            self.implementations,
+            self.configurations,
+            snapshot,
+            now,
+            EMPTY,
+            trace,
+            self.plans,
+        )
 
     def _check_owner(self, snapshot: Snapshot) -> None:
         other = snapshot.machine
         if other.definition is not self.definition and other.fingerprint != self.fingerprint:
-            raise SnapshotError("machine", f"this snapshot belongs to machine {other.id!r} "
-                                f"(fingerprint {other.fingerprint}), not {self.id!r}")
+            raise SnapshotError(
+                "machine",
+                f"this snapshot belongs to machine {other.id!r} "
+                f"(fingerprint {other.fingerprint}), not {self.id!r}",
+            )
 
     def matches(self, configuration: Configuration, value: Any) -> bool:
         """True when ``configuration`` is in ``value`` (a dotted path or a state value)."""
@@ -310,15 +376,24 @@ def _node_at(root: StateNode, path: str) -> StateNode | None:
     return node
 
 
-def create_machine(config: Mapping[str, Any], *, guards: Mapping[str, Any] | None = None,
-                   actions: Mapping[str, Any] | None = None,
-                   actors: Mapping[str, Any] | None = None,
-                   delays: Mapping[str, Any] | None = None, version: str | None = None,
-                   migrations: Mapping[str, Migration] | None = None) -> Machine:
+def create_machine(
+    config: Mapping[str, Any],
+    *,
+    guards: Mapping[str, Any] | None = None,
+    actions: Mapping[str, Any] | None = None,
+    actors: Mapping[str, Any] | None = None,
+    delays: Mapping[str, Any] | None = None,
+    version: str | None = None,
+    migrations: Mapping[str, Migration] | None = None,
+) -> Machine:
     """Validate ``config`` (XState v5 keys) and build a machine, or raise
     ``MachineDefinitionError`` listing every problem with its path."""
-    return Machine(config, Implementations(guards or {}, actions or {}, actors or {},
-                                           delays or {}), version, migrations)
+    return Machine(
+        config,
+        Implementations(guards or {}, actions or {}, actors or {}, delays or {}),
+        version,
+        migrations,
+    )
 
 
 class Setup:
@@ -327,14 +402,23 @@ class Setup:
     def __init__(self, implementations: Implementations) -> None:
         self.implementations = implementations
 
-    def create_machine(self, config: Mapping[str, Any], *, version: str | None = None,
-                       migrations: Mapping[str, Migration] | None = None) -> Machine:
+    def create_machine(
+        self,
+        config: Mapping[str, Any],
+        *,
+        version: str | None = None,
+        migrations: Mapping[str, Migration] | None = None,
+    ) -> Machine:
         """A machine using these implementations."""
         return Machine(config, self.implementations, version, migrations)
 
 
-def setup(*, guards: Mapping[str, Any] | None = None, actions: Mapping[str, Any] | None = None,
-          actors: Mapping[str, Any] | None = None,
-          delays: Mapping[str, Any] | None = None) -> Setup:
+def setup(
+    *,
+    guards: Mapping[str, Any] | None = None,
+    actions: Mapping[str, Any] | None = None,
+    actors: Mapping[str, Any] | None = None,
+    delays: Mapping[str, Any] | None = None,
+) -> Setup:
     """``setup(guards=..., actions=..., actors=..., delays=...).create_machine(config)``."""
     return Setup(Implementations(guards or {}, actions or {}, actors or {}, delays or {}))

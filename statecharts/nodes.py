@@ -36,10 +36,20 @@ class Transition:
         "targets",
     )
 
-    def __init__(self, source: StateNode, event: str | None, targets: tuple[StateNode, ...],
-                 guard: GuardSpec | None, actions: tuple[ActionSpec, ...], reenter: bool,
-                 *, delay: int | str | None = None, description: str | None = None,
-                 meta: Mapping[str, Any] | None = None, config_path: str = "") -> None:
+    def __init__(
+        self,
+        source: StateNode,
+        event: str | None,
+        targets: tuple[StateNode, ...],
+        guard: GuardSpec | None,
+        actions: tuple[ActionSpec, ...],
+        reenter: bool,
+        *,
+        delay: int | str | None = None,
+        description: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        config_path: str = "",
+    ) -> None:
         self.source = source
         self.event = event
         self.targets = targets
@@ -53,8 +63,14 @@ class Transition:
         self.config_path = config_path
         self.has_history_target = any(t.type == HISTORY for t in targets)
         # a named or inline user guard without params is called directly: fn(context, event)
-        self.guard_fn = guard.fn if guard is not None and guard.fn is not None and \
-            not guard.params and not getattr(guard.fn, "takes_scope", False) else None
+        self.guard_fn = (
+            guard.fn
+            if guard is not None
+            and guard.fn is not None
+            and not guard.params
+            and not getattr(guard.fn, "takes_scope", False)
+            else None
+        )
 
     @property
     def is_forbidden(self) -> bool:
@@ -88,12 +104,25 @@ class InvokeDef:
         "transient",
     )
 
-    def __init__(self, id: str, src: str, input: Any, system_id: str | None, retry: Any,
-                 on_final_failure: str | None, config_path: str, logic: Any,
-                 description: str | None = None, breaker: str | None = None,
-                 external: bool = False, transient: bool | tuple[str, ...] = False,
-                 limit: str | None = None, timeout_ms: int | None = None,
-                 heartbeat_ms: int | None = None, key_length: int = 32) -> None:
+    def __init__(
+        self,
+        id: str,
+        src: str,
+        input: Any,
+        system_id: str | None,
+        retry: Any,
+        on_final_failure: str | None,
+        config_path: str,
+        logic: Any,
+        description: str | None = None,
+        breaker: str | None = None,
+        external: bool = False,
+        transient: bool | tuple[str, ...] = False,
+        limit: str | None = None,
+        timeout_ms: int | None = None,
+        heartbeat_ms: int | None = None,
+        key_length: int = 32,
+    ) -> None:
         self.id = id
         self.key_length = key_length
         """The config's ``keyLength``: characters in this call's idempotency key."""
@@ -160,8 +189,9 @@ class StateNode:
         "type",
     )
 
-    def __init__(self, key: str, id: str, path: tuple[str, ...], parent: StateNode | None,
-                 config_path: str) -> None:
+    def __init__(
+        self, key: str, id: str, path: tuple[str, ...], parent: StateNode | None, config_path: str
+    ) -> None:
         self.key = key
         self.id = id
         self.path = path
@@ -185,8 +215,9 @@ class StateNode:
         """For a final state declared ``failure``: the reason reaching it fails the machine."""
         self.order = 0
         self.depth: int = 0 if parent is None else parent.depth + 1
-        self.ancestors: tuple[StateNode, ...] = () if parent is None else (parent,
-                                                                            *parent.ancestors)
+        self.ancestors: tuple[StateNode, ...] = (
+            () if parent is None else (parent, *parent.ancestors)
+        )
         self.after_timers: tuple[tuple[str, int | str], ...] = ()
         self.history_children: tuple[StateNode, ...] = ()
         self.regions: tuple[StateNode, ...] = ()
@@ -219,8 +250,11 @@ class StateNode:
             exact = self._by_event.get(event_type, [])
             partial: list[Transition] = []
             for descriptor, transitions in self._wildcards:
-                if descriptor == WILDCARD or event_type == descriptor[:-2] or \
-                        event_type.startswith(descriptor[:-1]):
+                if (
+                    descriptor == WILDCARD
+                    or event_type == descriptor[:-2]
+                    or event_type.startswith(descriptor[:-1])
+                ):
                     partial.extend(transitions)
             found = tuple(exact) + tuple(partial)
             if len(self._candidates) < 4096:
@@ -237,8 +271,9 @@ class StateNode:
             ((d, ts) for d, ts in by_event.items() if d == WILDCARD or d.endswith(".*")),
             key=lambda item: -len(item[0]) if item[0] != WILDCARD else 1,
         )
-        self._by_event = {d: ts for d, ts in by_event.items()
-                          if not (d == WILDCARD or d.endswith(".*"))}
+        self._by_event = {
+            d: ts for d, ts in by_event.items() if not (d == WILDCARD or d.endswith(".*"))
+        }
         self._candidates = {}
 
     def __repr__(self) -> str:

@@ -62,13 +62,15 @@ class RetryPolicy:
             found.append(f"backoff: one of {', '.join(BACKOFFS)}, not {self.backoff!r}")
         if not _is_number(self.coefficient) or self.coefficient < 1:
             found.append(f"coefficient: a number >= 1, not {self.coefficient!r}")
-        if self.max_interval is not None and (not _is_number(self.max_interval) or
-                                              self.max_interval < 0):
+        if self.max_interval is not None and (
+            not _is_number(self.max_interval) or self.max_interval < 0
+        ):
             found.append(f"max_interval: milliseconds >= 0, not {self.max_interval!r}")
         if self.jitter not in JITTERS:
             found.append(f"jitter: one of {', '.join(JITTERS)}, not {self.jitter!r}")
-        if self.total_timeout is not None and (not _is_number(self.total_timeout) or
-                                               self.total_timeout < 0):
+        if self.total_timeout is not None and (
+            not _is_number(self.total_timeout) or self.total_timeout < 0
+        ):
             found.append(f"total_timeout: milliseconds >= 0, not {self.total_timeout!r}")
         return found
 
@@ -77,8 +79,10 @@ class RetryPolicy:
         """A policy from its JSON form (the field names above)."""
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown retry fields {sorted(unknown)} (known: "
-                             f"{', '.join(cls.__dataclass_fields__)})")
+            raise ValueError(
+                f"unknown retry fields {sorted(unknown)} (known: "
+                f"{', '.join(cls.__dataclass_fields__)})"
+            )
         values = dict(data)
         for key in ("retry_on", "non_retryable"):
             if key in values:
@@ -87,11 +91,17 @@ class RetryPolicy:
 
     def to_json(self) -> dict[str, Any]:
         """The policy as JSON types."""
-        return {"max_attempts": self.max_attempts, "initial_interval": self.initial_interval,
-                "backoff": self.backoff, "coefficient": self.coefficient,
-                "max_interval": self.max_interval, "jitter": self.jitter,
-                "retry_on": list(self.retry_on), "non_retryable": list(self.non_retryable),
-                "total_timeout": self.total_timeout}
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_interval": self.initial_interval,
+            "backoff": self.backoff,
+            "coefficient": self.coefficient,
+            "max_interval": self.max_interval,
+            "jitter": self.jitter,
+            "retry_on": list(self.retry_on),
+            "non_retryable": list(self.non_retryable),
+            "total_timeout": self.total_timeout,
+        }
 
     def base_wait(self, attempt: int) -> int:
         """The wait after failed attempt number ``attempt`` (1-based), before jitter."""
@@ -106,13 +116,15 @@ class RetryPolicy:
             wait = min(wait, self.max_interval)
         return int(wait)
 
-    def delay_for(self, attempt: int, error: Mapping[str, Any] | None = None,
-                  key: str = "") -> int:
+    def delay_for(self, attempt: int, error: Mapping[str, Any] | None = None, key: str = "") -> int:
         """The wait (ms) after failed attempt ``attempt``: ``retry_after`` if the error has
         one, else the backoff, with full jitter drawn deterministically from ``key``."""
         retry_after = error.get("retry_after") if isinstance(error, Mapping) else None
-        if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and \
-                retry_after >= 0:
+        if (
+            isinstance(retry_after, int | float)
+            and not isinstance(retry_after, bool)
+            and retry_after >= 0
+        ):
             return int(retry_after)
         wait = self.base_wait(attempt)
         if self.jitter == "full":
@@ -130,8 +142,14 @@ class RetryPolicy:
             return False
         return not self.retry_on or bool(names & set(self.retry_on))
 
-    def allows(self, attempt: int, error: Mapping[str, Any] | None, started_at: int, now: int,
-               key: str = "") -> bool:
+    def allows(
+        self,
+        attempt: int,
+        error: Mapping[str, Any] | None,
+        started_at: int,
+        now: int,
+        key: str = "",
+    ) -> bool:
         """Whether a failure of attempt ``attempt`` is followed by another attempt."""
         if attempt >= self.max_attempts or not self.is_retryable(error):
             return False
@@ -171,9 +189,14 @@ class RetriesExhausted(Exception):
         super().__init__(f"gave up after {attempts} attempt(s): {type(last).__name__}: {last}")
 
 
-def with_retry(fn: Callable[[], T], policy: RetryPolicy | Mapping[str, Any], *,
-               key: str = "", sleep: Callable[[float], None] = time.sleep,
-               now: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> T:
+def with_retry(
+    fn: Callable[[], T],
+    policy: RetryPolicy | Mapping[str, Any],
+    *,
+    key: str = "",
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+) -> T:
     """Call ``fn()`` under ``policy`` outside any machine (same policy code as invokes).
 
     Raises the error itself when it is not retryable, ``RetriesExhausted`` when attempts run
@@ -198,9 +221,9 @@ def with_retry(fn: Callable[[], T], policy: RetryPolicy | Mapping[str, Any], *,
 def error_json(error: BaseException) -> dict[str, Any]:
     """An exception as JSON: name, message, base class names, and ``retry_after`` (ms)."""
     data: dict[str, Any] = {
-        "name": type(error).__name__, "message": storable_text(str(error)),
-        "types": [c.__name__ for c in type(error).__mro__[1:] if c not in (object,
-                                                                           BaseException)],
+        "name": type(error).__name__,
+        "message": storable_text(str(error)),
+        "types": [c.__name__ for c in type(error).__mro__[1:] if c not in (object, BaseException)],
     }
     retry_after = getattr(error, "retry_after", None)
     if _is_number(retry_after):
@@ -214,7 +237,7 @@ def _names(items: Sequence[Any]) -> list[str]:
 
 def _unit(seed: str) -> float:
     digest = hashlib.sha256(seed.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def _is_int(value: Any) -> bool:

@@ -51,6 +51,7 @@ VISITS = "#visits"
 
 # -- the vocabulary -------------------------------------------------------------------------
 
+
 def is_retry_wait(leaf: str) -> bool:
     """Whether an active leaf (a state path or id, dotted) is a retried call waiting for its
     next attempt."""
@@ -104,11 +105,10 @@ def retried_state_of_timer(event_type: str) -> str | None:
     (``xstate.after.retry:<id>.<id>.waiting_to_retry``: the delay, then the waiting state's
     id), else None. A timer's id is its event type."""
     rest = event_type.removeprefix("xstate.after.")
-    if rest == event_type or not rest.startswith(DELAY_PREFIX) or \
-            not rest.endswith(f".{WAITING}"):
+    if rest == event_type or not rest.startswith(DELAY_PREFIX) or not rest.endswith(f".{WAITING}"):
         return None
-    doubled = rest[len(DELAY_PREFIX):-len(WAITING) - 1]
-    retried = doubled[:(len(doubled) - 1) // 2]
+    doubled = rest[len(DELAY_PREFIX) : -len(WAITING) - 1]
+    retried = doubled[: (len(doubled) - 1) // 2]
     return retried if doubled == f"{retried}.{retried}" else None
 
 
@@ -124,6 +124,7 @@ def attempt_in_progress(records: Mapping[str, Any]) -> tuple[int, Any] | None:
 
 # -- the guard, the delay, the built-ins ----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RetryAllowed(GuardSpec):
     """``retryAllowed``: the retried state's policy (``params``: its id) allows another attempt
@@ -135,8 +136,15 @@ class RetryAllowed(GuardSpec):
         """Ask the policy, with the state's record and the step's clock."""
         record = scope.retries[self.params]
         policy: RetryPolicy = scope.definition.by_id[self.params].retry
-        return bool(policy.allows(record["attempt"], event.get("error"), record["started_at"],
-                                  scope.now(), record["key"]))
+        return bool(
+            policy.allows(
+                record["attempt"],
+                event.get("error"),
+                record["started_at"],
+                scope.now(),
+                record["key"],
+            )
+        )
 
     def names(self) -> list[str]:
         """No user guard."""
@@ -158,8 +166,7 @@ class RecordFailure(BuiltinAction):
     type: str = RECORD_FAILURE
 
     def resolve(self, scope: Any, params: Mapping[str, Any]) -> None:
-        scope.retries = _updated(scope.retries, self.state_id,
-                                 last_error=scope.event.get("error"))
+        scope.retries = _updated(scope.retries, self.state_id, last_error=scope.event.get("error"))
 
     def describe(self) -> str:
         return "remember the error"
@@ -177,9 +184,15 @@ class RecordSkip(BuiltinAction):
     def resolve(self, scope: Any, params: Mapping[str, Any]) -> None:
         record = scope.retries.get(self.state_id, {})  # none for a call without retry: one attempt
         node = scope.definition.by_id[self.state_id]
-        scope.skipped = (*scope.skipped, FrozenDict(
-            state=self.state_id, invoke=self.invoke or node.retry_invoke,
-            attempts=record.get("attempt", 1), error=scope.event.get("error")))
+        scope.skipped = (
+            *scope.skipped,
+            FrozenDict(
+                state=self.state_id,
+                invoke=self.invoke or node.retry_invoke,
+                attempts=record.get("attempt", 1),
+                error=scope.event.get("error"),
+            ),
+        )
 
     def describe(self) -> str:
         return "skip this item"
@@ -187,8 +200,10 @@ class RecordSkip(BuiltinAction):
 
 # -- the records ----------------------------------------------------------------------------
 
-def entered(records: FrozenDict, node: StateNode, now: Callable[[], int]
-            ) -> tuple[FrozenDict, str | None, int]:
+
+def entered(
+    records: FrozenDict, node: StateNode, now: Callable[[], int]
+) -> tuple[FrozenDict, str | None, int]:
     """The records after entering ``node`` (a retried state opens its record, its key stable
     across its attempts; ``attempting`` counts an attempt), with the call's key and attempt
     for the invoke it starts ((None, 1) for a state that is not part of a retry)."""
@@ -196,10 +211,15 @@ def entered(records: FrozenDict, node: StateNode, now: Callable[[], int]
         at = now()
         visits = records.get(VISITS, EMPTY)
         visit = visits.get(node.id, 0) + 1
-        records = FrozenDict({
-            **records, VISITS: FrozenDict({**visits, node.id: visit}),
-            node.id: FrozenDict(attempt=0, last_error=None, started_at=at,
-                                key=f"{node.id}@{at}#{visit}")})
+        records = FrozenDict(
+            {
+                **records,
+                VISITS: FrozenDict({**visits, node.id: visit}),
+                node.id: FrozenDict(
+                    attempt=0, last_error=None, started_at=at, key=f"{node.id}@{at}#{visit}"
+                ),
+            }
+        )
     owner = node.retry_attempt_of
     if owner is None:
         return records, None, 1
@@ -208,8 +228,11 @@ def entered(records: FrozenDict, node: StateNode, now: Callable[[], int]
     return _updated(records, owner.id, attempt=attempt), str(record["key"]), attempt
 
 
-def closed(records: FrozenDict, by_id: Mapping[str, StateNode],
-           remaining: Iterable[StateNode] | frozenset[StateNode]) -> FrozenDict:
+def closed(
+    records: FrozenDict,
+    by_id: Mapping[str, StateNode],
+    remaining: Iterable[StateNode] | frozenset[StateNode],
+) -> FrozenDict:
     """The records with those of retried states no longer active (not in ``remaining``)
     forgotten."""
     active = remaining if isinstance(remaining, set | frozenset) else set(remaining)
@@ -223,6 +246,7 @@ def _updated(records: FrozenDict, state_id: str, **changes: Any) -> FrozenDict:
 
 # -- the expansion --------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Expanded:
     """A retried state's config as the expansion wrote it, with its policy and call id."""
@@ -232,22 +256,27 @@ class Expanded:
     invoke_id: str
 
 
-def expand(node: StateNode, config: Mapping[str, Any], path: str,
-           problem: Callable[[str, str], None]) -> Expanded | None:
+def expand(
+    node: StateNode, config: Mapping[str, Any], path: str, problem: Callable[[str, str], None]
+) -> Expanded | None:
     """The config of ``node`` with its retried invoke expanded (see the module's doc); None
     when it has none, or reports a problem through ``problem(path, message)``."""
     invokes = config.get("invoke")
     items = invokes if isinstance(invokes, list) else [invokes]
-    retried = [(i, inv) for i, inv in enumerate(items)
-               if isinstance(inv, Mapping) and inv.get("retry") is not None]
+    retried = [
+        (i, inv)
+        for i, inv in enumerate(items)
+        if isinstance(inv, Mapping) and inv.get("retry") is not None
+    ]
     if not retried:
         return None
     index, invoke = retried[0]
-    invoke_path = f"{path}.invoke[{index}]" if isinstance(invokes, list) else \
-        _join(path, "invoke")
+    invoke_path = f"{path}.invoke[{index}]" if isinstance(invokes, list) else _join(path, "invoke")
     if len(retried) > 1 or config.get("states"):
-        problem(invoke_path, "a retried invoke needs a state of its own (no child states, no "
-                "other retried invoke)")
+        problem(
+            invoke_path,
+            "a retried invoke needs a state of its own (no child states, no other retried invoke)",
+        )
         return None
     try:
         policy = as_policy(invoke["retry"])
@@ -256,16 +285,20 @@ def expand(node: StateNode, config: Mapping[str, Any], path: str,
         return None
     given_id = invoke.get("id") or f"{node.id}:invocation[{index}]"  # (checked as the invoke)
     invoke_id = str(given_id)
-    attempt = {k: v for k, v in invoke.items()
-               if k not in ("onDone", "onError", "retry", "onFinalFailure")}
+    attempt = {
+        k: v for k, v in invoke.items() if k not in ("onDone", "onError", "retry", "onFinalFailure")
+    }
     attempt["id"] = given_id
     on = dict(config.get("on") or {})
     done = invoke.get("onDone")
     if done is not None:
         on[done_actor_event_type(invoke_id)] = done
     on[error_actor_event_type(invoke_id)] = [
-        {"guard": RetryAllowed(params=node.id), "target": f".{WAITING}",
-         "actions": [RecordFailure(node.id)]},
+        {
+            "guard": RetryAllowed(params=node.id),
+            "target": f".{WAITING}",
+            "actions": [RecordFailure(node.id)],
+        },
         *final_failure(node, invoke, invoke_path, problem),
     ]
     rest = [inv for i, inv in enumerate(items) if i != index]
@@ -281,9 +314,13 @@ def expand(node: StateNode, config: Mapping[str, Any], path: str,
     return Expanded(expanded, policy, invoke_id)
 
 
-def final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
-                  problem: Callable[[str, str], None], invoke_id: str | None = None
-                  ) -> list[Any]:
+def final_failure(
+    node: StateNode,
+    invoke: Mapping[str, Any],
+    path: str,
+    problem: Callable[[str, str], None],
+    invoke_id: str | None = None,
+) -> list[Any]:
     """The transitions of a failure after the last allowed attempt: the invoke's own
     ``onError``, or with ``onFinalFailure: "skip"`` its ``onDone`` after ``RecordSkip``
     (also for a call without retry, whose one attempt is its last: ``invoke_id`` names it),
@@ -301,8 +338,10 @@ def final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
     for item in done if isinstance(done, list) else [done]:
         item = {"target": item} if isinstance(item, str) else dict(item)
         actions = item.get("actions") or []
-        item["actions"] = [RecordSkip(node.id, invoke_id),
-                           *(actions if isinstance(actions, list) else [actions])]
+        item["actions"] = [
+            RecordSkip(node.id, invoke_id),
+            *(actions if isinstance(actions, list) else [actions]),
+        ]
         item.pop("guard", None)
         skipped.append(item)
     return skipped[:1]
@@ -310,4 +349,3 @@ def final_failure(node: StateNode, invoke: Mapping[str, Any], path: str,
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-

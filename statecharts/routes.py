@@ -33,8 +33,9 @@ from .snapshot import Snapshot
 
 Result = tuple[Snapshot, tuple[fx.Effect, ...]]
 Trace = list[tuple[FrozenDict, tuple[Transition, ...]]]
-Take = Callable[[Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"],
-                "Result | None"]
+Take = Callable[
+    [Snapshot, FrozenDict, FrozenDict, "list[fx.Effect] | None", "Trace | None"], "Result | None"
+]
 """A composed route or choice: ``(snapshot, context, event, effects, trace)`` -> the snapshot
 after the event and its effects (None: the full step). ``context`` and ``effects`` are what
 the microsteps before it made (``effects`` None until one emits)."""
@@ -85,14 +86,16 @@ class Route:
 
     __slots__ = ("choices", "take")
 
-    def __init__(self, choices: tuple[Choice, ...], configuration: Configuration,
-                 checks_retries: bool) -> None:
+    def __init__(
+        self, choices: tuple[Choice, ...], configuration: Configuration, checks_retries: bool
+    ) -> None:
         self.choices = choices
         self.take: Take = compose_route(choices, configuration, checks_retries)
 
 
-def route_for(configurations: Configurations, configuration: Configuration,
-              kind: str) -> Take | None:
+def route_for(
+    configurations: Configurations, configuration: Configuration, kind: str
+) -> Take | None:
     """The compiled route of ``kind`` in ``configuration`` as its composed function
     (``Route.take``, kept on the configuration), or None where events of this type take the
     full step."""
@@ -105,8 +108,9 @@ def route_for(configurations: Configurations, configuration: Configuration,
     return found  # type: ignore[no-any-return]
 
 
-def _compile_route(configurations: Configurations, configuration: Configuration,
-                   kind: str) -> Route | None:
+def _compile_route(
+    configurations: Configurations, configuration: Configuration, kind: str
+) -> Route | None:
     if kind.startswith("xstate.") or configuration.has_always:
         return None
     if configuration.chain is not None:
@@ -114,25 +118,39 @@ def _compile_route(configurations: Configurations, configuration: Configuration,
         for transition in configuration.chain_candidates(kind):
             if transition.guard is not None and transition.guard_fn is None:
                 return None  # a guard that needs the step (combinators, stateIn, params)
-            choices.append((transition, transition.guard_fn,
-                            _direct_plan(configurations, configuration, [transition])))
+            choices.append(
+                (
+                    transition,
+                    transition.guard_fn,
+                    _direct_plan(configurations, configuration, [transition]),
+                )
+            )
             if transition.guard is None:
                 break  # the candidates after an unguarded one are never taken
         return Route(tuple(choices), configuration, True)
     if any(t.guard is not None for n in configuration.nodes for t in n.candidates(kind)):
         return None
     selected: list[Transition] = []
-    select_in(configurations.root, configuration.node_set, kind,
-              lambda candidates: candidates[0] if candidates else None, selected)
+    select_in(
+        configurations.root,
+        configuration.node_set,
+        kind,
+        lambda candidates: candidates[0] if candidates else None,
+        selected,
+    )
     if not selected:
         return Route((), configuration, True)
-    return Route(((None, None, _direct_plan(configurations, configuration, selected)),),
-                 configuration, True)
+    return Route(
+        ((None, None, _direct_plan(configurations, configuration, selected)),), configuration, True
+    )
 
 
-def _direct_plan(configurations: Configurations, configuration: Configuration,
-                 transitions: list[Transition],
-                 seen: frozenset[Configuration] = frozenset()) -> Direct | None:
+def _direct_plan(
+    configurations: Configurations,
+    configuration: Configuration,
+    transitions: list[Transition],
+    seen: frozenset[Configuration] = frozenset(),
+) -> Direct | None:
     """The plan of ``transitions`` with its compiled actions when it can run without a
     ``Step``: only compiled actions, no history recorded or read, and the eventless
     transitions after it compiled too."""
@@ -150,8 +168,10 @@ def _direct_plan(configurations: Configurations, configuration: Configuration,
     ops = plan_ops(plan)
     if ops is None:
         return None
-    if plan.target.has_always and (plan.target in seen or  # not back round a loop
-                                   eventless_route(configurations, plan.target, seen) is None):
+    if plan.target.has_always and (
+        plan.target in seen  # not back round a loop
+        or eventless_route(configurations, plan.target, seen) is None
+    ):
         return None
     return plan, ops
 
@@ -161,15 +181,19 @@ def plan_ops(plan: Plan) -> tuple[Op, ...] | None:
     where the states exited or entered bring more than actions (timers, invocations, retried
     calls, final states, built-ins that read the configuration) or an action does not
     compile."""
-    if plan.observes_nodes or any(n.after_timers or n.invoke or is_retry_part(n)
-                                  for n in (*plan.exits, *plan.entries)):
+    if plan.observes_nodes or any(
+        n.after_timers or n.invoke or is_retry_part(n) for n in (*plan.exits, *plan.entries)
+    ):
         return None
     ops = [compile_action(action) for action in plan.actions()]
     return None if None in ops else tuple(ops)  # type: ignore[arg-type]
 
 
-def eventless_route(configurations: Configurations, configuration: Configuration,
-                    seen: frozenset[Configuration] = frozenset()) -> Route | None:
+def eventless_route(
+    configurations: Configurations,
+    configuration: Configuration,
+    seen: frozenset[Configuration] = frozenset(),
+) -> Route | None:
     """What ``settle`` does on arriving in ``configuration``, compiled (kept on it): its
     eventless candidates along its one chain (``select_eventless_transitions``), each with a
     plain guard and a direct plan to another configuration. None where that needs the full
@@ -183,14 +207,14 @@ def eventless_route(configurations: Configurations, configuration: Configuration
     return found  # type: ignore[no-any-return]
 
 
-def _compile_eventless(configurations: Configurations, configuration: Configuration,
-                       seen: frozenset[Configuration]) -> Route | None:
+def _compile_eventless(
+    configurations: Configurations, configuration: Configuration, seen: frozenset[Configuration]
+) -> Route | None:
     if configuration.chain is None:
         return None
     choices: list[Choice] = []
     for transition in (t for node in configuration.chain for t in node.always):
-        if (transition.guard is not None and transition.guard_fn is None) or \
-                not transition.targets:
+        if (transition.guard is not None and transition.guard_fn is None) or not transition.targets:
             return None
         direct = _direct_plan(configurations, configuration, [transition], seen)
         if direct is None:
@@ -201,8 +225,9 @@ def _compile_eventless(configurations: Configurations, configuration: Configurat
     return Route(tuple(choices), configuration, False)
 
 
-def compose_route(choices: tuple[Choice, ...], configuration: Configuration,
-                  checks_retries: bool) -> Take:
+def compose_route(
+    choices: tuple[Choice, ...], configuration: Configuration, checks_retries: bool
+) -> Take:
     """``choices`` as one function: a chain in priority order, each choice testing its guard
     and, when it fails, handing over to the next; after the last the machine rests in
     ``configuration``. The first choice is the route itself, so an event whose first guard
@@ -214,8 +239,13 @@ def compose_route(choices: tuple[Choice, ...], configuration: Configuration,
     return take
 
 
-def compose_choice(transition: Transition | None, test: Any, direct: Direct | None,
-                   otherwise: Take, checks_retries: bool) -> Take:
+def compose_choice(
+    transition: Transition | None,
+    test: Any,
+    direct: Direct | None,
+    otherwise: Take,
+    checks_retries: bool,
+) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
     direct plan (None: the full step): the compiled actions on the context (``Op``: each
     user action's ``RunAction``, each assign's new context as ``frozen.frozen_merge`` makes
@@ -230,14 +260,20 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
     target = plan.target if plan is not None else None
     transitions = plan.transitions if plan is not None else ()
     checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
-    onward: Take | None = plan.target.eventless.take \
-        if plan is not None and plan.target.has_always else None
+    onward: Take | None = (
+        plan.target.eventless.take if plan is not None and plan.target.has_always else None
+    )
     emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
     # an assign makes a new context: a plan that assigns and stays makes a new snapshot
     settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
 
-    def go(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-           effects: list[fx.Effect] | None, trace: Trace | None) -> Result | None:
+    def go(
+        snapshot: Snapshot,
+        context: FrozenDict,
+        event: FrozenDict,
+        effects: list[fx.Effect] | None,
+        trace: Trace | None,
+    ) -> Result | None:
         if test is not None:
             try:
                 passed = test(context, event)
@@ -257,12 +293,17 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
             fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
             # frozen.frozen_set written out (a call costs about 800 instructions an event):
             # the small-integer bound first, see frozen.INT_MAX
-            fresh[key] = value if (type(value) is int and value <= 0x3FFFFFFF and
-                                   value >= -0x3FFFFFFF) or as_is(value) else freeze(value, key)
+            fresh[key] = (
+                value
+                if (type(value) is int and value <= 0x3FFFFFFF and value >= -0x3FFFFFFF)
+                or as_is(value)
+                else freeze(value, key)
+            )
             context = FrozenDict(fresh)
             if onward is None:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), \
-                    tuple(effects) if effects else NO_EFFECTS
+                return replace(snapshot, configuration=target, context=context), tuple(
+                    effects
+                ) if effects else NO_EFFECTS
         else:
             if emits and effects is None:
                 effects = []
@@ -277,8 +318,9 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                     for name, item, computed in items:
                         if computed:
                             item = item(context, event)
-                            if not (type(item) is int and item <= 0x3FFFFFFF and
-                                    item >= -0x3FFFFFFF) and not as_is(item):
+                            if not (
+                                type(item) is int and item <= 0x3FFFFFFF and item >= -0x3FFFFFFF
+                            ) and not as_is(item):
                                 item = freeze(item, name)
                         fresh[name] = item
                 except StatechartError:
@@ -287,8 +329,9 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                     raise ImplementationError(f"action '{action}'", exc) from exc
                 context = FrozenDict(fresh)
             if settles:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), \
-                    tuple(effects) if effects else NO_EFFECTS
+                return replace(snapshot, configuration=target, context=context), tuple(
+                    effects
+                ) if effects else NO_EFFECTS
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
         # _at_rest, written out: one call fewer on every event
@@ -298,6 +341,7 @@ def compose_choice(transition: Transition | None, test: Any, direct: Direct | No
                 return snapshot, done
             return replace(snapshot, configuration=target), done
         return replace(snapshot, configuration=target, context=context), done
+
     return go
 
 
@@ -309,13 +353,19 @@ def _single_assign(ops: tuple[Op, ...]) -> tuple[str, str, Callable[..., Any]] |
     action, _, _, items = ops[0]
     if items is None or len(items) != 1 or not items[0][2]:
         return None
-    (key, value, _), = items
+    ((key, value, _),) = items
     return (action, key, value)
 
 
-def _at_rest(snapshot: Snapshot, context: FrozenDict, event: FrozenDict,
-             effects: list[fx.Effect] | None, trace: Trace | None, *,
-             configuration: Configuration) -> Result:
+def _at_rest(
+    snapshot: Snapshot,
+    context: FrozenDict,
+    event: FrozenDict,
+    effects: list[fx.Effect] | None,
+    trace: Trace | None,
+    *,
+    configuration: Configuration,
+) -> Result:
     """No choice of a route was taken: the machine rests in ``configuration``."""
     done = tuple(effects) if effects else NO_EFFECTS
     if context is snapshot.context:

@@ -63,8 +63,13 @@ class ChildRef:
 
     def to_json(self) -> dict[str, Any]:
         """The child record as JSON types."""
-        return {"src": self.src, "system_id": self.system_id, "invoked_by": self.invoked_by,
-                "input": self.input, "state": self.state}
+        return {
+            "src": self.src,
+            "system_id": self.system_id,
+            "invoked_by": self.invoked_by,
+            "input": self.input,
+            "state": self.state,
+        }
 
     @property
     def status(self) -> str:
@@ -93,6 +98,7 @@ class SnapshotOwner(Protocol):
     def fingerprint(self) -> str: ...
     @property
     def definition(self) -> Definition: ...
+
     version: str | None
     migrations: Mapping[str, Callable[[dict[str, Any]], Mapping[str, Any]]]
     configurations: Configurations
@@ -179,20 +185,28 @@ class Snapshot(msgspec.Struct, frozen=True, eq=False):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):
             return NotImplemented
-        return self.machine is other.machine and self.configuration is other.configuration \
-            and self.history == other.history and all(
-                getattr(self, name) == getattr(other, name) for name in _COMPARED)
+        return (
+            self.machine is other.machine
+            and self.configuration is other.configuration
+            and self.history == other.history
+            and all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (f"Snapshot(value={thaw(self.value)!r}, status={self.status!r}, "
-                f"context={thaw(self.context)!r})")
+        return (
+            f"Snapshot(value={thaw(self.value)!r}, status={self.status!r}, "
+            f"context={thaw(self.context)!r})"
+        )
 
 
 # compared by value in __eq__ (machine and configuration by identity, history by ids)
-_COMPARED = tuple(name for name in Snapshot.__struct_fields__
-                  if name not in ("machine", "configuration", "history_nodes"))
+_COMPARED = tuple(
+    name
+    for name in Snapshot.__struct_fields__
+    if name not in ("machine", "configuration", "history_nodes")
+)
 
 
 def persist(snapshot: Snapshot) -> dict[str, Any]:
@@ -229,9 +243,11 @@ def restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> Sn
         return _restore(machine, data)
     except (RecursionError, orjson.JSONEncodeError) as exc:
         # nesting too deep to walk, or an integer beyond 64 bits: name the field it is in
-        raise SnapshotError(_unwritable_field(data), "not a JSON value that persists "
-                            f"({'nested too deeply' if isinstance(exc, RecursionError) else exc})"
-                            ) from None
+        raise SnapshotError(
+            _unwritable_field(data),
+            "not a JSON value that persists "
+            f"({'nested too deeply' if isinstance(exc, RecursionError) else exc})",
+        ) from None
 
 
 def _unwritable_field(data: Any) -> str:
@@ -254,16 +270,18 @@ def _restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> S
         except orjson.JSONDecodeError as exc:
             raise SnapshotError("<json>", f"not valid JSON: {exc}") from exc
     if not isinstance(data, Mapping):
-        raise SnapshotError("<root>", f"a persisted snapshot is a mapping, not "
-                            f"{type(data).__name__}")
+        raise SnapshotError(
+            "<root>", f"a persisted snapshot is a mapping, not {type(data).__name__}"
+        )
     data = _check_identity(machine, data)
     configuration = machine.configuration_of_value(_required(data, "value"))
     status = _required(data, "status")
     if status not in STATUSES:
         raise SnapshotError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
     raw_context = data.get("context")
-    context = EMPTY if _skippable(raw_context, Mapping) else \
-        freeze(raw_context, "context", SnapshotError)
+    context = (
+        EMPTY if _skippable(raw_context, Mapping) else freeze(raw_context, "context", SnapshotError)
+    )
     if not isinstance(context, FrozenDict):
         raise SnapshotError("context", "the context is a mapping")
     output, error = data.get("output"), data.get("error")
@@ -274,14 +292,18 @@ def _restore(machine: SnapshotOwner, data: Mapping[str, Any] | bytes | str) -> S
     if visits and (retries is None or isinstance(retries, Mapping)):
         retries = {**(retries or {}), VISITS: visits}
     return Snapshot(
-        machine=machine, configuration=configuration, context=context, status=status,
+        machine=machine,
+        configuration=configuration,
+        context=context,
+        status=status,
         output=None if output is None else freeze(output, "output", SnapshotError),
         error=None if error is None else freeze(error, "error", SnapshotError),
         history_nodes=EMPTY if _skippable(history, Mapping) else _history(machine, history),
         timers=() if _skippable(timers, list) else _timers(timers),
         children=EMPTY if _skippable(children, Mapping) else _children(children),
         retry_records=EMPTY if _skippable(retries, Mapping) else _retries(machine, retries),
-        skipped=() if _skippable(skipped, list) else _skipped(skipped))
+        skipped=() if _skippable(skipped, list) else _skipped(skipped),
+    )
 
 
 def _skippable(value: Any, kind: type) -> bool:
@@ -293,31 +315,38 @@ def _skippable(value: Any, kind: type) -> bool:
 def _check_identity(machine: SnapshotOwner, data: Mapping[str, Any]) -> Mapping[str, Any]:
     fmt = data.get("format")
     if fmt != FORMAT:
-        raise SnapshotVersionError("format", f"format {fmt!r} is not supported (expected "
-                                   f"{FORMAT})")
+        raise SnapshotVersionError("format", f"format {fmt!r} is not supported (expected {FORMAT})")
     machine_id = data.get("machine")
     if machine_id != machine.id:
-        raise SnapshotError("machine", f"this is a snapshot of machine {machine_id!r}, not of "
-                            f"{machine.id!r}")
+        raise SnapshotError(
+            "machine", f"this is a snapshot of machine {machine_id!r}, not of {machine.id!r}"
+        )
     version = data.get("version")
     if version != machine.version:
         migrate = machine.migrations.get(version) if isinstance(version, str) else None
         if migrate is None:
-            raise SnapshotVersionError("version", f"made by version {version!r} of "
-                                       f"{machine.id!r}; this is version {machine.version!r} "
-                                       "and has no migration from it")
+            raise SnapshotVersionError(
+                "version",
+                f"made by version {version!r} of "
+                f"{machine.id!r}; this is version {machine.version!r} "
+                "and has no migration from it",
+            )
         migrated = migrate(thaw(data))
         if not isinstance(migrated, Mapping):
-            raise SnapshotVersionError("version", f"the migration from {version!r} returned "
-                                       f"{type(migrated).__name__}, not a mapping")
+            raise SnapshotVersionError(
+                "version",
+                f"the migration from {version!r} returned {type(migrated).__name__}, not a mapping",
+            )
         return {**migrated, "version": machine.version, "fingerprint": machine.fingerprint}
     # a snapshot made before the fingerprint covered the version label (and the same label)
-    if data.get("fingerprint") not in (machine.fingerprint,
-                                       machine.definition.legacy_fingerprint):
-        raise SnapshotVersionError("fingerprint", f"the definition of {machine.id!r} changed "
-                                   "since this snapshot was made (fingerprint "
-                                   f"{data.get('fingerprint')!r}, now {machine.fingerprint!r}); "
-                                   "bump version= and give a migration")
+    if data.get("fingerprint") not in (machine.fingerprint, machine.definition.legacy_fingerprint):
+        raise SnapshotVersionError(
+            "fingerprint",
+            f"the definition of {machine.id!r} changed "
+            "since this snapshot was made (fingerprint "
+            f"{data.get('fingerprint')!r}, now {machine.fingerprint!r}); "
+            "bump version= and give a migration",
+        )
     return data
 
 
@@ -365,8 +394,7 @@ def _timers(data: Any) -> tuple[Timer, ...]:
             raise SnapshotError(f"{where}.event", "an event mapping with 'type'")
         if target is not None and not isinstance(target, str):
             raise SnapshotError(f"{where}.target", "null or an actor id")
-        timers.append(Timer(timer_id, freeze(event, f"{where}.event", SnapshotError), due,
-                            target))
+        timers.append(Timer(timer_id, freeze(event, f"{where}.event", SnapshotError), due, target))
     return tuple(sorted(timers, key=lambda t: (t.due_at, t.id)))
 
 
@@ -376,15 +404,19 @@ def _retries(machine: SnapshotOwner, data: Any) -> FrozenDict:
     for key, record in data.items():
         if key == VISITS:
             if not isinstance(record, Mapping) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) for n in record.values()):
+                isinstance(n, int) and not isinstance(n, bool) for n in record.values()
+            ):
                 raise SnapshotError("retry_visits", "a mapping of state id -> visit count")
             continue
         node = machine.definition.by_id.get(key)
         if node is None or node.retry is None:
             raise SnapshotError(f"retries.{key}", "no retried state with this id")
-        if not isinstance(record, Mapping) or not isinstance(record.get("attempt"), int) or \
-                not isinstance(record.get("started_at"), int) or \
-                not isinstance(record.get("key"), str):
+        if (
+            not isinstance(record, Mapping)
+            or not isinstance(record.get("attempt"), int)
+            or not isinstance(record.get("started_at"), int)
+            or not isinstance(record.get("key"), str)
+        ):
             raise SnapshotError(f"retries.{key}", "a record with attempt, started_at, key")
     frozen: FrozenDict = freeze(data, "retries", SnapshotError)
     return frozen
@@ -403,10 +435,12 @@ def _children(data: Any) -> Mapping[str, ChildRef]:
     for key, item in data.items():
         if not isinstance(item, Mapping) or not isinstance(item.get("src"), str):
             raise SnapshotError(f"children.{key}", "a child record with 'src'")
-        children[key] = ChildRef(key, item["src"], item.get("system_id"),
-                                 item.get("invoked_by"),
-                                 freeze(item.get("input"), f"children.{key}.input",
-                                        SnapshotError),
-                                 freeze(item.get("state"), f"children.{key}.state",
-                                        SnapshotError))
+        children[key] = ChildRef(
+            key,
+            item["src"],
+            item.get("system_id"),
+            item.get("invoked_by"),
+            freeze(item.get("input"), f"children.{key}.input", SnapshotError),
+            freeze(item.get("state"), f"children.{key}.state", SnapshotError),
+        )
     return FrozenDict(children)

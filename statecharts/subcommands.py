@@ -16,8 +16,9 @@ from typing import Any
 Handler = Callable[[argparse.Namespace], int]
 
 
-def run_one_tool(register: Callable[[Any], None], argv: Sequence[str] | None,
-                 doc: str | None = None) -> int:
+def run_one_tool(
+    register: Callable[[Any], None], argv: Sequence[str] | None, doc: str | None = None
+) -> int:
     """Run a single tool's subcommands on their own (``python -m <tool module>``)."""
     importable_from_here()
     parser = argparse.ArgumentParser(prog="statecharts", description=doc)
@@ -34,8 +35,10 @@ def importable_from_here() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def registered(subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
-               name: str) -> tuple[argparse.ArgumentParser, Handler] | None:
+def registered(
+    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+) -> tuple[argparse.ArgumentParser, Handler] | None:
     """The parser and handler of the subcommand ``name`` a tool below registered, for a tool
     above to add options to (``diagrams --diff-base``: the diff; ``diff --store``: the
     stores); None when that tool is not part of this installation or this command line."""

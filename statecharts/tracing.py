@@ -108,10 +108,16 @@ def check_traceparent(value: str, name: str = "traceparent") -> str:
     """`value` if it is a valid W3C traceparent (version 00, non-zero ids), else ValueError
     naming `name`."""
     match = _TRACEPARENT.match(value)
-    if match is None or match.group(1) == "ff" or set(match.group(2)) == {"0"} or \
-            set(match.group(3)) == {"0"}:  # fmt: skip
-        raise ValueError(f"{name}: {value!r} is not a W3C traceparent "
-                         "('00-<32 hex trace id>-<16 hex span id>-<2 hex flags>')")  # fmt: skip
+    if (
+        match is None
+        or match.group(1) == "ff"
+        or set(match.group(2)) == {"0"}
+        or set(match.group(3)) == {"0"}
+    ):
+        raise ValueError(
+            f"{name}: {value!r} is not a W3C traceparent "
+            "('00-<32 hex trace id>-<16 hex span id>-<2 hex flags>')"
+        )
     return value
 
 
@@ -241,8 +247,9 @@ class _ActorSpans:
         self.effect: Span | None = None
 
 
-def tracing_inspector(provider: TracerProvider | None = None,
-                      then: Inspector | None = None) -> Inspector:  # fmt: skip
+def tracing_inspector(
+    provider: TracerProvider | None = None, then: Inspector | None = None
+) -> Inspector:
     """An inspector (`create_actor(machine, inspect=...)`) that emits statecharts' spans for an
     in-memory actor and its child actors: a start span when an actor starts (the child of the
     span current at that moment, or of the parent actor's open effect for a child machine), a
@@ -273,10 +280,13 @@ def tracing_inspector(provider: TracerProvider | None = None,
     def begin_step(spans: _ActorSpans, actor_id: str, event_type: str | None) -> Span:
         if spans.step is None:
             parent = otel_trace.set_span_in_context(spans.start) if spans.start else None
-            spans.step = tracer.start_span(step_span_name(actor_id), context=parent,
-                                           attributes=attributes(**{
-                                               WORKFLOW: actor_id, EVENT_TYPE: event_type,
-                                               STATE_BEFORE: spans.step_before}))  # fmt: skip
+            spans.step = tracer.start_span(
+                step_span_name(actor_id),
+                context=parent,
+                attributes=attributes(
+                    **{WORKFLOW: actor_id, EVENT_TYPE: event_type, STATE_BEFORE: spans.step_before}
+                ),
+            )
         return spans.step
 
     def inspect(record: InspectionEvent) -> None:
@@ -285,8 +295,11 @@ def tracing_inspector(provider: TracerProvider | None = None,
             kind = record.type
             if kind == "@xstate.actor":
                 parent = otel_trace.set_span_in_context(opened[-1]) if opened else None
-                spans.start = tracer.start_span(start_span_name(record.actor_id), context=parent,
-                                                attributes={WORKFLOW: record.actor_id})
+                spans.start = tracer.start_span(
+                    start_span_name(record.actor_id),
+                    context=parent,
+                    attributes={WORKFLOW: record.actor_id},
+                )
                 spans.step = spans.start  # the initial macrostep belongs to the start span
             elif kind == "@xstate.event":
                 end_step(spans, None)
@@ -302,10 +315,15 @@ def tracing_inspector(provider: TracerProvider | None = None,
                     spans.effect = tracer.start_span(
                         effect_span_name(effect.kind, name),
                         context=otel_trace.set_span_in_context(step),
-                        attributes=attributes(**{EFFECT_KIND: effect.kind, EFFECT_NAME: name,
-                                                 EFFECT_KEY: getattr(effect, "key", None),
-                                                 EFFECT_ATTEMPT: getattr(effect, "attempt",
-                                                                         None)}))  # fmt: skip
+                        attributes=attributes(
+                            **{
+                                EFFECT_KIND: effect.kind,
+                                EFFECT_NAME: name,
+                                EFFECT_KEY: getattr(effect, "key", None),
+                                EFFECT_ATTEMPT: getattr(effect, "attempt", None),
+                            }
+                        ),
+                    )
                     opened.append(spans.effect)
             elif kind == "@xstate.snapshot":
                 snapshot = record.snapshot

@@ -29,8 +29,9 @@ class ConfigCheck:
     expected: tuple[MissingImplementation, ...]
 
 
-def check_config(config: Mapping[str, Any],
-                 implementations: Implementations | None = None) -> ConfigCheck:
+def check_config(
+    config: Mapping[str, Any], implementations: Implementations | None = None
+) -> ConfigCheck:
     """Check ``config``'s structure; raise ``MachineDefinitionError`` for a structural problem.
 
     Without ``implementations`` every named guard, action, actor and delay is reported in
@@ -58,7 +59,8 @@ def _stand_ins(expected: tuple[MissingImplementation, ...]) -> Implementations:
         guards={name: _never for name in names("guard")},
         actions={name: _nothing for name in names("action")},
         actors={name: from_callable(_nothing, name) for name in names("actor")},
-        delays=dict.fromkeys(names("delay"), 0))
+        delays=dict.fromkeys(names("delay"), 0),
+    )
 
 
 def _never(*_: Any) -> bool:

@@ -73,25 +73,40 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
     ("persistence.ingress", "persistence.ui.security"): f"the UI's has_token; {_SPLIT}",
     ("persistence.children", "persistence.runtime"): f"runtime <-> children; {_SPLIT}",
     ("persistence.driver", "persistence.runtime"): f"runtime <-> driver; {_SPLIT}",
-    ("persistence.telemetry.metrics", "persistence.runtime"):
-        f"runtime -> telemetry -> metrics -> runtime; {_SPLIT}",
-    ("persistence.telemetry.metrics", "persistence.breakers"):
-        f"telemetry reads the runtime's breaker states; {_SPLIT}",
+    (
+        "persistence.telemetry.metrics",
+        "persistence.runtime",
+    ): f"runtime -> telemetry -> metrics -> runtime; {_SPLIT}",
+    (
+        "persistence.telemetry.metrics",
+        "persistence.breakers",
+    ): f"telemetry reads the runtime's breaker states; {_SPLIT}",
     ("persistence.ui.cli", "persistence.cli"): f"cli <-> ui/cli; {_SPLIT}",
-    ("persistence.stores.capacity", "persistence.stores.sql"):
-        f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
-    ("persistence.stores.calls", "persistence.stores.sql"):
-        f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
-    ("persistence.stores.lifecycle", "persistence.stores.sql"):
-        f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
-    ("persistence.stores.reencrypt", "persistence.stores.sql"):
-        f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
-    ("benchmarks.durable_runtime", "benchmarks.durable"):
-        "durable <-> durable_runtime share helpers both ways (benchmarks only)",
+    (
+        "persistence.stores.capacity",
+        "persistence.stores.sql",
+    ): f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
+    (
+        "persistence.stores.calls",
+        "persistence.stores.sql",
+    ): f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
+    (
+        "persistence.stores.lifecycle",
+        "persistence.stores.sql",
+    ): f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
+    (
+        "persistence.stores.reencrypt",
+        "persistence.stores.sql",
+    ): f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
+    (
+        "benchmarks.durable_runtime",
+        "benchmarks.durable",
+    ): "durable <-> durable_runtime share helpers both ways (benchmarks only)",
 }
 
 
 # -- the check ------------------------------------------------------------------------------
+
 
 def imported_names(source: str, module: str, is_package: bool) -> list[str]:
     """Every module name ``source`` imports, wherever the import stands, relative imports
@@ -104,7 +119,7 @@ def imported_names(source: str, module: str, is_package: bool) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
             names += [f"{base}.{alias.name}" for alias in node.names]
     return names
@@ -132,26 +147,33 @@ def part_of(module: str) -> str:
     raise AssertionError(f"{module} belongs to no part: add it to PARTS")
 
 
-def wrong_imports(graph: Mapping[str, Iterable[str]],
-                  allowances: Mapping[tuple[str, str], str] = ALLOWANCES) -> list[str]:
+def wrong_imports(
+    graph: Mapping[str, Iterable[str]], allowances: Mapping[tuple[str, str], str] = ALLOWANCES
+) -> list[str]:
     """Each import of a part its part may not import, as ``a (part) imports b (part)``."""
     found = []
     for module, imports in sorted(graph.items()):
         mine = part_of(module)
         for other in sorted(imports):
             theirs = part_of(other)
-            if theirs != mine and theirs not in MAY_IMPORT[mine] and \
-                    (module, other) not in allowances:
+            if (
+                theirs != mine
+                and theirs not in MAY_IMPORT[mine]
+                and (module, other) not in allowances
+            ):
                 found.append(f"{module} ({mine}) imports {other} ({theirs})")
     return found
 
 
-def circles(graph: Mapping[str, Iterable[str]],
-            allowances: Mapping[tuple[str, str], str] = ALLOWANCES) -> list[list[str]]:
+def circles(
+    graph: Mapping[str, Iterable[str]], allowances: Mapping[tuple[str, str], str] = ALLOWANCES
+) -> list[list[str]]:
     """The groups of modules that import each other in a circle (Tarjan's strongly connected
     components, iteratively), the allowed imports left out."""
-    edges = {m: sorted(o for o in imports if (m, o) not in allowances and o in graph)
-             for m, imports in graph.items()}
+    edges = {
+        m: sorted(o for o in imports if (m, o) not in allowances and o in graph)
+        for m, imports in graph.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -210,6 +232,7 @@ def project_sources() -> dict[str, tuple[str, bool]]:
 
 # -- the project ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     return import_graph(project_sources())
@@ -239,40 +262,82 @@ def test_the_engine_core_imports_no_tool_and_no_runtime(graph: dict[str, set[str
 
 # -- the test of the test: one wrong import of each kind ------------------------------------
 
+
 def _synthetic(**modules: str) -> dict[str, set[str]]:
     """A graph from synthetic sources (``a__b`` names module ``a.b``), over a few real modules
     every synthetic one may import."""
     sources = {name.replace("__", "."): (source, False) for name, source in modules.items()}
-    for real in ("statecharts", "statecharts.cli", "statecharts.frozen", "statecharts.render",
-                 "statecharts.diff", "persistence", "persistence.runtime",
-                 "persistence.stores", "persistence.ui", "machines"):
+    for real in (
+        "statecharts",
+        "statecharts.cli",
+        "statecharts.frozen",
+        "statecharts.render",
+        "statecharts.diff",
+        "persistence",
+        "persistence.runtime",
+        "persistence.stores",
+        "persistence.ui",
+        "machines",
+    ):
         sources.setdefault(real, ("", True))
     return import_graph(sources)
 
 
-@pytest.mark.parametrize(("modules", "expected"), [
-    ({"statecharts__algorithm": "from persistence.runtime import Runtime"},
-     "statecharts.algorithm (engine) imports persistence.runtime (runtime)"),
-    ({"statecharts__algorithm": "from .render import to_svg"},
-     "statecharts.algorithm (engine) imports statecharts.render (render)"),
-    ({"statecharts__render__model": "def f():\n    from ..diff import changes\n"},
-     "statecharts.render.model (render) imports statecharts.diff (diff)"),
-    ({"statecharts__diff__cli": "import persistence.stores"},
-     "statecharts.diff.cli (diff) imports persistence.stores (stores)"),
-    ({"statecharts__render__cli": "from statecharts.cli import main"},
-     "statecharts.render.cli (render) imports statecharts.cli (cli)"),
-    ({"statecharts__testing__kit": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                   "    from persistence.runtime import Runtime\n"},
-     "statecharts.testing.kit (test kit) imports persistence.runtime (runtime)"),
-    ({"persistence__ingress": "from persistence.ui import app"},
-     "persistence.ingress (ingress) imports persistence.ui (web UI)"),
-    ({"persistence__stores__records": "from persistence import runtime"},
-     "persistence.stores.records (stores) imports persistence.runtime (runtime)"),
-    ({"persistence__runtime": "import machines"},
-     "persistence.runtime (runtime) imports machines (machines)"),
-], ids=["engine->runtime", "engine->tool", "render->diff (in a function)", "diff->stores",
-        "tool->cli", "test kit->runtime (TYPE_CHECKING)", "ingress->web UI", "stores->runtime",
-        "runtime->machines"])
+@pytest.mark.parametrize(
+    ("modules", "expected"),
+    [
+        (
+            {"statecharts__algorithm": "from persistence.runtime import Runtime"},
+            "statecharts.algorithm (engine) imports persistence.runtime (runtime)",
+        ),
+        (
+            {"statecharts__algorithm": "from .render import to_svg"},
+            "statecharts.algorithm (engine) imports statecharts.render (render)",
+        ),
+        (
+            {"statecharts__render__model": "def f():\n    from ..diff import changes\n"},
+            "statecharts.render.model (render) imports statecharts.diff (diff)",
+        ),
+        (
+            {"statecharts__diff__cli": "import persistence.stores"},
+            "statecharts.diff.cli (diff) imports persistence.stores (stores)",
+        ),
+        (
+            {"statecharts__render__cli": "from statecharts.cli import main"},
+            "statecharts.render.cli (render) imports statecharts.cli (cli)",
+        ),
+        (
+            {
+                "statecharts__testing__kit": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from persistence.runtime import Runtime\n"
+            },
+            "statecharts.testing.kit (test kit) imports persistence.runtime (runtime)",
+        ),
+        (
+            {"persistence__ingress": "from persistence.ui import app"},
+            "persistence.ingress (ingress) imports persistence.ui (web UI)",
+        ),
+        (
+            {"persistence__stores__records": "from persistence import runtime"},
+            "persistence.stores.records (stores) imports persistence.runtime (runtime)",
+        ),
+        (
+            {"persistence__runtime": "import machines"},
+            "persistence.runtime (runtime) imports machines (machines)",
+        ),
+    ],
+    ids=[
+        "engine->runtime",
+        "engine->tool",
+        "render->diff (in a function)",
+        "diff->stores",
+        "tool->cli",
+        "test kit->runtime (TYPE_CHECKING)",
+        "ingress->web UI",
+        "stores->runtime",
+        "runtime->machines",
+    ],
+)
 def test_a_wrong_import_of_each_kind_is_found(modules: dict[str, str], expected: str) -> None:
     assert expected in wrong_imports(_synthetic(**modules), {})
 
@@ -281,22 +346,28 @@ def test_a_circle_is_found_even_when_only_the_type_checker_sees_it() -> None:
     graph = _synthetic(
         statecharts__one="from statecharts import two\n",
         statecharts__two="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                         "    from .three import Three\n",
-        statecharts__three="def later():\n    from statecharts.one import x\n")
+        "    from .three import Three\n",
+        statecharts__three="def later():\n    from statecharts.one import x\n",
+    )
     assert wrong_imports(graph, {}) == []  # all in one part: only the circle is wrong
     assert circles(graph, {}) == [["statecharts.one", "statecharts.three", "statecharts.two"]]
     assert circles(graph, {("statecharts.three", "statecharts.one"): "allowed"}) == []
 
 
 def test_an_allowance_covers_only_its_own_import() -> None:
-    graph = _synthetic(persistence__ingress="from persistence.ui import api, app\n",
-                       persistence__ui__api="", persistence__ui__app="")
+    graph = _synthetic(
+        persistence__ingress="from persistence.ui import api, app\n",
+        persistence__ui__api="",
+        persistence__ui__app="",
+    )
     allowed = {("persistence.ingress", "persistence.ui.api"): "one"}
     assert wrong_imports(graph, allowed) == [
-        "persistence.ingress (ingress) imports persistence.ui.app (web UI)"]
+        "persistence.ingress (ingress) imports persistence.ui.app (web UI)"
+    ]
 
 
 def test_relative_imports_resolve_against_their_package() -> None:
-    assert imported_names("from . import a\nfrom ..b import c\nfrom .d import e",
-                          "p.q.mod", False) == ["p.q.a", "p.b.c", "p.q.d.e"]
+    assert imported_names(
+        "from . import a\nfrom ..b import c\nfrom .d import e", "p.q.mod", False
+    ) == ["p.q.a", "p.b.c", "p.q.d.e"]
     assert imported_names("from .x import y", "p.q", True) == ["p.q.x.y"]

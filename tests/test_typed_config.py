@@ -39,8 +39,9 @@ DECIDED_NODE_KEYS = {"failure"}
 DECIDED_INVOKE_KEYS = {"transient"}
 
 
-def mypy_strict(source: Path, cwd: Path,
-                python: Path | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+def mypy_strict(
+    source: Path, cwd: Path, python: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``mypy --strict`` on a copy of ``source`` in ``cwd`` (outside the checkout, so mypy
     finds ``statecharts`` only as installed), against ``python``'s packages if given; the
     result and the copy's path."""
@@ -49,12 +50,19 @@ def mypy_strict(source: Path, cwd: Path,
     copy = cwd / source.name
     if copy != source:
         shutil.copyfile(source, copy)
-    args = [mypy, "--strict", "--no-error-summary", "--hide-error-context",
-            "--cache-dir", str(ROOT / ".mypy_cache" / "typed-config")]
+    args = [
+        mypy,
+        "--strict",
+        "--no-error-summary",
+        "--hide-error-context",
+        "--cache-dir",
+        str(ROOT / ".mypy_cache" / "typed-config"),
+    ]
     if python is not None:
         args += ["--python-executable", str(python)]
-    result = subprocess.run([*args, copy.name], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [*args, copy.name], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
     return result, copy
 
 
@@ -90,7 +98,8 @@ def test_mypy_strict_accepts_a_correct_typed_machine(tmp_path: Path) -> None:
     result, _ = mypy_strict(FIXTURES / "machine_ok.py", cwd=tmp_path)
     assert "Cannot find implementation or library stub" not in result.stdout, (
         "mypy cannot see the installed statecharts: install it as `make` does (editable_mode="
-        "compat); the default editable mode is an import hook static tools do not follow")
+        "compat); the default editable mode is an import hook static tools do not follow"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -119,7 +128,8 @@ def _quickstart_code() -> str:
 
 
 def test_the_quickstart_example_is_typed_and_its_documented_mypy_error_is_real(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     good = tmp_path / "order.py"
     good.write_text(_quickstart_code())
     result, _ = mypy_strict(good, cwd=tmp_path)
@@ -127,8 +137,11 @@ def test_the_quickstart_example_is_typed_and_its_documented_mypy_error_is_real(
     assert "config: MachineConfig" in good.read_text()
     good.write_text(_quickstart_code().replace('"initial": "cart"', '"intial": "cart"', 1))
     result, _ = mypy_strict(good, cwd=tmp_path)
-    documented = re.search(r"```console\n\$ mypy --strict order.py\n(.*?)\n```",
-                           QUICKSTART.read_text(), flags=re.DOTALL)
+    documented = re.search(
+        r"```console\n\$ mypy --strict order.py\n(.*?)\n```",
+        QUICKSTART.read_text(),
+        flags=re.DOTALL,
+    )
     assert documented is not None
     assert result.returncode == 1
     assert documented.group(1).strip() in result.stdout
@@ -161,8 +174,17 @@ def test_the_literal_values_are_the_definitions() -> None:
     assert _literal(typed.Jitter) == set(JITTERS)
 
 
-@pytest.mark.parametrize("name", ["MachineConfig", "StateNodeConfig", "TransitionConfig",
-                                  "InvokeConfig", "RetryConfig", "ParameterizedObject"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "MachineConfig",
+        "StateNodeConfig",
+        "TransitionConfig",
+        "InvokeConfig",
+        "RetryConfig",
+        "ParameterizedObject",
+    ],
+)
 def test_the_config_types_are_exported(name: str) -> None:
     import statecharts
 

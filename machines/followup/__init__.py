@@ -20,8 +20,13 @@ ERROR_WORKFLOW = alerts.WORKFLOW
 
 def build_machines(services: Services) -> dict[str, Machine]:
     """The five machines wired to ``services``, by machine id."""
-    machines = [register.build(services), evaluate.build(services), report.build(services),
-                enrich.build(services), alerts.build(services)]
+    machines = [
+        register.build(services),
+        evaluate.build(services),
+        report.build(services),
+        enrich.build(services),
+        alerts.build(services),
+    ]
     return {m.id: m for m in machines}
 
 

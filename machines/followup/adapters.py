@@ -92,28 +92,35 @@ class FakeCrm:
         """In-scope deals by id."""
         self._check()
         marks = ", ".join("?" for _ in stages) or "null"
-        return self.world.rows(f"select id, name, stage, owner from deals where stage in "
-                               f"({marks}) order by id", list(stages))
+        return self.world.rows(
+            f"select id, name, stage, owner from deals where stage in ({marks}) order by id",
+            list(stages),
+        )
 
     def count_deals_in_stages(self, stages: Sequence[str]) -> int:
         """Deals in one of ``stages``."""
         self._check()
         marks = ", ".join("?" for _ in stages) or "null"
-        return int(self.world.rows(f"select count(*) as n from deals where stage in ({marks})",
-                                   list(stages))[0]["n"])
+        return int(
+            self.world.rows(
+                f"select count(*) as n from deals where stage in ({marks})", list(stages)
+            )[0]["n"]
+        )
 
     def get_deal(self, deal_id: str) -> dict[str, Any] | None:
         """The deal by id."""
         self._check()
-        found = self.world.rows("select id, name, stage, owner from deals where id = ?",
-                                (deal_id,))
+        found = self.world.rows("select id, name, stage, owner from deals where id = ?", (deal_id,))
         return found[0] if found else None
 
     def recent_emails(self, deal_id: str, since: int) -> list[dict[str, Any]]:
         """The deal's e-mails since ``since``."""
         self._check()
-        return self.world.rows("select sent_at, sender, subject, body from emails where "
-                               "deal_id = ? and sent_at >= ? order by sent_at", (deal_id, since))
+        return self.world.rows(
+            "select sent_at, sender, subject, body from emails where "
+            "deal_id = ? and sent_at >= ? order by sent_at",
+            (deal_id, since),
+        )
 
     # -- setting the fake up (demos and tests) ----------------------------------------------
 
@@ -121,15 +128,20 @@ class FakeCrm:
         """Replace the pipeline's stages."""
         with self.world.transaction() as tx:
             tx.execute("delete from stages")
-            tx.executemany("insert into stages (name, position) values (?, ?)",
-                           [(name, i) for i, name in enumerate(names)])
+            tx.executemany(
+                "insert into stages (name, position) values (?, ?)",
+                [(name, i) for i, name in enumerate(names)],
+            )
 
     def put_deal(self, deal_id: str, name: str, stage: str, owner: str = "sales") -> None:
         """Create a deal or move it to ``stage``."""
         with self.world.transaction() as tx:
-            tx.execute("insert into deals (id, name, stage, owner) values (?, ?, ?, ?) on "
-                       "conflict (id) do update set stage = excluded.stage, "
-                       "name = excluded.name", (deal_id, name, stage, owner))
+            tx.execute(
+                "insert into deals (id, name, stage, owner) values (?, ?, ?, ?) on "
+                "conflict (id) do update set stage = excluded.stage, "
+                "name = excluded.name",
+                (deal_id, name, stage, owner),
+            )
 
     def delete_deal(self, deal_id: str) -> None:
         """Delete a deal, as a CRM user might."""
@@ -142,12 +154,14 @@ class FakeCrm:
             tx.execute("update stages set name = ? where name = ?", (new, old))
             tx.execute("update deals set stage = ? where stage = ?", (new, old))
 
-    def add_email(self, deal_id: str, sent_at: int, sender: str, subject: str,
-                  body: str) -> None:
+    def add_email(self, deal_id: str, sent_at: int, sender: str, subject: str, body: str) -> None:
         """Record an e-mail about a deal."""
         with self.world.transaction() as tx:
-            tx.execute("insert into emails (deal_id, sent_at, sender, subject, body) values "
-                       "(?, ?, ?, ?, ?)", (deal_id, sent_at, sender, subject, body))
+            tx.execute(
+                "insert into emails (deal_id, sent_at, sender, subject, body) values "
+                "(?, ?, ?, ?, ?)",
+                (deal_id, sent_at, sender, subject, body),
+            )
 
 
 class FakeTaskTool:
@@ -167,8 +181,9 @@ class FakeTaskTool:
     def find_task(self, external_key: str) -> str | None:
         """The first task created with ``external_key``."""
         self._check()
-        found = self.world.rows("select id from tasks where external_key = ? order by rowid "
-                                "limit 1", (external_key,))
+        found = self.world.rows(
+            "select id from tasks where external_key = ? order by rowid limit 1", (external_key,)
+        )
         return str(found[0]["id"]) if found else None
 
     def create_task(self, external_key: str, title: str, body: str, due_on: str) -> str:
@@ -177,8 +192,10 @@ class FakeTaskTool:
         with self.world.transaction() as tx:
             count = tx.execute("select count(*) from tasks").fetchone()[0]
             task_id = f"T-{count + 1}"
-            tx.execute("insert into tasks (id, external_key, title, body, due_on) values "
-                       "(?, ?, ?, ?, ?)", (task_id, external_key, title, body, due_on))
+            tx.execute(
+                "insert into tasks (id, external_key, title, body, due_on) values (?, ?, ?, ?, ?)",
+                (task_id, external_key, title, body, due_on),
+            )
         self.world.checkpoint(self.target)
         return task_id
 
@@ -211,5 +228,4 @@ class FakeSummarizer:
             return "No recent e-mails.\nNext step: reach out."
         last = headers[-1].split(": ", 1)
         sender = last[0].rsplit(" from ", 1)[-1]
-        return (f"{len(headers)} recent e-mail(s), latest: {last[-1]}\n"
-                f"Next step: reply to {sender}.")
+        return f"{len(headers)} recent e-mail(s), latest: {last[-1]}\nNext step: reply to {sender}."

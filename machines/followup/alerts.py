@@ -34,12 +34,13 @@ def alert_key(workflow: str, error: Any) -> str:
     return f"{workflow}:{error_parts(error)[0]}"
 
 
-def alert_text(workflow: str, run_key: str, state: str | None,
-               error: Any) -> tuple[str, str]:
+def alert_text(workflow: str, run_key: str, state: str | None, error: Any) -> tuple[str, str]:
     """Subject and body of the alert mail."""
     name, message = error_parts(error)
-    return (f"[followup] {workflow} failed: {name}",
-            f"Run {run_key} of {workflow} failed in state {state or '?'}.\n{name}: {message}")
+    return (
+        f"[followup] {workflow} failed: {name}",
+        f"Run {run_key} of {workflow} failed in state {state or '?'}.\n{name}: {message}",
+    )
 
 
 def run_key_of(input: Mapping[str, Any]) -> str:
@@ -62,44 +63,71 @@ def failed_at(input: Mapping[str, Any]) -> int:
 
 def build(services: Services) -> Machine:
     """The Alerts machine wired to ``services``."""
+
     def log_failure(input: dict[str, Any]) -> dict[str, Any]:
         key = alert_key(input["workflow"], input["error"])
         now = failed_at(input)
-        _, body = alert_text(input["workflow"], run_key_of(input), input["state"],
-                             input["error"])
+        _, body = alert_text(input["workflow"], run_key_of(input), input["state"], input["error"])
         with services.db.transaction() as tx:
             duplicate = repository.recently_alerted(
-                tx, key, now - services.settings.alert_dedupe_ms)
+                tx, key, now - services.settings.alert_dedupe_ms
+            )
             repository.log_failure(tx, input["workflow"], run_key_of(input), body, key, now)
         return {"duplicate": duplicate, "alert_key": key}
 
     def send_alert(input: dict[str, Any]) -> str:
         if input["dry_run"]:
             return repository.DRY_RUN_TASK
-        subject, body = alert_text(input["workflow"], run_key_of(input), input["state"],
-                                   input["error"])
-        return services.mail.send(services.settings.ops_inbox, subject, body,
-                                  key=f"{WORKFLOW}:{input['workflow']}:{run_key_of(input)}")
+        subject, body = alert_text(
+            input["workflow"], run_key_of(input), input["state"], input["error"]
+        )
+        return services.mail.send(
+            services.settings.ops_inbox,
+            subject,
+            body,
+            key=f"{WORKFLOW}:{input['workflow']}:{run_key_of(input)}",
+        )
 
     def mark_alerted(input: dict[str, Any]) -> bool:
         with services.db.transaction() as tx:
             repository.mark_alerted(tx, input["workflow"], run_key_of(input), failed_at(input))
-            repository.record_run(tx, WORKFLOW, own_key(input), "ok",
-                                  {"alerted": input["alert_key"]}, failed_at(input))
+            repository.record_run(
+                tx,
+                WORKFLOW,
+                own_key(input),
+                "ok",
+                {"alerted": input["alert_key"]},
+                failed_at(input),
+            )
         return True
 
     def note_suppressed(input: dict[str, Any]) -> bool:
         with services.db.transaction() as tx:
-            repository.record_run(tx, WORKFLOW, own_key(input), "ok",
-                                  {"suppressed": input["alert_key"]}, failed_at(input))
+            repository.record_run(
+                tx,
+                WORKFLOW,
+                own_key(input),
+                "ok",
+                {"suppressed": input["alert_key"]},
+                failed_at(input),
+            )
         return True
 
     return create_machine(
         load_config(CONFIG),
         guards={"isDuplicate": lambda c, e: bool(c["duplicate"])},
-        actions={"rememberLogged": assign(lambda c, e: {
-            "duplicate": e["output"]["duplicate"], "alert_key": e["output"]["alert_key"]})},
-        actors={"logFailure": from_callable(log_failure, "logFailure"),
-                "sendAlert": from_callable(send_alert, "sendAlert"),
-                "markAlerted": from_callable(mark_alerted, "markAlerted"),
-                "noteSuppressed": from_callable(note_suppressed, "noteSuppressed")})
+        actions={
+            "rememberLogged": assign(
+                lambda c, e: {
+                    "duplicate": e["output"]["duplicate"],
+                    "alert_key": e["output"]["alert_key"],
+                }
+            )
+        },
+        actors={
+            "logFailure": from_callable(log_failure, "logFailure"),
+            "sendAlert": from_callable(send_alert, "sendAlert"),
+            "markAlerted": from_callable(mark_alerted, "markAlerted"),
+            "noteSuppressed": from_callable(note_suppressed, "noteSuppressed"),
+        },
+    )

@@ -19,12 +19,13 @@ def failed(event: Mapping[str, Any]) -> bool:
     return str(event["type"]).startswith("xstate.error.")
 
 
-def skip_record(context: Mapping[str, Any], event: Mapping[str, Any],
-                item: str) -> list[Any]:
+def skip_record(context: Mapping[str, Any], event: Mapping[str, Any], item: str) -> list[Any]:
     """``context["skipped"]`` with this failure added (item name and error)."""
     error = thaw(event.get("error")) or {}
-    return [*thaw(context["skipped"]), {"item": item, "error": error.get("name", "Error"),
-                                        "message": error.get("message", "")}]
+    return [
+        *thaw(context["skipped"]),
+        {"item": item, "error": error.get("name", "Error"), "message": error.get("message", "")},
+    ]
 
 
 def has_more_items(context: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
@@ -45,5 +46,8 @@ def _next_item(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str
 
 
 GUARDS = {"hasMoreItems": has_more_items}
-ACTIONS = {"rememberItems": assign(_remember_items), "takeItem": assign(_take_item),
-           "nextItem": assign(_next_item)}
+ACTIONS = {
+    "rememberItems": assign(_remember_items),
+    "takeItem": assign(_take_item),
+    "nextItem": assign(_next_item),
+}

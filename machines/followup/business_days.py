@@ -16,8 +16,11 @@ def offsets_problem(offsets: object) -> str | None:
     """Why ``offsets`` is not a cadence (a list of increasing positive integers, each at most
     ``MAX_OFFSET``), or None when it is one."""
     numbers = list(offsets) if isinstance(offsets, list | tuple) else []
-    if not numbers or not all(isinstance(o, int) and not isinstance(o, bool) and o > 0
-                              for o in numbers) or numbers != sorted(set(numbers)):
+    if (
+        not numbers
+        or not all(isinstance(o, int) and not isinstance(o, bool) and o > 0 for o in numbers)
+        or numbers != sorted(set(numbers))
+    ):
         return f"a list of increasing positive business-day offsets, not {offsets!r}"
     if numbers[-1] > MAX_OFFSET:
         return f"offsets are at most {MAX_OFFSET} business days (ten years), not {numbers[-1]}"
@@ -54,8 +57,9 @@ def business_days_between(start: date, end: date, holidays: Collection[date]) ->
     return count
 
 
-def cadence_due_dates(opened_on: date, offsets: Sequence[int],
-                      holidays: Collection[date]) -> list[date]:
+def cadence_due_dates(
+    opened_on: date, offsets: Sequence[int], holidays: Collection[date]
+) -> list[date]:
     """The due date of each follow-up step: ``offsets`` business days after ``opened_on``."""
     problem = offsets_problem(offsets)
     if problem is not None:

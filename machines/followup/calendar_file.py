@@ -49,10 +49,12 @@ def read_calendar(path: Path) -> CalendarFile:
         raise CalendarFileError(f"{path}: {exc}") from exc
     unknown = sorted(set(data) - {"holidays", "cadences"})
     if unknown:
-        raise CalendarFileError(f"{path}: unknown table(s) {unknown}; expected [holidays] "
-                                "and/or [cadences]")
-    return CalendarFile(_holidays(path, data.get("holidays", {})),
-                        _cadences(path, data.get("cadences", {})))
+        raise CalendarFileError(
+            f"{path}: unknown table(s) {unknown}; expected [holidays] and/or [cadences]"
+        )
+    return CalendarFile(
+        _holidays(path, data.get("holidays", {})), _cadences(path, data.get("cadences", {}))
+    )
 
 
 def _table(path: Path, name: str, value: Any) -> Mapping[str, Any]:
@@ -69,8 +71,9 @@ def _holidays(path: Path, value: Any) -> dict[date, str]:
         except ValueError as exc:
             raise CalendarFileError(f"{path}: holidays.{key}: not a date (yyyy-mm-dd)") from exc
         if not isinstance(name, str) or not name.strip():
-            raise CalendarFileError(f"{path}: holidays.{key}: the holiday's name is a "
-                                    "non-empty string")
+            raise CalendarFileError(
+                f"{path}: holidays.{key}: the holiday's name is a non-empty string"
+            )
         found[day] = name.strip()
     return found
 
@@ -97,6 +100,9 @@ def load_cadences(db: Database, calendar: CalendarFile) -> int:
     """Write the file's cadences (new watches use them; running ones keep their dates)."""
     with db.transaction() as tx:
         for name, offsets in sorted(calendar.cadences.items()):
-            tx.execute("insert into cadences (name, offsets) values (?, ?) on conflict (name) "
-                       "do update set offsets = excluded.offsets", (name, json.dumps(offsets)))
+            tx.execute(
+                "insert into cadences (name, offsets) values (?, ?) on conflict (name) "
+                "do update set offsets = excluded.offsets",
+                (name, json.dumps(offsets)),
+            )
     return len(calendar.cadences)

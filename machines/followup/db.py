@@ -64,11 +64,13 @@ class Database:
         parts = urlsplit(url)
         self.url = url
         self.timeout_s = timeout_s
-        self.dialect = {"sqlite": "sqlite", "postgresql": "postgresql",
-                        "postgres": "postgresql"}.get(parts.scheme.lower(), "")
+        self.dialect = {
+            "sqlite": "sqlite",
+            "postgresql": "postgresql",
+            "postgres": "postgresql",
+        }.get(parts.scheme.lower(), "")
         if not self.dialect:
-            raise ValueError(f"database URL {url!r}: use sqlite:///path.db or "
-                             "postgresql://host/db")
+            raise ValueError(f"database URL {url!r}: use sqlite:///path.db or postgresql://host/db")
         self.schema: str | None = None
         if self.dialect == "sqlite":
             path = url.split("://", 1)[1].split("?", 1)[0]
@@ -79,8 +81,7 @@ class Database:
             query = dict(parse_qsl(parts.query))
             self.schema = query.pop("schema", None)
             if self.schema is not None and not _SCHEMA_NAME.match(self.schema):
-                raise ValueError(f"database URL {url!r}: schema must match "
-                                 f"{_SCHEMA_NAME.pattern}")
+                raise ValueError(f"database URL {url!r}: schema must match {_SCHEMA_NAME.pattern}")
             self._target = urlunsplit(parts._replace(query=urlencode(query)))
         self._local = threading.local()
         self._all: list[Any] = []
@@ -92,15 +93,20 @@ class Database:
             return conn
         try:
             if self.dialect == "sqlite":
-                conn = sqlite3.connect(self._target, timeout=self.timeout_s,
-                                       isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(
+                    self._target,
+                    timeout=self.timeout_s,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
                 conn.execute("pragma foreign_keys = on")
                 conn.execute("pragma journal_mode = wal")
             else:
                 import psycopg
 
-                conn = psycopg.connect(self._target, autocommit=True,
-                                       connect_timeout=max(1, int(self.timeout_s)))
+                conn = psycopg.connect(
+                    self._target, autocommit=True, connect_timeout=max(1, int(self.timeout_s))
+                )
                 if self.schema:
                     conn.execute(f'create schema if not exists "{self.schema}"')
                     conn.execute(f'set search_path to "{self.schema}"')
@@ -165,18 +171,21 @@ class Database:
         """Apply the migrations not applied yet; return their versions."""
         applied: list[int] = []
         with self.transaction() as tx:
-            tx.execute("create table if not exists followup_migrations (version integer "
-                       "primary key, name text not null)")
-            done = {int(r["version"]) for r in tx.rows("select version from "
-                                                       "followup_migrations")}
+            tx.execute(
+                "create table if not exists followup_migrations (version integer "
+                "primary key, name text not null)"
+            )
+            done = {int(r["version"]) for r in tx.rows("select version from followup_migrations")}
         for version, file in self.migrations():
             if version in done:
                 continue
             with self.transaction() as tx:
                 for statement in _statements(file.read_text()):
                     tx.execute(statement)
-                tx.execute("insert into followup_migrations (version, name) values (?, ?)",
-                           (version, file.name))
+                tx.execute(
+                    "insert into followup_migrations (version, name) values (?, ?)",
+                    (version, file.name),
+                )
             applied.append(version)
         return applied
 
@@ -184,8 +193,9 @@ class Database:
 def _statements(script: str) -> list[str]:
     """A migration split at semicolons that end a line (the files keep to that)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.MULTILINE)
-            if s.strip()]
+    return [
+        s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.MULTILINE) if s.strip()
+    ]
 
 
 def _plain(value: Any) -> Any:

@@ -60,8 +60,7 @@ def _line(item: FollowUp, note: str) -> list[str]:
     return lines
 
 
-def morning_list_text(today: date, due: Sequence[FollowUp],
-                      holidays: Collection[date] = ()) -> str:
+def morning_list_text(today: date, due: Sequence[FollowUp], holidays: Collection[date] = ()) -> str:
     """The morning list: every open follow-up due today or overdue, most overdue first."""
     if not due:
         return f"No follow-ups due on {long_date(today)}."
@@ -72,20 +71,40 @@ def morning_list_text(today: date, due: Sequence[FollowUp],
     return "\n".join(lines)
 
 
-def digest_text(friday: date, fired: Sequence[FollowUp], opened: Sequence[str],
-                closed: Sequence[Closed], upcoming: Sequence[FollowUp]) -> str:
+def digest_text(
+    friday: date,
+    fired: Sequence[FollowUp],
+    opened: Sequence[str],
+    closed: Sequence[Closed],
+    upcoming: Sequence[FollowUp],
+) -> str:
     """The Friday digest: the week's tasks, watches opened and closed, and next week's steps."""
     monday = date.fromordinal(friday.toordinal() - friday.weekday())
-    lines = [f"Follow-up digest for the week of {short_date(monday)} to {short_date(friday)} "
-             f"{friday.year}", ""]
+    lines = [
+        f"Follow-up digest for the week of {short_date(monday)} to {short_date(friday)} "
+        f"{friday.year}",
+        "",
+    ]
     lines.append(f"Tasks created: {len(fired)}")
     for item in sorted(fired, key=lambda f: (f.due_on, f.subject_name.casefold())):
         lines += _line(item, f"due {short_date(item.due_on)}")
-    lines.append(f"Deals newly watched: {len(opened)}" +
-                 (f" ({', '.join(sorted(opened, key=str.casefold))})" if opened else ""))
-    lines.append(f"Watches closed: {len(closed)}" + (" (" + ", ".join(
-        f"{c.subject_name}: {c.reason}" for c in sorted(closed, key=lambda c: c.subject_name))
-        + ")" if closed else ""))
+    lines.append(
+        f"Deals newly watched: {len(opened)}"
+        + (f" ({', '.join(sorted(opened, key=str.casefold))})" if opened else "")
+    )
+    lines.append(
+        f"Watches closed: {len(closed)}"
+        + (
+            " ("
+            + ", ".join(
+                f"{c.subject_name}: {c.reason}"
+                for c in sorted(closed, key=lambda c: c.subject_name)
+            )
+            + ")"
+            if closed
+            else ""
+        )
+    )
     lines.append(f"Due next week: {len(upcoming)}")
     for item in sorted(upcoming, key=lambda f: (f.due_on, f.subject_name.casefold())):
         lines += _line(item, f"due {short_date(item.due_on)}")

@@ -22,6 +22,7 @@ WORKFLOW = "followup_enrich"
 
 def build(services: Services) -> Machine:
     """The Enrich machine wired to ``services``."""
+
     def load_watches(input: Any) -> list[dict[str, Any]]:
         with services.db.transaction() as tx:
             return repository.open_watches(tx)
@@ -40,31 +41,48 @@ def build(services: Services) -> Machine:
 
     def store_summary(input: dict[str, Any]) -> bool:
         with services.db.transaction() as tx:
-            return repository.store_summary(tx, int(input["current"]["id"]),
-                                            str(input["summary"]), int(input["now"]))
+            return repository.store_summary(
+                tx, int(input["current"]["id"]), str(input["summary"]), int(input["now"])
+            )
 
     def finish_run(input: dict[str, Any]) -> str:
         status = "partial" if input["skipped"] else "ok"
         key = str(input["run_key"] or f"{WORKFLOW}@{input['now']}")
         with services.db.transaction() as tx:
-            repository.record_run(tx, WORKFLOW, key, status, {
-                "summarized": input["summarized"], "skipped": input["skipped"]},
-                int(input["now"]))
+            repository.record_run(
+                tx,
+                WORKFLOW,
+                key,
+                status,
+                {"summarized": input["summarized"], "skipped": input["skipped"]},
+                int(input["now"]),
+            )
         return status
 
     def note_summary(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
         if batch.failed(event):
-            return {"summary": None, "skipped": batch.skip_record(
-                context, event, str(context["current"]["subject_name"]))}
+            return {
+                "summary": None,
+                "skipped": batch.skip_record(
+                    context, event, str(context["current"]["subject_name"])
+                ),
+            }
         return {"summary": event["output"]}
 
     return create_machine(
         load_config(CONFIG),
         guards={**batch.GUARDS, "hasSummary": lambda c, e: c["summary"] is not None},
-        actions={**batch.ACTIONS, "noteSummary": assign(note_summary),
-                 "noteStored": assign(lambda c, e: {"summarized": [
-                     *thaw(c["summarized"]), c["current"]["subject_name"]]})},
-        actors={"loadWatches": from_callable(load_watches, "loadWatches"),
-                "summarizeDeal": from_callable(summarize_deal, "summarizeDeal"),
-                "storeSummary": from_callable(store_summary, "storeSummary"),
-                "finishRun": from_callable(finish_run, "finishRun")})
+        actions={
+            **batch.ACTIONS,
+            "noteSummary": assign(note_summary),
+            "noteStored": assign(
+                lambda c, e: {"summarized": [*thaw(c["summarized"]), c["current"]["subject_name"]]}
+            ),
+        },
+        actors={
+            "loadWatches": from_callable(load_watches, "loadWatches"),
+            "summarizeDeal": from_callable(summarize_deal, "summarizeDeal"),
+            "storeSummary": from_callable(store_summary, "storeSummary"),
+            "finishRun": from_callable(finish_run, "finishRun"),
+        },
+    )

@@ -36,17 +36,29 @@ def _where(*conditions: tuple[str, str, Any]) -> dict[str, Any]:
 class EspoCrm:
     """The CRM at ``url`` (e.g. ``https://crm.example.com``) with API key ``api_key``."""
 
-    def __init__(self, url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None, page_size: int = PAGE) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        page_size: int = PAGE,
+    ) -> None:
         self.page_size = page_size
-        self.api = ApiClient(url.rstrip("/") + "/api/v1", {"X-Api-Key": api_key},
-                             CrmUnavailable, timeout_s, transport)
+        self.api = ApiClient(
+            url.rstrip("/") + "/api/v1",
+            {"X-Api-Key": api_key},
+            CrmUnavailable,
+            timeout_s,
+            transport,
+        )
 
     def _list(self, entity: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         while True:
-            page = self.api.request("GET", entity, params={**params, "offset": len(found),
-                                                           "maxSize": self.page_size})
+            page = self.api.request(
+                "GET", entity, params={**params, "offset": len(found), "maxSize": self.page_size}
+            )
             rows = self._field(page, "list")
             found.extend(rows)
             if not rows or len(found) >= int(self._field(page, "total")):
@@ -63,24 +75,30 @@ class EspoCrm:
         try:
             options = meta["entityDefs"]["Opportunity"]["fields"]["stage"]["options"]
         except (KeyError, TypeError) as exc:
-            raise CrmUnavailable("EspoCRM metadata has no entityDefs.Opportunity.fields.stage"
-                                 ".options") from exc
+            raise CrmUnavailable(
+                "EspoCRM metadata has no entityDefs.Opportunity.fields.stage.options"
+            ) from exc
         return [str(o) for o in options]
 
     def deals_in_stages(self, stages: Sequence[str]) -> list[dict[str, Any]]:
         """Opportunities in ``stages`` (every page)."""
         if not stages:
             return []
-        rows = self._list("Opportunity", {**_where(("in", "stage", list(stages))),
-                                          "select": "id,name,stage,assignedUserName"})
+        rows = self._list(
+            "Opportunity",
+            {**_where(("in", "stage", list(stages))), "select": "id,name,stage,assignedUserName"},
+        )
         return [self._deal(r) for r in rows]
 
     def count_deals_in_stages(self, stages: Sequence[str]) -> int:
         """The ``total`` of opportunities in ``stages``."""
         if not stages:
             return 0
-        page = self.api.request("GET", "Opportunity", params={
-            **_where(("in", "stage", list(stages))), "maxSize": 1, "select": "id"})
+        page = self.api.request(
+            "GET",
+            "Opportunity",
+            params={**_where(("in", "stage", list(stages))), "maxSize": 1, "select": "id"},
+        )
         return int(self._field(page, "total"))
 
     def get_deal(self, deal_id: str) -> dict[str, Any] | None:
@@ -91,24 +109,36 @@ class EspoCrm:
     def recent_emails(self, deal_id: str, since: int) -> list[dict[str, Any]]:
         """E-mails whose parent is the opportunity, sent at or after ``since``."""
         after = datetime.fromtimestamp(since / 1000 - 1, UTC).strftime(_SENT)
-        rows = self._list("Email", {**_where(("equals", "parentId", deal_id),
-                                             ("after", "dateSent", after)),
-                                    "select": "dateSent,fromString,name,bodyPlain,body",
-                                    "orderBy": "dateSent", "order": "asc"})
+        rows = self._list(
+            "Email",
+            {
+                **_where(("equals", "parentId", deal_id), ("after", "dateSent", after)),
+                "select": "dateSent,fromString,name,bodyPlain,body",
+                "orderBy": "dateSent",
+                "order": "asc",
+            },
+        )
         emails: list[dict[str, Any]] = []
         for row in rows:
             sent = datetime.strptime(str(row["dateSent"]), _SENT).replace(tzinfo=UTC)
-            emails.append({"sent_at": int(sent.timestamp() * 1000),
-                           "sender": str(row.get("fromString") or ""),
-                           "subject": str(row.get("name") or ""),
-                           "body": str(row.get("bodyPlain") or row.get("body") or "")})
+            emails.append(
+                {
+                    "sent_at": int(sent.timestamp() * 1000),
+                    "sender": str(row.get("fromString") or ""),
+                    "subject": str(row.get("name") or ""),
+                    "body": str(row.get("bodyPlain") or row.get("body") or ""),
+                }
+            )
         return [e for e in emails if int(e["sent_at"]) >= since]
 
     @staticmethod
     def _deal(row: dict[str, Any]) -> dict[str, Any]:
-        return {"id": str(row["id"]), "name": str(row.get("name") or ""),
-                "stage": str(row.get("stage") or ""),
-                "owner": str(row.get("assignedUserName") or "")}
+        return {
+            "id": str(row["id"]),
+            "name": str(row.get("name") or ""),
+            "stage": str(row.get("stage") or ""),
+            "owner": str(row.get("assignedUserName") or ""),
+        }
 
     def close(self) -> None:
         """Close the HTTP client."""

@@ -42,8 +42,10 @@ WORKFLOW = "followup_evaluate"
 
 def task_key(item: Mapping[str, Any]) -> str:
     """The task tool key of a step: the same step always finds the same task."""
-    return (f"followup:{item['subject_type']}:{item['subject_id']}:watch-{item['watch_id']}"
-            f":step-{item['step']}")
+    return (
+        f"followup:{item['subject_type']}:{item['subject_id']}:watch-{item['watch_id']}"
+        f":step-{item['step']}"
+    )
 
 
 def task_text(item: Mapping[str, Any]) -> tuple[str, str]:
@@ -81,8 +83,9 @@ def build(services: Services) -> Machine:
     def claim_run(input: dict[str, Any]) -> dict[str, Any]:
         now = int(input["now"])
         with db.transaction() as tx:
-            claim = repository.claim_run(tx, WORKFLOW, str(input["run_key"]), now,
-                                         services.settings.claim_stale_after_ms)
+            claim = repository.claim_run(
+                tx, WORKFLOW, str(input["run_key"]), now, services.settings.claim_stale_after_ms
+            )
         holder = claim["holder"]
         claim["held_ms"] = now - int(holder["started_at"]) if holder else 0
         return claim
@@ -91,7 +94,8 @@ def build(services: Services) -> Machine:
         stages = services.crm.stage_names()
         deals = services.crm.deals_in_stages(list(services.settings.in_scope_stages))
         open_deals = services.crm.count_deals_in_stages(
-            [s for s in stages if s not in CLOSING_STAGES])
+            [s for s in stages if s not in CLOSING_STAGES]
+        )
         return {"stages": stages, "deals": deals, "open_deals": open_deals}
 
     def check_scope_health(input: dict[str, Any]) -> bool:
@@ -99,9 +103,13 @@ def build(services: Services) -> Machine:
         with db.transaction() as tx:
             history = repository.scope_history(tx, WORKFLOW)
             days_off = repository.holidays(tx)
-        problem = scope_health_problem(history, int(scope["in_scope"]),
-                                       int(scope["open_deals"]),
-                                       date.fromisoformat(input["today"]), days_off)
+        problem = scope_health_problem(
+            history,
+            int(scope["in_scope"]),
+            int(scope["open_deals"]),
+            date.fromisoformat(input["today"]),
+            days_off,
+        )
         if problem is not None:
             raise NothingInScope(problem)
         return True
@@ -117,21 +125,27 @@ def build(services: Services) -> Machine:
         with db.transaction() as tx:
             watched = repository.open_subject_ids(tx, services.settings.subject_type)
             done = repository.exhausted_subject_ids(tx, services.settings.subject_type)
-        plan = reconcile([d for d in input["crm"]["deals"] if str(d["id"]) not in done],
-                         watched)
+        plan = reconcile([d for d in input["crm"]["deals"] if str(d["id"]) not in done], watched)
         reasons = {subject_id: gone_or_left(subject_id) for subject_id in plan.to_close}
         with db.transaction() as tx:
             registered = []
             for deal in plan.to_register:
                 _, created = repository.register_watch(
-                    tx, services.settings.subject_type, str(deal["id"]), str(deal["name"]),
-                    services.settings.cadence, today, now)
+                    tx,
+                    services.settings.subject_type,
+                    str(deal["id"]),
+                    str(deal["name"]),
+                    services.settings.cadence,
+                    today,
+                    now,
+                )
                 if created:
                     registered.append(str(deal["name"]))
             closed = []
             for subject_id, reason in reasons.items():
                 if reason is not None and repository.close_watch(
-                        tx, services.settings.subject_type, subject_id, reason, now):
+                    tx, services.settings.subject_type, subject_id, reason, now
+                ):
                     closed.append(subject_id)
         return {"registered": registered, "closed": closed}
 
@@ -161,47 +175,73 @@ def build(services: Services) -> Machine:
     def record_step(input: dict[str, Any]) -> dict[str, bool]:
         item = input["current"]
         with db.transaction() as tx:
-            return repository.mark_step_fired(tx, int(item["watch_id"]), int(item["step"]),
-                                              str(input["task_id"]),
-                                              date.fromisoformat(input["today"]),
-                                              int(input["now"]))
+            return repository.mark_step_fired(
+                tx,
+                int(item["watch_id"]),
+                int(item["step"]),
+                str(input["task_id"]),
+                date.fromisoformat(input["today"]),
+                int(input["now"]),
+            )
 
     def send_notification(input: dict[str, Any]) -> str:
         if input["dry_run"]:
             return repository.DRY_RUN_TASK
         subject, body = notification_text(input["created"], input["today"])
-        return services.mail.send(services.settings.sales_inbox, subject, body,
-                                  key=f"{WORKFLOW}:{input['run_key']}")
+        return services.mail.send(
+            services.settings.sales_inbox, subject, body, key=f"{WORKFLOW}:{input['run_key']}"
+        )
 
     def release_failed_run(input: dict[str, Any]) -> bool:
         with db.transaction() as tx:
-            repository.finish_run(tx, WORKFLOW, str(input["run_key"]), "failed",
-                                  {"error": input["failure"], "scope": input["scope"]},
-                                  int(input["now"]))
+            repository.finish_run(
+                tx,
+                WORKFLOW,
+                str(input["run_key"]),
+                "failed",
+                {"error": input["failure"], "scope": input["scope"]},
+                int(input["now"]),
+            )
         return True
 
     def finish_run(input: dict[str, Any]) -> str:
         status = "partial" if input["skipped"] else "ok"
-        detail = {"created": len(input["created"]), "skipped": input["skipped"],
-                  "reconciled": input["reconciled"], "scope": input["scope"],
-                  "exhausted": input["exhausted"], "abandoned": input["abandoned"]}
+        detail = {
+            "created": len(input["created"]),
+            "skipped": input["skipped"],
+            "reconciled": input["reconciled"],
+            "scope": input["scope"],
+            "exhausted": input["exhausted"],
+            "abandoned": input["abandoned"],
+        }
         with db.transaction() as tx:
-            repository.finish_run(tx, WORKFLOW, str(input["run_key"]), status, detail,
-                                  int(input["now"]))
+            repository.finish_run(
+                tx, WORKFLOW, str(input["run_key"]), status, detail, int(input["now"])
+            )
         return status
 
     def remember_deals(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
         if batch.failed(event):
             return {"crm": None, "skipped": batch.skip_record(context, event, "reconciliation")}
         crm = event["output"]
-        return {"crm": crm, "scope": {"today": context["today"], "in_scope": len(crm["deals"]),
-                                      "open_deals": crm["open_deals"]}}
+        return {
+            "crm": crm,
+            "scope": {
+                "today": context["today"],
+                "in_scope": len(crm["deals"]),
+                "open_deals": crm["open_deals"],
+            },
+        }
 
     def note_task(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
         if batch.failed(event):
             item = context["current"]
-            return {"task_id": None, "skipped": batch.skip_record(
-                context, event, f"{item['subject_name']} step {item['step']}")}
+            return {
+                "task_id": None,
+                "skipped": batch.skip_record(
+                    context, event, f"{item['subject_name']} step {item['step']}"
+                ),
+            }
         return {"task_id": event["output"]}
 
     def note_created(context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,24 +249,42 @@ def build(services: Services) -> Machine:
         exhausted = [*thaw(context["exhausted"])]
         if event["output"]["exhausted"]:
             exhausted.append(item["subject_name"])
-        return {"created": [*thaw(context["created"]), {
-            "subject_name": item["subject_name"], "step": item["step"],
-            "due_on": item["due_on"], "task_id": context["task_id"]}], "exhausted": exhausted}
+        return {
+            "created": [
+                *thaw(context["created"]),
+                {
+                    "subject_name": item["subject_name"],
+                    "step": item["step"],
+                    "due_on": item["due_on"],
+                    "task_id": context["task_id"],
+                },
+            ],
+            "exhausted": exhausted,
+        }
 
-    def remember_blocked_claim(context: Mapping[str, Any],
-                               event: Mapping[str, Any]) -> dict[str, Any]:
+    def remember_blocked_claim(
+        context: Mapping[str, Any], event: Mapping[str, Any]
+    ) -> dict[str, Any]:
         holder, hours = event["output"]["holder"], int(event["output"]["held_ms"]) / 3_600_000
-        return {"failure": {"name": "ClaimHeldTooLong", "message": (
-            f"run {holder['run_key']} has held the {WORKFLOW} claim for {hours:.1f} h, past "
-            "the hourly schedule: later runs do nothing until it is released or goes stale")}}
+        return {
+            "failure": {
+                "name": "ClaimHeldTooLong",
+                "message": (
+                    f"run {holder['run_key']} has held the {WORKFLOW} "
+                    f"claim for {hours:.1f} h, past "
+                    "the hourly schedule: later runs do nothing until it is released or goes stale"
+                ),
+            }
+        }
 
     return create_machine(
         load_config(CONFIG),
         guards={
             **batch.GUARDS,
             "claimGranted": lambda c, e: bool(e["output"]["granted"]),
-            "claimHeldTooLong": lambda c, e: int(e["output"]["held_ms"]) >
-            services.settings.claim_alert_after_ms,
+            "claimHeldTooLong": lambda c, e: (
+                int(e["output"]["held_ms"]) > services.settings.claim_alert_after_ms
+            ),
             "crmAnswered": lambda c, e: c["crm"] is not None,
             "taskReady": lambda c, e: c["task_id"] is not None,
             "createdSome": lambda c, e: len(c["created"]) > 0,
@@ -239,13 +297,23 @@ def build(services: Services) -> Machine:
             "noteCreated": assign(note_created),
             "rememberFailure": assign(lambda c, e: {"failure": thaw(e.get("error"))}),
             "rememberBlockedClaim": assign(remember_blocked_claim),
-            "rememberAbandoned": assign(lambda c, e: {
-                "abandoned": thaw(e["output"]["abandoned"])}),
+            "rememberAbandoned": assign(lambda c, e: {"abandoned": thaw(e["output"]["abandoned"])}),
         },
-        actors={name: from_callable(fn, name) for name, fn in {
-            "claimRun": claim_run, "fetchDeals": fetch_deals,
-            "checkStageFilter": check_stage_filter, "checkScopeHealth": check_scope_health,
-            "reconcileWatches": reconcile_watches,
-            "planSteps": plan_steps, "ensureTask": ensure_task, "recordStep": record_step,
-            "sendNotification": send_notification, "finishRun": finish_run,
-            "releaseFailedRun": release_failed_run, "failRun": fail_run}.items()})
+        actors={
+            name: from_callable(fn, name)
+            for name, fn in {
+                "claimRun": claim_run,
+                "fetchDeals": fetch_deals,
+                "checkStageFilter": check_stage_filter,
+                "checkScopeHealth": check_scope_health,
+                "reconcileWatches": reconcile_watches,
+                "planSteps": plan_steps,
+                "ensureTask": ensure_task,
+                "recordStep": record_step,
+                "sendNotification": send_notification,
+                "finishRun": finish_run,
+                "releaseFailedRun": release_failed_run,
+                "failRun": fail_run,
+            }.items()
+        },
+    )

@@ -42,15 +42,28 @@ def build(services: Services) -> Machine:
     def register_watch(input: dict[str, Any]) -> dict[str, Any]:
         with services.db.transaction() as tx:
             watch_id, created = repository.register_watch(
-                tx, services.settings.subject_type, str(input["deal_id"]), str(input["deal_name"]),
-                services.settings.cadence, date.fromisoformat(input["today"]), int(input["now"]))
-            repository.record_run(tx, WORKFLOW, run_key_of(input), "ok", {
-                "deal_id": input["deal_id"], "registered": created}, int(input["now"]))
+                tx,
+                services.settings.subject_type,
+                str(input["deal_id"]),
+                str(input["deal_name"]),
+                services.settings.cadence,
+                date.fromisoformat(input["today"]),
+                int(input["now"]),
+            )
+            repository.record_run(
+                tx,
+                WORKFLOW,
+                run_key_of(input),
+                "ok",
+                {"deal_id": input["deal_id"], "registered": created},
+                int(input["now"]),
+            )
         return {"watch_id": watch_id, "created": created}
 
     def check_stage(input: dict[str, Any]) -> bool:
-        problem = unknown_stage_problem(input["stage"], services.settings.in_scope_stages,
-                                        services.crm.stage_names())
+        problem = unknown_stage_problem(
+            input["stage"], services.settings.in_scope_stages, services.crm.stage_names()
+        )
         if problem is not None:
             raise UnknownStage(problem)
         return True
@@ -58,24 +71,36 @@ def build(services: Services) -> Machine:
     def close_watch(input: dict[str, Any]) -> bool:
         reason = route_stage_change(input["stage"], services.settings.in_scope_stages).reason
         with services.db.transaction() as tx:
-            closed = repository.close_watch(tx, services.settings.subject_type,
-                                            str(input["deal_id"]), reason, int(input["now"]))
-            repository.record_run(tx, WORKFLOW, run_key_of(input), "ok", {
-                "deal_id": input["deal_id"], "closed": closed, "reason": reason},
-                int(input["now"]))
+            closed = repository.close_watch(
+                tx, services.settings.subject_type, str(input["deal_id"]), reason, int(input["now"])
+            )
+            repository.record_run(
+                tx,
+                WORKFLOW,
+                run_key_of(input),
+                "ok",
+                {"deal_id": input["deal_id"], "closed": closed, "reason": reason},
+                int(input["now"]),
+            )
         return closed
 
     return create_machine(
         load_config(CONFIG),
-        guards={"routeIs": route_is,
-                "closesForGood": lambda c, e: c["stage"] in CLOSING_STAGES},
+        guards={"routeIs": route_is, "closesForGood": lambda c, e: c["stage"] in CLOSING_STAGES},
         actions={
-            "rememberWatch": assign(lambda c, e: {"watch_id": e["output"]["watch_id"],
-                                                  "created": e["output"]["created"]}),
+            "rememberWatch": assign(
+                lambda c, e: {
+                    "watch_id": e["output"]["watch_id"],
+                    "created": e["output"]["created"],
+                }
+            ),
             "rememberClosed": assign(lambda c, e: {"closed": e["output"]}),
             "rememberFailure": assign(lambda c, e: {"failure": thaw(e.get("error"))}),
         },
-        actors={"registerWatch": from_callable(register_watch, "registerWatch"),
-                "checkStage": from_callable(check_stage, "checkStage"),
-                "closeWatch": from_callable(close_watch, "closeWatch"),
-                "failRun": from_callable(fail_run, "failRun")})
+        actors={
+            "registerWatch": from_callable(register_watch, "registerWatch"),
+            "checkStage": from_callable(check_stage, "checkStage"),
+            "closeWatch": from_callable(close_watch, "closeWatch"),
+            "failRun": from_callable(fail_run, "failRun"),
+        },
+    )

@@ -62,10 +62,15 @@ def stage_filter_problem(in_scope: Sequence[str], crm_stages: Collection[str]) -
     for name in unknown:
         close = difflib.get_close_matches(name, list(crm_stages), n=1, cutoff=0.5)
         hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    scope = "matches no CRM stage" if len(unknown) == len(in_scope) else \
-        "has stage names the CRM does not know"
-    return (f"stage filter {list(in_scope)} {scope}: {', '.join(hints)}; the CRM's stages are "
-            f"{sorted(crm_stages)}")
+    scope = (
+        "matches no CRM stage"
+        if len(unknown) == len(in_scope)
+        else "has stage names the CRM does not know"
+    )
+    return (
+        f"stage filter {list(in_scope)} {scope}: {', '.join(hints)}; the CRM's stages are "
+        f"{sorted(crm_stages)}"
+    )
 
 
 class NothingInScope(Exception):
@@ -73,9 +78,13 @@ class NothingInScope(Exception):
     suddenly after some were)."""
 
 
-def scope_health_problem(history: Sequence[Mapping[str, Any]], in_scope: int,
-                         open_deals: int, today: date,
-                         holidays: Collection[date] = ()) -> str | None:
+def scope_health_problem(
+    history: Sequence[Mapping[str, Any]],
+    in_scope: int,
+    open_deals: int,
+    today: date,
+    holidays: Collection[date] = (),
+) -> str | None:
     """Why a run that finds ``in_scope`` deals (of ``open_deals`` open ones) is unhealthy, or
     None. ``history``: earlier runs' ``{"today", "in_scope", "open_deals"}``, oldest first.
 
@@ -87,15 +96,19 @@ def scope_health_problem(history: Sequence[Mapping[str, Any]], in_scope: int,
     counted = [h for h in history if h.get("in_scope") is not None and h.get("today")]
     last_seen = next((h for h in reversed(counted) if int(h["in_scope"]) > 0), None)
     if last_seen is not None:
-        return (f"no deal is in scope but the CRM has {open_deals} open deal(s); "
-                f"{last_seen['in_scope']} were in scope on {last_seen['today']}: did the "
-                "stage filter or a stage name change?")
+        return (
+            f"no deal is in scope but the CRM has {open_deals} open deal(s); "
+            f"{last_seen['in_scope']} were in scope on {last_seen['today']}: did the "
+            "stage filter or a stage name change?"
+        )
     first_zero = date.fromisoformat(str(counted[0]["today"])) if counted else today
     days = business_days_between(first_zero, today, holidays)
     if days >= 1:
-        return (f"no deal has been in scope for {days} business day(s) (since {first_zero}) "
-                f"while the CRM has {open_deals} open deal(s): is the stage filter the right "
-                "one?")
+        return (
+            f"no deal has been in scope for {days} business day(s) (since {first_zero}) "
+            f"while the CRM has {open_deals} open deal(s): is the stage filter the right "
+            "one?"
+        )
     return None
 
 
@@ -104,8 +117,9 @@ class UnknownStage(Exception):
     CRM no longer has (a rename): closing the watch would be silent and wrong."""
 
 
-def unknown_stage_problem(stage: str | None, in_scope: Sequence[str],
-                          crm_stages: Collection[str]) -> str | None:
+def unknown_stage_problem(
+    stage: str | None, in_scope: Sequence[str], crm_stages: Collection[str]
+) -> str | None:
     """Why a webhook that would close a watch (``stage`` out of scope) cannot be trusted, or
     None when both the stage and every filter name are known to the CRM."""
     if not stage:
@@ -123,11 +137,13 @@ class Reconciliation:
     to_close: tuple[str, ...]
 
 
-def reconcile(deals_in_scope: Iterable[Mapping[str, Any]],
-              watched_ids: Collection[str]) -> Reconciliation:
+def reconcile(
+    deals_in_scope: Iterable[Mapping[str, Any]], watched_ids: Collection[str]
+) -> Reconciliation:
     """Compare the CRM's in-scope deals with the open watches (by subject id)."""
     deals = list(deals_in_scope)
     in_scope_ids = {str(d["id"]) for d in deals}
     return Reconciliation(
         to_register=tuple(d for d in deals if str(d["id"]) not in watched_ids),
-        to_close=tuple(sorted(w for w in watched_ids if w not in in_scope_ids)))
+        to_close=tuple(sorted(w for w in watched_ids if w not in in_scope_ids)),
+    )

@@ -47,6 +47,9 @@ def schedules(runtime: Runtime, tz: str | None = None) -> list[ScheduledStart]:
     """The four schedules, for ``Worker(runtime, schedules=...)`` and ``statecharts worker
     --schedules machines.followup.schedules``; ``tz`` defaults to ``$FOLLOWUP_TZ`` or UTC."""
     tz = tz or os.environ.get("FOLLOWUP_TZ") or "UTC"
-    return [ScheduledStart(runtime, name, workflow, cron, input=slot_input(name, extra, tz),
-                           tz=tz, overlap=overlap)
-            for name, (workflow, cron, extra, overlap) in CRONS.items()]
+    return [
+        ScheduledStart(
+            runtime, name, workflow, cron, input=slot_input(name, extra, tz), tz=tz, overlap=overlap
+        )
+        for name, (workflow, cron, extra, overlap) in CRONS.items()
+    ]

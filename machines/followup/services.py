@@ -67,21 +67,31 @@ class Services:
     settings: Settings = field(default_factory=Settings)
 
     @classmethod
-    def fakes(cls, db: Database, world: FakeWorld,
-              settings: Settings | None = None) -> Services:
+    def fakes(cls, db: Database, world: FakeWorld, settings: Settings | None = None) -> Services:
         """Services on the fake adapters of ``world``."""
-        return cls(db, FakeCrm(world), FakeTaskTool(world), FakeMailer(world),
-                   FakeSummarizer(world), settings or Settings())
+        return cls(
+            db,
+            FakeCrm(world),
+            FakeTaskTool(world),
+            FakeMailer(world),
+            FakeSummarizer(world),
+            settings or Settings(),
+        )
 
     @classmethod
     def from_env(cls) -> Services:
         """Services configured by the environment (see the module docstring)."""
         stages = os.environ.get("FOLLOWUP_STAGES")
-        settings = Settings(in_scope_stages=tuple(s.strip() for s in stages.split(",")
-                                                  if s.strip())) if stages else Settings()
+        settings = (
+            Settings(in_scope_stages=tuple(s.strip() for s in stages.split(",") if s.strip()))
+            if stages
+            else Settings()
+        )
         services = cls.fakes(
             Database(os.environ.get("FOLLOWUP_DATABASE", "sqlite:///followup.db")),
-            FakeWorld(os.environ.get("FOLLOWUP_FAKES", "followup-fakes.db")), settings)
+            FakeWorld(os.environ.get("FOLLOWUP_FAKES", "followup-fakes.db")),
+            settings,
+        )
         env = os.environ
         if env.get("ESPOCRM_URL"):
             from machines.followup.espocrm import EspoCrm
@@ -90,19 +100,28 @@ class Services:
         if env.get("CLICKUP_TOKEN"):
             from machines.followup.clickup import ClickUpTasks
 
-            services.tasks = ClickUpTasks(env["CLICKUP_TOKEN"], env.get("CLICKUP_LIST_ID", ""),
-                                          env.get("CLICKUP_KEY_FIELD_ID", ""))
+            services.tasks = ClickUpTasks(
+                env["CLICKUP_TOKEN"],
+                env.get("CLICKUP_LIST_ID", ""),
+                env.get("CLICKUP_KEY_FIELD_ID", ""),
+            )
         if env.get("SMTP_HOST"):
             from machines.smtp import SmtpMailer
 
             services.mail = SmtpMailer(
-                env["SMTP_HOST"], int(env.get("SMTP_PORT", "587")),
-                env.get("MAIL_FROM", "followup@localhost"), username=env.get("SMTP_USERNAME"),
-                password=env.get("SMTP_PASSWORD"), starttls=env.get("SMTP_STARTTLS") == "1")
+                env["SMTP_HOST"],
+                int(env.get("SMTP_PORT", "587")),
+                env.get("MAIL_FROM", "followup@localhost"),
+                username=env.get("SMTP_USERNAME"),
+                password=env.get("SMTP_PASSWORD"),
+                starttls=env.get("SMTP_STARTTLS") == "1",
+            )
         if env.get("MISTRAL_API_KEY"):
             from machines.followup.mistral import MISTRAL_API, ChatSummarizer
 
             services.summarizer = ChatSummarizer(
-                env["MISTRAL_API_KEY"], env.get("MISTRAL_MODEL", "mistral-small-latest"),
-                env.get("MISTRAL_URL", MISTRAL_API))
+                env["MISTRAL_API_KEY"],
+                env.get("MISTRAL_MODEL", "mistral-small-latest"),
+                env.get("MISTRAL_URL", MISTRAL_API),
+            )
         return services

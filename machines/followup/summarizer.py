@@ -34,7 +34,7 @@ def build_prompt(deal_name: str, emails: Sequence[Mapping[str, Any]]) -> str:
     for n, email in enumerate(recent, 1):
         body = " ".join(str(email["body"]).split())
         if len(body) > MAX_BODY:
-            body = body[:MAX_BODY - 1] + "\u2026"
+            body = body[: MAX_BODY - 1] + "\u2026"
         parts.append(f"E-mail {n} from {email['sender']}: {email['subject']}")
         parts.append(body)
     return "\n".join(parts)
@@ -48,6 +48,7 @@ def parse_summary(answer: str) -> str:
         raise SummaryFormatError(f"expected two lines, got {len(lines)}: {answer[:200]!r}")
     for line in lines:
         if len(line) > MAX_LINE:
-            raise SummaryFormatError(f"a line is longer than {MAX_LINE} characters: "
-                                     f"{line[:80]!r}...")
+            raise SummaryFormatError(
+                f"a line is longer than {MAX_LINE} characters: {line[:80]!r}..."
+            )
     return "\n".join(lines)

@@ -48,8 +48,15 @@ class Ledger(Protocol):
 class InvoiceApi(Protocol):
     """Creates invoices; the same ``idempotency_key`` returns the same invoice."""
 
-    def create_invoice(self, order_id: str, customer_id: str, amount_cents: int, currency: str,
-                       *, idempotency_key: str) -> str:
+    def create_invoice(
+        self,
+        order_id: str,
+        customer_id: str,
+        amount_cents: int,
+        currency: str,
+        *,
+        idempotency_key: str,
+    ) -> str:
         """The invoice id."""
         ...
 
@@ -70,8 +77,9 @@ class FakeLedger:
     def customer(self, customer_id: str) -> dict[str, Any]:
         """The customer row."""
         self._check()
-        found = self.world.rows("select id, name, email from customers where id = ?",
-                                (customer_id,))
+        found = self.world.rows(
+            "select id, name, email from customers where id = ?", (customer_id,)
+        )
         if not found:
             raise CustomerNotFound(f"no customer {customer_id!r}")
         return found[0]
@@ -80,15 +88,20 @@ class FakeLedger:
         """Upsert the order's invoice."""
         self._check()
         with self.world.transaction() as tx:
-            tx.execute("insert into invoice_records (order_id, invoice_id) values (?, ?) on "
-                       "conflict (order_id) do update set invoice_id = excluded.invoice_id",
-                       (order_id, invoice_id))
+            tx.execute(
+                "insert into invoice_records (order_id, invoice_id) values (?, ?) on "
+                "conflict (order_id) do update set invoice_id = excluded.invoice_id",
+                (order_id, invoice_id),
+            )
 
     def put_customer(self, customer_id: str, name: str, email: str) -> None:
         """Add a customer (demos and tests)."""
         with self.world.transaction() as tx:
-            tx.execute("insert into customers (id, name, email) values (?, ?, ?) on conflict "
-                       "(id) do nothing", (customer_id, name, email))
+            tx.execute(
+                "insert into customers (id, name, email) values (?, ?, ?) on conflict "
+                "(id) do nothing",
+                (customer_id, name, email),
+            )
 
 
 class FakeInvoiceApi:
@@ -100,8 +113,15 @@ class FakeInvoiceApi:
     def __init__(self, world: FakeWorld) -> None:
         self.world = world
 
-    def create_invoice(self, order_id: str, customer_id: str, amount_cents: int, currency: str,
-                       *, idempotency_key: str) -> str:
+    def create_invoice(
+        self,
+        order_id: str,
+        customer_id: str,
+        amount_cents: int,
+        currency: str,
+        *,
+        idempotency_key: str,
+    ) -> str:
         """An invoice ``INV-<n>``, or the one already made with this key."""
         failure = self.world.trip(self.target)
         if failure is not None:
@@ -109,16 +129,18 @@ class FakeInvoiceApi:
         if amount_cents <= 0:
             raise InvoiceRejected(f"amount must be positive, got {amount_cents}")
         with self.world.transaction() as tx:
-            row = tx.execute("select id from invoices where idempotency_key = ?",
-                             (idempotency_key,)).fetchone()
+            row = tx.execute(
+                "select id from invoices where idempotency_key = ?", (idempotency_key,)
+            ).fetchone()
             if row is not None:
                 return str(row["id"])
             count = tx.execute("select count(*) from invoices").fetchone()[0]
             invoice_id = f"INV-{count + 1:04d}"
-            tx.execute("insert into invoices (id, idempotency_key, order_id, customer_id, "
-                       "amount_cents, currency) values (?, ?, ?, ?, ?, ?)",
-                       (invoice_id, idempotency_key, order_id, customer_id, amount_cents,
-                        currency))
+            tx.execute(
+                "insert into invoices (id, idempotency_key, order_id, customer_id, "
+                "amount_cents, currency) values (?, ?, ?, ?, ?, ?)",
+                (invoice_id, idempotency_key, order_id, customer_id, amount_cents, currency),
+            )
         return invoice_id
 
     def invoices(self) -> list[dict[str, Any]]:

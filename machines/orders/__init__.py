@@ -45,76 +45,113 @@ def _from_input(*fields: str) -> Any:
     return lambda input: {name: (input or {}).get(name) for name in fields}
 
 
-fraud_check = create_machine({
-    "id": "fraud_check",
-    "description": "Scores the card; a risky score waits for a person's decision.",
-    "initial": "scoring",
-    "context": _from_input("order_id", "card", "amount"),
-    "states": {
-        "scoring": {
-            "invoke": {"id": "score", "src": "score_risk",
-                       "input": lambda ctx, ev: {"card": ctx["card"], "amount": ctx["amount"]},
-                       "onDone": [{"guard": "risky", "target": "awaiting_review",
-                                   "actions": "keep_score"},
-                                  {"target": "cleared", "actions": "keep_score"}],
-                       "onError": "rejected"}},
-        "awaiting_review": {
-            "description": "A person approves or rejects the payment.",
-            "on": {"APPROVE": "cleared", "REJECT": "rejected"}},
-        "cleared": {"type": "final", "entry": "tell_payment"},
-        "rejected": {"type": "final", "failure": "fraud check rejected the card"},
+fraud_check = create_machine(
+    {
+        "id": "fraud_check",
+        "description": "Scores the card; a risky score waits for a person's decision.",
+        "initial": "scoring",
+        "context": _from_input("order_id", "card", "amount"),
+        "states": {
+            "scoring": {
+                "invoke": {
+                    "id": "score",
+                    "src": "score_risk",
+                    "input": lambda ctx, ev: {"card": ctx["card"], "amount": ctx["amount"]},
+                    "onDone": [
+                        {"guard": "risky", "target": "awaiting_review", "actions": "keep_score"},
+                        {"target": "cleared", "actions": "keep_score"},
+                    ],
+                    "onError": "rejected",
+                }
+            },
+            "awaiting_review": {
+                "description": "A person approves or rejects the payment.",
+                "on": {"APPROVE": "cleared", "REJECT": "rejected"},
+            },
+            "cleared": {"type": "final", "entry": "tell_payment"},
+            "rejected": {"type": "final", "failure": "fraud check rejected the card"},
+        },
+        "output": lambda ctx, ev: {"score": ctx.get("score")},
     },
-    "output": lambda ctx, ev: {"score": ctx.get("score")},
-}, actors={"score_risk": from_callable(score_risk)},
-   guards={"risky": lambda ctx, ev: ev["output"] >= REVIEW_SCORE},
-   actions={"keep_score": assign({"score": lambda ctx, ev: ev["output"]}),
-            "tell_payment": send_parent(lambda ctx, ev: {"type": "FRAUD_CLEARED",
-                                                         "score": ctx.get("score")})})  # fmt: skip
+    actors={"score_risk": from_callable(score_risk)},
+    guards={"risky": lambda ctx, ev: ev["output"] >= REVIEW_SCORE},
+    actions={
+        "keep_score": assign({"score": lambda ctx, ev: ev["output"]}),
+        "tell_payment": send_parent(
+            lambda ctx, ev: {"type": "FRAUD_CLEARED", "score": ctx.get("score")}
+        ),
+    },
+)
 
-payment = create_machine({
-    "id": "payment",
-    "description": "Checks the card for fraud, then charges it.",
-    "initial": "checking_fraud",
-    "context": _from_input("order_id", "card", "amount"),
-    "states": {
-        "checking_fraud": {
-            "invoke": {"id": "fraud_check", "src": "fraud_check",
-                       "input": lambda ctx, ev: dict(ctx),
-                       "onDone": {"target": "charging", "actions": "keep_risk"},
-                       "onError": "refused"},
-            "on": {"FRAUD_CLEARED": {"actions": "note_cleared"}}},
-        "charging": {
-            "invoke": {"id": "charge", "src": "charge_card",
-                       "input": lambda ctx, ev: {"amount": ctx["amount"]},
-                       "onDone": {"target": "paid", "actions": "keep_receipt"},
-                       "onError": "refused"}},
-        "paid": {"type": "final"},
-        "refused": {"type": "final", "failure": "payment refused"},
+payment = create_machine(
+    {
+        "id": "payment",
+        "description": "Checks the card for fraud, then charges it.",
+        "initial": "checking_fraud",
+        "context": _from_input("order_id", "card", "amount"),
+        "states": {
+            "checking_fraud": {
+                "invoke": {
+                    "id": "fraud_check",
+                    "src": "fraud_check",
+                    "input": lambda ctx, ev: dict(ctx),
+                    "onDone": {"target": "charging", "actions": "keep_risk"},
+                    "onError": "refused",
+                },
+                "on": {"FRAUD_CLEARED": {"actions": "note_cleared"}},
+            },
+            "charging": {
+                "invoke": {
+                    "id": "charge",
+                    "src": "charge_card",
+                    "input": lambda ctx, ev: {"amount": ctx["amount"]},
+                    "onDone": {"target": "paid", "actions": "keep_receipt"},
+                    "onError": "refused",
+                }
+            },
+            "paid": {"type": "final"},
+            "refused": {"type": "final", "failure": "payment refused"},
+        },
+        "output": lambda ctx, ev: {"receipt": ctx.get("receipt"), "risk": ctx.get("risk")},
     },
-    "output": lambda ctx, ev: {"receipt": ctx.get("receipt"), "risk": ctx.get("risk")},
-}, actors={"fraud_check": fraud_check, "charge_card": from_callable(charge_card)},
-   actions={"keep_risk": assign({"risk": lambda ctx, ev: ev["output"]["score"]}),
-            "note_cleared": assign({"cleared_score": lambda ctx, ev: ev["score"]}),
-            "keep_receipt": assign({"receipt": lambda c, e: e["output"]["receipt"]})})  # fmt: skip
+    actors={"fraud_check": fraud_check, "charge_card": from_callable(charge_card)},
+    actions={
+        "keep_risk": assign({"risk": lambda ctx, ev: ev["output"]["score"]}),
+        "note_cleared": assign({"cleared_score": lambda ctx, ev: ev["score"]}),
+        "keep_receipt": assign({"receipt": lambda c, e: e["output"]["receipt"]}),
+    },
+)
 
-order = create_machine({
-    "id": "order",
-    "description": "Takes the payment for an order; a failed payment is handled, not a crash.",
-    "initial": "paying",
-    "context": _from_input("order_id", "card", "amount"),
-    "states": {
-        "paying": {
-            "invoke": {"id": "payment", "src": "payment", "input": lambda ctx, ev: dict(ctx),
-                       "onDone": {"target": "confirmed", "actions": "keep_payment"},
-                       "onError": {"target": "payment_failed", "actions": "keep_problem"}}},
-        "confirmed": {"type": "final"},
-        "payment_failed": {"type": "final",
-                           "description": "The order stays unpaid; the problem is recorded."},
+order = create_machine(
+    {
+        "id": "order",
+        "description": "Takes the payment for an order; a failed payment is handled, not a crash.",
+        "initial": "paying",
+        "context": _from_input("order_id", "card", "amount"),
+        "states": {
+            "paying": {
+                "invoke": {
+                    "id": "payment",
+                    "src": "payment",
+                    "input": lambda ctx, ev: dict(ctx),
+                    "onDone": {"target": "confirmed", "actions": "keep_payment"},
+                    "onError": {"target": "payment_failed", "actions": "keep_problem"},
+                }
+            },
+            "confirmed": {"type": "final"},
+            "payment_failed": {
+                "type": "final",
+                "description": "The order stays unpaid; the problem is recorded.",
+            },
+        },
+        "output": lambda ctx, ev: {"receipt": ctx.get("receipt"), "problem": ctx.get("problem")},
     },
-    "output": lambda ctx, ev: {"receipt": ctx.get("receipt"), "problem": ctx.get("problem")},
-}, actors={"payment": payment},
-   actions={"keep_payment": assign({"receipt": lambda ctx, ev: ev["output"]["receipt"]}),
-            "keep_problem": assign({"problem": lambda ctx, ev: ev["error"]})})  # fmt: skip
+    actors={"payment": payment},
+    actions={
+        "keep_payment": assign({"receipt": lambda ctx, ev: ev["output"]["receipt"]}),
+        "keep_problem": assign({"problem": lambda ctx, ev: ev["error"]}),
+    },
+)
 
 MACHINES: dict[str, Machine] = {m.id: m for m in (order, payment, fraud_check)}
 

@@ -147,9 +147,13 @@ def _open(url: str, max_connections: int) -> Store:
 
         dsn, options = split_postgres_url(url)
         try:
-            return PostgresStore(dsn, max_size=max_connections, schema=options.get("schema"),
-                                 pooler=options.get("pooler"),
-                                 listen_dsn=options.get("listen_dsn"))  # fmt: skip
+            return PostgresStore(
+                dsn,
+                max_size=max_connections,
+                schema=options.get("schema"),
+                pooler=options.get("pooler"),
+                listen_dsn=options.get("listen_dsn"),
+            )
         except StoreURLError:  # (it names the URL already)
             raise
         except ValueError as exc:

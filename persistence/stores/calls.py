@@ -40,10 +40,14 @@ if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no i
 else:
     SQLDialect = object
 
-_CALL_NAMES = ("idempotency_key, run_id{t}, step, call_id, payload, status, attempt, owner, "
-               "lease_expires_at, available_at, details, error, created_at, updated_at")
-_ATTEMPT_NAMES = ("idempotency_key, attempt, run_id{t}, worker, started_at, ended_at, outcome, "
-                  "error_name, message, traceback")
+_CALL_NAMES = (
+    "idempotency_key, run_id{t}, step, call_id, payload, status, attempt, owner, "
+    "lease_expires_at, available_at, details, error, created_at, updated_at"
+)
+_ATTEMPT_NAMES = (
+    "idempotency_key, attempt, run_id{t}, worker, started_at, ended_at, outcome, "
+    "error_name, message, traceback"
+)
 _OPEN = "status IN ('pending', 'running')"
 """A call that may still deliver a result."""
 
@@ -52,8 +56,15 @@ class SQLCalls(SQLDialect):
     """`Calls` in SQL, mixed into `sql.SQLStore` over its dialect hooks."""
 
     # -- written with a step -----------------------------------------------------------------
-    def _insert_calls_in(self, conn: Any, run_id: str, step: int, effects: Sequence[NewEffect],
-                         now: int, lease: tuple[str, int] | None) -> None:  # fmt: skip
+    def _insert_calls_in(
+        self,
+        conn: Any,
+        run_id: str,
+        step: int,
+        effects: Sequence[NewEffect],
+        now: int,
+        lease: tuple[str, int] | None,
+    ) -> None:
         """Record the step's calls (its `CALL` effects): due at once, or with `lease` (owner,
         until) already held by that executor, their first attempts open."""
         rid, ts = self._id(run_id), self._t(now)
@@ -67,22 +78,39 @@ class SQLCalls(SQLDialect):
                 "INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, "
                 "status, attempt, owner, lease_expires_at, available_at, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, rid, step, str(e.payload.get("id")),
-                 self._seal(e.payload, rid, Column.CALL_PAYLOAD),
-                 "pending" if owner is None else "running", 0 if owner is None else 1, owner,
-                 self._t(until), ts, ts, ts),
-            )  # fmt: skip
+                (
+                    key,
+                    rid,
+                    step,
+                    str(e.payload.get("id")),
+                    self._seal(e.payload, rid, Column.CALL_PAYLOAD),
+                    "pending" if owner is None else "running",
+                    0 if owner is None else 1,
+                    owner,
+                    self._t(until),
+                    ts,
+                    ts,
+                    ts,
+                ),
+            )
             if owner is not None:
                 self._exec(
                     conn,
                     "INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, "
                     "started_at) VALUES (?, 1, ?, ?, ?)",
                     (key, rid, owner, ts),
-                )  # fmt: skip
+                )
 
-    def _stop_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str] | None,
-                       before_step: int | None, now: int, why: str,
-                       drop: bool = False) -> None:  # fmt: skip
+    def _stop_calls_in(
+        self,
+        conn: Any,
+        run_id: str,
+        call_ids: Sequence[str] | None,
+        before_step: int | None,
+        now: int,
+        why: str,
+        drop: bool = False,
+    ) -> None:
         """Stop the run's open calls (those of `call_ids` recorded before step `before_step`,
         or all): their running attempts end `stopped`, their results will be dropped; with
         `drop` (the run goes on), a result of theirs queued but not applied is dead-lettered
@@ -103,7 +131,7 @@ class SQLCalls(SQLDialect):
             "WHERE outcome IS NULL AND idempotency_key IN (SELECT idempotency_key FROM "
             f"workflow_calls WHERE {where})",
             (ts, why, *params),
-        )  # fmt: skip
+        )
         self._exec(
             conn,
             "UPDATE workflow_calls SET status = 'stopped', error = ?, owner = NULL, "
@@ -121,19 +149,22 @@ class SQLCalls(SQLDialect):
             (ts, f"the result of a call {why}", rid, *params),
         )
 
-    def _reopen_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str],
-                         now: int) -> None:  # fmt: skip
+    def _reopen_calls_in(self, conn: Any, run_id: str, call_ids: Sequence[str], now: int) -> None:
         """A resumed run's calls again, due at once with the same keys: those of its last step
         that recorded a failed call (as the failed effects of its last failing step run
         again), and those its end stopped while they ran that its snapshot (`call_ids`, its
         children) still invokes."""
         ts, rid = self._t(now), self._id(run_id)
-        again = "(status = 'failed' AND step = (SELECT max(step) FROM workflow_calls c WHERE " \
-            "c.run_id = workflow_calls.run_id AND c.status = 'failed'))"  # fmt: skip
+        again = (
+            "(status = 'failed' AND step = (SELECT max(step) FROM workflow_calls c WHERE "
+            "c.run_id = workflow_calls.run_id AND c.status = 'failed'))"
+        )
         params: list[Any] = [ts, ts, rid]
         if call_ids:
-            again += (f" OR (status = 'stopped' AND error = ? AND call_id IN "
-                      f"({','.join('?' * len(call_ids))}))")
+            again += (
+                f" OR (status = 'stopped' AND error = ? AND call_id IN "
+                f"({','.join('?' * len(call_ids))}))"
+            )
             params += [STOPPED_BY_END, *call_ids]
         self._exec(
             conn,
@@ -145,8 +176,9 @@ class SQLCalls(SQLDialect):
 
     # -- the call executor's ------------------------------------------------------------------
     @retried
-    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
-                    run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
+    def claim_calls(
+        self, owner: str, now: int, lease_ms: int, limit: int, run_id: str | None = None
+    ) -> list[CallRecord]:
         """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
         holder stopped renewing its lease (the attempt it left open is closed `lost`); each
         claim opens the next attempt. A call is not due while an effect its run recorded at
@@ -175,7 +207,7 @@ class SQLCalls(SQLDialect):
                         "message = ? WHERE idempotency_key = ? AND attempt = ? AND "
                         "outcome IS NULL",
                         (ts, "its worker stopped renewing the call's lease", key, attempt),
-                    )  # fmt: skip
+                    )
             keys = [row[0] for row in found]
             marks = ",".join("?" * len(keys))
             rows = self._exec(
@@ -192,12 +224,13 @@ class SQLCalls(SQLDialect):
                     "INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, "
                     "started_at) VALUES (?, ?, ?, ?, ?)",
                     (call.idempotency_key, call.attempt, self._id(call.run_id), owner, ts),
-                )  # fmt: skip
+                )
         return sorted(calls, key=lambda c: keys.index(c.idempotency_key))
 
     @retried
-    def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
-                        lease_ms: int) -> set[str]:  # fmt: skip
+    def heartbeat_calls(
+        self, owner: str, beats: Mapping[str, Any], now: int, lease_ms: int
+    ) -> set[str]:
         """Renew `owner`'s leases of the calls keyed in `beats` (with each call's latest
         heartbeat details, None: unchanged); returns the keys it still holds: a call missing
         from the answer was stopped (or taken over) and must stop."""
@@ -211,10 +244,18 @@ class SQLCalls(SQLDialect):
                     "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
                     "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
                     "AND status = 'running' RETURNING 1",
-                    (expires, ts, None if details is None else self._seal(
-                        details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS), key,
-                     owner),
-                ).fetchall()  # fmt: skip
+                    (
+                        expires,
+                        ts,
+                        None
+                        if details is None
+                        else self._seal(
+                            details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS
+                        ),
+                        key,
+                        owner,
+                    ),
+                ).fetchall()
                 if rows:
                     kept.add(key)
         return kept
@@ -228,15 +269,22 @@ class SQLCalls(SQLDialect):
             "UPDATE workflow_calls SET status = ?, owner = NULL, lease_expires_at = NULL, "
             "error = ?, updated_at = ? WHERE idempotency_key = ? AND owner = ? AND "
             "attempt = ? AND status = 'running' RETURNING 1",
-            (finish.status, finish.end.message if finish.status == "failed" else None, ts,
-             finish.key, finish.owner, finish.attempt),
-        ).fetchall()  # fmt: skip
+            (
+                finish.status,
+                finish.end.message if finish.status == "failed" else None,
+                ts,
+                finish.key,
+                finish.owner,
+                finish.attempt,
+            ),
+        ).fetchall()
         self._end_attempt_in(conn, finish.key, finish.attempt, finish.end, ts)
         return bool(rows)
 
     @retried
-    def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
-                   end: CallEnd) -> bool:  # fmt: skip
+    def retry_call(
+        self, key: str, owner: str, attempt: int, now: int, at: int, end: CallEnd
+    ) -> bool:
         """Give call `key` back to be attempted again at `at` (a transient failure, with the
         same idempotency key); False when `owner` no longer holds it."""
         ts = self._t(now)
@@ -248,7 +296,7 @@ class SQLCalls(SQLDialect):
                 "WHERE idempotency_key = ? AND owner = ? AND attempt = ? AND status = 'running' "
                 "RETURNING 1",
                 (self._t(at), end.message, ts, key, owner, attempt),
-            ).fetchall()  # fmt: skip
+            ).fetchall()
             self._end_attempt_in(conn, key, attempt, end, ts)
             if rows:
                 self._note_run_in(conn, key, attempt, end)
@@ -279,7 +327,7 @@ class SQLCalls(SQLDialect):
             "message = ?, traceback = ? WHERE idempotency_key = ? AND attempt = ? AND "
             "outcome IS NULL",
             (end.outcome, ts, end.error_name, end.message, end.traceback, key, attempt),
-        )  # fmt: skip
+        )
 
     # -- reading -----------------------------------------------------------------------------
     def list_calls(self, run_id: str) -> list[CallRecord]:
@@ -298,8 +346,10 @@ class SQLCalls(SQLDialect):
             "WHERE run_id = ? ORDER BY started_at, idempotency_key, attempt",
             (self._id(run_id),),
         )
-        return [CallAttempt(r[0], r[1], r[2], r[3], self._ms(r[4]), self._ms(r[5]), *r[6:])
-                for r in rows]  # fmt: skip
+        return [
+            CallAttempt(r[0], r[1], r[2], r[3], self._ms(r[4]), self._ms(r[5]), *r[6:])
+            for r in rows
+        ]
 
     def open_calls(self, run_ids: Collection[str]) -> dict[str, list[str]]:
         """The call ids of each run's calls that may still deliver a result."""
@@ -323,8 +373,11 @@ class SQLCalls(SQLDialect):
         problem = None
         try:
             values[4] = self._open(values[4], values[1], Column.CALL_PAYLOAD)
-            values[10] = None if values[10] is None else self._open(values[10], values[1],
-                                                                    Column.CALL_DETAILS)
+            values[10] = (
+                None
+                if values[10] is None
+                else self._open(values[10], values[1], Column.CALL_DETAILS)
+            )
         except PayloadCodecError as exc:
             problem, values[4], values[10] = str(exc), {}, None
         values[8], values[9] = self._ms(values[8]), self._ms(values[9])

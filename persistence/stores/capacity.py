@@ -70,16 +70,35 @@ class SQLCapacity(SQLDialect):
     """`Capacity` in SQL: slots, the queue, the rate window and pauses of named limits."""
 
     if TYPE_CHECKING:  # of the run store it is mixed in with (`sql.SQLRuns`)
-        def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
-                     outcomes: Sequence[EffectOutcome] = (),
-                     start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                     attempt_count: int | None = None) -> bool: ...  # fmt: skip
+
+        def fail_run(
+            self,
+            run_id: str,
+            owner: str,
+            reason: str,
+            now: int,
+            *,
+            outcomes: Sequence[EffectOutcome] = (),
+            start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+            attempt_count: int | None = None,
+        ) -> bool: ...
 
         def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]: ...
 
-    def acquire_capacity(self, name: str, holder: str, run_id: str, owner: str, now: int, *,
-                         max_in_flight: int | None, calls: int | None, per_ms: int,
-                         recheck_ms: int, lease_ms: int) -> Grant:  # fmt: skip
+    def acquire_capacity(
+        self,
+        name: str,
+        holder: str,
+        run_id: str,
+        owner: str,
+        now: int,
+        *,
+        max_in_flight: int | None,
+        calls: int | None,
+        per_ms: int,
+        recheck_ms: int,
+        lease_ms: int,
+    ) -> Grant:
         """Grant a place in limit `name`, or queue the run and release it (see `Capacity`)."""
         rid = self._id(run_id)
 
@@ -88,19 +107,37 @@ class SQLCapacity(SQLDialect):
                 answer = self._without_lock(conn, name, holder, rid, owner, now, recheck_ms)
                 if answer is not None:
                     return answer
-            return self._under_lock(conn, name, holder, rid, owner, now,
-                                    max_in_flight=max_in_flight, calls=calls, per_ms=per_ms,
-                                    recheck_ms=recheck_ms, lease_ms=lease_ms)  # fmt: skip
+            return self._under_lock(
+                conn,
+                name,
+                holder,
+                rid,
+                owner,
+                now,
+                max_in_flight=max_in_flight,
+                calls=calls,
+                per_ms=per_ms,
+                recheck_ms=recheck_ms,
+                lease_ms=lease_ms,
+            )
 
         try:
-            return self._transaction(lambda conn: grant(conn, max_in_flight is not None
-                                                        and calls is None))  # fmt: skip
+            return self._transaction(
+                lambda conn: grant(conn, max_in_flight is not None and calls is None)
+            )
         except _Unanswered:  # (its row locks are gone with its rollback: see the lock order)
             return self._transaction(lambda conn: grant(conn, False))
 
-    def release_capacity(self, name: str, holders: Collection[str], now: int, *,
-                         max_in_flight: int | None, lease_ms: int,
-                         owner: str | None = None) -> list[Handover]:  # fmt: skip
+    def release_capacity(
+        self,
+        name: str,
+        holders: Collection[str],
+        now: int,
+        *,
+        max_in_flight: int | None,
+        lease_ms: int,
+        owner: str | None = None,
+    ) -> list[Handover]:
         """Free `holders`' slots and hand them to the head of the queue: with `owner`, leased to
         it at once (`_hand_over`); else, and for the slots left over, reserved and woken (with
         no holders: only the slots freed by expired leases, as workers do now and then)."""
@@ -108,19 +145,22 @@ class SQLCapacity(SQLDialect):
             return []
         if holders and owner is not None:
             left, handed = self._transaction(
-                lambda conn: self._hand_over(conn, name, holders, owner, now, lease_ms))
+                lambda conn: self._hand_over(conn, name, holders, owner, now, lease_ms)
+            )
             if left:  # a head leased elsewhere, or none: the locked pass, in a transaction
                 # of its own (the heads this one locked are free again: no lock order to keep)
-                self.release_capacity(name, (), now, max_in_flight=max_in_flight,
-                                      lease_ms=lease_ms)  # fmt: skip
+                self.release_capacity(name, (), now, max_in_flight=max_in_flight, lease_ms=lease_ms)
             return self._handovers(handed, owner, now)
 
         def release(conn: Any) -> None:
             self._lock_limit(conn, name, now)
             if holders:
                 marks = ",".join("?" * len(holders))
-                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
-                           f"({marks})", (name, *holders))  # fmt: skip
+                self._exec(
+                    conn,
+                    f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN ({marks})",
+                    (name, *holders),
+                )
             _, woken = self._place(conn, name, None, None, now, max_in_flight, lease_ms)
             self._wake(conn, woken, now)
 
@@ -144,21 +184,34 @@ class SQLCapacity(SQLDialect):
         """The stored names of per-key limit `name`'s shares (`name[<key>]`) that have slots or
         a queue, in name order after `after`: one page of at most `count`."""
         prefix = f"{name}["
-        return [str(n) for (n,) in self._read(
-            "SELECT name FROM workflow_limits WHERE substr(name, 1, ?) = ? AND name > ? AND "
-            "EXISTS (SELECT 1 FROM workflow_capacity c WHERE c.name = workflow_limits.name) "
-            "ORDER BY name LIMIT ?", (len(prefix), prefix, after or "", count))]  # fmt: skip
+        return [
+            str(n)
+            for (n,) in self._read(
+                "SELECT name FROM workflow_limits WHERE substr(name, 1, ?) = ? AND name > ? AND "
+                "EXISTS (SELECT 1 FROM workflow_capacity c WHERE c.name = workflow_limits.name) "
+                "ORDER BY name LIMIT ?",
+                (len(prefix), prefix, after or "", count),
+            )
+        ]
 
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Calls in flight, waiting runs per reason and the pause of every limit."""
         ts = self._t(now)
-        limits, held, waiting = self._read_all([
-            ("SELECT name, paused_until FROM workflow_limits ORDER BY name", ()),
-            ("SELECT name, count(*) FROM workflow_capacity WHERE state = 'held' AND "
-             f"{_LIVE_HOLD} GROUP BY name", (ts,)),
-            ("SELECT waiting_for, count(*) FROM workflow_runs WHERE waiting_for IS NOT NULL "
-             "AND status = 'active' GROUP BY waiting_for", ()),
-        ])  # fmt: skip
+        limits, held, waiting = self._read_all(
+            [
+                ("SELECT name, paused_until FROM workflow_limits ORDER BY name", ()),
+                (
+                    "SELECT name, count(*) FROM workflow_capacity WHERE state = 'held' AND "
+                    f"{_LIVE_HOLD} GROUP BY name",
+                    (ts,),
+                ),
+                (
+                    "SELECT waiting_for, count(*) FROM workflow_runs WHERE waiting_for IS NOT NULL "
+                    "AND status = 'active' GROUP BY waiting_for",
+                    (),
+                ),
+            ]
+        )
         in_flight = {str(n): int(c) for n, c in held}
         waits: dict[str, dict[str, int]] = {}
         for text, count in waiting:
@@ -166,9 +219,15 @@ class SQLCapacity(SQLDialect):
             waits.setdefault(limit, {})[reason] = int(count)
         paused = {str(n): self._ms(p) for n, p in limits}
         names = sorted(set(paused) | set(in_flight) | set(waits))
-        return [LimitUsage(n, in_flight.get(n, 0), waits.get(n, {}),
-                           p if (p := paused.get(n)) is not None and p > now else None)
-                for n in names]  # fmt: skip
+        return [
+            LimitUsage(
+                n,
+                in_flight.get(n, 0),
+                waits.get(n, {}),
+                p if (p := paused.get(n)) is not None and p > now else None,
+            )
+            for n in names
+        ]
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
     def _transaction(self, body: Callable[[Any], T]) -> T:
@@ -183,8 +242,9 @@ class SQLCapacity(SQLDialect):
 
         return run_again(once, "a capacity transaction")
 
-    def _without_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
-                      recheck_ms: int) -> Grant | None:  # fmt: skip
+    def _without_lock(
+        self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int, recheck_ms: int
+    ) -> Grant | None:
         """The two answers that need not the limit's lock (None: ask under it, in this
         transaction: nothing is locked yet). First a read without locks says which, if any,
         applies. A slot reserved for `holder` becomes its own (the count of taken slots does
@@ -211,33 +271,52 @@ class SQLCapacity(SQLDialect):
         if not free_to_go:
             return None  # paused: the locked path says until when
         if state == "reserved":
-            if self._exec(
-                conn,
-                "UPDATE workflow_capacity SET state = 'held', owner = ?, expires_at = NULL WHERE "
-                f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
-                (owner, name, holder, name, ts),
-            ).fetchone() is None:
+            if (
+                self._exec(
+                    conn,
+                    "UPDATE workflow_capacity SET state = 'held', "
+                    "owner = ?, expires_at = NULL WHERE "
+                    f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
+                    (owner, name, holder, name, ts),
+                ).fetchone()
+                is None
+            ):
                 raise _Unanswered
             return self._granted(conn, run_id)
         if not queued or state not in (None, "waiting"):
             return None
-        if self._exec(
-            conn,
-            "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
-            "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
-            "name = ? AND state = 'waiting' AND holder <> ? ORDER BY queued_at DESC, holder "
-            f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
-            "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
-            "workflow_capacity.state = 'waiting' RETURNING 1",
-            (name, holder, run_id, ts, name, holder, name, ts),
-        ).fetchone() is None:
+        if (
+            self._exec(
+                conn,
+                "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
+                "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
+                "name = ? AND state = 'waiting' AND holder <> ? ORDER BY queued_at DESC, holder "
+                f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
+                "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
+                "workflow_capacity.state = 'waiting' RETURNING 1",
+                (name, holder, run_id, ts, name, holder, name, ts),
+            ).fetchone()
+            is None
+        ):
             raise _Unanswered
         self._park(conn, name, holder, run_id, now, recheck_ms)
         return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
 
-    def _under_lock(self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int,
-                    *, max_in_flight: int | None, calls: int | None, per_ms: int,
-                    recheck_ms: int, lease_ms: int) -> Grant:  # fmt: skip
+    def _under_lock(
+        self,
+        conn: Any,
+        name: str,
+        holder: str,
+        run_id: str,
+        owner: str,
+        now: int,
+        *,
+        max_in_flight: int | None,
+        calls: int | None,
+        per_ms: int,
+        recheck_ms: int,
+        lease_ms: int,
+    ) -> Grant:
         """The grant under the limit's lock: its pause, its slots (`_place`) and its rate
         window; the runs woken for slots reserved on the way are written after every slot
         row, before the caller's own run (the module's lock order)."""
@@ -246,8 +325,7 @@ class SQLCapacity(SQLDialect):
             return self._wait(conn, run_id, owner, f"{PAUSED}: {name}", paused)
         granted, woken = True, list[Any]()
         if max_in_flight is not None:
-            granted, woken = self._place(conn, name, holder, run_id, now, max_in_flight,
-                                         lease_ms)  # fmt: skip
+            granted, woken = self._place(conn, name, holder, run_id, now, max_in_flight, lease_ms)
         refused: tuple[str, int] | None = None
         if not granted:
             refused = f"{CAPACITY}: {name}", now + recheck_ms
@@ -256,8 +334,11 @@ class SQLCapacity(SQLDialect):
             if len(window) >= calls:  # (a concurrency place is kept for the next window)
                 refused = f"{RATE}: {name}", window[-calls] + per_ms
             else:
-                self._exec(conn, "UPDATE workflow_limits SET recent = ? WHERE name = ?",
-                           (self._j([*window, now]), name))  # fmt: skip
+                self._exec(
+                    conn,
+                    "UPDATE workflow_limits SET recent = ? WHERE name = ?",
+                    (self._j([*window, now]), name),
+                )
         if max_in_flight is not None and refused is not None:
             self._queue(conn, name, holder, run_id, now)
             if not granted:
@@ -275,8 +356,9 @@ class SQLCapacity(SQLDialect):
             return self._wait(conn, run_id, owner, *refused)
         return self._granted(conn, run_id)
 
-    def _hand_over(self, conn: Any, name: str, holders: Collection[str], owner: str, now: int,
-                   lease_ms: int) -> tuple[int, list[tuple[str, RunRecord]]]:  # fmt: skip
+    def _hand_over(
+        self, conn: Any, name: str, holders: Collection[str], owner: str, now: int, lease_ms: int
+    ) -> tuple[int, list[tuple[str, RunRecord]]]:
         """Free `holders`' slots and give each to the next run in the queue, leased to `owner`
         in this transaction (its slot held by `owner`, its `waiting_for` cleared), without the
         limit's lock: a slot passes from one run to the next, so the count of taken slots
@@ -288,9 +370,16 @@ class SQLCapacity(SQLDialect):
         slots left free and the (holder, run) handed over."""
         ts = self._t(now)
         marks = ",".join("?" * len(holders))
-        freed = sum(1 for (state,) in self._exec(
-            conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN ({marks}) "
-            "RETURNING state", (name, *holders)).fetchall() if state != "waiting")  # fmt: skip
+        freed = sum(
+            1
+            for (state,) in self._exec(
+                conn,
+                f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN ({marks}) "
+                "RETURNING state",
+                (name, *holders),
+            ).fetchall()
+            if state != "waiting"
+        )
         if not freed:
             return 0, []
         heads = self._exec(
@@ -314,14 +403,18 @@ class SQLCapacity(SQLDialect):
         ).fetchall()
         handed = [(place_of[run.id], run) for run in map(self._run, rows)]
         if handed:
-            self._exec(conn, "UPDATE workflow_capacity SET state = 'held', owner = ?, "
-                       f"expires_at = NULL WHERE name = ? AND holder IN "
-                       f"({','.join('?' * len(handed))})",
-                       (owner, name, *[h for h, _ in handed]))  # fmt: skip
+            self._exec(
+                conn,
+                "UPDATE workflow_capacity SET state = 'held', owner = ?, "
+                f"expires_at = NULL WHERE name = ? AND holder IN "
+                f"({','.join('?' * len(handed))})",
+                (owner, name, *[h for h, _ in handed]),
+            )
         return freed - len(handed), handed
 
-    def _handovers(self, handed: list[tuple[str, RunRecord]], owner: str,
-                   now: int) -> list[Handover]:  # fmt: skip
+    def _handovers(
+        self, handed: list[tuple[str, RunRecord]], owner: str, now: int
+    ) -> list[Handover]:
         """The handed runs with their pending work (read under the lease just taken); a row
         that does not parse is failed at once, as a claim fails it."""
         for _, run in handed:
@@ -343,8 +436,16 @@ class SQLCapacity(SQLDialect):
         recent = self._load(row[1])
         return self._ms(row[0]), [int(t) for t in recent] if isinstance(recent, list) else []
 
-    def _place(self, conn: Any, name: str, holder: str | None, run_id: str | None, now: int,
-               max_in_flight: int, lease_ms: int) -> tuple[bool, list[Any]]:  # fmt: skip
+    def _place(
+        self,
+        conn: Any,
+        name: str,
+        holder: str | None,
+        run_id: str | None,
+        now: int,
+        max_in_flight: int,
+        lease_ms: int,
+    ) -> tuple[bool, list[Any]]:
         """Whether `holder` may take a slot now; the other free slots are reserved for the
         head of the queue, whose runs (returned, as parameters) the caller wakes (`_wake`)
         once it has written its slot rows. With `holder` None, only hands slots over."""
@@ -362,8 +463,7 @@ class SQLCapacity(SQLDialect):
         )
         taken = self._exec(
             conn,
-            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', "
-            "'reserved')",
+            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', 'reserved')",
             (name,),
         ).fetchall()
         if holder is not None and (holder,) in taken:
@@ -377,10 +477,16 @@ class SQLCapacity(SQLDialect):
         if not others:
             return granted, []
         # (still waiting: a hand-over may have taken one since it was read)
-        reserved = [str(h) for (h,) in self._exec(
-            conn, "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? WHERE "
-            f"name = ? AND holder IN ({','.join('?' * len(others))}) AND state = 'waiting' "
-            "RETURNING holder", (self._t(now + lease_ms), name, *others)).fetchall()]
+        reserved = [
+            str(h)
+            for (h,) in self._exec(
+                conn,
+                "UPDATE workflow_capacity SET state = 'reserved', expires_at = ? WHERE "
+                f"name = ? AND holder IN ({','.join('?' * len(others))}) AND state = 'waiting' "
+                "RETURNING holder",
+                (self._t(now + lease_ms), name, *others),
+            ).fetchall()
+        ]
         return granted, [others[h] for h in reserved]
 
     def _wake(self, conn: Any, runs: Sequence[Any], now: int) -> None:
@@ -388,9 +494,13 @@ class SQLCapacity(SQLDialect):
         so its run is claimed before any other (as if due long ago, at the top priority)."""
         if runs:
             first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
-            self._exec(conn, "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
-                       f"({','.join('?' * len(runs))}) AND lease_owner IS NULL AND "
-                       "status = 'active'", (first, *runs))  # fmt: skip
+            self._exec(
+                conn,
+                "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
+                f"({','.join('?' * len(runs))}) AND lease_owner IS NULL AND "
+                "status = 'active'",
+                (first, *runs),
+            )
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
         """The first `count` holders in the queue whose runs are still active; places of runs
@@ -415,13 +525,23 @@ class SQLCapacity(SQLDialect):
             if not rows:
                 break
             marks = ",".join("?" * len(rows))
-            active = {str(r) for (r,) in self._exec(
-                conn, f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE id IN ({marks}) AND "
-                "status = 'active'", [self._id(str(r)) for _, r, _ in rows])}  # fmt: skip
+            active = {
+                str(r)
+                for (r,) in self._exec(
+                    conn,
+                    f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE id IN ({marks}) AND "
+                    "status = 'active'",
+                    [self._id(str(r)) for _, r, _ in rows],
+                )
+            }
             gone = [str(h) for h, r, _ in rows if str(r) not in active]
             if gone:
-                self._exec(conn, f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
-                           f"({','.join('?' * len(gone))})", (name, *gone))  # fmt: skip
+                self._exec(
+                    conn,
+                    f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN "
+                    f"({','.join('?' * len(gone))})",
+                    (name, *gone),
+                )
             heads.update((str(h), self._id(str(r))) for h, r, _ in rows if str(r) in active)
             if len(rows) < wanted:  # the queue's end
                 break
@@ -432,8 +552,12 @@ class SQLCapacity(SQLDialect):
         """The run no longer waits for anything."""
         # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
         # of every waiting run, which stale statistics say is empty, instead of one row)
-        self._exec(conn, "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
-                   "coalesce(waiting_for, '') <> ''", (run_id,))  # fmt: skip
+        self._exec(
+            conn,
+            "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
+            "coalesce(waiting_for, '') <> ''",
+            (run_id,),
+        )
         return Grant(True)
 
     def _queue(self, conn: Any, name: str, holder: str, run_id: str, now: int) -> None:
@@ -446,8 +570,9 @@ class SQLCapacity(SQLDialect):
             (name, holder, run_id, self._t(now)),
         )
 
-    def _park(self, conn: Any, name: str, holder: str, run_id: str, now: int,
-              recheck_ms: int) -> None:  # fmt: skip
+    def _park(
+        self, conn: Any, name: str, holder: str, run_id: str, now: int, recheck_ms: int
+    ) -> None:
         """A run of limit `name`'s backlog was refused a slot: queue with it (at most
         `PARK_PAGE`) the due runs no worker has claimed yet whose steps take places of the same
         limit (`workflow_runs.limit_share`, written at their start), each released as a refused
@@ -464,7 +589,9 @@ class SQLCapacity(SQLDialect):
             conn,
             f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE limit_share = ? AND status = "
             "'active' AND waiting_for IS NULL AND lease_owner IS NULL AND wake_at <= ? AND "
-            "id <> ? ORDER BY created_at LIMIT ?", (name, ts, run_id, PARK_PAGE)).fetchall()
+            "id <> ? ORDER BY created_at LIMIT ?",
+            (name, ts, run_id, PARK_PAGE),
+        ).fetchall()
         if not rows:
             return
         ids = [self._id(str(r)) for (r,) in rows]
@@ -474,16 +601,20 @@ class SQLCapacity(SQLDialect):
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
             f"SELECT ?, 'run:' || id{self._TEXT_ID}, id, 'waiting', created_at FROM workflow_runs "
             f"WHERE id IN ({marks}) ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
-            (name, *ids))  # fmt: skip
+            (name, *ids),
+        )
         self._exec(
             conn,
             "UPDATE workflow_capacity SET queued_at = (SELECT created_at FROM workflow_runs WHERE "
-            "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'", (run_id, name, holder))
+            "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'",
+            (run_id, name, holder),
+        )
         self._exec(
             conn,
             "UPDATE workflow_runs SET waiting_for = ?, wake_at = ? WHERE id IN "
             f"({marks}) AND status = 'active' AND lease_owner IS NULL AND waiting_for IS NULL",
-            (f"{CAPACITY}: {name}", self._t(now + recheck_ms), *ids))  # fmt: skip
+            (f"{CAPACITY}: {name}", self._t(now + recheck_ms), *ids),
+        )
 
     def _wait(self, conn: Any, run_id: str, owner: str, reason: str, retry_at: int) -> Grant:
         """Release the run (it waits durably, not in a thread) with `reason` on its row."""

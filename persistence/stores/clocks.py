@@ -64,8 +64,9 @@ class StoreClock:
     """`now()` in the store's time base: `offset + monotonic_ms()`, the offset read by `anchor`
     when first asked (`Store.clock()` makes one; see the module docstring)."""
 
-    def __init__(self, anchor: Callable[[], int],
-                 follow: Callable[[int], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, anchor: Callable[[], int], follow: Callable[[int], None] | None = None
+    ) -> None:
         """`anchor()`: the store time minus `monotonic_ms()` at one instant. `follow(offset)`:
         given, the wall clock is followed when ahead by over `FOLLOW_MS` and each new offset is
         handed to it (to keep)."""
@@ -100,8 +101,7 @@ def server_clock(read: Callable[[], int]) -> StoreClock:
     return StoreClock(anchor)
 
 
-def machine_clock(load: Callable[[str, int], int], keep: Callable[[str, int], None]
-                  ) -> StoreClock:  # fmt: skip
+def machine_clock(load: Callable[[str, int], int], keep: Callable[[str, int], None]) -> StoreClock:
     """A clock of one machine, its anchor shared through the database: `load(boot, offset)`
     returns the offset kept for `boot` (keeping `offset` first if there is none, or if the one
     kept is of another boot); `keep(boot, offset)` moves the kept offset forward to `offset`."""

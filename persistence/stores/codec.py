@@ -78,7 +78,8 @@ class PayloadKeyError(PayloadCodecError):
         self.key_id, self.run_id, self.column = key_id, run_id, column
         super().__init__(
             f"run {run_id}: {column} is encrypted with key {key_id!r}, which is not configured "
-            f"here (set {KEYS_ENV} or {KEYS_FILE_ENV} with that key)")  # fmt: skip
+            f"here (set {KEYS_ENV} or {KEYS_FILE_ENV} with that key)"
+        )
 
 
 class PayloadTamperedError(PayloadCodecError):
@@ -89,7 +90,8 @@ class PayloadTamperedError(PayloadCodecError):
         self.key_id, self.run_id, self.column = key_id, run_id, column
         super().__init__(
             f"run {run_id}: {column} does not decrypt under key {key_id!r} (altered, moved from "
-            "another run or column, or another key under that id)")  # fmt: skip
+            "another run or column, or another key under that id)"
+        )
 
 
 class KeyConfigError(ValueError):
@@ -123,8 +125,10 @@ class KeyRing:
             from cryptography.exceptions import InvalidTag
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-            raise KeyConfigError("encrypted payloads need the 'crypto' extra (cryptography is "
-                                 "not installed): pip install 'statecharts[crypto]'") from exc
+            raise KeyConfigError(
+                "encrypted payloads need the 'crypto' extra (cryptography is "
+                "not installed): pip install 'statecharts[crypto]'"
+            ) from exc
         if not keys:
             raise KeyConfigError("a key ring needs at least one key")
         self._ciphers: dict[str, Any] = {}
@@ -132,15 +136,22 @@ class KeyRing:
             if not _KEY_ID.match(key_id):  # (not shown: it may be a key given the wrong way round)
                 raise KeyConfigError(f"key id of entry {n} is not 1-32 of A-Z a-z 0-9 _ . -")
             if len(key) not in _KEY_SIZES:
-                raise KeyConfigError(f"key {key_id!r}: {len(key)} bytes; an AES key is 16, 24 "
-                                     "or 32 bytes (32 recommended)")  # fmt: skip
+                raise KeyConfigError(
+                    f"key {key_id!r}: {len(key)} bytes; an AES key is 16, 24 "
+                    "or 32 bytes (32 recommended)"
+                )
             if key_id in self._ciphers:
                 raise KeyConfigError(f"key id {key_id!r} is given twice")
             self._ciphers[key_id] = AESGCM(key)
         self.current = keys[0][0]
         self._sealer = self._ciphers[self.current]
         self._refused: tuple[type[Exception], ...] = (
-            InvalidTag, KeyError, TypeError, ValueError, binascii.Error)
+            InvalidTag,
+            KeyError,
+            TypeError,
+            ValueError,
+            binascii.Error,
+        )
 
     @property
     def key_ids(self) -> list[str]:
@@ -172,8 +183,11 @@ class KeyRing:
         if cipher is None:
             raise PayloadKeyError(key_id, run_id, column)
         try:
-            plain = cipher.decrypt(binascii.a2b_base64(envelope["n"]),
-                                   binascii.a2b_base64(envelope["ct"]), aad(run_id, column))
+            plain = cipher.decrypt(
+                binascii.a2b_base64(envelope["n"]),
+                binascii.a2b_base64(envelope["ct"]),
+                aad(run_id, column),
+            )
         except self._refused:
             raise PayloadTamperedError(key_id, run_id, column) from None
         return orjson.loads(plain)
@@ -222,8 +236,9 @@ def parse_keys(text: str, source: str) -> KeyRing:
         raise KeyConfigError(f"{source}: {exc}") from None
 
 
-def keys_from_env(keys_file: str | None = None,
-                  environ: Mapping[str, str] | None = None) -> KeyRing | None:  # fmt: skip
+def keys_from_env(
+    keys_file: str | None = None, environ: Mapping[str, str] | None = None
+) -> KeyRing | None:
     """The key ring of `keys_file`, else of `STATECHARTS_KEYS_FILE`, else of
     `STATECHARTS_KEYS`; None when none is set (payloads are then written in clear)."""
     env = os.environ if environ is None else environ

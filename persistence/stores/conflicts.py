@@ -80,9 +80,16 @@ def run_again(work: Callable[[], T], what: str) -> T:
             if state not in ROLLED_BACK or attempt == ATTEMPTS or ended() != before:
                 raise
             wait_ms = BACKOFF_MS * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-            log.warning("%s was rolled back by the database (SQLSTATE %s: %s); run again in "
-                        "%.0f ms (attempt %d of %d)", what, state, str(exc).splitlines()[0],
-                        wait_ms, attempt + 1, ATTEMPTS)  # fmt: skip
+            log.warning(
+                "%s was rolled back by the database (SQLSTATE %s: %s); run again in "
+                "%.0f ms (attempt %d of %d)",
+                what,
+                state,
+                str(exc).splitlines()[0],
+                wait_ms,
+                attempt + 1,
+                ATTEMPTS,
+            )
             time.sleep(wait_ms / 1000)
     raise AssertionError("unreachable")  # (the last attempt returns or raises)
 

@@ -159,8 +159,9 @@ class PostgresStore(SQLStore):
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     _KEY_SHARE = " FOR KEY SHARE"
     _AS_ID = "CAST({} AS uuid)"
-    _LOCK_TREE = ("SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up "
-                  "WHERE parent IS NULL")  # fmt: skip
+    _LOCK_TREE = (
+        "SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up WHERE parent IS NULL"
+    )
     # (the two-key form: a lock space apart from `_LOCK_TREE`'s one-key locks)
     _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
     _JSON_VERSION = "snapshot->>'version'"
@@ -225,8 +226,9 @@ class PostgresStore(SQLStore):
     # -- plumbing ---------------------------------------------------------------------------
     def _connection(self) -> _Checkout:
         """A pooled connection; connection trouble becomes `StoreUnavailableError`."""
-        return _Checkout(self._pool, None if self._owns_pool else self._configure_new,
-                         self.pooling.begin)
+        return _Checkout(
+            self._pool, None if self._owns_pool else self._configure_new, self.pooling.begin
+        )
 
     _conn = _connection
 
@@ -302,10 +304,15 @@ class PostgresStore(SQLStore):
         found: list[VersionCount] = []
         for name, version in self._read(_VERSION_PAIRS):
             if (name, version) not in wanted:
-                found += [VersionCount(name, version, int(c), lb) for c, lb in self._read(
-                    "SELECT count(*), snapshot->>'version' FROM workflow_runs WHERE "
-                    "workflow_name = ? AND workflow_version = ? AND status = ? GROUP BY 2 "
-                    "ORDER BY 2", (name, version, ACTIVE))]  # fmt: skip
+                found += [
+                    VersionCount(name, version, int(c), lb)
+                    for c, lb in self._read(
+                        "SELECT count(*), snapshot->>'version' FROM workflow_runs WHERE "
+                        "workflow_name = ? AND workflow_version = ? AND status = ? GROUP BY 2 "
+                        "ORDER BY 2",
+                        (name, version, ACTIVE),
+                    )
+                ]
         return found
 
     def wakeup(self) -> Wakeup:
@@ -332,7 +339,9 @@ class PostgresStore(SQLStore):
         counted = self._rows(
             "UPDATE workflow_runs SET waiters = CASE WHEN waited_until > now() THEN waiters + 1 "
             "ELSE 1 END, waited_until = greatest(waited_until, now() + %s * interval '1 ms') "
-            "WHERE id = %s RETURNING 1", (int(seconds * 1000), _uuid(run_id)))  # fmt: skip
+            "WHERE id = %s RETURNING 1",
+            (int(seconds * 1000), _uuid(run_id)),
+        )
         if not counted:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         return True
@@ -340,13 +349,18 @@ class PostgresStore(SQLStore):
     @retried
     def unwatch(self, run_id: str) -> None:
         """One waiter of the run fewer (a killed waiter's count runs out at `waited_until`)."""
-        self._rows("UPDATE workflow_runs SET waiters = greatest(waiters - 1, 0) WHERE id = %s "
-                   "AND waiters > 0 RETURNING 1", (_uuid(run_id),))  # fmt: skip
+        self._rows(
+            "UPDATE workflow_runs SET waiters = greatest(waiters - 1, 0) WHERE id = %s "
+            "AND waiters > 0 RETURNING 1",
+            (_uuid(run_id),),
+        )
 
     def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
-        conn.execute(f"SELECT pg_notify({_CHANNEL}, '{_PROGRESS}:' || id::text) FROM "
-                     "workflow_runs WHERE id = %s AND waiters > 0 AND waited_until > now()",
-                     (_uuid(run_id),))  # fmt: skip
+        conn.execute(
+            f"SELECT pg_notify({_CHANNEL}, '{_PROGRESS}:' || id::text) FROM "
+            "workflow_runs WHERE id = %s AND waiters > 0 AND waited_until > now()",
+            (_uuid(run_id),),
+        )
 
     def _listen(self, wakeup: Wakeup) -> _Listener | None:
         """The listener of this store's wake-ups: on `listen_dsn` if given, else on the store's
@@ -357,8 +371,10 @@ class PostgresStore(SQLStore):
         if self._listen_dsn is not None:
             return _Listener(self._listen_dsn, {"autocommit": True}, path, wakeup, False)
         if self.pooling.mode == "transaction":
-            log.info("behind a transaction pooler with no listen_dsn: other processes' "
-                     "starts and events are found by polling")  # fmt: skip
+            log.info(
+                "behind a transaction pooler with no listen_dsn: other processes' "
+                "starts and events are found by polling"
+            )
             return None
         return _Listener(self._conninfo, self._kwargs, path, wakeup, self.pooling.mode is None)
 
@@ -419,34 +435,59 @@ class PostgresStore(SQLStore):
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
         rid = _canonical(run.id)
-        effects_rows = [{"k": idempotency_key(rid, 1, e.index), "i": e.index, "kind": e.kind,
-                         "payload": e.payload} for e in effects if not is_call(e)]
-        calls = [{"k": idempotency_key(rid, 1, e.index), "id": e.payload.get("id"),
-                  "payload": e.payload} for e in effects if is_call(e)]  # fmt: skip
+        effects_rows = [
+            {
+                "k": idempotency_key(rid, 1, e.index),
+                "i": e.index,
+                "kind": e.kind,
+                "payload": e.payload,
+            }
+            for e in effects
+            if not is_call(e)
+        ]
+        calls = [
+            {"k": idempotency_key(rid, 1, e.index), "id": e.payload.get("id"), "payload": e.payload}
+            for e in effects
+            if is_call(e)
+        ]
         snapshot: Any = run.snapshot
         if self._ring is not None:  # (nothing more to do in clear: the hot path as it was)
             snapshot = self._ring.seal(snapshot, rid, Column.SNAPSHOT)
             _seal_rows({"effects": effects_rows, "calls": calls}, self._ring, rid)
         params = {
-            "id": run.id, "name": run.workflow_name, "wv": run.workflow_version, "key": run.key,
-            "state": run.state, "snapshot": _json(snapshot), "status": run.status,
-            "attempts": run.attempt_count, "now": now, "completed": completed_at,
-            "failed": failed_at, "last_error": run.last_error, "wake": run.wake_at,
-            "traceparent": run.traceparent, "owner": run.lease_owner,
+            "id": run.id,
+            "name": run.workflow_name,
+            "wv": run.workflow_version,
+            "key": run.key,
+            "state": run.state,
+            "snapshot": _json(snapshot),
+            "status": run.status,
+            "attempts": run.attempt_count,
+            "now": now,
+            "completed": completed_at,
+            "failed": failed_at,
+            "last_error": run.last_error,
+            "wake": run.wake_at,
+            "traceparent": run.traceparent,
+            "owner": run.lease_owner,
             "lease": run.wake_at if run.lease_owner else None,
-            "claims": int(bool(run.lease_owner)), "parent": run.parent_run_id,
-            "invoke": run.parent_invoke_id, "priority": run.priority,
+            "claims": int(bool(run.lease_owner)),
+            "parent": run.parent_run_id,
+            "invoke": run.parent_invoke_id,
+            "priority": run.priority,
             "effects": _json(effects_rows),
-        }  # fmt: skip
+        }
         if calls:
             owner, until = run.call_lease if run.call_lease is not None else (None, None)
-            params.update(calls=_json(calls), call_owner=owner, call_lease=until,
-                          unowned=owner is None)  # fmt: skip
+            params.update(
+                calls=_json(calls), call_owner=owner, call_lease=until, unowned=owner is None
+            )
         # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
         # see the winner; the second attempt sees it.
         for _ in range(3):
-            row = _execute_hot(conn, _CREATE_RUN_WITH_CALLS if calls else _CREATE_RUN, params,
-                               binary=True).fetchone()  # fmt: skip
+            row = _execute_hot(
+                conn, _CREATE_RUN_WITH_CALLS if calls else _CREATE_RUN, params, binary=True
+            ).fetchone()
             if row is not None:
                 values, created = list(row[:-1]), bool(row[-1])
                 if created:  # (the snapshot inserted is not sent back: parsing it cost more)
@@ -455,16 +496,26 @@ class PostgresStore(SQLStore):
                 return self._run(values), created
         raise ConflictError(f"could not insert or find run with key {run.key!r}")
 
-    def _lease(self, owner: str, now: int, expires: int, limit: int,
-               pairs: list[tuple[str, str]] | None, with_work: bool
-               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
+    def _lease(
+        self,
+        owner: str,
+        now: int,
+        expires: int,
+        limit: int,
+        pairs: list[tuple[str, str]] | None,
+        with_work: bool,
+    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
         """Find and lease in one statement, skipping rows other workers lock; asked
         `with_work`, a second statement in the same round trip reads the leased runs' pending
         effects and queued events."""
         params = {
-            "now": to_ts(now), "exp": to_ts(expires), "limit": limit, "owner": owner,
-            "names": [n for n, _ in pairs or ()], "versions": [v for _, v in pairs or ()],
-        }  # fmt: skip
+            "now": to_ts(now),
+            "exp": to_ts(expires),
+            "limit": limit,
+            "owner": owner,
+            "names": [n for n, _ in pairs or ()],
+            "versions": [v for _, v in pairs or ()],
+        }
         # A lease need not reach the disk before the claimer works: lost in a server crash, it
         # only leaves the run claimable again, every step's commit checks the lease (so
         # nothing is written under a lost one), and that synchronous commit flushes the
@@ -499,29 +550,41 @@ class PostgresStore(SQLStore):
         """A run's pending work as `_WORK_ARRAYS` aggregates it; a payload that does not open
         (a missing key) makes it the work's `problem`, for the run to be failed with."""
         try:
-            return PendingWork([self._pending_effect(run_id, e) for e in effects],
-                               [self._pending_event(run_id, i) for i in inbox])  # fmt: skip
+            return PendingWork(
+                [self._pending_effect(run_id, e) for e in effects],
+                [self._pending_event(run_id, i) for i in inbox],
+            )
         except PayloadCodecError as exc:
             return PendingWork([], [], str(exc))
 
     def _pending_effect(self, run_id: str, item: list[Any]) -> EffectRecord:
         """An outbox row as `_lease` aggregates it (`_EFFECT_ITEM`)."""
         key, step, index, kind, payload, status, result, error, created, updated = item
-        return EffectRecord(key, run_id, step, index, kind,
-                            self._open(payload, run_id, Column.EFFECT_PAYLOAD), status,
-                            None if result is None
-                            else self._open(result, run_id, Column.EFFECT_RESULT),
-                            error, created, updated)  # fmt: skip
+        return EffectRecord(
+            key,
+            run_id,
+            step,
+            index,
+            kind,
+            self._open(payload, run_id, Column.EFFECT_PAYLOAD),
+            status,
+            None if result is None else self._open(result, run_id, Column.EFFECT_RESULT),
+            error,
+            created,
+            updated,
+        )
 
     def _pending_event(self, run_id: str, item: list[Any]) -> InboxEvent:
         """An inbox row as `_lease` aggregates it (`_INBOX_ITEM`)."""
         inbox_id, event, created, traceparent = item
-        return InboxEvent(inbox_id, run_id, self._open(event, run_id, Column.EVENT), created,
-                          traceparent)  # fmt: skip
+        return InboxEvent(
+            inbox_id, run_id, self._open(event, run_id, Column.EVENT), created, traceparent
+        )
 
     @retried
-    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
-                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
+    def commit_steps(
+        self, commits: Sequence[StepCommit], now: int, *, cancelled: list[str] | None = None
+    ) -> list[int | None]:
         """Write several runs' steps in one statement (one round trip, one commit): each row is
         written only under its lease and version, and its outbox, inbox and journal rows only
         with it, so a step that lost its run writes nothing (None) and the others are kept."""
@@ -543,13 +606,15 @@ class PostgresStore(SQLStore):
             cancelled.extend(ended)
         return versions
 
-    def _commit_all_in(self, conn: Any, commits: Sequence[StepCommit], now: int,
-                       cancelled: list[str]) -> list[int | None]:  # fmt: skip
+    def _commit_all_in(
+        self, conn: Any, commits: Sequence[StepCommit], now: int, cancelled: list[str]
+    ) -> list[int | None]:
         """The batch as one statement on `conn` (in autocommit, its own transaction), then
         what the written steps do to other runs (`_step_extras_in`: in a transaction)."""
         ids = [_uuid(commit.run_id) for commit in commits]
-        written = {r[0]: r[1] for r in _execute_hot(conn, *_steps_statement(commits, ids, now,
-                                                                            self._ring))}
+        written = {
+            r[0]: r[1] for r in _execute_hot(conn, *_steps_statement(commits, ids, now, self._ring))
+        }
         for commit in commits:  # (rare: a run failed, or has child runs)
             if _has_extras(commit) and _uuid(commit.run_id) in written:
                 for run, _ in commit.start_runs:
@@ -557,8 +622,9 @@ class PostgresStore(SQLStore):
                 self._step_extras_in(conn, commit, now, cancelled)
         return [written.get(run_id) for run_id in ids]
 
-    def _commit_later_in(self, conn: Any, commit: StepCommit, now: int,
-                         cancelled: list[str]) -> Callable[[], int | None]:  # fmt: skip
+    def _commit_later_in(
+        self, conn: Any, commit: StepCommit, now: int, cancelled: list[str]
+    ) -> Callable[[], int | None]:
         if _has_extras(commit):  # (they need to know it was written)
             return super()._commit_later_in(conn, commit, now, cancelled)
         run_id = _uuid(commit.run_id)
@@ -589,52 +655,73 @@ class PostgresStore(SQLStore):
                 raise
 
     @retried
-    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
-                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
-                      traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None,
-                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
+    def send_and_step(
+        self,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        *,
+        traceparent: str | None = None,
+        cancelled: list[str] | None = None,
+        rest: RunRecord | None = None,
+        finish: CallFinish | None = None,
+    ) -> tuple[int, int | None]:
         """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
         (`_step_from_rest`), and only if it was not written the locked read and the step."""
         if rest is not None and _uuid(rest.id) == _uuid(run_id):
             written = self._step_from_rest(rest, event, now, step, traceparent, finish)
             if written is not None:
                 return written
-        return super().send_and_step(run_id, event, now, step, traceparent=traceparent,
-                                     cancelled=cancelled, finish=finish)  # fmt: skip
+        return super().send_and_step(
+            run_id, event, now, step, traceparent=traceparent, cancelled=cancelled, finish=finish
+        )
 
     @retried
-    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
-                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                     cancelled: list[str] | None = None,
-                     rests: Mapping[str, RunRecord] | None = None,
-                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+    def finish_calls(
+        self,
+        ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        cancelled: list[str] | None = None,
+        rests: Mapping[str, RunRecord] | None = None,
+    ) -> list[tuple[int, int | None]]:
         """`SQLStore.finish_calls`; first every end whose run is in `rests` as its step from
         rest (`_steps_from_rest`), all of them pipelined in one transaction: one round trip
         and one commit for the burst; the ends whose steps were not written (the run moved
         on, or none was tried) then as `SQLStore.finish_calls` writes them."""
         known = rests or {}
-        tried = [(i, known[run_id], event, None, finish)
-                 for i, (finish, run_id, event) in enumerate(ends)
-                 if run_id in known and _uuid(known[run_id].id) == _uuid(run_id)]  # fmt: skip
+        tried = [
+            (i, known[run_id], event, None, finish)
+            for i, (finish, run_id, event) in enumerate(ends)
+            if run_id in known and _uuid(known[run_id].id) == _uuid(run_id)
+        ]
         written = self._steps_from_rest(tried, now, step)
         left = [end for i, end in enumerate(ends) if i not in written]
         others = iter(super().finish_calls(left, now, step, cancelled) if left else [])
         return [written[i] if i in written else next(others) for i in range(len(ends))]
 
-    def _step_from_rest(self, rest: RunRecord, event: Mapping[str, Any], now: int,
-                        step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                        traceparent: str | None,
-                        finish: CallFinish | None = None) -> tuple[int, int] | None:  # fmt: skip
+    def _step_from_rest(
+        self,
+        rest: RunRecord,
+        event: Mapping[str, Any],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        traceparent: str | None,
+        finish: CallFinish | None = None,
+    ) -> tuple[int, int] | None:
         """The sent event's step computed from `rest`, written only if the run is still at
         rest at that version (`_FROM_REST_RUN`), in one round trip (`_steps_from_rest`). The
         inbox id and new version; None when the step was not written (nothing was) or not
         tried."""
         return self._steps_from_rest([(0, rest, event, traceparent, finish)], now, step).get(0)
 
-    def _steps_from_rest(self, sends: Sequence[_FromRest], now: int,
-                         step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                         ) -> dict[int, tuple[int, int]]:  # fmt: skip
+    def _steps_from_rest(
+        self,
+        sends: Sequence[_FromRest],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+    ) -> dict[int, tuple[int, int]]:
         """Each sent event's step computed from its run's `rest`, written only if the run is
         still at rest at that version (`_FROM_REST_RUN`), all in one round trip: BEGIN, per
         run the row lock and the step's statement (in one lock order), and COMMIT pipelined.
@@ -648,8 +735,12 @@ class PostgresStore(SQLStore):
         for i, rest, event, traceparent, finish in sends:
             sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
             commit = step(rest, PendingWork([], [sent]))
-            if (commit is None or not (commit.unleased and commit.release)
-                    or commit.effect_outcomes or _has_extras(commit)):  # fmt: skip
+            if (
+                commit is None
+                or not (commit.unleased and commit.release)
+                or commit.effect_outcomes
+                or _has_extras(commit)
+            ):
                 continue
             check_status(commit.status)
             planned.append((i, *_from_rest_statement(commit, rest, now, self._ring, finish)))
@@ -692,9 +783,12 @@ class _Checkout:
 
     __slots__ = ("_begin", "_configure", "_conn", "_pool")
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool[Any],
-                 configure: Callable[[psycopg.Connection[Any]], None] | None,
-                 begin: bytes | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        configure: Callable[[psycopg.Connection[Any]], None] | None,
+        begin: bytes | None,
+    ) -> None:
         self._pool, self._configure, self._begin = pool, configure, begin
 
     def __enter__(self) -> psycopg.Connection[Any]:
@@ -717,8 +811,9 @@ class _Checkout:
             raise
         return conn
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: Any) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         conn, error = self._conn, exc
         try:
             if conn.closed:
@@ -747,8 +842,9 @@ class _Checkout:
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
-def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
-             binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
+def _execute(
+    conn: psycopg.Connection[Any], query: str, params: Any, binary: bool = False
+) -> psycopg.Cursor[Any]:
     """`conn.execute` on the connection's own cursor, for a result fetched before the next
     statement on it, or never read (in a pipeline, each statement whose result is read later
     needs a cursor of its own): one cursor kept per connection (a new one per statement cost
@@ -760,8 +856,9 @@ def _execute(conn: psycopg.Connection[Any], query: str, params: Any,
     return cursor.execute(_encoded(query), params, binary=binary)
 
 
-def _execute_hot(conn: psycopg.Connection[Any], query: str, params: Any,
-                 binary: bool = False) -> psycopg.Cursor[Any]:  # fmt: skip
+def _execute_hot(
+    conn: psycopg.Connection[Any], query: str, params: Any, binary: bool = False
+) -> psycopg.Cursor[Any]:
     """`_execute` for a hot statement with a small result (a start's insert, a step's commit)
     on a cursor kept for that statement: psycopg keeps a cursor's adapters (the parameters'
     dumpers, the columns' loaders) only while it runs the same query object again, and on the
@@ -810,9 +907,13 @@ def _store_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
-                     ring: PayloadCodec | None, from_rest: str | None = None
-                     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def _steps_statement(
+    commits: Sequence[StepCommit],
+    ids: list[str],
+    now: int,
+    ring: PayloadCodec | None,
+    from_rest: str | None = None,
+) -> tuple[str, dict[str, Any]]:
     """The one statement (and its parameters) that writes `commits` (`_steps_sql`): one
     commit's run row as plain parameters (`_one_run_sql`), a batch's as a JSON row set; its
     payloads sealed by `ring` when there is one."""
@@ -821,11 +922,16 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     params = _steps_params(commits, now, with_runs=not one, tracebacks=failing)
     if ring is not None:
         _seal_rows(params, ring)
-    present = {"outcomes": params["outcomes"], "effects": params["effects"],
-               "inbox": params["inbox"] and not from_rest,  # (its event has no row)
-               "calls": params["calls"], "stops": params["stops"],
-               "journal": params["journal"], "dead": params["dead"],
-               "search": params["search"]}  # fmt: skip
+    present = {
+        "outcomes": params["outcomes"],
+        "effects": params["effects"],
+        "inbox": params["inbox"] and not from_rest,  # (its event has no row)
+        "calls": params["calls"],
+        "stops": params["stops"],
+        "journal": params["journal"],
+        "dead": params["dead"],
+        "search": params["search"],
+    }
     parts = tuple(name for name, rows in present.items() if rows)
     for name in parts if one else ("steps", *parts):  # (the others are not in the statement)
         params[name] = _json(params[name])
@@ -842,18 +948,30 @@ def _steps_statement(commits: Sequence[StepCommit], ids: list[str], now: int,
     return _steps_sql(parts, form, failing), params
 
 
-def _run_params(commit: StepCommit, run_id: str, now: int,
-                ring: PayloadCodec | None) -> dict[str, Any]:  # fmt: skip
+def _run_params(
+    commit: StepCommit, run_id: str, now: int, ring: PayloadCodec | None
+) -> dict[str, Any]:
     """One step's run row as the plain parameters of `_one_run_sql` and `_FROM_REST_RUN`."""
     completed_at, failed_at = completion_times(commit.status, now)
-    snapshot = commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id,
-                                                              Column.SNAPSHOT)  # fmt: skip
-    return {"id": run_id, "expected": commit.expected_version, "owner": commit.owner,
-            "state": commit.state, "snapshot": _json(snapshot), "status": commit.status,
-            "attempts": commit.attempt_count, "last_error": commit.last_error,
-            "wv": commit.workflow_version, "completed": completed_at, "failed": failed_at,
-            "lease": commit.lease_until, "wake": commit.wake_at,
-            "outcome_count": len(commit.effect_outcomes)}
+    snapshot = (
+        commit.snapshot if ring is None else ring.seal(commit.snapshot, run_id, Column.SNAPSHOT)
+    )
+    return {
+        "id": run_id,
+        "expected": commit.expected_version,
+        "owner": commit.owner,
+        "state": commit.state,
+        "snapshot": _json(snapshot),
+        "status": commit.status,
+        "attempts": commit.attempt_count,
+        "last_error": commit.last_error,
+        "wv": commit.workflow_version,
+        "completed": completed_at,
+        "failed": failed_at,
+        "lease": commit.lease_until,
+        "wake": commit.wake_at,
+        "outcome_count": len(commit.effect_outcomes),
+    }
 
 
 def _uuid_array(ids: list[str]) -> str:
@@ -863,28 +981,40 @@ def _uuid_array(ids: list[str]) -> str:
     return "{" + ",".join(ids) + "}"
 
 
-def _from_rest_statement(commit: StepCommit, rest: RunRecord, now: int,
-                         ring: PayloadCodec | None, finish: CallFinish | None = None
-                         ) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def _from_rest_statement(
+    commit: StepCommit,
+    rest: RunRecord,
+    now: int,
+    ring: PayloadCodec | None,
+    finish: CallFinish | None = None,
+) -> tuple[str, dict[str, Any]]:
     """`_steps_statement` of a step computed from `rest` (`_FROM_REST_RUN`): the sent event
     is not in the inbox (nothing to consume), the run's columns are plain parameters; with
     `finish`, the step of a call's result, with the call's end (`_FINISH_FROM_REST_RUN`).
     A sealed snapshot is never sealed twice alike (a new nonce each time), so with a `ring`
     the row is matched by its version alone (`was` NULL): an envelope cannot be edited by
     hand into another valid one, and one rewritten by `reencrypt` holds the same value."""
-    sql, params = _steps_statement([commit], [_uuid(rest.id)], now, ring,
-                                   from_rest="finish" if finish else "rest")  # fmt: skip
+    sql, params = _steps_statement(
+        [commit], [_uuid(rest.id)], now, ring, from_rest="finish" if finish else "rest"
+    )
     if finish is not None:
         end = finish.end
         params.update(
-            call_key=finish.key, call_owner=finish.owner, call_attempt=finish.attempt,
-            call_status=finish.status, call_error=end.message if finish.status == "failed"
-            else None, outcome=end.outcome, error_name=end.error_name, message=end.message,
-            traceback=end.traceback)  # fmt: skip
+            call_key=finish.key,
+            call_owner=finish.owner,
+            call_attempt=finish.attempt,
+            call_status=finish.status,
+            call_error=end.message if finish.status == "failed" else None,
+            outcome=end.outcome,
+            error_name=end.error_name,
+            message=end.message,
+            traceback=end.traceback,
+        )
     params.update(
         was=None if ring is not None else _json(rest.snapshot),
         was_version=rest.workflow_version,
-        due=commit.wake_at is not None and commit.wake_at <= now)  # fmt: skip
+        due=commit.wake_at is not None and commit.wake_at <= now,
+    )
     return sql, params
 
 
@@ -953,7 +1083,8 @@ def _lease_sql(filtered: bool, order: str) -> str:
         "UPDATE workflow_runs r SET lease_owner = %(owner)s, lease_expires_at = %(exp)s, "
         "wake_at = %(exp)s, claim_count = r.claim_count + 1 FROM picked "
         "WHERE r.id = picked.id RETURNING "
-        + RUN_COLUMNS.replace("id::text", "r.id::text").replace("lease_owner", "r.lease_owner")
+        + RUN_COLUMNS.replace("id::text", "r.id::text")
+        .replace("lease_owner", "r.lease_owner")
         .replace("wake_at", "r.wake_at")
         + ", picked.lease_owner, picked.wake_at"
     )
@@ -1008,10 +1139,11 @@ _CREATE_CALLS = f"""), calls AS (
     WHERE NOT %(unowned)s
 )"""
 _CREATE_RUN_WITH_CALLS = _CREATE_RUN.replace(
-    f"THEN {_WAKE_CALL} END",
-    f"OR %(unowned)s THEN {_WAKE_CALL} END").replace("\n)\nSELECT", _CREATE_CALLS + "\nSELECT", 1)
+    f"THEN {_WAKE_CALL} END", f"OR %(unowned)s THEN {_WAKE_CALL} END"
+).replace("\n)\nSELECT", _CREATE_CALLS + "\nSELECT", 1)
 """`_CREATE_RUN` with the first step's calls (`workflow_calls`), leased to the starter's
 executor (their first attempts open) or due for any worker's (woken)."""
+
 
 class _Listener:
     """A thread with a connection of its own that LISTENs on the wake-up channel and turns
@@ -1020,15 +1152,15 @@ class _Listener:
     whether to stop, and leave wake-ups to polling, on finding a pooler in between (one in
     transaction mode would take the `LISTEN` to a server connection other clients get)."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], path: bytes | None,
-                 wakeup: Wakeup, check: bool) -> None:  # fmt: skip
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], path: bytes | None, wakeup: Wakeup, check: bool
+    ) -> None:
         self._conninfo, self._kwargs, self._wakeup = conninfo, kwargs, wakeup
         self._path, self._check = path, check
         self._closed = threading.Event()
         self.listening = threading.Event()
         """Set while the connection LISTENs (a waiter relies on NOTIFYs only then)."""
-        self._thread = threading.Thread(target=self._listen, name="statecharts-listen",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._listen, name="statecharts-listen", daemon=True)
         self._thread.start()
 
     def close(self, wake: Callable[[], None]) -> None:
@@ -1047,10 +1179,12 @@ class _Listener:
             try:
                 with psycopg.connect(self._conninfo, **self._kwargs) as conn:
                     if self._check and behind_pooler(conn):
-                        log.warning("wake-up listener: a connection pooler is in between, "
-                                    "which may not carry LISTEN: other processes' work is "
-                                    "found by polling (set ?pooler=session to listen through "
-                                    "it, or ?listen_dsn= to listen directly)")  # fmt: skip
+                        log.warning(
+                            "wake-up listener: a connection pooler is in between, "
+                            "which may not carry LISTEN: other processes' work is "
+                            "found by polling (set ?pooler=session to listen through "
+                            "it, or ?listen_dsn= to listen directly)"
+                        )
                         return
                     if self._path is not None:
                         conn.execute(self._path)
@@ -1071,8 +1205,11 @@ class _Listener:
                                 self._wakeup.notify(run_id or None)
             except psycopg.Error as exc:
                 self.listening.clear()
-                log.warning("wake-up listener: %s; reconnecting in %.1fs (workers poll "
-                            "meanwhile)", exc, backoff)  # fmt: skip
+                log.warning(
+                    "wake-up listener: %s; reconnecting in %.1fs (workers poll meanwhile)",
+                    exc,
+                    backoff,
+                )
                 self._closed.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
@@ -1131,8 +1268,11 @@ _ONE_RUN_SET = f"""
         failed_at = coalesce(r.failed_at, {_at("failed")}), version = %(expected)s::bigint + 1,"""
 """The columns one step writes in its run row, as plain parameters (`_FROM_REST_RUN`,
 `_one_run_sql`); each adds how it holds the lease and which row it may write."""
-_FROM_REST_RUN = """
-WITH run AS (""" + _ONE_RUN_SET + f"""
+_FROM_REST_RUN = (
+    """
+WITH run AS ("""
+    + _ONE_RUN_SET
+    + f"""
         wake_at = {_at("wake")}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND r.lease_owner IS NULL
       AND r.status = 'active' AND r.snapshot = coalesce(%(was)s, r.snapshot)
@@ -1142,6 +1282,7 @@ WITH run AS (""" + _ONE_RUN_SET + f"""
                       WHERE e.run_id = r.id AND e.status = 'pending')
     RETURNING r.id, r.version, r.snapshot, {_TOLD}
 )"""
+)
 """The run's row written by a step computed from the run as last committed here
 (`send_and_step`'s `rest`): what `_STEPS_RUNS` writes for an unleased step that releases the
 run and executed nothing (so no outcomes, no lease to take or give back), as plain parameters
@@ -1151,14 +1292,22 @@ with the snapshot and definition the step was computed from (the version alone d
 hand edit of the row, which must never be overwritten: a row that does not restore is failed
 by a claim, as it is), active, held by nobody, no event waiting before the sent one and no
 effect waiting to run."""
-_FINISH_FROM_REST_RUN = _FROM_REST_RUN.replace("\nWITH run AS (", """
+_FINISH_FROM_REST_RUN = (
+    _FROM_REST_RUN.replace(
+        "\nWITH run AS (",
+        """
 WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
       AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
-), run AS (""", 1).replace(
-    f"    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
-    f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
-    1) + f"""
+), run AS (""",
+        1,
+    ).replace(
+        f"    RETURNING r.id, r.version, r.snapshot, {_TOLD}\n)",
+        f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING "
+        f"r.id, r.version, r.snapshot, {_TOLD}\n)",
+        1,
+    )
+    + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
         error = %(call_error)s, updated_at = {_NOW}
@@ -1169,6 +1318,7 @@ WITH held AS (
     FROM run WHERE a.idempotency_key = %(call_key)s AND a.attempt = %(call_attempt)s::integer
       AND a.outcome IS NULL
 )"""
+)
 """`_FROM_REST_RUN` for the step that applies a call's result (`send_and_step`'s `finish`),
 written with the call's end only while its holder still holds it (the call's row locked):
 one round trip for a call's end and the step it feeds."""
@@ -1270,8 +1420,9 @@ _STEPS_RESULT = f"\nSELECT id::text, version, {_TELL_WAITERS} FROM run"
 
 
 @lru_cache(maxsize=64)
-def _steps_sql(parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch",
-               tracebacks: bool = False) -> str:  # fmt: skip
+def _steps_sql(
+    parts: tuple[str, ...], run: str | tuple[str, bool, bool] = "batch", tracebacks: bool = False
+) -> str:
     """The one statement that commits steps, with only the parts it needs (fewer
     sub-statements to plan and run on the hot path); `run`: how it writes the run rows, a
     batch's (`_STEPS_RUNS`), one step computed from rest (`"rest"`: `_FROM_REST_RUN`,
@@ -1295,8 +1446,11 @@ def _with_error_traceback(sql: str, batch: bool) -> str:
     from its JSON row set, one step's as the parameter `error_traceback`): only the rare step
     that fails its run names the column, so the hot statements stay as they were."""
     value = "b.error_traceback" if batch else "%(error_traceback)s"
-    written = sql.replace("last_error = coalesce(", f"error_traceback = coalesce({value}, "
-                          "r.error_traceback),\n        last_error = coalesce(", 1)  # fmt: skip
+    written = sql.replace(
+        "last_error = coalesce(",
+        f"error_traceback = coalesce({value}, r.error_traceback),\n        last_error = coalesce(",
+        1,
+    )
     if batch:
         written = written.replace("unleased boolean)", "unleased boolean, error_traceback text)", 1)
     assert written.count("error_traceback") == (4 if batch else 3), written
@@ -1311,16 +1465,22 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     if lease == "release":
         held = f"lease_owner = NULL, lease_expires_at = NULL, wake_at = {_at('wake')}"
     else:
-        held = ("lease_owner = %(owner)s, "
-                + ("claim_count = r.claim_count + 1, " if unleased else "")
-                + f"lease_expires_at = coalesce({_at('lease')}, r.lease_expires_at), "
-                f"wake_at = coalesce({_at('lease')}, r.wake_at)")  # fmt: skip
-    holder = ("r.lease_owner IS NULL AND r.status = 'active'" if unleased
-              else "r.lease_owner = %(owner)s")  # fmt: skip
-    pending = ("\n      AND (SELECT count(*) FROM workflow_effects e WHERE e.run_id = r.id"
-               " AND e.status = 'pending' AND e.idempotency_key IN (SELECT o.k FROM "
-               "jsonb_to_recordset(%(outcomes)s) AS o(k text))) = %(outcome_count)s"
-               if outcomes else "")  # fmt: skip
+        held = (
+            "lease_owner = %(owner)s, "
+            + ("claim_count = r.claim_count + 1, " if unleased else "")
+            + f"lease_expires_at = coalesce({_at('lease')}, r.lease_expires_at), "
+            f"wake_at = coalesce({_at('lease')}, r.wake_at)"
+        )
+    holder = (
+        "r.lease_owner IS NULL AND r.status = 'active'" if unleased else "r.lease_owner = %(owner)s"
+    )
+    pending = (
+        "\n      AND (SELECT count(*) FROM workflow_effects e WHERE e.run_id = r.id"
+        " AND e.status = 'pending' AND e.idempotency_key IN (SELECT o.k FROM "
+        "jsonb_to_recordset(%(outcomes)s) AS o(k text))) = %(outcome_count)s"
+        if outcomes
+        else ""
+    )
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
@@ -1328,8 +1488,9 @@ WITH run AS ({_ONE_RUN_SET} {held}
 )"""
 
 
-def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = True,
-                  tracebacks: bool = False) -> dict[str, Any]:  # fmt: skip
+def _steps_params(
+    commits: Sequence[StepCommit], now: int, with_runs: bool = True, tracebacks: bool = False
+) -> dict[str, Any]:
     """The batch as JSON row sets, one per table the statement writes (`with_runs`: the
     runs' rows too, `steps`; `tracebacks`: with their `error_traceback`)."""
     steps: list[dict[str, Any]] = []
@@ -1344,52 +1505,110 @@ def _steps_params(commits: Sequence[StepCommit], now: int, with_runs: bool = Tru
     for c in commits:
         if with_runs:
             completed_at, failed_at = completion_times(c.status, now)
-            steps.append({
-                "id": c.run_id, "expected": c.expected_version, "owner": c.owner,
-                "state": c.state, "snapshot": c.snapshot, "status": c.status,
-                "attempts": c.attempt_count, "last_error": c.last_error,
-                "wv": c.workflow_version, "completed": completed_at, "failed": failed_at,
-                "release": c.release, "lease": c.lease_until, "wake": c.wake_at,
-                "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
-                "unleased": c.unleased,
-            })  # fmt: skip
+            steps.append(
+                {
+                    "id": c.run_id,
+                    "expected": c.expected_version,
+                    "owner": c.owner,
+                    "state": c.state,
+                    "snapshot": c.snapshot,
+                    "status": c.status,
+                    "attempts": c.attempt_count,
+                    "last_error": c.last_error,
+                    "wv": c.workflow_version,
+                    "completed": completed_at,
+                    "failed": failed_at,
+                    "release": c.release,
+                    "lease": c.lease_until,
+                    "wake": c.wake_at,
+                    "outcome_keys": [o.idempotency_key for o in c.effect_outcomes],
+                    "unleased": c.unleased,
+                }
+            )
             if tracebacks:
                 steps[-1]["error_traceback"] = c.error_traceback
-        outcomes += [{"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result,
-                      "e": o.error} for o in c.effect_outcomes]  # fmt: skip
+        outcomes += [
+            {"run": c.run_id, "k": o.idempotency_key, "s": o.status, "r": o.result, "e": o.error}
+            for o in c.effect_outcomes
+        ]
         step = c.expected_version + 1
-        effects += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
-                     "i": e.index, "kind": e.kind, "payload": e.payload}
-                    for e in c.new_effects if not is_call(e)]  # fmt: skip
+        effects += [
+            {
+                "run": c.run_id,
+                "k": idempotency_key(_uuid(c.run_id), step, e.index),
+                "i": e.index,
+                "kind": e.kind,
+                "payload": e.payload,
+            }
+            for e in c.new_effects
+            if not is_call(e)
+        ]
         owner, lease = c.call_lease if c.call_lease is not None else (None, None)
-        calls += [{"run": c.run_id, "k": idempotency_key(_uuid(c.run_id), step, e.index),
-                   "id": e.payload.get("id"), "payload": e.payload, "owner": owner,
-                   "lease": lease} for e in c.new_effects if is_call(e)]  # fmt: skip
+        calls += [
+            {
+                "run": c.run_id,
+                "k": idempotency_key(_uuid(c.run_id), step, e.index),
+                "id": e.payload.get("id"),
+                "payload": e.payload,
+                "owner": owner,
+                "lease": lease,
+            }
+            for e in c.new_effects
+            if is_call(e)
+        ]
         reason = STOPPED_BY_EXIT if c.status == ACTIVE else STOPPED_BY_END
-        stops += [{"run": c.run_id, "id": i, "reason": reason, "drop": c.status == ACTIVE,
-                   "keep": list(c.consumed_inbox)} for i in c.stop_calls]  # fmt: skip
+        stops += [
+            {
+                "run": c.run_id,
+                "id": i,
+                "reason": reason,
+                "drop": c.status == ACTIVE,
+                "keep": list(c.consumed_inbox),
+            }
+            for i in c.stop_calls
+        ]
         inbox += [{"run": c.run_id, "id": i} for i in c.consumed_inbox]
         if c.status != ACTIVE:  # its still-queued events become dead letters
-            dead.append({"run": c.run_id, "reason": ended_reason(c.status),
-                         "keep": list(c.consumed_inbox)})
-        journal += [{"run": c.run_id, "n": len(journal) + n, "event": j.event,
-                     "before": j.state_before, "after": j.state_after, "inbox": j.inbox_id,
-                     "last": n == len(c.journal) - 1}  # (its row keeps the step's snapshot)
-                    for n, j in enumerate(c.journal)]  # fmt: skip
+            dead.append(
+                {"run": c.run_id, "reason": ended_reason(c.status), "keep": list(c.consumed_inbox)}
+            )
+        journal += [
+            {
+                "run": c.run_id,
+                "n": len(journal) + n,
+                "event": j.event,
+                "before": j.state_before,
+                "after": j.state_after,
+                "inbox": j.inbox_id,
+                "last": n == len(c.journal) - 1,
+            }  # (its row keeps the step's snapshot)
+            for n, j in enumerate(c.journal)
+        ]
         search += [{"run": c.run_id, "name": n, "value": v} for n, v in c.search.items()]
-    return {"steps": steps, "outcomes": outcomes, "effects": effects, "inbox": inbox,
-            "calls": calls, "stops": stops, "journal": journal, "dead": dead,
-            "search": search, "now": now}  # fmt: skip
+    return {
+        "steps": steps,
+        "outcomes": outcomes,
+        "effects": effects,
+        "inbox": inbox,
+        "calls": calls,
+        "stops": stops,
+        "journal": journal,
+        "dead": dead,
+        "search": search,
+        "now": now,
+    }
 
 
 def _seal_rows(params: Mapping[str, Any], ring: PayloadCodec, run_id: str | None = None) -> None:
     """The payloads of `_steps_params`' row sets (those of them in `params`) sealed in
     place, each for its run (its `run`, or `run_id` for a new run's rows, which have none)."""
-    for name, field, column in (("steps", "snapshot", Column.SNAPSHOT),
-                                ("outcomes", "r", Column.EFFECT_RESULT),
-                                ("effects", "payload", Column.EFFECT_PAYLOAD),
-                                ("calls", "payload", Column.CALL_PAYLOAD),
-                                ("journal", "event", Column.JOURNAL)):  # fmt: skip
+    for name, field, column in (
+        ("steps", "snapshot", Column.SNAPSHOT),
+        ("outcomes", "r", Column.EFFECT_RESULT),
+        ("effects", "payload", Column.EFFECT_PAYLOAD),
+        ("calls", "payload", Column.CALL_PAYLOAD),
+        ("journal", "event", Column.JOURNAL),
+    ):
         for row in params.get(name, ()):
             owner = run_id or _uuid(row["id"] if name == "steps" else row["run"])
             row[field] = ring.seal(row[field], owner, column)
@@ -1434,11 +1653,13 @@ def _create_schema(dsn: str, name: str, kwargs: dict[str, Any], where: str) -> N
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
     except psycopg.OperationalError as exc:
         raise refused_options(exc, where) or StoreUnavailableError(
-            f"PostgreSQL unavailable: {exc}") from exc
+            f"PostgreSQL unavailable: {exc}"
+        ) from exc
 
 
-def _pool_timeout(pool: psycopg_pool.ConnectionPool[Any],
-                  exc: psycopg_pool.PoolTimeout) -> StoreError:  # fmt: skip
+def _pool_timeout(
+    pool: psycopg_pool.ConnectionPool[Any], exc: psycopg_pool.PoolTimeout
+) -> StoreError:
     """The store's error for a pool that gave no connection in time, with the cause: the pool
     retries failed connections quietly, so one direct attempt, as the pool connects, says
     whether the server refuses them (and why) or every connection was busy."""
@@ -1448,6 +1669,8 @@ def _pool_timeout(pool: psycopg_pool.ConnectionPool[Any],
         psycopg.connect(conninfo, **{**kwargs, "connect_timeout": 2}).close()
     except psycopg.Error as cause:
         return refused_options(cause, redact(conninfo)) or StoreUnavailableError(
-            f"PostgreSQL unavailable: {exc}; a new connection fails: {cause}")
-    return StoreUnavailableError(f"PostgreSQL unavailable: {exc} (all {pool.max_size} "
-                                 "connections of the pool in use)")  # fmt: skip
+            f"PostgreSQL unavailable: {exc}; a new connection fails: {cause}"
+        )
+    return StoreUnavailableError(
+        f"PostgreSQL unavailable: {exc} (all {pool.max_size} connections of the pool in use)"
+    )

@@ -51,7 +51,11 @@ class RunStore(Protocol):
     """Runs and steps: what the runtime and its workers write and read to move runs on."""
 
     def create_run(
-        self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
+        self,
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+        *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
         key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
@@ -73,23 +77,37 @@ class RunStore(Protocol):
         """The active run of `workflow_name` with idempotency key `key`, if any."""
         ...
 
-    def cancel_run(self, run_id: str, now: int, reason: str | None = None, *,
-                   cancelled: list[str] | None = None) -> str:  # fmt: skip
+    def cancel_run(
+        self,
+        run_id: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        cancelled: list[str] | None = None,
+    ) -> str:
         """Cancel a run: `"cancelled"` if done now, `"requested"` if a worker holds its lease (a
         cancel event is queued for it), `"finished"` if the run had already ended. Its active
         child runs are cancelled with it, recursively. `cancelled` (see `commit_steps`) gets
         the run's workflow name too when this call cancelled it."""
         ...
 
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
-                   traceparent: str | None = None) -> int:
+    def send_event(
+        self, run_id: str, event: Mapping[str, Any], now: int, *, traceparent: str | None = None
+    ) -> int:
         """Queue an event for an active run (with the sender's `traceparent`); return its
         inbox id. `RunFinishedError` if the run has ended, `RunNotFoundError` if it does not
         exist."""
         ...
 
-    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
-                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+    def send_delivery(
+        self,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        delivery_id: str,
+        *,
+        traceparent: str | None = None,
+    ) -> tuple[int, bool]:
         """`send_event` at most once per run and `delivery_id` (a webhook's delivery id): the
         delivery is recorded durably with the queued event, in its transaction. Returns the
         inbox id and True, or, for a delivery already recorded, the inbox id its event got and
@@ -100,11 +118,18 @@ class RunStore(Protocol):
         """Events queued for the run, oldest first."""
         ...
 
-    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
-                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
-                      traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None,
-                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
+    def send_and_step(
+        self,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        *,
+        traceparent: str | None = None,
+        cancelled: list[str] | None = None,
+        rest: RunRecord | None = None,
+        finish: CallFinish | None = None,
+    ) -> tuple[int, int | None]:
         """`send_event` with the step that applies the event folded into its transaction:
         the run's row is locked, the event queued, and `step` is handed the run with its
         pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
@@ -142,9 +167,14 @@ class RunStore(Protocol):
         `(workflow_name, workflow_version)` pairs the caller can step (None: any)."""
         ...
 
-    def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
-                   versions: Collection[tuple[str, str]] | None = None
-                   ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
+    def claim_work(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None = None,
+    ) -> list[tuple[RunRecord, PendingWork]]:
         """`claim_runs` with each claimed run's `pending_work`, read after the lease is set (in
         the same round trip where the database allows); what a worker does. Unlike
         `claim_runs`, a claimed row that does not parse is returned leased, with its `problem`
@@ -156,18 +186,33 @@ class RunStore(Protocol):
         """Extend the leases `owner` still holds among `run_ids`; return those ids."""
         ...
 
-    def release(self, run_id: str, owner: str, wake_at: int | None, *,
-                attempt_count: int | None = None, last_error: str | None = None) -> bool:
+    def release(
+        self,
+        run_id: str,
+        owner: str,
+        wake_at: int | None,
+        *,
+        attempt_count: int | None = None,
+        last_error: str | None = None,
+    ) -> bool:
         """Give up a lease without stepping; `wake_at` is when the run next needs a worker
         (a transient failure: its backoff, with the attempt and error shown on the row).
         False if `owner` no longer held it."""
         ...
 
-    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
-                 outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None,
-                 error_traceback: str | None = None) -> bool:
+    def fail_run(
+        self,
+        run_id: str,
+        owner: str,
+        reason: str,
+        now: int,
+        *,
+        outcomes: Sequence[EffectOutcome] = (),
+        start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        attempt_count: int | None = None,
+        cancelled: list[str] | None = None,
+        error_traceback: str | None = None,
+    ) -> bool:
         """End a run leased by `owner` as `error` with `reason`, without rewriting its snapshot
         (which may be what cannot be stored or read): record `outcomes` (so those effects never
         run again), dead-letter its queued events, journal the failure and create `start_runs`
@@ -182,8 +227,16 @@ class RunStore(Protocol):
         and failed it (`StepCommit.error_traceback`, `fail_run`); None if none was."""
         ...
 
-    def resume_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
-                   now: int, *, withdraw: tuple[str, str] | None = None) -> RunRecord:
+    def resume_run(
+        self,
+        run_id: str,
+        expected_version: int,
+        snapshot: JSONDict,
+        state: str,
+        now: int,
+        *,
+        withdraw: tuple[str, str] | None = None,
+    ) -> RunRecord:
         """Make a failed run active again from `snapshot` (the state it failed in): its failed
         effects of the last step that had any are pending again, it is due now, and the resume
         is journaled. `RunFinishedError` unless the run is `error` at `expected_version`.
@@ -201,8 +254,9 @@ class RunStore(Protocol):
         """Write one step atomically (see `StepCommit`); return the run's new version."""
         ...
 
-    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
-                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
+    def commit_steps(
+        self, commits: Sequence[StepCommit], now: int, *, cancelled: list[str] | None = None
+    ) -> list[int | None]:
         """Write the steps of several runs in one transaction (one commit to disk), each under
         its own lease and version check: per commit, the run's new version, or None where that
         step was not written (nothing of it is; the others are). One commit per run.
@@ -278,8 +332,7 @@ class RunQueries(Protocol):
         applied (by which step, into which state: its journal entry), or dead-lettered."""
         ...
 
-    def match_ids(self, query: RunQuery, after: str | None = None,
-                  limit: int = 500) -> list[str]:  # fmt: skip
+    def match_ids(self, query: RunQuery, after: str | None = None, limit: int = 500) -> list[str]:
         """Ids of up to `limit` runs matching `query`, in id order, after the id `after`: the
         pages of a bulk action, stable whatever the action does to the runs it has passed."""
         ...
@@ -375,9 +428,16 @@ class Coordination(Protocol):
         fired)."""
         ...
 
-    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
-                      buffered_at: int | None,
-                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+    def skip_schedule(
+        self,
+        name: str,
+        expected_version: int,
+        decided_to: int,
+        now: int,
+        *,
+        buffered_at: int | None,
+        skipped: Sequence[Mapping[str, Any]],
+    ) -> bool:
         """Advance schedule `name` to `decided_to` without starting a run: its slots up to
         there were skipped (`skipped`, appended to its skips) or buffered (`buffered_at`).
         False (and nothing written) if the schedule is no longer at `expected_version`."""
@@ -425,18 +485,36 @@ class Capacity(Protocol):
     comes back when its lease expires); a run that must wait is released in the same
     transaction, with the reason on its row and its wake-up time set."""
 
-    def acquire_capacity(self, name: str, holder: str, run_id: str, owner: str, now: int, *,
-                         max_in_flight: int | None, calls: int | None, per_ms: int,
-                         recheck_ms: int, lease_ms: int) -> Grant:
+    def acquire_capacity(
+        self,
+        name: str,
+        holder: str,
+        run_id: str,
+        owner: str,
+        now: int,
+        *,
+        max_in_flight: int | None,
+        calls: int | None,
+        per_ms: int,
+        recheck_ms: int,
+        lease_ms: int,
+    ) -> Grant:
         """Take a place in limit `name` for `holder` (a call's key, or a run) of `run_id`,
         leased by `owner`: granted (a slot held, a call counted in the rate window), or not
         (the run is queued for a slot in arrival order, its lease released, `waiting_for`
         set and its wake-up time `retry_at`)."""
         ...
 
-    def release_capacity(self, name: str, holders: Collection[str], now: int, *,
-                         max_in_flight: int | None, lease_ms: int,
-                         owner: str | None = None) -> list[Handover]:
+    def release_capacity(
+        self,
+        name: str,
+        holders: Collection[str],
+        now: int,
+        *,
+        max_in_flight: int | None,
+        lease_ms: int,
+        owner: str | None = None,
+    ) -> list[Handover]:
         """Give back `holders`' slots of `name` and hand the freed ones to the first runs in
         the queue. With `owner` (a worker that will step them at once), each freed slot goes
         straight to the next queued run, leased to `owner` in the same transaction and
@@ -466,20 +544,23 @@ class Calls(Protocol):
     """Calls beside their runs (`stores/calls.py`): leased by a worker's call executor, their
     results queued in their runs' inboxes, stopped by the steps that leave their states."""
 
-    def claim_calls(self, owner: str, now: int, lease_ms: int, limit: int,
-                    run_id: str | None = None) -> list[CallRecord]:  # fmt: skip
+    def claim_calls(
+        self, owner: str, now: int, lease_ms: int, limit: int, run_id: str | None = None
+    ) -> list[CallRecord]:
         """Lease up to `limit` due calls (of `run_id` only, if given; or calls whose holder
         stopped renewing its lease), each claim opening the call's next attempt; a call is
         not due while an effect its run recorded at or before its step is pending."""
         ...
 
-    def heartbeat_calls(self, owner: str, beats: Mapping[str, Any], now: int,
-                        lease_ms: int) -> set[str]:  # fmt: skip
+    def heartbeat_calls(
+        self, owner: str, beats: Mapping[str, Any], now: int, lease_ms: int
+    ) -> set[str]:
         """Renew `owner`'s call leases (with heartbeat details); the keys it still holds."""
         ...
 
-    def retry_call(self, key: str, owner: str, attempt: int, now: int, at: int,
-                   end: CallEnd) -> bool:  # fmt: skip
+    def retry_call(
+        self, key: str, owner: str, attempt: int, now: int, at: int, end: CallEnd
+    ) -> bool:
         """Give a call back to be attempted again at `at`; False when `owner` lost it."""
         ...
 
@@ -487,11 +568,14 @@ class Calls(Protocol):
         """Show on a call's run that the call failed transiently `attempt` times."""
         ...
 
-    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
-                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                     cancelled: list[str] | None = None,
-                     rests: Mapping[str, RunRecord] | None = None,
-                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+    def finish_calls(
+        self,
+        ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        cancelled: list[str] | None = None,
+        rests: Mapping[str, RunRecord] | None = None,
+    ) -> list[tuple[int, int | None]]:
         """`send_and_step` with its `finish` for each (call end, run id, result event) of a
         burst of ends, all in one transaction (at most one end per run): per end, the inbox id
         and the run's new version (None: queued for a worker; (0, None): dropped, its holder
@@ -517,9 +601,16 @@ class Lifecycle(Protocol):
     """The run lifecycle around the steps: retention (purge ended runs, keep their keys for a
     while), and fork and reset from a journal step's snapshot (`stores/lifecycle.py`)."""
 
-    def purge_runs(self, ended_before: int, now: int, *, workflow: str | None = None,
-                   limit: int = PURGE_BATCH, keep_keys_until: int | None = None,
-                   dry_run: bool = False) -> list[PurgedRun]:  # fmt: skip
+    def purge_runs(
+        self,
+        ended_before: int,
+        now: int,
+        *,
+        workflow: str | None = None,
+        limit: int = PURGE_BATCH,
+        keep_keys_until: int | None = None,
+        dry_run: bool = False,
+    ) -> list[PurgedRun]:
         """Delete up to `limit` ended runs that ended before `ended_before` (of `workflow`
         only, if given), oldest end first, with everything stored for them (journal, effects,
         inbox and dead letters, calls and their attempts, deliveries, fork links), in one
@@ -546,16 +637,27 @@ class Lifecycle(Protocol):
         that recorded one, or None."""
         ...
 
-    def fork_run(self, run: NewRun, source: str, step: int, effects: Sequence[NewEffect],
-                 now: int) -> RunRecord:  # fmt: skip
+    def fork_run(
+        self, run: NewRun, source: str, step: int, effects: Sequence[NewEffect], now: int
+    ) -> RunRecord:
         """Insert `run` (version 1, from the snapshot after step `step` of run `source`) with
         `effects` (its calls in flight, recorded afresh), linked to `source` (`Fork`), its
         first journal row the fork, in one transaction."""
         ...
 
-    def reset_run(self, run_id: str, expected_version: int, snapshot: JSONDict, state: str,
-                  wake_at: int | None, step: int, effects: Sequence[NewEffect], now: int, *,
-                  search: Sequence[tuple[str, str]] = ()) -> RunRecord:  # fmt: skip
+    def reset_run(
+        self,
+        run_id: str,
+        expected_version: int,
+        snapshot: JSONDict,
+        state: str,
+        wake_at: int | None,
+        step: int,
+        effects: Sequence[NewEffect],
+        now: int,
+        *,
+        search: Sequence[tuple[str, str]] = (),
+    ) -> RunRecord:
         """Make the failed run active again from `snapshot` (after its journal step `step`):
         its open calls are stopped and its pending effects skipped, `effects` (the calls in
         flight at that step) recorded afresh at the new version, its search attributes set to
@@ -567,15 +669,15 @@ class Lifecycle(Protocol):
         """Where run `run_id` was forked from, if it is a fork."""
         ...
 
-    def call_starts(self, run_id: str, call_ids: Collection[str],
-                    step: int) -> dict[str, tuple[str, JSONDict]]:  # fmt: skip
+    def call_starts(
+        self, run_id: str, call_ids: Collection[str], step: int
+    ) -> dict[str, tuple[str, JSONDict]]:
         """For each of `call_ids` the run started by step `step`: (outbox kind, the payload
         of its newest start), from its calls or, for a limited call site, its effects."""
         ...
 
 
-class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Lifecycle, Payloads,
-            Protocol):
+class Store(RunStore, RunQueries, Coordination, Capacity, Calls, Lifecycle, Payloads, Protocol):
     """The whole storage contract (the three concerns plus the schema), implemented once in
     SQL by `persistence.stores.sql.SQLStore` for SQLite, PostgreSQL and memory."""
 

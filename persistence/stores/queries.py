@@ -61,8 +61,9 @@ def run_query_sql(
         clauses.append(f"CAST(id AS TEXT) LIKE {mark} ESCAPE '\\'")  # PostgreSQL: a uuid
         params.append(_like_escaped(query.id_prefix) + "%")
     for name, value in query.search:  # (each answered from workflow_search_value, index-only)
-        clauses.append(f"id IN (SELECT run_id FROM workflow_search WHERE name = {mark} AND "
-                       f"value = {mark})")  # fmt: skip
+        clauses.append(
+            f"id IN (SELECT run_id FROM workflow_search WHERE name = {mark} AND value = {mark})"
+        )
         params += [name, value]
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
@@ -78,23 +79,41 @@ def broken_reason(problems: Sequence[str]) -> str:
 
 
 _RUN_FIELDS: tuple[tuple[str, Any], ...] = (
-    ("id", str), ("workflow_name", str), ("workflow_version", str), ("key", (str, type(None))),
-    ("state", str), ("snapshot", dict), ("status", str), ("attempt_count", int),
-    ("created_at", int), ("updated_at", int), ("completed_at", (int, type(None))),
-    ("failed_at", (int, type(None))), ("last_error", (str, type(None))),
-    ("wake_at", (int, type(None))), ("lease_owner", (str, type(None))),
-    ("lease_expires_at", (int, type(None))), ("version", int), ("claim_count", int),
-    ("traceparent", (str, type(None))), ("parent_run_id", (str, type(None))),
-    ("parent_invoke_id", (str, type(None))), ("priority", int),
+    ("id", str),
+    ("workflow_name", str),
+    ("workflow_version", str),
+    ("key", (str, type(None))),
+    ("state", str),
+    ("snapshot", dict),
+    ("status", str),
+    ("attempt_count", int),
+    ("created_at", int),
+    ("updated_at", int),
+    ("completed_at", (int, type(None))),
+    ("failed_at", (int, type(None))),
+    ("last_error", (str, type(None))),
+    ("wake_at", (int, type(None))),
+    ("lease_owner", (str, type(None))),
+    ("lease_expires_at", (int, type(None))),
+    ("version", int),
+    ("claim_count", int),
+    ("traceparent", (str, type(None))),
+    ("parent_run_id", (str, type(None))),
+    ("parent_invoke_id", (str, type(None))),
+    ("priority", int),
     ("waiting_for", (str, type(None))),
 )
 
 _EMPTY_OF: dict[Any, Any] = {str: "", int: 0, dict: {}}
 
 
-def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
-              previous_owner: str | None = None, due_at: int | None = None,
-              opens: Callable[[Any, str], Any] | None = None) -> RunRecord:  # fmt: skip
+def parse_run(
+    values: list[Any],
+    loads: Callable[[Any], Any] | None = None,
+    previous_owner: str | None = None,
+    due_at: int | None = None,
+    opens: Callable[[Any, str], Any] | None = None,
+) -> RunRecord:
     """A `RunRecord` from a row's values in `RunRecord` field order (the snapshot as text when
     `loads` is given; a sealed snapshot opened by `opens`, given it and the run id). A row
     that does not parse (or whose snapshot does not open: a missing key) is never an
@@ -119,6 +138,10 @@ def parse_run(values: list[Any], loads: Callable[[Any], Any] | None = None,
             problems.append(f"{name} holds {type(value).__name__} {value!r:.40}")
             values[i] = None if isinstance(kind, tuple) else _EMPTY_OF[kind]
     if problems:
-        return RunRecord(*values, problem=broken_reason(problems),  # type: ignore[misc]
-                         previous_owner=previous_owner, due_at=due_at)
+        return RunRecord(
+            *values,
+            problem=broken_reason(problems),  # type: ignore[misc]
+            previous_owner=previous_owner,
+            due_at=due_at,
+        )
     return RunRecord(*values, previous_owner=previous_owner, due_at=due_at)  # type: ignore[misc]

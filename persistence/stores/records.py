@@ -41,8 +41,9 @@ def stored_key_problem(key: str) -> str | None:
     size = len(key.encode("utf-8", "surrogatepass"))
     if size <= MAX_STORED_KEY_BYTES:
         return None
-    return (f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most "
-            f"{MAX_STORED_KEY_BYTES}")
+    return (
+        f"{key[:40]!r}... is {size} bytes in UTF-8; a run's key is at most {MAX_STORED_KEY_BYTES}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +150,14 @@ class NewRun:
         # error-workflow and scheduled runs, so both stores refuse the same keys.
         problem = None if self.key is None else stored_key_problem(self.key)
         if problem is not None:
-            whose = "run key" if self.parent_invoke_id is None else (
-                f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "
-                "'/', the invoke id)")
+            whose = (
+                "run key"
+                if self.parent_invoke_id is None
+                else (
+                    f"key of the child run invoked as {self.parent_invoke_id!r} (the parent's key, "
+                    "'/', the invoke id)"
+                )
+            )
             raise StoreEncodingError(f"the {whose} {problem}")
 
 
@@ -580,9 +586,11 @@ class RunPurgedError(StoreError):
     def __init__(self, tombstone: Tombstone) -> None:
         self.tombstone = tombstone
         self.run_id = tombstone.run_id
-        super().__init__(f"run {tombstone.run_id} of {tombstone.workflow_name!r} with key "
-                         f"{tombstone.key!r} was started, has ended and was purged; not "
-                         "started again")  # fmt: skip
+        super().__init__(
+            f"run {tombstone.run_id} of {tombstone.workflow_name!r} with key "
+            f"{tombstone.key!r} was started, has ended and was purged; not "
+            "started again"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,23 +44,34 @@ class SQLReencrypt(SQLDialect):
         the ring, or in clear) under the current key; see the module's docstring."""
         ring = self._ring
         if ring is None:
-            raise KeyConfigError("reencrypt needs the keys: set STATECHARTS_KEYS or "
-                                 "STATECHARTS_KEYS_FILE (the new key first)")  # fmt: skip
+            raise KeyConfigError(
+                "reencrypt needs the keys: set STATECHARTS_KEYS or "
+                "STATECHARTS_KEYS_FILE (the new key first)"
+            )
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         report = ReencryptReport()
         for table, key, run_column, column, name in PAYLOAD_COLUMNS:
             after: tuple[Any, ...] | None = None
             while True:
-                after = self._reencrypt_batch(table, key, run_column, column, name, after,
-                                              batch, report)  # fmt: skip
+                after = self._reencrypt_batch(
+                    table, key, run_column, column, name, after, batch, report
+                )
                 if after is None:
                     break
         return report
 
-    def _reencrypt_batch(self, table: str, key: tuple[str, ...], run_column: str, column: str,
-                         name: str, after: tuple[Any, ...] | None, batch: int,
-                         report: ReencryptReport) -> tuple[Any, ...] | None:  # fmt: skip
+    def _reencrypt_batch(
+        self,
+        table: str,
+        key: tuple[str, ...],
+        run_column: str,
+        column: str,
+        name: str,
+        after: tuple[Any, ...] | None,
+        batch: int,
+        report: ReencryptReport,
+    ) -> tuple[Any, ...] | None:
         """One transaction: the next `batch` rows of `table` (after the key `after`) whose
         `column` is not sealed with the current key, rewritten; the last key read (None: the
         table is done)."""
@@ -77,16 +88,26 @@ class SQLReencrypt(SQLDialect):
             rows = self._exec(
                 conn,
                 f"SELECT {keys}, {run_column}{self._TEXT_ID} AS of_run, {column} FROM {table} "
-                f"WHERE {where} ORDER BY {keys} LIMIT ?", (*params, batch)).fetchall()
+                f"WHERE {where} ORDER BY {keys} LIMIT ?",
+                (*params, batch),
+            ).fetchall()
             for row in rows:
                 *pk, run_id, stored = row
-                self._reencrypt_row(conn, table, key, column, name, pk, str(run_id), stored,
-                                    report)  # fmt: skip
+                self._reencrypt_row(conn, table, key, column, name, pk, str(run_id), stored, report)
         return tuple(rows[-1][: len(key)]) if len(rows) == batch else None
 
-    def _reencrypt_row(self, conn: Any, table: str, key: tuple[str, ...], column: str,
-                       name: str, pk: list[Any], run_id: str, stored: Any,
-                       report: ReencryptReport) -> None:  # fmt: skip
+    def _reencrypt_row(
+        self,
+        conn: Any,
+        table: str,
+        key: tuple[str, ...],
+        column: str,
+        name: str,
+        pk: list[Any],
+        run_id: str,
+        stored: Any,
+        report: ReencryptReport,
+    ) -> None:
         """One row's payload opened and sealed again, written only if still as read."""
         assert self._ring is not None
         try:
@@ -102,8 +123,10 @@ class SQLReencrypt(SQLDialect):
         was = stored if self.dialect == "sqlite" else self._j(stored)
         match = " AND ".join(f"{k} = ?" for k in key)
         written = self._exec(
-            conn, f"UPDATE {table} SET {column} = ? WHERE {match} AND {column} = ?",
-            (self._seal(value, run_id, name), *pk, was))
+            conn,
+            f"UPDATE {table} SET {column} = ? WHERE {match} AND {column} = ?",
+            (self._seal(value, run_id, name), *pk, was),
+        )
         if written.rowcount == 1:
             report.rewritten += 1
         else:

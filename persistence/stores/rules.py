@@ -96,8 +96,9 @@ CHILD_RUN_FAILED = "ChildRunFailed"
 failed it) or was cancelled by an operator."""
 
 
-def child_ended_event(invoke_id: str, status: str, output: Any = None, error: Any = None,
-                      reason: str | None = None) -> JSONDict:  # fmt: skip
+def child_ended_event(
+    invoke_id: str, status: str, output: Any = None, error: Any = None, reason: str | None = None
+) -> JSONDict:
     """What a parent run receives when its child run `invoke_id` ends in `status`, as an
     in-memory parent receives it from a child machine: `xstate.done.actor.<id>` with the
     child's `output` (done, done_partial), else `xstate.error.actor.<id>` with the child

@@ -95,31 +95,38 @@ EFFECT_NAMES = (
 RUN_TIME_FIELDS = (8, 9, 10, 11, 13, 15)
 """Positions of the time columns in `RUN_NAMES` (converted by a dialect's `_ms`)."""
 _INBOX = "id, run_id{t}, event, created_at, traceparent"
-_SCHEDULE_COLUMNS = ("name, last_fire_at, version, last_run_id, buffered_at, skipped_count, "
-                     "skipped")
+_SCHEDULE_COLUMNS = "name, last_fire_at, version, last_run_id, buffered_at, skipped_count, skipped"
 
-_QUEUE_EVENT = ("INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
-                "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
-                "RETURNING id")
+_QUEUE_EVENT = (
+    "INSERT INTO workflow_inbox (run_id, event, created_at, traceparent, call_key) "
+    "SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ? AND status = 'active' "
+    "RETURNING id"
+)
 """Queue an event for a run that is still active (`send_event`, `send_and_step`)."""
 
-JOURNAL_INSERT = ("INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
-                  "created_at, inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+JOURNAL_INSERT = (
+    "INSERT INTO workflow_events (run_id, step, event, state_before, state_after, "
+    "created_at, inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 """A step's journal rows (with the inbox row of each event: a waiting sender's find), the
 last with the snapshot after the step (the run lifecycle's fork and reset)."""
 
 _SEEN = "SELECT inbox_id FROM workflow_deliveries WHERE run_id = ? AND delivery_id = ?"
-_RECORD_DELIVERY = ("INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, delivery_id) DO NOTHING "
-                    "RETURNING inbox_id")
+_RECORD_DELIVERY = (
+    "INSERT INTO workflow_deliveries (run_id, delivery_id, inbox_id, created_at) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, delivery_id) DO NOTHING "
+    "RETURNING inbox_id"
+)
 """A delivery's record (`send_delivery`): looked up, then written with its queued event."""
 
 PICKED_NAMES = "id, lease_owner, wake_at"
 """What a claim reads of a run before leasing it: the owner it takes over, when it was due."""
 _DEAD = "id, run_id{t}, event, created_at, dead_at, dead_reason"
 _REASON_BEFORE, _REASON_AFTER = ended_reason("\x00").split("\x00")
-ACTIVE_KEY_CONFLICT = ("ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT "
-                       "NULL AND parent_run_id IS NULL")
+ACTIVE_KEY_CONFLICT = (
+    "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT "
+    "NULL AND parent_run_id IS NULL"
+)
 """The conflict target of an idempotent start: the unique index of active top-level keys
 (child runs are named under their parent and started once by the step that starts them)."""
 _RUN_TREE = (
@@ -331,17 +338,26 @@ class SQLDialect:
         """`_create_in`, with the run's search attributes when it was created."""
         record, created = self._create_in(conn, run, effects, now)
         if created and run.search:
-            self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?)",
-                       [(self._id(run.id), name, value) for name, value in run.search])
+            self._many(
+                conn,
+                "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?)",
+                [(self._id(run.id), name, value) for name, value in run.search],
+            )
         return record, created
 
     def _search_in(self, conn: Any, run_id: str, changed: Mapping[str, str | None]) -> None:
         """Write the search attributes a step changed (`StepCommit.search`) of run `run_id`."""
-        self._many(conn, "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?) "
-                   "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
-                   [(run_id, n, v) for n, v in changed.items() if v is not None])  # fmt: skip
-        self._many(conn, "DELETE FROM workflow_search WHERE run_id = ? AND name = ?",
-                   [(run_id, n) for n, v in changed.items() if v is None])
+        self._many(
+            conn,
+            "INSERT INTO workflow_search (run_id, name, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+            [(run_id, n, v) for n, v in changed.items() if v is not None],
+        )
+        self._many(
+            conn,
+            "DELETE FROM workflow_search WHERE run_id = ? AND name = ?",
+            [(run_id, n) for n, v in changed.items() if v is None],
+        )
 
     def _tell_waiters_in(self, conn: Any, run_id: str) -> None:
         """Wake whoever waits on run `run_id` (`watch`) when the open transaction commits a
@@ -358,9 +374,13 @@ class SQLDialect:
     def unwatch(self, run_id: str) -> None:
         """Stop `watch`ing the run."""
 
-    def _create_all_in(self, conn: Any, created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                       runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                       now: int) -> None:  # fmt: skip
+    def _create_all_in(
+        self,
+        conn: Any,
+        created: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+        runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+        now: int,
+    ) -> None:
         """Create `runs` (after `created`, already inserted), then queue the events the first
         steps of all of them send, now that every one of them exists."""
         for run, run_effects in runs:
@@ -387,9 +407,10 @@ class SQLDialect:
         if held:
             holder, workflow, parent, invoke = held[0]
             raise SystemIdTakenError(
-                run.system_id, f"child run {holder} ({workflow}, child {invoke!r} of run "
-                f"{parent})", f"child {run.parent_invoke_id!r} ({run.workflow_name}) of run "
-                f"{run.parent_run_id}")  # fmt: skip
+                run.system_id,
+                f"child run {holder} ({workflow}, child {invoke!r} of run {parent})",
+                f"child {run.parent_invoke_id!r} ({run.workflow_name}) of run {run.parent_run_id}",
+            )
 
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
@@ -405,45 +426,68 @@ class SQLDialect:
                 (run_id, run_id, target, target, run_id, target),
             ).fetchall()
             if not found:
-                self._undeliverable_in(conn, run_id, delivery, f"no active child run {target!r}"
-                                       " (its own by invoke id, or by systemId in its run tree)",
-                                       now)  # fmt: skip
+                self._undeliverable_in(
+                    conn,
+                    run_id,
+                    delivery,
+                    f"no active child run {target!r}"
+                    " (its own by invoke id, or by systemId in its run tree)",
+                    now,
+                )
                 return
             child = str(found[0][0])
-            self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
-                       "(?, ?, ?)", (child, self._seal(delivery.event, child, Column.EVENT), ts))
+            self._exec(
+                conn,
+                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
+                (child, self._seal(delivery.event, child, Column.EVENT), ts),
+            )
             return
         if delivery.parent is None:
             self._undeliverable_in(conn, run_id, delivery, "the run has no parent run", now)
             return
         parent_id = self._id(delivery.parent)
         event = self._seal(delivery.event, parent_id, Column.EVENT)
-        sql = ("INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
-               "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
-               "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
-               "FROM workflow_runs WHERE id = ?")  # fmt: skip
+        sql = (
+            "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, dead_reason) "
+            "SELECT id, ?, ?, CASE WHEN status = 'active' THEN NULL ELSE ? END, "
+            "CASE WHEN status = 'active' THEN NULL ELSE ? || status || ? END "
+            "FROM workflow_runs WHERE id = ?"
+        )
         params = [event, ts, ts, _REASON_BEFORE, _REASON_AFTER, parent_id]
         if delivery.completes:  # unless the parent stopped this child (it waits no more)
-            sql += (" AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
-                    "c.parent_invoke_id IS NOT NULL)")  # fmt: skip
+            sql += (
+                " AND EXISTS (SELECT 1 FROM workflow_runs c WHERE c.id = ? AND "
+                "c.parent_invoke_id IS NOT NULL)"
+            )
             params.append(self._id(run_id))
         self._exec(conn, sql, params)
 
-    def _undeliverable_in(self, conn: Any, run_id: str, delivery: Delivery, why: str,
-                          now: int) -> None:  # fmt: skip
+    def _undeliverable_in(
+        self, conn: Any, run_id: str, delivery: Delivery, why: str, now: int
+    ) -> None:
         """An event a run sent that has no one to go to: logged, and a dead letter of the
         sender (listed with its run's dead letters)."""
         reason = f"not delivered: {why}"
-        log.warning("run %s: event %r dead-lettered: %s", run_id, delivery.event.get("type"),
-                    reason)  # fmt: skip
+        log.warning(
+            "run %s: event %r dead-lettered: %s", run_id, delivery.event.get("type"), reason
+        )
         ts = self._t(now)
-        self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
-                   "dead_reason) VALUES (?, ?, ?, ?, ?)",
-                   (self._id(run_id), self._seal(delivery.event, self._id(run_id), Column.EVENT),
-                    ts, ts, reason))  # fmt: skip
+        self._exec(
+            conn,
+            "INSERT INTO workflow_inbox (run_id, event, created_at, dead_at, "
+            "dead_reason) VALUES (?, ?, ?, ?, ?)",
+            (
+                self._id(run_id),
+                self._seal(delivery.event, self._id(run_id), Column.EVENT),
+                ts,
+                ts,
+                reason,
+            ),
+        )
 
-    def _run(self, row: Sequence[Any], previous_owner: str | None = None,
-             due_at: Any = None) -> RunRecord:  # fmt: skip
+    def _run(
+        self, row: Sequence[Any], previous_owner: str | None = None, due_at: Any = None
+    ) -> RunRecord:
         """A run row (`RUN_COLUMNS`) as a record; on a claim, with the lease owner it was taken
         from and when it was due (`due_at` as the column's value, before the claim)."""
         values = list(row)
@@ -459,8 +503,9 @@ class SQLDialect:
     def _effect(self, row: Sequence[Any]) -> EffectRecord:
         values = list(row)
         values[5] = self._open(values[5], values[1], Column.EFFECT_PAYLOAD)
-        values[7] = None if values[7] is None else self._open(values[7], values[1],
-                                                              Column.EFFECT_RESULT)
+        values[7] = (
+            None if values[7] is None else self._open(values[7], values[1], Column.EFFECT_RESULT)
+        )
         values[9], values[10] = self._ms(values[9]), self._ms(values[10])
         return EffectRecord(*values)
 
@@ -478,7 +523,11 @@ class SQLRuns(SQLCalls, SQLDialect):
 
     @retried
     def create_run(
-        self, run: NewRun, effects: Sequence[NewEffect], now: int, *,
+        self,
+        run: NewRun,
+        effects: Sequence[NewEffect],
+        now: int,
+        *,
         children: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
         key_once: bool = False,
     ) -> tuple[RunRecord, bool]:
@@ -486,16 +535,25 @@ class SQLRuns(SQLCalls, SQLDialect):
         (with `key_once`, the newest with it, ended too); the child runs its first step starts
         with it."""
         once = key_once and run.key is not None
-        one = (self._CREATE_IS_ONE_STATEMENT and not children and not run.deliveries
-               and not once and not run.search)
+        one = (
+            self._CREATE_IS_ONE_STATEMENT
+            and not children
+            and not run.deliveries
+            and not once
+            and not run.search
+        )
         with self._statement_write() if one else self._write() as conn:
             holder = self._key_holder_in(conn, run, now) if once else None
-            record, created = (holder, False) if holder is not None else self._create_run_in(
-                conn, run, effects, now)
+            record, created = (
+                (holder, False)
+                if holder is not None
+                else self._create_run_in(conn, run, effects, now)
+            )
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
-        due = (run.lease_owner is None and run.wake_at is not None and run.wake_at <= now) or \
-            unowned_calls(effects, run.call_lease)  # fmt: skip
+        due = (
+            run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
+        ) or unowned_calls(effects, run.call_lease)
         if created and (due or children):
             self.wakeup().notify()
         return record, created
@@ -511,15 +569,29 @@ class SQLRuns(SQLCalls, SQLDialect):
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NULL) "
             f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
             (
-                self._id(run.id), run.workflow_name, run.workflow_version, run.key, run.state,
-                self._seal(run.snapshot, self._id(run.id), Column.SNAPSHOT), run.status,
-                run.attempt_count, self._t(now),
-                self._t(now), self._t(completed_at), self._t(failed_at), run.last_error,
-                self._t(run.wake_at), run.lease_owner,
-                self._t(run.wake_at if run.lease_owner else None), int(bool(run.lease_owner)),
-                run.traceparent, run.parent_run_id, run.parent_invoke_id, run.priority,
+                self._id(run.id),
+                run.workflow_name,
+                run.workflow_version,
+                run.key,
+                run.state,
+                self._seal(run.snapshot, self._id(run.id), Column.SNAPSHOT),
+                run.status,
+                run.attempt_count,
+                self._t(now),
+                self._t(now),
+                self._t(completed_at),
+                self._t(failed_at),
+                run.last_error,
+                self._t(run.wake_at),
+                run.lease_owner,
+                self._t(run.wake_at if run.lease_owner else None),
+                int(bool(run.lease_owner)),
+                run.traceparent,
+                run.parent_run_id,
+                run.parent_invoke_id,
+                run.priority,
             ),
-        ).fetchall()  # fmt: skip
+        ).fetchall()
         if rows:
             self._insert_effects(conn, run.id, 1, effects, now)
             self._insert_calls_in(conn, run.id, 1, effects, now, run.call_lease)
@@ -533,8 +605,11 @@ class SQLRuns(SQLCalls, SQLDialect):
     def _share_of(self, conn: Any, run: NewRun) -> None:
         """Write which limit a new run's steps take a place of (`NewRun.limit_share`)."""
         if run.limit_share is not None:
-            self._exec(conn, "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
-                       (run.limit_share, self._id(run.id)))  # fmt: skip
+            self._exec(
+                conn,
+                "UPDATE workflow_runs SET limit_share = ? WHERE id = ?",
+                (run.limit_share, self._id(run.id)),
+            )
 
     def _key_holder_in(self, conn: Any, run: NewRun, now: int) -> RunRecord | None:
         """The newest top-level run of `run`'s workflow with its key, whatever its status, read
@@ -564,15 +639,27 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             f"INSERT INTO workflow_effects ({EFFECT_NAMES}) "
             "VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, ?)",
-            [(idempotency_key(run_id, step, e.index), run_id, step, e.index, e.kind,
-              self._seal(e.payload, rid, Column.EFFECT_PAYLOAD), self._t(now), self._t(now))
-             for e in effects if not is_call(e)],
-        )  # fmt: skip
+            [
+                (
+                    idempotency_key(run_id, step, e.index),
+                    run_id,
+                    step,
+                    e.index,
+                    e.kind,
+                    self._seal(e.payload, rid, Column.EFFECT_PAYLOAD),
+                    self._t(now),
+                    self._t(now),
+                )
+                for e in effects
+                if not is_call(e)
+            ],
+        )
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id."""
-        rows = self._read(f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id = ?",
-                          (self._id(run_id),))  # fmt: skip
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id = ?", (self._id(run_id),)
+        )
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         return self._run(rows[0])
@@ -587,8 +674,14 @@ class SQLRuns(SQLCalls, SQLDialect):
         return self._run(rows[0]) if rows else None
 
     @retried
-    def cancel_run(self, run_id: str, now: int, reason: str | None = None, *,
-                   cancelled: list[str] | None = None) -> str:  # fmt: skip
+    def cancel_run(
+        self,
+        run_id: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        cancelled: list[str] | None = None,
+    ) -> str:
         """Cancel directly if no live lease, else queue a cancel event for the holder; its
         active child runs are cancelled with it (recursively)."""
         ended: list[str] = []
@@ -598,15 +691,23 @@ class SQLRuns(SQLCalls, SQLDialect):
             cancelled.extend(ended)
         return outcome
 
-    def _cancel_in(self, conn: Any, run_id: str, now: int, reason: str | None,
-                   cancelled: list[str], by_parent: bool = False) -> str:  # fmt: skip
+    def _cancel_in(
+        self,
+        conn: Any,
+        run_id: str,
+        now: int,
+        reason: str | None,
+        cancelled: list[str],
+        by_parent: bool = False,
+    ) -> str:
         """`cancel_run` in the open transaction; the workflow name of each run it cancels (not
         those whose holder it asks) is appended to `cancelled`. A run its parent stops
         (`by_parent`) is detached from the invoke first, so it reports its end to no one."""
         rid, ts = self._id(run_id), self._t(now)
         if by_parent:
-            self._exec(conn, "UPDATE workflow_runs SET parent_invoke_id = NULL WHERE id = ?",
-                       (rid,))  # fmt: skip
+            self._exec(
+                conn, "UPDATE workflow_runs SET parent_invoke_id = NULL WHERE id = ?", (rid,)
+            )
         rows = self._exec(
             conn,
             "SELECT status, lease_owner, lease_expires_at, state, version, parent_run_id, "
@@ -619,9 +720,11 @@ class SQLRuns(SQLCalls, SQLDialect):
         if status != ACTIVE:
             return "finished"
         if owner is not None and expires is not None and self._ms(expires) > now:
-            self._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "
-                       "VALUES (?, ?, ?)",
-                       (rid, self._seal(cancel_event(reason), rid, Column.EVENT), ts))
+            self._exec(
+                conn,
+                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
+                (rid, self._seal(cancel_event(reason), rid, Column.EVENT), ts),
+            )
             return "requested"
         self._exec(
             conn,
@@ -639,12 +742,27 @@ class SQLRuns(SQLCalls, SQLDialect):
         self._dead_letter(conn, rid, "cancelled", ts)
         self._journal_one(conn, rid, version + 1, cancel_event(reason), state, ts)
         cancelled.append(str(workflow))
-        self._ended_in(conn, rid, parent, invoke, now,
-                       child_ended_event(invoke or "", "cancelled", reason=reason), cancelled)
+        self._ended_in(
+            conn,
+            rid,
+            parent,
+            invoke,
+            now,
+            child_ended_event(invoke or "", "cancelled", reason=reason),
+            cancelled,
+        )
         return "cancelled"
 
-    def _ended_in(self, conn: Any, run_id: str, parent: str | None, invoke: str | None,
-                  now: int, event: Mapping[str, Any], cancelled: list[str]) -> None:  # fmt: skip
+    def _ended_in(
+        self,
+        conn: Any,
+        run_id: str,
+        parent: str | None,
+        invoke: str | None,
+        now: int,
+        event: Mapping[str, Any],
+        cancelled: list[str],
+    ) -> None:
         """What a run's end does to related runs, in its transaction: its active children are
         cancelled (recursively, their workflow names appended to `cancelled`) and its parent,
         if it still waits for it, gets `event`; its open calls are stopped; whoever waits on
@@ -653,11 +771,18 @@ class SQLRuns(SQLCalls, SQLDialect):
         self._stop_calls_in(conn, run_id, None, None, now, STOPPED_BY_END)
         self._stop_children_in(conn, run_id, None, now, cancelled)
         if parent is not None and invoke is not None:
-            self._deliver_in(conn, run_id, Delivery(dict(event), parent=parent, completes=True),
-                             now)  # fmt: skip
+            self._deliver_in(
+                conn, run_id, Delivery(dict(event), parent=parent, completes=True), now
+            )
 
-    def _stop_children_in(self, conn: Any, run_id: str, invoke_ids: Sequence[str] | None,
-                          now: int, cancelled: list[str]) -> None:  # fmt: skip
+    def _stop_children_in(
+        self,
+        conn: Any,
+        run_id: str,
+        invoke_ids: Sequence[str] | None,
+        now: int,
+        cancelled: list[str],
+    ) -> None:
         """Cancel the active child runs of `run_id` (only those of `invoke_ids` if given)."""
         sql = "SELECT id FROM workflow_runs WHERE parent_run_id = ? AND status = 'active'"
         params: tuple[Any, ...] = (run_id,)
@@ -667,11 +792,18 @@ class SQLRuns(SQLCalls, SQLDialect):
             sql += f" AND parent_invoke_id IN ({','.join('?' * len(invoke_ids))})"
             params += tuple(invoke_ids)
         for (child,) in self._exec(conn, sql, params).fetchall():
-            self._cancel_in(conn, str(child), now, f"stopped by its parent run {run_id}",
-                            cancelled, by_parent=True)  # fmt: skip
+            self._cancel_in(
+                conn,
+                str(child),
+                now,
+                f"stopped by its parent run {run_id}",
+                cancelled,
+                by_parent=True,
+            )
 
-    def _step_extras_in(self, conn: Any, commit: StepCommit, now: int,
-                        cancelled: list[str]) -> None:  # fmt: skip
+    def _step_extras_in(
+        self, conn: Any, commit: StepCommit, now: int, cancelled: list[str]
+    ) -> None:
         """What a committed step does to other runs, in its transaction, in this order: the
         child runs it stops are cancelled (recursively, into `cancelled`), the runs it starts
         created, its deliveries queued."""
@@ -681,8 +813,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         for delivery in commit.deliveries:
             self._deliver_in(conn, rid, delivery, now)
 
-    def _journal_one(self, conn: Any, run_id: str, step: int, event: Mapping[str, Any],
-                     state: str, ts: Any) -> None:  # fmt: skip
+    def _journal_one(
+        self, conn: Any, run_id: str, step: int, event: Mapping[str, Any], state: str, ts: Any
+    ) -> None:
         """Journal an event the store applied itself (cancel, failure, resume): the state stays."""
         self._exec(
             conn,
@@ -701,13 +834,15 @@ class SQLRuns(SQLCalls, SQLDialect):
         )
 
     @retried
-    def send_event(self, run_id: str, event: Mapping[str, Any], now: int, *,
-                   traceparent: str | None = None) -> int:
+    def send_event(
+        self, run_id: str, event: Mapping[str, Any], now: int, *, traceparent: str | None = None
+    ) -> int:
         """Queue an event for an active run, with the sender's `traceparent` (one statement;
         the status is read only to say why nothing was queued)."""
         rid = self._id(run_id)
-        inserted = self._write_one(_QUEUE_EVENT + self._NOTIFY,
-                                   self._queued(rid, event, now, traceparent))
+        inserted = self._write_one(
+            _QUEUE_EVENT + self._NOTIFY, self._queued(rid, event, now, traceparent)
+        )
         if inserted:
             self.wakeup().notify(rid)
             return int(inserted[0][0])
@@ -717,52 +852,80 @@ class SQLRuns(SQLCalls, SQLDialect):
         raise RunFinishedError(f"run {run_id} has ended ({rows[0][0]})")
 
     @retried
-    def send_delivery(self, run_id: str, event: Mapping[str, Any], now: int, delivery_id: str,
-                      *, traceparent: str | None = None) -> tuple[int, bool]:  # fmt: skip
+    def send_delivery(
+        self,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        delivery_id: str,
+        *,
+        traceparent: str | None = None,
+    ) -> tuple[int, bool]:
         """`send_event` at most once per (run, `delivery_id`): the delivery is recorded in the
         transaction that queues the event (`workflow_deliveries`, schema 7). When it is already
         recorded, nothing is queued and the inbox id its event got is returned with False (also
         when the run has ended since)."""
         rid = self._id(run_id)
         try:
-            inbox_id, queued = self._send_delivery_in(rid, run_id, event, now, delivery_id,
-                                                      traceparent)
+            inbox_id, queued = self._send_delivery_in(
+                rid, run_id, event, now, delivery_id, traceparent
+            )
         except _Delivered:  # a concurrent delivery of the same id committed first
             inbox_id, queued = int(self._read(_SEEN, (rid, delivery_id))[0][0]), False
         if queued:
             self.wakeup().notify(rid)
         return inbox_id, queued
 
-    def _send_delivery_in(self, rid: str, run_id: str, event: Mapping[str, Any], now: int,
-                          delivery_id: str, traceparent: str | None
-                          ) -> tuple[int, bool]:  # fmt: skip
+    def _send_delivery_in(
+        self,
+        rid: str,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        delivery_id: str,
+        traceparent: str | None,
+    ) -> tuple[int, bool]:
         """`send_delivery`'s transaction."""
         with self._write() as conn:
             known = self._exec(conn, _SEEN, (rid, delivery_id)).fetchall()
             if known:
                 return int(known[0][0]), False
-            inserted = self._exec(conn, _QUEUE_EVENT + self._NOTIFY,
-                                  self._queued(rid, event, now, traceparent)).fetchall()
+            inserted = self._exec(
+                conn, _QUEUE_EVENT + self._NOTIFY, self._queued(rid, event, now, traceparent)
+            ).fetchall()
             if not inserted:
-                status = self._exec(conn, "SELECT status FROM workflow_runs WHERE id = ?",
-                                    (rid,)).fetchall()  # fmt: skip
+                status = self._exec(
+                    conn, "SELECT status FROM workflow_runs WHERE id = ?", (rid,)
+                ).fetchall()
                 if not status:
                     raise RunNotFoundError(f"no run with id {run_id!r}")
                 raise RunFinishedError(f"run {run_id} has ended ({status[0][0]})")
             inbox_id = int(inserted[0][0])
             # A concurrent delivery of the same id (PostgreSQL) waits here for the first to
             # commit and inserts nothing: it rolls back its queued event, answers the first's.
-            recorded = self._exec(conn, _RECORD_DELIVERY,
-                                  (rid, delivery_id, inbox_id, self._t(now))).fetchall()
+            recorded = self._exec(
+                conn, _RECORD_DELIVERY, (rid, delivery_id, inbox_id, self._t(now))
+            ).fetchall()
             if not recorded:
                 raise _Delivered
             return inbox_id, True
 
-    def _queued(self, rid: str, event: Mapping[str, Any], now: int, traceparent: str | None,
-                call_key: str | None = None) -> tuple[Any, ...]:  # fmt: skip
+    def _queued(
+        self,
+        rid: str,
+        event: Mapping[str, Any],
+        now: int,
+        traceparent: str | None,
+        call_key: str | None = None,
+    ) -> tuple[Any, ...]:
         """`_QUEUE_EVENT`'s parameters (`call_key`: the call whose result it is)."""
-        return (self._seal(dict(event), rid, Column.EVENT), self._t(now), traceparent, call_key,
-                rid)
+        return (
+            self._seal(dict(event), rid, Column.EVENT),
+            self._t(now),
+            traceparent,
+            call_key,
+            rid,
+        )
 
     def pending_events(self, run_id: str) -> list[InboxEvent]:
         """Queued events, oldest first."""
@@ -784,26 +947,40 @@ class SQLRuns(SQLCalls, SQLDialect):
     ) -> list[RunRecord]:
         """Lease runs that are due or have queued events (`CLAIMABLE`, `CLAIMABLE_BY_EVENT`);
         a claimed row that does not parse is failed at once, never stepped or claimed again."""
-        return self._claim(owner, now, lease_ms, limit, versions, with_work=False,
-                           fail_broken=True)[0]
+        return self._claim(
+            owner, now, lease_ms, limit, versions, with_work=False, fail_broken=True
+        )[0]
 
     @retried
-    def claim_work(self, owner: str, now: int, lease_ms: int, limit: int,
-                   versions: Collection[tuple[str, str]] | None = None
-                   ) -> list[tuple[RunRecord, PendingWork]]:  # fmt: skip
+    def claim_work(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None = None,
+    ) -> list[tuple[RunRecord, PendingWork]]:
         """`claim_runs` and the claimed runs' `pending_work` (PostgreSQL: one round trip); a
         claimed row that does not parse is returned leased, with its `problem`, for the worker
         to fail with its telemetry."""
-        claimed, work = self._claim(owner, now, lease_ms, limit, versions, with_work=True,
-                                    fail_broken=False)
+        claimed, work = self._claim(
+            owner, now, lease_ms, limit, versions, with_work=True, fail_broken=False
+        )
         missing = [run.id for run in claimed if run.id not in work]
         if missing:
             work.update(self.pending_work(missing))
         return [(run, work[run.id]) for run in claimed]
 
-    def _claim(self, owner: str, now: int, lease_ms: int, limit: int,
-               versions: Collection[tuple[str, str]] | None, with_work: bool,
-               fail_broken: bool) -> tuple[list[RunRecord], dict[str, PendingWork]]:
+    def _claim(
+        self,
+        owner: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        versions: Collection[tuple[str, str]] | None,
+        with_work: bool,
+        fail_broken: bool,
+    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
         """The claim shared by `claim_runs` and `claim_work`: rows that do not parse are, if
         `fail_broken`, failed at once and left out."""
         if versions is not None and not versions:
@@ -817,9 +994,15 @@ class SQLRuns(SQLCalls, SQLDialect):
                 self.fail_run(run.id, owner, run.problem, now)
         return [run for run in claimed if run.problem is None], work
 
-    def _lease(self, owner: str, now: int, expires: int, limit: int,
-               pairs: list[tuple[str, str]] | None, with_work: bool
-               ) -> tuple[list[RunRecord], dict[str, PendingWork]]:  # fmt: skip
+    def _lease(
+        self,
+        owner: str,
+        now: int,
+        expires: int,
+        limit: int,
+        pairs: list[tuple[str, str]] | None,
+        with_work: bool,
+    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
         """Find and lease the claimable runs (each record knows its previous owner and when it
         was due): found, then leased, in one write transaction, whose lock keeps two claimers
         from one run. A dialect that reads the runs' pending work in the same round trip
@@ -839,8 +1022,7 @@ class SQLRuns(SQLCalls, SQLDialect):
                 f"SELECT {PICKED_NAMES} FROM (SELECT {PICKED_NAMES} FROM workflow_runs WHERE id "
                 f"IN (SELECT run_id FROM workflow_inbox WHERE dead_at IS NULL) AND {asked} "
                 f"{version_sql} LIMIT ?) AS asked LIMIT ?",
-                (ts, ts, ts, *version_params, limit, ts, *version_params,
-                 limit, limit),
+                (ts, ts, ts, *version_params, limit, ts, *version_params, limit, limit),
             ).fetchall()
             if not found:
                 return [], {}
@@ -870,42 +1052,83 @@ class SQLRuns(SQLCalls, SQLDialect):
         return {r[0] for r in rows}
 
     @retried
-    def release(self, run_id: str, owner: str, wake_at: int | None, *,
-                attempt_count: int | None = None, last_error: str | None = None) -> bool:
+    def release(
+        self,
+        run_id: str,
+        owner: str,
+        wake_at: int | None,
+        *,
+        attempt_count: int | None = None,
+        last_error: str | None = None,
+    ) -> bool:
         """Give up a lease without stepping."""
         # no next wake: plain NULL (PostgreSQL types a CASE of NULLs as text, not timestamptz)
-        wake, wake_params = ("CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM "
-                             "workflow_effects e WHERE e.run_id = workflow_runs.id AND "
-                             "e.status = 'pending') THEN ? END", (self._t(wake_at),)) \
-            if wake_at is not None else ("NULL", ())  # fmt: skip
-        return bool(self._write_one(
-            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
-            f"wake_at = {wake}, attempt_count = coalesce(?, attempt_count), "
-            "last_error = coalesce(?, last_error)"
-            " WHERE id = ? AND lease_owner = ? RETURNING 1",
-            (*wake_params, attempt_count, last_error, self._id(run_id), owner),
-        ))  # fmt: skip
+        wake, wake_params = (
+            (
+                "CASE WHEN status = 'active' OR EXISTS (SELECT 1 FROM "
+                "workflow_effects e WHERE e.run_id = workflow_runs.id AND "
+                "e.status = 'pending') THEN ? END",
+                (self._t(wake_at),),
+            )
+            if wake_at is not None
+            else ("NULL", ())
+        )
+        return bool(
+            self._write_one(
+                "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, "
+                f"wake_at = {wake}, attempt_count = coalesce(?, attempt_count), "
+                "last_error = coalesce(?, last_error)"
+                " WHERE id = ? AND lease_owner = ? RETURNING 1",
+                (*wake_params, attempt_count, last_error, self._id(run_id), owner),
+            )
+        )
 
     @retried
-    def fail_run(self, run_id: str, owner: str, reason: str, now: int, *,
-                 outcomes: Sequence[EffectOutcome] = (),
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-                 attempt_count: int | None = None, cancelled: list[str] | None = None,
-                 error_traceback: str | None = None) -> bool:
+    def fail_run(
+        self,
+        run_id: str,
+        owner: str,
+        reason: str,
+        now: int,
+        *,
+        outcomes: Sequence[EffectOutcome] = (),
+        start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
+        attempt_count: int | None = None,
+        cancelled: list[str] | None = None,
+        error_traceback: str | None = None,
+    ) -> bool:
         """End a leased run as `error` without rewriting its snapshot."""
         ended: list[str] = []
         with self._write() as conn:
-            failed = self._fail_in(conn, run_id, owner, reason, now, outcomes, start_runs,
-                                   attempt_count, ended, error_traceback)  # fmt: skip
+            failed = self._fail_in(
+                conn,
+                run_id,
+                owner,
+                reason,
+                now,
+                outcomes,
+                start_runs,
+                attempt_count,
+                ended,
+                error_traceback,
+            )
         if cancelled is not None:
             cancelled.extend(ended)
         return failed
 
-    def _fail_in(self, conn: Any, run_id: str, owner: str, reason: str, now: int,
-                 outcomes: Sequence[EffectOutcome],
-                 start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
-                 attempt_count: int | None, cancelled: list[str],
-                 error_traceback: str | None = None) -> bool:  # fmt: skip
+    def _fail_in(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        reason: str,
+        now: int,
+        outcomes: Sequence[EffectOutcome],
+        start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]],
+        attempt_count: int | None,
+        cancelled: list[str],
+        error_traceback: str | None = None,
+    ) -> bool:
         rid, ts = self._id(run_id), self._t(now)
         rows = self._exec(
             conn,
@@ -928,24 +1151,40 @@ class SQLRuns(SQLCalls, SQLDialect):
             [(o.status, o.error, ts, o.idempotency_key, rid) for o in outcomes],
         )
         self._dead_letter(conn, rid, "error", ts)
-        self._journal_one(conn, rid, version, {"type": FAILED_EVENT, "reason": reason},
-                          str(state), ts)  # fmt: skip
+        self._journal_one(
+            conn, rid, version, {"type": FAILED_EVENT, "reason": reason}, str(state), ts
+        )
         self._create_all_in(conn, (), start_runs, now)
-        self._ended_in(conn, rid, parent, invoke, now,
-                       child_ended_event(invoke or "", "error", reason=reason), cancelled)
+        self._ended_in(
+            conn,
+            rid,
+            parent,
+            invoke,
+            now,
+            child_ended_event(invoke or "", "error", reason=reason),
+            cancelled,
+        )
         return True
 
     @retried
-    def resume_run(self, run_id: str, expected_version: int, snapshot: Mapping[str, Any],
-                   state: str, now: int, *,
-                   withdraw: tuple[str, str] | None = None) -> RunRecord:  # fmt: skip
+    def resume_run(
+        self,
+        run_id: str,
+        expected_version: int,
+        snapshot: Mapping[str, Any],
+        state: str,
+        now: int,
+        *,
+        withdraw: tuple[str, str] | None = None,
+    ) -> RunRecord:
         """Make a failed run active again (see `Store.resume_run`)."""
         rid, ts = self._id(run_id), self._t(now)
         with self._write() as conn:
             if withdraw is not None:
                 self._withdraw_end_in(conn, run_id, *withdraw, now)
-            run = self._reactivate_in(conn, run_id, expected_version, snapshot, state, now, now,
-                                      "resumed")  # fmt: skip
+            run = self._reactivate_in(
+                conn, run_id, expected_version, snapshot, state, now, now, "resumed"
+            )
             self._exec(
                 conn,
                 "UPDATE workflow_effects SET status = 'pending', result = NULL, error = NULL, "
@@ -957,9 +1196,17 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._journal_one(conn, rid, run.version, {"type": RESUME_EVENT}, state, ts)
             return run
 
-    def _reactivate_in(self, conn: Any, run_id: str, expected_version: int,
-                       snapshot: Mapping[str, Any], state: str, wake_at: int | None, now: int,
-                       what: str) -> RunRecord:  # fmt: skip
+    def _reactivate_in(
+        self,
+        conn: Any,
+        run_id: str,
+        expected_version: int,
+        snapshot: Mapping[str, Any],
+        state: str,
+        wake_at: int | None,
+        now: int,
+        what: str,
+    ) -> RunRecord:
         """A failed run active again from `snapshot` (a resume, a reset: `what`), due at
         `wake_at`, in the open transaction; `RunFinishedError` unless it is `error` at
         `expected_version`."""
@@ -971,32 +1218,54 @@ class SQLRuns(SQLCalls, SQLDialect):
             "lease_owner = NULL, lease_expires_at = NULL, attempt_count = 0, "
             "version = version + 1 WHERE id = ? AND status = 'error' AND version = ? "
             f"RETURNING {self.RUN_COLUMNS}",
-            (self._seal(dict(snapshot), rid, Column.SNAPSHOT), state, self._t(now),
-             self._t(wake_at), rid, expected_version),
+            (
+                self._seal(dict(snapshot), rid, Column.SNAPSHOT),
+                state,
+                self._t(now),
+                self._t(wake_at),
+                rid,
+                expected_version,
+            ),
         ).fetchall()
         if not rows:
-            raise RunFinishedError(f"run {run_id} is not failed at version "
-                                   f"{expected_version}; not {what}")  # fmt: skip
+            raise RunFinishedError(
+                f"run {run_id} is not failed at version {expected_version}; not {what}"
+            )
         return self._run(rows[0])
 
-    def _withdraw_end_in(self, conn: Any, run_id: str, parent: str, event_type: str,
-                         now: int) -> None:  # fmt: skip
+    def _withdraw_end_in(
+        self, conn: Any, run_id: str, parent: str, event_type: str, now: int
+    ) -> None:
         """Take back the queued `event_type` that reported child run `run_id`'s failure to
         its parent `parent`, which has not applied it; `ConflictError` naming the parent if it
         has (or may be applying it now: a worker holds it)."""
         pid = self._id(parent)
-        rows = self._exec(conn, "SELECT lease_owner, lease_expires_at FROM workflow_runs WHERE "
-                          f"id = ? AND status = 'active'{self._FOR_UPDATE}", (pid,)).fetchall()
+        rows = self._exec(
+            conn,
+            "SELECT lease_owner, lease_expires_at FROM workflow_runs WHERE "
+            f"id = ? AND status = 'active'{self._FOR_UPDATE}",
+            (pid,),
+        ).fetchall()
         if rows and rows[0][0] is not None and self._ms(rows[0][1]) > now:
-            raise ConflictError(f"run {run_id}: its parent run {parent} is being stepped by "
-                                f"{rows[0][0]}; try again when it is idle")  # fmt: skip
-        queued = self._exec(conn, "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND "
-                            "dead_at IS NULL ORDER BY id", (pid,)).fetchall()
-        ids = [i for i, event in queued
-               if self._open(event, pid, Column.EVENT).get("type") == event_type]
+            raise ConflictError(
+                f"run {run_id}: its parent run {parent} is being stepped by "
+                f"{rows[0][0]}; try again when it is idle"
+            )
+        queued = self._exec(
+            conn,
+            "SELECT id, event FROM workflow_inbox WHERE run_id = ? AND dead_at IS NULL ORDER BY id",
+            (pid,),
+        ).fetchall()
+        ids = [
+            i
+            for i, event in queued
+            if self._open(event, pid, Column.EVENT).get("type") == event_type
+        ]
         if not rows or not ids:
-            raise ConflictError(f"run {run_id}: its parent run {parent} already took its "
-                                f"result ({event_type}); resuming it would report a second one")
+            raise ConflictError(
+                f"run {run_id}: its parent run {parent} already took its "
+                f"result ({event_type}); resuming it would report a second one"
+            )
         self._exec(conn, "DELETE FROM workflow_inbox WHERE id = ?", (ids[0],))
 
     @retried
@@ -1017,8 +1286,9 @@ class SQLRuns(SQLCalls, SQLDialect):
         return only_version(self.commit_steps([commit], now), commit)
 
     @retried
-    def commit_steps(self, commits: Sequence[StepCommit], now: int, *,
-                     cancelled: list[str] | None = None) -> list[int | None]:  # fmt: skip
+    def commit_steps(
+        self, commits: Sequence[StepCommit], now: int, *, cancelled: list[str] | None = None
+    ) -> list[int | None]:
         """Write several runs' steps in one transaction; each under a savepoint, so a step
         whose lease or version moved writes nothing (None) and the others are kept."""
         check_distinct_runs(commits)
@@ -1033,8 +1303,9 @@ class SQLRuns(SQLCalls, SQLDialect):
             self.wakeup().notify()
         return versions
 
-    def _commit_all_in(self, conn: Any, commits: Sequence[StepCommit], now: int,
-                       cancelled: list[str]) -> list[int | None]:  # fmt: skip
+    def _commit_all_in(
+        self, conn: Any, commits: Sequence[StepCommit], now: int, cancelled: list[str]
+    ) -> list[int | None]:
         """`commit_steps` in the open transaction: each step under a savepoint, so one whose
         lease or version moved writes nothing (None) and the others are kept."""
         versions: list[int | None] = []
@@ -1051,8 +1322,9 @@ class SQLRuns(SQLCalls, SQLDialect):
             self._exec(conn, "RELEASE SAVEPOINT step")
         return versions
 
-    def _commit_later_in(self, conn: Any, commit: StepCommit, now: int,
-                         cancelled: list[str]) -> Callable[[], int | None]:  # fmt: skip
+    def _commit_later_in(
+        self, conn: Any, commit: StepCommit, now: int, cancelled: list[str]
+    ) -> Callable[[], int | None]:
         """`_commit_all_in` of one step, its new version read by the function returned, once
         the transaction has ended (PostgreSQL: its statement then rides with the COMMIT)."""
         (version,) = self._commit_all_in(conn, [commit], now, cancelled)
@@ -1066,8 +1338,11 @@ class SQLRuns(SQLCalls, SQLDialect):
         rid, ts = self._id(commit.run_id), self._t(now)
         lease_sql, lease_params = _lease_update(commit, self._t)
         # named only by the rare step that fails its run with one: the hot statement as it was
-        traceback_sql, traceback_params = (" error_traceback = ?,", (commit.error_traceback,)) \
-            if commit.error_traceback is not None else ("", ())  # fmt: skip
+        traceback_sql, traceback_params = (
+            (" error_traceback = ?,", (commit.error_traceback,))
+            if commit.error_traceback is not None
+            else ("", ())
+        )
         holder_params: tuple[Any, ...] = ()
         if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
             holder = "lease_owner IS NULL AND status = 'active'"
@@ -1082,13 +1357,23 @@ class SQLRuns(SQLCalls, SQLDialect):
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
             f"WHERE id = ? AND version = ? AND {holder}",
             (
-                commit.state, self._seal(commit.snapshot, rid, Column.SNAPSHOT), commit.status,
-                commit.attempt_count, commit.last_error, *traceback_params,
-                commit.workflow_version, ts, self._t(completed_at),
-                self._t(failed_at), new_version, *lease_params, rid, commit.expected_version,
+                commit.state,
+                self._seal(commit.snapshot, rid, Column.SNAPSHOT),
+                commit.status,
+                commit.attempt_count,
+                commit.last_error,
+                *traceback_params,
+                commit.workflow_version,
+                ts,
+                self._t(completed_at),
+                self._t(failed_at),
+                new_version,
+                *lease_params,
+                rid,
+                commit.expected_version,
                 *holder_params,
             ),
-        )  # fmt: skip
+        )
         if cursor.rowcount != 1:
             holder_text = "with no lease" if commit.unleased else f"under lease of {commit.owner!r}"
             raise ConflictError(
@@ -1100,9 +1385,15 @@ class SQLRuns(SQLCalls, SQLDialect):
                 conn,
                 "UPDATE workflow_effects SET status = ?, result = ?, error = ?, updated_at = ? "
                 "WHERE idempotency_key = ? AND run_id = ? AND status = 'pending'",
-                (outcome.status, self._seal(outcome.result, rid, Column.EFFECT_RESULT),
-                 outcome.error, ts, outcome.idempotency_key, rid),
-            )  # fmt: skip
+                (
+                    outcome.status,
+                    self._seal(outcome.result, rid, Column.EFFECT_RESULT),
+                    outcome.error,
+                    ts,
+                    outcome.idempotency_key,
+                    rid,
+                ),
+            )
             if done.rowcount != 1:
                 raise ConflictError(
                     f"effect {outcome.idempotency_key} is not pending; step not written"
@@ -1110,15 +1401,25 @@ class SQLRuns(SQLCalls, SQLDialect):
         if commit.search:
             self._search_in(conn, rid, commit.search)
         self._insert_effects(conn, commit.run_id, new_version, commit.new_effects, now)
-        self._insert_calls_in(conn, commit.run_id, new_version, commit.new_effects, now,
-                              commit.call_lease)
+        self._insert_calls_in(
+            conn, commit.run_id, new_version, commit.new_effects, now, commit.call_lease
+        )
         if commit.consumed_inbox:
             marks = ",".join("?" * len(commit.consumed_inbox))
-            self._exec(conn, f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
-                       (rid, *commit.consumed_inbox))  # fmt: skip
-        self._stop_calls_in(conn, rid, commit.stop_calls, new_version, now,
-                            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END,
-                            drop=commit.status == ACTIVE)
+            self._exec(
+                conn,
+                f"DELETE FROM workflow_inbox WHERE run_id = ? AND id IN ({marks})",
+                (rid, *commit.consumed_inbox),
+            )
+        self._stop_calls_in(
+            conn,
+            rid,
+            commit.stop_calls,
+            new_version,
+            now,
+            STOPPED_BY_EXIT if commit.status == ACTIVE else STOPPED_BY_END,
+            drop=commit.status == ACTIVE,
+        )
         if commit.status != ACTIVE:
             self._dead_letter(conn, rid, commit.status, ts)
         self._step_extras_in(conn, commit, now, cancelled)
@@ -1126,11 +1427,20 @@ class SQLRuns(SQLCalls, SQLDialect):
         self._many(
             conn,
             JOURNAL_INSERT,
-            [(rid, new_version, self._seal(j.event, rid, Column.JOURNAL), j.state_before,
-              j.state_after, ts, j.inbox_id,
-              self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None)
-             for n, j in enumerate(commit.journal)],
-        )  # fmt: skip
+            [
+                (
+                    rid,
+                    new_version,
+                    self._seal(j.event, rid, Column.JOURNAL),
+                    j.state_before,
+                    j.state_after,
+                    ts,
+                    j.inbox_id,
+                    self._seal(commit.snapshot, rid, Column.SNAPSHOT) if n == last else None,
+                )
+                for n, j in enumerate(commit.journal)
+            ],
+        )
         return new_version
 
     def read_work(self, run_ids: Collection[str]) -> list[tuple[RunRecord, PendingWork]]:
@@ -1138,8 +1448,11 @@ class SQLRuns(SQLCalls, SQLDialect):
         ids = [self._id(i) for i in run_ids]
         if not ids:
             return []
-        rows = self._read(f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id IN "
-                          f"({','.join('?' * len(ids))})", ids)  # fmt: skip
+        rows = self._read(
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id IN "
+            f"({','.join('?' * len(ids))})",
+            ids,
+        )
         runs = [self._run(r) for r in rows]
         work = self.pending_work([run.id for run in runs])
         return [(run, work[run.id]) for run in runs]
@@ -1156,14 +1469,21 @@ class SQLRuns(SQLCalls, SQLDialect):
         """The two reads of `pending_work` (pending effects, live inbox events) of `ids`."""
         marks = ",".join("?" * len(ids))
         return [
-            (f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
-             "AND status = 'pending' ORDER BY run_id, step, effect_index", ids),
-            (f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
-             f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id", ids),
-        ]  # fmt: skip
+            (
+                f"SELECT {self.EFFECT_COLUMNS} FROM workflow_effects WHERE run_id IN ({marks}) "
+                "AND status = 'pending' ORDER BY run_id, step, effect_index",
+                ids,
+            ),
+            (
+                f"SELECT {_INBOX.format(t=self._TEXT_ID)} FROM workflow_inbox "
+                f"WHERE run_id IN ({marks}) AND dead_at IS NULL ORDER BY id",
+                ids,
+            ),
+        ]
 
-    def _work_of(self, ids: Mapping[str, str],
-                 rows: Sequence[Sequence[Any]]) -> dict[str, PendingWork]:  # fmt: skip
+    def _work_of(
+        self, ids: Mapping[str, str], rows: Sequence[Sequence[Any]]
+    ) -> dict[str, PendingWork]:
         """`_work_queries`' rows as each run's `PendingWork`, keyed by the ids as given."""
         effect_rows, inbox_rows = rows
         work = {canonical: PendingWork([], []) for canonical in ids}
@@ -1183,11 +1503,18 @@ class SQLRuns(SQLCalls, SQLDialect):
         return {given: work[canonical] for canonical, given in ids.items()}
 
     @retried
-    def send_and_step(self, run_id: str, event: Mapping[str, Any], now: int,
-                      step: Callable[[RunRecord, PendingWork], StepCommit | None], *,
-                      traceparent: str | None = None, cancelled: list[str] | None = None,
-                      rest: RunRecord | None = None,
-                      finish: CallFinish | None = None) -> tuple[int, int | None]:  # fmt: skip
+    def send_and_step(
+        self,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        *,
+        traceparent: str | None = None,
+        cancelled: list[str] | None = None,
+        rest: RunRecord | None = None,
+        finish: CallFinish | None = None,
+    ) -> tuple[int, int | None]:
         """`send_event`, and the step that applies the event in the same transaction when
         `step` (handed the run, locked, with its pending work, the event last in its inbox)
         returns one: written as `commit_steps` writes it, so the event is queued and consumed
@@ -1205,11 +1532,14 @@ class SQLRuns(SQLCalls, SQLDialect):
         return self._sent(sent)
 
     @retried
-    def finish_calls(self, ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
-                     now: int, step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                     cancelled: list[str] | None = None,
-                     rests: Mapping[str, RunRecord] | None = None,
-                     ) -> list[tuple[int, int | None]]:  # fmt: skip
+    def finish_calls(
+        self,
+        ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        cancelled: list[str] | None = None,
+        rests: Mapping[str, RunRecord] | None = None,
+    ) -> list[tuple[int, int | None]]:
         """`send_and_step` with its `finish` for each (call end, run id, result event), all in
         one transaction (`Calls.finish_calls`); `rests` as `send_and_step`'s `rest`."""
         del rests
@@ -1221,20 +1551,33 @@ class SQLRuns(SQLCalls, SQLDialect):
             cancelled.extend(ended)
         return [self._sent(one) for one in sent]
 
-    def _send_in(self, conn: Any, run_id: str, event: Mapping[str, Any], now: int,
-                 step: Callable[[RunRecord, PendingWork], StepCommit | None],
-                 traceparent: str | None, finish: CallFinish | None,
-                 ended: list[str]) -> _Sent | None:  # fmt: skip
+    def _send_in(
+        self,
+        conn: Any,
+        run_id: str,
+        event: Mapping[str, Any],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        traceparent: str | None,
+        finish: CallFinish | None,
+        ended: list[str],
+    ) -> _Sent | None:
         """`send_and_step`'s work in the open transaction; None when `finish` was dropped."""
         rid = self._id(run_id)
-        locked = self._exec(conn, f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE "
-                            f"id = ?{self._LOCK_ROW}", (rid,))  # fmt: skip
+        locked = self._exec(
+            conn,
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id = ?{self._LOCK_ROW}",
+            (rid,),
+        )
         if finish is not None and not self._finish_in(conn, finish, now):
             if not locked.fetchall():
                 raise RunNotFoundError(f"no run with id {run_id!r}")
             return None
-        queued = self._exec(conn, _QUEUE_EVENT, self._queued(
-            rid, event, now, traceparent, None if finish is None else finish.key))
+        queued = self._exec(
+            conn,
+            _QUEUE_EVENT,
+            self._queued(rid, event, now, traceparent, None if finish is None else finish.key),
+        )
         reads = [self._exec(conn, sql, params) for sql, params in self._work_queries([rid])]
         rows, inserted = locked.fetchall(), queued.fetchall()
         if not rows:
@@ -1248,8 +1591,10 @@ class SQLRuns(SQLCalls, SQLDialect):
             check_status(commit.status)
         written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
         due = commit is not None and (
-            bool(commit.start_runs) or (commit.wake_at is not None and commit.wake_at <= now)
-            or unowned_calls(commit.new_effects, commit.call_lease))
+            bool(commit.start_runs)
+            or (commit.wake_at is not None and commit.wake_at <= now)
+            or unowned_calls(commit.new_effects, commit.call_lease)
+        )
         if commit is None or due:
             self._notify_in(conn, None if due else rid)
         return _Sent(int(inserted[0][0]), rid, written, commit is not None, due)
@@ -1299,8 +1644,10 @@ class SQLQueries(SQLDialect):
 
     def _page_sql(self, where: str) -> str:
         """One page of the runs matching `where`, newest first (LIMIT and OFFSET last)."""
-        return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
-                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?")  # fmt: skip
+        return (
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs {where} "
+            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?"
+        )
 
     def count_runs(self) -> dict[str, int]:
         """Runs per status."""
@@ -1315,8 +1662,9 @@ class SQLQueries(SQLDialect):
             n = int(self._read(f"SELECT count(*) FROM workflow_runs {where}", params)[0][0])
             return {status: n} if n else {}
         group = self._STATUS_GROUP if query.state is not None else "status"
-        rows = self._read(f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}",
-                          params)  # fmt: skip
+        rows = self._read(
+            f"SELECT status, count(*) FROM workflow_runs {where} GROUP BY {group}", params
+        )
         return {status: int(n) for status, n in rows}
 
     def run_groups(
@@ -1350,38 +1698,54 @@ class SQLQueries(SQLDialect):
 
     def error_traceback(self, run_id: str) -> str | None:
         """The traceback recorded with the run's failure, if any."""
-        rows = self._read("SELECT error_traceback FROM workflow_runs WHERE id = ?",
-                          (self._id(run_id),))  # fmt: skip
+        rows = self._read(
+            "SELECT error_traceback FROM workflow_runs WHERE id = ?", (self._id(run_id),)
+        )
         return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def list_events(self, run_id: str, *, last: int | None = None) -> list[EventRecord]:
         """Journal rows of a run, oldest first (the newest `last` of them)."""
         check_last(last)
-        sql = (f"SELECT id, run_id{self._TEXT_ID}, step, event, state_before, state_after, "
-               "created_at FROM workflow_events WHERE run_id = ? ORDER BY id DESC")  # fmt: skip
+        sql = (
+            f"SELECT id, run_id{self._TEXT_ID}, step, event, state_before, state_after, "
+            "created_at FROM workflow_events WHERE run_id = ? ORDER BY id DESC"
+        )
         params: tuple[Any, ...] = (self._id(run_id),)
         if last is not None:
             sql += " LIMIT ?"
             params += (last,)
-        return [EventRecord(i, r, s, self._open(e, r, Column.JOURNAL), b, a, self._ms(c))
-                for i, r, s, e, b, a, c in reversed(self._read(sql, params))]  # fmt: skip
+        return [
+            EventRecord(i, r, s, self._open(e, r, Column.JOURNAL), b, a, self._ms(c))
+            for i, r, s, e, b, a, c in reversed(self._read(sql, params))
+        ]
 
     def count_events(self, run_id: str) -> int:
         """Journal rows of a run."""
-        return int(self._read("SELECT count(*) FROM workflow_events WHERE run_id = ?",
-                              (self._id(run_id),))[0][0])  # fmt: skip
+        return int(
+            self._read(
+                "SELECT count(*) FROM workflow_events WHERE run_id = ?", (self._id(run_id),)
+            )[0][0]
+        )
 
     def event_progress(self, run_id: str, inbox_id: int) -> EventProgress:
         """Where the event of inbox row `inbox_id` stands: its inbox row read first, then its
         journal entry (which a step writes as it deletes the row), so that a step committing
         between the two reads is seen by the second."""
         rid = self._id(run_id)
-        queued, journaled = self._read_all([
-            ("SELECT dead_reason FROM workflow_inbox WHERE run_id = ? AND id = ?",
-             (rid, inbox_id)),
-            ("SELECT step, state_after FROM workflow_events WHERE run_id = ? AND inbox_id = ? "
-             "ORDER BY id DESC LIMIT 1", (rid, inbox_id)),
-        ])  # fmt: skip
+        queued, journaled = self._read_all(
+            [
+                (
+                    "SELECT dead_reason FROM workflow_inbox WHERE run_id = ? AND id = ?",
+                    (rid, inbox_id),
+                ),
+                (
+                    "SELECT step, state_after FROM workflow_events "
+                    "WHERE run_id = ? AND inbox_id = ? "
+                    "ORDER BY id DESC LIMIT 1",
+                    (rid, inbox_id),
+                ),
+            ]
+        )
         if journaled:
             return EventProgress("applied", int(journaled[0][0]), str(journaled[0][1]))
         if not queued:  # applied by a step that journaled nothing
@@ -1389,21 +1753,24 @@ class SQLQueries(SQLDialect):
         reason = queued[0][0]
         return EventProgress("queued") if reason is None else EventProgress("dead", reason=reason)
 
-    def match_ids(self, query: RunQuery, after: str | None = None,
-                  limit: int = 500) -> list[str]:  # fmt: skip
+    def match_ids(self, query: RunQuery, after: str | None = None, limit: int = 500) -> list[str]:
         """Ids of runs matching `query` after `after`, in id order (a bulk action's page)."""
         where, params = self._where(query)
         if after is not None:
             where = f"{where} AND id > ?" if where else "WHERE id > ?"
             params.append(self._id(after))
-        rows = self._read(f"SELECT id{self._TEXT_ID} FROM workflow_runs {where} ORDER BY id "
-                          "LIMIT ?", (*params, limit))  # fmt: skip
+        rows = self._read(
+            f"SELECT id{self._TEXT_ID} FROM workflow_runs {where} ORDER BY id LIMIT ?",
+            (*params, limit),
+        )
         return [str(r[0]) for r in rows]
 
     def search_attributes(self, run_id: str) -> dict[str, str]:
         """The run's search attributes."""
-        rows = self._read("SELECT name, value FROM workflow_search WHERE run_id = ? ORDER BY name",
-                          (self._id(run_id),))  # fmt: skip
+        rows = self._read(
+            "SELECT name, value FROM workflow_search WHERE run_id = ? ORDER BY name",
+            (self._id(run_id),),
+        )
         return {str(n): str(v) for n, v in rows}
 
     def dead_letters(self, run_id: str) -> list[DeadLetter]:
@@ -1443,23 +1810,34 @@ class SQLCoordination(SQLDialect):
         self, name: str, owner: str, now: int, stale_after_ms: int, run_id: str | None = None
     ) -> bool:
         """Take or refresh the claim `name`."""
-        return bool(self._write_one(
-            "INSERT INTO workflow_claims (name, owner, run_id, claimed_at, expires_at) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
-            "run_id = excluded.run_id, claimed_at = excluded.claimed_at, "
-            "expires_at = excluded.expires_at "
-            "WHERE workflow_claims.owner = excluded.owner OR workflow_claims.expires_at <= ? "
-            "RETURNING name",
-            (name, owner, None if run_id is None else self._id(run_id), self._t(now),
-             self._t(now + stale_after_ms), self._t(now)),
-        ))  # fmt: skip
+        return bool(
+            self._write_one(
+                "INSERT INTO workflow_claims (name, owner, run_id, claimed_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+                "run_id = excluded.run_id, claimed_at = excluded.claimed_at, "
+                "expires_at = excluded.expires_at "
+                "WHERE workflow_claims.owner = excluded.owner OR workflow_claims.expires_at <= ? "
+                "RETURNING name",
+                (
+                    name,
+                    owner,
+                    None if run_id is None else self._id(run_id),
+                    self._t(now),
+                    self._t(now + stale_after_ms),
+                    self._t(now),
+                ),
+            )
+        )
 
     @retried
     def release_claim(self, name: str, owner: str) -> bool:
         """Drop our claim."""
-        return bool(self._write_one(
-            "DELETE FROM workflow_claims WHERE name = ? AND owner = ? RETURNING 1", (name, owner)
-        ))  # fmt: skip
+        return bool(
+            self._write_one(
+                "DELETE FROM workflow_claims WHERE name = ? AND owner = ? RETURNING 1",
+                (name, owner),
+            )
+        )
 
     def get_claim(self, name: str) -> ClaimRecord | None:
         """The current claim record."""
@@ -1488,39 +1866,61 @@ class SQLCoordination(SQLDialect):
     @retried
     def put_breaker(self, record: BreakerRecord, expected_version: int, now: int) -> bool:
         """Compare-and-set breaker state."""
-        values = (record.state, record.failure_count, self._t(record.opened_at),
-                  self._j(record.data), self._t(now), record.name)  # fmt: skip
+        values = (
+            record.state,
+            record.failure_count,
+            self._t(record.opened_at),
+            self._j(record.data),
+            self._t(now),
+            record.name,
+        )
         if expected_version == 0:
-            return bool(self._write_one(
-                "INSERT INTO workflow_breakers (state, failure_count, opened_at, data, "
-                "updated_at, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
-                "ON CONFLICT (name) DO NOTHING RETURNING 1",
-                values,
-            ))  # fmt: skip
-        return bool(self._write_one(
-            "UPDATE workflow_breakers SET state = ?, failure_count = ?, opened_at = ?, "
-            "data = ?, updated_at = ?, version = version + 1 "
-            "WHERE name = ? AND version = ? RETURNING 1",
-            (*values, expected_version),
-        ))  # fmt: skip
+            return bool(
+                self._write_one(
+                    "INSERT INTO workflow_breakers (state, failure_count, opened_at, data, "
+                    "updated_at, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
+                    "ON CONFLICT (name) DO NOTHING RETURNING 1",
+                    values,
+                )
+            )
+        return bool(
+            self._write_one(
+                "UPDATE workflow_breakers SET state = ?, failure_count = ?, opened_at = ?, "
+                "data = ?, updated_at = ?, version = version + 1 "
+                "WHERE name = ? AND version = ? RETURNING 1",
+                (*values, expected_version),
+            )
+        )
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         """Stored schedule state."""
-        rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules WHERE name = ?",
-                          (name,))  # fmt: skip
+        rows = self._read(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules WHERE name = ?", (name,)
+        )
         return self._schedule(rows[0]) if rows else None
 
     def list_schedules(self, limit: int = 100) -> list[ScheduleRecord]:
         """Stored schedules, by name."""
-        return [self._schedule(row) for row in self._read(
-            f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules ORDER BY name LIMIT ?",
-            (limit,))]  # fmt: skip
+        return [
+            self._schedule(row)
+            for row in self._read(
+                f"SELECT {_SCHEDULE_COLUMNS} FROM workflow_schedules ORDER BY name LIMIT ?",
+                (limit,),
+            )
+        ]
 
     def _schedule(self, row: Sequence[Any]) -> ScheduleRecord:
         n, last, v, run_id, buffered, count, skipped = row
         records = self._load(skipped)
-        return ScheduleRecord(n, self._ms(last), v, run_id, self._ms(buffered), int(count),
-                              tuple(records) if isinstance(records, list) else ())  # fmt: skip
+        return ScheduleRecord(
+            n,
+            self._ms(last),
+            v,
+            run_id,
+            self._ms(buffered),
+            int(count),
+            tuple(records) if isinstance(records, list) else (),
+        )
 
     @retried
     def fire_schedule(
@@ -1540,8 +1940,9 @@ class SQLCoordination(SQLDialect):
         try:
             with self._write() as conn:
                 record, created = self._create_run_in(conn, run, effects, now)
-                self._advance_schedule(conn, name, expected_version, fire_at, record.id,
-                                       buffered_at, skipped)  # fmt: skip
+                self._advance_schedule(
+                    conn, name, expected_version, fire_at, record.id, buffered_at, skipped
+                )
                 if created:
                     self._create_all_in(conn, [(run, ())], children, now)
                 return record
@@ -1549,52 +1950,78 @@ class SQLCoordination(SQLDialect):
             return None
 
     @retried
-    def skip_schedule(self, name: str, expected_version: int, decided_to: int, now: int, *,
-                      buffered_at: int | None,
-                      skipped: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
+    def skip_schedule(
+        self,
+        name: str,
+        expected_version: int,
+        decided_to: int,
+        now: int,
+        *,
+        buffered_at: int | None,
+        skipped: Sequence[Mapping[str, Any]],
+    ) -> bool:
         """Advance the schedule past skipped or buffered slots, starting no run."""
         try:
             with self._write() as conn:
-                self._advance_schedule(conn, name, expected_version, decided_to, None,
-                                       buffered_at, skipped)  # fmt: skip
+                self._advance_schedule(
+                    conn, name, expected_version, decided_to, None, buffered_at, skipped
+                )
                 return True
         except ScheduleMoved:
             return False
 
-    def _advance_schedule(self, conn: Any, name: str, expected_version: int, decided_to: int,
-                          run_id: str | None, buffered_at: int | None,
-                          skipped: Sequence[Mapping[str, Any]]) -> None:  # fmt: skip
+    def _advance_schedule(
+        self,
+        conn: Any,
+        name: str,
+        expected_version: int,
+        decided_to: int,
+        run_id: str | None,
+        buffered_at: int | None,
+        skipped: Sequence[Mapping[str, Any]],
+    ) -> None:
         """Move the schedule to its next version (`ScheduleMoved` if it is not at
         `expected_version`): decided up to `decided_to`, its last run `run_id` (kept if None),
         its buffered slot, its skip records (the latest `MAX_SKIP_RECORDS`) and count."""
         previous = self._exec(
-            conn, "SELECT skipped, skipped_count, last_run_id, version FROM workflow_schedules "
-            "WHERE name = ?", (name,)).fetchone()  # fmt: skip
+            conn,
+            "SELECT skipped, skipped_count, last_run_id, version FROM workflow_schedules "
+            "WHERE name = ?",
+            (name,),
+        ).fetchone()
         if (previous[3] if previous else 0) != expected_version:
             raise ScheduleMoved
         kept = self._load(previous[0]) if previous else []
         records = [*(kept if isinstance(kept, list) else []), *skipped][-MAX_SKIP_RECORDS:]
         count = (int(previous[1]) if previous else 0) + sum(int(r["count"]) for r in skipped)
-        values = (self._t(decided_to), run_id if run_id is not None else
-                  (previous[2] if previous else None), self._t(buffered_at), count,
-                  self._j(records))  # fmt: skip
+        values = (
+            self._t(decided_to),
+            run_id if run_id is not None else (previous[2] if previous else None),
+            self._t(buffered_at),
+            count,
+            self._j(records),
+        )
         if previous is None:
             moved = self._exec(
-                conn, "INSERT INTO workflow_schedules (last_fire_at, last_run_id, buffered_at, "
+                conn,
+                "INSERT INTO workflow_schedules (last_fire_at, last_run_id, buffered_at, "
                 "skipped_count, skipped, name, version) VALUES (?, ?, ?, ?, ?, ?, 1) "
-                "ON CONFLICT (name) DO NOTHING RETURNING 1", (*values, name)).fetchall()
+                "ON CONFLICT (name) DO NOTHING RETURNING 1",
+                (*values, name),
+            ).fetchall()
         else:
             moved = self._exec(
-                conn, "UPDATE workflow_schedules SET last_fire_at = ?, last_run_id = ?, "
+                conn,
+                "UPDATE workflow_schedules SET last_fire_at = ?, last_run_id = ?, "
                 "buffered_at = ?, skipped_count = ?, skipped = ?, version = version + 1 "
                 "WHERE name = ? AND version = ? RETURNING 1",
-                (*values, name, expected_version)).fetchall()  # fmt: skip
+                (*values, name, expected_version),
+            ).fetchall()
         if not moved:
             raise ScheduleMoved
 
 
-class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity,
-               SQLReencrypt):
+class SQLStore(SQLLifecycle, SQLRuns, SQLQueries, SQLCoordination, SQLCapacity, SQLReencrypt):
     """The whole `Store` in SQL; subclasses are the dialects."""
 
     def schema_version(self) -> int:
@@ -1612,8 +2039,10 @@ def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
         return ", lease_owner = NULL, lease_expires_at = NULL, wake_at = ?", (t(commit.wake_at),)
     if commit.unleased:  # the claim folded into the commit
         lease = t(commit.lease_until)
-        return (", lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
-                "claim_count = claim_count + 1", (commit.owner, lease, lease))  # fmt: skip
+        return (
+            ", lease_owner = ?, lease_expires_at = ?, wake_at = ?, claim_count = claim_count + 1",
+            (commit.owner, lease, lease),
+        )
     if commit.lease_until is not None:
         lease = t(commit.lease_until)
         return ", lease_expires_at = ?, wake_at = ?", (lease, lease)
@@ -1628,4 +2057,3 @@ def _version_filter(pairs: list[tuple[str, str]] | None) -> tuple[str, tuple[str
         f"AND (workflow_name, workflow_version) IN (VALUES {marks})",
         tuple(x for pair in pairs for x in pair),
     )
-

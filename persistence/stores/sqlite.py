@@ -43,7 +43,8 @@ def _translate(exc: sqlite3.Error) -> StoreError:
         # (like PostgreSQL's disk_full: workers back off and retry until there is room)
         return StoreUnavailableError(
             "SQLite database or disk is full (SQLITE_FULL): nothing of this write was stored; "
-            "free disk space (or raise max_page_count)")
+            "free disk space (or raise max_page_count)"
+        )
     if isinstance(exc, sqlite3.OperationalError) and any(t in message for t in _TRANSIENT):
         return StoreUnavailableError(f"SQLite database unavailable: {exc}")
     return StoreError(f"SQLite error: {exc}")
@@ -58,8 +59,7 @@ class SQLiteStore(SQLStore):
 
     dialect = "sqlite"
     _JSON_VERSION = "CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.version') END"
-    _SEALED_KEY = ("CASE WHEN json_valid({column}) THEN json_extract({column}, '$.\"$enc\"') "
-                   "END")  # fmt: skip
+    _SEALED_KEY = "CASE WHEN json_valid({column}) THEN json_extract({column}, '$.\"$enc\"') END"
     # With a state filter, `+status` keeps SQLite on the state index (group after filtering)
     # instead of walking the listing index in status order and reading every row.
     _STATUS_GROUP = "+status"
@@ -137,8 +137,10 @@ class SQLiteStore(SQLStore):
     def _page_sql(self, where: str) -> str:
         # Page through rowids first (from an index alone), then read only the page's rows.
         order = "ORDER BY created_at DESC, rowid DESC"
-        return (f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE rowid IN (SELECT rowid "
-                f"FROM workflow_runs {where} {order} LIMIT ? OFFSET ?) {order}")  # fmt: skip
+        return (
+            f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE rowid IN (SELECT rowid "
+            f"FROM workflow_runs {where} {order} LIMIT ? OFFSET ?) {order}"
+        )
 
     def clock(self) -> StoreClock:
         """This machine's clock, its anchor kept in `workflow_clock` (`clocks.machine_clock`)."""
@@ -151,33 +153,39 @@ class SQLiteStore(SQLStore):
         """The offset kept for `boot`; `offset` kept and returned if there is none (a new boot
         replaces the row of the one before). `offset` alone (this process's anchor) where the
         schema has no `workflow_clock` yet or the row cannot be written (a read-only file)."""
-        if not self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                          ("workflow_clock",)):  # fmt: skip
+        if not self._read(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", ("workflow_clock",)
+        ):
             return offset
         kept = self._read("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?", (boot,))
         if kept:
             return int(kept[0][0])
         try:
             with self._write() as conn:
-                rows = conn.execute("SELECT offset_ms FROM workflow_clock WHERE boot_id = ?",
-                                    (boot,)).fetchall()  # fmt: skip
+                rows = conn.execute(
+                    "SELECT offset_ms FROM workflow_clock WHERE boot_id = ?", (boot,)
+                ).fetchall()
                 if rows:  # (another process kept one meanwhile)
                     return int(rows[0][0])
                 conn.execute("DELETE FROM workflow_clock")
-                conn.execute("INSERT INTO workflow_clock (boot_id, offset_ms) VALUES (?, ?)",
-                             (boot, offset))  # fmt: skip
+                conn.execute(
+                    "INSERT INTO workflow_clock (boot_id, offset_ms) VALUES (?, ?)", (boot, offset)
+                )
                 return offset
         except StoreError as exc:
-            log.warning("the store clock's anchor was not kept (this process keeps its own): "
-                        "%s", exc)  # fmt: skip
+            log.warning(
+                "the store clock's anchor was not kept (this process keeps its own): %s", exc
+            )
             return offset
 
     def _keep_clock_offset(self, boot: str, offset: int) -> None:
         """Move the kept offset of `boot` forward to `offset` (never back)."""
         try:
             with self._write() as conn:
-                conn.execute("UPDATE workflow_clock SET offset_ms = max(offset_ms, ?) "
-                             "WHERE boot_id = ?", (offset, boot))  # fmt: skip
+                conn.execute(
+                    "UPDATE workflow_clock SET offset_ms = max(offset_ms, ?) WHERE boot_id = ?",
+                    (offset, boot),
+                )
         except StoreError as exc:  # this process follows anyway; others follow the wall too
             log.warning("the store clock's new offset was not kept: %s", exc)
 

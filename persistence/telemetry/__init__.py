@@ -68,8 +68,13 @@ class Telemetry:
     `PrometheusMetrics()` or `OtelMetrics()`.
     """
 
-    def __init__(self, *, tracing: bool = True, tracer_provider: TracerProvider | None = None,
-                 metrics: Sequence[MetricsSink] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
+        metrics: Sequence[MetricsSink] = (),
+    ) -> None:
         tracer = get_tracer(tracer_provider) if tracing else None
         self.spans = RunSpans(tracer) if tracer is not None else None
         """The span hooks when tracing is on (built only while `recording` says so)."""
@@ -107,8 +112,13 @@ class Telemetry:
 
     # -- starts and sends -------------------------------------------------------------------
     @contextmanager
-    def starting(self, workflow: str, key: str | None, traceparent: str | None = None,
-                 link: str | None = None) -> Iterator[Started]:  # fmt: skip
+    def starting(
+        self,
+        workflow: str,
+        key: str | None,
+        traceparent: str | None = None,
+        link: str | None = None,
+    ) -> Iterator[Started]:
         """Around starting a run: yields the traceparent to store with it (the start span's;
         with tracing on but no SDK, `traceparent` or the current span's, as the no-op span
         would; `traceparent` itself with tracing off). `link`: a trace this new one comes
@@ -146,8 +156,9 @@ class Telemetry:
                 self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, "cancelled"))
 
     @contextmanager
-    def sending(self, run_id: str, event_type: str,
-                traceparent: str | None = None) -> Iterator[str | None]:  # fmt: skip
+    def sending(
+        self, run_id: str, event_type: str, traceparent: str | None = None
+    ) -> Iterator[str | None]:
         """Around queueing an event: yields the traceparent to store with it (the send span's,
         or, where none is built, as `starting`)."""
         if traceparent is not None:
@@ -163,8 +174,15 @@ class Telemetry:
                 yield traceparent
 
     # -- steps and effects ------------------------------------------------------------------
-    def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
-                   inbox: Sequence[InboxEvent]) -> None:  # fmt: skip
+    def begin_step(
+        self,
+        run: RunRecord,
+        state: str,
+        first: bool,
+        batch: int,
+        attempt: int,
+        inbox: Sequence[InboxEvent],
+    ) -> None:
         """A step of `run` (in `state`) begins: its pending effects are about to execute.
         `first`: the first step since the claim (a takeover shows there); `batch`: how many runs
         the round steps; `inbox`: the queued events it will apply."""
@@ -174,8 +192,9 @@ class Telemetry:
         if spans is not None:
             spans.begin_step(run, state, first, batch, attempt, inbox)
 
-    def effect(self, run: RunRecord, kind: str, payload: Any, key: str, beside: bool = False
-               ) -> AbstractContextManager[Callable[[str, str | None], None]]:  # fmt: skip
+    def effect(
+        self, run: RunRecord, kind: str, payload: Any, key: str, beside: bool = False
+    ) -> AbstractContextManager[Callable[[str, str | None], None]]:
         """Around executing one effect of `run`'s open step (`beside`: a call that runs beside
         the run, outside its steps: its span is a child of the run's stored trace context);
         the block reports the outcome ("done", "failed", "skipped") and error through the
@@ -183,14 +202,18 @@ class Telemetry:
         current in the block."""
         if beside:
             self.recording()  # (a call may be the first thing a worker does with an SDK set)
-        if self._live is None and self.metrics is None and (
-                run.traceparent is None or self.spans is None):  # fmt: skip
+        if (
+            self._live is None
+            and self.metrics is None
+            and (run.traceparent is None or self.spans is None)
+        ):
             return _UNOBSERVED  # (nothing to record, no context to set: per effect, no frame)
         return self._effect(run, kind, payload, key, beside)
 
     @contextmanager
-    def _effect(self, run: RunRecord, kind: str, payload: Any, key: str,
-                beside: bool) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+    def _effect(
+        self, run: RunRecord, kind: str, payload: Any, key: str, beside: bool
+    ) -> Iterator[Callable[[str, str | None], None]]:
         spans = self._live
         unrecorded = run.traceparent if spans is None and self.spans is not None else None
         if spans is None and self.metrics is None:
@@ -210,8 +233,9 @@ class Telemetry:
         span_outcome: Callable[[str, str | None], None] | None = None
         try:
             if spans is not None:
-                with spans.effect(run.id, kind, name, key, attempt,
-                                  (run.traceparent,) if beside else None) as span_outcome:
+                with spans.effect(
+                    run.id, kind, name, key, attempt, (run.traceparent,) if beside else None
+                ) as span_outcome:
                     yield outcome
             else:
                 with within(unrecorded):
@@ -223,8 +247,9 @@ class Telemetry:
                 if not status or status[0] == "failed":  # raised, or reported failed
                     self.metrics.add(metrics.EFFECT_FAILURES, 1, labels)
 
-    def end_step(self, run: RunRecord, before: str, commit: StepCommit | None,
-                 version: int | None) -> None:  # fmt: skip
+    def end_step(
+        self, run: RunRecord, before: str, commit: StepCommit | None, version: int | None
+    ) -> None:
         """`run`'s step ended: committed at `version` (with `commit`), or not (None). `before`
         is the run's status before the step."""
         began = self._steps.pop(run.id, None)
@@ -233,8 +258,7 @@ class Telemetry:
             workflow = run.workflow_name
             self.metrics.add(metrics.STEPS, 1, (workflow,))
             if began is not None:
-                self.metrics.record(metrics.STEP_DURATION, time.perf_counter() - began,
-                                    (workflow,))  # fmt: skip
+                self.metrics.record(metrics.STEP_DURATION, time.perf_counter() - began, (workflow,))
             if before == "active" and commit.status not in ("active", "error"):
                 self.metrics.add(metrics.RUNS_FINISHED, 1, (workflow, commit.status))
             for new, _ in commit.start_runs:
@@ -255,5 +279,6 @@ class Telemetry:
             return
         for run in runs:
             if run.due_at is not None and run.due_at <= now:
-                self.metrics.record(metrics.CLAIM_LAG, (now - run.due_at) / 1000,
-                                    (run.workflow_name,))  # fmt: skip
+                self.metrics.record(
+                    metrics.CLAIM_LAG, (now - run.due_at) / 1000, (run.workflow_name,)
+                )

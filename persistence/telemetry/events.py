@@ -57,13 +57,18 @@ class RunEvent:
     def record_fields(self) -> dict[str, Any]:
         """What a structured log line carries: event, run id, workflow, key, state, trace id and
         the kind's own fields."""
-        return {"event": self.kind, "run_id": self.run_id, "workflow": self.workflow,
-                "key": self.key, "state": self.state, "trace_id": self.trace_id,
-                **self.fields}  # fmt: skip
+        return {
+            "event": self.kind,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "key": self.key,
+            "state": self.state,
+            "trace_id": self.trace_id,
+            **self.fields,
+        }
 
 
 def write(event: RunEvent) -> None:
     """The event's one log line."""
     if log.isEnabledFor(event.level):
-        log.log(event.level, "%s", event.message,
-                extra={RECORD_ATTRIBUTE: event.record_fields()})  # fmt: skip
+        log.log(event.level, "%s", event.message, extra={RECORD_ATTRIBUTE: event.record_fields()})

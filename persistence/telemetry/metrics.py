@@ -45,63 +45,146 @@ class Metric:
     unit: str = ""
 
 
-DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 300.0)  # fmt: skip
+DURATION_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 RUNS_STARTED = Metric("statecharts_runs_started", "counter", "Runs started", ("workflow",))
-RUNS_FINISHED = Metric("statecharts_runs_finished", "counter",
-                       "Runs ended, by outcome (done, done_partial, error, cancelled)",
-                       ("workflow", "outcome"))  # fmt: skip
+RUNS_FINISHED = Metric(
+    "statecharts_runs_finished",
+    "counter",
+    "Runs ended, by outcome (done, done_partial, error, cancelled)",
+    ("workflow", "outcome"),
+)
 STEPS = Metric("statecharts_steps", "counter", "Steps committed", ("workflow",))
-STEP_DURATION = Metric("statecharts_step_duration_seconds", "histogram",
-                       "Time of one step: its effects executed, results applied, committed",
-                       ("workflow",), "s")  # fmt: skip
-EFFECT_DURATION = Metric("statecharts_effect_duration_seconds", "histogram",
-                         "Time to execute one effect (an action, invoked call or emit)",
-                         ("workflow", "kind", "name"), "s")  # fmt: skip
-EFFECT_FAILURES = Metric("statecharts_effect_failures", "counter",
-                         "Effects that failed (raised, or a call that returned an error)",
-                         ("workflow", "kind", "name"))  # fmt: skip
-RETRIES_SCHEDULED = Metric("statecharts_retries_scheduled", "counter",
-                           "Retries scheduled: a retried call's attempt failed, or a transient "
-                           "failure rolled a step back", ("workflow", "state"))  # fmt: skip
-LEASE_TAKEOVERS = Metric("statecharts_lease_takeovers", "counter",
-                         "Runs claimed after another worker's lease expired", ("workflow",))
-LEASES_LOST = Metric("statecharts_leases_lost", "counter",
-                     "Steps not committed because another worker had taken the run", ("workflow",))
-CLAIM_LAG = Metric("statecharts_claim_lag_seconds", "histogram",
-                   "How late runs were claimed: claim time minus the time they were due",
-                   ("workflow",), "s")  # fmt: skip
-DEAD_LETTERS = Metric("statecharts_dead_letters", "counter",
-                      "Events dead-lettered because their run had ended", ("workflow",))
-POISONED_VALUES = Metric("statecharts_poisoned_values", "counter",
-                         "Values refused because no store can hold them exactly (the run fails)",
-                         ("workflow",))  # fmt: skip
-RUNS = Metric("statecharts_runs", "gauge", "Runs in the store, by workflow and status",
-              ("workflow", "status"))  # fmt: skip
-STUCK_RUNS = Metric("statecharts_stuck_runs", "gauge",
-                    "Active runs nobody touched for the stuck threshold and not waiting for a "
-                    "later timer", ("workflow",))  # fmt: skip
-BREAKER_STATE = Metric("statecharts_breaker_state", "gauge",
-                       "1 for the circuit breaker's current state, 0 for the others",
-                       ("breaker", "state"))  # fmt: skip
+STEP_DURATION = Metric(
+    "statecharts_step_duration_seconds",
+    "histogram",
+    "Time of one step: its effects executed, results applied, committed",
+    ("workflow",),
+    "s",
+)
+EFFECT_DURATION = Metric(
+    "statecharts_effect_duration_seconds",
+    "histogram",
+    "Time to execute one effect (an action, invoked call or emit)",
+    ("workflow", "kind", "name"),
+    "s",
+)
+EFFECT_FAILURES = Metric(
+    "statecharts_effect_failures",
+    "counter",
+    "Effects that failed (raised, or a call that returned an error)",
+    ("workflow", "kind", "name"),
+)
+RETRIES_SCHEDULED = Metric(
+    "statecharts_retries_scheduled",
+    "counter",
+    "Retries scheduled: a retried call's attempt failed, or a transient failure rolled a step back",
+    ("workflow", "state"),
+)
+LEASE_TAKEOVERS = Metric(
+    "statecharts_lease_takeovers",
+    "counter",
+    "Runs claimed after another worker's lease expired",
+    ("workflow",),
+)
+LEASES_LOST = Metric(
+    "statecharts_leases_lost",
+    "counter",
+    "Steps not committed because another worker had taken the run",
+    ("workflow",),
+)
+CLAIM_LAG = Metric(
+    "statecharts_claim_lag_seconds",
+    "histogram",
+    "How late runs were claimed: claim time minus the time they were due",
+    ("workflow",),
+    "s",
+)
+DEAD_LETTERS = Metric(
+    "statecharts_dead_letters",
+    "counter",
+    "Events dead-lettered because their run had ended",
+    ("workflow",),
+)
+POISONED_VALUES = Metric(
+    "statecharts_poisoned_values",
+    "counter",
+    "Values refused because no store can hold them exactly (the run fails)",
+    ("workflow",),
+)
+RUNS = Metric(
+    "statecharts_runs", "gauge", "Runs in the store, by workflow and status", ("workflow", "status")
+)
+STUCK_RUNS = Metric(
+    "statecharts_stuck_runs",
+    "gauge",
+    "Active runs nobody touched for the stuck threshold and not waiting for a later timer",
+    ("workflow",),
+)
+BREAKER_STATE = Metric(
+    "statecharts_breaker_state",
+    "gauge",
+    "1 for the circuit breaker's current state, 0 for the others",
+    ("breaker", "state"),
+)
 
-CAPACITY_WAITS = Metric("statecharts_capacity_waits", "counter",
-                        "Times a run was released to wait for a named limit (capacity, rate, "
-                        "Retry-After pause)", ("workflow", "limit", "reason"))  # fmt: skip
-LIMIT_IN_FLIGHT = Metric("statecharts_limit_in_flight", "gauge",
-                         "Calls (or runs) holding a slot of a named concurrency limit",
-                         ("limit",))  # fmt: skip
-RUNS_WAITING = Metric("statecharts_runs_waiting", "gauge",
-                      "Active runs waiting for a named limit, by reason", ("limit", "reason"))
-LIMIT_PAUSED = Metric("statecharts_limit_pause_left", "gauge",
-                      "Seconds left of a Retry-After pause of a named limit (0: not paused)",
-                      ("limit",))  # fmt: skip
+CAPACITY_WAITS = Metric(
+    "statecharts_capacity_waits",
+    "counter",
+    "Times a run was released to wait for a named limit (capacity, rate, Retry-After pause)",
+    ("workflow", "limit", "reason"),
+)
+LIMIT_IN_FLIGHT = Metric(
+    "statecharts_limit_in_flight",
+    "gauge",
+    "Calls (or runs) holding a slot of a named concurrency limit",
+    ("limit",),
+)
+RUNS_WAITING = Metric(
+    "statecharts_runs_waiting",
+    "gauge",
+    "Active runs waiting for a named limit, by reason",
+    ("limit", "reason"),
+)
+LIMIT_PAUSED = Metric(
+    "statecharts_limit_pause_left",
+    "gauge",
+    "Seconds left of a Retry-After pause of a named limit (0: not paused)",
+    ("limit",),
+)
 
-INSTRUMENTS = (RUNS_STARTED, RUNS_FINISHED, STEPS, STEP_DURATION, EFFECT_DURATION,
-               EFFECT_FAILURES, RETRIES_SCHEDULED, LEASE_TAKEOVERS, LEASES_LOST, CLAIM_LAG,
-               DEAD_LETTERS, POISONED_VALUES, CAPACITY_WAITS)  # fmt: skip
+INSTRUMENTS = (
+    RUNS_STARTED,
+    RUNS_FINISHED,
+    STEPS,
+    STEP_DURATION,
+    EFFECT_DURATION,
+    EFFECT_FAILURES,
+    RETRIES_SCHEDULED,
+    LEASE_TAKEOVERS,
+    LEASES_LOST,
+    CLAIM_LAG,
+    DEAD_LETTERS,
+    POISONED_VALUES,
+    CAPACITY_WAITS,
+)
 """Updated by the process doing the work."""
 
 GAUGES = (RUNS, STUCK_RUNS, BREAKER_STATE, LIMIT_IN_FLIGHT, RUNS_WAITING, LIMIT_PAUSED)
@@ -130,8 +213,9 @@ class StoreGauges:
     `every_s` seconds (a scrape in between gets the last reading). Every status of every known
     workflow is reported, zero included, so an alert on a missing series is never needed."""
 
-    def __init__(self, runtime: Runtime, *, every_s: float = 15.0,
-                 stuck_after_ms: int = 3_600_000) -> None:  # fmt: skip
+    def __init__(
+        self, runtime: Runtime, *, every_s: float = 15.0, stuck_after_ms: int = 3_600_000
+    ) -> None:
         self.runtime = runtime
         self.every_s = every_s
         self.stuck_after_ms = stuck_after_ms
@@ -160,21 +244,25 @@ class StoreGauges:
         found: list[Reading] = [(RUNS, labels, float(n)) for labels, n in sorted(counts.items())]
         stuck_before = self.runtime.clock.now() - self.stuck_after_ms
         for workflow in sorted(workflows):
-            matching = store.count_matching(RunQuery(workflow_name=workflow,
-                                                     stuck_before=stuck_before))  # fmt: skip
+            matching = store.count_matching(
+                RunQuery(workflow_name=workflow, stuck_before=stuck_before)
+            )
             found.append((STUCK_RUNS, (workflow,), float(sum(matching.values()))))
         for name in sorted(breaker_names(self.runtime)):
             record = store.get_breaker(name)
             state = CLOSED if record is None else record.state
-            found += [(BREAKER_STATE, (name, s), float(s == state))
-                      for s in (CLOSED, OPEN, HALF_OPEN)]  # fmt: skip
+            found += [
+                (BREAKER_STATE, (name, s), float(s == state)) for s in (CLOSED, OPEN, HALF_OPEN)
+            ]
         now = self.runtime.clock.now()
         usage = {u.name: u for u in store.capacity_usage(now)}
         for name in sorted(set(self.runtime.load.limits) | set(usage)):
             used = usage.get(name, LimitUsage(name))
             found.append((LIMIT_IN_FLIGHT, (name,), float(used.in_flight)))
-            found += [(RUNS_WAITING, (name, reason), float(n))
-                      for reason, n in sorted(used.waiting.items())]  # fmt: skip
+            found += [
+                (RUNS_WAITING, (name, reason), float(n))
+                for reason, n in sorted(used.waiting.items())
+            ]
             paused = 0.0 if used.paused_until is None else (used.paused_until - now) / 1000
             found.append((LIMIT_PAUSED, (name,), paused))
         return found
@@ -193,23 +281,30 @@ class PrometheusMetrics:
     """The instruments in a `prometheus_client` registry (a new one unless given), with the
     store's gauges when `gauges` is given. `serve(port)` exposes the registry over HTTP."""
 
-    def __init__(self, registry: CollectorRegistry | None = None,
-                 gauges: StoreGauges | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, registry: CollectorRegistry | None = None, gauges: StoreGauges | None = None
+    ) -> None:
         try:
             import prometheus_client as prom
         except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise ImportError("Prometheus metrics need prometheus-client: "
-                              "pip install 'statecharts[metrics]'") from exc  # fmt: skip
+            raise ImportError(
+                "Prometheus metrics need prometheus-client: pip install 'statecharts[metrics]'"
+            ) from exc
         self.registry = registry if registry is not None else prom.CollectorRegistry()
         self._instruments: dict[str, Any] = {}
         for metric in INSTRUMENTS:
             if metric.kind == "counter":
-                made: Any = prom.Counter(metric.name, metric.help, metric.labels,
-                                         registry=self.registry)  # fmt: skip
+                made: Any = prom.Counter(
+                    metric.name, metric.help, metric.labels, registry=self.registry
+                )
             else:
-                made = prom.Histogram(metric.name, metric.help, metric.labels,
-                                      buckets=_BUCKETS.get(metric.name, DURATION_BUCKETS),
-                                      registry=self.registry)  # fmt: skip
+                made = prom.Histogram(
+                    metric.name,
+                    metric.help,
+                    metric.labels,
+                    buckets=_BUCKETS.get(metric.name, DURATION_BUCKETS),
+                    registry=self.registry,
+                )
             self._instruments[metric.name] = made
         if gauges is not None:
             self.registry.register(_GaugeCollector(gauges))  # type: ignore[arg-type]
@@ -252,28 +347,34 @@ class OtelMetrics:
     """The instruments as OpenTelemetry counters, histograms and (with `gauges`) observable
     gauges, from `meter_provider` (default: the global one, a no-op until an SDK is set)."""
 
-    def __init__(self, meter_provider: MeterProvider | None = None,
-                 gauges: StoreGauges | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, meter_provider: MeterProvider | None = None, gauges: StoreGauges | None = None
+    ) -> None:
         from opentelemetry import metrics as otel_metrics
 
         meter = otel_metrics.get_meter("statecharts", meter_provider=meter_provider)
         self._instruments: dict[str, Any] = {}
         for metric in INSTRUMENTS:
             create = meter.create_counter if metric.kind == "counter" else meter.create_histogram
-            self._instruments[metric.name] = create(metric.name, unit=metric.unit,
-                                                    description=metric.help)  # fmt: skip
+            self._instruments[metric.name] = create(
+                metric.name, unit=metric.unit, description=metric.help
+            )
         if gauges is not None:
             for metric in GAUGES:
-                meter.create_observable_gauge(metric.name, [self._observe(gauges, metric)],
-                                              description=metric.help)  # fmt: skip
+                meter.create_observable_gauge(
+                    metric.name, [self._observe(gauges, metric)], description=metric.help
+                )
 
     @staticmethod
     def _observe(gauges: StoreGauges, metric: Metric) -> Callable[[Any], Iterable[Observation]]:
         from opentelemetry.metrics import Observation
 
         def callback(options: Any) -> Iterable[Observation]:
-            return [Observation(value, dict(zip(m.labels, labels, strict=True)))
-                    for m, labels, value in gauges.readings() if m is metric]  # fmt: skip
+            return [
+                Observation(value, dict(zip(m.labels, labels, strict=True)))
+                for m, labels, value in gauges.readings()
+                if m is metric
+            ]
 
         return callback
 
@@ -283,8 +384,7 @@ class OtelMetrics:
 
     def record(self, metric: Metric, value: float, labels: tuple[str, ...]) -> None:
         """Record a histogram value."""
-        self._instruments[metric.name].record(value,
-                                              dict(zip(metric.labels, labels, strict=True)))
+        self._instruments[metric.name].record(value, dict(zip(metric.labels, labels, strict=True)))
 
 
 def fan_out(sinks: Sequence[MetricsSink]) -> MetricsSink | None:

@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 SERVICE_NAME = "statecharts-worker"
 
-INSTALL = ("--otlp needs OpenTelemetry's SDK and OTLP exporter: "
-           "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http")  # fmt: skip
+INSTALL = (
+    "--otlp needs OpenTelemetry's SDK and OTLP exporter: "
+    "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http"
+)
 
 
 def configure() -> Callable[[], None]:

@@ -55,48 +55,78 @@ class RunSpans:
         self._lock = threading.Lock()
 
     @contextmanager
-    def start(self, workflow: str, key: str | None, traceparent: str | None,
-              link: str | None = None) -> Iterator[Started]:  # fmt: skip
+    def start(
+        self, workflow: str, key: str | None, traceparent: str | None, link: str | None = None
+    ) -> Iterator[Started]:
         """The `start` span (current inside the block) of a run of `workflow`."""
         with self.tracer.start_as_current_span(
-            t.start_span_name(workflow), context=t.context_of(traceparent),
-            kind=self._kinds.PRODUCER, links=t.link_to(link),
+            t.start_span_name(workflow),
+            context=t.context_of(traceparent),
+            kind=self._kinds.PRODUCER,
+            links=t.link_to(link),
             attributes=t.attributes(**{t.WORKFLOW: workflow, t.RUN_KEY: key}),
-        ) as span:  # fmt: skip
+        ) as span:
             yield Started(t.traceparent_of(span) or traceparent, span)
 
     @contextmanager
     def send(self, run_id: str, event_type: str, traceparent: str | None) -> Iterator[str | None]:
         """The `send` span of an event for run `run_id`; yields the traceparent to queue."""
         with self.tracer.start_as_current_span(
-            t.send_span_name(event_type), context=t.context_of(traceparent),
+            t.send_span_name(event_type),
+            context=t.context_of(traceparent),
             kind=self._kinds.PRODUCER,
             attributes={t.RUN_ID: run_id, t.EVENT_TYPE: event_type},
-        ) as span:  # fmt: skip
+        ) as span:
             yield t.traceparent_of(span) or traceparent
 
-    def begin_step(self, run: RunRecord, state: str, first: bool, batch: int, attempt: int,
-                   inbox: Sequence[InboxEvent]) -> None:  # fmt: skip
+    def begin_step(
+        self,
+        run: RunRecord,
+        state: str,
+        first: bool,
+        batch: int,
+        attempt: int,
+        inbox: Sequence[InboxEvent],
+    ) -> None:
         """Open the step span of `run` (child of its stored trace context)."""
-        links = [link for e in inbox for link in t.link_to(e.traceparent, **{
-            t.EVENT_TYPE: str(e.event.get("type"))})]  # fmt: skip
+        links = [
+            link
+            for e in inbox
+            for link in t.link_to(e.traceparent, **{t.EVENT_TYPE: str(e.event.get("type"))})
+        ]
         takeover = first and run.previous_owner is not None
         span = self.tracer.start_span(
-            t.step_span_name(run.workflow_name), context=t.context_of(run.traceparent),
-            kind=self._kinds.CONSUMER, links=links,
-            attributes=t.attributes(**{
-                t.WORKFLOW: run.workflow_name, t.WORKFLOW_VERSION: run.workflow_version,
-                t.RUN_ID: run.id, t.RUN_KEY: run.key, t.STATE_BEFORE: state,
-                t.ATTEMPT: attempt, t.BATCH_SIZE: batch, t.TAKEOVER: takeover,
-                t.PREVIOUS_OWNER: run.previous_owner if takeover else None}),
-        )  # fmt: skip
+            t.step_span_name(run.workflow_name),
+            context=t.context_of(run.traceparent),
+            kind=self._kinds.CONSUMER,
+            links=links,
+            attributes=t.attributes(
+                **{
+                    t.WORKFLOW: run.workflow_name,
+                    t.WORKFLOW_VERSION: run.workflow_version,
+                    t.RUN_ID: run.id,
+                    t.RUN_KEY: run.key,
+                    t.STATE_BEFORE: state,
+                    t.ATTEMPT: attempt,
+                    t.BATCH_SIZE: batch,
+                    t.TAKEOVER: takeover,
+                    t.PREVIOUS_OWNER: run.previous_owner if takeover else None,
+                }
+            ),
+        )
         with self._lock:
             self._open[run.id] = span
 
     @contextmanager
-    def effect(self, run_id: str, kind: str, name: str, key: str, attempt: int | None,
-               beside: tuple[str | None] | None = None,
-               ) -> Iterator[Callable[[str, str | None], None]]:  # fmt: skip
+    def effect(
+        self,
+        run_id: str,
+        kind: str,
+        name: str,
+        key: str,
+        attempt: int | None,
+        beside: tuple[str | None] | None = None,
+    ) -> Iterator[Callable[[str, str | None], None]]:
         """An effect span (child of the run's open step span, current inside the block); the
         block calls the yielded function with the outcome ("done", "failed", "skipped") and the
         error text. `beside`: (the run's stored traceparent,) for a call that runs beside its
@@ -108,12 +138,20 @@ class RunSpans:
                 step = self._open.get(run_id)
             parent = None if step is None else _in(step)
         with self.tracer.start_as_current_span(
-            t.effect_span_name(kind, name), context=parent,
-            attributes=t.attributes(**{t.RUN_ID: run_id, t.EFFECT_KIND: kind,
-                                       t.EFFECT_NAME: name, t.EFFECT_KEY: key,
-                                       t.EFFECT_ATTEMPT: attempt}),
-            record_exception=False, set_status_on_exception=True,
-        ) as span:  # fmt: skip
+            t.effect_span_name(kind, name),
+            context=parent,
+            attributes=t.attributes(
+                **{
+                    t.RUN_ID: run_id,
+                    t.EFFECT_KIND: kind,
+                    t.EFFECT_NAME: name,
+                    t.EFFECT_KEY: key,
+                    t.EFFECT_ATTEMPT: attempt,
+                }
+            ),
+            record_exception=False,
+            set_status_on_exception=True,
+        ) as span:
 
             def outcome(status: str, error: str | None) -> None:
                 if span.is_recording():
@@ -133,10 +171,16 @@ class RunSpans:
             committed = commit is not None and version is not None
             span.set_attribute("statecharts.step.committed", committed)
             if commit is not None and version is not None:
-                span.set_attributes(t.attributes(**{
-                    t.STATE_AFTER: commit.state, t.RUN_VERSION: version,
-                    t.RUN_STATUS: commit.status,
-                    t.EVENTS: [str(j.event.get("type")) for j in commit.journal] or None}))
+                span.set_attributes(
+                    t.attributes(
+                        **{
+                            t.STATE_AFTER: commit.state,
+                            t.RUN_VERSION: version,
+                            t.RUN_STATUS: commit.status,
+                            t.EVENTS: [str(j.event.get("type")) for j in commit.journal] or None,
+                        }
+                    )
+                )
                 if commit.status == "error":
                     t.set_error(span, commit.last_error or "run failed")
         span.end()
@@ -147,9 +191,16 @@ class RunSpans:
             span = self._open.get(event.run_id)
         if span is None or not span.is_recording():
             return
-        span.add_event(event.kind, t.attributes(**{
-            k: v if isinstance(v, str | int | float | bool) else str(v)
-            for k, v in event.fields.items() if v is not None}))  # fmt: skip
+        span.add_event(
+            event.kind,
+            t.attributes(
+                **{
+                    k: v if isinstance(v, str | int | float | bool) else str(v)
+                    for k, v in event.fields.items()
+                    if v is not None
+                }
+            ),
+        )
         if event.kind == "run_failed":
             t.set_error(span, str(event.fields.get("reason") or "run failed"))
 

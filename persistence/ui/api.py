@@ -31,11 +31,13 @@ class RunSummary(BaseModel):
     claim_count: int = Field(0, description="how many times a worker claimed the run")
     problem: str | None = Field(None, description="why the stored row does not parse, if so")
     priority: int = Field(0, description="0-1000, higher claimed first (with aging)")
-    waiting_for: str | None = Field(None, description="what the run waits for, e.g. 'waiting "
-                                    "for capacity: crm' (a named limit)")
+    waiting_for: str | None = Field(
+        None, description="what the run waits for, e.g. 'waiting for capacity: crm' (a named limit)"
+    )
     parent_run_id: str | None = Field(None, description="the run that started this child run")
     parent_invoke_id: str | None = Field(
-        None, description="this child run's invoke id in its parent (None once stopped)")
+        None, description="this child run's invoke id in its parent (None once stopped)"
+    )
 
 
 class RunPage(BaseModel):
@@ -103,46 +105,76 @@ class RunDetailOut(RunSummary):
     attempts: list[AttemptOut]
     queued_events: list[dict[str, Any]] = Field(description="sent, not yet applied by a worker")
     dead_letters: list[DeadLetterOut] = Field(
-        default_factory=list, description="sent, never applied: the run had ended")
+        default_factory=list, description="sent, never applied: the run had ended"
+    )
     effects: list[EffectOut]
     journal: list[JournalOut]
     journal_total: int
     error_traceback: str | None = Field(
-        None, description="where the code that failed the run raised (an action, an assign, a "
-                          "guard; or the call whose error no state handled)")
-    children: list[RunSummary] = Field(default_factory=list,
-                                       description="the child runs it started, newest first")
+        None,
+        description="where the code that failed the run raised (an action, an assign, a "
+        "guard; or the call whose error no state handled)",
+    )
+    children: list[RunSummary] = Field(
+        default_factory=list, description="the child runs it started, newest first"
+    )
 
 
 def summary(run: RunRecord) -> RunSummary:
     """The listed fields of a run."""
     return RunSummary(
-        id=run.id, workflow_name=run.workflow_name, workflow_version=run.workflow_version,
-        key=run.key, state=run.state, status=run.status, attempt_count=run.attempt_count,
-        last_error=run.last_error, created_at=run.created_at, updated_at=run.updated_at,
-        completed_at=run.completed_at, wake_at=run.wake_at, version=run.version,
-        claim_count=run.claim_count, problem=run.problem, priority=run.priority,
-        waiting_for=run.waiting_for, parent_run_id=run.parent_run_id,
+        id=run.id,
+        workflow_name=run.workflow_name,
+        workflow_version=run.workflow_version,
+        key=run.key,
+        state=run.state,
+        status=run.status,
+        attempt_count=run.attempt_count,
+        last_error=run.last_error,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        completed_at=run.completed_at,
+        wake_at=run.wake_at,
+        version=run.version,
+        claim_count=run.claim_count,
+        problem=run.problem,
+        priority=run.priority,
+        waiting_for=run.waiting_for,
+        parent_run_id=run.parent_run_id,
         parent_invoke_id=run.parent_invoke_id,
-    )  # fmt: skip
+    )
 
 
 def page_out(listing: RunList) -> RunPage:
     """A runs-list page as JSON."""
-    return RunPage(runs=[summary(r) for r in listing.runs], total=listing.total,
-                   counts=listing.counts, stuck=listing.stuck, page=listing.page,
-                   page_size=listing.page_size)  # fmt: skip
+    return RunPage(
+        runs=[summary(r) for r in listing.runs],
+        total=listing.total,
+        counts=listing.counts,
+        stuck=listing.stuck,
+        page=listing.page,
+        page_size=listing.page_size,
+    )
 
 
 def _journal(entry: EventRecord) -> JournalOut:
-    return JournalOut(step=entry.step, event=redact(entry.event), state_before=entry.state_before,
-                      state_after=entry.state_after, created_at=entry.created_at)  # fmt: skip
+    return JournalOut(
+        step=entry.step,
+        event=redact(entry.event),
+        state_before=entry.state_before,
+        state_after=entry.state_after,
+        created_at=entry.created_at,
+    )
 
 
 def _effect(effect: EffectRecord) -> EffectOut:
-    return EffectOut(idempotency_key=effect.idempotency_key, kind=effect.kind,
-                     status=effect.status, error=effect.error,
-                     updated_at=effect.updated_at)  # fmt: skip
+    return EffectOut(
+        idempotency_key=effect.idempotency_key,
+        kind=effect.kind,
+        status=effect.status,
+        error=effect.error,
+        updated_at=effect.updated_at,
+    )
 
 
 def detail_out(detail: RunDetail) -> RunDetailOut:
@@ -150,17 +182,24 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
     return RunDetailOut(
         **summary(detail.run).model_dump(),
         context=redact(detail.context),
-        timers=[TimerOut(id=t.id, event_type=t.event_type, due_at=t.due_at, retry_of=t.retry_of)
-                for t in detail.timers],
-        attempts=[AttemptOut(state_id=a.state_id, attempt=a.attempt, last_error=a.last_error)
-                  for a in detail.attempts],
+        timers=[
+            TimerOut(id=t.id, event_type=t.event_type, due_at=t.due_at, retry_of=t.retry_of)
+            for t in detail.timers
+        ],
+        attempts=[
+            AttemptOut(state_id=a.state_id, attempt=a.attempt, last_error=a.last_error)
+            for a in detail.attempts
+        ],
         queued_events=[redact(e.event) for e in detail.inbox],
-        dead_letters=[DeadLetterOut(event=redact(d.event), created_at=d.created_at,
-                                    dead_at=d.dead_at, reason=d.reason)
-                      for d in detail.dead_letters],
+        dead_letters=[
+            DeadLetterOut(
+                event=redact(d.event), created_at=d.created_at, dead_at=d.dead_at, reason=d.reason
+            )
+            for d in detail.dead_letters
+        ],
         effects=[_effect(e) for e in detail.effects],
         journal=[_journal(e) for e in detail.journal],
         children=[summary(c) for c in detail.children],
         journal_total=detail.journal_total,
         error_traceback=None if detail.traceback is None else detail.traceback.text,
-    )  # fmt: skip
+    )

@@ -48,19 +48,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     ui.add_argument("--store", help=f"store URL (default: ${STORE_ENV}), e.g. sqlite:///runs.db")
     add_keys_file(ui)
-    ui.add_argument("--host", default=DEFAULT_HOST,
-                    help=f"address to listen on (default {DEFAULT_HOST}; others need "
-                    f"{TOKEN_ENV})")  # fmt: skip
-    ui.add_argument("--port", type=int, default=DEFAULT_PORT,
-                    help=f"port to listen on (default {DEFAULT_PORT})")
+    ui.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}; others need {TOKEN_ENV})",
+    )
+    ui.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})"
+    )
     ui.add_argument("--read-only", action="store_true", help="show runs, offer no actions")
-    ui.add_argument("--machines", action="append", default=[], metavar="MODULE",
-                    help="module (or module:attr) defining the workflows, for diagrams and "
-                    "actions; repeatable")  # fmt: skip
-    ui.add_argument("--stuck-after-ms", type=int, default=3_600_000,
-                    help="an active run not updated for this long is shown as stuck")  # fmt: skip
-    ui.add_argument("--log-level", default="INFO",
-                    help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    ui.add_argument(
+        "--machines",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="module (or module:attr) defining the workflows, for diagrams and actions; repeatable",
+    )
+    ui.add_argument(
+        "--stuck-after-ms",
+        type=int,
+        default=3_600_000,
+        help="an active run not updated for this long is shown as stuck",
+    )
+    ui.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)"
+    )
     ui.set_defaults(handler=_serve)
 
 
@@ -78,8 +90,11 @@ def _serve(args: argparse.Namespace) -> int:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         ring = keys_from_env(args.keys_file)
         store = open_store(url)
@@ -89,13 +104,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"store: {exc}") from exc
     store.use_codec(ring, show_sealed=True)  # (a payload without its key shows as encrypted)
     machines = load_machines(args.machines) if args.machines else []
-    app = create_app(store, machines, read_only=args.read_only, token=token,
-                     stuck_after_ms=args.stuck_after_ms)  # fmt: skip
+    app = create_app(
+        store, machines, read_only=args.read_only, token=token, stuck_after_ms=args.stuck_after_ms
+    )
     logging.getLogger("statecharts.ui").info(
-        "serving http://%s:%d/ (%s%s)", args.host, args.port,
+        "serving http://%s:%d/ (%s%s)",
+        args.host,
+        args.port,
         "read-only" if args.read_only else "actions on",
         ", token required" if token else "",
-    )  # fmt: skip
+    )
     try:
         serve(app, args.host, args.port, log_level=args.log_level.lower())
     finally:

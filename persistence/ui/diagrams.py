@@ -64,26 +64,45 @@ def _svg(machine: Machine, snapshot: Snapshot | None) -> str:
         raise DiagramUnavailable(str(exc)) from exc
 
 
-def run_svg(cache: SvgCache, machine: Machine, snapshot: Snapshot,
-            state_link: Callable[[str], str],
-            children: Mapping[str, tuple[str, str]] | None = None) -> str:  # fmt: skip
+def run_svg(
+    cache: SvgCache,
+    machine: Machine,
+    snapshot: Snapshot,
+    state_link: Callable[[str], str],
+    children: Mapping[str, tuple[str, str]] | None = None,
+) -> str:
     """The diagram with the run's active states highlighted (by the renderer), cleaned; each
     state in `children` (path -> (text, link)) shows its child run's state inside its box,
     linked to the child's page."""
     persisted = machine.persist(snapshot)
-    key = ("run", machine.fingerprint, orjson.dumps(
-        [persisted.get("value"), persisted.get("status"), persisted.get("retries"),
-         children or {}], option=orjson.OPT_SORT_KEYS).decode())  # fmt: skip
-    return cache.get(key, lambda: _finish(_svg(machine, snapshot), machine, state_link, {},
-                                          children or {}))
+    key = (
+        "run",
+        machine.fingerprint,
+        orjson.dumps(
+            [
+                persisted.get("value"),
+                persisted.get("status"),
+                persisted.get("retries"),
+                children or {},
+            ],
+            option=orjson.OPT_SORT_KEYS,
+        ).decode(),
+    )
+    return cache.get(
+        key, lambda: _finish(_svg(machine, snapshot), machine, state_link, {}, children or {})
+    )
 
 
-def heat_svg(cache: SvgCache, machine: Machine, counts: Mapping[str, int],
-             state_link: Callable[[str], str]) -> str:  # fmt: skip
+def heat_svg(
+    cache: SvgCache, machine: Machine, counts: Mapping[str, int], state_link: Callable[[str], str]
+) -> str:
     """The diagram with each state's box filled by how many runs are in it (`counts` by leaf
     path relative to the root) and labelled with the number."""
-    key = ("heat", machine.fingerprint,
-           orjson.dumps(dict(counts), option=orjson.OPT_SORT_KEYS).decode())  # fmt: skip
+    key = (
+        "heat",
+        machine.fingerprint,
+        orjson.dumps(dict(counts), option=orjson.OPT_SORT_KEYS).decode(),
+    )
     base = cache.get(("plain", machine.fingerprint), lambda: _svg(machine, None))
     return cache.get(key, lambda: _finish(base, machine, state_link, counts))
 
@@ -96,9 +115,13 @@ def heat_fill(count: int, most: int) -> str:
     return HEAT_FILLS[step]
 
 
-def _finish(svg_text: str, machine: Machine, state_link: Callable[[str], str],
-            counts: Mapping[str, int],
-            children: Mapping[str, tuple[str, str]] | None = None) -> str:  # fmt: skip
+def _finish(
+    svg_text: str,
+    machine: Machine,
+    state_link: Callable[[str], str],
+    counts: Mapping[str, int],
+    children: Mapping[str, tuple[str, str]] | None = None,
+) -> str:
     """Clean the SVG, link state boxes, paint the heat map; return it without the XML
     prolog, ready to go inline."""
     root = ET.fromstring(svg_text.encode())
@@ -149,16 +172,17 @@ def _link(group: ET.Element, href: str) -> None:
 
 
 def _paint(group: ET.Element, count: int, most: int) -> None:
-    shape = next((el for el in group.iter() if el.tag in _SHAPES and el.get("fill") not in
-                  (None, "none")), None)  # fmt: skip
+    shape = next(
+        (el for el in group.iter() if el.tag in _SHAPES and el.get("fill") not in (None, "none")),
+        None,
+    )
     if shape is None:
         return
     shape.set("fill", heat_fill(count, most))
     group.set("data-runs", str(count))
     if count <= 0:
         return
-    _pill(group, group, shape, f"{count} run{'s' if count != 1 else ''}", "#7a2e00",
-          "heat-count")
+    _pill(group, group, shape, f"{count} run{'s' if count != 1 else ''}", "#7a2e00", "heat-count")
 
 
 def _child_note(group: ET.Element, text: str, href: str) -> None:
@@ -166,14 +190,16 @@ def _child_note(group: ET.Element, text: str, href: str) -> None:
     shape = next((el for el in group.iter() if el.tag in _SHAPES), None)
     if shape is None:
         return
-    link = ET.SubElement(group, f"{{{SVG_NS}}}a", {"href": href, f"{{{XLINK_NS}}}href": href,
-                                                  "class": "child-run"})  # fmt: skip
+    link = ET.SubElement(
+        group, f"{{{SVG_NS}}}a", {"href": href, f"{{{XLINK_NS}}}href": href, "class": "child-run"}
+    )
     ET.SubElement(link, f"{{{SVG_NS}}}title").text = f"child run {text}"
     _pill(group, link, shape, text, "#1f4e79", "child-run-state")
 
 
-def _pill(group: ET.Element, parent: ET.Element, shape: ET.Element, text: str, fill: str,
-          css: str) -> None:  # fmt: skip
+def _pill(
+    group: ET.Element, parent: ET.Element, shape: ET.Element, text: str, fill: str, css: str
+) -> None:
     """A dark pill with `text` on `shape`'s top-right corner (readable over borders and
     arrows alike), added to `parent`; `css` names its text (and `<css>-bg` its background)."""
     box = _bounds(shape)
@@ -182,15 +208,33 @@ def _pill(group: ET.Element, parent: ET.Element, shape: ET.Element, text: str, f
     _, top, right, _ = box
     group.set(f"data-{css}", text)
     width = 7.0 * len(text) + 10
-    ET.SubElement(parent, f"{{{SVG_NS}}}rect", {
-        "x": f"{right - width + 6:.1f}", "y": f"{top - 9:.1f}", "width": f"{width:.1f}",
-        "height": "16", "rx": "8", "fill": fill, "class": f"{css}-bg",
-    })  # fmt: skip
-    badge = ET.SubElement(parent, f"{{{SVG_NS}}}text", {
-        "x": f"{right + 6 - width / 2:.1f}", "y": f"{top + 3:.1f}", "text-anchor": "middle",
-        "font-family": "Helvetica,Arial,sans-serif", "font-size": "11", "font-weight": "bold",
-        "fill": "#ffffff", "class": css,
-    })  # fmt: skip
+    ET.SubElement(
+        parent,
+        f"{{{SVG_NS}}}rect",
+        {
+            "x": f"{right - width + 6:.1f}",
+            "y": f"{top - 9:.1f}",
+            "width": f"{width:.1f}",
+            "height": "16",
+            "rx": "8",
+            "fill": fill,
+            "class": f"{css}-bg",
+        },
+    )
+    badge = ET.SubElement(
+        parent,
+        f"{{{SVG_NS}}}text",
+        {
+            "x": f"{right + 6 - width / 2:.1f}",
+            "y": f"{top + 3:.1f}",
+            "text-anchor": "middle",
+            "font-family": "Helvetica,Arial,sans-serif",
+            "font-size": "11",
+            "font-weight": "bold",
+            "fill": "#ffffff",
+            "class": css,
+        },
+    )
     badge.text = text
 
 

@@ -92,24 +92,28 @@ def csrf_ok(request: Request, submitted: str) -> bool:
 class Guard(BaseHTTPMiddleware):
     """Token check on every request (if a token is set) and security headers on every response."""
 
-    def __init__(self, app: object, token: str | None,
-                 unauthorized: Callable[[Request], Response]) -> None:  # fmt: skip
+    def __init__(
+        self, app: object, token: str | None, unauthorized: Callable[[Request], Response]
+    ) -> None:
         super().__init__(app)  # type: ignore[arg-type]
         self.token = token
         self.unauthorized = unauthorized
 
     async def dispatch(self, request: Request, call_next: Handler) -> Response:
         """Refuse requests without the token; add headers and a new CSRF cookie."""
-        if self.token and request.url.path not in OPEN_PATHS and not has_token(
-            request, self.token
-        ):
+        if self.token and request.url.path not in OPEN_PATHS and not has_token(request, self.token):
             response = self.unauthorized(request)
         else:
             response = await call_next(request)
         new_csrf = getattr(request.state, "new_csrf", None)
         if new_csrf:
-            response.set_cookie(CSRF_COOKIE, new_csrf, httponly=True, samesite="strict",
-                                secure=request.url.scheme == "https")  # fmt: skip
+            response.set_cookie(
+                CSRF_COOKIE,
+                new_csrf,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["X-Frame-Options"] = "DENY"

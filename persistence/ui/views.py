@@ -93,8 +93,10 @@ class Filters:
             if problem is not None:
                 raise FilterError(f"{name}: {problem}")
         if self.status and self.status not in (*STATUSES, STUCK):
-            raise FilterError(f"status: unknown run status {self.status!r}; expected one of "
-                              f"{', '.join((*STATUSES, STUCK))}")  # fmt: skip
+            raise FilterError(
+                f"status: unknown run status {self.status!r}; expected one of "
+                f"{', '.join((*STATUSES, STUCK))}"
+            )
         if self.age and self.age not in AGES:
             raise FilterError(f"age: unknown age {self.age!r}; expected one of {', '.join(AGES)}")
         self.search()
@@ -128,8 +130,15 @@ class Filters:
 
     def params(self, **changes: str) -> dict[str, str]:
         """The non-empty filters as URL parameters, with `changes` applied."""
-        values = {"workflow": self.workflow, "status": self.status, "state": self.state,
-                  "key": self.key, "age": self.age, "where": self.where, **changes}  # fmt: skip
+        values = {
+            "workflow": self.workflow,
+            "status": self.status,
+            "state": self.state,
+            "key": self.key,
+            "age": self.age,
+            "where": self.where,
+            **changes,
+        }
         return {k: v for k, v in values.items() if v}
 
 
@@ -153,8 +162,15 @@ class RunList:
         return max(1, -(-self.total // self.page_size))
 
 
-def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int,
-             stuck_after_ms: int, attention: int = 5) -> RunList:  # fmt: skip
+def run_list(
+    store: Store,
+    filters: Filters,
+    page: int,
+    page_size: int,
+    now: int,
+    stuck_after_ms: int,
+    attention: int = 5,
+) -> RunList:
     """The runs list: counts per status (for every status under the other filters), the
     stuck and failed runs first, then the page of runs matching all filters, newest first."""
     page = max(1, page)
@@ -178,8 +194,9 @@ def run_list(store: Store, filters: Filters, page: int, page_size: int, now: int
         if counts.get("error"):
             failed = dataclasses.replace(filters, status="error")
             attention_failed = store.search_runs(failed.query(now, stuck_after_ms), attention)
-    return RunList(filters, runs, total, counts, stuck, page, page_size, attention_stuck,
-                   attention_failed)  # fmt: skip
+    return RunList(
+        filters, runs, total, counts, stuck, page, page_size, attention_stuck, attention_failed
+    )
 
 
 def is_stuck(run: RunRecord, now: int, stuck_after_ms: int) -> bool:
@@ -283,8 +300,9 @@ class FailureTraceback:
     of: str | None = None
 
 
-def failure_traceback(store: Store, run: RunRecord,
-                      calls: Sequence[CallView]) -> FailureTraceback | None:  # fmt: skip
+def failure_traceback(
+    store: Store, run: RunRecord, calls: Sequence[CallView]
+) -> FailureTraceback | None:
     """The traceback beside the run's error: the one recorded with it (an action, an assign
     or a guard raised: `Store.error_traceback`), else, for a run failed by a call's error that
     no state handled, the last attempt's of that call (the step that failed the run applied
@@ -297,11 +315,16 @@ def failure_traceback(store: Store, run: RunRecord,
     last = store.list_events(run.id, last=1)
     failed_by = str(last[0].event.get("type")) if last else None
     for view in calls:
-        if error_actor_event_type(view.call.call_id) == failed_by and view.call.status == \
-                "failed" and view.attempts and view.attempts[-1].traceback:  # fmt: skip
+        if (
+            error_actor_event_type(view.call.call_id) == failed_by
+            and view.call.status == "failed"
+            and view.attempts
+            and view.attempts[-1].traceback
+        ):
             attempt = view.attempts[-1]
-            return FailureTraceback(str(attempt.traceback),
-                                    f"call {view.call.call_id!r}, attempt {attempt.attempt}")
+            return FailureTraceback(
+                str(attempt.traceback), f"call {view.call.call_id!r}, attempt {attempt.attempt}"
+            )
     return None
 
 
@@ -344,8 +367,9 @@ def child_notes(detail: RunDetail, snapshot: Snapshot) -> dict[str, tuple[str, s
         ref = snapshot.children.get(child.parent_invoke_id or "")
         if ref is None or ref.invoked_by is None or child.terminal:
             continue
-        path = ref.invoked_by[len(prefix):] if ref.invoked_by.startswith(prefix) else \
-            ref.invoked_by  # fmt: skip
+        path = (
+            ref.invoked_by[len(prefix) :] if ref.invoked_by.startswith(prefix) else ref.invoked_by
+        )
         notes[path] = (f"{child.workflow_name}: {child.state}", f"/runs/{child.id}")
     return notes
 
@@ -356,8 +380,15 @@ def timers_of(snapshot: Mapping[str, Any]) -> list[TimerView]:
     for timer in snapshot.get("timers") or ():
         event = timer.get("event") or {}
         event_type = str(event.get("type", ""))
-        found.append(TimerView(str(timer.get("id")), event_type, int(timer.get("due_at", 0)),
-                               retried_state_of_timer(event_type), dict(event)))  # fmt: skip
+        found.append(
+            TimerView(
+                str(timer.get("id")),
+                event_type,
+                int(timer.get("due_at", 0)),
+                retried_state_of_timer(event_type),
+                dict(event),
+            )
+        )
     return sorted(found, key=lambda t: (t.due_at, t.id))
 
 
@@ -366,8 +397,11 @@ def attempts_of(snapshot: Mapping[str, Any]) -> list[AttemptView]:
     found = []
     for state_id, record in sorted((snapshot.get("retries") or {}).items()):
         error = record.get("last_error")
-        found.append(AttemptView(state_id, int(record.get("attempt", 0)), error_text(error),
-                                 record.get("started_at")))  # fmt: skip
+        found.append(
+            AttemptView(
+                state_id, int(record.get("attempt", 0)), error_text(error), record.get("started_at")
+            )
+        )
     return found
 
 
@@ -524,8 +558,15 @@ def limit_rows(store: Store, machines: Sequence[Machine], now: int) -> list[Limi
     for name in sorted(set(sites) | set(usage), key=lambda n: (split_name(n)[0], n)):
         limit, key = split_name(name)
         used = usage.get(name)
-        rows.append(LimitRow(name, sorted(set(sites.get(limit, []))),
-                             used.in_flight if used else 0,
-                             sorted(used.waiting.items()) if used else [],
-                             used.paused_until if used else None, limit, key))  # fmt: skip
+        rows.append(
+            LimitRow(
+                name,
+                sorted(set(sites.get(limit, []))),
+                used.in_flight if used else 0,
+                sorted(used.waiting.items()) if used else [],
+                used.paused_until if used else None,
+                limit,
+                key,
+            )
+        )
     return rows

@@ -18,8 +18,13 @@ __all__ = ["ADDED", "CHANGED", "REMOVED", "Change", "MachineDiff"]
 STATE, RENAMED, MOVED, TYPE, INITIAL = "state", "renamed", "moved", "type", "initial"
 TRANSITION, TARGET, GUARD, ACTIONS, TIMER = "transition", "target", "guard", "actions", "timer"
 ENTRY, EXIT, TAGS, INVOKE, RETRY, BREAKER = "entry", "exit", "tags", "invoke", "retry", "breaker"
-FAILURE, ERROR_WORKFLOW, CONTEXT, VERSION, MACHINE_ID = ("failure class", "error workflow",
-                                                         "context", "version", "machine id")
+FAILURE, ERROR_WORKFLOW, CONTEXT, VERSION, MACHINE_ID = (
+    "failure class",
+    "error workflow",
+    "context",
+    "version",
+    "machine id",
+)
 TRANSITION_KINDS = frozenset({TRANSITION, TARGET, GUARD, ACTIONS, TIMER})
 
 

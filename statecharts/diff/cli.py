@@ -49,26 +49,48 @@ status is then 1 when deploying NEW would strand runs (in removed states, with n
 that moves them). Errors exit 2."""
 
 FORMATS = ("text", "markdown", "svg", "png", "dot", "mermaid")
-_SUFFIX_FORMATS = {".md": "markdown", ".txt": "text", ".svg": "svg", ".png": "png",
-                   ".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".mermaid": "mermaid"}
+_SUFFIX_FORMATS = {
+    ".md": "markdown",
+    ".txt": "text",
+    ".svg": "svg",
+    ".png": "png",
+    ".dot": "dot",
+    ".gv": "dot",
+    ".mmd": "mermaid",
+    ".mermaid": "mermaid",
+}
 _DRAWINGS: dict[str, Callable[[MachineDiff], str | bytes]] = {
-    "text": text_report, "markdown": markdown_report, "svg": diff_svg, "png": diff_png,
-    "dot": diff_dot, "mermaid": diff_mermaid}
+    "text": text_report,
+    "markdown": markdown_report,
+    "svg": diff_svg,
+    "png": diff_png,
+    "dot": diff_dot,
+    "mermaid": diff_mermaid,
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``diff`` subcommand."""
     diff = subparsers.add_parser(
-        "diff", help="what changed between two definitions of a machine (text, Markdown or a "
-                     "marked diagram)",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "diff",
+        help="what changed between two definitions of a machine (text, Markdown or a "
+        "marked diagram)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     diff.add_argument("old", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
     diff.add_argument("new", help="MODULE:NAME, FILE.json/.yaml or git:REV:PATH")
-    diff.add_argument("--format", choices=FORMATS,
-                      help="output format (default: from the -o suffix, else text)")
+    diff.add_argument(
+        "--format", choices=FORMATS, help="output format (default: from the -o suffix, else text)"
+    )
     diff.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-    diff.add_argument("--rename", action="append", default=[], metavar="OLD_PATH=NEW_PATH",
-                      help="a state renamed (its path below the root); may be repeated")
+    diff.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="OLD_PATH=NEW_PATH",
+        help="a state renamed (its path below the root); may be repeated",
+    )
     diff.set_defaults(handler=_diff)
     _add_review(subparsers)
 
@@ -87,8 +109,9 @@ def make_diff(args: argparse.Namespace) -> tuple[MachineDiff, str | bytes, str] 
     fmt = args.format or _SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "text")
     try:
         renames = dict(_rename(item) for item in args.rename)
-        changes = diff_machines(load_machine_for_diff(args.old), load_machine_for_diff(args.new),
-                                renames)
+        changes = diff_machines(
+            load_machine_for_diff(args.old), load_machine_for_diff(args.new), renames
+        )
         return changes, _DRAWINGS[fmt](changes), fmt
     except (SourceError, MachineDefinitionError, GraphvizNotFound, OSError, ValueError) as exc:
         print(f"statecharts diff: {exc}", file=sys.stderr)
@@ -101,11 +124,18 @@ def _add_review(subparsers: argparse._SubParsersAction) -> None:  # type: ignore
     if found is None:
         return
     diagrams, draw = found
-    diagrams.add_argument("--diff-base", metavar="REV",
-                          help="also print the diff of every machine that differs from its "
-                               "definition at git revision REV (e.g. origin/main)")
-    diagrams.add_argument("--diff-out", type=Path, metavar="DIR",
-                          help="with --diff-base: write <machine>.md and <machine>.svg there")
+    diagrams.add_argument(
+        "--diff-base",
+        metavar="REV",
+        help="also print the diff of every machine that differs from its "
+        "definition at git revision REV (e.g. origin/main)",
+    )
+    diagrams.add_argument(
+        "--diff-out",
+        type=Path,
+        metavar="DIR",
+        help="with --diff-base: write <machine>.md and <machine>.svg there",
+    )
 
     def diagrams_with_review(args: argparse.Namespace) -> int:
         if args.diff_base and args.machines.is_dir():  # (the render says when it is not)
@@ -123,8 +153,9 @@ def _add_review(subparsers: argparse._SubParsersAction) -> None:  # type: ignore
 def _rename(item: str) -> tuple[str, str]:
     old, sep, new = item.partition("=")
     if not sep or not old or not new:
-        raise ValueError(f"--rename {item!r}: write OLD_PATH=NEW_PATH (e.g. "
-                         "waiting=pending.waiting)")
+        raise ValueError(
+            f"--rename {item!r}: write OLD_PATH=NEW_PATH (e.g. waiting=pending.waiting)"
+        )
     return old, new
 
 

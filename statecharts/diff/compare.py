@@ -63,8 +63,9 @@ ARROW = " → "
 RENAMED_FROM = "renamed_from"  # the new state's meta key naming its old path
 
 
-def diff_machines(old: Machine, new: Machine,
-                  renames: Mapping[str, str] | None = None) -> MachineDiff:
+def diff_machines(
+    old: Machine, new: Machine, renames: Mapping[str, str] | None = None
+) -> MachineDiff:
     """What changed from ``old`` to ``new``. ``renames`` maps old state paths to new ones
     (a hint for renames the definitions cannot tell; ValueError if a path does not exist)."""
     return _Comparison(old, new, dict(renames or {})).run()
@@ -90,42 +91,65 @@ class _Comparison:
         for path, node in self.new_nodes.items():
             if path in targets:
                 self._state(self.old_nodes[old_of[path]], node)
-            elif not _generated(node) or node.parent is None or \
-                    state_path(node.parent) not in targets:
-                self._add(Change(ADDED, STATE, path, f"new {_kind_word(node)} "
-                                 f"“{_name(node)}”", new_node=node))
+            elif (
+                not _generated(node)
+                or node.parent is None
+                or state_path(node.parent) not in targets
+            ):
+                self._add(
+                    Change(
+                        ADDED, STATE, path, f"new {_kind_word(node)} “{_name(node)}”", new_node=node
+                    )
+                )
         for path, node in self.old_nodes.items():
-            if path in self.matched or (_generated(node) and node.parent is not None and
-                                        state_path(node.parent) in self.matched):
+            if path in self.matched or (
+                _generated(node)
+                and node.parent is not None
+                and state_path(node.parent) in self.matched
+            ):
                 continue
             moved = self.migrated_to.get(path)
             then = f"; the migration moves its runs to {moved}" if moved else ""
-            self._add(Change(REMOVED, STATE, path, f"{_kind_word(node)} "
-                             f"“{_name(node)}” removed{then}", old_node=node))
-        return MachineDiff(self.old, self.new, tuple(self.changes), dict(self.matched),
-                           dict(self.renamed), dict(self.migrated_to),
-                           frozenset(self.changed_states))
+            self._add(
+                Change(
+                    REMOVED,
+                    STATE,
+                    path,
+                    f"{_kind_word(node)} “{_name(node)}” removed{then}",
+                    old_node=node,
+                )
+            )
+        return MachineDiff(
+            self.old,
+            self.new,
+            tuple(self.changes),
+            dict(self.matched),
+            dict(self.renamed),
+            dict(self.migrated_to),
+            frozenset(self.changed_states),
+        )
 
     def _add(self, change: Change) -> None:
         self.changes.append(change)
-        if change.mark != ADDED and change.old_node is not None and \
-                change.kind != STATE:
+        if change.mark != ADDED and change.old_node is not None and change.kind != STATE:
             self.changed_states.add(state_path(change.old_node))
 
     # -- matching states ---------------------------------------------------------------------
 
     def _match(self) -> None:
         for old_path, new_path in self.hints.items():
-            for path, nodes, side in ((old_path, self.old_nodes, "old"),
-                                      (new_path, self.new_nodes, "new")):
+            for path, nodes, side in (
+                (old_path, self.old_nodes, "old"),
+                (new_path, self.new_nodes, "new"),
+            ):
                 if path not in nodes:
-                    raise ValueError(f"rename {old_path}={new_path}: the {side} machine has no "
-                                     f"state {path!r}")
+                    raise ValueError(
+                        f"rename {old_path}={new_path}: the {side} machine has no state {path!r}"
+                    )
             self._pair(old_path, new_path, "hint")
         for new_path, node in self.new_nodes.items():
             hinted = node.meta.get(RENAMED_FROM) if isinstance(node.meta, Mapping) else None
-            if isinstance(hinted, str) and hinted in self.old_nodes and \
-                    hinted not in self.matched:
+            if isinstance(hinted, str) and hinted in self.old_nodes and hinted not in self.matched:
                 self._pair(hinted, new_path, "hint")
         taken = set(self.matched.values())
         for path in self.old_nodes:
@@ -142,13 +166,14 @@ class _Comparison:
         taken = set(self.matched.values())
         for path in self.old_nodes:
             if path.startswith(old_path + "."):
-                inner = new_path + path[len(old_path):]
+                inner = new_path + path[len(old_path) :]
                 if inner in self.new_nodes and path not in self.matched and inner not in taken:
                     self.matched[path] = inner
 
     def _unmatched(self) -> tuple[list[str], set[str]]:
-        removed = [p for p, n in self.old_nodes.items()
-                   if p not in self.matched and not _generated(n)]
+        removed = [
+            p for p, n in self.old_nodes.items() if p not in self.matched and not _generated(n)
+        ]
         added = set(self.new_nodes) - set(self.matched.values())
         return removed, added
 
@@ -186,15 +211,34 @@ class _Comparison:
     def _workflow(self) -> None:
         old, new = self.old, self.new
         if old.id != new.id:
-            self._add(Change(CHANGED, MACHINE_ID, "", f"machine id {old.id}{ARROW}{new.id} "
-                             "(runs are found by workflow name: this is a new workflow)"))
+            self._add(
+                Change(
+                    CHANGED,
+                    MACHINE_ID,
+                    "",
+                    f"machine id {old.id}{ARROW}{new.id} "
+                    "(runs are found by workflow name: this is a new workflow)",
+                )
+            )
         if old.version != new.version:
-            self._add(Change(CHANGED, VERSION, "", f"version {value_text(old.version)}{ARROW}"
-                             f"{value_text(new.version)}"))
+            self._add(
+                Change(
+                    CHANGED,
+                    VERSION,
+                    "",
+                    f"version {value_text(old.version)}{ARROW}{value_text(new.version)}",
+                )
+            )
         before, after = _error_workflow(old), _error_workflow(new)
         if before != after:
-            self._add(Change(_mark(before, after), ERROR_WORKFLOW, "",
-                             f"error workflow {value_text(before)}{ARROW}{value_text(after)}"))
+            self._add(
+                Change(
+                    _mark(before, after),
+                    ERROR_WORKFLOW,
+                    "",
+                    f"error workflow {value_text(before)}{ARROW}{value_text(after)}",
+                )
+            )
         for mark, text in _context_changes(old.definition.context, new.definition.context):
             self._add(Change(mark, CONTEXT, "", text))
 
@@ -217,8 +261,11 @@ class _Comparison:
                 add(kind, f"{kind} from {old_path}{reason}")
         if _written_type(old) != _written_type(new):
             add(TYPE, f"{_kind_word(old)}{ARROW}{_kind_word(new)}")
-        if old.initial is not None and new.initial is not None and \
-                self.matched.get(state_path(old.initial)) != state_path(new.initial):
+        if (
+            old.initial is not None
+            and new.initial is not None
+            and self.matched.get(state_path(old.initial)) != state_path(new.initial)
+        ):
             add(INITIAL, f"starts at {state_path(old.initial)}{ARROW}{state_path(new.initial)}")
         for kind, before, after in ((ENTRY, old.entry, new.entry), (EXIT, old.exit, new.exit)):
             names = _action_names(before), _action_names(after)
@@ -256,9 +303,12 @@ class _Comparison:
                 if callable(was.get(key)) != callable(config.get(key)):
                     continue  # data on one side, code on the other: nothing to compare
                 if _field(was, key) != _field(config, key):
-                    add(kind, f"{words}: {value_text(_field(was, key))}{ARROW}"
-                              f"{value_text(_field(config, key))}",
-                        _mark(_field(was, key), _field(config, key)))
+                    add(
+                        kind,
+                        f"{words}: {value_text(_field(was, key))}{ARROW}"
+                        f"{value_text(_field(config, key))}",
+                        _mark(_field(was, key), _field(config, key)),
+                    )
             outcome = _final_failure(was), _final_failure(config)
             if outcome[0] != outcome[1]:
                 add(FAILURE, f"when it still fails: {outcome[0]}{ARROW}{outcome[1]}")
@@ -279,13 +329,29 @@ class _Comparison:
                         after.remove(a)
                         self._transition_pair(b, a)
             for transition in before:
-                self._add(Change(REMOVED, TRANSITION, state_path(new),
-                                 f"{_transition_words(self.old, transition)} removed",
-                                 old_node=old, new_node=new, old_transition=transition))
+                self._add(
+                    Change(
+                        REMOVED,
+                        TRANSITION,
+                        state_path(new),
+                        f"{_transition_words(self.old, transition)} removed",
+                        old_node=old,
+                        new_node=new,
+                        old_transition=transition,
+                    )
+                )
             for transition in after:
-                self._add(Change(ADDED, TRANSITION, state_path(new),
-                                 f"new: {_transition_words(self.new, transition)}",
-                                 old_node=old, new_node=new, new_transition=transition))
+                self._add(
+                    Change(
+                        ADDED,
+                        TRANSITION,
+                        state_path(new),
+                        f"new: {_transition_words(self.new, transition)}",
+                        old_node=old,
+                        new_node=new,
+                        new_transition=transition,
+                    )
+                )
 
     def _same_guard_and_targets(self, old: Transition, new: Transition) -> bool:
         return _same_guard(old, new) and self._targets(old) == _target_paths(new)
@@ -299,8 +365,19 @@ class _Comparison:
 
         def add(kind: str, label: str, prefix: bool = True) -> None:
             text = f"{trigger}: {label}" if prefix else label
-            self._add(Change(CHANGED, kind, where, text, label, old_node=old.source,
-                             new_node=new.source, old_transition=old, new_transition=new))
+            self._add(
+                Change(
+                    CHANGED,
+                    kind,
+                    where,
+                    text,
+                    label,
+                    old_node=old.source,
+                    new_node=new.source,
+                    old_transition=old,
+                    new_transition=new,
+                )
+            )
 
         if old.delay is not None and new.delay is not None:
             before = _trigger_words(self.old, old)
@@ -309,8 +386,7 @@ class _Comparison:
         if _guard_shape(old) != _guard_shape(new):
             add(GUARD, f"{_guard_words(old)}{ARROW}{_guard_words(new)}")
         if self._targets(old) != _target_paths(new):
-            add(TARGET, f"goes to {_list(_target_paths(old))}{ARROW}"
-                        f"{_list(_target_paths(new))}")
+            add(TARGET, f"goes to {_list(_target_paths(old))}{ARROW}{_list(_target_paths(new))}")
         names = _action_names(old.actions), _action_names(new.actions)
         if names[0] != names[1]:
             add(ACTIONS, f"then {_list(names[0])}{ARROW}{_list(names[1])}")
@@ -318,10 +394,12 @@ class _Comparison:
 
 # -- facts about one definition ----------------------------------------------------------------
 
-_CALL_FIELDS = (("breaker", BREAKER, "circuit breaker"),
-                ("transient", FAILURE, "transient failures"),
-                ("external", INVOKE, "external (skipped in a dry run)"),
-                ("input", INVOKE, "input"))
+_CALL_FIELDS = (
+    ("breaker", BREAKER, "circuit breaker"),
+    ("transient", FAILURE, "transient failures"),
+    ("external", INVOKE, "external (skipped in a dry run)"),
+    ("input", INVOKE, "input"),
+)
 
 
 def _by_path(machine: Machine) -> dict[str, StateNode]:
@@ -341,8 +419,12 @@ def _written_type(node: StateNode) -> str:
 def _kind_word(node: StateNode) -> str:
     if node.retry is not None:
         return "state"
-    return {"compound": "state with steps inside", "parallel": "state with parallel parts",
-            "final": "end", "history": "history state"}.get(node.type, "state")
+    return {
+        "compound": "state with steps inside",
+        "parallel": "state with parallel parts",
+        "final": "end",
+        "history": "history state",
+    }.get(node.type, "state")
 
 
 def _name(node: StateNode) -> str:
@@ -365,8 +447,11 @@ def _error_workflow(machine: Machine) -> str | None:
 def _context_changes(old: Any, new: Any) -> list[tuple[str, str]]:
     if callable(old) or callable(new):
         same = callable(old) and callable(new)
-        return [] if same else [(CHANGED, f"initial context {_context_words(old)}{ARROW}"
-                                          f"{_context_words(new)}")]
+        return (
+            []
+            if same
+            else [(CHANGED, f"initial context {_context_words(old)}{ARROW}{_context_words(new)}")]
+        )
     before = thaw(old) if isinstance(old, Mapping) else {}
     after = thaw(new) if isinstance(new, Mapping) else {}
     found = []
@@ -374,8 +459,13 @@ def _context_changes(old: Any, new: Any) -> list[tuple[str, str]]:
         if key not in before:
             found.append((ADDED, f"context key {key} added (starts as {json_text(after[key])})"))
         elif _canonical(before[key]) != _canonical(after[key]):
-            found.append((CHANGED, f"context key {key} starts as {json_text(before[key])}"
-                                   f"{ARROW}{json_text(after[key])}"))
+            found.append(
+                (
+                    CHANGED,
+                    f"context key {key} starts as {json_text(before[key])}"
+                    f"{ARROW}{json_text(after[key])}",
+                )
+            )
     found += [(REMOVED, f"context key {key} removed") for key in before if key not in after]
     return found
 
@@ -421,8 +511,9 @@ def _doing(config: Mapping[str, Any]) -> str:
     if isinstance(description, str):
         return description
     src = config.get("src")
-    return labels.humanize(src if isinstance(src, str) else
-                           str(getattr(src, "__name__", type(src).__name__)))
+    return labels.humanize(
+        src if isinstance(src, str) else str(getattr(src, "__name__", type(src).__name__))
+    )
 
 
 def _final_failure(config: Mapping[str, Any]) -> str:
@@ -455,19 +546,30 @@ def _migration(old: Machine, new: Machine) -> Callable[[dict[str, Any]], Any] | 
     return new.migrations.get(old.version)
 
 
-def _probe(old: Machine, node: StateNode,
-           migrate: Callable[[dict[str, Any]], Any]) -> str | None:
+def _probe(old: Machine, node: StateNode, migrate: Callable[[dict[str, Any]], Any]) -> str | None:
     """Where the migration puts a run of ``old`` that is in ``node``: the path of the state
     at the same depth in the migrated snapshot, or None when the migration fails on it."""
     chain = [node]
     while chain[-1].initial is not None:
         chain.append(chain[-1].initial)
     context = old.definition.context
-    probe = {"format": FORMAT, "machine": old.id, "version": old.version,
-             "fingerprint": old.fingerprint, "value": _value(chain[-1].path),
-             "context": thaw(context) if isinstance(context, Mapping) else {},
-             "status": "active", "output": None, "error": None, "history": {}, "timers": [],
-             "children": {}, "retries": {}, "retry_visits": {}, "skipped": []}
+    probe = {
+        "format": FORMAT,
+        "machine": old.id,
+        "version": old.version,
+        "fingerprint": old.fingerprint,
+        "value": _value(chain[-1].path),
+        "context": thaw(context) if isinstance(context, Mapping) else {},
+        "status": "active",
+        "output": None,
+        "error": None,
+        "history": {},
+        "timers": [],
+        "children": {},
+        "retries": {},
+        "retry_visits": {},
+        "skipped": [],
+    }
     try:
         migrated = migrate(probe)
     except Exception:  # a user's migration that cannot read this probe says nothing
@@ -477,7 +579,7 @@ def _probe(old: Machine, node: StateNode,
         return None
     depth_below = len(chain) - 1
     parts = leaves[0].split(".")
-    return ".".join(parts[:len(parts) - depth_below]) if depth_below < len(parts) else None
+    return ".".join(parts[: len(parts) - depth_below]) if depth_below < len(parts) else None
 
 
 def _value(path: tuple[str, ...]) -> Any:
@@ -498,9 +600,11 @@ def _leaves(value: Any, prefix: str = "") -> list[str]:
 
 def _user_transitions(node: StateNode) -> list[Transition]:
     """The transitions the author wrote (not the retry loop a retry policy adds)."""
-    return [t for t in (*node.transitions, *node.always)
-            if not is_retry_transition(t) and not is_retry_delay(t.delay)
-            and not is_skip_transition(t)]
+    return [
+        t
+        for t in (*node.transitions, *node.always)
+        if not is_retry_transition(t) and not is_retry_delay(t.delay) and not is_skip_transition(t)
+    ]
 
 
 def _trigger_key(transition: Transition) -> str:
@@ -519,8 +623,12 @@ def _guard_shape(transition: Transition) -> Any:
     def shape(guard: Any) -> Any:
         if guard is None:
             return None
-        return [guard.type, _canonical(thaw(guard.params)) if not callable(guard.params)
-                else "fn", [shape(c) for c in guard.children]]
+        return [
+            guard.type,
+            _canonical(thaw(guard.params)) if not callable(guard.params) else "fn",
+            [shape(c) for c in guard.children],
+        ]
+
     return shape(transition.guard)
 
 
@@ -542,8 +650,7 @@ def _list(names: Iterable[str]) -> str:
 
 
 def _guard_words(transition: Transition) -> str:
-    return labels.guard_phrase(transition.guard) if transition.guard is not None else \
-        "no condition"
+    return labels.guard_phrase(transition.guard) if transition.guard is not None else "no condition"
 
 
 def _trigger_words(machine: Machine, transition: Transition) -> str:

@@ -72,14 +72,28 @@ class _Marking:
         workflow = [c.text for c in changes if not c.where]
         if workflow:
             note = StateNode(_NOTE_KEY, "::workflow changes", (_NOTE_KEY,), self.base.root, "")
-            self.boxes[note] = Box(note, "The whole workflow", None, (), (), failed=False,
-                                   run_fails=False, active=False, region=False, mark=CHANGED,
-                                   changes=tuple(workflow))
+            self.boxes[note] = Box(
+                note,
+                "The whole workflow",
+                None,
+                (),
+                (),
+                failed=False,
+                run_fails=False,
+                active=False,
+                region=False,
+                mark=CHANGED,
+                changes=tuple(workflow),
+            )
             self.extra.setdefault(self.base.root, []).insert(0, note)
         title = f"{self.base.title}: what changed"
-        return dataclasses.replace(self.base, title=title, boxes=self.boxes,
-                                   arrows=tuple(self.arrows),
-                                   extra={k: tuple(v) for k, v in self.extra.items()})
+        return dataclasses.replace(
+            self.base,
+            title=title,
+            boxes=self.boxes,
+            arrows=tuple(self.arrows),
+            extra={k: tuple(v) for k, v in self.extra.items()},
+        )
 
     # -- boxes -------------------------------------------------------------------------------
 
@@ -95,9 +109,19 @@ class _Marking:
         details = (f"with {inside} steps inside",) if inside else ()
         moved = self.diff.migrated_to.get(state_path(old))
         note = (f"its runs move to {moved} (migration)",) if moved else ()
-        self.boxes[ghost] = Box(ghost, labels.state_title(old), labels.state_description(old),
-                                details, (), failed=False, run_fails=False, active=False,
-                                region=False, mark=REMOVED, changes=note)
+        self.boxes[ghost] = Box(
+            ghost,
+            labels.state_title(old),
+            labels.state_description(old),
+            details,
+            (),
+            failed=False,
+            run_fails=False,
+            active=False,
+            region=False,
+            mark=REMOVED,
+            changes=note,
+        )
         self.extra.setdefault(parent, []).append(ghost)
         self.ghosts[state_path(old)] = ghost
 
@@ -125,8 +149,9 @@ class _Marking:
         if box.mark in (ADDED, REMOVED):
             return  # a new or removed state says it all
         lines = box.changes + ((line,) if line else ())
-        self.boxes[node] = dataclasses.replace(box, mark=mark if box.mark is None else CHANGED,
-                                               changes=lines)
+        self.boxes[node] = dataclasses.replace(
+            box, mark=mark if box.mark is None else CHANGED, changes=lines
+        )
 
     # -- arrows ------------------------------------------------------------------------------
 
@@ -179,8 +204,9 @@ class _Marking:
         drawn = [a for a in self.old_arrows if _draws(a, old)]
         for arrow in drawn:
             target = self._node_for_old(arrow.target)
-            self.arrows.append(Arrow(source, target, arrow.lines, arrow.kind, arrow.raw,
-                                     REMOVED, ()))
+            self.arrows.append(
+                Arrow(source, target, arrow.lines, arrow.kind, arrow.raw, REMOVED, ())
+            )
         if not drawn:
             self._mark_box(source, CHANGED, text)
 
@@ -193,16 +219,18 @@ class _Marking:
 
 def _draws(arrow: Arrow, transition: Transition) -> bool:
     """True when ``arrow`` is (part of) the drawing of ``transition``."""
-    return arrow.source is transition.source and arrow.target in transition.targets and \
-        arrow.raw == _raw(transition)
+    return (
+        arrow.source is transition.source
+        and arrow.target in transition.targets
+        and arrow.raw == _raw(transition)
+    )
 
 
 def _marked(arrow: Arrow, mark: str, line: str | None) -> Arrow:
     if arrow.mark in (ADDED, REMOVED):
         return arrow
     lines = arrow.changes + ((line,) if line else ())
-    return dataclasses.replace(arrow, mark=mark if arrow.mark is None else CHANGED,
-                               changes=lines)
+    return dataclasses.replace(arrow, mark=mark if arrow.mark is None else CHANGED, changes=lines)
 
 
 def marked_counts(diagram: Diagram) -> Mapping[str, int]:

@@ -15,13 +15,19 @@ def headline(diff: MachineDiff) -> str:
     """One line: which machine, how many changes of each kind, the fingerprints."""
     old, new = diff.old, diff.new
     if diff.empty:
-        same = "same fingerprint" if old.fingerprint == new.fingerprint else \
-            "fingerprints differ only in what a diff does not show (action parameters, outputs)"
+        same = (
+            "same fingerprint"
+            if old.fingerprint == new.fingerprint
+            else "fingerprints differ only in what a diff does "
+            "not show (action parameters, outputs)"
+        )
         return f"{new.id}: no changes ({same})"
     counts = diff.counts()
-    return (f"{new.id}: {counts[ADDED]} added, {counts[REMOVED]} removed, "
-            f"{counts[CHANGED]} changed (fingerprint {old.fingerprint[:12]} → "
-            f"{new.fingerprint[:12]})")
+    return (
+        f"{new.id}: {counts[ADDED]} added, {counts[REMOVED]} removed, "
+        f"{counts[CHANGED]} changed (fingerprint {old.fingerprint[:12]} → "
+        f"{new.fingerprint[:12]})"
+    )
 
 
 def text_report(diff: MachineDiff) -> str:
@@ -38,12 +44,23 @@ def markdown_report(diff: MachineDiff, *, diagram: bool = True) -> str:
     out = [f"### `{diff.new.id}`", "", _md(headline(diff)), ""]
     if not diff.empty:
         out += ["| | State | Change |", "|---|---|---|"]
-        out += [f"| {_MARK_WORDS[c.mark]} | {_md(f'`{c.where}`' if c.where else WORKFLOW)} | "
-                f"{_md(c.text)} |" for c in diff.changes]
+        out += [
+            f"| {_MARK_WORDS[c.mark]} | {_md(f'`{c.where}`' if c.where else WORKFLOW)} | "
+            f"{_md(c.text)} |"
+            for c in diff.changes
+        ]
         out.append("")
         if diagram:
-            out += ["<details open><summary>The new machine, changes marked</summary>", "",
-                    "```mermaid", diff_mermaid(diff).rstrip("\n"), "```", "", "</details>", ""]
+            out += [
+                "<details open><summary>The new machine, changes marked</summary>",
+                "",
+                "```mermaid",
+                diff_mermaid(diff).rstrip("\n"),
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(out)
 
 

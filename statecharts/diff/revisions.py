@@ -49,14 +49,19 @@ def machines_now(machines_dir: Path) -> dict[str, Machine]:
 
 def _imported(folder: Path, rev: str) -> dict[str, Machine]:
     try:
-        result = subprocess.run([sys.executable, "-m", "statecharts.diff.revisions",
-                                 str(folder)], cwd=folder.parent, capture_output=True,
-                                timeout=_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "statecharts.diff.revisions", str(folder)],
+            cwd=folder.parent,
+            capture_output=True,
+            timeout=_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise SourceError(f"machines at {rev}: importing took over {_TIMEOUT_S} s") from exc
     if result.returncode != 0:
-        raise SourceError(f"machines at {rev}: "
-                          f"{result.stderr.decode(errors='replace').strip()[-2000:]}")
+        raise SourceError(
+            f"machines at {rev}: {result.stderr.decode(errors='replace').strip()[-2000:]}"
+        )
     dumped = orjson.loads(result.stdout)
     return {stem: _rebuilt(item, f"{stem} at {rev}") for stem, item in dumped.items()}
 
@@ -67,8 +72,9 @@ def _rebuilt(item: Mapping[str, Any], where: str) -> Machine:
         config["context"] = _computed_context
     machine = machine_from_config(config, where)
     version = item.get("version")
-    return Machine(machine.config, machine.implementations, version if isinstance(
-        version, str) else None)
+    return Machine(
+        machine.config, machine.implementations, version if isinstance(version, str) else None
+    )
 
 
 def _computed_context(*_: Any) -> Any:
@@ -77,8 +83,9 @@ def _computed_context(*_: Any) -> Any:
 
 def _plain(machine: Machine) -> dict[str, Any]:
     """A machine's config and version label as JSON data, implementations as their names."""
-    plain: dict[str, Any] = orjson.loads(orjson.dumps(
-        {"config": machine.config, "version": machine.version}, default=_name))
+    plain: dict[str, Any] = orjson.loads(
+        orjson.dumps({"config": machine.config, "version": machine.version}, default=_name)
+    )
     return plain
 
 
@@ -93,13 +100,13 @@ def _name(value: Any) -> Any:
 
 def _git(args: list[str], cwd: Path) -> bytes:
     try:
-        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True,
-                                timeout=_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, timeout=_TIMEOUT_S, check=False
+        )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise SourceError(f"git {' '.join(args)}: {exc}") from exc
     if result.returncode != 0:
-        raise SourceError(f"git {' '.join(args)}: "
-                          f"{result.stderr.decode(errors='replace').strip()}")
+        raise SourceError(f"git {' '.join(args)}: {result.stderr.decode(errors='replace').strip()}")
     return result.stdout
 
 

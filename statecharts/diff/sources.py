@@ -24,12 +24,14 @@ def load_machine_for_diff(spec: str, cwd: Path | None = None) -> Machine:
     """The machine ``spec`` names; SourceError (naming ``spec``) when it cannot be read."""
     if not spec.startswith(GIT_PREFIX):
         return load_machine_for_drawing(spec)
-    rev, _, path = spec[len(GIT_PREFIX):].partition(":")
+    rev, _, path = spec[len(GIT_PREFIX) :].partition(":")
     if not rev or not path:
         raise SourceError(f"{spec!r}: write git:REV:PATH, e.g. git:HEAD~1:machines/order.json")
     if not path.endswith(_FILE_SUFFIXES):
-        raise SourceError(f"{spec}: only JSON/YAML machine files can be read from git (a "
-                          "Python module of another revision is not imported)")
+        raise SourceError(
+            f"{spec}: only JSON/YAML machine files can be read from git (a "
+            "Python module of another revision is not imported)"
+        )
     text = git_show(rev, path, cwd)
     with tempfile.TemporaryDirectory(prefix="statecharts-diff-") as folder:
         file = Path(folder) / Path(path).name
@@ -46,8 +48,13 @@ def git_show(rev: str, path: str, cwd: Path | None = None) -> bytes:
     if rev.startswith("-"):
         raise SourceError(f"git:{rev}:{path}: a revision does not start with '-'")
     try:
-        result = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True,
-                                timeout=_GIT_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            ["git", "show", f"{rev}:{path}"],
+            cwd=cwd,
+            capture_output=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise SourceError(f"git:{rev}:{path}: the git program is not installed") from exc
     except subprocess.TimeoutExpired as exc:

@@ -20,7 +20,7 @@ def value_text(value: Any) -> str:
     if value is None:
         return "none"
     text = orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
-    return text if len(text) <= _LONGEST_VALUE else text[:_LONGEST_VALUE - 1] + "…"
+    return text if len(text) <= _LONGEST_VALUE else text[: _LONGEST_VALUE - 1] + "…"
 
 
 def json_text(value: Any) -> str:
@@ -52,8 +52,11 @@ def retry_change(old: RetryPolicy | None, new: RetryPolicy | None) -> str:
 def _facts(policy: RetryPolicy) -> list[str]:
     """The diagram's label lines (without their commas) and the error classes it names."""
     facts = [line.rstrip(",") for line in retry_phrase(policy)]
-    facts.append(f"never retries {', '.join(policy.non_retryable)}" if policy.non_retryable
-                 else "retries every error")
+    facts.append(
+        f"never retries {', '.join(policy.non_retryable)}"
+        if policy.non_retryable
+        else "retries every error"
+    )
     if policy.retry_on:
         facts.append(f"retries only {', '.join(policy.retry_on)}")
     return facts
@@ -65,9 +68,11 @@ def _elide(was: str, now: str) -> str:
     2 s, 4 s → 2 s, 4 s, 8 s, 16 s", not "→ 4 s, 8 s, 16 s")."""
     old_words, new_words = was.split(" "), now.split(" ")
     common = 0
-    while common < min(len(old_words), len(new_words)) - 1 and \
-            old_words[common] == new_words[common] and \
-            not any(c.isdigit() for c in old_words[common]):
+    while (
+        common < min(len(old_words), len(new_words)) - 1
+        and old_words[common] == new_words[common]
+        and not any(c.isdigit() for c in old_words[common])
+    ):
         common += 1
     if common == 0:
         return f"{was}{ARROW}{now}"

@@ -22,8 +22,7 @@ from .model import build_diagram
 __all__ = ["GraphvizNotFound", "to_dot", "to_mermaid", "to_png", "to_svg"]
 
 
-def to_dot(machine: Machine, snapshot: Snapshot | None = None, *,
-           columns: bool = True) -> str:
+def to_dot(machine: Machine, snapshot: Snapshot | None = None, *, columns: bool = True) -> str:
     """The Graphviz DOT text of ``machine`` (``snapshot``'s active states highlighted); a
     deep chart wraps into columns side by side unless ``columns`` is False (one strip: the
     simpler layout to try when Graphviz cannot lay the columns out)."""

@@ -30,32 +30,54 @@ from .diagrams import DiscoveryError, regenerate, stale_files
 from .source import SourceError, load_machine_for_drawing
 
 FORMATS = ("svg", "png", "dot", "mermaid")
-_SUFFIX_FORMATS = {".svg": "svg", ".png": "png", ".dot": "dot", ".gv": "dot",
-                   ".mmd": "mermaid", ".mermaid": "mermaid"}
+_SUFFIX_FORMATS = {
+    ".svg": "svg",
+    ".png": "png",
+    ".dot": "dot",
+    ".gv": "dot",
+    ".mmd": "mermaid",
+    ".mermaid": "mermaid",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``render`` and ``diagrams`` subcommands."""
     render = subparsers.add_parser(
-        "render", help="draw one machine as SVG, PNG, DOT or Mermaid",
+        "render",
+        help="draw one machine as SVG, PNG, DOT or Mermaid",
         description="Draw a machine: MODULE:NAME (a Machine object, or an entry of the "
-                    "module's MACHINES dict) or a .json / .yaml machine file.")
+        "module's MACHINES dict) or a .json / .yaml machine file.",
+    )
     render.add_argument("target", help="MODULE:NAME, FILE.json or FILE.yaml")
-    render.add_argument("--format", choices=FORMATS,
-                        help="output format (default: from the -o suffix, else svg)")
+    render.add_argument(
+        "--format", choices=FORMATS, help="output format (default: from the -o suffix, else svg)"
+    )
     render.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-    render.add_argument("--snapshot", type=Path,
-                        help="a persisted snapshot (JSON) whose active states are highlighted")
+    render.add_argument(
+        "--snapshot",
+        type=Path,
+        help="a persisted snapshot (JSON) whose active states are highlighted",
+    )
     render.set_defaults(handler=_render)
     diagrams = subparsers.add_parser(
-        "diagrams", help="regenerate diagrams/ for every machine under machines/",
-        description="Write an SVG and a Mermaid file per machine, and an index README.md.")
-    diagrams.add_argument("--check", action="store_true",
-                          help="change nothing; list stale files and exit 1 if there are any")
-    diagrams.add_argument("--machines", type=Path, default=Path("machines"),
-                          help="the machines package folder (default: machines)")
-    diagrams.add_argument("--out", type=Path, default=Path("diagrams"),
-                          help="the diagrams folder (default: diagrams)")
+        "diagrams",
+        help="regenerate diagrams/ for every machine under machines/",
+        description="Write an SVG and a Mermaid file per machine, and an index README.md.",
+    )
+    diagrams.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; list stale files and exit 1 if there are any",
+    )
+    diagrams.add_argument(
+        "--machines",
+        type=Path,
+        default=Path("machines"),
+        help="the machines package folder (default: machines)",
+    )
+    diagrams.add_argument(
+        "--out", type=Path, default=Path("diagrams"), help="the diagrams folder (default: diagrams)"
+    )
     diagrams.set_defaults(handler=_diagrams)
 
 
@@ -65,8 +87,14 @@ def _render(args: argparse.Namespace) -> int:
         machine = load_machine_for_drawing(args.target)
         snapshot = machine.restore(args.snapshot.read_bytes()) if args.snapshot else None
         data = _draw(fmt)(machine, snapshot)
-    except (SourceError, MachineDefinitionError, SnapshotError, GraphvizNotFound,
-            OSError, ValueError) as exc:
+    except (
+        SourceError,
+        MachineDefinitionError,
+        SnapshotError,
+        GraphvizNotFound,
+        OSError,
+        ValueError,
+    ) as exc:
         print(f"statecharts render: {exc}", file=sys.stderr)
         return 2
     write_output(data, args.output)
@@ -85,7 +113,11 @@ def write_output(data: str | bytes, output: Path | None) -> None:
 
 def _draw(fmt: str) -> Callable[..., str | bytes]:
     drawers: dict[str, Callable[..., str | bytes]] = {
-        "svg": to_svg, "png": to_png, "dot": to_dot, "mermaid": to_mermaid}
+        "svg": to_svg,
+        "png": to_png,
+        "dot": to_dot,
+        "mermaid": to_mermaid,
+    }
     return drawers[fmt]
 
 
@@ -99,8 +131,11 @@ def _diagrams(args: argparse.Namespace) -> int:
             for line in stale:
                 print(f"{args.out / line}")
             if stale:
-                print(f"{len(stale)} stale file(s): run `statecharts diagrams` and commit "
-                      f"{args.out}/", file=sys.stderr)
+                print(
+                    f"{len(stale)} stale file(s): run `statecharts diagrams` and commit "
+                    f"{args.out}/",
+                    file=sys.stderr,
+                )
             return 1 if stale else 0
         changed = regenerate(args.machines, args.out)
     except (DiscoveryError, GraphvizNotFound) as exc:

@@ -25,9 +25,33 @@ _DONE_STATE_EVENT = "xstate.done.state."
 # Verbs that open a yes/no guard name: has_items -> "if it has items".
 _SUBJECT_VERBS = ("has", "can", "should", "needs", "must", "was", "were", "did")
 # is_within_limit is about "it", not about a "within": "if it is within limit".
-_PREPOSITIONS = frozenset({"about", "above", "after", "at", "before", "below", "by", "for", "from",
-                           "in", "into", "of", "off", "on", "out", "over", "past", "to", "under",
-                           "up", "with", "within", "without"})
+_PREPOSITIONS = frozenset(
+    {
+        "about",
+        "above",
+        "after",
+        "at",
+        "before",
+        "below",
+        "by",
+        "for",
+        "from",
+        "in",
+        "into",
+        "of",
+        "off",
+        "on",
+        "out",
+        "over",
+        "past",
+        "to",
+        "under",
+        "up",
+        "with",
+        "within",
+        "without",
+    }
+)
 
 
 def words(name: str) -> list[str]:
@@ -93,8 +117,10 @@ def _keyed(name: str, key: str) -> bool:
     if keyed[:1] == ["n"] and spelled[:1] != ["n"] and spelled[:1] and spelled[0][0].isdigit():
         keyed = keyed[1:]
     options = [keyed] + ([keyed[:-1]] if len(keyed) > 1 and keyed[-1].isdigit() else [])
-    return any(option == spelled or (len(option) >= _CUT_WORDS and
-                                     spelled[:len(option)] == option) for option in options)
+    return any(
+        option == spelled or (len(option) >= _CUT_WORDS and spelled[: len(option)] == option)
+        for option in options
+    )
 
 
 def event_phrase(event: str) -> str:
@@ -119,8 +145,7 @@ def duration(ms: int | float, *, short: bool = False) -> str:
     for long_name, short_name, size in units:
         count, remaining = divmod(remaining, size)
         if count:
-            parts.append(f"{count}\u00a0{short_name}" if short else
-                         _plural(str(count), long_name))
+            parts.append(f"{count}\u00a0{short_name}" if short else _plural(str(count), long_name))
         if len(parts) == 2:
             return " ".join(parts)
     if remaining or not parts:
@@ -212,10 +237,10 @@ def done_phrase(event: str, source: StateNode, invokes: Mapping[str, str]) -> st
     ``invokes`` maps invoke ids to their phrases.
     """
     if event.startswith(_ERROR_EVENT):
-        work = invokes.get(event[len(_ERROR_EVENT):], "the work")
+        work = invokes.get(event[len(_ERROR_EVENT) :], "the work")
         return f"if {work} fails"
     if event.startswith(_DONE_ACTOR_EVENT):
-        work = invokes.get(event[len(_DONE_ACTOR_EVENT):], "the work")
+        work = invokes.get(event[len(_DONE_ACTOR_EVENT) :], "the work")
         return f"when {work} succeeds"
     if event.startswith(_DONE_STATE_EVENT):
         return "when all parts are finished" if source.type == "parallel" else "when finished"

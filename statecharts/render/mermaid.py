@@ -20,8 +20,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 # Mermaid turns each back into its character when it draws, so a label shows the text as
 # written (an n8n expression "{{ $json.a < 2 }}" stays that) and never breaks the syntax.
 # One pass (``str.translate``): the codes' own "#" and ";" stay as they are.
-_ENTITIES = str.maketrans({"#": "#35;", '"': "#quot;", ";": "#59;", "{": "#123;",
-                           "}": "#125;", "<": "#60;", ">": "#62;"})
+_ENTITIES = str.maketrans(
+    {"#": "#35;", '"': "#quot;", ";": "#59;", "{": "#123;", "}": "#125;", "<": "#60;", ">": "#62;"}
+)
 _CLASSES = (
     "    classDef active fill:#ffe08a,stroke:#b8860b,stroke-width:3px,font-weight:bold",
     "    classDef failed fill:#fdecea,stroke:#c0392b,color:#c0392b",
@@ -36,12 +37,19 @@ _MARK_CLASSES = {
     CHANGED: "    classDef changed fill:#fdf2e0,stroke:#b9770e,stroke-width:3px",
 }
 _MARK_WORDS = {ADDED: "(new)", REMOVED: "(removed)", CHANGED: "(changed)"}
-_LEGEND = {"start": "● where it starts", "final": "◉ finished", "history": "H: resumes where "
-           "it left off (H*: nested too)", "parallel": "-- separates parts that run at the same "
-           "time", "error": "red: error path", "run_fails": "red end: the run fails",
-           "retry": "attempting ⇄ waiting to retry: automatic retry",
-           "active": "gold: where the run is now", ADDED: "green, (new): added",
-           REMOVED: "red dashed, (removed): removed", CHANGED: "amber, (changed): old → new"}
+_LEGEND = {
+    "start": "● where it starts",
+    "final": "◉ finished",
+    "history": "H: resumes where it left off (H*: nested too)",
+    "parallel": "-- separates parts that run at the same time",
+    "error": "red: error path",
+    "run_fails": "red end: the run fails",
+    "retry": "attempting ⇄ waiting to retry: automatic retry",
+    "active": "gold: where the run is now",
+    ADDED: "green, (new): added",
+    REMOVED: "red dashed, (removed): removed",
+    CHANGED: "amber, (changed): old → new",
+}
 
 
 def mermaid_source(diagram: Diagram) -> str:
@@ -64,18 +72,35 @@ def mermaid_source(diagram: Diagram) -> str:
     out.extend(_CLASSES)
     marks = diagram.marks()
     out.extend(line for mark, line in _MARK_CLASSES.items() if mark in marks)
-    for name, members in (("active", [b.node for b in diagram.boxes.values()
-                                      if b.active and b.node.type not in (COMPOUND, PARALLEL)]),
-                          ("failed", [b.node for b in diagram.boxes.values() if b.failed]),
-                          *((mark, [b.node for b in diagram.boxes.values() if b.mark == mark
-                                    and b.node.type not in (COMPOUND, PARALLEL)])
-                            for mark in _MARK_CLASSES)):
+    for name, members in (
+        (
+            "active",
+            [
+                b.node
+                for b in diagram.boxes.values()
+                if b.active and b.node.type not in (COMPOUND, PARALLEL)
+            ],
+        ),
+        ("failed", [b.node for b in diagram.boxes.values() if b.failed]),
+        *(
+            (
+                mark,
+                [
+                    b.node
+                    for b in diagram.boxes.values()
+                    if b.mark == mark and b.node.type not in (COMPOUND, PARALLEL)
+                ],
+            )
+            for mark in _MARK_CLASSES
+        ),
+    ):
         if members:
             out.append(f"    class {','.join(ids[n] for n in members)} {name}")
     if any(a.source is diagram.root for a in diagram.arrows):
         out.append(f"    class {ids[diagram.root]} anywhere")
-    out.append("    class s_key" + (",s_error_workflow" if diagram.error_workflow else "")
-               + " note")
+    out.append(
+        "    class s_key" + (",s_error_workflow" if diagram.error_workflow else "") + " note"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -83,8 +108,9 @@ def _notes(diagram: Diagram, out: list[str]) -> None:
     """The error workflow (if any) and the key, as free-standing boxes."""
     if diagram.error_workflow is not None:
         out.append('    state "If a run fails" as s_error_workflow')
-        out.append(f"    s_error_workflow : it starts the error workflow "
-                   f"“{_text(diagram.error_workflow)}”")
+        out.append(
+            f"    s_error_workflow : it starts the error workflow “{_text(diagram.error_workflow)}”"
+        )
     out.append('    state "Key" as s_key')
     out.extend(f"    s_key : {_text(_LEGEND[kind])}" for kind, _ in diagram.legend())
 
@@ -92,8 +118,12 @@ def _notes(diagram: Diagram, out: list[str]) -> None:
 def _box_lines(box: Box) -> tuple[str, ...]:
     """The lines under a state's title: its description, details, a run's progress, and on a
     diff's diagram what changed."""
-    return (*((box.description,) if box.description else ()), *box.details, *box.now,
-            *_mark_lines(box))
+    return (
+        *((box.description,) if box.description else ()),
+        *box.details,
+        *box.now,
+        *_mark_lines(box),
+    )
 
 
 def _ids(diagram: Diagram) -> dict[StateNode, str]:
@@ -101,8 +131,11 @@ def _ids(diagram: Diagram) -> dict[StateNode, str]:
     ids: dict[StateNode, str] = {}
     used: set[str] = set()
     for node in diagram.boxes:
-        name = "s_" + "__".join(_UNSAFE.sub("_", key) for key in node.path) if node.path \
+        name = (
+            "s_" + "__".join(_UNSAFE.sub("_", key) for key in node.path)
+            if node.path
             else "s_any_state"
+        )
         if name in used:
             name = f"{name}_{node.order}"
         used.add(name)
@@ -110,9 +143,14 @@ def _ids(diagram: Diagram) -> dict[StateNode, str]:
     return ids
 
 
-def _block(diagram: Diagram, parent: StateNode, ids: dict[StateNode, str],
-           placed: dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]], out: list[str],
-           indent: str) -> None:
+def _block(
+    diagram: Diagram,
+    parent: StateNode,
+    ids: dict[StateNode, str],
+    placed: dict[StateNode, list[tuple[StateNode, StateNode, Arrow]]],
+    out: list[str],
+    indent: str,
+) -> None:
     if parent.type == COMPOUND and parent.initial is not None:
         out.append(f"{indent}[*] --> {ids[parent.initial]}")
     # History circles first: in a parallel block, "--" separates regions and they are none.
@@ -160,8 +198,9 @@ def _place_arrows(diagram: Diagram) -> dict[StateNode, list[tuple[StateNode, Sta
             placed.setdefault(diagram.root, []).append((diagram.root, target, arrow))
             continue
         holder = _common_parent(arrow.source, arrow.target)
-        placed.setdefault(holder, []).append((_child_towards(holder, arrow.source),
-                                              _child_towards(holder, arrow.target), arrow))
+        placed.setdefault(holder, []).append(
+            (_child_towards(holder, arrow.source), _child_towards(holder, arrow.target), arrow)
+        )
     return placed
 
 
@@ -184,8 +223,7 @@ def _child_towards(holder: StateNode, node: StateNode) -> StateNode:
     return node
 
 
-def _lines(diagram: Diagram, source: StateNode, target: StateNode,
-           arrow: Arrow) -> list[str]:
+def _lines(diagram: Diagram, source: StateNode, target: StateNode, arrow: Arrow) -> list[str]:
     lines = list(arrow.lines)
     if arrow.mark is not None:
         lines = [_MARK_WORDS[arrow.mark], *lines, *arrow.changes]

@@ -127,11 +127,20 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
     failed |= run_fails
     work = _work_phrases(machine)
     progress = _retry_progress(snapshot)
-    boxes = {node: Box(node, labels.state_title(node), labels.state_description(node),
-                       _details(machine, node, work), progress.get(node.id, ()),
-                       node in failed, node in run_fails, node.id in active,
-                       node.parent is not None and node.parent.type == "parallel")
-             for node in nodes}
+    boxes = {
+        node: Box(
+            node,
+            labels.state_title(node),
+            labels.state_description(node),
+            _details(machine, node, work),
+            progress.get(node.id, ()),
+            node in failed,
+            node in run_fails,
+            node.id in active,
+            node.parent is not None and node.parent.type == "parallel",
+        )
+        for node in nodes
+    }
     arrows: list[Arrow] = []
     for node in nodes:
         guarded: dict[str | None, bool] = {}  # events with a guarded branch seen so far,
@@ -139,18 +148,34 @@ def build_diagram(machine: Machine, snapshot: Snapshot | None = None) -> Diagram
         for transition in (*node.transitions, *node.always):
             fallback = transition.guard is None and transition.event in guarded
             if transition.guard is not None:
-                guarded[transition.event] = guarded.get(transition.event, False) or \
-                    bool(labels.guard_phrase(transition.guard))
-            routed = transition.event is None and transition.guard is not None and \
-                not labels.guard_phrase(transition.guard)
-            arrows.extend(replace(arrow, fallback=fallback, routed=routed) for arrow in _arrows(
-                machine, transition, work, failed, fallback and guarded[transition.event]))
+                guarded[transition.event] = guarded.get(transition.event, False) or bool(
+                    labels.guard_phrase(transition.guard)
+                )
+            routed = (
+                transition.event is None
+                and transition.guard is not None
+                and not labels.guard_phrase(transition.guard)
+            )
+            arrows.extend(
+                replace(arrow, fallback=fallback, routed=routed)
+                for arrow in _arrows(
+                    machine, transition, work, failed, fallback and guarded[transition.event]
+                )
+            )
         for default in node.history_default:
             arrows.append(Arrow(node, default, ("the first time",), NORMAL, "history default"))
     arrows = _collapse_fan_out(_collapse_fallbacks(arrows, boxes), boxes)
     title = labels.sentence(labels.humanize(machine.id))
-    return Diagram(machine.id, title, machine.root, boxes, tuple(arrows), snapshot is not None,
-                   _columns(machine.root, arrows), _error_workflow(machine))
+    return Diagram(
+        machine.id,
+        title,
+        machine.root,
+        boxes,
+        tuple(arrows),
+        snapshot is not None,
+        _columns(machine.root, arrows),
+        _error_workflow(machine),
+    )
 
 
 FAN_IN = 4  # identical "otherwise" arrows into one state drawn as one line in its box
@@ -176,8 +201,7 @@ def _collapse_fallbacks(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> lis
         dropped.update(id(arrow) for arrow in group)
         box = boxes[target]
         words = " ".join(lines)
-        boxes[target] = replace(box, details=(*box.details,
-                                              f"from {len(group)} states: {words}"))
+        boxes[target] = replace(box, details=(*box.details, f"from {len(group)} states: {words}"))
     return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 
@@ -203,8 +227,9 @@ def _collapse_fan_out(arrows: list[Arrow], boxes: dict[StateNode, Box]) -> list[
         dropped.update(id(arrow) for arrow in group)
         names = ", ".join(dict.fromkeys(boxes[a.target].title for a in group))
         box = boxes[source]
-        boxes[source] = replace(box, details=(
-            *box.details, f"then one of {len(group)} ({word} …): {names}"))
+        boxes[source] = replace(
+            box, details=(*box.details, f"then one of {len(group)} ({word} …): {names}")
+        )
     return [arrow for arrow in arrows if id(arrow) not in dropped]
 
 
@@ -233,13 +258,15 @@ def _columns(root: StateNode, arrows: list[Arrow]) -> dict[StateNode, int]:
         return {}
     count = -(-total // _COLUMN_ROWS)
     # by the middle row of each state, so a tall state goes where most of it would be
-    return {node: min(count - 1, int((rows.get(node, 0) + _height(node, heights) / 2)
-                                     * count / total))
-            for node in root.regions}
+    return {
+        node: min(count - 1, int((rows.get(node, 0) + _height(node, heights) / 2) * count / total))
+        for node in root.regions
+    }
 
 
-def _start_rows(following: Mapping[StateNode, list[StateNode]], start: StateNode,
-                heights: dict[StateNode, int]) -> dict[StateNode, int]:
+def _start_rows(
+    following: Mapping[StateNode, list[StateNode]], start: StateNode, heights: dict[StateNode, int]
+) -> dict[StateNode, int]:
     """The row each state reached from ``start`` begins at: the most rows on a path to it
     (back edges, found by depth-first search, left out)."""
     order: list[StateNode] = []  # post-order: each node after everything it leads to
@@ -286,7 +313,8 @@ def _height(node: StateNode, heights: dict[StateNode, int]) -> int:
         for child in node.regions:
             for transition in (*child.transitions, *child.always):
                 inner.setdefault(child, []).extend(
-                    t for t in transition.targets if t.parent is node and t is not child)
+                    t for t in transition.targets if t.parent is node and t is not child
+                )
         rows = _start_rows(inner, node.initial or node.regions[0], heights)
         height = 1 + max(row + _height(child, heights) for child, row in rows.items())
     heights[node] = height
@@ -297,9 +325,11 @@ def _active_ids(machine: Machine, snapshot: Snapshot | None) -> frozenset[str]:
     if snapshot is None:
         return frozenset()
     if snapshot.machine.fingerprint != machine.fingerprint:
-        raise ValueError(f"the snapshot belongs to machine {snapshot.machine.id!r} "
-                         f"({snapshot.machine.fingerprint}), not to {machine.id!r} "
-                         f"({machine.fingerprint})")
+        raise ValueError(
+            f"the snapshot belongs to machine {snapshot.machine.id!r} "
+            f"({snapshot.machine.fingerprint}), not to {machine.id!r} "
+            f"({machine.fingerprint})"
+        )
     return snapshot.configuration.ids
 
 
@@ -345,7 +375,8 @@ def _work_phrases(machine: Machine) -> dict[str, str]:
         for invoke in node.invoke:
             description = _invoke_config(machine, node, invoke).get("description")
             found[invoke.id] = labels.invoke_phrase(
-                invoke, description if isinstance(description, str) else None)
+                invoke, description if isinstance(description, str) else None
+            )
     return found
 
 
@@ -405,8 +436,11 @@ def _call_facts(machine: Machine, node: StateNode) -> list[str]:
         if invoke.heartbeat_ms is not None:
             lines.append(f"fails if silent for {labels.duration(invoke.heartbeat_ms)} (heartbeat)")
         if getattr(invoke.logic, "wants_key", False):
-            lines.append("idempotency key: the same on every try" if policy is not None
-                         else "idempotency key: the same if the step runs again")
+            lines.append(
+                "idempotency key: the same on every try"
+                if policy is not None
+                else "idempotency key: the same if the step runs again"
+            )
         transient = _invoke_config(machine, owner, invoke).get("transient")
         if transient is True:
             lines.append("on any error: rolled back, tried again later")
@@ -430,8 +464,7 @@ def _retried_invoke(state_config: Any) -> Any:
     """The invoke config with ``retry`` in a state's config."""
     invokes = state_config.get("invoke") if isinstance(state_config, Mapping) else None
     items = invokes if isinstance(invokes, list) else [invokes]
-    return next((i for i in items if isinstance(i, Mapping) and i.get("retry") is not None),
-                None)
+    return next((i for i in items if isinstance(i, Mapping) and i.get("retry") is not None), None)
 
 
 def _config_at(config: Any, path: str) -> Any:
@@ -482,12 +515,20 @@ def _is_retry(transition: Transition) -> bool:
 
 def _is_final_failure(transition: Transition) -> bool:
     """A retried state's transition for a failure after the last allowed attempt."""
-    return (transition.source.retry is not None and labels.is_error_event(transition.event)
-            and not _is_retry(transition))
+    return (
+        transition.source.retry is not None
+        and labels.is_error_event(transition.event)
+        and not _is_retry(transition)
+    )
 
 
-def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
-            failed: frozenset[StateNode], otherwise: bool) -> list[Arrow]:
+def _arrows(
+    machine: Machine,
+    transition: Transition,
+    work: Mapping[str, str],
+    failed: frozenset[StateNode],
+    otherwise: bool,
+) -> list[Arrow]:
     source = transition.source
     raw = _raw(transition)
     if _is_retry(transition):  # drawn as the loop attempting -> waiting to retry -> attempting
@@ -495,21 +536,27 @@ def _arrows(machine: Machine, transition: Transition, work: Mapping[str, str],
         assert attempting is not None and source.retry is not None
         return [Arrow(attempting, waiting, tuple(retry_phrase(source.retry)), RETRY, raw)]
     if retrying.is_retry_delay(transition.delay):
-        return [Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
-                for target in transition.targets]
+        return [
+            Arrow(source, target, ("after the wait,", "tries again"), RETRY, raw)
+            for target in transition.targets
+        ]
     if not transition.targets:
         return []  # stays in its state: listed inside the state's box, if it does anything
     lines = _transition_lines(machine, transition, work, otherwise)
     kind = ERROR if labels.is_error_event(transition.event) else NORMAL
-    return [Arrow(source, target, lines, ERROR if target in failed else kind, raw)
-            for target in transition.targets]
+    return [
+        Arrow(source, target, lines, ERROR if target in failed else kind, raw)
+        for target in transition.targets
+    ]
 
 
-def _transition_lines(machine: Machine, transition: Transition, work: Mapping[str, str],
-                      otherwise: bool) -> tuple[str, ...]:
+def _transition_lines(
+    machine: Machine, transition: Transition, work: Mapping[str, str], otherwise: bool
+) -> tuple[str, ...]:
     lines = [_trigger(machine, transition, work)]
-    if labels.is_error_event(transition.event) and \
-            retrying.is_skip_transition(transition):  # with or without retry
+    if labels.is_error_event(transition.event) and retrying.is_skip_transition(
+        transition
+    ):  # with or without retry
         lines.append("skip this item")
     if transition.guard is not None:
         said = labels.guard_phrase(transition.guard)

@@ -26,9 +26,10 @@ def retry_phrase(policy: RetryPolicy) -> list[str]:
         waits = [waits[0] if random else f"{waits[0]} between tries"]
     elif retries > _SHOWN_WAITS:
         waits.append("…")
-    lines = [f"retries up to {retries} time{'s' if retries != 1 else ''},",
-             f"waiting {'up to ' if random else ''}{', '.join(waits)}"
-             + (" (random)" if random else "")]
+    lines = [
+        f"retries up to {retries} time{'s' if retries != 1 else ''},",
+        f"waiting {'up to ' if random else ''}{', '.join(waits)}" + (" (random)" if random else ""),
+    ]
     if policy.total_timeout is not None:
         lines.append(f"gives up after {duration(policy.total_timeout)} in all")
     return lines

@@ -32,8 +32,9 @@ def load_machine_for_drawing(spec: str) -> Machine:
         return _from_file(Path(spec))
     if ":" in spec:
         return _from_module(spec)
-    raise SourceError(f"{spec!r}: give MODULE:NAME (e.g. machines.orders:machine) or a "
-                      ".json / .yaml machine file")
+    raise SourceError(
+        f"{spec!r}: give MODULE:NAME (e.g. machines.orders:machine) or a .json / .yaml machine file"
+    )
 
 
 def _from_file(path: Path) -> Machine:
@@ -73,8 +74,9 @@ def _from_module(spec: str) -> Machine:
         registry = getattr(module, "MACHINES", None)
         value = registry.get(attribute) if isinstance(registry, Mapping) else None
     if value is None:
-        raise SourceError(f"{spec}: module {module_name!r} has no attribute or MACHINES entry "
-                          f"{attribute!r}")
+        raise SourceError(
+            f"{spec}: module {module_name!r} has no attribute or MACHINES entry {attribute!r}"
+        )
     if not isinstance(value, Machine):
         raise SourceError(f"{spec}: {attribute!r} is a {type(value).__name__}, not a Machine")
     return value

@@ -14,8 +14,7 @@ from .labels import delay_phrase, humanize, invoke_phrase, sentence, state_title
 _AFTER = "xstate.after."
 _DONE_ACTOR, _ERROR_ACTOR = "xstate.done.actor.", "xstate.error.actor."
 _DONE_STATE = "xstate.done.state."
-_FIXED = {"xstate.init": "started", "xstate.stop": "stopped",
-          "statecharts.cancel": "cancelled"}
+_FIXED = {"xstate.init": "started", "xstate.stop": "stopped", "statecharts.cancel": "cancelled"}
 
 
 def engine_event_phrase(event_type: str, machine: Machine | None = None) -> str | None:
@@ -25,12 +24,12 @@ def engine_event_phrase(event_type: str, machine: Machine | None = None) -> str 
     if event_type in _FIXED:
         return _FIXED[event_type]
     if event_type.startswith(_AFTER):
-        return _after_phrase(event_type[len(_AFTER):], machine)
+        return _after_phrase(event_type[len(_AFTER) :], machine)
     for prefix, verb in ((_DONE_ACTOR, "succeeded"), (_ERROR_ACTOR, "failed")):
         if event_type.startswith(prefix):
-            return f"{_work(event_type[len(prefix):], machine)} {verb}"
+            return f"{_work(event_type[len(prefix) :], machine)} {verb}"
     if event_type.startswith(_DONE_STATE):
-        return f"{_state(event_type[len(_DONE_STATE):], machine)} finished"
+        return f"{_state(event_type[len(_DONE_STATE) :], machine)} finished"
     if event_type.startswith("xstate.") or event_type.startswith("statecharts."):
         return humanize(event_type.split(".", 1)[1])
     return None
@@ -44,7 +43,7 @@ def _after_phrase(rest: str, machine: Machine | None) -> str:
         name = state_title(node) if node is not None else _last_words(retried.split(".")[-1])
         return f"retry wait over: {name}"
     node = _longest_suffix_node(rest, machine)
-    delay_text = rest[:-len(node.id) - 1] if node is not None else rest.split(".", 1)[0]
+    delay_text = rest[: -len(node.id) - 1] if node is not None else rest.split(".", 1)[0]
     delay: int | str = int(delay_text) if delay_text.isdigit() else delay_text
     delays = machine.implementations.delays if machine is not None else {}
     where = f" in {state_title(node)}" if node is not None else ""

@@ -21,6 +21,15 @@ from .graph import (
 )
 from .outcomes import ExplorationCutOff, ExplorationWarning
 
-__all__ = ["CoverageRecorder", "CoverageReport", "ExplorationCutOff", "ExplorationWarning",
-           "Path", "explore", "explored_coverage", "paths_from_events", "shortest_paths",
-           "simple_paths"]
+__all__ = [
+    "CoverageRecorder",
+    "CoverageReport",
+    "ExplorationCutOff",
+    "ExplorationWarning",
+    "Path",
+    "explore",
+    "explored_coverage",
+    "paths_from_events",
+    "shortest_paths",
+    "simple_paths",
+]

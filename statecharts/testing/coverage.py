@@ -36,14 +36,18 @@ def transition_name(transition: Transition) -> str:
 
 def all_states(machine: Machine) -> tuple[str, ...]:
     """Every state a configuration can contain, root and history states excluded."""
-    return tuple(state_name(n) for n in machine.definition.nodes
-                 if n.parent is not None and n.type != HISTORY)
+    return tuple(
+        state_name(n)
+        for n in machine.definition.nodes
+        if n.parent is not None and n.type != HISTORY
+    )
 
 
 def all_transitions(machine: Machine) -> tuple[str, ...]:
     """Every transition the machine defines, in document order."""
-    return tuple(transition_name(t) for n in machine.definition.nodes
-                 for t in (*n.transitions, *n.always))
+    return tuple(
+        transition_name(t) for n in machine.definition.nodes for t in (*n.transitions, *n.always)
+    )
 
 
 @dataclass
@@ -78,8 +82,10 @@ class CoverageReport:
         """A short human-readable report."""
         reached = len(self.states) - len(self.unreached_states)
         taken = len(self.transitions) - len(self.untaken_transitions)
-        lines = [f"machine {self.machine_id!r}{self.variant}: states {reached}/{len(self.states)}, "
-                 f"transitions {taken}/{len(self.transitions)}"]
+        lines = [
+            f"machine {self.machine_id!r}{self.variant}: states {reached}/{len(self.states)}, "
+            f"transitions {taken}/{len(self.transitions)}"
+        ]
         lines += [f"  never active: {s}" for s in self.unreached_states]
         lines += [f"  never taken:  {t}" for t in self.untaken_transitions]
         return "\n".join(lines)
@@ -122,13 +128,18 @@ class CoverageRecorder:
 
     def report(self) -> CoverageReport:
         """The report of what was recorded so far."""
-        return CoverageReport(self.machine.id, all_states(self.machine),
-                              all_transitions(self.machine), frozenset(self.states_reached),
-                              frozenset(self.transitions_taken))
+        return CoverageReport(
+            self.machine.id,
+            all_states(self.machine),
+            all_transitions(self.machine),
+            frozenset(self.states_reached),
+            frozenset(self.transitions_taken),
+        )
 
 
-def entered_states(machine: Machine, before: Snapshot | None,
-                   trace: Iterable[tuple[Any, tuple[Transition, ...]]]) -> set[StateNode]:
+def entered_states(
+    machine: Machine, before: Snapshot | None, trace: Iterable[tuple[Any, tuple[Transition, ...]]]
+) -> set[StateNode]:
     """Every state a macrostep entered (even if it left it again before settling): the
     initial entry when ``before`` is None, then each traced microstep's entry set, computed
     by the algorithm's own functions against the configuration and history as they evolve."""
@@ -144,8 +155,9 @@ def entered_states(machine: Machine, before: Snapshot | None,
     for _, transitions in trace:
         if not any(t.targets for t in transitions):
             continue  # targetless: enters and exits nothing
-        exiting = sorted(compute_exit_set(transitions, nodes, history),
-                         key=lambda n: n.order, reverse=True)
+        exiting = sorted(
+            compute_exit_set(transitions, nodes, history), key=lambda n: n.order, reverse=True
+        )
         history = record_history(exiting, nodes, history)
         nodes -= set(exiting)
         to_enter: set[StateNode] = set()

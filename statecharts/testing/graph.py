@@ -132,10 +132,11 @@ def state_key(snapshot: Snapshot, now: int = 0) -> StateKey:
     history = tuple(sorted(snapshot.history.items()))
     timers = tuple((t.id, t.due_at - now, t.target) for t in snapshot.timers)
     calls = tuple(snapshot.children)
-    retries = tuple((state, r["attempt"], r["last_error"], now - r["started_at"])
-                    for state, r in sorted(snapshot.retries.items()))
-    return (snapshot.value, snapshot.context, snapshot.status, history, timers, calls,
-            retries)
+    retries = tuple(
+        (state, r["attempt"], r["last_error"], now - r["started_at"])
+        for state, r in sorted(snapshot.retries.items())
+    )
+    return (snapshot.value, snapshot.context, snapshot.status, history, timers, calls, retries)
 
 
 def event_alphabet(machine: Machine) -> list[FrozenDict]:
@@ -163,12 +164,20 @@ class Moves:
     fire_timers: bool = True
 
 
-def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
-            max_states: int = 5000, max_depth: int | None = None, fire_timers: bool = True,
-            key: Callable[[Snapshot], StateKey] | None = None,
-            outputs: Mapping[str, Sequence[Any]] | None = None,
-            errors: Mapping[str, Sequence[str]] | None = None, invokes: bool = True,
-            on_cutoff: str = "warn") -> Graph:
+def explore(
+    machine: Machine,
+    events: EventSource = None,
+    *,
+    input: Any = None,
+    max_states: int = 5000,
+    max_depth: int | None = None,
+    fire_timers: bool = True,
+    key: Callable[[Snapshot], StateKey] | None = None,
+    outputs: Mapping[str, Sequence[Any]] | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+    invokes: bool = True,
+    on_cutoff: str = "warn",
+) -> Graph:
     """Breadth-first exploration from the initial snapshot (started with ``input``).
 
     ``events``: the events to try in every state (default: ``event_alphabet(machine)``), or a
@@ -188,8 +197,16 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
     initial, _ = machine.start(input, lambda: 0, trace)
     recorder.macrostep(None, trace, initial)
     start_key = key(initial) if key else state_key(initial, 0)
-    graph = Graph(machine, start_key, {start_key: initial}, [], {start_key: None}, False,
-                  recorder, {start_key: 0})
+    graph = Graph(
+        machine,
+        start_key,
+        {start_key: initial},
+        [],
+        {start_key: None},
+        False,
+        recorder,
+        {start_key: 0},
+    )
     depth = {start_key: 0}
     queue = deque([start_key])
     while queue:
@@ -199,8 +216,10 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
             continue
         if max_depth is not None and depth[current] >= max_depth:
             graph.truncated = True
-            cutoffs.add(f"max_depth={max_depth} reached in state {thaw(snapshot.value)!r} "
-                        f"after {graph.path_to(current).describe()}")
+            cutoffs.add(
+                f"max_depth={max_depth} reached in state {thaw(snapshot.value)!r} "
+                f"after {graph.path_to(current).describe()}"
+            )
             continue
         now = graph.times[current]
         graph.expanded.add(current)
@@ -208,16 +227,24 @@ def explore(machine: Machine, events: EventSource = None, *, input: Any = None,
             recorder.macrostep(snapshot, trace, segment.state)
             after = now if segment.timer is None else _due(snapshot, segment.timer)
             target = key(segment.state) if key else state_key(segment.state, after)
-            graph.edges.append(Edge(current, segment, target,
-                                    tuple(transition_name(t) for _, ts in trace for t in ts)))
+            graph.edges.append(
+                Edge(
+                    current,
+                    segment,
+                    target,
+                    tuple(transition_name(t) for _, ts in trace for t in ts),
+                )
+            )
             if target in graph.states:
                 continue
             if len(graph.states) >= max_states:
                 graph.truncated = True
-                cutoffs.add(f"max_states={max_states} reached: state "
-                            f"{thaw(segment.state.value)!r} after "
-                            f"{graph.path_to(current).describe()} -> {segment.describe()} "
-                            "not explored")
+                cutoffs.add(
+                    f"max_states={max_states} reached: state "
+                    f"{thaw(segment.state.value)!r} after "
+                    f"{graph.path_to(current).describe()} -> {segment.describe()} "
+                    "not explored"
+                )
                 continue
             graph.states[target] = segment.state
             graph.parents[target] = (current, segment)
@@ -233,8 +260,9 @@ def _due(snapshot: Snapshot, timer_id: str) -> int:
     return next(t.due_at for t in snapshot.timers if t.id == timer_id)
 
 
-def outcome_events(machine: Machine, snapshot: Snapshot, moves: Moves,
-                   cutoffs: CutOffs | None = None) -> list[FrozenDict]:
+def outcome_events(
+    machine: Machine, snapshot: Snapshot, moves: Moves, cutoffs: CutOffs | None = None
+) -> list[FrozenDict]:
     """The outcome events of every call running in ``snapshot``: done with each example
     output, then failed with each error name."""
     found: list[FrozenDict] = []
@@ -246,10 +274,19 @@ def outcome_events(machine: Machine, snapshot: Snapshot, moves: Moves,
     return found
 
 
-def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSource,
-                moves: Moves, cutoffs: CutOffs) -> Iterable[tuple[Segment, list[Any]]]:
-    candidates = event_alphabet(machine) if events is None else \
-        (events(snapshot) if callable(events) else events)
+def _successors(
+    machine: Machine,
+    snapshot: Snapshot,
+    now: int,
+    events: EventSource,
+    moves: Moves,
+    cutoffs: CutOffs,
+) -> Iterable[tuple[Segment, list[Any]]]:
+    candidates = (
+        event_alphabet(machine)
+        if events is None
+        else (events(snapshot) if callable(events) else events)
+    )
     outcomes = outcome_events(machine, snapshot, moves, cutoffs) if moves.invokes else []
     for item in [*candidates, *outcomes]:
         normalized = normalize_event(item)
@@ -263,8 +300,9 @@ def _successors(machine: Machine, snapshot: Snapshot, now: int, events: EventSou
         yield Segment(timer.event, after, timer.id), trace
 
 
-def explored_coverage(machine: Machine, inputs: Iterable[Any] = (None,),
-                      **options: Any) -> CoverageReport:
+def explored_coverage(
+    machine: Machine, inputs: Iterable[Any] = (None,), **options: Any
+) -> CoverageReport:
     """The coverage of ``explore`` from each of ``inputs`` together (a workflow whose first
     step routes on its input needs one input per route)."""
     recorder = CoverageRecorder(machine)
@@ -279,15 +317,17 @@ def shortest_paths(machine: Machine, events: EventSource = None, **options: Any)
     return [graph.path_to(k) for k in graph.states]
 
 
-def simple_paths(machine: Machine, events: EventSource = None, *, max_paths: int = 10_000,
-                 **options: Any) -> list[Path]:
+def simple_paths(
+    machine: Machine, events: EventSource = None, *, max_paths: int = 10_000, **options: Any
+) -> list[Path]:
     """Paths that visit no state twice, from the initial state to every reachable state, up to
     ``max_paths`` in all (the empty path to the initial state included)."""
     graph = explore(machine, events, **options)
     outgoing = graph.outgoing()
     paths: list[Path] = [Path(graph.states[graph.initial], ())]
     stack: list[tuple[StateKey, tuple[Segment, ...], frozenset[StateKey]]] = [
-        (graph.initial, (), frozenset({graph.initial}))]
+        (graph.initial, (), frozenset({graph.initial}))
+    ]
     while stack and len(paths) < max_paths:
         current, steps, visited = stack.pop()
         for edge in reversed(outgoing.get(current, [])):
@@ -301,8 +341,9 @@ def simple_paths(machine: Machine, events: EventSource = None, *, max_paths: int
     return paths
 
 
-def paths_from_events(machine: Machine, events: Iterable[EventLike], *, input: Any = None
-                      ) -> list[Path]:
+def paths_from_events(
+    machine: Machine, events: Iterable[EventLike], *, input: Any = None
+) -> list[Path]:
     """Follow ``events`` from the initial snapshot: a path to each distinct state visited, by
     the shortest prefix of ``events`` that reached it, in the order first visited."""
     snapshot, _ = machine.start(input, lambda: 0)
@@ -316,14 +357,19 @@ def paths_from_events(machine: Machine, events: Iterable[EventLike], *, input: A
     return list(seen.values())
 
 
-def coverage(machine: Machine, paths: Iterable[Path] = (), *,
-             event_lists: Iterable[Iterable[EventLike]] = (), input: Any = None
-             ) -> CoverageReport:
+def coverage(
+    machine: Machine,
+    paths: Iterable[Path] = (),
+    *,
+    event_lists: Iterable[Iterable[EventLike]] = (),
+    input: Any = None,
+) -> CoverageReport:
     """Coverage reached by replaying ``paths`` and/or plain ``event_lists`` from the initial
     snapshot (timer steps in paths are fired as timers)."""
     recorder = CoverageRecorder(machine)
     replays: list[list[tuple[FrozenDict, str | None]]] = [
-        [(s.event, s.timer) for s in p.steps] for p in paths]
+        [(s.event, s.timer) for s in p.steps] for p in paths
+    ]
     replays += [[(normalize_event(e), None) for e in sequence] for sequence in event_lists]
     for replay in replays:
         trace: list[Any] = []

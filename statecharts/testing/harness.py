@@ -82,20 +82,27 @@ class _Invariant:
     check: Check
 
 
-def collect_invariants(machine: Machine, invariants: Mapping[str, Check | Sequence[Check]]
-                       | None = None, checks: Mapping[str, Check] | None = None
-                       ) -> list[_Invariant]:
+def collect_invariants(
+    machine: Machine,
+    invariants: Mapping[str, Check | Sequence[Check]] | None = None,
+    checks: Mapping[str, Check] | None = None,
+) -> list[_Invariant]:
     """The invariants of ``machine``: from ``invariants`` (state path -> check(s)) and from
     each state's ``meta["invariants"]`` (names looked up in ``checks``). Unknown state paths
     and names raise ``ValueError`` naming them."""
     found: list[_Invariant] = []
-    paths = {state_name(n): n for n in machine.definition.nodes
-             if n.parent is not None and n.type != HISTORY}
+    paths = {
+        state_name(n): n
+        for n in machine.definition.nodes
+        if n.parent is not None and n.type != HISTORY
+    }
     for path, value in (invariants or {}).items():
         if path and path not in paths:
-            raise ValueError(f"invariants[{path!r}]: machine {machine.id!r} has no state "
-                             f"{path!r} (states: {', '.join(paths)})")
-        for fn in (value if isinstance(value, Sequence) else [value]):
+            raise ValueError(
+                f"invariants[{path!r}]: machine {machine.id!r} has no state "
+                f"{path!r} (states: {', '.join(paths)})"
+            )
+        for fn in value if isinstance(value, Sequence) else [value]:
             if not callable(fn):
                 raise ValueError(f"invariants[{path!r}]: a check is a callable(context)")
             found.append(_Invariant(path, getattr(fn, "__name__", "invariant"), fn))
@@ -104,19 +111,27 @@ def collect_invariants(machine: Machine, invariants: Mapping[str, Check | Sequen
         names = meta.get("invariants", []) if isinstance(meta, Mapping) else []
         for name in names if isinstance(names, list | tuple) else [names]:
             if name not in (checks or {}):
-                raise ValueError(f"{node.config_path}.meta.invariants: no check named {name!r} "
-                                 "in checks=")
+                raise ValueError(
+                    f"{node.config_path}.meta.invariants: no check named {name!r} in checks="
+                )
             found.append(_Invariant(path, str(name), (checks or {})[name]))
     return found
 
 
-def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[Check]]
-                 | None = None, checks: Mapping[str, Check] | None = None,
-                 payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
-                 input: Any = None, fire_timers: bool = True, max_steps: int = 50,
-                 max_examples: int = 200, outputs: OutputStrategies | None = None,
-                 errors: Mapping[str, Sequence[str]] | None = None,
-                 recorder: CoverageRecorder | None = None) -> type[RuleBasedStateMachine]:
+def machine_test(
+    machine: Machine,
+    *,
+    invariants: Mapping[str, Check | Sequence[Check]] | None = None,
+    checks: Mapping[str, Check] | None = None,
+    payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
+    input: Any = None,
+    fire_timers: bool = True,
+    max_steps: int = 50,
+    max_examples: int = 200,
+    outputs: OutputStrategies | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+    recorder: CoverageRecorder | None = None,
+) -> type[RuleBasedStateMachine]:
     """A ``RuleBasedStateMachine`` class driving ``machine`` (see module docs); its
     ``TestCase`` attribute is a unittest/pytest test. ``recorder`` collects coverage."""
     declared = collect_invariants(machine, invariants, checks)
@@ -130,19 +145,18 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
             self.events: list[FrozenDict] = []
             self.now = 0
             trace: list[Any] = []
-            self.snapshot = self._guard(
-                lambda: machine.start(input, lambda: self.now, trace)[0])
+            self.snapshot = self._guard(lambda: machine.start(input, lambda: self.now, trace)[0])
             self._record(None, self.snapshot, trace)
 
         def _guard(self, step: Callable[[], Snapshot]) -> Snapshot:
             try:
                 return step()
             except StatechartError as exc:
-                raise InvariantViolation(f"machine {machine.id!r} raised {exc!r}",
-                                         self.events) from exc
+                raise InvariantViolation(
+                    f"machine {machine.id!r} raised {exc!r}", self.events
+                ) from exc
 
-        def _record(self, before: Snapshot | None, snapshot: Snapshot,
-                    trace: list[Any]) -> None:
+        def _record(self, before: Snapshot | None, snapshot: Snapshot, trace: list[Any]) -> None:
             if recorder is not None:
                 recorder.macrostep(before, trace, snapshot)
 
@@ -151,10 +165,12 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
             trace: list[Any] = []
             before = self.snapshot
             self.snapshot = self._guard(
-                lambda: machine.step(before, event, lambda: self.now, trace)[0])
+                lambda: machine.step(before, event, lambda: self.now, trace)[0]
+            )
             self._record(before, self.snapshot, trace)
 
         if alphabet:
+
             @precondition(lambda self: self.snapshot.status == "active")
             @rule(event=event_strategy(machine, payloads))
             def send(self, event: FrozenDict) -> None:
@@ -167,11 +183,15 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
             call: Call = data.draw(st.sampled_from(calls), label="call")
             if call.src not in (outputs or {}):
                 cutoffs.placeholder(call)
-            self._deliver(data.draw(outcome_strategy(machine, call, outputs, errors),
-                                    label="outcome"))
+            self._deliver(
+                data.draw(outcome_strategy(machine, call, outputs, errors), label="outcome")
+            )
 
-        @precondition(lambda self: fire_timers and self.snapshot.status == "active" and
-                      bool(self.snapshot.timers))
+        @precondition(
+            lambda self: (
+                fire_timers and self.snapshot.status == "active" and bool(self.snapshot.timers)
+            )
+        )
         @rule()
         def fire_next_timer(self) -> None:
             timer = self.snapshot.timers[0]
@@ -180,7 +200,8 @@ def machine_test(machine: Machine, *, invariants: Mapping[str, Check | Sequence[
             trace: list[Any] = []
             before = self.snapshot
             self.snapshot = self._guard(
-                lambda: machine.deliver_timer(before, timer.id, lambda: self.now, trace)[0])
+                lambda: machine.deliver_timer(before, timer.id, lambda: self.now, trace)[0]
+            )
             self._record(before, self.snapshot, trace)
 
         @precondition(lambda self: self.snapshot.status != "active")
@@ -216,12 +237,15 @@ def _failing(snapshot: Snapshot, declared: Sequence[_Invariant]) -> _Invariant |
 
 def _message(item: _Invariant, snapshot: Snapshot) -> str:
     where = f"in state {item.state!r}" if item.state else "always"
-    return (f"invariant {item.name!r} ({where}) failed: value {thaw(snapshot.value)!r}, "
-            f"context {thaw(snapshot.context)!r}")
+    return (
+        f"invariant {item.name!r} ({where}) failed: value {thaw(snapshot.value)!r}, "
+        f"context {thaw(snapshot.context)!r}"
+    )
 
 
-def replay(machine: Machine, events: Sequence[Mapping[str, Any]], input: Any = None
-           ) -> Snapshot | None:
+def replay(
+    machine: Machine, events: Sequence[Mapping[str, Any]], input: Any = None
+) -> Snapshot | None:
     """The snapshot after the story ``events`` (timer firings marked with a ``timer`` key),
     or None when the story cannot happen: a marked timer is not the next one due at that
     point, or an invoke outcome is for a call that is not running."""
@@ -240,8 +264,12 @@ def replay(machine: Machine, events: Sequence[Mapping[str, Any]], input: Any = N
     return snapshot
 
 
-def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[_Invariant],
-             input: Any = None) -> list[FrozenDict]:
+def minimize(
+    machine: Machine,
+    events: Sequence[FrozenDict],
+    declared: Sequence[_Invariant],
+    input: Any = None,
+) -> list[FrozenDict]:
     """A sub-list of ``events`` after which the same invariant still fails and from which no
     contiguous run of events can be dropped (found by replaying the pure core; this takes the
     place of Hypothesis's shrink phase, which the harness turns off)."""
@@ -262,7 +290,7 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
     while chunk >= 1:  # cheap first pass: drop halves, quarters, ...
         start, shrunk = 0, False
         while start < len(current):
-            candidate = current[:start] + current[start + chunk:]
+            candidate = current[:start] + current[start + chunk :]
             if still_fails(candidate):
                 current, shrunk = candidate, True
             else:
@@ -275,7 +303,7 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
         changed = False
         for size in range(len(current), 0, -1):
             for start in range(len(current) - size + 1):
-                candidate = current[:start] + current[start + size:]
+                candidate = current[:start] + current[start + size :]
                 if still_fails(candidate):
                     current, changed = candidate, True
                     break
@@ -287,17 +315,21 @@ def minimize(machine: Machine, events: Sequence[FrozenDict], declared: Sequence[
 def _settings(max_examples: int, max_steps: int) -> settings:
     # no shrink phase: ``minimize`` replays the failing run on the pure core and reports a
     # minimal event list itself, faster than shrinking the whole stateful run
-    return settings(max_examples=max_examples, stateful_step_count=max_steps,
-                    deadline=None, derandomize=True, database=None,
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=max_steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
-def run_machine_test(machine: Machine, *, max_examples: int = 200, max_steps: int = 50,
-                     **options: Any) -> None:
+def run_machine_test(
+    machine: Machine, *, max_examples: int = 200, max_steps: int = 50, **options: Any
+) -> None:
     """Run ``machine_test`` now (derandomized, so reproducible); raises the shrunk
     ``InvariantViolation`` when an invariant fails."""
-    test_class = machine_test(machine, max_examples=max_examples, max_steps=max_steps,
-                              **options)
+    test_class = machine_test(machine, max_examples=max_examples, max_steps=max_steps, **options)
     run_state_machine_as_test(test_class, settings=_settings(max_examples, max_steps))

@@ -20,7 +20,19 @@ except ModuleNotFoundError as exc:
     raise ModuleNotFoundError(
         "statecharts' test kit (strategies, harness, properties, persistence.testing) needs "
         "Hypothesis, which the 'testing' extra installs: pip install 'statecharts[testing]' "
-        "(graph, coverage and outcomes work without it)", name="hypothesis") from exc
+        "(graph, coverage and outcomes work without it)",
+        name="hypothesis",
+    ) from exc
 
-__all__ = ["HealthCheck", "Phase", "RuleBasedStateMachine", "given", "invariant",
-           "precondition", "rule", "run_state_machine_as_test", "settings", "st"]
+__all__ = [
+    "HealthCheck",
+    "Phase",
+    "RuleBasedStateMachine",
+    "given",
+    "invariant",
+    "precondition",
+    "rule",
+    "run_state_machine_as_test",
+    "settings",
+    "st",
+]

@@ -57,15 +57,19 @@ class ImportedMachine:
 
     def table(self) -> str:
         """The callback table as aligned text."""
-        rows = [("callback", "role", "becomes", "used at")] + \
-            [(c.name, c.role, c.kind, c.where) for c in self.callbacks]
+        rows = [("callback", "role", "becomes", "used at")] + [
+            (c.name, c.role, c.kind, c.where) for c in self.callbacks
+        ]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
-                         for r in rows)
+        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
-    def create_machine(self, *, bind: object | None = None,
-                       guards: Mapping[str, Any] | None = None,
-                       actions: Mapping[str, Any] | None = None) -> Machine:
+    def create_machine(
+        self,
+        *,
+        bind: object | None = None,
+        guards: Mapping[str, Any] | None = None,
+        actions: Mapping[str, Any] | None = None,
+    ) -> Machine:
         """Build the machine. ``bind``: an object whose methods implement the callbacks by
         name (called with the keyword arguments they ask for among ``context``, ``event``,
         ``event_data`` and the event's payload fields). ``guards`` / ``actions`` override by
@@ -93,26 +97,31 @@ def _adapter(method: Callable[..., Any]) -> Callable[..., Any]:
     takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
     def call(context: Any, event: Any, **params: Any) -> Any:
-        available = {**{k: v for k, v in event.items() if k != "type"},
-                     "context": context, "event": event["type"], "event_data": event,
-                     **params}
-        kwargs = available if takes_all else {k: v for k, v in available.items()
-                                              if k in parameters}
+        available = {
+            **{k: v for k, v in event.items() if k != "type"},
+            "context": context,
+            "event": event["type"],
+            "event_data": event,
+            **params,
+        }
+        kwargs = available if takes_all else {k: v for k, v in available.items() if k in parameters}
         return method(**kwargs)
 
     call.__name__ = getattr(method, "__name__", "callback")
     return call
 
 
-def from_python_statemachine(cls: type[Any], machine_id: str | None = None,
-                             context: Mapping[str, Any] | None = None) -> ImportedMachine:
+def from_python_statemachine(
+    cls: type[Any], machine_id: str | None = None, context: Mapping[str, Any] | None = None
+) -> ImportedMachine:
     """Import ``cls`` (a python-statemachine ``StateChart`` subclass); see module docs.
     python-statemachine keeps data on its model, so give the engine's initial ``context``
     (JSON values) here when the callbacks need one."""
     states = list(getattr(cls, "states", []) or [])
     if not states:
-        raise ValueError(f"{getattr(cls, '__name__', cls)!r} is not a python-statemachine "
-                         "class with states")
+        raise ValueError(
+            f"{getattr(cls, '__name__', cls)!r} is not a python-statemachine class with states"
+        )
     mid = machine_id or cls.__name__
     importer = _Importer(mid, cls)
     config: dict[str, Any] = {"id": mid}
@@ -136,13 +145,14 @@ class _Importer:
             node = node.parent
         return "#" + ".".join([self.machine_id, *reversed(keys)])
 
-    def fill_children(self, config: dict[str, Any], children: list[Any], parent: Any,
-                      path: str) -> None:
+    def fill_children(
+        self, config: dict[str, Any], children: list[Any], parent: Any, path: str
+    ) -> None:
         parallel = parent is not None and parent.parallel
         states: dict[str, Any] = {}
         for child in children:
             states[child.id] = self.state(child, _join(path, f"states.{child.id}"))
-        for history in (parent.history if parent is not None else []):
+        for history in parent.history if parent is not None else []:
             states[history.id] = self.history(history)
         config["states"] = states
         if not parallel:
@@ -158,8 +168,12 @@ class _Importer:
         if state.states:
             self.fill_children(config, list(state.states), state, path)
         for role, key in (("enter", "entry"), ("exit", "exit")):
-            names = self.names(getattr(state, role), role, _join(path, key),
-                               (f"on_{role}_state", f"on_{role}_{state.id}"))
+            names = self.names(
+                getattr(state, role),
+                role,
+                _join(path, key),
+                (f"on_{role}_state", f"on_{role}_{state.id}"),
+            )
             if names:
                 config[key] = names
         self.transitions(config, state, path)
@@ -169,8 +183,11 @@ class _Importer:
         config: dict[str, Any] = {"type": "history", "history": history.type.value}
         defaults = [t for t in history.transitions.transitions if t.targets]
         if defaults:
-            config["target"] = [t.id for t in defaults[0].targets] \
-                if len(defaults[0].targets) > 1 else defaults[0].targets[0].id
+            config["target"] = (
+                [t.id for t in defaults[0].targets]
+                if len(defaults[0].targets) > 1
+                else defaults[0].targets[0].id
+            )
         return config
 
     def transitions(self, config: dict[str, Any], state: Any, path: str) -> None:
@@ -182,8 +199,11 @@ class _Importer:
             events = [e for e in events if e.replace("_", ".") not in dotted or e in dotted]
             if not events:
                 items = config.setdefault("always", [])
-                items.append(self.transition(transition, state,
-                                             f"{_join(path, 'always')}[{len(items)}]", None))
+                items.append(
+                    self.transition(
+                        transition, state, f"{_join(path, 'always')}[{len(items)}]", None
+                    )
+                )
                 continue
             for event in events:
                 if event == f"done.state.{state.id}":
@@ -194,8 +214,9 @@ class _Importer:
                     where = f"{_join(path, f'on.{event}')}[{len(items)}]"
                 items.append(self.transition(transition, state, where, event))
 
-    def transition(self, transition: Any, state: Any, where: str,
-                   event: str | None) -> dict[str, Any]:
+    def transition(
+        self, transition: Any, state: Any, where: str, event: str | None
+    ) -> dict[str, Any]:
         result: dict[str, Any] = {}
         targets = list(transition.targets)
         if targets:
@@ -210,14 +231,16 @@ class _Importer:
         actions: list[str] = []
         for role in ("before", "on", "after"):
             conventions = (f"{role}_transition", *((f"{role}_{event}",) if event else ()))
-            actions += self.names(getattr(transition, role), role, _join(where, "actions"),
-                                  conventions)
+            actions += self.names(
+                getattr(transition, role), role, _join(where, "actions"), conventions
+            )
         if actions:
             result["actions"] = actions
         for spec in transition.validators:
             if not spec.is_convention:
-                self.callbacks.append(CallbackUse(str(spec.attr_name), "validator",
-                                                  "not imported", where))
+                self.callbacks.append(
+                    CallbackUse(str(spec.attr_name), "validator", "not imported", where)
+                )
         return result
 
     def guard(self, transition: Any, where: str) -> Any:
@@ -233,8 +256,9 @@ class _Importer:
             return None
         return parts[0] if len(parts) == 1 else and_(*parts)
 
-    def names(self, specs: Any, role: str, where: str, conventions: tuple[str, ...] = ()
-              ) -> list[str]:
+    def names(
+        self, specs: Any, role: str, where: str, conventions: tuple[str, ...] = ()
+    ) -> list[str]:
         """Explicit callbacks, then the naming-convention ones (``on_enter_<state>``,
         ``before_<event>``, ...) that the class defines, in python-statemachine's order."""
         found = []

@@ -74,12 +74,15 @@ def running_calls(machine: Machine, snapshot: Snapshot) -> list[Call]:
     if snapshot.status != "active":
         return []
     defs = invoke_defs(machine)
-    return [Call(ref.id, ref.src, ref.invoked_by, defs.get(ref.id))
-            for ref in snapshot.children.values()]
+    return [
+        Call(ref.id, ref.src, ref.invoked_by, defs.get(ref.id))
+        for ref in snapshot.children.values()
+    ]
 
 
-def error_names(machine: Machine, call: Call,
-                errors: Mapping[str, Sequence[str]] | None = None) -> tuple[str, ...]:
+def error_names(
+    machine: Machine, call: Call, errors: Mapping[str, Sequence[str]] | None = None
+) -> tuple[str, ...]:
     """The failures a call can have (see module docs), in that order, without repeats."""
     names = [GENERIC_ERROR]
     invoke = call.invoke
@@ -109,8 +112,10 @@ def error_exception(name: str) -> Exception:
 
 def error_event(call_id: str, name: str) -> FrozenDict:
     """``xstate.error.actor.<id>`` carrying the error JSON of an exception named ``name``."""
-    return FrozenDict(type=error_actor_event_type(call_id),
-                      error=freeze(error_json(error_exception(name)), "error"))
+    return FrozenDict(
+        type=error_actor_event_type(call_id),
+        error=freeze(error_json(error_exception(name)), "error"),
+    )
 
 
 def done_event(call_id: str, output: Any) -> FrozenDict:
@@ -123,7 +128,7 @@ def outcome_call(event: Mapping[str, Any]) -> str | None:
     kind = str(event["type"])
     for prefix in ("xstate.done.actor.", "xstate.error.actor."):
         if kind.startswith(prefix):
-            return kind[len(prefix):]
+            return kind[len(prefix) :]
     return None
 
 
@@ -141,16 +146,19 @@ def outputs_for(call: Call, outputs: Mapping[str, Sequence[Any]] | None) -> list
     return [DEFAULT_OUTPUT] if given is None else list(given)
 
 
-def check_outputs(machine: Machine, outputs: Mapping[str, Any] | None,
-                  errors: Mapping[str, Any] | None = None) -> None:
+def check_outputs(
+    machine: Machine, outputs: Mapping[str, Any] | None, errors: Mapping[str, Any] | None = None
+) -> None:
     """Reject outputs/errors for actor names the machine never invokes (a typo would
     otherwise silently fall back to the placeholder)."""
     known = {i.src for i in invoke_defs(machine).values()}
     for what, given in (("outputs", outputs), ("errors", errors)):
         unknown = sorted(set(given or {}) - known)
         if unknown:
-            raise ValueError(f"{what} for {unknown}, but machine {machine.id!r} invokes "
-                             f"{sorted(known) or 'nothing'}")
+            raise ValueError(
+                f"{what} for {unknown}, but machine {machine.id!r} invokes "
+                f"{sorted(known) or 'nothing'}"
+            )
 
 
 @dataclass
@@ -174,8 +182,10 @@ class CutOffs:
 
     def placeholder(self, call: Call) -> None:
         """Record that ``call`` completed with the placeholder output."""
-        self.add(f"{call.describe()} has no outputs given; it completed with "
-                 f"{DEFAULT_OUTPUT!r} (give outputs={{{call.src!r}: [...]}})")
+        self.add(
+            f"{call.describe()} has no outputs given; it completed with "
+            f"{DEFAULT_OUTPUT!r} (give outputs={{{call.src!r}: [...]}})"
+        )
 
     def report(self) -> None:
         """Warn (or raise ``ExplorationCutOff``) listing the cut-offs not reported yet."""
@@ -190,7 +200,22 @@ class CutOffs:
         warnings.warn(message, ExplorationWarning, stacklevel=3)
 
 
-__all__ = ["DEFAULT_OUTPUT", "GENERIC_ERROR", "Call", "CutOffs", "ExplorationCutOff",
-           "ExplorationWarning", "check_outputs", "done_event", "error_event",
-           "error_exception", "error_names", "invoke_defs", "is_possible", "is_transient",
-           "outcome_call", "outputs_for", "running_calls"]
+__all__ = [
+    "DEFAULT_OUTPUT",
+    "GENERIC_ERROR",
+    "Call",
+    "CutOffs",
+    "ExplorationCutOff",
+    "ExplorationWarning",
+    "check_outputs",
+    "done_event",
+    "error_event",
+    "error_exception",
+    "error_names",
+    "invoke_defs",
+    "is_possible",
+    "is_transient",
+    "outcome_call",
+    "outputs_for",
+    "running_calls",
+]

@@ -42,29 +42,39 @@ class CoverageWatch:
         original_step = Machine.step
         original_deliver = Machine.deliver_timer
 
-        def start(machine: Machine, input: Any, now: Callable[[], int],
-                  trace: list[Any] | None = None) -> Any:
+        def start(
+            machine: Machine, input: Any, now: Callable[[], int], trace: list[Any] | None = None
+        ) -> Any:
             own = [] if trace is None else trace
             result = original_start(machine, input, now, own)
             self._record(machine, None, result[0], own)
             return result
 
-        def step(machine: Machine, snapshot: Any, event: Any, now: Callable[[], int],
-                 trace: list[Any] | None = None) -> Any:
+        def step(
+            machine: Machine,
+            snapshot: Any,
+            event: Any,
+            now: Callable[[], int],
+            trace: list[Any] | None = None,
+        ) -> Any:
             own = [] if trace is None else trace
             result = original_step(machine, snapshot, event, now, own)
             self._record(machine, snapshot, result[0], own)
             return result
 
-        def deliver_timer(machine: Machine, snapshot: Any, timer_id: str,
-                          now: Callable[[], int], trace: list[Any] | None = None) -> Any:
+        def deliver_timer(
+            machine: Machine,
+            snapshot: Any,
+            timer_id: str,
+            now: Callable[[], int],
+            trace: list[Any] | None = None,
+        ) -> Any:
             own = [] if trace is None else trace
             result = original_deliver(machine, snapshot, timer_id, now, own)
             self._record(machine, snapshot, result[0], own)
             return result
 
-        def transition(machine: Machine, snapshot: Any, event: Any,
-                       now: int | None = None) -> Any:
+        def transition(machine: Machine, snapshot: Any, event: Any, now: int | None = None) -> Any:
             # what ``Machine.transition`` is defined as, so that the wrapped ``step`` sees
             # every event (the engine's own takes compiled routes without calling ``step``)
             return machine.step(snapshot, normalize_event(event), fixed_clock(now))
@@ -96,8 +106,11 @@ class CoverageWatch:
         merged: dict[tuple[str, tuple[str, ...], tuple[str, ...]], CoverageRecorder] = {}
         for key in sorted(self.recorders):
             recorder = self.recorders[key]
-            shape = (recorder.machine.id, all_states(recorder.machine),
-                     all_transitions(recorder.machine))
+            shape = (
+                recorder.machine.id,
+                all_states(recorder.machine),
+                all_transitions(recorder.machine),
+            )
             if shape not in merged:
                 merged[shape] = CoverageRecorder(recorder.machine)
             merged[shape].merge(recorder)
@@ -114,9 +127,13 @@ class CoverageWatch:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Add ``--statecharts-coverage``."""
     group = parser.getgroup("statecharts")
-    group.addoption(OPTION, action="store_true", default=False,
-                    help="report the states and transitions of every statechart the tests "
-                         "ran that were never reached")
+    group.addoption(
+        OPTION,
+        action="store_true",
+        default=False,
+        help="report the states and transitions of every statechart the tests "
+        "ran that were never reached",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -132,8 +149,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         watch.close()
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the coverage report."""
     watch = config.stash.get(_KEY, None)
     if watch is None:

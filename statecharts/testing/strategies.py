@@ -46,14 +46,16 @@ OutputStrategies = Mapping[str, st.SearchStrategy[Any] | Sequence[Any]]
 # -- events ----------------------------------------------------------------------------------
 
 
-def event(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]]
-          | None = None, *, types: Sequence[str] | None = None
-          ) -> st.SearchStrategy[FrozenDict]:
+def event(
+    machine: Machine,
+    payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
+    *,
+    types: Sequence[str] | None = None,
+) -> st.SearchStrategy[FrozenDict]:
     """One event the machine understands. ``payloads`` maps an event type to a strategy of
     its extra fields (``{"PAY": st.fixed_dictionaries({"amount": st.integers(0, 100)})}``);
     ``types`` restricts or extends the alphabet."""
-    alphabet = list(types) if types is not None else \
-        [e["type"] for e in event_alphabet(machine)]
+    alphabet = list(types) if types is not None else [e["type"] for e in event_alphabet(machine)]
     if not alphabet:
         raise ValueError(f"machine {machine.id!r} names no events in 'on'; pass types=")
     payloads = payloads or {}
@@ -73,17 +75,20 @@ def event(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[str
 event_strategy = event
 
 
-def events(machine: Machine, payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]]
-           | None = None, *, types: Sequence[str] | None = None, min_size: int = 0,
-           max_size: int = 20) -> st.SearchStrategy[list[FrozenDict]]:
+def events(
+    machine: Machine,
+    payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
+    *,
+    types: Sequence[str] | None = None,
+    min_size: int = 0,
+    max_size: int = 20,
+) -> st.SearchStrategy[list[FrozenDict]]:
     """Lists of events the machine understands (see ``event``); shrinks to shorter lists of
     earlier event types."""
-    return st.lists(event(machine, payloads, types=types), min_size=min_size,
-                    max_size=max_size)
+    return st.lists(event(machine, payloads, types=types), min_size=min_size, max_size=max_size)
 
 
-def run_events(machine: Machine, sequence: Sequence[EventLike], input: Any = None
-               ) -> Snapshot:
+def run_events(machine: Machine, sequence: Sequence[EventLike], input: Any = None) -> Snapshot:
     """The snapshot after the story ``sequence`` from the initial one (pure). Timer firings
     are events with a ``timer`` key (time jumps to their due time); an outcome of a call that
     is not running is skipped."""
@@ -101,8 +106,7 @@ def run_events(machine: Machine, sequence: Sequence[EventLike], input: Any = Non
     return snapshot
 
 
-def output_strategy(call: Call, outputs: OutputStrategies | None
-                    ) -> st.SearchStrategy[Any] | None:
+def output_strategy(call: Call, outputs: OutputStrategies | None) -> st.SearchStrategy[Any] | None:
     """The outputs ``call`` may complete with (``DEFAULT_OUTPUT`` when none are given; None
     when an empty list is: the call only fails)."""
     given = (outputs or {}).get(call.src)
@@ -114,16 +118,21 @@ def output_strategy(call: Call, outputs: OutputStrategies | None
     return st.sampled_from(examples) if examples else None
 
 
-def outcome_strategy(machine: Machine, call: Call, outputs: OutputStrategies | None = None,
-                     errors: Mapping[str, Sequence[str]] | None = None, *,
-                     durable: bool = False) -> st.SearchStrategy[FrozenDict]:
+def outcome_strategy(
+    machine: Machine,
+    call: Call,
+    outputs: OutputStrategies | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+    *,
+    durable: bool = False,
+) -> st.SearchStrategy[FrozenDict]:
     """One outcome of ``call``: done with an output, or failed with one of its error names
     (shrinks towards success). ``durable``: without the failures the durable runtime rolls
     back and retries (the call site's ``transient`` names), which no run sees as an outcome."""
-    names = [n for n in error_names(machine, call, errors)
-             if not (durable and is_transient(call, n))]
-    failed = st.sampled_from(names).map(lambda name: error_event(call.id, name)) \
-        if names else None
+    names = [
+        n for n in error_names(machine, call, errors) if not (durable and is_transient(call, n))
+    ]
+    failed = st.sampled_from(names).map(lambda name: error_event(call.id, name)) if names else None
     done = output_strategy(call, outputs)
     if done is None:
         return failed if failed is not None else st.just(done_event(call.id, None))
@@ -146,11 +155,17 @@ class Story:
         return self.snapshots[-1]
 
 
-def stories(machine: Machine,
-            payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None, *,
-            input: Any = None, outputs: OutputStrategies | None = None,
-            errors: Mapping[str, Sequence[str]] | None = None, max_steps: int = 20,
-            fire_timers: bool = True, calls_first: bool = False) -> st.SearchStrategy[Story]:
+def stories(
+    machine: Machine,
+    payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
+    *,
+    input: Any = None,
+    outputs: OutputStrategies | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+    max_steps: int = 20,
+    fire_timers: bool = True,
+    calls_first: bool = False,
+) -> st.SearchStrategy[Story]:
     """Stories of a run of ``machine`` started with ``input``: up to ``max_steps`` steps,
     each an event of the alphabet, an outcome of a running call or the next timer.
     ``calls_first``: while a call runs, its outcome (the earliest started call's) comes
@@ -208,23 +223,29 @@ def stories(machine: Machine,
     return draw_story()
 
 
-def reachable_snapshots(machine: Machine,
-                        payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]]
-                        | None = None, *, max_steps: int = 20, input: Any = None,
-                        types: Sequence[str] | None = None,
-                        outputs: OutputStrategies | None = None,
-                        errors: Mapping[str, Sequence[str]] | None = None
-                        ) -> st.SearchStrategy[Snapshot]:
+def reachable_snapshots(
+    machine: Machine,
+    payloads: Mapping[str, st.SearchStrategy[Mapping[str, Any]]] | None = None,
+    *,
+    max_steps: int = 20,
+    input: Any = None,
+    types: Sequence[str] | None = None,
+    outputs: OutputStrategies | None = None,
+    errors: Mapping[str, Sequence[str]] | None = None,
+) -> st.SearchStrategy[Snapshot]:
     """Snapshots reached by stories of up to ``max_steps`` steps from the initial snapshot
     (with ``types``: by lists of those events only, as before stories existed)."""
     if types is not None:
         return events(machine, payloads, types=types, max_size=max_steps).map(
-            lambda sequence: run_events(machine, sequence, input))
-    return stories(machine, payloads, input=input, outputs=outputs, errors=errors,
-                   max_steps=max_steps).map(lambda story: story.final)
+            lambda sequence: run_events(machine, sequence, input)
+        )
+    return stories(
+        machine, payloads, input=input, outputs=outputs, errors=errors, max_steps=max_steps
+    ).map(lambda story: story.final)
 
 
 # -- random machines -------------------------------------------------------------------------
+
 
 def _even(context: Mapping[str, Any], event: Any) -> bool:
     return bool(context["n"] % 2 == 0)
@@ -260,8 +281,9 @@ class GeneratedMachine:
 
     def build(self, extra_actions: Mapping[str, Any] | None = None) -> Machine:
         """The machine (``extra_actions`` adds implementations, e.g. for logging)."""
-        return create_machine(self.config, guards=self.guards,
-                              actions={**self.actions, **(extra_actions or {})})
+        return create_machine(
+            self.config, guards=self.guards, actions={**self.actions, **(extra_actions or {})}
+        )
 
     def to_json(self) -> str:
         """The config as indented JSON (what a failure report shows)."""
@@ -319,17 +341,37 @@ class _Options:
     events: tuple[str, ...]
 
 
-def machines(*, max_states: int = 10, max_depth: int = 3, parallel: bool = True,
-             history: bool = True, final: bool = True, eventless: bool = True,
-             guards: bool = True, actions: bool = True, root_transitions: bool = True,
-             max_transitions: int = 3, events: Sequence[str] = EVENTS
-             ) -> st.SearchStrategy[GeneratedMachine]:
+def machines(
+    *,
+    max_states: int = 10,
+    max_depth: int = 3,
+    parallel: bool = True,
+    history: bool = True,
+    final: bool = True,
+    eventless: bool = True,
+    guards: bool = True,
+    actions: bool = True,
+    root_transitions: bool = True,
+    max_transitions: int = 3,
+    events: Sequence[str] = EVENTS,
+) -> st.SearchStrategy[GeneratedMachine]:
     """Random valid statecharts (see module docs). State keys are ``s1``, ``s2``, ... in
     document order and unique in the whole machine; the machine id is ``m``; the context is
     ``{"n": 0}``, read by the guards ``even``/``odd``/``small`` and changed by the actions
     ``inc``/``reset``. Each flag turns a feature off when False."""
-    options = _Options(max_states, max_depth, parallel, history, final, eventless, guards,
-                       actions, root_transitions, max_transitions, tuple(events))
+    options = _Options(
+        max_states,
+        max_depth,
+        parallel,
+        history,
+        final,
+        eventless,
+        guards,
+        actions,
+        root_transitions,
+        max_transitions,
+        tuple(events),
+    )
     return _machine(options)
 
 
@@ -349,8 +391,9 @@ def _new_key(counter: list[int]) -> str:
     return f"s{counter[0]}"
 
 
-def _draw_children(draw: st.DrawFn, parent: _Node, depth: int, options: _Options,
-                   counter: list[int]) -> None:
+def _draw_children(
+    draw: st.DrawFn, parent: _Node, depth: int, options: _Options, counter: list[int]
+) -> None:
     is_region_parent = parent.kind == "parallel"
     count = draw(st.integers(2, 3)) if is_region_parent else draw(st.integers(1, 3))
     for index in range(count):
@@ -370,8 +413,12 @@ def _draw_children(draw: st.DrawFn, parent: _Node, depth: int, options: _Options
         parent.children.append(child)
         if kind in ("compound", "parallel"):
             _draw_children(draw, child, depth + 1, options, counter)
-    if options.history and parent.kind == "compound" and parent.parent is not None and \
-            draw(st.integers(0, 3)) == 0:
+    if (
+        options.history
+        and parent.kind == "compound"
+        and parent.parent is not None
+        and draw(st.integers(0, 3)) == 0
+    ):
         history = _Node(_new_key(counter), "history", parent)
         history.history = draw(st.sampled_from(["shallow", "deep"]))
         choices = [c.key for c in parent.children if c.kind != "final"]
@@ -380,8 +427,7 @@ def _draw_children(draw: st.DrawFn, parent: _Node, depth: int, options: _Options
         parent.children.append(history)
 
 
-def _draw_behaviour(draw: st.DrawFn, node: _Node, nodes: list[_Node],
-                    options: _Options) -> None:
+def _draw_behaviour(draw: st.DrawFn, node: _Node, nodes: list[_Node], options: _Options) -> None:
     if node.kind in ("final", "history"):
         return
     order = {n.key: i for i, n in enumerate(nodes)}
@@ -397,21 +443,35 @@ def _draw_behaviour(draw: st.DrawFn, node: _Node, nodes: list[_Node],
     if options.eventless and node.kind == "atomic" and draw(st.integers(0, 3)) == 0:
         # later in document order and in no parallel state shared with the source: each
         # eventless step then only enters later states, so eventless steps alone terminate
-        later = [n for n in targets if order[n.key] > order[node.key] and
-                 n.kind != "history" and not _share_parallel(node, n)]
+        later = [
+            n
+            for n in targets
+            if order[n.key] > order[node.key]
+            and n.kind != "history"
+            and not _share_parallel(node, n)
+        ]
         if later:
             transition = _draw_transition(draw, node, later, options, targetless=False)
             config["always"] = [transition]
-    can_finish = any(c.kind == "final" for c in node.children) if node.kind == "compound" \
-        else node.kind == "parallel" and all(any(c.kind == "final" for c in r.children)
-                                             for r in node.children)
+    can_finish = (
+        any(c.kind == "final" for c in node.children)
+        if node.kind == "compound"
+        else node.kind == "parallel"
+        and all(any(c.kind == "final" for c in r.children) for r in node.children)
+    )
     if can_finish and node.parent is not None and draw(st.booleans()):
         # done events only lead forward too (after this subtree, no shared parallel state)
         end = max(order[n.key] for n in node.walk())
-        after = [n for n in targets if order[n.key] > end and n.kind != "history" and
-                 not _share_parallel(node, n)]
-        config["onDone"] = _draw_transition(draw, node, after, options) if after else \
-            _draw_transition(draw, node, [], options)
+        after = [
+            n
+            for n in targets
+            if order[n.key] > end and n.kind != "history" and not _share_parallel(node, n)
+        ]
+        config["onDone"] = (
+            _draw_transition(draw, node, after, options)
+            if after
+            else _draw_transition(draw, node, [], options)
+        )
     if options.actions and node.parent is not None:
         for key in ("entry", "exit"):
             names = draw(st.lists(st.sampled_from(sorted(ACTIONS)), max_size=1))
@@ -428,8 +488,9 @@ def _share_parallel(a: _Node, b: _Node) -> bool:
     return False
 
 
-def _draw_transition(draw: st.DrawFn, node: _Node, targets: list[_Node], options: _Options,
-                     targetless: bool = True) -> dict[str, Any]:
+def _draw_transition(
+    draw: st.DrawFn, node: _Node, targets: list[_Node], options: _Options, targetless: bool = True
+) -> dict[str, Any]:
     transition: dict[str, Any] = {}
     choices: list[_Node | None] = [None, *targets] if targetless else list(targets)
     target = draw(st.sampled_from(choices))

@@ -22,20 +22,42 @@ def test_async_children_run_concurrently_and_report_back() -> None:
         return int(input["n"])
 
     def branch(name: str, src: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {"initial": "w", "states": {
-            "w": {"invoke": {"src": src, "input": data, "onDone": {
-                "target": "ok", "actions": assign({name: lambda c, e: e["output"]})}}},
-            "ok": {"type": "final"}}}
+        return {
+            "initial": "w",
+            "states": {
+                "w": {
+                    "invoke": {
+                        "src": src,
+                        "input": data,
+                        "onDone": {
+                            "target": "ok",
+                            "actions": assign({name: lambda c, e: e["output"]}),
+                        },
+                    }
+                },
+                "ok": {"type": "final"},
+            },
+        }
 
     machine = create_machine(
-        {"initial": "loading", "context": {}, "states": {
-            "loading": {"type": "parallel", "states": {
-                "a": branch("a", "meet", {"me": "a", "other": "b", "n": 1}),
-                "b": branch("b", "meet", {"me": "b", "other": "a", "n": 2}),
-                "c": branch("c", "sync", {"n": 3})},
-                "onDone": "done"},
-            "done": {"type": "final"}}},
-        actors={"meet": from_async(meet), "sync": from_callable(lambda input: input["n"])})
+        {
+            "initial": "loading",
+            "context": {},
+            "states": {
+                "loading": {
+                    "type": "parallel",
+                    "states": {
+                        "a": branch("a", "meet", {"me": "a", "other": "b", "n": 1}),
+                        "b": branch("b", "meet", {"me": "b", "other": "a", "n": 2}),
+                        "c": branch("c", "sync", {"n": 3}),
+                    },
+                    "onDone": "done",
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"meet": from_async(meet), "sync": from_callable(lambda input: input["n"])},
+    )
 
     async def main() -> Any:
         events.update(a=asyncio.Event(), b=asyncio.Event())

@@ -26,26 +26,50 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _answering_child() -> Any:
-    return create_machine({"id": "child", "initial": "w", "states": {"w": {"on": {
-        "KNOCK": {"actions": send_parent("ANSWER")}}}}})
+    return create_machine(
+        {
+            "id": "child",
+            "initial": "w",
+            "states": {"w": {"on": {"KNOCK": {"actions": send_parent("ANSWER")}}}},
+        }
+    )
 
 
 def test_entry_send_to_the_states_own_invocation_is_delivered_once_it_started() -> None:
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"entry": send_to("kid", "KNOCK"), "invoke": {"id": "kid", "src": "child"},
-              "on": {"ANSWER": "b"}},
-        "b": {}}}, actors={"child": _answering_child()})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "entry": send_to("kid", "KNOCK"),
+                    "invoke": {"id": "kid", "src": "child"},
+                    "on": {"ANSWER": "b"},
+                },
+                "b": {},
+            },
+        },
+        actors={"child": _answering_child()},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert actor.get_snapshot().value == "b"
 
 
 def test_entry_send_to_a_system_id_started_by_the_same_state_is_delivered() -> None:
-    machine = create_machine({"initial": "idle", "states": {
-        "idle": {"on": {"GO": "a"}},
-        "a": {"entry": send_to("door", "KNOCK"),
-              "invoke": {"id": "kid", "systemId": "door", "src": "child"},
-              "on": {"ANSWER": "b"}},
-        "b": {}}}, actors={"child": _answering_child()})
+    machine = create_machine(
+        {
+            "initial": "idle",
+            "states": {
+                "idle": {"on": {"GO": "a"}},
+                "a": {
+                    "entry": send_to("door", "KNOCK"),
+                    "invoke": {"id": "kid", "systemId": "door", "src": "child"},
+                    "on": {"ANSWER": "b"},
+                },
+                "b": {},
+            },
+        },
+        actors={"child": _answering_child()},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     actor.send("GO")
     assert actor.get_snapshot().value == "b"
@@ -55,17 +79,34 @@ def _failing_child(where: str) -> Any:
     def boom(context: Any, event: Any) -> None:
         raise RuntimeError("child broke")
 
-    states: dict[str, Any] = {"x": {"entry": "boom"}} if where == "entry" else \
-        {"x": {"on": {"POKE": {"actions": "boom"}}}}
-    return create_machine({"id": "bad", "initial": "x", "states": states},
-                          actions={"boom": boom})
+    states: dict[str, Any] = (
+        {"x": {"entry": "boom"}}
+        if where == "entry"
+        else {"x": {"on": {"POKE": {"actions": "boom"}}}}
+    )
+    return create_machine({"id": "bad", "initial": "x", "states": states}, actions={"boom": boom})
 
 
 def test_child_machine_failing_while_starting_takes_on_error() -> None:
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "kid", "src": "bad", "onError": {
-            "target": "failed", "actions": assign({"why": lambda c, e: e["error"]["message"]})}}},
-        "failed": {}}}, actors={"bad": _failing_child("entry")})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "invoke": {
+                        "id": "kid",
+                        "src": "bad",
+                        "onError": {
+                            "target": "failed",
+                            "actions": assign({"why": lambda c, e: e["error"]["message"]}),
+                        },
+                    }
+                },
+                "failed": {},
+            },
+        },
+        actors={"bad": _failing_child("entry")},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     snapshot = actor.get_snapshot()
     assert (snapshot.value, snapshot.status) == ("failed", "active")
@@ -73,18 +114,29 @@ def test_child_machine_failing_while_starting_takes_on_error() -> None:
 
 
 def test_child_machine_failing_while_starting_without_on_error_fails_the_parent() -> None:
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "kid", "src": "bad"}}}}, actors={"bad": _failing_child("entry")})
+    machine = create_machine(
+        {"initial": "a", "states": {"a": {"invoke": {"id": "kid", "src": "bad"}}}},
+        actors={"bad": _failing_child("entry")},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()  # does not raise
     assert actor.get_snapshot().status == "error"
     assert "child broke" in actor.get_snapshot().error["message"]
 
 
 def test_child_machine_failing_on_an_event_from_its_parent_takes_on_error() -> None:
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "kid", "src": "bad", "onError": "failed"},
-              "on": {"GO": {"actions": send_to("kid", "POKE")}}},
-        "failed": {}}}, actors={"bad": _failing_child("event")})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "invoke": {"id": "kid", "src": "bad", "onError": "failed"},
+                    "on": {"GO": {"actions": send_to("kid", "POKE")}},
+                },
+                "failed": {},
+            },
+        },
+        actors={"bad": _failing_child("event")},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     actor.send("GO")  # the child's error does not come out of the parent's send
     assert actor.get_snapshot().value == "failed"
@@ -97,9 +149,13 @@ def test_invocation_of_a_state_left_in_the_same_macrostep_never_starts() -> None
         calls.append("started")
         return lambda: calls.append("cleaned up")
 
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"always": "b", "invoke": {"id": "cb", "src": "cb"}}, "b": {}}},
-        actors={"cb": from_callback(callback)})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {"a": {"always": "b", "invoke": {"id": "cb", "src": "cb"}}, "b": {}},
+        },
+        actors={"cb": from_callback(callback)},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert actor.get_snapshot().value == "b"
     assert calls == []
@@ -115,10 +171,19 @@ def test_invocation_restarted_by_a_reentry_stops_the_old_child_only() -> None:
         calls.append("started")
         return lambda: calls.append("cleaned up")
 
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "cb", "src": "cb"},
-              "on": {"AGAIN": {"target": "a", "reenter": True}, "LEAVE": "b"}},
-        "b": {}}}, actors={"cb": from_callback(callback)})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "invoke": {"id": "cb", "src": "cb"},
+                    "on": {"AGAIN": {"target": "a", "reenter": True}, "LEAVE": "b"},
+                },
+                "b": {},
+            },
+        },
+        actors={"cb": from_callback(callback)},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     actor.send("AGAIN")
     actor.send("LEAVE")
@@ -126,9 +191,13 @@ def test_invocation_restarted_by_a_reentry_stops_the_old_child_only() -> None:
 
 
 def test_finished_child_stays_in_children_until_its_state_is_exited() -> None:
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "job", "src": "job"}, "on": {"GO": "b"}}, "b": {}}},
-        actors={"job": from_callable(lambda i: 5)})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {"a": {"invoke": {"id": "job", "src": "job"}, "on": {"GO": "b"}}, "b": {}},
+        },
+        actors={"job": from_callable(lambda i: 5)},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     children = actor.get_snapshot().children
     assert list(children) == ["job"]
@@ -144,11 +213,24 @@ def test_finished_child_is_not_run_again_after_a_restore() -> None:
         calls.append(1)
         return 5
 
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "job", "src": "job"},
-              "on": {"xstate.done.actor.job": {"actions": assign({"n": lambda c, e: e["output"]})},
-                     "GO": "b"}},
-        "b": {}}}, actors={"job": from_callable(job)})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "invoke": {"id": "job", "src": "job"},
+                    "on": {
+                        "xstate.done.actor.job": {
+                            "actions": assign({"n": lambda c, e: e["output"]})
+                        },
+                        "GO": "b",
+                    },
+                },
+                "b": {},
+            },
+        },
+        actors={"job": from_callable(job)},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     data = actor.get_persisted_snapshot()
     assert data["children"]["job"]["state"] == {"finished": "done"}
@@ -162,9 +244,17 @@ def test_failed_child_is_kept_with_status_error() -> None:
     def job(input: Any) -> int:
         raise ValueError("nope")
 
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"invoke": {"id": "job", "src": "job", "onError": {"actions": assign({"e": 1})}}}}},
-        actors={"job": from_callable(job)})
+    machine = create_machine(
+        {
+            "initial": "a",
+            "states": {
+                "a": {
+                    "invoke": {"id": "job", "src": "job", "onError": {"actions": assign({"e": 1})}}
+                }
+            },
+        },
+        actors={"job": from_callable(job)},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert actor.get_snapshot().children["job"].status == "error"
 
@@ -173,8 +263,10 @@ def test_entry_action_failing_leaves_the_errored_snapshot_in_the_previous_state(
     def boom(context: Any, event: Any) -> None:
         raise RuntimeError("entry broke")
 
-    machine = create_machine({"initial": "a", "states": {
-        "a": {"on": {"GO": "b"}}, "b": {"entry": "boom"}}}, actions={"boom": boom})
+    machine = create_machine(
+        {"initial": "a", "states": {"a": {"on": {"GO": "b"}}, "b": {"entry": "boom"}}},
+        actions={"boom": boom},
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     with pytest.raises(ImplementationError, match="action 'boom'"):
         actor.send("GO")
@@ -185,8 +277,9 @@ def test_entry_action_failing_leaves_the_errored_snapshot_in_the_previous_state(
 
 def test_event_sent_to_a_done_actor_is_dropped_and_reported(caplog: Any) -> None:
     records: list[Any] = []
-    machine = create_machine({"initial": "a", "states": {"a": {"on": {"END": "z"}},
-                                                         "z": {"type": "final"}}})
+    machine = create_machine(
+        {"initial": "a", "states": {"a": {"on": {"END": "z"}}, "z": {"type": "final"}}}
+    )
     actor = create_actor(machine, clock=SimulatedClock(), inspect=records.append).start()
     actor.send("END")
     with caplog.at_level(logging.WARNING, logger="statecharts"):
@@ -205,11 +298,11 @@ def test_event_sent_to_a_done_actor_raises_in_strict_mode() -> None:
 
 
 def test_can_is_false_once_the_machine_is_not_active_and_docs_say_so() -> None:
-    machine = create_machine({"initial": "z", "states": {"z": {"type": "final",
-                                                               "on": {"E": "z"}}}})
+    machine = create_machine({"initial": "z", "states": {"z": {"type": "final", "on": {"E": "z"}}}})
     snapshot, _ = machine.initial_transition()
     assert snapshot.status == "done"
     assert snapshot.can("E") is False
-    differences = (DOCS / "semantics.md").read_text().split(
-        "## Where this engine differs from XState")[1]
+    differences = (
+        (DOCS / "semantics.md").read_text().split("## Where this engine differs from XState")[1]
+    )
     assert "`can()` is false" in differences

@@ -15,8 +15,10 @@ from benchmarks import engine, memory, rehydrate, scaling
 from benchmarks.charts import event_list, expected_context, expected_value
 
 COUNTS = (0, 1, 2, 3, 6)
-needs_actors = pytest.mark.skipif(not hasattr(statecharts, "create_actor"),
-                                  reason="statecharts.create_actor not on this branch yet")
+needs_actors = pytest.mark.skipif(
+    not hasattr(statecharts, "create_actor"),
+    reason="statecharts.create_actor not on this branch yet",
+)
 
 
 @pytest.mark.parametrize("case", engine.PURE_CASES)
@@ -70,8 +72,9 @@ def test_actor_rehydrate_round_trips_through_json_bytes() -> None:
 
 
 @pytest.mark.parametrize(("states", "depth"), [(10, 2), (10, 8), (100, 4), (1_000, 8)])
-def test_scaling_charts_have_their_size_and_reach_their_final_state(states: int,
-                                                                     depth: int) -> None:
+def test_scaling_charts_have_their_size_and_reach_their_final_state(
+    states: int, depth: int
+) -> None:
     for guarded in (False, True):
         assert scaling.count_states(scaling.scaled_chart(states, depth, guarded)) == states
         run = scaling.scaling_case(states, depth, pure=True, guarded=guarded)
@@ -96,8 +99,9 @@ def test_memory_rows_measure_snapshot_sizes() -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(tmp_path: Path,
-                                                                workers: int) -> None:
+def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(
+    tmp_path: Path, workers: int
+) -> None:
     pytest.importorskip("persistence.runtime", reason="persistence runtime not on this branch")
     from benchmarks import durable_runtime
 
@@ -109,28 +113,35 @@ def test_durable_runtime_runs_the_three_step_workflow_on_sqlite(tmp_path: Path,
 
 @pytest.mark.parametrize("clients", [1, 2])
 def test_the_equal_concurrency_rows_run_the_workflow_in_the_caller_and_by_a_woken_worker(
-        tmp_path: Path, clients: int) -> None:  # fmt: skip
+    tmp_path: Path, clients: int
+) -> None:
     from benchmarks import durable_runtime
 
     rows = durable_runtime.inline_sqlite(tmp_path, "sqlite", clients, n=6)
     assert [r.subject.split(" ", 2)[2] for r in rows] == (
-        [durable_runtime.INLINE, durable_runtime.WOKEN] if clients == 1
-        else [durable_runtime.INLINE])
+        [durable_runtime.INLINE, durable_runtime.WOKEN]
+        if clients == 1
+        else [durable_runtime.INLINE]
+    )
     assert all(r.rates[0] > 0 and r.transactions == () for r in rows)  # none counted on SQLite
 
 
 def test_the_encrypted_rows_seal_every_payload_and_the_overhead_table_compares_them(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     from benchmarks import durable, durable_runtime
 
-    rows = [*durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4),
-            *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1),
-            *durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4, encrypted=True),
-            *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1,
-                                            encrypted=True)]  # fmt: skip
+    rows = [
+        *durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4),
+        *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1),
+        *durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4, encrypted=True),
+        *durable_runtime.measure_sqlite(tmp_path, "sqlite", 1, n=4, repeat=1, encrypted=True),
+    ]
     assert [r.subject.split(" ", 2)[2] for r in rows[-3:]] == [
-        durable_runtime.ENCRYPTED_INLINE, durable_runtime.ENCRYPTED_RUNTIME,
-        durable_runtime.ENCRYPTED_WORKER]
+        durable_runtime.ENCRYPTED_INLINE,
+        durable_runtime.ENCRYPTED_RUNTIME,
+        durable_runtime.ENCRYPTED_WORKER,
+    ]
     stored = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("runs-*.db*"))
     assert '"$enc":"bench"' in stored  # (the encrypted runs' file holds envelopes)
     table = durable.encryption_markdown(rows)
@@ -150,14 +161,22 @@ def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
     from benchmarks.durable_scaling import distinct_plans
 
     def entry(pid: int, run_id: str) -> str:
-        plan = ('{"Query Text": "SELECT * FROM workflow_runs WHERE id = $1", "Plan": '
-                '{"Node Type": "Index Scan", "Index Name": "workflow_runs_pkey", '
-                '"Relation Name": "workflow_runs", "Index Cond": "(id = \'' + run_id + '\')"}}')
-        return (f"2026-11-30 00:31:47.566 UTC [{pid}] root@bench LOG:  duration: 0.1 ms  plan:\n"
-                + "\n".join("\t" + line for line in plan.splitlines()) + "\n")
+        plan = (
+            '{"Query Text": "SELECT * FROM workflow_runs WHERE id = $1", "Plan": '
+            '{"Node Type": "Index Scan", "Index Name": "workflow_runs_pkey", '
+            '"Relation Name": "workflow_runs", "Index Cond": "(id = \'' + run_id + "')\"}}"
+        )
+        return (
+            f"2026-11-30 00:31:47.566 UTC [{pid}] root@bench LOG:  duration: 0.1 ms  plan:\n"
+            + "\n".join("\t" + line for line in plan.splitlines())
+            + "\n"
+        )
 
-    log = entry(1, "a") + entry(2, "b") + (
-        "2026-11-30 00:31:48.000 UTC [3] root@bench LOG:  could not receive data\n")
+    log = (
+        entry(1, "a")
+        + entry(2, "b")
+        + ("2026-11-30 00:31:48.000 UTC [3] root@bench LOG:  could not receive data\n")
+    )
     [plan] = distinct_plans(log)
     assert "Index Scan using workflow_runs_pkey on workflow_runs" in plan
     assert plan.startswith("SELECT * FROM workflow_runs WHERE id = $1")
@@ -188,6 +207,10 @@ def test_the_inline_profile_splits_a_workflow_into_its_phases(tmp_path: Path) ->
 
     result = inline_profile.profile(f"sqlite:///{tmp_path / 'p.db'}", n=3)
     assert result["n"] == 3 and result["statements"] is None and result["backend_ms"] is None
-    assert {"start: initial transition", "step: apply and stage the commit",
-            inline_profile.CALL_END, inline_profile.REST} <= set(result["phases"])
+    assert {
+        "start: initial transition",
+        "step: apply and stage the commit",
+        inline_profile.CALL_END,
+        inline_profile.REST,
+    } <= set(result["phases"])
     assert "| **the calling thread, in all** |" in inline_profile.markdown(result)

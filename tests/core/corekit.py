@@ -83,17 +83,26 @@ def _collect_names(node: Any, found: set[str]) -> None:
 
 def recorders(names: Iterable[str], sink: list[str]) -> dict[str, Callable[..., None]]:
     """One user action per name; each appends its name to ``sink`` when the runtime runs it."""
+
     def recorder(name: str) -> Callable[..., None]:
         def run(context: Any, event: Any, **params: Any) -> None:
             sink.append(name)
+
         run.__name__ = name
         return run
+
     return {name: recorder(name) for name in names}
 
 
-def build(config: Mapping[str, Any], *, trace: bool = True, guards: Mapping[str, Any] | None = None,
-          actions: Mapping[str, Any] | None = None, sink: list[str] | None = None,
-          **kwargs: Any) -> Machine:
+def build(
+    config: Mapping[str, Any],
+    *,
+    trace: bool = True,
+    guards: Mapping[str, Any] | None = None,
+    actions: Mapping[str, Any] | None = None,
+    sink: list[str] | None = None,
+    **kwargs: Any,
+) -> Machine:
     """A machine for ``config`` whose named actions not given in ``actions`` record into
     ``sink`` (or do nothing when no sink is given)."""
     full = traced(config) if trace else dict(config)
@@ -122,8 +131,9 @@ class Outcome:
     effects: list[Effect] = field(default_factory=list)
 
 
-def run_pure(machine: Machine, events: Iterable[Any], given: Iterable[Any] | None = None
-             ) -> Outcome:
+def run_pure(
+    machine: Machine, events: Iterable[Any], given: Iterable[Any] | None = None
+) -> Outcome:
     """Start ``machine``, send ``given`` (unrecorded), then ``events`` (recorded). With
     ``given=None`` the initial transition's actions are recorded too."""
     snapshot, effects = machine.initial_transition()
@@ -136,8 +146,12 @@ def run_pure(machine: Machine, events: Iterable[Any], given: Iterable[Any] | Non
     return Outcome(snapshot, user_actions(recorded), recorded)
 
 
-def run_actor(config: Mapping[str, Any], events: Iterable[Any],
-              given: Iterable[Any] | None = None, **build_kwargs: Any) -> Outcome:
+def run_actor(
+    config: Mapping[str, Any],
+    events: Iterable[Any],
+    given: Iterable[Any] | None = None,
+    **build_kwargs: Any,
+) -> Outcome:
     """Like ``run_pure`` but through ``create_actor(...).start()``: the actions really run."""
     sink: list[str] = []
     machine = build(config, sink=sink, **build_kwargs)

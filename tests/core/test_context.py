@@ -16,7 +16,8 @@ from statecharts import ContextError, assign, create_actor, create_machine, thaw
 from .corekit import plain
 
 CONFIG = {
-    "id": "m", "initial": "a",
+    "id": "m",
+    "initial": "a",
     "context": {"user": {"name": "ada", "roles": ["admin"]}, "items": [1, {"k": "v"}], "n": 0},
     "states": {"a": {"on": {"E": {"actions": ["spy"]}}}},
 }
@@ -49,7 +50,8 @@ def test_snapshot_context_is_deeply_immutable(name: str, mutate: Callable[[Any],
 
 @pytest.mark.parametrize(("name", "mutate"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
 def test_actions_cannot_mutate_the_context_they_are_given(
-        name: str, mutate: Callable[[Any], Any]) -> None:
+    name: str, mutate: Callable[[Any], Any]
+) -> None:
     outcomes: list[str] = []
 
     def spy(context: Any, event: Any) -> None:
@@ -68,9 +70,11 @@ def test_events_are_frozen_too() -> None:
     outcomes: list[str] = []
 
     def spy(context: Any, event: Any) -> None:
-        for mutate in (lambda: event.__setitem__("type", "X"),
-                       lambda: event["user"].__setitem__("name", "eve"),
-                       lambda: event["user"]["roles"].append("root")):
+        for mutate in (
+            lambda: event.__setitem__("type", "X"),
+            lambda: event["user"].__setitem__("name", "eve"),
+            lambda: event["user"]["roles"].append("root"),
+        ):
             try:
                 mutate()
             except TypeError:
@@ -83,8 +87,14 @@ def test_events_are_frozen_too() -> None:
 
 def test_values_assigned_are_copied_not_shared() -> None:
     mine = {"list": [1, 2]}
-    machine = create_machine({"id": "m", "initial": "a", "context": {}, "states": {"a": {
-        "on": {"E": {"actions": assign({"data": lambda c, e: mine})}}}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {},
+            "states": {"a": {"on": {"E": {"actions": assign({"data": lambda c, e: mine})}}}},
+        }
+    )
     snapshot, _ = machine.transition(machine.initial_transition()[0], "E")
     mine["list"].append(3)
     assert plain(snapshot.context) == {"data": {"list": [1, 2]}}
@@ -104,18 +114,28 @@ NOT_JSON: list[tuple[str, Any, str]] = [
     ("decimal", {"price": lambda c, e: Decimal("1.5")}, "price"),
     ("nan", {"ratio": lambda c, e: float("nan")}, "ratio"),
     ("nested-set", {"user": lambda c, e: {"tags": {"a"}}}, "user.tags"),
-    ("set-in-list", {"items": lambda c, e: [1, {"when": datetime.date(2024, 1, 1)}]},
-     "items[1].when"),
+    (
+        "set-in-list",
+        {"items": lambda c, e: [1, {"when": datetime.date(2024, 1, 1)}]},
+        "items[1].when",
+    ),
     ("non-string-key", {"counts": lambda c, e: {1: "one"}}, "counts.1"),
     ("bytes", {"raw": lambda c, e: b"\x00"}, "raw"),
 ]
 
 
 @pytest.mark.parametrize(("name", "assignment", "path"), NOT_JSON, ids=[r[0] for r in NOT_JSON])
-def test_non_json_assign_raises_naming_the_key(name: str, assignment: dict[str, Any],
-                                               path: str) -> None:
-    machine = create_machine({"id": "m", "initial": "a", "context": {"ok": 1}, "states": {
-        "a": {"on": {"E": {"target": "b", "actions": assign(assignment)}}}, "b": {}}})
+def test_non_json_assign_raises_naming_the_key(
+    name: str, assignment: dict[str, Any], path: str
+) -> None:
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {"ok": 1},
+            "states": {"a": {"on": {"E": {"target": "b", "actions": assign(assignment)}}}, "b": {}},
+        }
+    )
     snapshot, _ = machine.initial_transition()
     with pytest.raises(ContextError) as info:
         machine.transition(snapshot, "E")
@@ -125,17 +145,30 @@ def test_non_json_assign_raises_naming_the_key(name: str, assignment: dict[str, 
 
 
 def test_non_json_assign_through_a_function_update_names_the_key() -> None:
-    machine = create_machine({"id": "m", "initial": "a", "context": {}, "states": {
-        "a": {"on": {"E": {"actions": assign(lambda c, e: {"at": datetime.time(1, 2)})}}}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {},
+            "states": {
+                "a": {"on": {"E": {"actions": assign(lambda c, e: {"at": datetime.time(1, 2)})}}}
+            },
+        }
+    )
     with pytest.raises(ContextError) as info:
         machine.transition(machine.initial_transition()[0], "E")
     assert info.value.path == "at"
 
 
 def test_context_factory_gets_the_input() -> None:
-    machine = create_machine({"id": "m", "initial": "a",
-                              "context": lambda input: {"owner": input["owner"], "n": 0},
-                              "states": {"a": {}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": lambda input: {"owner": input["owner"], "n": 0},
+            "states": {"a": {}},
+        }
+    )
     snapshot, _ = machine.initial_transition(input={"owner": "ada"})
     assert plain(snapshot.context) == {"owner": "ada", "n": 0}
     with pytest.raises(TypeError):
@@ -143,10 +176,21 @@ def test_context_factory_gets_the_input() -> None:
 
 
 def test_contexts_with_equal_contents_hash_equal_and_never_pickle() -> None:
-    machine = create_machine({"id": "m", "initial": "a", "context": {"n": 0, "tags": ["x"]},
-                              "states": {"a": {"on": {
-                                  "INC": {"actions": assign({"n": lambda c, e: c["n"] + 1})},
-                                  "DEC": {"actions": assign({"n": lambda c, e: c["n"] - 1})}}}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {"n": 0, "tags": ["x"]},
+            "states": {
+                "a": {
+                    "on": {
+                        "INC": {"actions": assign({"n": lambda c, e: c["n"] + 1})},
+                        "DEC": {"actions": assign({"n": lambda c, e: c["n"] - 1})},
+                    }
+                }
+            },
+        }
+    )
     start, _ = machine.initial_transition()
     there, _ = machine.transition(start, "INC")
     back, _ = machine.transition(there, "DEC")

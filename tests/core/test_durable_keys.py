@@ -53,10 +53,14 @@ def test_nul_and_surrogates_in_keys_are_refused_and_the_extremes_accepted() -> N
 
 
 def test_an_assign_producing_a_poison_fails_with_the_key_path() -> None:
-    machine = create_machine({
-        "id": "m", "initial": "a", "context": {"n": 1},
-        "states": {"a": {"on": {"BIG": {"actions": assign({"n": lambda c, e: 2**70})}}}},
-    })  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {"n": 1},
+            "states": {"a": {"on": {"BIG": {"actions": assign({"n": lambda c, e: 2**70})}}}},
+        }
+    )
     snapshot, _ = machine.initial_transition()
     with pytest.raises(ContextError, match="'n'"):
         machine.transition(snapshot, "BIG")
@@ -64,14 +68,15 @@ def test_an_assign_producing_a_poison_fails_with_the_key_path() -> None:
 
 def test_a_failure_final_ends_the_machine_as_an_error_on_every_runner() -> None:
     config = {
-        "id": "pay", "initial": "charging",
+        "id": "pay",
+        "initial": "charging",
         "states": {
             "charging": {"on": {"DECLINED": "declined", "OK": "paid"}},
             "paid": {"type": "final"},
             "declined": {"type": "final", "failure": "card declined"},
             "nested": {"initial": "x", "states": {"x": {"type": "final", "failure": True}}},
         },
-    }  # fmt: skip
+    }
     machine = create_machine(config)
     snapshot, _ = machine.initial_transition()
     failed, _ = machine.transition(snapshot, "DECLINED")
@@ -86,11 +91,14 @@ def test_a_failure_final_ends_the_machine_as_an_error_on_every_runner() -> None:
     assert (start.status, start.error) == ("error", "pay.nested.x")  # true: the state's id
 
 
-@pytest.mark.parametrize(("state", "problem"), [
-    ({"failure": True}, "belongs on final states"),
-    ({"type": "final", "failure": 3}, "true or the failure's reason"),
-    ({"type": "final", "failure": ""}, "true or the failure's reason"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ({"failure": True}, "belongs on final states"),
+        ({"type": "final", "failure": 3}, "true or the failure's reason"),
+        ({"type": "final", "failure": ""}, "true or the failure's reason"),
+    ],
+)
 def test_failure_is_validated_naming_its_path(state: dict[str, Any], problem: str) -> None:
     with pytest.raises(MachineDefinitionError, match=f"states.a.failure: .*{problem}"):
         create_machine({"id": "m", "initial": "a", "states": {"a": state}})
@@ -100,8 +108,13 @@ def test_transient_is_validated_and_kept_on_the_invoke_definition() -> None:
     kit = setup(actors={"write": lambda value: value})
 
     def invoke(transient: Any) -> Any:
-        machine = kit.create_machine({"id": "m", "initial": "a", "states": {
-            "a": {"invoke": {"src": "write", "transient": transient}}}})  # fmt: skip
+        machine = kit.create_machine(
+            {
+                "id": "m",
+                "initial": "a",
+                "states": {"a": {"invoke": {"src": "write", "transient": transient}}},
+            }
+        )
         return machine.get_state_node("m.a").invoke[0].transient
 
     assert invoke(True) is True and invoke(False) is False
@@ -109,8 +122,15 @@ def test_transient_is_validated_and_kept_on_the_invoke_definition() -> None:
     for bad in ("yes", [], [""], [1]):
         with pytest.raises(MachineDefinitionError, match=r"states\.a\.invoke\.transient"):
             invoke(bad)
-    retried = kit.create_machine({"id": "m", "initial": "a", "states": {"a": {"invoke": {
-        "src": "write", "transient": True, "retry": {"max_attempts": 2}}}}})  # fmt: skip
+    retried = kit.create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {
+                "a": {"invoke": {"src": "write", "transient": True, "retry": {"max_attempts": 2}}}
+            },
+        }
+    )
     assert retried.get_state_node("m.a.attempting").invoke[0].transient is True
 
 
@@ -119,14 +139,24 @@ def test_the_fingerprint_covers_version_initial_context_and_call_site_keys() -> 
 
     def fingerprint(**changes: Any) -> str:
         invoke = {"src": "write", **changes.pop("invoke", {})}
-        config = {"id": "m", "initial": "a", "context": {"n": 1},
-                  "states": {"a": {"invoke": invoke}}, **changes}  # fmt: skip
+        config = {
+            "id": "m",
+            "initial": "a",
+            "context": {"n": 1},
+            "states": {"a": {"invoke": invoke}},
+            **changes,
+        }
         return kit.create_machine(config).fingerprint
 
     base = fingerprint()
-    variants = [fingerprint(version="3"), fingerprint(context={"n": 2}),
-                fingerprint(invoke={"transient": True}), fingerprint(invoke={"breaker": "db"}),
-                fingerprint(invoke={"input": 5}), fingerprint(invoke={"external": True})]
+    variants = [
+        fingerprint(version="3"),
+        fingerprint(context={"n": 2}),
+        fingerprint(invoke={"transient": True}),
+        fingerprint(invoke={"breaker": "db"}),
+        fingerprint(invoke={"input": 5}),
+        fingerprint(invoke={"external": True}),
+    ]
     assert base not in variants and len(set(variants)) == len(variants)
     assert fingerprint(description="words only") == base  # descriptions change nothing
     by_kwarg = create_machine({"id": "m", "initial": "a", "states": {"a": {}}}, version="3")

@@ -47,9 +47,16 @@ from hypothesis import strategies as st  # noqa: E402
 
 EXAMPLES = int(os.environ.get("STATECHARTS_FUZZ_EXAMPLES", "60"))
 TIME_BOUND = float(os.environ.get("STATECHARTS_FUZZ_TIME_BOUND", "20"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 pytestmark = pytest.mark.timeout(max(120, EXAMPLES * 2))
 
 # a problem line: "  <path>: message", the path made of keys, [index] and <root>
@@ -59,17 +66,27 @@ SCXML_WHERE = re.compile(r"^(<scxml>:\d+: |.*: cannot read the document \()")
 
 # -- values -------------------------------------------------------------------------------
 
-NAMES = st.sampled_from(["a", "b", "c", "p", "h", "done", "x.y", "#m.a", ".b", "", "on", "*",
-                         "E", "xstate.init", "a.*"])
+NAMES = st.sampled_from(
+    ["a", "b", "c", "p", "h", "done", "x.y", "#m.a", ".b", "", "on", "*", "E", "xstate.init", "a.*"]
+)
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), NAMES,
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8))
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    NAMES,
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
 
 
 def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
-    return st.recursive(SCALARS, lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(NAMES, inner, max_size=4)),
-        max_leaves=max_leaves)
+    return st.recursive(
+        SCALARS,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(NAMES, inner, max_size=4)
+        ),
+        max_leaves=max_leaves,
+    )
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -83,37 +100,124 @@ DEEP = st.integers(200, 3000).map(nested)
 # -- machine configs ----------------------------------------------------------------------
 
 BASE: dict[str, Any] = {
-    "id": "m", "initial": "a", "context": {"n": 0},
+    "id": "m",
+    "initial": "a",
+    "context": {"n": 0},
     "states": {
-        "a": {"on": {"GO": "b", "PAR": "p", "E": {"target": "a", "reenter": True}},
-              "after": {"100": "b"}, "entry": ["tick"]},
-        "b": {"invoke": {"id": "job", "src": "job", "onDone": "a", "onError": "c"},
-              "on": {"BACK": "a"}, "tags": ["busy"]},
+        "a": {
+            "on": {"GO": "b", "PAR": "p", "E": {"target": "a", "reenter": True}},
+            "after": {"100": "b"},
+            "entry": ["tick"],
+        },
+        "b": {
+            "invoke": {"id": "job", "src": "job", "onDone": "a", "onError": "c"},
+            "on": {"BACK": "a"},
+            "tags": ["busy"],
+        },
         "c": {"type": "final", "output": {"ok": True}},
-        "p": {"type": "parallel", "states": {
-            "r1": {"initial": "x", "states": {"x": {"on": {"N": "y"}}, "y": {},
-                                              "h": {"type": "history", "history": "deep"}}},
-            "r2": {"initial": "x", "states": {"x": {"always": {"target": "z",
-                                                                "guard": "never"}},
-                                              "z": {}}}},
-              "on": {"OUT": "a"}},
+        "p": {
+            "type": "parallel",
+            "states": {
+                "r1": {
+                    "initial": "x",
+                    "states": {
+                        "x": {"on": {"N": "y"}},
+                        "y": {},
+                        "h": {"type": "history", "history": "deep"},
+                    },
+                },
+                "r2": {
+                    "initial": "x",
+                    "states": {"x": {"always": {"target": "z", "guard": "never"}}, "z": {}},
+                },
+            },
+            "on": {"OUT": "a"},
+        },
     },
 }
-KEYS = st.sampled_from(["id", "initial", "type", "history", "target", "states", "on", "always",
-                        "after", "entry", "exit", "invoke", "onDone", "output", "tags",
-                        "context", "guard", "actions", "reenter", "src", "input", "onError",
-                        "systemId", "retry", "params", "delay", "x", "E", "a", "b", "GO"])
-CONFIG_VALUES = st.one_of(json_values(), DEEP, st.sampled_from(
-    ["history", "final", "parallel", "compound", "atomic", "deep", "#m", "#m.p.r1.h", "tick",
-     "never", "job", 2 ** 64, -1, [], {}]))
-EVENTS = st.lists(st.sampled_from(["GO", "PAR", "E", "N", "OUT", "BACK", "xstate.done.actor.job",
-                                   "xstate.after.100.m.a", "*", "unknown"]), max_size=6)
+KEYS = st.sampled_from(
+    [
+        "id",
+        "initial",
+        "type",
+        "history",
+        "target",
+        "states",
+        "on",
+        "always",
+        "after",
+        "entry",
+        "exit",
+        "invoke",
+        "onDone",
+        "output",
+        "tags",
+        "context",
+        "guard",
+        "actions",
+        "reenter",
+        "src",
+        "input",
+        "onError",
+        "systemId",
+        "retry",
+        "params",
+        "delay",
+        "x",
+        "E",
+        "a",
+        "b",
+        "GO",
+    ]
+)
+CONFIG_VALUES = st.one_of(
+    json_values(),
+    DEEP,
+    st.sampled_from(
+        [
+            "history",
+            "final",
+            "parallel",
+            "compound",
+            "atomic",
+            "deep",
+            "#m",
+            "#m.p.r1.h",
+            "tick",
+            "never",
+            "job",
+            2**64,
+            -1,
+            [],
+            {},
+        ]
+    ),
+)
+EVENTS = st.lists(
+    st.sampled_from(
+        [
+            "GO",
+            "PAR",
+            "E",
+            "N",
+            "OUT",
+            "BACK",
+            "xstate.done.actor.job",
+            "xstate.after.100.m.a",
+            "*",
+            "unknown",
+        ]
+    ),
+    max_size=6,
+)
 
 
 def implementations() -> dict[str, Any]:
-    return {"actions": {"tick": lambda c, e, **p: None},
-            "guards": {"never": lambda c, e, **p: False},
-            "actors": {"job": from_callable(lambda i: 1)}}
+    return {
+        "actions": {"tick": lambda c, e, **p: None},
+        "guards": {"never": lambda c, e, **p: False},
+        "actors": {"job": from_callable(lambda i: 1)},
+    }
 
 
 def paths(value: Any) -> Iterator[tuple[Any, ...]]:
@@ -198,20 +302,24 @@ def check_config(config: Any, events: list[str]) -> None:
 
 @FUZZ
 @given(data=st.data())
-def test_fuzzed_machine_configs_give_a_machine_or_a_definition_error_with_paths(
-        data: Any) -> None:
+def test_fuzzed_machine_configs_give_a_machine_or_a_definition_error_with_paths(data: Any) -> None:
     check_config(mutate(BASE, data, CONFIG_VALUES), data.draw(EVENTS))
 
 
 @FUZZ
-@given(config=st.recursive(
-    st.dictionaries(KEYS, CONFIG_VALUES, max_size=4),
-    lambda inner: st.dictionaries(KEYS, st.one_of(inner, st.dictionaries(NAMES, inner,
-                                                                         max_size=3)),
-                                  max_size=5), max_leaves=20),
-    events=EVENTS)
+@given(
+    config=st.recursive(
+        st.dictionaries(KEYS, CONFIG_VALUES, max_size=4),
+        lambda inner: st.dictionaries(
+            KEYS, st.one_of(inner, st.dictionaries(NAMES, inner, max_size=3)), max_size=5
+        ),
+        max_leaves=20,
+    ),
+    events=EVENTS,
+)
 def test_random_machine_configs_give_a_machine_or_a_definition_error_with_paths(
-        config: Any, events: list[str]) -> None:
+    config: Any, events: list[str]
+) -> None:
     check_config(config, events)
 
 
@@ -230,10 +338,26 @@ def _persisted_samples() -> list[dict[str, Any]]:
 
 
 SAMPLES = _persisted_samples()
-SNAPSHOT_VALUES = st.one_of(json_values(), DEEP, st.sampled_from(
-    ["m.p.r1.h", "m.a", "a", {"p": {"r1": "x"}}, {"a": {}}, 2 ** 64, -2 ** 63 - 1, [], {},
-     [{"id": "t", "event": {"type": "GO"}, "due_at": 1}], {"job": {"src": "job"}},
-     {"job": {"src": "nope", "state": {"kind": "machine", "snapshot": {}}}}]))
+SNAPSHOT_VALUES = st.one_of(
+    json_values(),
+    DEEP,
+    st.sampled_from(
+        [
+            "m.p.r1.h",
+            "m.a",
+            "a",
+            {"p": {"r1": "x"}},
+            {"a": {}},
+            2**64,
+            -(2**63) - 1,
+            [],
+            {},
+            [{"id": "t", "event": {"type": "GO"}, "due_at": 1}],
+            {"job": {"src": "job"}},
+            {"job": {"src": "nope", "state": {"kind": "machine", "snapshot": {}}}},
+        ]
+    ),
+)
 
 
 @FUZZ
@@ -266,25 +390,49 @@ def test_fuzzed_persisted_snapshots_restore_or_name_the_bad_field(data: Any) -> 
 
 IDS = st.sampled_from(["s", "t", "u", "p", "f", "h", "s.x", "", "1", "s t"])
 EXPRESSIONS = st.sampled_from(
-    ["1", "x + 1", "x", "[0] * 10", "'a' * 999999 + 'b' * 999999", "sum([[0] * 1000] * 999, [])",
-     "str([[0] * 999] * 999)", "__import__('os')", "(", "In('s')", "_event.data", "2 ** 99999",
-     "range(10 ** 9)", "f'{x:>99999}'", "x[0]", "{'a': 1}", "None", "True"])
+    [
+        "1",
+        "x + 1",
+        "x",
+        "[0] * 10",
+        "'a' * 999999 + 'b' * 999999",
+        "sum([[0] * 1000] * 999, [])",
+        "str([[0] * 999] * 999)",
+        "__import__('os')",
+        "(",
+        "In('s')",
+        "_event.data",
+        "2 ** 99999",
+        "range(10 ** 9)",
+        "f'{x:>99999}'",
+        "x[0]",
+        "{'a': 1}",
+        "None",
+        "True",
+    ]
+)
 ACTIONS = st.one_of(
     st.builds(lambda e: f'<raise event="{e}"/>', st.sampled_from(["E", "F", "error.x", "", "*"])),
     st.builds(lambda e: f'<log label="l" expr="{e}"/>', EXPRESSIONS),
     st.builds(lambda e: f'<assign location="x" expr="{e}"/>', EXPRESSIONS),
-    st.builds(lambda e: f'<send event="E" delay="{e}"/>', st.sampled_from(
-        ["1s", "10ms", "-1s", "x", "", "99999999999999999999s"])),
-    st.builds(lambda c, a: f'<if cond="{c}">{a}<else/></if>', EXPRESSIONS,
-              st.just('<raise event="F"/>')),
-    st.builds(lambda e: f'<foreach array="{e}" item="i">'
-              '<assign location="x" expr="x + [i]"/></foreach>', EXPRESSIONS),
+    st.builds(
+        lambda e: f'<send event="E" delay="{e}"/>',
+        st.sampled_from(["1s", "10ms", "-1s", "x", "", "99999999999999999999s"]),
+    ),
+    st.builds(
+        lambda c, a: f'<if cond="{c}">{a}<else/></if>', EXPRESSIONS, st.just('<raise event="F"/>')
+    ),
+    st.builds(
+        lambda e: f'<foreach array="{e}" item="i"><assign location="x" expr="x + [i]"/></foreach>',
+        EXPRESSIONS,
+    ),
 )
 TRANSITIONS = st.builds(
-    lambda ev, tgt, cond: f'<transition{ev}{tgt}{cond}/>',
+    lambda ev, tgt, cond: f"<transition{ev}{tgt}{cond}/>",
     st.sampled_from(["", ' event="E"', ' event="F"', ' event="*"', ' event="error.*"']),
     st.one_of(st.just(""), IDS.map(lambda i: f' target="{i}"')),
-    st.one_of(st.just(""), EXPRESSIONS.map(lambda e: f' cond="{e}"')))
+    st.one_of(st.just(""), EXPRESSIONS.map(lambda e: f' cond="{e}"')),
+)
 
 
 def _state(children: list[str], kind: str, state_id: str) -> str:
@@ -293,18 +441,36 @@ def _state(children: list[str], kind: str, state_id: str) -> str:
 
 
 LEAVES = st.one_of(
-    st.builds(_state, st.lists(st.one_of(TRANSITIONS, ACTIONS.map(
-        lambda a: f"<onentry>{a}</onentry>")), max_size=3), st.just("state"), IDS),
-    st.builds(_state, st.just([]), st.sampled_from(["final", "history"]), IDS))
+    st.builds(
+        _state,
+        st.lists(
+            st.one_of(TRANSITIONS, ACTIONS.map(lambda a: f"<onentry>{a}</onentry>")), max_size=3
+        ),
+        st.just("state"),
+        IDS,
+    ),
+    st.builds(_state, st.just([]), st.sampled_from(["final", "history"]), IDS),
+)
 STATES = st.recursive(
     LEAVES,
-    lambda inner: st.builds(_state, st.lists(st.one_of(inner, TRANSITIONS), min_size=1,
-                                             max_size=4),
-                            st.sampled_from(["state", "parallel"]), IDS),
-    max_leaves=10)
-HOSTILE_SCXML = st.sampled_from([
-    '<?xml version="1.0"?><!DOCTYPE scxml [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>',
-    '<!DOCTYPE scxml SYSTEM "file:///etc/passwd">', "", "\x00", "<?xml version='1.0'?>"])
+    lambda inner: st.builds(
+        _state,
+        st.lists(st.one_of(inner, TRANSITIONS), min_size=1, max_size=4),
+        st.sampled_from(["state", "parallel"]),
+        IDS,
+    ),
+    max_leaves=10,
+)
+HOSTILE_SCXML = st.sampled_from(
+    [
+        '<?xml version="1.0"?><!DOCTYPE scxml [<!ENTITY '
+        'a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>',
+        '<!DOCTYPE scxml SYSTEM "file:///etc/passwd">',
+        "",
+        "\x00",
+        "<?xml version='1.0'?>",
+    ]
+)
 
 
 def _unique_ids(body: str) -> str:
@@ -320,18 +486,23 @@ def _unique_ids(body: str) -> str:
 
 
 @FUZZ
-@given(states=st.lists(STATES, min_size=1, max_size=3),
-       prefix=st.one_of(st.just(""), st.just(""), HOSTILE_SCXML),
-       data_expr=EXPRESSIONS, depth=st.sampled_from([0, 0, 0, 0, 0, 150, 1000]),
-       cut=st.integers(0, 2000))
-def test_fuzzed_scxml_documents_load_or_name_the_line(states: list[str], prefix: str,
-                                                      data_expr: str, depth: int,
-                                                      cut: int) -> None:
+@given(
+    states=st.lists(STATES, min_size=1, max_size=3),
+    prefix=st.one_of(st.just(""), st.just(""), HOSTILE_SCXML),
+    data_expr=EXPRESSIONS,
+    depth=st.sampled_from([0, 0, 0, 0, 0, 150, 1000]),
+    cut=st.integers(0, 2000),
+)
+def test_fuzzed_scxml_documents_load_or_name_the_line(
+    states: list[str], prefix: str, data_expr: str, depth: int, cut: int
+) -> None:
     body = _unique_ids("".join(states))
     if depth:
         body = "<state>" * depth + "</state>" * depth + body
-    document = (f'{prefix}<scxml xmlns="http://www.w3.org/2005/07/scxml" datamodel="python">'
-                f'<datamodel><data id="x" expr="{data_expr}"/></datamodel>{body}</scxml>')
+    document = (
+        f'{prefix}<scxml xmlns="http://www.w3.org/2005/07/scxml" datamodel="python">'
+        f'<datamodel><data id="x" expr="{data_expr}"/></datamodel>{body}</scxml>'
+    )
     if cut % 10 == 0:
         document = document[:cut]  # a truncated document
     with bounded():
@@ -347,17 +518,35 @@ def test_fuzzed_scxml_documents_load_or_name_the_line(states: list[str], prefix:
 
 # -- YAML machine files ---------------------------------------------------------------------
 
-YAML_NOISE = st.sampled_from(["", "\n  on: yes\n", "\n- [", "\n&a x: *a\n", "\nid: m\nid: n\n",
-                              "\n!!python/object:os.system {}\n", "\n\t", ": :",
-                              "\non:\n  off: on\n", "\x00"])
+YAML_NOISE = st.sampled_from(
+    [
+        "",
+        "\n  on: yes\n",
+        "\n- [",
+        "\n&a x: *a\n",
+        "\nid: m\nid: n\n",
+        "\n!!python/object:os.system {}\n",
+        "\n\t",
+        ": :",
+        "\non:\n  off: on\n",
+        "\x00",
+    ]
+)
 
 
 @FUZZ
 @given(data=st.data())
 def test_fuzzed_yaml_machine_files_load_or_name_the_file(data: Any, tmp_path: Path) -> None:
     import yaml
-    config = mutate(BASE, data, st.one_of(json_values(), st.sampled_from(
-        ["yes", "no", "on", "off", "~", "2020-01-01", "0x10", "1e3"])))
+
+    config = mutate(
+        BASE,
+        data,
+        st.one_of(
+            json_values(),
+            st.sampled_from(["yes", "no", "on", "off", "~", "2020-01-01", "0x10", "1e3"]),
+        ),
+    )
     text = yaml.safe_dump(config, default_flow_style=data.draw(st.booleans()))
     noise = data.draw(st.one_of(st.just(""), YAML_NOISE))
     at = data.draw(st.integers(0, len(text)))
@@ -368,10 +557,10 @@ def test_fuzzed_yaml_machine_files_load_or_name_the_file(data: Any, tmp_path: Pa
             machine = load_machine(file, **implementations())
         except MachineDefinitionError as exc:
             lines = str(exc).splitlines()[1:]
-            assert lines and (lines[0].startswith(f"  {file}:") or PROBLEM.match(lines[0])), \
-                str(exc)
+            assert lines and (lines[0].startswith(f"  {file}:") or PROBLEM.match(lines[0])), str(
+                exc
+            )
             outcome("file error" if lines[0].startswith(f"  {file}:") else "definition error")
             return
         outcome("machine built")
         run_briefly(machine, data.draw(EVENTS))
-

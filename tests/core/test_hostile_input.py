@@ -24,29 +24,41 @@ SCXML = '<scxml xmlns="http://www.w3.org/2005/07/scxml">{}</scxml>'
 
 def _nested_scxml(tag: str, depth: int) -> str:
     if tag == "state":
-        return SCXML.format("".join(f'<state id="s{i}">' for i in range(depth)) +
-                            "</state>" * depth)
+        return SCXML.format(
+            "".join(f'<state id="s{i}">' for i in range(depth)) + "</state>" * depth
+        )
     if tag == "if":
-        return SCXML.format('<state id="s"><onentry>' + '<if cond="True">' * depth +
-                            "</if>" * depth + "</onentry></state>")
-    return SCXML.format('<datamodel><data id="d">' + "<x>" * depth + "</x>" * depth +
-                        '</data></datamodel><state id="s"/>')
+        return SCXML.format(
+            '<state id="s"><onentry>'
+            + '<if cond="True">' * depth
+            + "</if>" * depth
+            + "</onentry></state>"
+        )
+    return SCXML.format(
+        '<datamodel><data id="d">'
+        + "<x>" * depth
+        + "</x>" * depth
+        + '</data></datamodel><state id="s"/>'
+    )
 
 
 def test_scxml_billion_laughs_is_refused_at_once() -> None:
     entities = '<!ENTITY a "aaaaaaaaaa">' + "".join(
-        f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(6))
-    document = (f'<?xml version="1.0"?><!DOCTYPE scxml [{entities}]>' +
-                SCXML.format('<state id="s"><onentry><log label="&g;" expr="1"/></onentry>'
-                             '</state>'))
+        f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(6)
+    )
+    document = f'<?xml version="1.0"?><!DOCTYPE scxml [{entities}]>' + SCXML.format(
+        '<state id="s"><onentry><log label="&g;" expr="1"/></onentry></state>'
+    )
     with pytest.raises(ScxmlError, match=r"<scxml>:1: the document declares the entity 'a'"):
         load_scxml(document)
 
 
 def test_scxml_external_entity_is_refused() -> None:
-    document = ('<?xml version="1.0"?><!DOCTYPE scxml [<!ENTITY e SYSTEM '
-                '"file:///etc/passwd">]>' + SCXML.format('<state id="s"><onentry>'
-                                                         '<log label="&e;"/></onentry></state>'))
+    document = (
+        '<?xml version="1.0"?><!DOCTYPE scxml [<!ENTITY e SYSTEM '
+        '"file:///etc/passwd">]>'
+        + SCXML.format('<state id="s"><onentry><log label="&e;"/></onentry></state>')
+    )
     with pytest.raises(ScxmlError, match="declares the entity 'e'"):
         load_scxml(document)
 
@@ -54,8 +66,9 @@ def test_scxml_external_entity_is_refused() -> None:
 def test_scxml_long_text_in_many_chunks_loads() -> None:
     # expat hands text over in small chunks around each entity reference; joining them
     # once keeps this linear (it was quadratic)
-    document = SCXML.format('<datamodel><data id="d">' + "x&amp;" * 200_000 +
-                            '</data></datamodel><state id="s"/>')
+    document = SCXML.format(
+        '<datamodel><data id="d">' + "x&amp;" * 200_000 + '</data></datamodel><state id="s"/>'
+    )
     assert load_scxml(document).id == "scxml"
 
 
@@ -67,22 +80,26 @@ def test_scxml_nested_a_thousand_deep_is_a_scxml_error(tag: str) -> None:
 
 def test_scxml_nested_just_within_the_limit_loads_and_runs() -> None:
     from statecharts import SimulatedClock, create_actor
+
     machine = load_scxml(_nested_scxml("state", 99))
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert len(actor.get_snapshot().active_leaves()) == 1
 
 
-@pytest.mark.parametrize("expression", [
-    "str([[[0] * 1000] * 1000] * 1000)",  # a thousand refs, printed a billion times
-    "len(str([[0] * 999] * 999))",  # under a million items, three million characters
-    "sum([[0] * 100000] * 30, [])",
-    "sum([[0] * 1000] * 999, []) + [0] * 999",
-    "'a' * 999999 + 'a' * 999999",
-    "('a' * 600000) + ('b' * 600000) + ('c' * 600000)",
-    "repr([['x'] * 1000] * 1001)",
-    "f'{[[0] * 1000] * 1001}'",
-    "[[[0] * 1000] * 1000] * 1000",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "str([[[0] * 1000] * 1000] * 1000)",  # a thousand refs, printed a billion times
+        "len(str([[0] * 999] * 999))",  # under a million items, three million characters
+        "sum([[0] * 100000] * 30, [])",
+        "sum([[0] * 1000] * 999, []) + [0] * 999",
+        "'a' * 999999 + 'a' * 999999",
+        "('a' * 600000) + ('b' * 600000) + ('c' * 600000)",
+        "repr([['x'] * 1000] * 1001)",
+        "f'{[[0] * 1000] * 1001}'",
+        "[[[0] * 1000] * 1000] * 1000",
+    ],
+)
 def test_every_growth_route_is_held_to_the_size_limit(expression: str) -> None:
     with pytest.raises(ExpressionRefused, match="over the limit"):
         RestrictedEvaluator().evaluate(expression, {})
@@ -97,21 +114,27 @@ def test_values_within_the_size_limit_still_work() -> None:
 
 def _looping_scxml(body: str) -> str:
     """A document whose datamodel holds about 900,000 items and whose first state loops."""
-    return ('<scxml xmlns="http://www.w3.org/2005/07/scxml" datamodel="python">'
-            '<datamodel><data id="x" expr="sum([[0] * 1000] * 900, [])"/><data id="y" expr="0"/>'
-            '<data id="error" expr="None"/></datamodel>'
-            f'<state id="a"><onentry>{body}</onentry>'
-            '<transition event="error.execution" target="failed">'
-            '<assign location="error" expr="_event.data"/></transition></state>'
-            '<state id="failed"/></scxml>')
+    return (
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" datamodel="python">'
+        '<datamodel><data id="x" expr="sum([[0] * 1000] * 900, [])"/><data id="y" expr="0"/>'
+        '<data id="error" expr="None"/></datamodel>'
+        f'<state id="a"><onentry>{body}</onentry>'
+        '<transition event="error.execution" target="failed">'
+        '<assign location="error" expr="_event.data"/></transition></state>'
+        '<state id="failed"/></scxml>'
+    )
 
 
 def test_a_loop_that_copies_large_values_is_refused_with_error_execution() -> None:
     """Each expression is within the size limit, but a <foreach> repeats one per item: the
     block as a whole is held to MAX_WORK (it took hours before), and the run goes on."""
     from statecharts import SimulatedClock, create_actor
-    machine = load_scxml(_looping_scxml(
-        '<foreach array="x" item="i"><assign location="y" expr="x + [i]"/></foreach>'))
+
+    machine = load_scxml(
+        _looping_scxml(
+            '<foreach array="x" item="i"><assign location="y" expr="x + [i]"/></foreach>'
+        )
+    )
     snapshot = create_actor(machine, clock=SimulatedClock()).start().get_snapshot()
     assert snapshot.value == "failed"
     assert "over the limit" in str(snapshot.context["error"])
@@ -122,9 +145,13 @@ def test_a_loop_reads_only_what_it_sets_anew() -> None:
     """Setting the loop variable re-reads that one variable, not the whole datamodel (every
     item cost a copy of all 900,000 items before, so 200 items took minutes)."""
     from statecharts import SimulatedClock, create_actor
-    machine = load_scxml(_looping_scxml(
-        '<foreach array="x[:2000]" item="i" index="n"><assign location="y" expr="y + len(x)"/>'
-        '</foreach>'))
+
+    machine = load_scxml(
+        _looping_scxml(
+            '<foreach array="x[:2000]" item="i" index="n"><assign location="y" expr="y + len(x)"/>'
+            "</foreach>"
+        )
+    )
     snapshot = create_actor(machine, clock=SimulatedClock()).start().get_snapshot()
     assert snapshot.value == "a"
     assert (snapshot.context["y"], snapshot.context["n"]) == (2000 * 900_000, 1999)
@@ -138,8 +165,11 @@ def _nested_states(depth: int) -> dict[str, Any]:
 
 
 def test_states_nested_two_thousand_deep_are_a_definition_error_naming_the_path() -> None:
-    with pytest.raises(MachineDefinitionError, match=rf"states\.s\.states\.s.* \.\.\. .*"
-                       rf"states\.s: the config nests deeper than {MAX_NESTING}"):
+    with pytest.raises(
+        MachineDefinitionError,
+        match=rf"states\.s\.states\.s.* \.\.\. .*"
+        rf"states\.s: the config nests deeper than {MAX_NESTING}",
+    ):
         create_machine(_nested_states(2000))
 
 
@@ -158,22 +188,32 @@ def test_guards_nested_three_thousand_deep_are_a_definition_error() -> None:
 
 @pytest.mark.parametrize("kind", ["history", "final"])
 def test_root_of_a_kind_it_cannot_be_is_a_definition_error(kind: str) -> None:
-    with pytest.raises(MachineDefinitionError, match=f"type: the root is a compound or "
-                                                     f"parallel state, not {kind}"):
+    with pytest.raises(
+        MachineDefinitionError, match=f"type: the root is a compound or parallel state, not {kind}"
+    ):
         create_machine({"type": kind})
 
 
-@pytest.mark.parametrize(("config", "path"), [
-    ({"initial": "a", "states": {"a": {"type": "final"}}, "output": 2 ** 70}, "output"),
-    ({"initial": "a", "states": {"a": {"type": "final", "output": {"n": [2 ** 64]}}}},
-     r"states\.a\.output"),
-    ({"initial": "a", "states": {"a": {"entry": {"type": "x", "params": {"n": -2 ** 65}}}}},
-     r"states\.a\.entry\[0\]\.params"),
-])
-def test_integers_beyond_64_bits_in_a_config_are_a_definition_error(config: Any,
-                                                                    path: str) -> None:
-    with pytest.raises(MachineDefinitionError, match=rf"{path}: context '{path}.*integer "
-                                                     r"-?\d+ is outside the signed 64-bit range"):
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ({"initial": "a", "states": {"a": {"type": "final"}}, "output": 2**70}, "output"),
+        (
+            {"initial": "a", "states": {"a": {"type": "final", "output": {"n": [2**64]}}}},
+            r"states\.a\.output",
+        ),
+        (
+            {"initial": "a", "states": {"a": {"entry": {"type": "x", "params": {"n": -(2**65)}}}}},
+            r"states\.a\.entry\[0\]\.params",
+        ),
+    ],
+)
+def test_integers_beyond_64_bits_in_a_config_are_a_definition_error(config: Any, path: str) -> None:
+    with pytest.raises(
+        MachineDefinitionError,
+        match=rf"{path}: context '{path}.*integer "
+        r"-?\d+ is outside the signed 64-bit range",
+    ):
         create_machine(config, actions={"x": lambda c, e, **p: None})
 
 
@@ -185,7 +225,7 @@ def _persisted() -> tuple[Any, dict[str, Any]]:
 def test_restore_with_an_integer_beyond_64_bits_in_value_is_a_snapshot_error() -> None:
     machine, data = _persisted()
     with pytest.raises(SnapshotError, match=r"field 'value': not a JSON value that persists"):
-        machine.restore({**data, "value": {"a": 2 ** 70}})
+        machine.restore({**data, "value": {"a": 2**70}})
 
 
 @pytest.mark.parametrize("field", ["value", "context", "error"])
@@ -202,8 +242,10 @@ def test_restore_of_a_value_nested_five_thousand_deep_is_a_snapshot_error(field:
 
 def test_yaml_machine_keeps_on_off_yes_no_as_strings(tmp_path: Path) -> None:
     file = tmp_path / "switch.yaml"
-    file.write_text("id: switch\ninitial: off\nstates:\n  off:\n    on:\n      yes: on\n"
-                    "  on:\n    on:\n      no: off\n")
+    file.write_text(
+        "id: switch\ninitial: off\nstates:\n  off:\n    on:\n      yes: on\n"
+        "  on:\n    on:\n      no: off\n"
+    )
     machine = load_machine(file)
     snapshot = machine.transition(machine.initial_transition()[0], "yes")[0]
     assert snapshot.value == "on"
@@ -211,8 +253,12 @@ def test_yaml_machine_keeps_on_off_yes_no_as_strings(tmp_path: Path) -> None:
 
 
 def test_yaml_true_and_false_are_still_booleans() -> None:
-    assert read_yaml("a: true\nb: False\nc: On\nd: NO\n") == {"a": True, "b": False,
-                                                            "c": "On", "d": "NO"}
+    assert read_yaml("a: true\nb: False\nc: On\nd: NO\n") == {
+        "a": True,
+        "b": False,
+        "c": "On",
+        "d": "NO",
+    }
 
 
 def test_yaml_key_given_twice_is_an_error_naming_the_line() -> None:
@@ -237,26 +283,34 @@ def test_yaml_python_tags_are_refused() -> None:
         read_yaml("!!python/object/apply:os.system ['true']", "m.yaml")
 
 
-@pytest.mark.parametrize("delay", [2 ** 70, 1e300])
+@pytest.mark.parametrize("delay", [2**70, 1e300])
 def test_a_delay_too_long_to_persist_is_an_implementation_error(delay: Any) -> None:
     from statecharts import ImplementationError
-    machine = create_machine({"initial": "a", "states": {"a": {"after": {"d": "a"}}}},
-                             delays={"d": lambda c, e: delay})
+
+    machine = create_machine(
+        {"initial": "a", "states": {"a": {"after": {"d": "a"}}}}, delays={"d": lambda c, e: delay}
+    )
     with pytest.raises(ImplementationError, match=r"delay 'd'.*at most 9007199254740991 ms"):
         machine.initial_transition()
 
 
 def test_scxml_send_with_a_delay_too_long_to_persist_still_persists() -> None:
     from statecharts import SimulatedClock, create_actor
-    machine = load_scxml(SCXML.format('<state id="s"><onentry><send event="E" '
-                                      'delay="99999999999999999999s"/></onentry></state>'))
+
+    machine = load_scxml(
+        SCXML.format(
+            '<state id="s"><onentry><send event="E" '
+            'delay="99999999999999999999s"/></onentry></state>'
+        )
+    )
     actor = create_actor(machine, clock=SimulatedClock()).start()
     assert actor.get_persisted_snapshot()["timers"] == []
 
 
 def test_a_literal_after_delay_too_long_to_persist_is_a_definition_error() -> None:
-    with pytest.raises(MachineDefinitionError, match=r"states\.a\.after\.1e20: a delay is at "
-                                                     r"most 9007199254740991 ms"):
+    with pytest.raises(
+        MachineDefinitionError,
+        match=r"states\.a\.after\.1e20: a delay is at "
+        r"most 9007199254740991 ms",
+    ):
         create_machine({"initial": "a", "states": {"a": {"after": {"1e20": "a"}}}})
-
-

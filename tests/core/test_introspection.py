@@ -6,22 +6,38 @@ from __future__ import annotations
 from statecharts import create_machine, raise_
 from statecharts.introspection import Microstep, microsteps, next_events, next_transitions
 
-MACHINE = create_machine({"id": "m", "initial": "a", "states": {
-    "a": {"initial": "a1", "on": {"GO": {"target": "b", "actions": raise_("NEXT")}},
-          "states": {"a1": {"on": {"GO": {"target": "a2", "guard": "never"}, "mouse.*": "a2"}},
-                     "a2": {}}},
-    "b": {"on": {"NEXT": "c"}},
-    "c": {"always": "d"},
-    "d": {"type": "final"},
-}}, guards={"never": lambda c, e: False})
+MACHINE = create_machine(
+    {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {
+                "initial": "a1",
+                "on": {"GO": {"target": "b", "actions": raise_("NEXT")}},
+                "states": {
+                    "a1": {"on": {"GO": {"target": "a2", "guard": "never"}, "mouse.*": "a2"}},
+                    "a2": {},
+                },
+            },
+            "b": {"on": {"NEXT": "c"}},
+            "c": {"always": "d"},
+            "d": {"type": "final"},
+        },
+    },
+    guards={"never": lambda c, e: False},
+)
 
 
 def test_next_transitions_lists_the_active_states_innermost_first_guards_unevaluated() -> None:
     snapshot, _ = MACHINE.initial_transition()
-    listed = [(t.source.id, t.event, tuple(n.id for n in t.targets))
-              for t in next_transitions(snapshot)]
-    assert listed == [("m.a.a1", "GO", ("m.a.a2",)), ("m.a.a1", "mouse.*", ("m.a.a2",)),
-                      ("m.a", "GO", ("m.b",))]
+    listed = [
+        (t.source.id, t.event, tuple(n.id for n in t.targets)) for t in next_transitions(snapshot)
+    ]
+    assert listed == [
+        ("m.a.a1", "GO", ("m.a.a2",)),
+        ("m.a.a1", "mouse.*", ("m.a.a2",)),
+        ("m.a", "GO", ("m.b",)),
+    ]
     assert next_events(snapshot) == ("GO", "mouse.*")
 
 

@@ -22,18 +22,36 @@ from statecharts import (
 from .corekit import build, plain
 
 CONFIG: dict[str, Any] = {
-    "id": "doc", "initial": "editing", "context": {"edits": 0, "tags": ["draft"]},
+    "id": "doc",
+    "initial": "editing",
+    "context": {"edits": 0, "tags": ["draft"]},
     "states": {
         "editing": {
-            "type": "parallel", "on": {"PUBLISH": "published"},
+            "type": "parallel",
+            "on": {"PUBLISH": "published"},
             "states": {
-                "text": {"initial": "clean", "states": {
-                    "clean": {"on": {"TYPE": {"target": "dirty", "actions": assign(
-                        {"edits": lambda c, e: c["edits"] + 1})}}},
-                    "dirty": {"on": {"SAVE": "clean"}}}},
-                "mode": {"initial": "normal", "states": {
-                    "normal": {"on": {"ZEN": "zen"}}, "zen": {"on": {"ZEN": "normal"}},
-                    "h": {"type": "history", "history": "deep"}}},
+                "text": {
+                    "initial": "clean",
+                    "states": {
+                        "clean": {
+                            "on": {
+                                "TYPE": {
+                                    "target": "dirty",
+                                    "actions": assign({"edits": lambda c, e: c["edits"] + 1}),
+                                }
+                            }
+                        },
+                        "dirty": {"on": {"SAVE": "clean"}},
+                    },
+                },
+                "mode": {
+                    "initial": "normal",
+                    "states": {
+                        "normal": {"on": {"ZEN": "zen"}},
+                        "zen": {"on": {"ZEN": "normal"}},
+                        "h": {"type": "history", "history": "deep"},
+                    },
+                },
             },
         },
         "published": {"on": {"EDIT": "editing.mode.h"}, "after": {"5000": "archived"}},
@@ -67,14 +85,21 @@ def test_persisted_form_is_json_with_every_field() -> None:
     assert data["context"] == {"edits": 1, "tags": ["draft"]}
     assert data["status"] == "active"
     assert data["history"] == {"doc.editing.mode.h": ["doc.editing.mode.zen"]}
-    assert data["timers"] == [{"id": "xstate.after.5000.doc.published",
-                               "event": {"type": "xstate.after.5000.doc.published"},
-                               "due_at": 7_000, "target": None}]
+    assert data["timers"] == [
+        {
+            "id": "xstate.after.5000.doc.published",
+            "event": {"type": "xstate.after.5000.doc.published"},
+            "due_at": 7_000,
+            "target": None,
+        }
+    ]
     assert snapshot_to_json(snapshot) == orjson.dumps(data)
 
 
-@pytest.mark.parametrize("events", [[], ["TYPE"], ["TYPE", "ZEN"], ["TYPE", "ZEN", "PUBLISH"],
-                                    ["ZEN", "PUBLISH", "EDIT"]])
+@pytest.mark.parametrize(
+    "events",
+    [[], ["TYPE"], ["TYPE", "ZEN"], ["TYPE", "ZEN", "PUBLISH"], ["ZEN", "PUBLISH", "EDIT"]],
+)
 def test_round_trip_through_bytes_is_exact(events: list[str]) -> None:
     m, snapshot = walk(events)
     restored = machine().restore(snapshot_to_json(snapshot))
@@ -123,9 +148,14 @@ def test_changed_definition_raises_version_error_naming_fingerprint() -> None:
 
 def test_description_and_meta_do_not_change_the_fingerprint() -> None:
     _, snapshot = walk(["TYPE"])
-    described = {**CONFIG, "description": "a document",
-                 "states": {**CONFIG["states"],
-                            "archived": {**CONFIG["states"]["archived"], "meta": {"x": 1}}}}
+    described = {
+        **CONFIG,
+        "description": "a document",
+        "states": {
+            **CONFIG["states"],
+            "archived": {**CONFIG["states"]["archived"], "meta": {"x": 1}},
+        },
+    }
     restored = machine(described).restore(snapshot_to_json(snapshot))
     assert restored.matches("editing.text.dirty")
 
@@ -136,11 +166,16 @@ def rename_edits(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "context": context}
 
 
-V2 = {**CONFIG, "context": {"changes": 0, "tags": []},
-      "output": lambda c, e: {"changes": c["changes"]}, "states": {
-    **CONFIG["states"],
-    "editing": {**CONFIG["states"]["editing"], "on": {"PUBLISH": "published", "DROP": "gone"}},
-    "gone": {"type": "final"}}}
+V2 = {
+    **CONFIG,
+    "context": {"changes": 0, "tags": []},
+    "output": lambda c, e: {"changes": c["changes"]},
+    "states": {
+        **CONFIG["states"],
+        "editing": {**CONFIG["states"]["editing"], "on": {"PUBLISH": "published", "DROP": "gone"}},
+        "gone": {"type": "final"},
+    },
+}
 
 
 def test_migration_from_an_older_version() -> None:
@@ -160,8 +195,7 @@ def test_older_version_without_migration_names_version() -> None:
     v1 = machine(version="1")
     snapshot, _ = v1.initial_transition()
     with pytest.raises(SnapshotVersionError) as info:
-        machine(V2, version="3", migrations={"2": rename_edits}).restore(
-            snapshot_to_json(snapshot))
+        machine(V2, version="3", migrations={"2": rename_edits}).restore(snapshot_to_json(snapshot))
     assert info.value.field == "version"
     assert "'1'" in str(info.value) and "'3'" in str(info.value)
 
@@ -176,6 +210,7 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
             target[int(keys[-1])] = value
         else:
             target[keys[-1]] = value
+
     return change
 
 
@@ -190,10 +225,13 @@ CORRUPT: list[tuple[str, Callable[[dict[str, Any]], None], type[Exception], str]
     ("missing-status", _drop("status"), SnapshotError, "status"),
     ("bad-status", _set("status", "zombie"), SnapshotError, "status"),
     ("context-not-mapping", _set("context", [1, 2]), SnapshotError, "context"),
-    ("history-unknown-state", _set("history", {"doc.nope": []}), SnapshotError,
-     "history.doc.nope"),
-    ("history-remembers-unknown", _set("history", {"doc.editing.mode.h": ["doc.gone"]}),
-     SnapshotError, "history.doc.editing.mode.h[0]"),
+    ("history-unknown-state", _set("history", {"doc.nope": []}), SnapshotError, "history.doc.nope"),
+    (
+        "history-remembers-unknown",
+        _set("history", {"doc.editing.mode.h": ["doc.gone"]}),
+        SnapshotError,
+        "history.doc.editing.mode.h[0]",
+    ),
     ("timers-not-list", _set("timers", {}), SnapshotError, "timers"),
     ("context-empty-list", _set("context", []), SnapshotError, "context"),
     ("history-empty-list", _set("history", []), SnapshotError, "history"),
@@ -202,15 +240,16 @@ CORRUPT: list[tuple[str, Callable[[dict[str, Any]], None], type[Exception], str]
     ("timer-event-without-type", _set("timers/0/event", {}), SnapshotError, "timers[0].event"),
     ("bad-format", _set("format", 99), SnapshotVersionError, "format"),
     ("other-machine", _set("machine", "invoice"), SnapshotError, "machine"),
-    ("fingerprint-tampered", _set("fingerprint", "0" * 32), SnapshotVersionError,
-     "fingerprint"),
+    ("fingerprint-tampered", _set("fingerprint", "0" * 32), SnapshotVersionError, "fingerprint"),
 ]
 
 
-@pytest.mark.parametrize(("name", "corrupt", "error", "field"), CORRUPT,
-                         ids=[row[0] for row in CORRUPT])
-def test_corrupt_data_names_the_field(name: str, corrupt: Callable[[dict[str, Any]], None],
-                                      error: type[Exception], field: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "corrupt", "error", "field"), CORRUPT, ids=[row[0] for row in CORRUPT]
+)
+def test_corrupt_data_names_the_field(
+    name: str, corrupt: Callable[[dict[str, Any]], None], error: type[Exception], field: str
+) -> None:
     m, snapshot = walk(["ZEN", "PUBLISH"])
     data = orjson.loads(snapshot_to_json(snapshot))
     corrupt(data)
@@ -227,10 +266,16 @@ def test_bytes_that_are_not_a_snapshot(raw: bytes, field: str) -> None:
 
 
 def test_restoring_runs_no_entry_action_and_arms_only_pending_timers() -> None:
-    config = {"id": "m", "initial": "a", "context": {"n": 0}, "states": {
-        "a": {"entry": ["hello"], "on": {"E": "b"}},
-        "b": {"entry": [assign({"n": lambda c, e: c["n"] + 1})], "after": {"100": "c"}},
-        "c": {"entry": ["arrived"]}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "context": {"n": 0},
+        "states": {
+            "a": {"entry": ["hello"], "on": {"E": "b"}},
+            "b": {"entry": [assign({"n": lambda c, e: c["n"] + 1})], "after": {"100": "c"}},
+            "c": {"entry": ["arrived"]},
+        },
+    }
     first: list[str] = []
     clock = SimulatedClock()
     actor = create_actor(build(config, sink=first), clock=clock).start()

@@ -55,36 +55,60 @@ def _inc(by: int = 1) -> Any:
 
 
 COUNTER = {
-    "id": "counter", "initial": "idle", "context": {"n": 0, "total": 0},
+    "id": "counter",
+    "initial": "idle",
+    "context": {"n": 0, "total": 0},
     "states": {
         "idle": {"on": {"START": "running", "TOGGLE": "off"}},
         "off": {"on": {"TOGGLE": "idle"}},
-        "running": {"tags": ["busy"], "on": {
-            "INC": [{"guard": "below_limit", "actions": [_inc(), "note"]},
-                    {"target": "full", "actions": {"type": "note", "params": {"why": "full"}}}],
-            "ADD": {"guard": {"type": "at_least", "params": {"amount": 2}},
-                    "actions": assign({"total": lambda c, e: c["total"] + e["amount"]})},
-            "STOP": "idle",
-        }},
-        "full": {"always": {"guard": lambda c, e: c["total"] > 10, "target": "idle"},
-                 "on": {"RESET": {"target": "idle", "actions": assign({"n": 0})},
-                        "ADD": {"actions": assign(
-                            {"total": lambda c, e: c["total"] + e["amount"]})}}},
+        "running": {
+            "tags": ["busy"],
+            "on": {
+                "INC": [
+                    {"guard": "below_limit", "actions": [_inc(), "note"]},
+                    {"target": "full", "actions": {"type": "note", "params": {"why": "full"}}},
+                ],
+                "ADD": {
+                    "guard": {"type": "at_least", "params": {"amount": 2}},
+                    "actions": assign({"total": lambda c, e: c["total"] + e["amount"]}),
+                },
+                "STOP": "idle",
+            },
+        },
+        "full": {
+            "always": {"guard": lambda c, e: c["total"] > 10, "target": "idle"},
+            "on": {
+                "RESET": {"target": "idle", "actions": assign({"n": 0})},
+                "ADD": {"actions": assign({"total": lambda c, e: c["total"] + e["amount"]})},
+            },
+        },
     },
 }
-COUNTER_EVENTS = ["START", "TOGGLE", "INC", "STOP", "RESET", {"type": "ADD", "amount": 1},
-                  {"type": "ADD", "amount": 4}, "NOPE"]
+COUNTER_EVENTS = [
+    "START",
+    "TOGGLE",
+    "INC",
+    "STOP",
+    "RESET",
+    {"type": "ADD", "amount": 1},
+    {"type": "ADD", "amount": 4},
+    "NOPE",
+]
 
 HISTORY = {
-    "id": "player", "initial": "on",
+    "id": "player",
+    "initial": "on",
     "states": {
         "on": {
-            "initial": "stopped", "on": {"POWER": "off"},
+            "initial": "stopped",
+            "on": {"POWER": "off"},
             "states": {
                 "stopped": {"on": {"PLAY": "playing"}},
-                "playing": {"initial": "normal", "on": {"STOP": "stopped"},
-                            "states": {"normal": {"on": {"FF": "fast"}},
-                                       "fast": {"on": {"FF": "normal"}}}},
+                "playing": {
+                    "initial": "normal",
+                    "on": {"STOP": "stopped"},
+                    "states": {"normal": {"on": {"FF": "fast"}}, "fast": {"on": {"FF": "normal"}}},
+                },
                 "shallow": {"type": "history"},
                 "deep": {"type": "history", "history": "deep", "target": "playing"},
             },
@@ -95,43 +119,75 @@ HISTORY = {
 HISTORY_EVENTS = ["PLAY", "STOP", "FF", "POWER", "RESUME", "BOOT"]
 
 PARALLEL = {
-    "id": "desk", "type": "parallel", "context": {"pings": 0},
+    "id": "desk",
+    "type": "parallel",
+    "context": {"pings": 0},
     "states": {
-        "light": {"initial": "dim", "states": {
-            "dim": {"on": {"SWITCH": "bright"}},
-            "bright": {"on": {"SWITCH": "dim"}, "entry": raise_("LIT")},
-        }},
-        "fan": {"initial": "stopped", "states": {
-            "stopped": {"always": {"guard": and_(state_in("#desk.light.bright"),
-                                                 not_("many_pings")),
-                                   "target": "spinning"},
-                        "on": {"LIT": {"actions": [assign({"pings": lambda c, e:
-                                                           c["pings"] + 1}), "note"]}}},
-            "spinning": {"on": {"SWITCH": "stopped", "LIT": "stopped"},
-                         "initial": "slow",
-                         "states": {"slow": {"on": {"FAST": "quick"}},
-                                    "quick": {"on": {"FAST": "done"}},
-                                    "done": {"type": "final"}},
-                         "onDone": {"target": "stopped", "actions": "note"}},
-            "h": {"type": "history", "history": "deep"},
-        }},
-        "mode": {"initial": "work", "on": {"PANIC": {"target": ".work", "reenter": True}},
-                 "states": {"work": {"on": {"BREAK": "rest", "*": {"actions": "note"}}},
-                            "rest": {"on": {"BREAK": "work", "mouse.*": "work"}}}},
+        "light": {
+            "initial": "dim",
+            "states": {
+                "dim": {"on": {"SWITCH": "bright"}},
+                "bright": {"on": {"SWITCH": "dim"}, "entry": raise_("LIT")},
+            },
+        },
+        "fan": {
+            "initial": "stopped",
+            "states": {
+                "stopped": {
+                    "always": {
+                        "guard": and_(state_in("#desk.light.bright"), not_("many_pings")),
+                        "target": "spinning",
+                    },
+                    "on": {
+                        "LIT": {"actions": [assign({"pings": lambda c, e: c["pings"] + 1}), "note"]}
+                    },
+                },
+                "spinning": {
+                    "on": {"SWITCH": "stopped", "LIT": "stopped"},
+                    "initial": "slow",
+                    "states": {
+                        "slow": {"on": {"FAST": "quick"}},
+                        "quick": {"on": {"FAST": "done"}},
+                        "done": {"type": "final"},
+                    },
+                    "onDone": {"target": "stopped", "actions": "note"},
+                },
+                "h": {"type": "history", "history": "deep"},
+            },
+        },
+        "mode": {
+            "initial": "work",
+            "on": {"PANIC": {"target": ".work", "reenter": True}},
+            "states": {
+                "work": {"on": {"BREAK": "rest", "*": {"actions": "note"}}},
+                "rest": {"on": {"BREAK": "work", "mouse.*": "work"}},
+            },
+        },
     },
 }
 PARALLEL_EVENTS = ["SWITCH", "FAST", "BREAK", "PANIC", "mouse.move", "OTHER", "LIT"]
 
 TIMERS = {
-    "id": "door", "initial": "closed", "context": {"opened": 0},
+    "id": "door",
+    "initial": "closed",
+    "context": {"opened": 0},
     "states": {
-        "closed": {"on": {"OPEN": {"target": "open", "actions": assign(
-            {"opened": lambda c, e: c["opened"] + 1})}}},
+        "closed": {
+            "on": {
+                "OPEN": {
+                    "target": "open",
+                    "actions": assign({"opened": lambda c, e: c["opened"] + 1}),
+                }
+            }
+        },
         "open": {
             "after": {"1000": "closing", "slow": {"target": "alarm"}},
             "entry": raise_("REMIND", delay=300, id="remind"),
-            "on": {"CLOSE": "closing", "HOLD": {"actions": cancel("remind")},
-                   "REMIND": {"actions": "note"}},
+            "on": {
+                "CLOSE": "closing",
+                "HOLD": {"actions": cancel("remind")},
+                "REMIND": {"actions": "note"},
+            },
         },
         "closing": {"after": {"200": "closed"}, "on": {"OPEN": "open"}},
         "alarm": {"type": "final", "output": {"alarm": True}},
@@ -141,14 +197,26 @@ TIMERS = {
 TIMERS_EVENTS = ["OPEN", "CLOSE", "HOLD", TIMER, TIMER]
 
 FINISH = {
-    "id": "job", "initial": "work", "context": {"steps": 0},
+    "id": "job",
+    "initial": "work",
+    "context": {"steps": 0},
     "states": {
-        "work": {"initial": "a", "onDone": "review", "states": {
-            "a": {"on": {"NEXT": {"target": "b", "actions": assign(
-                {"steps": lambda c, e: c["steps"] + 1})}}},
-            "b": {"on": {"NEXT": "fin", "BACK": "a"}},
-            "fin": {"type": "final", "output": lambda c, e: {"steps": c["steps"]}},
-        }},
+        "work": {
+            "initial": "a",
+            "onDone": "review",
+            "states": {
+                "a": {
+                    "on": {
+                        "NEXT": {
+                            "target": "b",
+                            "actions": assign({"steps": lambda c, e: c["steps"] + 1}),
+                        }
+                    }
+                },
+                "b": {"on": {"NEXT": "fin", "BACK": "a"}},
+                "fin": {"type": "final", "output": lambda c, e: {"steps": c["steps"]}},
+            },
+        },
         "review": {"on": {"APPROVE": "approved", "REJECT": "work"}},
         "approved": {"type": "final"},
     },
@@ -156,22 +224,29 @@ FINISH = {
 }
 FINISH_EVENTS = ["NEXT", "BACK", "APPROVE", "REJECT"]
 
+
 def _note_when_positive(context: Any, event: Any, enqueue: Any, check: Any) -> None:
     if context["n"] > 0:
         enqueue("note")
 
 
 DYNAMIC = {  # built-in actions whose outcome depends on context or pending timers
-    "id": "dynamic", "initial": "a", "context": {"n": 0},
+    "id": "dynamic",
+    "initial": "a",
+    "context": {"n": 0},
     "states": {
-        "a": {"on": {
-            "INC": {"actions": _inc()},
-            "MAYBE_NOTE": {"actions": enqueue_actions(_note_when_positive)},
-            "MAYBE_GO": {"actions": raise_(lambda c, e: {"type": "GO" if c["n"] > 1 else "NO"})},
-            "ARM": {"actions": raise_("INC", delay=50, id="later")},
-            "DISARM": {"actions": cancel("later")},
-            "GO": "b",
-        }},
+        "a": {
+            "on": {
+                "INC": {"actions": _inc()},
+                "MAYBE_NOTE": {"actions": enqueue_actions(_note_when_positive)},
+                "MAYBE_GO": {
+                    "actions": raise_(lambda c, e: {"type": "GO" if c["n"] > 1 else "NO"})
+                },
+                "ARM": {"actions": raise_("INC", delay=50, id="later")},
+                "DISARM": {"actions": cancel("later")},
+                "GO": "b",
+            }
+        },
         "b": {"on": {"BACK": "a"}},
     },
 }
@@ -179,9 +254,11 @@ DYNAMIC_EVENTS = ["INC", "MAYBE_NOTE", "MAYBE_GO", "ARM", "DISARM", "BACK"]
 
 IMPLEMENTATIONS: dict[str, Any] = {
     "actions": {"note": _note},
-    "guards": {"below_limit": lambda c, e: c["n"] < 3,
-               "at_least": lambda c, e, amount: e["amount"] >= amount,
-               "many_pings": lambda c, e: c["pings"] > 3},
+    "guards": {
+        "below_limit": lambda c, e: c["n"] < 3,
+        "at_least": lambda c, e, amount: e["amount"] >= amount,
+        "many_pings": lambda c, e: c["pings"] > 3,
+    },
     "delays": {"slow": lambda c, e: 2500 + 100 * c["opened"]},
 }
 
@@ -222,8 +299,7 @@ class Run:
                 self.last_effects = b"[]"
                 return
             self.now = max(self.now, timers[0].due_at)
-            snapshot, effects = self.machine.fire_timer(self.snapshot, timers[0].id,
-                                                        now=self.now)
+            snapshot, effects = self.machine.fire_timer(self.snapshot, timers[0].id, now=self.now)
         else:
             self.now += 7
             snapshot, effects = self.machine.transition(self.snapshot, event, now=self.now)
@@ -236,8 +312,11 @@ class Run:
 
 
 def check_lockstep(name: str, events: list[Any]) -> None:
-    runs = [Run(make(name), persist=False), Run(make(name), persist=True),
-            Run(make(name, plans=False), persist=False)]
+    runs = [
+        Run(make(name), persist=False),
+        Run(make(name), persist=True),
+        Run(make(name, plans=False), persist=False),
+    ]
     assert len({run.observed() for run in runs}) == 1
     for index, event in enumerate(events):
         for run in runs:
@@ -254,8 +333,9 @@ def event_lists(name: str) -> st.SearchStrategy[list[Any]]:
 
 # STATECHARTS_PROPERTY_EXAMPLES=2000 for a longer, opt-in soak
 EXAMPLES = int(os.environ.get("STATECHARTS_PROPERTY_EXAMPLES", "60"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS
@@ -318,12 +398,19 @@ def test_kept_plans_are_actually_reused() -> None:
         for event in ["TOGGLE", "TOGGLE", "TOGGLE", "TOGGLE", "START", "INC", "STOP", "START"]:
             snapshot, _ = machine.transition(snapshot, event)
         assert snapshot.value == "running"
-    kept = {c.value: (len(c.plans), sorted(kind for kind, route in c.routes.items() if route))
-            for c in planned.configurations if c.plans or c.routes}
+    kept = {
+        c.value: (len(c.plans), sorted(kind for kind, route in c.routes.items() if route))
+        for c in planned.configurations
+        if c.plans or c.routes
+    }
     # every event here is planned and compiled into a route (both of INC's candidates, the
     # second with the eventless transition it leads to, planned on "full")
-    assert kept == {"idle": (2, ["START", "TOGGLE"]), "off": (1, ["TOGGLE"]),
-                    "running": (3, ["INC", "STOP"]), "full": (1, [])}
+    assert kept == {
+        "idle": (2, ["START", "TOGGLE"]),
+        "off": (1, ["TOGGLE"]),
+        "running": (3, ["INC", "STOP"]),
+        "full": (1, []),
+    }
     full = next(c for c in planned.configurations if c.value == "full")
     assert full.eventless is not None and len(full.eventless.choices) == 1
     assert not any(c.plans or c.routes for c in unplanned.configurations)
@@ -335,8 +422,7 @@ def test_every_example_machine_reaches_its_interesting_parts() -> None:
     walks: dict[str, tuple[list[Any], Any]] = {
         "counter": (["START", "INC", "INC", "INC", "INC"], "full"),
         "history": (["PLAY", "FF", "POWER", "RESUME"], {"on": {"playing": "fast"}}),
-        "parallel": (["SWITCH"], {"light": "bright", "fan": {"spinning": "slow"},
-                                  "mode": "work"}),
+        "parallel": (["SWITCH"], {"light": "bright", "fan": {"spinning": "slow"}, "mode": "work"}),
         "timers": (["OPEN", TIMER, TIMER], "closing"),
         "finish": (["NEXT", "NEXT", "APPROVE"], "approved"),
     }

@@ -28,12 +28,19 @@ def test_internal_queue_drains_before_the_next_external_event() -> None:
         order.append("send F")
         actor_box[0].send("F")  # external: waits in the mailbox until E's macrostep is done
 
-    config = {"id": "m", "initial": "a", "states": {
-        "a": {"on": {"E": {"actions": [raise_("I"), "send_f"]}, "F": "wrong", "I": "b"}},
-        "b": {"entry": "entered_b", "on": {"F": "c"}},
-        "c": {}, "wrong": {}}}
-    machine = create_machine(config, actions={
-        "send_f": send_f, "entered_b": lambda c, e: order.append("enter b")})
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {"on": {"E": {"actions": [raise_("I"), "send_f"]}, "F": "wrong", "I": "b"}},
+            "b": {"entry": "entered_b", "on": {"F": "c"}},
+            "c": {},
+            "wrong": {},
+        },
+    }
+    machine = create_machine(
+        config, actions={"send_f": send_f, "entered_b": lambda c, e: order.append("enter b")}
+    )
     actor = create_actor(machine)
     actor_box.append(actor)
     actor.start()
@@ -43,17 +50,34 @@ def test_internal_queue_drains_before_the_next_external_event() -> None:
 
 
 LOOPS = {
-    "always-ping-pong": {"id": "m", "initial": "a", "states": {
-        "a": {"always": "b"}, "b": {"always": "a"}}},
-    "raise-itself": {"id": "m", "initial": "a", "states": {
-        "a": {"entry": raise_("PING"), "on": {"PING": {"actions": raise_("PING")}}}}},
-    "targetless-eventless-raise": {"id": "m", "initial": "a", "states": {
-        "a": {"always": {"actions": raise_("X")}}}},
-    "counter-that-never-reaches-its-goal": {"id": "m", "initial": "a", "context": {"n": 0},
-                                            "states": {"a": {"always": {
-                                                "guard": lambda c, e: c["n"] >= 0,
-                                                "actions": assign(
-                                                    {"n": lambda c, e: c["n"] + 1})}}}},
+    "always-ping-pong": {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"always": "b"}, "b": {"always": "a"}},
+    },
+    "raise-itself": {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"entry": raise_("PING"), "on": {"PING": {"actions": raise_("PING")}}}},
+    },
+    "targetless-eventless-raise": {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"always": {"actions": raise_("X")}}},
+    },
+    "counter-that-never-reaches-its-goal": {
+        "id": "m",
+        "initial": "a",
+        "context": {"n": 0},
+        "states": {
+            "a": {
+                "always": {
+                    "guard": lambda c, e: c["n"] >= 0,
+                    "actions": assign({"n": lambda c, e: c["n"] + 1}),
+                }
+            }
+        },
+    },
 }
 
 
@@ -67,8 +91,11 @@ def test_eventless_loop_raises_instead_of_hanging(name: str) -> None:
 
 
 def test_loop_reached_by_an_event_raises_from_transition_and_send() -> None:
-    config = {"id": "m", "initial": "idle", "states": {
-        "idle": {"on": {"GO": "a"}}, "a": {"always": "b"}, "b": {"always": "a"}}}
+    config = {
+        "id": "m",
+        "initial": "idle",
+        "states": {"idle": {"on": {"GO": "a"}}, "a": {"always": "b"}, "b": {"always": "a"}},
+    }
     machine = create_machine(config)
     snapshot, _ = machine.initial_transition()
     with pytest.raises(InfiniteLoopError):
@@ -79,11 +106,21 @@ def test_loop_reached_by_an_event_raises_from_transition_and_send() -> None:
 
 
 EQUAL_VALUE_LOOPS = {
-    "one-region": {"id": "m", "initial": "a", "context": {"n": 1},
-                   "states": {"a": {"always": {"actions": assign({"n": 1})}}}},
-    "two-regions": {"id": "m", "type": "parallel", "context": {"n": 1, "k": 1}, "states": {
-        "r1": {"initial": "a", "states": {"a": {"always": {"actions": assign({"n": 1})}}}},
-        "r2": {"initial": "b", "states": {"b": {"always": {"actions": assign({"k": 1})}}}}}},
+    "one-region": {
+        "id": "m",
+        "initial": "a",
+        "context": {"n": 1},
+        "states": {"a": {"always": {"actions": assign({"n": 1})}}},
+    },
+    "two-regions": {
+        "id": "m",
+        "type": "parallel",
+        "context": {"n": 1, "k": 1},
+        "states": {
+            "r1": {"initial": "a", "states": {"a": {"always": {"actions": assign({"n": 1})}}}},
+            "r2": {"initial": "b", "states": {"b": {"always": {"actions": assign({"k": 1})}}}},
+        },
+    },
 }
 
 
@@ -102,9 +139,15 @@ def test_eventless_targetless_user_action_runs_once() -> None:
 
 
 def test_done_machine_ignores_events_in_the_pure_core() -> None:
-    machine = build({"id": "m", "initial": "a", "context": {"n": 0},
-                     "on": {"INC": {"actions": [assign({"n": 1}), "t"]}},
-                     "states": {"a": {"on": {"F": "fin"}}, "fin": {"type": "final"}}})
+    machine = build(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": {"n": 0},
+            "on": {"INC": {"actions": [assign({"n": 1}), "t"]}},
+            "states": {"a": {"on": {"F": "fin"}}, "fin": {"type": "final"}},
+        }
+    )
     snapshot, _ = machine.initial_transition()
     done, _ = machine.transition(snapshot, "F")
     assert done.status == "done"
@@ -118,9 +161,19 @@ def test_failing_guard_names_itself_and_the_transition() -> None:
     def boom(context: Any, event: Any) -> bool:
         raise RuntimeError("kaput")
 
-    machine = create_machine({"id": "m", "initial": "a", "states": {
-        "a": {"on": {"E": [{"guard": "ok", "target": "b"}, {"guard": "boom", "target": "b"}]}},
-        "b": {}}}, guards={"boom": boom, "ok": lambda c, e: False})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {
+                "a": {
+                    "on": {"E": [{"guard": "ok", "target": "b"}, {"guard": "boom", "target": "b"}]}
+                },
+                "b": {},
+            },
+        },
+        guards={"boom": boom, "ok": lambda c, e: False},
+    )
     snapshot, _ = machine.initial_transition()
     with pytest.raises(ImplementationError) as info:
         machine.transition(snapshot, "E")
@@ -132,12 +185,24 @@ def test_failing_guard_names_itself_and_the_transition() -> None:
 def test_entry_and_exit_effects_follow_xstate_order() -> None:
     # XState appends an `after` state's delayed raise to its entry actions and the cancel to
     # its exit actions; invocations start after the entry actions and stop after the exit ones
-    machine = create_machine({"id": "m", "initial": "idle", "states": {
-        "idle": {"on": {"GO": "busy"}},
-        "busy": {"entry": "hello", "exit": "bye", "after": {"100": "idle"},
-                 "invoke": {"id": "worker", "src": "work"}, "on": {"STOP": "idle"}}}},
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "idle",
+            "states": {
+                "idle": {"on": {"GO": "busy"}},
+                "busy": {
+                    "entry": "hello",
+                    "exit": "bye",
+                    "after": {"100": "idle"},
+                    "invoke": {"id": "worker", "src": "work"},
+                    "on": {"STOP": "idle"},
+                },
+            },
+        },
         actions={"hello": lambda c, e: None, "bye": lambda c, e: None},
-        actors={"work": lambda input: None})
+        actors={"work": lambda input: None},
+    )
     snapshot, _ = machine.initial_transition(now=0)
     snapshot, effects = machine.transition(snapshot, "GO", now=0)
     assert [e.kind for e in effects] == ["action", "start_timer", "start_child"]
@@ -147,10 +212,18 @@ def test_entry_and_exit_effects_follow_xstate_order() -> None:
 
 def test_initial_entry_actions_see_the_init_event_with_input() -> None:
     seen: list[Any] = []
-    machine = create_machine({"id": "m", "initial": "a", "context": lambda input: {"x": input},
-                              "states": {"a": {"entry": "look"}}},
-                             actions={"look": lambda c, e: seen.append((dict(c), dict(e)))})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "context": lambda input: {"x": input},
+            "states": {"a": {"entry": "look"}},
+        },
+        actions={"look": lambda c, e: seen.append((dict(c), dict(e)))},
+    )
     create_actor(machine, input=5).start()
     create_actor(machine).start()
-    assert seen == [({"x": 5}, {"type": "xstate.init", "input": 5}),
-                    ({"x": None}, {"type": "xstate.init"})]
+    assert seen == [
+        ({"x": 5}, {"type": "xstate.init", "input": 5}),
+        ({"x": None}, {"type": "xstate.init"}),
+    ]

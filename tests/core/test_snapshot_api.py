@@ -10,23 +10,37 @@ from statecharts import assign, create_machine
 from statecharts.snapshot import Snapshot
 
 CONFIG: dict[str, Any] = {
-    "id": "shop", "initial": "browsing", "context": {"items": 0},
+    "id": "shop",
+    "initial": "browsing",
+    "context": {"items": 0},
     "states": {
-        "browsing": {"tags": ["idle"], "on": {
-            "ADD": {"actions": assign({"items": lambda c, e: c["items"] + 1})},
-            "CHECKOUT": {"guard": "has_items", "target": "checkout"},
-            "BLOCKED": {},
-            "NOTE": {"actions": "note"},
-        }},
+        "browsing": {
+            "tags": ["idle"],
+            "on": {
+                "ADD": {"actions": assign({"items": lambda c, e: c["items"] + 1})},
+                "CHECKOUT": {"guard": "has_items", "target": "checkout"},
+                "BLOCKED": {},
+                "NOTE": {"actions": "note"},
+            },
+        },
         "checkout": {
-            "type": "parallel", "tags": ["busy"],
+            "type": "parallel",
+            "tags": ["busy"],
             "states": {
-                "payment": {"initial": "card", "states": {
-                    "card": {"tags": ["needs-input"], "on": {"PAY": "paid"}},
-                    "paid": {"type": "final"}}},
-                "shipping": {"initial": "address", "states": {
-                    "address": {"tags": ["needs-input"], "on": {"SHIP": "ready"}},
-                    "ready": {"type": "final"}}},
+                "payment": {
+                    "initial": "card",
+                    "states": {
+                        "card": {"tags": ["needs-input"], "on": {"PAY": "paid"}},
+                        "paid": {"type": "final"},
+                    },
+                },
+                "shipping": {
+                    "initial": "address",
+                    "states": {
+                        "address": {"tags": ["needs-input"], "on": {"SHIP": "ready"}},
+                        "ready": {"type": "final"},
+                    },
+                },
             },
             "onDone": "done",
         },
@@ -37,8 +51,11 @@ CONFIG: dict[str, Any] = {
 
 
 def start() -> tuple[Any, Snapshot]:
-    machine = create_machine(CONFIG, guards={"has_items": lambda c, e: c["items"] > 0},
-                             actions={"note": lambda c, e: None})
+    machine = create_machine(
+        CONFIG,
+        guards={"has_items": lambda c, e: c["items"] > 0},
+        actions={"note": lambda c, e: None},
+    )
     return machine, machine.initial_transition()[0]
 
 
@@ -86,11 +103,11 @@ def test_tags_and_has_tag(events: tuple[str, ...], tags: frozenset[str]) -> None
 
 
 CAN: list[tuple[tuple[str, ...], Any, bool]] = [
-    ((), "ADD", True),                     # targetless with actions
+    ((), "ADD", True),  # targetless with actions
     ((), "NOTE", True),
-    ((), "CHECKOUT", False),               # guard fails with no items
+    ((), "CHECKOUT", False),  # guard fails with no items
     (("ADD",), "CHECKOUT", True),
-    ((), "BLOCKED", False),                # forbidden transition
+    ((), "BLOCKED", False),  # forbidden transition
     ((), "UNKNOWN", False),
     ((), {"type": "ADD", "extra": 1}, True),
     (("ADD", "CHECKOUT"), "PAY", True),

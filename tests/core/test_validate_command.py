@@ -47,10 +47,12 @@ order = create_machine(
 """
 
 
-@pytest.mark.parametrize("path", ["machines/invoice/invoice.json",
-                                  "machines/followup/evaluate.json"])
+@pytest.mark.parametrize(
+    "path", ["machines/invoice/invoice.json", "machines/followup/evaluate.json"]
+)
 def test_validate_accepts_the_repository_workflow_files(
-        path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["validate", str(ROOT / path)]) == 0
     out = capsys.readouterr()
     assert out.err == ""
@@ -58,7 +60,8 @@ def test_validate_accepts_the_repository_workflow_files(
 
 
 def test_validate_lists_a_yaml_file_s_implementations_as_expected_not_as_problems(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     order = tmp_path / "order.yaml"
     order.write_text(ORDER_YAML)
     assert main(["validate", str(order)]) == 0
@@ -70,7 +73,8 @@ def test_validate_lists_a_yaml_file_s_implementations_as_expected_not_as_problem
 
 
 def test_validate_still_fails_on_a_structural_problem_next_to_a_missing_name(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = tmp_path / "order.yaml"
     broken.write_text(ORDER_YAML.replace("onError: failed", "onError: faild"))
     assert main(["validate", str(broken)]) == 1
@@ -80,14 +84,15 @@ def test_validate_still_fails_on_a_structural_problem_next_to_a_missing_name(
 
 
 def test_validate_with_machines_checks_the_names_against_the_code(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     order = tmp_path / "order.yaml"
     order.write_text(ORDER_YAML)
     older = tmp_path / "order_before_mail.yaml"  # what the code was written against
     older.write_text(ORDER_YAML.replace("src: sendEmail", "src: chargeCard"))
     (tmp_path / "order_code.py").write_text(
-        ORDER_MODULE.format(config=f"read_config({str(older)!r})"))
+        ORDER_MODULE.format(config=f"read_config({str(older)!r})")
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "order_code", raising=False)
     assert main(["validate", str(order), "--machines", "order_code"]) == 1
@@ -97,8 +102,8 @@ def test_validate_with_machines_checks_the_names_against_the_code(
 
 
 def test_validate_with_machines_passes_the_invoice_machine_and_names_a_missing_id(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("INVOICE_FAKES", str(tmp_path / "fakes.db"))
     invoice = str(ROOT / "machines/invoice/invoice.json")
     assert main(["validate", invoice, "--machines", "machines.invoice"]) == 0
@@ -106,5 +111,4 @@ def test_validate_with_machines_passes_the_invoice_machine_and_names_a_missing_i
     order = tmp_path / "order.yaml"
     order.write_text(ORDER_YAML)
     assert main(["validate", str(order), "--machines", "machines.invoice"]) == 1
-    assert "--machines has no machine with id 'order' (it has: invoice)" in \
-        capsys.readouterr().err
+    assert "--machines has no machine with id 'order' (it has: invoice)" in capsys.readouterr().err

@@ -15,9 +15,13 @@ from statecharts.loading import MAX_YAML_NODES, read_yaml
 
 RECURSIVE = "a: &a [*a]\n"  # 11 bytes: an infinite value
 RECURSIVE_DEEP = "id: m\nstates: &s\n  x:\n    states: {y: {on: {E: [*s]}}}\n"
-LAUGHS = "\n".join(
-    ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
-    + [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)]) + "\n"
+LAUGHS = (
+    "\n".join(
+        ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+        + [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    )
+    + "\n"
+)
 ADDRESS_SPACE = 1 << 29
 """512 MiB: the interpreter with the CLI's imports peaks near 40 MiB of it; the old loader
 grew its stack towards it for as long as the test let it."""
@@ -34,9 +38,14 @@ sys.exit(main(sys.argv[1:]))
 def statecharts(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``statecharts ARGS`` in a subprocess limited to ADDRESS_SPACE bytes and TIMEOUT_S."""
     try:
-        return subprocess.run([sys.executable, "-c", _BOUNDED.format(limit=ADDRESS_SPACE), *args],
-                              cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-c", _BOUNDED.format(limit=ADDRESS_SPACE), *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"statecharts {' '.join(args)} did not finish in {TIMEOUT_S} s")
 
@@ -46,8 +55,7 @@ def committed(tmp_path: Path, name: str, text: str) -> Path:
     (tmp_path / name).write_text(text)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     for command in (["init", "-q"], ["add", name], ["commit", "-q", "-m", "bomb"]):
-        subprocess.run([*git, *command], cwd=tmp_path, check=True, capture_output=True,
-                       timeout=30)
+        subprocess.run([*git, *command], cwd=tmp_path, check=True, capture_output=True, timeout=30)
     return tmp_path
 
 
@@ -60,17 +68,22 @@ COMMANDS = {
 
 
 HOSTILE = {
-    "recursive": (RECURSIVE, ["the alias *a refers to a node that contains it (a recursive "
-                              "alias)", "line 1, column 8"]),
-    "billion laughs": (LAUGHS, [f"bomb.yaml:6: aliases expand this YAML beyond {MAX_YAML_NODES} "
-                                "nodes"]),
+    "recursive": (
+        RECURSIVE,
+        ["the alias *a refers to a node that contains it (a recursive alias)", "line 1, column 8"],
+    ),
+    "billion laughs": (
+        LAUGHS,
+        [f"bomb.yaml:6: aliases expand this YAML beyond {MAX_YAML_NODES} nodes"],
+    ),
 }
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_aliases_are_refused_within_bounds_naming_the_file_by_every_command(
-        tmp_path: Path, command: str, case: str) -> None:
+    tmp_path: Path, command: str, case: str
+) -> None:
     text, messages = HOSTILE[case]
     committed(tmp_path, "bomb.yaml", text)
     result = statecharts(*COMMANDS[command]("bomb.yaml"), cwd=tmp_path)

@@ -9,11 +9,17 @@ from typing import Any
 from statecharts import Machine, create_machine
 
 IMPLEMENTATIONS: dict[str, Any] = {
-    "actors": {"chargeCard": lambda i: None, "sendMail": lambda i: None,
-               "notifyTeam": lambda i: None},
+    "actors": {
+        "chargeCard": lambda i: None,
+        "sendMail": lambda i: None,
+        "notifyTeam": lambda i: None,
+    },
     "guards": {"isPaid": lambda c, e: True, "isLarge": lambda c, e: True},
-    "actions": {"logStart": lambda c, e: None, "recordPayment": lambda c, e: None,
-                "notifyOps": lambda c, e: None},
+    "actions": {
+        "logStart": lambda c, e: None,
+        "recordPayment": lambda c, e: None,
+        "notifyOps": lambda c, e: None,
+    },
     "delays": {"paymentTimeout": 600_000},
 }
 
@@ -25,17 +31,23 @@ BASE: dict[str, Any] = {
     "states": {
         "waiting_for_payment": {
             "entry": "logStart",
-            "on": {"PAY": [{"target": "charging", "guard": "isPaid",
-                            "actions": "recordPayment"},
-                           {"target": "cancelled"}],
-                   "CANCEL": "cancelled"},
+            "on": {
+                "PAY": [
+                    {"target": "charging", "guard": "isPaid", "actions": "recordPayment"},
+                    {"target": "cancelled"},
+                ],
+                "CANCEL": "cancelled",
+            },
             "after": {"300000": "cancelled"},
         },
         "charging": {
-            "invoke": {"id": "charge", "src": "chargeCard",
-                       "retry": {"max_attempts": 3, "initial_interval": 1000,
-                                 "backoff": "fixed"},
-                       "onDone": "shipping", "onError": "failed"},
+            "invoke": {
+                "id": "charge",
+                "src": "chargeCard",
+                "retry": {"max_attempts": 3, "initial_interval": 1000, "backoff": "fixed"},
+                "onDone": "shipping",
+                "onError": "failed",
+            },
         },
         "shipping": {
             "initial": "packing",

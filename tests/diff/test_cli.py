@@ -23,13 +23,17 @@ def pair(tmp_path: Path) -> tuple[str, str]:
 
 
 def test_text_by_default_markdown_and_pictures_by_suffix(
-        pair: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pair: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["diff", *pair]) == 0
     text = capsys.readouterr().out
     assert text.startswith("order: 3 added, 1 removed, 3 changed")
     assert "  - shipping.labelling: state “Labelling” removed\n" in text
-    for suffix, starts in ((".md", "### `order`"), (".mmd", "---\ntitle: Order: what changed"),
-                           (".dot", 'digraph "order"')):
+    for suffix, starts in (
+        (".md", "### `order`"),
+        (".mmd", "---\ntitle: Order: what changed"),
+        (".dot", 'digraph "order"'),
+    ):
         out = tmp_path / f"change{suffix}"
         assert main(["diff", *pair, "-o", str(out)]) == 0
         assert out.read_text(encoding="utf-8").startswith(starts)
@@ -55,8 +59,9 @@ def test_a_rename_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "the old machine has no state 'nope'" in capsys.readouterr().err
 
 
-def test_module_and_file_sources_compare_by_names(capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_and_file_sources_compare_by_names(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The invoice module's machine (real implementations) against its own JSON file
     (placeholders): the same states, transitions and calls; only the module computes its
     context from the input, and the diff says so."""
@@ -67,8 +72,9 @@ def test_module_and_file_sources_compare_by_names(capsys: pytest.CaptureFixture[
     assert changes == ["  ~ (workflow): initial context given → computed from the input"]
 
 
-def test_bad_sources_exit_2_and_name_them(pair: tuple[str, str],
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_sources_exit_2_and_name_them(
+    pair: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["diff", pair[0], "missing.json"]) == 2
     assert "missing.json: no such machine file" in capsys.readouterr().err
     assert main(["diff", pair[0], "machines.nowhere:machine"]) == 2

@@ -34,6 +34,7 @@ def test_the_same_definition_has_no_changes() -> None:
 def test_a_description_alone_is_no_change() -> None:
     def describe(c: dict[str, Any]) -> None:
         states(c)["charging"]["description"] = "Charge the card"
+
     assert diff_of(describe).empty
 
 
@@ -41,6 +42,7 @@ def test_state_added() -> None:
     def add(c: dict[str, Any]) -> None:
         states(c)["on_hold"] = {"on": {"RESUME": "charging"}}
         states(c)["waiting_for_payment"]["on"]["HOLD"] = "on_hold"
+
     assert changes(diff_of(add)) == [
         ("added", "transition", "waiting_for_payment", "new: on hold → on_hold"),
         ("added", "state", "on_hold", "new state “On hold”"),
@@ -51,10 +53,15 @@ def test_state_removed_with_the_state_inside_it() -> None:
     def remove(c: dict[str, Any]) -> None:
         del states(c)["shipping"]["states"]["labelling"]
         states(c)["shipping"]["states"]["packing"]["on"]["PACKED"] = "done"
+
     diff = diff_of(remove)
     assert changes(diff) == [
-        ("changed", "target", "shipping.packing", "on packed: goes to shipping.labelling → "
-                                                  "shipping.done"),
+        (
+            "changed",
+            "target",
+            "shipping.packing",
+            "on packed: goes to shipping.labelling → shipping.done",
+        ),
         ("removed", "state", "shipping.labelling", "state “Labelling” removed"),
     ]
     assert diff.removed_states() == ("shipping.labelling",)
@@ -65,13 +72,19 @@ def test_state_renamed_by_a_hint_on_the_command_line() -> None:
     def rename(c: dict[str, Any]) -> None:
         states(c)["awaiting_payment"] = states(c).pop("waiting_for_payment")
         c["initial"] = "awaiting_payment"
+
     old, new = machine(BASE), machine(edited(rename))
     without = diff_machines(old, new)
-    assert ("removed", "state", "waiting_for_payment",
-            "state “Waiting for payment” removed") in changes(without)
+    assert (
+        "removed",
+        "state",
+        "waiting_for_payment",
+        "state “Waiting for payment” removed",
+    ) in changes(without)
     hinted = diff_machines(old, new, {"waiting_for_payment": "awaiting_payment"})
-    assert changes(hinted) == [("changed", "renamed", "awaiting_payment",
-                                "renamed from waiting_for_payment (hint)")]
+    assert changes(hinted) == [
+        ("changed", "renamed", "awaiting_payment", "renamed from waiting_for_payment (hint)")
+    ]
     assert hinted.matched["waiting_for_payment"] == "awaiting_payment"
     assert hinted.removed_states() == ()
 
@@ -82,11 +95,16 @@ def test_state_renamed_by_a_hint_in_the_definition() -> None:
         states(c)["aborted"] = {**moved, "meta": {"renamed_from": "cancelled"}}
         for key in ("PAY", "CANCEL"):
             on = states(c)["waiting_for_payment"]["on"]
-            on[key] = [{"target": "aborted"} if t == {"target": "cancelled"} else t
-                       for t in on[key]] if isinstance(on[key], list) else "aborted"
+            on[key] = (
+                [{"target": "aborted"} if t == {"target": "cancelled"} else t for t in on[key]]
+                if isinstance(on[key], list)
+                else "aborted"
+            )
         states(c)["waiting_for_payment"]["after"]["300000"] = "aborted"
-    assert changes(diff_of(rename)) == [("changed", "renamed", "aborted",
-                                         "renamed from cancelled (hint)")]
+
+    assert changes(diff_of(rename)) == [
+        ("changed", "renamed", "aborted", "renamed from cancelled (hint)")
+    ]
 
 
 def test_state_renamed_by_the_new_definitions_migration() -> None:
@@ -103,7 +121,7 @@ def test_state_renamed_by_the_new_definitions_migration() -> None:
 
     diff = diff_of(rename, migrations={"1": from_v1})
     assert changes(diff) == [
-        ("changed", "version", "", "version \"1\" → \"2\""),
+        ("changed", "version", "", 'version "1" → "2"'),
         ("changed", "renamed", "billing", "renamed from charging (migration from '1')"),
     ]
     assert diff.matched["charging.attempting"] == "billing.attempting"
@@ -121,8 +139,12 @@ def test_a_migration_that_moves_runs_of_a_removed_state_elsewhere() -> None:
         return data
 
     diff = diff_of(merge, migrations={"1": from_v1})
-    assert ("removed", "state", "shipping.labelling", "state “Labelling” removed; the "
-            "migration moves its runs to shipping.packing") in changes(diff)
+    assert (
+        "removed",
+        "state",
+        "shipping.labelling",
+        "state “Labelling” removed; the migration moves its runs to shipping.packing",
+    ) in changes(diff)
     assert diff.migrated_to == {"shipping.labelling": "shipping.packing"}
 
 
@@ -136,11 +158,16 @@ def test_state_moved_under_another_parent() -> None:
         on["on"]["PAY"][1]["target"] = "closed"
         on["on"]["CANCEL"] = "closed"
         on["after"]["300000"] = "closed"
+
     found = changes(diff_of(move))
     assert ("changed", "moved", "shipping.cancelled", "moved from cancelled") in found
     assert ("added", "state", "closed", "new end “Closed”") in found
-    assert ("changed", "target", "waiting_for_payment",
-            "on cancel: goes to cancelled → closed") in found
+    assert (
+        "changed",
+        "target",
+        "waiting_for_payment",
+        "on cancel: goes to cancelled → closed",
+    ) in found
 
 
 def test_transition_added_removed_and_retargeted() -> None:
@@ -149,11 +176,16 @@ def test_transition_added_removed_and_retargeted() -> None:
         del on["CANCEL"]
         on["REMIND"] = {"actions": "notifyOps"}
         states(c)["shipping"]["states"]["packing"]["on"]["PACKED"] = "done"
+
     assert changes(diff_of(edit)) == [
         ("removed", "transition", "waiting_for_payment", "on cancel → cancelled removed"),
         ("added", "transition", "waiting_for_payment", "new: on remind (stays)"),
-        ("changed", "target", "shipping.packing",
-         "on packed: goes to shipping.labelling → shipping.done"),
+        (
+            "changed",
+            "target",
+            "shipping.packing",
+            "on packed: goes to shipping.labelling → shipping.done",
+        ),
     ]
 
 
@@ -163,32 +195,51 @@ def test_guard_and_actions_changed() -> None:
         pay["guard"] = "isLarge"
         pay["actions"] = ["recordPayment", "notifyOps"]
         states(c)["waiting_for_payment"]["entry"] = []
+
     assert changes(diff_of(edit)) == [
         ("changed", "entry", "waiting_for_payment", "on entry: logStart → nothing"),
         ("changed", "guard", "waiting_for_payment", "on pay: if it is paid → if it is large"),
-        ("changed", "actions", "waiting_for_payment",
-         "on pay: then recordPayment → recordPayment, notifyOps"),
+        (
+            "changed",
+            "actions",
+            "waiting_for_payment",
+            "on pay: then recordPayment → recordPayment, notifyOps",
+        ),
     ]
 
 
 def test_retry_policy_changed_added_and_removed() -> None:
     def more(c: dict[str, Any]) -> None:
-        states(c)["charging"]["invoke"]["retry"] = {"max_attempts": 5, "initial_interval": 1000,
-                                                    "backoff": "exponential"}
+        states(c)["charging"]["invoke"]["retry"] = {
+            "max_attempts": 5,
+            "initial_interval": 1000,
+            "backoff": "exponential",
+        }
+
     assert changes(diff_of(more)) == [
-        ("changed", "retry", "charging", "retries up to 2 times → 4 times; waiting 1 s "
-                                         "between tries → 1 s, 2 s, 4 s, 8 s"),
+        (
+            "changed",
+            "retry",
+            "charging",
+            "retries up to 2 times → 4 times; waiting 1 s between tries → 1 s, 2 s, 4 s, 8 s",
+        ),
     ]
 
     def none(c: dict[str, Any]) -> None:
         del states(c)["charging"]["invoke"]["retry"]
+
     assert changes(diff_of(none)) == [
-        ("removed", "retry", "charging",
-         "retries up to 2 times, waiting 1 s between tries, retries every error → no retries"),
+        (
+            "removed",
+            "retry",
+            "charging",
+            "retries up to 2 times, waiting 1 s between tries, retries every error → no retries",
+        ),
     ]
 
     def non_retryable(c: dict[str, Any]) -> None:
         states(c)["charging"]["invoke"]["retry"]["non_retryable"] = ["CardDeclined"]
+
     assert changes(diff_of(non_retryable)) == [
         ("changed", "retry", "charging", "retries every error → never retries CardDeclined"),
     ]
@@ -197,14 +248,24 @@ def test_retry_policy_changed_added_and_removed() -> None:
 def test_a_longer_list_of_waits_is_given_whole() -> None:
     """Issue 44: 3 -> 5 tries read "waiting 2 s, 4 s → 4 s, 8 s, 16 s" (the shared "2 s," was
     said once, so the new waits looked like 4, 8, 16 s); the new waits are 2, 4, 8, 16 s."""
+
     def tries(attempts: int) -> Callable[[dict[str, Any]], None]:
         def edit(c: dict[str, Any]) -> None:
             states(c)["charging"]["invoke"]["retry"] = {
-                "max_attempts": attempts, "initial_interval": 2000, "backoff": "exponential"}
+                "max_attempts": attempts,
+                "initial_interval": 2000,
+                "backoff": "exponential",
+            }
+
         return edit
+
     assert changes(diff_machines(machine(edited(tries(3))), machine(edited(tries(5))))) == [
-        ("changed", "retry", "charging",
-         "retries up to 2 times → 4 times; waiting 2 s, 4 s → 2 s, 4 s, 8 s, 16 s"),
+        (
+            "changed",
+            "retry",
+            "charging",
+            "retries up to 2 times → 4 times; waiting 2 s, 4 s → 2 s, 4 s, 8 s, 16 s",
+        ),
     ]
 
 
@@ -214,10 +275,15 @@ def test_breaker_and_failure_class_changed() -> None:
         invoke["breaker"] = "payments"
         del invoke["onError"]
         invoke["onFinalFailure"] = "skip"
+
     assert changes(diff_of(edit)) == [
-        ("added", "breaker", "charging", "circuit breaker: none → \"payments\""),
-        ("changed", "failure class", "charging",
-         "when it still fails: onError handles it → skipped, goes on along onDone"),
+        ("added", "breaker", "charging", 'circuit breaker: none → "payments"'),
+        (
+            "changed",
+            "failure class",
+            "charging",
+            "when it still fails: onError handles it → skipped, goes on along onDone",
+        ),
         ("removed", "transition", "charging", "if charge card fails → failed removed"),
     ]
 
@@ -226,36 +292,54 @@ def test_removing_a_retry_with_its_skip_reports_that_a_failure_now_fails_the_run
     """Issue 44: the diff of dropping `retry` and `onFinalFailure: "skip"` from the mail call
     said nothing of the mail failure now failing the order; dropping only the retry keeps the
     skip (it works without a retry), so only the retry change is reported."""
+
     def skip(c: dict[str, Any]) -> None:
         invoke = states(c)["charging"]["invoke"]
         del invoke["onError"]
         invoke["onFinalFailure"] = "skip"
+
     old = machine(edited(skip))
 
     def both(c: dict[str, Any]) -> None:
         skip(c)
         invoke = states(c)["charging"]["invoke"]
         del invoke["retry"], invoke["onFinalFailure"]
+
     assert changes(diff_machines(old, machine(edited(both)))) == [
-        ("removed", "retry", "charging",
-         "retries up to 2 times, waiting 1 s between tries, retries every error → no retries"),
-        ("changed", "failure class", "charging",
-         "when it still fails: skipped, goes on along onDone → the run fails"),
+        (
+            "removed",
+            "retry",
+            "charging",
+            "retries up to 2 times, waiting 1 s between tries, retries every error → no retries",
+        ),
+        (
+            "changed",
+            "failure class",
+            "charging",
+            "when it still fails: skipped, goes on along onDone → the run fails",
+        ),
     ]
 
     def retry_only(c: dict[str, Any]) -> None:
         skip(c)
         del states(c)["charging"]["invoke"]["retry"]
-    assert [kind for _, kind, _, _ in changes(diff_machines(old, machine(edited(retry_only))))] \
-        == ["retry"]
+
+    assert [kind for _, kind, _, _ in changes(diff_machines(old, machine(edited(retry_only))))] == [
+        "retry"
+    ]
 
 
 def test_timers_changed() -> None:
     def edit(c: dict[str, Any]) -> None:
         states(c)["waiting_for_payment"]["after"] = {"paymentTimeout": "cancelled"}
+
     assert changes(diff_of(edit)) == [
-        ("changed", "timer", "waiting_for_payment",
-         "after 5 minutes → after the payment timeout (10 minutes)"),
+        (
+            "changed",
+            "timer",
+            "waiting_for_payment",
+            "after 5 minutes → after the payment timeout (10 minutes)",
+        ),
     ]
 
 
@@ -264,10 +348,11 @@ def test_error_workflow_context_and_state_type() -> None:
         c["meta"] = {"error_workflow": "order_alerts"}
         c["context"] = {"amount": 100, "currency": "EUR"}
         states(c)["cancelled"] = {"on": {"REOPEN": "waiting_for_payment"}}
+
     assert changes(diff_of(edit)) == [
-        ("added", "error workflow", "", "error workflow none → \"order_alerts\""),
+        ("added", "error workflow", "", 'error workflow none → "order_alerts"'),
         ("changed", "context", "", "context key amount starts as 0 → 100"),
-        ("added", "context", "", "context key currency added (starts as \"EUR\")"),
+        ("added", "context", "", 'context key currency added (starts as "EUR")'),
         ("removed", "context", "", "context key paid removed"),
         ("changed", "type", "cancelled", "end → state"),
         ("added", "transition", "cancelled", "new: on reopen → waiting_for_payment"),
@@ -276,9 +361,11 @@ def test_error_workflow_context_and_state_type() -> None:
 
 def test_invoke_added_and_its_work_changed() -> None:
     def edit(c: dict[str, Any]) -> None:
-        states(c)["delivered"] = {"invoke": {"id": "mail", "src": "sendMail",
-                                             "onDone": "cancelled"}}
+        states(c)["delivered"] = {
+            "invoke": {"id": "mail", "src": "sendMail", "onDone": "cancelled"}
+        }
         states(c)["charging"]["invoke"]["src"] = "notifyTeam"
+
     found = changes(diff_of(edit))
     assert ("changed", "invoke", "charging", "doing: charge card → notify team") in found
     assert ("added", "invoke", "delivered", "now does: send mail") in found
@@ -287,14 +374,24 @@ def test_invoke_added_and_its_work_changed() -> None:
 def test_transient_call_sites_and_failure_finals() -> None:
     """``transient`` (a call site's failure class) and ``failure`` (a final state that ends the
     run as failed), the "nothing stalls" issue's keys."""
+
     def edit(c: dict[str, Any]) -> None:
         states(c)["charging"]["invoke"]["transient"] = ["DatabaseError"]
         states(c)["failed"]["failure"] = "card declined"
+
     diff = diff_of(edit)
-    assert ("added", "failure class", "charging",
-            "transient failures: none → [\"DatabaseError\"]") in changes(diff)
-    assert ("changed", "failure class", "failed",
-            "ends the run as a success → a failure (card declined)") in changes(diff)
+    assert (
+        "added",
+        "failure class",
+        "charging",
+        'transient failures: none → ["DatabaseError"]',
+    ) in changes(diff)
+    assert (
+        "changed",
+        "failure class",
+        "failed",
+        "ends the run as a success → a failure (card declined)",
+    ) in changes(diff)
 
 
 def test_renames_naming_a_missing_state_are_refused() -> None:
@@ -308,6 +405,7 @@ def test_the_order_of_changes_is_fixed() -> None:
         del states(c)["cancelled"]
         states(c)["waiting_for_payment"]["on"] = {"PAY": "charging"}
         states(c)["waiting_for_payment"]["after"] = {"300000": "failed"}
+
     first = changes(diff_of(edit))
     assert first == changes(diff_of(edit))
     assert [m for m, *_ in first][-1] == "removed"  # removed states come last
@@ -316,5 +414,7 @@ def test_the_order_of_changes_is_fixed() -> None:
 def test_call_input_changed() -> None:
     def edit(c: dict[str, Any]) -> None:
         states(c)["charging"]["invoke"]["input"] = {"$context": ["amount"]}
+
     assert changes(diff_of(edit)) == [
-        ("added", "invoke", "charging", "input: none → {\"$context\":[\"amount\"]}")]
+        ("added", "invoke", "charging", 'input: none → {"$context":["amount"]}')
+    ]

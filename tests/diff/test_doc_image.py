@@ -10,6 +10,6 @@ from tests.diff.doc_image import PICTURE, reviewed
 
 def test_the_docs_picture_of_a_change_is_current() -> None:
     assert PICTURE.is_file(), "docs/img/order-change.svg is missing: python -m tests.diff.doc_image"
-    assert svg_source_hash(PICTURE.read_text(encoding="utf-8")) == \
-        source_hash(diff_dot(reviewed())), \
-        "docs/img/order-change.svg is stale: python -m tests.diff.doc_image, review, commit"
+    assert svg_source_hash(PICTURE.read_text(encoding="utf-8")) == source_hash(
+        diff_dot(reviewed())
+    ), "docs/img/order-change.svg is stale: python -m tests.diff.doc_image, review, commit"

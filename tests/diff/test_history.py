@@ -27,8 +27,13 @@ INVOICE = "machines/invoice/invoice.json"
 
 @pytest.fixture(autouse=True)
 def in_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
-    found = subprocess.run(["git", "cat-file", "-e", f"{COMMIT}^{{commit}}"], cwd=ROOT,
-                           capture_output=True, timeout=30, check=False)
+    found = subprocess.run(
+        ["git", "cat-file", "-e", f"{COMMIT}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     if found.returncode != 0:
         message = f"commit {COMMIT[:7]} is not in this clone (shallow?): history tests skipped"
         if os.environ.get("CI", "").lower() == "true":
@@ -38,7 +43,7 @@ def in_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fingerprints(path: str) -> str:
-    """"old → new" fingerprints of the file before and in COMMIT (the engine's fingerprint
+    """ "old → new" fingerprints of the file before and in COMMIT (the engine's fingerprint
     function may change; the diff only reports it)."""
     old = load_machine_for_diff(f"git:{COMMIT}^:{path}").fingerprint[:12]
     return f"{old} → {load_machine_for_diff(f'git:{COMMIT}:{path}').fingerprint[:12]}"
@@ -50,13 +55,14 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 
 def test_the_commit_that_added_the_failure_states_to_evaluate(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     status, out = run(capsys, f"git:{COMMIT}^:{EVALUATE}", f"git:{COMMIT}:{EVALUATE}")
     assert status == 0
     assert out == (
         f"followup_evaluate: 6 added, 0 removed, 2 changed (fingerprint "
         f"{fingerprints(EVALUATE)})\n"
-        "  + (workflow): error workflow none → \"followup_alerts\"\n"
+        '  + (workflow): error workflow none → "followup_alerts"\n'
         "  + (workflow): context key failure added (starts as null)\n"
         "  ~ reconciling.checking_stage_filter: when it still fails: the run fails → onError "
         "handles it\n"
@@ -65,21 +71,24 @@ def test_the_commit_that_added_the_failure_states_to_evaluate(
         "  ~ sending_notification: when it still fails: the run fails → onError handles it\n"
         "  + sending_notification: new: if send notification fails → releasing_after_failure\n"
         "  + releasing_after_failure: new state “Releasing after failure”\n"
-        "  + failing: new state “Failing”\n")
+        "  + failing: new state “Failing”\n"
+    )
 
 
 def test_the_commit_that_changed_the_invoice_retry_policy(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     status, out = run(capsys, f"git:{COMMIT}^:{INVOICE}", f"git:{COMMIT}:{INVOICE}")
     assert status == 0
-    assert out == (f"invoice: 0 added, 0 removed, 1 changed (fingerprint "
-                   f"{fingerprints(INVOICE)})\n"
-                   "  ~ sending_email: never retries CircuitOpen → retries every error\n")
+    assert out == (
+        f"invoice: 0 added, 0 removed, 1 changed (fingerprint "
+        f"{fingerprints(INVOICE)})\n"
+        "  ~ sending_email: never retries CircuitOpen → retries every error\n"
+    )
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "dot", "mermaid"])
-def test_the_same_pair_gives_the_same_bytes(capsys: pytest.CaptureFixture[str],
-                                            fmt: str) -> None:
+def test_the_same_pair_gives_the_same_bytes(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
     args = (f"git:{COMMIT}^:{EVALUATE}", f"git:{COMMIT}:{EVALUATE}", "--format", fmt)
     first, second = run(capsys, *args), run(capsys, *args)
     assert first == second and first[1]
@@ -88,9 +97,14 @@ def test_the_same_pair_gives_the_same_bytes(capsys: pytest.CaptureFixture[str],
 def test_every_change_to_a_machine_file_in_history_is_seen() -> None:
     """For each commit that modified a JSON machine under machines/, the diff with its parent
     is not empty whenever the definition's fingerprint changed."""
-    log = subprocess.run(["git", "log", "--format=%H", "--diff-filter=M", "--name-only",
-                          COMMIT, "--", "machines/"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, check=True).stdout.split("\n")
+    log = subprocess.run(
+        ["git", "log", "--format=%H", "--diff-filter=M", "--name-only", COMMIT, "--", "machines/"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split("\n")
     pairs, commit = [], None
     for line in filter(None, log):
         if len(line) == 40 and " " not in line and "/" not in line:
@@ -117,7 +131,8 @@ def test_a_revision_or_path_git_does_not_know_is_named() -> None:
 
 
 def test_diagrams_check_emits_the_diff_of_each_machine_changed_since_a_revision(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """`diagrams --check --diff-base REV`: the check as before, plus the diff of every machine
     that differs from REV. Against the parent of e069121 that is the retry policy of the
     invoice, Evaluate's new failure states, the error workflow of four machines (their
@@ -125,27 +140,31 @@ def test_diagrams_check_emits_the_diff_of_each_machine_changed_since_a_revision(
     call inputs. The working tree is compared, so later commits add changes of their own (the
     invoice's `transient` ledger calls, say): only what e069121 changed is asserted, each of it
     exactly."""
-    status = main(["diagrams", "--check", "--diff-base", f"{COMMIT}^", "--diff-out",
-                   str(tmp_path)])
+    status = main(["diagrams", "--check", "--diff-base", f"{COMMIT}^", "--diff-out", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 0  # the committed diagrams are current
     assert re.search(r"^invoice: \d+ added, \d+ removed, \d+ changed", out, re.M)
     assert "  ~ sending_email: never retries CircuitOpen → retries every error" in out
     assert "  + releasing_after_failure: new state “Releasing after failure”" in out
     assert out.count('error workflow none → "followup_alerts"') == 4
-    assert "  ~ marking: input: \"pick(workflow, run_key, now)\" → " in out  # Alerts' input grew
+    assert '  ~ marking: input: "pick(workflow, run_key, now)" → ' in out  # Alerts' input grew
     assert sorted(p.name for p in tmp_path.glob("*.md")) == [
-        "followup.followup_alerts.md", "followup.followup_enrich.md",
+        "followup.followup_alerts.md",
+        "followup.followup_enrich.md",
         "followup.followup_evaluate.md",
-        "followup.followup_register.md", "followup.followup_report.md", "invoice.md"]
+        "followup.followup_register.md",
+        "followup.followup_report.md",
+        "invoice.md",
+    ]
     invoice = (tmp_path / "invoice.md").read_text(encoding="utf-8")
-    assert "| 🟠 changed | `sending_email` | never retries CircuitOpen → retries every error |" \
+    assert (
+        "| 🟠 changed | `sending_email` | never retries CircuitOpen → retries every error |"
         in invoice
+    )
     assert "```mermaid" in invoice and "(changed)<br/>retries up to 2 times" in invoice
     assert status == main(["diagrams", "--check"])
 
 
-def test_a_base_revision_git_does_not_know_is_an_error(capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
+def test_a_base_revision_git_does_not_know_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diagrams", "--check", "--diff-base", "no-such-rev"]) == 2
     assert "no-such-rev" in capsys.readouterr().err

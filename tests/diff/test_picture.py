@@ -34,8 +34,11 @@ def test_each_change_is_marked_where_it_happened() -> None:
     retry = dot_line(dot, '"order.charging.attempting" -> "order.charging.waiting_to_retry"')
     assert f'color="{AMBER}"' in retry and "style=dashed" in retry
     assert "retries up to 2 times → 4<BR/>times" in retry
-    timer = dot_line(dot, '"order.waiting_for_payment" -> "order.cancelled" [label=<<TABLE '
-                          'BORDER="0" CELLPADDING="3" CELLSPACING="0"><TR><TD>after 15')
+    timer = dot_line(
+        dot,
+        '"order.waiting_for_payment" -> "order.cancelled" [label=<<TABLE '
+        'BORDER="0" CELLPADDING="3" CELLSPACING="0"><TR><TD>after 15',
+    )
     assert "after 5 minutes → after 15<BR/>minutes" in timer and f'color="{AMBER}"' in timer
     old_way = dot_line(dot, '"order.shipping.packing" -> "removed::order.shipping.labelling"')
     assert f'color="{RED}"' in old_way and "style=dashed" in old_way  # where it used to go
@@ -53,8 +56,7 @@ def test_the_one_key_lists_the_marks_next_to_the_chart_symbols() -> None:
     assert kinds[-3:] == ["added", "removed", "changed"]  # after issue 27's symbols
     assert "start" in kinds and "retry" in kinds
     assert diagram.error_workflow == "Order alerts"  # the new machine's facts stay drawn
-    plain = [kind for kind, _ in diff_diagram(diff_machines(machine(BASE),
-                                                            machine(BASE))).legend()]
+    plain = [kind for kind, _ in diff_diagram(diff_machines(machine(BASE), machine(BASE))).legend()]
     assert not {"added", "removed", "changed"} & set(plain)
     key = [line for line in diff_mermaid(reviewed()).splitlines() if "s_key :" in line]
     assert any("green" in line and "added" in line for line in key)

@@ -73,9 +73,11 @@ def distinct_names(actions: list[str]) -> list[str]:
     return names
 
 
-def translate_transition(source: str, transition: Mapping[str, Any],
-                         index: Mapping[str, tuple[Mapping[str, Any], str | None]]
-                         ) -> dict[str, Any]:
+def translate_transition(
+    source: str,
+    transition: Mapping[str, Any],
+    index: Mapping[str, tuple[Mapping[str, Any], str | None]],
+) -> dict[str, Any]:
     """One XState transition as a python-statemachine transition dict (see the mapping rules
     ``self_transition_atomic``, ``self_transition_compound`` and ``internal_means_no_reentry``
     in known_differences.py)."""
@@ -107,8 +109,9 @@ def translate_transition(source: str, transition: Mapping[str, Any],
     return result
 
 
-def _state(key: str, node: Mapping[str, Any], index: Mapping[str, tuple[Any, str | None]],
-           initial: bool) -> dict[str, Any]:
+def _state(
+    key: str, node: Mapping[str, Any], index: Mapping[str, tuple[Any, str | None]], initial: bool
+) -> dict[str, Any]:
     kind = _kind(node)
     state: dict[str, Any] = {"initial": initial}
     if kind == "final":
@@ -122,18 +125,23 @@ def _state(key: str, node: Mapping[str, Any], index: Mapping[str, tuple[Any, str
     children = node.get("states") or {}
     regular = {k: c for k, c in children.items() if _kind(c) != "history"}
     if regular:
-        state["states"] = {k: _state(k, c, index, kind == "parallel" or k == node.get("initial"))
-                           for k, c in regular.items()}
+        state["states"] = {
+            k: _state(k, c, index, kind == "parallel" or k == node.get("initial"))
+            for k, c in regular.items()
+        }
     history = {k: c for k, c in children.items() if _kind(c) == "history"}
     if history:
         if kind != "compound":
             raise Untranslatable("history in a parallel state")
         state["history"] = {
-            k: {"type": c.get("history", "shallow"),
+            k: {
+                "type": c.get("history", "shallow"),
                 # python-statemachine enters nothing for a history state without a default
                 # transition; XState's default is the parent's initial state
-                "transitions": [{"target": c.get("target") or node["initial"]}]}
-            for k, c in history.items()}
+                "transitions": [{"target": c.get("target") or node["initial"]}],
+            }
+            for k, c in history.items()
+        }
     on: dict[str, list[dict[str, Any]]] = {}
     for event, transitions in (node.get("on") or {}).items():
         items = transitions if isinstance(transitions, list) else [transitions]
@@ -183,12 +191,22 @@ def build_class(config: Mapping[str, Any]) -> type[StateChart]:
         return DocumentOrderEngine(self)
 
     cls = create_machine_class_from_definition(
-        "Generated", {ROOT: root}, on_enter_state=on_enter_state, on_exit_state=on_exit_state,
-        even=even, odd=odd, small=small, inc=inc, reset=reset, _get_engine=_get_engine,
-        **{f"{name}_{k}": fn for name, fn in (("inc", inc), ("reset", reset))
-           for k in range(2, 4)},
-        validate_disconnected_states=False, validate_trap_states=False,
-        validate_final_reachability=False, catch_errors_as_events=False)
+        "Generated",
+        {ROOT: root},
+        on_enter_state=on_enter_state,
+        on_exit_state=on_exit_state,
+        even=even,
+        odd=odd,
+        small=small,
+        inc=inc,
+        reset=reset,
+        _get_engine=_get_engine,
+        **{f"{name}_{k}": fn for name, fn in (("inc", inc), ("reset", reset)) for k in range(2, 4)},
+        validate_disconnected_states=False,
+        validate_trap_states=False,
+        validate_final_reachability=False,
+        catch_errors_as_events=False,
+    )
     # rule psm_document_order: number states in document (pre-)order, as SCXML defines it
     for order, state in enumerate(iterate_states(cls.states), start=1):
         state.document_order = order
@@ -202,8 +220,9 @@ class DocumentOrderEngine(SyncEngine):
 
     def _select_transitions(self, trigger_data: Any, predicate: Any) -> Any:
         enabled = OrderedSet()
-        atomic = sorted((s for s in self.sm.configuration if s.is_atomic),
-                        key=lambda s: s.document_order)
+        atomic = sorted(
+            (s for s in self.sm.configuration if s.is_atomic), key=lambda s: s.document_order
+        )
         for state in atomic:
             transition = self._first_transition_that_matches(state, trigger_data, predicate)
             if transition is not None:

@@ -30,10 +30,17 @@ MAX_STATES = int(os.environ.get("STATECHARTS_DIFFERENTIAL_MAX_STATES", "10"))
 def test_engine_agrees_with_python_statemachine(plans: bool) -> None:
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(generated=machines(max_states=MAX_STATES, max_depth=max(3, MAX_STATES // 4)),
-           events=st.lists(st.sampled_from(EVENTS), max_size=12))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=SEED is None,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(
+        generated=machines(max_states=MAX_STATES, max_depth=max(3, MAX_STATES // 4)),
+        events=st.lists(st.sampled_from(EVENTS), max_size=12),
+    )
     def run(generated: GeneratedMachine, events: list[str]) -> None:
         outcomes[compare(generated, events, plans)] += 1
 

@@ -36,15 +36,22 @@ def _actions() -> dict[str, Any]:
 
 
 def _diverges(gap: set[Any]) -> bool:
-    return any(n.history_children or any(a.type not in LOGGING for a in (*n.entry, *n.exit))
-               for n in gap)
+    return any(
+        n.history_children or any(a.type not in LOGGING for a in (*n.entry, *n.exit)) for n in gap
+    )
 
 
-@settings(max_examples=200, derandomize=True, database=None, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(generated=machines(), events=st.lists(st.sampled_from(EVENTS), max_size=10))
-def test_imported_class_behaves_like_the_class(generated: GeneratedMachine,
-                                               events: list[str]) -> None:
+def test_imported_class_behaves_like_the_class(
+    generated: GeneratedMachine, events: list[str]
+) -> None:
     cls = build_class(generated.config)
     imported = from_python_statemachine(cls, machine_id="root", context={"n": 0})
     machine = imported.create_machine(guards=GUARDS, actions=_actions())
@@ -73,10 +80,12 @@ def test_imported_class_behaves_like_the_class(generated: GeneratedMachine,
             return
         taken = [t for _, ts in trace for t in ts]
         histories = (snapshot.history_nodes, after.history_nodes)
-        if history_reenters(taken, snapshot.configuration.node_set, snapshot.history_nodes) or \
-                history_default_with_actions(taken) or \
-                _diverges(parallel_gap(taken, histories)):
+        if (
+            history_reenters(taken, snapshot.configuration.node_set, snapshot.history_nodes)
+            or history_default_with_actions(taken)
+            or _diverges(parallel_gap(taken, histories))
+        ):
             return
         original.send(event)
         snapshot = after
-        check(f"after {events[:index + 1]}")
+        check(f"after {events[: index + 1]}")

@@ -9,8 +9,9 @@ import sys
 from statecharts.cli import build_parser
 
 
-def _commands(parser: argparse.ArgumentParser, name: str
-              ) -> list[tuple[str, argparse.ArgumentParser, str | None]]:
+def _commands(
+    parser: argparse.ArgumentParser, name: str
+) -> list[tuple[str, argparse.ArgumentParser, str | None]]:
     """(full name, parser, one-line help) of every subcommand, nested."""
     found = []
     for action in parser._actions:
@@ -26,8 +27,13 @@ def _commands(parser: argparse.ArgumentParser, name: str
 def test_every_command_and_option_has_a_help_text() -> None:
     parser = build_parser()
     commands = _commands(parser, "statecharts")
-    assert {"statecharts validate", "statecharts render", "statecharts worker",
-            "statecharts runs list", "statecharts ui"} <= {name for name, _, _ in commands}
+    assert {
+        "statecharts validate",
+        "statecharts render",
+        "statecharts worker",
+        "statecharts runs list",
+        "statecharts ui",
+    } <= {name for name, _, _ in commands}
     problems = []
     for name, sub, summary in commands:
         if not summary:
@@ -38,22 +44,33 @@ def test_every_command_and_option_has_a_help_text() -> None:
             if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 continue
             if not (action.help or "").strip():
-                problems.append(f"{name}: {'/'.join(action.option_strings) or action.dest} "
-                                "has no help text")
+                problems.append(
+                    f"{name}: {'/'.join(action.option_strings) or action.dest} has no help text"
+                )
     assert not problems, "\n".join(problems)
 
 
 def test_statecharts_help_is_for_users() -> None:
-    result = subprocess.run([sys.executable, "-m", "statecharts.cli", "--help"],
-                            capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "statecharts.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     text = result.stdout
     assert text.startswith("usage: statecharts")
     assert "check and draw workflow definitions, run them durably" in text
     assert "examples:" in text and "statecharts worker --store" in text
     for developer_word in ("register(", "handler", "subparsers"):
         assert developer_word not in text, developer_word
-    worker = subprocess.run([sys.executable, "-m", "statecharts.cli", "worker", "--help"],
-                            capture_output=True, text=True, timeout=60, check=True).stdout
+    worker = subprocess.run(
+        [sys.executable, "-m", "statecharts.cli", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "--lease-ms LEASE_MS" in worker and "takes it over" in worker
 
 

@@ -25,8 +25,9 @@ def _mkdocs() -> list[str]:
         importlib.import_module("material")
         importlib.import_module("mkdocstrings_handlers.python")
     except ImportError as exc:
-        message = (f"{exc.name} is not installed: the docs site cannot be built "
-                   "(pip install -e '.[dev]')")
+        message = (
+            f"{exc.name} is not installed: the docs site cannot be built (pip install -e '.[dev]')"
+        )
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -36,8 +37,15 @@ def _mkdocs() -> list[str]:
 def _build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
     # not -q: it hides the warnings, and --strict only counts the warnings it logs
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([*_mkdocs(), "build", "--strict", "-d", str(site)], cwd=project,
-                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    return subprocess.run(
+        [*_mkdocs(), "build", "--strict", "-d", str(site)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +64,14 @@ def _inventory(site: Path) -> set[str]:
 
 
 def test_the_site_builds_strict_and_has_the_tutorial_and_topics(site: Path) -> None:
-    for page in ("index.html", "tutorial/index.html", "diagrams/index.html", "ui/index.html",
-                 "reference/statecharts/index.html", "reference/cli/index.html"):
+    for page in (
+        "index.html",
+        "tutorial/index.html",
+        "diagrams/index.html",
+        "ui/index.html",
+        "reference/statecharts/index.html",
+        "reference/cli/index.html",
+    ):
         assert (site / page).is_file(), page
     assert "your first durable workflow" in (site / "tutorial/index.html").read_text()
 
@@ -97,7 +111,8 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     for package in ("statecharts", "persistence"):
         (project / package).symlink_to(ROOT / package)
     (project / "docs" / "tutorial.md").write_text(
-        (ROOT / "docs" / "tutorial.md").read_text() + "\nSee [nowhere](no-such-page.md).\n")
+        (ROOT / "docs" / "tutorial.md").read_text() + "\nSee [nowhere](no-such-page.md).\n"
+    )
     result = _build(project, tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stdout + result.stderr

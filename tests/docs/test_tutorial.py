@@ -41,13 +41,19 @@ def test_the_page_has_the_six_steps() -> None:
     text = TUTORIAL.read_text(encoding="utf-8")
     headings = re.findall(r"^## (\d)\. (.+)$", text, re.M)
     assert [title for _, title in headings] == [
-        "Define the workflow", "Run it in memory", "Run it durably, with a worker",
-        "Deliver an event", "See it in the operator UI", "Test it with the kit"]
+        "Define the workflow",
+        "Run it in memory",
+        "Run it durably, with a worker",
+        "Deliver an event",
+        "See it in the operator UI",
+        "Test it with the kit",
+    ]
     assert len(python_steps(text)) >= 6
 
 
 def test_every_python_block_runs_and_prints_what_the_page_shows(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     steps = python_steps(TUTORIAL.read_text(encoding="utf-8"))
     first = steps[0][0]
     assert first.startswith("# signup.py\n")
@@ -72,15 +78,21 @@ def _statecharts(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     folder on the import path by itself), run in ``folder``."""
     script = Path(sys.executable).parent / "statecharts"
     command = [str(script)] if script.exists() else [shutil.which("statecharts") or "statecharts"]
-    return subprocess.run([*command, *args], cwd=folder, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [*command, *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def _the_page_commands_work(folder: Path, run_id: str) -> None:
     """The page's shell commands, on the folder the Python blocks left behind."""
     text = TUTORIAL.read_text(encoding="utf-8")
-    commands = [line for language, code in blocks(text) if language == "sh"
-                for line in code.splitlines() if line.startswith("statecharts ")]
+    commands = [
+        line
+        for language, code in blocks(text)
+        if language == "sh"
+        for line in code.splitlines()
+        if line.startswith("statecharts ")
+    ]
     assert "statecharts render signup:machine -o signup.svg" in commands
     drawn = _statecharts(folder, "render", "signup:machine", "--format", "mermaid")
     assert drawn.returncode == 0, drawn.stderr
@@ -98,7 +110,8 @@ def _the_page_commands_work(folder: Path, run_id: str) -> None:
 
 
 def test_the_saved_module_is_what_the_commands_load(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`statecharts render signup:machine` and `--machines signup` import the saved file."""
     from statecharts.render.source import load_machine_for_drawing
 

@@ -23,8 +23,11 @@ def test_the_yaml_example_is_the_page_s_block_and_passes_its_input_to_the_call()
         given.append(mail)
         return f"queued {mail['template']}"
 
-    machine = load_machine(example, actors={"sendMail": from_callable(send_mail)},
-                           actions={"rememberSent": assign({"sent": lambda c, e: e["output"]})})
+    machine = load_machine(
+        example,
+        actors={"sendMail": from_callable(send_mail)},
+        actions={"rememberSent": assign({"sent": lambda c, e: e["output"]})},
+    )
     snapshot = create_actor(machine).start().get_snapshot()
     assert given == [{"template": "welcome", "to": "ann@example.com", "cc": ["ops@example.com"]}]
     assert (snapshot.value, snapshot.context["sent"]) == ("sent", "queued welcome")

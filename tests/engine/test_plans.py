@@ -30,8 +30,9 @@ from statecharts.clock import SimulatedClock
 from statecharts.machine import Machine
 
 EXAMPLES = int(os.environ.get("STATECHARTS_PLAN_EXAMPLES", "100"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _note_if_small(context: Any, event: Any, enqueue: Any, check: Any) -> None:
@@ -40,39 +41,88 @@ def _note_if_small(context: Any, event: Any, enqueue: Any, check: Any) -> None:
 
 
 HIER: dict[str, Any] = {
-    "id": "h", "initial": "work", "context": {"n": 0},
+    "id": "h",
+    "initial": "work",
+    "context": {"n": 0},
     "states": {
-        "work": {"initial": "p", "entry": "note", "exit": "note",
-                 "on": {"leave": "idle", "inc": {"guard": "small", "actions": "inc"}},
-                 "states": {"p": {"type": "parallel", "states": {
-                     "r1": {"initial": "a", "states": {"a": {"on": {"t1": "b"}},
-                                                       "b": {"on": {"t1": "a", "t2": "#h.idle"}}}},
-                     "r2": {"initial": "c", "states": {"c": {"on": {"t2": "d"}},
-                                                       "d": {"on": {"t2": "c"}},
-                                                       "hist": {"type": "history"}}}}}}},
-        "idle": {"entry": enqueue_actions(_note_if_small), "on": {
-            "enter": "work",
-            "back": "work.p.r2.hist",
-            "inc": [{"guard": "small", "actions": "inc"}, {"actions": "note"}],
-            "dec": {"guard": state_in("#h.idle"),
-                    "actions": assign({"n": lambda c, e: c["n"] - 1})},
-            "note": {"actions": "note"},
-            "reset": {"actions": [assign({"n": 0}), raise_("note")]},
-            "finish": "end"}},
+        "work": {
+            "initial": "p",
+            "entry": "note",
+            "exit": "note",
+            "on": {"leave": "idle", "inc": {"guard": "small", "actions": "inc"}},
+            "states": {
+                "p": {
+                    "type": "parallel",
+                    "states": {
+                        "r1": {
+                            "initial": "a",
+                            "states": {
+                                "a": {"on": {"t1": "b"}},
+                                "b": {"on": {"t1": "a", "t2": "#h.idle"}},
+                            },
+                        },
+                        "r2": {
+                            "initial": "c",
+                            "states": {
+                                "c": {"on": {"t2": "d"}},
+                                "d": {"on": {"t2": "c"}},
+                                "hist": {"type": "history"},
+                            },
+                        },
+                    },
+                }
+            },
+        },
+        "idle": {
+            "entry": enqueue_actions(_note_if_small),
+            "on": {
+                "enter": "work",
+                "back": "work.p.r2.hist",
+                "inc": [{"guard": "small", "actions": "inc"}, {"actions": "note"}],
+                "dec": {
+                    "guard": state_in("#h.idle"),
+                    "actions": assign({"n": lambda c, e: c["n"] - 1}),
+                },
+                "note": {"actions": "note"},
+                "reset": {"actions": [assign({"n": 0}), raise_("note")]},
+                "finish": "end",
+            },
+        },
         "end": {"type": "final"},
     },
 }
-HIER_EVENTS = ["t1", "t2", "leave", "enter", "back", "inc", "dec", "note", "nothing", "reset",
-               "finish"]
+HIER_EVENTS = [
+    "t1",
+    "t2",
+    "leave",
+    "enter",
+    "back",
+    "inc",
+    "dec",
+    "note",
+    "nothing",
+    "reset",
+    "finish",
+]
 
 # a history state as a compound's initial state: entering the compound reads the history
 # although no transition targets the history state
 HISTORY_INITIAL: dict[str, Any] = {
-    "id": "m", "initial": "p", "states": {
-        "p": {"initial": "h", "on": {"OUT": "out"}, "states": {
-            "h": {"type": "history", "target": "b"},
-            "a": {"on": {"NEXT": "b"}}, "b": {"on": {"NEXT": "a"}}}},
-        "out": {"on": {"BACK": "p"}}}}
+    "id": "m",
+    "initial": "p",
+    "states": {
+        "p": {
+            "initial": "h",
+            "on": {"OUT": "out"},
+            "states": {
+                "h": {"type": "history", "target": "b"},
+                "a": {"on": {"NEXT": "b"}},
+                "b": {"on": {"NEXT": "a"}},
+            },
+        },
+        "out": {"on": {"BACK": "p"}},
+    },
+}
 
 
 # the forms a composed route takes (algorithm.compose_route): an unguarded transition whose
@@ -80,19 +130,45 @@ HISTORY_INITIAL: dict[str, Any] = {
 # be frozen (strings, None, lists, floats), user actions around a change of state, and eventless
 # guards after it where none may pass (the machine rests in the transient state)
 COMPOSED: dict[str, Any] = {
-    "id": "c", "initial": "idle", "context": {"n": 0, "tag": None, "items": [], "half": 0},
+    "id": "c",
+    "initial": "idle",
+    "context": {"n": 0, "tag": None, "items": [], "half": 0},
     "states": {
-        "idle": {"on": {
-            "GO": {"target": "check", "actions": ["note", assign({
-                "n": lambda c, e: c["n"] + 1, "tag": lambda c, e: e.get("tag"),
-                "items": lambda c, e: [*c["items"][-2:], {"n": c["n"]}]})]},
-            "NAME": [{"guard": "small", "actions": assign({
-                "tag": lambda c, e: "x" * (c["n"] % 3), "half": lambda c, e: c["n"] / 2})},
-                {"actions": "note"}]}},
-        "check": {"entry": "note", "exit": "note",
-                  "always": [{"guard": "even", "target": "even"},
-                             {"guard": "small", "target": "idle"}],
-                  "on": {"BACK": "idle", "NAME": {"actions": assign({"tag": None})}}},
+        "idle": {
+            "on": {
+                "GO": {
+                    "target": "check",
+                    "actions": [
+                        "note",
+                        assign(
+                            {
+                                "n": lambda c, e: c["n"] + 1,
+                                "tag": lambda c, e: e.get("tag"),
+                                "items": lambda c, e: [*c["items"][-2:], {"n": c["n"]}],
+                            }
+                        ),
+                    ],
+                },
+                "NAME": [
+                    {
+                        "guard": "small",
+                        "actions": assign(
+                            {
+                                "tag": lambda c, e: "x" * (c["n"] % 3),
+                                "half": lambda c, e: c["n"] / 2,
+                            }
+                        ),
+                    },
+                    {"actions": "note"},
+                ],
+            }
+        },
+        "check": {
+            "entry": "note",
+            "exit": "note",
+            "always": [{"guard": "even", "target": "even"}, {"guard": "small", "target": "idle"}],
+            "on": {"BACK": "idle", "NAME": {"actions": assign({"tag": None})}},
+        },
         "even": {"entry": "note", "on": {"GO": "idle"}},
     },
 }
@@ -101,14 +177,16 @@ COMPOSED: dict[str, Any] = {
 def build(name: str, plans: bool) -> Machine:
     if name == "composed":
         machine = create_machine(
-            COMPOSED, guards={"small": lambda c, e: c["n"] < 4,
-                              "even": lambda c, e: c["n"] % 2 == 0},
-            actions={"note": lambda c, e: None})
+            COMPOSED,
+            guards={"small": lambda c, e: c["n"] < 4, "even": lambda c, e: c["n"] % 2 == 0},
+            actions={"note": lambda c, e: None},
+        )
     elif name == "hier":
         machine = create_machine(
-            HIER, guards={"small": lambda c, e: c["n"] < 3},
-            actions={"inc": assign({"n": lambda c, e: c["n"] + 1}),
-                     "note": lambda c, e: None})
+            HIER,
+            guards={"small": lambda c, e: c["n"] < 3},
+            actions={"inc": assign({"n": lambda c, e: c["n"] + 1}), "note": lambda c, e: None},
+        )
     elif name == "history as initial":
         machine = create_machine(HISTORY_INITIAL)
     else:
@@ -133,8 +211,7 @@ def effects(found: tuple[Any, ...]) -> list[Any]:
 
 
 def check_invisible(name: str, events: list[Any]) -> None:
-    planned, reference, restored = (build(name, True), build(name, False),
-                                    build(name, True))
+    planned, reference, restored = (build(name, True), build(name, False), build(name, True))
     a, fa = planned.initial_transition()
     b, fb = reference.initial_transition()
     c, _ = restored.initial_transition()
@@ -148,8 +225,9 @@ def check_invisible(name: str, events: list[Any]) -> None:
         c, fc = restored.transition(restored.restore(snapshot_to_json(c)), event)
         actor.send(event)
         assert snapshot_to_json(a) == snapshot_to_json(b), f"{where}: plans change the state"
-        assert snapshot_to_json(actor.get_snapshot()) == snapshot_to_json(b), \
+        assert snapshot_to_json(actor.get_snapshot()) == snapshot_to_json(b), (
             f"{where}: an actor's routes change the state"
+        )
         assert effects(fa) == effects(fb), f"{where}: plans change the effects"
         assert snapshot_to_json(c) == snapshot_to_json(a), f"{where}: restore changes it"
         assert effects(fc) == effects(fa), f"{where}: restore changes the effects"
@@ -174,12 +252,20 @@ def test_plans_are_kept_and_reused() -> None:
         snapshot, _ = machine.transition(snapshot, event)
     assert snapshot.value == "browsing"
     kept = {c.value: sorted(t.event for t in c.plans) for c in machine.configurations}
-    assert kept == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
-                    "paid": ["CONTINUE"]}
-    routes = {c.value: sorted(kind for kind, route in c.routes.items() if route)
-              for c in machine.configurations}
-    assert routes == {"browsing": ["ADD", "CHECKOUT", "REMOVE"], "checkout": ["BACK", "PAY"],
-                      "paid": ["CONTINUE"]}
+    assert kept == {
+        "browsing": ["ADD", "CHECKOUT", "REMOVE"],
+        "checkout": ["BACK", "PAY"],
+        "paid": ["CONTINUE"],
+    }
+    routes = {
+        c.value: sorted(kind for kind, route in c.routes.items() if route)
+        for c in machine.configurations
+    }
+    assert routes == {
+        "browsing": ["ADD", "CHECKOUT", "REMOVE"],
+        "checkout": ["BACK", "PAY"],
+        "paid": ["CONTINUE"],
+    }
     reference = build("shop", False)
     snapshot, _ = reference.initial_transition()
     for event in EVENTS["shop"]:
@@ -196,8 +282,12 @@ def test_history_transitions_are_planned_afresh() -> None:
         for event in ["t2", "t1", "t2", "back"]:
             snapshot, _ = machine.transition(snapshot, event)
         assert snapshot.value == {"work": {"p": {"r1": "a", "r2": remembered}}}
-    history_plans = [t for c in machine.configurations for t in c.plans
-                     if not isinstance(t, tuple) and t.has_history_target]
+    history_plans = [
+        t
+        for c in machine.configurations
+        for t in c.plans
+        if not isinstance(t, tuple) and t.has_history_target
+    ]
     assert history_plans == []
 
 
@@ -216,8 +306,9 @@ def test_an_actor_with_plans_off_runs_the_same_actions() -> None:
     for plans in (True, False):
         impl = implementations()
         for name in ("startCall", "endCall"):
-            impl["actions"][name] = (lambda n, p: lambda c, e: calls[p].append(
-                (n, dict(c), dict(e))))(name, plans)
+            impl["actions"][name] = (
+                lambda n, p: lambda c, e: calls[p].append((n, dict(c), dict(e)))
+            )(name, plans)
         machine = create_machine(CONFIGS["invoice"], **impl)
         machine.plans = plans
         actor = create_actor(machine, clock=SimulatedClock()).start()
@@ -240,8 +331,7 @@ def test_eventless_transitions_after_a_route_are_compiled_too() -> None:
     assert pending.routes["ORDER"] is not None
     validating = next(c for c in machine.configurations if c.value == "validating")
     assert validating.eventless is not None and len(validating.eventless.choices) == 2
-    again, _ = machine.transition(machine.initial_transition()[0],
-                                  {"type": "ORDER", "amount": 0})
+    again, _ = machine.transition(machine.initial_transition()[0], {"type": "ORDER", "amount": 0})
     assert again.value == "failed"
 
 
@@ -256,8 +346,11 @@ def test_composed_routes_take_every_event_of_their_chart() -> None:
         snapshot, _ = machine.transition(snapshot, event)
         values.append(snapshot.value)
     assert values[7] == "check" and values.count("even") == 2  # n == 5 rests in check
-    routes = {c.value: sorted(kind for kind, route in c.routes.items() if route)
-              for c in machine.configurations if c.routes}
+    routes = {
+        c.value: sorted(kind for kind, route in c.routes.items() if route)
+        for c in machine.configurations
+        if c.routes
+    }
     # a configuration with eventless transitions takes its events by the full step
     assert routes == {"idle": ["GO", "NAME"], "even": ["GO"], "check": []}
     check = next(c for c in machine.configurations if c.value == "check")

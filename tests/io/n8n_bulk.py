@@ -39,8 +39,11 @@ def with_order(data: Any, order: str) -> Any:
     """``data`` with ``settings.executionOrder`` set to ``v1`` or removed (legacy)."""
     if not isinstance(data, dict):
         return data
-    settings = dict(data.get("settings") or {}) if isinstance(data.get("settings"),
-                                                               dict | type(None)) else {}
+    settings = (
+        dict(data.get("settings") or {})
+        if isinstance(data.get("settings"), dict | type(None))
+        else {}
+    )
     settings.pop("executionOrder", None)
     if order == "v1":
         settings["executionOrder"] = "v1"
@@ -84,8 +87,9 @@ def check_one(path: Path, seeds: int) -> dict[str, Any]:
                 entry["draw"] = f"import failed: {exc}"
             else:
                 entry["drawn"] = sorted(p.name for p in written if p.suffix == ".svg")
-                warnings = [line for line in notes.getvalue().splitlines()
-                            if line.startswith("warning:")]
+                warnings = [
+                    line for line in notes.getvalue().splitlines() if line.startswith("warning:")
+                ]
                 if warnings:
                     entry["draw"] = " | ".join(warnings)
         found["orders"][order] = entry
@@ -106,9 +110,13 @@ def run_isolated(path: Path, seeds: int, timeout: float) -> dict[str, Any]:
     """``check_one`` in a process of its own: a hang past ``timeout`` seconds or a dead
     process is reported, never waited for."""
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.io.n8n_bulk", "--one", str(path),
-                               "--seeds", str(seeds)], capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.io.n8n_bulk", "--one", str(path), "--seeds", str(seeds)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"hang": f"still running after {timeout:g} s"}
     lines = done.stdout.strip().splitlines()
@@ -120,8 +128,11 @@ def run_isolated(path: Path, seeds: int, timeout: float) -> dict[str, Any]:
 
 def reason(message: str) -> str:
     """A refusal's reason, without the names, paths and numbers of the one export."""
-    text = message.split(": ", 1)[-1] if message.startswith(("nodes", "connections",
-                                                              "settings")) else message
+    text = (
+        message.split(": ", 1)[-1]
+        if message.startswith(("nodes", "connections", "settings"))
+        else message
+    )
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "…", text)
     return re.sub(r"\d+", "N", text)
 
@@ -131,8 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="*", type=Path, help="folders of n8n exports")
     parser.add_argument("--seeds", type=int, default=3, help="stub seeds per workflow")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds one export may take (both orders, drawing included)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds one export may take (both orders, drawing included)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="exports checked at once")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -140,14 +155,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _child(args.one, args.seeds)
     paths = sorted(p for folder in args.folders for p in folder.rglob("*.json"))
     if not paths:
-        print("error: no *.json files under " + ", ".join(map(str, args.folders)),
-              file=sys.stderr)
+        print("error: no *.json files under " + ", ".join(map(str, args.folders)), file=sys.stderr)
         return 2
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda p: run_isolated(p, args.seeds, args.timeout), paths))
-    sections: dict[str, list[str]] = {"refused": [], "disagreeing (warned)": [],
-                                      "disagreeing (SILENT)": [], "crashed": [], "hung": [],
-                                      "drawn the simpler way or not at all": []}
+    sections: dict[str, list[str]] = {
+        "refused": [],
+        "disagreeing (warned)": [],
+        "disagreeing (SILENT)": [],
+        "crashed": [],
+        "hung": [],
+        "drawn the simpler way or not at all": [],
+    }
     reasons: Counter[str] = Counter()
     imported: Counter[str] = Counter()
     for path, found in zip(paths, results, strict=True):
@@ -166,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sections[key].append(f"{path} [{order}]: {entry['disagreement']}")
             if "draw" in entry:
                 sections["drawn the simpler way or not at all"].append(
-                    f"{path} [{order}]: {entry['draw']}")
+                    f"{path} [{order}]: {entry['draw']}"
+                )
     for title, lines in sections.items():
         if lines:
             print(f"{title}:")
@@ -175,13 +195,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("refusals by reason:")
         print("\n".join(f"  {count} x {text}" for text, count in reasons.most_common()))
     counts = {title: len(lines) for title, lines in sections.items()}
-    print(f"{len(paths)} exports, {args.seeds} seed(s), both orders: imported "
-          f"{imported['v1']} (v1) and {imported['legacy']} (legacy), {counts['refused']} "
-          f"refused, {counts['disagreeing (warned)'] + counts['disagreeing (SILENT)']} "
-          f"disagreeing ({counts['disagreeing (SILENT)']} silent), {counts['crashed']} "
-          f"crashed, {counts['hung']} hung, "
-          f"{counts['drawn the simpler way or not at all']} diagrams drawn the simpler way "
-          "or not at all")
+    print(
+        f"{len(paths)} exports, {args.seeds} seed(s), both orders: imported "
+        f"{imported['v1']} (v1) and {imported['legacy']} (legacy), {counts['refused']} "
+        f"refused, {counts['disagreeing (warned)'] + counts['disagreeing (SILENT)']} "
+        f"disagreeing ({counts['disagreeing (SILENT)']} silent), {counts['crashed']} "
+        f"crashed, {counts['hung']} hung, "
+        f"{counts['drawn the simpler way or not at all']} diagrams drawn the simpler way "
+        "or not at all"
+    )
     bad = counts["disagreeing (SILENT)"] + counts["crashed"] + counts["hung"]
     return 1 if bad else 0
 

@@ -84,9 +84,14 @@ class Stubs:
             else:
                 empty = self._roll(node, n, output) < 500
             count = 1 + self._roll(node, n, output, "count") % 3
-            result.append([] if empty else
-                          [{"json": {"node": node, "call": n, "output": output, "got": got,
-                                     "i": i}} for i in range(count)])
+            result.append(
+                []
+                if empty
+                else [
+                    {"json": {"node": node, "call": n, "output": output, "got": got, "i": i}}
+                    for i in range(count)
+                ]
+            )
         return result
 
 
@@ -101,8 +106,10 @@ class Trace:
 
 # -- the oracle ---------------------------------------------------------------------------------
 
-_NO_ITEMS_LEFT = re.compile(r"""\$(?:node\[\s*["']([^"']+)["']\s*\]|\(\s*["']([^"']+)["']\s*\))"""
-                            r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)""")
+_NO_ITEMS_LEFT = re.compile(
+    r"""\$(?:node\[\s*["']([^"']+)["']\s*\]|\(\s*["']([^"']+)["']\s*\))"""
+    r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)"""
+)
 
 
 class _Workflow:
@@ -115,8 +122,7 @@ class _Workflow:
         self.graph = build_graph(self.workflow)
         self.nodes = {n.name: n for n in self.workflow.nodes}
         self.v1 = (order or self.workflow.execution_order) == "v1"
-        skip = {n for n, k in self.graph.kinds.items()
-                if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
+        skip = {n for n, k in self.graph.kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
         # Workflow.__getConnectionsByDestination: by source in the export's order, by output
         self.by_source: dict[str, dict[int, list[tuple[str, int]]]] = {}
         self.by_destination: dict[str, dict[int, list[tuple[str, int]]]] = {}
@@ -124,9 +130,11 @@ class _Workflow:
             if wire.kind != "main" or wire.source in skip or wire.target in skip:
                 continue
             self.by_source.setdefault(wire.source, {}).setdefault(wire.output, []).append(
-                (wire.target, wire.input))
+                (wire.target, wire.input)
+            )
             self.by_destination.setdefault(wire.target, {}).setdefault(wire.input, []).append(
-                (wire.source, wire.output))
+                (wire.source, wire.output)
+            )
 
     def number_of_inputs(self, name: str) -> int:
         """``connectionsByDestinationNode[name].main.length``."""
@@ -170,12 +178,17 @@ class _Workflow:
 def _keys(names: Any) -> list[str]:
     """JavaScript's ``Object.keys`` order: array-index keys ascending, then insertion order."""
     names = list(names)
-    numeric = [n for n in names if n.isdigit() and str(int(n)) == n and int(n) < 2 ** 32 - 1]
+    numeric = [n for n in names if n.isdigit() and str(int(n)) == n and int(n) < 2**32 - 1]
     return sorted(numeric, key=int) + [n for n in names if n not in numeric]
 
 
-def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] | None = None,
-            order: str | None = None) -> Trace:
+def n8n_run(
+    data: Any,
+    start: str | None,
+    stubs: Stubs,
+    start_nodes: list[str] | None = None,
+    order: str | None = None,
+) -> Trace:
     """Run export ``data`` from trigger ``start`` (or, ``start`` None, from ``start_nodes``
     with one empty item each) as n8n's ``WorkflowExecute.processRunExecutionData`` would, in
     the export's execution order (or ``order``: ``"v1"``/``"legacy"``)."""
@@ -194,13 +207,13 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
     def incoming_is_empty(connections: list[tuple[str, int]], run_index: int) -> bool:
         for source, output in connections:
             runs = run_data.get(source, [])
-            if run_index < len(runs) and output < len(runs[run_index]) and \
-                    runs[run_index][output]:
+            if run_index < len(runs) and output < len(runs[run_index]) and runs[run_index][output]:
                 return False
         return True
 
-    def add_node(target: str, index: int, output: int, parent: str, outputs: list[Items],
-                 run_index: int) -> None:
+    def add_node(
+        target: str, index: int, output: int, parent: str, outputs: list[Items], run_index: int
+    ) -> None:
         """``addNodeToBeExecuted``."""
         if wf.number_of_inputs(target) > 1:
             was_waiting = target in waiting
@@ -208,28 +221,31 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
             slot = next((k for k in sorted(rounds) if rounds[k]["main"][index] is None), None)
             if slot is None:
                 slot = len(rounds)
-                rounds[slot] = {"main": [None] * wf.number_of_inputs(target),
-                                "source": [None] * wf.number_of_inputs(target)}
+                rounds[slot] = {
+                    "main": [None] * wf.number_of_inputs(target),
+                    "source": [None] * wf.number_of_inputs(target),
+                }
             rounds[slot]["main"][index] = outputs[output]
             rounds[slot]["source"][index] = parent
             if all(got is not None for got in rounds[slot]["main"]):
-                enqueue({"node": target, "main": rounds[slot]["main"],
-                         "source": rounds[slot]["source"]})
+                enqueue(
+                    {"node": target, "main": rounds[slot]["main"], "source": rounds[slot]["source"]}
+                )
                 del rounds[slot]
                 if not rounds:
                     del waiting[target]
                 return
             if was_waiting or wf.v1:
                 return
-            siblings = [t for targets in wf.by_source.get(parent, {}).values()
-                        for t, _ in targets]
+            siblings = [t for targets in wf.by_source.get(parent, {}).values() for t, _ in targets]
             for input_index in range(wf.number_of_inputs(target)):
                 for source, _ in wf.by_destination[target].get(input_index, []):
                     if source == parent:
                         continue
                     on_stack = [item["node"] for item in stack]
                     if source in siblings and not incoming_is_empty(
-                            wf.by_destination.get(source, {}).get(0, []), run_index):
+                        wf.by_destination.get(source, {}).get(0, []), run_index
+                    ):
                         continue
                     if source in on_stack or source in run_data:
                         continue
@@ -246,13 +262,13 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
                         if name in run_data:
                             break
                         to_add = name
-                    if to_add is not None and parent in wf.parents(to_add) and \
-                            not outputs[output]:
+                    if to_add is not None and parent in wf.parents(to_add) and not outputs[output]:
                         to_add = None
                     if to_add is None:
                         continue
                     if to_add not in wf.by_destination or incoming_is_empty(
-                            wf.by_destination[to_add].get(0, []), run_index):
+                        wf.by_destination[to_add].get(0, []), run_index
+                    ):
                         enqueue({"node": to_add, "main": [[{"json": {}}]], "source": [parent]})
             return
         enqueue({"node": target, "main": [outputs[output]], "source": [parent]})
@@ -274,16 +290,18 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
             first = sorted(waiting[name], key=str)[0]
             main = waiting[name][first]["main"]
             have = [k for k, got in enumerate(main) if got is not None]
-            if (isinstance(required, list) and not all(k in have for k in required)) or \
-                    (isinstance(required, int) and len(have) < required):
+            if (isinstance(required, list) and not all(k in have for k in required)) or (
+                isinstance(required, int) and len(have) < required
+            ):
                 i += 1
                 continue
             task = [got if got is not None else [] for got in main]
             added = any(task)
             if added:
                 task += [[] for _ in range(_declared_inputs(node) - len(task))]
-                stack.append({"node": name, "main": task,
-                              "source": list(waiting[name][first]["source"])})
+                stack.append(
+                    {"node": name, "main": task, "source": list(waiting[name][first]["source"])}
+                )
             del waiting[name][first]
             if not waiting[name]:
                 del waiting[name]
@@ -303,18 +321,19 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
             below = wf.children(item["node"])
             for k, got in enumerate(main):
                 previous = item["source"][k] if k < len(item["source"]) else None
-                if got and previous is not None and (previous == item["node"] or
-                                                     previous in below):
+                if got and previous is not None and (previous == item["node"] or previous in below):
                     chosen = got
                     break
         return chosen or None
 
     def schedule(name: str, outputs: list[Items], run_index: int) -> None:
         """After a node ran: the targets of its outputs, v1 sorted top-left first."""
-        chosen = [(output, target, index) for output, targets in
-                  sorted(wf.by_source.get(name, {}).items()) for target, index in targets
-                  if output < len(outputs) and
-                  (outputs[output] or (index > 0 and not wf.v1))]
+        chosen = [
+            (output, target, index)
+            for output, targets in sorted(wf.by_source.get(name, {}).items())
+            for target, index in targets
+            if output < len(outputs) and (outputs[output] or (index > 0 and not wf.v1))
+        ]
         if wf.v1:
             chosen = _v8_sort(chosen, lambda c: wf.nodes[c[1]].position)
         for output, target, index in chosen:
@@ -325,7 +344,7 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
         schedule(start, [[{"json": {}}]], 0)
     else:
         roots = start_nodes or []
-        for name in (_v8_sort(roots, lambda n: wf.nodes[n].position) if wf.v1 else roots):
+        for name in _v8_sort(roots, lambda n: wf.nodes[n].position) if wf.v1 else roots:
             enqueue({"node": name, "main": [[{"json": {}}]], "source": [None]})
     runs = 0
     while stack:
@@ -339,15 +358,21 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
         main = item["main"]
         try:
             if node.disabled:  # handleDisabledNode
-                outputs: list[Items] | None = [main[0]] if main and main[0] is not None \
-                    else None
+                outputs: list[Items] | None = [main[0]] if main and main[0] is not None else None
             elif input_data(item) is None:
                 outputs = None
             else:
                 if node.execute_once:  # handleExecuteOnce
                     main = [got[:1] for got in main]
-                outputs = _execute(node, wf.graph.kinds[name], main, wf.number_of_inputs(name),
-                                   stubs, memory, wf.graph.wires.get(name, []))
+                outputs = _execute(
+                    node,
+                    wf.graph.kinds[name],
+                    main,
+                    wf.number_of_inputs(name),
+                    stubs,
+                    memory,
+                    wf.graph.wires.get(name, []),
+                )
             if node.always_output_data and not (outputs and outputs[0]):
                 # ensureAlwaysOutputData, after runNode, also when it returned null
                 outputs = [[{"json": {}}], *(outputs or [[]])[1:]]
@@ -362,11 +387,13 @@ def n8n_run(data: Any, start: str | None, stubs: Stubs, start_nodes: list[str] |
             if node.execute_once:
                 first = first[:1]
             if mode == "continueRegularOutput":
-                outputs = [[{"json": {"error": str(exc)}} for _ in first]] + \
-                    [[] for _ in range(width - 1)]
+                outputs = [[{"json": {"error": str(exc)}} for _ in first]] + [
+                    [] for _ in range(width - 1)
+                ]
             else:  # handleNodeErrorOutput: the paired input item's fields, then `error`
-                outputs = [[] for _ in range(width)] + \
-                    [[{"json": {**got.get("json", {}), "error": str(exc)}} for got in first]]
+                outputs = [[] for _ in range(width)] + [
+                    [{"json": {**got.get("json", {}), "error": str(exc)}} for got in first]
+                ]
         except NodeStops:
             return Trace(stubs.calls, "error")
         if outputs is None:
@@ -398,8 +425,7 @@ def _declared_inputs(node: Any) -> int:
     if node.type == "n8n-nodes-base.merge":
         if node.type_version >= 3:
             number = node.parameters.get("numberInputs", 2)
-            return int(number) if isinstance(number, int) and not isinstance(number, bool) \
-                else 2
+            return int(number) if isinstance(number, int) and not isinstance(number, bool) else 2
         return 2
     return 1
 
@@ -410,9 +436,15 @@ def _regular_count(node: Any, wires: list[tuple[int, str, int]]) -> int:
     return len(regular_outputs(node, width - 1 if error and width >= 2 else width).names)
 
 
-def _execute(node: Any, kind: Kind, inputs: list[Items], slots: int, stubs: Stubs,
-             memory: dict[str, dict[str, Any]], wires: list[tuple[int, str, int]]
-             ) -> list[Items] | None:
+def _execute(
+    node: Any,
+    kind: Kind,
+    inputs: list[Items],
+    slots: int,
+    stubs: Stubs,
+    memory: dict[str, dict[str, Any]],
+    wires: list[tuple[int, str, int]],
+) -> list[Items] | None:
     first = list(inputs[0]) if inputs and inputs[0] is not None else []
     width = _regular_count(node, wires)
     error_slot: list[Items] = [[]] if nk.error_mode(node) == "continueErrorOutput" else []
@@ -454,8 +486,9 @@ def _asks_no_items_left(node: Any) -> str | None:
     return loop
 
 
-def _split_in_batches(node: Any, items: Items, memory: dict[str, dict[str, Any]]
-                      ) -> list[Items] | None:
+def _split_in_batches(
+    node: Any, items: Items, memory: dict[str, dict[str, Any]]
+) -> list[Items] | None:
     """n8n's SplitInBatches V1/V2/V3 ``execute`` (nodes/SplitInBatches/v1..v3): a new start
     only when its context holds no items yet or ``options.reset`` is true (never again once
     done); V1 returns null once no batch is left."""
@@ -516,12 +549,13 @@ def _v8_sort(items: list[Any], position: Callable[[Any], tuple[float, float]]) -
                 right = mid
             else:
                 left = mid + 1
-        a[left + 1:start + 1] = a[left:start]
+        a[left + 1 : start + 1] = a[left:start]
         a[left] = pivot
     return a
 
 
 # -- the imported machine on the engine ----------------------------------------------------------
+
 
 def stub_machine(result: N8nImport, stubs: Stubs, widths: dict[str, int]) -> Any:
     """The imported primary machine with every node actor (and fire-and-forget action)
@@ -537,9 +571,13 @@ def stub_machine(result: N8nImport, stubs: Stubs, widths: dict[str, int]) -> Any
             impls["actions"][impl.name] = _recording_action(stubs, impl.node or impl.name)
         if impl.kind == "delay":
             impls["delays"][impl.name] = lambda context, event: 1000
-    return create_machine(machine_config(result.config), guards=impls["guards"],
-                          actions=impls["actions"], actors=impls["actors"],
-                          delays=impls["delays"])
+    return create_machine(
+        machine_config(result.config),
+        guards=impls["guards"],
+        actions=impls["actions"],
+        actors=impls["actors"],
+        delays=impls["delays"],
+    )
 
 
 def widths_of(data: Any) -> dict[str, int]:
@@ -548,8 +586,9 @@ def widths_of(data: Any) -> dict[str, int]:
     return {n.name: _regular_count(n, graph.wires.get(n.name, [])) for n in graph.workflow.nodes}
 
 
-def machine_run(result: N8nImport, event: str | None, stubs: Stubs,
-                widths: dict[str, int]) -> Trace:
+def machine_run(
+    result: N8nImport, event: str | None, stubs: Stubs, widths: dict[str, int]
+) -> Trace:
     """Run the imported primary machine: send ``event`` (None: it starts at once), fire its
     timers and answer its waits, with every node actor calling ``stubs``."""
     machine = stub_machine(result, stubs, widths)
@@ -592,6 +631,7 @@ def _actor(stubs: Stubs, node: str, outputs: int, multi: bool) -> Callable[[Any]
 def _recording_action(stubs: Stubs, node: str) -> Callable[..., None]:
     def record(context: Any, event: Any, **params: Any) -> None:
         from statecharts.io.n8n.execution import current
+
         entry = current(context)
         stubs.call(node, [list(entry[1][0]) if entry and entry[1] else []], 0)
 
@@ -625,16 +665,21 @@ def compare(data: Any, result: N8nImport, seed: int) -> list[str]:
 def _difference(expected: Trace, actual: Trace) -> str | None:
     for i, (want, got) in enumerate(zip(expected.calls, actual.calls, strict=False)):
         if want != got:
-            return (f"call {i}: n8n runs {want[0]!r} with {_count(want)} items, the machine "
-                    f"{got[0]!r} with {_count(got)}")
+            return (
+                f"call {i}: n8n runs {want[0]!r} with {_count(want)} items, the machine "
+                f"{got[0]!r} with {_count(got)}"
+            )
     shorter = min((expected, actual), key=lambda trace: len(trace.calls))
     if len(expected.calls) != len(actual.calls) and shorter.status != "budget":
         # a side cut by its budget (the oracle after 4 * BUDGET node runs, most of which
         # called nothing) did not end there: the other going on is no difference
-        extra = (expected.calls if len(expected.calls) > len(actual.calls) else
-                 actual.calls)[min(len(expected.calls), len(actual.calls))]
-        return (f"n8n makes {len(expected.calls)} calls ({expected.status}), the machine "
-                f"{len(actual.calls)} ({actual.status}); first extra: {extra[0]!r}")
+        extra = (expected.calls if len(expected.calls) > len(actual.calls) else actual.calls)[
+            min(len(expected.calls), len(actual.calls))
+        ]
+        return (
+            f"n8n makes {len(expected.calls)} calls ({expected.status}), the machine "
+            f"{len(actual.calls)} ({actual.status}); first extra: {extra[0]!r}"
+        )
     if expected.status != actual.status and "budget" not in (expected.status, actual.status):
         return f"n8n ends {expected.status}, the machine {actual.status}"
     return None
@@ -644,23 +689,28 @@ def _count(call: Call) -> str:
     return "+".join(str(len(items)) for items in call[1])
 
 
-def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None,
-                                                          list[str] | None]]:
+def entries(result: N8nImport, graph: Any) -> list[tuple[str | None, str | None, list[str] | None]]:
     """(event, trigger node, start nodes) for every way the primary machine starts; which
     nodes a run started by hand begins at is read from the machine's start transition."""
     config = result.config
     initial = config["states"][config["initial"]]
     found: list[tuple[str | None, str | None, list[str] | None]] = []
-    triggers = {m.how.split("event ")[1].split(" ")[0]: m.node for m in result.nodes
-                if m.how.startswith("trigger: event ")}
+    triggers = {
+        m.how.split("event ")[1].split(" ")[0]: m.node
+        for m in result.nodes
+        if m.how.startswith("trigger: event ")
+    }
     for event, leave in (initial.get("on") or {}).items():
         if event in triggers:
             found.append((event, triggers[event], None))
         else:
             found.append((event, None, _start_nodes(config, leave[-1]["actions"][0])))
     if not found and "entry" in initial:
-        error_triggers = [m.node for m in result.nodes if m.how.startswith(
-            ("Error Trigger", "sub-workflow trigger"))]
+        error_triggers = [
+            m.node
+            for m in result.nodes
+            if m.how.startswith(("Error Trigger", "sub-workflow trigger"))
+        ]
         if error_triggers:
             found.append((None, error_triggers[0], None))
         else:

@@ -18,26 +18,39 @@ class Run:
     got; an actor not listed passes its items on (a router: all of them to output 0).
     ``failing`` maps an actor to how many times it fails first (-1: always)."""
 
-    def __init__(self, result: N8nImport, outputs: dict[str, Any] | None = None,
-                 failing: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        result: N8nImport,
+        outputs: dict[str, Any] | None = None,
+        failing: dict[str, int] | None = None,
+    ) -> None:
         self.calls: list[tuple[str, int]] = []
         self.inputs: dict[str, list[Any]] = {}
         self.clock = SimulatedClock()
         impls = placeholder_implementations(result)
         outputs = outputs or {}
         failing = dict(failing or {})
-        routers = {i.name for i in result.implementations
-                   if i.kind == "actor" and (i.signature or "").endswith("|list[Items]")}
+        routers = {
+            i.name
+            for i in result.implementations
+            if i.kind == "actor" and (i.signature or "").endswith("|list[Items]")
+        }
         for name in [n for n in impls["actors"] if n not in PROVIDED["actors"]]:
-            impls["actors"][name] = self._actor(name, outputs.get(name, _PASS), failing,
-                                                name in routers)
-        machine = create_machine(machine_config(result.config), guards=impls["guards"],
-                                 actions=impls["actions"], actors=impls["actors"],
-                                 delays=impls["delays"])
+            impls["actors"][name] = self._actor(
+                name, outputs.get(name, _PASS), failing, name in routers
+            )
+        machine = create_machine(
+            machine_config(result.config),
+            guards=impls["guards"],
+            actions=impls["actions"],
+            actors=impls["actors"],
+            delays=impls["delays"],
+        )
         self.actor: Actor = create_actor(machine, clock=self.clock).start()
 
-    def _actor(self, name: str, output: Any, failing: dict[str, int],
-               router: bool) -> Callable[[Any], Any]:
+    def _actor(
+        self, name: str, output: Any, failing: dict[str, int], router: bool
+    ) -> Callable[[Any], Any]:
         def work(data: Any) -> Any:
             self.calls.append((name, self.clock.now()))
             self.inputs.setdefault(name, []).append(data)
@@ -68,6 +81,7 @@ def items(*values: dict[str, Any]) -> list[dict[str, Any]]:
 
 def to_output(index: int, count: int = 2) -> Callable[[Any], Any]:
     """A router actor sending every item it gets to output ``index`` of ``count``."""
+
     def route(data: Any) -> Any:
         result: list[Any] = [[] for _ in range(count)]
         result[index] = data

@@ -17,9 +17,14 @@ from tests.io.n8n_corpus import CORPUS, corpus_files, corpus_path
 
 
 def _cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n",
-                           *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "statecharts.io.n8n.cli", "n8n", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_import_writes_config_skeleton_and_report(tmp_path: Path) -> None:
@@ -28,15 +33,22 @@ def test_import_writes_config_skeleton_and_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     assert {Path(line).name for line in done.stdout.split()} >= {
-        "rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md"}
+        "rest_sync.json",
+        "rest_sync_impl.py",
+        "rest_sync_report.md",
+    }
     config = json.loads((out / "rest_sync.json").read_text())
     assert config["id"] == "rest_sync"
 
     report = (out / "rest_sync_report.md").read_text()
     assert "**7 nodes** on the canvas (plus 6 sticky notes" in report
     assert re.search(r"\*\*12 states\*\* in machine `rest_sync`, of which \*\*6 hidden", report)
-    for state in ("fetch_api_records.attempting", "fetch_api_records.waiting_to_retry",
-                  "fetch_api_records_failed", "waiting_for_trigger"):
+    for state in (
+        "fetch_api_records.attempting",
+        "fetch_api_records.waiting_to_retry",
+        "fetch_api_records_failed",
+        "waiting_for_trigger",
+    ):
         assert f"| `{state}` |" in report
     assert "| Fetch API Records |" in report
 
@@ -50,8 +62,14 @@ def test_import_writes_config_skeleton_and_report(tmp_path: Path) -> None:
         "except NotImplementedError as exc:\n"
         "    print('stub:', exc)\n"
     )
-    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
-                         cwd=out, timeout=120, check=False)
+    ran = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        cwd=out,
+        timeout=120,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("rest_sync [")
     assert "'fetch_api_records'" in ran.stdout and "'n8n_stop_and_error'" in ran.stdout
@@ -64,9 +82,14 @@ def test_import_with_an_error_trigger_writes_the_error_machine_too(tmp_path: Pat
     [error_file] = tmp_path.glob("*_error.json")
     assert json.loads(error_file.read_text())["initial"] == "starting"
     module = next(tmp_path.glob("*_impl.py")).stem
-    ran = subprocess.run([sys.executable, "-c", f"import {module} as m; "
-                          "print(m.error_machine().id)"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120, check=False)
+    ran = subprocess.run(
+        [sys.executable, "-c", f"import {module} as m; print(m.error_machine().id)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip().endswith("_error")
 
@@ -81,7 +104,7 @@ def test_import_of_a_malformed_workflow_names_the_path(tmp_path: Path) -> None:
     assert "nodes[4].name: expected a non-empty string" in done.stderr
     assert not (tmp_path / "out").exists()
     broken = tmp_path / "broken.json"
-    broken.write_text("{\"nodes\": [")
+    broken.write_text('{"nodes": [')
     done = _cli("import", broken, "-o", tmp_path / "out")
     assert done.returncode == 2 and "not valid JSON" in done.stderr
 
@@ -170,21 +193,52 @@ def _with_failing_dot(tmp_path: Path, fallback: str) -> dict[str, str]:
 
 
 def _import_with(env: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n", "import",
-                           str(corpus_path("enescingoz__Other_Integrations")), "-o", str(out),
-                           "--name", "rest_sync"], capture_output=True, text=True,
-                          timeout=120, check=False, env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statecharts.io.n8n.cli",
+            "n8n",
+            "import",
+            str(corpus_path("enescingoz__Other_Integrations")),
+            "-o",
+            str(out),
+            "--name",
+            "rest_sync",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
-                    reason="statecharts.render (the diagram renderer) is not here")
-@pytest.mark.parametrize(("fallback", "said", "svg"), [
-    ("-Kneato", "Graphviz could not lay the diagram out (Error: trouble in init_rank); drawn "
-     "with the simpler layout -Kneato -Goverlap=false instead", True),
-    ("", "not written, Graphviz could not lay the diagram out (Error: trouble in init_rank), "
-     "nor with a simpler layout", False)], ids=["neato renders", "nothing renders"])
-def test_a_graphviz_failure_never_loses_the_import(tmp_path: Path, fallback: str, said: str,
-                                                   svg: bool) -> None:
+@pytest.mark.skipif(
+    importlib.util.find_spec("statecharts.render") is None,
+    reason="statecharts.render (the diagram renderer) is not here",
+)
+@pytest.mark.parametrize(
+    ("fallback", "said", "svg"),
+    [
+        (
+            "-Kneato",
+            "Graphviz could not lay the diagram out (Error: trouble in init_rank); drawn "
+            "with the simpler layout -Kneato -Goverlap=false instead",
+            True,
+        ),
+        (
+            "",
+            "not written, Graphviz could not lay the diagram out (Error: trouble in init_rank), "
+            "nor with a simpler layout",
+            False,
+        ),
+    ],
+    ids=["neato renders", "nothing renders"],
+)
+def test_a_graphviz_failure_never_loses_the_import(
+    tmp_path: Path, fallback: str, said: str, svg: bool
+) -> None:
     # before: RuntimeError "dot failed (1): Error: trouble in init_rank" out of the import,
     # a traceback and no file written
     done = _import_with(_with_failing_dot(tmp_path, fallback), tmp_path / "out")
@@ -192,8 +246,12 @@ def test_a_graphviz_failure_never_loses_the_import(tmp_path: Path, fallback: str
     assert "Traceback" not in done.stderr
     assert f"warning: rest_sync.svg: {said}" in done.stderr
     names = {p.name for p in (tmp_path / "out").iterdir()}
-    assert names == {"rest_sync.json", "rest_sync_impl.py", "rest_sync_report.md",
-                     "rest_sync.mmd"} | ({"rest_sync.svg"} if svg else set())
+    assert names == {
+        "rest_sync.json",
+        "rest_sync_impl.py",
+        "rest_sync_report.md",
+        "rest_sync.mmd",
+    } | ({"rest_sync.svg"} if svg else set())
     if svg:
         assert "drawn by -Kneato" in (tmp_path / "out" / "rest_sync.svg").read_text()
 
@@ -201,18 +259,41 @@ def test_a_graphviz_failure_never_loses_the_import(tmp_path: Path, fallback: str
 def test_the_skeleton_loads_with_machines_as_written_and_a_run_starts(tmp_path: Path) -> None:
     # before: the skeleton had only machine(); `--machines rest_sync_impl` found no Machine
     out = tmp_path / "flows"
-    assert _cli("import", corpus_path("enescingoz__Other_Integrations"), "-o", out,
-                "--name", "rest_sync").returncode == 0
+    assert (
+        _cli(
+            "import",
+            corpus_path("enescingoz__Other_Integrations"),
+            "-o",
+            out,
+            "--name",
+            "rest_sync",
+        ).returncode
+        == 0
+    )
     store = f"sqlite:///{tmp_path / 'runs.db'}"
 
     def statecharts(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "statecharts.cli", *args],
-                              capture_output=True, text=True, cwd=out, timeout=120,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "statecharts.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=out,
+            timeout=120,
+            check=False,
+        )
 
     assert statecharts("db", "upgrade", "--store", store).returncode == 0
-    started = statecharts("runs", "start", "rest_sync", "--store", store, "--machines",
-                          "rest_sync_impl", "--key", "demo-1")
+    started = statecharts(
+        "runs",
+        "start",
+        "rest_sync",
+        "--store",
+        store,
+        "--machines",
+        "rest_sync_impl",
+        "--key",
+        "demo-1",
+    )
     assert started.returncode == 0, started.stderr
     assert started.stdout.split()[1:4] == ["started", "active", "waiting_for_trigger"]
 
@@ -257,8 +338,10 @@ CANNOT_RANK = """digraph "w" {
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None or
-                    not _dot_version(), reason="needs statecharts.render and Graphviz")
+@pytest.mark.skipif(
+    importlib.util.find_spec("statecharts.render") is None or not _dot_version(),
+    reason="needs statecharts.render and Graphviz",
+)
 def test_a_dot_that_makes_the_real_dot_fail_is_drawn_the_simpler_way() -> None:
     # the real dot, no stand-in: before, this RuntimeError ("dot failed (1): Error: trouble
     # in init_rank") came out of `n8n import` and no file was written
@@ -269,21 +352,29 @@ def test_a_dot_that_makes_the_real_dot_fail_is_drawn_the_simpler_way() -> None:
 
     dot = shutil.which("dot")
     assert dot is not None
-    probe = subprocess.run([dot, "-Tsvg"], input=CANNOT_RANK, capture_output=True, text=True,
-                           timeout=60, check=False)
+    probe = subprocess.run(
+        [dot, "-Tsvg"], input=CANNOT_RANK, capture_output=True, text=True, timeout=60, check=False
+    )
     if probe.returncode == 0:
-        pytest.skip(f"this Graphviz ({_dot_version().strip()}) lays the DOT out; 2.43, the "
-                    "version Debian installs, cannot")
+        pytest.skip(
+            f"this Graphviz ({_dot_version().strip()}) lays the DOT out; 2.43, the "
+            "version Debian installs, cannot"
+        )
     drawn, note = svg_of_dot(render, CANNOT_RANK, "w.svg")
     assert drawn is not None and "<svg" in drawn and ">save<" in drawn
-    assert note == ("warning: w.svg: Graphviz could not lay the diagram out (Error: trouble "
-                    "in init_rank); drawn with the simpler layout -Kneato -Goverlap=false "
-                    "instead")
+    assert note == (
+        "warning: w.svg: Graphviz could not lay the diagram out (Error: trouble "
+        "in init_rank); drawn with the simpler layout -Kneato -Goverlap=false "
+        "instead"
+    )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None or
-                    not corpus_files() or not _dot_version(),
-                    reason="needs statecharts.render, the shared corpus and Graphviz")
+@pytest.mark.skipif(
+    importlib.util.find_spec("statecharts.render") is None
+    or not corpus_files()
+    or not _dot_version(),
+    reason="needs statecharts.render, the shared corpus and Graphviz",
+)
 def test_real_exports_graphviz_243_could_not_rank_are_drawn(tmp_path: Path) -> None:
     # zie619 Webhook_1897 (v1) and Splitout_1437 (legacy: its executionOrder removed, as
     # `make n8n-faithful` checks it): Graphviz 2.43 (Debian's) stopped with "trouble in
@@ -294,8 +385,10 @@ def test_real_exports_graphviz_243_could_not_rank_are_drawn(tmp_path: Path) -> N
 
     from tests.io.n8n_corpus import MORE
 
-    for pattern, legacy in (("zie619__Webhook_1897_*.json", False),
-                            ("zie619__Splitout_1437_*.json", True)):
+    for pattern, legacy in (
+        ("zie619__Webhook_1897_*.json", False),
+        ("zie619__Splitout_1437_*.json", True),
+    ):
         source = next(MORE.glob(pattern), None)
         if source is None:
             pytest.skip(f"{pattern} is not in {MORE}")
@@ -307,8 +400,12 @@ def test_real_exports_graphviz_243_could_not_rank_are_drawn(tmp_path: Path) -> N
         done = _cli("import", path, "-o", tmp_path / source.stem, "--name", "w")
         assert done.returncode == 0, done.stderr
         assert "warning" not in done.stderr  # drawn by dot as it is
-        assert (tmp_path / source.stem / "w.svg").read_text().lstrip().startswith(
-            ("<?xml", "<!--", "<svg"))
+        assert (
+            (tmp_path / source.stem / "w.svg")
+            .read_text()
+            .lstrip()
+            .startswith(("<?xml", "<!--", "<svg"))
+        )
 
 
 COLUMNS_FAIL_DOT = """#!/bin/sh
@@ -321,10 +418,11 @@ echo '<svg xmlns="http://www.w3.org/2000/svg"><text>one column</text></svg>'
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
-                    reason="statecharts.render (the diagram renderer) is not here")
-def test_a_chart_dot_cannot_wrap_into_columns_is_drawn_by_dot_in_one_column(
-        tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    importlib.util.find_spec("statecharts.render") is None,
+    reason="statecharts.render (the diagram renderer) is not here",
+)
+def test_a_chart_dot_cannot_wrap_into_columns_is_drawn_by_dot_in_one_column(tmp_path: Path) -> None:
     # Code_0182 is deep enough to wrap into columns; dot on one strip keeps its ranks, which
     # neato (the next fallback) does not
     import os
@@ -334,11 +432,28 @@ def test_a_chart_dot_cannot_wrap_into_columns_is_drawn_by_dot_in_one_column(
     (folder / "dot").write_text(COLUMNS_FAIL_DOT)
     (folder / "dot").chmod(0o755)
     env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run([sys.executable, "-m", "statecharts.io.n8n.cli", "n8n", "import",
-                           str(corpus_path("zie619__Code_0182")), "-o", str(tmp_path / "out"),
-                           "--name", "w"], capture_output=True, text=True, timeout=120,
-                          check=False, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statecharts.io.n8n.cli",
+            "n8n",
+            "import",
+            str(corpus_path("zie619__Code_0182")),
+            "-o",
+            str(tmp_path / "out"),
+            "--name",
+            "w",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
-    assert "warning: w.svg: Graphviz could not lay the diagram out (Error: trouble in " \
+    assert (
+        "warning: w.svg: Graphviz could not lay the diagram out (Error: trouble in "
         "init_rank); drawn in one column instead" in done.stderr
+    )
     assert "one column" in (tmp_path / "out" / "w.svg").read_text()

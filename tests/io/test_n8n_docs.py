@@ -22,7 +22,7 @@ def _section(title: str) -> str:
     text = DOC.read_text(encoding="utf-8")
     start = text.index(title)
     end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else len(text)]
+    return text[start : end if end != -1 else len(text)]
 
 
 def _column(table_text: str, column: int) -> list[str]:
@@ -32,18 +32,23 @@ def _column(table_text: str, column: int) -> list[str]:
 
 def test_before_lists_the_workflows_nodes() -> None:
     before = _section("### Before: the canvas")
-    table = before[before.index("| # |"):before.index("\n\nWires")]
-    nodes = [n["name"] for n in corpus_data(WALKTHROUGH)["nodes"]
-             if n["type"] != "n8n-nodes-base.stickyNote"]
+    table = before[before.index("| # |") : before.index("\n\nWires")]
+    nodes = [
+        n["name"]
+        for n in corpus_data(WALKTHROUGH)["nodes"]
+        if n["type"] != "n8n-nodes-base.stickyNote"
+    ]
     assert _column(table, 1) == nodes
 
 
 def test_walkthrough_hidden_states_and_counts_match_the_import() -> None:
     result = imported(WALKTHROUGH)
     walk = _section("### The walk")
-    assert f"become **{result.state_count} states, {len(result.hidden_states)} of them " \
+    assert (
+        f"become **{result.state_count} states, {len(result.hidden_states)} of them "
         "hidden**" in walk
-    table = walk[walk.index("| hidden state |"):]
+    )
+    table = walk[walk.index("| hidden state |") :]
     assert _column(table, 0) == [h.state for h in result.hidden_states]
     assert _column(table, 1) == [h.kind for h in result.hidden_states]
 
@@ -52,8 +57,7 @@ def test_walkthrough_hidden_states_and_counts_match_the_import() -> None:
 def test_corpus_totals_in_the_doc_match_the_corpus() -> None:
     results = [from_n8n(corpus_data(p.name[:-5]), "w") for p in corpus_files()]
     kinds = _section("## Hidden-state kinds")
-    numbers = re.search(r"counts (\d+) nodes becoming\s+(\d+) states, (\d+) of them hidden",
-                        kinds)
+    numbers = re.search(r"counts (\d+) nodes becoming\s+(\d+) states, (\d+) of them hidden", kinds)
     assert numbers is not None, f"no totals sentence in {DOC} (corpus at {CORPUS})"
     assert int(numbers[1]) == sum(r.node_count for r in results)
     assert int(numbers[2]) == sum(r.state_count for r in results)
@@ -61,17 +65,20 @@ def test_corpus_totals_in_the_doc_match_the_corpus() -> None:
     assert f"and {sum(r.error_machine is not None for r in results)} error machines" in kinds
 
 
-@pytest.mark.skipif(importlib.util.find_spec("statecharts.render") is None,
-                    reason="statecharts.render (the diagram renderer) is not here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("statecharts.render") is None,
+    reason="statecharts.render (the diagram renderer) is not here",
+)
 def test_the_after_diagram_is_the_renderers_current_output() -> None:
     render = importlib.import_module("statecharts.render")
     result = from_n8n(corpus_data(WALKTHROUGH), "resilient_rest_api_sync")
     machine, _ = build_machines(result)
     after = _section("### After: the statechart")
-    shown = after[after.index("```mermaid\n") + 11:after.index("```\n\nThe config")]
+    shown = after[after.index("```mermaid\n") + 11 : after.index("```\n\nThe config")]
     assert shown == render.to_mermaid(machine).rstrip("\n") + "\n", (
         "docs/n8n.md shows an old diagram: paste the .mmd written by `statecharts n8n "
-        f"import {corpus_path(WALKTHROUGH)} -o OUT --name resilient_rest_api_sync`")
+        f"import {corpus_path(WALKTHROUGH)} -o OUT --name resilient_rest_api_sync`"
+    )
 
 
 def test_the_node_output_table_is_the_importers_table() -> None:
@@ -103,17 +110,27 @@ def test_the_durable_run_recipe_runs_as_written(tmp_path: Path) -> None:
 
     section = _section("### Running it durably")
     blocks = re.findall(r"```(\w+)\n(.*?)```\n", section, flags=re.S)
-    shell = [shlex.split(line, comments=True) for kind, text in blocks if kind == "sh"
-             for line in text.splitlines()]
+    shell = [
+        shlex.split(line, comments=True)
+        for kind, text in blocks
+        if kind == "sh"
+        for line in text.splitlines()
+    ]
     [code] = [text for kind, text in blocks if kind == "python"]
     (tmp_path / "workflow.json").write_text(json.dumps(corpus_data(WALKTHROUGH)))
     env = {k: v for k, v in os.environ.items() if k != "STATECHARTS_STORE"}
     cwd, worker, listed = tmp_path, None, ""
 
     def statecharts(args: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "statecharts.cli", *args], cwd=cwd,
-                              env=env, capture_output=True, text=True, timeout=120,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "statecharts.cli", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     try:
         for words in shell:
@@ -129,9 +146,13 @@ def test_the_durable_run_recipe_runs_as_written(tmp_path: Path) -> None:
                 worker.terminate()
                 assert worker.wait(timeout=60) == 0
             elif words[-1] == "&":
-                worker = subprocess.Popen([sys.executable, "-m", "statecharts.cli", *words[1:-1]],
-                                          cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL)
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "statecharts.cli", *words[1:-1]],
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             elif words[1:3] == ["runs", "list"]:
                 for _ in range(240):  # "after a moment": the worker's first step
                     listed = statecharts(words[1:]).stdout
@@ -147,8 +168,12 @@ def test_the_durable_run_recipe_runs_as_written(tmp_path: Path) -> None:
                     for function in code.strip().split("\n\n\n"):
                         name = re.match(r"def (\w+)", function)
                         assert name is not None and f"def {name[1]}(" in text
-                        text = re.sub(rf"def {name[1]}\(.*?(?=\n\n\n)", lambda _, f=function:
-                                      f.strip(), text, flags=re.S)
+                        text = re.sub(
+                            rf"def {name[1]}\(.*?(?=\n\n\n)",
+                            lambda _, f=function: f.strip(),
+                            text,
+                            flags=re.S,
+                        )
                     assert "NotImplementedError(" not in text
                     impl.write_text(text)
     finally:

@@ -17,15 +17,18 @@ from statecharts.io.n8n import from_n8n
 from tests.io.n8n_corpus import corpus_data
 from tests.io.n8n_oracle import Stubs, n8n_run, stub_machine, widths_of
 
-WORKFLOWS = [("zie619__Code_0182", "Schedule Trigger", "SCHEDULE_TRIGGER"),
-             ("zie619__Form_0633", "Waitlist Form", "WAITLIST_FORM"),
-             ("enescingoz__Other_Integrations", "Run Demo", "RUN_DEMO")]
+WORKFLOWS = [
+    ("zie619__Code_0182", "Schedule Trigger", "SCHEDULE_TRIGGER"),
+    ("zie619__Form_0633", "Waitlist Form", "WAITLIST_FORM"),
+    ("enescingoz__Other_Integrations", "Run Demo", "RUN_DEMO"),
+]
 
 
 @pytest.mark.parametrize("name, trigger, event", WORKFLOWS, ids=[w[0] for w in WORKFLOWS])
 @pytest.mark.parametrize("seed", [0, 3])
-def test_durable_run_calls_the_nodes_n8n_calls(tmp_path: Path, name: str, trigger: str,
-                                               event: str, seed: int) -> None:
+def test_durable_run_calls_the_nodes_n8n_calls(
+    tmp_path: Path, name: str, trigger: str, event: str, seed: int
+) -> None:
     data = corpus_data(name)
     result = from_n8n(data, "w")
     expected = n8n_run(data, trigger, Stubs(seed))
@@ -71,17 +74,22 @@ def _endless(name: str) -> Any:
     return getattr(oracle_tests, f"_{name}")()
 
 
-@pytest.mark.parametrize("name, nodes", [
-    # a disabled Loop Over Items wired to itself passes the same items round for ever in n8n
-    # (before: the engine's InfiniteLoopError failed the run, its snapshot left in 'set')
-    ("disabled", "'Loop'"),
-    # the loop leaves a Merge one more round waiting per visit (n8n: for ever, its memory
-    # growing; before: each route slower than the last, for more than 25 minutes)
-    ("merge_fed_loop", "'Loop'"),
-    # Wait (1 s) -> No Operation -> Wait (before: one timer after another, for ever)
-    ("waiting_loop", "'Wait', 'Pass'")])
+@pytest.mark.parametrize(
+    "name, nodes",
+    [
+        # a disabled Loop Over Items wired to itself passes the same items round for ever in n8n
+        # (before: the engine's InfiniteLoopError failed the run, its snapshot left in 'set')
+        ("disabled", "'Loop'"),
+        # the loop leaves a Merge one more round waiting per visit (n8n: for ever, its memory
+        # growing; before: each route slower than the last, for more than 25 minutes)
+        ("merge_fed_loop", "'Loop'"),
+        # Wait (1 s) -> No Operation -> Wait (before: one timer after another, for ever)
+        ("waiting_loop", "'Wait', 'Pass'"),
+    ],
+)
 def test_a_loop_n8n_would_run_for_ever_fails_the_durable_run_and_nothing_stalls(
-        tmp_path: Path, name: str, nodes: str) -> None:
+    tmp_path: Path, name: str, nodes: str
+) -> None:
     # on the runtime the run fails in 'loops_forever', saying why, within a few timers; Set
     # is called once, and the worker is left with nothing (no run, no timer)
     data = _endless(name)

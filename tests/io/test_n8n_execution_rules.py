@@ -26,18 +26,29 @@ Items = list[dict[str, Any]]
 ORDERS = ("v1", "legacy")
 
 
-def export(nodes: list[tuple[str, str, tuple[float, float], dict[str, Any]]],
-           wires: list[tuple[str, int, str, int]], order: str) -> dict[str, Any]:
+def export(
+    nodes: list[tuple[str, str, tuple[float, float], dict[str, Any]]],
+    wires: list[tuple[str, int, str, int]],
+    order: str,
+) -> dict[str, Any]:
     """An export: nodes as (name, type, position, extra node fields); wires as (from, output,
     to, input), written in this order."""
     built = []
     for name, kind, position, extra in nodes:
-        node = {"name": name, "type": kind if "." in kind else f"n8n-nodes-base.{kind}",
-                "typeVersion": 1, "position": list(position), "parameters": {}}
+        node = {
+            "name": name,
+            "type": kind if "." in kind else f"n8n-nodes-base.{kind}",
+            "typeVersion": 1,
+            "position": list(position),
+            "parameters": {},
+        }
         node.update(extra)
         built.append(node)
-    return {"nodes": built, "connections": connections(wires),
-            "settings": {"executionOrder": "v1"} if order == "v1" else {}}
+    return {
+        "nodes": built,
+        "connections": connections(wires),
+        "settings": {"executionOrder": "v1"} if order == "v1" else {},
+    }
 
 
 def item(**fields: Any) -> dict[str, Any]:
@@ -61,8 +72,9 @@ class Script(Stubs):
         return (result + [[] for _ in range(outputs)])[:outputs] if outputs else []
 
 
-def run(data: dict[str, Any], answers: dict[str, Callable[[list[Items], int], list[Items]]]
-        ) -> tuple[list[tuple[str, list[Items]]], str]:
+def run(
+    data: dict[str, Any], answers: dict[str, Callable[[list[Items], int], list[Items]]]
+) -> tuple[list[tuple[str, list[Items]]], str]:
     """The machine's calls and end, checked against the oracle's on the same answers."""
     result = from_n8n(data, "w")
     trace = machine_run(result, "GO", Script(answers), widths_of(data))
@@ -80,6 +92,7 @@ GO = ("Go", "manualTrigger", (0, 0), {})
 
 # -- 1. a waiting Merge is skipped while one of its upstream nodes still waits -------------------
 
+
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_merge_waits_while_a_merge_upstream_of_it_still_waits(order: str) -> None:
     """Go -> If; If true -> M1[0] and M2[1]; If false -> M1[1]; M1 -> M2[0]; M2 -> After.
@@ -92,20 +105,44 @@ def test_a_merge_waits_while_a_merge_upstream_of_it_still_waits(order: str) -> N
     empty false output to M1's input 1 (``connectionData.index > 0 &&
     isLegacyExecutionOrder``), which completes M1 at once; the calls are the same. Before,
     the machine released M2 first and M2 and After ran twice."""
-    data = export([GO, ("If", "if", (200, 0), {}), ("M1", "merge", (400, 0), {}),
-                   ("M2", "merge", (600, 100), {}), ("After", "set", (800, 100), {})],
-                  [("Go", 0, "If", 0), ("If", 0, "M1", 0), ("If", 0, "M2", 1),
-                   ("If", 1, "M1", 1), ("M1", 0, "M2", 0), ("M2", 0, "After", 0)], order)
+    data = export(
+        [
+            GO,
+            ("If", "if", (200, 0), {}),
+            ("M1", "merge", (400, 0), {}),
+            ("M2", "merge", (600, 100), {}),
+            ("After", "set", (800, 100), {}),
+        ],
+        [
+            ("Go", 0, "If", 0),
+            ("If", 0, "M1", 0),
+            ("If", 0, "M2", 1),
+            ("If", 1, "M1", 1),
+            ("M1", 0, "M2", 0),
+            ("M2", 0, "After", 0),
+        ],
+        order,
+    )
     x, m1 = item(x=1), item(by="M1")
-    calls, status = run(data, {"If": lambda inputs, n: [[x], []],
-                               "M1": lambda inputs, n: [[m1]],
-                               "M2": lambda inputs, n: [inputs[0] + inputs[1]]})
-    assert calls == [("If", [[item()]]), ("M1", [[x], []]), ("M2", [[m1], [x]]),
-                     ("After", [[m1, x]])]
+    calls, status = run(
+        data,
+        {
+            "If": lambda inputs, n: [[x], []],
+            "M1": lambda inputs, n: [[m1]],
+            "M2": lambda inputs, n: [inputs[0] + inputs[1]],
+        },
+    )
+    assert calls == [
+        ("If", [[item()]]),
+        ("M1", [[x], []]),
+        ("M2", [[m1], [x]]),
+        ("After", [[m1, x]]),
+    ]
     assert status == "done"
 
 
 # -- 2. Loop Over Items never restarts once done (n8n issue #23670) ------------------------------
+
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_an_inner_loop_once_done_skips_every_later_round_of_the_outer_loop(order: str) -> None:
@@ -121,16 +158,30 @@ def test_an_inner_loop_once_done_skips_every_later_round_of_the_outer_loop(order
     import follows production and says so. Before, the inner loop restarted and Body ran
     twice."""
     loop = {"typeVersion": 3, "parameters": {"batchSize": 1}}
-    data = export([GO, ("Items", "set", (200, 0), {}),
-                   ("Outer", "splitInBatches", (400, 0), loop),
-                   ("Inner", "splitInBatches", (600, 0), loop), ("Body", "set", (800, 0), {}),
-                   ("End", "set", (600, -200), {})],
-                  [("Go", 0, "Items", 0), ("Items", 0, "Outer", 0), ("Outer", 1, "Inner", 0),
-                   ("Outer", 0, "End", 0), ("Inner", 1, "Body", 0), ("Inner", 0, "Outer", 0),
-                   ("Body", 0, "Inner", 0)], order)
+    data = export(
+        [
+            GO,
+            ("Items", "set", (200, 0), {}),
+            ("Outer", "splitInBatches", (400, 0), loop),
+            ("Inner", "splitInBatches", (600, 0), loop),
+            ("Body", "set", (800, 0), {}),
+            ("End", "set", (600, -200), {}),
+        ],
+        [
+            ("Go", 0, "Items", 0),
+            ("Items", 0, "Outer", 0),
+            ("Outer", 1, "Inner", 0),
+            ("Outer", 0, "End", 0),
+            ("Inner", 1, "Body", 0),
+            ("Inner", 0, "Outer", 0),
+            ("Body", 0, "Inner", 0),
+        ],
+        order,
+    )
     a, b, a2 = item(id="a"), item(id="b"), item(id="a'")
-    calls, status = run(data, {"Items": lambda inputs, n: [[a, b]],
-                               "Body": lambda inputs, n: [[a2]]})
+    calls, status = run(
+        data, {"Items": lambda inputs, n: [[a, b]], "Body": lambda inputs, n: [[a2]]}
+    )
     assert calls == [("Items", [[item()]]), ("Body", [[a]]), ("End", [[a2, a2, b]])]
     assert status == "done"
     decisions = " ".join(from_n8n(data, "w").decisions)
@@ -139,6 +190,7 @@ def test_an_inner_loop_once_done_skips_every_later_round_of_the_outer_loop(order
 
 
 # -- 3. the option reset re-initialises the loop on every visit ---------------------------------
+
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_loop_with_reset_starts_again_from_the_items_of_every_visit(order: str) -> None:
@@ -149,44 +201,76 @@ def test_a_loop_with_reset_starts_again_from_the_items_of_every_visit(order: str
     Poll returns items and ends when it returns none (an output with no items adds no node).
     Before, the option was ignored: the second visit found no batch left, sent the one item
     on done and the workflow polled once."""
-    data = export([GO, ("Start", "set", (200, 0), {}),
-                   ("Poll loop", "splitInBatches", (400, 0),
-                    {"typeVersion": 3, "parameters": {"batchSize": 1,
-                                                      "options": {"reset": True}}}),
-                   ("Poll", "httpRequest", (600, 0), {})],
-                  [("Go", 0, "Start", 0), ("Start", 0, "Poll loop", 0),
-                   ("Poll loop", 1, "Poll", 0), ("Poll", 0, "Poll loop", 0)], order)
+    data = export(
+        [
+            GO,
+            ("Start", "set", (200, 0), {}),
+            (
+                "Poll loop",
+                "splitInBatches",
+                (400, 0),
+                {"typeVersion": 3, "parameters": {"batchSize": 1, "options": {"reset": True}}},
+            ),
+            ("Poll", "httpRequest", (600, 0), {}),
+        ],
+        [
+            ("Go", 0, "Start", 0),
+            ("Start", 0, "Poll loop", 0),
+            ("Poll loop", 1, "Poll", 0),
+            ("Poll", 0, "Poll loop", 0),
+        ],
+        order,
+    )
     s = item(page=0)
     pages = [[item(page=1)], [item(page=2)], []]
-    calls, status = run(data, {"Start": lambda inputs, n: [[s]],
-                               "Poll": lambda inputs, n: [pages[n]]})
-    assert calls == [("Start", [[item()]]), ("Poll", [[s]]), ("Poll", [pages[0]]),
-                     ("Poll", [pages[1]])]
+    calls, status = run(
+        data, {"Start": lambda inputs, n: [[s]], "Poll": lambda inputs, n: [pages[n]]}
+    )
+    assert calls == [
+        ("Start", [[item()]]),
+        ("Poll", [[s]]),
+        ("Poll", [pages[0]]),
+        ("Poll", [pages[1]]),
+    ]
     assert status == "done"
 
 
 def test_a_reset_written_as_an_expression_is_left_to_the_user_by_name() -> None:
-    data = export([GO, ("Poll loop", "splitInBatches", (400, 0),
-                        {"typeVersion": 3,
-                         "parameters": {"options": {"reset": "={{ $json.again }}"}}}),
-                   ("Poll", "httpRequest", (600, 0), {})],
-                  [("Go", 0, "Poll loop", 0), ("Poll loop", 1, "Poll", 0),
-                   ("Poll", 0, "Poll loop", 0)], "v1")
+    data = export(
+        [
+            GO,
+            (
+                "Poll loop",
+                "splitInBatches",
+                (400, 0),
+                {"typeVersion": 3, "parameters": {"options": {"reset": "={{ $json.again }}"}}},
+            ),
+            ("Poll", "httpRequest", (600, 0), {}),
+        ],
+        [("Go", 0, "Poll loop", 0), ("Poll loop", 1, "Poll", 0), ("Poll", 0, "Poll loop", 0)],
+        "v1",
+    )
     [decision] = [d for d in from_n8n(data, "w").decisions if "reset" in d]
     assert decision.startswith("'Poll loop': its option reset is an n8n expression")
 
 
 # -- 4. executeOnce hands the node only the first item ------------------------------------------
 
+
 @pytest.mark.parametrize("order", ORDERS)
 def test_execute_once_hands_the_node_only_the_first_item(order: str) -> None:
     """Go -> Items -> Once (executeOnce) -> After. ``runNode`` calls ``handleExecuteOnce``,
     which keeps ``input.slice(0, 1)`` of every input. Before, Once got all three items."""
-    data = export([GO, ("Items", "set", (200, 0), {}),
-                   ("Once", "httpRequest", (400, 0), {"executeOnce": True}),
-                   ("After", "set", (600, 0), {})],
-                  [("Go", 0, "Items", 0), ("Items", 0, "Once", 0), ("Once", 0, "After", 0)],
-                  order)
+    data = export(
+        [
+            GO,
+            ("Items", "set", (200, 0), {}),
+            ("Once", "httpRequest", (400, 0), {"executeOnce": True}),
+            ("After", "set", (600, 0), {}),
+        ],
+        [("Go", 0, "Items", 0), ("Items", 0, "Once", 0), ("Once", 0, "After", 0)],
+        order,
+    )
     three = [item(i=0), item(i=1), item(i=2)]
     calls, status = run(data, {"Items": lambda inputs, n: [three]})
     assert calls == [("Items", [[item()]]), ("Once", [three[:1]]), ("After", [three[:1]])]
@@ -196,6 +280,7 @@ def test_execute_once_hands_the_node_only_the_first_item(order: str) -> None:
 
 
 # -- 5. a failure continuing on the error output keeps the input item's fields -------------------
+
 
 def _fails(inputs: list[Items], n: int) -> list[Items]:
     raise StubFailure("quota exceeded")
@@ -209,44 +294,76 @@ def test_an_error_output_item_keeps_the_input_items_fields_beside_the_error(orde
     ``{json: {error}}`` paired with that item; ``handleNodeErrorOutput`` moves it to the error
     output as ``{...pairedItem.json, ...item.json}``: the input's fields with ``error``
     beside them, one per input item. Before, Handle got one item holding only the error."""
-    data = export([GO, ("Items", "set", (200, 0), {}),
-                   ("Call", "httpRequest", (400, 0), {"onError": "continueErrorOutput"}),
-                   ("Ok", "set", (600, 0), {}), ("Handle", "set", (600, 200), {})],
-                  [("Go", 0, "Items", 0), ("Items", 0, "Call", 0), ("Call", 0, "Ok", 0),
-                   ("Call", 1, "Handle", 0)], order)
+    data = export(
+        [
+            GO,
+            ("Items", "set", (200, 0), {}),
+            ("Call", "httpRequest", (400, 0), {"onError": "continueErrorOutput"}),
+            ("Ok", "set", (600, 0), {}),
+            ("Handle", "set", (600, 200), {}),
+        ],
+        [
+            ("Go", 0, "Items", 0),
+            ("Items", 0, "Call", 0),
+            ("Call", 0, "Ok", 0),
+            ("Call", 1, "Handle", 0),
+        ],
+        order,
+    )
     two = [item(id=1), item(id=2)]
     calls, status = run(data, {"Items": lambda inputs, n: [two], "Call": _fails})
-    assert calls == [("Items", [[item()]]), ("Call", [two]),
-                     ("Handle", [[item(id=1, error="quota exceeded"),
-                                  item(id=2, error="quota exceeded")]])]
+    assert calls == [
+        ("Items", [[item()]]),
+        ("Call", [two]),
+        ("Handle", [[item(id=1, error="quota exceeded"), item(id=2, error="quota exceeded")]]),
+    ]
     assert status == "done"
 
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_failure_continuing_on_the_regular_output_sends_one_error_item_per_item(
-        order: str) -> None:
+    order: str,
+) -> None:
     """The same with ``continueRegularOutput``: the node's own ``{json: {error}}`` items go
     down output 0 unchanged (``handleNodeErrorOutput`` only runs for the error output); with
     ``executeOnce`` the node saw, and failed, one item."""
-    data = export([GO, ("Items", "set", (200, 0), {}),
-                   ("Call", "httpRequest", (400, 0), {"onError": "continueRegularOutput"}),
-                   ("Once", "httpRequest", (400, 200),
-                    {"onError": "continueRegularOutput", "executeOnce": True}),
-                   ("Ok", "set", (600, 0), {})],
-                  [("Go", 0, "Items", 0), ("Items", 0, "Call", 0), ("Items", 0, "Once", 0),
-                   ("Call", 0, "Ok", 0), ("Once", 0, "Ok", 0)], order)
+    data = export(
+        [
+            GO,
+            ("Items", "set", (200, 0), {}),
+            ("Call", "httpRequest", (400, 0), {"onError": "continueRegularOutput"}),
+            (
+                "Once",
+                "httpRequest",
+                (400, 200),
+                {"onError": "continueRegularOutput", "executeOnce": True},
+            ),
+            ("Ok", "set", (600, 0), {}),
+        ],
+        [
+            ("Go", 0, "Items", 0),
+            ("Items", 0, "Call", 0),
+            ("Items", 0, "Once", 0),
+            ("Call", 0, "Ok", 0),
+            ("Once", 0, "Ok", 0),
+        ],
+        order,
+    )
     two = [item(id=1), item(id=2)]
     calls, _ = run(data, {"Items": lambda inputs, n: [two], "Call": _fails, "Once": _fails})
     error = item(error="quota exceeded")
     # v1: Call is higher on the canvas, so it and its Ok run first (depth first); legacy:
     # Call, Once, then the two Ok runs (breadth first) - the same order of Ok's runs
-    assert [(name, inputs) for name, inputs in calls if name != "Items"] == [
-        ("Call", [two]), ("Ok", [[error, error]]), ("Once", [two[:1]]), ("Ok", [[error]])
-    ] if order == "v1" else [
-        ("Call", [two]), ("Once", [two[:1]]), ("Ok", [[error, error]]), ("Ok", [[error]])]
+    assert (
+        [(name, inputs) for name, inputs in calls if name != "Items"]
+        == [("Call", [two]), ("Ok", [[error, error]]), ("Once", [two[:1]]), ("Ok", [[error]])]
+        if order == "v1"
+        else [("Call", [two]), ("Once", [two[:1]]), ("Ok", [[error, error]]), ("Ok", [[error]])]
+    )
 
 
 # -- 6. a finished v1 loop returns nothing: no waiting Merge is released -------------------------
+
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_finished_v1_loop_returns_nothing_and_releases_no_waiting_merge(order: str) -> None:
@@ -259,26 +376,44 @@ def test_a_finished_v1_loop_returns_nothing_and_releases_no_waiting_merge(order:
     ends: M and After never run. Legacy: the empty false output is added to M's input 1
     (``index > 0``), so M runs at once with ``[[x], []]``, breadth first between the loop's
     steps. Before, v1 released M once the loop ended."""
-    data = export([GO, ("If", "if", (200, 0), {}), ("M", "merge", (400, 0), {}),
-                   ("Loop", "splitInBatches", (400, 200),
-                    {"parameters": {"batchSize": 1}}),
-                   ("Body", "set", (600, 200), {}), ("After", "set", (600, 0), {})],
-                  [("Go", 0, "If", 0), ("If", 0, "M", 0), ("If", 0, "Loop", 0),
-                   ("If", 1, "M", 1), ("Loop", 0, "Body", 0), ("Body", 0, "Loop", 0),
-                   ("M", 0, "After", 0)], order)
+    data = export(
+        [
+            GO,
+            ("If", "if", (200, 0), {}),
+            ("M", "merge", (400, 0), {}),
+            ("Loop", "splitInBatches", (400, 200), {"parameters": {"batchSize": 1}}),
+            ("Body", "set", (600, 200), {}),
+            ("After", "set", (600, 0), {}),
+        ],
+        [
+            ("Go", 0, "If", 0),
+            ("If", 0, "M", 0),
+            ("If", 0, "Loop", 0),
+            ("If", 1, "M", 1),
+            ("Loop", 0, "Body", 0),
+            ("Body", 0, "Loop", 0),
+            ("M", 0, "After", 0),
+        ],
+        order,
+    )
     x, body = item(x=1), item(by="Body")
-    calls, status = run(data, {"If": lambda inputs, n: [[x], []],
-                               "Body": lambda inputs, n: [[body]],
-                               "M": lambda inputs, n: [inputs[0] + inputs[1]]})
+    calls, status = run(
+        data,
+        {
+            "If": lambda inputs, n: [[x], []],
+            "Body": lambda inputs, n: [[body]],
+            "M": lambda inputs, n: [inputs[0] + inputs[1]],
+        },
+    )
     if order == "v1":
         assert calls == [("If", [[item()]]), ("Body", [[x]])]
     else:
-        assert calls == [("If", [[item()]]), ("M", [[x], []]), ("Body", [[x]]),
-                         ("After", [[x]])]
+        assert calls == [("If", [[item()]]), ("M", [[x], []]), ("Body", [[x]]), ("After", [[x]])]
     assert status == "done"
 
 
 # -- the legacy order runs a Merge's missing parents ---------------------------------------------
+
 
 def test_the_legacy_order_runs_the_parent_of_a_merges_other_input_with_an_empty_item() -> None:
     """Go -> If; If true -> T -> M[0]; If false -> F -> M[1]; M -> After, legacy order.
@@ -287,23 +422,43 @@ def test_the_legacy_order_runs_the_parent_of_a_merges_other_input_with_an_empty_
     at M's other input: F did not run and is not on the stack, its parent If ran but sent F
     nothing (``incomingConnectionIsEmpty``), so F is added with one empty item; M then runs
     with both. In v1 F never runs and M runs with ``[items, []]`` once the stack is empty."""
-    nodes = [GO, ("If", "if", (200, 0), {}), ("T", "set", (400, 0), {}),
-             ("F", "set", (400, 200), {}), ("M", "merge", (600, 100), {}),
-             ("After", "set", (800, 100), {})]
-    wires = [("Go", 0, "If", 0), ("If", 0, "T", 0), ("If", 1, "F", 0), ("T", 0, "M", 0),
-             ("F", 0, "M", 1), ("M", 0, "After", 0)]
+    nodes = [
+        GO,
+        ("If", "if", (200, 0), {}),
+        ("T", "set", (400, 0), {}),
+        ("F", "set", (400, 200), {}),
+        ("M", "merge", (600, 100), {}),
+        ("After", "set", (800, 100), {}),
+    ]
+    wires = [
+        ("Go", 0, "If", 0),
+        ("If", 0, "T", 0),
+        ("If", 1, "F", 0),
+        ("T", 0, "M", 0),
+        ("F", 0, "M", 1),
+        ("M", 0, "After", 0),
+    ]
     x, t, f = item(x=1), item(by="T"), item(by="F")
     answers: dict[str, Callable[[list[Items], int], list[Items]]] = {
-        "If": lambda inputs, n: [[x], []], "T": lambda inputs, n: [[t]],
-        "F": lambda inputs, n: [[f]], "M": lambda inputs, n: [inputs[0] + inputs[1]]}
+        "If": lambda inputs, n: [[x], []],
+        "T": lambda inputs, n: [[t]],
+        "F": lambda inputs, n: [[f]],
+        "M": lambda inputs, n: [inputs[0] + inputs[1]],
+    }
     calls, _ = run(export(nodes, wires, "legacy"), answers)
-    assert calls == [("If", [[item()]]), ("T", [[x]]), ("F", [[item()]]), ("M", [[t], [f]]),
-                     ("After", [[t, f]])]
+    assert calls == [
+        ("If", [[item()]]),
+        ("T", [[x]]),
+        ("F", [[item()]]),
+        ("M", [[t], [f]]),
+        ("After", [[t, f]]),
+    ]
     calls, _ = run(export(nodes, wires, "v1"), answers)
     assert calls == [("If", [[item()]]), ("T", [[x]]), ("M", [[t], []]), ("After", [[t]])]
 
 
 # -- the runaway export's shape: n8n stops after the extract -------------------------------------
+
 
 def _zip_of_one_pdf(order: str) -> dict[str, Any]:
     """The shape of zie619 Code_1765 (invoice zips): Unzip -> Loop (v3) -loop-> Switch;
@@ -312,22 +467,43 @@ def _zip_of_one_pdf(order: str) -> dict[str, Any]:
     Loop -done-> End."""
     merge = {"typeVersion": 3, "parameters": {}}
     return export(
-        [GO, ("Unzip", "compression", (200, 0), {}),
-         ("Loop", "splitInBatches", (400, 0), {"typeVersion": 3, "parameters": {}}),
-         ("Switch", "switch", (600, 100), {"typeVersion": 3,
-                                          "parameters": {"rules": {"values": [{}, {}]}}}),
-         ("Create PDF", "googleDrive", (800, -100), {}),
-         ("Extract PDF", "extractFromFile", (800, 100), {}),
-         ("Extract XML", "extractFromFile", (800, 300), {}),
-         ("Append", "merge", (1000, 200), merge), ("Agent", "code", (1200, 200), {}),
-         ("Join", "merge", (1400, 0), merge), ("Update", "googleSheets", (1600, 0), {}),
-         ("End", "noOp", (600, -200), {})],
-        [("Go", 0, "Unzip", 0), ("Unzip", 0, "Loop", 0), ("Loop", 1, "Switch", 0),
-         ("Loop", 0, "End", 0), ("Switch", 0, "Create PDF", 0), ("Switch", 0, "Extract PDF", 0),
-         ("Switch", 1, "Extract XML", 0), ("Extract PDF", 0, "Append", 0),
-         ("Extract XML", 0, "Append", 1), ("Append", 0, "Agent", 0), ("Agent", 0, "Join", 1),
-         ("Create PDF", 0, "Join", 0), ("Join", 0, "Update", 0), ("Update", 0, "Loop", 0)],
-        order)
+        [
+            GO,
+            ("Unzip", "compression", (200, 0), {}),
+            ("Loop", "splitInBatches", (400, 0), {"typeVersion": 3, "parameters": {}}),
+            (
+                "Switch",
+                "switch",
+                (600, 100),
+                {"typeVersion": 3, "parameters": {"rules": {"values": [{}, {}]}}},
+            ),
+            ("Create PDF", "googleDrive", (800, -100), {}),
+            ("Extract PDF", "extractFromFile", (800, 100), {}),
+            ("Extract XML", "extractFromFile", (800, 300), {}),
+            ("Append", "merge", (1000, 200), merge),
+            ("Agent", "code", (1200, 200), {}),
+            ("Join", "merge", (1400, 0), merge),
+            ("Update", "googleSheets", (1600, 0), {}),
+            ("End", "noOp", (600, -200), {}),
+        ],
+        [
+            ("Go", 0, "Unzip", 0),
+            ("Unzip", 0, "Loop", 0),
+            ("Loop", 1, "Switch", 0),
+            ("Loop", 0, "End", 0),
+            ("Switch", 0, "Create PDF", 0),
+            ("Switch", 0, "Extract PDF", 0),
+            ("Switch", 1, "Extract XML", 0),
+            ("Extract PDF", 0, "Append", 0),
+            ("Extract XML", 0, "Append", 1),
+            ("Append", 0, "Agent", 0),
+            ("Agent", 0, "Join", 1),
+            ("Create PDF", 0, "Join", 0),
+            ("Join", 0, "Update", 0),
+            ("Update", 0, "Loop", 0),
+        ],
+        order,
+    )
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -344,33 +520,47 @@ def test_a_zip_holding_only_a_pdf_stops_after_the_extract_as_in_n8n(order: str) 
     released the Merges and went round the loop writing the sheet again and again within one
     event."""
     pdf = item(file="invoice.pdf")
-    calls, status = run(_zip_of_one_pdf(order), {"Unzip": lambda inputs, n: [[pdf]],
-                                                  "Switch": lambda inputs, n: [[pdf], []]})
+    calls, status = run(
+        _zip_of_one_pdf(order),
+        {"Unzip": lambda inputs, n: [[pdf]], "Switch": lambda inputs, n: [[pdf], []]},
+    )
     if order == "v1":  # the lower Extract PDF is added first, so the upper Create PDF runs first
         assert names(calls) == ["Unzip", "Switch", "Create PDF", "Extract PDF"]
     else:
-        assert names(calls) == ["Unzip", "Switch", "Create PDF", "Extract PDF", "Extract XML",
-                                "Append", "Agent", "Join", "Update"]
+        assert names(calls) == [
+            "Unzip",
+            "Switch",
+            "Create PDF",
+            "Extract PDF",
+            "Extract XML",
+            "Append",
+            "Agent",
+            "Join",
+            "Update",
+        ]
         assert calls[4] == ("Extract XML", [[item()]])
     assert status == "done"
 
 
 # -- no runaway: a run that keeps calling nodes inside one event is stopped by a count -----------
 
+
 @pytest.mark.parametrize("order", ORDERS)
-def test_a_run_calling_nodes_without_end_is_stopped_by_a_count_naming_the_loop(
-        order: str) -> None:
+def test_a_run_calling_nodes_without_end_is_stopped_by_a_count_naming_the_loop(order: str) -> None:
     """Go -> Fetch -> Page -> Page (wired to itself; it always returns an item): n8n calls
     Page for ever. The machine counts the node runs since the run last took anything in and
     past ``flow.max_runs`` fails in ``loops_forever`` naming the nodes going round."""
-    data = export([GO, ("Fetch", "set", (200, 0), {}), ("Page", "httpRequest", (400, 0), {})],
-                  [("Go", 0, "Fetch", 0), ("Fetch", 0, "Page", 0), ("Page", 0, "Page", 0)],
-                  order)
+    data = export(
+        [GO, ("Fetch", "set", (200, 0), {}), ("Page", "httpRequest", (400, 0), {})],
+        [("Go", 0, "Fetch", 0), ("Fetch", 0, "Page", 0), ("Page", 0, "Page", 0)],
+        order,
+    )
     result = from_n8n(data, "w")
     result.primary.config["context"]["n8n"]["flow"]["max_runs"] = 40
     stubs = Script({"Page": lambda inputs, n: [[item(page=n)]]})
-    actor = create_actor(stub_machine(result, stubs, widths_of(data)),
-                         clock=SimulatedClock()).start()
+    actor = create_actor(
+        stub_machine(result, stubs, widths_of(data)), clock=SimulatedClock()
+    ).start()
     actor.send("GO")
     snapshot = actor.get_snapshot()
     assert (snapshot.status, snapshot.value) == ("error", "loops_forever")

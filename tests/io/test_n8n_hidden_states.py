@@ -45,8 +45,12 @@ def test_retry_on_fail_becomes_an_invoke_retry_policy_with_n8n_values() -> None:
     # Resilient REST API: retryOnFail, maxTries 3, waitBetweenTries 3000
     result = imported("enescingoz__Other_Integrations")
     invoke = state(result, "fetch_api_records")["invoke"]
-    assert invoke["retry"] == {"max_attempts": 3, "initial_interval": 3000, "backoff": "fixed",
-                               "jitter": "none"}
+    assert invoke["retry"] == {
+        "max_attempts": 3,
+        "initial_interval": 3000,
+        "backoff": "fixed",
+        "jitter": "none",
+    }
     hidden = {h.state for h in _hidden(result, "retry")}
     assert hidden == {"fetch_api_records.attempting", "fetch_api_records.waiting_to_retry"}
     # the engine expands it into exactly those visible states
@@ -82,11 +86,18 @@ def test_retry_follows_n8n_clamps_on_a_real_node() -> None:
     assert retry_with()["initial_interval"] == 0
     # a wait of 0 (and 0 tries) mean n8n's defaults, since n8n writes `value || default`
     assert retry_with(maxTries=0, waitBetweenTries=0) == {
-        "max_attempts": 3, "initial_interval": 1000, "backoff": "fixed", "jitter": "none"}
+        "max_attempts": 3,
+        "initial_interval": 1000,
+        "backoff": "fixed",
+        "jitter": "none",
+    }
     # a leftover maxTries without retryOnFail is no retry
     assert retry_with(retryOnFail=False, maxTries=4) is None
-    assert not [h for h in from_n8n(data, "w").hidden_states if h.node == "Fetch API Records"
-                and h.kind == "retry"]
+    assert not [
+        h
+        for h in from_n8n(data, "w").hidden_states
+        if h.node == "Fetch API Records" and h.kind == "retry"
+    ]
 
 
 def test_error_outcome_for_continue_error_output() -> None:
@@ -96,14 +107,18 @@ def test_error_outcome_for_continue_error_output() -> None:
     assert invoke["onError"] == "#w.send_telegram_alert_failed"
     assert targets(invoke["onDone"]) == ["done"]  # output 0 has nothing attached
     outcome = state(result, "send_telegram_alert_failed")
-    assert outcome["entry"] == [{"type": "n8n_route",
-                                 "params": {"route": "Send Telegram Alert:failed"}}]
-    assert result.config["context"]["n8n"]["graph"]["Send Telegram Alert:failed"][
-        "error_output"] == 1
+    assert outcome["entry"] == [
+        {"type": "n8n_route", "params": {"route": "Send Telegram Alert:failed"}}
+    ]
+    assert (
+        result.config["context"]["n8n"]["graph"]["Send Telegram Alert:failed"]["error_output"] == 1
+    )
     assert outcome["always"][0] == {
         "guard": {"type": "current_node_is", "params": {"node": "Send Email Fallback"}},
         "target": "#w.send_email_fallback",
-        "description": "continue on its error output (output 1)", "reenter": True}
+        "description": "continue on its error output (output 1)",
+        "reenter": True,
+    }
     [hidden] = _hidden(result, "error_outcome")
     assert hidden.node == "Send Telegram Alert" and "continueErrorOutput" in hidden.reason
 
@@ -113,8 +128,7 @@ def test_error_outcome_for_continue_regular_output_and_legacy_continue_on_fail()
     result = imported("zie619__Telegram_1185")
     path = mapped_state(result, "Qdrant Vector Store")
     outcome_path = state(result, path)["invoke"]["onError"].removeprefix("#w.")
-    assert guarded_targets(state(result, outcome_path)["always"]) == [mapped_state(result,
-                                                                                   "Wait")]
+    assert guarded_targets(state(result, outcome_path)["always"]) == [mapped_state(result, "Wait")]
     # Github_1149: 'GitHub' has the legacy continueOnFail: true -> regular output (Merge)
     result = imported("zie619__Github_1149")
     path = mapped_state(result, "GitHub")
@@ -122,7 +136,8 @@ def test_error_outcome_for_continue_regular_output_and_legacy_continue_on_fail()
     outcome = state(result, outcome_path)
     assert route(result, outcome["entry"][0])["error_output"] == 0
     assert guarded_targets(outcome["always"]) == guarded_targets(
-        state(result, path)["invoke"]["onDone"])
+        state(result, path)["invoke"]["onDone"]
+    )
     assert outcome["always"][0]["description"] == "continue on its regular output"
     [hidden] = [h for h in _hidden(result, "error_outcome") if h.node == "GitHub"]
     assert hidden.reason.startswith("continueOnFail")
@@ -141,13 +156,16 @@ def test_next_branch_when_one_output_feeds_two_nodes() -> None:
     [hidden] = _hidden(result, "next_branch")
     data = corpus_data("enescingoz__Google_Drive")
     y = {n["name"]: n["position"][1] for n in data["nodes"]}
-    upper, lower = sorted(["Read Video from Google Drive", "Read Video from Google Drive2"],
-                          key=y.__getitem__)
+    upper, lower = sorted(
+        ["Read Video from Google Drive", "Read Video from Google Drive2"], key=y.__getitem__
+    )
     source = mapped_state(result, "Generate Description for Videos in Tiktok and Instagram")
     # both are reachable straight from the node; n8n v1 runs the upper one first, and the
     # lower one is taken off the stack once the upper branch has ended
     assert set(guarded_targets(state(result, source)["invoke"]["onDone"])) == {
-        mapped_state(result, upper), mapped_state(result, lower)}
+        mapped_state(result, upper),
+        mapped_state(result, lower),
+    }
     resumed = guarded_targets(state(result, hidden.state)["always"])
     assert mapped_state(result, lower) in resumed
     assert targets(state(result, hidden.state)["always"])[-1] == "done"
@@ -173,8 +191,10 @@ def test_reply_wait_for_send_and_wait_with_its_time_limit() -> None:
     waiting = state(result, hidden.state)
     assert list(waiting["on"]) == ["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"]
     assert list(waiting["after"]) == ["900000"]
-    replied, timed_out = waiting["on"]["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"], \
-        waiting["after"]["900000"]
+    replied, timed_out = (
+        waiting["on"]["CONFIRM_QDRANT_DELETE_POINTS_REPLIED"],
+        waiting["after"]["900000"],
+    )
     for leave in (replied, timed_out):
         assert guarded_targets(leave) == [mapped_state(result, "If")]
     # each says what ended the wait (the diagram's arrows)
@@ -207,6 +227,14 @@ def test_endless_loop_when_a_node_doing_no_work_is_wired_to_itself() -> None:
 
 
 def test_every_hidden_kind_occurs_in_the_corpus_tests_above() -> None:
-    covered = {"trigger_wait", "retry", "error_outcome", "next_branch", "run_start",
-               "reply_wait", "run_done", "endless_loop"}
+    covered = {
+        "trigger_wait",
+        "retry",
+        "error_outcome",
+        "next_branch",
+        "run_start",
+        "reply_wait",
+        "run_done",
+        "endless_loop",
+    }
     assert covered == set(HIDDEN_KINDS)

@@ -29,12 +29,16 @@ def test_not_an_object_or_without_nodes() -> None:
     assert _error({"nodes": {"a": 1}}).path == "nodes"
 
 
-@pytest.mark.parametrize("change, path, words", [
-    (lambda d, i, n: n.pop("name"), "nodes[{i}].name", "missing"),
-    (lambda d, i, n: n.update(type=7), "nodes[{i}].type", "non-empty string"),
-])
-def test_a_node_without_a_usable_name_or_type_is_refused(change: Callable[..., Any], path: str,
-                                                         words: str) -> None:
+@pytest.mark.parametrize(
+    "change, path, words",
+    [
+        (lambda d, i, n: n.pop("name"), "nodes[{i}].name", "missing"),
+        (lambda d, i, n: n.update(type=7), "nodes[{i}].type", "non-empty string"),
+    ],
+)
+def test_a_node_without_a_usable_name_or_type_is_refused(
+    change: Callable[..., Any], path: str, words: str
+) -> None:
     # wires name nodes and the type says what a node is: without them nothing can be built
     data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
     index, node = _node(data, "Wait for time interval")
@@ -45,21 +49,34 @@ def test_a_node_without_a_usable_name_or_type_is_refused(change: Callable[..., A
     assert str(error).startswith(error.path + ": ")
 
 
-@pytest.mark.parametrize("change, path, words", [
-    (lambda d, i, n: n.update(parameters=[]), "nodes[{i}].parameters", "expected an object"),
-    (lambda d, i, n: n.update(onError="ignore"), "nodes[{i}].onError", "continueErrorOutput"),
-    (lambda d, i, n: n.update(retryOnFail="yes"), "nodes[{i}].retryOnFail", "true or false"),
-    (lambda d, i, n: n.update(maxTries="three"), "nodes[{i}].maxTries", "a number"),
-    (lambda d, i, n: n.update(position=[1]), "nodes[{i}].position", "[x, y]"),
-    (lambda d, i, n: n["parameters"].update(amount="soon"), "nodes[{i}].parameters.amount",
-     "a number of seconds or an n8n expression"),
-    (lambda d, i, n: n["parameters"].update(unit="weeks"), "nodes[{i}].parameters.unit",
-     "seconds, minutes, hours, days"),
-    (lambda d, i, n: n["parameters"].update(resume="later"), "nodes[{i}].parameters.resume",
-     "timeInterval"),
-])
+@pytest.mark.parametrize(
+    "change, path, words",
+    [
+        (lambda d, i, n: n.update(parameters=[]), "nodes[{i}].parameters", "expected an object"),
+        (lambda d, i, n: n.update(onError="ignore"), "nodes[{i}].onError", "continueErrorOutput"),
+        (lambda d, i, n: n.update(retryOnFail="yes"), "nodes[{i}].retryOnFail", "true or false"),
+        (lambda d, i, n: n.update(maxTries="three"), "nodes[{i}].maxTries", "a number"),
+        (lambda d, i, n: n.update(position=[1]), "nodes[{i}].position", "[x, y]"),
+        (
+            lambda d, i, n: n["parameters"].update(amount="soon"),
+            "nodes[{i}].parameters.amount",
+            "a number of seconds or an n8n expression",
+        ),
+        (
+            lambda d, i, n: n["parameters"].update(unit="weeks"),
+            "nodes[{i}].parameters.unit",
+            "seconds, minutes, hours, days",
+        ),
+        (
+            lambda d, i, n: n["parameters"].update(resume="later"),
+            "nodes[{i}].parameters.resume",
+            "timeInterval",
+        ),
+    ],
+)
 def test_a_malformed_node_degrades_to_a_named_state_with_a_warning(
-        change: Callable[..., Any], path: str, words: str) -> None:
+    change: Callable[..., Any], path: str, words: str
+) -> None:
     # a real Wait node (0230's 'Wait for time interval') with one field broken: the rest of
     # the workflow imports, the node keeps its state, the warning names the path
     data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
@@ -71,8 +88,12 @@ def test_a_malformed_node_degrades_to_a_named_state_with_a_warning(
     assert words in warning
     assert "wait_for_time_interval" in result.config["states"]
     assert len([m for m in result.nodes if m.state]) == len(
-        [m for m in from_n8n(corpus_data("zie619__N8ntrainingcustomermessenger_0230"),
-                             "w").nodes if m.state])
+        [
+            m
+            for m in from_n8n(corpus_data("zie619__N8ntrainingcustomermessenger_0230"), "w").nodes
+            if m.state
+        ]
+    )
 
 
 def test_duplicate_node_names_name_both_nodes() -> None:
@@ -103,8 +124,7 @@ def test_bad_switch_and_loop_parameters_degrade_with_a_warning() -> None:
     result = from_n8n(data, "w")
     build_machines(result)
     assert "route_message" in result.config["states"]
-    assert any("Route Message" in d and "not in the table" in d
-               for d in result.primary.decisions)
+    assert any("Route Message" in d and "not in the table" in d for d in result.primary.decisions)
     data = corpus_data("zie619__Wait_0498")
     index, node = _node(data, "Loop Over Items2")
     node["parameters"]["batchSize"] = 0

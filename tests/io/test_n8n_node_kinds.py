@@ -22,17 +22,20 @@ def _names(impls: tuple[Implementation, ...]) -> set[str]:
 
 # -- Wait -----------------------------------------------------------------------------------------
 
+
 def test_wait_time_interval_is_an_after_timer_in_ms() -> None:
     # 0230: Wait v1 {"unit": "seconds", "amount": 2}
     result = imported("zie619__N8ntrainingcustomermessenger_0230")
     after = state(result, "wait_for_time_interval")["after"]
     assert list(after) == ["2000"]
-    assert guarded_targets(after["2000"]) == [mapped_state(
-        result, "Customer Messenger - Send message to client")]
+    assert guarded_targets(after["2000"]) == [
+        mapped_state(result, "Customer Messenger - Send message to client")
+    ]
     # Wait_0716: v1.1 {"amount": 2}: the unit defaults to seconds from v1.1 on
     result = imported("zie619__Wait_0716")
-    assert list(state(result, mapped_state(result, "Simulate some Consumed Service Time"))
-                ["after"]) == ["2000"]
+    assert list(
+        state(result, mapped_state(result, "Simulate some Consumed Service Time"))["after"]
+    ) == ["2000"]
     # Wait_0498: v1.1 {"amount": 600} -> ten minutes
     assert list(state(imported("zie619__Wait_0498"), "wait2")["after"]) == ["600000"]
     # Telegram_1185: v1.1 with no parameters -> n8n's default of 5 seconds
@@ -69,7 +72,8 @@ def test_wait_for_webhook_waits_for_an_event() -> None:
     waiting = state(result, "wait_for_external_approval")
     assert list(waiting["on"]) == ["WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED"]
     assert guarded_targets(waiting["on"]["WAIT_FOR_EXTERNAL_APPROVAL_WEBHOOK_CALLED"]) == [
-        "rest_of_the_workflow_placeholder"]
+        "rest_of_the_workflow_placeholder"
+    ]
     assert "after" not in waiting  # no limitWaitTime: waits without limit, as in n8n
 
 
@@ -85,14 +89,18 @@ def test_wait_limit_wait_time_is_a_timeout_to_the_same_next_node() -> None:
 def test_form_pages_wait_for_their_submission() -> None:
     # Form_0633: three Form pages (n8n-nodes-base.form) after the Form Trigger
     result = imported("zie619__Form_0633")
-    for name in ("Validate with Verification Code", "Additional Data for the Sheet",
-                 "Let the User Reenter Code"):
+    for name in (
+        "Validate with Verification Code",
+        "Additional Data for the Sheet",
+        "Let the User Reenter Code",
+    ):
         events = list(state(result, mapped_state(result, name))["on"])
         assert len(events) == 1 and events[0].endswith("_FORM_SUBMITTED")
     assert list(state(result, "waiting_for_trigger")["on"]) == ["WAITLIST_FORM"]
 
 
 # -- Loop Over Items ------------------------------------------------------------------------------
+
 
 def test_loop_v3_done_and_loop_outputs_come_from_the_loops_memory() -> None:
     # Code_0182: 'Loop Over Items' v3: output 0 (done) -> Completed Notification,
@@ -101,10 +109,13 @@ def test_loop_v3_done_and_loop_outputs_come_from_the_loops_memory() -> None:
     loop = state(result, "loop_over_items")
     [action] = loop["entry"]
     params = route(result, action)
-    assert (params["how"], params["batch_size"], params["loop_output"],
-            params["done_output"]) == ("loop", 1, 1, 0)
-    assert set(guarded_targets(loop["always"])) == {"completed_notification",
-                                                    "execute_workflow"}
+    assert (params["how"], params["batch_size"], params["loop_output"], params["done_output"]) == (
+        "loop",
+        1,
+        1,
+        0,
+    )
+    assert set(guarded_targets(loop["always"])) == {"completed_notification", "execute_workflow"}
     labels = {t["target"]: t["description"] for t in loop["always"]}
     assert labels["#w.completed_notification"] == "done"
     assert labels["#w.execute_workflow"] == "loop"
@@ -139,8 +150,7 @@ def test_loop_v1_is_ended_by_an_if_on_no_items_left() -> None:
     assert "invoke" not in finished  # n8n's own bookkeeping: no actor to write
     assert route(result, finished["entry"][0])["how"] == "no_items_left"
     assert route(result, finished["entry"][0])["loop"] == "SplitInBatches"
-    assert set(guarded_targets(finished["always"])) == {"create_approval_url",
-                                                        "splitinbatches"}
+    assert set(guarded_targets(finished["always"])) == {"create_approval_url", "splitinbatches"}
 
 
 def test_loop_v2_has_batches_of_its_batch_size() -> None:
@@ -154,6 +164,7 @@ def test_loop_v2_has_batches_of_its_batch_size() -> None:
 
 
 # -- If, Switch, Filter ---------------------------------------------------------------------------
+
 
 def _actor_doc(result: object, name: str) -> str:
     return next(i.doc for i in result.actors if i.name == name)  # type: ignore[attr-defined]
@@ -173,8 +184,11 @@ def test_switch_v1_has_four_outputs_and_its_actor_routes() -> None:
     # Code_0182 'Check Status' v1: four outputs (a rule names its output)
     result = imported("zie619__Code_0182")
     onDone = state(result, "check_status")["invoke"]["onDone"]
-    assert set(guarded_targets(onDone)) == {"same_file_do_nothing", "file_is_different",
-                                            "file_is_new"}
+    assert set(guarded_targets(onDone)) == {
+        "same_file_do_nothing",
+        "file_is_different",
+        "file_is_new",
+    }
     assert "0: 0, 1: 1, 2: 2, 3: 3" in _actor_doc(result, "check_status")
 
 
@@ -211,12 +225,21 @@ def test_filter_keeps_or_drops_items() -> None:
 
 def test_noop_with_continue_error_output_keeps_its_error_branch() -> None:
     data = corpus_data("enescingoz__devops")
-    data["nodes"].append({"name": "Guard", "type": "n8n-nodes-base.noOp", "typeVersion": 1,
-                          "position": [0, 0], "onError": "continueErrorOutput"})
-    data["connections"]["Guard"] = {"main": [[], [{"node": "Send Email Fallback",
-                                                   "type": "main", "index": 0}]]}
+    data["nodes"].append(
+        {
+            "name": "Guard",
+            "type": "n8n-nodes-base.noOp",
+            "typeVersion": 1,
+            "position": [0, 0],
+            "onError": "continueErrorOutput",
+        }
+    )
+    data["connections"]["Guard"] = {
+        "main": [[], [{"node": "Send Email Fallback", "type": "main", "index": 0}]]
+    }
     data["connections"]["Check Disk Usage (SSH)"]["main"][0].append(
-        {"node": "Guard", "type": "main", "index": 0})
+        {"node": "Guard", "type": "main", "index": 0}
+    )
     result = from_n8n(data, "w")
     guard = state(result, "guard")
     assert route(result, guard["entry"][0])["outputs"] == 2  # main + error
@@ -224,6 +247,7 @@ def test_noop_with_continue_error_output_keeps_its_error_branch() -> None:
 
 
 # -- Execute Workflow, Error Trigger, errorWorkflow, Stop and Error -------------------------------
+
 
 def test_execute_workflow_that_waits_is_an_invoked_child() -> None:
     result = imported("zie619__Webhook_0619")
@@ -276,11 +300,13 @@ def test_stop_and_error_fails_the_run_with_its_message() -> None:
     stop = state(result, "stop_and_error")
     assert stop["tags"] == ["failed"]
     assert stop["invoke"]["input"] == {
-        "message": "You have reached the Google Indexing API limit (200/day by default)"}
+        "message": "You have reached the Google Indexing API limit (200/day by default)"
+    }
     assert "onError" not in stop["invoke"] and "onDone" not in stop["invoke"]
 
 
 # -- what has no state of its own -----------------------------------------------------------------
+
 
 def test_disabled_nodes_pass_their_items_on() -> None:
     # Wait_0716: the disabled 'Webhook' trigger starts nothing
@@ -310,9 +336,11 @@ def test_ai_sub_nodes_are_attributes_not_states() -> None:
     assert labels["#w.flag_as_not_spam"] == "is_not_spam"
     result = imported("zie619__Telegram_1185")
     agent = state(result, mapped_state(result, "AI Agent"))["meta"]["n8n"]["sub_nodes"]
-    assert agent == {"ai_memory": ["Window Buffer Memory"],
-                     "ai_tool": ["Qdrant Vector Store Tool"],
-                     "ai_languageModel": ["Google Gemini Chat Model1"]}
+    assert agent == {
+        "ai_memory": ["Window Buffer Memory"],
+        "ai_tool": ["Qdrant Vector Store Tool"],
+        "ai_languageModel": ["Google Gemini Chat Model1"],
+    }
 
 
 def test_unknown_node_types_become_a_generic_doing_state() -> None:
@@ -324,6 +352,7 @@ def test_unknown_node_types_become_a_generic_doing_state() -> None:
 
 
 # -- what real exports contain --------------------------------------------------------------------
+
 
 def test_real_export_shapes_are_accepted() -> None:
     # Github_1149: nodes without "id"; only nodes + connections; no settings
@@ -352,7 +381,9 @@ def test_retry_on_fail_on_if_and_filter_is_kept_and_on_a_loop_is_warned() -> Non
         if node["name"] in ("If file too large", "Loop Over Items"):
             node.update(retryOnFail=True, maxTries=2)
     result = from_n8n(data, "w")
-    assert state(result, mapped_state(result, "If file too large"))["invoke"]["retry"][
-        "max_attempts"] == 2
+    assert (
+        state(result, mapped_state(result, "If file too large"))["invoke"]["retry"]["max_attempts"]
+        == 2
+    )
     [warning] = [w for w in result.warnings if "Loop Over Items" in w]
     assert "Retry on Fail" in warning and "dropped" in warning

@@ -17,12 +17,43 @@ from statecharts.io.n8n.validation import build_machines
 from tests.io.n8n_corpus import MISSING, corpus_data, corpus_files
 
 RUNS = int(os.environ.get("N8N_FUZZ_RUNS", "400"))
-ODD_VALUES: list[Any] = [None, 0, -1, 1.5, "", "x", "=", "={{ $json.x }}", [], {}, [None],
-                         {"a": 1}, {"values": 3}, True, 10**9, float("inf"), "none", "extra",
-                         "5"]
-SETTING_KEYS = ["limitWaitTime", "resume", "fallbackOutput", "mode", "batchSize", "options",
-                "operation", "rules", "errorType", "numberOutputs", "retryOnFail", "maxTries",
-                "onError", "disabled"]
+ODD_VALUES: list[Any] = [
+    None,
+    0,
+    -1,
+    1.5,
+    "",
+    "x",
+    "=",
+    "={{ $json.x }}",
+    [],
+    {},
+    [None],
+    {"a": 1},
+    {"values": 3},
+    True,
+    10**9,
+    float("inf"),
+    "none",
+    "extra",
+    "5",
+]
+SETTING_KEYS = [
+    "limitWaitTime",
+    "resume",
+    "fallbackOutput",
+    "mode",
+    "batchSize",
+    "options",
+    "operation",
+    "rules",
+    "errorType",
+    "numberOutputs",
+    "retryOnFail",
+    "maxTries",
+    "onError",
+    "disabled",
+]
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -74,8 +105,9 @@ def test_mutated_corpus_exports_fail_cleanly_or_import_validly() -> None:
 def test_a_wait_unit_of_the_wrong_type_is_a_warning_naming_its_path() -> None:
     # found by the mutation test above: a list as the unit crashed with TypeError
     data = corpus_data("zie619__N8ntrainingcustomermessenger_0230")
-    index, node = next((i, n) for i, n in enumerate(data["nodes"])
-                       if n["name"] == "Wait for time interval")
+    index, node = next(
+        (i, n) for i, n in enumerate(data["nodes"]) if n["name"] == "Wait for time interval"
+    )
     node["parameters"]["unit"] = ["seconds"]
     result = from_n8n(data, "w")
     assert any(w.startswith(f"nodes[{index}].parameters.unit: ") for w in result.warnings)

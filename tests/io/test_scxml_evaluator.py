@@ -12,45 +12,63 @@ from statecharts.io.scxml import ExpressionError, ExpressionRefused, ScxmlError,
 from statecharts.io.scxml.evaluator import RestrictedEvaluator, TrustedEvaluator, records
 
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"'
-ENV = {"x": 3, "items": [1, 2, 3], "_event": records({"name": "go", "data": {"n": 7}}),
-       "In": lambda state: state == "s1"}
+ENV = {
+    "x": 3,
+    "items": [1, 2, 3],
+    "_event": records({"name": "go", "data": {"n": 7}}),
+    "In": lambda state: state == "s1",
+}
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("x + 1", 4), ("x * 2 == 6 and not False", True), ("items[1:]", [2, 3]),
-    ("len(items) + max(items)", 6), ("_event.data.n", 7), ("_event.data.get('n')", 7),
-    ("_event.data['n'] if x else 0", 7), ("'a-b'.split('-')", ["a", "b"]),
-    ("{'k': x}", {"k": 3}), ("In('s1') or In('s2')", True), ("f'{x}!'", "3!"),
-    ("hasattr(_event, 'name') and not hasattr(_event, 'nope')", True), ("true", True),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("x + 1", 4),
+        ("x * 2 == 6 and not False", True),
+        ("items[1:]", [2, 3]),
+        ("len(items) + max(items)", 6),
+        ("_event.data.n", 7),
+        ("_event.data.get('n')", 7),
+        ("_event.data['n'] if x else 0", 7),
+        ("'a-b'.split('-')", ["a", "b"]),
+        ("{'k': x}", {"k": 3}),
+        ("In('s1') or In('s2')", True),
+        ("f'{x}!'", "3!"),
+        ("hasattr(_event, 'name') and not hasattr(_event, 'nope')", True),
+        ("true", True),
+    ],
+)
 def test_allowed_expressions(text: str, value: Any) -> None:
     assert RestrictedEvaluator().evaluate(text, ENV) == value
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("__import__('os').system('echo hacked')", "__import__"),
-    ("open('/etc/passwd').read()", "open"),
-    ("eval('1')", "eval"),
-    ("getattr(x, 'real')", "getattr"),
-    ("x.__class__", "__class__"),
-    ("().__class__.__bases__[0].__subclasses__()", "__subclasses__"),
-    ("_event.__class__", "__class__"),
-    ("items.__len__()", "__len__"),
-    ("'{0.__class__}'.format(x)", "format"),
-    ("(lambda: 1)()", "Lambda"),
-    ("[c for c in items]", "ListComp"),
-    ("'a' * 10**9", "over the limit"),
-    ("2 ** 10**8", "size limit"),
-    ("(10**9999) ** 9999", "size limit"),
-    ("1 << 10**9", "size limit"),
-    ("'%999999999s' % x", "printf-style"),
-    ("f'{x:999999999}'", "format width"),
-    ("('a' * 999999).replace('a', 'aa')", "replace"),
-    ("'x'.join(items)", "join"),
-    ("range(10**12)", "range"),
-    ("__builtins__", "__builtins__"),
-    ("x.real", "real"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("__import__('os').system('echo hacked')", "__import__"),
+        ("open('/etc/passwd').read()", "open"),
+        ("eval('1')", "eval"),
+        ("getattr(x, 'real')", "getattr"),
+        ("x.__class__", "__class__"),
+        ("().__class__.__bases__[0].__subclasses__()", "__subclasses__"),
+        ("_event.__class__", "__class__"),
+        ("items.__len__()", "__len__"),
+        ("'{0.__class__}'.format(x)", "format"),
+        ("(lambda: 1)()", "Lambda"),
+        ("[c for c in items]", "ListComp"),
+        ("'a' * 10**9", "over the limit"),
+        ("2 ** 10**8", "size limit"),
+        ("(10**9999) ** 9999", "size limit"),
+        ("1 << 10**9", "size limit"),
+        ("'%999999999s' % x", "printf-style"),
+        ("f'{x:999999999}'", "format width"),
+        ("('a' * 999999).replace('a', 'aa')", "replace"),
+        ("'x'.join(items)", "join"),
+        ("range(10**12)", "range"),
+        ("__builtins__", "__builtins__"),
+        ("x.real", "real"),
+    ],
+)
 def test_refused_expressions(text: str, reason: str) -> None:
     with pytest.raises(ExpressionRefused, match=reason):
         RestrictedEvaluator().evaluate(text, ENV)
@@ -64,8 +82,10 @@ def test_a_refused_expression_fails_the_load_naming_the_line() -> None:
     with pytest.raises(ScxmlError, match=r"<scxml>:3: <transition cond=.*'__import__' is not"):
         load_scxml(text)
     with pytest.raises(ScxmlError, match=r"<scxml>:2: .*calling 'open' is not allowed"):
-        load_scxml(f"<scxml {NS}><state id='s'>\n<onentry><log expr=\"open('/etc/passwd')\"/>"
-                   "</onentry></state></scxml>")
+        load_scxml(
+            f"<scxml {NS}><state id='s'>\n<onentry><log expr=\"open('/etc/passwd')\"/>"
+            "</onentry></state></scxml>"
+        )
 
 
 def test_a_refused_value_reached_at_run_time_is_an_execution_error() -> None:

@@ -31,7 +31,8 @@ def user_context(actor: Actor) -> dict[str, Any]:
 
 
 def test_states_transitions_and_datamodel() -> None:
-    actor = run(f"""<scxml {NS} initial="idle">
+    actor = run(
+        f"""<scxml {NS} initial="idle">
       <datamodel><data id="count" expr="0"/></datamodel>
       <state id="idle">
         <transition event="go" target="busy"><assign location="count" expr="count + 1"/>
@@ -39,7 +40,9 @@ def test_states_transitions_and_datamodel() -> None:
       </state>
       <state id="busy"><transition event="stop" target="done"/></state>
       <final id="done"/>
-    </scxml>""", ("go",))
+    </scxml>""",
+        ("go",),
+    )
     assert actor.get_snapshot().value == "busy"
     assert user_context(actor) == {"count": 1}
     actor.send("stop")
@@ -64,13 +67,16 @@ def test_descriptors_match_by_token_prefix_and_lists() -> None:
 
 def test_document_order_wins_across_descriptors() -> None:
     # XState would try the exact "go" first; SCXML takes the first in document order
-    actor = run(f"""<scxml {NS} initial="a">
+    actor = run(
+        f"""<scxml {NS} initial="a">
       <state id="a">
         <transition event="*" target="star"/>
         <transition event="go" target="exact"/>
       </state>
       <state id="star"/><state id="exact"/>
-    </scxml>""", ("go",))
+    </scxml>""",
+        ("go",),
+    )
     assert actor.get_snapshot().value == "star"
 
 
@@ -194,48 +200,65 @@ def invoking(child_state: str, parent_transitions: str = "") -> str:
 
 
 def test_a_top_level_transition_to_an_unknown_state_still_fails_to_load() -> None:
-    text = invoking('<state id="c"/>',
-                    '<transition event="x" target="elsewhere"/>')  # line 13, the parent's
+    text = invoking(
+        '<state id="c"/>', '<transition event="x" target="elsewhere"/>'
+    )  # line 13, the parent's
     with pytest.raises(ScxmlError, match=r"^<scxml>:13: no state with id 'elsewhere'$"):
         load_scxml(text)
 
 
-@pytest.mark.parametrize(("child_state", "message"), [
-    ('<state id="c"><initial><transition target="nowhere"/></initial><state id="d"/></state>',
-     r"^<scxml>:5: no state with id 'nowhere'$"),
-    ('<state id="c"><transition target="nowhere"><raise/></transition></state>',
-     r"^<scxml>:5: <raise> needs an 'event'$"),  # the lenient transition's content too
-])
+@pytest.mark.parametrize(
+    ("child_state", "message"),
+    [
+        (
+            '<state id="c"><initial><transition target="nowhere"/></initial><state '
+            'id="d"/></state>',
+            r"^<scxml>:5: no state with id 'nowhere'$",
+        ),
+        (
+            '<state id="c"><transition target="nowhere"><raise/></transition></state>',
+            r"^<scxml>:5: <raise> needs an 'event'$",
+        ),  # the lenient transition's content too
+    ],
+)
 def test_an_invoked_document_is_otherwise_still_checked_at_load_time(
-        child_state: str, message: str) -> None:
-    with pytest.raises(ScxmlError, match=message), \
-            warnings.catch_warnings(action="ignore", category=ScxmlWarning):
+    child_state: str, message: str
+) -> None:
+    with (
+        pytest.raises(ScxmlError, match=message),
+        warnings.catch_warnings(action="ignore", category=ScxmlWarning),
+    ):
         load_scxml(invoking(child_state))
 
 
 def test_an_invoked_documents_unknown_target_loads_with_a_warning_and_runs() -> None:
     # W3C test 240: the child's second transition names a state only another document has;
     # it is never taken, and the child runs to completion
-    text = invoking('<state id="c"><transition cond="True" target="end">'
-                    '<send target="#_parent" event="passed"/></transition>'
-                    '<transition target="elsewhere"><send target="#_parent" event="went"/>'
-                    '</transition></state>')
+    text = invoking(
+        '<state id="c"><transition cond="True" target="end">'
+        '<send target="#_parent" event="passed"/></transition>'
+        '<transition target="elsewhere"><send target="#_parent" event="went"/>'
+        "</transition></state>"
+    )
     with pytest.warns(ScxmlWarning) as caught:
         machine = load_scxml(text)
     assert [str(w.message) for w in caught] == [
         "<scxml>:5: <transition target='elsewhere'>: no state with id 'elsewhere' in this "
-        "invoked document; the transition raises error.execution if taken"]
+        "invoked document; the transition raises error.execution if taken"
+    ]
     actor = create_actor(machine, clock=SimulatedClock()).start()
     wait_for(actor, lambda s: s.status == "done", timeout=1000)
     assert actor.get_snapshot().value == "pass"
 
 
 def test_taking_an_invoked_documents_transition_to_an_unknown_state_is_error_execution() -> None:
-    text = invoking('<state id="c"><transition event="go" target="end elsewhere">'
-                    '<send target="#_parent" event="went"/></transition>'
-                    '<transition event="error.execution" target="end">'
-                    '<send target="#_parent" event="child.failed">'
-                    '<param name="why" expr="_event.data"/></send></transition></state>')
+    text = invoking(
+        '<state id="c"><transition event="go" target="end elsewhere">'
+        '<send target="#_parent" event="went"/></transition>'
+        '<transition event="error.execution" target="end">'
+        '<send target="#_parent" event="child.failed">'
+        '<param name="why" expr="_event.data"/></send></transition></state>'
+    )
     with pytest.warns(ScxmlWarning, match="no state with id 'elsewhere'"):
         machine = load_scxml(text)
     actor = create_actor(machine, clock=SimulatedClock()).start()
@@ -246,11 +269,11 @@ def test_taking_an_invoked_documents_transition_to_an_unknown_state_is_error_exe
     assert actor.get_snapshot().value == "failed"
     assert user_context(actor)["why"] == (
         "<scxml>:5: <transition target='end elsewhere'>: no state with id 'elsewhere' in "
-        "this invoked document")
+        "this invoked document"
+    )
 
 
-@pytest.mark.parametrize("attribute", ['src="file:child.scxml"',
-                                       "srcexpr=\"'file:child.scxml'\""])
+@pytest.mark.parametrize("attribute", ['src="file:child.scxml"', "srcexpr=\"'file:child.scxml'\""])
 def test_an_invoked_file_is_named_in_its_warnings(tmp_path: Path, attribute: str) -> None:
     # with src it is compiled at load time, with srcexpr when it is invoked
     (tmp_path / "parent.scxml").write_text(f"""<scxml {NS} initial="s">
@@ -265,15 +288,15 @@ def test_an_invoked_file_is_named_in_its_warnings(tmp_path: Path, attribute: str
       <final id="end"/></scxml>""")
     where = re.escape(str(child))
     with pytest.warns(ScxmlWarning, match=rf"^{where}:5: <transition target='elsewhere'>"):
-        actor = create_actor(load_scxml(tmp_path / "parent.scxml"),
-                             clock=SimulatedClock()).start()
+        actor = create_actor(load_scxml(tmp_path / "parent.scxml"), clock=SimulatedClock()).start()
     wait_for(actor, lambda s: s.status == "done", timeout=1000)
     assert actor.get_snapshot().value == "pass"
 
 
 def test_an_invoked_files_load_errors_name_that_file(tmp_path: Path) -> None:
     (tmp_path / "parent.scxml").write_text(
-        f'<scxml {NS}><state id="s"><invoke src="file:child.scxml"/></state></scxml>')
+        f'<scxml {NS}><state id="s"><invoke src="file:child.scxml"/></state></scxml>'
+    )
     child = tmp_path / "child.scxml"
     child.write_text(f"<scxml {NS}>\n<state id='c'><onentry><raise/></onentry></state></scxml>")
     where = re.escape(str(child))
@@ -291,18 +314,29 @@ def test_script_runs_only_when_trusted() -> None:
     assert user_context(run(text, trusted=True)) == {"x": 10}
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (f"<scxml {NS}>\n<state id='a'>\n</scxml>", r"<scxml>:3: malformed XML: mismatched tag"),
-    (f"<scxml {NS}>\n<state id='a'>\n<onentyr/></state></scxml>",
-     r"<scxml>:3: unknown element <onentyr> \(did you mean 'onentry'\?\)"),
-    (f"<scxml {NS}>\n\n<state id='a'><transition target='nowhere'/></state></scxml>",
-     r"<scxml>:3: no state with id 'nowhere'"),
-    (f"<scxml {NS}>\n<state id='a'/>\n<state id='a'/></scxml>",
-     r"<scxml>:3: duplicate state id 'a' \(first at line 2\)"),
-    (f"<scxml {NS}>\n<state id='a'><onentry><transition/></onentry></state></scxml>",
-     r"<scxml>:2: <transition> is not allowed inside <onentry>"),
-    ("<machine/>", r"<scxml>:1: the root element is <machine>, not <scxml>"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"<scxml {NS}>\n<state id='a'>\n</scxml>", r"<scxml>:3: malformed XML: mismatched tag"),
+        (
+            f"<scxml {NS}>\n<state id='a'>\n<onentyr/></state></scxml>",
+            r"<scxml>:3: unknown element <onentyr> \(did you mean 'onentry'\?\)",
+        ),
+        (
+            f"<scxml {NS}>\n\n<state id='a'><transition target='nowhere'/></state></scxml>",
+            r"<scxml>:3: no state with id 'nowhere'",
+        ),
+        (
+            f"<scxml {NS}>\n<state id='a'/>\n<state id='a'/></scxml>",
+            r"<scxml>:3: duplicate state id 'a' \(first at line 2\)",
+        ),
+        (
+            f"<scxml {NS}>\n<state id='a'><onentry><transition/></onentry></state></scxml>",
+            r"<scxml>:2: <transition> is not allowed inside <onentry>",
+        ),
+        ("<machine/>", r"<scxml>:1: the root element is <machine>, not <scxml>"),
+    ],
+)
 def test_bad_documents_name_the_line(text: str, message: str) -> None:
     with pytest.raises(ScxmlError, match=message):
         load_scxml(text)
@@ -326,8 +360,10 @@ def test_unknown_attributes_are_ignored_with_a_warning(caplog: pytest.LogCapture
 
 def test_the_fingerprint_follows_the_executable_content() -> None:
     def doc(expr: str) -> str:
-        return (f"<scxml {NS} initial='s'><datamodel><data id='x'/></datamodel><state id='s'>"
-                f"<onentry><assign location='x' expr='{expr}'/></onentry></state></scxml>")
+        return (
+            f"<scxml {NS} initial='s'><datamodel><data id='x'/></datamodel><state id='s'>"
+            f"<onentry><assign location='x' expr='{expr}'/></onentry></state></scxml>"
+        )
 
     assert load_scxml(doc("1")).fingerprint == load_scxml(doc("1")).fingerprint
     assert load_scxml(doc("1")).fingerprint != load_scxml(doc("2")).fingerprint

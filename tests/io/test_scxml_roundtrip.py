@@ -19,16 +19,21 @@ CONFIG: dict[str, Any] = {
         "closed": {
             "entry": [{"type": "record", "params": {"what": "closed"}}],
             "on": {
-                "OPEN": [{"target": "open", "guard": and_("underLimit", not_("jammed"))},
-                         {"target": "locked.hist"}],
+                "OPEN": [
+                    {"target": "open", "guard": and_("underLimit", not_("jammed"))},
+                    {"target": "locked.hist"},
+                ],
                 "alarm.*": {"target": "alarm"},
             },
         },
         "open": {
             "entry": ["record", raise_("OPENED")],
             "exit": [log("leaving open", "door")],
-            "on": {"OPENED": {"actions": [{"type": "record", "params": {"what": "opened"}}]},
-                   "CLOSE": "closed", "LOCK": "locked"},
+            "on": {
+                "OPENED": {"actions": [{"type": "record", "params": {"what": "opened"}}]},
+                "CLOSE": "closed",
+                "LOCK": "locked",
+            },
         },
         "locked": {
             "initial": "bolted",
@@ -76,9 +81,26 @@ def _user_context(actor: Actor) -> dict[str, Any]:
     return {k: v for k, v in actor.get_snapshot().context.items() if k != "__scxml__"}
 
 
-EVENTS: list[Any] = ["OPEN", "OPENED", "CLOSE", {"type": "OPEN", "jam": True}, "TURN",
-                     "UNLOCK", "TURN", "UNLOCK", "TURN", "OPEN", "LOCK", "TURN", "TURN",
-                     "alarm.fire", "HUSH", "RESET", "alarmist", "OPEN"]
+EVENTS: list[Any] = [
+    "OPEN",
+    "OPENED",
+    "CLOSE",
+    {"type": "OPEN", "jam": True},
+    "TURN",
+    "UNLOCK",
+    "TURN",
+    "UNLOCK",
+    "TURN",
+    "OPEN",
+    "LOCK",
+    "TURN",
+    "TURN",
+    "alarm.fire",
+    "HUSH",
+    "RESET",
+    "alarmist",
+    "OPEN",
+]
 
 
 def test_export_load_same_behaviour() -> None:
@@ -109,18 +131,26 @@ def test_export_load_same_behaviour() -> None:
 def test_the_export_is_readable_scxml() -> None:
     guards, actions = _implementations([])
     text = to_scxml(create_machine(CONFIG, guards=guards, actions=actions))
-    assert '<transition event="OPEN" cond="(underLimit()) and (not (jammed()))" ' \
-           'target="door.open" type="internal"/>' in text
+    assert (
+        '<transition event="OPEN" cond="(underLimit()) and (not (jammed()))" '
+        'target="door.open" type="internal"/>' in text
+    )
     assert '<sc:action type="record">' in text
     assert '<history id="door.locked.hist" type="shallow">' in text
 
 
 def test_inline_functions_cannot_be_exported() -> None:
-    machine = create_machine({"id": "m", "initial": "a", "states": {
-        "a": {"on": {"GO": {"target": "b", "guard": lambda c, e: True}}}, "b": {}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": {"target": "b", "guard": lambda c, e: True}}}, "b": {}},
+        }
+    )
     with pytest.raises(ValueError, match=r"state 'm\.a': the inline guard"):
         to_scxml(machine)
-    timed = create_machine({"id": "m", "initial": "a", "states": {
-        "a": {"after": {"1000": "b"}}, "b": {}}})
+    timed = create_machine(
+        {"id": "m", "initial": "a", "states": {"a": {"after": {"1000": "b"}}, "b": {}}}
+    )
     with pytest.raises(ValueError, match=r"state 'm\.a': 'after'"):
         to_scxml(timed)

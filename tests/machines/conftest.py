@@ -42,8 +42,11 @@ def _postgres(tmp_name: str) -> Database:
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     """A migrated follow-up database on each backend."""
-    db = Database(f"sqlite:///{tmp_path / 'followup.db'}") if request.param == "sqlite" \
+    db = (
+        Database(f"sqlite:///{tmp_path / 'followup.db'}")
+        if request.param == "sqlite"
         else _postgres("any")
+    )
     db.migrate()
     yield db
     if db.dialect == "postgresql":
@@ -84,8 +87,11 @@ def services(db: Database, world: FakeWorld) -> Services:
 
 Runner = LocalRunner | DurableRunner
 NewRunner = Callable[..., Runner]
-RUNNERS = ["local", "durable-sqlite", pytest.param("durable-postgresql",
-                                                   marks=pytest.mark.postgres)]
+RUNNERS = [
+    "local",
+    "durable-sqlite",
+    pytest.param("durable-postgresql", marks=pytest.mark.postgres),
+]
 
 
 def make_runner(services: Services, start: int | None = None) -> LocalRunner:
@@ -117,8 +123,9 @@ def new_runner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NewRu
         else:
             url = f"{DSN}?schema=runs_{uuid.uuid4().hex[:10]}"
             schemas.append(url)
-        durable = DurableRunner(url, list(build_machines(services).values()), start=begin,
-                                lease_ms=60_000)
+        durable = DurableRunner(
+            url, list(build_machines(services).values()), start=begin, lease_ms=60_000
+        )
         made.append(durable)
         return durable
 

@@ -36,8 +36,9 @@ class FakeApi:
     api_key: str = "espo-key"
     clickup_token: str = "pk_clickup"
     mistral_key: str = "mistral-key"
-    stages: list[str] = field(default_factory=lambda: ["Prospecting", "Proposal",
-                                                       "Negotiation", "Closed Won"])
+    stages: list[str] = field(
+        default_factory=lambda: ["Prospecting", "Proposal", "Negotiation", "Closed Won"]
+    )
     deals: dict[str, dict[str, Any]] = field(default_factory=dict)
     emails: list[dict[str, Any]] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -46,19 +47,24 @@ class FakeApi:
     failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     delay_s: float = 0.0
 
-    def fail(self, times: int = 1, status: int = 503,
-             headers: dict[str, str] | None = None) -> None:
+    def fail(
+        self, times: int = 1, status: int = 503, headers: dict[str, str] | None = None
+    ) -> None:
         """The next ``times`` requests answer ``status`` with ``headers``."""
         self.failures.extend([(status, headers or {})] * times)
 
     # -- EspoCRM ------------------------------------------------------------------------------
-    def espo(self, method: str, parts: list[str], query: dict[str, list[str]],
-             headers: dict[str, str]) -> tuple[int, Any]:
+    def espo(
+        self, method: str, parts: list[str], query: dict[str, list[str]], headers: dict[str, str]
+    ) -> tuple[int, Any]:
         if headers.get("x-api-key") != self.api_key:
             return 401, {"message": "Unauthorized"}
         if parts == ["Metadata"]:
-            return 200, {"entityDefs": {"Opportunity": {"fields": {"stage": {
-                "type": "enum", "options": self.stages}}}}}
+            return 200, {
+                "entityDefs": {
+                    "Opportunity": {"fields": {"stage": {"type": "enum", "options": self.stages}}}
+                }
+            }
         if parts[:1] == ["Opportunity"] and len(parts) == 2:
             deal = self.deals.get(parts[1])
             return (200, deal) if deal else (404, {"message": "Not Found"})
@@ -83,11 +89,17 @@ class FakeApi:
                 rows = [r for r in rows if str(r.get(attribute)) > query[f"where[{i}][value]"][0]]
         offset = int(query.get("offset", ["0"])[0])
         size = int(query.get("maxSize", ["20"])[0])
-        return {"total": len(rows), "list": rows[offset:offset + size]}
+        return {"total": len(rows), "list": rows[offset : offset + size]}
 
     # -- ClickUp ------------------------------------------------------------------------------
-    def clickup(self, method: str, parts: list[str], query: dict[str, list[str]],
-                headers: dict[str, str], body: Any) -> tuple[int, Any]:
+    def clickup(
+        self,
+        method: str,
+        parts: list[str],
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        body: Any,
+    ) -> tuple[int, Any]:
         if headers.get("authorization") != self.clickup_token:
             return 401, {"err": "Token invalid", "ECODE": "OAUTH_025"}
         if len(parts) != 3 or parts[0] != "list" or parts[2] != "task":
@@ -97,9 +109,15 @@ class FakeApi:
             self.tasks.append(task)
             return 200, {"id": task["id"], "name": task["name"]}
         [wanted] = json.loads(query["custom_fields"][0])
-        found = [t for t in self.tasks if t["list"] == parts[1] and any(
-            f["id"] == wanted["field_id"] and f["value"] == wanted["value"]
-            for f in t.get("custom_fields", []))]
+        found = [
+            t
+            for t in self.tasks
+            if t["list"] == parts[1]
+            and any(
+                f["id"] == wanted["field_id"] and f["value"] == wanted["value"]
+                for f in t.get("custom_fields", [])
+            )
+        ]
         return 200, {"tasks": [{"id": t["id"], "name": t["name"]} for t in found]}
 
     # -- Mistral ------------------------------------------------------------------------------
@@ -108,11 +126,19 @@ class FakeApi:
             return 401, {"message": "Unauthorized", "request_id": "x"}
         if not body.get("model") or not body.get("messages"):
             return 422, {"object": "error", "message": "model and messages are required"}
-        return 200, {"id": "cmpl-1", "object": "chat.completion", "model": body["model"],
-                     "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                         "role": "assistant", "content": self.answer}}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 10,
-                               "total_tokens": 20}}
+        return 200, {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": self.answer},
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
 
 
 def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
@@ -167,8 +193,9 @@ def http_server(api: FakeApi) -> Iterator[str]:
     """Serve ``api`` on 127.0.0.1 (a free port); yields the base URL; shut down after."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -179,6 +206,7 @@ def http_server(api: FakeApi) -> Iterator[str]:
 
 
 # -- SMTP ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class FakeSmtp:
@@ -212,7 +240,9 @@ def _smtp_handler(smtp: FakeSmtp) -> type[socketserver.StreamRequestHandler]:
                     self.reply("354 end with <CRLF>.<CRLF>")
                     lines = []
                     while (data := self.rfile.readline().decode(errors="replace")) not in (
-                            ".\r\n", ""):
+                        ".\r\n",
+                        "",
+                    ):
                         lines.append(data)
                     smtp.messages.append("".join(lines))
                     self.reply("250 queued")
@@ -230,8 +260,9 @@ def smtp_server(smtp: FakeSmtp) -> Iterator[int]:
     """Serve SMTP for ``smtp`` on 127.0.0.1; yields the port."""
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _smtp_handler(smtp))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield int(server.server_address[1])

@@ -37,13 +37,17 @@ def test_holidays_do_not_count() -> None:
 
 def test_default_cadence_from_a_monday() -> None:
     assert cadence_due_dates(date(2026, 3, 2), DEFAULT_OFFSETS, ()) == [
-        date(2026, 3, 9), date(2026, 3, 18), date(2026, 3, 31)]
+        date(2026, 3, 9),
+        date(2026, 3, 18),
+        date(2026, 3, 31),
+    ]
 
 
 def test_cadence_moves_past_holidays() -> None:
     plain = cadence_due_dates(date(2026, 3, 23), DEFAULT_OFFSETS, ())
-    with_easter = cadence_due_dates(date(2026, 3, 23), DEFAULT_OFFSETS,
-                                    {GOOD_FRIDAY, EASTER_MONDAY})
+    with_easter = cadence_due_dates(
+        date(2026, 3, 23), DEFAULT_OFFSETS, {GOOD_FRIDAY, EASTER_MONDAY}
+    )
     assert plain == [date(2026, 3, 30), date(2026, 4, 8), date(2026, 4, 21)]
     assert with_easter == [date(2026, 3, 30), date(2026, 4, 10), date(2026, 4, 23)]
 
@@ -57,7 +61,7 @@ def test_bad_offsets_are_refused() -> None:
 
 def test_an_offset_past_ten_years_is_refused_before_counting_towards_date_max() -> None:
     with pytest.raises(ValueError, match="at most 2610 business days"):
-        cadence_due_dates(date(2026, 3, 2), (5, 10 ** 30), ())
+        cadence_due_dates(date(2026, 3, 2), (5, 10**30), ())
 
 
 def test_week_of_gives_monday_and_friday() -> None:
@@ -65,10 +69,14 @@ def test_week_of_gives_monday_and_friday() -> None:
     assert week_of(date(2026, 3, 8)) == (date(2026, 3, 2), date(2026, 3, 6))
 
 
-@given(start=st.dates(date(2020, 1, 1), date(2030, 1, 1)), days=st.integers(0, 60),
-       holidays=st.sets(st.dates(date(2020, 1, 1), date(2030, 3, 1)), max_size=20))
-def test_adding_then_counting_business_days_round_trips(start: date, days: int,
-                                                        holidays: set[date]) -> None:
+@given(
+    start=st.dates(date(2020, 1, 1), date(2030, 1, 1)),
+    days=st.integers(0, 60),
+    holidays=st.sets(st.dates(date(2020, 1, 1), date(2030, 3, 1)), max_size=20),
+)
+def test_adding_then_counting_business_days_round_trips(
+    start: date, days: int, holidays: set[date]
+) -> None:
     end = add_business_days(start, days, holidays)
     assert business_days_between(start, end, holidays) == days
     if days:

@@ -10,17 +10,21 @@ MONDAY = date(2026, 3, 9)
 
 
 def test_morning_list_orders_by_lateness_and_shows_summaries() -> None:
-    text = morning_list_text(MONDAY, [
-        FollowUp("Globex", 1, 3, MONDAY, task_id="T-2"),
-        FollowUp("acme", 2, 3, date(2026, 3, 5), summary="Asked for a discount.\nCall Bob."),
-    ])
+    text = morning_list_text(
+        MONDAY,
+        [
+            FollowUp("Globex", 1, 3, MONDAY, task_id="T-2"),
+            FollowUp("acme", 2, 3, date(2026, 3, 5), summary="Asked for a discount.\nCall Bob."),
+        ],
+    )
     assert text == (
         "Follow-ups for Monday 9 March 2026 (2)\n"
         "\n"
         "- acme: step 2 of 3, 2 business days overdue\n"
         "    Asked for a discount.\n"
         "    Call Bob.\n"
-        "- Globex: step 1 of 3, due today [task T-2]")
+        "- Globex: step 1 of 3, due today [task T-2]"
+    )
 
 
 def test_overdue_counts_business_days_and_holidays() -> None:
@@ -41,7 +45,8 @@ def test_digest_lists_the_week() -> None:
         fired=[FollowUp("Initech", 1, 3, date(2026, 3, 10), task_id="T-4")],
         opened=["Umbrella", "acme"],
         closed=[Closed("Globex", "won")],
-        upcoming=[FollowUp("Initech", 2, 3, date(2026, 3, 19))])
+        upcoming=[FollowUp("Initech", 2, 3, date(2026, 3, 19))],
+    )
     assert text == (
         "Follow-up digest for the week of 9 Mar to 13 Mar 2026\n"
         "\n"
@@ -50,7 +55,8 @@ def test_digest_lists_the_week() -> None:
         "Deals newly watched: 2 (acme, Umbrella)\n"
         "Watches closed: 1 (Globex: won)\n"
         "Due next week: 1\n"
-        "- Initech: step 2 of 3, due 19 Mar")
+        "- Initech: step 2 of 3, due 19 Mar"
+    )
 
 
 def test_quiet_week_digest() -> None:

@@ -28,15 +28,22 @@ class KeyedApi(FakeInvoiceApi):
 
     keys: list[str]
 
-    def create_invoice(self, order_id: str, customer_id: str, amount_cents: int, currency: str,
-                       *, idempotency_key: str) -> str:
+    def create_invoice(
+        self,
+        order_id: str,
+        customer_id: str,
+        amount_cents: int,
+        currency: str,
+        *,
+        idempotency_key: str,
+    ) -> str:
         self.keys.append(idempotency_key)
-        return super().create_invoice(order_id, customer_id, amount_cents, currency,
-                                      idempotency_key=idempotency_key)
+        return super().create_invoice(
+            order_id, customer_id, amount_cents, currency, idempotency_key=idempotency_key
+        )
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql",
-                                                         marks=pytest.mark.postgres)])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "memory":
         yield "memory://"
@@ -51,8 +58,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         cleanup.close()
 
 
-def test_the_invoice_runs_durably_with_one_key_across_retries(store_url: str,
-                                                              tmp_path: Path) -> None:
+def test_the_invoice_runs_durably_with_one_key_across_retries(
+    store_url: str, tmp_path: Path
+) -> None:
     world = FakeWorld(str(tmp_path / "world.db"))
     ledger = FakeLedger(world)
     ledger.put_customer("C1", "Ada", "ada@example.com")
@@ -61,27 +69,34 @@ def test_the_invoice_runs_durably_with_one_key_across_retries(store_url: str,
     runner = DurableRunner(store_url, [build(InvoiceServices(ledger, api, FakeMailer(world)))])
     world.fail("invoice_api", times=3)
     started = runner.clock.now()
-    run = runner.run("invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 900},
-                     key="order-O1")
+    run = runner.run(
+        "invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 900}, key="order-O1"
+    )
     assert run.snapshot.value == "completed" and run.retries == 3
     assert len(api.keys) == 4 and len(set(api.keys)) == 1
     assert runner.clock.now() - started >= 1000 + 2000 + 4000, "the backoff waits were timers"
     assert api.duplicates() == 0 and len(api.invoices()) == 1
-    again = runner.run("invoice", {"order_id": "O2", "customer_id": "C1",
-                                   "amount_cents": 900}, key="order-O2")
+    again = runner.run(
+        "invoice", {"order_id": "O2", "customer_id": "C1", "amount_cents": 900}, key="order-O2"
+    )
     assert api.keys[-1] != api.keys[0], "another run, another key"
     assert again.context["invoice_id"] == "INV-0002"
     runner.close()
 
 
-def test_a_failed_run_starts_the_alerts_workflow_once(db: Database, world: FakeWorld,
-                                                      tmp_path: Path) -> None:
+def test_a_failed_run_starts_the_alerts_workflow_once(
+    db: Database, world: FakeWorld, tmp_path: Path
+) -> None:
     services = make_services(db, world, in_scope_stages=("Proposal Made",))
-    runner = DurableRunner(f"sqlite:///{tmp_path / 'runs.db'}",
-                           list(build_machines(services).values()))
+    runner = DurableRunner(
+        f"sqlite:///{tmp_path / 'runs.db'}", list(build_machines(services).values())
+    )
     services.crm.put_deal("D1", "Acme", "Proposal")  # type: ignore[attr-defined]
-    run = runner.run("followup_evaluate", {"run_key": "ev-1", "today": MONDAY.isoformat(),
-                                           "now": epoch_ms(MONDAY, 10)}, key="ev-1")
+    run = runner.run(
+        "followup_evaluate",
+        {"run_key": "ev-1", "today": MONDAY.isoformat(), "now": epoch_ms(MONDAY, 10)},
+        key="ev-1",
+    )
     assert run.status == "error"
     assert run.snapshot.error["name"] == "StageFilterMatchesNothing"
     assert run.alert is not None and run.alert.snapshot.value == "alerted"
@@ -95,33 +110,52 @@ def test_a_failed_run_starts_the_alerts_workflow_once(db: Database, world: FakeW
     runner.close()
 
 
-def test_the_runtimes_dry_run_blocks_task_creation_and_mail(db: Database, world: FakeWorld,
-                                                           tmp_path: Path) -> None:
+def test_the_runtimes_dry_run_blocks_task_creation_and_mail(
+    db: Database, world: FakeWorld, tmp_path: Path
+) -> None:
     services = make_services(db, world)
     machines = list(build_machines(services).values())
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     services.crm.put_deal("D1", "Acme", "Proposal")  # type: ignore[attr-defined]
     live = DurableRunner(url, machines)
-    live.run("followup_register", {"deal_id": "D1", "deal_name": "Acme", "stage": "Proposal",
-                                   "today": MONDAY.isoformat(), "now": 0}, key="wh-1")
+    live.run(
+        "followup_register",
+        {
+            "deal_id": "D1",
+            "deal_name": "Acme",
+            "stage": "Proposal",
+            "today": MONDAY.isoformat(),
+            "now": 0,
+        },
+        key="wh-1",
+    )
     live.close()
     dry = DurableRunner(url, machines, dry_run=True)
     world.fail("tasks", times=FOREVER)  # would skip the item if it were called at all
-    run = dry.run("followup_evaluate", {"run_key": "ev-dry", "today": NEXT_MONDAY.isoformat(),
-                                        "now": epoch_ms(NEXT_MONDAY, 10)}, key="ev-dry")
+    run = dry.run(
+        "followup_evaluate",
+        {"run_key": "ev-dry", "today": NEXT_MONDAY.isoformat(), "now": epoch_ms(NEXT_MONDAY, 10)},
+        key="ev-dry",
+    )
     assert run.status == "done"
     assert [c["task_id"] for c in run.context["created"]] == ["dry-run"]
     assert world.calls("tasks") == 0 and world.calls("mail") == 0
     with db.transaction() as tx:
         step = tx.one("select status, task_id from watch_steps where step = 1")
     assert step == {"status": "fired", "task_id": "dry-run"}
-    services.crm.add_email("D1", epoch_ms(NEXT_MONDAY, 9), "bob@acme", "Terms",  # type: ignore[attr-defined]
-                           "Legal approved the terms.")
+    services.crm.add_email(
+        "D1",
+        epoch_ms(NEXT_MONDAY, 9),
+        "bob@acme",
+        "Terms",  # type: ignore[attr-defined]
+        "Legal approved the terms.",
+    )
     enrich = dry.run("followup_enrich", {"now": epoch_ms(NEXT_MONDAY, 10)}, key="enrich-dry")
     assert enrich.context["summarized"] == ["Acme"], "Enrich is not blocked by dry-run"
     with db.transaction() as tx:
         assert tx.one("select summary from watches") == {
-            "summary": "1 recent e-mail(s), latest: Terms\nNext step: reply to bob@acme."}
+            "summary": "1 recent e-mail(s), latest: Terms\nNext step: reply to bob@acme."
+        }
     dry.close()
 
 
@@ -129,12 +163,14 @@ def test_retry_waits_are_counted_from_the_journal(tmp_path: Path) -> None:
     world = FakeWorld(str(tmp_path / "world.db"))
     ledger = FakeLedger(world)
     ledger.put_customer("C1", "Ada", "ada@example.com")
-    runner = DurableRunner(f"sqlite:///{tmp_path / 'runs.db'}",
-                           [build(InvoiceServices(ledger, FakeInvoiceApi(world),
-                                                  FakeMailer(world)))])
+    runner = DurableRunner(
+        f"sqlite:///{tmp_path / 'runs.db'}",
+        [build(InvoiceServices(ledger, FakeInvoiceApi(world), FakeMailer(world)))],
+    )
     world.fail("mail", times=FOREVER)
-    run = runner.run("invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 900},
-                     key="o1")
+    run = runner.run(
+        "invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 900}, key="o1"
+    )
     assert run.snapshot.value == "failed" and run.retries == 2
     events = runner.store.list_events(runner.run_ids["o1"])
     waits = [e.state_after for e in events if e.state_after.endswith("waiting_to_retry")]

@@ -35,8 +35,12 @@ def test_a_hold_blocks_the_writer_after_the_nth_write_until_released(tmp_path: P
     tool = FakeTaskTool(world)
     world.hold("tasks", after=2)
     made: list[str] = []
-    writer = threading.Thread(target=lambda: made.extend(
-        tool.create_task(f"k{n}", "t", "b", "2026-03-02") for n in range(3)), daemon=True)
+    writer = threading.Thread(
+        target=lambda: made.extend(
+            tool.create_task(f"k{n}", "t", "b", "2026-03-02") for n in range(3)
+        ),
+        daemon=True,
+    )
     writer.start()
     try:
         for _ in range(500):

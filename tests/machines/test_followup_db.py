@@ -26,39 +26,46 @@ def test_migrations_apply_once(any_db: Database) -> None:
 def test_register_schedules_steps_by_business_days_and_holidays(any_db: Database) -> None:
     with any_db.transaction() as tx:
         repository.add_holiday(tx, date(2026, 3, 9), "Founders' day")
-        watch_id, created = repository.register_watch(tx, "deal", "D1", "Acme", "default",
-                                                      MONDAY, 0)
-        steps = tx.rows("select step, due_on, status from watch_steps where watch_id = ? "
-                        "order by step", (watch_id,))
+        watch_id, created = repository.register_watch(
+            tx, "deal", "D1", "Acme", "default", MONDAY, 0
+        )
+        steps = tx.rows(
+            "select step, due_on, status from watch_steps where watch_id = ? order by step",
+            (watch_id,),
+        )
     assert created
-    assert steps == [{"step": 1, "due_on": "2026-03-10", "status": "pending"},
-                     {"step": 2, "due_on": "2026-03-19", "status": "pending"},
-                     {"step": 3, "due_on": "2026-04-01", "status": "pending"}]
+    assert steps == [
+        {"step": 1, "due_on": "2026-03-10", "status": "pending"},
+        {"step": 2, "due_on": "2026-03-19", "status": "pending"},
+        {"step": 3, "due_on": "2026-04-01", "status": "pending"},
+    ]
 
 
 def test_one_open_watch_per_subject(any_db: Database) -> None:
     with any_db.transaction() as tx:
-        first, created = repository.register_watch(tx, "deal", "D1", "Acme", "default",
-                                                   MONDAY, 0)
+        first, created = repository.register_watch(tx, "deal", "D1", "Acme", "default", MONDAY, 0)
     with any_db.transaction() as tx:
-        again, created_again = repository.register_watch(tx, "deal", "D1", "Acme", "default",
-                                                         date(2026, 3, 20), 1)
+        again, created_again = repository.register_watch(
+            tx, "deal", "D1", "Acme", "default", date(2026, 3, 20), 1
+        )
         dues = [r["due_on"] for r in tx.rows("select due_on from watch_steps order by step")]
     assert (again, created_again) == (first, False)
     assert dues[0] == "2026-03-09", "the running cadence was not reset"
     with any_db.transaction() as tx:
         assert repository.close_watch(tx, "deal", "D1", "won", 2)
         assert not repository.close_watch(tx, "deal", "D1", "won", 3)
-        reopened, created = repository.register_watch(tx, "deal", "D1", "Acme", "default",
-                                                      date(2026, 4, 1), 4)
-        pending_of_first = tx.rows("select status from watch_steps where watch_id = ?",
-                                   (first,))
+        reopened, created = repository.register_watch(
+            tx, "deal", "D1", "Acme", "default", date(2026, 4, 1), 4
+        )
+        pending_of_first = tx.rows("select status from watch_steps where watch_id = ?", (first,))
     assert created and reopened != first, "a closed watch does not block a new one"
     assert {r["status"] for r in pending_of_first} == {"skipped"}
     with pytest.raises(DatabaseError), any_db.transaction() as tx:
-        tx.execute("insert into watches (subject_type, subject_id, subject_name, cadence, "
-                   "opened_on, opened_at) values ('deal', 'D1', 'Acme', 'default', ?, 0)",
-                   ("2026-04-02",))
+        tx.execute(
+            "insert into watches (subject_type, subject_id, subject_name, cadence, "
+            "opened_on, opened_at) values ('deal', 'D1', 'Acme', 'default', ?, 0)",
+            ("2026-04-02",),
+        )
 
 
 def test_claim_is_held_by_one_run_until_released_or_stale(any_db: Database) -> None:
@@ -71,8 +78,11 @@ def test_claim_is_held_by_one_run_until_released_or_stale(any_db: Database) -> N
         assert granted("evaluate", "run-a", 0)
         assert granted("evaluate", "run-a", MINUTE), "same run again"
         blocked = repository.claim_run(tx, "evaluate", "run-b", 10 * MINUTE, stale)
-        assert blocked == {"granted": False, "holder": {"run_key": "run-a", "started_at": 0},
-                           "abandoned": []}
+        assert blocked == {
+            "granted": False,
+            "holder": {"run_key": "run-a", "started_at": 0},
+            "abandoned": [],
+        }
         assert granted("other workflow", "run-b", 10 * MINUTE)
     with any_db.transaction() as tx:
         repository.finish_run(tx, "evaluate", "run-a", "ok", {"created": 0}, 11 * MINUTE)

@@ -26,17 +26,27 @@ NEXT_MONDAY = MONDAY + timedelta(days=7)
 def register(runner: Runner, deal_id: str, name: str, stage: str, day: date) -> Outcome:
     """A webhook: deal ``deal_id`` entered ``stage`` on ``day``."""
     runner.clock.set(max(runner.clock.now(), epoch_ms(day, 8)))
-    return runner.run("followup_register", {
-        "deal_id": deal_id, "deal_name": name, "stage": stage, "today": day.isoformat(),
-        "now": runner.clock.now()}, key=f"webhook:{deal_id}:{stage}:{runner.clock.now()}")
+    return runner.run(
+        "followup_register",
+        {
+            "deal_id": deal_id,
+            "deal_name": name,
+            "stage": stage,
+            "today": day.isoformat(),
+            "now": runner.clock.now(),
+        },
+        key=f"webhook:{deal_id}:{stage}:{runner.clock.now()}",
+    )
 
 
 def evaluate(runner: Runner, day: date, key: str, dry_run: bool = False) -> Outcome:
     """An Evaluate run on ``day`` (at 10:00 or later)."""
     runner.clock.set(max(runner.clock.now(), epoch_ms(day, 10)))
-    return runner.run("followup_evaluate", {
-        "run_key": key, "today": day.isoformat(), "now": runner.clock.now(),
-        "dry_run": dry_run}, key=key)
+    return runner.run(
+        "followup_evaluate",
+        {"run_key": key, "today": day.isoformat(), "now": runner.clock.now(), "dry_run": dry_run},
+        key=key,
+    )
 
 
 def deal(services: Services, deal_id: str, name: str, stage: str) -> None:
@@ -46,15 +56,21 @@ def deal(services: Services, deal_id: str, name: str, stage: str) -> None:
 def tables(db: Database) -> dict[str, list[dict[str, Any]]]:
     """The watch tables, for comparing whole database states."""
     with db.transaction() as tx:
-        return {"watches": tx.rows("select * from watches order by id"),
-                "watch_steps": tx.rows("select * from watch_steps order by id")}
+        return {
+            "watches": tx.rows("select * from watches order by id"),
+            "watch_steps": tx.rows("select * from watch_steps order by id"),
+        }
 
 
 def step_rows(db: Database) -> list[tuple[str, int, str, str | None]]:
     with db.transaction() as tx:
-        return [(r["subject_name"], r["step"], r["status"], r["task_id"]) for r in tx.rows(
-            "select w.subject_name, s.step, s.status, s.task_id from watch_steps s join "
-            "watches w on w.id = s.watch_id order by w.subject_name, s.step")]
+        return [
+            (r["subject_name"], r["step"], r["status"], r["task_id"])
+            for r in tx.rows(
+                "select w.subject_name, s.step, s.status, s.task_id from watch_steps s join "
+                "watches w on w.id = s.watch_id order by w.subject_name, s.step"
+            )
+        ]
 
 
 def tasks_of(services: Services) -> list[str]:
@@ -71,8 +87,10 @@ def mails_of(services: Services) -> list[dict[str, str]]:
 
 # -- running twice equals running once -----------------------------------------------------------
 
-def test_a_retried_webhook_does_not_reset_the_cadence(services: Services, runner: Runner,
-                                                      db: Database) -> None:
+
+def test_a_retried_webhook_does_not_reset_the_cadence(
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     first = register(runner, "D1", "Acme", "Proposal", MONDAY)
     once = tables(db)
@@ -83,8 +101,9 @@ def test_a_retried_webhook_does_not_reset_the_cadence(services: Services, runner
     assert tables(db) == once
 
 
-def test_evaluating_twice_equals_evaluating_once(services: Services, runner: Runner,
-                                                db: Database) -> None:
+def test_evaluating_twice_equals_evaluating_once(
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Negotiation")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -99,8 +118,9 @@ def test_evaluating_twice_equals_evaluating_once(services: Services, runner: Run
     assert len(after_once[1]) == 2 and len(after_once[2]) == 1
 
 
-def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: Runner,
-                                                   db: Database) -> None:
+def test_a_won_deal_closes_its_watch_and_its_steps(
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     deal(services, "D1", "Acme", "Won")
@@ -113,6 +133,7 @@ def test_a_won_deal_closes_its_watch_and_its_steps(services: Services, runner: R
 
 
 # -- one run at a time ---------------------------------------------------------------------------
+
 
 class HeldTaskTool(FakeTaskTool):
     """A task tool whose first ``create_task`` waits until released (a slow run in flight)."""
@@ -129,8 +150,9 @@ class HeldTaskTool(FakeTaskTool):
         return super().create_task(external_key, title, body, due_on)
 
 
-def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWorld,
-                                                     new_runner: NewRunner) -> None:
+def test_overlapping_runs_do_not_double_create_tasks(
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world)
     held = HeldTaskTool(world)
     services.tasks = held
@@ -138,12 +160,14 @@ def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWo
     register(new_runner(services), "D1", "Acme", "Proposal", MONDAY)
     slow_runner = new_runner(services, epoch_ms(NEXT_MONDAY, 10))
     outcomes: dict[str, Outcome] = {}
-    slow = threading.Thread(target=lambda: outcomes.setdefault(
-        "slow", evaluate(slow_runner, NEXT_MONDAY, "ev-10:00")))
+    slow = threading.Thread(
+        target=lambda: outcomes.setdefault("slow", evaluate(slow_runner, NEXT_MONDAY, "ev-10:00"))
+    )
     slow.start()
     assert held.entered.wait(10)
-    overlapping = evaluate(new_runner(services, epoch_ms(NEXT_MONDAY, 10) + 600_000),
-                           NEXT_MONDAY, "ev-10:10")
+    overlapping = evaluate(
+        new_runner(services, epoch_ms(NEXT_MONDAY, 10) + 600_000), NEXT_MONDAY, "ev-10:10"
+    )
     held.release.set()
     slow.join(10)
     assert overlapping.snapshot.value == "overlapping"
@@ -154,7 +178,8 @@ def test_overlapping_runs_do_not_double_create_tasks(db: Database, world: FakeWo
 
 
 def test_a_claim_held_past_the_schedule_alerts_and_a_stale_one_is_taken_over(
-        services: Services, runner: Runner, db: Database) -> None:
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     died_at = epoch_ms(NEXT_MONDAY, 10)
@@ -165,11 +190,14 @@ def test_a_claim_held_past_the_schedule_alerts_and_a_stale_one_is_taken_over(
     runner.clock.set(died_at + services.settings.claim_alert_after_ms + 60_000)
     blocked = evaluate(runner, NEXT_MONDAY, "ev-11:01")
     assert blocked.status == "error" and blocked.snapshot.error["name"] == "ClaimHeldTooLong"
-    assert "run ev-10:00 has held the followup_evaluate claim for 1.0 h" in \
-        blocked.snapshot.error["message"]
+    assert (
+        "run ev-10:00 has held the followup_evaluate claim for 1.0 h"
+        in blocked.snapshot.error["message"]
+    )
     assert blocked.alert is not None and blocked.alert.snapshot.value == "alerted"
     assert [m["subject"] for m in mails_of(services)] == [
-        "[followup] followup_evaluate failed: ClaimHeldTooLong"]
+        "[followup] followup_evaluate failed: ClaimHeldTooLong"
+    ]
     runner.clock.set(died_at + services.settings.claim_stale_after_ms + 1)
     later = evaluate(runner, NEXT_MONDAY, "ev-later")
     assert later.snapshot.value == "completed" and later.context["abandoned"] == ["ev-10:00"]
@@ -181,8 +209,10 @@ def test_a_claim_held_past_the_schedule_alerts_and_a_stale_one_is_taken_over(
 
 # -- a lost webhook repaired by reconciliation ---------------------------------------------------
 
-def test_reconciliation_repairs_lost_webhooks(services: Services, runner: Runner,
-                                              db: Database) -> None:
+
+def test_reconciliation_repairs_lost_webhooks(
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Negotiation")  # its webhook was lost
     deal(services, "D3", "Initech", "Lead")  # not in scope
@@ -202,8 +232,10 @@ def test_reconciliation_repairs_lost_webhooks(services: Services, runner: Runner
 
 # -- database failure fatal, third-party failure skippable ---------------------------------------
 
+
 def test_a_task_tool_failure_skips_the_item_and_the_run_ends_partial(
-        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
+    services: Services, runner: Runner, db: Database, world: FakeWorld
+) -> None:
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex")):
         deal(services, deal_id, name, "Proposal")
         register(runner, deal_id, name, "Proposal", MONDAY)
@@ -222,7 +254,8 @@ def test_a_task_tool_failure_skips_the_item_and_the_run_ends_partial(
 
 
 def test_a_crm_outage_skips_reconciliation_but_not_the_due_tasks(
-        services: Services, runner: Runner, world: FakeWorld) -> None:
+    services: Services, runner: Runner, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     deal(services, "D2", "Globex", "Proposal")
@@ -235,7 +268,8 @@ def test_a_crm_outage_skips_reconciliation_but_not_the_due_tasks(
 
 
 def test_a_database_failure_fails_the_run_and_alerts(
-        services: Services, runner: Runner, db: Database) -> None:
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     with db.transaction() as tx:  # the database loses a table under the workflow's feet
@@ -250,12 +284,14 @@ def test_a_database_failure_fails_the_run_and_alerts(
     assert alert["recipient"] == services.settings.ops_inbox
     assert "followup_evaluate failed: DatabaseError" in alert["subject"]
     with db.transaction() as tx:
-        assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["failed"], \
+        assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["failed"], (
             "the claim was released by logging the failure"
+        )
 
 
-def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeWorld,
-                                                      new_runner: NewRunner) -> None:
+def test_a_mail_failure_fails_the_run_and_alerts_once(
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world, alert_dedupe_ms=48 * 3_600_000)
     runner = new_runner(services)
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex")):
@@ -271,12 +307,14 @@ def test_a_mail_failure_fails_the_run_and_alerts_once(db: Database, world: FakeW
     assert first.alert is not None and first.alert.snapshot.value == "alerted"
     assert second.alert is not None and second.alert.snapshot.value == "suppressed"
     assert [m["subject"] for m in mails_of(services)] == [
-        "[followup] followup_evaluate failed: MailUnavailable"]
+        "[followup] followup_evaluate failed: MailUnavailable"
+    ]
     assert len(tasks_of(services)) == 2, "the tasks were created before the mail failed"
 
 
 def test_a_failing_alerts_run_does_not_alert_itself(
-        services: Services, runner: Runner, world: FakeWorld, db: Database) -> None:
+    services: Services, runner: Runner, world: FakeWorld, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("mail", times=FOREVER)
@@ -286,14 +324,17 @@ def test_a_failing_alerts_run_does_not_alert_itself(
     assert [o.name for o in runner.outcomes].count("followup_alerts") == 1
     with db.transaction() as tx:
         claim = repository.run_log(tx, "followup_evaluate")
-    assert [(r["run_key"], r["status"]) for r in claim] == [("ev-1", "failed")], \
+    assert [(r["run_key"], r["status"]) for r in claim] == [("ev-1", "failed")], (
         "the claim was released before the alert mail was tried"
+    )
 
 
 # -- dry-run blocks only external writes ---------------------------------------------------------
 
+
 def test_dry_run_blocks_tasks_and_mail_but_writes_the_database(
-        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
+    services: Services, runner: Runner, db: Database, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")  # registered by the dry run's reconciliation
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -305,15 +346,20 @@ def test_dry_run_blocks_tasks_and_mail_but_writes_the_database(
     assert ("Acme", 1, "fired", "dry-run") in step_rows(db)
     with db.transaction() as tx:
         assert [r["status"] for r in repository.run_log(tx, "followup_evaluate")] == ["ok"]
-    report = runner.run("followup_report", {"kind": "morning", "today": NEXT_MONDAY.isoformat(),
-                                            "dry_run": True}, key="report-dry")
+    report = runner.run(
+        "followup_report",
+        {"kind": "morning", "today": NEXT_MONDAY.isoformat(), "dry_run": True},
+        key="report-dry",
+    )
     assert report.context["message_id"] == "dry-run" and mails_of(services) == []
 
 
 # -- a stage filter that matches nothing is reported loudly -------------------------------------
 
-def test_a_stage_filter_matching_nothing_fails_loudly(db: Database, world: FakeWorld,
-                                                     new_runner: NewRunner) -> None:
+
+def test_a_stage_filter_matching_nothing_fails_loudly(
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world, in_scope_stages=("Proposal Made", "In Negotiation"))
     runner = new_runner(services)
     deal(services, "D1", "Acme", "Proposal")
@@ -331,17 +377,21 @@ def test_a_stage_filter_matching_nothing_fails_loudly(db: Database, world: FakeW
 
 # -- Report, Enrich ------------------------------------------------------------------------------
 
+
 def test_reports_read_well_while_the_crm_is_down(
-        services: Services, runner: Runner, world: FakeWorld) -> None:
+    services: Services, runner: Runner, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("crm", times=FOREVER)
     runner.clock.set(epoch_ms(NEXT_MONDAY, 8))
-    morning = runner.run("followup_report", {"kind": "morning",
-                                             "today": NEXT_MONDAY.isoformat()}, key="r-1")
+    morning = runner.run(
+        "followup_report", {"kind": "morning", "today": NEXT_MONDAY.isoformat()}, key="r-1"
+    )
     friday = NEXT_MONDAY + timedelta(days=4)
-    digest = runner.run("followup_report", {"kind": "digest", "today": friday.isoformat()},
-                        key="r-2")
+    digest = runner.run(
+        "followup_report", {"kind": "digest", "today": friday.isoformat()}, key="r-2"
+    )
     assert morning.status == digest.status == "done"
     [morning_mail, digest_mail] = mails_of(services)
     assert "- Acme: step 1 of 3, due today" in morning_mail["body"]
@@ -351,7 +401,8 @@ def test_reports_read_well_while_the_crm_is_down(
 
 
 def test_enrich_summaries_show_in_tasks_and_reports_and_failures_skip(
-        services: Services, runner: Runner, world: FakeWorld) -> None:
+    services: Services, runner: Runner, world: FakeWorld
+) -> None:
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex"), ("D3", "Initech")):
         deal(services, deal_id, name, "Proposal")
         register(runner, deal_id, name, "Proposal", MONDAY)
@@ -369,12 +420,12 @@ def test_enrich_summaries_show_in_tasks_and_reports_and_failures_skip(
     tool = services.tasks
     assert isinstance(tool, FakeTaskTool)
     bodies = {t["title"].split(": ")[1].split(" ")[0]: t["body"] for t in tool.tasks()}
-    assert "1 recent e-mail(s), latest: Legal\nNext step: reply to eve@globex." in \
-        bodies["Globex"]
+    assert "1 recent e-mail(s), latest: Legal\nNext step: reply to eve@globex." in bodies["Globex"]
     assert "Recent e-mails" not in bodies["Acme"] and "Recent e-mails" not in bodies["Initech"]
 
 
 # -- a run killed mid-way and resumed --------------------------------------------------------------
+
 
 class Killed(BaseException):
     """Stops the in-memory worker dead, right after the task tool made a task."""
@@ -387,7 +438,8 @@ class KillingTaskTool(FakeTaskTool):
 
 
 def test_a_run_killed_after_creating_a_task_resumes_without_a_duplicate(
-        services: Services, runner: Runner, world: FakeWorld, db: Database) -> None:
+    services: Services, runner: Runner, world: FakeWorld, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -404,6 +456,8 @@ def test_a_run_killed_after_creating_a_task_resumes_without_a_duplicate(
     resumed = runner.resume("followup_evaluate", "ev-1", input)
     assert resumed.snapshot.value == "completed"
     assert [c["task_id"] for c in resumed.context["created"]] == ["T-1", "T-2"]
-    assert tasks_of(services) == ["Follow up: Acme (step 1 of 3)",
-                                  "Follow up: Globex (step 1 of 3)"]
+    assert tasks_of(services) == [
+        "Follow up: Acme (step 1 of 3)",
+        "Follow up: Globex (step 1 of 3)",
+    ]
     assert ("Acme", 1, "fired", "T-1") in step_rows(db)

@@ -25,24 +25,30 @@ def evaluate_at(runner: Runner, day: date, hour: int) -> Outcome:
     now = epoch_ms(day, hour)
     runner.clock.set(max(runner.clock.now(), now))
     key = f"followup_evaluate@{now}"
-    return runner.run("followup_evaluate", {"run_key": key, "today": day.isoformat(),
-                                            "now": now}, key=key)
+    return runner.run(
+        "followup_evaluate", {"run_key": key, "today": day.isoformat(), "now": now}, key=key
+    )
 
 
 def claims(db: Database) -> dict[str, str]:
     with db.transaction() as tx:
-        return {str(r["run_key"]).split("@")[-1]: str(r["status"])
-                for r in repository.run_log(tx, "followup_evaluate")}
+        return {
+            str(r["run_key"]).split("@")[-1]: str(r["status"])
+            for r in repository.run_log(tx, "followup_evaluate")
+        }
 
 
 def watch(db: Database, subject_id: str) -> dict[str, Any] | None:
     with db.transaction() as tx:
-        return tx.one("select status, closed_reason from watches where subject_id = ? "
-                      "order by id desc", (subject_id,))
+        return tx.one(
+            "select status, closed_reason from watches where subject_id = ? order by id desc",
+            (subject_id,),
+        )
 
 
 def test_a_database_failure_at_ten_releases_the_claim_and_eleven_creates_the_tasks(
-        services: Services, runner: Runner, db: Database) -> None:
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Negotiation")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
@@ -58,17 +64,21 @@ def test_a_database_failure_at_ten_releases_the_claim_and_eleven_creates_the_tas
     eleven = evaluate_at(runner, NEXT_MONDAY, 11)
     assert eleven.snapshot.value == "completed"
     assert [c["subject_name"] for c in eleven.context["created"]] == ["Acme", "Globex"]
-    assert tasks_of(services) == ["Follow up: Acme (step 1 of 3)",
-                                  "Follow up: Globex (step 1 of 3)"]
+    assert tasks_of(services) == [
+        "Follow up: Acme (step 1 of 3)",
+        "Follow up: Globex (step 1 of 3)",
+    ]
     assert claims(db)[str(epoch_ms(NEXT_MONDAY, 11))] == "ok"
     [alert] = [m for m in mails_of(services) if m["recipient"] == services.settings.ops_inbox]
     assert alert["subject"] == "[followup] followup_evaluate failed: DatabaseError"
-    assert f"Run followup_evaluate@{epoch_ms(NEXT_MONDAY, 10)} of followup_evaluate" in \
-        alert["body"]
+    assert (
+        f"Run followup_evaluate@{epoch_ms(NEXT_MONDAY, 10)} of followup_evaluate" in alert["body"]
+    )
 
 
 def test_a_wrong_but_existing_stage_filter_is_alerted_within_one_business_day(
-        db: Database, world: FakeWorld, new_runner: NewRunner) -> None:
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world, in_scope_stages=("Qualified",))
     runner = new_runner(services)
     for deal_id, name in (("D1", "Acme"), ("D2", "Globex"), ("D3", "Initech")):
@@ -80,15 +90,18 @@ def test_a_wrong_but_existing_stage_filter_is_alerted_within_one_business_day(
     tuesday = evaluate_at(runner, MONDAY + timedelta(days=1), 9)
     assert tuesday.status == "error"
     assert tuesday.snapshot.error["name"] == "NothingInScope"
-    assert "no deal has been in scope for 1 business day(s) (since 2026-03-02) while the CRM " \
+    assert (
+        "no deal has been in scope for 1 business day(s) (since 2026-03-02) while the CRM "
         "has 3 open deal(s)" in tuesday.snapshot.error["message"]
+    )
     [alert] = mails_of(services)
     assert alert["subject"] == "[followup] followup_evaluate failed: NothingInScope"
     assert claims(db)[str(epoch_ms(MONDAY + timedelta(days=1), 9))] == "failed"
 
 
 def test_in_scope_dropping_to_zero_fails_before_any_watch_is_closed(
-        db: Database, world: FakeWorld, new_runner: NewRunner) -> None:
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world)
     runner = new_runner(services)
     deal(services, "D1", "Acme", "Proposal")
@@ -105,7 +118,8 @@ def test_in_scope_dropping_to_zero_fails_before_any_watch_is_closed(
 
 
 def test_in_scope_dropping_to_zero_with_known_stages_is_caught(
-        db: Database, world: FakeWorld, new_runner: NewRunner) -> None:
+    db: Database, world: FakeWorld, new_runner: NewRunner
+) -> None:
     services = make_services(db, world)
     runner = new_runner(services)
     deal(services, "D1", "Acme", "Proposal")
@@ -120,13 +134,15 @@ def test_in_scope_dropping_to_zero_with_known_stages_is_caught(
     assert [(c["in_scope"], c["open_deals"]) for c in counts] == [(1, 1), (0, 1)]
     runner.clock.set(epoch_ms(MONDAY + timedelta(days=9), 9))
     later = evaluate_at(runner, MONDAY + timedelta(days=9), 10)
-    assert later.status == "error" and later.snapshot.error["name"] == "NothingInScope", \
+    assert later.status == "error" and later.snapshot.error["name"] == "NothingInScope", (
         "days later, with no run in between, the drop is still remembered"
+    )
     assert watch(db, "D1") == {"status": "open", "closed_reason": None}
 
 
 def test_a_webhook_with_an_unknown_stage_alerts_and_leaves_the_watch(
-        services: Services, runner: Runner, db: Database) -> None:
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     crm = services.crm
@@ -134,34 +150,42 @@ def test_a_webhook_with_an_unknown_stage_alerts_and_leaves_the_watch(
     crm.rename_stage("Proposal", "Proposal Sent")
     renamed = register(runner, "D1", "Acme", "Proposal Sent", MONDAY + timedelta(days=1))
     assert renamed.status == "error" and renamed.snapshot.error["name"] == "UnknownStage"
-    assert "stage filter ['Proposal', 'Negotiation'] has stage names the CRM does not know" \
+    assert (
+        "stage filter ['Proposal', 'Negotiation'] has stage names the CRM does not know"
         in renamed.snapshot.error["message"]
+    )
     typo = register(runner, "D1", "Acme", "Negotiaton", MONDAY + timedelta(days=1))
     assert typo.status == "error"
     assert "the webhook's stage 'Negotiaton' is not a CRM stage" in typo.snapshot.error["message"]
     assert watch(db, "D1") == {"status": "open", "closed_reason": None}
     assert [m["subject"] for m in mails_of(services)] == [
-        "[followup] followup_register failed: UnknownStage"], "the second one was deduplicated"
+        "[followup] followup_register failed: UnknownStage"
+    ], "the second one was deduplicated"
     deal(services, "D2", "Globex", "Proposal Sent")
     left = register(runner, "D2", "Globex", "Lead", MONDAY + timedelta(days=1))
     assert left.status == "error", "the filter still names a stage the CRM lost"
 
 
 def test_an_exhausted_watch_is_closed_and_no_longer_summarized(
-        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
+    services: Services, runner: Runner, db: Database, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     crm = services.crm
     assert isinstance(crm, FakeCrm)
     last = None
-    for day in (MONDAY + timedelta(days=7), MONDAY + timedelta(days=16),
-                MONDAY + timedelta(days=30)):
+    for day in (
+        MONDAY + timedelta(days=7),
+        MONDAY + timedelta(days=16),
+        MONDAY + timedelta(days=30),
+    ):
         last = evaluate_at(runner, day, 10)
     assert last is not None and last.context["exhausted"] == ["Acme"]
     assert len(tasks_of(services)) == 3
     assert watch(db, "D1") == {"status": "closed", "closed_reason": "exhausted"}
-    crm.add_email("D1", epoch_ms(MONDAY + timedelta(days=30), 9), "bob@acme", "Hello",
-                  "Still there?")
+    crm.add_email(
+        "D1", epoch_ms(MONDAY + timedelta(days=30), 9), "bob@acme", "Hello", "Still there?"
+    )
     calls = world.calls("summarizer")
     now = epoch_ms(MONDAY + timedelta(days=30), 11)
     runner.clock.set(now)
@@ -172,7 +196,8 @@ def test_an_exhausted_watch_is_closed_and_no_longer_summarized(
 
 
 def test_a_deleted_deal_closes_its_watch_subject_gone(
-        services: Services, runner: Runner, db: Database) -> None:
+    services: Services, runner: Runner, db: Database
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")
     deal(services, "D3", "Initech", "Proposal")
@@ -187,16 +212,25 @@ def test_a_deleted_deal_closes_its_watch_subject_gone(
     assert watch(db, "D2") == {"status": "closed", "closed_reason": "left scope"}
 
 
-def test_every_workflow_writes_run_log(services: Services, runner: Runner,
-                                       db: Database, world: FakeWorld) -> None:
+def test_every_workflow_writes_run_log(
+    services: Services, runner: Runner, db: Database, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     evaluate_at(runner, NEXT_MONDAY, 10)
-    runner.run("followup_enrich", {"run_key": "enrich@1", "now": runner.clock.now()},
-               key="enrich@1")
-    runner.run("followup_report", {"run_key": "morning@1", "kind": "morning",
-                                   "today": NEXT_MONDAY.isoformat(),
-                                   "now": runner.clock.now()}, key="morning@1")
+    runner.run(
+        "followup_enrich", {"run_key": "enrich@1", "now": runner.clock.now()}, key="enrich@1"
+    )
+    runner.run(
+        "followup_report",
+        {
+            "run_key": "morning@1",
+            "kind": "morning",
+            "today": NEXT_MONDAY.isoformat(),
+            "now": runner.clock.now(),
+        },
+        key="morning@1",
+    )
     world.fail("mail", times=2)
     evaluate_at(runner, MONDAY + timedelta(days=16), 10)  # step 2; fails: the mail is down
     with db.transaction() as tx:
@@ -204,31 +238,42 @@ def test_every_workflow_writes_run_log(services: Services, runner: Runner,
     by_workflow: dict[str, list[str]] = {}
     for row in rows:
         by_workflow.setdefault(str(row["workflow"]), []).append(str(row["status"]))
-    assert by_workflow == {"followup_register": ["ok"], "followup_evaluate": ["ok", "failed"],
-                           "followup_enrich": ["ok"], "followup_report": ["ok"],
-                           "followup_alerts": ["ok"]}
+    assert by_workflow == {
+        "followup_register": ["ok"],
+        "followup_evaluate": ["ok", "failed"],
+        "followup_enrich": ["ok"],
+        "followup_report": ["ok"],
+        "followup_alerts": ["ok"],
+    }
 
 
 def test_the_error_workflow_input_is_the_same_on_every_runner(
-        services: Services, runner: Runner, world: FakeWorld) -> None:
+    services: Services, runner: Runner, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     register(runner, "D1", "Acme", "Proposal", MONDAY)
     world.fail("mail", times=2)
     failed = evaluate_at(runner, NEXT_MONDAY, 10)
     assert failed.alert is not None
-    given = {k: failed.alert.context[k] for k in ("run_id", "workflow", "key", "state",
-                                                 "error", "failed_at", "dry_run")}
+    given = {
+        k: failed.alert.context[k]
+        for k in ("run_id", "workflow", "key", "state", "error", "failed_at", "dry_run")
+    }
     assert isinstance(given["run_id"], str) and given["run_id"]
     assert given["failed_at"] >= epoch_ms(NEXT_MONDAY, 10)
     del given["run_id"], given["failed_at"]
-    assert given == {"workflow": "followup_evaluate",
-                     "key": f"followup_evaluate@{epoch_ms(NEXT_MONDAY, 10)}",
-                     "state": "failing", "dry_run": False,
-                     "error": {"name": "MailUnavailable", "message": "smtp: unavailable"}}
+    assert given == {
+        "workflow": "followup_evaluate",
+        "key": f"followup_evaluate@{epoch_ms(NEXT_MONDAY, 10)}",
+        "state": "failing",
+        "dry_run": False,
+        "error": {"name": "MailUnavailable", "message": "smtp: unavailable"},
+    }
 
 
 def test_enrich_skips_a_watch_closed_while_it_runs(
-        services: Services, runner: Runner, db: Database, world: FakeWorld) -> None:
+    services: Services, runner: Runner, db: Database, world: FakeWorld
+) -> None:
     deal(services, "D1", "Acme", "Proposal")
     deal(services, "D2", "Globex", "Proposal")
     evaluate_at(runner, MONDAY, 9)

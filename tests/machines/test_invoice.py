@@ -34,11 +34,19 @@ class RecordingApi(FakeInvoiceApi):
         self.clock = clock
         self.calls: list[tuple[int, str]] = []
 
-    def create_invoice(self, order_id: str, customer_id: str, amount_cents: int, currency: str,
-                       *, idempotency_key: str) -> str:
+    def create_invoice(
+        self,
+        order_id: str,
+        customer_id: str,
+        amount_cents: int,
+        currency: str,
+        *,
+        idempotency_key: str,
+    ) -> str:
         self.calls.append((self.clock.now(), idempotency_key))
-        return super().create_invoice(order_id, customer_id, amount_cents, currency,
-                                      idempotency_key=idempotency_key)
+        return super().create_invoice(
+            order_id, customer_id, amount_cents, currency, idempotency_key=idempotency_key
+        )
 
 
 @pytest.fixture
@@ -59,16 +67,24 @@ def api(world: FakeWorld, clock: SimulatedClock) -> RecordingApi:
 
 
 @pytest.fixture(params=RUNNERS)
-def runner(request: pytest.FixtureRequest, world: FakeWorld, clock: SimulatedClock,
-           api: RecordingApi, tmp_path: Path) -> Iterator[InvoiceRunner]:
+def runner(
+    request: pytest.FixtureRequest,
+    world: FakeWorld,
+    clock: SimulatedClock,
+    api: RecordingApi,
+    tmp_path: Path,
+) -> Iterator[InvoiceRunner]:
     ledger = FakeLedger(world)
     ledger.put_customer("C1", "Ada Lovelace", "ada@example.com")
     machine = build(InvoiceServices(ledger, api, FakeMailer(world)))
     if request.param == "local":
         yield LocalRunner({machine.id: machine}, clock)
         return
-    url = f"sqlite:///{tmp_path / 'runs.db'}" if request.param == "durable-sqlite" else \
-        f"{DSN}?schema=inv_{uuid.uuid4().hex[:10]}"
+    url = (
+        f"sqlite:///{tmp_path / 'runs.db'}"
+        if request.param == "durable-sqlite"
+        else f"{DSN}?schema=inv_{uuid.uuid4().hex[:10]}"
+    )
     durable = DurableRunner(url, [machine], start=clock.now(), lease_ms=60_000)
     api.clock = durable.clock
     yield durable
@@ -77,10 +93,14 @@ def runner(request: pytest.FixtureRequest, world: FakeWorld, clock: SimulatedClo
         drop_schema(url)
 
 
-def order(runner: InvoiceRunner, order_id: str, amount: Any = 12_345,
-          customer: str = "C1") -> Outcome:
-    return runner.run("invoice", {"order_id": order_id, "customer_id": customer,
-                                  "amount_cents": amount}, key=f"order-{order_id}")
+def order(
+    runner: InvoiceRunner, order_id: str, amount: Any = 12_345, customer: str = "C1"
+) -> Outcome:
+    return runner.run(
+        "invoice",
+        {"order_id": order_id, "customer_id": customer, "amount_cents": amount},
+        key=f"order-{order_id}",
+    )
 
 
 def test_a_healthy_run_completes(runner: InvoiceRunner, world: FakeWorld) -> None:
@@ -91,11 +111,13 @@ def test_a_healthy_run_completes(runner: InvoiceRunner, world: FakeWorld) -> Non
     assert mail["recipient"] == "ada@example.com" and mail["subject"] == "Invoice INV-0001"
     assert "123.45 EUR" in mail["body"]
     assert world.rows("select * from invoice_records") == [
-        {"order_id": "O1", "invoice_id": "INV-0001"}]
+        {"order_id": "O1", "invoice_id": "INV-0001"}
+    ]
 
 
 def test_the_invoice_api_is_retried_with_backoff_and_one_key(
-        runner: InvoiceRunner, world: FakeWorld, api: RecordingApi) -> None:
+    runner: InvoiceRunner, world: FakeWorld, api: RecordingApi
+) -> None:
     world.fail("invoice_api", times=4)
     run = order(runner, "O1")
     assert run.snapshot.value == "completed" and run.retries == 4
@@ -105,16 +127,18 @@ def test_the_invoice_api_is_retried_with_backoff_and_one_key(
     assert FakeInvoiceApi(world).duplicates() == 0
 
 
-def test_runs_of_different_orders_get_different_keys(runner: InvoiceRunner,
-                                                     api: RecordingApi) -> None:
+def test_runs_of_different_orders_get_different_keys(
+    runner: InvoiceRunner, api: RecordingApi
+) -> None:
     order(runner, "O1")
     order(runner, "O2")
     assert api.calls[0][1] != api.calls[1][1]
     assert [o.context["invoice_id"] for o in runner.outcomes] == ["INV-0001", "INV-0002"]
 
 
-def test_an_api_that_stays_down_ends_in_failed(runner: InvoiceRunner, world: FakeWorld,
-                                                api: RecordingApi) -> None:
+def test_an_api_that_stays_down_ends_in_failed(
+    runner: InvoiceRunner, world: FakeWorld, api: RecordingApi
+) -> None:
     world.fail("invoice_api", times=FOREVER)
     run = order(runner, "O1")
     assert run.snapshot.value == "failed" and len(api.calls) == 5
@@ -130,23 +154,27 @@ def test_a_rejected_invoice_is_not_retried(runner: InvoiceRunner, api: Recording
 
 
 def test_a_non_retryable_api_error_goes_straight_to_failed(
-        world: FakeWorld, clock: SimulatedClock) -> None:
+    world: FakeWorld, clock: SimulatedClock
+) -> None:
     class Refusing(FakeInvoiceApi):
         def create_invoice(self, *args: Any, **kwargs: Any) -> str:
             from machines.invoice.adapters import InvoiceRejected
+
             raise InvoiceRejected("currency not enabled")
 
     services = fake_services(world)
     services.ledger.put_customer("C1", "Ada", "ada@example.com")  # type: ignore[attr-defined]
     machine = build(InvoiceServices(services.ledger, Refusing(world), services.mail))
     run = LocalRunner({"invoice": machine}, clock).run(
-        "invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 100}, key="o1")
+        "invoice", {"order_id": "O1", "customer_id": "C1", "amount_cents": 100}, key="o1"
+    )
     assert run.snapshot.value == "failed" and run.retries == 0
     assert run.context["error"]["name"] == "InvoiceRejected"
 
 
 def test_a_transient_invoice_database_failure_completes(
-        runner: InvoiceRunner, world: FakeWorld, api: RecordingApi) -> None:
+    runner: InvoiceRunner, world: FakeWorld, api: RecordingApi
+) -> None:
     """Durably, a ledger failure rolls the step back and a worker picks the run up again; in
     memory, where there is no transaction to roll back, it fails the run (issue 16's rule)."""
     world.fail("ledger", times=2)  # the customer lookup, then its first retry
@@ -169,11 +197,13 @@ def test_a_transient_invoice_database_failure_completes(
     assert len(api.calls) == 2, "the invoice call was not made again"
     assert world.rows("select * from invoice_records order by order_id") == [
         {"order_id": "O1", "invoice_id": "INV-0001"},
-        {"order_id": "O2", "invoice_id": "INV-0002"}]
+        {"order_id": "O2", "invoice_id": "INV-0002"},
+    ]
 
 
 def test_a_ledger_that_stays_down_fails_the_durable_run_after_bounded_attempts(
-        runner: InvoiceRunner, world: FakeWorld, api: RecordingApi) -> None:
+    runner: InvoiceRunner, world: FakeWorld, api: RecordingApi
+) -> None:
     world.fail("ledger", times=FOREVER)
     run = order(runner, "O1")
     assert run.status == "error" and run.snapshot.error["name"] in {"LedgerError", "RunFailed"}
@@ -197,7 +227,8 @@ def test_an_unknown_customer_fails_the_run(runner: InvoiceRunner) -> None:
 
 
 def test_mail_gets_a_short_retry_then_the_run_ends_failed(
-        runner: InvoiceRunner, world: FakeWorld) -> None:
+    runner: InvoiceRunner, world: FakeWorld
+) -> None:
     world.fail("mail", times=2)
     assert order(runner, "O1").snapshot.value == "completed"
     world.fail("mail", times=FOREVER)

@@ -20,9 +20,17 @@ def test_each_package_exposes_its_machines() -> None:
     from machines import followup, invoice, orders
 
     machines = {**followup.MACHINES, **invoice.MACHINES, **orders.MACHINES}
-    assert sorted(machines) == ["followup_alerts", "followup_enrich", "followup_evaluate",
-                                "followup_register", "followup_report", "fraud_check",
-                                "invoice", "order", "payment"]
+    assert sorted(machines) == [
+        "followup_alerts",
+        "followup_enrich",
+        "followup_evaluate",
+        "followup_register",
+        "followup_report",
+        "fraud_check",
+        "invoice",
+        "order",
+        "payment",
+    ]
     assert all(isinstance(m, Machine) and m.id == name for name, m in machines.items())
 
 
@@ -38,17 +46,23 @@ def test_retried_calls_are_visible_states() -> None:
 
 def test_importing_creates_no_files(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-c",
-                    "import machines.followup, machines.invoice, machines.orders"],
-                   cwd=tmp_path, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import machines.followup, machines.invoice, machines.orders"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bad_context_reference_names_its_path(tmp_path: Path) -> None:
     from machines.config import load_config
 
-    config = {"id": "x", "initial": "a", "states": {"a": {"invoke": {
-        "src": "f", "input": {"$context": "order_id"}}}}}
+    config = {
+        "id": "x",
+        "initial": "a",
+        "states": {"a": {"invoke": {"src": "f", "input": {"$context": "order_id"}}}},
+    }
     path = tmp_path / "x.json"
     path.write_text(json.dumps(config))
     with pytest.raises(MachineDefinitionError, match=r"states\.a\.invoke\.input: \$context is"):
@@ -60,8 +74,16 @@ def test_a_missing_context_field_is_named_when_the_call_starts(tmp_path: Path) -
     from statecharts import SimulatedClock, create_actor, create_machine, from_callable
 
     path = tmp_path / "x.json"
-    path.write_text(json.dumps({"id": "x", "initial": "a", "context": {"a": 1}, "states": {
-        "a": {"invoke": {"src": "f", "input": {"$context": ["a", "b"]}}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "id": "x",
+                "initial": "a",
+                "context": {"a": 1},
+                "states": {"a": {"invoke": {"src": "f", "input": {"$context": ["a", "b"]}}}},
+            }
+        )
+    )
     machine = create_machine(load_config(path), actors={"f": from_callable(lambda i: i)})
     with pytest.raises(Exception, match="context has no field"):
         create_actor(machine, clock=SimulatedClock()).start()

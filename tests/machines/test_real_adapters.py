@@ -33,17 +33,38 @@ FIELD = "0a1b2c3d-key"
 @pytest.fixture
 def api() -> FakeApi:
     fake = FakeApi()
-    fake.deals = {f"o{i}": {"id": f"o{i}", "name": f"Deal {i}", "stage": stage,
-                            "assignedUserName": "Ann"}
-                  for i, stage in enumerate(["Proposal", "Negotiation", "Proposal",
-                                             "Prospecting", "Closed Won"])}
+    fake.deals = {
+        f"o{i}": {"id": f"o{i}", "name": f"Deal {i}", "stage": stage, "assignedUserName": "Ann"}
+        for i, stage in enumerate(
+            ["Proposal", "Negotiation", "Proposal", "Prospecting", "Closed Won"]
+        )
+    }
     fake.emails = [
-        {"id": "e1", "parentId": "o0", "dateSent": "2026-03-01 10:00:00",
-         "fromString": "Bob <bob@acme.test>", "name": "Old", "bodyPlain": "old"},
-        {"id": "e2", "parentId": "o0", "dateSent": "2026-03-09 08:30:00",
-         "fromString": "Bob <bob@acme.test>", "name": "Pricing", "bodyPlain": "10% off?"},
-        {"id": "e3", "parentId": "o1", "dateSent": "2026-03-09 08:00:00",
-         "fromString": "Eve", "name": "Other deal", "bodyPlain": "x"}]
+        {
+            "id": "e1",
+            "parentId": "o0",
+            "dateSent": "2026-03-01 10:00:00",
+            "fromString": "Bob <bob@acme.test>",
+            "name": "Old",
+            "bodyPlain": "old",
+        },
+        {
+            "id": "e2",
+            "parentId": "o0",
+            "dateSent": "2026-03-09 08:30:00",
+            "fromString": "Bob <bob@acme.test>",
+            "name": "Pricing",
+            "bodyPlain": "10% off?",
+        },
+        {
+            "id": "e3",
+            "parentId": "o1",
+            "dateSent": "2026-03-09 08:00:00",
+            "fromString": "Eve",
+            "name": "Other deal",
+            "bodyPlain": "x",
+        },
+    ]
     return fake
 
 
@@ -62,13 +83,22 @@ def test_espocrm_reads_stages_deals_in_pages_counts_and_emails(api: FakeApi, bas
     pages = [s.query["offset"] for s in api.seen if s.path == "/api/v1/Opportunity"]
     assert pages == [["0"], ["2"]], "two pages of two"
     assert crm.count_deals_in_stages(["Prospecting", "Proposal", "Negotiation"]) == 4
-    assert crm.get_deal("o3") == {"id": "o3", "name": "Deal 3", "stage": "Prospecting",
-                                  "owner": "Ann"}
+    assert crm.get_deal("o3") == {
+        "id": "o3",
+        "name": "Deal 3",
+        "stage": "Prospecting",
+        "owner": "Ann",
+    }
     assert crm.get_deal("gone") is None, "a 404 is a deleted deal"
     emails = crm.recent_emails("o0", epoch_ms(MONDAY, 0))
-    assert emails == [{"sent_at": epoch_ms(MONDAY + timedelta(days=7), 8) + 1_800_000,
-                       "sender": "Bob <bob@acme.test>", "subject": "Pricing",
-                       "body": "10% off?"}]
+    assert emails == [
+        {
+            "sent_at": epoch_ms(MONDAY + timedelta(days=7), 8) + 1_800_000,
+            "sender": "Bob <bob@acme.test>",
+            "subject": "Pricing",
+            "body": "10% off?",
+        }
+    ]
     assert all(s.headers["x-api-key"] == "espo-key" for s in api.seen)
     crm.close()
 
@@ -92,11 +122,13 @@ def test_espocrm_failures_are_crm_unavailable_with_retry_after(api: FakeApi, bas
 
 
 def test_clickup_finds_by_key_before_creating_and_hands_on_its_rate_limit(
-        api: FakeApi, base: str) -> None:
+    api: FakeApi, base: str
+) -> None:
     tool = ClickUpTasks("pk_clickup", "901", FIELD, base_url=f"{base}/api/v2")
     assert tool.find_task("followup:deal:o0:watch-1:step-1") is None
-    task_id = tool.create_task("followup:deal:o0:watch-1:step-1", "Follow up: Deal 0",
-                               "body", "2026-03-09")
+    task_id = tool.create_task(
+        "followup:deal:o0:watch-1:step-1", "Follow up: Deal 0", "body", "2026-03-09"
+    )
     assert tool.find_task("followup:deal:o0:watch-1:step-1") == task_id
     [created] = [s.body for s in api.seen if s.method == "POST"]
     assert created["custom_fields"] == [{"id": FIELD, "value": "followup:deal:o0:watch-1:step-1"}]
@@ -114,8 +146,11 @@ def test_the_chat_summarizer_speaks_chat_completions(api: FakeApi, base: str) ->
     assert summarizer.complete("Summarise.") == api.answer
     [request] = api.seen
     assert request.path == "/v1/chat/completions"
-    assert request.body == {"model": "mistral-small-latest", "temperature": 0,
-                            "messages": [{"role": "user", "content": "Summarise."}]}
+    assert request.body == {
+        "model": "mistral-small-latest",
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Summarise."}],
+    }
     api.fail(status=429, headers={"Retry-After": "3"})
     with pytest.raises(SummarizerUnavailable) as limited:
         summarizer.complete("x")
@@ -126,8 +161,10 @@ def test_the_chat_summarizer_speaks_chat_completions(api: FakeApi, base: str) ->
 
 def test_retry_after_reads_seconds_dates_and_rate_limit_resets() -> None:
     assert retry_after_ms({"retry-after": "12"}) == 12_000
-    assert retry_after_ms({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"},
-                          now_s=1445412480.0) == 10_000
+    assert (
+        retry_after_ms({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, now_s=1445412480.0)
+        == 10_000
+    )
     assert retry_after_ms({"x-ratelimit-reset": "1000"}, now_s=990.0) == 10_000
     assert retry_after_ms({"retry-after": "soon"}) is None
     assert retry_after_ms({}) is None
@@ -152,30 +189,43 @@ def test_smtp_sends_with_a_message_id_from_the_key_and_maps_refusals() -> None:
 
 
 def test_evaluate_and_enrich_on_the_real_adapters_on_the_durable_runtime(
-        api: FakeApi, base: str, db: Database, world: FakeWorld, tmp_path: Path) -> None:
+    api: FakeApi, base: str, db: Database, world: FakeWorld, tmp_path: Path
+) -> None:
     api.stages = ["Prospecting", "Proposal", "Negotiation", "Won", "Lost"]
     smtp = FakeSmtp()
     with smtp_server(smtp) as port:
         services = Services(
-            db, EspoCrm(base, "espo-key"),
+            db,
+            EspoCrm(base, "espo-key"),
             ClickUpTasks("pk_clickup", "901", FIELD, base_url=f"{base}/api/v2"),
             SmtpMailer("127.0.0.1", port, "followup@example.com"),
-            ChatSummarizer("mistral-key", base_url=base), Settings())
+            ChatSummarizer("mistral-key", base_url=base),
+            Settings(),
+        )
         start = epoch_ms(MONDAY + timedelta(days=7), 10)
-        runner = DurableRunner(f"sqlite:///{tmp_path / 'runs.db'}",
-                               list(build_machines(services).values()), start=start)
-        first = runner.run("followup_evaluate", {"run_key": "ev-0", "today": MONDAY.isoformat(),
-                                                 "now": epoch_ms(MONDAY, 10)}, key="ev-0")
+        runner = DurableRunner(
+            f"sqlite:///{tmp_path / 'runs.db'}",
+            list(build_machines(services).values()),
+            start=start,
+        )
+        first = runner.run(
+            "followup_evaluate",
+            {"run_key": "ev-0", "today": MONDAY.isoformat(), "now": epoch_ms(MONDAY, 10)},
+            key="ev-0",
+        )
         assert first.context["reconciled"]["registered"] == ["Deal 0", "Deal 1", "Deal 2"]
         api.fail(status=429, headers={"Retry-After": "5"})  # the next answer: EspoCRM's
         before = runner.clock.now()
-        due = runner.run("followup_evaluate", {
-            "run_key": "ev-1", "today": (MONDAY + timedelta(days=7)).isoformat(),
-            "now": start}, key="ev-1")
+        due = runner.run(
+            "followup_evaluate",
+            {"run_key": "ev-1", "today": (MONDAY + timedelta(days=7)).isoformat(), "now": start},
+            key="ev-1",
+        )
         assert due.snapshot.value == "completed" and due.retries == 1
         assert runner.clock.now() - before >= 5000, "the retry waited Retry-After, not 1 s"
-        assert [t["name"] for t in api.tasks] == [f"Follow up: Deal {i} (step 1 of 3)"
-                                                  for i in range(3)]
+        assert [t["name"] for t in api.tasks] == [
+            f"Follow up: Deal {i} (step 1 of 3)" for i in range(3)
+        ]
         [notice] = smtp.messages
         assert "Subject: 3 follow-up task(s) created on 2026-03-09" in notice
         enrich = runner.run("followup_enrich", {"now": start + 1_800_000}, key="enrich-1")
@@ -184,12 +234,14 @@ def test_evaluate_and_enrich_on_the_real_adapters_on_the_durable_runtime(
         assert len(chats) == 2 and "Pricing" in chats[0]["messages"][0]["content"]
         with db.transaction() as tx:
             assert tx.one("select summary from watches where subject_id = 'o0'") == {
-                "summary": api.answer}
+                "summary": api.answer
+            }
         runner.close()
 
 
 def test_the_environment_switches_each_system_to_its_real_adapter(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("FOLLOWUP_DATABASE", f"sqlite:///{tmp_path / 'f.db'}")
     monkeypatch.setenv("FOLLOWUP_FAKES", str(tmp_path / "fakes.db"))
     monkeypatch.setenv("ESPOCRM_URL", "http://127.0.0.1:1")

@@ -17,15 +17,18 @@ from machines.followup.routing import (
 CRM_STAGES = ["Lead", "Proposal", "Negotiation", "Won", "Lost"]
 
 
-@pytest.mark.parametrize(("stage", "action", "reason"), [
-    ("Proposal", REGISTER, "entered Proposal"),
-    ("Negotiation", REGISTER, "entered Negotiation"),
-    ("Won", CLOSE, "won"),
-    ("Lost", CLOSE, "lost"),
-    ("Lead", CLOSE, "left scope (Lead)"),
-    (None, IGNORE, "no stage in the event"),
-    ("", IGNORE, "no stage in the event"),
-])
+@pytest.mark.parametrize(
+    ("stage", "action", "reason"),
+    [
+        ("Proposal", REGISTER, "entered Proposal"),
+        ("Negotiation", REGISTER, "entered Negotiation"),
+        ("Won", CLOSE, "won"),
+        ("Lost", CLOSE, "lost"),
+        ("Lead", CLOSE, "left scope (Lead)"),
+        (None, IGNORE, "no stage in the event"),
+        ("", IGNORE, "no stage in the event"),
+    ],
+)
 def test_route_stage_change(stage: str | None, action: str, reason: str) -> None:
     route = route_stage_change(stage, DEFAULT_STAGES)
     assert (route.action, route.reason) == (action, reason)
@@ -53,8 +56,7 @@ def test_a_partly_unknown_filter_is_a_problem_too() -> None:
 
 
 def test_an_empty_filter_is_a_problem() -> None:
-    assert stage_filter_problem([], CRM_STAGES) == \
-        "the stage filter is empty: no deal is in scope"
+    assert stage_filter_problem([], CRM_STAGES) == "the stage filter is empty: no deal is in scope"
 
 
 def test_reconcile_registers_unwatched_deals_and_closes_departed_watches() -> None:
@@ -75,7 +77,8 @@ def test_the_scope_health_rule() -> None:
     assert scope_health_problem([], 0, 3, monday) is None, "a first quiet run may be a quiet day"
     assert scope_health_problem([zero], 0, 3, monday) is None
     assert "for 1 business day(s) (since 2026-03-02)" in str(
-        scope_health_problem([zero], 0, 3, tuesday))
+        scope_health_problem([zero], 0, 3, tuesday)
+    )
     assert scope_health_problem([zero], 0, 3, tuesday, holidays={tuesday}) is None
     assert scope_health_problem([zero], 0, 0, tuesday) is None, "no open deal: nothing missed"
     assert scope_health_problem([zero], 2, 3, tuesday) is None

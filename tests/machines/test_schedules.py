@@ -21,7 +21,8 @@ def at(day: int, hour: int, minute: int = 0) -> int:
 
 
 def test_a_friday_fires_evaluate_hourly_enrich_at_half_past_and_both_reports(
-        db: Database, world: FakeWorld, tmp_path: Path) -> None:
+    db: Database, world: FakeWorld, tmp_path: Path
+) -> None:
     services = make_services(db, world)
     clock = SimulatedClock(at(6, 7, 59))  # Friday 6 March 2026
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}", migrate=True)
@@ -34,8 +35,12 @@ def test_a_friday_fires_evaluate_hourly_enrich_at_half_past_and_both_reports(
         worker.run_until_idle()  # a second tick in the same minute starts nothing
     for run in reversed(store.list_runs(limit=1000)):
         context = runtime.snapshot(run.id).context
-        fired.append((run.workflow_name, datetime.fromtimestamp(
-            context["now"] / 1000, UTC).strftime("%H:%M")))
+        fired.append(
+            (
+                run.workflow_name,
+                datetime.fromtimestamp(context["now"] / 1000, UTC).strftime("%H:%M"),
+            )
+        )
     evaluates = [t for name, t in fired if name == "followup_evaluate"]
     enriches = [t for name, t in fired if name == "followup_enrich"]
     reports = [t for name, t in fired if name == "followup_report"]

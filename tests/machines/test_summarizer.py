@@ -31,22 +31,28 @@ def test_prompt_keeps_the_newest_emails_and_trims_bodies() -> None:
     assert max(len(line) for line in prompt.splitlines()) <= 600
 
 
-@pytest.mark.parametrize("answer", [
-    "Deal waits on legal review.\nNext: Bob sends the contract.",
-    "- Deal waits on legal review.\n- Next: Bob sends the contract.\n",
-    "1. Deal waits on legal review.\n\n2) Next: Bob sends the contract.",
-    "Line 1: Deal waits on legal review.\nLine 2: Next: Bob sends the contract.",
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Deal waits on legal review.\nNext: Bob sends the contract.",
+        "- Deal waits on legal review.\n- Next: Bob sends the contract.\n",
+        "1. Deal waits on legal review.\n\n2) Next: Bob sends the contract.",
+        "Line 1: Deal waits on legal review.\nLine 2: Next: Bob sends the contract.",
+    ],
+)
 def test_parser_accepts_two_lines_in_common_shapes(answer: str) -> None:
     assert parse_summary(answer) == "Deal waits on legal review.\nNext: Bob sends the contract."
 
 
-@pytest.mark.parametrize("answer", [
-    "",
-    "Only one line.",
-    "Sure! Here is the summary:\nLine one.\nLine two.",
-    "one\n" + "x" * (MAX_LINE + 1),
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",
+        "Only one line.",
+        "Sure! Here is the summary:\nLine one.\nLine two.",
+        "one\n" + "x" * (MAX_LINE + 1),
+    ],
+)
 def test_parser_rejects_anything_else(answer: str) -> None:
     with pytest.raises(SummaryFormatError):
         parse_summary(answer)

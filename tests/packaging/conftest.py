@@ -48,11 +48,14 @@ class Dists:
 
 def run(args: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run a command, bounded in time; fail the test with its output if it fails."""
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                            timeout=STEP_TIMEOUT_S, **kwargs)
+    result = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=STEP_TIMEOUT_S, **kwargs
+    )
     if result.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, args))} exited {result.returncode}:\n"
-                    f"{result.stdout}\n{result.stderr}")
+        pytest.fail(
+            f"{' '.join(map(str, args))} exited {result.returncode}:\n"
+            f"{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -62,8 +65,9 @@ def _pip(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def _source_copy(dest: Path) -> Path:
     """The repository's files, as a fresh clone (plus files not yet committed) has them."""
-    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                 cwd=ROOT).stdout.split("\0")
+    listed = run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT
+    ).stdout.split("\0")
     for name in filter(None, listed):
         source = ROOT / name
         if source.is_file():
@@ -86,8 +90,14 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
 def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel and the dependencies of every user extra, as wheels in one folder."""
     folder = tmp_path_factory.mktemp("wheelhouse")
-    _pip("download", "--quiet", "--only-binary=:all:", "--dest", folder,
-         f"{dists.wheel}[{','.join(USER_EXTRAS)}]")
+    _pip(
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "--dest",
+        folder,
+        f"{dists.wheel}[{','.join(USER_EXTRAS)}]",
+    )
     return folder
 
 
@@ -107,14 +117,20 @@ class Venv:
 
     def run(self, script: str, *args: str | Path) -> str:
         """``python -I in_venv/<script> args`` here, from the venv's work folder; stdout."""
-        return run([self.python, "-I", IN_VENV / script, *args], cwd=self.workdir,
-                   env=clean_env()).stdout
+        return run(
+            [self.python, "-I", IN_VENV / script, *args], cwd=self.workdir, env=clean_env()
+        ).stdout
 
     def python_code(self, code: str) -> subprocess.CompletedProcess[str]:
         """``python -I -c code`` here, without failing on a non-zero exit."""
-        return subprocess.run([str(self.python), "-I", "-c", code], cwd=self.workdir,
-                              capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                              env=clean_env())
+        return subprocess.run(
+            [str(self.python), "-I", "-c", code],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=STEP_TIMEOUT_S,
+            env=clean_env(),
+        )
 
     def pip(self, *args: str | Path) -> str:
         return _pip("--python", self.python, *args).stdout
@@ -126,8 +142,11 @@ class Venv:
 
 def clean_env() -> dict[str, str]:
     """This process's environment without anything that would leak the checkout in."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+    }
 
 
 def make_venv(base: Path, requirement: str, wheelhouse: Path) -> Venv:
@@ -140,16 +159,18 @@ def make_venv(base: Path, requirement: str, wheelhouse: Path) -> Venv:
 
 
 @pytest.fixture(scope="session")
-def fresh_venv(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
-               ) -> Callable[[str], Venv]:
+def fresh_venv(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Venv]:
     """``fresh_venv("")`` (core only) or ``fresh_venv("ui")``: a venv with the wheel and only
     what that extra declares. All are made at once, a few at a time, on first use."""
-    bases = {extra: tmp_path_factory.mktemp(f"venv-{extra or 'core'}")
-             for extra in ("", *USER_EXTRAS)}
+    bases = {
+        extra: tmp_path_factory.mktemp(f"venv-{extra or 'core'}") for extra in ("", *USER_EXTRAS)
+    }
     with ThreadPoolExecutor(max_workers=3) as pool:
-        pending = {extra: pool.submit(make_venv, base,
-                                      f"statecharts[{extra}]" if extra else "statecharts",
-                                      wheelhouse)
-                   for extra, base in bases.items()}
+        pending = {
+            extra: pool.submit(
+                make_venv, base, f"statecharts[{extra}]" if extra else "statecharts", wheelhouse
+            )
+            for extra, base in bases.items()
+        }
         made = {extra: future.result() for extra, future in pending.items()}
     return made.__getitem__

@@ -61,23 +61,46 @@ def test_a_durable_run_on_sqlite_from_the_wheel(core: Venv) -> None:
 
 def test_the_cli_validates_and_draws_without_any_extra(core: Venv) -> None:
     machine = core.workdir / "door.json"
-    machine.write_text(json.dumps({"id": "door", "initial": "closed", "states": {
-        "closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}}}))
+    machine.write_text(
+        json.dumps(
+            {
+                "id": "door",
+                "initial": "closed",
+                "states": {"closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}},
+            }
+        )
+    )
     statecharts = str(core.script("statecharts"))
-    ok = subprocess.run([statecharts, "validate", str(machine)], capture_output=True, text=True,
-                        timeout=STEP_TIMEOUT_S, env=clean_env(), cwd=core.workdir)
+    ok = subprocess.run(
+        [statecharts, "validate", str(machine)],
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        env=clean_env(),
+        cwd=core.workdir,
+    )
     assert ok.returncode == 0, ok.stderr
-    mermaid = subprocess.run([statecharts, "render", str(machine), "--format", "mermaid"],
-                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                             env=clean_env(), cwd=core.workdir)
+    mermaid = subprocess.run(
+        [statecharts, "render", str(machine), "--format", "mermaid"],
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        env=clean_env(),
+        cwd=core.workdir,
+    )
     assert mermaid.returncode == 0 and "stateDiagram-v2" in mermaid.stdout, mermaid.stderr
     if shutil.which("dot") is None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("Graphviz's dot is missing (CI=true requires it)")
         pytest.skip("Graphviz's dot is not installed: SVG not checked")
-    svg = subprocess.run([statecharts, "render", str(machine), "--format", "svg"],
-                         capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                         env=clean_env(), cwd=core.workdir)
+    svg = subprocess.run(
+        [statecharts, "render", str(machine), "--format", "svg"],
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        env=clean_env(),
+        cwd=core.workdir,
+    )
     assert svg.returncode == 0 and "<svg" in svg.stdout, svg.stderr
 
 
@@ -85,20 +108,24 @@ def test_mypy_follows_the_wheel_and_names_the_typo(core: Venv) -> None:
     """The wheel's ``py.typed`` and config types, as a user's type checker sees them."""
     result, _ = mypy_strict(FIXTURES / "machine_ok.py", core.workdir, core.python)
     assert result.returncode == 0, result.stdout
-    assert_names_each_mistake(*mypy_strict(FIXTURES / "machine_typos.py", core.workdir,
-                                           core.python))
+    assert_names_each_mistake(
+        *mypy_strict(FIXTURES / "machine_typos.py", core.workdir, core.python)
+    )
 
 
 # -- one test per extra --------------------------------------------------------------------
+
 
 def test_yaml_extra(fresh_venv: MakeVenv) -> None:
     env = fresh_venv("yaml")
     assert env.distributions() == {"statecharts", "orjson", "msgspec", "pyyaml"}
     machine = env.workdir / "order.yaml"
-    machine.write_text("id: order\ninitial: cart\ncontext: {items: 0}\nstates:\n"
-                       "  cart:\n    on:\n      ADD:\n        actions: count\n"
-                       "      CHECKOUT: {guard: has_items, target: paid}\n"
-                       "  paid: {type: final}\n")
+    machine.write_text(
+        "id: order\ninitial: cart\ncontext: {items: 0}\nstates:\n"
+        "  cart:\n    on:\n      ADD:\n        actions: count\n"
+        "      CHECKOUT: {guard: has_items, target: paid}\n"
+        "  paid: {type: final}\n"
+    )
     result = json.loads(env.run("yaml_machine.py", machine))
     assert result == {"value": "paid", "status": "done", "context": {"items": 1}}
 
@@ -123,14 +150,14 @@ def test_testing_extra(fresh_venv: MakeVenv) -> None:
 
 
 def test_the_tutorial_runs_with_exactly_the_extras_it_names(
-        wheelhouse: Path, tmp_path: Path) -> None:
+    wheelhouse: Path, tmp_path: Path
+) -> None:
     """Issue 44: docs/tutorial.md's Python blocks, in a fresh venv holding the wheel with the
     extras the page tells a reader to install and nothing else (they missed httpx)."""
     from tests.docs.test_tutorial import TUTORIAL, python_steps
 
     text = TUTORIAL.read_text(encoding="utf-8")
-    named = re.search(r"You need Python 3\.11\+ and `pip install 'statecharts\[([a-z,]+)\]'`",
-                      text)
+    named = re.search(r"You need Python 3\.11\+ and `pip install 'statecharts\[([a-z,]+)\]'`", text)
     assert named is not None, "the tutorial says which extras to install"
     env = make_venv(tmp_path, f"statecharts[{named.group(1)}]", wheelhouse)
     steps = python_steps(text)
@@ -154,8 +181,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _request(port: int, method: str, path: str, body: str = "",
-             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+def _request(
+    port: int, method: str, path: str, body: str = "", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request(method, path, body=body or None, headers=headers or {})
@@ -186,10 +214,24 @@ def test_ui_extra(fresh_venv: MakeVenv) -> None:
     run_id = env.run("ui_store.py", url).strip()
     port = _free_port()
     server = subprocess.Popen(
-        [str(env.script("statecharts")), "ui", "--store", url, "--port", str(port),
-         "--machines", "ui_store", "--log-level", "warning"],
-        cwd=env.workdir, env={**clean_env(), "PYTHONPATH": str(IN_VENV)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            str(env.script("statecharts")),
+            "ui",
+            "--store",
+            url,
+            "--port",
+            str(port),
+            "--machines",
+            "ui_store",
+            "--log-level",
+            "warning",
+        ],
+        cwd=env.workdir,
+        env={**clean_env(), "PYTHONPATH": str(IN_VENV)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_until_serving(port, server)
         status, headers, page = _request(port, "GET", f"/runs/{run_id}")
@@ -197,9 +239,16 @@ def test_ui_extra(fresh_venv: MakeVenv) -> None:
         csrf = re.search(r"statecharts_csrf=([^;]+)", headers.get("set-cookie", ""))
         assert csrf is not None, headers
         form = urlencode({"csrf_token": csrf.group(1), "reason": "from the packaging test"})
-        status, headers, _ = _request(port, "POST", f"/runs/{run_id}/cancel", form, {
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Cookie": f"statecharts_csrf={csrf.group(1)}"})
+        status, headers, _ = _request(
+            port,
+            "POST",
+            f"/runs/{run_id}/cancel",
+            form,
+            {
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Cookie": f"statecharts_csrf={csrf.group(1)}",
+            },
+        )
         assert status == 303, headers
         status, _, body = _request(port, "GET", f"/api/runs/{run_id}")
         assert status == 200 and json.loads(body)["status"] == "cancelled", body
@@ -220,14 +269,22 @@ def test_otel_extra(fresh_venv: MakeVenv) -> None:
     assert "opentelemetry-api" in env.distributions()
     result = json.loads(env.run("otel_run.py", env.workdir / "runs.db", TRACEPARENT))
     # the API alone: spans are no-ops, the caller's trace context is still stored with the run
-    assert result == {"available": True, "imported": True, "status": "done",
-                      "traceparent": TRACEPARENT}
+    assert result == {
+        "available": True,
+        "imported": True,
+        "status": "done",
+        "traceparent": TRACEPARENT,
+    }
 
 
 def test_without_otel_nothing_imports_it(core: Venv) -> None:
     result = json.loads(core.run("otel_run.py", core.workdir / "runs.db", TRACEPARENT))
-    assert result == {"available": False, "imported": False, "status": "done",
-                      "traceparent": TRACEPARENT}
+    assert result == {
+        "available": False,
+        "imported": False,
+        "status": "done",
+        "traceparent": TRACEPARENT,
+    }
 
 
 def test_metrics_extra(fresh_venv: MakeVenv) -> None:
@@ -236,10 +293,15 @@ def test_metrics_extra(fresh_venv: MakeVenv) -> None:
     env = fresh_venv("metrics")
     assert "prometheus-client" in env.distributions()
     text = env.run("metrics_text.py", env.workdir / "runs.db")
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
-    assert samples[("statecharts_runs_finished_total",
-                    (("outcome", "done"), ("workflow", "hello")))] == 1  # fmt: skip
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert (
+        samples[("statecharts_runs_finished_total", (("outcome", "done"), ("workflow", "hello")))]
+        == 1
+    )
     assert samples[("statecharts_runs", (("status", "done"), ("workflow", "hello")))] == 1
 
 
@@ -247,16 +309,25 @@ def test_crypto_extra(fresh_venv: MakeVenv) -> None:
     env = fresh_venv("crypto")
     assert "cryptography" in env.distributions()
     result = json.loads(env.run("crypto_run.py", env.workdir / "runs.db"))
-    assert result == {"status": "done", "output": {"last4": "1111"}, "secret_stored": False,
-                      "in_clear_found": True}
+    assert result == {
+        "status": "done",
+        "output": {"last4": "1111"},
+        "secret_stored": False,
+        "in_clear_found": True,
+    }
 
 
-EXTRA_TESTS = {"yaml": test_yaml_extra, "postgres": test_postgres_extra,
-               "testing": test_testing_extra, "interop": test_interop_extra,
-               "ui": test_ui_extra, "otel": test_otel_extra, "metrics": test_metrics_extra,
-               "crypto": test_crypto_extra}
+EXTRA_TESTS = {
+    "yaml": test_yaml_extra,
+    "postgres": test_postgres_extra,
+    "testing": test_testing_extra,
+    "interop": test_interop_extra,
+    "ui": test_ui_extra,
+    "otel": test_otel_extra,
+    "metrics": test_metrics_extra,
+    "crypto": test_crypto_extra,
+}
 
 
 def test_every_extra_has_its_test() -> None:
     assert sorted(EXTRA_TESTS) == USER_EXTRAS
-

@@ -14,8 +14,11 @@ import pytest
 from .conftest import PYPROJECT, ROOT, Dists
 
 WHEEL_PACKAGES = {"statecharts", "persistence"}
-CLASSIFIERS_NEEDED = {"Typing :: Typed", "Programming Language :: Python :: 3.11",
-                      "Operating System :: OS Independent"}
+CLASSIFIERS_NEEDED = {
+    "Typing :: Typed",
+    "Programming Language :: Python :: 3.11",
+    "Operating System :: OS Independent",
+}
 
 
 def wheel_files(dists: Dists) -> list[str]:
@@ -35,14 +38,18 @@ def wheel_metadata(dists: Dists) -> Message:
 
 def sdist_files(dists: Dists) -> list[str]:
     with tarfile.open(dists.sdist) as sdist:
-        return sorted(str(PurePosixPath(*PurePosixPath(n).parts[1:])) for n in sdist.getnames()
-                      if len(PurePosixPath(n).parts) > 1)
+        return sorted(
+            str(PurePosixPath(*PurePosixPath(n).parts[1:]))
+            for n in sdist.getnames()
+            if len(PurePosixPath(n).parts) > 1
+        )
 
 
 def sdist_metadata(dists: Dists) -> Message:
     with tarfile.open(dists.sdist) as sdist:
-        member = next(m for m in sdist.getmembers() if m.name.count("/") == 1
-                      and m.name.endswith("/PKG-INFO"))
+        member = next(
+            m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")
+        )
         handle = sdist.extractfile(member)
         assert handle is not None
         return _metadata(handle.read().decode())
@@ -58,16 +65,27 @@ def test_the_wheel_ships_the_library_and_nothing_else(dists: Dists) -> None:
     assert any(n.startswith("persistence/migrations/postgres/") for n in files)
     assert any(n.startswith("persistence/ui/templates/") for n in files)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in files)
-    every_module = {str(p.relative_to(ROOT)) for package in WHEEL_PACKAGES
-                    for p in (ROOT / package).rglob("*.py")}
+    every_module = {
+        str(p.relative_to(ROOT))
+        for package in WHEEL_PACKAGES
+        for p in (ROOT / package).rglob("*.py")
+    }
     assert every_module <= set(files), sorted(every_module - set(files))
 
 
 def test_the_sdist_builds_that_wheel_from_the_library_alone(dists: Dists) -> None:
     files = sdist_files(dists)
     tops = {name.split("/")[0] for name in files}
-    assert tops == {"LICENSE", "MANIFEST.in", "PKG-INFO", "README.md", "pyproject.toml",
-                    "setup.cfg", "statecharts.egg-info", *WHEEL_PACKAGES}
+    assert tops == {
+        "LICENSE",
+        "MANIFEST.in",
+        "PKG-INFO",
+        "README.md",
+        "pyproject.toml",
+        "setup.cfg",
+        "statecharts.egg-info",
+        *WHEEL_PACKAGES,
+    }
     assert {f for f in wheel_files(dists) if f.split("/")[0] in WHEEL_PACKAGES} <= set(files)
 
 

@@ -23,10 +23,24 @@ def test_the_compat_editable_install_prints_no_deprecation_box(tmp_path: Path) -
     venv.create(tmp_path / "env", with_pip=True, symlinks=True)
     python = tmp_path / "env" / "bin" / "python"
     result = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", ".",
-         "--config-settings", "editable_mode=compat"],
-        cwd=source, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-        env={**clean_env(), quiet.group(1): quiet.group(2)})
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "-e",
+            ".",
+            "--config-settings",
+            "editable_mode=compat",
+        ],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        env={**clean_env(), quiet.group(1): quiet.group(2)},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Compat editable installs" not in result.stdout + result.stderr
     assert "!!" not in result.stderr

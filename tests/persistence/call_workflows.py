@@ -24,8 +24,10 @@ def init_ledger(path: str) -> None:
     """Create the ledger table."""
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE IF NOT EXISTS calls (name text, key text, pid integer, "
-                   "started real, ended real, how text)")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS calls (name text, key text, pid integer, "
+            "started real, ended real, how text)"
+        )
 
 
 def ledger(path: str) -> list[tuple[str, str, int, str | None]]:
@@ -37,11 +39,12 @@ def ledger(path: str) -> list[tuple[str, str, int, str | None]]:
 def _record(name: str, key: str, work: Any) -> Any:
     db = sqlite3.connect(os.environ[LEDGER_ENV], timeout=60, isolation_level=None)
     try:
-        row = db.execute("INSERT INTO calls (name, key, pid, started) VALUES (?, ?, ?, ?)",
-                         (name, key, os.getpid(), time.time())).lastrowid
+        row = db.execute(
+            "INSERT INTO calls (name, key, pid, started) VALUES (?, ?, ?, ?)",
+            (name, key, os.getpid(), time.time()),
+        ).lastrowid
         result, how = work()
-        db.execute("UPDATE calls SET ended = ?, how = ? WHERE rowid = ?",
-                   (time.time(), how, row))
+        db.execute("UPDATE calls SET ended = ?, how = ? WHERE rowid = ?", (time.time(), how, row))
         return result
     finally:
         db.close()
@@ -76,42 +79,71 @@ def hanging_charge(_input: Any, idempotency_key: str) -> str:
             time.sleep(30)
             return "late", "hung"
         return "paid", "ended"
+
     return _record("hanging_charge", idempotency_key, work)  # type: ignore[no-any-return]
 
 
-payment = create_machine({
-    "id": "payment", "initial": "calling",
-    "context": {"pings": 0, "reminded": False, "receipt": None},
-    "states": {
-        "calling": {
-            "invoke": {"src": "slow_charge", "onDone": {"target": "paid", "actions": assign(
-                {"receipt": lambda c, e: e["output"]})}},
-            "after": {"1200": {"actions": assign({"reminded": True})}},
-            "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})}},
+payment = create_machine(
+    {
+        "id": "payment",
+        "initial": "calling",
+        "context": {"pings": 0, "reminded": False, "receipt": None},
+        "states": {
+            "calling": {
+                "invoke": {
+                    "src": "slow_charge",
+                    "onDone": {
+                        "target": "paid",
+                        "actions": assign({"receipt": lambda c, e: e["output"]}),
+                    },
+                },
+                "after": {"1200": {"actions": assign({"reminded": True})}},
+                "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})}},
+            },
+            "paid": {"type": "final"},
         },
-        "paid": {"type": "final"},
     },
-}, actors={"slow_charge": slow_charge})
+    actors={"slow_charge": slow_charge},
+)
 """A slow charge while a reminder timer fires and events arrive (none leaves the state)."""
 
-hung_payment = create_machine({
-    "id": "hung_payment", "initial": "calling", "context": {"receipt": None},
-    "states": {
-        "calling": {"invoke": {"src": "hanging_charge", "timeout": 700,
-                               "retry": {"max_attempts": 3, "initial_interval": 100},
-                               "onDone": {"target": "paid", "actions": assign(
-                                   {"receipt": lambda c, e: e["output"]})},
-                               "onError": "failed"}},
-        "paid": {"type": "final"}, "failed": {"type": "final"},
+hung_payment = create_machine(
+    {
+        "id": "hung_payment",
+        "initial": "calling",
+        "context": {"receipt": None},
+        "states": {
+            "calling": {
+                "invoke": {
+                    "src": "hanging_charge",
+                    "timeout": 700,
+                    "retry": {"max_attempts": 3, "initial_interval": 100},
+                    "onDone": {
+                        "target": "paid",
+                        "actions": assign({"receipt": lambda c, e: e["output"]}),
+                    },
+                    "onError": "failed",
+                }
+            },
+            "paid": {"type": "final"},
+            "failed": {"type": "final"},
+        },
     },
-}, actors={"hanging_charge": hanging_charge})
+    actors={"hanging_charge": hanging_charge},
+)
 """A charge whose first attempt hangs: timed out after 0.7 s, attempted again (same key)."""
 
-long_payment = create_machine({
-    "id": "long_payment", "initial": "calling",
-    "states": {"calling": {"invoke": {"src": "long_charge", "onDone": "paid"}},
-               "paid": {"type": "final"}},
-}, actors={"long_charge": long_charge})
+long_payment = create_machine(
+    {
+        "id": "long_payment",
+        "initial": "calling",
+        "states": {
+            "calling": {"invoke": {"src": "long_charge", "onDone": "paid"}},
+            "paid": {"type": "final"},
+        },
+    },
+    actors={"long_charge": long_charge},
+)
 """A charge that runs until it is stopped (30 s at most)."""
 
 MACHINES = [payment, hung_payment, long_payment]

@@ -77,11 +77,21 @@ def _private_server(workdir: Path) -> tuple[str, Callable[[], None]] | None:
         capture_output=True,
     )
     subprocess.run(
-        [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(workdir / "log"),
-         "-o", f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1", "start"],
+        [
+            *prefix,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-l",
+            str(workdir / "log"),
+            "-o",
+            f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1",
+            "start",
+        ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
     def stop() -> None:
@@ -298,8 +308,11 @@ def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url(request.param, request, tmp_path)
 
 
-def kill_and_replace(workers: list[subprocess.Popen[bytes]], victim: int,
-                     spawn: Callable[[], subprocess.Popen[bytes]]) -> None:
+def kill_and_replace(
+    workers: list[subprocess.Popen[bytes]],
+    victim: int,
+    spawn: Callable[[], subprocess.Popen[bytes]],
+) -> None:
     """SIGKILL worker process `victim` and start a replacement in its place."""
     workers[victim].send_signal(signal.SIGKILL)
     workers[victim].wait()
@@ -335,8 +348,9 @@ def serve() -> Iterator[Serve]:
 
     def start(app: object, **timeouts: float) -> str:
         port = _free_port()
-        server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning",
-                                       limit_concurrency=100, **timeouts))  # fmt: skip
+        server = uvicorn.Server(
+            config(app, "127.0.0.1", port, log_level="warning", limit_concurrency=100, **timeouts)
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))

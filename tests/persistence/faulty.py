@@ -45,8 +45,11 @@ def set_switch(name: str, on: bool) -> None:
     db = _ledger()
     try:
         db.execute("CREATE TABLE IF NOT EXISTS switches (name text PRIMARY KEY, dflt integer)")
-        db.execute("INSERT INTO switches VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
-                   "dflt = excluded.dflt", (name, int(on)))  # fmt: skip
+        db.execute(
+            "INSERT INTO switches VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
+            "dflt = excluded.dflt",
+            (name, int(on)),
+        )
     finally:
         db.close()
 
@@ -55,8 +58,10 @@ def calls(name: str, run_id: str = "") -> int:
     """How many times side effect `name` ran (for run `run_id`, when given)."""
     db = _ledger()
     try:
-        row = db.execute("SELECT count(*) FROM calls WHERE name = ? AND coalesce(run, '') LIKE ?",
-                         (name, run_id + "%")).fetchone()  # fmt: skip
+        row = db.execute(
+            "SELECT count(*) FROM calls WHERE name = ? AND coalesce(run, '') LIKE ?",
+            (name, run_id + "%"),
+        ).fetchone()
     finally:
         db.close()
     return int(row[0])
@@ -65,13 +70,17 @@ def calls(name: str, run_id: str = "") -> int:
 def _attempts(name: str, key: str) -> int:
     db = _ledger()
     try:
-        return int(db.execute("SELECT count(*) FROM calls WHERE name = ? AND key = ?",
-                              (name, key)).fetchone()[0])  # fmt: skip
+        return int(
+            db.execute(
+                "SELECT count(*) FROM calls WHERE name = ? AND key = ?", (name, key)
+            ).fetchone()[0]
+        )
     finally:
         db.close()
 
 
 # -- poison values -------------------------------------------------------------------------
+
 
 def produce(kind: str, idempotency_key: str) -> Any:
     """Returns the poison of `kind` ("fine": a harmless value)."""
@@ -92,21 +101,27 @@ poison = create_machine(
         "context": lambda input: {"kind": (input or {}).get("kind", "fine"), "value": None},
         "states": {
             "producing": {
-                "invoke": {"src": "produce", "input": lambda c, e: c["kind"],
-                           "onDone": {"target": "recording", "actions": "keep"}},
+                "invoke": {
+                    "src": "produce",
+                    "input": lambda c, e: c["kind"],
+                    "onDone": {"target": "recording", "actions": "keep"},
+                },
             },
             "recording": {
-                "invoke": {"src": "record", "input": lambda c, e: c["value"],
-                           "onDone": "done"},
+                "invoke": {"src": "record", "input": lambda c, e: c["value"], "onDone": "done"},
             },
             "done": {"type": "final"},
         },
     },
     actors={"produce": produce, "record": record},
-    actions={"keep": assign({
-        # kind "assign": the output is fine, the value the assign computes is not
-        "value": lambda c, e: e["output"] * 2**70 if c["kind"] == "assign" else e["output"],
-    })},
+    actions={
+        "keep": assign(
+            {
+                # kind "assign": the output is fine, the value the assign computes is not
+                "value": lambda c, e: e["output"] * 2**70 if c["kind"] == "assign" else e["output"],
+            }
+        )
+    },
 )
 """produce -> (assign) -> record -> done; a poison fails the run at produce."""
 
@@ -146,6 +161,7 @@ versioned = create_machine(
 
 # -- transient and fatal failures --------------------------------------------------------
 
+
 class DatabaseError(Exception):
     """An internal database operation failed (the seed's "roll back and pick up again")."""
 
@@ -176,13 +192,21 @@ transient = create_machine(
         "context": lambda input: {"fails": (input or {}).get("fails", 0)},
         "states": {
             "writing": {
-                "invoke": {"src": "db_write", "input": lambda c, e: c["fails"],
-                           "transient": ["DatabaseError"], "onDone": "checking",
-                           "onError": "failed"},
+                "invoke": {
+                    "src": "db_write",
+                    "input": lambda c, e: c["fails"],
+                    "transient": ["DatabaseError"],
+                    "onDone": "checking",
+                    "onError": "failed",
+                },
             },
             "checking": {
-                "invoke": {"src": "bad_write", "transient": ["DatabaseError"],
-                           "onDone": "written", "onError": "rejected"},
+                "invoke": {
+                    "src": "bad_write",
+                    "transient": ["DatabaseError"],
+                    "onDone": "written",
+                    "onError": "rejected",
+                },
             },
             "written": {"type": "final"},
             "rejected": {"type": "final"},
@@ -196,6 +220,7 @@ for real (onError, once)."""
 
 
 # -- resume ---------------------------------------------------------------------------------
+
 
 class Broken(Exception):
     """The outside world is broken until the test repairs it."""
@@ -235,6 +260,7 @@ resumable = create_machine(
 
 # -- failure finals ---------------------------------------------------------------------------
 
+
 class CardDeclined(Exception):
     """The card issuer said no."""
 
@@ -257,8 +283,7 @@ refund = create_machine(
         "initial": "charging",
         "meta": {"error_workflow": "refund_failed"},
         "states": {
-            "charging": {"invoke": {"src": "charge_card", "onDone": "paid",
-                                    "onError": "declined"}},
+            "charging": {"invoke": {"src": "charge_card", "onDone": "paid", "onError": "declined"}},
             "paid": {"type": "final"},
             "declined": {"type": "final", "failure": "card declined"},
         },
@@ -273,8 +298,13 @@ refund_failed = create_machine(
         "initial": "paging",
         "context": lambda input: {"failure": input},
         "states": {
-            "paging": {"invoke": {"src": "page_oncall", "input": lambda c, e: c["failure"],
-                                  "onDone": "paged"}},
+            "paging": {
+                "invoke": {
+                    "src": "page_oncall",
+                    "input": lambda c, e: c["failure"],
+                    "onDone": "paged",
+                }
+            },
             "paged": {"type": "final"},
         },
     },
@@ -284,6 +314,7 @@ refund_failed = create_machine(
 
 # -- a thread that dies ----------------------------------------------------------------------
 
+
 def exits(value: Any, idempotency_key: str) -> str:
     """User code that ends its thread (SystemExit passes every `except Exception`)."""
     _call("exits", idempotency_key)
@@ -291,11 +322,16 @@ def exits(value: Any, idempotency_key: str) -> str:
 
 
 killer = create_machine(
-    {"id": "killer", "initial": "calling",
-     "states": {"calling": {"invoke": {"src": "exits", "onDone": "done"}},
-                "done": {"type": "final"}}},
+    {
+        "id": "killer",
+        "initial": "calling",
+        "states": {
+            "calling": {"invoke": {"src": "exits", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
     actors={"exits": exits},
-)  # fmt: skip
+)
 
 
 # -- child runs the database cannot hold --------------------------------------------------
@@ -304,8 +340,9 @@ kid = create_machine({"id": "kid", "initial": "done", "states": {"done": {"type"
 LONG_ID = "kid_" + "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(44))
 """A machine id PostgreSQL cannot put in an index row (its btree limit is 2,704 bytes): 2,820
 bytes that do not compress (a repetitive one would, and fit)."""
-long_named_kid = create_machine({"id": LONG_ID, "initial": "done",
-                                 "states": {"done": {"type": "final"}}})
+long_named_kid = create_machine(
+    {"id": LONG_ID, "initial": "done", "states": {"done": {"type": "final"}}}
+)
 
 
 KID_INVOKE = "kid_" + "i" * 500
@@ -317,18 +354,31 @@ def _spawner(name: str, child: Any) -> Any:
     """produce -> a child run (invoke id KID_INVOKE) -> done: the child is created by a
     worker's step, not by the start."""
     return create_machine(
-        {"id": name, "initial": "producing",
-         "states": {"producing": {"invoke": {"src": "produce", "input": "fine",
-                                             "onDone": "spawning"}},
-                    "spawning": {"invoke": {"id": KID_INVOKE, "src": "kid",
-                                            "onDone": "done"}},
-                    "done": {"type": "final"}}},
+        {
+            "id": name,
+            "initial": "producing",
+            "states": {
+                "producing": {"invoke": {"src": "produce", "input": "fine", "onDone": "spawning"}},
+                "spawning": {"invoke": {"id": KID_INVOKE, "src": "kid", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
         actors={"produce": produce, "kid": child},
-    )  # fmt: skip
+    )
 
 
 spawner = _spawner("spawner", kid)
 long_spawner = _spawner("long_spawner", long_named_kid)
 
-MACHINES = [poison, parked, versioned, transient, resumable, refund, refund_failed, killer,
-            spawner, long_spawner]
+MACHINES = [
+    poison,
+    parked,
+    versioned,
+    transient,
+    resumable,
+    refund,
+    refund_failed,
+    killer,
+    spawner,
+    long_spawner,
+]

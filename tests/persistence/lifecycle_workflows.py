@@ -28,8 +28,11 @@ tally = create_machine(
         "id": "tally",
         "initial": "idle",
         "meta": {"search": ["customer", "region"]},
-        "context": lambda input: {"customer": (input or {}).get("customer"),
-                                  "region": (input or {}).get("region"), "count": 0},
+        "context": lambda input: {
+            "customer": (input or {}).get("customer"),
+            "region": (input or {}).get("region"),
+            "count": 0,
+        },
         "states": {
             "idle": {
                 "on": {
@@ -41,8 +44,11 @@ tally = create_machine(
             },
             "working": {
                 "invoke": {"id": "work", "src": "work", "onDone": "idle"},
-                "on": {"ADD": {"actions": "add"}, "MOVE": {"actions": "move"},
-                       "FINISH": "finished"},
+                "on": {
+                    "ADD": {"actions": "add"},
+                    "MOVE": {"actions": "move"},
+                    "FINISH": "finished",
+                },
             },
             "finished": {"type": "final"},
         },

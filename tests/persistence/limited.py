@@ -58,18 +58,30 @@ def downstream(request: Any, idempotency_key: str) -> str:
 
 
 def _calling(machine_id: str, limit: str | None, retry: dict[str, Any] | None = None) -> Any:
-    invoke: dict[str, Any] = {"id": "call", "src": "downstream", "input": lambda c, e: c,
-                              "onDone": "done", "onError": "failed"}
+    invoke: dict[str, Any] = {
+        "id": "call",
+        "src": "downstream",
+        "input": lambda c, e: c,
+        "onDone": "done",
+        "onError": "failed",
+    }
     if limit is not None:
         invoke["limit"] = limit
     if retry is not None:
         invoke["retry"] = retry
     return create_machine(
-        {"id": machine_id, "initial": "calling", "context": lambda input: dict(input or {}),
-         "states": {"calling": {"invoke": invoke}, "done": {"type": "final"},
-                    "failed": {"type": "final"}}},
+        {
+            "id": machine_id,
+            "initial": "calling",
+            "context": lambda input: dict(input or {}),
+            "states": {
+                "calling": {"invoke": invoke},
+                "done": {"type": "final"},
+                "failed": {"type": "final"},
+            },
+        },
         actors={"downstream": downstream},
-    )  # fmt: skip
+    )
 
 
 crm = _calling("crm_sync", "crm")
@@ -85,15 +97,17 @@ tenant_calls = _calling("tenant_calls", "tenant_call")
 MACHINES = [crm, rated, paid, single, pair, tenanted, tenant_calls]
 
 
-def intervals(name: str, killed_at: float | Mapping[int, float] | None = None
-              ) -> list[tuple[str, float, float]]:  # fmt: skip
+def intervals(
+    name: str, killed_at: float | Mapping[int, float] | None = None
+) -> list[tuple[str, float, float]]:
     """(run id, started, ended) of every call of downstream `name`, in start order; a call that
     never ended (its worker was killed) ends at `killed_at`: one time, or the time each worker
     process (by pid) was killed."""
     db = _ledger()
     try:
-        rows = db.execute("SELECT run, pid, started, ended FROM calls WHERE name = ? "
-                          "ORDER BY started", (name,)).fetchall()  # fmt: skip
+        rows = db.execute(
+            "SELECT run, pid, started, ended FROM calls WHERE name = ? ORDER BY started", (name,)
+        ).fetchall()
     finally:
         db.close()
     return [(k, s, e if e is not None else _killed(killed_at, pid, s)) for k, pid, s, e in rows]
@@ -108,9 +122,11 @@ def _killed(killed_at: float | Mapping[int, float] | None, pid: int, started: fl
 
 def max_in_flight(name: str, killed_at: float | Mapping[int, float] | None = None) -> int:
     """The most calls of `name` the downstream had in flight at one instant."""
-    edges = sorted([(s, 1) for _, s, _ in intervals(name, killed_at)] +
-                   [(e, -1) for _, _, e in intervals(name, killed_at)],
-                   key=lambda edge: (edge[0], edge[1]))  # an end before a start at one instant
+    edges = sorted(
+        [(s, 1) for _, s, _ in intervals(name, killed_at)]
+        + [(e, -1) for _, _, e in intervals(name, killed_at)],
+        key=lambda edge: (edge[0], edge[1]),
+    )  # an end before a start at one instant
     most = current = 0
     for _, step in edges:
         current += step
@@ -140,5 +156,6 @@ def in_step(machine: Machine) -> Machine:
             out["states"] = {name: limited(child) for name, child in node["states"].items()}
         return out
 
-    return Machine(limited(machine.config), machine.implementations, machine.version,
-                   machine.migrations)  # fmt: skip
+    return Machine(
+        limited(machine.config), machine.implementations, machine.version, machine.migrations
+    )

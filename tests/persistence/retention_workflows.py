@@ -34,34 +34,58 @@ def pack(_context: Any, _event: Any) -> dict[str, Any]:
     return {"packed": True}
 
 
-order = create_machine({
-    "id": "lc_order", "initial": "charging", "context": {"packed": False},
-    "states": {
-        "charging": {"invoke": {"src": "charge", "onDone": "shipping"}},
-        "shipping": {"invoke": {"src": "ship", "onDone": "packing"}},
-        "packing": {"on": {"PACK": {"target": "done", "actions": assign(pack)}}},
-        "done": {"type": "final"},
+order = create_machine(
+    {
+        "id": "lc_order",
+        "initial": "charging",
+        "context": {"packed": False},
+        "states": {
+            "charging": {"invoke": {"src": "charge", "onDone": "shipping"}},
+            "shipping": {"invoke": {"src": "ship", "onDone": "packing"}},
+            "packing": {"on": {"PACK": {"target": "done", "actions": assign(pack)}}},
+            "done": {"type": "final"},
+        },
     },
-}, actors={"charge": charge, "ship": ship})
+    actors={"charge": charge, "ship": ship},
+)
 """Charge, ship (two calls with side effects), then wait for PACK."""
 
-quick = create_machine({
-    "id": "lc_quick", "initial": "working",
-    "states": {"working": {"invoke": {"src": "charge", "onDone": "done"}},
-               "done": {"type": "final"}},
-}, actors={"charge": charge})
+quick = create_machine(
+    {
+        "id": "lc_quick",
+        "initial": "working",
+        "states": {
+            "working": {"invoke": {"src": "charge", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
+    actors={"charge": charge},
+)
 """One call, then done: runs a purge can take as soon as a worker has finished them."""
 
-parent = create_machine({
-    "id": "lc_parent", "initial": "waiting", "context": {"pings": 0},
-    "states": {"waiting": {"invoke": {"id": "kid", "src": "lc_child", "onDone": "done"},
-                           "on": {"PING": {"actions": assign(
-                               {"pings": lambda c, e: c["pings"] + 1})}}},
-               "done": {"type": "final"}},
-}, actors={"lc_child": create_machine({
-    "id": "lc_child", "initial": "open",
-    "states": {"open": {"on": {"FINISH": "closed"}}, "closed": {"type": "final"}},
-})})
+parent = create_machine(
+    {
+        "id": "lc_parent",
+        "initial": "waiting",
+        "context": {"pings": 0},
+        "states": {
+            "waiting": {
+                "invoke": {"id": "kid", "src": "lc_child", "onDone": "done"},
+                "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})}},
+            },
+            "done": {"type": "final"},
+        },
+    },
+    actors={
+        "lc_child": create_machine(
+            {
+                "id": "lc_child",
+                "initial": "open",
+                "states": {"open": {"on": {"FINISH": "closed"}}, "closed": {"type": "final"}},
+            }
+        )
+    },
+)
 """A parent waiting for a child run that ends when sent FINISH (PING: a step meanwhile)."""
 
 MACHINES = [order, quick, parent]

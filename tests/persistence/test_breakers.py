@@ -70,14 +70,27 @@ def test_an_open_breaker_fails_runs_fast_across_workers(store_factory: StoreFact
         return "ok"
 
     machine = create_machine(
-        {"id": "pay", "initial": "paying",
-         "states": {"paying": {"invoke": {"id": "bank", "src": "bank", "breaker": "bank",
-                                          "input": lambda c, e: c["n"],
-                                          "onDone": "paid", "onError": "failed"}},
-                    "paid": {"type": "final"}, "failed": {"type": "final"}},
-         "context": lambda input: {"n": input}},
+        {
+            "id": "pay",
+            "initial": "paying",
+            "states": {
+                "paying": {
+                    "invoke": {
+                        "id": "bank",
+                        "src": "bank",
+                        "breaker": "bank",
+                        "input": lambda c, e: c["n"],
+                        "onDone": "paid",
+                        "onError": "failed",
+                    }
+                },
+                "paid": {"type": "final"},
+                "failed": {"type": "final"},
+            },
+            "context": lambda input: {"n": input},
+        },
         actors={"bank": bank},
-    )  # fmt: skip
+    )
     clock = SimulatedClock(T0)
     policies = {"bank": BreakerPolicy(failure_threshold=2, reset_timeout_ms=60_000)}
     workers = [

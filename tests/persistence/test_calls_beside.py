@@ -45,32 +45,51 @@ def slow_call(ledger: list[str]) -> Callable[[Any], str]:
             time.sleep(0.02)
         ledger.append("end")
         return "paid"
+
     return call
 
 
-def chart(ledger: list[str], *, after_ms: int | None = None, timeout_ms: int | None = None,
-          ) -> Machine:  # fmt: skip
+def chart(
+    ledger: list[str],
+    *,
+    after_ms: int | None = None,
+    timeout_ms: int | None = None,
+) -> Machine:
     calling: dict[str, Any] = {
-        "invoke": {"src": "charge", "onDone": {"target": "done",
-                                                "actions": assign({"result": lambda c, e:
-                                                                   e["output"]})},
-                   "onError": {"target": "failed",
-                               "actions": assign({"error": lambda c, e: e["error"]["name"]})}},
-        "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})},
-               "LEAVE": "left"},
+        "invoke": {
+            "src": "charge",
+            "onDone": {"target": "done", "actions": assign({"result": lambda c, e: e["output"]})},
+            "onError": {
+                "target": "failed",
+                "actions": assign({"error": lambda c, e: e["error"]["name"]}),
+            },
+        },
+        "on": {
+            "PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})},
+            "LEAVE": "left",
+        },
     }
     if after_ms is not None:
         calling["after"] = {str(after_ms): "timed_out"}
     if timeout_ms is not None:
         calling["invoke"]["timeout"] = timeout_ms
-    return create_machine({
-        "id": "payment", "initial": "calling",
-        "context": {"pings": 0, "result": None, "error": None},
-        "states": {"calling": calling, "done": {"type": "final"}, "failed": {"type": "final"},
-                   "left": {"on": {"PING": {"actions": assign(
-                       {"pings": lambda c, e: c["pings"] + 1})}}},
-                   "timed_out": {"type": "final"}},
-    }, actors={"charge": slow_call(ledger)})
+    return create_machine(
+        {
+            "id": "payment",
+            "initial": "calling",
+            "context": {"pings": 0, "result": None, "error": None},
+            "states": {
+                "calling": calling,
+                "done": {"type": "final"},
+                "failed": {"type": "final"},
+                "left": {
+                    "on": {"PING": {"actions": assign({"pings": lambda c, e: c["pings"] + 1})}}
+                },
+                "timed_out": {"type": "final"},
+            },
+        },
+        actors={"charge": slow_call(ledger)},
+    )
 
 
 def in_memory(machine: Machine, script: Script, settle_s: float) -> tuple[str, dict[str, Any]]:
@@ -88,6 +107,7 @@ def in_memory(machine: Machine, script: Script, settle_s: float) -> tuple[str, d
         actor.stop()
         status = "cancelled" if snapshot.status == "stopped" else snapshot.status
         return status + ":" + ",".join(snapshot.active_leaves()), dict(snapshot.context)
+
     return asyncio.run(main())
 
 
@@ -102,6 +122,7 @@ def worker_of(store: Store) -> Iterator[Callable[[Machine], Runtime]]:
         thread.start()
         workers.append((worker, thread))
         return runtime
+
     yield start
     for worker, thread in workers:
         worker.stop()
@@ -125,8 +146,11 @@ def durably(runtime: Runtime, script: Script, settle_s: float) -> tuple[str, dic
 
 CASES: dict[str, tuple[dict[str, Any], Script, str]] = {
     "deadline_wins_over_a_late_result": ({"after_ms": 400}, [], "done:timed_out"),
-    "events_during_a_call_are_applied_at_once":
-        ({}, [(0.2, "PING"), (0.4, "PING"), (0.6, "PING")], "done:done"),
+    "events_during_a_call_are_applied_at_once": (
+        {},
+        [(0.2, "PING"), (0.4, "PING"), (0.6, "PING")],
+        "done:done",
+    ),
     "leaving_the_state_drops_the_late_result": ({}, [(0.3, "LEAVE")], "active:left"),
     "a_call_timeout_is_an_error_onError_matches": ({"timeout_ms": 400}, [], "done:failed"),
 }
@@ -183,8 +207,7 @@ def test_a_result_of_a_left_state_is_dropped_and_the_attempt_says_so(worker_of: 
     assert runtime.store.dead_letters(run_id) == []
 
 
-def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(
-        worker_of: Any) -> None:  # fmt: skip
+def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(worker_of: Any) -> None:
     ledger: list[str] = []
     sent = threading.Event()
 
@@ -194,14 +217,23 @@ def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(
         ledger.append("end")
         return "paid"
 
-    machine = create_machine({
-        "id": "payment", "initial": "calling", "context": {"seen": []},
-        "states": {
-            "calling": {"invoke": {"src": "charge", "onDone": "done"},
-                        "on": {"N": {"actions": assign(
-                            {"seen": lambda c, e: [*c["seen"], e["n"]][-5:]})}}},
-            "done": {"type": "final"}},
-    }, actors={"charge": charge})
+    machine = create_machine(
+        {
+            "id": "payment",
+            "initial": "calling",
+            "context": {"seen": []},
+            "states": {
+                "calling": {
+                    "invoke": {"src": "charge", "onDone": "done"},
+                    "on": {
+                        "N": {"actions": assign({"seen": lambda c, e: [*c["seen"], e["n"]][-5:]})}
+                    },
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"charge": charge},
+    )
     runtime = worker_of(machine)
     run_id = runtime.start("payment")
     wait_for(lambda: any(x.startswith("start") for x in ledger), 10)
@@ -219,7 +251,8 @@ def test_1000_events_sent_during_one_call_are_each_applied_once_in_order(
 
 
 def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
-        store: Store, tmp_path: Any, capsys: Any) -> None:  # fmt: skip
+    store: Store, tmp_path: Any, capsys: Any
+) -> None:
     """A charge fails once (a transient failure of its call site), then succeeds: its two
     attempts, one idempotency key, are recorded and shown with outcome and error."""
     pytest.importorskip("fastapi")
@@ -236,11 +269,17 @@ def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
             raise ConnectionError("the card network reset the connection")
         return "paid"
 
-    machine = create_machine({
-        "id": "payment", "initial": "calling",
-        "states": {"calling": {"invoke": {"src": "charge", "onDone": "done", "transient": True}},
-                   "done": {"type": "final"}},
-    }, actors={"charge": charge})
+    machine = create_machine(
+        {
+            "id": "payment",
+            "initial": "calling",
+            "states": {
+                "calling": {"invoke": {"src": "charge", "onDone": "done", "transient": True}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"charge": charge},
+    )
     runtime = Runtime(store, [machine])
     run_id = runtime.start("payment")
     worker = Worker(runtime)
@@ -251,7 +290,9 @@ def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
     assert len(keys) == 2 and keys[0] == keys[1]
     attempts = store.call_attempts(run_id)
     assert [(a.attempt, a.outcome, a.error_name) for a in attempts] == [
-        (1, "retrying", "ConnectionError"), (2, "done", None)]
+        (1, "retrying", "ConnectionError"),
+        (2, "done", None),
+    ]
     assert "the card network reset" in (attempts[0].message or "")
     assert "Traceback" in (attempts[0].traceback or "")
 
@@ -265,15 +306,20 @@ def test_every_attempt_is_shown_by_runs_show_and_the_run_page(
     assert attempts[0].idempotency_key in page  # the call's key, on its row
 
 
-def test_an_event_that_arrived_before_a_deadline_wins_over_the_overdue_timer(
-        store: Store) -> None:  # fmt: skip
+def test_an_event_that_arrived_before_a_deadline_wins_over_the_overdue_timer(store: Store) -> None:
     """Issue 47 R7: workers come back late (a deploy); the payment queued at 0.3 s beats the
     1 s deadline that is overdue by the time a worker steps the run, as it does in memory."""
-    machine = create_machine({
-        "id": "invoice", "initial": "waiting",
-        "states": {"waiting": {"after": {"1000": "expired"}, "on": {"PAY": "paid"}},
-                   "expired": {"type": "final"}, "paid": {"type": "final"}},
-    })
+    machine = create_machine(
+        {
+            "id": "invoice",
+            "initial": "waiting",
+            "states": {
+                "waiting": {"after": {"1000": "expired"}, "on": {"PAY": "paid"}},
+                "expired": {"type": "final"},
+                "paid": {"type": "final"},
+            },
+        }
+    )
     runtime = Runtime(store, [machine])
     run_id = runtime.start("invoice")
     time.sleep(0.3)
@@ -301,11 +347,18 @@ def test_a_steps_actions_run_before_the_calls_it_starts(worker_of: Any) -> None:
         order.append("ship started")
         return "shipped"
 
-    machine = create_machine({
-        "id": "payment", "initial": "shipping",
-        "states": {"shipping": {"entry": "note", "invoke": {"src": "ship", "onDone": "done"}},
-                   "done": {"type": "final"}},
-    }, actions={"note": note}, actors={"ship": ship})
+    machine = create_machine(
+        {
+            "id": "payment",
+            "initial": "shipping",
+            "states": {
+                "shipping": {"entry": "note", "invoke": {"src": "ship", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actions={"note": note},
+        actors={"ship": ship},
+    )
     runtime = worker_of(machine)
     run_id = runtime.start("payment")
     wait_for(lambda: runtime.get(run_id).status == "done", 20)
@@ -313,7 +366,8 @@ def test_a_steps_actions_run_before_the_calls_it_starts(worker_of: Any) -> None:
 
 
 def test_a_burst_of_call_ends_is_recorded_together_and_each_result_applied_once(
-        worker_of: Any) -> None:  # fmt: skip
+    worker_of: Any,
+) -> None:
     """40 coroutine calls end at the same instant (one left its state first): the executor
     records the burst in one transaction, the worker's run threads apply each result once, and
     the stopped call's result is dropped, as one end at a time does."""
@@ -323,25 +377,40 @@ def test_a_burst_of_call_ends_is_recorded_together_and_each_result_applied_once(
         await asyncio.sleep(max(0.0, release - time.time()))
         return x * 10
 
-    machine = create_machine({
-        "id": "burst", "initial": "calling", "context": lambda input: {"x": input["x"]},
-        "states": {
-            "calling": {"invoke": {"src": "together", "input": lambda c, e: c["x"],
-                                   "onDone": {"target": "done", "actions": assign(
-                                       {"x": lambda c, e: e["output"]})}},
-                        "on": {"LEAVE": "left"}},
-            "left": {}, "done": {"type": "final"},
+    machine = create_machine(
+        {
+            "id": "burst",
+            "initial": "calling",
+            "context": lambda input: {"x": input["x"]},
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "src": "together",
+                        "input": lambda c, e: c["x"],
+                        "onDone": {
+                            "target": "done",
+                            "actions": assign({"x": lambda c, e: e["output"]}),
+                        },
+                    },
+                    "on": {"LEAVE": "left"},
+                },
+                "left": {},
+                "done": {"type": "final"},
+            },
+            "output": lambda c, e: c["x"],
         },
-        "output": lambda c, e: c["x"],
-    }, actors={"together": together})  # fmt: skip
+        actors={"together": together},
+    )
     runtime = worker_of(machine)
     ids = [runtime.start("burst", input={"x": i}) for i in range(40)]
-    wait_for(lambda: all(c.status == "running" for i in ids for c in
-                         runtime.store.list_calls(i)), 10)  # fmt: skip
+    wait_for(
+        lambda: all(c.status == "running" for i in ids for c in runtime.store.list_calls(i)), 10
+    )
     runtime.send(ids[0], "LEAVE")
     wait_for(lambda: all(runtime.store.get_run(i).status == "done" for i in ids[1:]), 30)
-    assert [runtime.store.get_run(i).snapshot["output"] for i in ids[1:]] == \
-        [i * 10 for i in range(1, 40)]  # fmt: skip
+    assert [runtime.store.get_run(i).snapshot["output"] for i in ids[1:]] == [
+        i * 10 for i in range(1, 40)
+    ]
     left = runtime.store.get_run(ids[0])
     assert (left.status, left.state) == ("active", "left")
     assert [a.outcome for a in runtime.store.call_attempts(ids[0])] == ["stopped"]

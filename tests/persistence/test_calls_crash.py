@@ -45,10 +45,27 @@ class Fleet:
     def spawn(self) -> subprocess.Popen[bytes]:
         log = (self.tmp_path / f"worker{len(self.workers)}.log").open("ab")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "persistence.cli", "worker", "--store", self.url,
-             "--machines", "tests.persistence.call_workflows", "--lease-ms", "1000",
-             "--poll-ms", "50", "--log-level", "WARNING"],
-            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "worker",
+                "--store",
+                self.url,
+                "--machines",
+                "tests.persistence.call_workflows",
+                "--lease-ms",
+                "1000",
+                "--poll-ms",
+                "50",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         self.workers.append(worker)
         return worker
 
@@ -70,7 +87,8 @@ def fleet(crash_url: str, tmp_path: Path) -> Iterator[tuple[Fleet, Store, Runtim
 
 
 def test_sigkill_during_a_call_retries_it_with_its_key_while_timers_and_events_go_on(
-        fleet: tuple[Fleet, Store, Runtime]) -> None:  # fmt: skip
+    fleet: tuple[Fleet, Store, Runtime],
+) -> None:
     workers, store, runtime = fleet
     first = workers.spawn()
     run_id = runtime.start("payment")
@@ -87,12 +105,16 @@ def test_sigkill_during_a_call_retries_it_with_its_key_while_timers_and_events_g
     assert run.status == "done"
     assert run.snapshot["context"] == {"pings": 3, "reminded": True, "receipt": "paid"}
     calls = ledger(workers.ledger)
-    assert [(name, how) for name, _, _, how in calls] == [("slow_charge", None),
-                                                         ("slow_charge", "ended")]
+    assert [(name, how) for name, _, _, how in calls] == [
+        ("slow_charge", None),
+        ("slow_charge", "ended"),
+    ]
     assert calls[0][1] == calls[1][1]  # one idempotency key for both attempts
     assert (calls[0][2], calls[1][2]) == (first.pid, second.pid)
     assert [(a.attempt, a.outcome) for a in store.call_attempts(run_id)] == [
-        (1, "lost"), (2, "done")]
+        (1, "lost"),
+        (2, "done"),
+    ]
     journal = [e.event["type"] for e in store.list_events(run_id)]
     reminder = next(i for i, t in enumerate(journal) if t.startswith("xstate.after"))
     assert reminder < journal.index(next(t for t in journal if t.startswith("xstate.done.actor")))
@@ -100,7 +122,8 @@ def test_sigkill_during_a_call_retries_it_with_its_key_while_timers_and_events_g
 
 
 def test_a_hung_call_is_timed_out_and_attempted_again_with_its_key(
-        fleet: tuple[Fleet, Store, Runtime]) -> None:  # fmt: skip
+    fleet: tuple[Fleet, Store, Runtime],
+) -> None:
     workers, store, runtime = fleet
     workers.spawn()
     run_id = runtime.start("hung_payment")
@@ -108,22 +131,40 @@ def test_a_hung_call_is_timed_out_and_attempted_again_with_its_key(
     run = store.get_run(run_id)
     assert (run.status, run.snapshot["context"]["receipt"]) == ("done", "paid")
     calls = ledger(workers.ledger)
-    assert [(name, how) for name, _, _, how in calls] == [("hanging_charge", None),
-                                                         ("hanging_charge", "ended")]
+    assert [(name, how) for name, _, _, how in calls] == [
+        ("hanging_charge", None),
+        ("hanging_charge", "ended"),
+    ]
     assert calls[0][1] == calls[1][1]  # the retried call site keeps its key
     outcomes = [(a.outcome, a.error_name) for a in store.call_attempts(run_id)]
     assert outcomes == [("timed_out", "CallTimeoutError"), ("done", None)]
 
 
 def test_a_cancel_from_the_command_line_during_a_call_wins_at_once(
-        fleet: tuple[Fleet, Store, Runtime]) -> None:  # fmt: skip
+    fleet: tuple[Fleet, Store, Runtime],
+) -> None:
     workers, store, runtime = fleet
     workers.spawn()
     run_id = runtime.start("long_payment")
     _until(lambda: len(ledger(workers.ledger)) == 1, 30, "the call to start")
-    done = subprocess.run([sys.executable, "-m", "persistence.cli", "runs", "cancel", run_id,
-                           "--store", workers.url, "--reason", "customer asked"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "runs",
+            "cancel",
+            run_id,
+            "--store",
+            workers.url,
+            "--reason",
+            "customer asked",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "cancelled" in done.stdout
     assert store.get_run(run_id).status == "cancelled"  # not after the call's 30 s

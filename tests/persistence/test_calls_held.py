@@ -42,12 +42,20 @@ def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
             release_first.wait(30)
         return name
 
-    machine = create_machine({
-        "id": "job", "initial": "working", "context": lambda input: {"name": input["name"]},
-        "states": {"working": {"invoke": {"src": "work", "input": lambda c, e: c["name"],
-                                          "onDone": "done"}},
-                   "done": {"type": "final"}},
-    }, actors={"work": work})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "job",
+            "initial": "working",
+            "context": lambda input: {"name": input["name"]},
+            "states": {
+                "working": {
+                    "invoke": {"src": "work", "input": lambda c, e: c["name"], "onDone": "done"}
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"work": work},
+    )
     runtime = Runtime(store, [machine])
     executor = CallExecutor(runtime, "A", lease_ms=LEASE_MS, poll_ms=20)
     first = runtime.start("job", {"name": "first"})

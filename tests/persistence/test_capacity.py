@@ -43,16 +43,17 @@ e = test_fault_injection.e  # the fixture: a SQLite file, then a PostgreSQL sche
 LIMITED = ("--limits", "tests.persistence.limited")
 
 
-def fleet(e: Env, count: int, threads: int = 2,
-          *more: str) -> AbstractContextManager[list[Worker]]:  # fmt: skip
+def fleet(e: Env, count: int, threads: int = 2, *more: str) -> AbstractContextManager[list[Worker]]:
     """`count` workers on the limited workflows and their limits."""
-    return workers(e, count, threads, machines="tests.persistence.limited",
-                   options=(*LIMITED, *more))  # fmt: skip
+    return workers(
+        e, count, threads, machines="tests.persistence.limited", options=(*LIMITED, *more)
+    )
 
 
 def runtime(e: Env) -> Runtime:
-    return Runtime(e.store, limited.MACHINES, limits=limited.LIMITS,
-                   workflow_limits=limited.WORKFLOW_LIMITS)  # fmt: skip
+    return Runtime(
+        e.store, limited.MACHINES, limits=limited.LIMITS, workflow_limits=limited.WORKFLOW_LIMITS
+    )
 
 
 def waiting_for(e: Env, ids: list[str]) -> set[str | None]:
@@ -110,8 +111,10 @@ def test_a_retry_after_pauses_the_downstream_for_all_runs(e: Env) -> None:
         wait_until(lambda: paused(e, "pay"), "the Retry-After pause is stored")
         told_at = limited.intervals("pay")[0][1]
         others = [rt.start("paid", {"name": "pay"}) for _ in range(5)]
-        wait_until(lambda: "paused by Retry-After: pay" in waiting_for(e, others),
-                   "the other runs wait for the pause")  # fmt: skip
+        wait_until(
+            lambda: "paused by Retry-After: pay" in waiting_for(e, others),
+            "the other runs wait for the pause",
+        )
         wait_until(ended(e.store, [first, *others]), "every run ended")
         stop_cleanly(running)
     later = [s for k, s, _ in limited.intervals("pay")[1:]]
@@ -139,8 +142,10 @@ def test_a_waiting_run_survives_sigkill_of_its_worker_and_keeps_its_place(e: Env
         queue = []
         for _ in range(3):  # one by one, so that their places are known
             queue.append(rt.start("single", {"name": "one", "ms": 200}))
-            wait_until(lambda: e.store.get_run(queue[-1]).waiting_for is not None,
-                       "the run waits for capacity")  # fmt: skip
+            wait_until(
+                lambda: e.store.get_run(queue[-1]).waiting_for is not None,
+                "the run waits for capacity",
+            )
         first[0].process.send_signal(signal.SIGKILL)
         first[0].process.wait(timeout=10)
         killed_at = time.time()
@@ -159,10 +164,23 @@ def test_a_waiting_run_survives_sigkill_of_its_worker_and_keeps_its_place(e: Env
 
 # -- the store's rules, in process, on every store -------------------------------------------
 
+
 def _run(store: Store, now: int, priority: int = 0, wake_at: int | None = None) -> str:
     run_id = str(uuid.uuid4())
-    store.create_run(NewRun(run_id, "w", "v", None, "s", {}, wake_at=now if wake_at is None
-                            else wake_at, priority=priority), [], now)  # fmt: skip
+    store.create_run(
+        NewRun(
+            run_id,
+            "w",
+            "v",
+            None,
+            "s",
+            {},
+            wake_at=now if wake_at is None else wake_at,
+            priority=priority,
+        ),
+        [],
+        now,
+    )
     return run_id
 
 
@@ -186,16 +204,21 @@ def _lease(store: Store, run_id: str, now: int) -> str:
 
 
 def test_a_freed_slot_goes_to_the_first_waiting_run_not_a_newcomer(store: Store) -> None:
-    now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
-                            "recheck_ms": 30_000, "lease_ms": 1000}  # fmt: skip
+    now, args = (
+        1_000_000,
+        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 30_000, "lease_ms": 1000},
+    )
     a, b, c = (str(uuid.uuid4()) for _ in range(3))
     owner_a, owner_b, owner_c = (_lease(store, run, now) for run in (a, b, c))
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
     refused = store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args)
     assert not refused.granted and refused.reason == f"{CAPACITY}: x"
     row = store.get_run(b)
-    assert (row.lease_owner, row.waiting_for, row.wake_at) == (None, f"{CAPACITY}: x",
-                                                               now + 1 + 30_000)
+    assert (row.lease_owner, row.waiting_for, row.wake_at) == (
+        None,
+        f"{CAPACITY}: x",
+        now + 1 + 30_000,
+    )
     store.release_capacity("x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000)
     woken = store.get_run(b).wake_at  # at once, and before any other due run
     assert woken is not None and woken <= now + 2 - MAX_PRIORITY * PRIORITY_AGING_MS
@@ -207,54 +230,77 @@ def test_a_freed_slot_goes_to_the_first_waiting_run_not_a_newcomer(store: Store)
 
 
 def test_a_freed_slot_is_leased_to_the_releasing_worker_with_the_next_runs_work(
-        store: Store) -> None:  # fmt: skip
-    now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
-                            "recheck_ms": 30_000, "lease_ms": 1000}  # fmt: skip
+    store: Store,
+) -> None:
+    now, args = (
+        1_000_000,
+        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 30_000, "lease_ms": 1000},
+    )
     a, b, c, d = (str(uuid.uuid4()) for _ in range(4))
     owner_a, owner_c = _lease(store, a, now), _lease(store, c, now)
     owner_b = "o-b"
-    store.create_run(NewRun(b, "w", "v", None, "s", {}, wake_at=now),
-                     [NewEffect(0, "start_child", {"src": "call"})], now)  # fmt: skip
+    store.create_run(
+        NewRun(b, "w", "v", None, "s", {}, wake_at=now),
+        [NewEffect(0, "start_child", {"src": "call"})],
+        now,
+    )
     assert [r.id for r in store.claim_runs(owner_b, now, 1000, 10)] == [b]
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
     assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
     assert not store.acquire_capacity("x", "call-c", c, owner_c, now + 2, **args).granted
-    handed = store.release_capacity("x", ["call-a"], now + 3, max_in_flight=1, lease_ms=1000,
-                                    owner=owner_a)  # fmt: skip
+    handed = store.release_capacity(
+        "x", ["call-a"], now + 3, max_in_flight=1, lease_ms=1000, owner=owner_a
+    )
     assert [(h.holder, h.run.id) for h in handed] == [("call-b", b)]  # the queue's head
-    assert [(e.kind, e.payload) for e in handed[0].work.effects] == [("start_child",
-                                                                      {"src": "call"})]
+    assert [(e.kind, e.payload) for e in handed[0].work.effects] == [
+        ("start_child", {"src": "call"})
+    ]
     row = store.get_run(b)
     assert (row.lease_owner, row.lease_expires_at, row.waiting_for, row.claim_count) == (
-        owner_a, now + 1003, None, 2)
+        owner_a,
+        now + 1003,
+        None,
+        2,
+    )
     assert store.capacity_usage(now + 3)[0].in_flight == 1  # b's, under a's worker
     assert store.get_run(c).wake_at == now + 2 + 30_000  # not woken: nothing for it yet
     owner_d = _lease(store, d, now + 4)
     assert not store.acquire_capacity("x", "call-d", d, owner_d, now + 4, **args).granted
-    order = [h.run.id for i, holder in enumerate(["call-b", "call-c", "call-d"]) for h in
-             store.release_capacity("x", [holder], now + 5 + i, max_in_flight=1,
-                                    lease_ms=1000, owner=owner_a)]  # fmt: skip
+    order = [
+        h.run.id
+        for i, holder in enumerate(["call-b", "call-c", "call-d"])
+        for h in store.release_capacity(
+            "x", [holder], now + 5 + i, max_in_flight=1, lease_ms=1000, owner=owner_a
+        )
+    ]
     assert order == [c, d]  # in arrival order, the newcomer d behind c; then none is left
     assert store.capacity_usage(now + 8)[0].in_flight == 0
 
 
 def test_a_head_leased_elsewhere_gets_a_reservation_not_a_second_lease(store: Store) -> None:
-    now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
-                            "recheck_ms": 100, "lease_ms": 1000}  # fmt: skip
+    now, args = (
+        1_000_000,
+        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 100, "lease_ms": 1000},
+    )
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
     assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
     # b looks again on its own (its recheck) and another worker holds it as a's call ends
     assert [r.id for r in store.claim_runs("o-recheck", now + 101, 1000, 10)] == [b]
-    assert store.release_capacity("x", ["call-a"], now + 102, max_in_flight=1, lease_ms=1000,
-                                  owner=owner_a) == []  # fmt: skip
+    assert (
+        store.release_capacity(
+            "x", ["call-a"], now + 102, max_in_flight=1, lease_ms=1000, owner=owner_a
+        )
+        == []
+    )
     assert store.get_run(b).lease_owner == "o-recheck"
     assert store.acquire_capacity("x", "call-b", b, "o-recheck", now + 103, **args).granted
 
 
 def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
-        pg_dsn: str, pg_schema: str) -> None:  # fmt: skip
+    pg_dsn: str, pg_schema: str
+) -> None:
     """PostgreSQL (row locks; SQLite has one writer): a newcomer joining the queue without the
     limit's lock holds the tail it joins behind until it commits. A hand-over meeting that row
     does not wait for it; the slot it could not pass on is reserved for that run under the lock
@@ -264,8 +310,16 @@ def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
     store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
     try:
         store.migrate()
-        now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
-                                "recheck_ms": 30_000, "lease_ms": 1000}  # fmt: skip
+        now, args = (
+            1_000_000,
+            {
+                "max_in_flight": 1,
+                "calls": None,
+                "per_ms": 1000,
+                "recheck_ms": 30_000,
+                "lease_ms": 1000,
+            },
+        )
         a, b = str(uuid.uuid4()), str(uuid.uuid4())
         owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
         assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
@@ -273,11 +327,18 @@ def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
         result: list[object] = []
         with psycopg.connect(pg_dsn) as newcomer:  # a newcomer's join, before its commit
             newcomer.execute(f'SET search_path TO "{pg_schema}"')
-            newcomer.execute("SELECT 1 FROM workflow_capacity WHERE name = 'x' AND state = "
-                             "'waiting' ORDER BY queued_at DESC, holder DESC LIMIT 1 "
-                             f"{PostgresStore._KEY_SHARE}")  # fmt: skip
-            release = threading.Thread(target=lambda: result.append(store.release_capacity(
-                "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000, owner=owner_a)))
+            newcomer.execute(
+                "SELECT 1 FROM workflow_capacity WHERE name = 'x' AND state = "
+                "'waiting' ORDER BY queued_at DESC, holder DESC LIMIT 1 "
+                f"{PostgresStore._KEY_SHARE}"
+            )
+            release = threading.Thread(
+                target=lambda: result.append(
+                    store.release_capacity(
+                        "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000, owner=owner_a
+                    )
+                )
+            )
             release.start()
             release.join(10)
             waited = release.is_alive()
@@ -294,7 +355,8 @@ def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
 
 
 def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from persistence.worker import Worker
 
     in_flight, most, lock = [0], [0], threading.Lock()
@@ -306,8 +368,14 @@ def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
             most[0] = max(most[0], in_flight[0])
         # the first call ends once the other three are queued and released (their refusals
         # committed: a run being refused holds a row of the queue a hand-over would skip)
-        wait_until(lambda: sum(store.get_run(i).waiting_for is not None for i in ids) >= 3
-                   or most[0] > 1 or len(calls) > 0, "the others wait for the slot")
+        wait_until(
+            lambda: (
+                sum(store.get_run(i).waiting_for is not None for i in ids) >= 3
+                or most[0] > 1
+                or len(calls) > 0
+            ),
+            "the others wait for the slot",
+        )
         time.sleep(0.01)
         with lock:
             in_flight[0] -= 1
@@ -317,9 +385,17 @@ def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
     calls: list[int] = []
     monkeypatch.setattr("persistence.driver.HANDOVER_S", 60.0)  # however slow the machine
 
-    machine = create_machine({"id": "calls", "initial": "a", "states": {
-        "a": {"invoke": {"src": "call", "limit": "one", "onDone": "b"}},
-        "b": {"type": "final"}}}, actors={"call": call})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "calls",
+            "initial": "a",
+            "states": {
+                "a": {"invoke": {"src": "call", "limit": "one", "onDone": "b"}},
+                "b": {"type": "final"},
+            },
+        },
+        actors={"call": call},
+    )
     rt = Runtime(store, [machine], limits={"one": Limit(max_in_flight=1)})
     ids += [rt.start("calls") for _ in range(4)]
     claimed: list[str] = []
@@ -341,8 +417,10 @@ def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
 
 
 def test_a_dead_holders_slot_comes_back_when_its_lease_expires(store: Store) -> None:
-    now, args = 1_000_000, {"max_in_flight": 1, "calls": None, "per_ms": 1000,
-                            "recheck_ms": 30_000, "lease_ms": 1000}  # fmt: skip
+    now, args = (
+        1_000_000,
+        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 30_000, "lease_ms": 1000},
+    )
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
@@ -361,19 +439,41 @@ def test_a_pause_holds_every_call_until_it_ends(store: Store) -> None:
     owner = _lease(store, a, now)
     store.pause_capacity("x", now + 5000, now)
     store.pause_capacity("x", now + 100, now)  # an earlier end does not shorten it
-    grant = store.acquire_capacity("x", "call", a, owner, now + 10, max_in_flight=None,
-                                   calls=None, per_ms=1000, recheck_ms=1, lease_ms=1000)
-    assert (grant.granted, grant.retry_at, grant.reason) == (False, now + 5000,
-                                                             "paused by Retry-After: x")
+    grant = store.acquire_capacity(
+        "x",
+        "call",
+        a,
+        owner,
+        now + 10,
+        max_in_flight=None,
+        calls=None,
+        per_ms=1000,
+        recheck_ms=1,
+        lease_ms=1000,
+    )
+    assert (grant.granted, grant.retry_at, grant.reason) == (
+        False,
+        now + 5000,
+        "paused by Retry-After: x",
+    )
     assert store.capacity_usage(now)[0].paused_until == now + 5000
 
 
 # -- configuration errors name the offending path ---------------------------------------------
 
+
 def _limited_machine(limit: object) -> Machine:
-    return create_machine({"id": "m", "initial": "a", "states": {
-        "a": {"invoke": {"src": "f", "limit": limit, "onDone": "b"}}, "b": {"type": "final"}}},
-        actors={"f": lambda x: x})  # fmt: skip
+    return create_machine(
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {
+                "a": {"invoke": {"src": "f", "limit": limit, "onDone": "b"}},
+                "b": {"type": "final"},
+            },
+        },
+        actors={"f": lambda x: x},
+    )
 
 
 def test_a_bad_limit_key_names_its_path() -> None:
@@ -381,8 +481,9 @@ def test_a_bad_limit_key_names_its_path() -> None:
         _limited_machine(4)
 
 
-def test_an_unconfigured_limit_names_the_call_site(store: Store,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unconfigured_limit_names_the_call_site(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     machine = _limited_machine("crm")
     caplog.set_level("INFO", "statecharts.capacity")
     Runtime(store, [machine], limits={"other": Limit(max_in_flight=1)})
@@ -397,8 +498,10 @@ def test_an_unconfigured_limit_names_the_call_site(store: Store,
 
 # -- upgrading -----------------------------------------------------------------------------------
 
-def test_upgrading_to_load_control_keeps_runs_claimable(tmp_path: Path, pg_dsn: str,
-                                                    pg_schema: str) -> None:  # fmt: skip
+
+def test_upgrading_to_load_control_keeps_runs_claimable(
+    tmp_path: Path, pg_dsn: str, pg_schema: str
+) -> None:
     """Databases at the schema before load control (SQLite and PostgreSQL) with a due run
     upgrade: the run has priority 0, waits for nothing, and is claimed."""
     from persistence.stores.sqlite import _statements
@@ -407,17 +510,22 @@ def test_upgrading_to_load_control_keeps_runs_claimable(tmp_path: Path, pg_dsn: 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as db:
         _before_load_control(lambda sql: [db.execute(s) for s in _statements(sql)], "sqlite", "''")
-        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
-                   "snapshot, status, created_at, updated_at, wake_at) VALUES (?, 'w', 'x', "
-                   "'s', '{}', 'active', 1, 1, 5)", (run_id,))  # fmt: skip
+        db.execute(
+            "INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+            "snapshot, status, created_at, updated_at, wake_at) VALUES (?, 'w', 'x', "
+            "'s', '{}', 'active', 1, 1, 5)",
+            (run_id,),
+        )
     with psycopg.connect(pg_dsn, autocommit=True) as pg:
         pg.execute(f'CREATE SCHEMA "{pg_schema}"')
         pg.execute(f'SET search_path = "{pg_schema}"')
         _before_load_control(lambda sql: pg.execute(sql.encode()), "postgres", "now()")
-        pg.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
-                   "snapshot, status, created_at, updated_at, wake_at) VALUES (%s, 'w', 'x', "
-                   "'s', '{}', 'active', now(), now(), now() - interval '1 minute')",
-                   (run_id,))  # fmt: skip
+        pg.execute(
+            "INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+            "snapshot, status, created_at, updated_at, wake_at) VALUES (%s, 'w', 'x', "
+            "'s', '{}', 'active', now(), now(), now() - interval '1 minute')",
+            (run_id,),
+        )
     sep = "&" if "?" in pg_dsn else "?"
     for url in (f"sqlite:///{path}", f"{pg_dsn}{sep}schema={pg_schema}"):
         store = open_store(url, migrate=True)
@@ -437,14 +545,19 @@ def _before_load_control(run: Callable[[str], object], dialect: str, stamp: str)
     before = [m for m in schema.migrations(dialect) if m.version < load_control]
     for migration in before:
         run(migration.sql)
-    run(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
-        f"name text NOT NULL, applied_at {'text' if dialect == 'sqlite' else 'timestamptz'})")
+    run(
+        f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+        f"name text NOT NULL, applied_at {'text' if dialect == 'sqlite' else 'timestamptz'})"
+    )
     for migration in before:
-        run(f"INSERT INTO {schema.VERSION_TABLE} VALUES ({migration.version}, "
-            f"'{migration.name}', {stamp})")
+        run(
+            f"INSERT INTO {schema.VERSION_TABLE} VALUES ({migration.version}, "
+            f"'{migration.name}', {stamp})"
+        )
 
 
 # -- where people look: the UI, the diagram, the metrics ----------------------------------------
+
 
 def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
     from fastapi.testclient import TestClient
@@ -457,8 +570,13 @@ def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
     first, second = rt.start("m"), rt.start("m", priority=7)
     now = rt.clock.now()
     leased = {r.id: r.lease_owner for r in store.claim_runs("w", now, 60_000, 10)}
-    args = {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 60_000,
-            "lease_ms": 60_000}  # fmt: skip
+    args = {
+        "max_in_flight": 1,
+        "calls": None,
+        "per_ms": 1000,
+        "recheck_ms": 60_000,
+        "lease_ms": 60_000,
+    }
     assert store.acquire_capacity("crm", "a", second, str(leased[second]), now, **args).granted
     assert not store.acquire_capacity("crm", "b", first, str(leased[first]), now, **args).granted
     client = TestClient(create_app(store, [machine]))
@@ -468,8 +586,9 @@ def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
     assert 'id="waiting-for"' in page and "Waiting for capacity: crm" in page
     assert "priority 7" in client.get(f"/runs/{second}").text
     limits = client.get("/limits").text
-    assert 'data-limit="crm"' in limits and "m: m.a" in limits and "1 waiting for capacity" \
-        in limits  # fmt: skip
+    assert (
+        'data-limit="crm"' in limits and "m: m.a" in limits and "1 waiting for capacity" in limits
+    )
     assert client.get(f"/api/runs/{first}").json()["waiting_for"] == f"{CAPACITY}: crm"
     readings = {(m.name, labels): v for m, labels, v in StoreGauges(rt).readings()}
     assert readings[(LIMIT_IN_FLIGHT.name, ("crm",))] == 1
@@ -494,11 +613,20 @@ def test_a_limited_workflow_has_at_most_n_runs_stepped_at_once(store: Store) -> 
         seen.append({store.get_run(i).waiting_for for i in ids})
         return "ok"
 
-    machine = create_machine({"id": "backfill", "initial": "a", "states": {
-        "a": {"invoke": {"src": "probe", "onDone": "b"}}, "b": {"type": "final"}}},
-        actors={"probe": probe})  # fmt: skip
-    rt = Runtime(store, [machine], limits={"nightly": Limit(max_in_flight=1)},
-                 workflow_limits={"backfill": "nightly"})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "backfill",
+            "initial": "a",
+            "states": {"a": {"invoke": {"src": "probe", "onDone": "b"}}, "b": {"type": "final"}},
+        },
+        actors={"probe": probe},
+    )
+    rt = Runtime(
+        store,
+        [machine],
+        limits={"nightly": Limit(max_in_flight=1)},
+        workflow_limits={"backfill": "nightly"},
+    )
     ids += [rt.start("backfill"), rt.start("backfill")]
     Worker(rt, batch=4).run_until_idle()
     assert all(store.get_run(i).status == "done" for i in ids)

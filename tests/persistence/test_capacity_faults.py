@@ -75,6 +75,7 @@ def _bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         def counting(*args: Any, **kwargs: Any) -> Any:
             count[0] = 0
             return call(*args, **kwargs)
+
         return counting
 
     monkeypatch.setattr(store, "_exec", counted)
@@ -84,15 +85,22 @@ def _bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _queued(store: Store, name: str) -> list[str]:
     """The holders waiting in limit `name`'s queue, as stored."""
-    return [str(h) for (h,) in store._read(  # type: ignore[attr-defined]
-        "SELECT holder FROM workflow_capacity WHERE name = ? AND state = 'waiting' "
-        "ORDER BY queued_at, holder", (name,))]  # fmt: skip
+    return [
+        str(h)
+        for (h,) in store._read(  # type: ignore[attr-defined]
+            "SELECT holder FROM workflow_capacity WHERE name = ? AND state = 'waiting' "
+            "ORDER BY queued_at, holder",
+            (name,),
+        )
+    ]
 
 
 # -- R1: every read of the queue is bounded and ends ------------------------------------------
 
+
 def test_a_dead_holders_requeued_slot_with_a_second_slot_free_is_granted_not_looped(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Limit of 2, one call in flight, its worker dies: when its run is claimed again, its
     slot is requeued at the head with both slots free and one run waiting. Granted at once
     (before: the queue was read again and again for the second slot, for ever)."""
@@ -102,14 +110,17 @@ def test_a_dead_holders_requeued_slot_with_a_second_slot_free_is_granted_not_loo
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, max_in_flight=2, **ARGS).granted
     # a's worker is SIGKILLed: no release; its lease ends at now + 1000 and a is claimed again
     assert {r.id for r in store.claim_runs("o-taker", now + 1001, 1000, 10)} == {a}
-    assert store.acquire_capacity("x", "call-a", a, "o-taker", now + 1002, max_in_flight=2,
-                                  **ARGS).granted  # fmt: skip
+    assert store.acquire_capacity(
+        "x", "call-a", a, "o-taker", now + 1002, max_in_flight=2, **ARGS
+    ).granted
     b, owner_b = _leased(store, now + 1003)
-    assert store.acquire_capacity("x", "call-b", b, owner_b, now + 1003, max_in_flight=2,
-                                  **ARGS).granted  # fmt: skip
+    assert store.acquire_capacity(
+        "x", "call-b", b, owner_b, now + 1003, max_in_flight=2, **ARGS
+    ).granted
     c, owner_c = _leased(store, now + 1004)
-    assert not store.acquire_capacity("x", "call-c", c, owner_c, now + 1004, max_in_flight=2,
-                                      **ARGS).granted  # fmt: skip
+    assert not store.acquire_capacity(
+        "x", "call-c", c, owner_c, now + 1004, max_in_flight=2, **ARGS
+    ).granted
     assert store.capacity_usage(now + 1005)[0].in_flight == 2
     # a sweep finding nothing to hand over ends too
     assert store.release_capacity("x", [], now + 1005, max_in_flight=2, lease_ms=1000) == []
@@ -117,7 +128,8 @@ def test_a_dead_holders_requeued_slot_with_a_second_slot_free_is_granted_not_loo
 
 
 def test_the_walk_past_places_of_ended_runs_stops_at_the_queues_end(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Three slots freed at once, four places queued of which the first three belong to
     runs cancelled while they waited: those places are deleted on the way and the fourth run
     gets a slot; the walk ends at the queue's end with two slots left free."""
@@ -142,7 +154,8 @@ def test_the_walk_past_places_of_ended_runs_stops_at_the_queues_end(
 
 
 def test_a_sigkilled_call_under_a_limit_of_two_does_not_stall_the_limit_or_the_database(
-        e: Env) -> None:  # fmt: skip
+    e: Env,
+) -> None:
     """The issue's repro: `Limit(max_in_flight=2)`, a run with a slow call, its worker
     SIGKILLed, another run started. Every run finishes, the killed call is made once more
     (and no other call twice), never more than two at once, and a start made while the dead
@@ -171,6 +184,7 @@ def test_a_sigkilled_call_under_a_limit_of_two_does_not_stall_the_limit_or_the_d
 
 
 # -- R2: one lock order; a deadlock victim is run again -------------------------------------
+
 
 @pytest.fixture
 def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[Store]:
@@ -210,8 +224,8 @@ def _in_thread(name: str, call: Callable[[], Any]) -> tuple[threading.Thread, li
 
 
 def test_a_grant_and_a_sweep_meeting_on_a_dead_holders_slot_do_not_deadlock(
-        pg_store: Store, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """PostgreSQL (row locks; SQLite has one writer). A run claimed again after its worker
     died asks for its slot while another run waits, and a worker's sweep requeues that slot.
     Before, the grant's fast path locked the slot's row (the queue join's conflict) and then
@@ -236,11 +250,13 @@ def test_a_grant_and_a_sweep_meeting_on_a_dead_holders_slot_do_not_deadlock(
 
     monkeypatch.setattr(store, "_lock_limit", interleaved)
     caplog.set_level(logging.WARNING, "statecharts.capacity")
-    grant, granted = _in_thread("grant", lambda: store.acquire_capacity(
-        "x", "call-a", a, "o-taker", now + 1002, **limit))
+    grant, granted = _in_thread(
+        "grant", lambda: store.acquire_capacity("x", "call-a", a, "o-taker", now + 1002, **limit)
+    )
     assert at_limit.wait(10)
-    sweep, swept_out = _in_thread("sweep", lambda: store.release_capacity(
-        "x", [], now + 1002, max_in_flight=1, lease_ms=1000))
+    sweep, swept_out = _in_thread(
+        "sweep", lambda: store.release_capacity("x", [], now + 1002, max_in_flight=1, lease_ms=1000)
+    )
     sweep.join(10)
     swept.set()
     grant.join(10)
@@ -253,8 +269,8 @@ def test_a_grant_and_a_sweep_meeting_on_a_dead_holders_slot_do_not_deadlock(
 
 
 def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
-        pg_store: Store, pg_dsn: str, pg_schema: str,
-        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    pg_store: Store, pg_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """PostgreSQL. A release waking the queue's head meets another writer that holds the
     head's run row and then asks for the limit's row: PostgreSQL rolls the release back as the
     deadlock's victim (SQLSTATE 40P01). The store runs the release again after a backoff,
@@ -276,12 +292,24 @@ def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
     ):
         other.execute("SET deadlock_timeout = '60s'")
         other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (b,))
-        release, out = _in_thread("release", lambda: releaser.release_capacity(
-            "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000))
+        release, out = _in_thread(
+            "release",
+            lambda: releaser.release_capacity(
+                "x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000
+            ),
+        )
         with psycopg.connect(pg_dsn, autocommit=True) as watch:  # the release waits for b's row
-            wait_until(lambda: watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (other.info.backend_pid,)).fetchone() == (1,), "the release waits for b's row")
+            wait_until(
+                lambda: (
+                    watch.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE %s = ANY(pg_blocking_pids(pid))",
+                        (other.info.backend_pid,),
+                    ).fetchone()
+                    == (1,)
+                ),
+                "the release waits for b's row",
+            )
         # the other writer asks for the limit's row: a cycle; the release waited first, so
         # its backend finds the deadlock and is rolled back, and this statement gets the row
         other.execute("SELECT 1 FROM workflow_limits WHERE name = 'x' FOR UPDATE")
@@ -297,8 +325,8 @@ def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
 
 
 def test_a_conflict_is_run_again_a_bounded_number_of_times(
-        store: Store, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A serialization failure (SQLSTATE 40001, as psycopg reports it) is run again: twice,
     then the grant goes through; one that keeps coming is raised after `ATTEMPTS` attempts
     (each retry logged), never retried without end."""
@@ -321,8 +349,13 @@ def test_a_conflict_is_run_again_a_bounded_number_of_times(
 
     monkeypatch.setattr(store, "_lock_limit", conflicting)
     caplog.set_level(logging.WARNING, "statecharts.capacity")
-    rated: dict[str, Any] = {"max_in_flight": None, "calls": 1, "per_ms": 1000, "recheck_ms": 1000,
-             "lease_ms": 1000}  # fmt: skip
+    rated: dict[str, Any] = {
+        "max_in_flight": None,
+        "calls": 1,
+        "per_ms": 1000,
+        "recheck_ms": 1000,
+        "lease_ms": 1000,
+    }
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **rated).granted
     assert attempts == [3] and caplog.text.count("SQLSTATE 40001") == 2
     attempts[0], fails[0] = 0, 10 * ATTEMPTS
@@ -332,7 +365,8 @@ def test_a_conflict_is_run_again_a_bounded_number_of_times(
 
 
 def test_a_store_error_other_than_a_conflict_is_not_retried(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only a transaction the server rolled back to resolve a conflict is run again: any
     other store error reaches the caller at once (once)."""
     from persistence.stores import StoreError
@@ -346,16 +380,26 @@ def test_a_store_error_other_than_a_conflict_is_not_retried(
 
     monkeypatch.setattr(store, "_lock_limit", broken)
     with pytest.raises(StoreError, match="the disk is full"):
-        store.acquire_capacity("x", "call-a", a, owner_a, now, max_in_flight=None, calls=1,
-                               per_ms=1000, recheck_ms=1000, lease_ms=1000)  # fmt: skip
+        store.acquire_capacity(
+            "x",
+            "call-a",
+            a,
+            owner_a,
+            now,
+            max_in_flight=None,
+            calls=1,
+            per_ms=1000,
+            recheck_ms=1000,
+            lease_ms=1000,
+        )
     assert attempts == [1]
 
 
 # -- R2 end to end: workers SIGKILLed under a limit of 2 (and the opt-in soak) --------------
 
+
 @pytest.mark.timeout(SOAK_S + 900 if SOAK else 600)
-def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
-        e: Env) -> None:  # fmt: skip
+def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(e: Env) -> None:
     """Runs of one limited call each (a limit of 2) stepped by three workers, one SIGKILLed
     at random every 0.5-2 s, mostly one inside a call (3 kills; soak: about 20 runs going
     and a worker killed every 2-6 s for `STATECHARTS_LIMITS_SOAK_S`), replaced at once; then, the
@@ -389,8 +433,10 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
             kill(in_call=rng.random() < 0.75)  # mostly inside a call: bad luck at its worst
             if SOAK:  # about 20 runs going all along
                 active = e.store.count_runs().get("active", 0)
-                ids += [rt.start("pair", {"name": "two", "ms": rng.randint(50, 400)})
-                        for _ in range(max(0, 20 - active))]  # fmt: skip
+                ids += [
+                    rt.start("pair", {"name": "two", "ms": rng.randint(50, 400)})
+                    for _ in range(max(0, 20 - active))
+                ]
         wait_until(test_fault_injection.ended(e.store, ids), "every run ended", 240)
         slow = rt.start("pair", {"name": "two", "ms": 1500})
         ids.append(slow)
@@ -412,10 +458,12 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
     assert e.store.capacity_usage(rt.clock.now())[0].in_flight == 0
     claims = sorted(r.claim_count for r in runs.values())
     retried = sum(w.text().count("rolled back by the database") for w in every)
-    print(f"{e.kind}: {len(ids)} runs, all done, {len(killed)} kills, "
-          f"{sum(map(len, by_run.values()))} calls, at most {most} in flight (limit 2), claims "
-          f"per run {claims[0]}-{claims[-1]}, {retried} transactions run again after a "
-          "deadlock or serialization failure")  # fmt: skip
+    print(
+        f"{e.kind}: {len(ids)} runs, all done, {len(killed)} kills, "
+        f"{sum(map(len, by_run.values()))} calls, at most {most} in flight (limit 2), claims "
+        f"per run {claims[0]}-{claims[-1]}, {retried} transactions run again after a "
+        "deadlock or serialization failure"
+    )
 
 
 def _calls(name: str) -> list[tuple[str, int, float | None]]:
@@ -428,7 +476,8 @@ def _calls(name: str) -> list[tuple[str, int, float | None]]:
 
 
 def test_an_outage_while_taking_a_place_leaves_the_run_to_retry_not_failed(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The store going away while a limited call takes its place is an outage: the drive
     backs off (the run's lease runs out, a worker takes it again), the run is not failed."""
     from persistence.stores import StoreUnavailableError

@@ -33,8 +33,10 @@ from tests.persistence.test_fault_injection import Env, ended, stop_cleanly, wai
 
 e = test_fault_injection.e  # the fixture: a SQLite file, then a PostgreSQL schema, with a ledger
 
-BIG_TENANT_RUNS = int(os.environ.get("STATECHARTS_KEYS_SOAK") or
-                      (10_000 if os.environ.get("STATECHARTS_SOAK") else 500))
+BIG_TENANT_RUNS = int(
+    os.environ.get("STATECHARTS_KEYS_SOAK")
+    or (10_000 if os.environ.get("STATECHARTS_SOAK") else 500)
+)
 SMALL_TENANT_RUNS = 8
 CALL_MS = 20
 
@@ -45,16 +47,21 @@ def _active(store: Store) -> int:
 
 def test_a_tenants_backlog_does_not_hold_up_another_tenant(e: Env) -> None:
     rt = runtime(e)
-    big = [rt.start("tenanted", {"name": "t-big", "tenant": "big", "ms": CALL_MS})
-           for _ in range(BIG_TENANT_RUNS)]  # fmt: skip
+    big = [
+        rt.start("tenanted", {"name": "t-big", "tenant": "big", "ms": CALL_MS})
+        for _ in range(BIG_TENANT_RUNS)
+    ]
     timeout = 60.0 + BIG_TENANT_RUNS / 5
     with fleet(e, 2, 2) as running:
         # the big tenant is draining (its queue is parked: 4 at a time) when the small comes
-        wait_until(lambda: len(limited.intervals("t-big")) >= 8, "the big tenant is draining",
-                   timeout)  # fmt: skip
+        wait_until(
+            lambda: len(limited.intervals("t-big")) >= 8, "the big tenant is draining", timeout
+        )
         asked = time.time()
-        small = [rt.start("tenanted", {"name": "t-small", "tenant": "small", "ms": CALL_MS})
-                 for _ in range(SMALL_TENANT_RUNS)]  # fmt: skip
+        small = [
+            rt.start("tenanted", {"name": "t-small", "tenant": "small", "ms": CALL_MS})
+            for _ in range(SMALL_TENANT_RUNS)
+        ]
         wait_until(ended(e.store, small), "the small tenant's runs ended", timeout)
         small_done = time.time()
         big_left = _active(e.store)
@@ -71,22 +78,28 @@ def test_a_tenants_backlog_does_not_hold_up_another_tenant(e: Env) -> None:
     assert all(e.store.get_run(i).status == "done" for i in [*big[-5:], *small])
     assert usage["tenant[big]"].waiting[CAPACITY] > 0  # per key, as the limits page shows it
     waited = max(end for _, _, end in limited.intervals("t-small")) - asked
-    print(f"\n{e.kind}: {BIG_TENANT_RUNS} queued runs of tenant big, limit 4 per tenant: the "
-          f"small tenant's {SMALL_TENANT_RUNS} runs ended {waited:.2f} s after they were "
-          f"started (all ended {small_done - asked:.2f} s by the store) with {big_left} of "
-          f"big's still active; big drained {drained - asked:.2f} s after")
+    print(
+        f"\n{e.kind}: {BIG_TENANT_RUNS} queued runs of tenant big, limit 4 per tenant: the "
+        f"small tenant's {SMALL_TENANT_RUNS} runs ended {waited:.2f} s after they were "
+        f"started (all ended {small_done - asked:.2f} s by the store) with {big_left} of "
+        f"big's still active; big drained {drained - asked:.2f} s after"
+    )
 
 
 def test_a_killed_workers_slots_of_a_key_come_back(e: Env) -> None:
     rt = runtime(e)
-    slow = [rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 1500})
-            for _ in range(4)]  # fmt: skip
+    slow = [rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 1500}) for _ in range(4)]
     with fleet(e, 1, 4) as first:
         wait_until(lambda: len(limited.intervals("t-k")) == 4, "4 calls of tenant k in flight")
-        queued = [rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 50})
-                  for _ in range(3)]  # fmt: skip
-        wait_until(lambda: all(e.store.get_run(i).waiting_for == f"{CAPACITY}: tenant_call[k]"
-                               for i in queued), "the newcomers wait for tenant k's slots")
+        queued = [
+            rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 50}) for _ in range(3)
+        ]
+        wait_until(
+            lambda: all(
+                e.store.get_run(i).waiting_for == f"{CAPACITY}: tenant_call[k]" for i in queued
+            ),
+            "the newcomers wait for tenant k's slots",
+        )
         first[0].process.send_signal(signal.SIGKILL)
         first[0].process.wait(timeout=10)
         killed_at = time.time()
@@ -99,6 +112,7 @@ def test_a_killed_workers_slots_of_a_key_come_back(e: Env) -> None:
 
 
 # -- the store's rules, in process, on every store -------------------------------------------
+
 
 def _leased(store: Store, now: int) -> tuple[str, str]:
     """A new run, claimed: (its id, its lease owner)."""
@@ -114,11 +128,26 @@ def test_each_key_has_its_own_slots_and_queue(store: Store) -> None:
         for n in range(3):
             run_id, owner = _leased(store, now)
             grants[key, n] = store.acquire_capacity(
-                f"tenant[{key}]", f"run:{run_id}", run_id, owner, now, max_in_flight=2,
-                calls=None, per_ms=1000, recheck_ms=60_000, lease_ms=10_000).granted
+                f"tenant[{key}]",
+                f"run:{run_id}",
+                run_id,
+                owner,
+                now,
+                max_in_flight=2,
+                calls=None,
+                per_ms=1000,
+                recheck_ms=60_000,
+                lease_ms=10_000,
+            ).granted
     # a's third run waits for a's slots; b's first two are not held up by a's queue
-    assert grants == {("a", 0): True, ("a", 1): True, ("a", 2): False,
-                      ("b", 0): True, ("b", 1): True, ("b", 2): False}  # fmt: skip
+    assert grants == {
+        ("a", 0): True,
+        ("a", 1): True,
+        ("a", 2): False,
+        ("b", 0): True,
+        ("b", 1): True,
+        ("b", 2): False,
+    }
     usage = {u.name: (u.in_flight, dict(u.waiting)) for u in store.capacity_usage(now)}
     assert usage == {"tenant[a]": (2, {CAPACITY: 1}), "tenant[b]": (2, {CAPACITY: 1})}
     assert store.limit_shares("tenant") == ["tenant[a]", "tenant[b]"]
@@ -131,19 +160,31 @@ def test_the_limits_page_shows_each_key(store: Store) -> None:
     now = rt.clock.now()
     for key in ("acme", "acme", "initech"):
         run_id, owner = _leased(store, now)
-        store.acquire_capacity(f"tenant_call[{key}]", f"run:{run_id}", run_id, owner, now,
-                               max_in_flight=1, calls=None, per_ms=1000, recheck_ms=60_000,
-                               lease_ms=10_000)  # fmt: skip
+        store.acquire_capacity(
+            f"tenant_call[{key}]",
+            f"run:{run_id}",
+            run_id,
+            owner,
+            now,
+            max_in_flight=1,
+            calls=None,
+            per_ms=1000,
+            recheck_ms=60_000,
+            lease_ms=10_000,
+        )
     rows = limit_rows(store, list(rt.machines.values()), now)
-    keyed = [(r.limit, r.key, r.in_flight, r.waiting, r.sites) for r in rows
-             if r.limit == "tenant_call"]  # fmt: skip
+    keyed = [
+        (r.limit, r.key, r.in_flight, r.waiting, r.sites) for r in rows if r.limit == "tenant_call"
+    ]
     sites = ["tenant_calls: tenant_calls.calling"]
-    assert keyed == [("tenant_call", None, 0, [], sites),  # the call sites' limit, its keys
-                     ("tenant_call", "acme", 1, [(CAPACITY, 1)], sites),
-                     ("tenant_call", "initech", 1, [], sites)]  # fmt: skip
+    assert keyed == [
+        ("tenant_call", None, 0, [], sites),  # the call sites' limit, its keys
+        ("tenant_call", "acme", 1, [(CAPACITY, 1)], sites),
+        ("tenant_call", "initech", 1, [], sites),
+    ]
     page = TestClient(create_app(store, list(rt.machines.values()))).get("/limits").text
-    row = page[page.index('data-limit="tenant_call[acme]"'):]
-    row = row[:row.index("</tr>")]
+    row = page[page.index('data-limit="tenant_call[acme]"') :]
+    row = row[: row.index("</tr>")]
     assert '<td class="mono">acme</td>' in row and "1 waiting for capacity" in row
 
 
@@ -151,35 +192,53 @@ def _keyed(store: Store, clock: SimulatedClock | None = None) -> Runtime:
     """A workflow limited per account (`account.id`) that waits for GO, then for NEXT; GO may
     drop the account (`{"drop": true}`). Started with `{"due": true}`, it is due at once (a
     timer of 1 ms) and ends."""
-    machine = create_machine({
-        "id": "keyed", "initial": "starting", "context": lambda i: dict(i or {}),
-        "states": {"starting": {"always": [{"target": "due", "guard": "due"},
-                                           {"target": "working"}]},
-                   "due": {"after": {"1": "done"}},
-                   "working": {"on": {"GO": {"target": "next", "actions": "maybeDrop"}}},
-                   "next": {"on": {"NEXT": "done"}}, "done": {"type": "final"}}},
+    machine = create_machine(
+        {
+            "id": "keyed",
+            "initial": "starting",
+            "context": lambda i: dict(i or {}),
+            "states": {
+                "starting": {"always": [{"target": "due", "guard": "due"}, {"target": "working"}]},
+                "due": {"after": {"1": "done"}},
+                "working": {"on": {"GO": {"target": "next", "actions": "maybeDrop"}}},
+                "next": {"on": {"NEXT": "done"}},
+                "done": {"type": "final"},
+            },
+        },
         guards={"due": lambda c, e: bool(c.get("due"))},
-        actions={"maybeDrop": assign(lambda c, e: {"account": {}} if e.get("drop") else {})})
-    return Runtime(store, [machine], limits={"per_account": Limit(
-        max_in_flight=1, key="account.id", recheck_ms=60_000)},
-        workflow_limits={"keyed": "per_account"}, clock=clock)  # fmt: skip
+        actions={"maybeDrop": assign(lambda c, e: {"account": {}} if e.get("drop") else {})},
+    )
+    return Runtime(
+        store,
+        [machine],
+        limits={"per_account": Limit(max_in_flight=1, key="account.id", recheck_ms=60_000)},
+        workflow_limits={"keyed": "per_account"},
+        clock=clock,
+    )
 
 
 def test_a_run_without_its_key_is_refused_or_fails_naming_the_limit_and_the_field(
-        store: Store) -> None:  # fmt: skip
+    store: Store,
+) -> None:
     rt = _keyed(store)
-    message = ("limit 'per_account' is per key context.account.id: the run's context has no "
-               "context.account.id")
+    message = (
+        "limit 'per_account' is per key context.account.id: the run's context has no "
+        "context.account.id"
+    )
     with pytest.raises(LimitKeyError) as refused:  # it could never be stepped: not started
         rt.start("keyed", {"account": {}})
     assert str(refused.value) == message and store.list_runs(limit=10) == []
-    answer = TestClient(create_api(rt)).post("/api/workflows/keyed/runs",
-                                             json={"input": {"account": {}}})  # fmt: skip
+    answer = TestClient(create_api(rt)).post(
+        "/api/workflows/keyed/runs", json={"input": {"account": {}}}
+    )
     assert answer.status_code == 422 and answer.json()["detail"] == [
-        {"loc": ["body", "input"], "msg": message, "type": "value_error"}]
+        {"loc": ["body", "input"], "msg": message, "type": "value_error"}
+    ]
     assert store.list_runs(limit=10) == []
-    good, dropped = rt.start("keyed", {"account": {"id": 7}}), rt.start("keyed",
-                                                                       {"account": {"id": 8}})
+    good, dropped = (
+        rt.start("keyed", {"account": {"id": 7}}),
+        rt.start("keyed", {"account": {"id": 8}}),
+    )
     rt.send(good, {"type": "GO"})
     rt.send(dropped, {"type": "GO", "drop": True})  # its next step has no key any more
     Worker(rt, batch=4).run_until_idle()
@@ -191,8 +250,7 @@ def test_a_run_without_its_key_is_refused_or_fails_naming_the_limit_and_the_fiel
     assert (failed.status, failed.last_error) == ("error", message)
 
 
-def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(
-        store: Store) -> None:  # fmt: skip
+def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(store: Store) -> None:
     clock = SimulatedClock(1_000_000)
     rt = _keyed(store, clock)
 
@@ -205,10 +263,12 @@ def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(
     now = clock.now() + 10
     first, second = store.claim_runs("w1", now, 60_000, 2)
     assert [first.id, second.id] == big[:2]  # in due order
-    assert rt.load.enter(first, "w1", [("per_account[big]", f"run:{first.id}")], now,
-                         60_000).granted  # fmt: skip
-    assert not rt.load.enter(second, "w1", [("per_account[big]", f"run:{second.id}")], now,
-                             60_000).granted  # fmt: skip
+    assert rt.load.enter(
+        first, "w1", [("per_account[big]", f"run:{first.id}")], now, 60_000
+    ).granted
+    assert not rt.load.enter(
+        second, "w1", [("per_account[big]", f"run:{second.id}")], now, 60_000
+    ).granted
     # the refusal queued big's four unclaimed runs with it: the next claims are small's
     assert {store.get_run(i).waiting_for for i in big[1:]} == {f"{CAPACITY}: per_account[big]"}
     assert {r.id for r in store.claim_runs("w2", now, 60_000, 10)} == set(small)
@@ -218,8 +278,14 @@ def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(
     order = []
     holder = first.id
     for n in range(5):
-        handed = store.release_capacity("per_account[big]", [f"run:{holder}"], now + n,
-                                        max_in_flight=1, lease_ms=60_000, owner="w1")
+        handed = store.release_capacity(
+            "per_account[big]",
+            [f"run:{holder}"],
+            now + n,
+            max_in_flight=1,
+            lease_ms=60_000,
+            owner="w1",
+        )
         holder = handed[0].run.id
         order.append(holder)
     assert order == big[1:]
@@ -234,12 +300,20 @@ def test_a_bad_key_is_refused_when_the_limit_is_made(key: object) -> None:
 def test_a_rate_limit_per_key_holds_each_key_to_its_own_window(store: Store) -> None:
     clock = SimulatedClock(1_000_000)
     machine = create_machine(
-        {"id": "rated_per_key", "initial": "calling", "context": lambda i: dict(i),
-         "states": {"calling": {"invoke": {"src": "call", "limit": "api", "onDone": "done"}},
-                    "done": {"type": "final"}}},
-        actors={"call": lambda value: "ok"})  # fmt: skip
-    rt = Runtime(store, [machine], clock=clock,
-                 limits={"api": Limit(calls=1, per_ms=1000, key="tenant")})  # fmt: skip
+        {
+            "id": "rated_per_key",
+            "initial": "calling",
+            "context": lambda i: dict(i),
+            "states": {
+                "calling": {"invoke": {"src": "call", "limit": "api", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"call": lambda value: "ok"},
+    )
+    rt = Runtime(
+        store, [machine], clock=clock, limits={"api": Limit(calls=1, per_ms=1000, key="tenant")}
+    )
     a1, a2, b1 = (rt.start("rated_per_key", {"tenant": t}) for t in ("a", "a", "b"))
     Worker(rt, batch=4).run_until_idle()
     # one call per second per tenant: a's second waits for a's window, b's went at once

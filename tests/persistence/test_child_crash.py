@@ -39,13 +39,31 @@ RESULT_TYPES = ("xstate.done.actor.", "xstate.error.actor.")
 def _spawn(url: str, log: Path) -> subprocess.Popen[bytes]:
     """A worker process over `machines.orders`' tree with each call slowed by 15 ms."""
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url,
-         "--machines", "tests.persistence.workflows:SLOW_ORDERS", "--concurrency", "2",
-         "--batch", "4", "--lease-ms", str(LEASE_MS), "--poll-ms", "20",
-         "--log-level", "ERROR"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), SLOW_ENV: "15"},
-        stdout=subprocess.DEVNULL, stderr=log.open("ab"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.persistence.workflows:SLOW_ORDERS",
+            "--concurrency",
+            "2",
+            "--batch",
+            "4",
+            "--lease-ms",
+            str(LEASE_MS),
+            "--poll-ms",
+            "20",
+            "--log-level",
+            "ERROR",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), SLOW_ENV: "15"},
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
 
 
 def _all(store: Store, query: RunQuery) -> list[RunRecord]:
@@ -61,8 +79,11 @@ def _orphans(store: Store) -> list[str]:
     """Active child runs whose parent has ended (the child read again after its parent: an
     ended parent stays ended, so a child still active then is an orphan)."""
     active = [r for r in _all(store, RunQuery(status="active")) if r.parent_run_id]
-    return [r.id for r in active if store.get_run(r.parent_run_id or "").terminal
-            and not store.get_run(r.id).terminal]
+    return [
+        r.id
+        for r in active
+        if store.get_run(r.parent_run_id or "").terminal and not store.get_run(r.id).terminal
+    ]
 
 
 def test_sigkilled_workers_deliver_each_child_result_once_and_orphan_nothing(
@@ -71,8 +92,12 @@ def test_sigkilled_workers_deliver_each_child_result_once_and_orphan_nothing(
     rng = random.Random(int(os.environ.get("STATECHARTS_CRASH_SEED", "18")))
     store = open_store(crash_url, migrate=True)
     runtime = Runtime(store, list(MACHINES.values()))
-    cards = {runtime.start("order", {"order_id": n, "card": CARDS[n % 3], "amount": n},
-                           key=f"order-{n}"): CARDS[n % 3] for n in range(TREES)}  # fmt: skip
+    cards = {
+        runtime.start(
+            "order", {"order_id": n, "card": CARDS[n % 3], "amount": n}, key=f"order-{n}"
+        ): CARDS[n % 3]
+        for n in range(TREES)
+    }
     log = tmp_path / "workers.log"
     workers = [_spawn(crash_url, log) for _ in range(WORKERS)]
     kills, orphans, started = 0, [], time.monotonic()
@@ -81,14 +106,16 @@ def test_sigkilled_workers_deliver_each_child_result_once_and_orphan_nothing(
         while store.count_runs().get("active", 0) and time.monotonic() - started < DEADLINE_S:
             time.sleep(rng.uniform(0.1, 0.4))
             if kills < 12 and store.count_runs().get("active", 0):
-                kill_and_replace(workers, rng.randrange(len(workers)),
-                                 lambda: _spawn(crash_url, log))
+                kill_and_replace(
+                    workers, rng.randrange(len(workers)), lambda: _spawn(crash_url, log)
+                )
                 kills += 1
                 spawned_at = time.monotonic()
                 if kills % 4 == 0:
                     orphans += _orphans(store)
-        assert not store.count_runs().get("active", 0), \
-            f"runs still active after {DEADLINE_S}s: {store.count_runs()}"  # fmt: skip
+        assert not store.count_runs().get("active", 0), (
+            f"runs still active after {DEADLINE_S}s: {store.count_runs()}"
+        )
     finally:
         # a worker spawned just now handles SIGTERM once it has started: give the youngest
         # 2 s (the others are older, usually all of them long since)
@@ -115,14 +142,20 @@ def _check(store: Store, cards: dict[str, str]) -> None:
         (fraud,) = children[payment.id]
         assert (payment.parent_invoke_id, fraud.parent_invoke_id) == ("payment", "fraud_check")
         assert fraud.key == f"{order.key}/payment/fraud_check"
-        expected = ("confirmed", "done", "done") if card == "ok" else \
-            ("payment_failed", "error", "error")  # fmt: skip
+        expected = (
+            ("confirmed", "done", "done") if card == "ok" else ("payment_failed", "error", "error")
+        )
         assert (order.state, payment.status, fraud.status) == expected, order_id
         assert order.status == "done"
         for parent, child in ((order, payment), (payment, fraud)):
-            results = [e.event["type"] for e in store.list_events(parent.id)
-                       if str(e.event.get("type")).startswith(RESULT_TYPES)
-                       and str(e.event["type"]).endswith(f".{child.parent_invoke_id}")]
-            assert results == [f"xstate.{'done' if child.status == 'done' else 'error'}"
-                               f".actor.{child.parent_invoke_id}"], (parent.id, results)
+            results = [
+                e.event["type"]
+                for e in store.list_events(parent.id)
+                if str(e.event.get("type")).startswith(RESULT_TYPES)
+                and str(e.event["type"]).endswith(f".{child.parent_invoke_id}")
+            ]
+            assert results == [
+                f"xstate.{'done' if child.status == 'done' else 'error'}"
+                f".actor.{child.parent_invoke_id}"
+            ], (parent.id, results)
             assert store.pending_events(parent.id) == [] and store.dead_letters(parent.id) == []

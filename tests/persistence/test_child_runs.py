@@ -67,14 +67,20 @@ def test_the_whole_order_tree_completes(store: Store, clock: SimulatedClock) -> 
     # the whole first step of the tree is one transaction: children exist before any worker
     assert sorted(tree) == ["", "/payment", "/payment/fraud_check"]
     payment, fraud = tree["/payment"], tree["/payment/fraud_check"]
-    assert (payment.key, payment.parent_run_id, payment.parent_invoke_id) == \
-        ("order-7/payment", run_id, "payment")  # fmt: skip
+    assert (payment.key, payment.parent_run_id, payment.parent_invoke_id) == (
+        "order-7/payment",
+        run_id,
+        "payment",
+    )
     assert (fraud.key, fraud.parent_run_id) == ("order-7/payment/fraud_check", payment.id)
     assert runtime.get_by_key("fraud_check", "order-7/payment/fraud_check").id == fraud.id
     Worker(runtime).run_until_idle()
     tree = _tree(runtime, run_id)
-    assert {path: row.status for path, row in tree.items()} == \
-        {"": "done", "/payment": "done", "/payment/fraud_check": "done"}  # fmt: skip
+    assert {path: row.status for path, row in tree.items()} == {
+        "": "done",
+        "/payment": "done",
+        "/payment/fraud_check": "done",
+    }
     assert tree[""].snapshot["output"]["receipt"] is not None
     assert tree["/payment"].snapshot["context"]["cleared_score"] == 10  # send_parent arrived
     assert tree["/payment"].snapshot["context"]["risk"] == 10  # the grandchild's output
@@ -100,9 +106,7 @@ def test_a_grandchild_failure_reaches_the_order_as_an_error(
     assert tree["/payment"].key == f"{run_id}/payment"  # no key: the parent's id names it
 
 
-def test_cancelling_the_order_cancels_both_descendants(
-    store: Store, clock: SimulatedClock
-) -> None:
+def test_cancelling_the_order_cancels_both_descendants(store: Store, clock: SimulatedClock) -> None:
     runtime = Runtime(store, [order], clock=clock)
     run_id = runtime.start("order", {"order_id": 9, "card": "review", "amount": 30}, key="o-9")
     worker = Worker(runtime)
@@ -111,8 +115,11 @@ def test_cancelling_the_order_cancels_both_descendants(
     assert tree["/payment/fraud_check"].state == "awaiting_review"
     assert runtime.cancel(run_id, reason="customer gave up") == "cancelled"
     tree = _tree(runtime, run_id)
-    assert {path: row.status for path, row in tree.items()} == \
-        {"": "cancelled", "/payment": "cancelled", "/payment/fraud_check": "cancelled"}
+    assert {path: row.status for path, row in tree.items()} == {
+        "": "cancelled",
+        "/payment": "cancelled",
+        "/payment/fraud_check": "cancelled",
+    }
     for row in tree.values():  # journaled on each run
         assert _journal_types(store, row.id)[-1] == "statecharts.cancel"
     worker.run_until_idle()
@@ -169,34 +176,56 @@ def test_an_operator_cancelling_a_child_is_an_error_for_its_parent(
 
 # -- send_to, send_parent, spawn_child, stop_child, retries --------------------------------
 
-echo_child = create_machine({
-    "id": "echo_child", "initial": "listening", "context": {"heard": []},
-    "states": {"listening": {"on": {
-        "PING": {"actions": ["hear", "answer"]},
-        "QUIT": "quit"}}, "quit": {"type": "final"}},
-    "output": lambda ctx, ev: {"heard": ctx["heard"]},
-}, actions={"hear": assign({"heard": lambda ctx, ev: [*ctx["heard"], ev["n"]]}),
-            "answer": send_parent(lambda ctx, ev: {"type": "PONG", "n": ev["n"]})})  # fmt: skip
-
-talker = create_machine({
-    "id": "talker", "initial": "talking", "context": {"pongs": [], "done": None},
-    "states": {
-        "talking": {
-            "invoke": {"id": "echo", "src": "echo_child",
-                       "onDone": {"target": "finished", "actions": "keep_output"}},
-            "entry": send_to("echo", {"type": "PING", "n": 1}),
-            "on": {"PONG": {"actions": "keep_pong"},
-                   "MORE": {"actions": send_to("echo", lambda ctx, ev: {"type": "PING",
-                                                                        "n": ev["n"]})},
-                   "STRAY": {"actions": send_to("nobody", {"type": "PING", "n": 0})},
-                   "BYE": {"actions": send_to("echo", {"type": "QUIT"})},
-                   "LEAVE": "left"}},
-        "left": {"on": {"BACK": "talking"}},
-        "finished": {"type": "final"},
+echo_child = create_machine(
+    {
+        "id": "echo_child",
+        "initial": "listening",
+        "context": {"heard": []},
+        "states": {
+            "listening": {"on": {"PING": {"actions": ["hear", "answer"]}, "QUIT": "quit"}},
+            "quit": {"type": "final"},
+        },
+        "output": lambda ctx, ev: {"heard": ctx["heard"]},
     },
-}, actors={"echo_child": echo_child},
-   actions={"keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]}),
-            "keep_output": assign({"done": lambda ctx, ev: ev["output"]})})  # fmt: skip
+    actions={
+        "hear": assign({"heard": lambda ctx, ev: [*ctx["heard"], ev["n"]]}),
+        "answer": send_parent(lambda ctx, ev: {"type": "PONG", "n": ev["n"]}),
+    },
+)
+
+talker = create_machine(
+    {
+        "id": "talker",
+        "initial": "talking",
+        "context": {"pongs": [], "done": None},
+        "states": {
+            "talking": {
+                "invoke": {
+                    "id": "echo",
+                    "src": "echo_child",
+                    "onDone": {"target": "finished", "actions": "keep_output"},
+                },
+                "entry": send_to("echo", {"type": "PING", "n": 1}),
+                "on": {
+                    "PONG": {"actions": "keep_pong"},
+                    "MORE": {
+                        "actions": send_to("echo", lambda ctx, ev: {"type": "PING", "n": ev["n"]})
+                    },
+                    "STRAY": {"actions": send_to("nobody", {"type": "PING", "n": 0})},
+                    "BYE": {"actions": send_to("echo", {"type": "QUIT"})},
+                    "LEAVE": "left",
+                },
+            },
+            "left": {"on": {"BACK": "talking"}},
+            "finished": {"type": "final"},
+        },
+    },
+    actors={"echo_child": echo_child},
+    actions={
+        "keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]}),
+        "keep_output": assign({"done": lambda ctx, ev: ev["output"]}),
+    },
+)
 
 
 def test_send_to_a_child_run_and_send_parent_go_through_the_inboxes(
@@ -242,15 +271,25 @@ def test_leaving_the_invoking_state_cancels_the_child_and_reentry_starts_a_new_o
     assert runtime.get(run_id).snapshot["context"]["pongs"] == [1, 1]
 
 
-spawner = create_machine({
-    "id": "spawner", "initial": "running", "context": {},
-    "states": {"running": {"on": {
-        "SPAWN": {"actions": spawn_child("echo_child", id="helper")},
-        "TELL": {"actions": send_to("helper", {"type": "PING", "n": 5})},
-        "DROP": {"actions": stop_child("helper")},
-        "END": "ended"}},
-        "ended": {"type": "final"}},
-}, actors={"echo_child": echo_child})  # fmt: skip
+spawner = create_machine(
+    {
+        "id": "spawner",
+        "initial": "running",
+        "context": {},
+        "states": {
+            "running": {
+                "on": {
+                    "SPAWN": {"actions": spawn_child("echo_child", id="helper")},
+                    "TELL": {"actions": send_to("helper", {"type": "PING", "n": 5})},
+                    "DROP": {"actions": stop_child("helper")},
+                    "END": "ended",
+                }
+            },
+            "ended": {"type": "final"},
+        },
+    },
+    actors={"echo_child": echo_child},
+)
 
 
 def test_spawn_child_lives_until_stopped_or_the_parent_ends(
@@ -279,25 +318,42 @@ def _always_fails(input: Any) -> Any:
     raise TimeoutError("the bank did not answer")
 
 
-flaky_child = create_machine({
-    "id": "flaky_child", "initial": "working",
-    "states": {"working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
-               "ok": {"type": "final"}},
-}, actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
+flaky_child = create_machine(
+    {
+        "id": "flaky_child",
+        "initial": "working",
+        "states": {
+            "working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
+            "ok": {"type": "final"},
+        },
+    },
+    actors={"call_bank": from_callable(_always_fails)},
+)
 
 
 def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
     store: Store, clock: SimulatedClock
 ) -> None:
-    retrying = create_machine({
-        "id": "retrying", "initial": "calling",
-        "states": {
-            "calling": {"invoke": {"id": "sub", "src": "flaky_child",
-                                   "retry": {"max_attempts": 3, "initial_interval": 1000,
-                                             "backoff": "fixed"},
-                                   "onDone": "ok", "onError": "gave_up"}},
-            "ok": {"type": "final"}, "gave_up": {"type": "final"}},
-    }, actors={"flaky_child": flaky_child})  # fmt: skip
+    retrying = create_machine(
+        {
+            "id": "retrying",
+            "initial": "calling",
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "id": "sub",
+                        "src": "flaky_child",
+                        "retry": {"max_attempts": 3, "initial_interval": 1000, "backoff": "fixed"},
+                        "onDone": "ok",
+                        "onError": "gave_up",
+                    }
+                },
+                "ok": {"type": "final"},
+                "gave_up": {"type": "final"},
+            },
+        },
+        actors={"flaky_child": flaky_child},
+    )
     runtime = Runtime(store, [retrying], clock=clock)
     run_id = runtime.start("retrying", key="r")
     worker = Worker(runtime)
@@ -311,6 +367,7 @@ def test_a_retried_invoke_of_a_child_machine_starts_one_child_run_per_attempt(
 
 
 # -- upgrading to schema 4 --------------------------------------------------------------------
+
 
 def _upgrade_keeps_runs_and_keys(store: Store, old_id: str, clock: SimulatedClock) -> None:
     """After the upgrade: the old run reads with no parent, its key still starts it once, and
@@ -340,16 +397,22 @@ def test_upgrading_sqlite_to_schema_4_adds_the_parent_columns(
 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as db:
-        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
-                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at text)"
+        )
         for migration in schema.migrations("sqlite")[:3]:
             for statement in _statements(migration.sql):
                 db.execute(statement)
-            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (?, ?, '')",
-                       (migration.version, migration.name))  # fmt: skip
-        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
-                   "snapshot, status, created_at, updated_at) VALUES ('old', 'order', 'x', "
-                   "'order-1', 'paying', '{}', 'active', 1, 1)")  # fmt: skip
+            db.execute(
+                f"INSERT INTO {schema.VERSION_TABLE} VALUES (?, ?, '')",
+                (migration.version, migration.name),
+            )
+        db.execute(
+            "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+            "snapshot, status, created_at, updated_at) VALUES ('old', 'order', 'x', "
+            "'order-1', 'paying', '{}', 'active', 1, 1)"
+        )
     store = open_store(f"sqlite:///{path}", migrate=True)
     try:
         _upgrade_keeps_runs_and_keys(store, "old", clock)
@@ -369,15 +432,22 @@ def test_upgrading_postgres_to_schema_4_adds_the_parent_columns(
     with psycopg.connect(pg_dsn, autocommit=True) as db:
         db.execute(f'CREATE SCHEMA "{pg_schema}"')
         db.execute(f'SET search_path = "{pg_schema}"')
-        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
-                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz)"
+        )
         for migration in schema.migrations("postgres")[:3]:
             db.execute(migration.sql.encode())
-            db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (%s, %s, now())",
-                       (migration.version, migration.name))  # fmt: skip
-        db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
-                   "snapshot, status, created_at, updated_at) VALUES (%s, 'order', 'x', "
-                   "'order-1', 'paying', '{}', 'active', now(), now())", (old_id,))  # fmt: skip
+            db.execute(
+                f"INSERT INTO {schema.VERSION_TABLE} VALUES (%s, %s, now())",
+                (migration.version, migration.name),
+            )
+        db.execute(
+            "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, "
+            "snapshot, status, created_at, updated_at) VALUES (%s, 'order', 'x', "
+            "'order-1', 'paying', '{}', 'active', now(), now())",
+            (old_id,),
+        )
     sep = "&" if "?" in pg_dsn else "?"
     store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
     try:
@@ -391,15 +461,27 @@ def test_a_detached_start_runs_once_per_action_and_belongs_to_no_one(
 ) -> None:
     from persistence.children import detached_start
 
-    report = create_machine({"id": "report", "initial": "waiting",
-                             "states": {"waiting": {"on": {"GO": "sent"}},
-                                        "sent": {"type": "final"}}})  # fmt: skip
+    report = create_machine(
+        {
+            "id": "report",
+            "initial": "waiting",
+            "states": {"waiting": {"on": {"GO": "sent"}}, "sent": {"type": "final"}},
+        }
+    )
     runtime = Runtime(store, [report], clock=clock)  # (the starter is added below)
     start = detached_start(runtime, "report", lambda ctx, ev: {"for": ctx["who"]})
-    starter = create_machine({"id": "starter", "initial": "go", "context": {"who": "ann"},
-                              "states": {"go": {"entry": "start_report", "always": "done"},
-                                         "done": {"type": "final"}}},
-                             actions={"start_report": start})  # fmt: skip
+    starter = create_machine(
+        {
+            "id": "starter",
+            "initial": "go",
+            "context": {"who": "ann"},
+            "states": {
+                "go": {"entry": "start_report", "always": "done"},
+                "done": {"type": "final"},
+            },
+        },
+        actions={"start_report": start},
+    )
     runtime = Runtime(store, [starter, report], clock=clock)
     run_id = runtime.start("starter")
     Worker(runtime).run_until_idle()
@@ -416,17 +498,29 @@ def test_a_detached_start_runs_once_per_action_and_belongs_to_no_one(
 
 # -- the n8n importer's Execute Workflow ------------------------------------------------------
 
-def _n8n_node(name: str, kind: str, x: int, params: dict[str, Any] | None = None
-              ) -> dict[str, Any]:  # fmt: skip
-    return {"id": name, "name": name, "type": f"n8n-nodes-base.{kind}", "typeVersion": 1,
-            "position": [x, 0], "parameters": params or {}}  # fmt: skip
+
+def _n8n_node(name: str, kind: str, x: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": name,
+        "name": name,
+        "type": f"n8n-nodes-base.{kind}",
+        "typeVersion": 1,
+        "position": [x, 0],
+        "parameters": params or {},
+    }
 
 
 def _n8n_chain(name: str, *nodes: dict[str, Any]) -> dict[str, Any]:
-    links = {a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]}
-             for a, b in itertools.pairwise(nodes)}  # fmt: skip
-    return {"name": name, "nodes": list(nodes), "connections": links,
-            "settings": {"executionOrder": "v1"}}  # fmt: skip
+    links = {
+        a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]}
+        for a, b in itertools.pairwise(nodes)
+    }
+    return {
+        "name": name,
+        "nodes": list(nodes),
+        "connections": links,
+        "settings": {"executionOrder": "v1"},
+    }
 
 
 def _imported(data: dict[str, Any], name: str, **actors: Any) -> Any:
@@ -437,28 +531,48 @@ def _imported(data: dict[str, Any], name: str, **actors: Any) -> Any:
     result = from_n8n(data, name)
     impls = placeholder_implementations(result)
     impls["actors"].update(actors)
-    return create_machine(machine_config(result.config), guards=impls["guards"],
-                          actions=impls["actions"], actors=impls["actors"],
-                          delays=impls["delays"])  # fmt: skip
+    return create_machine(
+        machine_config(result.config),
+        guards=impls["guards"],
+        actions=impls["actions"],
+        actors=impls["actors"],
+        delays=impls["delays"],
+    )
 
 
 def test_an_imported_execute_workflow_that_waits_runs_the_sub_workflow_as_a_child_run(
     store: Store, clock: SimulatedClock
 ) -> None:
-    sub = _imported(_n8n_chain("Sub", _n8n_node("When called", "executeWorkflowTrigger", 0),
-                               _n8n_node("Work", "noOp", 200)), "sub")  # fmt: skip
-    parent = _imported(_n8n_chain(
-        "Parent", _n8n_node("Start", "manualTrigger", 0),
-        _n8n_node("Run Sub", "executeWorkflow", 200, {"workflowId": "sub", "options": {}}),
-        _n8n_node("After", "noOp", 400)), "parent", run_sub=sub)  # fmt: skip
+    sub = _imported(
+        _n8n_chain(
+            "Sub",
+            _n8n_node("When called", "executeWorkflowTrigger", 0),
+            _n8n_node("Work", "noOp", 200),
+        ),
+        "sub",
+    )
+    parent = _imported(
+        _n8n_chain(
+            "Parent",
+            _n8n_node("Start", "manualTrigger", 0),
+            _n8n_node("Run Sub", "executeWorkflow", 200, {"workflowId": "sub", "options": {}}),
+            _n8n_node("After", "noOp", 400),
+        ),
+        "parent",
+        run_sub=sub,
+    )
     runtime = Runtime(store, [parent], clock=clock)
     run_id = runtime.start("parent", key="n8n-1")
     runtime.send(run_id, "START")
     Worker(runtime).run_until_idle()
     assert runtime.get(run_id).status == "done"
     (child,) = runtime.children(run_id)
-    assert (child.workflow_name, child.parent_invoke_id, child.key, child.status) == \
-        ("sub", "run_sub", "n8n-1/run_sub", "done")  # fmt: skip
+    assert (child.workflow_name, child.parent_invoke_id, child.key, child.status) == (
+        "sub",
+        "run_sub",
+        "n8n-1/run_sub",
+        "done",
+    )
     applied = [e.event["type"] for e in store.list_events(run_id)]
     assert applied.count("xstate.done.actor.run_sub") == 1
 
@@ -468,16 +582,33 @@ def test_an_error_workflow_and_a_scheduled_start_start_their_first_states_childr
 ) -> None:
     from persistence.scheduling import ScheduledStart
 
-    pager = create_machine({"id": "pager", "initial": "ringing",
-                            "states": {"ringing": {"on": {"ACK": "acked"}},
-                                       "acked": {"type": "final"}}})  # fmt: skip
-    alert = create_machine({"id": "alert", "initial": "paging", "states": {
-        "paging": {"invoke": {"id": "pager", "src": "pager", "onDone": "done"}},
-        "done": {"type": "final"}}}, actors={"pager": pager})  # fmt: skip
-    failing = create_machine({"id": "failing", "initial": "calling",
-                              "meta": {"error_workflow": "alert"}, "states": {
-                                  "calling": {"invoke": {"src": "call_bank"}}}},
-                             actors={"call_bank": from_callable(_always_fails)})  # fmt: skip
+    pager = create_machine(
+        {
+            "id": "pager",
+            "initial": "ringing",
+            "states": {"ringing": {"on": {"ACK": "acked"}}, "acked": {"type": "final"}},
+        }
+    )
+    alert = create_machine(
+        {
+            "id": "alert",
+            "initial": "paging",
+            "states": {
+                "paging": {"invoke": {"id": "pager", "src": "pager", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"pager": pager},
+    )
+    failing = create_machine(
+        {
+            "id": "failing",
+            "initial": "calling",
+            "meta": {"error_workflow": "alert"},
+            "states": {"calling": {"invoke": {"src": "call_bank"}}},
+        },
+        actors={"call_bank": from_callable(_always_fails)},
+    )
     runtime = Runtime(store, [failing, alert], clock=clock)
     run_id = runtime.start("failing")
     worker = Worker(runtime)
@@ -485,8 +616,11 @@ def test_an_error_workflow_and_a_scheduled_start_start_their_first_states_childr
     assert runtime.get(run_id).status == "error"
     alert_run = runtime.get_by_key("alert", f"error-of:{run_id}")
     (paged,) = runtime.children(alert_run.id)
-    assert (paged.workflow_name, paged.key, paged.status) == \
-        ("pager", f"error-of:{run_id}/pager", "active")  # fmt: skip
+    assert (paged.workflow_name, paged.key, paged.status) == (
+        "pager",
+        f"error-of:{run_id}/pager",
+        "active",
+    )
     schedule = ScheduledStart(runtime, "nightly", "alert", "* * * * *")
     started = schedule.tick()
     assert started is not None
@@ -507,20 +641,33 @@ def _bank_call(input: Any) -> Any:
     return "paid"
 
 
-bank_child = create_machine({
-    "id": "bank_child", "initial": "working",
-    "states": {"working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
-               "ok": {"type": "final"}},
-}, actors={"call_bank": from_callable(_bank_call)})  # fmt: skip
+bank_child = create_machine(
+    {
+        "id": "bank_child",
+        "initial": "working",
+        "states": {
+            "working": {"invoke": {"src": "call_bank", "onDone": "ok"}},  # error: unhandled
+            "ok": {"type": "final"},
+        },
+    },
+    actors={"call_bank": from_callable(_bank_call)},
+)
 
-bank_parent = create_machine({
-    "id": "bank_parent", "initial": "paying",
-    "states": {"paying": {"invoke": {"id": "bank", "src": "bank_child", "onDone": "paid",
-                                     "onError": "unpaid"}},
-               "paid": {"type": "final"},
-               "unpaid": {"on": {"GIVE_UP": "gave_up"}},  # active: it took the error
-               "gave_up": {"type": "final"}},
-}, actors={"bank_child": bank_child})  # fmt: skip
+bank_parent = create_machine(
+    {
+        "id": "bank_parent",
+        "initial": "paying",
+        "states": {
+            "paying": {
+                "invoke": {"id": "bank", "src": "bank_child", "onDone": "paid", "onError": "unpaid"}
+            },
+            "paid": {"type": "final"},
+            "unpaid": {"on": {"GIVE_UP": "gave_up"}},  # active: it took the error
+            "gave_up": {"type": "final"},
+        },
+    },
+    actors={"bank_child": bank_child},
+)
 
 
 def test_resuming_a_child_whose_parent_took_its_error_is_refused_naming_the_parent(
@@ -540,18 +687,19 @@ def test_resuming_a_child_whose_parent_took_its_error_is_refused_naming_the_pare
     page = client.get(f"/runs/{child.id}").text
     token = re.search(r'name="csrf_token" value="([^"]+)"', page)
     assert token is not None
-    answer = client.post(f"/runs/{child.id}/resume", data={"csrf_token": token.group(1)},
-                         follow_redirects=False)  # fmt: skip
+    answer = client.post(
+        f"/runs/{child.id}/resume", data={"csrf_token": token.group(1)}, follow_redirects=False
+    )
     assert answer.status_code == 409 and f"child run of {run_id}" in answer.text
     Worker(runtime).run_until_idle()
     assert runtime.get(child.id).status == "error"
     types = _journal_types(store, run_id)
-    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == \
-        (1, 0)  # fmt: skip
+    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == (1, 0)
 
 
-def _child_failed_before_its_parent_stepped(store: Store, clock: SimulatedClock
-                                            ) -> tuple[Runtime, str, Any]:  # fmt: skip
+def _child_failed_before_its_parent_stepped(
+    store: Store, clock: SimulatedClock
+) -> tuple[Runtime, str, Any]:
     """A bank_parent run whose child failed (its error queued, not yet applied): the runtime,
     the parent's id and the child's row."""
     _bank["up"] = False
@@ -573,8 +721,7 @@ def test_a_child_resumed_while_its_parent_waits_reports_one_result(
     Worker(runtime).run_until_idle()
     assert (runtime.get(child.id).status, runtime.get(run_id).state) == ("done", "paid")
     types = _journal_types(store, run_id)
-    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == \
-        (0, 1)  # fmt: skip
+    assert (types.count("xstate.error.actor.bank"), types.count("xstate.done.actor.bank")) == (0, 1)
     assert store.dead_letters(run_id) == []
 
 
@@ -584,8 +731,9 @@ def test_a_child_is_not_resumed_while_a_worker_holds_its_waiting_parent(
     runtime, run_id, child = _child_failed_before_its_parent_stepped(store, clock)
     (held,) = store.claim_runs("holder", clock.now(), 30_000, 10)  # it may be applying the error
     assert held.id == run_id
-    with pytest.raises(NotResumableError, match=f"parent run {run_id} is being stepped by "
-                                                "holder; try again"):
+    with pytest.raises(
+        NotResumableError, match=f"parent run {run_id} is being stepped by holder; try again"
+    ):
         runtime.resume(child.id)
     assert runtime.get(child.id).status == "error"
     assert [e.event["type"] for e in store.pending_events(run_id)] == ["xstate.error.actor.bank"]
@@ -601,20 +749,32 @@ def test_resuming_a_child_of_an_ended_parent_is_refused(
     assert runtime.get(child.id).status == "error"
 
 
-system_talker = create_machine({
-    "id": "system_talker", "initial": "talking", "context": {"pongs": [], "done": None},
-    "states": {
-        "talking": {
-            "invoke": {"id": "echo", "src": "echo_child", "systemId": "echo-service",
-                       "onDone": "finished"},
-            "entry": send_to("echo-service", {"type": "PING", "n": 1}),
-            "on": {"PONG": {"actions": "keep_pong"},
-                   "MORE": {"actions": send_to("echo-service", {"type": "PING", "n": 2})},
-                   "BYE": {"actions": send_to("echo-service", {"type": "QUIT"})}}},
-        "finished": {"type": "final"},
+system_talker = create_machine(
+    {
+        "id": "system_talker",
+        "initial": "talking",
+        "context": {"pongs": [], "done": None},
+        "states": {
+            "talking": {
+                "invoke": {
+                    "id": "echo",
+                    "src": "echo_child",
+                    "systemId": "echo-service",
+                    "onDone": "finished",
+                },
+                "entry": send_to("echo-service", {"type": "PING", "n": 1}),
+                "on": {
+                    "PONG": {"actions": "keep_pong"},
+                    "MORE": {"actions": send_to("echo-service", {"type": "PING", "n": 2})},
+                    "BYE": {"actions": send_to("echo-service", {"type": "QUIT"})},
+                },
+            },
+            "finished": {"type": "final"},
+        },
     },
-}, actors={"echo_child": echo_child},
-   actions={"keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]})})  # fmt: skip
+    actors={"echo_child": echo_child},
+    actions={"keep_pong": assign({"pongs": lambda ctx, ev: [*ctx["pongs"], ev["n"]]})},
+)
 
 
 def test_send_to_a_child_runs_system_id_reaches_it_as_in_memory(
@@ -641,13 +801,23 @@ def test_send_to_a_child_runs_system_id_reaches_it_as_in_memory(
 def test_on_snapshot_of_a_child_machine_is_refused_when_the_runtime_is_built(
     store: Store,
 ) -> None:
-    watcher = create_machine({
-        "id": "watcher", "initial": "watching",
-        "states": {"watching": {"invoke": {"id": "echo", "src": "echo_child",
-                                           "onSnapshot": {"actions": []}}}},
-    }, actors={"echo_child": echo_child})  # fmt: skip
-    with pytest.raises(ValueError, match=r"watcher: states.watching.invoke.onSnapshot: .*not "
-                                         "supported in durable"):
+    watcher = create_machine(
+        {
+            "id": "watcher",
+            "initial": "watching",
+            "states": {
+                "watching": {
+                    "invoke": {"id": "echo", "src": "echo_child", "onSnapshot": {"actions": []}}
+                }
+            },
+        },
+        actors={"echo_child": echo_child},
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"watcher: states.watching.invoke.onSnapshot: .*not "
+        "supported in durable",
+    ):
         Runtime(store, [watcher])
 
 
@@ -655,18 +825,21 @@ def _finished(prometheus: PrometheusMetrics) -> dict[tuple[str, str], float]:
     """`statecharts_runs_finished_total` as scraped: {(workflow, outcome): count}."""
     found = {}
     for line in generate_latest(prometheus.registry).decode().splitlines():
-        hit = re.fullmatch(r'statecharts_runs_finished_total\{outcome="(\w+)",workflow="(\w+)"\}'
-                           r" (\S+)", line)  # fmt: skip
+        hit = re.fullmatch(
+            r'statecharts_runs_finished_total\{outcome="(\w+)",workflow="(\w+)"\}'
+            r" (\S+)",
+            line,
+        )
         if hit is not None:
             found[(hit.group(2), hit.group(1))] = float(hit.group(3))
     return found
 
 
-def _metered(store: Store, clock: SimulatedClock, *machines: Any
-             ) -> tuple[Runtime, PrometheusMetrics]:  # fmt: skip
+def _metered(
+    store: Store, clock: SimulatedClock, *machines: Any
+) -> tuple[Runtime, PrometheusMetrics]:
     prometheus = PrometheusMetrics()
-    runtime = Runtime(store, list(machines), clock=clock,
-                      telemetry=Telemetry(metrics=[prometheus]))  # fmt: skip
+    runtime = Runtime(store, list(machines), clock=clock, telemetry=Telemetry(metrics=[prometheus]))
     return runtime, prometheus
 
 
@@ -692,8 +865,11 @@ def test_cancelling_the_order_counts_each_cancelled_descendant_once(
     assert runtime.cancel(run_id, reason="customer gave up") == "cancelled"
     worker.run_until_idle()
     assert runtime.cancel(run_id) == "finished"
-    expected = {("order", "cancelled"): 1, ("payment", "cancelled"): 1,
-                ("fraud_check", "cancelled"): 1}  # fmt: skip
+    expected = {
+        ("order", "cancelled"): 1,
+        ("payment", "cancelled"): 1,
+        ("fraud_check", "cancelled"): 1,
+    }
     assert _finished(prometheus) == expected
     assert {row.status for row in _tree(runtime, run_id).values()} == {"cancelled"}
 
@@ -712,8 +888,11 @@ def test_a_leased_parent_cancelled_by_its_holder_counts_its_descendants_once(
     store.release(held.id, "holder", clock.now())
     worker.run_until_idle()  # the order's cancelling step cancels payment and fraud_check
     assert {row.status for row in _tree(runtime, run_id).values()} == {"cancelled"}
-    assert _finished(prometheus) == {("order", "cancelled"): 1, ("payment", "cancelled"): 1,
-                                     ("fraud_check", "cancelled"): 1}  # fmt: skip
+    assert _finished(prometheus) == {
+        ("order", "cancelled"): 1,
+        ("payment", "cancelled"): 1,
+        ("fraud_check", "cancelled"): 1,
+    }
 
 
 def test_child_runs_stopped_by_their_parents_step_are_counted_as_cancelled(
@@ -745,8 +924,17 @@ def test_runs_resume_on_the_command_line_refuses_the_same_child(
         (child,) = runtime.children(run_id)
         _bank["up"] = True
         with pytest.raises(SystemExit, match=f"child run of {run_id}.*second one"):
-            cli_main(["runs", "resume", child.id, "--store", crash_url, "--machines",
-                      "tests.persistence.test_child_runs:bank_parent"])  # fmt: skip
+            cli_main(
+                [
+                    "runs",
+                    "resume",
+                    child.id,
+                    "--store",
+                    crash_url,
+                    "--machines",
+                    "tests.persistence.test_child_runs:bank_parent",
+                ]
+            )
         assert store.get_run(child.id).status == "error"
     finally:
         store.close()

@@ -25,8 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "persistence.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "persistence.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_db_upgrade_then_runs_list_show_cancel(tmp_path: Path) -> None:
@@ -82,11 +88,23 @@ def test_runs_versions_reports_runs_no_definition_can_step(tmp_path: Path) -> No
     )
     env_path = f"{tmp_path}{os.pathsep}{ROOT}"
     result = subprocess.run(
-        [sys.executable, "-m", "persistence.cli", "runs", "versions", "--store", url,
-         "--machines", "v2machines"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": env_path}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "runs",
+            "versions",
+            "--store",
+            url,
+            "--machines",
+            "v2machines",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": env_path},
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert result.returncode == 1
     assert f"approval  version {approval.fingerprint}" in result.stdout and "1 active run" in (
         result.stdout
@@ -102,8 +120,9 @@ STATECHARTS = Path(sys.executable).parent / "statecharts"
 def console(*args: str, cwd: Path, extra_path: str = "") -> subprocess.CompletedProcess[str]:
     """The installed `statecharts` command run in `cwd` (so `--machines` imports from there)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (extra_path, str(ROOT)) if p)}
-    return subprocess.run([str(STATECHARTS), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [str(STATECHARTS), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> None:
@@ -121,12 +140,34 @@ def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> Non
     assert bad_input.returncode != 0 and "--input: not JSON" in bad_input.stderr
     other = console(*start[:-1], "inv-8", cwd=tmp_path).stdout.split()[0]
 
-    sent = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "inv-7",
-                   "--machines", "mine", "--event", '{"type": "APPROVE", "by": "ann"}',
-                   cwd=tmp_path)  # fmt: skip
+    sent = console(
+        "runs",
+        "send",
+        "--store",
+        url,
+        "--workflow",
+        "approval",
+        "--key",
+        "inv-7",
+        "--machines",
+        "mine",
+        "--event",
+        '{"type": "APPROVE", "by": "ann"}',
+        cwd=tmp_path,
+    )
     assert sent.returncode == 0 and sent.stdout.startswith(f"{run_id}  queued")
-    by_prefix = console("runs", "send", other[:6], "--store", url, "--event", "REJECT",
-                        "--machines", "mine", cwd=tmp_path)  # fmt: skip
+    by_prefix = console(
+        "runs",
+        "send",
+        other[:6],
+        "--store",
+        url,
+        "--event",
+        "REJECT",
+        "--machines",
+        "mine",
+        cwd=tmp_path,
+    )
     assert by_prefix.returncode == 0 and by_prefix.stdout.startswith(f"{other}  queued")
     store = open_store(url)
     Worker(Runtime(store, [approval])).run_until_idle()
@@ -138,16 +179,40 @@ def test_runs_start_send_and_list_by_key_with_id_prefixes(tmp_path: Path) -> Non
     assert header.split() == ["ID", "WORKFLOW", "KEY", "STATUS", "STATE", "STARTED", "UPDATED"]
     assert row.split()[:5] == [run_id, "approval", "inv-7", "done", "approved"]
     assert row.endswith("ago")
-    as_json = orjson.loads(console("runs", "list", "--store", url, "--key", "inv-8", "--json",
-                                   cwd=tmp_path).stdout)  # fmt: skip
+    as_json = orjson.loads(
+        console("runs", "list", "--store", url, "--key", "inv-8", "--json", cwd=tmp_path).stdout
+    )
     assert [(r["id"], r["status"]) for r in as_json] == [(other, "done")]
     shown = console("runs", "show", run_id[:8], "--store", url, cwd=tmp_path)
     assert orjson.loads(shown.stdout)["id"] == run_id
-    ended = console("runs", "send", run_id[:8], "--store", url, "--event", "REJECT",
-                    "--machines", "mine", cwd=tmp_path)  # fmt: skip
+    ended = console(
+        "runs",
+        "send",
+        run_id[:8],
+        "--store",
+        url,
+        "--event",
+        "REJECT",
+        "--machines",
+        "mine",
+        cwd=tmp_path,
+    )
     assert ended.returncode != 0 and "ended" in ended.stderr
-    unknown = console("runs", "send", "--store", url, "--workflow", "approval", "--key", "x",
-                      "--event", "REJECT", "--machines", "mine", cwd=tmp_path)  # fmt: skip
+    unknown = console(
+        "runs",
+        "send",
+        "--store",
+        url,
+        "--workflow",
+        "approval",
+        "--key",
+        "x",
+        "--event",
+        "REJECT",
+        "--machines",
+        "mine",
+        cwd=tmp_path,
+    )
     assert unknown.returncode != 0 and "no run of 'approval' with key 'x'" in unknown.stderr
     nothing = console("runs", "show", "ffff", "--store", url, cwd=tmp_path)
     assert "no run with id 'ffff' or an id starting with it" in nothing.stderr
@@ -160,25 +225,50 @@ def test_runs_send_refuses_an_event_no_state_of_the_machine_takes(tmp_path: Path
     (tmp_path / "mine.py").write_text("from tests.persistence.workflows import approval\n")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
-    started = console("runs", "start", "approval", "--store", url, "--machines", "mine",
-                      cwd=tmp_path)  # fmt: skip
+    started = console(
+        "runs", "start", "approval", "--store", url, "--machines", "mine", cwd=tmp_path
+    )
     run_id = started.stdout.split()[0]
-    typo = console("runs", "send", run_id, "--store", url, "--machines", "mine",
-                   "--event", "APROVE", cwd=tmp_path)  # fmt: skip
+    typo = console(
+        "runs",
+        "send",
+        run_id,
+        "--store",
+        url,
+        "--machines",
+        "mine",
+        "--event",
+        "APROVE",
+        cwd=tmp_path,
+    )
     assert typo.returncode != 0
     assert f"{run_id}: no state of 'approval' accepts 'APROVE'; nothing queued" in typo.stderr
     store = open_store(url)
     assert store.pending_events(run_id) == []
     store.close()
-    known = console("runs", "send", run_id, "--store", url, "--machines", "mine",
-                    "--event", "APPROVE", cwd=tmp_path)  # fmt: skip
+    known = console(
+        "runs",
+        "send",
+        run_id,
+        "--store",
+        url,
+        "--machines",
+        "mine",
+        "--event",
+        "APPROVE",
+        cwd=tmp_path,
+    )
     assert known.returncode == 0 and "queued" in known.stdout
 
 
 def test_read_only_commands_never_create_a_database_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'typo.db'}"
-    for args in (("runs", "list"), ("runs", "show", "abcd"), ("runs", "cancel", "abcd"),
-                 ("runs", "send", "abcd", "--event", "GO", "--machines", "mine")):
+    for args in (
+        ("runs", "list"),
+        ("runs", "show", "abcd"),
+        ("runs", "cancel", "abcd"),
+        ("runs", "send", "abcd", "--event", "GO", "--machines", "mine"),
+    ):
         result = console(*args, "--store", url, cwd=tmp_path)
         assert result.returncode != 0 and "no database at" in result.stderr
         assert "statecharts db upgrade --store" in result.stderr
@@ -189,8 +279,7 @@ def test_an_unreachable_postgresql_is_one_line_with_the_cause(tmp_path: Path) ->
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = console("runs", "list", "--store", f"postgresql://127.0.0.1:{port}/test",
-                     cwd=tmp_path)  # fmt: skip
+    result = console("runs", "list", "--store", f"postgresql://127.0.0.1:{port}/test", cwd=tmp_path)
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"cannot reach PostgreSQL at 127.0.0.1:{port}" in result.stderr
@@ -202,27 +291,50 @@ def _without(tmp_path: Path, module: str) -> str:
     blocked = tmp_path / "blocked"
     (blocked / module).mkdir(parents=True)
     (blocked / module / "__init__.py").write_text(
-        f"raise ModuleNotFoundError({f'No module named {module!r}'!r}, name={module!r})\n")
+        f"raise ModuleNotFoundError({f'No module named {module!r}'!r}, name={module!r})\n"
+    )
     return str(blocked)
 
 
 def test_a_missing_extra_is_reported_with_its_pip_install_line(tmp_path: Path) -> None:
     no_psycopg = _without(tmp_path, "psycopg")
-    pg = console("runs", "list", "--store", "postgresql://localhost/test", cwd=tmp_path,
-                 extra_path=no_psycopg)  # fmt: skip
+    pg = console(
+        "runs",
+        "list",
+        "--store",
+        "postgresql://localhost/test",
+        cwd=tmp_path,
+        extra_path=no_psycopg,
+    )
     assert pg.returncode != 0 and "Traceback" not in pg.stderr
     assert "pip install 'statecharts[postgres]'" in pg.stderr
     no_fastapi = _without(tmp_path / "f", "fastapi")
-    api = console("api", "--store", "sqlite:///x.db", "--machines", "tests.persistence.workflows",
-                  cwd=tmp_path, extra_path=no_fastapi)  # fmt: skip
+    api = console(
+        "api",
+        "--store",
+        "sqlite:///x.db",
+        "--machines",
+        "tests.persistence.workflows",
+        cwd=tmp_path,
+        extra_path=no_fastapi,
+    )
     assert api.returncode != 0 and "Traceback" not in api.stderr
     assert "pip install 'statecharts[ui]'" in api.stderr
     (tmp_path / "props.py").write_text("import hypothesis\n")
     no_hypothesis = _without(tmp_path / "h", "hypothesis")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert console("db", "upgrade", "--store", url, cwd=tmp_path).returncode == 0
-    testing = console("runs", "start", "x", "--store", url, "--machines", "props", cwd=tmp_path,
-                      extra_path=no_hypothesis)  # fmt: skip
+    testing = console(
+        "runs",
+        "start",
+        "x",
+        "--store",
+        url,
+        "--machines",
+        "props",
+        cwd=tmp_path,
+        extra_path=no_hypothesis,
+    )
     assert "pip install 'statecharts[testing]'" in testing.stderr
     assert "Traceback" not in testing.stderr
 
@@ -240,9 +352,19 @@ def test_statecharts_api_serves_the_ingress_and_refuses_other_hosts_without_a_to
         port = probe.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CRM_SECRET": "whsec-1"}
     server = subprocess.Popen(
-        [str(STATECHARTS), *command, "--port", str(port), "--signature",
-         "approval=CRM_SECRET@X-CRM-Signature"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        [
+            str(STATECHARTS),
+            *command,
+            "--port",
+            str(port),
+            "--signature",
+            "approval=CRM_SECRET@X-CRM-Signature",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -257,8 +379,11 @@ def test_statecharts_api_serves_the_ingress_and_refuses_other_hosts_without_a_to
         unsigned = httpx.post(f"{base}/api/workflows/approval/runs", content=body)
         assert unsigned.status_code == 401
         signature = Signature("whsec-1").sign(body)
-        signed = httpx.post(f"{base}/api/workflows/approval/runs", content=body,
-                            headers={"X-CRM-Signature": signature})  # fmt: skip
+        signed = httpx.post(
+            f"{base}/api/workflows/approval/runs",
+            content=body,
+            headers={"X-CRM-Signature": signature},
+        )
         assert signed.status_code == 201 and signed.json()["key"] == "deal-1"
     finally:
         server.terminate()
@@ -275,8 +400,12 @@ def test_runs_show_lists_a_runs_children_and_its_parent(tmp_path: Path) -> None:
     Worker(runtime).run_until_idle()
     shown = orjson.loads(cli("runs", "show", "--store", url, run_id).stdout)
     (payment,) = shown["children"]
-    assert (payment["workflow_name"], payment["invoke"], payment["key"], payment["status"]) == \
-        ("payment", "payment", "o-1/payment", "active")  # fmt: skip
+    assert (payment["workflow_name"], payment["invoke"], payment["key"], payment["status"]) == (
+        "payment",
+        "payment",
+        "o-1/payment",
+        "active",
+    )
     child = orjson.loads(cli("runs", "show", "--store", url, payment["id"]).stdout)
     assert (child["parent_run_id"], child["parent_invoke_id"]) == (run_id, "payment")
     assert [c["state"] for c in child["children"]] == ["awaiting_review"]
@@ -289,8 +418,9 @@ def _open_pools() -> list[object]:
     import psycopg_pool
 
     gc.collect()
-    return [o for o in gc.get_objects()
-            if isinstance(o, psycopg_pool.ConnectionPool) and not o.closed]
+    return [
+        o for o in gc.get_objects() if isinstance(o, psycopg_pool.ConnectionPool) and not o.closed
+    ]
 
 
 def test_commands_run_in_process_close_the_stores_they_open(pg_dsn: str, pg_schema: str) -> None:

@@ -50,12 +50,31 @@ def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def _spawn(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url,
-         "--machines", "tests.persistence.workflows", "--concurrency", str(THREADS),
-         "--batch", str(BATCH),
-         "--lease-ms", str(LEASE_MS), "--poll-ms", "20", "--log-level", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.persistence.workflows",
+            "--concurrency",
+            str(THREADS),
+            "--batch",
+            str(BATCH),
+            "--lease-ms",
+            str(LEASE_MS),
+            "--poll-ms",
+            "20",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
 
 
 def _all_done(store: Store, ids: list[str]) -> bool:
@@ -87,8 +106,9 @@ def test_sigkilled_workers_lose_nothing_and_never_double_step(
         while not _all_done(store, ids) and time.monotonic() - started < DEADLINE_S:
             time.sleep(rng.uniform(0.15, 0.5))
             if kills < 12 and not _all_done(store, ids):
-                kill_and_replace(workers, rng.randrange(len(workers)),
-                                 lambda: _spawn(crash_url, env, log))
+                kill_and_replace(
+                    workers, rng.randrange(len(workers)), lambda: _spawn(crash_url, env, log)
+                )
                 kills += 1
         assert _all_done(store, ids), f"work left after {DEADLINE_S}s: {store.count_runs()}"
     finally:
@@ -109,12 +129,21 @@ def _check(store: Store, ids: list[str], ledger_path: str, kills: int) -> None:
     called_keys: set[str] = set()  # keys of effects that call user code (all but emit)
     charge_keys: set[str] = set()  # the first call of each run: its charge
     for r in runs:  # its actions in the outbox, its invoked calls beside it, in step order
-        effects: list[Any] = sorted([*store.list_effects(r.id), *store.list_calls(r.id)],
-                                    key=lambda e: _step_of(e.idempotency_key))  # fmt: skip
-        kinds = [(getattr(e, "kind", "call"), e.payload.get("id") or e.payload.get("type"))
-                 for e in effects]  # fmt: skip
-        assert kinds == [("call", "charge"), ("call", "reserve"), ("action", "notify"),
-                         ("call", "ship"), ("emit", None)], f"run {r.id} effects {kinds}"
+        effects: list[Any] = sorted(
+            [*store.list_effects(r.id), *store.list_calls(r.id)],
+            key=lambda e: _step_of(e.idempotency_key),
+        )
+        kinds = [
+            (getattr(e, "kind", "call"), e.payload.get("id") or e.payload.get("type"))
+            for e in effects
+        ]
+        assert kinds == [
+            ("call", "charge"),
+            ("call", "reserve"),
+            ("action", "notify"),
+            ("call", "ship"),
+            ("emit", None),
+        ], f"run {r.id} effects {kinds}"
         assert all(e.status == "done" for e in effects), f"run {r.id}: {effects}"
         for e in effects:
             key = call_key(e.idempotency_key)  # the key user code is given for the record

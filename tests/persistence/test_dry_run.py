@@ -30,15 +30,29 @@ def load_deal(input: Any) -> dict[str, Any]:
 
 
 followup = create_machine(
-    {"id": "followup", "initial": "loading", "context": {},
-     "states": {
-         "loading": {"invoke": {"src": "load_deal", "input": 7, "onDone": "creating"}},
-         "creating": {"invoke": {"src": "create_task", "external": True, "onDone": {
-             "target": "mailing", "actions": assign({"task_id": lambda c, e: e["output"]})}}},
-         "mailing": {"entry": "send_email", "always": "done"},
-         "done": {"type": "final"}}},
+    {
+        "id": "followup",
+        "initial": "loading",
+        "context": {},
+        "states": {
+            "loading": {"invoke": {"src": "load_deal", "input": 7, "onDone": "creating"}},
+            "creating": {
+                "invoke": {
+                    "src": "create_task",
+                    "external": True,
+                    "onDone": {
+                        "target": "mailing",
+                        "actions": assign({"task_id": lambda c, e: e["output"]}),
+                    },
+                }
+            },
+            "mailing": {"entry": "send_email", "always": "done"},
+            "done": {"type": "final"},
+        },
+    },
     actors={"load_deal": load_deal, "create_task": create_task},
-    actions={"send_email": send_email})
+    actions={"send_email": send_email},
+)
 
 
 def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[Any, ...]], list[str]]:
@@ -50,11 +64,14 @@ def _run(store: Store, dry_run: bool) -> tuple[Any, list[tuple[Any, ...]], list[
     run = store.get_run(run_id)
     # the outbox holds the action; the invoked functions are calls beside the run, each shown
     # by its status and its attempt's outcome and message
-    effects: list[tuple[Any, ...]] = [(e.kind, e.status, e.result)
-                                      for e in store.list_effects(run_id)]
+    effects: list[tuple[Any, ...]] = [
+        (e.kind, e.status, e.result) for e in store.list_effects(run_id)
+    ]
     attempts = {a.idempotency_key: a for a in store.call_attempts(run_id)}
-    effects += [("call", c.status, attempts[c.idempotency_key].outcome,
-                 attempts[c.idempotency_key].message) for c in store.list_calls(run_id)]
+    effects += [
+        ("call", c.status, attempts[c.idempotency_key].outcome, attempts[c.idempotency_key].message)
+        for c in store.list_calls(run_id)
+    ]
     return run, effects, list(calls)
 
 
@@ -71,7 +88,13 @@ def test_dry_run_skips_only_external_effects_and_writes_the_same_rows(
     assert real_run.snapshot["context"] == {"task_id": "TASK-1"}
     # the same rows, in the same order; only the external ones differ, as skipped 'dry-run'
     assert [e[0] for e in dry_effects] == [e[0] for e in real_effects]
-    assert real_effects == [("action", "done", None), ("call", "done", "done", None),
-                            ("call", "done", "done", None)]
-    assert dry_effects == [("action", "skipped", "dry-run"), ("call", "done", "done", None),
-                           ("call", "done", "skipped", "dry-run")]
+    assert real_effects == [
+        ("action", "done", None),
+        ("call", "done", "done", None),
+        ("call", "done", "done", None),
+    ]
+    assert dry_effects == [
+        ("action", "skipped", "dry-run"),
+        ("call", "done", "done", None),
+        ("call", "done", "skipped", "dry-run"),
+    ]

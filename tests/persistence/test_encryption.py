@@ -74,10 +74,12 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
         def dump_sqlite() -> str:
             with sqlite3.connect(path) as db:
-                tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
-                                                   "type = 'table'")]  # fmt: skip
-                return "\n".join(repr(row) for t in tables
-                                 for row in db.execute(f'SELECT * FROM "{t}"'))  # fmt: skip
+                tables = [
+                    r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                ]
+                return "\n".join(
+                    repr(row) for t in tables for row in db.execute(f'SELECT * FROM "{t}"')
+                )
 
         def files_sqlite() -> str:
             return "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("runs.db*"))
@@ -86,8 +88,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
             with sqlite3.connect(path) as db:
                 db.execute(statement, params)
 
-        db = Database("sqlite", f"sqlite:///{path}", open_sqlite, dump_sqlite, execute_sqlite,
-                      files_sqlite)  # fmt: skip
+        db = Database(
+            "sqlite", f"sqlite:///{path}", open_sqlite, dump_sqlite, execute_sqlite, files_sqlite
+        )
     else:
         dsn, schema = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_schema")
 
@@ -97,20 +100,34 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
         def dump_postgres() -> str:
             with psycopg.connect(dsn) as conn:
-                tables = [r[0] for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                    (schema,))]  # fmt: skip
+                tables = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                        (schema,),
+                    )
+                ]
                 return "\n".join(
-                    str(row[0]) for t in tables for row in conn.execute(
+                    str(row[0])
+                    for t in tables
+                    for row in conn.execute(
                         sql.SQL("SELECT t::text FROM {}.{} AS t").format(
-                            sql.Identifier(schema), sql.Identifier(t))))  # fmt: skip
+                            sql.Identifier(schema), sql.Identifier(t)
+                        )
+                    )
+                )
 
         def execute_postgres(statement: str, params: tuple[object, ...]) -> None:
             with psycopg.connect(dsn, options=f"-c search_path={schema}") as conn:
                 conn.execute(statement.replace("?", "%s"), params)
 
-        db = Database("postgres", f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
-                      open_postgres, dump_postgres, execute_postgres)  # fmt: skip
+        db = Database(
+            "postgres",
+            f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
+            open_postgres,
+            dump_postgres,
+            execute_postgres,
+        )
     db.open().migrate()
     yield db
     for store in opened:
@@ -155,7 +172,8 @@ def _check_reads_back(store: Store, run_id: str) -> None:
     effects = store.list_effects(run_id)
     assert {e.kind: e.result for e in effects} == {"action": {"audited": SECRET}, "emit": None}
     assert [e.payload["event"] for e in effects if e.kind == "emit"] == [
-        {"type": "vault.ready", "card": SECRET}]
+        {"type": "vault.ready", "card": SECRET}
+    ]
     (call,) = store.list_calls(run_id)
     assert call.payload["input"]["card"] == SECRET
     assert [d.event for d in store.dead_letters(run_id)] == [{"type": "PING", "secret": SECRET}]
@@ -197,8 +215,9 @@ def test_rotation_old_rows_read_reencrypt_moves_them_and_the_old_key_can_go(
     first = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1))
     run_id = _run_vault(first, finish=False)  # waiting for NOTE, all under k1
     # a new key, first in the ring, the old one kept: a new process reads the old rows
-    rotated = Runtime(database.open(), [vault], clock=clock,
-                      codec=KeyRing([("k2", KEY2), ("k1", KEY1)]))  # fmt: skip
+    rotated = Runtime(
+        database.open(), [vault], clock=clock, codec=KeyRing([("k2", KEY2), ("k1", KEY1)])
+    )
     assert rotated.get(run_id).snapshot["context"]["card"] == SECRET
     rotated.send(run_id, {"type": "NOTE", "text": SECRET})  # written under k2
     Worker(rotated).run_until_idle()
@@ -263,8 +282,11 @@ def test_a_payload_moved_to_another_run_does_not_open(
 ) -> None:
     runtime = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1))
     one, other = _run_vault(runtime), _run_vault(runtime, finish=False)
-    database.execute("UPDATE workflow_runs SET snapshot = (SELECT snapshot FROM workflow_runs "
-                     "WHERE id = ?) WHERE id = ?", (one, other))  # fmt: skip
+    database.execute(
+        "UPDATE workflow_runs SET snapshot = (SELECT snapshot FROM workflow_runs "
+        "WHERE id = ?) WHERE id = ?",
+        (one, other),
+    )
     reread = database.open()
     reread.use_codec(KeyRing(K1))
     problem = reread.get_run(other).problem
@@ -273,7 +295,9 @@ def test_a_payload_moved_to_another_run_does_not_open(
 
 
 def test_ui_and_runs_show_decrypt_with_the_key_and_say_encrypted_without_it(
-    database: Database, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch,
+    database: Database,
+    clock: SimulatedClock,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_id = _run_vault(Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1)))
@@ -300,12 +324,14 @@ def test_keys_are_checked_and_never_shown(tmp_path: Path) -> None:
     ring = parse_keys(_keys_text(("k2", KEY2), ("k1", KEY1)), KEYS_ENV)
     assert (ring.current, ring.key_ids) == ("k2", ["k2", "k1"])
     assert base64.b64encode(KEY2).decode() not in repr(ring)
-    for text, message in ((f"k1:{base64.b64encode(b'short').decode()}", "5 bytes"),
-                          ("k1:not base64!", "not base64"), ("nokey", "not id:base64key"),
-                          (_keys_text(("k1", KEY1), ("k1", KEY2)), "given twice"),
-                          (_keys_text(("bad id", KEY1)), "key id of entry 1"),
-                          (f"{base64.b64encode(KEY1).decode()}:k1", "entry 1 is not base64")
-                          ):  # fmt: skip
+    for text, message in (
+        (f"k1:{base64.b64encode(b'short').decode()}", "5 bytes"),
+        ("k1:not base64!", "not base64"),
+        ("nokey", "not id:base64key"),
+        (_keys_text(("k1", KEY1), ("k1", KEY2)), "given twice"),
+        (_keys_text(("bad id", KEY1)), "key id of entry 1"),
+        (f"{base64.b64encode(KEY1).decode()}:k1", "entry 1 is not base64"),
+    ):
         with pytest.raises(KeyConfigError, match=message) as caught:
             parse_keys(text, KEYS_ENV)
         assert base64.b64encode(KEY1).decode() not in str(caught.value)
@@ -315,24 +341,28 @@ def test_keys_are_checked_and_never_shown(tmp_path: Path) -> None:
     assert cli_main(["db", "upgrade", "--store", store_url]) == 0
     assert cli_main(["db", "reencrypt", "--store", store_url, "--keys-file", str(keys)]) == 0
     with pytest.raises(SystemExit, match=r"keys file .*missing"):
-        cli_main(["db", "reencrypt", "--store", store_url, "--keys-file",
-                  str(tmp_path / "missing")])  # fmt: skip
+        cli_main(
+            ["db", "reencrypt", "--store", store_url, "--keys-file", str(tmp_path / "missing")]
+        )
 
 
 def test_a_call_input_or_queued_event_that_does_not_open_fails_its_run_naming_the_key(
     database: Database, clock: SimulatedClock
 ) -> None:
-    runtime = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1),
-                      step_in_send=False)  # fmt: skip
+    runtime = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1), step_in_send=False)
     good, bad_call = runtime.start("vault", {"card": SECRET}), runtime.start("vault", {"card": "x"})
     # the second run's call input replaced by the first's envelope (bound to the first run)
-    database.execute("UPDATE workflow_calls SET payload = (SELECT payload FROM workflow_calls "
-                     "WHERE run_id = ?) WHERE run_id = ?", (good, bad_call))  # fmt: skip
+    database.execute(
+        "UPDATE workflow_calls SET payload = (SELECT payload FROM workflow_calls "
+        "WHERE run_id = ?) WHERE run_id = ?",
+        (good, bad_call),
+    )
     Worker(runtime).run_until_idle()
     assert runtime.get(good).state == "talking"
     failed = runtime.get(bad_call)
     assert failed.status == "error" and "does not decrypt under key 'k1'" in str(
-        failed.snapshot.get("error") or failed.last_error)
+        failed.snapshot.get("error") or failed.last_error
+    )
     (call,) = runtime.store.list_calls(bad_call)
     assert call.status == "failed" and "does not decrypt" in str(call.error)
     # a queued event of another run moved into this run's inbox: the run is failed by its claim
@@ -340,9 +370,11 @@ def test_a_call_input_or_queued_event_that_does_not_open_fails_its_run_naming_th
     Worker(runtime).run_until_idle()
     runtime.send(good, {"type": "TELL", "secret": SECRET})  # queued (step_in_send=False)
     runtime.send(other, {"type": "TELL", "secret": "y"})
-    database.execute("UPDATE workflow_inbox SET event = (SELECT event FROM workflow_inbox WHERE "
-                     "run_id = ? AND dead_at IS NULL) WHERE run_id = ? AND dead_at IS NULL",
-                     (good, other))  # fmt: skip
+    database.execute(
+        "UPDATE workflow_inbox SET event = (SELECT event FROM workflow_inbox WHERE "
+        "run_id = ? AND dead_at IS NULL) WHERE run_id = ? AND dead_at IS NULL",
+        (good, other),
+    )
     Worker(runtime).run_until_idle()
     assert runtime.get(good).snapshot["context"]["pong"] == SECRET
     broken = runtime.get(other)
@@ -359,10 +391,27 @@ def _worker(url: str, keys: str | None, log: Path) -> subprocess.Popen[bytes]:
     if keys is not None:
         env[KEYS_ENV] = keys
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         "tests.persistence.secret_workflows", "--poll-ms", "20", "--lease-ms", "1500",
-         "--log-level", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"))  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.persistence.secret_workflows",
+            "--poll-ms",
+            "20",
+            "--lease-ms",
+            "1500",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
 
 
 def test_worker_processes_take_the_keys_from_the_environment(
@@ -373,13 +422,20 @@ def test_worker_processes_take_the_keys_from_the_environment(
     workers = [_worker(database.url, _keys_text(*K1), tmp_path / "worker.log")]
     try:
         wait_for(lambda: runtime.get(run_id).state == "talking", 60)
-        for event, then in (({"type": "TELL", "secret": SECRET}, "talking"),
-                            ("STRAY", "talking"), ("BYE", "waiting"),
-                            ({"type": "NOTE", "text": SECRET}, "done")):  # fmt: skip
+        for event, then in (
+            ({"type": "TELL", "secret": SECRET}, "talking"),
+            ("STRAY", "talking"),
+            ("BYE", "waiting"),
+            ({"type": "NOTE", "text": SECRET}, "done"),
+        ):
             before = runtime.store.count_events(run_id)
             runtime.send(run_id, event)
-            wait_for(lambda b=before, t=then: runtime.store.count_events(run_id) > b
-                     and runtime.get(run_id).state == t, 60)  # fmt: skip
+            wait_for(
+                lambda b=before, t=then: (
+                    runtime.store.count_events(run_id) > b and runtime.get(run_id).state == t
+                ),
+                60,
+            )
         wait_for(lambda: runtime.get(run_id).status == "done", 60)
         # a worker without the keys fails a run it cannot read, naming the key
         unreadable = runtime.start("vault", {"card": SECRET})

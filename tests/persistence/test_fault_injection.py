@@ -66,22 +66,28 @@ class Env:
                 db.execute(statement, params)
             return
         dsn, schema = self.url.rsplit("schema=", 1)
-        with psycopg.connect(dsn.rstrip("?&"), autocommit=True,
-                             options=f"-c search_path={schema}") as db:  # fmt: skip
+        with psycopg.connect(
+            dsn.rstrip("?&"), autocommit=True, options=f"-c search_path={schema}"
+        ) as db:
             db.execute(statement.replace("?", "%s"), params)
 
-    def cli(self, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "persistence.cli", *args], cwd=ROOT, capture_output=True,
-            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT),
-                                         LEDGER_ENV: self.ledger, **(env or {})},
-        )  # fmt: skip
+            [sys.executable, "-m", "persistence.cli", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: self.ledger, **(env or {})},
+        )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def e(request: pytest.FixtureRequest, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:  # fmt: skip
+def e(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'runs.db'}"
     else:
@@ -112,14 +118,23 @@ class Worker:
         """Whether it is past its start (serving, or exited). SIGTERM kills a worker that is
         still importing (-15), and under load a start takes seconds. Without INFO lines, the
         test has already waited for a line only a serving worker logs."""
-        return (self.process.poll() is not None or self.log_level not in ("DEBUG", "INFO")
-                or SERVING_LINE in self.text())  # fmt: skip
+        return (
+            self.process.poll() is not None
+            or self.log_level not in ("DEBUG", "INFO")
+            or SERVING_LINE in self.text()
+        )
 
 
 @contextmanager
-def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | None = None,
-            log_level: str = "INFO", machines: str = "tests.persistence.faulty",
-            options: tuple[str, ...] = ()) -> Iterator[list[Worker]]:  # fmt: skip
+def workers(
+    e: Env,
+    count: int = 2,
+    threads: int = 2,
+    extra: dict[str, str] | None = None,
+    log_level: str = "INFO",
+    machines: str = "tests.persistence.faulty",
+    options: tuple[str, ...] = (),
+) -> Iterator[list[Worker]]:
     """`count` worker processes with `threads` threads each (on `machines`, with more command
     line `options`); SIGTERMed (then killed) after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: e.ledger, **(extra or {})}
@@ -127,12 +142,32 @@ def workers(e: Env, count: int = 2, threads: int = 2, extra: dict[str, str] | No
     for n in range(count):
         log = e.tmp / f"worker-{len(list(e.tmp.glob('worker-*.log')))}-{n}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "persistence.cli", "worker", "--store", e.url,
-             "--machines", machines, "--concurrency", str(threads),
-             "--batch", "4", "--lease-ms", str(LEASE_MS), "--poll-ms", "20",
-             "--log-level", log_level, *options],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "worker",
+                "--store",
+                e.url,
+                "--machines",
+                machines,
+                "--concurrency",
+                str(threads),
+                "--batch",
+                "4",
+                "--lease-ms",
+                str(LEASE_MS),
+                "--poll-ms",
+                "20",
+                "--log-level",
+                log_level,
+                *options,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
         started.append(Worker(process, log, log_level))
     try:
         yield started
@@ -187,8 +222,7 @@ def ended(store: Store, ids: list[str]) -> Callable[[], bool]:
 def settled(store: Store, ids: list[str]) -> Callable[[], bool]:
     """Ended with no effect left to run: a call's result step, taken beside the run, may end it
     (an `after 0` past an entry action) with that action left to a worker's claim."""
-    return lambda: ended(store, ids)() and all(store.list_effects(i, "pending") == []
-                                               for i in ids)  # fmt: skip
+    return lambda: ended(store, ids)() and all(store.list_effects(i, "pending") == [] for i in ids)
 
 
 def logs(fleet: list[Worker]) -> str:
@@ -196,6 +230,7 @@ def logs(fleet: list[Worker]) -> str:
 
 
 # -- values -----------------------------------------------------------------------------------
+
 
 def test_poison_values_fail_only_their_run_once_and_every_other_run_finishes(e: Env) -> None:
     runtime = e.runtime()
@@ -219,8 +254,10 @@ def test_poison_values_fail_only_their_run_once_and_every_other_run_finishes(e: 
             if kind == "assign":  # the output was fine; the step that assigned it failed
                 assert attempt.outcome == "done", (kind, attempt)
             else:  # the output no store holds: the call failed, the machine got its error
-                assert (attempt.outcome, attempt.error_name) == \
-                    ("failed", "StoreEncodingError"), (kind, attempt)  # fmt: skip
+                assert (attempt.outcome, attempt.error_name) == ("failed", "StoreEncodingError"), (
+                    kind,
+                    attempt,
+                )
             assert [c.status for c in e.store.list_calls(run_id)] == [attempt.outcome]
         for run_id in fine:
             run = e.store.get_run(run_id)
@@ -251,10 +288,14 @@ def test_poison_in_sent_events_and_inputs_is_refused_before_anything_is_stored(e
 
 # -- rows -------------------------------------------------------------------------------------
 
+
 def _garbage(e: Env, run_id: str) -> None:
     if e.kind == "sqlite":
-        e.sql("UPDATE workflow_runs SET snapshot = '{not json', created_at = 'yesterday' "
-              "WHERE id = ?", (run_id,))  # fmt: skip
+        e.sql(
+            "UPDATE workflow_runs SET snapshot = '{not json', created_at = 'yesterday' "
+            "WHERE id = ?",
+            (run_id,),
+        )
     else:  # jsonb always parses; a snapshot that is not an object does not
         e.sql("UPDATE workflow_runs SET snapshot = '\"garbage\"'::jsonb WHERE id = ?", (run_id,))
 
@@ -294,16 +335,18 @@ def test_broken_rows_are_failed_once_listed_with_their_reason_and_isolated(e: En
             assert (run.status, run.claim_count, faulty.calls("record", run_id)) == ("done", 1, 1)
         stop_cleanly(fleet)
     listing = e.cli("runs", "list", "--store", e.url)
-    assert listing.returncode == 0 and garbage in listing.stdout and "row does not parse" in \
-        listing.stdout  # fmt: skip
+    assert (
+        listing.returncode == 0
+        and garbage in listing.stdout
+        and "row does not parse" in listing.stdout
+    )
     shown = e.cli("runs", "show", garbage, "--store", e.url)
     assert shown.returncode == 0, shown.stderr
     data = orjson.loads(shown.stdout)
     assert data["status"] == "error" and data["claim_count"] == 1
     assert [d["event"]["type"] for d in data["dead_letters"]] == ["GO"]
     client = TestClient(create_app(e.store, faulty.MACHINES))
-    for path in ("/", "/api/runs", f"/runs/{garbage}", f"/api/runs/{garbage}",
-                 f"/runs/{unknown}"):  # fmt: skip
+    for path in ("/", "/api/runs", f"/runs/{garbage}", f"/api/runs/{garbage}", f"/runs/{unknown}"):
         assert client.get(path).status_code == 200, path
     api = client.get(f"/api/runs/{garbage}").json()
     assert api["dead_letters"][0]["reason"].startswith("the run ended (error)")
@@ -330,8 +373,10 @@ def test_events_for_ended_runs_are_dead_letters_and_never_make_them_claimable(e:
     # racing the final step can on PostgreSQL): the worker's report sweeps it
     cast = "" if e.kind == "sqlite" else "::jsonb"
     now = "1" if e.kind == "sqlite" else "now()"
-    e.sql(f"INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?{cast}, {now})",
-          (done_run, '{"type": "LATE"}'))  # fmt: skip
+    e.sql(
+        f"INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?{cast}, {now})",
+        (done_run, '{"type": "LATE"}'),
+    )
     with workers(e, count=1) as fleet:
         wait_until(lambda: len(e.store.dead_letters(done_run)) == 1, "the late event swept")
         time.sleep(0.5)
@@ -345,22 +390,23 @@ def test_events_for_ended_runs_are_dead_letters_and_never_make_them_claimable(e:
 
 # -- versions -----------------------------------------------------------------------------------
 
+
 def test_a_version_without_migration_is_reported_and_never_claimed(e: Env) -> None:
     runtime = e.runtime()  # this process has version "1"
     old = [runtime.start("versioned") for _ in range(3)]
     for run_id in old:
         runtime.send(run_id, "GO")
     v3 = {faulty.VERSION_ENV: "3"}
-    report = e.cli("runs", "versions", "--store", e.url, "--machines",
-                   "tests.persistence.faulty", env=v3)  # fmt: skip
+    report = e.cli(
+        "runs", "versions", "--store", e.url, "--machines", "tests.persistence.faulty", env=v3
+    )
     assert report.returncode == 1 and "versioned" in report.stdout and "3 active" in report.stdout
     with workers(e, count=1, extra=v3, log_level="WARNING") as fleet:
         wait_until(lambda: "no definition or migration here" in logs(fleet), "reported")
         time.sleep(1.5)
         for run_id in old:  # not claimed, not failed, not looped on
             run = e.store.get_run(run_id)
-            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == \
-                ("active", 0, 0)  # fmt: skip
+            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == ("active", 0, 0)
         stop_cleanly(fleet)
     assert logs(fleet).count("no definition or migration here") == 1  # reported, not looped
     with workers(e, count=1) as fleet:  # a worker with version "1" drains them
@@ -373,12 +419,14 @@ def test_a_version_without_migration_is_reported_and_never_claimed(e: Env) -> No
 
 # -- transient versus fatal -----------------------------------------------------------------
 
+
 def test_a_transient_database_failure_rolls_back_and_is_picked_up_again(e: Env) -> None:
     runtime = e.runtime()
     run_id = runtime.start("transient", {"fails": 2})
     other = runtime.start("poison", {"kind": "fine"})
     seen: set[tuple[int, str]] = set()
     with workers(e) as fleet:
+
         def watch() -> bool:
             run = e.store.get_run(run_id)
             if run.status == "active" and run.last_error:
@@ -397,10 +445,14 @@ def test_a_transient_database_failure_rolls_back_and_is_picked_up_again(e: Env) 
     assert (1, "transient failure (attempt 1)") in seen  # the attempt, visible on the row
     (write,) = [c for c in e.store.list_calls(run_id) if "writing" in c.call_id]
     assert (write.status, write.attempt) == ("done", 3)  # one call for the three attempts
-    writes = [a for a in e.store.call_attempts(run_id)
-              if a.idempotency_key == write.idempotency_key]  # (each with the call's key)
-    assert [(a.attempt, a.outcome, a.error_name) for a in writes] == \
-        [(1, "retrying", "Deadlock"), (2, "retrying", "Deadlock"), (3, "done", None)]
+    writes = [
+        a for a in e.store.call_attempts(run_id) if a.idempotency_key == write.idempotency_key
+    ]  # (each with the call's key)
+    assert [(a.attempt, a.outcome, a.error_name) for a in writes] == [
+        (1, "retrying", "Deadlock"),
+        (2, "retrying", "Deadlock"),
+        (3, "done", None),
+    ]
     text = logs(fleet)
     assert "transient failure (attempt 2)" in text and "retry in" in text
     assert e.store.get_run(other).status == "done"
@@ -424,12 +476,14 @@ def test_transient_failures_that_persist_end_the_run_after_the_bounded_attempts(
     assert faulty.calls("db_write", run_id) == 3 and run.claim_count <= 1
     assert run.attempt_count == 3, "the row, the attempts and the calls agree"
     attempts = e.store.call_attempts(run_id)
-    assert [(a.outcome, a.error_name) for a in attempts] == \
-        [("retrying", "Deadlock")] * 2 + [("failed", "Deadlock")]  # fmt: skip
+    assert [(a.outcome, a.error_name) for a in attempts] == [("retrying", "Deadlock")] * 2 + [
+        ("failed", "Deadlock")
+    ]
     assert "(attempt 3)" in (attempts[-1].message or "")
 
 
 # -- resume ----------------------------------------------------------------------------------
+
 
 def test_failed_runs_resume_from_the_state_they_failed_in(e: Env) -> None:
     runtime = e.runtime()
@@ -444,11 +498,13 @@ def test_failed_runs_resume_from_the_state_they_failed_in(e: Env) -> None:
     assert faulty.calls("fragile", run_id) == 1 and run.claim_count <= 1
     first_claims = run.claim_count
     faulty.set_switch("broken", False)  # the operator repairs the downstream, then resumes
-    resumed = e.cli("runs", "resume", run_id, "--store", e.url, "--machines",
-                    "tests.persistence.faulty")  # fmt: skip
+    resumed = e.cli(
+        "runs", "resume", run_id, "--store", e.url, "--machines", "tests.persistence.faulty"
+    )
     assert resumed.returncode == 0 and "resumed in state calling" in resumed.stdout, resumed
-    again = e.cli("runs", "resume", run_id, "--store", e.url, "--machines",
-                  "tests.persistence.faulty")  # fmt: skip
+    again = e.cli(
+        "runs", "resume", run_id, "--store", e.url, "--machines", "tests.persistence.faulty"
+    )
     assert again.returncode != 0 and "only failed runs resume" in again.stderr
     with workers(e, count=1) as fleet:
         wait_until(settled(e.store, [run_id]), "the resumed run ended")
@@ -480,8 +536,9 @@ def test_a_failed_action_resumes_from_the_ui_button(e: Env) -> None:
     page = client.get(f"/runs/{run_id}").text
     token = re.search(r'name="csrf_token" value="([^"]+)"', page)
     assert 'id="resume"' in page and token is not None
-    answer = client.post(f"/runs/{run_id}/resume", data={"csrf_token": token.group(1)},
-                         follow_redirects=False)  # fmt: skip
+    answer = client.post(
+        f"/runs/{run_id}/resume", data={"csrf_token": token.group(1)}, follow_redirects=False
+    )
     assert answer.status_code == 303
     with workers(e, count=1) as fleet:
         wait_until(settled(e.store, [run_id]), "the resumed run ended")
@@ -493,6 +550,7 @@ def test_a_failed_action_resumes_from_the_ui_button(e: Env) -> None:
 
 
 # -- failure finals ---------------------------------------------------------------------------
+
 
 def test_a_failure_final_ends_the_run_error_and_starts_its_error_workflow_once(e: Env) -> None:
     runtime = e.runtime()
@@ -508,8 +566,11 @@ def test_a_failure_final_ends_the_run_error_and_starts_its_error_workflow_once(e
         # (its call ran beside it: a claim or a wake-up naming the run took its failing step)
         assert run.failed_at is not None and run.claim_count <= 1
         assert faulty.calls("charge_card", run_id) == 1
-        followers = [r for r in e.store.list_runs(workflow_name="refund_failed")
-                     if r.key == f"error-of:{run_id}"]  # fmt: skip
+        followers = [
+            r
+            for r in e.store.list_runs(workflow_name="refund_failed")
+            if r.key == f"error-of:{run_id}"
+        ]
         assert len(followers) == 1 and followers[0].status == "done"
         assert followers[0].claim_count <= 1
         assert [c.status for c in e.store.list_calls(followers[0].id)] == ["done"]
@@ -520,6 +581,7 @@ def test_a_failure_final_ends_the_run_error_and_starts_its_error_workflow_once(e
 
 
 # -- a thread that dies -------------------------------------------------------------------------
+
 
 def test_a_worker_whose_thread_dies_exits_non_zero(e: Env) -> None:
     runtime = e.runtime()
@@ -537,6 +599,7 @@ def test_a_worker_whose_thread_dies_exits_non_zero(e: Env) -> None:
 
 
 # -- a value the store refuses, past the checks ---------------------------------------------------
+
 
 def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
     e: Env, monkeypatch: pytest.MonkeyPatch
@@ -580,12 +643,16 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
     for run_id in ids:
         if run_id != victim:
             run = e.store.get_run(run_id)
-            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == \
-                ("done", 0, 1)  # fmt: skip  (each step taken from rest by its call's end)
+            assert (run.status, run.claim_count, faulty.calls("record", run_id)) == (
+                "done",
+                0,
+                1,
+            )  # fmt: skip  (each step taken from rest by its call's end)
     assert bad.claim_count == 1  # its refused step left queued for a claim, which failed it
 
 
 # -- upgrading a database that has the hot loop's rows ----------------------------------------
+
 
 def test_upgrading_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
     tmp_path: Path,
@@ -600,15 +667,23 @@ def test_upgrading_to_schema_2_turns_events_of_ended_runs_into_dead_letters(
     with sqlite3.connect(path) as db:
         for statement in _statements(first.sql):
             db.execute(statement)
-        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
-                   "name text NOT NULL, applied_at text)")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at text)"
+        )
         db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, ?, '')", (first.name,))
         for run_id, status in (("ended", "error"), ("live", "active")):
-            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
-                       "snapshot, status, created_at, updated_at) VALUES (?, 'parked', 'x', "
-                       "'waiting', '{}', ?, 1, 1)", (run_id, status))  # fmt: skip
-            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
-                       "(?, '{\"type\": \"GO\"}', 1)", (run_id,))  # fmt: skip
+            db.execute(
+                "INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                "snapshot, status, created_at, updated_at) VALUES (?, 'parked', 'x', "
+                "'waiting', '{}', ?, 1, 1)",
+                (run_id, status),
+            )
+            db.execute(
+                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                '(?, \'{"type": "GO"}\', 1)',
+                (run_id,),
+            )
     store = open_store(f"sqlite:///{path}", migrate=True)
     try:
         assert store.schema_version() == schema.latest_version("sqlite")  # 2, then 3 (traces)
@@ -629,21 +704,31 @@ def test_upgrading_postgres_to_schema_2_turns_events_of_ended_runs_into_dead_let
     from persistence import schema
 
     first = schema.migrations("postgres")[0]
-    run_ids = {"error": "00000000-0000-4000-8000-000000000001",
-               "active": "00000000-0000-4000-8000-000000000002"}  # fmt: skip
+    run_ids = {
+        "error": "00000000-0000-4000-8000-000000000001",
+        "active": "00000000-0000-4000-8000-000000000002",
+    }
     with psycopg.connect(pg_dsn, autocommit=True) as db:
         db.execute(f'CREATE SCHEMA "{pg_schema}"')
         db.execute(f'SET search_path = "{pg_schema}"')
         db.execute(first.sql.encode())
-        db.execute(f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
-                   "name text NOT NULL, applied_at timestamptz)")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE {schema.VERSION_TABLE} (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz)"
+        )
         db.execute(f"INSERT INTO {schema.VERSION_TABLE} VALUES (1, %s, now())", (first.name,))
         for status, run_id in run_ids.items():
-            db.execute("INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
-                       "snapshot, status, created_at, updated_at) VALUES (%s, 'parked', 'x', "
-                       "'waiting', '{}', %s, now(), now())", (run_id, status))  # fmt: skip
-            db.execute("INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
-                       "(%s, '{\"type\": \"GO\"}', now())", (run_id,))  # fmt: skip
+            db.execute(
+                "INSERT INTO workflow_runs (id, workflow_name, workflow_version, state, "
+                "snapshot, status, created_at, updated_at) VALUES (%s, 'parked', 'x', "
+                "'waiting', '{}', %s, now(), now())",
+                (run_id, status),
+            )
+            db.execute(
+                "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES "
+                '(%s, \'{"type": "GO"}\', now())',
+                (run_id,),
+            )
     sep = "&" if "?" in pg_dsn else "?"
     store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)
     try:
@@ -673,6 +758,7 @@ def test_a_worker_shows_every_threads_stack_on_sigusr1_and_serves_on(e: Env) -> 
 
 # -- keys and values an index cannot hold (issue 47 R3) ---------------------------------------
 
+
 def test_a_key_over_the_stored_limit_is_refused_alike_on_every_store(e: Env) -> None:
     runtime = e.runtime()
     before = e.store.count_runs()
@@ -680,15 +766,16 @@ def test_a_key_over_the_stored_limit_is_refused_alike_on_every_store(e: Env) -> 
         # (`start` may refuse it earlier, by its own rules: never later than the store)
         with pytest.raises((ValueError, StoreEncodingError), match=f"{size} bytes"):
             runtime.start("parked", key=key)
-        with pytest.raises(StoreEncodingError, match=f"is {size} bytes in UTF-8; a run's key "
-                                                     f"is at most {MAX_STORED_KEY_BYTES}"):
+        with pytest.raises(
+            StoreEncodingError,
+            match=f"is {size} bytes in UTF-8; a run's key is at most {MAX_STORED_KEY_BYTES}",
+        ):
             replace(_row("parked"), key=key)
     assert e.store.count_runs() == before
     # the longest key, in bytes that do not compress: PostgreSQL's index holds it too
     longest = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(16))[:1000]
     record, created = e.store.create_run(replace(_row("parked"), key=longest), [], 0)
-    assert created and e.store.create_run(replace(_row("parked"), key=longest), [], 0)[0] == \
-        record  # fmt: skip
+    assert created and e.store.create_run(replace(_row("parked"), key=longest), [], 0)[0] == record
     assert runtime.get_by_key("parked", longest).id == record.id
 
 
@@ -697,7 +784,8 @@ def _row(name: str) -> NewRun:
 
 
 def test_a_derived_child_key_over_the_limit_fails_its_parent_once_and_batch_mates_finish(
-        e: Env) -> None:
+    e: Env,
+) -> None:
     runtime = e.runtime()
     parent_key = "p" * 500  # one start takes; `<key>/<invoke id>` is 1,005 bytes
     parent = runtime.start("spawner", key=parent_key)
@@ -738,8 +826,10 @@ def test_a_child_postgresql_cannot_index_fails_its_parent_once_not_as_an_outage(
             assert (run.status, len(runtime.list(name=faulty.LONG_ID))) == ("done", 1)
         else:
             assert run.status == "error", run
-            assert "the store refused its step: PostgreSQL cannot hold a value (54000): index " \
-                   "row size" in (run.last_error or "")  # fmt: skip
+            assert (
+                "the store refused its step: PostgreSQL cannot hold a value (54000): index "
+                "row size" in (run.last_error or "")
+            )
             assert run.claim_count == 1
             assert runtime.list(name=faulty.LONG_ID) == []
         for run_id in mates:

@@ -82,8 +82,10 @@ def test_a_full_sqlite_database_is_an_error_naming_it_and_loses_nothing(tmp_path
                 runtime.start("poison", {"kind": "x" * 300}, key=f"more-{started}")
                 started += 1
         message = str(full.value)
-        assert message.startswith("SQLite database or disk is full (SQLITE_FULL): nothing of "
-                                  "this write was stored; free disk space"), message
+        assert message.startswith(
+            "SQLite database or disk is full (SQLITE_FULL): nothing of "
+            "this write was stored; free disk space"
+        ), message
         assert not conn.in_transaction
         assert runtime.list(key=f"more-{started}") == []  # the failed start left nothing
         assert len(runtime.list("active", "poison", limit=10_000)) == started

@@ -37,19 +37,27 @@ T0 = 1_700_000_000_000
 MINUTE = 60_000
 
 counter = create_machine(
-    {"id": "counter", "initial": "counting", "context": {"n": 0},
-     "states": {"counting": {"on": {"INC": {"actions": "inc"}, "FINISH": "done"}},
-                "done": {"type": "final"}}},
+    {
+        "id": "counter",
+        "initial": "counting",
+        "context": {"n": 0},
+        "states": {
+            "counting": {"on": {"INC": {"actions": "inc"}, "FINISH": "done"}},
+            "done": {"type": "final"},
+        },
+    },
     actions={"inc": assign({"n": lambda context, event: context["n"] + 1})},
-)  # fmt: skip
+)
 
 
 def _updates(dsn: str, schema_name: str) -> tuple[int, int]:
     """(updates, HOT updates) of the schema's workflow_runs, as the server counted them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-                           "WHERE schemaname = %s AND relname = 'workflow_runs'",
-                           (schema_name,)).fetchone()  # fmt: skip
+        row = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE schemaname = %s AND relname = 'workflow_runs'",
+            (schema_name,),
+        ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
@@ -59,9 +67,7 @@ def _counted(dsn: str, schema_name: str, updates: int) -> tuple[int, int]:
     return _updates(dsn, schema_name)
 
 
-def test_a_step_that_changes_no_indexed_column_is_a_hot_update(
-    pg_dsn: str, pg_schema: str
-) -> None:
+def test_a_step_that_changes_no_indexed_column_is_a_hot_update(pg_dsn: str, pg_schema: str) -> None:
     store = PostgresStore(pg_dsn, schema=pg_schema, max_size=2)
     store.migrate()
     runtime = Runtime(store, [counter], clock=SimulatedClock(start=T0))
@@ -116,8 +122,11 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(private_database: str
     # that changed an indexed column is never HOT.
     assert hot > updated // 2
     entries = collections.Counter(
-        relation for (kind, relation), (count, _) in result["kinds"].items()
-        for _ in range(count) if kind in LEAF_ENTRIES)  # fmt: skip
+        relation
+        for (kind, relation), (count, _) in result["kinds"].items()
+        for _ in range(count)
+        if kind in LEAF_ENTRIES
+    )
     assert entries.pop("workflow_events_pkey") == 60  # the journal row's
     run_indexes = _run_indexes(private_database, "hot")
     assert set(entries) <= set(run_indexes)  # and nothing else's
@@ -128,8 +137,11 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(private_database: str
 def _run_indexes(dsn: str, schema_name: str) -> list[str]:
     """The names of the schema's indexes on workflow_runs."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s AND "
-                            "tablename = 'workflow_runs'", (schema_name,)).fetchall()
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND "
+            "tablename = 'workflow_runs'",
+            (schema_name,),
+        ).fetchall()
     return [row[0] for row in rows]
 
 
@@ -143,23 +155,36 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(schema, "migrations", lambda dialect: real(dialect)[:5])
     released = sql._QUEUE_EVENT.replace(
         ", call_key) SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ?",
-        ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?")
+        ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?",
+    )
     assert "call_key" not in released
     monkeypatch.setattr(sql, "_QUEUE_EVENT", released)
     # ... and a step's journal rows without their inbox row or the snapshot after the step
-    monkeypatch.setattr(sql, "JOURNAL_INSERT", sql.JOURNAL_INSERT.replace(
-        ", inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL "
-        "AND (CAST(? AS text) IS NULL OR 1 = 1)"))
+    monkeypatch.setattr(
+        sql,
+        "JOURNAL_INSERT",
+        sql.JOURNAL_INSERT.replace(
+            ", inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL "
+            "AND (CAST(? AS text) IS NULL OR 1 = 1)",
+        ),
+    )
     journal = postgres._STEPS_PARTS["journal"]
-    monkeypatch.setitem(postgres._STEPS_PARTS, "journal", journal.replace(
-        ",\n                                 inbox_id, snapshot)", ")").replace(
-        ", j.inbox,\n           CASE WHEN j.last THEN run.snapshot END\n", "\n"))
+    monkeypatch.setitem(
+        postgres._STEPS_PARTS,
+        "journal",
+        journal.replace(",\n                                 inbox_id, snapshot)", ")").replace(
+            ", j.inbox,\n           CASE WHEN j.last THEN run.snapshot END\n", "\n"
+        ),
+    )
     assert "snapshot" not in postgres._STEPS_PARTS["journal"]
     steps_sql = postgres._steps_sql
     steps_sql.cache_clear()  # (statements built before hold the journal's inbox id)
-    monkeypatch.setattr(postgres, "_steps_sql", lambda *args: steps_sql(*args).replace(
-        postgres._TOLD, "false AS told"))
+    monkeypatch.setattr(
+        postgres,
+        "_steps_sql",
+        lambda *args: steps_sql(*args).replace(postgres._TOLD, "false AS told"),
+    )
     monkeypatch.setattr(PostgresStore, "_tell_waiters_in", lambda *args: None)
     yield
     monkeypatch.setattr(schema, "migrations", real)
@@ -169,15 +194,19 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "runs.db")
-    return PostgresStore(request.getfixturevalue("pg_dsn"),
-                         schema=request.getfixturevalue("pg_schema"), max_size=2)  # fmt: skip
+    return PostgresStore(
+        request.getfixturevalue("pg_dsn"), schema=request.getfixturevalue("pg_schema"), max_size=2
+    )
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest, at_schema_5: Any,
+    kind: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    at_schema_5: Any,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     store = _open(kind, tmp_path, request)
     assert store.migrate() == [1, 2, 3, 4, 5]
     clock = SimulatedClock(start=T0)
@@ -189,9 +218,18 @@ def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs
         runtime.send(ids[-1], "INC")
     runtime.send(ids[3], "FINISH")  # ended: never stuck
     waiting, _ = store.create_run(  # effects written at schema 5, pending; due later: not stuck
-        NewRun(id=str(uuid.uuid4()), workflow_name="mailer", workflow_version="v1", key=None,
-               state="sending", snapshot={"value": "sending"}, wake_at=T0 + 15 * MINUTE),
-        [NewEffect(i, "run_action", {"type": f"mail{i}"}) for i in range(2)], T0)  # fmt: skip
+        NewRun(
+            id=str(uuid.uuid4()),
+            workflow_name="mailer",
+            workflow_version="v1",
+            key=None,
+            state="sending",
+            snapshot={"value": "sending"},
+            wake_at=T0 + 15 * MINUTE,
+        ),
+        [NewEffect(i, "run_action", {"type": f"mail{i}"}) for i in range(2)],
+        T0,
+    )
     store.close()
 
     monkeypatch.undo()  # the code's own migrations again: 6 and those after it are pending
@@ -204,7 +242,9 @@ def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs
     assert [run.id for run in store.stuck_runs(mark, 0)] == ids[:1]
     assert store.count_matching(RunQuery(stuck_before=mark)) == {"active": 1}
     assert [(e.event["type"], e.step) for e in store.list_events(ids[3])] == [
-        ("INC", 2), ("FINISH", 3)]  # fmt: skip
+        ("INC", 2),
+        ("FINISH", 3),
+    ]
     runtime = Runtime(store, [counter], clock=SimulatedClock(start=T0 + 20 * MINUTE))
     runtime.send(ids[0], "INC")  # the upgraded rows step as before
     assert runtime.get(ids[0]).snapshot["context"] == {"n": 2}
@@ -215,16 +255,24 @@ def test_a_database_at_schema_5_with_runs_upgrades_and_finds_the_same_stuck_runs
     assert keys == [f"{waiting.id}:1:0", f"{waiting.id}:1:1"]
     store.claim_runs("w1", T0 + 20 * MINUTE, 30_000, 10)
     commit = StepCommit(
-        run_id=waiting.id, owner="w1", expected_version=1, state="sent",
-        snapshot={"value": "sent"}, status="done",
+        run_id=waiting.id,
+        owner="w1",
+        expected_version=1,
+        state="sent",
+        snapshot={"value": "sent"},
+        status="done",
         effect_outcomes=[EffectOutcome(k, "done", {"n": i}) for i, k in enumerate(keys)],
         new_effects=[NewEffect(0, "emit", {"type": "SENT"})],
-        journal=[JournalEntry({"type": "xstate.done.actor.mail"}, "sending", "sent")])  # fmt: skip
+        journal=[JournalEntry({"type": "xstate.done.actor.mail"}, "sending", "sent")],
+    )
     assert store.commit_step(commit, T0 + 20 * MINUTE) == 2
     with pytest.raises(ConflictError):
         store.commit_step(commit, T0 + 20 * MINUTE)
-    assert [(e.idempotency_key, e.step, e.status, e.result)
-            for e in store.list_effects(waiting.id)] == [
-        (keys[0], 1, "done", {"n": 0}), (keys[1], 1, "done", {"n": 1}),
-        (f"{waiting.id}:2:0", 2, "pending", None)]  # fmt: skip
+    assert [
+        (e.idempotency_key, e.step, e.status, e.result) for e in store.list_effects(waiting.id)
+    ] == [
+        (keys[0], 1, "done", {"n": 0}),
+        (keys[1], 1, "done", {"n": 1}),
+        (f"{waiting.id}:2:0", 2, "pending", None),
+    ]
     store.close()

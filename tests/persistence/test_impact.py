@@ -67,13 +67,20 @@ def start_runs(store: Store, clock: SimulatedClock) -> list[str]:
     Worker(runtime).run_until_idle()
     runtime.send(ids[3], "APPROVE")
     Worker(runtime).run_until_idle()
-    assert sorted(runtime.get(i).state for i in ids) == ["approved", "drafting", "drafting",
-                                                        "reviewing", "reviewing", "reviewing"]
+    assert sorted(runtime.get(i).state for i in ids) == [
+        "approved",
+        "drafting",
+        "drafting",
+        "reviewing",
+        "reviewing",
+        "reviewing",
+    ]
     return ids
 
 
 def test_runs_in_a_removed_state_without_a_migration_are_stranded(
-        store: Store, clock: SimulatedClock) -> None:
+    store: Store, clock: SimulatedClock
+) -> None:
     ids = start_runs(store, clock)
     v2 = create_machine(v2_config())
     Runtime(store, [v2], clock=clock).start("approval_flow")  # already on the new definition
@@ -83,16 +90,18 @@ def test_runs_in_a_removed_state_without_a_migration_are_stranded(
     assert (reviewing.state, reviewing.change, reviewing.runs) == ("reviewing", "removed", 3)
     assert reviewing.outcomes == {"stranded": 3}
     assert set(reviewing.examples) <= set(ids[:3]) and len(reviewing.examples) == 3
-    assert (drafting.state, drafting.change, drafting.outcomes) == ("drafting", "changed",
-                                                                    {"pinned": 2})
+    assert (drafting.state, drafting.change, drafting.outcomes) == (
+        "drafting",
+        "changed",
+        {"pinned": 2},
+    )
     text = impact_text(impact)
     assert "reviewing (removed): 3 run(s): 3 stranded" in text
     assert "has no migration from it" in text  # the engine's own reason, per group
     assert "STRANDED: 3 run(s)" in text
 
 
-def test_a_migration_that_moves_them_covers_every_run(store: Store,
-                                                      clock: SimulatedClock) -> None:
+def test_a_migration_that_moves_them_covers_every_run(store: Store, clock: SimulatedClock) -> None:
     start_runs(store, clock)
     v2 = create_machine(v2_config(), migrations={"1": from_v1})
     impact = store_impact(store, diff_machines(create_machine(V1), v2))
@@ -104,7 +113,8 @@ def test_a_migration_that_moves_them_covers_every_run(store: Store,
 
 
 def test_a_migration_that_leaves_them_in_the_removed_state_strands_them(
-        store: Store, clock: SimulatedClock) -> None:
+    store: Store, clock: SimulatedClock
+) -> None:
     start_runs(store, clock)
     v2 = create_machine(v2_config(), migrations={"1": lambda data: data})
     impact = store_impact(store, diff_machines(create_machine(V1), v2))
@@ -116,7 +126,8 @@ def test_a_migration_that_leaves_them_in_the_removed_state_strands_them(
 
 
 def test_a_long_migration_error_is_cut_between_words_in_the_report(
-        store: Store, clock: SimulatedClock) -> None:
+    store: Store, clock: SimulatedClock
+) -> None:
     """Issue 44: the live-runs report cut a long reason mid-word at 200 characters."""
     words = " ".join(f"word{i}" for i in range(80))  # ~550 characters
 
@@ -128,9 +139,10 @@ def test_a_long_migration_error_is_cut_between_words_in_the_report(
     [reviewing, _] = store_impact(store, diff_machines(create_machine(V1), v2)).states
     [reason] = reviewing.reasons
     assert len(reason) <= 200 and reason.endswith(" …")
-    assert reason[:-2].split(" ")[2:] == words.split(" ")[:len(reason[:-2].split(" ")) - 2]
-    assert f"not migrated (3): {reason}" in impact_text(store_impact(
-        store, diff_machines(create_machine(V1), v2)))
+    assert reason[:-2].split(" ")[2:] == words.split(" ")[: len(reason[:-2].split(" ")) - 2]
+    assert f"not migrated (3): {reason}" in impact_text(
+        store_impact(store, diff_machines(create_machine(V1), v2))
+    )
 
 
 def _url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -142,8 +154,13 @@ def _url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str
 
 
 def test_the_command_exits_1_when_a_deployment_would_strand_runs(
-        store_factory: StoreFactory, store_kind: str, tmp_path: Path, clock: SimulatedClock,
-        request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    store_factory: StoreFactory,
+    store_kind: str,
+    tmp_path: Path,
+    clock: SimulatedClock,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     start_runs(store_factory(), clock)
     old, new = tmp_path / "v1.json", tmp_path / "v2.json"
     old.write_bytes(orjson.dumps(V1))
@@ -154,7 +171,7 @@ def test_the_command_exits_1_when_a_deployment_would_strand_runs(
     assert "  - reviewing: state “Reviewing” removed" in out
     assert "reviewing (removed): 3 run(s): 3 stranded" in out
     assert main(["diff", str(old), str(old), "--store", url]) == 0  # no change: pinned, not
-    out = capsys.readouterr().out                                    # stranded
+    out = capsys.readouterr().out  # stranded
     assert "approval_flow: no changes" in out and "No run is stranded" in out
     assert main(["diff", str(old), str(new), "--store", url, "--format", "markdown"]) == 1
     assert "| `reviewing` | removed | 3 | 0 | 3 | 0 |" in capsys.readouterr().out

@@ -82,8 +82,7 @@ def test_events_are_queued_by_key_and_id_and_refused_with_the_reason(
     assert not_accepted.json()["detail"][0]["loc"] == ["body", "type"]
     assert "no state of 'approval' accepts 'PAY'" in not_accepted.text
     poison = httpx.post(events, json={"type": "APPROVE", "by": {"name": "a\x00b"}})
-    assert poison.status_code == 422 and poison.json()["detail"][0]["loc"] == ["body", "by",
-                                                                               "name"]
+    assert poison.status_code == 422 and poison.json()["detail"][0]["loc"] == ["body", "by", "name"]
     reserved = httpx.post(events, json={"type": "xstate.after.1.approval.waiting"})
     assert reserved.status_code == 422 and "reserved" in reserved.text
     not_json = httpx.post(events, content=b"{type: APPROVE}")
@@ -154,8 +153,12 @@ def test_signed_workflows_accept_only_the_right_signature_of_the_raw_body(
     refused = httpx.post(url, content=raw, headers={"X-Hub-Signature-256": forged})
     assert refused.status_code == 401 and "X-Hub-Signature-256" in refused.text
     tampered = raw.replace(b"crm", b"CRM")
-    assert httpx.post(url, content=tampered,
-                      headers={"X-Hub-Signature-256": signature.sign(raw)}).status_code == 401
+    assert (
+        httpx.post(
+            url, content=tampered, headers={"X-Hub-Signature-256": signature.sign(raw)}
+        ).status_code
+        == 401
+    )
     assert runtime.list() == []
     signed = httpx.post(url, content=raw, headers={"X-Hub-Signature-256": signature.sign(raw)})
     assert signed.status_code == 201
@@ -163,8 +166,12 @@ def test_signed_workflows_accept_only_the_right_signature_of_the_raw_body(
     event = orjson.dumps({"type": "APPROVE", "by": "crm"})
     run_events = f"{base}/api/runs/{signed.json()['id']}/events"
     assert httpx.post(run_events, content=event).status_code == 401  # by id: same secret
-    assert httpx.post(run_events, content=event,
-                      headers={"X-Hub-Signature-256": signature.sign(event)}).status_code == 202
+    assert (
+        httpx.post(
+            run_events, content=event, headers={"X-Hub-Signature-256": signature.sign(event)}
+        ).status_code
+        == 202
+    )
 
 
 def test_the_openapi_document_lists_every_route_with_examples(
@@ -174,8 +181,11 @@ def test_the_openapi_document_lists_every_route_with_examples(
     assert httpx.get(f"{base}/openapi.json").status_code == 200  # the document is public
     document = httpx.get(f"{base}/openapi.json").json()
     assert set(document["paths"]) == {
-        "/api/workflows/{name}/runs", "/api/workflows/{name}/runs/{key}/events",
-        "/api/runs/{run_id}/events", "/api/runs/{run_id}", "/api/workflows/{name}/runs/{key}",
+        "/api/workflows/{name}/runs",
+        "/api/workflows/{name}/runs/{key}/events",
+        "/api/runs/{run_id}/events",
+        "/api/runs/{run_id}",
+        "/api/workflows/{name}/runs/{key}",
     }
     start = document["paths"]["/api/workflows/{name}/runs"]["post"]
     example = start["requestBody"]["content"]["application/json"]["examples"]["webhook"]

@@ -51,8 +51,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 def _stripe_event(event_id: str, amount: int = 5) -> bytes:
-    return orjson.dumps({"id": event_id, "type": "payment_intent.succeeded",
-                         "data": {"object": {"amount": amount}}})  # fmt: skip
+    return orjson.dumps(
+        {"id": event_id, "type": "payment_intent.succeeded", "data": {"object": {"amount": amount}}}
+    )
 
 
 def _ledger_calls(ledger: str, name: str) -> int:
@@ -87,20 +88,37 @@ def test_r5_a_signed_event_posted_three_times_is_applied_once_across_an_ingress_
 
     env = {**os.environ, LEDGER_ENV: ledger, "PYTHONPATH": str(ROOT)}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url, "--machines",
-         "tests.persistence.workflows", "--poll-ms", "20", "--log-level", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            crash_url,
+            "--machines",
+            "tests.persistence.workflows",
+            "--poll-ms",
+            "20",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: _ledger_calls(ledger, "payment") >= 1, 60)
         # a new process: a fresh store and ingress on the same database, the same delivery
         restarted = Runtime(open_store(crash_url), [payments])
-        again = post(f"{serve(create_api(restarted, signatures={'payments': stripe}))}"
-                     "/api/workflows/payments/runs/acct-1/events")  # fmt: skip
+        again = post(
+            f"{serve(create_api(restarted, signatures={'payments': stripe}))}"
+            "/api/workflows/payments/runs/acct-1/events"
+        )
         assert again.status_code == 200 and again.json()["duplicate"] is True
         assert post(url).status_code == 200  # and once more to the first server
         second = _stripe_event("evt_2")
-        fresh = httpx.post(url, content=second,
-                           headers=stripe.headers(second, int(time.time())))  # fmt: skip
+        fresh = httpx.post(url, content=second, headers=stripe.headers(second, int(time.time())))
         assert fresh.status_code == 202
         wait_for(lambda: _ledger_calls(ledger, "payment") >= 2, 60)
         wait_for(lambda: not store.pending_events(run_id), 60)
@@ -117,8 +135,10 @@ def test_r5_signed_timestamps_outside_the_replay_window_are_refused(
 ) -> None:
     runtime = Runtime(store, [payments, approval])
     runtime.start("payments", key="acct-2")
-    signatures = {"payments": Signature.stripe("whsec_s"),
-                  "approval": Signature.slack("slack-signing-secret")}  # fmt: skip
+    signatures = {
+        "payments": Signature.stripe("whsec_s"),
+        "approval": Signature.slack("slack-signing-secret"),
+    }
     base = serve(create_api(runtime, signatures=signatures))
     url = f"{base}/api/workflows/payments/runs/acct-2/events"
     stripe = signatures["payments"]
@@ -130,18 +150,23 @@ def test_r5_signed_timestamps_outside_the_replay_window_are_refused(
     ahead = httpx.post(url, content=body, headers=stripe.headers(body, now + 400))
     assert ahead.status_code == 401 and "in the future" in ahead.text
     # the signature of one time does not sign another
-    moved = stripe.headers(body, now - 400)["Stripe-Signature"].replace(f"t={now - 400}",
-                                                                        f"t={now}")
+    moved = stripe.headers(body, now - 400)["Stripe-Signature"].replace(
+        f"t={now - 400}", f"t={now}"
+    )
     assert httpx.post(url, content=body, headers={"Stripe-Signature": moved}).status_code == 401
     assert httpx.post(url, content=body, headers=stripe.headers(body, now)).status_code == 202
 
     slack = signatures["approval"]
     start = orjson.dumps({"key": "deal-s"})
-    old = httpx.post(f"{base}/api/workflows/approval/runs", content=start,
-                     headers=slack.headers(start, now - 301))  # fmt: skip
+    old = httpx.post(
+        f"{base}/api/workflows/approval/runs",
+        content=start,
+        headers=slack.headers(start, now - 301),
+    )
     assert old.status_code == 401 and "X-Slack-Request-Timestamp" in old.text
-    fresh = httpx.post(f"{base}/api/workflows/approval/runs", content=start,
-                       headers=slack.headers(start, now))  # fmt: skip
+    fresh = httpx.post(
+        f"{base}/api/workflows/approval/runs", content=start, headers=slack.headers(start, now)
+    )
     assert fresh.status_code == 201
     assert [r.key for r in runtime.list(name="approval")] == ["deal-s"]
 
@@ -158,17 +183,22 @@ def test_r5_standard_webhooks_and_github_deliveries_are_deduplicated_by_their_id
     body = orjson.dumps({"type": "payment_intent.succeeded"})
     now = int(time.time())
     to_first = f"{base}/api/runs/{first}/events"
-    codes = [httpx.post(to_first, content=body,
-                        headers=standard.headers(body, now, "msg_1")).status_code
-             for _ in range(3)]  # fmt: skip
+    codes = [
+        httpx.post(to_first, content=body, headers=standard.headers(body, now, "msg_1")).status_code
+        for _ in range(3)
+    ]
     assert codes == [202, 200, 200]
     # the id is signed: another id on the same signature is refused
     forged = {**standard.headers(body, now, "msg_1"), "webhook-id": "msg_2"}
     assert httpx.post(to_first, content=body, headers=forged).status_code == 401
     # delivery ids are per run: the same id for another run is another delivery
     to_second = f"{base}/api/runs/{second}/events"
-    assert httpx.post(to_second, content=body,
-                      headers=standard.headers(body, now, "msg_1")).status_code == 202
+    assert (
+        httpx.post(
+            to_second, content=body, headers=standard.headers(body, now, "msg_1")
+        ).status_code
+        == 202
+    )
     Worker(runtime).run_until_idle()
     assert runtime.get(first).snapshot["context"]["paid"] == 1
     assert runtime.get(second).snapshot["context"]["paid"] == 1
@@ -177,8 +207,11 @@ def test_r5_standard_webhooks_and_github_deliveries_are_deduplicated_by_their_id
     event = orjson.dumps({"type": "APPROVE", "by": "octocat"})
     hook = {github.header: github.sign(event), "X-GitHub-Delivery": "72d3162e-cc78"}
     url = f"{base}/api/workflows/approval/runs/pr-1/events"
-    assert [httpx.post(url, content=event, headers=hook).status_code
-            for _ in range(3)] == [202, 200, 200]  # fmt: skip
+    assert [httpx.post(url, content=event, headers=hook).status_code for _ in range(3)] == [
+        202,
+        200,
+        200,
+    ]
     Worker(runtime).run_until_idle()
     assert runtime.get_by_key("approval", "pr-1").status == "done"
     assert runtime.dead_letters(runtime.get_by_key("approval", "pr-1").id) == []
@@ -192,17 +225,23 @@ def test_r5_an_idempotency_key_deduplicates_unsigned_events_even_twenty_posted_a
     runtime = Runtime(store, [payments])
     run_id = runtime.start("payments", key="acct-20")
     base = serve(create_api(runtime))
-    long_id = httpx.post(f"{base}/api/runs/{run_id}/events", headers={
-        "Idempotency-Key": "x" * 201}, json={"type": "payment_intent.succeeded"})
+    long_id = httpx.post(
+        f"{base}/api/runs/{run_id}/events",
+        headers={"Idempotency-Key": "x" * 201},
+        json={"type": "payment_intent.succeeded"},
+    )
     assert long_id.status_code == 422
     assert long_id.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
     barrier = threading.Barrier(20)
 
     def post(_: int) -> int:
         barrier.wait(10)
-        return httpx.post(f"{base}/api/runs/{run_id}/events", timeout=30,
-                          json={"type": "payment_intent.succeeded"},
-                          headers={"Idempotency-Key": "evt_20"}).status_code  # fmt: skip
+        return httpx.post(
+            f"{base}/api/runs/{run_id}/events",
+            timeout=30,
+            json={"type": "payment_intent.succeeded"},
+            headers={"Idempotency-Key": "evt_20"},
+        ).status_code
 
     with ThreadPoolExecutor(20) as pool:
         codes = sorted(pool.map(post, range(20)))
@@ -218,8 +257,11 @@ def test_r5_a_signed_start_without_a_key_posted_again_answers_the_first_run(
     runtime = Runtime(store, [payments, approval, fulfilment])
     stripe, slack = Signature.stripe("whsec_st"), Signature.slack("slack-secret")
     standard = Signature.standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-    base = serve(create_api(runtime, signatures={"payments": stripe, "approval": slack,
-                                                 "fulfilment": standard}))  # fmt: skip
+    base = serve(
+        create_api(
+            runtime, signatures={"payments": stripe, "approval": slack, "fulfilment": standard}
+        )
+    )
     now = int(time.time())
 
     def post(name: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
@@ -235,8 +277,7 @@ def test_r5_a_signed_start_without_a_key_posted_again_answers_the_first_run(
     assert post("approval", body, slack.headers(body, now - 1))[0] == 201
     # Stripe: the event's id (signed, in the body); a retry re-signed later is the same start
     event = orjson.dumps({"id": "evt_start_1", "input": {"amount": 7}})
-    stripe_posts = [post("payments", event, stripe.headers(event, now - lag))
-                    for lag in (0, 0, 30)]  # fmt: skip
+    stripe_posts = [post("payments", event, stripe.headers(event, now - lag)) for lag in (0, 0, 30)]
     assert [code for code, _ in stripe_posts] == [201, 200, 200]
     assert len({run for _, run in stripe_posts}) == 1
     # Standard Webhooks: the signed webhook-id, also after the first run has ended
@@ -245,11 +286,18 @@ def test_r5_a_signed_start_without_a_key_posted_again_answers_the_first_run(
     runtime.cancel(first[1])
     assert post("fulfilment", order, standard.headers(order, now, "msg_start")) == (200, first[1])
     assert post("fulfilment", order, standard.headers(order, now, "msg_other"))[0] == 201
-    assert {name: len(runtime.list(name=name)) for name in ("approval", "payments", "fulfilment")
-            } == {"approval": 2, "payments": 1, "fulfilment": 2}  # fmt: skip
+    assert {
+        name: len(runtime.list(name=name)) for name in ("approval", "payments", "fulfilment")
+    } == {"approval": 2, "payments": 1, "fulfilment": 2}
     # the key a start names is kept; the replay's key is shown on the run it started
-    assert post("approval", orjson.dumps({"key": "deal-k"}),
-                slack.headers(orjson.dumps({"key": "deal-k"}), now))[0] == 201  # fmt: skip
+    assert (
+        post(
+            "approval",
+            orjson.dumps({"key": "deal-k"}),
+            slack.headers(orjson.dumps({"key": "deal-k"}), now),
+        )[0]
+        == 201
+    )
     assert runtime.get(stripe_posts[0][1]).key == "delivery:evt_start_1"
 
 
@@ -258,8 +306,11 @@ def test_r5_standard_webhooks_signatures_match_the_specifications_test_vector() 
     body, stamp, msg = b'{"test": 2432232314}', 1614265330, "msg_p5jXN8AQM9LWM0D4loKWxJek"
     expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="  # the spec's example
     assert standard.sign(body, stamp, msg) == expected
-    headers = {"Webhook-Id": msg, "Webhook-Timestamp": str(stamp),
-               "Webhook-Signature": f"v1,bm9wZQ== {expected}"}  # a rolled secret's first
+    headers = {
+        "Webhook-Id": msg,
+        "Webhook-Timestamp": str(stamp),
+        "Webhook-Signature": f"v1,bm9wZQ== {expected}",
+    }  # a rolled secret's first
     assert standard.verify(body, headers, stamp * 1000 + 299_000) == msg
     with pytest.raises(SignatureError, match="301 s old"):
         standard.verify(body, headers, (stamp + 301) * 1000)
@@ -273,14 +324,15 @@ def test_r5_the_api_command_takes_the_providers_signatures(
     monkeypatch.setenv("STRIPE_SECRET", "whsec_x")
     monkeypatch.setenv("EMPTY_SECRET", " ")
     stripe = _signature("invoice=stripe:STRIPE_SECRET")
-    assert (stripe.scheme, stripe.header, stripe.tolerance_s) == ("stripe", "Stripe-Signature",
-                                                                  300)
+    assert (stripe.scheme, stripe.header, stripe.tolerance_s) == ("stripe", "Stripe-Signature", 300)
     plain = _signature("followup=STRIPE_SECRET@X-CRM-Signature")
     assert (plain.scheme, plain.header) == ("hmac", "X-CRM-Signature")
-    for bad, says in (("invoice=paypal:STRIPE_SECRET", "PROVIDER one of"),
-                      ("invoice=stripe:STRIPE_SECRET@X-H", "PROVIDER one of"),
-                      ("invoice=NO_SUCH_VARIABLE", "is not set"),
-                      ("invoice=EMPTY_SECRET", "the secret is empty")):  # fmt: skip
+    for bad, says in (
+        ("invoice=paypal:STRIPE_SECRET", "PROVIDER one of"),
+        ("invoice=stripe:STRIPE_SECRET@X-H", "PROVIDER one of"),
+        ("invoice=NO_SUCH_VARIABLE", "is not set"),
+        ("invoice=EMPTY_SECRET", "the secret is empty"),
+    ):
         with pytest.raises(SystemExit, match=says):
             _signature(bad)
 
@@ -315,8 +367,11 @@ def test_r6_once_signatures_are_configured_nothing_unsigned_is_open(
     assert len(runtime.list(name=payment.id)) == 1
     # the signed workflow's own webhooks still work without a token
     body = orjson.dumps({"type": "APPROVE", "by": "crm"})
-    signed = httpx.post(f"{base}/api/workflows/approval/runs/deal-r6/events", content=body,
-                        headers={signature.header: signature.sign(body)})  # fmt: skip
+    signed = httpx.post(
+        f"{base}/api/workflows/approval/runs/deal-r6/events",
+        content=body,
+        headers={signature.header: signature.sign(body)},
+    )
     assert signed.status_code == 202
 
     # with the token everything is open again; with allow_unsigned, as before
@@ -325,8 +380,14 @@ def test_r6_once_signatures_are_configured_nothing_unsigned_is_open(
     assert httpx.get(f"{tokened}/api/runs/{run_id}", headers=good).status_code == 200
     assert httpx.get(f"{tokened}/api/runs/{run_id}").status_code == 401
     runtime.start("approval", key="deal-r6b")
-    assert httpx.post(f"{tokened}/api/workflows/approval/runs/deal-r6b/events", content=body,
-                      headers={signature.header: signature.sign(body)}).status_code == 202
+    assert (
+        httpx.post(
+            f"{tokened}/api/workflows/approval/runs/deal-r6b/events",
+            content=body,
+            headers={signature.header: signature.sign(body)},
+        ).status_code
+        == 202
+    )
     opened = serve(create_api(runtime, signatures={"approval": signature}, allow_unsigned=True))
     assert httpx.get(f"{opened}/api/runs/{run_id}").status_code == 200
 
@@ -355,10 +416,14 @@ def test_r10_deeply_nested_json_answers_422_naming_the_depth_with_one_log_line_a
     base = serve(create_api(runtime))
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        started = httpx.post(f"{base}/api/workflows/approval/runs",
-                             content=b'{"key": "d2", "input": ' + _nested_text(depth) + b"}")
-        sent = httpx.post(f"{base}/api/runs/{run_id}/events",
-                          content=b'{"type": "APPROVE", "by": ' + _nested_text(depth) + b"}")
+        started = httpx.post(
+            f"{base}/api/workflows/approval/runs",
+            content=b'{"key": "d2", "input": ' + _nested_text(depth) + b"}",
+        )
+        sent = httpx.post(
+            f"{base}/api/runs/{run_id}/events",
+            content=b'{"type": "APPROVE", "by": ' + _nested_text(depth) + b"}",
+        )
     for answer in (started, sent):
         assert answer.status_code == 422, answer.text[:300]
         assert "nest deeper than 250 levels" in answer.json()["detail"][0]["msg"]
@@ -380,8 +445,11 @@ def test_r11_keys_no_url_can_reach_are_refused_at_start_naming_the_key(
     from machines.orders import order
 
     runtime = Runtime(store, [approval, order])
-    for key, why in (("a/b", "must not contain '/'"), ("", "must not be empty"),
-                     ("é" * 300, "600 bytes, over the 512")):  # fmt: skip
+    for key, why in (
+        ("a/b", "must not contain '/'"),
+        ("", "must not be empty"),
+        ("é" * 300, "600 bytes, over the 512"),
+    ):
         with pytest.raises(InvalidKeyError, match=why) as refused:
             runtime.start("approval", key=key)
         assert repr(key)[:20] in str(refused.value)
@@ -399,9 +467,16 @@ def test_r11_keys_no_url_can_reach_are_refused_at_start_naming_the_key(
 # -- R12: empty secrets ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [lambda: Signature(""), lambda: Signature("  "),
-                                  lambda: Signature.stripe(""), lambda: Signature.standard(""),
-                                  lambda: Signature.standard("whsec_not base64!")])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Signature(""),
+        lambda: Signature("  "),
+        lambda: Signature.stripe(""),
+        lambda: Signature.standard(""),
+        lambda: Signature.standard("whsec_not base64!"),
+    ],
+)
 def test_r12_a_signature_with_an_empty_or_unusable_secret_is_refused(
     make: Callable[[], Signature],
 ) -> None:
@@ -421,7 +496,7 @@ def _dribble(sends: list[tuple[socket.socket, bytes]], stop: threading.Event) ->
         for sock, data in sends:
             if position < len(data):
                 with contextlib.suppress(OSError):
-                    sock.sendall(data[position:position + 1])
+                    sock.sendall(data[position : position + 1])
         position += 1
         time.sleep(0.2)
 
@@ -433,8 +508,10 @@ def test_r14_slow_clients_of_the_ingress_and_the_ui_are_cut_off_by_header_and_bo
     base = serve(create_api(runtime), header_timeout_s=2.0, body_timeout_s=2.0)
     port = int(base.rsplit(":", 1)[1])
     headers_only = b"POST /api/workflows/approval/runs HTTP/1.1\r\nhost: x\r\n" + b"x" * 200
-    body_slow = (b"POST /api/workflows/approval/runs HTTP/1.1\r\nhost: x\r\n"
-                 b"content-type: application/json\r\ncontent-length: 200\r\n\r\n")  # fmt: skip
+    body_slow = (
+        b"POST /api/workflows/approval/runs HTTP/1.1\r\nhost: x\r\n"
+        b"content-type: application/json\r\ncontent-length: 200\r\n\r\n"
+    )
     sends = []
     for i in range(40):
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -445,10 +522,15 @@ def test_r14_slow_clients_of_the_ingress_and_the_ui_are_cut_off_by_header_and_bo
             sends.append((sock, headers_only))
     silent = socket.create_connection(("127.0.0.1", port), timeout=30)  # sends nothing at all
     # the UI is served the same way: its slow clients too
-    ui_port = int(serve(create_app(store, [approval]), header_timeout_s=2.0,
-                        body_timeout_s=2.0).rsplit(":", 1)[1])  # fmt: skip
-    ui_form = (b"POST /login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-"
-               b"urlencoded\r\ncontent-length: 100\r\n\r\n")  # fmt: skip
+    ui_port = int(
+        serve(create_app(store, [approval]), header_timeout_s=2.0, body_timeout_s=2.0).rsplit(
+            ":", 1
+        )[1]
+    )
+    ui_form = (
+        b"POST /login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-"
+        b"urlencoded\r\ncontent-length: 100\r\n\r\n"
+    )
     for i in range(6):
         sock = socket.create_connection(("127.0.0.1", ui_port), timeout=30)
         if i % 2:
@@ -485,14 +567,19 @@ def test_i44_an_input_the_workflow_cannot_start_from_is_a_422_naming_the_problem
 ) -> None:
     runtime = Runtime(store, [fulfilment])
     base = serve(create_api(runtime))
-    answer = httpx.post(f"{base}/api/workflows/fulfilment/runs",
-                        json={"key": "f-1", "input": {"id": 7}})  # fmt: skip
+    answer = httpx.post(
+        f"{base}/api/workflows/fulfilment/runs", json={"key": "f-1", "input": {"id": 7}}
+    )
     assert answer.status_code == 422
     (problem,) = answer.json()["detail"]
     assert problem["loc"] == ["body", "input"] and "KeyError: 'order_id'" in problem["msg"]
     assert runtime.list() == []
-    assert httpx.post(f"{base}/api/workflows/fulfilment/runs",
-                      json={"key": "f-1", "input": {"order_id": 7}}).status_code == 201
+    assert (
+        httpx.post(
+            f"{base}/api/workflows/fulfilment/runs", json={"key": "f-1", "input": {"order_id": 7}}
+        ).status_code
+        == 201
+    )
 
 
 def test_i44_runs_start_prints_one_line_for_an_input_the_workflow_cannot_start_from(
@@ -507,9 +594,25 @@ def test_i44_runs_start_prints_one_line_for_an_input_the_workflow_cannot_start_f
         (("--input", _nested_text(400).decode()), "deeper than 250"),
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "persistence.cli", "runs", "start", "fulfilment", "--store",
-             url, "--machines", "tests.persistence.workflows", *args],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "runs",
+                "start",
+                "fulfilment",
+                "--store",
+                url,
+                "--machines",
+                "tests.persistence.workflows",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 1
         assert "Traceback" not in done.stderr and expected in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr

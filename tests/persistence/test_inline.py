@@ -48,33 +48,56 @@ def three_steps(hook: Callable[[str], None] = _record) -> Any:
     fns = {"add_one": lambda x: x + 1, "double": lambda x: x * 2, "minus_three": lambda x: x - 3}
     states: dict[str, Any] = {}
     for i, name in enumerate(names):
-        states[name] = {"invoke": {
-            "id": name, "src": name, "input": lambda c, e: c["x"],
-            "onDone": {"target": names[i + 1] if i < 2 else "finished", "actions": "keep"}}}
+        states[name] = {
+            "invoke": {
+                "id": name,
+                "src": name,
+                "input": lambda c, e: c["x"],
+                "onDone": {"target": names[i + 1] if i < 2 else "finished", "actions": "keep"},
+            }
+        }
     states["finished"] = {"type": "final"}
 
     def actor(name: str) -> Callable[[int], int]:
         def run(x: int) -> int:
             hook(name)
             return fns[name](x)
+
         return run
 
     return create_machine(
-        {"id": "three_steps", "initial": "add_one", "context": lambda input: {"x": input["x"]},
-         "states": states, "output": lambda c, e: c["x"]},
+        {
+            "id": "three_steps",
+            "initial": "add_one",
+            "context": lambda input: {"x": input["x"]},
+            "states": states,
+            "output": lambda c, e: c["x"],
+        },
         actors={name: actor(name) for name in names},
         actions={"keep": assign({"x": lambda c, e: e["output"]})},
-    )  # fmt: skip
+    )
 
 
 approval = create_machine(
-    {"id": "approval", "initial": "asking", "context": {"by": None},
-     "states": {"asking": {"invoke": {"id": "ask", "src": "ask", "onDone": "waiting"}},
-                "waiting": {"on": {"APPROVE": {"target": "approved",
-                                               "actions": assign({"by": lambda c, e: e["by"]})}}},
-                "approved": {"type": "final"}}},
+    {
+        "id": "approval",
+        "initial": "asking",
+        "context": {"by": None},
+        "states": {
+            "asking": {"invoke": {"id": "ask", "src": "ask", "onDone": "waiting"}},
+            "waiting": {
+                "on": {
+                    "APPROVE": {
+                        "target": "approved",
+                        "actions": assign({"by": lambda c, e: e["by"]}),
+                    }
+                }
+            },
+            "approved": {"type": "final"},
+        },
+    },
     actors={"ask": lambda _input: "asked"},
-)  # fmt: skip
+)
 
 
 @pytest.fixture
@@ -99,15 +122,22 @@ def test_a_run_stepped_in_the_caller_writes_what_a_worker_writes(
     Worker(runtime).run_until_idle()
     mine, theirs = runtime.get(result.run_id), runtime.get(by_worker)
     for row in (mine, theirs):  # no claim of the run (its calls ran beside it), no lease left
-        assert (row.status, row.version, row.claim_count, row.lease_owner, row.wake_at) == \
-            ("done", 4, 0, None, None)
+        assert (row.status, row.version, row.claim_count, row.lease_owner, row.wake_at) == (
+            "done",
+            4,
+            0,
+            None,
+            None,
+        )
     assert mine.snapshot["output"] == theirs.snapshot["output"] == 9
 
     def records(run_id: str) -> list[tuple[Any, ...]]:
         calls = [(c.step, c.call_id, c.status, c.attempt) for c in store.list_calls(run_id)]
         attempts = [(a.attempt, a.outcome) for a in store.call_attempts(run_id)]
-        journal = [(j.step, j.event["type"], j.state_before, j.state_after)
-                   for j in store.list_events(run_id)]  # fmt: skip
+        journal = [
+            (j.step, j.event["type"], j.state_before, j.state_after)
+            for j in store.list_events(run_id)
+        ]
         return [*calls, *attempts, *journal]
 
     assert records(result.run_id) == records(by_worker)
@@ -157,12 +187,18 @@ def test_a_caller_that_lost_its_lease_writes_nothing(store: Store, ledger: Path)
     assert (row.version, row.claim_count, row.status) == (4, 0, "done")
     assert len(store.list_events(result.run_id)) == 3
     assert [(c.step, c.status, c.attempt) for c in store.list_calls(result.run_id)] == [
-        (1, "done", 2), (2, "done", 1), (3, "done", 1)]
+        (1, "done", 2),
+        (2, "done", 1),
+        (3, "done", 1),
+    ]
     first = [a for a in store.call_attempts(result.run_id) if a.idempotency_key.endswith(":1:0")]
     assert [(a.attempt, a.outcome) for a in first] == [(1, "lost"), (2, "done")]
     calls = {k: n for (_, k), n in _calls(ledger).items()}
-    assert calls == {call_key(f"{result.run_id}:1:0"): 2, call_key(f"{result.run_id}:2:0"): 1,
-                     call_key(f"{result.run_id}:3:0"): 1}
+    assert calls == {
+        call_key(f"{result.run_id}:1:0"): 2,
+        call_key(f"{result.run_id}:2:0"): 1,
+        call_key(f"{result.run_id}:3:0"): 1,
+    }
 
 
 def _store_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -187,9 +223,18 @@ def test_a_caller_killed_mid_run_leaves_it_to_a_worker(
     try:
         env = {**os.environ, KILL_AT: "double"}
         done = subprocess.run(
-            [sys.executable, "-c", "import sys; from tests.persistence.test_inline import "
-             "inline_main; inline_main(sys.argv[1])", url],
-            cwd=ROOT, env=env, timeout=60, check=False)  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import sys; from tests.persistence.test_inline import "
+                "inline_main; inline_main(sys.argv[1])",
+                url,
+            ],
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == -signal.SIGKILL
         runtime = Runtime(store, machines=[three_steps()])
         (run,) = runtime.list()
@@ -200,11 +245,17 @@ def test_a_caller_killed_mid_run_leaves_it_to_a_worker(
         Worker(runtime).run_until_idle()
         row = runtime.get(run.id)
         assert (row.status, row.snapshot["output"], row.claim_count) == ("done", 3, 0)
-        assert [a.outcome for a in store.call_attempts(run.id) if a.idempotency_key ==
-                held.idempotency_key] == ["lost", "done"]  # fmt: skip
+        assert [
+            a.outcome
+            for a in store.call_attempts(run.id)
+            if a.idempotency_key == held.idempotency_key
+        ] == ["lost", "done"]
         calls = {k: n for (_, k), n in _calls(ledger).items()}
-        assert calls == {call_key(f"{run.id}:1:0"): 1, call_key(f"{run.id}:2:0"): 2,
-                         call_key(f"{run.id}:3:0"): 1}
+        assert calls == {
+            call_key(f"{run.id}:1:0"): 1,
+            call_key(f"{run.id}:2:0"): 2,
+            call_key(f"{run.id}:3:0"): 1,
+        }
     finally:
         store.close()
 
@@ -251,9 +302,22 @@ def test_a_notify_wakes_an_idle_worker_in_another_process(
     store = open_store(url, migrate=True)
     log = tmp_path / "worker.log"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         "tests.persistence.test_inline:approval", "--poll-ms", "60000"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("wb"))  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.persistence.test_inline:approval",
+            "--poll-ms",
+            "60000",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     try:
         runtime = Runtime(store, machines=[approval])
         first = runtime.start("approval")  # taken by the worker's first claim, at its start

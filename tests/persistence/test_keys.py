@@ -106,12 +106,17 @@ def _slow_context(input: Any) -> dict[str, Any]:
     return {"approved_by": None}
 
 
-slow_approval = create_machine({
-    "id": "slow_approval", "initial": "waiting", "context": _slow_context,
-    "states": {"waiting": {"on": {"APPROVE": "approved"}}, "approved": {"type": "final"}},
-})
-instant = create_machine({"id": "instant", "initial": "done",
-                          "states": {"done": {"type": "final"}}})
+slow_approval = create_machine(
+    {
+        "id": "slow_approval",
+        "initial": "waiting",
+        "context": _slow_context,
+        "states": {"waiting": {"on": {"APPROVE": "approved"}}, "approved": {"type": "final"}},
+    }
+)
+instant = create_machine(
+    {"id": "instant", "initial": "done", "states": {"done": {"type": "final"}}}
+)
 
 
 def test_a_start_retried_while_the_keys_first_run_ends_returns_that_run(store: Store) -> None:
@@ -155,7 +160,8 @@ def test_simultaneous_starts_of_a_machine_final_at_once_start_one_run(store: Sto
 
 
 def test_allow_duplicate_still_starts_again_after_the_run_ended_under_the_key_lock(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     runtime = Runtime(store, [instant])
     first = runtime.start("instant", key="k", reuse="allow_duplicate")
     again = runtime.start("instant", key="k", reuse="allow_duplicate")

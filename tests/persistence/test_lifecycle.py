@@ -33,8 +33,15 @@ from tests.persistence.retention_workflows import BUG, LEDGER, MACHINES, pack
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
-OWNED = ("workflow_events", "workflow_effects", "workflow_inbox", "workflow_calls",
-         "workflow_call_attempts", "workflow_deliveries", "workflow_forks")  # fmt: skip
+OWNED = (
+    "workflow_events",
+    "workflow_effects",
+    "workflow_inbox",
+    "workflow_calls",
+    "workflow_call_attempts",
+    "workflow_deliveries",
+    "workflow_forks",
+)
 """The tables of rows a run owns (deleted with it)."""
 
 
@@ -79,7 +86,8 @@ def _gone(store: Store, run_id: str) -> None:
 
 # -- retention ------------------------------------------------------------------------------
 def test_purge_deletes_ended_runs_with_all_they_own_and_keeps_their_keys(
-        runtime: Runtime, clock: SimulatedClock) -> None:  # fmt: skip
+    runtime: Runtime, clock: SimulatedClock
+) -> None:
     done = _packing(runtime, key="order-1")
     runtime.deliver(done, {"type": "PACK"}, "delivery-1")  # a webhook's delivery, recorded
     _idle(runtime)
@@ -117,7 +125,8 @@ def test_purge_deletes_ended_runs_with_all_they_own_and_keeps_their_keys(
 
 
 def test_never_a_run_with_a_live_parent_or_a_live_child(
-        runtime: Runtime, clock: SimulatedClock) -> None:  # fmt: skip
+    runtime: Runtime, clock: SimulatedClock
+) -> None:
     parent = runtime.start("lc_parent")
     (child,) = runtime.children(parent)
     runtime.send(child.id, "FINISH")  # applied at rest: the child is done, its parent not yet
@@ -141,13 +150,13 @@ def test_never_a_run_with_a_live_parent_or_a_live_child(
 
 
 def test_per_workflow_retention_applied_in_bounded_passes(
-        store: Store, clock: SimulatedClock) -> None:  # fmt: skip
+    store: Store, clock: SimulatedClock
+) -> None:
     with pytest.raises(ValueError, match="not among the runtime's machines"):
         Runtime(store, MACHINES, clock=clock, retention={"no_such": "1d"})
     with pytest.raises(ValueError, match="not a duration"):
         Runtime(store, MACHINES, clock=clock, retention={"lc_quick": "soon"})
-    runtime = Runtime(store, MACHINES, clock=clock, retention={"lc_quick": "1d"},
-                      key_window="1h")  # fmt: skip
+    runtime = Runtime(store, MACHINES, clock=clock, retention={"lc_quick": "1d"}, key_window="1h")
     quick = [runtime.start("lc_quick", key=f"q{i}") for i in range(5)]
     order = _packing(runtime)
     runtime.send(order, "PACK")
@@ -164,8 +173,14 @@ def test_per_workflow_retention_applied_in_bounded_passes(
 
 
 def test_retention_named_in_the_definition(store: Store, clock: SimulatedClock) -> None:
-    brief = create_machine({"id": "lc_brief", "initial": "done", "meta": {"retention": "2h"},
-                            "states": {"done": {"type": "final"}}})  # fmt: skip
+    brief = create_machine(
+        {
+            "id": "lc_brief",
+            "initial": "done",
+            "meta": {"retention": "2h"},
+            "states": {"done": {"type": "final"}},
+        }
+    )
     runtime = Runtime(store, [*MACHINES, brief], clock=clock)
     assert runtime.retention.periods == {"lc_brief": 2 * HOUR}
     run_id = runtime.start("lc_brief", key="b1")
@@ -186,8 +201,10 @@ def _rows(url: str) -> dict[str, int]:
     dsn, _, schema = url.rpartition("schema=")
     with psycopg.connect(dsn.rstrip("?&")) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
-        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
-                for t in tables}  # fmt: skip
+        return {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
+            for t in tables
+        }
 
 
 Spawn = Callable[[], subprocess.Popen[bytes]]
@@ -201,10 +218,26 @@ def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Spawn]:
     def spawn() -> subprocess.Popen[bytes]:
         log = (tmp_path / f"worker{len(started)}.log").open("ab")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
-             "--machines", "tests.persistence.retention_workflows", "--lease-ms", "2000",
-             "--poll-ms", "20", "--log-level", "WARNING"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "worker",
+                "--store",
+                crash_url,
+                "--machines",
+                "tests.persistence.retention_workflows",
+                "--lease-ms",
+                "2000",
+                "--poll-ms",
+                "20",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         started.append(worker)
         return worker
 
@@ -215,7 +248,8 @@ def worker_process(crash_url: str, tmp_path: Path) -> Iterator[Spawn]:
 
 
 def test_purge_racing_a_worker_process(
-        crash_url: str, worker_process: Spawn, tmp_path: Path) -> None:  # fmt: skip
+    crash_url: str, worker_process: Spawn, tmp_path: Path
+) -> None:
     store = open_store(crash_url, migrate=True)
     try:
         runtime = Runtime(store, MACHINES)
@@ -244,8 +278,7 @@ def test_purge_racing_a_worker_process(
         store.close()
 
 
-def test_a_worker_process_applies_its_workflows_retention(
-        crash_url: str, tmp_path: Path) -> None:  # fmt: skip
+def test_a_worker_process_applies_its_workflows_retention(crash_url: str, tmp_path: Path) -> None:
     """`statecharts worker --retention lc_quick=1s`: the worker's own pass (at its first report,
     then every report interval) purges the runs of that workflow ended over a second ago, and
     their keys still answer; a workflow without retention keeps its runs."""
@@ -260,10 +293,26 @@ def test_a_worker_process_applies_its_workflows_retention(
         time.sleep(1.2)  # older than the retention
         log = (tmp_path / "worker.log").open("ab")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
-             "--machines", "tests.persistence.retention_workflows", "--retention",
-             "lc_quick=1s", "--poll-ms", "50", "--log-level", "INFO"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "persistence.cli",
+                "worker",
+                "--store",
+                crash_url,
+                "--machines",
+                "tests.persistence.retention_workflows",
+                "--retention",
+                "lc_quick=1s",
+                "--poll-ms",
+                "50",
+                "--log-level",
+                "INFO",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             deadline = time.monotonic() + 60
             while _rows(crash_url)["workflow_runs"] > 1:
@@ -281,7 +330,8 @@ def test_a_worker_process_applies_its_workflows_retention(
 
 
 def test_a_webhook_retried_after_its_run_was_purged_starts_nothing(
-        runtime: Runtime, clock: SimulatedClock, serve: Serve) -> None:  # fmt: skip
+    runtime: Runtime, clock: SimulatedClock, serve: Serve
+) -> None:
     base = serve(create_api(runtime))
     body = {"key": "evt_1", "input": None}
     first = httpx.post(f"{base}/api/workflows/lc_quick/runs", json=body)
@@ -292,9 +342,13 @@ def test_a_webhook_retried_after_its_run_was_purged_starts_nothing(
     assert runtime.purge("30m").purged == 1
     retried = httpx.post(f"{base}/api/workflows/lc_quick/runs", json=body)
     assert retried.status_code == 200
-    assert retried.json() | {"purged_at": 0} == {"id": run_id, "workflow_name": "lc_quick",
-                                                  "key": "evt_1", "status": "purged",
-                                                  "purged_at": 0}  # fmt: skip
+    assert retried.json() | {"purged_at": 0} == {
+        "id": run_id,
+        "workflow_name": "lc_quick",
+        "key": "evt_1",
+        "status": "purged",
+        "purged_at": 0,
+    }
     assert runtime.list(name="lc_quick") == []  # no second run
     lookup = httpx.get(f"{base}/api/workflows/lc_quick/runs/evt_1")
     assert lookup.status_code == 404 and "purged" in lookup.text
@@ -380,7 +434,7 @@ def test_reset_of_a_failed_run(runtime: Runtime) -> None:
     reset = runtime.reset(run_id, shipped)
     assert (reset.id, reset.status, reset.state) == (run_id, "active", "shipping")
     kept = runtime.store.list_events(run_id)
-    assert kept[:len(journal)] == journal  # the journal is kept ...
+    assert kept[: len(journal)] == journal  # the journal is kept ...
     assert kept[-1].event == {"type": "statecharts.reset", "step": shipped}  # ... and marked
     _idle(runtime)
     assert [name for name, _ in LEDGER] == ["charge", "ship", "ship"]  # shipped again,
@@ -397,8 +451,10 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
         runtime = Runtime(store, MACHINES)
         run_id = _packing(runtime, key="cli-1")
         machines = ["--machines", "tests.persistence.retention_workflows"]
-        assert cli_main(["runs", "fork", run_id[:8], "--step", "2", "--store", crash_url,
-                         *machines]) == 0  # fmt: skip
+        assert (
+            cli_main(["runs", "fork", run_id[:8], "--step", "2", "--store", crash_url, *machines])
+            == 0
+        )
         out = capsys.readouterr().out
         assert f"forked from {run_id} at step 2, in state shipping" in out
         fork_id = out.split(":")[0]
@@ -409,11 +465,26 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
             cli_main(["runs", "reset", run_id, "--step", "2", "--store", crash_url, *machines])
         runtime.send(run_id, "PACK")
         time.sleep(0.01)  # (the end time is in ms: the purge takes runs ended before now)
-        assert cli_main(["runs", "purge", "--ended-before", "0s", "--dry-run",
-                         "--store", crash_url]) == 0  # fmt: skip
+        assert (
+            cli_main(["runs", "purge", "--ended-before", "0s", "--dry-run", "--store", crash_url])
+            == 0
+        )
         assert "would purge 1 run(s)" in capsys.readouterr().out
-        assert cli_main(["runs", "purge", "--ended-before", "0s", "--workflow", "lc_order",
-                         "--store", crash_url]) == 0  # fmt: skip
+        assert (
+            cli_main(
+                [
+                    "runs",
+                    "purge",
+                    "--ended-before",
+                    "0s",
+                    "--workflow",
+                    "lc_order",
+                    "--store",
+                    crash_url,
+                ]
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert "purged 1 run(s) of lc_order" in out and "1 key(s)" in out
         with pytest.raises(SystemExit, match="not a duration"):
@@ -426,27 +497,50 @@ def test_cli_purge_fork_and_reset(crash_url: str, capsys: pytest.CaptureFixture[
 def test_the_worker_refuses_a_bad_retention_in_one_line(crash_url: str) -> None:
     store = open_store(crash_url, migrate=True)
     store.close()
-    worker = [sys.executable, "-m", "persistence.cli", "worker", "--store", crash_url,
-              "--machines", "tests.persistence.retention_workflows"]  # fmt: skip
-    for bad, said in ((["--retention", "lc_quik=30d"], "not among the runtime's machines"),
-                      (["--retention", "lc_quick=a month"], "not a duration"),
-                      (["--retention", "lc_quick"], "expected WORKFLOW=AGE"),
-                      (["--key-window=soon"], "not a duration")):  # fmt: skip
-        done = subprocess.run([*worker, *bad], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+    worker = [
+        sys.executable,
+        "-m",
+        "persistence.cli",
+        "worker",
+        "--store",
+        crash_url,
+        "--machines",
+        "tests.persistence.retention_workflows",
+    ]
+    for bad, said in (
+        (["--retention", "lc_quik=30d"], "not among the runtime's machines"),
+        (["--retention", "lc_quick=a month"], "not a duration"),
+        (["--retention", "lc_quick"], "expected WORKFLOW=AGE"),
+        (["--key-window=soon"], "not a duration"),
+    ):
+        done = subprocess.run([*worker, *bad], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode != 0 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
 
 
 def test_fork_under_encryption_keeps_the_journal_snapshots_sealed(
-        crash_url: str, clock: SimulatedClock) -> None:  # fmt: skip
+    crash_url: str, clock: SimulatedClock
+) -> None:
     card = "SeCrEt-5500-lifecycle-marked"
-    wallet = create_machine({
-        "id": "lc_wallet", "initial": "open", "context": lambda input: {"card": input},
-        "states": {"open": {"on": {"TOP_UP": {"target": "topped", "actions": assign(
-                               {"card": lambda c, e: c["card"] + "!"})}}},
-                   "topped": {"on": {"CLOSE": "closed"}}, "closed": {"type": "final"}},
-    })  # fmt: skip
+    wallet = create_machine(
+        {
+            "id": "lc_wallet",
+            "initial": "open",
+            "context": lambda input: {"card": input},
+            "states": {
+                "open": {
+                    "on": {
+                        "TOP_UP": {
+                            "target": "topped",
+                            "actions": assign({"card": lambda c, e: c["card"] + "!"}),
+                        }
+                    }
+                },
+                "topped": {"on": {"CLOSE": "closed"}},
+                "closed": {"type": "final"},
+            },
+        }
+    )
     store = open_store(crash_url, migrate=True)
     try:
         runtime = Runtime(store, [wallet], clock=clock, codec=KeyRing([("k1", bytes(32))]))
@@ -465,26 +559,43 @@ def _dump(url: str) -> str:
     """Every row of every table of the database at `url`, as text."""
     if url.startswith("sqlite"):
         with sqlite3.connect(url.split("///", 1)[1].split("?", 1)[0]) as db:
-            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
-                                               "type = 'table'")]  # fmt: skip
-            return "\n".join(f"{t} {row!r}" for t in tables
-                             for row in db.execute(f'SELECT * FROM "{t}"'))  # fmt: skip
+            tables = [
+                r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            return "\n".join(
+                f"{t} {row!r}" for t in tables for row in db.execute(f'SELECT * FROM "{t}"')
+            )
     dsn, _, schema = url.rpartition("schema=")
     with psycopg.connect(dsn.rstrip("?&")) as conn:
-        tables = [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
-                                             "WHERE table_schema = %s", (schema,))]  # fmt: skip
-        return "\n".join(f"{t} {row[0]}" for t in tables for row in conn.execute(
-            f'SELECT t::text FROM "{schema}"."{t}" AS t'))  # fmt: skip
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        ]
+        return "\n".join(
+            f"{t} {row[0]}"
+            for t in tables
+            for row in conn.execute(f'SELECT t::text FROM "{schema}"."{t}" AS t')
+        )
 
 
 def test_a_fork_and_a_reset_carry_the_search_attributes_of_their_step(
-        runtime: Runtime, store: Store, clock: SimulatedClock) -> None:  # fmt: skip
-    tiers = create_machine({
-        "id": "lc_tiers", "initial": "basic", "meta": {"search": ["tier"]},
-        "context": {"tier": "basic"},
-        "states": {"basic": {"on": {"UP": {"target": "gold", "actions": assign({"tier": "gold"})}}},
-                   "gold": {"on": {"BREAK": {"actions": assign(pack)}}}},
-    })  # fmt: skip
+    runtime: Runtime, store: Store, clock: SimulatedClock
+) -> None:
+    tiers = create_machine(
+        {
+            "id": "lc_tiers",
+            "initial": "basic",
+            "meta": {"search": ["tier"]},
+            "context": {"tier": "basic"},
+            "states": {
+                "basic": {"on": {"UP": {"target": "gold", "actions": assign({"tier": "gold"})}}},
+                "gold": {"on": {"BREAK": {"actions": assign(pack)}}},
+            },
+        }
+    )
     runtime = Runtime(store, [tiers], clock=clock)
     run_id = runtime.start("lc_tiers")
     runtime.send(run_id, "UP")

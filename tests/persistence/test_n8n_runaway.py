@@ -21,24 +21,41 @@ class Pages(Stubs):
     def __init__(self) -> None:
         super().__init__(0)
 
-    def call(self, node: str, inputs: list[list[dict[str, Any]]], outputs: int
-             ) -> list[list[dict[str, Any]]]:
+    def call(
+        self, node: str, inputs: list[list[dict[str, Any]]], outputs: int
+    ) -> list[list[dict[str, Any]]]:
         self.calls.append((node, inputs))
-        return [[{"json": {"page": len(self.calls)}}]][:max(outputs, 1)]
+        return [[{"json": {"page": len(self.calls)}}]][: max(outputs, 1)]
 
 
 def test_a_runaway_run_fails_durably_naming_the_loop(store: Store) -> None:
-    data = {"nodes": [{"name": n, "type": f"n8n-nodes-base.{t}", "typeVersion": 1,
-                       "position": [x, 0], "parameters": {}}
-                      for n, t, x in (("Go", "manualTrigger", 0), ("Fetch", "set", 200),
-                                      ("Page", "httpRequest", 400))],
-            "connections": connections([("Go", 0, "Fetch", 0), ("Fetch", 0, "Page", 0),
-                                        ("Page", 0, "Page", 0)])}
+    data = {
+        "nodes": [
+            {
+                "name": n,
+                "type": f"n8n-nodes-base.{t}",
+                "typeVersion": 1,
+                "position": [x, 0],
+                "parameters": {},
+            }
+            for n, t, x in (
+                ("Go", "manualTrigger", 0),
+                ("Fetch", "set", 200),
+                ("Page", "httpRequest", 400),
+            )
+        ],
+        "connections": connections(
+            [("Go", 0, "Fetch", 0), ("Fetch", 0, "Page", 0), ("Page", 0, "Page", 0)]
+        ),
+    }
     result = from_n8n(data, "w")
     result.primary.config["context"]["n8n"]["flow"]["max_runs"] = 30
     calls = Pages()
-    runtime = Runtime(store, [stub_machine(result, calls, widths_of(data))],
-                      clock=SimulatedClock(1_700_000_000_000))
+    runtime = Runtime(
+        store,
+        [stub_machine(result, calls, widths_of(data))],
+        clock=SimulatedClock(1_700_000_000_000),
+    )
     run_id = runtime.start("w")
     runtime.send(run_id, "GO")
     Worker(runtime, lease_ms=5000).run_until_idle()

@@ -19,20 +19,30 @@ def _lookup(input: Any) -> str:
     return "found"
 
 
-PASS_THROUGH = create_machine({"id": "pass_through", "initial": "deciding", "states": {
-    "deciding": {"always": "asking"},
-    "skipped": {},
-    "asking": {"invoke": {"id": "never", "src": "lookup", "onDone": "skipped"},
-               "always": "waiting"},
-    "waiting": {"invoke": {"id": "lookup", "src": "lookup"},
-                "on": {"xstate.done.actor.lookup": {"target": "holding"}}},
-    "holding": {"invoke": {"id": "held", "src": "lookup"}, "on": {"LEAVE": "done"}},
-    "done": {"type": "final"},
-}}, actors={"lookup": from_callable(_lookup)})
+PASS_THROUGH = create_machine(
+    {
+        "id": "pass_through",
+        "initial": "deciding",
+        "states": {
+            "deciding": {"always": "asking"},
+            "skipped": {},
+            "asking": {
+                "invoke": {"id": "never", "src": "lookup", "onDone": "skipped"},
+                "always": "waiting",
+            },
+            "waiting": {
+                "invoke": {"id": "lookup", "src": "lookup"},
+                "on": {"xstate.done.actor.lookup": {"target": "holding"}},
+            },
+            "holding": {"invoke": {"id": "held", "src": "lookup"}, "on": {"LEAVE": "done"}},
+            "done": {"type": "final"},
+        },
+    },
+    actors={"lookup": from_callable(_lookup)},
+)
 
 
-def test_durable_runtime_never_starts_an_invocation_of_a_state_left_at_once(
-        store: Store) -> None:
+def test_durable_runtime_never_starts_an_invocation_of_a_state_left_at_once(store: Store) -> None:
     CALLS.clear()
     clock = SimulatedClock(1_700_000_000_000)
     runtime = Runtime(store, [PASS_THROUGH], clock=clock)

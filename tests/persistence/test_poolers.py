@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _tables(pg_dsn: str, schema: str) -> set[str]:
     """The tables in `schema`, read directly from the server."""
     with psycopg.connect(pg_dsn) as conn:
-        rows = conn.execute("SELECT table_name FROM information_schema.tables WHERE "
-                            "table_schema = %s", (schema,)).fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -77,8 +78,13 @@ def test_schema_without_the_option_names_the_refused_startup_parameter(
 def test_the_cli_reports_the_refused_startup_parameter(pgbouncer: Bouncer, pg_schema: str) -> None:
     """What a user runs: `statecharts db upgrade` exits with the cause and the fix."""
     url = pgbouncer.url("transaction", pg_schema).replace("pooler=transaction&", "")
-    done = subprocess.run([sys.executable, "-m", "persistence.cli", "db", "upgrade", "--store",
-                           url], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "persistence.cli", "db", "upgrade", "--store", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert "unsupported startup parameter: options" in done.stderr
     assert "?pooler=transaction" in done.stderr
@@ -127,8 +133,9 @@ def test_forty_concurrent_starts_through_transaction_mode(
     """40 threads start and finish 5 runs each at once through 16 client connections that
     share PgBouncer's 8 server connections: every start and event succeeds (psycopg's
     prepared statements, which did not, are off) and every run ends approved."""
-    store = PostgresStore(pgbouncer.dsn("transaction"), schema=pg_schema, pooler="transaction",
-                          max_size=16)  # fmt: skip
+    store = PostgresStore(
+        pgbouncer.dsn("transaction"), schema=pg_schema, pooler="transaction", max_size=16
+    )
     try:
         store.migrate()
         runtime = Runtime(store, [approval])
@@ -175,8 +182,7 @@ def test_a_pooler_is_detected_without_any_option(
         assert "a connection pooler sits between this store and PostgreSQL" in caplog.text
     finally:
         store.close()
-    assert not any(t.name == "statecharts-listen" and t.is_alive()
-                   for t in threading.enumerate())  # fmt: skip
+    assert not any(t.name == "statecharts-listen" and t.is_alive() for t in threading.enumerate())
 
 
 def _notify_from_elsewhere(dsn: str, schema: str) -> None:
@@ -184,8 +190,10 @@ def _notify_from_elsewhere(dsn: str, schema: str) -> None:
     through the pooler."""
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn, conn.transaction():
         conn.execute(f"SET LOCAL search_path TO {schema}")
-        conn.execute("SELECT pg_notify(left('statecharts_wake_' || current_schema(), 63), %s)",
-                     (uuid.uuid4().hex,))  # fmt: skip
+        conn.execute(
+            "SELECT pg_notify(left('statecharts_wake_' || current_schema(), 63), %s)",
+            (uuid.uuid4().hex,),
+        )
 
 
 @pytest.mark.parametrize("mode", ["transaction", "session"])
@@ -217,8 +225,9 @@ def test_behind_a_transaction_pooler_without_listen_dsn_workers_poll(
     try:
         store.wakeup()
         assert "found by polling" in caplog.text
-        assert not any(t.name == "statecharts-listen" and t.is_alive()
-                       for t in threading.enumerate())  # fmt: skip
+        assert not any(
+            t.name == "statecharts-listen" and t.is_alive() for t in threading.enumerate()
+        )
     finally:
         store.close()
 
@@ -240,9 +249,12 @@ def test_a_pool_that_cannot_connect_says_why(pgbouncer: Bouncer) -> None:
     """A caller's pool whose connections PgBouncer refuses (its own `options`): the first
     call does not end as a bare "couldn't get a connection after 1.00 sec" but with the
     refusal and the fix."""
-    pool = psycopg_pool.ConnectionPool(pgbouncer.dsn("transaction"), open=True, timeout=1.0,
-                                       kwargs={"autocommit": True,
-                                               "options": "-c statement_timeout=5s"})  # fmt: skip
+    pool = psycopg_pool.ConnectionPool(
+        pgbouncer.dsn("transaction"),
+        open=True,
+        timeout=1.0,
+        kwargs={"autocommit": True, "options": "-c statement_timeout=5s"},
+    )
     store = PostgresStore(pool=pool, pooler="transaction")
     try:
         with pytest.raises(StoreURLError, match="unsupported startup parameter: options"):

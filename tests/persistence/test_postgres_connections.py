@@ -35,8 +35,15 @@ def one(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
 
 
 def _run(key: str | None = None, state: str = "a") -> NewRun:
-    return NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v1", key=key,
-                  state=state, snapshot={"value": "a", "n": 1}, wake_at=None)  # fmt: skip
+    return NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name="order",
+        workflow_version="v1",
+        key=key,
+        state=state,
+        snapshot={"value": "a", "n": 1},
+        wake_at=None,
+    )
 
 
 def test_refused_values_and_conflicts_give_the_connection_back(one: PostgresStore) -> None:
@@ -55,8 +62,10 @@ def test_a_failed_transaction_is_rolled_back_and_the_next_statement_is_its_own(
     one: PostgresStore,
 ) -> None:
     with pytest.raises(StoreEncodingError), one._write() as conn:
-        conn.execute("INSERT INTO workflow_schedules (name, last_fire_at, version) "
-                     "VALUES ('nightly', now(), 1)")  # fmt: skip
+        conn.execute(
+            "INSERT INTO workflow_schedules (name, last_fire_at, version) "
+            "VALUES ('nightly', now(), 1)"
+        )
         conn.execute("SELECT %s::text", ("a\x00b",))
     with one._connection() as conn:  # the one connection, idle: the insert was rolled back
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -68,8 +77,10 @@ def test_a_transaction_left_open_in_a_block_is_committed_when_it_ends(
 ) -> None:
     with one._connection() as conn:
         conn.execute("BEGIN")
-        conn.execute("INSERT INTO workflow_schedules (name, last_fire_at, version) "
-                     "VALUES ('nightly', now(), 1)")  # fmt: skip
+        conn.execute(
+            "INSERT INTO workflow_schedules (name, last_fire_at, version) "
+            "VALUES ('nightly', now(), 1)"
+        )
     with one._connection() as conn:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert conn.execute("SELECT name FROM workflow_schedules").fetchall() == [("nightly",)]
@@ -93,9 +104,14 @@ def test_a_callers_pool_is_configured_and_gets_its_connections_back(
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-    pool = psycopg_pool.ConnectionPool(pg_dsn, kwargs={"autocommit": True,
-                                       "options": f"-c search_path={pg_schema}"},
-                                       min_size=1, max_size=1, timeout=2, open=True)  # fmt: skip
+    pool = psycopg_pool.ConnectionPool(
+        pg_dsn,
+        kwargs={"autocommit": True, "options": f"-c search_path={pg_schema}"},
+        min_size=1,
+        max_size=1,
+        timeout=2,
+        open=True,
+    )
     try:
         store = PostgresStore(pool=pool)
         store.migrate()
@@ -113,9 +129,15 @@ def test_sends_stepped_from_rest_in_one_pipeline_keep_the_one_connection_usable(
     from persistence.runtime import Runtime
     from statecharts import assign, create_machine
 
-    machine = create_machine({"id": "counter", "initial": "idle", "context": {"n": 0},
-                              "states": {"idle": {"on": {"INC": {"actions": "inc"}}}}},
-                             actions={"inc": assign({"n": lambda c, e: c["n"] + 1})})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "counter",
+            "initial": "idle",
+            "context": {"n": 0},
+            "states": {"idle": {"on": {"INC": {"actions": "inc"}}}},
+        },
+        actions={"inc": assign({"n": lambda c, e: c["n"] + 1})},
+    )
     runtime = Runtime(one, machines=[machine])
     other_store = PostgresStore(pg_dsn, schema=pg_schema, max_size=1)
     try:
@@ -165,12 +187,18 @@ def test_a_step_commit_picked_as_a_deadlock_victim_is_run_again_not_failed(
     the commit again after a backoff, logged, and both steps are written: no error reaches
     the worker, whose step's effects have already run (before, it raised)."""
     store = pool_of_two
-    runs = [store.create_run(NewRun(str(uuid.uuid4()), "order", "v1", None, "a", {"n": 0},
-                                    wake_at=T0), [], T0)[0] for _ in range(2)]  # fmt: skip
+    runs = [
+        store.create_run(
+            NewRun(str(uuid.uuid4()), "order", "v1", None, "a", {"n": 0}, wake_at=T0), [], T0
+        )[0]
+        for _ in range(2)
+    ]
     claimed = {r.id: r for r in store.claim_runs("w", T0, 60_000, 10)}
     first, second = (claimed[r.id] for r in runs)
-    commits = [StepCommit(r.id, "w", r.version, "b", {"n": 1}, "active", wake_at=T0 + 1)
-               for r in (first, second)]  # fmt: skip
+    commits = [
+        StepCommit(r.id, "w", r.version, "b", {"n": 1}, "active", wake_at=T0 + 1)
+        for r in (first, second)
+    ]
     caplog.set_level(logging.WARNING, "statecharts.store")
     with psycopg.connect(pg_dsn, options=f"-c search_path={pg_schema}") as other:
         other.execute("SET deadlock_timeout = '30s'")  # (so the commit's check finds it)
@@ -179,9 +207,17 @@ def test_a_step_commit_picked_as_a_deadlock_victim_is_run_again_not_failed(
         commit = threading.Thread(target=lambda: out.append(store.commit_steps(commits, T0 + 1)))
         commit.start()
         with psycopg.connect(pg_dsn, autocommit=True) as watch:  # it waits for the second row
-            wait_for(lambda: watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (other.info.backend_pid,)).fetchone() == (1,), 30)  # fmt: skip
+            wait_for(
+                lambda: (
+                    watch.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE %s = ANY(pg_blocking_pids(pid))",
+                        (other.info.backend_pid,),
+                    ).fetchone()
+                    == (1,)
+                ),
+                30,
+            )
         # the first row is the commit's now: asking for it closes the cycle; the commit's
         # backend finds it (1 s) and is rolled back, and this statement gets the row
         other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (first.id,))

@@ -21,10 +21,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _worker(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url,
-         "--machines", "tests.persistence.workflows", "--lease-ms", "1000", "--poll-ms", "20",
-         "--log-level", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.persistence.workflows",
+            "--lease-ms",
+            "1000",
+            "--poll-ms",
+            "20",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
 
 
 def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -48,8 +65,11 @@ def test_sigkill_while_waiting_to_retry_keeps_due_time_and_key(
 
     first = _worker(url, env, tmp_path / "worker1.log")
     try:
-        _wait(lambda: store.get_run(run_id).state == "charging.waiting_to_retry", 30,
-              "the first attempt to fail")
+        _wait(
+            lambda: store.get_run(run_id).state == "charging.waiting_to_retry",
+            30,
+            "the first attempt to fail",
+        )
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     finally:

@@ -59,8 +59,12 @@ def test_a_multi_step_workflow_runs_each_side_effect_once(
     drain(Worker(runtime, lease_ms=5000), clock)
     for run_id, amount in zip(ids, (5, 7)):
         run = runtime.get(run_id)
-        assert (run.status, run.state, run.lease_owner, run.wake_at) == ("done", "shipped", None,
-                                                                         None)  # fmt: skip
+        assert (run.status, run.state, run.lease_owner, run.wake_at) == (
+            "done",
+            "shipped",
+            None,
+            None,
+        )
         assert run.completed_at is not None
         snap = runtime.snapshot(run_id)
         assert snap.context["receipt"] == call_key(f"{run_id}:1:0")
@@ -69,12 +73,18 @@ def test_a_multi_step_workflow_runs_each_side_effect_once(
         assert [(e.kind, e.status) for e in effects] == [("action", "done"), ("emit", "done")]
         # the invoked functions are calls beside the run: each done in one attempt
         assert [(c.call_id, c.status, c.attempt) for c in store.list_calls(run_id)] == [
-            ("charge", "done", 1), ("reserve", "done", 1), ("ship", "done", 1),
-        ]  # fmt: skip
+            ("charge", "done", 1),
+            ("reserve", "done", 1),
+            ("ship", "done", 1),
+        ]
         assert [a.outcome for a in store.call_attempts(run_id)] == ["done"] * 3
         journal = [e.event["type"] for e in store.list_events(run_id)]
-        assert journal == ["xstate.done.actor.charge", "xstate.done.actor.reserve",
-                           "xstate.after.30.order.cooling", "xstate.done.actor.ship"]  # fmt: skip
+        assert journal == [
+            "xstate.done.actor.charge",
+            "xstate.done.actor.reserve",
+            "xstate.after.30.order.cooling",
+            "xstate.done.actor.ship",
+        ]
     calls = ledger.execute("SELECT name, key FROM calls ORDER BY rowid").fetchall()
     assert len(calls) == 8 and len({k for _, k in calls}) == 8
     assert sorted(a for (a,) in ledger.execute("SELECT amount FROM charges")) == [5, 7]
@@ -119,11 +129,14 @@ def test_sent_events_are_applied_in_order_and_ended_runs_refuse_events(
     runtime.send(run_id, "REJECT")  # comes after the event that ends the run: a dead letter
     assert Worker(runtime).run_until_idle() == 1
     run = runtime.get(run_id)
-    assert (run.status, run.state, run.snapshot["context"]) == ("done", "approved",
-                                                                {"approved_by": "ann"})  # fmt: skip
+    assert (run.status, run.state, run.snapshot["context"]) == (
+        "done",
+        "approved",
+        {"approved_by": "ann"},
+    )
     assert [(e.event["type"], e.state_after) for e in store.list_events(run_id)] == [
         ("APPROVE", "approved"),
-    ]  # fmt: skip
+    ]
     assert [(d.event["type"], d.reason) for d in runtime.dead_letters(run_id)] == [
         ("REJECT", "the run ended (done) before this event was applied"),
     ]
@@ -137,11 +150,16 @@ def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
 ) -> None:
     # an entry action is an effect of the run's step: a worker holds the run while it runs
     noting = create_machine(
-        {"id": "noting", "initial": "noted",
-         "states": {"noted": {"entry": "notify", "on": {"DONE": "over"}},
-                    "over": {"type": "final"}}},
+        {
+            "id": "noting",
+            "initial": "noted",
+            "states": {
+                "noted": {"entry": "notify", "on": {"DONE": "over"}},
+                "over": {"type": "final"},
+            },
+        },
         actions={"notify": workflows.notify},
-    )  # fmt: skip
+    )
     runtime = Runtime(store, [approval, order, noting], clock=clock)
     idle = runtime.start("approval")
     assert runtime.cancel(idle, "not needed") == "cancelled"
@@ -151,8 +169,7 @@ def test_cancel_idle_run_and_cancel_of_a_run_a_worker_holds(
     # a run whose call an executor is running is not held: the cancel ends it at once and
     # stops the call (its late result is dropped)
     calling = runtime.start("order")
-    assert [c.call_id for c in store.claim_calls("someone", clock.now(), 10_000, 10)] == [
-        "charge"]
+    assert [c.call_id for c in store.claim_calls("someone", clock.now(), 10_000, 10)] == ["charge"]
     assert store.claim_runs("someone", clock.now(), 10_000, 10) == []
     assert runtime.cancel(calling, "changed my mind") == "cancelled"
     assert [c.status for c in store.list_calls(calling)] == ["stopped"]
@@ -174,9 +191,18 @@ def test_unrestorable_snapshot_fails_that_run_only(store: Store, clock: Simulate
     bad, good = runtime.start("approval"), runtime.start("approval")
     version = store.claim_runs("tamper", clock.now() + DAY, 1000, 1)[0].version
     broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
-    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
-                                 state="?", snapshot=broken, status="active",
-                                 wake_at=clock.now()), clock.now())  # fmt: skip
+    store.commit_step(
+        StepCommit(
+            run_id=bad,
+            owner="tamper",
+            expected_version=version,
+            state="?",
+            snapshot=broken,
+            status="active",
+            wake_at=clock.now(),
+        ),
+        clock.now(),
+    )
     runtime.send(good, "APPROVE")
     Worker(runtime).run_until_idle()
     failed = runtime.get(bad)
@@ -222,15 +248,22 @@ def test_invoked_actor_errors_route_to_on_error_with_the_idempotency_key(
 
     machine = create_machine(
         {
-            "id": "payer", "initial": "paying",
+            "id": "payer",
+            "initial": "paying",
             "states": {
-                "paying": {"invoke": {"id": "pay", "src": "pay", "input": 12,
-                                      "onError": {"target": "failed"}}},
+                "paying": {
+                    "invoke": {
+                        "id": "pay",
+                        "src": "pay",
+                        "input": 12,
+                        "onError": {"target": "failed"},
+                    }
+                },
                 "failed": {"type": "final"},
             },
         },
         actors={"pay": flaky},
-    )  # fmt: skip
+    )
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("payer")
     Worker(runtime).run_until_idle()
@@ -267,8 +300,7 @@ def test_a_definition_with_a_migration_takes_over_old_runs(
     v1 = create_machine(config_v1)
     runtime_v1 = Runtime(store, [v1], clock=clock)
     run_id = runtime_v1.start("approval")
-    config_v2 = {**config_v1, "version": "2",
-                 "context": {"approved_by": None, "channel": None}}  # fmt: skip
+    config_v2 = {**config_v1, "version": "2", "context": {"approved_by": None, "channel": None}}
 
     def from_v1(data: dict[str, Any]) -> dict[str, Any]:
         return {**data, "context": {**data["context"], "channel": "email"}}
@@ -327,9 +359,17 @@ def test_stale_driver_cannot_overwrite_a_run_taken_over(
     clock.advance(1001)  # its lease expired without a heartbeat
     assert Worker(runtime).run_until_idle() == 1
     with pytest.raises(ConflictError):
-        store.commit_step(StepCommit(run_id=run_id, owner="stale-worker",
-                                     expected_version=stale.version, state="rejected",
-                                     snapshot={}, status="done"), clock.now())  # fmt: skip
+        store.commit_step(
+            StepCommit(
+                run_id=run_id,
+                owner="stale-worker",
+                expected_version=stale.version,
+                state="rejected",
+                snapshot={},
+                status="done",
+            ),
+            clock.now(),
+        )
     assert runtime.get(run_id).state == "approved"
 
 
@@ -337,7 +377,12 @@ def test_workflows_module_exposes_machines() -> None:
     from persistence.runtime import machines_from
 
     assert {m.id for m in machines_from(vars(workflows).values())} == {
-        "order", "approval", "retrying", "payments", "fulfilment"}
+        "order",
+        "approval",
+        "retrying",
+        "payments",
+        "fulfilment",
+    }
 
 
 def test_inline_actions_run_from_their_outbox_record_with_the_key(
@@ -349,9 +394,13 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
         calls.append((dict(context), idempotency_key))
 
     machine = create_machine(
-        {"id": "greeter", "initial": "a", "context": {"who": "ann"},
-         "states": {"a": {"entry": [greet], "on": {"GO": "b"}}, "b": {"type": "final"}}},
-    )  # fmt: skip
+        {
+            "id": "greeter",
+            "initial": "a",
+            "context": {"who": "ann"},
+            "states": {"a": {"entry": [greet], "on": {"GO": "b"}}, "b": {"type": "final"}},
+        },
+    )
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("greeter")
     Worker(runtime).run_until_idle()
@@ -375,16 +424,24 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, 
         return "ok"
 
     machine = create_machine(
-        {"id": "slow", "initial": "a",
-         "states": {"a": {"invoke": {"id": "s", "src": "slow", "onDone": "b"}},
-                    "b": {"type": "final"}}},
+        {
+            "id": "slow",
+            "initial": "a",
+            "states": {
+                "a": {"invoke": {"id": "s", "src": "slow", "onDone": "b"}},
+                "b": {"type": "final"},
+            },
+        },
         actors={"slow": slow},
-    )  # fmt: skip
+    )
     # a limited call runs in its run's step: the worker's heartbeat renews the run's lease;
     # a call beside its run: the executor renews the call's lease (the run is not held)
     limited = site == "limited"
-    runtime = Runtime(store, [in_step(machine) if limited else machine],
-                      limits=IN_STEP_LIMITS if limited else None)  # fmt: skip
+    runtime = Runtime(
+        store,
+        [in_step(machine) if limited else machine],
+        limits=IN_STEP_LIMITS if limited else None,
+    )
     run_id = runtime.start("slow")
     worker = Worker(runtime, lease_ms=lease_ms, poll_ms=10)
     thread = threading.Thread(target=worker.run)
@@ -428,14 +485,21 @@ def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_rest
         return "paid"
 
     config = {
-        "id": "payment", "initial": "paying",
+        "id": "payment",
+        "initial": "paying",
         "states": {
-            "paying": {"invoke": {"id": "pay", "src": "pay", "input": 5, "onDone": "paid",
-                                  "retry": {"max_attempts": 5, "initial_interval": 60_000,
-                                            "backoff": "fixed"}}},
+            "paying": {
+                "invoke": {
+                    "id": "pay",
+                    "src": "pay",
+                    "input": 5,
+                    "onDone": "paid",
+                    "retry": {"max_attempts": 5, "initial_interval": 60_000, "backoff": "fixed"},
+                }
+            },
             "paid": {"type": "final"},
         },
-    }  # fmt: skip
+    }
     machine = create_machine(config, actors={"pay": pay})
     runtime = Runtime(store_factory(), [machine], clock=clock)
     run_id = runtime.start("payment")
@@ -459,21 +523,36 @@ def test_a_retried_call_waits_durably_and_keeps_its_key_across_attempts_and_rest
     assert keys[0] == call_key(f"{run_id}:1:0", retry_key)  # the run's id and the call's record
 
 
-@pytest.mark.parametrize("retry", [{"retry": {"max_attempts": 1}}, {}],
-                         ids=["with-retry", "onFinalFailure_skip_without_retry"])
-def test_a_skipped_call_ends_the_run_done_partial(store: Store, clock: SimulatedClock,
-                                                  retry: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "retry",
+    [{"retry": {"max_attempts": 1}}, {}],
+    ids=["with-retry", "onFinalFailure_skip_without_retry"],
+)
+def test_a_skipped_call_ends_the_run_done_partial(
+    store: Store, clock: SimulatedClock, retry: dict[str, Any]
+) -> None:
     def enrich(item: Any) -> Any:
         raise ValueError("no such company")
 
     machine = create_machine(
-        {"id": "crm", "initial": "enriching",
-         "states": {
-             "enriching": {"invoke": {"id": "enrich", "src": "enrich", "onDone": "done",
-                                      **retry, "onFinalFailure": "skip"}},
-             "done": {"type": "final"}}},
+        {
+            "id": "crm",
+            "initial": "enriching",
+            "states": {
+                "enriching": {
+                    "invoke": {
+                        "id": "enrich",
+                        "src": "enrich",
+                        "onDone": "done",
+                        **retry,
+                        "onFinalFailure": "skip",
+                    }
+                },
+                "done": {"type": "final"},
+            },
+        },
         actors={"enrich": enrich},
-    )  # fmt: skip
+    )
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("crm")
     Worker(runtime).run_until_idle()
@@ -493,20 +572,47 @@ def test_engine_actor_logic_kinds_in_a_worker(store: Store, clock: SimulatedCloc
         return None
 
     machine = create_machine(
-        {"id": "kinds", "initial": "one", "context": {},
-         "states": {
-             "one": {"invoke": {"id": "c", "src": "double", "input": 21, "onDone": {
-                 "target": "two", "actions": "keep"}}},
-             "two": {"invoke": {"id": "a", "src": "fetch", "input": "x", "onDone": {
-                 "target": "three", "actions": "keep"}}},
-             "three": {"invoke": {"id": "cb", "src": "stream", "onError": {
-                 "target": "four", "actions": "keep_error"}}},
-             "four": {"type": "final"}}},
-        actors={"double": from_callable(lambda n: n * 2, name="double"),
-                "fetch": from_async(fetch), "stream": from_callback(stream)},
-        actions={"keep": assign(lambda c, e: {**c, e["type"]: e["output"]}),
-                 "keep_error": assign(lambda c, e: {**c, "error": e["error"]["message"]})},
-    )  # fmt: skip
+        {
+            "id": "kinds",
+            "initial": "one",
+            "context": {},
+            "states": {
+                "one": {
+                    "invoke": {
+                        "id": "c",
+                        "src": "double",
+                        "input": 21,
+                        "onDone": {"target": "two", "actions": "keep"},
+                    }
+                },
+                "two": {
+                    "invoke": {
+                        "id": "a",
+                        "src": "fetch",
+                        "input": "x",
+                        "onDone": {"target": "three", "actions": "keep"},
+                    }
+                },
+                "three": {
+                    "invoke": {
+                        "id": "cb",
+                        "src": "stream",
+                        "onError": {"target": "four", "actions": "keep_error"},
+                    }
+                },
+                "four": {"type": "final"},
+            },
+        },
+        actors={
+            "double": from_callable(lambda n: n * 2, name="double"),
+            "fetch": from_async(fetch),
+            "stream": from_callback(stream),
+        },
+        actions={
+            "keep": assign(lambda c, e: {**c, e["type"]: e["output"]}),
+            "keep_error": assign(lambda c, e: {**c, "error": e["error"]["message"]}),
+        },
+    )
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("kinds")
     Worker(runtime).run_until_idle()
@@ -548,16 +654,24 @@ def test_a_failed_run_starts_its_error_workflow_exactly_once(
         raise PermissionError("card declined")
 
     failing = create_machine(
-        {"id": "billing", "initial": "charging", "meta": {"error_workflow": "on_failure"},
-         "states": {"charging": {"invoke": {"id": "charge", "src": "charge"}}}},
+        {
+            "id": "billing",
+            "initial": "charging",
+            "meta": {"error_workflow": "on_failure"},
+            "states": {"charging": {"invoke": {"id": "charge", "src": "charge"}}},
+        },
         actors={"charge": charge},
-    )  # fmt: skip
+    )
     handler = create_machine(
-        {"id": "on_failure", "initial": "alerting", "context": lambda input: {"failure": input},
-         "meta": {"error_workflow": "on_failure"},  # would loop: must not trigger itself
-         "states": {"alerting": {"entry": "page"}}},
+        {
+            "id": "on_failure",
+            "initial": "alerting",
+            "context": lambda input: {"failure": input},
+            "meta": {"error_workflow": "on_failure"},  # would loop: must not trigger itself
+            "states": {"alerting": {"entry": "page"}},
+        },
         actions={"page": lambda c, e: (_ for _ in ()).throw(RuntimeError("pager down"))},
-    )  # fmt: skip
+    )
     runtime = Runtime(store, [failing, handler], clock=clock)
     run_id = runtime.start("billing")
     Worker(runtime).run_until_idle()
@@ -568,8 +682,10 @@ def test_a_failed_run_starts_its_error_workflow_exactly_once(
     assert handlers[0].key == f"error-of:{run_id}"
     failure = handlers[0].snapshot["context"]["failure"]
     assert (failure["run_id"], failure["workflow"], failure["state"]) == (
-        run_id, "billing", "charging",
-    )  # fmt: skip
+        run_id,
+        "billing",
+        "charging",
+    )
     assert failure["error"] == {"name": "PermissionError", "message": "card declined"}
     assert (failure["key"], failure["failed_at"], failure["dry_run"]) == (None, clock.now(), False)
     assert handlers[0].status == "error"  # the handler failed too, and started nothing more
@@ -622,9 +738,14 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
             self.keys.append(idempotency_key)
 
     record = Recorder()
-    machine = create_machine({"id": "noted", "initial": "a", "states": {
-        "a": {"entry": "note", "on": {"GO": "b"}}, "b": {"type": "final"}}},
-        actions={"note": record})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "noted",
+            "initial": "a",
+            "states": {"a": {"entry": "note", "on": {"GO": "b"}}, "b": {"type": "final"}},
+        },
+        actions={"note": record},
+    )
     runtime = Runtime(store, [machine], clock=clock)
     run_id = runtime.start("noted")
     drain(Worker(runtime), clock, rounds=2)
@@ -641,11 +762,25 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
         together.wait()
         return n
 
-    machine = create_machine({"id": "meet", "initial": "calling", "states": {
-        "calling": {"invoke": {"src": "rendezvous", "input": lambda context, event: 1,
-                               "onDone": "met", "onError": "missed"}},
-        "met": {"type": "final"}, "missed": {"type": "final"}}},
-        actors={"rendezvous": rendezvous})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "meet",
+            "initial": "calling",
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "src": "rendezvous",
+                        "input": lambda context, event: 1,
+                        "onDone": "met",
+                        "onError": "missed",
+                    }
+                },
+                "met": {"type": "final"},
+                "missed": {"type": "final"},
+            },
+        },
+        actors={"rendezvous": rendezvous},
+    )
     if site == "limited":  # run in their runs' steps: a round of four runs makes them at once
         runtime = Runtime(store, [in_step(machine)], clock=clock, limits=IN_STEP_LIMITS)
         ids = [runtime.start("meet") for _ in range(4)]
@@ -667,7 +802,9 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
 
 
 def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
-    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock,
+    store: Store,
+    ledger: sqlite3.Connection,
+    clock: SimulatedClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from persistence.driver import RunDriver
@@ -693,15 +830,20 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
 
 
 def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(
-    store: Store, ledger: sqlite3.Connection, clock: SimulatedClock,
+    store: Store,
+    ledger: sqlite3.Connection,
+    clock: SimulatedClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runtime = Runtime(store, [workflows.retrying], clock=clock)
     run_id = runtime.start("retrying", key="order-8")
     with caplog.at_level("INFO", logger="statecharts.runs"):
         assert Worker(runtime).run_one_call()  # its end is written with the step it causes
-    retry = [r for r in caplog.records if run_id in r.getMessage()
-             and "retry scheduled" in r.getMessage()]  # fmt: skip
+    retry = [
+        r
+        for r in caplog.records
+        if run_id in r.getMessage() and "retry scheduled" in r.getMessage()
+    ]
     assert len(retry) == 1 and retry[0].levelname == "INFO"
     assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
     assert "state charging.waiting_to_retry" in retry[0].getMessage()
@@ -709,7 +851,8 @@ def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(
 
 
 def test_durable_idempotency_keys_are_provider_safe_per_run_and_per_call_site(
-        store: Store, clock: SimulatedClock) -> None:
+    store: Store, clock: SimulatedClock
+) -> None:
     """Issue 44: a durable call gets the same key form as an in-memory one (32 characters of
     [A-Za-z0-9_-] unless the call site's keyLength says otherwise), unique per run on a shared
     clock, and the same for every attempt of a retried call."""
@@ -726,12 +869,26 @@ def test_durable_idempotency_keys_are_provider_safe_per_run_and_per_call_site(
         seen.append(("mail", idempotency_key))
 
     machine = create_machine(
-        {"id": "order", "initial": "charging", "states": {
-            "charging": {"invoke": {"id": "charge", "src": "charge", "input": 5,
-                                    "onDone": "paid", "keyLength": 40,
-                                    "retry": {"max_attempts": 2, "initial_interval": 0}}},
-            "paid": {"type": "final", "entry": "mail"}}},
-        actors={"charge": charge}, actions={"mail": mail})  # fmt: skip
+        {
+            "id": "order",
+            "initial": "charging",
+            "states": {
+                "charging": {
+                    "invoke": {
+                        "id": "charge",
+                        "src": "charge",
+                        "input": 5,
+                        "onDone": "paid",
+                        "keyLength": 40,
+                        "retry": {"max_attempts": 2, "initial_interval": 0},
+                    }
+                },
+                "paid": {"type": "final", "entry": "mail"},
+            },
+        },
+        actors={"charge": charge},
+        actions={"mail": mail},
+    )
     runtime = Runtime(store, [machine], clock=clock)
     runs = [runtime.start("order"), runtime.start("order")]  # the same millisecond
     Worker(runtime).run_until_idle()

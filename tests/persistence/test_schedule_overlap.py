@@ -36,8 +36,9 @@ HOURLY = "0 * * * *"
 
 def at(hhmm: str) -> int:
     """An instant on 30 Nov 2026 (UTC), e.g. at("09:00")."""
-    return int(datetime.fromisoformat(f"2026-11-30T{hhmm}:00").replace(tzinfo=UTC)
-               .timestamp() * 1000)  # fmt: skip
+    return int(
+        datetime.fromisoformat(f"2026-11-30T{hhmm}:00").replace(tzinfo=UTC).timestamp() * 1000
+    )
 
 
 class Ticker:
@@ -55,15 +56,15 @@ class Ticker:
         """The slots (HH:MM) of the runs started by a tick at `hhmm`."""
         self.clock.set(at(hhmm))
         before = {r.id for r in self.store.list_runs(limit=100)}
-        ScheduledStart(self.runtime(), "hourly", "approval", HOURLY, overlap=self.overlap,
-                       **self.options).tick()  # fmt: skip
+        ScheduledStart(
+            self.runtime(), "hourly", "approval", HOURLY, overlap=self.overlap, **self.options
+        ).tick()
         new = [r for r in self.store.list_runs(limit=100) if r.id not in before]
         return sorted(slot_of(r.key) for r in new)
 
     def run(self, hhmm: str) -> str:
         """The id of the run of slot `hhmm`."""
-        return next(r.id for r in self.store.list_runs(limit=100)
-                    if r.key == f"hourly@{at(hhmm)}")  # fmt: skip
+        return next(r.id for r in self.store.list_runs(limit=100) if r.key == f"hourly@{at(hhmm)}")
 
     def status(self, hhmm: str) -> str:
         return self.store.get_run(self.run(hhmm)).status
@@ -83,12 +84,15 @@ def slot_of(key: str | None) -> str:
 
 
 def skips(record: ScheduleRecord) -> list[tuple[str, str, int, str]]:
-    return [(slot_of(f"@{r['first']}"), slot_of(f"@{r['last']}"), r["count"], r["reason"])
-            for r in record.skipped]  # fmt: skip
+    return [
+        (slot_of(f"@{r['first']}"), slot_of(f"@{r['last']}"), r["count"], r["reason"])
+        for r in record.skipped
+    ]
 
 
 def test_skip_drops_a_slot_while_the_previous_run_is_still_running(
-        store_factory: StoreFactory) -> None:  # fmt: skip
+    store_factory: StoreFactory,
+) -> None:
     t = Ticker(store_factory, "skip")
     assert t.tick("09:00") == ["09:00"]
     assert t.tick("10:00") == []  # 09:00's run is still waiting for its approval
@@ -103,7 +107,8 @@ def test_skip_drops_a_slot_while_the_previous_run_is_still_running(
 
 
 def test_buffer_one_fires_one_held_slot_once_the_previous_run_ends(
-        store_factory: StoreFactory) -> None:  # fmt: skip
+    store_factory: StoreFactory,
+) -> None:
     t = Ticker(store_factory, "buffer_one")
     assert t.tick("09:00") == ["09:00"]
     assert t.tick("10:00") == []  # buffered
@@ -139,14 +144,20 @@ def test_cancel_other_cancels_the_running_run_and_fires(store_factory: StoreFact
     assert t.record().skipped_count == 0
 
 
-@pytest.mark.parametrize(("overlap", "fired", "skipped"), [
-    ("allow_all", ["09:00", "13:00", "14:00", "15:00"], []),
-    ("skip", ["09:00", "13:00"], [("14:00", "15:00", 2, "13:00")]),
-    ("buffer_one", ["09:00", "13:00"], [("15:00", "15:00", 1, ALREADY_BUFFERED)]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("overlap", "fired", "skipped"),
+    [
+        ("allow_all", ["09:00", "13:00", "14:00", "15:00"], []),
+        ("skip", ["09:00", "13:00"], [("14:00", "15:00", 2, "13:00")]),
+        ("buffer_one", ["09:00", "13:00"], [("15:00", "15:00", 1, ALREADY_BUFFERED)]),
+    ],
+)
 def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
-        store_factory: StoreFactory, overlap: Overlap, fired: list[str],
-        skipped: list[tuple[str, str, int, str]]) -> None:  # fmt: skip
+    store_factory: StoreFactory,
+    overlap: Overlap,
+    fired: list[str],
+    skipped: list[tuple[str, str, int, str]],
+) -> None:
     t = Ticker(store_factory, overlap, catchup_window_ms=3 * 3_600_000)
     assert t.tick("09:00") == ["09:00"]
     t.approve("09:00")
@@ -155,8 +166,9 @@ def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
     t.tick("15:30")
     assert sorted(slot_of(r.key) for r in t.store.list_runs(limit=100)) == fired
     expected = [("10:00", "12:00", 3, OUTSIDE_WINDOW)] + [
-        (first, last, count, reason if reason == ALREADY_BUFFERED else
-         still_running(t.run(reason))) for first, last, count, reason in skipped]
+        (first, last, count, reason if reason == ALREADY_BUFFERED else still_running(t.run(reason)))
+        for first, last, count, reason in skipped
+    ]
     record = t.record()
     assert skips(record) == expected
     assert record.skipped_count == sum(count for _, _, count, _ in expected)
@@ -167,8 +179,9 @@ def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
         assert t.tick("15:50") == ["14:00"]
 
 
-def test_the_cli_lists_each_schedule_with_its_skips(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_lists_each_schedule_with_its_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     t = Ticker(lambda: open_store(url, migrate=True), "skip", catchup_window_ms=3 * 3_600_000)
     t.tick("09:00")
@@ -176,11 +189,11 @@ def test_the_cli_lists_each_schedule_with_its_skips(tmp_path: Path,
     t.tick("15:30")  # 10:00-12:00 outside the window, 13:00 fires, 14:00-15:00 skipped
     assert cli_main(["schedules", "--store", url]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"hourly: decided up to 2026-11-30T15:00:00Z, last run {t.run('13:00')}, 5 slot(s) "
-        "skipped",
+        f"hourly: decided up to 2026-11-30T15:00:00Z, last run {t.run('13:00')}, 5 slot(s) skipped",
         f"  skipped 3 slot(s) 2026-11-30T10:00:00Z .. 2026-11-30T12:00:00Z: {OUTSIDE_WINDOW}",
         f"  skipped 2 slot(s) 2026-11-30T14:00:00Z .. 2026-11-30T15:00:00Z: "
-        f"{still_running(t.run('13:00'))}"]
+        f"{still_running(t.run('13:00'))}",
+    ]
     assert cli_main(["schedules", "--store", url, "--json"]) == 0
     (listed,) = orjson.loads(capsys.readouterr().out)
     assert (listed["name"], listed["skipped_count"], listed["buffered_at"]) == ("hourly", 5, None)
@@ -188,25 +201,35 @@ def test_the_cli_lists_each_schedule_with_its_skips(tmp_path: Path,
 
 def test_a_bad_overlap_or_window_is_refused_naming_the_schedule(store: Store) -> None:
     runtime = Runtime(store, [approval])
-    with pytest.raises(ValueError, match="schedule 'h': overlap must be one of skip, "
-                                         "buffer_one, allow_all, cancel_other, not 'queue'"):
+    with pytest.raises(
+        ValueError,
+        match="schedule 'h': overlap must be one of skip, "
+        "buffer_one, allow_all, cancel_other, not 'queue'",
+    ):
         ScheduledStart(runtime, "h", "approval", HOURLY, overlap="queue")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="schedule 'h': catchup_window_ms must be an integer "
-                                         ">= 10000"):
+    with pytest.raises(
+        ValueError, match="schedule 'h': catchup_window_ms must be an integer >= 10000"
+    ):
         ScheduledStart(runtime, "h", "approval", HOURLY, catchup_window_ms=5_000)
 
 
 def test_a_slot_whose_run_lacks_its_limits_key_is_logged_and_kept(
-        store: Store, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     from persistence.capacity import Limit
     from persistence.worker import Worker
 
     clock = SimulatedClock(at("09:00"))
-    runtime = Runtime(store, [approval], clock=clock,
-                      limits={"per_tenant": Limit(max_in_flight=1, key="tenant")},
-                      workflow_limits={"approval": "per_tenant"})  # fmt: skip
+    runtime = Runtime(
+        store,
+        [approval],
+        clock=clock,
+        limits={"per_tenant": Limit(max_in_flight=1, key="tenant")},
+        workflow_limits={"approval": "per_tenant"},
+    )
     schedule = ScheduledStart(runtime, "hourly", "approval", HOURLY, input={"no": "tenant"})
     Worker(runtime, schedules=[schedule]).run_until_idle()  # logged, not raised
-    assert "schedule hourly: tick failed: limit 'per_tenant' is per key context.tenant" \
-        in caplog.text  # fmt: skip
+    assert (
+        "schedule hourly: tick failed: limit 'per_tenant' is per key context.tenant" in caplog.text
+    )
     assert store.get_schedule("hourly") is None and store.list_runs(limit=10) == []

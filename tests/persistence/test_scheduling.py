@@ -73,8 +73,12 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
 ) -> None:
     clock = SimulatedClock(ms("2026-11-30T08:59:30"))
     runtimes = [Runtime(store_factory(), [approval], clock=clock) for _ in range(3)]
-    schedules = [ScheduledStart(r, "morning", "approval", "0 9 * * *", overlap="allow_all",
-                                catchup_window_ms=DAY_MS) for r in runtimes]  # fmt: skip
+    schedules = [
+        ScheduledStart(
+            r, "morning", "approval", "0 9 * * *", overlap="allow_all", catchup_window_ms=DAY_MS
+        )
+        for r in runtimes
+    ]
     assert [s.tick() for s in schedules] == [None, None, None]
     clock.set(ms("2026-11-30T09:00:10"))
     started: list[str | None] = []
@@ -98,16 +102,19 @@ def test_each_slot_starts_exactly_one_run_across_racing_workers(
     record = runtimes[0].store.get_schedule("morning")
     assert record is not None and record.skipped_count == 2
     assert [(r["first"], r["last"], r["count"], r["reason"]) for r in record.skipped] == [
-        (ms("2026-12-01T09:00:00"), ms("2026-12-02T09:00:00"), 2, OUTSIDE_WINDOW)]
+        (ms("2026-12-01T09:00:00"), ms("2026-12-02T09:00:00"), 2, OUTSIDE_WINDOW)
+    ]
 
 
-def test_a_schedule_whose_run_keys_would_be_too_long_is_refused_when_defined(
-        store: Store) -> None:
+def test_a_schedule_whose_run_keys_would_be_too_long_is_refused_when_defined(store: Store) -> None:
     runtime = Runtime(store, [approval])
     longest = "s" * (MAX_STORED_KEY_BYTES - len("@253402300799999"))
     ScheduledStart(runtime, longest, "approval", "0 9 * * *")
-    with pytest.raises(ValueError, match=r"schedule name: its runs' keys \(<name>@<fire time>\) "
-                                         r"would be too long: .* is 1001 bytes"):
+    with pytest.raises(
+        ValueError,
+        match=r"schedule name: its runs' keys \(<name>@<fire time>\) "
+        r"would be too long: .* is 1001 bytes",
+    ):
         ScheduledStart(runtime, longest + "s", "approval", "0 9 * * *")
 
 

@@ -75,8 +75,9 @@ def test_the_runtime_names_search_attributes_and_refuses_bad_names(store: Store)
         Runtime(store, [tally], search={"nope": ["x"]})
     with pytest.raises(ValueError, match=r"search\['tally'\]: 'a=b' is not a field name"):
         Runtime(store, [tally], search={"tally": ["a=b"]})
-    bad = create_machine({"id": "bad", "initial": "a", "meta": {"search": "customer"},
-                          "states": {"a": {}}})  # fmt: skip
+    bad = create_machine(
+        {"id": "bad", "initial": "a", "meta": {"search": "customer"}, "states": {"a": {}}}
+    )
     with pytest.raises(ValueError, match=r"bad: meta\.search: expected a list"):
         Runtime(store, [bad])
 
@@ -97,14 +98,16 @@ _BULK_RUNS = {
         "status, created_at, updated_at) SELECT gen_random_uuid(), 'tally', 'v', NULL, 'idle', "
         "'{}'::jsonb, 'active', now() - i * interval '1 ms', now() "
         "FROM generate_series(1, %s) AS i",
-        "(row_number() OVER (ORDER BY id) % 1000)::text"),
+        "(row_number() OVER (ORDER BY id) % 1000)::text",
+    ),
     "sqlite": (
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
         "INSERT INTO workflow_runs (id, workflow_name, workflow_version, key, state, snapshot, "
         "status, created_at, updated_at) SELECT lower(hex(randomblob(16))), 'tally', 'v', NULL, "
         "'idle', '{}', 'active', i, i FROM n",
-        "CAST(rowid % 1000 AS TEXT)"),
-}  # fmt: skip
+        "CAST(rowid % 1000 AS TEXT)",
+    ),
+}
 """Per dialect: the insert of N runs of `tally`, and the customer (0..999) of each."""
 
 
@@ -114,8 +117,10 @@ def _add_runs(store: Store, count: int) -> None:
     runs, customer = _BULK_RUNS[store.dialect]  # type: ignore[attr-defined]
     with store._write() as conn:  # type: ignore[attr-defined]
         conn.execute(runs, (count,))
-        conn.execute(f"INSERT INTO workflow_search (run_id, name, value) SELECT id, 'customer', "
-                     f"{customer} FROM workflow_runs WHERE workflow_version = 'v'")
+        conn.execute(
+            f"INSERT INTO workflow_search (run_id, name, value) SELECT id, 'customer', "
+            f"{customer} FROM workflow_runs WHERE workflow_version = 'v'"
+        )
 
 
 def _plan(store: Store, query: RunQuery) -> tuple[list[str], str]:
@@ -176,19 +181,31 @@ def test_bulk_cancel_where_dry_run_then_for_real(db: Store) -> None:
     others = {runtime.start("tally", {"customer": 7}) for _ in range(2)}
     journals = {run: len(db.list_events(run)) for run in closing}
 
-    code, lines, summary = _cli("runs", "cancel", "--store", url, "--where", "customer=42",
-                                "--dry-run")  # fmt: skip
+    code, lines, summary = _cli(
+        "runs", "cancel", "--store", url, "--where", "customer=42", "--dry-run"
+    )
     assert code == 0 and sorted(lines) == sorted(f"{run}: would cancel" for run in closing)
     assert "4 run(s) matched (dry run): 4 would cancel" in summary
     assert {db.get_run(run).status for run in closing} == {"active"}
     assert {run: len(db.list_events(run)) for run in closing} == journals
 
-    code, lines, summary = _cli("runs", "cancel", "--store", url, "--where", "customer=42",
-                                "--where", "region=r1", "--reason", "one region")  # fmt: skip
+    code, lines, summary = _cli(
+        "runs",
+        "cancel",
+        "--store",
+        url,
+        "--where",
+        "customer=42",
+        "--where",
+        "region=r1",
+        "--reason",
+        "one region",
+    )
     (one,) = lines
     assert code == 0 and one.endswith(": cancelled") and "1 run(s) matched: 1 cancelled" in summary
-    code, lines, summary = _cli("runs", "cancel", "--store", url, "--where", "customer=42",
-                                "--reason", "customer closed")  # fmt: skip
+    code, lines, summary = _cli(
+        "runs", "cancel", "--store", url, "--where", "customer=42", "--reason", "customer closed"
+    )
     assert code == 0 and len(lines) == 3 and "3 run(s) matched: 3 cancelled" in summary
     for run in closing:
         row = db.get_run(run)
@@ -218,8 +235,17 @@ def test_bulk_resume_where_in_pages(db: Store) -> None:
     finally:
         worker.stop()
         thread.join(30)
-    code, lines, summary = _cli("runs", "resume", "--store", url, "--machines", MACHINES,
-                                "--where", "customer=9", "--dry-run")  # fmt: skip
+    code, lines, summary = _cli(
+        "runs",
+        "resume",
+        "--store",
+        url,
+        "--machines",
+        MACHINES,
+        "--where",
+        "customer=9",
+        "--dry-run",
+    )
     assert code == 0 and len(lines) == 5 and "5 would resume" in summary
     assert {db.get_run(r).status for r in failing} == {"error"}
     report = resume_matching(runtime, RunQuery(search=(("customer", "9"),)), batch=2)
@@ -244,8 +270,9 @@ def test_bulk_options_are_checked(db: Store) -> None:
 
 
 def test_the_runs_list_of_the_ui_and_its_api_filter_by_search_attributes(
-    store: Store, serve: Serve,
-) -> None:  # fmt: skip
+    store: Store,
+    serve: Serve,
+) -> None:
     from persistence.ui.app import create_app
 
     runtime = Runtime(store, [tally])
@@ -267,8 +294,9 @@ def test_the_runs_list_of_the_ui_and_its_api_filter_by_search_attributes(
 
 
 def test_on_postgres_a_step_rewrites_only_the_search_rows_whose_values_it_changed(
-    pg_dsn: str, pg_schema: str,
-) -> None:  # fmt: skip
+    pg_dsn: str,
+    pg_schema: str,
+) -> None:
     """A search row keeps its row version (`xmin`) through steps that leave its value alone:
     an ADD (the count, not indexed) rewrites none, a MOVE rewrites the region's only."""
     from persistence.stores.postgres import PostgresStore
@@ -281,8 +309,9 @@ def test_on_postgres_a_step_rewrites_only_the_search_rows_whose_values_it_change
 
         def versions() -> dict[str, str]:
             with store._connection() as conn:
-                rows = conn.execute("SELECT name, xmin::text FROM workflow_search WHERE "
-                                    "run_id = %s", (run,)).fetchall()  # fmt: skip
+                rows = conn.execute(
+                    "SELECT name, xmin::text FROM workflow_search WHERE run_id = %s", (run,)
+                ).fetchall()
             return dict(rows)
 
         first = versions()

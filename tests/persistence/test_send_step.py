@@ -53,32 +53,50 @@ def _guard_raises(context: Any, event: Any) -> bool:
 
 
 counter = create_machine(
-    {"id": "counter", "initial": "counting", "context": {"n": 0},
-     "states": {"counting": {"on": {
-         "INC": {"actions": "inc"},
-         "CALL": {"actions": "record"},
-         "CHECK": {"guard": "explodes", "target": "done"},
-         "FINISH": "done"}},
-         "done": {"type": "final"}}},
-    actions={"inc": assign({"n": lambda context, event: context["n"] + 1}),
-             "record": _record},
+    {
+        "id": "counter",
+        "initial": "counting",
+        "context": {"n": 0},
+        "states": {
+            "counting": {
+                "on": {
+                    "INC": {"actions": "inc"},
+                    "CALL": {"actions": "record"},
+                    "CHECK": {"guard": "explodes", "target": "done"},
+                    "FINISH": "done",
+                }
+            },
+            "done": {"type": "final"},
+        },
+    },
+    actions={"inc": assign({"n": lambda context, event: context["n"] + 1}), "record": _record},
     guards={"explodes": _guard_raises},
-)  # fmt: skip
+)
 
 kid = create_machine(
-    {"id": "kid", "initial": "waiting", "states": {
-        "waiting": {"on": {"FINISH": "finished"}},
-        "finished": {"type": "final"}}})  # fmt: skip
+    {
+        "id": "kid",
+        "initial": "waiting",
+        "states": {"waiting": {"on": {"FINISH": "finished"}}, "finished": {"type": "final"}},
+    }
+)
 
 parent = create_machine(
-    {"id": "parent", "initial": "idle", "states": {
-        "idle": {"on": {"GO": "working"}},
-        "working": {"invoke": {"id": "kid", "src": "kid", "onDone": "finished"},
-                    "on": {"STOP": "stopped"}},
-        "finished": {"type": "final"},
-        "stopped": {"type": "final"}}},
+    {
+        "id": "parent",
+        "initial": "idle",
+        "states": {
+            "idle": {"on": {"GO": "working"}},
+            "working": {
+                "invoke": {"id": "kid", "src": "kid", "onDone": "finished"},
+                "on": {"STOP": "stopped"},
+            },
+            "finished": {"type": "final"},
+            "stopped": {"type": "final"},
+        },
+    },
     actors={"kid": kid},
-)  # fmt: skip
+)
 
 
 @pytest.fixture
@@ -87,21 +105,28 @@ def clock() -> SimulatedClock:
 
 
 def _journal(store: Store, run_id: str) -> list[tuple[str, str, str]]:
-    return [(str(e.event["type"]), e.state_before, e.state_after)
-            for e in store.list_events(run_id)]  # fmt: skip
+    return [
+        (str(e.event["type"]), e.state_before, e.state_after) for e in store.list_events(run_id)
+    ]
 
 
 def test_an_event_sent_to_a_run_at_rest_is_applied_in_the_send(
     store: Store, clock: SimulatedClock
 ) -> None:
     metrics = Counted()
-    runtime = Runtime(store, [counter], clock=clock,
-                      telemetry=Telemetry(tracing=False, metrics=[metrics]))  # fmt: skip
+    runtime = Runtime(
+        store, [counter], clock=clock, telemetry=Telemetry(tracing=False, metrics=[metrics])
+    )
     run_id = runtime.start("counter")
     inbox_id = runtime.send(run_id, "INC")
     run = runtime.get(run_id)  # no worker anywhere: the send committed the step
-    assert (run.snapshot["context"], run.version, run.lease_owner, run.claim_count,
-            run.wake_at) == ({"n": 1}, 2, None, 0, None)  # fmt: skip
+    assert (
+        run.snapshot["context"],
+        run.version,
+        run.lease_owner,
+        run.claim_count,
+        run.wake_at,
+    ) == ({"n": 1}, 2, None, 0, None)
     assert isinstance(inbox_id, int) and inbox_id > 0
     assert store.pending_events(run_id) == [] and store.dead_letters(run_id) == []
     assert _journal(store, run_id) == [("INC", "counting", "counting")]
@@ -115,8 +140,10 @@ def test_an_event_sent_to_a_run_at_rest_is_applied_in_the_send(
         runtime.send(run_id, "INC")
     with pytest.raises(RunNotFoundError):
         runtime.send("00000000-0000-4000-8000-000000000000", "INC")
-    assert _journal(store, run_id) == [("INC", "counting", "counting"),
-                                       ("FINISH", "counting", "done")]  # fmt: skip
+    assert _journal(store, run_id) == [
+        ("INC", "counting", "counting"),
+        ("FINISH", "counting", "done"),
+    ]
 
 
 def test_the_sends_step_is_traced_as_a_workers_step_linked_to_the_send(
@@ -133,17 +160,20 @@ def test_the_sends_step_is_traced_as_a_workers_step_linked_to_the_send(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     store = MemoryStore()
     store.migrate()
-    runtime = Runtime(store, [counter], clock=clock,
-                      telemetry=Telemetry(tracer_provider=provider))  # fmt: skip
+    runtime = Runtime(store, [counter], clock=clock, telemetry=Telemetry(tracer_provider=provider))
     run_id = runtime.start("counter")
     runtime.send(run_id, "INC")
     spans = {s.name: s for s in exporter.get_finished_spans()}
     start, send, step = spans["start counter"], spans["send INC"], spans["step counter"]
     assert step.parent is not None and step.parent.span_id == start.context.span_id
-    assert [(link.context.trace_id, link.context.span_id) for link in step.links] == \
-        [(send.context.trace_id, send.context.span_id)]  # fmt: skip
-    assert (step.attributes["statecharts.step.committed"], step.attributes["statecharts.events"],
-            step.attributes["statecharts.run.version"]) == (True, ("INC",), 2)  # fmt: skip
+    assert [(link.context.trace_id, link.context.span_id) for link in step.links] == [
+        (send.context.trace_id, send.context.span_id)
+    ]
+    assert (
+        step.attributes["statecharts.step.committed"],
+        step.attributes["statecharts.events"],
+        step.attributes["statecharts.run.version"],
+    ) == (True, ("INC",), 2)
 
 
 def test_step_in_send_false_queues_every_event(store: Store, clock: SimulatedClock) -> None:
@@ -166,10 +196,14 @@ def test_an_event_queued_before_keeps_its_place(store: Store, clock: SimulatedCl
     assert [e.event["type"] for e in store.pending_events(run_id)] == ["APPROVE", "REJECT"]
     assert Worker(runtime).run_until_idle() == 1
     run = runtime.get(run_id)
-    assert (run.status, run.state, run.snapshot["context"]) == \
-        ("done", "approved", {"approved_by": "ann"})  # fmt: skip
+    assert (run.status, run.state, run.snapshot["context"]) == (
+        "done",
+        "approved",
+        {"approved_by": "ann"},
+    )
     assert [(d.event["type"], d.reason) for d in runtime.dead_letters(run_id)] == [
-        ("REJECT", "the run ended (done) before this event was applied")]
+        ("REJECT", "the run ended (done) before this event was applied")
+    ]
 
 
 def test_a_run_a_worker_holds_gets_the_event_queued(store: Store, clock: SimulatedClock) -> None:
@@ -244,8 +278,11 @@ def test_a_run_that_does_not_restore_gets_the_event_queued_and_a_worker_fails_it
     run_id = runtime.start("counter")
     broken = {**runtime.get(run_id).snapshot, "value": "nowhere"}
     with store._write() as conn:  # type: ignore[attr-defined]  # a bad deploy or a hand edit
-        store._exec(conn, "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
-                    (store._j(broken), store._id(run_id)))  # type: ignore[attr-defined]
+        store._exec(
+            conn,
+            "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
+            (store._j(broken), store._id(run_id)),
+        )  # type: ignore[attr-defined]
     runtime.send(run_id, "INC")
     assert runtime.get(run_id).version == 1
     assert [e.event["type"] for e in store.pending_events(run_id)] == ["INC"]
@@ -257,7 +294,9 @@ def test_a_run_that_does_not_restore_gets_the_event_queued_and_a_worker_fails_it
 
 
 def test_a_step_the_store_refuses_in_the_send_is_queued(
-    store: Store, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    clock: SimulatedClock,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runtime = Runtime(store, [counter], clock=clock)
@@ -286,13 +325,25 @@ def test_a_stale_writer_loses_to_the_send_and_its_commit_writes_nothing(
     run_id = runtime.start("counter")
     ((stale, _),) = store.read_work([run_id])  # a worker's claim-free read, before the send
     runtime.send(run_id, "INC")
-    late = StepCommit(run_id=run_id, owner="w/late", expected_version=stale.version,
-                      state="counting", snapshot=stale.snapshot, status="active",
-                      unleased=True)  # fmt: skip
+    late = StepCommit(
+        run_id=run_id,
+        owner="w/late",
+        expected_version=stale.version,
+        state="counting",
+        snapshot=stale.snapshot,
+        status="active",
+        unleased=True,
+    )
     with pytest.raises(ConflictError):
         store.commit_step(late, clock.now())
-    leased = StepCommit(run_id=run_id, owner="w/late", expected_version=2, state="counting",
-                        snapshot=stale.snapshot, status="active")  # no lease: fenced
+    leased = StepCommit(
+        run_id=run_id,
+        owner="w/late",
+        expected_version=2,
+        state="counting",
+        snapshot=stale.snapshot,
+        status="active",
+    )  # no lease: fenced
     with pytest.raises(ConflictError):
         store.commit_step(leased, clock.now())
     assert runtime.get(run_id).snapshot["context"] == {"n": 1}
@@ -308,8 +359,10 @@ def test_concurrent_senders_apply_every_event_once(store_factory: Any, store_kin
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        senders = [threading.Thread(target=lambda r=r: [r.send(run_id, "INC") for _ in range(25)])
-                   for r in runtimes]  # fmt: skip
+        senders = [
+            threading.Thread(target=lambda r=r: [r.send(run_id, "INC") for _ in range(25)])
+            for r in runtimes
+        ]
         for t in senders:
             t.start()
         for t in senders:
@@ -332,8 +385,11 @@ def test_a_send_that_starts_and_stops_a_child_run_cascades(
     run_id = runtime.start("parent")
     runtime.send(run_id, "GO")  # the step starts the child run, in the send's transaction
     (child,) = runtime.children(run_id)
-    assert (runtime.get(run_id).state, child.status, child.parent_invoke_id) == \
-        ("working", "active", "kid")  # fmt: skip
+    assert (runtime.get(run_id).state, child.status, child.parent_invoke_id) == (
+        "working",
+        "active",
+        "kid",
+    )
     runtime.send(child.id, "FINISH")  # the child ends: its parent is told, in that commit
     assert runtime.get(child.id).status == "done"
     assert [e.event["type"] for e in store.pending_events(run_id)] == ["xstate.done.actor.kid"]
@@ -353,6 +409,7 @@ def _from_rest(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     seen: list[bool] = []
     original = getattr(store, "_step_from_rest", None)
     if original is not None:
+
         def spy(*args: Any) -> Any:
             written = original(*args)
             seen.append(written is not None)
@@ -400,21 +457,43 @@ def _queue_one(store: Store, run_id: str, clock: SimulatedClock) -> None:
 def _edit_snapshot(store: Store, run_id: str, clock: SimulatedClock) -> None:
     edited = {**store.get_run(run_id).snapshot, "context": {"n": 40}}
     with store._write() as conn:  # type: ignore[attr-defined]  # an operator's hand edit
-        store._exec(conn, "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
-                    (store._j(edited), store._id(run_id)))  # type: ignore[attr-defined]
+        store._exec(
+            conn,
+            "UPDATE workflow_runs SET snapshot = ? WHERE id = ?",  # type: ignore[attr-defined]
+            (store._j(edited), store._id(run_id)),
+        )  # type: ignore[attr-defined]
 
 
 def _pending_effect(store: Store, run_id: str, clock: SimulatedClock) -> None:
     with store._write() as conn:  # type: ignore[attr-defined]  # an effect left pending
-        store._insert_effects(conn, run_id, 1, [NewEffect(0, "action", {  # type: ignore[attr-defined]
-            "type": "record", "event": {"type": "CALL", "n": 7}})], clock.now())
+        store._insert_effects(
+            conn,
+            run_id,
+            1,
+            [
+                NewEffect(
+                    0,
+                    "action",
+                    {  # type: ignore[attr-defined]
+                        "type": "record",
+                        "event": {"type": "CALL", "n": 7},
+                    },
+                )
+            ],
+            clock.now(),
+        )
 
 
-@pytest.mark.parametrize("change", [_lease_it, _queue_one, _edit_snapshot, _pending_effect],
-                         ids=["lease held", "event queued ahead", "snapshot edited",
-                              "effect pending"])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [_lease_it, _queue_one, _edit_snapshot, _pending_effect],
+    ids=["lease held", "event queued ahead", "snapshot edited", "effect pending"],
+)
 def test_a_run_no_longer_as_it_was_left_at_rest_is_never_written_from_that_record(
-    store: Store, store_kind: str, clock: SimulatedClock, monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    store_kind: str,
+    clock: SimulatedClock,
+    monkeypatch: pytest.MonkeyPatch,
     change: Callable[[Store, str, SimulatedClock], None],
 ) -> None:
     runtime = Runtime(store, [counter], clock=clock)
@@ -431,8 +510,11 @@ def test_a_run_no_longer_as_it_was_left_at_rest_is_never_written_from_that_recor
         assert (after.version, after.snapshot["context"]) == (2, {"n": 41})
         assert rest is not None and rest.snapshot == after.snapshot
     else:  # not at rest: queued, the row as it was
-        assert (after.version, after.snapshot, after.lease_owner) == \
-            (1, before.snapshot, before.lease_owner)  # fmt: skip
+        assert (after.version, after.snapshot, after.lease_owner) == (
+            1,
+            before.snapshot,
+            before.lease_owner,
+        )
         assert store.pending_events(run_id)[-1].event == {"type": "INC"}
         assert rest is None
 
@@ -447,17 +529,33 @@ def test_a_send_from_rest_waits_for_a_sender_holding_the_row_and_queues_behind_i
     sent: list[int] = []
     # another sender holds the row (locked, not updated) and queues FINISH in its transaction
     with store._write() as conn:  # type: ignore[attr-defined]
-        store._exec(conn, "SELECT id FROM workflow_runs WHERE id = ?"  # type: ignore[attr-defined]
-                    + store._LOCK_ROW, (store._id(run_id),))  # type: ignore[attr-defined]
-        store._exec(conn, "INSERT INTO workflow_inbox (run_id, event, created_at) "  # type: ignore[attr-defined]
-                    "VALUES (?, ?, ?)", (store._id(run_id), store._j({"type": "FINISH"}),  # type: ignore[attr-defined]
-                                         store._t(clock.now())))  # type: ignore[attr-defined]
+        store._exec(
+            conn,
+            "SELECT id FROM workflow_runs WHERE id = ?"  # type: ignore[attr-defined]
+            + store._LOCK_ROW,
+            (store._id(run_id),),
+        )  # type: ignore[attr-defined]
+        store._exec(
+            conn,
+            "INSERT INTO workflow_inbox (run_id, event, created_at) "  # type: ignore[attr-defined]
+            "VALUES (?, ?, ?)",
+            (
+                store._id(run_id),
+                store._j({"type": "FINISH"}),  # type: ignore[attr-defined]
+                store._t(clock.now()),
+            ),
+        )  # type: ignore[attr-defined]
         sender = threading.Thread(target=lambda: sent.append(runtime.send(run_id, "INC")))
         sender.start()
         if store_kind == "postgres":  # the send waits for the row lock (SQLite: the database's)
-            wait_for(lambda: bool(store._read(  # type: ignore[attr-defined]
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND "
-                "wait_event_type = 'Lock'")))
+            wait_for(
+                lambda: bool(
+                    store._read(  # type: ignore[attr-defined]
+                        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND "
+                        "wait_event_type = 'Lock'"
+                    )
+                )
+            )
     sender.join()
     assert sent and runtime.get(run_id).version == 1  # INC did not overtake FINISH
     assert [e.event["type"] for e in store.pending_events(run_id)] == ["FINISH", "INC"]
@@ -471,8 +569,10 @@ def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
 ) -> None:
     runtime = Runtime(store, [counter], clock=clock)
     seen = _from_rest(store, monkeypatch)
-    pairs = [(["INC", "INC", "FINISH"], runtime.start("counter"), runtime.start("counter")),
-             ([{"type": "CALL", "n": 3}], runtime.start("counter"), runtime.start("counter"))]
+    pairs = [
+        (["INC", "INC", "FINISH"], runtime.start("counter"), runtime.start("counter")),
+        ([{"type": "CALL", "n": 3}], runtime.start("counter"), runtime.start("counter")),
+    ]
     for events, rested, read in pairs:
         for event in events:
             clock.advance(10)
@@ -482,13 +582,29 @@ def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
 
     def row(run_id: str) -> tuple[Any, ...]:
         r = runtime.get(run_id)
-        return (r.state, r.snapshot, r.status, r.version, r.wake_at, r.lease_owner,
-                r.lease_expires_at, r.attempt_count, r.last_error, r.claim_count, r.updated_at,
-                r.completed_at, r.failed_at, r.workflow_version,
-                [(e.step, e.effect_index, e.kind, e.payload, e.status)
-                 for e in store.list_effects(run_id)],
-                _journal(store, run_id), store.pending_events(run_id),
-                store.dead_letters(run_id))  # fmt: skip
+        return (
+            r.state,
+            r.snapshot,
+            r.status,
+            r.version,
+            r.wake_at,
+            r.lease_owner,
+            r.lease_expires_at,
+            r.attempt_count,
+            r.last_error,
+            r.claim_count,
+            r.updated_at,
+            r.completed_at,
+            r.failed_at,
+            r.workflow_version,
+            [
+                (e.step, e.effect_index, e.kind, e.payload, e.status)
+                for e in store.list_effects(run_id)
+            ],
+            _journal(store, run_id),
+            store.pending_events(run_id),
+            store.dead_letters(run_id),
+        )
 
     for _, rested, read in pairs:
         assert row(rested) == row(read)

@@ -47,24 +47,49 @@ class Fleet:
         self.ledger = str(tmp_path / "ledger.db")
         self.workers: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, *, stepped_back: bool = False, effect_ms: int = 0
-              ) -> subprocess.Popen[bytes]:  # fmt: skip
-        env = {**os.environ, LEDGER_ENV: self.ledger, call_workflows.LEDGER_ENV: self.ledger,
-               SLOW_ENV: str(effect_ms), "PYTHONPATH": str(ROOT)}  # fmt: skip
+    def spawn(self, *, stepped_back: bool = False, effect_ms: int = 0) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            LEDGER_ENV: self.ledger,
+            call_workflows.LEDGER_ENV: self.ledger,
+            SLOW_ENV: str(effect_ms),
+            "PYTHONPATH": str(ROOT),
+        }
         start = ["-c", STEPPED_BACK] if stepped_back else ["-m", "persistence.cli"]
         log = (self.tmp_path / f"worker{len(self.workers)}.log").open("ab")
         worker = subprocess.Popen(
-            [sys.executable, *start, "worker", "--store", self.url, "--machines", self.machines,
-             "--lease-ms", str(LEASE_MS), "--poll-ms", "50", "--log-level", "WARNING"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            [
+                sys.executable,
+                *start,
+                "worker",
+                "--store",
+                self.url,
+                "--machines",
+                self.machines,
+                "--lease-ms",
+                str(LEASE_MS),
+                "--poll-ms",
+                "50",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         self.workers.append(worker)
         return worker
 
     def calls(self) -> list[tuple[str, str, int, float, bool]]:
         """(name, key, pid, started by the caller's wall clock, ended) of every call."""
         with sqlite3.connect(self.ledger, timeout=60) as db:
-            return [(n, k, p, s, e is not None) for n, k, p, s, e in db.execute(
-                "SELECT name, key, pid, started, ended FROM calls ORDER BY rowid")]
+            return [
+                (n, k, p, s, e is not None)
+                for n, k, p, s, e in db.execute(
+                    "SELECT name, key, pid, started, ended FROM calls ORDER BY rowid"
+                )
+            ]
 
 
 @pytest.fixture
@@ -101,8 +126,11 @@ def test_r9_a_worker_whose_clock_stepped_back_an_hour_takes_a_killed_workers_run
         first = fleet.spawn(effect_ms=2_000)  # each side effect takes 2 s
 
         def cut_short() -> list[str]:  # the keys of the first worker's calls it has not ended
-            return [key for name, key, pid, _, ended in fleet.calls()
-                    if name == killed_in and pid == first.pid and not ended]  # fmt: skip
+            return [
+                key
+                for name, key, pid, _, ended in fleet.calls()
+                if name == killed_in and pid == first.pid and not ended
+            ]
 
         wait_for(lambda: bool(cut_short()), 60)
         _kill(first)
@@ -143,9 +171,12 @@ def test_r9_a_timer_written_before_the_clock_stepped_back_fires_on_time(
         assert run.snapshot["context"] == {"pings": 0, "reminded": True, "receipt": "paid"}
         # (the ledger's order is by wall clock: the second worker's reads an hour behind)
         assert sorted(pid for _, _, pid, _ in call_workflows.ledger(fleet.ledger)) == sorted(
-            [first.pid, second.pid])
+            [first.pid, second.pid]
+        )
         assert [(a.attempt, a.outcome) for a in store.call_attempts(run_id)] == [
-            (1, "lost"), (2, "done")]
+            (1, "lost"),
+            (2, "done"),
+        ]
     finally:
         store.close()
 

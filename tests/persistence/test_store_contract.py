@@ -44,9 +44,15 @@ def new_run(
     key: str | None = None, name: str = "order", wake_at: int | None = T0, **kw: Any
 ) -> NewRun:
     return NewRun(
-        id=str(uuid.uuid4()), workflow_name=name, workflow_version=kw.pop("version", "v1"),
-        key=key, state="paying.waiting", snapshot=SNAPSHOT, wake_at=wake_at, **kw,
-    )  # fmt: skip
+        id=str(uuid.uuid4()),
+        workflow_name=name,
+        workflow_version=kw.pop("version", "v1"),
+        key=key,
+        state="paying.waiting",
+        snapshot=SNAPSHOT,
+        wake_at=wake_at,
+        **kw,
+    )
 
 
 def effects(n: int) -> list[NewEffect]:
@@ -56,9 +62,14 @@ def effects(n: int) -> list[NewEffect]:
 def step(store: Store, run_id: str, owner: str, version: int, **kw: Any) -> int:
     now = kw.pop("now", T0 + 10)
     commit = StepCommit(
-        run_id=run_id, owner=owner, expected_version=version, state=kw.pop("state", "next"),
-        snapshot=kw.pop("snapshot", {"value": "next"}), status=kw.pop("status", "active"), **kw,
-    )  # fmt: skip
+        run_id=run_id,
+        owner=owner,
+        expected_version=version,
+        state=kw.pop("state", "next"),
+        snapshot=kw.pop("snapshot", {"value": "next"}),
+        status=kw.pop("status", "active"),
+        **kw,
+    )
     return store.commit_step(commit, now)
 
 
@@ -107,8 +118,9 @@ def test_newer_schema_is_refused(store: Store) -> None:
     newer = schema.latest_version(store.dialect) + 1  # type: ignore[attr-defined]
     if store.dialect == "sqlite":  # type: ignore[attr-defined]
         with store._write() as conn:  # type: ignore[attr-defined]
-            conn.execute(f"INSERT INTO {schema.VERSION_TABLE} (version, name) VALUES (?, 'x')",
-                         (newer,))  # fmt: skip
+            conn.execute(
+                f"INSERT INTO {schema.VERSION_TABLE} (version, name) VALUES (?, 'x')", (newer,)
+            )
     else:
         store._rows(  # type: ignore[attr-defined]
             f"INSERT INTO {schema.VERSION_TABLE} (version, name) VALUES (%s, 'x') RETURNING 1",
@@ -131,15 +143,19 @@ def test_create_and_get_round_trip_the_whole_row(store: Store) -> None:
     assert got == record
     assert got.snapshot == SNAPSHOT
     assert (got.workflow_name, got.workflow_version, got.key, got.state) == (
-        "order", "v1", "order-1", "paying.waiting",
-    )  # fmt: skip
+        "order",
+        "v1",
+        "order-1",
+        "paying.waiting",
+    )
     assert (got.status, got.version, got.attempt_count, got.last_error) == ("active", 1, 2, "boom")
     assert (got.created_at, got.updated_at, got.wake_at) == (T0, T0, T0)
     assert got.completed_at is None and got.failed_at is None and got.lease_owner is None
     fx = store.list_effects(spec.id)
     assert [(e.idempotency_key, e.step, e.effect_index, e.status) for e in fx] == [
-        (f"{spec.id}:1:0", 1, 0, "pending"), (f"{spec.id}:1:1", 1, 1, "pending"),
-    ]  # fmt: skip
+        (f"{spec.id}:1:0", 1, 0, "pending"),
+        (f"{spec.id}:1:1", 1, 1, "pending"),
+    ]
     assert fx[1].payload == {"type": "act1", "params": {"i": 1}}
 
 
@@ -212,8 +228,9 @@ def test_runs_are_found_by_key_in_any_status_and_by_id_prefix(store: Store) -> N
     old, _ = store.create_run(replace(new_run(key="k1"), id="abc12345" + tail), (), T0)
     step(store, old.id, "w1", claim_one(store, old.id), status="done")
     new, _ = store.create_run(replace(new_run(key="k1"), id="abc12399" + tail), (), T0 + 1)
-    other, _ = store.create_run(replace(new_run(key="k1", name="b"), id="a0c12399" + tail), (),
-                                T0 + 2)  # fmt: skip
+    other, _ = store.create_run(
+        replace(new_run(key="k1", name="b"), id="a0c12399" + tail), (), T0 + 2
+    )
     by_key = store.search_runs(RunQuery(workflow_name="order", key="k1"))
     assert [(r.id, r.status) for r in by_key] == [(new.id, "active"), (old.id, "done")]
     assert [r.id for r in store.search_runs(RunQuery(id_prefix="abc123"))] == [new.id, old.id]
@@ -291,7 +308,10 @@ def test_version_filter_restricts_claims_and_unknown_versions_are_reported(store
         for c in store.unknown_versions([("order", "v2")])
     } == {("order", "v1", 1), ("invoice", "v9", 1)}
     assert {(c.workflow_name, c.workflow_version) for c in store.unknown_versions([])} == {
-        ("order", "v1"), ("order", "v2"), ("invoice", "v9")}
+        ("order", "v1"),
+        ("order", "v2"),
+        ("invoice", "v9"),
+    }
     assert {r.id for r in store.claim_runs("w", T0, 1000, 10)} == {v1.id, other.id}
 
 
@@ -301,29 +321,44 @@ def test_commit_step_writes_state_effects_outcomes_and_journal_together(store: S
     first_keys = [e.idempotency_key for e in store.list_effects(run.id)]
     new_version = store.commit_step(
         StepCommit(
-            run_id=run.id, owner="w1", expected_version=version, state="shipped",
-            snapshot={"value": "shipped", "context": {"n": 1}}, status="active", wake_at=T0 + 999,
-            attempt_count=1, last_error="transient",
+            run_id=run.id,
+            owner="w1",
+            expected_version=version,
+            state="shipped",
+            snapshot={"value": "shipped", "context": {"n": 1}},
+            status="active",
+            wake_at=T0 + 999,
+            attempt_count=1,
+            last_error="transient",
             new_effects=effects(1),
-            effect_outcomes=[EffectOutcome(first_keys[0], "done", {"id": 7}),
-                             EffectOutcome(first_keys[1], "failed", None, "HTTP 500")],
+            effect_outcomes=[
+                EffectOutcome(first_keys[0], "done", {"id": 7}),
+                EffectOutcome(first_keys[1], "failed", None, "HTTP 500"),
+            ],
             journal=[JournalEntry({"type": "PAID"}, "paying.waiting", "shipped")],
         ),
         T0 + 50,
-    )  # fmt: skip
+    )
     assert new_version == version + 1
     got = store.get_run(run.id)
     assert (got.state, got.snapshot, got.version, got.updated_at) == (
-        "shipped", {"value": "shipped", "context": {"n": 1}}, new_version, T0 + 50,
-    )  # fmt: skip
+        "shipped",
+        {"value": "shipped", "context": {"n": 1}},
+        new_version,
+        T0 + 50,
+    )
     assert (got.attempt_count, got.last_error, got.wake_at, got.lease_owner) == (
-        1, "transient", T0 + 999, None,
-    )  # fmt: skip
+        1,
+        "transient",
+        T0 + 999,
+        None,
+    )
     fx = store.list_effects(run.id)
     assert [(e.step, e.status, e.result, e.error) for e in fx] == [
-        (1, "done", {"id": 7}, None), (1, "failed", None, "HTTP 500"),
+        (1, "done", {"id": 7}, None),
+        (1, "failed", None, "HTTP 500"),
         (new_version, "pending", None, None),
-    ]  # fmt: skip
+    ]
     assert fx[2].idempotency_key == f"{run.id}:{new_version}:0"
     journal = store.list_events(run.id)
     assert [(j.step, j.event, j.state_before, j.state_after) for j in journal] == [
@@ -339,9 +374,16 @@ def test_stale_writer_gets_conflict_and_nothing_is_written(store: Store) -> None
     step(store, run.id, "w1", version, release=False)
     before = store.get_run(run.id)
     with pytest.raises(ConflictError):
-        step(store, run.id, "w1", version, state="stale", new_effects=effects(2),
-             effect_outcomes=[EffectOutcome(key, "done", 1)],
-             journal=[JournalEntry({"type": "X"}, "a", "b")])  # fmt: skip
+        step(
+            store,
+            run.id,
+            "w1",
+            version,
+            state="stale",
+            new_effects=effects(2),
+            effect_outcomes=[EffectOutcome(key, "done", 1)],
+            journal=[JournalEntry({"type": "X"}, "a", "b")],
+        )
     with pytest.raises(ConflictError):
         step(store, run.id, "intruder", version + 1)
     assert store.get_run(run.id) == before
@@ -353,8 +395,14 @@ def test_outcome_for_an_effect_that_is_not_pending_aborts_the_step(store: Store)
     run, _ = store.create_run(new_run(), effects(1), T0)
     version = claim_one(store, run.id)
     key = store.list_effects(run.id)[0].idempotency_key
-    version = step(store, run.id, "w1", version, release=False,
-                   effect_outcomes=[EffectOutcome(key, "done", "first")])  # fmt: skip
+    version = step(
+        store,
+        run.id,
+        "w1",
+        version,
+        release=False,
+        effect_outcomes=[EffectOutcome(key, "done", "first")],
+    )
     before = store.get_run(run.id)
     with pytest.raises(ConflictError):
         step(store, run.id, "w1", version, effect_outcomes=[EffectOutcome(key, "done", "again")])
@@ -396,14 +444,28 @@ def test_terminal_step_sets_completion_times(store: Store) -> None:
     ok, _ = store.create_run(new_run(), (), T0)
     bad, _ = store.create_run(new_run(), (), T0)
     step(store, ok.id, "w1", claim_one(store, ok.id), status="done", now=T0 + 7)
-    step(store, bad.id, "w1", claim_one(store, bad.id), status="error", last_error="no restore",
-         now=T0 + 8)  # fmt: skip
+    step(
+        store,
+        bad.id,
+        "w1",
+        claim_one(store, bad.id),
+        status="error",
+        last_error="no restore",
+        now=T0 + 8,
+    )
     done, failed = store.get_run(ok.id), store.get_run(bad.id)
-    assert (done.status, done.completed_at, done.failed_at, done.wake_at) == ("done", T0 + 7, None,
-                                                                              None)  # fmt: skip
+    assert (done.status, done.completed_at, done.failed_at, done.wake_at) == (
+        "done",
+        T0 + 7,
+        None,
+        None,
+    )
     assert (failed.status, failed.completed_at, failed.failed_at, failed.last_error) == (
-        "error", T0 + 8, T0 + 8, "no restore",
-    )  # fmt: skip
+        "error",
+        T0 + 8,
+        T0 + 8,
+        "no restore",
+    )
     with pytest.raises(ValueError, match="unknown run status"):
         step(store, ok.id, "w1", done.version, status="finished")
 
@@ -422,8 +484,10 @@ def test_sent_events_make_an_idle_run_claimable_and_are_consumed_with_the_step(
     claimed = store.claim_runs("w1", T0 + 3, 1000, 10)
     assert [r.id for r in claimed] == [run.id]
     events = store.pending_events(run.id)
-    assert [(e.id, e.event) for e in events] == [(first, {"type": "PAY", "amount": 3}),
-                                                 (second, {"type": "SHIP"})]  # fmt: skip
+    assert [(e.id, e.event) for e in events] == [
+        (first, {"type": "PAY", "amount": 3}),
+        (second, {"type": "SHIP"}),
+    ]
     assert store.claim_runs("w2", T0 + 4, 1000, 10) == []  # leased despite queued events
     step(store, run.id, "w1", claimed[0].version, consumed_inbox=[first])
     assert [e.id for e in store.pending_events(run.id)] == [second]
@@ -443,8 +507,11 @@ def test_cancel_of_an_unleased_run_ends_it_and_skips_its_effects(store: Store) -
     assert store.cancel_run(run.id, T0 + 5, "user asked") == "cancelled"
     got = store.get_run(run.id)
     assert (got.status, got.completed_at, got.last_error, got.wake_at) == (
-        "cancelled", T0 + 5, "user asked", None,
-    )  # fmt: skip
+        "cancelled",
+        T0 + 5,
+        "user asked",
+        None,
+    )
     assert [(e.status, e.result) for e in store.list_effects(run.id)] == [
         ("skipped", "cancelled")
     ] * 2
@@ -458,8 +525,9 @@ def test_cancel_of_a_leased_run_is_queued_for_the_lease_holder(store: Store) -> 
     version = claim_one(store, run.id)
     assert store.cancel_run(run.id, T0 + 5, "stop") == "requested"
     assert store.get_run(run.id).status == "active"
-    assert [e.event for e in store.pending_events(run.id)] == [{"type": CANCEL_EVENT,
-                                                                "reason": "stop"}]  # fmt: skip
+    assert [e.event for e in store.pending_events(run.id)] == [
+        {"type": CANCEL_EVENT, "reason": "stop"}
+    ]
     assert step(store, run.id, "w1", version) == version + 1  # holder is not fenced off
 
 
@@ -511,8 +579,12 @@ def test_breaker_state_is_compare_and_set(store_factory: StoreFactory) -> None:
     final = a.get_breaker("payments")
     assert final is not None
     assert (final.state, final.failure_count, final.opened_at, final.data, final.version) == (
-        "open", 5, T0 + 9, {"probe": None}, 2,
-    )  # fmt: skip
+        "open",
+        5,
+        T0 + 9,
+        {"probe": None},
+        2,
+    )
 
 
 def test_scheduled_start_fires_once_per_slot_across_racing_stores(
@@ -547,8 +619,11 @@ def test_a_kept_lease_is_renewed_by_each_step(store: Store) -> None:
     version = claim_one(store, run.id)
     step(store, run.id, "w1", version, release=False, lease_until=T0 + 90_000)
     kept = store.get_run(run.id)
-    assert (kept.lease_owner, kept.lease_expires_at, kept.wake_at) == ("w1", T0 + 90_000,
-                                                                       T0 + 90_000)  # fmt: skip
+    assert (kept.lease_owner, kept.lease_expires_at, kept.wake_at) == (
+        "w1",
+        T0 + 90_000,
+        T0 + 90_000,
+    )
     assert store.claim_runs("w2", T0 + 60_000, 30_000, 10) == []
     assert [r.id for r in store.claim_runs("w2", T0 + 90_000, 30_000, 10)] == [run.id]
 
@@ -557,8 +632,14 @@ def test_pending_work_is_pending_effects_and_queued_events(store: Store) -> None
     run, _ = store.create_run(new_run(), effects(2), T0)
     version = claim_one(store, run.id)
     first = store.list_effects(run.id)[0].idempotency_key
-    step(store, run.id, "w1", version, release=False,
-         effect_outcomes=[EffectOutcome(first, "done", None)])  # fmt: skip
+    step(
+        store,
+        run.id,
+        "w1",
+        version,
+        release=False,
+        effect_outcomes=[EffectOutcome(first, "done", None)],
+    )
     inbox_id = store.send_event(run.id, {"type": "GO"}, T0)
     idle, _ = store.create_run(new_run(), (), T0)
     work = store.pending_work([run.id, idle.id])
@@ -584,7 +665,9 @@ def test_a_claim_with_work_reads_what_pending_work_reads(store: Store) -> None:
     assert by_id == store.pending_work([busy.id, quiet.id])
     assert [e.effect_index for e in by_id[busy.id].effects] == [0, 1, 2]
     assert [(i.event["type"], i.traceparent, i.created_at) for i in by_id[busy.id].inbox] == [
-        ("GO", "tp", T0 + 1), ("AGAIN", None, T0 + 2)]  # fmt: skip
+        ("GO", "tp", T0 + 1),
+        ("AGAIN", None, T0 + 2),
+    ]
     assert store.claim_work("w2", T0 + 20, 30_000, 10) == []  # leased: no one else takes them
 
 
@@ -593,14 +676,17 @@ def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
     version = claim_one(store, failed.id)
     handler = new_run(key=f"error-of:{failed.id}", name="on_error")
     with pytest.raises(ConflictError):
-        step(store, failed.id, "w1", version + 5, status="error",
-             start_runs=[(handler, effects(1))])  # fmt: skip
+        step(
+            store, failed.id, "w1", version + 5, status="error", start_runs=[(handler, effects(1))]
+        )
     assert store.find_run("on_error", f"error-of:{failed.id}") is None
     step(store, failed.id, "w1", version, status="error", start_runs=[(handler, effects(1))])
     started = store.get_run(handler.id)
     assert (started.workflow_name, started.key, started.version) == (
-        "on_error", f"error-of:{failed.id}", 1,
-    )  # fmt: skip
+        "on_error",
+        f"error-of:{failed.id}",
+        1,
+    )
     assert [e.idempotency_key for e in store.list_effects(handler.id)] == [f"{handler.id}:1:0"]
     assert store.get_run(failed.id).status == "error"
 
@@ -610,9 +696,14 @@ def test_a_step_can_start_runs_in_its_own_transaction(store: Store) -> None:
 
 def commit(run_id: str, version: int, owner: str = "w1", **kw: Any) -> StepCommit:
     return StepCommit(
-        run_id=run_id, owner=owner, expected_version=version, state=kw.pop("state", "next"),
-        snapshot=kw.pop("snapshot", {"value": "next"}), status=kw.pop("status", "active"), **kw,
-    )  # fmt: skip
+        run_id=run_id,
+        owner=owner,
+        expected_version=version,
+        state=kw.pop("state", "next"),
+        snapshot=kw.pop("snapshot", {"value": "next"}),
+        status=kw.pop("status", "active"),
+        **kw,
+    )
 
 
 def test_a_batch_writes_each_step_with_its_own_rows(store: Store) -> None:
@@ -621,24 +712,49 @@ def test_a_batch_writes_each_step_with_its_own_rows(store: Store) -> None:
     keys = {r.id: store.list_effects(r.id)[0].idempotency_key for r in runs}
     inbox_id = store.send_event(runs[2].id, {"type": "GO"}, T0)
     batch = [
-        commit(runs[0].id, 1, state="a", release=False, lease_until=T0 + 40_000,
-               effect_outcomes=[EffectOutcome(keys[runs[0].id], "done", {"n": 0})],
-               new_effects=effects(2), journal=[JournalEntry({"type": "A"}, "s", "a")]),
-        commit(runs[1].id, 1, state="b", status="done",
-               effect_outcomes=[EffectOutcome(keys[runs[1].id], "failed", None, "boom")],
-               journal=[JournalEntry({"type": "B1"}, "s", "m"),
-                        JournalEntry({"type": "B2"}, "m", "b")]),
+        commit(
+            runs[0].id,
+            1,
+            state="a",
+            release=False,
+            lease_until=T0 + 40_000,
+            effect_outcomes=[EffectOutcome(keys[runs[0].id], "done", {"n": 0})],
+            new_effects=effects(2),
+            journal=[JournalEntry({"type": "A"}, "s", "a")],
+        ),
+        commit(
+            runs[1].id,
+            1,
+            state="b",
+            status="done",
+            effect_outcomes=[EffectOutcome(keys[runs[1].id], "failed", None, "boom")],
+            journal=[
+                JournalEntry({"type": "B1"}, "s", "m"),
+                JournalEntry({"type": "B2"}, "m", "b"),
+            ],
+        ),
         commit(runs[2].id, 1, state="c", wake_at=T0 + 5_000, consumed_inbox=[inbox_id]),
-    ]  # fmt: skip
+    ]
     assert store.commit_steps(batch, T0 + 20) == [2, 2, 2]
     first, second, third = (store.get_run(r.id) for r in runs)
     assert (first.state, first.lease_owner, first.lease_expires_at, first.wake_at) == (
-        "a", "w1", T0 + 40_000, T0 + 40_000)  # fmt: skip
+        "a",
+        "w1",
+        T0 + 40_000,
+        T0 + 40_000,
+    )
     assert (second.state, second.status, second.completed_at, second.lease_owner) == (
-        "b", "done", T0 + 20, None)  # fmt: skip
+        "b",
+        "done",
+        T0 + 20,
+        None,
+    )
     assert (third.state, third.wake_at, third.lease_owner) == ("c", T0 + 5_000, None)
     assert [(e.step, e.effect_index, e.status) for e in store.list_effects(runs[0].id)] == [
-        (1, 0, "done"), (2, 0, "pending"), (2, 1, "pending")]  # fmt: skip
+        (1, 0, "done"),
+        (2, 0, "pending"),
+        (2, 1, "pending"),
+    ]
     assert [(e.status, e.error) for e in store.list_effects(runs[1].id)] == [("failed", "boom")]
     assert [j.event["type"] for j in store.list_events(runs[1].id)] == ["B1", "B2"]
     assert [j.event["type"] for j in store.list_events(runs[0].id)] == ["A"]
@@ -646,7 +762,8 @@ def test_a_batch_writes_each_step_with_its_own_rows(store: Store) -> None:
 
 
 def test_a_failed_runs_traceback_is_kept_beside_its_error_in_a_batch_alone_and_by_fail_run(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     """Issue 44 item 8: the traceback of the code that failed a run is written with its
     `last_error`, by a batch of steps, a step alone and `fail_run`, and read back by the run's
     view; a step that fails nothing leaves it as it was."""
@@ -654,12 +771,13 @@ def test_a_failed_runs_traceback_is_kept_beside_its_error_in_a_batch_alone_and_b
     store.claim_runs("w1", T0, 30_000, 10)
     trace = "Traceback (most recent call last):\n  File \"shop.py\", line 3\nKeyError: 'ü'"
     failing = {"status": "error", "last_error": "KeyError: 'ü'", "error_traceback": trace}
-    assert store.commit_steps([commit(runs[0].id, 1, **failing),
-                               commit(runs[1].id, 1, state="b", release=False)],
-                              T0 + 20) == [2, 2]
+    assert store.commit_steps(
+        [commit(runs[0].id, 1, **failing), commit(runs[1].id, 1, state="b", release=False)], T0 + 20
+    ) == [2, 2]
     assert store.commit_step(commit(runs[2].id, 1, **failing), T0 + 20) == 2
-    assert store.fail_run(runs[3].id, "w1", "the store refused its step", T0 + 20,
-                          error_traceback=trace)  # fmt: skip
+    assert store.fail_run(
+        runs[3].id, "w1", "the store refused its step", T0 + 20, error_traceback=trace
+    )
     assert [store.error_traceback(r.id) for r in runs] == [trace, None, trace, trace]
     assert store.get_run(runs[0].id).last_error == "KeyError: 'ü'"
     assert step(store, runs[1].id, "w1", 2) == 3
@@ -678,10 +796,16 @@ def test_a_stale_step_in_a_batch_writes_nothing_and_the_others_commit(store: Sto
     store.claim_runs("w3", T0 + 120_001, 30_000, 10)  # `taken` now belongs to w3
     before = store.get_run(stale.id)
     key = {r.id: store.list_effects(r.id)[0].idempotency_key for r in (ok, stale, taken)}
-    batch = [commit(r.id, store.get_run(r.id).version + (5 if r is stale else 0),
-                    effect_outcomes=[EffectOutcome(key[r.id], "done", 1)],
-                    new_effects=effects(1), journal=[JournalEntry({"type": "X"}, "a", "b")])
-             for r in (ok, stale, taken)]  # fmt: skip
+    batch = [
+        commit(
+            r.id,
+            store.get_run(r.id).version + (5 if r is stale else 0),
+            effect_outcomes=[EffectOutcome(key[r.id], "done", 1)],
+            new_effects=effects(1),
+            journal=[JournalEntry({"type": "X"}, "a", "b")],
+        )
+        for r in (ok, stale, taken)
+    ]
     versions = store.commit_steps(batch, T0 + 120_010)
     assert versions[0] == store.get_run(ok.id).version and versions[1:] == [None, None]
     assert store.get_run(stale.id) == before
@@ -704,16 +828,27 @@ def test_journal_and_outbox_listings_can_take_only_the_newest(store: Store) -> N
     run, _ = store.create_run(new_run(), (), T0)
     version = claim_one(store, run.id)
     for n in range(5):
-        version = step(store, run.id, "w1", version, release=False, new_effects=effects(2),
-                       journal=[JournalEntry({"type": f"E{n}"}, "a", "b")])  # fmt: skip
+        version = step(
+            store,
+            run.id,
+            "w1",
+            version,
+            release=False,
+            new_effects=effects(2),
+            journal=[JournalEntry({"type": f"E{n}"}, "a", "b")],
+        )
     assert store.count_events(run.id) == 5
     assert [j.event["type"] for j in store.list_events(run.id, last=2)] == ["E3", "E4"]
     assert [j.event["type"] for j in store.list_events(run.id, last=9)] == [
-        f"E{n}" for n in range(5)]  # fmt: skip
+        f"E{n}" for n in range(5)
+    ]
     assert store.list_events(run.id, last=0) == []
     newest = store.list_effects(run.id, last=3)
     assert [(e.step, e.effect_index) for e in newest] == [
-        (version - 1, 1), (version, 0), (version, 1)]  # fmt: skip
+        (version - 1, 1),
+        (version, 0),
+        (version, 1),
+    ]
     assert newest == store.list_effects(run.id)[-3:]
     with pytest.raises(ValueError, match="last must be at least 0"):
         store.list_events(run.id, last=-1)
@@ -738,8 +873,11 @@ def test_a_heartbeat_does_not_wait_for_a_row_its_owner_is_committing(
         with psycopg.connect(pg_dsn) as holder:
             holder.execute(f'SET search_path TO "{pg_schema}"')
             holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (locked.id,))
-            beat = threading.Thread(target=lambda: result.append(
-                store.heartbeat("w1", [locked.id, other.id], T0 + 20_000, 30_000)))
+            beat = threading.Thread(
+                target=lambda: result.append(
+                    store.heartbeat("w1", [locked.id, other.id], T0 + 20_000, 30_000)
+                )
+            )
             beat.start()
             beat.join(10)
             waited = beat.is_alive()

@@ -34,57 +34,104 @@ def clock() -> SimulatedClock:
     return SimulatedClock(start=START)
 
 
-registry = create_machine({
-    "id": "registry", "initial": "open", "context": {"heard": []},
-    "states": {"open": {"on": {"REGISTER": {"actions": "hear"}, "CLOSE": "closed"}},
-               "closed": {"type": "final"}},
-    "output": lambda ctx, ev: {"heard": ctx["heard"]},
-}, actions={"hear": assign({"heard": lambda ctx, ev: [*ctx["heard"], ev["who"]]})})  # fmt: skip
+registry = create_machine(
+    {
+        "id": "registry",
+        "initial": "open",
+        "context": {"heard": []},
+        "states": {
+            "open": {"on": {"REGISTER": {"actions": "hear"}, "CLOSE": "closed"}},
+            "closed": {"type": "final"},
+        },
+        "output": lambda ctx, ev: {"heard": ctx["heard"]},
+    },
+    actions={"hear": assign({"heard": lambda ctx, ev: [*ctx["heard"], ev["who"]]})},
+)
 
 # the grandchild: it addresses its parent's sibling by systemId, which is not its child
-leaf = create_machine({
-    "id": "leaf", "initial": "working",
-    "states": {
-        "working": {
-            "entry": send_to("registry", {"type": "REGISTER", "who": "leaf-entry"}),
-            "on": {"REPORT": {"actions": send_to("registry", {"type": "REGISTER",
-                                                              "who": "leaf-report"})},
-                   "LATE": {"actions": [send_to("registry", {"type": "REGISTER", "who": "late"}),
-                                        send_to("nobody", {"type": "REGISTER", "who": "late"})]},
-                   "STOP": "stopped"}},
-        "stopped": {"type": "final"}},
-})  # fmt: skip
+leaf = create_machine(
+    {
+        "id": "leaf",
+        "initial": "working",
+        "states": {
+            "working": {
+                "entry": send_to("registry", {"type": "REGISTER", "who": "leaf-entry"}),
+                "on": {
+                    "REPORT": {
+                        "actions": send_to("registry", {"type": "REGISTER", "who": "leaf-report"})
+                    },
+                    "LATE": {
+                        "actions": [
+                            send_to("registry", {"type": "REGISTER", "who": "late"}),
+                            send_to("nobody", {"type": "REGISTER", "who": "late"}),
+                        ]
+                    },
+                    "STOP": "stopped",
+                },
+            },
+            "stopped": {"type": "final"},
+        },
+    }
+)
 
-middle = create_machine({
-    "id": "middle", "initial": "waiting",
-    "states": {"waiting": {"invoke": {"id": "leaf", "src": "leaf", "onDone": "finished"},
-                           "on": {"RELAY": {"actions": send_to(
-                               "leaf", lambda ctx, ev: {"type": ev["what"]})}}},
-               "finished": {"type": "final"}},
-}, actors={"leaf": leaf})  # fmt: skip
+middle = create_machine(
+    {
+        "id": "middle",
+        "initial": "waiting",
+        "states": {
+            "waiting": {
+                "invoke": {"id": "leaf", "src": "leaf", "onDone": "finished"},
+                "on": {"RELAY": {"actions": send_to("leaf", lambda ctx, ev: {"type": ev["what"]})}},
+            },
+            "finished": {"type": "final"},
+        },
+    },
+    actors={"leaf": leaf},
+)
 
 
 def _relay(what: str) -> Any:
     return {"actions": send_to("middle", {"type": "RELAY", "what": what})}
 
 
-tree_root = create_machine({
-    "id": "tree_root", "type": "parallel", "context": {"heard": None},
-    "states": {
-        "reg": {"initial": "open", "states": {
-            "open": {"invoke": {"id": "registry", "src": "registry", "systemId": "registry",
-                                "onDone": {"target": "closed", "actions": "keep_heard"}},
-                     "after": {200: {"actions": send_to("registry", {"type": "CLOSE"})}}},
-            "closed": {"type": "final"}}},
-        "work": {"initial": "busy", "states": {
-            "busy": {"invoke": {"id": "middle", "src": "middle", "onDone": "finished"},
-                     # REPORT while the registry is open, LATE once it has ended
-                     "after": {100: _relay("REPORT"), 300: _relay("LATE"), 400: _relay("STOP")}},
-            "finished": {"type": "final"}}},
+tree_root = create_machine(
+    {
+        "id": "tree_root",
+        "type": "parallel",
+        "context": {"heard": None},
+        "states": {
+            "reg": {
+                "initial": "open",
+                "states": {
+                    "open": {
+                        "invoke": {
+                            "id": "registry",
+                            "src": "registry",
+                            "systemId": "registry",
+                            "onDone": {"target": "closed", "actions": "keep_heard"},
+                        },
+                        "after": {200: {"actions": send_to("registry", {"type": "CLOSE"})}},
+                    },
+                    "closed": {"type": "final"},
+                },
+            },
+            "work": {
+                "initial": "busy",
+                "states": {
+                    "busy": {
+                        "invoke": {"id": "middle", "src": "middle", "onDone": "finished"},
+                        # REPORT while the registry is open, LATE once it has ended
+                        "after": {100: _relay("REPORT"), 300: _relay("LATE"), 400: _relay("STOP")},
+                    },
+                    "finished": {"type": "final"},
+                },
+            },
+        },
+        "output": lambda ctx, ev: {"heard": ctx["heard"]},
     },
-    "output": lambda ctx, ev: {"heard": ctx["heard"]},
-}, actors={"registry": registry, "middle": middle},
-   actions={"keep_heard": assign({"heard": lambda ctx, ev: ev["output"]["heard"]})})  # fmt: skip
+    actors={"registry": registry, "middle": middle},
+    actions={"keep_heard": assign({"heard": lambda ctx, ev: ev["output"]["heard"]})},
+)
 
 HEARD = {"heard": ["leaf-entry", "leaf-report"]}
 """What the registry heard from the grandchild, in every runtime: its entry's event (sent in
@@ -132,10 +179,17 @@ def test_a_grandchild_reaches_a_system_id_outside_its_branch_in_every_runtime(
     grandchild = _descendant(runtime, run_id, "middle", "leaf")
     letters = sorted(runtime.dead_letters(grandchild.id), key=lambda d: d.reason)
     assert [(d.event["who"], d.reason) for d in letters] == [
-        ("late", "not delivered: no active child run 'nobody' (its own by invoke id, or by "
-                 "systemId in its run tree)"),
-        ("late", "not delivered: no active child run 'registry' (its own by invoke id, or by "
-                 "systemId in its run tree)")]  # fmt: skip
+        (
+            "late",
+            "not delivered: no active child run 'nobody' (its own by invoke id, or by "
+            "systemId in its run tree)",
+        ),
+        (
+            "late",
+            "not delivered: no active child run 'registry' (its own by invoke id, or by "
+            "systemId in its run tree)",
+        ),
+    ]
     assert runtime.dead_letters(reg.id) == []
 
 
@@ -147,35 +201,53 @@ def test_a_system_id_is_delivered_with_the_sending_step(
     grandchild = _descendant(runtime, run_id, "middle", "leaf")
     reg = _descendant(runtime, run_id, "registry")
     # the grandchild's first step was committed with the tree: its event is queued already
-    assert [e.event for e in store.pending_events(reg.id)] == \
-        [{"type": "REGISTER", "who": "leaf-entry"}]  # fmt: skip
+    assert [e.event for e in store.pending_events(reg.id)] == [
+        {"type": "REGISTER", "who": "leaf-entry"}
+    ]
     only_leaves = Runtime(store, [leaf], clock=clock)  # steps the grandchild alone
     runtime.send(grandchild.id, "REPORT")
     Worker(only_leaves).run_until_idle()
     assert runtime.get(grandchild.id).version == 2
-    assert [e.event["who"] for e in store.pending_events(reg.id)] == \
-        ["leaf-entry", "leaf-report"]  # fmt: skip
+    assert [e.event["who"] for e in store.pending_events(reg.id)] == ["leaf-entry", "leaf-report"]
 
 
 # -- one name, one actor ----------------------------------------------------------------------
 
-rival = create_machine({
-    "id": "rival", "initial": "running",
-    "states": {"running": {"invoke": {"id": "second_registry", "src": "registry",
-                                      "systemId": "registry"}}},
-}, actors={"registry": registry})  # fmt: skip
+rival = create_machine(
+    {
+        "id": "rival",
+        "initial": "running",
+        "states": {
+            "running": {
+                "invoke": {"id": "second_registry", "src": "registry", "systemId": "registry"}
+            }
+        },
+    },
+    actors={"registry": registry},
+)
 
-duplicate_root = create_machine({
-    "id": "duplicate_root", "initial": "running", "context": {"problem": None},
-    "states": {
-        "running": {"invoke": [
-            {"id": "registry", "src": "registry", "systemId": "registry"},
-            {"id": "rival", "src": "rival",
-             "onError": {"target": "refused", "actions": "keep_problem"}}]},
-        "refused": {}},
-}, actors={"registry": registry, "rival": rival},
-   actions={"keep_problem": assign({"problem": lambda ctx, ev: ev["error"]["message"]})},
-)  # fmt: skip
+duplicate_root = create_machine(
+    {
+        "id": "duplicate_root",
+        "initial": "running",
+        "context": {"problem": None},
+        "states": {
+            "running": {
+                "invoke": [
+                    {"id": "registry", "src": "registry", "systemId": "registry"},
+                    {
+                        "id": "rival",
+                        "src": "rival",
+                        "onError": {"target": "refused", "actions": "keep_problem"},
+                    },
+                ]
+            },
+            "refused": {},
+        },
+    },
+    actors={"registry": registry, "rival": rival},
+    actions={"keep_problem": assign({"problem": lambda ctx, ev: ev["error"]["message"]})},
+)
 
 
 def test_a_tree_whose_first_step_registers_a_system_id_twice_is_refused(
@@ -186,25 +258,43 @@ def test_a_tree_whose_first_step_registers_a_system_id_twice_is_refused(
     assert memory.get_snapshot().value == "refused"
     assert memory.get_snapshot().context["problem"] == (
         "actor 'registry': SystemIdTakenError: systemId 'registry' is already registered in "
-        "this actor tree by actor 'registry'; actor 'second_registry' cannot register it too")
+        "this actor tree by actor 'registry'; actor 'second_registry' cannot register it too"
+    )
     # durably the whole first step of the tree is one transaction: the start is refused,
     # naming the run that holds the name and the child that asked for it; nothing is stored
     runtime = Runtime(store, [duplicate_root], clock=clock)
-    with pytest.raises(SystemIdTakenError, match=r"systemId 'registry' is already registered "
-                       r"in this actor tree by child run \S+ \(registry, child 'registry' of "
-                       r"run \S+\); child 'second_registry' \(registry\) of run \S+ cannot "
-                       "register it too"):  # fmt: skip
+    with pytest.raises(
+        SystemIdTakenError,
+        match=r"systemId 'registry' is already registered "
+        r"in this actor tree by child run \S+ \(registry, child 'registry' of "
+        r"run \S+\); child 'second_registry' \(registry\) of run \S+ cannot "
+        "register it too",
+    ):
         runtime.start("duplicate_root", key="dup")
     assert runtime.list() == []
 
 
-spawner = create_machine({
-    "id": "svc_spawner", "initial": "running",
-    "states": {"running": {"on": {
-        "SPAWN": {"actions": spawn_child("registry", id="a", system_id="svc")},
-        "SWAP": {"actions": [stop_child("a"), spawn_child("registry", id="b", system_id="svc")]},
-        "TELL": {"actions": send_to("svc", {"type": "REGISTER", "who": "root"})}}}},
-}, actors={"registry": registry})  # fmt: skip
+spawner = create_machine(
+    {
+        "id": "svc_spawner",
+        "initial": "running",
+        "states": {
+            "running": {
+                "on": {
+                    "SPAWN": {"actions": spawn_child("registry", id="a", system_id="svc")},
+                    "SWAP": {
+                        "actions": [
+                            stop_child("a"),
+                            spawn_child("registry", id="b", system_id="svc"),
+                        ]
+                    },
+                    "TELL": {"actions": send_to("svc", {"type": "REGISTER", "who": "root"})},
+                }
+            }
+        },
+    },
+    actors={"registry": registry},
+)
 
 
 def test_a_step_that_registers_a_held_system_id_fails_its_run_naming_both(
@@ -213,8 +303,11 @@ def test_a_step_that_registers_a_held_system_id_fails_its_run_naming_both(
     memory = create_actor(spawner, clock=clock).start()
     for event in ("SPAWN", "SWAP", "TELL"):  # a stopped child's name is free again
         memory.send({"type": event})
-    with pytest.raises(ImplementationError, match="systemId 'svc' is already registered in "
-                       "this actor tree by actor 'b'; actor 'a' cannot register it too"):
+    with pytest.raises(
+        ImplementationError,
+        match="systemId 'svc' is already registered in "
+        "this actor tree by actor 'b'; actor 'a' cannot register it too",
+    ):
         memory.send({"type": "SPAWN"})
     assert memory.get_snapshot().status == "error"
 
@@ -232,17 +325,29 @@ def test_a_step_that_registers_a_held_system_id_fails_its_run_naming_both(
     worker.run_until_idle()
     failed = runtime.get(run_id)
     assert failed.status == "error"
-    assert (f"systemId 'svc' is already registered in this actor tree by child run {b.id} "
-            f"(registry, child 'b' of run {run_id}); child 'a' (registry) of run {run_id} "
-            "cannot register it too") in (failed.last_error or "")  # fmt: skip
+    assert (
+        f"systemId 'svc' is already registered in this actor tree by child run {b.id} "
+        f"(registry, child 'b' of run {run_id}); child 'a' (registry) of run {run_id} "
+        "cannot register it too"
+    ) in (failed.last_error or "")
     assert {c.status for c in runtime.children(run_id)} == {"cancelled"}  # none started
 
 
-pair = create_machine({
-    "id": "pair", "initial": "running",
-    "states": {"running": {"invoke": [{"id": "left", "src": "svc_spawner"},
-                                      {"id": "right", "src": "svc_spawner"}]}},
-}, actors={"svc_spawner": spawner})  # fmt: skip
+pair = create_machine(
+    {
+        "id": "pair",
+        "initial": "running",
+        "states": {
+            "running": {
+                "invoke": [
+                    {"id": "left", "src": "svc_spawner"},
+                    {"id": "right", "src": "svc_spawner"},
+                ]
+            }
+        },
+    },
+    actors={"svc_spawner": spawner},
+)
 
 
 def test_postgres_lets_one_of_two_concurrent_steps_take_a_system_id(
@@ -268,12 +373,14 @@ def test_postgres_lets_one_of_two_concurrent_steps_take_a_system_id(
             holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 18))", (run_id,))
             for side in sides.values():
                 runtime.send(side.id, "SPAWN")
-            workers = [threading.Thread(target=Worker(runtime, batch=1).run_until_idle)
-                       for _ in sides]  # fmt: skip
+            workers = [
+                threading.Thread(target=Worker(runtime, batch=1).run_until_idle) for _ in sides
+            ]
             for thread in workers:
                 thread.start()
-            wait_for(lambda: all(store.get_run(s.id).lease_owner is not None
-                                 for s in sides.values()))  # fmt: skip
+            wait_for(
+                lambda: all(store.get_run(s.id).lease_owner is not None for s in sides.values())
+            )
             threading.Event().wait(0.5)  # both claimed: neither step may commit meanwhile
             assert all(store.get_run(s.id).version == s.version for s in sides.values())
             holder.commit()  # both steps were waiting for the tree: now one at a time
@@ -283,8 +390,9 @@ def test_postgres_lets_one_of_two_concurrent_steps_take_a_system_id(
         failed = [r for r in after if r.status == "error"]
         assert len(failed) == 1  # the other took the name (then was cancelled with `pair`,
         # which does not handle its child's error)
-        assert "systemId 'svc' is already registered in this actor tree" in \
-            (failed[0].last_error or "")  # fmt: skip
+        assert "systemId 'svc' is already registered in this actor tree" in (
+            failed[0].last_error or ""
+        )
         (registered,) = store.list_runs(workflow_name="registry")  # one child run, ever
         assert registered.key == "svc" and registered.parent_run_id != failed[0].id
     finally:

@@ -35,20 +35,37 @@ T0 = 1_700_000_000_000
 
 
 def waiting_run(store: Store) -> str:
-    run, _ = store.create_run(NewRun(
-        id=str(uuid.uuid4()), workflow_name="w", workflow_version="v1", key=None,
-        state="waiting", snapshot={"value": "waiting"}, wake_at=None), (), T0)  # fmt: skip
+    run, _ = store.create_run(
+        NewRun(
+            id=str(uuid.uuid4()),
+            workflow_name="w",
+            workflow_version="v1",
+            key=None,
+            state="waiting",
+            snapshot={"value": "waiting"},
+            wake_at=None,
+        ),
+        (),
+        T0,
+    )
     return run.id
 
 
 def unleased(store: Store, run_id: str, owner: str, **kw: Any) -> int:
-    (run, work), = store.read_work([run_id])
+    ((run, work),) = store.read_work([run_id])
     commit = StepCommit(
-        run_id=run_id, owner=owner, expected_version=kw.pop("version", run.version),
-        state="next", snapshot={"value": "next"}, status="active", unleased=True,
-        consumed_inbox=[e.id for e in work.inbox], lease_until=T0 + 30_000,
-        journal=[JournalEntry(e.event, "waiting", "next") for e in work.inbox], **kw,
-    )  # fmt: skip
+        run_id=run_id,
+        owner=owner,
+        expected_version=kw.pop("version", run.version),
+        state="next",
+        snapshot={"value": "next"},
+        status="active",
+        unleased=True,
+        consumed_inbox=[e.id for e in work.inbox],
+        lease_until=T0 + 30_000,
+        journal=[JournalEntry(e.event, "waiting", "next") for e in work.inbox],
+        **kw,
+    )
     return store.commit_step(commit, T0 + 10)
 
 
@@ -94,11 +111,20 @@ def test_an_unleased_step_that_leaves_effects_takes_the_lease_with_its_commit(
 ) -> None:
     run_id = waiting_run(store)
     store.send_event(run_id, {"type": "GO"}, T0)
-    version = unleased(store, run_id, "w1", release=False,
-                       new_effects=[NewEffect(0, "start_child", {"id": "call"})])  # fmt: skip
+    version = unleased(
+        store,
+        run_id,
+        "w1",
+        release=False,
+        new_effects=[NewEffect(0, "start_child", {"id": "call"})],
+    )
     run = store.get_run(run_id)
     assert (run.lease_owner, run.lease_expires_at, run.wake_at, run.claim_count) == (
-        "w1", T0 + 30_000, T0 + 30_000, 1)  # fmt: skip
+        "w1",
+        T0 + 30_000,
+        T0 + 30_000,
+        1,
+    )
     assert store.claim_runs("w2", T0 + 1000, 30_000, 10) == []
     assert [(e.step, e.status) for e in store.list_effects(run_id)] == [(version, "pending")]
     with pytest.raises(ConflictError):  # another unleased step finds it held
@@ -108,7 +134,7 @@ def test_an_unleased_step_that_leaves_effects_takes_the_lease_with_its_commit(
 def test_an_unleased_step_of_a_run_cancelled_meanwhile_writes_nothing(store: Store) -> None:
     run_id = waiting_run(store)
     store.send_event(run_id, {"type": "GO"}, T0)
-    (run, _), = store.read_work([run_id])
+    ((run, _),) = store.read_work([run_id])
     assert store.cancel_run(run_id, T0) == "cancelled"
     with pytest.raises(ConflictError):
         unleased(store, run_id, "w1", version=run.version)
@@ -126,12 +152,17 @@ def call(input: Any, idempotency_key: str) -> str:
 
 
 caller = create_machine(
-    {"id": "caller", "initial": "waiting", "states": {
-        "waiting": {"on": {"GO": "calling"}},
-        "calling": {"invoke": {"id": "call", "src": "call", "onDone": "done"}},
-        "done": {"type": "final"}}},
+    {
+        "id": "caller",
+        "initial": "waiting",
+        "states": {
+            "waiting": {"on": {"GO": "calling"}},
+            "calling": {"invoke": {"id": "call", "src": "call", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
     actors={"call": call},
-)  # fmt: skip
+)
 
 
 def idle_worker(runtime: Runtime, **options: Any) -> tuple[Worker, threading.Thread]:
@@ -151,8 +182,13 @@ def idle_worker(runtime: Runtime, **options: Any) -> tuple[Worker, threading.Thr
     thread = threading.Thread(target=worker.run)
     thread.start()
     listens = runtime.store.dialect == "postgres"
-    wait_for(lambda: bool(claims) and (not listens or runtime.store.wakeup().unnamed() > 0)
-             and time.monotonic() - claims[-1] > 0.5)  # fmt: skip
+    wait_for(
+        lambda: (
+            bool(claims)
+            and (not listens or runtime.store.wakeup().unnamed() > 0)
+            and time.monotonic() - claims[-1] > 0.5
+        )
+    )
     return worker, thread
 
 
@@ -194,7 +230,8 @@ def test_an_event_whose_step_calls_a_function_leases_the_call_in_that_commit(
     assert store.list_effects(run_id) == []
     assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
     assert [(a.worker, a.outcome) for a in store.call_attempts(run_id)] == [
-        (f"{worker.id}/calls", "done")]
+        (f"{worker.id}/calls", "done")
+    ]
 
 
 def slow_guard(context: Any, event: Any) -> bool:
@@ -203,10 +240,13 @@ def slow_guard(context: Any, event: Any) -> bool:
 
 
 slow = create_machine(
-    {"id": "slow", "initial": "waiting", "states": {
-        "waiting": {"on": {"GO": {"guard": "slow", "target": "moved"}}}, "moved": {}}},
+    {
+        "id": "slow",
+        "initial": "waiting",
+        "states": {"waiting": {"on": {"GO": {"guard": "slow", "target": "moved"}}}, "moved": {}},
+    },
     guards={"slow": slow_guard},
-)  # fmt: skip
+)
 
 
 def test_a_heartbeat_during_an_unleased_step_reports_no_lost_lease(
@@ -263,8 +303,9 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
 
 def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(store, [approval, in_step(order)], clock=clock, step_in_send=False,
-                      limits=IN_STEP_LIMITS)  # fmt: skip
+    runtime = Runtime(
+        store, [approval, in_step(order)], clock=clock, step_in_send=False, limits=IN_STEP_LIMITS
+    )
     held = runtime.start("approval")
     runtime.send(held, "APPROVE")
     store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
@@ -286,8 +327,17 @@ def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_rea
     bad = runtime.start("approval")
     version = store.claim_runs("tamper", clock.now() + 86_400_000, 1000, 1)[0].version
     broken = {**runtime.get(bad).snapshot, "value": "no_such_state"}
-    store.commit_step(StepCommit(run_id=bad, owner="tamper", expected_version=version,
-                                 state="?", snapshot=broken, status="active"), clock.now())
+    store.commit_step(
+        StepCommit(
+            run_id=bad,
+            owner="tamper",
+            expected_version=version,
+            state="?",
+            snapshot=broken,
+            status="active",
+        ),
+        clock.now(),
+    )
     runtime.send(bad, "APPROVE")
     driver = RunDriver(runtime, "w", 30_000)
     assert driver.drive_unleased(store.read_work([bad]), lambda: False) == (0, True)

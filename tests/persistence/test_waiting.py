@@ -34,10 +34,24 @@ MACHINES = "tests.persistence.lifecycle_workflows"
 def _worker(url: str, log: Path, work_ms: int = 0) -> subprocess.Popen[bytes]:
     env = {**os.environ, WORK_MS_ENV: str(work_ms)}
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         MACHINES, "--poll-ms", "50", "--log-level", "WARNING"],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            MACHINES,
+            "--poll-ms",
+            "50",
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 @pytest.fixture
@@ -64,8 +78,10 @@ def _cli(*argv: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_sends_that_wait_get_the_step_that_applied_their_own_event_from_a_worker_process(
-    url: str, store: Store, tmp_path: Path,
-) -> None:  # fmt: skip
+    url: str,
+    store: Store,
+    tmp_path: Path,
+) -> None:
     """Events queued while a worker process is busy with the run (each ADD from idle runs a
     200 ms call) are applied later, several per step; each waiting sender gets the step that
     applied *its* event, as the journal shows it, not merely the run's next state."""
@@ -85,8 +101,19 @@ def test_sends_that_wait_get_the_step_that_applied_their_own_event_from_a_worker
             sender.start()
         for sender in senders:
             sender.join(90)
-        code, printed = _cli("runs", "send", "--store", url, "--machines", MACHINES, run,
-                             "--event", '{"type": "ADD", "n": 100}', "--wait", "60s")
+        code, printed = _cli(
+            "runs",
+            "send",
+            "--store",
+            url,
+            "--machines",
+            MACHINES,
+            run,
+            "--event",
+            '{"type": "ADD", "n": 100}',
+            "--wait",
+            "60s",
+        )
     finally:
         stop_workers([worker])
     assert all(a.status == "applied" for a in answers.values())
@@ -103,16 +130,28 @@ def test_sends_that_wait_get_the_step_that_applied_their_own_event_from_a_worker
 
 
 def test_a_send_that_waits_longer_than_the_run_takes_stays_queued_and_says_so(
-    url: str, store: Store,
-) -> None:  # fmt: skip
+    url: str,
+    store: Store,
+) -> None:
     """No worker runs: the event is still queued when the wait elapses (`queued`, the run as
     it is; `runs send --wait` exits 124); a worker applies it later."""
     runtime = Runtime(store, [tally], step_in_send=False)
     run = runtime.start("tally", {"customer": 1})
     answer = runtime.send(run, "MOVE", wait=0.2)
     assert (answer.status, answer.step, answer.run.state) == ("queued", None, "idle")
-    code, printed = _cli("runs", "send", "--store", url, "--machines", MACHINES, run,
-                         "--event", "MOVE", "--wait", "200ms")  # fmt: skip
+    code, printed = _cli(
+        "runs",
+        "send",
+        "--store",
+        url,
+        "--machines",
+        MACHINES,
+        run,
+        "--event",
+        "MOVE",
+        "--wait",
+        "200ms",
+    )
     assert code == EXIT_TIMEOUT and printed["outcome"] == "queued"
     assert [e.id for e in store.pending_events(run)] == [answer.inbox_id, printed["inbox_id"]]
 
@@ -135,8 +174,10 @@ def test_an_event_the_run_ends_before_applying_is_dead(store: Store) -> None:
 
 
 def test_waits_for_runs_that_end_done_failed_cancelled_or_not_in_time(
-    url: str, store: Store, tmp_path: Path,
-) -> None:  # fmt: skip
+    url: str,
+    store: Store,
+    tmp_path: Path,
+) -> None:
     """`Runtime.wait` and `runs wait` return when a worker process ends the run: its output
     (done) or error, with distinct exit codes; a run still active when the timeout elapses
     raises `StillRunningError` (exit 124)."""
@@ -145,6 +186,7 @@ def test_waits_for_runs_that_end_done_failed_cancelled_or_not_in_time(
     worker = _worker(url, tmp_path / "worker.log")
     results: dict[str, Any] = {}
     try:
+
         def wait(run_id: str) -> None:
             results[run_id] = runtime.wait(run_id, 60)
 
@@ -169,18 +211,30 @@ def test_waits_for_runs_that_end_done_failed_cancelled_or_not_in_time(
     assert results[failed].status == "error"
     assert "exploded on purpose" in str(results[failed].error)
     assert timed_out.value.run.id == idle and timed_out.value.run.status == "active"
-    assert cli_done == (EXIT_DONE, {"run_id": done, "status": "done", "state": "finished",
-                                    "output": {"count": 3}, "error": None})  # fmt: skip
+    assert cli_done == (
+        EXIT_DONE,
+        {
+            "run_id": done,
+            "status": "done",
+            "state": "finished",
+            "output": {"count": 3},
+            "error": None,
+        },
+    )
     assert cli_failed[0] == EXIT_FAILED and cli_failed[1]["status"] == "error"
     assert cli_cancelled[0] == EXIT_CANCELLED
     assert cli_cancelled[1]["error"] == {"name": "RunCancelled", "message": "not needed"}
-    assert cli_idle == (EXIT_TIMEOUT, {"run_id": idle, "status": "active", "state": "idle",
-                                       "timeout": True})  # fmt: skip
+    assert cli_idle == (
+        EXIT_TIMEOUT,
+        {"run_id": idle, "status": "active", "state": "idle", "timeout": True},
+    )
 
 
 def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
-    pg_dsn: str, pg_schema: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    pg_dsn: str,
+    pg_schema: str,
+    tmp_path: Path,
+) -> None:
     """The waiter is counted in its run's row while it waits (and not after); each step of
     its run, written by another process, NOTIFYs it: it reads the run when it starts (a first
     look, then to watch it and look again) and once per step after, however long the run
@@ -209,9 +263,25 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
             _await_waiter(other, run)
             for event in ('{"type": "MOVE", "region": "a"}', "FINISH"):  # (a step each)
                 sent = subprocess.run(  # (another process: its listener is not this one's)
-                    [sys.executable, "-m", "persistence.cli", "runs", "send", "--store", url,
-                     "--machines", MACHINES, run, "--event", event, "--wait", "30s"],
-                    capture_output=True, timeout=60)  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "persistence.cli",
+                        "runs",
+                        "send",
+                        "--store",
+                        url,
+                        "--machines",
+                        MACHINES,
+                        run,
+                        "--event",
+                        event,
+                        "--wait",
+                        "30s",
+                    ],
+                    capture_output=True,
+                    timeout=60,
+                )
                 assert sent.returncode == EXIT_DONE, sent.stderr
             waiter.join(60)
             assert not waiter.is_alive()
@@ -228,8 +298,7 @@ def test_on_postgres_a_waiter_reads_once_per_step_of_its_run_not_on_a_timer(
 
 def _waiters(store: Store, run_id: str) -> int:
     with store._connection() as conn:  # type: ignore[attr-defined]
-        row = conn.execute("SELECT waiters FROM workflow_runs WHERE id = %s",
-                           (run_id,)).fetchone()  # fmt: skip
+        row = conn.execute("SELECT waiters FROM workflow_runs WHERE id = %s", (run_id,)).fetchone()
     return int(row[0])
 
 
@@ -238,28 +307,44 @@ def _await_waiter(store: Store, run_id: str) -> None:
 
 
 def test_the_ingress_answers_with_the_run_after_the_event_or_202_when_the_wait_elapses(
-    store: Store, serve: Serve,
-) -> None:  # fmt: skip
+    store: Store,
+    serve: Serve,
+) -> None:
     """`?wait=` (or `Prefer: wait=`): `200` with the run after the event and the step that
     applied it; `202` with the run as it is, the event still queued, when the wait elapses
     (no worker yet); a worker applies it, and a later wait answers `200`."""
     from persistence.ingress import create_api
 
     base = serve(create_api(Runtime(store, [tally])))
-    started = httpx.post(f"{base}/api/workflows/tally/runs", json={"key": "k1",
-                                                                   "input": {"customer": 1}})
+    started = httpx.post(
+        f"{base}/api/workflows/tally/runs", json={"key": "k1", "input": {"customer": 1}}
+    )
     run = started.json()["id"]
     moved = httpx.post(f"{base}/api/runs/{run}/events?wait=5", json={"type": "ADD", "n": 2})
     assert moved.status_code == 200, moved.text
-    assert moved.json() | {"outcome": "applied", "applied_step": 2, "applied_state": "working",
-                           "state": "working", "version": 2} == moved.json()  # fmt: skip
+    assert (
+        moved.json()
+        | {
+            "outcome": "applied",
+            "applied_step": 2,
+            "applied_state": "working",
+            "state": "working",
+            "version": 2,
+        }
+        == moved.json()
+    )
 
     queued_api = serve(create_api(Runtime(store, [tally], step_in_send=False)))
-    late = httpx.post(f"{queued_api}/api/workflows/tally/runs/k1/events",
-                      headers={"Prefer": "respond-async, wait=0.3"}, json={"type": "FINISH"})
+    late = httpx.post(
+        f"{queued_api}/api/workflows/tally/runs/k1/events",
+        headers={"Prefer": "respond-async, wait=0.3"},
+        json={"type": "FINISH"},
+    )
     assert late.status_code == 202, late.text
-    assert late.json() | {"outcome": "queued", "applied_step": None, "version": 2,
-                          "status": "active"} == late.json()  # fmt: skip
+    assert (
+        late.json() | {"outcome": "queued", "applied_step": None, "version": 2, "status": "active"}
+        == late.json()
+    )
     worker = Worker(Runtime(store, [tally]), 1, poll_ms=20)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
@@ -278,8 +363,11 @@ def test_the_ingress_answers_with_the_run_after_the_event_or_202_when_the_wait_e
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         try:
-            posted = httpx.post(f"{base}/api/runs/{other}/events?wait=30", json={"type": "MOVE",
-                                "region": "eu"}, headers={"Idempotency-Key": "d-1"})  # fmt: skip
+            posted = httpx.post(
+                f"{base}/api/runs/{other}/events?wait=30",
+                json={"type": "MOVE", "region": "eu"},
+                headers={"Idempotency-Key": "d-1"},
+            )
         finally:
             worker.stop()
             thread.join(30)

@@ -153,8 +153,9 @@ def flaky_charge(amount: int, idempotency_key: str) -> dict[str, Any]:
     """Fails on the first call for a key, then charges once per key."""
     db = _ledger()
     try:
-        seen = db.execute("SELECT count(*) FROM calls WHERE key = ?",
-                          (idempotency_key,)).fetchone()[0]
+        seen = db.execute(
+            "SELECT count(*) FROM calls WHERE key = ?", (idempotency_key,)
+        ).fetchone()[0]
     finally:
         db.close()
     if seen == 0:
@@ -176,8 +177,11 @@ retrying = create_machine(
                     "id": "charge",
                     "src": "flaky_charge",
                     "input": 5,
-                    "retry": {"max_attempts": 3, "initial_interval": RETRY_WAIT_MS,
-                              "backoff": "fixed"},
+                    "retry": {
+                        "max_attempts": 3,
+                        "initial_interval": RETRY_WAIT_MS,
+                        "backoff": "fixed",
+                    },
                     "onDone": {"target": "paid", "actions": "save_receipt"},
                 }
             },
@@ -206,10 +210,12 @@ def _slow_orders() -> list[Any]:
     from machines import orders
     from statecharts import from_callable
 
-    fraud = orders.fraud_check.provide(actors={
-        "score_risk": from_callable(_slowed(orders.score_risk))})
-    payment = orders.payment.provide(actors={
-        "fraud_check": fraud, "charge_card": from_callable(_slowed(orders.charge_card))})
+    fraud = orders.fraud_check.provide(
+        actors={"score_risk": from_callable(_slowed(orders.score_risk))}
+    )
+    payment = orders.payment.provide(
+        actors={"fraud_check": fraud, "charge_card": from_callable(_slowed(orders.charge_card))}
+    )
     return [orders.order.provide(actors={"payment": payment}), payment, fraud]
 
 
@@ -238,8 +244,10 @@ payments = create_machine(
             "closed": {"type": "final"},
         },
     },
-    actions={"count": assign({"paid": lambda c, e: c["paid"] + 1}),
-             "record_payment": record_payment},
+    actions={
+        "count": assign({"paid": lambda c, e: c["paid"] + 1}),
+        "record_payment": record_payment,
+    },
 )
 """Takes payment webhooks (Stripe's event type) until closed: each applied one counts and runs
 one side effect, so an event applied twice shows."""

@@ -14,8 +14,10 @@ def dot_installed() -> str:
     """The path of Graphviz's ``dot``; skips loudly without it, fails under CI."""
     found = shutil.which("dot")
     if found is None:
-        message = ("Graphviz 'dot' is not installed: SVG/PNG tests cannot run "
-                   "(apt-get install graphviz / brew install graphviz; scripts/system-deps.sh)")
+        message = (
+            "Graphviz 'dot' is not installed: SVG/PNG tests cannot run "
+            "(apt-get install graphviz / brew install graphviz; scripts/system-deps.sh)"
+        )
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)

@@ -24,8 +24,9 @@ def _waiting_to_retry() -> tuple[Machine, Snapshot | None]:
     machine = invoice()
     snapshot, _ = machine.initial_transition()
     snapshot, _ = machine.transition(snapshot, "PAYMENT_RECEIVED")
-    snapshot, _ = machine.transition(snapshot, {"type": "xstate.error.actor.create",
-                                                "error": {"name": "Timeout"}})
+    snapshot, _ = machine.transition(
+        snapshot, {"type": "xstate.error.actor.create", "error": {"name": "Timeout"}}
+    )
     return machine, snapshot
 
 

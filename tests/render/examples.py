@@ -40,8 +40,11 @@ def invoice() -> Machine:
                 "waiting_for_payment": {
                     "on": {
                         "PAYMENT_RECEIVED": [
-                            {"target": "creating_invoice", "guard": "is_payment_valid",
-                             "actions": "record_payment"},
+                            {
+                                "target": "creating_invoice",
+                                "guard": "is_payment_valid",
+                                "actions": "record_payment",
+                            },
                             {"target": "payment_rejected"},
                         ],
                     },
@@ -52,22 +55,37 @@ def invoice() -> Machine:
                     "invoke": {
                         "id": "create",
                         "src": "create_invoice",
-                        "retry": {"max_attempts": 4, "initial_interval": 1000,
-                                  "backoff": "exponential", "coefficient": 2.0},
+                        "retry": {
+                            "max_attempts": 4,
+                            "initial_interval": 1000,
+                            "backoff": "exponential",
+                            "coefficient": 2.0,
+                        },
                         "onFinalFailure": "fail_run",
                         "onDone": {"target": "sending_invoice"},
                         "onError": {"target": "invoice_failed"},
                     },
                 },
                 "sending_invoice": {
-                    "invoke": {"src": "send_email", "description": "email the invoice",
-                               "retry": {"max_attempts": 10, "initial_interval": 2000,
-                                         "backoff": "linear", "max_interval": 10000},
-                               "onFinalFailure": "fail_run", "onDone": "done"},
+                    "invoke": {
+                        "src": "send_email",
+                        "description": "email the invoice",
+                        "retry": {
+                            "max_attempts": 10,
+                            "initial_interval": 2000,
+                            "backoff": "linear",
+                            "max_interval": 10000,
+                        },
+                        "onFinalFailure": "fail_run",
+                        "onDone": "done",
+                    },
                 },
-                "payment_rejected": {"always": [{"target": "waiting_for_payment",
-                                                 "guard": "can_retry_payment"},
-                                                {"target": "cancelled"}]},
+                "payment_rejected": {
+                    "always": [
+                        {"target": "waiting_for_payment", "guard": "can_retry_payment"},
+                        {"target": "cancelled"},
+                    ]
+                },
                 "payment_timed_out": {"type": "final"},
                 "invoice_failed": {"type": "final"},
                 "cancelled": {"type": "final", "description": "Cancelled by the customer"},
@@ -92,12 +110,23 @@ def constructs() -> Machine:
                     "initial": "draft",
                     "description": "Customer edits the order",
                     "states": {
-                        "draft": {"on": {"SUBMIT": {"target": "review",
-                                                    "guard": and_("has_items",
-                                                                  not_("is_order_locked"))}}},
-                        "review": {"on": {"BACK": "draft",
-                                          "APPROVE": {"target": "#order_fulfilment.fulfilling",
-                                                      "description": "Manager approves"}}},
+                        "draft": {
+                            "on": {
+                                "SUBMIT": {
+                                    "target": "review",
+                                    "guard": and_("has_items", not_("is_order_locked")),
+                                }
+                            }
+                        },
+                        "review": {
+                            "on": {
+                                "BACK": "draft",
+                                "APPROVE": {
+                                    "target": "#order_fulfilment.fulfilling",
+                                    "description": "Manager approves",
+                                },
+                            }
+                        },
                         "resume": {"type": "history", "target": "draft"},
                     },
                     "on": {"UPDATE_ADDRESS": {"actions": ["save_address"]}},
@@ -119,9 +148,13 @@ def constructs() -> Machine:
                                 "charging": {
                                     "invoke": {
                                         "src": "charge_card",
-                                        "retry": {"max_attempts": 3, "initial_interval": 30000,
-                                                  "backoff": "fixed", "jitter": "full",
-                                                  "total_timeout": 600000},
+                                        "retry": {
+                                            "max_attempts": 3,
+                                            "initial_interval": 30000,
+                                            "backoff": "fixed",
+                                            "jitter": "full",
+                                            "total_timeout": 600000,
+                                        },
                                         "onFinalFailure": "skip",
                                         "onDone": "charged",
                                     },
@@ -139,22 +172,28 @@ def constructs() -> Machine:
                     "after": {"DELIVERY_WINDOW": "delivered"},
                     "on": {
                         "order.*": {"actions": "log_order_event"},
-                        "CONFIRM": {"target": "delivered",
-                                    "guard": or_("isSignedFor", state_in("#order_fulfilment"
-                                                                         ".shipped"))},
-                        "RESEND": {"target": "shipped", "reenter": True,
-                                   "guard": {"type": "is_within_limit",
-                                             "params": {"limit": 3}}},
+                        "CONFIRM": {
+                            "target": "delivered",
+                            "guard": or_("isSignedFor", state_in("#order_fulfilment.shipped")),
+                        },
+                        "RESEND": {
+                            "target": "shipped",
+                            "reenter": True,
+                            "guard": {"type": "is_within_limit", "params": {"limit": 3}},
+                        },
                         "IGNORED": {},
                     },
                 },
                 "delivered": {"type": "final"},
             },
-            "on": {"*": {"actions": assign({"seen": True})},
-                   "REOPEN": ".editing.resume"},
+            "on": {"*": {"actions": assign({"seen": True})}, "REOPEN": ".editing.resume"},
         },
-        guards={"has_items": _true, "is_order_locked": _false, "isSignedFor": _true,
-                "is_within_limit": _true},
+        guards={
+            "has_items": _true,
+            "is_order_locked": _false,
+            "isSignedFor": _true,
+            "is_within_limit": _true,
+        },
         actions={"save_address": _noop, "close_ticket": _noop, "log_order_event": _noop},
         actors={"charge_card": _actor},
         delays={"DELIVERY_WINDOW": 172800000},
@@ -169,11 +208,17 @@ def parallel_root() -> Machine:
             "type": "parallel",
             "on": {"RESET": {"target": [".light.off", ".fan.stopped"]}},
             "states": {
-                "light": {"initial": "off", "states": {"off": {"on": {"TOGGLE": "on"}},
-                                                       "on": {"on": {"TOGGLE": "off"}}}},
-                "fan": {"initial": "stopped", "states": {
-                    "stopped": {"on": {"FAN_ON": "spinning"}},
-                    "spinning": {"after": {"1500": "stopped"}, "on": {"FAN_OFF": "stopped"}}}},
+                "light": {
+                    "initial": "off",
+                    "states": {"off": {"on": {"TOGGLE": "on"}}, "on": {"on": {"TOGGLE": "off"}}},
+                },
+                "fan": {
+                    "initial": "stopped",
+                    "states": {
+                        "stopped": {"on": {"FAN_ON": "spinning"}},
+                        "spinning": {"after": {"1500": "stopped"}, "on": {"FAN_OFF": "stopped"}},
+                    },
+                },
             },
         },
     )
@@ -194,8 +239,10 @@ def restarts() -> Machine:
                         "address": {"on": {"NEXT": "confirm", "START_OVER": "#form_wizard.wizard"}},
                         "confirm": {"type": "final"},
                     },
-                    "on": {"RESET": {"target": "wizard", "reenter": True},
-                           "EDIT_ADDRESS": ".address"},
+                    "on": {
+                        "RESET": {"target": "wizard", "reenter": True},
+                        "EDIT_ADDRESS": ".address",
+                    },
                     "onDone": "submitted",
                 },
                 "submitted": {"type": "final"},

@@ -12,16 +12,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ORDERS = '''
+ORDERS = """
 from statecharts import create_machine
 
 machine = create_machine({
     "id": "orders", "initial": "open",
     "states": {"open": {"on": {"CLOSE": "closed"}}, "closed": {"type": "final"}},
 })
-'''
+"""
 
-BILLING = '''
+BILLING = """
 from statecharts import create_machine
 
 def _charge(*_):
@@ -37,14 +37,18 @@ MACHINES = {
     "refunds": create_machine({"id": "refunds", "initial": "idle",
                                "states": {"idle": {}}}),
 }
-'''
+"""
 
 JSON_MACHINE = {
-    "id": "ticket", "initial": "new",
+    "id": "ticket",
+    "initial": "new",
     "states": {
-        "new": {"on": {"ASSIGN": {"target": "working", "guard": "has_owner",
-                                  "actions": ["notify_owner"]}},
-                "after": {"SLA": "escalated"}},
+        "new": {
+            "on": {
+                "ASSIGN": {"target": "working", "guard": "has_owner", "actions": ["notify_owner"]}
+            },
+            "after": {"SLA": "escalated"},
+        },
         "working": {"invoke": {"src": "fix_issue", "onDone": "solved", "onError": "failed"}},
         "escalated": {},
         "solved": {"type": "final"},
@@ -55,8 +59,13 @@ JSON_MACHINE = {
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), str(ROOT)])}
-    return subprocess.run([sys.executable, "-m", "statecharts.render.cli", *args], cwd=cwd,
-                          env=env, capture_output=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "statecharts.render.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -73,10 +82,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_render_module_attribute_in_every_format(project: Path, dot_installed: str) -> None:
-    for fmt, name in (("dot", "o.dot"), ("mermaid", "o.mmd"), ("svg", "o.svg"),
-                      ("png", "o.png")):
-        result = run("render", "machines.orders:machine", "--format", fmt, "-o", name,
-                     cwd=project)
+    for fmt, name in (("dot", "o.dot"), ("mermaid", "o.mmd"), ("svg", "o.svg"), ("png", "o.png")):
+        result = run("render", "machines.orders:machine", "--format", fmt, "-o", name, cwd=project)
         assert result.returncode == 0, result.stderr
     assert (project / "o.dot").read_text().startswith('digraph "orders"')
     assert "stateDiagram-v2" in (project / "o.mmd").read_text()
@@ -108,27 +115,45 @@ def test_render_a_machine_file_without_its_code(project: Path, suffix: str) -> N
 
 
 def test_render_highlights_a_persisted_snapshot(project: Path) -> None:
-    code = ("import json, sys\nfrom machines.orders import machine\n"
-            "snap, _ = machine.initial_transition()\nsnap, _ = machine.transition(snap, 'CLOSE')\n"
-            "print(json.dumps(machine.persist(snap)))")
+    code = (
+        "import json, sys\nfrom machines.orders import machine\n"
+        "snap, _ = machine.initial_transition()\nsnap, _ = machine.transition(snap, 'CLOSE')\n"
+        "print(json.dumps(machine.persist(snap)))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(ROOT)])}
-    persisted = subprocess.run([sys.executable, "-c", code], cwd=project, env=env,
-                               capture_output=True, text=True, check=True).stdout
+    persisted = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert json.loads(persisted)["value"] == "closed"
     (project / "snap.json").write_text(persisted)
-    result = run("render", "machines.orders:machine", "--format", "mermaid", "--snapshot",
-                 "snap.json", cwd=project)
+    result = run(
+        "render",
+        "machines.orders:machine",
+        "--format",
+        "mermaid",
+        "--snapshot",
+        "snap.json",
+        cwd=project,
+    )
     assert result.returncode == 0, result.stderr
     assert "class s_closed active" in result.stdout.decode()
 
 
-@pytest.mark.parametrize(("target", "message"), [
-    ("machines.orders:nothing", "has no attribute or MACHINES entry 'nothing'"),
-    ("machines.absent:machine", "cannot import module 'machines.absent'"),
-    ("missing.json", "missing.json: no such machine file"),
-    ("just-a-name", "give MODULE:NAME"),
-    ("machines.notes:TEXT", "'TEXT' is a str, not a Machine"),
-])
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("machines.orders:nothing", "has no attribute or MACHINES entry 'nothing'"),
+        ("machines.absent:machine", "cannot import module 'machines.absent'"),
+        ("missing.json", "missing.json: no such machine file"),
+        ("just-a-name", "give MODULE:NAME"),
+        ("machines.notes:TEXT", "'TEXT' is a str, not a Machine"),
+    ],
+)
 def test_render_bad_input_names_what_is_wrong(project: Path, target: str, message: str) -> None:
     result = run("render", target, cwd=project)
     assert result.returncode == 2
@@ -136,23 +161,42 @@ def test_render_bad_input_names_what_is_wrong(project: Path, target: str, messag
 
 
 def test_render_without_dot_says_how_to_install(project: Path, tmp_path: Path) -> None:
-    env = {"PATH": str(tmp_path / "empty"), "PYTHONPATH": os.pathsep.join([str(project),
-                                                                         str(ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "statecharts.render.cli", "render",
-                             "machines.orders:machine", "--format", "svg"], cwd=project,
-                            env=env, capture_output=True, check=False)
+    env = {
+        "PATH": str(tmp_path / "empty"),
+        "PYTHONPATH": os.pathsep.join([str(project), str(ROOT)]),
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statecharts.render.cli",
+            "render",
+            "machines.orders:machine",
+            "--format",
+            "svg",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
     assert result.returncode == 2
     assert b"apt-get install graphviz" in result.stderr
 
 
-def test_diagrams_generates_checks_and_detects_staleness(project: Path,
-                                                         dot_installed: str) -> None:
+def test_diagrams_generates_checks_and_detects_staleness(project: Path, dot_installed: str) -> None:
     result = run("diagrams", cwd=project)
     assert result.returncode == 0, result.stderr
     out = project / "diagrams"
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "billing.mmd", "billing.refunds.mmd", "billing.refunds.svg",
-        "billing.svg", "orders.mmd", "orders.svg"]
+        "README.md",
+        "billing.mmd",
+        "billing.refunds.mmd",
+        "billing.refunds.svg",
+        "billing.svg",
+        "orders.mmd",
+        "orders.svg",
+    ]
     index = (out / "README.md").read_text()
     assert "![Billing](billing.svg)" in index and "```mermaid" in index
     assert (out / "orders.mmd").read_text() in index
@@ -167,8 +211,12 @@ def test_diagrams_generates_checks_and_detects_staleness(project: Path,
     check = run("diagrams", "--check", cwd=project)
     assert check.returncode == 1
     listed = check.stdout.decode()
-    for line in ("orders.mmd: out of date", "orders.svg: out of date", "README.md: out of date",
-                 "leftover.svg: not generated by any machine"):
+    for line in (
+        "orders.mmd: out of date",
+        "orders.svg: out of date",
+        "README.md: out of date",
+        "leftover.svg: not generated by any machine",
+    ):
         assert line in listed
     assert "billing.svg" not in listed
     assert run("diagrams", cwd=project).returncode == 0

@@ -21,5 +21,6 @@ def test_committed_diagrams_are_current() -> None:
         assert not list(diagrams.glob("*.svg")), "diagrams/ has SVGs but there is no machines/"
         return
     stale = stale_files(machines, diagrams)
-    assert not stale, ("stale diagrams (run `statecharts diagrams` and commit diagrams/):\n"
-                       + "\n".join(stale))
+    assert not stale, (
+        "stale diagrams (run `statecharts diagrams` and commit diagrams/):\n" + "\n".join(stale)
+    )

@@ -17,6 +17,6 @@ def test_doc_picture_is_current(name: str) -> None:
     path = IMAGES / name
     assert path.is_file(), f"docs/img/{name} is missing: python -m tests.render.doc_images"
     machine, snapshot = PICTURES[name]()
-    assert svg_source_hash(path.read_text(encoding="utf-8")) == \
-        source_hash(to_dot(machine, snapshot)), \
-        f"docs/img/{name} is stale: python -m tests.render.doc_images, then review and commit"
+    assert svg_source_hash(path.read_text(encoding="utf-8")) == source_hash(
+        to_dot(machine, snapshot)
+    ), f"docs/img/{name} is stale: python -m tests.render.doc_images, then review and commit"

@@ -21,12 +21,18 @@ def _charge(**_: Any) -> None:
 
 def _machine() -> Machine:
     config = {
-        "id": "payment", "initial": "charging",
+        "id": "payment",
+        "initial": "charging",
         "states": {
             "charging": {
-                "invoke": {"src": "charge", "transient": ["DatabaseError"],
-                           "retry": {"max_attempts": 3, "non_retryable": ["CardDeclined"]},
-                           "onDone": "paid", "onError": "declined"}},
+                "invoke": {
+                    "src": "charge",
+                    "transient": ["DatabaseError"],
+                    "retry": {"max_attempts": 3, "non_retryable": ["CardDeclined"]},
+                    "onDone": "paid",
+                    "onError": "declined",
+                }
+            },
             "saving": {"invoke": {"src": "save", "transient": True, "onDone": "paid"}},
             "paid": {"type": "final"},
             "declined": {"type": "final", "failure": "card declined"},
@@ -65,8 +71,17 @@ def test_the_transient_class_is_shown_at_its_call_site() -> None:
 
 def test_a_skip_without_retry_says_skip_this_item() -> None:
     """Issue 44: ``onFinalFailure: "skip"`` works without ``retry``; the arrow says so."""
-    machine = create_machine({
-        "id": "order", "initial": "mailing", "states": {
-            "mailing": {"invoke": {"src": "mail", "onFinalFailure": "skip", "onDone": "shipped"}},
-            "shipped": {"type": "final"}}}, actors={"mail": _charge})
+    machine = create_machine(
+        {
+            "id": "order",
+            "initial": "mailing",
+            "states": {
+                "mailing": {
+                    "invoke": {"src": "mail", "onFinalFailure": "skip", "onDone": "shipped"}
+                },
+                "shipped": {"type": "final"},
+            },
+        },
+        actors={"mail": _charge},
+    )
     assert "s_mailing --> s_shipped : if mail fails<br/>skip this item" in to_mermaid(machine)

@@ -31,8 +31,10 @@ def _check(name: str, actual: str) -> None:
         path.write_text(actual, encoding="utf-8")
     assert path.is_file(), f"{path} is missing: run with UPDATE_GOLDEN=1 to create it"
     expected = path.read_text(encoding="utf-8")
-    assert actual == expected, (f"{name} differs from its golden file; if the change is "
-                                f"intended, regenerate with UPDATE_GOLDEN=1 and review the diff")
+    assert actual == expected, (
+        f"{name} differs from its golden file; if the change is "
+        f"intended, regenerate with UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

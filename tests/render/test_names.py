@@ -31,8 +31,9 @@ def _svg_texts(svg: str) -> dict[str, str]:
         if group.get("class") in ("node", "cluster") and title is not None and title.text:
             lines = [t.text or "" for t in group.iter(f"{SVG}text")]
             state = group.get("id", "")
-            tooltip = next((a.get("{http://www.w3.org/1999/xlink}title") for a in
-                            group.iter(f"{SVG}a")), None)
+            tooltip = next(
+                (a.get("{http://www.w3.org/1999/xlink}title") for a in group.iter(f"{SVG}a")), None
+            )
             found[tooltip or title.text or state] = " ".join(lines).replace("\u00a0", " ")
     return found
 
@@ -51,16 +52,23 @@ def test_every_state_of_the_committed_diagrams_is_there_by_name(entry: object) -
     states = [n for n in machine.definition.nodes if n.parent is not None]
     assert states
     for node in states:
-        name = "H*" if node.history == "deep" else "H" if node.type == "history" else \
-            sentence(humanize(node.key))
+        name = (
+            "H*"
+            if node.history == "deep"
+            else "H"
+            if node.type == "history"
+            else sentence(humanize(node.key))
+        )
         assert node.id in drawn, f"{stem}: no box for {node.id}"
-        assert drawn[node.id].lower().startswith(name.lower()), \
+        assert drawn[node.id].lower().startswith(name.lower()), (
             f"{stem}: {node.id} is titled {drawn[node.id]!r}"
-        assert re.search(rf'state "{re.escape(name)}(<br/>[^"]*)?" as ', mermaid, re.I), \
+        )
+        assert re.search(rf'state "{re.escape(name)}(<br/>[^"]*)?" as ', mermaid, re.I), (
             f"{stem}.mmd: no state titled {name!r}"
+        )
         if node.description:  # below the name, in the box
             first_words = node.description.split()[0]
-            assert first_words in drawn[node.id][len(name):], (stem, node.id)
+            assert first_words in drawn[node.id][len(name) :], (stem, node.id)
 
 
 def test_invoice_shows_how_each_call_is_protected() -> None:
@@ -74,7 +82,9 @@ def test_invoice_shows_how_each_call_is_protected() -> None:
     assert "circuit breaker “smtp”: fails fast while open" in sending
     assert not any("idempotency" in line for line in sending)  # its function takes no key
     assert by_key["fetching_customer"].details == (  # its database step is transient
-        "doing: fetch customer", "on LedgerError: rolled back, tried again later")
+        "doing: fetch customer",
+        "on LedgerError: rolled back, tried again later",
+    )
     for text in (to_dot(entry.machine), to_mermaid(entry.machine)):
         assert "never retried: InvoiceRejected" in text and "circuit breaker" in text
 
@@ -82,12 +92,21 @@ def test_invoice_shows_how_each_call_is_protected() -> None:
 def test_a_description_that_only_spells_the_name_is_the_title_not_a_second_line() -> None:
     from statecharts import create_machine
 
-    machine = create_machine({"id": "m", "initial": "fetch_api_records", "states": {
-        "fetch_api_records": {"description": "Fetch API Records", "on": {"GO": "done"}},
-        "done": {"type": "final", "description": "the run is done"}}})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "fetch_api_records",
+            "states": {
+                "fetch_api_records": {"description": "Fetch API Records", "on": {"GO": "done"}},
+                "done": {"type": "final", "description": "the run is done"},
+            },
+        }
+    )
     boxes = {node.key: box for node, box in build_diagram(machine).boxes.items()}
     assert (boxes["fetch_api_records"].title, boxes["fetch_api_records"].description) == (
-        "Fetch API Records", None)
+        "Fetch API Records",
+        None,
+    )
     assert (boxes["done"].title, boxes["done"].description) == ("Done", "the run is done")
 
 
@@ -154,10 +173,24 @@ def test_the_key_lists_only_what_the_chart_uses() -> None:
 def test_a_call_timeout_and_heartbeat_are_drawn_on_its_state() -> None:
     from statecharts import create_machine
 
-    machine = create_machine({"id": "m", "initial": "charging", "states": {
-        "charging": {"invoke": {"src": "charge", "timeout": 30_000, "heartbeatTimeout": 5_000,
-                                "onDone": "done"}},
-        "done": {"type": "final"}}}, actors={"charge": lambda _input: "ok"})
+    machine = create_machine(
+        {
+            "id": "m",
+            "initial": "charging",
+            "states": {
+                "charging": {
+                    "invoke": {
+                        "src": "charge",
+                        "timeout": 30_000,
+                        "heartbeatTimeout": 5_000,
+                        "onDone": "done",
+                    }
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"charge": lambda _input: "ok"},
+    )
     boxes = {node.key: box for node, box in build_diagram(machine).boxes.items()}
     details = boxes["charging"].details
     assert "each try times out after 30 seconds" in details

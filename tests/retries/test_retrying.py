@@ -31,12 +31,27 @@ def _waiting_machine() -> tuple[Any, Any]:
         raise Unavailable("down")
 
     machine = create_machine(
-        {"id": "shop", "initial": "paying", "states": {
-            "paying": {"initial": "charging", "states": {
-                "charging": {"invoke": {"src": "charge", "onDone": "#shop.done", "retry": {
-                    "max_attempts": 3, "initial_interval": 1000}}}}},
-            "done": {"type": "final"}}},
-        actors={"charge": from_callable(charge)})
+        {
+            "id": "shop",
+            "initial": "paying",
+            "states": {
+                "paying": {
+                    "initial": "charging",
+                    "states": {
+                        "charging": {
+                            "invoke": {
+                                "src": "charge",
+                                "onDone": "#shop.done",
+                                "retry": {"max_attempts": 3, "initial_interval": 1000},
+                            }
+                        }
+                    },
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"charge": from_callable(charge)},
+    )
     clock = SimulatedClock()
     actor = create_actor(machine, clock=clock).start()
     return machine, actor
@@ -64,7 +79,8 @@ def test_the_expansion_keeps_the_names_stored_runs_hold() -> None:
     stored = orjson.loads(orjson.dumps(machine.persist(actor.get_snapshot())))
     assert stored["value"] == {"paying": {"charging": "waiting_to_retry"}}
     assert [t["id"] for t in stored["timers"]] == [
-        "xstate.after.retry:shop.paying.charging.shop.paying.charging.waiting_to_retry"]
+        "xstate.after.retry:shop.paying.charging.shop.paying.charging.waiting_to_retry"
+    ]
     assert set(stored["retries"]) == {"shop.paying.charging"}
     restored = machine.restore(stored)
     assert restored.active_leaves() == ("paying.charging.waiting_to_retry",)

@@ -89,12 +89,20 @@ class Collector:
             resource = _attrs(resource_spans.resource.attributes)
             for scope in resource_spans.scope_spans:
                 for s in scope.spans:
-                    found.append(Span(
-                        s.name, s.trace_id.hex(), s.span_id.hex(),
-                        s.parent_span_id.hex() or None, _attrs(s.attributes),
-                        tuple((link.trace_id.hex(), link.span_id.hex()) for link in s.links),
-                        s.status.code, resource, s.start_time_unix_nano, s.end_time_unix_nano,
-                    ))  # fmt: skip
+                    found.append(
+                        Span(
+                            s.name,
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex() or None,
+                            _attrs(s.attributes),
+                            tuple((link.trace_id.hex(), link.span_id.hex()) for link in s.links),
+                            s.status.code,
+                            resource,
+                            s.start_time_unix_nano,
+                            s.end_time_unix_nano,
+                        )
+                    )
         with self.lock:
             self.spans.extend(found)
 

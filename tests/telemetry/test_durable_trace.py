@@ -46,18 +46,40 @@ def _until(what: str, check: object, timeout: float = WAIT_S) -> None:
         time.sleep(0.05)
 
 
-def _worker(url: str, name: str, endpoint: str, calls: Path, log: Path,
-            block: bool) -> subprocess.Popen[bytes]:  # fmt: skip
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-           "OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_RESOURCE_ATTRIBUTES": f"worker={name}",
-           "OTEL_METRIC_EXPORT_INTERVAL": "600000",
-           workflows.CALLS_ENV: str(calls), workflows.BLOCK_ENV: "1" if block else "0"}
+def _worker(
+    url: str, name: str, endpoint: str, calls: Path, log: Path, block: bool
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_RESOURCE_ATTRIBUTES": f"worker={name}",
+        "OTEL_METRIC_EXPORT_INTERVAL": "600000",
+        workflows.CALLS_ENV: str(calls),
+        workflows.BLOCK_ENV: "1" if block else "0",
+    }
     return subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         "tests.telemetry.workflows", "--lease-ms", str(LEASE_MS), "--poll-ms", "50",
-         "--otlp", "--log-level", "INFO"],
-        env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.telemetry.workflows",
+            "--lease-ms",
+            str(LEASE_MS),
+            "--poll-ms",
+            "50",
+            "--otlp",
+            "--log-level",
+            "INFO",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
 
 
 def _webhook(runtime: Runtime, tracer: trace.Tracer) -> ThreadingHTTPServer:
@@ -66,9 +88,11 @@ def _webhook(runtime: Runtime, tracer: trace.Tracer) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             parent = TraceContextTextMapPropagator().extract(
-                {k.lower(): v for k, v in self.headers.items()})
-            with tracer.start_as_current_span("POST /signup", context=parent,
-                                              kind=trace.SpanKind.SERVER):  # fmt: skip
+                {k.lower(): v for k, v in self.headers.items()}
+            )
+            with tracer.start_as_current_span(
+                "POST /signup", context=parent, kind=trace.SpanKind.SERVER
+            ):
                 user = self.path.split("user=", 1)[1]
                 run_id = runtime.start("signup", {"user": user}, key=user).encode()
             self.send_response(201)
@@ -94,8 +118,9 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     store = open_store(url, migrate=True)
     # CONFIRM is queued for worker B (a send to a run at rest would apply it here, its step
     # span exported by this process: tests/persistence/test_send_step.py)
-    runtime = Runtime(store, [workflows.signup], telemetry=Telemetry(tracer_provider=provider),
-                      step_in_send=False)
+    runtime = Runtime(
+        store, [workflows.signup], telemetry=Telemetry(tracer_provider=provider), step_in_send=False
+    )
     server = _webhook(runtime, tracer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -105,46 +130,69 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
                 headers: dict[str, str] = {}
                 TraceContextTextMapPropagator().inject(headers)
                 request = urllib.request.Request(
-                    f"http://127.0.0.1:{server.server_port}/signup?user=ada", b"",
-                    headers, method="POST")  # fmt: skip
+                    f"http://127.0.0.1:{server.server_port}/signup?user=ada",
+                    b"",
+                    headers,
+                    method="POST",
+                )
                 with urllib.request.urlopen(request, timeout=10) as response:
                     run_id = response.read().decode()
 
             def spans_of_run() -> list[Span]:
-                return [s for s in collector.snapshot()
-                        if s.attributes.get(tracing.RUN_ID) == run_id]  # fmt: skip
+                return [
+                    s for s in collector.snapshot() if s.attributes.get(tracing.RUN_ID) == run_id
+                ]
 
             def steps_from(worker: str) -> list[Span]:
-                return [s for s in spans_of_run() if s.name == "step signup"
-                        and s.resource.get("worker") == worker]  # fmt: skip
+                return [
+                    s
+                    for s in spans_of_run()
+                    if s.name == "step signup" and s.resource.get("worker") == worker
+                ]
 
             a = _worker(url, "A", collector.endpoint, calls, tmp_path / "a.log", block=True)
             processes.append(a)
-            _until("worker A inside send_welcome",
-                   lambda: "send_welcome " in _text(calls))  # the run's only mail
+            _until(
+                "worker A inside send_welcome", lambda: "send_welcome " in _text(calls)
+            )  # the run's only mail
             # A committed every step up to the timer's (into welcoming): all exported
-            _until("A's steps exported", lambda: any(
-                s.attributes.get(tracing.STATE_AFTER) == "welcoming" for s in steps_from("A")))
+            _until(
+                "A's steps exported",
+                lambda: any(
+                    s.attributes.get(tracing.STATE_AFTER) == "welcoming" for s in steps_from("A")
+                ),
+            )
             a.kill()
             a.wait(timeout=10)
             b = _worker(url, "B", collector.endpoint, calls, tmp_path / "b.log", block=False)
             processes.append(b)
-            _until("B took the run over and reached confirming",
-                   lambda: store.get_run(run_id).state == "confirming")  # fmt: skip
-            with tracer.start_as_current_span("POST /confirm",
-                                              kind=trace.SpanKind.SERVER) as confirm:
+            _until(
+                "B took the run over and reached confirming",
+                lambda: store.get_run(run_id).state == "confirming",
+            )
+            with tracer.start_as_current_span(
+                "POST /confirm", kind=trace.SpanKind.SERVER
+            ) as confirm:
                 runtime.send(run_id, "CONFIRM")
-            _until("the run ended", lambda: store.get_run(run_id).status == "done" and
-                   not store.list_effects(run_id, "pending"))  # fmt: skip
+            _until(
+                "the run ended",
+                lambda: (
+                    store.get_run(run_id).status == "done"
+                    and not store.list_effects(run_id, "pending")
+                ),
+            )
             final = store.get_run(run_id)
+
             def b_versions() -> set[int]:
                 return {s.attributes.get(tracing.RUN_VERSION) for s in steps_from("B")}
 
             first_b = min(s.attributes[tracing.RUN_VERSION] for s in steps_from("B"))
             wanted = set(range(first_b, final.version + 1))
-            _until(f"B exported every step {sorted(wanted)}: "
-                   f"{[(s.name, dict(s.attributes), s.resource) for s in spans_of_run()]}",
-                   lambda: b_versions() >= wanted)  # fmt: skip
+            _until(
+                f"B exported every step {sorted(wanted)}: "
+                f"{[(s.name, dict(s.attributes), s.resource) for s in spans_of_run()]}",
+                lambda: b_versions() >= wanted,
+            )
             b.send_signal(signal.SIGTERM)
             b.wait(timeout=20)
             received = spans_of_run()
@@ -163,8 +211,10 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     assert start.attributes[tracing.RUN_ID] == run_id
     assert (final.traceparent or "").startswith(f"00-{trace_id}-{start_id}-")
 
-    steps = sorted((s for s in received if s.name == "step signup"),
-                   key=lambda s: s.attributes[tracing.RUN_VERSION])  # fmt: skip
+    steps = sorted(
+        (s for s in received if s.name == "step signup"),
+        key=lambda s: s.attributes[tracing.RUN_VERSION],
+    )
     # every committed step has exactly one span, all children of the stored start span
     assert [s.attributes[tracing.RUN_VERSION] for s in steps] == list(range(2, final.version + 1))
     assert {s.trace_id for s in received} == {trace_id}
@@ -173,8 +223,10 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     by_version = {s.attributes[tracing.RUN_VERSION]: s for s in steps}
     assert {by_version[v].resource["worker"] for v in range(2, first_b)} == {"A"}
     assert {by_version[v].resource["worker"] for v in range(first_b, final.version + 1)} == {"B"}
-    assert (by_version[2].attributes[tracing.STATE_BEFORE],
-            by_version[2].attributes[tracing.STATE_AFTER]) == ("registering", "cooling_off")
+    assert (
+        by_version[2].attributes[tracing.STATE_BEFORE],
+        by_version[2].attributes[tracing.STATE_AFTER],
+    ) == ("registering", "cooling_off")
     (timer_step,) = [s for s in steps if s.attributes.get(tracing.STATE_AFTER) == "welcoming"]
     assert timer_step.attributes[tracing.EVENTS][0].startswith("xstate.after")
     assert timer_step.start_ns - by_version[2].end_ns >= workflows.TIMER_MS * 1_000_000 * 0.9
@@ -187,8 +239,9 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     assert takeover.attributes[tracing.STATE_BEFORE] == "welcoming"
     assert not any(by_version[v].attributes.get(tracing.TAKEOVER) for v in by_version)
     (welcome_call,) = [c for c in store.list_calls(run_id) if c.call_id == "welcome"]
-    welcome_attempts = [t for t in store.call_attempts(run_id)
-                        if t.idempotency_key == welcome_call.idempotency_key]  # fmt: skip
+    welcome_attempts = [
+        t for t in store.call_attempts(run_id) if t.idempotency_key == welcome_call.idempotency_key
+    ]
     assert [t.outcome for t in welcome_attempts] == ["lost", "done"]
     assert f":{a.pid}:" in welcome_attempts[0].worker
     assert f":{b.pid}:" in welcome_attempts[1].worker
@@ -200,8 +253,9 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
     # every effect the store recorded as done has one span, a child of the step that ran it;
     # every call that ended done has one span (the attempt that ended), a child of the run's
     # stored context (it ran beside the run, between two steps)
-    effects = {s.attributes[tracing.EFFECT_KEY]: s for s in received
-               if tracing.EFFECT_KEY in s.attributes}  # fmt: skip
+    effects = {
+        s.attributes[tracing.EFFECT_KEY]: s for s in received if tracing.EFFECT_KEY in s.attributes
+    }
     done = [e.idempotency_key for e in store.list_effects(run_id) if e.status == "done"]
     called = [c.idempotency_key for c in store.list_calls(run_id) if c.status == "done"]
     assert sorted(effects) == sorted(done + called)
@@ -210,8 +264,12 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
         span = effects[key]
         assert span.parent_id in step_ids if key in done else span.parent_id == start_id, key
         assert span.attributes[tracing.EFFECT_OUTCOME] == "done"
-        assert span.attributes[tracing.EFFECT_NAME] in {"register", "keep_account",
-                                                        "send_welcome", "archive"}
+        assert span.attributes[tracing.EFFECT_NAME] in {
+            "register",
+            "keep_account",
+            "send_welcome",
+            "archive",
+        }
     welcome = effects[welcome_call.idempotency_key]
     assert welcome.resource["worker"] == "B"
     # the call A was killed in ran twice (A, then B); only B's execution ended, so one span

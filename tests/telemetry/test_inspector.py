@@ -29,16 +29,27 @@ def test_start_step_and_effect_spans_nest_as_documented() -> None:
     provider, exporter = _provider()
     ran: list[str] = []
     machine = create_machine(
-        {"id": "door", "initial": "closed", "states": {
-            "closed": {"entry": "latch", "on": {"OPEN": {"target": "open", "actions": "creak"}}},
-            "open": {"after": {"1000": "closed"}}}},
-        actions={"latch": lambda c, e: ran.append("latch"),
-                 "creak": lambda c, e: ran.append("creak")},
-    )  # fmt: skip
+        {
+            "id": "door",
+            "initial": "closed",
+            "states": {
+                "closed": {
+                    "entry": "latch",
+                    "on": {"OPEN": {"target": "open", "actions": "creak"}},
+                },
+                "open": {"after": {"1000": "closed"}},
+            },
+        },
+        actions={
+            "latch": lambda c, e: ran.append("latch"),
+            "creak": lambda c, e: ran.append("creak"),
+        },
+    )
     clock = SimulatedClock()
     seen: list[InspectionEvent] = []
-    actor = create_actor(machine, clock=clock,
-                         inspect=tracing_inspector(provider, then=seen.append)).start()
+    actor = create_actor(
+        machine, clock=clock, inspect=tracing_inspector(provider, then=seen.append)
+    ).start()
     actor.send("OPEN")
     clock.advance(1000)  # the delayed transition back: a step with no event of its own
     actor.stop()
@@ -49,8 +60,9 @@ def test_start_step_and_effect_spans_nest_as_documented() -> None:
     (start,) = spans["start door"]
     assert start.parent is None and start.attributes[tracing.STATE_AFTER] == "closed"
     steps = spans["step door"]
-    assert [(s.attributes[tracing.STATE_BEFORE], s.attributes[tracing.STATE_AFTER])
-            for s in steps] == [("closed", "open"), ("open", "closed")]  # fmt: skip
+    assert [
+        (s.attributes[tracing.STATE_BEFORE], s.attributes[tracing.STATE_AFTER]) for s in steps
+    ] == [("closed", "open"), ("open", "closed")]
     assert steps[0].attributes[tracing.EVENT_TYPE] == "OPEN"
     assert steps[1].attributes[tracing.EVENT_TYPE].startswith("xstate.after")
     assert all(s.parent is not None and s.parent.span_id == start.context.span_id for s in steps)
@@ -68,12 +80,17 @@ def test_an_invoked_call_and_a_child_machine_are_effects_of_their_step() -> None
     provider, exporter = _provider()
     child = create_machine({"id": "child", "initial": "a", "states": {"a": {"type": "final"}}})
     machine = create_machine(
-        {"id": "parent", "initial": "calling", "states": {
-            "calling": {"invoke": {"src": "lookup", "onDone": "spawning"}},
-            "spawning": {"invoke": {"src": "child", "onDone": "done"}},
-            "done": {"type": "final"}}},
+        {
+            "id": "parent",
+            "initial": "calling",
+            "states": {
+                "calling": {"invoke": {"src": "lookup", "onDone": "spawning"}},
+                "spawning": {"invoke": {"src": "child", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
         actors={"lookup": from_callable(lambda input: 42), "child": child},
-    )  # fmt: skip
+    )
     actor = create_actor(machine, inspect=tracing_inspector(provider)).start()
     assert actor.get_snapshot().status == "done"
     actor.stop()
@@ -84,16 +101,20 @@ def test_an_invoked_call_and_a_child_machine_are_effects_of_their_step() -> None
     (spawn,) = spans["start_child child"]
     assert child_start.parent.span_id == spawn.context.span_id  # a child machine's own trace part
     assert {s.context.trace_id for s in exporter.get_finished_spans()} == {
-        spans["start parent"][0].context.trace_id}
+        spans["start parent"][0].context.trace_id
+    }
 
 
 def test_traceparent_helpers() -> None:
     good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     assert tracing.check_traceparent(good) == good
     assert tracing.trace_id_of(good) == "0af7651916cd43dd8448eb211c80319c"
-    for bad in ("", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
-                "00-00000000000000000000000000000000-b7ad6b7169203331-01",
-                "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"):
+    for bad in (
+        "",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+    ):
         try:
             tracing.check_traceparent(bad, "start(traceparent=)")
         except ValueError as exc:

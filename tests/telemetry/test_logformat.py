@@ -21,8 +21,10 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 def _loggers_enabled() -> Iterator[None]:
     """Other tests configure logging (levels, disabled loggers): start from a known state."""
     names = ("statecharts", "statecharts.runs", "statecharts.worker")
-    saved = [(logging.getLogger(n).level, logging.getLogger(n).disabled,
-              logging.getLogger(n).propagate) for n in names]  # fmt: skip
+    saved = [
+        (logging.getLogger(n).level, logging.getLogger(n).disabled, logging.getLogger(n).propagate)
+        for n in names
+    ]
     for n in names:
         logger = logging.getLogger(n)
         logger.setLevel(logging.INFO if n == "statecharts" else logging.NOTSET)
@@ -43,9 +45,16 @@ def _capture(fmt: logging.Formatter) -> tuple[io.StringIO, logging.Handler]:
 
 
 def _failed() -> RunEvent:
-    return RunEvent(RUN_FAILED, "r-1", "invoice", "INV-7", "charging",
-                    "run r-1 failed (workflow invoice, key INV-7, state charging): boom",
-                    traceparent=TRACEPARENT, fields={"reason": "boom"})  # fmt: skip
+    return RunEvent(
+        RUN_FAILED,
+        "r-1",
+        "invoice",
+        "INV-7",
+        "charging",
+        "run r-1 failed (workflow invoice, key INV-7, state charging): boom",
+        traceparent=TRACEPARENT,
+        fields={"reason": "boom"},
+    )
 
 
 @pytest.mark.parametrize("kind", ["json", "text"])
@@ -60,11 +69,18 @@ def test_an_operator_event_is_one_line_with_its_fields(kind: str) -> None:
         data = orjson.loads(line)
         assert data["level"] == "WARNING" and data["logger"] == "statecharts.runs"
         assert data["message"].startswith("run r-1 failed")
-        assert {k: data[k] for k in ("event", "run_id", "workflow", "key", "state", "trace_id",
-                                     "reason")} == {
-            "event": "run_failed", "run_id": "r-1", "workflow": "invoice", "key": "INV-7",
-            "state": "charging", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-            "reason": "boom"}  # fmt: skip
+        assert {
+            k: data[k]
+            for k in ("event", "run_id", "workflow", "key", "state", "trace_id", "reason")
+        } == {
+            "event": "run_failed",
+            "run_id": "r-1",
+            "workflow": "invoice",
+            "key": "INV-7",
+            "state": "charging",
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "reason": "boom",
+        }
         assert data["time"].endswith("Z")
     else:
         assert "WARNING statecharts.runs: run r-1 failed (workflow invoice, key INV-7" in line

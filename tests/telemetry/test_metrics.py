@@ -32,18 +32,30 @@ class CountingStore(MemoryStore):
 def _runtime() -> tuple[Runtime, CountingStore]:
     store = CountingStore()
     store.migrate()
-    machine = create_machine({"id": "pay", "initial": "calling", "states": {
-        "calling": {"invoke": {"src": "bank", "breaker": "bank", "onDone": "paid"}},
-        "paid": {"type": "final"}}}, actors={"bank": lambda input: 1})  # fmt: skip
-    runtime = Runtime(store, [machine], clock=SimulatedClock(1_000_000),
-                      breakers={"mail": BreakerPolicy()})  # fmt: skip
+    machine = create_machine(
+        {
+            "id": "pay",
+            "initial": "calling",
+            "states": {
+                "calling": {"invoke": {"src": "bank", "breaker": "bank", "onDone": "paid"}},
+                "paid": {"type": "final"},
+            },
+        },
+        actors={"bank": lambda input: 1},
+    )
+    runtime = Runtime(
+        store, [machine], clock=SimulatedClock(1_000_000), breakers={"mail": BreakerPolicy()}
+    )
     return runtime, store
 
 
 def _samples(registry: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = generate_latest(registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def test_gauges_are_read_from_the_store_at_most_every_interval() -> None:
@@ -77,16 +89,26 @@ def test_counters_and_histograms_have_the_same_names_in_both_sinks() -> None:
         sink.record(metrics.EFFECT_DURATION, 0.2, ("pay", "start_child", "bank"))
     exported = reader.get_metrics_data()
     assert exported is not None
-    names = {m.name: m for rm in exported.resource_metrics for sm in rm.scope_metrics
-             for m in sm.metrics}  # fmt: skip
+    names = {
+        m.name: m for rm in exported.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
     assert set(names) == {"statecharts_runs_finished", "statecharts_effect_duration_seconds"}
     point = next(iter(names["statecharts_runs_finished"].data.data_points))
     assert point.value == 1 and dict(point.attributes) == {"workflow": "pay", "outcome": "done"}
     samples = _samples(prom.registry)
-    assert samples[("statecharts_runs_finished_total",
-                    (("outcome", "done"), ("workflow", "pay")))] == 1  # fmt: skip
-    assert samples[("statecharts_effect_duration_seconds_count",
-                    (("kind", "start_child"), ("name", "bank"), ("workflow", "pay")))] == 1
+    assert (
+        samples[("statecharts_runs_finished_total", (("outcome", "done"), ("workflow", "pay")))]
+        == 1
+    )
+    assert (
+        samples[
+            (
+                "statecharts_effect_duration_seconds_count",
+                (("kind", "start_child"), ("name", "bank"), ("workflow", "pay")),
+            )
+        ]
+        == 1
+    )
 
 
 def test_otel_gauges_observe_the_store() -> None:
@@ -96,10 +118,18 @@ def test_otel_gauges_observe_the_store() -> None:
     OtelMetrics(MeterProvider(metric_readers=[reader]), gauges=StoreGauges(runtime, every_s=0))
     data = reader.get_metrics_data()
     assert data is not None
-    runs = next(m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-                if m.name == "statecharts_runs")  # fmt: skip
-    active = [p.value for p in runs.data.data_points
-              if dict(p.attributes) == {"workflow": "pay", "status": "active"}]  # fmt: skip
+    runs = next(
+        m
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "statecharts_runs"
+    )
+    active = [
+        p.value
+        for p in runs.data.data_points
+        if dict(p.attributes) == {"workflow": "pay", "status": "active"}
+    ]
     assert active == [1]
 
 

@@ -44,41 +44,67 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def _value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str,
-           **labels: str) -> float:  # fmt: skip
+def _value(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, **labels: str
+) -> float:
     return samples.get((metric, tuple(sorted(labels.items()))), 0.0)
 
 
-def _sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str,
-         **labels: str) -> float:  # fmt: skip
-    return sum(v for (n, ls), v in samples.items()
-               if n == metric and set(labels.items()) <= set(ls))  # fmt: skip
+def _sum(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, **labels: str
+) -> float:
+    return sum(
+        v for (n, ls), v in samples.items() if n == metric and set(labels.items()) <= set(ls)
+    )
 
 
 def _settled(store: Store, ids: list[str]) -> bool:
     runs = [store.get_run(i) for i in ids]
     return all(r.terminal or r.state == "on_hold" for r in runs) and not any(
-        c.status in ("pending", "running") for r in runs for c in store.list_calls(r.id))
+        c.status in ("pending", "running") for r in runs for c in store.list_calls(r.id)
+    )
 
 
-def test_scraped_metrics_match_the_store(tmp_path: Path,
-                                         processes: list[subprocess.Popen[bytes]]) -> None:
+def test_scraped_metrics_match_the_store(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = open_store(url, migrate=True)
     runtime = Runtime(store, [workflows.billing], telemetry=Telemetry.off())
-    ids = [runtime.start("billing", {"amount": a}, key=f"bill-{a}",
-                         traceparent=TRACEPARENT if a > 100 else None)
-           for a in AMOUNTS]  # fmt: skip
+    ids = [
+        runtime.start(
+            "billing", {"amount": a}, key=f"bill-{a}", traceparent=TRACEPARENT if a > 100 else None
+        )
+        for a in AMOUNTS
+    ]
     ids += [runtime.start("billing", {"amount": a, "hold": True}) for a in HELD]
     port = _free_port()
     env = {**os.environ, workflows.CALLS_ENV: str(tmp_path / "calls.txt")}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "persistence.cli", "worker", "--store", url, "--machines",
-         "tests.telemetry.workflows", "--poll-ms", "50", "--metrics-port", str(port),
-         "--metrics-refresh-s", "0.2", "--stuck-after-ms", str(STUCK_AFTER_MS),
-         "--log-format", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "worker.log").open("wb"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "persistence.cli",
+            "worker",
+            "--store",
+            url,
+            "--machines",
+            "tests.telemetry.workflows",
+            "--poll-ms",
+            "50",
+            "--metrics-port",
+            str(port),
+            "--metrics-refresh-s",
+            "0.2",
+            "--stuck-after-ms",
+            str(STUCK_AFTER_MS),
+            "--log-format",
+            "json",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "worker.log").open("wb"),
+    )
     processes.append(worker)
     deadline = time.monotonic() + 60
     while not _settled(store, ids):
@@ -95,28 +121,43 @@ def test_scraped_metrics_match_the_store(tmp_path: Path,
     assert by_status == {"done": 5, "error": 2, "active": 2}
     # gauges read from the store
     for status in ("active", "done", "done_partial", "error", "cancelled"):
-        assert _value(samples, "statecharts_runs", workflow="billing", status=status) == \
-            by_status.get(status, 0), status  # fmt: skip
+        assert _value(
+            samples, "statecharts_runs", workflow="billing", status=status
+        ) == by_status.get(status, 0), status
     assert _value(samples, "statecharts_stuck_runs", workflow="billing") == 2
     assert len(store.stuck_runs(runtime.clock.now(), STUCK_AFTER_MS)) == 2
     # counters of what the worker did, against the rows it wrote
-    assert _value(samples, "statecharts_runs_finished_total", workflow="billing",
-                  outcome="done") == 5  # fmt: skip
-    assert _value(samples, "statecharts_runs_finished_total", workflow="billing",
-                  outcome="error") == 2  # fmt: skip
-    assert _value(samples, "statecharts_steps_total", workflow="billing") == \
-        sum(r.version - 1 for r in runs)  # fmt: skip
+    assert (
+        _value(samples, "statecharts_runs_finished_total", workflow="billing", outcome="done") == 5
+    )
+    assert (
+        _value(samples, "statecharts_runs_finished_total", workflow="billing", outcome="error") == 2
+    )
+    assert _value(samples, "statecharts_steps_total", workflow="billing") == sum(
+        r.version - 1 for r in runs
+    )
     # each invoked charge is a call beside its run, counted as an effect of kind start_child
     effects = [c for r in runs for c in store.list_calls(r.id)]
     failed = [c for c in effects if c.status == "failed"]
     assert len(failed) == 3  # two declined, one timed out
-    assert _value(samples, "statecharts_effect_failures_total", workflow="billing",
-                  kind="start_child", name="charge") == len(failed)  # fmt: skip
-    assert _value(samples, "statecharts_effect_duration_seconds_count", workflow="billing",
-                  kind="start_child", name="charge") == len(effects)  # fmt: skip
+    assert _value(
+        samples,
+        "statecharts_effect_failures_total",
+        workflow="billing",
+        kind="start_child",
+        name="charge",
+    ) == len(failed)
+    assert _value(
+        samples,
+        "statecharts_effect_duration_seconds_count",
+        workflow="billing",
+        kind="start_child",
+        name="charge",
+    ) == len(effects)
     assert _sum(samples, "statecharts_retries_scheduled_total", workflow="billing") == 1
-    assert _value(samples, "statecharts_step_duration_seconds_count", workflow="billing") == \
-        _value(samples, "statecharts_steps_total", workflow="billing")  # fmt: skip
+    assert _value(samples, "statecharts_step_duration_seconds_count", workflow="billing") == _value(
+        samples, "statecharts_steps_total", workflow="billing"
+    )
     # a run whose work is calls is never claimed (its calls are leased beside it, each end
     # applied with its step); the run whose retry waits on a timer is claimed once it is due
     assert _sum(samples, "statecharts_claim_lag_seconds_count", workflow="billing") >= 1

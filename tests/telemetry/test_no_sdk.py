@@ -54,12 +54,18 @@ def _machine(seen: list[tuple[str, str | None]]) -> Any:
         return call
 
     return create_machine(
-        {"id": "greet", "initial": "hello", "states": {
-            "hello": {"invoke": {"src": "hello", "onDone": "waiting"}},
-            "waiting": {"on": {"GO": "bye"}},
-            "bye": {"invoke": {"src": "bye", "onDone": "done"}},
-            "done": {"type": "final"}}},
-        actors={"hello": note("hello"), "bye": note("bye")})  # fmt: skip
+        {
+            "id": "greet",
+            "initial": "hello",
+            "states": {
+                "hello": {"invoke": {"src": "hello", "onDone": "waiting"}},
+                "waiting": {"on": {"GO": "bye"}},
+                "bye": {"invoke": {"src": "bye", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"hello": note("hello"), "bye": note("bye")},
+    )
 
 
 def test_without_an_sdk_the_trace_is_kept_and_a_provider_set_later_continues_it(

@@ -30,8 +30,12 @@ def _setup(*machines: object) -> tuple[Runtime, InMemorySpanExporter, Prometheus
     store = MemoryStore()
     store.migrate()
     prometheus = PrometheusMetrics()
-    runtime = Runtime(store, list(machines), clock=SimulatedClock(1_700_000_000_000),  # type: ignore[arg-type]
-                      telemetry=Telemetry(tracer_provider=provider, metrics=[prometheus]))
+    runtime = Runtime(
+        store,
+        list(machines),
+        clock=SimulatedClock(1_700_000_000_000),  # type: ignore[arg-type]
+        telemetry=Telemetry(tracer_provider=provider, metrics=[prometheus]),
+    )
     return runtime, exporter, prometheus
 
 
@@ -44,10 +48,17 @@ def _poison(input: object) -> int:
 
 
 failing = create_machine(
-    {"id": "failing", "initial": "calling", "meta": {"error_workflow": "alert"},
-     "states": {"calling": {"invoke": {"src": "poison", "onDone": "done"}},
-                "done": {"type": "final"}}},
-    actors={"poison": _poison})  # fmt: skip
+    {
+        "id": "failing",
+        "initial": "calling",
+        "meta": {"error_workflow": "alert"},
+        "states": {
+            "calling": {"invoke": {"src": "poison", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
+    actors={"poison": _poison},
+)
 alert = create_machine({"id": "alert", "initial": "sent", "states": {"sent": {"type": "final"}}})
 
 
@@ -75,14 +86,18 @@ def test_a_poisoned_value_fails_the_run_once_seen_by_log_metric_and_span(
     assert runtime.get(run_id).status == "error"
     kinds = [getattr(r, "statecharts", {}).get("event") for r in caplog.records]
     assert kinds == ["poisoned_value", "run_failed"]
-    assert all(r.statecharts["run_id"] == run_id and r.statecharts["key"] == "k-1"
-               for r in caplog.records)  # fmt: skip
+    assert all(
+        r.statecharts["run_id"] == run_id and r.statecharts["key"] == "k-1" for r in caplog.records
+    )
     text = generate_latest(prometheus.registry).decode()
     assert 'statecharts_poisoned_values_total{workflow="failing"} 1.0' in text
     assert 'statecharts_runs_finished_total{outcome="error",workflow="failing"} 1.0' in text
     assert 'statecharts_runs_started_total{workflow="alert"} 1.0' in text  # its error workflow
-    (step,) = [s for s in _named(exporter, "step failing")
-               if s.attributes.get(tracing.RUN_STATUS) == "error"]  # fmt: skip
+    (step,) = [
+        s
+        for s in _named(exporter, "step failing")
+        if s.attributes.get(tracing.RUN_STATUS) == "error"
+    ]
     # the call ran beside the run: its refused value failed the call (reported when it ended,
     # outside any step), and the step that applied that failure failed the run
     assert [e.name for e in step.events] == ["run_failed"]
@@ -92,11 +107,13 @@ def test_a_poisoned_value_fails_the_run_once_seen_by_log_metric_and_span(
     # would fail the run leaves it to a worker's step: the call's end, stepped in its send,
     # prepared the error workflow's start once more and dropped it; the run started is one)
     alert_run = runtime.store.find_run("alert", f"error-of:{run_id}") or next(
-        r for r in runtime.list(name="alert"))
+        r for r in runtime.list(name="alert")
+    )
     assert [r.id for r in runtime.list(name="alert")] == [alert_run.id]
     (failed_start,) = _named(exporter, "start failing")
-    (alert_start,) = [s for s in _named(exporter, "start alert")
-                      if s.attributes[tracing.RUN_ID] == alert_run.id]  # fmt: skip
+    (alert_start,) = [
+        s for s in _named(exporter, "start alert") if s.attributes[tracing.RUN_ID] == alert_run.id
+    ]
     assert alert_start.parent is None
     assert alert_start.context.trace_id != failed_start.context.trace_id
     assert [link.context.span_id for link in alert_start.links] == [failed_start.context.span_id]

@@ -65,22 +65,30 @@ signup = create_machine(
         "initial": "registering",
         "context": lambda input: {"user": (input or {}).get("user"), "account": None},
         "states": {
-            "registering": {"invoke": {"id": "register", "src": "register",
-                                       "input": lambda c, e: c["user"],
-                                       "onDone": {"target": "cooling_off",
-                                                  "actions": "keep_account"}}},
+            "registering": {
+                "invoke": {
+                    "id": "register",
+                    "src": "register",
+                    "input": lambda c, e: c["user"],
+                    "onDone": {"target": "cooling_off", "actions": "keep_account"},
+                }
+            },
             "cooling_off": {"after": {str(TIMER_MS): "welcoming"}},
-            "welcoming": {"invoke": {"id": "welcome", "src": "send_welcome",
-                                     "input": lambda c, e: c["account"],
-                                     "onDone": "confirming"}},
+            "welcoming": {
+                "invoke": {
+                    "id": "welcome",
+                    "src": "send_welcome",
+                    "input": lambda c, e: c["account"],
+                    "onDone": "confirming",
+                }
+            },
             "confirming": {"on": {"CONFIRM": "archived"}},
             "archived": {"type": "final", "entry": "archive"},
         },
     },
     actors={"register": register, "send_welcome": send_welcome},
-    actions={"archive": archive,
-             "keep_account": lambda c, e: None},
-)  # fmt: skip
+    actions={"archive": archive, "keep_account": lambda c, e: None},
+)
 """register -> wait 1.5 s -> send_welcome -> wait for CONFIRM -> archive: three side effects."""
 
 
@@ -108,19 +116,27 @@ billing = create_machine(
         "initial": "charging",
         "context": lambda input: {"amount": input["amount"], "hold": input.get("hold", False)},
         "states": {
-            "charging": {"invoke": {"id": "charge", "src": "charge",
-                                    "input": lambda c, e: c["amount"],
-                                    "retry": {"max_attempts": 2, "initial_interval": 50,
-                                              "backoff": "fixed", "non_retryable": ["Declined"]},
-                                    "onDone": "deciding"}},
-            "deciding": {"always": [{"guard": "held", "target": "on_hold"},
-                                    {"target": "paid"}]},
+            "charging": {
+                "invoke": {
+                    "id": "charge",
+                    "src": "charge",
+                    "input": lambda c, e: c["amount"],
+                    "retry": {
+                        "max_attempts": 2,
+                        "initial_interval": 50,
+                        "backoff": "fixed",
+                        "non_retryable": ["Declined"],
+                    },
+                    "onDone": "deciding",
+                }
+            },
+            "deciding": {"always": [{"guard": "held", "target": "on_hold"}, {"target": "paid"}]},
             "on_hold": {"on": {"RELEASE": "paid"}},
             "paid": {"type": "final"},
         },
     },
     actors={"charge": charge},
     guards={"held": lambda c, e: bool(c["hold"])},
-)  # fmt: skip
+)
 """charge (declined over 100, retried once when it times out) -> paid, or on hold until
 RELEASE."""

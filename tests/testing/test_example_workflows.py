@@ -30,16 +30,16 @@ CASES = cases()
 def test_the_kit_reports_full_coverage(case: Case) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", ExplorationWarning)  # no bound hit, no placeholder
-        report = explored_coverage(case.machine, case.inputs, outputs=case.outputs,
-                                   errors=case.errors)
+        report = explored_coverage(
+            case.machine, case.inputs, outputs=case.outputs, errors=case.errors
+        )
     assert report.complete, report.format()
     assert report.format().startswith(f"machine {case.id!r}: states {len(report.states)}/")
 
 
 def test_the_invoices_eventless_pending_state_counts_as_visited() -> None:
     invoice = CASES[0]
-    report = explore(invoice.machine, input=invoice.inputs[0],
-                     outputs=invoice.outputs).coverage()
+    report = explore(invoice.machine, input=invoice.inputs[0], outputs=invoice.outputs).coverage()
     assert "pending" in report.states_reached  # entered and left in the start's macrostep
     assert "states.pending.always[0]" in report.transitions_taken
 
@@ -59,15 +59,22 @@ def test_ready_made_properties_hold(case: Case) -> None:
         # their failure paths end in a state whose call only ever fails the run (so the error
         # workflow alerts): an error end, by design. Checked below with ends=("done", "error").
         names = tuple(n for n in PROPERTIES if n != "final_always_reachable")
-    assert_properties(case.machine, *names, inputs=case.inputs, outputs=case.outputs,
-                      errors=case.errors, max_examples=EXAMPLES)
+    assert_properties(
+        case.machine,
+        *names,
+        inputs=case.inputs,
+        outputs=case.outputs,
+        errors=case.errors,
+        max_examples=EXAMPLES,
+    )
 
 
 def test_evaluate_reaches_an_end_from_everywhere_counting_its_designed_failure() -> None:
     evaluate = next(c for c in CASES if c.id == "followup_evaluate")
     given = evaluate.inputs[0]
-    assert_final_always_reachable(evaluate.machine, input=given, outputs=evaluate.outputs,
-                                  ends=("done", "error"))
+    assert_final_always_reachable(
+        evaluate.machine, input=given, outputs=evaluate.outputs, ends=("done", "error")
+    )
     with pytest.raises(AssertionError, match=r"from state '(releasing_after_failure|failing)'"):
         assert_final_always_reachable(evaluate.machine, input=given, outputs=evaluate.outputs)
 
@@ -75,12 +82,22 @@ def test_evaluate_reaches_an_end_from_everywhere_counting_its_designed_failure()
 def test_register_reaches_an_end_from_everywhere_counting_its_designed_failure() -> None:
     register = next(c for c in CASES if c.id == "followup_register")
     for given in register.inputs:
-        assert_final_always_reachable(register.machine, input=given, outputs=register.outputs,
-                                      errors=register.errors, ends=("done", "error"))
+        assert_final_always_reachable(
+            register.machine,
+            input=given,
+            outputs=register.outputs,
+            errors=register.errors,
+            ends=("done", "error"),
+        )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_durable_runs_match_the_pure_engine(case: Case) -> None:
     for given in case.inputs:
-        assert_durable_matches(case.machine, input=given, outputs=case.outputs,
-                               errors=case.errors, max_examples=EXAMPLES)
+        assert_durable_matches(
+            case.machine,
+            input=given,
+            outputs=case.outputs,
+            errors=case.errors,
+            max_examples=EXAMPLES,
+        )

@@ -33,8 +33,7 @@ def test_shortest_paths_reach_every_state_by_fewest_events() -> None:
 
 def test_context_is_part_of_a_states_identity() -> None:
     paths = shortest_paths(counter_machine(limit=3))
-    counting = sorted(p.state.context["count"] for p in paths
-                      if p.state.value == "counting")
+    counting = sorted(p.state.context["count"] for p in paths if p.state.value == "counting")
     assert counting == [0, 1, 2]  # three distinct "counting" nodes, by context
     full = next(p for p in paths if p.state.value == "full")
     assert full.event_types == ["INC", "INC", "INC"]  # the guard reads the context
@@ -55,8 +54,11 @@ def test_timers_are_fired_as_steps() -> None:
 
 
 def test_bounds_are_reported() -> None:
-    with pytest.warns(ExplorationWarning, match=r"max_states=10 reached: state 'counting' "
-                      r"after \(initial\)( -> INC){9} -> INC not explored"):
+    with pytest.warns(
+        ExplorationWarning,
+        match=r"max_states=10 reached: state 'counting' "
+        r"after \(initial\)( -> INC){9} -> INC not explored",
+    ):
         graph = explore(counter_machine(limit=50), max_states=10)
     assert graph.truncated
     assert len(graph.states) == 10
@@ -65,8 +67,11 @@ def test_bounds_are_reported() -> None:
 
 
 def test_a_cut_off_can_fail_instead_of_warning() -> None:
-    with pytest.raises(ExplorationCutOff, match=r"max_depth=2 reached in state 'counting' "
-                       r"after \(initial\) -> INC -> INC"):
+    with pytest.raises(
+        ExplorationCutOff,
+        match=r"max_depth=2 reached in state 'counting' "
+        r"after \(initial\) -> INC -> INC",
+    ):
         explore(counter_machine(limit=50), max_depth=2, on_cutoff="error")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -78,11 +83,13 @@ def test_a_cut_off_can_fail_instead_of_warning() -> None:
 def test_simple_paths_never_repeat_a_state() -> None:
     paths = simple_paths(door_machine())
     described = sorted(p.describe() for p in paths)
-    assert described == sorted([
-        "(initial)",
-        "(initial) -> OPEN",
-        "(initial) -> LOCK",
-    ])
+    assert described == sorted(
+        [
+            "(initial)",
+            "(initial) -> OPEN",
+            "(initial) -> LOCK",
+        ]
+    )
     player = simple_paths(player_machine(), max_paths=50)
     assert len(player) == 50
     for path in player:
@@ -114,8 +121,11 @@ def test_coverage_of_a_test_suite_style_replay() -> None:
     assert "off" in report.states_reached
     assert "ejected" in report.unreached_states
     taken = set(report.transitions_taken)
-    assert taken == {"states.on.states.playback.states.paused.on.PLAY[0]",
-                     "states.on.on.POWER[0]", "states.off.on.POWER[0]"}
+    assert taken == {
+        "states.on.states.playback.states.paused.on.PLAY[0]",
+        "states.on.on.POWER[0]",
+        "states.off.on.POWER[0]",
+    }
     assert set(all_transitions(machine)) > taken
     # the shortest paths to every (value, context, history) node cover the whole machine
     full = coverage(machine, shortest_paths(machine))

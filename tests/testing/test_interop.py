@@ -67,7 +67,8 @@ def test_structure_is_imported() -> None:
     assert shopping["initial"] == "browsing"
     assert shopping["states"]["h"] == {"type": "history", "history": "deep"}
     assert shopping["states"]["browsing"]["on"]["add"] == [
-        {"target": "#Order.shopping.cart", "guard": "in_stock", "actions": ["add_item"]}]
+        {"target": "#Order.shopping.cart", "guard": "in_stock", "actions": ["add_item"]}
+    ]
     fulfilment = config["states"]["fulfilment"]
     assert fulfilment["type"] == "parallel" and "initial" not in fulfilment
     assert fulfilment["onDone"] == [{"target": "#Order.done"}]
@@ -78,14 +79,21 @@ def test_structure_is_imported() -> None:
 def test_callback_table_names_every_callback() -> None:
     imported = from_python_statemachine(Order)
     rows = {(c.name, c.role, c.kind) for c in imported.callbacks}
-    assert rows == {("in_stock", "cond", "guard"), ("add_item", "on", "action"),
-                    ("has_items", "cond", "guard"), ("logged_in", "cond", "guard"),
-                    ("fraud", "unless", "guard"),
-                    ("on_enter_done", "enter (by name)", "action")}
+    assert rows == {
+        ("in_stock", "cond", "guard"),
+        ("add_item", "on", "action"),
+        ("has_items", "cond", "guard"),
+        ("logged_in", "cond", "guard"),
+        ("fraud", "unless", "guard"),
+        ("on_enter_done", "enter (by name)", "action"),
+    }
     table = imported.table().splitlines()
     assert table[0].split() == ["callback", "role", "becomes", "used", "at"]
-    assert any(line.startswith("fraud") and "states.fulfilment.states.payment.states.pending"
-               ".on.pay[0].guard" in line for line in table)
+    assert any(
+        line.startswith("fraud")
+        and "states.fulfilment.states.payment.states.pending.on.pay[0].guard" in line
+        for line in table
+    )
 
 
 def test_imported_machine_runs_with_the_original_callbacks() -> None:
@@ -112,8 +120,10 @@ def test_guard_combinations_and_missing_implementations() -> None:
     checkout = imported.config["states"]["shopping"]["on"]["checkout"][0]["guard"]
     assert (checkout.type, checkout.children) == ("and", ("has_items", "logged_in"))
     pay = imported.config["states"]["fulfilment"]["states"]["payment"]["states"]["pending"]
-    assert (pay["on"]["pay"][0]["guard"].type, pay["on"]["pay"][0]["guard"].children) == \
-        ("not", ("fraud",))
+    assert (pay["on"]["pay"][0]["guard"].type, pay["on"]["pay"][0]["guard"].children) == (
+        "not",
+        ("fraud",),
+    )
     with pytest.raises(MachineDefinitionError, match="no guard 'in_stock'"):
         imported.create_machine()
 

@@ -13,7 +13,7 @@ from statecharts import SimulatedClock
 
 from .example_machines import door_machine
 
-SUITE = textwrap.dedent('''
+SUITE = textwrap.dedent("""
     from statecharts import assign, create_machine
 
     DOOR = {
@@ -65,18 +65,33 @@ SUITE = textwrap.dedent('''
         snapshot, _ = machine.transition(snapshot, "PUSH")
         snapshot, _ = machine.transition(snapshot, "PUSH")
         assert snapshot.value == "open"
-''')
+""")
 
 
-def _run_pytest(tmp_path: Path, *args: str,
-                register: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _run_pytest(
+    tmp_path: Path, *args: str, register: bool = True
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_door.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     plugin = ["-p", "statecharts.testing.plugin"] if register else []
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", *args,
-         str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *plugin,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            *args,
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_plugin_needs_no_registration_as_docs_testing_md_says(tmp_path: Path) -> None:
@@ -87,8 +102,8 @@ def test_the_plugin_needs_no_registration_as_docs_testing_md_says(tmp_path: Path
     assert result.returncode == 0, result.stdout + result.stderr
     assert "machine 'gate': states 2/2, transitions 2/2" in result.stdout
     page = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
-    plugin_section = page[page.index("## pytest plugin"):]
-    plugin_section = plugin_section[:plugin_section.index("\n## ", 5)]
+    plugin_section = page[page.index("## pytest plugin") :]
+    plugin_section = plugin_section[: plugin_section.index("\n## ", 5)]
     assert "There is nothing to register" in plugin_section
     assert "[project.entry-points.pytest11]" not in plugin_section  # what it asked to add
 
@@ -98,11 +113,12 @@ def test_coverage_option_reports_what_the_suite_never_reached(tmp_path: Path) ->
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "statecharts coverage" in out
-    report = out[out.index("statecharts coverage"):].splitlines()
+    report = out[out.index("statecharts coverage") :].splitlines()
     # issue 44: one block for the door, though one test gave it another context (and so
     # another fingerprint); it was listed twice with different numbers
     assert [line for line in report if line.startswith("machine 'door'")] == [
-        "machine 'door': states 3/4, transitions 4/6"]
+        "machine 'door': states 3/4, transitions 4/6"
+    ]
     assert "  never active: broken" in report
     assert "  never taken:  states.closed.on.LOCK[0]" not in report  # test_pure_lock took it
     assert "  never taken:  states.opened.on.CLOSE[0]" in report
@@ -117,8 +133,9 @@ def test_without_the_option_there_is_no_report(tmp_path: Path) -> None:
     assert "statecharts coverage" not in result.stdout
 
 
-def test_fixtures_give_actors_on_a_simulated_clock(start_actor: Any,
-                                                  sim_clock: SimulatedClock) -> None:
+def test_fixtures_give_actors_on_a_simulated_clock(
+    start_actor: Any, sim_clock: SimulatedClock
+) -> None:
     actor = start_actor(door_machine())
     actor.send("OPEN")
     sim_clock.advance(4999)

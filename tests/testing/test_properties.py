@@ -31,16 +31,20 @@ from .example_machines import (
 def test_good_machines_have_all_properties() -> None:
     assert_properties(counter_machine())
     assert_properties(player_machine())
-    assert_properties(vending_machine(seeded_bug=False), "determinism", "persistence",
-                      "no_deadlock", "all_states_reachable")
+    assert_properties(
+        vending_machine(seeded_bug=False),
+        "determinism",
+        "persistence",
+        "no_deadlock",
+        "all_states_reachable",
+    )
 
 
 def test_deadlock_is_reported_with_the_shortest_path() -> None:
     with pytest.raises(PropertyViolation) as caught:
         assert_no_deadlock(jam_machine())
     assert caught.value.event_types == ["PRINT", "JAM"]
-    assert "state 'jammed' with context {} is not final and nothing leaves it" in \
-        str(caught.value)
+    assert "state 'jammed' with context {} is not final and nothing leaves it" in str(caught.value)
     assert "counterexample: PRINT -> JAM" in str(caught.value)
 
 
@@ -63,11 +67,17 @@ def test_nondeterministic_guard_is_caught() -> None:
     def lucky(context: Any, event: Any) -> bool:  # reads hidden state: a bug
         return next(flips)
 
-    machine = create_machine({
-        "id": "coin", "initial": "a",
-        "states": {"a": {"on": {"FLIP": [{"target": "b", "guard": "lucky"}]}},
-                   "b": {"on": {"FLIP": "a"}}},
-    }, guards={"lucky": lucky})
+    machine = create_machine(
+        {
+            "id": "coin",
+            "initial": "a",
+            "states": {
+                "a": {"on": {"FLIP": [{"target": "b", "guard": "lucky"}]}},
+                "b": {"on": {"FLIP": "a"}},
+            },
+        },
+        guards={"lucky": lucky},
+    )
     with pytest.raises(PropertyViolation) as caught:
         assert_deterministic(machine)
     assert caught.value.event_types == ["FLIP"]
@@ -76,11 +86,18 @@ def test_nondeterministic_guard_is_caught() -> None:
 
 def test_context_that_json_cannot_hold_breaks_persistence() -> None:
     # Python ints are unbounded, JSON storage (orjson) is 64-bit: GROW x7 overflows
-    machine = create_machine({
-        "id": "grower", "context": {"size": 1}, "initial": "on",
-        "states": {"on": {"on": {"GROW": {"actions": "grow"}, "RESET": {"actions": "reset"}}}},
-    }, actions={"grow": assign({"size": lambda ctx, ev: ctx["size"] * 1000}),
-                "reset": assign({"size": 1})})
+    machine = create_machine(
+        {
+            "id": "grower",
+            "context": {"size": 1},
+            "initial": "on",
+            "states": {"on": {"on": {"GROW": {"actions": "grow"}, "RESET": {"actions": "reset"}}}},
+        },
+        actions={
+            "grow": assign({"size": lambda ctx, ev: ctx["size"] * 1000}),
+            "reset": assign({"size": 1}),
+        },
+    )
     with pytest.raises(PropertyViolation) as caught:
         assert_persistence_invisible(machine)
     assert caught.value.event_types == ["GROW"] * 7
@@ -95,14 +112,27 @@ def test_unknown_property_names_are_rejected() -> None:
 def test_assert_properties_takes_ends_as_docs_testing_md_documents() -> None:
     """Issue 44: ``assert_properties(machine, ends=("done", "error"))`` raised TypeError (ends
     went on to the explorer); it is ``final_always_reachable``'s, as docs/testing.md says."""
-    machine = create_machine({
-        "id": "pay", "initial": "charging", "states": {
-            "charging": {"on": {"OK": "paid", "DECLINED": "declined"}},
-            "paid": {"type": "final"},
-            "declined": {"type": "final", "failure": "card declined"},
-            "stuck": {}}})
+    machine = create_machine(
+        {
+            "id": "pay",
+            "initial": "charging",
+            "states": {
+                "charging": {"on": {"OK": "paid", "DECLINED": "declined"}},
+                "paid": {"type": "final"},
+                "declined": {"type": "final", "failure": "card declined"},
+                "stuck": {},
+            },
+        }
+    )
     assert_properties(machine, "final_always_reachable", ends=("done", "error"))
-    limbo = create_machine({**machine.config, "states": {
-        **machine.config["states"], "charging": {"on": {"OK": "paid", "WAIT": "stuck"}}}})
+    limbo = create_machine(
+        {
+            **machine.config,
+            "states": {
+                **machine.config["states"],
+                "charging": {"on": {"OK": "paid", "WAIT": "stuck"}},
+            },
+        }
+    )
     with pytest.raises(PropertyViolation, match="stuck"):
         assert_properties(limbo, "final_always_reachable", ends=("done", "error"))

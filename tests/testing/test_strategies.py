@@ -22,8 +22,13 @@ from statecharts.testing.strategies import (
 
 from .example_machines import door_machine, vending_machine
 
-FAST = settings(max_examples=60, derandomize=True, database=None, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @FAST
@@ -33,9 +38,13 @@ def test_events_come_from_the_alphabet(sequence: list[Any]) -> None:
 
 
 @FAST
-@given(events(vending_machine(seeded_bug=False),
-              {"COIN": st.fixed_dictionaries({"cents": st.sampled_from([5, 10, 25])})},
-              min_size=1))
+@given(
+    events(
+        vending_machine(seeded_bug=False),
+        {"COIN": st.fixed_dictionaries({"cents": st.sampled_from([5, 10, 25])})},
+        min_size=1,
+    )
+)
 def test_payload_strategies_fill_their_event_type(sequence: list[Any]) -> None:
     for event in sequence:
         if event["type"] == "COIN":
@@ -59,8 +68,13 @@ def test_reachable_snapshots_are_reachable(snapshot: Any) -> None:
 def test_random_machines_use_every_feature_and_are_valid() -> None:
     seen: Counter[str] = Counter()
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=200,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(machines())
     def run(generated: GeneratedMachine) -> None:
         machine = generated.build()  # raises MachineDefinitionError if invalid
@@ -73,20 +87,26 @@ def test_random_machines_use_every_feature_and_are_valid() -> None:
                 seen["guard"] += 1
             if any(t.reenter for t in node.transitions):
                 seen["reenter"] += 1
-        assert {e["type"] for e in (e.segment.event for e in
-                                    explore(machine, max_states=50).edges)} <= set(EVENTS)
+        assert {
+            e["type"] for e in (e.segment.event for e in explore(machine, max_states=50).edges)
+        } <= set(EVENTS)
 
     run()
-    for feature in ("compound", "parallel", "history", "final", "eventless", "guard",
-                    "reenter"):
+    for feature in ("compound", "parallel", "history", "final", "eventless", "guard", "reenter"):
         assert seen[feature] > 0, seen
 
 
-@settings(max_examples=150, derandomize=True, database=None, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(machines(max_states=8), st.lists(st.sampled_from(EVENTS), max_size=12))
 def test_engine_is_deterministic_and_persists_exactly_on_random_machines(
-        generated: GeneratedMachine, sequence: list[str]) -> None:
+    generated: GeneratedMachine, sequence: list[str]
+) -> None:
     machine = generated.build()
     deterministic_on(machine, sequence)
     persistence_invisible_on(machine, sequence)

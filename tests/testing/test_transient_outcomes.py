@@ -15,11 +15,25 @@ from statecharts.testing.outcomes import running_calls
 from statecharts.testing.strategies import outcome_strategy
 
 MACHINE = create_machine(
-    {"id": "saving", "initial": "saving", "states": {
-        "saving": {"invoke": {"id": "save", "src": "save", "transient": ["DatabaseError"],
-                              "onDone": "saved", "onError": "failed"}},
-        "saved": {"type": "final"}, "failed": {"type": "final"}}},
-    actors={"save": lambda input: True})
+    {
+        "id": "saving",
+        "initial": "saving",
+        "states": {
+            "saving": {
+                "invoke": {
+                    "id": "save",
+                    "src": "save",
+                    "transient": ["DatabaseError"],
+                    "onDone": "saved",
+                    "onError": "failed",
+                }
+            },
+            "saved": {"type": "final"},
+            "failed": {"type": "final"},
+        },
+    },
+    actors={"save": lambda input: True},
+)
 CALL = running_calls(MACHINE, MACHINE.initial_transition(None, 0)[0])[0]
 
 
@@ -31,7 +45,7 @@ def test_durable_outcomes_leave_transient_failures_out() -> None:
     outputs = {"save": [True]}
     assert find(outcome_strategy(MACHINE, CALL, outputs), failed_with("DatabaseError"))
     with pytest.raises(NoSuchExample):
-        find(outcome_strategy(MACHINE, CALL, outputs, durable=True),
-             failed_with("DatabaseError"))
-    assert find(outcome_strategy(MACHINE, CALL, outputs, durable=True), failed_with("Error")), \
+        find(outcome_strategy(MACHINE, CALL, outputs, durable=True), failed_with("DatabaseError"))
+    assert find(outcome_strategy(MACHINE, CALL, outputs, durable=True), failed_with("Error")), (
         "other failures stay"
+    )

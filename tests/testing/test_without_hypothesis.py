@@ -12,21 +12,41 @@ import pytest
 HIDE_HYPOTHESIS = "import sys; sys.modules['hypothesis'] = None; "
 
 
-@pytest.mark.parametrize("module", ["statecharts.testing.strategies", "statecharts.testing.harness",
-                                    "statecharts.testing.properties", "persistence.testing"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "statecharts.testing.strategies",
+        "statecharts.testing.harness",
+        "statecharts.testing.properties",
+        "persistence.testing",
+    ],
+)
 def test_a_kit_module_without_hypothesis_names_the_testing_extra(module: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", HIDE_HYPOTHESIS + f"import {module}"],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last == ("ModuleNotFoundError: statecharts' test kit (strategies, harness, "
-                    "properties, persistence.testing) needs Hypothesis, which the 'testing' "
-                    "extra installs: pip install 'statecharts[testing]' (graph, coverage and "
-                    "outcomes work without it)")
+    assert last == (
+        "ModuleNotFoundError: statecharts' test kit (strategies, harness, "
+        "properties, persistence.testing) needs Hypothesis, which the 'testing' "
+        "extra installs: pip install 'statecharts[testing]' (graph, coverage and "
+        "outcomes work without it)"
+    )
 
 
 def test_graph_and_coverage_still_import_without_hypothesis() -> None:
-    subprocess.run([sys.executable, "-c", HIDE_HYPOTHESIS + "import statecharts.testing, "
-                    "statecharts.testing.graph, statecharts.testing.coverage"],
-                   check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HIDE_HYPOTHESIS + "import statecharts.testing, "
+            "statecharts.testing.graph, statecharts.testing.coverage",
+        ],
+        check=True,
+        timeout=120,
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 from statecharts import MachineConfig
 
 config: MachineConfig = {  # mypy: "intial" MachineConfig
-    "id": "order", "intial": "cart",
+    "id": "order",
+    "intial": "cart",
     "states": {
         "cart": {"on": {"CHECKOUT": {"traget": "paid"}}},  # mypy: TransitionConfig
         "paying": {"invoke": {"src": "charge", "onEror": "cart"}},  # mypy: InvokeConfig

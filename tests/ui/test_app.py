@@ -304,16 +304,33 @@ def test_a_long_journal_shows_its_newest_entries_and_the_total(
     from persistence.ui import views
 
     monkeypatch.setattr(views, "TIMELINE_LIMIT", 3)
-    run = NewRun(id=str(uuid.uuid4()), workflow_name="order", workflow_version="v", key=None,
-                 state="awaiting_payment", snapshot={"context": {}}, wake_at=T0)  # fmt: skip
+    run = NewRun(
+        id=str(uuid.uuid4()),
+        workflow_name="order",
+        workflow_version="v",
+        key=None,
+        state="awaiting_payment",
+        snapshot={"context": {}},
+        wake_at=T0,
+    )
     store.create_run(run, [], T0)
     version = store.claim_runs("w", T0, 60_000, 10)[0].version
     for n in range(7):
-        version = store.commit_step(StepCommit(
-            run_id=run.id, owner="w", expected_version=version, state="awaiting_payment",
-            snapshot={"context": {}}, status="active", release=False,
-            journal=[JournalEntry({"type": f"NOTE{n}"}, "awaiting_payment", "awaiting_payment")],
-        ), T0 + n)  # fmt: skip
+        version = store.commit_step(
+            StepCommit(
+                run_id=run.id,
+                owner="w",
+                expected_version=version,
+                state="awaiting_payment",
+                snapshot={"context": {}},
+                status="active",
+                release=False,
+                journal=[
+                    JournalEntry({"type": f"NOTE{n}"}, "awaiting_payment", "awaiting_payment")
+                ],
+            ),
+            T0 + n,
+        )
     with TestClient(create_app(store, MACHINES)) as c:
         detail = c.get(f"/api/runs/{run.id}").json()
         html = c.get(f"/runs/{run.id}").text
@@ -340,7 +357,7 @@ def test_the_run_page_links_parent_and_children_and_draws_the_childs_state(
         box = re.search(r'<g[^>]*data-state="paying"[^>]*>', top)
         assert box is not None and 'data-child-run-state="payment: checking_fraud"' in box[0]
         middle = c.get(f"/runs/{payment.id}").text
-        assert f'href="/runs/{run_id}"' in middle and "child <b class=\"mono\">payment" in middle
+        assert f'href="/runs/{run_id}"' in middle and 'child <b class="mono">payment' in middle
         assert 'data-child-run-state="fraud_check: awaiting_review"' in middle
         assert f'href="/runs/{fraud.id}"' in middle
         api = c.get(f"/api/runs/{payment.id}").json()

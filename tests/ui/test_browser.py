@@ -150,9 +150,7 @@ def test_the_timeline_names_engine_events_and_keeps_the_raw_name_on_hover(
     page.goto(f"{served.url}/runs/{runs.retrying}")
     if page.locator("b.event.engine", has_text="retry wait over").count() == 0:
         page.click("button.retry")  # this test may run alone: wait out one retry now
-        page.locator("b.event.engine", has_text="retry wait over").first.wait_for(
-            timeout=20_000
-        )
+        page.locator("b.event.engine", has_text="retry wait over").first.wait_for(timeout=20_000)
     timeline = page.locator("table.timeline")
     text = timeline.inner_text()
     assert "retry wait over: Charging card" in text
@@ -397,9 +395,16 @@ def test_the_timeline_stays_inside_its_card_at_1440_px(
     try:  # an event as a webhook sends one: a long reference, a long unbroken token
         # (to a run the module's other tests left waiting: they approve and cancel some)
         target = next(r for r in reversed(runs.waiting) if store.get_run(r).status == "active")
-        store.send_event(target, {
-            "type": "APPROVE", "by": "approvals-service-eu-west-1",
-            "reference": "ord_" + "9f3a7c21" * 16, "note": "checked " * 30}, 0)
+        store.send_event(
+            target,
+            {
+                "type": "APPROVE",
+                "by": "approvals-service-eu-west-1",
+                "reference": "ord_" + "9f3a7c21" * 16,
+                "note": "checked " * 30,
+            },
+            0,
+        )
         deadline = time.monotonic() + 20  # the worker process applies it
         while store.pending_events(target) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -30,9 +30,15 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _form(html: str, action: str, step: int) -> bool:
     """Whether the page has the form posting to `action` for journal step `step`."""
-    return re.search(rf'action="{re.escape(action)}"[^>]*><input type="hidden" '
-                     rf'name="csrf_token" value="[^"]+"><input type="hidden" name="step" '
-                     rf'value="{step}">', html) is not None  # fmt: skip
+    return (
+        re.search(
+            rf'action="{re.escape(action)}"[^>]*><input type="hidden" '
+            rf'name="csrf_token" value="[^"]+"><input type="hidden" name="step" '
+            rf'value="{step}">',
+            html,
+        )
+        is not None
+    )
 
 
 def test_fork_and_reset_from_a_journal_row(store: Store) -> None:
@@ -54,9 +60,11 @@ def test_fork_and_reset_from_a_journal_row(store: Store) -> None:
         forged = client.post(f"/runs/{run_id}/fork", data={"step": 2, "csrf_token": "x" * 40})
         assert forged.status_code == 403 and runtime.store.fork_of(run_id) is None
 
-        forked = client.post(f"/runs/{run_id}/fork",
-                             data={"step": 2, "csrf_token": token.group(1)},
-                             follow_redirects=False)  # fmt: skip
+        forked = client.post(
+            f"/runs/{run_id}/fork",
+            data={"step": 2, "csrf_token": token.group(1)},
+            follow_redirects=False,
+        )
         assert forked.status_code == 303
         fork_id = forked.headers["location"].split("/runs/")[1].split("?")[0]
         assert fork_id != run_id and runtime.get(fork_id).state == "shipping"
@@ -64,11 +72,14 @@ def test_fork_and_reset_from_a_journal_row(store: Store) -> None:
         assert "forked from" in fork_page and f'href="/runs/{run_id}"' in fork_page
         assert 'action="/runs/' + fork_id + '/reset"' not in fork_page  # it has not failed
 
-        refused = client.post(f"/runs/{run_id}/reset",
-                              data={"step": 99, "csrf_token": token.group(1)})  # fmt: skip
+        refused = client.post(
+            f"/runs/{run_id}/reset", data={"step": 99, "csrf_token": token.group(1)}
+        )
         assert refused.status_code == 409 and "Not reset" in refused.text
-        reset = client.post(f"/runs/{run_id}/reset",
-                            data={"step": 3, "csrf_token": token.group(1)},
-                            follow_redirects=False)  # fmt: skip
+        reset = client.post(
+            f"/runs/{run_id}/reset",
+            data={"step": 3, "csrf_token": token.group(1)},
+            follow_redirects=False,
+        )
         assert reset.status_code == 303 and reset.headers["location"].endswith("done=reset")
         assert (runtime.get(run_id).status, runtime.get(run_id).state) == ("active", "packing")

@@ -62,24 +62,37 @@ def machines() -> list[Any]:
         raise ValueError("card declined by issuer")
 
     order = create_machine(
-        {"id": "order", "initial": "paying", "meta": {"error_workflow": "order_failed"},
-         "context": {"order": None},
-         "states": {
-             "paying": {"on": {"PAY": "charging", "DECLINE": "declining"}},
-             "charging": {"invoke": {"src": "flaky", "input": "o-1", "onDone": "shipping",
-                                     "retry": {"max_attempts": 3, "initial_interval": 0}}},
-             "declining": {"invoke": {"src": "declined", "onDone": "shipping"}},
-             "shipping": {"on": {"SHIPPED": "done"}},
-             "done": {"type": "final"}}},
-        actors={"flaky": flaky, "declined": declined})  # fmt: skip
-    alert = create_machine({"id": "order_failed", "initial": "noted",
-                            "states": {"noted": {"type": "final"}}})
+        {
+            "id": "order",
+            "initial": "paying",
+            "meta": {"error_workflow": "order_failed"},
+            "context": {"order": None},
+            "states": {
+                "paying": {"on": {"PAY": "charging", "DECLINE": "declining"}},
+                "charging": {
+                    "invoke": {
+                        "src": "flaky",
+                        "input": "o-1",
+                        "onDone": "shipping",
+                        "retry": {"max_attempts": 3, "initial_interval": 0},
+                    }
+                },
+                "declining": {"invoke": {"src": "declined", "onDone": "shipping"}},
+                "shipping": {"on": {"SHIPPED": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"flaky": flaky, "declined": declined},
+    )
+    alert = create_machine(
+        {"id": "order_failed", "initial": "noted", "states": {"noted": {"type": "final"}}}
+    )
     return [order, alert]
 
 
 def test_an_error_the_run_went_on_after_is_not_shown_as_current(
-        store: Store, clock: SimulatedClock, store_url: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    store: Store, clock: SimulatedClock, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     runtime = Runtime(store, machines(), clock=clock)
     healthy, done, failed = (runtime.start("order") for _ in range(3))
     for run_id in (healthy, done):
@@ -95,11 +108,11 @@ def test_an_error_the_run_went_on_after_is_not_shown_as_current(
     client = TestClient(create_app(store, machines()))
     listing = client.get("/?workflow=order").text
     for run_id in (healthy, done):
-        row = listing[listing.index(f'data-run="{run_id}"'):]
-        row = row[:row.index("</tr>")]
+        row = listing[listing.index(f'data-run="{run_id}"') :]
+        row = row[: row.index("</tr>")]
         assert 'class="err"' not in row and 'class="earlier-err dim"' in row, row
-    failed_row = listing[listing.index(f'data-run="{failed}"'):]
-    assert 'class="err"' in failed_row[:failed_row.index("</tr>")]
+    failed_row = listing[listing.index(f'data-run="{failed}"') :]
+    assert 'class="err"' in failed_row[: failed_row.index("</tr>")]
     page = client.get(f"/runs/{done}").text
     assert 'class="err-box" id="last-error"' not in page and "Earlier error" in page
 
@@ -126,40 +139,51 @@ def total_of(context: Any, event: Any) -> dict[str, Any]:
 
 def failing_machine() -> Any:
     return create_machine(
-        {"id": "receipt", "initial": "open", "context": {"total": 0},
-         "states": {"open": {"on": {"MAIL": {"actions": "send_mail"},
-                                    "PRICE": {"actions": "price"}}}}},
-        actions={"send_mail": send_receipt_mail, "price": assign(total_of)})  # fmt: skip
+        {
+            "id": "receipt",
+            "initial": "open",
+            "context": {"total": 0},
+            "states": {
+                "open": {"on": {"MAIL": {"actions": "send_mail"}, "PRICE": {"actions": "price"}}}
+            },
+        },
+        actions={"send_mail": send_receipt_mail, "price": assign(total_of)},
+    )
 
 
 def test_a_failed_runs_page_and_runs_show_give_the_traceback_of_the_action_that_failed_it(
-        store: Store, clock: SimulatedClock, store_url: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    store: Store, clock: SimulatedClock, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     runtime = Runtime(store, [failing_machine(), *machines()], clock=clock)
     mailed, priced, healthy = (runtime.start("receipt") for _ in range(3))
     runtime.send(mailed, "MAIL")
     runtime.send(priced, {"type": "PRICE", "cents": 5})
     Worker(runtime).run_until_idle()
-    assert runtime.get(mailed).last_error == \
-        "action 'send_mail' raised RuntimeError: mail server down"  # fmt: skip
+    assert (
+        runtime.get(mailed).last_error == "action 'send_mail' raised RuntimeError: mail server down"
+    )
     assert runtime.get(priced).status == "error" and "KeyError" in runtime.get(priced).last_error
 
     client = TestClient(create_app(store, [failing_machine()]))
-    where = {mailed: ('raise RuntimeError("mail server down")', "send_receipt_mail"),
-             priced: ('return {"total": event["amount"] * 2}', "total_of")}
+    where = {
+        mailed: ('raise RuntimeError("mail server down")', "send_receipt_mail"),
+        priced: ('return {"total": event["amount"] * 2}', "total_of"),
+    }
     for run_id, (line, function) in where.items():
         page = client.get(f"/runs/{run_id}").text
-        box = page[page.index('id="error-traceback"'):]
-        box = html.unescape(box[:box.index("</details>")])
+        box = page[page.index('id="error-traceback"') :]
+        box = html.unescape(box[: box.index("</details>")])
         assert "Traceback (most recent call last)" in box and __file__ in box, box
         assert f"in {function}" in box and line in box, box
-        assert client.get(f"/api/runs/{run_id}").json()["error_traceback"] == \
-            html.unescape(box[box.index("<pre>") + 5:box.index("</pre>")])  # fmt: skip
+        assert client.get(f"/api/runs/{run_id}").json()["error_traceback"] == html.unescape(
+            box[box.index("<pre>") + 5 : box.index("</pre>")]
+        )
         assert cli_main(["runs", "show", run_id, "--store", store_url]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert shown["last_error"] == runtime.get(run_id).last_error
         assert line in shown["error_traceback"] and shown["error_traceback"].rstrip().endswith(
-            "mail server down" if run_id == mailed else "KeyError: 'amount'")
+            "mail server down" if run_id == mailed else "KeyError: 'amount'"
+        )
 
     # a run failed by a call's error no state handled: that call's last attempt's traceback
     declined = runtime.start("order")
@@ -167,8 +191,8 @@ def test_a_failed_runs_page_and_runs_show_give_the_traceback_of_the_action_that_
     Worker(runtime).run_until_idle()
     order_client = TestClient(create_app(store, machines()))
     page = order_client.get(f"/runs/{declined}").text
-    box = html.unescape(page[page.index('id="error-traceback"'):])
-    box = box[:box.index("</details>")]
+    box = html.unescape(page[page.index('id="error-traceback"') :])
+    box = box[: box.index("</details>")]
     assert "traceback of call 'order.declining:invocation[0]', attempt 1" in box, box
     assert 'raise ValueError("card declined by issuer")' in box and "in declined" in box
     assert "ValueError: ValueError" not in html.unescape(page)  # the calls table says it once
@@ -182,23 +206,28 @@ def test_a_failed_runs_page_and_runs_show_give_the_traceback_of_the_action_that_
 
 
 def test_a_failed_runs_traceback_and_timeline_stay_inside_their_cards_at_1440_px(
-        store: Store, clock: SimulatedClock, page: Any) -> None:
+    store: Store, clock: SimulatedClock, page: Any
+) -> None:
     """The run page of a run failed by an action, in headless Chromium 1440 px wide (the pages
     served by the app in this process, through the browser's request routing): every card's
     content, the traceback and a long event payload in the timeline included, ends inside the
     card, and the page does not scroll sideways."""
     runtime = Runtime(store, [failing_machine()], clock=clock)
     run_id = runtime.start("receipt")
-    runtime.send(run_id, {"type": "PRICE", "reference": "ord_" + "9f3a7c21" * 40,
-                          "note": "checked " * 30})  # fmt: skip
+    runtime.send(
+        run_id, {"type": "PRICE", "reference": "ord_" + "9f3a7c21" * 40, "note": "checked " * 30}
+    )
     Worker(runtime).run_until_idle()
     client = TestClient(create_app(store, [failing_machine()]))
     origin = "http://ui.test"
 
     def serve(route: Any) -> None:
         answer = client.get(route.request.url.removeprefix(origin))
-        route.fulfill(status=answer.status_code, body=answer.content,
-                      headers={"content-type": answer.headers.get("content-type", "text/html")})
+        route.fulfill(
+            status=answer.status_code,
+            body=answer.content,
+            headers={"content-type": answer.headers.get("content-type", "text/html")},
+        )
 
     page.route(f"{origin}/**", serve)
     page.set_viewport_size({"width": 1440, "height": 900})

@@ -10,5 +10,13 @@ from .importer import N8nImport, from_n8n
 from .mapping import HIDDEN_KINDS, HiddenState, Implementation, MachineImport, NodeMapping
 from .workflow import N8nFormatError
 
-__all__ = ["HIDDEN_KINDS", "HiddenState", "Implementation", "MachineImport", "N8nFormatError",
-           "N8nImport", "NodeMapping", "from_n8n"]
+__all__ = [
+    "HIDDEN_KINDS",
+    "HiddenState",
+    "Implementation",
+    "MachineImport",
+    "N8nFormatError",
+    "N8nImport",
+    "NodeMapping",
+    "from_n8n",
+]

@@ -33,23 +33,31 @@ class ImportFailed(Exception):
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``n8n import`` and ``n8n summary`` to the main CLI's subcommands."""
-    parser = subparsers.add_parser("n8n", help="import n8n workflows as statecharts",
-                                   description="Import n8n workflow exports as statecharts.")
+    parser = subparsers.add_parser(
+        "n8n",
+        help="import n8n workflows as statecharts",
+        description="Import n8n workflow exports as statecharts.",
+    )
     commands = parser.add_subparsers(dest="n8n_command", required=True)
     importing = commands.add_parser(
-        "import", help="write the config, skeleton, hidden-state report and diagram",
+        "import",
+        help="write the config, skeleton, hidden-state report and diagram",
         description="Import one n8n workflow export: writes <name>.json (config), "
-                    "<name>_impl.py (skeleton), <name>_report.md (hidden states) and the "
-                    "diagram into the output folder.")
+        "<name>_impl.py (skeleton), <name>_report.md (hidden states) and the "
+        "diagram into the output folder.",
+    )
     importing.add_argument("workflow", type=Path, help="the n8n workflow export (JSON)")
-    importing.add_argument("-o", "--output", type=Path, required=True,
-                           help="folder to write into (created if missing)")
+    importing.add_argument(
+        "-o", "--output", type=Path, required=True, help="folder to write into (created if missing)"
+    )
     importing.add_argument("--name", help="machine and file name (default: the file name)")
     importing.set_defaults(handler=run_import)
     summary = commands.add_parser(
-        "summary", help="nodes vs states and hidden states per kind over a folder",
+        "summary",
+        help="nodes vs states and hidden states per kind over a folder",
         description="Import every *.json workflow in a folder (nothing is written) and print "
-                    "nodes against states and the hidden states of each kind.")
+        "nodes against states and the hidden states of each kind.",
+    )
     summary.add_argument("folder", type=Path, help="folder of n8n workflow exports")
     summary.set_defaults(handler=run_summary)
 
@@ -158,8 +166,9 @@ def draw_svg(render: Any, machine: Machine, name: str) -> tuple[str | None, str 
     return svg_of_dot(render, wrapped, name, [] if strip == wrapped else [strip])
 
 
-def svg_of_dot(render: Any, source: str, name: str, strips: Sequence[str] = ()
-               ) -> tuple[str | None, str | None]:
+def svg_of_dot(
+    render: Any, source: str, name: str, strips: Sequence[str] = ()
+) -> tuple[str | None, str | None]:
     """``draw_svg`` for the DOT text ``source`` (the diagram file ``name``), with ``strips``
     the same chart in one column."""
     try:
@@ -168,18 +177,23 @@ def svg_of_dot(render: Any, source: str, name: str, strips: Sequence[str] = ()
         return None, f"note: no SVG diagram: {exc}"
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         failure = _first_line(exc)
-    simpler = [(strip, (), "in one column") for strip in strips] + \
-        [(source, layout, "with the simpler layout " + " ".join(layout))
-         for layout in FALLBACK_LAYOUTS]
+    simpler = [(strip, (), "in one column") for strip in strips] + [
+        (source, layout, "with the simpler layout " + " ".join(layout))
+        for layout in FALLBACK_LAYOUTS
+    ]
     for text, layout, how in simpler:
         try:
             drawn = str(render.graphviz.svg(text, layout, timeout=DOT_SECONDS))
         except (RuntimeError, subprocess.TimeoutExpired):
             continue
-        return drawn, (f"warning: {name}: Graphviz could not lay the diagram out ({failure}); "
-                       f"drawn {how} instead")
-    return None, (f"warning: {name}: not written, Graphviz could not lay the diagram out "
-                  f"({failure}), nor with a simpler layout; every other file is written")
+        return drawn, (
+            f"warning: {name}: Graphviz could not lay the diagram out ({failure}); "
+            f"drawn {how} instead"
+        )
+    return None, (
+        f"warning: {name}: not written, Graphviz could not lay the diagram out "
+        f"({failure}), nor with a simpler layout; every other file is written"
+    )
 
 
 def _first_line(exc: Exception) -> str:
@@ -187,8 +201,7 @@ def _first_line(exc: Exception) -> str:
         return f"dot ran past {DOT_SECONDS:g} s"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     said = next((line for line in lines if "Error" in line), lines[0] if lines else "")
-    return said.split("): ", 1)[-1] if said.startswith("dot failed") else said or \
-        type(exc).__name__
+    return said.split("): ", 1)[-1] if said.startswith("dot failed") else said or type(exc).__name__
 
 
 def _json(config: dict[str, Any]) -> str:

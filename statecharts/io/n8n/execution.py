@@ -50,11 +50,18 @@ _STATIC = ("graph", "flow")  # what a new run keeps of the context
 
 # -- reading and writing the stack in context ---------------------------------------------------
 
+
 def _state(context: Any) -> dict[str, Any]:
     found = context.get(KEY) if isinstance(context, Mapping) else None
     state = thaw(found) if isinstance(found, Mapping) else {}
-    for key, empty in (("stack", []), ("waiting", []), ("current", None), ("loops", {}),
-                       ("runs", {}), ("flow", {})):
+    for key, empty in (
+        ("stack", []),
+        ("waiting", []),
+        ("current", None),
+        ("loops", {}),
+        ("runs", {}),
+        ("flow", {}),
+    ):
         state.setdefault(key, empty)
     return state
 
@@ -95,6 +102,7 @@ def _given(state: Mapping[str, Any], once: bool) -> list[Items]:
 
 
 # -- a node's outputs ---------------------------------------------------------------------------
+
 
 def as_items(value: Any) -> Items:
     """One output's items from what an actor returned: a list of items (a bare dict is one
@@ -139,8 +147,10 @@ def error_items(items: Items, message: str, keep_fields: bool) -> Items:
     catch per item under ``continueOnFail()``), ``{"error": message}``; on the error output
     with the input item's fields beside it (``handleNodeErrorOutput``:
     ``{...pairedItem.json, ...item.json}``)."""
-    return [{"json": {**(dict(item.get("json") or {}) if keep_fields else {}),
-                      "error": message}} for item in items or [EMPTY_ITEM]]
+    return [
+        {"json": {**(dict(item.get("json") or {}) if keep_fields else {}), "error": message}}
+        for item in items or [EMPTY_ITEM]
+    ]
 
 
 def _outputs(state: dict[str, Any], event: Any, params: Mapping[str, Any]) -> list[Items] | None:
@@ -152,8 +162,9 @@ def _outputs(state: dict[str, Any], event: Any, params: Mapping[str, Any]) -> li
     if how == "failed":
         outputs: list[Items] = [[] for _ in range(count)]
         output = int(params.get("error_output", 0))
-        outputs[output] = error_items(inputs[0] if inputs else [], error_message(event),
-                                      keep_fields=output > 0)
+        outputs[output] = error_items(
+            inputs[0] if inputs else [], error_message(event), keep_fields=output > 0
+        )
         return outputs
     if how == "loop":
         return _loop_outputs(state, params)
@@ -172,13 +183,18 @@ def _outputs(state: dict[str, Any], event: Any, params: Mapping[str, Any]) -> li
 def _always_output(outputs: list[Items], params: Mapping[str, Any]) -> list[Items]:
     """n8n's ``alwaysOutputData``: when a node that ran (not one that failed) has nothing on
     output 0, output 0 gets one empty item, whatever its other outputs hold."""
-    if params.get("always_output") and params.get("how") not in ("failed", "start") \
-            and outputs and not outputs[0]:
+    if (
+        params.get("always_output")
+        and params.get("how") not in ("failed", "start")
+        and outputs
+        and not outputs[0]
+    ):
         outputs = [[dict(EMPTY_ITEM)], *outputs[1:]]
     return outputs
 
 
 # -- the graph n8n walks (connectionsByDestinationNode, getParentNodes) -------------------------
+
 
 def _sources(state: Mapping[str, Any], node: str) -> list[list[Any]]:
     """``[source, output, input]`` for every main wire into ``node``, in n8n's order."""
@@ -234,14 +250,20 @@ def _downstream(state: Mapping[str, Any], node: str) -> set[str]:
 
 def _js_order(names: list[str]) -> list[str]:
     """``Object.keys`` order: array-index names ascending first, then insertion order."""
+
     def index(name: str) -> int | None:
-        return int(name) if name.isdigit() and str(int(name)) == name and \
-            int(name) < 2 ** 32 - 1 else None
+        return (
+            int(name)
+            if name.isdigit() and str(int(name)) == name and int(name) < 2**32 - 1
+            else None
+        )
+
     numeric = sorted((n for n in names if index(n) is not None), key=lambda n: index(n) or 0)
     return numeric + [n for n in names if index(n) is None]
 
 
 # -- scheduling (addNodeToBeExecuted) -----------------------------------------------------------
+
 
 def _enqueue(state: dict[str, Any], entry: list[Any]) -> None:
     if _legacy(state):
@@ -250,8 +272,9 @@ def _enqueue(state: dict[str, Any], entry: list[Any]) -> None:
         state["stack"].insert(0, entry)
 
 
-def _schedule(state: dict[str, Any], parent: str, outputs: list[Items], children: Any,
-              run: int) -> None:
+def _schedule(
+    state: dict[str, Any], parent: str, outputs: list[Items], children: Any, run: int
+) -> None:
     """Add the targets of ``parent``'s outputs; ``children`` are ``[output, target, input,
     slots, required, declared]`` already in the order n8n adds them (``slots``: the target's
     wired inputs, ``declared``: the inputs its type has)."""
@@ -267,8 +290,17 @@ def _schedule(state: dict[str, Any], parent: str, outputs: list[Items], children
             _arrive(state, parent, target, index, slots, required, declared, items, run)
 
 
-def _arrive(state: dict[str, Any], parent: str, target: str, index: int, slots: int,
-            required: Any, declared: int, items: Items, run: int) -> None:
+def _arrive(
+    state: dict[str, Any],
+    parent: str,
+    target: str,
+    index: int,
+    slots: int,
+    required: Any,
+    declared: int,
+    items: Items,
+    run: int,
+) -> None:
     """``items`` from ``parent`` reach input ``index`` of ``target``, a node with ``slots``
     wired inputs: they fill the first round still missing that input (or a new one); a
     complete round goes on the stack."""
@@ -294,13 +326,15 @@ def _arrive(state: dict[str, Any], parent: str, target: str, index: int, slots: 
         _force_parents(state, parent, target, run, items)
 
 
-def _force_parents(state: dict[str, Any], parent: str, target: str, run: int,
-                   items: Items) -> None:
+def _force_parents(state: dict[str, Any], parent: str, target: str, run: int, items: Items) -> None:
     """The legacy order, when ``target`` first waits: a parent of its other inputs that no
     branch will reach runs (with one empty item), or the nearest of its own parents that did
     not run (``addNodeToBeExecuted``, ``isLegacyExecutionOrder``)."""
-    siblings = {child for child, wires in state["flow"].get("sources", {}).items()
-                if any(wire[0] == parent for wire in wires)}
+    siblings = {
+        child
+        for child, wires in state["flow"].get("sources", {}).items()
+        if any(wire[0] == parent for wire in wires)
+    }
     for source, _, _ in sorted(_sources(state, target), key=lambda wire: wire[2]):
         on_stack = [entry[0] for entry in state["stack"]]
         if source == parent:
@@ -327,8 +361,7 @@ def _incoming_empty(state: Mapping[str, Any], node: str, run: int) -> bool:
     """``incomingConnectionIsEmpty`` for ``node``'s first input at run ``run``."""
     for source, output, index in _sources(state, node):
         runs = state["runs"].get(source, [])
-        if index == 0 and run < len(runs) and output < len(runs[run]) and \
-                runs[run][output] == "1":
+        if index == 0 and run < len(runs) and output < len(runs[run]) and runs[run][output] == "1":
             return False
     return True
 
@@ -416,8 +449,9 @@ def _next(state: dict[str, Any], release: bool) -> dict[str, Any]:
     return state
 
 
-def _run_here(state: dict[str, Any], node: str, outputs: list[Items],
-              params: Mapping[str, Any]) -> None:
+def _run_here(
+    state: dict[str, Any], node: str, outputs: list[Items], params: Mapping[str, Any]
+) -> None:
     """A node that returns ``outputs`` without its state running: recorded, its targets
     scheduled and, the stack run dry, a waiting node released."""
     done = state["runs"].setdefault(node, [])
@@ -472,6 +506,7 @@ def route(context: Any, event: Any, route: str) -> dict[str, Any]:
 
 # -- runaways: work without anything new coming in ----------------------------------------------
 
+
 def _count_work(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     """Count the nodes run since the run last took something in (its trigger, a Wait's
     timer or webhook); past ``flow.max_runs`` the run is a runaway: n8n would go on calling
@@ -489,12 +524,16 @@ def _count_work(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     items = int(state["flow"].get("max_items", MAX_ITEMS))
     if (work["runs"] > runs or work["items"] > items) and not state.get("forever"):
         busiest = sorted(work["nodes"].items(), key=lambda kv: -kv[1])
-        names = ", ".join(f"'{name}' ({count}x)" for name, count in busiest[:8]
-                          if count > 1) or f"'{node}'"
-        state["forever"] = (f"runaway: {work['runs']} node runs handing on {work['items']} "
-                            f"items since the run last took anything in (bounds: {runs} "
-                            f"runs, {items} items), going round {names}; n8n would not "
-                            "stop")
+        names = (
+            ", ".join(f"'{name}' ({count}x)" for name, count in busiest[:8] if count > 1)
+            or f"'{node}'"
+        )
+        state["forever"] = (
+            f"runaway: {work['runs']} node runs handing on {work['items']} "
+            f"items since the run last took anything in (bounds: {runs} "
+            f"runs, {items} items), going round {names}; n8n would not "
+            "stop"
+        )
         state["current"] = None
 
 
@@ -527,15 +566,17 @@ def _watch_idle(state: dict[str, Any], params: Mapping[str, Any]) -> None:
     current, stack, waiting, loops = watch["saved"]
     low = min(watch["low"], len(state["stack"]))
     taken = len(stack) - low  # entries of the saved stack some route took off it
-    if state["current"] == current and state["loops"] == loops and \
-            len(state["stack"]) >= len(stack) and state["stack"][:taken] == stack[:taken] and \
-            (state["waiting"] == waiting or
-             (low > 0 and _waiting_grew(waiting, state["waiting"]))):
+    if (
+        state["current"] == current
+        and state["loops"] == loops
+        and len(state["stack"]) >= len(stack)
+        and state["stack"][:taken] == stack[:taken]
+        and (state["waiting"] == waiting or (low > 0 and _waiting_grew(waiting, state["waiting"])))
+    ):
         state["forever"] = state.get("forever") or True
     steps = watch["steps"] + 1
     if steps == watch["power"]:
-        watch = {"saved": now, "low": len(state["stack"]), "power": 2 * watch["power"],
-                 "steps": 0}
+        watch = {"saved": now, "low": len(state["stack"]), "power": 2 * watch["power"], "steps": 0}
     else:
         watch = {**watch, "low": low, "steps": steps}
     state["idle"] = watch
@@ -607,6 +648,7 @@ def last_items(context: Any, event: Any) -> Items:
 
 # -- Loop Over Items (splitInBatches) and "no items left?" --------------------------------------
 
+
 def _loop_outputs(state: dict[str, Any], params: Mapping[str, Any]) -> list[Items] | None:
     """n8n's SplitInBatches V1/V2/V3 ``execute``: the first visit (or every visit, with the
     option ``reset``) stores the items and hands out the first batch; each later visit adds
@@ -644,8 +686,7 @@ def _no_items_left(context: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     given = _given(state, bool(params.get("once")))
     items = given[0] if given else []
     memory = state["loops"].get(params["loop"]) or {}
-    outputs = _always_output([items, []] if memory.get("no_items_left") else [[], items],
-                             params)
+    outputs = _always_output([items, []] if memory.get("no_items_left") else [[], items], params)
     done = state["runs"].setdefault(params["node"], [])
     done.append("".join("1" if got else "0" for got in outputs))
     state["last"] = outputs[0]

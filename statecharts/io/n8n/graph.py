@@ -70,8 +70,11 @@ def build_graph(workflow: Workflow) -> Graph:
         else:
             ai_out[wire.source].append((wire.kind, wire.target))
     kinds = {name: _kind(node, name in ai_out, name in has_main) for name, node in nodes.items()}
-    disabled = [n.name for n in workflow.nodes if n.disabled and kinds[n.name] not in
-                (Kind.STICKY_NOTE, Kind.AI_SUBNODE)]
+    disabled = [
+        n.name
+        for n in workflow.nodes
+        if n.disabled and kinds[n.name] not in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)
+    ]
     skip = {n for n, k in kinds.items() if k in (Kind.STICKY_NOTE, Kind.AI_SUBNODE)}
     outputs: dict[str, list[list[str]]] = {}
     main_wires: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
@@ -82,8 +85,10 @@ def build_graph(workflow: Workflow) -> Graph:
         if name in skip or name not in main:
             continue
         width = max(main[name]) + 1
-        outputs[name] = [list(dict.fromkeys(t for t in main[name].get(i, []) if t not in skip))
-                         for i in range(width)]
+        outputs[name] = [
+            list(dict.fromkeys(t for t in main[name].get(i, []) if t not in skip))
+            for i in range(width)
+        ]
     incoming: dict[str, int] = defaultdict(int)
     for targets_by_output in outputs.values():
         for targets in targets_by_output:
@@ -95,14 +100,25 @@ def build_graph(workflow: Workflow) -> Graph:
         for kind, target in wires:
             sub_nodes[target][kind].append(source)
             attached[source].append((kind, target))
-    return Graph(workflow, kinds, outputs, dict(incoming),
-                 {k: dict(v) for k, v in sub_nodes.items()}, dict(attached), disabled,
-                 list(workflow.warnings), dict(main_wires))
+    return Graph(
+        workflow,
+        kinds,
+        outputs,
+        dict(incoming),
+        {k: dict(v) for k, v in sub_nodes.items()},
+        dict(attached),
+        disabled,
+        list(workflow.warnings),
+        dict(main_wires),
+    )
 
 
 def _kind(node: Node, plugs_into_others: bool, on_main_wires: bool) -> Kind:
     kind = kind_of(node)
-    if kind is Kind.WORK and not on_main_wires and (plugs_into_others or
-                                                    looks_like_ai_subnode(node)):
+    if (
+        kind is Kind.WORK
+        and not on_main_wires
+        and (plugs_into_others or looks_like_ai_subnode(node))
+    ):
         return Kind.AI_SUBNODE
     return kind

@@ -113,10 +113,16 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
         keys[node.name] = unique(snake(node.name, max_length=KEY_LENGTH), taken)
         taken.add(keys[node.name])
     events: set[str] = set()
-    error_entries = [Entry(None, _wires(graph, n), (n,), n,
-                           f"Error Trigger: machine {machine_id}_error starts when a watched "
-                           "workflow's run fails")
-                     for n in _in_order(graph, Kind.ERROR_TRIGGER)]
+    error_entries = [
+        Entry(
+            None,
+            _wires(graph, n),
+            (n,),
+            n,
+            f"Error Trigger: machine {machine_id}_error starts when a watched workflow's run fails",
+        )
+        for n in _in_order(graph, Kind.ERROR_TRIGGER)
+    ]
     entries = _entries(graph, keys, events)
     meta: dict[str, Any] = {"workflow": workflow.name, "execution_order": workflow.execution_order}
     if workflow.error_workflow:
@@ -124,32 +130,46 @@ def from_n8n(data: Any, name: str | None = None) -> N8nImport:
     error_machine = None
     if entries:
         primary = MachineBuilder(graph, machine_id, keys, events).build(
-            entries, entries[0].event is not None, {"n8n": meta})
+            entries, entries[0].event is not None, {"n8n": meta}
+        )
         if error_entries:
             error_machine = MachineBuilder(graph, f"{machine_id}_error", keys, events).build(
-                error_entries, False, {"n8n": {**meta, "role": "error workflow"}})
+                error_entries, False, {"n8n": {**meta, "role": "error workflow"}}
+            )
     else:
         role = {"role": "error workflow"} if error_entries else {}
         primary = MachineBuilder(graph, machine_id, keys, events).build(
-            error_entries, False, {"n8n": {**meta, **role}})
+            error_entries, False, {"n8n": {**meta, **role}}
+        )
     runnable = [n for n in workflow.nodes if not n.is_sticky_note]
     if workflow.execution_order != "v1":
-        graph.warnings.append("settings.executionOrder is the legacy order (v0): the machine "
-                              "runs it as n8n does, breadth first, and when a Merge first gets "
-                              "items it runs the parents of its other inputs that nothing "
-                              "else will run (with one empty item); switch to v1 in n8n and "
-                              "re-import if that is not what you want")
-    warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in
-                                       m.warnings]
-    return N8nImport(machine_id, primary, error_machine, workflow.error_workflow, len(runnable),
-                     len(workflow.nodes) - len(runnable),
-                     _all_mappings(graph, primary, error_machine), tuple(warnings),
-                     tuple(n.name for n in runnable if _has_expression(n.parameters)))
+        graph.warnings.append(
+            "settings.executionOrder is the legacy order (v0): the machine "
+            "runs it as n8n does, breadth first, and when a Merge first gets "
+            "items it runs the parents of its other inputs that nothing "
+            "else will run (with one empty item); switch to v1 in n8n and "
+            "re-import if that is not what you want"
+        )
+    warnings = list(graph.warnings) + [w for m in (primary, error_machine) if m for w in m.warnings]
+    return N8nImport(
+        machine_id,
+        primary,
+        error_machine,
+        workflow.error_workflow,
+        len(runnable),
+        len(workflow.nodes) - len(runnable),
+        _all_mappings(graph, primary, error_machine),
+        tuple(warnings),
+        tuple(n.name for n in runnable if _has_expression(n.parameters)),
+    )
 
 
 def _in_order(graph: Graph, kind: Kind) -> list[str]:
-    return [n.name for n in graph.workflow.nodes
-            if graph.kinds[n.name] is kind and n.name not in graph.disabled]
+    return [
+        n.name
+        for n in graph.workflow.nodes
+        if graph.kinds[n.name] is kind and n.name not in graph.disabled
+    ]
 
 
 def _wires(graph: Graph, name: str) -> tuple[tuple[int, str, int], ...]:
@@ -162,18 +182,31 @@ def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry
     entries = []
     triggers = _in_order(graph, Kind.TRIGGER)
     if triggers and all(graph.node(t).type == SUB_WORKFLOW_TRIGGER for t in triggers):
-        return [Entry(None, _wires(graph, name), (name,), name,
-                      "sub-workflow trigger: the machine starts at once with the caller's "
-                      "items (its input) and its output is the last node's items")
-                for name in triggers]
+        return [
+            Entry(
+                None,
+                _wires(graph, name),
+                (name,),
+                name,
+                "sub-workflow trigger: the machine starts at once with the caller's "
+                "items (its input) and its output is the last node's items",
+            )
+            for name in triggers
+        ]
     for name in triggers:
         event = unique(event_name(keys[name]), events)
         events.add(event)
-        entries.append(Entry(event, _wires(graph, name), (name,), name,
-                             f"trigger: event {event} starts a run"))
-    roots = [n.name for n in graph.workflow.nodes if graph.runs(n.name)
-             and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
-             and n.name not in graph.disabled and not _fed(graph, n.name)]
+        entries.append(
+            Entry(event, _wires(graph, name), (name,), name, f"trigger: event {event} starts a run")
+        )
+    roots = [
+        n.name
+        for n in graph.workflow.nodes
+        if graph.runs(n.name)
+        and graph.kinds[n.name] not in (Kind.TRIGGER, Kind.ERROR_TRIGGER)
+        and n.name not in graph.disabled
+        and not _fed(graph, n.name)
+    ]
     if roots and not entries:
         events.add("RUN")
         return [Entry("RUN", tuple((0, root, 0) for root in roots), (), "run", "")]
@@ -181,13 +214,16 @@ def _entries(graph: Graph, keys: dict[str, str], events: set[str]) -> list[Entry
         event = unique(f"RUN_{event_name(keys[root])}", events)
         events.add(event)
         entries.append(Entry(event, ((0, root, 0),), (), root, ""))
-        graph.warnings.append(f"'{root}' has no incoming connection and no trigger leads to "
-                              f"it; n8n runs it only when started by hand: event {event}")
+        graph.warnings.append(
+            f"'{root}' has no incoming connection and no trigger leads to "
+            f"it; n8n runs it only when started by hand: event {event}"
+        )
     return entries
 
 
-def _all_mappings(graph: Graph, primary: MachineImport,
-                  error_machine: MachineImport | None) -> tuple[NodeMapping, ...]:
+def _all_mappings(
+    graph: Graph, primary: MachineImport, error_machine: MachineImport | None
+) -> tuple[NodeMapping, ...]:
     """Every canvas node (sticky notes aside) once: where it went, or why it has no state."""
     found: dict[str, NodeMapping] = {}
     for machine in (primary, error_machine):
@@ -196,8 +232,9 @@ def _all_mappings(graph: Graph, primary: MachineImport,
         for mapping in machine.nodes:
             if mapping.node not in found:
                 prefix = "" if machine is primary else f"(machine {machine.machine_id}) "
-                found[mapping.node] = NodeMapping(mapping.node, mapping.type, mapping.state,
-                                                  prefix + mapping.how)
+                found[mapping.node] = NodeMapping(
+                    mapping.node, mapping.type, mapping.state, prefix + mapping.how
+                )
     result = []
     for node in graph.workflow.nodes:
         if node.is_sticky_note:
@@ -207,12 +244,20 @@ def _all_mappings(graph: Graph, primary: MachineImport,
         elif graph.kinds[node.name] is Kind.AI_SUBNODE:
             plugs = graph.attached_to.get(node.name, [])
             where = ", ".join(f"'{target}' ({kind})" for kind, target in plugs) or "nothing"
-            result.append(NodeMapping(node.name, node.type, None,
-                                      f"AI sub-node: an attribute of {where}, not a state"))
+            result.append(
+                NodeMapping(
+                    node.name, node.type, None, f"AI sub-node: an attribute of {where}, not a state"
+                )
+            )
         elif node.name in graph.disabled:
-            result.append(NodeMapping(node.name, node.type, None,
-                                      "disabled: skipped (n8n passes its items straight "
-                                      "through to its first output)"))
+            result.append(
+                NodeMapping(
+                    node.name,
+                    node.type,
+                    None,
+                    "disabled: skipped (n8n passes its items straight through to its first output)",
+                )
+            )
         else:
             result.append(NodeMapping(node.name, node.type, None, _unreached(graph, node.name)))
     return tuple(result)
@@ -221,8 +266,10 @@ def _all_mappings(graph: Graph, primary: MachineImport,
 def _fed(graph: Graph, name: str) -> bool:
     """True when a wire from a node that can run leads into ``name`` (a disabled trigger
     starts nothing, so its wires do not count)."""
-    return any(not (p in graph.disabled and graph.kinds[p] is Kind.TRIGGER)
-               for p in graph.predecessors(name))
+    return any(
+        not (p in graph.disabled and graph.kinds[p] is Kind.TRIGGER)
+        for p in graph.predecessors(name)
+    )
 
 
 def _unreached(graph: Graph, name: str) -> str:
@@ -232,8 +279,11 @@ def _unreached(graph: Graph, name: str) -> str:
         return "a disabled trigger: no entry, no state"
     if not feeders:
         return "no wire leads here and nothing starts here: no state"
-    return ("reached only from nodes no enabled trigger or start node leads to ("
-            + ", ".join(f"'{n}'" for n in feeders[:3]) + "): no state")
+    return (
+        "reached only from nodes no enabled trigger or start node leads to ("
+        + ", ".join(f"'{n}'" for n in feeders[:3])
+        + "): no state"
+    )
 
 
 def _has_expression(value: Any) -> bool:

@@ -23,7 +23,7 @@ def snake(text: str, fallback: str = "node", max_length: int | None = None) -> s
     key = _NOT_WORD.sub("_", folded.lower()).strip("_") or fallback
     if max_length is not None and len(key) > max_length:
         cut = key.rfind("_", 0, max_length + 1)
-        key = key[:cut if cut > 0 else max_length].rstrip("_")
+        key = key[: cut if cut > 0 else max_length].rstrip("_")
     return f"n_{key}" if key[0].isdigit() else key
 
 

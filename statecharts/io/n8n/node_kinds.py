@@ -30,11 +30,30 @@ from .workflow import N8nFormatError, Node
 
 BASE = "n8n-nodes-base."
 UNIT_MS = {"seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
-TRIGGER_TYPES = frozenset(BASE + t for t in (
-    "webhook", "cron", "interval", "start", "emailReadImap", "rssFeedReadTrigger",
-))
-AI_SUBNODE_PREFIXES = ("lmChat", "lm", "embeddings", "memory", "textSplitter", "document",
-                       "outputParser", "retriever", "tool", "vectorStore", "reranker")
+TRIGGER_TYPES = frozenset(
+    BASE + t
+    for t in (
+        "webhook",
+        "cron",
+        "interval",
+        "start",
+        "emailReadImap",
+        "rssFeedReadTrigger",
+    )
+)
+AI_SUBNODE_PREFIXES = (
+    "lmChat",
+    "lm",
+    "embeddings",
+    "memory",
+    "textSplitter",
+    "document",
+    "outputParser",
+    "retriever",
+    "tool",
+    "vectorStore",
+    "reranker",
+)
 
 
 class Kind(Enum):
@@ -70,10 +89,24 @@ SPECIAL_TYPES = {
 }
 
 # Node types whose behaviour the importer knows beyond "do the work, then go on".
-KNOWN_WORK_TYPES = frozenset(BASE + t for t in (
-    "merge", "set", "code", "function", "functionItem", "httpRequest", "respondToWebhook",
-    "form", "splitOut", "aggregate", "summarize", "itemLists", "removeDuplicates",
-))
+KNOWN_WORK_TYPES = frozenset(
+    BASE + t
+    for t in (
+        "merge",
+        "set",
+        "code",
+        "function",
+        "functionItem",
+        "httpRequest",
+        "respondToWebhook",
+        "form",
+        "splitOut",
+        "aggregate",
+        "summarize",
+        "itemLists",
+        "removeDuplicates",
+    )
+)
 
 
 def kind_of(node: Node) -> Kind:
@@ -91,17 +124,22 @@ def kind_of(node: Node) -> Kind:
 def looks_like_ai_subnode(node: Node) -> bool:
     """True for LangChain node types that only ever plug into another node (models, memory,
     tools, ...), used for sub-nodes left unwired."""
-    return node.type.startswith("@n8n/n8n-nodes-langchain.") and \
-        node.short_type.startswith(AI_SUBNODE_PREFIXES)
+    return node.type.startswith("@n8n/n8n-nodes-langchain.") and node.short_type.startswith(
+        AI_SUBNODE_PREFIXES
+    )
 
 
 def is_known_type(node: Node) -> bool:
     """False for node types mapped as a generic "doing X" state without special knowledge."""
-    return node.type in SPECIAL_TYPES or node.type in KNOWN_WORK_TYPES or \
-        kind_of(node) is not Kind.WORK
+    return (
+        node.type in SPECIAL_TYPES
+        or node.type in KNOWN_WORK_TYPES
+        or kind_of(node) is not Kind.WORK
+    )
 
 
 # -- error handling and retries -----------------------------------------------------------------
+
 
 def error_mode(node: Node) -> str:
     """``stopWorkflow``, ``continueRegularOutput`` or ``continueErrorOutput``."""
@@ -117,11 +155,16 @@ def retry_policy(node: Node) -> dict[str, Any] | None:
     # n8n: ``maxTries || 3`` and ``waitBetweenTries || 1000``: 0 (falsy) means the default.
     tries = min(5.0, max(2.0, node.max_tries or 3.0))
     wait = min(5000.0, max(0.0, node.wait_between_tries or 1000.0))
-    return {"max_attempts": math.ceil(tries), "initial_interval": int(wait),
-            "backoff": "fixed", "jitter": "none"}
+    return {
+        "max_attempts": math.ceil(tries),
+        "initial_interval": int(wait),
+        "backoff": "fixed",
+        "jitter": "none",
+    }
 
 
 # -- durations ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Duration:
@@ -133,19 +176,30 @@ class Duration:
     text: str
 
 
-def _duration(node: Node, amount_key: str, unit_key: str, amount_default: float,
-              unit_default: str, source: Mapping[str, Any], *prefix: str) -> Duration:
+def _duration(
+    node: Node,
+    amount_key: str,
+    unit_key: str,
+    amount_default: float,
+    unit_default: str,
+    source: Mapping[str, Any],
+    *prefix: str,
+) -> Duration:
     amount = source.get(amount_key, amount_default)
     unit = source.get(unit_key, unit_default)
     if not isinstance(unit, str) or unit not in UNIT_MS:
-        raise N8nFormatError(node.param_path(*prefix, unit_key),
-                             f"expected one of {', '.join(UNIT_MS)}, got {unit!r}")
+        raise N8nFormatError(
+            node.param_path(*prefix, unit_key),
+            f"expected one of {', '.join(UNIT_MS)}, got {unit!r}",
+        )
     if _is_expression(amount):
         return Duration(None, str(amount), f"{amount} {unit}")
     number = _number(amount)
     if number is None or number < 0:
-        raise N8nFormatError(node.param_path(*prefix, amount_key),
-                             f"expected a number of {unit} or an n8n expression, got {amount!r}")
+        raise N8nFormatError(
+            node.param_path(*prefix, amount_key),
+            f"expected a number of {unit} or an n8n expression, got {amount!r}",
+        )
     said = unit[:-1] if number == 1 else unit  # "1 hour", "2 hours"
     return Duration(int(number * UNIT_MS[unit]), None, f"{_plain(number)} {said}")
 
@@ -153,12 +207,15 @@ def _duration(node: Node, amount_key: str, unit_key: str, amount_default: float,
 def _until(node: Node, key: str, source: Mapping[str, Any], *prefix: str) -> Duration:
     when = source.get(key, "")
     if not isinstance(when, str):
-        raise N8nFormatError(node.param_path(*prefix, key),
-                             f"expected a date and time or an n8n expression, got {when!r}")
+        raise N8nFormatError(
+            node.param_path(*prefix, key),
+            f"expected a date and time or an n8n expression, got {when!r}",
+        )
     return Duration(None, when, f"until {when or '(no date set)'}")
 
 
 # -- Wait, Form and "send and wait" -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class WaitSpec:
@@ -177,12 +234,17 @@ def wait_spec(node: Node) -> WaitSpec:
     params = node.parameters
     mode = params.get("resume", "timeInterval")
     if mode not in WAIT_MODES:
-        raise N8nFormatError(node.param_path("resume"),
-                             f"expected one of {', '.join(WAIT_MODES)}, got {mode!r}")
+        raise N8nFormatError(
+            node.param_path("resume"), f"expected one of {', '.join(WAIT_MODES)}, got {mode!r}"
+        )
     if mode == "timeInterval":
         v1 = node.type_version < 1.1
-        return WaitSpec(mode, delay=_duration(node, "amount", "unit", 1 if v1 else 5,
-                                              "hours" if v1 else "seconds", params))
+        return WaitSpec(
+            mode,
+            delay=_duration(
+                node, "amount", "unit", 1 if v1 else 5, "hours" if v1 else "seconds", params
+            ),
+        )
     if mode == "specificTime":
         return WaitSpec(mode, delay=_until(node, "dateTime", params))
     return WaitSpec(mode, timeout=_time_limit(node, params))
@@ -208,16 +270,18 @@ def reply_timeout(node: Node) -> Duration | None:
         return None
     values = limit.get("values") if isinstance(limit, Mapping) else None
     if not isinstance(values, Mapping):
-        raise N8nFormatError(node.param_path("options", "limitWaitTime"),
-                             "expected {'values': {...}}")
+        raise N8nFormatError(
+            node.param_path("options", "limitWaitTime"), "expected {'values': {...}}"
+        )
     return _limit(node, values, "options", "limitWaitTime", "values")
 
 
 def _time_limit(node: Node, params: Mapping[str, Any]) -> Duration | None:
     limited = params.get("limitWaitTime", False)
     if not isinstance(limited, bool):
-        raise N8nFormatError(node.param_path("limitWaitTime"), f"expected true or false, got "
-                             f"{limited!r}")
+        raise N8nFormatError(
+            node.param_path("limitWaitTime"), f"expected true or false, got {limited!r}"
+        )
     return _limit(node, params) if limited else None
 
 
@@ -227,11 +291,14 @@ def _limit(node: Node, values: Mapping[str, Any], *prefix: str) -> Duration:
         return _duration(node, "resumeAmount", "resumeUnit", 1, "hours", values, *prefix)
     if kind == "atSpecifiedTime":
         return _until(node, "maxDateAndTime", values, *prefix)
-    raise N8nFormatError(node.param_path(*prefix, "limitType"),
-                         f"expected afterTimeInterval or atSpecifiedTime, got {kind!r}")
+    raise N8nFormatError(
+        node.param_path(*prefix, "limitType"),
+        f"expected afterTimeInterval or atSpecifiedTime, got {kind!r}",
+    )
 
 
 # -- Loop Over Items ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LoopSpec:
@@ -263,14 +330,16 @@ def loop_spec(node: Node) -> LoopSpec:
         return LoopSpec(default, str(size), done, loop, reset is True, expression)
     number = _number(size)
     if number is None or number < 1:
-        raise N8nFormatError(node.param_path("batchSize"),
-                             f"expected a batch size of at least 1, got {size!r}")
+        raise N8nFormatError(
+            node.param_path("batchSize"), f"expected a batch size of at least 1, got {size!r}"
+        )
     return LoopSpec(int(number), None, done, loop, reset is True, expression)
 
 
 _NO_ITEMS_LEFT = re.compile(
     r"""\$(?:node\[\s*["'](?P<a>[^"']+)["']\s*\]|\(\s*["'](?P<b>[^"']+)["']\s*\))"""
-    r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)""")
+    r"""\.context(?:\[\s*["']noItemsLeft["']\s*\]|\.noItemsLeft)"""
+)
 
 
 def no_items_left_loop(node: Node) -> str | None:
@@ -285,8 +354,11 @@ def no_items_left_loop(node: Node) -> str | None:
         if others or not isinstance(booleans, list) or len(booleans) != 1:
             return None
         rule = booleans[0]
-        if not isinstance(rule, Mapping) or rule.get("value2") is not True or \
-                rule.get("operation", "equal") != "equal":
+        if (
+            not isinstance(rule, Mapping)
+            or rule.get("value2") is not True
+            or rule.get("operation", "equal") != "equal"
+        ):
             return None
         return _loop_name(rule.get("value1"))
     rules = conditions.get("conditions")
@@ -307,6 +379,7 @@ def _loop_name(value: Any) -> str | None:
 
 # -- Execute Workflow and Stop and Error --------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SubWorkflowSpec:
     """An Execute Workflow node: which workflow, whether the parent waits, once or per item."""
@@ -322,16 +395,21 @@ def sub_workflow_spec(node: Node) -> SubWorkflowSpec:
     options = params.get("options") or {}
     waits = options.get("waitForSubWorkflow", True) if isinstance(options, Mapping) else True
     if not isinstance(waits, bool):
-        raise N8nFormatError(node.param_path("options", "waitForSubWorkflow"),
-                             f"expected true or false, got {waits!r}")
+        raise N8nFormatError(
+            node.param_path("options", "waitForSubWorkflow"),
+            f"expected true or false, got {waits!r}",
+        )
     workflow = params.get("workflowId")
     if isinstance(workflow, Mapping):  # resource locator: {"__rl": true, "value": ...}
         workflow = workflow.get("value")
     if params.get("source", "database") != "database":
         workflow = f"({params.get('source')})"
     mode = params.get("mode", "once")
-    return SubWorkflowSpec(workflow if isinstance(workflow, str) and workflow else None,
-                           waits, mode if isinstance(mode, str) else "once")
+    return SubWorkflowSpec(
+        workflow if isinstance(workflow, str) and workflow else None,
+        waits,
+        mode if isinstance(mode, str) else "once",
+    )
 
 
 def stop_and_error_message(node: Node) -> str:
@@ -348,8 +426,11 @@ def describe_type(node: Node) -> str:
     """``"httpRequest v4.2 (POST)"``-style summary used in docstrings and the report;
     only structural parameters (resource, operation, method), never values."""
     parts = [f"{node.short_type} v{_plain(node.type_version)}"]
-    details = [str(node.parameters[k]) for k in ("resource", "operation", "method")
-               if isinstance(node.parameters.get(k), str)]
+    details = [
+        str(node.parameters[k])
+        for k in ("resource", "operation", "method")
+        if isinstance(node.parameters.get(k), str)
+    ]
     if details:
         parts.append(f"({', '.join(details)})")
     return " ".join(parts)

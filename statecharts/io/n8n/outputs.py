@@ -20,31 +20,76 @@ LANGCHAIN = "@n8n/n8n-nodes-langchain."
 
 # (node type, versions, outputs, source in n8n) -- printed in docs/n8n.md
 OUTPUT_TABLE: tuple[tuple[str, str, str, str], ...] = (
-    ("if", "all", "true, false", "nodes/If/V1, V2: outputs [main, main], outputNames ['true', "
-     "'false']"),
-    ("filter", "all", "kept (discarded items are dropped: no wire)",
-     "nodes/Filter/V1, V2: outputs [main]; 'Discarded' shows in the run panel only"),
+    (
+        "if",
+        "all",
+        "true, false",
+        "nodes/If/V1, V2: outputs [main, main], outputNames ['true', 'false']",
+    ),
+    (
+        "filter",
+        "all",
+        "kept (discarded items are dropped: no wire)",
+        "nodes/Filter/V1, V2: outputs [main]; 'Discarded' shows in the run panel only",
+    ),
     ("switch", "1", "0, 1, 2, 3", "nodes/Switch/V1: four outputs; a rule names its output"),
-    ("switch", "2", "one per rule (rules) or outputsAmount (expression), + fallback 'extra'",
-     "nodes/Switch/V2: configuredOutputs"),
-    ("switch", "3+", "one per rule (rules.values) or numberOutputs (expression), + one when "
-     "options.fallbackOutput is 'extra'", "nodes/Switch/V3: configuredOutputs"),
+    (
+        "switch",
+        "2",
+        "one per rule (rules) or outputsAmount (expression), + fallback 'extra'",
+        "nodes/Switch/V2: configuredOutputs",
+    ),
+    (
+        "switch",
+        "3+",
+        "one per rule (rules.values) or numberOutputs (expression), + one when "
+        "options.fallbackOutput is 'extra'",
+        "nodes/Switch/V3: configuredOutputs",
+    ),
     ("splitInBatches (Loop Over Items)", "1", "loop", "SplitInBatchesV1: outputs [main]"),
-    ("splitInBatches (Loop Over Items)", "2", "loop, done",
-     "SplitInBatchesV2: outputNames ['loop', 'done']"),
-    ("splitInBatches (Loop Over Items)", "3", "done, loop",
-     "SplitInBatchesV3: outputNames ['done', 'loop']"),
-    ("textClassifier", "all", "one per category, + 'other' when options.fallback is 'other'",
-     "nodes-langchain TextClassifier: configuredOutputs"),
-    ("sentimentAnalysis", "all", "one per category (default Positive, Neutral, Negative)",
-     "nodes-langchain SentimentAnalysis: configuredOutputs"),
-    ("compareDatasets", "all", "In A only, Same, Different, In B only",
-     "nodes/CompareDatasets: outputNames"),
+    (
+        "splitInBatches (Loop Over Items)",
+        "2",
+        "loop, done",
+        "SplitInBatchesV2: outputNames ['loop', 'done']",
+    ),
+    (
+        "splitInBatches (Loop Over Items)",
+        "3",
+        "done, loop",
+        "SplitInBatchesV3: outputNames ['done', 'loop']",
+    ),
+    (
+        "textClassifier",
+        "all",
+        "one per category, + 'other' when options.fallback is 'other'",
+        "nodes-langchain TextClassifier: configuredOutputs",
+    ),
+    (
+        "sentimentAnalysis",
+        "all",
+        "one per category (default Positive, Neutral, Negative)",
+        "nodes-langchain SentimentAnalysis: configuredOutputs",
+    ),
+    (
+        "compareDatasets",
+        "all",
+        "In A only, Same, Different, In B only",
+        "nodes/CompareDatasets: outputNames",
+    ),
     ("merge", "1, 2", "one; 2 inputs", "nodes/Merge/v1, v2: inputs [main, main]"),
-    ("merge", "3+", "one; numberInputs inputs (default 2)",
-     "nodes/Merge/v3: inputs from parameter numberInputs"),
-    ("any node, onError: continueErrorOutput", "all", "its outputs + 'error' (last)",
-     "NodeHelpers.getNodeOutputs adds the error output"),
+    (
+        "merge",
+        "3+",
+        "one; numberInputs inputs (default 2)",
+        "nodes/Merge/v3: inputs from parameter numberInputs",
+    ),
+    (
+        "any node, onError: continueErrorOutput",
+        "all",
+        "its outputs + 'error' (last)",
+        "NodeHelpers.getNodeOutputs adds the error output",
+    ),
     ("any other node", "all", "one (or as many as its wires use)", "outputs [main]"),
 )
 
@@ -98,8 +143,11 @@ def _switch(node: Node, wired: int) -> Outputs:
     version = node.type_version
     mode = params.get("mode", "rules")
     if version < 2:
-        return Outputs(("0", "1", "2", "3")) if mode in ("rules", "expression") else \
-            Outputs(tuple(str(i) for i in range(max(1, wired))), False)
+        return (
+            Outputs(("0", "1", "2", "3"))
+            if mode in ("rules", "expression")
+            else Outputs(tuple(str(i) for i in range(max(1, wired))), False)
+        )
     if mode == "expression":
         count = params.get("numberOutputs" if version >= 3 else "outputsAmount", 4)
         if isinstance(count, int | float) and not isinstance(count, bool) and count >= 1:
@@ -141,8 +189,11 @@ def input_count(node: Node, wired: int) -> int:
     if node.type == BASE + "merge":
         if node.type_version >= 3:
             number = node.parameters.get("numberInputs", 2)
-            declared = int(number) if isinstance(number, int | float) and \
-                not isinstance(number, bool) else 2
+            declared = (
+                int(number)
+                if isinstance(number, int | float) and not isinstance(number, bool)
+                else 2
+            )
             return max(declared, wired)
         return max(2, wired)
     return max(1, wired)

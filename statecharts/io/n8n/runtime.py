@@ -43,9 +43,11 @@ PROVIDED: dict[str, dict[str, Any]] = {
     # n8n's bookkeeping, not a condition a reviewer should read on every arrow: each
     # transition's description already says which wire it follows ("true", "loop", "resume
     # 'X'"), so diagrams leave these guards out
-    "guards": {"next_node_is": described(goes_to, ""),
-               "current_node_is": described(resumes, ""),
-               "loops_forever": described(loops_forever, "")},
+    "guards": {
+        "next_node_is": described(goes_to, ""),
+        "current_node_is": described(resumes, ""),
+        "loops_forever": described(loops_forever, ""),
+    },
     "actions": {"n8n_route": assign(route)},
     "actors": {"n8n_stop_and_error": stop_and_error},
     "delays": {},

@@ -32,9 +32,13 @@ def build_machines(result: N8nImport) -> tuple[Machine, Machine | None]:
     impls = placeholder_implementations(result)
 
     def build(config: dict[str, Any]) -> Machine:
-        return create_machine(machine_config(config), guards=impls["guards"],
-                              actions=impls["actions"],
-                              actors=impls["actors"], delays=impls["delays"])
+        return create_machine(
+            machine_config(config),
+            guards=impls["guards"],
+            actions=impls["actions"],
+            actors=impls["actors"],
+            delays=impls["delays"],
+        )
 
     return build(result.config), build(result.error_config) if result.error_config else None
 

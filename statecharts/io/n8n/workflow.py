@@ -107,8 +107,7 @@ class Workflow:
 def parse_workflow(data: Any) -> Workflow:
     """Check ``data`` (a parsed n8n export) and return it as a ``Workflow``."""
     if not isinstance(data, Mapping):
-        raise N8nFormatError("", f"an n8n workflow export is a JSON object, not "
-                             f"{_type_name(data)}")
+        raise N8nFormatError("", f"an n8n workflow export is a JSON object, not {_type_name(data)}")
     if "nodes" not in data:
         raise N8nFormatError("nodes", "missing: an n8n workflow export has a 'nodes' list")
     raw_nodes = data["nodes"]
@@ -128,13 +127,20 @@ def parse_workflow(data: Any) -> Workflow:
         raise N8nFormatError("settings.executionOrder", f"expected a string, got {order!r}")
     error_workflow = settings.get("errorWorkflow")
     if error_workflow is not None and not isinstance(error_workflow, str):
-        raise N8nFormatError("settings.errorWorkflow",
-                             f"expected a workflow id string, got {error_workflow!r}")
+        raise N8nFormatError(
+            "settings.errorWorkflow", f"expected a workflow id string, got {error_workflow!r}"
+        )
     name = data.get("name")
     if name is not None and not isinstance(name, str):
         raise N8nFormatError("name", f"expected a string, got {_type_name(name)}")
-    return Workflow(name, nodes, connections, "v1" if order == "v1" else "legacy",
-                    error_workflow or None, tuple(warnings))
+    return Workflow(
+        name,
+        nodes,
+        connections,
+        "v1" if order == "v1" else "legacy",
+        error_workflow or None,
+        tuple(warnings),
+    )
 
 
 def _node(raw: Any, index: int, warnings: list[str]) -> Node:
@@ -156,32 +162,42 @@ def _node(raw: Any, index: int, warnings: list[str]) -> Node:
 
     version = raw.get("typeVersion", 1)
     if not _is_number(version):
-        warnings.append(f"{json_path(path, 'typeVersion')}: expected a number, got "
-                        f"{version!r} (node {name!r}: version 1 used)")
+        warnings.append(
+            f"{json_path(path, 'typeVersion')}: expected a number, got "
+            f"{version!r} (node {name!r}: version 1 used)"
+        )
         version = 1
     parameters = raw.get("parameters")
     if parameters is None:
         parameters = {}
     if not isinstance(parameters, Mapping):
-        warnings.append(f"{json_path(path, 'parameters')}: expected an object, got "
-                        f"{_type_name(parameters)} (node {name!r}: no parameters used)")
+        warnings.append(
+            f"{json_path(path, 'parameters')}: expected an object, got "
+            f"{_type_name(parameters)} (node {name!r}: no parameters used)"
+        )
         parameters = {}
     on_error = raw.get("onError")
     if on_error is not None and on_error not in ON_ERROR_VALUES:
-        warnings.append(f"{json_path(path, 'onError')}: expected one of "
-                        f"{', '.join(ON_ERROR_VALUES)}, got {on_error!r} (node {name!r}: "
-                        "stopWorkflow used)")
+        warnings.append(
+            f"{json_path(path, 'onError')}: expected one of "
+            f"{', '.join(ON_ERROR_VALUES)}, got {on_error!r} (node {name!r}: "
+            "stopWorkflow used)"
+        )
         on_error = None
     return Node(
-        index=index, name=name, type=node_type, type_version=float(version),
-        parameters=parameters, path=path,
+        index=index,
+        name=name,
+        type=node_type,
+        type_version=float(version),
+        parameters=parameters,
+        path=path,
         disabled=setting(lambda: _flag(raw, "disabled", path), False),
-        position=setting(lambda: _position(raw.get("position"), json_path(path, "position")),
-                         (0.0, 0.0)),
+        position=setting(
+            lambda: _position(raw.get("position"), json_path(path, "position")), (0.0, 0.0)
+        ),
         retry_on_fail=setting(lambda: _flag(raw, "retryOnFail", path), False),
         max_tries=setting(lambda: _optional_number(raw, "maxTries", path), None),
-        wait_between_tries=setting(lambda: _optional_number(raw, "waitBetweenTries", path),
-                                   None),
+        wait_between_tries=setting(lambda: _optional_number(raw, "waitBetweenTries", path), None),
         on_error=on_error,
         continue_on_fail=setting(lambda: _flag(raw, "continueOnFail", path), False),
         always_output_data=setting(lambda: _flag(raw, "alwaysOutputData", path), False),
@@ -193,9 +209,11 @@ def _check_unique_names(nodes: tuple[Node, ...]) -> None:
     seen: dict[str, Node] = {}
     for node in nodes:
         if node.name in seen:
-            raise N8nFormatError(json_path(node.path, "name"),
-                                 f"duplicate node name {node.name!r} (also "
-                                 f"{seen[node.name].path}); connections refer to nodes by name")
+            raise N8nFormatError(
+                json_path(node.path, "name"),
+                f"duplicate node name {node.name!r} (also "
+                f"{seen[node.name].path}); connections refer to nodes by name",
+            )
         seen[node.name] = node
 
 
@@ -203,56 +221,67 @@ def _connections(raw: Any, names: set[str], warnings: list[str]) -> tuple[Connec
     if raw is None:
         return ()
     if not isinstance(raw, Mapping):
-        raise N8nFormatError("connections", f"expected an object keyed by node name, got "
-                             f"{_type_name(raw)}")
+        raise N8nFormatError(
+            "connections", f"expected an object keyed by node name, got {_type_name(raw)}"
+        )
     result: list[Connection] = []
     for source, kinds in raw.items():
         source_path = json_path("connections", str(source))
         if not isinstance(kinds, Mapping):
-            raise N8nFormatError(source_path, f"expected an object of connection types, got "
-                                 f"{_type_name(kinds)}")
+            raise N8nFormatError(
+                source_path, f"expected an object of connection types, got {_type_name(kinds)}"
+            )
         if source not in names:
-            warnings.append(f"{source_path}: no node is called {source!r}; its connections "
-                            "were ignored")
+            warnings.append(
+                f"{source_path}: no node is called {source!r}; its connections were ignored"
+            )
             continue
         for kind, outputs in kinds.items():
             kind_path = json_path(source_path, str(kind))
             if outputs is None:
                 continue
             if not isinstance(outputs, list):
-                raise N8nFormatError(kind_path, f"expected a list of outputs, got "
-                                     f"{_type_name(outputs)}")
+                raise N8nFormatError(
+                    kind_path, f"expected a list of outputs, got {_type_name(outputs)}"
+                )
             for output, wires in enumerate(outputs):
-                result += _wires(source, str(kind), output, wires, f"{kind_path}[{output}]",
-                                 names, warnings)
+                result += _wires(
+                    source, str(kind), output, wires, f"{kind_path}[{output}]", names, warnings
+                )
     return tuple(result)
 
 
-def _wires(source: str, kind: str, output: int, wires: Any, path: str, names: set[str],
-           warnings: list[str]) -> list[Connection]:
+def _wires(
+    source: str, kind: str, output: int, wires: Any, path: str, names: set[str], warnings: list[str]
+) -> list[Connection]:
     if wires is None:  # real exports write null for an output with nothing attached
         return []
     if not isinstance(wires, list):
-        raise N8nFormatError(path, f"expected a list of connections or null, got "
-                             f"{_type_name(wires)}")
+        raise N8nFormatError(
+            path, f"expected a list of connections or null, got {_type_name(wires)}"
+        )
     found = []
     for i, wire in enumerate(wires):
         wire_path = f"{path}[{i}]"
         if not isinstance(wire, Mapping):
-            raise N8nFormatError(wire_path, f"expected a connection object, got "
-                                 f"{_type_name(wire)}")
+            raise N8nFormatError(wire_path, f"expected a connection object, got {_type_name(wire)}")
         target = _required_string(wire, "node", wire_path)
         index = wire.get("index", 0)
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise N8nFormatError(json_path(wire_path, "index"),
-                                 f"expected an input index (0, 1, ...), got {index!r}")
+            raise N8nFormatError(
+                json_path(wire_path, "index"), f"expected an input index (0, 1, ...), got {index!r}"
+            )
         if target not in names:
-            warnings.append(f"{json_path(wire_path, 'node')}: no node is called {target!r}; "
-                            "the connection was ignored")
+            warnings.append(
+                f"{json_path(wire_path, 'node')}: no node is called {target!r}; "
+                "the connection was ignored"
+            )
             continue
         if not isinstance(wire.get("type", kind), str):
-            raise N8nFormatError(json_path(wire_path, "type"),
-                                 f"expected a connection type string, got {wire['type']!r}")
+            raise N8nFormatError(
+                json_path(wire_path, "type"),
+                f"expected a connection type string, got {wire['type']!r}",
+            )
         found.append(Connection(source, kind, output, target, index, wire_path))
     return found
 
@@ -287,8 +316,7 @@ def _optional_number(raw: Mapping[str, Any], key: str, path: str) -> float | Non
 def _position(value: Any, path: str) -> tuple[float, float]:
     if value is None:
         return (0.0, 0.0)
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(_is_number(v) for v in value)):
+    if not isinstance(value, list) or len(value) != 2 or not all(_is_number(v) for v in value):
         raise N8nFormatError(path, f"expected [x, y], got {value!r}")
     return (float(value[0]), float(value[1]))
 
@@ -298,6 +326,13 @@ def _is_number(value: Any) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)

@@ -6,5 +6,11 @@ from .errors import ExpressionError, ExpressionRefused, ScxmlError, ScxmlWarning
 from .export import to_scxml
 from .loader import load_scxml
 
-__all__ = ["ExpressionError", "ExpressionRefused", "ScxmlError", "ScxmlWarning", "load_scxml",
-           "to_scxml"]
+__all__ = [
+    "ExpressionError",
+    "ExpressionRefused",
+    "ScxmlError",
+    "ScxmlWarning",
+    "load_scxml",
+    "to_scxml",
+]

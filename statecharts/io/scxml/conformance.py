@@ -71,12 +71,25 @@ def ensure_suite(cache: Path = DEFAULT_CACHE) -> Path:
     (cache / ".gitignore").write_text("*\n")
     archive = cache / f"python_statemachine-{VERSION}.tar.gz"
     if not archive.is_file():
-        command = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-                   f"{PACKAGE}=={VERSION}", "-d", str(cache), "-q"]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            f"{PACKAGE}=={VERSION}",
+            "-d",
+            str(cache),
+            "-q",
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not archive.is_file():
-            raise SuiteUnavailable(f"pip download {PACKAGE}=={VERSION} failed: "
-                                   f"{(done.stderr or done.stdout).strip()[-500:]}")
+            raise SuiteUnavailable(
+                f"pip download {PACKAGE}=={VERSION} failed: "
+                f"{(done.stderr or done.stdout).strip()[-500:]}"
+            )
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(SUITE_PATH + "/")]
         tar.extractall(cache, members=members, filter="data")
@@ -85,8 +98,12 @@ def ensure_suite(cache: Path = DEFAULT_CACHE) -> Path:
 
 def test_files(suite: Path, groups: tuple[str, ...] = GROUPS) -> list[Path]:
     """The test documents of ``groups`` (helper documents ``*sub*`` excluded), sorted."""
-    return [path for group in groups for path in sorted((suite / group).glob("*.scxml"))
-            if "sub" not in path.name]
+    return [
+        path
+        for group in groups
+        for path in sorted((suite / group).glob("*.scxml"))
+        if "sub" not in path.name
+    ]
 
 
 def run_test(path: Path) -> Result:
@@ -118,11 +135,19 @@ def run_suite(suite: Path, groups: tuple[str, ...] = GROUPS) -> list[Result]:
 
 # -- python-statemachine's own processor ----------------------------------------------------
 
+
 def baseline(suite: Path, groups: tuple[str, ...]) -> dict[str, bool] | str:
     """python-statemachine's results on the same files ({name: passed}), run in a subprocess
     (its processor uses threads and real time), or why they are not available."""
-    command = [sys.executable, "-m", "statecharts.io.scxml.conformance", "--baseline-worker",
-               str(suite), "--group", *groups]
+    command = [
+        sys.executable,
+        "-m",
+        "statecharts.io.scxml.conformance",
+        "--baseline-worker",
+        str(suite),
+        "--group",
+        *groups,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
@@ -156,6 +181,7 @@ def _baseline_one(load: Any, path: Path) -> bool:
 
 # -- the report -----------------------------------------------------------------------------
 
+
 def unexpected(results: list[Result]) -> tuple[list[Result], list[Result]]:
     """(failures not listed in EXPECTED_FAILURES, listed tests that passed)."""
     failed = [r for r in results if not r.passed and r.name not in EXPECTED_FAILURES]
@@ -166,9 +192,11 @@ def unexpected(results: list[Result]) -> tuple[list[Result], list[Result]]:
 def report(results: list[Result], theirs: dict[str, bool] | str) -> str:
     """The score table by group, the expected failures with reasons, and any surprise."""
     groups = [g for g in GROUPS if any(r.group == g for r in results)]
-    lines = [f"W3C SCXML conformance: the suite from {PACKAGE} {VERSION} (Python datamodel)",
-             "",
-             f"{'group':<11}{'tests':>6}{'statecharts':>13}{PACKAGE + ' ' + VERSION:>28}"]
+    lines = [
+        f"W3C SCXML conformance: the suite from {PACKAGE} {VERSION} (Python datamodel)",
+        "",
+        f"{'group':<11}{'tests':>6}{'statecharts':>13}{PACKAGE + ' ' + VERSION:>28}",
+    ]
     total = [0, 0, 0]
     for group in [*groups, "total"]:
         mine = [r for r in results if group in (r.group, "total")]
@@ -181,12 +209,19 @@ def report(results: list[Result], theirs: dict[str, bool] | str) -> str:
         passed = sum(r.passed for r in mine)
         lines.append(f"{group:<11}{len(mine):>6}{f'{passed}/{len(mine)}':>13}{other:>28}")
     if not isinstance(theirs, dict):
-        lines += ["", f"{PACKAGE} could not be run here ({theirs}); its published score is "
-                  "155/160 mandatory and 17/33 optional: the tests outside the xfail list in "
-                  "its tests/scxml/conftest.py"]
+        lines += [
+            "",
+            f"{PACKAGE} could not be run here ({theirs}); its published score is "
+            "155/160 mandatory and 17/33 optional: the tests outside the xfail list in "
+            "its tests/scxml/conftest.py",
+        ]
     trusted = [r.name for r in results if r.trusted]
-    lines += ["", f"Loaded trusted (they contain <script>): {', '.join(trusted) or 'none'}; "
-              "every other document ran under the restricted evaluator.", ""]
+    lines += [
+        "",
+        f"Loaded trusted (they contain <script>): {', '.join(trusted) or 'none'}; "
+        "every other document ran under the restricted evaluator.",
+        "",
+    ]
     warned = [(r.name, w) for r in results for w in r.warnings]
     if warned:
         lines.append("Loaded with warnings (invalid invoked documents, see docs/scxml.md):")
@@ -210,13 +245,21 @@ def report(results: list[Result], theirs: dict[str, bool] | str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Fetch the suite if needed, run it, print the report; 1 on any unexpected result."""
-    parser = argparse.ArgumentParser(prog="python -m statecharts.io.scxml.conformance",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
-                        help="where pip puts the suite (default .cache/scxml)")
+    parser = argparse.ArgumentParser(
+        prog="python -m statecharts.io.scxml.conformance", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="where pip puts the suite (default .cache/scxml)",
+    )
     parser.add_argument("--group", nargs="+", choices=GROUPS, default=list(GROUPS))
-    parser.add_argument("--no-baseline", action="store_true",
-                        help=f"do not run {PACKAGE}'s processor for comparison")
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help=f"do not run {PACKAGE}'s processor for comparison",
+    )
     parser.add_argument("--baseline-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     groups = tuple(args.group)

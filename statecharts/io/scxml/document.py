@@ -21,8 +21,9 @@ SCXML_NS = "http://www.w3.org/2005/07/scxml"
 STATECHARTS_NS = "urn:statecharts:scxml"
 """Namespace of ``<sc:action type="name">``: a named action of this engine (``to_scxml``)."""
 
-_EXECUTABLE = frozenset({"raise", "send", "cancel", "assign", "log", "if", "elseif", "else",
-                         "foreach", "script"})
+_EXECUTABLE = frozenset(
+    {"raise", "send", "cancel", "assign", "log", "if", "elseif", "else", "foreach", "script"}
+)
 ELEMENTS: dict[str, frozenset[str]] = {
     "scxml": frozenset({"initial", "name", "version", "datamodel", "binding", "exmode"}),
     "state": frozenset({"id", "initial"}),
@@ -38,12 +39,26 @@ ELEMENTS: dict[str, frozenset[str]] = {
     "donedata": frozenset(),
     "param": frozenset({"name", "expr", "location"}),
     "content": frozenset({"expr"}),
-    "invoke": frozenset({"type", "typeexpr", "src", "srcexpr", "id", "idlocation", "namelist",
-                         "autoforward"}),
+    "invoke": frozenset(
+        {"type", "typeexpr", "src", "srcexpr", "id", "idlocation", "namelist", "autoforward"}
+    ),
     "finalize": frozenset(),
     "raise": frozenset({"event"}),
-    "send": frozenset({"event", "eventexpr", "target", "targetexpr", "type", "typeexpr", "id",
-                       "idlocation", "delay", "delayexpr", "namelist"}),
+    "send": frozenset(
+        {
+            "event",
+            "eventexpr",
+            "target",
+            "targetexpr",
+            "type",
+            "typeexpr",
+            "id",
+            "idlocation",
+            "delay",
+            "delayexpr",
+            "namelist",
+        }
+    ),
     "cancel": frozenset({"sendid", "sendidexpr"}),
     "assign": frozenset({"location", "expr"}),
     "log": frozenset({"label", "expr"}),
@@ -57,10 +72,23 @@ ELEMENTS: dict[str, frozenset[str]] = {
 
 CHILDREN: dict[str, frozenset[str]] = {
     "scxml": frozenset({"state", "parallel", "final", "datamodel", "script"}),
-    "state": frozenset({"onentry", "onexit", "transition", "initial", "state", "parallel",
-                        "final", "history", "datamodel", "invoke"}),
-    "parallel": frozenset({"onentry", "onexit", "transition", "state", "parallel", "history",
-                           "datamodel", "invoke"}),
+    "state": frozenset(
+        {
+            "onentry",
+            "onexit",
+            "transition",
+            "initial",
+            "state",
+            "parallel",
+            "final",
+            "history",
+            "datamodel",
+            "invoke",
+        }
+    ),
+    "parallel": frozenset(
+        {"onentry", "onexit", "transition", "state", "parallel", "history", "datamodel", "invoke"}
+    ),
     "final": frozenset({"onentry", "onexit", "donedata"}),
     "history": frozenset({"transition"}),
     "initial": frozenset({"transition"}),
@@ -110,8 +138,9 @@ class Element:
 
 
 def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
-        .replace('"', "&quot;")
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
 
 
 def read_source(path_or_text: str | Path) -> tuple[str, str]:
@@ -144,8 +173,9 @@ def parse_document(text: str, source: str) -> Element:
     try:
         parser.Parse(text, True)
     except expat.ExpatError as exc:
-        raise ScxmlError(f"{source}:{exc.lineno}: malformed XML: "
-                         f"{expat.ErrorString(exc.code)}") from None
+        raise ScxmlError(
+            f"{source}:{exc.lineno}: malformed XML: {expat.ErrorString(exc.code)}"
+        ) from None
     root = builder.root
     assert root is not None
     if root.tag != "scxml":
@@ -167,10 +197,11 @@ class _Builder:
         line = self.parser.CurrentLineNumber
         if len(self.stack) >= MAX_DEPTH:
             path = "/".join(e.tag for e in self.stack[:3])
-            raise ScxmlError(f"{self.source}:{line}: <{tag}> is nested {len(self.stack) + 1} "
-                             f"deep ({path}/...); documents nest at most {MAX_DEPTH} elements")
-        element = Element(tag, {k.rpartition(" ")[2]: v for k, v in attrs.items()}, line,
-                          namespace)
+            raise ScxmlError(
+                f"{self.source}:{line}: <{tag}> is nested {len(self.stack) + 1} "
+                f"deep ({path}/...); documents nest at most {MAX_DEPTH} elements"
+            )
+        element = Element(tag, {k.rpartition(" ")[2]: v for k, v in attrs.items()}, line, namespace)
         if self.stack:
             self.stack[-1].children.append(element)
         else:
@@ -189,8 +220,10 @@ class _Builder:
 
     def entity(self, name: str, *args: object) -> None:
         assert self.parser is not None
-        raise ScxmlError(f"{self.source}:{self.parser.CurrentLineNumber}: the document declares "
-                         f"the entity {name!r}; SCXML documents may not declare entities")
+        raise ScxmlError(
+            f"{self.source}:{self.parser.CurrentLineNumber}: the document declares "
+            f"the entity {name!r}; SCXML documents may not declare entities"
+        )
 
 
 def check(element: Element, source: str) -> None:
@@ -205,26 +238,35 @@ def check(element: Element, source: str) -> None:
             check(child, source)
         return
     if element.namespace not in ("", SCXML_NS):
-        raise ScxmlError(f"{where}: element <{element.tag}> of namespace {element.namespace} "
-                         "is not supported")
+        raise ScxmlError(
+            f"{where}: element <{element.tag}> of namespace {element.namespace} is not supported"
+        )
     known = ELEMENTS.get(element.tag)
     if known is None:
         raise ScxmlError(f"{where}: unknown element <{element.tag}>{_hint(element.tag, ELEMENTS)}")
     for attr in element.attrs:
         if attr not in known and not attr.startswith("xmlns"):
             # SCXML processors ignore unknown attributes; say so, with the line
-            logger.warning("%s: <%s> has no attribute '%s'%s (ignored)", where, element.tag,
-                           attr, _hint(attr, known))
+            logger.warning(
+                "%s: <%s> has no attribute '%s'%s (ignored)",
+                where,
+                element.tag,
+                attr,
+                _hint(attr, known),
+            )
     if element.tag in _FREE_CONTENT:
         return
     allowed = CHILDREN.get(element.tag, frozenset())
     for child in element.children:
         if child.namespace == STATECHARTS_NS and element.tag not in _ACTION_PARENTS:
-            raise ScxmlError(f"{source}:{child.line}: <action> is executable content; it "
-                             f"is not allowed inside <{element.tag}>")
+            raise ScxmlError(
+                f"{source}:{child.line}: <action> is executable content; it "
+                f"is not allowed inside <{element.tag}>"
+            )
         if child.tag not in allowed and child.tag in ELEMENTS:
-            raise ScxmlError(f"{source}:{child.line}: <{child.tag}> is not allowed inside "
-                             f"<{element.tag}>")
+            raise ScxmlError(
+                f"{source}:{child.line}: <{child.tag}> is not allowed inside <{element.tag}>"
+            )
         check(child, source)
 
 

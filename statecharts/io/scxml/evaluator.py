@@ -72,8 +72,10 @@ class Work:
         """Count ``items`` more; past ``MAX_WORK`` the block is refused."""
         self.items += items
         if self.items > MAX_WORK:
-            raise ExpressionRefused(f"this block walked over {MAX_WORK} items of data, over the "
-                                    "limit (a loop over large values?)")
+            raise ExpressionRefused(
+                f"this block walked over {MAX_WORK} items of data, over the "
+                "limit (a loop over large values?)"
+            )
 
 
 _work: ContextVar[Work | None] = ContextVar("scxml_work", default=None)
@@ -175,8 +177,9 @@ def _scalar_size(item: Any) -> int:
 def _refuse_large(value: Any, what: str) -> None:
     """Refuse to print a value whose text would be over the limit, before printing it."""
     if deep_size(value, printed=True) > MAX_SIZE:
-        raise ExpressionRefused(f"{what} of this value would give over {MAX_SIZE} characters, "
-                                "over the limit")
+        raise ExpressionRefused(
+            f"{what} of this value would give over {MAX_SIZE} characters, over the limit"
+        )
 
 
 def _bounded_str(*args: Any, **kwargs: Any) -> str:
@@ -194,8 +197,9 @@ def _bounded_text(text: str, what: str) -> str:
     """The text of a value within the limit (a value of under a million items may still print
     as several million characters)."""
     if len(text) > MAX_SIZE:
-        raise ExpressionRefused(f"{what} gives {len(text)} characters, over the limit of "
-                                f"{MAX_SIZE}")
+        raise ExpressionRefused(
+            f"{what} gives {len(text)} characters, over the limit of {MAX_SIZE}"
+        )
     return text
 
 
@@ -212,8 +216,9 @@ def _bounded_sum(items: Any, start: Any = 0) -> Any:
     known: dict[int, int] = {}  # the same list summed again is not walked again
     for item in parts:
         if type(item) is not type(start):
-            raise ExpressionError(f"sum: cannot add {type(item).__name__} to "
-                                  f"{type(start).__name__}")
+            raise ExpressionError(
+                f"sum: cannot add {type(item).__name__} to {type(start).__name__}"
+            )
         if id(item) not in known:
             known[id(item)] = deep_size(item)
         size += known[id(item)]
@@ -234,11 +239,28 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
 
 
 SAFE_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
-    "len": len, "str": _bounded_str, "int": int, "float": float, "bool": bool, "abs": abs,
-    "min": min, "max": max, "sum": _bounded_sum, "round": round, "sorted": sorted,
-    "list": list, "tuple": tuple, "dict": dict, "set": set, "any": any, "all": all,
+    "len": len,
+    "str": _bounded_str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "abs": abs,
+    "min": min,
+    "max": max,
+    "sum": _bounded_sum,
+    "round": round,
+    "sorted": sorted,
+    "list": list,
+    "tuple": tuple,
+    "dict": dict,
+    "set": set,
+    "any": any,
+    "all": all,
     "range": _bounded_range,
-    "enumerate": enumerate, "zip": zip, "reversed": reversed, "repr": _bounded_repr,
+    "enumerate": enumerate,
+    "zip": zip,
+    "reversed": reversed,
+    "repr": _bounded_repr,
     "hasattr": _safe_hasattr,
 }
 """The only functions an untrusted expression may call (besides ``In`` and the methods in
@@ -247,39 +269,97 @@ SAFE_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
 SAFE_CONSTANTS: Mapping[str, Any] = {"true": True, "false": False, "null": None}
 
 SAFE_METHODS: Mapping[type, frozenset[str]] = {
-    str: frozenset({"startswith", "endswith", "upper", "lower", "strip", "lstrip", "rstrip",
-                    "split", "find", "rfind", "count", "index", "isdigit",
-                    "isalpha", "isalnum", "isspace", "title", "capitalize"}),
+    str: frozenset(
+        {
+            "startswith",
+            "endswith",
+            "upper",
+            "lower",
+            "strip",
+            "lstrip",
+            "rstrip",
+            "split",
+            "find",
+            "rfind",
+            "count",
+            "index",
+            "isdigit",
+            "isalpha",
+            "isalnum",
+            "isspace",
+            "title",
+            "capitalize",
+        }
+    ),
     dict: frozenset({"get", "keys", "values", "items"}),
     list: frozenset({"count", "index"}),
     tuple: frozenset({"count", "index"}),
-    ElementTree.Element: frozenset({"find", "findall", "findtext", "get", "keys", "items",
-                                    "tag", "text", "tail", "attrib"}),
+    ElementTree.Element: frozenset(
+        {"find", "findall", "findtext", "get", "keys", "items", "tag", "text", "tail", "attrib"}
+    ),
 }
 """Attributes an untrusted expression may read: these methods only (never ``format``, whose
 format strings can walk attributes, nor ``join``/``replace``, whose results can grow far beyond
 their inputs)."""
 
 _BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
 }
 _UNARY: Mapping[type[ast.unaryop], Callable[[Any], Any]] = {
-    ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
     ast.Invert: operator.invert,
 }
 _COMPARE: Mapping[type[ast.cmpop], Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 _ALLOWED_NODES = (
-    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Slice,
-    ast.Call, ast.keyword, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp,
-    ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.FormattedValue, ast.And,
-    ast.Or, *_BINARY, *_UNARY, *_COMPARE,
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Slice,
+    ast.Call,
+    ast.keyword,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.List,
+    ast.Tuple,
+    ast.Dict,
+    ast.Set,
+    ast.JoinedStr,
+    ast.FormattedValue,
+    ast.And,
+    ast.Or,
+    *_BINARY,
+    *_UNARY,
+    *_COMPARE,
 )
 
 
@@ -323,17 +403,22 @@ def _parse(text: str) -> ast.Expression:
 
 def _check_node(node: ast.AST, functions: frozenset[str] = frozenset()) -> None:
     if not isinstance(node, _ALLOWED_NODES):
-        raise ExpressionRefused(f"{type(node).__name__} is not allowed in an untrusted "
-                                "expression")
+        raise ExpressionRefused(f"{type(node).__name__} is not allowed in an untrusted expression")
     if isinstance(node, ast.Name) and node.id.startswith("_") and node.id not in SYSTEM_NAMES:
         raise ExpressionRefused(f"the name {node.id!r} is not allowed")
     if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
         raise ExpressionRefused(f"the attribute {node.attr!r} is not allowed")
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id not in SAFE_FUNCTIONS and node.func.id != "In" and \
-            node.func.id not in functions:
-        raise ExpressionRefused(f"calling {node.func.id!r} is not allowed (allowed: "
-                                f"{', '.join(sorted([*SAFE_FUNCTIONS, 'In']))})")
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id not in SAFE_FUNCTIONS
+        and node.func.id != "In"
+        and node.func.id not in functions
+    ):
+        raise ExpressionRefused(
+            f"calling {node.func.id!r} is not allowed (allowed: "
+            f"{', '.join(sorted([*SAFE_FUNCTIONS, 'In']))})"
+        )
 
 
 class RestrictedEvaluator:
@@ -365,8 +450,7 @@ class RestrictedEvaluator:
 
     def execute(self, code: str, env: dict[str, Any]) -> None:
         """Scripts need a trusted document."""
-        raise ExpressionRefused("<script> needs a trusted document (load_scxml(..., "
-                                "trusted=True))")
+        raise ExpressionRefused("<script> needs a trusted document (load_scxml(..., trusted=True))")
 
 
 class _Walker:
@@ -454,8 +538,7 @@ class _Walker:
     def _Dict(self, node: ast.Dict) -> dict[Any, Any]:
         if any(k is None for k in node.keys):
             raise ExpressionRefused("**mapping is not allowed")
-        return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values)
-                if k is not None}
+        return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values) if k is not None}
 
     def _JoinedStr(self, node: ast.JoinedStr) -> str:
         text = "".join(str(self.eval(v)) for v in node.values)
@@ -488,8 +571,11 @@ def _attribute(obj: Any, name: str) -> Any:
 
 
 def _callable_allowed(fn: Any, env: Mapping[str, Any]) -> bool:
-    if any(fn is f for f in SAFE_FUNCTIONS.values()) or fn is env.get("In") or \
-            isinstance(fn, Provided):
+    if (
+        any(fn is f for f in SAFE_FUNCTIONS.values())
+        or fn is env.get("In")
+        or isinstance(fn, Provided)
+    ):
         return True
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
@@ -508,8 +594,11 @@ def _check_size(op: ast.operator, left: Any, right: Any) -> None:
         size = _repeat_size(left, right)
         if size > MAX_SIZE:
             raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
-    elif isinstance(op, ast.Add) and isinstance(left, str | bytes | list | tuple) and \
-            isinstance(right, str | bytes | list | tuple):
+    elif (
+        isinstance(op, ast.Add)
+        and isinstance(left, str | bytes | list | tuple)
+        and isinstance(right, str | bytes | list | tuple)
+    ):
         size = deep_size(left) + deep_size(right)
         if size > MAX_SIZE:
             raise ExpressionRefused(f"a result of size {size} is over the limit of {MAX_SIZE}")
@@ -524,8 +613,7 @@ def _is_int(value: Any) -> bool:
 def _check_format_spec(spec: str) -> None:
     for width in re.findall(r"\d+", spec):
         if int(width) > MAX_FORMAT_WIDTH:
-            raise ExpressionRefused(f"format width {width} is over the limit of "
-                                    f"{MAX_FORMAT_WIDTH}")
+            raise ExpressionRefused(f"format width {width} is over the limit of {MAX_FORMAT_WIDTH}")
 
 
 def _repeat_size(left: Any, right: Any) -> int:
@@ -581,4 +669,3 @@ def _dedent(text: str) -> str:
 
 
 Evaluator = RestrictedEvaluator | TrustedEvaluator
-

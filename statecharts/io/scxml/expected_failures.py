@@ -11,10 +11,12 @@ EXPECTED_FAILURES: dict[str, str] = {
     "optional/test446": ("ECMAScript test ('instanceof Array'): not a Python expression"),
     "optional/test452": (
         "assigns an instance of a class defined in <script> to the datamodel; the datamodel "
-        "holds JSON data only (context is persisted as JSON)"),
+        "holds JSON data only (context is persisted as JSON)"
+    ),
     "optional/test453": (
         "stores a lambda in the datamodel: refused by the restricted evaluator, and not JSON "
-        "data even when trusted"),
+        "data even when trusted"
+    ),
     "optional/test509": "needs the Basic HTTP Event I/O Processor (not supported)",
     "optional/test510": "needs the Basic HTTP Event I/O Processor (not supported)",
     "optional/test518": "needs the Basic HTTP Event I/O Processor (not supported)",
@@ -27,5 +29,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "optional/test567": "needs the Basic HTTP Event I/O Processor (not supported)",
     "optional/test577": (
         "expects error.communication from a Basic HTTP send; an unsupported send type raises "
-        "error.execution here, as the SCXML spec requires for unsupported types"),
+        "error.execution here, as the SCXML spec requires for unsupported types"
+    ),
 }

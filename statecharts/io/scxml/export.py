@@ -42,14 +42,19 @@ class _Writer:
     def document(self) -> str:
         root = self.machine.root
         initial = f" initial={quoteattr(root.initial.id)}" if root.initial else ""
-        self.lines.append(f'<scxml xmlns="{SCXML_NS}" xmlns:sc="{STATECHARTS_NS}" '
-                          f'version="1.0" datamodel="python" '
-                          f"name={quoteattr(self.machine.id)}{initial}>")
+        self.lines.append(
+            f'<scxml xmlns="{SCXML_NS}" xmlns:sc="{STATECHARTS_NS}" '
+            f'version="1.0" datamodel="python" '
+            f"name={quoteattr(self.machine.id)}{initial}>"
+        )
         self._datamodel(self.machine.definition.context)
         self._actions_of(root)
         if root.transitions or root.always or root.entry or root.exit:
-            raise self._unsupported(root, "transitions or actions on the root (SCXML's "
-                                    "<scxml> has none; wrap the states in one)")
+            raise self._unsupported(
+                root,
+                "transitions or actions on the root (SCXML's "
+                "<scxml> has none; wrap the states in one)",
+            )
         for child in root.children:
             self._state(child, 1)
         self.lines.append("</scxml>")
@@ -59,15 +64,19 @@ class _Writer:
         self.lines.append("  " * depth + text)
 
     def _unsupported(self, node: StateNode, what: str) -> ValueError:
-        return ValueError(f"to_scxml: state {node.id!r}: {what} cannot be written as SCXML "
-                          "(only named guards and actions, fixed raise/log/assign)")
+        return ValueError(
+            f"to_scxml: state {node.id!r}: {what} cannot be written as SCXML "
+            "(only named guards and actions, fixed raise/log/assign)"
+        )
 
     def _datamodel(self, context: Any) -> None:
         if context is None:
             return
         if not isinstance(context, Mapping):
-            raise ValueError("to_scxml: a context computed by a function cannot be written "
-                             "as SCXML; give a mapping")
+            raise ValueError(
+                "to_scxml: a context computed by a function cannot be written "
+                "as SCXML; give a mapping"
+            )
         self._emit(1, "<datamodel>")
         for key, value in context.items():
             self._emit(2, f"<data id={quoteattr(key)} expr={quoteattr(repr(thaw(value)))}/>")
@@ -104,8 +113,9 @@ class _Writer:
             self._emit(depth + 1, f"<transition target={quoteattr(targets)}/>")
         self._emit(depth, "</history>")
 
-    def _block(self, node: StateNode, tag: str, actions: tuple[ActionSpec, ...],
-               depth: int) -> None:
+    def _block(
+        self, node: StateNode, tag: str, actions: tuple[ActionSpec, ...], depth: int
+    ) -> None:
         if actions:
             self._emit(depth, f"<{tag}>")
             for action in actions:
@@ -118,7 +128,7 @@ class _Writer:
         if transition.event is not None:
             event = transition.event
             if event.startswith(_DONE_STATE):
-                event = event[len("xstate."):]  # SCXML names it done.state.<id>
+                event = event[len("xstate.") :]  # SCXML names it done.state.<id>
                 # ids are dotted: the descriptor alone would also match done.state.<id>.<child>
                 conditions.append(f"_event.name == {event!r}")
             elif event.startswith("xstate."):
@@ -127,8 +137,11 @@ class _Writer:
         if transition.guard is not None:
             conditions.append(self._guard(node, transition.guard))
         if conditions:
-            cond = conditions[0] if len(conditions) == 1 else \
-                " and ".join(f"({c})" for c in conditions)
+            cond = (
+                conditions[0]
+                if len(conditions) == 1
+                else " and ".join(f"({c})" for c in conditions)
+            )
             attrs += f" cond={quoteattr(cond)}"
         if transition.targets:
             attrs += f" target={quoteattr(' '.join(t.id for t in transition.targets))}"
@@ -154,8 +167,7 @@ class _Writer:
 
     def _action(self, node: StateNode, action: ActionSpec, depth: int) -> None:
         impl = action.impl
-        if isinstance(impl, Raise) and isinstance(impl.event, str | Mapping) and \
-                impl.delay is None:
+        if isinstance(impl, Raise) and isinstance(impl.event, str | Mapping) and impl.delay is None:
             event = impl.event if isinstance(impl.event, str) else impl.event.get("type")
             if isinstance(impl.event, Mapping) and len(impl.event) > 1:
                 raise self._unsupported(node, "raise with event data")
@@ -163,23 +175,28 @@ class _Writer:
         elif isinstance(impl, LogAction) and not callable(impl.value):
             label = f" label={quoteattr(impl.label)}" if impl.label else ""
             self._emit(depth, f"<log{label} expr={quoteattr(repr(thaw(impl.value)))}/>")
-        elif isinstance(impl, Assign) and isinstance(impl.assignment, Mapping) and \
-                not any(callable(v) for v in impl.assignment.values()):
+        elif (
+            isinstance(impl, Assign)
+            and isinstance(impl.assignment, Mapping)
+            and not any(callable(v) for v in impl.assignment.values())
+        ):
             for key, value in impl.assignment.items():
-                self._emit(depth, f"<assign location={quoteattr(key)} "
-                           f"expr={quoteattr(repr(thaw(value)))}/>")
+                self._emit(
+                    depth,
+                    f"<assign location={quoteattr(key)} expr={quoteattr(repr(thaw(value)))}/>",
+                )
         elif not action.is_builtin and action.type in self.machine.implementations.actions:
             params = action.params or {}
             if callable(params):
-                raise self._unsupported(node, f"params computed by a function for "
-                                        f"{action.type!r}")
+                raise self._unsupported(node, f"params computed by a function for {action.type!r}")
             if not params:
                 self._emit(depth, f"<sc:action type={quoteattr(action.type)}/>")
                 return
             self._emit(depth, f"<sc:action type={quoteattr(action.type)}>")
             for key, value in params.items():
-                self._emit(depth + 1, f"<param name={quoteattr(key)} "
-                           f"expr={quoteattr(repr(thaw(value)))}/>")
+                self._emit(
+                    depth + 1, f"<param name={quoteattr(key)} expr={quoteattr(repr(thaw(value)))}/>"
+                )
             self._emit(depth, "</sc:action>")
         else:
             raise self._unsupported(node, f"the action {action.type!r}")
@@ -196,6 +213,7 @@ def _keywords(node: StateNode, params: Any, writer: _Writer) -> str:
 def _priority_order(node: StateNode) -> list[Transition]:
     """Exact event types first, then ``prefix.*`` longest first, then ``*`` (XState's
     priority, which SCXML's document order then reproduces), then eventless ones."""
+
     def rank(t: Transition) -> tuple[int, int]:
         event = t.event or ""
         if event == "*":

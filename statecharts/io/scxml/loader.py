@@ -56,13 +56,30 @@ from .runtime import (
 )
 
 STATE_TAGS = ("state", "parallel", "final", "history")
-EXPRESSION_ATTRS = frozenset({"expr", "cond", "location", "array", "eventexpr", "targetexpr",
-                              "typeexpr", "delayexpr", "srcexpr", "sendidexpr", "idlocation"})
+EXPRESSION_ATTRS = frozenset(
+    {
+        "expr",
+        "cond",
+        "location",
+        "array",
+        "eventexpr",
+        "targetexpr",
+        "typeexpr",
+        "delayexpr",
+        "srcexpr",
+        "sendidexpr",
+        "idlocation",
+    }
+)
 
 
-def load_scxml(path_or_text: str | Path, *, trusted: bool = False,
-               guards: Mapping[str, Callable[..., Any]] | None = None,
-               actions: Mapping[str, Callable[..., Any]] | None = None) -> Machine:
+def load_scxml(
+    path_or_text: str | Path,
+    *,
+    trusted: bool = False,
+    guards: Mapping[str, Callable[..., Any]] | None = None,
+    actions: Mapping[str, Callable[..., Any]] | None = None,
+) -> Machine:
     """Load an SCXML document (a path, or the XML text itself) as a machine.
 
     Expressions use a Python datamodel. Untrusted documents (the default) are evaluated by
@@ -78,8 +95,7 @@ def load_scxml(path_or_text: str | Path, *, trusted: bool = False,
     base = Path(source).parent if source != "<scxml>" else Path.cwd()
     root = parse_document(text, source)
     evaluator: Evaluator = TrustedEvaluator(guards) if trusted else RestrictedEvaluator(guards)
-    return Compiler(source, base, evaluator, dict(guards or {}), dict(actions or {})) \
-        .machine(root)
+    return Compiler(source, base, evaluator, dict(guards or {}), dict(actions or {})).machine(root)
 
 
 class Compiler:
@@ -90,9 +106,16 @@ class Compiler:
     ``ScxmlWarning`` and raises ``error.execution`` in the child if taken (a top-level
     document with such a transition fails to load)."""
 
-    def __init__(self, source: str, base: Path, evaluator: Evaluator,
-                 guards: dict[str, Callable[..., Any]],
-                 actions: dict[str, Callable[..., Any]], *, invoked: bool = False) -> None:
+    def __init__(
+        self,
+        source: str,
+        base: Path,
+        evaluator: Evaluator,
+        guards: dict[str, Callable[..., Any]],
+        actions: dict[str, Callable[..., Any]],
+        *,
+        invoked: bool = False,
+    ) -> None:
         self.source = source
         self.invoked = invoked
         self.base = base
@@ -128,12 +151,15 @@ class Compiler:
             data = self._all_data(root)
         scripts = [Script(s.text, s.line) for s in root.child_elements("script")]
         if scripts and not self.evaluator.trusted:
-            raise self.error(root.child_elements("script")[0], "<script> needs a trusted "
-                             "document (load_scxml(..., trusted=True))")
+            raise self.error(
+                root.child_elements("script")[0],
+                "<script> needs a trusted document (load_scxml(..., trusted=True))",
+            )
         entry: list[Any] = [self._data_hook(data, None)]
         if scripts:
-            entry.append(Block(scripts, self.evaluator, "script",
-                               "".join(script.code for script in scripts)))
+            entry.append(
+                Block(scripts, self.evaluator, "script", "".join(script.code for script in scripts))
+            )
         config["entry"] = entry
         config["exit"] = [Hook(_announce_done, self.evaluator, "done.invoke")]
         config["context"] = _context_factory(name, list(self.variables))
@@ -147,8 +173,11 @@ class Compiler:
             if child.tag in STATE_TAGS:
                 state_id = child.get("id") or f"_{child.tag}{len(self.ids)}"
                 if state_id in self.ids:
-                    raise self.error(child, f"duplicate state id {state_id!r} (first at line "
-                                     f"{self.ids[state_id].line})")
+                    raise self.error(
+                        child,
+                        f"duplicate state id {state_id!r} (first at line "
+                        f"{self.ids[state_id].line})",
+                    )
                 child.attrs["id"] = state_id
                 self.ids[state_id] = child
                 self.keys[id(child)] = _state_key(state_id, keys)
@@ -168,8 +197,7 @@ class Compiler:
                 try:
                     check_expression(value, frozenset(self.guards))
                 except ExpressionRefused as exc:
-                    raise self.error(element, f"<{element.tag} {name}={value!r}>: {exc}") \
-                        from None
+                    raise self.error(element, f"<{element.tag} {name}={value!r}>: {exc}") from None
         for child in element.children:
             if child.tag == "content" and child.child_elements("scxml"):
                 continue  # an invoked document is checked when it is compiled
@@ -202,9 +230,15 @@ class Compiler:
         if not body:
             return
         key = f"_default_{self._key(element)}"
-        states[key] = {"id": f"{element.get('id')}._default", "always": [{
-            "target": states[self._key(element)]["target"],
-            "actions": [Block(body, self.evaluator, "history default", element.xml())]}]}
+        states[key] = {
+            "id": f"{element.get('id')}._default",
+            "always": [
+                {
+                    "target": states[self._key(element)]["target"],
+                    "actions": [Block(body, self.evaluator, "history default", element.xml())],
+                }
+            ],
+        }
         states[self._key(element)]["target"] = f"#{element.get('id')}._default"
 
     def _key(self, element: Element) -> str:
@@ -227,8 +261,9 @@ class Compiler:
             config.update(self._compound_parts(element, state_id))
         entry: list[Any] = []
         if self.late and element.child_elements("datamodel"):
-            data = [d for m in element.child_elements("datamodel")
-                    for d in m.child_elements("data")]
+            data = [
+                d for m in element.child_elements("datamodel") for d in m.child_elements("data")
+            ]
             entry.append(self._data_hook(data, state_id))
         entry += [self._block(e, "onentry") for e in element.child_elements("onentry")]
         if element.tag == "final" and element.child_elements("donedata"):
@@ -286,8 +321,11 @@ class Compiler:
         return {"initial": key, "states": {key: synthetic, **states}}
 
     def _history(self, element: Element, state_id: str) -> dict[str, Any]:
-        config: dict[str, Any] = {"id": state_id, "type": "history",
-                                  "history": element.get("type", "shallow")}
+        config: dict[str, Any] = {
+            "id": state_id,
+            "type": "history",
+            "history": element.get("type", "shallow"),
+        }
         if config["history"] not in ("shallow", "deep"):
             raise self.error(element, "history type is 'shallow' or 'deep'")
         transitions = element.child_elements("transition")
@@ -299,8 +337,9 @@ class Compiler:
         return config
 
     def _is_descendant(self, node: Element, ancestor: Element) -> bool:
-        return any(c is node or self._is_descendant(node, c)
-                   for c in ancestor.child_elements(*STATE_TAGS))
+        return any(
+            c is node or self._is_descendant(node, c) for c in ancestor.child_elements(*STATE_TAGS)
+        )
 
     def _resolve(self, target: str, where: Element) -> Element:
         found = self.ids.get(target)
@@ -322,8 +361,11 @@ class Compiler:
             if kind not in ("external", "internal"):
                 raise self.error(transition, "transition type is 'external' or 'internal'")
             unknown = self._unknown_targets(transition)
-            item = self._failing_transition(transition, unknown) if unknown else \
-                self._transition(transition, element, kind)
+            item = (
+                self._failing_transition(transition, unknown)
+                if unknown
+                else self._transition(transition, element, kind)
+            )
             if descriptors is not None or cond is not None:
                 item["guard"] = Condition(descriptors, cond, self.evaluator)
             (on if descriptors is not None else always).append(item)
@@ -360,14 +402,25 @@ class Compiler:
         is a separate session, so it must not fail its parent's load: it loads with an
         ``ScxmlWarning``, and the transition, if ever taken, raises ``error.execution`` in the
         child instead of running its content and taking its target."""
-        problem = (f"{self.source}:{transition.line}: <transition target="
-                   f"{transition.get('target')!r}>: no state with id "
-                   f"{', '.join(repr(t) for t in unknown)} in this invoked document")
-        warnings.warn(f"{problem}; the transition raises error.execution if taken",
-                      ScxmlWarning, stacklevel=1)  # the message names the line
+        problem = (
+            f"{self.source}:{transition.line}: <transition target="
+            f"{transition.get('target')!r}>: no state with id "
+            f"{', '.join(repr(t) for t in unknown)} in this invoked document"
+        )
+        warnings.warn(
+            f"{problem}; the transition raises error.execution if taken", ScxmlWarning, stacklevel=1
+        )  # the message names the line
         self._instructions(transition)  # its content is checked as strictly, never run
-        return {"actions": [Block((Fail(problem, transition.line),), self.evaluator,
-                                  "transition", transition.xml())]}
+        return {
+            "actions": [
+                Block(
+                    (Fail(problem, transition.line),),
+                    self.evaluator,
+                    "transition",
+                    transition.xml(),
+                )
+            ]
+        }
 
     # -- executable content ------------------------------------------------------------------
 
@@ -375,8 +428,11 @@ class Compiler:
         return Block(self._instructions(element), self.evaluator, label, element.xml())
 
     def _instructions(self, element: Element) -> tuple[Instruction, ...]:
-        return tuple(self._instruction(child) for child in element.children
-                     if child.tag not in ("elseif", "else"))
+        return tuple(
+            self._instruction(child)
+            for child in element.children
+            if child.tag not in ("elseif", "else")
+        )
 
     def _instruction(self, el: Element) -> Instruction:
         tag, line = el.tag, el.line
@@ -393,8 +449,12 @@ class Compiler:
         if tag == "assign":
             if not el.get("location"):
                 raise self.error(el, "<assign> needs a 'location'")
-            return Assign(str(el.get("location")), el.get("expr"),
-                          None if el.get("expr") is not None else inline_value(el), line)
+            return Assign(
+                str(el.get("location")),
+                el.get("expr"),
+                None if el.get("expr") is not None else inline_value(el),
+                line,
+            )
         if tag == "log":
             return LogValue(el.get("label"), el.get("expr"), line)
         if tag == "if":
@@ -402,12 +462,18 @@ class Compiler:
         if tag == "foreach":
             if not el.get("array") or not el.get("item"):
                 raise self.error(el, "<foreach> needs 'array' and 'item'")
-            return Foreach(str(el.get("array")), str(el.get("item")), el.get("index"),
-                           self._instructions(el), line)
+            return Foreach(
+                str(el.get("array")),
+                str(el.get("item")),
+                el.get("index"),
+                self._instructions(el),
+                line,
+            )
         if tag == "script":
             if not self.evaluator.trusted:
-                raise self.error(el, "<script> needs a trusted document (load_scxml(..., "
-                                 "trusted=True))")
+                raise self.error(
+                    el, "<script> needs a trusted document (load_scxml(..., trusted=True))"
+                )
             return Script(el.text, line)
         raise self.error(el, f"<{tag}> is not executable content")
 
@@ -415,8 +481,9 @@ class Compiler:
         name = str(el.get("type"))
         if name not in self.actions:
             known = ", ".join(sorted(self.actions)) or "none were given"
-            raise self.error(el, f"no action {name!r} (load_scxml(..., actions={{...}}); "
-                             f"known: {known})")
+            raise self.error(
+                el, f"no action {name!r} (load_scxml(..., actions={{...}}); known: {known})"
+            )
         params = []
         for param in el.child_elements("param"):
             if not param.get("name") or param.get("expr") is None:
@@ -438,17 +505,31 @@ class Compiler:
         return If(tuple((c, tuple(b)) for c, b in branches), el.line)
 
     def _send(self, el: Element) -> Send:
-        if el.get("event") is None and el.get("eventexpr") is None and \
-                (el.get("type") is None or is_scxml_type(el.get("type"))):
+        if (
+            el.get("event") is None
+            and el.get("eventexpr") is None
+            and (el.get("type") is None or is_scxml_type(el.get("type")))
+        ):
             raise self.error(el, "<send> needs 'event' or 'eventexpr'")
         payload = self._payload(el)
-        if (payload.content_expr is not None or payload.has_content) and \
-                (payload.params or payload.namelist):
+        if (payload.content_expr is not None or payload.has_content) and (
+            payload.params or payload.namelist
+        ):
             raise self.error(el, "<send> takes <content> or <param>/namelist, not both")
-        return Send(el.get("event"), el.get("eventexpr"), el.get("target"),
-                    el.get("targetexpr"), el.get("type"), el.get("typeexpr"), el.get("id"),
-                    el.get("idlocation"), el.get("delay"), el.get("delayexpr"), payload,
-                    el.line)
+        return Send(
+            el.get("event"),
+            el.get("eventexpr"),
+            el.get("target"),
+            el.get("targetexpr"),
+            el.get("type"),
+            el.get("typeexpr"),
+            el.get("id"),
+            el.get("idlocation"),
+            el.get("delay"),
+            el.get("delayexpr"),
+            payload,
+            el.line,
+        )
 
     def _payload(self, el: Element) -> Payload:
         params = []
@@ -459,8 +540,13 @@ class Compiler:
         content = el.child_elements("content")
         content_expr = content[0].get("expr") if content else None
         has_content = bool(content) and content_expr is None
-        return Payload(tuple(params), tuple((el.get("namelist") or "").split()), content_expr,
-                       inline_value(content[0]) if has_content else None, has_content)
+        return Payload(
+            tuple(params),
+            tuple((el.get("namelist") or "").split()),
+            content_expr,
+            inline_value(content[0]) if has_content else None,
+            has_content,
+        )
 
     # -- datamodel ---------------------------------------------------------------------------
 
@@ -533,41 +619,49 @@ class Compiler:
         src_name = f"scxml:{state_id}:{n}"
         if logic is not None:
             self.actors[src_name] = logic
-        payload = self._payload(Element("invoke", {"namelist": el.get("namelist") or ""},
-                                        el.line, children=el.child_elements("param")))
-        srcexpr, typeexpr, idlocation = el.get("srcexpr"), el.get("typeexpr"), \
-            el.get("idlocation")
+        payload = self._payload(
+            Element(
+                "invoke",
+                {"namelist": el.get("namelist") or ""},
+                el.line,
+                children=el.child_elements("param"),
+            )
+        )
+        srcexpr, typeexpr, idlocation = el.get("srcexpr"), el.get("typeexpr"), el.get("idlocation")
         contents = el.child_elements("content")
         content_expr = contents[0].get("expr") if contents else None
         loader = self._runtime_loader(el)
 
         def start(session: Session) -> None:
             if invoke_id in (session.meta.get("stillborn") or ()):
-                session.set_meta(stillborn=[i for i in session.meta["stillborn"]
-                                            if i != invoke_id])
+                session.set_meta(stillborn=[i for i in session.meta["stillborn"] if i != invoke_id])
             if idlocation is not None:
                 session.assign(idlocation, invoke_id)
             invoke_type = session.evaluate(typeexpr) if typeexpr is not None else kind
             if invoke_type is not None and not is_scxml_type(invoke_type):
                 raise ContentError(f"invoke type {invoke_type!r} is not supported")
             params = payload.evaluate(session)
-            child_input = {"invokeid": invoke_id, "params": params or {},
-                           "parent": session.session_id}
+            child_input = {
+                "invokeid": invoke_id,
+                "params": params or {},
+                "parent": session.session_id,
+            }
             if srcexpr is not None:
                 src = session.evaluate(srcexpr)
                 session.scope.spawn(invoke_id, str(src), child_input, None, None, loader(src))
             elif content_expr is not None:
                 document = session.evaluate(content_expr)
-                session.scope.spawn(invoke_id, src_name, child_input, None, None,
-                                    loader(document))
+                session.scope.spawn(invoke_id, src_name, child_input, None, None, loader(document))
             else:
                 session.scope.spawn(invoke_id, src_name, child_input, None)
 
         def stop(session: Session) -> None:
             # SCXML starts invocations at the end of a macrostep, for states still active;
             # one started and cancelled within a macrostep never existed: its events go
-            if any(isinstance(e, StartChild) and e.id == invoke_id
-                   for e in getattr(session.scope, "effects", ())):
+            if any(
+                isinstance(e, StartChild) and e.id == invoke_id
+                for e in getattr(session.scope, "effects", ())
+            ):
                 stillborn = list(session.meta.get("stillborn") or ())
                 session.set_meta(stillborn=[*stillborn, invoke_id])
             session.scope.stop_child(invoke_id)
@@ -578,8 +672,11 @@ class Compiler:
             heads.append(_Finalize(invoke_id, self._instructions(finalize[0]), self.evaluator))
         if el.get("autoforward") == "true":
             heads.append(_Autoforward(invoke_id))
-        return (Hook(start, self.evaluator, f"invoke {invoke_id}", el.xml()),
-                Hook(stop, self.evaluator, f"cancel {invoke_id}", el.xml()), heads)
+        return (
+            Hook(start, self.evaluator, f"invoke {invoke_id}", el.xml()),
+            Hook(stop, self.evaluator, f"cancel {invoke_id}", el.xml()),
+            heads,
+        )
 
     def _invoked_logic(self, el: Element) -> Machine | None:
         content = el.child_elements("content")
@@ -597,13 +694,15 @@ class Compiler:
 
     def _child(self, root: Element, source: str, base: Path) -> Machine:
         """An invoked document; ``source`` names it in errors (the file it is in)."""
-        return Compiler(source, base, self.evaluator, self.guards, self.actions,
-                        invoked=True).machine(root)
+        return Compiler(
+            source, base, self.evaluator, self.guards, self.actions, invoked=True
+        ).machine(root)
 
     def _child_file(self, path: Path) -> Machine:
         """An invoked document read from ``path`` (its errors name that file)."""
-        return self._child(parse_document(path.read_text(encoding="utf-8"), str(path)),
-                           str(path), path.parent)
+        return self._child(
+            parse_document(path.read_text(encoding="utf-8"), str(path)), str(path), path.parent
+        )
 
     def _runtime_loader(self, el: Element) -> Callable[[Any], Machine]:
         cache: dict[str, Machine] = {}
@@ -616,8 +715,9 @@ class Compiler:
             if src not in cache:
                 try:
                     if src.lstrip().startswith("<"):
-                        cache[src] = self._child(parse_document(src, self.source),
-                                                 self.source, self.base)
+                        cache[src] = self._child(
+                            parse_document(src, self.source), self.source, self.base
+                        )
                     else:
                         cache[src] = self._child_file(self._read_file(src, el))
                 except ScxmlError as exc:
@@ -683,11 +783,13 @@ def _done_output(context: Any, event: Any) -> Any:
 
 def _context_factory(name: str | None, variables: list[str]) -> Callable[[Any], dict[str, Any]]:
     def context(input: Any) -> dict[str, Any]:
-        meta: dict[str, Any] = {"sessionid": uuid.uuid4().hex, "name": name, "seq": 0,
-                                "bound": []}
+        meta: dict[str, Any] = {"sessionid": uuid.uuid4().hex, "name": name, "seq": 0, "bound": []}
         if isinstance(input, Mapping):
-            meta.update(invokeid=input.get("invokeid"), parent=input.get("parent"),
-                        params=input.get("params") or {})
+            meta.update(
+                invokeid=input.get("invokeid"),
+                parent=input.get("parent"),
+                params=input.get("params") or {},
+            )
         return {**dict.fromkeys(variables), META: meta}
 
     return context
@@ -715,8 +817,7 @@ class _Finalize:
 
     takes_scope = True
 
-    def __init__(self, invoke_id: str, body: tuple[Instruction, ...],
-                 evaluator: Evaluator) -> None:
+    def __init__(self, invoke_id: str, body: tuple[Instruction, ...], evaluator: Evaluator) -> None:
         self.invoke_id = invoke_id
         self.body = body
         self.evaluator = evaluator
@@ -748,19 +849,27 @@ class _DropCancelled:
     def __call__(self, context: Any, event: Any, scope: Any) -> bool:
         kind = str(event.get("type", ""))
         if kind.startswith("xstate.done.actor."):
-            return kind[len("xstate.done.actor."):] in self.invoke_ids
+            return kind[len("xstate.done.actor.") :] in self.invoke_ids
         invoke_id = event.get("invokeid")
-        return invoke_id in self.invoke_ids and \
-            invoke_id in ((context.get(META) or {}).get("stillborn") or ())
+        return invoke_id in self.invoke_ids and invoke_id in (
+            (context.get(META) or {}).get("stillborn") or ()
+        )
 
 
 def _announce_done(session: Session) -> None:
     """An invoked session that reached its top-level final state tells its parent."""
     invoke_id = session.meta.get("invokeid")
     if invoke_id is not None and getattr(session.scope, "status", None) == "done":
-        session.scope.effect(SendParent(FrozenDict(
-            type=f"done.invoke.{invoke_id}", eventtype="external", invokeid=invoke_id,
-            data=getattr(session.scope, "output", None))))
+        session.scope.effect(
+            SendParent(
+                FrozenDict(
+                    type=f"done.invoke.{invoke_id}",
+                    eventtype="external",
+                    invokeid=invoke_id,
+                    data=getattr(session.scope, "output", None),
+                )
+            )
+        )
 
 
 class _Autoforward:
@@ -775,10 +884,14 @@ class _Autoforward:
 
     def __call__(self, context: Any, event: Any, scope: Any) -> bool:
         kind = str(event.get("type", ""))
-        external = event.get("eventtype", "external") == "external" and \
-            not kind.startswith("xstate.")
-        if external and self.invoke_id in getattr(scope, "children", {}) and \
-                self.seen.first_time(event):
+        external = event.get("eventtype", "external") == "external" and not kind.startswith(
+            "xstate."
+        )
+        if (
+            external
+            and self.invoke_id in getattr(scope, "children", {})
+            and self.seen.first_time(event)
+        ):
             scope.effect(SendTo(self.invoke_id, FrozenDict(event)))
         return False
 

@@ -55,14 +55,16 @@ class OriginType(str):
 class ContentError(Exception):
     """Executable content failed; the block stops and ``error.<kind>`` is raised."""
 
-    def __init__(self, message: str, kind: str = "error.execution",
-                 sendid: str | None = None) -> None:
+    def __init__(
+        self, message: str, kind: str = "error.execution", sendid: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.sendid = sendid
 
 
 # -- events ---------------------------------------------------------------------------------
+
 
 def scxml_event(event: Mapping[str, Any] | None) -> Record | None:
     """The SCXML ``_event`` for an engine event (engine done/error events renamed)."""
@@ -71,18 +73,23 @@ def scxml_event(event: Mapping[str, Any] | None) -> Record | None:
     kind = str(event.get("type", ""))
     if kind == "xstate.init":
         return None
-    fields: dict[str, Any] = {"name": kind, "type": event.get("eventtype", "external"),
-                              "sendid": event.get("sendid"), "origin": event.get("origin"),
-                              "origintype": event.get("origintype"),
-                              "invokeid": event.get("invokeid"), "data": event.get("data")}
+    fields: dict[str, Any] = {
+        "name": kind,
+        "type": event.get("eventtype", "external"),
+        "sendid": event.get("sendid"),
+        "origin": event.get("origin"),
+        "origintype": event.get("origintype"),
+        "invokeid": event.get("invokeid"),
+        "data": event.get("data"),
+    }
     if kind.startswith("xstate.done.state."):
         fields.update(name="done.state." + kind[18:], type="internal", data=event.get("output"))
     elif kind.startswith("xstate.done.actor."):
-        fields.update(name="done.invoke." + kind[18:], invokeid=kind[18:],
-                      data=event.get("output"))
+        fields.update(name="done.invoke." + kind[18:], invokeid=kind[18:], data=event.get("output"))
     elif kind.startswith("xstate.error.actor."):
-        fields.update(name="error.communication", type="platform", invokeid=kind[19:],
-                      data=event.get("error"))
+        fields.update(
+            name="error.communication", type="platform", invokeid=kind[19:], data=event.get("error")
+        )
     if fields["origintype"] == SCXML_PROCESSOR:
         fields["origintype"] = OriginType(SCXML_PROCESSOR)
     return records(fields)  # type: ignore[no-any-return]
@@ -119,6 +126,7 @@ def platform_error(kind: str, message: str, sendid: str | None = None) -> Frozen
 
 # -- the datamodel ----------------------------------------------------------------------------
 
+
 class Session:
     """One evaluation context: the action scope, the evaluator and the names in scope."""
 
@@ -147,10 +155,12 @@ class Session:
             meta = self.meta
             location = f"#_scxml_{meta.get('sessionid', '')}"
             env.update(
-                _event=scxml_event(self.event), _sessionid=meta.get("sessionid"),
+                _event=scxml_event(self.event),
+                _sessionid=meta.get("sessionid"),
                 _name=meta.get("name"),
-                _ioprocessors=Record({SCXML_PROCESSOR: Record(location=location),
-                                      "scxml": Record(location=location)}),
+                _ioprocessors=Record(
+                    {SCXML_PROCESSOR: Record(location=location), "scxml": Record(location=location)}
+                ),
                 In=self.scope.in_state,
             )
             for name, fn in self.evaluator.functions.items():
@@ -283,6 +293,7 @@ def literal(text: str) -> Any:
 
 # -- executable content -----------------------------------------------------------------------
 
+
 class Instruction:
     """One element of executable content."""
 
@@ -372,9 +383,13 @@ class Send(Instruction):
             raise ContentError(f"send type {kind!r} is not supported")
         if not isinstance(name, str) or not name:
             raise ContentError(f"the event name {name!r} is not a non-empty string")
-        event: dict[str, Any] = {"type": name, "eventtype": "external", "data": data,
-                                 "origin": f"#_scxml_{session.session_id}",
-                                 "origintype": SCXML_PROCESSOR}
+        event: dict[str, Any] = {
+            "type": name,
+            "eventtype": "external",
+            "data": data,
+            "origin": f"#_scxml_{session.session_id}",
+            "origintype": SCXML_PROCESSOR,
+        }
         if sendid is not None:
             event["sendid"] = sendid
         try:
@@ -383,8 +398,9 @@ class Send(Instruction):
             raise ContentError(f"the event data is not JSON data: {exc}") from None
         self._dispatch(session, frozen, target, ms, sendid)
 
-    def _dispatch(self, session: Session, event: FrozenDict, target: Any, ms: int,
-                  sendid: str | None) -> None:
+    def _dispatch(
+        self, session: Session, event: FrozenDict, target: Any, ms: int, sendid: str | None
+    ) -> None:
         scope = session.scope
         own = f"#_scxml_{session.session_id}"
         timer_id = sendid or session.next_id("send")
@@ -561,8 +577,13 @@ class Block(BuiltinAction):
 
     type = "scxml"
 
-    def __init__(self, body: Sequence[Instruction], evaluator: Evaluator,
-                 label: str = "scxml", source: str = "") -> None:
+    def __init__(
+        self,
+        body: Sequence[Instruction],
+        evaluator: Evaluator,
+        label: str = "scxml",
+        source: str = "",
+    ) -> None:
         self.body = tuple(body)
         self.evaluator = evaluator
         self.label = label
@@ -584,8 +605,9 @@ class Hook(BuiltinAction):
 
     type = "scxml"
 
-    def __init__(self, fn: Callable[[Session], None], evaluator: Evaluator,
-                 label: str, source: str = "") -> None:
+    def __init__(
+        self, fn: Callable[[Session], None], evaluator: Evaluator, label: str, source: str = ""
+    ) -> None:
         self.fn = fn
         self.evaluator = evaluator
         self.label = label
@@ -608,16 +630,18 @@ class Condition:
 
     takes_scope = True
 
-    def __init__(self, descriptors: tuple[str, ...] | None, cond: str | None,
-                 evaluator: Evaluator) -> None:
+    def __init__(
+        self, descriptors: tuple[str, ...] | None, cond: str | None, evaluator: Evaluator
+    ) -> None:
         self.descriptors = descriptors
         self.cond = cond
         self.evaluator = evaluator
         self.name = f"scxml:{' '.join(descriptors or ())}[{cond or ''}]"
 
     def __call__(self, context: Any, event: Any, scope: Any) -> bool:
-        if self.descriptors is not None and \
-                not descriptor_matches(self.descriptors, event_name(event)):
+        if self.descriptors is not None and not descriptor_matches(
+            self.descriptors, event_name(event)
+        ):
             return False
         if self.cond is None:
             return True
@@ -627,4 +651,3 @@ class Condition:
         except ContentError as exc:
             scope.raise_internal(platform_error("error.execution", str(exc)))
             return False
-

@@ -13,12 +13,25 @@ from statecharts import assign, create_machine
 
 SECRET = "4111-1111-1111-1111"
 MACHINE = create_machine(
-    {"id": "card", "initial": "charging", "context": lambda input: {"card": input["card"]},
-     "states": {"charging": {"invoke": {"src": "charge", "input": lambda c, e: c["card"],
-                                        "onDone": {"target": "paid", "actions": assign(
-                                            {"last4": lambda c, e: e["output"]})}}},
-                "paid": {"type": "final"}},
-     "output": lambda c, e: {"last4": c["last4"]}},
+    {
+        "id": "card",
+        "initial": "charging",
+        "context": lambda input: {"card": input["card"]},
+        "states": {
+            "charging": {
+                "invoke": {
+                    "src": "charge",
+                    "input": lambda c, e: c["card"],
+                    "onDone": {
+                        "target": "paid",
+                        "actions": assign({"last4": lambda c, e: e["output"]}),
+                    },
+                }
+            },
+            "paid": {"type": "final"},
+        },
+        "output": lambda c, e: {"last4": c["last4"]},
+    },
     actors={"charge": lambda card: card[-4:]},
 )
 
@@ -31,8 +44,10 @@ def run(path: str, ring: KeyRing | None) -> tuple[dict[str, object], bool]:
     record = runtime.get(run_id)
     stored = b"".join(Path(f).read_bytes() for f in (path, f"{path}-wal") if os.path.exists(f))
     store.close()
-    return {"status": record.status, "output": record.snapshot.get("output")}, \
-        SECRET.encode() in stored
+    return {
+        "status": record.status,
+        "output": record.snapshot.get("output"),
+    }, SECRET.encode() in stored
 
 
 def main(path: str) -> None:

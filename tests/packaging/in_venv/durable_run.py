@@ -12,11 +12,20 @@ from persistence import Runtime, Worker, open_store
 from statecharts import MachineConfig, assign, create_machine
 
 CONFIG: MachineConfig = {
-    "id": "invoice", "initial": "charging", "context": {"charged": 0},
+    "id": "invoice",
+    "initial": "charging",
+    "context": {"charged": 0},
     "states": {
-        "charging": {"invoke": {"src": "charge", "input": {"amount": 42}, "onDone": {
-            "target": "approval",
-            "actions": assign({"charged": lambda ctx, ev: ev["output"]["charged"]})}}},
+        "charging": {
+            "invoke": {
+                "src": "charge",
+                "input": {"amount": 42},
+                "onDone": {
+                    "target": "approval",
+                    "actions": assign({"charged": lambda ctx, ev: ev["output"]["charged"]}),
+                },
+            }
+        },
         "approval": {"on": {"APPROVE": "paid"}},
         "paid": {"type": "final"},
     },

@@ -11,9 +11,17 @@ from persistence.telemetry.metrics import PrometheusMetrics, StoreGauges
 from persistence.worker import Worker
 from statecharts import create_machine
 
-machine = create_machine({"id": "hello", "initial": "saying", "states": {
-    "saying": {"invoke": {"src": "say", "onDone": "done"}}, "done": {"type": "final"}}},
-    actors={"say": lambda input: "hi"})
+machine = create_machine(
+    {
+        "id": "hello",
+        "initial": "saying",
+        "states": {
+            "saying": {"invoke": {"src": "say", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
+    actors={"say": lambda input: "hi"},
+)
 
 if __name__ == "__main__":
     store = open_store(f"sqlite:///{sys.argv[1]}", migrate=True)

@@ -9,11 +9,17 @@ from statecharts import assign, create_machine
 from statecharts.testing.properties import PropertyViolation, assert_properties
 
 CONFIG = {
-    "id": "counter", "initial": "low", "context": {"n": 0},
+    "id": "counter",
+    "initial": "low",
+    "context": {"n": 0},
     "states": {
         "low": {"on": {"INC": {"target": "high", "actions": assign({"n": lambda c, e: 1})}}},
-        "high": {"on": {"RESET": {"target": "low", "actions": assign({"n": lambda c, e: 0})},
-                        "STOP": "done"}},
+        "high": {
+            "on": {
+                "RESET": {"target": "low", "actions": assign({"n": lambda c, e: 0})},
+                "STOP": "done",
+            }
+        },
         "done": {"type": "final"},
     },
 }
@@ -24,5 +30,8 @@ try:
     caught = False
 except PropertyViolation:
     caught = True
-print(json.dumps({"caught": caught,
-                  "pytest_installed": importlib.util.find_spec("pytest") is not None}))
+print(
+    json.dumps(
+        {"caught": caught, "pytest_installed": importlib.util.find_spec("pytest") is not None}
+    )
+)

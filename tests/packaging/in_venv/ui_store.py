@@ -7,10 +7,13 @@ import sys
 from persistence import Runtime, open_store
 from statecharts import create_machine
 
-machine = create_machine({
-    "id": "approval", "initial": "waiting",
-    "states": {"waiting": {"on": {"APPROVE": "approved"}}, "approved": {"type": "final"}},
-})
+machine = create_machine(
+    {
+        "id": "approval",
+        "initial": "waiting",
+        "states": {"waiting": {"on": {"APPROVE": "approved"}}, "approved": {"type": "final"}},
+    }
+)
 
 if __name__ == "__main__":
     store = open_store(sys.argv[1], migrate=True)
