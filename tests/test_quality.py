@@ -1,4 +1,4 @@
-"""The project's own rules, checked on every run: ruff clean and mypy clean. The layers (which
+"""The project's own rules, checked on every run: ruff clean, formatted by ruff format, and mypy clean. The layers (which
 part may import which, no circles) are checked over every source file by ``test_layers.py``."""
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ def _tool(name: str) -> str:
 
 def test_ruff_is_clean() -> None:
     result = subprocess.run([_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_tree_is_formatted() -> None:
+    """`ruff format` leaves every Python file as it is (the project's one layout)."""
+    result = subprocess.run(
+        [_tool("ruff"), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
