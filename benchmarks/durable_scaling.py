@@ -175,6 +175,7 @@ def server_log() -> Path | None:
 
 
 _ENTRY = re.compile(r"^\S+ \S+ \S+ \[\d+\]", re.MULTILINE)  # "2026-11-30 00:31:02.123 UTC [pid]"
+_DURATION = re.compile(r"duration: ([\d.]+) ms")
 
 
 def distinct_plans(log_text: str, database: str) -> list[str]:
@@ -182,16 +183,16 @@ def distinct_plans(log_text: str, database: str) -> list[str]:
     in a server log, rendered as indented plan trees, one per distinct statement (literal
     values differ per execution)."""
     seen: dict[str, str] = {}
-    for query, plan in logged_plans(log_text, database):
+    for query, plan, _ in logged_plans(log_text, database):
         if query not in seen:
             seen[query] = f"{query}\n\n" + render_plan(plan)
     return list(seen.values())
 
 
-def logged_plans(log_text: str, database: str) -> list[tuple[str, dict[str, Any]]]:
+def logged_plans(log_text: str, database: str) -> list[tuple[str, dict[str, Any], float]]:
     """Every auto_explain (JSON format) entry of `database`'s sessions touching
-    ``workflow_runs`` in a server log, in order: the statement (whitespace folded) and its
-    plan's root node."""
+    ``workflow_runs`` in a server log, in order: the statement (whitespace folded), its plan's
+    root node and how long the server took to run it (ms)."""
     starts = [m.start() for m in _ENTRY.finditer(log_text)] + [len(log_text)]
     found = []
     for begin, end in pairwise(starts):
@@ -205,7 +206,8 @@ def logged_plans(log_text: str, database: str) -> list[tuple[str, dict[str, Any]
         except ValueError:
             continue
         query = re.sub(r"\s+", " ", str(explained.get("Query Text", ""))).strip()
-        found.append((query, explained.get("Plan", {})))
+        took = _DURATION.search(head)
+        found.append((query, explained.get("Plan", {}), float(took.group(1)) if took else 0.0))
     return found
 
 

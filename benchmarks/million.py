@@ -66,6 +66,7 @@ CLAIM_LIMIT = 32
 LEASE_MS = 3_600_000  # the benchmark's own claims keep what they lease until the database goes
 BYTES_PER_RUN_BUDGET = 4096  # refuse to start with less free disk than twice this per run
 HOT = ("claim", "step commit", "send", "start")
+SWEEP_CAP_S = 120
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,9 +150,12 @@ def measure(url: str, args: argparse.Namespace, report: dict[str, Any]) -> None:
         # never share an instant, and the leases they set (due when they expire) differ
         report["claim_due_ms"] = claims(store, lambda: _now() + DAY_MS, versions, args.claims)
         report["send_ms"] = sends(store, waiters[200 : 200 + args.sends])
+        report["inbox_autoanalysed"] = _autoanalysed(url, "workflow_inbox")
+        report["sweep_ms"] = sweep(url)
         _say(f"timing {args.claims} claims of runs with queued events, then again analysed")
         report["claim_events_ms"] = claims(store, _now, versions, args.claims, release=True)
         _analyze(url, "workflow_inbox")
+        report["sweep_analysed_ms"] = sweep(url)
         report["claim_events_analysed_ms"] = claims(
             store, _now, versions, args.claims, release=True
         )
@@ -364,6 +368,42 @@ def sends(store: Any, run_ids: list[str]) -> dict[str, Any]:
     return {**percentiles(times), "calls": len(run_ids)}
 
 
+def sweep(url: str, cap_s: int = SWEEP_CAP_S) -> float | str:
+    """Milliseconds one `sweep_dead_letters` takes (a worker's report runs it every minute),
+    from a store of its own whose sessions stop a statement after `cap_s` (its plan can grow
+    with queued events times ended runs); the error's name if it was stopped."""
+    import psycopg
+
+    from persistence.stores import open_store
+
+    with psycopg.connect(with_database(bench_dsn(), "postgres"), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {DATABASE} SET statement_timeout = '{cap_s}s'")
+    store = open_store(url)
+    began = time.perf_counter()
+    try:
+        store.sweep_dead_letters(_now())
+        return round((time.perf_counter() - began) * 1000, 1)
+    except Exception as exc:  # stopped by the cap: say so, with what raised
+        return f"stopped after {time.perf_counter() - began:.0f} s ({type(exc).__name__})"
+    finally:
+        store.close()
+        with psycopg.connect(with_database(bench_dsn(), "postgres"), autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {DATABASE} RESET statement_timeout")
+
+
+def _autoanalysed(url: str, table: str) -> bool:
+    """Whether autovacuum has analysed `table` since the load's ANALYZE (its statistics then
+    count the rows added since)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT last_autoanalyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = %s",
+            (table,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def percentiles(seconds: list[float]) -> dict[str, float]:
     """p50 and p99 of timings, in milliseconds."""
     ordered = sorted(seconds)
@@ -478,16 +518,19 @@ def plans(url: str, runtime: Any, waiters: list[str], far: int) -> dict[str, Any
         explain_in_database(url, DATABASE, on=False)
     time.sleep(0.5)  # (the server writes its log asynchronously to us)
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for query, plan in logged_plans(log_since(log, offset), DATABASE):
+    for query, plan, took in logged_plans(log_since(log, offset), DATABASE):
         # one entry per statement and plan shape: the literals of a custom plan folded
         rendered = re.sub(r"'[^']*'", "'…'", render_plan(plan))
         entry = found.setdefault(
             (query, rendered),
-            {"label": label(query), "query": query, "plan": rendered, "times": 0},
+            {"label": label(query), "query": query, "plan": rendered, "times": 0, "ms": []},
         )
         entry["times"] += 1
+        entry["ms"].append(took)
         entry["seq_scans"] = sorted(seq_scanned(plan))
         entry["runs_seq"] = "workflow_runs" in entry["seq_scans"]
+    for entry in found.values():
+        entry["median_ms"] = round(sorted(entry.pop("ms"))[entry["times"] // 2], 3)
     return {"note": "", "statements": sorted(found.values(), key=_plan_order)}
 
 
@@ -633,6 +676,10 @@ workflow_inbox` | {_ms(r["claim_events_ms"])} / {_ms(r["claim_events_analysed_ms
 | claim, timers due ({r["runs"] // 2 - r["drain"]:,} of them; ms, p50 / p99; {CLAIM_LIMIT} \
 per claim) | {_ms(r["claim_due_ms"])} |
 | `send_event` (ms, p50 / p99) | {_ms(r["send_ms"])} |
+| a worker's sweep of dead letters (`sweep_dead_letters`) with those events queued and \
+{r["drain"]:,} ended runs (ms, once; stopped at {SWEEP_CAP_S} s): as autovacuum left the \
+inbox's statistics / analysed | \
+{r.get("sweep_ms", "—")} / {r.get("sweep_analysed_ms", "—")} |
 | drain of {r["drain"]:,} timers due at once, {d.get("workers")} worker processes x \
 {d.get("threads")} threads (batch {d.get("batch")}) | {drain_s} s ({rate}) |
 | drained runs stepped exactly once / done / claimed once | {d.get("stepped_once"):,} / \
@@ -646,10 +693,15 @@ after the drain but for "nothing due", in the order of the table. The runs lease
 of runs with events are released after it (untimed), their events still queued, so every claim \
 meets the same backlog; \
 "timers due" passes a `now` a day ahead of the clock, so every far timer is due. `send_event` \
-queues an event (one transaction). "Stepped exactly once": \
+queues an event (one transaction). Autovacuum had analysed the inbox after the sends: \
+{_yes(r.get("inbox_autoanalysed"))}. "Stepped exactly once": \
 done at version 2 (created, then one step) with the step's `fired` in its context. The \
 workers started {d.get("margin_s")} s before the instant.
 """
+
+
+def _yes(value: object) -> str:
+    return "—" if value is None else ("yes" if value else "no")
 
 
 def _size_table(r: dict[str, Any]) -> str:
@@ -674,8 +726,8 @@ def _plans_section(p: dict[str, Any]) -> str:
         return f"Plans: {p['note']}.\n"
     statements = p.get("statements", [])
     rows = [
-        f"| {s['label']} | {s['times']} | {', '.join(s['seq_scans']) or 'none'} | "
-        f"`{s['query'][:90]}...` |"
+        f"| {s['label']} | {s['times']} | {s.get('median_ms', '—')} | "
+        f"{', '.join(s['seq_scans']) or 'none'} | `{s['query'][:90]}...` |"
         for s in statements
     ]
     hot_seq = [s for s in statements if s["label"] in HOT and s["runs_seq"]]
@@ -691,11 +743,12 @@ def _plans_section(p: dict[str, Any]) -> str:
 `workflow_runs` while a `Worker` claimed and stepped due timers and queued events, \
 `Runtime.send` stepped waiting runs, `Runtime.start` started runs, idle claims ran 40 times \
 on pooled connections (long enough for prepared statements' generic plans) and the worker's \
-reports ran; one row per distinct statement and plan. The timer scan is the claim's `due` \
+reports ran; one row per distinct statement and plan, with the server's own time for it (the \
+statement's duration in the log: no network, no client). The timer scan is the claim's `due` \
 branch (a run's timer is its `wake_at`). {verdict}
 
-| statement | executions | sequential scans | query |
-|---|---:|---|---|
+| statement | executions | server ms (median) | sequential scans | query |
+|---|---:|---:|---|---|
 {chr(10).join(rows)}
 
 <details><summary>The plans</summary>
