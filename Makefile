@@ -60,7 +60,7 @@ load: $(VENV)/.installed
 
 # Opt-in: 1,000,000 active runs in one PostgreSQL database (half on timers, 100,000 of them due
 # at one instant and drained by 4 worker processes): bytes per run, claim latency, the plans of
-# the store's statements (benchmarks/million.py; about half an hour, 2 GB of disk in a database
+# the store's statements (benchmarks/million.py; about 20 minutes, 2 GB of disk in a database
 # of its own, dropped after). Writes benchmarks/million_results.json and its section of
 # docs/performance.md. Needs PostgreSQL at $STATECHARTS_BENCH_DSN or $STATECHARTS_TEST_DSN.
 bench-million: $(VENV)/.installed

@@ -629,7 +629,7 @@ def _say(text: str) -> None:
 def cached_markdown(path: Path = RESULTS) -> str:
     """The section from the last run's results, or how to get them."""
     if not path.exists():
-        return "No results yet: run `make bench-million` (about half an hour).\n"
+        return "No results yet: run `make bench-million` (about 20 minutes).\n"
     return markdown(json.loads(path.read_text(encoding="utf-8")))
 
 

@@ -294,8 +294,8 @@ INTRO = {
         "1,000,000 active runs in one PostgreSQL database, half waiting for an event, half on "
         "a timer: the bytes each run takes, the latency of a worker's claim with nothing due "
         "and with work due, 100,000 of the timers due at one instant drained by 4 worker "
-        "processes, and the plans of the store's statements at that size. It takes about half "
-        "an hour, so it is opt-in (`make bench-million`): this section shows its last run, from "
+        "processes, and the plans of the store's statements at that size. It takes about 20 "
+        "minutes, so it is opt-in (`make bench-million`): this section shows its last run, from "
         "`benchmarks/million_results.json`, with that run's date, machine and load. The "
         "Scaling page (docs/scaling.md) says what each step past one process was tested with."
     ),
