@@ -50,12 +50,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import bench_dsn, reset_database, with_database
+from benchmarks.durable import bench_dsn, scratch_database, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "million_results.json"
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
 
     report: dict[str, Any] = {"machine": machine_info(), "runs": args.runs, "drain": args.drain}
     started = time.time()
-    with _database() as url:
+    with scratch_database(bench_dsn(), DATABASE) as url:
         report["disk"] = _disk_check(url, args.runs)
         measure(url, args, report)
     report["machine"]["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -593,21 +592,6 @@ def seq_scanned(plan: dict[str, Any]) -> set[str]:
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _database() -> Iterator[str]:
-    """A fresh `DATABASE` on the bench server, dropped afterwards."""
-    import psycopg
-
-    dsn = bench_dsn()
-    reset_database(dsn, DATABASE)
-    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {DATABASE}")
-    try:
-        yield with_database(dsn, DATABASE)
-    finally:
-        reset_database(dsn, DATABASE)
 
 
 def _now() -> int:
