@@ -36,26 +36,17 @@ from persistence.ui.diagrams import (
     run_svg,
     runs_link,
 )
-from persistence.ui.security import (
-    CSRF_FIELD,
-    SESSION_COOKIE,
-    Guard,
-    client_gone,
-    csrf_ok,
-    csrf_value,
-    same_token,
-    session_value,
-)
+from persistence.ui.security import CSRF_FIELD, Guard, csrf_ok, csrf_value
+from persistence.web.access import SESSION_COOKIE, document_token, same_token, session_value
+from persistence.web.inbound import RESERVED_PREFIXES, client_gone
+from persistence.web.responses import RunDetailOut, run_out
+from persistence.web.runs import RunDetail, error_text, json_text, run_detail, run_error, timers_of
 from statecharts import Machine, Snapshot
 from statecharts.render.graphviz import ACTIVE_FILL
 from statecharts.render.timeline import engine_event_phrase
 
 log = logging.getLogger("statecharts.ui")
 HERE = Path(__file__).parent
-RESERVED_PREFIXES = ("xstate.", "statecharts.")
-"""Event types the send form refuses: engine-internal events (actor results, timers) and the
-store's cancel request, which have their own buttons or must come from the runtime."""
-
 DONE_MESSAGES = {
     "sent": "Event queued. A worker applies it at the run's next step; this page reloads when "
     "the run moves.",
@@ -214,7 +205,7 @@ def create_app(
         status: int = 200,
     ) -> Response:
         try:
-            detail = views.run_detail(ui.store, run_id)
+            detail = run_detail(ui.store, run_id)
         except RunNotFoundError:
             return page(
                 request,
@@ -359,11 +350,7 @@ def create_app(
         except RunNotFoundError:
             raise HTTPException(404, "no such run") from None
         timer = next(
-            (
-                t
-                for t in views.timers_of(run.snapshot)
-                if t.id == timer_id and t.retry_of is not None
-            ),
+            (t for t in timers_of(run.snapshot) if t.id == timer_id and t.retry_of is not None),
             None,
         )
         if timer is None or run.terminal:
@@ -516,15 +503,15 @@ def create_app(
 
     @app.get(
         "/api/runs/{run_id}",
-        response_model=api.RunDetailOut,
+        response_model=RunDetailOut,
         tags=["runs"],
         responses={404: {"description": "no run has this id"}},
     )
-    def api_run(run_id: str) -> api.RunDetailOut:
+    def api_run(run_id: str) -> RunDetailOut:
         """One run: where it is, its context (secret-looking keys hidden), pending timers,
         retries, queued events, recent effects and its journal, newest first."""
         try:
-            return api.detail_out(views.run_detail(ui.store, run_id))
+            return run_out(ui.store, run_id)
         except RunNotFoundError:
             raise HTTPException(404, f"no run with id {run_id!r}") from None
 
@@ -544,29 +531,6 @@ def create_app(
     if token:
         document_token(app, "STATECHARTS_UI_TOKEN")
     return app
-
-
-def document_token(app: FastAPI, variable: str) -> None:
-    """Say in the OpenAPI schema that every call needs the access token (the server's
-    `variable`), as a bearer token or in the X-Statecharts-Token header."""
-    make_schema = app.openapi
-
-    def schema() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            document = make_schema()
-            document.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": f"the server's {variable}",
-                },
-                "header": {"type": "apiKey", "in": "header", "name": "X-Statecharts-Token"},
-            }
-            document["security"] = [{"bearer": []}, {"header": []}]
-            app.openapi_schema = document
-        return app.openapi_schema
-
-    app.openapi = schema  # type: ignore[method-assign]
 
 
 def _event(event_type: str, payload: str) -> dict[str, Any]:
@@ -594,7 +558,7 @@ def _event(event_type: str, payload: str) -> dict[str, Any]:
     return {"type": event_type, **fields}
 
 
-def _run_diagram(ui: UI, detail: views.RunDetail) -> tuple[str | None, str | None, list[str]]:
+def _run_diagram(ui: UI, detail: RunDetail) -> tuple[str | None, str | None, list[str]]:
     """(SVG, note when there is none, event types the run accepts now)."""
     run = detail.run
     machine = ui.machine_for(run)
@@ -661,13 +625,13 @@ def _filters(env: Environment, ui: UI) -> None:
     """Template helpers (all return text; the templates escape it)."""
     env.filters["iso"] = views.iso_time
     env.filters["ago"] = lambda ms: views.relative_time(ms, ui.clock.now())
-    env.filters["json"] = views.json_text
+    env.filters["json"] = json_text
     env.filters["short"] = views.short_version
-    env.filters["error_text"] = views.error_text
+    env.filters["error_text"] = error_text
     env.globals["event_type"] = views.event_type
     env.globals["event_payload"] = views.event_payload
     env.globals["leaves"] = views.leaves
-    env.globals["run_error"] = views.run_error
+    env.globals["run_error"] = run_error
     env.globals["error_is_current"] = error_is_current
     env.globals["is_stuck"] = lambda run: views.is_stuck(run, ui.clock.now(), ui.stuck_after_ms)
     env.globals["heat_fills"] = HEAT_FILLS
