@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from persistence.stores import RunNotFoundError
@@ -44,12 +44,7 @@ def page_out(listing: views.RunList) -> RunPage:
 @router.get("/api/runs", response_model=RunPage)
 def api_runs(
     ui: Site,
-    workflow: str = "",
-    status: str = "",
-    state: str = "",
-    key: str = "",
-    age: str = "",
-    where: str = "",
+    filters: Annotated[views.Filters, Depends()],
     page: Annotated[int, Query(ge=1, le=views.MAX_PAGE)] = 1,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunPage:
@@ -57,7 +52,6 @@ def api_runs(
     status. `status` may also be `stuck`; `age` one of 1h, 24h, 7d, older-1h, older-24h,
     older-7d; `where` search attributes, `NAME=VALUE` terms separated by commas (all
     must hold; values compared as text), e.g. `customer=42,region=eu`."""
-    filters = views.Filters(workflow, status, state, key, age, where)
     try:
         listing = views.run_list(
             ui.store, filters, page, page_size, ui.clock.now(), ui.stuck_after_ms, attention=0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from persistence.stores import RunNotFoundError
@@ -41,23 +41,17 @@ DONE_MESSAGES = {
 def runs_page(
     request: Request,
     ui: Site,
-    workflow: str = "",
-    status: str = "",
-    state: str = "",
-    key: str = "",
-    age: str = "",
-    where: str = "",
+    filters: Annotated[views.Filters, Depends()],
     page_number: Annotated[int, Query(alias="page", ge=1, le=views.MAX_PAGE)] = 1,
 ) -> Response:
     """The runs matching the filters, newest first, the stuck and failed ones on top."""
-    filters = views.Filters(workflow, status, state, key, age, where)
     try:
         listing = views.run_list(
             ui.store, filters, page_number, ui.page_size, ui.clock.now(), ui.stuck_after_ms
         )
     except views.FilterError as exc:
         return ui.error_page(request, "Bad filter", str(exc), 422)
-    states = _state_choices(ui.latest(workflow)) if workflow else []
+    states = _state_choices(ui.latest(filters.workflow)) if filters.workflow else []
     return ui.page(
         request,
         "runs.html",

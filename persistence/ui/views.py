@@ -48,7 +48,8 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Filters:
-    """The runs list's filters as given in the URL (empty string: not set)."""
+    """The runs list's filters as given in the URL (empty string: not set); the routes take
+    them as `Depends()`, so FastAPI reads each field from the query string of the same name."""
 
     workflow: str = ""
     status: str = ""
