@@ -889,3 +889,24 @@ def test_a_heartbeat_does_not_wait_for_a_row_its_owner_is_committing(
         assert store.get_run(locked.id).lease_expires_at == T0 + 30_000  # left to its commit
     finally:
         store.close()
+
+
+def test_the_sweep_turns_only_ended_runs_live_events_into_dead_letters(store: Store) -> None:
+    """A live event on an ended run (the step that ends a run dead-letters what is queued, so
+    only a row written otherwise: an older version, a hand-made fix) is made a dead letter by
+    a worker's periodic sweep, naming how the run ended; an active run's events stay live."""
+    ended, _ = store.create_run(new_run(), (), T0)
+    waiting, _ = store.create_run(new_run(), (), T0)
+    version = claim_one(store, ended.id)
+    late = store.send_event(ended.id, {"type": "LATE"}, T0 + 5)
+    queued = store.send_event(waiting.id, {"type": "NEXT"}, T0 + 5)
+    step(store, ended.id, "w1", version, state="done", status="done")
+    store._write_one(  # type: ignore[attr-defined]  (the live row, as written otherwise)
+        "UPDATE workflow_inbox SET dead_at = NULL, dead_reason = NULL WHERE id = ? RETURNING id",
+        (late,),
+    )
+    dead = store.sweep_dead_letters(T0 + 20)
+    assert [(d.id, d.run_id, d.event["type"]) for d in dead] == [(late, ended.id, "LATE")]
+    assert "done" in (dead[0].reason or "")
+    assert [e.id for e in store.pending_work([waiting.id])[waiting.id].inbox] == [queued]
+    assert store.sweep_dead_letters(T0 + 30) == []
