@@ -38,8 +38,7 @@ from .idempotency import KEY_LENGTH, MAX_KEY_LENGTH, MIN_KEY_LENGTH
 from .limits import MAX_DELAY, MAX_NESTING, MAX_STATE_DEPTH, shorten, too_deep
 from .logic import is_external
 from .nodes import ATOMIC, COMPOUND, FINAL, HISTORY, PARALLEL, InvokeDef, StateNode, Transition
-from .retry import RetryPolicy
-from .retrying import ATTEMPTING, delay_name, expand, final_failure, is_retry_delay
+from .retrying import Expanded, delay_name, expand, final_failure, is_retry_delay, mark
 
 NODE_KEYS = frozenset(
     {
@@ -145,7 +144,7 @@ class _Builder:
         self.nodes: list[StateNode] = []
         self.configs: dict[StateNode, Mapping[str, Any]] = {}
         self.by_id: dict[str, StateNode] = {}
-        self.retried: dict[StateNode, tuple[RetryPolicy, str]] = {}
+        self.retried: dict[StateNode, Expanded] = {}
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path or '<root>'}: {message}")
@@ -225,7 +224,7 @@ class _Builder:
         expanded = expand(node, config, path, self.problem)
         if expanded is not None:  # a retried invoke: see statecharts.retrying
             config = expanded.config
-            self.retried[node] = (expanded.policy, expanded.invoke_id)
+            self.retried[node] = expanded
         self.configs[node] = config
         states = config.get("states") or {}
         if not isinstance(states, Mapping):
@@ -273,10 +272,7 @@ class _Builder:
 
     def _fill(self, node: StateNode, config: Mapping[str, Any]) -> None:
         path = node.config_path
-        if node in self.retried:
-            node.retry, node.retry_invoke = self.retried[node]
-        if node.parent is not None and node.parent in self.retried and node.key == ATTEMPTING:
-            node.retry_attempt_of = node.parent
+        mark(node, self.retried)
         self._initial(node, config, path)
         if node.type == HISTORY:
             self._history(node, config, path)
