@@ -65,8 +65,9 @@ def take(snapshot: Snapshot, event: FrozenDict, kind: str, trace: Trace | None) 
     that ``snapshot`` is active and that plans are on; with a ``trace`` list each microstep
     appends ``(event, transitions)`` to it, as the full step does."""
     configuration = snapshot.configuration
-    route = configuration.routes.get(kind, UNKNOWN)
-    if route is UNKNOWN:
+    try:
+        route = configuration.routes[kind]  # (a subscript: cheaper than a call of ``get``)
+    except KeyError:
         route = route_for(snapshot.machine.configurations, configuration, kind)
     if route is None:
         return None
@@ -263,8 +264,6 @@ def compose_choice(
         plan.target.eventless.take if plan is not None and plan.target.has_always else None
     )
     emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
-    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
-    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
 
     def go(
         snapshot: Snapshot,
@@ -291,10 +290,6 @@ def compose_choice(
                 raise  # a value no store holds, named by its key
             except Exception as exc:
                 raise ImplementationError(f"action '{kind}'", exc) from exc
-            if onward is None:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), tuple(
-                    effects
-                ) if effects else NO_EFFECTS
         else:
             if emits and effects is None:
                 effects = []
@@ -308,17 +303,16 @@ def compose_choice(
                     raise
                 except Exception as exc:
                     raise ImplementationError(f"action '{action}'", exc) from exc
-            if settles:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), tuple(
-                    effects
-                ) if effects else NO_EFFECTS
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
-        # _at_rest, written out: one call fewer on every event
+        # _at_rest, written out: one call fewer on every event; a keyword fewer for
+        # ``replace`` where the configuration stays (a targetless transition)
         done = tuple(effects) if effects else NO_EFFECTS
-        if context is snapshot.context:
-            if target is snapshot.configuration:
+        if target is snapshot.configuration:
+            if context is snapshot.context:
                 return snapshot, done
+            return replace(snapshot, context=context), done
+        if context is snapshot.context:
             return replace(snapshot, configuration=target), done
         return replace(snapshot, configuration=target, context=context), done
 
@@ -336,9 +330,11 @@ def _at_rest(
 ) -> Result:
     """No choice of a route was taken: the machine rests in ``configuration``."""
     done = tuple(effects) if effects else NO_EFFECTS
-    if context is snapshot.context:
-        if configuration is snapshot.configuration:
+    if configuration is snapshot.configuration:
+        if context is snapshot.context:
             return snapshot, done
+        return replace(snapshot, context=context), done
+    if context is snapshot.context:
         return replace(snapshot, configuration=configuration), done
     return replace(snapshot, configuration=configuration, context=context), done
 
