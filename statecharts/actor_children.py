@@ -220,11 +220,7 @@ class FunctionChild:
     def start(self) -> None:
         """Run the function to completion now and report its result to the parent."""
         self.running = True
-        kwargs = (
-            {"idempotency_key": self.parent.call_key(self.id, self.key)}
-            if self.logic.wants_key
-            else {}
-        )
+        kwargs = self.key_argument()
         try:
             if isinstance(self.logic, AsyncLogic):
                 output = asyncio.run(_await(self.logic.fn(thaw(self.input), **kwargs)))
@@ -238,6 +234,12 @@ class FunctionChild:
         self.running = False
         if not self.stopped:
             self.parent.child_done(self.id, output)
+
+    def key_argument(self) -> dict[str, str]:
+        """The function's keyword arguments: its idempotency key when it asks for one."""
+        if not self.logic.wants_key:
+            return {}
+        return {"idempotency_key": self.parent.call_key(self.id, self.key)}
 
     def send(self, event: Any) -> None:
         """Functions take no events; dropped with a warning."""
