@@ -635,21 +635,16 @@ class PostgresStore(SQLStore):
     @contextmanager
     def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
         """One transaction in pipeline mode: statements go out together until a result is
-        fetched, BEGIN with the first ones and COMMIT with the last (plain statements: a
-        psycopg `transaction()` block would wait for its BEGIN, and sync before its COMMIT,
-        each a round trip of its own). Whatever fails, the transaction is rolled back once
-        the pipeline has synced."""
+        fetched, and are one transaction until the pipeline's closing Sync, which commits
+        them (the protocol's implicit transaction block: no BEGIN or COMMIT to send and
+        parse, and no round trip for either, as a psycopg `transaction()` block would take).
+        Whatever fails, the transaction is rolled back by that Sync."""
         with self._connection() as conn:
             # (behind a transaction pooler the checkout's transaction is already open, and
             # the checkout commits it)
-            own = conn.info.transaction_status == _IDLE
             try:
-                with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
-                    if own:
-                        _execute(conn, "BEGIN", None)
+                with conn.pipeline():
                     yield conn
-                    if own:
-                        _execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -761,6 +756,21 @@ class PostgresStore(SQLStore):
         if any(params["due"] for i, params, _ in sent_all if i in written):
             self.wakeup().notify()
         return written
+
+    def _renew_calls_in(
+        self, conn: Any, owner: str, sealed: Mapping[str, Any], ts: Any, expires: Any
+    ) -> set[str]:
+        """`SQLCalls._renew_calls_in` in one statement that skips the rows another
+        transaction has locked (`_RENEW_CALLS`): a heartbeat never waits. It waited for the
+        call rows of a burst of ends being written (locked in the burst's order, while the
+        heartbeat took them in its own), the two deadlocked, and a heartbeat held up for the
+        deadlock timeout let leases run out under load: other workers took calls still
+        running. A skipped call is reported as still held when its last committed row says
+        so (the writer that holds it decides; the next heartbeat sees what it decided)."""
+        keys = list(sealed)
+        params = {"owner": owner, "ts": ts, "expires": expires, "keys": keys}
+        params["details"] = [sealed[key] for key in keys]
+        return {row[0] for row in conn.execute(_encoded(_RENEW_CALLS), params)}
 
     def _wake_listener(self) -> None:
         """One NOTIFY on the wake-up channel, so that a closing listener stops waiting now
@@ -879,8 +889,23 @@ def _execute_hot(
 def _encoded(query: str) -> bytes:
     """`query` as the bytes psycopg sends, the same object each time: psycopg encodes a text
     query anew for every statement and hashes the copy to find its parsed form (a hot
-    statement is 2-3 kB: about a tenth of a small statement's client instructions)."""
-    return query.encode()
+    statement is 2-3 kB: about a tenth of a small statement's client instructions). Its
+    layout is squeezed out (`_compact`): psycopg keeps the parsed form only of statements up
+    to 4 kB and parses a longer one again at every execution."""
+    return _compact(query).encode()
+
+
+_LAYOUT = re.compile(r"('(?:[^']|'')*'|--[^\n]*)")
+"""What `_compact` leaves alone: string literals and comments."""
+
+
+def _compact(sql: str) -> str:
+    """`sql` with each run of blanks cut to one space and the indentation of its lines
+    dropped, outside string literals and comments (newlines stay: they end comments)."""
+    parts = _LAYOUT.split(sql)
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r"[ \t]*\n\s*", "\n", re.sub(r"[ \t]+", " ", parts[i]))
+    return "".join(parts).strip()
 
 
 _PROGRAM_LIMIT = "54"
@@ -1092,7 +1117,7 @@ def _lease_sql(filtered: bool, order: str) -> str:
 
 def _ts(column: str) -> str:
     """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
-    return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+    return f"('epoch'::timestamptz + {column} * interval '1ms')"
 
 
 def _at(name: str) -> str:
@@ -1329,6 +1354,27 @@ _FROM_REST_RESULT = (
 """The result of a step written from rest: the new version, the sent event's inbox id (drawn
 from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
 when the step left work due."""
+_RENEW_CALLS = """
+WITH mine AS (
+    SELECT idempotency_key FROM workflow_calls
+    WHERE idempotency_key = ANY(%(keys)s::text[]) AND owner = %(owner)s AND status = 'running'
+), free AS (
+    SELECT c.idempotency_key FROM workflow_calls c JOIN mine USING (idempotency_key)
+    WHERE c.owner = %(owner)s AND c.status = 'running'
+    ORDER BY c.idempotency_key FOR UPDATE OF c SKIP LOCKED
+), renewed AS (
+    UPDATE workflow_calls c SET lease_expires_at = %(expires)s, updated_at = %(ts)s,
+        details = coalesce(b.details::jsonb, c.details)
+    FROM free JOIN unnest(%(keys)s::text[], %(details)s::text[]) AS b(k, details)
+        ON b.k = free.idempotency_key
+    WHERE c.idempotency_key = free.idempotency_key
+)
+SELECT idempotency_key FROM mine
+"""
+"""A heartbeat's renewals (`PostgresStore._renew_calls_in`): the calls still the owner's
+(as last committed), each renewed unless another transaction holds its row."""
+
+
 _LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
 _STEPS_PARTS = {
     "outcomes": f""", outcomes AS (
