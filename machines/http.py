@@ -3,8 +3,8 @@ every failure mapped onto the error name the machine declares for that system.
 
 A 429 or 503 answer's ``Retry-After`` (seconds or an HTTP date; ClickUp's
 ``X-RateLimit-Reset`` epoch seconds too) becomes the error's ``retry_after`` in milliseconds,
-which ``statecharts.retry`` waits instead of its own backoff. Messages name the method, the
-path and the status, never a header (the API keys stay out of logs).
+which ``statecharts.retry_policy`` waits instead of its own backoff. Messages name the method,
+the path and the status, never a header (the API keys stay out of logs).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.frozen import storable_text
-from statecharts.retrying import WAITING, waits_to_retry
+from statecharts.retrying import waits_to_retry
 
 if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
     from persistence.runtime import Runtime
@@ -933,10 +933,8 @@ class RunDriver:
         """Operator log lines for what this committed step did: a failure, a retry."""
         if commit.status == "error" and x.status == ACTIVE:
             self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
-        elif (
-            commit.status == ACTIVE
-            and WAITING in commit.state
-            and _waits_to_retry(commit.state) - _waits_to_retry(state_text(x.snapshot))
+        elif commit.status == ACTIVE and _waits_to_retry(commit.state) - _waits_to_retry(
+            state_text(x.snapshot)
         ):
             # (a retried call's attempt failed: it waits for the next one)
             self._report(

@@ -36,7 +36,7 @@ from statecharts.frozen import freeze, storable_text, thaw
 from statecharts.idempotency import KEY_LENGTH
 from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
 from statecharts.nodes import InvokeDef
-from statecharts.retry import error_names
+from statecharts.retry_policy import error_names
 
 log = logging.getLogger("statecharts.runs")
 

@@ -45,7 +45,7 @@ from .inspection import InspectionEvent, logging_inspector
 from .loading import load_machine
 from .logic import external, from_async, from_callable, from_callback
 from .machine import Machine, create_machine, setup
-from .retry import RetryPolicy, with_retry
+from .retry_policy import RetryPolicy, with_retry
 from .snapshot import Snapshot, Timer, snapshot_to_json
 
 __all__ = [

@@ -775,7 +775,7 @@ def enter_state(step: Step, node: StateNode, event: FrozenDict) -> None:
     """Entry actions, then ``after`` timers, then invoked actors (XState's order: its
     ``after`` timers are entry actions, invocations start after them)."""
     key, attempt = None, 1
-    if node.retry is not None or node.retry_attempt_of is not None:
+    if retrying.is_retry_part(node):
         step.retries, key, attempt = retrying.entered(step.retries, node, step.now)
     run_actions(step, node.entry, event)
     for timer_event, delay in node.after_timers:

@@ -78,11 +78,7 @@ class TaskChild(FunctionChild):
     def start(self) -> None:
         """Start the task; its result reaches the parent when it completes."""
         self.running = True
-        kwargs = (
-            {"idempotency_key": self.parent.call_key(self.id, self.key)}
-            if self.logic.wants_key
-            else {}
-        )
+        kwargs = self.key_argument()
         argument = thaw(self.input)
         if isinstance(self.logic, AsyncLogic):
             work = self.logic.fn(argument, **kwargs)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Required, TypeAlias, TypedDict
 from .actions import BuiltinAction
 from .guards import GuardSpec
 from .logic import AsyncLogic, CallableLogic, CallbackLogic
-from .retry import RetryPolicy
+from .retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
     from .machine import Machine

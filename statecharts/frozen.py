@@ -191,41 +191,78 @@ def thaw(value: Any) -> Any:
     return value
 
 
+def check_key(key: Any, path: str = "") -> None:
+    """Raise ``ContextError`` unless ``key`` is a context key every store holds."""
+    if type(key) is not str:
+        raise ContextError(repr(key), "context keys must be strings")
+    key_problem = text_problem(key)
+    if key_problem is not None:
+        raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
+
+
 def frozen_update(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -> FrozenDict:
     """Return ``base`` with ``changes`` applied; only the changed values are frozen anew."""
     for key in changes:
-        if type(key) is not str:
-            raise ContextError(repr(key), "context keys must be strings")
-        if "\x00" in key or not key.isascii():
-            key_problem = text_problem(key)
-            if key_problem is not None:
-                raise ContextError(_join(path, repr(key)), f"key: {key_problem}")
-    return frozen_merge(base, changes, path)
-
-
-def frozen_merge(base: FrozenDict, changes: Mapping[str, Any], path: str = "") -> FrozenDict:
-    """``frozen_update`` for changes whose keys are known to be storable strings (an
-    ``assign`` of a mapping checks its keys once, when its machine is built)."""
-    fresh: dict[str, Any] | None = None
-    for key, item in changes.items():
-        if type(item) is int and -0x3FFFFFFF <= item <= 0x3FFFFFFF:
-            continue  # the commonest case, tested before the call to ``as_is``
-        if not as_is(item):
-            if fresh is None:
-                fresh = dict(changes)
-            fresh[key] = freeze(item, _join(path, key))  # checks it, naming the key
+        if type(key) is not str or "\x00" in key or not key.isascii():
+            check_key(key, path)
     # built as a plain dict first: FrozenDict copies an exact dict by dict's fastest path
     # (callgrind: a quarter fewer instructions than FrozenDict(base, **changes))
-    return FrozenDict({**base, **(changes if fresh is None else fresh)})
+    fresh = {**base}
+    for key, item in changes.items():
+        # the commonest case (a small integer) tested before the call to ``as_is``
+        if not (type(item) is int and -0x3FFFFFFF <= item <= 0x3FFFFFFF) and not as_is(item):
+            item = freeze(item, _join(path, key))  # checks it, naming the key
+        fresh[key] = item
+    return FrozenDict(fresh)
 
 
-def frozen_set(base: FrozenDict, key: str, item: Any, path: str = "") -> FrozenDict:
-    """``frozen_merge`` of the one change ``key: item`` (the commonest ``assign``)."""
-    if not (type(item) is int and -0x3FFFFFFF <= item <= 0x3FFFFFFF) and not as_is(item):
-        item = freeze(item, _join(path, key))
-    merged = base.copy()  # a plain dict (see frozen_merge); for one key cheaper than {**base}
-    merged[key] = item
-    return FrozenDict(merged)
+Merge = Callable[[FrozenDict, Any], FrozenDict]
+"""A compiled assign: ``merge(context, event)`` -> the new context (see ``merger``)."""
+
+
+def merger(items: Iterable[tuple[str, Any, bool]]) -> Merge:
+    """``frozen_update`` compiled for one ``assign`` of a mapping: ``items`` are its ``(key,
+    value, computed)``, ``computed`` values called as ``value(context, event)`` (an exception
+    from one propagates as it is). Keys are checked and constants frozen here, once
+    (``ContextError`` naming the key); a computed value is checked when it is made, as
+    ``frozen_update`` checks it. The commonest assign, one computed key, gets a function of its
+    own."""
+    compiled: list[tuple[str, Any, bool]] = []
+    for key, value, computed in items:
+        check_key(key)
+        compiled.append((key, value if computed else freeze(value, key), computed))
+    if len(compiled) == 1 and compiled[0][2]:
+        ((key, compute, _),) = compiled
+        return _merge_one(key, compute)
+    return _merge_many(tuple(compiled))
+
+
+def _merge_one(key: str, compute: Callable[[FrozenDict, Any], Any]) -> Merge:
+    def merge(context: FrozenDict, event: Any) -> FrozenDict:
+        value = compute(context, event)
+        if not (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) and not as_is(value):
+            value = freeze(value, key)
+        fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
+        fresh[key] = value
+        return FrozenDict(fresh)
+
+    return merge
+
+
+def _merge_many(items: tuple[tuple[str, Any, bool], ...]) -> Merge:
+    def merge(context: FrozenDict, event: Any) -> FrozenDict:
+        fresh = {**context}
+        for key, value, computed in items:
+            if computed:
+                value = value(context, event)
+                if not (type(value) is int and -0x3FFFFFFF <= value <= 0x3FFFFFFF) and not as_is(
+                    value
+                ):
+                    value = freeze(value, key)
+            fresh[key] = value
+        return FrozenDict(fresh)
+
+    return merge
 
 
 def as_is(item: Any) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .retry import error_json
+from .retry_policy import error_json
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from .definition import (
     Definition,
     Implementations,
     build_definition,
-    fingerprint_with,
     resolve_actor,
     resolve_guard,
 )
 from .effects import NO_EFFECTS, Effect, SendParent, SendTo
 from .errors import ImplementationError, SnapshotError
 from .events import INIT, EventLike, interned_event, normalize_event
+from .fingerprint import fingerprint_with
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode

@@ -31,7 +31,7 @@ from .events import done_actor_event_type, error_actor_event_type
 from .frozen import EMPTY, FrozenDict
 from .guards import GuardSpec
 from .nodes import StateNode, Transition
-from .retry import RetryPolicy, as_policy
+from .retry_policy import RetryPolicy, as_policy
 
 ATTEMPTING = "attempting"
 """The child state of a retried state that runs the call (one attempt per entry)."""
@@ -61,6 +61,12 @@ def is_retry_wait(leaf: str) -> bool:
 def waits_to_retry(leaves: Iterable[str]) -> set[str]:
     """The leaves (paths or ids) among ``leaves`` where a retried call waits."""
     return {leaf for leaf in leaves if is_retry_wait(leaf)}
+
+
+def retry_steps(path: str) -> tuple[str, str]:
+    """The paths (dotted, as state values match them) of the ``attempting`` and
+    ``waiting_to_retry`` steps of the retried state at ``path``."""
+    return f"{path}.{ATTEMPTING}", f"{path}.{WAITING}"
 
 
 def is_retry_step(node: StateNode) -> bool:
@@ -120,6 +126,17 @@ def attempt_in_progress(records: Mapping[str, Any]) -> tuple[int, Any] | None:
         return None
     record = max(found, key=lambda r: int(r.get("attempt") or 0))
     return int(record.get("attempt") or 0), record.get("last_error")
+
+
+def mark(node: StateNode, retried: Mapping[StateNode, Expanded]) -> None:
+    """Set ``node``'s retry fields when the expansion made it: a retried state (``retried``
+    holds it) gets its policy and call, its ``attempting`` step the state it attempts."""
+    expanded = retried.get(node)
+    if expanded is not None:
+        node.retry, node.retry_invoke = expanded.policy, expanded.invoke_id
+    parent = node.parent
+    if parent is not None and parent in retried and node.key == ATTEMPTING:
+        node.retry_attempt_of = parent
 
 
 # -- the guard, the delay, the built-ins ----------------------------------------------------

@@ -3,8 +3,9 @@
 ``algorithm.py`` is the reference: selection, plans, microsteps, read beside the SCXML spec.
 This module compiles what of it is simple for one configuration and one event type into one
 function (a *route*) that needs no ``Step``: the candidate transitions' plain guards as a chain,
-each plan's actions as data (``Op``) run on the context, the eventless route of the
-configuration reached, the new snapshot by ``msgspec.structs.replace``. Closures over these
+each plan's actions as data (``Op``; an assign by ``frozen.merger``, the merge the full step's
+``frozen_update`` does) run on the context, the eventless route of the configuration reached,
+the new snapshot by ``msgspec.structs.replace``. Closures over these
 facts, never generated source; each is kept on its configuration (facts of the definition).
 
 ``take`` is the one entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each call
@@ -26,7 +27,7 @@ from .algorithm import PLANS_PER_CONFIGURATION, Plan, compute_plan, select_in
 from .configuration import NOT_COMPILED, Configuration, Configurations
 from .effects import NO_EFFECTS, RunAction
 from .errors import ImplementationError, StatechartError
-from .frozen import EMPTY, FrozenDict, as_is, freeze, text_problem
+from .frozen import EMPTY, FrozenDict, Merge, merger
 from .nodes import Transition
 from .retrying import is_retry_part
 from .snapshot import Snapshot
@@ -40,10 +41,10 @@ Take = Callable[
 after the event and its effects (None: the full step). ``context`` and ``effects`` are what
 the microsteps before it made (``effects`` None until one emits)."""
 
-Op = tuple[str, FrozenDict, Any, "tuple[tuple[str, Any, bool], ...] | None"]
+Op = tuple[str, FrozenDict, Any, "Merge | None"]
 """A compiled action, as data its route runs (``compose_choice``): ``(type, params, fn,
-None)`` for a user action (a ``RunAction`` of ``fn``), ``(type, EMPTY, None, items)`` for an
-``assign`` of a mapping, ``items`` its ``(key, value, computed)`` with constant values frozen."""
+None)`` for a user action (a ``RunAction`` of ``fn``), ``(type, EMPTY, None, merge)`` for an
+``assign`` of a mapping (``frozen.merger``: its new context from the context and event)."""
 
 Direct = tuple[Plan, tuple[Op, ...]]
 """A plan a route can run itself, with its actions compiled."""
@@ -64,8 +65,9 @@ def take(snapshot: Snapshot, event: FrozenDict, kind: str, trace: Trace | None) 
     that ``snapshot`` is active and that plans are on; with a ``trace`` list each microstep
     appends ``(event, transitions)`` to it, as the full step does."""
     configuration = snapshot.configuration
-    route = configuration.routes.get(kind, UNKNOWN)
-    if route is UNKNOWN:
+    try:
+        route = configuration.routes[kind]  # (a subscript: cheaper than a call of ``get``)
+    except KeyError:
         route = route_for(snapshot.machine.configurations, configuration, kind)
     if route is None:
         return None
@@ -248,15 +250,13 @@ def compose_choice(
 ) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
     direct plan (None: the full step): the compiled actions on the context (``Op``: each
-    user action's ``RunAction``, each assign's new context as ``frozen.frozen_merge`` makes
-    it, run here without a call of their own), then the eventless route of the configuration it
-    reaches (compiled with it), or rest there."""
+    user action's ``RunAction``, each assign's new context by its ``frozen.merger``), then
+    the eventless route of the configuration it reaches (compiled with it), or rest there."""
     label = _guard_label(transition)
     plan, ops = direct if direct is not None else (None, None)
-    # a plan that is one assign of one computed key (a counter, a value from the event): run
-    # without the loop over its ops
-    single = _single_assign(ops) if ops is not None else None
-    kind, key, compute = single if single is not None else ("", "", None)
+    # a plan that is one assign (a counter, a value from the event): run without the loop
+    single = ops[0] if ops is not None and len(ops) == 1 and ops[0][3] is not None else None
+    kind, merge = (single[0], single[3]) if single is not None else ("", None)
     target = plan.target if plan is not None else None
     transitions = plan.transitions if plan is not None else ()
     checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
@@ -264,8 +264,6 @@ def compose_choice(
         plan.target.eventless.take if plan is not None and plan.target.has_always else None
     )
     emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
-    # an assign makes a new context: a plan that assigns and stays makes a new snapshot
-    settles = onward is None and ops is not None and any(op[3] is not None for op in ops)
 
     def go(
         snapshot: Snapshot,
@@ -285,76 +283,40 @@ def compose_choice(
             return None  # the full step (it closes the records of retried states it exits)
         if trace is not None:
             trace.append((event, transitions))
-        if compute is not None:
+        if merge is not None:
             try:
-                value = compute(context, event)
+                context = merge(context, event)
+            except StatechartError:
+                raise  # a value no store holds, named by its key
             except Exception as exc:
                 raise ImplementationError(f"action '{kind}'", exc) from exc
-            fresh = {**context}  # a plain dict: FrozenDict copies it by dict's fastest path
-            # frozen.frozen_set written out (a call costs about 800 instructions an event):
-            # the small-integer bound first, see frozen.INT_MAX
-            fresh[key] = (
-                value
-                if (type(value) is int and value <= 0x3FFFFFFF and value >= -0x3FFFFFFF)
-                or as_is(value)
-                else freeze(value, key)
-            )
-            context = FrozenDict(fresh)
-            if onward is None:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), tuple(
-                    effects
-                ) if effects else NO_EFFECTS
         else:
             if emits and effects is None:
                 effects = []
-            for action, params, fn, items in ops:
-                if items is None:  # a user action: run by the runtime, seeing this context
+            for action, params, fn, assigns in ops:
+                if assigns is None:  # a user action: run by the runtime, seeing this context
                     effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
                     continue
-                # frozen.frozen_merge written out, its constants frozen when compiled (a call
-                # and a re-check of each value cost about 2.8k instructions a shop event)
-                fresh = {**context}
                 try:
-                    for name, item, computed in items:
-                        if computed:
-                            item = item(context, event)
-                            if not (
-                                type(item) is int and item <= 0x3FFFFFFF and item >= -0x3FFFFFFF
-                            ) and not as_is(item):
-                                item = freeze(item, name)
-                        fresh[name] = item
+                    context = assigns(context, event)
                 except StatechartError:
                     raise
                 except Exception as exc:
                     raise ImplementationError(f"action '{action}'", exc) from exc
-                context = FrozenDict(fresh)
-            if settles:  # the tail below, for a context known to be new
-                return replace(snapshot, configuration=target, context=context), tuple(
-                    effects
-                ) if effects else NO_EFFECTS
         if onward is not None:
             return onward(snapshot, context, event, effects, trace)
-        # _at_rest, written out: one call fewer on every event
+        # _at_rest, written out: one call fewer on every event; a keyword fewer for
+        # ``replace`` where the configuration stays (a targetless transition)
         done = tuple(effects) if effects else NO_EFFECTS
-        if context is snapshot.context:
-            if target is snapshot.configuration:
+        if target is snapshot.configuration:
+            if context is snapshot.context:
                 return snapshot, done
+            return replace(snapshot, context=context), done
+        if context is snapshot.context:
             return replace(snapshot, configuration=target), done
         return replace(snapshot, configuration=target, context=context), done
 
     return go
-
-
-def _single_assign(ops: tuple[Op, ...]) -> tuple[str, str, Callable[..., Any]] | None:
-    """``(action type, key, value function)`` when ``ops`` are nothing but one ``assign`` of
-    one computed key; else None."""
-    if len(ops) != 1:
-        return None
-    action, _, _, items = ops[0]
-    if items is None or len(items) != 1 or not items[0][2]:
-        return None
-    ((key, value, _),) = items
-    return (action, key, value)
 
 
 def _at_rest(
@@ -368,9 +330,11 @@ def _at_rest(
 ) -> Result:
     """No choice of a route was taken: the machine rests in ``configuration``."""
     done = tuple(effects) if effects else NO_EFFECTS
-    if context is snapshot.context:
-        if configuration is snapshot.configuration:
+    if configuration is snapshot.configuration:
+        if context is snapshot.context:
             return snapshot, done
+        return replace(snapshot, context=context), done
+    if context is snapshot.context:
         return replace(snapshot, configuration=configuration), done
     return replace(snapshot, configuration=configuration, context=context), done
 
@@ -383,8 +347,8 @@ def _guard_label(transition: Transition | None) -> str:
 
 def compile_action(action: ActionSpec) -> Op | None:
     """``action`` as what ``algorithm.run_actions`` does with it, for the common kinds (a user
-    action without computed params; an ``assign`` of a mapping with string keys and storable
-    constants); None for the others, which need the ``Step``."""
+    action without computed params; an ``assign`` of a mapping with storable keys and
+    constants, compiled by ``frozen.merger``); None for the others, which need the ``Step``."""
     impl, params = action.impl, action.params
     if callable(params):
         return None
@@ -392,15 +356,8 @@ def compile_action(action: ActionSpec) -> Op | None:
         return (action.type, params or EMPTY, impl, None)
     if params or type(impl) is not Assign or not isinstance(impl.assignment, Mapping):
         return None
-    items = []
-    for key, value in impl.assignment.items():
-        if type(key) is not str or text_problem(key) is not None:
-            return None  # the step reports the bad key when the assign runs
-        computed = callable(value)
-        if not computed:
-            try:
-                value = freeze(value, key)
-            except StatechartError:
-                return None  # likewise the bad value
-        items.append((key, value, computed))
-    return (action.type, EMPTY, None, tuple(items))
+    try:
+        merge = merger((k, v, callable(v)) for k, v in impl.assignment.items())
+    except StatechartError:
+        return None  # the step reports the bad key or value when the assign runs
+    return (action.type, EMPTY, None, merge)

@@ -27,7 +27,7 @@ from statecharts.definition import (
     STATE_TYPES,
     TRANSITION_KEYS,
 )
-from statecharts.retry import BACKOFFS, JITTERS
+from statecharts.retry_policy import BACKOFFS, JITTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "typed_config"

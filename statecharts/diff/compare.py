@@ -19,7 +19,7 @@ from ..frozen import thaw
 from ..machine import Machine
 from ..nodes import StateNode, Transition
 from ..render import labels
-from ..retry import RetryPolicy, as_policy
+from ..retry_policy import RetryPolicy, as_policy
 from ..retrying import (
     is_added_action,
     is_retry_delay,

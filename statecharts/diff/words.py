@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from ..render.retries import retry_phrase
-from ..retry import RetryPolicy
+from ..retry_policy import RetryPolicy
 
 ARROW = " → "
 _LONGEST_VALUE = 100

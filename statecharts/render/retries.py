@@ -1,13 +1,13 @@
 """Retry policies in words: "retries up to 3 times, waiting 1 s, 2 s, 4 s".
 
 The engine expands a retried invoke into ``attempting`` and ``waiting_to_retry`` states; the
-diagram labels the loop between them with the policy (``statecharts.retry.RetryPolicy``, whose
+diagram labels the loop between them with the policy (``retry_policy.RetryPolicy``, whose
 ``max_attempts`` counts every try, so 4 attempts are the first try and up to 3 retries).
 """
 
 from __future__ import annotations
 
-from ..retry import RetryPolicy
+from ..retry_policy import RetryPolicy
 from .labels import duration
 
 _SHOWN_WAITS = 5  # longer lists end in "…" so the label stays short

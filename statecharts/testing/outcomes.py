@@ -31,7 +31,7 @@ from ..events import done_actor_event_type, error_actor_event_type
 from ..frozen import FrozenDict, freeze
 from ..machine import Machine
 from ..nodes import InvokeDef
-from ..retry import error_json
+from ..retry_policy import error_json
 from ..snapshot import Snapshot
 
 DEFAULT_OUTPUT: Any = None

@@ -30,7 +30,7 @@ from ..events import EventLike, normalize_event
 from ..frozen import thaw
 from ..machine import Machine, Result
 from ..nodes import FINAL
-from ..retrying import WAITING
+from ..retrying import retry_steps
 from ..snapshot import Snapshot, persist, snapshot_to_json
 from .coverage import CoverageRecorder, state_name
 from .graph import EventSource, Graph, StateKey, explore
@@ -402,7 +402,7 @@ def _most_attempts(graph: Graph, node: Any, name: str, limit: int) -> int:
             continue
         attempt = int(record["attempt"])
         most = max(most, attempt)
-        waiting = snapshot.matches(f"{name}.{WAITING}")
+        waiting = snapshot.matches(retry_steps(name)[1])
         if attempt > limit or (waiting and attempt >= limit):
             raise PropertyViolation(
                 "retries bounded",

@@ -9,7 +9,7 @@ from statecharts.guards import GuardSpec
 from statecharts.render import to_dot, to_mermaid
 from statecharts.render.labels import duration, event_phrase, guard_phrase, humanize, words
 from statecharts.render.retries import retry_phrase
-from statecharts.retry import RetryPolicy
+from statecharts.retry_policy import RetryPolicy
 
 NBSP = "\u00a0"
 

@@ -17,7 +17,7 @@ from statecharts import (
     create_machine,
     from_callable,
 )
-from statecharts.retry import RetriesExhausted, RetryPolicy, with_retry
+from statecharts.retry_policy import RetriesExhausted, RetryPolicy, with_retry
 
 
 class Unavailable(Exception):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...retrying import ATTEMPTING, WAITING
+from ...retrying import retry_steps
 from . import node_kinds as nk
 from .execution import MAX_RUNS
 from .graph import Graph
@@ -820,16 +820,17 @@ class MachineBuilder:
 
     def _retry_states(self, name: str, key: str, retry: dict[str, Any]) -> None:
         tries, wait = retry["max_attempts"], retry["initial_interval"]
+        attempting, waiting = retry_steps(key)
         self._hide(
             "retry",
-            f"{key}.{ATTEMPTING}",
+            attempting,
             name,
             f"Retry on Fail: n8n silently calls '{name}' up to {tries} times; the engine "
             "expands the invoke's retry policy into this attempting state",
         )
         self._hide(
             "retry",
-            f"{key}.{WAITING}",
+            waiting,
             name,
             f"Retry on Fail: between attempts n8n sleeps {wait} ms in memory; here the "
             "wait is a durable timer state",
@@ -1213,6 +1214,6 @@ def _in_document_order(
         order[key] = len(order)
         invoke = child.get("invoke")
         if isinstance(invoke, dict) and invoke.get("retry") is not None:
-            order[f"{key}.{ATTEMPTING}"] = len(order)
-            order[f"{key}.{WAITING}"] = len(order)
+            for step in retry_steps(key):
+                order[step] = len(order)
     return tuple(sorted(hidden, key=lambda h: order[h.state]))

@@ -1,9 +1,10 @@
 """Retry policies: how long to wait between attempts of a call, and when to give up.
 
-One ``RetryPolicy`` serves both the machines (an invoke's ``retry``, expanded by the definition
-into visible ``attempting`` / ``waiting_to_retry`` states whose wait is a durable timer) and plain
-calls (``with_retry``). Durations are milliseconds. The random part of full jitter is derived
-from the call's key and attempt, so the pure core stays deterministic.
+The policy alone, as arithmetic on attempts, errors and times: ``retrying`` expands a
+machine's retried invoke into visible ``attempting`` / ``waiting_to_retry`` states that ask
+this policy (their wait is a durable timer), and ``with_retry`` applies it to a plain call.
+Durations are milliseconds. The random part of full jitter is derived from the call's key and
+attempt, so the pure core stays deterministic.
 """
 
 from __future__ import annotations
