@@ -83,22 +83,6 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
     ): f"telemetry reads the runtime's breaker states; {_SPLIT}",
     ("persistence.ui.cli", "persistence.cli"): f"cli <-> ui/cli; {_SPLIT}",
     (
-        "persistence.stores.capacity",
-        "persistence.stores.sql",
-    ): f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
-    (
-        "persistence.stores.calls",
-        "persistence.stores.sql",
-    ): f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
-    (
-        "persistence.stores.lifecycle",
-        "persistence.stores.sql",
-    ): f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
-    (
-        "persistence.stores.reencrypt",
-        "persistence.stores.sql",
-    ): f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
-    (
         "benchmarks.durable_runtime",
         "benchmarks.durable",
     ): "durable <-> durable_runtime share helpers both ways (benchmarks only)",

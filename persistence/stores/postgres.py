@@ -30,6 +30,7 @@ from persistence import schema
 from persistence.stores.clocks import StoreClock, server_clock
 from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.conflicts import count_ended, retried
+from persistence.stores.dialect import RUN_NAMES
 from persistence.stores.errors import (
     ConflictError,
     RunNotFoundError,
@@ -37,6 +38,7 @@ from persistence.stores.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from persistence.stores.leases import PICKED_NAMES
 from persistence.stores.poolers import Pooling, behind_pooler, refused_options
 from persistence.stores.protocol import PayloadCodec
 from persistence.stores.records import (
@@ -64,7 +66,8 @@ from persistence.stores.rules import (
     is_call,
     unowned_calls,
 )
-from persistence.stores.sql import ACTIVE_KEY_CONFLICT, PICKED_NAMES, RUN_NAMES, SQLStore
+from persistence.stores.runs import ACTIVE_KEY_CONFLICT
+from persistence.stores.sql import SQLStore
 from persistence.wakeup import Wakeup, shared_wakeup
 
 log = logging.getLogger("statecharts.store")

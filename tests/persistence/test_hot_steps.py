@@ -25,8 +25,9 @@ from persistence.stores import (
     RunQuery,
     StepCommit,
     Store,
+    inbox,
     postgres,
-    sql,
+    steps,
 )
 from persistence.stores.postgres import PostgresStore
 from persistence.stores.sqlite import SQLiteStore
@@ -153,17 +154,18 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     journal without the inbox ids, no waiters told (schema 11)."""
     real = schema.migrations
     monkeypatch.setattr(schema, "migrations", lambda dialect: real(dialect)[:5])
-    released = sql._QUEUE_EVENT.replace(
+    released = inbox._QUEUE_EVENT.replace(
         ", call_key) SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ?",
         ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?",
     )
     assert "call_key" not in released
-    monkeypatch.setattr(sql, "_QUEUE_EVENT", released)
+    for queues in (inbox, steps):  # (`send_event`; `send_and_step`)
+        monkeypatch.setattr(queues, "_QUEUE_EVENT", released)
     # ... and a step's journal rows without their inbox row or the snapshot after the step
     monkeypatch.setattr(
-        sql,
+        steps,
         "JOURNAL_INSERT",
-        sql.JOURNAL_INSERT.replace(
+        steps.JOURNAL_INSERT.replace(
             ", inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL "
             "AND (CAST(? AS text) IS NULL OR 1 = 1)",
