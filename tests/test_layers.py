@@ -71,16 +71,7 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
     ("persistence.ingress", "persistence.ui.api"): f"the UI's RunSummary; {_SPLIT}",
     ("persistence.ingress", "persistence.ui.app"): f"the UI's document_token; {_SPLIT}",
     ("persistence.ingress", "persistence.ui.security"): f"the UI's has_token; {_SPLIT}",
-    ("persistence.children", "persistence.runtime"): f"runtime <-> children; {_SPLIT}",
     ("persistence.driver", "persistence.runtime"): f"runtime <-> driver; {_SPLIT}",
-    (
-        "persistence.telemetry.metrics",
-        "persistence.runtime",
-    ): f"runtime -> telemetry -> metrics -> runtime; {_SPLIT}",
-    (
-        "persistence.telemetry.metrics",
-        "persistence.breakers",
-    ): f"telemetry reads the runtime's breaker states; {_SPLIT}",
     ("persistence.ui.cli", "persistence.cli"): f"cli <-> ui/cli; {_SPLIT}",
     (
         "benchmarks.durable_runtime",

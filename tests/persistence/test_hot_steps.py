@@ -26,7 +26,7 @@ from persistence.stores import (
     StepCommit,
     Store,
     inbox,
-    postgres,
+    postgres_statements,
     steps,
 )
 from persistence.stores.postgres import PostgresStore
@@ -171,21 +171,21 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "AND (CAST(? AS text) IS NULL OR 1 = 1)",
         ),
     )
-    journal = postgres._STEPS_PARTS["journal"]
+    journal = postgres_statements.STEPS_PARTS["journal"]
     monkeypatch.setitem(
-        postgres._STEPS_PARTS,
+        postgres_statements.STEPS_PARTS,
         "journal",
         journal.replace(",\n                                 inbox_id, snapshot)", ")").replace(
             ", j.inbox,\n           CASE WHEN j.last THEN run.snapshot END\n", "\n"
         ),
     )
-    assert "snapshot" not in postgres._STEPS_PARTS["journal"]
-    steps_sql = postgres._steps_sql
+    assert "snapshot" not in postgres_statements.STEPS_PARTS["journal"]
+    steps_sql = postgres_statements.steps_sql
     steps_sql.cache_clear()  # (statements built before hold the journal's inbox id)
     monkeypatch.setattr(
-        postgres,
-        "_steps_sql",
-        lambda *args: steps_sql(*args).replace(postgres._TOLD, "false AS told"),
+        postgres_statements,
+        "steps_sql",
+        lambda *args: steps_sql(*args).replace(postgres_statements.TOLD, "false AS told"),
     )
     monkeypatch.setattr(PostgresStore, "_tell_waiters_in", lambda *args: None)
     yield
