@@ -18,14 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from persistence.capacity import LimitKeyError, Place
-from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
-from persistence.columns import run_columns, state_text
-from persistence.outbox import Executed, Executor, log_effects, to_outbox, traceback_text
-from persistence.search import changed as search_changes
+from persistence.columns import state_text
+from persistence.host import Host
+from persistence.outbox import Executed, Executor, log_effects, traceback_text
+from persistence.planning import CallTaker, Leased, Plan, Planner, SendPlanner, Step, Unchanged
 from persistence.stores import (
     ACTIVE,
     CallFinish,
@@ -34,8 +34,6 @@ from persistence.stores import (
     EffectOutcome,
     Grant,
     Handover,
-    InboxEvent,
-    JournalEntry,
     NewEffect,
     NewRun,
     PendingWork,
@@ -46,24 +44,17 @@ from persistence.stores import (
     StoreUnavailableError,
 )
 from persistence.stores.errors import StoreEncodingError
+from persistence.stores.planners import LEAVE_QUEUED
 from persistence.stores.rules import (
-    CANCEL_EVENT,
     TRANSIENT_PREFIX,
     ended_reason,
     idempotency_key,
     is_call,
-    leasable_calls,
 )
 from persistence.telemetry import RunEvent, events
-from statecharts import Machine, Snapshot
-from statecharts.effects import Effect, StopChild
-from statecharts.errors import ContextError
-from statecharts.events import done_actor_event_type, error_actor_event_type
+from statecharts import Snapshot
 from statecharts.frozen import storable_text
 from statecharts.retrying import WAITING, waits_to_retry
-
-if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
-    from persistence.runtime import Runtime
 
 log = logging.getLogger("statecharts.runs")
 
@@ -76,108 +67,6 @@ release, stepped at once) before it lets its next freed slot be reserved and wok
 goes back to claiming: a long queue does not keep a thread from the other due runs."""
 
 
-@dataclass(slots=True)
-class _Step:
-    """What one step changes, built up before the commit."""
-
-    snapshot: Snapshot
-    beside: Machine | None = None  # its run's machine when its calls run beside it
-    outcomes: list[Any] = field(default_factory=list)
-    journal: list[JournalEntry] = field(default_factory=list)
-    new_effects: list[NewEffect] = field(default_factory=list)
-    logged: list[Effect] = field(default_factory=list)
-    consumed: list[int] = field(default_factory=list)
-    status: str | None = None
-    error: str | None = None
-    poisoned: str | None = None  # a value no store holds exactly, refused where it entered
-    traceback: str | None = None  # where the code that failed the run raised
-
-    def apply(
-        self,
-        machine: Machine,
-        event: dict[str, Any],
-        now: int,
-        timer_id: str | None = None,
-        inbox_id: int | None = None,
-    ) -> None:
-        """Apply one event (or fire one timer); a raising guard or action fails the run.
-        `inbox_id`: the inbox row the event came from, journaled with it (a waiting sender
-        finds its step by it)."""
-        before = state_text(self.snapshot)
-        try:
-            if timer_id is None:
-                after, effects = machine.transition(self.snapshot, event, now)
-            else:
-                after, effects = machine.fire_timer(self.snapshot, timer_id, now)
-        except Exception as exc:
-            self.status, self.error = "error", f"event {event.get('type')!r}: {exc}"
-            if isinstance(exc, ContextError):
-                self.poisoned = str(exc)
-            self.traceback = traceback_text(exc)  # where a guard or action raised (on call)
-            self.journal.append(JournalEntry(event, before, before, inbox_id))
-            return
-        self.snapshot = after
-        self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
-        self.logged.extend(effects)
-        self.journal.append(JournalEntry(event, before, state_text(after), inbox_id))
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.outcomes or self.journal or self.status)
-
-    @property
-    def in_step(self) -> list[NewEffect]:
-        """The new effects its run executes itself, next (not its calls, which run beside)."""
-        return [e for e in self.new_effects if not is_call(e)]
-
-    def stopped_calls(self, before: Snapshot, status: str) -> list[str]:
-        """The invoke ids whose calls this step stops: the children it stopped, and when it
-        ends the run, every child the run had; not those whose result it applied (their
-        calls have ended: nothing to stop)."""
-        stopped = {e.id for e in self.logged if isinstance(e, StopChild)}
-        if status != ACTIVE:
-            stopped |= set(before.children)
-        answered = {str(j.event.get("type")) for j in self.journal}
-        return sorted(
-            i
-            for i in stopped
-            if done_actor_event_type(i) not in answered
-            and error_actor_event_type(i) not in answered
-        )
-
-
-@dataclass(slots=True)
-class _Leased:
-    """A run whose lease this driver holds, between two of its steps."""
-
-    run: RunRecord
-    machine: Machine
-    snapshot: Snapshot
-    pending: list[tuple[str, str, Any]]  # (idempotency key, kind, payload) to execute next
-    inbox: list[InboxEvent]
-    inbox_checked: float
-    version: int
-    status: str
-    steps: int = 0
-    attempt: int = 0
-    released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
-    handed: frozenset[Place] = frozenset()  # slots a release handed it with its lease
-    unleased: bool = False  # read without a lease: its next commit checks that none is held
-
-
-class CallTaker(Protocol):
-    """A call executor that takes the calls a driver's steps record (`persistence.calls`):
-    leased to it in the step's own commit, run by it next, with no claim."""
-
-    def lease(self, count: int) -> tuple[str, int] | None:
-        """(owner, lease until) for `count` more calls, or None when it has no room."""
-        ...
-
-    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
-        """Run these calls of `run` (of `machine`), leased to it by a committed step."""
-        ...
-
-
 def _waits_to_retry(state: str) -> set[str]:
     """The retried call sites waiting for their next attempt among the active leaves."""
     return waits_to_retry(state.split(","))
@@ -188,7 +77,7 @@ class RunDriver:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Host,
         owner: str,
         lease_ms: int,
         max_steps: int = 1000,
@@ -212,6 +101,9 @@ class RunDriver:
             runtime.listeners, runtime.breaker, runtime.clock.now, runtime.dry_run
         )
         self.telemetry = runtime.telemetry
+        self.planner = Planner(runtime, owner, lease_ms, max_steps, calls)
+        """Plans every step this driver takes (`persistence.planning`)."""
+        self._send_planner = SendPlanner(self.planner)
         self._pool: ThreadPoolExecutor | None = None
         self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
         self._handed_lock = threading.Lock()
@@ -234,7 +126,7 @@ class RunDriver:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception | Grant]:
+    def _execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception | Grant]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -244,7 +136,7 @@ class RunDriver:
             self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
         return list(self._pool.map(self._execute, leased))
 
-    def _execute(self, x: _Leased) -> list[Executed] | Exception | Grant:
+    def _execute(self, x: Leased) -> list[Executed] | Exception | Grant:
         """`x`'s pending effects in order, up to the first transient failure (the rest wait
         for the retry); an unexpected exception is returned, to fail this run only. Limited
         calls first take their places (persistence/capacity.py), given back whatever happens;
@@ -326,7 +218,7 @@ class RunDriver:
             if not is_call(e)
         ]
         first = machine.restore(run.snapshot) if snapshot is None else snapshot
-        x = _Leased(
+        x = Leased(
             run,
             machine,
             first,
@@ -353,7 +245,7 @@ class RunDriver:
         (did not qualify, or stepping it raised: the claim's path fails it under a lease)."""
         leased, left = [], False
         for run, work in found:
-            x = self._at_rest(run, work)
+            x = self.planner.at_rest(run, work)
             if x is None:
                 left = True
             else:
@@ -361,39 +253,6 @@ class RunDriver:
         self._left_to_claim = False
         steps = self._rounds(leased, should_stop)
         return steps, left or self._left_to_claim
-
-    def _at_rest(self, run: RunRecord, work: PendingWork) -> _Leased | None:
-        """`run`, read without a lease, ready for a step with no claim; None unless its step
-        runs nothing first: active, unleased (an expired lease is a takeover: a claim's), no
-        pending effects, no limited workflow, a row that parses and restores with a
-        definition here (a broken one is failed by a claim, under a lease)."""
-        machine = self.runtime.machine_for(run)
-        if (
-            machine is None
-            or run.problem is not None
-            or work.problem is not None
-            or run.lease_owner is not None
-            or run.status != ACTIVE
-            or work.effects
-            or self.runtime.load.workflow_limits.get(run.workflow_name)
-        ):
-            return None
-        try:
-            snapshot = machine.restore(run.snapshot)
-        except Exception:
-            return None
-        return _Leased(
-            run,
-            machine,
-            snapshot,
-            [],
-            work.inbox,
-            time.monotonic(),
-            run.version,
-            run.status,
-            attempt=run.attempt_count,
-            unleased=True,
-        )
 
     def send(
         self,
@@ -404,35 +263,25 @@ class RunDriver:
         finish: CallFinish | None = None,
     ) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
-        is at rest (`Store.send_and_step`): the step a worker would take for it with no
-        claim (`drive_unleased`), written by the same commit, counted and traced as a
-        worker's step. If the step leaves effects to run, it releases the run due now and
-        workers are woken to claim it. The event stays queued for a worker, exactly as a
-        plain `send_event` leaves it, when the run is not at rest, when an earlier event is
-        still queued, when its step would fail the run (a worker fails it under a lease),
-        and when the store refuses the step. A run this process left at rest
-        (`Runtime.resting`) is stepped from its row as committed here, unread, if the store
-        can (`Store.send_and_step`'s `rest`). Returns the inbox id. With `finish`, `event` is
-        that call's result, recorded with the call's end (`persistence.calls`); 0 when the
-        call was no longer its holder's (stopped, taken over): nothing was queued."""
-        staged: list[tuple[_Leased, _Step, StepCommit]] = []
-
-        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
-            for x, _, _ in staged:  # a step from rest the store did not write: computed again
-                self.telemetry.end_step(x.run, x.status, None, None)
-            staged.clear()
-            found = self._fold(run, work)
-            if found is not None:
-                staged.append(found)
-            return None if found is None else found[2]
-
+        is at rest (`Store.send_and_step`, handed this driver's `SendPlanner`): the step a
+        worker would take for it with no claim (`drive_unleased`), written by the same commit,
+        counted and traced as a worker's step once the store has returned. If the step leaves
+        effects to run, it releases the run due now and workers are woken to claim it. The
+        event stays queued for a worker, exactly as a plain `send_event` leaves it, when the
+        run is not at rest, when an earlier event is still queued, when its step would fail
+        the run (a worker fails it under a lease), and when the store refuses the step. A run
+        this process left at rest (`Runtime.resting`) is stepped from its row as committed
+        here, unread, if the store can (`Store.send_and_step`'s `rest`). Returns the inbox id.
+        With `finish`, `event` is that call's result, recorded with the call's end
+        (`persistence.calls`); 0 when the call was no longer its holder's (stopped, taken
+        over): nothing was queued."""
         store, cancelled, resting = self.runtime.store, list[str](), self.runtime.resting
         try:
-            inbox_id, version = store.send_and_step(
+            sent = store.send_and_step(
                 run_id,
                 event,
                 now,
-                step,
+                self._send_planner,
                 traceparent=traceparent,
                 cancelled=cancelled,
                 rest=resting.get(run_id),
@@ -443,8 +292,6 @@ class RunDriver:
                 resting.drop(run_id)  # (not followed: no step of it can come any more)
             else:
                 resting.moved(run_id)
-            for x, _, _ in staged:  # the step was not written
-                self.telemetry.end_step(x.run, x.status, None, None)
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
                 raise
             # the store refused the step: nothing was written, queue the event
@@ -458,19 +305,16 @@ class RunDriver:
             )
             if finish is not None:
                 return store.send_and_step(
-                    run_id, event, now, lambda r, w: None, traceparent=traceparent, finish=finish
-                )[0]
+                    run_id, event, now, LEAVE_QUEUED, traceparent=traceparent, finish=finish
+                ).inbox_id
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
-        if version is None:  # queued for a worker
+        if sent.version is None:  # queued for a worker
             resting.moved(run_id)
-        for x, done, commit in staged:
-            if version is None:  # (cannot happen under the row lock: queued, workers woken)
-                self.telemetry.end_step(x.run, x.status, None, None)
-            else:
-                self._committed(x, done, commit, version, sent=True)
-                self.sent_step = (inbox_id, version, commit.state)
-        return inbox_id
+        elif sent.plan is not None:
+            self._sent_committed(sent.plan, sent.version)
+            self.sent_step = (sent.inbox_id, sent.version, sent.plan.commit.state)
+        return sent.inbox_id
 
     def finish_calls(
         self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]], now: int
@@ -478,58 +322,30 @@ class RunDriver:
         """`send` with its `finish` for each of a burst of call ends (at most one per run), all
         written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
         `send` steps one; the inbox ids (0: a result dropped)."""
-        staged: dict[str, tuple[_Leased, _Step, StepCommit]] = {}
-
-        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
-            again = staged.pop(run.id, None)  # (the transaction is run again: computed again)
-            if again is not None:
-                self.telemetry.end_step(again[0].run, again[0].status, None, None)
-            found = self._fold(run, work)
-            if found is not None:
-                staged[run.id] = found
-            return None if found is None else found[2]
-
         cancelled: list[str] = []
         resting = self.runtime.resting
         rests = {run_id: rest for _, run_id, _ in ends if (rest := resting.get(run_id)) is not None}
-        try:
-            sent = self.runtime.store.finish_calls(ends, now, step, cancelled, rests)
-        except Exception:
-            for x, _, _ in staged.values():  # nothing was written
-                self.telemetry.end_step(x.run, x.status, None, None)
-            raise
+        sent = self.runtime.store.finish_calls(ends, now, self._send_planner, cancelled, rests)
         self.telemetry.runs_cancelled(cancelled)
-        for (_, run_id, _), (_, version) in zip(ends, sent):
-            if version is None:
-                self.runtime.resting.moved(run_id)
-            found = staged.pop(run_id, None)
-            if found is not None:
-                if version is None:
-                    self.telemetry.end_step(found[0].run, found[0].status, None, None)
-                else:
-                    self._committed(*found, version, sent=True)
-        return [inbox_id for inbox_id, _ in sent]
+        for (_, run_id, _), one in zip(ends, sent, strict=True):
+            if one.version is None:
+                resting.moved(run_id)
+            elif one.plan is not None:
+                self._sent_committed(one.plan, one.version)
+        return [one.inbox_id for one in sent]
 
-    def _fold(self, run: RunRecord, work: PendingWork) -> tuple[_Leased, _Step, StepCommit] | None:
-        """The step a sent event (the last of `work.inbox`) takes in its send, or None to
-        leave it queued: the run is not at rest (`_at_rest`), an earlier event waits, or the
-        step would fail the run."""
-        x = self._at_rest(run, work) if len(work.inbox) == 1 else None
-        if x is None:
-            return None
-        self.telemetry.begin_step(x.run, state_text(x.snapshot), True, 1, x.attempt, x.inbox)
-        try:
-            found = self._stage_safely(x, [], lambda: True)  # release: workers run effects
-        except Exception:  # (a store outage while staging): a worker takes the event
-            found = None
-        if found is None or found[2].status == "error":
-            self.telemetry.end_step(x.run, x.status, None, None)
-            return None
-        return found
+    def _sent_committed(self, plan: Plan, version: int) -> None:
+        """A sent event's step that the store wrote at `version`: traced as a worker's step
+        from when it was planned, then followed as a round follows its committed steps."""
+        x = plan.leased
+        self.telemetry.begin_step(
+            x.run, state_text(x.snapshot), True, 1, x.attempt, x.inbox, began=plan.began
+        )
+        self._committed(x, plan.step, plan.commit, version, sent=True)
 
     def _rounds(
         self,
-        leased: list[_Leased],
+        leased: list[Leased],
         should_stop: Callable[[], bool],
         taken: list[RunRecord] | None = None,
     ) -> int:
@@ -575,7 +391,7 @@ class RunDriver:
         return steps
 
     def _committed(
-        self, x: _Leased, step: _Step, commit: StepCommit, version: int, *, sent: bool = False
+        self, x: Leased, step: Step, commit: StepCommit, version: int, *, sent: bool = False
     ) -> None:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
@@ -601,13 +417,6 @@ class RunDriver:
             self._report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
 
-    def _call_lease(self, effects: Sequence[NewEffect]) -> tuple[str, int] | None:
-        """The lease of the calls among a step's new `effects` to this driver's executor;
-        none when the step also records effects its run executes itself: those run first
-        (the calls are claimed once they are done, `Store.claim_calls`)."""
-        count = leasable_calls(effects)
-        return None if count == 0 or self.calls is None else self.calls.lease(count)
-
     def _taker(self) -> str | None:
         """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
         if time.monotonic() < self._handover_until and not self._should_stop():
@@ -623,7 +432,7 @@ class RunDriver:
             if self.holds is not None:
                 self.holds({h.run.id for _, h in handed}, True)
 
-    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[_Leased], int]:
+    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[Leased], int]:
         """The runs handed over during the last round, restored as claimed runs are, each
         knowing the slot it holds (its call asks for no other place of that limit)."""
         with self._handed_lock:
@@ -688,8 +497,8 @@ class RunDriver:
             self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
 
     def _stage_safely(
-        self, x: _Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
-    ) -> tuple[_Leased, _Step, StepCommit] | None:
+        self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
+    ) -> tuple[Leased, Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
         exception fails the run (never the thread, never its batch-mates); a run waiting for
         capacity was released by the store and is dropped."""
@@ -729,7 +538,7 @@ class RunDriver:
             )
             return None
 
-    def _commit(self, staged: list[tuple[_Leased, _Step, StepCommit]]) -> list[int | None]:
+    def _commit(self, staged: list[tuple[Leased, Step, StepCommit]]) -> list[int | None]:
         """Commit the round in one transaction; if the store refuses it for a reason other
         than an outage (a value it cannot hold), commit step by step so that only the
         offending runs fail."""
@@ -751,7 +560,7 @@ class RunDriver:
                     self._lost(x)
         return versions
 
-    def _commit_alone(self, x: _Leased, step: _Step, commit: StepCommit) -> int | None:
+    def _commit_alone(self, x: Leased, step: Step, commit: StepCommit) -> int | None:
         store, now = self.runtime.store, self.runtime.clock.now()
         cancelled: list[str] = []
         try:
@@ -822,7 +631,7 @@ class RunDriver:
             reason=reason,
         )
 
-    def _lost(self, x: _Leased) -> None:
+    def _lost(self, x: Leased) -> None:
         if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
             self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
             log.debug(
@@ -843,7 +652,7 @@ class RunDriver:
 
     def _fail(
         self,
-        x: _Leased,
+        x: Leased,
         reason: str,
         executed: list[Executed] | None,
         outcomes: Sequence[EffectOutcome] = (),
@@ -879,7 +688,7 @@ class RunDriver:
             self._failed(x.run, state, reason, poisoned)
             self.telemetry.runs_cancelled(cancelled)
 
-    def _back_off(self, x: _Leased, transient: Executed) -> None:
+    def _back_off(self, x: Leased, transient: Executed) -> None:
         """A transient failure: nothing of the step is committed; the run is released, due
         again after the backoff, with the attempt and error on its row (or failed once the
         attempts are used up)."""
@@ -913,7 +722,7 @@ class RunDriver:
                 wait_ms=wait,
             )
 
-    def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
+    def _report_dead_letters(self, x: Leased, commit: StepCommit) -> None:
         """The events this driver read but did not apply because the run ended: the store made
         them dead letters with the step."""
         for item in x.inbox:
@@ -929,7 +738,7 @@ class RunDriver:
                     reason=reason,
                 )
 
-    def _report_step(self, x: _Leased, step: _Step, commit: StepCommit) -> None:
+    def _report_step(self, x: Leased, step: Step, commit: StepCommit) -> None:
         """Operator log lines for what this committed step did: a failure, a retry."""
         if commit.status == "error" and x.status == ACTIVE:
             self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
@@ -956,7 +765,7 @@ class RunDriver:
 
     def _take(
         self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
-    ) -> tuple[list[_Leased], int]:
+    ) -> tuple[list[Leased], int]:
         """Restore the claimed runs with their pending work; a run whose definition vanished is
         released, one whose snapshot does not restore is failed (a step, counted)."""
         store, now = self.runtime.store, self.runtime.clock.now()
@@ -995,7 +804,7 @@ class RunDriver:
                 continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(
-                _Leased(
+                Leased(
                     run,
                     machine,
                     snapshot,
@@ -1010,94 +819,25 @@ class RunDriver:
         return leased, failed
 
     def _stage(
-        self, x: _Leased, executed: list[Executed], should_stop: Callable[[], bool]
-    ) -> tuple[_Leased, _Step, StepCommit] | None:
-        """Apply what `x`'s executed effects brought back: the step to commit, or None (the
-        lease released) when nothing changed."""
-        now, machine = self.runtime.clock.now(), x.machine
-        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
-        step = _Step(x.snapshot, beside)
-        if x.status == ACTIVE:
-            self._apply(machine, step, executed, x.inbox, now)
-        else:  # an ended run finishing its last effects: record them, move nothing
-            step.outcomes = [e.outcome for e in executed]
-            failure = next((e for e in executed if e.fails_run), None)
-            if failure is not None:
-                step.status, step.error, step.traceback = (
-                    "error",
-                    failure.fails_run,
-                    failure.traceback,
-                )
-        if not step.changed:
+        self, x: Leased, executed: list[Executed], should_stop: Callable[[], bool]
+    ) -> tuple[Leased, Step, StepCommit] | None:
+        """The step `x` takes after its executed effects (`Planner.plan`), with the error
+        workflow it starts if it fails the run; None (the lease released) when nothing
+        changed."""
+        planned = self.planner.plan(x, executed, should_stop)
+        if isinstance(planned, Unchanged):
             if not x.unleased:  # (an unleased run has nothing to give back)
-                unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
-                self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
+                self.runtime.store.release(x.run.id, self.owner, planned.wake_at)
             return None
-        in_step = step.in_step
-        row = run_columns(
-            step.snapshot,
-            pending_effects=bool(in_step),
-            now=now,
-            status=step.status,
-            failure=step.error,
+        commit = planned.commit
+        errors = self._error_runs(
+            x.run, x.status, commit.status, commit.state, commit.last_error, planned.now
         )
-        work = self._child_work(x, step, row.status, row.last_error)
-        due = step.snapshot.next_due()
-        more_now = row.status == ACTIVE and due is not None and due <= now
-        release = should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
-        commit = StepCommit(
-            run_id=x.run.id,
-            owner=self.owner,
-            expected_version=x.version,
-            state=row.state,
-            snapshot=machine.persist(step.snapshot),
-            status=row.status,
-            release=release,
-            wake_at=row.wake_at,
-            attempt_count=row.attempt_count,
-            last_error=row.last_error,
-            error_traceback=step.traceback if row.status == "error" else None,
-            workflow_version=machine.fingerprint,
-            lease_until=now + self.lease_ms,
-            new_effects=step.new_effects,
-            effect_outcomes=step.outcomes,
-            consumed_inbox=step.consumed,
-            journal=step.journal if self.runtime.journal else (),
-            start_runs=[
-                *self._error_runs(x.run, x.status, row.status, row.state, row.last_error, now),
-                *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now, x.run.traceparent),
-            ],
-            stop_children=work.stops,
-            deliveries=work.deliveries,
-            unleased=x.unleased,
-            stop_calls=step.stopped_calls(x.snapshot, row.status),
-            call_lease=self._call_lease(step.new_effects),
-            search=search_changes(
-                self.runtime.search_fields.get(x.run.workflow_name, ()),
-                x.snapshot.context,
-                step.snapshot.context,
-            ),
-        )
-        return x, step, commit
+        if errors:
+            commit = replace(commit, start_runs=[*errors, *commit.start_runs])
+        return x, planned.step, commit
 
-    def _child_work(self, x: _Leased, step: _Step, status: str, failure: str | None) -> ChildWork:
-        """What this step of `x` does to its child runs and its parent (`persistence.children`):
-        the children it starts and stops, the events it sends them, and, when it ends a child
-        run, the event that tells the parent."""
-        stopping = status != ACTIVE or any(isinstance(e, StopChild) for e in step.logged)
-        existing = (
-            child_run_ids(x.machine, x.snapshot) if stopping and x.snapshot.children else set()
-        )
-        work = child_work(x.run.parent_run_id, step.logged, existing, status)
-        if x.status == ACTIVE:
-            ended = ended_delivery(
-                x.run.parent_run_id, x.run.parent_invoke_id, status, step.snapshot, failure
-            )
-            if ended is not None:
-                work.deliveries.append(ended)
-        return work
-
-    def _advance(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
+    def _advance(self, x: Leased, step: Step, commit: StepCommit, version: int) -> None:
         """`x` after its step committed at `version`: the effects it recorded are next."""
         x.snapshot, x.version, x.status, x.steps = (
             step.snapshot,
@@ -1111,69 +851,6 @@ class RunDriver:
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
             x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), time.monotonic()
-
-    def _apply(
-        self,
-        machine: Machine,
-        step: _Step,
-        executed: list[Executed],
-        inbox: list[InboxEvent],
-        now: int,
-    ) -> None:
-        """Outcomes and their events first, then due timers and inbox events in the order they
-        happened: a timer due before an event arrived fires first, an event that arrived
-        before a timer was due is applied first (as in memory), however late the step runs."""
-        step.outcomes = [x.outcome for x in executed]
-        failing = next((x for x in executed if x.fails_run), None)
-        if failing is not None:
-            step.status, step.error, step.poisoned, step.traceback = (
-                "error",
-                failing.fails_run,
-                failing.poisoned,
-                failing.traceback,
-            )
-            return
-        cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
-        if cancel is not None:  # the other queued events become dead letters (run cancelled)
-            step.consumed = [cancel.id]
-            self._cancel(machine, step, cancel)
-            return
-        for x in executed:
-            if x.event is not None and step.status is None:
-                step.apply(machine, x.event, now)
-        for item in inbox:  # events left when the run ends become dead letters (the store)
-            self._fire_timers(machine, step, min(item.created_at, now), now)
-            if step.status is not None or step.snapshot.status != "active":
-                break
-            step.consumed.append(item.id)
-            # (an event sent from rest has no inbox row yet: id 0, journaled without one)
-            step.apply(machine, item.event, now, inbox_id=item.id or None)
-        self._fire_timers(machine, step, now, now)
-
-    @staticmethod
-    def _fire_timers(machine: Machine, step: _Step, until: int, now: int) -> None:
-        """Fire the step's timers due at or before `until`, in due order (at `now`)."""
-        while step.status is None and step.snapshot.status == "active":
-            timer = min(
-                (t for t in step.snapshot.timers if t.due_at <= until),
-                key=lambda t: t.due_at,
-                default=None,
-            )
-            if timer is None:
-                return
-            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
-
-    def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
-        before = state_text(step.snapshot)
-        if step.snapshot.status == "active":
-            step.snapshot, effects = machine.stop(step.snapshot)
-            step.logged.extend(effects)
-        step.status = "cancelled"
-        reason = request.event.get("reason")
-        step.error = str(reason) if reason is not None else None
-        step.journal.append(
-            JournalEntry(request.event, before, state_text(step.snapshot), request.id)
-        )
 
     def _error_runs(
         self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int

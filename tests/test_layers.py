@@ -71,7 +71,6 @@ ALLOWANCES: Mapping[tuple[str, str], str] = {
     ("persistence.ingress", "persistence.ui.api"): f"the UI's RunSummary; {_SPLIT}",
     ("persistence.ingress", "persistence.ui.app"): f"the UI's document_token; {_SPLIT}",
     ("persistence.ingress", "persistence.ui.security"): f"the UI's has_token; {_SPLIT}",
-    ("persistence.driver", "persistence.runtime"): f"runtime <-> driver; {_SPLIT}",
     ("persistence.ui.cli", "persistence.cli"): f"cli <-> ui/cli; {_SPLIT}",
     (
         "benchmarks.durable_runtime",

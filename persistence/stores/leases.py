@@ -15,6 +15,7 @@ from persistence.stores.records import (
 from persistence.stores.rules import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
+    FREE,
 )
 from persistence.stores.steps import SQLSteps
 
@@ -97,7 +98,7 @@ class SQLLeases(SQLSteps):
         from one run. A dialect that reads the runs' pending work in the same round trip
         returns it when asked (`with_work`); here it is read after the claim."""
         version_sql, version_params = _version_filter(pairs)
-        free = "(lease_owner IS NULL OR lease_expires_at <= ?)"
+        free = FREE.format(r="", now="?")
         due = CLAIMABLE.format(now="?", free=free)
         asked = CLAIMABLE_BY_EVENT.format(free=free)
         ts = self._t(now)

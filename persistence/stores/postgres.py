@@ -30,6 +30,7 @@ from persistence.stores.errors import (
     ConflictError,
     RunNotFoundError,
 )
+from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.poolers import Pooling
 from persistence.stores.postgres_connections import (
     IDLE,
@@ -614,21 +615,27 @@ class PostgresStore(SQLStore):
         run_id: str,
         event: Mapping[str, Any],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         *,
         traceparent: str | None = None,
         cancelled: list[str] | None = None,
         rest: RunRecord | None = None,
         finish: CallFinish | None = None,
-    ) -> tuple[int, int | None]:
+    ) -> Sent[PlanT]:
         """`SQLStore.send_and_step`; with `rest`, first the step from rest in one round trip
         (`_step_from_rest`), and only if it was not written the locked read and the step."""
         if rest is not None and uuid_text(rest.id) == uuid_text(run_id):
-            written = self._step_from_rest(rest, event, now, step, traceparent, finish)
+            written = self._step_from_rest(rest, event, now, planner, traceparent, finish)
             if written is not None:
                 return written
         return super().send_and_step(
-            run_id, event, now, step, traceparent=traceparent, cancelled=cancelled, finish=finish
+            run_id,
+            event,
+            now,
+            planner,
+            traceparent=traceparent,
+            cancelled=cancelled,
+            finish=finish,
         )
 
     @retried
@@ -636,10 +643,10 @@ class PostgresStore(SQLStore):
         self,
         ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         cancelled: list[str] | None = None,
         rests: Mapping[str, RunRecord] | None = None,
-    ) -> list[tuple[int, int | None]]:
+    ) -> list[Sent[PlanT]]:
         """`SQLStore.finish_calls`; first every end whose run is in `rests` as its step from
         rest (`_steps_from_rest`), all of them pipelined in one transaction: one round trip
         and one commit for the burst; the ends whose steps were not written (the run moved
@@ -650,9 +657,9 @@ class PostgresStore(SQLStore):
             for i, (finish, run_id, event) in enumerate(ends)
             if run_id in known and uuid_text(known[run_id].id) == uuid_text(run_id)
         ]
-        written = self._steps_from_rest(tried, now, step)
+        written = self._steps_from_rest(tried, now, planner)
         left = [end for i, end in enumerate(ends) if i not in written]
-        others = iter(super().finish_calls(left, now, step, cancelled) if left else [])
+        others = iter(super().finish_calls(left, now, planner, cancelled) if left else [])
         return [written[i] if i in written else next(others) for i in range(len(ends))]
 
     def _step_from_rest(
@@ -660,23 +667,20 @@ class PostgresStore(SQLStore):
         rest: RunRecord,
         event: Mapping[str, Any],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         traceparent: str | None,
         finish: CallFinish | None = None,
-    ) -> tuple[int, int] | None:
-        """The sent event's step computed from `rest`, written only if the run is still at
-        rest at that version (`_FROM_REST_RUN`), in one round trip (`_steps_from_rest`). The
-        inbox id and new version; None when the step was not written (nothing was) or not
-        tried."""
-        return self._steps_from_rest([(0, rest, event, traceparent, finish)], now, step).get(0)
+    ) -> Sent[PlanT] | None:
+        """The sent event's step planned from `rest`, written only if the run is still at
+        rest at that version (`_FROM_REST_RUN`), in one round trip (`_steps_from_rest`); None
+        when the step was not written (nothing was) or not tried."""
+        from_rest = (0, rest, event, traceparent, finish)
+        return self._steps_from_rest([from_rest], now, planner).get(0)
 
     def _steps_from_rest(
-        self,
-        sends: Sequence[_FromRest],
-        now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
-    ) -> dict[int, tuple[int, int]]:
-        """Each sent event's step computed from its run's `rest`, written only if the run is
+        self, sends: Sequence[_FromRest], now: int, planner: StepPlanner[PlanT]
+    ) -> dict[int, Sent[PlanT]]:
+        """Each sent event's step planned from its run's `rest`, written only if the run is
         still at rest at that version (`_FROM_REST_RUN`), all in one round trip: BEGIN, per
         run the row lock and the step's statement (in one lock order), and COMMIT pipelined.
         The row is locked by a statement of its own, so that the step's statement takes its
@@ -684,35 +688,40 @@ class PostgresStore(SQLStore):
         it queued (in one statement, a row another transaction only locked is not re-checked
         once it is let go). Not tried: no step, or one with child runs or deliveries (those
         are written by statements that need the run's write to have matched). The written
-        ones by their index: (inbox id, new version)."""
-        planned: list[tuple[int, str, dict[str, Any]]] = []
+        ones by their index."""
+        planned: list[tuple[int, PlanT, str, dict[str, Any]]] = []
         for i, rest, event, traceparent, finish in sends:
             sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
-            commit = step(rest, PendingWork([], [sent]))
+            plan = planner.plan(rest, PendingWork([], [sent]))
+            commit = None if plan is None else plan.commit
             if (
-                commit is None
+                plan is None
+                or commit is None
                 or not (commit.unleased and commit.release)
                 or commit.effect_outcomes
                 or has_extras(commit)
             ):
                 continue
             check_status(commit.status)
-            planned.append((i, *from_rest_statement(commit, rest, now, self._ring, finish)))
+            statement = from_rest_statement(commit, rest, now, self._ring, finish)
+            planned.append((i, plan, *statement))
         if not planned:
             return {}
-        planned.sort(key=lambda p: str(p[2]["id"]))  # (one lock order for every burst)
+        planned.sort(key=lambda p: str(p[3]["id"]))  # (one lock order for every burst)
         with self._pipelined_write() as conn:
             sent_all = []
-            for i, sql, params in planned:
+            for i, plan, sql, params in planned:
                 execute(conn, LOCK_RUN, (params["id"],))
-                sent_all.append((i, params, conn.execute(encoded(sql), params)))
-        written: dict[int, tuple[int, int]] = {}
-        for i, _, cursor in sent_all:
+                sent_all.append((i, plan, params, conn.execute(encoded(sql), params)))
+        written: dict[int, Sent[PlanT]] = {}
+        due = False
+        for i, plan, params, cursor in sent_all:
             rows = cursor.fetchall()
             if rows:
                 _, version, inbox_id = rows[0][:3]
-                written[i] = (int(inbox_id), int(version))
-        if any(params["due"] for i, params, _ in sent_all if i in written):
+                written[i] = Sent(int(inbox_id), int(version), plan)
+                due = due or bool(params["due"])
+        if due:
             self.wakeup().notify()
         return written
 

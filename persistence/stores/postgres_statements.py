@@ -26,8 +26,11 @@ from persistence.stores.records import (
 from persistence.stores.rules import (
     CLAIMABLE,
     CLAIMABLE_BY_EVENT,
+    FREE,
+    HELD_FENCE,
     STOPPED_BY_END,
     STOPPED_BY_EXIT,
+    UNLEASED_FENCE,
     completion_times,
     ended_reason,
     idempotency_key,
@@ -228,7 +231,7 @@ def lease_sql(filtered: bool, order: str) -> str:
         if filtered
         else ""
     )
-    free = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
+    free = FREE.format(r="", now="%(now)s")
     due = CLAIMABLE.format(now="%(now)s", free=free)
     asked = CLAIMABLE_BY_EVENT.format(free=free)
     return (
@@ -350,9 +353,9 @@ WITH b AS (
                        ELSE coalesce({_ts("b.lease")}, r.wake_at) END
     FROM b
     WHERE r.id = ANY(%(ids)s::uuid[])  -- the planner sees the batch size: index, never seq scan
-      AND r.id = b.id AND r.version = b.expected
-      AND CASE WHEN b.unleased THEN r.lease_owner IS NULL AND r.status = 'active'
-               ELSE r.lease_owner = b.owner END
+      AND r.id = b.id
+      AND CASE WHEN b.unleased THEN {UNLEASED_FENCE.format(r="r.", expected="b.expected")}
+               ELSE {HELD_FENCE.format(r="r.", expected="b.expected", owner="b.owner")} END
       AND (cardinality(b.outcome_keys) = 0
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
@@ -378,8 +381,8 @@ WITH run AS ("""
     + _ONE_RUN_SET
     + f"""
         wake_at = {_at("wake")}
-    WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND r.lease_owner IS NULL
-      AND r.status = 'active' AND r.snapshot = coalesce(%(was)s, r.snapshot)
+    WHERE r.id = %(id)s AND {UNLEASED_FENCE.format(r="r.", expected="%(expected)s::bigint")}
+      AND r.snapshot = coalesce(%(was)s, r.snapshot)
       AND r.workflow_version = %(was_version)s
       AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM workflow_effects e
@@ -583,8 +586,8 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
             + f"lease_expires_at = coalesce({_at('lease')}, r.lease_expires_at), "
             f"wake_at = coalesce({_at('lease')}, r.wake_at)"
         )
-    holder = (
-        "r.lease_owner IS NULL AND r.status = 'active'" if unleased else "r.lease_owner = %(owner)s"
+    fence = (UNLEASED_FENCE if unleased else HELD_FENCE).format(
+        r="r.", expected="%(expected)s::bigint", owner="%(owner)s"
     )
     pending = (
         "\n      AND (SELECT count(*) FROM workflow_effects e WHERE e.run_id = r.id"
@@ -595,7 +598,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     )
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
-    WHERE r.id = %(id)s AND r.version = %(expected)s::bigint AND {holder}{pending}
+    WHERE r.id = %(id)s AND {fence}{pending}
     RETURNING r.id, r.version, r.snapshot, {TOLD}
 )"""
 

@@ -8,13 +8,14 @@ event queued and stepped in one commit (`send_and_step`, `finish_calls`).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple
 
 from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.conflicts import retried
 from persistence.stores.dialect import INBOX_NAMES
 from persistence.stores.errors import ConflictError, RunFinishedError, RunNotFoundError
 from persistence.stores.inbox import _QUEUE_EVENT
+from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.records import (
     ACTIVE,
     CallFinish,
@@ -23,8 +24,10 @@ from persistence.stores.records import (
     StepCommit,
 )
 from persistence.stores.rules import (
+    HELD_FENCE,
     STOPPED_BY_END,
     STOPPED_BY_EXIT,
+    UNLEASED_FENCE,
     check_distinct_runs,
     check_status,
     completion_times,
@@ -41,13 +44,13 @@ JOURNAL_INSERT = (
 last with the snapshot after the step (the run lifecycle's fork and reset)."""
 
 
-class _Sent(NamedTuple):
-    """A sent event queued in an open transaction (`SQLRuns._send_in`), for `_sent`."""
+class _Queued(NamedTuple, Generic[PlanT]):
+    """A sent event queued in an open transaction (`SQLSteps._send_in`), for `_sent`."""
 
     inbox_id: int
     rid: str
+    plan: PlanT | None  # the step planned with it, written by the transaction
     written: Callable[[], int | None] | None  # the step's new version, once committed
-    stepped: bool
     due: bool
 
 
@@ -129,11 +132,11 @@ class SQLSteps(SQLRuns):
             if commit.error_traceback is not None
             else ("", ())
         )
-        holder_params: tuple[Any, ...] = ()
-        if commit.unleased:  # nobody may hold it (nor may it have ended meanwhile)
-            holder = "lease_owner IS NULL AND status = 'active'"
-        else:
-            holder, holder_params = "lease_owner = ?", (commit.owner,)
+        fence, fence_params = (
+            (UNLEASED_FENCE, (commit.expected_version,))
+            if commit.unleased  # nobody may hold it (nor may it have ended meanwhile)
+            else (HELD_FENCE, (commit.expected_version, commit.owner))
+        )
         cursor = self._exec(
             conn,
             "UPDATE workflow_runs SET state = ?, snapshot = ?, status = ?, "
@@ -141,7 +144,7 @@ class SQLSteps(SQLRuns):
             f"{traceback_sql} workflow_version = coalesce(?, workflow_version),"
             " updated_at = ?, completed_at = coalesce(completed_at, ?), "
             f"failed_at = coalesce(failed_at, ?), version = ?{lease_sql} "
-            f"WHERE id = ? AND version = ? AND {holder}",
+            f"WHERE id = ? AND {fence.format(r='', expected='?', owner='?')}",
             (
                 commit.state,
                 self._seal(commit.snapshot, rid, Column.SNAPSHOT),
@@ -156,8 +159,7 @@ class SQLSteps(SQLRuns):
                 new_version,
                 *lease_params,
                 rid,
-                commit.expected_version,
-                *holder_params,
+                *fence_params,
             ),
         )
         if cursor.rowcount != 1:
@@ -294,25 +296,26 @@ class SQLSteps(SQLRuns):
         run_id: str,
         event: Mapping[str, Any],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         *,
         traceparent: str | None = None,
         cancelled: list[str] | None = None,
         rest: RunRecord | None = None,
         finish: CallFinish | None = None,
-    ) -> tuple[int, int | None]:
+    ) -> Sent[PlanT]:
         """`send_event`, and the step that applies the event in the same transaction when
-        `step` (handed the run, locked, with its pending work, the event last in its inbox)
-        returns one: written as `commit_steps` writes it, so the event is queued and consumed
+        `planner` (handed the run, locked, with its pending work, the event last in its inbox)
+        plans one: written as `commit_steps` writes it, so the event is queued and consumed
         in one commit; else it stays queued and a worker is woken for it. Returns the inbox
-        id and the run's new version (None: queued). `cancelled` as in `commit_steps`. `rest`
-        is not used here (SQLite's reads are in-process; PostgreSQL's dialect steps from it).
-        With `finish`, the event is that call's result: the call's end is recorded first, and
-        only if its holder still holds it is the event queued (else (0, None): dropped)."""
+        id, the run's new version (None: queued) and the plan written. `cancelled` as in
+        `commit_steps`. `rest` is not used here (SQLite's reads are in-process; PostgreSQL's
+        dialect steps from it). With `finish`, the event is that call's result: the call's end
+        is recorded first, and only if its holder still holds it is the event queued (else
+        `Sent(0)`: dropped)."""
         del rest
         ended = list[str]()
         with self._pipelined_write() as conn:
-            sent = self._send_in(conn, run_id, event, now, step, traceparent, finish, ended)
+            sent = self._send_in(conn, run_id, event, now, planner, traceparent, finish, ended)
         if cancelled is not None:
             cancelled.extend(ended)
         return self._sent(sent)
@@ -322,17 +325,17 @@ class SQLSteps(SQLRuns):
         self,
         ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         cancelled: list[str] | None = None,
         rests: Mapping[str, RunRecord] | None = None,
-    ) -> list[tuple[int, int | None]]:
+    ) -> list[Sent[PlanT]]:
         """`send_and_step` with its `finish` for each (call end, run id, result event), all in
         one transaction (`Calls.finish_calls`); `rests` as `send_and_step`'s `rest`."""
         del rests
         ended, sent = list[str](), []
         with self._pipelined_write() as conn:
             for finish, run_id, event in ends:
-                sent.append(self._send_in(conn, run_id, event, now, step, None, finish, ended))
+                sent.append(self._send_in(conn, run_id, event, now, planner, None, finish, ended))
         if cancelled is not None:
             cancelled.extend(ended)
         return [self._sent(one) for one in sent]
@@ -343,11 +346,11 @@ class SQLSteps(SQLRuns):
         run_id: str,
         event: Mapping[str, Any],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         traceparent: str | None,
         finish: CallFinish | None,
         ended: list[str],
-    ) -> _Sent | None:
+    ) -> _Queued[PlanT] | None:
         """`send_and_step`'s work in the open transaction; None when `finish` was dropped."""
         rid = self._id(run_id)
         locked = self._exec(
@@ -372,7 +375,8 @@ class SQLSteps(SQLRuns):
             raise RunFinishedError(f"run {run_id} has ended ({self._run(rows[0]).status})")
         run = self._run(rows[0])
         work = self._work_of({rid: run.id}, [r.fetchall() for r in reads])[run.id]
-        commit = step(run, work)
+        plan = planner.plan(run, work)
+        commit = None if plan is None else plan.commit
         if commit is not None:
             check_status(commit.status)
         written = None if commit is None else self._commit_later_in(conn, commit, now, ended)
@@ -383,21 +387,21 @@ class SQLSteps(SQLRuns):
         )
         if commit is None or due:
             self._notify_in(conn, None if due else rid)
-        return _Sent(int(inserted[0][0]), rid, written, commit is not None, due)
+        return _Queued(int(inserted[0][0]), rid, plan, written, due)
 
-    def _sent(self, sent: _Sent | None) -> tuple[int, int | None]:
-        """After `_send_in`'s transaction: the inbox id and new version, workers woken."""
+    def _sent(self, sent: _Queued[PlanT] | None) -> Sent[PlanT]:
+        """After `_send_in`'s transaction: what the send did, workers woken."""
         if sent is None:
-            return 0, None
+            return Sent(0)
         version = None if sent.written is None else sent.written()
-        if sent.stepped and version is None:  # (under the row lock it is always written)
+        if sent.plan is not None and version is None:  # (under the row lock it is written)
             with self._statement_write() as conn:
                 self._notify_in(conn, sent.rid)
         if version is None:
             self.wakeup().notify(sent.rid)
         elif sent.due:
             self.wakeup().notify()
-        return sent.inbox_id, version
+        return Sent(sent.inbox_id, version, sent.plan if version is not None else None)
 
 
 def _lease_update(commit: StepCommit, t: Any) -> tuple[str, tuple[Any, ...]]:
