@@ -14,28 +14,25 @@ runs it steps.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from persistence.capacity import LimitKeyError, Place
+from persistence.capacity import Place
 from persistence.columns import state_text
+from persistence.effect_rounds import EffectRounds
+from persistence.failures import Failures
 from persistence.host import Host
-from persistence.outbox import Executed, Executor, log_effects, traceback_text
+from persistence.outbox import Executed, log_effects, traceback_text
 from persistence.planning import CallTaker, Leased, Plan, Planner, SendPlanner, Step, Unchanged
 from persistence.stores import (
     ACTIVE,
     CallFinish,
     CallRecord,
     ConflictError,
-    EffectOutcome,
     Grant,
-    Handover,
     NewEffect,
-    NewRun,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
@@ -46,30 +43,16 @@ from persistence.stores import (
 from persistence.stores.errors import StoreEncodingError
 from persistence.stores.planners import LEAVE_QUEUED
 from persistence.stores.rules import (
-    TRANSIENT_PREFIX,
-    ended_reason,
     idempotency_key,
     is_call,
 )
-from persistence.telemetry import RunEvent, events
+from persistence.telemetry import events
 from statecharts import Snapshot
-from statecharts.frozen import storable_text
-from statecharts.retrying import WAITING, waits_to_retry
 
 log = logging.getLogger("statecharts.runs")
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
-
-HANDOVER_S = 1.0
-"""How long a worker's drive takes the runs its freed slots are handed to (leased to it by the
-release, stepped at once) before it lets its next freed slot be reserved and woken instead and
-goes back to claiming: a long queue does not keep a thread from the other due runs."""
-
-
-def _waits_to_retry(state: str) -> set[str]:
-    """The retried call sites waiting for their next attempt among the active leaves."""
-    return waits_to_retry(state.split(","))
 
 
 class RunDriver:
@@ -97,18 +80,14 @@ class RunDriver:
         self.lease_ms = lease_ms
         self.max_steps = max_steps
         self.parallel = parallel
-        self.executor = Executor(
-            runtime.listeners, runtime.breaker, runtime.clock.now, runtime.dry_run
-        )
         self.telemetry = runtime.telemetry
+        self.failures = Failures(runtime, owner)
+        """Fails and releases runs that cannot go on, and reports what happened to them."""
+        self.effects = EffectRounds(runtime, owner, lease_ms, parallel, holds, self.failures)
+        """Executes a round's effects under their limits' places, with hand-overs."""
         self.planner = Planner(runtime, owner, lease_ms, max_steps, calls)
         """Plans every step this driver takes (`persistence.planning`)."""
         self._send_planner = SendPlanner(self.planner)
-        self._pool: ThreadPoolExecutor | None = None
-        self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
-        self._handed_lock = threading.Lock()
-        self._handover_until = 0.0
-        self._should_stop: Callable[[], bool] = lambda: False
         self._left_to_claim = False  # an unleased run of this drive was left to a claim
         self.last_step: tuple[str, str, Snapshot] | None = None
         """(run id, status, snapshot) of the last step this driver committed."""
@@ -122,51 +101,7 @@ class RunDriver:
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-    def _execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception | Grant]:
-        """Every run's pending effects, in order within each run; the runs of a round at once
-        (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
-        busy = sum(1 for x in leased if x.pending)
-        if busy < 2 or self.parallel < 2:
-            return [self._execute(x) for x in leased]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
-        return list(self._pool.map(self._execute, leased))
-
-    def _execute(self, x: Leased) -> list[Executed] | Exception | Grant:
-        """`x`'s pending effects in order, up to the first transient failure (the rest wait
-        for the retry); an unexpected exception is returned, to fail this run only. Limited
-        calls first take their places (persistence/capacity.py), given back whatever happens;
-        a refusal is returned (the store released the run, which waits for capacity)."""
-        done: list[Executed] = []
-        load, now = self.runtime.load, self.runtime.clock.now()
-        try:
-            places = load.places(x.machine, x.snapshot.context, x.pending)
-            handed, x.handed = x.handed, frozenset()
-            asking = [p for p in places if p not in handed]
-            if asking:
-                grant = load.enter(x.run, self.owner, asking, now, self.lease_ms)
-                if not grant.granted:  # (released to wait: the slots it was handed go back)
-                    load.leave([p for p in places if p in handed], now, self.lease_ms)
-                    return grant
-            try:
-                for key, kind, payload in x.pending:
-                    with self.telemetry.effect(x.run, kind, payload, key) as outcome:
-                        done.append(self.executor.execute(x.machine, kind, payload, key))
-                        outcome(done[-1].outcome.status, done[-1].outcome.error)
-                    if done[-1].transient is not None:
-                        break
-            finally:
-                if places:
-                    now = self.runtime.clock.now()
-                    self._handed_over(load.leave(places, now, self.lease_ms, self._taker()))
-                    load.pause_after(places, done, now)
-        except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
-            return exc
-        return done
+        self.effects.close()
 
     def drive(
         self,
@@ -182,17 +117,15 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
         claim read it (`RunStore.claim_work`); read here when not given."""
-        self._should_stop = should_stop
-        self._handover_until = time.monotonic() + HANDOVER_S if self.holds else 0.0
+        self.effects.take_hand_overs(should_stop)
         leased, steps = self._take(runs, work)
         taken = [x.run for x in leased]
         try:
             return steps + self._rounds(leased, should_stop, taken)
         finally:  # a limited workflow's runs give their places back (their leases ended)
-            self._handover_until = 0.0
-            self._leave_workflows(taken)
-            with self._handed_lock:
-                left, self._handed = self._handed, []
+            self.effects.stop_hand_overs()
+            self.effects.leave_workflows(taken)
+            left = self.effects.take_handed()
             if self.holds is not None:  # (an outage: what was handed over is not driven)
                 self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
 
@@ -359,7 +292,7 @@ class RunDriver:
                     x.run, state_text(x.snapshot), x.steps == 0, len(this_round), x.attempt, x.inbox
                 )
             try:
-                executed = self._execute_round(this_round)
+                executed = self.effects.execute_round(this_round)
                 staged = []
                 for x, done in zip(this_round, executed, strict=True):
                     found = self._stage_safely(x, done, should_stop)
@@ -412,31 +345,17 @@ class RunDriver:
         self.committed += 1
         self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(), sent=sent)
         log_effects(step.logged, x.run.id)
-        self._report_step(x, step, commit)
+        self.failures.report_step(x, step, commit)
+        if commit.attempt_count is not None:
+            x.attempt = commit.attempt_count
         if commit.status != ACTIVE:
-            self._report_dead_letters(x, commit)
+            self.failures.report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
-
-    def _taker(self) -> str | None:
-        """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
-        if time.monotonic() < self._handover_until and not self._should_stop():
-            return self.owner
-        return None
-
-    def _handed_over(self, handed: list[tuple[str, Handover]]) -> None:
-        """Runs a release handed to this driver (leased to it): stepped from the next round,
-        their leases kept by the heartbeat from now."""
-        if handed:
-            with self._handed_lock:
-                self._handed += handed
-            if self.holds is not None:
-                self.holds({h.run.id for _, h in handed}, True)
 
     def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[Leased], int]:
         """The runs handed over during the last round, restored as claimed runs are, each
         knowing the slot it holds (its call asks for no other place of that limit)."""
-        with self._handed_lock:
-            handed, self._handed = self._handed, []
+        handed = self.effects.take_handed()
         if not handed:
             return [], 0
         runs = [h.run for _, h in handed]
@@ -454,47 +373,18 @@ class RunDriver:
                 self.holds(dropped, False)
         return leased, failed
 
-    def _waiting(self, run: RunRecord, grant: Grant) -> None:
-        """A run released to wait for a limit (the store wrote why on its row)."""
-        log.debug(
-            "run %s (%s): %s, looks again at %s",
-            run.id,
-            run.workflow_name,
-            grant.reason,
-            grant.retry_at,
-        )
-        self.telemetry.waiting(run, grant.reason or "")
-        if self.holds is not None:
-            self.holds({run.id}, False)
-
-    def _enter_workflow(self, run: RunRecord, now: int) -> bool:
-        """Whether a claimed run may be stepped: a limited workflow's run takes a place
-        (else it was released to wait)."""
-        if run.terminal:
-            return True
-        try:
-            place = self.runtime.load.workflow_place(run)
-        except LimitKeyError as exc:  # never stepped without its place: failed, saying why
-            self._fail_unreadable(run, str(exc), now)
-            return False
-        if place is None:
-            return True
-        grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
-        if not grant.granted:
-            self._waiting(run, grant)
-        return grant.granted
-
-    def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = []
-        for run in runs:
-            try:
-                place = self.runtime.load.workflow_place(run)
-            except LimitKeyError:  # (an ended run without its key: it took no place)
-                continue
-            if place is not None:
-                places.append(place)
-        if places:
-            self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
+    def _lost(self, x: Leased) -> None:
+        """`x`'s step was not written: its version or lease moved."""
+        if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
+            self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
+            log.debug(
+                "run %s: stepped or claimed by another worker before this unleased "
+                "step of version %d committed; nothing written",
+                x.run.id,
+                x.version,
+            )
+            return
+        self.failures.lease_lost(x)
 
     def _stage_safely(
         self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
@@ -503,7 +393,7 @@ class RunDriver:
         exception fails the run (never the thread, never its batch-mates); a run waiting for
         capacity was released by the store and is dropped."""
         if isinstance(done, Grant):
-            self._waiting(x.run, done)
+            self.effects.waiting(x.run, done)
             return None
         if isinstance(done, StoreUnavailableError):  # (taking a limit's place): an outage,
             raise done  # not this run's fault: the drive backs off, the lease runs out
@@ -511,7 +401,7 @@ class RunDriver:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
         if isinstance(done, Exception):
-            self._fail(
+            self.failures.fail(
                 x,
                 f"executing its effects raised {type(done).__name__}: {done}",
                 [],
@@ -520,7 +410,7 @@ class RunDriver:
             return None
         transient = next((d for d in done if d.transient is not None), None)
         if transient is not None:
-            self._back_off(x, transient)
+            self.failures.back_off(x, transient)
             return None
         try:
             return self._stage(x, done, should_stop)
@@ -530,7 +420,7 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(
+            self.failures.fail(
                 x,
                 f"stepping raised {type(exc).__name__}: {exc}",
                 done,
@@ -574,7 +464,7 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(
+            self.failures.fail(
                 x,
                 f"the store refused its step: {exc}",
                 None,
@@ -587,182 +477,6 @@ class RunDriver:
             self._lost(x)
         return version
 
-    def _report(
-        self,
-        kind: str,
-        run: RunRecord,
-        state: str,
-        message: str,
-        level: int = logging.WARNING,
-        **fields: Any,
-    ) -> None:
-        """Report an operator event about `run` (its log line, metric and span event)."""
-        self.telemetry.report(
-            RunEvent(
-                kind,
-                run.id,
-                run.workflow_name,
-                run.key,
-                state,
-                message,
-                level,
-                run.traceparent,
-                fields,
-            )
-        )
-
-    def _failed(self, run: RunRecord, state: str, reason: str, poisoned: str | None) -> None:
-        """The one WARNING line per failed run (after the refused value's, if that was why)."""
-        if poisoned is not None:
-            self._report(
-                events.POISONED_VALUE,
-                run,
-                state,
-                f"run {run.id} ({run.workflow_name}, "
-                f"key {run.key}, state {state}): value refused: {poisoned}",
-                reason=poisoned,
-            )
-        self._report(
-            events.RUN_FAILED,
-            run,
-            state,
-            f"run {run.id} failed (workflow "
-            f"{run.workflow_name}, key {run.key}, state {state}): {reason}",
-            reason=reason,
-        )
-
-    def _lost(self, x: Leased) -> None:
-        if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
-            self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
-            log.debug(
-                "run %s: stepped or claimed by another worker before this unleased "
-                "step of version %d committed; nothing written",
-                x.run.id,
-                x.version,
-            )
-            return
-        self._report(
-            events.LEASE_LOST,
-            x.run,
-            state_text(x.snapshot),
-            f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
-            f"{x.version} under {self.owner}); another worker has it",
-            owner=self.owner,
-        )
-
-    def _fail(
-        self,
-        x: Leased,
-        reason: str,
-        executed: list[Executed] | None,
-        outcomes: Sequence[EffectOutcome] = (),
-        poisoned: str | None = None,
-        attempt_count: int | None = None,
-        error_traceback: str | None = None,
-    ) -> None:
-        """End `x` as `error` with `reason` without writing a new snapshot: the effects it
-        executed are recorded `failed` (never run again by a worker; a `resume` runs them
-        again, as the step they fed was lost; results dropped, they may be what the store
-        refused), its queued events become dead letters, its error workflow starts."""
-        reason = storable_text(reason)
-        done = list(outcomes) or [e.outcome for e in executed or ()]
-        recorded = [
-            EffectOutcome(o.idempotency_key, "failed", None, storable_text(o.error or reason))
-            for o in done
-        ]
-        now = self.runtime.clock.now()
-        state = state_text(x.snapshot)
-        starts = self._error_runs(x.run, x.status, "error", state, reason, now)
-        cancelled: list[str] = []
-        if self.runtime.store.fail_run(
-            x.run.id,
-            self.owner,
-            reason,
-            now,
-            outcomes=recorded,
-            start_runs=starts,
-            attempt_count=attempt_count,
-            cancelled=cancelled,
-            error_traceback=error_traceback,
-        ):
-            self._failed(x.run, state, reason, poisoned)
-            self.telemetry.runs_cancelled(cancelled)
-
-    def _back_off(self, x: Leased, transient: Executed) -> None:
-        """A transient failure: nothing of the step is committed; the run is released, due
-        again after the backoff, with the attempt and error on its row (or failed once the
-        attempts are used up)."""
-        policy, now = self.runtime.transient, self.runtime.clock.now()
-        attempt = policy.attempt_after(x.run) if x.steps == 0 else 1
-        error = storable_text(transient.transient or "error")
-        if attempt >= policy.max_attempts:
-            self._fail(
-                x,
-                f"{TRANSIENT_PREFIX} persisted after {attempt} attempts: {error}",
-                [],
-                attempt_count=attempt,
-            )
-            return
-        wait = policy.wait_ms(attempt)
-        text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"
-        if self.runtime.store.release(
-            x.run.id, self.owner, now + wait, attempt_count=attempt, last_error=text
-        ):
-            state = state_text(x.snapshot)
-            self._report(
-                events.RETRY_SCHEDULED,
-                x.run,
-                state,
-                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                f"{state}): {text}; step rolled back, retry in {wait} ms",
-                logging.INFO,
-                attempt=attempt,
-                error=error,
-                transient=True,
-                wait_ms=wait,
-            )
-
-    def _report_dead_letters(self, x: Leased, commit: StepCommit) -> None:
-        """The events this driver read but did not apply because the run ended: the store made
-        them dead letters with the step."""
-        for item in x.inbox:
-            if item.id not in commit.consumed_inbox:
-                event_type, reason = item.event.get("type"), ended_reason(commit.status)
-                self._report(
-                    events.DEAD_LETTER,
-                    x.run,
-                    commit.state,
-                    f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                    f"{commit.state}): event {event_type!r} dead-lettered: {reason}",
-                    event_type=event_type,
-                    reason=reason,
-                )
-
-    def _report_step(self, x: Leased, step: Step, commit: StepCommit) -> None:
-        """Operator log lines for what this committed step did: a failure, a retry."""
-        if commit.status == "error" and x.status == ACTIVE:
-            self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
-        elif (
-            commit.status == ACTIVE
-            and WAITING in commit.state
-            and _waits_to_retry(commit.state) - _waits_to_retry(state_text(x.snapshot))
-        ):
-            # (a retried call's attempt failed: it waits for the next one)
-            self._report(
-                events.RETRY_SCHEDULED,
-                x.run,
-                commit.state,
-                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                f"{commit.state}): attempt {commit.attempt_count} failed "
-                f"({commit.last_error}); retry scheduled",
-                logging.INFO,
-                attempt=commit.attempt_count,
-                error=commit.last_error,
-                transient=False,
-            )
-        if commit.attempt_count is not None:
-            x.attempt = commit.attempt_count
-
     def _take(
         self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
     ) -> tuple[list[Leased], int]:
@@ -774,7 +488,7 @@ class RunDriver:
         leased, failed = [], 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:
-                self._report(
+                self.failures.report(
                     events.TAKEOVER,
                     run,
                     run.state,
@@ -786,7 +500,7 @@ class RunDriver:
                 )
             problem = run.problem or work[run.id].problem  # (a payload whose key is missing)
             if problem is not None:  # a row that does not parse: failed, never stepped
-                failed += self._fail_unreadable(run, problem, now)
+                failed += self.failures.fail_unreadable(run, problem, now)
                 continue
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
@@ -795,12 +509,14 @@ class RunDriver:
             try:
                 snapshot = machine.restore(run.snapshot)
             except Exception as exc:
-                failed += self._fail_unreadable(run, f"snapshot does not restore: {exc}", now)
+                failed += self.failures.fail_unreadable(
+                    run, f"snapshot does not restore: {exc}", now
+                )
                 continue
             if run.terminal and not work[run.id].effects:  # nothing left to do: never again
                 store.release(run.id, self.owner, None)
                 continue
-            if not self._enter_workflow(run, now):
+            if not self.effects.enter_workflow(run, now):
                 continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(
@@ -830,7 +546,7 @@ class RunDriver:
                 self.runtime.store.release(x.run.id, self.owner, planned.wake_at)
             return None
         commit = planned.commit
-        errors = self._error_runs(
+        errors = self.failures.error_runs(
             x.run, x.status, commit.status, commit.state, commit.last_error, planned.now
         )
         if errors:
@@ -851,28 +567,6 @@ class RunDriver:
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
             x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), time.monotonic()
-
-    def _error_runs(
-        self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int
-    ) -> list[tuple[NewRun, list[NewEffect]]]:
-        """The error workflow to start with the step that makes an active run fail."""
-        if status != "error" or before != "active":
-            return []
-        return self.runtime.error_run(run, state, error, now)
-
-    def _fail_unreadable(self, run: RunRecord, problem: str, now: int) -> int:
-        """Mark a run whose row does not parse or whose snapshot does not restore (`problem`)
-        as `error`, keeping the row as it is (never rewritten: it is the evidence)."""
-        reason = storable_text(problem)
-        starts = self._error_runs(run, run.status, "error", run.state, reason, now)
-        cancelled: list[str] = []
-        if not self.runtime.store.fail_run(
-            run.id, self.owner, reason, now, start_runs=starts, cancelled=cancelled
-        ):
-            return 0
-        self._failed(run, run.state, reason, None)
-        self.telemetry.runs_cancelled(cancelled)
-        return 1
 
 
 def leased_calls(
