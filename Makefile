@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(COMPAT_QUIET) $(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
-.PHONY: demo test bench diagrams lint soak n8n-faithful load
+.PHONY: demo test bench diagrams lint soak n8n-faithful load bench-million
 demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
@@ -57,6 +57,15 @@ soak: $(VENV)/.installed
 # which `make bench` puts into docs/performance.md. Needs PostgreSQL at $STATECHARTS_TEST_DSN.
 load: $(VENV)/.installed
 	$(PY) -m benchmarks.load $(ARGS)
+
+# Opt-in: 1,000,000 active runs in one PostgreSQL database (half on timers, 100,000 of them due
+# at one instant and drained by 4 worker processes): bytes per run, claim latency, the plans of
+# the store's statements (benchmarks/million.py; about 20 minutes, 2 GB of disk in a database
+# of its own, dropped after). Writes benchmarks/million_results.json and its section of
+# docs/performance.md. Needs PostgreSQL at $STATECHARTS_BENCH_DSN or $STATECHARTS_TEST_DSN.
+bench-million: $(VENV)/.installed
+	nice $(PY) -m benchmarks.million $(ARGS)
+	$(PY) -m benchmarks.run --section million
 
 # Opt-in: the n8n import against the n8n execution model over whole collections of exports
 # kept outside the repository: make n8n-faithful DIRS="path/to/n8n-workflows ..."

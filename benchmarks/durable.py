@@ -266,6 +266,22 @@ def reset_database(dsn: str, database: str) -> None:
         )
 
 
+@contextmanager
+def scratch_database(dsn: str, database: str) -> Iterator[str]:
+    """A new, empty ``database`` on the server of ``dsn`` (one left by an earlier run dropped
+    first); its URL, and it is dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    reset_database(dsn, database)
+    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    try:
+        yield with_database(dsn, database)
+    finally:
+        reset_database(dsn, database)
+
+
 def dbos(url: str, backend: str, clients: int, n: int, repeat: int) -> DurableRow:
     """DBOS's 3-step workflow in a subprocess; workflows/s per run."""
     argv = [

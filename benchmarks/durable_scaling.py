@@ -124,11 +124,11 @@ def capture_plans(dsn: str, n: int) -> tuple[list[str], str]:
     from persistence.runtime import Runtime
     from persistence.worker import Worker
 
-    log = _server_log()
+    log = server_log()
     if log is None:
         return [], "server log not readable here: plans not captured"
     offset = log.stat().st_size
-    _explain_in_database(dsn, on=True)
+    explain_in_database(dsn, DATABASE, on=True)
     try:
         store = open_store(dsn)
         try:
@@ -136,15 +136,13 @@ def capture_plans(dsn: str, n: int) -> tuple[list[str], str]:
         finally:
             store.close()
     finally:
-        _explain_in_database(dsn, on=False)
-    with log.open("rb") as fh:
-        fh.seek(offset)
-        text = fh.read().decode("utf-8", "replace")
-    return distinct_plans(text), ""
+        explain_in_database(dsn, DATABASE, on=False)
+    return distinct_plans(log_since(log, offset), DATABASE), ""
 
 
-def _explain_in_database(dsn: str, on: bool) -> None:
-    """Load auto_explain into new sessions of the bench database only (or stop doing so)."""
+def explain_in_database(dsn: str, database: str, on: bool) -> None:
+    """Load auto_explain into new sessions of `database` only (or stop doing so): every
+    statement's plan is logged, in JSON, to the server log."""
     import psycopg
 
     from benchmarks.durable import with_database
@@ -152,15 +150,23 @@ def _explain_in_database(dsn: str, on: bool) -> None:
     with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
         if on:
             conn.execute(
-                f"ALTER DATABASE {DATABASE} SET session_preload_libraries = 'auto_explain'"
+                f"ALTER DATABASE {database} SET session_preload_libraries = 'auto_explain'"
             )
-            conn.execute(f"ALTER DATABASE {DATABASE} SET auto_explain.log_min_duration = 0")
-            conn.execute(f"ALTER DATABASE {DATABASE} SET auto_explain.log_format = 'json'")
+            conn.execute(f"ALTER DATABASE {database} SET auto_explain.log_min_duration = 0")
+            conn.execute(f"ALTER DATABASE {database} SET auto_explain.log_format = 'json'")
         else:
-            conn.execute(f"ALTER DATABASE {DATABASE} RESET ALL")
+            conn.execute(f"ALTER DATABASE {database} RESET ALL")
 
 
-def _server_log() -> Path | None:
+def log_since(log: Path, offset: int) -> str:
+    """The server log's text from byte `offset` on."""
+    with log.open("rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode("utf-8", "replace")
+
+
+def server_log() -> Path | None:
+    """The cluster's stderr log, if this process may read it (None otherwise)."""
     logs = sorted(SERVER_LOG.glob("postgresql-*-main.log")) if SERVER_LOG.is_dir() else []
     for path in logs:
         if os.access(path, os.R_OK):
@@ -169,16 +175,30 @@ def _server_log() -> Path | None:
 
 
 _ENTRY = re.compile(r"^\S+ \S+ \S+ \[\d+\]", re.MULTILINE)  # "2026-11-30 00:31:02.123 UTC [pid]"
+_DURATION = re.compile(r"duration: ([\d.]+) ms")
 
 
-def distinct_plans(log_text: str) -> list[str]:
-    """auto_explain (JSON format) entries touching ``workflow_runs`` in a server log, rendered
-    as indented plan trees, one per distinct statement (literal values differ per execution)."""
-    starts = [m.start() for m in _ENTRY.finditer(log_text)] + [len(log_text)]
+def distinct_plans(log_text: str, database: str) -> list[str]:
+    """auto_explain (JSON format) entries of `database`'s sessions touching ``workflow_runs``
+    in a server log, rendered as indented plan trees, one per distinct statement (literal
+    values differ per execution)."""
     seen: dict[str, str] = {}
+    for query, plan, _ in logged_plans(log_text, database):
+        if query not in seen:
+            seen[query] = f"{query}\n\n" + render_plan(plan)
+    return list(seen.values())
+
+
+def logged_plans(log_text: str, database: str) -> list[tuple[str, dict[str, Any], float]]:
+    """Every auto_explain (JSON format) entry of `database`'s sessions touching
+    ``workflow_runs`` in a server log, in order: the statement (whitespace folded), its plan's
+    root node and how long the server took to run it (ms)."""
+    starts = [m.start() for m in _ENTRY.finditer(log_text)] + [len(log_text)]
+    found = []
     for begin, end in pairwise(starts):
         entry = log_text[begin:end]
-        if "plan:" not in entry or "workflow_runs" not in entry:
+        head = entry.split("\n", 1)[0]
+        if f"@{database} " not in head or "plan:" not in entry or "workflow_runs" not in entry:
             continue
         raw = "\n".join(line.removeprefix("\t") for line in entry.split("plan:", 1)[1].splitlines())
         try:
@@ -186,9 +206,14 @@ def distinct_plans(log_text: str) -> list[str]:
         except ValueError:
             continue
         query = re.sub(r"\s+", " ", str(explained.get("Query Text", ""))).strip()
-        if query not in seen:
-            seen[query] = f"{query}\n\n" + "\n".join(_plan_lines(explained.get("Plan", {}), 0))
-    return list(seen.values())
+        took = _DURATION.search(head)
+        found.append((query, explained.get("Plan", {}), float(took.group(1)) if took else 0.0))
+    return found
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    """A plan's root node as an indented tree, a line per node."""
+    return "\n".join(_plan_lines(plan, 0))
 
 
 _DETAILS = (

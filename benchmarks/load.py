@@ -146,40 +146,19 @@ def run_scenario(name: str, workflow: str, url: str, args: argparse.Namespace) -
     due_at = _insert(url, workflow, args.runs)
     result.insert_s = round(time.monotonic() - began, 1)
     logs = Path(tempfile.mkdtemp(prefix="load30-"))
-    ports = [_free_port() for _ in range(args.workers)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), LOG_ENV: str(logs)}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "persistence.cli",
-                "worker",
-                "--store",
-                url,
-                "--machines",
-                "benchmarks.load_workflow",
-                "--limits",
-                "benchmarks.load_workflow",
-                "--concurrency",
-                str(args.threads),
-                "--batch",
-                str(args.batch),
-                "--poll-ms",
-                "100",
-                "--log-level",
-                "WARNING",
-                "--metrics-port",
-                str(port),
-                "--metrics-refresh-s",
-                "3600",
-            ],
-            cwd=ROOT,
-            env=env,
-            stderr=(logs / f"worker-{port}.err").open("wb"),
-        )
-        for port in ports
+    options = [
+        "--machines",
+        "benchmarks.load_workflow",
+        "--limits",
+        "benchmarks.load_workflow",
+        "--concurrency",
+        str(args.threads),
+        "--batch",
+        str(args.batch),
+        "--poll-ms",
+        "100",
     ]
+    procs, ports = start_workers(url, options, args.workers, logs, {LOG_ENV: str(logs)})
     try:
         wait = due_at / 1000 - time.time()
         print(f"[load] {name}: workers started; due in {wait:.1f} s", file=sys.stderr, flush=True)
@@ -187,16 +166,10 @@ def run_scenario(name: str, workflow: str, url: str, args: argparse.Namespace) -
         db_cpu, stats = _db_cpu(), _table_stats(url)
         result.drain_s = _drain(url, logs, due_at, args.runs)
         result.db_cpu_s = round(_db_cpu() - db_cpu, 1)
-        result.worker_cpu_s = round(sum(_cpu(p.pid) for p in procs), 1)
+        result.worker_cpu_s = round(sum(process_cpu(p.pid) for p in procs), 1)
         result.claim_lag_s, claimed = _claim_lag(ports)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_workers(procs)
     time.sleep(1.5)  # the backends' table statistics are flushed when their sessions end
     after = _table_stats(url)
     result.runs_rows_read = after[0] + after[1] - stats[0] - stats[1]
@@ -208,6 +181,39 @@ def run_scenario(name: str, workflow: str, url: str, args: argparse.Namespace) -
     _calls(result, logs, due_at)
     print(f"[load] {name}: {result}", file=sys.stderr, flush=True)
     return result
+
+
+def start_workers(
+    url: str, options: list[str], count: int, logs: Path, env: dict[str, str]
+) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    """`count` worker processes (`persistence.cli worker --store url` and `options`), each
+    serving Prometheus metrics on a port of its own and writing its stderr into `logs`, with
+    `env` added to this process's environment; the processes and their ports."""
+    ports = [_free_port() for _ in range(count)]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    command = [sys.executable, "-m", "persistence.cli", "worker", "--store", url, *options]
+    command += ["--log-level", "WARNING", "--metrics-refresh-s", "3600"]
+    procs = [
+        subprocess.Popen(
+            [*command, "--metrics-port", str(port)],
+            cwd=ROOT,
+            env=full_env,
+            stderr=(logs / f"worker-{port}.err").open("wb"),
+        )
+        for port in ports
+    ]
+    return procs, ports
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the workers (they finish the steps in progress), SIGKILL any still up after 60 s."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def _insert(url: str, workflow: str, runs: int) -> int:
@@ -369,11 +375,11 @@ def _db_cpu() -> float:
         except OSError:
             continue
         if cmdline.startswith(b"postgres:") and DATABASE.encode() in cmdline:
-            total += _cpu(int(pid))
+            total += process_cpu(int(pid))
     return total
 
 
-def _cpu(pid: int) -> float:
+def process_cpu(pid: int) -> float:
     """User plus system CPU seconds of process `pid` (0 if it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -58,7 +58,9 @@ from persistence.stores.codec import (
 )
 from persistence.telemetry import Telemetry, logformat, otlp
 from persistence.telemetry.metrics import OtelMetrics, PrometheusMetrics, StoreGauges
-from persistence.ui.views import calls_of, failure_traceback, relative_time
+from persistence.ui.views import relative_time
+from persistence.web.access import check_bind
+from persistence.web.runs import calls_of, failure_traceback
 from persistence.worker import Worker, WorkerCrashed
 from statecharts import Machine
 from statecharts.errors import ContextError, StatechartError
@@ -1272,8 +1274,6 @@ def _api(args: argparse.Namespace) -> int:
         from persistence.serving import serve
     except ModuleNotFoundError as exc:
         raise (missing_extra(exc, "statecharts api") or exc) from exc
-    from persistence.ui.cli import check_bind
-
     token = os.environ.get(API_TOKEN_ENV) or None
     check_bind(args.host, token, API_TOKEN_ENV)
     signatures = {spec.partition("=")[0]: _signature(spec) for spec in args.signature}

@@ -14,7 +14,9 @@ and events of durable runs, addressed by run id or by the key a run was started 
   the answer waits for the event's step: `200` with the run after the event (`outcome`
   "applied", `applied_step`, `applied_state`), or `202` with the run as it is when the wait
   elapsed (`outcome` "queued"); `409` if the run ended before applying it;
-- `GET /api/runs/{run_id}`, `GET /api/workflows/{name}/runs/{key}`: the run.
+- `GET /api/runs/{run_id}`, `GET /api/workflows/{name}/runs/{key}`: the run with its context,
+  timers, retries, queued events, recent effects and journal, the same JSON as the operator
+  UI's `GET /api/runs/{run_id}` (`persistence.web.responses.RunDetailOut`).
 
 With a token every request must carry it (`Authorization: Bearer`, as the UI), except a signed
 workflow's starts and events, which its signature authenticates. A workflow may require a
@@ -54,10 +56,10 @@ from persistence.stores import (
     StoreEncodingError,
     StoreUnavailableError,
 )
-from persistence.ui.api import RunSummary, summary
-from persistence.ui.app import document_token
-from persistence.ui.security import client_gone, has_token
 from persistence.waiting import Answer
+from persistence.web.access import document_token, has_token
+from persistence.web.inbound import RESERVED_PREFIXES, client_gone
+from persistence.web.responses import RunDetailOut, RunSummary, run_out, summary
 from statecharts.errors import ContextError, StatechartError
 from statecharts.frozen import freeze, text_problem, thaw
 from statecharts.tracing import valid_traceparent
@@ -75,9 +77,6 @@ __all__ = [
 
 MAX_BODY = 1_048_576
 """Default request body limit in bytes (1 MiB)."""
-
-RESERVED_PREFIXES = ("xstate.", "statecharts.")
-"""Event types only the engine sends; refused from outside."""
 
 OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 """Served without the token: the API's description, no run data."""
@@ -456,17 +455,20 @@ def create_api(
         traceparent = valid_traceparent(request.headers.get("traceparent"))
         return await call(lambda: queue(run, event, delivery, traceparent, wait), "")
 
-    @app.get("/api/runs/{run_id}", response_model=RunSummary)
-    async def get_run(run_id: str, request: Request) -> RunSummary:
-        """The run with this id."""
+    @app.get("/api/runs/{run_id}", response_model=RunDetailOut)
+    async def get_run(run_id: str, request: Request) -> RunDetailOut:
+        """The run with this id, as the operator UI's `/api/runs/{run_id}` answers it: where
+        it is, its context (secret-looking keys hidden), pending timers, retries, queued
+        events, recent effects and its journal, newest first."""
         check_read(request)
-        return summary(await call(lambda: runtime.get(run_id)))
+        return await call(lambda: run_out(runtime.store, run_id))
 
-    @app.get("/api/workflows/{name}/runs/{key}", response_model=RunSummary)
-    async def get_by_key(name: str, key: str, request: Request) -> RunSummary:
-        """The newest run of `name` started with `key`."""
+    @app.get("/api/workflows/{name}/runs/{key}", response_model=RunDetailOut)
+    async def get_by_key(name: str, key: str, request: Request) -> RunDetailOut:
+        """The newest run of `name` started with `key`, as `GET /api/runs/{run_id}` answers
+        it."""
         check_read(request)
-        return summary(await call(lambda: runtime.get_by_key(name, key)))
+        return await call(lambda: run_out(runtime.store, runtime.get_by_key(name, key).id))
 
     if token:
         document_token(app, "STATECHARTS_API_TOKEN")

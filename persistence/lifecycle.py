@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
+from persistence.capacity import LoadControl
 from persistence.children import child_run_ids
 from persistence.columns import run_columns
 from persistence.resting import Resting
@@ -92,6 +93,9 @@ class Host(Protocol):
     def search_values(self, workflow: str, snapshot: Snapshot) -> tuple[tuple[str, str], ...]:
         """A new run's search attributes, from its first snapshot's context."""
         ...
+
+    @property
+    def load(self) -> LoadControl: ...
 
 
 class NotRestorableError(ValueError):
@@ -291,6 +295,7 @@ def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
         status=columns.status,
         wake_at=columns.wake_at,
         priority=run.priority,
+        limit_share=runtime.load.start_share(run.workflow_name, restored.snapshot.context),
         search=runtime.search_values(run.workflow_name, restored.snapshot),
     )
     record = runtime.store.fork_run(new, run.id, restored.step, effects, now)

@@ -1,5 +1,6 @@
-"""The project's own rules, checked on every run: ruff clean, formatted by ruff format, and mypy clean. The layers (which
-part may import which, no circles) are checked over every source file by ``test_layers.py``."""
+"""The project's own rules, checked on every run: ruff clean, formatted by ruff format, and
+mypy clean. The layers (which part may import which, no circles) are checked over every source
+file by ``test_layers.py``."""
 
 from __future__ import annotations
 

@@ -232,28 +232,32 @@ class SQLCalls(SQLDialect):
         from the answer was stopped (or taken over) and must stop."""
         if not beats:
             return set()
-        ts, expires, kept = self._t(now), self._t(now + lease_ms), set()
+        sealed = {
+            key: None
+            if details is None
+            else self._seal(details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS)
+            for key, details in beats.items()
+        }
         with self._write() as conn:
-            for key, details in beats.items():
-                rows = self._exec(
-                    conn,
-                    "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
-                    "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
-                    "AND status = 'running' RETURNING 1",
-                    (
-                        expires,
-                        ts,
-                        None
-                        if details is None
-                        else self._seal(
-                            details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS
-                        ),
-                        key,
-                        owner,
-                    ),
-                ).fetchall()
-                if rows:
-                    kept.add(key)
+            return self._renew_calls_in(conn, owner, sealed, self._t(now), self._t(now + lease_ms))
+
+    def _renew_calls_in(
+        self, conn: Any, owner: str, sealed: Mapping[str, Any], ts: Any, expires: Any
+    ) -> set[str]:
+        """`heartbeat_calls`' renewals on `conn`, one call at a time (one writer at a time in
+        SQLite: no lock to wait for; PostgreSQL's dialect renews them in one statement that
+        waits for no row)."""
+        kept: set[str] = set()
+        for key, details in sealed.items():
+            rows = self._exec(
+                conn,
+                "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
+                "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
+                "AND status = 'running' RETURNING 1",
+                (expires, ts, details, key, owner),
+            ).fetchall()
+            if rows:
+                kept.add(key)
         return kept
 
     def _finish_in(self, conn: Any, finish: CallFinish, now: int) -> bool:

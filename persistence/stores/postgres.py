@@ -33,7 +33,6 @@ from persistence.stores.errors import (
 from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.poolers import Pooling
 from persistence.stores.postgres_connections import (
-    IDLE,
     SCHEMA_NAME,
     Checkout,
     Listener,
@@ -53,6 +52,7 @@ from persistence.stores.postgres_statements import (
     PROCESS,
     PROGRESS,
     READ_WORK,
+    RENEW_CALLS,
     VERSION_PAIRS,
     from_rest_statement,
     has_extras,
@@ -590,21 +590,16 @@ class PostgresStore(SQLStore):
     @contextmanager
     def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
         """One transaction in pipeline mode: statements go out together until a result is
-        fetched, BEGIN with the first ones and COMMIT with the last (plain statements: a
-        psycopg `transaction()` block would wait for its BEGIN, and sync before its COMMIT,
-        each a round trip of its own). Whatever fails, the transaction is rolled back once
-        the pipeline has synced."""
+        fetched, and are one transaction until the pipeline's closing Sync, which commits
+        them (the protocol's implicit transaction block: no BEGIN or COMMIT to send and
+        parse, and no round trip for either, as a psycopg `transaction()` block would take).
+        Whatever fails, the transaction is rolled back by that Sync."""
         with self._connection() as conn:
             # (behind a transaction pooler the checkout's transaction is already open, and
             # the checkout commits it)
-            own = conn.info.transaction_status == IDLE
             try:
-                with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
-                    if own:
-                        execute(conn, "BEGIN", None)
+                with conn.pipeline():
                     yield conn
-                    if own:
-                        execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -724,6 +719,21 @@ class PostgresStore(SQLStore):
         if due:
             self.wakeup().notify()
         return written
+
+    def _renew_calls_in(
+        self, conn: Any, owner: str, sealed: Mapping[str, Any], ts: Any, expires: Any
+    ) -> set[str]:
+        """`SQLCalls._renew_calls_in` in one statement that skips the rows another
+        transaction has locked (`RENEW_CALLS`): a heartbeat never waits. It waited for the
+        call rows of a burst of ends being written (locked in the burst's order, while the
+        heartbeat took them in its own), the two deadlocked, and a heartbeat held up for the
+        deadlock timeout let leases run out under load: other workers took calls still
+        running. A skipped call is reported as still held when its last committed row says
+        so (the writer that holds it decides; the next heartbeat sees what it decided)."""
+        keys = list(sealed)
+        params = {"owner": owner, "ts": ts, "expires": expires, "keys": keys}
+        params["details"] = [sealed[key] for key in keys]
+        return {row[0] for row in conn.execute(encoded(RENEW_CALLS), params)}
 
     def _wake_listener(self) -> None:
         """One NOTIFY on the wake-up channel, so that a closing listener stops waiting now

@@ -146,8 +146,23 @@ def execute_hot(
 def encoded(query: str) -> bytes:
     """`query` as the bytes psycopg sends, the same object each time: psycopg encodes a text
     query anew for every statement and hashes the copy to find its parsed form (a hot
-    statement is 2-3 kB: about a tenth of a small statement's client instructions)."""
-    return query.encode()
+    statement is 2-3 kB: about a tenth of a small statement's client instructions). Its
+    layout is squeezed out (`_compact`): psycopg keeps the parsed form only of statements up
+    to 4 kB and parses a longer one again at every execution."""
+    return _compact(query).encode()
+
+
+_LAYOUT = re.compile(r"('(?:[^']|'')*'|--[^\n]*)")
+"""What `_compact` leaves alone: string literals and comments."""
+
+
+def _compact(sql: str) -> str:
+    """`sql` with each run of blanks cut to one space and the indentation of its lines
+    dropped, outside string literals and comments (newlines stay: they end comments)."""
+    parts = _LAYOUT.split(sql)
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r"[ \t]*\n\s*", "\n", re.sub(r"[ \t]+", " ", parts[i]))
+    return "".join(parts).strip()
 
 
 _PROGRAM_LIMIT = "54"

@@ -258,7 +258,7 @@ def lease_sql(filtered: bool, order: str) -> str:
 
 def _ts(column: str) -> str:
     """SQL for a millisecond epoch (bigint, from JSON) as timestamptz, exactly."""
-    return f"('epoch'::timestamptz + {column} * interval '1 millisecond')"
+    return f"('epoch'::timestamptz + {column} * interval '1ms')"
 
 
 def _at(name: str) -> str:
@@ -440,6 +440,27 @@ _FROM_REST_RESULT = (
 """The result of a step written from rest: the new version, the sent event's inbox id (drawn
 from the inbox's sequence, as its insert would), and the wake-up of other processes' workers
 when the step left work due."""
+
+
+RENEW_CALLS = """
+WITH mine AS (
+    SELECT idempotency_key FROM workflow_calls
+    WHERE idempotency_key = ANY(%(keys)s::text[]) AND owner = %(owner)s AND status = 'running'
+), free AS (
+    SELECT c.idempotency_key FROM workflow_calls c JOIN mine USING (idempotency_key)
+    WHERE c.owner = %(owner)s AND c.status = 'running'
+    ORDER BY c.idempotency_key FOR UPDATE OF c SKIP LOCKED
+), renewed AS (
+    UPDATE workflow_calls c SET lease_expires_at = %(expires)s, updated_at = %(ts)s,
+        details = coalesce(b.details::jsonb, c.details)
+    FROM free JOIN unnest(%(keys)s::text[], %(details)s::text[]) AS b(k, details)
+        ON b.k = free.idempotency_key
+    WHERE c.idempotency_key = free.idempotency_key
+)
+SELECT idempotency_key FROM mine
+"""
+"""A heartbeat's renewals (`PostgresStore._renew_calls_in`): the calls still the owner's
+(as last committed), each renewed unless another transaction holds its row."""
 
 
 LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"

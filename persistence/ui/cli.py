@@ -17,26 +17,12 @@ from collections.abc import Sequence
 from persistence.cli import STORE_ENV, add_keys_file, load_machines
 from persistence.stores import StoreError, open_store
 from persistence.stores.codec import KeyConfigError, keys_from_env
+from persistence.web.access import check_bind
 from statecharts.subcommands import run_one_tool
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
 TOKEN_ENV = "STATECHARTS_UI_TOKEN"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-class TokenRequired(SystemExit):
-    """Refusal to serve on a non-loopback address without a token."""
-
-
-def check_bind(host: str, token: str | None, variable: str = TOKEN_ENV) -> None:
-    """Refuse to listen beyond this machine without an access token (in `variable`)."""
-    if host not in LOOPBACK_HOSTS and not token:
-        raise TokenRequired(
-            f"--host {host}: listening beyond 127.0.0.1 needs an access token; set "
-            f"{variable} (for example to the output of `python -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))'`)"
-        )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
             "pip install 'statecharts[ui]'"
         ) from exc
     token = os.environ.get(TOKEN_ENV) or None
-    check_bind(args.host, token)
+    check_bind(args.host, token, TOKEN_ENV)
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise SystemExit(f"give --store URL or set {STORE_ENV}")

@@ -3,8 +3,9 @@ actions, and the security headers of every response.
 
 - Token (`STATECHARTS_UI_TOKEN`): when set, every request must carry it, either as
   `Authorization: Bearer <token>` / `X-Statecharts-Token: <token>`, or as the session cookie set
-  by logging in with it at `/login`. The cookie holds an HMAC of the token, never the token.
-  Requests without it get 401 (a login page for browsers).
+  by logging in with it at `/login` (checked as the ingress checks it: `persistence.web.access`).
+  The cookie holds an HMAC of the token, never the token. Requests without it get 401 (a login
+  page for browsers).
 - CSRF: every form carries a random per-browser value that must equal the `statecharts_csrf`
   cookie (double submit; the cookie is SameSite=Strict), and a cross-site `Origin` or
   `Sec-Fetch-Site` is refused outright.
@@ -14,7 +15,6 @@ actions, and the security headers of every response.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -24,10 +24,10 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-SESSION_COOKIE = "statecharts_ui_session"
+from persistence.web.access import has_token
+
 CSRF_COOKIE = "statecharts_csrf"
 CSRF_FIELD = "csrf_token"
-TOKEN_HEADER = "x-statecharts-token"
 OPEN_PATHS = frozenset({"/login", "/static/ui.css"})
 """Paths served without the token: the login form and its stylesheet (no run data)."""
 
@@ -37,35 +37,6 @@ CSP = (
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-async def client_gone(request: Request, exc: Exception) -> Response:
-    """The answer to a request whose client stopped sending its body (it disconnected, or the
-    server's body timeout cut it off: `persistence.serving`): 408, never logged as an error
-    (nobody reads the answer; an exception handler for `ClientDisconnect`)."""
-    return Response("request body not received", 408, media_type="text/plain")
-
-
-def session_value(token: str) -> str:
-    """The session cookie's value for `token` (an HMAC, so the cookie never holds the token)."""
-    return hmac.new(token.encode(), b"statecharts-ui-session", hashlib.sha256).hexdigest()
-
-
-def same_token(offered: str, token: str) -> bool:
-    """Constant-time comparison of an offered token with the real one."""
-    return hmac.compare_digest(offered.encode(), token.encode())
-
-
-def has_token(request: Request, token: str) -> bool:
-    """True when the request carries `token` in a header or a valid session cookie."""
-    offered = request.headers.get(TOKEN_HEADER)
-    auth = request.headers.get("authorization", "")
-    if offered is None and auth.lower().startswith("bearer "):
-        offered = auth[7:].strip()
-    if offered is not None:
-        return same_token(offered, token)
-    cookie = request.cookies.get(SESSION_COOKIE, "")
-    return hmac.compare_digest(cookie.encode(), session_value(token).encode())
 
 
 def csrf_value(request: Request) -> str:

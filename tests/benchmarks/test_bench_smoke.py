@@ -160,24 +160,25 @@ def test_the_step_latency_row_has_its_percentiles(tmp_path: Path) -> None:
 def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
     from benchmarks.durable_scaling import distinct_plans
 
-    def entry(pid: int, run_id: str) -> str:
+    def entry(pid: int, run_id: str, database: str = "bench", node: str = "Index Scan") -> str:
         plan = (
             '{"Query Text": "SELECT * FROM workflow_runs WHERE id = $1", "Plan": '
-            '{"Node Type": "Index Scan", "Index Name": "workflow_runs_pkey", '
+            f'{{"Node Type": "{node}", "Index Name": "workflow_runs_pkey", '
             '"Relation Name": "workflow_runs", "Index Cond": "(id = \'' + run_id + "')\"}}"
         )
         return (
-            f"2026-11-30 00:31:47.566 UTC [{pid}] root@bench LOG:  duration: 0.1 ms  plan:\n"
+            f"2026-11-30 00:31:47.566 UTC [{pid}] root@{database} LOG:  duration: 0.1 ms  plan:\n"
             + "\n".join("\t" + line for line in plan.splitlines())
             + "\n"
         )
 
     log = (
-        entry(1, "a")
+        entry(4, "c", database="other", node="Seq Scan")  # another database on the server
+        + entry(1, "a")
         + entry(2, "b")
         + ("2026-11-30 00:31:48.000 UTC [3] root@bench LOG:  could not receive data\n")
     )
-    [plan] = distinct_plans(log)
+    [plan] = distinct_plans(log, "bench")
     assert "Index Scan using workflow_runs_pkey on workflow_runs" in plan
     assert plan.startswith("SELECT * FROM workflow_runs WHERE id = $1")
 
@@ -214,3 +215,42 @@ def test_the_inline_profile_splits_a_workflow_into_its_phases(tmp_path: Path) ->
         inline_profile.REST,
     } <= set(result["phases"])
     assert "| **the calling thread, in all** |" in inline_profile.markdown(result)
+
+
+def test_an_opt_in_benchmarks_section_is_replaced_in_place_and_the_rest_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import run
+
+    monkeypatch.setitem(run.CACHED, "million", lambda: "new figures\n")
+    doc = tmp_path / "performance.md"
+    load, million, hot = (f"## {run.TITLES[n]}\n\n" for n in ("load", "million", "hotspots"))
+    doc.write_text(f"# Performance\n\n{load}herd\n\n{million}old figures\n\n{hot}profile\n")
+    run.write_section("million", doc)
+    text = doc.read_text()
+    assert "new figures" in text and "old figures" not in text
+    assert text.index("herd") < text.index("new figures") < text.index("profile")
+    doc.write_text(f"# Performance\n\n{load}herd\n\n{hot}profile\n")  # never written before
+    run.write_section("million", doc)
+    text = doc.read_text()
+    assert text.index("herd") < text.index("new figures") < text.index(hot) < text.index("profile")
+
+
+def test_the_million_benchmark_finds_a_sequential_scan_of_the_runs_deep_in_a_plan() -> None:
+    from benchmarks.million import label, seq_scanned
+
+    index = {"Node Type": "Index Scan", "Relation Name": "workflow_runs"}
+    plan = {
+        "Node Type": "ModifyTable",
+        "Relation Name": "workflow_runs",
+        "Plans": [
+            {"Node Type": "Limit", "Plans": [index]},
+            {"Node Type": "Seq Scan", "Relation Name": "workflow_inbox"},
+        ],
+    }
+    assert seq_scanned(plan) == {"workflow_inbox"}
+    plan["Plans"][0]["Plans"] = [{"Node Type": "Seq Scan", "Relation Name": "workflow_runs"}]
+    assert seq_scanned(plan) == {"workflow_inbox", "workflow_runs"}
+    claim = "WITH due AS (SELECT id FROM workflow_runs LIMIT 32 FOR UPDATE SKIP LOCKED) UPDATE"
+    assert label(claim) == "claim"
+    assert label("INSERT INTO workflow_inbox (run_id) SELECT id FROM workflow_runs") == "send"

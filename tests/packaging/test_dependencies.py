@@ -53,7 +53,7 @@ USERS: dict[str, list[tuple[str, str]]] = {
         ),
     ],
     "jinja2": [
-        ("persistence/ui/app.py", "from jinja2 import"),
+        ("persistence/ui/site.py", "from jinja2 import"),
         ("tests/packaging/test_clean_venv.py", '"GET", f"/runs/{run_id}"'),
     ],
     "httpx": [
@@ -61,7 +61,7 @@ USERS: dict[str, list[tuple[str, str]]] = {
         ("tests/packaging/test_clean_venv.py", "def test_the_tutorial_runs_with_exactly"),
     ],
     "python-multipart": [
-        ("persistence/ui/app.py", "Form()"),
+        ("persistence/ui/actions.py", "Form()"),
         ("tests/packaging/test_clean_venv.py", "application/x-www-form"),
     ],
     "opentelemetry-api": [

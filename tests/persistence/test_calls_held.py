@@ -79,3 +79,48 @@ def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
     finally:
         release_first.set()
         executor.stop()
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])
+def test_a_heartbeat_never_waits_for_a_call_row_another_transaction_holds(
+    store: Store, pg_dsn: str, pg_schema: str
+) -> None:
+    """A heartbeat renews its calls while another transaction holds one of their rows (as a
+    burst of call ends being written holds them, in its own order): it skips that row and
+    still reports the call held, instead of waiting. It used to wait, the two deadlocked, and
+    the deadlock timeout let leases run out under load (test_crash saw the overlap)."""
+    machine = create_machine(
+        {
+            "id": "job",
+            "initial": "working",
+            "states": {
+                "working": {"invoke": {"src": "work", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"work": lambda: None},
+    )
+    runtime = Runtime(store, [machine])
+    held, free = (runtime.start("job") for _ in range(2))
+    calls = {c.run_id: c for c in store.claim_calls("A", runtime.clock.now(), LEASE_MS, 10)}
+    keys = {calls[held].idempotency_key: None, calls[free].idempotency_key: None}
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute(f'SET search_path TO "{pg_schema}"')
+        holder.execute(
+            "SELECT 1 FROM workflow_calls WHERE idempotency_key = %s FOR UPDATE",
+            (calls[held].idempotency_key,),
+        )
+        later = runtime.clock.now() + LEASE_MS
+        answer: list[set[str]] = []
+        beat = threading.Thread(
+            target=lambda: answer.append(store.heartbeat_calls("A", keys, later, LEASE_MS))
+        )
+        beat.start()
+        beat.join(10)
+        waited = beat.is_alive()
+        holder.rollback()
+    beat.join(30)
+    assert not waited, "the heartbeat waited for the row another transaction holds"
+    assert answer == [set(keys)], "a call reported lost while still held"
+    renewed = {c.run_id: c.lease_expires_at for c in store.list_calls(free)}
+    assert renewed[free] == later + LEASE_MS  # the free row renewed; the held one skipped

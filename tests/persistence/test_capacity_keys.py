@@ -323,3 +323,23 @@ def test_a_rate_limit_per_key_holds_each_key_to_its_own_window(store: Store) -> 
     clock.advance(1000)
     Worker(rt, batch=4).run_until_idle()
     assert {store.get_run(i).status for i in (a1, a2)} == {"done"}
+
+
+def test_a_fork_of_a_keyed_run_takes_the_share_of_its_steps_key(store: Store) -> None:
+    """A fork is a new run of the limited workflow: it is written with the per-key share a
+    start with its context is (`workflow_runs.limit_share`, by which a refusal of that key
+    queues the key's unclaimed backlog with it), not with none."""
+    if not hasattr(store, "_read"):
+        pytest.skip("the in-memory store parks runs by their context, not a stored share")
+    rt = _keyed(store)
+    original = rt.start("keyed", {"account": {"id": 7}})
+    rt.send(original, {"type": "GO"})
+    Worker(rt, batch=4).run_until_idle()  # (a limited workflow's event: a worker's step)
+    fork = rt.fork(original, 2)  # (the first step the journal has a snapshot of)
+    shares = {
+        str(run_id): share
+        for run_id, share in store._read(  # type: ignore[attr-defined]
+            "SELECT id, limit_share FROM workflow_runs", ()
+        )
+    }
+    assert shares == {original: "per_account[7]", fork.id: "per_account[7]"}

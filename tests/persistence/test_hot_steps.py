@@ -97,15 +97,10 @@ def private_database(pg_dsn: str) -> Iterator[str]:
     where no older snapshot may see its dead row versions, and the snapshots that count are
     those of the same database's sessions: other tests' (and other suites') in `test` then
     cannot hold this test's pages unpruned."""
-    from benchmarks.durable import reset_database, with_database
+    from benchmarks.durable import scratch_database
 
-    name = f"statecharts_hot_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(with_database(pg_dsn, "postgres"), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
-        yield with_database(pg_dsn, name)
-    finally:
-        reset_database(pg_dsn, name)
+    with scratch_database(pg_dsn, f"statecharts_hot_{uuid.uuid4().hex[:8]}") as url:
+        yield url
 
 
 def test_a_step_from_rest_writes_no_index_entry_of_its_run(private_database: str) -> None:

@@ -301,9 +301,9 @@ def test_a_long_journal_shows_its_newest_entries_and_the_total(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from persistence.stores import JournalEntry, NewRun, StepCommit
-    from persistence.ui import views
+    from persistence.web import runs
 
-    monkeypatch.setattr(views, "TIMELINE_LIMIT", 3)
+    monkeypatch.setattr(runs, "TIMELINE_LIMIT", 3)
     run = NewRun(
         id=str(uuid.uuid4()),
         workflow_name="order",
