@@ -94,14 +94,15 @@ class _Phases:
 
 @contextmanager
 def _instrumented(phases: _Phases, store: Any) -> Iterator[None]:
-    from persistence import calls, driver, inline, runtime
+    from persistence import calls, driver, effect_rounds, inline, planning, runtime
 
     undo = [
         phases.wrap(inline.Inline, "run", REST),
         phases.wrap(runtime.Runtime, "_initial_run", "start: initial transition"),
         phases.wrap(store, "create_run", "start: insert (around its statement)"),
-        phases.wrap(driver.RunDriver, "_execute_round", "step: execute effects (+ spans)"),
+        phases.wrap(effect_rounds.EffectRounds, "execute_round", "step: execute effects (+ spans)"),
         phases.wrap(driver.RunDriver, "_stage_safely", "step: apply and stage the commit"),
+        phases.wrap(planning.Planner, "plan", "step: apply and stage the commit"),
         phases.wrap(store, "commit_steps", "step: commit (around its statement)"),
         phases.wrap(calls.CallExecutor, "_run_here", "call: run it and record its end"),
         phases.wrap(store, "send_and_step", CALL_END),

@@ -1,7 +1,7 @@
 """Where one durable step's latency goes: `send` to the committed new state, idle worker.
 
 The step latency benchmark (`durable_runtime.step_latency`) as a profile: each phase's start
-and end are taken inside the process (the store's calls and the driver's staging wrapped with
+and end are taken inside the process (the store's calls and the step planner wrapped with
 timers), and the gaps between consecutive marks are reported as percentiles per transition,
 e.g. for a run at rest, whose event the send applies itself from the row this runtime wrote
 (issue 20f): `send -> stage` (no database call), `stage -> staged` (restore, transition,
@@ -37,7 +37,7 @@ def profile(
     step_in_send: bool = True,
 ) -> tuple[dict[tuple[str, str], list[float]], list[float]]:
     """Per consecutive pair of marks, the gaps in ms; and the total latencies in ms."""
-    from persistence import driver, open_store
+    from persistence import open_store, planning
     from persistence.wakeup import Wakeup
 
     marks: dict[str, float] = {}
@@ -64,7 +64,7 @@ def profile(
     for name, (before, after) in store_methods.items():
         if hasattr(store, name):
             setattr(store, name, timed(getattr(store, name), before, after))
-    wait, stage = Wakeup.wait, driver.RunDriver._stage
+    wait, plan = Wakeup.wait, planning.Planner.plan
 
     def woken(self: Wakeup, seen: int, timeout: float) -> bool:
         got = wait(self, seen, timeout)
@@ -72,7 +72,7 @@ def profile(
         return got
 
     Wakeup.wait = woken  # type: ignore[method-assign]
-    driver.RunDriver._stage = timed(stage, "stage", "staged")  # type: ignore[method-assign]
+    planning.Planner.plan = timed(plan, "stage", "staged")  # type: ignore[method-assign]
     gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     totals: list[float] = []
     try:
@@ -84,7 +84,7 @@ def profile(
             totals.append((done - t0) * 1000)
     finally:
         Wakeup.wait = wait  # type: ignore[method-assign]
-        driver.RunDriver._stage = stage  # type: ignore[method-assign]
+        planning.Planner.plan = plan  # type: ignore[method-assign]
         store.close()
     return gaps, totals
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from persistence.stores import BreakerRecord, Store
+from persistence.stores.records import CLOSED, HALF_OPEN, OPEN
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 _CAS_ATTEMPTS = 20
 
 

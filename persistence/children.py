@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from persistence.outbox import actor_logic, starts_child_run
 from persistence.stores import Delivery
@@ -31,8 +31,13 @@ from statecharts.effects import Effect, SendParent, SendTo, StartChild, StopChil
 from statecharts.events import snapshot_actor_event_type
 from statecharts.frozen import thaw
 
-if TYPE_CHECKING:  # the runtime imports this module
-    from persistence.runtime import Runtime
+
+class Starter(Protocol):
+    """What `detached_start` needs of a runtime (`persistence.Runtime` is one): `start`."""
+
+    def start(self, name: str, input: Any = None, key: str | None = None) -> str:
+        """Start a run of workflow `name` with `input` under `key`; its id."""
+        ...
 
 
 def nested_machines(machines: Iterable[Machine]) -> list[Machine]:
@@ -152,7 +157,7 @@ def ended_delivery(
 
 
 def detached_start(
-    runtime: Runtime,
+    runtime: Starter,
     workflow: str,
     input: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None,
 ) -> Callable[..., str]:

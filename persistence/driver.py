@@ -14,30 +14,25 @@ runs it steps.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import Any
 
-from persistence.capacity import LimitKeyError, Place
-from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
-from persistence.columns import run_columns, state_text
-from persistence.outbox import Executed, Executor, log_effects, to_outbox, traceback_text
-from persistence.search import changed as search_changes
+from persistence.capacity import Place
+from persistence.columns import state_text
+from persistence.effect_rounds import EffectRounds
+from persistence.failures import Failures
+from persistence.host import Host
+from persistence.outbox import Executed, log_effects, traceback_text
+from persistence.planning import CallTaker, Leased, Plan, Planner, SendPlanner, Step, Unchanged
 from persistence.stores import (
     ACTIVE,
     CallFinish,
     CallRecord,
     ConflictError,
-    EffectOutcome,
     Grant,
-    Handover,
-    InboxEvent,
-    JournalEntry,
     NewEffect,
-    NewRun,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
@@ -46,141 +41,18 @@ from persistence.stores import (
     StoreUnavailableError,
 )
 from persistence.stores.errors import StoreEncodingError
+from persistence.stores.planners import LEAVE_QUEUED
 from persistence.stores.rules import (
-    CANCEL_EVENT,
-    TRANSIENT_PREFIX,
-    ended_reason,
     idempotency_key,
     is_call,
-    leasable_calls,
 )
-from persistence.telemetry import RunEvent, events
-from statecharts import Machine, Snapshot
-from statecharts.effects import Effect, StopChild
-from statecharts.errors import ContextError
-from statecharts.events import done_actor_event_type, error_actor_event_type
-from statecharts.frozen import storable_text
-from statecharts.retrying import waits_to_retry
-
-if TYPE_CHECKING:  # the runtime folds sent events' steps with a driver (`RunDriver.send`)
-    from persistence.runtime import Runtime
+from persistence.telemetry import events
+from statecharts import Snapshot
 
 log = logging.getLogger("statecharts.runs")
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
-
-HANDOVER_S = 1.0
-"""How long a worker's drive takes the runs its freed slots are handed to (leased to it by the
-release, stepped at once) before it lets its next freed slot be reserved and woken instead and
-goes back to claiming: a long queue does not keep a thread from the other due runs."""
-
-
-@dataclass(slots=True)
-class _Step:
-    """What one step changes, built up before the commit."""
-
-    snapshot: Snapshot
-    beside: Machine | None = None  # its run's machine when its calls run beside it
-    outcomes: list[Any] = field(default_factory=list)
-    journal: list[JournalEntry] = field(default_factory=list)
-    new_effects: list[NewEffect] = field(default_factory=list)
-    logged: list[Effect] = field(default_factory=list)
-    consumed: list[int] = field(default_factory=list)
-    status: str | None = None
-    error: str | None = None
-    poisoned: str | None = None  # a value no store holds exactly, refused where it entered
-    traceback: str | None = None  # where the code that failed the run raised
-
-    def apply(
-        self,
-        machine: Machine,
-        event: dict[str, Any],
-        now: int,
-        timer_id: str | None = None,
-        inbox_id: int | None = None,
-    ) -> None:
-        """Apply one event (or fire one timer); a raising guard or action fails the run.
-        `inbox_id`: the inbox row the event came from, journaled with it (a waiting sender
-        finds its step by it)."""
-        before = state_text(self.snapshot)
-        try:
-            if timer_id is None:
-                after, effects = machine.transition(self.snapshot, event, now)
-            else:
-                after, effects = machine.fire_timer(self.snapshot, timer_id, now)
-        except Exception as exc:
-            self.status, self.error = "error", f"event {event.get('type')!r}: {exc}"
-            if isinstance(exc, ContextError):
-                self.poisoned = str(exc)
-            self.traceback = traceback_text(exc)  # where a guard or action raised (on call)
-            self.journal.append(JournalEntry(event, before, before, inbox_id))
-            return
-        self.snapshot = after
-        self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
-        self.logged.extend(effects)
-        self.journal.append(JournalEntry(event, before, state_text(after), inbox_id))
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.outcomes or self.journal or self.status)
-
-    @property
-    def in_step(self) -> list[NewEffect]:
-        """The new effects its run executes itself, next (not its calls, which run beside)."""
-        return [e for e in self.new_effects if not is_call(e)]
-
-    def stopped_calls(self, before: Snapshot, status: str) -> list[str]:
-        """The invoke ids whose calls this step stops: the children it stopped, and when it
-        ends the run, every child the run had; not those whose result it applied (their
-        calls have ended: nothing to stop)."""
-        stopped = {e.id for e in self.logged if isinstance(e, StopChild)}
-        if status != ACTIVE:
-            stopped |= set(before.children)
-        answered = {str(j.event.get("type")) for j in self.journal}
-        return sorted(
-            i
-            for i in stopped
-            if done_actor_event_type(i) not in answered
-            and error_actor_event_type(i) not in answered
-        )
-
-
-@dataclass(slots=True)
-class _Leased:
-    """A run whose lease this driver holds, between two of its steps."""
-
-    run: RunRecord
-    machine: Machine
-    snapshot: Snapshot
-    pending: list[tuple[str, str, Any]]  # (idempotency key, kind, payload) to execute next
-    inbox: list[InboxEvent]
-    inbox_checked: float
-    version: int
-    status: str
-    steps: int = 0
-    attempt: int = 0
-    released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
-    handed: frozenset[Place] = frozenset()  # slots a release handed it with its lease
-    unleased: bool = False  # read without a lease: its next commit checks that none is held
-
-
-class CallTaker(Protocol):
-    """A call executor that takes the calls a driver's steps record (`persistence.calls`):
-    leased to it in the step's own commit, run by it next, with no claim."""
-
-    def lease(self, count: int) -> tuple[str, int] | None:
-        """(owner, lease until) for `count` more calls, or None when it has no room."""
-        ...
-
-    def adopt(self, calls: Sequence[CallRecord], run: RunRecord, machine: Machine) -> None:
-        """Run these calls of `run` (of `machine`), leased to it by a committed step."""
-        ...
-
-
-def _waits_to_retry(state: str) -> set[str]:
-    """The retried call sites waiting for their next attempt among the active leaves."""
-    return waits_to_retry(state.split(","))
 
 
 class RunDriver:
@@ -188,7 +60,7 @@ class RunDriver:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Host,
         owner: str,
         lease_ms: int,
         max_steps: int = 1000,
@@ -208,15 +80,14 @@ class RunDriver:
         self.lease_ms = lease_ms
         self.max_steps = max_steps
         self.parallel = parallel
-        self.executor = Executor(
-            runtime.listeners, runtime.breaker, runtime.clock.now, runtime.dry_run
-        )
         self.telemetry = runtime.telemetry
-        self._pool: ThreadPoolExecutor | None = None
-        self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
-        self._handed_lock = threading.Lock()
-        self._handover_until = 0.0
-        self._should_stop: Callable[[], bool] = lambda: False
+        self.failures = Failures(runtime, owner)
+        """Fails and releases runs that cannot go on, and reports what happened to them."""
+        self.effects = EffectRounds(runtime, owner, lease_ms, parallel, holds, self.failures)
+        """Executes a round's effects under their limits' places, with hand-overs."""
+        self.planner = Planner(runtime, owner, lease_ms, max_steps, calls)
+        """Plans every step this driver takes (`persistence.planning`)."""
+        self._send_planner = SendPlanner(self.planner)
         self._left_to_claim = False  # an unleased run of this drive was left to a claim
         self.last_step: tuple[str, str, Snapshot] | None = None
         """(run id, status, snapshot) of the last step this driver committed."""
@@ -230,51 +101,7 @@ class RunDriver:
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-    def _execute_round(self, leased: list[_Leased]) -> list[list[Executed] | Exception | Grant]:
-        """Every run's pending effects, in order within each run; the runs of a round at once
-        (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
-        busy = sum(1 for x in leased if x.pending)
-        if busy < 2 or self.parallel < 2:
-            return [self._execute(x) for x in leased]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
-        return list(self._pool.map(self._execute, leased))
-
-    def _execute(self, x: _Leased) -> list[Executed] | Exception | Grant:
-        """`x`'s pending effects in order, up to the first transient failure (the rest wait
-        for the retry); an unexpected exception is returned, to fail this run only. Limited
-        calls first take their places (persistence/capacity.py), given back whatever happens;
-        a refusal is returned (the store released the run, which waits for capacity)."""
-        done: list[Executed] = []
-        load, now = self.runtime.load, self.runtime.clock.now()
-        try:
-            places = load.places(x.machine, x.snapshot.context, x.pending)
-            handed, x.handed = x.handed, frozenset()
-            asking = [p for p in places if p not in handed]
-            if asking:
-                grant = load.enter(x.run, self.owner, asking, now, self.lease_ms)
-                if not grant.granted:  # (released to wait: the slots it was handed go back)
-                    load.leave([p for p in places if p in handed], now, self.lease_ms)
-                    return grant
-            try:
-                for key, kind, payload in x.pending:
-                    with self.telemetry.effect(x.run, kind, payload, key) as outcome:
-                        done.append(self.executor.execute(x.machine, kind, payload, key))
-                        outcome(done[-1].outcome.status, done[-1].outcome.error)
-                    if done[-1].transient is not None:
-                        break
-            finally:
-                if places:
-                    now = self.runtime.clock.now()
-                    self._handed_over(load.leave(places, now, self.lease_ms, self._taker()))
-                    load.pause_after(places, done, now)
-        except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
-            return exc
-        return done
+        self.effects.close()
 
     def drive(
         self,
@@ -290,17 +117,15 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
         claim read it (`RunStore.claim_work`); read here when not given."""
-        self._should_stop = should_stop
-        self._handover_until = time.monotonic() + HANDOVER_S if self.holds else 0.0
+        self.effects.take_hand_overs(should_stop)
         leased, steps = self._take(runs, work)
         taken = [x.run for x in leased]
         try:
             return steps + self._rounds(leased, should_stop, taken)
         finally:  # a limited workflow's runs give their places back (their leases ended)
-            self._handover_until = 0.0
-            self._leave_workflows(taken)
-            with self._handed_lock:
-                left, self._handed = self._handed, []
+            self.effects.stop_hand_overs()
+            self.effects.leave_workflows(taken)
+            left = self.effects.take_handed()
             if self.holds is not None:  # (an outage: what was handed over is not driven)
                 self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
 
@@ -326,7 +151,7 @@ class RunDriver:
             if not is_call(e)
         ]
         first = machine.restore(run.snapshot) if snapshot is None else snapshot
-        x = _Leased(
+        x = Leased(
             run,
             machine,
             first,
@@ -353,7 +178,7 @@ class RunDriver:
         (did not qualify, or stepping it raised: the claim's path fails it under a lease)."""
         leased, left = [], False
         for run, work in found:
-            x = self._at_rest(run, work)
+            x = self.planner.at_rest(run, work)
             if x is None:
                 left = True
             else:
@@ -361,39 +186,6 @@ class RunDriver:
         self._left_to_claim = False
         steps = self._rounds(leased, should_stop)
         return steps, left or self._left_to_claim
-
-    def _at_rest(self, run: RunRecord, work: PendingWork) -> _Leased | None:
-        """`run`, read without a lease, ready for a step with no claim; None unless its step
-        runs nothing first: active, unleased (an expired lease is a takeover: a claim's), no
-        pending effects, no limited workflow, a row that parses and restores with a
-        definition here (a broken one is failed by a claim, under a lease)."""
-        machine = self.runtime.machine_for(run)
-        if (
-            machine is None
-            or run.problem is not None
-            or work.problem is not None
-            or run.lease_owner is not None
-            or run.status != ACTIVE
-            or work.effects
-            or self.runtime.load.workflow_limits.get(run.workflow_name)
-        ):
-            return None
-        try:
-            snapshot = machine.restore(run.snapshot)
-        except Exception:
-            return None
-        return _Leased(
-            run,
-            machine,
-            snapshot,
-            [],
-            work.inbox,
-            time.monotonic(),
-            run.version,
-            run.status,
-            attempt=run.attempt_count,
-            unleased=True,
-        )
 
     def send(
         self,
@@ -404,35 +196,25 @@ class RunDriver:
         finish: CallFinish | None = None,
     ) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
-        is at rest (`Store.send_and_step`): the step a worker would take for it with no
-        claim (`drive_unleased`), written by the same commit, counted and traced as a
-        worker's step. If the step leaves effects to run, it releases the run due now and
-        workers are woken to claim it. The event stays queued for a worker, exactly as a
-        plain `send_event` leaves it, when the run is not at rest, when an earlier event is
-        still queued, when its step would fail the run (a worker fails it under a lease),
-        and when the store refuses the step. A run this process left at rest
-        (`Runtime.resting`) is stepped from its row as committed here, unread, if the store
-        can (`Store.send_and_step`'s `rest`). Returns the inbox id. With `finish`, `event` is
-        that call's result, recorded with the call's end (`persistence.calls`); 0 when the
-        call was no longer its holder's (stopped, taken over): nothing was queued."""
-        staged: list[tuple[_Leased, _Step, StepCommit]] = []
-
-        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
-            for x, _, _ in staged:  # a step from rest the store did not write: computed again
-                self.telemetry.end_step(x.run, x.status, None, None)
-            staged.clear()
-            found = self._fold(run, work)
-            if found is not None:
-                staged.append(found)
-            return None if found is None else found[2]
-
+        is at rest (`Store.send_and_step`, handed this driver's `SendPlanner`): the step a
+        worker would take for it with no claim (`drive_unleased`), written by the same commit,
+        counted and traced as a worker's step once the store has returned. If the step leaves
+        effects to run, it releases the run due now and workers are woken to claim it. The
+        event stays queued for a worker, exactly as a plain `send_event` leaves it, when the
+        run is not at rest, when an earlier event is still queued, when its step would fail
+        the run (a worker fails it under a lease), and when the store refuses the step. A run
+        this process left at rest (`Runtime.resting`) is stepped from its row as committed
+        here, unread, if the store can (`Store.send_and_step`'s `rest`). Returns the inbox id.
+        With `finish`, `event` is that call's result, recorded with the call's end
+        (`persistence.calls`); 0 when the call was no longer its holder's (stopped, taken
+        over): nothing was queued."""
         store, cancelled, resting = self.runtime.store, list[str](), self.runtime.resting
         try:
-            inbox_id, version = store.send_and_step(
+            sent = store.send_and_step(
                 run_id,
                 event,
                 now,
-                step,
+                self._send_planner,
                 traceparent=traceparent,
                 cancelled=cancelled,
                 rest=resting.get(run_id),
@@ -443,8 +225,6 @@ class RunDriver:
                 resting.drop(run_id)  # (not followed: no step of it can come any more)
             else:
                 resting.moved(run_id)
-            for x, _, _ in staged:  # the step was not written
-                self.telemetry.end_step(x.run, x.status, None, None)
             if isinstance(exc, (StoreUnavailableError, RunNotFoundError, RunFinishedError)):
                 raise
             # the store refused the step: nothing was written, queue the event
@@ -458,19 +238,16 @@ class RunDriver:
             )
             if finish is not None:
                 return store.send_and_step(
-                    run_id, event, now, lambda r, w: None, traceparent=traceparent, finish=finish
-                )[0]
+                    run_id, event, now, LEAVE_QUEUED, traceparent=traceparent, finish=finish
+                ).inbox_id
             return store.send_event(run_id, event, now, traceparent=traceparent)
         self.telemetry.runs_cancelled(cancelled)
-        if version is None:  # queued for a worker
+        if sent.version is None:  # queued for a worker
             resting.moved(run_id)
-        for x, done, commit in staged:
-            if version is None:  # (cannot happen under the row lock: queued, workers woken)
-                self.telemetry.end_step(x.run, x.status, None, None)
-            else:
-                self._committed(x, done, commit, version, sent=True)
-                self.sent_step = (inbox_id, version, commit.state)
-        return inbox_id
+        elif sent.plan is not None:
+            self._sent_committed(sent.plan, sent.version)
+            self.sent_step = (sent.inbox_id, sent.version, sent.plan.commit.state)
+        return sent.inbox_id
 
     def finish_calls(
         self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]], now: int
@@ -478,58 +255,30 @@ class RunDriver:
         """`send` with its `finish` for each of a burst of call ends (at most one per run), all
         written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
         `send` steps one; the inbox ids (0: a result dropped)."""
-        staged: dict[str, tuple[_Leased, _Step, StepCommit]] = {}
-
-        def step(run: RunRecord, work: PendingWork) -> StepCommit | None:
-            again = staged.pop(run.id, None)  # (the transaction is run again: computed again)
-            if again is not None:
-                self.telemetry.end_step(again[0].run, again[0].status, None, None)
-            found = self._fold(run, work)
-            if found is not None:
-                staged[run.id] = found
-            return None if found is None else found[2]
-
         cancelled: list[str] = []
         resting = self.runtime.resting
         rests = {run_id: rest for _, run_id, _ in ends if (rest := resting.get(run_id)) is not None}
-        try:
-            sent = self.runtime.store.finish_calls(ends, now, step, cancelled, rests)
-        except Exception:
-            for x, _, _ in staged.values():  # nothing was written
-                self.telemetry.end_step(x.run, x.status, None, None)
-            raise
+        sent = self.runtime.store.finish_calls(ends, now, self._send_planner, cancelled, rests)
         self.telemetry.runs_cancelled(cancelled)
-        for (_, run_id, _), (_, version) in zip(ends, sent):
-            if version is None:
-                self.runtime.resting.moved(run_id)
-            found = staged.pop(run_id, None)
-            if found is not None:
-                if version is None:
-                    self.telemetry.end_step(found[0].run, found[0].status, None, None)
-                else:
-                    self._committed(*found, version, sent=True)
-        return [inbox_id for inbox_id, _ in sent]
+        for (_, run_id, _), one in zip(ends, sent, strict=True):
+            if one.version is None:
+                resting.moved(run_id)
+            elif one.plan is not None:
+                self._sent_committed(one.plan, one.version)
+        return [one.inbox_id for one in sent]
 
-    def _fold(self, run: RunRecord, work: PendingWork) -> tuple[_Leased, _Step, StepCommit] | None:
-        """The step a sent event (the last of `work.inbox`) takes in its send, or None to
-        leave it queued: the run is not at rest (`_at_rest`), an earlier event waits, or the
-        step would fail the run."""
-        x = self._at_rest(run, work) if len(work.inbox) == 1 else None
-        if x is None:
-            return None
-        self.telemetry.begin_step(x.run, state_text(x.snapshot), True, 1, x.attempt, x.inbox)
-        try:
-            found = self._stage_safely(x, [], lambda: True)  # release: workers run effects
-        except Exception:  # (a store outage while staging): a worker takes the event
-            found = None
-        if found is None or found[2].status == "error":
-            self.telemetry.end_step(x.run, x.status, None, None)
-            return None
-        return found
+    def _sent_committed(self, plan: Plan, version: int) -> None:
+        """A sent event's step that the store wrote at `version`: traced as a worker's step
+        from when it was planned, then followed as a round follows its committed steps."""
+        x = plan.leased
+        self.telemetry.begin_step(
+            x.run, state_text(x.snapshot), True, 1, x.attempt, x.inbox, began=plan.began
+        )
+        self._committed(x, plan.step, plan.commit, version, sent=True)
 
     def _rounds(
         self,
-        leased: list[_Leased],
+        leased: list[Leased],
         should_stop: Callable[[], bool],
         taken: list[RunRecord] | None = None,
     ) -> int:
@@ -543,7 +292,7 @@ class RunDriver:
                     x.run, state_text(x.snapshot), x.steps == 0, len(this_round), x.attempt, x.inbox
                 )
             try:
-                executed = self._execute_round(this_round)
+                executed = self.effects.execute_round(this_round)
                 staged = []
                 for x, done in zip(this_round, executed, strict=True):
                     found = self._stage_safely(x, done, should_stop)
@@ -575,7 +324,7 @@ class RunDriver:
         return steps
 
     def _committed(
-        self, x: _Leased, step: _Step, commit: StepCommit, version: int, *, sent: bool = False
+        self, x: Leased, step: Step, commit: StepCommit, version: int, *, sent: bool = False
     ) -> None:
         """What follows a committed step of `x`: its log lines, its end in telemetry, and
         whether it left the run at rest (`Runtime.resting`, which follows a `sent` step's run)."""
@@ -596,38 +345,17 @@ class RunDriver:
         self.committed += 1
         self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(), sent=sent)
         log_effects(step.logged, x.run.id)
-        self._report_step(x, step, commit)
+        self.failures.report_step(x, step, commit)
+        if commit.attempt_count is not None:
+            x.attempt = commit.attempt_count
         if commit.status != ACTIVE:
-            self._report_dead_letters(x, commit)
+            self.failures.report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
 
-    def _call_lease(self, effects: Sequence[NewEffect]) -> tuple[str, int] | None:
-        """The lease of the calls among a step's new `effects` to this driver's executor;
-        none when the step also records effects its run executes itself: those run first
-        (the calls are claimed once they are done, `Store.claim_calls`)."""
-        count = leasable_calls(effects)
-        return None if count == 0 or self.calls is None else self.calls.lease(count)
-
-    def _taker(self) -> str | None:
-        """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
-        if time.monotonic() < self._handover_until and not self._should_stop():
-            return self.owner
-        return None
-
-    def _handed_over(self, handed: list[tuple[str, Handover]]) -> None:
-        """Runs a release handed to this driver (leased to it): stepped from the next round,
-        their leases kept by the heartbeat from now."""
-        if handed:
-            with self._handed_lock:
-                self._handed += handed
-            if self.holds is not None:
-                self.holds({h.run.id for _, h in handed}, True)
-
-    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[_Leased], int]:
+    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[Leased], int]:
         """The runs handed over during the last round, restored as claimed runs are, each
         knowing the slot it holds (its call asks for no other place of that limit)."""
-        with self._handed_lock:
-            handed, self._handed = self._handed, []
+        handed = self.effects.take_handed()
         if not handed:
             return [], 0
         runs = [h.run for _, h in handed]
@@ -645,56 +373,27 @@ class RunDriver:
                 self.holds(dropped, False)
         return leased, failed
 
-    def _waiting(self, run: RunRecord, grant: Grant) -> None:
-        """A run released to wait for a limit (the store wrote why on its row)."""
-        log.debug(
-            "run %s (%s): %s, looks again at %s",
-            run.id,
-            run.workflow_name,
-            grant.reason,
-            grant.retry_at,
-        )
-        self.telemetry.waiting(run, grant.reason or "")
-        if self.holds is not None:
-            self.holds({run.id}, False)
-
-    def _enter_workflow(self, run: RunRecord, now: int) -> bool:
-        """Whether a claimed run may be stepped: a limited workflow's run takes a place
-        (else it was released to wait)."""
-        if run.terminal:
-            return True
-        try:
-            place = self.runtime.load.workflow_place(run)
-        except LimitKeyError as exc:  # never stepped without its place: failed, saying why
-            self._fail_unreadable(run, str(exc), now)
-            return False
-        if place is None:
-            return True
-        grant = self.runtime.load.enter(run, self.owner, [place], now, self.lease_ms)
-        if not grant.granted:
-            self._waiting(run, grant)
-        return grant.granted
-
-    def _leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = []
-        for run in runs:
-            try:
-                place = self.runtime.load.workflow_place(run)
-            except LimitKeyError:  # (an ended run without its key: it took no place)
-                continue
-            if place is not None:
-                places.append(place)
-        if places:
-            self.runtime.load.leave(places, self.runtime.clock.now(), self.lease_ms)
+    def _lost(self, x: Leased) -> None:
+        """`x`'s step was not written: its version or lease moved."""
+        if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
+            self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
+            log.debug(
+                "run %s: stepped or claimed by another worker before this unleased "
+                "step of version %d committed; nothing written",
+                x.run.id,
+                x.version,
+            )
+            return
+        self.failures.lease_lost(x)
 
     def _stage_safely(
-        self, x: _Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
-    ) -> tuple[_Leased, _Step, StepCommit] | None:
+        self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
+    ) -> tuple[Leased, Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
         exception fails the run (never the thread, never its batch-mates); a run waiting for
         capacity was released by the store and is dropped."""
         if isinstance(done, Grant):
-            self._waiting(x.run, done)
+            self.effects.waiting(x.run, done)
             return None
         if isinstance(done, StoreUnavailableError):  # (taking a limit's place): an outage,
             raise done  # not this run's fault: the drive backs off, the lease runs out
@@ -702,7 +401,7 @@ class RunDriver:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease
             return None
         if isinstance(done, Exception):
-            self._fail(
+            self.failures.fail(
                 x,
                 f"executing its effects raised {type(done).__name__}: {done}",
                 [],
@@ -711,7 +410,7 @@ class RunDriver:
             return None
         transient = next((d for d in done if d.transient is not None), None)
         if transient is not None:
-            self._back_off(x, transient)
+            self.failures.back_off(x, transient)
             return None
         try:
             return self._stage(x, done, should_stop)
@@ -721,7 +420,7 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(
+            self.failures.fail(
                 x,
                 f"stepping raised {type(exc).__name__}: {exc}",
                 done,
@@ -729,7 +428,7 @@ class RunDriver:
             )
             return None
 
-    def _commit(self, staged: list[tuple[_Leased, _Step, StepCommit]]) -> list[int | None]:
+    def _commit(self, staged: list[tuple[Leased, Step, StepCommit]]) -> list[int | None]:
         """Commit the round in one transaction; if the store refuses it for a reason other
         than an outage (a value it cannot hold), commit step by step so that only the
         offending runs fail."""
@@ -751,7 +450,7 @@ class RunDriver:
                     self._lost(x)
         return versions
 
-    def _commit_alone(self, x: _Leased, step: _Step, commit: StepCommit) -> int | None:
+    def _commit_alone(self, x: Leased, step: Step, commit: StepCommit) -> int | None:
         store, now = self.runtime.store, self.runtime.clock.now()
         cancelled: list[str] = []
         try:
@@ -765,7 +464,7 @@ class RunDriver:
             if x.unleased:  # not ours to fail: a claim fails it under its lease
                 self._left_to_claim = True
                 return None
-            self._fail(
+            self.failures.fail(
                 x,
                 f"the store refused its step: {exc}",
                 None,
@@ -778,183 +477,9 @@ class RunDriver:
             self._lost(x)
         return version
 
-    def _report(
-        self,
-        kind: str,
-        run: RunRecord,
-        state: str,
-        message: str,
-        level: int = logging.WARNING,
-        **fields: Any,
-    ) -> None:
-        """Report an operator event about `run` (its log line, metric and span event)."""
-        self.telemetry.report(
-            RunEvent(
-                kind,
-                run.id,
-                run.workflow_name,
-                run.key,
-                state,
-                message,
-                level,
-                run.traceparent,
-                fields,
-            )
-        )
-
-    def _failed(self, run: RunRecord, state: str, reason: str, poisoned: str | None) -> None:
-        """The one WARNING line per failed run (after the refused value's, if that was why)."""
-        if poisoned is not None:
-            self._report(
-                events.POISONED_VALUE,
-                run,
-                state,
-                f"run {run.id} ({run.workflow_name}, "
-                f"key {run.key}, state {state}): value refused: {poisoned}",
-                reason=poisoned,
-            )
-        self._report(
-            events.RUN_FAILED,
-            run,
-            state,
-            f"run {run.id} failed (workflow "
-            f"{run.workflow_name}, key {run.key}, state {state}): {reason}",
-            reason=reason,
-        )
-
-    def _lost(self, x: _Leased) -> None:
-        if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
-            self._left_to_claim = True  # (what came meanwhile, e.g. an event, is a claim's)
-            log.debug(
-                "run %s: stepped or claimed by another worker before this unleased "
-                "step of version %d committed; nothing written",
-                x.run.id,
-                x.version,
-            )
-            return
-        self._report(
-            events.LEASE_LOST,
-            x.run,
-            state_text(x.snapshot),
-            f"run {x.run.id} ({x.run.workflow_name}): lost the lease (not at version "
-            f"{x.version} under {self.owner}); another worker has it",
-            owner=self.owner,
-        )
-
-    def _fail(
-        self,
-        x: _Leased,
-        reason: str,
-        executed: list[Executed] | None,
-        outcomes: Sequence[EffectOutcome] = (),
-        poisoned: str | None = None,
-        attempt_count: int | None = None,
-        error_traceback: str | None = None,
-    ) -> None:
-        """End `x` as `error` with `reason` without writing a new snapshot: the effects it
-        executed are recorded `failed` (never run again by a worker; a `resume` runs them
-        again, as the step they fed was lost; results dropped, they may be what the store
-        refused), its queued events become dead letters, its error workflow starts."""
-        reason = storable_text(reason)
-        done = list(outcomes) or [e.outcome for e in executed or ()]
-        recorded = [
-            EffectOutcome(o.idempotency_key, "failed", None, storable_text(o.error or reason))
-            for o in done
-        ]
-        now = self.runtime.clock.now()
-        state = state_text(x.snapshot)
-        starts = self._error_runs(x.run, x.status, "error", state, reason, now)
-        cancelled: list[str] = []
-        if self.runtime.store.fail_run(
-            x.run.id,
-            self.owner,
-            reason,
-            now,
-            outcomes=recorded,
-            start_runs=starts,
-            attempt_count=attempt_count,
-            cancelled=cancelled,
-            error_traceback=error_traceback,
-        ):
-            self._failed(x.run, state, reason, poisoned)
-            self.telemetry.runs_cancelled(cancelled)
-
-    def _back_off(self, x: _Leased, transient: Executed) -> None:
-        """A transient failure: nothing of the step is committed; the run is released, due
-        again after the backoff, with the attempt and error on its row (or failed once the
-        attempts are used up)."""
-        policy, now = self.runtime.transient, self.runtime.clock.now()
-        attempt = policy.attempt_after(x.run) if x.steps == 0 else 1
-        error = storable_text(transient.transient or "error")
-        if attempt >= policy.max_attempts:
-            self._fail(
-                x,
-                f"{TRANSIENT_PREFIX} persisted after {attempt} attempts: {error}",
-                [],
-                attempt_count=attempt,
-            )
-            return
-        wait = policy.wait_ms(attempt)
-        text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {error}"
-        if self.runtime.store.release(
-            x.run.id, self.owner, now + wait, attempt_count=attempt, last_error=text
-        ):
-            state = state_text(x.snapshot)
-            self._report(
-                events.RETRY_SCHEDULED,
-                x.run,
-                state,
-                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                f"{state}): {text}; step rolled back, retry in {wait} ms",
-                logging.INFO,
-                attempt=attempt,
-                error=error,
-                transient=True,
-                wait_ms=wait,
-            )
-
-    def _report_dead_letters(self, x: _Leased, commit: StepCommit) -> None:
-        """The events this driver read but did not apply because the run ended: the store made
-        them dead letters with the step."""
-        for item in x.inbox:
-            if item.id not in commit.consumed_inbox:
-                event_type, reason = item.event.get("type"), ended_reason(commit.status)
-                self._report(
-                    events.DEAD_LETTER,
-                    x.run,
-                    commit.state,
-                    f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                    f"{commit.state}): event {event_type!r} dead-lettered: {reason}",
-                    event_type=event_type,
-                    reason=reason,
-                )
-
-    def _report_step(self, x: _Leased, step: _Step, commit: StepCommit) -> None:
-        """Operator log lines for what this committed step did: a failure, a retry."""
-        if commit.status == "error" and x.status == ACTIVE:
-            self._failed(x.run, commit.state, commit.last_error or "failed", step.poisoned)
-        elif commit.status == ACTIVE and _waits_to_retry(commit.state) - _waits_to_retry(
-            state_text(x.snapshot)
-        ):
-            # (a retried call's attempt failed: it waits for the next one)
-            self._report(
-                events.RETRY_SCHEDULED,
-                x.run,
-                commit.state,
-                f"run {x.run.id} ({x.run.workflow_name}, key {x.run.key}, state "
-                f"{commit.state}): attempt {commit.attempt_count} failed "
-                f"({commit.last_error}); retry scheduled",
-                logging.INFO,
-                attempt=commit.attempt_count,
-                error=commit.last_error,
-                transient=False,
-            )
-        if commit.attempt_count is not None:
-            x.attempt = commit.attempt_count
-
     def _take(
         self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
-    ) -> tuple[list[_Leased], int]:
+    ) -> tuple[list[Leased], int]:
         """Restore the claimed runs with their pending work; a run whose definition vanished is
         released, one whose snapshot does not restore is failed (a step, counted)."""
         store, now = self.runtime.store, self.runtime.clock.now()
@@ -963,7 +488,7 @@ class RunDriver:
         leased, failed = [], 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:
-                self._report(
+                self.failures.report(
                     events.TAKEOVER,
                     run,
                     run.state,
@@ -975,7 +500,7 @@ class RunDriver:
                 )
             problem = run.problem or work[run.id].problem  # (a payload whose key is missing)
             if problem is not None:  # a row that does not parse: failed, never stepped
-                failed += self._fail_unreadable(run, problem, now)
+                failed += self.failures.fail_unreadable(run, problem, now)
                 continue
             machine = self.runtime.machine_for(run)
             if machine is None:  # its version vanished from our set between claim and now
@@ -984,16 +509,18 @@ class RunDriver:
             try:
                 snapshot = machine.restore(run.snapshot)
             except Exception as exc:
-                failed += self._fail_unreadable(run, f"snapshot does not restore: {exc}", now)
+                failed += self.failures.fail_unreadable(
+                    run, f"snapshot does not restore: {exc}", now
+                )
                 continue
             if run.terminal and not work[run.id].effects:  # nothing left to do: never again
                 store.release(run.id, self.owner, None)
                 continue
-            if not self._enter_workflow(run, now):
+            if not self.effects.enter_workflow(run, now):
                 continue
             pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
             leased.append(
-                _Leased(
+                Leased(
                     run,
                     machine,
                     snapshot,
@@ -1008,94 +535,25 @@ class RunDriver:
         return leased, failed
 
     def _stage(
-        self, x: _Leased, executed: list[Executed], should_stop: Callable[[], bool]
-    ) -> tuple[_Leased, _Step, StepCommit] | None:
-        """Apply what `x`'s executed effects brought back: the step to commit, or None (the
-        lease released) when nothing changed."""
-        now, machine = self.runtime.clock.now(), x.machine
-        beside = machine if self.runtime.load.calls_beside(x.run.workflow_name) else None
-        step = _Step(x.snapshot, beside)
-        if x.status == ACTIVE:
-            self._apply(machine, step, executed, x.inbox, now)
-        else:  # an ended run finishing its last effects: record them, move nothing
-            step.outcomes = [e.outcome for e in executed]
-            failure = next((e for e in executed if e.fails_run), None)
-            if failure is not None:
-                step.status, step.error, step.traceback = (
-                    "error",
-                    failure.fails_run,
-                    failure.traceback,
-                )
-        if not step.changed:
+        self, x: Leased, executed: list[Executed], should_stop: Callable[[], bool]
+    ) -> tuple[Leased, Step, StepCommit] | None:
+        """The step `x` takes after its executed effects (`Planner.plan`), with the error
+        workflow it starts if it fails the run; None (the lease released) when nothing
+        changed."""
+        planned = self.planner.plan(x, executed, should_stop)
+        if isinstance(planned, Unchanged):
             if not x.unleased:  # (an unleased run has nothing to give back)
-                unchanged = run_columns(step.snapshot, pending_effects=False, now=now)
-                self.runtime.store.release(x.run.id, self.owner, unchanged.wake_at)
+                self.runtime.store.release(x.run.id, self.owner, planned.wake_at)
             return None
-        in_step = step.in_step
-        row = run_columns(
-            step.snapshot,
-            pending_effects=bool(in_step),
-            now=now,
-            status=step.status,
-            failure=step.error,
+        commit = planned.commit
+        errors = self.failures.error_runs(
+            x.run, x.status, commit.status, commit.state, commit.last_error, planned.now
         )
-        work = self._child_work(x, step, row.status, row.last_error)
-        due = step.snapshot.next_due()
-        more_now = row.status == ACTIVE and due is not None and due <= now
-        release = should_stop() or x.steps + 1 >= self.max_steps or not (in_step or more_now)
-        commit = StepCommit(
-            run_id=x.run.id,
-            owner=self.owner,
-            expected_version=x.version,
-            state=row.state,
-            snapshot=machine.persist(step.snapshot),
-            status=row.status,
-            release=release,
-            wake_at=row.wake_at,
-            attempt_count=row.attempt_count,
-            last_error=row.last_error,
-            error_traceback=step.traceback if row.status == "error" else None,
-            workflow_version=machine.fingerprint,
-            lease_until=now + self.lease_ms,
-            new_effects=step.new_effects,
-            effect_outcomes=step.outcomes,
-            consumed_inbox=step.consumed,
-            journal=step.journal if self.runtime.journal else (),
-            start_runs=[
-                *self._error_runs(x.run, x.status, row.status, row.state, row.last_error, now),
-                *self.runtime.child_runs(x.run.id, x.run.key, work.starts, now, x.run.traceparent),
-            ],
-            stop_children=work.stops,
-            deliveries=work.deliveries,
-            unleased=x.unleased,
-            stop_calls=step.stopped_calls(x.snapshot, row.status),
-            call_lease=self._call_lease(step.new_effects),
-            search=search_changes(
-                self.runtime.search_fields.get(x.run.workflow_name, ()),
-                x.snapshot.context,
-                step.snapshot.context,
-            ),
-        )
-        return x, step, commit
+        if errors:
+            commit = replace(commit, start_runs=[*errors, *commit.start_runs])
+        return x, planned.step, commit
 
-    def _child_work(self, x: _Leased, step: _Step, status: str, failure: str | None) -> ChildWork:
-        """What this step of `x` does to its child runs and its parent (`persistence.children`):
-        the children it starts and stops, the events it sends them, and, when it ends a child
-        run, the event that tells the parent."""
-        stopping = status != ACTIVE or any(isinstance(e, StopChild) for e in step.logged)
-        existing = (
-            child_run_ids(x.machine, x.snapshot) if stopping and x.snapshot.children else set()
-        )
-        work = child_work(x.run.parent_run_id, step.logged, existing, status)
-        if x.status == ACTIVE:
-            ended = ended_delivery(
-                x.run.parent_run_id, x.run.parent_invoke_id, status, step.snapshot, failure
-            )
-            if ended is not None:
-                work.deliveries.append(ended)
-        return work
-
-    def _advance(self, x: _Leased, step: _Step, commit: StepCommit, version: int) -> None:
+    def _advance(self, x: Leased, step: Step, commit: StepCommit, version: int) -> None:
         """`x` after its step committed at `version`: the effects it recorded are next."""
         x.snapshot, x.version, x.status, x.steps = (
             step.snapshot,
@@ -1109,91 +567,6 @@ class RunDriver:
         x.inbox = []
         if time.monotonic() - x.inbox_checked > INBOX_RECHECK_S:
             x.inbox, x.inbox_checked = self.runtime.store.pending_events(x.run.id), time.monotonic()
-
-    def _apply(
-        self,
-        machine: Machine,
-        step: _Step,
-        executed: list[Executed],
-        inbox: list[InboxEvent],
-        now: int,
-    ) -> None:
-        """Outcomes and their events first, then due timers and inbox events in the order they
-        happened: a timer due before an event arrived fires first, an event that arrived
-        before a timer was due is applied first (as in memory), however late the step runs."""
-        step.outcomes = [x.outcome for x in executed]
-        failing = next((x for x in executed if x.fails_run), None)
-        if failing is not None:
-            step.status, step.error, step.poisoned, step.traceback = (
-                "error",
-                failing.fails_run,
-                failing.poisoned,
-                failing.traceback,
-            )
-            return
-        cancel = next((e for e in inbox if e.event.get("type") == CANCEL_EVENT), None)
-        if cancel is not None:  # the other queued events become dead letters (run cancelled)
-            step.consumed = [cancel.id]
-            self._cancel(machine, step, cancel)
-            return
-        for x in executed:
-            if x.event is not None and step.status is None:
-                step.apply(machine, x.event, now)
-        for item in inbox:  # events left when the run ends become dead letters (the store)
-            self._fire_timers(machine, step, min(item.created_at, now), now)
-            if step.status is not None or step.snapshot.status != "active":
-                break
-            step.consumed.append(item.id)
-            # (an event sent from rest has no inbox row yet: id 0, journaled without one)
-            step.apply(machine, item.event, now, inbox_id=item.id or None)
-        self._fire_timers(machine, step, now, now)
-
-    @staticmethod
-    def _fire_timers(machine: Machine, step: _Step, until: int, now: int) -> None:
-        """Fire the step's timers due at or before `until`, in due order (at `now`)."""
-        while step.status is None and step.snapshot.status == "active":
-            timer = min(
-                (t for t in step.snapshot.timers if t.due_at <= until),
-                key=lambda t: t.due_at,
-                default=None,
-            )
-            if timer is None:
-                return
-            step.apply(machine, {"type": timer.event["type"], "timer": timer.id}, now, timer.id)
-
-    def _cancel(self, machine: Machine, step: _Step, request: InboxEvent) -> None:
-        before = state_text(step.snapshot)
-        if step.snapshot.status == "active":
-            step.snapshot, effects = machine.stop(step.snapshot)
-            step.logged.extend(effects)
-        step.status = "cancelled"
-        reason = request.event.get("reason")
-        step.error = str(reason) if reason is not None else None
-        step.journal.append(
-            JournalEntry(request.event, before, state_text(step.snapshot), request.id)
-        )
-
-    def _error_runs(
-        self, run: RunRecord, before: str, status: str, state: str, error: str | None, now: int
-    ) -> list[tuple[NewRun, list[NewEffect]]]:
-        """The error workflow to start with the step that makes an active run fail."""
-        if status != "error" or before != "active":
-            return []
-        return self.runtime.error_run(run, state, error, now)
-
-    def _fail_unreadable(self, run: RunRecord, problem: str, now: int) -> int:
-        """Mark a run whose row does not parse or whose snapshot does not restore (`problem`)
-        as `error`, keeping the row as it is (never rewritten: it is the evidence)."""
-        reason = storable_text(problem)
-        starts = self._error_runs(run, run.status, "error", run.state, reason, now)
-        cancelled: list[str] = []
-        if not self.runtime.store.fail_run(
-            run.id, self.owner, reason, now, start_runs=starts, cancelled=cancelled
-        ):
-            return 0
-        self._failed(run, run.state, reason, None)
-        self.telemetry.runs_cancelled(cancelled)
-        return 1
 
 
 def leased_calls(

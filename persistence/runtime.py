@@ -28,7 +28,7 @@ from persistence.children import (
     snapshot_invokes,
 )
 from persistence.columns import run_columns, state_text
-from persistence.driver import CallTaker, RunDriver, leased_calls
+from persistence.driver import RunDriver, leased_calls
 from persistence.lifecycle import (
     DEFAULT_KEY_WINDOW,
     Duration,
@@ -40,6 +40,7 @@ from persistence.lifecycle import (
 from persistence.lifecycle import fork as fork_run
 from persistence.lifecycle import reset as reset_run
 from persistence.outbox import Listener, log_effects, to_outbox
+from persistence.planning import CallTaker
 from persistence.resting import Resting
 from persistence.search import check_fields, declared_fields, search_terms, values_of
 from persistence.stores import (

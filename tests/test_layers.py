@@ -68,35 +68,8 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "scripts": frozenset(_TOOLS | _DURABLE | {"machines", "cli"}),
 }
 
-_SPLIT = "waits for the persistence split (issue 45 item 4)"
 # (importer, imported) -> why it is allowed for now; each breaks a circle or crosses a layer
 ALLOWANCES: Mapping[tuple[str, str], str] = {
-    ("persistence.children", "persistence.runtime"): f"runtime <-> children; {_SPLIT}",
-    ("persistence.driver", "persistence.runtime"): f"runtime <-> driver; {_SPLIT}",
-    (
-        "persistence.telemetry.metrics",
-        "persistence.runtime",
-    ): f"runtime -> telemetry -> metrics -> runtime; {_SPLIT}",
-    (
-        "persistence.telemetry.metrics",
-        "persistence.breakers",
-    ): f"telemetry reads the runtime's breaker states; {_SPLIT}",
-    (
-        "persistence.stores.capacity",
-        "persistence.stores.sql",
-    ): f"sql <-> capacity (SQLDialect only under TYPE_CHECKING); {_SPLIT}",
-    (
-        "persistence.stores.calls",
-        "persistence.stores.sql",
-    ): f"sql <-> calls (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
-    (
-        "persistence.stores.lifecycle",
-        "persistence.stores.sql",
-    ): f"sql <-> lifecycle (SQLRuns only under TYPE_CHECKING, as calls); {_SPLIT}",
-    (
-        "persistence.stores.reencrypt",
-        "persistence.stores.sql",
-    ): f"sql <-> reencrypt (SQLDialect only under TYPE_CHECKING, as capacity); {_SPLIT}",
     (
         "benchmarks.durable_runtime",
         "benchmarks.durable",

@@ -143,7 +143,8 @@ def _open(url: str, max_connections: int) -> Store:
             raise StoreURLError(f"unknown sqlite URL option(s) {sorted(unknown)} in {url!r}")
         return SQLiteStore(path, synchronous=options.get("synchronous", "full"))
     if scheme in ("postgresql", "postgres"):
-        from persistence.stores.postgres import PostgresStore, redact
+        from persistence.stores.postgres import PostgresStore
+        from persistence.stores.postgres_connections import redact
 
         dsn, options = split_postgres_url(url)
         try:

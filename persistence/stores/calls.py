@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.conflicts import retried
+from persistence.stores.dialect import SQLDialect
 from persistence.stores.records import CallAttempt, CallEnd, CallFinish, CallRecord, NewEffect
 from persistence.stores.rules import (
     STOPPED_BY_END,
@@ -34,11 +35,6 @@ from persistence.stores.rules import (
     is_call,
     run_of_outbox_key,
 )
-
-if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
-    from persistence.stores.sql import SQLDialect
-else:
-    SQLDialect = object
 
 _CALL_NAMES = (
     "idempotency_key, run_id{t}, step, call_id, payload, status, attempt, owner, "

@@ -31,25 +31,17 @@ logged (`_transaction`, `persistence.stores.conflicts`, as every store call that
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from persistence.stores.conflicts import retried, run_again
 from persistence.stores.records import (
-    EffectOutcome,
     Grant,
     Handover,
     LimitUsage,
-    NewEffect,
-    NewRun,
-    PendingWork,
     RunRecord,
 )
 from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
-
-if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
-    from persistence.stores.sql import SQLDialect
-else:
-    SQLDialect = object
+from persistence.stores.steps import SQLSteps
 
 CAPACITY = "waiting for capacity"
 RATE = "rate limited"
@@ -66,24 +58,9 @@ _LIVE_HOLD = (
 )
 
 
-class SQLCapacity(SQLDialect):
-    """`Capacity` in SQL: slots, the queue, the rate window and pauses of named limits."""
-
-    if TYPE_CHECKING:  # of the run store it is mixed in with (`sql.SQLRuns`)
-
-        def fail_run(
-            self,
-            run_id: str,
-            owner: str,
-            reason: str,
-            now: int,
-            *,
-            outcomes: Sequence[EffectOutcome] = (),
-            start_runs: Sequence[tuple[NewRun, Sequence[NewEffect]]] = (),
-            attempt_count: int | None = None,
-        ) -> bool: ...
-
-        def pending_work(self, run_ids: Collection[str]) -> dict[str, PendingWork]: ...
+class SQLCapacity(SQLSteps):
+    """`Capacity` in SQL: slots, the queue, the rate window and pauses of named limits (a refused
+    run is released to wait, a broken one failed: `SQLSteps` below it)."""
 
     def acquire_capacity(
         self,

@@ -17,7 +17,7 @@ from it and `reset_run` puts a failed run back to it.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persistence.stores.codec import Column
 from persistence.stores.errors import ConflictError
@@ -32,11 +32,7 @@ from persistence.stores.records import (
     Tombstone,
 )
 from persistence.stores.rules import CALL, FORK_EVENT, PURGE_BATCH, RESET_EVENT, STOPPED_BY_RESET
-
-if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
-    from persistence.stores.sql import SQLRuns
-else:
-    SQLRuns = object
+from persistence.stores.runs import SQLRuns
 
 _PURGEABLE = (
     "FROM workflow_runs r WHERE r.status <> 'active' AND r.completed_at < ?{workflow} "

@@ -8,10 +8,11 @@ takes and returns are in `persistence.stores.records`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from persistence.stores.clocks import StoreClock
+from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.records import (
     BreakerRecord,
     CallAttempt,
@@ -123,35 +124,36 @@ class RunStore(Protocol):
         run_id: str,
         event: Mapping[str, Any],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         *,
         traceparent: str | None = None,
         cancelled: list[str] | None = None,
         rest: RunRecord | None = None,
         finish: CallFinish | None = None,
-    ) -> tuple[int, int | None]:
+    ) -> Sent[PlanT]:
         """`send_event` with the step that applies the event folded into its transaction:
-        the run's row is locked, the event queued, and `step` is handed the run with its
-        pending work (the event last in its inbox); the `StepCommit` it returns, if any, is
-        written in the same transaction exactly as `commit_steps` writes it (consuming the
-        event), else the event stays queued and idle workers are woken for it. Returns the
-        inbox id and the run's new version, None when the event was left queued.
-        `RunFinishedError`/`RunNotFoundError` as `send_event` (nothing written); an exception
-        from writing the step rolls back the whole transaction (nothing queued either).
+        the run's row is locked, the event queued, and `planner` (pure: `stores.planners`) is
+        handed the run with its pending work (the event last in its inbox); the commit of the
+        plan it returns, if any, is written in the same transaction exactly as `commit_steps`
+        writes it (consuming the event), else the event stays queued and idle workers are
+        woken for it. Returns the inbox id, the run's new version (None when the event was
+        left queued) and the plan written (`Sent`). `RunFinishedError`/`RunNotFoundError` as
+        `send_event` (nothing written); an exception from writing the step rolls back the
+        whole transaction (nothing queued either).
 
         `rest` is the run's row as the caller last committed it, at rest (`persistence.resting`):
-        a store may first hand `step` that run with only the event as its pending work, and
-        write the unleased commit it returns (without child runs or deliveries) only if the run
+        a store may first hand `planner` that run with only the event as its pending work, and
+        write the unleased commit it plans (without child runs or deliveries) only if the run
         is still exactly so: at `rest.version` with its snapshot and definition, active, held
         by nobody, no event queued and no effect pending (PostgreSQL: one round trip, the event
         recorded as applied, its inbox id drawn but no row left). If it is not, nothing of that
-        step is written and the call goes on as without `rest` (`step` is called again, with
+        step is written and the call goes on as without `rest` (`planner` is asked again, with
         the run as locked now).
 
         With `finish`, the event is the result of that call (`persistence.calls`): its end is
         recorded first, under the run's lock, and the event queued (with the call's key) only
         if `finish.owner` still holds the call at `finish.attempt`: else nothing is queued or
-        stepped and (0, None) is returned (the call was stopped, or taken over)."""
+        stepped and `Sent(0)` is returned (the call was stopped, or taken over)."""
         ...
 
     def claim_runs(
@@ -572,15 +574,15 @@ class Calls(Protocol):
         self,
         ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
         now: int,
-        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        planner: StepPlanner[PlanT],
         cancelled: list[str] | None = None,
         rests: Mapping[str, RunRecord] | None = None,
-    ) -> list[tuple[int, int | None]]:
+    ) -> list[Sent[PlanT]]:
         """`send_and_step` with its `finish` for each (call end, run id, result event) of a
-        burst of ends, all in one transaction (at most one end per run): per end, the inbox id
-        and the run's new version (None: queued for a worker; (0, None): dropped, its holder
-        no longer held the call). `rests`: runs as this process last committed them, by id
-        (`send_and_step`'s `rest`)."""
+        burst of ends, all in one transaction (at most one end per run): per end, what its send
+        did (version None: queued for a worker; `Sent(0)`: dropped, its holder no longer held
+        the call). `rests`: runs as this process last committed them, by id (`send_and_step`'s
+        `rest`)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:

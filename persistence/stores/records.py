@@ -406,6 +406,10 @@ class VersionCount:
     """The `version` label inside the runs' snapshots (what a migration is keyed by)."""
 
 
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+"""The states of a shared circuit breaker (`BreakerRecord.state`, `persistence.breakers`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BreakerRecord:
     """Shared circuit-breaker state for one downstream name (semantics belong to the caller)."""

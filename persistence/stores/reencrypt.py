@@ -11,15 +11,11 @@ row is visited once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persistence.stores.codec import Column, KeyConfigError, PayloadCodecError, sealed_key
+from persistence.stores.dialect import SQLDialect
 from persistence.stores.records import ReencryptReport
-
-if TYPE_CHECKING:  # the hooks it uses; `sql.SQLStore` mixes this class in (no import cycle)
-    from persistence.stores.sql import SQLDialect
-else:
-    SQLDialect = object
 
 _EFFECT_KEY = ("run_id", "step", "effect_index")
 PAYLOAD_COLUMNS: tuple[tuple[str, tuple[str, ...], str, str, str], ...] = (

@@ -69,6 +69,19 @@ MAX_PRIORITY = 1000
 CLAIMABLE_BY_EVENT = "status = 'active' AND {free}"
 """Runs a queued (live) inbox event makes claimable: active ones only."""
 
+FREE = "({r}lease_owner IS NULL OR {r}lease_expires_at <= {now})"
+"""A run no live lease holds (`{r}`: the table's alias and a dot, or ""; `{now}`: the
+parameter of the current time): what `CLAIMABLE` and `CLAIMABLE_BY_EVENT` take as `{free}`."""
+
+HELD_FENCE = "{r}version = {expected} AND {r}lease_owner = {owner}"
+"""The fence of a step's write of its run row taken under a lease: the run is still at the
+version the step read and still leased to the step's writer (`{expected}`, `{owner}`: their
+parameters)."""
+
+UNLEASED_FENCE = "{r}version = {expected} AND {r}lease_owner IS NULL AND {r}status = 'active'"
+"""The fence of a step taken with no claim (`StepCommit.unleased`; from rest too): the run is
+still at the version read, nobody holds it, and it has not ended meanwhile."""
+
 
 def ended_reason(status: str) -> str:
     """The dead-letter reason of an event left queued when its run ended in `status`."""

@@ -182,15 +182,20 @@ class Telemetry:
         batch: int,
         attempt: int,
         inbox: Sequence[InboxEvent],
+        *,
+        began: float | None = None,
     ) -> None:
         """A step of `run` (in `state`) begins: its pending effects are about to execute.
         `first`: the first step since the claim (a takeover shows there); `batch`: how many runs
-        the round steps; `inbox`: the queued events it will apply."""
+        the round steps; `inbox`: the queued events it will apply. `began`: when it began
+        (`time.perf_counter()`), if before now (a sent event's step, reported once written)."""
+        now = time.perf_counter()
         if self.metrics is not None:
-            self._steps[run.id] = time.perf_counter()
+            self._steps[run.id] = now if began is None else began
         spans = self.recording()
         if spans is not None:
-            spans.begin_step(run, state, first, batch, attempt, inbox)
+            start_ns = None if began is None else time.time_ns() - int((now - began) * 1e9)
+            spans.begin_step(run, state, first, batch, attempt, inbox, start_ns)
 
     def effect(
         self, run: RunRecord, kind: str, payload: Any, key: str, beside: bool = False

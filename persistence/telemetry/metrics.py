@@ -17,19 +17,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from persistence.breakers import CLOSED, HALF_OPEN, OPEN
-from persistence.stores import LimitUsage, RunQuery, StoreError
-from persistence.stores.records import RUN_STATUSES
+from persistence.stores import LimitUsage, RunQuery, Store, StoreError
+from persistence.stores.records import CLOSED, HALF_OPEN, OPEN, RUN_STATUSES
+from statecharts import Machine
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider, Observation
     from prometheus_client import CollectorRegistry
-
-    from persistence.runtime import Runtime
 
 log = logging.getLogger("statecharts.metrics")
 
@@ -208,13 +206,42 @@ class MetricsSink(Protocol):
 Reading = tuple[Metric, tuple[str, ...], float]
 
 
+class _Clock(Protocol):
+    def now(self) -> int: ...
+
+
+class _Limits(Protocol):
+    @property
+    def limits(self) -> Mapping[str, Any]: ...
+
+
+class GaugedRuntime(Protocol):
+    """What `StoreGauges` reads of a runtime (`persistence.Runtime` is one): its store, its
+    clock, its definitions, its named limits and breaker policies."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> _Clock: ...
+
+    @property
+    def machines(self) -> Mapping[str, Machine]: ...
+
+    @property
+    def load(self) -> _Limits: ...
+
+    @property
+    def breaker_policies(self) -> Mapping[str, Any]: ...
+
+
 class StoreGauges:
     """Runs by status, stuck runs and breaker states, read from the runtime's store at most every
     `every_s` seconds (a scrape in between gets the last reading). Every status of every known
     workflow is reported, zero included, so an alert on a missing series is never needed."""
 
     def __init__(
-        self, runtime: Runtime, *, every_s: float = 15.0, stuck_after_ms: int = 3_600_000
+        self, runtime: GaugedRuntime, *, every_s: float = 15.0, stuck_after_ms: int = 3_600_000
     ) -> None:
         self.runtime = runtime
         self.every_s = every_s
@@ -268,7 +295,7 @@ class StoreGauges:
         return found
 
 
-def breaker_names(runtime: Runtime) -> set[str]:
+def breaker_names(runtime: GaugedRuntime) -> set[str]:
     """The breakers a runtime's machines name on their invokes, and those given a policy."""
     names = set(runtime.breaker_policies)
     for machine in runtime.machines.values():

@@ -87,8 +87,10 @@ class RunSpans:
         batch: int,
         attempt: int,
         inbox: Sequence[InboxEvent],
+        start_ns: int | None = None,
     ) -> None:
-        """Open the step span of `run` (child of its stored trace context)."""
+        """Open the step span of `run` (child of its stored trace context), started at
+        `start_ns` (epoch ns) when given, else now."""
         links = [
             link
             for e in inbox
@@ -113,6 +115,7 @@ class RunSpans:
                     t.PREVIOUS_OWNER: run.previous_owner if takeover else None,
                 }
             ),
+            start_time=start_ns,
         )
         with self._lock:
             self._open[run.id] = span

@@ -383,7 +383,7 @@ def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
         return "ok"
 
     calls: list[int] = []
-    monkeypatch.setattr("persistence.driver.HANDOVER_S", 60.0)  # however slow the machine
+    monkeypatch.setattr("persistence.effect_rounds.HANDOVER_S", 60.0)  # however slow the machine
 
     machine = create_machine(
         {

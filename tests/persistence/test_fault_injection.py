@@ -604,7 +604,7 @@ def test_a_worker_whose_thread_dies_exits_non_zero(e: Env) -> None:
 def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
     e: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from persistence import driver as driver_module
+    from persistence import planning
     from persistence.stores import StoreUnavailableError
     from persistence.worker import Worker as InProcess
 
@@ -612,16 +612,16 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
     ids = [runtime.start("poison", {"kind": "fine"}) for _ in range(4)]
     victim = ids[1]
     unstorable: Any = {"bad": 2**70} if e.kind == "sqlite" else {"bad": "a\x00b"}
-    original = driver_module.RunDriver._stage
+    original = planning.Planner.plan
 
-    def stage(self: Any, x: Any, executed: Any, should_stop: Any) -> Any:
-        staged = original(self, x, executed, should_stop)
-        if staged is not None and x.run.id == victim:  # a value that slipped past every check
-            run, step, commit = staged
-            staged = run, step, replace(commit, snapshot={**commit.snapshot, **unstorable})
-        return staged
+    def plan(self: Any, x: Any, executed: Any, should_stop: Any) -> Any:
+        planned = original(self, x, executed, should_stop)
+        if isinstance(planned, planning.Plan) and x.run.id == victim:  # a value that slipped
+            poisoned = {**planned.commit.snapshot, **unstorable}  # past every check
+            planned = replace(planned, commit=replace(planned.commit, snapshot=poisoned))
+        return planned
 
-    monkeypatch.setattr(driver_module.RunDriver, "_stage", stage)
+    monkeypatch.setattr(planning.Planner, "plan", plan)  # (every step is planned there)
     outages = []
     original_commit = e.store.commit_steps
 

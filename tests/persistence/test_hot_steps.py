@@ -25,8 +25,9 @@ from persistence.stores import (
     RunQuery,
     StepCommit,
     Store,
-    postgres,
-    sql,
+    inbox,
+    postgres_statements,
+    steps,
 )
 from persistence.stores.postgres import PostgresStore
 from persistence.stores.sqlite import SQLiteStore
@@ -148,37 +149,38 @@ def at_schema_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     journal without the inbox ids, no waiters told (schema 11)."""
     real = schema.migrations
     monkeypatch.setattr(schema, "migrations", lambda dialect: real(dialect)[:5])
-    released = sql._QUEUE_EVENT.replace(
+    released = inbox._QUEUE_EVENT.replace(
         ", call_key) SELECT id, ?, ?, ?, ? FROM workflow_runs WHERE id = ?",
         ") SELECT id, ?, ?, ? FROM workflow_runs WHERE CAST(? AS text) IS NULL AND id = ?",
     )
     assert "call_key" not in released
-    monkeypatch.setattr(sql, "_QUEUE_EVENT", released)
+    for queues in (inbox, steps):  # (`send_event`; `send_and_step`)
+        monkeypatch.setattr(queues, "_QUEUE_EVENT", released)
     # ... and a step's journal rows without their inbox row or the snapshot after the step
     monkeypatch.setattr(
-        sql,
+        steps,
         "JOURNAL_INSERT",
-        sql.JOURNAL_INSERT.replace(
+        steps.JOURNAL_INSERT.replace(
             ", inbox_id, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             ") SELECT ?, ?, ?, ?, ?, ? WHERE coalesce(?, 0) IS NOT NULL "
             "AND (CAST(? AS text) IS NULL OR 1 = 1)",
         ),
     )
-    journal = postgres._STEPS_PARTS["journal"]
+    journal = postgres_statements.STEPS_PARTS["journal"]
     monkeypatch.setitem(
-        postgres._STEPS_PARTS,
+        postgres_statements.STEPS_PARTS,
         "journal",
         journal.replace(",\n                                 inbox_id, snapshot)", ")").replace(
             ", j.inbox,\n           CASE WHEN j.last THEN run.snapshot END\n", "\n"
         ),
     )
-    assert "snapshot" not in postgres._STEPS_PARTS["journal"]
-    steps_sql = postgres._steps_sql
+    assert "snapshot" not in postgres_statements.STEPS_PARTS["journal"]
+    steps_sql = postgres_statements.steps_sql
     steps_sql.cache_clear()  # (statements built before hold the journal's inbox id)
     monkeypatch.setattr(
-        postgres,
-        "_steps_sql",
-        lambda *args: steps_sql(*args).replace(postgres._TOLD, "false AS told"),
+        postgres_statements,
+        "steps_sql",
+        lambda *args: steps_sql(*args).replace(postgres_statements.TOLD, "false AS told"),
     )
     monkeypatch.setattr(PostgresStore, "_tell_waiters_in", lambda *args: None)
     yield

@@ -1,7 +1,7 @@
 """PostgreSQL's connection use: every statement gives its connection back, whatever happens.
 
-The store checks connections out of its pool itself (`postgres._Checkout`) and runs its hot
-statements on one cursor kept per connection. These tests use a pool of ONE connection, so a
+The store checks connections out of its pool itself (`postgres_connections.Checkout`) and runs
+its hot statements on one cursor kept per connection. These tests use a pool of ONE connection, so a
 connection not given back, a transaction left open or a result left on the cursor shows at
 the next call (a `StoreUnavailableError` after the pool's timeout, a wrong row, a row not
 written)."""

@@ -129,9 +129,11 @@ def _plan(store: Store, query: RunQuery) -> tuple[list[str], str]:
     sql = store._page_sql(where)  # type: ignore[attr-defined]
     with store._connection() as conn:  # type: ignore[attr-defined]
         if store.dialect == "postgres":  # type: ignore[attr-defined]
-            from persistence.stores.postgres import _pg
+            from persistence.stores.postgres_statements import psycopg_style
 
-            rows = conn.execute("EXPLAIN (FORMAT JSON) " + _pg(sql), (*params, 50, 0)).fetchall()
+            rows = conn.execute(
+                "EXPLAIN (FORMAT JSON) " + psycopg_style(sql), (*params, 50, 0)
+            ).fetchall()
             return _pg_nodes(rows[0][0][0]["Plan"]), sql
         rows = conn.execute("EXPLAIN QUERY PLAN " + sql, (*params, 50, 0)).fetchall()
         return [str(row[-1]) for row in rows], sql
