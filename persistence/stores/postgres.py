@@ -508,14 +508,7 @@ class PostgresStore(SQLStore):
         """Find and lease in one statement, skipping rows other workers lock; asked
         `with_work`, a second statement in the same round trip reads the leased runs' pending
         effects and queued events."""
-        params = {
-            "now": to_ts(now),
-            "exp": to_ts(expires),
-            "limit": limit,
-            "owner": owner,
-            "names": [n for n, _ in pairs or ()],
-            "versions": [v for _, v in pairs or ()],
-        }
+        params = lease_params(owner, now, expires, limit, pairs)
         # A lease need not reach the disk before the claimer works: lost in a server crash, it
         # only leaves the run claimable again, every step's commit checks the lease (so
         # nothing is written under a lost one), and that synchronous commit flushes the
@@ -530,9 +523,16 @@ class PostgresStore(SQLStore):
                 cursor = conn.execute(_lease_sql(pairs is not None, self._CLAIM_ORDER), params)
                 found = conn.execute(_LEASED_WORK, params) if with_work else None
             rows = cursor.fetchall()
-            work_rows = found.fetchall() if found is not None else []
+            work_rows = found.fetchall() if found is not None else None
+        return self._leased(rows, work_rows)
+
+    def _leased(
+        self, rows: list[Any], work_rows: list[Any] | None
+    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
+        """The runs a claim statement (`_lease_sql`) returned, with their work read by
+        `_LEASED_WORK` (None: not read)."""
         runs = [self._run(r[:-2], r[-2], r[-1]) for r in rows]
-        if found is None:
+        if work_rows is None:
             return runs, {}
         items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
         return runs, {run.id: self._pending(run.id, *items[run.id]) for run in runs}
@@ -1052,6 +1052,20 @@ _READ_WORK = (
     "FROM workflow_runs r WHERE r.id = ANY(%(ids)s::uuid[])"
 )
 """`read_work`: runs by id with their pending work (`_WORK_ARRAYS`), no lease."""
+
+
+def lease_params(
+    owner: str, now: int, expires: int, limit: int, pairs: list[tuple[str, str]] | None
+) -> dict[str, Any]:
+    """The parameters of the claim statement (`_lease_sql`)."""
+    return {
+        "now": to_ts(now),
+        "exp": to_ts(expires),
+        "limit": limit,
+        "owner": owner,
+        "names": [n for n, _ in pairs or ()],
+        "versions": [v for _, v in pairs or ()],
+    }
 
 
 @lru_cache(maxsize=4)

@@ -216,6 +216,10 @@ class SQLDialect:
     _own_wakeup: Wakeup | None = None
     """A `Wakeup` of this store object alone (an in-memory database is not shared)."""
 
+    _START_CONFLICT = f"{ACTIVE_KEY_CONFLICT} DO NOTHING"
+    """The conflict clause of a start's insert (Citus: none, its keys are claimed first in a
+    table of their own, `persistence.stores.citus`)."""
+
     _INTEGRITY_ERRORS: tuple[type[Exception], ...] = ()
     _CREATE_IS_ONE_STATEMENT = False
     """True where `_create_in` is one statement (PostgreSQL's CTE), so a lone create needs no
@@ -567,7 +571,7 @@ class SQLRuns(SQLCalls, SQLDialect):
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NULL) "
-            f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
+            f"{self._START_CONFLICT} RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id),
                 run.workflow_name,
