@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from persistence.stores.errors import (

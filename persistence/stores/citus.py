@@ -24,17 +24,20 @@ What differs from `PostgresStore` (the rest is its code):
 from __future__ import annotations
 
 import itertools
+import logging
 import re
+import struct
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from persistence.stores.conflicts import retried
 from persistence.stores.errors import StoreError
 from persistence.stores.postgres import (
     _CHANNEL,
@@ -45,7 +48,7 @@ from persistence.stores.postgres import (
     _lease_sql,
     lease_params,
 )
-from persistence.stores.records import NewEffect, NewRun, PendingWork, RunRecord
+from persistence.stores.records import CallRecord, NewEffect, NewRun, PendingWork, RunRecord
 from persistence.stores.sql import SQLStore
 
 SHARD_MAP_TTL_S = 30.0
@@ -96,35 +99,43 @@ SELECT create_distributed_table('workflow_capacity', 'name', colocate_with => 'w
 the distribution column, then the tables distributed. `{shards}`: shards per table."""
 
 _SHARD_MAP = """
-SELECT r.shardid, e.shardid, i.shardid, n.nodename, n.nodeport
+SELECT r.shardid, r.shardminvalue::int, r.shardmaxvalue::int, c.relname, s.shardid,
+       n.nodename, n.nodeport
   FROM pg_dist_shard r
-  JOIN pg_dist_shard e ON e.logicalrelid = 'workflow_effects'::regclass
-   AND e.shardminvalue = r.shardminvalue
-  JOIN pg_dist_shard i ON i.logicalrelid = 'workflow_inbox'::regclass
-   AND i.shardminvalue = r.shardminvalue
+  JOIN pg_dist_partition pr ON pr.logicalrelid = r.logicalrelid
+  JOIN pg_dist_partition pt ON pt.colocationid = pr.colocationid
+  JOIN pg_dist_shard s ON s.logicalrelid = pt.logicalrelid AND s.shardminvalue = r.shardminvalue
+  JOIN pg_class c ON c.oid = s.logicalrelid
   JOIN pg_dist_placement p ON p.shardid = r.shardid
   JOIN pg_dist_node n ON n.groupid = p.groupid
  WHERE r.logicalrelid = 'workflow_runs'::regclass
  ORDER BY r.shardid
 """
-"""Each run shard with its co-located outbox and inbox shards and the node that holds them."""
+"""Each run shard with the shards co-located with it (outbox, inbox, journal, calls...) and the
+node that holds them."""
 
-_TABLES = re.compile(r"\bworkflow_(runs|effects|inbox)\b")
+log = logging.getLogger("statecharts.citus")
+_TABLE = re.compile(r"\bworkflow_[a-z_]+\b")
 
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """One shard group of the run tables: its shard ids and the node holding it."""
+    """One shard group of the run tables: the run ids whose hash (`run_hash`) it holds
+    (`low` to `high`), each table's shard id, and the node holding them."""
 
-    runs: int
-    effects: int
-    inbox: int
+    low: int
+    high: int
+    tables: dict[str, int]
     node: tuple[str, int]
 
     def local(self, sql: str) -> str:
         """`sql` with the run tables named as this group's shard tables (on its node)."""
-        ids = {"runs": self.runs, "effects": self.effects, "inbox": self.inbox}
-        return _TABLES.sub(lambda m: f"workflow_{m.group(1)}_{ids[m.group(1)]}", sql)
+
+        def named(match: re.Match[str]) -> str:
+            shard = self.tables.get(match.group(0))
+            return match.group(0) if shard is None else f"{match.group(0)}_{shard}"
+
+        return _TABLE.sub(named, sql)
 
 
 class CitusStore(PostgresStore):
@@ -157,6 +168,7 @@ class CitusStore(PostgresStore):
         self._map_read_at = float("-inf")
         self._map_lock = threading.Lock()
         self._turn = itertools.count()
+        self._local = threading.local()
 
     # -- schema -----------------------------------------------------------------------------
     def migrate(self) -> list[int]:
@@ -172,7 +184,7 @@ class CitusStore(PostgresStore):
                 conn.execute(_DISTRIBUTE.format(shards=self.shards).encode())
         return applied
 
-    # -- claims, shard by shard on the worker nodes ------------------------------------------
+    # -- shard by shard on the worker nodes -----------------------------------------------
     def _lease(
         self,
         owner: str,
@@ -182,49 +194,99 @@ class CitusStore(PostgresStore):
         pairs: list[tuple[str, str]] | None,
         with_work: bool,
     ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
-        """`PostgresStore._lease`, one shard group at a time, each on the node that holds it,
-        starting at the next group in turn (so claimers spread over the groups), until
-        `limit` runs are leased or every group was asked."""
-        shards = self._shard_map()
-        if not shards:
-            return [], {}
-        start = next(self._turn) % len(shards)
+        """`PostgresStore._lease` shard group by shard group (`_on_shards`)."""
         runs: list[RunRecord] = []
         work: dict[str, PendingWork] = {}
-        for shard in shards[start:] + shards[:start]:
-            params = lease_params(owner, now, expires, limit - len(runs), pairs)
-            try:
-                got, got_work = self._lease_on(shard, params, pairs is not None, with_work)
-            except StoreError:
-                self._map_read_at = float("-inf")  # (moved, or its node is down: read again)
-                continue
-            runs += got
+        sql = _lease_sql(pairs is not None, self._CLAIM_ORDER)
+
+        def take(shard: Shard, left: int) -> int:
+            params = lease_params(owner, now, expires, left, pairs)
+            with self._connection() as conn:
+                with conn.pipeline(), conn.transaction():
+                    conn.execute("SET LOCAL synchronous_commit = off")
+                    cursor = conn.execute(shard.local(sql), params)
+                    found = conn.execute(shard.local(_LEASED_WORK), params) if with_work else None
+                rows = cursor.fetchall()
+                work_rows = found.fetchall() if found is not None else None
+            got, got_work = self._leased(rows, work_rows)
+            runs.extend(got)
             work.update(got_work)
-            if len(runs) >= limit:
-                break
+            return len(got)
+
+        self._on_shards(limit, take)
         return runs, work
 
-    def _lease_on(
-        self, shard: Shard, params: dict[str, Any], filtered: bool, with_work: bool
-    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
-        """The claim statement (and the claimed runs' work) on `shard`'s own tables, in one
-        transaction on its node."""
-        with _Checkout(self._node_pool(shard.node), None, self.pooling.begin) as conn:
-            with conn.pipeline(), conn.transaction():
-                conn.execute("SET LOCAL synchronous_commit = off")
-                cursor = conn.execute(shard.local(_lease_sql(filtered, self._CLAIM_ORDER)), params)
-                found = conn.execute(shard.local(_LEASED_WORK), params) if with_work else None
-            rows = cursor.fetchall()
-            work_rows = found.fetchall() if found is not None else None
-        return self._leased(rows, work_rows)
+    @retried
+    def claim_calls(
+        self, owner: str, now: int, lease_ms: int, limit: int, run_id: str | None = None
+    ) -> list[CallRecord]:
+        """`SQLStore.claim_calls`; without `run_id`, shard group by shard group (`_on_shards`:
+        its `FOR UPDATE SKIP LOCKED` would span every shard)."""
+        if run_id is not None:
+            return super().claim_calls(owner, now, lease_ms, limit, run_id)
+        calls: list[CallRecord] = []
+
+        def take(shard: Shard, left: int) -> int:
+            got = SQLStore.claim_calls(self, owner, now, lease_ms, left)
+            calls.extend(got)
+            return len(got)
+
+        self._on_shards(limit, take)
+        return calls
+
+    def _on_shards(self, limit: int, take: Callable[[Shard, int], int]) -> None:
+        """`take(shard, left)` (how many it took of `left`) for each shard group in turn,
+        starting at the next group (so that claimers spread over them), until `limit` are
+        taken. Meanwhile this thread's statements go to the group's node, the run tables
+        named as its shards (`_here`): each one single-shard, run where its rows are. A group
+        whose node fails is passed (and the shard map read again: a rebalance may have moved
+        it)."""
+        shards = self._shard_map()
+        start = next(self._turn) % max(len(shards), 1)
+        left = limit
+        for shard in shards[start:] + shards[:start]:
+            self._local.shard = shard
+            try:
+                left -= take(shard, left)
+            except StoreError as exc:
+                log.warning("shard group on %s:%s passed: %s", *shard.node, exc)
+                self._map_read_at = float("-inf")
+            finally:
+                self._local.shard = None
+            if left <= 0:
+                break
+
+    def _here(self) -> Shard | None:
+        """The shard group this thread's statements go to now (`_on_shards`), if any."""
+        shard: Shard | None = getattr(self._local, "shard", None)
+        return shard
+
+    def _connection(self) -> _Checkout:
+        shard = self._here()
+        if shard is None:
+            return super()._connection()
+        return _Checkout(self._node_pool(shard.node), None, self.pooling.begin)
+
+    _conn = _connection
+
+    def _exec(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        shard = self._here()
+        return super()._exec(conn, sql if shard is None else shard.local(sql), params)
+
+    def _many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        shard = self._here()
+        super()._many(conn, sql if shard is None else shard.local(sql), rows)
 
     def _shard_map(self) -> list[Shard]:
         """The shard groups of the run tables (read from the coordinator's metadata, again
         after `SHARD_MAP_TTL_S` or a failed claim)."""
         with self._map_lock:
             if time.monotonic() - self._map_read_at > SHARD_MAP_TTL_S:
-                rows = self._rows(_SHARD_MAP)
-                self._map = [Shard(r, e, i, (host, int(port))) for r, e, i, host, port in rows]
+                groups: dict[int, Shard] = {}
+                for group, low, high, table, shard, host, port in self._rows(_SHARD_MAP):
+                    found = groups.setdefault(group, Shard(low, high, {}, (host, int(port))))
+                    found.tables[table] = shard
+                self._map = list(groups.values())
                 self._map_read_at = time.monotonic()
             return self._map
 
@@ -310,6 +372,89 @@ class CitusStore(PostgresStore):
         ).fetchall()
         return self._run(rows[0]) if rows else None
 
+    # -- run trees: on the shard of their root -------------------------------------------
+    def new_child_id(self, parent_run_id: str) -> str:
+        """A random run id that hashes into the shard of `parent_run_id` (and so of its
+        root): a run tree lives on one shard, and a step that starts, stops or tells its
+        child runs is a transaction on one node. Drawn again until it lands there (as many
+        draws as there are shards, on average); a random id if the map has no such shard."""
+        parent = run_hash(uuid.UUID(parent_run_id))
+        shard = next((s for s in self._shard_map() if s.low <= parent <= s.high), None)
+        while True:
+            candidate = uuid.uuid4()
+            if shard is None or shard.low <= run_hash(candidate) <= shard.high:
+                return str(candidate)
+
+    def _tree_in(self, conn: Any, run_id: str) -> tuple[str, tuple[Any, ...]]:
+        """The run tree as `SQLStore._tree_in` names it, found by walking the parent links
+        up and the child index down a level at a time (Citus runs no recursive query over
+        distributed tables), then read by id: its root and its active descendants."""
+        level = [self._root_in(conn, run_id)]
+        tree = list(level)
+        while level:
+            rows = self._exec(
+                conn,
+                "SELECT id::text FROM workflow_runs WHERE parent_run_id = ANY(CAST(? AS text[])) "
+                "AND status = 'active'",
+                (_array(level),),
+            ).fetchall()
+            level = [r[0] for r in rows if r[0] not in tree]
+            tree += level
+        return (
+            "WITH tree (id, key, parent, invoke, workflow) AS (SELECT id, key, parent_run_id, "
+            "parent_invoke_id, workflow_name FROM workflow_runs "
+            "WHERE id = ANY(CAST(? AS uuid[]))) ",
+            (_array(tree),),
+        )
+
+    def _lock_tree_in(self, conn: Any, run_id: str) -> None:
+        """`PostgresStore._LOCK_TREE`'s advisory lock on the tree's root, taken on the
+        coordinator (a statement on no table: advisory locks live where they are taken)."""
+        root = self._root_in(conn, run_id)
+        self._exec(conn, "SELECT pg_advisory_xact_lock(hashtextextended(?, 18))", (root,))
+
+    def _root_in(self, conn: Any, run_id: str) -> str:
+        """The root of run `run_id`'s tree, up the parent links (a cycle a bad row might make
+        ends the walk)."""
+        seen = [run_id]
+        while True:
+            rows = self._exec(
+                conn, "SELECT parent_run_id FROM workflow_runs WHERE id = ?", (seen[-1],)
+            ).fetchall()
+            if not rows or rows[0][0] is None or self._id(rows[0][0]) in seen:
+                return seen[-1]
+            seen.append(self._id(rows[0][0]))
+
+    # -- limits: their places read apart from the runs ------------------------------------
+    def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
+        """`SQLCapacity._live_hold_in` without a join of places (by limit) and runs (by id),
+        which Citus cannot run: the held places (of limit `name`: one shard), then their
+        runs' leases (by id), then the live ones named to the statement."""
+        by_name = "" if name is None else " AND name = ?"
+        held = self._exec(
+            conn,
+            f"SELECT name, holder, run_id::text, owner FROM workflow_capacity WHERE "
+            f"state = 'held'{by_name}",
+            () if name is None else (name,),
+        ).fetchall()
+        leases = dict(
+            self._exec(
+                conn,
+                "SELECT id::text, lease_owner FROM workflow_runs WHERE "
+                "id = ANY(CAST(? AS uuid[])) AND lease_expires_at > ?",
+                (_array(sorted({r[2] for r in held})), ts),
+            ).fetchall()
+            if held
+            else ()
+        )
+        live = [
+            (n, h) for n, h, run, owner in held if owner is not None and leases.get(run) == owner
+        ]
+        return (
+            "(name, holder) IN (SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[])))",
+            ([n for n, _ in live], [h for _, h in live]),
+        )
+
     # -- wake-ups, on the coordinator ---------------------------------------------------------
     def create_run(
         self,
@@ -370,3 +515,48 @@ class CitusStore(PostgresStore):
         if told:
             conn.execute(f"SELECT pg_notify({_CHANNEL}, %s)", (f"{_PROGRESS}:{told[0][0]}",))
 
+
+def _array(values: Sequence[str]) -> str:
+    """Run ids as the text of an SQL array (canonical uuids: nothing in them needs quoting)."""
+    return "{" + ",".join(values) + "}"
+
+
+_M = 0xFFFFFFFF
+
+
+def run_hash(run_id: uuid.UUID) -> int:
+    """The hash Citus places a run by: PostgreSQL's `uuid_hash` (`hash_bytes`, Bob Jenkins'
+    lookup3, of the 16 bytes) as a signed 32-bit integer; `tests/persistence/test_citus.py`
+    compares it with the server's `worker_hash`."""
+    w = struct.unpack("<4I", run_id.bytes)
+    a = b = c = (0x9E3779B9 + 16 + 3923095) & _M
+    a, b, c = _mix((a + w[0]) & _M, (b + w[1]) & _M, (c + w[2]) & _M)
+    c = _final((a + w[3]) & _M, b, c)
+    return c - (1 << 32) if c >= 1 << 31 else c
+
+
+def _rot(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _M
+
+
+def _mix(a: int, b: int, c: int) -> tuple[int, int, int]:
+    """lookup3's `mix` (PostgreSQL's hashfn.c)."""
+    for shift_a, shift_b, shift_c in ((4, 6, 8), (16, 19, 4)):
+        a = ((a - c) & _M) ^ _rot(c, shift_a)
+        c = (c + b) & _M
+        b = ((b - a) & _M) ^ _rot(a, shift_b)
+        a = (a + c) & _M
+        c = ((c - b) & _M) ^ _rot(b, shift_c)
+        b = (b + a) & _M
+    return a, b, c
+
+
+def _final(a: int, b: int, c: int) -> int:
+    """lookup3's `final`; its `c`."""
+    c = ((c ^ b) - _rot(b, 14)) & _M
+    a = ((a ^ c) - _rot(c, 11)) & _M
+    b = ((b ^ a) - _rot(a, 25)) & _M
+    c = ((c ^ b) - _rot(b, 16)) & _M
+    a = ((a ^ c) - _rot(c, 4)) & _M
+    b = ((b ^ a) - _rot(a, 14)) & _M
+    return ((c ^ b) - _rot(b, 24)) & _M

@@ -21,6 +21,7 @@ above every dialect.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
@@ -234,6 +235,20 @@ class SQLDialect:
         """`_RUN_TREE` in this dialect."""
         return _RUN_TREE.format(parent_id=self._AS_ID.format("up.parent"), t=self._TEXT_ID)
 
+    def _tree_in(self, conn: Any, run_id: str) -> tuple[str, tuple[Any, ...]]:
+        """The `WITH` clause that names run `run_id`'s run tree `tree` (`_RUN_TREE`), and its
+        parameters."""
+        return self._run_tree(), (run_id,)
+
+    def _lock_tree_in(self, conn: Any, run_id: str) -> None:
+        """Take `_LOCK_TREE` on run `run_id`'s tree, if the dialect has one."""
+        if self._LOCK_TREE:
+            self._exec(conn, self._run_tree() + self._LOCK_TREE, (run_id,))
+
+    def new_child_id(self, parent_run_id: str) -> str:
+        """A random run id (`RunStore.new_child_id`)."""
+        return str(uuid.uuid4())
+
     def wakeup(self) -> Wakeup:
         """The signal idle workers of this database wait on (`persistence.wakeup`)."""
         return self._own_wakeup or shared_wakeup(self.url)
@@ -400,13 +415,13 @@ class SQLDialect:
         joins (its parent's) holds `run.system_id`; checked under `_LOCK_TREE`, so two
         transactions cannot both register one systemId in one tree."""
         assert run.parent_run_id is not None and run.system_id is not None
-        if self._LOCK_TREE:
-            self._exec(conn, self._run_tree() + self._LOCK_TREE, (self._id(run.parent_run_id),))
+        self._lock_tree_in(conn, self._id(run.parent_run_id))
+        tree, tree_params = self._tree_in(conn, self._id(run.parent_run_id))
         held = self._exec(
             conn,
-            f"{self._run_tree()}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
+            f"{tree}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
             f"WHERE {SYSTEM_ID_HOLDER} LIMIT 1",
-            (self._id(run.parent_run_id), run.system_id),
+            (*tree_params, run.system_id),
         ).fetchall()
         if held:
             holder, workflow, parent, invoke = held[0]
@@ -422,12 +437,13 @@ class SQLDialect:
         if delivery.child is not None:
             target = delivery.child  # its own child's invoke id first, then a systemId
             # (found first: its event is sealed for the run it goes to)
+            tree, tree_params = self._tree_in(conn, run_id)
             found = self._exec(
                 conn,
-                f"{self._run_tree()}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
+                f"{tree}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
                 f"invoke = ?) OR ({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND "
                 "invoke = ? THEN 0 ELSE 1 END LIMIT 1",
-                (run_id, run_id, target, target, run_id, target),
+                (*tree_params, run_id, target, target, run_id, target),
             ).fetchall()
             if not found:
                 self._undeliverable_in(

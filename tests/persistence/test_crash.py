@@ -26,7 +26,7 @@ import pytest
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
 from persistence.stores.rules import call_key
-from tests.persistence.conftest import kill_and_replace, stop_workers, store_url
+from tests.persistence.conftest import CITUS_KINDS, kill_and_replace, stop_workers, store_url
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ LEASE_MS = 1500
 DEADLINE_S = 900 if SOAK else 240
 
 
-@pytest.fixture(params=["sqlite", "postgres", "pgbouncer-transaction"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer-transaction", *CITUS_KINDS])
 def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """`conftest.crash_url`, and PostgreSQL behind PgBouncer in transaction mode."""
     url = store_url(request.param, request, tmp_path)
