@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +46,20 @@ from persistence.stores.postgres import (
     PostgresStore,
     _Checkout,
     _lease_sql,
+    heartbeat_sql,
     lease_params,
+    to_ts,
 )
-from persistence.stores.records import CallRecord, NewEffect, NewRun, PendingWork, RunRecord
+from persistence.stores.records import (
+    CallFinish,
+    CallRecord,
+    NewEffect,
+    NewRun,
+    PendingWork,
+    RunRecord,
+    StepCommit,
+)
+from persistence.stores.rules import check_distinct_runs, unowned_calls
 from persistence.stores.sql import SQLStore
 
 SHARD_MAP_TTL_S = 30.0
@@ -106,6 +117,7 @@ SELECT r.shardid, r.shardminvalue::int, r.shardmaxvalue::int, c.relname, s.shard
   JOIN pg_dist_partition pt ON pt.colocationid = pr.colocationid
   JOIN pg_dist_shard s ON s.logicalrelid = pt.logicalrelid AND s.shardminvalue = r.shardminvalue
   JOIN pg_class c ON c.oid = s.logicalrelid
+   AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = r.logicalrelid)
   JOIN pg_dist_placement p ON p.shardid = r.shardid
   JOIN pg_dist_node n ON n.groupid = p.groupid
  WHERE r.logicalrelid = 'workflow_runs'::regclass
@@ -150,11 +162,9 @@ class CitusStore(PostgresStore):
     _CREATE_IS_ONE_STATEMENT = False
 
     # Per-run statements (each routed to its run's shard) for what PostgreSQL batches.
-    commit_steps = SQLStore.commit_steps
     _commit_all_in = SQLStore._commit_all_in
     _commit_later_in = SQLStore._commit_later_in
     send_and_step = SQLStore.send_and_step
-    finish_calls = SQLStore.finish_calls
     read_work = SQLStore.read_work
     unknown_versions = SQLStore.unknown_versions
 
@@ -162,6 +172,7 @@ class CitusStore(PostgresStore):
         if not 1 <= shards <= 4096:
             raise ValueError(f"shards must be between 1 and 4096: {shards!r}")
         super().__init__(dsn, **options)
+        self.url = re.sub(r"^postgres(ql)?://", "citus://", self.url)
         self.shards = shards
         self._nodes: dict[tuple[str, int], psycopg_pool.ConnectionPool[Any]] = {}
         self._map: list[Shard] = []
@@ -184,6 +195,41 @@ class CitusStore(PostgresStore):
                 conn.execute(_DISTRIBUTE.format(shards=self.shards).encode())
         return applied
 
+    # -- one run tree per transaction ---------------------------------------------------------
+    def commit_steps(
+        self, commits: Sequence[StepCommit], now: int, *, cancelled: list[str] | None = None
+    ) -> list[int | None]:
+        """`SQLStore.commit_steps`, each step in a transaction of its own: a run tree lives on
+        one shard, so each is a transaction on one node, where a batch's would span nodes
+        (a two-phase commit, and a deadlock between such batches is only found by Citus's
+        distributed detection, seconds later, after leases ran out)."""
+        check_distinct_runs(commits)
+        versions = [SQLStore.commit_steps(self, [c], now, cancelled=cancelled)[0] for c in commits]
+        if any(unowned_calls(c.new_effects, c.call_lease) for c in commits):
+            self._tell_others(None)  # (other processes' executors claim them)
+        return versions
+
+    def finish_calls(
+        self,
+        ends: Sequence[tuple[CallFinish, str, Mapping[str, Any]]],
+        now: int,
+        step: Callable[[RunRecord, PendingWork], StepCommit | None],
+        cancelled: list[str] | None = None,
+        rests: Mapping[str, RunRecord] | None = None,
+    ) -> list[tuple[int, int | None]]:
+        """`SQLStore.finish_calls`, each end in a transaction of its own (`commit_steps`)."""
+        return [SQLStore.finish_calls(self, [end], now, step, cancelled)[0] for end in ends]
+
+    def heartbeat_calls(
+        self, owner: str, beats: Mapping[str, Any], now: int, lease_ms: int
+    ) -> set[str]:
+        """`SQLStore.heartbeat_calls`, each call's renewal a statement of its own (one shard,
+        no transaction spanning shards: `commit_steps`), all pipelined: one round trip."""
+        ts, expires = to_ts(now), to_ts(now + lease_ms)
+        keys = sorted(beats)
+        renewals = [self._renewal(owner, key, beats[key], ts, expires) for key in keys]
+        return {key for key, rows in zip(keys, self._read_all(renewals), strict=True) if rows}
+
     # -- shard by shard on the worker nodes -----------------------------------------------
     def _lease(
         self,
@@ -199,8 +245,8 @@ class CitusStore(PostgresStore):
         work: dict[str, PendingWork] = {}
         sql = _lease_sql(pairs is not None, self._CLAIM_ORDER)
 
-        def take(shard: Shard, left: int) -> int:
-            params = lease_params(owner, now, expires, left, pairs)
+        def take(shard: Shard, limit: int) -> int:
+            params = lease_params(owner, now, expires, limit, pairs)
             with self._connection() as conn:
                 with conn.pipeline(), conn.transaction():
                     conn.execute("SET LOCAL synchronous_commit = off")
@@ -217,6 +263,19 @@ class CitusStore(PostgresStore):
         return runs, work
 
     @retried
+    def heartbeat(self, owner: str, run_ids: Collection[str], now: int, lease_ms: int) -> set[str]:
+        """`PostgresStore.heartbeat` one run at a time (each statement routed to its run's
+        shard: its `FOR UPDATE SKIP LOCKED` may not span shards), pipelined: one round trip."""
+        expires = to_ts(now + lease_ms)
+        sql = heartbeat_sql("= %s::uuid")
+        with self._connection() as conn, conn.pipeline():
+            cursors = [
+                conn.execute(sql, (owner, rid, expires, expires, owner, rid))
+                for rid in sorted(self._id(i) for i in run_ids)
+            ]
+        return {row[0] for cursor in cursors for row in cursor.fetchall()}
+
+    @retried
     def claim_calls(
         self, owner: str, now: int, lease_ms: int, limit: int, run_id: str | None = None
     ) -> list[CallRecord]:
@@ -226,8 +285,8 @@ class CitusStore(PostgresStore):
             return super().claim_calls(owner, now, lease_ms, limit, run_id)
         calls: list[CallRecord] = []
 
-        def take(shard: Shard, left: int) -> int:
-            got = SQLStore.claim_calls(self, owner, now, lease_ms, left)
+        def take(shard: Shard, limit: int) -> int:
+            got = SQLStore.claim_calls(self, owner, now, lease_ms, limit)
             calls.extend(got)
             return len(got)
 
@@ -235,26 +294,25 @@ class CitusStore(PostgresStore):
         return calls
 
     def _on_shards(self, limit: int, take: Callable[[Shard, int], int]) -> None:
-        """`take(shard, left)` (how many it took of `left`) for each shard group in turn,
-        starting at the next group (so that claimers spread over them), until `limit` are
-        taken. Meanwhile this thread's statements go to the group's node, the run tables
-        named as its shards (`_here`): each one single-shard, run where its rows are. A group
-        whose node fails is passed (and the shard map read again: a rebalance may have moved
-        it)."""
+        """`take(shard, limit)` (how many it took) for each shard group in turn, starting at
+        the next group (so that claimers spread over them), until one takes some: a claim is
+        one statement when there is work (several in a row would hold the first ones'
+        leases while the last ran). Meanwhile this thread's statements go to the group's
+        node, the run tables named as its shards (`_here`): each one single-shard, run where
+        its rows are. A group whose node fails is passed (and the shard map read again: a
+        rebalance may have moved it)."""
         shards = self._shard_map()
         start = next(self._turn) % max(len(shards), 1)
-        left = limit
         for shard in shards[start:] + shards[:start]:
             self._local.shard = shard
             try:
-                left -= take(shard, left)
+                if take(shard, limit):
+                    return
             except StoreError as exc:
                 log.warning("shard group on %s:%s passed: %s", *shard.node, exc)
                 self._map_read_at = float("-inf")
             finally:
                 self._local.shard = None
-            if left <= 0:
-                break
 
     def _here(self) -> Shard | None:
         """The shard group this thread's statements go to now (`_on_shards`), if any."""

@@ -286,12 +286,7 @@ class PostgresStore(SQLStore):
         ids = [_uuid(i) for i in run_ids]
         expires = to_ts(now + lease_ms)
         rows = self._rows(
-            "WITH locked AS (SELECT id FROM workflow_runs WHERE lease_owner = %s"
-            " AND id = ANY(%s::uuid[]) ORDER BY id FOR UPDATE SKIP LOCKED),"
-            " extended AS (UPDATE workflow_runs r SET lease_expires_at = %s, wake_at = %s"
-            " FROM locked WHERE r.id = locked.id RETURNING r.id)"
-            " SELECT id::text FROM workflow_runs WHERE lease_owner = %s AND id = ANY(%s::uuid[])",
-            (owner, ids, expires, expires, owner, ids),
+            heartbeat_sql("= ANY(%s::uuid[])"), (owner, ids, expires, expires, owner, ids)
         )
         return {r[0] for r in rows}
 
@@ -1052,6 +1047,17 @@ _READ_WORK = (
     "FROM workflow_runs r WHERE r.id = ANY(%(ids)s::uuid[])"
 )
 """`read_work`: runs by id with their pending work (`_WORK_ARRAYS`), no lease."""
+
+
+def heartbeat_sql(ids: str) -> str:
+    """`PostgresStore.heartbeat`'s statement, its runs matched by `id {ids}` (a parameter):
+    the owner's leases extended, skipping rows locked now; the runs it still holds."""
+    return (
+        f"WITH locked AS (SELECT id FROM workflow_runs WHERE lease_owner = %s AND id {ids} "
+        "ORDER BY id FOR UPDATE SKIP LOCKED), extended AS (UPDATE workflow_runs r SET "
+        "lease_expires_at = %s, wake_at = %s FROM locked WHERE r.id = locked.id RETURNING r.id) "
+        f"SELECT id::text FROM workflow_runs WHERE lease_owner = %s AND id {ids}"
+    )
 
 
 def lease_params(
