@@ -56,6 +56,7 @@ from persistence.stores.records import (
     NewEffect,
     NewRun,
     PendingWork,
+    RunQuery,
     RunRecord,
     StepCommit,
 )
@@ -512,6 +513,23 @@ class CitusStore(PostgresStore):
             "(name, holder) IN (SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[])))",
             ([n for n, _ in live], [h for _, h in live]),
         )
+
+    def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
+        """`SQLStore.search_runs`; the newest run of a workflow with a key (what a keyed start
+        asks first) from `workflow_run_keys` (one shard), then by id (another), when that
+        holds it; other searches read every shard."""
+        if query == RunQuery(workflow_name=query.workflow_name, key=query.key) and (
+            query.workflow_name is not None and query.key is not None and limit and not offset
+        ):
+            with self._connection() as conn:
+                holder = self._keyed_in(
+                    conn,
+                    NewRun("", query.workflow_name, "", query.key, "", {}),
+                    ended_too=True,
+                )
+            if holder is not None:
+                return [holder]
+        return super().search_runs(query, limit, offset)
 
     # -- wake-ups, on the coordinator ---------------------------------------------------------
     def create_run(
