@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg_pool
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from persistence.stores.conflicts import retried
 from persistence.stores.errors import StoreError
@@ -354,10 +354,8 @@ class CitusStore(PostgresStore):
         with self._map_lock:
             pool = self._nodes.get(node)
             if pool is None:
-                params = conninfo_to_dict(self._conninfo)
-                params.update(host=node[0], port=str(node[1]))
                 pool = psycopg_pool.ConnectionPool(
-                    make_conninfo(**params),
+                    make_conninfo(self._conninfo, host=node[0], port=node[1]),
                     kwargs=self._kwargs,
                     configure=self._configure_new,
                     min_size=1,
