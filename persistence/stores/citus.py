@@ -260,7 +260,7 @@ class CitusStore(PostgresStore):
             work.update(got_work)
             return len(got)
 
-        self._on_shards(limit, take)
+        self._on_shards(limit, take, fill=True)
         return runs, work
 
     @retried
@@ -291,29 +291,32 @@ class CitusStore(PostgresStore):
             calls.extend(got)
             return len(got)
 
-        self._on_shards(limit, take)
+        self._on_shards(limit, take, fill=False)
         return calls
 
-    def _on_shards(self, limit: int, take: Callable[[Shard, int], int]) -> None:
-        """`take(shard, limit)` (how many it took) for each shard group in turn, starting at
-        the next group (so that claimers spread over them), until one takes some: a claim is
-        one statement when there is work (several in a row would hold the first ones'
-        leases while the last ran). Meanwhile this thread's statements go to the group's
-        node, the run tables named as its shards (`_here`): each one single-shard, run where
-        its rows are. A group whose node fails is passed (and the shard map read again: a
-        rebalance may have moved it)."""
+    def _on_shards(self, limit: int, take: Callable[[Shard, int], int], fill: bool) -> None:
+        """`take(shard, left)` (how many it took of `left`) for each shard group in turn,
+        starting at the next group (so that claimers spread over them), until `limit` are
+        taken, or with `fill` False until one group gives some (the call executor's claim:
+        the leases of calls claimed from the first groups would run while the last ones
+        were asked, and it asks again at once when it got some). Meanwhile this thread's
+        statements go to the group's node, the run tables named as its shards (`_here`):
+        each one single-shard, run where its rows are. A group whose node fails is passed
+        (and the shard map read again: a rebalance may have moved it)."""
         shards = self._shard_map()
         start = next(self._turn) % max(len(shards), 1)
+        left = limit
         for shard in shards[start:] + shards[:start]:
             self._local.shard = shard
             try:
-                if take(shard, limit):
-                    return
+                left -= take(shard, left)
             except StoreError as exc:
                 log.warning("shard group on %s:%s passed: %s", *shard.node, exc)
                 self._map_read_at = float("-inf")
             finally:
                 self._local.shard = None
+            if left <= 0 or (left < limit and not fill):
+                return
 
     def _here(self) -> Shard | None:
         """The shard group this thread's statements go to now (`_on_shards`), if any."""
@@ -513,11 +516,13 @@ class CitusStore(PostgresStore):
         )
 
     def search_runs(self, query: RunQuery, limit: int = 50, offset: int = 0) -> list[RunRecord]:
-        """`SQLStore.search_runs`; the newest run of a workflow with a key (what a keyed start
-        asks first) from `workflow_run_keys` (one shard), then by id (another), when that
-        holds it; other searches read every shard."""
-        if query == RunQuery(workflow_name=query.workflow_name, key=query.key) and (
-            query.workflow_name is not None and query.key is not None and limit and not offset
+        """`SQLStore.search_runs`; the newest run of a workflow with a key (`limit` 1: what a
+        keyed start asks first) from `workflow_run_keys` (one shard), then by id (another),
+        when that holds it; other searches read every shard."""
+        if (
+            query == RunQuery(workflow_name=query.workflow_name, key=query.key)
+            and (query.workflow_name is not None and query.key is not None and limit == 1)
+            and not offset
         ):
             with self._connection() as conn:
                 holder = self._keyed_in(
