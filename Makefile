@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(COMPAT_QUIET) $(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
-.PHONY: demo test bench diagrams lint soak n8n-faithful load bench-million
+.PHONY: demo test bench diagrams lint soak n8n-faithful load bench-million test-citus
 demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
@@ -51,6 +51,16 @@ SOAK_TESTS ?= tests/persistence/test_crash.py tests/persistence/test_child_crash
 soak: $(VENV)/.installed
 	STATECHARTS_SOAK=1 STATECHARTS_LIMITS_SOAK_S=$(SOAK_S) $(PY) -m pytest -q -s -n 0 \
 		-o timeout=0 $(SOAK_TESTS) $(ARGS)
+
+# Opt-in: the store on a Citus cluster (docs/citus.md), with STATECHARTS_CITUS_DSN naming its
+# coordinator: the contract suite, child runs, limits and the SIGKILL crash test on the `citus`
+# store kind, and tests/persistence/test_citus.py (placement, keys, claims, EXPLAIN of every
+# statement of a run's life). Without the variable every Citus test skips, saying why.
+test-citus: $(VENV)/.installed
+	@test -n "$$STATECHARTS_CITUS_DSN" || { echo "set STATECHARTS_CITUS_DSN (docs/citus.md)"; exit 2; }
+	$(PY) -m pytest -q -n 0 -k citus tests/persistence/test_store_contract.py \
+		tests/persistence/test_child_runs.py tests/persistence/test_capacity.py \
+		tests/persistence/test_crash.py tests/persistence/test_citus.py $(ARGS)
 
 # Opt-in: 100,000 runs due at one instant on PostgreSQL, 4 worker processes, with and without a
 # limit of 4 in flight (benchmarks/load.py; about 15 minutes). Writes benchmarks/load_results.json,

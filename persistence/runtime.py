@@ -458,7 +458,7 @@ class Runtime:
                 parent_id, start.id, columns.status, snapshot, columns.last_error
             )  # a child done at once tells its parent
             child = NewRun(
-                id=str(uuid.uuid4()),
+                id=self.store.new_child_id(parent_id),
                 workflow_name=machine.id,
                 workflow_version=machine.fingerprint,
                 key=child_key(parent_id, parent_key, start),

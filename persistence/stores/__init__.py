@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from persistence.stores.errors import (
@@ -109,6 +110,8 @@ def open_store(
       connection pooler `?pooler=transaction` or `?pooler=session`, and `?listen_dsn=` a
       percent-encoded URL that reaches PostgreSQL directly for wake-ups; other query parameters
       go to libpq; see docs/persistence.md, "Connection poolers")
+    - `citus://user@host/db` (a Citus coordinator: the PostgreSQL options, and `?shards=N`
+      shards per table when `migrate` distributes them; docs/citus.md)
     - `memory://` (tests only; nothing survives the process)
 
     With `migrate=True` missing migrations are applied; with `check=True` (default) a schema that
@@ -142,19 +145,26 @@ def _open(url: str, max_connections: int) -> Store:
         if unknown:
             raise StoreURLError(f"unknown sqlite URL option(s) {sorted(unknown)} in {url!r}")
         return SQLiteStore(path, synchronous=options.get("synchronous", "full"))
-    if scheme in ("postgresql", "postgres"):
+    if scheme in ("postgresql", "postgres", "citus"):
         from persistence.stores.postgres import PostgresStore
         from persistence.stores.postgres_connections import redact
 
-        dsn, options = split_postgres_url(url)
+        citus = scheme == "citus"
+        dsn, options = split_postgres_url(
+            parts._replace(scheme="postgresql").geturl() if citus else url, citus=citus
+        )
         try:
-            return PostgresStore(
-                dsn,
-                max_size=max_connections,
-                schema=options.get("schema"),
-                pooler=options.get("pooler"),
-                listen_dsn=options.get("listen_dsn"),
-            )
+            kwargs: dict[str, Any] = {
+                "max_size": max_connections,
+                "schema": options.get("schema"),
+                "pooler": options.get("pooler"),
+                "listen_dsn": options.get("listen_dsn"),
+            }
+            if citus:
+                from persistence.stores.citus import CitusStore
+
+                return CitusStore(dsn, shards=_shards(options.get("shards", "32")), **kwargs)
+            return PostgresStore(dsn, **kwargs)
         except StoreURLError:  # (it names the URL already)
             raise
         except ValueError as exc:
@@ -165,24 +175,33 @@ def _open(url: str, max_connections: int) -> Store:
         return MemoryStore()
     raise StoreURLError(
         f"unknown store URL scheme {parts.scheme!r} in {url.split('@')[-1]!r}; "
-        "use sqlite:///path.db, postgresql://... or memory://"
+        "use sqlite:///path.db, postgresql://..., citus://... or memory://"
     )
+
+
+def _shards(text: str) -> int:
+    """A `citus://` URL's `shards=` as a number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise StoreURLError(f"shards= must be a whole number: {text!r}") from None
 
 
 STORE_OPTIONS = ("schema", "pooler", "listen_dsn")
 """The query parameters of a PostgreSQL store URL that are the store's, not libpq's."""
 
 
-def split_postgres_url(url: str) -> tuple[str, dict[str, str]]:
+def split_postgres_url(url: str, *, citus: bool = False) -> tuple[str, dict[str, str]]:
     """A PostgreSQL store URL as the DSN libpq takes (its other query parameters as they were
-    written) and the store's own options (`STORE_OPTIONS`, the last of each given, decoded:
-    `listen_dsn` is a percent-encoded URL)."""
+    written) and the store's own options (`STORE_OPTIONS`, with `citus` also `shards`, the
+    last of each given, decoded: `listen_dsn` is a percent-encoded URL)."""
     parts = urlsplit(url)
     options: dict[str, str] = {}
     rest: list[str] = []
+    known = (*STORE_OPTIONS, "shards") if citus else STORE_OPTIONS
     for item in filter(None, parts.query.split("&")):
         name, _, value = item.partition("=")
-        if unquote(name) in STORE_OPTIONS:
+        if unquote(name) in known:
             options[unquote(name)] = unquote(value)
         else:
             rest.append(item)

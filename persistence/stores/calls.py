@@ -124,9 +124,9 @@ class SQLCalls(SQLDialect):
         self._exec(
             conn,
             "UPDATE workflow_call_attempts SET outcome = 'stopped', ended_at = ?, message = ? "
-            "WHERE outcome IS NULL AND idempotency_key IN (SELECT idempotency_key FROM "
-            f"workflow_calls WHERE {where})",
-            (ts, why, *params),
+            "WHERE run_id = ? AND outcome IS NULL AND idempotency_key IN (SELECT "
+            f"idempotency_key FROM workflow_calls WHERE {where})",
+            (ts, why, rid, *params),
         )
         self._exec(
             conn,
@@ -200,9 +200,15 @@ class SQLCalls(SQLDialect):
                     self._exec(
                         conn,
                         "UPDATE workflow_call_attempts SET outcome = 'lost', ended_at = ?, "
-                        "message = ? WHERE idempotency_key = ? AND attempt = ? AND "
+                        "message = ? WHERE run_id = ? AND idempotency_key = ? AND attempt = ? AND "
                         "outcome IS NULL",
-                        (ts, "its worker stopped renewing the call's lease", key, attempt),
+                        (
+                            ts,
+                            "its worker stopped renewing the call's lease",
+                            self._id(run_of_outbox_key(key)),
+                            key,
+                            attempt,
+                        ),
                     )
             keys = [row[0] for row in found]
             marks = ",".join("?" * len(keys))
@@ -232,14 +238,15 @@ class SQLCalls(SQLDialect):
         from the answer was stopped (or taken over) and must stop."""
         if not beats:
             return set()
-        sealed = {
-            key: None
-            if details is None
-            else self._seal(details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS)
-            for key, details in beats.items()
-        }
+        sealed = {key: self._sealed_details(key, details) for key, details in beats.items()}
         with self._write() as conn:
             return self._renew_calls_in(conn, owner, sealed, self._t(now), self._t(now + lease_ms))
+
+    def _sealed_details(self, key: str, details: Any) -> Any:
+        """Call `key`'s heartbeat details as their column's parameter (None: unchanged)."""
+        if details is None:
+            return None
+        return self._seal(details, self._id(run_of_outbox_key(key)), Column.CALL_DETAILS)
 
     def _renew_calls_in(
         self, conn: Any, owner: str, sealed: Mapping[str, Any], ts: Any, expires: Any
@@ -249,16 +256,23 @@ class SQLCalls(SQLDialect):
         waits for no row)."""
         kept: set[str] = set()
         for key, details in sealed.items():
-            rows = self._exec(
-                conn,
-                "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
-                "details = coalesce(?, details) WHERE idempotency_key = ? AND owner = ? "
-                "AND status = 'running' RETURNING 1",
-                (expires, ts, details, key, owner),
-            ).fetchall()
-            if rows:
+            if self._exec(conn, *self._renewal(owner, key, details, ts, expires)).fetchall():
                 kept.add(key)
         return kept
+
+    def _renewal(
+        self, owner: str, key: str, sealed: Any, ts: Any, expires: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The statement (and its parameters) that renews `owner`'s lease of call `key` until
+        `expires` with its heartbeat details `sealed` (their column's parameter; None:
+        unchanged); it returns a row if `owner` still holds the call."""
+        run_id = self._id(run_of_outbox_key(key))
+        return (
+            "UPDATE workflow_calls SET lease_expires_at = ?, updated_at = ?, "
+            "details = coalesce(?, details) WHERE run_id = ? AND idempotency_key = ? "
+            "AND owner = ? AND status = 'running' RETURNING 1",
+            (expires, ts, sealed, run_id, key, owner),
+        )
 
     def _finish_in(self, conn: Any, finish: CallFinish, now: int) -> bool:
         """Record a call's end (`send_and_step`'s `finish`); False when its holder no longer
@@ -267,12 +281,13 @@ class SQLCalls(SQLDialect):
         rows = self._exec(
             conn,
             "UPDATE workflow_calls SET status = ?, owner = NULL, lease_expires_at = NULL, "
-            "error = ?, updated_at = ? WHERE idempotency_key = ? AND owner = ? AND "
-            "attempt = ? AND status = 'running' RETURNING 1",
+            "error = ?, updated_at = ? WHERE run_id = ? AND idempotency_key = ? AND owner = ? "
+            "AND attempt = ? AND status = 'running' RETURNING 1",
             (
                 finish.status,
                 finish.end.message if finish.status == "failed" else None,
                 ts,
+                self._id(run_of_outbox_key(finish.key)),
                 finish.key,
                 finish.owner,
                 finish.attempt,
@@ -293,9 +308,17 @@ class SQLCalls(SQLDialect):
                 conn,
                 "UPDATE workflow_calls SET status = 'pending', owner = NULL, "
                 "lease_expires_at = NULL, available_at = ?, error = ?, updated_at = ? "
-                "WHERE idempotency_key = ? AND owner = ? AND attempt = ? AND status = 'running' "
-                "RETURNING 1",
-                (self._t(at), end.message, ts, key, owner, attempt),
+                "WHERE run_id = ? AND idempotency_key = ? AND owner = ? AND attempt = ? AND "
+                "status = 'running' RETURNING 1",
+                (
+                    self._t(at),
+                    end.message,
+                    ts,
+                    self._id(run_of_outbox_key(key)),
+                    key,
+                    owner,
+                    attempt,
+                ),
             ).fetchall()
             self._end_attempt_in(conn, key, attempt, end, ts)
             if rows:
@@ -314,9 +337,9 @@ class SQLCalls(SQLDialect):
         text = f"{TRANSIENT_PREFIX} (attempt {attempt}): {end.error_name}: {end.message}"
         self._exec(
             conn,
-            "UPDATE workflow_runs SET attempt_count = ?, last_error = ? WHERE id = (SELECT "
-            "run_id FROM workflow_calls WHERE idempotency_key = ?) AND status = 'active'",
-            (attempt, text, key),
+            "UPDATE workflow_runs SET attempt_count = ?, last_error = ? WHERE id = ? "
+            "AND status = 'active'",
+            (attempt, text, self._id(run_of_outbox_key(key))),
         )
 
     def _end_attempt_in(self, conn: Any, key: str, attempt: int, end: CallEnd, ts: Any) -> None:
@@ -324,9 +347,18 @@ class SQLCalls(SQLDialect):
         self._exec(
             conn,
             "UPDATE workflow_call_attempts SET outcome = ?, ended_at = ?, error_name = ?, "
-            "message = ?, traceback = ? WHERE idempotency_key = ? AND attempt = ? AND "
-            "outcome IS NULL",
-            (end.outcome, ts, end.error_name, end.message, end.traceback, key, attempt),
+            "message = ?, traceback = ? WHERE run_id = ? AND idempotency_key = ? AND "
+            "attempt = ? AND outcome IS NULL",
+            (
+                end.outcome,
+                ts,
+                end.error_name,
+                end.message,
+                end.traceback,
+                self._id(run_of_outbox_key(key)),
+                key,
+                attempt,
+            ),
         )
 
     # -- reading -----------------------------------------------------------------------------

@@ -174,13 +174,15 @@ class SQLCapacity(SQLSteps):
     def capacity_usage(self, now: int) -> list[LimitUsage]:
         """Calls in flight, waiting runs per reason and the pause of every limit."""
         ts = self._t(now)
+        with self._connection() as conn:
+            live, live_params = self._live_hold_in(conn, None, ts)
         limits, held, waiting = self._read_all(
             [
                 ("SELECT name, paused_until FROM workflow_limits ORDER BY name", ()),
                 (
                     "SELECT name, count(*) FROM workflow_capacity WHERE state = 'held' AND "
-                    f"{_LIVE_HOLD} GROUP BY name",
-                    (ts,),
+                    f"{live} GROUP BY name",
+                    live_params,
                 ),
                 (
                     "SELECT waiting_for, count(*) FROM workflow_runs WHERE waiting_for IS NOT NULL "
@@ -205,6 +207,11 @@ class SQLCapacity(SQLSteps):
             )
             for n in names
         ]
+
+    def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
+        """SQL true of a `workflow_capacity` row (of limit `name`; None: of any) whose holder
+        still holds its run's lease at `ts` (`_LIVE_HOLD`), and its parameters."""
+        return _LIVE_HOLD, (ts,)
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
     def _transaction(self, body: Callable[[Any], T]) -> T:
@@ -431,12 +438,13 @@ class SQLCapacity(SQLSteps):
         # (at their old place: first in line)
         # (the states are named, so only that part of the queue index is read: never the
         # waiting runs, however many there are)
+        live, live_params = self._live_hold_in(conn, name, ts)
         self._exec(
             conn,
             "UPDATE workflow_capacity SET state = 'waiting', owner = NULL, expires_at = NULL "
             "WHERE name = ? AND state IN ('held', 'reserved') AND CASE WHEN state = 'reserved' "
-            f"THEN expires_at <= ? ELSE NOT {_LIVE_HOLD} END",
-            (name, ts, ts),
+            f"THEN expires_at <= ? ELSE NOT {live} END",
+            (name, ts, *live_params),
         )
         taken = self._exec(
             conn,

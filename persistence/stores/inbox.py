@@ -197,18 +197,29 @@ class SQLInbox(SQLDialect):
         """`_RUN_TREE` in this dialect."""
         return _RUN_TREE.format(parent_id=self._AS_ID.format("up.parent"), t=self._TEXT_ID)
 
+    def _tree_in(self, conn: Any, run_id: str) -> tuple[str, tuple[Any, ...]]:
+        """The `WITH` clause that names run `run_id`'s run tree `tree` (`_RUN_TREE`), and its
+        parameters."""
+        return self._run_tree(), (run_id,)
+
+    def _lock_tree_in(self, conn: Any, run_id: str) -> None:
+        """Take `_LOCK_TREE` on run `run_id`'s tree, if the dialect has one."""
+        if self._LOCK_TREE:
+            self._exec(conn, self._run_tree() + self._LOCK_TREE, (run_id,))
+
     def _deliver_in(self, conn: Any, run_id: str, delivery: Delivery, now: int) -> None:
         """Queue `delivery` from run `run_id` (see `Delivery`) in the open transaction."""
         ts = self._t(now)
         if delivery.child is not None:
             target = delivery.child  # its own child's invoke id first, then a systemId
             # (found first: its event is sealed for the run it goes to)
+            tree, tree_params = self._tree_in(conn, run_id)
             found = self._exec(
                 conn,
-                f"{self._run_tree()}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
+                f"{tree}SELECT id{self._TEXT_ID} FROM tree WHERE (parent = ? AND "
                 f"invoke = ?) OR ({SYSTEM_ID_HOLDER}) ORDER BY CASE WHEN parent = ? AND "
                 "invoke = ? THEN 0 ELSE 1 END LIMIT 1",
-                (run_id, run_id, target, target, run_id, target),
+                (*tree_params, run_id, target, target, run_id, target),
             ).fetchall()
             if not found:
                 self._undeliverable_in(

@@ -56,6 +56,8 @@ from persistence.stores.postgres_statements import (
     VERSION_PAIRS,
     from_rest_statement,
     has_extras,
+    heartbeat_sql,
+    lease_params,
     lease_sql,
     psycopg_style,
     seal_rows,
@@ -241,12 +243,7 @@ class PostgresStore(SQLStore):
         ids = [uuid_text(i) for i in run_ids]
         expires = to_ts(now + lease_ms)
         rows = self._rows(
-            "WITH locked AS (SELECT id FROM workflow_runs WHERE lease_owner = %s"
-            " AND id = ANY(%s::uuid[]) ORDER BY id FOR UPDATE SKIP LOCKED),"
-            " extended AS (UPDATE workflow_runs r SET lease_expires_at = %s, wake_at = %s"
-            " FROM locked WHERE r.id = locked.id RETURNING r.id)"
-            " SELECT id::text FROM workflow_runs WHERE lease_owner = %s AND id = ANY(%s::uuid[])",
-            (owner, ids, expires, expires, owner, ids),
+            heartbeat_sql("= ANY(%s::uuid[])"), (owner, ids, expires, expires, owner, ids)
         )
         return {r[0] for r in rows}
 
@@ -463,14 +460,7 @@ class PostgresStore(SQLStore):
         """Find and lease in one statement, skipping rows other workers lock; asked
         `with_work`, a second statement in the same round trip reads the leased runs' pending
         effects and queued events."""
-        params = {
-            "now": to_ts(now),
-            "exp": to_ts(expires),
-            "limit": limit,
-            "owner": owner,
-            "names": [n for n, _ in pairs or ()],
-            "versions": [v for _, v in pairs or ()],
-        }
+        params = lease_params(owner, now, expires, limit, pairs)
         # A lease need not reach the disk before the claimer works: lost in a server crash, it
         # only leaves the run claimable again, every step's commit checks the lease (so
         # nothing is written under a lost one), and that synchronous commit flushes the
@@ -485,9 +475,16 @@ class PostgresStore(SQLStore):
                 cursor = conn.execute(lease_sql(pairs is not None, self._CLAIM_ORDER), params)
                 found = conn.execute(LEASED_WORK, params) if with_work else None
             rows = cursor.fetchall()
-            work_rows = found.fetchall() if found is not None else []
+            work_rows = found.fetchall() if found is not None else None
+        return self._leased(rows, work_rows)
+
+    def _leased(
+        self, rows: list[Any], work_rows: list[Any] | None
+    ) -> tuple[list[RunRecord], dict[str, PendingWork]]:
+        """The runs a claim statement (`lease_sql`) returned, with their work read by
+        `_LEASED_WORK` (None: not read)."""
         runs = [self._run(r[:-2], r[-2], r[-1]) for r in rows]
-        if found is None:
+        if work_rows is None:
             return runs, {}
         items = {run_id: (effects, inbox) for run_id, effects, inbox in work_rows}
         return runs, {run.id: self._pending(run.id, *items[run.id]) for run in runs}

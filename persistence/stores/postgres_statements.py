@@ -15,7 +15,13 @@ from typing import Any
 
 from persistence.stores.codec import Column
 from persistence.stores.leases import PICKED_NAMES
-from persistence.stores.postgres_values import RUN_COLUMNS, json_param, uuid_array, uuid_text
+from persistence.stores.postgres_values import (
+    RUN_COLUMNS,
+    json_param,
+    to_ts,
+    uuid_array,
+    uuid_text,
+)
 from persistence.stores.protocol import PayloadCodec
 from persistence.stores.records import (
     ACTIVE,
@@ -218,6 +224,31 @@ READ_WORK = (
     "FROM workflow_runs r WHERE r.id = ANY(%(ids)s::uuid[])"
 )
 """`read_work`: runs by id with their pending work (`_WORK_ARRAYS`), no lease."""
+
+
+def heartbeat_sql(ids: str) -> str:
+    """`PostgresStore.heartbeat`'s statement, its runs matched by `id {ids}` (a parameter):
+    the owner's leases extended, skipping rows locked now; the runs it still holds."""
+    return (
+        f"WITH locked AS (SELECT id FROM workflow_runs WHERE lease_owner = %s AND id {ids} "
+        "ORDER BY id FOR UPDATE SKIP LOCKED), extended AS (UPDATE workflow_runs r SET "
+        "lease_expires_at = %s, wake_at = %s FROM locked WHERE r.id = locked.id RETURNING r.id) "
+        f"SELECT id::text FROM workflow_runs WHERE lease_owner = %s AND id {ids}"
+    )
+
+
+def lease_params(
+    owner: str, now: int, expires: int, limit: int, pairs: list[tuple[str, str]] | None
+) -> dict[str, Any]:
+    """The parameters of the claim statement (`lease_sql`)."""
+    return {
+        "now": to_ts(now),
+        "exp": to_ts(expires),
+        "limit": limit,
+        "owner": owner,
+        "names": [n for n, _ in pairs or ()],
+        "versions": [v for _, v in pairs or ()],
+    }
 
 
 @lru_cache(maxsize=4)

@@ -280,6 +280,11 @@ class RunStore(Protocol):
         an `unleased` commit when a sent event names the run."""
         ...
 
+    def new_child_id(self, parent_run_id: str) -> str:
+        """A new run id for a child run of `parent_run_id` (a store may pick one that puts
+        the child beside its parent: Citus puts a run tree on one shard)."""
+        ...
+
 
 @runtime_checkable
 class RunQueries(Protocol):

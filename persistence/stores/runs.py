@@ -6,6 +6,7 @@ children cancelled, its parent told, its calls stopped).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,14 @@ ACTIVE_KEY_CONFLICT = (
 class SQLRuns(SQLInbox, SQLCalls):
     """Runs in SQL: created (with the child runs and deliveries of their first steps), read,
     cancelled, failed and resumed; what a run's end does to the runs related to it."""
+
+    _START_CONFLICT = f"{ACTIVE_KEY_CONFLICT} DO NOTHING"
+    """The conflict clause of a start's insert (Citus: none, its keys are claimed first in a
+    table of their own, `persistence.stores.citus`)."""
+
+    def new_child_id(self, parent_run_id: str) -> str:
+        """A random run id (`RunStore.new_child_id`)."""
+        return str(uuid.uuid4())
 
     @retried
     def create_run(
@@ -95,7 +104,7 @@ class SQLRuns(SQLInbox, SQLCalls):
             conn,
             f"INSERT INTO workflow_runs ({RUN_NAMES}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NULL) "
-            f"{ACTIVE_KEY_CONFLICT} DO NOTHING RETURNING {self.RUN_COLUMNS}",
+            f"{self._START_CONFLICT} RETURNING {self.RUN_COLUMNS}",
             (
                 self._id(run.id),
                 run.workflow_name,
@@ -179,13 +188,13 @@ class SQLRuns(SQLInbox, SQLCalls):
         joins (its parent's) holds `run.system_id`; checked under `_LOCK_TREE`, so two
         transactions cannot both register one systemId in one tree."""
         assert run.parent_run_id is not None and run.system_id is not None
-        if self._LOCK_TREE:
-            self._exec(conn, self._run_tree() + self._LOCK_TREE, (self._id(run.parent_run_id),))
+        self._lock_tree_in(conn, self._id(run.parent_run_id))
+        tree, tree_params = self._tree_in(conn, self._id(run.parent_run_id))
         held = self._exec(
             conn,
-            f"{self._run_tree()}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
+            f"{tree}SELECT id{self._TEXT_ID}, workflow, parent, invoke FROM tree "
             f"WHERE {SYSTEM_ID_HOLDER} LIMIT 1",
-            (self._id(run.parent_run_id), run.system_id),
+            (*tree_params, run.system_id),
         ).fetchall()
         if held:
             holder, workflow, parent, invoke = held[0]

@@ -38,7 +38,12 @@ from persistence.stores.postgres import PostgresStore
 from persistence.stores.sqlite import SQLiteStore
 
 DEFAULT_DSN = "postgresql://localhost/test"
-STORE_KINDS = ("sqlite", "postgres", "memory")
+CITUS_DSN = os.environ.get("STATECHARTS_CITUS_DSN")
+"""A Citus coordinator's DSN (docs/citus.md): its store kind is tested only when it is set."""
+CITUS_SHARDS = 4
+"""Shards per table in the tests' Citus schemas (each test distributes its own tables)."""
+CITUS_KINDS = ("citus",) if CITUS_DSN else ()
+STORE_KINDS = ("sqlite", "postgres", "memory", *CITUS_KINDS)
 POOLED_KINDS = ("pgbouncer-transaction", "pgbouncer-session")
 """Store kinds behind PgBouncer (`store_kind` values the contract suite adds)."""
 
@@ -217,6 +222,24 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
+@pytest.fixture
+def citus_schema() -> Iterator[str]:
+    """A fresh schema name on the Citus coordinator (`CITUS_DSN`), dropped after the test."""
+    if CITUS_DSN is None:
+        _missing("STATECHARTS_CITUS_DSN is not set (a Citus coordinator; docs/citus.md)")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield name
+    with psycopg.connect(CITUS_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def citus_url(schema: str) -> str:
+    """The `citus://` store URL of `schema` on the Citus coordinator."""
+    assert CITUS_DSN is not None
+    rest = CITUS_DSN.split("://", 1)[1]
+    return f"citus://{rest}{'&' if '?' in rest else '?'}schema={schema}&shards={CITUS_SHARDS}"
+
+
 StoreFactory = Callable[[], Store]
 
 
@@ -258,6 +281,15 @@ def store_factory(
             return PostgresStore(dsn, schema=schema, pooler=mode, max_size=4)
 
         make = make_pooled
+    elif store_kind == "citus":
+        from persistence.stores import open_store
+
+        url = citus_url(request.getfixturevalue("citus_schema"))
+
+        def make_citus() -> Store:
+            return open_store(url, check=False, max_connections=4)
+
+        make = make_citus
     else:
         make = make_sqlite if store_kind == "sqlite" else make_memory
 
@@ -294,6 +326,8 @@ def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'runs.db'}?synchronous=normal"
     if kind == "memory":
         return "memory://"
+    if kind == "citus":
+        return citus_url(request.getfixturevalue("citus_schema"))
     schema = request.getfixturevalue("pg_schema")
     if kind in POOLED_KINDS:
         bouncer: Bouncer = request.getfixturevalue("pgbouncer")
@@ -302,7 +336,7 @@ def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", *CITUS_KINDS])
 def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of a fresh database for a crash test's worker processes (`store_url`)."""
     return store_url(request.param, request, tmp_path)

@@ -185,6 +185,8 @@ def _run(store: Store, now: int, priority: int = 0, wake_at: int | None = None) 
 
 
 def test_claims_age_so_a_long_due_low_priority_run_goes_first(store: Store) -> None:
+    if store.url.startswith("citus"):
+        pytest.skip("on Citus a claim takes runs in this order within a shard (docs/citus.md)")
     now = 10 * 60 * PRIORITY_AGING_MS
     fresh_high = _run(store, now, priority=2)  # ordered as if due 2 minutes ago
     old_low = _run(store, now, wake_at=now - 3 * PRIORITY_AGING_MS)  # due 3 minutes ago
