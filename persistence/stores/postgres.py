@@ -33,6 +33,7 @@ from persistence.stores.errors import (
 from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.poolers import Pooling
 from persistence.stores.postgres_connections import (
+    IDLE,
     SCHEMA_NAME,
     Checkout,
     Listener,
@@ -585,18 +586,26 @@ class PostgresStore(SQLStore):
         return lambda: {r[0]: r[1] for r in cursor.fetchall()}.get(run_id)
 
     @contextmanager
-    def _pipelined_write(self) -> Iterator[psycopg.Connection[Any]]:
+    def _pipelined_write(self, implicit: bool = False) -> Iterator[psycopg.Connection[Any]]:
         """One transaction in pipeline mode: statements go out together until a result is
-        fetched, and are one transaction until the pipeline's closing Sync, which commits
-        them (the protocol's implicit transaction block: no BEGIN or COMMIT to send and
-        parse, and no round trip for either, as a psycopg `transaction()` block would take).
-        Whatever fails, the transaction is rolled back by that Sync."""
+        fetched, BEGIN with the first ones and COMMIT with the last (plain statements: a
+        psycopg `transaction()` block would wait for its BEGIN, and sync before its COMMIT,
+        each a round trip of its own). `implicit` (a write of plain statements, no
+        `transaction()` inside: the steps from rest): no BEGIN or COMMIT at all, the
+        statements one transaction until the pipeline's closing Sync, which commits them (the
+        protocol's implicit transaction block, where PostgreSQL refuses a SAVEPOINT). Whatever
+        fails, the transaction is rolled back once the pipeline has synced."""
         with self._connection() as conn:
             # (behind a transaction pooler the checkout's transaction is already open, and
             # the checkout commits it)
+            own = not implicit and conn.info.transaction_status == IDLE
             try:
-                with conn.pipeline():
+                with conn.pipeline():  # (BEGIN and COMMIT on the kept cursor: not read)
+                    if own:
+                        execute(conn, "BEGIN", None)
                     yield conn
+                    if own:
+                        execute(conn, "COMMIT", None)
             except BaseException:
                 conn.rollback()
                 raise
@@ -700,7 +709,7 @@ class PostgresStore(SQLStore):
         if not planned:
             return {}
         planned.sort(key=lambda p: str(p[3]["id"]))  # (one lock order for every burst)
-        with self._pipelined_write() as conn:
+        with self._pipelined_write(implicit=True) as conn:
             sent_all = []
             for i, plan, sql, params in planned:
                 execute(conn, LOCK_RUN, (params["id"],))
