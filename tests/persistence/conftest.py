@@ -225,8 +225,8 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def citus_schema() -> Iterator[str]:
     """A fresh schema name on the Citus coordinator (`CITUS_DSN`), dropped after the test."""
-    if CITUS_DSN is None:
-        _missing("STATECHARTS_CITUS_DSN is not set (a Citus coordinator; docs/citus.md)")
+    if CITUS_DSN is None:  # (opt-in, like the soak runs: skipped under CI=true too)
+        pytest.skip("STATECHARTS_CITUS_DSN is not set (a Citus coordinator; docs/citus.md)")
     name = f"t_{uuid.uuid4().hex[:16]}"
     yield name
     with psycopg.connect(CITUS_DSN, autocommit=True) as conn:
