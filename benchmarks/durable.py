@@ -35,79 +35,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from benchmarks.timing import Rates, fmt_rate
+from benchmarks import durable_runtime
+from benchmarks.databases import (
+    DATABASE_PREFIX,
+    bench_dsn,
+    reset_database,
+    with_database,
+)
+from benchmarks.durable_rows import STEPS, DurableRow, in_threads
+from benchmarks.timing import fmt_rate
 
 BENCHMARK = "durable"
-STEPS = 3
 CLIENTS = (1, 4)
 RAW_TABLE = "bench_raw_update"
-DATABASE_PREFIX = os.environ.get("STATECHARTS_BENCH_PREFIX", "statecharts_bench")
-"""The bench databases' names start with this (dropped and created per run): lanes sharing one
-server set their own."""
 DBOS_DATABASE = f"{DATABASE_PREFIX}_dbos"
-
-
-def bench_dsn() -> str:
-    """The PostgreSQL the durable benchmark uses."""
-    return (
-        os.environ.get("STATECHARTS_BENCH_DSN")
-        or os.environ.get("STATECHARTS_TEST_DSN")
-        or "postgresql://localhost/test"
-    )
-
-
-@contextmanager
-def store_url_or_scratch(url: str | None, name: str) -> Iterator[str]:
-    """`url`, else the bench DSN in a schema of its own named after `name` (dropped after):
-    the profiles' default store. Prints the load average first (their figures depend on it)."""
-    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the start")
-    if url is not None:
-        yield url
-        return
-    import psycopg
-
-    schema, dsn = f"bench_{name}_{os.getpid()}", bench_dsn()
-    try:
-        yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-@dataclass(frozen=True)
-class DurableRow(Rates):
-    """One subject on one backend with a number of clients or workers."""
-
-    backend: str
-    clients: int
-    subject: str
-    unit: str  # "commits/s" (raw) or "workflows/s"
-    steps_per_unit: int  # 1 for raw commits, STEPS for workflows
-    n: int
-    rates: tuple[float, ...]
-    note: str = ""
-    transactions: tuple[float, ...] = ()  # database transactions per workflow, per run
-    p99: tuple[float, ...] = ()  # latency rows: the 99th percentile per run (rates: p50)
-
-    @property
-    def steps(self) -> float:
-        """Median in single-row commits (raw) or workflow steps per second."""
-        return self.median * self.steps_per_unit
-
-    @property
-    def per_workflow(self) -> float | None:
-        """Median database transactions per workflow, where counted."""
-        return statistics.median(self.transactions) if self.transactions else None
 
 
 def snapshot_document(i: int) -> dict[str, Any]:
@@ -126,28 +74,6 @@ def snapshot_document(i: int) -> dict[str, Any]:
         "timers": [],
         "children": {"double": {"src": "double", "input": {"x": i + 1}, "status": "active"}},
     }
-
-
-def in_threads(clients: int, work: Callable[[int], None]) -> float:
-    """Run ``work(client_index)`` on ``clients`` threads at once; return wall seconds."""
-    errors: list[BaseException] = []
-
-    def guarded(c: int) -> None:
-        try:
-            work(c)
-        except BaseException as exc:  # re-raised in the caller's thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(c,)) for c in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return seconds
 
 
 # ----------------------------------------------------------------------------- raw PostgreSQL
@@ -249,39 +175,6 @@ def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 # ----------------------------------------------------------------------------- DBOS Transact
-def with_database(dsn: str, database: str) -> str:
-    """``dsn`` (a URL) with its database name replaced."""
-    parts = urlsplit(dsn)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
-
-
-def reset_database(dsn: str, database: str) -> None:
-    """Drop ``database`` on the server of ``dsn`` (bench databases start empty every run)."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-        )
-
-
-@contextmanager
-def scratch_database(dsn: str, database: str) -> Iterator[str]:
-    """A new, empty ``database`` on the server of ``dsn`` (one left by an earlier run dropped
-    first); its URL, and it is dropped afterwards."""
-    import psycopg
-    from psycopg import sql
-
-    reset_database(dsn, database)
-    with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    try:
-        yield with_database(dsn, database)
-    finally:
-        reset_database(dsn, database)
-
-
 def dbos(url: str, backend: str, clients: int, n: int, repeat: int) -> DurableRow:
     """DBOS's 3-step workflow in a subprocess; workflows/s per run."""
     argv = [
@@ -412,7 +305,6 @@ def interleaved(measurements: list[Measurement], repeat: int) -> list[DurableRow
 
 def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
     """Every durable measurement, PostgreSQL first, then SQLite; subjects interleaved."""
-    from benchmarks import durable_runtime
 
     dsn = bench_dsn()
     rows: list[DurableRow] = []
@@ -486,7 +378,6 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
 
 def _encrypted_pg(dsn: str, backend: str, clients: int, n: int) -> list[Measurement]:
     """The encrypted variants of this project's PostgreSQL rows (one run each)."""
-    from benchmarks import durable_runtime
 
     return [
         partial(durable_runtime.inline_postgres, dsn, backend, clients, n, True),
@@ -496,7 +387,6 @@ def _encrypted_pg(dsn: str, backend: str, clients: int, n: int) -> list[Measurem
 
 def _encrypted_sqlite(directory: Path, backend: str, clients: int, n: int) -> list[Measurement]:
     """The encrypted variants of this project's SQLite rows (one run each)."""
-    from benchmarks import durable_runtime
 
     return [
         partial(durable_runtime.inline_sqlite, directory, backend, clients, n, True),
@@ -507,7 +397,6 @@ def _encrypted_sqlite(directory: Path, backend: str, clients: int, n: int) -> li
 def run_encryption(n: int = 600, repeat: int = 3) -> list[DurableRow]:
     """Only the encryption comparison: this project's rows plain and encrypted, interleaved
     run by run, on PostgreSQL (if it answers) and SQLite."""
-    from benchmarks import durable_runtime
 
     dsn, rows = bench_dsn(), []
     try:
@@ -544,10 +433,9 @@ def codec_cost(n: int = 20_000) -> str:
     stored, as one Markdown line."""
     import orjson
 
-    from benchmarks.durable_runtime import BENCH_KEYS
     from persistence.stores.codec import KeyRing
 
-    ring, run_id = KeyRing(list(BENCH_KEYS)), "2b1418e4-87aa-41ad-aae8-4a9e0c724877"
+    ring, run_id = KeyRing(list(durable_runtime.BENCH_KEYS)), "2b1418e4-87aa-41ad-aae8-4a9e0c724877"
     docs = [snapshot_document(i) for i in range(n)]
     began = time.process_time()
     plain = [orjson.dumps(d) for d in docs]
@@ -569,14 +457,13 @@ def codec_cost(n: int = 20_000) -> str:
 def encryption_markdown(rows: list[DurableRow]) -> str:
     """Each encrypted row beside its plain row (same backend, clients and shape): the rates'
     medians and encrypted ÷ plain."""
-    from benchmarks.durable_runtime import PLAIN_OF
 
     lines = [
         "| backend | clients / in flight | subject | plain | encrypted | encrypted ÷ plain |",
         "|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        shape = next((e for e in PLAIN_OF if r.subject.endswith(e)), None)
+        shape = next((e for e in durable_runtime.PLAIN_OF if r.subject.endswith(e)), None)
         if shape is None or not r.ok:
             continue
         plain = next(
@@ -585,7 +472,7 @@ def encryption_markdown(rows: list[DurableRow]) -> str:
                 for p in rows
                 if p.backend == r.backend
                 and p.clients == r.clients
-                and p.subject.endswith(PLAIN_OF[shape])
+                and p.subject.endswith(durable_runtime.PLAIN_OF[shape])
                 and p.ok
             ),
             None,
@@ -593,7 +480,7 @@ def encryption_markdown(rows: list[DurableRow]) -> str:
         if plain is None:
             continue
         lines.append(
-            f"| {r.backend} | {r.clients} | {PLAIN_OF[shape]} | "
+            f"| {r.backend} | {r.clients} | {durable_runtime.PLAIN_OF[shape]} | "
             f"{fmt_rate(plain.median)} {r.unit} | {fmt_rate(r.median)} {r.unit} | "
             f"**{r.median / plain.median:.2f}** |"
         )
@@ -604,8 +491,6 @@ def _pg_latency(dsn: str, backend: str, step_in_send: bool = True) -> DurableRow
     """The step latency on PostgreSQL, in a schema of its own (dropped afterwards); with
     `step_in_send=False`, of the event queued for the idle worker."""
     import psycopg
-
-    from benchmarks import durable_runtime
 
     schema = f"bench_latency_{os.getpid()}"
     try:
@@ -618,7 +503,6 @@ def _pg_latency(dsn: str, backend: str, step_in_send: bool = True) -> DurableRow
 
 
 def _sqlite_latency(directory: Path, backend: str, step_in_send: bool = True) -> DurableRow:
-    from benchmarks import durable_runtime
 
     name = "latency.db" if step_in_send else "latency-queued.db"
     return durable_runtime.step_latency(

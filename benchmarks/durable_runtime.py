@@ -27,14 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import (
-    DATABASE_PREFIX,
-    STEPS,
-    DurableRow,
-    in_threads,
-    reset_database,
-    with_database,
-)
+from benchmarks.databases import DATABASE_PREFIX, reset_database, with_database
+from benchmarks.durable_rows import STEPS, DurableRow, in_threads
 from benchmarks.engine import ours_label
 
 WORKFLOW = "three_steps"

@@ -23,7 +23,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import STEPS, bench_dsn, reset_database, with_database
+from benchmarks.databases import bench_dsn, reset_database, with_database
+from benchmarks.durable_rows import STEPS
 from benchmarks.durable_runtime import three_steps_machine
 from benchmarks.timing import fmt_rate
 
@@ -145,7 +146,7 @@ def explain_in_database(dsn: str, database: str, on: bool) -> None:
     statement's plan is logged, in JSON, to the server log."""
     import psycopg
 
-    from benchmarks.durable import with_database
+    from benchmarks.databases import with_database
 
     with psycopg.connect(with_database(dsn, "postgres"), autocommit=True) as conn:
         if on:

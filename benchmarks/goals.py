@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.durable import DurableRow
+from benchmarks.durable_rows import DurableRow
 from benchmarks.durable_runtime import INLINE, LATENCY, WORKER
 from benchmarks.durable_scaling import ScaleReport
 from benchmarks.engine import PLANS_OFF, XSTATE_ACTOR

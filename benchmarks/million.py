@@ -1,7 +1,7 @@
 """One PostgreSQL to a million runs (`python -m benchmarks.million`, `make bench-million`; opt-in,
 it takes many minutes and about 2 GB of disk).
 
-In a database of its own on the bench server (`benchmarks.durable.bench_dsn`; created, then
+In a database of its own on the bench server (`benchmarks.databases.bench_dsn`; created, then
 dropped), 1,000,000 active runs (`benchmarks/million_workflow.py`), every one with a business
 key: half `waiter` runs waiting for an event, half `timer` runs asleep on a durable timer, of
 which 100,000 are due at one instant shortly after the load and the rest a day later.
@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import bench_dsn, scratch_database, with_database
+from benchmarks.databases import bench_dsn, scratch_database, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "million_results.json"

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable import store_url_or_scratch
+from benchmarks.databases import store_url_or_scratch
 from benchmarks.durable_runtime import WORKFLOW, three_steps_machine
 
 TABLES = (

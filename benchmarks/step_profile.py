@@ -27,7 +27,7 @@ import itertools
 import time
 from typing import Any
 
-from benchmarks.durable import store_url_or_scratch
+from benchmarks.databases import store_url_or_scratch
 from benchmarks.durable_runtime import idle_worker_steps
 
 

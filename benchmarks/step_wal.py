@@ -24,7 +24,7 @@ import re
 import time
 from typing import Any
 
-from benchmarks.durable import store_url_or_scratch
+from benchmarks.databases import store_url_or_scratch
 from benchmarks.durable_runtime import WORKFLOW, expected, three_steps_machine
 
 RUNS_AT_REST = 400

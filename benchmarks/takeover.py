@@ -163,7 +163,7 @@ def measure(store_url: str, runs: int = 4, lease_ms: int = 2_000) -> Takeover:
 
 def run(lease_ms: int = 2_000) -> list[Takeover]:
     """Takeover on a fresh SQLite file and on PostgreSQL (database of its own)."""
-    from benchmarks.durable import bench_dsn, reset_database, with_database
+    from benchmarks.databases import bench_dsn, reset_database, with_database
 
     results = []
     with tempfile.TemporaryDirectory(prefix="statecharts-takeover-") as tmp:

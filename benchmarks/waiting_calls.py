@@ -2,7 +2,7 @@
 
 The work, the same on both sides: ``n`` workflows, each awaiting one async call that sleeps
 ``call_s`` (1 s) and returns its input, then ending with it as its output. Both run on the
-same PostgreSQL server (``benchmarks.durable.bench_dsn``), each in a fresh database of its own,
+same PostgreSQL server (``benchmarks.databases.bench_dsn``), each in a fresh database of its own,
 each side in a subprocess of its own (DBOS keeps global state; the memory figure is the
 process's own), started by one client in that process:
 
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.durable import bench_dsn, reset_database, with_database
+from benchmarks.databases import bench_dsn, reset_database, with_database
 from benchmarks.engine import ours_label
 
 BENCHMARK = "waiting_calls"

@@ -69,12 +69,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
 }
 
 # (importer, imported) -> why it is allowed for now; each breaks a circle or crosses a layer
-ALLOWANCES: Mapping[tuple[str, str], str] = {
-    (
-        "benchmarks.durable_runtime",
-        "benchmarks.durable",
-    ): "durable <-> durable_runtime share helpers both ways (benchmarks only)",
-}
+ALLOWANCES: Mapping[tuple[str, str], str] = {}
 
 
 # -- the check ------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def private_database(pg_dsn: str) -> Iterator[str]:
     where no older snapshot may see its dead row versions, and the snapshots that count are
     those of the same database's sessions: other tests' (and other suites') in `test` then
     cannot hold this test's pages unpruned."""
-    from benchmarks.durable import scratch_database
+    from benchmarks.databases import scratch_database
 
     with scratch_database(pg_dsn, f"statecharts_hot_{uuid.uuid4().hex[:8]}") as url:
         yield url
