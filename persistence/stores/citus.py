@@ -387,28 +387,35 @@ class CitusStore(PostgresStore):
         """The start (`SQLStore._create_in`) of a run whose key was free, or the active run
         that holds the key (`_take_key_in`)."""
         if run.key is not None and run.parent_run_id is None:
-            holder = self._take_key_in(conn, run)
+            holder = self._take_key_in(conn, run.id, run.workflow_name, run.key)
             if holder is not None:
                 return holder, False
         return SQLStore._create_in(self, conn, run, effects, now)
 
-    def _take_key_in(self, conn: Any, run: NewRun) -> RunRecord | None:
-        """Make `run` its key's holder in `workflow_run_keys`, unless the key's holder is an
-        active run: that run is returned. The key's row stays locked to the commit, so a
-        second start of the key waits for the first and then finds its run."""
-        key = (run.key, run.workflow_name)
+    def _active_with_key_in(self, conn: Any, run_id: str, name: str, key: str) -> str | None:
+        """`SQLStore._active_with_key_in` through `workflow_run_keys` (one shard, locked to the
+        commit; no index across the shards refuses a second active run): the resumed run
+        takes its key back unless another active run has it."""
+        holder = self._take_key_in(conn, run_id, name, key)
+        return None if holder is None else holder.id
+
+    def _take_key_in(self, conn: Any, run_id: str, name: str, key: str) -> RunRecord | None:
+        """Make run `run_id` its key's holder in `workflow_run_keys`, unless the key's
+        holder is an active run: that run is returned. The key's row stays locked to the
+        commit, so a second start of the key waits for the first and then finds its run."""
+        keyed = (key, name)
         taken = self._exec(
             conn,
             "INSERT INTO workflow_run_keys (key, workflow_name, run_id) VALUES (?, ?, ?) "
             "ON CONFLICT (key, workflow_name) DO NOTHING RETURNING 1",
-            (*key, self._id(run.id)),
+            (*keyed, self._id(run_id)),
         ).fetchall()
         if taken:
             return None
         held = self._exec(
             conn,
             "SELECT run_id FROM workflow_run_keys WHERE key = ? AND workflow_name = ? FOR UPDATE",
-            key,
+            keyed,
         ).fetchall()
         if held:
             active = self._exec(
@@ -421,7 +428,7 @@ class CitusStore(PostgresStore):
         self._exec(
             conn,
             "UPDATE workflow_run_keys SET run_id = ? WHERE key = ? AND workflow_name = ?",
-            (self._id(run.id), *key),
+            (self._id(run_id), *keyed),
         )
         return None
 

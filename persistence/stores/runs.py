@@ -542,6 +542,7 @@ class SQLRuns(SQLInbox, SQLCalls):
         `wake_at`, in the open transaction; `RunFinishedError` unless it is `error` at
         `expected_version`."""
         rid = self._id(run_id)
+        self._reclaim_key_in(conn, run_id, what)
         rows = self._exec(
             conn,
             "UPDATE workflow_runs SET status = 'active', snapshot = ?, state = ?, "
@@ -563,6 +564,37 @@ class SQLRuns(SQLInbox, SQLCalls):
                 f"run {run_id} is not failed at version {expected_version}; not {what}"
             )
         return self._run(rows[0])
+
+    def _reclaim_key_in(self, conn: Any, run_id: str, what: str) -> None:
+        """A top-level run with a key made active again takes its key back: refused
+        (`ConflictError` naming the run that has it) while another run with the key is
+        active, since one key names one active run."""
+        rows = self._exec(
+            conn,
+            "SELECT workflow_name, key FROM workflow_runs WHERE id = ? AND key IS NOT NULL "
+            "AND parent_run_id IS NULL",
+            (self._id(run_id),),
+        ).fetchall()
+        if not rows:
+            return
+        name, key = rows[0]
+        holder = self._active_with_key_in(conn, run_id, name, key)
+        if holder is not None:
+            raise ConflictError(
+                f"run {run_id}: run {holder} of {name!r} is active with its key {key!r}; "
+                f"not {what} (cancel that run first, or let it end)"
+            )
+
+    def _active_with_key_in(self, conn: Any, run_id: str, name: str, key: str) -> str | None:
+        """The other active top-level run of `name` with `key`, if any (`_reclaim_key_in`;
+        the unique index on active keys is the last word where a start races the resume)."""
+        rows = self._exec(
+            conn,
+            f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE workflow_name = ? AND key = ? "
+            "AND status = 'active' AND parent_run_id IS NULL AND id <> ?",
+            (name, key, self._id(run_id)),
+        ).fetchall()
+        return str(rows[0][0]) if rows else None
 
     def _withdraw_end_in(
         self, conn: Any, run_id: str, parent: str, event_type: str, now: int

@@ -180,6 +180,27 @@ def test_key_is_free_again_once_the_run_ended(store: Store) -> None:
     assert store.find_run("order", "k").id == second.id  # type: ignore[union-attr]
 
 
+def test_a_failed_run_resumed_takes_its_key_back_unless_another_run_holds_it(
+    store: Store,
+) -> None:
+    first, _ = store.create_run(new_run(key="k"), (), T0)
+    failed = step(store, first.id, "w1", claim_one(store, first.id), status="error", release=True)
+    second, created = store.create_run(new_run(key="k"), (), T0 + 100)
+    assert created and second.id != first.id
+    with pytest.raises(ConflictError):  # two active runs with one key: never
+        store.resume_run(first.id, failed, SNAPSHOT, "paying.waiting", T0 + 200)
+    assert store.get_run(first.id).status == "error"  # nothing of the refused resume stays
+    ended = step(
+        store, second.id, "w2", claim_one(store, second.id, "w2"), status="done", release=True
+    )
+    assert ended > 0
+    resumed = store.resume_run(first.id, failed, SNAPSHOT, "paying.waiting", T0 + 300)
+    assert resumed.status == "active"
+    again, created_again = store.create_run(new_run(key="k"), (), T0 + 400)
+    assert (again.id, created_again) == (first.id, False)  # the key's active run again
+    assert store.find_run("order", "k").id == first.id  # type: ignore[union-attr]
+
+
 def test_concurrent_starts_with_one_key_create_one_run(store_factory: StoreFactory) -> None:
     stores = [store_factory() for _ in range(4)]
     results: list[str] = []
