@@ -72,6 +72,8 @@ Outcome = Callable[[str, str | None], None]
 TIMEOUT_ERROR = CallTimeoutError.__name__
 HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
 LOST_ERROR = "CallAttemptsExhaustedError"
+CLAIM_BATCH = 500
+"""At most this many calls are claimed at once (a burst of due calls)."""
 FINISH_BATCH = 500
 """At most this many call ends are recorded in one transaction (a burst of ends)."""
 
@@ -234,13 +236,13 @@ class CallExecutor:
                 seen = wakeup.seen()
                 self._settle()
                 ready = self._take_adopted()
-                free = min(self.max_calls - self._leased, 64)
+                free = min(self.max_calls - self._leased, CLAIM_BATCH)
                 if free > 0:
                     claimed = self._claim(free)
                     with self._lock:
                         self._leased += len(claimed)
                         self._held.update(call.idempotency_key for call in claimed)
-                    ready += [(call, None, None) for call in claimed]
+                    ready += self._with_runs(claimed)
                 for call, run, machine in ready:
                     if self._was_lost(call):
                         continue
@@ -600,6 +602,23 @@ class CallExecutor:
         self.runtime.store.retry_call(
             call.idempotency_key, self.owner, call.attempt, self.runtime.clock.now(), when, end
         )
+
+    def _with_runs(
+        self, calls: Sequence[CallRecord]
+    ) -> list[tuple[CallRecord, RunRecord | None, Machine | None]]:
+        """Claimed calls with their runs, read together (one read, not one per call), and
+        the definitions that step them."""
+        if not calls:
+            return []
+        try:
+            runs = self.runtime.store.get_runs([call.run_id for call in calls])
+        except StoreError:  # (each call reads its run on its own in `_begin`)
+            runs = {}
+        ready: list[tuple[CallRecord, RunRecord | None, Machine | None]] = []
+        for call in calls:
+            run = runs.get(call.run_id)
+            ready.append((call, run, None if run is None else self.runtime.machine_for(run)))
+        return ready
 
     def _run_of(self, call: CallRecord) -> RunRecord | None:
         try:

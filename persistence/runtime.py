@@ -101,6 +101,9 @@ class RunActiveError(ValueError):
         )
 
 
+START_BATCH = 500
+"""How many runs `start_many` writes per transaction."""
+
 MAX_KEY_BYTES = 512
 """The longest key `start` takes, in UTF-8 bytes: a run's key must fit the database's index of
 active keys (PostgreSQL's B-tree holds entries of up to 2,704 bytes) with room for the keys
@@ -560,6 +563,64 @@ class Runtime:
             )[0].id
         except RunPurgedError as exc:  # the key's run, purged since it ended: it is the one
             return exc.run_id
+
+    def start_many(
+        self,
+        name: str,
+        inputs: Iterable[Any],
+        *,
+        traceparent: str | None = None,
+        priority: int | None = None,
+    ) -> builtins.list[str]:
+        """Start one run of workflow `name` per input, each as `start(name, input)` makes it
+        (without a key), written together: `START_BATCH` runs per transaction, one commit to
+        disk each (River's `InsertMany`, Oban's `insert_all`); their ids, in input order.
+
+        Every run's initial transition is taken before anything is written, so an input it
+        refuses raises and starts nothing. A store failure while writing raises too; the runs
+        of the batches written before it are started (list them by workflow and start time).
+        A run whose first step starts child runs is written on its own, as `start` writes it.
+        The runs join the trace of one start span (or of `traceparent`).
+        """
+        if priority is not None:
+            check_priority(priority, "priority")
+        with self.telemetry.starting(name, None, traceparent) as begun:
+            now = self.clock.now()
+            prepared = [
+                self.prepare_run(
+                    name, value, None, now, traceparent=begun.traceparent, priority=priority
+                )
+                for value in inputs
+            ]
+            for first in range(0, len(prepared), START_BATCH):
+                self._write_started(name, prepared[first : first + START_BATCH], now)
+        return [run.id for run, _, _ in prepared]
+
+    def _write_started(
+        self,
+        name: str,
+        prepared: Sequence[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]],
+        now: int,
+    ) -> None:
+        """Insert runs prepared by `start_many` (one transaction for those without child
+        runs), then follow and count them as `begin_run` does."""
+        together: builtins.list[tuple[NewRun, Sequence[NewEffect]]] = []
+        records: builtins.list[tuple[RunRecord, builtins.list[NewEffect], tuple[Effect, ...]]] = []
+        for run, outbox, effects in prepared:
+            children = self.child_runs(run.id, None, effects, now, run.traceparent)
+            if children:
+                record, _ = self.store.create_run(run, outbox, now, children=children)
+                records.append((record, outbox, effects))
+            else:
+                together.append((run, outbox))
+        if together:
+            written = self.store.create_runs(together, now)
+            by_id = {run.id: (outbox, effects) for run, outbox, effects in prepared}
+            records += [(record, *by_id[record.id]) for record in written]
+        for record, outbox, effects in records:
+            self.resting.started(record, _in_step(outbox), now)
+            self.telemetry.run_started(name)
+            log_effects(effects, record.id)
 
     def start_run(
         self,

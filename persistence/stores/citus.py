@@ -61,7 +61,7 @@ from persistence.stores.records import (
     RunRecord,
     StepCommit,
 )
-from persistence.stores.rules import check_distinct_runs, unowned_calls
+from persistence.stores.rules import check_distinct_runs, check_unkeyed, unowned_calls
 from persistence.stores.sql import SQLStore
 
 SHARD_MAP_TTL_S = 30.0
@@ -210,6 +210,14 @@ class CitusStore(PostgresStore):
         if any(unowned_calls(c.new_effects, c.call_lease) for c in commits):
             self._tell_others(None)  # (other processes' executors claim them)
         return versions
+
+    def create_runs(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
+    ) -> list[RunRecord]:
+        """Each run inserted by a transaction of its own (`create_run`): the runs of a batch
+        are on many shards, and one transaction across them would be a two-phase commit."""
+        check_unkeyed(runs)
+        return [self.create_run(run, effects, now)[0] for run, effects in runs]
 
     def finish_calls(
         self,

@@ -80,6 +80,7 @@ from persistence.stores.records import (
 from persistence.stores.rules import (
     check_distinct_runs,
     check_status,
+    check_unkeyed,
     completion_times,
     idempotency_key,
     is_call,
@@ -385,6 +386,49 @@ class PostgresStore(SQLStore):
         effects: Sequence[NewEffect],
         now: int,
     ) -> tuple[RunRecord, bool]:
+        query, params = self._start_statement(run, effects, now)
+        # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
+        # see the winner; the second attempt sees it.
+        for _ in range(3):
+            row = execute_hot(conn, query, params, binary=True).fetchone()
+            if row is not None:
+                record, created = self._started(run, row)
+                if created:
+                    self._share_of(conn, run)
+                return record, created
+        raise ConflictError(f"could not insert or find run with key {run.key!r}")
+
+    @retried
+    def create_runs(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
+    ) -> list[RunRecord]:
+        """`SQLStore.create_runs` with every start's statement pipelined in one transaction:
+        one round trip and one commit for the batch. Runs that need more than their one
+        statement (search attributes, deliveries, a limit's share) go the generic way."""
+        check_unkeyed(runs)
+        if any(run.search or run.deliveries or run.limit_share for run, _ in runs):
+            return super().create_runs(runs, now)
+        statements = [self._start_statement(run, effects, now) for run, effects in runs]
+        with self._pipelined_write() as conn:
+            sent = [
+                conn.execute(encoded(query), params, binary=True) for query, params in statements
+            ]
+        records = [self._started(run, cursor.fetchone())[0] for (run, _), cursor in zip(runs, sent)]
+        self._tell_started(runs, now)
+        return records
+
+    def _started(self, run: NewRun, row: Any) -> tuple[RunRecord, bool]:
+        """The start statement's row: the run (as inserted, or the key's holder) and whether
+        it was inserted."""
+        values, created = list(row[:-1]), bool(row[-1])
+        if created:  # (the snapshot inserted is not sent back: parsing it cost more)
+            values[5] = run.snapshot
+        return self._run(values), created
+
+    def _start_statement(
+        self, run: NewRun, effects: Sequence[NewEffect], now: int
+    ) -> tuple[str, dict[str, Any]]:
+        """A start's one statement (the run, its effects and calls) and its parameters."""
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
         rid = canonical_id(run.id)
@@ -435,19 +479,7 @@ class PostgresStore(SQLStore):
             params.update(
                 calls=json_param(calls), call_owner=owner, call_lease=until, unowned=owner is None
             )
-        # A racing insert of the same key makes ON CONFLICT skip while our snapshot cannot yet
-        # see the winner; the second attempt sees it.
-        for _ in range(3):
-            row = execute_hot(
-                conn, CREATE_RUN_WITH_CALLS if calls else CREATE_RUN, params, binary=True
-            ).fetchone()
-            if row is not None:
-                values, created = list(row[:-1]), bool(row[-1])
-                if created:  # (the snapshot inserted is not sent back: parsing it cost more)
-                    values[5] = run.snapshot
-                    self._share_of(conn, run)
-                return self._run(values), created
-        raise ConflictError(f"could not insert or find run with key {run.key!r}")
+        return (CREATE_RUN_WITH_CALLS if calls else CREATE_RUN), params
 
     def _lease(
         self,

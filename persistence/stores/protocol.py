@@ -70,8 +70,21 @@ class RunStore(Protocol):
         """
         ...
 
+    def create_runs(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
+    ) -> list[RunRecord]:
+        """Insert runs without keys or child runs, each as `create_run` inserts it, in one
+        transaction (one commit to disk): all of them or none. `ValueError` for a run with a
+        key or a parent (a key's start decides against the runs that hold it, one by one)."""
+        ...
+
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id, or `RunNotFoundError`."""
+        ...
+
+    def get_runs(self, run_ids: Collection[str]) -> dict[str, RunRecord]:
+        """The runs with these ids, by id, in as few reads as the store can (an id no run
+        has is left out)."""
         ...
 
     def find_run(self, workflow_name: str, key: str) -> RunRecord | None:

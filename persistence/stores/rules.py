@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from persistence.stores.errors import ConflictError
-from persistence.stores.records import ACTIVE, RUN_STATUSES, JSONDict, NewEffect, StepCommit
+from persistence.stores.records import (
+    ACTIVE,
+    RUN_STATUSES,
+    JSONDict,
+    NewEffect,
+    NewRun,
+    StepCommit,
+)
 from statecharts.events import done_actor_event_type, error_actor_event_type
 from statecharts.idempotency import KEY_LENGTH
 from statecharts.idempotency import idempotency_key as provider_key
@@ -188,6 +195,17 @@ def check_status(status: str) -> None:
     """Reject an unknown run status with a clear error."""
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
+
+
+def check_unkeyed(runs: Sequence[tuple[NewRun, Sequence[NewEffect]]]) -> None:
+    """Reject, for `create_runs`, a run with a key or a parent, naming it."""
+    for run, _ in runs:
+        if run.key is not None or run.parent_run_id is not None:
+            raise ValueError(
+                f"create_runs inserts top-level runs without keys; run {run.id} has "
+                f"{'key ' + repr(run.key) if run.key is not None else 'a parent'} "
+                "(use create_run)"
+            )
 
 
 def check_group_column(column: str) -> None:

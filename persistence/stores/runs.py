@@ -7,7 +7,7 @@ children cancelled, its parent told, its calls stopped).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from persistence.stores.calls import SQLCalls
@@ -30,6 +30,7 @@ from persistence.stores.rules import (
     STOPPED_BY_END,
     cancel_event,
     check_status,
+    check_unkeyed,
     child_ended_event,
     completion_times,
     idempotency_key,
@@ -37,6 +38,9 @@ from persistence.stores.rules import (
     unowned_calls,
 )
 from statecharts.errors import SystemIdTakenError
+
+READ_PAGE = 500
+"""Ids per statement of `get_runs` (SQLite's older builds take at most 999 parameters)."""
 
 ACTIVE_KEY_CONFLICT = (
     "ON CONFLICT (workflow_name, key) WHERE status = 'active' AND key IS NOT "
@@ -88,12 +92,33 @@ class SQLRuns(SQLInbox, SQLCalls):
             )
             if created:
                 self._create_all_in(conn, [(run, ())], list(children), now)
-        due = (
-            run.lease_owner is None and run.wake_at is not None and run.wake_at <= now
-        ) or unowned_calls(effects, run.call_lease)
-        if created and (due or children):
+        if created and children:
             self.wakeup().notify()
+        elif created:
+            self._tell_started([(run, effects)], now)
         return record, created
+
+    @retried
+    def create_runs(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
+    ) -> list[RunRecord]:
+        """Insert runs without keys in one transaction (`RunStore.create_runs`)."""
+        check_unkeyed(runs)
+        with self._write() as conn:
+            records = [self._create_run_in(conn, run, effects, now)[0] for run, effects in runs]
+            self._create_all_in(conn, runs, (), now)
+        self._tell_started(runs, now)
+        return records
+
+    def _tell_started(self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int) -> None:
+        """Wake the workers once for runs just inserted that have work due (or calls no
+        executor holds)."""
+        if any(
+            (run.lease_owner is None and run.wake_at is not None and run.wake_at <= now)
+            or unowned_calls(effects, run.call_lease)
+            for run, effects in runs
+        ):
+            self.wakeup().notify()
 
     def _create_in(
         self, conn: Any, run: NewRun, effects: Sequence[NewEffect], now: int
@@ -265,6 +290,21 @@ class SQLRuns(SQLInbox, SQLCalls):
         if not rows:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         return self._run(rows[0])
+
+    def get_runs(self, run_ids: Collection[str]) -> dict[str, RunRecord]:
+        """The runs with these ids, by id (one read per `READ_PAGE` ids); an id no run has is
+        left out."""
+        ids = list(dict.fromkeys(run_ids))
+        found: dict[str, RunRecord] = {}
+        for first in range(0, len(ids), READ_PAGE):
+            page = ids[first : first + READ_PAGE]
+            rows = self._read(
+                f"SELECT {self.RUN_COLUMNS} FROM workflow_runs WHERE id IN "
+                f"({', '.join('?' * len(page))})",
+                tuple(self._id(run_id) for run_id in page),
+            )
+            found.update((run.id, run) for run in map(self._run, rows))
+        return found
 
     def find_run(self, workflow_name: str, key: str) -> RunRecord | None:
         """The active run with this start key."""

@@ -201,6 +201,14 @@ def test_a_failed_run_resumed_takes_its_key_back_unless_another_run_holds_it(
     assert store.find_run("order", "k").id == first.id  # type: ignore[union-attr]
 
 
+def test_runs_are_read_together_by_id(store: Store) -> None:
+    made = [store.create_run(new_run(), (), T0)[0] for _ in range(3)]
+    missing = str(uuid.uuid4())
+    found = store.get_runs([made[0].id, made[2].id, missing, made[0].id])
+    assert found == {made[0].id: store.get_run(made[0].id), made[2].id: store.get_run(made[2].id)}
+    assert store.get_runs([]) == {}
+
+
 def test_concurrent_starts_with_one_key_create_one_run(store_factory: StoreFactory) -> None:
     stores = [store_factory() for _ in range(4)]
     results: list[str] = []

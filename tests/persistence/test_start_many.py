@@ -1,0 +1,145 @@
+"""`Runtime.start_many`: many runs started together, each exactly as `start` makes it.
+
+Each store kind: the runs of several batches (more than `START_BATCH`) each await an async
+call that takes a moment and end with their own input as output, in input order; an input the
+machine refuses starts nothing; a batch is written whole or not at all; a run whose first
+step starts a child run is written as `start` writes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from persistence.runtime import START_BATCH, Runtime
+from persistence.stores import RunNotFoundError, Store, StoreError
+from persistence.worker import Worker
+from statecharts import Machine, assign, create_machine
+
+CALL_S = 0.3
+
+
+async def slow_echo(x: int) -> int:
+    await asyncio.sleep(CALL_S)
+    return x
+
+
+def echo_machine() -> Machine:
+    """One state invoking `slow_echo`; the run's output is the call's result. An input
+    without `x` is refused by the context function."""
+    return create_machine(
+        {
+            "id": "echo",
+            "initial": "calling",
+            "context": lambda input: {"x": input["x"], "result": None},
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "src": "slow_echo",
+                        "input": lambda context, event: context["x"],
+                        "onDone": {"target": "finished", "actions": "keep"},
+                    }
+                },
+                "finished": {"type": "final"},
+            },
+            "output": lambda context, event: context["result"],
+        },
+        actors={"slow_echo": slow_echo},
+        actions={"keep": assign({"result": lambda context, event: event["output"]})},
+    )
+
+
+@pytest.fixture
+def served(store: Store) -> Iterator[Runtime]:
+    """A runtime of `echo_machine` on `store` with a worker serving it in a thread."""
+    runtime = Runtime(store, [echo_machine()])
+    worker = Worker(runtime, 2, poll_ms=20, lease_ms=5_000)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    yield runtime
+    worker.stop()
+    thread.join(timeout=30)
+
+
+def wait_done(store: Store, n: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while store.count_runs().get("done", 0) < n:
+        assert time.monotonic() < deadline, f"not all done: {store.count_runs()}"
+        time.sleep(0.05)
+
+
+def test_runs_of_several_batches_each_end_with_their_own_input(
+    served: Runtime, store: Store
+) -> None:
+    n = START_BATCH * 2 + 7
+    ids = served.start_many("echo", [{"x": i} for i in range(n)])
+    assert len(set(ids)) == n
+    wait_done(store, n)
+    for i, run_id in enumerate(ids):  # in input order, each its own
+        record = served.get(run_id)
+        assert (record.status, record.snapshot["output"]) == ("done", i)
+    calls = [served.store.list_calls(run_id) for run_id in ids[:: START_BATCH // 2]]
+    assert all(len(c) == 1 and c[0].status == "done" for c in calls)  # one call each, once
+
+
+def test_an_input_the_machine_refuses_starts_nothing(served: Runtime, store: Store) -> None:
+    with pytest.raises(Exception, match="'x'"):
+        served.start_many("echo", [{"x": 1}, {"y": 2}, {"x": 3}])
+    assert store.count_runs() == {}
+
+
+def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
+    runtime = Runtime(store, [echo_machine()])
+    (taken,) = runtime.start_many("echo", [{"x": 0}])
+    fresh, _, _ = runtime.prepare_run("echo", {"x": 1}, None, runtime.clock.now())
+    clash, outbox, _ = runtime.prepare_run("echo", {"x": 2}, None, runtime.clock.now())
+    again = dataclasses.replace(clash, id=taken)  # an id already taken: the insert fails
+    with pytest.raises(StoreError):  # (SQLite's words differ from PostgreSQL's)
+        store.create_runs([(fresh, []), (again, outbox)], runtime.clock.now())
+    with pytest.raises(RunNotFoundError):
+        store.get_run(fresh.id)  # the batch's first run was not kept either
+    assert store.count_runs() == {"active": 1}
+
+
+def test_a_run_with_a_key_is_refused_naming_it(store: Store) -> None:
+    runtime = Runtime(store, [echo_machine()])
+    run, outbox, _ = runtime.prepare_run("echo", {"x": 1}, "order-7", runtime.clock.now())
+    with pytest.raises(ValueError, match="order-7"):
+        store.create_runs([(run, outbox)], runtime.clock.now())
+    assert store.count_runs() == {}
+
+
+def test_a_run_whose_first_step_starts_a_child_run_is_started_too(store: Store) -> None:
+    child = create_machine(
+        {"id": "child", "initial": "done", "states": {"done": {"type": "final"}}}
+    )
+    parent = create_machine(
+        {
+            "id": "parent",
+            "initial": "waiting",
+            "context": lambda input: {"n": input},
+            "states": {
+                "waiting": {"invoke": {"src": "child", "onDone": "finished"}},
+                "finished": {"type": "final"},
+            },
+        },
+        actors={"child": child},
+    )
+    runtime = Runtime(store, [parent, child])
+    ids = runtime.start_many("parent", [1, 2, 3])
+    Worker(runtime).run_until_idle()
+    assert [runtime.get(run_id).status for run_id in ids] == ["done"] * 3
+    assert all(len(runtime.children(run_id)) == 1 for run_id in ids)
+
+
+def test_ids_are_uuids(store: Store) -> None:
+    runtime = Runtime(store, [echo_machine()])
+    ids = runtime.start_many("echo", ({"x": i} for i in range(3)))  # any iterable
+    assert [str(uuid.UUID(run_id)) for run_id in ids] == ids
+    assert {runtime.get(run_id).status for run_id in ids} == {"active"}
