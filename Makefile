@@ -60,7 +60,8 @@ test-citus: $(VENV)/.installed
 	@test -n "$$STATECHARTS_CITUS_DSN" || { echo "set STATECHARTS_CITUS_DSN (docs/citus.md)"; exit 2; }
 	$(PY) -m pytest -q -n 0 -k citus tests/persistence/test_store_contract.py \
 		tests/persistence/test_child_runs.py tests/persistence/test_capacity.py \
-		tests/persistence/test_crash.py tests/persistence/test_citus.py $(ARGS)
+		tests/persistence/test_crash.py tests/persistence/test_start_many.py \
+		tests/persistence/test_citus.py $(ARGS)
 
 # Opt-in: 100,000 runs due at one instant on PostgreSQL, 4 worker processes, with and without a
 # limit of 4 in flight (benchmarks/load.py; about 15 minutes). Writes benchmarks/load_results.json,

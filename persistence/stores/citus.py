@@ -61,7 +61,7 @@ from persistence.stores.records import (
     RunRecord,
     StepCommit,
 )
-from persistence.stores.rules import check_distinct_runs, check_unkeyed, unowned_calls
+from persistence.stores.rules import check_distinct_runs, unowned_calls
 from persistence.stores.sql import SQLStore
 
 SHARD_MAP_TTL_S = 30.0
@@ -214,10 +214,11 @@ class CitusStore(PostgresStore):
     def create_runs(
         self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
     ) -> list[RunRecord]:
-        """Each run inserted by a transaction of its own (`create_run`): the runs of a batch
-        are on many shards, and one transaction across them would be a two-phase commit."""
-        check_unkeyed(runs)
-        return [self.create_run(run, effects, now)[0] for run, effects in runs]
+        """`SQLStore.create_runs`: the batch's runs are on many shards, so its one
+        transaction is Citus's two-phase commit (new rows only: it waits for no other
+        transaction's locks). Not PostgreSQL's pipelined statement, whose `pg_notify` Citus
+        refuses in a distributed insert."""
+        return SQLStore.create_runs(self, runs, now)
 
     def finish_calls(
         self,

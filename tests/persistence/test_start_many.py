@@ -67,7 +67,7 @@ def served(store: Store) -> Iterator[Runtime]:
     thread.join(timeout=30)
 
 
-def wait_done(store: Store, n: int, timeout_s: float = 60.0) -> None:
+def wait_done(store: Store, n: int, timeout_s: float = 300.0) -> None:
     deadline = time.monotonic() + timeout_s
     while store.count_runs().get("done", 0) < n:
         assert time.monotonic() < deadline, f"not all done: {store.count_runs()}"
