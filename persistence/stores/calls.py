@@ -9,9 +9,11 @@ run's inbox in that same transaction, behind the events that arrived before it. 
 held meanwhile: its timers, events and cancels act while the call runs.
 
 A call is stopped (`status = 'stopped'`) by the step that leaves its invoking state, and by every
-end of its run (a final state, a failure, a cancel). A stopped call's result is never queued: the
-fence of `_finish_in` is the row's status and lease, under the row's lock, so a result racing
-the step that stops its call loses or is applied before that step, never after it.
+end of its run (a final state, a failure, a cancel). A call stopped while it ran keeps its lease's
+end: a limit's slot it holds counts until its executor sees it end (`stores/capacity.py`). A
+stopped call's result is never queued: the fence of `_finish_in` is the row's status and lease,
+under the row's lock, so a result racing the step that stops its call loses or is applied before
+that step, never after it.
 
 Every attempt is a row of `workflow_call_attempts`: opened by the claim that starts it, closed by
 its end; an attempt left open by a crashed worker is closed as `lost` by the claim that takes the
@@ -38,7 +40,7 @@ from persistence.stores.rules import (
 
 _CALL_NAMES = (
     "idempotency_key, run_id{t}, step, call_id, payload, status, attempt, owner, "
-    "lease_expires_at, available_at, details, error, created_at, updated_at"
+    "lease_expires_at, available_at, details, error, created_at, updated_at, waiting_for"
 )
 _ATTEMPT_NAMES = (
     "idempotency_key, attempt, run_id{t}, worker, started_at, ended_at, outcome, "
@@ -131,7 +133,8 @@ class SQLCalls(SQLDialect):
         self._exec(
             conn,
             "UPDATE workflow_calls SET status = 'stopped', error = ?, owner = NULL, "
-            f"lease_expires_at = NULL, updated_at = ? WHERE {where}",
+            "lease_expires_at = CASE WHEN status = 'running' THEN lease_expires_at END, "
+            f"waiting_for = NULL, updated_at = ? WHERE {where}",
             (why, ts, *params),
         )
         if not drop:

@@ -491,9 +491,10 @@ class CitusStore(PostgresStore):
 
     # -- limits: their places read apart from the runs ------------------------------------
     def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
-        """`SQLCapacity._live_hold_in` without a join of places (by limit) and runs (by id),
-        which Citus cannot run: the held places (of limit `name`: one shard), then their
-        runs' leases (by id), then the live ones named to the statement."""
+        """`SQLCapacity._live_hold_in` (`_LIVE_HOLD`) without a join of places (by limit) and
+        runs or calls (by run id), which Citus cannot run: the held places (of limit `name`:
+        one shard), then their runs' leases and open calls (by run id), then the live ones
+        named to the statement."""
         by_name = "" if name is None else " AND name = ?"
         held = self._exec(
             conn,
@@ -511,8 +512,25 @@ class CitusStore(PostgresStore):
             if held
             else ()
         )
+        calls = (
+            self._exec(
+                conn,
+                "SELECT run_id::text, idempotency_key, status <> 'pending' FROM workflow_calls "
+                "WHERE run_id = ANY(CAST(? AS uuid[])) AND (status = 'pending' OR (status IN "
+                "('running', 'stopped') AND lease_expires_at > ?))",
+                (_array(sorted({r[2] for r in held})), ts),
+            ).fetchall()
+            if held
+            else ()
+        )
+        working = {run for run, _, _ in calls}  # runs with a call open or still working
+        running = {key for _, key, leased in calls if leased}  # calls working under a lease
         live = [
-            (n, h) for n, h, run, owner in held if owner is not None and leases.get(run) == owner
+            (n, h)
+            for n, h, run, owner in held
+            if (owner is not None and leases.get(run) == owner)
+            or h in running
+            or (h.startswith("run:") and run in working)
         ]
         return (
             "(name, holder) IN (SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[])))",

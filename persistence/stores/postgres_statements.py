@@ -545,7 +545,8 @@ STEPS_PARTS = {
     JOIN workflow_calls k ON k.run_id = run.id AND k.call_id = s.id AND k.step < run.version
 ), stopped AS (
     UPDATE workflow_calls k SET status = 'stopped', error = st.reason, owner = NULL,
-        lease_expires_at = NULL, updated_at = {_NOW}
+        lease_expires_at = CASE WHEN st.was = 'running' THEN k.lease_expires_at END,
+        waiting_for = NULL, updated_at = {_NOW}
     FROM stopping st WHERE k.idempotency_key = st.k AND st.was IN ('pending', 'running')
 ), stopped_attempts AS (
     UPDATE workflow_call_attempts a SET outcome = 'stopped', ended_at = {_NOW}, message = st.reason
