@@ -348,15 +348,29 @@ class CallExecutor:
     def _give_back(self, running: _Running) -> None:
         """After `running`'s end is recorded (or it was stopped, or timed out): a failure
         carrying a `retry_after` pauses its limits for every run, then its slots go back, each
-        to the next in its queue (woken). Its run's place (`run:<id>`) is not its to give:
-        the run's drive gives it back once none of its calls is open."""
+        to the next in its queue (woken). Its run's place (`run:<id>`) is the run's: its next
+        drive gives it back once none of its calls is open; only a run that ended meanwhile
+        (cancelled, say: no drive follows) has it given back here."""
         places, running.places = running.places, []
         if not places:
             return
         load, now = self.runtime.load, self.runtime.clock.now()
         if running.executed is not None:
             load.pause_after(places, [running.executed], now)
-        load.leave([p for p in places if not p[1].startswith("run:")], now, self.lease_ms)
+        mine = [p for p in places if not p[1].startswith("run:")]
+        if len(mine) < len(places) and not self._active(running.call.run_id):
+            mine = places
+        load.leave(mine, now, self.lease_ms)
+
+    def _active(self, run_id: str) -> bool:
+        """Whether run `run_id` is still active (a store error: taken as active, its place
+        then comes back by its liveness, at a sweep)."""
+        try:
+            return self.runtime.store.get_run(run_id).status == "active"
+        except RunNotFoundError:
+            return False
+        except StoreError:
+            return True
 
     def _was_lost(self, call: CallRecord) -> bool:
         """Whether the store said, while `call` waited to be launched, that this executor no

@@ -180,7 +180,8 @@ class SQLCalls(SQLDialect):
     ) -> list[CallRecord]:
         """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
         holder stopped renewing its lease (the attempt it left open is closed `lost`); each
-        claim opens the next attempt. A call is not due while an effect its run recorded at
+        claim opens the next attempt, in the order of their runs' priorities (the aging rule of
+        run claims: `_CALL_CLAIM_ORDER`). A call is not due while an effect its run recorded at
         or before its step is pending: a step's actions run before the calls it starts, as
         entry actions run before invoked actors start in memory."""
         ts, expires = self._t(now), self._t(now + lease_ms)
@@ -193,7 +194,8 @@ class SQLCalls(SQLDialect):
                 "workflow_effects e WHERE e.run_id = workflow_calls.run_id AND "
                 "e.status = 'pending' AND e.step <= workflow_calls.step)) OR "
                 "(status = 'running' AND lease_expires_at <= ?)) "
-                f"ORDER BY available_at, step, idempotency_key LIMIT ?{self._SKIP_LOCKED}",
+                f"ORDER BY {self._CALL_CLAIM_ORDER}, step, idempotency_key "
+                f"LIMIT ?{self._SKIP_LOCKED}",
                 (*params, ts, ts, limit),
             ).fetchall()
             if not found:
