@@ -502,27 +502,24 @@ class CitusStore(PostgresStore):
             f"state = 'held'{by_name}",
             () if name is None else (name,),
         ).fetchall()
+        if not held:
+            return "false", ()
+        runs = _array(sorted({r[2] for r in held}))
         leases = dict(
             self._exec(
                 conn,
                 "SELECT id::text, lease_owner FROM workflow_runs WHERE "
                 "id = ANY(CAST(? AS uuid[])) AND lease_expires_at > ?",
-                (_array(sorted({r[2] for r in held})), ts),
+                (runs, ts),
             ).fetchall()
-            if held
-            else ()
         )
-        calls = (
-            self._exec(
-                conn,
-                "SELECT run_id::text, idempotency_key, status <> 'pending' FROM workflow_calls "
-                "WHERE run_id = ANY(CAST(? AS uuid[])) AND (status = 'pending' OR (status IN "
-                "('running', 'stopped') AND lease_expires_at > ?))",
-                (_array(sorted({r[2] for r in held})), ts),
-            ).fetchall()
-            if held
-            else ()
-        )
+        calls = self._exec(  # the held places' runs' calls open or still working
+            conn,
+            "SELECT run_id::text, idempotency_key, status <> 'pending' FROM workflow_calls "
+            "WHERE run_id = ANY(CAST(? AS uuid[])) AND (status = 'pending' OR (status IN "
+            "('running', 'stopped') AND lease_expires_at > ?))",
+            (runs, ts),
+        ).fetchall()
         working = {run for run, _, _ in calls}  # runs with a call open or still working
         running = {key for _, key, leased in calls if leased}  # calls working under a lease
         live = [

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from persistence.capacity import Limit
 from persistence.outbox import heartbeat
 from persistence.runtime import Runtime
-from persistence.stores import Store
 from persistence.stores.capacity import CAPACITY
-from persistence.worker import Worker
 from statecharts import Machine, assign, create_machine
 from tests.persistence.conftest import wait_for
 from tests.persistence.test_calls_beside import in_memory
@@ -97,24 +93,6 @@ def chart(
     )
 
 
-@pytest.fixture
-def worker_of(store: Store) -> Iterator[Callable[..., Runtime]]:
-    workers: list[tuple[Worker, threading.Thread]] = []
-
-    def start(machine: Machine, **limits: Any) -> Runtime:
-        runtime = Runtime(store, [machine], **limits)
-        worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
-        thread = threading.Thread(target=worker.run)
-        thread.start()
-        workers.append((worker, thread))
-        return runtime
-
-    yield start
-    for worker, thread in workers:
-        worker.stop()
-        thread.join(timeout=30)
-
-
 def waits(runtime: Runtime, run_id: str) -> str | None:
     """What the run's call waits for (its row says), if it waits."""
     return next((c.waiting_for for c in runtime.store.list_calls(run_id) if c.waiting_for), None)
@@ -125,15 +103,24 @@ def state(runtime: Runtime, run_id: str) -> tuple[str, str, dict[str, Any]]:
     return run.status, run.state, dict(run.snapshot["context"])
 
 
+def queued_behind(
+    runtime: Runtime, downstream: Downstream, second: dict[str, Any], limit: str = "one"
+) -> tuple[str, str]:
+    """A first run whose call is in flight, then a run (`second`'s input) whose call waits
+    for `limit` behind it, its row saying so: their ids."""
+    first = runtime.start("payment", {"who": "first", "deadline": False})
+    wait_for(lambda: "first" in downstream.started, 10)
+    queued = runtime.start("payment", second)
+    wait_for(lambda: waits(runtime, queued) == f"{CAPACITY}: {limit}", 10)
+    return first, queued
+
+
 def test_a_queued_call_waits_beside_its_run_which_goes_on_and_can_leave(
     worker_of: Callable[..., Runtime],
 ) -> None:
     downstream = Downstream()
     runtime = worker_of(chart(downstream), limits={"one": Limit(max_in_flight=1)})
-    first = runtime.start("payment", {"who": "first", "deadline": False})
-    wait_for(lambda: "first" in downstream.started, 10)
-    left = runtime.start("payment", {"who": "left", "deadline": True})
-    wait_for(lambda: waits(runtime, left) == f"{CAPACITY}: one", 10)  # its row says why
+    first, left = queued_behind(runtime, downstream, {"who": "left", "deadline": True})
     runtime.send(left, "PING")
     runtime.send(left, "PING")
     wait_for(lambda: state(runtime, left)[2]["pings"] == 2, 10)  # applied during the wait
@@ -170,10 +157,7 @@ def test_a_cancel_during_a_limited_call_ends_the_run_at_once_and_frees_the_slot(
 ) -> None:
     downstream = Downstream()
     runtime = worker_of(chart(downstream), limits={"one": Limit(max_in_flight=1)})
-    first = runtime.start("payment", {"who": "first", "deadline": False})
-    wait_for(lambda: "first" in downstream.started, 10)
-    queued = runtime.start("payment", {"who": "queued", "deadline": False})
-    wait_for(lambda: waits(runtime, queued) == f"{CAPACITY}: one", 10)
+    first, queued = queued_behind(runtime, downstream, {"who": "queued", "deadline": False})
     before = time.monotonic()
     assert runtime.cancel(first) == "cancelled"
     assert time.monotonic() - before < CALL_S / 2  # at once, not when the call returns
@@ -199,10 +183,9 @@ def test_a_workflow_limited_runs_events_apply_while_its_call_runs(
         limits={"nightly": Limit(max_in_flight=1)},
         workflow_limits={"payment": "nightly"},
     )
-    first = runtime.start("payment", {"who": "first", "deadline": False})
-    wait_for(lambda: "first" in downstream.started, 10)
-    second = runtime.start("payment", {"who": "second", "deadline": False})
-    wait_for(lambda: waits(runtime, second) == f"{CAPACITY}: nightly", 10)
+    first, second = queued_behind(
+        runtime, downstream, {"who": "second", "deadline": False}, "nightly"
+    )
     for _ in range(3):
         runtime.send(first, "PING")
     # its own events do not wait behind its own call for its own limit
