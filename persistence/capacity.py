@@ -51,11 +51,12 @@ log = logging.getLogger("statecharts.capacity")
 @dataclass(frozen=True)
 class Limit:
     """What a named limit allows: at most `max_in_flight` calls at once, at most `calls` calls
-    started in any `per_ms` window, or both. `recheck_ms`: how long a queued run sleeps before
-    it looks again on its own. A freed slot is handed over and its run woken at once, a dead
-    holder's slot comes back when its run is claimed again, and every worker hands over slots
-    freed by expired leases now and then (`LoadControl.sweep`), so this is only the last safety
-    net; kept long, because every queued run looks again that often (a herd of its own)."""
+    started in any `per_ms` window, or both. `recheck_ms`: how long a queued call (or run)
+    sleeps before it looks again on its own. A freed slot is reserved for the queue's head and
+    it is woken at once, a dead holder's slot comes back at the next grant, and every worker
+    hands over slots freed by expired leases now and then (`LoadControl.sweep`), so this is
+    only the last safety net; kept long, because every queued call looks again that often (a
+    herd of its own)."""
 
     max_in_flight: int | None = None
     calls: int | None = None

@@ -2,11 +2,14 @@
 
 Every grant of a limit happens under the lock of its `workflow_limits` row (an upsert, which
 locks the row in PostgreSQL; SQLite's write transaction serializes anyway), so two workers can
-never both take the last slot. A slot (`workflow_capacity`, state `held`) counts while the run
-holding it keeps its lease: a SIGKILLed holder's slot is revived as the head of the queue once
-its lease expires, never lost and never counted twice. Runs that must wait are queued
-(`waiting`, in `queued_at` order, kept across waits and crashes); a freed slot is `reserved` for
-the first of them and that run is woken, so a newcomer cannot take a waiting run's place.
+never both take the last slot. A slot (`workflow_capacity`, state `held`) counts while its
+holder works (`_LIVE_HOLD`): a call (the holder is its idempotency key) while its lease lives, a
+run (`run:<id>`) while its lease lives or, for a limited workflow's run, any of its calls is
+open; a SIGKILLed holder's slot is revived as the head of the queue once its lease expires,
+never lost and never counted twice. Holders that must wait are queued (`waiting`, in
+`queued_at` order, kept across waits and crashes) and their run, or their call (`acquire_capacity`'s
+`call`: the run goes on), released; a freed slot is `reserved` for the first of them and it is
+woken (a run, or a call made due), so a newcomer cannot take a waiting holder's place.
 Costs per grant: a handful of statements over at most `max_in_flight` slot rows plus the queue's
 head, never the whole queue; every read of the queue is a bounded page, and a walk past places
 of runs that ended stops at the queue's end (it deletes each such place as it passes it).
@@ -15,7 +18,10 @@ Lock order. Every capacity transaction locks rows in one order, and touches one 
 
 1. the limit's `workflow_limits` row (the grant's and the sweep's lock; a pause's upsert);
 2. that limit's `workflow_capacity` rows (slots, reservations, places in the queue);
-3. `workflow_runs` rows last: the runs it wakes, then the caller's own run.
+3. `workflow_runs` then `workflow_calls` rows last: the runs it wakes, the calls it wakes,
+   then the asker's own run or call (a step, too, locks its run before its calls; a step that
+   stops a call touches no capacity row: the slot's liveness and the queue's reads follow the
+   call's row).
 
 A transaction without the limit's lock (a reservation taken up, a newcomer joining a queue, a
 hand-over) starts at 2 and never goes back to 1: when such a fast path locked a row without
