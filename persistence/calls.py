@@ -251,7 +251,7 @@ class CallExecutor:
                     if self._was_lost(call):
                         continue
                     running = self._begin(call, run, machine)
-                    if running is not None and self._placed(running):
+                    if running is not None and self._placed_or_left(running):
                         self._launch(running)
                     else:
                         with self._lock:
@@ -344,6 +344,22 @@ class CallExecutor:
             grant.retry_at,
         )
         return False
+
+    def _placed_or_left(self, running: _Running) -> bool:
+        """`_placed`, in the serving loop: a store that fails while the call asks leaves the
+        call to its lease (not renewed: another claim takes it, with the same key, once it
+        expires), never held here without running."""
+        try:
+            return self._placed(running)
+        except StoreError as exc:
+            self._released()
+            log.warning(
+                "call %s (%s): its limit's place could not be asked (%s); left to its lease",
+                running.call.idempotency_key,
+                running.call.call_id,
+                exc,
+            )
+            return False
 
     def _give_back(self, running: _Running) -> None:
         """After `running`'s end is recorded (or it was stopped, or timed out): a failure
