@@ -31,6 +31,7 @@ from persistence.stores.conflicts import retried
 from persistence.stores.dialect import SQLDialect
 from persistence.stores.records import CallAttempt, CallEnd, CallFinish, CallRecord, NewEffect
 from persistence.stores.rules import (
+    PRIORITY_AGING_MS,
     STOPPED_BY_END,
     TRANSIENT_PREFIX,
     idempotency_key,
@@ -64,9 +65,18 @@ class SQLCalls(SQLDialect):
         lease: tuple[str, int] | None,
     ) -> None:
         """Record the step's calls (its `CALL` effects): due at once, or with `lease` (owner,
-        until) already held by that executor, their first attempts open."""
+        until) already held by that executor, their first attempts open. A call is due as its
+        run would be claimed (`available_at` aged by the run's priority, as `_CLAIM_ORDER`
+        ages a run's `wake_at`): calls are claimed in `available_at` order, so a webhook's call
+        goes before a backfill's recorded a little earlier, and a claim reads no run for it."""
+        if not any(is_call(e) for e in effects):
+            return
         rid, ts = self._id(run_id), self._t(now)
         owner, until = lease if lease is not None else (None, None)
+        found = self._exec(
+            conn, "SELECT priority FROM workflow_runs WHERE id = ?", (rid,)
+        ).fetchone()
+        due = self._t(now - int(found[0] if found and found[0] else 0) * PRIORITY_AGING_MS)
         for e in effects:
             if not is_call(e):
                 continue
@@ -86,7 +96,7 @@ class SQLCalls(SQLDialect):
                     0 if owner is None else 1,
                     owner,
                     self._t(until),
-                    ts,
+                    due,
                     ts,
                     ts,
                 ),
@@ -180,8 +190,8 @@ class SQLCalls(SQLDialect):
     ) -> list[CallRecord]:
         """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
         holder stopped renewing its lease (the attempt it left open is closed `lost`); each
-        claim opens the next attempt, in the order of their runs' priorities (the aging rule of
-        run claims: `_CALL_CLAIM_ORDER`). A call is not due while an effect its run recorded at
+        claim opens the next attempt, in `available_at` order (a new call's aged by its run's
+        priority: `_insert_calls_in`). A call is not due while an effect its run recorded at
         or before its step is pending: a step's actions run before the calls it starts, as
         entry actions run before invoked actors start in memory."""
         ts, expires = self._t(now), self._t(now + lease_ms)
@@ -194,8 +204,7 @@ class SQLCalls(SQLDialect):
                 "workflow_effects e WHERE e.run_id = workflow_calls.run_id AND "
                 "e.status = 'pending' AND e.step <= workflow_calls.step)) OR "
                 "(status = 'running' AND lease_expires_at <= ?)) "
-                f"ORDER BY {self._CALL_CLAIM_ORDER}, step, idempotency_key "
-                f"LIMIT ?{self._SKIP_LOCKED}",
+                f"ORDER BY available_at, step, idempotency_key LIMIT ?{self._SKIP_LOCKED}",
                 (*params, ts, ts, limit),
             ).fetchall()
             if not found:

@@ -80,12 +80,6 @@ class SQLDialect:
     JSON)."""
     _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
     """The claim order of due runs (`PRIORITY_AGING_MS`), as the claim index spells it."""
-    _CALL_CLAIM_ORDER = (
-        "available_at - coalesce((SELECT priority FROM workflow_runs r WHERE r.id = "
-        f"workflow_calls.run_id), 0) * {PRIORITY_AGING_MS}"
-    )
-    """The claim order of due calls: their runs' aging rule, by each call's run's priority (a
-    webhook's call goes before a backfill's due a little earlier, as their runs would)."""
     _STATUS_GROUP = "status"
     """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
     the state index)."""

@@ -122,10 +122,6 @@ class PostgresStore(SQLStore):
     _JSON_VERSION = "snapshot->>'version'"
     _SEALED_KEY = "{column}->>'$enc'"
     _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
-    _CALL_CLAIM_ORDER = (
-        "statecharts_claim_order(available_at, coalesce((SELECT priority FROM workflow_runs r "
-        "WHERE r.id = workflow_calls.run_id), 0))"
-    )
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", pg_notify({CHANNEL}, '{PROCESS}:' || run_id::text)"
 
