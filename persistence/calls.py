@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from persistence import outbox
+from persistence.capacity import LimitKeyError, Place
 from persistence.driver import RunDriver
 from persistence.outbox import (
     CallContext,
@@ -92,6 +93,10 @@ class _Running:
     future: Future[Any] | None = None
     task: Future[Any] | None = None  # a coroutine's, on the executor's loop
     ended: bool = field(default=False)
+    executed: Executed | None = None  # how it ended, once recorded (a Retry-After pauses)
+    places: list[Place] = field(default_factory=list)
+    """Its limits' places (`LoadControl.call_places`): asked before it starts, the slots of
+    those granted given back after its end, whatever the end."""
 
 
 class CallExecutor:
@@ -219,7 +224,7 @@ class CallExecutor:
         with self._lock:
             self._held.discard(call.idempotency_key)  # (not renewed here: nothing runs beside)
         running = self._begin(call, run, machine)
-        if running is None:
+        if running is None or not self._placed(running):
             return
         try:
             result = _in_thread(running, self._observed(running))
@@ -227,6 +232,7 @@ class CallExecutor:
             self._end(running, None, exc)
         else:
             self._end(running, result, None)
+        self._give_back(running)
 
     # -- the serving loop ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -247,7 +253,7 @@ class CallExecutor:
                     if self._was_lost(call):
                         continue
                     running = self._begin(call, run, machine)
-                    if running is not None:
+                    if running is not None and self._placed_or_left(running):
                         self._launch(running)
                     else:
                         with self._lock:
@@ -303,10 +309,86 @@ class CallExecutor:
         if isinstance(planned, Executed):
             self._record(call, planned, None)
             return None
+        try:
+            places = self.runtime.load.call_places(machine, run, call)
+        except LimitKeyError as exc:  # never made without its place: failed, saying why
+            self._finish_error(call, LimitKeyError.__name__, str(exc), "failed")
+            return None
         invoke = invoke_of(machine, call.payload)
         timeout = None if invoke is None or invoke.timeout_ms is None else invoke.timeout_ms / 1000
         beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
-        return _Running(call, run, planned, CallContext(), time.monotonic(), timeout, beat)
+        return _Running(
+            call, run, planned, CallContext(), time.monotonic(), timeout, beat, places=places
+        )
+
+    def _placed(self, running: _Running) -> bool:
+        """Whether `running` may start: it needs no place, or the store granted each (one
+        limit at a time). Refused, it was released by the store to wait (pending, why on its
+        row, queued for a slot in arrival order, due again when one is freed for it or its
+        window or pause ends); its run goes on meanwhile."""
+        if not running.places:
+            return True
+        call, now = running.call, self.runtime.clock.now()
+        grant = self.runtime.load.enter(
+            call.run_id, self.owner, running.places, now, self.lease_ms, call.idempotency_key
+        )
+        if grant.granted:
+            return True
+        running.places = []
+        self._released()
+        self.runtime.telemetry.waiting(running.run, grant.reason or "")
+        log.debug(
+            "call %s (%s) of run %s: %s, looks again at %s",
+            call.idempotency_key,
+            call.call_id,
+            call.run_id,
+            grant.reason,
+            grant.retry_at,
+        )
+        return False
+
+    def _placed_or_left(self, running: _Running) -> bool:
+        """`_placed`, in the serving loop: a store that fails while the call asks leaves the
+        call to its lease (not renewed: another claim takes it, with the same key, once it
+        expires), never held here without running."""
+        try:
+            return self._placed(running)
+        except StoreError as exc:
+            self._released()
+            log.warning(
+                "call %s (%s): its limit's place could not be asked (%s); left to its lease",
+                running.call.idempotency_key,
+                running.call.call_id,
+                exc,
+            )
+            return False
+
+    def _give_back(self, running: _Running) -> None:
+        """After `running`'s end is recorded (or it was stopped, or timed out): a failure
+        carrying a `retry_after` pauses its limits for every run, then its slots go back, each
+        to the next in its queue (woken). Its run's place (`run:<id>`) is the run's: its next
+        drive gives it back once none of its calls is open; only a run that ended meanwhile
+        (cancelled, say: no drive follows) has it given back here."""
+        places, running.places = running.places, []
+        if not places:
+            return
+        load, now = self.runtime.load, self.runtime.clock.now()
+        if running.executed is not None:
+            load.pause_after(places, [running.executed], now)
+        mine = [p for p in places if not p[1].startswith("run:")]
+        if len(mine) < len(places) and not self._active(running.call.run_id):
+            mine = places
+        load.leave(mine, now, self.lease_ms)
+
+    def _active(self, run_id: str) -> bool:
+        """Whether run `run_id` is still active (a store error: taken as active, its place
+        then comes back by its liveness, at a sweep)."""
+        try:
+            return self.runtime.store.get_run(run_id).status == "active"
+        except RunNotFoundError:
+            return False
+        except StoreError:
+            return True
 
     def _was_lost(self, call: CallRecord) -> bool:
         """Whether the store said, while `call` waited to be launched, that this executor no
@@ -376,6 +458,8 @@ class CallExecutor:
             batch, self._batch = self._batch, None
             if batch:
                 self._finish_batch(batch)
+        for running, _, _ in ended:  # (their ends recorded: their slots go back)
+            self._give_back(running)
 
     def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
         """Record a burst of ends, each with the step that applies its result where its run
@@ -472,6 +556,7 @@ class CallExecutor:
         running.ended = True
         self._cancel(running)
         self._finish_error(running.call, name, message, "timed_out")
+        self._give_back(running)
 
     def _cancel(self, running: _Running) -> None:
         running.context.stopped.set()
@@ -489,6 +574,7 @@ class CallExecutor:
         executed = self.executor.call_ended(running.plan, result, error)
         if executed.poisoned is not None:
             self._poisoned(running, executed.poisoned)
+        running.executed = executed
         self._record(running.call, executed, error)
 
     def _poisoned(self, running: _Running, reason: str) -> None:

@@ -6,7 +6,8 @@ workflow can be limited too (`workflow_limits={"backfill": "nightly"}`: at most 
 runs stepped at once). Before a worker makes a limited call it asks the store for a place:
 
 - **concurrency** (`max_in_flight`): a slot, held while the call runs and given back on every
-  path (done, failed, raised); a SIGKILLed holder's slot comes back when its run's lease expires;
+  path (done, failed, stopped, timed out); a SIGKILLed holder's slot comes back when its lease
+  (the call's) expires;
 - **rate** (`calls` per `per_ms`): a sliding window, at most `calls` calls started in any
   `per_ms` (as the store's clock sees it);
 - **pause**: a failed call whose error carries `retry_after` (ms; `Retry-After` mapped by the
@@ -20,11 +21,15 @@ context field `tenant` (a dotted path, or `key=fn(context)`) has its own slots, 
 pause and queue, stored as the limit `tenant[<value>]`, so one tenant's backlog never takes another
 tenant's places (docs/limits.md, "Per-key limits").
 
-A run that gets no place does not block a thread: it is released at once, with "waiting for
-capacity: crm" (or "rate limited: crm", "paused by Retry-After: crm") on its row, and queued in
-arrival order; a freed slot is handed to the first run in the queue: leased at once to the
-worker that freed it, which steps it next (no claim, no wake-up), or else woken. Nothing of the
-step is lost or repeated: the call had not started.
+A limited call runs beside its run, as every call does (`persistence.calls`): its executor asks
+for its places before it starts it (`call_places`: its run's when the run's workflow is limited,
+then its call site's). A call that gets no place does not block a thread: it is released at once
+(pending again, "waiting for capacity: crm", or "rate limited: crm", "paused by Retry-After: crm",
+on its row), queued in arrival order, and made due again when a freed slot is reserved for it
+or the window or pause ends; its run goes on meanwhile (its events, timers and cancel act, and
+leaving the invoking state stops the call, which frees its slot and its place in the queue).
+Its end gives its slot back right after it is recorded. A run of a limited workflow takes its
+place before it is stepped and keeps it while any of its calls is open.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from persistence.outbox import Executed, invoke_of
-from persistence.stores import RunRecord, Store
-from persistence.stores.records import Grant, Handover
+from persistence.stores import CallRecord, RunRecord, Store
+from persistence.stores.records import Grant
 from persistence.stores.rules import MAX_PRIORITY
 from statecharts import Machine
 
@@ -46,11 +51,12 @@ log = logging.getLogger("statecharts.capacity")
 @dataclass(frozen=True)
 class Limit:
     """What a named limit allows: at most `max_in_flight` calls at once, at most `calls` calls
-    started in any `per_ms` window, or both. `recheck_ms`: how long a queued run sleeps before
-    it looks again on its own. A freed slot is handed over and its run woken at once, a dead
-    holder's slot comes back when its run is claimed again, and every worker hands over slots
-    freed by expired leases now and then (`LoadControl.sweep`), so this is only the last safety
-    net; kept long, because every queued run looks again that often (a herd of its own)."""
+    started in any `per_ms` window, or both. `recheck_ms`: how long a queued call (or run)
+    sleeps before it looks again on its own. A freed slot is reserved for the queue's head and
+    it is woken at once, a dead holder's slot comes back at the next grant, and every worker
+    hands over slots freed by expired leases now and then (`LoadControl.sweep`), so this is
+    only the last safety net; kept long, because every queued call looks again that often (a
+    herd of its own)."""
 
     max_in_flight: int | None = None
     calls: int | None = None
@@ -204,19 +210,18 @@ class LoadControl:
                     f"Runtime(limits=...) (known: {known})"
                 )
 
-    def places(
-        self, machine: Machine, context: Mapping[str, Any], pending: Sequence[tuple[str, str, Any]]
-    ) -> list[Place]:
-        """The limited calls among a run's pending effects (key, kind, payload), each in the
-        share of its run's key (read from `context`) when its limit is per key."""
-        if not self.named:
-            return []
+    def call_places(self, machine: Machine, run: RunRecord, call: CallRecord) -> list[Place]:
+        """The places a call of `run` takes before it starts: its run's (`run:<id>`) when the
+        run's workflow is limited (a run counts while its calls work), then its call site's
+        (held by the call's key) when the call site names a limit; per key, each in the
+        share of the run's key as its row holds it now (`LimitKeyError` when it has none)."""
         found = []
-        for key, kind, payload in pending:
-            if kind == "start_child":
-                invoke = invoke_of(machine, payload)
-                if invoke is not None and invoke.limit is not None:
-                    found.append((self.share(invoke.limit, context), key))
+        workflow = self.workflow_place(run)
+        if workflow is not None:
+            found.append(workflow)
+        invoke = invoke_of(machine, call.payload)
+        if invoke is not None and invoke.limit is not None:
+            found.append((self.share(invoke.limit, _context(run)), call.idempotency_key))
         return found
 
     def share(self, name: str, context: Mapping[str, Any]) -> str:
@@ -235,11 +240,6 @@ class LoadControl:
             found = self.limits.get(base) if key is not None else None
         return found if found is not None else _PAUSES_ONLY
 
-    def calls_beside(self, workflow_name: str) -> bool:
-        """Whether a workflow's calls run beside its runs (`persistence.calls`): not in a limited
-        workflow, whose runs take their place for each step and make their calls in it."""
-        return workflow_name not in self.workflow_limits
-
     def start_share(self, workflow_name: str, context: Mapping[str, Any]) -> str | None:
         """The limit a new run of `workflow_name` with `context` will take places of (None:
         its workflow is not limited). A run whose context has no key for it is refused at its
@@ -253,21 +253,28 @@ class LoadControl:
         name = self.workflow_limits.get(run.workflow_name)
         if name is None:
             return None
-        context = run.snapshot.get("context") if isinstance(run.snapshot, Mapping) else None
-        return self.share(name, context if isinstance(context, Mapping) else {}), f"run:{run.id}"
+        return self.share(name, _context(run)), f"run:{run.id}"
 
     def enter(
-        self, run: RunRecord, owner: str, places: Sequence[Place], now: int, lease_ms: int
+        self,
+        run_id: str,
+        owner: str,
+        places: Sequence[Place],
+        now: int,
+        lease_ms: int,
+        call: str | None = None,
     ) -> Grant:
-        """Take every place or none: a refused one gives back those taken, and the run (already
-        released by the store) waits for what the refusal says."""
+        """Take every place or none, one limit per transaction: a refused one gives back the
+        call places taken (a run's place stays: its liveness follows the run and its open
+        calls), and the run, or with `call` that call of the run (released by the store),
+        waits for what the refusal says."""
         taken: list[Place] = []
         for name, holder in places:
             limit = self.limit(name)
             grant = self.store.acquire_capacity(
                 name,
                 holder,
-                run.id,
+                run_id,
                 owner,
                 now,
                 max_in_flight=limit.max_in_flight,
@@ -275,35 +282,23 @@ class LoadControl:
                 per_ms=limit.per_ms,
                 recheck_ms=limit.recheck_ms,
                 lease_ms=lease_ms,
+                call=call,
             )
             if not grant.granted:
-                self.leave(taken, now, lease_ms)
+                self.leave([p for p in taken if not p[1].startswith("run:")], now, lease_ms)
                 return grant
             taken.append((name, holder))
         return Grant(True)
 
-    def leave(
-        self, places: Sequence[Place], now: int, lease_ms: int, owner: str | None = None
-    ) -> list[tuple[str, Handover]]:
-        """Give the slots back. With `owner` (a worker that steps what it is given at once),
-        each goes straight to the next queued run, leased to `owner`: those runs are returned
-        with the limit they hold a slot of. Otherwise the next queued runs are woken."""
-        handed: list[tuple[str, Handover]] = []
+    def leave(self, places: Sequence[Place], now: int, lease_ms: int) -> None:
+        """Give the slots back; each freed slot is reserved for the next in its queue, which
+        is woken (a run claimed, a call made due) before anything else."""
         for name, holder in places:
             limit = self.limit(name)
             if limit.max_in_flight is not None:
-                handed += (
-                    (name, h)
-                    for h in self.store.release_capacity(
-                        name,
-                        [holder],
-                        now,
-                        max_in_flight=limit.max_in_flight,
-                        lease_ms=lease_ms,
-                        owner=owner,
-                    )
+                self.store.release_capacity(
+                    name, [holder], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms
                 )
-        return handed
 
     def sweep(self, now: int, lease_ms: int) -> None:
         """Hand slots freed by expired leases (and reservations nobody came for) to the queues'
@@ -335,6 +330,12 @@ class LoadControl:
             wait = retry_after(executed)
             if name is not None and wait is not None:
                 self.store.pause_capacity(name, now + wait, now)
+
+
+def _context(run: RunRecord) -> Mapping[str, Any]:
+    """The context of `run` as its row holds it (empty when it holds none)."""
+    context = run.snapshot.get("context") if isinstance(run.snapshot, Mapping) else None
+    return context if isinstance(context, Mapping) else {}
 
 
 def retry_after(executed: Executed) -> int | None:

@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from persistence.capacity import Place
 from persistence.columns import state_text
 from persistence.effect_rounds import EffectRounds
 from persistence.failures import Failures
@@ -31,7 +30,6 @@ from persistence.stores import (
     CallFinish,
     CallRecord,
     ConflictError,
-    Grant,
     NewEffect,
     PendingWork,
     RunFinishedError,
@@ -73,9 +71,8 @@ class RunDriver:
         """The call executor that takes the calls its steps record (leased to it in the step's
         commit); without one they wait for any worker's executor to claim them."""
         self.holds = holds
-        """Told the ids of runs this driver comes to hold (True: handed over by a release, whose
-        leases need a heartbeat) and lets go of (False). A driver with it takes hand-overs (a
-        worker's); without (a starter stepping its own run inline), freed slots are woken."""
+        """Told the ids of runs this driver lets go of (False: released, ended, or waiting for
+        their limit), so that its worker's heartbeat stops renewing their leases."""
         self.owner = owner
         self.lease_ms = lease_ms
         self.max_steps = max_steps
@@ -84,7 +81,7 @@ class RunDriver:
         self.failures = Failures(runtime, owner)
         """Fails and releases runs that cannot go on, and reports what happened to them."""
         self.effects = EffectRounds(runtime, owner, lease_ms, parallel, holds, self.failures)
-        """Executes a round's effects under their limits' places, with hand-overs."""
+        """Executes a round's effects; a limited workflow's runs under their places."""
         self.planner = Planner(runtime, owner, lease_ms, max_steps, calls)
         """Plans every step this driver takes (`persistence.planning`)."""
         self._send_planner = SendPlanner(self.planner)
@@ -117,17 +114,14 @@ class RunDriver:
         releases that run only; its batch-mates still commit. Only a store outage
         (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
         claim read it (`RunStore.claim_work`); read here when not given."""
-        self.effects.take_hand_overs(should_stop)
         leased, steps = self._take(runs, work)
         taken = [x.run for x in leased]
         try:
-            return steps + self._rounds(leased, should_stop, taken)
+            return steps + self._rounds(leased, should_stop)
         finally:  # a limited workflow's runs give their places back (their leases ended)
-            self.effects.stop_hand_overs()
             self.effects.leave_workflows(taken)
-            left = self.effects.take_handed()
-            if self.holds is not None:  # (an outage: what was handed over is not driven)
-                self.holds({h.run.id for _, h in left} | {run.id for run in taken}, False)
+            if self.holds is not None:
+                self.holds({run.id for run in taken}, False)
 
     def drive_started(
         self,
@@ -280,10 +274,8 @@ class RunDriver:
         self,
         leased: list[Leased],
         should_stop: Callable[[], bool],
-        taken: list[RunRecord] | None = None,
     ) -> int:
-        """Step the `leased` runs round by round until none is left, with the runs their
-        releases handed over (appended to `taken`); the steps committed."""
+        """Step the `leased` runs round by round until none is left; the steps committed."""
         steps = 0
         while leased:
             this_round, leased, ended = leased, [], set()
@@ -314,9 +306,6 @@ class RunDriver:
                 for x in this_round:
                     if x.run.id not in ended:
                         self.telemetry.end_step(x.run, x.status, None, None)
-            handed, failed = self._take_handed(taken)
-            steps += failed
-            leased += handed
             if self.holds is not None:
                 gone = {x.run.id for x in this_round} - {x.run.id for x in leased}
                 if gone:
@@ -352,27 +341,6 @@ class RunDriver:
             self.failures.report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
 
-    def _take_handed(self, taken: list[RunRecord] | None) -> tuple[list[Leased], int]:
-        """The runs handed over during the last round, restored as claimed runs are, each
-        knowing the slot it holds (its call asks for no other place of that limit)."""
-        handed = self.effects.take_handed()
-        if not handed:
-            return [], 0
-        runs = [h.run for _, h in handed]
-        leased, failed = self._take(runs, {h.run.id: h.work for _, h in handed})
-        places: dict[str, set[Place]] = {}
-        for name, h in handed:
-            places.setdefault(h.run.id, set()).add((name, h.holder))
-        for x in leased:
-            x.handed = frozenset(places.get(x.run.id, ()))
-        if taken is not None:
-            taken += [x.run for x in leased]
-        if self.holds is not None:
-            dropped = {run.id for run in runs} - {x.run.id for x in leased}
-            if dropped:
-                self.holds(dropped, False)
-        return leased, failed
-
     def _lost(self, x: Leased) -> None:
         """`x`'s step was not written: its version or lease moved."""
         if x.unleased:  # another worker stepped or claimed it first: a race, not a fault
@@ -387,15 +355,11 @@ class RunDriver:
         self.failures.lease_lost(x)
 
     def _stage_safely(
-        self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
+        self, x: Leased, done: list[Executed] | Exception, should_stop: Callable[[], bool]
     ) -> tuple[Leased, Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
-        exception fails the run (never the thread, never its batch-mates); a run waiting for
-        capacity was released by the store and is dropped."""
-        if isinstance(done, Grant):
-            self.effects.waiting(x.run, done)
-            return None
-        if isinstance(done, StoreUnavailableError):  # (taking a limit's place): an outage,
+        exception fails the run (never the thread, never its batch-mates)."""
+        if isinstance(done, StoreUnavailableError):  # (an effect reaching the store): an outage,
             raise done  # not this run's fault: the drive backs off, the lease runs out
         if isinstance(done, Exception) and x.unleased:
             self._left_to_claim = True  # not ours to fail: a claim fails it under its lease

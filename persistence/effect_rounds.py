@@ -1,17 +1,13 @@
 """A round's effects executed: every run's pending effects in order, the runs of a round at once
-on a small thread pool, each limited call first taking its place in its limit
-(`persistence.capacity`) and giving it back after, whatever happens; a slot freed this way is
-handed to the next run waiting for it, leased to this driver (stepped from its next round)
-while it takes hand-overs (`HANDOVER_S` per drive), else reserved for another worker and woken.
-A limited workflow's run takes its place before it is stepped and gives it back when its drive
-ends.
+on a small thread pool. A limited workflow's run takes its place before it is stepped and gives
+it back when its drive ends, unless a call of it is still open (its place is then the run's
+until a later drive ends with none: `persistence.capacity`). Limited calls take their places
+beside their runs (`persistence.calls`), never in a step.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,14 +16,9 @@ from persistence.failures import Failures
 from persistence.host import Host
 from persistence.outbox import Executed, Executor
 from persistence.planning import Leased
-from persistence.stores import Grant, Handover, RunRecord
+from persistence.stores import Grant, RunRecord
 
 log = logging.getLogger("statecharts.runs")
-
-HANDOVER_S = 1.0
-"""How long a worker's drive takes the runs its freed slots are handed to (leased to it by the
-release, stepped at once) before it lets its next freed slot be reserved and woken instead and
-goes back to claiming: a long queue does not keep a thread from the other due runs."""
 
 
 class EffectRounds:
@@ -52,10 +43,6 @@ class EffectRounds:
         self.telemetry = host.telemetry
         self.executor = Executor(host.listeners, host.breaker, host.clock.now, host.dry_run)
         self._pool: ThreadPoolExecutor | None = None
-        self._handed: list[tuple[str, Handover]] = []  # handed over this round, not yet taken
-        self._handed_lock = threading.Lock()
-        self._handover_until = 0.0
-        self._should_stop: Callable[[], bool] = lambda: False
 
     def close(self) -> None:
         """Stop the threads that run a round's effects (if any were started)."""
@@ -63,23 +50,7 @@ class EffectRounds:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def take_hand_overs(self, should_stop: Callable[[], bool]) -> None:
-        """A drive begins: for `HANDOVER_S` (a driver with `holds`), freed slots' next runs
-        are handed to it, until `should_stop`."""
-        self._should_stop = should_stop
-        self._handover_until = time.monotonic() + HANDOVER_S if self.holds else 0.0
-
-    def stop_hand_overs(self) -> None:
-        """A drive ends: no more hand-overs (those not taken yet: `take_handed`)."""
-        self._handover_until = 0.0
-
-    def take_handed(self) -> list[tuple[str, Handover]]:
-        """The runs handed over since last asked, as (limit name, hand-over)."""
-        with self._handed_lock:
-            handed, self._handed = self._handed, []
-        return handed
-
-    def execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception | Grant]:
+    def execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -89,52 +60,20 @@ class EffectRounds:
             self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
         return list(self._pool.map(self._execute, leased))
 
-    def _execute(self, x: Leased) -> list[Executed] | Exception | Grant:
+    def _execute(self, x: Leased) -> list[Executed] | Exception:
         """`x`'s pending effects in order, up to the first transient failure (the rest wait
-        for the retry); an unexpected exception is returned, to fail this run only. Limited
-        calls first take their places (persistence/capacity.py), given back whatever happens;
-        a refusal is returned (the store released the run, which waits for capacity)."""
+        for the retry); an unexpected exception is returned, to fail this run only."""
         done: list[Executed] = []
-        load, now = self.host.load, self.host.clock.now()
         try:
-            places = load.places(x.machine, x.snapshot.context, x.pending)
-            handed, x.handed = x.handed, frozenset()
-            asking = [p for p in places if p not in handed]
-            if asking:
-                grant = load.enter(x.run, self.owner, asking, now, self.lease_ms)
-                if not grant.granted:  # (released to wait: the slots it was handed go back)
-                    load.leave([p for p in places if p in handed], now, self.lease_ms)
-                    return grant
-            try:
-                for key, kind, payload in x.pending:
-                    with self.telemetry.effect(x.run, kind, payload, key) as outcome:
-                        done.append(self.executor.execute(x.machine, kind, payload, key))
-                        outcome(done[-1].outcome.status, done[-1].outcome.error)
-                    if done[-1].transient is not None:
-                        break
-            finally:
-                if places:
-                    now = self.host.clock.now()
-                    self.handed_over(load.leave(places, now, self.lease_ms, self.taker()))
-                    load.pause_after(places, done, now)
+            for key, kind, payload in x.pending:
+                with self.telemetry.effect(x.run, kind, payload, key) as outcome:
+                    done.append(self.executor.execute(x.machine, kind, payload, key))
+                    outcome(done[-1].outcome.status, done[-1].outcome.error)
+                if done[-1].transient is not None:
+                    break
         except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
             return exc
         return done
-
-    def taker(self) -> str | None:
-        """The owner to hand freed slots' next runs to (this driver, while it takes them)."""
-        if time.monotonic() < self._handover_until and not self._should_stop():
-            return self.owner
-        return None
-
-    def handed_over(self, handed: list[tuple[str, Handover]]) -> None:
-        """Runs a release handed to this driver (leased to it): stepped from the next round,
-        their leases kept by the heartbeat from now."""
-        if handed:
-            with self._handed_lock:
-                self._handed += handed
-            if self.holds is not None:
-                self.holds({h.run.id for _, h in handed}, True)
 
     def waiting(self, run: RunRecord, grant: Grant) -> None:
         """A run released to wait for a limit (the store wrote why on its row)."""
@@ -161,19 +100,28 @@ class EffectRounds:
             return False
         if place is None:
             return True
-        grant = self.host.load.enter(run, self.owner, [place], now, self.lease_ms)
+        grant = self.host.load.enter(run.id, self.owner, [place], now, self.lease_ms)
         if not grant.granted:
             self.waiting(run, grant)
         return grant.granted
 
     def leave_workflows(self, runs: Sequence[RunRecord]) -> None:
-        places = []
+        """Give back the places of the limited workflows' `runs` whose drive ended, but not of
+        those with a call still open: a run counts against its limit while its calls work
+        beside it (and its next step, for an event or a timer meanwhile, finds its place held,
+        never waiting behind its own call); a later drive that ends with none gives it back."""
+        places = {}
         for run in runs:
             try:
                 place = self.host.load.workflow_place(run)
             except LimitKeyError:  # (an ended run without its key: it took no place)
                 continue
             if place is not None:
-                places.append(place)
+                places[run.id] = place
         if places:
-            self.host.load.leave(places, self.host.clock.now(), self.lease_ms)
+            working = self.host.store.open_calls(list(places))
+            self.host.load.leave(
+                [p for run_id, p in places.items() if not working.get(run_id)],
+                self.host.clock.now(),
+                self.lease_ms,
+            )

@@ -128,31 +128,16 @@ def _effect_key(key: str, run_id: str) -> Iterator[None]:
         _current_key.reset(token)
 
 
-def to_outbox(
-    effects: Iterable[Effect], start_index: int = 0, machine: Machine | None = None
-) -> list[NewEffect]:
+def to_outbox(effects: Iterable[Effect], start_index: int = 0) -> list[NewEffect]:
     """The effects to record for a step, as JSON payloads, indexed from `start_index` (a
-    child machine is no outbox effect: it starts as a child run with the step). Given the
-    run's `machine`, invoked functions and coroutines whose call site has no limit are
-    recorded as calls beside the run (`CALL`: `persistence.calls` runs them); without it (a
-    run of a limited workflow) every call runs in its run's step, under its lease."""
+    child machine is no outbox effect: it starts as a child run with the step). Invoked and
+    spawned functions and coroutines are recorded as calls beside the run (`CALL`:
+    `persistence.calls` runs them, a limited one once it has its places)."""
     recorded = [e for e in effects if e.kind in RECORDED_KINDS and not starts_child_run(e)]
     return [
-        NewEffect(start_index + i, _kind(e, machine), thaw(e.to_json()))
+        NewEffect(start_index + i, CALL if isinstance(e, StartChild) else e.kind, thaw(e.to_json()))
         for i, e in enumerate(recorded)
     ]
-
-
-def _kind(effect: Effect, machine: Machine | None) -> str:
-    """An effect's outbox kind: `CALL` for a call that runs beside its run."""
-    if machine is None or not isinstance(effect, StartChild):
-        return effect.kind
-    if effect.invoked_by is None:  # a spawned function: no call site, no limit
-        return CALL
-    for invoke in machine.get_state_node(effect.invoked_by).invoke:
-        if invoke.id == effect.id:
-            return CALL if invoke.limit is None else effect.kind
-    return CALL
 
 
 def starts_child_run(effect: Effect) -> bool:

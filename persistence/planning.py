@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from persistence.capacity import Place
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.host import Host
@@ -49,7 +48,6 @@ class Step:
     """What one step changes, built up before the commit."""
 
     snapshot: Snapshot
-    beside: Machine | None = None  # its run's machine when its calls run beside it
     outcomes: list[Any] = field(default_factory=list)
     journal: list[JournalEntry] = field(default_factory=list)
     new_effects: list[NewEffect] = field(default_factory=list)
@@ -85,7 +83,7 @@ class Step:
             self.journal.append(JournalEntry(event, before, before, inbox_id))
             return
         self.snapshot = after
-        self.new_effects.extend(to_outbox(effects, len(self.new_effects), self.beside))
+        self.new_effects.extend(to_outbox(effects, len(self.new_effects)))
         self.logged.extend(effects)
         self.journal.append(JournalEntry(event, before, state_text(after), inbox_id))
 
@@ -130,7 +128,6 @@ class Leased:
     steps: int = 0
     attempt: int = 0
     released: tuple[str, Snapshot] | None = None  # (status, snapshot) its last commit left
-    handed: frozenset[Place] = frozenset()  # slots a release handed it with its lease
     unleased: bool = False  # read without a lease: its next commit checks that none is held
 
 
@@ -228,8 +225,7 @@ class Planner:
         began = time.perf_counter()
         host = self.host
         now, machine = host.clock.now(), x.machine
-        beside = machine if host.load.calls_beside(x.run.workflow_name) else None
-        step = Step(x.snapshot, beside)
+        step = Step(x.snapshot)
         if x.status == ACTIVE:
             self._apply(machine, step, executed, x.inbox, now)
         else:  # an ended run finishing its last effects: record them, move nothing

@@ -454,7 +454,7 @@ class Runtime:
                     start.id,
                 )
             snapshot, effects = machine.initial_transition(thaw(start.input), now)
-            outbox = self._outbox(machine, effects)
+            outbox = to_outbox(effects)
             columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
             work = child_work(parent_id, effects, set(), columns.status)
             ended = ended_delivery(
@@ -479,11 +479,6 @@ class Runtime:
             rows.append((child, outbox))
             rows += self.child_runs(child.id, child.key, work.starts, now, traceparent)
         return rows
-
-    def _outbox(self, machine: Machine, effects: Sequence[Effect]) -> builtins.list[NewEffect]:
-        """A first step's outbox records, its calls beside the run unless its workflow is
-        limited (`to_outbox`)."""
-        return to_outbox(effects, 0, machine if self.load.calls_beside(machine.id) else None)
 
     # -- definitions ------------------------------------------------------------------------
     @property
@@ -730,7 +725,7 @@ class Runtime:
             known = ", ".join(sorted(self._latest)) or "none"
             raise UnknownWorkflowError(f"no workflow named {name!r} (known: {known})")
         snapshot, effects = machine.initial_transition(input, now)
-        outbox = self._outbox(machine, effects)
+        outbox = to_outbox(effects)
         columns = run_columns(snapshot, pending_effects=_in_step(outbox), now=now)
         work = child_work(None, effects, set(), columns.status)
         wake_at, owner = columns.wake_at, None

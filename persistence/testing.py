@@ -8,9 +8,8 @@ or failed with one of its error names) and timer expiries on a simulated clock, 
 steps it may *crash*: drop the store, runtime and worker and open new ones on the same file,
 as a restarted process would. Calls take time: events, timer expiries and crashes come while
 calls run (the durable run is not held by them), and each call ends when the story says, in
-the order they started. A call at a limited call site runs in its run's step, as on the
-runtime: while it runs, its outcome is the story's next step, and the durable run catches up
-once it is chosen. After every step it checks that both agree on
+the order they started (a limited call site's too: limited calls run beside their runs, and
+the test's runtime gives their limits no cap). After every step it checks that both agree on
 
 * the state value, the context and the run's status (``done``/``error``/...);
 * the calls executed: each call the model saw end ran exactly once on the worker, in order,
@@ -65,7 +64,6 @@ from statecharts.testing.hypothesis_api import (
     st,
 )
 from statecharts.testing.outcomes import (
-    Call,
     check_outputs,
     error_exception,
     invoke_defs,
@@ -232,18 +230,8 @@ def durable_test(
         def _at_rest(self) -> bool:
             return not running_calls(machine, self.snapshot)
 
-        def _held(self) -> bool:
-            """Whether a call of a limited call site runs in the model: on the runtime it
-            runs in its run's step, holding the run from its start to its end, so nothing
-            else comes first, and the worker (which would run it at once) waits for the
-            story's outcome: the durable run is behind until then."""
-            return any(_in_step(c) for c in running_calls(machine, self.snapshot))
-
         def _sync(self) -> None:
-            """Let the worker step the run (its calls beside wait for the story) and compare,
-            unless it waits for the outcome of a call that runs in its step."""
-            if self._held():
-                return
+            """Let the worker step the run (its calls beside wait for the story) and compare."""
             self.durable.worker.run_until_idle(calls=False)
             self._compare()
 
@@ -290,7 +278,7 @@ def durable_test(
 
         if alphabet:
 
-            @precondition(lambda self: self.snapshot.status == "active" and not self._held())
+            @precondition(lambda self: self.snapshot.status == "active")
             @rule(event=event_strategy(machine, payloads))
             def send(self, event: FrozenDict) -> None:
                 now = self.clock.now()
@@ -302,7 +290,7 @@ def durable_test(
         @rule(data=st.data())
         def finish_call(self, data: st.DataObject) -> None:
             calls = running_calls(machine, self.snapshot)  # the runtime's order
-            call = next((c for c in calls if _in_step(c)), calls[0])  # (one holds the run)
+            call = calls[0]
             outcome = data.draw(
                 outcome_strategy(machine, call, outputs, errors, durable=True),
                 label=f"outcome of {call.id}",
@@ -311,7 +299,7 @@ def durable_test(
             self.script.outcomes.setdefault(call.src, deque()).append(outcome)
             self.ended_calls.append(self._started(call.id))
             self._step(outcome, lambda: machine.transition(self.snapshot, outcome, now))
-            if not _in_step(call) and not self.durable.worker.run_one_call():
+            if not self.durable.worker.run_one_call():
                 self._fail(
                     f"call {call.src!r} is running in the pure engine, but no call "
                     "was due on the durable runtime"
@@ -324,10 +312,7 @@ def durable_test(
 
         @precondition(
             lambda self: (
-                fire_timers
-                and self.snapshot.status == "active"
-                and not self._held()
-                and bool(self.snapshot.timers)
+                fire_timers and self.snapshot.status == "active" and bool(self.snapshot.timers)
             )
         )
         @rule()
@@ -353,7 +338,6 @@ def durable_test(
             @precondition(
                 lambda self: (
                     self.snapshot.status == "active"
-                    and not self._held()
                     and not (self.story and "crash" in self.story[-1])
                 )
             )
@@ -383,12 +367,6 @@ def durable_test(
     DurableTest.__name__ = DurableTest.__qualname__ = f"DurableTest_{machine.id}"
     DurableTest.TestCase.settings = _settings(max_examples, max_steps)
     return DurableTest
-
-
-def _in_step(call: Call) -> bool:
-    """Whether `call` runs in its run's step on the runtime (its call site has a `limit`), not
-    beside it."""
-    return call.invoke is not None and call.invoke.limit is not None
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:

@@ -201,8 +201,7 @@ class Worker:
     # -- threads ----------------------------------------------------------------------------
     def _driver(self, owner: str, calls: CallExecutor | None) -> RunDriver:
         """A driver leasing under `owner` whose steps lease their calls to `calls`; the runs
-        it holds (claimed, or handed over by the releases of its limits' slots) are told to
-        the heartbeat."""
+        it lets go of are told to the heartbeat."""
         return RunDriver(
             self.runtime,
             owner,

@@ -9,9 +9,11 @@ run's inbox in that same transaction, behind the events that arrived before it. 
 held meanwhile: its timers, events and cancels act while the call runs.
 
 A call is stopped (`status = 'stopped'`) by the step that leaves its invoking state, and by every
-end of its run (a final state, a failure, a cancel). A stopped call's result is never queued: the
-fence of `_finish_in` is the row's status and lease, under the row's lock, so a result racing
-the step that stops its call loses or is applied before that step, never after it.
+end of its run (a final state, a failure, a cancel). A call stopped while it ran keeps its lease's
+end: a limit's slot it holds counts until its executor sees it end (`stores/capacity.py`). A
+stopped call's result is never queued: the fence of `_finish_in` is the row's status and lease,
+under the row's lock, so a result racing the step that stops its call loses or is applied before
+that step, never after it.
 
 Every attempt is a row of `workflow_call_attempts`: opened by the claim that starts it, closed by
 its end; an attempt left open by a crashed worker is closed as `lost` by the claim that takes the
@@ -29,6 +31,7 @@ from persistence.stores.conflicts import retried
 from persistence.stores.dialect import SQLDialect
 from persistence.stores.records import CallAttempt, CallEnd, CallFinish, CallRecord, NewEffect
 from persistence.stores.rules import (
+    PRIORITY_AGING_MS,
     STOPPED_BY_END,
     TRANSIENT_PREFIX,
     idempotency_key,
@@ -38,7 +41,7 @@ from persistence.stores.rules import (
 
 _CALL_NAMES = (
     "idempotency_key, run_id{t}, step, call_id, payload, status, attempt, owner, "
-    "lease_expires_at, available_at, details, error, created_at, updated_at"
+    "lease_expires_at, available_at, details, error, created_at, updated_at, waiting_for"
 )
 _ATTEMPT_NAMES = (
     "idempotency_key, attempt, run_id{t}, worker, started_at, ended_at, outcome, "
@@ -62,9 +65,18 @@ class SQLCalls(SQLDialect):
         lease: tuple[str, int] | None,
     ) -> None:
         """Record the step's calls (its `CALL` effects): due at once, or with `lease` (owner,
-        until) already held by that executor, their first attempts open."""
+        until) already held by that executor, their first attempts open. A call is due as its
+        run would be claimed (`available_at` aged by the run's priority, as `_CLAIM_ORDER`
+        ages a run's `wake_at`): calls are claimed in `available_at` order, so a webhook's call
+        goes before a backfill's recorded a little earlier, and a claim reads no run for it."""
+        if not any(is_call(e) for e in effects):
+            return
         rid, ts = self._id(run_id), self._t(now)
         owner, until = lease if lease is not None else (None, None)
+        found = self._exec(
+            conn, "SELECT priority FROM workflow_runs WHERE id = ?", (rid,)
+        ).fetchone()
+        due = self._t(now - int(found[0] if found and found[0] else 0) * PRIORITY_AGING_MS)
         for e in effects:
             if not is_call(e):
                 continue
@@ -84,7 +96,7 @@ class SQLCalls(SQLDialect):
                     0 if owner is None else 1,
                     owner,
                     self._t(until),
-                    ts,
+                    due,
                     ts,
                     ts,
                 ),
@@ -131,7 +143,8 @@ class SQLCalls(SQLDialect):
         self._exec(
             conn,
             "UPDATE workflow_calls SET status = 'stopped', error = ?, owner = NULL, "
-            f"lease_expires_at = NULL, updated_at = ? WHERE {where}",
+            "lease_expires_at = CASE WHEN status = 'running' THEN lease_expires_at END, "
+            f"waiting_for = NULL, updated_at = ? WHERE {where}",
             (why, ts, *params),
         )
         if not drop:
@@ -177,7 +190,8 @@ class SQLCalls(SQLDialect):
     ) -> list[CallRecord]:
         """Lease up to `limit` calls (of run `run_id` only, if given) that are due, or whose
         holder stopped renewing its lease (the attempt it left open is closed `lost`); each
-        claim opens the next attempt. A call is not due while an effect its run recorded at
+        claim opens the next attempt, in `available_at` order (a new call's aged by its run's
+        priority: `_insert_calls_in`). A call is not due while an effect its run recorded at
         or before its step is pending: a step's actions run before the calls it starts, as
         entry actions run before invoked actors start in memory."""
         ts, expires = self._t(now), self._t(now + lease_ms)

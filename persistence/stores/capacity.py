@@ -2,11 +2,14 @@
 
 Every grant of a limit happens under the lock of its `workflow_limits` row (an upsert, which
 locks the row in PostgreSQL; SQLite's write transaction serializes anyway), so two workers can
-never both take the last slot. A slot (`workflow_capacity`, state `held`) counts while the run
-holding it keeps its lease: a SIGKILLed holder's slot is revived as the head of the queue once
-its lease expires, never lost and never counted twice. Runs that must wait are queued
-(`waiting`, in `queued_at` order, kept across waits and crashes); a freed slot is `reserved` for
-the first of them and that run is woken, so a newcomer cannot take a waiting run's place.
+never both take the last slot. A slot (`workflow_capacity`, state `held`) counts while its
+holder works (`_LIVE_HOLD`): a call (the holder is its idempotency key) while its lease lives, a
+run (`run:<id>`) while its lease lives or, for a limited workflow's run, any of its calls is
+open; a SIGKILLed holder's slot is revived as the head of the queue once its lease expires,
+never lost and never counted twice. Holders that must wait are queued (`waiting`, in
+`queued_at` order, kept across waits and crashes) and their run, or their call (`acquire_capacity`'s
+`call`: the run goes on), released; a freed slot is `reserved` for the first of them and it is
+woken (a run, or a call made due), so a newcomer cannot take a waiting holder's place.
 Costs per grant: a handful of statements over at most `max_in_flight` slot rows plus the queue's
 head, never the whole queue; every read of the queue is a bounded page, and a walk past places
 of runs that ended stops at the queue's end (it deletes each such place as it passes it).
@@ -15,7 +18,10 @@ Lock order. Every capacity transaction locks rows in one order, and touches one 
 
 1. the limit's `workflow_limits` row (the grant's and the sweep's lock; a pause's upsert);
 2. that limit's `workflow_capacity` rows (slots, reservations, places in the queue);
-3. `workflow_runs` rows last: the runs it wakes, then the caller's own run.
+3. `workflow_runs` then `workflow_calls` rows last: the runs it wakes, the calls it wakes,
+   then the asker's own run or call (a step, too, locks its run before its calls; a step that
+   stops a call touches no capacity row: the slot's liveness and the queue's reads follow the
+   call's row).
 
 A transaction without the limit's lock (a reservation taken up, a newcomer joining a queue, a
 hand-over) starts at 2 and never goes back to 1: when such a fast path locked a row without
@@ -31,6 +37,7 @@ logged (`_transaction`, `persistence.stores.conflicts`, as every store call that
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from persistence.stores.conflicts import retried, run_again
@@ -50,12 +57,25 @@ PAUSED = "paused by Retry-After"
 
 PARK_PAGE = 500
 """How many unclaimed runs of a limit's backlog one refusal queues at most (`_park`)."""
-T = TypeVar("T")
 
 _LIVE_HOLD = (
-    "EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = workflow_capacity.run_id AND "
-    "r.lease_owner = workflow_capacity.owner AND r.lease_expires_at > ?)"
+    "(EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = workflow_capacity.run_id AND "
+    "r.lease_owner = workflow_capacity.owner AND r.lease_expires_at > ?) OR "
+    "EXISTS (SELECT 1 FROM workflow_calls c WHERE c.run_id = workflow_capacity.run_id AND "
+    "((c.status IN ('running', 'stopped') AND c.lease_expires_at > ? AND "
+    "(c.idempotency_key = workflow_capacity.holder OR "
+    "substr(workflow_capacity.holder, 1, 4) = 'run:')) OR "
+    "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))))"
 )
+"""A held slot counts while its holder works. A run's (`run:<id>`, or a test's holder) while
+that run keeps the lease it was granted under. A call's (its idempotency key) while the call
+runs under a lease that has not expired, including a call stopped while it ran, until its
+executor sees it end and gives the slot back or its lease runs out: a stopped function may
+take a moment to return, and the downstream must never see more calls than the limit (an
+ended or SIGKILLed call's slot is free). A run of a limited workflow's (`run:<id>`) also while
+any call of the run is open or still working, so that the run counts while its calls work
+beside it and its own next step finds its place held."""
+T = TypeVar("T")
 
 
 class SQLCapacity(SQLSteps):
@@ -75,21 +95,23 @@ class SQLCapacity(SQLSteps):
         per_ms: int,
         recheck_ms: int,
         lease_ms: int,
+        call: str | None = None,
     ) -> Grant:
-        """Grant a place in limit `name`, or queue the run and release it (see `Capacity`)."""
+        """Grant a place in limit `name`, or queue `holder` and release the run (with `call`:
+        that call of the run, leased to `owner`) to wait (see `Capacity`)."""
         rid = self._id(run_id)
+        asker = _Asker(rid, owner, call)
 
         def grant(conn: Any, fast: bool) -> Grant:
             if fast:  # no rate window to keep
-                answer = self._without_lock(conn, name, holder, rid, owner, now, recheck_ms)
+                answer = self._without_lock(conn, name, holder, asker, now, recheck_ms)
                 if answer is not None:
                     return answer
             return self._under_lock(
                 conn,
                 name,
                 holder,
-                rid,
-                owner,
+                asker,
                 now,
                 max_in_flight=max_in_flight,
                 calls=calls,
@@ -139,7 +161,7 @@ class SQLCapacity(SQLSteps):
                     (name, *holders),
                 )
             _, woken = self._place(conn, name, None, None, now, max_in_flight, lease_ms)
-            self._wake(conn, woken, now)
+            self._wake(conn, name, woken, now)
 
         self._transaction(release)
         return []
@@ -176,7 +198,7 @@ class SQLCapacity(SQLSteps):
         ts = self._t(now)
         with self._connection() as conn:
             live, live_params = self._live_hold_in(conn, None, ts)
-        limits, held, waiting = self._read_all(
+        limits, held, waiting, calls_waiting = self._read_all(
             [
                 ("SELECT name, paused_until FROM workflow_limits ORDER BY name", ()),
                 (
@@ -189,11 +211,16 @@ class SQLCapacity(SQLSteps):
                     "AND status = 'active' GROUP BY waiting_for",
                     (),
                 ),
+                (
+                    "SELECT waiting_for, count(*) FROM workflow_calls WHERE "
+                    "waiting_for IS NOT NULL AND status = 'pending' GROUP BY waiting_for",
+                    (),
+                ),
             ]
         )
         in_flight = {str(n): int(c) for n, c in held}
         waits: dict[str, dict[str, int]] = {}
-        for text, count in waiting:
+        for text, count in [*waiting, *calls_waiting]:
             reason, _, limit = str(text).rpartition(": ")
             waits.setdefault(limit, {})[reason] = int(count)
         paused = {str(n): self._ms(p) for n, p in limits}
@@ -210,8 +237,8 @@ class SQLCapacity(SQLSteps):
 
     def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
         """SQL true of a `workflow_capacity` row (of limit `name`; None: of any) whose holder
-        still holds its run's lease at `ts` (`_LIVE_HOLD`), and its parameters."""
-        return _LIVE_HOLD, (ts,)
+        still lives at `ts` (`_LIVE_HOLD`), and its parameters."""
+        return _LIVE_HOLD, (ts, ts)
 
     # -- the steps of a grant, inside its transaction -------------------------------------------
     def _transaction(self, body: Callable[[Any], T]) -> T:
@@ -227,7 +254,7 @@ class SQLCapacity(SQLSteps):
         return run_again(once, "a capacity transaction")
 
     def _without_lock(
-        self, conn: Any, name: str, holder: str, run_id: str, owner: str, now: int, recheck_ms: int
+        self, conn: Any, name: str, holder: str, asker: _Asker, now: int, recheck_ms: int
     ) -> Grant | None:
         """The two answers that need not the limit's lock (None: ask under it, in this
         transaction: nothing is locked yet). First a read without locks says which, if any,
@@ -261,12 +288,12 @@ class SQLCapacity(SQLSteps):
                     "UPDATE workflow_capacity SET state = 'held', "
                     "owner = ?, expires_at = NULL WHERE "
                     f"name = ? AND holder = ? AND state = 'reserved' AND {unpaused} RETURNING 1",
-                    (owner, name, holder, name, ts),
+                    (asker.owner, name, holder, name, ts),
                 ).fetchone()
                 is None
             ):
                 raise _Unanswered
-            return self._granted(conn, run_id)
+            return self._granted(conn, asker)
         if not queued or state not in (None, "waiting"):
             return None
         if (
@@ -278,21 +305,20 @@ class SQLCapacity(SQLSteps):
                 f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
                 "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
                 "workflow_capacity.state = 'waiting' RETURNING 1",
-                (name, holder, run_id, ts, name, holder, name, ts),
+                (name, holder, asker.run_id, ts, name, holder, name, ts),
             ).fetchone()
             is None
         ):
             raise _Unanswered
-        self._park(conn, name, holder, run_id, now, recheck_ms)
-        return self._wait(conn, run_id, owner, f"{CAPACITY}: {name}", now + recheck_ms)
+        self._park(conn, name, holder, asker.run_id, now, recheck_ms)
+        return self._wait(conn, asker, f"{CAPACITY}: {name}", now, now + recheck_ms)
 
     def _under_lock(
         self,
         conn: Any,
         name: str,
         holder: str,
-        run_id: str,
-        owner: str,
+        asker: _Asker,
         now: int,
         *,
         max_in_flight: int | None,
@@ -302,11 +328,12 @@ class SQLCapacity(SQLSteps):
         lease_ms: int,
     ) -> Grant:
         """The grant under the limit's lock: its pause, its slots (`_place`) and its rate
-        window; the runs woken for slots reserved on the way are written after every slot
-        row, before the caller's own run (the module's lock order)."""
+        window; the runs and calls woken for slots reserved on the way are written after every
+        slot row, before the asker's own run or call (the module's lock order)."""
+        run_id, owner = asker.run_id, asker.owner
         paused, recent = self._lock_limit(conn, name, now)
         if paused is not None and paused > now:
-            return self._wait(conn, run_id, owner, f"{PAUSED}: {name}", paused)
+            return self._wait(conn, asker, f"{PAUSED}: {name}", now, paused)
         granted, woken = True, list[Any]()
         if max_in_flight is not None:
             granted, woken = self._place(conn, name, holder, run_id, now, max_in_flight, lease_ms)
@@ -335,10 +362,10 @@ class SQLCapacity(SQLSteps):
                 "state = 'held', owner = excluded.owner, expires_at = NULL",
                 (name, holder, run_id, owner, self._t(now)),
             )
-        self._wake(conn, woken, now)
+        self._wake(conn, name, woken, now)
         if refused is not None:
-            return self._wait(conn, run_id, owner, *refused)
-        return self._granted(conn, run_id)
+            return self._wait(conn, asker, refused[0], now, refused[1])
+        return self._granted(conn, asker)
 
     def _hand_over(
         self, conn: Any, name: str, holders: Collection[str], owner: str, now: int, lease_ms: int
@@ -429,10 +456,11 @@ class SQLCapacity(SQLSteps):
         now: int,
         max_in_flight: int,
         lease_ms: int,
-    ) -> tuple[bool, list[Any]]:
+    ) -> tuple[bool, list[tuple[str, Any]]]:
         """Whether `holder` may take a slot now; the other free slots are reserved for the
-        head of the queue, whose runs (returned, as parameters) the caller wakes (`_wake`)
-        once it has written its slot rows. With `holder` None, only hands slots over."""
+        head of the queue, whose holders and runs (returned, the runs as parameters) the
+        caller wakes (`_wake`) once it has written its slot rows. With `holder` None, only
+        hands slots over."""
         ts = self._t(now)
         # slots of holders whose lease ended, and reservations nobody came for, queue again
         # (at their old place: first in line)
@@ -472,20 +500,33 @@ class SQLCapacity(SQLSteps):
                 (self._t(now + lease_ms), name, *others),
             ).fetchall()
         ]
-        return granted, [others[h] for h in reserved]
+        return granted, [(h, others[h]) for h in reserved]
 
-    def _wake(self, conn: Any, runs: Sequence[Any], now: int) -> None:
-        """Wake the runs a slot was reserved for: a reserved slot is capacity standing idle,
-        so its run is claimed before any other (as if due long ago, at the top priority)."""
-        if runs:
-            first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
-            self._exec(
-                conn,
-                "UPDATE workflow_runs SET wake_at = ? WHERE id IN "
-                f"({','.join('?' * len(runs))}) AND lease_owner IS NULL AND "
-                "status = 'active'",
-                (first, *runs),
-            )
+    def _wake(self, conn: Any, name: str, woken: Sequence[tuple[str, Any]], now: int) -> None:
+        """Wake the holders a slot of `name` was reserved for: a reserved slot is capacity
+        standing idle, so what takes it is claimed before anything else (as if due long ago, at
+        the top priority). A call's place wakes the call (its row made due), a run's the run
+        and its calls that wait for `name` (a call of a limited workflow's run asks for the
+        run's place). Runs first, then calls (a step locks its run, then its calls)."""
+        if not woken:
+            return
+        first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
+        runs, holders = [r for _, r in woken], [h for h, _ in woken]
+        in_runs, in_holders = ",".join("?" * len(runs)), ",".join("?" * len(holders))
+        self._exec(
+            conn,
+            f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({in_runs}) AND lease_owner IS "
+            "NULL AND status = 'active' AND NOT EXISTS (SELECT 1 FROM workflow_calls c WHERE "
+            f"c.run_id = workflow_runs.id AND c.idempotency_key IN ({in_holders}))",
+            (first, *runs, *holders),
+        )
+        self._exec(
+            conn,
+            f"UPDATE workflow_calls SET available_at = ? WHERE run_id IN ({in_runs}) AND "
+            "status = 'pending' AND waiting_for = ? AND (idempotency_key IN "
+            f"({in_holders}) OR 'run:' || run_id{self._TEXT_ID} IN ({in_holders}))",
+            (first, *runs, f"{CAPACITY}: {name}", *holders, *holders),
+        )
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
         """The first `count` holders in the queue whose runs are still active; places of runs
@@ -519,7 +560,8 @@ class SQLCapacity(SQLSteps):
                     [self._id(str(r)) for _, r, _ in rows],
                 )
             }
-            gone = [str(h) for h, r, _ in rows if str(r) not in active]
+            ended = self._ended_calls(conn, [(str(h), r) for h, r, _ in rows])
+            gone = [str(h) for h, r, _ in rows if str(r) not in active or str(h) in ended]
             if gone:
                 self._exec(
                     conn,
@@ -533,15 +575,36 @@ class SQLCapacity(SQLSteps):
             after = (rows[-1][2], str(rows[-1][0]))
         return heads
 
-    def _granted(self, conn: Any, run_id: str) -> Grant:
-        """The run no longer waits for anything."""
+    def _ended_calls(self, conn: Any, places: Sequence[tuple[str, Any]]) -> set[str]:
+        """The holders among `places` (holder, run) that are calls no longer open (stopped,
+        done, failed): their places in the queue are gone with them."""
+        runs = {str(r) for _, r in places}
+        found = self._exec(
+            conn,
+            f"SELECT idempotency_key FROM workflow_calls WHERE run_id IN "
+            f"({','.join('?' * len(runs))}) AND idempotency_key IN "
+            f"({','.join('?' * len(places))}) AND status NOT IN ('pending', 'running')",
+            (*[self._id(r) for r in runs], *[h for h, _ in places]),
+        ).fetchall()
+        return {str(h) for (h,) in found}
+
+    def _granted(self, conn: Any, asker: _Asker) -> Grant:
+        """The run (the call) no longer waits for anything."""
+        if asker.call is not None:
+            self._exec(
+                conn,
+                "UPDATE workflow_calls SET waiting_for = NULL WHERE run_id = ? AND "
+                "idempotency_key = ? AND coalesce(waiting_for, '') <> ''",
+                (asker.run_id, asker.call),
+            )
+            return Grant(True)
         # (not `waiting_for IS NOT NULL`: that would let a planner read the partial index
         # of every waiting run, which stale statistics say is empty, instead of one row)
         self._exec(
             conn,
             "UPDATE workflow_runs SET waiting_for = NULL WHERE id = ? AND "
             "coalesce(waiting_for, '') <> ''",
-            (run_id,),
+            (asker.run_id,),
         )
         return Grant(True)
 
@@ -601,15 +664,45 @@ class SQLCapacity(SQLSteps):
             (f"{CAPACITY}: {name}", self._t(now + recheck_ms), *ids),
         )
 
-    def _wait(self, conn: Any, run_id: str, owner: str, reason: str, retry_at: int) -> Grant:
-        """Release the run (it waits durably, not in a thread) with `reason` on its row."""
-        self._exec(
+    def _wait(self, conn: Any, asker: _Asker, reason: str, now: int, retry_at: int) -> Grant:
+        """Release the run (it waits durably, not in a thread) with `reason` on its row; with
+        a call, release that call instead: pending again, due at `retry_at` (or when woken),
+        `reason` on its row, and the attempt its claim opened taken back (it never started:
+        waiting is no attempt). Its run is not held meanwhile: it goes on."""
+        if asker.call is None:
+            self._exec(
+                conn,
+                "UPDATE workflow_runs SET waiting_for = ?, lease_owner = NULL, "
+                "lease_expires_at = NULL, wake_at = ? WHERE id = ? AND lease_owner = ?",
+                (reason, self._t(retry_at), asker.run_id, asker.owner),
+            )
+            return Grant(False, retry_at, reason)
+        taken_back = self._exec(
             conn,
-            "UPDATE workflow_runs SET waiting_for = ?, lease_owner = NULL, "
-            "lease_expires_at = NULL, wake_at = ? WHERE id = ? AND lease_owner = ?",
-            (reason, self._t(retry_at), run_id, owner),
-        )
+            "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
+            "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
+            "run_id = ? AND idempotency_key = ? AND owner = ? AND status = 'running' "
+            "RETURNING attempt",
+            (self._t(retry_at), reason, self._t(now), asker.run_id, asker.call, asker.owner),
+        ).fetchall()
+        for (attempt,) in taken_back:
+            self._exec(
+                conn,
+                "DELETE FROM workflow_call_attempts WHERE run_id = ? AND idempotency_key = ? AND "
+                "attempt = ? AND outcome IS NULL",
+                (asker.run_id, asker.call, int(attempt) + 1),
+            )
         return Grant(False, retry_at, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class _Asker:
+    """Who asks for a place: run `run_id` (as a parameter) leased by `owner`, or, with
+    `call`, that call of the run, leased by `owner` (a call executor)."""
+
+    run_id: Any
+    owner: str
+    call: str | None
 
 
 class _Unanswered(Exception):

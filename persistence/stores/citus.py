@@ -507,9 +507,10 @@ class CitusStore(PostgresStore):
 
     # -- limits: their places read apart from the runs ------------------------------------
     def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
-        """`SQLCapacity._live_hold_in` without a join of places (by limit) and runs (by id),
-        which Citus cannot run: the held places (of limit `name`: one shard), then their
-        runs' leases (by id), then the live ones named to the statement."""
+        """`SQLCapacity._live_hold_in` (`_LIVE_HOLD`) without a join of places (by limit) and
+        runs or calls (by run id), which Citus cannot run: the held places (of limit `name`:
+        one shard), then their runs' leases and open calls (by run id), then the live ones
+        named to the statement."""
         by_name = "" if name is None else " AND name = ?"
         held = self._exec(
             conn,
@@ -517,18 +518,32 @@ class CitusStore(PostgresStore):
             f"state = 'held'{by_name}",
             () if name is None else (name,),
         ).fetchall()
+        if not held:
+            return "false", ()
+        runs = _array(sorted({r[2] for r in held}))
         leases = dict(
             self._exec(
                 conn,
                 "SELECT id::text, lease_owner FROM workflow_runs WHERE "
                 "id = ANY(CAST(? AS uuid[])) AND lease_expires_at > ?",
-                (_array(sorted({r[2] for r in held})), ts),
+                (runs, ts),
             ).fetchall()
-            if held
-            else ()
         )
+        calls = self._exec(  # the held places' runs' calls open or still working
+            conn,
+            "SELECT run_id::text, idempotency_key, status <> 'pending' FROM workflow_calls "
+            "WHERE run_id = ANY(CAST(? AS uuid[])) AND (status = 'pending' OR (status IN "
+            "('running', 'stopped') AND lease_expires_at > ?))",
+            (runs, ts),
+        ).fetchall()
+        working = {run for run, _, _ in calls}  # runs with a call open or still working
+        running = {key for _, key, leased in calls if leased}  # calls working under a lease
         live = [
-            (n, h) for n, h, run, owner in held if owner is not None and leases.get(run) == owner
+            (n, h)
+            for n, h, run, owner in held
+            if (owner is not None and leases.get(run) == owner)
+            or h in running
+            or (h.startswith("run:") and run in working)
         ]
         return (
             "(name, holder) IN (SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[])))",

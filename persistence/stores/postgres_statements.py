@@ -331,7 +331,7 @@ _CREATE_CALLS = f"""), calls AS (
     SELECT c.k, ins.id, 1, c.id, c.payload,
            CASE WHEN %(unowned)s THEN 'pending' ELSE 'running' END,
            CASE WHEN %(unowned)s THEN 0 ELSE 1 END, %(call_owner)s, {_at("call_lease")},
-           {_NOW}, {_NOW}, {_NOW}
+           statecharts_claim_order({_NOW}, ins.priority), {_NOW}, {_NOW}
     FROM ins, jsonb_to_recordset(%(calls)s) AS c(k text, id text, payload jsonb)
 ), call_attempts AS (
     INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, started_at)
@@ -528,7 +528,8 @@ STEPS_PARTS = {
     SELECT c.k, run.id, run.version, c.id, c.payload,
            CASE WHEN c.owner IS NULL THEN 'pending' ELSE 'running' END,
            CASE WHEN c.owner IS NULL THEN 0 ELSE 1 END, c.owner, {_ts("c.lease")},
-           {_NOW}, {_NOW}, {_NOW}
+           statecharts_claim_order({_NOW}, (SELECT p.priority FROM workflow_runs p
+                                            WHERE p.id = run.id)), {_NOW}, {_NOW}
     FROM run JOIN jsonb_to_recordset(%(calls)s) AS c(run uuid, k text, id text, payload jsonb,
                                                       owner text, lease bigint) ON c.run = run.id
 ), call_attempts AS (
@@ -545,7 +546,8 @@ STEPS_PARTS = {
     JOIN workflow_calls k ON k.run_id = run.id AND k.call_id = s.id AND k.step < run.version
 ), stopped AS (
     UPDATE workflow_calls k SET status = 'stopped', error = st.reason, owner = NULL,
-        lease_expires_at = NULL, updated_at = {_NOW}
+        lease_expires_at = CASE WHEN st.was = 'running' THEN k.lease_expires_at END,
+        waiting_for = NULL, updated_at = {_NOW}
     FROM stopping st WHERE k.idempotency_key = st.k AND st.was IN ('pending', 'running')
 ), stopped_attempts AS (
     UPDATE workflow_call_attempts a SET outcome = 'stopped', ended_at = {_NOW}, message = st.reason

@@ -518,11 +518,15 @@ class Capacity(Protocol):
         per_ms: int,
         recheck_ms: int,
         lease_ms: int,
+        call: str | None = None,
     ) -> Grant:
-        """Take a place in limit `name` for `holder` (a call's key, or a run) of `run_id`,
+        """Take a place in limit `name` for `holder` (a call's key, or `run:<id>`) of `run_id`,
         leased by `owner`: granted (a slot held, a call counted in the rate window), or not
-        (the run is queued for a slot in arrival order, its lease released, `waiting_for`
-        set and its wake-up time `retry_at`)."""
+        (the holder is queued for a slot in arrival order and the run released, `waiting_for`
+        set and its wake-up time `retry_at`). With `call` (the key of the run's call that asks,
+        leased to `owner`, a call executor), a refusal releases that call instead of the run:
+        pending again, due at `retry_at` or when a freed slot wakes it, `waiting_for` on its
+        row; its run goes on meanwhile."""
         ...
 
     def release_capacity(

@@ -291,6 +291,9 @@ class CallRecord:
     error: str | None
     created_at: int
     updated_at: int
+    waiting_for: str | None = None
+    """Why a pending call waits for its limit ("waiting for capacity: crm"): it asked for a
+    place and was refused; None otherwise."""
     problem: str | None = None
     """Why its payload cannot be read (encrypted with a key that is missing): the call is
     then ended as failed with this text, never run without its input."""

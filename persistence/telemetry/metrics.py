@@ -146,7 +146,8 @@ BREAKER_STATE = Metric(
 CAPACITY_WAITS = Metric(
     "statecharts_capacity_waits",
     "counter",
-    "Times a run was released to wait for a named limit (capacity, rate, Retry-After pause)",
+    "Times a run or a call was released to wait for a named limit (capacity, rate, "
+    "Retry-After pause)",
     ("workflow", "limit", "reason"),
 )
 LIMIT_IN_FLIGHT = Metric(
@@ -158,7 +159,7 @@ LIMIT_IN_FLIGHT = Metric(
 RUNS_WAITING = Metric(
     "statecharts_runs_waiting",
     "gauge",
-    "Active runs waiting for a named limit, by reason",
+    "Active runs, and calls beside their runs, waiting for a named limit, by reason",
     ("limit", "reason"),
 )
 LIMIT_PAUSED = Metric(

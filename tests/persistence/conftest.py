@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -308,6 +308,32 @@ def store_factory(
 def store(store_factory: StoreFactory) -> Store:
     """A migrated store of each kind."""
     return store_factory()
+
+
+@pytest.fixture
+def worker_of(store: Store) -> Iterator[Callable[..., Any]]:
+    """`worker_of(machine, **options)`: a `Runtime` of `machine` on `store` (with `options`,
+    e.g. its limits) served by a `Worker` in a thread of this process (2 threads, a 3 s
+    lease), stopped when the test ends."""
+    import threading
+
+    from persistence.runtime import Runtime
+    from persistence.worker import Worker
+
+    workers: list[tuple[Worker, threading.Thread]] = []
+
+    def start(machine: Any, **options: Any) -> Runtime:
+        runtime = Runtime(store, [machine], **options)
+        worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        workers.append((worker, thread))
+        return runtime
+
+    yield start
+    for worker, thread in workers:
+        worker.stop()
+        thread.join(timeout=30)
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:

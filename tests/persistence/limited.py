@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from persistence.capacity import Limit
-from statecharts import Machine, create_machine
+from statecharts import create_machine
 from tests.persistence.faulty import set_switch, switch
 from tests.persistence.workflows import _call, _ledger
 
@@ -31,9 +31,6 @@ LIMITS = {
 WORKFLOW_LIMITS = {"tenanted": "tenant"}
 """At most 4 runs of `tenanted` stepped at once per tenant (the run's `tenant`)."""
 RETRY_AFTER_MS = 2_000
-IN_STEP = "in_step"
-IN_STEP_LIMITS = {IN_STEP: Limit(max_in_flight=1000, recheck_ms=5_000)}
-"""A limit no test fills, for `in_step` (pass it as `Runtime(..., limits=IN_STEP_LIMITS)`)."""
 
 
 class Throttled(Exception):
@@ -138,24 +135,3 @@ def most_started_within(name: str, window_s: float) -> int:
     """The most calls of `name` started within any `window_s` seconds."""
     starts = [s for _, s, _ in intervals(name)]
     return max((sum(1 for t in starts if s <= t < s + window_s) for s in starts), default=0)
-
-
-def in_step(machine: Machine) -> Machine:
-    """`machine` with each invoke at the call site limit IN_STEP: a limited call does not run
-    beside its run but in the run's step, under the run's lease (docs/persistence.md, "Calls
-    beside their run"), for tests of what a run's lease does while its calls run."""
-
-    def limited(node: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(node)
-        invoke = node.get("invoke")
-        if isinstance(invoke, Mapping):
-            out["invoke"] = {**invoke, "limit": IN_STEP}
-        elif isinstance(invoke, list):
-            out["invoke"] = [{**item, "limit": IN_STEP} for item in invoke]
-        if isinstance(node.get("states"), Mapping):
-            out["states"] = {name: limited(child) for name, child in node["states"].items()}
-        return out
-
-    return Machine(
-        limited(machine.config), machine.implementations, machine.version, machine.migrations
-    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -109,24 +109,6 @@ def in_memory(machine: Machine, script: Script, settle_s: float) -> tuple[str, d
         return status + ":" + ",".join(snapshot.active_leaves()), dict(snapshot.context)
 
     return asyncio.run(main())
-
-
-@pytest.fixture
-def worker_of(store: Store) -> Iterator[Callable[[Machine], Runtime]]:
-    workers: list[tuple[Worker, threading.Thread]] = []
-
-    def start(machine: Machine) -> Runtime:
-        runtime = Runtime(store, [machine])
-        worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
-        thread = threading.Thread(target=worker.run)
-        thread.start()
-        workers.append((worker, thread))
-        return runtime
-
-    yield start
-    for worker, thread in workers:
-        worker.stop()
-        thread.join(timeout=30)
 
 
 def durably(runtime: Runtime, script: Script, settle_s: float) -> tuple[str, dict[str, Any]]:

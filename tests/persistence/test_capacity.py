@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -57,7 +56,13 @@ def runtime(e: Env) -> Runtime:
 
 
 def waiting_for(e: Env, ids: list[str]) -> set[str | None]:
-    return {e.store.get_run(i).waiting_for for i in ids}
+    return {waits(e.store, i) for i in ids}
+
+
+def waits(store: Store, run_id: str) -> str | None:
+    """What the run, or a call of it (a limited call waits beside its run), waits for."""
+    called = [c.waiting_for for c in store.list_calls(run_id) if c.waiting_for]
+    return called[0] if called else store.get_run(run_id).waiting_for
 
 
 def paused(e: Env, name: str) -> bool:
@@ -143,15 +148,14 @@ def test_a_waiting_run_survives_sigkill_of_its_worker_and_keeps_its_place(e: Env
         for _ in range(3):  # one by one, so that their places are known
             queue.append(rt.start("single", {"name": "one", "ms": 200}))
             wait_until(
-                lambda: e.store.get_run(queue[-1]).waiting_for is not None,
-                "the run waits for capacity",
+                lambda: waits(e.store, queue[-1]) is not None, "the run's call waits for capacity"
             )
         first[0].process.send_signal(signal.SIGKILL)
         first[0].process.wait(timeout=10)
         killed_at = time.time()
     for run_id in queue:
         run = e.store.get_run(run_id)
-        assert (run.status, run.waiting_for) == ("active", f"{CAPACITY}: one")
+        assert (run.status, waits(e.store, run_id)) == ("active", f"{CAPACITY}: one")
     with fleet(e, 2) as second:
         wait_until(ended(e.store, [holder, *queue]), "every run ended after the kill")
         stop_cleanly(second)
@@ -356,68 +360,6 @@ def test_a_hand_over_meeting_a_newcomers_lock_reserves_the_slot_not_skips_it(
         store.close()
 
 
-def test_queued_runs_are_stepped_by_the_worker_that_freed_their_slot(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from persistence.worker import Worker
-
-    in_flight, most, lock = [0], [0], threading.Lock()
-    ids: list[str] = []
-
-    def call(value: object) -> str:  # the worker runs the batch's calls on a thread pool
-        with lock:
-            in_flight[0] += 1
-            most[0] = max(most[0], in_flight[0])
-        # the first call ends once the other three are queued and released (their refusals
-        # committed: a run being refused holds a row of the queue a hand-over would skip)
-        wait_until(
-            lambda: (
-                sum(store.get_run(i).waiting_for is not None for i in ids) >= 3
-                or most[0] > 1
-                or len(calls) > 0
-            ),
-            "the others wait for the slot",
-        )
-        time.sleep(0.01)
-        with lock:
-            in_flight[0] -= 1
-            calls.append(1)
-        return "ok"
-
-    calls: list[int] = []
-    monkeypatch.setattr("persistence.effect_rounds.HANDOVER_S", 60.0)  # however slow the machine
-
-    machine = create_machine(
-        {
-            "id": "calls",
-            "initial": "a",
-            "states": {
-                "a": {"invoke": {"src": "call", "limit": "one", "onDone": "b"}},
-                "b": {"type": "final"},
-            },
-        },
-        actors={"call": call},
-    )
-    rt = Runtime(store, [machine], limits={"one": Limit(max_in_flight=1)})
-    ids += [rt.start("calls") for _ in range(4)]
-    claimed: list[str] = []
-    claim_work = store.claim_work
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        found = claim_work(*args, **kwargs)
-        claimed.extend(run.id for run, _ in found)
-        return found
-
-    monkeypatch.setattr(store, "claim_work", counted)
-    Worker(rt, batch=8).run_until_idle()
-    runs = [store.get_run(i) for i in ids]
-    assert [(r.status, r.waiting_for) for r in runs] == [("done", None)] * 4
-    assert most[0] == 1
-    assert sorted(claimed) == sorted(ids)  # each claimed once: the queued three handed over
-    assert sorted(r.claim_count for r in runs) == [1, 2, 2, 2]
-    assert store.capacity_usage(rt.clock.now())[0].in_flight == 0
-
-
 def test_a_dead_holders_slot_comes_back_when_its_lease_expires(store: Store) -> None:
     now, args = (
         1_000_000,
@@ -571,7 +513,7 @@ def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
     rt = Runtime(store, [machine], limits={"crm": Limit(max_in_flight=1)})
     first, second = rt.start("m"), rt.start("m", priority=7)
     now = rt.clock.now()
-    leased = {r.id: r.lease_owner for r in store.claim_runs("w", now, 60_000, 10)}
+    calls = {c.run_id: c.idempotency_key for c in store.claim_calls("w", now, 60_000, 10)}
     args = {
         "max_in_flight": 1,
         "calls": None,
@@ -579,19 +521,23 @@ def test_the_ui_and_the_metrics_show_what_a_run_waits_for(store: Store) -> None:
         "recheck_ms": 60_000,
         "lease_ms": 60_000,
     }
-    assert store.acquire_capacity("crm", "a", second, str(leased[second]), now, **args).granted
-    assert not store.acquire_capacity("crm", "b", first, str(leased[first]), now, **args).granted
+
+    def ask(run_id: str) -> bool:
+        key = calls[run_id]
+        return store.acquire_capacity("crm", key, run_id, "w", now, **args, call=key).granted
+
+    assert ask(second) and not ask(first)  # a call waits, beside its run
     client = TestClient(create_app(store, [machine]))
-    listing = client.get("/").text
-    assert f"{CAPACITY}: crm" in listing
     page = client.get(f"/runs/{first}").text
-    assert 'id="waiting-for"' in page and "Waiting for capacity: crm" in page
+    assert 'id="calls"' in page and "Waiting for capacity: crm" in page
     assert "priority 7" in client.get(f"/runs/{second}").text
     limits = client.get("/limits").text
     assert (
         'data-limit="crm"' in limits and "m: m.a" in limits and "1 waiting for capacity" in limits
     )
-    assert client.get(f"/api/runs/{first}").json()["waiting_for"] == f"{CAPACITY}: crm"
+    (waiting,) = store.list_calls(first)
+    assert (waiting.status, waiting.waiting_for) == ("pending", f"{CAPACITY}: crm")
+    assert store.get_run(first).waiting_for is None  # the run is not held: it goes on
     readings = {(m.name, labels): v for m, labels, v in StoreGauges(rt).readings()}
     assert readings[(LIMIT_IN_FLIGHT.name, ("crm",))] == 1
     assert readings[(RUNS_WAITING.name, ("crm", CAPACITY))] == 1
@@ -605,21 +551,25 @@ def test_the_diagram_says_where_a_call_is_limited() -> None:
     assert "limited by “crm”: waits for" in to_dot(machine)  # (wrapped there)
 
 
-def test_a_limited_workflow_has_at_most_n_runs_stepped_at_once(store: Store) -> None:
+def test_a_limited_workflow_has_at_most_n_runs_working_at_once(store: Store) -> None:
     from persistence.worker import Worker
 
-    seen: list[set[str | None]] = []
+    seen: list[set[str]] = []
     ids: list[str] = []
 
-    def probe(value: object) -> str:  # runs inside the step of one of the two runs
-        seen.append({store.get_run(i).waiting_for for i in ids})
+    def probe(value: object) -> str:  # a call beside one of the two runs
+        seen.append({store.get_run(r).status for n, r in enumerate(ids) if str(n) != value})
         return "ok"
 
     machine = create_machine(
         {
             "id": "backfill",
             "initial": "a",
-            "states": {"a": {"invoke": {"src": "probe", "onDone": "b"}}, "b": {"type": "final"}},
+            "context": lambda input: {"me": (input or {}).get("me")},
+            "states": {
+                "a": {"invoke": {"src": "probe", "input": lambda c, e: c["me"], "onDone": "b"}},
+                "b": {"type": "final"},
+            },
         },
         actors={"probe": probe},
     )
@@ -629,8 +579,10 @@ def test_a_limited_workflow_has_at_most_n_runs_stepped_at_once(store: Store) -> 
         limits={"nightly": Limit(max_in_flight=1)},
         workflow_limits={"backfill": "nightly"},
     )
-    ids += [rt.start("backfill"), rt.start("backfill")]
+    for n in range(2):
+        ids.append(rt.start("backfill", {"me": str(n)}))
     Worker(rt, batch=4).run_until_idle()
     assert all(store.get_run(i).status == "done" for i in ids)
-    assert len(seen) == 2 and f"{CAPACITY}: nightly" in seen[0]  # the other one waited
+    # the second run's call waited until the first run had applied its result and let go
+    assert seen == [{"active"}, {"done"}]
     assert store.capacity_usage(rt.clock.now())[0].in_flight == 0

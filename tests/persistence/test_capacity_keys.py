@@ -28,7 +28,7 @@ from persistence.ui.views import limit_rows
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import limited, test_fault_injection
-from tests.persistence.test_capacity import fleet, runtime
+from tests.persistence.test_capacity import fleet, runtime, waits
 from tests.persistence.test_fault_injection import Env, ended, stop_cleanly, wait_until
 
 e = test_fault_injection.e  # the fixture: a SQLite file, then a PostgreSQL schema, with a ledger
@@ -95,9 +95,7 @@ def test_a_killed_workers_slots_of_a_key_come_back(e: Env) -> None:
             rt.start("tenant_calls", {"name": "t-k", "tenant": "k", "ms": 50}) for _ in range(3)
         ]
         wait_until(
-            lambda: all(
-                e.store.get_run(i).waiting_for == f"{CAPACITY}: tenant_call[k]" for i in queued
-            ),
+            lambda: all(waits(e.store, i) == f"{CAPACITY}: tenant_call[k]" for i in queued),
             "the newcomers wait for tenant k's slots",
         )
         first[0].process.send_signal(signal.SIGKILL)
@@ -264,10 +262,10 @@ def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(stor
     first, second = store.claim_runs("w1", now, 60_000, 2)
     assert [first.id, second.id] == big[:2]  # in due order
     assert rt.load.enter(
-        first, "w1", [("per_account[big]", f"run:{first.id}")], now, 60_000
+        first.id, "w1", [("per_account[big]", f"run:{first.id}")], now, 60_000
     ).granted
     assert not rt.load.enter(
-        second, "w1", [("per_account[big]", f"run:{second.id}")], now, 60_000
+        second.id, "w1", [("per_account[big]", f"run:{second.id}")], now, 60_000
     ).granted
     # the refusal queued big's four unclaimed runs with it: the next claims are small's
     assert {store.get_run(i).waiting_for for i in big[1:]} == {f"{CAPACITY}: per_account[big]"}
@@ -316,9 +314,10 @@ def test_a_rate_limit_per_key_holds_each_key_to_its_own_window(store: Store) -> 
     )
     a1, a2, b1 = (rt.start("rated_per_key", {"tenant": t}) for t in ("a", "a", "b"))
     Worker(rt, batch=4).run_until_idle()
-    # one call per second per tenant: a's second waits for a's window, b's went at once
+    # one call per second per tenant: a's second waits for a's window (beside its run), b's
+    # went at once
     assert store.get_run(b1).status == "done"
-    rows = sorted((store.get_run(i).status, store.get_run(i).waiting_for) for i in (a1, a2))
+    rows = sorted((store.get_run(i).status, waits(store, i)) for i in (a1, a2))
     assert rows == [("active", "rate limited: api[a]"), ("done", None)]
     clock.advance(1000)
     Worker(rt, batch=4).run_until_idle()

@@ -19,8 +19,7 @@ from persistence.stores.rules import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, assign, create_machine
 from tests.persistence import workflows
-from tests.persistence.limited import IN_STEP_LIMITS, in_step
-from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
+from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order, paying
 
 StoreFactory = Callable[[], Store]
 DAY = 86_400_000
@@ -408,7 +407,7 @@ def test_inline_actions_run_from_their_outbox_record_with_the_key(
     assert [e.status for e in store.list_effects(run_id)] == ["done"]
 
 
-@pytest.mark.parametrize("site", ["limited", "beside"])
+@pytest.mark.parametrize("site", ["action", "beside"])
 def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, site: str) -> None:
     import time
 
@@ -434,14 +433,19 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, 
         },
         actors={"slow": slow},
     )
-    # a limited call runs in its run's step: the worker's heartbeat renews the run's lease;
+    # an action runs in its run's step: the worker's heartbeat renews the run's lease;
     # a call beside its run: the executor renews the call's lease (the run is not held)
-    limited = site == "limited"
-    runtime = Runtime(
-        store,
-        [in_step(machine) if limited else machine],
-        limits=IN_STEP_LIMITS if limited else None,
-    )
+    limited = site == "action"
+    if limited:
+        machine = create_machine(
+            {
+                "id": "slow",
+                "initial": "a",
+                "states": {"a": {"entry": "slow", "always": "b"}, "b": {"type": "final"}},
+            },
+            actions={"slow": lambda context, event: slow(None)},
+        )
+    runtime = Runtime(store, [machine])
     run_id = runtime.start("slow")
     worker = Worker(runtime, lease_ms=lease_ms, poll_ms=10)
     thread = threading.Thread(target=worker.run)
@@ -462,13 +466,13 @@ def test_heartbeats_keep_a_long_effect_leased_past_the_lease_time(store: Store, 
             stolen += [c.run_id for c in store.claim_calls("rival", now, lease_ms, 5)]
             time.sleep(0.05)
         wait_for(lambda: runtime.get(run_id).status == "done")
+        if limited:  # (its run ended in the step that recorded the action: then it ran)
+            wait_for(lambda: [e.status for e in store.list_effects(run_id)] == ["done"])
     finally:
         worker.stop()
         thread.join(timeout=30)
     assert returned.is_set() and stolen == []
-    if limited:
-        assert [e.status for e in store.list_effects(run_id)] == ["done"]
-    else:
+    if not limited:
         assert [(c.status, c.attempt) for c in store.list_calls(run_id)] == [("done", 1)]
         assert [a.outcome for a in store.call_attempts(run_id)] == ["done"]  # never taken over
 
@@ -699,8 +703,8 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
 ) -> None:
     from persistence.driver import RunDriver
 
-    # limited calls run in their run's step: the round's runs are held while they run
-    runtime = Runtime(store, [in_step(order)], clock=clock, limits=IN_STEP_LIMITS)
+    # actions run in their run's step: the round's runs are held while they run
+    runtime = Runtime(store, [paying], clock=clock)
     ids = [runtime.start("order", {"amount": n}) for n in (1, 2, 3)]
     claimed = store.claim_runs("slow", clock.now(), 1000, 3)
     assert {r.id for r in claimed} == set(ids)
@@ -709,7 +713,7 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
     RunDriver(runtime, "slow", 1000).drive(claimed, lambda: False)
     for other in (i for i in ids if i != taken.id):  # stepped until their cooling timer
         assert (runtime.get(other).state, runtime.get(other).lease_owner) == ("cooling", None)
-        assert [e.status for e in store.list_effects(other)] == ["done", "done"]
+        assert [e.status for e in store.list_effects(other)] == ["done"]
     assert store.get_run(taken.id) == taken  # the slow driver's step for it wrote nothing
     assert [e.status for e in store.list_effects(taken.id)] == ["pending"]
     clock.advance(60_001)
@@ -752,7 +756,7 @@ def test_an_action_that_is_an_unhashable_callable_still_gets_its_key(
     assert record.keys == [call_key(f"{run_id}:1:0")]
 
 
-@pytest.mark.parametrize("site", ["limited", "beside"])
+@pytest.mark.parametrize("site", ["action", "beside"])
 def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
     store: Store, clock: SimulatedClock, site: str
 ) -> None:
@@ -781,8 +785,19 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
         },
         actors={"rendezvous": rendezvous},
     )
-    if site == "limited":  # run in their runs' steps: a round of four runs makes them at once
-        runtime = Runtime(store, [in_step(machine)], clock=clock, limits=IN_STEP_LIMITS)
+    if site == "action":  # run in their runs' steps: a round of four runs makes them at once
+        in_step = create_machine(
+            {
+                "id": "meet",
+                "initial": "calling",
+                "states": {
+                    "calling": {"entry": "rendezvous", "always": "met"},
+                    "met": {"type": "final"},
+                },
+            },
+            actions={"rendezvous": lambda context, event: rendezvous(1)},
+        )
+        runtime = Runtime(store, [in_step], clock=clock)
         ids = [runtime.start("meet") for _ in range(4)]
         Worker(runtime, batch=4).run_until_idle()
     else:  # beside their runs: a worker's executor runs them at once on its threads
@@ -801,7 +816,7 @@ def test_a_round_runs_the_calls_of_its_runs_at_the_same_time(
     assert [runtime.get(i).state for i in ids] == ["met"] * 4
 
 
-def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
+def test_the_operator_line_for_a_lease_takeover(
     store: Store,
     ledger: sqlite3.Connection,
     clock: SimulatedClock,
@@ -809,9 +824,9 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
 ) -> None:
     from persistence.driver import RunDriver
 
-    # a run is held (and taken over) while its call runs only at a limited call site
-    runtime = Runtime(store, [in_step(workflows.retrying)], clock=clock, limits=IN_STEP_LIMITS)
-    run_id = runtime.start("retrying", key="order-7")
+    # a run is held (and taken over) while its step's effects run (an action's)
+    runtime = Runtime(store, [paying], clock=clock)
+    run_id = runtime.start("order", {"amount": 3}, key="order-7")
     store.claim_runs("crashed", clock.now(), 1000, 1)  # a worker that then died
     clock.advance(1001)
     (claimed,) = store.claim_runs("rescuer", clock.now(), 60_000, 1)
@@ -822,11 +837,8 @@ def test_operator_lines_for_a_lease_takeover_and_a_scheduled_retry(
     takeover = [r for r in lines if "taken over" in r.getMessage()]
     assert len(takeover) == 1 and takeover[0].levelname == "WARNING"
     assert "lease of crashed expired; taken over by rescuer" in takeover[0].getMessage()
-    assert "retrying" in takeover[0].getMessage() and "key order-7" in takeover[0].getMessage()
-    retry = [r for r in lines if "retry scheduled" in r.getMessage()]
-    assert len(retry) == 1 and retry[0].levelname == "INFO"
-    assert "attempt 1 failed (Unavailable: payments API unavailable)" in retry[0].getMessage()
-    assert "state charging.waiting_to_retry" in retry[0].getMessage()
+    assert "order" in takeover[0].getMessage() and "key order-7" in takeover[0].getMessage()
+    # (the line of a scheduled retry, now always a call's beside its run: the next test)
 
 
 def test_the_operator_line_for_a_scheduled_retry_of_a_call_beside_its_run(

@@ -28,8 +28,7 @@ from persistence.stores.rules import call_key
 from persistence.worker import Worker
 from statecharts import SimulatedClock, create_machine
 from tests.persistence.conftest import wait_for
-from tests.persistence.limited import IN_STEP_LIMITS, in_step
-from tests.persistence.workflows import approval, order
+from tests.persistence.workflows import approval, paying
 
 T0 = 1_700_000_000_000
 
@@ -303,15 +302,13 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
 
 def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     clock = SimulatedClock(T0)
-    runtime = Runtime(
-        store, [approval, in_step(order)], clock=clock, step_in_send=False, limits=IN_STEP_LIMITS
-    )
+    runtime = Runtime(store, [approval, paying], clock=clock, step_in_send=False)
     held = runtime.start("approval")
     runtime.send(held, "APPROVE")
     store.claim_runs("holder", clock.now(), 30_000, 10)  # a worker holds it
-    # its start left a limited call to make in its step (an effect): that needs a lease
+    # its start left an action to execute in its step (an effect): that needs a lease
     pending = runtime.start("order")
-    assert [e.kind for e in store.list_effects(pending)] == ["start_child"]
+    assert [e.kind for e in store.list_effects(pending)] == ["action"]
     driver = RunDriver(runtime, "w", 30_000)
     for run_id in (held, pending):
         assert driver.drive_unleased(store.read_work([run_id]), lambda: False) == (0, True)

@@ -120,6 +120,24 @@ order = create_machine(
 """charge -> reserve -> wait 30 ms -> notify + ship -> done: four side effects per run."""
 
 
+paying = create_machine(
+    {
+        "id": "order",
+        "initial": "paying",
+        "context": lambda input: {"amount": (input or {}).get("amount", 1)},
+        "states": {
+            "paying": {"entry": "pay", "always": "cooling"},
+            "cooling": {"after": {"5000": "shipped"}},
+            "shipped": {"type": "final"},
+        },
+    },
+    actions={"pay": lambda c, e, idempotency_key: charge(c["amount"], idempotency_key)},
+)
+"""An order whose charge is an action, made in its run's step under the run's lease (every
+invoked call runs beside its run), then a 5 s cooling timer: for tests of what a run's lease
+does while its step's effects run."""
+
+
 approval = create_machine(
     {
         "id": "approval",
