@@ -202,10 +202,12 @@ class Planner:
             or host.load.workflow_limits.get(run.workflow_name)
         ):
             return None
-        try:
-            snapshot = machine.restore(run.snapshot)
-        except Exception:
-            return None
+        snapshot = host.resting.restored(run)  # (kept by the step that left it at rest)
+        if snapshot is None:
+            try:
+                snapshot = machine.restore(run.snapshot)
+            except Exception:
+                return None
         return Leased(
             run,
             machine,

@@ -629,7 +629,7 @@ class Runtime:
                 calls.adopt(
                     leased_calls(record.id, 1, outbox, run.call_lease), record, self._latest[name]
                 )
-            self.resting.started(record, _in_step(outbox), now)
+            self.resting.started(record, _in_step(outbox), now, snapshot)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
