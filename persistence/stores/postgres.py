@@ -712,7 +712,7 @@ class PostgresStore(SQLStore):
         with self._pipelined_write(implicit=True) as conn:
             sent_all, hot = [], set()
             for i, plan, sql, params in planned:
-                execute(conn, LOCK_RUN, (params["id"],))
+                execute_hot(conn, LOCK_RUN, (params["id"],))  # (never read)
                 if sql in hot:  # (each result is read after the pipeline: a cursor each)
                     cursor = conn.execute(encoded(sql), params)
                 else:  # its adapters kept from the last step (`execute_hot`)
