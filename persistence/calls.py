@@ -165,7 +165,8 @@ class CallExecutor:
             self._adopted.extend((call, run, machine) for call in calls)
             self._held.update(call.idempotency_key for call in calls)
             self._leased += len(calls)
-        self._poke.set()
+        if not self._poke.is_set():  # (still set: the serving loop has yet to look; `Inline`
+            self._poke.set()  # never clears it, and each set takes the Event's condition)
 
     def _take_adopted(self) -> list[tuple[CallRecord, RunRecord | None, Machine | None]]:
         with self._lock:

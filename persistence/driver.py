@@ -332,7 +332,9 @@ class RunDriver:
             )
         self.last_step = (x.run.id, commit.status, step.snapshot)
         self.committed += 1
-        self.runtime.resting.committed(x.run, commit, version, self.runtime.clock.now(), sent=sent)
+        self.runtime.resting.committed(
+            x.run, commit, version, self.runtime.clock.now(), sent=sent, snapshot=step.snapshot
+        )
         log_effects(step.logged, x.run.id)
         self.failures.report_step(x, step, commit)
         if commit.attempt_count is not None:

@@ -16,7 +16,6 @@ import asyncio
 import contextvars
 import inspect
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -56,13 +55,32 @@ _current_key: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Conte
 Listener = Callable[[Mapping[str, Any]], None]
 
 
+class StopFlag:
+    """Whether a running call was told to stop: set by the executor's threads, read by the
+    call's (`heartbeat`, `call_stopped`). Nothing waits on it, so it is a plain attribute, not
+    a `threading.Event` (whose lock and condition each call paid for on the hot path)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        """Tell the call to stop."""
+        self._set = True
+
+    def is_set(self) -> bool:
+        """Whether the call was told to stop."""
+        return self._set
+
+
 class CallContext:
     """What a running call can tell and be told: its heartbeats (with details) and its stop."""
 
     __slots__ = ("beat_at", "details", "stopped")
 
     def __init__(self) -> None:
-        self.stopped = threading.Event()
+        self.stopped = StopFlag()
         self.beat_at = time.monotonic()
         self.details: Any = None
 

@@ -199,10 +199,12 @@ class Planner:
             or host.load.workflow_limits.get(run.workflow_name)
         ):
             return None
-        try:
-            snapshot = machine.restore(run.snapshot)
-        except Exception:
-            return None
+        snapshot = host.resting.restored(run)  # (kept by the step that left it at rest)
+        if snapshot is None:
+            try:
+                snapshot = machine.restore(run.snapshot)
+            except Exception:
+                return None
         return Leased(
             run,
             machine,
@@ -372,7 +374,7 @@ class SendPlanner:
 
 def _fire_timers(machine: Machine, step: Step, until: int, now: int) -> None:
     """Fire the step's timers due at or before `until`, in due order (at `now`)."""
-    while step.status is None and step.snapshot.status == "active":
+    while step.snapshot.timers and step.status is None and step.snapshot.status == "active":
         timer = min(
             (t for t in step.snapshot.timers if t.due_at <= until),
             key=lambda t: t.due_at,

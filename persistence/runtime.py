@@ -8,7 +8,6 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import logging
 import os
 import socket
@@ -670,12 +669,9 @@ class Runtime:
                     return existing, False, [], None
             now = self.clock.now()
             run, outbox, effects, snapshot = self._initial_run(
-                name, input, key, now, begun.traceparent, priority, lease
+                name, input, key, now, begun.traceparent, priority, lease, calls
             )
             children = self.child_runs(run.id, key, effects, now, run.traceparent)
-            count = leasable_calls(outbox)
-            if calls is not None and count:
-                run = dataclasses.replace(run, call_lease=calls.lease(count))
             record, created = self.store.create_run(
                 run, outbox, now, children=children, key_once=reuse == "use_existing"
             )
@@ -685,7 +681,7 @@ class Runtime:
                 calls.adopt(
                     leased_calls(record.id, 1, outbox, run.call_lease), record, self._latest[name]
                 )
-            self.resting.started(record, _in_step(outbox), now)
+            self.resting.started(record, _in_step(outbox), now, snapshot)
             self.telemetry.run_started(name)
             log_effects(effects, record.id)
         elif reuse == "reject_active":
@@ -718,8 +714,10 @@ class Runtime:
         traceparent: str | None,
         priority: int | None,
         lease: tuple[str, int] | None,
+        calls: CallTaker | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...], Snapshot]:
-        """`prepare_run` with the initial snapshot too."""
+        """`prepare_run` with the initial snapshot too; its first calls leased to `calls`
+        (`NewRun.call_lease`), if given and it has room."""
         machine = self._latest.get(name)
         if machine is None:
             known = ", ".join(sorted(self._latest)) or "none"
@@ -731,6 +729,7 @@ class Runtime:
         wake_at, owner = columns.wake_at, None
         if lease is not None and wake_at is not None and wake_at <= now:
             owner, wake_at = lease[0], now + lease[1]
+        count = leasable_calls(outbox) if calls is not None else 0
         run = NewRun(
             id=str(uuid.uuid4()),
             workflow_name=name,
@@ -746,6 +745,7 @@ class Runtime:
             deliveries=tuple(work.deliveries),
             limit_share=self.load.start_share(name, snapshot.context),
             search=self.search_values(name, snapshot),
+            call_lease=calls.lease(count) if calls is not None and count else None,
         )
         return run, outbox, effects, snapshot
 

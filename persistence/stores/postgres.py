@@ -742,10 +742,15 @@ class PostgresStore(SQLStore):
             return {}
         planned.sort(key=lambda p: str(p[3]["id"]))  # (one lock order for every burst)
         with self._pipelined_write(implicit=True) as conn:
-            sent_all = []
+            sent_all, hot = [], set()
             for i, plan, sql, params in planned:
-                execute(conn, LOCK_RUN, (params["id"],))
-                sent_all.append((i, plan, params, conn.execute(encoded(sql), params)))
+                execute_hot(conn, LOCK_RUN, (params["id"],))  # (never read)
+                if sql in hot:  # (each result is read after the pipeline: a cursor each)
+                    cursor = conn.execute(encoded(sql), params)
+                else:  # its adapters kept from the last step (`execute_hot`)
+                    hot.add(sql)
+                    cursor = execute_hot(conn, sql, params)
+                sent_all.append((i, plan, params, cursor))
         written: dict[int, Sent[PlanT]] = {}
         due = False
         for i, plan, params, cursor in sent_all:
