@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-import time
 from importlib.metadata import version
 from typing import Any
+
+from benchmarks.durable_rows import in_threads
 
 
 def expected(x: int) -> int:
@@ -53,25 +53,15 @@ def launch(url: str) -> tuple[Any, Any]:
 def timed_run(workflow: Any, n: int, clients: int, offset: int) -> float:
     """``n`` workflows split over ``clients`` threads; return workflows per second."""
     per_client = n // clients
-    errors: list[str] = []
 
     def client(c: int) -> None:
         base = offset + c * per_client
         for x in range(base, base + per_client):
             got = workflow(x)
             if got != expected(x):
-                errors.append(f"workflow({x}) returned {got}")
+                raise AssertionError(f"workflow({x}) returned {got}")
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - t0
-    if errors:
-        raise AssertionError(errors[:3])
-    return per_client * clients / seconds
+    return per_client * clients / in_threads(clients, client)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,6 @@ step starts a child run is written as `start` writes it.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import threading
 import time
@@ -17,42 +16,20 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.waiting_calls import WORKFLOW, waiting_machine
 from persistence.runtime import START_BATCH, Runtime
 from persistence.stores import RunNotFoundError, Store, StoreError
 from persistence.worker import Worker
-from statecharts import Machine, assign, create_machine
+from statecharts import Machine, create_machine
 
 CALL_S = 0.3
 
 
-async def slow_echo(x: int) -> int:
-    await asyncio.sleep(CALL_S)
-    return x
-
-
 def echo_machine() -> Machine:
-    """One state invoking `slow_echo`; the run's output is the call's result. An input
-    without `x` is refused by the context function."""
-    return create_machine(
-        {
-            "id": "echo",
-            "initial": "calling",
-            "context": lambda input: {"x": input["x"], "result": None},
-            "states": {
-                "calling": {
-                    "invoke": {
-                        "src": "slow_echo",
-                        "input": lambda context, event: context["x"],
-                        "onDone": {"target": "finished", "actions": "keep"},
-                    }
-                },
-                "finished": {"type": "final"},
-            },
-            "output": lambda context, event: context["result"],
-        },
-        actors={"slow_echo": slow_echo},
-        actions={"keep": assign({"result": lambda context, event: event["output"]})},
-    )
+    """One state invoking an async call of `CALL_S` that returns its input; the run's output
+    is that result. An input without `x` is refused by the context function (the waiting-calls
+    benchmark's workflow)."""
+    return waiting_machine(CALL_S)
 
 
 @pytest.fixture
@@ -78,7 +55,7 @@ def test_runs_of_several_batches_each_end_with_their_own_input(
     served: Runtime, store: Store
 ) -> None:
     n = START_BATCH * 2 + 7
-    ids = served.start_many("echo", [{"x": i} for i in range(n)])
+    ids = served.start_many(WORKFLOW, [{"x": i} for i in range(n)])
     assert len(set(ids)) == n
     wait_done(store, n)
     for i, run_id in enumerate(ids):  # in input order, each its own
@@ -90,15 +67,15 @@ def test_runs_of_several_batches_each_end_with_their_own_input(
 
 def test_an_input_the_machine_refuses_starts_nothing(served: Runtime, store: Store) -> None:
     with pytest.raises(Exception, match="'x'"):
-        served.start_many("echo", [{"x": 1}, {"y": 2}, {"x": 3}])
+        served.start_many(WORKFLOW, [{"x": 1}, {"y": 2}, {"x": 3}])
     assert store.count_runs() == {}
 
 
 def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
     runtime = Runtime(store, [echo_machine()])
-    (taken,) = runtime.start_many("echo", [{"x": 0}])
-    fresh, _, _ = runtime.prepare_run("echo", {"x": 1}, None, runtime.clock.now())
-    clash, outbox, _ = runtime.prepare_run("echo", {"x": 2}, None, runtime.clock.now())
+    (taken,) = runtime.start_many(WORKFLOW, [{"x": 0}])
+    fresh, _, _ = runtime.prepare_run(WORKFLOW, {"x": 1}, None, runtime.clock.now())
+    clash, outbox, _ = runtime.prepare_run(WORKFLOW, {"x": 2}, None, runtime.clock.now())
     again = dataclasses.replace(clash, id=taken)  # an id already taken: the insert fails
     with pytest.raises(StoreError):  # (SQLite's words differ from PostgreSQL's)
         store.create_runs([(fresh, []), (again, outbox)], runtime.clock.now())
@@ -109,7 +86,7 @@ def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
 
 def test_a_run_with_a_key_is_refused_naming_it(store: Store) -> None:
     runtime = Runtime(store, [echo_machine()])
-    run, outbox, _ = runtime.prepare_run("echo", {"x": 1}, "order-7", runtime.clock.now())
+    run, outbox, _ = runtime.prepare_run(WORKFLOW, {"x": 1}, "order-7", runtime.clock.now())
     with pytest.raises(ValueError, match="order-7"):
         store.create_runs([(run, outbox)], runtime.clock.now())
     assert store.count_runs() == {}
@@ -140,6 +117,6 @@ def test_a_run_whose_first_step_starts_a_child_run_is_started_too(store: Store) 
 
 def test_ids_are_uuids(store: Store) -> None:
     runtime = Runtime(store, [echo_machine()])
-    ids = runtime.start_many("echo", ({"x": i} for i in range(3)))  # any iterable
+    ids = runtime.start_many(WORKFLOW, ({"x": i} for i in range(3)))  # any iterable
     assert [str(uuid.UUID(run_id)) for run_id in ids] == ids
     assert {runtime.get(run_id).status for run_id in ids} == {"active"}
