@@ -36,7 +36,6 @@ from .frozen import FrozenDict
 from .inspection import Inspector
 from .logic import error_to_json
 from .machine import Machine
-from .routes import take
 from .snapshot import Snapshot
 from .waiting import wait_for
 
@@ -218,7 +217,7 @@ class Actor(ActorEffects, ActorChildren, ActorObservers):
             try:
                 previous: Any = self._snapshot  # (a running actor has one)
                 machine = self.machine
-                # the event's compiled route (``routes.take``), taken here as
+                # the event's compiled route (``routes.Routes``), taken here as
                 # ``Machine.transition`` takes it, while nothing asks for more than a route gives:
                 # no inspector (it wants the microsteps), the engine's own ``step`` (a
                 # subclass's, or a patch such as the test kit's coverage, sees every event:
@@ -237,7 +236,9 @@ class Actor(ActorEffects, ActorChildren, ActorObservers):
                     )
                 else:
                     try:
-                        result = take(previous, normalized, kind, None)
+                        result = previous.configuration.routes[kind](
+                            previous, previous.context, normalized, None, None
+                        )
                     except StatechartError as exc:
                         if self._failed(exc, previous):
                             raise

@@ -8,9 +8,11 @@ each plan's actions as data (``Op``; an assign by ``frozen.merger``, the merge t
 the new snapshot by ``msgspec.structs.replace``. Closures over these
 facts, never generated source; each is kept on its configuration (facts of the definition).
 
-``take`` is the one entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each call
-it and run the full step (``algorithm.macrostep``) when it returns None. Results are identical
-either way (``machine.plans = False`` runs the reference; the property tests compare the two).
+A configuration's ``Routes`` (kind -> composed route, compiled when first asked for) is the one
+entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each look the event's route up
+there and call it, and run the full step (``algorithm.macrostep``) when it returns None. Results
+are identical either way (``machine.plans = False`` runs the reference; the property tests
+compare the two).
 """
 
 from __future__ import annotations
@@ -54,24 +56,46 @@ Choice = tuple[Transition | None, Any, "Direct | None"]
 function (None: none), its direct plan (None: the full step takes it)."""
 
 UNKNOWN: Any = NOT_COMPILED
-"""What ``configuration.routes`` holds for an event type not looked at yet (and
-``configuration.eventless`` before it is compiled)."""
+"""What ``configuration.eventless`` holds before it is compiled."""
 
 
-def take(snapshot: Snapshot, event: FrozenDict, kind: str, trace: Trace | None) -> Result | None:
-    """``event`` (of type ``kind``) taken by its compiled route: the snapshot after it and its
-    effects, or None where the full step must take it (no route for it here, or the route's
-    choice needs the step). The route is compiled when first asked for. The caller has checked
-    that ``snapshot`` is active and that plans are on; with a ``trace`` list each microstep
-    appends ``(event, transitions)`` to it, as the full step does."""
-    configuration = snapshot.configuration
-    try:
-        route = configuration.routes[kind]  # (a subscript: cheaper than a call of ``get``)
-    except KeyError:
-        route = route_for(snapshot.machine.configurations, configuration, kind)
-    if route is None:
-        return None
-    return route(snapshot, snapshot.context, event, None, trace)  # type: ignore[no-any-return]
+def full_step(
+    snapshot: Snapshot,
+    context: FrozenDict,
+    event: FrozenDict,
+    effects: list[fx.Effect] | None,
+    trace: Trace | None,
+) -> None:
+    """What ``Routes`` holds for an event type no route takes here: the full step takes it."""
+    return None
+
+
+class Routes(dict[str, Take]):
+    """A configuration's compiled routes by event type, each composed into one function
+    (``Route.take``; ``full_step`` where events of the type take the full step), compiled
+    when first asked for (``__missing__``) and kept (facts of the definition).
+
+    The one entry of the compiled form: ``Machine.transition``, ``Machine.step`` and
+    ``Actor.send`` each take an event of type ``kind`` by
+    ``snapshot.configuration.routes[kind](snapshot, snapshot.context, event, None, trace)``
+    (a subscript and a call: no call of a function of its own per event) and run the full
+    step (``algorithm.macrostep``) where it returns None. The caller has checked that the
+    snapshot is active and that plans are on; with a ``trace`` list each microstep appends
+    ``(event, transitions)`` to it, as the full step does."""
+
+    __slots__ = ("configuration", "configurations")
+
+    def __init__(self, configurations: Configurations, configuration: Configuration) -> None:
+        super().__init__()
+        self.configurations = configurations
+        self.configuration = configuration
+
+    def __missing__(self, kind: str) -> Take:
+        route = _compile_route(self.configurations, self.configuration, kind)
+        found: Take = route.take if route is not None else full_step
+        if len(self) < PLANS_PER_CONFIGURATION:
+            self[kind] = found
+        return found
 
 
 class Route:
@@ -93,21 +117,6 @@ class Route:
     ) -> None:
         self.choices = choices
         self.take: Take = compose_route(choices, configuration, checks_retries)
-
-
-def route_for(
-    configurations: Configurations, configuration: Configuration, kind: str
-) -> Take | None:
-    """The compiled route of ``kind`` in ``configuration`` as its composed function
-    (``Route.take``, kept on the configuration), or None where events of this type take the
-    full step."""
-    found = configuration.routes.get(kind, UNKNOWN)
-    if found is UNKNOWN:
-        route = _compile_route(configurations, configuration, kind)
-        found = route.take if route is not None else None
-        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
-            configuration.routes[kind] = found
-    return found  # type: ignore[no-any-return]
 
 
 def _compile_route(
