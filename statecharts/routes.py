@@ -242,11 +242,13 @@ def compose_route(
     """``choices`` as one function: a chain in priority order, each choice testing its guard
     and, when it fails, handing over to the next; after the last the machine rests in
     ``configuration``. The first choice is the route itself, so an event whose first guard
-    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
-    the plans that must close retry records."""
+    passes costs no dispatch. An event's route (``checks_retries``: taken in
+    ``configuration``, not on the way on from another) leaves to the full step the plans that
+    must close retry records."""
     take: Take = partial(_at_rest, configuration=configuration)
+    source = configuration if checks_retries else None
     for transition, test, direct in reversed(choices):
-        take = compose_choice(transition, test, direct, take, checks_retries)
+        take = compose_choice(transition, test, direct, take, source)
     return take
 
 
@@ -255,24 +257,28 @@ def compose_choice(
     test: Any,
     direct: Direct | None,
     otherwise: Take,
-    checks_retries: bool,
+    source: Configuration | None,
 ) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
     direct plan (None: the full step): the compiled actions on the context (``Op``: each
     user action's ``RunAction``, each assign's new context by its ``frozen.merger``), then
-    the eventless route of the configuration it reaches (compiled with it), or rest there."""
-    label = _guard_label(transition)
+    the eventless route of the configuration it reaches (compiled with it), or rest there.
+    ``source`` is the configuration an event's route is taken in (None for an eventless
+    route: the snapshot it gets is the one the event came to)."""
     plan, ops = direct if direct is not None else (None, None)
     # a plan that is one assign (a counter, a value from the event): run without the loop
     single = ops[0] if ops is not None and len(ops) == 1 and ops[0][3] is not None else None
-    kind, merge = (single[0], single[3]) if single is not None else ("", None)
+    merge = single[3] if single is not None else None
+    # what an error names: the guard, the single assign
+    failed = (_guard_label(transition), f"action '{single[0]}'" if single is not None else "")
     target = plan.target if plan is not None else None
     transitions = plan.transitions if plan is not None else ()
-    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
+    checks = source is not None and plan is not None and bool(plan.exits or plan.target.has_always)
     onward: Take | None = (
         plan.target.eventless.take if plan is not None and plan.target.has_always else None
     )
-    emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
+    # an event's targetless assign: a new context and nothing else (no effects came before it)
+    stays = merge is not None and source is not None and target is source
 
     def go(
         snapshot: Snapshot,
@@ -285,7 +291,7 @@ def compose_choice(
             try:
                 passed = test(context, event)
             except Exception as exc:
-                raise ImplementationError(label, exc) from exc
+                raise ImplementationError(failed[0], exc) from exc
             if not passed:
                 return otherwise(snapshot, context, event, effects, trace)
         if ops is None or (checks and snapshot.retry_records):
@@ -298,13 +304,15 @@ def compose_choice(
             except StatechartError:
                 raise  # a value no store holds, named by its key
             except Exception as exc:
-                raise ImplementationError(f"action '{kind}'", exc) from exc
-        else:
-            if emits and effects is None:
-                effects = []
+                raise ImplementationError(failed[1], exc) from exc
+            if stays:
+                return replace(snapshot, context=context), NO_EFFECTS
+        elif ops:  # (an empty loop costs as much as a check)
             for action, params, fn, assigns in ops:
                 if assigns is None:  # a user action: run by the runtime, seeing this context
-                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
+                    if effects is None:
+                        effects = []
+                    effects.append(RunAction(action, params, context, event, fn))
                     continue
                 try:
                     context = assigns(context, event)
