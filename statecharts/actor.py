@@ -36,6 +36,7 @@ from .frozen import FrozenDict
 from .inspection import Inspector
 from .logic import error_to_json
 from .machine import Machine
+from .routes import take
 from .snapshot import Snapshot
 from .waiting import wait_for
 
@@ -217,7 +218,7 @@ class Actor(ActorEffects, ActorChildren, ActorObservers):
             try:
                 previous: Any = self._snapshot  # (a running actor has one)
                 machine = self.machine
-                # the event's compiled route (``routes.Routes``), taken here as
+                # the event's compiled route (``routes.take``), taken here as
                 # ``Machine.transition`` takes it, while nothing asks for more than a route gives:
                 # no inspector (it wants the microsteps), the engine's own ``step`` (a
                 # subclass's, or a patch such as the test kit's coverage, sees every event:
@@ -236,7 +237,7 @@ class Actor(ActorEffects, ActorChildren, ActorObservers):
                     )
                 else:
                     try:
-                        result = previous.configuration.routes[kind](
+                        result = previous.configuration.routes.get(kind, take)(
                             previous, previous.context, normalized, None, None
                         )
                     except StatechartError as exc:

@@ -9,8 +9,7 @@ identity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping
-from functools import partial
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -44,12 +43,7 @@ class Configuration:
         "value",
     )
 
-    def __init__(
-        self,
-        root: StateNode,
-        node_set: frozenset[StateNode],
-        routes: Callable[[Configuration], MutableMapping[str, Any]],
-    ) -> None:
+    def __init__(self, root: StateNode, node_set: frozenset[StateNode]) -> None:
         self.key = node_set
         self.node_set = node_set
         self.nodes: tuple[StateNode, ...] = tuple(sorted(node_set, key=_order))
@@ -65,9 +59,8 @@ class Configuration:
         # transition (or tuple of transitions) -> the plan of taking it from here
         # (filled by algorithm.plan_for)
         self.plans: dict[Any, Any] = {}
-        # event type -> its compiled route here (``routes.Routes``: compiled when first asked
-        # for), made by the table its ``Configurations`` were given
-        self.routes = routes(self)
+        # event type -> its compiled route here, or routes.full_step (filled by routes.take)
+        self.routes: dict[str, Any] = {}
         # without parallel states the active states form one chain, leaf to root, and
         # selection is "the first enabled candidate along the chain"
         self.chain: tuple[StateNode, ...] | None = None
@@ -94,19 +87,12 @@ class Configuration:
 
 
 class Configurations:
-    """The interned configurations of one machine, by node set and by persisted state value.
-    ``routes`` makes each configuration's table of compiled routes (the machine gives
-    ``routes.Routes``)."""
+    """The interned configurations of one machine, by node set and by persisted state value."""
 
     MAX_VALUES = 4096
 
-    def __init__(
-        self,
-        root: StateNode,
-        routes: Callable[[Configurations, Configuration], MutableMapping[str, Any]],
-    ) -> None:
+    def __init__(self, root: StateNode) -> None:
         self.root = root
-        self._routes = routes
         self._by_nodes: dict[frozenset[StateNode], Configuration] = {}
         self._by_value: dict[bytes, Configuration] = {}
 
@@ -114,9 +100,7 @@ class Configurations:
         """The configuration of exactly these active nodes."""
         found = self._by_nodes.get(nodes)
         if found is None:
-            found = self._by_nodes[nodes] = Configuration(
-                self.root, nodes, partial(self._routes, self)
-            )
+            found = self._by_nodes[nodes] = Configuration(self.root, nodes)
         return found
 
     def of_value(self, value: Any) -> Configuration:

@@ -3,7 +3,7 @@
 
 Every microstep runs through a plan (``algorithm.Plan``: exits, actions, entries, target
 configuration) that the algorithm computes once per configuration and transition set and keeps
-on the configuration, and an event is taken by its compiled route (``routes.Routes``) where it
+on the configuration, and an event is taken by its compiled route (``routes.take``) where it
 has one. ``machine.plans = False`` computes every plan afresh and takes no route instead;
 results are identical either way (the property tests check this).
 """
@@ -30,7 +30,7 @@ from .fingerprint import fingerprint_with
 from .frozen import EMPTY, FrozenDict, freeze
 from .guards import GuardSpec
 from .nodes import StateNode
-from .routes import Routes
+from .routes import take
 from .snapshot import Snapshot, persist, restore
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
@@ -65,7 +65,7 @@ class Machine:
         self.plans = True
         """Keep each microstep's plan on its configuration and reuse it (False: compute every
         plan afresh, the reference the property tests compare with)."""
-        self.configurations = Configurations(self.definition.root, Routes)
+        self.configurations = Configurations(self.definition.root)
         self._paths: dict[str, StateNode | None] = {}
 
     # -- identity ----------------------------------------------------------------------------
@@ -117,7 +117,7 @@ class Machine:
 
         ``now`` (epoch ms) dates the timers this step schedules; it defaults to 0.
         It is ``step(snapshot, normalize_event(event), <the clock at now>)``, taking the
-        event's compiled route (``routes.Routes``) itself: such an event costs no ``step`` call.
+        event's compiled route (``routes.take``) itself: such an event costs no ``step`` call.
         """
         # normalize_event's two fast cases first, without its call: a string seen before, an
         # event frozen already (the engine's own events, a runtime's); ``kind`` is its type
@@ -134,7 +134,7 @@ class Machine:
             and snapshot.status == "active"
             and self.plans
         ):
-            taken = snapshot.configuration.routes[kind](
+            taken = snapshot.configuration.routes.get(kind, take)(
                 snapshot, snapshot.context, normalized, None, None
             )
             return (
@@ -200,14 +200,14 @@ class Machine:
         """``transition`` with a normalized event and a clock function (for runtimes).
 
         With a ``trace`` list, each microstep appends ``(event, transitions)`` to it.
-        (``transition`` and ``Actor.send`` take the route, ``routes.Routes``, themselves.)
+        (``transition`` and ``Actor.send`` take the route, ``routes.take``, themselves.)
         """
         if snapshot.status != "active":
             return snapshot, NO_EFFECTS  # a finished machine ignores events, as in XState
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            taken: Result | None = snapshot.configuration.routes[event["type"]](
+            taken: Result | None = snapshot.configuration.routes.get(event["type"], take)(
                 snapshot, snapshot.context, event, None, trace
             )
             if taken is not None:

@@ -8,9 +8,10 @@ each plan's actions as data (``Op``; an assign by ``frozen.merger``, the merge t
 the new snapshot by ``msgspec.structs.replace``. Closures over these
 facts, never generated source; each is kept on its configuration (facts of the definition).
 
-A configuration's ``Routes`` (kind -> composed route, compiled when first asked for) is the one
-entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each look the event's route up
-there and call it, and run the full step (``algorithm.macrostep``) when it returns None. Results
+``take`` is the one entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each call
+the route kept on the configuration for the event's type, or ``take`` (which compiles and keeps
+it) where there is none yet, and run the full step (``algorithm.macrostep``) when it returns
+None. Results
 are identical either way (``machine.plans = False`` runs the reference; the property tests
 compare the two).
 """
@@ -66,36 +67,34 @@ def full_step(
     effects: list[fx.Effect] | None,
     trace: Trace | None,
 ) -> None:
-    """What ``Routes`` holds for an event type no route takes here: the full step takes it."""
+    """What ``configuration.routes`` keeps for an event type no route takes there: the full
+    step takes it."""
     return None
 
 
-class Routes(dict[str, Take]):
-    """A configuration's compiled routes by event type, each composed into one function
-    (``Route.take``; ``full_step`` where events of the type take the full step), compiled
-    when first asked for (``__missing__``) and kept (facts of the definition).
+def take(
+    snapshot: Snapshot,
+    context: FrozenDict,
+    event: FrozenDict,
+    effects: list[fx.Effect] | None,
+    trace: Trace | None,
+) -> Result | None:
+    """The one entry of the compiled form, for an event whose type has no route kept in its
+    configuration yet: the route compiled, kept (facts of the definition) and taken.
 
-    The one entry of the compiled form: ``Machine.transition``, ``Machine.step`` and
-    ``Actor.send`` each take an event of type ``kind`` by
-    ``snapshot.configuration.routes[kind](snapshot, snapshot.context, event, None, trace)``
-    (a subscript and a call: no call of a function of its own per event) and run the full
+    ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each take an event of type
+    ``kind`` by ``snapshot.configuration.routes.get(kind, take)(snapshot, snapshot.context,
+    event, None, trace)``: one lookup and one call, the kept route or this. They run the full
     step (``algorithm.macrostep``) where it returns None. The caller has checked that the
     snapshot is active and that plans are on; with a ``trace`` list each microstep appends
     ``(event, transitions)`` to it, as the full step does."""
-
-    __slots__ = ("configuration", "configurations")
-
-    def __init__(self, configurations: Configurations, configuration: Configuration) -> None:
-        super().__init__()
-        self.configurations = configurations
-        self.configuration = configuration
-
-    def __missing__(self, kind: str) -> Take:
-        route = _compile_route(self.configurations, self.configuration, kind)
-        found: Take = route.take if route is not None else full_step
-        if len(self) < PLANS_PER_CONFIGURATION:
-            self[kind] = found
-        return found
+    configuration = snapshot.configuration
+    kind = event["type"]
+    route = _compile_route(snapshot.machine.configurations, configuration, kind)
+    found: Take = route.take if route is not None else full_step
+    if len(configuration.routes) < PLANS_PER_CONFIGURATION:
+        configuration.routes[kind] = found
+    return found(snapshot, context, event, effects, trace)
 
 
 class Route:
