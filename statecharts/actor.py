@@ -237,7 +237,9 @@ class Actor(ActorEffects, ActorChildren, ActorObservers):
                     )
                 else:
                     try:
-                        result = take(previous, normalized, kind, None)
+                        result = previous.configuration.routes.get(kind, take)(
+                            previous, previous.context, normalized, None, None
+                        )
                     except StatechartError as exc:
                         if self._failed(exc, previous):
                             raise

@@ -59,7 +59,7 @@ class Configuration:
         # transition (or tuple of transitions) -> the plan of taking it from here
         # (filled by algorithm.plan_for)
         self.plans: dict[Any, Any] = {}
-        # event type -> its compiled route here, or None (filled by routes.route_for)
+        # event type -> its compiled route here, or routes.full_step (filled by routes.take)
         self.routes: dict[str, Any] = {}
         # without parallel states the active states form one chain, leaf to root, and
         # selection is "the first enabled candidate along the chain"

@@ -134,7 +134,9 @@ class Machine:
             and snapshot.status == "active"
             and self.plans
         ):
-            taken = take(snapshot, normalized, kind, None)
+            taken = snapshot.configuration.routes.get(kind, take)(
+                snapshot, snapshot.context, normalized, None, None
+            )
             return (
                 taken
                 if taken is not None
@@ -205,7 +207,9 @@ class Machine:
         if snapshot.machine is not self:
             self._check_owner(snapshot)
         if self.plans:
-            taken = take(snapshot, event, event["type"], trace)
+            taken: Result | None = snapshot.configuration.routes.get(event["type"], take)(
+                snapshot, snapshot.context, event, None, trace
+            )
             if taken is not None:
                 return taken
         return self._macrostep(snapshot, event, now, trace)

@@ -9,8 +9,11 @@ the new snapshot by ``msgspec.structs.replace``. Closures over these
 facts, never generated source; each is kept on its configuration (facts of the definition).
 
 ``take`` is the one entry: ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each call
-it and run the full step (``algorithm.macrostep``) when it returns None. Results are identical
-either way (``machine.plans = False`` runs the reference; the property tests compare the two).
+the route kept on the configuration for the event's type, or ``take`` (which compiles and keeps
+it) where there is none yet, and run the full step (``algorithm.macrostep``) when it returns
+None. Results
+are identical either way (``machine.plans = False`` runs the reference; the property tests
+compare the two).
 """
 
 from __future__ import annotations
@@ -54,24 +57,44 @@ Choice = tuple[Transition | None, Any, "Direct | None"]
 function (None: none), its direct plan (None: the full step takes it)."""
 
 UNKNOWN: Any = NOT_COMPILED
-"""What ``configuration.routes`` holds for an event type not looked at yet (and
-``configuration.eventless`` before it is compiled)."""
+"""What ``configuration.eventless`` holds before it is compiled."""
 
 
-def take(snapshot: Snapshot, event: FrozenDict, kind: str, trace: Trace | None) -> Result | None:
-    """``event`` (of type ``kind``) taken by its compiled route: the snapshot after it and its
-    effects, or None where the full step must take it (no route for it here, or the route's
-    choice needs the step). The route is compiled when first asked for. The caller has checked
-    that ``snapshot`` is active and that plans are on; with a ``trace`` list each microstep
-    appends ``(event, transitions)`` to it, as the full step does."""
+def full_step(
+    snapshot: Snapshot,
+    context: FrozenDict,
+    event: FrozenDict,
+    effects: list[fx.Effect] | None,
+    trace: Trace | None,
+) -> None:
+    """What ``configuration.routes`` keeps for an event type no route takes there: the full
+    step takes it."""
+    return None
+
+
+def take(
+    snapshot: Snapshot,
+    context: FrozenDict,
+    event: FrozenDict,
+    effects: list[fx.Effect] | None,
+    trace: Trace | None,
+) -> Result | None:
+    """The one entry of the compiled form, for an event whose type has no route kept in its
+    configuration yet: the route compiled, kept (facts of the definition) and taken.
+
+    ``Machine.transition``, ``Machine.step`` and ``Actor.send`` each take an event of type
+    ``kind`` by ``snapshot.configuration.routes.get(kind, take)(snapshot, snapshot.context,
+    event, None, trace)``: one lookup and one call, the kept route or this. They run the full
+    step (``algorithm.macrostep``) where it returns None. The caller has checked that the
+    snapshot is active and that plans are on; with a ``trace`` list each microstep appends
+    ``(event, transitions)`` to it, as the full step does."""
     configuration = snapshot.configuration
-    try:
-        route = configuration.routes[kind]  # (a subscript: cheaper than a call of ``get``)
-    except KeyError:
-        route = route_for(snapshot.machine.configurations, configuration, kind)
-    if route is None:
-        return None
-    return route(snapshot, snapshot.context, event, None, trace)  # type: ignore[no-any-return]
+    kind = event["type"]
+    route = _compile_route(snapshot.machine.configurations, configuration, kind)
+    found: Take = route.take if route is not None else full_step
+    if len(configuration.routes) < PLANS_PER_CONFIGURATION:
+        configuration.routes[kind] = found
+    return found(snapshot, context, event, effects, trace)
 
 
 class Route:
@@ -93,21 +116,6 @@ class Route:
     ) -> None:
         self.choices = choices
         self.take: Take = compose_route(choices, configuration, checks_retries)
-
-
-def route_for(
-    configurations: Configurations, configuration: Configuration, kind: str
-) -> Take | None:
-    """The compiled route of ``kind`` in ``configuration`` as its composed function
-    (``Route.take``, kept on the configuration), or None where events of this type take the
-    full step."""
-    found = configuration.routes.get(kind, UNKNOWN)
-    if found is UNKNOWN:
-        route = _compile_route(configurations, configuration, kind)
-        found = route.take if route is not None else None
-        if len(configuration.routes) < PLANS_PER_CONFIGURATION:
-            configuration.routes[kind] = found
-    return found  # type: ignore[no-any-return]
 
 
 def _compile_route(
@@ -233,11 +241,13 @@ def compose_route(
     """``choices`` as one function: a chain in priority order, each choice testing its guard
     and, when it fails, handing over to the next; after the last the machine rests in
     ``configuration``. The first choice is the route itself, so an event whose first guard
-    passes costs no dispatch. An event's route (``checks_retries``) leaves to the full step
-    the plans that must close retry records."""
+    passes costs no dispatch. An event's route (``checks_retries``: taken in
+    ``configuration``, not on the way on from another) leaves to the full step the plans that
+    must close retry records."""
     take: Take = partial(_at_rest, configuration=configuration)
+    source = configuration if checks_retries else None
     for transition, test, direct in reversed(choices):
-        take = compose_choice(transition, test, direct, take, checks_retries)
+        take = compose_choice(transition, test, direct, take, source)
     return take
 
 
@@ -246,24 +256,32 @@ def compose_choice(
     test: Any,
     direct: Direct | None,
     otherwise: Take,
-    checks_retries: bool,
+    source: Configuration | None,
 ) -> Take:
     """One choice of a route as a function: its guard (``otherwise`` when it fails), then its
     direct plan (None: the full step): the compiled actions on the context (``Op``: each
     user action's ``RunAction``, each assign's new context by its ``frozen.merger``), then
-    the eventless route of the configuration it reaches (compiled with it), or rest there."""
-    label = _guard_label(transition)
+    the eventless route of the configuration it reaches (compiled with it), or rest there.
+    ``source`` is the configuration an event's route is taken in (None for an eventless
+    route: the snapshot it gets is the one the event came to)."""
     plan, ops = direct if direct is not None else (None, None)
     # a plan that is one assign (a counter, a value from the event): run without the loop
     single = ops[0] if ops is not None and len(ops) == 1 and ops[0][3] is not None else None
-    kind, merge = (single[0], single[3]) if single is not None else ("", None)
+    merge = single[3] if single is not None else None
     target = plan.target if plan is not None else None
-    transitions = plan.transitions if plan is not None else ()
-    checks = plan is not None and checks_retries and bool(plan.exits or plan.target.has_always)
+    # what the rarer paths need, as one closure variable (each costs every call: about 27
+    # instructions by callgrind): what a trace records, what an error names
+    facts = (
+        plan.transitions if plan is not None else (),
+        _guard_label(transition),
+        f"action '{single[0]}'" if single is not None else "",
+    )
+    checks = source is not None and plan is not None and bool(plan.exits or plan.target.has_always)
     onward: Take | None = (
         plan.target.eventless.take if plan is not None and plan.target.has_always else None
     )
-    emits = ops is not None and any(op[3] is None for op in ops)  # a user action's effect
+    # an event's targetless assign: a new context and nothing else (no effects came before it)
+    stays = merge is not None and source is not None and target is source
 
     def go(
         snapshot: Snapshot,
@@ -276,26 +294,28 @@ def compose_choice(
             try:
                 passed = test(context, event)
             except Exception as exc:
-                raise ImplementationError(label, exc) from exc
+                raise ImplementationError(facts[1], exc) from exc
             if not passed:
                 return otherwise(snapshot, context, event, effects, trace)
         if ops is None or (checks and snapshot.retry_records):
             return None  # the full step (it closes the records of retried states it exits)
         if trace is not None:
-            trace.append((event, transitions))
+            trace.append((event, facts[0]))
         if merge is not None:
             try:
                 context = merge(context, event)
             except StatechartError:
                 raise  # a value no store holds, named by its key
             except Exception as exc:
-                raise ImplementationError(f"action '{kind}'", exc) from exc
-        else:
-            if emits and effects is None:
-                effects = []
+                raise ImplementationError(facts[2], exc) from exc
+            if stays:
+                return replace(snapshot, context=context), NO_EFFECTS
+        elif ops:  # (an empty loop costs as much as a check)
             for action, params, fn, assigns in ops:
                 if assigns is None:  # a user action: run by the runtime, seeing this context
-                    effects.append(RunAction(action, params, context, event, fn))  # type: ignore[union-attr]
+                    if effects is None:
+                        effects = []
+                    effects.append(RunAction(action, params, context, event, fn))
                     continue
                 try:
                     context = assigns(context, event)
