@@ -39,7 +39,11 @@ from benchmarks.engine import ours_label
 BENCHMARK = "waiting_calls"
 WORKFLOW = "waiting_call"
 CLIENTS = 4
-DATABASES = {"ours": "statecharts_bench_waiting", "dbos": "statecharts_bench_waiting_dbos"}
+DATABASES = {
+    "ours": "statecharts_bench_waiting",
+    "ours-many": "statecharts_bench_waiting_many",
+    "dbos": "statecharts_bench_waiting_dbos",
+}
 
 
 def rss_mb() -> float:
