@@ -254,3 +254,17 @@ def test_the_million_benchmark_finds_a_sequential_scan_of_the_runs_deep_in_a_pla
     claim = "WITH due AS (SELECT id FROM workflow_runs LIMIT 32 FOR UPDATE SKIP LOCKED) UPDATE"
     assert label(claim) == "claim"
     assert label("INSERT INTO workflow_inbox (run_id) SELECT id FROM workflow_runs") == "send"
+
+
+@pytest.mark.parametrize("side", ["ours", "ours-many"])
+def test_the_waiting_calls_sides_of_this_project_run_in_a_database_of_their_own(
+    side: str,
+) -> None:
+    """Each side `waiting_calls.run` measures, in its subprocess against a fresh database on
+    the bench server (every run's output checked there); DBOS's side needs the benchmark's
+    own requirements."""
+    from benchmarks import waiting_calls
+
+    row = waiting_calls.measure(side, 20, 0.05)
+    assert row.n == 20 and 0 < row.starting_s <= row.done_s
+    assert ("start_many" in row.subject) == (side == "ours-many")
