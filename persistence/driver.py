@@ -383,10 +383,7 @@ class RunDriver:
         except StoreUnavailableError:
             raise
         except Exception as exc:
-            if x.unleased:  # not ours to fail: a claim fails it under its lease
-                self._left_to_claim = True
-                return None
-            self.failures.fail(
+            self._fail_held(
                 x,
                 f"stepping raised {type(exc).__name__}: {exc}",
                 done,
@@ -427,10 +424,7 @@ class RunDriver:
             self._lost(x)
             return None
         except Exception as exc:
-            if x.unleased:  # not ours to fail: a claim fails it under its lease
-                self._left_to_claim = True
-                return None
-            self.failures.fail(
+            self._fail_held(
                 x,
                 f"the store refused its step: {exc}",
                 None,
@@ -442,6 +436,14 @@ class RunDriver:
         if version is None:
             self._lost(x)
         return version
+
+    def _fail_held(self, x: Leased, *args: Any, **kwargs: Any) -> None:
+        """Fail `x` (`Failures.fail`) when this driver holds it; a run it stepped unleased is
+        not its to fail: the claim that next takes it fails it under its lease."""
+        if x.unleased:
+            self._left_to_claim = True
+            return
+        self.failures.fail(x, *args, **kwargs)
 
     def _take(
         self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None

@@ -52,9 +52,8 @@ from statecharts.logic import from_callable
 from statecharts.machine import Machine, create_machine
 from statecharts.snapshot import Snapshot
 from statecharts.testing.graph import event_alphabet
+from statecharts.testing.harness import stateful_settings
 from statecharts.testing.hypothesis_api import (
-    HealthCheck,
-    Phase,
     RuleBasedStateMachine,
     invariant,
     precondition,
@@ -370,15 +369,7 @@ def durable_test(
 
 
 def _settings(max_examples: int, max_steps: int) -> settings:
-    return settings(
-        max_examples=max_examples,
-        stateful_step_count=max_steps,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
+    return stateful_settings(max_examples, max_steps, shrink=True)
 
 
 def assert_durable_matches(

@@ -312,18 +312,25 @@ def minimize(
     return current
 
 
-def _settings(max_examples: int, max_steps: int) -> settings:
-    # no shrink phase: ``minimize`` replays the failing run on the pure core and reports a
-    # minimal event list itself, faster than shrinking the whole stateful run
+def stateful_settings(max_examples: int, max_steps: int, *, shrink: bool) -> settings:
+    """The kit's Hypothesis settings for a stateful run of a machine: repeatable (derandomized,
+    no example database), no deadline; `shrink` adds Hypothesis's shrink phase."""
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
     return settings(
         max_examples=max_examples,
         stateful_step_count=max_steps,
         deadline=None,
         derandomize=True,
         database=None,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        phases=phases,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
+
+
+def _settings(max_examples: int, max_steps: int) -> settings:
+    # no shrink phase: ``minimize`` replays the failing run on the pure core and reports a
+    # minimal event list itself, faster than shrinking the whole stateful run
+    return stateful_settings(max_examples, max_steps, shrink=False)
 
 
 def run_machine_test(
