@@ -598,23 +598,33 @@ class Runtime:
     ) -> None:
         """Insert runs prepared by `start_many` (one transaction for those without child
         runs), then follow and count them as `begin_run` does."""
-        together: builtins.list[tuple[NewRun, Sequence[NewEffect]]] = []
-        records: builtins.list[tuple[RunRecord, builtins.list[NewEffect], tuple[Effect, ...]]] = []
+        together = []
         for run, outbox, effects in prepared:
             children = self.child_runs(run.id, None, effects, now, run.traceparent)
             if children:
                 record, _ = self.store.create_run(run, outbox, now, children=children)
-                records.append((record, outbox, effects))
+                self._started(name, record, outbox, effects, now)
             else:
-                together.append((run, outbox))
+                together.append((run, outbox, effects))
         if together:
-            written = self.store.create_runs(together, now)
-            by_id = {run.id: (outbox, effects) for run, outbox, effects in prepared}
-            records += [(record, *by_id[record.id]) for record in written]
-        for record, outbox, effects in records:
-            self.resting.started(record, _in_step(outbox), now)
-            self.telemetry.run_started(name)
-            log_effects(effects, record.id)
+            written = self.store.create_runs([(run, outbox) for run, outbox, _ in together], now)
+            for record, (_, outbox, effects) in zip(written, together, strict=True):
+                self._started(name, record, outbox, effects, now)
+
+    def _started(
+        self,
+        name: str,
+        record: RunRecord,
+        outbox: Sequence[NewEffect],
+        effects: Sequence[Effect],
+        now: int,
+        snapshot: Snapshot | None = None,
+    ) -> None:
+        """A run this runtime just inserted: followed while at rest, counted, its effects
+        logged."""
+        self.resting.started(record, _in_step(outbox), now, snapshot)
+        self.telemetry.run_started(name)
+        log_effects(effects, record.id)
 
     def start_run(
         self,
@@ -681,9 +691,7 @@ class Runtime:
                 calls.adopt(
                     leased_calls(record.id, 1, outbox, run.call_lease), record, self._latest[name]
                 )
-            self.resting.started(record, _in_step(outbox), now, snapshot)
-            self.telemetry.run_started(name)
-            log_effects(effects, record.id)
+            self._started(name, record, outbox, effects, now, snapshot)
         elif reuse == "reject_active":
             raise RunActiveError(record)
         return (record, True, outbox, snapshot) if created else (record, False, [], None)
