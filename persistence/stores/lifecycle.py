@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from persistence.stores.codec import Column
+from persistence.stores.conflicts import retried
 from persistence.stores.errors import ConflictError
 from persistence.stores.records import (
     Fork,
@@ -70,6 +71,7 @@ class SQLLifecycle(SQLRuns):
         )
         return sql, [self._t(ended_before), *([] if workflow is None else [workflow])]
 
+    @retried
     def purge_runs(
         self,
         ended_before: int,
@@ -134,6 +136,7 @@ class SQLLifecycle(SQLRuns):
         where, params = self._purgeable(ended_before, workflow)
         return int(self._read(f"SELECT count(*) {where}", params)[0][0])
 
+    @retried
     def expire_tombstones(self, now: int, limit: int = PURGE_BATCH) -> int:
         """Delete expired key tombstones, at most `limit`."""
         rows = self._write_one(
@@ -209,6 +212,7 @@ class SQLLifecycle(SQLRuns):
                 found[str(data["id"])] = (str(kind), dict(data))
         return found
 
+    @retried
     def fork_run(
         self, run: NewRun, source: str, step: int, effects: Sequence[NewEffect], now: int
     ) -> RunRecord:
@@ -238,6 +242,7 @@ class SQLLifecycle(SQLRuns):
             self.wakeup().notify()
         return record
 
+    @retried
     def reset_run(
         self,
         run_id: str,

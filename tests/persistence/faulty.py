@@ -143,6 +143,33 @@ parked = create_machine(
 """Waits for GO, then one side effect."""
 
 
+DEADLINE_MS = 2000
+"""How long a `deadline` run waits for its payment."""
+
+
+def lapse(value: Any, idempotency_key: str) -> str:
+    """The side effect of a missed deadline (a reminder, a cancelled order)."""
+    _call("lapse", idempotency_key)
+    return "lapsed"
+
+
+deadline = create_machine(
+    {
+        "id": "deadline",
+        "initial": "waiting",
+        "states": {
+            "waiting": {"after": {str(DEADLINE_MS): "lapsing"}, "on": {"PAY": "paying"}},
+            "paying": {"invoke": {"src": "record", "onDone": "paid"}},
+            "paid": {"type": "final"},
+            "lapsing": {"invoke": {"src": "lapse", "onDone": "lapsed"}},
+            "lapsed": {"type": "final"},
+        },
+    },
+    actors={"record": record, "lapse": lapse},
+)
+"""Waits `DEADLINE_MS` for PAY (then one side effect, `record`), else lapses (`lapse`)."""
+
+
 versioned = create_machine(
     {
         "id": "versioned",
@@ -373,6 +400,7 @@ long_spawner = _spawner("long_spawner", long_named_kid)
 MACHINES = [
     poison,
     parked,
+    deadline,
     versioned,
     transient,
     resumable,

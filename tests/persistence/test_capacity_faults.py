@@ -153,6 +153,43 @@ def test_the_walk_past_places_of_ended_runs_stops_at_the_queues_end(
     assert store.capacity_usage(now + 12)[0].in_flight == 1
 
 
+def test_a_dead_calls_requeued_slot_with_a_second_slot_free_is_granted_not_looped(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on the path limited calls take beside their runs: a call site limited to 2, a
+    call in flight whose worker dies. The next call to ask after its lease ran out requeues
+    the dead call's slot at the head, with both slots free and only that place waiting: it is
+    granted one and the other is reserved for the dead call, within the statement bound; the
+    dead call, claimed again, takes its reserved slot; a third run's call waits on its own row
+    while its run is not held."""
+    from statecharts.clock import SimulatedClock
+
+    _bounded(store, monkeypatch)
+    clock = SimulatedClock(1_000_000)
+    rt = Runtime(store, limited.MACHINES, limits=limited.LIMITS, clock=clock)
+    two = dict(ARGS, max_in_flight=2)
+
+    def ask(run_id: str, owner: str) -> bool:
+        (call,) = store.claim_calls(owner, clock.now(), 1000, 10, run_id=run_id)
+        key = call.idempotency_key
+        return store.acquire_capacity(
+            "two", key, run_id, owner, clock.now(), **two, call=key
+        ).granted
+
+    a, b, c = (rt.start("pair", {"name": "two", "ms": 1}) for _ in range(3))
+    assert ask(a, "o-dead")
+    clock.advance(1001)  # its executor was SIGKILLed: the call's lease ran out
+    assert ask(b, "o-b")
+    assert ask(a, "o-taker")  # (its reserved slot)
+    assert [t.outcome for t in store.call_attempts(a)] == ["lost", None]
+    assert not ask(c, "o-c")
+    assert store.capacity_usage(clock.now())[0].in_flight == 2
+    (waiting,) = store.list_calls(c)
+    assert _queued(store, "two") == [waiting.idempotency_key]
+    assert (waiting.status, waiting.waiting_for) == ("pending", "waiting for capacity: two")
+    assert store.get_run(c).waiting_for is None
+
+
 def test_a_sigkilled_call_under_a_limit_of_two_does_not_stall_the_limit_or_the_database(
     e: Env,
 ) -> None:
@@ -461,13 +498,17 @@ def test_sigkilled_workers_under_a_limit_of_two_fail_no_run_and_never_exceed_it(
     again = {i: pids for i, pids in by_run.items() if sum(p not in killed for p in pids) > 1}
     assert not again, f"a call made twice by workers never killed: {again}"
     assert e.store.capacity_usage(rt.clock.now())[0].in_flight == 0
-    claims = sorted(r.claim_count for r in runs.values())
+    # each call claimed again only after its holder died (waiting for a slot is no attempt)
+    attempts = {i: [a.outcome for a in e.store.call_attempts(i)] for i in ids}
+    odd = {i: o for i, o in attempts.items() if o[-1] != "done" or set(o[:-1]) - {"lost"}}
+    assert not odd, f"calls attempted again without a kill: {odd}"
+    tries = sorted(map(len, attempts.values()))
     retried = sum(w.text().count("rolled back by the database") for w in every)
     print(
         f"{e.kind}: {len(ids)} runs, all done, {len(killed)} kills, "
         f"{sum(map(len, by_run.values()))} calls, at most {most} in flight (limit 2), claims "
-        f"per run {claims[0]}-{claims[-1]}, {retried} transactions run again after a "
-        "deadlock or serialization failure"
+        f"per call {tries[0]}-{tries[-1]} ({sum(map(len, attempts.values())) - len(ids)} after "
+        f"a kill), {retried} transactions run again after a deadlock or serialization failure"
     )
 
 

@@ -388,6 +388,29 @@ def test_events_for_ended_runs_are_dead_letters_and_never_make_them_claimable(e:
     assert [d["event"]["type"] for d in shown["dead_letters"]] == ["LATE"]
 
 
+def test_an_event_queued_before_its_deadline_wins_when_workers_come_back_late(e: Env) -> None:
+    """Issue 47 R7: a payment queued while no worker runs (a deploy) and the run's deadline
+    passing before any worker is back: the worker applies what happened first, the payment,
+    not the overdue timer. Each run paid once, never lapsed, nothing dead-lettered, claimed
+    once (before: the overdue timer fired first and the payment was dead-lettered)."""
+    runtime = e.runtime()
+    ids = []
+    for _ in range(6):
+        ids.append(runtime.start("deadline"))
+        runtime.send(ids[-1], "PAY")  # queued at once, well before the deadline
+    late = e.store.get_run(ids[-1]).created_at + faulty.DEADLINE_MS
+    wait_until(lambda: runtime.clock.now() > late, "every deadline passed")
+    with workers(e, count=2) as fleet:
+        wait_until(settled(e.store, ids), "every run ended")
+        stop_cleanly(fleet)
+    runs = [e.store.get_run(i) for i in ids]
+    assert [(r.status, r.state) for r in runs] == [("done", "paid")] * len(ids)
+    assert [faulty.calls("record", i) for i in ids] == [1] * len(ids)
+    assert faulty.calls("lapse") == 0
+    assert [e.store.dead_letters(i) for i in ids] == [[]] * len(ids)
+    assert [r.claim_count for r in runs] == [1] * len(ids)
+
+
 # -- versions -----------------------------------------------------------------------------------
 
 

@@ -6,13 +6,16 @@ had side effects, and reset of a failed run.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -607,3 +610,76 @@ def test_a_fork_and_a_reset_carry_the_search_attributes_of_their_step(
     assert runtime.get(run_id).status == "error"
     runtime.reset(run_id, 2)  # (gold, as at step 2: the tier is as the snapshot says)
     assert {r.id for r in runtime.list(search={"tier": "gold"})} == {fork.id, run_id}
+
+
+@contextmanager
+def _a_conflict_in(
+    store: Store, monkeypatch: pytest.MonkeyPatch, method: str, n: int
+) -> Iterator[None]:
+    """The `n`-th statement of the store's `method` fails as PostgreSQL fails a deadlock's
+    victim (SQLSTATE 40P01, mapped as the store maps it): its transaction rolled back, once."""
+    from persistence.stores import StoreUnavailableError
+
+    execute, call, seen = store._exec, getattr(store, method), [-1]  # type: ignore[attr-defined]
+
+    def conflicting(*args: Any) -> Any:
+        if seen[0] >= 0:  # inside `method`
+            seen[0] += 1
+            if seen[0] == n:
+                try:
+                    raise psycopg.errors.DeadlockDetected("deadlock detected")
+                except psycopg.Error as exc:
+                    raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        return execute(*args)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen[0] = 0
+        return call(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_exec", conflicting)
+        patched.setattr(store, method, counted)
+        yield
+    assert seen[0] > n, f"{method}: its conflict not met"  # (met, then run again)
+
+
+def test_a_purge_fork_reset_and_key_expiry_picked_as_deadlock_victims_are_run_again(
+    runtime: Runtime,
+    store: Store,
+    clock: SimulatedClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 47: every store call that writes is run again when the database rolls it back
+    to resolve a conflict, the operator's lifecycle writes too (a purge meeting a worker, a
+    fork or reset meeting a step): each written once, as without the conflict, not raised."""
+    caplog.set_level(logging.WARNING, "statecharts.store")
+    original = _packing(runtime, key="order-1")
+    with _a_conflict_in(store, monkeypatch, "fork_run", 2):
+        fork = runtime.fork(original, runtime.get(original).version)
+    assert sorted(r.id for r in runtime.list(name="lc_order")) == sorted([original, fork.id])
+    assert runtime.forked_from(fork.id) is not None
+    BUG["pack"] = True
+    runtime.send(original, "PACK")
+    _idle(runtime)
+    assert runtime.get(original).status == "error"
+    BUG["pack"] = False
+    shipped = next(e.step for e in store.list_events(original) if e.state_after == "shipping")
+    with _a_conflict_in(store, monkeypatch, "reset_run", 2):
+        reset = runtime.reset(original, shipped)
+    assert (reset.status, reset.state) == ("active", "shipping")
+    resets = [e for e in store.list_events(original) if e.event.get("type") == "statecharts.reset"]
+    assert len(resets) == 1
+    _idle(runtime)
+    runtime.send(original, "PACK")
+    runtime.cancel(fork.id)
+    clock.advance(2 * HOUR)
+    with _a_conflict_in(store, monkeypatch, "purge_runs", 2):
+        report = runtime.purge("1h")
+    assert sorted(r.id for r in report.runs) == sorted([original, fork.id])
+    _gone(store, original)
+    clock.advance(8 * 24 * HOUR)
+    with _a_conflict_in(store, monkeypatch, "expire_tombstones", 1):
+        assert store.expire_tombstones(clock.now()) == 1
+    assert runtime.start("lc_order", key="order-1") != original
+    assert caplog.text.count("SQLSTATE 40P01") == 4
