@@ -5,7 +5,8 @@ STATECHARTS_CRASH_RUNS=N any count). Afterwards every run must be done, every ou
 once, every charge made once (the payments API dedups on the idempotency key), no effect executed
 with a key the database does not know (which a double step would produce), and no two processes
 inside one run's effects at the same time. PostgreSQL is tried directly and through a real
-PgBouncer in transaction mode (the workers' wake-ups on a direct `listen_dsn`).
+PgBouncer in transaction mode (the workers' wake-ups on a direct `listen_dsn`) and in session
+mode (their `LISTEN` through the pooler).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ import pytest
 from persistence.runtime import Runtime
 from persistence.stores import Store, open_store
 from persistence.stores.rules import call_key
-from tests.persistence.conftest import CITUS_KINDS, kill_and_replace, stop_workers, store_url
+from tests.persistence.conftest import (
+    CITUS_KINDS,
+    POOLED_KINDS,
+    kill_and_replace,
+    stop_workers,
+    store_url,
+)
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +54,11 @@ LEASE_MS_CITUS = 5000  # (each statement crosses the coordinator and a worker no
 DEADLINE_S = 900 if SOAK else 240
 
 
-@pytest.fixture(params=["sqlite", "postgres", "pgbouncer-transaction", *CITUS_KINDS])
+@pytest.fixture(params=["sqlite", "postgres", *POOLED_KINDS, *CITUS_KINDS])
 def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """`conftest.crash_url`, and PostgreSQL behind PgBouncer in transaction mode."""
+    """`conftest.crash_url`, and PostgreSQL behind PgBouncer in both pool modes."""
     url = store_url(request.param, request, tmp_path)
-    if request.param.startswith("pgbouncer"):
+    if request.param == "pgbouncer-transaction":
         url += "&listen_dsn=" + quote(request.getfixturevalue("pg_dsn"), safe="")
     return url
 

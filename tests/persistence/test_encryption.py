@@ -37,6 +37,7 @@ from persistence.stores.sqlite import SQLiteStore
 from persistence.ui.app import create_app
 from statecharts import SimulatedClock
 from tests.persistence.conftest import stop_workers, wait_for
+from tests.persistence.lifecycle_workflows import tally
 from tests.persistence.secret_workflows import SECRET, vault
 
 KEY1 = bytes(range(32))
@@ -207,6 +208,23 @@ def test_without_keys_the_same_run_leaves_the_secret_in_every_payload_column(
     text = database.dump()
     assert _sealed_by(text, "k1") == 0
     assert text.count(SECRET) >= 10  # (so the scan above looks where the secret would be)
+
+
+def test_search_attributes_stay_queryable_in_clear_while_the_context_is_sealed(
+    database: Database, clock: SimulatedClock
+) -> None:
+    """A workflow's search attributes are indexed as text (docs: "What stays in clear"), so
+    `--where` finds the run under encryption; the rest of its context stays sealed."""
+    runtime = Runtime(database.open(), [tally], clock=clock, codec=KeyRing(K1))
+    run_id = runtime.start("tally", {"customer": "cust-4711", "region": SECRET})
+    runtime.send(run_id, {"type": "MOVE", "region": "eu-west"})  # a step rewrites it
+    assert [r.id for r in runtime.list(search={"customer": "cust-4711", "region": "eu-west"})] == [
+        run_id
+    ]
+    text = database.dump()
+    assert "cust-4711" in text and "eu-west" in text  # the indexed values, in clear
+    assert SECRET not in text  # the value it had before the step: only in sealed payloads
+    assert _sealed_by(text, "k1") >= 2  # the snapshot, the journal's event and snapshot
 
 
 def test_rotation_old_rows_read_reencrypt_moves_them_and_the_old_key_can_go(

@@ -150,6 +150,7 @@ def test_cancel_other_cancels_the_running_run_and_fires(store_factory: StoreFact
         ("allow_all", ["09:00", "13:00", "14:00", "15:00"], []),
         ("skip", ["09:00", "13:00"], [("14:00", "15:00", 2, "13:00")]),
         ("buffer_one", ["09:00", "13:00"], [("15:00", "15:00", 1, ALREADY_BUFFERED)]),
+        ("cancel_other", ["09:00", "13:00", "14:00", "15:00"], []),
     ],
 )
 def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
@@ -173,6 +174,12 @@ def test_a_catch_up_after_an_outage_fires_the_window_and_records_the_rest(
     assert skips(record) == expected
     assert record.skipped_count == sum(count for _, _, count, _ in expected)
     assert t.tick("15:40") == []  # every slot up to now is decided: none fires twice
+    if overlap == "cancel_other":  # each slot taken in order cancelled the one before it
+        assert [t.status(h) for h in ("13:00", "14:00", "15:00")] == [
+            "cancelled",
+            "cancelled",
+            "active",
+        ]
     if overlap == "buffer_one":
         assert record.buffered_at == at("14:00")
         t.approve("13:00")
