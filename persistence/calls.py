@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -458,25 +458,28 @@ class CallExecutor:
         finally:
             batch, self._batch = self._batch, None
             if batch:
-                self._finish_batch(batch)
+                self._finish_batch(batch, {r.call.run_id: r.run for r, _, _ in ended})
         for running, _, _ in ended:  # (their ends recorded: their slots go back)
             self._give_back(running)
 
-    def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
+    def _finish_batch(
+        self, batch: list[tuple[CallFinish, str, dict[str, Any]]], runs: Mapping[str, RunRecord]
+    ) -> None:
         """Record a burst of ends, each with the step that applies its result where its run
-        is at rest (`RunDriver.finish_calls`), up to `FINISH_BATCH` per transaction and one
-        end per run in each; a transaction the store refuses is recorded one end at a time."""
+        is at rest (`RunDriver.finish_calls`, handed `runs`: each call's run as read when it
+        was taken), up to `FINISH_BATCH` per transaction and one end per run in each; a
+        transaction the store refuses is recorded one end at a time."""
         while batch:
             part: list[tuple[CallFinish, str, dict[str, Any]]] = []
             later: list[tuple[CallFinish, str, dict[str, Any]]] = []
-            runs: set[str] = set()
+            seen: set[str] = set()
             for end in batch:
-                fits = end[1] not in runs and len(part) < FINISH_BATCH
+                fits = end[1] not in seen and len(part) < FINISH_BATCH
                 (part if fits else later).append(end)
-                runs.add(end[1])
+                seen.add(end[1])
             batch = later
             try:
-                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now())
+                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now(), runs)
             except StoreUnavailableError:
                 raise
             except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
