@@ -25,10 +25,11 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from persistence import outbox
@@ -250,15 +251,17 @@ class CallExecutor:
                         self._leased += len(claimed)
                         self._held.update(call.idempotency_key for call in claimed)
                     ready += self._with_runs(claimed)
+                starting: list[_Running] = []
                 for call, run, machine in ready:
                     if self._was_lost(call):
                         continue
                     running = self._begin(call, run, machine)
                     if running is not None and self._placed_or_left(running):
-                        self._launch(running)
+                        starting.append(running)
                     else:
                         with self._lock:
                             self._held.discard(call.idempotency_key)
+                self._launch(starting)
                 self._watch()
                 if not ready:
                     self._wait(wakeup, seen)
@@ -404,23 +407,31 @@ class CallExecutor:
         log.info("call %s (%s): taken over before it started here", key, call.call_id)
         return True
 
-    def _launch(self, running: _Running) -> None:
-        """Start `running` on the loop (a coroutine function) or the thread pool."""
-        with self._lock:
-            self._running[running.call.idempotency_key] = running
-            self._held.discard(running.call.idempotency_key)
-            self._lost.discard(running.call.idempotency_key)  # (now stopped as it runs)
-        fn = running.plan.fn
-        if inspect.iscoroutinefunction(fn):
-            running.task = asyncio.run_coroutine_threadsafe(
-                _arun(running, self._observed(running)), self._event_loop()
-            )
-            running.task.add_done_callback(lambda f: self._done(running, f))
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
-        running.future = self._pool.submit(_in_thread, running, self._observed(running))
-        running.future.add_done_callback(lambda f: self._done(running, f))
+    def _launch(self, starting: Sequence[_Running]) -> None:
+        """Start each of `starting`: a coroutine function's on the loop, all of them handed to
+        it at once (`_start_tasks`: one wake-up of the loop's thread for a burst of calls, not
+        one each), a plain function's on the thread pool."""
+        coroutines: list[tuple[Coroutine[Any, Any, Any], Future[Any]]] = []
+        for running in starting:
+            key = running.call.idempotency_key
+            with self._lock:
+                self._running[key] = running
+                self._held.discard(key)
+                self._lost.discard(key)  # (now stopped as it runs)
+            done: Future[Any]
+            if inspect.iscoroutinefunction(running.plan.fn):
+                done = running.task = Future()
+                coroutines.append((_arun(running, self._observed(running)), done))
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
+                done = running.future = self._pool.submit(
+                    _in_thread, running, self._observed(running)
+                )
+            done.add_done_callback(partial(self._done, running))
+        if coroutines:
+            loop = self._event_loop()
+            loop.call_soon_threadsafe(_start_tasks, loop, coroutines)
 
     def _observed(self, running: _Running) -> AbstractContextManager[Outcome]:
         """Around an attempt, in the thread or task that runs it: its effect span (the run's
@@ -458,25 +469,28 @@ class CallExecutor:
         finally:
             batch, self._batch = self._batch, None
             if batch:
-                self._finish_batch(batch)
+                self._finish_batch(batch, {r.call.run_id: r.run for r, _, _ in ended})
         for running, _, _ in ended:  # (their ends recorded: their slots go back)
             self._give_back(running)
 
-    def _finish_batch(self, batch: list[tuple[CallFinish, str, dict[str, Any]]]) -> None:
+    def _finish_batch(
+        self, batch: list[tuple[CallFinish, str, dict[str, Any]]], runs: Mapping[str, RunRecord]
+    ) -> None:
         """Record a burst of ends, each with the step that applies its result where its run
-        is at rest (`RunDriver.finish_calls`), up to `FINISH_BATCH` per transaction and one
-        end per run in each; a transaction the store refuses is recorded one end at a time."""
+        is at rest (`RunDriver.finish_calls`, handed `runs`: each call's run as read when it
+        was taken), up to `FINISH_BATCH` per transaction and one end per run in each; a
+        transaction the store refuses is recorded one end at a time."""
         while batch:
             part: list[tuple[CallFinish, str, dict[str, Any]]] = []
             later: list[tuple[CallFinish, str, dict[str, Any]]] = []
-            runs: set[str] = set()
+            seen: set[str] = set()
             for end in batch:
-                fits = end[1] not in runs and len(part) < FINISH_BATCH
+                fits = end[1] not in seen and len(part) < FINISH_BATCH
                 (part if fits else later).append(end)
-                runs.add(end[1])
+                seen.add(end[1])
             batch = later
             try:
-                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now())
+                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now(), runs)
             except StoreUnavailableError:
                 raise
             except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
@@ -734,6 +748,43 @@ class CallExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def _start_tasks(
+    loop: asyncio.AbstractEventLoop,
+    coroutines: Sequence[tuple[Coroutine[Any, Any, Any], Future[Any]]],
+) -> None:
+    """(on `loop`) Run each coroutine as a task whose end settles its future, as
+    `asyncio.run_coroutine_threadsafe` does for one: the future cancelled (the call stopped)
+    cancels the task, and one cancelled before its task started never runs it."""
+    for coroutine, future in coroutines:
+        if future.cancelled():
+            coroutine.close()
+            continue
+        task = loop.create_task(coroutine)
+        task.add_done_callback(partial(_settle_future, future))
+        future.add_done_callback(partial(_cancel_task, loop, task))
+
+
+def _cancel_task(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], future: Future[Any]
+) -> None:
+    """(in any thread) A call's future ended: if cancelled, its task is cancelled too."""
+    if future.cancelled():
+        loop.call_soon_threadsafe(task.cancel)
+
+
+def _settle_future(future: Future[Any], task: asyncio.Task[Any]) -> None:
+    """(on the loop) A call's task ended: its future takes its outcome (unless cancelled)."""
+    if task.cancelled():
+        future.cancel()
+    if not future.set_running_or_notify_cancel():
+        return
+    error = task.exception()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(task.result())
 
 
 def _run(plan: CallPlan) -> Any:

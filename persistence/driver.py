@@ -244,14 +244,26 @@ class RunDriver:
         return sent.inbox_id
 
     def finish_calls(
-        self, ends: Sequence[tuple[CallFinish, str, dict[str, Any]]], now: int
+        self,
+        ends: Sequence[tuple[CallFinish, str, dict[str, Any]]],
+        now: int,
+        read: Mapping[str, RunRecord] | None = None,
     ) -> list[int]:
         """`send` with its `finish` for each of a burst of call ends (at most one per run), all
         written in one transaction (`Store.finish_calls`): each run at rest stepped by it, as
-        `send` steps one; the inbox ids (0: a result dropped)."""
+        `send` steps one; the inbox ids (0: a result dropped). Each run's step is first tried
+        from its row as this process left it at rest (`Runtime.resting`) or, when it follows
+        no such row (a run started by another process, or one of more runs than it follows),
+        as `read` holds it (the executor read it when it took the call), the later of the two
+        if both: a guess the store checks either way (a stale one costs the locked read,
+        never a wrong write)."""
         cancelled: list[str] = []
-        resting = self.runtime.resting
-        rests = {run_id: rest for _, run_id, _ in ends if (rest := resting.get(run_id)) is not None}
+        resting, read = self.runtime.resting, read or {}
+        rests: dict[str, RunRecord] = {}
+        for _, run_id, _ in ends:
+            known = [r for r in (resting.get(run_id), read.get(run_id)) if r is not None]
+            if known:
+                rests[run_id] = max(known, key=lambda r: r.version)
         sent = self.runtime.store.finish_calls(ends, now, self._send_planner, cancelled, rests)
         self.telemetry.runs_cancelled(cancelled)
         for (_, run_id, _), one in zip(ends, sent, strict=True):

@@ -50,11 +50,13 @@ from persistence.stores.postgres_statements import (
     CREATE_RUN_WITH_CALLS,
     LEASED_WORK,
     LOCK_RUN,
+    LOCK_RUNS,
     PROCESS,
     PROGRESS,
     READ_WORK,
     RENEW_CALLS,
     VERSION_PAIRS,
+    finish_burst_statement,
     from_rest_statement,
     has_extras,
     heartbeat_sql,
@@ -63,8 +65,16 @@ from persistence.stores.postgres_statements import (
     psycopg_style,
     seal_rows,
     steps_statement,
+    wakes_now,
 )
-from persistence.stores.postgres_values import canonical_id, json_param, to_ms, to_ts, uuid_text
+from persistence.stores.postgres_values import (
+    canonical_id,
+    json_param,
+    to_ms,
+    to_ts,
+    uuid_array,
+    uuid_text,
+)
 from persistence.stores.records import (
     ACTIVE,
     CallFinish,
@@ -681,16 +691,16 @@ class PostgresStore(SQLStore):
         rests: Mapping[str, RunRecord] | None = None,
     ) -> list[Sent[PlanT]]:
         """`SQLStore.finish_calls`; first every end whose run is in `rests` as its step from
-        rest (`_steps_from_rest`), all of them pipelined in one transaction: one round trip
-        and one commit for the burst; the ends whose steps were not written (the run moved
-        on, or none was tried) then as `SQLStore.finish_calls` writes them."""
+        rest, all of them in one transaction of two statements (`_finish_burst_from_rest`):
+        one round trip and one commit for the burst; the ends whose steps were not written
+        (the run moved on, or none was tried) then as `SQLStore.finish_calls` writes them."""
         known = rests or {}
         tried = [
             (i, known[run_id], event, None, finish)
             for i, (finish, run_id, event) in enumerate(ends)
             if run_id in known and uuid_text(known[run_id].id) == uuid_text(run_id)
         ]
-        written = self._steps_from_rest(tried, now, planner)
+        written = self._finish_burst_from_rest(tried, now, planner)
         left = [end for i, end in enumerate(ends) if i not in written]
         others = iter(super().finish_calls(left, now, planner, cancelled) if left else [])
         return [written[i] if i in written else next(others) for i in range(len(ends))]
@@ -722,22 +732,10 @@ class PostgresStore(SQLStore):
         once it is let go). Not tried: no step, or one with child runs or deliveries (those
         are written by statements that need the run's write to have matched). The written
         ones by their index."""
-        planned: list[tuple[int, PlanT, str, dict[str, Any]]] = []
-        for i, rest, event, traceparent, finish in sends:
-            sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
-            plan = planner.plan(rest, PendingWork([], [sent]))
-            commit = None if plan is None else plan.commit
-            if (
-                plan is None
-                or commit is None
-                or not (commit.unleased and commit.release)
-                or commit.effect_outcomes
-                or has_extras(commit)
-            ):
-                continue
-            check_status(commit.status)
-            statement = from_rest_statement(commit, rest, now, self._ring, finish)
-            planned.append((i, plan, *statement))
+        planned = [
+            (i, plan, *from_rest_statement(plan.commit, rest, now, self._ring, finish))
+            for i, plan, rest, finish in self._planned_from_rest(sends, now, planner)
+        ]
         if not planned:
             return {}
         planned.sort(key=lambda p: str(p[3]["id"]))  # (one lock order for every burst)
@@ -759,6 +757,64 @@ class PostgresStore(SQLStore):
                 _, version, inbox_id = rows[0][:3]
                 written[i] = Sent(int(inbox_id), int(version), plan)
                 due = due or bool(params["due"])
+        if due:
+            self.wakeup().notify()
+        return written
+
+    def _planned_from_rest(
+        self, sends: Sequence[_FromRest], now: int, planner: StepPlanner[PlanT]
+    ) -> list[tuple[int, PlanT, RunRecord, CallFinish | None]]:
+        """Each sent event's step planned from its run's `rest`, those a statement from rest
+        can write: an unleased step that releases the run, executed nothing and has no child
+        runs or deliveries (those are written by statements that need the run's write to have
+        matched). With their indexes, rows of rest and call ends."""
+        planned: list[tuple[int, PlanT, RunRecord, CallFinish | None]] = []
+        for i, rest, event, traceparent, finish in sends:
+            sent = InboxEvent(0, rest.id, dict(event), now, traceparent)
+            plan = planner.plan(rest, PendingWork([], [sent]))
+            commit = None if plan is None else plan.commit
+            if (
+                plan is None
+                or commit is None
+                or not (commit.unleased and commit.release)
+                or commit.effect_outcomes
+                or has_extras(commit)
+            ):
+                continue
+            check_status(commit.status)
+            planned.append((i, plan, rest, finish))
+        return planned
+
+    def _finish_burst_from_rest(
+        self, sends: Sequence[_FromRest], now: int, planner: StepPlanner[PlanT]
+    ) -> dict[int, Sent[PlanT]]:
+        """`_steps_from_rest` for a burst of call ends (each send with its `finish`), in two
+        statements however many: the runs' rows locked (in one lock order, by a statement of
+        their own for the reason `_steps_from_rest` gives), then every step with its call's
+        end in one statement (`finish_burst_statement`), each run written only under its own
+        fence; BEGIN-less, pipelined, committed by the pipeline's Sync. The written ones by
+        their index."""
+        planned = [
+            (i, plan, rest, finish)
+            for i, plan, rest, finish in self._planned_from_rest(sends, now, planner)
+            if finish is not None
+        ]
+        if not planned:
+            return {}
+        steps = [(plan.commit, rest, finish) for _, plan, rest, finish in planned]
+        sql, params = finish_burst_statement(steps, now, self._ring)
+        ids = sorted(uuid_text(rest.id) for _, _, rest, _ in planned)
+        with self._pipelined_write(implicit=True) as conn:
+            execute_hot(conn, LOCK_RUNS, (uuid_array(ids),))  # (never read)
+            cursor = execute_hot(conn, sql, params)
+        rows = {row[0]: row for row in cursor.fetchall()}
+        written: dict[int, Sent[PlanT]] = {}
+        due = False
+        for i, plan, rest, _ in planned:
+            row = rows.get(uuid_text(rest.id))
+            if row is not None:
+                written[i] = Sent(int(row[2]), int(row[1]), plan)
+                due = due or wakes_now(plan.commit, now)
         if due:
             self.wakeup().notify()
         return written

@@ -603,8 +603,8 @@ class Calls(Protocol):
         """`send_and_step` with its `finish` for each (call end, run id, result event) of a
         burst of ends, all in one transaction (at most one end per run): per end, what its send
         did (version None: queued for a worker; `Sent(0)`: dropped, its holder no longer held
-        the call). `rests`: runs as this process last committed them, by id (`send_and_step`'s
-        `rest`)."""
+        the call). `rests`: runs as this process last committed or read them, by id
+        (`send_and_step`'s `rest`: only a guess, checked as that is)."""
         ...
 
     def list_calls(self, run_id: str) -> list[CallRecord]:

@@ -401,3 +401,43 @@ def test_a_burst_of_call_ends_is_recorded_together_and_each_result_applied_once(
         assert runtime.store.dead_letters(run_id) == []
     ended_at = [runtime.store.list_calls(i)[0].updated_at for i in ids[1:]]
     assert max(ended_at.count(t) for t in ended_at) > 1, "no two ends were recorded together"
+
+
+def test_a_coroutine_call_stopped_while_it_waits_is_cancelled(worker_of: Any) -> None:
+    """Leaving the invoking state stops its coroutine call: the executor learns it at its next
+    lease renewal and cancels the coroutine's task (`CancelledError` at its `await`), long
+    before the call would have ended; its result is never applied."""
+    seen: list[str] = []
+
+    async def wait_long(_input: Any) -> str:
+        seen.append("started")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "late"
+
+    machine = create_machine(
+        {
+            "id": "stopping",
+            "initial": "calling",
+            "states": {
+                "calling": {
+                    "invoke": {"src": "wait_long", "onDone": "done"},
+                    "on": {"LEAVE": "left"},
+                },
+                "left": {},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"wait_long": wait_long},
+    )
+    runtime = worker_of(machine)
+    run_id = runtime.start("stopping")
+    wait_for(lambda: seen == ["started"], 10)
+    runtime.send(run_id, "LEAVE")
+    wait_for(lambda: seen == ["started", "cancelled"], 10)
+    run = runtime.store.get_run(run_id)
+    assert (run.status, run.state) == ("active", "left")
+    assert [a.outcome for a in runtime.store.call_attempts(run_id)] == ["stopped"]
