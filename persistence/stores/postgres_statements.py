@@ -414,10 +414,7 @@ WITH run AS ("""
         wake_at = {_at("wake")}
     WHERE r.id = %(id)s AND {UNLEASED_FENCE.format(r="r.", expected="%(expected)s::bigint")}
       AND r.snapshot = coalesce(%(was)s, r.snapshot)
-      AND r.workflow_version = %(was_version)s
-      AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
-      AND NOT EXISTS (SELECT 1 FROM workflow_effects e
-                      WHERE e.run_id = r.id AND e.status = 'pending')
+      AND r.workflow_version = %(was_version)s AND statecharts_still_at_rest(r.id)
     RETURNING r.id, r.version, r.snapshot, {TOLD}
 )"""
 )
@@ -438,15 +435,11 @@ _FINISH_FROM_REST_RUN = (
         """
 WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
-      AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
+      AND attempt = %(call_attempt)s::integer AND status = 'running'
+      AND statecharts_still_at_rest(%(id)s::uuid) FOR UPDATE
 ), run AS (""",
         1,
-    ).replace(
-        f"    RETURNING r.id, r.version, r.snapshot, {TOLD}\n)",
-        f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING "
-        f"r.id, r.version, r.snapshot, {TOLD}\n)",
-        1,
-    )
+    ).replace(" AND statecharts_still_at_rest(r.id)", " AND EXISTS (SELECT 1 FROM held)", 1)
     + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
@@ -461,7 +454,9 @@ WITH held AS (
 )
 """`_FROM_REST_RUN` for the step that applies a call's result (`send_and_step`'s `finish`),
 written with the call's end only while its holder still holds it (the call's row locked):
-one round trip for a call's end and the step it feeds."""
+one round trip for a call's end and the step it feeds. The run is locked and checked at rest
+before the call's row is locked (the function is in the call's scan, under its lock): the one
+lock order, run then call, of every writer."""
 
 
 _FROM_REST_RESULT = (
