@@ -489,9 +489,6 @@ SELECT idempotency_key FROM mine
 (as last committed), each renewed unless another transaction holds its row."""
 
 
-LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
-
-
 STEPS_PARTS = {
     "outcomes": f""", outcomes AS (
     UPDATE workflow_effects e SET status = o.s, result = o.r, error = o.e, updated_at = {_NOW}
