@@ -15,9 +15,9 @@ methods on the path, each timed without the phases it calls:
   parsing the reply), and `rest` (the driver's loop, telemetry of steps, `begin_run` itself);
 * statements and round trips per workflow (`psycopg.Cursor.execute` calls, which
   `Connection.execute` makes too: the store runs its hot statements on a cursor it keeps; each
-  is one round trip and, in autocommit, one transaction, except those sent in pipeline mode:
-  a call's end with its step, from rest, is BEGIN, a row lock, one statement and COMMIT in one
-  round trip).
+  is one round trip and, in autocommit, one transaction, except those sent in pipeline mode
+  (a burst of call ends' steps from rest: one round trip, one transaction); a single call's
+  end with its step, from rest, is one statement).
 
 Run: ``python -m benchmarks.inline_profile [URL] [--n 1000]`` (default: the bench DSN in a
 schema of its own, dropped afterwards). Compare two versions by running each in turn.

@@ -49,7 +49,6 @@ from persistence.stores.postgres_statements import (
     CREATE_RUN,
     CREATE_RUN_WITH_CALLS,
     LEASED_WORK,
-    LOCK_RUN,
     LOCK_RUNS,
     PROCESS,
     PROGRESS,
@@ -724,35 +723,30 @@ class PostgresStore(SQLStore):
         self, sends: Sequence[_FromRest], now: int, planner: StepPlanner[PlanT]
     ) -> dict[int, Sent[PlanT]]:
         """Each sent event's step planned from its run's `rest`, written only if the run is
-        still at rest at that version (`_FROM_REST_RUN`), all in one round trip: BEGIN, per
-        run the row lock and the step's statement (in one lock order), and COMMIT pipelined.
-        The row is locked by a statement of its own, so that the step's statement takes its
-        snapshot after the lock: it then sees the event that a sender holding the row before
-        it queued (in one statement, a row another transaction only locked is not re-checked
-        once it is let go). Not tried: no step, or one with child runs or deliveries (those
-        are written by statements that need the run's write to have matched). The written
-        ones by their index."""
+        still at rest at that version (`_FROM_REST_RUN`), all in one round trip: one step is
+        one statement in autocommit, a burst's are pipelined as one transaction. Each locks
+        its run's row before it checks that nothing is queued or pending for it
+        (`statecharts_still_at_rest`, schema 15), with a snapshot taken after the lock: it
+        then sees the event that a sender holding the row before it queued (the statement's
+        own snapshot, taken before it waited, would not: a row another transaction only
+        locked is not re-checked once it is let go). Not tried: no step, or one with child
+        runs or deliveries (those are written by statements that need the run's write to
+        have matched). The written ones by their index."""
         planned = [
             (i, plan, *from_rest_statement(plan.commit, rest, now, self._ring, finish))
             for i, plan, rest, finish in self._planned_from_rest(sends, now, planner)
         ]
         if not planned:
             return {}
-        planned.sort(key=lambda p: str(p[3]["id"]))  # (one lock order for every burst)
-        with self._pipelined_write(implicit=True) as conn:
-            sent_all, hot = [], set()
-            for i, plan, sql, params in planned:
-                execute_hot(conn, LOCK_RUN, (params["id"],))  # (never read)
-                if sql in hot:  # (each result is read after the pipeline: a cursor each)
-                    cursor = conn.execute(encoded(sql), params)
-                else:  # its adapters kept from the last step (`execute_hot`)
-                    hot.add(sql)
-                    cursor = execute_hot(conn, sql, params)
-                sent_all.append((i, plan, params, cursor))
+        if len(planned) == 1:  # (one statement in autocommit: no pipeline to enter and sync)
+            with self._statement_write() as conn:
+                i, plan, sql, params = planned[0]
+                sent_all = [(i, plan, params, execute_hot(conn, sql, params).fetchall())]
+        else:
+            sent_all = self._pipelined_from_rest(planned)
         written: dict[int, Sent[PlanT]] = {}
         due = False
-        for i, plan, params, cursor in sent_all:
-            rows = cursor.fetchall()
+        for i, plan, params, rows in sent_all:
             if rows:
                 _, version, inbox_id = rows[0][:3]
                 written[i] = Sent(int(inbox_id), int(version), plan)
@@ -818,6 +812,24 @@ class PostgresStore(SQLStore):
         if due:
             self.wakeup().notify()
         return written
+
+    def _pipelined_from_rest(
+        self, planned: list[tuple[int, PlanT, str, dict[str, Any]]]
+    ) -> list[tuple[int, PlanT, dict[str, Any], list[Any]]]:
+        """A burst's steps from rest pipelined as one transaction (the protocol's implicit
+        one, committed by the pipeline's Sync: no BEGIN or COMMIT), in one lock order (each
+        statement locks its run: `statecharts_still_at_rest`); each with its result's rows."""
+        planned = sorted(planned, key=lambda p: str(p[3]["id"]))
+        with self._pipelined_write(implicit=True) as conn:
+            sent_all, hot = [], set()
+            for i, plan, sql, params in planned:
+                if sql in hot:  # (each result is read after the pipeline: a cursor each)
+                    cursor = conn.execute(encoded(sql), params)
+                else:  # its adapters kept from the last step (`execute_hot`)
+                    hot.add(sql)
+                    cursor = execute_hot(conn, sql, params)
+                sent_all.append((i, plan, params, cursor))
+        return [(i, plan, params, cursor.fetchall()) for i, plan, params, cursor in sent_all]
 
     def _renew_calls_in(
         self, conn: Any, owner: str, sealed: Mapping[str, Any], ts: Any, expires: Any

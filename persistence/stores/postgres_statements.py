@@ -420,10 +420,7 @@ WITH run AS ("""
         wake_at = {_at("wake")}
     WHERE r.id = %(id)s AND {UNLEASED_FENCE.format(r="r.", expected="%(expected)s::bigint")}
       AND r.snapshot = coalesce(%(was)s, r.snapshot)
-      AND r.workflow_version = %(was_version)s
-      AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
-      AND NOT EXISTS (SELECT 1 FROM workflow_effects e
-                      WHERE e.run_id = r.id AND e.status = 'pending')
+      AND r.workflow_version = %(was_version)s AND statecharts_still_at_rest(r.id)
     RETURNING r.id, r.version, r.snapshot, {TOLD}
 )"""
 )
@@ -444,15 +441,11 @@ _FINISH_FROM_REST_RUN = (
         """
 WITH held AS (
     SELECT 1 FROM workflow_calls WHERE idempotency_key = %(call_key)s AND owner = %(call_owner)s
-      AND attempt = %(call_attempt)s::integer AND status = 'running' FOR UPDATE
+      AND attempt = %(call_attempt)s::integer AND status = 'running'
+      AND statecharts_still_at_rest(%(id)s::uuid) FOR UPDATE
 ), run AS (""",
         1,
-    ).replace(
-        f"    RETURNING r.id, r.version, r.snapshot, {TOLD}\n)",
-        f"      AND EXISTS (SELECT 1 FROM held)\n    RETURNING "
-        f"r.id, r.version, r.snapshot, {TOLD}\n)",
-        1,
-    )
+    ).replace(" AND statecharts_still_at_rest(r.id)", " AND EXISTS (SELECT 1 FROM held)", 1)
     + f"""
 , finished AS (
     UPDATE workflow_calls k SET status = %(call_status)s, owner = NULL, lease_expires_at = NULL,
@@ -467,7 +460,9 @@ WITH held AS (
 )
 """`_FROM_REST_RUN` for the step that applies a call's result (`send_and_step`'s `finish`),
 written with the call's end only while its holder still holds it (the call's row locked):
-one round trip for a call's end and the step it feeds."""
+one round trip for a call's end and the step it feeds. The run is locked and checked at rest
+before the call's row is locked (the function is in the call's scan, under its lock): the one
+lock order, run then call, of every writer."""
 
 
 _FROM_REST_RESULT = (
@@ -504,9 +499,7 @@ WITH b AS (
     WHERE r.id = b.id AND {UNLEASED_FENCE.format(r="r.", expected="b.expected")}
       AND r.snapshot = coalesce(b.was, r.snapshot)
       AND r.workflow_version = b.was_version
-      AND NOT EXISTS (SELECT 1 FROM workflow_inbox i WHERE i.run_id = r.id AND i.dead_at IS NULL)
-      AND NOT EXISTS (SELECT 1 FROM workflow_effects e
-                      WHERE e.run_id = r.id AND e.status = 'pending')
+      AND statecharts_still_at_rest(r.id)
       AND b.call_key IN (SELECT idempotency_key FROM held)
     RETURNING r.id, r.version, r.snapshot, {TOLD}
 ), finished AS (
@@ -582,7 +575,9 @@ def finish_burst_statement(
 
 
 LOCK_RUNS = "SELECT 1 FROM workflow_runs WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE"
-"""`LOCK_RUN` of a burst's runs, in one lock order (the rows are locked as sorted)."""
+"""A burst's runs locked, in one lock order (the rows are locked as sorted), before its one
+statement (`_FINISH_BURST_RUNS`) checks each at rest (`statecharts_still_at_rest`, which then
+finds its row already held) and locks the calls: run then call, as every writer locks them."""
 
 
 RENEW_CALLS = """
@@ -604,9 +599,6 @@ SELECT idempotency_key FROM mine
 """
 """A heartbeat's renewals (`PostgresStore._renew_calls_in`): the calls still the owner's
 (as last committed), each renewed unless another transaction holds its row."""
-
-
-LOCK_RUN = "SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE"
 
 
 STEPS_PARTS = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from persistence.inline import Inline
 from persistence.runtime import Runtime
 from persistence.stores import ConflictError, NewEffect, StepCommit, Store, StoreEncodingError
 from persistence.stores.errors import RunFinishedError, RunNotFoundError
@@ -562,6 +563,79 @@ def test_a_send_from_rest_waits_for_a_sender_holding_the_row_and_queues_behind_i
     assert Worker(runtime).run_until_idle() == 1
     assert runtime.get(run_id).status == "done"
     assert [d.event["type"] for d in runtime.dead_letters(run_id)] == ["INC"]
+
+
+def test_a_call_end_from_rest_waits_for_a_sender_holding_the_row_and_applies_its_event_first(
+    store: Store, store_kind: str
+) -> None:
+    if store_kind != "postgres":
+        pytest.skip("only PostgreSQL writes a call's end with its step from rest")
+    held = threading.Event()
+    failed: list[BaseException] = []
+
+    def hold_and_queue() -> None:
+        # another sender holds the row (locked, not updated) and queues PING in its
+        # transaction, and lets go once the call's end waits for the row
+        try:
+            with store._write() as conn:  # type: ignore[attr-defined]
+                (run_id,) = store._exec(  # type: ignore[attr-defined]
+                    conn,
+                    "SELECT id FROM workflow_runs WHERE workflow_name = 'pinged'" + store._LOCK_ROW,  # type: ignore[attr-defined]
+                ).fetchone()
+                store._exec(  # type: ignore[attr-defined]
+                    conn,
+                    "INSERT INTO workflow_inbox (run_id, event, created_at) VALUES (?, ?, ?)",
+                    (run_id, store._j({"type": "PING"}), store._t(T0)),  # type: ignore[attr-defined]
+                )
+                held.set()
+                wait_for(
+                    lambda: bool(
+                        store._read(  # type: ignore[attr-defined]
+                            "SELECT 1 FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))",
+                            (conn.info.backend_pid,),
+                        )
+                    )
+                )
+        except BaseException as error:
+            failed.append(error)
+            held.set()
+
+    holder = threading.Thread(target=hold_and_queue)
+
+    def job(_input: Any) -> str:
+        holder.start()
+        held.wait(30)
+        return "ok"
+
+    pinged = create_machine(
+        {
+            "id": "pinged",
+            "initial": "working",
+            "context": {"pings": 0},
+            "states": {
+                "working": {
+                    "invoke": {"id": "job", "src": "job", "onDone": "finished"},
+                    "on": {"PING": {"actions": "ping"}},
+                },
+                "finished": {"type": "final"},
+            },
+        },
+        actors={"job": job},
+        actions={"ping": assign({"pings": lambda c, e: c["pings"] + 1})},
+    )
+    runtime = Runtime(store, [pinged])
+    result = Inline(runtime).run("pinged")
+    holder.join(30)
+    assert not failed and not holder.is_alive()
+    # the call's end was not written with its step from rest: the result queued behind PING
+    assert (result.status, result.snapshot.context) == ("active", {"pings": 0})
+    queued = [e.event["type"] for e in store.pending_events(result.run_id)]
+    assert queued == ["PING", "xstate.done.actor.job"]
+    assert Worker(runtime).run_until_idle() == 1  # a worker applies both, in order
+    run = runtime.get(result.run_id)
+    assert (run.status, run.snapshot["context"]) == ("done", {"pings": 1})
+    assert [e.event["type"] for e in store.list_events(result.run_id)] == queued
+    assert runtime.dead_letters(result.run_id) == []
 
 
 def test_a_step_from_rest_writes_what_a_step_from_the_locked_row_writes(
