@@ -224,6 +224,21 @@ class LoadControl:
             found.append((self.share(invoke.limit, _context(run)), call.idempotency_key))
         return found
 
+    def step_places(
+        self, machine: Machine, run: RunRecord, pending: Sequence[tuple[str, str, Any]]
+    ) -> list[Place]:
+        """The call-site places of the calls among a run's `pending` in-step effects (key,
+        kind, payload): a `start_child` recorded in its run's step by a release before calls
+        ran beside their runs, left pending across the upgrade, runs in the step that
+        executes it and takes its call site's place first, as a call beside does (its run's
+        place, for a limited workflow, the drive already holds); none for anything else."""
+        found = []
+        for key, kind, payload in pending:
+            invoke = invoke_of(machine, payload) if kind == "start_child" else None
+            if invoke is not None and invoke.limit is not None:
+                found.append((self.share(invoke.limit, _context(run)), key))
+        return found
+
     def share(self, name: str, context: Mapping[str, Any]) -> str:
         """The stored name of the limit a run with `context` takes a place of: `name`, or its
         key's share of it (`LimitKeyError` when the context has no key for it)."""

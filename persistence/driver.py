@@ -40,6 +40,7 @@ from persistence.stores import (
     CallFinish,
     CallRecord,
     ConflictError,
+    Grant,
     NewEffect,
     PendingWork,
     RunFinishedError,
@@ -321,10 +322,14 @@ class RunDriver:
         self.failures.lease_lost(x)
 
     def _stage_safely(
-        self, x: Leased, done: list[Executed] | Exception, should_stop: Callable[[], bool]
+        self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
     ) -> tuple[Leased, Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
-        exception fails the run (never the thread, never its batch-mates)."""
+        exception fails the run (never the thread, never its batch-mates); a run whose call
+        in its step was refused its place was released by the store to wait for it."""
+        if isinstance(done, Grant):
+            self.effects.waiting(x.run, done)
+            return None
         if isinstance(done, StoreUnavailableError):  # (an effect reaching the store): an outage,
             raise done  # not this run's fault: the drive backs off, the lease runs out
         if isinstance(done, Exception) and x.unleased:
