@@ -47,6 +47,7 @@ from persistence.stores import (
     RunNotFoundError,
     RunRecord,
     StepCommit,
+    StoreError,
     StoreUnavailableError,
 )
 from persistence.stores.errors import StoreEncodingError
@@ -295,6 +296,8 @@ class RunDriver:
                 x.run,
                 x.machine,
             )
+        if commit.stop_calls:
+            self._calls_stopped(x, commit.stop_calls)
         self.last_step = (x.run.id, commit.status, step.snapshot)
         self.committed += 1
         self.runtime.resting.committed(
@@ -307,6 +310,22 @@ class RunDriver:
         if commit.status != ACTIVE:
             self.failures.report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
+
+    def _calls_stopped(self, x: Leased, invoke_ids: Sequence[str]) -> None:
+        """A committed step of `x` stopped these calls: a slot reserved for one of them goes
+        to the next in its queue now (`LoadControl.calls_stopped`). The step is written
+        whatever happens here: a store that fails now leaves the slot to the workers' sweep."""
+        try:
+            self.runtime.load.calls_stopped(
+                x.machine, x.run, invoke_ids, self.runtime.clock.now(), self.lease_ms
+            )
+        except StoreError as exc:
+            log.warning(
+                "run %s: the slots of its stopped calls were left to the sweep (%s: %s)",
+                x.run.id,
+                type(exc).__name__,
+                exc,
+            )
 
     def _lost(self, x: Leased) -> None:
         """`x`'s step was not written: its version or lease moved."""

@@ -135,7 +135,8 @@ class SQLCapacity(SQLSteps):
         lease_ms: int,
     ) -> None:
         """Free `holders`' slots and reserve them for the head of the queue, woken (with no
-        holders: only the slots freed by expired leases, as workers do now and then)."""
+        holders: only the slots freed by expired leases and those reserved for calls that have
+        ended, as workers do now and then and a step that stops a call does)."""
         if max_in_flight is None:
             return
 
@@ -391,12 +392,17 @@ class SQLCapacity(SQLSteps):
             f"THEN expires_at <= ? ELSE NOT {live} END",
             (name, ts, *live_params),
         )
-        taken = self._exec(
+        taken = self._taken_holders(
             conn,
-            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', 'reserved')",
-            (name,),
-        ).fetchall()
-        if holder is not None and (holder,) in taken:
+            name,
+            self._exec(
+                conn,
+                f"SELECT holder, state, run_id{self._TEXT_ID} FROM workflow_capacity WHERE "
+                "name = ? AND state IN ('held', 'reserved')",
+                (name,),
+            ).fetchall(),
+        )
+        if holder is not None and holder in taken:
             return True, []  # reserved for it (or already its own)
         free = max_in_flight - len(taken)
         if free <= 0:
@@ -418,6 +424,24 @@ class SQLCapacity(SQLSteps):
             ).fetchall()
         ]
         return granted, [(h, others[h]) for h in reserved]
+
+    def _taken_holders(
+        self, conn: Any, name: str, slots: Sequence[tuple[Any, Any, Any]]
+    ) -> list[str]:
+        """The holders of the taken `slots` (holder, state, run id) of `name`, less those
+        reserved for a call that ended before it took its slot (a woken call stopped by a step
+        that left its invoking state, or its run's end): that slot is deleted, free for the
+        queue's next holder now rather than when the reservation runs out."""
+        reserved = [(str(h), r) for h, state, r in slots if state == "reserved"]
+        ended = self._ended_calls(conn, reserved) if reserved else set()
+        if ended:
+            self._exec(
+                conn,
+                f"DELETE FROM workflow_capacity WHERE name = ? AND state = 'reserved' AND "
+                f"holder IN ({','.join('?' * len(ended))})",
+                (name, *sorted(ended)),
+            )
+        return [str(h) for h, _, _ in slots if str(h) not in ended]
 
     def _wake(self, conn: Any, name: str, woken: Sequence[tuple[str, Any]], now: int) -> None:
         """Wake the holders a slot of `name` was reserved for: a reserved slot is capacity

@@ -232,3 +232,56 @@ def test_a_limited_call_an_older_release_left_in_its_runs_step_takes_its_place(
         assert state(runtime, run_id)[2]["result"] == f"paid {who}"
         assert store.get_run(run_id).waiting_for is None
     assert runtime.store.capacity_usage(runtime.clock.now())[0].in_flight == 0
+
+
+def test_a_woken_call_whose_run_left_its_state_passes_its_slot_on_at_once(store: Store) -> None:
+    """A freed slot is reserved for the first queued call, which is woken; when that call's run
+    leaves the invoking state before any executor has claimed it, the step that stops it
+    passes the slot to the next queued call at once (before, the slot stood idle until the
+    reservation ran out, a lease later, and the next call waited for it)."""
+    ended, made = threading.Event(), list[str]()
+
+    def charge(who: str) -> str:
+        made.append(who)
+        if who == "first":
+            assert ended.wait(30)
+        return f"paid {who}"
+
+    payment = create_machine(
+        {
+            "id": "payment",
+            "initial": "calling",
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "src": "charge",
+                        "input": lambda c, e: c["who"],
+                        "limit": "one",
+                        "onDone": "done",
+                    },
+                    "on": {"SKIP": "skipped"},
+                },
+                "done": {"type": "final"},
+                "skipped": {"type": "final"},
+            },
+            "context": lambda input: {"who": input},
+        },
+        actors={"charge": charge},
+    )
+    runtime = Runtime(store, [payment], limits={"one": Limit(max_in_flight=1)})
+    worker = Worker(runtime)
+    runtime.start("payment", "first")
+    holding = threading.Thread(target=worker.run_one_call)  # the first call holds the slot
+    holding.start()
+    wait_for(lambda: made == ["first"], 10)
+    second, third = (runtime.start("payment", who) for who in ("second", "third"))
+    assert worker.run_one_call() and worker.run_one_call()  # both asked: queued in order
+    assert waits(runtime, second) == waits(runtime, third) == f"{CAPACITY}: one"
+    ended.set()  # the first call ends: its slot is reserved for the second's, woken
+    holding.join(10)
+    runtime.send(second, "SKIP")  # the second run leaves before its call was claimed
+    assert runtime.get(second).status == "done"
+    assert worker.run_one_call()  # the third call has the slot now
+    assert made == ["first", "third"]
+    assert (runtime.get(third).status, runtime.get(third).state) == ("done", "done")
+    assert runtime.store.capacity_usage(runtime.clock.now())[0].in_flight == 0
