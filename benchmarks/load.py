@@ -176,7 +176,8 @@ def run_scenario(name: str, workflow: str, url: str, args: argparse.Namespace) -
     result.runs_seq_scans = after[2] - stats[2]
     result.claims, result.not_done = _claims(url)
     # every lease counts in claim_count; the claim statement's runs are in the claim-lag
-    # histograms, the rest were leased by a release handing its slot over
+    # histograms, the rest were leased with no claim statement (a step that folded its claim
+    # into its commit; results of earlier designs: a release handing its slot over)
     result.handed_over = max(0, result.claims - claimed) if claimed else 0
     _calls(result, logs, due_at)
     print(f"[load] {name}: {result}", file=sys.stderr, flush=True)
@@ -395,9 +396,9 @@ def _free_port() -> int:
 
 
 def _handed(s: dict[str, Any]) -> str:
-    """The share of the leases a release's hand-over took (not a claim statement)."""
+    """The share of the leases taken by no claim statement."""
     handed = s.get("handed_over", 0)
-    return f" ({handed / max(s['runs'], 1):.2f} handed over)" if handed else ""
+    return f" ({handed / max(s['runs'], 1):.2f} without a claim)" if handed else ""
 
 
 def _unfinished(s: dict[str, Any]) -> str:
@@ -446,10 +447,9 @@ flight | DB CPU (s) | workers' CPU (s) | claims per run | workflow_runs rows rea
 "early / twice / never": runs whose call the downstream saw start before the instant, more \
 than once, or not at all (all must be 0). "max in flight": the most calls the downstream had \
 running at one instant (the limit must hold it to 4). "claims per run" counts every lease of a \
-run (`claim_count`): a limited run is leased twice, claimed when its timer is due (then queued \
-and released), then leased again when a slot is handed to it, by the release that freed the \
-slot ("handed over": leased to the worker that freed it, in the release's transaction, not \
-claimed) or, where that could not be done, claimed once woken. Rows read per claim \
+run (`claim_count`). A limited run's call waits beside it (queued and released, no run held) \
+and is claimed by a call executor once a freed slot is reserved for it and it is woken: the \
+run is not leased again for it. Rows read per claim \
 counts every statement on `workflow_runs` (commits, capacity checks), so it bounds what the \
 claim reads from above.
 """

@@ -224,6 +224,49 @@ class LoadControl:
             found.append((self.share(invoke.limit, _context(run)), call.idempotency_key))
         return found
 
+    def step_places(
+        self, machine: Machine, run: RunRecord, pending: Sequence[tuple[str, str, Any]]
+    ) -> list[Place]:
+        """The call-site places of the calls among a run's `pending` in-step effects (key,
+        kind, payload): a `start_child` recorded in its run's step by a release before calls
+        ran beside their runs, left pending across the upgrade, runs in the step that
+        executes it and takes its call site's place first, as a call beside does (its run's
+        place, for a limited workflow, the drive already holds); none for anything else."""
+        found = []
+        for key, kind, payload in pending:
+            invoke = invoke_of(machine, payload) if kind == "start_child" else None
+            if invoke is not None and invoke.limit is not None:
+                found.append((self.share(invoke.limit, _context(run)), key))
+        return found
+
+    def calls_stopped(
+        self, machine: Machine, run: RunRecord, invoke_ids: Sequence[str], now: int, lease_ms: int
+    ) -> None:
+        """A committed step of `run` stopped its calls `invoke_ids`: a slot of a limited call
+        site reserved for one of them (woken, not yet claimed) goes to the next in its queue
+        now, not once the reservation runs out (a lease later). One release of each such
+        limit, with no holders: the store deletes a reservation whose call has ended."""
+        if not self.limits:
+            return
+        stopped = set(invoke_ids)
+        names = {
+            invoke.limit
+            for node in machine.definition.nodes
+            for invoke in node.invoke
+            if invoke.id in stopped and invoke.limit is not None
+        }
+        for name in sorted(names):
+            limit = self.limits.get(name)
+            if limit is None or limit.max_in_flight is None:
+                continue
+            try:
+                share = self.share(name, _context(run))
+            except LimitKeyError:  # (its calls never took a place)
+                continue
+            self.store.release_capacity(
+                share, [], now, max_in_flight=limit.max_in_flight, lease_ms=lease_ms
+            )
+
     def share(self, name: str, context: Mapping[str, Any]) -> str:
         """The stored name of the limit a run with `context` takes a place of: `name`, or its
         key's share of it (`LimitKeyError` when the context has no key for it)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from persistence.columns import state_text
@@ -24,18 +24,30 @@ from persistence.effect_rounds import EffectRounds
 from persistence.failures import Failures
 from persistence.host import Host
 from persistence.outbox import Executed, log_effects, traceback_text
-from persistence.planning import CallTaker, Leased, Plan, Planner, SendPlanner, Step, Unchanged
+from persistence.planning import (
+    CallTaker,
+    Leased,
+    Plan,
+    Planner,
+    SendPlanner,
+    Step,
+    Taken,
+    Unchanged,
+    claimed,
+)
 from persistence.stores import (
     ACTIVE,
     CallFinish,
     CallRecord,
     ConflictError,
+    Grant,
     NewEffect,
     PendingWork,
     RunFinishedError,
     RunNotFoundError,
     RunRecord,
     StepCommit,
+    StoreError,
     StoreUnavailableError,
 )
 from persistence.stores.errors import StoreEncodingError
@@ -51,6 +63,19 @@ log = logging.getLogger("statecharts.runs")
 
 INBOX_RECHECK_S = 1.0
 """While a worker keeps a run, it looks for newly sent events at most this often."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drove:
+    """What `RunDriver.drive` did: the `steps` it committed (with those of runs failed while
+    taken), the (status, snapshot) its last commit left a single run released in (None: it
+    left otherwise, failed outside a step, lost its lease or was released unchanged: its row
+    tells; or the drive held several runs), and whether a run read at rest was left to a claim
+    (it did not qualify, another worker won it, or stepping it raised)."""
+
+    steps: int
+    released: tuple[str, Snapshot] | None = None
+    left_to_claim: bool = False
 
 
 class RunDriver:
@@ -100,86 +125,27 @@ class RunDriver:
         """Stop the threads that run a round's effects (if any were started)."""
         self.effects.close()
 
-    def drive(
-        self,
-        runs: Sequence[RunRecord],
-        should_stop: Callable[[], bool],
-        work: Mapping[str, PendingWork] | None = None,
-    ) -> int:
-        """Step the leased `runs` in rounds until each waits, ends or the worker stops; return
-        the number of steps committed. A round executes every run's pending effects and
-        commits all their steps in one transaction (one commit to disk for the batch). Every
-        lease is released (or lost to a `ConflictError`, logged) when this returns. Anything
-        that goes wrong with one run (an exception, a value the store refuses) fails or
-        releases that run only; its batch-mates still commit. Only a store outage
-        (`StoreUnavailableError`) leaves this method. `work`: the runs' pending work as the
-        claim read it (`RunStore.claim_work`); read here when not given."""
-        leased, steps = self._take(runs, work)
-        taken = [x.run for x in leased]
-        try:
-            return steps + self._rounds(leased, should_stop)
-        finally:  # a limited workflow's runs give their places back (their leases ended)
-            self.effects.leave_workflows(taken)
-            if self.holds is not None:
-                self.holds({run.id for run in taken}, False)
-
-    def drive_started(
-        self,
-        run: RunRecord,
-        effects: Sequence[NewEffect],
-        should_stop: Callable[[], bool],
-        snapshot: Snapshot | None = None,
-    ) -> tuple[str, Snapshot] | None:
-        """Step `run`, which its starter created already leased to this driver's owner
-        (`NewRun.lease_owner`) with its first `effects` (and `snapshot`, what its row restores
-        to: kept in memory as between steps; else restored from the row), as `drive` steps a
-        claimed run, but with no claim and no read of its pending work. Returns the run's
-        status and snapshot when its last step committed and released it; None when it left
-        otherwise (failed outside a step, lost its lease, released unchanged: the row tells)."""
-        machine = self.runtime.machine_for(run)
-        if machine is None:  # started with a definition this runtime has: cannot happen
-            raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
-        pending = [
-            (idempotency_key(run.id, 1, e.index), e.kind, e.payload)
-            for e in effects
-            if not is_call(e)
-        ]
-        first = machine.restore(run.snapshot) if snapshot is None else snapshot
-        x = Leased(
-            run,
-            machine,
-            first,
-            pending,
-            [],
-            time.monotonic(),
-            run.version,
-            run.status,
-            attempt=run.attempt_count,
-        )
-        self._rounds([x], should_stop)
-        return x.released
-
-    def drive_unleased(
-        self, found: Sequence[tuple[RunRecord, PendingWork]], should_stop: Callable[[], bool]
-    ) -> tuple[int, bool]:
-        """Step runs read without a lease (`RunStore.read_work`), as a claim would, but with
-        the claim folded into the step's commit: the commit is written only if the run is
-        still at the version read and nobody holds it, and takes the lease only when the step
-        leaves effects to run (which execute under it, as after a claim). Only a run whose
-        step runs nothing first qualifies: active, unleased, no pending effects, no limited
-        workflow, a row that parses and restores; racing another worker costs only the
-        loser's computation. Returns the steps committed and whether a run was left to a claim
-        (did not qualify, or stepping it raised: the claim's path fails it under a lease)."""
-        leased, left = [], False
-        for run, work in found:
-            x = self.planner.at_rest(run, work)
-            if x is None:
-                left = True
-            else:
-                leased.append(x)
+    def drive(self, taken: Taken, should_stop: Callable[[], bool]) -> Drove:
+        """Step the `taken` runs (a claim's: `claimed`; a start's: `Planner.started`; read at
+        rest: `Planner.unleased`) in rounds until each waits, ends or the worker stops. A
+        round executes every run's pending effects and commits all their steps in one
+        transaction (one commit to disk for the batch), each under its run's fence: its lease,
+        or for a run read at rest, nobody's lease (the claim folded into the commit, which
+        takes the lease only when the step leaves effects to run). Every lease is released (or
+        lost to a `ConflictError`, logged) when this returns. Anything that goes wrong with
+        one run (an exception, a value the store refuses) fails or releases that run only (a
+        run read at rest is left to a claim, which fails it under its lease); its batch-mates
+        still commit. Only a store outage (`StoreUnavailableError`) leaves this method."""
         self._left_to_claim = False
-        steps = self._rounds(leased, should_stop)
-        return steps, left or self._left_to_claim
+        try:
+            steps = taken.steps + self._rounds(taken.leased, should_stop)
+        finally:  # a limited workflow's runs give their places back (their leases ended)
+            if taken.placed:
+                self.effects.leave_workflows([x.run for x in taken.leased])
+            if self.holds is not None:
+                self.holds({x.run.id for x in taken.leased}, False)
+        only = taken.leased[0].released if len(taken.leased) == 1 else None
+        return Drove(steps, only, taken.left or self._left_to_claim)
 
     def send(
         self,
@@ -191,7 +157,7 @@ class RunDriver:
     ) -> int:
         """Queue `event` for run `run_id` and apply it in the same transaction when the run
         is at rest (`Store.send_and_step`, handed this driver's `SendPlanner`): the step a
-        worker would take for it with no claim (`drive_unleased`), written by the same commit,
+        worker would take for it with no claim (`Planner.unleased`), written by the same commit,
         counted and traced as a worker's step once the store has returned. If the step leaves
         effects to run, it releases the run due now and workers are woken to claim it. The
         event stays queued for a worker, exactly as a plain `send_event` leaves it, when the
@@ -342,6 +308,8 @@ class RunDriver:
                 x.run,
                 x.machine,
             )
+        if commit.stop_calls:
+            self._calls_stopped(x, commit.stop_calls)
         self.last_step = (x.run.id, commit.status, step.snapshot)
         self.committed += 1
         self.runtime.resting.committed(
@@ -354,6 +322,22 @@ class RunDriver:
         if commit.status != ACTIVE:
             self.failures.report_dead_letters(x, commit)
         self.telemetry.end_step(x.run, x.status, commit, version)
+
+    def _calls_stopped(self, x: Leased, invoke_ids: Sequence[str]) -> None:
+        """A committed step of `x` stopped these calls: a slot reserved for one of them goes
+        to the next in its queue now (`LoadControl.calls_stopped`). The step is written
+        whatever happens here: a store that fails now leaves the slot to the workers' sweep."""
+        try:
+            self.runtime.load.calls_stopped(
+                x.machine, x.run, invoke_ids, self.runtime.clock.now(), self.lease_ms
+            )
+        except StoreError as exc:
+            log.warning(
+                "run %s: the slots of its stopped calls were left to the sweep (%s: %s)",
+                x.run.id,
+                type(exc).__name__,
+                exc,
+            )
 
     def _lost(self, x: Leased) -> None:
         """`x`'s step was not written: its version or lease moved."""
@@ -369,10 +353,14 @@ class RunDriver:
         self.failures.lease_lost(x)
 
     def _stage_safely(
-        self, x: Leased, done: list[Executed] | Exception, should_stop: Callable[[], bool]
+        self, x: Leased, done: list[Executed] | Exception | Grant, should_stop: Callable[[], bool]
     ) -> tuple[Leased, Step, StepCommit] | None:
         """`_stage`, except that a transient failure releases the run with its backoff and any
-        exception fails the run (never the thread, never its batch-mates)."""
+        exception fails the run (never the thread, never its batch-mates); a run whose call
+        in its step was refused its place was released by the store to wait for it."""
+        if isinstance(done, Grant):
+            self.effects.waiting(x.run, done)
+            return None
         if isinstance(done, StoreUnavailableError):  # (an effect reaching the store): an outage,
             raise done  # not this run's fault: the drive backs off, the lease runs out
         if isinstance(done, Exception) and x.unleased:
@@ -457,15 +445,18 @@ class RunDriver:
             return
         self.failures.fail(x, *args, **kwargs)
 
-    def _take(
-        self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None
-    ) -> tuple[list[Leased], int]:
-        """Restore the claimed runs with their pending work; a run whose definition vanished is
-        released, one whose snapshot does not restore is failed (a step, counted)."""
+    def claimed(
+        self, runs: Sequence[RunRecord], work: Mapping[str, PendingWork] | None = None
+    ) -> Taken:
+        """The runs a claim leased to this driver's owner, to `drive`, with their pending work
+        (`work`, as the claim read it: `RunStore.claim_work`; read here when not given). A
+        takeover is reported; a run whose definition vanished is released, one whose row
+        does not parse or restore is failed (a step, counted), a limited workflow's run takes
+        its place (or is released to wait for it)."""
         store, now = self.runtime.store, self.runtime.clock.now()
         if work is None:
             work = store.pending_work([run.id for run in runs]) if runs else {}
-        leased, failed = [], 0
+        leased, failed = list[Leased](), 0
         for run in runs:
             if run.previous_owner is not None and run.previous_owner != self.owner:
                 self.failures.report(
@@ -498,21 +489,8 @@ class RunDriver:
                 continue
             if not self.effects.enter_workflow(run, now):
                 continue
-            pending = [(e.idempotency_key, e.kind, e.payload) for e in work[run.id].effects]
-            leased.append(
-                Leased(
-                    run,
-                    machine,
-                    snapshot,
-                    pending,
-                    work[run.id].inbox,
-                    time.monotonic(),
-                    run.version,
-                    run.status,
-                    attempt=run.attempt_count,
-                )
-            )
-        return leased, failed
+            leased.append(claimed(run, machine, snapshot, work[run.id]))
+        return Taken(leased, failed, placed=True)
 
     def _stage(
         self, x: Leased, executed: list[Executed], should_stop: Callable[[], bool]

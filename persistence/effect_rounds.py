@@ -2,7 +2,8 @@
 on a small thread pool. A limited workflow's run takes its place before it is stepped and gives
 it back when its drive ends, unless a call of it is still open (its place is then the run's
 until a later drive ends with none: `persistence.capacity`). Limited calls take their places
-beside their runs (`persistence.calls`), never in a step.
+beside their runs (`persistence.calls`); only a call an older release recorded in its run's
+step, left pending across the upgrade, runs in a step, and takes its place there first.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class EffectRounds:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception]:
+    def execute_round(self, leased: list[Leased]) -> list[list[Executed] | Exception | Grant]:
         """Every run's pending effects, in order within each run; the runs of a round at once
         (up to `parallel` threads), so one slow call does not hold up its batch-mates."""
         busy = sum(1 for x in leased if x.pending)
@@ -60,17 +61,34 @@ class EffectRounds:
             self._pool = ThreadPoolExecutor(self.parallel, f"effects-{self.owner}")
         return list(self._pool.map(self._execute, leased))
 
-    def _execute(self, x: Leased) -> list[Executed] | Exception:
+    def _execute(self, x: Leased) -> list[Executed] | Exception | Grant:
         """`x`'s pending effects in order, up to the first transient failure (the rest wait
-        for the retry); an unexpected exception is returned, to fail this run only."""
+        for the retry); an unexpected exception is returned, to fail this run only. A limited
+        call left in the step by an older release takes its place first and gives it back
+        after (`LoadControl.step_places`); a refusal is returned (the store released the run,
+        which waits for its place, woken when a slot is reserved for it)."""
         done: list[Executed] = []
+        load = self.host.load
         try:
-            for key, kind, payload in x.pending:
-                with self.telemetry.effect(x.run, kind, payload, key) as outcome:
-                    done.append(self.executor.execute(x.machine, kind, payload, key))
-                    outcome(done[-1].outcome.status, done[-1].outcome.error)
-                if done[-1].transient is not None:
-                    break
+            places = load.step_places(x.machine, x.run, x.pending) if x.pending else []
+            if places:
+                grant = load.enter(
+                    x.run.id, self.owner, places, self.host.clock.now(), self.lease_ms
+                )
+                if not grant.granted:
+                    return grant
+            try:
+                for key, kind, payload in x.pending:
+                    with self.telemetry.effect(x.run, kind, payload, key) as outcome:
+                        done.append(self.executor.execute(x.machine, kind, payload, key))
+                        outcome(done[-1].outcome.status, done[-1].outcome.error)
+                    if done[-1].transient is not None:
+                        break
+            finally:
+                if places:  # (paused before its slot goes back: nobody starts in between)
+                    now = self.host.clock.now()
+                    load.pause_after(places, done, now)
+                    load.leave(places, now, self.lease_ms)
         except Exception as exc:  # a bug or a hostile payload: this run fails, not the thread
             return exc
         return done

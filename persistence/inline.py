@@ -91,11 +91,10 @@ class Inline:
             lease=(driver.owner, self.lease_ms),
             calls=calls,
         )
-        if (
-            record.lease_owner == driver.owner
-            and driver.drive_started(record, effects, lambda: False, snapshot) is None
-        ):
-            return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
+        if record.lease_owner == driver.owner:
+            drove = driver.drive(driver.planner.started(record, effects, snapshot), lambda: False)
+            if drove.released is None:
+                return self._as_stored(self.runtime.get(record.id), created)  # (failed, lost)
         if created and not leasable_calls(effects) and any(is_call(e) for e in effects):
             # (its calls wait for its first step's actions: not leased with the insert)
             driver.unleased_calls.add(record.id)

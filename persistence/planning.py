@@ -1,16 +1,22 @@
 """The step planner: one pure function from a run, its pending work and what its effects brought
 back to the step to commit, shared by every way a durable step is taken.
 
-A worker's claimed runs (`RunDriver.drive`), a run its starter stepped inline
-(`drive_started`), runs read at rest without a lease (`drive_unleased`), and an event sent to a
-run at rest, stepped inside its send's transaction (`RunDriver.send`, a burst of call results
-in `finish_calls`, PostgreSQL's step from rest) all plan their step here (`Planner.plan`); the
-store writes it under the fence its commit names (leased, unleased, from rest). Planning reads
-the runtime (`host.Host`: definitions, settings, the clock) and writes nothing: no store call,
-no telemetry, no change to the driver. A send's planner (`SendPlanner`) is handed to the store
-as data (`stores.planners.StepPlanner`), which calls it with the run it read under its lock
-and returns the plan it wrote; the driver reports and follows the step after the store
-returned. What is not pure stays in the driver: executing effects, releasing a run whose step
+A driver holds a run as a `Leased`, made from one of three sources: a claim (`claimed`, the
+run and its pending work as the claim read them), a start (`Planner.started`, a run its
+starter created already leased, with its first effects) and a read at rest
+(`Planner.unleased`, runs read without a lease, the claim folded into the step's commit); its
+one entry, `RunDriver.drive`, steps them alike. An event sent to a run at rest, stepped inside
+its send's transaction (`RunDriver.send`, a burst of call results in `finish_calls`,
+PostgreSQL's step from rest), is read at rest too (`Planner.at_rest`). All plan their step
+here (`Planner.plan`); the store writes it under the fence its commit names (leased,
+unleased, from rest). Planning reads the runtime (`host.Host`: definitions, settings, the
+clock, the rows kept of runs at rest, whether the call executor has room) and writes nothing:
+no store call, no telemetry, no change to the driver. A send's planner (`SendPlanner`) is
+handed to the store as data (`stores.planners.StepPlanner`), which calls it with the run it
+read under its lock and returns the plan it wrote; that call is the planner only, never the
+driver: the driver reports and follows the step after the store returned. What is not pure
+stays in the driver: executing effects, what a claim's intake does to a run it cannot step
+(fails it, releases it, takes its limited workflow's place), releasing a run whose step
 changed nothing (`Unchanged`), the error workflow a failing step starts (its start is traced).
 """
 
@@ -36,7 +42,7 @@ from persistence.stores import (
     RunRecord,
     StepCommit,
 )
-from persistence.stores.rules import CANCEL_EVENT, is_call, leasable_calls
+from persistence.stores.rules import CANCEL_EVENT, idempotency_key, is_call, leasable_calls
 from statecharts import Machine, Snapshot
 from statecharts.effects import Effect, StopChild
 from statecharts.errors import ContextError
@@ -131,6 +137,49 @@ class Leased:
     unleased: bool = False  # read without a lease: its next commit checks that none is held
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The runs a driver is to step (`RunDriver.drive`), however it came to hold them, with what
+    taking them already did: `steps` committed (a claimed row that does not parse or restore,
+    failed), `left` (a run read at rest that does not qualify, left to a claim), `placed` (a
+    claim's runs took their limited workflows' places: given back when the drive ends)."""
+
+    leased: list[Leased]
+    steps: int = 0
+    left: bool = False
+    placed: bool = False
+
+
+def claimed(run: RunRecord, machine: Machine, snapshot: Snapshot, work: PendingWork) -> Leased:
+    """`run`, leased by a claim, restored to `snapshot`, with its pending work as the claim read
+    it: its effects to execute, its queued events."""
+    pending = [(e.idempotency_key, e.kind, e.payload) for e in work.effects]
+    return _leased(run, machine, snapshot, pending, work.inbox)
+
+
+def _leased(
+    run: RunRecord,
+    machine: Machine,
+    snapshot: Snapshot,
+    pending: list[tuple[str, str, Any]],
+    inbox: list[InboxEvent],
+    unleased: bool = False,
+) -> Leased:
+    """`run` held at its row's version and status, before its first step here."""
+    return Leased(
+        run,
+        machine,
+        snapshot,
+        pending,
+        inbox,
+        time.monotonic(),
+        run.version,
+        run.status,
+        attempt=run.attempt_count,
+        unleased=unleased,
+    )
+
+
 class CallTaker(Protocol):
     """A call executor that takes the calls a driver's steps record (`persistence.calls`):
     leased to it in the step's own commit, run by it next, with no claim."""
@@ -205,18 +254,33 @@ class Planner:
                 snapshot = machine.restore(run.snapshot)
             except Exception:
                 return None
-        return Leased(
-            run,
-            machine,
-            snapshot,
-            [],
-            work.inbox,
-            time.monotonic(),
-            run.version,
-            run.status,
-            attempt=run.attempt_count,
-            unleased=True,
-        )
+        return _leased(run, machine, snapshot, [], work.inbox, unleased=True)
+
+    def unleased(self, found: Sequence[tuple[RunRecord, PendingWork]]) -> Taken:
+        """Runs read without a lease (`RunStore.read_work`), each with its pending work, to be
+        stepped as a claim would step them but with the claim folded into the step's commit
+        (`at_rest`: only a run whose step runs nothing first); `left` when one does not
+        qualify (a claim takes it)."""
+        leased = [x for run, work in found if (x := self.at_rest(run, work)) is not None]
+        return Taken(leased, left=len(leased) < len(found))
+
+    def started(
+        self, run: RunRecord, effects: Sequence[NewEffect], snapshot: Snapshot | None = None
+    ) -> Taken:
+        """`run`, which its starter created already leased to this planner's owner
+        (`NewRun.lease_owner`), with its first `effects` (the ones it executes itself: its
+        calls run beside it) and `snapshot`, what its row restores to (kept in memory as
+        between steps; else restored from the row): no claim, no read of its pending work."""
+        machine = self.host.machine_for(run)
+        if machine is None:  # started with a definition this runtime has: cannot happen
+            raise LookupError(f"run {run.id}: no definition for version {run.workflow_version}")
+        pending = [
+            (idempotency_key(run.id, 1, e.index), e.kind, e.payload)
+            for e in effects
+            if not is_call(e)
+        ]
+        first = machine.restore(run.snapshot) if snapshot is None else snapshot
+        return Taken([_leased(run, machine, first, pending, [])])
 
     def plan(
         self, x: Leased, executed: list[Executed], should_stop: Callable[[], bool]

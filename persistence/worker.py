@@ -173,7 +173,9 @@ class Worker:
             for _ in range(max_rounds):
                 claimed, work = self._claim(owner, self.batch)
                 if claimed:
-                    self._add_steps(driver.drive(claimed, lambda: False, work))
+                    self._add_steps(
+                        driver.drive(driver.claimed(claimed, work), lambda: False).steps
+                    )
                     continue
                 stepped = executor.driver.committed
                 if not calls or not executor.run_until_idle():
@@ -241,7 +243,8 @@ class Worker:
                     self._hold(owner, ids, True)
                     orphans |= ids
                     try:
-                        self._add_steps(driver.drive(claimed, self._stop.is_set, work))
+                        taken = driver.claimed(claimed, work)
+                        self._add_steps(driver.drive(taken, self._stop.is_set).steps)
                     finally:
                         self._hold(owner, ids, False)
                     orphans -= ids
@@ -271,7 +274,7 @@ class Worker:
                 self._stop.wait(1.0)
 
     def _step_named(self, owner: str, driver: RunDriver, run_ids: list[str]) -> bool:
-        """Step the runs sent events named, read by id without a claim (`drive_unleased`);
+        """Step the runs sent events named, read by id without a claim (`Planner.unleased`);
         True when some of them are left to a claim (held by a worker, pending effects, a
         version this worker cannot step, ...)."""
         versions = self._steppable()
@@ -284,11 +287,11 @@ class Worker:
         ids = {run.id for run, _ in mine}
         self._hold(owner, ids, True, unleased=True)  # for the heartbeat, once a commit leases
         try:
-            steps, left = driver.drive_unleased(mine, self._stop.is_set)
+            drove = driver.drive(driver.planner.unleased(mine), self._stop.is_set)
         finally:
             self._hold(owner, ids, False)
-        self._add_steps(steps)
-        return left or len(mine) < len(found)
+        self._add_steps(drove.steps)
+        return drove.left_to_claim or len(mine) < len(found)
 
     def _claim(self, owner: str, limit: int) -> tuple[list[RunRecord], dict[str, PendingWork]]:
         """Lease up to `limit` runs with their pending work (one round trip on PostgreSQL)."""

@@ -23,8 +23,8 @@ Lock order. Every capacity transaction locks rows in one order, and touches one 
    stops a call touches no capacity row: the slot's liveness and the queue's reads follow the
    call's row).
 
-A transaction without the limit's lock (a reservation taken up, a newcomer joining a queue, a
-hand-over) starts at 2 and never goes back to 1: when such a fast path locked a row without
+A transaction without the limit's lock (a reservation taken up, a newcomer joining a queue)
+starts at 2 and never goes back to 1: when such a fast path locked a row without
 answering (a race), it is rolled back, releasing what it locked, and the grant is asked again
 under the limit's lock in a transaction of its own. A call that needs places of two limits takes
 them one transaction each (`LoadControl.enter`). What this order cannot exclude (PostgreSQL
@@ -43,9 +43,7 @@ from typing import Any, TypeVar
 from persistence.stores.conflicts import retried, run_again
 from persistence.stores.records import (
     Grant,
-    Handover,
     LimitUsage,
-    RunRecord,
 )
 from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
 from persistence.stores.steps import SQLSteps
@@ -135,21 +133,12 @@ class SQLCapacity(SQLSteps):
         *,
         max_in_flight: int | None,
         lease_ms: int,
-        owner: str | None = None,
-    ) -> list[Handover]:
-        """Free `holders`' slots and hand them to the head of the queue: with `owner`, leased to
-        it at once (`_hand_over`); else, and for the slots left over, reserved and woken (with
-        no holders: only the slots freed by expired leases, as workers do now and then)."""
+    ) -> None:
+        """Free `holders`' slots and reserve them for the head of the queue, woken (with no
+        holders: only the slots freed by expired leases and those reserved for calls that have
+        ended, as workers do now and then and a step that stops a call does)."""
         if max_in_flight is None:
-            return []
-        if holders and owner is not None:
-            left, handed = self._transaction(
-                lambda conn: self._hand_over(conn, name, holders, owner, now, lease_ms)
-            )
-            if left:  # a head leased elsewhere, or none: the locked pass, in a transaction
-                # of its own (the heads this one locked are free again: no lock order to keep)
-                self.release_capacity(name, (), now, max_in_flight=max_in_flight, lease_ms=lease_ms)
-            return self._handovers(handed, owner, now)
+            return
 
         def release(conn: Any) -> None:
             self._lock_limit(conn, name, now)
@@ -164,7 +153,6 @@ class SQLCapacity(SQLSteps):
             self._wake(conn, name, woken, now)
 
         self._transaction(release)
-        return []
 
     @retried
     def pause_capacity(self, name: str, until: int, now: int) -> None:
@@ -260,16 +248,15 @@ class SQLCapacity(SQLSteps):
         transaction: nothing is locked yet). First a read without locks says which, if any,
         applies. A slot reserved for `holder` becomes its own (the count of taken slots does
         not change; the slot's row lock orders this against a sweep taking an expired
-        reservation back). And while other runs wait in the queue no newcomer can have a slot
-        (a free one is owed to the queue's head), so it joins the queue at once: a herd is
-        refused in parallel, not one by one behind the lock that hand-overs need. It joins
-        behind a waiting run it holds a key-share lock on until it commits (the queue's tail,
-        so that hand-overs taking the head do not meet it): a hand-over taking that run waits
-        for the newcomer or is waited for and the run is looked past; so the newcomer never
-        joins a queue a hand-over has just emptied, behind slots left free (those are handed,
-        under the lock, to the runs left waiting, which it is behind). A statement that may
-        have locked a row without answering (the read was overtaken) raises `_Unanswered`: the
-        limit's lock is never taken after a slot's (the module's lock order)."""
+        reservation back). And while others wait in the queue no newcomer can have a slot (a
+        free one is owed to the queue's head), so it joins the queue at once: a herd is refused
+        in parallel, not one by one behind the limit's lock that releases take. It joins only
+        while a holder other than itself still waits, as its insert reads it (a release that
+        reserved the last waiting holder's slot first leaves it to ask under the lock); a slot
+        freed while it joins is reserved for the heads that release saw, and one left over
+        goes to it with the next release or sweep. A statement that may have locked a row
+        without answering (the read was overtaken) raises `_Unanswered`: the limit's lock is
+        never taken after a slot's (the module's lock order)."""
         ts = self._t(now)
         unpaused = "NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND paused_until > ?)"
         state, queued, free_to_go = self._exec(
@@ -301,8 +288,7 @@ class SQLCapacity(SQLSteps):
                 conn,
                 "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
                 "SELECT ?, ?, ?, 'waiting', ? WHERE EXISTS (SELECT 1 FROM workflow_capacity WHERE "
-                "name = ? AND state = 'waiting' AND holder <> ? ORDER BY queued_at DESC, holder "
-                f"DESC LIMIT 1{self._KEY_SHARE}) AND {unpaused} "
+                f"name = ? AND state = 'waiting' AND holder <> ?) AND {unpaused} "
                 "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
                 "workflow_capacity.state = 'waiting' RETURNING 1",
                 (name, holder, asker.run_id, ts, name, holder, name, ts),
@@ -367,74 +353,6 @@ class SQLCapacity(SQLSteps):
             return self._wait(conn, asker, refused[0], now, refused[1])
         return self._granted(conn, asker)
 
-    def _hand_over(
-        self, conn: Any, name: str, holders: Collection[str], owner: str, now: int, lease_ms: int
-    ) -> tuple[int, list[tuple[str, RunRecord]]]:
-        """Free `holders`' slots and give each to the next run in the queue, leased to `owner`
-        in this transaction (its slot held by `owner`, its `waiting_for` cleared), without the
-        limit's lock: a slot passes from one run to the next, so the count of taken slots
-        never changes (no grant under the lock can see a slot free that is not). The heads are
-        read from the queue's index, skipping those another hand-over is taking (PostgreSQL
-        `SKIP LOCKED`); a head whose run is leased elsewhere, has ended, or a paused limit,
-        gets none here (its slot rows locked before its run rows, as the module's lock order
-        says; the rows marked held last are those it locked reading the heads). Returns the
-        slots left free and the (holder, run) handed over."""
-        ts = self._t(now)
-        marks = ",".join("?" * len(holders))
-        freed = sum(
-            1
-            for (state,) in self._exec(
-                conn,
-                f"DELETE FROM workflow_capacity WHERE name = ? AND holder IN ({marks}) "
-                "RETURNING state",
-                (name, *holders),
-            ).fetchall()
-            if state != "waiting"
-        )
-        if not freed:
-            return 0, []
-        heads = self._exec(
-            conn,
-            f"SELECT holder, run_id{self._TEXT_ID} FROM workflow_capacity WHERE name = ? AND "
-            "state = 'waiting' AND NOT EXISTS (SELECT 1 FROM workflow_limits WHERE name = ? AND "
-            f"paused_until > ?) ORDER BY queued_at, holder LIMIT ?{self._SKIP_LOCKED}",
-            (name, name, ts, freed),
-        ).fetchall()
-        if not heads:
-            return freed, []
-        place_of = {str(r): str(h) for h, r in heads}
-        expires = self._t(now + lease_ms)
-        rows = self._exec(
-            conn,
-            "UPDATE workflow_runs SET lease_owner = ?, lease_expires_at = ?, wake_at = ?, "
-            "claim_count = claim_count + 1, waiting_for = NULL WHERE id IN "
-            f"({','.join('?' * len(heads))}) AND status = 'active' AND (lease_owner IS NULL OR "
-            f"lease_expires_at <= ?) RETURNING {self.RUN_COLUMNS}",
-            (owner, expires, expires, *[self._id(r) for r in place_of], ts),
-        ).fetchall()
-        handed = [(place_of[run.id], run) for run in map(self._run, rows)]
-        if handed:
-            self._exec(
-                conn,
-                "UPDATE workflow_capacity SET state = 'held', owner = ?, "
-                f"expires_at = NULL WHERE name = ? AND holder IN "
-                f"({','.join('?' * len(handed))})",
-                (owner, name, *[h for h, _ in handed]),
-            )
-        return freed - len(handed), handed
-
-    def _handovers(
-        self, handed: list[tuple[str, RunRecord]], owner: str, now: int
-    ) -> list[Handover]:
-        """The handed runs with their pending work (read under the lease just taken); a row
-        that does not parse is failed at once, as a claim fails it."""
-        for _, run in handed:
-            if run.problem is not None:
-                self.fail_run(run.id, owner, run.problem, now)
-        handed = [(h, run) for h, run in handed if run.problem is None]
-        work = self.pending_work([run.id for _, run in handed]) if handed else {}
-        return [Handover(h, run, work[run.id]) for h, run in handed]
-
     def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
         """Lock the limit's row (creating it), returning its pause and its rate window."""
         row = self._exec(
@@ -460,7 +378,7 @@ class SQLCapacity(SQLSteps):
         """Whether `holder` may take a slot now; the other free slots are reserved for the
         head of the queue, whose holders and runs (returned, the runs as parameters) the
         caller wakes (`_wake`) once it has written its slot rows. With `holder` None, only
-        hands slots over."""
+        reserves free slots for the queue."""
         ts = self._t(now)
         # slots of holders whose lease ended, and reservations nobody came for, queue again
         # (at their old place: first in line)
@@ -474,12 +392,17 @@ class SQLCapacity(SQLSteps):
             f"THEN expires_at <= ? ELSE NOT {live} END",
             (name, ts, *live_params),
         )
-        taken = self._exec(
+        taken = self._taken_holders(
             conn,
-            "SELECT holder FROM workflow_capacity WHERE name = ? AND state IN ('held', 'reserved')",
-            (name,),
-        ).fetchall()
-        if holder is not None and (holder,) in taken:
+            name,
+            self._exec(
+                conn,
+                f"SELECT holder, state, run_id{self._TEXT_ID} FROM workflow_capacity WHERE "
+                "name = ? AND state IN ('held', 'reserved')",
+                (name,),
+            ).fetchall(),
+        )
+        if holder is not None and holder in taken:
             return True, []  # reserved for it (or already its own)
         free = max_in_flight - len(taken)
         if free <= 0:
@@ -489,7 +412,7 @@ class SQLCapacity(SQLSteps):
         others = {h: r for h, r in heads.items() if h != holder}
         if not others:
             return granted, []
-        # (still waiting: a hand-over may have taken one since it was read)
+        # (still waiting: read without a row lock)
         reserved = [
             str(h)
             for (h,) in self._exec(
@@ -501,6 +424,24 @@ class SQLCapacity(SQLSteps):
             ).fetchall()
         ]
         return granted, [(h, others[h]) for h in reserved]
+
+    def _taken_holders(
+        self, conn: Any, name: str, slots: Sequence[tuple[Any, Any, Any]]
+    ) -> list[str]:
+        """The holders of the taken `slots` (holder, state, run id) of `name`, less those
+        reserved for a call that ended before it took its slot (a woken call stopped by a step
+        that left its invoking state, or its run's end): that slot is deleted, free for the
+        queue's next holder now rather than when the reservation runs out."""
+        reserved = [(str(h), r) for h, state, r in slots if state == "reserved"]
+        ended = self._ended_calls(conn, reserved) if reserved else set()
+        if ended:
+            self._exec(
+                conn,
+                f"DELETE FROM workflow_capacity WHERE name = ? AND state = 'reserved' AND "
+                f"holder IN ({','.join('?' * len(ended))})",
+                (name, *sorted(ended)),
+            )
+        return [str(h) for h, _, _ in slots if str(h) not in ended]
 
     def _wake(self, conn: Any, name: str, woken: Sequence[tuple[str, Any]], now: int) -> None:
         """Wake the holders a slot of `name` was reserved for: a reserved slot is capacity

@@ -70,9 +70,6 @@ class SQLDialect:
     _SKIP_LOCKED = ""
     """Row lock of a queue's head taken by one transaction of many, skipping the rows others
     have locked (PostgreSQL `FOR UPDATE SKIP LOCKED`; SQLite's write lock serializes)."""
-    _KEY_SHARE = ""
-    """A row lock kept to the commit that a hand-over's `_SKIP_LOCKED` skips (or a delete
-    waits for) but plain updates of the row do not wait for (PostgreSQL `FOR KEY SHARE`)."""
     _JSON_VERSION = ""
     """SQL for the snapshot's `version` label, NULL when the snapshot does not parse."""
     _SEALED_KEY = ""

@@ -122,7 +122,6 @@ class PostgresStore(SQLStore):
     _FOR_UPDATE = " FOR UPDATE"
     _LOCK_ROW = " FOR NO KEY UPDATE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
-    _KEY_SHARE = " FOR KEY SHARE"
     _AS_ID = "CAST({} AS uuid)"
     _LOCK_TREE = (
         "SELECT pg_advisory_xact_lock(hashtextextended(id::text, 18)) FROM up WHERE parent IS NULL"

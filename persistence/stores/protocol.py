@@ -27,7 +27,6 @@ from persistence.stores.records import (
     EventRecord,
     Fork,
     Grant,
-    Handover,
     InboxEvent,
     JSONDict,
     LimitUsage,
@@ -537,15 +536,10 @@ class Capacity(Protocol):
         *,
         max_in_flight: int | None,
         lease_ms: int,
-        owner: str | None = None,
-    ) -> list[Handover]:
-        """Give back `holders`' slots of `name` and hand the freed ones to the first runs in
-        the queue. With `owner` (a worker that will step them at once), each freed slot goes
-        straight to the next queued run, leased to `owner` in the same transaction and
-        returned with its pending work (a `Handover`). Slots no run can be leased for, those
-        freed without an owner, and (with no holders) those of holders whose lease expired
-        are reserved for the queue's first runs for `lease_ms`, and those runs woken to be
-        claimed before any other run."""
+    ) -> None:
+        """Give back `holders`' slots of `name` and reserve the freed ones (with no holders:
+        those of holders whose lease expired) for the first holders in the queue for
+        `lease_ms`, each woken (a call made due, a run) to be claimed before anything else."""
         ...
 
     def pause_capacity(self, name: str, until: int, now: int) -> None:

@@ -468,17 +468,6 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
-class Handover:
-    """A run a released slot went to, leased to the releasing worker (`Capacity.release_capacity`
-    with an owner): `holder` (the run's place in the limit) now holds the slot, and `work` is
-    the run's pending work, so the worker steps it at once, with no claim and no wake-up."""
-
-    holder: str
-    run: RunRecord
-    work: PendingWork
-
-
-@dataclass(frozen=True, slots=True)
 class LimitUsage:
     """One named limit now: calls in flight, runs waiting for it (by reason), its pause."""
 

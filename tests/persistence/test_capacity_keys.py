@@ -276,15 +276,13 @@ def test_a_refusal_queues_the_keys_unclaimed_backlog_out_of_the_claim_order(stor
     order = []
     holder = first.id
     for n in range(5):
-        handed = store.release_capacity(
-            "per_account[big]",
-            [f"run:{holder}"],
-            now + n,
-            max_in_flight=1,
-            lease_ms=60_000,
-            owner="w1",
+        store.release_capacity(
+            "per_account[big]", [f"run:{holder}"], now + n, max_in_flight=1, lease_ms=60_000
         )
-        holder = handed[0].run.id
+        (woken,) = store.claim_runs("w1", now + n, 60_000, 1)  # the slot's run, woken first
+        place = ("per_account[big]", f"run:{woken.id}")
+        assert rt.load.enter(woken.id, "w1", [place], now + n, 60_000).granted
+        holder = woken.id
         order.append(holder)
     assert order == big[1:]
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from persistence.capacity import Limit
 from persistence.outbox import heartbeat
 from persistence.runtime import Runtime
+from persistence.stores import Store
 from persistence.stores.capacity import CAPACITY
+from persistence.worker import Worker
 from statecharts import Machine, assign, create_machine
 from tests.persistence.conftest import wait_for
 from tests.persistence.test_calls_beside import in_memory
@@ -204,3 +207,81 @@ def test_a_workflow_limited_runs_events_apply_while_its_call_runs(
     )
     status, leaf, context = state(runtime, first)
     assert memory == (f"{status}:{leaf}", context)
+
+
+def test_a_limited_call_an_older_release_left_in_its_runs_step_takes_its_place(
+    store: Store,
+) -> None:
+    """A database upgraded while limited calls, recorded by the release before calls ran beside
+    their runs, were still pending in their runs' steps (`start_child` effects): they run in
+    the step that executes them, and each takes its call site's place first; the run refused
+    one waits for it, released, and is woken when the slot is reserved for it."""
+    downstream = Downstream()
+    runtime = Runtime(store, [chart(downstream)], limits={"one": Limit(max_in_flight=1)})
+    now, runs = runtime.clock.now(), []
+    for who in ("a", "b"):
+        run, outbox, _ = runtime.prepare_run("payment", {"who": who, "deadline": False}, None, now)
+        older = [replace(e, kind="start_child") for e in outbox]  # as the older release wrote
+        store.create_run(replace(run, wake_at=now), older, now)
+        runs.append(run.id)
+    Worker(runtime).run_until_idle()  # both runs claimed at once, their steps on two threads
+    assert downstream.most == 1  # never two calls at the downstream at once
+    assert sorted(downstream.started) == ["a", "b"]  # each made once
+    for run_id, who in zip(runs, ("a", "b"), strict=True):
+        assert state(runtime, run_id)[:2] == ("done", "done")
+        assert state(runtime, run_id)[2]["result"] == f"paid {who}"
+        assert store.get_run(run_id).waiting_for is None
+    assert runtime.store.capacity_usage(runtime.clock.now())[0].in_flight == 0
+
+
+def test_a_woken_call_whose_run_left_its_state_passes_its_slot_on_at_once(store: Store) -> None:
+    """A freed slot is reserved for the first queued call, which is woken; when that call's run
+    leaves the invoking state before any executor has claimed it, the step that stops it
+    passes the slot to the next queued call at once (before, the slot stood idle until the
+    reservation ran out, a lease later, and the next call waited for it)."""
+    ended, made = threading.Event(), list[str]()
+
+    def charge(who: str) -> str:
+        made.append(who)
+        if who == "first":
+            assert ended.wait(30)
+        return f"paid {who}"
+
+    payment = create_machine(
+        {
+            "id": "payment",
+            "initial": "calling",
+            "states": {
+                "calling": {
+                    "invoke": {
+                        "src": "charge",
+                        "input": lambda c, e: c["who"],
+                        "limit": "one",
+                        "onDone": "done",
+                    },
+                    "on": {"SKIP": "skipped"},
+                },
+                "done": {"type": "final"},
+                "skipped": {"type": "final"},
+            },
+            "context": lambda input: {"who": input},
+        },
+        actors={"charge": charge},
+    )
+    runtime = Runtime(store, [payment], limits={"one": Limit(max_in_flight=1)})
+    worker = Worker(runtime)
+    runtime.start("payment", "first")
+    holding = threading.Thread(target=worker.run_one_call)  # the first call holds the slot
+    holding.start()
+    wait_for(lambda: made == ["first"], 10)
+    second, third = (runtime.start("payment", who) for who in ("second", "third"))
+    assert worker.run_one_call() and worker.run_one_call()  # both asked: queued in order
+    assert waits(runtime, second) == waits(runtime, third) == f"{CAPACITY}: one"
+    ended.set()  # the first call ends: its slot is reserved for the second's, woken
+    holding.join(10)
+    runtime.send(second, "SKIP")  # the second run leaves before its call was claimed
+    assert runtime.get(second).status == "done"
+    assert worker.run_one_call()  # the third call has the slot now
+    assert made == ["first", "third"]
+    assert (runtime.get(third).status, runtime.get(third).state) == ("done", "done")
+    assert runtime.store.capacity_usage(runtime.clock.now())[0].in_flight == 0

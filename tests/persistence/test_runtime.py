@@ -710,7 +710,8 @@ def test_a_round_commits_its_runs_together_and_drops_only_a_run_taken_over(
     assert {r.id for r in claimed} == set(ids)
     clock.advance(1001)  # the slow worker's leases expire; another worker takes one run over
     (taken,) = store.claim_runs("fast", clock.now(), 60_000, 1)
-    RunDriver(runtime, "slow", 1000).drive(claimed, lambda: False)
+    slow = RunDriver(runtime, "slow", 1000)
+    slow.drive(slow.claimed(claimed), lambda: False)
     for other in (i for i in ids if i != taken.id):  # stepped until their cooling timer
         assert (runtime.get(other).state, runtime.get(other).lease_owner) == ("cooling", None)
         assert [e.status for e in store.list_effects(other)] == ["done"]
@@ -832,7 +833,8 @@ def test_the_operator_line_for_a_lease_takeover(
     (claimed,) = store.claim_runs("rescuer", clock.now(), 60_000, 1)
     assert (claimed.previous_owner, claimed.claim_count) == ("crashed", 2)
     with caplog.at_level("INFO", logger="statecharts.runs"):
-        RunDriver(runtime, "rescuer", 60_000).drive([claimed], lambda: False)
+        rescuer = RunDriver(runtime, "rescuer", 60_000)
+        rescuer.drive(rescuer.claimed([claimed]), lambda: False)
     lines = [r for r in caplog.records if run_id in r.getMessage()]
     takeover = [r for r in lines if "taken over" in r.getMessage()]
     assert len(takeover) == 1 and takeover[0].levelname == "WARNING"

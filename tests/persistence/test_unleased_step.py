@@ -1,8 +1,8 @@
-"""The claim-free step of a queued event (`RunStore.read_work`, `StepCommit.unleased`,
-`RunDriver.drive_unleased`): written only while nobody holds the run and only at the version
-read, taking the lease in its commit when effects follow; races and stale writers, on every
-store. The runtimes here queue every event (`step_in_send=False`), as a run not at rest gets it
-(a send to a run at rest applies it itself: tests/persistence/test_send_step.py)."""
+"""The claim-free step of a queued event (`RunStore.read_work`, `StepCommit.unleased`, runs
+read at rest stepped by `RunDriver.drive`): written only while nobody holds the run and only at
+the version read, taking the lease in its commit when effects follow; races and stale writers,
+on every store. The runtimes here queue every event (`step_in_send=False`), as a run not at rest
+gets it (a send to a run at rest applies it itself: tests/persistence/test_send_step.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from persistence.stores import (
     JournalEntry,
     NewEffect,
     NewRun,
+    PendingWork,
+    RunRecord,
     StepCommit,
     Store,
 )
@@ -265,6 +267,13 @@ def test_a_heartbeat_during_an_unleased_step_reports_no_lost_lease(
     assert "lease lost" not in caplog.text, caplog.text
 
 
+def drive_read(driver: RunDriver, found: list[tuple[RunRecord, PendingWork]]) -> tuple[int, bool]:
+    """`driver` steps the runs `found` at rest, as a worker steps the runs events named: the
+    steps it committed and whether a run was left to a claim."""
+    drove = driver.drive(driver.planner.unleased(found), lambda: False)
+    return drove.steps, drove.left_to_claim
+
+
 def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -274,11 +283,11 @@ def test_racing_unleased_drivers_apply_an_event_once_and_the_loser_stays_quiet(
     runtime.send(run_id, {"type": "APPROVE", "by": "a"})
     first, second = (RunDriver(runtime, owner, 30_000) for owner in ("a", "b"))
     read_by_first, read_by_second = store.read_work([run_id]), store.read_work([run_id])
-    assert first.drive_unleased(read_by_first, lambda: False) == (1, False)
+    assert drive_read(first, read_by_first) == (1, False)
     with caplog.at_level(logging.INFO):
         # the loser writes nothing and claims at once: an event queued meanwhile, whose
         # wake-up it took, is not left waiting for a poll
-        assert second.drive_unleased(read_by_second, lambda: False) == (0, True)
+        assert drive_read(second, read_by_second) == (0, True)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("approved", 2, 0)
@@ -294,7 +303,7 @@ def test_an_unleased_step_loses_to_a_claim_that_stepped_the_run_meanwhile(
     runtime.send(run_id, {"type": "REJECT"})
     stale = store.read_work([run_id])
     assert Worker(runtime).run_until_idle() == 1  # a claim stepped it
-    assert RunDriver(runtime, "late", 30_000).drive_unleased(stale, lambda: False) == (0, True)
+    assert drive_read(RunDriver(runtime, "late", 30_000), stale) == (0, True)
     run = runtime.get(run_id)
     assert (run.state, run.version, run.claim_count) == ("rejected", 2, 1)
     assert len(store.list_events(run_id)) == 1
@@ -311,7 +320,7 @@ def test_runs_that_do_not_qualify_are_left_to_a_claim(store: Store) -> None:
     assert [e.kind for e in store.list_effects(pending)] == ["action"]
     driver = RunDriver(runtime, "w", 30_000)
     for run_id in (held, pending):
-        assert driver.drive_unleased(store.read_work([run_id]), lambda: False) == (0, True)
+        assert drive_read(driver, store.read_work([run_id])) == (0, True)
     assert runtime.get(held).state == "waiting" and runtime.get(held).lease_owner == "holder"
     assert runtime.get(pending).version == 1
 
@@ -337,7 +346,7 @@ def test_a_run_that_does_not_restore_is_failed_by_the_claim_not_the_unleased_rea
     )
     runtime.send(bad, "APPROVE")
     driver = RunDriver(runtime, "w", 30_000)
-    assert driver.drive_unleased(store.read_work([bad]), lambda: False) == (0, True)
+    assert drive_read(driver, store.read_work([bad])) == (0, True)
     assert runtime.get(bad).status == "active"  # untouched: not leased, not ours to fail
     Worker(runtime).run_until_idle()  # the claim that follows fails it, under its lease
     failed = runtime.get(bad)
