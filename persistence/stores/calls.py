@@ -195,17 +195,20 @@ class SQLCalls(SQLDialect):
         or before its step is pending: a step's actions run before the calls it starts, as
         entry actions run before invoked actors start in memory."""
         ts, expires = self._t(now), self._t(now + lease_ms)
+        # (with `run_id`, the effects' scan names it too: Citus routes a locking read to one
+        # shard only when every table in it is filtered by its distribution column)
         one, params = ("run_id = ? AND ", [self._id(run_id)]) if run_id is not None else ("", [])
+        effects_of_one = f"e.{one}" if one else ""
         with self._write() as conn:
             found = self._exec(
                 conn,
                 f"SELECT idempotency_key, status, attempt FROM workflow_calls WHERE {one}("
-                "(status = 'pending' AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM "
-                "workflow_effects e WHERE e.run_id = workflow_calls.run_id AND "
+                f"(status = 'pending' AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM "
+                f"workflow_effects e WHERE {effects_of_one}e.run_id = workflow_calls.run_id AND "
                 "e.status = 'pending' AND e.step <= workflow_calls.step)) OR "
                 "(status = 'running' AND lease_expires_at <= ?)) "
                 f"ORDER BY available_at, step, idempotency_key LIMIT ?{self._SKIP_LOCKED}",
-                (*params, ts, ts, limit),
+                (*params, ts, *params, ts, limit),
             ).fetchall()
             if not found:
                 return []

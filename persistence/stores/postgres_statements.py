@@ -162,18 +162,7 @@ def from_rest_statement(
         [commit], [uuid_text(rest.id)], now, ring, from_rest="finish" if finish else "rest"
     )
     if finish is not None:
-        end = finish.end
-        params.update(
-            call_key=finish.key,
-            call_owner=finish.owner,
-            call_attempt=finish.attempt,
-            call_status=finish.status,
-            call_error=end.message if finish.status == "failed" else None,
-            outcome=end.outcome,
-            error_name=end.error_name,
-            message=end.message,
-            traceback=end.traceback,
-        )
+        params.update(call_end_params(finish))
     params.update(
         was=None if ring is not None else json_param(rest.snapshot),
         was_version=rest.workflow_version,
@@ -186,6 +175,24 @@ def wakes_now(commit: StepCommit, now: int) -> bool:
     """Whether a step from rest leaves its run due at once (a timer due by `now`): other
     processes' workers are woken for it."""
     return commit.wake_at is not None and commit.wake_at <= now
+
+
+def call_end_params(finish: CallFinish) -> dict[str, Any]:
+    """A call's end as the parameters of the statements that write it with its result's step
+    (`_FINISH_FROM_REST_RUN`, `_FINISH_BURST_RUNS`): which attempt of whose call, and how it
+    ended."""
+    end = finish.end
+    return {
+        "call_key": finish.key,
+        "call_owner": finish.owner,
+        "call_attempt": finish.attempt,
+        "call_status": finish.status,
+        "call_error": end.message if finish.status == "failed" else None,
+        "outcome": end.outcome,
+        "error_name": end.error_name,
+        "message": end.message,
+        "traceback": end.traceback,
+    }
 
 
 def has_extras(commit: StepCommit) -> bool:
@@ -553,20 +560,11 @@ def finish_burst_statement(
     if ring is not None:
         seal_rows(params, ring)
     for row, (commit, rest, finish) in zip(params["steps"], steps, strict=True):
-        end = finish.end
         row.update(
+            call_end_params(finish),
             was=None if ring is not None else rest.snapshot,
             was_version=rest.workflow_version,
             due=wakes_now(commit, now),
-            call_key=finish.key,
-            call_owner=finish.owner,
-            call_attempt=finish.attempt,
-            call_status=finish.status,
-            call_error=end.message if finish.status == "failed" else None,
-            outcome=end.outcome,
-            error_name=end.error_name,
-            message=end.message,
-            traceback=end.traceback,
         )
     parts = tuple(p for p in _FROM_REST_PARTS if params[p])
     for name in ("steps", *parts):
