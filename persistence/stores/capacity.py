@@ -721,7 +721,10 @@ class SQLCapacity(SQLSteps):
         next `PARK_PAGE` due pending calls (the due index in claim order, never every pending
         call) and, when a call asks, the calls its executor has claimed, those of runs of
         share `name` other than the asker's whose run holds no place of it and that wait for
-        nothing else. Read without locks (the writes check again), each statement by keys
+        nothing else. The executor's are those of the asker's own claim (the same claim time):
+        it asks for them in order after the asker's, so none was started (a call it started
+        earlier, whose slot a lapsed lease requeued, is never released here to run twice).
+        Read without locks (the writes check again), each statement by keys
         or by one index, so that no planner's guess (stale statistics) reads more."""
         keys = [
             str(k)
@@ -732,14 +735,19 @@ class SQLCapacity(SQLSteps):
                 (ts, PARK_PAGE),
             ).fetchall()
         ]
-        if asker.call is not None:
+        if asker.call is not None:  # (claimed in the asker's claim: not started, not asked)
             keys += [
                 str(k)
                 for (k,) in self._exec(
                     conn,
-                    "SELECT idempotency_key FROM workflow_calls WHERE status = 'running' AND "
-                    "owner = ? AND idempotency_key <> ? LIMIT ?",
-                    (asker.owner, asker.call, PARK_PAGE),
+                    "SELECT c.idempotency_key FROM workflow_calls c JOIN workflow_call_attempts a "
+                    "ON a.idempotency_key = c.idempotency_key AND a.attempt = c.attempt WHERE "
+                    "c.status = 'running' AND c.owner = ? AND c.idempotency_key <> ? AND "
+                    "a.outcome IS NULL AND a.started_at = (SELECT s.started_at FROM "
+                    "workflow_call_attempts s JOIN workflow_calls o ON o.idempotency_key = "
+                    "s.idempotency_key AND o.attempt = s.attempt WHERE o.idempotency_key = ?) "
+                    "LIMIT ?",
+                    (asker.owner, asker.call, asker.call, PARK_PAGE),
                 ).fetchall()
             ]
         if not keys:
