@@ -135,6 +135,7 @@ class CallExecutor:
         recorded: renewing them in the heartbeat's transaction deadlocked with the batch that
         records them.)"""
         self._lost: set[str] = set()  # held keys the store says it no longer holds
+        self._parked: set[str] = set()  # held keys a refusal of their limit queued (released)
         self._poke = threading.Event()
         self.driver = RunDriver(
             runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
@@ -340,6 +341,9 @@ class CallExecutor:
             return True
         running.places = []
         self._released()
+        if grant.released:  # claimed here with it, queued with it: not asked for one by one
+            with self._lock:
+                self._parked.update(grant.released)
         self.runtime.telemetry.waiting(running.run, grant.reason or "")
         log.debug(
             "call %s (%s) of run %s: %s, looks again at %s",
@@ -396,15 +400,19 @@ class CallExecutor:
 
     def _was_lost(self, call: CallRecord) -> bool:
         """Whether the store said, while `call` waited to be launched, that this executor no
-        longer holds it (its lease ran out and another took it): then it is not run here."""
+        longer holds it (its lease ran out and another took it, or a refusal of its limit for
+        another call queued it too, released): then it is not run here."""
         key = call.idempotency_key
         with self._lock:
-            if key not in self._lost:
+            parked = key in self._parked
+            if not parked and key not in self._lost:
                 return False
+            self._parked.discard(key)
             self._lost.discard(key)
             self._held.discard(key)
         self._released()
-        log.info("call %s (%s): taken over before it started here", key, call.call_id)
+        if not parked:
+            log.info("call %s (%s): taken over before it started here", key, call.call_id)
         return True
 
     def _launch(self, starting: Sequence[_Running]) -> None:

@@ -296,8 +296,8 @@ class SQLCapacity(SQLSteps):
             is None
         ):
             raise _Unanswered
-        self._park(conn, name, holder, asker.run_id, now, recheck_ms)
-        return self._wait(conn, asker, f"{CAPACITY}: {name}", now, now + recheck_ms)
+        parked = self._park(conn, name, holder, asker, now, recheck_ms)
+        return self._wait(conn, asker, f"{CAPACITY}: {name}", now, now + recheck_ms, parked)
 
     def _under_lock(
         self,
@@ -336,10 +336,11 @@ class SQLCapacity(SQLSteps):
                     "UPDATE workflow_limits SET recent = ? WHERE name = ?",
                     (self._j([*window, now]), name),
                 )
+        parked: tuple[str, ...] = ()
         if max_in_flight is not None and refused is not None:
             self._queue(conn, name, holder, run_id, now)
             if not granted:
-                self._park(conn, name, holder, run_id, now, recheck_ms)
+                parked = self._park(conn, name, holder, asker, now, recheck_ms)
         elif max_in_flight is not None:
             self._exec(
                 conn,
@@ -350,7 +351,7 @@ class SQLCapacity(SQLSteps):
             )
         self._wake(conn, name, woken, now)
         if refused is not None:
-            return self._wait(conn, asker, refused[0], now, refused[1])
+            return self._wait(conn, asker, refused[0], now, refused[1], parked)
         return self._granted(conn, asker)
 
     def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
@@ -560,30 +561,41 @@ class SQLCapacity(SQLSteps):
         )
 
     def _park(
-        self, conn: Any, name: str, holder: str, run_id: str, now: int, recheck_ms: int
-    ) -> None:
-        """A run of limit `name`'s backlog was refused a slot: queue with it (at most
-        `PARK_PAGE`) the due runs no worker has claimed yet whose steps take places of the same
-        limit (`workflow_runs.limit_share`, written at their start), each released as a refused
-        run is. So a big backlog leaves the claim order after a few refusals instead of every
-        run being claimed once only to be queued, and other keys' and workflows' runs are
-        claimed meanwhile. Each parked run queues at its start time (the refused run too, which
-        started before those the claims had not reached): the queue stays in arrival order.
-        Read without locks, then the queue rows, then the run rows (the module's lock order);
-        a run claimed meanwhile keeps its lease (its queue row is its place when it asks)."""
+        self, conn: Any, name: str, holder: str, asker: _Asker, now: int, recheck_ms: int
+    ) -> tuple[str, ...]:
+        """A run of limit `name`'s backlog, or a call of it, was refused a slot: queue with it
+        the due runs and calls no worker has claimed yet whose run's steps and calls take
+        places of the same limit (`workflow_runs.limit_share`, written at their start), each
+        released as a refused run or call is; with a call asking, also the calls its executor
+        claimed with it and has not started (its run holds no place: a call of the share
+        starts only with its run's place), so the executor does not ask for each of them only
+        to be refused. So a big backlog leaves the claim order after a few refusals instead of
+        every run or call being claimed once (and again after each `recheck_ms`) only to be
+        queued, and other keys' and workflows' runs and calls are claimed meanwhile. Bounded:
+        at most `PARK_PAGE` runs, and calls among the next `PARK_PAGE` due (in claim order)
+        and the executor's claimed. Each parked run queues at its start time (the refused run
+        too, which started before those the claims had not reached): the queue stays in
+        arrival order. Read without locks, then the queue rows, then the run rows, then the
+        call rows (the module's lock order); a run or call claimed meanwhile keeps its lease
+        (its queue row is its place when it asks), a call whose run holds or is owed a slot
+        is left as it is. Returns the keys of the executor's calls released here."""
         if not holder.startswith("run:"):
-            return  # (a call's place: its run's share is not its limit)
-        ts = self._t(now)
-        rows = self._exec(
-            conn,
-            f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE limit_share = ? AND status = "
-            "'active' AND waiting_for IS NULL AND lease_owner IS NULL AND wake_at <= ? AND "
-            "id <> ? ORDER BY created_at LIMIT ?",
-            (name, ts, run_id, PARK_PAGE),
-        ).fetchall()
-        if not rows:
-            return
-        ids = [self._id(str(r)) for (r,) in rows]
+            return ()  # (a call site's place: the store cannot tell which calls take that limit)
+        ts, reason, retry_at = self._t(now), f"{CAPACITY}: {name}", self._t(now + recheck_ms)
+        runs = [
+            self._id(str(r))
+            for (r,) in self._exec(
+                conn,
+                f"SELECT id{self._TEXT_ID} FROM workflow_runs WHERE limit_share = ? AND status = "
+                "'active' AND waiting_for IS NULL AND lease_owner IS NULL AND wake_at <= ? AND "
+                "id <> ? ORDER BY created_at LIMIT ?",
+                (name, ts, asker.run_id, PARK_PAGE),
+            ).fetchall()
+        ]
+        calls = self._calls_to_park(conn, name, asker, ts, reason)
+        if not runs and not calls:
+            return ()
+        ids = list(dict.fromkeys([*runs, *(self._id(r) for r, _, _ in calls)]))
         marks = ",".join("?" * len(ids))
         self._exec(
             conn,
@@ -596,16 +608,129 @@ class SQLCapacity(SQLSteps):
             conn,
             "UPDATE workflow_capacity SET queued_at = (SELECT created_at FROM workflow_runs WHERE "
             "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'",
-            (run_id, name, holder),
+            (asker.run_id, name, holder),
         )
-        self._exec(
+        if runs:
+            self._exec(
+                conn,
+                "UPDATE workflow_runs SET waiting_for = ?, wake_at = ? WHERE id IN "
+                f"({','.join('?' * len(runs))}) AND status = 'active' AND lease_owner IS NULL "
+                "AND waiting_for IS NULL",
+                (reason, retry_at, *runs),
+            )
+        if not calls:
+            return ()
+        # (the calls whose run's place is still waiting, locked in PostgreSQL: a slot reserved
+        # for one meanwhile wakes its call after this, never before)
+        waiting = {
+            str(h)
+            for (h,) in self._exec(
+                conn,
+                f"SELECT holder FROM workflow_capacity WHERE name = ? AND holder IN "
+                f"({','.join('?' * len(calls))}) AND state = 'waiting'{self._SKIP_LOCKED}",
+                (name, *[f"run:{r}" for r, _, _ in calls]),
+            ).fetchall()
+        }
+        parked = [(k, claimed) for r, k, claimed in calls if f"run:{r}" in waiting]
+        due = [k for k, claimed in parked if not claimed]
+        if due:
+            self._exec(
+                conn,
+                "UPDATE workflow_calls SET waiting_for = ?, available_at = ?, updated_at = ? "
+                f"WHERE idempotency_key IN ({','.join('?' * len(due))}) AND status = 'pending'",
+                (reason, retry_at, ts, *due),
+            )
+        mine = [k for k, claimed in parked if claimed]
+        if not mine:
+            return ()
+        taken_back = self._exec(
             conn,
-            "UPDATE workflow_runs SET waiting_for = ?, wake_at = ? WHERE id IN "
-            f"({marks}) AND status = 'active' AND lease_owner IS NULL AND waiting_for IS NULL",
-            (f"{CAPACITY}: {name}", self._t(now + recheck_ms), *ids),
-        )
+            "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
+            "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
+            f"idempotency_key IN ({','.join('?' * len(mine))}) AND owner = ? AND status = "
+            "'running' RETURNING run_id, idempotency_key, attempt",
+            (retry_at, reason, ts, *mine, asker.owner),
+        ).fetchall()
+        for run_id, key, attempt in taken_back:
+            self._forget_attempt(conn, run_id, str(key), int(attempt) + 1)
+        return tuple(str(k) for _, k, _ in taken_back)
 
-    def _wait(self, conn: Any, asker: _Asker, reason: str, now: int, retry_at: int) -> Grant:
+    def _calls_to_park(
+        self, conn: Any, name: str, asker: _Asker, ts: Any, reason: str
+    ) -> list[tuple[str, str, bool]]:
+        """(run, key, claimed by the asking executor) of the calls `_park` queues: among the
+        next `PARK_PAGE` due pending calls (the due index in claim order, never every pending
+        call) and, when a call asks, the calls its executor has claimed, those of runs of
+        share `name` other than the asker's whose run holds no place of it and that wait for
+        nothing else. The executor's are those of the asker's own claim (the same claim time):
+        it asks for them in order after the asker's, so none was started (a call it started
+        earlier, whose slot a lapsed lease requeued, is never released here to run twice).
+        Read without locks (the writes check again), each statement by keys
+        or by one index, so that no planner's guess (stale statistics) reads more."""
+        keys = [
+            str(k)
+            for (k,) in self._exec(
+                conn,
+                "SELECT idempotency_key FROM workflow_calls WHERE status = 'pending' AND "
+                "available_at <= ? ORDER BY available_at LIMIT ?",
+                (ts, PARK_PAGE),
+            ).fetchall()
+        ]
+        if asker.call is not None:  # (claimed in the asker's claim: not started, not asked)
+            keys += [
+                str(k)
+                for (k,) in self._exec(
+                    conn,
+                    "SELECT c.idempotency_key FROM workflow_calls c JOIN workflow_call_attempts a "
+                    "ON a.idempotency_key = c.idempotency_key AND a.attempt = c.attempt WHERE "
+                    "c.status = 'running' AND c.owner = ? AND c.idempotency_key <> ? AND "
+                    "a.outcome IS NULL AND a.started_at = (SELECT s.started_at FROM "
+                    "workflow_call_attempts s JOIN workflow_calls o ON o.idempotency_key = "
+                    "s.idempotency_key AND o.attempt = s.attempt WHERE o.idempotency_key = ?) "
+                    "LIMIT ?",
+                    (asker.owner, asker.call, asker.call, PARK_PAGE),
+                ).fetchall()
+            ]
+        if not keys:
+            return []
+        found = self._exec(
+            conn,
+            f"SELECT c.run_id{self._TEXT_ID}, c.idempotency_key, c.status, c.waiting_for, "
+            "r.limit_share, r.status FROM workflow_calls c JOIN workflow_runs r ON r.id = "
+            f"c.run_id WHERE c.idempotency_key IN ({','.join('?' * len(keys))})",
+            keys,
+        ).fetchall()
+        asking = str(asker.run_id)
+        calls = [
+            (str(r), str(k), status == "running")
+            for r, k, status, waits, share, run_status in found
+            if share == name
+            and run_status == "active"
+            and str(r) != asking
+            and waits in (None, reason)
+        ]
+        if not calls:
+            return []
+        placed = {
+            str(h)
+            for (h,) in self._exec(
+                conn,
+                f"SELECT holder FROM workflow_capacity WHERE name = ? AND holder IN "
+                f"({','.join('?' * len(calls))}) AND state <> 'waiting'",
+                (name, *[f"run:{r}" for r, _, _ in calls]),
+            ).fetchall()
+        }
+        return [c for c in calls if f"run:{c[0]}" not in placed]
+
+    def _wait(
+        self,
+        conn: Any,
+        asker: _Asker,
+        reason: str,
+        now: int,
+        retry_at: int,
+        parked: tuple[str, ...] = (),
+    ) -> Grant:
         """Release the run (it waits durably, not in a thread) with `reason` on its row; with
         a call, release that call instead: pending again, due at `retry_at` (or when woken),
         `reason` on its row, and the attempt its claim opened taken back (it never started:
@@ -627,13 +752,17 @@ class SQLCapacity(SQLSteps):
             (self._t(retry_at), reason, self._t(now), asker.run_id, asker.call, asker.owner),
         ).fetchall()
         for (attempt,) in taken_back:
-            self._exec(
-                conn,
-                "DELETE FROM workflow_call_attempts WHERE run_id = ? AND idempotency_key = ? AND "
-                "attempt = ? AND outcome IS NULL",
-                (asker.run_id, asker.call, int(attempt) + 1),
-            )
-        return Grant(False, retry_at, reason)
+            self._forget_attempt(conn, asker.run_id, asker.call, int(attempt) + 1)
+        return Grant(False, retry_at, reason, parked)
+
+    def _forget_attempt(self, conn: Any, run_id: Any, call: str, attempt: int) -> None:
+        """Delete the attempt a released call's claim opened: it never started."""
+        self._exec(
+            conn,
+            "DELETE FROM workflow_call_attempts WHERE run_id = ? AND idempotency_key = ? AND "
+            "attempt = ? AND outcome IS NULL",
+            (run_id, call, attempt),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -465,6 +465,9 @@ class Grant:
     """Not granted: when the run looks again (a freed slot wakes a queued run sooner)."""
     reason: str | None = None
     """Not granted: what the run waits for, as shown on its row ("waiting for capacity: crm")."""
+    released: tuple[str, ...] = ()
+    """Not granted, a call asking: the keys of other calls its executor had claimed and not
+    started that the refusal queued with it (released, waiting): the executor drops them."""
 
 
 @dataclass(frozen=True, slots=True)

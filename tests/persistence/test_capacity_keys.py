@@ -14,6 +14,8 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,6 +25,7 @@ from persistence.ingress import create_api
 from persistence.runtime import Runtime
 from persistence.stores import NewRun, RunQuery, Store
 from persistence.stores.capacity import CAPACITY
+from persistence.stores.records import Grant
 from persistence.ui.app import create_app
 from persistence.ui.views import limit_rows
 from persistence.worker import Worker
@@ -39,6 +42,8 @@ BIG_TENANT_RUNS = int(
 )
 SMALL_TENANT_RUNS = 8
 CALL_MS = 20
+BIG_TENANT_CALLS = 300
+BATCH = 8
 
 
 def _active(store: Store) -> int:
@@ -340,3 +345,123 @@ def test_a_fork_of_a_keyed_run_takes_the_share_of_its_steps_key(store: Store) ->
         )
     }
     assert shares == {original: "per_account[7]", fork.id: "per_account[7]"}
+
+
+def _tenant_work(store: Store, slots: int) -> tuple[Runtime, Callable[[str], str]]:
+    """A workflow limited to `slots` runs per tenant (the run's `tenant`) whose run makes one
+    call and ends; and a start of a run for a tenant, one per millisecond (the arrival order
+    is known)."""
+    clock = SimulatedClock(1_000_000)
+    machine = create_machine(
+        {
+            "id": "tenant_work",
+            "initial": "calling",
+            "context": lambda i: dict(i),
+            "states": {
+                "calling": {"invoke": {"src": "work", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"work": lambda value: "ok"},
+    )
+    rt = Runtime(
+        store,
+        [machine],
+        clock=clock,
+        limits={"tenant": Limit(max_in_flight=slots, key="tenant", recheck_ms=1_000)},
+        workflow_limits={"tenant_work": "tenant"},
+    )
+
+    def start(tenant: str) -> str:
+        clock.advance(1)
+        return rt.start("tenant_work", {"tenant": tenant})
+
+    return rt, start
+
+
+def test_a_refused_call_queues_its_keys_backlog_of_calls_out_of_the_claim_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fairness above at a size the suite affords, counted instead of timed. A limited
+    workflow's calls ask for their run's place one call at a time (beside their runs, which
+    wait for them with no wake time); a refusal queues the key's other due, unclaimed calls
+    with it, so the big tenant's backlog is refused about a batch's worth of times, not once
+    per call (and again after every `recheck_ms`), and the small tenant's calls are asked for
+    right after; the big tenant's calls are then granted as freed slots wake them, about in
+    the order they arrived."""
+    rt, start = _tenant_work(store, 4)
+    big = [start("big") for _ in range(BIG_TENANT_CALLS)]
+    small = [start("small") for _ in range(SMALL_TENANT_RUNS)]
+    asked: list[tuple[str, bool]] = []  # a call's run, granted: in the order the store answered
+    acquire = store.acquire_capacity
+
+    def counted(name: str, holder: str, run_id: str, *args: Any, **kwargs: Any) -> Grant:
+        grant = acquire(name, holder, run_id, *args, **kwargs)
+        if kwargs.get("call") is not None:  # (a run's own step asks too: not counted here)
+            asked.append((run_id, grant.granted))
+        return grant
+
+    monkeypatch.setattr(store, "acquire_capacity", counted)
+    Worker(rt, batch=BATCH).run_until_idle()
+    assert {store.get_run(i).status for i in [*big, *small]} == {"done"}
+    refused = [run_id for run_id, granted in asked if not granted]
+    small_asked = next(n for n, (run_id, _) in enumerate(asked) if run_id in small)
+    assert len(refused) <= 2 * BATCH  # (one refusal per big call, 296, before the queueing)
+    assert len([r for r, granted in asked[:small_asked] if not granted]) <= 2 * BATCH
+    assert {store.get_run(i).status for i in small} == {"done"}
+    granted = [run_id for run_id, ok in asked if ok and run_id in big]
+    arrived = {run_id: n for n, run_id in enumerate(big)}
+    assert sorted(granted) == sorted(big)  # each granted once
+    assert max(abs(n - arrived[run_id]) for n, run_id in enumerate(granted)) <= 2 * 4
+
+
+def test_a_refused_call_releases_the_calls_its_executor_claimed_of_the_same_key(
+    store: Store,
+) -> None:
+    """An executor claims due calls in a burst (up to 500) and asks for their places one by
+    one: the first refusal of a key's share queues and releases the executor's other claimed
+    calls of that key too (the grant names them: the executor drops them), so it does not ask
+    for each only to be refused while other keys' calls wait; their claims' attempts are
+    taken back (waiting is no attempt), and the queue keeps the arrival order."""
+    rt, start = _tenant_work(store, 1)
+    big = [start("big") for _ in range(5)]
+    small = [start("small") for _ in range(2)]
+    now = rt.clock.now()
+    claimed = {c.run_id: c for c in store.claim_calls("executor", now, 60_000, 10)}
+    assert set(claimed) == {*big, *small}
+
+    def ask(run_id: str) -> Grant:
+        return rt.load.enter(
+            run_id,
+            "executor",
+            [(f"tenant[{store.get_run(run_id).snapshot['context']['tenant']}]", f"run:{run_id}")],
+            now,
+            60_000,
+            claimed[run_id].idempotency_key,
+        )
+
+    assert ask(big[0]).granted
+    refused = ask(big[1])
+    assert not refused.granted
+    for run_id in big[1:]:
+        (call,) = store.list_calls(run_id)
+        assert (call.status, call.owner, call.waiting_for) == (
+            "pending",
+            None,
+            f"{CAPACITY}: tenant[big]",
+        )
+        assert store.call_attempts(run_id) == []
+    assert sorted(refused.released) == sorted(claimed[r].idempotency_key for r in big[2:])
+    assert ask(small[0]).granted  # the other key's calls are not held up
+    usage = {u.name: dict(u.waiting) for u in store.capacity_usage(now)}
+    assert usage["tenant[big]"] == {CAPACITY: 4}
+    order, holder = [], big[0]
+    for n in range(4):  # each freed slot goes to the next big call as it arrived
+        store.release_capacity(
+            "tenant[big]", [f"run:{holder}"], now + n, max_in_flight=1, lease_ms=60_000
+        )
+        (woken,) = store.claim_calls("executor", now + n, 60_000, 10)
+        holder, claimed[woken.run_id] = woken.run_id, woken
+        assert ask(holder).granted
+        order.append(holder)
+    assert order == big[1:]
