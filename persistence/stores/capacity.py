@@ -655,6 +655,18 @@ class SQLCapacity(SQLSteps):
             self._forget_attempt(conn, run_id, str(key), int(attempt) + 1)
         return tuple(str(k) for _, k, _ in taken_back)
 
+    def _claimed_at(self, conn: Any, asker: _Asker) -> Any:
+        """When the asking call's open attempt began: the time of the claim that took it (read
+        by the call's run and key, so that on Citus it is one shard's join)."""
+        row = self._exec(
+            conn,
+            "SELECT s.started_at FROM workflow_call_attempts s JOIN workflow_calls o ON "
+            "o.run_id = s.run_id AND o.idempotency_key = s.idempotency_key AND o.attempt = "
+            "s.attempt WHERE o.run_id = ? AND o.idempotency_key = ?",
+            (asker.run_id, asker.call),
+        ).fetchone()
+        return None if row is None else row[0]
+
     def _calls_to_park(
         self, conn: Any, name: str, asker: _Asker, ts: Any, reason: str
     ) -> list[tuple[str, str, bool]]:
@@ -682,13 +694,10 @@ class SQLCapacity(SQLSteps):
                 for (k,) in self._exec(
                     conn,
                     "SELECT c.idempotency_key FROM workflow_calls c JOIN workflow_call_attempts a "
-                    "ON a.idempotency_key = c.idempotency_key AND a.attempt = c.attempt WHERE "
-                    "c.status = 'running' AND c.owner = ? AND c.idempotency_key <> ? AND "
-                    "a.outcome IS NULL AND a.started_at = (SELECT s.started_at FROM "
-                    "workflow_call_attempts s JOIN workflow_calls o ON o.idempotency_key = "
-                    "s.idempotency_key AND o.attempt = s.attempt WHERE o.idempotency_key = ?) "
-                    "LIMIT ?",
-                    (asker.owner, asker.call, asker.call, PARK_PAGE),
+                    "ON a.run_id = c.run_id AND a.idempotency_key = c.idempotency_key AND "
+                    "a.attempt = c.attempt WHERE c.status = 'running' AND c.owner = ? AND "
+                    "c.idempotency_key <> ? AND a.outcome IS NULL AND a.started_at = ? LIMIT ?",
+                    (asker.owner, asker.call, self._claimed_at(conn, asker), PARK_PAGE),
                 ).fetchall()
             ]
         if not keys:
