@@ -622,15 +622,7 @@ class SQLCapacity(SQLSteps):
             return ()
         # (the calls whose run's place is still waiting, locked in PostgreSQL: a slot reserved
         # for one meanwhile wakes its call after this, never before)
-        waiting = {
-            str(h)
-            for (h,) in self._exec(
-                conn,
-                f"SELECT holder FROM workflow_capacity WHERE name = ? AND holder IN "
-                f"({','.join('?' * len(calls))}) AND state = 'waiting'{self._SKIP_LOCKED}",
-                (name, *[f"run:{r}" for r, _, _ in calls]),
-            ).fetchall()
-        }
+        waiting = self._run_places(conn, name, calls, "= 'waiting'" + self._SKIP_LOCKED)
         parked = [(k, claimed) for r, k, claimed in calls if f"run:{r}" in waiting]
         due = [k for k, claimed in parked if not claimed]
         if due:
@@ -720,16 +712,23 @@ class SQLCapacity(SQLSteps):
         ]
         if not calls:
             return []
-        placed = {
+        placed = self._run_places(conn, name, calls, "<> 'waiting'")
+        return [c for c in calls if f"run:{c[0]}" not in placed]
+
+    def _run_places(
+        self, conn: Any, name: str, calls: list[tuple[str, str, bool]], state: str
+    ) -> set[str]:
+        """The holders (`run:<id>`) of limit `name`'s places of the `calls`' runs whose state
+        is `state` (SQL after `state `, e.g. "= 'waiting'", with any lock clause)."""
+        return {
             str(h)
             for (h,) in self._exec(
                 conn,
                 f"SELECT holder FROM workflow_capacity WHERE name = ? AND holder IN "
-                f"({','.join('?' * len(calls))}) AND state <> 'waiting'",
+                f"({','.join('?' * len(calls))}) AND state {state}",
                 (name, *[f"run:{r}" for r, _, _ in calls]),
             ).fetchall()
         }
-        return [c for c in calls if f"run:{c[0]}" not in placed]
 
     def _wait(
         self,
