@@ -25,9 +25,9 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -131,9 +131,12 @@ class CallExecutor:
         self._held: set[str] = set()
         """Keys of calls leased to it that wait to start (adopted or claimed): their leases are
         renewed too, so that a serving loop slow to record ends (a run's row held) lets none
-        expire for another worker to run it beside this one. (Not those whose ends are being
-        recorded: renewing them in the heartbeat's transaction deadlocked with the batch that
-        records them.)"""
+        expire for another worker to run it beside this one."""
+        self._recording: dict[str, Any] = {}
+        """Calls that ended here and whose ends are being recorded (key: heartbeat details):
+        renewed too, or a slow record (a burst of ends, a store's writer lock held) lets the
+        lease of a call that already ran lapse, and another worker runs it again. (A renewal
+        waits for no row a recording transaction holds: `heartbeat_calls`.)"""
         self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._parked: set[str] = set()  # held keys a refusal of their limit queued (released)
         self._poke = threading.Event()
@@ -468,18 +471,33 @@ class CallExecutor:
             except queue.Empty:
                 break
         self._batch = [] if len(ended) > 1 else None
-        try:
-            for running, result, error in ended:
-                with self._lock:
-                    self._running.pop(running.call.idempotency_key, None)
-                if not running.ended:
-                    self._end(running, result, error)
-        finally:
-            batch, self._batch = self._batch, None
-            if batch:
-                self._finish_batch(batch, {r.call.run_id: r.run for r, _, _ in ended})
+        with self._being_recorded([running for running, _, _ in ended]):
+            try:
+                for running, result, error in ended:
+                    if not running.ended:
+                        self._end(running, result, error)
+            finally:
+                batch, self._batch = self._batch, None
+                if batch:
+                    self._finish_batch(batch, {r.call.run_id: r.run for r, _, _ in ended})
         for running, _, _ in ended:  # (their ends recorded: their slots go back)
             self._give_back(running)
+
+    @contextmanager
+    def _being_recorded(self, ended: Sequence[_Running]) -> Iterator[None]:
+        """While the ends of `ended` are recorded: no longer running here, their leases still
+        renewed (`_recording`)."""
+        with self._lock:
+            for running in ended:
+                key = running.call.idempotency_key
+                if self._running.pop(key, None) is not None and not running.ended:
+                    self._recording[key] = running.context.details
+        try:
+            yield
+        finally:
+            with self._lock:
+                for running in ended:
+                    self._recording.pop(running.call.idempotency_key, None)
 
     def _finish_batch(
         self, batch: list[tuple[CallFinish, str, dict[str, Any]]], runs: Mapping[str, RunRecord]
@@ -559,6 +577,7 @@ class CallExecutor:
         over to stop, or not to start."""
         with self._lock:
             beats = {k: r.context.details for k, r in self._running.items() if not r.ended}
+            beats.update(self._recording)
             beats.update(dict.fromkeys(self._held - beats.keys()))
         if not beats:
             return

@@ -1,4 +1,5 @@
-"""A call leased to a call executor keeps its lease while it waits to start.
+"""A call leased to a call executor keeps its lease while it waits to start, and while its
+end waits to be recorded.
 
 A step leases the calls it records to its worker's executor, which starts them from its
 serving loop; the loop also records each ended call with the step that applies its result,
@@ -6,8 +7,9 @@ and that write waits for its run's row. Here that row is held by another transac
 slow commit, or a machine under load, would hold it), so the loop is stalled on an ended call
 with another call handed to it: the executor's heartbeat thread must keep renewing that
 call's lease, so that no other worker takes it over and runs it beside this one (test_crash
-saw two processes inside one run's effects under load). The stalled call's own lease runs out
-meanwhile: it is not renewed while its end is recorded (see `CallExecutor._held`). PostgreSQL:
+saw two processes inside one run's effects under load), and the stalled call's lease too: it
+already ran, and a lapsed lease let another worker run it a second time (the per-tenant limits
+soak on SQLite saw two calls run twice; see `CallExecutor._recording`). PostgreSQL:
 row locks stall the one loop and leave the heartbeat's rows free (SQLite's single writer would
 stall both).
 """
@@ -71,11 +73,15 @@ def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
             executor.adopt([call], store.get_run(second), machine)  # as a step leases it
             time.sleep(3 * LEASE_MS / 1000)  # (three leases, renewed by the heartbeat)
             taken = store.claim_calls("B", runtime.clock.now(), LEASE_MS, 10, run_id=second)
+            retaken = store.claim_calls("B", runtime.clock.now(), LEASE_MS, 10, run_id=first)
             holder.rollback()
         assert taken == [], "another worker took over a call waiting in a live executor"
+        assert retaken == [], "another worker took over a call whose end was being recorded"
         wait_for(lambda: {store.get_run(r).status for r in (first, second)} == {"done"}, 30)
         assert ran == ["first", "second"]
-        assert [(a.worker, a.outcome) for a in store.call_attempts(second)] == [("A", "done")]
+        for run_id in (first, second):
+            attempts = [(a.worker, a.outcome) for a in store.call_attempts(run_id)]
+            assert attempts == [("A", "done")]
     finally:
         release_first.set()
         executor.stop()
