@@ -231,6 +231,7 @@ class CitusStore(PostgresStore):
         """`SQLStore.finish_calls`, each end in a transaction of its own (`commit_steps`)."""
         return [SQLStore.finish_calls(self, [end], now, planner, cancelled)[0] for end in ends]
 
+    @retried
     def heartbeat_calls(
         self, owner: str, beats: Mapping[str, Any], now: int, lease_ms: int
     ) -> set[str]:
