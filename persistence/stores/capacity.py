@@ -63,7 +63,9 @@ _LIVE_HOLD = (
     "((c.status IN ('running', 'stopped') AND c.lease_expires_at > ? AND "
     "(c.idempotency_key = workflow_capacity.holder OR "
     "substr(workflow_capacity.holder, 1, 4) = 'run:')) OR "
-    "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))))"
+    "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))) OR "
+    "(substr(workflow_capacity.holder, 1, 4) = 'run:' AND EXISTS (SELECT 1 FROM workflow_inbox i "
+    "WHERE i.run_id = workflow_capacity.run_id AND i.dead_at IS NULL)))"
 )
 """A held slot counts while its holder works. A run's (`run:<id>`, or a test's holder) while
 that run keeps the lease it was granted under. A call's (its idempotency key) while the call
@@ -71,8 +73,11 @@ runs under a lease that has not expired, including a call stopped while it ran, 
 executor sees it end and gives the slot back or its lease runs out: a stopped function may
 take a moment to return, and the downstream must never see more calls than the limit (an
 ended or SIGKILLed call's slot is free). A run of a limited workflow's (`run:<id>`) also while
-any call of the run is open or still working, so that the run counts while its calls work
-beside it and its own next step finds its place held."""
+any call of the run is open or still working, or an event (a call's result) is queued for it,
+so that the run counts while its calls work beside it and its own next step, the one that
+applies a call's result, finds its place held: not requeued behind the limit's whole queue
+(at the time it was granted), refused, and claimed again for its queued event until a slot
+came back to it."""
 T = TypeVar("T")
 
 
