@@ -454,25 +454,30 @@ class SQLCapacity(SQLSteps):
         standing idle, so what takes it is claimed before anything else (as if due long ago, at
         the top priority). A call's place wakes the call (its row made due), a run's the run
         and its calls that wait for `name` (a call of a limited workflow's run asks for the
-        run's place). Runs first, then calls (a step locks its run, then its calls)."""
+        run's place); not the run whose call waits for it while the run itself does not: that
+        call takes the reserved place, and a claim of the run would only take it first for a
+        drive with nothing to step. Runs first, then calls (a step locks its run, then its
+        calls)."""
         if not woken:
             return
         first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
         runs, holders = [r for _, r in woken], [h for h, _ in woken]
         in_runs, in_holders = ",".join("?" * len(runs)), ",".join("?" * len(holders))
+        reason = f"{CAPACITY}: {name}"
         self._exec(
             conn,
             f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({in_runs}) AND lease_owner IS "
-            "NULL AND status = 'active' AND NOT EXISTS (SELECT 1 FROM workflow_calls c WHERE "
-            f"c.run_id = workflow_runs.id AND c.idempotency_key IN ({in_holders}))",
-            (first, *runs, *holders),
+            "NULL AND status = 'active' AND (waiting_for = ? OR NOT EXISTS (SELECT 1 FROM "
+            "workflow_calls c WHERE c.run_id = workflow_runs.id AND (c.idempotency_key IN "
+            f"({in_holders}) OR (c.status = 'pending' AND c.waiting_for = ?))))",
+            (first, *runs, reason, *holders, reason),
         )
         self._exec(
             conn,
             f"UPDATE workflow_calls SET available_at = ? WHERE run_id IN ({in_runs}) AND "
             "status = 'pending' AND waiting_for = ? AND (idempotency_key IN "
             f"({in_holders}) OR 'run:' || run_id{self._TEXT_ID} IN ({in_holders}))",
-            (first, *runs, f"{CAPACITY}: {name}", *holders, *holders),
+            (first, *runs, reason, *holders, *holders),
         )
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:

@@ -390,7 +390,8 @@ def test_a_refused_call_queues_its_keys_backlog_of_calls_out_of_the_claim_order(
     right after; the big tenant's calls are then granted as freed slots wake them, about in
     the order they arrived. A run's own step asks for its place once, to apply its call's
     result, and is granted: the place its call took stays the run's until then (never handed
-    to the queue in between, which left the run's last step refused and claimed again)."""
+    to the queue in between, which left the run's last step refused and claimed again), and
+    no run is claimed only to take the place its waiting call was woken for."""
     rt, start = _tenant_work(store, 4)
     big = [start("big") for _ in range(BIG_TENANT_CALLS)]
     small = [start("small") for _ in range(SMALL_TENANT_RUNS)]
@@ -417,6 +418,7 @@ def test_a_refused_call_queues_its_keys_backlog_of_calls_out_of_the_claim_order(
     assert max(abs(n - arrived[run_id]) for n, run_id in enumerate(granted)) <= 2 * 4
     # (about 120 of about 730 were refused before the place stayed the run's until then)
     assert [run_id for run_id, ok in stepped if not ok] == []
+    assert sorted(run_id for run_id, _ in stepped) == sorted([*big, *small])
 
 
 def test_a_refused_call_releases_the_calls_its_executor_claimed_of_the_same_key(
