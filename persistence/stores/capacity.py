@@ -650,12 +650,11 @@ class SQLCapacity(SQLSteps):
             "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
             "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
             f"idempotency_key IN ({','.join('?' * len(mine))}) AND owner = ? AND status = "
-            "'running' RETURNING run_id, idempotency_key, attempt",
+            "'running' RETURNING run_id, idempotency_key",
             (retry_at, reason, ts, *mine, asker.owner),
         ).fetchall()
-        for run_id, key, attempt in taken_back:
-            self._forget_attempt(conn, run_id, str(key), int(attempt) + 1)
-        return tuple(str(k) for _, k, _ in taken_back)
+        self._forget_attempts(conn, taken_back)
+        return tuple(str(k) for _, k in taken_back)
 
     def _claimed_at(self, conn: Any, asker: _Asker) -> Any:
         """When the asking call's open attempt began: the time of the claim that took it (read
@@ -766,20 +765,25 @@ class SQLCapacity(SQLSteps):
             "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
             "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
             "run_id = ? AND idempotency_key = ? AND owner = ? AND status = 'running' "
-            "RETURNING attempt",
+            "RETURNING run_id, idempotency_key",
             (self._t(retry_at), reason, self._t(now), asker.run_id, asker.call, asker.owner),
         ).fetchall()
-        for (attempt,) in taken_back:
-            self._forget_attempt(conn, asker.run_id, asker.call, int(attempt) + 1)
+        self._forget_attempts(conn, taken_back)
         return Grant(False, retry_at, reason, parked)
 
-    def _forget_attempt(self, conn: Any, run_id: Any, call: str, attempt: int) -> None:
-        """Delete the attempt a released call's claim opened: it never started."""
+    def _forget_attempts(self, conn: Any, calls: Sequence[tuple[Any, Any]]) -> None:
+        """Delete the attempts that released calls' (run, key) claims opened: they never
+        started. One statement for a burst (not a round trip per call: a refusal releases up to
+        500 in its transaction, under the limit's lock); a call has one open attempt at most (a
+        claim closes a lapsed one, a retry its own), and these calls' rows are locked."""
+        if not calls:
+            return
+        runs = list(dict.fromkeys(self._id(str(r)) for r, _ in calls))
         self._exec(
             conn,
-            "DELETE FROM workflow_call_attempts WHERE run_id = ? AND idempotency_key = ? AND "
-            "attempt = ? AND outcome IS NULL",
-            (run_id, call, attempt),
+            f"DELETE FROM workflow_call_attempts WHERE run_id IN ({','.join('?' * len(runs))}) "
+            f"AND idempotency_key IN ({','.join('?' * len(calls))}) AND outcome IS NULL",
+            (*runs, *[str(k) for _, k in calls]),
         )
 
 
