@@ -65,7 +65,8 @@ _LIVE_HOLD = (
     "substr(workflow_capacity.holder, 1, 4) = 'run:')) OR "
     "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))) OR "
     "(substr(workflow_capacity.holder, 1, 4) = 'run:' AND EXISTS (SELECT 1 FROM workflow_inbox i "
-    "WHERE i.run_id = workflow_capacity.run_id AND i.dead_at IS NULL)))"
+    "JOIN workflow_runs q ON q.id = i.run_id WHERE i.run_id = workflow_capacity.run_id AND "
+    "i.dead_at IS NULL AND q.status = 'active')))"
 )
 """A held slot counts while its holder works. A run's (`run:<id>`, or a test's holder) while
 that run keeps the lease it was granted under. A call's (its idempotency key) while the call
@@ -73,7 +74,8 @@ runs under a lease that has not expired, including a call stopped while it ran, 
 executor sees it end and gives the slot back or its lease runs out: a stopped function may
 take a moment to return, and the downstream must never see more calls than the limit (an
 ended or SIGKILLed call's slot is free). A run of a limited workflow's (`run:<id>`) also while
-any call of the run is open or still working, or an event (a call's result) is queued for it,
+any call of the run is open or still working, or an event (a call's result) is queued for it
+while it is active (an ended run's queued events are dead letters to be),
 so that the run counts while its calls work beside it and its own next step, the one that
 applies a call's result, finds its place held: not requeued behind the limit's whole queue
 (at the time it was granted), refused, and claimed again for its queued event until a slot
@@ -614,11 +616,16 @@ class SQLCapacity(SQLSteps):
             f"WHERE id IN ({marks}) ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
             (name, *ids),
         )
+        # (the asker's start time read first: on Citus an update of the limit's rows cannot
+        # read the runs' shards in a subquery)
+        (started,) = self._exec(
+            conn, "SELECT created_at FROM workflow_runs WHERE id = ?", (asker.run_id,)
+        ).fetchone()
         self._exec(
             conn,
-            "UPDATE workflow_capacity SET queued_at = (SELECT created_at FROM workflow_runs WHERE "
-            "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'",
-            (asker.run_id, name, holder),
+            "UPDATE workflow_capacity SET queued_at = ? WHERE name = ? AND holder = ? AND "
+            "state = 'waiting'",
+            (started, name, holder),
         )
         if runs:
             self._exec(

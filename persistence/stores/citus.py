@@ -536,10 +536,11 @@ class CitusStore(PostgresStore):
             "('running', 'stopped') AND lease_expires_at > ?))",
             (runs, ts),
         ).fetchall()
-        queued = self._exec(  # the held places' runs with an event queued (a call's result)
+        queued = self._exec(  # the held places' active runs with an event queued (a result)
             conn,
-            "SELECT DISTINCT run_id::text FROM workflow_inbox WHERE "
-            "run_id = ANY(CAST(? AS uuid[])) AND dead_at IS NULL",
+            "SELECT DISTINCT i.run_id::text FROM workflow_inbox i JOIN workflow_runs r ON "
+            "r.id = i.run_id WHERE i.run_id = ANY(CAST(? AS uuid[])) AND i.dead_at IS NULL AND "
+            "r.status = 'active'",
             (runs,),
         ).fetchall()
         # runs with a call open or still working, or a result of one queued
