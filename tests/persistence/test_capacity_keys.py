@@ -486,6 +486,8 @@ def test_an_executor_drops_the_calls_a_refusal_released_without_asking_for_them(
     grant names them), and the executor drops them (`CallExecutor._parked`): it neither asks
     for their places, only to be refused one by one, nor runs them (they are no longer its to
     run). Each runs once, later, when a freed slot is reserved for it and it is claimed again."""
+    if store.url.startswith("citus"):
+        pytest.skip("on Citus a claim takes one shard group's calls: not all five in one burst")
     rt, start = _tenant_work(store, 1, SystemClock(), recheck_ms=600_000)
     runs = [start("big") for _ in range(5)]  # (all due before the worker's first claim)
     asked: list[tuple[str, bool, tuple[str, ...]]] = []
