@@ -29,7 +29,8 @@ on its row), queued in arrival order, and made due again when a freed slot is re
 or the window or pause ends; its run goes on meanwhile (its events, timers and cancel act, and
 leaving the invoking state stops the call, which frees its slot and its place in the queue).
 Its end gives its slot back right after it is recorded. A run of a limited workflow takes its
-place before it is stepped and keeps it while any of its calls is open.
+place before it is stepped and keeps it while any of its calls is open or a call's result is
+queued for it (the step that applies it finds the place held).
 """
 
 from __future__ import annotations

@@ -63,7 +63,10 @@ _LIVE_HOLD = (
     "((c.status IN ('running', 'stopped') AND c.lease_expires_at > ? AND "
     "(c.idempotency_key = workflow_capacity.holder OR "
     "substr(workflow_capacity.holder, 1, 4) = 'run:')) OR "
-    "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))))"
+    "(c.status = 'pending' AND substr(workflow_capacity.holder, 1, 4) = 'run:'))) OR "
+    "(substr(workflow_capacity.holder, 1, 4) = 'run:' AND EXISTS (SELECT 1 FROM workflow_inbox i "
+    "JOIN workflow_runs q ON q.id = i.run_id WHERE i.run_id = workflow_capacity.run_id AND "
+    "i.dead_at IS NULL AND q.status = 'active')))"
 )
 """A held slot counts while its holder works. A run's (`run:<id>`, or a test's holder) while
 that run keeps the lease it was granted under. A call's (its idempotency key) while the call
@@ -71,8 +74,12 @@ runs under a lease that has not expired, including a call stopped while it ran, 
 executor sees it end and gives the slot back or its lease runs out: a stopped function may
 take a moment to return, and the downstream must never see more calls than the limit (an
 ended or SIGKILLed call's slot is free). A run of a limited workflow's (`run:<id>`) also while
-any call of the run is open or still working, so that the run counts while its calls work
-beside it and its own next step finds its place held."""
+any call of the run is open or still working, or an event (a call's result) is queued for it
+while it is active (an ended run's queued events are dead letters to be),
+so that the run counts while its calls work beside it and its own next step, the one that
+applies a call's result, finds its place held: not requeued behind the limit's whole queue
+(at the time it was granted), refused, and claimed again for its queued event until a slot
+came back to it."""
 T = TypeVar("T")
 
 
@@ -449,25 +456,30 @@ class SQLCapacity(SQLSteps):
         standing idle, so what takes it is claimed before anything else (as if due long ago, at
         the top priority). A call's place wakes the call (its row made due), a run's the run
         and its calls that wait for `name` (a call of a limited workflow's run asks for the
-        run's place). Runs first, then calls (a step locks its run, then its calls)."""
+        run's place); not the run whose call waits for it while the run itself does not: that
+        call takes the reserved place, and a claim of the run would only take it first for a
+        drive with nothing to step. Runs first, then calls (a step locks its run, then its
+        calls)."""
         if not woken:
             return
         first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
         runs, holders = [r for _, r in woken], [h for h, _ in woken]
         in_runs, in_holders = ",".join("?" * len(runs)), ",".join("?" * len(holders))
+        reason = f"{CAPACITY}: {name}"
         self._exec(
             conn,
             f"UPDATE workflow_runs SET wake_at = ? WHERE id IN ({in_runs}) AND lease_owner IS "
-            "NULL AND status = 'active' AND NOT EXISTS (SELECT 1 FROM workflow_calls c WHERE "
-            f"c.run_id = workflow_runs.id AND c.idempotency_key IN ({in_holders}))",
-            (first, *runs, *holders),
+            "NULL AND status = 'active' AND (waiting_for = ? OR NOT EXISTS (SELECT 1 FROM "
+            "workflow_calls c WHERE c.run_id = workflow_runs.id AND (c.idempotency_key IN "
+            f"({in_holders}) OR (c.status = 'pending' AND c.waiting_for = ?))))",
+            (first, *runs, reason, *holders, reason),
         )
         self._exec(
             conn,
             f"UPDATE workflow_calls SET available_at = ? WHERE run_id IN ({in_runs}) AND "
             "status = 'pending' AND waiting_for = ? AND (idempotency_key IN "
             f"({in_holders}) OR 'run:' || run_id{self._TEXT_ID} IN ({in_holders}))",
-            (first, *runs, f"{CAPACITY}: {name}", *holders, *holders),
+            (first, *runs, reason, *holders, *holders),
         )
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
@@ -604,11 +616,16 @@ class SQLCapacity(SQLSteps):
             f"WHERE id IN ({marks}) ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
             (name, *ids),
         )
+        # (the asker's start time read first: on Citus an update of the limit's rows cannot
+        # read the runs' shards in a subquery)
+        (started,) = self._exec(
+            conn, "SELECT created_at FROM workflow_runs WHERE id = ?", (asker.run_id,)
+        ).fetchone()
         self._exec(
             conn,
-            "UPDATE workflow_capacity SET queued_at = (SELECT created_at FROM workflow_runs WHERE "
-            "id = ?) WHERE name = ? AND holder = ? AND state = 'waiting'",
-            (asker.run_id, name, holder),
+            "UPDATE workflow_capacity SET queued_at = ? WHERE name = ? AND holder = ? AND "
+            "state = 'waiting'",
+            (started, name, holder),
         )
         if runs:
             self._exec(
@@ -640,12 +657,11 @@ class SQLCapacity(SQLSteps):
             "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
             "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
             f"idempotency_key IN ({','.join('?' * len(mine))}) AND owner = ? AND status = "
-            "'running' RETURNING run_id, idempotency_key, attempt",
+            "'running' RETURNING run_id, idempotency_key",
             (retry_at, reason, ts, *mine, asker.owner),
         ).fetchall()
-        for run_id, key, attempt in taken_back:
-            self._forget_attempt(conn, run_id, str(key), int(attempt) + 1)
-        return tuple(str(k) for _, k, _ in taken_back)
+        self._forget_attempts(conn, taken_back)
+        return tuple(str(k) for _, k in taken_back)
 
     def _claimed_at(self, conn: Any, asker: _Asker) -> Any:
         """When the asking call's open attempt began: the time of the claim that took it (read
@@ -756,20 +772,25 @@ class SQLCapacity(SQLSteps):
             "UPDATE workflow_calls SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
             "attempt = attempt - 1, available_at = ?, waiting_for = ?, updated_at = ? WHERE "
             "run_id = ? AND idempotency_key = ? AND owner = ? AND status = 'running' "
-            "RETURNING attempt",
+            "RETURNING run_id, idempotency_key",
             (self._t(retry_at), reason, self._t(now), asker.run_id, asker.call, asker.owner),
         ).fetchall()
-        for (attempt,) in taken_back:
-            self._forget_attempt(conn, asker.run_id, asker.call, int(attempt) + 1)
+        self._forget_attempts(conn, taken_back)
         return Grant(False, retry_at, reason, parked)
 
-    def _forget_attempt(self, conn: Any, run_id: Any, call: str, attempt: int) -> None:
-        """Delete the attempt a released call's claim opened: it never started."""
+    def _forget_attempts(self, conn: Any, calls: Sequence[tuple[Any, Any]]) -> None:
+        """Delete the attempts that released calls' (run, key) claims opened: they never
+        started. One statement for a burst (not a round trip per call: a refusal releases up to
+        500 in its transaction, under the limit's lock); a call has one open attempt at most (a
+        claim closes a lapsed one, a retry its own), and these calls' rows are locked."""
+        if not calls:
+            return
+        runs = list(dict.fromkeys(self._id(str(r)) for r, _ in calls))
         self._exec(
             conn,
-            "DELETE FROM workflow_call_attempts WHERE run_id = ? AND idempotency_key = ? AND "
-            "attempt = ? AND outcome IS NULL",
-            (run_id, call, attempt),
+            f"DELETE FROM workflow_call_attempts WHERE run_id IN ({','.join('?' * len(runs))}) "
+            f"AND idempotency_key IN ({','.join('?' * len(calls))}) AND outcome IS NULL",
+            (*runs, *[str(k) for _, k in calls]),
         )
 
 

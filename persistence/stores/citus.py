@@ -510,8 +510,8 @@ class CitusStore(PostgresStore):
     def _live_hold_in(self, conn: Any, name: str | None, ts: Any) -> tuple[str, tuple[Any, ...]]:
         """`SQLCapacity._live_hold_in` (`_LIVE_HOLD`) without a join of places (by limit) and
         runs or calls (by run id), which Citus cannot run: the held places (of limit `name`:
-        one shard), then their runs' leases and open calls (by run id), then the live ones
-        named to the statement."""
+        one shard), then their runs' leases, open calls and queued events (by run id), then
+        the live ones named to the statement."""
         by_name = "" if name is None else " AND name = ?"
         held = self._exec(
             conn,
@@ -537,7 +537,15 @@ class CitusStore(PostgresStore):
             "('running', 'stopped') AND lease_expires_at > ?))",
             (runs, ts),
         ).fetchall()
-        working = {run for run, _, _ in calls}  # runs with a call open or still working
+        queued = self._exec(  # the held places' active runs with an event queued (a result)
+            conn,
+            "SELECT DISTINCT i.run_id::text FROM workflow_inbox i JOIN workflow_runs r ON "
+            "r.id = i.run_id WHERE i.run_id = ANY(CAST(? AS uuid[])) AND i.dead_at IS NULL AND "
+            "r.status = 'active'",
+            (runs,),
+        ).fetchall()
+        # runs with a call open or still working, or a result of one queued
+        working = {run for run, _, _ in calls} | {run for (run,) in queued}
         running = {key for _, key, leased in calls if leased}  # calls working under a lease
         live = [
             (n, h)
