@@ -20,9 +20,10 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+import msgspec
 
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
@@ -170,8 +171,7 @@ def log_effects(effects: Iterable[Effect], run_id: str) -> None:
             log.info("run %s: %s %s", run_id, e.label or "log", thaw(e.value))
 
 
-@dataclass(frozen=True, slots=True)
-class Executed:
+class Executed(msgspec.Struct, frozen=True):
     """An executed effect: its outcome, the event it sends back (if any), and whether the run
     must fail because of it (an action that raised)."""
 
@@ -292,8 +292,7 @@ def is_transient(declared: bool | tuple[str, ...], error: Mapping[str, Any]) -> 
     return bool(set(error_names(error)) & set(declared))
 
 
-@dataclass(frozen=True, slots=True)
-class CallPlan:
+class CallPlan(msgspec.Struct, frozen=True):
     """A call about to run: the function, its argument and idempotency key, the invoke id its
     result answers, its breaker and which of its failures are transient."""
 

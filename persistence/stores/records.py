@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from persistence.stores.errors import StoreEncodingError, StoreError
 
 JSONDict = dict[str, Any]
@@ -187,8 +189,7 @@ class EffectRecord:
     updated_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class EffectOutcome:
+class EffectOutcome(msgspec.Struct, frozen=True):
     """How an executed effect ended; recorded in the same transaction as the step it fed."""
 
     idempotency_key: str
@@ -225,8 +226,7 @@ class DeadLetter:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PendingWork:
+class PendingWork(msgspec.Struct, frozen=True):
     """What a claimed run has waiting: outbox rows not yet done and queued inbox events."""
 
     effects: list[EffectRecord]
@@ -236,8 +236,7 @@ class PendingWork:
     then failed with this text, never stepped without it."""
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(msgspec.Struct, frozen=True):
     """An entry to append to the run's journal: the event and the state before and after."""
 
     event: JSONDict
@@ -318,8 +317,7 @@ class CallAttempt:
     traceback: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CallFinish:
+class CallFinish(msgspec.Struct, frozen=True):
     """A call's end as the send of its result records it (`RunStore.send_and_step`)."""
 
     key: str
@@ -330,8 +328,7 @@ class CallFinish:
     end: CallEnd
 
 
-@dataclass(frozen=True, slots=True)
-class CallEnd:
+class CallEnd(msgspec.Struct, frozen=True):
     """How an attempt ended, as `finish_call` and `retry_call` record it."""
 
     outcome: str
@@ -340,8 +337,7 @@ class CallEnd:
     traceback: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StepCommit:
+class StepCommit(msgspec.Struct, frozen=True):
     """Everything one step of a run writes, committed in one transaction.
 
     The write succeeds only while `owner` holds the run's lease and the run is still at
@@ -387,7 +383,7 @@ class StepCommit:
     error_traceback: str | None = None
     """Where the code that failed the run raised (`status` error), shown beside its
     `last_error`; None keeps the row's value."""
-    search: Mapping[str, str | None] = field(default_factory=dict)
+    search: Mapping[str, str | None] = msgspec.field(default_factory=dict)
     """The search attributes this step changed: name -> new value (None: no longer set).
     Empty (nothing written) when the step changed none (`persistence.search`)."""
     unleased: bool = False

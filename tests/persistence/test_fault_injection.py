@@ -25,6 +25,7 @@ import orjson
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from msgspec import structs
 
 from persistence.runtime import Runtime
 from persistence.stores import (
@@ -641,7 +642,9 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
         planned = original(self, x, executed, should_stop)
         if isinstance(planned, planning.Plan) and x.run.id == victim:  # a value that slipped
             poisoned = {**planned.commit.snapshot, **unstorable}  # past every check
-            planned = replace(planned, commit=replace(planned.commit, snapshot=poisoned))
+            planned = structs.replace(
+                planned, commit=structs.replace(planned.commit, snapshot=poisoned)
+            )
         return planned
 
     monkeypatch.setattr(planning.Planner, "plan", plan)  # (every step is planned there)
