@@ -111,8 +111,7 @@ class Delivery:
     completes: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class NewRun:
+class NewRun(msgspec.Struct, frozen=True):
     """What the runtime hands the store to create a run (the initial step already applied)."""
 
     id: str
@@ -163,8 +162,7 @@ class NewRun:
             raise StoreEncodingError(f"the {whose} {problem}")
 
 
-@dataclass(frozen=True, slots=True)
-class NewEffect:
+class NewEffect(msgspec.Struct, frozen=True):
     """An effect to record in the outbox, in execution order within its step."""
 
     index: int
@@ -202,8 +200,7 @@ class EffectOutcome(msgspec.Struct, frozen=True):
             raise ValueError(f"effect outcome status must be done/skipped/failed: {self.status!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class InboxEvent:
+class InboxEvent(msgspec.Struct, frozen=True):
     """An event sent to a run from outside, waiting for a worker to apply it."""
 
     id: int
@@ -272,8 +269,7 @@ class EventRecord:
     created_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(msgspec.Struct, frozen=True):
     """One row of `workflow_calls`."""
 
     idempotency_key: str

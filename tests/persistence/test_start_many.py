@@ -8,13 +8,13 @@ step starts a child run is written as `start` writes it.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from msgspec import structs
 
 from benchmarks.waiting_calls import WORKFLOW, waiting_machine
 from persistence.runtime import START_BATCH, Runtime
@@ -76,7 +76,7 @@ def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
     (taken,) = runtime.start_many(WORKFLOW, [{"x": 0}])
     fresh, _, _ = runtime.prepare_run(WORKFLOW, {"x": 1}, None, runtime.clock.now())
     clash, outbox, _ = runtime.prepare_run(WORKFLOW, {"x": 2}, None, runtime.clock.now())
-    again = dataclasses.replace(clash, id=taken)  # an id already taken: the insert fails
+    again = structs.replace(clash, id=taken)  # an id already taken: the insert fails
     with pytest.raises(StoreError):  # (SQLite's words differ from PostgreSQL's)
         store.create_runs([(fresh, []), (again, outbox)], runtime.clock.now())
     with pytest.raises(RunNotFoundError):
