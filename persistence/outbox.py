@@ -276,7 +276,13 @@ def actor_logic(
     """(logic, breaker name, external, transient) of a recorded `start_child`: from the
     invoking state's definition when it was invoked, else by name from `actors=` (spawned
     children)."""
-    invoke = invoke_of(machine, payload)
+    return _logic_of(machine, payload, invoke_of(machine, payload))
+
+
+def _logic_of(
+    machine: Machine, payload: Mapping[str, Any], invoke: InvokeDef | None
+) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:
+    """`actor_logic`, its call site `invoke` already found."""
     if invoke is not None:
         logic = invoke.logic if invoke.logic is not None else machine.resolve_actor(invoke.src)[1]
         return logic, invoke.breaker, invoke.external, invoke.transient
@@ -303,6 +309,8 @@ class CallPlan(msgspec.Struct, frozen=True):
     child_id: str
     breaker: SharedBreaker | None
     transient: bool | tuple[str, ...]
+    site: InvokeDef | None = None
+    """The invoke it comes from (None: a spawned child): its timeouts (`invoke_of`)."""
 
 
 class Executor:
@@ -374,7 +382,8 @@ class Executor:
         actor cannot be found or run here, a dry run, an open breaker)."""
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic, breaker_name, reaches_out, transient = actor_logic(machine, payload)
+            site = invoke_of(machine, payload)
+            logic, breaker_name, reaches_out, transient = _logic_of(machine, payload, site)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         if self._dry_run and reaches_out:
@@ -386,10 +395,9 @@ class Executor:
                 child_id, key, TypeError(f"actor {src!r} cannot run in a durable worker")
             )
         # A retried call site has a key stable across its attempts; else the effect's own.
-        site = invoke_of(machine, payload)
         user_key = call_key(key, payload.get("key"), site.key_length if site else KEY_LENGTH)
         breaker = self._breaker(breaker_name) if breaker_name else None
-        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient)
+        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient, site)
         if breaker is not None:
             try:
                 breaker.before_call(self._now())  # an open breaker fails fast, same error path
