@@ -827,7 +827,7 @@ def _serve_metrics(args: argparse.Namespace, runtime: Runtime) -> Any:
 
 
 def _row(run: RunRecord) -> dict[str, Any]:
-    data = asdict(run)
+    data = structs.asdict(run)
     del data["snapshot"], data["previous_owner"], data["due_at"]
     return data
 

@@ -48,9 +48,9 @@ def stored_key_problem(key: str) -> str | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One row of `workflow_runs` as read from the store."""
+class RunRecord(msgspec.Struct, frozen=True, eq=False):
+    """One row of `workflow_runs` as read from the store (equal to another with the same
+    columns but `previous_owner` and `due_at`, which say how it was claimed: `__eq__`)."""
 
     id: str
     workflow_name: str
@@ -84,10 +84,23 @@ class RunRecord:
     problem: str | None = None
     """Why the row does not parse (its snapshot or a column), when it does not: such a row is
     listed with this text and failed at its next claim, never stepped."""
-    previous_owner: str | None = field(default=None, compare=False)
+    previous_owner: str | None = None
     """On a claimed run: the lease owner it was taken over from (its lease had expired)."""
-    due_at: int | None = field(default=None, compare=False)
+    due_at: int | None = None
     """On a claimed run: when it was due (its `wake_at` before the claim), for the claim lag."""
+
+    def __eq__(self, other: object) -> bool:
+        # every column but the last two (`previous_owner`, `due_at`), as a dataclass field
+        # with compare=False would say (a struct's own equality compares them all)
+        if type(other) is not RunRecord:
+            return NotImplemented
+        return msgspec.structs.astuple(self)[:-2] == msgspec.structs.astuple(other)[:-2]
+
+    def __ne__(self, other: object) -> bool:  # (a struct's own `!=` would not ask `__eq__`)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # (a snapshot is a dict: never hashable)
 
     @property
     def terminal(self) -> bool:
