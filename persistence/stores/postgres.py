@@ -48,6 +48,7 @@ from persistence.stores.postgres_statements import (
     CHANNEL,
     CREATE_RUN,
     CREATE_RUN_WITH_CALLS,
+    CREATE_RUNS,
     LEASED_WORK,
     LOCK_RUNS,
     PROCESS,
@@ -410,18 +411,23 @@ class PostgresStore(SQLStore):
     def create_runs(
         self, runs: Sequence[tuple[NewRun, Sequence[NewEffect]]], now: int
     ) -> list[RunRecord]:
-        """`SQLStore.create_runs` with every start's statement pipelined in one transaction:
-        one round trip and one commit for the batch. Runs that need more than their one
-        statement (search attributes, deliveries, a limit's share) go the generic way."""
+        """`SQLStore.create_runs` as one statement (`CREATE_RUNS`): one round trip, one
+        commit and one plan for the batch. Runs that need more than their one statement
+        (search attributes, deliveries, a limit's share) go the generic way."""
         check_unkeyed(runs)
         if any(run.search or run.deliveries or run.limit_share for run, _ in runs):
             return super().create_runs(runs, now)
-        statements = [self._start_statement(run, effects, now) for run, effects in runs]
-        with self._pipelined_write() as conn:
-            sent = [
-                conn.execute(encoded(query), params, binary=True) for query, params in statements
-            ]
-        records = [self._started(run, cursor.fetchone())[0] for (run, _), cursor in zip(runs, sent)]
+        rows = [self._start_row(run, effects, now) for run, effects in runs]
+        with self._write() as conn:
+            found = execute_hot(
+                conn, CREATE_RUNS, {"runs": json_param(rows), "now": now}, binary=True
+            ).fetchall()
+        inserted = {row[0]: row[:-1] for row in found}
+        records = []
+        for run, _ in runs:
+            values = list(inserted[canonical_id(run.id)])
+            values[5] = run.snapshot  # (not sent back: parsing it cost more)
+            records.append(self._run(values))
         self._tell_started(runs, now)
         return records
 
@@ -437,6 +443,22 @@ class PostgresStore(SQLStore):
         self, run: NewRun, effects: Sequence[NewEffect], now: int
     ) -> tuple[str, dict[str, Any]]:
         """A start's one statement (the run, its effects and calls) and its parameters."""
+        params = self._start_row(run, effects, now)
+        params.update(
+            key=run.key,
+            now=now,
+            snapshot=json_param(params["snapshot"]),
+            effects=json_param(params["effects"]),
+        )
+        calls = params.pop("calls")
+        if not calls:
+            return CREATE_RUN, params
+        params.update(calls=json_param(calls), unowned=params["call_owner"] is None)
+        return CREATE_RUN_WITH_CALLS, params
+
+    def _start_row(self, run: NewRun, effects: Sequence[NewEffect], now: int) -> dict[str, Any]:
+        """A start's values (its run, its effects' and calls' rows, their payloads sealed
+        where a codec is set), as `CREATE_RUN` takes them and `CREATE_RUNS` reads a row."""
         check_status(run.status)
         completed_at, failed_at = completion_times(run.status, now)
         rid = canonical_id(run.id)
@@ -459,16 +481,15 @@ class PostgresStore(SQLStore):
         if self._ring is not None:  # (nothing more to do in clear: the hot path as it was)
             snapshot = self._ring.seal(snapshot, rid, Column.SNAPSHOT)
             seal_rows({"effects": effects_rows, "calls": calls}, self._ring, rid)
-        params = {
+        owner, until = run.call_lease if run.call_lease is not None else (None, None)
+        return {
             "id": run.id,
             "name": run.workflow_name,
             "wv": run.workflow_version,
-            "key": run.key,
             "state": run.state,
-            "snapshot": json_param(snapshot),
+            "snapshot": snapshot,
             "status": run.status,
             "attempts": run.attempt_count,
-            "now": now,
             "completed": completed_at,
             "failed": failed_at,
             "last_error": run.last_error,
@@ -480,14 +501,11 @@ class PostgresStore(SQLStore):
             "parent": run.parent_run_id,
             "invoke": run.parent_invoke_id,
             "priority": run.priority,
-            "effects": json_param(effects_rows),
+            "effects": effects_rows,
+            "calls": calls,
+            "call_owner": owner,
+            "call_lease": until,
         }
-        if calls:
-            owner, until = run.call_lease if run.call_lease is not None else (None, None)
-            params.update(
-                calls=json_param(calls), call_owner=owner, call_lease=until, unowned=owner is None
-            )
-        return (CREATE_RUN_WITH_CALLS if calls else CREATE_RUN), params
 
     def _lease(
         self,

@@ -361,6 +361,52 @@ CREATE_RUN_WITH_CALLS = CREATE_RUN.replace(
 executor (their first attempts open) or due for any worker's (woken)."""
 
 
+CREATE_RUNS = f"""
+WITH b AS (
+    SELECT * FROM jsonb_to_recordset(%(runs)s) AS b(
+        id uuid, name text, wv text, state text, snapshot jsonb, status text, attempts integer,
+        completed bigint, failed bigint, last_error text, wake bigint, traceparent text,
+        owner text, lease bigint, claims integer, parent uuid, invoke text, priority integer,
+        effects jsonb, calls jsonb, call_owner text, call_lease bigint)
+), ins AS (
+    INSERT INTO workflow_runs ({RUN_COLUMNS.replace("id::text", "id")})
+    SELECT id, name, wv, NULL, state, snapshot, status, attempts, {_NOW}, {_NOW},
+           {_ts("completed")}, {_ts("failed")}, last_error, {_ts("wake")}, owner, {_ts("lease")},
+           1, claims, traceparent, parent, invoke, priority, NULL
+    FROM b
+    RETURNING *
+), effects AS (
+    INSERT INTO workflow_effects (idempotency_key, run_id, step, effect_index, kind, payload,
+                                  status, created_at, updated_at)
+    SELECT n.k, b.id, 1, n.i, n.kind, n.payload, 'pending', {_NOW}, {_NOW}
+    FROM b, jsonb_to_recordset(b.effects) AS n(k text, i integer, kind text, payload jsonb)
+), calls AS (
+    INSERT INTO workflow_calls (idempotency_key, run_id, step, call_id, payload, status, attempt,
+                                owner, lease_expires_at, available_at, created_at, updated_at)
+    SELECT c.k, b.id, 1, c.id, c.payload,
+           CASE WHEN b.call_owner IS NULL THEN 'pending' ELSE 'running' END,
+           CASE WHEN b.call_owner IS NULL THEN 0 ELSE 1 END, b.call_owner, {_ts("b.call_lease")},
+           statecharts_claim_order({_NOW}, b.priority), {_NOW}, {_NOW}
+    FROM b, jsonb_to_recordset(b.calls) AS c(k text, id text, payload jsonb)
+), call_attempts AS (
+    INSERT INTO workflow_call_attempts (idempotency_key, attempt, run_id, worker, started_at)
+    SELECT c.k, 1, b.id, b.call_owner, {_NOW}
+    FROM b, jsonb_to_recordset(b.calls) AS c(k text, id text, payload jsonb)
+    WHERE b.call_owner IS NOT NULL
+), woken AS (
+    SELECT {_WAKE_CALL} FROM b
+    WHERE (b.owner IS NULL AND b.wake <= %(now)s::bigint)
+       OR (b.call_owner IS NULL AND jsonb_array_length(b.calls) > 0)
+    LIMIT 1
+)
+SELECT {RUN_COLUMNS.replace(" snapshot,", " NULL::jsonb,", 1)}, (SELECT count(*) FROM woken)
+FROM ins
+"""
+"""A batch of starts without keys (`PostgresStore.create_runs`) as one statement: `CREATE_RUN`
+and `CREATE_RUN_WITH_CALLS` for each row of `runs` (the same row values, as JSON), with a
+wake-up where any has work due or a call no executor holds (one NOTIFY per transaction)."""
+
+
 VERSION_PAIRS = """
 WITH RECURSIVE pairs(n, v) AS (
     (SELECT workflow_name, workflow_version FROM workflow_runs

@@ -188,6 +188,7 @@ def test_no_table_holds_the_secret_in_clear_and_the_runtime_reads_it_back(
 ) -> None:
     runtime = Runtime(database.open(), [vault], clock=clock, codec=KeyRing(K1))
     others = [runtime.start("vault", {"card": SECRET}) for _ in range(4)]  # (batched steps)
+    others += runtime.start_many("vault", [{"card": SECRET}] * 3)  # (one statement's rows)
     run_id = _run_vault(runtime)
     assert {runtime.get(other).state for other in others} == {"talking"}
     text = database.dump()

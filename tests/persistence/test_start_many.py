@@ -13,8 +13,10 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from msgspec import structs
+from psycopg import sql
 
 from benchmarks.waiting_calls import WORKFLOW, waiting_machine
 from persistence.runtime import START_BATCH, Runtime
@@ -120,3 +122,21 @@ def test_ids_are_uuids(store: Store) -> None:
     ids = runtime.start_many(WORKFLOW, ({"x": i} for i in range(3)))  # any iterable
     assert [str(uuid.UUID(run_id)) for run_id in ids] == ids
     assert {runtime.get(run_id).status for run_id in ids} == {"active"}
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])
+def test_a_batch_with_calls_due_wakes_the_workers_of_other_processes(
+    store: Store, pg_dsn: str, pg_schema: str
+) -> None:
+    """Workers elsewhere LISTEN for starts: a batch whose calls no executor holds sends them
+    one wake-up, in the batch's own transaction."""
+    runtime = Runtime(store, [echo_machine()])
+    channel = f"statecharts_wake_{pg_schema}"[:63]
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        runtime.start_many(WORKFLOW, [{"x": i} for i in range(5)])
+        heard = list(listener.notifies(timeout=10, stop_after=1))
+    assert [n.channel for n in heard] == [channel]
+    assert {c.status for r in runtime.list(name=WORKFLOW) for c in store.list_calls(r.id)} == {
+        "pending"
+    }
