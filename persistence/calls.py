@@ -42,7 +42,6 @@ from persistence.outbox import (
     Executor,
     _accepts_key,
     _effect_key,
-    invoke_of,
     running_call,
     traceback_text,
 )
@@ -322,7 +321,7 @@ class CallExecutor:
         except LimitKeyError as exc:  # never made without its place: failed, saying why
             self._finish_error(call, LimitKeyError.__name__, str(exc), "failed")
             return None
-        invoke = invoke_of(machine, call.payload)
+        invoke = planned.site
         timeout = None if invoke is None or invoke.timeout_ms is None else invoke.timeout_ms / 1000
         beat = None if invoke is None or invoke.heartbeat_ms is None else invoke.heartbeat_ms / 1000
         return _Running(

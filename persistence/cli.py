@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+from msgspec import structs
 
 from persistence import lifecycle_cli
 from persistence.columns import error_is_current
@@ -826,7 +827,7 @@ def _serve_metrics(args: argparse.Namespace, runtime: Runtime) -> Any:
 
 
 def _row(run: RunRecord) -> dict[str, Any]:
-    data = asdict(run)
+    data = structs.asdict(run)
     del data["snapshot"], data["previous_owner"], data["due_at"]
     return data
 
@@ -960,11 +961,13 @@ def _runs_show(args: argparse.Namespace) -> int:
         "snapshot": run.snapshot,
         "search": store.search_attributes(run.id),
         "effects": [asdict(e) for e in store.list_effects(run.id, last=args.last)],
-        "calls": [{**asdict(c.call), "attempts": [asdict(a) for a in c.attempts]} for c in calls],
+        "calls": [
+            {**structs.asdict(c.call), "attempts": [asdict(a) for a in c.attempts]} for c in calls
+        ],
         "events": [asdict(e) for e in store.list_events(run.id, last=args.last)],
         "events_total": store.count_events(run.id),
         "forked_from": asdict(fork) if (fork := store.fork_of(run.id)) is not None else None,
-        "inbox": [asdict(e) for e in store.pending_events(run.id)],
+        "inbox": [structs.asdict(e) for e in store.pending_events(run.id)],
         "dead_letters": [asdict(d) for d in store.dead_letters(run.id)],
         "children": [
             {

@@ -9,8 +9,9 @@ the driver (every step) and a resume all take them from `run_columns`, so they c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from persistence.stores.records import ACTIVE
 from statecharts import Snapshot
@@ -18,8 +19,7 @@ from statecharts.frozen import storable_text, thaw
 from statecharts.retrying import attempt_in_progress, waits_to_retry
 
 
-@dataclass(frozen=True, slots=True)
-class RunColumns:
+class RunColumns(msgspec.Struct, frozen=True):
     """The columns of a run's row that follow from its snapshot."""
 
     state: str

@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from msgspec.structs import replace
 
 from persistence.columns import state_text
 from persistence.effect_rounds import EffectRounds

@@ -14,13 +14,14 @@ and reset.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
+
+from msgspec import structs
 
 from persistence.capacity import LoadControl
 from persistence.children import child_run_ids
@@ -230,7 +231,7 @@ def restore_step(runtime: Host, run: RunRecord, step: int) -> Restored:
             "stepped before schema 13, has none)"
         )
     at, data = found
-    machine = runtime.machine_for(dataclasses.replace(run, snapshot=data))
+    machine = runtime.machine_for(structs.replace(run, snapshot=data))
     label = data.get("version")
     if machine is None:
         raise NotRestorableError(

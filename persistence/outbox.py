@@ -18,11 +18,12 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+import msgspec
 
 from persistence.breakers import SharedBreaker
 from persistence.stores import EffectOutcome, NewEffect
@@ -36,6 +37,8 @@ from statecharts.idempotency import KEY_LENGTH
 from statecharts.logic import AsyncLogic, CallableLogic, CallbackLogic, error_to_json, is_external
 from statecharts.nodes import InvokeDef
 from statecharts.retry_policy import error_names
+
+T = TypeVar("T")
 
 log = logging.getLogger("statecharts.runs")
 
@@ -110,14 +113,26 @@ def call_stopped() -> bool:
     return call is not None and call.stopped.is_set()
 
 
-@contextmanager
-def running_call(call: CallContext) -> Iterator[None]:
+class _Setting(Generic[T]):
+    """`with`: a context variable set to a value for the block, then reset. A class, not a
+    `@contextmanager` generator: every call and effect runs inside two of these, and the
+    generator's manager costs about two and a half times as much."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: contextvars.ContextVar[T], value: T) -> None:
+        self._var, self._value = var, value
+
+    def __enter__(self) -> None:
+        self._token = self._var.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        self._var.reset(self._token)
+
+
+def running_call(call: CallContext) -> AbstractContextManager[None]:
     """Make `call` what `heartbeat` and `call_stopped` see in this thread or task."""
-    token = _current_call.set(call)
-    try:
-        yield
-    finally:
-        _current_call.reset(token)
+    return _Setting(_current_call, call)
 
 
 def current_idempotency_key() -> str | None:
@@ -137,13 +152,9 @@ def current_run_id() -> str | None:
     return None if current is None else current[1]
 
 
-@contextmanager
-def _effect_key(key: str, run_id: str) -> Iterator[None]:
-    token = _current_key.set((key, run_id))
-    try:
-        yield
-    finally:
-        _current_key.reset(token)
+def _effect_key(key: str, run_id: str) -> AbstractContextManager[None]:
+    """Make `key` (of run `run_id`) what `current_idempotency_key` and `current_run_id` see."""
+    return _Setting(_current_key, (key, run_id))
 
 
 def to_outbox(effects: Iterable[Effect], start_index: int = 0) -> list[NewEffect]:
@@ -170,8 +181,7 @@ def log_effects(effects: Iterable[Effect], run_id: str) -> None:
             log.info("run %s: %s %s", run_id, e.label or "log", thaw(e.value))
 
 
-@dataclass(frozen=True, slots=True)
-class Executed:
+class Executed(msgspec.Struct, frozen=True):
     """An executed effect: its outcome, the event it sends back (if any), and whether the run
     must fail because of it (an action that raised)."""
 
@@ -276,7 +286,13 @@ def actor_logic(
     """(logic, breaker name, external, transient) of a recorded `start_child`: from the
     invoking state's definition when it was invoked, else by name from `actors=` (spawned
     children)."""
-    invoke = invoke_of(machine, payload)
+    return _logic_of(machine, payload, invoke_of(machine, payload))
+
+
+def _logic_of(
+    machine: Machine, payload: Mapping[str, Any], invoke: InvokeDef | None
+) -> tuple[Any, str | None, bool, bool | tuple[str, ...]]:
+    """`actor_logic`, its call site `invoke` already found."""
     if invoke is not None:
         logic = invoke.logic if invoke.logic is not None else machine.resolve_actor(invoke.src)[1]
         return logic, invoke.breaker, invoke.external, invoke.transient
@@ -292,8 +308,7 @@ def is_transient(declared: bool | tuple[str, ...], error: Mapping[str, Any]) -> 
     return bool(set(error_names(error)) & set(declared))
 
 
-@dataclass(frozen=True, slots=True)
-class CallPlan:
+class CallPlan(msgspec.Struct, frozen=True):
     """A call about to run: the function, its argument and idempotency key, the invoke id its
     result answers, its breaker and which of its failures are transient."""
 
@@ -304,6 +319,8 @@ class CallPlan:
     child_id: str
     breaker: SharedBreaker | None
     transient: bool | tuple[str, ...]
+    site: InvokeDef | None = None
+    """The invoke it comes from (None: a spawned child): its timeouts (`invoke_of`)."""
 
 
 class Executor:
@@ -375,7 +392,8 @@ class Executor:
         actor cannot be found or run here, a dry run, an open breaker)."""
         child_id, src = str(payload.get("id")), str(payload.get("src"))
         try:
-            logic, breaker_name, reaches_out, transient = actor_logic(machine, payload)
+            site = invoke_of(machine, payload)
+            logic, breaker_name, reaches_out, transient = _logic_of(machine, payload, site)
         except Exception as exc:
             return self._child_failed(child_id, key, exc)
         if self._dry_run and reaches_out:
@@ -387,10 +405,9 @@ class Executor:
                 child_id, key, TypeError(f"actor {src!r} cannot run in a durable worker")
             )
         # A retried call site has a key stable across its attempts; else the effect's own.
-        site = invoke_of(machine, payload)
         user_key = call_key(key, payload.get("key"), site.key_length if site else KEY_LENGTH)
         breaker = self._breaker(breaker_name) if breaker_name else None
-        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient)
+        plan = CallPlan(fn, payload.get("input"), user_key, key, child_id, breaker, transient, site)
         if breaker is not None:
             try:
                 breaker.before_call(self._now())  # an open breaker fails fast, same error path

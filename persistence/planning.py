@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from persistence.children import ChildWork, child_run_ids, child_work, ended_delivery
 from persistence.columns import run_columns, state_text
 from persistence.host import Host
@@ -193,8 +195,7 @@ class CallTaker(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """A planned step of `leased`: what it changes (`step`) and the commit that writes it,
     planned at `now` (the store's clock); `began` (`time.perf_counter()`) when planning began,
     the start of its step in telemetry."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from persistence.stores import ACTIVE, RunRecord, StepCommit
 from persistence.stores.rules import is_call

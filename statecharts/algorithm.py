@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import replace as replace_dataclass
 from typing import Any
 
 from msgspec.structs import replace
@@ -385,7 +384,7 @@ def _forget_finished_child(step: Step, event: FrozenDict) -> None:
         ref = step.children.get(child_id)
         if ref is not None and finished_child(ref) is None:
             outcome = "done" if kind.startswith("xstate.done.") else "error"
-            step.children[child_id] = replace_dataclass(ref, state=FrozenDict({FINISHED: outcome}))
+            step.children[child_id] = replace(ref, state=FrozenDict({FINISHED: outcome}))
 
 
 def _stop_everything(step: Step) -> None:

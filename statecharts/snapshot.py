@@ -46,8 +46,7 @@ class Timer:
         return {"id": self.id, "event": self.event, "due_at": self.due_at, "target": self.target}
 
 
-@dataclass(frozen=True, slots=True)
-class ChildRef:
+class ChildRef(msgspec.Struct, frozen=True):
     """A child actor the machine started (invoked by ``invoked_by`` or spawned).
 
     ``state`` holds what a runtime recorded about it when persisting: the child's own persisted

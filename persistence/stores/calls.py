@@ -23,8 +23,9 @@ call over (the same idempotency key, the next attempt).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
+
+from msgspec import structs
 
 from persistence.stores.codec import Column, PayloadCodecError
 from persistence.stores.conflicts import retried
@@ -433,4 +434,4 @@ class SQLCalls(SQLDialect):
         values[8], values[9] = self._ms(values[8]), self._ms(values[9])
         values[12], values[13] = self._ms(values[12]), self._ms(values[13])
         record = CallRecord(*values)
-        return record if problem is None else replace(record, problem=problem)
+        return record if problem is None else structs.replace(record, problem=problem)

@@ -13,8 +13,9 @@ caller's bookkeeping, effects) happens after the store has returned, from that p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+import msgspec
 
 from persistence.stores.records import PendingWork, RunRecord, StepCommit
 
@@ -54,8 +55,7 @@ class LeaveQueued:
 LEAVE_QUEUED = LeaveQueued()
 
 
-@dataclass(frozen=True, slots=True)
-class Sent(Generic[PlanT]):
+class Sent(msgspec.Struct, Generic[PlanT], frozen=True):
     """What a send did: the inbox id its event got (0: a call's result dropped, its holder no
     longer held the call), the run's new version (None: the event was left queued) and the plan
     whose step was written with it (None: no step)."""

@@ -2,6 +2,12 @@
 `NewRun`, `StepCommit`, `CallRecord`, ...), the run statuses they hold, and the key limit every
 inserted run is held to.
 
+The records every start, step or call builds are frozen `msgspec.Struct`s, as the engine's
+`Snapshot` is: built in C, while a frozen dataclass's `__init__` sets each field through
+`object.__setattr__` (about 1,300 client instructions a field under callgrind; a workflow of
+three calls built some 450 such fields). A changed copy of one is `msgspec.structs.replace`;
+the records only listings and the CLI read are frozen dataclasses.
+
 Times are integers: milliseconds since the Unix epoch, as the engine uses. Callers pass `now`
 explicitly so a simulated clock drives timers and leases in tests exactly as in production; in
 production it is the store's own clock (`Store.clock()`: the database server's time on
@@ -14,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from persistence.stores.errors import StoreEncodingError, StoreError
 
@@ -46,9 +54,9 @@ def stored_key_problem(key: str) -> str | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One row of `workflow_runs` as read from the store."""
+class RunRecord(msgspec.Struct, frozen=True, eq=False):
+    """One row of `workflow_runs` as read from the store (equal to another with the same
+    columns but `previous_owner` and `due_at`, which say how it was claimed: `__eq__`)."""
 
     id: str
     workflow_name: str
@@ -82,10 +90,23 @@ class RunRecord:
     problem: str | None = None
     """Why the row does not parse (its snapshot or a column), when it does not: such a row is
     listed with this text and failed at its next claim, never stepped."""
-    previous_owner: str | None = field(default=None, compare=False)
+    previous_owner: str | None = None
     """On a claimed run: the lease owner it was taken over from (its lease had expired)."""
-    due_at: int | None = field(default=None, compare=False)
+    due_at: int | None = None
     """On a claimed run: when it was due (its `wake_at` before the claim), for the claim lag."""
+
+    def __eq__(self, other: object) -> bool:
+        # every column but the last two (`previous_owner`, `due_at`), as a dataclass field
+        # with compare=False would say (a struct's own equality compares them all)
+        if type(other) is not RunRecord:
+            return NotImplemented
+        return msgspec.structs.astuple(self)[:-2] == msgspec.structs.astuple(other)[:-2]
+
+    def __ne__(self, other: object) -> bool:  # (a struct's own `!=` would not ask `__eq__`)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # (a snapshot is a dict: never hashable)
 
     @property
     def terminal(self) -> bool:
@@ -109,8 +130,7 @@ class Delivery:
     completes: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class NewRun:
+class NewRun(msgspec.Struct, frozen=True):
     """What the runtime hands the store to create a run (the initial step already applied)."""
 
     id: str
@@ -161,8 +181,7 @@ class NewRun:
             raise StoreEncodingError(f"the {whose} {problem}")
 
 
-@dataclass(frozen=True, slots=True)
-class NewEffect:
+class NewEffect(msgspec.Struct, frozen=True):
     """An effect to record in the outbox, in execution order within its step."""
 
     index: int
@@ -187,8 +206,7 @@ class EffectRecord:
     updated_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class EffectOutcome:
+class EffectOutcome(msgspec.Struct, frozen=True):
     """How an executed effect ended; recorded in the same transaction as the step it fed."""
 
     idempotency_key: str
@@ -201,8 +219,7 @@ class EffectOutcome:
             raise ValueError(f"effect outcome status must be done/skipped/failed: {self.status!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class InboxEvent:
+class InboxEvent(msgspec.Struct, frozen=True):
     """An event sent to a run from outside, waiting for a worker to apply it."""
 
     id: int
@@ -225,8 +242,7 @@ class DeadLetter:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PendingWork:
+class PendingWork(msgspec.Struct, frozen=True):
     """What a claimed run has waiting: outbox rows not yet done and queued inbox events."""
 
     effects: list[EffectRecord]
@@ -236,8 +252,7 @@ class PendingWork:
     then failed with this text, never stepped without it."""
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(msgspec.Struct, frozen=True):
     """An entry to append to the run's journal: the event and the state before and after."""
 
     event: JSONDict
@@ -273,8 +288,7 @@ class EventRecord:
     created_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(msgspec.Struct, frozen=True):
     """One row of `workflow_calls`."""
 
     idempotency_key: str
@@ -318,8 +332,7 @@ class CallAttempt:
     traceback: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CallFinish:
+class CallFinish(msgspec.Struct, frozen=True):
     """A call's end as the send of its result records it (`RunStore.send_and_step`)."""
 
     key: str
@@ -330,8 +343,7 @@ class CallFinish:
     end: CallEnd
 
 
-@dataclass(frozen=True, slots=True)
-class CallEnd:
+class CallEnd(msgspec.Struct, frozen=True):
     """How an attempt ended, as `finish_call` and `retry_call` record it."""
 
     outcome: str
@@ -340,8 +352,7 @@ class CallEnd:
     traceback: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StepCommit:
+class StepCommit(msgspec.Struct, frozen=True):
     """Everything one step of a run writes, committed in one transaction.
 
     The write succeeds only while `owner` holds the run's lease and the run is still at
@@ -387,7 +398,7 @@ class StepCommit:
     error_traceback: str | None = None
     """Where the code that failed the run raised (`status` error), shown beside its
     `last_error`; None keeps the row's value."""
-    search: Mapping[str, str | None] = field(default_factory=dict)
+    search: Mapping[str, str | None] = msgspec.field(default_factory=dict)
     """The search attributes this step changed: name -> new value (None: no longer set).
     Empty (nothing written) when the step changed none (`persistence.search`)."""
     unleased: bool = False

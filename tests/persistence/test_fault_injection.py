@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import orjson
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from msgspec import structs
 
 from persistence.runtime import Runtime
 from persistence.stores import (
@@ -641,7 +642,9 @@ def test_a_step_the_store_refuses_fails_only_its_run_and_its_batch_mates_commit(
         planned = original(self, x, executed, should_stop)
         if isinstance(planned, planning.Plan) and x.run.id == victim:  # a value that slipped
             poisoned = {**planned.commit.snapshot, **unstorable}  # past every check
-            planned = replace(planned, commit=replace(planned.commit, snapshot=poisoned))
+            planned = structs.replace(
+                planned, commit=structs.replace(planned.commit, snapshot=poisoned)
+            )
         return planned
 
     monkeypatch.setattr(planning.Planner, "plan", plan)  # (every step is planned there)
@@ -793,12 +796,15 @@ def test_a_key_over_the_stored_limit_is_refused_alike_on_every_store(e: Env) -> 
             StoreEncodingError,
             match=f"is {size} bytes in UTF-8; a run's key is at most {MAX_STORED_KEY_BYTES}",
         ):
-            replace(_row("parked"), key=key)
+            structs.replace(_row("parked"), key=key)
     assert e.store.count_runs() == before
     # the longest key, in bytes that do not compress: PostgreSQL's index holds it too
     longest = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(16))[:1000]
-    record, created = e.store.create_run(replace(_row("parked"), key=longest), [], 0)
-    assert created and e.store.create_run(replace(_row("parked"), key=longest), [], 0)[0] == record
+    record, created = e.store.create_run(structs.replace(_row("parked"), key=longest), [], 0)
+    assert (
+        created
+        and e.store.create_run(structs.replace(_row("parked"), key=longest), [], 0)[0] == record
+    )
     assert runtime.get_by_key("parked", longest).id == record.id
 
 

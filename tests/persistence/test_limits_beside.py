@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
+
+from msgspec import structs
 
 from persistence.capacity import Limit
 from persistence.outbox import heartbeat
@@ -221,8 +222,10 @@ def test_a_limited_call_an_older_release_left_in_its_runs_step_takes_its_place(
     now, runs = runtime.clock.now(), []
     for who in ("a", "b"):
         run, outbox, _ = runtime.prepare_run("payment", {"who": who, "deadline": False}, None, now)
-        older = [replace(e, kind="start_child") for e in outbox]  # as the older release wrote
-        store.create_run(replace(run, wake_at=now), older, now)
+        older = [
+            structs.replace(e, kind="start_child") for e in outbox
+        ]  # as the older release wrote
+        store.create_run(structs.replace(run, wake_at=now), older, now)
         runs.append(run.id)
     Worker(runtime).run_until_idle()  # both runs claimed at once, their steps on two threads
     assert downstream.most == 1  # never two calls at the downstream at once

@@ -8,7 +8,6 @@ step starts a child run is written as `start` writes it.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from msgspec import structs
 from psycopg import sql
 
 from benchmarks.waiting_calls import WORKFLOW, waiting_machine
@@ -78,7 +78,7 @@ def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
     (taken,) = runtime.start_many(WORKFLOW, [{"x": 0}])
     fresh, _, _ = runtime.prepare_run(WORKFLOW, {"x": 1}, None, runtime.clock.now())
     clash, outbox, _ = runtime.prepare_run(WORKFLOW, {"x": 2}, None, runtime.clock.now())
-    again = dataclasses.replace(clash, id=taken)  # an id already taken: the insert fails
+    again = structs.replace(clash, id=taken)  # an id already taken: the insert fails
     with pytest.raises(StoreError):  # (SQLite's words differ from PostgreSQL's)
         store.create_runs([(fresh, []), (again, outbox)], runtime.clock.now())
     with pytest.raises(RunNotFoundError):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from persistence.stores import (
     ConflictError,
@@ -254,11 +254,11 @@ def test_list_runs_filters_and_orders_newest_first(store: Store) -> None:
 
 def test_runs_are_found_by_key_in_any_status_and_by_id_prefix(store: Store) -> None:
     tail = "-0000-4000-8000-000000000000"
-    old, _ = store.create_run(replace(new_run(key="k1"), id="abc12345" + tail), (), T0)
+    old, _ = store.create_run(structs.replace(new_run(key="k1"), id="abc12345" + tail), (), T0)
     step(store, old.id, "w1", claim_one(store, old.id), status="done")
-    new, _ = store.create_run(replace(new_run(key="k1"), id="abc12399" + tail), (), T0 + 1)
+    new, _ = store.create_run(structs.replace(new_run(key="k1"), id="abc12399" + tail), (), T0 + 1)
     other, _ = store.create_run(
-        replace(new_run(key="k1", name="b"), id="a0c12399" + tail), (), T0 + 2
+        structs.replace(new_run(key="k1", name="b"), id="a0c12399" + tail), (), T0 + 2
     )
     by_key = store.search_runs(RunQuery(workflow_name="order", key="k1"))
     assert [(r.id, r.status) for r in by_key] == [(new.id, "active"), (old.id, "done")]
