@@ -761,14 +761,18 @@ class PostgresStore(SQLStore):
                 sent_all = [(i, plan, params, execute_hot(conn, sql, params).fetchall())]
         else:
             sent_all = self._pipelined_from_rest(planned)
-        written: dict[int, Sent[PlanT]] = {}
-        due = False
-        for i, plan, params, rows in sent_all:
-            if rows:
-                _, version, inbox_id = rows[0][:3]
-                written[i] = Sent(int(inbox_id), int(version), plan)
-                due = due or bool(params["due"])
-        if due:
+        return self._written_from_rest(
+            [(i, plan, rows[0] if rows else None) for i, plan, _, rows in sent_all], now
+        )
+
+    def _written_from_rest(
+        self, results: Sequence[tuple[int, PlanT, Any]], now: int
+    ) -> dict[int, Sent[PlanT]]:
+        """The steps from rest whose statements wrote their runs (each with its result row,
+        run id, version and inbox id; None: not written), by index; this process's workers
+        woken where one left its run due at once."""
+        written = {i: Sent(int(row[2]), int(row[1]), plan) for i, plan, row in results if row}
+        if any(wakes_now(sent.plan.commit, now) for sent in written.values() if sent.plan):
             self.wakeup().notify()
         return written
 
@@ -819,16 +823,9 @@ class PostgresStore(SQLStore):
             execute_hot(conn, LOCK_RUNS, (uuid_array(ids),))  # (never read)
             cursor = execute_hot(conn, sql, params)
         rows = {row[0]: row for row in cursor.fetchall()}
-        written: dict[int, Sent[PlanT]] = {}
-        due = False
-        for i, plan, rest, _ in planned:
-            row = rows.get(uuid_text(rest.id))
-            if row is not None:
-                written[i] = Sent(int(row[2]), int(row[1]), plan)
-                due = due or wakes_now(plan.commit, now)
-        if due:
-            self.wakeup().notify()
-        return written
+        return self._written_from_rest(
+            [(i, plan, rows.get(uuid_text(rest.id))) for i, plan, rest, _ in planned], now
+        )
 
     def _pipelined_from_rest(
         self, planned: list[tuple[int, PlanT, str, dict[str, Any]]]
