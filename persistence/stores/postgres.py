@@ -422,12 +422,8 @@ class PostgresStore(SQLStore):
             found = execute_hot(
                 conn, CREATE_RUNS, {"runs": json_param(rows), "now": now}, binary=True
             ).fetchall()
-        inserted = {row[0]: row[:-1] for row in found}
-        records = []
-        for run, _ in runs:
-            values = list(inserted[canonical_id(run.id)])
-            values[5] = run.snapshot  # (not sent back: parsing it cost more)
-            records.append(self._run(values))
+        inserted = {row[0]: (*row[:-1], True) for row in found}  # (as `_started` reads one)
+        records = [self._started(run, inserted[row["id"]])[0] for (run, _), row in zip(runs, rows)]
         self._tell_started(runs, now)
         return records
 
@@ -483,7 +479,7 @@ class PostgresStore(SQLStore):
             seal_rows({"effects": effects_rows, "calls": calls}, self._ring, rid)
         owner, until = run.call_lease if run.call_lease is not None else (None, None)
         return {
-            "id": run.id,
+            "id": rid,
             "name": run.workflow_name,
             "wv": run.workflow_version,
             "state": run.state,
