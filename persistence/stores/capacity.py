@@ -290,6 +290,7 @@ class SQLCapacity(SQLSteps):
             return self._granted(conn, asker)
         if not queued or state not in (None, "waiting"):
             return None
+        place = self._arrival(conn, holder, asker, now)
         if (
             self._exec(
                 conn,
@@ -298,7 +299,7 @@ class SQLCapacity(SQLSteps):
                 f"name = ? AND state = 'waiting' AND holder <> ?) AND {unpaused} "
                 "ON CONFLICT (name, holder) DO UPDATE SET owner = NULL WHERE "
                 "workflow_capacity.state = 'waiting' RETURNING 1",
-                (name, holder, asker.run_id, ts, name, holder, name, ts),
+                (name, holder, asker.run_id, place, name, holder, name, ts),
             ).fetchone()
             is None
         ):
@@ -345,7 +346,7 @@ class SQLCapacity(SQLSteps):
                 )
         parked: tuple[str, ...] = ()
         if max_in_flight is not None and refused is not None:
-            self._queue(conn, name, holder, run_id, now)
+            self._queue(conn, name, holder, run_id, self._arrival(conn, holder, asker, now))
             if not granted:
                 parked = self._park(conn, name, holder, asker, now, recheck_ms)
         elif max_in_flight is not None:
@@ -562,15 +563,31 @@ class SQLCapacity(SQLSteps):
         )
         return Grant(True)
 
-    def _queue(self, conn: Any, name: str, holder: str, run_id: str, now: int) -> None:
-        """Put `holder` in the queue of `name`, keeping its place if it had one."""
+    def _queue(self, conn: Any, name: str, holder: str, run_id: str, place: Any) -> None:
+        """Put `holder` in the queue of `name` at `place` (`_arrival`), keeping its place if
+        it had one."""
         self._exec(
             conn,
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
             "VALUES (?, ?, ?, 'waiting', ?) ON CONFLICT (name, holder) DO UPDATE SET "
             "state = 'waiting', owner = NULL, expires_at = NULL",
-            (name, holder, run_id, self._t(now)),
+            (name, holder, run_id, place),
         )
+
+    def _arrival(self, conn: Any, holder: str, asker: _Asker, now: int) -> Any:
+        """The place in the queue of a holder that joins it now (as a `queued_at` parameter):
+        the queue is ordered as claims are, by arrival aged by the run's priority
+        (`PRIORITY_AGING_MS`), so a high-priority call refused in the same instant as a
+        backfill's, or a minute after it, is woken first. A call arrives when it asks; a run
+        (`run:<id>`) at its start, as `_park` queues the backlog's runs that had not asked yet
+        (the queue stays in start order whichever of them a worker claimed first). Read before
+        the queue's row is written (on Citus a write of the limit's rows cannot read the runs'
+        shards in a subquery)."""
+        started, priority = self._exec(
+            conn, "SELECT created_at, priority FROM workflow_runs WHERE id = ?", (asker.run_id,)
+        ).fetchone()
+        arrived = self._ms(started) if holder.startswith("run:") else now
+        return self._t(arrived - int(priority or 0) * PRIORITY_AGING_MS)
 
     def _park(
         self, conn: Any, name: str, holder: str, asker: _Asker, now: int, recheck_ms: int
@@ -585,10 +602,10 @@ class SQLCapacity(SQLSteps):
         every run or call being claimed once (and again after each `recheck_ms`) only to be
         queued, and other keys' and workflows' runs and calls are claimed meanwhile. Bounded:
         at most `PARK_PAGE` runs, and calls among the next `PARK_PAGE` due (in claim order)
-        and the executor's claimed. Each parked run queues at its start time (the refused run
-        too, which started before those the claims had not reached): the queue stays in
-        arrival order. Read without locks, then the queue rows, then the run rows, then the
-        call rows (the module's lock order); a run or call claimed meanwhile keeps its lease
+        and the executor's claimed. Each parked run queues at its start time aged by its
+        priority (the refused run too: `_arrival`), so the queue stays in arrival order. Read
+        without locks, then the queue rows, then the run rows, then the call rows (the
+        module's lock order); a run or call claimed meanwhile keeps its lease
         (its queue row is its place when it asks), a call whose run holds or is owed a slot
         is left as it is. Returns the keys of the executor's calls released here."""
         if not holder.startswith("run:"):
@@ -612,20 +629,10 @@ class SQLCapacity(SQLSteps):
         self._exec(
             conn,
             "INSERT INTO workflow_capacity (name, holder, run_id, state, queued_at) "
-            f"SELECT ?, 'run:' || id{self._TEXT_ID}, id, 'waiting', created_at FROM workflow_runs "
-            f"WHERE id IN ({marks}) ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
+            f"SELECT ?, 'run:' || id{self._TEXT_ID}, id, 'waiting', "
+            f"{self._AGED.format(time='created_at')} FROM workflow_runs WHERE id IN ({marks}) "
+            "ORDER BY created_at ON CONFLICT (name, holder) DO NOTHING",
             (name, *ids),
-        )
-        # (the asker's start time read first: on Citus an update of the limit's rows cannot
-        # read the runs' shards in a subquery)
-        (started,) = self._exec(
-            conn, "SELECT created_at FROM workflow_runs WHERE id = ?", (asker.run_id,)
-        ).fetchone()
-        self._exec(
-            conn,
-            "UPDATE workflow_capacity SET queued_at = ? WHERE name = ? AND holder = ? AND "
-            "state = 'waiting'",
-            (started, name, holder),
         )
         if runs:
             self._exec(

@@ -75,8 +75,11 @@ class SQLDialect:
     _SEALED_KEY = ""
     """SQL for the key id of a sealed payload in `{column}`, NULL when it is in clear (or not
     JSON)."""
-    _CLAIM_ORDER = f"wake_at - priority * {PRIORITY_AGING_MS}"
-    """The claim order of due runs (`PRIORITY_AGING_MS`), as the claim index spells it."""
+    _AGED = f"{{time}} - priority * {PRIORITY_AGING_MS}"
+    """SQL of a run's time `{time}` aged by its priority (`PRIORITY_AGING_MS`): the order of
+    claims, and of a limit's queue."""
+    _CLAIM_ORDER = _AGED.format(time="wake_at")
+    """The claim order of due runs, as the claim index spells it."""
     _STATUS_GROUP = "status"
     """Expression to group a filtered count by status (SQLite: `+status` keeps the planner on
     the state index)."""

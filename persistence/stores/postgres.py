@@ -131,7 +131,8 @@ class PostgresStore(SQLStore):
     _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
     _JSON_VERSION = "snapshot->>'version'"
     _SEALED_KEY = "{column}->>'$enc'"
-    _CLAIM_ORDER = "statecharts_claim_order(wake_at, priority)"  # migration 0005
+    _AGED = "statecharts_claim_order({time}, priority)"  # migration 0005
+    _CLAIM_ORDER = _AGED.format(time="wake_at")
     _CREATE_IS_ONE_STATEMENT = True
     _NOTIFY = f", pg_notify({CHANNEL}, '{PROCESS}:' || run_id::text)"
 

@@ -201,9 +201,11 @@ def test_claims_age_so_a_long_due_low_priority_run_goes_first(store: Store) -> N
     assert store.get_run(later_high).priority == 9
 
 
-def _lease(store: Store, run_id: str, now: int) -> str:
+def _lease(store: Store, run_id: str, now: int, priority: int = 0) -> str:
     owner = f"o-{run_id[:4]}"
-    store.create_run(NewRun(run_id, "w", "v", None, "s", {}, wake_at=now), [], now)
+    store.create_run(
+        NewRun(run_id, "w", "v", None, "s", {}, wake_at=now, priority=priority), [], now
+    )
     assert run_id in {r.id for r in store.claim_runs(owner, now, 1000, 10)}
     return owner
 
@@ -232,6 +234,35 @@ def test_a_freed_slot_goes_to_the_first_waiting_run_not_a_newcomer(store: Store)
     assert [r.id for r in store.claim_runs(owner_b, now + 4, 1000, 10)] == [b]
     assert store.acquire_capacity("x", "call-b", b, owner_b, now + 4, **args).granted
     assert store.get_run(b).waiting_for is None
+
+
+def test_the_queue_is_in_claim_order_a_higher_priority_waiter_goes_first(store: Store) -> None:
+    now, args = (
+        1_000_000,
+        {
+            "max_in_flight": 1,
+            "calls": None,
+            "per_ms": 1000,
+            "recheck_ms": 600_000,
+            "lease_ms": 1000,
+        },
+    )
+    a, low, high, late = (str(uuid.uuid4()) for _ in range(4))
+    owner_a, owner_low = _lease(store, a, now), _lease(store, low, now)
+    owner_high, owner_late = _lease(store, high, now, priority=2), _lease(store, late, now)
+    assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
+    for run, owner, at in ((low, owner_low, now), (high, owner_high, now + 1000)):
+        assert not store.acquire_capacity("x", f"call-{run}", run, owner, at, **args).granted
+    # a backfill's call asks 3 minutes later: a priority-2 call asking now is ahead of it
+    at = now + 3 * PRIORITY_AGING_MS
+    assert not store.acquire_capacity("x", "call-late", late, owner_late, at, **args).granted
+    store.release_capacity("x", ["call-a"], at + 1, max_in_flight=1, lease_ms=1000)
+    waiters = {low: "low", high: "high", late: "late"}  # (a's own run is due again: not one)
+    woken = [waiters[r.id] for r in store.claim_runs("o-next", at + 2, 1000, 10) if r.id in waiters]
+    assert woken == ["high"]
+    store.release_capacity("x", [f"call-{high}"], at + 3, max_in_flight=1, lease_ms=1000)
+    woken = [waiters[r.id] for r in store.claim_runs("o-next", at + 4, 1000, 10) if r.id in waiters]
+    assert woken == ["low"]
 
 
 def test_a_head_leased_elsewhere_gets_a_reservation_not_a_second_lease(store: Store) -> None:
