@@ -39,6 +39,18 @@ class Wakeup:
         self._followers: dict[str, int] = {}  # run id -> how many waiters here follow it
         self._progress_all = 0  # wake-ups of every waiter (a listener reconnected)
         self._progressed = threading.Condition(threading.Lock())
+        self._subscribers: list[threading.Event] = []
+
+    def subscribe(self, event: threading.Event) -> None:
+        """Set `event` at every wake-up from now on (until `unsubscribe`): for a thread that
+        waits on more than wake-ups (a call executor: also its calls' ends)."""
+        with self._changed:
+            self._subscribers.append(event)
+
+    def unsubscribe(self, event: threading.Event) -> None:
+        """Stop setting `event` (see `subscribe`)."""
+        with self._changed:
+            self._subscribers.remove(event)
 
     def seen(self) -> int:
         """The number of wake-ups so far; pass it to `wait` after looking for work."""
@@ -59,6 +71,8 @@ class Wakeup:
             else:
                 self._named[run_id] = None
                 self._changed.notify()
+            for event in self._subscribers:
+                event.set()
 
     def take_named(self) -> list[str]:
         """The runs named since the last call (each handed to one taker)."""
