@@ -261,13 +261,19 @@ class CallExecutor:
             wakeup.unsubscribe(self._poke)
 
     def _serve_until_stopped(self, wakeup: Wakeup) -> None:
+        claimed_last = False
         while not self._stop.is_set():
             try:
                 seen = wakeup.seen()
                 self._settle()
                 ready = self._take_adopted()
                 free = min(self.max_calls - self._leased, CLAIM_BATCH)
-                if free > 0:
+                # (a chain of steps adopts its next call at each look, and a claim beside
+                # it found nothing one look ago: it claims every other look then, so a due
+                # call waits one look at most; a look that waits has claimed first)
+                claims = free > 0 and not (ready and claimed_last)
+                claimed_last = claims
+                if claims:
                     claimed = self._claim(free)
                     with self._lock:
                         self._leased += len(claimed)
