@@ -76,8 +76,21 @@ HEARTBEAT_ERROR = "CallHeartbeatTimeoutError"
 LOST_ERROR = "CallAttemptsExhaustedError"
 CLAIM_BATCH = 500
 """At most this many calls are claimed at once (a burst of due calls)."""
+CLAIM_EVERY_S = 0.01
+"""How often, at most, a serving loop claims when nothing says a claim would find more: no
+wake-up, no full claim, no slot given back (`CallExecutor._may_find`)."""
 FINISH_BATCH = 500
 """At most this many call ends are recorded in one transaction (a burst of ends)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    """A serving loop's last claim: the wake-ups seen before it, when (monotonic), and whether
+    it took as many calls as it asked for (more may be due)."""
+
+    seen: int
+    at: float
+    full: bool
 
 
 @dataclass(slots=True)
@@ -150,6 +163,8 @@ class CallExecutor:
         self._lost: set[str] = set()  # held keys the store says it no longer holds
         self._parked: set[str] = set()  # held keys a refusal of their limit queued (released)
         self._poke = threading.Event()
+        self._claimed: _Claimed | None = None  # the serving loop's last claim
+        self._owed_claim = False  # the serving loop made calls due that only a claim finds
         self.driver = RunDriver(
             runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
         )
@@ -261,20 +276,17 @@ class CallExecutor:
             wakeup.unsubscribe(self._poke)
 
     def _serve_until_stopped(self, wakeup: Wakeup) -> None:
-        claimed_last = False
         while not self._stop.is_set():
             try:
                 seen = wakeup.seen()
                 self._settle()
                 ready = self._take_adopted()
                 free = min(self.max_calls - self._leased, CLAIM_BATCH)
-                # (a chain of steps adopts its next call at each look, and a claim beside
-                # it found nothing one look ago: it claims every other look then, so a due
-                # call waits one look at most; a look that waits has claimed first)
-                claims = free > 0 and not (ready and claimed_last)
-                claimed_last = claims
-                if claims:
+                if free <= 0:  # (its steps leave their calls to any executor meanwhile)
+                    self._owed_claim = True
+                elif self._may_find(seen):
                     claimed = self._claim(free)
+                    self._claimed = _Claimed(seen, time.monotonic(), len(claimed) == free)
                     with self._lock:
                         self._leased += len(claimed)
                         self._held.update(call.idempotency_key for call in claimed)
@@ -299,6 +311,25 @@ class CallExecutor:
             except Exception:  # a bug: logged, never a silent death of the thread
                 log.exception("calls %s: unexpected error", self.owner)
                 self._stop.wait(1.0)
+
+    def _may_find(self, seen: int) -> bool:
+        """Whether a claim now may find calls the last one did not: the first, one after a
+        wake-up (`seen`: a start or a sent step recorded calls), after a full claim, after
+        this executor gave slots back (the store made queued calls due) or was full (its
+        steps left their calls to any executor: `lease`), else at most every
+        `CLAIM_EVERY_S` (calls due without a wake-up: a retry's backoff, a lapsed lease
+        elsewhere, a run's effects done). A chain of steps, each adopting its next call,
+        claimed beside every step before: a round trip that found nothing. (Its state is the
+        serving thread's own.)"""
+        last, owed = self._claimed, self._owed_claim
+        self._owed_claim = False
+        return (
+            owed
+            or last is None
+            or last.full
+            or last.seen != seen
+            or time.monotonic() - last.at >= CLAIM_EVERY_S
+        )
 
     def _wait(self, wakeup: Wakeup, seen: int, upcoming: float | None) -> None:
         """Until a call ends, one is adopted, work may have arrived (a wake-up of the store's:
@@ -414,6 +445,7 @@ class CallExecutor:
         places, running.places = running.places, []
         if not places:
             return
+        self._owed_claim = True  # (a slot given back makes the next queued call due)
         load, now = self.runtime.load, self.runtime.clock.now()
         if running.executed is not None:
             load.pause_after(places, [running.executed], now)
