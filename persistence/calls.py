@@ -164,6 +164,8 @@ class CallExecutor:
         self._parked: set[str] = set()  # held keys a refusal of their limit queued (released)
         self._poke = threading.Event()
         self._claimed: _Claimed | None = None  # the serving loop's last claim
+        self._unstarted: list[tuple[CallRecord, RunRecord | None, Machine | None]] = []
+        """Calls the serving loop took (adopted or claimed) and has yet to start (`_start`)."""
         self._owed_claim = False  # the serving loop made calls due that only a claim finds
         self.driver = RunDriver(
             runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
@@ -280,7 +282,8 @@ class CallExecutor:
             try:
                 seen = wakeup.seen()
                 self._settle()
-                ready = self._take_adopted()
+                ready = self._unstarted
+                ready += self._take_adopted()
                 free = min(self.max_calls - self._leased, CLAIM_BATCH)
                 if free <= 0:  # (its steps leave their calls to any executor meanwhile)
                     self._owed_claim = True
@@ -291,26 +294,51 @@ class CallExecutor:
                         self._leased += len(claimed)
                         self._held.update(call.idempotency_key for call in claimed)
                     ready += self._with_runs(claimed)
-                starting: list[_Running] = []
-                for call, run, machine in ready:
-                    if self._was_lost(call):
-                        continue
+                took = bool(ready)
+                self._start(ready)
+                upcoming = self._watch()
+                if not took:
+                    self._wait(wakeup, seen, upcoming)
+            except StoreError as exc:  # (what it took and had not started: the next look's)
+                log.warning("calls %s: store error (%s); retrying", self.owner, exc)
+                self._stop.wait(1.0)
+            except Exception:  # a bug: logged, never a silent death of the thread
+                log.exception("calls %s: unexpected error", self.owner)
+                self._let_go(self._unstarted)
+                self._stop.wait(1.0)
+
+    def _start(self, ready: list[tuple[CallRecord, RunRecord | None, Machine | None]]) -> None:
+        """Start the calls taken (`ready`, which is `_unstarted`): each leaves the list once
+        started, or found lost or ended without running, so that a look that fails midway
+        (the store gone between a claim and a start) leaves the rest to the next look. They
+        are this executor's (their leases renewed meanwhile): dropped, they would be held
+        for ever, never run (what a worker whose connections were killed did)."""
+        starting: list[_Running] = []
+        handled = 0
+        try:
+            for call, run, machine in ready:
+                if not self._was_lost(call):
                     running = self._begin(call, run, machine)
                     if running is not None and self._placed_or_left(running):
                         starting.append(running)
                     else:
                         with self._lock:
                             self._held.discard(call.idempotency_key)
-                self._launch(starting)
-                upcoming = self._watch()
-                if not ready:
-                    self._wait(wakeup, seen, upcoming)
-            except StoreError as exc:
-                log.warning("calls %s: store error (%s); retrying", self.owner, exc)
-                self._stop.wait(1.0)
-            except Exception:  # a bug: logged, never a silent death of the thread
-                log.exception("calls %s: unexpected error", self.owner)
-                self._stop.wait(1.0)
+                handled += 1
+        finally:
+            del ready[:handled]
+            self._launch(starting)
+
+    def _let_go(self, unstarted: list[tuple[CallRecord, RunRecord | None, Machine | None]]) -> None:
+        """Stop holding calls a look took and could not start (a bug raised): their leases
+        are no longer renewed, so they lapse and a claim takes them again (their open
+        attempts closed `lost`), here or in another worker."""
+        with self._lock:
+            for call, _, _ in unstarted:
+                if call.idempotency_key in self._held:
+                    self._held.discard(call.idempotency_key)
+                    self._leased = max(0, self._leased - 1)
+        unstarted.clear()
 
     def _may_find(self, seen: int) -> bool:
         """Whether a claim now may find calls the last one did not: the first, one after a
@@ -821,9 +849,11 @@ class CallExecutor:
         return ready
 
     def _run_of(self, call: CallRecord) -> RunRecord | None:
+        """`call`'s run, None when it no longer exists (a store that does not answer raises:
+        the call is started at a later look, not ended as if its run were gone)."""
         try:
             return self.runtime.store.get_run(call.run_id)
-        except StoreError:
+        except RunNotFoundError:
             return None
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
 
 from persistence.calls import CallExecutor
 from persistence.runtime import Runtime
-from persistence.stores import Store
+from persistence.stores import Store, StoreUnavailableError
 from statecharts import create_machine
 from tests.persistence.conftest import wait_for
 
@@ -130,3 +131,63 @@ def test_a_heartbeat_never_waits_for_a_call_row_another_transaction_holds(
     assert answer == [set(keys)], "a call reported lost while still held"
     renewed = {c.run_id: c.lease_expires_at for c in store.list_calls(free)}
     assert renewed[free] == later + LEASE_MS  # the free row renewed; the held one skipped
+
+
+def test_calls_the_store_failed_to_start_are_started_when_it_answers_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away between a claim and the calls' start (test_faults kills the
+    worker's connections): the executor could neither read the calls' runs nor write that it
+    let them go. It used to drop the calls it had not started while keeping them held: their
+    leases renewed for ever, never run, their runs never moved (test_faults hung about one run
+    in six under load). They are started at a later look, each once."""
+    ran: list[str] = []
+
+    def work(name: str) -> str:
+        ran.append(name)
+        return name
+
+    machine = create_machine(
+        {
+            "id": "job",
+            "initial": "working",
+            "context": lambda input: {"name": input["name"]},
+            "states": {
+                "working": {
+                    "invoke": {"src": "work", "input": lambda c, e: c["name"], "onDone": "done"}
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"work": work},
+    )
+    runtime = Runtime(store, [machine])
+    ids = [runtime.start("job", {"name": f"n{i}"}) for i in range(3)]
+    # once each, in the serving loop (a call whose run could not be read was let go as if
+    # its run were gone: `retry_call`, which failed too)
+    failing = {"get_runs": 1, "get_run": 1, "retry_call": 1}
+    for name in failing:
+        monkeypatch.setattr(store, name, _failing_once(getattr(store, name), name, failing))
+    executor = CallExecutor(runtime, "A", lease_ms=LEASE_MS, poll_ms=50)
+    executor.start()
+    try:
+        wait_for(lambda: {store.get_run(r).status for r in ids} == {"done"}, 20)
+    finally:
+        executor.stop()
+    assert failing["get_runs"] == failing["get_run"] == 0  # the store did fail
+    assert sorted(ran) == ["n0", "n1", "n2"]
+    for run_id in ids:
+        assert [(a.worker, a.outcome) for a in store.call_attempts(run_id)] == [("A", "done")]
+
+
+def _failing_once(method: Any, name: str, failing: dict[str, int]) -> Any:
+    """`method`, raising `StoreUnavailableError` in the executor's serving thread while
+    `failing[name]` is above zero (counted down)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "calls" and failing[name] > 0:
+            failing[name] -= 1
+            raise StoreUnavailableError(f"{name}: the database went away (a test's fault)")
+        return method(*args, **kwargs)
+
+    return call
