@@ -380,12 +380,14 @@ WHY_SHORT: dict[str, str] = {
   fold the start into the first step, running the first step's effects before anything
   records the run: a crash there leaves a side effect done under a key no record holds and
   nobody retries (DBOS, too, records its workflow before its first step). The guarantee was
-  kept over the count. The idle-worker row (about 12) adds what serving a start takes: the
+  kept over the count. The idle-worker row (about 8) adds what serving a start takes: the
   run worker's claim on the start's wake-up (it finds nothing: the run rests while its call
-  runs), the call executor's claim of the call and its read of the run, a claim beside each
-  step (a chain of adopted calls claims every other look) and the transactions in which the
-  LISTENing sessions read the NOTIFYs. The executor is woken at once by the start and by each
-  end (one event, not slices of sleep): 34.6 -> 129 workflows/s, 14.0 -> 11.9 transactions.""",
+  runs), the call executor's claim of the call and its read of the run, and the transactions
+  in which the LISTENing sessions read the NOTIFYs. Issue 40's last session woke the executor
+  at once by the start and by each end (one event, not slices of sleep), and had it claim
+  only when a claim may find something (a wake-up, a full claim, slots given back; else at
+  most every 10 ms), not beside every step of a chain of adopted calls: 34.6 -> 110-129
+  workflows/s over its two benches, 14.0 -> 8.1 transactions.""",
     "durable step latency": """\
 - **Step latency with an idle worker** (`python -m benchmarks.step_profile` times each
   phase): a `send` to a run at rest applies the event in its own transaction (issue 20d). When
