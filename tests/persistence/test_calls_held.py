@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -26,7 +27,7 @@ import pytest
 from persistence.calls import CallExecutor
 from persistence.runtime import Runtime
 from persistence.stores import Store, StoreUnavailableError
-from statecharts import create_machine
+from statecharts import Machine, create_machine
 from tests.persistence.conftest import wait_for
 
 LEASE_MS = 1_000
@@ -45,20 +46,7 @@ def test_a_call_waiting_in_a_stalled_executor_is_not_taken_over(
             release_first.wait(30)
         return name
 
-    machine = create_machine(
-        {
-            "id": "job",
-            "initial": "working",
-            "context": lambda input: {"name": input["name"]},
-            "states": {
-                "working": {
-                    "invoke": {"src": "work", "input": lambda c, e: c["name"], "onDone": "done"}
-                },
-                "done": {"type": "final"},
-            },
-        },
-        actors={"work": work},
-    )
+    machine = _job(work)
     runtime = Runtime(store, [machine])
     executor = CallExecutor(runtime, "A", lease_ms=LEASE_MS, poll_ms=20)
     first = runtime.start("job", {"name": "first"})
@@ -147,20 +135,7 @@ def test_calls_the_store_failed_to_start_are_started_when_it_answers_again(
         ran.append(name)
         return name
 
-    machine = create_machine(
-        {
-            "id": "job",
-            "initial": "working",
-            "context": lambda input: {"name": input["name"]},
-            "states": {
-                "working": {
-                    "invoke": {"src": "work", "input": lambda c, e: c["name"], "onDone": "done"}
-                },
-                "done": {"type": "final"},
-            },
-        },
-        actors={"work": work},
-    )
+    machine = _job(work)
     runtime = Runtime(store, [machine])
     ids = [runtime.start("job", {"name": f"n{i}"}) for i in range(3)]
     # once each, in the serving loop (a call whose run could not be read was let go as if
@@ -178,6 +153,25 @@ def test_calls_the_store_failed_to_start_are_started_when_it_answers_again(
     assert sorted(ran) == ["n0", "n1", "n2"]
     for run_id in ids:
         assert [(a.worker, a.outcome) for a in store.call_attempts(run_id)] == [("A", "done")]
+
+
+def _job(work: Callable[..., str]) -> Machine:
+    """A run named by its input's `name` that invokes `work` with it and ends when it
+    returns."""
+    return create_machine(
+        {
+            "id": "job",
+            "initial": "working",
+            "context": lambda input: {"name": input["name"]},
+            "states": {
+                "working": {
+                    "invoke": {"src": "work", "input": lambda c, e: c["name"], "onDone": "done"}
+                },
+                "done": {"type": "final"},
+            },
+        },
+        actors={"work": work},
+    )
 
 
 def _failing_once(method: Any, name: str, failing: dict[str, int]) -> Any:
