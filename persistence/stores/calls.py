@@ -32,9 +32,9 @@ from persistence.stores.conflicts import retried
 from persistence.stores.dialect import SQLDialect
 from persistence.stores.records import CallAttempt, CallEnd, CallFinish, CallRecord, NewEffect
 from persistence.stores.rules import (
-    PRIORITY_AGING_MS,
     STOPPED_BY_END,
     TRANSIENT_PREFIX,
+    aged,
     idempotency_key,
     is_call,
     run_of_outbox_key,
@@ -77,7 +77,7 @@ class SQLCalls(SQLDialect):
         found = self._exec(
             conn, "SELECT priority FROM workflow_runs WHERE id = ?", (rid,)
         ).fetchone()
-        due = self._t(now - int(found[0] if found and found[0] else 0) * PRIORITY_AGING_MS)
+        due = self._t(aged(now, found[0] if found else None))
         for e in effects:
             if not is_call(e):
                 continue

@@ -45,7 +45,7 @@ from persistence.stores.records import (
     Grant,
     LimitUsage,
 )
-from persistence.stores.rules import MAX_PRIORITY, PRIORITY_AGING_MS
+from persistence.stores.rules import MAX_PRIORITY, aged
 from persistence.stores.steps import SQLSteps
 
 CAPACITY = "waiting for capacity"
@@ -463,7 +463,7 @@ class SQLCapacity(SQLSteps):
         calls)."""
         if not woken:
             return
-        first = self._t(now - MAX_PRIORITY * PRIORITY_AGING_MS)
+        first = self._t(aged(now, MAX_PRIORITY))
         runs, holders = [r for _, r in woken], [h for h, _ in woken]
         in_runs, in_holders = ",".join("?" * len(runs)), ",".join("?" * len(holders))
         reason = f"{CAPACITY}: {name}"
@@ -587,7 +587,7 @@ class SQLCapacity(SQLSteps):
             conn, "SELECT created_at, priority FROM workflow_runs WHERE id = ?", (asker.run_id,)
         ).fetchone()
         arrived = self._ms(started) if holder.startswith("run:") else now
-        return self._t(arrived - int(priority or 0) * PRIORITY_AGING_MS)
+        return self._t(aged(arrived, priority))
 
     def _park(
         self, conn: Any, name: str, holder: str, asker: _Asker, now: int, recheck_ms: int

@@ -73,6 +73,13 @@ and a long-due run is never starved by a stream of higher priorities."""
 MAX_PRIORITY = 1000
 """Priorities are integers 0 (the default) to this; higher is claimed first."""
 
+
+def aged(ms: int, priority: int | None) -> int:
+    """Time `ms` (epoch ms) aged by `priority` (`PRIORITY_AGING_MS`; None: 0), as claims and
+    a limit's queue order runs and calls (the stores' SQL spells it as `_AGED`)."""
+    return ms - (priority or 0) * PRIORITY_AGING_MS
+
+
 CLAIMABLE_BY_EVENT = "status = 'active' AND {free}"
 """Runs a queued (live) inbox event makes claimable: active ones only."""
 
