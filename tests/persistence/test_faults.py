@@ -12,14 +12,12 @@ import psycopg
 import pytest
 
 from persistence.runtime import Runtime
-from persistence.stores import StoreUnavailableError, open_store
+from persistence.stores import Store, StoreUnavailableError, open_store
 from persistence.stores.sqlite import SQLiteStore
 from persistence.worker import Worker
 from tests.persistence.conftest import wait_for
 from tests.persistence.faulty import poison
 from tests.persistence.workflows import LEDGER_ENV, approval, init_ledger, order
-
-APP = "statecharts_fault_victim"
 
 
 def test_worker_survives_its_database_connections_being_killed(
@@ -31,7 +29,8 @@ def test_worker_survives_its_database_connections_being_killed(
     sep = "&" if "?" in pg_dsn else "?"
     store = open_store(f"{pg_dsn}{sep}schema={pg_schema}", migrate=True)  # the observer's
     ids = [Runtime(store, [order]).start("order", {"amount": n}) for n in range(40)]
-    victim = open_store(f"{pg_dsn}{sep}schema={pg_schema}&application_name={APP}")
+    victim_name = f"statecharts_victim_{pg_schema}"  # (this test's own, beside its copies)
+    victim = open_store(f"{pg_dsn}{sep}schema={pg_schema}&application_name={victim_name}")
     worker = Worker(Runtime(victim, [order]), concurrency=2, lease_ms=1000, poll_ms=20)
     thread = threading.Thread(target=worker.run)
     killed = 0
@@ -43,10 +42,12 @@ def test_worker_survives_its_database_connections_being_killed(
                 rows = admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = %s",
-                    (APP,),
+                    (victim_name,),
                 ).fetchall()
                 killed += len(rows)
-        wait_for(lambda: store.count_runs() == {"done": 40}, timeout_s=120)
+        # A run is done when the step into its final state commits; that step's own effects
+        # (the final state's entry) run after, and may be retried after a kill: wait for both.
+        wait_for(lambda: store.count_runs() == {"done": 40} and settled(store, ids), timeout_s=120)
     finally:
         worker.stop()
         thread.join(timeout=30)
@@ -60,6 +61,13 @@ def test_worker_survives_its_database_connections_being_killed(
         assert all(e.status == "done" for e in effects) and all(c.status == "done" for c in calls)
     store.close()
     victim.close()
+
+
+def settled(store: Store, ids: list[str]) -> bool:
+    """Every effect and call of these runs is done."""
+    effects = [e.status for run_id in ids for e in store.list_effects(run_id)]
+    calls = [c.status for run_id in ids for c in store.list_calls(run_id)]
+    return all(status == "done" for status in effects + calls)
 
 
 def test_a_full_sqlite_database_is_an_error_naming_it_and_loses_nothing(tmp_path: Path) -> None:
