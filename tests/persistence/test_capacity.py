@@ -128,9 +128,11 @@ def test_a_retry_after_pauses_the_downstream_for_all_runs(e: Env) -> None:
 
 
 def test_priorities_order_claims(e: Env) -> None:
+    """One slot, so the downstream's start order is the grant order (calls granted together
+    in one look would start on threads of their own, in an order nobody sets)."""
     rt = runtime(e)
-    low = [rt.start("crm_sync", {"name": "prio"}, priority=0) for _ in range(6)]
-    high = [rt.start("crm_sync", {"name": "prio"}, priority=3) for _ in range(6)]
+    low = [rt.start("single", {"name": "prio"}, priority=0) for _ in range(6)]
+    high = [rt.start("single", {"name": "prio"}, priority=3) for _ in range(6)]
     with fleet(e, 1, 1, "--batch", "1") as running:
         wait_until(ended(e.store, low + high), "every run ended")
         stop_cleanly(running)
