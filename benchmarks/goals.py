@@ -18,6 +18,7 @@ from benchmarks.durable_scaling import ScaleReport
 from benchmarks.engine import PLANS_OFF, XSTATE_ACTOR
 from benchmarks.timing import Result
 from benchmarks.waiting_calls import Row as WaitingRow
+from benchmarks.waiting_calls import over
 
 #: Cost at 1,000 states over cost at 10 states (same depth) still counted as flat.
 FLAT_SCALING_LIMIT = 1.25
@@ -323,7 +324,8 @@ def waiting_calls_goals(rows: Sequence[WaitingRow]) -> list[Goal]:
     if ours is None or peer is None:
         return [Goal("waiting calls, time to all done", "—", "—", None)]
     n = f"{ours.n:,} runs each awaiting a 1 s async call, one worker process"
-    ratio = peer.done_s / ours.done_s
+    ratio = peer.done_s / ours.done_s  # (a lower bound when the peer was stopped unfinished)
+    peer_time = f"{peer.done_s:.2f} s" if peer.finished else f"over {peer.done_s:.0f} s"
     started_together = (
         []
         if many is None
@@ -347,8 +349,8 @@ def waiting_calls_goals(rows: Sequence[WaitingRow]) -> list[Goal]:
         Goal(
             "waiting calls vs DBOS",
             f"{n}: >= 4x DBOS (time to all done)",
-            f"{ratio:.2f}x ({ours.done_s:.2f} s vs {peer.done_s:.2f} s)",
-            ratio >= 4.0,
+            f"{over(peer, ours)}x ({ours.done_s:.2f} s vs {peer_time})",
+            ratio >= 4.0 if ours.finished else None,
         ),
     ]
 

@@ -151,7 +151,7 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
         assert record.status == "done" and record.snapshot.get("output") == i, (run_id, record)
     store.close()
     return {
-        "subject": f"{ours_label()}, {'start_many' if many else 'start'}, 1 worker process",
+        "subject": _subject("ours-many" if many else "ours"),
         "n": n,
         "starting_s": started - began,
         "done_s": done - began,
@@ -161,7 +161,6 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
 
 def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
     """DBOS's side (in this process): async workflows started and awaited on one loop."""
-    from importlib.metadata import version
 
     from dbos import DBOS, DBOSConfig
 
@@ -198,7 +197,7 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
     finally:
         DBOS.destroy()
     return {
-        "subject": f"DBOS Transact {version('dbos')}, async workflows",
+        "subject": _subject("dbos"),
         "n": n,
         "starting_s": starting,
         "done_s": took,
@@ -206,15 +205,23 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
     }
 
 
+SIDE_TIMEOUT_S = 900
+"""How long one side may take: past it, its row says it did not finish, and its time to all
+done is at least this (DBOS's side took 140-420 s on one machine, over 900 s on a slower
+one, where its timeout once ended the whole `make bench` and lost every section)."""
+
+
 @dataclass(frozen=True)
 class Row:
-    """One side's figures."""
+    """One side's figures (`finished` False: stopped at `SIDE_TIMEOUT_S`, which `done_s` then
+    is, a lower bound; the other figures unknown, NaN)."""
 
     subject: str
     n: int
     starting_s: float
     done_s: float
     mb_per_call: float
+    finished: bool = True
 
 
 def measure(side: str, n: int, call_s: float) -> Row:
@@ -244,13 +251,25 @@ def measure(side: str, n: int, call_s: float) -> Row:
             check=True,
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=SIDE_TIMEOUT_S,
         )
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(f"{side} failed:\n{exc.stderr[-3000:]}") from exc
+    except subprocess.TimeoutExpired:
+        nan = float("nan")
+        return Row(_subject(side), n, nan, SIDE_TIMEOUT_S, nan, finished=False)
     finally:
         reset_database(dsn, database)
     return Row(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _subject(side: str) -> str:
+    """A side's subject, as its own run would have named it."""
+    if side == "dbos":
+        from importlib.metadata import version
+
+        return f"DBOS Transact {version('dbos')}, async workflows"
+    return f"{ours_label()}, {'start_many' if side == 'ours-many' else 'start'}, 1 worker process"
 
 
 def run(n: int, call_s: float = 1.0) -> list[Row]:
@@ -267,12 +286,25 @@ def table(rows: list[Row], call_s: float = 1.0) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ratio = "" if peer is None or r is peer else f"**{peer.done_s / r.done_s:.2f}x**"
+        ratio = "" if peer is None or r is peer else f"**{over(peer, r)}x**"
+        if r.finished:
+            figures = f"{r.starting_s:.2f} s | {r.done_s:.2f} s"
+            memory = f"{r.mb_per_call * 1024:.1f} KiB"
+        else:
+            figures, memory = f"— | not done after {r.done_s:.0f} s (stopped)", "—"
         lines.append(
-            f"| {r.subject} | {r.n:,} | {call_s:g} s async | {r.starting_s:.2f} s | "
-            f"{r.done_s:.2f} s | {ratio} | {r.mb_per_call * 1024:.1f} KiB |"
+            f"| {r.subject} | {r.n:,} | {call_s:g} s async | {figures} | {ratio} | {memory} |"
         )
     return "\n".join(lines)
+
+
+def over(peer: Row, ours: Row) -> str:
+    """The peer's time to all done over ours, formatted: a lower bound ("> ") when the peer
+    was stopped unfinished, "?" when ours was."""
+    if not ours.finished:
+        return "?"
+    ratio = f"{peer.done_s / ours.done_s:.2f}"
+    return ratio if peer.finished else f"> {ratio}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -268,3 +268,22 @@ def test_the_waiting_calls_sides_of_this_project_run_in_a_database_of_their_own(
     row = waiting_calls.measure(side, 20, 0.05)
     assert row.n == 20 and 0 < row.starting_s <= row.done_s
     assert ("start_many" in row.subject) == (side == "ours-many")
+
+
+def test_a_waiting_calls_side_past_its_timeout_is_a_row_that_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A side still running at `SIDE_TIMEOUT_S` is stopped and reported unfinished, with its
+    time as a lower bound, and the peer's ratio over it as one: the rest of `make bench`
+    goes on (a DBOS side past the timeout once ended the whole run, every section lost)."""
+    from benchmarks import goals, waiting_calls
+
+    monkeypatch.setattr(waiting_calls, "SIDE_TIMEOUT_S", 1)
+    slow = waiting_calls.measure("ours", 20, 30.0)  # each call takes 30 s
+    assert (slow.finished, slow.done_s, slow.n) == (False, 1, 20)
+    assert "not done after 1 s (stopped)" in waiting_calls.table([slow])
+    ours = waiting_calls.Row(slow.subject, 20, 0.1, 0.5, 0.01)
+    nan = float("nan")
+    peer = waiting_calls.Row(waiting_calls._subject("dbos"), 20, nan, 1, nan, finished=False)
+    vs = next(g for g in goals.waiting_calls_goals([ours, peer]) if "vs DBOS" in g.name)
+    assert vs.measured == "> 2.00x (0.50 s vs over 1 s)" and vs.met is False
