@@ -284,6 +284,6 @@ def test_a_waiting_calls_side_past_its_timeout_is_a_row_that_says_so(
     assert "not done after 1 s (stopped)" in waiting_calls.table([slow])
     ours = waiting_calls.Row(slow.subject, 20, 0.1, 0.5, 0.01)
     nan = float("nan")
-    peer = waiting_calls.Row(waiting_calls._subject("dbos"), 20, nan, 1, nan, finished=False)
+    peer = waiting_calls.Row("DBOS Transact, async workflows", 20, nan, 1, nan, finished=False)
     vs = next(g for g in goals.waiting_calls_goals([ours, peer]) if "vs DBOS" in g.name)
     assert vs.measured == "> 2.00x (0.50 s vs over 1 s)" and vs.met is False

@@ -116,8 +116,10 @@ def test_a_step_from_rest_writes_no_index_entry_of_its_run(private_database: str
     # the server prunes a page only when it can (its cleanup lock, no older snapshot that may
     # see the dead versions): 79 of 80 HOT under load, 26-64 of 80 beside other PostgreSQL
     # test files in the same database, 80 of 80 alone (hence a database of its own). A step
-    # that changed an indexed column is never HOT.
-    assert hot > updated // 2
+    # that changed an indexed column is never HOT. Every step here changes the same columns,
+    # so one HOT step shows they are none of the indexed ones; how many are HOT is pruning's
+    # luck (26 of 80 seen again in a database of its own, beside the full suite on 2 cores).
+    assert hot > 0
     entries = collections.Counter(
         relation
         for (kind, relation), (count, _) in result["kinds"].items()
