@@ -271,7 +271,11 @@ INTRO = {
         "`Runtime.start_many` (500 runs per transaction), DBOS's `start_workflow_async` "
         "gathered on its event loop. Time from the first start until every run is done (each "
         "output checked); memory per waiting call is the process's peak resident set while the "
-        "calls wait, less its resident set before the first start, over the number of runs."
+        "calls wait, less its resident set before the first start, over the number of runs. "
+        "CPU per run is over the same seconds: the side's process (all its threads), and the "
+        "rest of the machine (every core's busy time less the process's: the PostgreSQL "
+        "server, mostly); their sum over the machine's cores is the time the CPU alone takes, "
+        "a floor under the time to all done that no scheduling of the same work removes."
     ),
     "takeover": (
         "A worker subprocess holding leases on 4 runs (their step hangs in it) is SIGKILLed; "

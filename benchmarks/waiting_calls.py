@@ -14,8 +14,12 @@ process's own), started by one client in that process:
   step is the call), gathered on the event loop, then every handle's result awaited.
 
 Reported: seconds from the first start until every workflow is done (each output checked),
-the part of it spent starting, and memory per waiting call: the process's peak resident set
-while the calls wait, less its resident set before the first start, divided by ``n``.
+the part of it spent starting, memory per waiting call (the process's peak resident set
+while the calls wait, less its resident set before the first start, divided by ``n``) and the
+CPU each run cost over the same seconds: the side's process (all its threads) and the rest of
+the machine (busy time of every core, less the process's: the PostgreSQL server, mostly, and
+whatever else ran). Their sum over the machine's cores is a floor under the time to all done
+that no scheduling removes.
 
 Run: ``python -m benchmarks.waiting_calls [--n 10000] [--call-s 1.0]`` (one side alone:
 ``--side ours|dbos --url URL``, printing one JSON line).
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -56,6 +61,25 @@ def rss_mb() -> float:
     with open("/proc/self/statm") as statm:
         pages = int(statm.read().split()[1])
     return pages * 4096 / 2**20
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds this process used, busy CPU seconds of the whole machine) so far (Linux:
+    `/proc/stat`'s user, nice, system, irq and softirq time; idle, I/O wait and time stolen by
+    the hypervisor are not work done here)."""
+    with open("/proc/stat") as stat:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, stat.readline().split()[1:8])
+    return time.process_time(), (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_run(
+    before: tuple[float, float], after: tuple[float, float], n: int
+) -> dict[str, float]:
+    """CPU milliseconds per run between two `cpu_seconds` readings: this process's, and the
+    rest of the machine's."""
+    process = after[0] - before[0]
+    machine = after[1] - before[1]
+    return {"cpu_ms": process / n * 1e3, "other_cpu_ms": max(0.0, machine - process) / n * 1e3}
 
 
 class PeakRss:
@@ -130,6 +154,7 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
         for i in range(c, n, CLIENTS):
             ids[i] = runtime.start(WORKFLOW, input={"x": i})
 
+    cpu_before = cpu_seconds()
     began = time.perf_counter()
     if many:
         ids = runtime.start_many(WORKFLOW, [{"x": i} for i in range(n)])
@@ -143,6 +168,7 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
     while store.count_runs().get("done", 0) < n:
         time.sleep(DONE_POLL_S)
     done = time.perf_counter()
+    cpu = cpu_per_run(cpu_before, cpu_seconds(), n)
     top = peak.stop()
     worker.stop()
     serving.join()
@@ -156,6 +182,7 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
         "starting_s": started - began,
         "done_s": done - began,
         "mb_per_call": (top - base) / n,
+        **cpu,
     }
 
 
@@ -177,10 +204,11 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
 
     DBOS.launch()
 
-    async def everything() -> tuple[float, float, float]:
+    async def everything() -> tuple[float, float, float, dict[str, float]]:
         await (await DBOS.start_workflow_async(waiting_call, -1)).get_result()  # warm-up
         base = rss_mb()
         peak = PeakRss()
+        cpu_before = cpu_seconds()
         began = time.perf_counter()
         handles = await asyncio.gather(
             *(DBOS.start_workflow_async(waiting_call, i) for i in range(n))
@@ -188,12 +216,13 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
         started = time.perf_counter()
         results = await asyncio.gather(*(h.get_result() for h in handles))
         done = time.perf_counter()
+        cpu = cpu_per_run(cpu_before, cpu_seconds(), n)
         top = peak.stop()
         assert list(results) == list(range(n)), "a DBOS workflow returned a wrong result"
-        return started - began, done - began, (top - base) / n
+        return started - began, done - began, (top - base) / n, cpu
 
     try:
-        starting, took, per_call = asyncio.run(everything())
+        starting, took, per_call, cpu = asyncio.run(everything())
     finally:
         DBOS.destroy()
     return {
@@ -202,6 +231,7 @@ def dbos(url: str, n: int, call_s: float) -> dict[str, Any]:
         "starting_s": starting,
         "done_s": took,
         "mb_per_call": per_call,
+        **cpu,
     }
 
 
@@ -214,7 +244,8 @@ one, where its timeout once ended the whole `make bench` and lost every section)
 @dataclass(frozen=True)
 class Row:
     """One side's figures (`finished` False: stopped at `SIDE_TIMEOUT_S`, which `done_s` then
-    is, a lower bound; the other figures unknown, NaN)."""
+    is, a lower bound; the other figures unknown, NaN). `cpu_ms`, `other_cpu_ms`: CPU per run
+    in the side's process and in the rest of the machine (`cpu_per_run`)."""
 
     subject: str
     n: int
@@ -222,6 +253,12 @@ class Row:
     done_s: float
     mb_per_call: float
     finished: bool = True
+    cpu_ms: float = float("nan")
+    other_cpu_ms: float = float("nan")
+
+    def cpu_floor_s(self, cores: int) -> float:
+        """The seconds the CPU these runs used takes at the least on `cores` cores."""
+        return (self.cpu_ms + self.other_cpu_ms) * self.n / 1e3 / cores
 
 
 def measure(side: str, n: int, call_s: float) -> Row:
@@ -278,22 +315,28 @@ def run(n: int, call_s: float = 1.0) -> list[Row]:
 
 
 def table(rows: list[Row], call_s: float = 1.0) -> str:
-    """Markdown: both sides and the ratio of their times to all done."""
+    """Markdown: both sides, the ratio of their times to all done, and the CPU per run with
+    the floor it puts under the time to all done on this machine's cores."""
     peer = next((r for r in rows if r.subject.startswith("DBOS")), None)
+    cores = os.cpu_count() or 1
     lines = [
         "| subject | runs | each call | started in | all done in | DBOS's time to all done "
-        "over this row's | memory per waiting call |",
-        "|---|---|---|---|---|---|---|",
+        "over this row's | memory per waiting call | CPU per run: its process, rest of the "
+        f"machine | the CPU alone on {cores} cores |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = "" if peer is None or r is peer else f"**{over(peer, r)}x**"
         if r.finished:
             figures = f"{r.starting_s:.2f} s | {r.done_s:.2f} s"
             memory = f"{r.mb_per_call * 1024:.1f} KiB"
+            cpu = f"{r.cpu_ms:.2f} ms, {r.other_cpu_ms:.2f} ms | {r.cpu_floor_s(cores):.2f} s"
         else:
             figures, memory = f"— | not done after {r.done_s:.0f} s (stopped)", "—"
+            cpu = "— | —"
         lines.append(
-            f"| {r.subject} | {r.n:,} | {call_s:g} s async | {figures} | {ratio} | {memory} |"
+            f"| {r.subject} | {r.n:,} | {call_s:g} s async | {figures} | {ratio} | {memory} "
+            f"| {cpu} |"
         )
     return "\n".join(lines)
 

@@ -268,6 +268,10 @@ def test_the_waiting_calls_sides_of_this_project_run_in_a_database_of_their_own(
     row = waiting_calls.measure(side, 20, 0.05)
     assert row.n == 20 and 0 < row.starting_s <= row.done_s
     assert ("start_many" in row.subject) == (side == "ours-many")
+    # (each run's start, call and step cost its process CPU; the floor is that CPU's time)
+    assert row.cpu_ms > 0 and row.other_cpu_ms >= 0
+    assert row.cpu_floor_s(1) == pytest.approx((row.cpu_ms + row.other_cpu_ms) * 20 / 1e3)
+    assert f"{row.cpu_ms:.2f} ms, {row.other_cpu_ms:.2f} ms" in waiting_calls.table([row])
 
 
 def test_a_waiting_calls_side_past_its_timeout_is_a_row_that_says_so(
