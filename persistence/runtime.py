@@ -38,6 +38,7 @@ from persistence.lifecycle import (
 )
 from persistence.lifecycle import fork as fork_run
 from persistence.lifecycle import reset as reset_run
+from persistence.local_calls import BatchLease, LocalExecutors, OwnedCallTaker
 from persistence.outbox import Listener, log_effects, to_outbox
 from persistence.planning import CallTaker
 from persistence.resting import Resting
@@ -327,6 +328,8 @@ class Runtime:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.step_in_send = step_in_send
         self._senders = threading.local()  # each sending thread's driver (`send`)
+        self._local_calls = LocalExecutors()
+        """The call executors serving in this process (`attach_executor`)."""
         self.resting = Resting()
         """The runs this runtime started or sent to, with their rows as committed here when
         left at rest (`send` steps from them)."""
@@ -558,6 +561,20 @@ class Runtime:
         except RunPurgedError as exc:  # the key's run, purged since it ended: it is the one
             return exc.run_id
 
+    def attach_executor(self, executor: OwnedCallTaker) -> None:
+        """Hand the calls that runs started or sent to here record to `executor` (a `Worker`
+        serving in this process attaches its own while it runs): each start and each step of
+        `send` leases them to it in its commit and hands them over once committed, as a
+        worker's steps hand theirs to its executor, with no claim and no wake-up. While none
+        is attached, or the newest is full, their calls stay due for any executor's claim
+        (`persistence.local_calls`)."""
+        self._local_calls.attach(executor)
+
+    def detach_executor(self, executor: OwnedCallTaker) -> None:
+        """Stop handing calls to `executor` (`attach_executor`); the calls already handed
+        over are its own to run."""
+        self._local_calls.detach(executor)
+
     def start_many(
         self,
         name: str,
@@ -578,16 +595,23 @@ class Runtime:
         """
         if priority is not None:
             check_priority(priority, "priority")
+        calls = BatchLease(self._local_calls)
         with self.telemetry.starting(name, None, traceparent) as begun:
             now = self.clock.now()
             prepared = [
                 self.prepare_run(
-                    name, value, None, now, traceparent=begun.traceparent, priority=priority
+                    name,
+                    value,
+                    None,
+                    now,
+                    traceparent=begun.traceparent,
+                    priority=priority,
+                    calls=calls,
                 )
                 for value in inputs
             ]
             for first in range(0, len(prepared), START_BATCH):
-                self._write_started(name, prepared[first : first + START_BATCH], now)
+                self._write_started(name, prepared[first : first + START_BATCH], now, calls)
         return [run.id for run, _, _ in prepared]
 
     def _write_started(
@@ -595,21 +619,40 @@ class Runtime:
         name: str,
         prepared: Sequence[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]],
         now: int,
+        calls: CallTaker | None,
     ) -> None:
         """Insert runs prepared by `start_many` (one transaction for those without child
-        runs), then follow and count them as `begin_run` does."""
+        runs), then hand their leased calls to `calls`, follow and count them as `begin_run`
+        does."""
         together = []
         for run, outbox, effects in prepared:
             children = self.child_runs(run.id, None, effects, now, run.traceparent)
             if children:
                 record, _ = self.store.create_run(run, outbox, now, children=children)
+                self._hand_over(calls, run, record, outbox)
                 self._started(name, record, outbox, effects, now)
             else:
                 together.append((run, outbox, effects))
         if together:
             written = self.store.create_runs([(run, outbox) for run, outbox, _ in together], now)
-            for record, (_, outbox, effects) in zip(written, together, strict=True):
+            for record, (run, outbox, effects) in zip(written, together, strict=True):
+                self._hand_over(calls, run, record, outbox)
                 self._started(name, record, outbox, effects, now)
+
+    def _hand_over(
+        self,
+        calls: CallTaker | None,
+        run: NewRun,
+        record: RunRecord,
+        outbox: Sequence[NewEffect],
+    ) -> None:
+        """Give the calls the insert of `run` (`record`, created) leased to `calls` over to it."""
+        if calls is not None and run.call_lease is not None:
+            calls.adopt(
+                leased_calls(record.id, 1, outbox, run.call_lease),
+                record,
+                self._latest[record.workflow_name],
+            )
 
     def _started(
         self,
@@ -642,7 +685,13 @@ class Runtime:
         if priority is not None:
             check_priority(priority, "priority")
         record, created, _, _ = self.begin_run(
-            name, input, key, reuse=reuse, traceparent=traceparent, priority=priority
+            name,
+            input,
+            key,
+            reuse=reuse,
+            traceparent=traceparent,
+            priority=priority,
+            calls=self._local_calls,
         )
         return record, created
 
@@ -687,10 +736,7 @@ class Runtime:
             )
             begun.run(record.id, created)
         if created:
-            if calls is not None and run.call_lease is not None:
-                calls.adopt(
-                    leased_calls(record.id, 1, outbox, run.call_lease), record, self._latest[name]
-                )
+            self._hand_over(calls, run, record, outbox)
             self._started(name, record, outbox, effects, now, snapshot)
         elif reuse == "reject_active":
             raise RunActiveError(record)
@@ -706,12 +752,14 @@ class Runtime:
         traceparent: str | None = None,
         priority: int | None = None,
         lease: tuple[str, int] | None = None,
+        calls: CallTaker | None = None,
     ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts); the
         run's `priority` defaults to the workflow's. With `lease=(owner, lease_ms)`, a run with
-        work due at once is inserted leased to `owner` until `now + lease_ms` (`begin_run`)."""
-        return self._initial_run(name, input, key, now, traceparent, priority, lease)[:3]
+        work due at once is inserted leased to `owner` until `now + lease_ms`; with `calls`, its
+        first calls are leased to that executor, if it has room (`begin_run`)."""
+        return self._initial_run(name, input, key, now, traceparent, priority, lease, calls)[:3]
 
     def _initial_run(
         self,
@@ -872,7 +920,12 @@ class Runtime:
         """This thread's driver for the steps `send` takes (it never holds a lease)."""
         driver: RunDriver | None = getattr(self._senders, "driver", None)
         if driver is None:
-            driver = RunDriver(self, f"{self._sender_id}/send-{threading.get_ident()}", 30_000)
+            driver = RunDriver(
+                self,
+                f"{self._sender_id}/send-{threading.get_ident()}",
+                30_000,
+                calls=self._local_calls,
+            )
             self._senders.driver = driver
         return driver
 

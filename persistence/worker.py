@@ -123,6 +123,7 @@ class Worker:
         beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
         beat.start()
         calls = self._calls = self.calls()
+        self.runtime.attach_executor(calls)  # (runs started or sent to here: their calls)
         calls.start()
         for t in threads:
             t.start()
@@ -148,6 +149,7 @@ class Worker:
             if time.monotonic() - last_report >= self.report_every_s:
                 last_report = time.monotonic()
                 self._report()
+        self.runtime.detach_executor(calls)
         for t in threads:
             t.join()
         calls.stop()
