@@ -37,7 +37,7 @@ STEP_NAMES = ("add_one", "double", "minus_three")
 RUNTIME = "batched worker, runs started then drained"
 WORKER = "batched worker, backlog"
 INLINE = "in the caller (Inline.run), 1 in flight per client"
-WOKEN = "idle worker woken by each start, 1 in flight"
+WOKEN = "idle worker in the process, handed each start's call, 1 in flight"
 REPLAYED = "its statements replayed by psycopg alone, 1 in flight (the database's part)"
 LATENCY = "one step, send to committed state (idle worker)"
 LATENCY_QUEUED = "one step, queued for the idle worker (step_in_send=False)"
@@ -301,7 +301,8 @@ def _in_flight(
 
 
 def _woken(url: str, backend: str, machine: Any, n: int, transactions: Any) -> DurableRow:
-    """A client starting runs one at a time for an idle worker (in this process) to step."""
+    """A client starting runs one at a time for an idle worker (in this process) to step: each
+    start hands the run's first call to the worker's call executor (`Runtime.attach_executor`)."""
     from persistence import open_store
     from persistence.runtime import Runtime
     from persistence.worker import Worker
