@@ -129,27 +129,29 @@ class Worker:
             t.start()
         last_report = 0.0
         dead: list[str] = []
-        while not self._stop.wait(0.2):
-            dead = [t.name for t in (*threads, beat) if not t.is_alive()]
-            if not calls.is_alive():
-                dead.append("calls")
-            if dead and self._stop.is_set():  # a signal since the wait: they end as they should
-                dead = []
-                break
-            if dead:  # never serve on with fewer threads in silence
-                log.critical(
-                    "worker %s: thread(s) %s died; stopping so that the process exits "
-                    "non-zero and is restarted",
-                    self.id,
-                    ", ".join(dead),
-                )
-                self.stop()
-                break
-            self._tick_schedules()
-            if time.monotonic() - last_report >= self.report_every_s:
-                last_report = time.monotonic()
-                self._report()
-        self.runtime.detach_executor(calls)
+        try:
+            while not self._stop.wait(0.2):
+                dead = [t.name for t in (*threads, beat) if not t.is_alive()]
+                if not calls.is_alive():
+                    dead.append("calls")
+                if dead and self._stop.is_set():  # a signal since the wait: they end as they should
+                    dead = []
+                    break
+                if dead:  # never serve on with fewer threads in silence
+                    log.critical(
+                        "worker %s: thread(s) %s died; stopping so that the process exits "
+                        "non-zero and is restarted",
+                        self.id,
+                        ", ".join(dead),
+                    )
+                    self.stop()
+                    break
+                self._tick_schedules()
+                if time.monotonic() - last_report >= self.report_every_s:
+                    last_report = time.monotonic()
+                    self._report()
+        finally:  # (a bug raised: no start here hands calls to an executor nobody serves)
+            self.runtime.detach_executor(calls)
         for t in threads:
             t.join()
         calls.stop()
