@@ -619,7 +619,7 @@ class Runtime:
         name: str,
         prepared: Sequence[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]],
         now: int,
-        calls: CallTaker | None,
+        calls: CallTaker,
     ) -> None:
         """Insert runs prepared by `start_many` (one transaction for those without child
         runs), then hand their leased calls to `calls`, follow and count them as `begin_run`
