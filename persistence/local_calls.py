@@ -2,10 +2,11 @@
 
 A `Worker` attaches its call executor to its runtime while it serves (`Runtime.attach_executor`).
 The steps and starts this runtime commits outside that worker's own drivers (`Runtime.start`,
-`start_many`, `send`) then lease the calls they record to it in their own commit and hand them
-over once committed, as a worker's steps hand theirs to its executor: no claim, no wake-up, no
-poll between a start and its call. With none attached, or the newest full, they lease nothing:
-their calls stay due for any executor's claim, as they would in a process without a worker.
+`start_many`, the slots of the worker's schedules, `send`) then lease the calls they record to
+it in their own commit and hand them over once committed, as a worker's steps hand theirs to
+its executor: no claim, no wake-up, no poll between a start and its call. With none attached,
+or the newest full, they lease nothing: their calls stay due for any executor's claim, as they
+would in a process without a worker.
 """
 
 from __future__ import annotations

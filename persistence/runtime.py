@@ -611,62 +611,61 @@ class Runtime:
                 for value in inputs
             ]
             for first in range(0, len(prepared), START_BATCH):
-                self._write_started(name, prepared[first : first + START_BATCH], now, calls)
+                self._write_started(prepared[first : first + START_BATCH], now, calls)
         return [run.id for run, _, _ in prepared]
 
     def _write_started(
         self,
-        name: str,
         prepared: Sequence[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]],
         now: int,
         calls: CallTaker,
     ) -> None:
         """Insert runs prepared by `start_many` (one transaction for those without child
-        runs), then hand their leased calls to `calls`, follow and count them as `begin_run`
-        does."""
+        runs), each then `inserted` (its leased calls handed to `calls`) as `begin_run` does."""
         together = []
         for run, outbox, effects in prepared:
             children = self.child_runs(run.id, None, effects, now, run.traceparent)
             if children:
                 record, _ = self.store.create_run(run, outbox, now, children=children)
-                self._hand_over(calls, run, record, outbox)
-                self._started(name, record, outbox, effects, now)
+                self.inserted(run, record, outbox, effects, now, calls=calls)
             else:
                 together.append((run, outbox, effects))
         if together:
             written = self.store.create_runs([(run, outbox) for run, outbox, _ in together], now)
             for record, (run, outbox, effects) in zip(written, together, strict=True):
-                self._hand_over(calls, run, record, outbox)
-                self._started(name, record, outbox, effects, now)
+                self.inserted(run, record, outbox, effects, now, calls=calls)
 
-    def _hand_over(
+    @property
+    def local_calls(self) -> CallTaker:
+        """The call executors serving in this process (`attach_executor`) as one `CallTaker`:
+        `prepare_run(calls=runtime.local_calls)` leases a run's first calls to them, and
+        `inserted` hands them over once the run's insert committed."""
+        return self._local_calls
+
+    def inserted(
         self,
-        calls: CallTaker | None,
         run: NewRun,
         record: RunRecord,
         outbox: Sequence[NewEffect],
+        effects: Sequence[Effect],
+        now: int,
+        *,
+        calls: CallTaker | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
-        """Give the calls the insert of `run` (`record`, created) leased to `calls` over to it."""
+        """`run`, prepared here (`prepare_run`), was just inserted as `record`: the calls its
+        insert leased to `calls` are handed over, the run is followed while at rest
+        (`snapshot`: what its row restores to, if known), counted and its effects logged.
+        Every start does this once its insert committed; so must a helper that inserts a
+        prepared run its own way (a scheduled start)."""
         if calls is not None and run.call_lease is not None:
             calls.adopt(
                 leased_calls(record.id, 1, outbox, run.call_lease),
                 record,
                 self._latest[record.workflow_name],
             )
-
-    def _started(
-        self,
-        name: str,
-        record: RunRecord,
-        outbox: Sequence[NewEffect],
-        effects: Sequence[Effect],
-        now: int,
-        snapshot: Snapshot | None = None,
-    ) -> None:
-        """A run this runtime just inserted: followed while at rest, counted, its effects
-        logged."""
         self.resting.started(record, _in_step(outbox), now, snapshot)
-        self.telemetry.run_started(name)
+        self.telemetry.run_started(record.workflow_name)
         log_effects(effects, record.id)
 
     def start_run(
@@ -736,8 +735,7 @@ class Runtime:
             )
             begun.run(record.id, created)
         if created:
-            self._hand_over(calls, run, record, outbox)
-            self._started(name, record, outbox, effects, now, snapshot)
+            self.inserted(run, record, outbox, effects, now, calls=calls, snapshot=snapshot)
         elif reuse == "reject_active":
             raise RunActiveError(record)
         return (record, True, outbox, snapshot) if created else (record, False, [], None)

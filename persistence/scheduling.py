@@ -377,9 +377,10 @@ class ScheduledStart:
         assert slot is not None
         value = self.input(slot) if callable(self.input) else self.input
         key = f"{self.name}@{slot}"
+        calls = self.runtime.local_calls  # (a worker ticks it: its executor takes the calls)
         with self.runtime.telemetry.starting(self.workflow, key) as begun:  # a trace of its own
             run, outbox, effects = self.runtime.prepare_run(
-                self.workflow, value, key, now, traceparent=begun.traceparent
+                self.workflow, value, key, now, traceparent=begun.traceparent, calls=calls
             )
             children = self.runtime.child_runs(run.id, key, effects, now, run.traceparent)
             record = self.runtime.store.fire_schedule(
@@ -396,5 +397,5 @@ class ScheduledStart:
             if record is None:
                 return None
             begun.run(record.id, True)
-        self.runtime.telemetry.run_started(self.workflow)
+        self.runtime.inserted(run, record, outbox, effects, now, calls=calls)
         return record.id

@@ -8,7 +8,8 @@ takes them and no wake-up is needed; every call still runs once, with one attemp
 under the executor. Each store kind: the calls of runs started or sent to here are never
 claimed, while those of runs started by a runtime with no worker (another process's client) are;
 `start_many` hands over no more than the executor has room for, the rest left due for its
-claims; a stopped worker is handed nothing.
+claims; a stopped worker is handed nothing; a slot a worker's schedule fires hands its run's
+call to that worker's executor too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from benchmarks.waiting_calls import WORKFLOW, waiting_machine
 from persistence.calls import CallExecutor
 from persistence.runtime import Runtime
+from persistence.scheduling import ScheduledStart
 from persistence.stores import Store
 from persistence.worker import Worker
 from statecharts import Machine, assign, create_machine
@@ -52,9 +54,10 @@ def claimed(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @contextmanager
-def serving(runtime: Runtime) -> Iterator[Worker]:
-    """A worker serving `runtime` in a thread, its call executor attached and serving."""
-    worker = Worker(runtime, 2, poll_ms=20, lease_ms=5_000)
+def serving(runtime: Runtime, schedules: tuple[ScheduledStart, ...] = ()) -> Iterator[Worker]:
+    """A worker serving `runtime` in a thread (ticking `schedules`), its call executor attached
+    and serving."""
+    worker = Worker(runtime, 2, poll_ms=20, lease_ms=5_000, schedules=list(schedules))
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -177,3 +180,24 @@ def test_a_stopped_worker_is_handed_nothing(served: tuple[Runtime, Worker], stor
     assert [(c.status, c.owner) for c in store.list_calls(run_id)] == [("pending", None)]
     Worker(runtime).run_until_idle()  # (another worker claims it)
     assert runtime.get(run_id).snapshot["output"] == 7
+
+
+def test_a_slot_a_worker_fires_hands_its_runs_call_to_that_workers_executor(
+    store: Store, claimed: list[str]
+) -> None:
+    runtime = Runtime(store, [echo_machine()])
+    # every minute, its first tick firing the latest slot: at once
+    schedule = ScheduledStart(
+        runtime, "each-minute", WORKFLOW, "* * * * *", input={"x": 4}, grace_ms=60_000
+    )
+    with serving(runtime, (schedule,)) as worker:
+        wait_for(lambda: runtime.list(), 30)
+        ids = [run.id for run in runtime.list()]  # (two, should the test cross a minute)
+        wait_for(lambda: all(runtime.get(run_id).status == "done" for run_id in ids), 60)
+    assert {runtime.get(run_id).snapshot["output"] for run_id in ids} == {4}
+    attempts = attempts_of(store, ids)
+    assert len(attempts) == len(ids)  # each call ran once, under the worker's executor
+    assert {(n, who, outcome) for _, n, who, outcome in attempts} == {
+        (1, f"{worker.id}/calls", "done")
+    }
+    assert claimed == []
