@@ -870,7 +870,7 @@ class CallExecutor:
             if running.task is not None:
                 running.task.cancel()
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop.call_soon_threadsafe(_wind_down, self._loop)
             if self._loop_thread is not None:
                 self._loop_thread.join(timeout=5)
             self._loop = None
@@ -914,6 +914,24 @@ def _settle_future(future: Future[Any], task: asyncio.Task[Any]) -> None:
         future.set_exception(error)
     else:
         future.set_result(task.result())
+
+
+WIND_DOWN_S = 2.0
+"""How long a stopping executor's loop waits for its cancelled tasks to end."""
+
+
+def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
+    """(on `loop`) Cancel its tasks and stop it once they have ended (at most `WIND_DOWN_S`):
+    each call's coroutine then unwinds on the loop, in its own context, rather than being
+    closed later by the garbage collector in whatever thread and context that runs."""
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        loop.stop()
+        return
+    for task in tasks:
+        task.cancel()
+    loop.call_later(WIND_DOWN_S, loop.stop)
+    asyncio.gather(*tasks, return_exceptions=True).add_done_callback(lambda _: loop.stop())
 
 
 def _run(plan: CallPlan) -> Any:

@@ -441,3 +441,42 @@ def test_a_coroutine_call_stopped_while_it_waits_is_cancelled(worker_of: Any) ->
     run = runtime.store.get_run(run_id)
     assert (run.status, run.state) == ("active", "left")
     assert [a.outcome for a in runtime.store.call_attempts(run_id)] == ["stopped"]
+
+
+def test_a_worker_stopped_during_a_coroutine_call_unwinds_it_on_its_loop(store: Store) -> None:
+    """`Worker.stop` while a coroutine call waits: the call's task is cancelled and unwinds on
+    the executor's loop before the stop returns (its `finally` runs there, in its own context),
+    not later when the garbage collector closes it in another thread (where resetting its
+    context variables raised); the call itself is left to its lease, for another worker."""
+    seen: list[str] = []
+
+    async def wait_long(_input: Any) -> str:
+        seen.append("started")
+        try:
+            await asyncio.sleep(60)
+        finally:
+            seen.append("unwound")
+        return "late"
+
+    machine = create_machine(
+        {
+            "id": "waiting",
+            "initial": "calling",
+            "states": {
+                "calling": {"invoke": {"src": "wait_long", "onDone": "done"}},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"wait_long": wait_long},
+    )
+    runtime = Runtime(store, [machine])
+    worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    run_id = runtime.start("waiting")
+    wait_for(lambda: seen == ["started"], 10)
+    worker.stop()
+    thread.join(timeout=30)
+    assert seen == ["started", "unwound"]
+    assert runtime.store.get_run(run_id).status == "active"
+    assert [c.status for c in runtime.store.list_calls(run_id)] == ["running"]  # its lease's
