@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -104,8 +104,7 @@ class _Running:
     started: float
     timeout_s: float | None
     heartbeat_s: float | None
-    future: Future[Any] | None = None
-    task: Future[Any] | None = None  # a coroutine's, on the executor's loop
+    task: asyncio.Task[Any] | None = None  # a coroutine's, on the executor's loop, till it ends
     ended: bool = field(default=False)
     executed: Executed | None = None  # how it ended, once recorded (a Retry-After pauses)
     places: list[Place] = field(default_factory=list)
@@ -510,30 +509,40 @@ class CallExecutor:
         return True
 
     def _launch(self, starting: Sequence[_Running]) -> None:
-        """Start each of `starting`: a coroutine function's on the loop, all of them handed to
-        it at once (`_start_tasks`: one wake-up of the loop's thread for a burst of calls, not
-        one each), a plain function's on the thread pool."""
-        coroutines: list[tuple[Coroutine[Any, Any, Any], Future[Any]]] = []
+        """Start each of `starting`: a coroutine function's as a task on the loop, all of them
+        handed to it at once (`_start_tasks`: one wake-up of the loop's thread for a burst of
+        calls, not one each), a plain function's on the thread pool."""
+        coroutines: list[tuple[_Running, Coroutine[Any, Any, Any]]] = []
         for running in starting:
             key = running.call.idempotency_key
             with self._lock:
                 self._running[key] = running
                 self._held.discard(key)
                 self._lost.discard(key)  # (now stopped as it runs)
-            done: Future[Any]
             if inspect.iscoroutinefunction(running.plan.fn):
-                done = running.task = Future()
-                coroutines.append((_arun(running, self._observed(running)), done))
+                coroutines.append((running, _arun(running, self._observed(running))))
             else:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
-                done = running.future = self._pool.submit(
-                    _in_thread, running, self._observed(running)
-                )
-            done.add_done_callback(partial(self._done, running))
+                done = self._pool.submit(_in_thread, running, self._observed(running))
+                done.add_done_callback(partial(self._done, running))
         if coroutines:
-            loop = self._event_loop()
-            loop.call_soon_threadsafe(_start_tasks, loop, coroutines)
+            self._event_loop().call_soon_threadsafe(self._start_tasks, coroutines)
+
+    def _start_tasks(self, coroutines: Sequence[tuple[_Running, Coroutine[Any, Any, Any]]]) -> None:
+        """(on the loop) Run each coroutine as its call's task, whose end is handed to the
+        serving loop (`_done`). A call stopped before its task started never runs it; one
+        stopped while its task was being made is cancelled once it is (`_cancel` read no task
+        yet, so it was stopped before the check after the task was set: that check sees it)."""
+        for running, coroutine in coroutines:
+            if running.context.stopped.is_set():
+                coroutine.close()
+                self._hand_end(running, None, asyncio.CancelledError())
+                continue
+            task = running.task = asyncio.get_running_loop().create_task(coroutine)
+            task.add_done_callback(partial(self._done, running))
+            if running.context.stopped.is_set():
+                task.cancel()
 
     def _observed(self, running: _Running) -> AbstractContextManager[Outcome]:
         """Around an attempt, in the thread or task that runs it: its effect span (the run's
@@ -544,11 +553,16 @@ class CallExecutor:
         )
 
     def _done(self, running: _Running, future: Any) -> None:
-        """(in the thread or loop that ran it) hand the end to the serving loop."""
+        """(in the thread or loop that ran it) hand the end to the serving loop; the attempt
+        lets go of its task, which has nothing left to cancel."""
+        running.task = None
         try:
             result, error = future.result(), None
         except BaseException as exc:
             result, error = None, exc
+        self._hand_end(running, result, error)
+
+    def _hand_end(self, running: _Running, result: Any, error: BaseException | None) -> None:
         self._ended.put((running, result, error))
         if not self._poke.is_set():
             self._poke.set()
@@ -702,8 +716,9 @@ class CallExecutor:
 
     def _cancel(self, running: _Running) -> None:
         running.context.stopped.set()
-        if running.task is not None:
-            running.task.cancel()
+        task = running.task  # (read once: its end lets go of it on the loop)
+        if task is not None:  # (none yet: `_start_tasks` sees the stop)
+            task.get_loop().call_soon_threadsafe(task.cancel)
 
     # -- recording ----------------------------------------------------------------------------
     def _end(self, running: _Running, result: Any, error: BaseException | None) -> None:
@@ -866,9 +881,7 @@ class CallExecutor:
 
     def _close(self) -> None:
         for running in self._running.values():
-            running.context.stopped.set()
-            if running.task is not None:
-                running.task.cancel()
+            self._cancel(running)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(_wind_down, self._loop)
             if self._loop_thread is not None:
@@ -877,43 +890,6 @@ class CallExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-def _start_tasks(
-    loop: asyncio.AbstractEventLoop,
-    coroutines: Sequence[tuple[Coroutine[Any, Any, Any], Future[Any]]],
-) -> None:
-    """(on `loop`) Run each coroutine as a task whose end settles its future, as
-    `asyncio.run_coroutine_threadsafe` does for one: the future cancelled (the call stopped)
-    cancels the task, and one cancelled before its task started never runs it."""
-    for coroutine, future in coroutines:
-        if future.cancelled():
-            coroutine.close()
-            continue
-        task = loop.create_task(coroutine)
-        task.add_done_callback(partial(_settle_future, future))
-        future.add_done_callback(partial(_cancel_task, loop, task))
-
-
-def _cancel_task(
-    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], future: Future[Any]
-) -> None:
-    """(in any thread) A call's future ended: if cancelled, its task is cancelled too."""
-    if future.cancelled():
-        loop.call_soon_threadsafe(task.cancel)
-
-
-def _settle_future(future: Future[Any], task: asyncio.Task[Any]) -> None:
-    """(on the loop) A call's task ended: its future takes its outcome (unless cancelled)."""
-    if task.cancelled():
-        future.cancel()
-    if not future.set_running_or_notify_cancel():
-        return
-    error = task.exception()
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(task.result())
 
 
 WIND_DOWN_S = 2.0
