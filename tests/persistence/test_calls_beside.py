@@ -127,6 +127,27 @@ def durably(runtime: Runtime, script: Script, settle_s: float) -> tuple[str, dic
     return f"{status}:{run.state}", dict(run.snapshot["context"])
 
 
+def one_call(name: str, fn: Callable[..., Any]) -> Machine:
+    """Workflow `name`: its first state calls `fn` (with the run's input `x`, if it has one)
+    and the run ends `done` with its result; `LEAVE` leaves the call's state for `left`."""
+    return create_machine(
+        {
+            "id": name,
+            "initial": "calling",
+            "context": lambda input: {"x": (input or {}).get("x")},
+            "states": {
+                "calling": {
+                    "invoke": {"src": "fn", "input": lambda c, e: c["x"], "onDone": "done"},
+                    "on": {"LEAVE": "left"},
+                },
+                "left": {},
+                "done": {"type": "final"},
+            },
+        },
+        actors={"fn": fn},
+    )
+
+
 CASES: dict[str, tuple[dict[str, Any], Script, str]] = {
     "deadline_wins_over_a_late_result": ({"after_ms": 400}, [], "done:timed_out"),
     "events_during_a_call_are_applied_at_once": (
@@ -419,22 +440,7 @@ def test_a_coroutine_call_stopped_while_it_waits_is_cancelled(worker_of: Any) ->
             raise
         return "late"
 
-    machine = create_machine(
-        {
-            "id": "stopping",
-            "initial": "calling",
-            "states": {
-                "calling": {
-                    "invoke": {"src": "wait_long", "onDone": "done"},
-                    "on": {"LEAVE": "left"},
-                },
-                "left": {},
-                "done": {"type": "final"},
-            },
-        },
-        actors={"wait_long": wait_long},
-    )
-    runtime = worker_of(machine)
+    runtime = worker_of(one_call("stopping", wait_long))
     run_id = runtime.start("stopping")
     wait_for(lambda: seen == ["started"], 10)
     runtime.send(run_id, "LEAVE")
@@ -509,18 +515,7 @@ def test_a_worker_stopped_during_a_coroutine_call_unwinds_it_on_its_loop(store: 
             seen.append("unwound")
         return "late"
 
-    machine = create_machine(
-        {
-            "id": "waiting",
-            "initial": "calling",
-            "states": {
-                "calling": {"invoke": {"src": "wait_long", "onDone": "done"}},
-                "done": {"type": "final"},
-            },
-        },
-        actors={"wait_long": wait_long},
-    )
-    runtime = Runtime(store, [machine])
+    runtime = Runtime(store, [one_call("waiting", wait_long)])
     worker = Worker(runtime, 2, poll_ms=50, lease_ms=3_000)
     thread = threading.Thread(target=worker.run)
     thread.start()
@@ -543,21 +538,7 @@ def test_an_ended_coroutine_call_leaves_no_garbage_cycle(worker_of: Any) -> None
         await asyncio.sleep(0.01)
         return x
 
-    machine = create_machine(
-        {
-            "id": "echoing",
-            "initial": "calling",
-            "context": lambda input: {"x": input["x"]},
-            "states": {
-                "calling": {
-                    "invoke": {"src": "echo", "input": lambda c, e: c["x"], "onDone": "done"}
-                },
-                "done": {"type": "final"},
-            },
-        },
-        actors={"echo": echo},
-    )
-    runtime = worker_of(machine)
+    runtime = worker_of(one_call("echoing", echo))
     first = runtime.start("echoing", {"x": 0})  # (the loop, pool and connections made first)
     wait_for(lambda: runtime.store.get_run(first).status == "done", 10)
     gc.collect()
