@@ -124,12 +124,12 @@ class Worker:
         beat.start()
         calls = self._calls = self.calls()
         self.runtime.attach_executor(calls)  # (runs started or sent to here: their calls)
-        calls.start()
-        for t in threads:
-            t.start()
         last_report = 0.0
         dead: list[str] = []
         try:
+            calls.start()
+            for t in threads:
+                t.start()
             while not self._stop.wait(0.2):
                 dead = [t.name for t in (*threads, beat) if not t.is_alive()]
                 if not calls.is_alive():
@@ -150,7 +150,8 @@ class Worker:
                 if time.monotonic() - last_report >= self.report_every_s:
                     last_report = time.monotonic()
                     self._report()
-        finally:  # (a bug raised: no start here hands calls to an executor nobody serves)
+        finally:  # (a bug or a thread that would not start: no start here hands calls
+            # to an executor nobody serves)
             self.runtime.detach_executor(calls)
         for t in threads:
             t.join()

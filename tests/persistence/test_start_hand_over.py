@@ -191,7 +191,7 @@ def test_a_slot_a_worker_fires_hands_its_runs_call_to_that_workers_executor(
         runtime, "each-minute", WORKFLOW, "* * * * *", input={"x": 4}, grace_ms=60_000
     )
     with serving(runtime, (schedule,)) as worker:
-        wait_for(lambda: runtime.list(), 30)
+        wait_for(lambda: bool(runtime.list()), 30)
         ids = [run.id for run in runtime.list()]  # (two, should the test cross a minute)
         wait_for(lambda: all(runtime.get(run_id).status == "done" for run_id in ids), 60)
     assert {runtime.get(run_id).snapshot["output"] for run_id in ids} == {4}
@@ -201,3 +201,32 @@ def test_a_slot_a_worker_fires_hands_its_runs_call_to_that_workers_executor(
         (1, f"{worker.id}/calls", "done")
     }
     assert claimed == []
+
+
+def test_a_worker_whose_executor_would_not_start_is_handed_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime(store, [echo_machine()])
+
+    def refuses(self: CallExecutor) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(CallExecutor, "start", refuses)
+    refused, raised = Worker(runtime, poll_ms=20), []
+
+    def run() -> None:  # (in a thread: `run` in the main thread would take pytest's signals)
+        try:
+            refused.run()
+        except RuntimeError as exc:
+            raised.append(str(exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    refused.stop()  # (its heartbeat thread had started)
+    assert raised == ["can't start new thread"]
+    monkeypatch.undo()
+    run_id = runtime.start(WORKFLOW, {"x": 3})  # (no executor of that worker holds its call)
+    assert [(c.status, c.owner) for c in store.list_calls(run_id)] == [("pending", None)]
+    Worker(runtime).run_until_idle()
+    assert runtime.get(run_id).snapshot["output"] == 3
