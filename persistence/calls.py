@@ -25,9 +25,9 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from persistence import outbox
 from persistence.capacity import LimitKeyError, Place
 from persistence.driver import RunDriver
+from persistence.end_writers import EndWriters
 from persistence.outbox import (
     CallContext,
     CallPlan,
@@ -172,6 +173,11 @@ class CallExecutor:
         """Records each call's end with the step that applies its result (`RunDriver.send`);
         the calls those steps record are leased to this executor in the same commit (unless
         `takes_new` is False: they are left due for any executor)."""
+        self._writes = EndWriters(
+            partial(RunDriver, runtime, owner, lease_ms, max_steps, calls=self.driver.calls),
+            f"call-ends-{owner}",
+        )
+        """Writes the serving loop's bursts of ends (each writer with a driver like `driver`)."""
         self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = (
             queue.SimpleQueue()
         )
@@ -181,7 +187,7 @@ class CallExecutor:
         self._loop_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._batch: list[tuple[CallFinish, str, dict[str, Any]]] | None = None
-        self.finished = 0
+        self.finished = 0  # (counted under `_lock`: bursts are written by `_writes`' threads)
 
     # -- taking calls (`driver.CallTaker`) ------------------------------------------------------
     def lease(self, count: int) -> tuple[str, int] | None:
@@ -568,51 +574,75 @@ class CallExecutor:
             self._poke.set()
 
     def _settle(self) -> None:
-        """Record the calls that ended since the last look: one alone with the step that
-        applies its result (one transaction from rest); several (a burst of ends) each with
-        its step too, all in one transaction (`_finish` batches while `_batch` is set)."""
+        """Record the calls that ended since the last look, at most `FINISH_BATCH` of them
+        (the rest at the next look, once the calls taken meanwhile have started: a backlog
+        of ends held back the start of every call handed over behind it, by up to a second
+        at 10,000 waiting calls): one alone here, with the step that applies its result (one
+        transaction from rest); several (a burst of ends) each with its step too, all in one
+        transaction written beside this loop (`_finish` batches while `_batch` is set;
+        `EndWriters`). Their leases are renewed until their ends are written (`_recording`)."""
         ended: list[tuple[_Running, Any, BaseException | None]] = []
-        while True:
+        while len(ended) < FINISH_BATCH:
             try:
                 ended.append(self._ended.get_nowait())
             except queue.Empty:
                 break
+        if not ended:
+            return
         self._batch = [] if len(ended) > 1 else None
-        with self._being_recorded([running for running, _, _ in ended]):
-            try:
-                for running, result, error in ended:
-                    if not running.ended:
-                        self._end(running, result, error)
-            finally:
-                batch, self._batch = self._batch, None
-                if batch:
-                    self._finish_batch(batch, {r.call.run_id: r.run for r, _, _ in ended})
-        for running, _, _ in ended:  # (their ends recorded: their slots go back)
-            self._give_back(running)
+        self._being_recorded(ended)
+        recorded = False
+        try:
+            for running, result, error in ended:
+                if not running.ended:
+                    self._end(running, result, error)
+            recorded = True
+        finally:
+            batch, self._batch = self._batch, None
+            done = partial(self._recorded, ended, recorded)
+            if batch:
+                runs = {r.call.run_id: r.run for r, _, _ in ended}
+                run_ids = {run_id for _, run_id, _ in batch}
+                self._writes.submit(run_ids, partial(self._finish_batch, batch, runs), done)
+            else:
+                done(True)
 
-    @contextmanager
-    def _being_recorded(self, ended: Sequence[_Running]) -> Iterator[None]:
-        """While the ends of `ended` are recorded: no longer running here, their leases still
-        renewed (`_recording`)."""
+    def _being_recorded(self, ended: Sequence[tuple[_Running, Any, BaseException | None]]) -> None:
+        """`ended` no longer run here; their leases are renewed until their ends are written
+        (`_recorded`)."""
         with self._lock:
-            for running in ended:
+            for running, _, _ in ended:
                 key = running.call.idempotency_key
                 if self._running.pop(key, None) is not None and not running.ended:
                     self._recording[key] = running.context.details
-        try:
-            yield
-        finally:
-            with self._lock:
-                for running in ended:
-                    self._recording.pop(running.call.idempotency_key, None)
+
+    def _recorded(
+        self,
+        ended: Sequence[tuple[_Running, Any, BaseException | None]],
+        recorded: bool,
+        written: bool,
+    ) -> None:
+        """(where their ends were written) `ended`'s leases are no longer renewed; once each
+        end was recorded and written, their slots go back."""
+        with self._lock:
+            for running, _, _ in ended:
+                self._recording.pop(running.call.idempotency_key, None)
+        if recorded and written:
+            for running, _, _ in ended:
+                self._give_back(running)
+        if not self._poke.is_set():  # (a slot given back may make a queued call due)
+            self._poke.set()
 
     def _finish_batch(
-        self, batch: list[tuple[CallFinish, str, dict[str, Any]]], runs: Mapping[str, RunRecord]
+        self,
+        batch: list[tuple[CallFinish, str, dict[str, Any]]],
+        runs: Mapping[str, RunRecord],
+        driver: RunDriver,
     ) -> None:
-        """Record a burst of ends, each with the step that applies its result where its run
-        is at rest (`RunDriver.finish_calls`, handed `runs`: each call's run as read when it
-        was taken), up to `FINISH_BATCH` per transaction and one end per run in each; a
-        transaction the store refuses is recorded one end at a time."""
+        """(in a writer of `_writes`) Record a burst of ends, each with the step that applies
+        its result where its run is at rest (`driver.finish_calls`, handed `runs`: each call's
+        run as read when it was taken), up to `FINISH_BATCH` per transaction and one end per
+        run in each; a transaction the store refuses is recorded one end at a time."""
         while batch:
             part: list[tuple[CallFinish, str, dict[str, Any]]] = []
             later: list[tuple[CallFinish, str, dict[str, Any]]] = []
@@ -623,7 +653,7 @@ class CallExecutor:
                 seen.add(end[1])
             batch = later
             try:
-                inbox_ids = self.driver.finish_calls(part, self.runtime.clock.now(), runs)
+                inbox_ids = driver.finish_calls(part, self.runtime.clock.now(), runs)
             except StoreUnavailableError:
                 raise
             except StoreError as exc:  # (a run ended meanwhile, a value refused, ...)
@@ -634,8 +664,9 @@ class CallExecutor:
                     type(exc).__name__,
                     exc,
                 )
-                inbox_ids = [self._finish_one(*end) for end in part]
-            self.finished += len(part)
+                inbox_ids = [self._finish_one(*end, driver) for end in part]
+            with self._lock:
+                self.finished += len(part)
             for (finish, _, _), inbox_id in zip(part, inbox_ids):
                 if not inbox_id:
                     log.info(
@@ -822,8 +853,10 @@ class CallExecutor:
         if self._batch is not None:
             self._batch.append((finish, call.run_id, event))
             return
-        queued = self._finish_one(finish, call.run_id, event)
-        self.finished += 1
+        self._writes.wait_for(call.run_id)  # (its run's ends that ended before are written)
+        queued = self._finish_one(finish, call.run_id, event, self.driver)
+        with self._lock:
+            self.finished += 1
         if not queued:
             log.info(
                 "call %s (%s): ended after it was stopped; its result is dropped",
@@ -831,11 +864,13 @@ class CallExecutor:
                 call.call_id,
             )
 
-    def _finish_one(self, finish: CallFinish, run_id: str, event: dict[str, Any]) -> int:
-        """One call's end with the step of its result (`RunDriver.send`); its inbox id, 0
-        when the result was dropped."""
+    def _finish_one(
+        self, finish: CallFinish, run_id: str, event: dict[str, Any], driver: RunDriver
+    ) -> int:
+        """One call's end with the step of its result (`driver.send`); its inbox id, 0 when
+        the result was dropped."""
         try:
-            return self.driver.send(run_id, event, self.runtime.clock.now(), finish=finish)
+            return driver.send(run_id, event, self.runtime.clock.now(), finish=finish)
         except (RunNotFoundError, RunFinishedError):
             return 0
 
@@ -880,6 +915,7 @@ class CallExecutor:
         return self._loop
 
     def _close(self) -> None:
+        self._writes.close()  # (the ends being written are written)
         for running in self._running.values():
             self._cancel(running)
         if self._loop is not None:
