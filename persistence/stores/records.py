@@ -54,7 +54,11 @@ def stored_key_problem(key: str) -> str | None:
     )
 
 
-class RunRecord(msgspec.Struct, frozen=True, eq=False):
+# gc=False (RunRecord, NewRun, NewEffect, CallRecord): a record holds strings, numbers and
+# JSON values, never itself, so it is in no cycle, and the collector need not walk the
+# thousands of them that waiting calls, a batch of starts and `Resting` keep (each full
+# collection walked every one)
+class RunRecord(msgspec.Struct, frozen=True, eq=False, gc=False):
     """One row of `workflow_runs` as read from the store (equal to another with the same
     columns but `previous_owner` and `due_at`, which say how it was claimed: `__eq__`)."""
 
@@ -130,7 +134,7 @@ class Delivery:
     completes: bool = False
 
 
-class NewRun(msgspec.Struct, frozen=True):
+class NewRun(msgspec.Struct, frozen=True, gc=False):
     """What the runtime hands the store to create a run (the initial step already applied)."""
 
     id: str
@@ -181,7 +185,7 @@ class NewRun(msgspec.Struct, frozen=True):
             raise StoreEncodingError(f"the {whose} {problem}")
 
 
-class NewEffect(msgspec.Struct, frozen=True):
+class NewEffect(msgspec.Struct, frozen=True, gc=False):
     """An effect to record in the outbox, in execution order within its step."""
 
     index: int
@@ -288,7 +292,7 @@ class EventRecord:
     created_at: int
 
 
-class CallRecord(msgspec.Struct, frozen=True):
+class CallRecord(msgspec.Struct, frozen=True, gc=False):
     """One row of `workflow_calls`."""
 
     idempotency_key: str
