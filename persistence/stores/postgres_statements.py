@@ -269,8 +269,12 @@ def lease_sql(filtered: bool, order: str) -> str:
     """The claim statement: find the claimable runs (restricted to the given versions when
     `filtered`) in `order` (the due time aged by priority), lease them, return them with
     their previous owner and due time."""
+    # (`workflow_name || ''`: not the versions' index. Before the table's first analysis, as
+    # after a burst of starts, the planner takes a version's thousands of runs for one row
+    # and walked them all through that index at every claim: 3.4 ms with 10,000 runs waiting
+    # on calls, against 0.9 ms by the claim order's index; the same 0.7 ms once analysed)
     version_sql = (
-        "AND (workflow_name, workflow_version) IN "
+        "AND (workflow_name || '', workflow_version) IN "
         "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
         if filtered
         else ""
