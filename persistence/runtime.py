@@ -8,12 +8,15 @@ in one transaction and workers (`persistence.worker.Worker`) do the rest. Any pr
 from __future__ import annotations
 
 import builtins
+import contextvars
 import logging
 import os
 import socket
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args, overload
 
@@ -103,6 +106,9 @@ class RunActiveError(ValueError):
 
 START_BATCH = 500
 """How many runs `start_many` writes per transaction."""
+START_WRITERS = 2
+"""How many of `start_many`'s transactions are written at once: one batch's rows are encoded
+while another's statement runs."""
 
 MAX_KEY_BYTES = 512
 """The longest key `start` takes, in UTF-8 bytes: a run's key must fit the database's index of
@@ -588,8 +594,10 @@ class Runtime:
         disk each (River's `InsertMany`, Oban's `insert_all`); their ids, in input order.
 
         Every run's initial transition is taken before anything is written, so an input it
-        refuses raises and starts nothing. A store failure while writing raises too; the runs
-        of the batches written before it are started (list them by workflow and start time).
+        refuses raises and starts nothing. The batches are written `START_WRITERS` at a time.
+        A store failure while writing raises too, once the batches begun meanwhile are
+        written (those not begun never are); the runs of the batches written are started
+        (list them by workflow and start time).
         A run whose first step starts child runs is written on its own, as `start` writes it.
         The runs join the trace of one start span (or of `traceparent`).
         """
@@ -610,9 +618,44 @@ class Runtime:
                 )
                 for value in inputs
             ]
-            for first in range(0, len(prepared), START_BATCH):
-                self._write_started(prepared[first : first + START_BATCH], now, calls)
-        return [run.id for run, _, _ in prepared]
+            ids = [run.id for run, _, _ in prepared]
+            batches = deque(
+                prepared[first : first + START_BATCH]
+                for first in range(0, len(prepared), START_BATCH)
+            )
+            del prepared  # (each batch let go of once written: `_write_batches`)
+            self._write_batches(batches, now, calls)
+        return ids
+
+    def _write_batches(
+        self,
+        batches: deque[builtins.list[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]]],
+        now: int,
+        calls: CallTaker,
+    ) -> None:
+        """`_write_started` of each of `batches` (taken from it: a batch, some twenty objects
+        a run, is let go of once written), `START_WRITERS` at a time, each in the caller's
+        context (its start span); the first failure raised once those begun are written."""
+        if len(batches) <= 1:
+            while batches:
+                self._write_started(batches.popleft(), now, calls)
+            return
+        with ThreadPoolExecutor(START_WRITERS, "start-many") as pool:
+            futures = [
+                pool.submit(
+                    contextvars.copy_context().run,
+                    self._write_started,
+                    batches.popleft(),
+                    now,
+                    calls,
+                )
+                for _ in range(len(batches))
+            ]
+            for future in wait(futures, return_when=FIRST_EXCEPTION).not_done:
+                future.cancel()  # (after a failure: those not begun are not written)
+        for future in futures:
+            if not future.cancelled() and future.exception() is not None:
+                future.result()
 
     def _write_started(
         self,

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,7 +20,7 @@ from msgspec import structs
 from psycopg import sql
 
 from benchmarks.waiting_calls import WORKFLOW, waiting_machine
-from persistence.runtime import START_BATCH, Runtime
+from persistence.runtime import START_BATCH, START_WRITERS, Runtime
 from persistence.stores import RunNotFoundError, Store, StoreError
 from persistence.worker import Worker
 from statecharts import Machine, create_machine
@@ -84,6 +85,30 @@ def test_a_batch_is_written_whole_or_not_at_all(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
         store.get_run(fresh.id)  # the batch's first run was not kept either
     assert store.count_runs() == {"active": 1}
+
+
+def test_a_failed_batch_raises_and_no_batch_is_begun_after_it(store: Store) -> None:
+    """Batches are written `START_WRITERS` at a time: a store failure in the third raises once
+    the batch written beside it is, and none of the batches after those is written."""
+    runtime = Runtime(store, [echo_machine()])
+    create_runs, lock, calls = store.create_runs, threading.Lock(), []
+
+    def failing_third(runs: Any, now: int) -> Any:
+        with lock:
+            calls.append(len(runs))
+            third = len(calls) == 3
+        if third:
+            raise StoreError("the server went away")
+        return create_runs(runs, now)
+
+    store.create_runs = failing_third  # type: ignore[method-assign]
+    batches = 6
+    with pytest.raises(StoreError, match="went away"):
+        runtime.start_many(WORKFLOW, [{"x": i} for i in range(START_BATCH * batches)])
+    started = store.count_runs().get("active", 0)
+    assert started % START_BATCH == 0  # each batch whole or not at all
+    assert 2 * START_BATCH <= started <= (1 + START_WRITERS) * START_BATCH
+    assert len(calls) <= 2 + START_WRITERS < batches
 
 
 def test_a_run_with_a_key_is_refused_naming_it(store: Store) -> None:
