@@ -42,7 +42,7 @@ from persistence.outbox import (
     Executed,
     Executor,
     _accepts_key,
-    _effect_key,
+    call_context,
     running_call,
     traceback_text,
 )
@@ -545,7 +545,9 @@ class CallExecutor:
                 coroutine.close()
                 self._hand_end(running, None, asyncio.CancelledError())
                 continue
-            task = running.task = asyncio.get_running_loop().create_task(coroutine)
+            plan = running.plan
+            context = call_context(running.context, plan.key, run_of_outbox_key(plan.outbox_key))
+            task = running.task = asyncio.get_running_loop().create_task(coroutine, context=context)
             task.add_done_callback(partial(self._done, running))
             if running.context.stopped.is_set():
                 task.cancel()
@@ -965,13 +967,9 @@ def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> 
 
 
 async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
-    """A coroutine call on the executor's loop, with its key and call context, inside
-    `observed`."""
-    with (
-        observed as outcome,
-        running_call(running.context),
-        _effect_key(running.plan.key, run_of_outbox_key(running.plan.outbox_key)),
-    ):
+    """A coroutine call on the executor's loop, inside `observed` (its task's context holds
+    its key and call context: `_start_tasks`)."""
+    with observed as outcome:
         kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
         try:
             result = running.plan.fn(running.plan.argument, **kwargs)

@@ -135,6 +135,22 @@ def running_call(call: CallContext) -> AbstractContextManager[None]:
     return _Setting(_current_call, call)
 
 
+def call_context(call: CallContext, key: str, run_id: str) -> contextvars.Context:
+    """A copy of this context in which `call` is what `heartbeat` and `call_stopped` see and
+    `key` (of run `run_id`) what `current_idempotency_key` and `current_run_id` see: the
+    context a coroutine call's task runs in, set once before it starts (entered and left
+    around the call in the task, `running_call` and `_effect_key` kept four more objects
+    alive per waiting call)."""
+    context = contextvars.copy_context()
+    context.run(_set_call, call, (key, run_id))
+    return context
+
+
+def _set_call(call: CallContext, key: tuple[str, str]) -> None:
+    _current_call.set(call)
+    _current_key.set(key)
+
+
 def current_idempotency_key() -> str | None:
     """The idempotency key of the effect being executed (None outside an effect).
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from persistence.outbox import heartbeat
+from persistence.outbox import current_idempotency_key, current_run_id, heartbeat
 from persistence.runtime import Runtime
 from persistence.stores import Store
 from persistence.worker import Worker
@@ -550,3 +550,41 @@ def test_an_ended_coroutine_call_leaves_no_garbage_cycle(worker_of: Any) -> None
     finally:
         gc.enable()
     assert unreachable < 40, f"{unreachable} objects in cycles after 40 calls"
+
+
+def test_a_coroutine_call_sees_its_own_key_run_and_stop_and_its_neighbours_theirs(
+    worker_of: Any,
+) -> None:
+    """Coroutine calls awaiting side by side on the executor's loop each see their own
+    idempotency key and run (`current_idempotency_key`, `current_run_id`), and `heartbeat()`
+    says each is still wanted, a neighbour's stop cancelling only the neighbour; after the
+    await too (each task's context holds them for its whole life), and none is left here."""
+    seen: dict[str, list[Any]] = {}
+    gate = threading.Event()
+
+    async def record(x: int) -> int:
+        before = (current_idempotency_key(), current_run_id(), heartbeat())
+        try:
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            seen[f"{x} cancelled"] = [before]
+            raise
+        seen[str(x)] = [before, (current_idempotency_key(), current_run_id(), heartbeat())]
+        return x
+
+    runtime = worker_of(one_call("recording", record))
+    ids = [runtime.start("recording", {"x": i}) for i in range(3)]
+    wait_for(lambda: len(runtime.store.call_attempts(ids[-1])) == 1, 10)
+    runtime.send(ids[1], "LEAVE")  # (run 1's call is stopped: its task cancelled)
+    wait_for(lambda: "1 cancelled" in seen, 10)
+    gate.set()
+    wait_for(lambda: all(runtime.store.get_run(i).status == "done" for i in (ids[0], ids[2])), 10)
+    keys = []
+    for i in (0, 2):
+        (key, run, wanted), after = seen[str(i)]
+        assert (run, wanted) == (ids[i], True) and after == (key, run, wanted)
+        keys.append(key)
+    assert all(keys) and keys[0] != keys[1]
+    assert seen["1 cancelled"][0][1] == ids[1] and "1" not in seen
+    assert current_idempotency_key() is None and current_run_id() is None
