@@ -58,7 +58,7 @@ from persistence.stores import (
 )
 from persistence.stores.codec import PayloadCodecError
 from persistence.stores.rules import run_of_outbox_key
-from persistence.telemetry import RunEvent, events
+from persistence.telemetry import UNOBSERVED, RunEvent, events
 from statecharts import Machine
 from statecharts.errors import CallTimeoutError
 from statecharts.events import error_actor_event_type
@@ -526,7 +526,7 @@ class CallExecutor:
                 self._held.discard(key)
                 self._lost.discard(key)  # (now stopped as it runs)
             if inspect.iscoroutinefunction(running.plan.fn):
-                coroutines.append((running, _arun(running, self._observed(running))))
+                coroutines.append((running, _coroutine(running, self._observed(running))))
             else:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.threads, f"calls-{self.owner}")
@@ -964,6 +964,23 @@ def _in_thread(running: _Running, observed: AbstractContextManager[Outcome]) -> 
             raise
         outcome("done", None)
         return result
+
+
+def _coroutine(
+    running: _Running, observed: AbstractContextManager[Outcome]
+) -> Coroutine[Any, Any, Any]:
+    """What a coroutine call's task runs: the call's own coroutine where nothing observes its
+    attempt (no span, no metric: `UNOBSERVED`), so that a waiting call keeps no coroutine,
+    frame and arguments of ours beside its own; else `_arun`, around it."""
+    if observed is not UNOBSERVED:
+        return _arun(running, observed)
+    plan = running.plan
+    kwargs = {"idempotency_key": plan.key} if _accepts_key(plan.fn) else {}
+    try:
+        coroutine: Coroutine[Any, Any, Any] = plan.fn(plan.argument, **kwargs)
+    except Exception:  # (arguments it does not take: raised again in its task, as its failure)
+        return _arun(running, observed)
+    return coroutine
 
 
 async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:

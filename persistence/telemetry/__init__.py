@@ -55,8 +55,9 @@ def _no_outcome(status: str, error: str | None) -> None:
     del status, error
 
 
-_UNOBSERVED = nullcontext(_no_outcome)
-"""`Telemetry.effect` where there is nothing to observe (reusable: it holds no state)."""
+UNOBSERVED = nullcontext(_no_outcome)
+"""`Telemetry.effect` where there is nothing to observe (reusable: it holds no state); an
+executor may then run the effect without entering it."""
 
 
 class Telemetry:
@@ -212,7 +213,7 @@ class Telemetry:
             and self.metrics is None
             and (run.traceparent is None or self.spans is None)
         ):
-            return _UNOBSERVED  # (nothing to record, no context to set: per effect, no frame)
+            return UNOBSERVED  # (nothing to record, no context to set: per effect, no frame)
         return self._effect(run, kind, payload, key, beside)
 
     @contextmanager

@@ -588,3 +588,19 @@ def test_a_coroutine_call_sees_its_own_key_run_and_stop_and_its_neighbours_their
     assert all(keys) and keys[0] != keys[1]
     assert seen["1 cancelled"][0][1] == ids[1] and "1" not in seen
     assert current_idempotency_key() is None and current_run_id() is None
+
+
+def test_a_coroutine_call_that_does_not_take_its_input_fails_its_attempt(worker_of: Any) -> None:
+    """A coroutine function that cannot take the invoke's input fails its one attempt with the
+    `TypeError` and its traceback, as one that raises once it runs does; the run is told."""
+
+    async def takes_nothing() -> str:
+        return "never"
+
+    runtime = worker_of(one_call("mistyped", takes_nothing))
+    run_id = runtime.start("mistyped", {"x": 1})
+    wait_for(lambda: any(a.outcome for a in runtime.store.call_attempts(run_id)), 10)
+    (attempt,) = runtime.store.call_attempts(run_id)
+    assert (attempt.outcome, attempt.error_name) == ("failed", "TypeError")
+    assert "takes_nothing" in (attempt.message or "") and attempt.traceback
+    wait_for(lambda: runtime.store.get_run(run_id).status != "active", 10)
