@@ -167,16 +167,14 @@ class CallExecutor:
         self._unstarted: list[tuple[CallRecord, RunRecord | None, Machine | None]] = []
         """Calls the serving loop took (adopted or claimed) and has yet to start (`_start`)."""
         self._owed_claim = False  # the serving loop made calls due that only a claim finds
-        self.driver = RunDriver(
-            runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
+        new_driver = partial(
+            RunDriver, runtime, owner, lease_ms, max_steps, calls=self if takes_new else None
         )
+        self.driver = new_driver()
         """Records each call's end with the step that applies its result (`RunDriver.send`);
         the calls those steps record are leased to this executor in the same commit (unless
         `takes_new` is False: they are left due for any executor)."""
-        self._writes = EndWriters(
-            partial(RunDriver, runtime, owner, lease_ms, max_steps, calls=self.driver.calls),
-            f"call-ends-{owner}",
-        )
+        self._writes = EndWriters(new_driver, f"call-ends-{owner}")
         """Writes the serving loop's bursts of ends (each writer with a driver like `driver`)."""
         self._ended: queue.SimpleQueue[tuple[_Running, Any, BaseException | None]] = (
             queue.SimpleQueue()
@@ -974,22 +972,26 @@ def _coroutine(
     frame and arguments of ours beside its own; else `_arun`, around it."""
     if observed is not UNOBSERVED:
         return _arun(running, observed)
-    plan = running.plan
-    kwargs = {"idempotency_key": plan.key} if _accepts_key(plan.fn) else {}
     try:
-        coroutine: Coroutine[Any, Any, Any] = plan.fn(plan.argument, **kwargs)
+        coroutine: Coroutine[Any, Any, Any] = _called(running.plan)
     except Exception:  # (arguments it does not take: raised again in its task, as its failure)
         return _arun(running, observed)
     return coroutine
+
+
+def _called(plan: CallPlan) -> Any:
+    """The call's function called with its argument, and with its idempotency key where it
+    takes one (a coroutine function's: the coroutine)."""
+    kwargs = {"idempotency_key": plan.key} if _accepts_key(plan.fn) else {}
+    return plan.fn(plan.argument, **kwargs)
 
 
 async def _arun(running: _Running, observed: AbstractContextManager[Outcome]) -> Any:
     """A coroutine call on the executor's loop, inside `observed` (its task's context holds
     its key and call context: `_start_tasks`)."""
     with observed as outcome:
-        kwargs = {"idempotency_key": running.plan.key} if _accepts_key(running.plan.fn) else {}
         try:
-            result = running.plan.fn(running.plan.argument, **kwargs)
+            result = _called(running.plan)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
