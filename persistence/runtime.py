@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, get_args, overload
 
@@ -595,9 +595,9 @@ class Runtime:
 
         Every run's initial transition is taken before anything is written, so an input it
         refuses raises and starts nothing. The batches are written `START_WRITERS` at a time.
-        A store failure while writing raises too, once the batches begun meanwhile are
-        written (those not begun never are); the runs of the batches written are started
-        (list them by workflow and start time).
+        A store failure while writing raises too, once the batches taken before it are
+        written (none is taken after it); the runs of the batches written are started (list
+        them by workflow and start time).
         A run whose first step starts child runs is written on its own, as `start` writes it.
         The runs join the trace of one start span (or of `traceparent`).
         """
@@ -634,28 +634,36 @@ class Runtime:
         calls: CallTaker,
     ) -> None:
         """`_write_started` of each of `batches` (taken from it: a batch, some twenty objects
-        a run, is let go of once written), `START_WRITERS` at a time, each in the caller's
-        context (its start span); the first failure raised once those begun are written."""
+        a run, is let go of once written) by `START_WRITERS` threads, each in the caller's
+        context (its start span). Once a batch has failed no thread takes another: the first
+        failure is raised once the batches taken before it are written."""
         if len(batches) <= 1:
             while batches:
                 self._write_started(batches.popleft(), now, calls)
             return
+        failures: builtins.list[BaseException] = []
+        taking = threading.Lock()
+
+        def next_batch() -> (
+            builtins.list[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]] | None
+        ):
+            with taking:
+                return batches.popleft() if batches and not failures else None
+
+        def write_until_failure() -> None:
+            while (batch := next_batch()) is not None:
+                try:
+                    self._write_started(batch, now, calls)
+                except BaseException as failure:
+                    with taking:
+                        failures.append(failure)
+                    return
+
         with ThreadPoolExecutor(START_WRITERS, "start-many") as pool:
-            futures = [
-                pool.submit(
-                    contextvars.copy_context().run,
-                    self._write_started,
-                    batches.popleft(),
-                    now,
-                    calls,
-                )
-                for _ in range(len(batches))
-            ]
-            for future in wait(futures, return_when=FIRST_EXCEPTION).not_done:
-                future.cancel()  # (after a failure: those not begun are not written)
-        for future in futures:
-            if not future.cancelled() and future.exception() is not None:
-                future.result()
+            for _ in range(START_WRITERS):
+                pool.submit(contextvars.copy_context().run, write_until_failure)
+        if failures:
+            raise failures[0]
 
     def _write_started(
         self,
