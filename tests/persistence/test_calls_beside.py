@@ -564,6 +564,7 @@ def test_a_coroutine_call_sees_its_own_key_run_and_stop_and_its_neighbours_their
 
     async def record(x: int) -> int:
         before = (current_idempotency_key(), current_run_id(), heartbeat())
+        seen[f"{x} began"] = [before]
         try:
             while not gate.is_set():
                 await asyncio.sleep(0.01)
@@ -575,7 +576,7 @@ def test_a_coroutine_call_sees_its_own_key_run_and_stop_and_its_neighbours_their
 
     runtime = worker_of(one_call("recording", record))
     ids = [runtime.start("recording", {"x": i}) for i in range(3)]
-    wait_for(lambda: len(runtime.store.call_attempts(ids[-1])) == 1, 10)
+    wait_for(lambda: all(f"{i} began" in seen for i in range(3)), 10)
     runtime.send(ids[1], "LEAVE")  # (run 1's call is stopped: its task cancelled)
     wait_for(lambda: "1 cancelled" in seen, 10)
     gate.set()
