@@ -13,7 +13,9 @@ process's own), started by one client in that process:
 * DBOS: ``DBOS.start_workflow_async`` of every workflow (an async workflow whose one async
   step is the call), gathered on the event loop, then every handle's result awaited.
 
-Reported: seconds from the first start until every workflow is done (each output checked),
+Reported: seconds from the first start until every workflow is done, as each side is told in
+its process (DBOS: its handles' results; this project: `ended_telemetry`; each output checked
+after),
 the part of it spent starting, memory per waiting call (the process's peak resident set
 while the calls wait, less its resident set before the first start, divided by ``n``) and the
 CPU each run cost over the same seconds: the side's process (all its threads) and the rest of
@@ -49,11 +51,8 @@ DATABASES = {
     "ours-many": f"{DATABASE_PREFIX}_waiting_many",
     "dbos": f"{DATABASE_PREFIX}_waiting_dbos",
 }
-DONE_POLL_S = 0.05
-"""How often this project's side counts its ended runs: DBOS's side awaits its handles in
-process (no query), so a count every 10 ms (2 ms of the server's CPU each at 10,000 runs) was
-a load on the side measured that the peer did not carry; every 50 ms leaves it at 4%, the
-time to all done then known to 50 ms."""
+DONE_TIMEOUT_S = 600.0
+"""How long this project's side waits for its runs to end before it fails."""
 
 
 def rss_mb() -> float:
@@ -133,6 +132,31 @@ def waiting_machine(call_s: float) -> Any:
     )
 
 
+def ended_telemetry(n: int) -> Any:
+    """The default telemetry, also told in this process when `n` runs have committed the step
+    that ended them: how this side sees "all done" as DBOS's sees its handles' results, in
+    process, where a count of the runs by status every 50 ms cost the server ~4 ms a count at
+    10,000 runs and told the time to all done to 50 ms."""
+    from persistence.telemetry import Telemetry
+
+    class Ended(Telemetry):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lock = threading.Lock()
+            self.ended = 0
+            self.all_ended = threading.Event()
+
+        def end_step(self, run: Any, before: str, commit: Any, version: Any) -> None:
+            super().end_step(run, before, commit, version)
+            if commit is not None and version is not None and commit.status != "active":
+                with self.lock:
+                    self.ended += 1
+                    if self.ended >= n:
+                        self.all_ended.set()
+
+    return Ended()
+
+
 def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
     """This project's side (in this process): starts from `CLIENTS` threads (`many`: one
     `Runtime.start_many` of them all), one worker."""
@@ -141,7 +165,8 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
     from persistence.worker import Worker
 
     store = open_store(url, migrate=True)
-    runtime = Runtime(store, machines=[waiting_machine(call_s)])
+    telemetry = ended_telemetry(n)
+    runtime = Runtime(store, machines=[waiting_machine(call_s)], telemetry=telemetry)
     worker = Worker(runtime, concurrency=1, poll_ms=20)
     serving = threading.Thread(target=worker.run, daemon=True)
     serving.start()
@@ -165,8 +190,7 @@ def ours(url: str, n: int, call_s: float, many: bool = False) -> dict[str, Any]:
         for t in clients:
             t.join()
     started = time.perf_counter()
-    while store.count_runs().get("done", 0) < n:
-        time.sleep(DONE_POLL_S)
+    assert telemetry.all_ended.wait(DONE_TIMEOUT_S), f"{telemetry.ended} of {n} runs ended"
     done = time.perf_counter()
     cpu = cpu_per_run(cpu_before, cpu_seconds(), n)
     top = peak.stop()
