@@ -104,6 +104,9 @@ class RunActiveError(ValueError):
         )
 
 
+PreparedRun = tuple[NewRun, list[NewEffect], tuple[Effect, ...]]
+"""A run's row to insert, its outbox records and all its effects (`Runtime.prepare_run`)."""
+
 START_BATCH = 500
 """How many runs `start_many` writes per transaction."""
 START_WRITERS = 2
@@ -629,7 +632,7 @@ class Runtime:
 
     def _write_batches(
         self,
-        batches: deque[builtins.list[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]]],
+        batches: deque[builtins.list[PreparedRun]],
         now: int,
         calls: CallTaker,
     ) -> None:
@@ -644,9 +647,7 @@ class Runtime:
         failures: builtins.list[BaseException] = []
         taking = threading.Lock()
 
-        def next_batch() -> (
-            builtins.list[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]] | None
-        ):
+        def next_batch() -> builtins.list[PreparedRun] | None:
             with taking:
                 return batches.popleft() if batches and not failures else None
 
@@ -667,7 +668,7 @@ class Runtime:
 
     def _write_started(
         self,
-        prepared: Sequence[tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]],
+        prepared: Sequence[PreparedRun],
         now: int,
         calls: CallTaker,
     ) -> None:
@@ -802,7 +803,7 @@ class Runtime:
         priority: int | None = None,
         lease: tuple[str, int] | None = None,
         calls: CallTaker | None = None,
-    ) -> tuple[NewRun, builtins.list[NewEffect], tuple[Effect, ...]]:
+    ) -> PreparedRun:
         """The initial transition of `name` as a row to insert, its outbox records and all its
         effects (for helpers that insert the run their own way, e.g. scheduled starts); the
         run's `priority` defaults to the workflow's. With `lease=(owner, lease_ms)`, a run with
