@@ -454,7 +454,7 @@ WITH b AS (
            OR (SELECT count(*) FROM workflow_effects e
                WHERE e.run_id = b.id AND e.status = 'pending'
                  AND e.idempotency_key = ANY(b.outcome_keys)) = cardinality(b.outcome_keys))
-    RETURNING r.id, r.version, r.snapshot, {TOLD}
+    RETURNING r.id, r.version, r.snapshot, r.priority, {TOLD}
 )"""
 
 
@@ -478,7 +478,7 @@ WITH run AS ("""
     WHERE r.id = %(id)s AND {UNLEASED_FENCE.format(r="r.", expected="%(expected)s::bigint")}
       AND r.snapshot = coalesce(%(was)s, r.snapshot)
       AND r.workflow_version = %(was_version)s AND statecharts_still_at_rest(r.id)
-    RETURNING r.id, r.version, r.snapshot, {TOLD}
+    RETURNING r.id, r.version, r.snapshot, r.priority, {TOLD}
 )"""
 )
 """The run's row written by a step computed from the run as last committed here
@@ -558,7 +558,7 @@ WITH b AS (
       AND r.workflow_version = b.was_version
       AND statecharts_still_at_rest(r.id)
       AND b.call_key IN (SELECT idempotency_key FROM held)
-    RETURNING r.id, r.version, r.snapshot, {TOLD}
+    RETURNING r.id, r.version, r.snapshot, r.priority, {TOLD}
 ), finished AS (
     UPDATE workflow_calls k SET status = b.call_status, owner = NULL, lease_expires_at = NULL,
         error = b.call_error, updated_at = {_NOW}
@@ -680,8 +680,7 @@ STEPS_PARTS = {
     SELECT c.k, run.id, run.version, c.id, c.payload,
            CASE WHEN c.owner IS NULL THEN 'pending' ELSE 'running' END,
            CASE WHEN c.owner IS NULL THEN 0 ELSE 1 END, c.owner, {_ts("c.lease")},
-           statecharts_claim_order({_NOW}, (SELECT p.priority FROM workflow_runs p
-                                            WHERE p.id = run.id)), {_NOW}, {_NOW}
+           statecharts_claim_order({_NOW}, run.priority), {_NOW}, {_NOW}
     FROM run JOIN jsonb_to_recordset(%(calls)s) AS c(run uuid, k text, id text, payload jsonb,
                                                       owner text, lease bigint) ON c.run = run.id
 ), call_attempts AS (
@@ -805,7 +804,7 @@ def _one_run_sql(lease: str, unleased: bool, outcomes: bool) -> str:
     return f"""
 WITH run AS ({_ONE_RUN_SET} {held}
     WHERE r.id = %(id)s AND {fence}{pending}
-    RETURNING r.id, r.version, r.snapshot, {TOLD}
+    RETURNING r.id, r.version, r.snapshot, r.priority, {TOLD}
 )"""
 
 

@@ -1,7 +1,8 @@
 """The claim order on PostgreSQL (`statecharts_claim_order`, schema 16): the aging rule as the
 interval arithmetic computes it, in any session time zone; inlined by the planner (so no
 statement plans its body again); and the claim still read from its index, in priority-aged
-order, after a database with due runs upgrades from schema 15."""
+order, after a database with due runs upgrades from schema 15. On both stores, calls that
+later steps record are claimed in the same priority-aged order as runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from persistence import schema
 from persistence.runtime import Runtime
+from persistence.stores import Store
 from persistence.stores.postgres import PostgresStore
 from persistence.stores.postgres_statements import lease_sql
 from persistence.stores.postgres_values import to_ts
@@ -26,6 +28,19 @@ sleeper = create_machine(
         "initial": "waiting",
         "states": {"waiting": {"after": {"1000": "done"}}, "done": {"type": "final"}},
     }
+)
+
+caller = create_machine(
+    {
+        "id": "caller",
+        "initial": "waiting",
+        "states": {
+            "waiting": {"on": {"GO": "calling"}},
+            "calling": {"invoke": {"src": "charge", "onDone": "done"}},
+            "done": {"type": "final"},
+        },
+    },
+    actors={"charge": lambda _input: "paid"},
 )
 
 
@@ -105,3 +120,20 @@ def test_due_runs_of_a_database_at_schema_15_are_claimed_in_aged_order_from_the_
     aged = sorted(started, key=lambda s: s[1] - s[0])
     assert claimed == [ids[s] for s in aged]
     store.close()
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+def test_calls_recorded_by_later_steps_are_claimed_in_priority_aged_order(store: Store) -> None:
+    clock = SimulatedClock(start=T0)
+    runtime = Runtime(store, [caller], clock=clock)
+    # (priority, minutes after T0 its GO was sent: the step that records its call)
+    sent = [(0, 0), (5, 8), (0, 2), (10, 9), (1, 5), (3, 4)]
+    ids = {s: runtime.start("caller", priority=s[0]) for s in sent}
+    for s in sorted(sent, key=lambda s: s[1]):
+        clock.set(T0 + s[1] * MINUTE)
+        runtime.send(ids[s], "GO")  # no worker here: the send's own step records the call
+    now = T0 + 60 * MINUTE  # (one at a time: a claim's rows come back in no set order)
+    claimed = [store.claim_calls("w", now, 30_000, 1)[0].run_id for _ in sent]
+    # recorded at minute m, aged by a minute per priority level: in order of m - p
+    aged = sorted(sent, key=lambda s: s[1] - s[0])
+    assert claimed == [ids[s] for s in aged]
