@@ -41,7 +41,7 @@ from persistence.stores.conflicts import retried
 from persistence.stores.errors import StoreError
 from persistence.stores.planners import PlanT, Sent, StepPlanner
 from persistence.stores.postgres import PostgresStore
-from persistence.stores.postgres_connections import Checkout
+from persistence.stores.postgres_connections import Checkout, RecentFirstPool
 from persistence.stores.postgres_statements import (
     CHANNEL,
     LEASED_WORK,
@@ -371,7 +371,7 @@ class CitusStore(PostgresStore):
         with self._map_lock:
             pool = self._nodes.get(node)
             if pool is None:
-                pool = psycopg_pool.ConnectionPool(
+                pool = RecentFirstPool(
                     make_conninfo(self._conninfo, host=node[0], port=node[1]),
                     kwargs=self._kwargs,
                     configure=self._configure_new,

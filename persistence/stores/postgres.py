@@ -37,6 +37,7 @@ from persistence.stores.postgres_connections import (
     SCHEMA_NAME,
     Checkout,
     Listener,
+    RecentFirstPool,
     configure_json,
     create_schema,
     encoded,
@@ -164,7 +165,7 @@ class PostgresStore(SQLStore):
             self.url = redact(dsn)
             if schema is not None:
                 create_schema(dsn, schema, kwargs, self.url)
-            self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            self._pool: psycopg_pool.ConnectionPool[Any] = RecentFirstPool(
                 dsn,
                 kwargs=kwargs,
                 configure=self._configure_new,

@@ -1,4 +1,5 @@
-"""PostgreSQL's connections: a pooled connection checked out for one use (`Checkout`), statements
+"""PostgreSQL's connections: a pool that hands out the connection given back last
+(`RecentFirstPool`), a pooled connection checked out for one use (`Checkout`), statements
 run on kept cursors (`execute`, `execute_hot`), psycopg's errors as the store's, a schema made on
 first use, and the connection that LISTENs for wake-ups (`Listener`).
 """
@@ -38,6 +39,23 @@ SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 def configure_json(conn: psycopg.Connection[Any]) -> None:
     set_json_dumps(dumps, conn)
     set_json_loads(loads, conn)
+
+
+class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
+    """psycopg's pool handing out the connection given back last (last in, first out), where
+    psycopg's hands out the one given back first: once the pool has grown (a burst, a worker's
+    threads), one caller at a time used every connection in turn, each statement on a backend
+    gone cold since its last, and none of them ever idle long enough to be closed (`max_idle`).
+    Measured, 2,000-3,000 workflows one at a time (`Inline.run`, the pool grown to two), this
+    order against psycopg's in twelve alternating pairs: medians 3.99 against 4.77 ms a
+    workflow (faster in 9 pairs), the server's CPU 1.98 against 2.56 ms (less in 11). The
+    connections left idle stay in the order they were given back,
+    the least recently used first, which the pool closes first when it shrinks. SQLAlchemy's
+    `pool_use_lifo`, Go's `database/sql` and node-postgres's pool choose the same."""
+
+    def _get_ready_connection(self, timeout: float | None) -> psycopg.Connection[Any] | None:
+        self._pool.rotate(1)  # (under the pool's lock) the last given back, taken from the left
+        return super()._get_ready_connection(timeout)
 
 
 class Checkout:

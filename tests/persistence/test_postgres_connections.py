@@ -4,7 +4,7 @@ The store checks connections out of its pool itself (`postgres_connections.Check
 its hot statements on one cursor kept per connection. These tests use a pool of ONE connection, so a
 connection not given back, a transaction left open or a result left on the cursor shows at
 the next call (a `StoreUnavailableError` after the pool's timeout, a wrong row, a row not
-written)."""
+written); the last, of three, checks which connection the pool hands out next."""
 
 from __future__ import annotations
 
@@ -227,3 +227,30 @@ def test_a_step_commit_picked_as_a_deadlock_victim_is_run_again_not_failed(
     assert "SQLSTATE 40P01" in caplog.text and "attempt 2 of" in caplog.text
     assert "commit_steps" in caplog.text
     assert [store.get_run(r.id).snapshot for r in runs] == [{"n": 1}, {"n": 1}]
+
+
+def test_one_caller_at_a_time_uses_the_connection_it_gave_back_last(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """Once the pool has grown, statements run one at a time all go to one backend (the one
+    given back last): the others stay idle, to be closed when the pool shrinks. psycopg's own
+    order handed each statement the connection idle longest, every backend in turn."""
+    store = PostgresStore(pg_dsn, schema=pg_schema, min_size=1, max_size=3)
+    try:
+        store.migrate()
+        with store._connection() as a, store._connection() as b, store._connection() as c:
+            held = [_backend(a), _backend(b), _backend(c)]  # the pool grows to three
+        # (the `with` gives c back first, then b, then a)
+        backends = []
+        for _ in range(6):
+            with store._connection() as conn:
+                backends.append(_backend(conn))
+        assert len(set(held)) == 3 and backends == [held[0]] * 6, (held, backends)
+    finally:
+        store.close()
+
+
+def _backend(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    return int(row[0])
