@@ -481,12 +481,27 @@ WHY_SHORT: dict[str, str] = {
   before were written on AMD EPYC) the row read 2.61x (261 against 100 workflows/s): DBOS's
   rate was the same, the store's statements replayed alone were slower (423 workflows/s
   against 474) while a raw single-row UPDATE committed as fast (3,323 against 3,308 a
-  second), so the 3x floor holds on one host kind and not on the other. There, side by side
+  second), below the floor where the pages before it read 2.93-3.72x. There, side by side
   (2,000 workflows, three runs each, alternating), the tree before issue 40 took 3.45-3.56 ms
   a workflow in the caller and this one 3.96-4.02 ms: the calls' own rows (each call and its
   attempt recorded with a step, the previous call's and attempt's end, the check that the
   call is still held by its caller) cost about 0.26 ms of the server and 0.22 ms of the
-  calling thread's CPU a workflow.""",
+  calling thread's CPU a workflow. The store's pool now hands out the connection given back
+  last: psycopg's pool hands out the one given back first, so once it had grown to two
+  connections a workflow's four statements alternated between two backends, each gone cold
+  (on AMD EPYC, 2026-12-07, twelve alternating pairs of 2,000-3,000 workflows: 3.99 against
+  4.77 ms a workflow in the caller, the server's CPU 1.98 against 2.56 ms, medians). On that
+  host, that day, the row read 2.84-3.82x with this code and 2.90-3.15x with the code before
+  it (DBOS 57-79 workflows/s): the 3x floor is met or missed with the host's state.""",
+    "waiting calls": """\
+- **Waiting calls**: the row started one at a time (`Runtime.start` per run, one statement
+  each) is bound by those starts; `start_many` is the path for a burst. Its time moves with the
+  host: 2.79 s on Intel Xeon (2026-12-07 11:23 UTC, its CPU alone 1.91 s on 2 cores), 3.59
+  and 3.84 s in two runs of this page's command on AMD EPYC the same afternoon (its CPU
+  alone 2.50 and 2.87 s), the runs after a peer's 10,000 workflows had left the load average
+  in the hundreds. By hand on that host in quieter minutes, thirteen runs each of this code
+  and of the code before the pool's order (above), alternating: 2.78-4.46 s (median 3.33)
+  against 2.97-4.66 s (median 3.26).""",
 }
 
 
