@@ -49,9 +49,9 @@ class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
     Measured, 2,000-3,000 workflows one at a time (`Inline.run`, the pool grown to two), this
     order against psycopg's in twelve alternating pairs: medians 3.99 against 4.77 ms a
     workflow (faster in 9 pairs), the server's CPU 1.98 against 2.56 ms (less in 11). The
-    connections left idle stay in the order they were given back,
-    the least recently used first, which the pool closes first when it shrinks. SQLAlchemy's
-    `pool_use_lifo`, Go's `database/sql` and node-postgres's pool choose the same."""
+    connections left idle stay in the order they were given back, the least recently used
+    first, which the pool closes first when it shrinks. SQLAlchemy's `pool_use_lifo`, Go's
+    `database/sql` and node-postgres's pool choose the same."""
 
     def _get_ready_connection(self, timeout: float | None) -> psycopg.Connection[Any] | None:
         self._pool.rotate(1)  # (under the pool's lock) the last given back, taken from the left
