@@ -133,8 +133,9 @@ def _backend_cpu(pids: list[int]) -> float | None:
 
 def _backend_pids(pool: Any) -> list[int]:
     """The backends of every connection of `pool` (None: no backends), all idle after the
-    warm-up: a pool hands its connections out in turn, so the workflows' statements are spread
-    over all of them (reading one backend counted half of them where the pool had grown to two)."""
+    warm-up, all read: the store's own pool hands out the connection given back last, a pool
+    given by the caller may hand them out in turn, spreading the workflows' statements over
+    all of them (reading one backend counted half of them where the pool had grown to two)."""
     if pool is None:
         return []
     conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
