@@ -50,11 +50,16 @@ from benchmarks.databases import (
     with_database,
 )
 from benchmarks.durable_rows import STEPS, DurableRow, in_threads
+from benchmarks.durable_runtime import LATENCY_EVENTS, LATENCY_WARM_UP, STEP_GAP_S
 from benchmarks.timing import fmt_rate
 
 BENCHMARK = "durable"
 CLIENTS = (1, 4)
 RAW_TABLE = "bench_raw_update"
+FLOOR_PG = "the floor: one single-row jsonb UPDATE alone (psycopg 3), committed, 2 ms apart"
+FLOOR_SQLITE = "the floor: one single-row JSON UPDATE alone (sqlite3), committed, 2 ms apart"
+"""The latency rows' floor (`floor_postgres`, `floor_sqlite`): worded without "raw", which
+the throughput rows' comparisons look for."""
 DBOS_DATABASE = f"{DATABASE_PREFIX}_dbos"
 
 
@@ -113,6 +118,39 @@ def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
     )
 
 
+def floor_postgres(dsn: str, backend: str, events: int = LATENCY_EVENTS) -> DurableRow:
+    """The floor under the step latency rows: one single-row jsonb UPDATE of a snapshot-sized
+    document alone, committed, on one connection (psycopg alone: no engine, runtime or
+    store), as many times as the steps and as far apart (`spaced`); its p50 and p99."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    table, doc = f"{RAW_TABLE}_floor", snapshot_document
+    sql = f"UPDATE {table} SET doc = %s WHERE id = 0"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, doc jsonb NOT NULL)")
+        conn.execute(f"INSERT INTO {table} VALUES (0, '{{}}')")
+        try:
+            latencies = spaced(lambda i: conn.execute(sql, (Jsonb(doc(i)),)), events)
+        finally:
+            conn.execute(f"DROP TABLE {table}")
+    return durable_runtime.latency_row(backend, FLOOR_PG, latencies)
+
+
+def spaced(write: Callable[[int], Any], events: int) -> list[float]:
+    """Seconds each of `events` calls of `write(i)` took, after `LATENCY_WARM_UP` untimed ones,
+    each `STEP_GAP_S` after the last returned (as `durable_runtime.idle_worker_steps`)."""
+    took = []
+    for i in range(events + LATENCY_WARM_UP):
+        time.sleep(STEP_GAP_S)
+        t0 = time.perf_counter()
+        write(i)
+        if i >= LATENCY_WARM_UP:
+            took.append(time.perf_counter() - t0)
+    return took
+
+
 def _warm_pg(dsn: str, sql: str, c: int) -> None:
     import psycopg
     from psycopg.types.json import Jsonb
@@ -164,6 +202,23 @@ def raw_sqlite(directory: Path, clients: int, n: int, repeat: int, synchronous: 
         per_client * clients,
         rates,
     )
+
+
+def floor_sqlite(directory: Path, backend: str, events: int = LATENCY_EVENTS) -> DurableRow:
+    """`floor_postgres` on a WAL SQLite file (synchronous=FULL, as the latency rows' store)."""
+    import orjson
+
+    conn = _sqlite_connect(directory / "floor.db", "FULL")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
+        conn.execute("INSERT OR REPLACE INTO raw VALUES (0, '{}')")
+        sql = "UPDATE raw SET doc = ? WHERE id = 0"
+        latencies = spaced(
+            lambda i: conn.execute(sql, (orjson.dumps(snapshot_document(i)).decode(),)), events
+        )
+    finally:
+        conn.close()
+    return durable_runtime.latency_row(backend, FLOOR_SQLITE, latencies)
 
 
 def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -340,7 +395,11 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                     ),
                     partial(durable_runtime.measure_postgres, dsn, pg, clients, n, 1),
                     *(
-                        [partial(_pg_latency, dsn, pg), partial(_pg_latency, dsn, pg, False)]
+                        [
+                            partial(floor_postgres, dsn, pg),
+                            partial(_pg_latency, dsn, pg),
+                            partial(_pg_latency, dsn, pg, False),
+                        ]
                         if clients == 1
                         else []
                     ),
@@ -363,6 +422,7 @@ def run(n: int = 600, raw_n: int = 3_000, repeat: int = 3) -> list[DurableRow]:
                     partial(durable_runtime.measure_sqlite, directory, lite, clients, n, 1),
                     *(
                         [
+                            partial(floor_sqlite, directory, lite),
                             partial(_sqlite_latency, directory, lite),
                             partial(_sqlite_latency, directory, lite, False),
                         ]

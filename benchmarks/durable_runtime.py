@@ -42,6 +42,12 @@ REPLAYED = "its statements replayed by psycopg alone, 1 in flight (the database'
 LATENCY = "one step, send to committed state (idle worker)"
 LATENCY_QUEUED = "one step, queued for the idle worker (step_in_send=False)"
 LATENCY_EVENTS = 300
+LATENCY_WARM_UP = 20
+"""Steps taken before the latency rows' timed ones (and writes before their floor's)."""
+STEP_GAP_S = 0.002
+"""The pause before each step of the latency rows (`idle_worker_steps`) and of the floor
+under them (`benchmarks.durable`'s one-row UPDATEs alone): long enough for the worker to be
+waiting for work again."""
 ENCRYPTED_WORKER = "AES-GCM payloads, backlog drained by the batched worker"
 ENCRYPTED_RUNTIME = "AES-GCM payloads, runs started then drained by the batched worker"
 ENCRYPTED_INLINE = "AES-GCM payloads, 1 in flight per client in the caller"
@@ -410,9 +416,9 @@ def idle_worker_steps(
     step_in_send: bool = True,
 ) -> Iterator[tuple[float, float]]:
     """One counter run with an idle worker: `send` of an event whose transition runs an
-    `assign`, `events` times after 20 warm-up steps, 2 ms apart so the worker waits for each;
-    yields (`perf_counter` before the send, when the step's commit returned) per step. The run
-    is at rest before each send, so the send applies the event itself; with
+    `assign`, `events` times after `LATENCY_WARM_UP` steps, `STEP_GAP_S` apart so the worker
+    waits for each; yields (`perf_counter` before the send, when the step's commit returned)
+    per step. The run is at rest before each send, so the send applies the event itself; with
     `step_in_send=False` every event is queued and the worker steps it."""
     from persistence.runtime import Runtime
     from persistence.worker import Worker
@@ -434,18 +440,18 @@ def idle_worker_steps(
     thread = threading.Thread(target=worker.run, name="bench-worker")
     thread.start()
     try:
-        for i in range(events + 20):
-            time.sleep(0.002)  # the worker is idle, waiting for work
+        for i in range(events + LATENCY_WARM_UP):
+            time.sleep(STEP_GAP_S)  # the worker is idle, waiting for work
             before_send()
             t0 = time.perf_counter()
             runtime.send(run_id, "INC")
             done = finished.wait_for(run_id, "active")
-            if i >= 20:
+            if i >= LATENCY_WARM_UP:
                 yield t0, done
     finally:
         worker.stop()
         thread.join()
-    assert runtime.get(run_id).snapshot["context"]["n"] == events + 20
+    assert runtime.get(run_id).snapshot["context"]["n"] == events + LATENCY_WARM_UP
 
 
 def step_latency(
@@ -458,16 +464,20 @@ def step_latency(
 
     store = open_store(url, migrate=True)
     try:
-        latencies = sorted(
+        latencies = [
             done - t0 for t0, done in idle_worker_steps(store, events, step_in_send=step_in_send)
-        )
+        ]
     finally:
         store.close()
-    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     subject = LATENCY if step_in_send else LATENCY_QUEUED
-    return DurableRow(
-        backend, 1, f"{ours_label()} {subject}", "ms", 1, events, (p50 * 1000,), p99=(p99 * 1000,)
-    )
+    return latency_row(backend, f"{ours_label()} {subject}", latencies)
+
+
+def latency_row(backend: str, subject: str, latencies: list[float]) -> DurableRow:
+    """A latency row from the seconds each step took: p50 as the median, p99 beside it (ms)."""
+    ordered = sorted(latencies)
+    p50, p99 = ordered[len(ordered) // 2], ordered[int(len(ordered) * 0.99)]
+    return DurableRow(backend, 1, subject, "ms", 1, len(ordered), (p50 * 1000,), p99=(p99 * 1000,))
 
 
 def _measure(

@@ -157,6 +157,23 @@ def test_the_step_latency_row_has_its_percentiles(tmp_path: Path) -> None:
     assert "| p50 | p99 |" in durable.markdown([row])
 
 
+def test_the_latency_floor_row_is_in_the_latency_table_not_taken_for_the_raw_commits(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from benchmarks import durable, durable_runtime
+
+    floor = durable.floor_sqlite(tmp_path, "sqlite", events=5)
+    assert floor.unit == "ms" and floor.n == 5 and 0 < floor.median <= floor.p99[0]
+    raw = replace(durable.raw_sqlite(tmp_path, 1, 20, 1, "FULL"), backend="sqlite")
+    inline = durable_runtime.inline_sqlite(tmp_path, "sqlite", 1, n=4)[0]
+    throughput, latency = durable.markdown([floor, inline, raw]).split("| p50 | p99 |")
+    assert floor.subject in latency and floor.subject not in throughput
+    inline_line = next(line for line in throughput.splitlines() if inline.subject in line)
+    assert f"| {inline.steps / raw.steps:.0%} |" in inline_line  # steps ÷ the raw commits/s
+
+
 def test_plans_are_deduplicated_per_statement_from_a_server_log() -> None:
     from benchmarks.durable_scaling import distinct_plans
 
