@@ -56,8 +56,9 @@ from benchmarks.timing import fmt_rate
 BENCHMARK = "durable"
 CLIENTS = (1, 4)
 RAW_TABLE = "bench_raw_update"
-FLOOR_PG = "the floor: one single-row jsonb UPDATE alone (psycopg 3), committed, 2 ms apart"
-FLOOR_SQLITE = "the floor: one single-row JSON UPDATE alone (sqlite3), committed, 2 ms apart"
+_APART = f"committed, {STEP_GAP_S * 1000:g} ms apart"
+FLOOR_PG = f"the floor: one single-row jsonb UPDATE alone (psycopg 3), {_APART}"
+FLOOR_SQLITE = f"the floor: one single-row JSON UPDATE alone (sqlite3), {_APART}"
 """The latency rows' floor (`floor_postgres`, `floor_sqlite`): worded without "raw", which
 the throughput rows' comparisons look for."""
 DBOS_DATABASE = f"{DATABASE_PREFIX}_dbos"
@@ -125,14 +126,14 @@ def floor_postgres(dsn: str, backend: str, events: int = LATENCY_EVENTS) -> Dura
     import psycopg
     from psycopg.types.json import Jsonb
 
-    table, doc = f"{RAW_TABLE}_floor", snapshot_document
+    table = f"{RAW_TABLE}_floor"
     sql = f"UPDATE {table} SET doc = %s WHERE id = 0"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, doc jsonb NOT NULL)")
         conn.execute(f"INSERT INTO {table} VALUES (0, '{{}}')")
         try:
-            latencies = spaced(lambda i: conn.execute(sql, (Jsonb(doc(i)),)), events)
+            latencies = spaced(lambda i: conn.execute(sql, (Jsonb(snapshot_document(i)),)), events)
         finally:
             conn.execute(f"DROP TABLE {table}")
     return durable_runtime.latency_row(backend, FLOOR_PG, latencies)
