@@ -89,14 +89,8 @@ def raw_postgres(dsn: str, clients: int, n: int, repeat: int) -> DurableRow:
     from psycopg.types.json import Jsonb
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
-        conn.execute(f"CREATE TABLE {RAW_TABLE} (id int PRIMARY KEY, doc jsonb NOT NULL)")
-        conn.execute(
-            f"INSERT INTO {RAW_TABLE} SELECT g, '{{}}' FROM generate_series(0, %s) g",
-            (clients - 1,),
-        )
+        sql = _raw_table(conn, RAW_TABLE, clients)
     per_client = n // clients
-    sql = f"UPDATE {RAW_TABLE} SET doc = %s WHERE id = %s"
 
     def client(c: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -127,16 +121,24 @@ def floor_postgres(dsn: str, backend: str, events: int = LATENCY_EVENTS) -> Dura
     from psycopg.types.json import Jsonb
 
     table = f"{RAW_TABLE}_floor"
-    sql = f"UPDATE {table} SET doc = %s WHERE id = 0"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, doc jsonb NOT NULL)")
-        conn.execute(f"INSERT INTO {table} VALUES (0, '{{}}')")
+        sql = _raw_table(conn, table, 1)
         try:
-            latencies = spaced(lambda i: conn.execute(sql, (Jsonb(snapshot_document(i)),)), events)
+            latencies = spaced(
+                lambda i: conn.execute(sql, (Jsonb(snapshot_document(i)), 0)), events
+            )
         finally:
             conn.execute(f"DROP TABLE {table}")
     return durable_runtime.latency_row(backend, FLOOR_PG, latencies)
+
+
+def _raw_table(conn: Any, table: str, rows: int) -> str:
+    """`table` made anew for single-row UPDATEs (the raw commits' and the floor's alike): ids
+    0 to `rows` - 1, each with an empty document; the UPDATE that writes one (document, id)."""
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, doc jsonb NOT NULL)")
+    conn.execute(f"INSERT INTO {table} SELECT g, '{{}}' FROM generate_series(0, %s) g", (rows - 1,))
+    return f"UPDATE {table} SET doc = %s WHERE id = %s"
 
 
 def spaced(write: Callable[[int], Any], events: int) -> list[float]:
@@ -176,8 +178,7 @@ def raw_sqlite(directory: Path, clients: int, n: int, repeat: int, synchronous: 
 
     path = directory / f"raw-{synchronous.lower()}-{clients}.db"
     setup = _sqlite_connect(path, synchronous)
-    setup.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
-    setup.executemany("INSERT OR REPLACE INTO raw VALUES (?, '{}')", [(c,) for c in range(clients)])
+    sql = _raw_sqlite_table(setup, clients)
     setup.close()
     per_client = n // clients
 
@@ -185,10 +186,7 @@ def raw_sqlite(directory: Path, clients: int, n: int, repeat: int, synchronous: 
         conn = _sqlite_connect(path, synchronous)
         try:
             for i in range(per_client):
-                cur = conn.execute(
-                    "UPDATE raw SET doc = ? WHERE id = ?",
-                    (orjson.dumps(snapshot_document(i)).decode(), c),
-                )
+                cur = conn.execute(sql, (orjson.dumps(snapshot_document(i)).decode(), c))
                 assert cur.rowcount == 1, "raw UPDATE matched no row"
         finally:
             conn.close()
@@ -211,15 +209,20 @@ def floor_sqlite(directory: Path, backend: str, events: int = LATENCY_EVENTS) ->
 
     conn = _sqlite_connect(directory / "floor.db", "FULL")
     try:
-        conn.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
-        conn.execute("INSERT OR REPLACE INTO raw VALUES (0, '{}')")
-        sql = "UPDATE raw SET doc = ? WHERE id = 0"
+        sql = _raw_sqlite_table(conn, 1)
         latencies = spaced(
-            lambda i: conn.execute(sql, (orjson.dumps(snapshot_document(i)).decode(),)), events
+            lambda i: conn.execute(sql, (orjson.dumps(snapshot_document(i)).decode(), 0)), events
         )
     finally:
         conn.close()
     return durable_runtime.latency_row(backend, FLOOR_SQLITE, latencies)
+
+
+def _raw_sqlite_table(conn: sqlite3.Connection, rows: int) -> str:
+    """`_raw_table` in a SQLite file (its table `raw`, kept if there: rows reset)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
+    conn.executemany("INSERT OR REPLACE INTO raw VALUES (?, '{}')", [(c,) for c in range(rows)])
+    return "UPDATE raw SET doc = ? WHERE id = ?"
 
 
 def _sqlite_connect(path: Path, synchronous: str) -> sqlite3.Connection:

@@ -31,6 +31,7 @@ from benchmarks import (
     telemetry,
     waiting_calls,
 )
+from benchmarks.durable_runtime import STEP_GAP_S
 from benchmarks.timing import machine_info, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,7 +259,8 @@ INTRO = {
         "the event queued and the worker woken to step it (the path before issue 20d); "
         "'the floor' is what is left when the engine, runtime and store are taken away: one "
         "single-row UPDATE of a snapshot-sized document, committed, on one connection, as "
-        "many times and as far apart (2 ms) as the steps, on the same server or file: its p50 "
+        f"many times and as far apart ({STEP_GAP_S * 1000:g} ms) as the steps, on the same "
+        "server or file: its p50 "
         "is the part of a step's latency that belongs to the host (the commit's flush and "
         "its round trip)."
     ),
