@@ -76,8 +76,8 @@ def ensure_suite(cache: Path = DEFAULT_CACHE) -> Path:
             "-m",
             "pip",
             "download",
-            "--no-binary",
-            ":all:",
+            "--no-binary",  # (the package alone: `:all:` would build its build tools from source
+            PACKAGE,  # too, minutes on a machine without pip's cache)
             "--no-deps",
             f"{PACKAGE}=={VERSION}",
             "-d",
