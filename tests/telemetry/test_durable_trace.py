@@ -186,6 +186,8 @@ def test_one_trace_across_a_timer_a_sigkill_and_a_takeover(
             def b_versions() -> set[int]:
                 return {s.attributes.get(tracing.RUN_VERSION) for s in steps_from("B")}
 
+            # (B's exporter sends its spans in batches, after the steps' commits)
+            _until("B exported a step", lambda: bool(steps_from("B")))
             first_b = min(s.attributes[tracing.RUN_VERSION] for s in steps_from("B"))
             wanted = set(range(first_b, final.version + 1))
             _until(
