@@ -20,7 +20,8 @@ demo: $(VENV)/.installed
 	$(PY) -m machines.demo $(ARGS)
 
 # The suite waits on subprocess workers, leases and PostgreSQL much of the time: it runs on
-# one pytest-xdist worker per core (at most 4; whole files per worker, see tests/conftest.py).
+# one pytest-xdist worker per core and one more (at most 4; whole files per worker, see
+# tests/conftest.py).
 # ARGS="-n 0" runs it in this one process.
 test: $(VENV)/.installed
 	bash scripts/system-deps.sh

@@ -1,5 +1,11 @@
 """How `make test` spreads the suite over pytest-xdist workers (``-n auto --dist loadfile``).
 
+``-n auto`` is one worker per core and one more (`WORKERS_BEYOND_CORES`; at most 4 by the
+Makefile's ``--maxprocesses``): the suite waits on subprocess workers, timers, leases and
+PostgreSQL much of its time, so a core holds more than one worker's work (on 2 cores, the
+whole suite took 12-13 minutes on 2 workers and 10 on 3; 4 took no less than 3).
+``PYTEST_XDIST_AUTO_NUM_WORKERS`` still sets the number, as pytest-xdist documents.
+
 Whole files go to one worker, so a module's fixtures (a Chromium,
 a built documentation site, the downloaded SCXML suite) are made once, and two workers never
 extract the same download side by side. ``tests/packaging`` is one unit: its files share the
@@ -8,9 +14,13 @@ session's built wheel, wheelhouse and venvs, which would otherwise be built once
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+WORKERS_BEYOND_CORES = 1
+"""How many more workers than cores ``-n auto`` starts."""
 
 SHARED_SESSION_DIRS = ("tests/packaging/",)
 """Folders whose files share session fixtures too costly to make twice."""
@@ -23,6 +33,17 @@ def scope_of(nodeid: str) -> str:
         if path.startswith(folder):
             return folder
     return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: the cores this process may run on and `WORKERS_BEYOND_CORES` more (None,
+    pytest-xdist's own answer, when ``PYTEST_XDIST_AUTO_NUM_WORKERS`` says how many)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    affinity = getattr(os, "sched_getaffinity", None)  # (not on macOS)
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return cores + WORKERS_BEYOND_CORES
 
 
 @pytest.hookimpl(optionalhook=True)
