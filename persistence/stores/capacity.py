@@ -107,11 +107,11 @@ class SQLCapacity(SQLSteps):
         rid = self._id(run_id)
         asker = _Asker(rid, owner, call)
 
-        def grant(conn: Any, fast: bool) -> Grant:
+        def grant(conn: Any, fast: bool) -> tuple[Grant, bool]:
             if fast:  # no rate window to keep
                 answer = self._without_lock(conn, name, holder, asker, now, recheck_ms)
                 if answer is not None:
-                    return answer
+                    return answer, False
             return self._under_lock(
                 conn,
                 name,
@@ -126,11 +126,14 @@ class SQLCapacity(SQLSteps):
             )
 
         try:
-            return self._transaction(
+            granted, woke = self._transaction(
                 lambda conn: grant(conn, max_in_flight is not None and calls is None)
             )
         except _Unanswered:  # (its row locks are gone with its rollback: see the lock order)
-            return self._transaction(lambda conn: grant(conn, False))
+            granted, woke = self._transaction(lambda conn: grant(conn, False))
+        if woke:
+            self.wakeup().notify()
+        return granted
 
     def release_capacity(
         self,
@@ -147,7 +150,7 @@ class SQLCapacity(SQLSteps):
         if max_in_flight is None:
             return
 
-        def release(conn: Any) -> None:
+        def release(conn: Any) -> bool:
             self._lock_limit(conn, name, now)
             if holders:
                 marks = ",".join("?" * len(holders))
@@ -157,9 +160,10 @@ class SQLCapacity(SQLSteps):
                     (name, *holders),
                 )
             _, woken = self._place(conn, name, None, None, now, max_in_flight, lease_ms)
-            self._wake(conn, name, woken, now)
+            return self._wake(conn, name, woken, now)
 
-        self._transaction(release)
+        if self._transaction(release):
+            self.wakeup().notify()
 
     @retried
     def pause_capacity(self, name: str, until: int, now: int) -> None:
@@ -320,14 +324,15 @@ class SQLCapacity(SQLSteps):
         per_ms: int,
         recheck_ms: int,
         lease_ms: int,
-    ) -> Grant:
+    ) -> tuple[Grant, bool]:
         """The grant under the limit's lock: its pause, its slots (`_place`) and its rate
         window; the runs and calls woken for slots reserved on the way are written after every
-        slot row, before the asker's own run or call (the module's lock order)."""
+        slot row, before the asker's own run or call (the module's lock order). With whether
+        any were woken (`_wake`)."""
         run_id, owner = asker.run_id, asker.owner
         paused, recent = self._lock_limit(conn, name, now)
         if paused is not None and paused > now:
-            return self._wait(conn, asker, f"{PAUSED}: {name}", now, paused)
+            return self._wait(conn, asker, f"{PAUSED}: {name}", now, paused), False
         granted, woken = True, list[Any]()
         if max_in_flight is not None:
             granted, woken = self._place(conn, name, holder, run_id, now, max_in_flight, lease_ms)
@@ -357,10 +362,10 @@ class SQLCapacity(SQLSteps):
                 "state = 'held', owner = excluded.owner, expires_at = NULL",
                 (name, holder, run_id, owner, self._t(now)),
             )
-        self._wake(conn, name, woken, now)
+        woke = self._wake(conn, name, woken, now)
         if refused is not None:
-            return self._wait(conn, asker, refused[0], now, refused[1], parked)
-        return self._granted(conn, asker)
+            return self._wait(conn, asker, refused[0], now, refused[1], parked), woke
+        return self._granted(conn, asker), woke
 
     def _lock_limit(self, conn: Any, name: str, now: int) -> tuple[int | None, list[int]]:
         """Lock the limit's row (creating it), returning its pause and its rate window."""
@@ -452,7 +457,7 @@ class SQLCapacity(SQLSteps):
             )
         return [str(h) for h, _, _ in slots if str(h) not in ended]
 
-    def _wake(self, conn: Any, name: str, woken: Sequence[tuple[str, Any]], now: int) -> None:
+    def _wake(self, conn: Any, name: str, woken: Sequence[tuple[str, Any]], now: int) -> bool:
         """Wake the holders a slot of `name` was reserved for: a reserved slot is capacity
         standing idle, so what takes it is claimed before anything else (as if due long ago, at
         the top priority). A call's place wakes the call (its row made due), a run's the run
@@ -460,9 +465,12 @@ class SQLCapacity(SQLSteps):
         run's place); not the run whose call waits for it while the run itself does not: that
         call takes the reserved place, and a claim of the run would only take it first for a
         drive with nothing to step. Runs first, then calls (a step locks its run, then its
-        calls)."""
+        calls). Other processes' workers and call executors are told when it commits (a
+        NOTIFY); True when some were woken, for the caller to tell this process's once it has
+        committed (told before, a worker's claim could miss them and then wait out its poll
+        interval: a queue drained at one slot per poll)."""
         if not woken:
-            return
+            return False
         first = self._t(aged(now, MAX_PRIORITY))
         runs, holders = [r for _, r in woken], [h for h, _ in woken]
         in_runs, in_holders = ",".join("?" * len(runs)), ",".join("?" * len(holders))
@@ -482,6 +490,8 @@ class SQLCapacity(SQLSteps):
             f"({in_holders}) OR 'run:' || run_id{self._TEXT_ID} IN ({in_holders}))",
             (first, *runs, reason, *holders, *holders),
         )
+        self._notify_in(conn, None)
+        return True
 
     def _heads(self, conn: Any, name: str, count: int) -> dict[str, Any]:
         """The first `count` holders in the queue whose runs are still active; places of runs

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from persistence import schema
 from persistence.capacity import Limit
@@ -236,6 +237,47 @@ def test_a_freed_slot_goes_to_the_first_waiting_run_not_a_newcomer(store: Store)
     assert [r.id for r in store.claim_runs(owner_b, now + 4, 1000, 10)] == [b]
     assert store.acquire_capacity("x", "call-b", b, owner_b, now + 4, **args).granted
     assert store.get_run(b).waiting_for is None
+
+
+def _handed_on(store: Store) -> Callable[[], None]:
+    """Run `a` holds the one slot of limit `x`, run `b` waits for it; the release of `a`'s slot
+    (which reserves it for `b` and wakes `b`), to call."""
+    now, args = (
+        1_000_000,
+        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 30_000, "lease_ms": 1000},
+    )
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
+    assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
+    assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
+    return lambda: store.release_capacity("x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"])
+def test_a_slot_handed_to_a_waiting_holder_wakes_this_processs_idle_workers(store: Store) -> None:
+    """Once committed: a worker or call executor waiting for work here claims the woken holder
+    now, not at its next poll (a limited workflow's backlog drained a slot per poll)."""
+    release = _handed_on(store)
+    seen = store.wakeup().seen()
+    release()
+    assert store.wakeup().seen() == seen + 1
+    # a release that hands nothing on (nobody waits) wakes nobody
+    store.release_capacity("x", [], 1_000_003, max_in_flight=1, lease_ms=1000)
+    assert store.wakeup().seen() == seen + 1
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])
+def test_a_slot_handed_to_a_waiting_holder_wakes_other_processes(
+    store: Store, pg_dsn: str, pg_schema: str
+) -> None:
+    """Workers and executors elsewhere LISTEN: the release's transaction sends them a wake-up."""
+    release = _handed_on(store)
+    channel = f"statecharts_wake_{pg_schema}"[:63]
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        release()
+        heard = list(listener.notifies(timeout=10, stop_after=1))
+    assert [n.channel for n in heard] == [channel]
 
 
 def test_the_queue_is_in_claim_order_a_higher_priority_waiter_goes_first(store: Store) -> None:
