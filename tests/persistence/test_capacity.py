@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -239,17 +240,28 @@ def test_a_freed_slot_goes_to_the_first_waiting_run_not_a_newcomer(store: Store)
     assert store.get_run(b).waiting_for is None
 
 
-def _handed_on(store: Store) -> Callable[[], None]:
-    """Run `a` holds the one slot of limit `x`, run `b` waits for it; the release of `a`'s slot
-    (which reserves it for `b` and wakes `b`), to call."""
-    now, args = (
-        1_000_000,
-        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 30_000, "lease_ms": 1000},
-    )
+def _a_holds_b_waits(store: Store, recheck_ms: int) -> tuple[int, dict[str, Any], str, str]:
+    """Run `a`'s call `call-a` holds the one slot of limit `x` (taken at `now`), run `b`'s
+    `call-b` waits for it (refused at `now + 1`): `now`, the limit's arguments, `a` and `b`."""
+    now = 1_000_000
+    args: dict[str, Any] = {
+        "max_in_flight": 1,
+        "calls": None,
+        "per_ms": 1000,
+        "recheck_ms": recheck_ms,
+        "lease_ms": 1000,
+    }
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
     assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
     assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
+    return now, args, a, b
+
+
+def _handed_on(store: Store) -> Callable[[], None]:
+    """`_a_holds_b_waits`; the release of `a`'s slot (which reserves it for `b` and wakes `b`),
+    to call."""
+    now, _, _, _ = _a_holds_b_waits(store, 30_000)
     return lambda: store.release_capacity("x", ["call-a"], now + 2, max_in_flight=1, lease_ms=1000)
 
 
@@ -310,14 +322,7 @@ def test_the_queue_is_in_claim_order_a_higher_priority_waiter_goes_first(store: 
 
 
 def test_a_head_leased_elsewhere_gets_a_reservation_not_a_second_lease(store: Store) -> None:
-    now, args = (
-        1_000_000,
-        {"max_in_flight": 1, "calls": None, "per_ms": 1000, "recheck_ms": 100, "lease_ms": 1000},
-    )
-    a, b = str(uuid.uuid4()), str(uuid.uuid4())
-    owner_a, owner_b = _lease(store, a, now), _lease(store, b, now)
-    assert store.acquire_capacity("x", "call-a", a, owner_a, now, **args).granted
-    assert not store.acquire_capacity("x", "call-b", b, owner_b, now + 1, **args).granted
+    now, args, _, b = _a_holds_b_waits(store, 100)
     # b looks again on its own (its recheck) and another worker holds it as a's call ends
     assert [r.id for r in store.claim_runs("o-recheck", now + 101, 1000, 10)] == [b]
     store.release_capacity("x", ["call-a"], now + 102, max_in_flight=1, lease_ms=1000)
