@@ -141,9 +141,13 @@ class Demo:
         self.skipped_slot: str | None = None  # the schedule skipped the next hour's slot: why
 
     def close(self) -> None:
-        """Stop the webhook ingress, if it was started."""
+        """Stop the webhook ingress, if it was started; close the durable store (its wake-up
+        listener's thread and pool) and the follow-up database."""
         if self.ingress is not None:
             self.ingress.close()
+        if isinstance(self.runner, DurableRunner):
+            self.runner.close()
+        self.db.close()
 
     # -- running -----------------------------------------------------------------------------
 

@@ -368,6 +368,19 @@ def crash_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url(request.param, request, tmp_path)
 
 
+def handles_sigterm(pid: int) -> bool | None:
+    """Whether process `pid` has a handler of its own for SIGTERM, by the caught-signals mask
+    Linux shows in /proc (None where there is none to read)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return None
+
+
 def kill_and_replace(
     workers: list[subprocess.Popen[bytes]],
     victim: int,
@@ -380,7 +393,16 @@ def kill_and_replace(
 
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every worker process and wait for it (SIGKILL after 30 s)."""
+    """SIGTERM every worker process and wait for it (SIGKILL after 30 s). Each is first given
+    up to 30 s to install its SIGTERM handler (`Worker.run`): one signalled while Python
+    still imports dies of it (-15), and under load a start takes seconds (a fixed grace of 2 s
+    after the last spawn was once too short on 2 cores)."""
+    deadline = time.monotonic() + 30
+    for w in workers:
+        while w.poll() is None and handles_sigterm(w.pid) is False:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
     for w in workers:
         w.send_signal(signal.SIGTERM)
     for w in workers:

@@ -23,7 +23,7 @@ from persistence.stores import Store, open_store
 from persistence.stores.clocks import FOLLOW_MS
 from persistence.stores.sqlite import SQLiteStore
 from tests.persistence import call_workflows
-from tests.persistence.conftest import stop_workers, wait_for
+from tests.persistence.conftest import handles_sigterm, stop_workers, wait_for
 from tests.persistence.workflows import LEDGER_ENV, SLOW_ENV, init_ledger, order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,14 +154,17 @@ def test_r9_a_timer_written_before_the_clock_stepped_back_fires_on_time(
     crash_url: str, fleet_of: Callable[[str], Fleet]
 ) -> None:
     """The payment's 1.2 s reminder, written at its start, fires while the stepped-back worker
-    makes the call again (killed during the call's first attempt)."""
+    makes the call again (killed during the call's first attempt). The run starts once the
+    first worker serves: under load a worker's start alone took more than 1.2 s, and the
+    reminder fired before the kill."""
     fleet = fleet_of("tests.persistence.call_workflows")
     call_workflows.init_ledger(fleet.ledger)
     store = open_store(crash_url, migrate=True)
     try:
         runtime = Runtime(store, call_workflows.MACHINES)
-        run_id = runtime.start("payment")
         first = fleet.spawn()
+        wait_for(lambda: handles_sigterm(first.pid) is not False, 60)  # (it serves)
+        run_id = runtime.start("payment")
         wait_for(lambda: len(call_workflows.ledger(fleet.ledger)) == 1, 60)
         _kill(first)
         assert store.get_run(run_id).snapshot["context"]["reminded"] is False
