@@ -3,7 +3,8 @@
 ``-n auto`` is one worker per core and one more (`WORKERS_BEYOND_CORES`; at most 4 by the
 Makefile's ``--maxprocesses``): the suite waits on subprocess workers, timers, leases and
 PostgreSQL much of its time, so a core holds more than one worker's work (on 2 cores, the
-whole suite took 12-13 minutes on 2 workers and 10-12 on 3; 4 took no less than 3).
+whole suite took 719 and 765 s on 2 workers, 595-753 s on 3 (median 668 s of five), 603 s
+on 4, whose peak of 76 PostgreSQL connections is near the default limit of 100; 71 on 3).
 ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still sets the number, as pytest-xdist documents.
 
 Whole files go to one worker, so a module's fixtures (a Chromium,
