@@ -38,6 +38,7 @@ from persistence.stores import (
 )
 from persistence.ui.app import create_app
 from tests.persistence import faulty
+from tests.persistence.conftest import handles_sigterm
 from tests.persistence.workflows import LEDGER_ENV, init_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,13 +118,15 @@ class Worker:
 
     def started(self) -> bool:
         """Whether it is past its start (serving, or exited). SIGTERM kills a worker that is
-        still importing (-15), and under load a start takes seconds. Without INFO lines, the
-        test has already waited for a line only a serving worker logs."""
-        return (
-            self.process.poll() is not None
-            or self.log_level not in ("DEBUG", "INFO")
-            or SERVING_LINE in self.text()
-        )
+        still importing (-15), and under load a start takes seconds. Serving is its SIGTERM
+        handler (`handles_sigterm`); where /proc cannot tell, its INFO line, and without INFO
+        lines the test has already waited for a line only a serving worker logs."""
+        if self.process.poll() is not None:
+            return True
+        handles = handles_sigterm(self.process.pid)
+        if handles is not None:
+            return handles
+        return self.log_level not in ("DEBUG", "INFO") or SERVING_LINE in self.text()
 
 
 @contextmanager
