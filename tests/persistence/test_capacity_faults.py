@@ -240,14 +240,19 @@ def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[Store]:
 
 @contextmanager
 def _store_with(dsn: str, schema: str, options: str) -> Iterator[Store]:
-    """A second store on `schema` whose connections start with `options` (server settings)."""
+    """A second store on `schema` whose connections start with `options` (server settings),
+    closed after (its wake-up listener too, which a release that wakes a holder starts)."""
     import psycopg_pool
 
     from persistence.stores.postgres import PostgresStore
 
     kwargs = {"autocommit": True, "options": f"-c search_path={schema} {options}"}
     with psycopg_pool.ConnectionPool(dsn, kwargs=kwargs, min_size=1, max_size=2) as pool:
-        yield PostgresStore(pool=pool, schema=schema)
+        store = PostgresStore(pool=pool, schema=schema)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _in_thread(name: str, call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -357,7 +362,7 @@ def test_a_capacity_transaction_picked_as_a_deadlock_victim_is_run_again(
         other.execute("SELECT 1 FROM workflow_limits WHERE name = 'x' FOR UPDATE")
         time.sleep(0.2)
         other.rollback()
-    release.join(30)
+        release.join(30)  # (before the releaser closes: its second attempt needs its pool)
     assert out == [None], out  # returned, not raised
     assert "SQLSTATE 40P01" in caplog.text and "attempt 2 of" in caplog.text
     woken = store.get_run(b).wake_at
