@@ -11,17 +11,31 @@ Whole files go to one worker, so a module's fixtures (a Chromium,
 a built documentation site, the downloaded SCXML suite) are made once, and two workers never
 extract the same download side by side. ``tests/packaging`` is one unit: its files share the
 session's built wheel, wheelhouse and venvs, which would otherwise be built once per worker.
+
+A worker runs many files in one process, so a thread one test leaves running meets the tests
+after it: a PostgreSQL store's wake-up listener left by a store never closed fails the test
+that left it (`no_listener_outlives_its_test`), not a later one that counts listeners.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 WORKERS_BEYOND_CORES = 1
 """How many more workers than cores ``-n auto`` starts."""
+
+LISTENER_THREAD = "statecharts-listen"
+"""The name of a PostgreSQL store's wake-up listener thread (`postgres_connections.Listener`)."""
+
+LISTENER_GRACE_S = 5.0
+"""How long a listener may take to end after its test (a closing store joins it for 2 s, and
+one still connecting ends once connected)."""
 
 SHARED_SESSION_DIRS = ("tests/packaging/",)
 """Folders whose files share session fixtures too costly to make twice."""
@@ -59,3 +73,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return scope_of(nodeid)
 
     return FileScheduling(config, log)
+
+
+def _listeners() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == LISTENER_THREAD and t.is_alive()}
+
+
+@pytest.fixture(autouse=True)
+def no_listener_outlives_its_test() -> Iterator[None]:
+    """A store a test opens, it closes: a wake-up listener the test started and left running
+    fails it (once `LISTENER_GRACE_S` has passed without the thread ending)."""
+    before = _listeners()
+    yield
+    deadline = time.monotonic() + LISTENER_GRACE_S
+    while (left := _listeners() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"{len(left)} wake-up listener thread(s) left running: a store not closed"
