@@ -380,8 +380,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--call-s", type=float, default=1.0)
     ap.add_argument("--side", choices=("ours", "ours-many", "dbos"))
-    ap.add_argument("--url")
+    ap.add_argument("--url", help="with --side: the database that side uses")
     args = ap.parse_args(argv)
+    if args.side and not args.url:
+        ap.error("--side needs --url (a fresh PostgreSQL database for that side)")
     if args.side == "dbos":
         print(json.dumps(dbos(args.url, args.n, args.call_s)))
         return

@@ -15,7 +15,6 @@ and reset.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,6 +29,7 @@ from persistence.resting import Resting
 from persistence.stores import NewEffect, NewRun, RunFinishedError, RunRecord, Store
 from persistence.stores.records import ACTIVE, PurgedRun
 from persistence.stores.rules import CALL, PURGE_BATCH
+from persistence.stores.run_ids import new_run_id
 from persistence.telemetry import Telemetry
 from statecharts import Machine, Snapshot
 from statecharts.snapshot import finished_child
@@ -287,7 +287,7 @@ def fork(runtime: Host, run: RunRecord, step: int) -> RunRecord:
         restored.snapshot, now=now, pending_effects=any(e.kind != CALL for e in effects)
     )
     new = NewRun(
-        id=str(uuid.uuid4()),
+        id=new_run_id(),
         workflow_name=run.workflow_name,
         workflow_version=restored.machine.fingerprint,
         key=None,

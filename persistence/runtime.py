@@ -60,6 +60,7 @@ from persistence.stores import (
 from persistence.stores.protocol import PayloadCodec
 from persistence.stores.records import Fork, RunPurgedError
 from persistence.stores.rules import TRANSIENT_PREFIX, is_call, leasable_calls
+from persistence.stores.run_ids import new_run_id
 from persistence.telemetry import Telemetry
 from persistence.waiting import Answer, Ended, check_timeout, wait_applied, wait_ended
 from statecharts import Machine, Snapshot
@@ -837,7 +838,7 @@ class Runtime:
             owner, wake_at = lease[0], now + lease[1]
         count = leasable_calls(outbox) if calls is not None else 0
         run = NewRun(
-            id=str(uuid.uuid4()),
+            id=new_run_id(),
             workflow_name=name,
             workflow_version=machine.fingerprint,
             key=key,

@@ -62,6 +62,7 @@ from persistence.stores.records import (
     StepCommit,
 )
 from persistence.stores.rules import check_distinct_runs, unowned_calls
+from persistence.stores.run_ids import random_uuid
 from persistence.stores.sql import SQLStore
 
 SHARD_MAP_TTL_S = 30.0
@@ -462,7 +463,7 @@ class CitusStore(PostgresStore):
         parent = run_hash(uuid.UUID(parent_run_id))
         shard = next((s for s in self._shard_map() if s.low <= parent <= s.high), None)
         while True:
-            candidate = uuid.uuid4()
+            candidate = random_uuid()
             if shard is None or shard.low <= run_hash(candidate) <= shard.high:
                 return str(candidate)
 

@@ -6,7 +6,6 @@ children cancelled, its parent told, its calls stopped).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +36,7 @@ from persistence.stores.rules import (
     is_call,
     unowned_calls,
 )
+from persistence.stores.run_ids import new_run_id
 from statecharts.errors import SystemIdTakenError
 
 READ_PAGE = 500
@@ -60,7 +60,7 @@ class SQLRuns(SQLInbox, SQLCalls):
 
     def new_child_id(self, parent_run_id: str) -> str:
         """A random run id (`RunStore.new_child_id`)."""
-        return str(uuid.uuid4())
+        return new_run_id()
 
     @retried
     def create_run(
