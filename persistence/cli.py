@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import faulthandler
 import functools
 import importlib
 import logging
@@ -40,6 +39,7 @@ from persistence.runtime import (
 )
 from persistence.scheduling import ScheduledStart, iso
 from persistence.signatures import Signature
+from persistence.stacks import show_stacks_on
 from persistence.stores import (
     RunQuery,
     RunRecord,
@@ -767,7 +767,7 @@ def _add_otlp(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     logformat.configure(args.log_level, args.log_format)
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1`: every thread's stack on stderr (a stuck worker)
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        show_stacks_on(signal.SIGUSR1)
     shutdown_otlp = otlp.configure() if args.otlp else None
     store = _store(args, connections=args.concurrency + 3)
     try:

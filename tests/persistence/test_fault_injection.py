@@ -200,7 +200,7 @@ def stop_cleanly(fleet: list[Worker]) -> None:
 
 def exit_code(w: Worker, timeout_s: float) -> int:
     """The worker's exit status once it ends; a worker still running after `timeout_s` fails
-    the test with its log and every thread's stack (SIGUSR1: the CLI's faulthandler)."""
+    the test with its log and every thread's stack (SIGUSR1: `persistence.stacks`)."""
     try:
         return w.process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
