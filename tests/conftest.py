@@ -75,7 +75,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return FileScheduling(config, log)
 
 
-def _listeners() -> set[threading.Thread]:
+def listener_threads() -> set[threading.Thread]:
+    """The wake-up listener threads alive in this process (a store's, until it closes)."""
     return {t for t in threading.enumerate() if t.name == LISTENER_THREAD and t.is_alive()}
 
 
@@ -83,9 +84,9 @@ def _listeners() -> set[threading.Thread]:
 def no_listener_outlives_its_test() -> Iterator[None]:
     """A store a test opens, it closes: a wake-up listener the test started and left running
     fails it (once `LISTENER_GRACE_S` has passed without the thread ending)."""
-    before = _listeners()
+    before = listener_threads()
     yield
     deadline = time.monotonic() + LISTENER_GRACE_S
-    while (left := _listeners() - before) and time.monotonic() < deadline:
+    while (left := listener_threads() - before) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"{len(left)} wake-up listener thread(s) left running: a store not closed"

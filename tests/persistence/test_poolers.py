@@ -24,6 +24,7 @@ import pytest
 from persistence.runtime import Runtime
 from persistence.stores import StoreUnavailableError, StoreURLError, open_store
 from persistence.stores.postgres import PostgresStore
+from tests.conftest import listener_threads
 from tests.persistence.conftest import Bouncer, wait_for
 from tests.persistence.workflows import approval
 
@@ -172,7 +173,7 @@ def test_a_pooler_is_detected_without_any_option(
     the pooler (the backend pid is not the one announced), says so, turns prepared statements
     off, and the same concurrent load succeeds; its listener does not LISTEN through it."""
     caplog.set_level(logging.WARNING, logger="statecharts.store")
-    others = _listeners()
+    others = listener_threads()  # (a store another test left open may still listen)
     store = open_store(pgbouncer.dsn("auto"), migrate=True, max_connections=16)
     try:
         runtime = Runtime(store, [approval])
@@ -183,13 +184,7 @@ def test_a_pooler_is_detected_without_any_option(
         assert "a connection pooler sits between this store and PostgreSQL" in caplog.text
     finally:
         store.close()
-    assert _listeners() <= others
-
-
-def _listeners() -> set[threading.Thread]:
-    """The wake-up listener threads alive in this process: a test compares them with those
-    alive before its store opened, since a store another test left open may still listen."""
-    return {t for t in threading.enumerate() if t.name == "statecharts-listen" and t.is_alive()}
+    assert listener_threads() <= others
 
 
 def _notify_from_elsewhere(dsn: str, schema: str) -> None:
@@ -228,12 +223,12 @@ def test_behind_a_transaction_pooler_without_listen_dsn_workers_poll(
     """No `listen_dsn`: no listener (a LISTEN through the pooler would land on a server
     connection other clients get); the store says its workers poll."""
     caplog.set_level(logging.INFO, logger="statecharts.store")
-    others = _listeners()
+    others = listener_threads()  # (a store another test left open may still listen)
     store = open_store(pgbouncer.url("transaction", pg_schema), migrate=True)
     try:
         store.wakeup()
         assert "found by polling" in caplog.text
-        assert _listeners() <= others
+        assert listener_threads() <= others
     finally:
         store.close()
 
