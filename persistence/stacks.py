@@ -20,12 +20,12 @@ from types import FrameType
 from typing import TextIO
 
 
-def show_stacks_on(signum: int, out: TextIO | None = None) -> None:
-    """On `signum`, write every thread's stack to `out` (stderr by default) and go on.
-    Call from the main thread (Python installs signal handlers there only)."""
+def show_stacks_on(signum: int) -> None:
+    """On `signum`, write every thread's stack to stderr and go on. Call from the main thread
+    (Python installs signal handlers there only)."""
 
     def show(_signum: int, frame: FrameType | None) -> None:
-        write_stacks(out if out is not None else sys.stderr, frame)
+        write_stacks(sys.stderr, frame)
 
     signal.signal(signum, show)
 
