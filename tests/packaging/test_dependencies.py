@@ -60,6 +60,10 @@ USERS: dict[str, list[tuple[str, str]]] = {
         ("docs/tutorial.md", "from fastapi.testclient import TestClient"),
         ("tests/packaging/test_clean_venv.py", "def test_the_tutorial_runs_with_exactly"),
     ],
+    "httpx2": [  # Starlette 1.2+'s TestClient; with only httpx there, it warns
+        ("docs/tutorial.md", "from fastapi.testclient import TestClient"),
+        ("tests/packaging/test_clean_venv.py", 'assert ran["warnings"] == []'),
+    ],
     "python-multipart": [
         ("persistence/ui/actions.py", "Form()"),
         ("tests/packaging/test_clean_venv.py", "application/x-www-form"),
