@@ -40,6 +40,7 @@ import orjson
 
 from persistence.stores.errors import StoreEncodingError, StoreError
 from persistence.stores.protocol import PayloadCodec
+from persistence.stores.randomness import random_bytes
 from persistence.stores.rules import SEALED
 
 KEYS_ENV = "STATECHARTS_KEYS"
@@ -168,7 +169,7 @@ class KeyRing:
             plain = orjson.dumps(value)
         except TypeError as exc:  # orjson.JSONEncodeError: a value no store holds exactly
             raise StoreEncodingError(f"cannot store value: {exc}") from exc
-        nonce = os.urandom(_NONCE_BYTES)
+        nonce = random_bytes(_NONCE_BYTES)
         sealed = self._sealer.encrypt(nonce, plain, aad(run_id, column))
         envelope: dict[str, Any] = {SEALED: self.current, "n": _b64(nonce), "ct": _b64(sealed)}
         if column == Column.SNAPSHOT and type(value) is dict and "version" in value:

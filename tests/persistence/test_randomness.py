@@ -1,6 +1,7 @@
-"""Run ids drawn in bulk (`persistence.stores.run_ids`): as random and as well formed as
-`uuid.uuid4()`'s, never the same twice, not even across a fork, and read from the operating
-system a few hundred at a time, where `uuid4()` makes one system call per id."""
+"""Randomness read in bulk (`persistence.stores.randomness`) for run ids and payload nonces:
+ids as random and as well formed as `uuid.uuid4()`'s, never the same twice, not even across a
+fork, nonces never repeated; both read from the operating system a few hundred at a time,
+where `uuid4()` and `os.urandom` make one system call each."""
 
 from __future__ import annotations
 
@@ -12,11 +13,27 @@ from pathlib import Path
 
 import pytest
 
-from persistence import open_store
+from persistence import KeyRing, open_store
 from persistence.runtime import Runtime
-from persistence.stores import run_ids
-from persistence.stores.run_ids import IDS_PER_READ, new_run_id
+from persistence.stores import randomness
+from persistence.stores.randomness import BYTES_PER_READ
+from persistence.stores.run_ids import new_run_id
 from statecharts import create_machine
+
+KEY = ("k1", bytes(range(32)))
+
+
+def _counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the reads of the operating system's randomness from now on."""
+    reads: list[int] = []
+    urandom = os.urandom
+
+    def counted(n: int) -> bytes:
+        reads.append(n)
+        return urandom(n)
+
+    monkeypatch.setattr(randomness.os, "urandom", counted)
+    return reads
 
 
 def test_ids_are_version_4_uuids_never_drawn_twice() -> None:
@@ -75,17 +92,26 @@ def test_a_batch_start_reads_randomness_a_few_times_not_once_per_run(
     try:
         runtime = Runtime(store, machines=[machine])
         runtime.start("idle")  # (warm: what a first start sets up is not counted)
-        reads: list[int] = []
-        urandom = os.urandom
-
-        def counted(n: int) -> bytes:
-            reads.append(n)
-            return urandom(n)
-
-        monkeypatch.setattr(run_ids.os, "urandom", counted)
+        reads = _counted_reads(monkeypatch)
         ids = runtime.start_many("idle", [None] * 1_000)
         assert len(set(ids)) == 1_000
         assert {runtime.get(i).state for i in ids[::100]} == {"waiting"}
-        assert len(reads) <= 1_000 // IDS_PER_READ + 1, len(reads)
+        assert len(reads) <= 1_000 * 16 // BYTES_PER_READ + 2, len(reads)
     finally:
         store.close()
+
+
+def test_sealed_payloads_take_distinct_nonces_read_a_few_times_not_once_per_seal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AES-GCM must never see one nonce twice under a key: 1,000 seals, 1,000 nonces, and a
+    handful of reads for them (each read lets go of the GIL, as above)."""
+    ring = KeyRing([KEY])
+    reads = _counted_reads(monkeypatch)
+    runs = [new_run_id() for _ in range(1_000)]
+    sealed = [ring.seal({"i": i}, run, "snapshot") for i, run in enumerate(runs)]
+    assert len({envelope["n"] for envelope in sealed}) == 1_000
+    assert len(reads) <= 1_000 * (12 + 16) // BYTES_PER_READ + 2, len(reads)
+    assert [ring.open(e, run, "snapshot") for e, run in zip(sealed, runs, strict=True)] == [
+        {"i": i} for i in range(1_000)
+    ]
