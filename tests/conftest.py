@@ -27,11 +27,10 @@ from typing import Any
 
 import pytest
 
+from persistence.stores.postgres_connections import LISTENER_THREAD
+
 WORKERS_BEYOND_CORES = 1
 """How many more workers than cores ``-n auto`` starts."""
-
-LISTENER_THREAD = "statecharts-listen"
-"""The name of a PostgreSQL store's wake-up listener thread (`postgres_connections.Listener`)."""
 
 LISTENER_GRACE_S = 5.0
 """How long a listener may take to end after its test (a closing store joins it for 2 s, and

@@ -34,6 +34,8 @@ log = logging.getLogger("statecharts.store")
 
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+LISTENER_THREAD = "statecharts-listen"
+"""The name of a store's wake-up listener thread (`Listener`), as stack dumps show it."""
 
 
 def configure_json(conn: psycopg.Connection[Any]) -> None:
@@ -222,7 +224,7 @@ class Listener:
         self._closed = threading.Event()
         self.listening = threading.Event()
         """Set while the connection LISTENs (a waiter relies on NOTIFYs only then)."""
-        self._thread = threading.Thread(target=self._listen, name="statecharts-listen", daemon=True)
+        self._thread = threading.Thread(target=self._listen, name=LISTENER_THREAD, daemon=True)
         self._thread.start()
 
     def close(self, wake: Callable[[], None]) -> None:
